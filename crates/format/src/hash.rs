@@ -1,0 +1,80 @@
+//! The key hash and the fingerprint derived from it.
+//!
+//! The hash is xxh3-64 with the fixed seed [`KEY_HASH_SEED`]. Its output is
+//! frozen: index checkpoints and the placement of every key depend on it, so
+//! changing it is a format change. [`tests::golden_values`] pins it.
+//!
+//! Bits of the hash, from the least significant (DESIGN §3):
+//! - bits 0..27: the home slot inside a table (only the table's low bits are
+//!   used, `hash & (table_slots - 1)`);
+//! - bits 27..35: the 8-bit tag; its low bits pick the table in the directory,
+//!   all eight are kept in the index entry to filter candidates.
+//!
+//! The 35-bit fingerprint (slot bits + tag) can be rebuilt from an entry's
+//! position and tag alone, which is what lets the index move entries without
+//! reading keys from the device.
+
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+/// Identifier of the key hash algorithm stored in the superblock.
+pub const KEY_HASH_ALGO_XXH3_64: u32 = 1;
+/// The seed of the key hash. Never change it: it is part of the format.
+pub const KEY_HASH_SEED: u64 = 0x6772_616e_6172_7931; // "granary1"
+/// Number of hash bits used for the home slot inside one table.
+pub const SLOT_BITS: u32 = 27;
+/// Number of tag bits.
+pub const TAG_BITS: u32 = 8;
+
+/// Hash a key.
+pub fn key_hash(key: &[u8]) -> u64 {
+    xxh3_64_with_seed(key, KEY_HASH_SEED)
+}
+
+/// The 27 slot bits of a hash.
+pub fn slot_bits(hash: u64) -> u64 {
+    hash & ((1 << SLOT_BITS) - 1)
+}
+
+/// The 8-bit tag of a hash.
+pub fn tag(hash: u64) -> u8 {
+    ((hash >> SLOT_BITS) & ((1 << TAG_BITS) - 1)) as u8
+}
+
+/// Rebuild the 35-bit fingerprint from a home slot and a tag.
+pub fn fingerprint(home_slot: u64, tag: u8) -> u64 {
+    (home_slot & ((1 << SLOT_BITS) - 1)) | ((tag as u64) << SLOT_BITS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pins the hash function: if this fails, the on-device format changed.
+    /// The values were computed independently with Python's `xxhash`
+    /// package (`xxh3_64_intdigest(key, seed=KEY_HASH_SEED)`).
+    #[test]
+    fn golden_values() {
+        let golden: [(&[u8], u64); 4] = [
+            (b"", 0x0956_782e_ac0a_3d9f),
+            (b"a", 0x213e_4b21_89e8_ad76),
+            (b"granary", 0x0e1a_d01e_2453_c983),
+            (b"key:000000000042", 0xbbad_7c2b_29da_31e1),
+        ];
+        for (key, want) in golden {
+            assert_eq!(
+                key_hash(key),
+                want,
+                "hash of {:?}",
+                String::from_utf8_lossy(key)
+            );
+        }
+    }
+
+    #[test]
+    fn fingerprint_round_trip() {
+        for k in 0..1000u32 {
+            let h = key_hash(&k.to_le_bytes());
+            assert_eq!(fingerprint(slot_bits(h), tag(h)), h & ((1 << 35) - 1));
+        }
+    }
+}

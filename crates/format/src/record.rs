@@ -1,0 +1,389 @@
+//! The record: one version of one key (a value or a tombstone) in the log.
+//!
+//! Layout (little-endian), padded with zeros to whole grains:
+//!
+//! ```text
+//! off size field
+//!   0    4 magic         "GREC"
+//!   4    1 version       1
+//!   5    1 flags         bit 0 = tombstone; other bits must be zero
+//!   6    2 reserved      0
+//!   8    4 key_len       1 ..= 65536
+//!  12    4 seg_stamp     low 32 bits of the alloc_seq of the segment holding this copy
+//!  16    8 value_len     0 ..= 4 GiB (always 0 for a tombstone)
+//!  24    8 seq           store-wide sequence number; unchanged by GC relocation
+//!  32    4 tomb_segment  tombstone: segment that held the deleted version (u32::MAX: none)
+//!  36    4 tomb_stamp    tombstone: that segment's stamp at the time
+//!  40    4 header_crc    crc32c(seed, bytes 0..40 ++ key)
+//!  44    4 crc           crc32c(seed, bytes 0..44 ++ key ++ value)
+//!  48    .. key, then value, then zero padding to the next grain
+//! ```
+//!
+//! `seed` is [`crate::checksum::record_seed`] of the device UUID.
+//!
+//! Two checksums, because they answer two questions. `crc` covers everything
+//! and decides whether the record is intact. `header_crc` covers the header
+//! and key only, so a reader can tell a record whose identity (key, sequence
+//! number, length) is trustworthy but whose value is damaged (bit rot: report
+//! corruption) from grains that are not a record at all (skip them).
+//!
+//! An empty value is a value (`flags` bit 0 clear, `value_len` 0); only the
+//! tombstone bit makes a delete.
+
+use crate::bytes::*;
+use crate::checksum::crc32c_append;
+use crate::error::FormatError;
+use crate::limits::*;
+
+/// "GREC" as a little-endian u32.
+pub const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"GREC");
+/// The record version this build writes and reads.
+pub const RECORD_VERSION: u8 = 1;
+/// Flag bit: this record is a tombstone.
+pub const FLAG_TOMBSTONE: u8 = 1;
+/// `tomb_segment` value meaning "no segment recorded".
+pub const TOMB_SEGMENT_NONE: u32 = u32::MAX;
+
+const OFF_MAGIC: usize = 0;
+const OFF_VERSION: usize = OFF_MAGIC + 4;
+const OFF_FLAGS: usize = OFF_VERSION + 1;
+const OFF_RESERVED: usize = OFF_FLAGS + 1;
+const OFF_KEY_LEN: usize = OFF_RESERVED + 2;
+const OFF_STAMP: usize = OFF_KEY_LEN + 4;
+const OFF_VALUE_LEN: usize = OFF_STAMP + 4;
+const OFF_SEQ: usize = OFF_VALUE_LEN + 8;
+const OFF_TOMB_SEGMENT: usize = OFF_SEQ + 8;
+const OFF_TOMB_STAMP: usize = OFF_TOMB_SEGMENT + 4;
+const OFF_HEADER_CRC: usize = OFF_TOMB_STAMP + 4;
+const OFF_CRC: usize = OFF_HEADER_CRC + 4;
+const _: () = assert!(OFF_CRC + 4 == RECORD_HEADER_BYTES);
+
+/// Value or tombstone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKind {
+    Value,
+    Tombstone,
+}
+
+/// The decoded fixed part of a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordHeader {
+    pub kind: RecordKind,
+    pub key_len: u32,
+    pub seg_stamp: u32,
+    pub value_len: u64,
+    pub seq: u64,
+    pub tomb_segment: u32,
+    pub tomb_stamp: u32,
+}
+
+impl RecordHeader {
+    /// A header for a value record.
+    pub fn value(key_len: usize, value_len: u64, seq: u64, seg_stamp: u32) -> RecordHeader {
+        RecordHeader {
+            kind: RecordKind::Value,
+            key_len: key_len as u32,
+            seg_stamp,
+            value_len,
+            seq,
+            tomb_segment: TOMB_SEGMENT_NONE,
+            tomb_stamp: 0,
+        }
+    }
+
+    /// A header for a tombstone of a version held in `tomb_segment`/`tomb_stamp`.
+    pub fn tombstone(
+        key_len: usize,
+        seq: u64,
+        seg_stamp: u32,
+        tomb_segment: u32,
+        tomb_stamp: u32,
+    ) -> RecordHeader {
+        RecordHeader {
+            kind: RecordKind::Tombstone,
+            key_len: key_len as u32,
+            seg_stamp,
+            value_len: 0,
+            seq,
+            tomb_segment,
+            tomb_stamp,
+        }
+    }
+
+    /// Unpadded bytes of the whole record.
+    pub fn record_bytes(&self) -> u64 {
+        record_bytes(self.key_len as usize, self.value_len)
+    }
+
+    /// Grains the record occupies.
+    pub fn grains(&self, grain_bytes: u32) -> u64 {
+        grains_for(self.record_bytes(), grain_bytes)
+    }
+
+    pub fn is_tombstone(&self) -> bool {
+        self.kind == RecordKind::Tombstone
+    }
+
+    /// Decode the fixed header, validating every field but not the
+    /// checksums (see [`verify_header_crc`] and [`verify_crc`]).
+    pub fn decode(b: &[u8]) -> Result<RecordHeader, FormatError> {
+        const W: &str = "record header";
+        if b.len() < RECORD_HEADER_BYTES {
+            return Err(FormatError::Truncated {
+                what: W,
+                need: RECORD_HEADER_BYTES,
+                have: b.len(),
+            });
+        }
+        let magic = u32_at(b, OFF_MAGIC);
+        if magic != RECORD_MAGIC {
+            return Err(FormatError::BadMagic {
+                what: W,
+                found: magic as u64,
+            });
+        }
+        if b[OFF_VERSION] != RECORD_VERSION {
+            return Err(FormatError::UnsupportedVersion {
+                what: W,
+                found: b[OFF_VERSION] as u32,
+                supported: RECORD_VERSION as u32,
+            });
+        }
+        let bad = |field, value: u64| {
+            Err(FormatError::BadField {
+                what: W,
+                field,
+                value,
+            })
+        };
+        let flags = b[OFF_FLAGS];
+        if flags & !FLAG_TOMBSTONE != 0 {
+            return bad("flags", flags as u64);
+        }
+        if u16_at(b, OFF_RESERVED) != 0 {
+            return bad("reserved", u16_at(b, OFF_RESERVED) as u64);
+        }
+        let key_len = u32_at(b, OFF_KEY_LEN);
+        if !(KEY_BYTES_MIN..=KEY_BYTES_MAX).contains(&(key_len as usize)) {
+            return bad("key_len", key_len as u64);
+        }
+        let value_len = u64_at(b, OFF_VALUE_LEN);
+        if value_len > VALUE_BYTES_MAX {
+            return bad("value_len", value_len);
+        }
+        let kind = if flags & FLAG_TOMBSTONE != 0 {
+            RecordKind::Tombstone
+        } else {
+            RecordKind::Value
+        };
+        if kind == RecordKind::Tombstone && value_len != 0 {
+            return bad("value_len", value_len);
+        }
+        Ok(RecordHeader {
+            kind,
+            key_len,
+            seg_stamp: u32_at(b, OFF_STAMP),
+            value_len,
+            seq: u64_at(b, OFF_SEQ),
+            tomb_segment: u32_at(b, OFF_TOMB_SEGMENT),
+            tomb_stamp: u32_at(b, OFF_TOMB_STAMP),
+        })
+    }
+
+    /// Write header, key and value into `out` and zero the padding up to
+    /// `out.len()`. `out` must hold at least [`Self::record_bytes`].
+    pub fn encode(&self, seed: u32, key: &[u8], value: &[u8], out: &mut [u8]) {
+        assert_eq!(key.len(), self.key_len as usize);
+        assert_eq!(value.len() as u64, self.value_len);
+        let total = self.record_bytes() as usize;
+        assert!(out.len() >= total, "record buffer too small");
+        let (head, rest) = out.split_at_mut(RECORD_HEADER_BYTES);
+        head.fill(0);
+        put_u32(head, OFF_MAGIC, RECORD_MAGIC);
+        head[OFF_VERSION] = RECORD_VERSION;
+        head[OFF_FLAGS] = if self.is_tombstone() {
+            FLAG_TOMBSTONE
+        } else {
+            0
+        };
+        put_u32(head, OFF_KEY_LEN, self.key_len);
+        put_u32(head, OFF_STAMP, self.seg_stamp);
+        put_u64(head, OFF_VALUE_LEN, self.value_len);
+        put_u64(head, OFF_SEQ, self.seq);
+        put_u32(head, OFF_TOMB_SEGMENT, self.tomb_segment);
+        put_u32(head, OFF_TOMB_STAMP, self.tomb_stamp);
+        rest[..key.len()].copy_from_slice(key);
+        rest[key.len()..key.len() + value.len()].copy_from_slice(value);
+        rest[key.len() + value.len()..].fill(0);
+        let header_crc = crc32c_append(crc32c_append(seed, &head[..OFF_HEADER_CRC]), key);
+        put_u32(head, OFF_HEADER_CRC, header_crc);
+        let crc = crc32c_append(
+            crc32c_append(crc32c_append(seed, &head[..OFF_CRC]), key),
+            value,
+        );
+        put_u32(head, OFF_CRC, crc);
+    }
+}
+
+/// Check `header_crc`; `b` holds at least the header and the key.
+pub fn verify_header_crc(seed: u32, h: &RecordHeader, b: &[u8]) -> Result<(), FormatError> {
+    let end = RECORD_HEADER_BYTES + h.key_len as usize;
+    if b.len() < end {
+        return Err(FormatError::Truncated {
+            what: "record key",
+            need: end,
+            have: b.len(),
+        });
+    }
+    let computed = crc32c_append(
+        crc32c_append(seed, &b[..OFF_HEADER_CRC]),
+        &b[RECORD_HEADER_BYTES..end],
+    );
+    let stored = u32_at(b, OFF_HEADER_CRC);
+    if stored != computed {
+        return Err(FormatError::Checksum {
+            what: "record header",
+            stored,
+            computed,
+        });
+    }
+    Ok(())
+}
+
+/// Check the whole-record `crc`; `b` holds the whole record.
+pub fn verify_crc(seed: u32, h: &RecordHeader, b: &[u8]) -> Result<(), FormatError> {
+    let end = h.record_bytes() as usize;
+    if b.len() < end {
+        return Err(FormatError::Truncated {
+            what: "record",
+            need: end,
+            have: b.len(),
+        });
+    }
+    let computed = crc32c_append(
+        crc32c_append(seed, &b[..OFF_CRC]),
+        &b[RECORD_HEADER_BYTES..end],
+    );
+    let stored = u32_at(b, OFF_CRC);
+    if stored != computed {
+        return Err(FormatError::Checksum {
+            what: "record",
+            stored,
+            computed,
+        });
+    }
+    Ok(())
+}
+
+/// The key of an encoded record (header already decoded).
+pub fn key_of<'a>(h: &RecordHeader, b: &'a [u8]) -> &'a [u8] {
+    &b[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + h.key_len as usize]
+}
+
+/// The value of an encoded record (header already decoded).
+pub fn value_of<'a>(h: &RecordHeader, b: &'a [u8]) -> &'a [u8] {
+    let start = RECORD_HEADER_BYTES + h.key_len as usize;
+    &b[start..start + h.value_len as usize]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const SEED: u32 = 0x1234_5678;
+
+    fn encode(h: &RecordHeader, key: &[u8], value: &[u8]) -> Vec<u8> {
+        let mut out = vec![0xAAu8; h.grains(512) as usize * 512];
+        h.encode(SEED, key, value, &mut out);
+        out
+    }
+
+    #[test]
+    fn empty_value_is_not_a_tombstone() {
+        let h = RecordHeader::value(3, 0, 1, 0);
+        let b = encode(&h, b"key", b"");
+        let d = RecordHeader::decode(&b).unwrap();
+        assert_eq!(d.kind, RecordKind::Value);
+        assert_eq!(d.value_len, 0);
+        verify_crc(SEED, &d, &b).unwrap();
+    }
+
+    #[test]
+    fn tombstone_round_trip() {
+        let h = RecordHeader::tombstone(3, 9, 4, 12, 3);
+        let b = encode(&h, b"key", b"");
+        let d = RecordHeader::decode(&b).unwrap();
+        assert_eq!(d, h);
+        assert!(d.is_tombstone());
+    }
+
+    #[test]
+    fn padding_is_zeroed() {
+        let h = RecordHeader::value(1, 1, 1, 0);
+        let b = encode(&h, b"k", b"v");
+        assert!(b[50..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn crc_covers_key_and_value() {
+        let h = RecordHeader::value(3, 5, 1, 0);
+        let b = encode(&h, b"key", b"value");
+        let mut v = b.clone();
+        v[RECORD_HEADER_BYTES + 4] ^= 1; // a value byte
+        verify_header_crc(SEED, &h, &v).unwrap();
+        assert!(matches!(
+            verify_crc(SEED, &h, &v),
+            Err(FormatError::Checksum { .. })
+        ));
+        let mut k = b.clone();
+        k[RECORD_HEADER_BYTES] ^= 1; // a key byte
+        assert!(verify_header_crc(SEED, &h, &k).is_err());
+        assert!(verify_crc(SEED, &h, &k).is_err());
+        // Another device's seed rejects the record.
+        assert!(verify_crc(SEED + 1, &h, &b).is_err());
+    }
+
+    #[test]
+    fn rejects_unknown_flags_and_versions() {
+        let h = RecordHeader::value(3, 5, 1, 0);
+        let b = encode(&h, b"key", b"value");
+        let mut f = b.clone();
+        f[OFF_FLAGS] = 0x80;
+        assert!(matches!(
+            RecordHeader::decode(&f),
+            Err(FormatError::BadField { field: "flags", .. })
+        ));
+        let mut v = b.clone();
+        v[OFF_VERSION] = 2;
+        assert!(matches!(
+            RecordHeader::decode(&v),
+            Err(FormatError::UnsupportedVersion { found: 2, .. })
+        ));
+        let mut kl = b.clone();
+        put_u32(&mut kl, OFF_KEY_LEN, (KEY_BYTES_MAX + 1) as u32);
+        assert!(matches!(
+            RecordHeader::decode(&kl),
+            Err(FormatError::BadField {
+                field: "key_len",
+                ..
+            })
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip(key in proptest::collection::vec(any::<u8>(), 1..300),
+                      value in proptest::collection::vec(any::<u8>(), 0..2000),
+                      seq in any::<u64>(), stamp in any::<u32>()) {
+            let h = RecordHeader::value(key.len(), value.len() as u64, seq, stamp);
+            let b = encode(&h, &key, &value);
+            let d = RecordHeader::decode(&b).unwrap();
+            prop_assert_eq!(&d, &h);
+            verify_header_crc(SEED, &d, &b).unwrap();
+            verify_crc(SEED, &d, &b).unwrap();
+            prop_assert_eq!(key_of(&d, &b), &key[..]);
+            prop_assert_eq!(value_of(&d, &b), &value[..]);
+        }
+    }
+}

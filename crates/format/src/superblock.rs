@@ -1,0 +1,272 @@
+//! The superblock: the store's identity and geometry, kept in two copies.
+//!
+//! Layout (128 bytes, little-endian), at device offsets 0 and 4096:
+//!
+//! ```text
+//! off size field
+//!   0    8 magic            "GRANARY\0"
+//!   8    4 format_version   1
+//!  12    4 flags            0 (reserved, must be zero)
+//!  16   16 uuid             random, identifies the device
+//!  32    4 grain_bytes      512 or 4096
+//!  36    4 hash_algo        1 = xxh3-64, seed KEY_HASH_SEED
+//!  40    8 segment_bytes    power of two
+//!  48    8 segment_count
+//!  56    8 device_bytes     size of the device at creation
+//!  64    4 index_table_log2 slots per index table, log2
+//!  68    4 reserved         0
+//!  72    8 created_unix_ms
+//!  80   44 reserved         0
+//! 124    4 crc32c           over bytes 0..124
+//! ```
+//!
+//! The superblock is written once, at creation; both copies are identical.
+//! A reader accepts the first copy that decodes, so one torn or rotten copy
+//! never bricks the store.
+
+use crate::bytes::*;
+use crate::checksum::crc32c;
+use crate::error::FormatError;
+use crate::hash::KEY_HASH_ALGO_XXH3_64;
+use crate::limits::*;
+
+/// "GRANARY\0" as a little-endian u64.
+pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"GRANARY\0");
+/// The superblock version this build writes and reads.
+pub const SUPERBLOCK_VERSION: u32 = 1;
+
+const OFF_MAGIC: usize = 0;
+const OFF_VERSION: usize = OFF_MAGIC + 8;
+const OFF_FLAGS: usize = OFF_VERSION + 4;
+const OFF_UUID: usize = OFF_FLAGS + 4;
+const OFF_GRAIN: usize = OFF_UUID + 16;
+const OFF_HASH: usize = OFF_GRAIN + 4;
+const OFF_SEGMENT_BYTES: usize = OFF_HASH + 4;
+const OFF_SEGMENT_COUNT: usize = OFF_SEGMENT_BYTES + 8;
+const OFF_DEVICE_BYTES: usize = OFF_SEGMENT_COUNT + 8;
+const OFF_TABLE_LOG2: usize = OFF_DEVICE_BYTES + 8;
+const OFF_RESERVED0: usize = OFF_TABLE_LOG2 + 4;
+const OFF_CREATED: usize = OFF_RESERVED0 + 4;
+const OFF_RESERVED1: usize = OFF_CREATED + 8;
+const OFF_CRC: usize = SUPERBLOCK_BYTES - 4;
+const _: () = assert!(OFF_RESERVED1 == 80 && OFF_CRC == 124);
+
+/// Smallest and largest index table, log2 of slots.
+pub const INDEX_TABLE_LOG2_MIN: u32 = 6;
+/// See [`INDEX_TABLE_LOG2_MIN`].
+pub const INDEX_TABLE_LOG2_MAX: u32 = crate::hash::SLOT_BITS;
+
+/// The decoded superblock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Superblock {
+    pub uuid: [u8; 16],
+    pub grain_bytes: u32,
+    pub hash_algo: u32,
+    pub segment_bytes: u64,
+    pub segment_count: u64,
+    pub device_bytes: u64,
+    pub index_table_log2: u32,
+    pub created_unix_ms: u64,
+}
+
+impl Superblock {
+    /// Encode into the first [`SUPERBLOCK_BYTES`] of `out`.
+    pub fn encode(&self, out: &mut [u8]) {
+        assert!(out.len() >= SUPERBLOCK_BYTES);
+        let b = &mut out[..SUPERBLOCK_BYTES];
+        b.fill(0);
+        put_u64(b, OFF_MAGIC, SUPERBLOCK_MAGIC);
+        put_u32(b, OFF_VERSION, SUPERBLOCK_VERSION);
+        put_u32(b, OFF_FLAGS, 0);
+        b[OFF_UUID..OFF_UUID + 16].copy_from_slice(&self.uuid);
+        put_u32(b, OFF_GRAIN, self.grain_bytes);
+        put_u32(b, OFF_HASH, self.hash_algo);
+        put_u64(b, OFF_SEGMENT_BYTES, self.segment_bytes);
+        put_u64(b, OFF_SEGMENT_COUNT, self.segment_count);
+        put_u64(b, OFF_DEVICE_BYTES, self.device_bytes);
+        put_u32(b, OFF_TABLE_LOG2, self.index_table_log2);
+        put_u64(b, OFF_CREATED, self.created_unix_ms);
+        let crc = crc32c(&b[..OFF_CRC]);
+        put_u32(b, OFF_CRC, crc);
+    }
+
+    /// Decode and validate one copy.
+    pub fn decode(b: &[u8]) -> Result<Superblock, FormatError> {
+        const W: &str = "superblock";
+        if b.len() < SUPERBLOCK_BYTES {
+            return Err(FormatError::Truncated {
+                what: W,
+                need: SUPERBLOCK_BYTES,
+                have: b.len(),
+            });
+        }
+        let magic = u64_at(b, OFF_MAGIC);
+        if magic != SUPERBLOCK_MAGIC {
+            return Err(FormatError::BadMagic {
+                what: W,
+                found: magic,
+            });
+        }
+        let stored = u32_at(b, OFF_CRC);
+        let computed = crc32c(&b[..OFF_CRC]);
+        if stored != computed {
+            return Err(FormatError::Checksum {
+                what: W,
+                stored,
+                computed,
+            });
+        }
+        let version = u32_at(b, OFF_VERSION);
+        if version != SUPERBLOCK_VERSION {
+            return Err(FormatError::UnsupportedVersion {
+                what: W,
+                found: version,
+                supported: SUPERBLOCK_VERSION,
+            });
+        }
+        let bad = |field, value: u64| {
+            Err(FormatError::BadField {
+                what: W,
+                field,
+                value,
+            })
+        };
+        let flags = u32_at(b, OFF_FLAGS);
+        if flags != 0 {
+            return bad("flags", flags as u64);
+        }
+        if u32_at(b, OFF_RESERVED0) != 0 || b[OFF_RESERVED1..OFF_CRC].iter().any(|&x| x != 0) {
+            return bad("reserved", 1);
+        }
+        let mut uuid = [0u8; 16];
+        uuid.copy_from_slice(&b[OFF_UUID..OFF_UUID + 16]);
+        let sb = Superblock {
+            uuid,
+            grain_bytes: u32_at(b, OFF_GRAIN),
+            hash_algo: u32_at(b, OFF_HASH),
+            segment_bytes: u64_at(b, OFF_SEGMENT_BYTES),
+            segment_count: u64_at(b, OFF_SEGMENT_COUNT),
+            device_bytes: u64_at(b, OFF_DEVICE_BYTES),
+            index_table_log2: u32_at(b, OFF_TABLE_LOG2),
+            created_unix_ms: u64_at(b, OFF_CREATED),
+        };
+        if let Err((field, value)) = sb.validate() {
+            return bad(field, value);
+        }
+        Ok(sb)
+    }
+
+    /// Check the geometry; returns the first field that is out of range.
+    pub fn validate(&self) -> Result<(), (&'static str, u64)> {
+        if !GRAIN_BYTES_ALLOWED.contains(&self.grain_bytes) {
+            return Err(("grain_bytes", self.grain_bytes as u64));
+        }
+        if self.hash_algo != KEY_HASH_ALGO_XXH3_64 {
+            return Err(("hash_algo", self.hash_algo as u64));
+        }
+        if !self.segment_bytes.is_power_of_two()
+            || !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&self.segment_bytes)
+            || self.segment_bytes < self.grain_bytes as u64 * 4
+        {
+            return Err(("segment_bytes", self.segment_bytes));
+        }
+        if self.segment_count == 0 || self.segment_count > u32::MAX as u64 {
+            return Err(("segment_count", self.segment_count));
+        }
+        let end = self
+            .segment_count
+            .checked_mul(self.segment_bytes)
+            .and_then(|x| x.checked_add(DATA_OFFSET_BYTES));
+        match end {
+            Some(end) if end <= self.device_bytes => {}
+            _ => return Err(("device_bytes", self.device_bytes)),
+        }
+        if self.device_bytes / self.grain_bytes as u64 > PBA_MAX {
+            return Err(("device_bytes", self.device_bytes));
+        }
+        if !(INDEX_TABLE_LOG2_MIN..=INDEX_TABLE_LOG2_MAX).contains(&self.index_table_log2) {
+            return Err(("index_table_log2", self.index_table_log2 as u64));
+        }
+        Ok(())
+    }
+
+    /// Device offset of segment `seg`.
+    pub fn segment_offset(&self, seg: u32) -> u64 {
+        DATA_OFFSET_BYTES + seg as u64 * self.segment_bytes
+    }
+
+    /// Grains per segment.
+    pub fn segment_grains(&self) -> u64 {
+        self.segment_bytes / self.grain_bytes as u64
+    }
+
+    /// The segment that holds grain address `pba`.
+    pub fn segment_of(&self, pba: u64) -> u32 {
+        ((pba * self.grain_bytes as u64 - DATA_OFFSET_BYTES) / self.segment_bytes) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Superblock {
+        Superblock {
+            uuid: [7; 16],
+            grain_bytes: 512,
+            hash_algo: KEY_HASH_ALGO_XXH3_64,
+            segment_bytes: 1 << 20,
+            segment_count: 63,
+            device_bytes: 64 << 20,
+            index_table_log2: 12,
+            created_unix_ms: 1_700_000_000_000,
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let mut buf = [0u8; 512];
+        sample().encode(&mut buf);
+        assert_eq!(Superblock::decode(&buf).unwrap(), sample());
+    }
+
+    #[test]
+    fn rejects_flipped_byte_and_unknown_version() {
+        let mut buf = [0u8; 512];
+        sample().encode(&mut buf);
+        let mut flipped = buf;
+        flipped[40] ^= 1;
+        assert!(matches!(
+            Superblock::decode(&flipped),
+            Err(FormatError::Checksum { .. })
+        ));
+
+        let mut newer = buf;
+        put_u32(&mut newer, OFF_VERSION, 2);
+        let crc = crc32c(&newer[..OFF_CRC]);
+        put_u32(&mut newer, OFF_CRC, crc);
+        let err = Superblock::decode(&newer).unwrap_err();
+        assert!(
+            matches!(err, FormatError::UnsupportedVersion { found: 2, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("version 2"));
+    }
+
+    #[test]
+    fn rejects_bad_geometry() {
+        let mut sb = sample();
+        sb.segment_count = 64; // 1 MiB + 64 MiB > 64 MiB
+        assert_eq!(sb.validate(), Err(("device_bytes", 64 << 20)));
+        let mut sb = sample();
+        sb.grain_bytes = 1024;
+        assert!(sb.validate().is_err());
+    }
+
+    #[test]
+    fn segment_addressing() {
+        let sb = sample();
+        let pba = (sb.segment_offset(3) + 5 * 512) / 512;
+        assert_eq!(sb.segment_of(pba), 3);
+    }
+}

@@ -1,0 +1,111 @@
+//! The 8-byte index entry: `neigh_off:5 | tag:8 | kv_size:11 | pba:40`.
+//!
+//! From the most significant bit: the offset of the entry from its home slot
+//! (0..32), the key's 8-bit tag, the record size in grains, and the grain
+//! address of the record. `pba` all ones (with every other field zero) is a
+//! free slot. `kv_size == 0` marks a deleted key: the entry points at its
+//! tombstone record. `kv_size == KV_SIZE_GRAINS_MAX` means "this many grains
+//! or more": the reader learns the real size from the record header.
+
+use granary_format::limits::{KV_SIZE_BITS, KV_SIZE_GRAINS_MAX, PBA_BITS, PBA_MAX};
+
+const PBA_SHIFT: u32 = 0;
+const SIZE_SHIFT: u32 = PBA_SHIFT + PBA_BITS;
+const TAG_SHIFT: u32 = SIZE_SHIFT + KV_SIZE_BITS;
+const OFF_SHIFT: u32 = TAG_SHIFT + 8;
+const _: () = assert!(OFF_SHIFT + 5 == 64);
+
+const PBA_MASK: u64 = (1 << PBA_BITS) - 1;
+const SIZE_MASK: u64 = (1 << KV_SIZE_BITS) - 1;
+
+/// One slot of a hopscotch table.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Entry(pub u64);
+
+impl Entry {
+    /// The free slot.
+    pub const FREE: Entry = Entry(PBA_MASK);
+
+    /// Build an entry. `kv_size` is clamped to [`KV_SIZE_GRAINS_MAX`].
+    pub fn new(neigh_off: u32, tag: u8, kv_size: u64, pba: u64) -> Entry {
+        assert!(neigh_off < 32, "neigh_off out of range");
+        assert!(pba <= PBA_MAX, "pba out of range");
+        let size = kv_size.min(KV_SIZE_GRAINS_MAX as u64);
+        Entry(
+            ((neigh_off as u64) << OFF_SHIFT)
+                | ((tag as u64) << TAG_SHIFT)
+                | (size << SIZE_SHIFT)
+                | pba,
+        )
+    }
+
+    pub fn is_free(self) -> bool {
+        self == Entry::FREE
+    }
+    pub fn neigh_off(self) -> u32 {
+        (self.0 >> OFF_SHIFT) as u32
+    }
+    pub fn tag(self) -> u8 {
+        (self.0 >> TAG_SHIFT) as u8
+    }
+    /// Record size in grains; 0 = tombstone; [`KV_SIZE_GRAINS_MAX`] = that or more.
+    pub fn kv_size(self) -> u32 {
+        ((self.0 >> SIZE_SHIFT) & SIZE_MASK) as u32
+    }
+    pub fn pba(self) -> u64 {
+        self.0 & PBA_MASK
+    }
+    pub fn is_tombstone(self) -> bool {
+        !self.is_free() && self.kv_size() == 0
+    }
+    /// The same entry at another offset from its home.
+    pub fn with_neigh_off(self, neigh_off: u32) -> Entry {
+        assert!(neigh_off < 32);
+        Entry((self.0 & !(0x1f << OFF_SHIFT)) | ((neigh_off as u64) << OFF_SHIFT))
+    }
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_free() {
+            return write!(f, "Entry(free)");
+        }
+        write!(
+            f,
+            "Entry(off={}, tag={:#04x}, size={}, pba={})",
+            self.neigh_off(),
+            self.tag(),
+            self.kv_size(),
+            self.pba()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_round_trip() {
+        let e = Entry::new(31, 0xAB, 2046, PBA_MAX);
+        assert_eq!(
+            (e.neigh_off(), e.tag(), e.kv_size(), e.pba()),
+            (31, 0xAB, 2046, PBA_MAX)
+        );
+        assert!(!e.is_free() && !e.is_tombstone());
+        let e = e.with_neigh_off(3);
+        assert_eq!(
+            (e.neigh_off(), e.tag(), e.kv_size(), e.pba()),
+            (3, 0xAB, 2046, PBA_MAX)
+        );
+    }
+
+    #[test]
+    fn large_sizes_clamp_and_zero_is_tombstone() {
+        assert_eq!(Entry::new(0, 1, 1 << 20, 5).kv_size(), KV_SIZE_GRAINS_MAX);
+        assert!(Entry::new(0, 1, 0, 5).is_tombstone());
+        assert!(!Entry::FREE.is_tombstone());
+        // The smallest real entry is not free, even at pba 0.
+        assert!(!Entry::new(0, 0, 1, 0).is_free());
+    }
+}

@@ -1,0 +1,97 @@
+//! [`AlignedBuf`]: a heap buffer aligned for direct IO, owned by whoever is
+//! doing IO with it.
+//!
+//! Invariants: the allocation is [`ALIGN_BYTES`]-aligned, at least
+//! `ALIGN_BYTES` long, zero-initialised at allocation, and `len <= cap`.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+
+/// Alignment of every buffer: enough for 512 B and 4 KiB logical blocks.
+pub const ALIGN_BYTES: usize = 4096;
+
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+    cap: usize,
+}
+
+// SAFETY: AlignedBuf owns its allocation exclusively (like Vec<u8>); moving it
+// to another thread moves that ownership.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: shared references only give out &[u8]; no interior mutability.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// A zeroed buffer of `len` bytes.
+    pub fn zeroed(len: usize) -> AlignedBuf {
+        let cap = len.max(1).next_multiple_of(ALIGN_BYTES);
+        let layout = Layout::from_size_align(cap, ALIGN_BYTES).expect("buffer size overflows");
+        // SAFETY: layout has a non-zero size.
+        let raw = unsafe { alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        AlignedBuf { ptr, len, cap }
+    }
+
+    /// Allocated bytes (a multiple of [`ALIGN_BYTES`]).
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// Change the length within the capacity; new bytes keep whatever the
+    /// buffer held (zeros if never written).
+    pub fn set_len(&mut self, len: usize) {
+        assert!(len <= self.cap, "AlignedBuf::set_len beyond capacity");
+        self.len = len;
+    }
+}
+
+impl Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr is valid for cap >= len initialised (zeroed) bytes and
+        // lives as long as self.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in deref; &mut self guarantees exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        let layout =
+            Layout::from_size_align(self.cap, ALIGN_BYTES).expect("layout was valid at allocation");
+        // SAFETY: ptr was allocated with exactly this layout and is freed once.
+        unsafe { dealloc(self.ptr.as_ptr(), layout) }
+    }
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AlignedBuf(len={}, cap={})", self.len, self.cap)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_zeroed_and_resizable() {
+        let mut b = AlignedBuf::zeroed(1000);
+        assert_eq!(b.as_ptr() as usize % ALIGN_BYTES, 0);
+        assert_eq!((b.len(), b.capacity()), (1000, 4096));
+        assert!(b.iter().all(|&x| x == 0));
+        b[999] = 7;
+        b.set_len(4096);
+        assert_eq!(b[999], 7);
+        let e = AlignedBuf::zeroed(0);
+        assert_eq!(e.len(), 0);
+    }
+}
