@@ -1,1 +1,354 @@
-fn main() {}
+//! The `granary` command line: create, put, get, del, stat and verify on a
+//! store in a file or block device.
+//!
+//! Exit codes: 0 success; 1 the key is absent (`get`, `del`) or `verify`
+//! found problems; 2 an error (bad arguments, IO, corruption), printed as one
+//! line on stderr.
+
+mod size;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use granary_store::io::OpenMode;
+use granary_store::{CreateOptions, Durability, OpenOptions, PutMode, PutOutcome, Stats, Store};
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "granary",
+    version,
+    about = "Granary: a key-value store and cache for NVMe SSDs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Clone)]
+struct DeviceArgs {
+    /// Store file or block device.
+    path: PathBuf,
+    /// Use the page cache instead of direct IO (for filesystems without O_DIRECT).
+    #[arg(long)]
+    buffered: bool,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Create a store in a new file (preallocated) or on a block device.
+    Create {
+        #[command(flatten)]
+        dev: DeviceArgs,
+        /// Size of a new file, e.g. 1G, 512MiB (ignored for block devices).
+        #[arg(long, value_parser = size::parse)]
+        size: Option<u64>,
+        /// Segment size, a power of two (default: 1/64 of the device, 1 MiB..1 GiB).
+        #[arg(long, value_parser = size::parse)]
+        segment_size: Option<u64>,
+        /// Grain size in bytes: 512 or 4096 (default: the device's block size).
+        #[arg(long)]
+        grain: Option<u32>,
+    },
+    /// Store a value: from the argument, or from stdin when absent or "-".
+    Put {
+        #[command(flatten)]
+        dev: DeviceArgs,
+        key: std::ffi::OsString,
+        value: Option<std::ffi::OsString>,
+        /// upsert (default), add (only if absent) or replace (only if present).
+        #[arg(long, value_enum, default_value = "upsert")]
+        mode: Mode,
+        /// fdatasync after the write (survives power loss on drives without PLP).
+        #[arg(long)]
+        flush: bool,
+    },
+    /// Print a value to stdout; exit 1 if the key is absent.
+    Get {
+        #[command(flatten)]
+        dev: DeviceArgs,
+        key: std::ffi::OsString,
+    },
+    /// Delete a key; exit 1 if it was absent.
+    Del {
+        #[command(flatten)]
+        dev: DeviceArgs,
+        key: std::ffi::OsString,
+        #[arg(long)]
+        flush: bool,
+    },
+    /// Print geometry, space, index and recovery figures.
+    Stat {
+        #[command(flatten)]
+        dev: DeviceArgs,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check every record and the index; exit 1 if anything is wrong.
+    Verify {
+        #[command(flatten)]
+        dev: DeviceArgs,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Mode {
+    Upsert,
+    Add,
+    Replace,
+}
+
+fn mode(buffered: bool) -> OpenMode {
+    if buffered {
+        OpenMode::Buffered
+    } else {
+        OpenMode::Direct
+    }
+}
+
+fn open(dev: &DeviceArgs, flush: bool) -> Result<Store, String> {
+    let opts = OpenOptions {
+        durability: if flush {
+            Durability::Flush
+        } else {
+            Durability::Direct
+        },
+    };
+    Store::open_path(&dev.path, mode(dev.buffered), &opts).map_err(|e| e.to_string())
+}
+
+fn run(cli: Cli) -> Result<ExitCode, String> {
+    match cli.cmd {
+        Cmd::Create {
+            dev,
+            size,
+            segment_size,
+            grain,
+        } => {
+            let opts = CreateOptions {
+                grain_bytes: grain,
+                segment_bytes: segment_size,
+                index_table_log2: None,
+            };
+            let is_block = std::fs::metadata(&dev.path).map(|m| {
+                use std::os::unix::fs::FileTypeExt;
+                m.file_type().is_block_device()
+            });
+            let store = if let Ok(true) = is_block {
+                let d = granary_store::io::FileDevice::open(&dev.path, mode(dev.buffered))
+                    .map_err(|e| e.to_string())?;
+                Store::create(std::sync::Arc::new(d), &opts, &OpenOptions::default())
+            } else {
+                let size = size.ok_or("--size is required to create a store in a file")?;
+                Store::create_path(
+                    &dev.path,
+                    size,
+                    mode(dev.buffered),
+                    &opts,
+                    &OpenOptions::default(),
+                )
+            }
+            .map_err(|e| e.to_string())?;
+            let st = store.stats();
+            println!(
+                "created {}: {} segments of {}, {}-byte grains, values up to {}",
+                st.device,
+                st.segments,
+                size::human(st.segment_bytes),
+                st.grain_bytes,
+                size::human(st.value_bytes_max)
+            );
+            store.close().map_err(|e| e.to_string())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Put {
+            dev,
+            key,
+            value,
+            mode: m,
+            flush,
+        } => {
+            let value = match value {
+                Some(v) if v != "-" => v.as_bytes().to_vec(),
+                _ => {
+                    let mut buf = Vec::new();
+                    std::io::stdin()
+                        .read_to_end(&mut buf)
+                        .map_err(|e| format!("cannot read the value from stdin: {e}"))?;
+                    buf
+                }
+            };
+            let store = open(&dev, flush)?;
+            let pm = match m {
+                Mode::Upsert => PutMode::Upsert,
+                Mode::Add => PutMode::CreateOnly,
+                Mode::Replace => PutMode::ReplaceOnly,
+            };
+            let outcome = store
+                .put_with(key.as_bytes(), &value, pm)
+                .map_err(|e| e.to_string())?;
+            store.close().map_err(|e| e.to_string())?;
+            match outcome {
+                PutOutcome::Stored => Ok(ExitCode::SUCCESS),
+                PutOutcome::Exists => {
+                    eprintln!("granary: not stored: key exists (--mode add)");
+                    Ok(ExitCode::from(1))
+                }
+                PutOutcome::NotFound => {
+                    eprintln!("granary: not stored: key not found (--mode replace)");
+                    Ok(ExitCode::from(1))
+                }
+            }
+        }
+        Cmd::Get { dev, key } => {
+            let store = open(&dev, false)?;
+            match store.get(key.as_bytes()).map_err(|e| e.to_string())? {
+                Some(v) => {
+                    let mut out = std::io::stdout().lock();
+                    out.write_all(&v)
+                        .and_then(|_| out.flush())
+                        .map_err(|e| format!("cannot write to stdout: {e}"))?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                None => {
+                    eprintln!("granary: key not found: {}", key.to_string_lossy());
+                    Ok(ExitCode::from(1))
+                }
+            }
+        }
+        Cmd::Del { dev, key, flush } => {
+            let store = open(&dev, flush)?;
+            let existed = store.delete(key.as_bytes()).map_err(|e| e.to_string())?;
+            store.close().map_err(|e| e.to_string())?;
+            if existed {
+                Ok(ExitCode::SUCCESS)
+            } else {
+                eprintln!("granary: key not found: {}", key.to_string_lossy());
+                Ok(ExitCode::from(1))
+            }
+        }
+        Cmd::Stat { dev, json } => {
+            let store = open(&dev, false)?;
+            let st = store.stats();
+            if json {
+                println!("{}", stats_json(&st));
+            } else {
+                print_stats(&st);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Verify { dev } => {
+            let store = open(&dev, false)?;
+            let r = store.verify().map_err(|e| e.to_string())?;
+            println!(
+                "checked {} index entries ({} values, {} tombstones) and {} records in {} segments in {} ms",
+                r.entries_checked, r.values, r.tombstones, r.records_scanned, r.segments_scanned, r.millis
+            );
+            for e in &r.errors {
+                println!("error: {e}");
+            }
+            if r.is_clean() {
+                println!("ok: no problems found");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                println!("FAILED: {} problems found", r.error_count);
+                Ok(ExitCode::from(1))
+            }
+        }
+    }
+}
+
+fn print_stats(st: &Stats) {
+    println!("device            {}", st.device);
+    println!("device size       {}", size::human(st.device_bytes));
+    println!("grain             {} B", st.grain_bytes);
+    println!(
+        "segments          {} of {} ({} free, {} open, {} closed)",
+        st.segments,
+        size::human(st.segment_bytes),
+        st.segments_free,
+        st.segments_open,
+        st.segments_closed
+    );
+    println!("keys              {}", st.keys);
+    println!("tombstones        {}", st.tombstones);
+    println!("live bytes        {}", size::human(st.live_bytes));
+    println!("max value         {}", size::human(st.value_bytes_max));
+    println!(
+        "index             {} entries, {} tables, {} slots, {} of DRAM",
+        st.index.entries,
+        st.index.tables,
+        st.index.slots,
+        size::human(st.index.memory_bytes)
+    );
+    let r = &st.recovery;
+    println!(
+        "recovery          {} segments, {} records, {} damaged, {} torn, {} read in {} ms",
+        r.segments_scanned,
+        r.records,
+        r.damaged_records,
+        r.torn_records,
+        size::human(r.bytes_read),
+        r.millis
+    );
+}
+
+fn stats_json(st: &Stats) -> serde_json::Value {
+    let r = &st.recovery;
+    serde_json::json!({
+        "device": st.device,
+        "device_bytes": st.device_bytes,
+        "grain_bytes": st.grain_bytes,
+        "segment_bytes": st.segment_bytes,
+        "segments": st.segments,
+        "segments_free": st.segments_free,
+        "segments_open": st.segments_open,
+        "segments_closed": st.segments_closed,
+        "keys": st.keys,
+        "tombstones": st.tombstones,
+        "live_bytes": st.live_bytes,
+        "value_bytes_max": st.value_bytes_max,
+        "index": {
+            "entries": st.index.entries,
+            "tables": st.index.tables,
+            "slots": st.index.slots,
+            "memory_bytes": st.index.memory_bytes,
+            "grows": st.index.grows,
+        },
+        "recovery": {
+            "segments_scanned": r.segments_scanned,
+            "records": r.records,
+            "damaged_records": r.damaged_records,
+            "torn_records": r.torn_records,
+            "skipped_grains": r.skipped_grains,
+            "bytes_read": r.bytes_read,
+            "millis": r.millis,
+        },
+    })
+}
+
+fn main() -> ExitCode {
+    // Internal errors are reported as one line, never a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("granary: internal error: {info}; please report this");
+    }));
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GRANARY_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(msg) => {
+            eprintln!("granary: error: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}

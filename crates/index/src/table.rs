@@ -161,24 +161,20 @@ impl Table {
             // home must stay within H of `free`, and its slot must be inside
             // the locked regions.
             let first = (free + 1 - H).max(held.lo);
-            let mut moved = false;
-            for s in first..free {
+            let movable = (first..free).find_map(|s| {
                 let e = self.get(s);
                 if e.is_free() {
-                    continue;
+                    return None;
                 }
                 let ehome = s - e.neigh_off() as usize;
-                if free - ehome < H {
-                    self.set(free, e.with_neigh_off((free - ehome) as u32));
-                    self.set(s, Entry::FREE);
-                    free = s;
-                    moved = true;
-                    break;
-                }
-            }
-            if !moved {
+                (free - ehome < H).then_some((s, e, ehome))
+            });
+            let Some((s, e, ehome)) = movable else {
                 return false;
-            }
+            };
+            self.set(free, e.with_neigh_off((free - ehome) as u32));
+            self.set(s, Entry::FREE);
+            free = s;
         }
         self.set(free, new.with_neigh_off((free - home) as u32));
         true

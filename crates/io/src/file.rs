@@ -5,6 +5,8 @@
 //! the whole buffer or returns an error. A filesystem that refuses O_DIRECT
 //! (tmpfs, some FUSE and network filesystems) is reported when the device is
 //! opened, with the way out (buffered mode), not at the first write.
+//! An open device holds an exclusive `flock`, so a second process (or a
+//! second open in one process) is refused instead of corrupting the store.
 
 use crate::{check_range, AlignedBuf, Device, IoCounters, IoResult};
 use std::fs::{File, OpenOptions};
@@ -76,7 +78,9 @@ impl FileDevice {
         file.sync_all()
             .map_err(|e| annotate(e, "cannot sync", path))?;
         drop(file);
-        FileDevice::open(path, mode)
+        FileDevice::open(path, mode).inspect_err(|_| {
+            let _ = std::fs::remove_file(path);
+        })
     }
 
     /// Open an existing file or block device.
@@ -104,6 +108,21 @@ impl FileDevice {
             }
             Err(e) => return Err(annotate(e, "cannot open", path)),
         };
+        // One process at a time: a second opener would corrupt the log.
+        // SAFETY: flock on a valid fd with constant flags.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!(
+                        "{} is in use by another process (it holds the store's lock)",
+                        path.display()
+                    ),
+                ));
+            }
+            return Err(annotate(e, "cannot lock", path));
+        }
         let size = file
             .seek(SeekFrom::End(0))
             .map_err(|e| annotate(e, "cannot size", path))?;
@@ -308,6 +327,20 @@ mod tests {
         assert_eq!(r.unwrap_err().kind(), io::ErrorKind::InvalidInput);
         let (_, r) = dev.write_at(AlignedBuf::zeroed(4096), 1 << 16);
         assert!(r.unwrap_err().to_string().contains("past the end"));
+    }
+
+    #[test]
+    fn second_open_is_refused_while_the_first_is_held() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let path = dir.path().join("dev");
+        let first = FileDevice::create(&path, 1 << 16, OpenMode::Direct).unwrap();
+        let err = FileDevice::open(&path, OpenMode::Direct).err().unwrap();
+        assert!(
+            err.to_string().contains("in use by another process"),
+            "{err}"
+        );
+        drop(first);
+        FileDevice::open(&path, OpenMode::Direct).unwrap();
     }
 
     #[test]

@@ -92,7 +92,7 @@ impl IoCounters {
 /// caller, reported as `InvalidInput` rather than sent to the kernel.
 pub(crate) fn check_range(dev: &dyn Device, len: usize, offset: u64) -> io::Result<()> {
     let bs = dev.block_bytes() as u64;
-    if offset % bs != 0 || len as u64 % bs != 0 {
+    if !offset.is_multiple_of(bs) || !(len as u64).is_multiple_of(bs) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("unaligned IO: offset {offset} length {len} (block {bs})"),

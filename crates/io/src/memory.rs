@@ -24,7 +24,7 @@ impl MemDevice {
     }
 
     pub fn with_block(size_bytes: u64, block: u32) -> MemDevice {
-        assert!(size_bytes % block as u64 == 0);
+        assert!(size_bytes.is_multiple_of(block as u64));
         MemDevice {
             bytes: RwLock::new(vec![0; size_bytes as usize]),
             block,

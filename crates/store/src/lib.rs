@@ -1,1 +1,37 @@
-//! placeholder
+//! Granary's embedded key-value engine.
+//!
+//! A [`Store`] keeps one [`granary_index::Index`] entry per key in DRAM and
+//! every record on a [`granary_io::Device`]. Module roles:
+//!
+//! - [`error`]: the engine's error type.
+//! - [`options`]: create- and open-time options, geometry defaults.
+//! - `space`: segments and grains: sequential allocation in the open
+//!   segment, per-segment live bytes and stamps.
+//! - `recover`: rebuilding the index by scanning the log on open.
+//! - `store`: the read and write paths.
+//! - `verify`: the offline consistency check.
+//!
+//! Invariants the engine keeps (and where): a record is on the device before
+//! its index entry points at it (`store::commit`); mutations of one key are
+//! serialised by a striped key lock and get increasing sequence numbers, and
+//! the highest sequence number wins in recovery (`recover::apply`); every
+//! record read back is checked against its checksums, its segment's stamp and
+//! the size its index entry gives (`store::read_record`).
+
+pub mod error;
+pub mod options;
+mod recover;
+mod space;
+mod store;
+mod verify;
+
+pub use error::{Error, Result};
+pub use options::{CreateOptions, Durability, OpenOptions};
+pub use recover::RecoveryReport;
+pub use store::{PutMode, PutOutcome, Stats, Store};
+pub use verify::VerifyReport;
+
+pub use granary_io as io;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,65 @@
+//! Byte sizes on the command line: `4096`, `64K`, `64KiB`, `1G`, `1.5GiB`
+//! (binary units: K = 1024).
+
+/// Parse a size; a clear message on bad input.
+pub fn parse(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        u => {
+            return Err(format!(
+                "unknown size unit {u:?} in {s:?} (use K, M, G or T)"
+            ))
+        }
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (examples: 4096, 64M, 1G)"))?;
+    let bytes = n * mult as f64;
+    if !(bytes.is_finite() && bytes >= 1.0 && bytes < u64::MAX as f64) {
+        return Err(format!("size {s:?} is out of range"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Render bytes with a binary unit.
+pub fn human(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < UNITS.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[i])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse("4096"), Ok(4096));
+        assert_eq!(parse("64M"), Ok(64 << 20));
+        assert_eq!(parse("1GiB"), Ok(1 << 30));
+        assert_eq!(parse("1.5k"), Ok(1536));
+        assert!(parse("12Q").unwrap_err().contains("unknown size unit"));
+        assert!(parse("").is_err());
+        assert!(parse("0").is_err());
+        assert_eq!(human(1536), "1.5 KiB");
+        assert_eq!(human(10), "10 B");
+    }
+}

@@ -1,0 +1,233 @@
+//! The `granary` binary against real files with O_DIRECT: data round-trips
+//! across processes, exit codes, one-line errors, corruption detection.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_granary"));
+    c.env_remove("GRANARY_LOG");
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run granary")
+}
+
+fn run_stdin(args: &[&str], input: &[u8]) -> Output {
+    let mut child = bin()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().expect("exited normally")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A fresh directory on the target filesystem (ext4 here), not tmpfs.
+fn workdir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+fn db(dir: &Path) -> PathBuf {
+    dir.join("store.db")
+}
+
+/// An error is one line on stderr (the last; log warnings may precede it),
+/// never a panic or a backtrace.
+fn assert_one_line_error(o: &Output, contains: &str) {
+    let e = stderr(o);
+    assert_eq!(code(o), 2, "stderr: {e}");
+    let errors: Vec<&str> = e.lines().filter(|l| l.starts_with("granary: ")).collect();
+    assert_eq!(errors.len(), 1, "one error line expected: {e}");
+    assert!(
+        e.trim_end()
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("granary: error: "),
+        "{e}"
+    );
+    assert!(
+        !e.contains('\x1b'),
+        "no terminal escapes when stderr is not a terminal: {e}"
+    );
+    assert!(e.contains(contains), "expected {contains:?} in {e}");
+    assert!(!e.contains("panicked") && !e.contains("backtrace"), "{e}");
+}
+
+#[test]
+fn round_trip_across_processes_with_direct_io() {
+    let dir = workdir();
+    let p = db(dir.path());
+    let p = p.to_str().unwrap();
+    assert_eq!(code(&run(&["create", p, "--size", "64M"])), 0);
+    assert_eq!(code(&run(&["put", p, "greeting", "hello"])), 0);
+    let binary: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
+    assert_eq!(code(&run_stdin(&["put", p, "blob", "-"], &binary)), 0);
+    assert_eq!(code(&run_stdin(&["put", p, "empty"], b"")), 0);
+
+    let o = run(&["get", p, "greeting"]);
+    assert_eq!((code(&o), &o.stdout[..]), (0, &b"hello"[..]));
+    let o = run(&["get", p, "blob"]);
+    assert_eq!(code(&o), 0);
+    assert_eq!(o.stdout, binary);
+    let o = run(&["get", p, "empty"]);
+    assert_eq!(
+        (code(&o), o.stdout.len()),
+        (0, 0),
+        "an empty value is present"
+    );
+
+    let o = run(&["get", p, "missing"]);
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).contains("key not found: missing"));
+
+    assert_eq!(code(&run(&["del", p, "greeting"])), 0);
+    assert_eq!(code(&run(&["del", p, "greeting"])), 1);
+    assert_eq!(code(&run(&["get", p, "greeting"])), 1);
+    assert_eq!(code(&run(&["put", p, "blob", "x", "--mode", "add"])), 1);
+    assert_eq!(
+        code(&run(&["put", p, "greeting", "x", "--mode", "replace"])),
+        1
+    );
+    assert_eq!(code(&run(&["put", p, "greeting", "again", "--flush"])), 0);
+    assert_eq!(run(&["get", p, "greeting"]).stdout, b"again");
+
+    let o = run(&["stat", p]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(code(&o), 0);
+    assert!(out.contains("direct IO"), "{out}");
+    assert!(out.contains("keys              3"), "{out}");
+    let o = run(&["stat", p, "--json"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("\"keys\":3") && out.contains("\"tombstones\":0"),
+        "{out}"
+    );
+
+    let o = run(&["verify", p]);
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+#[test]
+fn key_and_value_limits_give_clear_errors() {
+    let dir = workdir();
+    let p = db(dir.path());
+    let p = p.to_str().unwrap();
+    assert_eq!(
+        code(&run(&["create", p, "--size", "8M", "--segment-size", "1M"])),
+        0
+    );
+    let max_key = "k".repeat(65536);
+    assert_eq!(code(&run(&["put", p, &max_key, "v"])), 0);
+    assert_eq!(run(&["get", p, &max_key]).stdout, b"v");
+    let long_key = "k".repeat(65537);
+    assert_one_line_error(
+        &run(&["put", p, &long_key, "v"]),
+        "keys must be 1 to 65536 bytes",
+    );
+    assert_one_line_error(
+        &run_stdin(&["put", p, "huge"], &vec![0u8; 9 << 20]),
+        "values up to",
+    );
+    assert_one_line_error(&run(&["put", p, "", "v"]), "key of 0 bytes");
+}
+
+#[test]
+fn bad_input_gives_one_line_errors() {
+    let dir = workdir();
+    let p = db(dir.path());
+    let p = p.to_str().unwrap();
+    assert_one_line_error(&run(&["get", p, "k"]), "cannot open");
+    assert_one_line_error(&run(&["create", p]), "--size is required");
+    assert_one_line_error(
+        &run(&["create", p, "--size", "1M"]),
+        "fewer than two segments",
+    );
+    assert!(
+        !Path::new(p).exists(),
+        "a failed create leaves no file behind"
+    );
+    std::fs::write(p, vec![0u8; 1 << 20]).unwrap();
+    assert_one_line_error(&run(&["get", p, "k"]), "not a usable Granary store");
+    assert_one_line_error(&run(&["create", p, "--size", "8M"]), "File exists");
+}
+
+/// Flip one byte of a value in a closed segment of the file: `get` of that
+/// key reports corruption (not a wrong value), `verify` fails, others work.
+#[test]
+fn corruption_in_the_file_is_detected() {
+    let dir = workdir();
+    let path = db(dir.path());
+    let p = path.to_str().unwrap();
+    assert_eq!(
+        code(&run(&[
+            "create",
+            p,
+            "--size",
+            "8M",
+            "--segment-size",
+            "64K"
+        ])),
+        0
+    );
+    let marker = b"VICTIM-VALUE-0123456789";
+    assert_eq!(
+        code(&run(&[
+            "put",
+            p,
+            "victim",
+            std::str::from_utf8(marker).unwrap()
+        ])),
+        0
+    );
+    // Fill a few segments so the victim is no longer in the newest ones.
+    let filler = vec![b'f'; 30_000];
+    for i in 0..8 {
+        assert_eq!(
+            code(&run_stdin(&["put", p, &format!("filler-{i}")], &filler)),
+            0
+        );
+    }
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes
+        .windows(marker.len())
+        .position(|w| w == marker)
+        .expect("value on disk");
+    bytes[at + 3] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+
+    let o = run(&["get", p, "victim"]);
+    assert_one_line_error(&o, "corruption");
+    assert!(o.stdout.is_empty(), "no value may be printed");
+    let o = run(&["verify", p]);
+    assert_eq!(code(&o), 1);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("FAILED") && out.contains("checksum"), "{out}");
+    let o = run(&["get", p, "filler-3"]);
+    assert_eq!(code(&o), 0);
+    assert_eq!(o.stdout, filler);
+}
+
+#[test]
+fn version_and_help() {
+    let o = run(&["--version"]);
+    assert_eq!(code(&o), 0);
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("granary "));
+    let o = run(&["--help"]);
+    for cmd in ["create", "put", "get", "del", "stat", "verify"] {
+        assert!(String::from_utf8_lossy(&o.stdout).contains(cmd));
+    }
+}

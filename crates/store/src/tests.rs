@@ -1,0 +1,436 @@
+//! Engine tests that need private access: regressions for the pitfalls of
+//! DESIGN §10, corruption, torn tails, limits, poisoning, concurrency.
+
+use crate::*;
+use granary_format::hash::{key_hash, tag};
+use granary_format::limits::KEY_BYTES_MAX;
+use granary_format::record::RecordHeader;
+use granary_io::MemDevice;
+
+use std::sync::Arc;
+
+pub(crate) fn mem_store(size: u64, segment: u64, grain: u32) -> (Arc<MemDevice>, Store) {
+    let dev = Arc::new(MemDevice::new(size));
+    let opts = CreateOptions {
+        grain_bytes: Some(grain),
+        segment_bytes: Some(segment),
+        index_table_log2: Some(6),
+    };
+    let s = Store::create(dev.clone(), &opts, &OpenOptions::default()).unwrap();
+    (dev, s)
+}
+
+fn reopen(dev: &Arc<MemDevice>, s: Store) -> Store {
+    drop(s);
+    Store::open(dev.clone(), &OpenOptions::default()).unwrap()
+}
+
+/// Keys sharing home slot and tag in a store with 64-slot tables.
+fn colliding_keys(n: usize) -> Vec<Vec<u8>> {
+    let mut by_fp: std::collections::HashMap<(u64, u8), Vec<Vec<u8>>> = Default::default();
+    for i in 0.. {
+        let k = format!("collide-{i}").into_bytes();
+        let h = key_hash(&k);
+        let v = by_fp.entry((h & 63, tag(h))).or_default();
+        v.push(k);
+        if v.len() == n {
+            return v.clone();
+        }
+    }
+    unreachable!()
+}
+
+/// Append a record with a chosen sequence number, bypassing the index, as
+/// GC relocation of an old version would.
+fn append_raw(s: &Store, key: &[u8], value: &[u8], seq: u64, tombstone: bool) {
+    let hdr = if tombstone {
+        RecordHeader::tombstone(key.len(), seq, 0, u32::MAX, 0)
+    } else {
+        RecordHeader::value(key.len(), value.len() as u64, seq, 0)
+    };
+    s.write_record(hdr, key, value).unwrap();
+}
+
+/// Fill the open segment so the next record opens a new one.
+fn roll_segment(s: &Store) {
+    let before = s.space.used_segments().len();
+    let mut i = 0;
+    while s.space.used_segments().len() == before {
+        s.put(format!("filler-{i}").as_bytes(), &[0u8; 4000])
+            .unwrap();
+        i += 1;
+    }
+}
+
+#[test]
+fn basic_modes_and_empty_values() {
+    let (_dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    assert_eq!(s.get(b"a").unwrap(), None);
+    assert_eq!(
+        s.put_with(b"a", b"1", PutMode::ReplaceOnly).unwrap(),
+        PutOutcome::NotFound
+    );
+    assert_eq!(
+        s.put_with(b"a", b"1", PutMode::CreateOnly).unwrap(),
+        PutOutcome::Stored
+    );
+    assert_eq!(
+        s.put_with(b"a", b"2", PutMode::CreateOnly).unwrap(),
+        PutOutcome::Exists
+    );
+    assert_eq!(s.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+    assert_eq!(
+        s.put_with(b"a", b"", PutMode::ReplaceOnly).unwrap(),
+        PutOutcome::Stored
+    );
+    assert_eq!(s.get(b"a").unwrap().as_deref(), Some(&b""[..]));
+    assert!(s.delete(b"a").unwrap());
+    assert!(!s.delete(b"a").unwrap());
+    assert_eq!(
+        s.put_with(b"a", b"3", PutMode::ReplaceOnly).unwrap(),
+        PutOutcome::NotFound
+    );
+    assert_eq!(
+        s.put_with(b"a", b"3", PutMode::CreateOnly).unwrap(),
+        PutOutcome::Stored
+    );
+    let st = s.stats();
+    assert_eq!((st.keys, st.tombstones), (1, 0));
+    assert!(s.verify().unwrap().is_clean());
+}
+
+/// DESIGN §10: tombstones came back as live empty values after a crash.
+#[test]
+fn regression_deleted_key_stays_deleted_after_reopen() {
+    let (dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    s.put(b"gone", b"value").unwrap();
+    s.put(b"kept", b"value").unwrap();
+    assert!(s.delete(b"gone").unwrap());
+    let s = reopen(&dev, s);
+    assert_eq!(s.get(b"gone").unwrap(), None);
+    assert_eq!(s.get(b"kept").unwrap().as_deref(), Some(&b"value"[..]));
+    assert_eq!((s.stats().keys, s.stats().tombstones), (1, 1));
+}
+
+/// An empty value is a value, never a delete, before and after reopen.
+#[test]
+fn regression_empty_value_survives_reopen_as_empty_value() {
+    let (dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    s.put(b"empty", b"").unwrap();
+    let s = reopen(&dev, s);
+    assert_eq!(s.get(b"empty").unwrap(), Some(vec![]));
+    assert_eq!(s.stats().keys, 1);
+}
+
+/// DESIGN §10: a purge left a hole and lookup stopped at the first free
+/// slot. Deleting keys never hides another key of the same neighbourhood.
+#[test]
+fn regression_delete_never_hides_a_key_sharing_its_neighbourhood() {
+    let keys = colliding_keys(4);
+    let (dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    for (i, k) in keys.iter().enumerate() {
+        s.put(k, format!("v{i}").as_bytes()).unwrap();
+    }
+    assert!(s.delete(&keys[0]).unwrap());
+    assert!(s.delete(&keys[2]).unwrap());
+    for s in [
+        &s,
+        &reopen(
+            &dev,
+            Store::open(dev.clone(), &OpenOptions::default()).unwrap(),
+        ),
+    ] {
+        assert_eq!(s.get(&keys[0]).unwrap(), None);
+        assert_eq!(s.get(&keys[1]).unwrap().as_deref(), Some(&b"v1"[..]));
+        assert_eq!(s.get(&keys[2]).unwrap(), None);
+        assert_eq!(s.get(&keys[3]).unwrap().as_deref(), Some(&b"v3"[..]));
+    }
+}
+
+/// DESIGN §10: the recovery winner depended on scan order. A newer version
+/// in an older segment beats an older version (relocated) in a newer one.
+#[test]
+fn regression_newer_record_wins_regardless_of_scan_order() {
+    let (dev, s) = mem_store(16 << 20, 64 << 10, 512);
+    s.put(b"k", b"old").unwrap();
+    s.put(b"k", b"new").unwrap();
+    let new_seq = s.next_seq.load(std::sync::atomic::Ordering::Relaxed) - 1;
+    roll_segment(&s);
+    // An old version lands in a later segment with its old sequence number.
+    append_raw(&s, b"k", b"old", new_seq - 1, false);
+    let s = reopen(&dev, s);
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"new"[..]));
+    assert!(s.verify().unwrap().is_clean());
+}
+
+/// DESIGN §10: older values reappeared behind a tombstone. A delete in an
+/// older segment beats an older value scanned after it.
+#[test]
+fn regression_tombstone_beats_older_value_scanned_later() {
+    let (dev, s) = mem_store(16 << 20, 64 << 10, 512);
+    s.put(b"k", b"old").unwrap();
+    let old_seq = s.next_seq.load(std::sync::atomic::Ordering::Relaxed) - 1;
+    assert!(s.delete(b"k").unwrap());
+    roll_segment(&s);
+    append_raw(&s, b"k", b"old", old_seq, false);
+    let s = reopen(&dev, s);
+    assert_eq!(s.get(b"k").unwrap(), None);
+}
+
+fn flip_byte_of(dev: &MemDevice, s: &Store, key: &[u8], at: usize) {
+    let e = s.index.lookup(key_hash(key)).as_slice()[0];
+    let off = (e.pba() * s.grain()) as usize + at;
+    dev.with_bytes_mut(|b| b[off] ^= 0x20);
+}
+
+#[test]
+fn corruption_is_reported_not_returned() {
+    let (dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    s.put(b"victim", b"precious value").unwrap();
+    s.put(b"other", b"fine").unwrap();
+    flip_byte_of(&dev, &s, b"victim", 48 + 6 + 3); // a value byte
+    let err = s.get(b"victim").unwrap_err();
+    assert!(err.is_corruption(), "{err}");
+    assert!(err.to_string().contains("checksum"), "{err}");
+    assert_eq!(s.get(b"other").unwrap().as_deref(), Some(&b"fine"[..]));
+    let report = s.verify().unwrap();
+    assert!(!report.is_clean());
+    assert_eq!(report.damaged_records, 1);
+}
+
+#[test]
+fn corruption_in_an_old_segment_is_reported_after_reopen() {
+    let (dev, s) = mem_store(16 << 20, 64 << 10, 512);
+    s.put(b"victim", b"precious value").unwrap();
+    for _ in 0..3 {
+        roll_segment(&s);
+    }
+    s.put(b"other", b"fine").unwrap();
+    flip_byte_of(&dev, &s, b"victim", 48 + 6 + 3);
+    let s = reopen(&dev, s);
+    assert_eq!(s.stats().recovery.damaged_records, 1);
+    assert!(s.get(b"victim").unwrap_err().is_corruption());
+    assert_eq!(s.get(b"other").unwrap().as_deref(), Some(&b"fine"[..]));
+    assert!(!s.verify().unwrap().is_clean());
+}
+
+/// A record torn by a crash in the newest segment was never acknowledged:
+/// recovery ignores it (the older value stays), and keeps ignoring it later.
+#[test]
+fn torn_tail_record_is_ignored_and_stays_ignored() {
+    let (dev, s) = mem_store(16 << 20, 64 << 10, 512);
+    s.put(b"k", b"acknowledged").unwrap();
+    s.put(b"k", &[7u8; 2000]).unwrap(); // pretend this write was torn
+    flip_byte_of(&dev, &s, b"k", 1500);
+    let s = reopen(&dev, s);
+    assert_eq!(s.stats().recovery.torn_records, 1);
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"acknowledged"[..]));
+    for _ in 0..3 {
+        roll_segment(&s);
+    }
+    let s = reopen(&dev, s);
+    assert_eq!(s.stats().recovery.damaged_records, 0);
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"acknowledged"[..]));
+    assert!(s.verify().unwrap().is_clean());
+}
+
+#[test]
+fn key_limits() {
+    let (_dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    let max = vec![b'k'; KEY_BYTES_MAX];
+    s.put(&max, b"v").unwrap();
+    assert_eq!(s.get(&max).unwrap().as_deref(), Some(&b"v"[..]));
+    let over = vec![b'k'; KEY_BYTES_MAX + 1];
+    let err = s.put(&over, b"v").unwrap_err();
+    assert!(matches!(err, Error::KeyLength { len: 65537, .. }), "{err}");
+    assert!(err.to_string().contains("1 to 65536 bytes"));
+    assert!(matches!(
+        s.put(b"", b"v"),
+        Err(Error::KeyLength { len: 0, .. })
+    ));
+    assert!(matches!(s.get(&over), Err(Error::KeyLength { .. })));
+}
+
+#[test]
+fn value_larger_than_the_device_is_rejected() {
+    let (_dev, s) = mem_store(8 << 20, 1 << 20, 512);
+    let big = vec![0u8; 9 << 20];
+    let writes_before = s.stats().io.writes;
+    let err = s.put(b"k", &big).unwrap_err();
+    match &err {
+        Error::ValueTooLarge { len, max } => assert!(*len == 9 << 20 && *max < 1 << 20),
+        e => panic!("unexpected {e}"),
+    }
+    assert!(err.to_string().contains("values up to"));
+    assert_eq!(
+        s.stats().io.writes,
+        writes_before,
+        "nothing written for a rejected value"
+    );
+}
+
+/// Values too large for the index entry's size field take a second read.
+#[test]
+fn sixteen_mib_value_round_trips_across_reopen() {
+    let (dev, s) = mem_store(72 << 20, 32 << 20, 512);
+    let value: Vec<u8> = (0..16u32 << 20).map(|i| (i % 251) as u8).collect();
+    s.put(b"big", &value).unwrap();
+    s.put(b"mid", &value[..1_200_000]).unwrap(); // just over 2047 grains
+    let e = s.index.lookup(key_hash(b"big")).as_slice()[0];
+    assert_eq!(e.kv_size(), granary_format::limits::KV_SIZE_GRAINS_MAX);
+    assert_eq!(s.get(b"big").unwrap().as_deref(), Some(&value[..]));
+    let s = reopen(&dev, s);
+    assert_eq!(s.get(b"big").unwrap().as_deref(), Some(&value[..]));
+    assert_eq!(s.get(b"mid").unwrap().as_deref(), Some(&value[..1_200_000]));
+    assert!(s.verify().unwrap().is_clean());
+}
+
+#[test]
+fn full_device_returns_no_space_and_keeps_data() {
+    let (dev, s) = mem_store(4 << 20, 1 << 20, 512);
+    let mut stored = 0;
+    let err = loop {
+        match s.put(format!("key-{stored}").as_bytes(), &[1u8; 10_000]) {
+            Ok(()) => stored += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, Error::NoSpace { .. }), "{err}");
+    assert!(stored > 200);
+    assert_eq!(
+        s.get(b"key-0").unwrap().as_deref(),
+        Some(&[1u8; 10_000][..])
+    );
+    let s = reopen(&dev, s);
+    for i in 0..stored {
+        assert!(
+            s.get(format!("key-{i}").as_bytes()).unwrap().is_some(),
+            "key-{i}"
+        );
+    }
+    assert!(matches!(
+        s.put(b"more", &[1u8; 10_000]),
+        Err(Error::NoSpace { .. })
+    ));
+}
+
+#[test]
+fn failed_write_poisons_until_reopen() {
+    let (dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    s.put(b"a", b"1").unwrap();
+    dev.fail_writes(true);
+    assert!(matches!(s.put(b"b", b"2"), Err(Error::Io { .. })));
+    dev.fail_writes(false);
+    let err = s.put(b"c", b"3").unwrap_err();
+    assert!(matches!(err, Error::Poisoned { .. }), "{err}");
+    assert!(matches!(s.delete(b"a"), Err(Error::Poisoned { .. })));
+    assert_eq!(s.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+    let s = reopen(&dev, s);
+    s.put(b"c", b"3").unwrap();
+    assert_eq!(s.get(b"b").unwrap(), None);
+}
+
+#[test]
+fn grain_4096_round_trip() {
+    let (dev, s) = mem_store(16 << 20, 1 << 20, 4096);
+    for i in 0..300u32 {
+        s.put(&i.to_le_bytes(), &vec![i as u8; (i * 37 % 9000) as usize])
+            .unwrap();
+    }
+    let s = reopen(&dev, s);
+    for i in 0..300u32 {
+        assert_eq!(
+            s.get(&i.to_le_bytes()).unwrap(),
+            Some(vec![i as u8; (i * 37 % 9000) as usize])
+        );
+    }
+    assert_eq!(s.superblock().grain_bytes, 4096);
+}
+
+#[test]
+fn open_rejects_a_device_without_a_store_and_survives_one_bad_superblock() {
+    let dev = Arc::new(MemDevice::new(8 << 20));
+    let err = Store::open(dev.clone(), &OpenOptions::default())
+        .err()
+        .unwrap();
+    assert!(matches!(err, Error::NotAStore(_)), "{err}");
+    assert!(err.to_string().contains("not a usable Granary store"));
+
+    let (dev, s) = mem_store(8 << 20, 1 << 20, 512);
+    s.put(b"k", b"v").unwrap();
+    drop(s);
+    dev.with_bytes_mut(|b| b[20] ^= 0xff); // first copy's uuid
+    let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    drop(s);
+    dev.with_bytes_mut(|b| b[4096 + 20] ^= 0xff);
+    assert!(matches!(
+        Store::open(dev.clone(), &OpenOptions::default()),
+        Err(Error::NotAStore(_))
+    ));
+}
+
+/// Concurrent writers of overlapping keys: the state after reopen equals
+/// the state before (the highest sequence number of each key wins in both).
+#[test]
+fn concurrent_updates_agree_with_recovery() {
+    let (dev, s) = mem_store(64 << 20, 1 << 20, 512);
+    let s = Arc::new(s);
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut x = t + 1;
+                for i in 0..1500u64 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let key = format!("k{}", x % 64);
+                    if x % 5 == 0 {
+                        s.delete(key.as_bytes()).unwrap();
+                    } else {
+                        s.put(key.as_bytes(), format!("{t}-{i}").as_bytes())
+                            .unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let s = Arc::into_inner(s).unwrap();
+    let before: Vec<_> = (0..64)
+        .map(|k| s.get(format!("k{k}").as_bytes()).unwrap())
+        .collect();
+    let st = s.stats();
+    assert!(s.verify().unwrap().is_clean());
+    let s = reopen(&dev, s);
+    let after: Vec<_> = (0..64)
+        .map(|k| s.get(format!("k{k}").as_bytes()).unwrap())
+        .collect();
+    assert_eq!(before, after);
+    assert_eq!(
+        (s.stats().keys, s.stats().tombstones),
+        (st.keys, st.tombstones)
+    );
+    assert_eq!(s.stats().live_bytes, st.live_bytes);
+    assert!(s.verify().unwrap().is_clean());
+}
+
+#[test]
+fn stats_count_user_and_device_bytes() {
+    let (_dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    let before = s.stats().io.written_bytes;
+    s.put(b"key", &[0u8; 100]).unwrap();
+    let st = s.stats();
+    assert_eq!(st.user_bytes_written, 103);
+    // One segment header grain plus one record grain.
+    assert_eq!(st.io.written_bytes - before, 1024);
+    assert_eq!(st.live_bytes, 512);
+    assert!(st.write_amplification() > 1.0);
+    assert_eq!(
+        s.dev.counters().snapshot().written_bytes,
+        st.io.written_bytes
+    );
+}
