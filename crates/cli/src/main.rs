@@ -130,7 +130,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let opts = CreateOptions {
                 grain_bytes: grain,
                 segment_bytes: segment_size,
-                index_table_log2: None,
+                index_table_homes: None,
             };
             let is_block = std::fs::metadata(&dev.path).map(|m| {
                 use std::os::unix::fs::FileTypeExt;

@@ -13,7 +13,7 @@
 //!  40    8 segment_bytes    power of two
 //!  48    8 segment_count
 //!  56    8 device_bytes     size of the device at creation
-//!  64    4 index_table_log2 slots per index table, log2
+//!  64    4 index_table_homes home slots per index table
 //!  68    4 reserved         0
 //!  72    8 created_unix_ms
 //!  80   44 reserved         0
@@ -44,17 +44,17 @@ const OFF_HASH: usize = OFF_GRAIN + 4;
 const OFF_SEGMENT_BYTES: usize = OFF_HASH + 4;
 const OFF_SEGMENT_COUNT: usize = OFF_SEGMENT_BYTES + 8;
 const OFF_DEVICE_BYTES: usize = OFF_SEGMENT_COUNT + 8;
-const OFF_TABLE_LOG2: usize = OFF_DEVICE_BYTES + 8;
-const OFF_RESERVED0: usize = OFF_TABLE_LOG2 + 4;
+const OFF_TABLE_HOMES: usize = OFF_DEVICE_BYTES + 8;
+const OFF_RESERVED0: usize = OFF_TABLE_HOMES + 4;
 const OFF_CREATED: usize = OFF_RESERVED0 + 4;
 const OFF_RESERVED1: usize = OFF_CREATED + 8;
 const OFF_CRC: usize = SUPERBLOCK_BYTES - 4;
 const _: () = assert!(OFF_RESERVED1 == 80 && OFF_CRC == 124);
 
-/// Smallest and largest index table, log2 of slots.
-pub const INDEX_TABLE_LOG2_MIN: u32 = 6;
-/// See [`INDEX_TABLE_LOG2_MIN`].
-pub const INDEX_TABLE_LOG2_MAX: u32 = crate::hash::SLOT_BITS;
+/// Fewest home slots per index table.
+pub const INDEX_TABLE_HOMES_MIN: u32 = 64;
+/// Most home slots per index table: the 27 slot bits of the hash.
+pub const INDEX_TABLE_HOMES_MAX: u32 = 1 << crate::hash::SLOT_BITS;
 
 /// The decoded superblock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +65,7 @@ pub struct Superblock {
     pub segment_bytes: u64,
     pub segment_count: u64,
     pub device_bytes: u64,
-    pub index_table_log2: u32,
+    pub index_table_homes: u32,
     pub created_unix_ms: u64,
 }
 
@@ -84,7 +84,7 @@ impl Superblock {
         put_u64(b, OFF_SEGMENT_BYTES, self.segment_bytes);
         put_u64(b, OFF_SEGMENT_COUNT, self.segment_count);
         put_u64(b, OFF_DEVICE_BYTES, self.device_bytes);
-        put_u32(b, OFF_TABLE_LOG2, self.index_table_log2);
+        put_u32(b, OFF_TABLE_HOMES, self.index_table_homes);
         put_u64(b, OFF_CREATED, self.created_unix_ms);
         let crc = crc32c(&b[..OFF_CRC]);
         put_u32(b, OFF_CRC, crc);
@@ -147,7 +147,7 @@ impl Superblock {
             segment_bytes: u64_at(b, OFF_SEGMENT_BYTES),
             segment_count: u64_at(b, OFF_SEGMENT_COUNT),
             device_bytes: u64_at(b, OFF_DEVICE_BYTES),
-            index_table_log2: u32_at(b, OFF_TABLE_LOG2),
+            index_table_homes: u32_at(b, OFF_TABLE_HOMES),
             created_unix_ms: u64_at(b, OFF_CREATED),
         };
         if let Err((field, value)) = sb.validate() {
@@ -184,8 +184,8 @@ impl Superblock {
         if self.device_bytes / self.grain_bytes as u64 > PBA_MAX {
             return Err(("device_bytes", self.device_bytes));
         }
-        if !(INDEX_TABLE_LOG2_MIN..=INDEX_TABLE_LOG2_MAX).contains(&self.index_table_log2) {
-            return Err(("index_table_log2", self.index_table_log2 as u64));
+        if !(INDEX_TABLE_HOMES_MIN..=INDEX_TABLE_HOMES_MAX).contains(&self.index_table_homes) {
+            return Err(("index_table_homes", self.index_table_homes as u64));
         }
         Ok(())
     }
@@ -218,7 +218,7 @@ mod tests {
             segment_bytes: 1 << 20,
             segment_count: 63,
             device_bytes: 64 << 20,
-            index_table_log2: 12,
+            index_table_homes: 4000,
             created_unix_ms: 1_700_000_000_000,
         }
     }

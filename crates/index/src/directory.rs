@@ -1,48 +1,79 @@
-//! The directory: an array of `2^d` tables (`d <= 8`), chosen by the low `d`
-//! bits of a key's tag. Within a table the home slot is the low bits of the
-//! hash (`hash & (homes - 1)`); every table has the same number of homes,
-//! fixed when the store is created and persisted in its superblock, so the
-//! geometry never depends on the machine the store runs on.
+//! The directory of tables, key placement, region locks and the online,
+//! incremental resize of uDepot §4.3.
 //!
-//! Growth doubles the directory: table `t` splits into tables `t` and
-//! `t + 2^d` by tag bit `d`, and every entry keeps its slot, because its
-//! home slot does not depend on `d`. No key is read. In this version growth
-//! takes the directory's write lock for the split (a pause proportional to
-//! the index size); the incremental, lock-region-at-a-time resize of uDepot
-//! §4.3 is tracked separately.
+//! **Placement.** A key's hash gives its tag (8 bits) and its home slot: the
+//! 27 slot bits scaled to the table size (`(bits * homes) >> 27`), so tables
+//! may have any number of homes, fixed when the index is created. The
+//! directory has `2^d` tables (`d <= 8`); the tag's low `d` bits pick one.
+//!
+//! **Locks.** A fixed array of mutexes, one per (table mod `L0`, region),
+//! where `L0` is the number of tables the index started with and a region is
+//! `2^region_log2` consecutive slots. Table `t` and the two tables it splits
+//! into, `t` and `t + n`, share the lock of every region, so the same lock
+//! guards a region before, during and after a resize. A lookup of home `b`
+//! locks the regions of `b` and `b + H - 1`; a writer locks the region of `b`
+//! and the next one: at most two locks, always in increasing order, and an
+//! operation touches only slots in the regions it holds.
+//!
+//! **Resize.** The first insert that finds no room starts a grow: a new
+//! directory of `2n` zeroed (lazily allocated) tables is published together
+//! with a *migration* record: the old directory, one "migrated" flag per
+//! (old table, region) and a countdown. From then on every writer first
+//! migrates the regions it holds (copying each entry to the same slot of
+//! table `t` or `t + n`, by tag bit `d`; no key is read) and then works on
+//! the new tables; a lookup reads each slot from the old or the new table
+//! according to its region's flag. The writer that migrates the last region
+//! publishes a state without the migration; the old tables are freed by
+//! epoch-based reclamation once no thread can still be reading them. No
+//! writer ever copies a whole table, except an insert that finds its new
+//! neighbourhood full while a migration is still running (rare: new tables
+//! are half as full), which finishes the migration before growing again.
+//!
+//! **Validation.** An operation loads the state, takes its locks, then checks
+//! that the state is still the one it loaded; if not, it retries. With its
+//! locks held, no migration of its regions can start, so what it saw stays
+//! true until it unlocks.
 
 use crate::entry::Entry;
-use crate::table::Table;
-use crate::{NEIGHBOURHOOD, REGION_SLOTS_LOG2_DEFAULT, TABLES_LOG2_MAX};
+use crate::table::{Span, Table};
+use crate::{NEIGHBOURHOOD as H, REGION_SLOTS_LOG2_DEFAULT, TABLES_LOG2_MAX};
+use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 use granary_format::hash;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Geometry of an index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexConfig {
-    /// log2 of the home slots per table (from the superblock).
-    pub table_log2: u32,
-    /// log2 of the slots per lock region.
+    /// Home slots per table (from the superblock), 1 ..= 2^27.
+    pub table_homes: u32,
+    /// log2 of the slots per lock region (>= 5: a region holds a neighbourhood).
     pub region_log2: u32,
-    /// log2 of the number of tables to start with.
+    /// log2 of the number of tables to start with (also the lock array's
+    /// multiple: more initial tables, more locks).
     pub initial_tables_log2: u32,
 }
 
 impl IndexConfig {
-    pub fn new(table_log2: u32) -> IndexConfig {
+    /// One table to start with and regions of 8192 slots.
+    pub fn new(table_homes: u32) -> IndexConfig {
         IndexConfig {
-            table_log2,
-            region_log2: REGION_SLOTS_LOG2_DEFAULT.min(table_log2.max(5)),
+            table_homes,
+            region_log2: REGION_SLOTS_LOG2_DEFAULT,
             initial_tables_log2: 0,
         }
     }
 
-    /// Most keys the index can ever address (all tables, every slot).
+    /// Slots of the largest directory (all 256 tables).
     pub fn max_slots(&self) -> u64 {
-        (1u64 << self.table_log2) << TABLES_LOG2_MAX
+        (self.table_homes as u64) << TABLES_LOG2_MAX
     }
+}
+
+/// The home slot of hash `h` in a table of `homes` homes.
+pub fn home_of(h: u64, homes: u32) -> usize {
+    ((hash::slot_bits(h) * homes as u64) >> hash::SLOT_BITS) as usize
 }
 
 /// Why an insert failed.
@@ -58,8 +89,8 @@ impl fmt::Display for IndexError {
         match self {
             IndexError::Full { tables, entries } => write!(
                 f,
-                "index full: {tables} tables hold {entries} entries and a key's neighbourhood has no free slot; \
-                 recreate the store with a larger index (more slots per table)"
+                "index full: {tables} tables hold {entries} entries and a key's neighbourhood has no \
+                 free slot; recreate the store with a larger index (more home slots per table)"
             ),
         }
     }
@@ -71,7 +102,7 @@ impl std::error::Error for IndexError {}
 #[derive(Clone, Copy)]
 pub struct Candidates {
     n: usize,
-    e: [Entry; NEIGHBOURHOOD],
+    e: [Entry; H],
 }
 
 impl Candidates {
@@ -86,48 +117,96 @@ pub struct IndexStats {
     pub entries: u64,
     pub tables: u64,
     pub slots: u64,
+    /// Bytes of table memory allocated (the old tables too, during a resize).
     pub memory_bytes: u64,
     pub grows: u64,
+    pub resizing: bool,
 }
 
-struct Directory {
-    tables: Vec<Table>,
+struct Dir {
+    tables: Box<[Table]>,
     log2: u32,
+}
+
+struct Migration {
+    old: Arc<Dir>,
+    /// One flag per (old table, region).
+    done: Box<[AtomicBool]>,
+    remaining: AtomicUsize,
+}
+
+struct State {
+    cur: Arc<Dir>,
+    mig: Option<Migration>,
+}
+
+#[derive(Clone, Copy)]
+struct Place {
+    table: usize,
+    home: usize,
+    tag: u8,
+}
+
+struct Held<'a> {
+    _a: MutexGuard<'a, ()>,
+    _b: Option<MutexGuard<'a, ()>>,
+    ra: usize,
+    rb: usize,
+    span: Span,
 }
 
 /// The concurrent index.
 pub struct Index {
     cfg: IndexConfig,
-    dir: RwLock<Directory>,
+    /// Lock regions per table.
+    regions: usize,
+    locks: Box<[Mutex<()>]>,
+    state: Atomic<State>,
     entries: AtomicU64,
     grows: AtomicU64,
+    /// Serialises starting a grow and whole-index walks.
+    grow_lock: Mutex<()>,
 }
 
-/// Where a hash lives under a directory of `2^log2` tables.
-fn place(cfg: &IndexConfig, log2: u32, h: u64) -> (usize, usize, u8) {
-    let tag = hash::tag(h);
-    let table = (tag as usize) & ((1 << log2) - 1);
-    let home = (h & ((1u64 << cfg.table_log2) - 1)) as usize;
-    (table, home, tag)
+fn lock(m: &Mutex<()>) -> MutexGuard<'_, ()> {
+    // Entries are single atomic stores, so a panic under a lock leaves no
+    // half-written state: a poisoned lock is safe to use.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+enum Insert {
+    Done,
+    Grow,
 }
 
 impl Index {
     pub fn new(cfg: IndexConfig) -> Index {
-        assert!(cfg.table_log2 <= hash::SLOT_BITS);
+        assert!(cfg.table_homes >= 1 && cfg.table_homes <= 1 << hash::SLOT_BITS);
         assert!(cfg.initial_tables_log2 <= TABLES_LOG2_MAX);
-        assert!((1usize << cfg.region_log2) >= NEIGHBOURHOOD);
+        assert!(
+            (1usize << cfg.region_log2) >= H,
+            "a region must hold a neighbourhood"
+        );
+        let slots = cfg.table_homes as usize + H - 1;
+        let regions = slots.div_ceil(1 << cfg.region_log2);
         let n = 1usize << cfg.initial_tables_log2;
-        let tables = (0..n)
-            .map(|_| Table::new(1 << cfg.table_log2, cfg.region_log2))
-            .collect();
+        let dir = Dir {
+            tables: (0..n)
+                .map(|_| Table::new(cfg.table_homes as usize))
+                .collect(),
+            log2: cfg.initial_tables_log2,
+        };
         Index {
             cfg,
-            dir: RwLock::new(Directory {
-                tables,
-                log2: cfg.initial_tables_log2,
+            regions,
+            locks: (0..n * regions).map(|_| Mutex::new(())).collect(),
+            state: Atomic::new(State {
+                cur: Arc::new(dir),
+                mig: None,
             }),
             entries: AtomicU64::new(0),
             grows: AtomicU64::new(0),
+            grow_lock: Mutex::new(()),
         }
     }
 
@@ -135,132 +214,326 @@ impl Index {
         self.cfg
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Directory> {
-        self.dir.read().unwrap_or_else(|e| e.into_inner())
+    /// Home slot of a hash in this index.
+    pub fn home(&self, h: u64) -> usize {
+        home_of(h, self.cfg.table_homes)
+    }
+
+    fn place(&self, log2: u32, h: u64) -> Place {
+        let tag = hash::tag(h);
+        Place {
+            table: (tag as usize) & ((1 << log2) - 1),
+            home: self.home(h),
+            tag,
+        }
+    }
+
+    fn region(&self, slot: usize) -> usize {
+        slot >> self.cfg.region_log2
+    }
+
+    fn lock_regions(&self, table: usize, ra: usize, rb: usize) -> Held<'_> {
+        debug_assert!(ra <= rb && rb - ra <= 1 && rb < self.regions);
+        let base = (table & ((1 << self.cfg.initial_tables_log2) - 1)) * self.regions;
+        let a = lock(&self.locks[base + ra]);
+        let b = (rb != ra).then(|| lock(&self.locks[base + rb]));
+        let slots = self.cfg.table_homes as usize + H - 1;
+        let span = Span {
+            lo: ra << self.cfg.region_log2,
+            hi: ((rb + 1) << self.cfg.region_log2).min(slots),
+        };
+        Held {
+            _a: a,
+            _b: b,
+            ra,
+            rb,
+            span,
+        }
+    }
+
+    /// Run `f` with the state loaded and validated under the locks an
+    /// operation on hash `h` needs (`writer`: the home's region and the next).
+    fn locked<R>(
+        &self,
+        h: u64,
+        writer: bool,
+        f: impl FnOnce(&State, Place, &Held<'_>, &Guard) -> R,
+    ) -> R {
+        let guard = epoch::pin();
+        loop {
+            let sp = self.state.load(Acquire, &guard);
+            // SAFETY: the state pointer is never null, and `guard` keeps what
+            // it points at alive (states are retired through the epoch).
+            let st = unsafe { sp.deref() };
+            let p = self.place(st.cur.log2, h);
+            let ra = self.region(p.home);
+            let rb = if writer {
+                (ra + 1).min(self.regions - 1)
+            } else {
+                self.region(p.home + H - 1)
+            };
+            let held = self.lock_regions(p.table, ra, rb);
+            if self.state.load(Acquire, &guard) != sp {
+                continue; // a resize started or finished: place again
+            }
+            if writer {
+                if let Some(m) = &st.mig {
+                    let t_old = p.table & (m.old.tables.len() - 1);
+                    for r in held.ra..=held.rb {
+                        self.migrate_region(sp, st, m, t_old, r, &guard);
+                    }
+                }
+            }
+            return f(st, p, &held, &guard);
+        }
+    }
+
+    /// Copy region `r` of old table `t_old` into the new tables, once. The
+    /// caller holds the region's lock.
+    fn migrate_region(
+        &self,
+        sp: Shared<'_, State>,
+        st: &State,
+        m: &Migration,
+        t_old: usize,
+        r: usize,
+        guard: &Guard,
+    ) {
+        let flag = &m.done[t_old * self.regions + r];
+        if flag.load(Relaxed) {
+            return;
+        }
+        let old = &m.old.tables[t_old];
+        let n_old = m.old.tables.len();
+        let lo = r << self.cfg.region_log2;
+        let hi = ((r + 1) << self.cfg.region_log2).min(old.len());
+        for s in lo..hi {
+            let e = old.get(s);
+            if !e.is_free() {
+                let bit = ((e.tag() >> m.old.log2) & 1) as usize;
+                st.cur.tables[t_old + n_old * bit].set(s, e);
+            }
+        }
+        flag.store(true, Relaxed);
+        if m.remaining.fetch_sub(1, AcqRel) == 1 {
+            // Last region: publish the state without the migration.
+            let next = Owned::new(State {
+                cur: st.cur.clone(),
+                mig: None,
+            });
+            let swapped = self
+                .state
+                .compare_exchange(sp, next, AcqRel, Acquire, guard);
+            assert!(
+                swapped.is_ok(),
+                "only the last migrator may end a migration"
+            );
+            // SAFETY: `sp` is no longer reachable from `self.state`; threads
+            // still holding it are pinned, and the epoch frees it after them.
+            unsafe { guard.defer_destroy(sp) };
+        }
+    }
+
+    /// Finish a running migration, one region (one lock) at a time.
+    fn complete_migration(&self) {
+        let guard = epoch::pin();
+        let sp = self.state.load(Acquire, &guard);
+        // SAFETY: as in `locked`.
+        let st = unsafe { sp.deref() };
+        let Some(m) = &st.mig else { return };
+        for t_old in 0..m.old.tables.len() {
+            for r in 0..self.regions {
+                let _held = self.lock_regions(t_old, r, r);
+                if self.state.load(Acquire, &guard) != sp {
+                    return; // finished by others
+                }
+                self.migrate_region(sp, st, m, t_old, r, &guard);
+            }
+        }
+    }
+
+    /// Start a grow if the state is still `seen` (or finish the migration
+    /// in the way).
+    fn grow(&self, seen: *const State) -> Result<(), IndexError> {
+        let _g = lock(&self.grow_lock);
+        let guard = epoch::pin();
+        let sp = self.state.load(Acquire, &guard);
+        if sp.as_raw() != seen {
+            return Ok(()); // the state moved on: retry the insert
+        }
+        // SAFETY: as in `locked`.
+        let st = unsafe { sp.deref() };
+        if st.mig.is_some() {
+            drop(_g);
+            self.complete_migration();
+            return Ok(());
+        }
+        if st.cur.log2 >= TABLES_LOG2_MAX {
+            return Err(IndexError::Full {
+                tables: st.cur.tables.len(),
+                entries: self.entries.load(Relaxed),
+            });
+        }
+        let n = st.cur.tables.len();
+        let dir = Dir {
+            tables: (0..2 * n)
+                .map(|_| Table::new(self.cfg.table_homes as usize))
+                .collect(),
+            log2: st.cur.log2 + 1,
+        };
+        let regions = n * self.regions;
+        let mig = Migration {
+            old: st.cur.clone(),
+            done: (0..regions).map(|_| AtomicBool::new(false)).collect(),
+            remaining: AtomicUsize::new(regions),
+        };
+        let next = Owned::new(State {
+            cur: Arc::new(dir),
+            mig: Some(mig),
+        });
+        let swapped = self
+            .state
+            .compare_exchange(sp, next, AcqRel, Acquire, &guard);
+        assert!(
+            swapped.is_ok(),
+            "states change only under the grow lock or by the last migrator"
+        );
+        // SAFETY: as in `migrate_region`.
+        unsafe { guard.defer_destroy(sp) };
+        self.grows.fetch_add(1, Relaxed);
+        Ok(())
     }
 
     /// Entries whose home and tag match `h`: the key's candidates.
     pub fn lookup(&self, h: u64) -> Candidates {
-        let dir = self.read();
-        let (t, home, tag) = place(&self.cfg, dir.log2, h);
-        let table = &dir.tables[t];
-        let held = table.lock_neighbourhood(home);
-        let mut c = Candidates {
-            n: 0,
-            e: [Entry::FREE; NEIGHBOURHOOD],
-        };
-        table.matches(&held, home, tag, |_, e| {
-            c.e[c.n] = e;
-            c.n += 1;
-        });
-        c
+        self.locked(h, false, |st, p, _held, _g| {
+            let mut c = Candidates {
+                n: 0,
+                e: [Entry::FREE; H],
+            };
+            let cur = &st.cur.tables[p.table];
+            for off in 0..H {
+                let s = p.home + off;
+                let e = match &st.mig {
+                    Some(m) => {
+                        let t_old = p.table & (m.old.tables.len() - 1);
+                        if m.done[t_old * self.regions + self.region(s)].load(Relaxed) {
+                            cur.get(s)
+                        } else {
+                            m.old.tables[t_old].get(s)
+                        }
+                    }
+                    None => cur.get(s),
+                };
+                if !e.is_free() && e.neigh_off() as usize == off && e.tag() == p.tag {
+                    c.e[c.n] = e;
+                    c.n += 1;
+                }
+            }
+            c
+        })
     }
 
-    /// Add an entry for a key not yet in the index. Grows when the key's
+    /// Add an entry for a key not yet in the index; grows when the key's
     /// neighbourhood is full.
     pub fn insert(&self, h: u64, kv_size: u64, pba: u64) -> Result<(), IndexError> {
         loop {
-            let log2 = {
-                let dir = self.read();
-                let (t, home, tag) = place(&self.cfg, dir.log2, h);
-                let table = &dir.tables[t];
-                let held = table.lock_for_insert(home);
-                if table.insert(&held, home, Entry::new(0, tag, kv_size, pba)) {
+            let (outcome, seen) = self.locked(h, true, |st, p, held, _g| {
+                let table = &st.cur.tables[p.table];
+                let ok = table.insert(held.span, p.home, Entry::new(0, p.tag, kv_size, pba));
+                (
+                    if ok { Insert::Done } else { Insert::Grow },
+                    st as *const State,
+                )
+            });
+            match outcome {
+                Insert::Done => {
                     self.entries.fetch_add(1, Relaxed);
                     return Ok(());
                 }
-                dir.log2
-            };
-            self.grow(log2)?;
+                Insert::Grow => self.grow(seen)?,
+            }
         }
     }
 
     /// Point the entry of `h` that points at `old_pba` to a new record.
-    /// Returns false if no such entry exists (it was changed concurrently).
+    /// Returns false if no such entry exists.
     pub fn replace(&self, h: u64, old_pba: u64, kv_size: u64, pba: u64) -> bool {
-        let dir = self.read();
-        let (t, home, tag) = place(&self.cfg, dir.log2, h);
-        let table = &dir.tables[t];
-        let held = table.lock_neighbourhood(home);
-        table.replace(&held, home, tag, old_pba, Entry::new(0, tag, kv_size, pba))
+        self.locked(h, true, |st, p, _held, _g| {
+            st.cur.tables[p.table].update(
+                p.home,
+                p.tag,
+                old_pba,
+                Some(Entry::new(0, p.tag, kv_size, pba)),
+            )
+        })
     }
 
     /// Remove the entry of `h` that points at `pba`.
     pub fn remove(&self, h: u64, pba: u64) -> bool {
-        let dir = self.read();
-        let (t, home, tag) = place(&self.cfg, dir.log2, h);
-        let table = &dir.tables[t];
-        let held = table.lock_neighbourhood(home);
-        let done = table.remove(&held, home, tag, pba);
+        let done = self.locked(h, true, |st, p, _held, _g| {
+            st.cur.tables[p.table].update(p.home, p.tag, pba, None)
+        });
         if done {
             self.entries.fetch_sub(1, Relaxed);
         }
         done
     }
 
-    /// Double the directory if it still has `2^seen_log2` tables.
-    fn grow(&self, seen_log2: u32) -> Result<(), IndexError> {
-        let mut dir = self.dir.write().unwrap_or_else(|e| e.into_inner());
-        if dir.log2 != seen_log2 {
-            return Ok(()); // another thread grew it first
-        }
-        if dir.log2 >= TABLES_LOG2_MAX {
-            return Err(IndexError::Full {
-                tables: dir.tables.len(),
-                entries: self.entries.load(Relaxed),
-            });
-        }
-        let n = dir.tables.len();
-        let homes = 1usize << self.cfg.table_log2;
-        let mut next: Vec<Table> = (0..2 * n)
-            .map(|_| Table::new(homes, self.cfg.region_log2))
-            .collect();
-        let (lo, hi) = next.split_at_mut(n);
-        for (t, old) in dir.tables.iter().enumerate() {
-            old.split_into(dir.log2, &lo[t], &hi[t]);
-        }
-        dir.tables = next;
-        dir.log2 += 1;
-        self.grows.fetch_add(1, Relaxed);
-        Ok(())
-    }
-
-    /// Visit every entry with the fingerprint rebuilt from its position:
-    /// `f(fingerprint, entry)`, where the fingerprint is the hash's 27 slot
-    /// bits (as far as the table uses them) and its tag.
-    pub fn for_each(&self, mut f: impl FnMut(u64, Entry)) {
-        let dir = self.read();
-        for (t, table) in dir.tables.iter().enumerate() {
-            // Lock each region in turn so concurrent writers stay correct;
-            // each entry is visited once, at the region holding its slot.
-            let region = 1usize << self.cfg.region_log2;
-            let mut start = 0;
-            while start < table.len() {
-                let held = table.lock_for_insert(start);
-                let end = (start + region).min(table.len());
-                for slot in start..end {
-                    let e = table.get(slot);
-                    if e.is_free() {
-                        continue;
+    /// Visit every entry with its home slot: `f(home, entry)`. Finishes a
+    /// running migration first and holds off new grows while it walks;
+    /// concurrent writes are allowed (each region is read under its lock).
+    pub fn for_each(&self, mut f: impl FnMut(usize, Entry)) {
+        let _g = lock(&self.grow_lock);
+        self.complete_migration();
+        let guard = epoch::pin();
+        // SAFETY: as in `locked`.
+        let st = unsafe { self.state.load(Acquire, &guard).deref() };
+        debug_assert!(st.mig.is_none());
+        for (t, table) in st.cur.tables.iter().enumerate() {
+            for r in 0..self.regions {
+                let held = self.lock_regions(t, r, r);
+                for s in held.span.lo..held.span.hi {
+                    let e = table.get(s);
+                    if !e.is_free() {
+                        debug_assert_eq!(e.tag() as usize & (st.cur.tables.len() - 1), t);
+                        f(s - e.neigh_off() as usize, e);
                     }
-                    let ehome = slot - e.neigh_off() as usize;
-                    debug_assert_eq!(e.tag() as usize & ((1 << dir.log2) - 1), t);
-                    f(hash::fingerprint(ehome as u64, e.tag()), e);
                 }
-                drop(held);
-                start = end;
             }
         }
     }
 
     pub fn stats(&self) -> IndexStats {
-        let dir = self.read();
+        let guard = epoch::pin();
+        // SAFETY: as in `locked`.
+        let st = unsafe { self.state.load(Acquire, &guard).deref() };
+        let mem = |d: &Dir| {
+            d.tables
+                .iter()
+                .map(|t| t.memory_bytes() as u64)
+                .sum::<u64>()
+        };
         IndexStats {
             entries: self.entries.load(Relaxed),
-            tables: dir.tables.len() as u64,
-            slots: dir.tables.iter().map(|t| t.len() as u64).sum(),
-            memory_bytes: dir.tables.iter().map(|t| t.memory_bytes() as u64).sum(),
+            tables: st.cur.tables.len() as u64,
+            slots: st.cur.tables.iter().map(|t| t.len() as u64).sum(),
+            memory_bytes: mem(&st.cur) + st.mig.as_ref().map_or(0, |m| mem(&m.old)),
             grows: self.grows.load(Relaxed),
+            resizing: st.mig.is_some(),
+        }
+    }
+}
+
+impl Drop for Index {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self` means no other thread uses the index, so the
+        // current state can be freed now; retired ones are the epoch's.
+        unsafe {
+            let sp = self.state.load(Relaxed, epoch::unprotected());
+            if !sp.is_null() {
+                drop(sp.into_owned());
+            }
         }
     }
 }

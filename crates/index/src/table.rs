@@ -1,57 +1,43 @@
-//! One hopscotch table: `slots + H - 1` atomic 8-byte entries and an array of
-//! region locks.
+//! One hopscotch table: `homes + H - 1` atomic 8-byte slots, and the
+//! hopscotch algorithms over a range of slots the caller has locked.
 //!
 //! Invariants:
 //! - An entry at slot `s` with offset `o` has home slot `s - o`, `o < H`.
 //!   The table has `H - 1` extra slots past the last home, so neighbourhoods
 //!   never wrap around.
 //! - Every read or write of a slot happens under the lock of the region that
-//!   holds the slot. A lookup of home `b` locks the regions of `b` and of
-//!   `b + H - 1` (often the same one); an insert locks the region of `b` and
-//!   the next one and only touches slots inside those two. So an operation
-//!   holds at most two locks, always taken in increasing order, and
-//!   displacement never crosses more than two regions.
-//! - Lookups scan the whole neighbourhood: deletions leave holes, so the
-//!   first free slot says nothing about the slots after it.
-//!
-//! Slots are atomics only so that they can be shared between threads without
-//! `unsafe`; all accesses happen under a region lock, so `Relaxed` suffices
-//! (the mutex orders them).
+//!   holds it (the caller's job, see `directory`); so `Relaxed` atomics
+//!   suffice, the mutexes order them. Slots are atomics only to be shared
+//!   between threads without `unsafe` on every access.
+//! - Slots are stored XOR [`Entry::FREE`], so an all-zero slot is free and a
+//!   new table is a zeroed allocation: the kernel hands out zero pages
+//!   lazily, so allocating even a large table costs almost nothing until it
+//!   is written, which keeps growth off the hot path.
 
 use crate::entry::Entry;
 use crate::NEIGHBOURHOOD as H;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard};
 
 pub(crate) struct Table {
     slots: Box<[AtomicU64]>,
-    locks: Box<[Mutex<()>]>,
-    region_log2: u32,
 }
 
-/// Locks held by one operation: one or two regions, in increasing order.
-pub(crate) struct Held<'a> {
-    _a: MutexGuard<'a, ()>,
-    _b: Option<MutexGuard<'a, ()>>,
-    lo: usize,
-    hi: usize,
-}
-
-fn lock(m: &Mutex<()>) -> MutexGuard<'_, ()> {
-    // A panic while holding a region lock leaves no half-written entry
-    // (entries are single atomic stores), so a poisoned lock is safe to use.
-    m.lock().unwrap_or_else(|e| e.into_inner())
+/// The slot range `[lo, hi)` an operation has locked.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Span {
+    pub lo: usize,
+    pub hi: usize,
 }
 
 impl Table {
-    pub(crate) fn new(homes: usize, region_log2: u32) -> Table {
-        let len = homes + H - 1;
-        let regions = len.div_ceil(1 << region_log2);
-        Table {
-            slots: (0..len).map(|_| AtomicU64::new(Entry::FREE.0)).collect(),
-            locks: (0..regions).map(|_| Mutex::new(())).collect(),
-            region_log2,
-        }
+    /// A table of free slots for `homes` home slots.
+    pub(crate) fn new(homes: usize) -> Table {
+        let zeroed: Box<[u64]> = vec![0u64; homes + H - 1].into_boxed_slice();
+        // SAFETY: AtomicU64 has the same size, alignment and bit validity as
+        // u64 (std documents this), so a boxed slice of u64 is a valid boxed
+        // slice of AtomicU64 of the same length; ownership moves with it.
+        let slots = unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [AtomicU64]) };
+        Table { slots }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -59,56 +45,20 @@ impl Table {
     }
 
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.slots.len() * 8 + self.locks.len() * std::mem::size_of::<Mutex<()>>()
+        self.slots.len() * 8
     }
 
     pub(crate) fn get(&self, slot: usize) -> Entry {
-        Entry(self.slots[slot].load(Relaxed))
+        Entry(self.slots[slot].load(Relaxed) ^ Entry::FREE.0)
     }
 
-    fn set(&self, slot: usize, e: Entry) {
-        self.slots[slot].store(e.0, Relaxed)
+    pub(crate) fn set(&self, slot: usize, e: Entry) {
+        self.slots[slot].store(e.0 ^ Entry::FREE.0, Relaxed)
     }
 
-    fn region(&self, slot: usize) -> usize {
-        slot >> self.region_log2
-    }
-
-    /// Lock for reading or changing the neighbourhood of `home`.
-    pub(crate) fn lock_neighbourhood(&self, home: usize) -> Held<'_> {
-        let (ra, rb) = (self.region(home), self.region(home + H - 1));
-        self.lock_regions(ra, rb)
-    }
-
-    /// Lock for an insert at `home`: its region and the next one.
-    pub(crate) fn lock_for_insert(&self, home: usize) -> Held<'_> {
-        let ra = self.region(home);
-        let rb = (ra + 1).min(self.locks.len() - 1);
-        self.lock_regions(ra, rb)
-    }
-
-    fn lock_regions(&self, ra: usize, rb: usize) -> Held<'_> {
-        debug_assert!(ra <= rb && rb - ra <= 1);
-        let a = lock(&self.locks[ra]);
-        let b = (rb != ra).then(|| lock(&self.locks[rb]));
-        let lo = ra << self.region_log2;
-        let hi = ((rb + 1) << self.region_log2).min(self.slots.len());
-        Held {
-            _a: a,
-            _b: b,
-            lo,
-            hi,
-        }
-    }
-
-    /// Slots in the neighbourhood of `home` whose entry has that home and tag.
-    pub(crate) fn matches(
-        &self,
-        _held: &Held<'_>,
-        home: usize,
-        tag: u8,
-        mut f: impl FnMut(usize, Entry),
-    ) {
+    /// Entries with home `home` and tag `tag`, with their slots. Scans the
+    /// whole neighbourhood: deletions leave holes.
+    pub(crate) fn matches(&self, home: usize, tag: u8, mut f: impl FnMut(usize, Entry)) {
         for off in 0..H {
             let e = self.get(home + off);
             if !e.is_free() && e.neigh_off() as usize == off && e.tag() == tag {
@@ -117,31 +67,14 @@ impl Table {
         }
     }
 
-    /// Replace the entry of home `home` that points at `pba`.
-    pub(crate) fn replace(
-        &self,
-        held: &Held<'_>,
-        home: usize,
-        tag: u8,
-        pba: u64,
-        new: Entry,
-    ) -> bool {
+    /// Replace (or free, with `new == None`) the entry of home `home` that
+    /// points at `pba`.
+    pub(crate) fn update(&self, home: usize, tag: u8, pba: u64, new: Option<Entry>) -> bool {
         let mut done = false;
-        self.matches(held, home, tag, |slot, e| {
+        self.matches(home, tag, |slot, e| {
             if !done && e.pba() == pba {
-                self.set(slot, new.with_neigh_off((slot - home) as u32));
-                done = true;
-            }
-        });
-        done
-    }
-
-    /// Free the entry of home `home` that points at `pba`.
-    pub(crate) fn remove(&self, held: &Held<'_>, home: usize, tag: u8, pba: u64) -> bool {
-        let mut done = false;
-        self.matches(held, home, tag, |slot, e| {
-            if !done && e.pba() == pba {
-                self.set(slot, Entry::FREE);
+                let v = new.map_or(Entry::FREE, |n| n.with_neigh_off((slot - home) as u32));
+                self.set(slot, v);
                 done = true;
             }
         });
@@ -149,18 +82,17 @@ impl Table {
     }
 
     /// Insert `new` (its offset is set here) with home `home`, displacing
-    /// entries hopscotch-style within the locked regions. Returns false when
-    /// no free slot can be brought into the neighbourhood: the caller grows.
-    pub(crate) fn insert(&self, held: &Held<'_>, home: usize, new: Entry) -> bool {
-        debug_assert!(held.lo <= home && home + H <= held.hi);
-        let Some(mut free) = (home..held.hi).find(|&s| self.get(s).is_free()) else {
+    /// entries hopscotch-style within `span`. Returns false when no free
+    /// slot can be brought into the neighbourhood: the caller grows.
+    pub(crate) fn insert(&self, span: Span, home: usize, new: Entry) -> bool {
+        debug_assert!(span.lo <= home && home + H <= span.hi);
+        let Some(mut free) = (home..span.hi).find(|&s| self.get(s).is_free()) else {
             return false;
         };
         while free - home >= H {
-            // Find the entry furthest from `free` that may move into it: its
-            // home must stay within H of `free`, and its slot must be inside
-            // the locked regions.
-            let first = (free + 1 - H).max(held.lo);
+            // The entry furthest from `free` that may move into it: its home
+            // must stay within H of `free`, its slot inside the locked span.
+            let first = (free + 1 - H).max(span.lo);
             let movable = (first..free).find_map(|s| {
                 let e = self.get(s);
                 if e.is_free() {
@@ -178,19 +110,5 @@ impl Table {
         }
         self.set(free, new.with_neigh_off((free - home) as u32));
         true
-    }
-
-    /// Move every entry into `lo` or `hi` by tag bit `bit`, keeping slots.
-    /// Needs exclusive access to all three tables (the caller holds the
-    /// directory's write lock).
-    pub(crate) fn split_into(&self, bit: u32, lo: &Table, hi: &Table) {
-        for s in 0..self.slots.len() {
-            let e = self.get(s);
-            if e.is_free() {
-                continue;
-            }
-            let dest = if (e.tag() >> bit) & 1 == 1 { hi } else { lo };
-            dest.set(s, e);
-        }
     }
 }

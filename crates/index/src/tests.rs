@@ -1,18 +1,22 @@
 //! Unit and model tests of the index, driven by chosen hashes.
 
 use crate::*;
-use granary_format::hash::{fingerprint, SLOT_BITS};
+use granary_format::hash::SLOT_BITS;
 use proptest::prelude::*;
 use std::collections::HashMap;
 
-/// A hash with the given home slot and tag.
+/// Home slots of the tables built by `small`.
+const HOMES: u32 = 128;
+
+/// A hash with the given home slot (in a table of `HOMES` homes) and tag.
 fn h(home: u64, tag: u8) -> u64 {
-    home | ((tag as u64) << SLOT_BITS)
+    let slot_bits = (home << SLOT_BITS).div_ceil(HOMES as u64);
+    slot_bits | ((tag as u64) << SLOT_BITS)
 }
 
-fn small(table_log2: u32, region_log2: u32) -> Index {
+fn small(region_log2: u32) -> Index {
     Index::new(IndexConfig {
-        table_log2,
+        table_homes: HOMES,
         region_log2,
         initial_tables_log2: 0,
     })
@@ -28,7 +32,7 @@ fn pbas(idx: &Index, hash: u64) -> Vec<u64> {
 
 #[test]
 fn insert_lookup_replace_remove() {
-    let idx = small(8, 5);
+    let idx = small(5);
     idx.insert(h(3, 7), 2, 100).unwrap();
     idx.insert(h(3, 8), 1, 101).unwrap();
     assert_eq!(pbas(&idx, h(3, 7)), vec![100]);
@@ -50,7 +54,7 @@ fn insert_lookup_replace_remove() {
 /// live key. Deleting one key must never hide another in its neighbourhood.
 #[test]
 fn regression_hole_does_not_hide_later_entry() {
-    let idx = small(8, 5);
+    let idx = small(5);
     for i in 0..5 {
         idx.insert(h(10, 1), 1, 1000 + i).unwrap();
     }
@@ -68,7 +72,7 @@ fn regression_hole_does_not_hide_later_entry() {
 fn displacement_crosses_one_region_boundary() {
     // 32-slot regions; homes 0..=40 packed so that a key with home 20 must
     // displace entries into the next region.
-    let idx = small(7, 5);
+    let idx = small(5);
     let mut want = HashMap::new();
     let mut pba = 0;
     for home in 0..44u64 {
@@ -103,7 +107,7 @@ fn displacement_crosses_one_region_boundary() {
 
 #[test]
 fn full_neighbourhood_grows_then_reports_full_at_max_directory() {
-    let idx = small(6, 5);
+    let idx = small(5);
     // 33 keys with one home and one tag can never share a neighbourhood,
     // whatever the directory size: growth runs to 256 tables, then Full.
     for i in 0..32 {
@@ -119,7 +123,7 @@ fn full_neighbourhood_grows_then_reports_full_at_max_directory() {
 
 #[test]
 fn growth_splits_by_tag_and_keeps_every_entry() {
-    let idx = small(6, 5); // 64 homes per table: grows soon
+    let idx = small(5); // 64 homes per table: grows soon
     let mut rng = 0x1234_5678_9abc_def0u64;
     let mut all = Vec::new();
     for pba in 0..3000u64 {
@@ -134,21 +138,181 @@ fn growth_splits_by_tag_and_keeps_every_entry() {
     for (hash, pba) in &all {
         assert!(pbas(&idx, *hash).contains(pba));
     }
-    // Fingerprints rebuilt from positions match the hashes inserted.
-    let mut seen: HashMap<u64, u64> = HashMap::new();
-    idx.for_each(|fp, e| {
-        seen.insert(e.pba(), fp);
+    // Fingerprints rebuilt from positions (home, tag) match the hashes.
+    let mut seen: HashMap<u64, (usize, u8)> = HashMap::new();
+    idx.for_each(|home, e| {
+        seen.insert(e.pba(), (home, e.tag()));
     });
     assert_eq!(seen.len(), all.len());
     for (hash, pba) in &all {
-        let want = fingerprint(hash & 63, granary_format::hash::tag(*hash));
-        assert_eq!(seen[pba], want);
+        assert_eq!(
+            seen[pba],
+            (idx.home(*hash), granary_format::hash::tag(*hash))
+        );
+    }
+}
+
+#[test]
+fn growth_at_table_boundaries() {
+    let idx = small(5);
+    // 40 keys homed at the last home slot spill into the overflow tail and
+    // need a grow; keys homed at slot 0 share nothing with them.
+    let mut all = Vec::new();
+    for i in 0..40u64 {
+        all.push((h(HOMES as u64 - 1, i as u8), i));
+        all.push((h(0, i as u8), 1000 + i));
+    }
+    for (hash, pba) in &all {
+        idx.insert(*hash, 1, *pba).unwrap();
+    }
+    assert!(idx.stats().grows >= 1);
+    for (hash, pba) in &all {
+        assert_eq!(pbas(&idx, *hash), vec![*pba]);
+    }
+    let mut last = 0;
+    idx.for_each(|home, e| {
+        assert!(home == 0 || home == HOMES as usize - 1, "home {home}");
+        if home == HOMES as usize - 1 {
+            last += 1;
+            assert!(e.neigh_off() < 32);
+        }
+    });
+    assert_eq!(last, 40);
+}
+
+#[test]
+fn lookups_read_old_tables_during_a_migration() {
+    let idx = small(5); // 5 regions of 32 slots per table
+    for home in [2u64, 40, 70, 100] {
+        idx.insert(h(home, 1), 1, home).unwrap();
+    }
+    // Fill home 5's neighbourhood with tags that split, then one more: the
+    // insert grows, and migrates only the regions it holds (0 and 1).
+    for i in 0..32u64 {
+        idx.insert(h(5, 2 + i as u8), 1, 500 + i).unwrap();
+    }
+    idx.insert(h(5, 200), 1, 999).unwrap();
+    let st = idx.stats();
+    assert!(st.resizing, "migration must still be running: {st:?}");
+    assert_eq!(st.tables, 2);
+    // Entries of regions 2 and 3 are still only in the old table.
+    for home in [2u64, 40, 70, 100] {
+        assert_eq!(pbas(&idx, h(home, 1)), vec![home]);
+    }
+    assert_eq!(pbas(&idx, h(5, 200)), vec![999]);
+    // Writers in the other regions migrate them (a writer at home 70 holds
+    // regions 2 and 3); the migration ends with region 4.
+    assert!(idx.replace(h(70, 1), 70, 2, 71));
+    assert!(idx.stats().resizing);
+    idx.insert(h(127, 1), 1, 127).unwrap();
+    assert!(
+        !idx.stats().resizing,
+        "all regions migrated: {:?}",
+        idx.stats()
+    );
+    for home in [2u64, 40] {
+        assert_eq!(pbas(&idx, h(home, 1)), vec![home]);
+    }
+    assert_eq!(pbas(&idx, h(70, 1)), vec![71]);
+    assert_eq!(pbas(&idx, h(100, 1)), vec![100]);
+    assert_eq!(idx.stats().entries, 38);
+}
+
+/// Threads insert, replace, remove and look up their own keys and race on
+/// shared ones while the directory grows from one table to many.
+#[test]
+fn multithreaded_stress_with_resizes() {
+    use std::sync::{Arc, Mutex};
+    const THREADS: u64 = 4;
+    const OPS: u64 = 6000;
+    const SHARED: u64 = 64;
+    let idx = Arc::new(small(5));
+    // Unrelated keys may share home and tag (the index returns candidates),
+    // so a shared key's entry is recognised by its pba: bit 39 set and the
+    // key number in bits 24..39. Every successful replace is logged as
+    // (old, new); the final pba must end the chain from the first.
+    let shared_pba = |k: u64, n: u64| (1u64 << 39) | (k << 24) | n;
+    let shared_entry = |idx: &Index, k: u64| -> Vec<u64> {
+        pbas(idx, xorshift(k + 1_000_000))
+            .into_iter()
+            .filter(|p| p >> 39 == 1 && (p >> 24) & 0x7fff == k)
+            .collect()
+    };
+    for k in 0..SHARED {
+        idx.insert(xorshift(k + 1_000_000), 1, shared_pba(k, 0))
+            .unwrap();
+    }
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let idx = idx.clone();
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut mine: HashMap<u64, u64> = HashMap::new();
+                let mut x = t + 7;
+                for i in 0..OPS {
+                    x = xorshift(x);
+                    let pba = (t + 1) * 10_000_000 + i;
+                    match x % 8 {
+                        0..=3 => {
+                            let hash = xorshift(pba);
+                            idx.insert(hash, 1, pba).unwrap();
+                            mine.insert(hash, pba);
+                        }
+                        4 if !mine.is_empty() => {
+                            let (&hash, &old) = mine.iter().next().unwrap();
+                            assert!(idx.remove(hash, old));
+                            mine.remove(&hash);
+                        }
+                        5 if !mine.is_empty() => {
+                            let (&hash, &old) =
+                                mine.iter().nth((x as usize / 8) % mine.len()).unwrap();
+                            assert!(idx.replace(hash, old, 2, pba));
+                            mine.insert(hash, pba);
+                        }
+                        _ => {
+                            let k = (x >> 8) % SHARED;
+                            let hash = xorshift(k + 1_000_000);
+                            let c = shared_entry(&idx, k);
+                            assert_eq!(c.len(), 1, "shared key {k} must have one entry");
+                            let new = shared_pba(k, t * OPS + i + 1);
+                            if idx.replace(hash, c[0], 1, new) {
+                                log.lock().unwrap().push((k, c[0], new));
+                            }
+                        }
+                    }
+                }
+                for (hash, pba) in &mine {
+                    assert!(pbas(&idx, *hash).contains(pba));
+                }
+                mine.len() as u64
+            })
+        })
+        .collect();
+    let own: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let st = idx.stats();
+    assert!(st.grows >= 4, "the test must exercise resizes: {st:?}");
+    assert_eq!(st.entries, own + SHARED);
+    let log = log.lock().unwrap();
+    for k in 0..SHARED {
+        let mut next: HashMap<u64, u64> = HashMap::new();
+        for &(key, old, new) in log.iter().filter(|e| e.0 == k) {
+            assert!(
+                next.insert(old, new).is_none(),
+                "two replaces of the same version of key {key}"
+            );
+        }
+        let mut pba = shared_pba(k, 0);
+        while let Some(&n) = next.get(&pba) {
+            pba = n;
+        }
+        assert_eq!(shared_entry(&idx, k), vec![pba], "key {k}");
     }
 }
 
 #[test]
 fn concurrent_inserts_and_lookups() {
-    let idx = std::sync::Arc::new(small(8, 5));
+    let idx = std::sync::Arc::new(small(5));
     let threads: Vec<_> = (0..4u64)
         .map(|t| {
             let idx = idx.clone();
@@ -197,7 +361,7 @@ proptest! {
         any::<usize>().prop_map(Op::Remove),
         any::<usize>().prop_map(Op::Replace),
     ], 1..400)) {
-        let idx = small(6, 5);
+        let idx = small(5);
         let mut model: Vec<(u64, u64)> = Vec::new(); // (hash, pba)
         let mut next_pba = 0;
         for op in ops {

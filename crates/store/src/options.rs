@@ -1,7 +1,7 @@
 //! Options for creating and opening a store, and the default geometry.
 
 use granary_format::limits::*;
-use granary_format::superblock::{INDEX_TABLE_LOG2_MAX, INDEX_TABLE_LOG2_MIN};
+use granary_format::superblock::{INDEX_TABLE_HOMES_MAX, INDEX_TABLE_HOMES_MIN};
 use granary_index::TABLES_LOG2_MAX;
 
 /// When a write is acknowledged.
@@ -23,9 +23,9 @@ pub struct CreateOptions {
     pub grain_bytes: Option<u32>,
     /// Power of two; default: 1/64 of the device, between 1 MiB and 1 GiB.
     pub segment_bytes: Option<u64>,
-    /// log2 of the slots per index table; default: enough for one record per
-    /// grain of the device at 75% occupancy with 256 tables.
-    pub index_table_log2: Option<u32>,
+    /// Home slots per index table; default: enough for one record per grain
+    /// of the device at 85% occupancy with 256 tables.
+    pub index_table_homes: Option<u32>,
 }
 
 /// Options for an open store.
@@ -41,12 +41,12 @@ pub fn default_segment_bytes(data_bytes: u64) -> u64 {
     pow.clamp(1 << 20, SEGMENT_BYTES_DEFAULT_MAX)
 }
 
-/// Default index table size (log2 of slots) for `data_bytes` of `grain_bytes` grains.
-pub fn default_index_table_log2(data_bytes: u64, grain_bytes: u32) -> u32 {
+/// Default home slots per index table for `data_bytes` of `grain_bytes`
+/// grains: one record per grain at 85% occupancy with 256 tables.
+pub fn default_index_table_homes(data_bytes: u64, grain_bytes: u32) -> u32 {
     let max_records = data_bytes / grain_bytes as u64;
-    let per_table = (max_records >> TABLES_LOG2_MAX) * 4 / 3;
-    let log2 = 64 - per_table.max(1).leading_zeros();
-    log2.clamp(INDEX_TABLE_LOG2_MIN, INDEX_TABLE_LOG2_MAX)
+    let per_table = (max_records >> TABLES_LOG2_MAX) * 100 / 85 + 1;
+    per_table.clamp(INDEX_TABLE_HOMES_MIN as u64, INDEX_TABLE_HOMES_MAX as u64) as u32
 }
 
 #[cfg(test)]
@@ -58,11 +58,11 @@ mod tests {
         assert_eq!(default_segment_bytes(1 << 30), 16 << 20);
         assert_eq!(default_segment_bytes(8 << 20), 1 << 20);
         assert_eq!(default_segment_bytes(1 << 50), 1 << 30);
-        // 1 GiB of 512 B grains: 2 Mi records over 256 tables at 75% -> 2^14 slots.
-        assert_eq!(default_index_table_log2(1 << 30, 512), 14);
+        // 1 GiB of 512 B grains: 2 Mi records over 256 tables at 85%.
+        assert_eq!(default_index_table_homes(1 << 30, 512), 9638);
         assert_eq!(
-            default_index_table_log2(1 << 20, 4096),
-            INDEX_TABLE_LOG2_MIN
+            default_index_table_homes(1 << 20, 4096),
+            INDEX_TABLE_HOMES_MIN
         );
     }
 }

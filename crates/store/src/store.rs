@@ -14,7 +14,7 @@
 
 use crate::error::{Error, Result};
 use crate::options::{
-    default_index_table_log2, default_segment_bytes, CreateOptions, Durability, OpenOptions,
+    default_index_table_homes, default_segment_bytes, CreateOptions, Durability, OpenOptions,
 };
 use crate::recover::RecoveryReport;
 use crate::space::{Loc, Space};
@@ -214,9 +214,9 @@ impl Store {
             segment_bytes,
             segment_count,
             device_bytes: size,
-            index_table_log2: opts
-                .index_table_log2
-                .unwrap_or_else(|| default_index_table_log2(data, grain)),
+            index_table_homes: opts
+                .index_table_homes
+                .unwrap_or_else(|| default_index_table_homes(data, grain)),
             created_unix_ms: now_unix_ms(),
         };
         if let Err((field, value)) = sb.validate() {
@@ -244,7 +244,7 @@ impl Store {
         }
         let store = Store {
             seed: record_seed(&sb.uuid),
-            index: Index::new(IndexConfig::new(sb.index_table_log2)),
+            index: Index::new(IndexConfig::new(sb.index_table_homes)),
             space: Space::new(dev.clone(), sb.clone(), opts.durability),
             next_seq: AtomicU64::new(1),
             counters: Counters::default(),

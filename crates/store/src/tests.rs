@@ -14,7 +14,7 @@ pub(crate) fn mem_store(size: u64, segment: u64, grain: u32) -> (Arc<MemDevice>,
     let opts = CreateOptions {
         grain_bytes: Some(grain),
         segment_bytes: Some(segment),
-        index_table_log2: Some(6),
+        index_table_homes: Some(64),
     };
     let s = Store::create(dev.clone(), &opts, &OpenOptions::default()).unwrap();
     (dev, s)
@@ -27,11 +27,13 @@ fn reopen(dev: &Arc<MemDevice>, s: Store) -> Store {
 
 /// Keys sharing home slot and tag in a store with 64-slot tables.
 fn colliding_keys(n: usize) -> Vec<Vec<u8>> {
-    let mut by_fp: std::collections::HashMap<(u64, u8), Vec<Vec<u8>>> = Default::default();
+    let mut by_fp: std::collections::HashMap<(usize, u8), Vec<Vec<u8>>> = Default::default();
     for i in 0.. {
         let k = format!("collide-{i}").into_bytes();
         let h = key_hash(&k);
-        let v = by_fp.entry((h & 63, tag(h))).or_default();
+        let v = by_fp
+            .entry((granary_index::home_of(h, 64), tag(h)))
+            .or_default();
         v.push(k);
         if v.len() == n {
             return v.clone();

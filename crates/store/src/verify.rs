@@ -10,7 +10,7 @@
 use crate::error::Result;
 use crate::recover::{read_segment_headers, SegmentScanner};
 use crate::store::Store;
-use granary_format::hash::{fingerprint, key_hash, tag};
+use granary_format::hash::{key_hash, tag};
 use granary_format::record;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -51,19 +51,20 @@ pub(crate) fn verify(store: &Store) -> Result<VerifyReport> {
     let started = Instant::now();
     let mut r = VerifyReport::default();
     let g = store.sb.grain_bytes;
-    let homes_mask = (1u64 << store.sb.index_table_log2) - 1;
 
     let mut entries = Vec::new();
-    store.index.for_each(|fp, e| entries.push((fp, e)));
+    store.index.for_each(|home, e| entries.push((home, e)));
     let mut live: HashMap<u32, u64> = HashMap::new();
     let mut last_log = Instant::now();
-    for (i, (fp, e)) in entries.iter().enumerate() {
+    for (i, (home, e)) in entries.iter().enumerate() {
         r.entries_checked += 1;
         match store.read_record(*e, true) {
             Ok((hdr, buf)) => {
                 let h = key_hash(record::key_of(&hdr, &buf));
-                if fingerprint(h & homes_mask, tag(h)) != *fp {
-                    r.error(format!("index entry {e:?} sits at fingerprint {fp:#x} but its key hashes elsewhere"));
+                if store.index.home(h) != *home || tag(h) != e.tag() {
+                    r.error(format!(
+                        "index entry {e:?} sits at home {home} but its key hashes elsewhere"
+                    ));
                 }
                 if hdr.seq >= store.next_seq.load(Relaxed) {
                     r.error(format!(

@@ -26,12 +26,14 @@ enum Op {
 fn key_pool() -> Vec<Vec<u8>> {
     let mut keys: Vec<Vec<u8>> = (0..10).map(|i| format!("key-{i}").into_bytes()).collect();
     // Two groups of three keys sharing home slot and tag (64-slot tables).
-    let mut groups: HashMap<(u64, u8), Vec<Vec<u8>>> = HashMap::new();
+    let mut groups: HashMap<(usize, u8), Vec<Vec<u8>>> = HashMap::new();
     let mut found = 0;
     for i in 0.. {
         let k = format!("tagmate-{i}").into_bytes();
         let h = key_hash(&k);
-        let g = groups.entry((h & 63, tag(h))).or_default();
+        let g = groups
+            .entry((granary_index::home_of(h, 64), tag(h)))
+            .or_default();
         g.push(k);
         if g.len() == 3 {
             keys.append(g);
@@ -73,7 +75,7 @@ proptest! {
         let keys = key_pool();
         prop_assert_eq!(keys.len(), 17);
         let dev = Arc::new(MemDevice::new(96 << 20));
-        let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(2 << 20), index_table_log2: Some(6) };
+        let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(2 << 20), index_table_homes: Some(64) };
         let mut store = Store::create(dev.clone(), &create, &OpenOptions::default()).unwrap();
         let mut model: HashMap<usize, Vec<u8>> = HashMap::new();
         for op in ops {
