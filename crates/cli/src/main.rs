@@ -16,11 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(
-    name = "granary",
-    version,
-    about = "Granary: a key-value store and cache for NVMe SSDs"
-)]
+#[command(name = "granary", version, about = "Granary: a key-value store and cache for NVMe SSDs")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -91,6 +87,40 @@ enum Cmd {
         #[command(flatten)]
         dev: DeviceArgs,
     },
+    /// Benchmarks that compare Granary with a peer in the same run.
+    #[command(subcommand)]
+    Bench(BenchCmd),
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// The DRAM index against dashmap and sharded RwLock<hashbrown::HashMap>.
+    Index {
+        /// Keys to insert and look up (e.g. 50M).
+        #[arg(long, default_value = "50M", value_parser = parse_count)]
+        items: u64,
+        /// Thread counts to run, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        threads: Vec<usize>,
+        /// Also write the results as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+/// A count with an optional decimal suffix: 50M = 50,000,000.
+fn parse_count(s: &str) -> Result<u64, String> {
+    let (num, mult) = match s.trim().to_ascii_uppercase().as_str() {
+        t if t.ends_with('K') => (t[..t.len() - 1].to_string(), 1_000),
+        t if t.ends_with('M') => (t[..t.len() - 1].to_string(), 1_000_000),
+        t if t.ends_with('G') => (t[..t.len() - 1].to_string(), 1_000_000_000),
+        t => (t.to_string(), 1),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a count (examples: 1000, 50M)"))?;
+    match n.checked_mul(mult) {
+        Some(v) if v > 0 => Ok(v),
+        _ => Err(format!("count {s:?} is out of range")),
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -109,46 +139,26 @@ fn mode(buffered: bool) -> OpenMode {
 }
 
 fn open(dev: &DeviceArgs, flush: bool) -> Result<Store, String> {
-    let opts = OpenOptions {
-        durability: if flush {
-            Durability::Flush
-        } else {
-            Durability::Direct
-        },
-    };
+    let durability = if flush { Durability::Flush } else { Durability::Direct };
+    let opts = OpenOptions { durability, ..OpenOptions::default() };
     Store::open_path(&dev.path, mode(dev.buffered), &opts).map_err(|e| e.to_string())
 }
 
 fn run(cli: Cli) -> Result<ExitCode, String> {
     match cli.cmd {
-        Cmd::Create {
-            dev,
-            size,
-            segment_size,
-            grain,
-        } => {
-            let opts = CreateOptions {
-                grain_bytes: grain,
-                segment_bytes: segment_size,
-                index_table_homes: None,
-            };
+        Cmd::Create { dev, size, segment_size, grain } => {
+            let opts = CreateOptions { grain_bytes: grain, segment_bytes: segment_size, index_table_homes: None };
             let is_block = std::fs::metadata(&dev.path).map(|m| {
                 use std::os::unix::fs::FileTypeExt;
                 m.file_type().is_block_device()
             });
             let store = if let Ok(true) = is_block {
-                let d = granary_store::io::FileDevice::open(&dev.path, mode(dev.buffered))
-                    .map_err(|e| e.to_string())?;
+                let d =
+                    granary_store::io::FileDevice::open(&dev.path, mode(dev.buffered)).map_err(|e| e.to_string())?;
                 Store::create(std::sync::Arc::new(d), &opts, &OpenOptions::default())
             } else {
                 let size = size.ok_or("--size is required to create a store in a file")?;
-                Store::create_path(
-                    &dev.path,
-                    size,
-                    mode(dev.buffered),
-                    &opts,
-                    &OpenOptions::default(),
-                )
+                Store::create_path(&dev.path, size, mode(dev.buffered), &opts, &OpenOptions::default())
             }
             .map_err(|e| e.to_string())?;
             let st = store.stats();
@@ -163,13 +173,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             store.close().map_err(|e| e.to_string())?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Put {
-            dev,
-            key,
-            value,
-            mode: m,
-            flush,
-        } => {
+        Cmd::Put { dev, key, value, mode: m, flush } => {
             let value = match value {
                 Some(v) if v != "-" => v.as_bytes().to_vec(),
                 _ => {
@@ -186,9 +190,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 Mode::Add => PutMode::CreateOnly,
                 Mode::Replace => PutMode::ReplaceOnly,
             };
-            let outcome = store
-                .put_with(key.as_bytes(), &value, pm)
-                .map_err(|e| e.to_string())?;
+            let outcome = store.put_with(key.as_bytes(), &value, pm).map_err(|e| e.to_string())?;
             store.close().map_err(|e| e.to_string())?;
             match outcome {
                 PutOutcome::Stored => Ok(ExitCode::SUCCESS),
@@ -207,9 +209,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             match store.get(key.as_bytes()).map_err(|e| e.to_string())? {
                 Some(v) => {
                     let mut out = std::io::stdout().lock();
-                    out.write_all(&v)
-                        .and_then(|_| out.flush())
-                        .map_err(|e| format!("cannot write to stdout: {e}"))?;
+                    out.write_all(&v).and_then(|_| out.flush()).map_err(|e| format!("cannot write to stdout: {e}"))?;
                     Ok(ExitCode::SUCCESS)
                 }
                 None => {
@@ -239,6 +239,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Bench(cmd) => bench(cmd),
         Cmd::Verify { dev } => {
             let store = open(&dev, false)?;
             let r = store.verify().map_err(|e| e.to_string())?;
@@ -256,6 +257,26 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 println!("FAILED: {} problems found", r.error_count);
                 Ok(ExitCode::from(1))
             }
+        }
+    }
+}
+
+fn bench(cmd: BenchCmd) -> Result<ExitCode, String> {
+    match cmd {
+        BenchCmd::Index { items, threads, json } => {
+            if threads.is_empty() || threads.contains(&0) {
+                return Err("--threads needs positive thread counts, e.g. 1,2".into());
+            }
+            let opts = granary_bench::index::IndexBenchOptions { items, threads, progress: true };
+            let results = granary_bench::index::run(&opts);
+            print!("{}", granary_bench::index::render(&results));
+            if let Some(path) = json {
+                let text = serde_json::to_string_pretty(&granary_bench::index::to_json(&opts, &results))
+                    .map_err(|e| e.to_string())?;
+                std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                println!("wrote {}", path.display());
+            }
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

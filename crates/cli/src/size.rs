@@ -4,9 +4,7 @@
 /// Parse a size; a clear message on bad input.
 pub fn parse(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
@@ -14,15 +12,9 @@ pub fn parse(s: &str) -> Result<u64, String> {
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        u => {
-            return Err(format!(
-                "unknown size unit {u:?} in {s:?} (use K, M, G or T)"
-            ))
-        }
+        u => return Err(format!("unknown size unit {u:?} in {s:?} (use K, M, G or T)")),
     };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (examples: 4096, 64M, 1G)"))?;
+    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a size (examples: 4096, 64M, 1G)"))?;
     let bytes = n * mult as f64;
     if !(bytes.is_finite() && bytes >= 1.0 && bytes < u64::MAX as f64) {
         return Err(format!("size {s:?} is out of range"));

@@ -16,13 +16,8 @@ fn run(args: &[&str]) -> Output {
 }
 
 fn run_stdin(args: &[&str], input: &[u8]) -> Output {
-    let mut child = bin()
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child =
+        bin().args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(input).unwrap();
     child.wait_with_output().unwrap()
 }
@@ -51,18 +46,8 @@ fn assert_one_line_error(o: &Output, contains: &str) {
     assert_eq!(code(o), 2, "stderr: {e}");
     let errors: Vec<&str> = e.lines().filter(|l| l.starts_with("granary: ")).collect();
     assert_eq!(errors.len(), 1, "one error line expected: {e}");
-    assert!(
-        e.trim_end()
-            .lines()
-            .last()
-            .unwrap()
-            .starts_with("granary: error: "),
-        "{e}"
-    );
-    assert!(
-        !e.contains('\x1b'),
-        "no terminal escapes when stderr is not a terminal: {e}"
-    );
+    assert!(e.trim_end().lines().last().unwrap().starts_with("granary: error: "), "{e}");
+    assert!(!e.contains('\x1b'), "no terminal escapes when stderr is not a terminal: {e}");
     assert!(e.contains(contains), "expected {contains:?} in {e}");
     assert!(!e.contains("panicked") && !e.contains("backtrace"), "{e}");
 }
@@ -84,11 +69,7 @@ fn round_trip_across_processes_with_direct_io() {
     assert_eq!(code(&o), 0);
     assert_eq!(o.stdout, binary);
     let o = run(&["get", p, "empty"]);
-    assert_eq!(
-        (code(&o), o.stdout.len()),
-        (0, 0),
-        "an empty value is present"
-    );
+    assert_eq!((code(&o), o.stdout.len()), (0, 0), "an empty value is present");
 
     let o = run(&["get", p, "missing"]);
     assert_eq!(code(&o), 1);
@@ -98,10 +79,7 @@ fn round_trip_across_processes_with_direct_io() {
     assert_eq!(code(&run(&["del", p, "greeting"])), 1);
     assert_eq!(code(&run(&["get", p, "greeting"])), 1);
     assert_eq!(code(&run(&["put", p, "blob", "x", "--mode", "add"])), 1);
-    assert_eq!(
-        code(&run(&["put", p, "greeting", "x", "--mode", "replace"])),
-        1
-    );
+    assert_eq!(code(&run(&["put", p, "greeting", "x", "--mode", "replace"])), 1);
     assert_eq!(code(&run(&["put", p, "greeting", "again", "--flush"])), 0);
     assert_eq!(run(&["get", p, "greeting"]).stdout, b"again");
 
@@ -112,10 +90,7 @@ fn round_trip_across_processes_with_direct_io() {
     assert!(out.contains("keys              3"), "{out}");
     let o = run(&["stat", p, "--json"]);
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        out.contains("\"keys\":3") && out.contains("\"tombstones\":0"),
-        "{out}"
-    );
+    assert!(out.contains("\"keys\":3") && out.contains("\"tombstones\":0"), "{out}");
 
     let o = run(&["verify", p]);
     assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stdout));
@@ -126,22 +101,13 @@ fn key_and_value_limits_give_clear_errors() {
     let dir = workdir();
     let p = db(dir.path());
     let p = p.to_str().unwrap();
-    assert_eq!(
-        code(&run(&["create", p, "--size", "8M", "--segment-size", "1M"])),
-        0
-    );
+    assert_eq!(code(&run(&["create", p, "--size", "8M", "--segment-size", "1M"])), 0);
     let max_key = "k".repeat(65536);
     assert_eq!(code(&run(&["put", p, &max_key, "v"])), 0);
     assert_eq!(run(&["get", p, &max_key]).stdout, b"v");
     let long_key = "k".repeat(65537);
-    assert_one_line_error(
-        &run(&["put", p, &long_key, "v"]),
-        "keys must be 1 to 65536 bytes",
-    );
-    assert_one_line_error(
-        &run_stdin(&["put", p, "huge"], &vec![0u8; 9 << 20]),
-        "values up to",
-    );
+    assert_one_line_error(&run(&["put", p, &long_key, "v"]), "keys must be 1 to 65536 bytes");
+    assert_one_line_error(&run_stdin(&["put", p, "huge"], &vec![0u8; 9 << 20]), "values up to");
     assert_one_line_error(&run(&["put", p, "", "v"]), "key of 0 bytes");
 }
 
@@ -152,14 +118,8 @@ fn bad_input_gives_one_line_errors() {
     let p = p.to_str().unwrap();
     assert_one_line_error(&run(&["get", p, "k"]), "cannot open");
     assert_one_line_error(&run(&["create", p]), "--size is required");
-    assert_one_line_error(
-        &run(&["create", p, "--size", "1M"]),
-        "fewer than two segments",
-    );
-    assert!(
-        !Path::new(p).exists(),
-        "a failed create leaves no file behind"
-    );
+    assert_one_line_error(&run(&["create", p, "--size", "1M"]), "fewer than two segments");
+    assert!(!Path::new(p).exists(), "a failed create leaves no file behind");
     std::fs::write(p, vec![0u8; 1 << 20]).unwrap();
     assert_one_line_error(&run(&["get", p, "k"]), "not a usable Granary store");
     assert_one_line_error(&run(&["create", p, "--size", "8M"]), "File exists");
@@ -172,40 +132,16 @@ fn corruption_in_the_file_is_detected() {
     let dir = workdir();
     let path = db(dir.path());
     let p = path.to_str().unwrap();
-    assert_eq!(
-        code(&run(&[
-            "create",
-            p,
-            "--size",
-            "8M",
-            "--segment-size",
-            "64K"
-        ])),
-        0
-    );
+    assert_eq!(code(&run(&["create", p, "--size", "8M", "--segment-size", "64K"])), 0);
     let marker = b"VICTIM-VALUE-0123456789";
-    assert_eq!(
-        code(&run(&[
-            "put",
-            p,
-            "victim",
-            std::str::from_utf8(marker).unwrap()
-        ])),
-        0
-    );
+    assert_eq!(code(&run(&["put", p, "victim", std::str::from_utf8(marker).unwrap()])), 0);
     // Fill a few segments so the victim is no longer in the newest ones.
     let filler = vec![b'f'; 30_000];
     for i in 0..8 {
-        assert_eq!(
-            code(&run_stdin(&["put", p, &format!("filler-{i}")], &filler)),
-            0
-        );
+        assert_eq!(code(&run_stdin(&["put", p, &format!("filler-{i}")], &filler)), 0);
     }
     let mut bytes = std::fs::read(&path).unwrap();
-    let at = bytes
-        .windows(marker.len())
-        .position(|w| w == marker)
-        .expect("value on disk");
+    let at = bytes.windows(marker.len()).position(|w| w == marker).expect("value on disk");
     bytes[at + 3] ^= 0x01;
     std::fs::write(&path, &bytes).unwrap();
 

@@ -7,31 +7,15 @@ use std::fmt;
 #[non_exhaustive]
 pub enum FormatError {
     /// Fewer bytes than the structure needs.
-    Truncated {
-        what: &'static str,
-        need: usize,
-        have: usize,
-    },
+    Truncated { what: &'static str, need: usize, have: usize },
     /// The magic number is not the one this structure carries.
     BadMagic { what: &'static str, found: u64 },
     /// A version this build does not know; written by a newer Granary.
-    UnsupportedVersion {
-        what: &'static str,
-        found: u32,
-        supported: u32,
-    },
+    UnsupportedVersion { what: &'static str, found: u32, supported: u32 },
     /// A checksum did not match: torn write or corruption.
-    Checksum {
-        what: &'static str,
-        stored: u32,
-        computed: u32,
-    },
+    Checksum { what: &'static str, stored: u32, computed: u32 },
     /// A field holds a value outside its documented range.
-    BadField {
-        what: &'static str,
-        field: &'static str,
-        value: u64,
-    },
+    BadField { what: &'static str, field: &'static str, value: u64 },
 }
 
 impl fmt::Display for FormatError {

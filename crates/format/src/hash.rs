@@ -61,12 +61,7 @@ mod tests {
             (b"key:000000000042", 0xbbad_7c2b_29da_31e1),
         ];
         for (key, want) in golden {
-            assert_eq!(
-                key_hash(key),
-                want,
-                "hash of {:?}",
-                String::from_utf8_lossy(key)
-            );
+            assert_eq!(key_hash(key), want, "hash of {:?}", String::from_utf8_lossy(key));
         }
     }
 

@@ -51,9 +51,7 @@ const _: () = assert!(RECORD_HEADER_BYTES <= 512);
 const _: () = assert!(SEGMENT_BYTES_MIN.is_power_of_two() && SEGMENT_BYTES_MAX.is_power_of_two());
 const _: () = assert!(DATA_OFFSET_BYTES.is_multiple_of(4096));
 // A 4 GiB value with the largest key fits in the largest segment.
-const _: () = assert!(
-    VALUE_BYTES_MAX + KEY_BYTES_MAX as u64 + RECORD_HEADER_BYTES as u64 + 4096 <= SEGMENT_BYTES_MAX
-);
+const _: () = assert!(VALUE_BYTES_MAX + KEY_BYTES_MAX as u64 + RECORD_HEADER_BYTES as u64 + 4096 <= SEGMENT_BYTES_MAX);
 
 /// Bytes of a record holding `key_len` and `value_len` bytes, before padding.
 pub const fn record_bytes(key_len: usize, value_len: u64) -> u64 {

@@ -6,14 +6,13 @@
 //! off size field
 //!   0    4 magic         "GREC"
 //!   4    1 version       1
-//!   5    1 flags         bit 0 = tombstone; other bits must be zero
+//!   5    1 flags         bit 0 = tombstone; bit 1 = damaged copy; others zero
 //!   6    2 reserved      0
 //!   8    4 key_len       1 ..= 65536
 //!  12    4 seg_stamp     low 32 bits of the alloc_seq of the segment holding this copy
 //!  16    8 value_len     0 ..= 4 GiB (always 0 for a tombstone)
 //!  24    8 seq           store-wide sequence number; unchanged by GC relocation
-//!  32    4 tomb_segment  tombstone: segment that held the deleted version (u32::MAX: none)
-//!  36    4 tomb_stamp    tombstone: that segment's stamp at the time
+//!  32    8 tomb_horizon  tombstone: highest segment alloc_seq in use when it was written
 //!  40    4 header_crc    crc32c(seed, bytes 0..40 ++ key)
 //!  44    4 crc           crc32c(seed, bytes 0..44 ++ key ++ value)
 //!  48    .. key, then value, then zero padding to the next grain
@@ -41,8 +40,10 @@ pub const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"GREC");
 pub const RECORD_VERSION: u8 = 1;
 /// Flag bit: this record is a tombstone.
 pub const FLAG_TOMBSTONE: u8 = 1;
-/// `tomb_segment` value meaning "no segment recorded".
-pub const TOMB_SEGMENT_NONE: u32 = u32::MAX;
+/// Flag bit: GC copied this record from one whose body had failed its
+/// checksum. The copy's checksums hold (it is what was on the device), but
+/// its content is known bad: readers report corruption.
+pub const FLAG_DAMAGED_COPY: u8 = 2;
 
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = OFF_MAGIC + 4;
@@ -52,9 +53,8 @@ const OFF_KEY_LEN: usize = OFF_RESERVED + 2;
 const OFF_STAMP: usize = OFF_KEY_LEN + 4;
 const OFF_VALUE_LEN: usize = OFF_STAMP + 4;
 const OFF_SEQ: usize = OFF_VALUE_LEN + 8;
-const OFF_TOMB_SEGMENT: usize = OFF_SEQ + 8;
-const OFF_TOMB_STAMP: usize = OFF_TOMB_SEGMENT + 4;
-const OFF_HEADER_CRC: usize = OFF_TOMB_STAMP + 4;
+const OFF_TOMB_HORIZON: usize = OFF_SEQ + 8;
+const OFF_HEADER_CRC: usize = OFF_TOMB_HORIZON + 8;
 const OFF_CRC: usize = OFF_HEADER_CRC + 4;
 const _: () = assert!(OFF_CRC + 4 == RECORD_HEADER_BYTES);
 
@@ -73,8 +73,11 @@ pub struct RecordHeader {
     pub seg_stamp: u32,
     pub value_len: u64,
     pub seq: u64,
-    pub tomb_segment: u32,
-    pub tomb_stamp: u32,
+    /// Tombstones: every older version of the key lies in a segment whose
+    /// alloc_seq is at most this (0 for values).
+    pub tomb_horizon: u64,
+    /// See [`FLAG_DAMAGED_COPY`].
+    pub damaged_copy: bool,
 }
 
 impl RecordHeader {
@@ -86,27 +89,22 @@ impl RecordHeader {
             seg_stamp,
             value_len,
             seq,
-            tomb_segment: TOMB_SEGMENT_NONE,
-            tomb_stamp: 0,
+            tomb_horizon: 0,
+            damaged_copy: false,
         }
     }
 
-    /// A header for a tombstone of a version held in `tomb_segment`/`tomb_stamp`.
-    pub fn tombstone(
-        key_len: usize,
-        seq: u64,
-        seg_stamp: u32,
-        tomb_segment: u32,
-        tomb_stamp: u32,
-    ) -> RecordHeader {
+    /// A header for a tombstone written while no segment with an alloc_seq
+    /// above `tomb_horizon` was in use.
+    pub fn tombstone(key_len: usize, seq: u64, seg_stamp: u32, tomb_horizon: u64) -> RecordHeader {
         RecordHeader {
             kind: RecordKind::Tombstone,
             key_len: key_len as u32,
             seg_stamp,
             value_len: 0,
             seq,
-            tomb_segment,
-            tomb_stamp,
+            tomb_horizon,
+            damaged_copy: false,
         }
     }
 
@@ -129,18 +127,11 @@ impl RecordHeader {
     pub fn decode(b: &[u8]) -> Result<RecordHeader, FormatError> {
         const W: &str = "record header";
         if b.len() < RECORD_HEADER_BYTES {
-            return Err(FormatError::Truncated {
-                what: W,
-                need: RECORD_HEADER_BYTES,
-                have: b.len(),
-            });
+            return Err(FormatError::Truncated { what: W, need: RECORD_HEADER_BYTES, have: b.len() });
         }
         let magic = u32_at(b, OFF_MAGIC);
         if magic != RECORD_MAGIC {
-            return Err(FormatError::BadMagic {
-                what: W,
-                found: magic as u64,
-            });
+            return Err(FormatError::BadMagic { what: W, found: magic as u64 });
         }
         if b[OFF_VERSION] != RECORD_VERSION {
             return Err(FormatError::UnsupportedVersion {
@@ -149,15 +140,9 @@ impl RecordHeader {
                 supported: RECORD_VERSION as u32,
             });
         }
-        let bad = |field, value: u64| {
-            Err(FormatError::BadField {
-                what: W,
-                field,
-                value,
-            })
-        };
+        let bad = |field, value: u64| Err(FormatError::BadField { what: W, field, value });
         let flags = b[OFF_FLAGS];
-        if flags & !FLAG_TOMBSTONE != 0 {
+        if flags & !(FLAG_TOMBSTONE | FLAG_DAMAGED_COPY) != 0 {
             return bad("flags", flags as u64);
         }
         if u16_at(b, OFF_RESERVED) != 0 {
@@ -171,11 +156,7 @@ impl RecordHeader {
         if value_len > VALUE_BYTES_MAX {
             return bad("value_len", value_len);
         }
-        let kind = if flags & FLAG_TOMBSTONE != 0 {
-            RecordKind::Tombstone
-        } else {
-            RecordKind::Value
-        };
+        let kind = if flags & FLAG_TOMBSTONE != 0 { RecordKind::Tombstone } else { RecordKind::Value };
         if kind == RecordKind::Tombstone && value_len != 0 {
             return bad("value_len", value_len);
         }
@@ -185,8 +166,8 @@ impl RecordHeader {
             seg_stamp: u32_at(b, OFF_STAMP),
             value_len,
             seq: u64_at(b, OFF_SEQ),
-            tomb_segment: u32_at(b, OFF_TOMB_SEGMENT),
-            tomb_stamp: u32_at(b, OFF_TOMB_STAMP),
+            tomb_horizon: u64_at(b, OFF_TOMB_HORIZON),
+            damaged_copy: flags & FLAG_DAMAGED_COPY != 0,
         })
     }
 
@@ -201,51 +182,51 @@ impl RecordHeader {
         head.fill(0);
         put_u32(head, OFF_MAGIC, RECORD_MAGIC);
         head[OFF_VERSION] = RECORD_VERSION;
-        head[OFF_FLAGS] = if self.is_tombstone() {
-            FLAG_TOMBSTONE
-        } else {
-            0
-        };
+        head[OFF_FLAGS] = if self.is_tombstone() { FLAG_TOMBSTONE } else { 0 }
+            | if self.damaged_copy { FLAG_DAMAGED_COPY } else { 0 };
         put_u32(head, OFF_KEY_LEN, self.key_len);
         put_u32(head, OFF_STAMP, self.seg_stamp);
         put_u64(head, OFF_VALUE_LEN, self.value_len);
         put_u64(head, OFF_SEQ, self.seq);
-        put_u32(head, OFF_TOMB_SEGMENT, self.tomb_segment);
-        put_u32(head, OFF_TOMB_STAMP, self.tomb_stamp);
+        put_u64(head, OFF_TOMB_HORIZON, self.tomb_horizon);
         rest[..key.len()].copy_from_slice(key);
         rest[key.len()..key.len() + value.len()].copy_from_slice(value);
         rest[key.len() + value.len()..].fill(0);
         let header_crc = crc32c_append(crc32c_append(seed, &head[..OFF_HEADER_CRC]), key);
         put_u32(head, OFF_HEADER_CRC, header_crc);
-        let crc = crc32c_append(
-            crc32c_append(crc32c_append(seed, &head[..OFF_CRC]), key),
-            value,
-        );
+        let crc = crc32c_append(crc32c_append(crc32c_append(seed, &head[..OFF_CRC]), key), value);
         put_u32(head, OFF_CRC, crc);
     }
+}
+
+/// Rewrite an encoded, whole record in place for a new segment: set its
+/// stamp and recompute both checksums. With `damaged` (the original failed
+/// its body checksum), the copy is marked [`FLAG_DAMAGED_COPY`], so
+/// relocation never turns corruption into data, and a crash cannot make the
+/// copy look like a torn write either.
+pub fn restamp(seed: u32, h: &RecordHeader, b: &mut [u8], seg_stamp: u32, damaged: bool) {
+    let end = h.record_bytes() as usize;
+    put_u32(b, OFF_STAMP, seg_stamp);
+    if damaged {
+        b[OFF_FLAGS] |= FLAG_DAMAGED_COPY;
+    }
+    let key_end = RECORD_HEADER_BYTES + h.key_len as usize;
+    let header_crc = crc32c_append(crc32c_append(seed, &b[..OFF_HEADER_CRC]), &b[RECORD_HEADER_BYTES..key_end]);
+    put_u32(b, OFF_HEADER_CRC, header_crc);
+    let crc = crc32c_append(crc32c_append(seed, &b[..OFF_CRC]), &b[RECORD_HEADER_BYTES..end]);
+    put_u32(b, OFF_CRC, crc);
 }
 
 /// Check `header_crc`; `b` holds at least the header and the key.
 pub fn verify_header_crc(seed: u32, h: &RecordHeader, b: &[u8]) -> Result<(), FormatError> {
     let end = RECORD_HEADER_BYTES + h.key_len as usize;
     if b.len() < end {
-        return Err(FormatError::Truncated {
-            what: "record key",
-            need: end,
-            have: b.len(),
-        });
+        return Err(FormatError::Truncated { what: "record key", need: end, have: b.len() });
     }
-    let computed = crc32c_append(
-        crc32c_append(seed, &b[..OFF_HEADER_CRC]),
-        &b[RECORD_HEADER_BYTES..end],
-    );
+    let computed = crc32c_append(crc32c_append(seed, &b[..OFF_HEADER_CRC]), &b[RECORD_HEADER_BYTES..end]);
     let stored = u32_at(b, OFF_HEADER_CRC);
     if stored != computed {
-        return Err(FormatError::Checksum {
-            what: "record header",
-            stored,
-            computed,
-        });
+        return Err(FormatError::Checksum { what: "record header", stored, computed });
     }
     Ok(())
 }
@@ -254,23 +235,12 @@ pub fn verify_header_crc(seed: u32, h: &RecordHeader, b: &[u8]) -> Result<(), Fo
 pub fn verify_crc(seed: u32, h: &RecordHeader, b: &[u8]) -> Result<(), FormatError> {
     let end = h.record_bytes() as usize;
     if b.len() < end {
-        return Err(FormatError::Truncated {
-            what: "record",
-            need: end,
-            have: b.len(),
-        });
+        return Err(FormatError::Truncated { what: "record", need: end, have: b.len() });
     }
-    let computed = crc32c_append(
-        crc32c_append(seed, &b[..OFF_CRC]),
-        &b[RECORD_HEADER_BYTES..end],
-    );
+    let computed = crc32c_append(crc32c_append(seed, &b[..OFF_CRC]), &b[RECORD_HEADER_BYTES..end]);
     let stored = u32_at(b, OFF_CRC);
     if stored != computed {
-        return Err(FormatError::Checksum {
-            what: "record",
-            stored,
-            computed,
-        });
+        return Err(FormatError::Checksum { what: "record", stored, computed });
     }
     Ok(())
 }
@@ -311,7 +281,7 @@ mod tests {
 
     #[test]
     fn tombstone_round_trip() {
-        let h = RecordHeader::tombstone(3, 9, 4, 12, 3);
+        let h = RecordHeader::tombstone(3, 9, 4, 12);
         let b = encode(&h, b"key", b"");
         let d = RecordHeader::decode(&b).unwrap();
         assert_eq!(d, h);
@@ -332,10 +302,7 @@ mod tests {
         let mut v = b.clone();
         v[RECORD_HEADER_BYTES + 4] ^= 1; // a value byte
         verify_header_crc(SEED, &h, &v).unwrap();
-        assert!(matches!(
-            verify_crc(SEED, &h, &v),
-            Err(FormatError::Checksum { .. })
-        ));
+        assert!(matches!(verify_crc(SEED, &h, &v), Err(FormatError::Checksum { .. })));
         let mut k = b.clone();
         k[RECORD_HEADER_BYTES] ^= 1; // a key byte
         assert!(verify_header_crc(SEED, &h, &k).is_err());
@@ -350,25 +317,13 @@ mod tests {
         let b = encode(&h, b"key", b"value");
         let mut f = b.clone();
         f[OFF_FLAGS] = 0x80;
-        assert!(matches!(
-            RecordHeader::decode(&f),
-            Err(FormatError::BadField { field: "flags", .. })
-        ));
+        assert!(matches!(RecordHeader::decode(&f), Err(FormatError::BadField { field: "flags", .. })));
         let mut v = b.clone();
         v[OFF_VERSION] = 2;
-        assert!(matches!(
-            RecordHeader::decode(&v),
-            Err(FormatError::UnsupportedVersion { found: 2, .. })
-        ));
+        assert!(matches!(RecordHeader::decode(&v), Err(FormatError::UnsupportedVersion { found: 2, .. })));
         let mut kl = b.clone();
         put_u32(&mut kl, OFF_KEY_LEN, (KEY_BYTES_MAX + 1) as u32);
-        assert!(matches!(
-            RecordHeader::decode(&kl),
-            Err(FormatError::BadField {
-                field: "key_len",
-                ..
-            })
-        ));
+        assert!(matches!(RecordHeader::decode(&kl), Err(FormatError::BadField { field: "key_len", .. })));
     }
 
     proptest! {

@@ -110,27 +110,16 @@ impl SegmentHeader {
     pub fn decode(b: &[u8]) -> Result<SegmentHeader, FormatError> {
         const W: &str = "segment header";
         if b.len() < SEGMENT_HEADER_BYTES {
-            return Err(FormatError::Truncated {
-                what: W,
-                need: SEGMENT_HEADER_BYTES,
-                have: b.len(),
-            });
+            return Err(FormatError::Truncated { what: W, need: SEGMENT_HEADER_BYTES, have: b.len() });
         }
         let magic = u32_at(b, OFF_MAGIC);
         if magic != SEGMENT_MAGIC {
-            return Err(FormatError::BadMagic {
-                what: W,
-                found: magic as u64,
-            });
+            return Err(FormatError::BadMagic { what: W, found: magic as u64 });
         }
         let stored = u32_at(b, OFF_CRC);
         let computed = crc32c(&b[..OFF_CRC]);
         if stored != computed {
-            return Err(FormatError::Checksum {
-                what: W,
-                stored,
-                computed,
-            });
+            return Err(FormatError::Checksum { what: W, stored, computed });
         }
         let version = u16_at(b, OFF_VERSION);
         if version != SEGMENT_VERSION {
@@ -144,31 +133,15 @@ impl SegmentHeader {
             1 => SegmentKind::Kv,
             2 => SegmentKind::Index,
             3 => SegmentKind::Free,
-            k => {
-                return Err(FormatError::BadField {
-                    what: W,
-                    field: "kind",
-                    value: k as u64,
-                })
-            }
+            k => return Err(FormatError::BadField { what: W, field: "kind", value: k as u64 }),
         };
         let stream = match b[OFF_STREAM] {
             0 => Stream::User,
             1 => Stream::Relocation,
-            s => {
-                return Err(FormatError::BadField {
-                    what: W,
-                    field: "stream",
-                    value: s as u64,
-                })
-            }
+            s => return Err(FormatError::BadField { what: W, field: "stream", value: s as u64 }),
         };
         if u32_at(b, OFF_RESERVED) != 0 {
-            return Err(FormatError::BadField {
-                what: W,
-                field: "reserved",
-                value: u32_at(b, OFF_RESERVED) as u64,
-            });
+            return Err(FormatError::BadField { what: W, field: "reserved", value: u32_at(b, OFF_RESERVED) as u64 });
         }
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&b[OFF_UUID..OFF_UUID + 16]);
@@ -213,13 +186,7 @@ mod tests {
 
     #[test]
     fn zeroed_grain_is_bad_magic_zero() {
-        assert_eq!(
-            SegmentHeader::decode(&[0u8; 64]),
-            Err(FormatError::BadMagic {
-                what: "segment header",
-                found: 0
-            })
-        );
+        assert_eq!(SegmentHeader::decode(&[0u8; 64]), Err(FormatError::BadMagic { what: "segment header", found: 0 }));
     }
 
     #[test]
@@ -228,17 +195,11 @@ mod tests {
         sample().encode(&mut b);
         let mut c = b;
         c[20] ^= 0x40;
-        assert!(matches!(
-            SegmentHeader::decode(&c),
-            Err(FormatError::Checksum { .. })
-        ));
+        assert!(matches!(SegmentHeader::decode(&c), Err(FormatError::Checksum { .. })));
         let mut k = b;
         k[OFF_KIND] = 9;
         let crc = crc32c(&k[..OFF_CRC]);
         put_u32(&mut k, OFF_CRC, crc);
-        assert!(matches!(
-            SegmentHeader::decode(&k),
-            Err(FormatError::BadField { field: "kind", .. })
-        ));
+        assert!(matches!(SegmentHeader::decode(&k), Err(FormatError::BadField { field: "kind", .. })));
     }
 }

@@ -94,43 +94,22 @@ impl Superblock {
     pub fn decode(b: &[u8]) -> Result<Superblock, FormatError> {
         const W: &str = "superblock";
         if b.len() < SUPERBLOCK_BYTES {
-            return Err(FormatError::Truncated {
-                what: W,
-                need: SUPERBLOCK_BYTES,
-                have: b.len(),
-            });
+            return Err(FormatError::Truncated { what: W, need: SUPERBLOCK_BYTES, have: b.len() });
         }
         let magic = u64_at(b, OFF_MAGIC);
         if magic != SUPERBLOCK_MAGIC {
-            return Err(FormatError::BadMagic {
-                what: W,
-                found: magic,
-            });
+            return Err(FormatError::BadMagic { what: W, found: magic });
         }
         let stored = u32_at(b, OFF_CRC);
         let computed = crc32c(&b[..OFF_CRC]);
         if stored != computed {
-            return Err(FormatError::Checksum {
-                what: W,
-                stored,
-                computed,
-            });
+            return Err(FormatError::Checksum { what: W, stored, computed });
         }
         let version = u32_at(b, OFF_VERSION);
         if version != SUPERBLOCK_VERSION {
-            return Err(FormatError::UnsupportedVersion {
-                what: W,
-                found: version,
-                supported: SUPERBLOCK_VERSION,
-            });
+            return Err(FormatError::UnsupportedVersion { what: W, found: version, supported: SUPERBLOCK_VERSION });
         }
-        let bad = |field, value: u64| {
-            Err(FormatError::BadField {
-                what: W,
-                field,
-                value,
-            })
-        };
+        let bad = |field, value: u64| Err(FormatError::BadField { what: W, field, value });
         let flags = u32_at(b, OFF_FLAGS);
         if flags != 0 {
             return bad("flags", flags as u64);
@@ -173,10 +152,7 @@ impl Superblock {
         if self.segment_count == 0 || self.segment_count > u32::MAX as u64 {
             return Err(("segment_count", self.segment_count));
         }
-        let end = self
-            .segment_count
-            .checked_mul(self.segment_bytes)
-            .and_then(|x| x.checked_add(DATA_OFFSET_BYTES));
+        let end = self.segment_count.checked_mul(self.segment_bytes).and_then(|x| x.checked_add(DATA_OFFSET_BYTES));
         match end {
             Some(end) if end <= self.device_bytes => {}
             _ => return Err(("device_bytes", self.device_bytes)),
@@ -236,20 +212,14 @@ mod tests {
         sample().encode(&mut buf);
         let mut flipped = buf;
         flipped[40] ^= 1;
-        assert!(matches!(
-            Superblock::decode(&flipped),
-            Err(FormatError::Checksum { .. })
-        ));
+        assert!(matches!(Superblock::decode(&flipped), Err(FormatError::Checksum { .. })));
 
         let mut newer = buf;
         put_u32(&mut newer, OFF_VERSION, 2);
         let crc = crc32c(&newer[..OFF_CRC]);
         put_u32(&mut newer, OFF_CRC, crc);
         let err = Superblock::decode(&newer).unwrap_err();
-        assert!(
-            matches!(err, FormatError::UnsupportedVersion { found: 2, .. }),
-            "{err}"
-        );
+        assert!(matches!(err, FormatError::UnsupportedVersion { found: 2, .. }), "{err}");
         assert!(err.to_string().contains("version 2"));
     }
 

@@ -6,14 +6,18 @@
 //! may have any number of homes, fixed when the index is created. The
 //! directory has `2^d` tables (`d <= 8`); the tag's low `d` bits pick one.
 //!
-//! **Locks.** A fixed array of mutexes, one per (table mod `L0`, region),
-//! where `L0` is the number of tables the index started with and a region is
-//! `2^region_log2` consecutive slots. Table `t` and the two tables it splits
-//! into, `t` and `t + n`, share the lock of every region, so the same lock
-//! guards a region before, during and after a resize. A lookup of home `b`
-//! locks the regions of `b` and `b + H - 1`; a writer locks the region of `b`
-//! and the next one: at most two locks, always in increasing order, and an
-//! operation touches only slots in the regions it holds.
+//! **Locks.** A fixed array of region locks, one per (table mod `L0`,
+//! region), where `L0` is the number of tables the index started with and a
+//! region is `2^region_log2` consecutive slots (by default sized so a table
+//! has at least ~64 regions, between 128 and 8192 slots). Table `t` and the
+//! two tables it splits into, `t` and `t + n`, share the lock of every
+//! region, so the same lock guards a region before, during and after a
+//! resize. A writer locks the region of its home `b` and the next one: at
+//! most two locks, always in increasing order, and it touches only slots in
+//! the regions it holds. A region lock is a mutex plus a version (a
+//! seqlock): writers make the version odd while they hold the mutex, and a
+//! lookup takes no lock at all: it reads the regions of `b` and `b + H - 1`
+//! and retries if either version was odd or changed meanwhile.
 //!
 //! **Resize.** The first insert that finds no room starts a grow: a new
 //! directory of `2n` zeroed (lazily allocated) tables is published together
@@ -28,6 +32,12 @@
 //! writer ever copies a whole table, except an insert that finds its new
 //! neighbourhood full while a migration is still running (rare: new tables
 //! are half as full), which finishes the migration before growing again.
+//! Growth is driven by load: an insert that finds no room grows the
+//! directory only once the index holds [`GROW_LOAD_PERCENT`] of its
+//! slots (or its table's stash is full). Below that, and at the largest
+//! directory, the entry goes to its table's small stash (see `table`): one
+//! dense neighbourhood must not double the whole index. A migration moves a
+//! region's stashed entries with the region.
 //!
 //! **Validation.** An operation loads the state, takes its locks, then checks
 //! that the state is still the one it loaded; if not, it retries. With its
@@ -40,7 +50,7 @@ use crate::{NEIGHBOURHOOD as H, REGION_SLOTS_LOG2_DEFAULT, TABLES_LOG2_MAX};
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 use granary_format::hash;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Geometry of an index.
@@ -53,21 +63,47 @@ pub struct IndexConfig {
     /// log2 of the number of tables to start with (also the lock array's
     /// multiple: more initial tables, more locks).
     pub initial_tables_log2: u32,
+    /// An insert that finds no room grows the directory once the index
+    /// holds this share of its slots (percent); below it, the entry is
+    /// stashed. 0 grows at the first full neighbourhood.
+    pub grow_load_percent: u64,
 }
 
 impl IndexConfig {
-    /// One table to start with and regions of 8192 slots.
+    /// One table to start with; regions sized by [`Self::with_tables`].
     pub fn new(table_homes: u32) -> IndexConfig {
-        IndexConfig {
-            table_homes,
-            region_log2: REGION_SLOTS_LOG2_DEFAULT,
-            initial_tables_log2: 0,
-        }
+        IndexConfig::with_tables(table_homes, 0)
+    }
+
+    /// `2^initial_tables_log2` tables to start with, and regions sized so
+    /// the index has about [`LOCKS_TARGET`] region locks in all (between 128
+    /// and 8192 slots a region): enough that threads rarely meet on one,
+    /// few enough that the lock array stays in cache.
+    pub fn with_tables(table_homes: u32, initial_tables_log2: u32) -> IndexConfig {
+        let slots = table_homes as u64 + H as u64 - 1;
+        let per_table = (LOCKS_TARGET >> initial_tables_log2).max(1);
+        let log2 = (63 - (slots / per_table).max(1).leading_zeros()).clamp(7, REGION_SLOTS_LOG2_DEFAULT);
+        IndexConfig { table_homes, region_log2: log2, initial_tables_log2, grow_load_percent: GROW_LOAD_PERCENT }
     }
 
     /// Slots of the largest directory (all 256 tables).
     pub fn max_slots(&self) -> u64 {
         (self.table_homes as u64) << TABLES_LOG2_MAX
+    }
+}
+
+/// Default of [`IndexConfig::grow_load_percent`].
+pub const GROW_LOAD_PERCENT: u64 = 85;
+
+/// Region locks an index aims for (see [`IndexConfig::with_tables`]).
+pub const LOCKS_TARGET: u64 = 1024;
+
+/// Free what earlier resizes retired, as far as no thread still reads it
+/// (retired directories are otherwise freed a little later, by whichever
+/// thread next advances the epoch). For measurements and tests.
+pub fn collect_retired() {
+    for _ in 0..8 {
+        epoch::pin().flush();
     }
 }
 
@@ -121,6 +157,8 @@ pub struct IndexStats {
     pub memory_bytes: u64,
     pub grows: u64,
     pub resizing: bool,
+    /// Entries in the tables' stashes (their neighbourhoods were full).
+    pub stashed: u64,
 }
 
 struct Dir {
@@ -147,12 +185,46 @@ struct Place {
     tag: u8,
 }
 
+/// One region's lock: writers hold the mutex and keep the version odd while
+/// they do; readers check the version before and after reading.
+struct RegionLock {
+    mutex: Mutex<()>,
+    version: AtomicU64,
+}
+
+impl RegionLock {
+    fn write(&self) -> MutexGuard<'_, ()> {
+        let g = lock(&self.mutex);
+        self.version.fetch_add(1, Relaxed);
+        // Readers that see slot writes made after this point also see the
+        // odd version when they re-check it.
+        fence(Release);
+        g
+    }
+
+    /// The version to validate a read against; None while a writer is in.
+    fn read_begin(&self) -> Option<u64> {
+        let v = self.version.load(Acquire);
+        (v & 1 == 0).then_some(v)
+    }
+}
+
 struct Held<'a> {
-    _a: MutexGuard<'a, ()>,
-    _b: Option<MutexGuard<'a, ()>>,
+    a: (&'a RegionLock, MutexGuard<'a, ()>),
+    b: Option<(&'a RegionLock, MutexGuard<'a, ()>)>,
     ra: usize,
     rb: usize,
     span: Span,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        // Even again: the slot writes are visible to a reader that sees it.
+        if let Some((l, _)) = &self.b {
+            l.version.fetch_add(1, Release);
+        }
+        self.a.0.version.fetch_add(1, Release);
+    }
 }
 
 /// The concurrent index.
@@ -160,7 +232,7 @@ pub struct Index {
     cfg: IndexConfig,
     /// Lock regions per table.
     regions: usize,
-    locks: Box<[Mutex<()>]>,
+    locks: Box<[RegionLock]>,
     state: Atomic<State>,
     entries: AtomicU64,
     grows: AtomicU64,
@@ -177,33 +249,26 @@ fn lock(m: &Mutex<()>) -> MutexGuard<'_, ()> {
 enum Insert {
     Done,
     Grow,
+    Full,
 }
 
 impl Index {
     pub fn new(cfg: IndexConfig) -> Index {
         assert!(cfg.table_homes >= 1 && cfg.table_homes <= 1 << hash::SLOT_BITS);
         assert!(cfg.initial_tables_log2 <= TABLES_LOG2_MAX);
-        assert!(
-            (1usize << cfg.region_log2) >= H,
-            "a region must hold a neighbourhood"
-        );
+        assert!((1usize << cfg.region_log2) >= H, "a region must hold a neighbourhood");
         let slots = cfg.table_homes as usize + H - 1;
         let regions = slots.div_ceil(1 << cfg.region_log2);
         let n = 1usize << cfg.initial_tables_log2;
         let dir = Dir {
-            tables: (0..n)
-                .map(|_| Table::new(cfg.table_homes as usize))
-                .collect(),
+            tables: (0..n).map(|_| Table::new(cfg.table_homes as usize, cfg.region_log2)).collect(),
             log2: cfg.initial_tables_log2,
         };
         Index {
             cfg,
             regions,
-            locks: (0..n * regions).map(|_| Mutex::new(())).collect(),
-            state: Atomic::new(State {
-                cur: Arc::new(dir),
-                mig: None,
-            }),
+            locks: (0..n * regions).map(|_| RegionLock { mutex: Mutex::new(()), version: AtomicU64::new(0) }).collect(),
+            state: Atomic::new(State { cur: Arc::new(dir), mig: None }),
             entries: AtomicU64::new(0),
             grows: AtomicU64::new(0),
             grow_lock: Mutex::new(()),
@@ -221,11 +286,7 @@ impl Index {
 
     fn place(&self, log2: u32, h: u64) -> Place {
         let tag = hash::tag(h);
-        Place {
-            table: (tag as usize) & ((1 << log2) - 1),
-            home: self.home(h),
-            tag,
-        }
+        Place { table: (tag as usize) & ((1 << log2) - 1), home: self.home(h), tag }
     }
 
     fn region(&self, slot: usize) -> usize {
@@ -234,31 +295,48 @@ impl Index {
 
     fn lock_regions(&self, table: usize, ra: usize, rb: usize) -> Held<'_> {
         debug_assert!(ra <= rb && rb - ra <= 1 && rb < self.regions);
-        let base = (table & ((1 << self.cfg.initial_tables_log2) - 1)) * self.regions;
-        let a = lock(&self.locks[base + ra]);
-        let b = (rb != ra).then(|| lock(&self.locks[base + rb]));
+        let (la, lb) = self.region_locks(table, ra, rb);
+        let a = (la, la.write());
+        let b = (rb != ra).then(|| (lb, lb.write()));
         let slots = self.cfg.table_homes as usize + H - 1;
-        let span = Span {
-            lo: ra << self.cfg.region_log2,
-            hi: ((rb + 1) << self.cfg.region_log2).min(slots),
-        };
-        Held {
-            _a: a,
-            _b: b,
-            ra,
-            rb,
-            span,
+        let span = Span { lo: ra << self.cfg.region_log2, hi: ((rb + 1) << self.cfg.region_log2).min(slots) };
+        Held { a, b, ra, rb, span }
+    }
+
+    fn region_locks(&self, table: usize, ra: usize, rb: usize) -> (&RegionLock, &RegionLock) {
+        let base = (table & ((1 << self.cfg.initial_tables_log2) - 1)) * self.regions;
+        (&self.locks[base + ra], &self.locks[base + rb])
+    }
+
+    /// Run the read-only `f` on hash `h`'s neighbourhood without locking:
+    /// retried until no writer touched its regions meanwhile.
+    fn optimistic<R>(&self, h: u64, f: impl Fn(&State, Place) -> R) -> R {
+        let guard = epoch::pin();
+        loop {
+            let sp = self.state.load(Acquire, &guard);
+            // SAFETY: as in `locked`.
+            let st = unsafe { sp.deref() };
+            let p = self.place(st.cur.log2, h);
+            let (ra, rb) = (self.region(p.home), self.region(p.home + H - 1));
+            let (la, lb) = self.region_locks(p.table, ra, rb);
+            let (Some(va), Some(vb)) = (la.read_begin(), lb.read_begin()) else {
+                std::hint::spin_loop();
+                continue;
+            };
+            let out = f(st, p);
+            fence(Acquire);
+            if la.version.load(Relaxed) == va
+                && lb.version.load(Relaxed) == vb
+                && self.state.load(Relaxed, &guard) == sp
+            {
+                return out;
+            }
         }
     }
 
-    /// Run `f` with the state loaded and validated under the locks an
-    /// operation on hash `h` needs (`writer`: the home's region and the next).
-    fn locked<R>(
-        &self,
-        h: u64,
-        writer: bool,
-        f: impl FnOnce(&State, Place, &Held<'_>, &Guard) -> R,
-    ) -> R {
+    /// Run the writer `f` with the state loaded and validated under the
+    /// locks of hash `h`'s home region and the next, migrated if a resize runs.
+    fn locked<R>(&self, h: u64, f: impl FnOnce(&State, Place, &Held<'_>, &Guard) -> R) -> R {
         let guard = epoch::pin();
         loop {
             let sp = self.state.load(Acquire, &guard);
@@ -267,21 +345,15 @@ impl Index {
             let st = unsafe { sp.deref() };
             let p = self.place(st.cur.log2, h);
             let ra = self.region(p.home);
-            let rb = if writer {
-                (ra + 1).min(self.regions - 1)
-            } else {
-                self.region(p.home + H - 1)
-            };
+            let rb = (ra + 1).min(self.regions - 1);
             let held = self.lock_regions(p.table, ra, rb);
             if self.state.load(Acquire, &guard) != sp {
                 continue; // a resize started or finished: place again
             }
-            if writer {
-                if let Some(m) = &st.mig {
-                    let t_old = p.table & (m.old.tables.len() - 1);
-                    for r in held.ra..=held.rb {
-                        self.migrate_region(sp, st, m, t_old, r, &guard);
-                    }
+            if let Some(m) = &st.mig {
+                let t_old = p.table & (m.old.tables.len() - 1);
+                for r in held.ra..=held.rb {
+                    self.migrate_region(sp, st, m, t_old, r, &guard);
                 }
             }
             return f(st, p, &held, &guard);
@@ -290,15 +362,7 @@ impl Index {
 
     /// Copy region `r` of old table `t_old` into the new tables, once. The
     /// caller holds the region's lock.
-    fn migrate_region(
-        &self,
-        sp: Shared<'_, State>,
-        st: &State,
-        m: &Migration,
-        t_old: usize,
-        r: usize,
-        guard: &Guard,
-    ) {
+    fn migrate_region(&self, sp: Shared<'_, State>, st: &State, m: &Migration, t_old: usize, r: usize, guard: &Guard) {
         let flag = &m.done[t_old * self.regions + r];
         if flag.load(Relaxed) {
             return;
@@ -307,27 +371,28 @@ impl Index {
         let n_old = m.old.tables.len();
         let lo = r << self.cfg.region_log2;
         let hi = ((r + 1) << self.cfg.region_log2).min(old.len());
+        let dest = |e: Entry| &st.cur.tables[t_old + n_old * ((e.tag() >> m.old.log2) & 1) as usize];
         for s in lo..hi {
             let e = old.get(s);
             if !e.is_free() {
-                let bit = ((e.tag() >> m.old.log2) & 1) as usize;
-                st.cur.tables[t_old + n_old * bit].set(s, e);
+                dest(e).set(s, e);
+            }
+        }
+        // Stashed entries homed in this region go back into a neighbourhood
+        // of the (half as full) new table when it has room inside this
+        // region, else to its stash.
+        for (home, e) in old.stash_take_region(r) {
+            let placed = home + H <= hi && dest(e).insert(Span { lo, hi }, home, e);
+            if !placed {
+                dest(e).stash_push_always(home, e);
             }
         }
         flag.store(true, Relaxed);
         if m.remaining.fetch_sub(1, AcqRel) == 1 {
             // Last region: publish the state without the migration.
-            let next = Owned::new(State {
-                cur: st.cur.clone(),
-                mig: None,
-            });
-            let swapped = self
-                .state
-                .compare_exchange(sp, next, AcqRel, Acquire, guard);
-            assert!(
-                swapped.is_ok(),
-                "only the last migrator may end a migration"
-            );
+            let next = Owned::new(State { cur: st.cur.clone(), mig: None });
+            let swapped = self.state.compare_exchange(sp, next, AcqRel, Acquire, guard);
+            assert!(swapped.is_ok(), "only the last migrator may end a migration");
             // SAFETY: `sp` is no longer reachable from `self.state`; threads
             // still holding it are pinned, and the epoch frees it after them.
             unsafe { guard.defer_destroy(sp) };
@@ -369,16 +434,11 @@ impl Index {
             return Ok(());
         }
         if st.cur.log2 >= TABLES_LOG2_MAX {
-            return Err(IndexError::Full {
-                tables: st.cur.tables.len(),
-                entries: self.entries.load(Relaxed),
-            });
+            return Err(IndexError::Full { tables: st.cur.tables.len(), entries: self.entries.load(Relaxed) });
         }
         let n = st.cur.tables.len();
         let dir = Dir {
-            tables: (0..2 * n)
-                .map(|_| Table::new(self.cfg.table_homes as usize))
-                .collect(),
+            tables: (0..2 * n).map(|_| Table::new(self.cfg.table_homes as usize, self.cfg.region_log2)).collect(),
             log2: st.cur.log2 + 1,
         };
         let regions = n * self.regions;
@@ -387,17 +447,9 @@ impl Index {
             done: (0..regions).map(|_| AtomicBool::new(false)).collect(),
             remaining: AtomicUsize::new(regions),
         };
-        let next = Owned::new(State {
-            cur: Arc::new(dir),
-            mig: Some(mig),
-        });
-        let swapped = self
-            .state
-            .compare_exchange(sp, next, AcqRel, Acquire, &guard);
-        assert!(
-            swapped.is_ok(),
-            "states change only under the grow lock or by the last migrator"
-        );
+        let next = Owned::new(State { cur: Arc::new(dir), mig: Some(mig) });
+        let swapped = self.state.compare_exchange(sp, next, AcqRel, Acquire, &guard);
+        assert!(swapped.is_ok(), "states change only under the grow lock or by the last migrator");
         // SAFETY: as in `migrate_region`.
         unsafe { guard.defer_destroy(sp) };
         self.grows.fetch_add(1, Relaxed);
@@ -406,30 +458,39 @@ impl Index {
 
     /// Entries whose home and tag match `h`: the key's candidates.
     pub fn lookup(&self, h: u64) -> Candidates {
-        self.locked(h, false, |st, p, _held, _g| {
-            let mut c = Candidates {
-                n: 0,
-                e: [Entry::FREE; H],
-            };
+        self.optimistic(h, |st, p| {
+            let mut c = Candidates { n: 0, e: [Entry::FREE; H] };
             let cur = &st.cur.tables[p.table];
-            for off in 0..H {
-                let s = p.home + off;
-                let e = match &st.mig {
-                    Some(m) => {
-                        let t_old = p.table & (m.old.tables.len() - 1);
-                        if m.done[t_old * self.regions + self.region(s)].load(Relaxed) {
-                            cur.get(s)
-                        } else {
-                            m.old.tables[t_old].get(s)
-                        }
-                    }
-                    None => cur.get(s),
-                };
-                if !e.is_free() && e.neigh_off() as usize == off && e.tag() == p.tag {
+            let mut push = |e| {
+                if c.n < H {
                     c.e[c.n] = e;
                     c.n += 1;
                 }
+            };
+            let Some(m) = &st.mig else {
+                cur.scan(p.home, p.tag, &mut push);
+                cur.stash_matches(p.home, p.tag, &mut push);
+                return c;
+            };
+            let t_old = p.table & (m.old.tables.len() - 1);
+            // A stashed entry migrates with its home's region.
+            let stash = if m.done[t_old * self.regions + self.region(p.home)].load(Relaxed) {
+                cur
+            } else {
+                &m.old.tables[t_old]
+            };
+            for off in 0..H {
+                let s = p.home + off;
+                let e = if m.done[t_old * self.regions + self.region(s)].load(Relaxed) {
+                    cur.get(s)
+                } else {
+                    m.old.tables[t_old].get(s)
+                };
+                if !e.is_free() && e.neigh_off() as usize == off && e.tag() == p.tag {
+                    push(e);
+                }
             }
+            stash.stash_matches(p.home, p.tag, &mut push);
             c
         })
     }
@@ -438,13 +499,28 @@ impl Index {
     /// neighbourhood is full.
     pub fn insert(&self, h: u64, kv_size: u64, pba: u64) -> Result<(), IndexError> {
         loop {
-            let (outcome, seen) = self.locked(h, true, |st, p, held, _g| {
+            let (outcome, seen) = self.locked(h, |st, p, held, _g| {
                 let table = &st.cur.tables[p.table];
-                let ok = table.insert(held.span, p.home, Entry::new(0, p.tag, kv_size, pba));
-                (
-                    if ok { Insert::Done } else { Insert::Grow },
-                    st as *const State,
-                )
+                let e = Entry::new(0, p.tag, kv_size, pba);
+                let can_grow = st.cur.log2 < TABLES_LOG2_MAX;
+                let slots = (st.cur.tables.len() * st.cur.tables[0].len()) as u64;
+                let loaded = self.entries.load(Relaxed) * 100 >= slots * self.cfg.grow_load_percent;
+                let outcome = if table.insert(held.span, p.home, e) {
+                    Insert::Done
+                } else if can_grow && loaded {
+                    Insert::Grow
+                } else if table.stash_push(p.home, e) {
+                    // An isolated overflow below the growth load: stashed, so
+                    // one dense neighbourhood never doubles the whole index.
+                    // (`stash_push` refuses a 33rd entry of one home and tag,
+                    // so a key's candidates always fit in a `Candidates`.)
+                    Insert::Done
+                } else if can_grow {
+                    Insert::Grow
+                } else {
+                    Insert::Full
+                };
+                (outcome, st as *const State)
             });
             match outcome {
                 Insert::Done => {
@@ -452,6 +528,10 @@ impl Index {
                     return Ok(());
                 }
                 Insert::Grow => self.grow(seen)?,
+                Insert::Full => {
+                    let entries = self.entries.load(Relaxed);
+                    return Err(IndexError::Full { tables: 1 << TABLES_LOG2_MAX, entries });
+                }
             }
         }
     }
@@ -459,21 +539,14 @@ impl Index {
     /// Point the entry of `h` that points at `old_pba` to a new record.
     /// Returns false if no such entry exists.
     pub fn replace(&self, h: u64, old_pba: u64, kv_size: u64, pba: u64) -> bool {
-        self.locked(h, true, |st, p, _held, _g| {
-            st.cur.tables[p.table].update(
-                p.home,
-                p.tag,
-                old_pba,
-                Some(Entry::new(0, p.tag, kv_size, pba)),
-            )
+        self.locked(h, |st, p, _held, _g| {
+            st.cur.tables[p.table].update(p.home, p.tag, old_pba, Some(Entry::new(0, p.tag, kv_size, pba)))
         })
     }
 
     /// Remove the entry of `h` that points at `pba`.
     pub fn remove(&self, h: u64, pba: u64) -> bool {
-        let done = self.locked(h, true, |st, p, _held, _g| {
-            st.cur.tables[p.table].update(p.home, p.tag, pba, None)
-        });
+        let done = self.locked(h, |st, p, _held, _g| st.cur.tables[p.table].update(p.home, p.tag, pba, None));
         if done {
             self.entries.fetch_sub(1, Relaxed);
         }
@@ -501,6 +574,9 @@ impl Index {
                     }
                 }
             }
+            for (home, e) in table.stash_entries() {
+                f(home, e);
+            }
         }
     }
 
@@ -508,12 +584,7 @@ impl Index {
         let guard = epoch::pin();
         // SAFETY: as in `locked`.
         let st = unsafe { self.state.load(Acquire, &guard).deref() };
-        let mem = |d: &Dir| {
-            d.tables
-                .iter()
-                .map(|t| t.memory_bytes() as u64)
-                .sum::<u64>()
-        };
+        let mem = |d: &Dir| d.tables.iter().map(|t| t.memory_bytes() as u64).sum::<u64>();
         IndexStats {
             entries: self.entries.load(Relaxed),
             tables: st.cur.tables.len() as u64,
@@ -521,6 +592,7 @@ impl Index {
             memory_bytes: mem(&st.cur) + st.mig.as_ref().map_or(0, |m| mem(&m.old)),
             grows: self.grows.load(Relaxed),
             resizing: st.mig.is_some(),
+            stashed: st.cur.tables.iter().map(|t| t.stash_len() as u64).sum(),
         }
     }
 }

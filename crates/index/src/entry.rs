@@ -11,8 +11,10 @@ use granary_format::limits::{KV_SIZE_BITS, KV_SIZE_GRAINS_MAX, PBA_BITS, PBA_MAX
 
 const PBA_SHIFT: u32 = 0;
 const SIZE_SHIFT: u32 = PBA_SHIFT + PBA_BITS;
-const TAG_SHIFT: u32 = SIZE_SHIFT + KV_SIZE_BITS;
-const OFF_SHIFT: u32 = TAG_SHIFT + 8;
+pub(crate) const TAG_SHIFT: u32 = SIZE_SHIFT + KV_SIZE_BITS;
+pub(crate) const OFF_SHIFT: u32 = TAG_SHIFT + 8;
+/// The offset and tag fields.
+pub(crate) const OFF_TAG_MASK: u64 = !0 << TAG_SHIFT;
 const _: () = assert!(OFF_SHIFT + 5 == 64);
 
 const PBA_MASK: u64 = (1 << PBA_BITS) - 1;
@@ -31,12 +33,7 @@ impl Entry {
         assert!(neigh_off < 32, "neigh_off out of range");
         assert!(pba <= PBA_MAX, "pba out of range");
         let size = kv_size.min(KV_SIZE_GRAINS_MAX as u64);
-        Entry(
-            ((neigh_off as u64) << OFF_SHIFT)
-                | ((tag as u64) << TAG_SHIFT)
-                | (size << SIZE_SHIFT)
-                | pba,
-        )
+        Entry(((neigh_off as u64) << OFF_SHIFT) | ((tag as u64) << TAG_SHIFT) | (size << SIZE_SHIFT) | pba)
     }
 
     pub fn is_free(self) -> bool {
@@ -88,16 +85,10 @@ mod tests {
     #[test]
     fn fields_round_trip() {
         let e = Entry::new(31, 0xAB, 2046, PBA_MAX);
-        assert_eq!(
-            (e.neigh_off(), e.tag(), e.kv_size(), e.pba()),
-            (31, 0xAB, 2046, PBA_MAX)
-        );
+        assert_eq!((e.neigh_off(), e.tag(), e.kv_size(), e.pba()), (31, 0xAB, 2046, PBA_MAX));
         assert!(!e.is_free() && !e.is_tombstone());
         let e = e.with_neigh_off(3);
-        assert_eq!(
-            (e.neigh_off(), e.tag(), e.kv_size(), e.pba()),
-            (3, 0xAB, 2046, PBA_MAX)
-        );
+        assert_eq!((e.neigh_off(), e.tag(), e.kv_size(), e.pba()), (3, 0xAB, 2046, PBA_MAX));
     }
 
     #[test]

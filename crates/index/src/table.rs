@@ -13,13 +13,27 @@
 //!   new table is a zeroed allocation: the kernel hands out zero pages
 //!   lazily, so allocating even a large table costs almost nothing until it
 //!   is written, which keeps growth off the hot path.
+//! - The *stash* holds the rare entries whose neighbourhood has no room
+//!   while the index is not loaded enough to grow, or cannot grow any more
+//!   (linear neighbourhoods of 32 fail first in the densest window: a few
+//!   hundred keys in 2 M slots at 90% occupancy). `stashed[r]`, read and written under region `r`'s lock,
+//!   counts stashed entries homed in region `r`, so a lookup looks at the
+//!   stash only when its region has any. The stash's own mutex is a leaf:
+//!   never held while taking a region lock.
 
 use crate::entry::Entry;
 use crate::NEIGHBOURHOOD as H;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard};
+
+/// Most entries one table's stash holds; past it, inserts report full.
+pub(crate) const STASH_ENTRIES_MAX: usize = 256;
 
 pub(crate) struct Table {
     slots: Box<[AtomicU64]>,
+    stash: Mutex<Vec<(usize, Entry)>>,
+    stashed: Box<[AtomicU32]>,
+    region_log2: u32,
 }
 
 /// The slot range `[lo, hi)` an operation has locked.
@@ -30,14 +44,82 @@ pub(crate) struct Span {
 }
 
 impl Table {
-    /// A table of free slots for `homes` home slots.
-    pub(crate) fn new(homes: usize) -> Table {
+    /// A table of free slots for `homes` home slots, locked in regions of
+    /// `2^region_log2` slots.
+    pub(crate) fn new(homes: usize, region_log2: u32) -> Table {
         let zeroed: Box<[u64]> = vec![0u64; homes + H - 1].into_boxed_slice();
         // SAFETY: AtomicU64 has the same size, alignment and bit validity as
         // u64 (std documents this), so a boxed slice of u64 is a valid boxed
         // slice of AtomicU64 of the same length; ownership moves with it.
         let slots = unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [AtomicU64]) };
-        Table { slots }
+        let regions = slots.len().div_ceil(1 << region_log2);
+        Table {
+            slots,
+            stash: Mutex::new(Vec::new()),
+            stashed: (0..regions).map(|_| AtomicU32::new(0)).collect(),
+            region_log2,
+        }
+    }
+
+    fn stash(&self) -> MutexGuard<'_, Vec<(usize, Entry)>> {
+        self.stash.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn has_stashed(&self, home: usize) -> bool {
+        self.stashed[home >> self.region_log2].load(Relaxed) > 0
+    }
+
+    /// Stashed entries with home `home` and tag `tag`.
+    pub(crate) fn stash_matches(&self, home: usize, tag: u8, mut f: impl FnMut(Entry)) {
+        if self.has_stashed(home) {
+            for &(h, e) in self.stash().iter() {
+                if h == home && e.tag() == tag {
+                    f(e);
+                }
+            }
+        }
+    }
+
+    /// Stash `e` (home `home`); false when the stash is full, or when its
+    /// home and tag already have `H` entries (a lookup returns at most `H`).
+    pub(crate) fn stash_push(&self, home: usize, e: Entry) -> bool {
+        let mut same = 0;
+        self.matches(home, e.tag(), |_, _| same += 1);
+        let mut st = self.stash();
+        same += st.iter().filter(|(h, x)| *h == home && x.tag() == e.tag()).count();
+        if st.len() >= STASH_ENTRIES_MAX || same >= H {
+            return false;
+        }
+        st.push((home, e.with_neigh_off(0)));
+        self.stashed[home >> self.region_log2].fetch_add(1, Relaxed);
+        true
+    }
+
+    /// Stash `e` even past the limit (migration must not lose entries).
+    pub(crate) fn stash_push_always(&self, home: usize, e: Entry) {
+        self.stash().push((home, e.with_neigh_off(0)));
+        self.stashed[home >> self.region_log2].fetch_add(1, Relaxed);
+    }
+
+    /// Remove and return the stashed entries homed in region `r`.
+    pub(crate) fn stash_take_region(&self, r: usize) -> Vec<(usize, Entry)> {
+        if self.stashed[r].load(Relaxed) == 0 {
+            return Vec::new();
+        }
+        let mut st = self.stash();
+        let (taken, kept): (Vec<_>, Vec<_>) = st.drain(..).partition(|(h, _)| h >> self.region_log2 == r);
+        *st = kept;
+        self.stashed[r].store(0, Relaxed);
+        taken
+    }
+
+    /// Every stashed entry with its home.
+    pub(crate) fn stash_entries(&self) -> Vec<(usize, Entry)> {
+        self.stash().clone()
+    }
+
+    pub(crate) fn stash_len(&self) -> usize {
+        self.stash().len()
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -45,7 +127,7 @@ impl Table {
     }
 
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.slots.len() * 8
+        self.slots.len() * 8 + self.stashed.len() * 4 + self.stash().capacity() * 16
     }
 
     pub(crate) fn get(&self, slot: usize) -> Entry {
@@ -54,6 +136,32 @@ impl Table {
 
     pub(crate) fn set(&self, slot: usize, e: Entry) {
         self.slots[slot].store(e.0 ^ Entry::FREE.0, Relaxed)
+    }
+
+    /// Entries with home `home` and tag `tag` (the lookup fast path: one
+    /// bounds check, and offset and tag compared in one go on the stored
+    /// word, whose top 13 bits are the entry's since only the pba bits are
+    /// flipped in storage). Scans the whole neighbourhood.
+    ///
+    /// The match mask is computed without branches (about 20% faster than a
+    /// branch per slot in `granary bench index`).
+    pub(crate) fn scan(&self, home: usize, tag: u8, mut f: impl FnMut(Entry)) {
+        let hood: &[AtomicU64; H] = self.slots[home..home + H].try_into().expect("H slots");
+        let tag_bits = (tag as u64) << crate::entry::TAG_SHIFT;
+        let mut words = [0u64; H];
+        let mut mask = 0u32;
+        for (off, slot) in hood.iter().enumerate() {
+            let stored = slot.load(Relaxed);
+            words[off] = stored;
+            let want = ((off as u64) << crate::entry::OFF_SHIFT) | tag_bits;
+            let hit = (stored != 0) & (stored & crate::entry::OFF_TAG_MASK == want);
+            mask |= (hit as u32) << off;
+        }
+        while mask != 0 {
+            let off = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            f(Entry(words[off] ^ Entry::FREE.0));
+        }
     }
 
     /// Entries with home `home` and tag `tag`, with their slots. Scans the
@@ -68,7 +176,7 @@ impl Table {
     }
 
     /// Replace (or free, with `new == None`) the entry of home `home` that
-    /// points at `pba`.
+    /// points at `pba`, in the neighbourhood or the stash.
     pub(crate) fn update(&self, home: usize, tag: u8, pba: u64, new: Option<Entry>) -> bool {
         let mut done = false;
         self.matches(home, tag, |slot, e| {
@@ -78,7 +186,21 @@ impl Table {
                 done = true;
             }
         });
-        done
+        if done || !self.has_stashed(home) {
+            return done;
+        }
+        let mut st = self.stash();
+        let Some(i) = st.iter().position(|&(h, e)| h == home && e.tag() == tag && e.pba() == pba) else {
+            return false;
+        };
+        match new {
+            Some(n) => st[i].1 = n.with_neigh_off(0),
+            None => {
+                st.swap_remove(i);
+                self.stashed[home >> self.region_log2].fetch_sub(1, Relaxed);
+            }
+        }
+        true
     }
 
     /// Insert `new` (its offset is set here) with home `home`, displacing
@@ -89,6 +211,8 @@ impl Table {
         let Some(mut free) = (home..span.hi).find(|&s| self.get(s).is_free()) else {
             return false;
         };
+        // Fast path: classic hopscotch, moving the hole left by the longest
+        // jump each time.
         while free - home >= H {
             // The entry furthest from `free` that may move into it: its home
             // must stay within H of `free`, its slot inside the locked span.
@@ -102,7 +226,16 @@ impl Table {
                 (free - ehome < H).then_some((s, e, ehome))
             });
             let Some((s, e, ehome)) = movable else {
-                return false;
+                // Greedy jumps leave entries at the edge of their
+                // neighbourhoods, where they cannot move again; search for
+                // any chain of moves instead.
+                return match self.find_chain(span, home) {
+                    Some(slot) => {
+                        self.set(slot, new.with_neigh_off((slot - home) as u32));
+                        true
+                    }
+                    None => false,
+                };
             };
             self.set(free, e.with_neigh_off((free - ehome) as u32));
             self.set(s, Entry::FREE);
@@ -110,5 +243,45 @@ impl Table {
         }
         self.set(free, new.with_neigh_off((free - home) as u32));
         true
+    }
+
+    /// Slow path of `insert`: make a slot of `[home, home + H)` free by any
+    /// chain of hopscotch moves inside `[home, span.hi)`, and return it.
+    ///
+    /// Every move takes the entry at `s` into a hole `f > s` with
+    /// `f <= home(s) + H - 1`, so holes only travel left and a hole can reach
+    /// `s` iff `s` is free or the nearest slot right of `s` that a hole can
+    /// reach is at most `home(s) + H - 1`. One right-to-left pass computes
+    /// that for every slot; the chain is then read back left to right and
+    /// executed from its free end.
+    fn find_chain(&self, span: Span, home: usize) -> Option<usize> {
+        let n = span.hi - home;
+        let mut reach = vec![false; n];
+        let mut nearest: Option<usize> = None;
+        for s in (home..span.hi).rev() {
+            let e = self.get(s);
+            let ok = e.is_free() || nearest.is_some_and(|f| f < s - e.neigh_off() as usize + H);
+            if ok {
+                reach[s - home] = true;
+                nearest = Some(s);
+            }
+        }
+        let start = (home..home + H).find(|&s| reach[s - home])?;
+        let mut chain = vec![start];
+        let mut s = start;
+        while !self.get(s).is_free() {
+            let limit = s - self.get(s).neigh_off() as usize + H - 1;
+            let f = (s + 1..=limit.min(span.hi - 1)).find(|&f| reach[f - home]).expect("reachable by construction");
+            chain.push(f);
+            s = f;
+        }
+        for w in chain.windows(2).rev() {
+            let (s, f) = (w[0], w[1]);
+            let e = self.get(s);
+            let ehome = s - e.neigh_off() as usize;
+            self.set(f, e.with_neigh_off((f - ehome) as u32));
+            self.set(s, Entry::FREE);
+        }
+        Some(start)
     }
 }

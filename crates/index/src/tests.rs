@@ -14,20 +14,13 @@ fn h(home: u64, tag: u8) -> u64 {
     slot_bits | ((tag as u64) << SLOT_BITS)
 }
 
+/// A small index that grows at the first full neighbourhood.
 fn small(region_log2: u32) -> Index {
-    Index::new(IndexConfig {
-        table_homes: HOMES,
-        region_log2,
-        initial_tables_log2: 0,
-    })
+    Index::new(IndexConfig { table_homes: HOMES, region_log2, initial_tables_log2: 0, grow_load_percent: 0 })
 }
 
 fn pbas(idx: &Index, hash: u64) -> Vec<u64> {
-    idx.lookup(hash)
-        .as_slice()
-        .iter()
-        .map(|e| e.pba())
-        .collect()
+    idx.lookup(hash).as_slice().iter().map(|e| e.pba()).collect()
 }
 
 #[test]
@@ -40,10 +33,7 @@ fn insert_lookup_replace_remove() {
     let c = idx.lookup(h(3, 7));
     assert_eq!(c.as_slice().len(), 1);
     assert!(c.as_slice()[0].is_tombstone());
-    assert!(
-        !idx.replace(h(3, 7), 100, 1, 300),
-        "stale pba must not match"
-    );
+    assert!(!idx.replace(h(3, 7), 100, 1, 300), "stale pba must not match");
     assert!(idx.remove(h(3, 7), 200));
     assert!(pbas(&idx, h(3, 7)).is_empty());
     assert_eq!(pbas(&idx, h(3, 8)), vec![101]);
@@ -96,11 +86,7 @@ fn displacement_crosses_one_region_boundary() {
     for (pba, hash) in &want {
         assert!(pbas(&idx, *hash).contains(pba), "lost pba {pba}");
     }
-    assert_eq!(
-        idx.stats().grows,
-        0,
-        "displacement, not growth, must make room"
-    );
+    assert_eq!(idx.stats().grows, 0, "displacement, not growth, must make room");
     // Every entry still within H of its home.
     idx.for_each(|_, e| assert!(e.neigh_off() < 32));
 }
@@ -127,9 +113,7 @@ fn growth_splits_by_tag_and_keeps_every_entry() {
     let mut rng = 0x1234_5678_9abc_def0u64;
     let mut all = Vec::new();
     for pba in 0..3000u64 {
-        rng = rng
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         let hash = rng >> 7;
         idx.insert(hash, 1, pba).unwrap();
         all.push((hash, pba));
@@ -145,10 +129,7 @@ fn growth_splits_by_tag_and_keeps_every_entry() {
     });
     assert_eq!(seen.len(), all.len());
     for (hash, pba) in &all {
-        assert_eq!(
-            seen[pba],
-            (idx.home(*hash), granary_format::hash::tag(*hash))
-        );
+        assert_eq!(seen[pba], (idx.home(*hash), granary_format::hash::tag(*hash)));
     }
 }
 
@@ -205,11 +186,7 @@ fn lookups_read_old_tables_during_a_migration() {
     assert!(idx.replace(h(70, 1), 70, 2, 71));
     assert!(idx.stats().resizing);
     idx.insert(h(127, 1), 1, 127).unwrap();
-    assert!(
-        !idx.stats().resizing,
-        "all regions migrated: {:?}",
-        idx.stats()
-    );
+    assert!(!idx.stats().resizing, "all regions migrated: {:?}", idx.stats());
     for home in [2u64, 40] {
         assert_eq!(pbas(&idx, h(home, 1)), vec![home]);
     }
@@ -233,14 +210,10 @@ fn multithreaded_stress_with_resizes() {
     // (old, new); the final pba must end the chain from the first.
     let shared_pba = |k: u64, n: u64| (1u64 << 39) | (k << 24) | n;
     let shared_entry = |idx: &Index, k: u64| -> Vec<u64> {
-        pbas(idx, xorshift(k + 1_000_000))
-            .into_iter()
-            .filter(|p| p >> 39 == 1 && (p >> 24) & 0x7fff == k)
-            .collect()
+        pbas(idx, xorshift(k + 1_000_000)).into_iter().filter(|p| p >> 39 == 1 && (p >> 24) & 0x7fff == k).collect()
     };
     for k in 0..SHARED {
-        idx.insert(xorshift(k + 1_000_000), 1, shared_pba(k, 0))
-            .unwrap();
+        idx.insert(xorshift(k + 1_000_000), 1, shared_pba(k, 0)).unwrap();
     }
     let log = Arc::new(Mutex::new(Vec::new()));
     let threads: Vec<_> = (0..THREADS)
@@ -265,8 +238,7 @@ fn multithreaded_stress_with_resizes() {
                             mine.remove(&hash);
                         }
                         5 if !mine.is_empty() => {
-                            let (&hash, &old) =
-                                mine.iter().nth((x as usize / 8) % mine.len()).unwrap();
+                            let (&hash, &old) = mine.iter().nth((x as usize / 8) % mine.len()).unwrap();
                             assert!(idx.replace(hash, old, 2, pba));
                             mine.insert(hash, pba);
                         }
@@ -297,10 +269,7 @@ fn multithreaded_stress_with_resizes() {
     for k in 0..SHARED {
         let mut next: HashMap<u64, u64> = HashMap::new();
         for &(key, old, new) in log.iter().filter(|e| e.0 == k) {
-            assert!(
-                next.insert(old, new).is_none(),
-                "two replaces of the same version of key {key}"
-            );
+            assert!(next.insert(old, new).is_none(), "two replaces of the same version of key {key}");
         }
         let mut pba = shared_pba(k, 0);
         while let Some(&n) = next.get(&pba) {
@@ -398,4 +367,73 @@ proptest! {
             prop_assert_eq!(&got, &want, "hash {:#x} pba {}", hash, pba);
         }
     }
+}
+
+/// At the largest directory, entries whose neighbourhood is full go to the
+/// stash; every operation still finds them, and the index fills far beyond
+/// what linear neighbourhoods of 32 allow on their own.
+#[test]
+fn stash_takes_overflow_at_the_largest_directory() {
+    let idx =
+        Index::new(IndexConfig { table_homes: HOMES, region_log2: 5, initial_tables_log2: 8, grow_load_percent: 0 });
+    let slots = 256 * (HOMES as u64 + 31);
+    let mut all = Vec::new();
+    let mut x = 99u64;
+    while (all.len() as u64) < slots * 96 / 100 {
+        x = xorshift(x);
+        idx.insert(x, 1, all.len() as u64).unwrap();
+        all.push(x);
+    }
+    let st = idx.stats();
+    assert!(st.stashed > 0, "96% occupancy must overflow some neighbourhood: {st:?}");
+    assert_eq!(st.grows, 0);
+    for (pba, h) in all.iter().enumerate() {
+        assert!(pbas(&idx, *h).contains(&(pba as u64)), "entry {pba} lost");
+    }
+    let mut visited = 0;
+    idx.for_each(|home, e| {
+        assert_eq!(home, idx.home(all[e.pba() as usize]));
+        visited += 1;
+    });
+    assert_eq!(visited, all.len());
+    // Replace and remove every entry: stashed ones included.
+    for (pba, h) in all.iter().enumerate() {
+        assert!(idx.replace(*h, pba as u64, 2, pba as u64 + 1_000_000));
+    }
+    for (pba, h) in all.iter().enumerate() {
+        assert!(idx.remove(*h, pba as u64 + 1_000_000));
+    }
+    assert_eq!((idx.stats().entries, idx.stats().stashed), (0, 0));
+}
+
+/// With the default growth load, isolated overflows are stashed instead of
+/// doubling the index; growth comes once the load is reached, and stashed
+/// entries migrate with their region.
+#[test]
+fn growth_follows_load_and_migrates_stashed_entries() {
+    let idx = Index::new(IndexConfig { region_log2: 5, ..IndexConfig::new(HOMES) });
+    // 40 keys with one home: 32 in the neighbourhood, 8 stashed; the table
+    // is far below the growth load, so no grow.
+    let mut all: Vec<(u64, u64)> = (0..40u64).map(|i| (h(60, i as u8), i)).collect();
+    for (hash, pba) in &all {
+        idx.insert(*hash, 1, *pba).unwrap();
+    }
+    assert_eq!((idx.stats().grows, idx.stats().stashed), (0, 8));
+    // Fill past the load: the directory grows and migrations move the
+    // stashed entries into the (now roomier) new tables.
+    let mut x = 5u64;
+    while idx.stats().grows < 3 {
+        x = xorshift(x);
+        idx.insert(x, 1, 1000 + all.len() as u64).unwrap();
+        all.push((x, 1000 + all.len() as u64));
+    }
+    for (hash, pba) in &all {
+        assert!(pbas(&idx, *hash).contains(pba), "lost {pba}");
+    }
+    let mut n = 0;
+    idx.for_each(|_, _| n += 1);
+    assert_eq!(n, all.len());
+    let st = idx.stats();
+    let load = st.entries as f64 / st.slots as f64;
+    assert!(load > 0.4, "grew only when loaded: {st:?}");
 }

@@ -65,8 +65,7 @@ impl DerefMut for AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        let layout =
-            Layout::from_size_align(self.cap, ALIGN_BYTES).expect("layout was valid at allocation");
+        let layout = Layout::from_size_align(self.cap, ALIGN_BYTES).expect("layout was valid at allocation");
         // SAFETY: ptr was allocated with exactly this layout and is freed once.
         unsafe { dealloc(self.ptr.as_ptr(), layout) }
     }

@@ -75,8 +75,7 @@ impl FileDevice {
                 }
             }
         }
-        file.sync_all()
-            .map_err(|e| annotate(e, "cannot sync", path))?;
+        file.sync_all().map_err(|e| annotate(e, "cannot sync", path))?;
         drop(file);
         FileDevice::open(path, mode).inspect_err(|_| {
             let _ = std::fs::remove_file(path);
@@ -90,10 +89,7 @@ impl FileDevice {
         if !is_block_device && !meta.is_file() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!(
-                    "{} is neither a regular file nor a block device",
-                    path.display()
-                ),
+                format!("{} is neither a regular file nor a block device", path.display()),
             ));
         }
         let mut opts = OpenOptions::new();
@@ -115,17 +111,12 @@ impl FileDevice {
             if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
                 return Err(io::Error::new(
                     io::ErrorKind::WouldBlock,
-                    format!(
-                        "{} is in use by another process (it holds the store's lock)",
-                        path.display()
-                    ),
+                    format!("{} is in use by another process (it holds the store's lock)", path.display()),
                 ));
             }
             return Err(annotate(e, "cannot lock", path));
         }
-        let size = file
-            .seek(SeekFrom::End(0))
-            .map_err(|e| annotate(e, "cannot size", path))?;
+        let size = file.seek(SeekFrom::End(0)).map_err(|e| annotate(e, "cannot size", path))?;
         let mut dev = FileDevice {
             file,
             path: path.to_owned(),
@@ -178,12 +169,7 @@ fn pread_full(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let rest = &mut buf[done..];
         // SAFETY: rest is a valid writable region of rest.len() bytes.
         let n = unsafe {
-            libc::pread(
-                file.as_raw_fd(),
-                rest.as_mut_ptr().cast(),
-                rest.len(),
-                (offset + done as u64) as libc::off_t,
-            )
+            libc::pread(file.as_raw_fd(), rest.as_mut_ptr().cast(), rest.len(), (offset + done as u64) as libc::off_t)
         };
         if n < 0 {
             let e = io::Error::last_os_error();
@@ -193,10 +179,7 @@ fn pread_full(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
             return Err(e);
         }
         if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "read past the end of the device",
-            ));
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the device"));
         }
         done += n as usize;
     }
@@ -209,12 +192,7 @@ fn pwrite_full(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
         let rest = &buf[done..];
         // SAFETY: rest is a valid readable region of rest.len() bytes.
         let n = unsafe {
-            libc::pwrite(
-                file.as_raw_fd(),
-                rest.as_ptr().cast(),
-                rest.len(),
-                (offset + done as u64) as libc::off_t,
-            )
+            libc::pwrite(file.as_raw_fd(), rest.as_ptr().cast(), rest.len(), (offset + done as u64) as libc::off_t)
         };
         if n < 0 {
             let e = io::Error::last_os_error();
@@ -224,10 +202,7 @@ fn pwrite_full(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
             return Err(e);
         }
         if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                "device accepted no bytes",
-            ));
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "device accepted no bytes"));
         }
         done += n as usize;
     }
@@ -258,9 +233,7 @@ impl Device for FileDevice {
     }
 
     fn flush(&self) -> io::Result<()> {
-        self.counters
-            .flushes
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.counters.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.file.sync_data()
     }
 
@@ -277,20 +250,12 @@ impl Device for FileDevice {
     }
 
     fn describe(&self) -> String {
-        let kind = if self.is_block_device {
-            "block device"
-        } else {
-            "file"
-        };
+        let kind = if self.is_block_device { "block device" } else { "file" };
         let mode = match self.mode {
             OpenMode::Direct => "direct",
             OpenMode::Buffered => "buffered",
         };
-        format!(
-            "{kind} {} ({mode} IO, {}-byte blocks)",
-            self.path.display(),
-            self.block
-        )
+        format!("{kind} {} ({mode} IO, {}-byte blocks)", self.path.display(), self.block)
     }
 }
 
@@ -335,10 +300,7 @@ mod tests {
         let path = dir.path().join("dev");
         let first = FileDevice::create(&path, 1 << 16, OpenMode::Direct).unwrap();
         let err = FileDevice::open(&path, OpenMode::Direct).err().unwrap();
-        assert!(
-            err.to_string().contains("in use by another process"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("in use by another process"), "{err}");
         drop(first);
         FileDevice::open(&path, OpenMode::Direct).unwrap();
     }
@@ -348,9 +310,7 @@ mod tests {
         let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
         let path = dir.path().join("dev");
         FileDevice::create(&path, 1 << 16, OpenMode::Direct).unwrap();
-        let err = FileDevice::create(&path, 1 << 16, OpenMode::Direct)
-            .err()
-            .unwrap();
+        let err = FileDevice::create(&path, 1 << 16, OpenMode::Direct).err().unwrap();
         assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
     }
 

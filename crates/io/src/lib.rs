@@ -98,16 +98,10 @@ pub(crate) fn check_range(dev: &dyn Device, len: usize, offset: u64) -> io::Resu
             format!("unaligned IO: offset {offset} length {len} (block {bs})"),
         ));
     }
-    if offset
-        .checked_add(len as u64)
-        .is_none_or(|end| end > dev.size_bytes())
-    {
+    if offset.checked_add(len as u64).is_none_or(|end| end > dev.size_bytes()) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!(
-                "IO past the end of the device: offset {offset} length {len} size {}",
-                dev.size_bytes()
-            ),
+            format!("IO past the end of the device: offset {offset} length {len} size {}", dev.size_bytes()),
         ));
     }
     Ok(())

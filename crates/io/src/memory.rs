@@ -2,18 +2,32 @@
 //! software overhead without a disk.
 //!
 //! Reads run concurrently; writes take an exclusive lock. Tests reach the raw
-//! bytes with [`MemDevice::with_bytes_mut`] to corrupt or inspect them, and
-//! [`MemDevice::fail_writes`] makes every later write fail with EIO.
+//! bytes with [`MemDevice::with_bytes_mut`] to corrupt or inspect them,
+//! [`MemDevice::fail_writes`] makes every later write fail with EIO, and
+//! [`MemDevice::crash_after`] simulates a process crash: after a chosen
+//! number of writes, the next one is torn at sector (512 B) granularity (a
+//! seeded prefix of its sectors reaches the device) and it and every later
+//! write and flush fail, until [`MemDevice::restart`].
 
 use crate::{check_range, AlignedBuf, Device, IoCounters, IoResult};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
+
+/// A planned crash: writes left before it, the seed of the tear, and
+/// whether it happened.
+#[derive(Debug, Clone, Copy)]
+struct Crash {
+    writes_left: u64,
+    seed: u64,
+    crashed: bool,
+}
 
 pub struct MemDevice {
     bytes: RwLock<Vec<u8>>,
     block: u32,
     fail_writes: AtomicBool,
+    crash: Mutex<Option<Crash>>,
     counters: IoCounters,
 }
 
@@ -29,6 +43,7 @@ impl MemDevice {
             bytes: RwLock::new(vec![0; size_bytes as usize]),
             block,
             fail_writes: AtomicBool::new(false),
+            crash: Mutex::new(None),
             counters: IoCounters::default(),
         }
     }
@@ -41,6 +56,44 @@ impl MemDevice {
     /// Make every later write fail with EIO (or succeed again).
     pub fn fail_writes(&self, fail: bool) {
         self.fail_writes.store(fail, Relaxed);
+    }
+
+    /// Crash after `writes` more writes: the next write is torn (a prefix
+    /// of its sectors, chosen by `seed`, is applied) and it and every later
+    /// write and flush fail with EIO.
+    pub fn crash_after(&self, writes: u64, seed: u64) {
+        *self.crash.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(Crash { writes_left: writes, seed, crashed: false });
+    }
+
+    /// Whether the planned crash has happened.
+    pub fn crashed(&self) -> bool {
+        self.crash.lock().unwrap_or_else(|e| e.into_inner()).is_some_and(|c| c.crashed)
+    }
+
+    /// Forget the crash: the device works again, as after a restart.
+    pub fn restart(&self) {
+        *self.crash.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Apply the crash plan to a write of `len` bytes: how many leading
+    /// bytes reach the device, and whether the write fails.
+    fn plan(&self, len: usize) -> (usize, bool) {
+        let mut crash = self.crash.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(c) = crash.as_mut() else { return (len, false) };
+        if c.crashed {
+            return (0, true);
+        }
+        if c.writes_left > 0 {
+            c.writes_left -= 1;
+            return (len, false);
+        }
+        c.crashed = true;
+        let sectors = len / 512;
+        let mut x = c.seed ^ 0x9E37_79B9_7F4A_7C15;
+        x ^= x >> 31;
+        x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        (((x >> 8) as usize % (sectors + 1)) * 512, true)
     }
 }
 
@@ -66,16 +119,23 @@ impl Device for MemDevice {
         if self.fail_writes.load(Relaxed) {
             return (buf, Err(io::Error::from_raw_os_error(libc::EIO)));
         }
+        let (applied, failed) = self.plan(buf.len());
         {
             let mut bytes = self.bytes.write().unwrap_or_else(|e| e.into_inner());
             let o = offset as usize;
-            bytes[o..o + buf.len()].copy_from_slice(&buf);
+            bytes[o..o + applied].copy_from_slice(&buf[..applied]);
+        }
+        if failed {
+            return (buf, Err(io::Error::from_raw_os_error(libc::EIO)));
         }
         self.counters.write(buf.len());
         (buf, Ok(()))
     }
 
     fn flush(&self) -> io::Result<()> {
+        if self.crashed() {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
         self.counters.flushes.fetch_add(1, Relaxed);
         Ok(())
     }
@@ -114,5 +174,31 @@ mod tests {
         let (_, res) = dev.write_at(AlignedBuf::zeroed(512), 0);
         assert_eq!(res.unwrap_err().raw_os_error(), Some(libc::EIO));
         assert_eq!(dev.counters().snapshot().writes, 1);
+    }
+
+    #[test]
+    fn crash_tears_one_write_and_fails_the_rest() {
+        let mut torn_prefixes = std::collections::BTreeSet::new();
+        for seed in 0..32 {
+            let dev = MemDevice::new(1 << 16);
+            dev.crash_after(1, seed);
+            let mut w = AlignedBuf::zeroed(4096);
+            w.fill(0xAB);
+            dev.write_at(w, 0).1.unwrap();
+            let mut w = AlignedBuf::zeroed(4096);
+            w.fill(0xCD);
+            assert!(dev.write_at(w, 8192).1.is_err());
+            assert!(dev.crashed());
+            assert!(dev.write_at(AlignedBuf::zeroed(512), 0).1.is_err());
+            assert!(dev.flush().is_err());
+            let applied = dev.with_bytes_mut(|b| b[8192..12288].iter().take_while(|&&x| x == 0xCD).count());
+            assert_eq!(applied % 512, 0, "torn at sector granularity");
+            assert!(dev.with_bytes_mut(|b| b[8192 + applied..12288].iter().all(|&x| x == 0)));
+            assert!(dev.with_bytes_mut(|b| b[..4096].iter().all(|&x| x == 0xAB)), "the earlier write survives");
+            torn_prefixes.insert(applied);
+            dev.restart();
+            dev.write_at(AlignedBuf::zeroed(512), 0).1.unwrap();
+        }
+        assert!(torn_prefixes.len() > 3, "seeds choose different tears: {torn_prefixes:?}");
     }
 }

@@ -11,11 +11,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// The device failed an operation.
-    Io {
-        op: &'static str,
-        offset: u64,
-        source: io::Error,
-    },
+    Io { op: &'static str, offset: u64, source: io::Error },
     /// The device could not be opened or created.
     Device(io::Error),
     /// The device does not hold a Granary store, or one this build cannot read.

@@ -8,6 +8,7 @@
 //! - `space`: segments and grains: sequential allocation in the open
 //!   segment, per-segment live bytes and stamps.
 //! - `recover`: rebuilding the index by scanning the log on open.
+//! - `gc`: reclaiming segments: victims, relocation, tombstones.
 //! - `store`: the read and write paths.
 //! - `verify`: the offline consistency check.
 //!
@@ -19,6 +20,7 @@
 //! the size its index entry gives (`store::read_record`).
 
 pub mod error;
+mod gc;
 pub mod options;
 mod recover;
 mod space;
@@ -26,6 +28,7 @@ mod store;
 mod verify;
 
 pub use error::{Error, Result};
+pub use gc::GcStats;
 pub use options::{CreateOptions, Durability, OpenOptions};
 pub use recover::RecoveryReport;
 pub use store::{PutMode, PutOutcome, Stats, Store};

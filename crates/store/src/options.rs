@@ -29,9 +29,18 @@ pub struct CreateOptions {
 }
 
 /// Options for an open store.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct OpenOptions {
     pub durability: Durability,
+    /// Run garbage collection in a background thread (default). Without it,
+    /// overwritten space is never reclaimed and a full device is `NoSpace`.
+    pub gc: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions { durability: Durability::Direct, gc: true }
+    }
 }
 
 /// Default segment size for a data area of `data_bytes`.
@@ -60,9 +69,6 @@ mod tests {
         assert_eq!(default_segment_bytes(1 << 50), 1 << 30);
         // 1 GiB of 512 B grains: 2 Mi records over 256 tables at 85%.
         assert_eq!(default_index_table_homes(1 << 30, 512), 9638);
-        assert_eq!(
-            default_index_table_homes(1 << 20, 4096),
-            INDEX_TABLE_HOMES_MIN
-        );
+        assert_eq!(default_index_table_homes(1 << 20, 4096), INDEX_TABLE_HOMES_MIN);
     }
 }

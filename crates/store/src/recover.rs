@@ -14,20 +14,22 @@
 //!    later.
 //! 4. A record whose header holds but whose whole-record checksum fails is
 //!    *torn* if it lies in one of the [`TORN_TAIL_SEGMENTS`] newest segments
-//!    (only there can a write have been in flight at a crash, and a torn write
-//!    was never acknowledged): it is ignored and its first grain zeroed so it
-//!    stays ignored. Elsewhere it is *damaged*: it is indexed like any
-//!    record, so reading its key reports corruption instead of silently
-//!    returning an older value.
-//! 5. Writing resumes after the last record of the newest segment.
+//!    of its stream (user writes or GC relocation: only there can a write
+//!    have been in flight at a crash, and a torn write was never
+//!    acknowledged): it is ignored and its first grain zeroed so it stays
+//!    ignored. Elsewhere it is *damaged*: it is indexed like any record, so
+//!    reading its key reports corruption instead of silently returning an
+//!    older value.
+//! 5. User writes resume after the last record of the newest user segment;
+//!    relocation starts a new segment when GC next needs one.
 
 use crate::error::{Error, Result};
 use crate::space::SegmentFound;
-use crate::store::Store;
+use crate::store::Core;
 use granary_format::hash::key_hash;
 use granary_format::limits::*;
 use granary_format::record::{self, RecordHeader};
-use granary_format::segment::{SegmentHeader, SegmentKind};
+use granary_format::segment::{SegmentHeader, SegmentKind, Stream};
 use granary_format::{FormatError, Superblock};
 use granary_io::{AlignedBuf, Device};
 use std::sync::atomic::Ordering::Relaxed;
@@ -78,13 +80,7 @@ pub(crate) struct Scanned {
 }
 
 impl<'a> SegmentScanner<'a> {
-    pub(crate) fn new(
-        dev: &'a dyn Device,
-        sb: &'a Superblock,
-        seed: u32,
-        seg: u32,
-        stamp: u32,
-    ) -> Self {
+    pub(crate) fn new(dev: &'a dyn Device, sb: &'a Superblock, seed: u32, seg: u32, stamp: u32) -> Self {
         SegmentScanner {
             dev,
             sb,
@@ -113,20 +109,12 @@ impl<'a> SegmentScanner<'a> {
         let want = n.max(SCAN_WINDOW_BYTES / self.g()).min(seg_grains - start);
         let bytes = (want * self.g()) as usize;
         let buf = std::mem::replace(&mut self.win, AlignedBuf::zeroed(0));
-        let mut buf = if buf.capacity() >= bytes {
-            buf
-        } else {
-            AlignedBuf::zeroed(bytes)
-        };
+        let mut buf = if buf.capacity() >= bytes { buf } else { AlignedBuf::zeroed(bytes) };
         buf.set_len(bytes);
         let offset = self.sb.segment_offset(self.seg) + start * self.g();
         let (buf, r) = self.dev.read_at(buf, offset);
         self.win = buf;
-        r.map_err(|source| Error::Io {
-            op: "read during log scan",
-            offset,
-            source,
-        })?;
+        r.map_err(|source| Error::Io { op: "read during log scan", offset, source })?;
         self.bytes_read += bytes as u64;
         self.win_start = start;
         self.win_grains = want;
@@ -143,8 +131,7 @@ impl<'a> SegmentScanner<'a> {
     pub(crate) fn window_at(&self, pba: u64, grains: u64) -> Option<&[u8]> {
         let seg_pba = (self.sb.segment_offset(self.seg)) / self.g();
         let start = pba.checked_sub(seg_pba)?;
-        (start >= self.win_start && start + grains <= self.win_start + self.win_grains)
-            .then(|| self.bytes_at(start))
+        (start >= self.win_start && start + grains <= self.win_start + self.win_grains).then(|| self.bytes_at(start))
     }
 
     /// The next record, or None at the end of the segment.
@@ -163,10 +150,7 @@ impl<'a> SegmentScanner<'a> {
                 }
             };
             let grains = hdr.grains(g);
-            self.ensure(
-                pos,
-                grains_for((RECORD_HEADER_BYTES + hdr.key_len as usize) as u64, g),
-            )?;
+            self.ensure(pos, grains_for((RECORD_HEADER_BYTES + hdr.key_len as usize) as u64, g))?;
             if record::verify_header_crc(self.seed, &hdr, self.bytes_at(pos)).is_err() {
                 self.pos += 1;
                 self.skipped_grains += 1;
@@ -175,53 +159,37 @@ impl<'a> SegmentScanner<'a> {
             self.ensure(pos, grains)?;
             let intact = record::verify_crc(self.seed, &hdr, self.bytes_at(pos)).is_ok();
             self.pos += grains;
-            return Ok(Some(Scanned {
-                grain: pos,
-                hdr,
-                intact,
-            }));
+            return Ok(Some(Scanned { grain: pos, hdr, intact }));
         }
         Ok(None)
     }
 }
 
-/// Read and classify every segment header: (used segments sorted by
-/// allocation sequence, their headers).
+/// Read and classify every segment header: the used segments sorted by
+/// allocation sequence with their headers, and the highest alloc_seq of any
+/// header (free ones included, so allocation sequences never repeat).
 pub(crate) fn read_segment_headers(
     dev: &dyn Device,
     sb: &Superblock,
-) -> Result<Vec<(SegmentFound, SegmentHeader)>> {
+) -> Result<(Vec<(SegmentFound, SegmentHeader)>, u64)> {
     let g = sb.grain_bytes as usize;
     let mut used = Vec::new();
+    let mut max_alloc = 0;
     for seg in 0..sb.segment_count as u32 {
         let offset = sb.segment_offset(seg);
         let (buf, r) = dev.read_at(AlignedBuf::zeroed(g), offset);
-        r.map_err(|source| Error::Io {
-            op: "read of a segment header",
-            offset,
-            source,
-        })?;
+        r.map_err(|source| Error::Io { op: "read of a segment header", offset, source })?;
         match SegmentHeader::decode(&buf) {
             Ok(h) if h.uuid == sb.uuid => {
-                if h.segment_index != seg
-                    || h.grain_bytes != sb.grain_bytes
-                    || h.segment_bytes != sb.segment_bytes
-                {
+                max_alloc = max_alloc.max(h.alloc_seq);
+                if h.segment_index != seg || h.grain_bytes != sb.grain_bytes || h.segment_bytes != sb.segment_bytes {
                     return Err(Error::Corruption {
                         offset,
-                        detail: format!(
-                            "segment header of segment {seg} disagrees with the superblock: {h:?}"
-                        ),
+                        detail: format!("segment header of segment {seg} disagrees with the superblock: {h:?}"),
                     });
                 }
                 match h.kind {
-                    SegmentKind::Kv => used.push((
-                        SegmentFound {
-                            seg,
-                            alloc_seq: h.alloc_seq,
-                        },
-                        h,
-                    )),
+                    SegmentKind::Kv => used.push((SegmentFound { seg, alloc_seq: h.alloc_seq }, h)),
                     // Index checkpoints are not written by this version; a
                     // reclaimed segment holds nothing current.
                     SegmentKind::Index | SegmentKind::Free => {}
@@ -237,40 +205,34 @@ pub(crate) fn read_segment_headers(
         }
     }
     used.sort_by_key(|(s, _)| s.alloc_seq);
-    Ok(used)
+    Ok((used, max_alloc))
 }
 
-impl Store {
+impl Core {
     /// Rebuild the index from the log. Called once, by `open`.
     pub(crate) fn recover(&self) -> Result<()> {
         let started = Instant::now();
-        let used = read_segment_headers(self.dev.as_ref(), &self.sb)?;
-        let found: Vec<SegmentFound> = used
-            .iter()
-            .map(|(s, _)| SegmentFound {
-                seg: s.seg,
-                alloc_seq: s.alloc_seq,
-            })
-            .collect();
-        self.space.install(&found, None);
+        let (used, max_alloc) = read_segment_headers(self.dev.as_ref(), &self.sb)?;
+        let found: Vec<SegmentFound> =
+            used.iter().map(|(s, _)| SegmentFound { seg: s.seg, alloc_seq: s.alloc_seq }).collect();
+        self.space.install(&found, max_alloc, None);
+        // The newest TORN_TAIL_SEGMENTS of each stream may hold torn writes.
+        let mut in_tail = vec![false; used.len()];
+        for stream in [Stream::User, Stream::Relocation] {
+            let mine: Vec<usize> = (0..used.len()).filter(|&i| used[i].1.stream == stream).collect();
+            for &i in mine.iter().rev().take(TORN_TAIL_SEGMENTS) {
+                in_tail[i] = true;
+            }
+        }
+        let resume_seg = used.iter().rev().find(|(_, h)| h.stream == Stream::User).map(|(s, _)| s.seg);
         let mut report = RecoveryReport::default();
-        let mut max_seq = used
-            .iter()
-            .map(|(_, h)| h.first_seq.saturating_sub(1))
-            .max()
-            .unwrap_or(0);
+        let mut max_seq = used.iter().map(|(_, h)| h.first_seq.saturating_sub(1)).max().unwrap_or(0);
         let mut resume = None;
         let total = used.len();
         let mut last_log = Instant::now();
         for (i, (s, _)) in used.iter().enumerate() {
-            let tail = i + TORN_TAIL_SEGMENTS >= total;
-            let mut scan = SegmentScanner::new(
-                self.dev.as_ref(),
-                &self.sb,
-                self.seed,
-                s.seg,
-                s.alloc_seq as u32,
-            );
+            let tail = in_tail[i];
+            let mut scan = SegmentScanner::new(self.dev.as_ref(), &self.sb, self.seed, s.seg, s.alloc_seq as u32);
             let mut end = 1;
             while let Some(rec) = scan.next_record()? {
                 end = rec.grain + rec.hdr.grains(self.sb.grain_bytes);
@@ -295,27 +257,19 @@ impl Store {
             report.segments_scanned += 1;
             report.skipped_grains += scan.skipped_grains;
             report.bytes_read += scan.bytes_read;
-            if i + 1 == total {
+            if Some(s.seg) == resume_seg {
                 resume = Some((s.seg, end));
             }
             if last_log.elapsed().as_secs() >= 2 {
-                tracing::info!(
-                    scanned = i + 1,
-                    segments = total,
-                    records = report.records,
-                    "recovery in progress"
-                );
+                tracing::info!(scanned = i + 1, segments = total, records = report.records, "recovery in progress");
                 last_log = Instant::now();
             }
         }
-        self.space.install(&found, resume);
+        self.space.install(&found, max_alloc, resume);
         self.next_seq.store(max_seq + 1, Relaxed);
         report.millis = started.elapsed().as_millis() as u64;
         if report.torn_records > 0 {
-            tracing::warn!(
-                torn = report.torn_records,
-                "ignored records torn by a crash (never acknowledged)"
-            );
+            tracing::warn!(torn = report.torn_records, "ignored records torn by a crash (never acknowledged)");
         }
         tracing::info!(
             segments = report.segments_scanned,
@@ -334,20 +288,9 @@ impl Store {
     fn neutralise_torn(&self, seg: u32, grain: u64) -> Result<()> {
         let pba = self.space.pba(seg, grain);
         let offset = pba * self.grain();
-        tracing::warn!(
-            segment = seg,
-            grain,
-            offset,
-            "torn record ignored and cleared"
-        );
-        let (_, r) = self
-            .dev
-            .write_at(AlignedBuf::zeroed(self.grain() as usize), offset);
-        r.map_err(|source| Error::Io {
-            op: "write clearing a torn record",
-            offset,
-            source,
-        })
+        tracing::warn!(segment = seg, grain, offset, "torn record ignored and cleared");
+        let (_, r) = self.dev.write_at(AlignedBuf::zeroed(self.grain() as usize), offset);
+        r.map_err(|source| Error::Io { op: "write clearing a torn record", offset, source })
     }
 
     /// Apply one scanned record: it becomes the key's current version if its
@@ -385,8 +328,7 @@ impl Store {
             if rec.hdr.seq > chdr.seq {
                 let replaced = self.index.replace(h, e.pba(), kv_size, pba);
                 assert!(replaced, "entry vanished during single-threaded recovery");
-                self.space
-                    .sub_live(self.sb.segment_of(e.pba()), chdr.grains(g) * g as u64);
+                self.space.sub_live(self.sb.segment_of(e.pba()), chdr.grains(g) * g as u64);
                 self.space.add_live(seg, grains * g as u64);
                 let c = &self.counters;
                 match (chdr.is_tombstone(), rec.hdr.is_tombstone()) {
@@ -403,9 +345,7 @@ impl Store {
             }
             return Ok(());
         }
-        self.index
-            .insert(h, kv_size, pba)
-            .map_err(Error::IndexFull)?;
+        self.index.insert(h, kv_size, pba).map_err(Error::IndexFull)?;
         self.space.add_live(seg, grains * g as u64);
         if rec.hdr.is_tombstone() {
             self.counters.tombstones.fetch_add(1, Relaxed);

@@ -1,14 +1,24 @@
-//! Space: segments of grains, the open segment, per-segment live bytes.
+//! Space: segments of grains, the open segment of each stream, free
+//! segments, per-segment live bytes, and the hand-off between writers that
+//! need space and the garbage collector that makes it.
 //!
 //! Owns the state of every segment (free, open, closed), the sequential
-//! allocator of the open segment, and two per-segment figures read without
-//! the lock: live bytes (grains of records the index points at) and the stamp
-//! of the segment's current use (records carry it; see FORMAT.md).
+//! allocator of each stream's open segment (user writes and GC relocations
+//! never share a segment, so hot and cold data do not mix), and per-segment
+//! figures read without the lock: live bytes (grains of records the index
+//! points at), the stamp and the full alloc_seq of the segment's current use.
 //!
-//! Opening a segment writes its header before any record is allocated in
-//! it, so a record on the device always sits in a segment whose header is
-//! already there. GC (reclaiming closed segments) is not in this version:
-//! when no segment is free, allocation fails with `NoSpace`.
+//! Invariants:
+//! - Opening a segment writes its header before any record is allocated in
+//!   it, so a record on the device always sits in a segment whose header is
+//!   there already.
+//! - With GC on, user PUTs never take the last [`RESERVED_SEGMENTS`] free
+//!   segments (GC needs somewhere to relocate live data to), and DELETEs
+//!   never take the very last one (see [`Purpose`]).
+//! - A writer that needs space does not hold a key stripe while it waits
+//!   ([`Space::await_room`]), because GC takes stripes to relocate.
+//! - A segment goes back to the free list only after its header was
+//!   rewritten as free (kept alloc_seq) on the device.
 
 use crate::error::{Error, Result};
 use crate::options::Durability;
@@ -17,7 +27,15 @@ use granary_format::Superblock;
 use granary_io::{AlignedBuf, Device};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// A GC victim must free at least this fraction (1/N) of a segment.
+pub const GC_MIN_GAIN_DIVISOR: u64 = 16;
+
+/// Free segments only GC may take (see the module invariants); stores of
+/// fewer than 8 segments reserve one.
+pub const RESERVED_SEGMENTS: usize = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SegState {
@@ -43,11 +61,57 @@ struct OpenSeg {
     stamp: u32,
 }
 
+/// Why space is allocated: decides the stream and how much of GC's reserve
+/// may be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// User PUTs: never touch the reserve.
+    Put,
+    /// User DELETEs: may use all of the reserve but one segment, so a store
+    /// full of live data can still be emptied (each delete makes garbage
+    /// that GC then reclaims with the last reserved segment).
+    Delete,
+    /// GC relocation: may use everything.
+    Relocate,
+}
+
+impl Purpose {
+    fn stream(self) -> Stream {
+        match self {
+            Purpose::Put | Purpose::Delete => Stream::User,
+            Purpose::Relocate => Stream::Relocation,
+        }
+    }
+}
+
+/// What the GC thread should do next.
+pub(crate) enum GcWork {
+    /// Reclaim one victim; answer requests up to this number if none is found.
+    Reclaim(u64),
+    Exit,
+}
+
 struct Inner {
     state: Vec<SegState>,
+    /// When each closed segment was closed (a counter): GC's age.
+    closed_at: Vec<u64>,
+    closes: u64,
     free: BTreeSet<u32>,
-    open: Option<OpenSeg>,
+    open: [Option<OpenSeg>; 2],
     next_alloc_seq: u64,
+    /// GC on: user writes respect the reserve and wait for GC.
+    gc: bool,
+    /// Writers' requests for space, and the last one GC answered by finding
+    /// nothing to reclaim.
+    requested: u64,
+    answered: u64,
+    /// GC found no victim and nothing changed since.
+    stuck: bool,
+    /// GC is between its low and high watermark.
+    collecting: bool,
+    /// Segments GC failed on and leaves alone.
+    pinned: Vec<bool>,
+    shutdown: bool,
 }
 
 pub(crate) struct Space {
@@ -56,7 +120,12 @@ pub(crate) struct Space {
     durability: Durability,
     live: Box<[AtomicU64]>,
     stamps: Box<[AtomicU32]>,
+    alloc_seqs: Box<[AtomicU64]>,
     inner: Mutex<Inner>,
+    cond: Condvar,
+    low_watermark: usize,
+    high_watermark: usize,
+    reserve: usize,
 }
 
 /// What recovery found about one segment.
@@ -65,109 +134,174 @@ pub(crate) struct SegmentFound {
     pub alloc_seq: u64,
 }
 
+fn stream_index(s: Stream) -> usize {
+    match s {
+        Stream::User => 0,
+        Stream::Relocation => 1,
+    }
+}
+
 impl Space {
     /// Space with every segment free, `next_alloc_seq` 1.
-    pub(crate) fn new(dev: Arc<dyn Device>, sb: Superblock, durability: Durability) -> Space {
+    pub(crate) fn new(dev: Arc<dyn Device>, sb: Superblock, durability: Durability, gc: bool) -> Space {
         let n = sb.segment_count as usize;
+        let low = (n / 32).clamp(RESERVED_SEGMENTS + 2, 64);
         Space {
             dev,
             durability,
             live: (0..n).map(|_| AtomicU64::new(0)).collect(),
             stamps: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            alloc_seqs: (0..n).map(|_| AtomicU64::new(0)).collect(),
             inner: Mutex::new(Inner {
                 state: vec![SegState::Free; n],
+                closed_at: vec![0; n],
+                closes: 0,
                 free: (0..n as u32).collect(),
-                open: None,
+                open: [None, None],
                 next_alloc_seq: 1,
+                gc,
+                requested: 0,
+                answered: 0,
+                stuck: false,
+                collecting: false,
+                pinned: vec![false; n],
+                shutdown: false,
             }),
+            cond: Condvar::new(),
+            low_watermark: low,
+            high_watermark: low + (low / 2).max(2),
+            reserve: if n >= 8 { RESERVED_SEGMENTS } else { 1 },
             sb,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Install what recovery found: `used` segments (in any order) are
-    /// closed, except `resume`, which becomes the open segment with its next
-    /// free grain at `resume_next`.
-    pub(crate) fn install(&self, used: &[SegmentFound], resume: Option<(u32, u64)>) {
+    /// Install what recovery found: `used` segments (sorted by alloc_seq)
+    /// are closed, except `resume`, which becomes the open user segment
+    /// with its next free grain there. `max_alloc_seq` covers free headers.
+    pub(crate) fn install(&self, used: &[SegmentFound], max_alloc_seq: u64, resume: Option<(u32, u64)>) {
         let mut inner = self.lock();
         for s in used {
-            inner.state[s.seg as usize] = SegState::Closed;
+            let i = s.seg as usize;
+            inner.state[i] = SegState::Closed;
             inner.free.remove(&s.seg);
-            self.stamps[s.seg as usize].store(s.alloc_seq as u32, Relaxed);
-            inner.next_alloc_seq = inner.next_alloc_seq.max(s.alloc_seq + 1);
+            inner.closes += 1;
+            inner.closed_at[i] = inner.closes;
+            self.stamps[i].store(s.alloc_seq as u32, Relaxed);
+            self.alloc_seqs[i].store(s.alloc_seq, Relaxed);
         }
+        inner.next_alloc_seq = inner.next_alloc_seq.max(max_alloc_seq + 1);
         if let Some((seg, next)) = resume {
             if next < self.sb.segment_grains() {
                 inner.state[seg as usize] = SegState::Open;
                 let stamp = self.stamps[seg as usize].load(Relaxed);
-                inner.open = Some(OpenSeg { seg, next, stamp });
+                inner.open[0] = Some(OpenSeg { seg, next, stamp });
             }
         }
     }
 
-    /// Allocate `grains` contiguous grains in the open segment, opening a new
-    /// one (and writing its header) when the current one is too full.
-    /// `next_seq` is recorded in a new segment's header.
-    pub(crate) fn alloc(&self, grains: u64, next_seq: u64) -> Result<Loc> {
-        let seg_grains = self.sb.segment_grains();
-        assert!(
-            grains >= 1 && grains < seg_grains,
-            "record larger than a segment reached the allocator"
-        );
+    /// Wait (with no key stripe held) until a user write of `grains` is
+    /// likely to find room: the open user segment has room, or a free
+    /// segment beyond the reserve exists. Asks GC for space and fails with
+    /// `NoSpace` once GC has nothing left to reclaim.
+    pub(crate) fn await_room(&self, purpose: Purpose, grains: u64) -> Result<()> {
         let mut inner = self.lock();
-        if let Some(open) = &mut inner.open {
+        let mut asked = None;
+        loop {
+            if inner.shutdown {
+                return Err(Error::Poisoned { cause: "the store is closing".into() });
+            }
+            let open_room = inner.open[0].as_ref().is_some_and(|o| o.next + grains <= self.sb.segment_grains());
+            if open_room || inner.free.len() > self.reserve_for(&inner, purpose) {
+                return Ok(());
+            }
+            if !inner.gc {
+                return Err(self.no_space(grains));
+            }
+            match asked {
+                Some(req) if inner.answered >= req => return Err(self.no_space(grains)),
+                Some(_) => {}
+                None => {
+                    inner.requested += 1;
+                    asked = Some(inner.requested);
+                    self.cond.notify_all();
+                }
+            }
+            inner = self.cond.wait(inner).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn no_space(&self, grains: u64) -> Error {
+        Error::NoSpace { needed_bytes: grains * self.sb.grain_bytes as u64, segments: self.sb.segment_count }
+    }
+
+    /// Allocate `grains` contiguous grains in `stream`'s open segment,
+    /// opening a new one (and writing its header) when it is too full.
+    /// Never waits: `NoSpace` when no segment may be taken (a user writer
+    /// then drops its stripe and calls [`Self::await_room`] again).
+    pub(crate) fn alloc(&self, purpose: Purpose, grains: u64, next_seq: u64) -> Result<Loc> {
+        let seg_grains = self.sb.segment_grains();
+        assert!(grains >= 1 && grains < seg_grains, "record larger than a segment reached the allocator");
+        let stream = purpose.stream();
+        let si = stream_index(stream);
+        let mut inner = self.lock();
+        if let Some(open) = &mut inner.open[si] {
             if open.next + grains <= seg_grains {
-                let loc = Loc {
-                    pba: self.pba(open.seg, open.next),
-                    seg: open.seg,
-                    stamp: open.stamp,
-                    grains,
-                };
+                let loc = Loc { pba: self.pba(open.seg, open.next), seg: open.seg, stamp: open.stamp, grains };
                 open.next += grains;
                 return Ok(loc);
             }
-            let seg = open.seg;
-            inner.state[seg as usize] = SegState::Closed;
-            inner.open = None;
         }
-        let Some(seg) = inner.free.pop_first() else {
-            return Err(Error::NoSpace {
-                needed_bytes: grains * self.sb.grain_bytes as u64,
-                segments: self.sb.segment_count,
-            });
-        };
+        if inner.free.len() <= self.reserve_for(&inner, purpose) {
+            return Err(self.no_space(grains));
+        }
+        if let Some(open) = inner.open[si].take() {
+            self.close(&mut inner, open.seg);
+        }
+        let seg = inner.free.pop_first().expect("checked above");
         let alloc_seq = inner.next_alloc_seq;
         inner.next_alloc_seq += 1;
-        if let Err(e) = self.write_header(seg, alloc_seq, next_seq) {
+        if let Err(e) = self.write_header(seg, SegmentKind::Kv, stream, alloc_seq, next_seq) {
             inner.free.insert(seg);
             return Err(e);
         }
         let stamp = alloc_seq as u32;
         self.stamps[seg as usize].store(stamp, Relaxed);
+        self.alloc_seqs[seg as usize].store(alloc_seq, Relaxed);
         self.live[seg as usize].store(0, Relaxed);
         inner.state[seg as usize] = SegState::Open;
-        inner.open = Some(OpenSeg {
-            seg,
-            next: 1 + grains,
-            stamp,
-        });
-        Ok(Loc {
-            pba: self.pba(seg, 1),
-            seg,
-            stamp,
-            grains,
-        })
+        inner.open[si] = Some(OpenSeg { seg, next: 1 + grains, stamp });
+        if inner.free.len() < self.low_watermark {
+            self.cond.notify_all(); // wake GC
+        }
+        Ok(Loc { pba: self.pba(seg, 1), seg, stamp, grains })
     }
 
-    fn write_header(&self, seg: u32, alloc_seq: u64, first_seq: u64) -> Result<()> {
+    /// Free segments `purpose` must leave to GC.
+    fn reserve_for(&self, inner: &Inner, purpose: Purpose) -> usize {
+        match (inner.gc, purpose) {
+            (false, _) | (_, Purpose::Relocate) => 0,
+            (true, Purpose::Put) => self.reserve,
+            (true, Purpose::Delete) => self.reserve - 1,
+        }
+    }
+
+    fn close(&self, inner: &mut Inner, seg: u32) {
+        inner.state[seg as usize] = SegState::Closed;
+        inner.closes += 1;
+        inner.closed_at[seg as usize] = inner.closes;
+        inner.stuck = false; // a new candidate for GC
+    }
+
+    fn write_header(&self, seg: u32, kind: SegmentKind, stream: Stream, alloc_seq: u64, first_seq: u64) -> Result<()> {
         let g = self.sb.grain_bytes as usize;
         let mut buf = AlignedBuf::zeroed(g);
         SegmentHeader {
-            kind: SegmentKind::Kv,
-            stream: Stream::User,
+            kind,
+            stream,
             alloc_seq,
             uuid: self.sb.uuid,
             grain_bytes: self.sb.grain_bytes,
@@ -178,19 +312,92 @@ impl Space {
         .encode(&mut buf);
         let offset = self.sb.segment_offset(seg);
         let (_, r) = self.dev.write_at(buf, offset);
-        r.map_err(|source| Error::Io {
-            op: "write of a segment header",
-            offset,
-            source,
-        })?;
+        r.map_err(|source| Error::Io { op: "write of a segment header", offset, source })?;
         if self.durability == Durability::Flush {
-            self.dev.flush().map_err(|source| Error::Io {
-                op: "flush",
-                offset,
-                source,
-            })?;
+            self.dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
         }
         Ok(())
+    }
+
+    /// Mark a reclaimed segment free: first on the device (a free header
+    /// that keeps its alloc_seq), then in memory. Wakes waiting writers.
+    pub(crate) fn free_segment(&self, seg: u32) -> Result<()> {
+        let alloc_seq = self.alloc_seqs[seg as usize].load(Relaxed);
+        self.write_header(seg, SegmentKind::Free, Stream::User, alloc_seq, 0)?;
+        let mut inner = self.lock();
+        debug_assert_eq!(inner.state[seg as usize], SegState::Closed);
+        inner.state[seg as usize] = SegState::Free;
+        inner.free.insert(seg);
+        self.alloc_seqs[seg as usize].store(0, Relaxed);
+        self.cond.notify_all();
+        Ok(())
+    }
+
+    /// GC's victim: the closed segment with the fewest live bytes among all
+    /// but the `age` most recently closed ones, if reclaiming it gains at
+    /// least 1/[`GC_MIN_GAIN_DIVISOR`] of a segment. (A smaller gain is no
+    /// gain: the relocation segment wastes a tail too, so reclaiming
+    /// nearly-full segments would consume as much space as it frees.)
+    pub(crate) fn pick_victim(&self, age: u64) -> Option<u32> {
+        let inner = self.lock();
+        let usable = (self.sb.segment_grains() - 1) * self.sb.grain_bytes as u64;
+        let min_gain = (usable / GC_MIN_GAIN_DIVISOR).max(self.sb.grain_bytes as u64);
+        (0..inner.state.len())
+            .filter(|&i| {
+                inner.state[i] == SegState::Closed && !inner.pinned[i] && inner.closed_at[i] + age <= inner.closes
+            })
+            .map(|i| (self.live[i].load(Relaxed), inner.closed_at[i], i as u32))
+            .filter(|&(live, _, _)| live + min_gain <= usable)
+            .min()
+            .map(|(_, _, i)| i)
+    }
+
+    /// GC thread: wait for work. Work starts when free segments fall below
+    /// the low watermark and goes on until the high one, or when a writer
+    /// asked for space.
+    pub(crate) fn gc_wait(&self) -> GcWork {
+        let mut inner = self.lock();
+        loop {
+            if inner.shutdown {
+                return GcWork::Exit;
+            }
+            let free = inner.free.len();
+            if free < self.low_watermark {
+                inner.collecting = true;
+            }
+            if free >= self.high_watermark {
+                inner.collecting = false;
+            }
+            if inner.requested > inner.answered || (inner.collecting && !inner.stuck) {
+                return GcWork::Reclaim(inner.requested);
+            }
+            inner = self.cond.wait_timeout(inner, Duration::from_millis(500)).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    /// Leave segment `seg` out of GC from now on.
+    pub(crate) fn pin(&self, seg: u32) {
+        self.lock().pinned[seg as usize] = true;
+    }
+
+    /// GC found nothing to reclaim: answer writers' requests up to `req`.
+    pub(crate) fn gc_found_nothing(&self, req: u64) {
+        let mut inner = self.lock();
+        inner.stuck = true;
+        inner.answered = inner.answered.max(req);
+        self.cond.notify_all();
+    }
+
+    /// The GC thread is gone: writers no longer wait for it or keep a reserve.
+    pub(crate) fn gc_gone(&self) {
+        self.lock().gc = false;
+        self.cond.notify_all();
+    }
+
+    /// Stop the GC thread and fail waiting writers.
+    pub(crate) fn shutdown(&self) {
+        self.lock().shutdown = true;
+        self.cond.notify_all();
     }
 
     pub(crate) fn pba(&self, seg: u32, grain: u64) -> u64 {
@@ -209,6 +416,26 @@ impl Space {
     /// The stamp records of segment `seg`'s current use carry.
     pub(crate) fn stamp(&self, seg: u32) -> u32 {
         self.stamps[seg as usize].load(Relaxed)
+    }
+
+    /// A tombstone's horizon: the highest alloc_seq handed out so far, so at
+    /// least that of every segment in use.
+    pub(crate) fn horizon(&self) -> u64 {
+        self.lock().next_alloc_seq - 1
+    }
+
+    /// The lowest alloc_seq of the segments in use other than `except`
+    /// (`u64::MAX` if none). A tombstone in `except` whose horizon is below
+    /// it has no older version of its key left anywhere else.
+    pub(crate) fn oldest_in_use_except(&self, except: u32) -> u64 {
+        self.alloc_seqs
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i as u32 != except)
+            .map(|(_, a)| a.load(Relaxed))
+            .filter(|&a| a != 0)
+            .min()
+            .unwrap_or(u64::MAX)
     }
 
     pub(crate) fn live_of(&self, seg: u32) -> u64 {
@@ -236,8 +463,11 @@ impl Space {
     /// Segments that hold records, in no particular order.
     pub(crate) fn used_segments(&self) -> Vec<u32> {
         let inner = self.lock();
-        (0..inner.state.len() as u32)
-            .filter(|&s| inner.state[s as usize] != SegState::Free)
-            .collect()
+        (0..inner.state.len() as u32).filter(|&s| inner.state[s as usize] != SegState::Free).collect()
+    }
+
+    /// (low, high) free-segment watermarks of GC.
+    pub(crate) fn watermarks(&self) -> (usize, usize) {
+        (self.low_watermark, self.high_watermark)
     }
 }

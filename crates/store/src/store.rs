@@ -4,20 +4,27 @@
 //! read each candidate record (one IO of the entry's size, a second one only
 //! for records too large for the entry's size field), compare the full key.
 //!
-//! PUT/DELETE: take the key's stripe lock (which serialises mutations of one
-//! key, so conditional modes are exact and sequence numbers of one key only
+//! PUT/DELETE: wait, holding nothing, until there is room; take the key's
+//! stripe lock (which serialises mutations of one key, and GC relocation of
+//! it, so conditional modes are exact and sequence numbers of one key only
 //! grow), find the current version, decide by mode, take a sequence number,
 //! allocate grains, write the record out of place, then point the index at
 //! it. The call returns only once the record is on the device (and flushed,
 //! with [`Durability::Flush`]). A failed write or flush poisons the store:
 //! it refuses further writes until reopened; reads go on.
+//!
+//! Readers hold no lock across IO, so GC may move a record and reuse its
+//! segment between a lookup and the read. Every read is therefore validated
+//! afterwards: the entries it relied on must still be in the index, or it
+//! starts over.
+//!
+//! [`Store`] owns the engine state ([`Core`], shared with the GC thread)
+//! and the GC thread itself.
 
 use crate::error::{Error, Result};
-use crate::options::{
-    default_index_table_homes, default_segment_bytes, CreateOptions, Durability, OpenOptions,
-};
+use crate::options::{default_index_table_homes, default_segment_bytes, CreateOptions, Durability, OpenOptions};
 use crate::recover::RecoveryReport;
-use crate::space::{Loc, Space};
+use crate::space::{Loc, Purpose, Space};
 use crate::verify::VerifyReport;
 use granary_format::checksum::record_seed;
 use granary_format::hash::{key_hash, KEY_HASH_ALGO_XXH3_64};
@@ -29,6 +36,7 @@ use granary_io::{AlignedBuf, Device, FileDevice, IoCountersSnapshot, OpenMode};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
 
 /// Number of key stripe locks serialising mutations of one key.
 const KEY_STRIPES: usize = 1024;
@@ -83,6 +91,12 @@ pub struct Stats {
     pub index: IndexStats,
     pub recovery: RecoveryReport,
     pub value_bytes_max: u64,
+    pub gc: crate::gc::GcStats,
+    /// Segments opened for writing since the store was created (each wrote
+    /// a header).
+    pub segments_opened: u64,
+    /// GC starts below `.0` free segments and stops at `.1`.
+    pub gc_watermarks: (usize, usize),
 }
 
 impl Stats {
@@ -114,8 +128,14 @@ pub(crate) struct Counters {
     pub deletes: AtomicU64,
 }
 
-/// An open store. Cheap to share between threads by reference or `Arc`.
+/// An open store. Share it between threads by reference or `Arc`.
 pub struct Store {
+    pub(crate) core: Arc<Core>,
+    gc: Option<JoinHandle<()>>,
+}
+
+/// The engine state, shared by the store's users and its GC thread.
+pub(crate) struct Core {
     pub(crate) dev: Arc<dyn Device>,
     pub(crate) sb: Superblock,
     pub(crate) seed: u32,
@@ -124,9 +144,10 @@ pub struct Store {
     pub(crate) next_seq: AtomicU64,
     pub(crate) counters: Counters,
     pub(crate) recovery: Mutex<RecoveryReport>,
-    durability: Durability,
+    pub(crate) durability: Durability,
     stripes: Box<[Mutex<()>]>,
     poisoned: OnceLock<String>,
+    pub(crate) gc_counters: crate::gc::GcCounters,
 }
 
 fn random_uuid() -> Result<[u8; 16]> {
@@ -150,10 +171,7 @@ fn random_uuid() -> Result<[u8; 16]> {
 }
 
 fn now_unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 impl Store {
@@ -164,18 +182,10 @@ impl Store {
         sb.encode(&mut buf);
         for &offset in &SUPERBLOCK_OFFSETS {
             let (b, r) = dev.write_at(buf, offset);
-            r.map_err(|source| Error::Io {
-                op: "write of the superblock",
-                offset,
-                source,
-            })?;
+            r.map_err(|source| Error::Io { op: "write of the superblock", offset, source })?;
             buf = b;
         }
-        dev.flush().map_err(|source| Error::Io {
-            op: "flush",
-            offset: 0,
-            source,
-        })?;
+        dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })?;
         tracing::info!(device = %dev.describe(), segments = sb.segment_count, segment_bytes = sb.segment_bytes,
             grain_bytes = sb.grain_bytes, "created store");
         Self::open(dev, open)
@@ -185,21 +195,14 @@ impl Store {
         let bad = |s: String| Err(Error::InvalidOptions(s));
         let grain = opts.grain_bytes.unwrap_or(dev.block_bytes().max(512));
         if !GRAIN_BYTES_ALLOWED.contains(&grain) {
-            return bad(format!(
-                "grain size {grain} is not one of {GRAIN_BYTES_ALLOWED:?}"
-            ));
+            return bad(format!("grain size {grain} is not one of {GRAIN_BYTES_ALLOWED:?}"));
         }
         if grain < dev.block_bytes() {
-            return bad(format!(
-                "grain size {grain} is smaller than the device's {}-byte blocks",
-                dev.block_bytes()
-            ));
+            return bad(format!("grain size {grain} is smaller than the device's {}-byte blocks", dev.block_bytes()));
         }
         let size = dev.size_bytes();
         let data = size.saturating_sub(DATA_OFFSET_BYTES);
-        let segment_bytes = opts
-            .segment_bytes
-            .unwrap_or_else(|| default_segment_bytes(data));
+        let segment_bytes = opts.segment_bytes.unwrap_or_else(|| default_segment_bytes(data));
         let segment_count = data / segment_bytes.max(1);
         if segment_count < 2 {
             return bad(format!(
@@ -214,9 +217,7 @@ impl Store {
             segment_bytes,
             segment_count,
             device_bytes: size,
-            index_table_homes: opts
-                .index_table_homes
-                .unwrap_or_else(|| default_index_table_homes(data, grain)),
+            index_table_homes: opts.index_table_homes.unwrap_or_else(|| default_index_table_homes(data, grain)),
             created_unix_ms: now_unix_ms(),
         };
         if let Err((field, value)) = sb.validate() {
@@ -242,32 +243,40 @@ impl Store {
                 dev.block_bytes()
             )));
         }
-        let store = Store {
+        let core = Core {
             seed: record_seed(&sb.uuid),
             index: Index::new(IndexConfig::new(sb.index_table_homes)),
-            space: Space::new(dev.clone(), sb.clone(), opts.durability),
+            space: Space::new(dev.clone(), sb.clone(), opts.durability, opts.gc),
             next_seq: AtomicU64::new(1),
             counters: Counters::default(),
             recovery: Mutex::new(RecoveryReport::default()),
             durability: opts.durability,
             stripes: (0..KEY_STRIPES).map(|_| Mutex::new(())).collect(),
             poisoned: OnceLock::new(),
+            gc_counters: Default::default(),
             dev,
             sb,
         };
-        store.recover()?;
-        Ok(store)
+        core.recover()?;
+        let core = Arc::new(core);
+        let gc = if opts.gc {
+            let c = core.clone();
+            let handle = std::thread::Builder::new()
+                .name("granary-gc".into())
+                .spawn(move || crate::gc::run(&c))
+                .map_err(Error::Device)?;
+            Some(handle)
+        } else {
+            None
+        };
+        Ok(Store { core, gc })
     }
 
     fn read_superblock(dev: &dyn Device) -> Result<Superblock> {
         let mut first_err = None;
         for (i, &offset) in SUPERBLOCK_OFFSETS.iter().enumerate() {
             let (buf, r) = dev.read_at(AlignedBuf::zeroed(4096), offset);
-            r.map_err(|source| Error::Io {
-                op: "read of the superblock",
-                offset,
-                source,
-            })?;
+            r.map_err(|source| Error::Io { op: "read of the superblock", offset, source })?;
             match Superblock::decode(&buf) {
                 Ok(sb) => {
                     if i > 0 {
@@ -280,12 +289,7 @@ impl Store {
                 }
             }
         }
-        Err(Error::NotAStore(first_err.unwrap_or(
-            FormatError::BadMagic {
-                what: "superblock",
-                found: 0,
-            },
-        )))
+        Err(Error::NotAStore(first_err.unwrap_or(FormatError::BadMagic { what: "superblock", found: 0 })))
     }
 
     /// Create a store in a new file of `size_bytes` (preallocated).
@@ -307,7 +311,9 @@ impl Store {
         let dev = FileDevice::open(path, mode).map_err(Error::Device)?;
         Self::open(Arc::new(dev), open)
     }
+}
 
+impl Core {
     /// Largest value this store accepts with a key of `key_len` bytes.
     pub fn value_bytes_max(&self, key_len: usize) -> u64 {
         let record_max = (self.sb.segment_grains() - 1) * self.sb.grain_bytes as u64;
@@ -316,33 +322,35 @@ impl Store {
 
     fn check_key(key: &[u8]) -> Result<()> {
         if !(KEY_BYTES_MIN..=KEY_BYTES_MAX).contains(&key.len()) {
-            return Err(Error::KeyLength {
-                len: key.len(),
-                min: KEY_BYTES_MIN,
-                max: KEY_BYTES_MAX,
-            });
+            return Err(Error::KeyLength { len: key.len(), min: KEY_BYTES_MIN, max: KEY_BYTES_MAX });
         }
         Ok(())
     }
 
-    fn check_writable(&self) -> Result<()> {
+    pub(crate) fn check_writable(&self) -> Result<()> {
         match self.poisoned.get() {
-            Some(cause) => Err(Error::Poisoned {
-                cause: cause.clone(),
-            }),
+            Some(cause) => Err(Error::Poisoned { cause: cause.clone() }),
             None => Ok(()),
         }
     }
 
-    fn poison(&self, err: Error) -> Error {
+    pub(crate) fn poison(&self, err: Error) -> Error {
         let _ = self.poisoned.set(err.to_string());
         tracing::error!(error = %err, "device failure: the store now refuses writes until reopened");
         err
     }
 
-    fn stripe(&self, h: u64) -> MutexGuard<'_, ()> {
-        let i = ((h >> 40) as usize) % KEY_STRIPES;
+    /// The stripe lock index of hash `h`.
+    pub(crate) fn stripe_of(h: u64) -> usize {
+        ((h >> 40) as usize) % KEY_STRIPES
+    }
+
+    pub(crate) fn lock_stripe(&self, i: usize) -> MutexGuard<'_, ()> {
         self.stripes[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn stripe(&self, h: u64) -> MutexGuard<'_, ()> {
+        self.lock_stripe(Self::stripe_of(h))
     }
 
     pub(crate) fn grain(&self) -> u64 {
@@ -351,14 +359,8 @@ impl Store {
 
     fn io_read(&self, grains: u64, pba: u64) -> Result<AlignedBuf> {
         let offset = pba * self.grain();
-        let (buf, r) = self
-            .dev
-            .read_at(AlignedBuf::zeroed((grains * self.grain()) as usize), offset);
-        r.map_err(|source| Error::Io {
-            op: "read",
-            offset,
-            source,
-        })?;
+        let (buf, r) = self.dev.read_at(AlignedBuf::zeroed((grains * self.grain()) as usize), offset);
+        r.map_err(|source| Error::Io { op: "read", offset, source })?;
         Ok(buf)
     }
 
@@ -377,9 +379,7 @@ impl Store {
             n => n as u64,
         };
         if e.pba() + hint > seg_end || e.pba() == seg_start {
-            return Err(corrupt(format!(
-                "index entry {e:?} points outside a segment's records"
-            )));
+            return Err(corrupt(format!("index entry {e:?} points outside a segment's records")));
         }
         let mut buf = self.io_read(hint, e.pba())?;
         let hdr = RecordHeader::decode(&buf).map_err(|fe| corrupt(fe.to_string()))?;
@@ -400,17 +400,12 @@ impl Store {
             n => grains == n as u64,
         };
         if !size_ok || e.pba() + grains > seg_end {
-            return Err(corrupt(format!(
-                "record of {grains} grains does not match its index entry {e:?}"
-            )));
+            return Err(corrupt(format!("record of {grains} grains does not match its index entry {e:?}")));
         }
         let need = if full {
             grains
         } else {
-            grains_for(
-                (RECORD_HEADER_BYTES + hdr.key_len as usize) as u64,
-                self.sb.grain_bytes,
-            )
+            grains_for((RECORD_HEADER_BYTES + hdr.key_len as usize) as u64, self.sb.grain_bytes)
         };
         if need > hint {
             buf = self.io_read(need, e.pba())?;
@@ -418,43 +413,65 @@ impl Store {
         record::verify_header_crc(self.seed, &hdr, &buf).map_err(|fe| corrupt(fe.to_string()))?;
         if full {
             record::verify_crc(self.seed, &hdr, &buf).map_err(|fe| corrupt(fe.to_string()))?;
+            if hdr.damaged_copy {
+                return Err(corrupt("record was damaged before GC relocated it".into()));
+            }
         }
         Ok((hdr, buf))
     }
 
-    /// Find the current version of `key`. A candidate whose record is
-    /// unreadable is skipped; if no candidate matches and one was unreadable,
-    /// `strict` returns that error (the key may have been the unreadable one).
-    pub(crate) fn find(
-        &self,
-        key: &[u8],
-        h: u64,
-        full: bool,
-        strict: bool,
-    ) -> Result<Option<Found>> {
-        let mut unreadable = None;
-        for &entry in self.index.lookup(h).as_slice() {
-            match self.read_record(entry, false) {
-                Ok((hdr, buf)) => {
-                    if record::key_of(&hdr, &buf) != key {
-                        continue;
+    /// Find the current version of `key`, reading the whole record with
+    /// `full`. A candidate whose record is unreadable is skipped; if no
+    /// candidate matches and one was unreadable, `strict` returns that error
+    /// (the key may have been the unreadable one). The entries relied on are
+    /// checked to still be in the index after the reads; if one is gone, GC
+    /// or a writer moved it meanwhile and the search starts over.
+    pub(crate) fn find(&self, key: &[u8], h: u64, full: bool, strict: bool) -> Result<Option<Found>> {
+        'retry: loop {
+            let cands = self.index.lookup(h);
+            let mut unreadable = None;
+            let mut found = None;
+            for &entry in cands.as_slice() {
+                match self.read_record(entry, false) {
+                    Ok((hdr, buf)) => {
+                        if record::key_of(&hdr, &buf) != key {
+                            continue;
+                        }
+                        let whole = buf.len() as u64 >= hdr.record_bytes();
+                        let (hdr, buf) = if full && !whole { self.read_record(entry, true)? } else { (hdr, buf) };
+                        if full && whole {
+                            let offset = entry.pba() * self.grain();
+                            record::verify_crc(self.seed, &hdr, &buf)
+                                .map_err(|fe| Error::Corruption { offset, detail: fe.to_string() })?;
+                            if hdr.damaged_copy {
+                                let detail = "record was damaged before GC relocated it".to_string();
+                                return Err(Error::Corruption { offset, detail });
+                            }
+                        }
+                        found = Some(Found { entry, hdr, buf });
+                        break;
                     }
-                    if full {
-                        let (hdr, buf) = self.read_record(entry, true)?;
-                        return Ok(Some(Found { entry, hdr, buf }));
-                    }
-                    return Ok(Some(Found { entry, hdr, buf }));
+                    Err(e @ Error::Corruption { .. }) => unreadable = Some(e),
+                    Err(e) => return Err(e),
                 }
-                Err(e @ Error::Corruption { .. }) => {
-                    tracing::warn!(error = %e, "unreadable index candidate");
-                    unreadable = Some(e);
-                }
-                Err(e) => return Err(e),
             }
-        }
-        match unreadable {
-            Some(e) if strict => Err(e),
-            _ => Ok(None),
+            let now = self.index.lookup(h);
+            let still = |e: &Entry| now.as_slice().contains(e);
+            let relied: &[Entry] = match &found {
+                Some(f) => std::slice::from_ref(&f.entry),
+                None => cands.as_slice(),
+            };
+            if !relied.iter().all(still) {
+                continue 'retry;
+            }
+            if let (None, Some(e)) = (&found, &unreadable) {
+                tracing::warn!(error = %e, "unreadable index candidate");
+            }
+            return match (found, unreadable) {
+                (Some(f), _) => Ok(Some(f)),
+                (None, Some(e)) if strict => Err(e),
+                (None, _) => Ok(None),
+            };
         }
     }
 
@@ -463,29 +480,12 @@ impl Store {
         Self::check_key(key)?;
         self.counters.gets.fetch_add(1, Relaxed);
         let h = key_hash(key);
-        let found = self.find(key, h, false, true)?;
-        let Some(f) = found else { return Ok(None) };
+        let Some(f) = self.find(key, h, true, true)? else { return Ok(None) };
         if f.hdr.is_tombstone() {
             return Ok(None);
         }
-        // Small records were read whole by `find`; check all of it now.
-        let (hdr, buf) = if f.buf.len() as u64 >= f.hdr.record_bytes() {
-            let offset = f.entry.pba() * self.grain();
-            record::verify_crc(self.seed, &f.hdr, &f.buf).map_err(|fe| Error::Corruption {
-                offset,
-                detail: fe.to_string(),
-            })?;
-            (f.hdr, f.buf)
-        } else {
-            self.read_record(f.entry, true)?
-        };
         self.counters.get_hits.fetch_add(1, Relaxed);
-        Ok(Some(record::value_of(&hdr, &buf).to_vec()))
-    }
-
-    /// Insert or overwrite.
-    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.put_with(key, value, PutMode::Upsert).map(|_| ())
+        Ok(Some(record::value_of(&f.hdr, &f.buf).to_vec()))
     }
 
     /// PUT with a mode; returns whether it stored.
@@ -493,115 +493,97 @@ impl Store {
         Self::check_key(key)?;
         let max = self.value_bytes_max(key.len());
         if value.len() as u64 > max {
-            return Err(Error::ValueTooLarge {
-                len: value.len() as u64,
-                max,
-            });
+            return Err(Error::ValueTooLarge { len: value.len() as u64, max });
         }
-        self.check_writable()?;
         let h = key_hash(key);
-        let _stripe = self.stripe(h);
-        let existing = self.find(key, h, false, false)?;
-        let live = existing.as_ref().is_some_and(|f| !f.hdr.is_tombstone());
-        match mode {
-            PutMode::CreateOnly if live => return Ok(PutOutcome::Exists),
-            PutMode::ReplaceOnly if !live => return Ok(PutOutcome::NotFound),
-            _ => {}
+        let grains = grains_for(record_bytes(key.len(), value.len() as u64), self.sb.grain_bytes);
+        loop {
+            self.check_writable()?;
+            self.space.await_room(Purpose::Put, grains)?;
+            let _stripe = self.stripe(h);
+            let existing = self.find(key, h, false, false)?;
+            let live = existing.as_ref().is_some_and(|f| !f.hdr.is_tombstone());
+            match mode {
+                PutMode::CreateOnly if live => return Ok(PutOutcome::Exists),
+                PutMode::ReplaceOnly if !live => return Ok(PutOutcome::NotFound),
+                _ => {}
+            }
+            let seq = self.next_seq.fetch_add(1, Relaxed);
+            let hdr = RecordHeader::value(key.len(), value.len() as u64, seq, 0);
+            let loc = match self.write_record(Purpose::Put, hdr, key, value) {
+                Err(Error::NoSpace { .. }) => continue, // raced for the last room: wait again
+                r => r?,
+            };
+            self.commit(key, h, existing, loc, false)?;
+            self.counters.puts.fetch_add(1, Relaxed);
+            self.counters.user_bytes.fetch_add((key.len() + value.len()) as u64, Relaxed);
+            return Ok(PutOutcome::Stored);
         }
-        let seq = self.next_seq.fetch_add(1, Relaxed);
-        let hdr = RecordHeader::value(key.len(), value.len() as u64, seq, 0);
-        let loc = self.write_record(hdr, key, value)?;
-        self.commit(key, h, existing, loc, false)?;
-        self.counters.puts.fetch_add(1, Relaxed);
-        self.counters
-            .user_bytes
-            .fetch_add((key.len() + value.len()) as u64, Relaxed);
-        Ok(PutOutcome::Stored)
     }
 
     /// Delete `key`; returns whether it was present. Writes a tombstone only
     /// when it was.
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
         Self::check_key(key)?;
-        self.check_writable()?;
         let h = key_hash(key);
-        let _stripe = self.stripe(h);
-        let Some(f) = self.find(key, h, false, false)? else {
-            return Ok(false);
-        };
-        if f.hdr.is_tombstone() {
-            return Ok(false);
+        let grains = grains_for(record_bytes(key.len(), 0), self.sb.grain_bytes);
+        loop {
+            self.check_writable()?;
+            self.space.await_room(Purpose::Delete, grains)?;
+            let _stripe = self.stripe(h);
+            let Some(f) = self.find(key, h, false, false)? else { return Ok(false) };
+            if f.hdr.is_tombstone() {
+                return Ok(false);
+            }
+            let seq = self.next_seq.fetch_add(1, Relaxed);
+            // Under the stripe no relocation of this key can run, so every
+            // older version of it lies in a segment at or below the horizon.
+            let hdr = RecordHeader::tombstone(key.len(), seq, 0, self.space.horizon());
+            let loc = match self.write_record(Purpose::Delete, hdr, key, &[]) {
+                Err(Error::NoSpace { .. }) => continue,
+                r => r?,
+            };
+            self.commit(key, h, Some(f), loc, true)?;
+            self.counters.deletes.fetch_add(1, Relaxed);
+            self.counters.user_bytes.fetch_add(key.len() as u64, Relaxed);
+            return Ok(true);
         }
-        let seq = self.next_seq.fetch_add(1, Relaxed);
-        let old_seg = self.sb.segment_of(f.entry.pba());
-        let hdr = RecordHeader::tombstone(key.len(), seq, 0, old_seg, self.space.stamp(old_seg));
-        let loc = self.write_record(hdr, key, &[])?;
-        self.commit(key, h, Some(f), loc, true)?;
-        self.counters.deletes.fetch_add(1, Relaxed);
-        self.counters
-            .user_bytes
-            .fetch_add(key.len() as u64, Relaxed);
-        Ok(true)
     }
 
     /// Allocate, encode (with the segment's stamp) and write one record.
     pub(crate) fn write_record(
         &self,
+        purpose: Purpose,
         mut hdr: RecordHeader,
         key: &[u8],
         value: &[u8],
     ) -> Result<Loc> {
         let grains = hdr.grains(self.sb.grain_bytes);
-        let loc = self
-            .space
-            .alloc(grains, self.next_seq.load(Relaxed))
-            .map_err(|e| match e {
-                Error::Io { .. } => self.poison(e),
-                e => e,
-            })?;
+        let loc = self.space.alloc(purpose, grains, self.next_seq.load(Relaxed)).map_err(|e| match e {
+            Error::Io { .. } => self.poison(e),
+            e => e,
+        })?;
         hdr.seg_stamp = loc.stamp;
         let mut buf = AlignedBuf::zeroed((grains * self.grain()) as usize);
         hdr.encode(self.seed, key, value, &mut buf);
         let offset = loc.pba * self.grain();
         let (_, r) = self.dev.write_at(buf, offset);
-        r.map_err(|source| {
-            self.poison(Error::Io {
-                op: "write",
-                offset,
-                source,
-            })
-        })?;
+        r.map_err(|source| self.poison(Error::Io { op: "write", offset, source }))?;
         if self.durability == Durability::Flush {
-            self.dev.flush().map_err(|source| {
-                self.poison(Error::Io {
-                    op: "flush",
-                    offset,
-                    source,
-                })
-            })?;
+            self.dev.flush().map_err(|source| self.poison(Error::Io { op: "flush", offset, source }))?;
         }
         Ok(loc)
     }
 
     /// Point the index at a record just written, replacing `existing`.
-    fn commit(
-        &self,
-        key: &[u8],
-        h: u64,
-        mut existing: Option<Found>,
-        loc: Loc,
-        tombstone: bool,
-    ) -> Result<()> {
+    fn commit(&self, key: &[u8], h: u64, mut existing: Option<Found>, loc: Loc, tombstone: bool) -> Result<()> {
         let kv_size = if tombstone { 0 } else { loc.grains };
         let g = self.grain();
         loop {
             match &existing {
                 Some(f) => {
                     if self.index.replace(h, f.entry.pba(), kv_size, loc.pba) {
-                        self.space.sub_live(
-                            self.sb.segment_of(f.entry.pba()),
-                            f.hdr.grains(self.sb.grain_bytes) * g,
-                        );
+                        self.space.sub_live(self.sb.segment_of(f.entry.pba()), f.hdr.grains(self.sb.grain_bytes) * g);
                         let c = &self.counters;
                         match (f.hdr.is_tombstone(), tombstone) {
                             (false, true) => {
@@ -663,32 +645,80 @@ impl Store {
             next_seq: self.next_seq.load(Relaxed),
             io: self.dev.counters().snapshot(),
             index: self.index.stats(),
-            recovery: self
-                .recovery
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
+            recovery: self.recovery.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             value_bytes_max: self.value_bytes_max(1),
+            gc: self.gc_counters.snapshot(),
+            segments_opened: self.space.horizon(),
+            gc_watermarks: self.space.watermarks(),
         }
-    }
-
-    /// The superblock (geometry and identity).
-    pub fn superblock(&self) -> &Superblock {
-        &self.sb
     }
 
     /// Check every index entry against its record and scan every segment.
     pub fn verify(&self) -> Result<VerifyReport> {
         crate::verify::verify(self)
     }
+}
 
-    /// Flush and close. Dropping a store without calling this is a crash as
-    /// far as the device is concerned, which recovery handles.
-    pub fn close(self) -> Result<()> {
-        self.dev.flush().map_err(|source| Error::Io {
-            op: "flush",
-            offset: 0,
-            source,
-        })
+impl Store {
+    /// The value of `key`, or None if absent or deleted.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.core.get(key)
+    }
+
+    /// Insert or overwrite.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.core.put_with(key, value, PutMode::Upsert).map(|_| ())
+    }
+
+    /// PUT with a mode; returns whether it stored.
+    pub fn put_with(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
+        self.core.put_with(key, value, mode)
+    }
+
+    /// Delete `key`; returns whether it was present.
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        self.core.delete(key)
+    }
+
+    /// Figures of the store now.
+    pub fn stats(&self) -> Stats {
+        self.core.stats()
+    }
+
+    /// The superblock (geometry and identity).
+    pub fn superblock(&self) -> &Superblock {
+        &self.core.sb
+    }
+
+    /// Largest value this store accepts with a key of `key_len` bytes.
+    pub fn value_bytes_max(&self, key_len: usize) -> u64 {
+        self.core.value_bytes_max(key_len)
+    }
+
+    /// Check every index entry against its record and scan every segment.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        self.core.verify()
+    }
+
+    fn stop_gc(&mut self) {
+        self.core.space.shutdown();
+        if let Some(h) = self.gc.take() {
+            if h.join().is_err() {
+                tracing::error!("the GC thread panicked");
+            }
+        }
+    }
+
+    /// Stop GC, flush and close. Dropping a store without calling this is a
+    /// crash as far as the device is concerned, which recovery handles.
+    pub fn close(mut self) -> Result<()> {
+        self.stop_gc();
+        self.core.dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.stop_gc();
     }
 }

@@ -9,7 +9,7 @@
 
 use crate::error::Result;
 use crate::recover::{read_segment_headers, SegmentScanner};
-use crate::store::Store;
+use crate::store::Core;
 use granary_format::hash::{key_hash, tag};
 use granary_format::record;
 use std::collections::HashMap;
@@ -47,7 +47,7 @@ impl VerifyReport {
     }
 }
 
-pub(crate) fn verify(store: &Store) -> Result<VerifyReport> {
+pub(crate) fn verify(store: &Core) -> Result<VerifyReport> {
     let started = Instant::now();
     let mut r = VerifyReport::default();
     let g = store.sb.grain_bytes;
@@ -62,16 +62,10 @@ pub(crate) fn verify(store: &Store) -> Result<VerifyReport> {
             Ok((hdr, buf)) => {
                 let h = key_hash(record::key_of(&hdr, &buf));
                 if store.index.home(h) != *home || tag(h) != e.tag() {
-                    r.error(format!(
-                        "index entry {e:?} sits at home {home} but its key hashes elsewhere"
-                    ));
+                    r.error(format!("index entry {e:?} sits at home {home} but its key hashes elsewhere"));
                 }
                 if hdr.seq >= store.next_seq.load(Relaxed) {
-                    r.error(format!(
-                        "record at grain {} has sequence number {} beyond the store's",
-                        e.pba(),
-                        hdr.seq
-                    ));
+                    r.error(format!("record at grain {} has sequence number {} beyond the store's", e.pba(), hdr.seq));
                 }
                 if hdr.is_tombstone() {
                     r.tombstones += 1;
@@ -83,19 +77,12 @@ pub(crate) fn verify(store: &Store) -> Result<VerifyReport> {
             Err(err) => r.error(format!("index entry {e:?}: {err}")),
         }
         if last_log.elapsed().as_secs() >= 2 {
-            tracing::info!(
-                checked = i + 1,
-                entries = entries.len(),
-                "verify: index entries"
-            );
+            tracing::info!(checked = i + 1, entries = entries.len(), "verify: index entries");
             last_log = Instant::now();
         }
     }
     if r.error_count == 0 {
-        let (keys, tombs) = (
-            store.counters.keys.load(Relaxed),
-            store.counters.tombstones.load(Relaxed),
-        );
+        let (keys, tombs) = (store.counters.keys.load(Relaxed), store.counters.tombstones.load(Relaxed));
         if (keys, tombs) != (r.values, r.tombstones) {
             r.error(format!(
                 "counters say {keys} keys and {tombs} tombstones; the index holds {} and {}",
@@ -106,24 +93,16 @@ pub(crate) fn verify(store: &Store) -> Result<VerifyReport> {
             let want = live.get(&seg).copied().unwrap_or(0);
             let have = store.space.live_of(seg);
             if want != have {
-                r.error(format!(
-                    "segment {seg}: live bytes accounted {have}, index says {want}"
-                ));
+                r.error(format!("segment {seg}: live bytes accounted {have}, index says {want}"));
             }
         }
     }
 
-    for (s, _) in read_segment_headers(store.dev.as_ref(), &store.sb)? {
-        let mut scan = SegmentScanner::new(
-            store.dev.as_ref(),
-            &store.sb,
-            store.seed,
-            s.seg,
-            s.alloc_seq as u32,
-        );
+    for (s, _) in read_segment_headers(store.dev.as_ref(), &store.sb)?.0 {
+        let mut scan = SegmentScanner::new(store.dev.as_ref(), &store.sb, store.seed, s.seg, s.alloc_seq as u32);
         while let Some(rec) = scan.next_record()? {
             r.records_scanned += 1;
-            if !rec.intact {
+            if !rec.intact || rec.hdr.damaged_copy {
                 r.damaged_records += 1;
                 r.error(format!(
                     "damaged record in segment {} at grain {} (seq {}): body checksum mismatch \

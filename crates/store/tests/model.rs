@@ -12,12 +12,7 @@ use std::sync::Arc;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Put {
-        key: usize,
-        len: usize,
-        fill: u8,
-        mode: PutMode,
-    },
+    Put { key: usize, len: usize, fill: u8, mode: PutMode },
     Delete(usize),
     Get(usize),
     Reopen,
@@ -31,9 +26,7 @@ fn key_pool() -> Vec<Vec<u8>> {
     for i in 0.. {
         let k = format!("tagmate-{i}").into_bytes();
         let h = key_hash(&k);
-        let g = groups
-            .entry((granary_index::home_of(h, 64), tag(h)))
-            .or_default();
+        let g = groups.entry((granary_index::home_of(h, 64), tag(h))).or_default();
         g.push(k);
         if g.len() == 3 {
             keys.append(g);

@@ -1,0 +1,380 @@
+//! `granary bench index`: the DRAM index against its peers.
+//!
+//! Workload (uDepot §6.1 style): `items` random keys of 8–32 bytes, hashed
+//! with Granary's key hash; insert them all, then look each one up, with 1
+//! and 2 threads, once into a structure pre-sized for all items and once
+//! into one that starts small and grows. Every structure maps the 64-bit key
+//! hash to a 64-bit location, as an index does; Granary's index keeps 8
+//! bytes per slot (tag, size, location) and returns tag-matching candidates,
+//! which the store disambiguates by reading records.
+//!
+//! Peers: `dashmap` and `RwLock<hashbrown::HashMap>` split into
+//! [`SHARDS`] shards, both with a multiply-mix hasher over the hash.
+//! Reported per run: inserts/s, lookups/s, resident bytes per key and insert
+//! latency percentiles. Bytes per key are measured, not computed: the
+//! process RSS with the structure built minus the RSS once it is dropped
+//! (after retired tables are collected and `malloc_trim` returns freed
+//! heap), divided by the items.
+
+use crate::mem::{rss_bytes, trim};
+use granary_index::{Index, IndexConfig};
+use hdrhistogram::Histogram;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+/// Shards of the `RwLock<hashbrown::HashMap>` peer.
+pub const SHARDS: usize = 64;
+/// Target occupancy of Granary's pre-sized index.
+const PRESIZED_OCCUPANCY: f64 = 0.90;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct IndexBenchOptions {
+    pub items: u64,
+    pub threads: Vec<usize>,
+    /// Print progress lines to stderr.
+    pub progress: bool,
+}
+
+impl Default for IndexBenchOptions {
+    fn default() -> Self {
+        IndexBenchOptions { items: 50_000_000, threads: vec![1, 2], progress: true }
+    }
+}
+
+/// One structure, one mode, one thread count.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    pub structure: &'static str,
+    pub mode: &'static str,
+    pub threads: usize,
+    pub inserts_per_s: f64,
+    pub lookups_per_s: f64,
+    pub bytes_per_key: f64,
+    /// Insert latency percentiles in nanoseconds: p50, p99, p99.9, p99.99, max.
+    pub insert_ns: [u64; 5],
+    pub grows: u64,
+}
+
+/// A hasher for keys that are already 64-bit hashes: one multiply mixes the
+/// bits so the tables' bucket and control bits are independent.
+#[derive(Default)]
+struct Mix(u64);
+
+impl Hasher for Mix {
+    fn finish(&self) -> u64 {
+        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | b as u64;
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+type MixState = BuildHasherDefault<Mix>;
+
+trait Map: Sync {
+    fn insert(&self, h: u64, v: u64);
+    fn contains(&self, h: u64, v: u64) -> bool;
+    fn grows(&self) -> u64 {
+        0
+    }
+}
+
+impl Map for Index {
+    fn insert(&self, h: u64, v: u64) {
+        Index::insert(self, h, 1, v).expect("index sized for the benchmark");
+    }
+    fn contains(&self, h: u64, v: u64) -> bool {
+        self.lookup(h).as_slice().iter().any(|e| e.pba() == v)
+    }
+    fn grows(&self) -> u64 {
+        self.stats().grows
+    }
+}
+
+impl Map for dashmap::DashMap<u64, u64, MixState> {
+    fn insert(&self, h: u64, v: u64) {
+        dashmap::DashMap::insert(self, h, v);
+    }
+    fn contains(&self, h: u64, v: u64) -> bool {
+        self.get(&h).is_some_and(|x| *x == v)
+    }
+}
+
+struct Sharded(Vec<RwLock<hashbrown::HashMap<u64, u64, MixState>>>);
+
+impl Sharded {
+    fn shard(&self, h: u64) -> &RwLock<hashbrown::HashMap<u64, u64, MixState>> {
+        &self.0[(h.wrapping_mul(0xD6E8_FEB8_6659_FD93) >> 58) as usize % SHARDS]
+    }
+}
+
+impl Map for Sharded {
+    fn insert(&self, h: u64, v: u64) {
+        self.shard(h).write().unwrap_or_else(|e| e.into_inner()).insert(h, v);
+    }
+    fn contains(&self, h: u64, v: u64) -> bool {
+        self.shard(h).read().unwrap_or_else(|e| e.into_inner()).get(&h) == Some(&v)
+    }
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// Key `i`: 8 to 32 pseudo-random bytes, hashed like the store hashes keys.
+fn key_hash(i: u64) -> u64 {
+    let r = splitmix(i);
+    let len = 8 + (r % 25) as usize;
+    let mut key = [0u8; 32];
+    let mut x = r;
+    for chunk in key[..len].chunks_mut(8) {
+        x = splitmix(x);
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    granary_format::hash::key_hash(&key[..len])
+}
+
+/// The workload, generated once for every run: key hashes in insertion
+/// order and a shuffled lookup order.
+pub struct Workload {
+    hashes: Vec<u64>,
+    order: Vec<u32>,
+}
+
+impl Workload {
+    pub fn new(items: u64) -> Workload {
+        assert!(items <= u32::MAX as u64, "at most 2^32 items");
+        let hashes: Vec<u64> = (0..items).map(key_hash).collect();
+        let mut order: Vec<u32> = (0..items as u32).collect();
+        let mut x = 0x5EED_u64;
+        for i in (1..order.len()).rev() {
+            x = splitmix(x);
+            order.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        Workload { hashes, order }
+    }
+}
+
+fn run_one<M: Map + ?Sized>(map: &M, w: &Workload, threads: usize) -> (Duration, Duration, Histogram<u64>) {
+    let items = w.hashes.len();
+    let per = items.div_ceil(threads);
+    let started = Instant::now();
+    let hists: Vec<Histogram<u64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds");
+                    for i in t * per..((t + 1) * per).min(items) {
+                        let t0 = Instant::now();
+                        map.insert(w.hashes[i], i as u64);
+                        hist.saturating_record(t0.elapsed().as_nanos() as u64);
+                    }
+                    hist
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("insert thread")).collect()
+    });
+    let insert_time = started.elapsed();
+    let mut all = hists.into_iter().reduce(|mut a, b| {
+        a.add(b).expect("same bounds");
+        a
+    });
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            s.spawn(move || {
+                let mut lost = 0u64;
+                for &j in &w.order[t * per..((t + 1) * per).min(items)] {
+                    lost += !map.contains(w.hashes[j as usize], j as u64) as u64;
+                }
+                assert_eq!(lost, 0, "keys lost");
+            });
+        }
+    });
+    (insert_time, started.elapsed(), all.take().expect("at least one thread"))
+}
+
+fn granary_index(items: u64, presized: bool) -> Index {
+    // Tables sized so that 16 of them hold every item at 90% occupancy: the
+    // pre-sized index starts with all 16, the growing one with one and
+    // doubles four times. With 16 tables, 4 of the tag's 8 bits pick the
+    // table and 4 still filter candidates (at 256 tables none would, and a
+    // lookup would return ~1.9 candidates instead of ~1.05; each extra
+    // candidate is a device read in the store).
+    let homes = ((items as f64 / 16.0 / PRESIZED_OCCUPANCY) as u64 + 1).clamp(64, 1 << 27) as u32;
+    Index::new(IndexConfig::with_tables(homes, if presized { 4 } else { 0 }))
+}
+
+/// Run every structure, mode and thread count.
+pub fn run(opts: &IndexBenchOptions) -> Vec<RunResult> {
+    let mut out = Vec::new();
+    let items = opts.items;
+    if opts.progress {
+        eprintln!("bench index: generating {items} keys ...");
+    }
+    let w = Workload::new(items);
+    for &threads in &opts.threads {
+        for presized in [true, false] {
+            let mode = if presized { "presized" } else { "resize" };
+            for structure in ["granary", "dashmap", "rwlock-hashbrown"] {
+                if opts.progress {
+                    eprintln!("bench index: {structure} {mode} {threads} thread(s), {items} keys ...");
+                }
+                let map: Box<dyn Map> = match (structure, presized) {
+                    ("granary", p) => Box::new(granary_index(items, p)),
+                    ("dashmap", true) => {
+                        Box::new(dashmap::DashMap::with_capacity_and_hasher(items as usize, MixState::default()))
+                    }
+                    ("dashmap", false) => Box::new(dashmap::DashMap::with_hasher(MixState::default())),
+                    (_, p) => Box::new(Sharded(
+                        (0..SHARDS)
+                            .map(|_| {
+                                let cap = if p { (items as usize).div_ceil(SHARDS) } else { 0 };
+                                RwLock::new(hashbrown::HashMap::with_capacity_and_hasher(cap, MixState::default()))
+                            })
+                            .collect(),
+                    )),
+                };
+                let (ins, look, hist) = run_one(map.as_ref(), &w, threads);
+                granary_index::collect_retired();
+                trim();
+                let with = rss_bytes();
+                let grows = map.grows();
+                drop(map);
+                granary_index::collect_retired();
+                trim();
+                let bytes = with.saturating_sub(rss_bytes());
+                let q = |p: f64| hist.value_at_quantile(p);
+                out.push(RunResult {
+                    structure,
+                    mode,
+                    threads,
+                    inserts_per_s: items as f64 / ins.as_secs_f64(),
+                    lookups_per_s: items as f64 / look.as_secs_f64(),
+                    bytes_per_key: bytes as f64 / items as f64,
+                    insert_ns: [q(0.5), q(0.99), q(0.999), q(0.9999), hist.max()],
+                    grows,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Granary's figure divided by a peer's, for the same mode and threads.
+pub fn ratio(results: &[RunResult], peer: &str, threads: usize, mode: &str, f: fn(&RunResult) -> f64) -> Option<f64> {
+    let find = |s: &str| results.iter().find(|r| r.structure == s && r.threads == threads && r.mode == mode);
+    Some(f(find("granary")?) / f(find(peer)?))
+}
+
+/// The human table.
+pub fn render(results: &[RunResult]) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "{:<17} {:<9} {:>3} {:>12} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+        "structure",
+        "mode",
+        "thr",
+        "inserts/s",
+        "lookups/s",
+        "B/key",
+        "p50 us",
+        "p99 us",
+        "p99.9 us",
+        "p99.99us",
+        "max us"
+    ));
+    for r in results {
+        let us = |ns: u64| ns as f64 / 1000.0;
+        s.push_str(&format!(
+            "{:<17} {:<9} {:>3} {:>12.0} {:>12.0} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.1} {:>9.1}\n",
+            r.structure,
+            r.mode,
+            r.threads,
+            r.inserts_per_s,
+            r.lookups_per_s,
+            r.bytes_per_key,
+            us(r.insert_ns[0]),
+            us(r.insert_ns[1]),
+            us(r.insert_ns[2]),
+            us(r.insert_ns[3]),
+            us(r.insert_ns[4])
+        ));
+    }
+    s.push_str("\ngranary / peer (same mode and threads):\n");
+    let mut seen = Vec::new();
+    for r in results {
+        if seen.contains(&(r.mode, r.threads)) {
+            continue;
+        }
+        seen.push((r.mode, r.threads));
+        for peer in ["dashmap", "rwlock-hashbrown"] {
+            let l = ratio(results, peer, r.threads, r.mode, |x| x.lookups_per_s);
+            let i = ratio(results, peer, r.threads, r.mode, |x| x.inserts_per_s);
+            let m = ratio(results, peer, r.threads, r.mode, |x| x.bytes_per_key);
+            if let (Some(l), Some(i), Some(m)) = (l, i, m) {
+                s.push_str(&format!(
+                    "  vs {peer:<17} {:<9} {} thr: lookups {l:.2}x  inserts {i:.2}x  memory {m:.2}x\n",
+                    r.mode, r.threads
+                ));
+            }
+        }
+    }
+    s
+}
+
+/// Machine-readable results.
+pub fn to_json(opts: &IndexBenchOptions, results: &[RunResult]) -> serde_json::Value {
+    let runs: Vec<_> = results
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "structure": r.structure,
+                "mode": r.mode,
+                "threads": r.threads,
+                "inserts_per_s": r.inserts_per_s,
+                "lookups_per_s": r.lookups_per_s,
+                "bytes_per_key": r.bytes_per_key,
+                "insert_latency_ns": {
+                    "p50": r.insert_ns[0], "p99": r.insert_ns[1], "p99_9": r.insert_ns[2],
+                    "p99_99": r.insert_ns[3], "max": r.insert_ns[4],
+                },
+                "grows": r.grows,
+            })
+        })
+        .collect();
+    serde_json::json!({ "benchmark": "index", "items": opts.items, "threads": opts.threads, "runs": runs })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The benchmark runs end to end on a small item count and every
+    /// structure finds every key (the lookups assert it).
+    #[test]
+    fn small_run_reports_every_structure() {
+        let opts = IndexBenchOptions { items: 20_000, threads: vec![1, 2], progress: false };
+        let r = run(&opts);
+        assert_eq!(r.len(), 12);
+        assert!(r.iter().all(|x| x.inserts_per_s > 0.0 && x.lookups_per_s > 0.0));
+        let grown = r.iter().find(|x| x.structure == "granary" && x.mode == "resize").unwrap();
+        assert!(grown.grows >= 4, "the growing index reaches at least 16 tables: {}", grown.grows);
+        assert!(ratio(&r, "dashmap", 2, "resize", |x| x.lookups_per_s).is_some());
+        let text = render(&r);
+        assert!(text.contains("vs dashmap"));
+        let j = to_json(&opts, &r);
+        assert_eq!(j["runs"].as_array().unwrap().len(), 12);
+    }
+}

@@ -1,0 +1,255 @@
+//! Garbage collection: reclaim segments whose records were overwritten or
+//! deleted (uDepot §4.1, SALSA), without ever losing or resurrecting data.
+//!
+//! **When.** A background thread collects when free segments fall below
+//! the low watermark and stops at the high one (`Space::gc_wait`), and
+//! whenever a writer finds no room and asks. Writers wait for space rather
+//! than fail; they get `NoSpace` only when GC finds nothing to reclaim.
+//!
+//! **Victim.** Greedy on live bytes with aging, as in SALSA's circular
+//! buffer: among closed segments, all but the [`age`] most recently closed
+//! ones, take the one with the fewest live bytes (the oldest on ties), if
+//! reclaiming it gains at least a grain. A just-filled segment is never
+//! chosen at once: its data may be about to die anyway.
+//!
+//! **Relocation.** The victim is read with large sequential reads (the
+//! recovery scanner's windows). A record is live if the index still points
+//! at its location. Live records are copied, in batches, to the relocation
+//! stream (its own open segment, so cold relocated data and hot user writes
+//! do not mix), keeping their sequence numbers: each batch takes the stripe
+//! locks of its keys in order (so no user write or delete of those keys runs
+//! meanwhile), re-checks liveness, writes the batch with as few IOs as its
+//! placement allows, and then points the index at the copies.
+//!
+//! **Tombstones.** A tombstone is dropped instead of copied when no older
+//! version of its key can be left on the device: its `tomb_horizon` (the
+//! highest segment alloc_seq in use when it was written) is below the
+//! alloc_seq of every other segment in use. Dead records are never copied,
+//! so older versions can only sit in segments at or below the horizon.
+//! (Keeping the segment of the deleted version only, as RAMCloud's rule
+//! does, is not enough: a version older still may sit in a third segment.)
+//!
+//! **Damaged records** (header intact, body checksum wrong) are copied
+//! marked as damaged copies (a header flag), so corruption stays reported,
+//! and a crash cannot make the copy pass for a torn write.
+//!
+//! **Freeing.** Once nothing live is left in the victim, its header is
+//! rewritten as free on the device (flushed in `Flush` mode), and only then
+//! does the segment return to the free list. A crash before that leaves the
+//! old records in place beside their copies, which carry the same sequence
+//! numbers: recovery keeps one.
+
+use crate::error::{Error, Result};
+use crate::recover::SegmentScanner;
+use crate::space::{GcWork, Purpose};
+use crate::store::Core;
+use granary_format::hash::key_hash;
+use granary_format::record::{self, RecordHeader};
+use granary_io::AlignedBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Live bytes gathered before a relocation batch is written.
+const GC_BATCH_BYTES: usize = 1 << 20;
+
+/// How many of the most recently closed segments GC leaves alone.
+pub(crate) fn age(segments: u64) -> u64 {
+    (segments / 16).max(1)
+}
+
+/// GC counters (see [`GcStats`]).
+#[derive(Default)]
+pub(crate) struct GcCounters {
+    victims: AtomicU64,
+    records_relocated: AtomicU64,
+    bytes_relocated: AtomicU64,
+    tombstones_dropped: AtomicU64,
+    nothing_to_reclaim: AtomicU64,
+}
+
+/// What GC has done since the store was opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcStats {
+    /// Segments reclaimed.
+    pub victims: u64,
+    pub records_relocated: u64,
+    pub bytes_relocated: u64,
+    pub tombstones_dropped: u64,
+    /// Times GC was asked for space and found no segment worth reclaiming.
+    pub nothing_to_reclaim: u64,
+}
+
+impl GcCounters {
+    pub(crate) fn snapshot(&self) -> GcStats {
+        GcStats {
+            victims: self.victims.load(Relaxed),
+            records_relocated: self.records_relocated.load(Relaxed),
+            bytes_relocated: self.bytes_relocated.load(Relaxed),
+            tombstones_dropped: self.tombstones_dropped.load(Relaxed),
+            nothing_to_reclaim: self.nothing_to_reclaim.load(Relaxed),
+        }
+    }
+}
+
+/// The GC thread's body; returns when the store closes.
+pub(crate) fn run(core: &Core) {
+    // However this thread ends (a panic included), writers must stop
+    // waiting for it: without GC, a full device is simply NoSpace.
+    struct Gone<'a>(&'a Core);
+    impl Drop for Gone<'_> {
+        fn drop(&mut self) {
+            self.0.space.gc_gone();
+        }
+    }
+    let _gone = Gone(core);
+    loop {
+        let req = match core.space.gc_wait() {
+            GcWork::Exit => return,
+            GcWork::Reclaim(req) => req,
+        };
+        if core.check_writable().is_err() {
+            core.space.gc_found_nothing(req);
+            continue;
+        }
+        let Some(victim) = core.space.pick_victim(age(core.sb.segment_count)) else {
+            core.gc_counters.nothing_to_reclaim.fetch_add(1, Relaxed);
+            core.space.gc_found_nothing(req);
+            continue;
+        };
+        match reclaim(core, victim) {
+            Ok(()) => {}
+            Err(Error::NoSpace { .. }) => {
+                tracing::warn!(victim, "GC has no room left to relocate live data");
+                core.gc_counters.nothing_to_reclaim.fetch_add(1, Relaxed);
+                core.space.gc_found_nothing(req);
+            }
+            Err(e) => {
+                let e = match e {
+                    e @ Error::Io { .. } => core.poison(e),
+                    e => e,
+                };
+                tracing::error!(victim, error = %e, "GC failed; segment left in place");
+                core.space.pin(victim);
+                core.space.gc_found_nothing(req);
+            }
+        }
+    }
+}
+
+/// Whether the index still points at `pba` for hash `h`.
+fn points_at(core: &Core, h: u64, pba: u64) -> bool {
+    core.index.lookup(h).as_slice().iter().any(|e| e.pba() == pba)
+}
+
+struct Pending {
+    h: u64,
+    old_pba: u64,
+    hdr: RecordHeader,
+    bytes: Vec<u8>,
+    damaged: bool,
+}
+
+/// Reclaim segment `v`: relocate what is live, drop dead tombstones, free it.
+pub(crate) fn reclaim(core: &Core, v: u32) -> Result<()> {
+    let g = core.sb.grain_bytes as u64;
+    let oldest_other = core.space.oldest_in_use_except(v);
+    let mut scan = SegmentScanner::new(core.dev.as_ref(), &core.sb, core.seed, v, core.space.stamp(v));
+    let mut batch = Vec::new();
+    let mut batch_bytes = 0;
+    while let Some(rec) = scan.next_record()? {
+        let len = (rec.hdr.grains(core.sb.grain_bytes) * g) as usize;
+        let bytes = &scan.bytes_at(rec.grain)[..len];
+        let h = key_hash(record::key_of(&rec.hdr, bytes));
+        let old_pba = core.space.pba(v, rec.grain);
+        if !points_at(core, h, old_pba) {
+            continue; // superseded or deleted: garbage
+        }
+        if rec.hdr.is_tombstone() && rec.hdr.tomb_horizon < oldest_other {
+            let _stripe = core.lock_stripe(Core::stripe_of(h));
+            if core.index.remove(h, old_pba) {
+                core.space.sub_live(v, len as u64);
+                core.counters.tombstones.fetch_sub(1, Relaxed);
+                core.gc_counters.tombstones_dropped.fetch_add(1, Relaxed);
+            }
+            continue;
+        }
+        let damaged = !rec.intact || rec.hdr.damaged_copy;
+        batch.push(Pending { h, old_pba, hdr: rec.hdr.clone(), bytes: bytes.to_vec(), damaged });
+        batch_bytes += len;
+        if batch_bytes >= GC_BATCH_BYTES {
+            relocate(core, v, &mut batch)?;
+            batch_bytes = 0;
+        }
+    }
+    relocate(core, v, &mut batch)?;
+    let left = core.space.live_of(v);
+    if left != 0 {
+        // An index entry points at something the scan could not read as a
+        // record: keep the segment rather than lose the evidence.
+        return Err(Error::Corruption {
+            offset: core.sb.segment_offset(v),
+            detail: format!("segment {v} keeps {left} live bytes that GC could not read as records"),
+        });
+    }
+    core.space.free_segment(v)?;
+    core.gc_counters.victims.fetch_add(1, Relaxed);
+    Ok(())
+}
+
+/// Copy a batch of live records of segment `v` to the relocation stream and
+/// point the index at the copies.
+fn relocate(core: &Core, v: u32, batch: &mut Vec<Pending>) -> Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let g = core.sb.grain_bytes as u64;
+    let mut stripes: Vec<usize> = batch.iter().map(|p| Core::stripe_of(p.h)).collect();
+    stripes.sort_unstable();
+    stripes.dedup();
+    let _guards: Vec<_> = stripes.iter().map(|&i| core.lock_stripe(i)).collect();
+    batch.retain(|p| points_at(core, p.h, p.old_pba));
+
+    // Place every record; consecutive placements form one write.
+    let mut placed = Vec::with_capacity(batch.len());
+    let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut alloc_err = None;
+    for p in batch.iter_mut() {
+        let grains = p.bytes.len() as u64 / g;
+        let loc = match core.space.alloc(Purpose::Relocate, grains, core.next_seq.load(Relaxed)) {
+            Ok(loc) => loc,
+            Err(e) => {
+                alloc_err = Some(e);
+                break;
+            }
+        };
+        record::restamp(core.seed, &p.hdr, &mut p.bytes, loc.stamp, p.damaged);
+        match runs.last_mut() {
+            Some((start, bytes)) if *start + bytes.len() as u64 / g == loc.pba => bytes.extend_from_slice(&p.bytes),
+            _ => runs.push((loc.pba, p.bytes.clone())),
+        }
+        placed.push(loc);
+    }
+    for (pba, bytes) in runs {
+        let mut buf = AlignedBuf::zeroed(bytes.len());
+        buf.copy_from_slice(&bytes);
+        let offset = pba * g;
+        let (_, r) = core.dev.write_at(buf, offset);
+        r.map_err(|source| Error::Io { op: "GC relocation write", offset, source })?;
+    }
+    if core.durability == crate::options::Durability::Flush {
+        core.dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })?;
+    }
+    for (p, loc) in batch.iter().zip(&placed) {
+        let kv_size = if p.hdr.is_tombstone() { 0 } else { loc.grains };
+        let moved = core.index.replace(p.h, p.old_pba, kv_size, loc.pba);
+        assert!(moved, "a live record changed while its stripe was held");
+        core.space.sub_live(v, p.bytes.len() as u64);
+        core.space.add_live(loc.seg, p.bytes.len() as u64);
+        core.gc_counters.records_relocated.fetch_add(1, Relaxed);
+        core.gc_counters.bytes_relocated.fetch_add(p.bytes.len() as u64, Relaxed);
+    }
+    batch.clear();
+    match alloc_err {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
