@@ -25,8 +25,9 @@ use std::time::{Duration, Instant};
 
 /// Shards of the `RwLock<hashbrown::HashMap>` peer.
 pub const SHARDS: usize = 64;
-/// Target occupancy of Granary's pre-sized index.
-const PRESIZED_OCCUPANCY: f64 = 0.90;
+/// Target occupancy of Granary's pre-sized index: the load at which it
+/// grows (sizing above it would make the pre-sized index double at the end).
+const PRESIZED_OCCUPANCY: f64 = granary_index::directory::GROW_LOAD_PERCENT as f64 / 100.0;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -206,7 +207,7 @@ fn run_one<M: Map + ?Sized>(map: &M, w: &Workload, threads: usize) -> (Duration,
 }
 
 fn granary_index(items: u64, presized: bool) -> Index {
-    // Tables sized so that 16 of them hold every item at 90% occupancy: the
+    // Tables sized so that 16 of them hold every item at 85% occupancy: the
     // pre-sized index starts with all 16, the growing one with one and
     // doubles four times. With 16 tables, 4 of the tag's 8 bits pick the
     // table and 4 still filter candidates (at 256 tables none would, and a

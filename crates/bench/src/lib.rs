@@ -3,6 +3,10 @@
 //!
 //! - [`index`]: the DRAM index against `dashmap` and sharded
 //!   `RwLock<hashbrown::HashMap>` (`granary bench index`).
+//! - [`churn`]: overwrites far past a full device, GC's write amplification
+//!   and the data check (`granary bench churn`). Its peer is the ideal: every
+//!   byte written once (write amplification 1).
 
+pub mod churn;
 pub mod index;
 pub mod mem;

@@ -106,6 +106,41 @@ enum BenchCmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Overwrite a full store many times over; report write amplification
+    /// and throughput, and check every key at the end.
+    Churn(ChurnArgs),
+}
+
+#[derive(clap::Args)]
+struct ChurnArgs {
+    /// A new file to run on (created, removed afterwards); default: memory.
+    #[arg(long)]
+    path: Option<PathBuf>,
+    /// Device size.
+    #[arg(long, default_value = "64M", value_parser = size::parse)]
+    size: u64,
+    /// Segment size.
+    #[arg(long, default_value = "1M", value_parser = size::parse)]
+    segment_size: u64,
+    /// Share of the device filled with live data first (0.05..0.95).
+    #[arg(long, default_value_t = 0.8)]
+    util: f64,
+    /// Device sizes of user data to write during the churn.
+    #[arg(long, default_value_t = 10.0)]
+    overwrite: f64,
+    /// Smallest and largest value, in bytes.
+    #[arg(long, default_value_t = 100)]
+    value_min: usize,
+    #[arg(long, default_value_t = 16000)]
+    value_max: usize,
+    /// Percent of churn operations that are deletes.
+    #[arg(long, default_value_t = 10)]
+    delete_percent: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 /// A count with an optional decimal suffix: 50M = 50,000,000.
@@ -138,9 +173,12 @@ fn mode(buffered: bool) -> OpenMode {
     }
 }
 
-fn open(dev: &DeviceArgs, flush: bool) -> Result<Store, String> {
+/// Open for writing (`flush`: durability mode; GC runs so a full store can
+/// make room) or, with `read_only`, without GC (reads must not set off
+/// background writes).
+fn open_store(dev: &DeviceArgs, flush: bool, read_only: bool) -> Result<Store, String> {
     let durability = if flush { Durability::Flush } else { Durability::Direct };
-    let opts = OpenOptions { durability, ..OpenOptions::default() };
+    let opts = OpenOptions { durability, gc: !read_only };
     Store::open_path(&dev.path, mode(dev.buffered), &opts).map_err(|e| e.to_string())
 }
 
@@ -184,7 +222,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                     buf
                 }
             };
-            let store = open(&dev, flush)?;
+            let store = open_store(&dev, flush, false)?;
             let pm = match m {
                 Mode::Upsert => PutMode::Upsert,
                 Mode::Add => PutMode::CreateOnly,
@@ -205,7 +243,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             }
         }
         Cmd::Get { dev, key } => {
-            let store = open(&dev, false)?;
+            let store = open_store(&dev, false, true)?;
             match store.get(key.as_bytes()).map_err(|e| e.to_string())? {
                 Some(v) => {
                     let mut out = std::io::stdout().lock();
@@ -219,7 +257,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             }
         }
         Cmd::Del { dev, key, flush } => {
-            let store = open(&dev, flush)?;
+            let store = open_store(&dev, flush, false)?;
             let existed = store.delete(key.as_bytes()).map_err(|e| e.to_string())?;
             store.close().map_err(|e| e.to_string())?;
             if existed {
@@ -230,7 +268,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             }
         }
         Cmd::Stat { dev, json } => {
-            let store = open(&dev, false)?;
+            let store = open_store(&dev, false, true)?;
             let st = store.stats();
             if json {
                 println!("{}", stats_json(&st));
@@ -241,7 +279,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         }
         Cmd::Bench(cmd) => bench(cmd),
         Cmd::Verify { dev } => {
-            let store = open(&dev, false)?;
+            let store = open_store(&dev, false, true)?;
             let r = store.verify().map_err(|e| e.to_string())?;
             println!(
                 "checked {} index entries ({} values, {} tombstones) and {} records in {} segments in {} ms",
@@ -278,6 +316,33 @@ fn bench(cmd: BenchCmd) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        BenchCmd::Churn(a) => {
+            let o = granary_bench::churn::ChurnOptions {
+                path: a.path,
+                size_bytes: a.size,
+                segment_bytes: a.segment_size,
+                utilization: a.util,
+                overwrite: a.overwrite,
+                value_min: a.value_min,
+                value_max: a.value_max,
+                delete_percent: a.delete_percent.min(100),
+                seed: a.seed,
+                interval: std::time::Duration::from_secs(1),
+                progress: true,
+            };
+            let r = granary_bench::churn::run(&o)?;
+            print!("{}", granary_bench::churn::render(&o, &r));
+            if let Some(path) = a.json {
+                let text =
+                    serde_json::to_string_pretty(&granary_bench::churn::to_json(&o, &r)).map_err(|e| e.to_string())?;
+                std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                println!("wrote {}", path.display());
+            }
+            if r.mismatches > 0 {
+                return Err(format!("{} keys read back wrong after the churn", r.mismatches));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -294,6 +359,10 @@ fn print_stats(st: &Stats) {
         st.segments_closed
     );
     println!("keys              {}", st.keys);
+    println!(
+        "gc                {} segments reclaimed, {} records relocated, {} tombstones dropped (starts below {} free segments, stops at {})",
+        st.gc.victims, st.gc.records_relocated, st.gc.tombstones_dropped, st.gc_watermarks.0, st.gc_watermarks.1
+    );
     println!("tombstones        {}", st.tombstones);
     println!("live bytes        {}", size::human(st.live_bytes));
     println!("max value         {}", size::human(st.value_bytes_max));

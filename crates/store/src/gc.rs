@@ -110,6 +110,7 @@ pub(crate) fn run(core: &Core) {
             core.space.gc_found_nothing(req);
             continue;
         }
+        let _no_verify = core.gc_lock.lock().unwrap_or_else(|e| e.into_inner());
         let Some(victim) = core.space.pick_victim(age(core.sb.segment_count)) else {
             core.gc_counters.nothing_to_reclaim.fetch_add(1, Relaxed);
             core.space.gc_found_nothing(req);

@@ -330,28 +330,13 @@ impl Core {
                 assert!(replaced, "entry vanished during single-threaded recovery");
                 self.space.sub_live(self.sb.segment_of(e.pba()), chdr.grains(g) * g as u64);
                 self.space.add_live(seg, grains * g as u64);
-                let c = &self.counters;
-                match (chdr.is_tombstone(), rec.hdr.is_tombstone()) {
-                    (false, true) => {
-                        c.keys.fetch_sub(1, Relaxed);
-                        c.tombstones.fetch_add(1, Relaxed);
-                    }
-                    (true, false) => {
-                        c.tombstones.fetch_sub(1, Relaxed);
-                        c.keys.fetch_add(1, Relaxed);
-                    }
-                    _ => {}
-                }
+                self.counters.replaced(chdr.is_tombstone(), rec.hdr.is_tombstone());
             }
             return Ok(());
         }
         self.index.insert(h, kv_size, pba).map_err(Error::IndexFull)?;
         self.space.add_live(seg, grains * g as u64);
-        if rec.hdr.is_tombstone() {
-            self.counters.tombstones.fetch_add(1, Relaxed);
-        } else {
-            self.counters.keys.fetch_add(1, Relaxed);
-        }
+        self.counters.added(rec.hdr.is_tombstone());
         Ok(())
     }
 }

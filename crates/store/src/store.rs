@@ -128,6 +128,29 @@ pub(crate) struct Counters {
     pub deletes: AtomicU64,
 }
 
+impl Counters {
+    /// A key's current version went from one kind to another.
+    pub(crate) fn replaced(&self, was_tombstone: bool, is_tombstone: bool) {
+        match (was_tombstone, is_tombstone) {
+            (false, true) => {
+                self.keys.fetch_sub(1, Relaxed);
+                self.tombstones.fetch_add(1, Relaxed);
+            }
+            (true, false) => {
+                self.tombstones.fetch_sub(1, Relaxed);
+                self.keys.fetch_add(1, Relaxed);
+            }
+            _ => {}
+        }
+    }
+
+    /// A key got its first indexed version.
+    pub(crate) fn added(&self, is_tombstone: bool) {
+        let c = if is_tombstone { &self.tombstones } else { &self.keys };
+        c.fetch_add(1, Relaxed);
+    }
+}
+
 /// An open store. Share it between threads by reference or `Arc`.
 pub struct Store {
     pub(crate) core: Arc<Core>,
@@ -148,6 +171,9 @@ pub(crate) struct Core {
     stripes: Box<[Mutex<()>]>,
     poisoned: OnceLock<String>,
     pub(crate) gc_counters: crate::gc::GcCounters,
+    /// Held by GC while it reclaims a segment and by `verify` throughout,
+    /// so verify never sees records move under it.
+    pub(crate) gc_lock: Mutex<()>,
 }
 
 fn random_uuid() -> Result<[u8; 16]> {
@@ -254,6 +280,7 @@ impl Store {
             stripes: (0..KEY_STRIPES).map(|_| Mutex::new(())).collect(),
             poisoned: OnceLock::new(),
             gc_counters: Default::default(),
+            gc_lock: Mutex::new(()),
             dev,
             sb,
         };
@@ -584,18 +611,7 @@ impl Core {
                 Some(f) => {
                     if self.index.replace(h, f.entry.pba(), kv_size, loc.pba) {
                         self.space.sub_live(self.sb.segment_of(f.entry.pba()), f.hdr.grains(self.sb.grain_bytes) * g);
-                        let c = &self.counters;
-                        match (f.hdr.is_tombstone(), tombstone) {
-                            (false, true) => {
-                                c.keys.fetch_sub(1, Relaxed);
-                                c.tombstones.fetch_add(1, Relaxed);
-                            }
-                            (true, false) => {
-                                c.tombstones.fetch_sub(1, Relaxed);
-                                c.keys.fetch_add(1, Relaxed);
-                            }
-                            _ => {}
-                        }
+                        self.counters.replaced(f.hdr.is_tombstone(), tombstone);
                         break;
                     }
                     // The entry moved under us (only a relocation can do that
@@ -608,11 +624,7 @@ impl Core {
                         // refuse further writes rather than diverge from the log.
                         return Err(self.poison(Error::IndexFull(e)));
                     }
-                    if tombstone {
-                        self.counters.tombstones.fetch_add(1, Relaxed);
-                    } else {
-                        self.counters.keys.fetch_add(1, Relaxed);
-                    }
+                    self.counters.added(tombstone);
                     break;
                 }
             }
@@ -654,7 +666,9 @@ impl Core {
     }
 
     /// Check every index entry against its record and scan every segment.
+    /// GC waits meanwhile.
     pub fn verify(&self) -> Result<VerifyReport> {
+        let _no_gc = self.gc_lock.lock().unwrap_or_else(|e| e.into_inner());
         crate::verify::verify(self)
     }
 }
