@@ -31,7 +31,7 @@ pub use error::{Error, Result};
 pub use gc::GcStats;
 pub use options::{CreateOptions, Durability, OpenOptions};
 pub use recover::RecoveryReport;
-pub use store::{PutMode, PutOutcome, Stats, Store};
+pub use store::{GcPause, PutMode, PutOutcome, Stats, Store};
 pub use verify::VerifyReport;
 
 pub use granary_io as io;

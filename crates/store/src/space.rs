@@ -101,10 +101,13 @@ struct Inner {
     next_alloc_seq: u64,
     /// GC on: user writes respect the reserve and wait for GC.
     gc: bool,
-    /// Writers' requests for space, and the last one GC answered by finding
-    /// nothing to reclaim.
+    /// Writers' requests for space (a counter); the last request GC has
+    /// served (free space rose above the reserve, or it gave up); the last
+    /// one it gave up on, finding nothing to reclaim. A writer fails with
+    /// NoSpace only on the latter: space it was served can be taken again.
     requested: u64,
-    answered: u64,
+    served: u64,
+    gave_up: u64,
     /// GC found no victim and nothing changed since.
     stuck: bool,
     /// GC is between its low and high watermark.
@@ -161,7 +164,8 @@ impl Space {
                 next_alloc_seq: 1,
                 gc,
                 requested: 0,
-                answered: 0,
+                served: 0,
+                gave_up: 0,
                 stuck: false,
                 collecting: false,
                 pinned: vec![false; n],
@@ -222,9 +226,10 @@ impl Space {
                 return Err(self.no_space(grains));
             }
             match asked {
-                Some(req) if inner.answered >= req => return Err(self.no_space(grains)),
-                Some(_) => {}
-                None => {
+                Some(req) if inner.gave_up >= req => return Err(self.no_space(grains)),
+                Some(req) if inner.served < req => {}
+                // Not asked yet, or served and the space taken again: ask.
+                _ => {
                     inner.requested += 1;
                     asked = Some(inner.requested);
                     self.cond.notify_all();
@@ -362,13 +367,17 @@ impl Space {
                 return GcWork::Exit;
             }
             let free = inner.free.len();
+            if free > self.reserve {
+                // Every waiting writer can proceed: their requests are served.
+                inner.served = inner.requested;
+            }
             if free < self.low_watermark {
                 inner.collecting = true;
             }
             if free >= self.high_watermark {
                 inner.collecting = false;
             }
-            if inner.requested > inner.answered || (inner.collecting && !inner.stuck) {
+            if inner.requested > inner.served || (inner.collecting && !inner.stuck) {
                 return GcWork::Reclaim(inner.requested);
             }
             inner = self.cond.wait_timeout(inner, Duration::from_millis(500)).unwrap_or_else(|e| e.into_inner()).0;
@@ -380,11 +389,12 @@ impl Space {
         self.lock().pinned[seg as usize] = true;
     }
 
-    /// GC found nothing to reclaim: answer writers' requests up to `req`.
+    /// GC found nothing to reclaim: give up on writers' requests up to `req`.
     pub(crate) fn gc_found_nothing(&self, req: u64) {
         let mut inner = self.lock();
         inner.stuck = true;
-        inner.answered = inner.answered.max(req);
+        inner.served = inner.served.max(req);
+        inner.gave_up = inner.gave_up.max(req);
         self.cond.notify_all();
     }
 

@@ -714,6 +714,14 @@ impl Store {
         self.core.verify()
     }
 
+    /// Pause GC until the guard is dropped: it finishes the segment it is
+    /// reclaiming and starts no other. Figures read meanwhile are
+    /// consistent with each other. Writers that need GC to make room wait
+    /// too, so do not write from the thread holding the guard on a full store.
+    pub fn pause_gc(&self) -> GcPause<'_> {
+        GcPause { _guard: self.core.gc_lock.lock().unwrap_or_else(|e| e.into_inner()) }
+    }
+
     fn stop_gc(&mut self) {
         self.core.space.shutdown();
         if let Some(h) = self.gc.take() {
@@ -729,6 +737,11 @@ impl Store {
         self.stop_gc();
         self.core.dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })
     }
+}
+
+/// GC is paused while this lives (see [`Store::pause_gc`]).
+pub struct GcPause<'a> {
+    _guard: MutexGuard<'a, ()>,
 }
 
 impl Drop for Store {
