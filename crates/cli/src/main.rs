@@ -46,6 +46,9 @@ enum Cmd {
         /// Grain size in bytes: 512 or 4096 (default: the device's block size).
         #[arg(long)]
         grain: Option<u32>,
+        /// Succeed without changes if PATH already holds a Granary store.
+        #[arg(long)]
+        if_absent: bool,
     },
     /// Store a value: from the argument, or from stdin when absent or "-".
     Put {
@@ -184,7 +187,16 @@ fn open_store(dev: &DeviceArgs, flush: bool, read_only: bool) -> Result<Store, S
 
 fn run(cli: Cli) -> Result<ExitCode, String> {
     match cli.cmd {
-        Cmd::Create { dev, size, segment_size, grain } => {
+        Cmd::Create { dev, size, segment_size, grain, if_absent } => {
+            if if_absent && dev.path.exists() {
+                let store = open_store(&dev, false, true)?;
+                println!("{} already holds a store; left as it is", dev.path.display());
+                drop(store);
+                return Ok(ExitCode::SUCCESS);
+            }
+            if let Some(parent) = dev.path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+            }
             let opts = CreateOptions { grain_bytes: grain, segment_bytes: segment_size, index_table_homes: None };
             let is_block = std::fs::metadata(&dev.path).map(|m| {
                 use std::os::unix::fs::FileTypeExt;
@@ -430,7 +442,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GRANARY_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,granary_store=info")),
         )
         .init();
     let cli = Cli::parse();

@@ -157,6 +157,25 @@ fn corruption_in_the_file_is_detected() {
     assert_eq!(o.stdout, filler);
 }
 
+/// The README's first command works on a fresh directory, and again.
+#[test]
+fn create_makes_parent_directories_and_if_absent_is_repeatable() {
+    let dir = workdir();
+    let p = dir.path().join("granary-data/store.db");
+    let p = p.to_str().unwrap();
+    for _ in 0..2 {
+        assert_eq!(code(&run(&["create", p, "--size", "64M", "--if-absent"])), 0);
+        assert_eq!(code(&run(&["put", p, "hello", "world"])), 0);
+        assert_eq!(run(&["get", p, "hello"]).stdout, b"world");
+    }
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, vec![7u8; 1 << 20]).unwrap();
+    assert_one_line_error(
+        &run(&["create", junk.to_str().unwrap(), "--size", "8M", "--if-absent"]),
+        "not a usable Granary store",
+    );
+}
+
 #[test]
 fn version_and_help() {
     let o = run(&["--version"]);

@@ -271,14 +271,15 @@ impl Core {
         if report.torn_records > 0 {
             tracing::warn!(torn = report.torn_records, "ignored records torn by a crash (never acknowledged)");
         }
-        tracing::info!(
-            segments = report.segments_scanned,
-            records = report.records,
-            keys = self.counters.keys.load(Relaxed),
-            millis = report.millis,
-            mb_read = report.bytes_read >> 20,
-            "recovered index by log scan"
-        );
+        // Quick recoveries (every CLI call) stay quiet; long ones report.
+        let keys = self.counters.keys.load(Relaxed);
+        let (segments, records, millis, mb_read) =
+            (report.segments_scanned, report.records, report.millis, report.bytes_read >> 20);
+        if millis >= 1000 {
+            tracing::info!(segments, records, keys, millis, mb_read, "recovered index by log scan");
+        } else {
+            tracing::debug!(segments, records, keys, millis, mb_read, "recovered index by log scan");
+        }
         *self.recovery.lock().unwrap_or_else(|e| e.into_inner()) = report;
         Ok(())
     }

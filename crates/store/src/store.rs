@@ -212,7 +212,7 @@ impl Store {
             buf = b;
         }
         dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })?;
-        tracing::info!(device = %dev.describe(), segments = sb.segment_count, segment_bytes = sb.segment_bytes,
+        tracing::debug!(device = %dev.describe(), segments = sb.segment_count, segment_bytes = sb.segment_bytes,
             grain_bytes = sb.grain_bytes, "created store");
         Self::open(dev, open)
     }
