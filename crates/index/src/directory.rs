@@ -174,6 +174,9 @@ struct Migration {
 }
 
 struct State {
+    /// +1 with every new state: identifies a state without its address
+    /// (which the allocator may reuse once the state is freed).
+    gen: u64,
     cur: Arc<Dir>,
     mig: Option<Migration>,
 }
@@ -268,7 +271,7 @@ impl Index {
             cfg,
             regions,
             locks: (0..n * regions).map(|_| RegionLock { mutex: Mutex::new(()), version: AtomicU64::new(0) }).collect(),
-            state: Atomic::new(State { cur: Arc::new(dir), mig: None }),
+            state: Atomic::new(State { gen: 0, cur: Arc::new(dir), mig: None }),
             entries: AtomicU64::new(0),
             grows: AtomicU64::new(0),
             grow_lock: Mutex::new(()),
@@ -390,7 +393,7 @@ impl Index {
         flag.store(true, Relaxed);
         if m.remaining.fetch_sub(1, AcqRel) == 1 {
             // Last region: publish the state without the migration.
-            let next = Owned::new(State { cur: st.cur.clone(), mig: None });
+            let next = Owned::new(State { gen: st.gen + 1, cur: st.cur.clone(), mig: None });
             let swapped = self.state.compare_exchange(sp, next, AcqRel, Acquire, guard);
             assert!(swapped.is_ok(), "only the last migrator may end a migration");
             // SAFETY: `sp` is no longer reachable from `self.state`; threads
@@ -417,17 +420,17 @@ impl Index {
         }
     }
 
-    /// Start a grow if the state is still `seen` (or finish the migration
-    /// in the way).
-    fn grow(&self, seen: *const State) -> Result<(), IndexError> {
+    /// Start a grow if the state is still generation `seen` (or finish the
+    /// migration in the way).
+    fn grow(&self, seen: u64) -> Result<(), IndexError> {
         let _g = lock(&self.grow_lock);
         let guard = epoch::pin();
         let sp = self.state.load(Acquire, &guard);
-        if sp.as_raw() != seen {
-            return Ok(()); // the state moved on: retry the insert
-        }
         // SAFETY: as in `locked`.
         let st = unsafe { sp.deref() };
+        if st.gen != seen {
+            return Ok(()); // the state moved on: retry the insert
+        }
         if st.mig.is_some() {
             drop(_g);
             self.complete_migration();
@@ -447,7 +450,7 @@ impl Index {
             done: (0..regions).map(|_| AtomicBool::new(false)).collect(),
             remaining: AtomicUsize::new(regions),
         };
-        let next = Owned::new(State { cur: Arc::new(dir), mig: Some(mig) });
+        let next = Owned::new(State { gen: st.gen + 1, cur: Arc::new(dir), mig: Some(mig) });
         let swapped = self.state.compare_exchange(sp, next, AcqRel, Acquire, &guard);
         assert!(swapped.is_ok(), "states change only under the grow lock or by the last migrator");
         // SAFETY: as in `migrate_region`.
@@ -520,7 +523,7 @@ impl Index {
                 } else {
                     Insert::Full
                 };
-                (outcome, st as *const State)
+                (outcome, st.gen)
             });
             match outcome {
                 Insert::Done => {

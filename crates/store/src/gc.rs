@@ -123,14 +123,16 @@ pub(crate) fn run(core: &Core) {
                 core.gc_counters.nothing_to_reclaim.fetch_add(1, Relaxed);
                 core.space.gc_found_nothing(req);
             }
-            Err(e) => {
-                let e = match e {
-                    e @ Error::Io { .. } => core.poison(e),
-                    e => e,
-                };
-                tracing::error!(victim, error = %e, "GC failed; segment left in place");
-                core.space.pin(victim);
+            Err(e @ Error::Io { .. }) => {
+                // Writers see the store poisoned (not NoSpace) from now on.
+                let e = core.poison(e);
+                tracing::error!(victim, error = %e, "GC failed");
                 core.space.gc_found_nothing(req);
+            }
+            Err(e) => {
+                // This segment cannot be reclaimed; others may be.
+                tracing::error!(victim, error = %e, "GC leaves a segment it cannot reclaim in place");
+                core.space.pin(victim);
             }
         }
     }
@@ -182,6 +184,12 @@ pub(crate) fn reclaim(core: &Core, v: u32) -> Result<()> {
         }
     }
     relocate(core, v, &mut batch)?;
+    // A writer that replaced an entry pointing into `v` subtracts the old
+    // record's bytes from `v` after updating the index, under its stripe:
+    // wait for all such writers, so the live bytes are settled.
+    for i in 0..crate::store::KEY_STRIPES {
+        drop(core.lock_stripe(i));
+    }
     let left = core.space.live_of(v);
     if left != 0 {
         // An index entry points at something the scan could not read as a
@@ -229,6 +237,33 @@ fn relocate(core: &Core, v: u32, batch: &mut Vec<Pending>) -> Result<()> {
         }
         placed.push(loc);
     }
+    let written = write_runs(core, runs);
+    if let Err(e) = written {
+        for loc in &placed {
+            core.space.done(loc.seg);
+        }
+        return Err(e);
+    }
+    for (p, loc) in batch.iter().zip(&placed) {
+        let kv_size = if p.hdr.is_tombstone() { 0 } else { loc.grains };
+        let moved = core.index.replace(p.h, p.old_pba, kv_size, loc.pba);
+        assert!(moved, "a live record changed while its stripe was held");
+        core.space.sub_live(v, p.bytes.len() as u64);
+        core.space.add_live(loc.seg, p.bytes.len() as u64);
+        core.space.done(loc.seg);
+        core.gc_counters.records_relocated.fetch_add(1, Relaxed);
+        core.gc_counters.bytes_relocated.fetch_add(p.bytes.len() as u64, Relaxed);
+    }
+    batch.clear();
+    match alloc_err {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Write relocation runs (each one IO), then flush in `Flush` mode.
+fn write_runs(core: &Core, runs: Vec<(u64, Vec<u8>)>) -> Result<()> {
+    let g = core.sb.grain_bytes as u64;
     for (pba, bytes) in runs {
         let mut buf = AlignedBuf::zeroed(bytes.len());
         buf.copy_from_slice(&bytes);
@@ -239,18 +274,5 @@ fn relocate(core: &Core, v: u32, batch: &mut Vec<Pending>) -> Result<()> {
     if core.durability == crate::options::Durability::Flush {
         core.dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })?;
     }
-    for (p, loc) in batch.iter().zip(&placed) {
-        let kv_size = if p.hdr.is_tombstone() { 0 } else { loc.grains };
-        let moved = core.index.replace(p.h, p.old_pba, kv_size, loc.pba);
-        assert!(moved, "a live record changed while its stripe was held");
-        core.space.sub_live(v, p.bytes.len() as u64);
-        core.space.add_live(loc.seg, p.bytes.len() as u64);
-        core.gc_counters.records_relocated.fetch_add(1, Relaxed);
-        core.gc_counters.bytes_relocated.fetch_add(p.bytes.len() as u64, Relaxed);
-    }
-    batch.clear();
-    match alloc_err {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    Ok(())
 }

@@ -26,7 +26,7 @@ use granary_format::segment::{SegmentHeader, SegmentKind, Stream};
 use granary_format::Superblock;
 use granary_io::{AlignedBuf, Device};
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -124,6 +124,9 @@ pub(crate) struct Space {
     live: Box<[AtomicU64]>,
     stamps: Box<[AtomicU32]>,
     alloc_seqs: Box<[AtomicU64]>,
+    /// Allocations in each segment whose record is not yet written and
+    /// indexed ([`Space::done`]); GC never picks a segment with any.
+    inflight: Box<[AtomicU32]>,
     inner: Mutex<Inner>,
     cond: Condvar,
     low_watermark: usize,
@@ -155,6 +158,7 @@ impl Space {
             live: (0..n).map(|_| AtomicU64::new(0)).collect(),
             stamps: (0..n).map(|_| AtomicU32::new(0)).collect(),
             alloc_seqs: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            inflight: (0..n).map(|_| AtomicU32::new(0)).collect(),
             inner: Mutex::new(Inner {
                 state: vec![SegState::Free; n],
                 closed_at: vec![0; n],
@@ -245,6 +249,8 @@ impl Space {
 
     /// Allocate `grains` contiguous grains in `stream`'s open segment,
     /// opening a new one (and writing its header) when it is too full.
+    /// Every successful allocation must be followed by [`Space::done`] once
+    /// its record is written and indexed (or has failed).
     /// Never waits: `NoSpace` when no segment may be taken (a user writer
     /// then drops its stripe and calls [`Self::await_room`] again).
     pub(crate) fn alloc(&self, purpose: Purpose, grains: u64, next_seq: u64) -> Result<Loc> {
@@ -257,6 +263,7 @@ impl Space {
             if open.next + grains <= seg_grains {
                 let loc = Loc { pba: self.pba(open.seg, open.next), seg: open.seg, stamp: open.stamp, grains };
                 open.next += grains;
+                self.inflight[loc.seg as usize].fetch_add(1, Relaxed);
                 return Ok(loc);
             }
         }
@@ -279,6 +286,7 @@ impl Space {
         self.live[seg as usize].store(0, Relaxed);
         inner.state[seg as usize] = SegState::Open;
         inner.open[si] = Some(OpenSeg { seg, next: 1 + grains, stamp });
+        self.inflight[seg as usize].fetch_add(1, Relaxed);
         if inner.free.len() < self.low_watermark {
             self.cond.notify_all(); // wake GC
         }
@@ -290,8 +298,15 @@ impl Space {
         match (inner.gc, purpose) {
             (false, _) | (_, Purpose::Relocate) => 0,
             (true, Purpose::Put) => self.reserve,
-            (true, Purpose::Delete) => self.reserve - 1,
+            // Never the very last segment, even when the reserve is one.
+            (true, Purpose::Delete) => (self.reserve - 1).max(1),
         }
+    }
+
+    /// The allocation in `seg` is written and indexed (or abandoned).
+    pub(crate) fn done(&self, seg: u32) {
+        let prev = self.inflight[seg as usize].fetch_sub(1, Release);
+        debug_assert!(prev > 0, "done without an allocation in segment {seg}");
     }
 
     fn close(&self, inner: &mut Inner, seg: u32) {
@@ -351,8 +366,10 @@ impl Space {
             .filter(|&i| {
                 inner.state[i] == SegState::Closed && !inner.pinned[i] && inner.closed_at[i] + age <= inner.closes
             })
+            // A writer may still be writing or indexing a record there.
+            .filter(|&i| self.inflight[i].load(Acquire) == 0)
             .map(|i| (self.live[i].load(Relaxed), inner.closed_at[i], i as u32))
-            .filter(|&(live, _, _)| live + min_gain <= usable)
+            .filter(|&(live, _, _)| live.saturating_add(min_gain) <= usable)
             .min()
             .map(|(_, _, i)| i)
     }

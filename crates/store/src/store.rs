@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 
 /// Number of key stripe locks serialising mutations of one key.
-const KEY_STRIPES: usize = 1024;
+pub(crate) const KEY_STRIPES: usize = 1024;
 
 /// How a PUT treats an existing key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -526,7 +526,7 @@ impl Core {
         let grains = grains_for(record_bytes(key.len(), value.len() as u64), self.sb.grain_bytes);
         loop {
             self.check_writable()?;
-            self.space.await_room(Purpose::Put, grains)?;
+            self.space.await_room(Purpose::Put, grains).map_err(|e| self.check_writable().err().unwrap_or(e))?;
             let _stripe = self.stripe(h);
             let existing = self.find(key, h, false, false)?;
             let live = existing.as_ref().is_some_and(|f| !f.hdr.is_tombstone());
@@ -541,7 +541,9 @@ impl Core {
                 Err(Error::NoSpace { .. }) => continue, // raced for the last room: wait again
                 r => r?,
             };
-            self.commit(key, h, existing, loc, false)?;
+            let committed = self.commit(key, h, existing, loc, false);
+            self.space.done(loc.seg);
+            committed?;
             self.counters.puts.fetch_add(1, Relaxed);
             self.counters.user_bytes.fetch_add((key.len() + value.len()) as u64, Relaxed);
             return Ok(PutOutcome::Stored);
@@ -556,7 +558,7 @@ impl Core {
         let grains = grains_for(record_bytes(key.len(), 0), self.sb.grain_bytes);
         loop {
             self.check_writable()?;
-            self.space.await_room(Purpose::Delete, grains)?;
+            self.space.await_room(Purpose::Delete, grains).map_err(|e| self.check_writable().err().unwrap_or(e))?;
             let _stripe = self.stripe(h);
             let Some(f) = self.find(key, h, false, false)? else { return Ok(false) };
             if f.hdr.is_tombstone() {
@@ -570,7 +572,9 @@ impl Core {
                 Err(Error::NoSpace { .. }) => continue,
                 r => r?,
             };
-            self.commit(key, h, Some(f), loc, true)?;
+            let committed = self.commit(key, h, Some(f), loc, true);
+            self.space.done(loc.seg);
+            committed?;
             self.counters.deletes.fetch_add(1, Relaxed);
             self.counters.user_bytes.fetch_add(key.len() as u64, Relaxed);
             return Ok(true);
@@ -578,6 +582,7 @@ impl Core {
     }
 
     /// Allocate, encode (with the segment's stamp) and write one record.
+    /// On success the caller indexes it and then calls `space.done`.
     pub(crate) fn write_record(
         &self,
         purpose: Purpose,
@@ -595,9 +600,15 @@ impl Core {
         hdr.encode(self.seed, key, value, &mut buf);
         let offset = loc.pba * self.grain();
         let (_, r) = self.dev.write_at(buf, offset);
-        r.map_err(|source| self.poison(Error::Io { op: "write", offset, source }))?;
-        if self.durability == Durability::Flush {
-            self.dev.flush().map_err(|source| self.poison(Error::Io { op: "flush", offset, source }))?;
+        let written = r.map_err(|source| Error::Io { op: "write", offset, source }).and_then(|()| {
+            if self.durability == Durability::Flush {
+                self.dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
+            }
+            Ok(())
+        });
+        if let Err(e) = written {
+            self.space.done(loc.seg);
+            return Err(self.poison(e));
         }
         Ok(loc)
     }

@@ -48,7 +48,8 @@ fn append_raw(s: &Store, key: &[u8], value: &[u8], seq: u64, tombstone: bool) {
     } else {
         RecordHeader::value(key.len(), value.len() as u64, seq, 0)
     };
-    s.core.write_record(crate::space::Purpose::Put, hdr, key, value).unwrap();
+    let loc = s.core.write_record(crate::space::Purpose::Put, hdr, key, value).unwrap();
+    s.core.space.done(loc.seg);
 }
 
 /// Fill the open segment so the next record opens a new one.
@@ -462,4 +463,25 @@ fn reads_survive_relocation_and_segment_reuse() {
         .map(|(h, b)| granary_format::record::key_of(&h, &b) != b"k")
         .unwrap_or(true));
     assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"value"[..]));
+}
+
+/// A writer between writing its record and indexing it holds an allocation
+/// in its segment; GC must not pick that segment (it would free it, and the
+/// writer would then index a record in a free segment: a lost write).
+#[test]
+fn regression_gc_never_picks_a_segment_with_a_write_in_flight() {
+    let (_dev, s) = store_without_gc(64 << 10);
+    let seq = s.core.next_seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let loc = s.core.write_record(crate::space::Purpose::Put, RecordHeader::value(1, 1, seq, 0), b"k", b"v").unwrap();
+    // Overwrite the fillers, past GC's age limit: every closed segment but
+    // the newest holds only garbage, the in-flight one being the oldest.
+    let age = crate::gc::age(s.core.sb.segment_count);
+    for _ in 0..age + 4 {
+        roll_segment(&s);
+    }
+    let victim = s.core.space.pick_victim(age);
+    assert!(victim.is_some());
+    assert_ne!(victim, Some(loc.seg), "picked the segment of an unfinished write");
+    s.core.space.done(loc.seg);
+    assert_eq!(s.core.space.pick_victim(age), Some(loc.seg), "oldest empty segment once the write is done");
 }
