@@ -85,11 +85,6 @@ impl IndexConfig {
         let log2 = (63 - (slots / per_table).max(1).leading_zeros()).clamp(7, REGION_SLOTS_LOG2_DEFAULT);
         IndexConfig { table_homes, region_log2: log2, initial_tables_log2, grow_load_percent: GROW_LOAD_PERCENT }
     }
-
-    /// Slots of the largest directory (all 256 tables).
-    pub fn max_slots(&self) -> u64 {
-        (self.table_homes as u64) << TABLES_LOG2_MAX
-    }
 }
 
 /// Default of [`IndexConfig::grow_load_percent`].
