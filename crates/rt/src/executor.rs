@@ -1,0 +1,740 @@
+//! Executors: one thread per core with its tasks, timers and io_uring.
+//!
+//! Tasks live in their executor's slab and are polled only on its thread.
+//! A task's waker carries the executor's shared part and the task's slab
+//! key; waking on the owning thread pushes the key on the local ready queue,
+//! waking from elsewhere pushes it on the executor's remote queue and, if
+//! the executor is asleep in `io_uring_enter`, writes its eventfd (whose
+//! read is always pending in the ring). A `queued` flag per task makes
+//! repeated wakes before the next poll cost nothing.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use io_uring::{opcode, types, IoUring};
+
+use crate::op::{self, OpSlot};
+use crate::slab::{Key, Slab};
+use crate::time::Timers;
+
+/// How the runtime is set up. `Default` gives one executor per available
+/// core, pinned, coop task-run rings of 1024 entries, 20 µs of spinning.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// Executor threads (at least 1).
+    pub threads: usize,
+    /// Pin executor `i` to CPU `i % cpus`.
+    pub pin: bool,
+    /// Submission queue entries per ring (completion queue is twice that).
+    pub ring_entries: u32,
+    /// How long an executor with nothing ready polls its completion and
+    /// cross-core queues before blocking in the kernel. Zero blocks at once.
+    pub spin: Duration,
+    /// IORING_SETUP_DEFER_TASKRUN: completions are processed only when the
+    /// executor enters the kernel (fewer interrupts, no busy polling of
+    /// completions that the kernel has not posted). Otherwise
+    /// COOP_TASKRUN|TASKRUN_FLAG, which posts completions at the next
+    /// kernel transition and lets spinning see them.
+    pub defer_taskrun: bool,
+    /// Thread name prefix.
+    pub name: String,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            pin: true,
+            ring_entries: 1024,
+            spin: Duration::from_micros(20),
+            defer_taskrun: false,
+            name: "granary-rt".into(),
+        }
+    }
+}
+
+/// Counters of one executor.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RuntimeStats {
+    pub polls: u64,
+    pub spawned: u64,
+    pub remote_wakes: u64,
+    pub sqes: u64,
+    pub cqes: u64,
+    /// io_uring_enter calls (submissions and waits).
+    pub enters: u64,
+    /// Times the executor blocked in the kernel with nothing to do.
+    pub sleeps: u64,
+    /// Eventfd writes that woke a sleeping executor.
+    pub notifies: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    polls: AtomicU64,
+    spawned: AtomicU64,
+    remote_wakes: AtomicU64,
+    pub(crate) sqes: AtomicU64,
+    cqes: AtomicU64,
+    pub(crate) enters: AtomicU64,
+    sleeps: AtomicU64,
+    notifies: AtomicU64,
+}
+
+type SendTask = Pin<Box<dyn Future<Output = ()> + Send>>;
+type LocalTask = Pin<Box<dyn Future<Output = ()>>>;
+
+#[derive(Default)]
+struct Remote {
+    wakes: Vec<Key>,
+    spawns: Vec<SendTask>,
+}
+
+/// The part of an executor other threads may touch.
+pub(crate) struct Shared {
+    id: usize,
+    remote: Mutex<Remote>,
+    remote_pending: AtomicUsize,
+    sleeping: AtomicBool,
+    stop: AtomicBool,
+    efd: OwnedFd,
+    pub(crate) counters: Counters,
+}
+
+impl Shared {
+    fn push_remote(&self, f: impl FnOnce(&mut Remote)) {
+        {
+            let mut r = self.remote.lock().unwrap_or_else(|e| e.into_inner());
+            f(&mut r);
+        }
+        self.remote_pending.fetch_add(1, Relaxed);
+        // Pairs with the fence in `Executor::sleep`: either the executor sees
+        // remote_pending, or we see it sleeping and write the eventfd.
+        fence(SeqCst);
+        if self.sleeping.load(Relaxed) {
+            self.notify();
+        }
+    }
+
+    fn notify(&self) {
+        self.counters.notifies.fetch_add(1, Relaxed);
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+        let _ = unsafe { libc::write(self.efd.as_raw_fd(), &one as *const u64 as *const libc::c_void, 8) };
+    }
+}
+
+struct TaskWaker {
+    shared: Arc<Shared>,
+    key: Key,
+    queued: AtomicBool,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        if self.queued.swap(true, AcqRel) {
+            return;
+        }
+        let local = CTX
+            .try_with(|c| match &*c.borrow() {
+                Some(ex) if Arc::ptr_eq(&ex.shared, &self.shared) => {
+                    ex.ready.borrow_mut().push_back(self.key);
+                    true
+                }
+                _ => false,
+            })
+            .unwrap_or(false);
+        if !local {
+            self.shared.counters.remote_wakes.fetch_add(1, Relaxed);
+            let key = self.key;
+            self.shared.push_remote(|r| r.wakes.push(key));
+        }
+    }
+}
+
+struct Task {
+    fut: Option<LocalTask>,
+    waker: Option<Arc<TaskWaker>>,
+}
+
+/// The executor of the current thread (thread-local, single-threaded).
+pub(crate) struct Executor {
+    pub(crate) shared: Arc<Shared>,
+    tasks: RefCell<Slab<Task>>,
+    ready: RefCell<VecDeque<Key>>,
+    pub(crate) ring: RefCell<IoUring>,
+    pub(crate) ops: RefCell<Slab<OpSlot>>,
+    pub(crate) timers: RefCell<Timers>,
+    efd_buf: Box<Cell<u64>>,
+    efd_armed: Cell<bool>,
+}
+
+thread_local! {
+    static CTX: RefCell<Option<Rc<Executor>>> = const { RefCell::new(None) };
+    pub(crate) static BLOCK_DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Run `f` with this thread's executor, if it is a runtime thread.
+pub(crate) fn with_executor<R>(f: impl FnOnce(&Rc<Executor>) -> R) -> Option<R> {
+    let ex = CTX.try_with(|c| c.borrow().clone()).ok().flatten()?;
+    Some(f(&ex))
+}
+
+/// True on an executor thread outside [`crate::block_on`]: ring operations
+/// may be submitted and awaited.
+pub fn on_runtime() -> bool {
+    BLOCK_DEPTH.with(|d| d.get() == 0) && CTX.try_with(|c| c.borrow().is_some()).unwrap_or(false)
+}
+
+/// The index of the executor running the current thread.
+pub fn current_core() -> Option<usize> {
+    with_executor(|ex| ex.shared.id)
+}
+
+/// Spawn a task on the current executor. Panics outside a runtime thread.
+pub fn spawn<F>(fut: F) -> JoinHandle<F::Output>
+where
+    F: Future + 'static,
+    F::Output: 'static,
+{
+    let (task, handle) = wrap(fut);
+    with_executor(|ex| ex.spawn_local(Box::pin(task))).expect("granary_rt::spawn outside a runtime thread");
+    handle
+}
+
+/// Let other ready tasks run before continuing.
+pub async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(move |cx| {
+        if yielded {
+            return Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await
+}
+
+/// Why a task produced no output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JoinError {
+    /// The task panicked; the message is the panic payload if it was text.
+    Panicked(String),
+    /// The runtime shut down before the task finished.
+    Cancelled,
+}
+
+impl std::fmt::Display for JoinError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JoinError::Panicked(m) => write!(f, "task panicked: {m}"),
+            JoinError::Cancelled => write!(f, "task cancelled by runtime shutdown"),
+        }
+    }
+}
+
+impl std::error::Error for JoinError {}
+
+struct JoinState<T> {
+    result: Option<Result<T, JoinError>>,
+    waker: Option<Waker>,
+}
+
+struct JoinShared<T> {
+    state: Mutex<JoinState<T>>,
+    cond: Condvar,
+}
+
+impl<T> JoinShared<T> {
+    fn complete(&self, r: Result<T, JoinError>) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.result.is_none() {
+            s.result = Some(r);
+        }
+        let w = s.waker.take();
+        drop(s);
+        self.cond.notify_all();
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+}
+
+/// The output of a spawned task: await it, or [`JoinHandle::join`] it from
+/// a thread outside the runtime. Dropping it detaches the task.
+pub struct JoinHandle<T> {
+    shared: Arc<JoinShared<T>>,
+}
+
+impl<T> JoinHandle<T> {
+    /// Block the calling thread until the task ends. Do not call it on an
+    /// executor thread (it would block the executor).
+    pub fn join(self) -> Result<T, JoinError> {
+        let mut s = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(r) = s.result.take() {
+                return r;
+            }
+            s = self.shared.cond.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// True once the task has ended.
+    pub fn is_finished(&self) -> bool {
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner()).result.is_some()
+    }
+}
+
+impl<T> Future for JoinHandle<T> {
+    type Output = Result<T, JoinError>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut s = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        match s.result.take() {
+            Some(r) => Poll::Ready(r),
+            None => {
+                s.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// Marks the join state cancelled if the task is dropped unfinished.
+struct CompleteOnDrop<T>(Arc<JoinShared<T>>);
+
+impl<T> Drop for CompleteOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.complete(Err(JoinError::Cancelled));
+    }
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    match p.downcast::<String>() {
+        Ok(s) => *s,
+        Err(p) => p.downcast_ref::<&str>().map(|s| s.to_string()).unwrap_or_else(|| "non-text panic".into()),
+    }
+}
+
+/// Wrap a future into a task body that reports to a join handle and turns
+/// a panic into [`JoinError::Panicked`] instead of unwinding the executor.
+fn wrap<F: Future + 'static>(fut: F) -> (impl Future<Output = ()>, JoinHandle<F::Output>) {
+    let shared =
+        Arc::new(JoinShared { state: Mutex::new(JoinState { result: None, waker: None }), cond: Condvar::new() });
+    let guard = CompleteOnDrop(shared.clone());
+    let mut fut = Box::pin(fut);
+    let task = async move {
+        let r = std::future::poll_fn(|cx| match catch_unwind(AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Err(p) => Poll::Ready(Err(JoinError::Panicked(panic_message(p)))),
+        })
+        .await;
+        guard.0.complete(r);
+    };
+    (task, JoinHandle { shared })
+}
+
+/// user_data of the eventfd read (slab keys never reach it: generation
+/// u32::MAX with index u32::MAX).
+const EFD_USER_DATA: u64 = u64::MAX;
+/// user_data of cancel requests, whose completions are ignored.
+pub(crate) const CANCEL_USER_DATA: u64 = u64::MAX - 1;
+
+impl Executor {
+    fn spawn_local(&self, fut: LocalTask) {
+        self.shared.counters.spawned.fetch_add(1, Relaxed);
+        let key = self.tasks.borrow_mut().insert(Task { fut: Some(fut), waker: None });
+        let waker = Arc::new(TaskWaker { shared: self.shared.clone(), key, queued: AtomicBool::new(true) });
+        self.tasks.borrow_mut().get_mut(key).expect("just inserted").waker = Some(waker);
+        self.ready.borrow_mut().push_back(key);
+    }
+
+    fn poll_task(&self, key: Key) {
+        let (fut, waker) = {
+            let mut tasks = self.tasks.borrow_mut();
+            let Some(t) = tasks.get_mut(key) else { return };
+            (t.fut.take(), t.waker.clone().expect("waker set at spawn"))
+        };
+        let Some(mut fut) = fut else { return };
+        waker.queued.store(false, Release);
+        self.shared.counters.polls.fetch_add(1, Relaxed);
+        let w = Waker::from(waker);
+        let mut cx = Context::from_waker(&w);
+        match fut.as_mut().poll(&mut cx) {
+            Poll::Ready(()) => {
+                self.tasks.borrow_mut().remove(key);
+            }
+            Poll::Pending => {
+                if let Some(t) = self.tasks.borrow_mut().get_mut(key) {
+                    t.fut = Some(fut);
+                }
+            }
+        }
+    }
+
+    fn drain_remote(&self) {
+        if self.shared.remote_pending.load(Acquire) == 0 {
+            return;
+        }
+        self.shared.remote_pending.store(0, Relaxed);
+        let r = std::mem::take(&mut *self.shared.remote.lock().unwrap_or_else(|e| e.into_inner()));
+        self.ready.borrow_mut().extend(r.wakes);
+        for t in r.spawns {
+            self.spawn_local(t);
+        }
+    }
+
+    fn run_ready(&self) {
+        let n = self.ready.borrow().len();
+        for _ in 0..n {
+            let Some(key) = self.ready.borrow_mut().pop_front() else { break };
+            self.poll_task(key);
+        }
+    }
+
+    fn arm_eventfd(&self) {
+        if self.efd_armed.get() {
+            return;
+        }
+        let sqe = opcode::Read::new(types::Fd(self.shared.efd.as_raw_fd()), self.efd_buf.as_ptr() as *mut u8, 8)
+            .build()
+            .user_data(EFD_USER_DATA);
+        // SAFETY: efd_buf is a heap cell owned by the executor, which outlives
+        // every operation in its ring (teardown waits for this read).
+        unsafe { op::push_sqe(self, &sqe) };
+        self.efd_armed.set(true);
+    }
+
+    /// Submit queued SQEs (one enter, if any or if task work is pending)
+    /// and process the completion queue.
+    fn submit_and_reap(&self) -> io::Result<usize> {
+        {
+            let mut ring = self.ring.borrow_mut();
+            let pending = ring.submission().len();
+            if pending > 0 || ring.submission().taskrun() || ring.submission().cq_overflow() {
+                self.shared.counters.enters.fetch_add(1, Relaxed);
+                match ring.submit() {
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) || e.raw_os_error() == Some(libc::EINTR) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(self.reap())
+    }
+
+    /// Process every completion in the queue; no system call.
+    pub(crate) fn reap(&self) -> usize {
+        let mut done = Vec::new();
+        {
+            let mut ring = self.ring.borrow_mut();
+            for cqe in ring.completion() {
+                done.push((cqe.user_data(), cqe.result()));
+            }
+        }
+        let n = done.len();
+        self.shared.counters.cqes.fetch_add(n as u64, Relaxed);
+        for (ud, res) in done {
+            match ud {
+                EFD_USER_DATA => self.efd_armed.set(false),
+                CANCEL_USER_DATA => {}
+                ud => op::complete(self, Key::from_u64(ud), res),
+            }
+        }
+        n
+    }
+
+    fn has_work(&self) -> bool {
+        !self.ready.borrow().is_empty() || self.shared.remote_pending.load(Acquire) != 0
+    }
+
+    /// Block in the kernel until a completion, the next timer, or a wake-up.
+    fn sleep(&self) -> io::Result<()> {
+        self.arm_eventfd();
+        self.shared.sleeping.store(true, Relaxed);
+        fence(SeqCst);
+        if self.shared.remote_pending.load(Relaxed) != 0 || self.shared.stop.load(Relaxed) {
+            self.shared.sleeping.store(false, Relaxed);
+            return Ok(());
+        }
+        self.shared.counters.sleeps.fetch_add(1, Relaxed);
+        self.shared.counters.enters.fetch_add(1, Relaxed);
+        let next = self.timers.borrow().next_deadline();
+        let r = {
+            let ring = self.ring.borrow();
+            match next {
+                Some(at) => {
+                    let d = at.saturating_duration_since(Instant::now());
+                    let ts = types::Timespec::new().sec(d.as_secs()).nsec(d.subsec_nanos());
+                    let args = types::SubmitArgs::new().timespec(&ts);
+                    ring.submitter().submit_with_args(1, &args)
+                }
+                None => ring.submitter().submit_and_wait(1),
+            }
+        };
+        self.shared.sleeping.store(false, Relaxed);
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn run(&self, spin: Duration) -> io::Result<()> {
+        self.arm_eventfd();
+        loop {
+            self.drain_remote();
+            self.run_ready();
+            let due = self.timers.borrow_mut().take_due(Instant::now());
+            due.into_iter().for_each(Waker::wake);
+            self.submit_and_reap()?;
+            if self.shared.stop.load(Acquire) {
+                return Ok(());
+            }
+            if self.has_work() || self.timers.borrow().due(Instant::now()) {
+                continue;
+            }
+            if !spin.is_zero() {
+                let until = Instant::now() + spin;
+                loop {
+                    if self.ring.borrow_mut().submission().taskrun() {
+                        self.submit_and_reap()?;
+                    } else {
+                        self.reap();
+                    }
+                    let now = Instant::now();
+                    if self.has_work() || self.timers.borrow().due(now) || now >= until {
+                        break;
+                    }
+                    std::hint::spin_loop();
+                }
+                if self.has_work() {
+                    continue;
+                }
+            }
+            self.sleep()?;
+            self.reap();
+        }
+    }
+
+    /// Drop every task (their operations become orphans), cancel what is in
+    /// flight, and wait until the kernel has returned every buffer.
+    fn teardown(&self) {
+        let tasks = self.tasks.borrow_mut().drain();
+        drop(tasks);
+        self.ready.borrow_mut().clear();
+        self.timers.borrow_mut().clear();
+        let cancel = opcode::AsyncCancel::new(EFD_USER_DATA).build().user_data(CANCEL_USER_DATA);
+        if self.efd_armed.get() {
+            // SAFETY: a cancel SQE carries no buffer.
+            unsafe { op::push_sqe(self, &cancel) };
+        }
+        op::cancel_all(self);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while (self.ops.borrow().len() > 0 || self.efd_armed.get()) && Instant::now() < deadline {
+            let r = self.ring.borrow().submitter().submit_and_wait(1);
+            if let Err(e) = r {
+                if !matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::ETIME)) {
+                    break;
+                }
+            }
+            self.reap();
+            if self.efd_armed.get() {
+                // Make the eventfd read complete if the cancel did not.
+                self.shared.notify();
+            }
+        }
+        let left = self.ops.borrow().len();
+        if left > 0 {
+            // Their buffers must outlive the kernel's use: leak them.
+            tracing::error!(left, "io_uring operations still in flight at shutdown; leaking their buffers");
+            std::mem::forget(self.ops.borrow_mut().drain());
+        }
+    }
+}
+
+fn build_ring(cfg: &RuntimeConfig) -> io::Result<IoUring> {
+    let mut b = IoUring::builder();
+    b.setup_cqsize(cfg.ring_entries * 2).setup_single_issuer().setup_taskrun_flag();
+    if cfg.defer_taskrun {
+        b.setup_defer_taskrun();
+    } else {
+        b.setup_coop_taskrun();
+    }
+    b.build(cfg.ring_entries)
+}
+
+fn pin_to(cpu: usize) {
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it; the call
+    // only reads the set.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu % cpus, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            tracing::warn!(cpu, error = %io::Error::last_os_error(), "could not pin executor thread");
+        }
+    }
+}
+
+/// A set of executor threads. Dropping it stops them: unfinished tasks are
+/// dropped (their join handles report [`JoinError::Cancelled`]) after their
+/// in-flight operations have completed or been cancelled.
+pub struct Runtime {
+    shared: Vec<Arc<Shared>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    next: AtomicUsize,
+}
+
+impl Runtime {
+    /// Start `cfg.threads` executors; fails if a ring cannot be set up.
+    pub fn new(cfg: RuntimeConfig) -> io::Result<Runtime> {
+        let n = cfg.threads.max(1);
+        let mut shared = Vec::with_capacity(n);
+        let mut threads = Vec::with_capacity(n);
+        let mut ready = Vec::with_capacity(n);
+        for id in 0..n {
+            // SAFETY: eventfd returns a new descriptor or -1, checked below.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let s = Arc::new(Shared {
+                id,
+                remote: Mutex::new(Remote::default()),
+                remote_pending: AtomicUsize::new(0),
+                sleeping: AtomicBool::new(false),
+                stop: AtomicBool::new(false),
+                // SAFETY: fd is a fresh descriptor we own.
+                efd: unsafe { OwnedFd::from_raw_fd(fd) },
+                counters: Counters::default(),
+            });
+            shared.push(s.clone());
+            let cfg = cfg.clone();
+            let (tx, rx) = std::sync::mpsc::channel();
+            ready.push(rx);
+            let t = std::thread::Builder::new().name(format!("{}-{id}", cfg.name)).spawn(move || {
+                if cfg.pin {
+                    pin_to(id);
+                }
+                let ring = match build_ring(&cfg) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                };
+                let ex = Rc::new(Executor {
+                    shared: s,
+                    tasks: RefCell::new(Slab::new()),
+                    ready: RefCell::new(VecDeque::new()),
+                    ring: RefCell::new(ring),
+                    ops: RefCell::new(Slab::new()),
+                    timers: RefCell::new(Timers::default()),
+                    efd_buf: Box::new(Cell::new(0)),
+                    efd_armed: Cell::new(false),
+                });
+                CTX.with(|c| *c.borrow_mut() = Some(ex.clone()));
+                let _ = tx.send(Ok(()));
+                if let Err(e) = ex.run(cfg.spin) {
+                    tracing::error!(core = id, error = %e, "executor stopped on an io_uring error");
+                }
+                ex.teardown();
+                CTX.with(|c| *c.borrow_mut() = None);
+            })?;
+            threads.push(t);
+        }
+        let rt = Runtime { shared, threads, next: AtomicUsize::new(0) };
+        for rx in ready {
+            match rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(io::Error::new(e.kind(), format!("io_uring setup failed: {e}"))),
+                Err(_) => return Err(io::Error::other("executor thread died during start-up")),
+            }
+        }
+        Ok(rt)
+    }
+
+    /// Number of executors.
+    pub fn cores(&self) -> usize {
+        self.shared.len()
+    }
+
+    /// Spawn a task on executor `core` (modulo the executor count).
+    pub fn spawn_on<F>(&self, core: usize, fut: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let (task, handle) = wrap(fut);
+        let s = &self.shared[core % self.shared.len()];
+        let task: SendTask = Box::pin(task);
+        s.push_remote(move |r| r.spawns.push(task));
+        handle
+    }
+
+    /// Spawn a task on the executors in turn.
+    pub fn spawn<F>(&self, fut: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let core = self.next.fetch_add(1, Relaxed);
+        self.spawn_on(core, fut)
+    }
+
+    /// Run `fut` on executor 0 and wait for it from this (non-runtime) thread.
+    pub fn block_on<F>(&self, fut: F) -> Result<F::Output, JoinError>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.spawn_on(0, fut).join()
+    }
+
+    /// Counters per executor.
+    pub fn stats(&self) -> Vec<RuntimeStats> {
+        self.shared
+            .iter()
+            .map(|s| {
+                let c = &s.counters;
+                RuntimeStats {
+                    polls: c.polls.load(Relaxed),
+                    spawned: c.spawned.load(Relaxed),
+                    remote_wakes: c.remote_wakes.load(Relaxed),
+                    sqes: c.sqes.load(Relaxed),
+                    cqes: c.cqes.load(Relaxed),
+                    enters: c.enters.load(Relaxed),
+                    sleeps: c.sleeps.load(Relaxed),
+                    notifies: c.notifies.load(Relaxed),
+                }
+            })
+            .collect()
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        for s in &self.shared {
+            s.stop.store(true, Release);
+            s.notify();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}

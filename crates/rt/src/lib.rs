@@ -1,0 +1,38 @@
+//! Granary's thread-per-core task runtime (uDepot's TRT, on io_uring).
+//!
+//! A [`Runtime`] runs one executor thread per core, pinned by default. Each
+//! executor owns cooperative tasks (futures; they never migrate), a timer
+//! list, and one io_uring instance that serves both storage (read/write on
+//! files and block devices) and network (accept/recv/send/connect) IO.
+//!
+//! The scheduler round (see `executor.rs`): drain cross-core messages, poll
+//! the ready tasks, fire due timers, submit every SQE the round produced
+//! with one `io_uring_enter`, and reap the completion queue (a memory read,
+//! no system call, when it holds entries). With nothing ready it spins a
+//! short while (`RuntimeConfig::spin`) on the completion queue and the
+//! cross-core queue, then blocks in `io_uring_enter` until a completion, the
+//! next timer, or a cross-core wake-up (an eventfd read kept armed in the
+//! ring). It never spins at 100 % when idle.
+//!
+//! Buffer safety (`op.rs`): an operation owns its buffer until the kernel
+//! reports completion. Dropping an operation's future before then moves the
+//! buffer into the executor's table of orphaned operations, asks the kernel
+//! to cancel, and frees the buffer only when the completion arrives.
+//!
+//! Outside a runtime thread (or inside [`block_on`] on one), code cannot
+//! submit to a ring; [`on_runtime`] tells IO backends when to fall back to
+//! synchronous system calls.
+
+mod blocking;
+mod executor;
+pub mod net;
+mod op;
+mod slab;
+mod time;
+
+pub use blocking::block_on;
+pub use executor::{
+    current_core, on_runtime, spawn, yield_now, JoinError, JoinHandle, Runtime, RuntimeConfig, RuntimeStats,
+};
+pub use op::{read_at, write_at, IoBuf};
+pub use time::{sleep, sleep_until, timeout, Elapsed};

@@ -1,0 +1,188 @@
+//! TCP on the executor's ring: accept, connect, recv and send as io_uring
+//! operations owning their buffers (see `op.rs`). Sockets are ordinary
+//! blocking-mode descriptors; io_uring waits for readiness internally.
+//! Only usable on an executor thread.
+
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, ToSocketAddrs};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use io_uring::{opcode, types};
+
+use crate::op::{result, IoBuf, Op};
+
+/// A listening socket.
+pub struct TcpListener {
+    inner: std::net::TcpListener,
+}
+
+/// A connected socket.
+pub struct TcpStream {
+    inner: std::net::TcpStream,
+}
+
+/// A socket address in the kernel's layout, on the heap for the kernel.
+struct RawAddr {
+    storage: libc::sockaddr_storage,
+    len: libc::socklen_t,
+}
+
+impl RawAddr {
+    fn empty() -> Box<RawAddr> {
+        // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+        Box::new(RawAddr { storage: unsafe { zeroed() }, len: size_of::<libc::sockaddr_storage>() as libc::socklen_t })
+    }
+
+    fn from(addr: SocketAddr) -> Box<RawAddr> {
+        let mut r = RawAddr::empty();
+        match addr {
+            SocketAddr::V4(a) => {
+                // SAFETY: sockaddr_in fits in sockaddr_storage, which is aligned for it.
+                let sin = unsafe { &mut *(&mut r.storage as *mut _ as *mut libc::sockaddr_in) };
+                sin.sin_family = libc::AF_INET as libc::sa_family_t;
+                sin.sin_port = a.port().to_be();
+                sin.sin_addr = libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) };
+                r.len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            }
+            SocketAddr::V6(a) => {
+                // SAFETY: as above, for sockaddr_in6.
+                let sin6 = unsafe { &mut *(&mut r.storage as *mut _ as *mut libc::sockaddr_in6) };
+                sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                sin6.sin6_port = a.port().to_be();
+                sin6.sin6_addr = libc::in6_addr { s6_addr: a.ip().octets() };
+                sin6.sin6_flowinfo = a.flowinfo();
+                sin6.sin6_scope_id = a.scope_id();
+                r.len = size_of::<libc::sockaddr_in6>() as libc::socklen_t;
+            }
+        }
+        r
+    }
+
+    fn to_socket_addr(&self) -> Option<SocketAddr> {
+        match self.storage.ss_family as i32 {
+            libc::AF_INET => {
+                // SAFETY: the kernel wrote a sockaddr_in (family says so).
+                let sin = unsafe { &*(&self.storage as *const _ as *const libc::sockaddr_in) };
+                let ip = std::net::Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+                Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the kernel wrote a sockaddr_in6.
+                let s = unsafe { &*(&self.storage as *const _ as *const libc::sockaddr_in6) };
+                let ip = std::net::Ipv6Addr::from(s.sin6_addr.s6_addr);
+                Some(SocketAddr::V6(SocketAddrV6::new(ip, u16::from_be(s.sin6_port), s.sin6_flowinfo, s.sin6_scope_id)))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl TcpListener {
+    /// Bind and listen (backlog 1024), with SO_REUSEADDR as std sets it.
+    pub fn bind(addr: impl ToSocketAddrs) -> io::Result<TcpListener> {
+        Ok(TcpListener { inner: std::net::TcpListener::bind(addr)? })
+    }
+
+    /// Use an already listening std socket.
+    pub fn from_std(inner: std::net::TcpListener) -> TcpListener {
+        TcpListener { inner }
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// Accept one connection.
+    pub async fn accept(&self) -> io::Result<(TcpStream, Option<SocketAddr>)> {
+        let mut addr = RawAddr::empty();
+        let sqe = opcode::Accept::new(
+            types::Fd(self.inner.as_raw_fd()),
+            &mut addr.storage as *mut _ as *mut libc::sockaddr,
+            &mut addr.len,
+        )
+        .flags(libc::SOCK_CLOEXEC)
+        .build();
+        // SAFETY: the SQE points into `addr`, a box owned by the Op.
+        let (res, addr) = unsafe { Op::submit(sqe, addr) }.await;
+        let fd = result(res)?;
+        // SAFETY: accept returned a new descriptor that we now own.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let inner = std::net::TcpStream::from(owned);
+        inner.set_nodelay(true)?;
+        Ok((TcpStream { inner }, addr.to_socket_addr()))
+    }
+}
+
+impl TcpStream {
+    /// Connect to `addr`.
+    pub async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
+        let family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+        // SAFETY: plain socket(2); the result is checked.
+        let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let raw = RawAddr::from(addr);
+        let sqe =
+            opcode::Connect::new(types::Fd(fd), &raw.storage as *const _ as *const libc::sockaddr, raw.len).build();
+        // SAFETY: the SQE points into `raw`, a box owned by the Op.
+        let (res, _raw) = unsafe { Op::submit(sqe, raw) }.await;
+        result(res)?;
+        let inner = std::net::TcpStream::from(owned);
+        inner.set_nodelay(true)?;
+        Ok(TcpStream { inner })
+    }
+
+    pub fn from_std(inner: std::net::TcpStream) -> TcpStream {
+        TcpStream { inner }
+    }
+
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.peer_addr()
+    }
+
+    /// Receive into `buf` (its whole length); Ok(0) at end of stream.
+    pub async fn recv<B: IoBuf>(&self, mut buf: B) -> (io::Result<usize>, B) {
+        let len = u32::try_from(buf.buf_len()).unwrap_or(u32::MAX);
+        let sqe = opcode::Recv::new(types::Fd(self.inner.as_raw_fd()), buf.stable_ptr(), len).build();
+        // SAFETY: the SQE points into buf's heap memory, owned by the Op.
+        let (res, buf) = unsafe { Op::submit(sqe, buf) }.await;
+        (result(res), buf)
+    }
+
+    /// Send `buf[from..]` once; returns the count sent.
+    pub async fn send_from<B: IoBuf>(&self, mut buf: B, from: usize) -> (io::Result<usize>, B) {
+        assert!(from <= buf.buf_len(), "send_from past the end of the buffer");
+        let len = u32::try_from(buf.buf_len() - from).unwrap_or(u32::MAX);
+        // SAFETY: from <= len, so the pointer stays within (or one past) buf.
+        let ptr = unsafe { buf.stable_ptr().add(from) };
+        let sqe = opcode::Send::new(types::Fd(self.inner.as_raw_fd()), ptr, len).flags(libc::MSG_NOSIGNAL).build();
+        // SAFETY: the SQE points into buf's heap memory, owned by the Op.
+        let (res, buf) = unsafe { Op::submit(sqe, buf) }.await;
+        (result(res), buf)
+    }
+
+    /// Send all of `buf`.
+    pub async fn send_all<B: IoBuf>(&self, mut buf: B) -> (io::Result<()>, B) {
+        let mut off = 0;
+        while off < buf.buf_len() {
+            let (r, b) = self.send_from(buf, off).await;
+            buf = b;
+            match r {
+                Ok(0) => return (Err(io::ErrorKind::WriteZero.into()), buf),
+                Ok(n) => off += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return (Err(e), buf),
+            }
+        }
+        (Ok(()), buf)
+    }
+
+    /// Shut down the writing half (the peer sees end of stream).
+    pub fn shutdown_write(&self) -> io::Result<()> {
+        self.inner.shutdown(std::net::Shutdown::Write)
+    }
+}

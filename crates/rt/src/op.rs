@@ -1,0 +1,240 @@
+//! Ring operations that own their buffers until the kernel is done.
+//!
+//! An [`Op`] is created with its SQE and the resources the SQE points into
+//! (buffers, socket addresses), which must live on the heap so that moving
+//! the `Op` does not move them. Its slot in the executor's operation slab
+//! records the state: waiting (with the waker of the task to wake), done
+//! (with the result), or orphaned. Dropping an `Op` before its completion
+//! orphans it: the resources move into the slot, an `AsyncCancel` is
+//! submitted, and they are freed only when the completion arrives. So no
+//! buffer the kernel may still read or write is ever freed or reused.
+
+use std::any::Any;
+use std::future::Future;
+use std::io;
+use std::os::fd::RawFd;
+use std::pin::Pin;
+use std::sync::atomic::Ordering::Relaxed;
+use std::task::{Context, Poll, Waker};
+
+use io_uring::{opcode, squeue, types};
+
+use crate::executor::{with_executor, Executor, CANCEL_USER_DATA};
+use crate::slab::Key;
+
+pub(crate) enum OpSlot {
+    Waiting(Option<Waker>),
+    Done(i32),
+    Orphaned(#[allow(dead_code)] Box<dyn Any>),
+}
+
+/// Memory an operation may hand to the kernel.
+///
+/// # Safety
+///
+/// `stable_ptr` must return a pointer valid for reads and writes of
+/// `buf_len()` bytes for as long as the value lives, and the same pointer
+/// after the value is moved (heap memory owned by the value). While an
+/// operation owns the value nothing else can reach it.
+pub unsafe trait IoBuf: Unpin + 'static {
+    fn stable_ptr(&mut self) -> *mut u8;
+    fn buf_len(&self) -> usize;
+}
+
+// SAFETY: a Vec's heap buffer does not move when the Vec is moved; an empty
+// Vec's dangling pointer is never dereferenced for a zero-length operation.
+unsafe impl IoBuf for Vec<u8> {
+    fn stable_ptr(&mut self) -> *mut u8 {
+        self.as_mut_ptr()
+    }
+    fn buf_len(&self) -> usize {
+        self.len()
+    }
+}
+
+// SAFETY: as for Vec<u8>.
+unsafe impl IoBuf for Box<[u8]> {
+    fn stable_ptr(&mut self) -> *mut u8 {
+        self.as_mut_ptr()
+    }
+    fn buf_len(&self) -> usize {
+        self.len()
+    }
+}
+
+/// Queue an SQE on `ex`'s ring, submitting first if the queue is full.
+///
+/// # Safety
+///
+/// Every pointer in `sqe` must stay valid until its completion is reaped.
+pub(crate) unsafe fn push_sqe(ex: &Executor, sqe: &squeue::Entry) {
+    loop {
+        {
+            let mut ring = ex.ring.borrow_mut();
+            // SAFETY: forwarded to the caller.
+            if unsafe { ring.submission().push(sqe) }.is_ok() {
+                ex.shared.counters.sqes.fetch_add(1, Relaxed);
+                return;
+            }
+            ex.shared.counters.enters.fetch_add(1, Relaxed);
+            match ring.submit() {
+                Ok(_) => continue,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY) | Some(libc::EINTR)) => {}
+                Err(e) => panic!("io_uring submit failed: {e}"),
+            }
+        }
+        // The completion queue is full: make room.
+        ex.reap();
+    }
+}
+
+/// A completion arrived for operation `key`.
+pub(crate) fn complete(ex: &Executor, key: Key, res: i32) {
+    let waker = {
+        let mut ops = ex.ops.borrow_mut();
+        match ops.get_mut(key) {
+            Some(slot) => match slot {
+                OpSlot::Waiting(w) => {
+                    let w = w.take();
+                    *slot = OpSlot::Done(res);
+                    w
+                }
+                OpSlot::Orphaned(_) => {
+                    ops.remove(key);
+                    None
+                }
+                OpSlot::Done(_) => None,
+            },
+            None => None,
+        }
+    };
+    if let Some(w) = waker {
+        w.wake();
+    }
+}
+
+/// Ask the kernel to cancel every operation in flight (shutdown).
+pub(crate) fn cancel_all(ex: &Executor) {
+    let keys = ex.ops.borrow().keys();
+    for k in keys {
+        let sqe = opcode::AsyncCancel::new(k.to_u64()).build().user_data(CANCEL_USER_DATA);
+        // SAFETY: a cancel SQE carries no buffer.
+        unsafe { push_sqe(ex, &sqe) };
+    }
+}
+
+/// An operation in flight owning `T` (its buffers). Must be polled on the
+/// executor that created it (tasks never migrate).
+pub(crate) struct Op<T: 'static> {
+    key: Option<Key>,
+    data: Option<T>,
+}
+
+impl<T: 'static> Op<T> {
+    /// Submit `sqe` (queued; sent with the executor's next submission).
+    ///
+    /// # Safety
+    ///
+    /// Every pointer in `sqe` must point into heap memory owned by `data`
+    /// (or be null/zero-length). Panics off a runtime thread.
+    pub(crate) unsafe fn submit(sqe: squeue::Entry, data: T) -> Op<T> {
+        let key = with_executor(|ex| {
+            let key = ex.ops.borrow_mut().insert(OpSlot::Waiting(None));
+            // SAFETY: the pointers live in `data`, which the Op (or, once
+            // orphaned, its slot) keeps until the completion is reaped.
+            unsafe { push_sqe(ex, &sqe.user_data(key.to_u64())) };
+            key
+        })
+        .expect("io_uring operation submitted outside a runtime thread");
+        Op { key: Some(key), data: Some(data) }
+    }
+}
+
+impl<T: Unpin + 'static> Future for Op<T> {
+    type Output = (i32, T);
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<(i32, T)> {
+        let key = self.key.expect("Op polled after completion");
+        let res = with_executor(|ex| {
+            let mut ops = ex.ops.borrow_mut();
+            match ops.get_mut(key) {
+                Some(OpSlot::Done(res)) => {
+                    let res = *res;
+                    ops.remove(key);
+                    Some(res)
+                }
+                Some(OpSlot::Waiting(w)) => {
+                    if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                        *w = Some(cx.waker().clone());
+                    }
+                    None
+                }
+                _ => panic!("io_uring operation polled on another executor"),
+            }
+        })
+        .expect("io_uring operation polled outside a runtime thread");
+        match res {
+            Some(res) => {
+                self.key = None;
+                Poll::Ready((res, self.data.take().expect("data present until completion")))
+            }
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl<T: 'static> Drop for Op<T> {
+    fn drop(&mut self) {
+        let Some(key) = self.key.take() else { return };
+        let mut data = Some(self.data.take());
+        let handled = with_executor(|ex| {
+            let mut ops = ex.ops.borrow_mut();
+            match ops.get_mut(key) {
+                Some(OpSlot::Done(_)) => {
+                    ops.remove(key);
+                }
+                Some(slot @ OpSlot::Waiting(_)) => {
+                    *slot = OpSlot::Orphaned(Box::new(data.take()));
+                    drop(ops);
+                    let sqe = opcode::AsyncCancel::new(key.to_u64()).build().user_data(CANCEL_USER_DATA);
+                    // SAFETY: a cancel SQE carries no buffer.
+                    unsafe { push_sqe(ex, &sqe) };
+                }
+                _ => {}
+            }
+        });
+        if handled.is_none() {
+            std::mem::forget(data.take());
+            // No executor to hand the buffer to (thread-local teardown): the
+            // kernel may still use it, so it must never be freed.
+            tracing::error!("io_uring operation dropped without its executor; leaking its buffer");
+        }
+    }
+}
+
+pub(crate) fn result(res: i32) -> io::Result<usize> {
+    if res < 0 {
+        Err(io::Error::from_raw_os_error(-res))
+    } else {
+        Ok(res as usize)
+    }
+}
+
+/// Read up to `buf.buf_len()` bytes at `offset` of `fd` into `buf`; returns
+/// the count (short at end of file). On an executor thread only.
+pub async fn read_at<B: IoBuf>(fd: RawFd, mut buf: B, offset: u64) -> (io::Result<usize>, B) {
+    let len = u32::try_from(buf.buf_len()).expect("IO larger than 4 GiB");
+    let sqe = opcode::Read::new(types::Fd(fd), buf.stable_ptr(), len).offset(offset).build();
+    // SAFETY: the SQE points into buf's heap memory, owned by the Op.
+    let (res, buf) = unsafe { Op::submit(sqe, buf) }.await;
+    (result(res), buf)
+}
+
+/// Write `buf` at `offset` of `fd`; returns the count written (may be
+/// short). On an executor thread only.
+pub async fn write_at<B: IoBuf>(fd: RawFd, mut buf: B, offset: u64) -> (io::Result<usize>, B) {
+    let len = u32::try_from(buf.buf_len()).expect("IO larger than 4 GiB");
+    let sqe = opcode::Write::new(types::Fd(fd), buf.stable_ptr(), len).offset(offset).build();
+    // SAFETY: as in read_at.
+    let (res, buf) = unsafe { Op::submit(sqe, buf) }.await;
+    (result(res), buf)
+}

@@ -1,0 +1,332 @@
+//! Runtime behaviour: many tasks, timers, cross-core wake-ups, TCP echo over
+//! loopback, file IO, cancellation safety, panics and shutdown.
+
+use std::future::Future;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicUsize, Ordering::*};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use granary_rt::net::{TcpListener, TcpStream};
+use granary_rt::{read_at, sleep, spawn, timeout, write_at, yield_now, JoinError, Runtime, RuntimeConfig};
+
+fn rt(threads: usize) -> Runtime {
+    Runtime::new(RuntimeConfig { threads, pin: false, ..Default::default() }).expect("io_uring runtime")
+}
+
+/// A one-value channel usable across executors.
+struct Slot<T> {
+    inner: Mutex<(Option<T>, Option<Waker>)>,
+}
+
+impl<T> Slot<T> {
+    fn new() -> Arc<Slot<T>> {
+        Arc::new(Slot { inner: Mutex::new((None, None)) })
+    }
+    fn put(&self, v: T) {
+        let w = {
+            let mut g = self.inner.lock().unwrap();
+            g.0 = Some(v);
+            g.1.take()
+        };
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+    fn take(self: &Arc<Self>) -> impl Future<Output = T> {
+        let me = self.clone();
+        std::future::poll_fn(move |cx: &mut Context<'_>| {
+            let mut g = me.inner.lock().unwrap();
+            match g.0.take() {
+                Some(v) => Poll::Ready(v),
+                None => {
+                    g.1 = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+            }
+        })
+    }
+}
+
+#[test]
+fn many_tasks_run_to_completion_on_every_core() {
+    let rt = rt(2);
+    let count = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..2_000)
+        .map(|i| {
+            let count = count.clone();
+            rt.spawn(async move {
+                // Each task spawns children on its own core and yields.
+                let kids: Vec<_> = (0..4)
+                    .map(|_| {
+                        let count = count.clone();
+                        spawn(async move {
+                            yield_now().await;
+                            count.fetch_add(1, Relaxed);
+                        })
+                    })
+                    .collect();
+                for k in kids {
+                    k.await.unwrap();
+                }
+                i
+            })
+        })
+        .collect();
+    let sum: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(sum, (0..2_000).sum::<usize>());
+    assert_eq!(count.load(Relaxed), 8_000);
+    let stats = rt.stats();
+    assert!(stats.iter().all(|s| s.spawned > 0), "tasks were spread over both executors: {stats:?}");
+}
+
+#[test]
+fn timers_fire_in_deadline_order_and_timeout_cancels() {
+    let rt = rt(1);
+    let order = rt
+        .block_on(async {
+            let order = Arc::new(Mutex::new(Vec::new()));
+            let hs: Vec<_> = [30u64, 10, 20, 0]
+                .into_iter()
+                .map(|ms| {
+                    let order = order.clone();
+                    spawn(async move {
+                        sleep(Duration::from_millis(ms)).await;
+                        order.lock().unwrap().push(ms);
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.await.unwrap();
+            }
+            let slow = timeout(Duration::from_millis(5), sleep(Duration::from_secs(3600))).await;
+            assert!(slow.is_err());
+            let fast = timeout(Duration::from_secs(3600), async { 7 }).await;
+            assert_eq!(fast, Ok(7));
+            let v = order.lock().unwrap().clone();
+            v
+        })
+        .unwrap();
+    assert_eq!(order, vec![0, 10, 20, 30]);
+}
+
+#[test]
+fn cross_core_wakeups_ping_pong() {
+    let rt = rt(2);
+    let ping: Arc<Slot<u64>> = Slot::new();
+    let pong: Arc<Slot<u64>> = Slot::new();
+    const ROUNDS: u64 = 2_000;
+    let (p1, q1) = (ping.clone(), pong.clone());
+    let a = rt.spawn_on(0, async move {
+        let mut sum = 0;
+        for i in 0..ROUNDS {
+            p1.put(i);
+            sum += q1.take().await;
+        }
+        sum
+    });
+    let b = rt.spawn_on(1, async move {
+        for _ in 0..ROUNDS {
+            let v = ping.take().await;
+            pong.put(v * 2);
+        }
+    });
+    b.join().unwrap();
+    assert_eq!(a.join().unwrap(), (0..ROUNDS).map(|i| i * 2).sum::<u64>());
+    let stats = rt.stats();
+    assert!(stats.iter().map(|s| s.remote_wakes).sum::<u64>() > 0);
+}
+
+#[test]
+fn tcp_echo_over_loopback() {
+    let rt = rt(2);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    const CONNS: usize = 16;
+    const MSGS: usize = 50;
+    let server = rt.spawn_on(0, async move {
+        let l = TcpListener::from_std(listener);
+        let mut conns = Vec::new();
+        for _ in 0..CONNS {
+            let (s, _) = l.accept().await.unwrap();
+            conns.push(spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut total = 0;
+                loop {
+                    let (r, mut b) = s.recv(buf).await;
+                    let n = r.unwrap();
+                    if n == 0 {
+                        return total;
+                    }
+                    total += n;
+                    b.truncate(n);
+                    let (r, mut b) = s.send_all(b).await;
+                    r.unwrap();
+                    b.resize(4096, 0);
+                    buf = b;
+                }
+            }));
+        }
+        let mut total = 0;
+        for c in conns {
+            total += c.await.unwrap();
+        }
+        total
+    });
+    let clients: Vec<_> = (0..CONNS)
+        .map(|c| {
+            rt.spawn_on(1, async move {
+                let s = TcpStream::connect(addr).await.unwrap();
+                let mut got = Vec::new();
+                for m in 0..MSGS {
+                    let msg = format!("conn {c} message {m}\n").into_bytes();
+                    let len = msg.len();
+                    let (r, _) = s.send_all(msg).await;
+                    r.unwrap();
+                    let mut have = 0;
+                    while have < len {
+                        let (r, b) = s.recv(vec![0u8; len - have]).await;
+                        let n = r.unwrap();
+                        assert!(n > 0, "server closed early");
+                        got.extend_from_slice(&b[..n]);
+                        have += n;
+                    }
+                }
+                s.shutdown_write().unwrap();
+                let expect: Vec<u8> = (0..MSGS).flat_map(|m| format!("conn {c} message {m}\n").into_bytes()).collect();
+                assert_eq!(got, expect);
+                expect.len()
+            })
+        })
+        .collect();
+    let sent: usize = clients.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(server.join().unwrap(), sent);
+}
+
+#[test]
+fn file_reads_and_writes_through_the_ring() {
+    let rt = rt(2);
+    let mut f = tempfile::tempfile().unwrap();
+    f.write_all(&vec![0u8; 1 << 20]).unwrap();
+    let f = Arc::new(f);
+    let handles: Vec<_> = (0..64u64)
+        .map(|i| {
+            let f = f.clone();
+            rt.spawn(async move {
+                let fd = f.as_raw_fd();
+                let block = vec![i as u8; 4096];
+                let (r, _) = write_at(fd, block, i * 16384).await;
+                assert_eq!(r.unwrap(), 4096);
+                let (r, b) = read_at(fd, vec![0u8; 4096], i * 16384).await;
+                assert_eq!(r.unwrap(), 4096);
+                assert!(b.iter().all(|&x| x == i as u8));
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    // Reading past the end is a short read, not an error.
+    let f2 = f.clone();
+    let n = rt.block_on(async move { read_at(f2.as_raw_fd(), vec![0u8; 8192], (1 << 20) - 4096).await.0 }).unwrap();
+    assert_eq!(n.unwrap(), 4096);
+}
+
+/// Dropping receive futures whose operations the kernel will still perform
+/// must not free their buffers: fresh same-sized allocations, filled with a
+/// sentinel, must stay intact. The peers' data is already queued, and the
+/// receives are queued, dropped (queuing their cancels behind them) and
+/// followed by the sentinel allocations within one poll, so the kernel runs
+/// each receive, writing into its buffer, before it sees the cancel.
+#[test]
+fn dropped_operations_never_release_buffers_the_kernel_still_owns() {
+    const CONNS: usize = 64;
+    const BUF: usize = 32 * 1024;
+    let rt = rt(1);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accept = std::thread::spawn(move || (0..CONNS).map(|_| listener.accept().unwrap().0).collect::<Vec<_>>());
+    let streams = rt
+        .block_on(async move {
+            let mut v = Vec::new();
+            for _ in 0..CONNS {
+                v.push(TcpStream::connect(addr).await.unwrap());
+            }
+            v
+        })
+        .unwrap();
+    let mut peers = accept.join().unwrap();
+    for p in &mut peers {
+        p.write_all(&[0x55u8; BUF]).unwrap();
+    }
+    let (pending, intact) = rt
+        .block_on(async move {
+            let mut pending = 0;
+            for s in &streams {
+                let mut fut = Box::pin(s.recv(vec![0u8; BUF]));
+                let waker = std::task::Waker::noop();
+                if fut.as_mut().poll(&mut Context::from_waker(waker)).is_pending() {
+                    pending += 1;
+                }
+                drop(fut);
+            }
+            // Same-sized allocations now likely reuse freed chunks.
+            let sentinels: Vec<Vec<u8>> = (0..CONNS * 2).map(|_| vec![0xAAu8; BUF]).collect();
+            for _ in 0..20 {
+                granary_rt::sleep(Duration::from_millis(1)).await;
+            }
+            let intact = sentinels.iter().all(|s| s.iter().all(|&b| b == 0xAA));
+            drop(streams);
+            (pending, intact)
+        })
+        .unwrap();
+    assert_eq!(pending, CONNS, "every receive was in flight when dropped");
+    assert!(intact, "a freed receive buffer was written by the kernel");
+}
+
+#[test]
+fn shutdown_cancels_pending_operations_and_reports_cancelled() {
+    let rt = rt(2);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accept = std::thread::spawn(move || listener.accept().unwrap().0);
+    let h = rt.spawn_on(1, async move {
+        let s = TcpStream::connect(addr).await.unwrap();
+        // Never satisfied: the peer sends nothing.
+        let (r, _) = s.recv(vec![0u8; 1024]).await;
+        r.map(|_| ())
+    });
+    let peer = accept.join().unwrap();
+    let sleeper = rt.spawn_on(0, sleep(Duration::from_secs(3600)));
+    drop(rt);
+    assert_eq!(h.join().unwrap_err(), JoinError::Cancelled);
+    assert_eq!(sleeper.join().unwrap_err(), JoinError::Cancelled);
+    drop(peer);
+}
+
+#[test]
+fn a_panicking_task_is_reported_and_the_executor_goes_on() {
+    let rt = rt(1);
+    let bad = rt.spawn_on(0, async { panic!("boom {}", 42) });
+    match bad.join() {
+        Err(JoinError::Panicked(m)) => assert!(m.contains("boom 42"), "{m}"),
+        other => panic!("expected a panic report, got {other:?}"),
+    }
+    assert_eq!(rt.block_on(async { 5 }).unwrap(), 5);
+}
+
+#[test]
+fn block_on_runs_futures_off_the_runtime() {
+    assert!(!granary_rt::on_runtime());
+    let v = granary_rt::block_on(async {
+        granary_rt::sleep(Duration::from_millis(1)).await;
+        3
+    });
+    assert_eq!(v, 3);
+    let rt = rt(1);
+    let inside =
+        rt.block_on(async { (granary_rt::on_runtime(), granary_rt::block_on(async { granary_rt::on_runtime() })) });
+    assert_eq!(inside.unwrap(), (true, false));
+}
