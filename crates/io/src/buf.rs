@@ -63,6 +63,39 @@ impl DerefMut for AlignedBuf {
     }
 }
 
+// SAFETY: the allocation is owned by the AlignedBuf, lives until it is
+// dropped, and does not move when the AlignedBuf is moved; len <= cap.
+unsafe impl granary_rt::IoBuf for AlignedBuf {
+    fn stable_ptr(&mut self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+    fn buf_len(&self) -> usize {
+        self.len
+    }
+}
+
+/// The bytes of an [`AlignedBuf`] from `from` on, for continuing a short
+/// transfer through the ring.
+pub(crate) struct Tail(pub AlignedBuf, pub usize);
+
+// SAFETY: as for AlignedBuf; from <= len is checked at construction.
+unsafe impl granary_rt::IoBuf for Tail {
+    fn stable_ptr(&mut self) -> *mut u8 {
+        // SAFETY: from <= len <= cap keeps the pointer within the allocation.
+        unsafe { self.0.ptr.as_ptr().add(self.1) }
+    }
+    fn buf_len(&self) -> usize {
+        self.0.len - self.1
+    }
+}
+
+impl Tail {
+    pub(crate) fn new(buf: AlignedBuf, from: usize) -> Tail {
+        assert!(from <= buf.len, "Tail beyond the buffer");
+        Tail(buf, from)
+    }
+}
+
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
         let layout = Layout::from_size_align(self.cap, ALIGN_BYTES).expect("layout was valid at allocation");

@@ -8,7 +8,8 @@
 //! An open device holds an exclusive `flock`, so a second process (or a
 //! second open in one process) is refused instead of corrupting the store.
 
-use crate::{check_range, AlignedBuf, Device, IoCounters, IoResult};
+use crate::buf::Tail;
+use crate::{check_range, AlignedBuf, Device, IoCounters, IoFuture, IoResult};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
@@ -25,8 +26,22 @@ pub enum OpenMode {
     Buffered,
 }
 
+/// Which system interface performs the IO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IoBackend {
+    /// pread/pwrite on the calling thread (the default; simple embedding,
+    /// one thread per in-flight request).
+    #[default]
+    Sync,
+    /// io_uring: the asynchronous operations go to the calling executor's
+    /// ring (granary-rt); synchronous calls, and calls off an executor,
+    /// still use pread/pwrite.
+    Uring,
+}
+
 pub struct FileDevice {
     file: File,
+    backend: IoBackend,
     path: PathBuf,
     mode: OpenMode,
     size: u64,
@@ -118,6 +133,7 @@ impl FileDevice {
         }
         let size = file.seek(SeekFrom::End(0)).map_err(|e| annotate(e, "cannot size", path))?;
         let mut dev = FileDevice {
+            backend: IoBackend::Sync,
             file,
             path: path.to_owned(),
             mode,
@@ -160,6 +176,62 @@ impl FileDevice {
 
     pub fn mode(&self) -> OpenMode {
         self.mode
+    }
+
+    /// Choose the backend of the asynchronous operations.
+    pub fn with_backend(mut self, backend: IoBackend) -> FileDevice {
+        self.backend = backend;
+        self
+    }
+
+    pub fn backend(&self) -> IoBackend {
+        self.backend
+    }
+
+    fn uring(&self) -> bool {
+        self.backend == IoBackend::Uring && granary_rt::on_runtime()
+    }
+}
+
+/// Read all of `buf` at `offset` through the executor's ring, continuing
+/// short reads and retrying EINTR/EAGAIN.
+async fn uring_read_full(fd: i32, buf: AlignedBuf, offset: u64) -> IoResult {
+    let mut tail = Tail::new(buf, 0);
+    loop {
+        if tail.1 == tail.0.len() {
+            return (tail.0, Ok(()));
+        }
+        let at = offset + tail.1 as u64;
+        let (r, t) = granary_rt::read_at(fd, tail, at).await;
+        tail = t;
+        match r {
+            Ok(0) => {
+                let e = io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the device");
+                return (tail.0, Err(e));
+            }
+            Ok(n) => tail.1 += n,
+            Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) => {}
+            Err(e) => return (tail.0, Err(e)),
+        }
+    }
+}
+
+/// Write all of `buf` at `offset` through the executor's ring.
+async fn uring_write_full(fd: i32, buf: AlignedBuf, offset: u64) -> IoResult {
+    let mut tail = Tail::new(buf, 0);
+    loop {
+        if tail.1 == tail.0.len() {
+            return (tail.0, Ok(()));
+        }
+        let at = offset + tail.1 as u64;
+        let (r, t) = granary_rt::write_at(fd, tail, at).await;
+        tail = t;
+        match r {
+            Ok(0) => return (tail.0, Err(io::Error::new(io::ErrorKind::WriteZero, "device accepted no bytes"))),
+            Ok(n) => tail.1 += n,
+            Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) => {}
+            Err(e) => return (tail.0, Err(e)),
+        }
     }
 }
 
@@ -232,6 +304,40 @@ impl Device for FileDevice {
         (buf, r)
     }
 
+    fn read_at_async(&self, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
+        if !self.uring() {
+            return IoFuture::ready(self.read_at(buf, offset));
+        }
+        if let Err(e) = check_range(self, buf.len(), offset) {
+            return IoFuture::ready((buf, Err(e)));
+        }
+        let fd = self.file.as_raw_fd();
+        IoFuture::Pending(Box::pin(async move {
+            let (buf, r) = uring_read_full(fd, buf, offset).await;
+            if r.is_ok() {
+                self.counters.read(buf.len());
+            }
+            (buf, r)
+        }))
+    }
+
+    fn write_at_async(&self, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
+        if !self.uring() {
+            return IoFuture::ready(self.write_at(buf, offset));
+        }
+        if let Err(e) = check_range(self, buf.len(), offset) {
+            return IoFuture::ready((buf, Err(e)));
+        }
+        let fd = self.file.as_raw_fd();
+        IoFuture::Pending(Box::pin(async move {
+            let (buf, r) = uring_write_full(fd, buf, offset).await;
+            if r.is_ok() {
+                self.counters.write(buf.len());
+            }
+            (buf, r)
+        }))
+    }
+
     fn flush(&self) -> io::Result<()> {
         self.counters.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.file.sync_data()
@@ -255,7 +361,11 @@ impl Device for FileDevice {
             OpenMode::Direct => "direct",
             OpenMode::Buffered => "buffered",
         };
-        format!("{kind} {} ({mode} IO, {}-byte blocks)", self.path.display(), self.block)
+        let backend = match self.backend {
+            IoBackend::Sync => "pread/pwrite",
+            IoBackend::Uring => "io_uring",
+        };
+        format!("{kind} {} ({mode} IO via {backend}, {}-byte blocks)", self.path.display(), self.block)
     }
 }
 
@@ -282,6 +392,41 @@ mod tests {
         let c = dev.counters().snapshot();
         assert_eq!((c.writes, c.written_bytes, c.flushes), (1, 8192, 1));
         assert!(dev.describe().contains("direct"));
+    }
+
+    #[test]
+    fn uring_round_trip_on_a_real_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev");
+        let dev = std::sync::Arc::new(
+            FileDevice::create(&path, 1 << 20, OpenMode::Direct).unwrap().with_backend(IoBackend::Uring),
+        );
+        let cfg = granary_rt::RuntimeConfig { threads: 1, pin: false, ..Default::default() };
+        let rt = granary_rt::Runtime::new(cfg).unwrap();
+        let d = dev.clone();
+        let got = rt
+            .block_on(async move {
+                let mut b = AlignedBuf::zeroed(8192);
+                b.iter_mut().enumerate().for_each(|(i, x)| *x = (i % 251) as u8);
+                let fut = d.write_at_async(b, 4096);
+                assert!(matches!(fut, IoFuture::Pending(_)), "on an executor the ring is used");
+                let (_, r) = fut.await;
+                r.unwrap();
+                let (b, r) = d.read_at_async(AlignedBuf::zeroed(8192), 4096).await;
+                r.unwrap();
+                let (_, past) = d.read_at_async(AlignedBuf::zeroed(4096), 1 << 20).await;
+                (b.to_vec(), past.unwrap_err().kind())
+            })
+            .unwrap();
+        assert!(got.0.iter().enumerate().all(|(i, &x)| x == (i % 251) as u8));
+        assert_eq!(got.1, io::ErrorKind::InvalidInput);
+        assert_eq!(dev.counters().snapshot().reads, 1);
+        // Off an executor the same calls are synchronous.
+        let fut = dev.read_at_async(AlignedBuf::zeroed(4096), 4096);
+        assert!(matches!(fut, IoFuture::Ready(_)));
+        let (b, r) = granary_rt::block_on(fut);
+        r.unwrap();
+        assert_eq!(b[1], 1);
     }
 
     #[test]

@@ -5,9 +5,16 @@
 //! the kernel owns a buffer until the operation completes; the synchronous
 //! backends follow the same shape so the engine is written once.
 //!
-//! Backends: [`file::FileDevice`] (pread/pwrite, O_DIRECT by default, on a
-//! regular file or a block device) and [`memory::MemDevice`] (tests, and the
-//! measure of pure software overhead). Every backend counts the bytes and
+//! Each operation also has an asynchronous form (`read_at_async`,
+//! `write_at_async`) returning an [`IoFuture`]. Synchronous backends answer
+//! it at once (a ready future, no allocation); the io_uring backend submits
+//! to the current executor's ring when called on a `granary-rt` executor
+//! and falls back to the system call elsewhere.
+//!
+//! Backends: [`file::FileDevice`] (O_DIRECT by default, on a regular file or
+//! a block device; synchronous pread/pwrite, or io_uring with
+//! [`IoBackend::Uring`]) and [`memory::MemDevice`] (tests, and the measure
+//! of pure software overhead). Every backend counts the bytes and
 //! operations it performs in [`IoCounters`], the ground truth for write
 //! amplification.
 
@@ -16,14 +23,40 @@ pub mod file;
 pub mod memory;
 
 pub use buf::AlignedBuf;
-pub use file::{FileDevice, OpenMode};
+pub use file::{FileDevice, IoBackend, OpenMode};
 pub use memory::MemDevice;
 
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::task::{Context, Poll};
 
 /// Result of an operation: the buffer comes back whatever happened.
 pub type IoResult = (AlignedBuf, io::Result<()>);
+
+/// An operation in progress: either already done (synchronous backends) or
+/// waiting for its completion on the current executor's ring.
+pub enum IoFuture<'a> {
+    Ready(Option<IoResult>),
+    Pending(Pin<Box<dyn Future<Output = IoResult> + Send + 'a>>),
+}
+
+impl IoFuture<'_> {
+    pub fn ready(r: IoResult) -> Self {
+        IoFuture::Ready(Some(r))
+    }
+}
+
+impl Future for IoFuture<'_> {
+    type Output = IoResult;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<IoResult> {
+        match self.get_mut() {
+            IoFuture::Ready(r) => Poll::Ready(r.take().expect("IoFuture polled after completion")),
+            IoFuture::Pending(f) => f.as_mut().poll(cx),
+        }
+    }
+}
 
 /// A block device or file, addressed in bytes.
 ///
@@ -36,6 +69,15 @@ pub trait Device: Send + Sync + 'static {
     /// Write all of `buf` at `offset`. When it returns Ok the data is on the
     /// device (for direct IO), or in the page cache (buffered mode).
     fn write_at(&self, buf: AlignedBuf, offset: u64) -> IoResult;
+    /// [`Device::read_at`] as a future; synchronous unless the backend
+    /// submits to an executor's ring.
+    fn read_at_async(&self, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
+        IoFuture::ready(self.read_at(buf, offset))
+    }
+    /// [`Device::write_at`] as a future.
+    fn write_at_async(&self, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
+        IoFuture::ready(self.write_at(buf, offset))
+    }
     /// Make every completed write durable (fdatasync).
     fn flush(&self) -> io::Result<()>;
     /// Usable size in bytes.

@@ -129,6 +129,9 @@ pub(crate) struct Space {
     inflight: Box<[AtomicU32]>,
     inner: Mutex<Inner>,
     cond: Condvar,
+    /// Wakes writers waiting for room (async or parked in block_on); the
+    /// condvar wakes the GC thread. Both are signalled under `inner`.
+    room: event_listener::Event,
     low_watermark: usize,
     high_watermark: usize,
     reserve: usize,
@@ -176,11 +179,17 @@ impl Space {
                 shutdown: false,
             }),
             cond: Condvar::new(),
+            room: event_listener::Event::new(),
             low_watermark: low,
             high_watermark: low + (low / 2).max(2),
             reserve: if n >= 8 { RESERVED_SEGMENTS } else { 1 },
             sb,
         }
+    }
+
+    fn wake_all(&self) {
+        self.cond.notify_all();
+        self.room.notify(usize::MAX);
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -215,32 +224,51 @@ impl Space {
     /// likely to find room: the open user segment has room, or a free
     /// segment beyond the reserve exists. Asks GC for space and fails with
     /// `NoSpace` once GC has nothing left to reclaim.
-    pub(crate) fn await_room(&self, purpose: Purpose, grains: u64) -> Result<()> {
-        let mut inner = self.lock();
+    pub(crate) async fn await_room(&self, purpose: Purpose, grains: u64) -> Result<()> {
         let mut asked = None;
         loop {
-            if inner.shutdown {
-                return Err(Error::Poisoned { cause: "the store is closing".into() });
-            }
-            let open_room = inner.open[0].as_ref().is_some_and(|o| o.next + grains <= self.sb.segment_grains());
-            if open_room || inner.free.len() > self.reserve_for(&inner, purpose) {
-                return Ok(());
-            }
-            if !inner.gc {
-                return Err(self.no_space(grains));
-            }
-            match asked {
-                Some(req) if inner.gave_up >= req => return Err(self.no_space(grains)),
-                Some(req) if inner.served < req => {}
-                // Not asked yet, or served and the space taken again: ask.
-                _ => {
-                    inner.requested += 1;
-                    asked = Some(inner.requested);
-                    self.cond.notify_all();
+            let listener = {
+                let mut inner = self.lock();
+                if let Some(r) = self.room_or_ask(&mut inner, purpose, grains, &mut asked) {
+                    return r;
                 }
-            }
-            inner = self.cond.wait(inner).unwrap_or_else(|e| e.into_inner());
+                // Registered under the lock: no wake-up can slip in between.
+                self.room.listen()
+            };
+            listener.await;
         }
+    }
+
+    /// One check of [`Space::await_room`]: `Some` when done, else the caller
+    /// waits (having asked GC for room if it had not yet).
+    fn room_or_ask(
+        &self,
+        inner: &mut Inner,
+        purpose: Purpose,
+        grains: u64,
+        asked: &mut Option<u64>,
+    ) -> Option<Result<()>> {
+        if inner.shutdown {
+            return Some(Err(Error::Poisoned { cause: "the store is closing".into() }));
+        }
+        let open_room = inner.open[0].as_ref().is_some_and(|o| o.next + grains <= self.sb.segment_grains());
+        if open_room || inner.free.len() > self.reserve_for(inner, purpose) {
+            return Some(Ok(()));
+        }
+        if !inner.gc {
+            return Some(Err(self.no_space(grains)));
+        }
+        match *asked {
+            Some(req) if inner.gave_up >= req => return Some(Err(self.no_space(grains))),
+            Some(req) if inner.served < req => {}
+            // Not asked yet, or served and the space taken again: ask.
+            _ => {
+                inner.requested += 1;
+                *asked = Some(inner.requested);
+                self.wake_all();
+            }
+        }
+        None
     }
 
     fn no_space(&self, grains: u64) -> Error {
@@ -288,7 +316,7 @@ impl Space {
         inner.open[si] = Some(OpenSeg { seg, next: 1 + grains, stamp });
         self.inflight[seg as usize].fetch_add(1, Relaxed);
         if inner.free.len() < self.low_watermark {
-            self.cond.notify_all(); // wake GC
+            self.wake_all(); // wake GC
         }
         Ok(Loc { pba: self.pba(seg, 1), seg, stamp, grains })
     }
@@ -349,7 +377,7 @@ impl Space {
         inner.state[seg as usize] = SegState::Free;
         inner.free.insert(seg);
         self.alloc_seqs[seg as usize].store(0, Relaxed);
-        self.cond.notify_all();
+        self.wake_all();
         Ok(())
     }
 
@@ -412,19 +440,19 @@ impl Space {
         inner.stuck = true;
         inner.served = inner.served.max(req);
         inner.gave_up = inner.gave_up.max(req);
-        self.cond.notify_all();
+        self.wake_all();
     }
 
     /// The GC thread is gone: writers no longer wait for it or keep a reserve.
     pub(crate) fn gc_gone(&self) {
         self.lock().gc = false;
-        self.cond.notify_all();
+        self.wake_all();
     }
 
     /// Stop the GC thread and fail waiting writers.
     pub(crate) fn shutdown(&self) {
         self.lock().shutdown = true;
-        self.cond.notify_all();
+        self.wake_all();
     }
 
     pub(crate) fn pba(&self, seg: u32, grain: u64) -> u64 {

@@ -18,6 +18,16 @@
 //! afterwards: the entries it relied on must still be in the index, or it
 //! starts over.
 //!
+//! The paths are written once, as async functions: on a `granary-rt`
+//! executor with the io_uring backend their device operations go to the
+//! executor's ring and other tasks run meanwhile; the synchronous API runs
+//! the same functions with [`granary_rt::block_on`], where the device
+//! answers at once and only a contended stripe lock or a wait for space
+//! parks the thread. Stripe locks are async-aware (`async_lock`), so a task
+//! waiting for one yields its executor instead of blocking it. Do not call
+//! the synchronous API from an executor thread: it would block that
+//! executor until the call completes.
+//!
 //! [`Store`] owns the engine state ([`Core`], shared with the GC thread)
 //! and the GC thread itself.
 
@@ -33,6 +43,7 @@ use granary_format::record::{self, RecordHeader};
 use granary_format::{FormatError, Superblock};
 use granary_index::{Entry, Index, IndexConfig, IndexStats};
 use granary_io::{AlignedBuf, Device, FileDevice, IoCountersSnapshot, OpenMode};
+use granary_rt::block_on;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -168,7 +179,7 @@ pub(crate) struct Core {
     pub(crate) counters: Counters,
     pub(crate) recovery: Mutex<RecoveryReport>,
     pub(crate) durability: Durability,
-    stripes: Box<[Mutex<()>]>,
+    stripes: Box<[async_lock::Mutex<()>]>,
     poisoned: OnceLock<String>,
     pub(crate) gc_counters: crate::gc::GcCounters,
     /// Held by GC while it reclaims a segment and by `verify` throughout,
@@ -277,7 +288,7 @@ impl Store {
             counters: Counters::default(),
             recovery: Mutex::new(RecoveryReport::default()),
             durability: opts.durability,
-            stripes: (0..KEY_STRIPES).map(|_| Mutex::new(())).collect(),
+            stripes: (0..KEY_STRIPES).map(|_| async_lock::Mutex::new(())).collect(),
             poisoned: OnceLock::new(),
             gc_counters: Default::default(),
             gc_lock: Mutex::new(()),
@@ -372,21 +383,22 @@ impl Core {
         ((h >> 40) as usize) % KEY_STRIPES
     }
 
-    pub(crate) fn lock_stripe(&self, i: usize) -> MutexGuard<'_, ()> {
-        self.stripes[i].lock().unwrap_or_else(|e| e.into_inner())
+    /// Take stripe `i`, blocking the thread (GC, off any executor).
+    pub(crate) fn lock_stripe(&self, i: usize) -> async_lock::MutexGuard<'_, ()> {
+        self.stripes[i].lock_blocking()
     }
 
-    fn stripe(&self, h: u64) -> MutexGuard<'_, ()> {
-        self.lock_stripe(Self::stripe_of(h))
+    async fn stripe(&self, h: u64) -> async_lock::MutexGuard<'_, ()> {
+        self.stripes[Self::stripe_of(h)].lock().await
     }
 
     pub(crate) fn grain(&self) -> u64 {
         self.sb.grain_bytes as u64
     }
 
-    fn io_read(&self, grains: u64, pba: u64) -> Result<AlignedBuf> {
+    async fn io_read(&self, grains: u64, pba: u64) -> Result<AlignedBuf> {
         let offset = pba * self.grain();
-        let (buf, r) = self.dev.read_at(AlignedBuf::zeroed((grains * self.grain()) as usize), offset);
+        let (buf, r) = self.dev.read_at_async(AlignedBuf::zeroed((grains * self.grain()) as usize), offset).await;
         r.map_err(|source| Error::Io { op: "read", offset, source })?;
         Ok(buf)
     }
@@ -395,6 +407,11 @@ impl Core {
     /// its segment's stamp and its header checksum; with `full`, read all of
     /// it and check the whole-record checksum too.
     pub(crate) fn read_record(&self, e: Entry, full: bool) -> Result<(RecordHeader, AlignedBuf)> {
+        block_on(self.read_record_async(e, full))
+    }
+
+    /// [`Core::read_record`], asynchronously.
+    pub(crate) async fn read_record_async(&self, e: Entry, full: bool) -> Result<(RecordHeader, AlignedBuf)> {
         let offset = e.pba() * self.grain();
         let corrupt = |detail: String| Error::Corruption { offset, detail };
         let seg = self.sb.segment_of(e.pba());
@@ -408,7 +425,7 @@ impl Core {
         if e.pba() + hint > seg_end || e.pba() == seg_start {
             return Err(corrupt(format!("index entry {e:?} points outside a segment's records")));
         }
-        let mut buf = self.io_read(hint, e.pba())?;
+        let mut buf = self.io_read(hint, e.pba()).await?;
         let hdr = RecordHeader::decode(&buf).map_err(|fe| corrupt(fe.to_string()))?;
         let stamp = self.space.stamp(seg);
         if hdr.seg_stamp != stamp {
@@ -435,7 +452,7 @@ impl Core {
             grains_for((RECORD_HEADER_BYTES + hdr.key_len as usize) as u64, self.sb.grain_bytes)
         };
         if need > hint {
-            buf = self.io_read(need, e.pba())?;
+            buf = self.io_read(need, e.pba()).await?;
         }
         record::verify_header_crc(self.seed, &hdr, &buf).map_err(|fe| corrupt(fe.to_string()))?;
         if full {
@@ -453,19 +470,20 @@ impl Core {
     /// (the key may have been the unreadable one). The entries relied on are
     /// checked to still be in the index after the reads; if one is gone, GC
     /// or a writer moved it meanwhile and the search starts over.
-    pub(crate) fn find(&self, key: &[u8], h: u64, full: bool, strict: bool) -> Result<Option<Found>> {
+    pub(crate) async fn find(&self, key: &[u8], h: u64, full: bool, strict: bool) -> Result<Option<Found>> {
         'retry: loop {
             let cands = self.index.lookup(h);
             let mut unreadable = None;
             let mut found = None;
             for &entry in cands.as_slice() {
-                match self.read_record(entry, false) {
+                match self.read_record_async(entry, false).await {
                     Ok((hdr, buf)) => {
                         if record::key_of(&hdr, &buf) != key {
                             continue;
                         }
                         let whole = buf.len() as u64 >= hdr.record_bytes();
-                        let (hdr, buf) = if full && !whole { self.read_record(entry, true)? } else { (hdr, buf) };
+                        let (hdr, buf) =
+                            if full && !whole { self.read_record_async(entry, true).await? } else { (hdr, buf) };
                         if full && whole {
                             let offset = entry.pba() * self.grain();
                             record::verify_crc(self.seed, &hdr, &buf)
@@ -503,11 +521,11 @@ impl Core {
     }
 
     /// The value of `key`, or None if absent or deleted.
-    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    pub async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Self::check_key(key)?;
         self.counters.gets.fetch_add(1, Relaxed);
         let h = key_hash(key);
-        let Some(f) = self.find(key, h, true, true)? else { return Ok(None) };
+        let Some(f) = self.find(key, h, true, true).await? else { return Ok(None) };
         if f.hdr.is_tombstone() {
             return Ok(None);
         }
@@ -516,7 +534,7 @@ impl Core {
     }
 
     /// PUT with a mode; returns whether it stored.
-    pub fn put_with(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
+    pub async fn put_with(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
         Self::check_key(key)?;
         let max = self.value_bytes_max(key.len());
         if value.len() as u64 > max {
@@ -526,9 +544,9 @@ impl Core {
         let grains = grains_for(record_bytes(key.len(), value.len() as u64), self.sb.grain_bytes);
         loop {
             self.check_writable()?;
-            self.space.await_room(Purpose::Put, grains).map_err(|e| self.check_writable().err().unwrap_or(e))?;
-            let _stripe = self.stripe(h);
-            let existing = self.find(key, h, false, false)?;
+            self.space.await_room(Purpose::Put, grains).await.map_err(|e| self.check_writable().err().unwrap_or(e))?;
+            let _stripe = self.stripe(h).await;
+            let existing = self.find(key, h, false, false).await?;
             let live = existing.as_ref().is_some_and(|f| !f.hdr.is_tombstone());
             match mode {
                 PutMode::CreateOnly if live => return Ok(PutOutcome::Exists),
@@ -537,11 +555,11 @@ impl Core {
             }
             let seq = self.next_seq.fetch_add(1, Relaxed);
             let hdr = RecordHeader::value(key.len(), value.len() as u64, seq, 0);
-            let loc = match self.write_record(Purpose::Put, hdr, key, value) {
+            let loc = match self.write_record_async(Purpose::Put, hdr, key, value).await {
                 Err(Error::NoSpace { .. }) => continue, // raced for the last room: wait again
                 r => r?,
             };
-            let committed = self.commit(key, h, existing, loc, false);
+            let committed = self.commit(key, h, existing, loc, false).await;
             self.space.done(loc.seg);
             committed?;
             self.counters.puts.fetch_add(1, Relaxed);
@@ -552,15 +570,18 @@ impl Core {
 
     /// Delete `key`; returns whether it was present. Writes a tombstone only
     /// when it was.
-    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+    pub async fn delete(&self, key: &[u8]) -> Result<bool> {
         Self::check_key(key)?;
         let h = key_hash(key);
         let grains = grains_for(record_bytes(key.len(), 0), self.sb.grain_bytes);
         loop {
             self.check_writable()?;
-            self.space.await_room(Purpose::Delete, grains).map_err(|e| self.check_writable().err().unwrap_or(e))?;
-            let _stripe = self.stripe(h);
-            let Some(f) = self.find(key, h, false, false)? else { return Ok(false) };
+            self.space
+                .await_room(Purpose::Delete, grains)
+                .await
+                .map_err(|e| self.check_writable().err().unwrap_or(e))?;
+            let _stripe = self.stripe(h).await;
+            let Some(f) = self.find(key, h, false, false).await? else { return Ok(false) };
             if f.hdr.is_tombstone() {
                 return Ok(false);
             }
@@ -568,11 +589,11 @@ impl Core {
             // Under the stripe no relocation of this key can run, so every
             // older version of it lies in a segment at or below the horizon.
             let hdr = RecordHeader::tombstone(key.len(), seq, 0, self.space.horizon());
-            let loc = match self.write_record(Purpose::Delete, hdr, key, &[]) {
+            let loc = match self.write_record_async(Purpose::Delete, hdr, key, &[]).await {
                 Err(Error::NoSpace { .. }) => continue,
                 r => r?,
             };
-            let committed = self.commit(key, h, Some(f), loc, true);
+            let committed = self.commit(key, h, Some(f), loc, true).await;
             self.space.done(loc.seg);
             committed?;
             self.counters.deletes.fetch_add(1, Relaxed);
@@ -583,7 +604,13 @@ impl Core {
 
     /// Allocate, encode (with the segment's stamp) and write one record.
     /// On success the caller indexes it and then calls `space.done`.
-    pub(crate) fn write_record(
+    #[cfg(test)]
+    pub(crate) fn write_record(&self, purpose: Purpose, hdr: RecordHeader, key: &[u8], value: &[u8]) -> Result<Loc> {
+        block_on(self.write_record_async(purpose, hdr, key, value))
+    }
+
+    /// [`Core::write_record`], asynchronously.
+    pub(crate) async fn write_record_async(
         &self,
         purpose: Purpose,
         mut hdr: RecordHeader,
@@ -599,7 +626,7 @@ impl Core {
         let mut buf = AlignedBuf::zeroed((grains * self.grain()) as usize);
         hdr.encode(self.seed, key, value, &mut buf);
         let offset = loc.pba * self.grain();
-        let (_, r) = self.dev.write_at(buf, offset);
+        let (_, r) = self.dev.write_at_async(buf, offset).await;
         let written = r.map_err(|source| Error::Io { op: "write", offset, source }).and_then(|()| {
             if self.durability == Durability::Flush {
                 self.dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
@@ -614,7 +641,7 @@ impl Core {
     }
 
     /// Point the index at a record just written, replacing `existing`.
-    fn commit(&self, key: &[u8], h: u64, mut existing: Option<Found>, loc: Loc, tombstone: bool) -> Result<()> {
+    async fn commit(&self, key: &[u8], h: u64, mut existing: Option<Found>, loc: Loc, tombstone: bool) -> Result<()> {
         let kv_size = if tombstone { 0 } else { loc.grains };
         let g = self.grain();
         loop {
@@ -627,7 +654,7 @@ impl Core {
                     }
                     // The entry moved under us (only a relocation can do that
                     // while we hold the key's stripe): find it again.
-                    existing = self.find(key, h, false, false)?;
+                    existing = self.find(key, h, false, false).await?;
                 }
                 None => {
                     if let Err(e) = self.index.insert(h, kv_size, loc.pba) {
@@ -687,22 +714,43 @@ impl Core {
 impl Store {
     /// The value of `key`, or None if absent or deleted.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.core.get(key)
+        block_on(self.core.get(key))
     }
 
     /// Insert or overwrite.
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.core.put_with(key, value, PutMode::Upsert).map(|_| ())
+        block_on(self.core.put_with(key, value, PutMode::Upsert)).map(|_| ())
     }
 
     /// PUT with a mode; returns whether it stored.
     pub fn put_with(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
-        self.core.put_with(key, value, mode)
+        block_on(self.core.put_with(key, value, mode))
     }
 
     /// Delete `key`; returns whether it was present.
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
-        self.core.delete(key)
+        block_on(self.core.delete(key))
+    }
+
+    /// [`Store::get`] as a future: on an executor with the io_uring backend
+    /// its reads go through the executor's ring.
+    pub async fn get_async(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.core.get(key).await
+    }
+
+    /// [`Store::put`] as a future.
+    pub async fn put_async(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.core.put_with(key, value, PutMode::Upsert).await.map(|_| ())
+    }
+
+    /// [`Store::put_with`] as a future.
+    pub async fn put_with_async(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
+        self.core.put_with(key, value, mode).await
+    }
+
+    /// [`Store::delete`] as a future.
+    pub async fn delete_async(&self, key: &[u8]) -> Result<bool> {
+        self.core.delete(key).await
     }
 
     /// Figures of the store now.

@@ -2,9 +2,12 @@
 //! sequences against a `HashMap`, on an in-memory device, with keys that
 //! collide in home slot and tag, empty values and values large enough to
 //! need the index's second read. Every reply and the final state must match.
+//! Runs on both IO backends (see `common`).
 
+mod common;
+
+use common::{Backend, Harness};
 use granary_format::hash::{key_hash, tag};
-use granary_io::MemDevice;
 use granary_store::{CreateOptions, OpenOptions, PutMode, PutOutcome, Store};
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -64,53 +67,67 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     #[test]
-    fn store_matches_model(ops in proptest::collection::vec(op_strategy(17), 1..60)) {
-        let keys = key_pool();
-        prop_assert_eq!(keys.len(), 17);
-        let dev = Arc::new(MemDevice::new(96 << 20));
-        let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(2 << 20), index_table_homes: Some(64) };
-        let mut store = Store::create(dev.clone(), &create, &OpenOptions::default()).unwrap();
-        let mut model: HashMap<usize, Vec<u8>> = HashMap::new();
-        for op in ops {
-            match op {
-                Op::Put { key, len, fill, mode } => {
-                    let v = value(len, fill);
-                    let present = model.contains_key(&key);
-                    let want = match mode {
-                        PutMode::CreateOnly if present => PutOutcome::Exists,
-                        PutMode::ReplaceOnly if !present => PutOutcome::NotFound,
-                        _ => PutOutcome::Stored,
-                    };
-                    let got = store.put_with(&keys[key], &v, mode).unwrap();
-                    prop_assert_eq!(got, want);
-                    if want == PutOutcome::Stored {
-                        model.insert(key, v);
-                    }
+    fn store_matches_model_sync(ops in proptest::collection::vec(op_strategy(17), 1..60)) {
+        run_model(Backend::Sync, ops)?;
+    }
+
+    #[test]
+    fn store_matches_model_uring(ops in proptest::collection::vec(op_strategy(17), 1..60)) {
+        run_model(Backend::Uring, ops)?;
+    }
+}
+
+fn run_model(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let mut h = Harness::new(backend);
+    let keys = key_pool();
+    prop_assert_eq!(keys.len(), 17);
+    let dev = h.device(96 << 20);
+    let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(2 << 20), index_table_homes: Some(64) };
+    let mut store = Arc::new(Store::create(dev.clone(), &create, &OpenOptions::default()).unwrap());
+    let mut model: HashMap<usize, Vec<u8>> = HashMap::new();
+    for op in ops {
+        match op {
+            Op::Put { key, len, fill, mode } => {
+                let v = value(len, fill);
+                let present = model.contains_key(&key);
+                let want = match mode {
+                    PutMode::CreateOnly if present => PutOutcome::Exists,
+                    PutMode::ReplaceOnly if !present => PutOutcome::NotFound,
+                    _ => PutOutcome::Stored,
+                };
+                let got = h.put_with(&store, &keys[key], &v, mode).unwrap();
+                prop_assert_eq!(got, want);
+                if want == PutOutcome::Stored {
+                    model.insert(key, v);
                 }
-                Op::Delete(key) => {
-                    prop_assert_eq!(store.delete(&keys[key]).unwrap(), model.remove(&key).is_some());
-                }
-                Op::Get(key) => {
-                    prop_assert_eq!(store.get(&keys[key]).unwrap(), model.get(&key).cloned());
-                }
-                Op::Reopen => {
-                    drop(store);
-                    store = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
-                }
+            }
+            Op::Delete(key) => {
+                prop_assert_eq!(h.delete(&store, &keys[key]).unwrap(), model.remove(&key).is_some());
+            }
+            Op::Get(key) => {
+                prop_assert_eq!(h.get(&store, &keys[key]).unwrap(), model.get(&key).cloned());
+            }
+            Op::Reopen => {
+                drop(store);
+                store = Arc::new(Store::open(dev.clone(), &OpenOptions::default()).unwrap());
             }
         }
-        let check = |store: &Store| -> Result<(), TestCaseError> {
-            for (i, k) in keys.iter().enumerate() {
-                prop_assert_eq!(store.get(k).unwrap(), model.get(&i).cloned(), "key {}", i);
-            }
-            prop_assert_eq!(store.stats().keys, model.len() as u64);
-            let report = store.verify().unwrap();
-            prop_assert!(report.is_clean(), "{:?}", report.errors);
-            Ok(())
-        };
-        check(&store)?;
-        drop(store);
-        let store = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
-        check(&store)?;
     }
+    let check = |store: &Arc<Store>| -> Result<(), TestCaseError> {
+        for (i, k) in keys.iter().enumerate() {
+            prop_assert_eq!(h.get(store, k).unwrap(), model.get(&i).cloned(), "key {}", i);
+        }
+        prop_assert_eq!(store.stats().keys, model.len() as u64);
+        let report = store.verify().unwrap();
+        prop_assert!(report.is_clean(), "{:?}", report.errors);
+        Ok(())
+    };
+    check(&store)?;
+    drop(store);
+    let store = Arc::new(Store::open(dev.clone(), &OpenOptions::default()).unwrap());
+    check(&store)?;
+    if backend == Backend::Uring {
+        prop_assert!(h.ring_sqes() > 0, "the io_uring path was used");
+    }
+    Ok(())
 }
