@@ -6,7 +6,10 @@
 //! - [`churn`]: overwrites far past a full device, GC's write amplification
 //!   and the data check (`granary bench churn`). Its peer is the ideal: every
 //!   byte written once (write amplification 1).
+//! - [`device`]: GET/PUT at queue depths 1..128 on both IO backends against
+//!   fio on the same file (`granary bench device`).
 
 pub mod churn;
+pub mod device;
 pub mod index;
 pub mod mem;

@@ -112,6 +112,51 @@ enum BenchCmd {
     /// Overwrite a full store many times over; report write amplification
     /// and throughput, and check every key at the end.
     Churn(ChurnArgs),
+    /// GET/PUT at queue depths 1..128 on a real file, sync and io_uring
+    /// backends, against fio on the same file in the same run.
+    Device(DeviceBenchArgs),
+}
+
+#[derive(clap::Args)]
+struct DeviceBenchArgs {
+    /// The data file to create (removed afterwards).
+    #[arg(long, default_value = "granary-data/bench-device.db")]
+    path: PathBuf,
+    /// Its size.
+    #[arg(long, default_value = "4G", value_parser = size::parse)]
+    size: u64,
+    /// Keys to load before measuring.
+    #[arg(long, default_value = "200K", value_parser = parse_count)]
+    keys: u64,
+    /// Value size in bytes (4000: value, key and header fill one 4 KiB
+    /// block, the IO size fio uses).
+    #[arg(long, default_value_t = 4000)]
+    value_bytes: usize,
+    /// Grain size of the store (512 or 4096; on ext4, writes smaller than
+    /// the filesystem block are serialized by the kernel).
+    #[arg(long, default_value_t = 4096)]
+    grain: u32,
+    /// Queue depths, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64,128")]
+    depths: Vec<usize>,
+    /// Seconds per measured point.
+    #[arg(long, default_value_t = 2.0)]
+    secs: f64,
+    /// Backends to measure: sync, uring, mem.
+    #[arg(long, value_delimiter = ',', default_value = "sync,uring,mem")]
+    backends: Vec<String>,
+    /// Executors (cores) for the uring backend.
+    #[arg(long, default_value_t = 1)]
+    cores: usize,
+    /// Set up the executors' rings with IORING_SETUP_DEFER_TASKRUN.
+    #[arg(long)]
+    defer_taskrun: bool,
+    /// Skip fio (no reference, no ratios).
+    #[arg(long)]
+    no_fio: bool,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -352,6 +397,40 @@ fn bench(cmd: BenchCmd) -> Result<ExitCode, String> {
             }
             if r.mismatches > 0 {
                 return Err(format!("{} keys read back wrong after the churn", r.mismatches));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCmd::Device(a) => {
+            if a.depths.is_empty() || a.depths.contains(&0) || a.depths.iter().any(|&d| d > 1024) {
+                return Err("--depths needs queue depths between 1 and 1024, e.g. 1,8,128".into());
+            }
+            if let Some(b) = a.backends.iter().find(|b| !matches!(b.as_str(), "sync" | "uring" | "mem")) {
+                return Err(format!("unknown backend {b:?}: choose among sync, uring, mem"));
+            }
+            if !(0.1..=600.0).contains(&a.secs) {
+                return Err("--secs must be between 0.1 and 600".into());
+            }
+            let o = granary_bench::device::DeviceBenchOptions {
+                path: a.path,
+                size_bytes: a.size,
+                keys: a.keys,
+                value_bytes: a.value_bytes,
+                grain_bytes: a.grain,
+                depths: a.depths,
+                secs: a.secs,
+                backends: a.backends,
+                cores: a.cores.max(1),
+                defer_taskrun: a.defer_taskrun,
+                fio: !a.no_fio,
+                ..Default::default()
+            };
+            let r = granary_bench::device::run(&o)?;
+            print!("{}", granary_bench::device::render(&o, &r));
+            if let Some(path) = a.json {
+                let text =
+                    serde_json::to_string_pretty(&granary_bench::device::to_json(&o, &r)).map_err(|e| e.to_string())?;
+                std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                println!("wrote {}", path.display());
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -186,3 +186,49 @@ fn version_and_help() {
         assert!(String::from_utf8_lossy(&o.stdout).contains(cmd));
     }
 }
+
+/// `granary bench device` runs end to end on a small file (without fio, which
+/// CI may lack) and reports every point with no failed operation; its JSON
+/// names every backend and depth. Timings are printed, never asserted.
+#[test]
+fn bench_device_runs_every_backend_and_depth() {
+    let dir = workdir();
+    let data = dir.path().join("bench/dev.db");
+    let json = dir.path().join("out.json");
+    let o = run(&[
+        "bench",
+        "device",
+        "--path",
+        data.to_str().unwrap(),
+        "--size",
+        "64M",
+        "--keys",
+        "2000",
+        "--secs",
+        "0.1",
+        "--depths",
+        "1,4",
+        "--no-fio",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let points = v["points"].as_array().unwrap();
+    for sys in ["granary-sync", "granary-uring"] {
+        for op in ["get", "put"] {
+            for depth in [1, 4] {
+                let p = points
+                    .iter()
+                    .find(|p| p["system"] == sys && p["op"] == op && p["depth"] == depth)
+                    .unwrap_or_else(|| panic!("no point for {sys} {op} qd{depth}"));
+                assert!(p["ops"].as_u64().unwrap() > 0);
+                assert_eq!(p["errors"], 0, "{sys} {op} qd{depth}");
+            }
+        }
+    }
+    assert_eq!(points.iter().filter(|p| p["system"] == "granary-mem").count(), 2);
+    assert!(!data.exists(), "the bench removes its data file");
+    let bad = run(&["bench", "device", "--depths", "0"]);
+    assert_one_line_error(&bad, "queue depths");
+}

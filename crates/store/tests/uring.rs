@@ -24,9 +24,8 @@ fn value(task: u64, key: u64, round: u64) -> Vec<u8> {
 #[test]
 fn concurrent_tasks_with_gc_on_io_uring_match_their_models() {
     let dir = tempfile::tempdir().unwrap();
-    let dev = FileDevice::create(&dir.path().join("dev"), 24 << 20, OpenMode::Direct)
-        .unwrap()
-        .with_backend(IoBackend::Uring);
+    let dev =
+        FileDevice::create(&dir.path().join("dev"), 24 << 20, OpenMode::Direct).unwrap().with_backend(IoBackend::Uring);
     let opts = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: None };
     let store = Arc::new(Store::create(Arc::new(dev), &opts, &OpenOptions::default()).unwrap());
     let rt = Runtime::new(RuntimeConfig { threads: 2, pin: false, ..Default::default() }).unwrap();

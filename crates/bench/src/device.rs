@@ -1,0 +1,543 @@
+//! `granary bench device`: the engine against the raw device (uDepot §6.1).
+//!
+//! Loads N random 8–32 byte keys with V-byte values into a store on a real
+//! O_DIRECT file, then measures random GETs and random PUTs (overwrites of
+//! loaded keys) at each queue depth, for each backend:
+//! - `sync`: the synchronous API with one thread per in-flight request (the
+//!   paper's set-up for its synchronous backends);
+//! - `uring`: the async API on a `granary-rt` executor, one task per
+//!   in-flight request, IO through the executor's io_uring;
+//! - `mem`: the synchronous API on an in-memory device, one thread: the
+//!   software ceiling per core.
+//!
+//! In the same run, on the same file after the store is closed, `fio`
+//! (io_uring engine, direct, 4 KiB random read and random write, one job at
+//! the same depths) gives the device's reference, and every Granary line
+//! carries its ratio to fio. Each point runs for a bounded time and a
+//! bounded operation count.
+
+use granary_rt::{Runtime, RuntimeConfig};
+use granary_store::io::{Device, FileDevice, IoBackend, MemDevice, OpenMode};
+use granary_store::{CreateOptions, OpenOptions, Store};
+use hdrhistogram::Histogram;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct DeviceBenchOptions {
+    /// The data file (created; removed at the end).
+    pub path: PathBuf,
+    pub size_bytes: u64,
+    pub keys: u64,
+    pub value_bytes: usize,
+    pub grain_bytes: u32,
+    pub depths: Vec<usize>,
+    /// Time per measured point.
+    pub secs: f64,
+    /// Operation cap per point.
+    pub max_ops: u64,
+    pub backends: Vec<String>,
+    /// Executors for the uring backend.
+    pub cores: usize,
+    /// Executors' rings with IORING_SETUP_DEFER_TASKRUN.
+    pub defer_taskrun: bool,
+    pub fio: bool,
+    pub seed: u64,
+    pub progress: bool,
+}
+
+impl Default for DeviceBenchOptions {
+    fn default() -> Self {
+        DeviceBenchOptions {
+            path: PathBuf::from("granary-data/bench-device.db"),
+            size_bytes: 4 << 30,
+            keys: 200_000,
+            value_bytes: 4000,
+            grain_bytes: 4096,
+            depths: vec![1, 2, 4, 8, 16, 32, 64, 128],
+            secs: 2.0,
+            max_ops: 2_000_000,
+            backends: vec!["sync".into(), "uring".into(), "mem".into()],
+            cores: 1,
+            defer_taskrun: false,
+            fio: true,
+            seed: 1,
+            progress: true,
+        }
+    }
+}
+
+/// One measured point.
+#[derive(Debug, Clone)]
+pub struct Point {
+    pub system: String,
+    pub op: &'static str,
+    pub depth: usize,
+    pub ops: u64,
+    pub secs: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub errors: u64,
+}
+
+impl Point {
+    pub fn ops_per_sec(&self) -> f64 {
+        self.ops as f64 / self.secs.max(1e-9)
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct DeviceBenchReport {
+    pub points: Vec<Point>,
+    pub fio_version: Option<String>,
+    pub record_bytes: u64,
+}
+
+fn rng(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
+/// Key `i`: 8 to 32 bytes, derived from i (so any thread can name it).
+fn key(i: u64) -> Vec<u8> {
+    let len = 8 + (i.wrapping_mul(0x9E37_79B9) % 25) as usize;
+    let mut k = format!("{i:016x}").into_bytes();
+    k.resize(len, b'k');
+    if len < 16 {
+        // Keep short keys unique: a prefix of the hex would collide.
+        k = i.to_le_bytes().to_vec();
+    }
+    k
+}
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds")
+}
+
+/// Shared state of one measured point.
+struct Run {
+    stop: AtomicBool,
+    ops: AtomicU64,
+    errors: AtomicU64,
+    max_ops: u64,
+    hist: Mutex<Histogram<u64>>,
+}
+
+impl Run {
+    fn new(max_ops: u64) -> Arc<Run> {
+        Arc::new(Run {
+            stop: AtomicBool::new(false),
+            ops: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            max_ops,
+            hist: Mutex::new(hist()),
+        })
+    }
+    /// Count one op; false once the point should end.
+    fn tick(&self) -> bool {
+        self.ops.fetch_add(1, Relaxed) + 1 < self.max_ops && !self.stop.load(Relaxed)
+    }
+    fn merge(&self, h: &Histogram<u64>) {
+        self.hist.lock().unwrap().add(h).expect("same bounds");
+    }
+    fn point(&self, system: &str, op: &'static str, depth: usize, secs: f64) -> Point {
+        let h = self.hist.lock().unwrap();
+        Point {
+            system: system.into(),
+            op,
+            depth,
+            ops: h.len(),
+            secs,
+            p50_us: h.value_at_quantile(0.5) as f64 / 1000.0,
+            p99_us: h.value_at_quantile(0.99) as f64 / 1000.0,
+            errors: self.errors.load(Relaxed),
+        }
+    }
+}
+
+fn value_of(v: usize, i: u64, round: u64) -> Vec<u8> {
+    let b = (i ^ round) as u8;
+    vec![b; v]
+}
+
+/// Measure one op at one depth with `depth` threads on the sync API.
+fn run_threads(store: &Arc<Store>, o: &DeviceBenchOptions, op: &'static str, depth: usize, system: &str) -> Point {
+    let run = Run::new(o.max_ops);
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..depth {
+            let (store, run) = (store.clone(), run.clone());
+            s.spawn(move || {
+                let mut next = rng(o.seed ^ ((t as u64 + 1) * 7919));
+                let mut h = hist();
+                let value = value_of(o.value_bytes, t as u64, 1);
+                loop {
+                    let i = next() % o.keys;
+                    let k = key(i);
+                    let t0 = Instant::now();
+                    let ok = match op {
+                        "get" => store.get(&k).map(|v| v.is_some()).unwrap_or(false),
+                        _ => store.put(&k, &value).is_ok(),
+                    };
+                    let _ = h.record(t0.elapsed().as_nanos() as u64);
+                    if !ok {
+                        run.errors.fetch_add(1, Relaxed);
+                    }
+                    if !run.tick() {
+                        break;
+                    }
+                }
+                run.merge(&h);
+            });
+        }
+        let deadline = start + Duration::from_secs_f64(o.secs);
+        while Instant::now() < deadline && run.ops.load(Relaxed) < o.max_ops {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        run.stop.store(true, Relaxed);
+    });
+    run.point(system, op, depth, start.elapsed().as_secs_f64())
+}
+
+/// Measure one op at one depth with `depth` tasks on the runtime.
+fn run_tasks(store: &Arc<Store>, rt: &Runtime, o: &DeviceBenchOptions, op: &'static str, depth: usize) -> Point {
+    let run = Run::new(o.max_ops);
+    let start = Instant::now();
+    let handles: Vec<_> = (0..depth)
+        .map(|t| {
+            let (store, run) = (store.clone(), run.clone());
+            let (seed, keys, vbytes) = (o.seed ^ ((t as u64 + 1) * 7919), o.keys, o.value_bytes);
+            rt.spawn(async move {
+                let mut next = rng(seed);
+                let mut h = hist();
+                let value = value_of(vbytes, t as u64, 2);
+                loop {
+                    let i = next() % keys;
+                    let k = key(i);
+                    let t0 = Instant::now();
+                    let ok = match op {
+                        "get" => store.get_async(&k).await.map(|v| v.is_some()).unwrap_or(false),
+                        _ => store.put_async(&k, &value).await.is_ok(),
+                    };
+                    let _ = h.record(t0.elapsed().as_nanos() as u64);
+                    if !ok {
+                        run.errors.fetch_add(1, Relaxed);
+                    }
+                    if !run.tick() {
+                        break;
+                    }
+                }
+                run.merge(&h);
+            })
+        })
+        .collect();
+    let deadline = start + Duration::from_secs_f64(o.secs);
+    while Instant::now() < deadline && run.ops.load(Relaxed) < o.max_ops {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    run.stop.store(true, Relaxed);
+    for h in handles {
+        let _ = h.join();
+    }
+    run.point("granary-uring", op, depth, start.elapsed().as_secs_f64())
+}
+
+fn load(store: &Arc<Store>, rt: &Runtime, o: &DeviceBenchOptions) -> Result<(), String> {
+    let tasks = 64u64;
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let (store, done) = (store.clone(), done.clone());
+            let (keys, vbytes) = (o.keys, o.value_bytes);
+            rt.spawn(async move {
+                let mut i = t;
+                while i < keys {
+                    store.put_async(&key(i), &value_of(vbytes, i, 0)).await.map_err(|e| e.to_string())?;
+                    done.fetch_add(1, Relaxed);
+                    i += tasks;
+                }
+                Ok::<(), String>(())
+            })
+        })
+        .collect();
+    let mut last = Instant::now();
+    while handles.iter().any(|h| !h.is_finished()) {
+        std::thread::sleep(Duration::from_millis(20));
+        if last.elapsed() >= Duration::from_secs(1) {
+            last = Instant::now();
+            let d = done.load(Relaxed);
+            if o.progress {
+                eprintln!("loading: {d}/{} keys ({:.0}/s)", o.keys, d as f64 / start.elapsed().as_secs_f64());
+            }
+        }
+    }
+    for h in handles {
+        h.join().map_err(|e| e.to_string())??;
+    }
+    Ok(())
+}
+
+fn fio_run(path: &Path, rw: &str, depth: usize, secs: f64, size: u64) -> Result<Point, String> {
+    let out = Command::new("fio")
+        .args([
+            "--name=granary-ref",
+            &format!("--filename={}", path.display()),
+            "--direct=1",
+            "--ioengine=io_uring",
+            &format!("--rw={rw}"),
+            "--bs=4k",
+            &format!("--iodepth={depth}"),
+            "--numjobs=1",
+            &format!("--size={size}"),
+            &format!("--runtime={}", secs.ceil() as u64),
+            "--time_based",
+            "--randrepeat=0",
+            "--norandommap",
+            "--output-format=json",
+        ])
+        .output()
+        .map_err(|e| format!("cannot run fio: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("fio failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("cannot parse fio's JSON output: {e}"))?;
+    let job = &v["jobs"][0];
+    let side = if rw == "randread" { &job["read"] } else { &job["write"] };
+    let ios = side["total_ios"].as_u64().unwrap_or(0);
+    let runtime_ms = side["runtime"].as_f64().unwrap_or(0.0);
+    let pct = &side["clat_ns"]["percentile"];
+    let p = |k: &str| pct[k].as_f64().unwrap_or(0.0) / 1000.0;
+    Ok(Point {
+        system: "fio".into(),
+        op: if rw == "randread" { "get" } else { "put" },
+        depth,
+        ops: ios,
+        secs: runtime_ms / 1000.0,
+        p50_us: p("50.000000"),
+        p99_us: p("99.000000"),
+        errors: 0,
+    })
+}
+
+fn fill_with_fio(path: &Path, size: u64) -> Result<(), String> {
+    let out = Command::new("fio")
+        .args([
+            "--name=granary-fill",
+            &format!("--filename={}", path.display()),
+            "--direct=1",
+            "--ioengine=io_uring",
+            "--rw=write",
+            "--bs=1M",
+            "--iodepth=16",
+            &format!("--size={size}"),
+        ])
+        .output()
+        .map_err(|e| format!("cannot run fio: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("fio fill failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(())
+}
+
+/// fio's version, installing fio with apt-get when it is missing.
+pub fn ensure_fio() -> Result<String, String> {
+    let have = || Command::new("fio").arg("--version").output().ok().filter(|o| o.status.success());
+    if have().is_none() {
+        eprintln!("fio not found; installing it with apt-get");
+        let st = Command::new("sh")
+            .args(["-c", "apt-get install -y fio >/dev/null 2>&1 || (apt-get update >/dev/null 2>&1 && apt-get install -y fio >/dev/null 2>&1)"])
+            .status()
+            .map_err(|e| format!("cannot run apt-get: {e}"))?;
+        if !st.success() {
+            return Err("fio is missing and apt-get could not install it".into());
+        }
+    }
+    let o = have().ok_or("fio still not runnable")?;
+    Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+}
+
+pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
+    let mut report = DeviceBenchReport::default();
+    let key_avg = 20u64;
+    report.record_bytes = (48 + key_avg + o.value_bytes as u64).next_multiple_of(o.grain_bytes as u64);
+    if o.fio {
+        report.fio_version = Some(ensure_fio()?);
+    }
+    if let Some(dir) = o.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let _ = std::fs::remove_file(&o.path);
+    let create = CreateOptions { grain_bytes: Some(o.grain_bytes), segment_bytes: None, index_table_homes: None };
+    let needs = o.keys * report.record_bytes * 2;
+    if needs > o.size_bytes {
+        return Err(format!(
+            "{} keys of {} B need about {} MiB (twice the data, for overwrites); --size is {} MiB",
+            o.keys,
+            o.value_bytes,
+            needs >> 20,
+            o.size_bytes >> 20
+        ));
+    }
+    let result = (|| -> Result<(), String> {
+        let dev = FileDevice::create(&o.path, o.size_bytes, OpenMode::Direct)
+            .map_err(|e| e.to_string())?
+            .with_backend(IoBackend::Uring);
+        let store =
+            Arc::new(Store::create(Arc::new(dev), &create, &OpenOptions::default()).map_err(|e| e.to_string())?);
+        let cfg = RuntimeConfig { threads: o.cores, defer_taskrun: o.defer_taskrun, ..Default::default() };
+        let rt = Runtime::new(cfg).map_err(|e| e.to_string())?;
+        load(&store, &rt, o)?;
+        for op in ["get", "put"] {
+            for &d in &o.depths {
+                for b in &o.backends {
+                    let p = match b.as_str() {
+                        "sync" => run_threads(&store, o, op, d, "granary-sync"),
+                        "uring" => run_tasks(&store, &rt, o, op, d),
+                        _ => continue,
+                    };
+                    if o.progress {
+                        eprintln!(
+                            "{:<14} {op} qd{d:<3} {:>9.0} ops/s p50 {:.1} us",
+                            p.system,
+                            p.ops_per_sec(),
+                            p.p50_us
+                        );
+                    }
+                    report.points.push(p);
+                }
+            }
+        }
+        drop(rt);
+        Arc::try_unwrap(store).map_err(|_| "store still shared".to_string())?.close().map_err(|e| e.to_string())?;
+        if o.backends.iter().any(|b| b == "mem") {
+            let mem: Arc<dyn Device> =
+                Arc::new(MemDevice::new(((o.keys * report.record_bytes * 2) + (64 << 20)).max(256 << 20)));
+            let store = Arc::new(Store::create(mem, &create, &OpenOptions::default()).map_err(|e| e.to_string())?);
+            for i in 0..o.keys {
+                store.put(&key(i), &value_of(o.value_bytes, i, 0)).map_err(|e| e.to_string())?;
+            }
+            for op in ["get", "put"] {
+                let p = run_threads(&store, o, op, 1, "granary-mem");
+                if o.progress {
+                    eprintln!("{:<14} {op} 1 thread {:>9.0} ops/s", p.system, p.ops_per_sec());
+                }
+                report.points.push(p);
+            }
+        }
+        if o.fio {
+            // Write the whole file first: reads of never-written (unwritten
+            // extent) blocks are answered by the filesystem without device IO.
+            fill_with_fio(&o.path, o.size_bytes)?;
+            for (op, rw) in [("get", "randread"), ("put", "randwrite")] {
+                for &d in &o.depths {
+                    let p = fio_run(&o.path, rw, d, o.secs, o.size_bytes)?;
+                    if o.progress {
+                        eprintln!("fio            {op} qd{d:<3} {:>9.0} ops/s p50 {:.1} us", p.ops_per_sec(), p.p50_us);
+                    }
+                    report.points.push(p);
+                }
+            }
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_file(&o.path);
+    result.map(|()| report)
+}
+
+fn find<'a>(r: &'a DeviceBenchReport, system: &str, op: &str, depth: usize) -> Option<&'a Point> {
+    r.points.iter().find(|p| p.system == system && p.op == op && p.depth == depth)
+}
+
+pub fn render(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "granary bench device: {} keys, {} B values ({} B records, {} B grains), {:.1} s per point, uring on {} core(s){}\n",
+        o.keys,
+        o.value_bytes,
+        r.record_bytes,
+        o.grain_bytes,
+        o.secs,
+        o.cores,
+        if o.defer_taskrun { ", DEFER_TASKRUN" } else { "" }
+    ));
+    if let Some(v) = &r.fio_version {
+        s.push_str(&format!("reference: {v}, io_uring, direct, 4 KiB random, 1 job\n"));
+    }
+    for op in ["get", "put"] {
+        s.push_str(&format!(
+            "\n{:>5}  {:<14} {:>10} {:>9} {:>9} {:>8}\n",
+            "qd",
+            if op == "get" { "GET" } else { "PUT" },
+            "ops/s",
+            "p50 us",
+            "p99 us",
+            "x fio"
+        ));
+        for &d in &o.depths {
+            let fio = find(r, "fio", op, d);
+            for sys in ["granary-sync", "granary-uring", "fio"] {
+                if let Some(p) = find(r, sys, op, d) {
+                    let ratio = match fio {
+                        Some(f) if sys != "fio" && f.ops_per_sec() > 0.0 => {
+                            format!("{:.2}", p.ops_per_sec() / f.ops_per_sec())
+                        }
+                        _ => "".into(),
+                    };
+                    s.push_str(&format!(
+                        "{:>5}  {:<14} {:>10.0} {:>9.1} {:>9.1} {:>8}{}\n",
+                        d,
+                        sys,
+                        p.ops_per_sec(),
+                        p.p50_us,
+                        p.p99_us,
+                        ratio,
+                        if p.errors > 0 { format!("  ({} errors)", p.errors) } else { String::new() }
+                    ));
+                }
+            }
+        }
+    }
+    for p in r.points.iter().filter(|p| p.system == "granary-mem") {
+        s.push_str(&format!(
+            "\nin-memory device, 1 thread: {} {:.0} ops/s (p50 {:.2} us)",
+            p.op.to_uppercase(),
+            p.ops_per_sec(),
+            p.p50_us
+        ));
+    }
+    s.push('\n');
+    s
+}
+
+pub fn to_json(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> serde_json::Value {
+    json!({
+        "bench": "device",
+        "keys": o.keys,
+        "value_bytes": o.value_bytes,
+        "grain_bytes": o.grain_bytes,
+        "record_bytes": r.record_bytes,
+        "secs_per_point": o.secs,
+        "uring_cores": o.cores,
+        "defer_taskrun": o.defer_taskrun,
+        "fio_version": r.fio_version,
+        "points": r.points.iter().map(|p| {
+            let fio = find(r, "fio", p.op, p.depth).map(|f| f.ops_per_sec());
+            json!({
+                "system": p.system, "op": p.op, "depth": p.depth, "ops": p.ops, "secs": p.secs,
+                "ops_per_sec": p.ops_per_sec(), "p50_us": p.p50_us, "p99_us": p.p99_us, "errors": p.errors,
+                "ratio_to_fio": fio.filter(|_| p.system != "fio").map(|f| p.ops_per_sec() / f),
+            })
+        }).collect::<Vec<_>>(),
+    })
+}
