@@ -45,6 +45,8 @@ pub struct DeviceBenchOptions {
     pub cores: usize,
     /// Executors' rings with IORING_SETUP_DEFER_TASKRUN.
     pub defer_taskrun: bool,
+    /// Executors' spin before sleeping.
+    pub spin: Duration,
     pub fio: bool,
     pub seed: u64,
     pub progress: bool,
@@ -64,6 +66,7 @@ impl Default for DeviceBenchOptions {
             backends: vec!["sync".into(), "uring".into(), "mem".into()],
             cores: 1,
             defer_taskrun: false,
+            spin: RuntimeConfig::default().spin,
             fio: true,
             seed: 1,
             progress: true,
@@ -395,7 +398,8 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
             .with_backend(IoBackend::Uring);
         let store =
             Arc::new(Store::create(Arc::new(dev), &create, &OpenOptions::default()).map_err(|e| e.to_string())?);
-        let cfg = RuntimeConfig { threads: o.cores, defer_taskrun: o.defer_taskrun, ..Default::default() };
+        let cfg =
+            RuntimeConfig { threads: o.cores, defer_taskrun: o.defer_taskrun, spin: o.spin, ..Default::default() };
         let rt = Runtime::new(cfg).map_err(|e| e.to_string())?;
         load(&store, &rt, o)?;
         for op in ["get", "put"] {
@@ -530,6 +534,7 @@ pub fn to_json(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> serde_json::Val
         "secs_per_point": o.secs,
         "uring_cores": o.cores,
         "defer_taskrun": o.defer_taskrun,
+        "spin_us": o.spin.as_micros() as u64,
         "fio_version": r.fio_version,
         "points": r.points.iter().map(|p| {
             let fio = find(r, "fio", p.op, p.depth).map(|f| f.ops_per_sec());

@@ -151,6 +151,9 @@ struct DeviceBenchArgs {
     /// Set up the executors' rings with IORING_SETUP_DEFER_TASKRUN.
     #[arg(long)]
     defer_taskrun: bool,
+    /// Microseconds an idle executor polls before sleeping in the kernel.
+    #[arg(long, default_value_t = 20)]
+    spin_us: u64,
     /// Skip fio (no reference, no ratios).
     #[arg(long)]
     no_fio: bool,
@@ -421,6 +424,7 @@ fn bench(cmd: BenchCmd) -> Result<ExitCode, String> {
                 backends: a.backends,
                 cores: a.cores.max(1),
                 defer_taskrun: a.defer_taskrun,
+                spin: std::time::Duration::from_micros(a.spin_us.min(1_000_000)),
                 fio: !a.no_fio,
                 ..Default::default()
             };
