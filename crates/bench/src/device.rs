@@ -145,9 +145,21 @@ impl Run {
             hist: Mutex::new(hist()),
         })
     }
-    /// Count one op; false once the point should end.
-    fn tick(&self) -> bool {
+    /// Record one op started at `t0`; false once the point should end.
+    fn done_one(&self, h: &mut Histogram<u64>, t0: Instant, ok: bool) -> bool {
+        let _ = h.record(t0.elapsed().as_nanos() as u64);
+        if !ok {
+            self.errors.fetch_add(1, Relaxed);
+        }
         self.ops.fetch_add(1, Relaxed) + 1 < self.max_ops && !self.stop.load(Relaxed)
+    }
+    /// Wait until `secs` after `start` (or the op cap), then tell workers to stop.
+    fn stop_after(&self, start: Instant, secs: f64) {
+        let deadline = start + Duration::from_secs_f64(secs);
+        while Instant::now() < deadline && self.ops.load(Relaxed) < self.max_ops {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.stop.store(true, Relaxed);
     }
     fn merge(&self, h: &Histogram<u64>) {
         self.hist.lock().unwrap().add(h).expect("same bounds");
@@ -191,22 +203,14 @@ fn run_threads(store: &Arc<Store>, o: &DeviceBenchOptions, op: &'static str, dep
                         "get" => store.get(&k).map(|v| v.is_some()).unwrap_or(false),
                         _ => store.put(&k, &value).is_ok(),
                     };
-                    let _ = h.record(t0.elapsed().as_nanos() as u64);
-                    if !ok {
-                        run.errors.fetch_add(1, Relaxed);
-                    }
-                    if !run.tick() {
+                    if !run.done_one(&mut h, t0, ok) {
                         break;
                     }
                 }
                 run.merge(&h);
             });
         }
-        let deadline = start + Duration::from_secs_f64(o.secs);
-        while Instant::now() < deadline && run.ops.load(Relaxed) < o.max_ops {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        run.stop.store(true, Relaxed);
+        run.stop_after(start, o.secs);
     });
     run.point(system, op, depth, start.elapsed().as_secs_f64())
 }
@@ -231,11 +235,7 @@ fn run_tasks(store: &Arc<Store>, rt: &Runtime, o: &DeviceBenchOptions, op: &'sta
                         "get" => store.get_async(&k).await.map(|v| v.is_some()).unwrap_or(false),
                         _ => store.put_async(&k, &value).await.is_ok(),
                     };
-                    let _ = h.record(t0.elapsed().as_nanos() as u64);
-                    if !ok {
-                        run.errors.fetch_add(1, Relaxed);
-                    }
-                    if !run.tick() {
+                    if !run.done_one(&mut h, t0, ok) {
                         break;
                     }
                 }
@@ -243,11 +243,7 @@ fn run_tasks(store: &Arc<Store>, rt: &Runtime, o: &DeviceBenchOptions, op: &'sta
             })
         })
         .collect();
-    let deadline = start + Duration::from_secs_f64(o.secs);
-    while Instant::now() < deadline && run.ops.load(Relaxed) < o.max_ops {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    run.stop.store(true, Relaxed);
+    run.stop_after(start, o.secs);
     for h in handles {
         let _ = h.join();
     }

@@ -193,20 +193,32 @@ impl FileDevice {
     }
 }
 
-/// Read all of `buf` at `offset` through the executor's ring, continuing
-/// short reads and retrying EINTR/EAGAIN.
-async fn uring_read_full(fd: i32, buf: AlignedBuf, offset: u64) -> IoResult {
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    Read,
+    Write,
+}
+
+/// Transfer all of `buf` at `offset` through the executor's ring,
+/// continuing short transfers and retrying EINTR/EAGAIN.
+async fn uring_full(dir: Dir, fd: i32, buf: AlignedBuf, offset: u64) -> IoResult {
     let mut tail = Tail::new(buf, 0);
     loop {
         if tail.1 == tail.0.len() {
             return (tail.0, Ok(()));
         }
         let at = offset + tail.1 as u64;
-        let (r, t) = granary_rt::read_at(fd, tail, at).await;
+        let (r, t) = match dir {
+            Dir::Read => granary_rt::read_at(fd, tail, at).await,
+            Dir::Write => granary_rt::write_at(fd, tail, at).await,
+        };
         tail = t;
         match r {
             Ok(0) => {
-                let e = io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the device");
+                let e = match dir {
+                    Dir::Read => io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the device"),
+                    Dir::Write => io::Error::new(io::ErrorKind::WriteZero, "device accepted no bytes"),
+                };
                 return (tail.0, Err(e));
             }
             Ok(n) => tail.1 += n,
@@ -216,22 +228,30 @@ async fn uring_read_full(fd: i32, buf: AlignedBuf, offset: u64) -> IoResult {
     }
 }
 
-/// Write all of `buf` at `offset` through the executor's ring.
-async fn uring_write_full(fd: i32, buf: AlignedBuf, offset: u64) -> IoResult {
-    let mut tail = Tail::new(buf, 0);
-    loop {
-        if tail.1 == tail.0.len() {
-            return (tail.0, Ok(()));
+impl FileDevice {
+    /// The async form of an operation: through the ring on an executor with
+    /// the io_uring backend, else the synchronous call.
+    fn async_op(&self, dir: Dir, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
+        if !self.uring() {
+            return IoFuture::ready(match dir {
+                Dir::Read => self.read_at(buf, offset),
+                Dir::Write => self.write_at(buf, offset),
+            });
         }
-        let at = offset + tail.1 as u64;
-        let (r, t) = granary_rt::write_at(fd, tail, at).await;
-        tail = t;
-        match r {
-            Ok(0) => return (tail.0, Err(io::Error::new(io::ErrorKind::WriteZero, "device accepted no bytes"))),
-            Ok(n) => tail.1 += n,
-            Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) => {}
-            Err(e) => return (tail.0, Err(e)),
+        if let Err(e) = check_range(self, buf.len(), offset) {
+            return IoFuture::ready((buf, Err(e)));
         }
+        let fd = self.file.as_raw_fd();
+        IoFuture::Pending(Box::pin(async move {
+            let (buf, r) = uring_full(dir, fd, buf, offset).await;
+            if r.is_ok() {
+                match dir {
+                    Dir::Read => self.counters.read(buf.len()),
+                    Dir::Write => self.counters.write(buf.len()),
+                }
+            }
+            (buf, r)
+        }))
     }
 }
 
@@ -305,37 +325,11 @@ impl Device for FileDevice {
     }
 
     fn read_at_async(&self, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
-        if !self.uring() {
-            return IoFuture::ready(self.read_at(buf, offset));
-        }
-        if let Err(e) = check_range(self, buf.len(), offset) {
-            return IoFuture::ready((buf, Err(e)));
-        }
-        let fd = self.file.as_raw_fd();
-        IoFuture::Pending(Box::pin(async move {
-            let (buf, r) = uring_read_full(fd, buf, offset).await;
-            if r.is_ok() {
-                self.counters.read(buf.len());
-            }
-            (buf, r)
-        }))
+        self.async_op(Dir::Read, buf, offset)
     }
 
     fn write_at_async(&self, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
-        if !self.uring() {
-            return IoFuture::ready(self.write_at(buf, offset));
-        }
-        if let Err(e) = check_range(self, buf.len(), offset) {
-            return IoFuture::ready((buf, Err(e)));
-        }
-        let fd = self.file.as_raw_fd();
-        IoFuture::Pending(Box::pin(async move {
-            let (buf, r) = uring_write_full(fd, buf, offset).await;
-            if r.is_ok() {
-                self.counters.write(buf.len());
-            }
-            (buf, r)
-        }))
+        self.async_op(Dir::Write, buf, offset)
     }
 
     fn flush(&self) -> io::Result<()> {
