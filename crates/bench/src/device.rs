@@ -111,14 +111,10 @@ fn rng(seed: u64) -> impl FnMut() -> u64 {
 }
 
 /// Key `i`: 8 to 32 bytes, derived from i (so any thread can name it).
+/// The first 8 bytes are i itself, so keys are unique at every length.
 fn key(i: u64) -> Vec<u8> {
-    let len = 8 + (i.wrapping_mul(0x9E37_79B9) % 25) as usize;
-    let mut k = format!("{i:016x}").into_bytes();
-    k.resize(len, b'k');
-    if len < 16 {
-        // Keep short keys unique: a prefix of the hex would collide.
-        k = i.to_le_bytes().to_vec();
-    }
+    let mut k = i.to_le_bytes().to_vec();
+    k.resize(8 + (i.wrapping_mul(0x9E37_79B9) % 25) as usize, b'k');
     k
 }
 

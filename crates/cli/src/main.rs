@@ -369,10 +369,7 @@ fn bench(cmd: BenchCmd) -> Result<ExitCode, String> {
             let results = granary_bench::index::run(&opts);
             print!("{}", granary_bench::index::render(&results));
             if let Some(path) = json {
-                let text = serde_json::to_string_pretty(&granary_bench::index::to_json(&opts, &results))
-                    .map_err(|e| e.to_string())?;
-                std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-                println!("wrote {}", path.display());
+                write_json(&path, &granary_bench::index::to_json(&opts, &results))?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -393,10 +390,7 @@ fn bench(cmd: BenchCmd) -> Result<ExitCode, String> {
             let r = granary_bench::churn::run(&o)?;
             print!("{}", granary_bench::churn::render(&o, &r));
             if let Some(path) = a.json {
-                let text =
-                    serde_json::to_string_pretty(&granary_bench::churn::to_json(&o, &r)).map_err(|e| e.to_string())?;
-                std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-                println!("wrote {}", path.display());
+                write_json(&path, &granary_bench::churn::to_json(&o, &r))?;
             }
             if r.mismatches > 0 {
                 return Err(format!("{} keys read back wrong after the churn", r.mismatches));
@@ -431,14 +425,19 @@ fn bench(cmd: BenchCmd) -> Result<ExitCode, String> {
             let r = granary_bench::device::run(&o)?;
             print!("{}", granary_bench::device::render(&o, &r));
             if let Some(path) = a.json {
-                let text =
-                    serde_json::to_string_pretty(&granary_bench::device::to_json(&o, &r)).map_err(|e| e.to_string())?;
-                std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-                println!("wrote {}", path.display());
+                write_json(&path, &granary_bench::device::to_json(&o, &r))?;
             }
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Write a benchmark's JSON result and say where.
+fn write_json(path: &std::path::Path, v: &serde_json::Value) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(v).map_err(|e| e.to_string())?;
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
 }
 
 fn print_stats(st: &Stats) {
