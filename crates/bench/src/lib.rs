@@ -8,8 +8,13 @@
 //!   byte written once (write amplification 1).
 //! - [`device`]: GET/PUT at queue depths 1..128 on both IO backends against
 //!   fio on the same file (`granary bench device`).
+//! - [`recovery`]: clean restart and crash recovery of a loaded store, the
+//!   scan rate against fio's sequential read (`granary bench recovery`).
+//! - [`load`]: the generated keys and values of `granary load`.
 
 pub mod churn;
 pub mod device;
 pub mod index;
+pub mod load;
 pub mod mem;
+pub mod recovery;

@@ -9,7 +9,7 @@ mod size;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use granary_store::io::OpenMode;
-use granary_store::{CreateOptions, Durability, OpenOptions, PutMode, PutOutcome, Stats, Store};
+use granary_store::{CreateOptions, Durability, OpenOptions, ProgressHook, PutMode, PutOutcome, Stats, Store};
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -90,6 +90,34 @@ enum Cmd {
         #[command(flatten)]
         dev: DeviceArgs,
     },
+    /// Write generated keys: key-<i> gets a value naming i and the round
+    /// (for drills and benchmarks). With --ack, each acknowledged write is
+    /// printed to stdout as "<round> <i>" once it is on the device.
+    Load {
+        #[command(flatten)]
+        dev: DeviceArgs,
+        /// Keys per round (e.g. 100K).
+        #[arg(long, default_value = "100K", value_parser = parse_count)]
+        keys: u64,
+        /// Value size in bytes.
+        #[arg(long, default_value_t = 100)]
+        value_bytes: usize,
+        /// Rounds: each overwrites every key with the round's value.
+        #[arg(long, default_value_t = 1)]
+        rounds: u64,
+        /// Number of the first round.
+        #[arg(long, default_value_t = 1)]
+        first_round: u64,
+        /// Print "<round> <i>" to stdout after each acknowledged write.
+        #[arg(long)]
+        ack: bool,
+        /// fdatasync every write (survives power loss on drives without PLP).
+        #[arg(long)]
+        flush: bool,
+        /// Background index checkpoint every this many milliseconds (0: only at the end).
+        #[arg(long, default_value_t = 60_000)]
+        checkpoint_ms: u64,
+    },
     /// Benchmarks that compare Granary with a peer in the same run.
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -115,6 +143,31 @@ enum BenchCmd {
     /// GET/PUT at queue depths 1..128 on a real file, sync and io_uring
     /// backends, against fio on the same file in the same run.
     Device(DeviceBenchArgs),
+    /// Load N keys, then time a clean restart (checkpoint) and a crash
+    /// recovery (full log scan) against fio's sequential read of the file.
+    Recovery {
+        /// The data file to create (kept for inspection; remove it after).
+        #[arg(long, default_value = "granary-data/bench-recovery.db")]
+        path: PathBuf,
+        /// Keys to load (e.g. 10M).
+        #[arg(long, default_value = "10M", value_parser = parse_count)]
+        keys: u64,
+        /// Value size in bytes.
+        #[arg(long, default_value_t = 100)]
+        value_bytes: usize,
+        /// Grain size (512 or 4096).
+        #[arg(long, default_value_t = 512)]
+        grain: u32,
+        /// Loader threads.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// Skip the fio reference run.
+        #[arg(long)]
+        no_fio: bool,
+        /// Also write the results as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -229,8 +282,42 @@ fn mode(buffered: bool) -> OpenMode {
 /// background writes).
 fn open_store(dev: &DeviceArgs, flush: bool, read_only: bool) -> Result<Store, String> {
     let durability = if flush { Durability::Flush } else { Durability::Direct };
-    let opts = OpenOptions { durability, gc: !read_only };
+    let mut opts = OpenOptions { durability, gc: !read_only, progress: progress_bar(), ..OpenOptions::default() };
+    if read_only {
+        // Reads write no checkpoints (recovery may still clear torn records).
+        opts.checkpoint_interval = None;
+        opts.checkpoint_on_close = false;
+    }
     Store::open_path(&dev.path, mode(dev.buffered), &opts).map_err(|e| e.to_string())
+}
+
+/// A progress bar for recovery's log scan when stderr is a terminal (logs
+/// report progress otherwise). Drawn only once the scan has taken a moment.
+fn progress_bar() -> Option<ProgressHook> {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let started = std::time::Instant::now();
+    let bar: std::sync::Mutex<Option<indicatif::ProgressBar>> = std::sync::Mutex::new(None);
+    Some(ProgressHook(std::sync::Arc::new(move |done, total| {
+        let mut b = bar.lock().unwrap_or_else(|e| e.into_inner());
+        if b.is_none() && started.elapsed().as_millis() >= 500 && done < total {
+            let pb = indicatif::ProgressBar::new(total);
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "recovering {bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+            ) {
+                pb.set_style(style);
+            }
+            *b = Some(pb);
+        }
+        if let Some(pb) = b.as_ref() {
+            pb.set_position(done);
+            if done >= total {
+                pb.finish_and_clear();
+            }
+        }
+    })))
 }
 
 fn run(cli: Cli) -> Result<ExitCode, String> {
@@ -327,6 +414,19 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 Ok(ExitCode::from(1))
             }
         }
+        Cmd::Load { dev, keys, value_bytes, rounds, first_round, ack, flush, checkpoint_ms } => {
+            let durability = if flush { Durability::Flush } else { Durability::Direct };
+            let opts = OpenOptions {
+                durability,
+                checkpoint_interval: (checkpoint_ms > 0).then(|| std::time::Duration::from_millis(checkpoint_ms)),
+                progress: progress_bar(),
+                ..OpenOptions::default()
+            };
+            let store = Store::open_path(&dev.path, mode(dev.buffered), &opts).map_err(|e| e.to_string())?;
+            load(&store, keys, value_bytes, first_round, rounds, ack)?;
+            store.close().map_err(|e| e.to_string())?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Stat { dev, json } => {
             let store = open_store(&dev, false, true)?;
             let st = store.stats();
@@ -397,6 +497,24 @@ fn bench(cmd: BenchCmd) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        BenchCmd::Recovery { path, keys, value_bytes, grain, threads, no_fio, json } => {
+            if ![512, 4096].contains(&grain) {
+                return Err("--grain must be 512 or 4096".into());
+            }
+            let o = granary_bench::recovery::RecoveryBenchOptions {
+                path,
+                keys,
+                value_bytes,
+                grain,
+                threads: threads.clamp(1, 64),
+                fio: !no_fio,
+            };
+            let v = granary_bench::recovery::run(&o)?;
+            if let Some(path) = json {
+                write_json(&path, &v)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         BenchCmd::Device(a) => {
             if a.depths.is_empty() || a.depths.contains(&0) || a.depths.iter().any(|&d| d > 1024) {
                 return Err("--depths needs queue depths between 1 and 1024, e.g. 1,8,128".into());
@@ -440,6 +558,39 @@ fn write_json(path: &std::path::Path, v: &serde_json::Value) -> Result<(), Strin
     Ok(())
 }
 
+/// `granary load`: rounds of generated writes, acknowledgements on stdout,
+/// progress on a terminal (a bar) or in the log (every few seconds).
+fn load(store: &Store, keys: u64, value_bytes: usize, first: u64, rounds: u64, ack: bool) -> Result<(), String> {
+    use std::io::IsTerminal;
+    let total = keys.saturating_mul(rounds);
+    let bar = (std::io::stderr().is_terminal() && !ack).then(|| indicatif::ProgressBar::new(total));
+    let mut out = std::io::stdout().lock();
+    let mut last_log = std::time::Instant::now();
+    let mut done = 0u64;
+    for round in first..first.saturating_add(rounds) {
+        for i in 0..keys {
+            let (k, v) = (granary_bench::load::load_key(i), granary_bench::load::load_value(i, round, value_bytes));
+            store.put(&k, &v).map_err(|e| e.to_string())?;
+            if ack {
+                writeln!(out, "{round} {i}").and_then(|()| out.flush()).map_err(|e| format!("stdout: {e}"))?;
+            }
+            done += 1;
+            if let Some(b) = &bar {
+                if done.is_multiple_of(1024) {
+                    b.set_position(done);
+                }
+            } else if last_log.elapsed().as_secs() >= 5 {
+                tracing::info!(done, total, "load in progress");
+                last_log = std::time::Instant::now();
+            }
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    Ok(())
+}
+
 fn print_stats(st: &Stats) {
     println!("device            {}", st.device);
     println!("device size       {}", size::human(st.device_bytes));
@@ -468,15 +619,31 @@ fn print_stats(st: &Stats) {
         size::human(st.index.memory_bytes)
     );
     let r = &st.recovery;
+    if r.checkpoint_id != 0 {
+        println!(
+            "recovery          checkpoint {} ({} entries, {} stale dropped, {} ms){}",
+            r.checkpoint_id,
+            r.checkpoint_entries,
+            r.checkpoint_dropped,
+            r.checkpoint_millis,
+            if r.clean_shutdown { ", clean shutdown: no log replayed" } else { "" }
+        );
+    } else {
+        println!("recovery          no valid checkpoint: the whole log was scanned");
+    }
     println!(
-        "recovery          {} segments, {} records, {} damaged, {} torn, {} read in {} ms",
+        "log scan          {} segments, {} records, {} damaged, {} torn, {} read in {} ms ({:.0} MB/s, {} threads); open took {} ms",
         r.segments_scanned,
         r.records,
         r.damaged_records,
         r.torn_records,
         size::human(r.bytes_read),
+        r.scan_millis,
+        r.scan_mb_per_s(),
+        r.threads,
         r.millis
     );
+    println!("checkpoint        current {} on {} segments", st.checkpoints.current_id, st.segments_index);
 }
 
 fn stats_json(st: &Stats) -> serde_json::Value {
@@ -490,6 +657,7 @@ fn stats_json(st: &Stats) -> serde_json::Value {
         "segments_free": st.segments_free,
         "segments_open": st.segments_open,
         "segments_closed": st.segments_closed,
+        "segments_index": st.segments_index,
         "keys": st.keys,
         "tombstones": st.tombstones,
         "live_bytes": st.live_bytes,
@@ -509,7 +677,23 @@ fn stats_json(st: &Stats) -> serde_json::Value {
             "skipped_grains": r.skipped_grains,
             "bytes_read": r.bytes_read,
             "millis": r.millis,
+            "scan_millis": r.scan_millis,
+            "scan_mb_per_s": r.scan_mb_per_s(),
+            "threads": r.threads,
+            "checkpoint_id": r.checkpoint_id,
+            "checkpoint_session": r.checkpoint_session,
+            "checkpoint_entries": r.checkpoint_entries,
+            "checkpoint_dropped": r.checkpoint_dropped,
+            "checkpoint_millis": r.checkpoint_millis,
+            "clean_shutdown": r.clean_shutdown,
         },
+        "checkpoints": {
+            "current_id": st.checkpoints.current_id,
+            "segments": st.segments_index,
+            "written": st.checkpoints.written,
+            "failed": st.checkpoints.failed,
+        },
+        "session": st.session,
     })
 }
 

@@ -1,7 +1,8 @@
 //! Granary's on-device formats, with no IO.
 //!
 //! This crate owns every byte layout that reaches the device: the
-//! [`superblock`], the [`segment`] header, the [`record`] codec, the
+//! [`superblock`], the [`segment`] header, the [`record`] codec, index
+//! [`checkpoint`] manifests and items, the
 //! [`checksum`] and the key [`hash`], and the [`limits`] that bound them.
 //! `docs/FORMAT.md` is the prose version of this crate; offsets in code are
 //! built from the previous offset so the two read alike.
@@ -11,6 +12,7 @@
 //! not zero) with a [`FormatError`] that says which field was wrong.
 
 mod bytes;
+pub mod checkpoint;
 pub mod checksum;
 pub mod error;
 pub mod hash;

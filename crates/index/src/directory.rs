@@ -578,6 +578,62 @@ impl Index {
         }
     }
 
+    /// Visit every entry exactly once with its home slot, for a checkpoint
+    /// taken while writers run: `f(home, entry)`; returns the directory's
+    /// tables (log2). Like [`Index::for_each`] it finishes a running
+    /// migration and holds off grows, but it walks each table's regions
+    /// hand over hand (region `r + 1` is locked before `r` is read and
+    /// released), so no displacement (always from a region into the next)
+    /// can move an entry past the walk: each entry present throughout is
+    /// seen once, at one position, with one value.
+    pub fn snapshot(&self, mut f: impl FnMut(usize, Entry)) -> u32 {
+        let _g = lock(&self.grow_lock);
+        self.complete_migration();
+        let guard = epoch::pin();
+        // SAFETY: as in `locked`.
+        let st = unsafe { self.state.load(Acquire, &guard).deref() };
+        debug_assert!(st.mig.is_none());
+        let slots = self.cfg.table_homes as usize + H - 1;
+        for (t, table) in st.cur.tables.iter().enumerate() {
+            // Readers only: the mutexes exclude writers; versions stay as
+            // they are so optimistic lookups are not disturbed.
+            let mutex_of = |r: usize| &self.region_locks(t, r, r).0.mutex;
+            let mut held = lock(mutex_of(0));
+            for r in 0..self.regions {
+                let next = (r + 1 < self.regions).then(|| lock(mutex_of(r + 1)));
+                let lo = r << self.cfg.region_log2;
+                let hi = ((r + 1) << self.cfg.region_log2).min(slots);
+                for s in lo..hi {
+                    let e = table.get(s);
+                    if !e.is_free() {
+                        f(s - e.neigh_off() as usize, e);
+                    }
+                }
+                drop(std::mem::replace(
+                    &mut held,
+                    match next {
+                        Some(n) => n,
+                        None => break,
+                    },
+                ));
+            }
+            drop(held);
+            for (home, e) in table.stash_entries() {
+                f(home, e);
+            }
+        }
+        st.cur.log2
+    }
+
+    /// A hash that [`Index::insert`] places at `home` with `tag`: the
+    /// fingerprint rebuilt from a checkpoint item (slot bits chosen so that
+    /// [`home_of`] maps them back to `home`).
+    pub fn hash_for(&self, home: usize, tag: u8) -> u64 {
+        let homes = self.cfg.table_homes as u64;
+        let slot = ((home as u64) << hash::SLOT_BITS).div_ceil(homes);
+        hash::fingerprint(slot, tag)
+    }
+
     pub fn stats(&self) -> IndexStats {
         let guard = epoch::pin();
         // SAFETY: as in `locked`.

@@ -13,16 +13,20 @@
 //!
 //! Backends: [`file::FileDevice`] (O_DIRECT by default, on a regular file or
 //! a block device; synchronous pread/pwrite, or io_uring with
-//! [`IoBackend::Uring`]) and [`memory::MemDevice`] (tests, and the measure
-//! of pure software overhead). Every backend counts the bytes and
+//! [`IoBackend::Uring`]), [`memory::MemDevice`] (tests, and the measure
+//! of pure software overhead) and [`fault::FaultDevice`] (crash simulation:
+//! torn and lost writes, EIO, reordered completions; its doc states the
+//! fault model). Every backend counts the bytes and
 //! operations it performs in [`IoCounters`], the ground truth for write
 //! amplification.
 
 pub mod buf;
+pub mod fault;
 pub mod file;
 pub mod memory;
 
 pub use buf::AlignedBuf;
+pub use fault::{CrashKind, FaultDevice, OpKind};
 pub use file::{FileDevice, IoBackend, OpenMode};
 pub use memory::MemDevice;
 

@@ -7,7 +7,10 @@
 //! - [`options`]: create- and open-time options, geometry defaults.
 //! - `space`: segments and grains: sequential allocation in the open
 //!   segment, per-segment live bytes and stamps.
-//! - `recover`: rebuilding the index by scanning the log on open.
+//! - `recover`: rebuilding the index on open: checkpoint load, then a
+//!   parallel scan of the log it does not cover (or of all of it).
+//! - [`checkpoint`]: index checkpoints, written in the background and at
+//!   close; finding the newest valid one.
 //! - `gc`: reclaiming segments: victims, relocation, tombstones.
 //! - `store`: the read and write paths.
 //! - `verify`: the offline consistency check.
@@ -19,6 +22,7 @@
 //! record read back is checked against its checksums, its segment's stamp and
 //! the size its index entry gives (`store::read_record`).
 
+pub mod checkpoint;
 pub mod error;
 mod gc;
 pub mod options;
@@ -27,9 +31,10 @@ mod space;
 mod store;
 mod verify;
 
+pub use checkpoint::CheckpointStats;
 pub use error::{Error, Result};
 pub use gc::GcStats;
-pub use options::{CreateOptions, Durability, OpenOptions};
+pub use options::{CreateOptions, Durability, OpenOptions, ProgressHook};
 pub use recover::RecoveryReport;
 pub use store::{GcPause, PutMode, PutOutcome, Stats, Store};
 pub use verify::VerifyReport;

@@ -3,6 +3,9 @@
 use granary_format::limits::*;
 use granary_format::superblock::{INDEX_TABLE_HOMES_MAX, INDEX_TABLE_HOMES_MIN};
 use granary_index::TABLES_LOG2_MAX;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// When a write is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -28,6 +31,19 @@ pub struct CreateOptions {
     pub index_table_homes: Option<u32>,
 }
 
+/// Called during recovery with (bytes of log scanned, bytes to scan).
+#[derive(Clone)]
+pub struct ProgressHook(pub Arc<dyn Fn(u64, u64) + Send + Sync>);
+
+impl fmt::Debug for ProgressHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ProgressHook")
+    }
+}
+
+/// Default of [`OpenOptions::checkpoint_interval`].
+pub const CHECKPOINT_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
+
 /// Options for an open store.
 #[derive(Debug, Clone)]
 pub struct OpenOptions {
@@ -35,11 +51,32 @@ pub struct OpenOptions {
     /// Run garbage collection in a background thread (default). Without it,
     /// overwritten space is never reclaimed and a full device is `NoSpace`.
     pub gc: bool,
+    /// Load the newest valid index checkpoint on open (default). Off: scan
+    /// the whole log (what `granary verify --scan` compares against).
+    pub use_checkpoint: bool,
+    /// Write an index checkpoint in the background this often, when the
+    /// store changed since the last one (None: only at close).
+    pub checkpoint_interval: Option<Duration>,
+    /// Write a checkpoint at close, for a fast clean restart (default).
+    pub checkpoint_on_close: bool,
+    /// Threads that load the checkpoint and scan the log (0: one per core,
+    /// at most [`crate::recover::RECOVERY_THREADS_MAX`]).
+    pub recovery_threads: usize,
+    /// Recovery progress, for a progress bar.
+    pub progress: Option<ProgressHook>,
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { durability: Durability::Direct, gc: true }
+        OpenOptions {
+            durability: Durability::Direct,
+            gc: true,
+            use_checkpoint: true,
+            checkpoint_interval: Some(CHECKPOINT_INTERVAL_DEFAULT),
+            checkpoint_on_close: true,
+            recovery_threads: 0,
+            progress: None,
+        }
     }
 }
 

@@ -23,7 +23,9 @@
 //! 5. User writes resume after the last record of the newest user segment;
 //!    relocation starts a new segment when GC next needs one.
 
+use crate::checkpoint::{Current, Loaded};
 use crate::error::{Error, Result};
+use crate::options::OpenOptions;
 use crate::space::SegmentFound;
 use crate::store::Core;
 use granary_format::hash::key_hash;
@@ -31,9 +33,14 @@ use granary_format::limits::*;
 use granary_format::record::{self, RecordHeader};
 use granary_format::segment::{SegmentHeader, SegmentKind, Stream};
 use granary_format::{FormatError, Superblock};
+use granary_index::Entry;
 use granary_io::{AlignedBuf, Device};
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Mutex;
 use std::time::Instant;
+
+/// Most threads a recovery uses.
+pub const RECOVERY_THREADS_MAX: usize = 16;
 
 /// Writes can be in flight only in this many newest segments.
 pub const TORN_TAIL_SEGMENTS: usize = 2;
@@ -53,7 +60,42 @@ pub struct RecoveryReport {
     /// Grains that held no record of the segment's current use.
     pub skipped_grains: u64,
     pub bytes_read: u64,
+    /// Whole open, and the log scan part of it.
     pub millis: u64,
+    pub scan_millis: u64,
+    /// Threads that loaded and scanned.
+    pub threads: u64,
+    /// The checkpoint loaded (its id; 0: none, the whole log was scanned).
+    pub checkpoint_id: u64,
+    /// The session that wrote it.
+    pub checkpoint_session: u64,
+    /// Its entries put in the index, and those dropped as stale.
+    pub checkpoint_entries: u64,
+    pub checkpoint_dropped: u64,
+    pub checkpoint_bytes: u64,
+    pub checkpoint_millis: u64,
+    /// The checkpoint was written by a clean close and nothing was written
+    /// after it (checked, not assumed): no log was replayed.
+    pub clean_shutdown: bool,
+}
+
+impl RecoveryReport {
+    fn add(&mut self, o: &RecoveryReport) {
+        self.segments_scanned += o.segments_scanned;
+        self.records += o.records;
+        self.damaged_records += o.damaged_records;
+        self.torn_records += o.torn_records;
+        self.skipped_grains += o.skipped_grains;
+        self.bytes_read += o.bytes_read;
+    }
+
+    /// Log scan rate in MB/s (0 when nothing was scanned).
+    pub fn scan_mb_per_s(&self) -> f64 {
+        if self.scan_millis == 0 {
+            return 0.0;
+        }
+        (self.bytes_read as f64 / 1e6) / (self.scan_millis as f64 / 1e3)
+    }
 }
 
 /// Reads one segment sequentially and yields its records.
@@ -165,15 +207,22 @@ impl<'a> SegmentScanner<'a> {
     }
 }
 
-/// Read and classify every segment header: the used segments sorted by
-/// allocation sequence with their headers, and the highest alloc_seq of any
-/// header (free ones included, so allocation sequences never repeat).
-pub(crate) fn read_segment_headers(
-    dev: &dyn Device,
-    sb: &Superblock,
-) -> Result<(Vec<(SegmentFound, SegmentHeader)>, u64)> {
+/// Every segment header read on open, classified.
+pub(crate) struct Headers {
+    /// KV segments in use, sorted by alloc_seq.
+    pub kv: Vec<(SegmentFound, SegmentHeader)>,
+    /// Segments holding (parts of) index checkpoints.
+    pub index: Vec<(u32, SegmentHeader)>,
+    /// The highest alloc_seq of any header (free ones included, so
+    /// allocation sequences never repeat).
+    pub max_alloc: u64,
+}
+
+/// Read and classify every segment header.
+pub(crate) fn read_segment_headers(dev: &dyn Device, sb: &Superblock) -> Result<Headers> {
     let g = sb.grain_bytes as usize;
     let mut used = Vec::new();
+    let mut index = Vec::new();
     let mut max_alloc = 0;
     for seg in 0..sb.segment_count as u32 {
         let offset = sb.segment_offset(seg);
@@ -190,9 +239,9 @@ pub(crate) fn read_segment_headers(
                 }
                 match h.kind {
                     SegmentKind::Kv => used.push((SegmentFound { seg, alloc_seq: h.alloc_seq }, h)),
-                    // Index checkpoints are not written by this version; a
-                    // reclaimed segment holds nothing current.
-                    SegmentKind::Index | SegmentKind::Free => {}
+                    SegmentKind::Index => index.push((seg, h)),
+                    // A reclaimed segment holds nothing current.
+                    SegmentKind::Free => {}
                 }
             }
             Ok(_) => {} // another store's leftovers
@@ -205,17 +254,31 @@ pub(crate) fn read_segment_headers(
         }
     }
     used.sort_by_key(|(s, _)| s.alloc_seq);
-    Ok((used, max_alloc))
+    Ok(Headers { kv: used, index, max_alloc })
 }
 
 impl Core {
-    /// Rebuild the index from the log. Called once, by `open`.
-    pub(crate) fn recover(&self) -> Result<()> {
+    /// Rebuild the index: from `loaded` (a checkpoint) plus a replay of the
+    /// KV segments it does not cover, or from a scan of every KV segment.
+    /// Called once, by `open`, with the headers it read.
+    pub(crate) fn recover(&self, headers: Headers, loaded: Option<Loaded>, opts: &OpenOptions) -> Result<()> {
         let started = Instant::now();
-        let (used, max_alloc) = read_segment_headers(self.dev.as_ref(), &self.sb)?;
+        let Headers { kv: used, index: _, max_alloc } = headers;
         let found: Vec<SegmentFound> =
             used.iter().map(|(s, _)| SegmentFound { seg: s.seg, alloc_seq: s.alloc_seq }).collect();
-        self.space.install(&found, max_alloc, None);
+        let ckpt_segs: Vec<u32> = loaded.as_ref().map(|l| l.manifest.body_segments.clone()).unwrap_or_default();
+        self.space.install(&found, &ckpt_segs, max_alloc, None);
+        let threads = match opts.recovery_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()).min(RECOVERY_THREADS_MAX),
+            n => n.min(RECOVERY_THREADS_MAX),
+        };
+        let mut report = RecoveryReport { threads: threads as u64, ..Default::default() };
+        let replay_from = loaded.as_ref().map_or(0, |l| l.manifest.replay_from);
+        let mut max_seq = used.iter().map(|(_, h)| h.first_seq.saturating_sub(1)).max().unwrap_or(0);
+        if let Some(l) = &loaded {
+            self.load_checkpoint(l, &used, threads, &mut report)?;
+            max_seq = max_seq.max(l.manifest.next_seq.saturating_sub(1));
+        }
         // The newest TORN_TAIL_SEGMENTS of each stream may hold torn writes.
         let mut in_tail = vec![false; used.len()];
         for stream in [Stream::User, Stream::Relocation] {
@@ -224,63 +287,176 @@ impl Core {
                 in_tail[i] = true;
             }
         }
-        let resume_seg = used.iter().rev().find(|(_, h)| h.stream == Stream::User).map(|(s, _)| s.seg);
-        let mut report = RecoveryReport::default();
-        let mut max_seq = used.iter().map(|(_, h)| h.first_seq.saturating_sub(1)).max().unwrap_or(0);
-        let mut resume = None;
-        let total = used.len();
-        let mut last_log = Instant::now();
-        for (i, (s, _)) in used.iter().enumerate() {
-            let tail = in_tail[i];
-            let mut scan = SegmentScanner::new(self.dev.as_ref(), &self.sb, self.seed, s.seg, s.alloc_seq as u32);
-            let mut end = 1;
-            while let Some(rec) = scan.next_record()? {
-                end = rec.grain + rec.hdr.grains(self.sb.grain_bytes);
-                max_seq = max_seq.max(rec.hdr.seq);
-                if rec.intact {
-                    report.records += 1;
-                } else if tail {
-                    report.torn_records += 1;
-                    self.neutralise_torn(s.seg, rec.grain)?;
-                    continue;
-                } else {
-                    report.damaged_records += 1;
-                    tracing::warn!(
-                        segment = s.seg,
-                        grain = rec.grain,
-                        seq = rec.hdr.seq,
-                        "damaged record (body checksum mismatch); its key will report corruption"
-                    );
+        let replay: Vec<usize> = (0..used.len()).filter(|&i| used[i].0.alloc_seq >= replay_from).collect();
+        let resume_seg = used
+            .iter()
+            .rev()
+            .find(|(_, h)| h.stream == Stream::User)
+            .filter(|(s, _)| s.alloc_seq >= replay_from)
+            .map(|(s, _)| s.seg);
+        let total_bytes = replay.len() as u64 * self.sb.segment_bytes;
+        let next = AtomicUsize::new(0);
+        let max_seq_seen = AtomicU64::new(max_seq);
+        let resume = Mutex::new(None);
+        let shared = Mutex::new((RecoveryReport::default(), Instant::now(), 0u64));
+        let work = || -> Result<()> {
+            let mut mine = RecoveryReport::default();
+            loop {
+                let k = next.fetch_add(1, Relaxed);
+                let Some(&i) = replay.get(k) else { break };
+                let (s, _) = &used[i];
+                let mut scan = SegmentScanner::new(self.dev.as_ref(), &self.sb, self.seed, s.seg, s.alloc_seq as u32);
+                let mut end = 1;
+                while let Some(rec) = scan.next_record()? {
+                    end = rec.grain + rec.hdr.grains(self.sb.grain_bytes);
+                    max_seq_seen.fetch_max(rec.hdr.seq, Relaxed);
+                    if rec.intact {
+                        mine.records += 1;
+                    } else if in_tail[i] {
+                        mine.torn_records += 1;
+                        self.neutralise_torn(s.seg, rec.grain)?;
+                        continue;
+                    } else {
+                        mine.damaged_records += 1;
+                        tracing::warn!(
+                            segment = s.seg,
+                            grain = rec.grain,
+                            seq = rec.hdr.seq,
+                            "damaged record (body checksum mismatch); its key will report corruption"
+                        );
+                    }
+                    self.apply(&scan, s.seg, &rec)?;
                 }
-                self.apply(&scan, s.seg, &rec)?;
+                mine.segments_scanned += 1;
+                mine.skipped_grains += scan.skipped_grains;
+                mine.bytes_read += scan.bytes_read;
+                if Some(s.seg) == resume_seg {
+                    *resume.lock().unwrap_or_else(|e| e.into_inner()) = Some((s.seg, end));
+                }
+                let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
+                sh.2 += self.sb.segment_bytes;
+                if let Some(p) = &opts.progress {
+                    (p.0)(sh.2, total_bytes);
+                }
+                if sh.1.elapsed().as_secs() >= 2 {
+                    tracing::info!(
+                        scanned_mb = sh.2 >> 20,
+                        total_mb = total_bytes >> 20,
+                        "recovery: log scan in progress"
+                    );
+                    sh.1 = Instant::now();
+                }
             }
-            report.segments_scanned += 1;
-            report.skipped_grains += scan.skipped_grains;
-            report.bytes_read += scan.bytes_read;
-            if Some(s.seg) == resume_seg {
-                resume = Some((s.seg, end));
-            }
-            if last_log.elapsed().as_secs() >= 2 {
-                tracing::info!(scanned = i + 1, segments = total, records = report.records, "recovery in progress");
-                last_log = Instant::now();
-            }
+            let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
+            sh.0.add(&mine);
+            Ok(())
+        };
+        let scan_started = Instant::now();
+        let results: Vec<Result<()>> = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..threads.min(replay.len()).max(1)).map(|_| sc.spawn(work)).collect();
+            hs.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+        });
+        results.into_iter().collect::<Result<Vec<()>>>()?;
+        let scanned = shared.into_inner().unwrap_or_else(|e| e.into_inner()).0;
+        report.add(&scanned);
+        report.scan_millis = scan_started.elapsed().as_millis() as u64;
+        let resume = resume.into_inner().unwrap_or_else(|e| e.into_inner());
+        self.space.install(&found, &ckpt_segs, max_alloc, resume);
+        self.next_seq.store(max_seq_seen.load(Relaxed) + 1, Relaxed);
+        if let Some(l) = loaded {
+            let m = &l.manifest;
+            report.clean_shutdown = m.clean && replay.is_empty();
+            let mut cur = self.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
+            *cur = Current { id: m.id, segs: ckpt_segs, next_seq: 0, next_alloc_seq: 0 };
         }
-        self.space.install(&found, max_alloc, resume);
-        self.next_seq.store(max_seq + 1, Relaxed);
         report.millis = started.elapsed().as_millis() as u64;
         if report.torn_records > 0 {
             tracing::warn!(torn = report.torn_records, "ignored records torn by a crash (never acknowledged)");
         }
         // Quick recoveries (every CLI call) stay quiet; long ones report.
         let keys = self.counters.keys.load(Relaxed);
-        let (segments, records, millis, mb_read) =
-            (report.segments_scanned, report.records, report.millis, report.bytes_read >> 20);
+        let mb_per_s = report.scan_mb_per_s();
+        let (segments, records, millis, mb_read, checkpoint, clean) = (
+            report.segments_scanned,
+            report.records,
+            report.millis,
+            report.bytes_read >> 20,
+            report.checkpoint_id,
+            report.clean_shutdown,
+        );
         if millis >= 1000 {
-            tracing::info!(segments, records, keys, millis, mb_read, "recovered index by log scan");
+            tracing::info!(checkpoint, clean, segments, records, keys, millis, mb_read, mb_per_s, "recovered index");
         } else {
-            tracing::debug!(segments, records, keys, millis, mb_read, "recovered index by log scan");
+            tracing::debug!(checkpoint, clean, segments, records, keys, millis, mb_read, mb_per_s, "recovered index");
         }
         *self.recovery.lock().unwrap_or_else(|e| e.into_inner()) = report;
+        Ok(())
+    }
+
+    /// Put a checkpoint's items into the (empty) index: those whose segment
+    /// is still the KV segment the checkpoint saw and is not replayed.
+    fn load_checkpoint(
+        &self,
+        l: &Loaded,
+        used: &[(SegmentFound, SegmentHeader)],
+        threads: usize,
+        report: &mut RecoveryReport,
+    ) -> Result<()> {
+        let started = Instant::now();
+        let m = &l.manifest;
+        let mut now = vec![0u64; self.sb.segment_count as usize];
+        for (s, _) in used {
+            now[s.seg as usize] = s.alloc_seq;
+        }
+        let g = self.sb.grain_bytes;
+        let kept = AtomicU64::new(0);
+        let chunk = l.items.len().div_ceil(threads.max(1)).max(1);
+        let results: Vec<Result<()>> = std::thread::scope(|sc| {
+            let hs: Vec<_> = l
+                .items
+                .chunks(chunk)
+                .map(|items| {
+                    let (now, kept) = (&now, &kept);
+                    sc.spawn(move || -> Result<()> {
+                        for it in items {
+                            let e = Entry(it.entry);
+                            if e.is_free() || e.pba() > PBA_MAX {
+                                continue;
+                            }
+                            let seg = self.sb.segment_of(e.pba());
+                            let Some(&a) = now.get(seg as usize) else { continue };
+                            if a == 0 || a != m.seg_alloc[seg as usize] || a >= m.replay_from {
+                                continue;
+                            }
+                            let grains = match it.grains {
+                                0 => match self.read_record(e, false) {
+                                    Ok((h, _)) => h.grains(g),
+                                    Err(err) => {
+                                        tracing::warn!(error = %err, "checkpoint entry points at an unreadable record");
+                                        (e.kv_size() as u64).max(1)
+                                    }
+                                },
+                                n => n as u64,
+                            };
+                            let h = self.index.hash_for(it.home as usize, e.tag());
+                            self.index.insert(h, e.kv_size() as u64, e.pba()).map_err(Error::IndexFull)?;
+                            self.space.add_live(seg, grains * g as u64);
+                            self.counters.added(e.is_tombstone());
+                            kept.fetch_add(1, Relaxed);
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+        });
+        results.into_iter().collect::<Result<Vec<()>>>()?;
+        report.checkpoint_id = m.id;
+        report.checkpoint_session = m.session;
+        report.checkpoint_entries = kept.load(Relaxed);
+        report.checkpoint_dropped = l.items.len() as u64 - report.checkpoint_entries;
+        report.checkpoint_bytes = l.bytes_read;
+        report.checkpoint_millis = started.elapsed().as_millis() as u64;
         Ok(())
     }
 
@@ -301,6 +477,8 @@ impl Core {
         let bytes = scan.bytes_at(rec.grain);
         let key = record::key_of(&rec.hdr, bytes);
         let h = key_hash(key);
+        // Scanners run in parallel: the key's stripe keeps its versions in order.
+        let _stripe = self.lock_stripe(Core::stripe_of(h));
         let pba = self.space.pba(seg, rec.grain);
         let grains = rec.hdr.grains(g);
         let kv_size = if rec.hdr.is_tombstone() { 0 } else { grains };
@@ -328,7 +506,7 @@ impl Core {
             }
             if rec.hdr.seq > chdr.seq {
                 let replaced = self.index.replace(h, e.pba(), kv_size, pba);
-                assert!(replaced, "entry vanished during single-threaded recovery");
+                assert!(replaced, "entry vanished while its stripe was held");
                 self.space.sub_live(self.sb.segment_of(e.pba()), chdr.grains(g) * g as u64);
                 self.space.add_live(seg, grains * g as u64);
                 self.counters.replaced(chdr.is_tombstone(), rec.hdr.is_tombstone());

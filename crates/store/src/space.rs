@@ -42,6 +42,8 @@ pub(crate) enum SegState {
     Free,
     Open,
     Closed,
+    /// Holds the current index checkpoint.
+    Index,
 }
 
 /// Where a record was placed.
@@ -199,8 +201,12 @@ impl Space {
     /// Install what recovery found: `used` segments (sorted by alloc_seq)
     /// are closed, except `resume`, which becomes the open user segment
     /// with its next free grain there. `max_alloc_seq` covers free headers.
-    pub(crate) fn install(&self, used: &[SegmentFound], max_alloc_seq: u64, resume: Option<(u32, u64)>) {
+    pub(crate) fn install(&self, used: &[SegmentFound], index: &[u32], max_alloc_seq: u64, resume: Option<(u32, u64)>) {
         let mut inner = self.lock();
+        for &seg in index {
+            inner.state[seg as usize] = SegState::Index;
+            inner.free.remove(&seg);
+        }
         for s in used {
             let i = s.seg as usize;
             inner.state[i] = SegState::Closed;
@@ -501,15 +507,16 @@ impl Space {
         self.live.iter().map(|x| x.load(Relaxed)).sum()
     }
 
-    /// (free, open, closed) segment counts.
-    pub(crate) fn counts(&self) -> (u64, u64, u64) {
+    /// (free, open, closed, index) segment counts.
+    pub(crate) fn counts(&self) -> (u64, u64, u64, u64) {
         let inner = self.lock();
-        let mut c = (0, 0, 0);
+        let mut c = (0, 0, 0, 0);
         for s in &inner.state {
             match s {
                 SegState::Free => c.0 += 1,
                 SegState::Open => c.1 += 1,
                 SegState::Closed => c.2 += 1,
+                SegState::Index => c.3 += 1,
             }
         }
         c
@@ -518,7 +525,91 @@ impl Space {
     /// Segments that hold records, in no particular order.
     pub(crate) fn used_segments(&self) -> Vec<u32> {
         let inner = self.lock();
-        (0..inner.state.len() as u32).filter(|&s| inner.state[s as usize] != SegState::Free).collect()
+        (0..inner.state.len() as u32)
+            .filter(|&s| matches!(inner.state[s as usize], SegState::Open | SegState::Closed))
+            .collect()
+    }
+
+    /// What a checkpoint beginning now must record: the alloc_seq from
+    /// which KV segments are to be replayed after it, the next alloc_seq,
+    /// and the alloc_seq of every KV segment in use (0 for the others).
+    ///
+    /// Records in a segment below `replay_from` were all indexed before
+    /// this call (no open segment, no allocation in flight there), so a
+    /// walk of the index that starts after it sees them or what replaced
+    /// them. With `quiesced` (a clean close: no writer runs any more) the
+    /// open segments need no replay either.
+    pub(crate) fn capture_for_checkpoint(&self, quiesced: bool) -> (u64, u64, Vec<u64>) {
+        let inner = self.lock();
+        let mut replay_from = inner.next_alloc_seq;
+        let mut seg_alloc = vec![0; inner.state.len()];
+        for (i, st) in inner.state.iter().enumerate() {
+            let a = self.alloc_seqs[i].load(Relaxed);
+            match st {
+                SegState::Open | SegState::Closed => seg_alloc[i] = a,
+                SegState::Free | SegState::Index => continue,
+            }
+            let busy = self.inflight[i].load(Acquire) > 0;
+            if busy || (*st == SegState::Open && !quiesced) {
+                replay_from = replay_from.min(a);
+            }
+        }
+        (replay_from, inner.next_alloc_seq, seg_alloc)
+    }
+
+    /// Take `n` free segments for an index checkpoint (never GC's reserve),
+    /// writing their headers: kind index, `first_seq` = the checkpoint id,
+    /// which is the alloc_seq of the first. Returns `(segment, alloc_seq)`.
+    pub(crate) fn take_index_segments(&self, n: usize) -> Result<Vec<(u32, u64)>> {
+        let mut inner = self.lock();
+        let keep = self.reserve_for(&inner, Purpose::Put) + if inner.gc { self.low_watermark } else { 0 };
+        if inner.free.len() < n + keep {
+            return Err(Error::NoSpace {
+                needed_bytes: n as u64 * self.sb.segment_bytes,
+                segments: self.sb.segment_count,
+            });
+        }
+        let id = inner.next_alloc_seq;
+        let mut taken = Vec::with_capacity(n);
+        for _ in 0..n {
+            let seg = inner.free.pop_first().expect("checked above");
+            let alloc_seq = inner.next_alloc_seq;
+            inner.next_alloc_seq += 1;
+            inner.state[seg as usize] = SegState::Index;
+            taken.push((seg, alloc_seq));
+        }
+        drop(inner);
+        for &(seg, alloc_seq) in &taken {
+            if let Err(e) = self.write_header(seg, SegmentKind::Index, Stream::User, alloc_seq, id) {
+                self.release_index_segments(&taken.iter().map(|t| t.0).collect::<Vec<_>>()).ok();
+                return Err(e);
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Give segments of a checkpoint no longer needed back: a free header
+    /// on the device first, then the free list.
+    pub(crate) fn release_index_segments(&self, segs: &[u32]) -> Result<()> {
+        let mut first_err = None;
+        for &seg in segs {
+            // The alloc_seq of a free header only has to be at most the
+            // highest one handed out; keep allocation sequences growing.
+            let alloc_seq = self.horizon();
+            match self.write_header(seg, SegmentKind::Free, Stream::User, alloc_seq, 0) {
+                Ok(()) => {
+                    let mut inner = self.lock();
+                    debug_assert_eq!(inner.state[seg as usize], SegState::Index);
+                    inner.state[seg as usize] = SegState::Free;
+                    inner.free.insert(seg);
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        self.wake_all();
+        first_err.map_or(Ok(()), Err)
     }
 
     /// (low, high) free-segment watermarks of GC.

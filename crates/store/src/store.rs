@@ -46,7 +46,7 @@ use granary_io::{AlignedBuf, Device, FileDevice, IoCountersSnapshot, OpenMode};
 use granary_rt::block_on;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 
 /// Number of key stripe locks serialising mutations of one key.
@@ -85,6 +85,8 @@ pub struct Stats {
     pub segments_free: u64,
     pub segments_open: u64,
     pub segments_closed: u64,
+    /// Segments holding the current index checkpoint.
+    pub segments_index: u64,
     /// Keys with a value.
     pub keys: u64,
     /// Deleted keys whose tombstone is still current.
@@ -108,6 +110,9 @@ pub struct Stats {
     pub segments_opened: u64,
     /// GC starts below `.0` free segments and stops at `.1`.
     pub gc_watermarks: (usize, usize),
+    pub checkpoints: crate::checkpoint::CheckpointStats,
+    /// Random id of this open session (written into its checkpoints).
+    pub session: u64,
 }
 
 impl Stats {
@@ -162,10 +167,15 @@ impl Counters {
     }
 }
 
+/// Tells the checkpoint thread to stop: a flag and its condvar.
+type StopSignal = (Mutex<bool>, Condvar);
+
 /// An open store. Share it between threads by reference or `Arc`.
 pub struct Store {
     pub(crate) core: Arc<Core>,
     gc: Option<JoinHandle<()>>,
+    checkpointer: Option<(Arc<StopSignal>, JoinHandle<()>)>,
+    checkpoint_on_close: bool,
 }
 
 /// The engine state, shared by the store's users and its GC thread.
@@ -185,6 +195,11 @@ pub(crate) struct Core {
     /// Held by GC while it reclaims a segment and by `verify` throughout,
     /// so verify never sees records move under it.
     pub(crate) gc_lock: Mutex<()>,
+    /// Random id of this open session, written into checkpoints.
+    pub(crate) session: u64,
+    /// The checkpoint relied on now; held while one is written.
+    pub(crate) checkpoint: Mutex<crate::checkpoint::Current>,
+    pub(crate) checkpoint_counters: crate::checkpoint::CheckpointCounters,
 }
 
 fn random_uuid() -> Result<[u8; 16]> {
@@ -207,7 +222,7 @@ fn random_uuid() -> Result<[u8; 16]> {
     Ok(u)
 }
 
-fn now_unix_ms() -> u64 {
+pub(crate) fn now_unix_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
@@ -280,9 +295,17 @@ impl Store {
                 dev.block_bytes()
             )));
         }
+        let headers = crate::recover::read_segment_headers(dev.as_ref(), &sb)?;
+        let loaded = if opts.use_checkpoint { crate::checkpoint::find(dev.as_ref(), &sb, &headers) } else { None };
+        let index_cfg = match &loaded {
+            Some(l) => IndexConfig::with_tables(sb.index_table_homes, l.manifest.tables_log2),
+            None => IndexConfig::new(sb.index_table_homes),
+        };
+        let mut session = [0u8; 8];
+        session.copy_from_slice(&random_uuid()?[..8]);
         let core = Core {
             seed: record_seed(&sb.uuid),
-            index: Index::new(IndexConfig::new(sb.index_table_homes)),
+            index: Index::new(index_cfg),
             space: Space::new(dev.clone(), sb.clone(), opts.durability, opts.gc),
             next_seq: AtomicU64::new(1),
             counters: Counters::default(),
@@ -292,10 +315,13 @@ impl Store {
             poisoned: OnceLock::new(),
             gc_counters: Default::default(),
             gc_lock: Mutex::new(()),
+            session: u64::from_le_bytes(session),
+            checkpoint: Mutex::new(Default::default()),
+            checkpoint_counters: Default::default(),
             dev,
             sb,
         };
-        core.recover()?;
+        core.recover(headers, loaded, opts)?;
         let core = Arc::new(core);
         let gc = if opts.gc {
             let c = core.clone();
@@ -307,7 +333,19 @@ impl Store {
         } else {
             None
         };
-        Ok(Store { core, gc })
+        let checkpointer = match opts.checkpoint_interval {
+            Some(every) => {
+                let stop = Arc::new((Mutex::new(false), Condvar::new()));
+                let (c, st) = (core.clone(), stop.clone());
+                let handle = std::thread::Builder::new()
+                    .name("granary-ckpt".into())
+                    .spawn(move || checkpoint_loop(&c, &st, every))
+                    .map_err(Error::Device)?;
+                Some((stop, handle))
+            }
+            None => None,
+        };
+        Ok(Store { core, gc, checkpointer, checkpoint_on_close: opts.checkpoint_on_close })
     }
 
     fn read_superblock(dev: &dyn Device) -> Result<Superblock> {
@@ -673,7 +711,7 @@ impl Core {
 
     /// Figures of the store now.
     pub fn stats(&self) -> Stats {
-        let (free, open, closed) = self.space.counts();
+        let (free, open, closed, index_segs) = self.space.counts();
         let c = &self.counters;
         Stats {
             device: self.dev.describe(),
@@ -684,6 +722,7 @@ impl Core {
             segments_free: free,
             segments_open: open,
             segments_closed: closed,
+            segments_index: index_segs,
             keys: c.keys.load(Relaxed),
             tombstones: c.tombstones.load(Relaxed),
             live_bytes: self.space.live_bytes(),
@@ -700,6 +739,11 @@ impl Core {
             gc: self.gc_counters.snapshot(),
             segments_opened: self.space.horizon(),
             gc_watermarks: self.space.watermarks(),
+            checkpoints: {
+                let id = self.checkpoint.lock().unwrap_or_else(|e| e.into_inner()).id;
+                self.checkpoint_counters.snapshot(id)
+            },
+            session: self.session,
         }
     }
 
@@ -782,6 +826,13 @@ impl Store {
     }
 
     fn stop_gc(&mut self) {
+        if let Some((stop, h)) = self.checkpointer.take() {
+            *stop.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            stop.1.notify_all();
+            if h.join().is_err() {
+                tracing::error!("the checkpoint thread panicked");
+            }
+        }
         self.core.space.shutdown();
         if let Some(h) = self.gc.take() {
             if h.join().is_err() {
@@ -790,11 +841,48 @@ impl Store {
         }
     }
 
-    /// Stop GC, flush and close. Dropping a store without calling this is a
-    /// crash as far as the device is concerned, which recovery handles.
+    /// Write an index checkpoint now (writers go on meanwhile). Recovery
+    /// then loads it and replays only the log written since.
+    pub fn checkpoint(&self) -> Result<crate::checkpoint::CheckpointStats> {
+        crate::checkpoint::write(&self.core, false)
+    }
+
+    /// Stop GC, write a clean checkpoint (unless disabled in the open
+    /// options), flush and close. Callers must have finished their
+    /// operations (`close` takes the store by value, so none can start).
+    /// Dropping a store without calling this is a crash as far as the
+    /// device is concerned, which recovery handles.
     pub fn close(mut self) -> Result<()> {
         self.stop_gc();
+        if self.checkpoint_on_close && self.core.check_writable().is_ok() {
+            crate::checkpoint::write(&self.core, true)?;
+        }
         self.core.dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })
+    }
+}
+
+/// The background checkpoint thread: a checkpoint every `every` while the
+/// store changes, until told to stop.
+fn checkpoint_loop(core: &Core, stop: &StopSignal, every: std::time::Duration) {
+    let mut stopped = stop.0.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let deadline = std::time::Instant::now() + every;
+        while !*stopped {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            stopped = stop.1.wait_timeout(stopped, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        if *stopped {
+            return;
+        }
+        drop(stopped);
+        if core.check_writable().is_ok() && crate::checkpoint::stale(core) {
+            // Failures are logged and counted; the next round tries again.
+            let _ = crate::checkpoint::write(core, false);
+        }
+        stopped = stop.0.lock().unwrap_or_else(|e| e.into_inner());
     }
 }
 

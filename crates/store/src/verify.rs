@@ -102,7 +102,7 @@ pub(crate) fn verify(store: &Core) -> Result<VerifyReport> {
         }
     }
 
-    for (s, _) in read_segment_headers(store.dev.as_ref(), &store.sb)?.0 {
+    for (s, _) in read_segment_headers(store.dev.as_ref(), &store.sb)?.kv {
         let mut scan = SegmentScanner::new(store.dev.as_ref(), &store.sb, store.seed, s.seg, s.alloc_seq as u32);
         while let Some(rec) = scan.next_record()? {
             r.records_scanned += 1;

@@ -1,0 +1,451 @@
+//! [`FaultDevice`]: an in-memory device that injects the faults a real disk
+//! and a real crash produce, driven by a seed, for crash simulation.
+//!
+//! Fault model:
+//!
+//! - **Crash point.** [`FaultDevice::plan_crash`] picks the write at which
+//!   the process (or the machine) dies. That write is *torn*: a seeded
+//!   prefix of its 512-byte sectors reaches the media, the rest does not.
+//!   It and every later write and flush fail with EIO (the process is
+//!   dead); reads keep answering from what was written, so a dying process
+//!   can finish its bookkeeping without seeing impossible data.
+//! - **What survives** is decided at [`FaultDevice::restart`]:
+//!   - [`CrashKind::Process`] (the process was killed, the kernel and the
+//!     drive went on): every write that completed before the crash point is
+//!     on the media, plus the torn prefix.
+//!   - [`CrashKind::Power`] (power loss on a drive with a volatile write
+//!     cache): the media holds what the last successful flush covered; of
+//!     the writes completed since, each one independently survives or is
+//!     dropped (seeded), which is what a drive that reorders its write-back
+//!     may leave; the torn prefix may survive too. With
+//!     `CrashKind::Power` and a seed that drops them all, this is "every
+//!     write not yet flushed is lost".
+//! - **EIO on chosen operations.** [`FaultDevice::fail_nth`] makes the n-th
+//!   read, write or flush from now fail with EIO (once, or from then on),
+//!   without a crash.
+//! - **Reordered completions.** With [`FaultDevice::reorder`], the async
+//!   forms of read and write yield to the executor a seeded number of times
+//!   before they take effect, so operations issued concurrently by tasks
+//!   complete in an order other than their submission order.
+//!
+//! Not modelled: bit rot of data at rest (tests flip bytes themselves with
+//! [`FaultDevice::with_bytes_mut`]), writes torn at a granularity finer
+//! than a sector, and misdirected writes.
+
+use crate::{check_range, AlignedBuf, Device, IoCounters, IoFuture, IoResult};
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+/// What kind of crash a plan simulates (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashKind {
+    Process,
+    Power,
+}
+
+/// Which operations [`FaultDevice::fail_nth`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    Read,
+    Write,
+    Flush,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    writes_left: u64,
+    kind: CrashKind,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Failure {
+    op: OpKind,
+    left: u64,
+    sticky: bool,
+    fired: bool,
+}
+
+struct State {
+    /// What reads see: every completed write applied.
+    current: Vec<u8>,
+    /// What the media holds for certain: the image at the last flush.
+    durable: Vec<u8>,
+    /// Writes completed since the last flush, in order (offset, bytes).
+    unflushed: Vec<(u64, Vec<u8>)>,
+    plan: Option<Plan>,
+    /// The crash happened: the torn write (offset, surviving prefix).
+    crashed: Option<(CrashKind, u64, Vec<u8>)>,
+    failures: Vec<Failure>,
+    rng: u64,
+    reorder: bool,
+}
+
+impl State {
+    fn next(&mut self) -> u64 {
+        // splitmix64
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+
+    /// Whether an injected failure hits this operation.
+    fn injected(&mut self, op: OpKind) -> bool {
+        let mut hit = false;
+        for f in self.failures.iter_mut().filter(|f| f.op == op) {
+            if f.fired {
+                hit |= f.sticky;
+            } else if f.left == 0 {
+                f.fired = true;
+                hit = true;
+            } else {
+                f.left -= 1;
+            }
+        }
+        hit
+    }
+}
+
+/// A seeded fault-injecting device in DRAM (see the module doc).
+pub struct FaultDevice {
+    state: Mutex<State>,
+    size: u64,
+    counters: IoCounters,
+}
+
+fn eio() -> io::Error {
+    io::Error::from_raw_os_error(libc::EIO)
+}
+
+impl FaultDevice {
+    /// A zeroed device of `size_bytes` (512-byte blocks); `seed` drives every
+    /// random choice it makes.
+    pub fn new(size_bytes: u64, seed: u64) -> FaultDevice {
+        assert!(size_bytes.is_multiple_of(512));
+        let n = size_bytes as usize;
+        FaultDevice {
+            state: Mutex::new(State {
+                current: vec![0; n],
+                durable: vec![0; n],
+                unflushed: Vec::new(),
+                plan: None,
+                crashed: None,
+                failures: Vec::new(),
+                rng: seed ^ 0x5EED_F00D_CAFE_BABE,
+                reorder: false,
+            }),
+            size: size_bytes,
+            counters: IoCounters::default(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Crash at the write after `writes` more successful writes.
+    pub fn plan_crash(&self, writes: u64, kind: CrashKind) {
+        self.lock().plan = Some(Plan { writes_left: writes, kind });
+    }
+
+    /// Whether the planned crash happened.
+    pub fn crashed(&self) -> bool {
+        self.lock().crashed.is_some()
+    }
+
+    /// Make the `n`-th operation of kind `op` from now (0: the next) fail
+    /// with EIO; with `sticky`, every later one too.
+    pub fn fail_nth(&self, op: OpKind, n: u64, sticky: bool) {
+        self.lock().failures.push(Failure { op, left: n, sticky, fired: false });
+    }
+
+    /// Forget injected failures.
+    pub fn clear_failures(&self) {
+        self.lock().failures.clear();
+    }
+
+    /// Delay async completions by a seeded number of executor yields.
+    pub fn reorder(&self, on: bool) {
+        self.lock().reorder = on;
+    }
+
+    /// Bring the device back as after a reboot: the media is what the
+    /// crash left (see [`CrashKind`]); without a crash, what was written.
+    pub fn restart(&self) {
+        let mut st = self.lock();
+        let st = &mut *st;
+        match st.crashed.take() {
+            None | Some((CrashKind::Process, _, _)) => {
+                // Completed writes (and the torn prefix, already applied) stay.
+                st.durable.clone_from(&st.current);
+            }
+            Some((CrashKind::Power, torn_at, torn)) => {
+                let mut media = std::mem::take(&mut st.durable);
+                let writes = std::mem::take(&mut st.unflushed);
+                for (off, bytes) in writes {
+                    if st.next() & 1 == 1 {
+                        media[off as usize..off as usize + bytes.len()].copy_from_slice(&bytes);
+                    }
+                }
+                if st.next() & 1 == 1 {
+                    media[torn_at as usize..torn_at as usize + torn.len()].copy_from_slice(&torn);
+                }
+                st.current.clone_from(&media);
+                st.durable = media;
+            }
+        }
+        st.unflushed.clear();
+        st.plan = None;
+        st.failures.clear();
+    }
+
+    /// Run `f` on the bytes reads see (tests: corrupt, inspect).
+    pub fn with_bytes_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        let mut st = self.lock();
+        let r = f(&mut st.current);
+        let cur = st.current.clone();
+        st.durable = cur;
+        st.unflushed.clear();
+        r
+    }
+
+    fn delay(&self) -> u32 {
+        let mut st = self.lock();
+        if st.reorder {
+            st.below(4) as u32
+        } else {
+            0
+        }
+    }
+}
+
+impl Device for FaultDevice {
+    fn read_at(&self, mut buf: AlignedBuf, offset: u64) -> IoResult {
+        if let Err(e) = check_range(self, buf.len(), offset) {
+            return (buf, Err(e));
+        }
+        let mut st = self.lock();
+        if st.injected(OpKind::Read) {
+            return (buf, Err(eio()));
+        }
+        let o = offset as usize;
+        let n = buf.len();
+        buf.copy_from_slice(&st.current[o..o + n]);
+        drop(st);
+        self.counters.read(n);
+        (buf, Ok(()))
+    }
+
+    fn write_at(&self, buf: AlignedBuf, offset: u64) -> IoResult {
+        if let Err(e) = check_range(self, buf.len(), offset) {
+            return (buf, Err(e));
+        }
+        let mut st = self.lock();
+        if st.crashed.is_some() || st.injected(OpKind::Write) {
+            return (buf, Err(eio()));
+        }
+        let o = offset as usize;
+        let n = buf.len();
+        if let Some(p) = st.plan.as_mut() {
+            if p.writes_left == 0 {
+                let kind = p.kind;
+                let sectors = (n / 512) as u64;
+                let keep = st.below(sectors + 1) as usize * 512;
+                st.current[o..o + keep].copy_from_slice(&buf[..keep]);
+                st.crashed = Some((kind, offset, buf[..keep].to_vec()));
+                return (buf, Err(eio()));
+            }
+            p.writes_left -= 1;
+        }
+        st.current[o..o + n].copy_from_slice(&buf);
+        st.unflushed.push((offset, buf.to_vec()));
+        drop(st);
+        self.counters.write(n);
+        (buf, Ok(()))
+    }
+
+    fn read_at_async(&self, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
+        match self.delay() {
+            0 => IoFuture::ready(self.read_at(buf, offset)),
+            n => IoFuture::Pending(Box::pin(async move {
+                Yields(n).await;
+                self.read_at(buf, offset)
+            })),
+        }
+    }
+
+    fn write_at_async(&self, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
+        match self.delay() {
+            0 => IoFuture::ready(self.write_at(buf, offset)),
+            n => IoFuture::Pending(Box::pin(async move {
+                Yields(n).await;
+                self.write_at(buf, offset)
+            })),
+        }
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        let mut st = self.lock();
+        if st.crashed.is_some() || st.injected(OpKind::Flush) {
+            return Err(eio());
+        }
+        let st = &mut *st;
+        for (off, bytes) in st.unflushed.drain(..) {
+            st.durable[off as usize..off as usize + bytes.len()].copy_from_slice(&bytes);
+        }
+        self.counters.flushes.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.size
+    }
+
+    fn block_bytes(&self) -> u32 {
+        512
+    }
+
+    fn counters(&self) -> &IoCounters {
+        &self.counters
+    }
+
+    fn describe(&self) -> String {
+        format!("fault-injecting memory device ({} bytes)", self.size)
+    }
+}
+
+/// A future that yields `n` times to its executor, then completes.
+struct Yields(u32);
+
+impl Future for Yields {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 == 0 {
+            return Poll::Ready(());
+        }
+        self.0 -= 1;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dev: &FaultDevice, fill: u8, offset: u64, len: usize) -> io::Result<()> {
+        let mut b = AlignedBuf::zeroed(len);
+        b.fill(fill);
+        dev.write_at(b, offset).1
+    }
+
+    fn bytes(dev: &FaultDevice, offset: usize, len: usize) -> Vec<u8> {
+        dev.with_bytes_mut(|b| b[offset..offset + len].to_vec())
+    }
+
+    #[test]
+    fn process_crash_keeps_completed_writes_and_tears_one() {
+        let mut prefixes = std::collections::BTreeSet::new();
+        for seed in 0..32 {
+            let dev = FaultDevice::new(1 << 16, seed);
+            dev.plan_crash(1, CrashKind::Process);
+            write(&dev, 0xAB, 0, 4096).unwrap();
+            assert!(write(&dev, 0xCD, 8192, 4096).is_err());
+            assert!(dev.crashed());
+            assert!(write(&dev, 0xEE, 0, 512).is_err(), "dead after the crash");
+            assert!(dev.flush().is_err());
+            dev.restart();
+            assert!(bytes(&dev, 0, 4096).iter().all(|&x| x == 0xAB), "seed {seed}: completed write kept");
+            let torn = bytes(&dev, 8192, 4096);
+            let kept = torn.iter().take_while(|&&x| x == 0xCD).count();
+            assert_eq!(kept % 512, 0, "torn at a sector boundary");
+            assert!(torn[kept..].iter().all(|&x| x == 0));
+            prefixes.insert(kept);
+            write(&dev, 1, 0, 512).unwrap();
+        }
+        assert!(prefixes.len() > 3, "seeds choose different tears: {prefixes:?}");
+    }
+
+    #[test]
+    fn power_loss_drops_unflushed_writes_independently() {
+        let mut outcomes = std::collections::BTreeSet::new();
+        for seed in 0..64 {
+            let dev = FaultDevice::new(1 << 16, seed);
+            write(&dev, 1, 0, 512).unwrap();
+            dev.flush().unwrap();
+            write(&dev, 2, 512, 512).unwrap();
+            write(&dev, 3, 1024, 512).unwrap();
+            dev.plan_crash(0, CrashKind::Power);
+            assert!(write(&dev, 4, 1536, 512).is_err());
+            dev.restart();
+            assert_eq!(bytes(&dev, 0, 1)[0], 1, "seed {seed}: flushed write survives");
+            let got = (bytes(&dev, 512, 1)[0], bytes(&dev, 1024, 1)[0]);
+            assert!(matches!(got.0, 0 | 2) && matches!(got.1, 0 | 3), "seed {seed}: {got:?}");
+            outcomes.insert(got);
+        }
+        assert_eq!(outcomes.len(), 4, "every subset of unflushed writes occurs: {outcomes:?}");
+    }
+
+    #[test]
+    fn injected_eio_hits_the_chosen_operation() {
+        let dev = FaultDevice::new(1 << 16, 7);
+        dev.fail_nth(OpKind::Write, 2, false);
+        write(&dev, 1, 0, 512).unwrap();
+        write(&dev, 1, 512, 512).unwrap();
+        assert_eq!(write(&dev, 1, 1024, 512).unwrap_err().raw_os_error(), Some(libc::EIO));
+        write(&dev, 1, 1536, 512).unwrap();
+        dev.fail_nth(OpKind::Flush, 0, true);
+        assert!(dev.flush().is_err());
+        assert!(dev.flush().is_err(), "sticky");
+        dev.fail_nth(OpKind::Read, 0, false);
+        assert!(dev.read_at(AlignedBuf::zeroed(512), 0).1.is_err());
+        assert!(dev.read_at(AlignedBuf::zeroed(512), 0).1.is_ok());
+    }
+
+    #[test]
+    fn reordered_completions_finish_out_of_submission_order() {
+        let dev = FaultDevice::new(1 << 16, 3);
+        dev.reorder(true);
+        let order = Mutex::new(Vec::new());
+        let futs: Vec<_> = (0..16u64)
+            .map(|i| {
+                let (dev, order) = (&dev, &order);
+                async move {
+                    let mut b = AlignedBuf::zeroed(512);
+                    b.fill(i as u8);
+                    dev.write_at_async(b, i * 512).await.1.unwrap();
+                    order.lock().unwrap().push(i);
+                }
+            })
+            .collect();
+        // Poll all of them round-robin, like an executor would.
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let mut futs: Vec<_> = futs.into_iter().map(Box::pin).collect();
+        let mut done = vec![false; futs.len()];
+        while done.iter().any(|d| !d) {
+            for (i, f) in futs.iter_mut().enumerate() {
+                if !done[i] && f.as_mut().poll(&mut cx).is_ready() {
+                    done[i] = true;
+                }
+            }
+        }
+        drop(futs);
+        let order = order.into_inner().unwrap();
+        assert_eq!(order.len(), 16);
+        assert!(order.windows(2).any(|w| w[0] > w[1]), "completions reordered: {order:?}");
+    }
+}

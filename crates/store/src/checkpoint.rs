@@ -1,0 +1,354 @@
+//! Index checkpoints (uDepot §4.4): writing them while the store runs, and
+//! finding the newest valid one on open.
+//!
+//! **Writing** ([`write`]). Record what the checkpoint covers
+//! (`Space::capture_for_checkpoint`: the alloc_seq from which KV segments
+//! must be replayed, and every KV segment's alloc_seq), then walk the index
+//! ([`granary_index::Index::snapshot`], region by region under the region
+//! locks: writers wait for one region at most, never for the checkpoint),
+//! take free segments (never GC's reserve) and write the items, flush,
+//! write the manifest, flush again, and only then free the previous
+//! checkpoint's segments. A crash at any point leaves the previous
+//! checkpoint valid, or the new one.
+//!
+//! **Why a fuzzy walk is enough.** Every record in a segment below
+//! `replay_from` was indexed before the walk began, so the walk sees it or
+//! what replaced it; everything else is replayed from the log. An item can
+//! still be stale: its segment may have been reclaimed by GC (relocated
+//! records land in segments that are replayed; dead ones need no entry) or
+//! reused. The loader therefore keeps an item only if its segment is still
+//! a KV segment with the alloc_seq the checkpoint recorded, and below
+//! `replay_from` (items in replayed segments come back by the replay).
+//!
+//! **Clean shutdown** is never assumed: the close writes a checkpoint
+//! flagged clean with nothing to replay, and the next open calls the
+//! shutdown clean only if that manifest and its body pass their checksums
+//! and no KV segment was opened after it. A store reopened from a clean
+//! checkpoint starts a new segment for its writes, so whatever it writes is
+//! replayed if it crashes before its own next checkpoint.
+
+use crate::error::{Error, Result};
+use crate::recover::Headers;
+use crate::store::Core;
+use granary_format::checkpoint::{Item, Manifest, ITEM_BYTES};
+use granary_format::checksum::{crc32c, crc32c_append};
+use granary_format::limits::{grains_for, KV_SIZE_GRAINS_MAX};
+use granary_format::Superblock;
+use granary_index::Entry;
+use granary_io::{AlignedBuf, Device};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+/// Bytes written or read per IO while moving a checkpoint body.
+const CHECKPOINT_IO_BYTES: usize = 1 << 20;
+
+/// What checkpoints have done since the store was opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckpointStats {
+    /// Checkpoints written.
+    pub written: u64,
+    /// Checkpoints that could not be written (no free segment, IO error).
+    pub failed: u64,
+    /// Id (alloc_seq of its first segment) of the current checkpoint; 0 if none.
+    pub current_id: u64,
+    /// Entries and bytes of the last checkpoint written, and how long it took.
+    pub last_entries: u64,
+    pub last_bytes: u64,
+    pub last_millis: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct CheckpointCounters {
+    written: AtomicU64,
+    failed: AtomicU64,
+    last_entries: AtomicU64,
+    last_bytes: AtomicU64,
+    last_millis: AtomicU64,
+}
+
+/// The checkpoint the store relies on now: its segments (freed when a newer
+/// one is complete), and the state it captured (to skip a checkpoint when
+/// nothing changed since).
+#[derive(Default)]
+pub(crate) struct Current {
+    pub id: u64,
+    pub segs: Vec<u32>,
+    pub next_seq: u64,
+    pub next_alloc_seq: u64,
+}
+
+impl CheckpointCounters {
+    pub(crate) fn snapshot(&self, current_id: u64) -> CheckpointStats {
+        CheckpointStats {
+            written: self.written.load(Relaxed),
+            failed: self.failed.load(Relaxed),
+            current_id,
+            last_entries: self.last_entries.load(Relaxed),
+            last_bytes: self.last_bytes.load(Relaxed),
+            last_millis: self.last_millis.load(Relaxed),
+        }
+    }
+}
+
+/// Where the body of a checkpoint goes: a sequence of (device offset, bytes) runs.
+fn body_runs(sb: &Superblock, segs: &[u32], manifest_grains: u64, body_bytes: u64) -> Vec<(u64, u64)> {
+    let g = sb.grain_bytes as u64;
+    let mut runs = Vec::new();
+    let mut left = body_bytes;
+    for (i, &seg) in segs.iter().enumerate() {
+        let first = if i == 0 { 1 + manifest_grains } else { 1 };
+        let room = (sb.segment_grains() - first) * g;
+        let n = left.min(room);
+        if n > 0 {
+            runs.push((sb.segment_offset(seg) + first * g, n));
+        }
+        left -= n;
+    }
+    debug_assert_eq!(left, 0);
+    runs
+}
+
+/// Grains the manifest of a store with `segments` segments may need.
+fn manifest_grains(sb: &Superblock) -> u64 {
+    let n = sb.segment_count as usize;
+    grains_for(Manifest::bytes_for(n, n) as u64, sb.grain_bytes)
+}
+
+/// Segments a body of `body_bytes` needs, the manifest in the first.
+fn segments_needed(sb: &Superblock, body_bytes: u64) -> Option<usize> {
+    let g = sb.grain_bytes as u64;
+    let per = (sb.segment_grains() - 1) * g;
+    let mg = manifest_grains(sb) * g;
+    if mg >= per {
+        return None;
+    }
+    Some(((body_bytes + mg).div_ceil(per)).max(1) as usize)
+}
+
+/// Write a checkpoint of the index now. `clean`: the store is closing and
+/// no writer runs (the caller guarantees it).
+pub(crate) fn write(core: &Core, clean: bool) -> Result<CheckpointStats> {
+    let mut cur = core.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
+    let started = Instant::now();
+    let r = write_locked(core, &mut cur, clean);
+    let c = &core.checkpoint_counters;
+    match &r {
+        Ok((entries, bytes)) => {
+            c.written.fetch_add(1, Relaxed);
+            c.last_entries.store(*entries, Relaxed);
+            c.last_bytes.store(*bytes, Relaxed);
+            c.last_millis.store(started.elapsed().as_millis() as u64, Relaxed);
+            let millis = started.elapsed().as_millis() as u64;
+            if millis >= 1000 {
+                tracing::info!(id = cur.id, entries, bytes, millis, clean, "index checkpoint written");
+            } else {
+                tracing::debug!(id = cur.id, entries, bytes, millis, clean, "index checkpoint written");
+            }
+        }
+        Err(e) => {
+            c.failed.fetch_add(1, Relaxed);
+            tracing::warn!(error = %e, "index checkpoint not written; recovery falls back to the previous one or a log scan");
+        }
+    }
+    let id = cur.id;
+    r.map(|_| c.snapshot(id))
+}
+
+/// Whether the store changed since the current checkpoint.
+pub(crate) fn stale(core: &Core) -> bool {
+    let cur = core.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
+    cur.id == 0 || cur.next_seq != core.next_seq.load(Relaxed) || cur.next_alloc_seq != core.space.horizon() + 1
+}
+
+fn write_locked(core: &Core, cur: &mut Current, clean: bool) -> Result<(u64, u64)> {
+    core.check_writable()?;
+    let sb = &core.sb;
+    let g = sb.grain_bytes as u64;
+    let (replay_from, next_alloc_seq, seg_alloc) = core.space.capture_for_checkpoint(clean);
+    let next_seq = core.next_seq.load(Relaxed);
+    let mut walked: Vec<(usize, Entry)> = Vec::with_capacity(core.index.stats().entries as usize + 1024);
+    let tables_log2 = core.index.snapshot(|home, e| walked.push((home, e)));
+    // Sizes the entries do not give (tombstones, huge records) are read
+    // from the record headers now, off the index locks. A record that moved
+    // meanwhile fails its stamp check: size 0, the loader reads it if the
+    // item is still kept.
+    let items: Vec<Item> = walked
+        .iter()
+        .map(|&(home, e)| {
+            let grains = match e.kv_size() {
+                n if n != 0 && n != KV_SIZE_GRAINS_MAX => n,
+                _ => core.read_record(e, false).map(|(h, _)| h.grains(sb.grain_bytes) as u32).unwrap_or(0),
+            };
+            Item { entry: e.with_neigh_off(0).0, home: home as u32, grains }
+        })
+        .collect();
+    drop(walked);
+    let body_bytes = (items.len() * ITEM_BYTES) as u64;
+    let Some(n) = segments_needed(sb, body_bytes) else {
+        return Err(Error::InvalidOptions(format!(
+            "a checkpoint manifest for {} segments does not fit in one segment of {} bytes",
+            sb.segment_count, sb.segment_bytes
+        )));
+    };
+    let taken = core.space.take_index_segments(n)?;
+    let segs: Vec<u32> = taken.iter().map(|t| t.0).collect();
+    let id = taken[0].1;
+    let written = write_body_and_manifest(core, &segs, &items, |body_crc| Manifest {
+        clean,
+        id,
+        session: core.session,
+        replay_from,
+        next_seq,
+        next_alloc_seq,
+        created_unix_ms: crate::store::now_unix_ms(),
+        entries: items.len() as u64,
+        tables_log2,
+        table_homes: sb.index_table_homes,
+        body_crc,
+        body_segments: segs.clone(),
+        seg_alloc: seg_alloc.clone(),
+    });
+    if let Err(e) = written {
+        core.space.release_index_segments(&segs).ok();
+        // A failed write or flush means the device is failing: refuse writes.
+        return Err(match e {
+            e @ Error::Io { .. } => core.poison(e),
+            e => e,
+        });
+    }
+    let old = std::mem::replace(cur, Current { id, segs, next_seq, next_alloc_seq });
+    if let Err(e) = core.space.release_index_segments(&old.segs) {
+        tracing::warn!(error = %e, "could not free the previous checkpoint's segments");
+    }
+    Ok((items.len() as u64, body_bytes + manifest_grains(sb) * g))
+}
+
+fn write_body_and_manifest(
+    core: &Core,
+    segs: &[u32],
+    items: &[Item],
+    manifest: impl FnOnce(u32) -> Manifest,
+) -> Result<()> {
+    let sb = &core.sb;
+    let g = sb.grain_bytes as u64;
+    let dev = core.dev.as_ref();
+    let mg = manifest_grains(sb);
+    let body_bytes = (items.len() * ITEM_BYTES) as u64;
+    let mut crc = 0u32;
+    let mut next = 0usize; // next item to encode
+    let mut pending: Vec<u8> = Vec::new(); // encoded bytes not yet written
+    for (offset, len) in body_runs(sb, segs, mg, body_bytes) {
+        let mut done = 0u64;
+        while done < len {
+            let chunk = (len - done).min(CHECKPOINT_IO_BYTES as u64) as usize;
+            while pending.len() < chunk && next < items.len() {
+                let mut b = [0u8; ITEM_BYTES];
+                items[next].encode(&mut b);
+                pending.extend_from_slice(&b);
+                next += 1;
+            }
+            let padded = grains_for(chunk as u64, sb.grain_bytes) * g;
+            let mut buf = AlignedBuf::zeroed(padded as usize);
+            buf[..chunk].copy_from_slice(&pending[..chunk]);
+            crc = crc32c_append(crc, &pending[..chunk]);
+            pending.drain(..chunk);
+            let at = offset + done;
+            let (_, r) = dev.write_at(buf, at);
+            r.map_err(|source| Error::Io { op: "checkpoint write", offset: at, source })?;
+            done += chunk as u64;
+        }
+    }
+    dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })?;
+    let m = manifest(crc);
+    let mut buf = AlignedBuf::zeroed((mg * g) as usize);
+    m.encode(&mut buf);
+    let at = sb.segment_offset(segs[0]) + g;
+    let (_, r) = dev.write_at(buf, at);
+    r.map_err(|source| Error::Io { op: "checkpoint manifest write", offset: at, source })?;
+    dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })
+}
+
+/// A checkpoint read back and checked.
+pub(crate) struct Loaded {
+    pub manifest: Manifest,
+    pub items: Vec<Item>,
+    pub bytes_read: u64,
+}
+
+/// The newest checkpoint whose manifest, segments and body all check out.
+pub(crate) fn find(dev: &dyn Device, sb: &Superblock, headers: &Headers) -> Option<Loaded> {
+    let g = sb.grain_bytes as u64;
+    let mut candidates = Vec::new();
+    for (seg, h) in &headers.index {
+        if h.first_seq != h.alloc_seq {
+            continue; // not a checkpoint's first segment
+        }
+        let offset = sb.segment_offset(*seg) + g;
+        let (buf, r) = dev.read_at(AlignedBuf::zeroed((manifest_grains(sb) * g) as usize), offset);
+        if let Err(e) = r {
+            tracing::warn!(segment = seg, error = %e, "unreadable checkpoint manifest");
+            continue;
+        }
+        match Manifest::decode(&buf) {
+            Ok(m) if m.id == h.alloc_seq && m.body_segments.first() == Some(seg) => candidates.push(m),
+            Ok(_) => tracing::warn!(segment = seg, "checkpoint manifest does not match its segment; ignored"),
+            // A checkpoint whose manifest was never written (a crash).
+            Err(granary_format::FormatError::BadMagic { found: 0, .. }) => {}
+            Err(e) => tracing::warn!(segment = seg, error = %e, "checkpoint manifest rejected"),
+        }
+    }
+    candidates.sort_by_key(|m| std::cmp::Reverse(m.id));
+    for m in candidates {
+        match load(dev, sb, headers, m) {
+            Ok(l) => return Some(l),
+            Err(e) => tracing::warn!(error = %e, "checkpoint rejected; trying an older one or a log scan"),
+        }
+    }
+    None
+}
+
+fn load(dev: &dyn Device, sb: &Superblock, headers: &Headers, m: Manifest) -> Result<Loaded> {
+    let bad = |detail: String| Error::Corruption { offset: sb.segment_offset(m.body_segments[0]), detail };
+    if m.table_homes != sb.index_table_homes || m.seg_alloc.len() as u64 != sb.segment_count {
+        return Err(bad(format!("checkpoint {} was written for another geometry", m.id)));
+    }
+    for &seg in &m.body_segments {
+        let ok = headers.index.iter().any(|(s, h)| *s == seg && h.first_seq == m.id);
+        if !ok {
+            return Err(bad(format!("segment {seg} of checkpoint {} no longer belongs to it", m.id)));
+        }
+    }
+    let body_bytes = m.entries.checked_mul(ITEM_BYTES as u64).ok_or_else(|| bad("entry count overflows".into()))?;
+    let g = sb.grain_bytes as u64;
+    let runs = body_runs_checked(sb, &m.body_segments, manifest_grains(sb), body_bytes)
+        .ok_or_else(|| bad(format!("checkpoint {} claims more entries than its segments hold", m.id)))?;
+    let mut body = Vec::with_capacity(body_bytes as usize);
+    for (offset, len) in runs {
+        let mut done = 0;
+        while done < len {
+            let chunk = (len - done).min(CHECKPOINT_IO_BYTES as u64);
+            let padded = grains_for(chunk, sb.grain_bytes) * g;
+            let at = offset + done;
+            let (buf, r) = dev.read_at(AlignedBuf::zeroed(padded as usize), at);
+            r.map_err(|source| Error::Io { op: "checkpoint read", offset: at, source })?;
+            body.extend_from_slice(&buf[..chunk as usize]);
+            done += chunk;
+        }
+    }
+    let computed = crc32c(&body);
+    if computed != m.body_crc {
+        return Err(bad(format!(
+            "checkpoint {} body checksum mismatch (stored {:#010x}, computed {computed:#010x})",
+            m.id, m.body_crc
+        )));
+    }
+    let items = body.chunks_exact(ITEM_BYTES).map(Item::decode).collect();
+    Ok(Loaded { manifest: m, items, bytes_read: body_bytes })
+}
+
+/// [`body_runs`], or None if the segments cannot hold the body.
+fn body_runs_checked(sb: &Superblock, segs: &[u32], mg: u64, body_bytes: u64) -> Option<Vec<(u64, u64)>> {
+    let g = sb.grain_bytes as u64;
+    let room = (sb.segment_grains() - 1) * g * segs.len() as u64;
+    (mg * g < (sb.segment_grains() - 1) * g && body_bytes + mg * g <= room).then(|| body_runs(sb, segs, mg, body_bytes))
+}
