@@ -74,7 +74,7 @@ fn materialise(k: u64, w: &Want) -> Option<Vec<u8>> {
 /// One seeded case. Returns (GC reclaimed segments, a checkpoint was loaded).
 fn run_seed(seed: u64) -> (bool, bool) {
     let mut rng = Rng(seed);
-    let kind = if seed % 2 == 0 { CrashKind::Process } else { CrashKind::Power };
+    let kind = if seed.is_multiple_of(2) { CrashKind::Process } else { CrashKind::Power };
     let durability = if kind == CrashKind::Process { Durability::Direct } else { Durability::Flush };
     let dev = Arc::new(FaultDevice::new(3 << 20, seed));
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };

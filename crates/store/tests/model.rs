@@ -15,10 +15,20 @@ use std::sync::Arc;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Put { key: usize, len: usize, fill: u8, mode: PutMode },
+    Put {
+        key: usize,
+        len: usize,
+        fill: u8,
+        mode: PutMode,
+    },
     Delete(usize),
     Get(usize),
+    /// Crash (drop) and reopen.
     Reopen,
+    /// A background-style checkpoint.
+    Checkpoint,
+    /// Clean close (checkpoint) and reopen.
+    CloseReopen,
 }
 
 fn key_pool() -> Vec<Vec<u8>> {
@@ -60,6 +70,8 @@ fn op_strategy(nkeys: usize) -> impl Strategy<Value = Op> {
         3 => (0..nkeys).prop_map(Op::Delete),
         5 => (0..nkeys).prop_map(Op::Get),
         1 => Just(Op::Reopen),
+        1 => Just(Op::Checkpoint),
+        1 => Just(Op::CloseReopen),
     ]
 }
 
@@ -110,6 +122,14 @@ fn run_model(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Reopen => {
                 drop(store);
                 store = Arc::new(Store::open(dev.clone(), &OpenOptions::default()).unwrap());
+            }
+            Op::Checkpoint => {
+                store.checkpoint().unwrap();
+            }
+            Op::CloseReopen => {
+                Arc::try_unwrap(store).ok().expect("no other handle").close().unwrap();
+                store = Arc::new(Store::open(dev.clone(), &OpenOptions::default()).unwrap());
+                prop_assert!(store.stats().recovery.clean_shutdown);
             }
         }
     }

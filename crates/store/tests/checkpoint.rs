@@ -1,0 +1,197 @@
+//! Index checkpoints: clean restarts read no log, crashes after a checkpoint
+//! replay what came later, damaged checkpoints fall back, checkpoints run
+//! beside writers, and IO errors (EIO, failed flush) poison writes only.
+
+use granary_store::io::{Device, FaultDevice, MemDevice, OpKind};
+use granary_store::{CreateOptions, Durability, Error, OpenOptions, Store};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+fn create_opts() -> CreateOptions {
+    CreateOptions { grain_bytes: Some(512), segment_bytes: Some(256 << 10), index_table_homes: Some(64) }
+}
+
+fn opts() -> OpenOptions {
+    OpenOptions { checkpoint_interval: None, ..OpenOptions::default() }
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("k{i:05}").into_bytes()
+}
+
+fn val(i: u64, v: u64) -> Vec<u8> {
+    format!("{i}-{v}-").repeat(1 + (i as usize * 7 + v as usize) % 40).into_bytes()
+}
+
+fn check(s: &Store, model: &HashMap<u64, u64>, keys: u64) {
+    for i in 0..keys {
+        assert_eq!(s.get(&key(i)).unwrap(), model.get(&i).map(|&v| val(i, v)), "key {i}");
+    }
+    assert_eq!(s.stats().keys, model.len() as u64);
+    let r = s.verify().unwrap();
+    assert!(r.is_clean(), "{:?}", r.errors);
+}
+
+#[test]
+fn clean_close_restarts_from_the_checkpoint_without_reading_the_log() {
+    let dev = Arc::new(MemDevice::new(32 << 20));
+    let s = Store::create(dev.clone(), &create_opts(), &opts()).unwrap();
+    let mut model = HashMap::new();
+    for i in 0..2000 {
+        s.put(&key(i), &val(i, 1)).unwrap();
+        model.insert(i, 1);
+    }
+    for i in (0..2000).step_by(3) {
+        assert!(s.delete(&key(i)).unwrap());
+        model.remove(&i);
+    }
+    s.close().unwrap();
+    let reads_before = dev.counters().snapshot().read_bytes;
+    let s = Store::open(dev.clone(), &opts()).unwrap();
+    let r = s.stats().recovery;
+    assert!(r.clean_shutdown, "{r:?}");
+    assert_ne!(r.checkpoint_id, 0);
+    assert_eq!(r.segments_scanned, 0, "no log replayed");
+    assert_eq!(r.checkpoint_entries, 2000, "values and tombstones");
+    // Opening read headers and the checkpoint, far less than the log.
+    let read = dev.counters().snapshot().read_bytes - reads_before;
+    assert!(read < 1 << 20, "a clean open read {read} bytes");
+    check(&s, &model, 2000);
+
+    // Writes after a clean restart, then a crash: they are replayed, even
+    // though the clean checkpoint is still the newest.
+    for i in 0..500 {
+        s.put(&key(i), &val(i, 2)).unwrap();
+        model.insert(i, 2);
+    }
+    drop(s);
+    let s = Store::open(dev.clone(), &opts()).unwrap();
+    let r = s.stats().recovery;
+    assert!(!r.clean_shutdown && r.checkpoint_id != 0 && r.segments_scanned > 0, "{r:?}");
+    check(&s, &model, 2000);
+}
+
+#[test]
+fn a_damaged_newest_checkpoint_falls_back_to_an_older_one_or_a_scan() {
+    let dev = Arc::new(MemDevice::new(32 << 20));
+    let s = Store::create(dev.clone(), &create_opts(), &opts()).unwrap();
+    let mut model = HashMap::new();
+    for i in 0..1500 {
+        s.put(&key(i), &val(i, 1)).unwrap();
+        model.insert(i, 1);
+    }
+    s.close().unwrap();
+    let s = Store::open(dev.clone(), &opts()).unwrap();
+    let first = s.stats().recovery.checkpoint_id;
+    for i in 0..700 {
+        s.put(&key(i), &val(i, 2)).unwrap();
+        model.insert(i, 2);
+    }
+    let ck = s.checkpoint().unwrap();
+    assert!(ck.current_id > first);
+    let seg = s.stats().segment_bytes;
+    drop(s);
+    // Flip a byte in the body of the newest checkpoint.
+    let sb_seg_off = |i: u64| (1u64 << 20) + i * seg;
+    let mut hit = false;
+    dev.with_bytes_mut(|b| {
+        for i in 0..b.len() as u64 / seg - 4 {
+            let o = sb_seg_off(i) as usize;
+            // Segment header: kind at byte 6 (2 = index), alloc_seq at 8.
+            let kind = b[o + 6];
+            let alloc = u64::from_le_bytes(b[o + 8..o + 16].try_into().unwrap());
+            if b[o..o + 4] == *b"GSEG" && kind == 2 && alloc == ck.current_id {
+                b[o + 512 * 3 + 5] ^= 0xFF; // in the body
+                hit = true;
+            }
+        }
+    });
+    assert!(hit, "found the newest checkpoint");
+    let s = Store::open(dev.clone(), &opts()).unwrap();
+    let r = s.stats().recovery;
+    assert!(r.checkpoint_id != ck.current_id, "the damaged checkpoint was not used: {r:?}");
+    assert!(r.segments_scanned > 0);
+    check(&s, &model, 1500);
+}
+
+#[test]
+fn checkpoints_run_beside_writers_and_gc() {
+    let dev = Arc::new(MemDevice::new(8 << 20));
+    let s = Arc::new(Store::create(dev.clone(), &create_opts(), &opts()).unwrap());
+    let threads = 3u64;
+    let per = 400u64;
+    let models: Vec<HashMap<u64, u64>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let s = s.clone();
+                sc.spawn(move || {
+                    let mut m = HashMap::new();
+                    for v in 1..=12u64 {
+                        for j in 0..per {
+                            let i = t * per + j;
+                            if (i + v) % 5 == 0 {
+                                s.delete(&key(i)).unwrap();
+                                m.remove(&i);
+                            } else {
+                                s.put(&key(i), &val(i, v)).unwrap();
+                                m.insert(i, v);
+                            }
+                        }
+                    }
+                    m
+                })
+            })
+            .collect();
+        let mut written = 0;
+        while hs.iter().any(|h| !h.is_finished()) {
+            match s.checkpoint() {
+                Ok(_) => written += 1,
+                Err(Error::NoSpace { .. }) => {}
+                Err(e) => panic!("checkpoint: {e}"),
+            }
+        }
+        assert!(written >= 2, "checkpoints ran during the writes: {written}");
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let model: HashMap<u64, u64> = models.into_iter().flatten().collect();
+    assert!(s.stats().gc.victims > 0, "GC ran");
+    s.checkpoint().ok();
+    drop(s); // crash
+    let s = Store::open(dev.clone(), &opts()).unwrap();
+    assert_ne!(s.stats().recovery.checkpoint_id, 0);
+    check(&s, &model, threads * per);
+    // Same answer from a full scan.
+    drop(s);
+    let s = Store::open(dev.clone(), &OpenOptions { use_checkpoint: false, ..opts() }).unwrap();
+    assert_eq!(s.stats().recovery.checkpoint_id, 0);
+    check(&s, &model, threads * per);
+}
+
+#[test]
+fn failed_flush_poisons_writes_reads_go_on_and_reopen_heals() {
+    let dev = Arc::new(FaultDevice::new(16 << 20, 9));
+    let flush = OpenOptions { durability: Durability::Flush, ..opts() };
+    let s = Store::create(dev.clone(), &create_opts(), &flush).unwrap();
+    s.put(b"a", b"1").unwrap();
+    dev.fail_nth(OpKind::Flush, 0, false);
+    let err = s.put(b"b", b"2").unwrap_err();
+    assert!(matches!(err, Error::Io { op: "flush", .. }), "{err}");
+    let err = s.put(b"c", b"3").unwrap_err();
+    assert!(matches!(err, Error::Poisoned { .. }) && err.to_string().contains("flush"), "{err}");
+    assert!(matches!(s.checkpoint(), Err(Error::Poisoned { .. })));
+    assert_eq!(s.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+    // Closing a poisoned store writes no checkpoint and reports nothing new.
+    drop(s);
+    let s = Store::open(dev.clone(), &flush).unwrap();
+    s.put(b"c", b"3").unwrap();
+    assert_eq!(s.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+    // EIO in the middle of a checkpoint: the checkpoint fails, the store
+    // refuses writes, and the previous state is intact after a reopen.
+    dev.fail_nth(OpKind::Write, 1, false);
+    assert!(matches!(s.checkpoint(), Err(Error::Io { .. })));
+    assert!(matches!(s.put(b"d", b"4"), Err(Error::Poisoned { .. })));
+    drop(s);
+    let s = Store::open(dev.clone(), &flush).unwrap();
+    assert_eq!(s.get(b"c").unwrap().as_deref(), Some(&b"3"[..]));
+    assert!(s.verify().unwrap().is_clean());
+}
