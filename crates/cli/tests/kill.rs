@@ -117,7 +117,7 @@ fn sigkill_at_random_moments_loses_no_acknowledged_write() {
         }
         let report = store.verify().unwrap();
         assert!(report.is_clean(), "seed {seed} cycle {cycle}: {:?}", report.errors);
-        if cycle % 2 == 0 {
+        if cycle.is_multiple_of(2) {
             store.close().unwrap();
         } else {
             drop(store);

@@ -129,7 +129,7 @@ fn checkpoints_run_beside_writers_and_gc() {
                     for v in 1..=12u64 {
                         for j in 0..per {
                             let i = t * per + j;
-                            if (i + v) % 5 == 0 {
+                            if (i + v).is_multiple_of(5) {
                                 s.delete(&key(i)).unwrap();
                                 m.remove(&i);
                             } else {
