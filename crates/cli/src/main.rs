@@ -29,6 +29,9 @@ struct DeviceArgs {
     /// Use the page cache instead of direct IO (for filesystems without O_DIRECT).
     #[arg(long)]
     buffered: bool,
+    /// Ignore index checkpoints on open: rebuild the index by scanning the whole log.
+    #[arg(long)]
+    no_checkpoint: bool,
 }
 
 #[derive(Subcommand)]
@@ -282,7 +285,13 @@ fn mode(buffered: bool) -> OpenMode {
 /// background writes).
 fn open_store(dev: &DeviceArgs, flush: bool, read_only: bool) -> Result<Store, String> {
     let durability = if flush { Durability::Flush } else { Durability::Direct };
-    let mut opts = OpenOptions { durability, gc: !read_only, progress: progress_bar(), ..OpenOptions::default() };
+    let mut opts = OpenOptions {
+        durability,
+        gc: !read_only,
+        progress: progress_bar(),
+        use_checkpoint: !dev.no_checkpoint,
+        ..OpenOptions::default()
+    };
     if read_only {
         // Reads write no checkpoints (recovery may still clear torn records).
         opts.checkpoint_interval = None;
@@ -418,6 +427,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let durability = if flush { Durability::Flush } else { Durability::Direct };
             let opts = OpenOptions {
                 durability,
+                use_checkpoint: !dev.no_checkpoint,
                 checkpoint_interval: (checkpoint_ms > 0).then(|| std::time::Duration::from_millis(checkpoint_ms)),
                 progress: progress_bar(),
                 ..OpenOptions::default()

@@ -34,9 +34,11 @@
 //!         a KV segment in use)
 //! ```
 //!
-//! Item (16 bytes): `entry u64` (the index entry with its neighbourhood
-//! offset zeroed), `home u32` (its home slot in its table), `grains u32`
-//! (the record's size in grains, 0 if the writer did not learn it).
+//! Item (16 bytes): `entry u64` (the index entry as it was in DRAM, its
+//! neighbourhood offset included: the loader puts it back in the same slot
+//! when the slot is free), `home u32` (its home slot in its table),
+//! `grains u32` (the record's size in grains, 0 if the writer did not learn
+//! it).
 
 use crate::bytes::*;
 use crate::checksum::{crc32c, crc32c_append};

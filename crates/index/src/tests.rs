@@ -505,4 +505,18 @@ fn snapshot_sees_each_key_once_under_concurrent_displacement() {
         assert_eq!(pbas(&copy, k), pbas(&idx, k));
     }
     assert_eq!(copy.stats().entries, idx.stats().entries);
+    // And by putting entries back where they were, in two halves from two threads.
+    let copy = Index::new(IndexConfig::with_tables(N as u32, log2));
+    let (a, b) = items.split_at(items.len() / 2);
+    std::thread::scope(|s| {
+        s.spawn(|| copy.restore_batch(a).unwrap());
+        s.spawn(|| copy.restore_batch(b).unwrap());
+    });
+    for &k in &stable {
+        assert_eq!(pbas(&copy, k), pbas(&idx, k));
+    }
+    assert_eq!(copy.stats().entries, idx.stats().entries);
+    let mut again = Vec::new();
+    copy.snapshot(|home, e| again.push((home, e)));
+    assert_eq!(again, items, "every entry back in its slot");
 }

@@ -179,7 +179,7 @@ fn write_locked(core: &Core, cur: &mut Current, clean: bool) -> Result<(u64, u64
                 n if n != 0 && n != KV_SIZE_GRAINS_MAX => n,
                 _ => core.read_record(e, false).map(|(h, _)| h.grains(sb.grain_bytes) as u32).unwrap_or(0),
             };
-            Item { entry: e.with_neigh_off(0).0, home: home as u32, grains }
+            Item { entry: e.0, home: home as u32, grains }
         })
         .collect();
     drop(walked);

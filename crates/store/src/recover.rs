@@ -98,6 +98,40 @@ impl RecoveryReport {
     }
 }
 
+/// The full key hash of every record the scan indexed, by grain address:
+/// candidates sharing a key's home and tag (frequent once the directory
+/// has many tables, whose selector bits the tag repeats) are told apart
+/// without reading them from the device. Lives for one recovery (about 20
+/// bytes a record).
+pub(crate) struct KeyHashes {
+    shards: Vec<Mutex<std::collections::HashMap<u64, u64>>>,
+}
+
+impl KeyHashes {
+    const SHARDS: usize = 64;
+
+    fn new() -> KeyHashes {
+        KeyHashes { shards: (0..Self::SHARDS).map(|_| Mutex::new(Default::default())).collect() }
+    }
+
+    fn shard(&self, pba: u64) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, u64>> {
+        let i = (pba.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % Self::SHARDS;
+        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn get(&self, pba: u64) -> Option<u64> {
+        self.shard(pba).get(&pba).copied()
+    }
+
+    fn insert(&self, pba: u64, h: u64) {
+        self.shard(pba).insert(pba, h);
+    }
+
+    fn remove(&self, pba: u64) {
+        self.shard(pba).remove(&pba);
+    }
+}
+
 /// Reads one segment sequentially and yields its records.
 pub(crate) struct SegmentScanner<'a> {
     dev: &'a dyn Device,
@@ -299,6 +333,7 @@ impl Core {
         let max_seq_seen = AtomicU64::new(max_seq);
         let resume = Mutex::new(None);
         let shared = Mutex::new((RecoveryReport::default(), Instant::now(), 0u64));
+        let hashes = KeyHashes::new();
         let work = || -> Result<()> {
             let mut mine = RecoveryReport::default();
             loop {
@@ -325,7 +360,7 @@ impl Core {
                             "damaged record (body checksum mismatch); its key will report corruption"
                         );
                     }
-                    self.apply(&scan, s.seg, &rec)?;
+                    self.apply(&scan, s.seg, &rec, &hashes)?;
                 }
                 mine.segments_scanned += 1;
                 mine.skipped_grains += scan.skipped_grains;
@@ -418,6 +453,11 @@ impl Core {
                 .map(|items| {
                     let (now, kept) = (&now, &kept);
                     sc.spawn(move || -> Result<()> {
+                        // Counted locally and added once: shared counters
+                        // bounced between cores cost more than the inserts.
+                        let (mut n, mut values, mut tombs) = (0u64, 0u64, 0u64);
+                        let mut live: std::collections::HashMap<u32, u64> = Default::default();
+                        let mut keep = Vec::with_capacity(items.len());
                         for it in items {
                             let e = Entry(it.entry);
                             if e.is_free() || e.pba() > PBA_MAX {
@@ -438,12 +478,22 @@ impl Core {
                                 },
                                 n => n as u64,
                             };
-                            let h = self.index.hash_for(it.home as usize, e.tag());
-                            self.index.insert(h, e.kv_size() as u64, e.pba()).map_err(Error::IndexFull)?;
-                            self.space.add_live(seg, grains * g as u64);
-                            self.counters.added(e.is_tombstone());
-                            kept.fetch_add(1, Relaxed);
+                            keep.push((it.home as usize, e));
+                            *live.entry(seg).or_default() += grains * g as u64;
+                            if e.is_tombstone() {
+                                tombs += 1;
+                            } else {
+                                values += 1;
+                            }
+                            n += 1;
                         }
+                        self.index.restore_batch(&keep).map_err(Error::IndexFull)?;
+                        for (seg, bytes) in live {
+                            self.space.add_live(seg, bytes);
+                        }
+                        self.counters.keys.fetch_add(values, Relaxed);
+                        self.counters.tombstones.fetch_add(tombs, Relaxed);
+                        kept.fetch_add(n, Relaxed);
                         Ok(())
                     })
                 })
@@ -472,7 +522,7 @@ impl Core {
 
     /// Apply one scanned record: it becomes the key's current version if its
     /// sequence number is higher than the one indexed.
-    fn apply(&self, scan: &SegmentScanner<'_>, seg: u32, rec: &Scanned) -> Result<()> {
+    fn apply(&self, scan: &SegmentScanner<'_>, seg: u32, rec: &Scanned, hashes: &KeyHashes) -> Result<()> {
         let g = self.sb.grain_bytes;
         let bytes = scan.bytes_at(rec.grain);
         let key = record::key_of(&rec.hdr, bytes);
@@ -483,6 +533,11 @@ impl Core {
         let grains = rec.hdr.grains(g);
         let kv_size = if rec.hdr.is_tombstone() { 0 } else { grains };
         for &e in self.index.lookup(h).as_slice() {
+            // A candidate applied by this scan whose full key hash differs
+            // holds another key: no need to read it.
+            if hashes.get(e.pba()).is_some_and(|ch| ch != h) {
+                continue;
+            }
             // The candidate was checked when it was applied; read its header
             // and key from the scan window when they are there, else from
             // the device.
@@ -507,6 +562,8 @@ impl Core {
             if rec.hdr.seq > chdr.seq {
                 let replaced = self.index.replace(h, e.pba(), kv_size, pba);
                 assert!(replaced, "entry vanished while its stripe was held");
+                hashes.remove(e.pba());
+                hashes.insert(pba, h);
                 self.space.sub_live(self.sb.segment_of(e.pba()), chdr.grains(g) * g as u64);
                 self.space.add_live(seg, grains * g as u64);
                 self.counters.replaced(chdr.is_tombstone(), rec.hdr.is_tombstone());
@@ -514,6 +571,7 @@ impl Core {
             return Ok(());
         }
         self.index.insert(h, kv_size, pba).map_err(Error::IndexFull)?;
+        hashes.insert(pba, h);
         self.space.add_live(seg, grains * g as u64);
         self.counters.added(rec.hdr.is_tombstone());
         Ok(())
