@@ -232,3 +232,51 @@ fn bench_device_runs_every_backend_and_depth() {
     let bad = run(&["bench", "device", "--depths", "0"]);
     assert_one_line_error(&bad, "queue depths");
 }
+
+#[test]
+fn bench_recovery_reports_clean_restart_and_scan() {
+    let dir = workdir();
+    let data = dir.path().join("rec.db");
+    let json = dir.path().join("rec.json");
+    let o = run(&[
+        "bench",
+        "recovery",
+        "--path",
+        data.to_str().unwrap(),
+        "--keys",
+        "20000",
+        "--no-fio",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["keys"], 20000);
+    assert!(v["clean_restart_secs"].as_f64().unwrap() > 0.0);
+    assert!(v["scan_bytes"].as_u64().unwrap() >= 20000 * 512, "{v}");
+    assert!(v["fio_seq_read_mb_per_s"].is_null());
+}
+
+#[test]
+fn load_leaves_a_clean_checkpoint_that_stat_reports() {
+    let dir = workdir();
+    let p = db(dir.path());
+    let p = p.to_str().unwrap();
+    assert_eq!(code(&run(&["create", p, "--size", "64M"])), 0);
+    let o = run(&["load", p, "--keys", "3000", "--value-bytes", "50", "--rounds", "2"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = run(&["stat", p, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["keys"], 3000);
+    assert_eq!(v["recovery"]["clean_shutdown"], true, "{v}");
+    assert_eq!(v["recovery"]["segments_scanned"], 0);
+    let o = run(&["get", p, "key-000000002999"]);
+    assert_eq!(o.stdout, granary_bench::load::load_value(2999, 2, 50));
+    // The same answer from a full log scan.
+    let o = run(&["stat", p, "--json", "--no-checkpoint"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["keys"], 3000);
+    assert_eq!(v["recovery"]["checkpoint_id"], 0);
+    assert!(v["recovery"]["segments_scanned"].as_u64().unwrap() > 0);
+}
