@@ -191,6 +191,8 @@ fn write_locked(core: &Core, cur: &mut Current, clean: bool) -> Result<(u64, u64
         )));
     };
     let taken = core.space.take_index_segments(n)?;
+    // What `stale` compares with: the allocation counter after our own segments.
+    let next_alloc_after = core.space.horizon() + 1;
     let segs: Vec<u32> = taken.iter().map(|t| t.0).collect();
     let id = taken[0].1;
     let written = write_body_and_manifest(core, &segs, &items, |body_crc| Manifest {
@@ -216,7 +218,7 @@ fn write_locked(core: &Core, cur: &mut Current, clean: bool) -> Result<(u64, u64
             e => e,
         });
     }
-    let old = std::mem::replace(cur, Current { id, segs, next_seq, next_alloc_seq });
+    let old = std::mem::replace(cur, Current { id, segs, next_seq, next_alloc_seq: next_alloc_after });
     if let Err(e) = core.space.release_index_segments(&old.segs) {
         tracing::warn!(error = %e, "could not free the previous checkpoint's segments");
     }

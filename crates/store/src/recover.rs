@@ -2,8 +2,10 @@
 //!
 //! 1. Read every segment header. Segments with a valid KV header of this
 //!    device are in use; everything else is free.
-//! 2. Scan the used segments in allocation order. [`SegmentScanner`] reads
-//!    each in large sequential windows and yields, at grain boundaries, every
+//! 2. Scan the used segments (in parallel). [`SegmentScanner`] reads
+//!    each in large sequential windows (outside the tail segments, skipping
+//!    the rest of any value that runs past a window: only headers and keys
+//!    are needed) and yields, at grain boundaries, every
 //!    record whose header decodes, whose stamp is the segment's current one
 //!    and whose header checksum holds; anything else is skipped a grain at a
 //!    time (holes left by writes that never completed, leftovers of an
@@ -145,6 +147,12 @@ pub(crate) struct SegmentScanner<'a> {
     pos: u64,
     pub skipped_grains: u64,
     pub bytes_read: u64,
+    /// Do not read the rest of a value that does not fit in the window: its
+    /// body checksum is then not checked here (reads check it).
+    skip_values: bool,
+    /// Grains the next window read covers at least: 1 right after a skipped
+    /// value (probe the next header), else a whole window.
+    next_window: u64,
 }
 
 /// One record found by a scan: its first grain within the segment, its
@@ -169,7 +177,17 @@ impl<'a> SegmentScanner<'a> {
             pos: 1,
             skipped_grains: 0,
             bytes_read: 0,
+            skip_values: false,
+            next_window: SCAN_WINDOW_BYTES / sb.grain_bytes as u64,
         }
+    }
+
+    /// Read headers and keys only where a value runs past the window (for
+    /// recovery of segments where no write can be torn).
+    pub(crate) fn skipping_values(mut self) -> Self {
+        self.skip_values = true;
+        self.next_window = 1; // the first record may be a large one
+        self
     }
 
     fn g(&self) -> u64 {
@@ -182,7 +200,8 @@ impl<'a> SegmentScanner<'a> {
             return Ok(());
         }
         let seg_grains = self.sb.segment_grains();
-        let want = n.max(SCAN_WINDOW_BYTES / self.g()).min(seg_grains - start);
+        let full = SCAN_WINDOW_BYTES / self.g();
+        let want = n.max(std::mem::replace(&mut self.next_window, full)).min(seg_grains - start);
         let bytes = (want * self.g()) as usize;
         let buf = std::mem::replace(&mut self.win, AlignedBuf::zeroed(0));
         let mut buf = if buf.capacity() >= bytes { buf } else { AlignedBuf::zeroed(bytes) };
@@ -231,6 +250,11 @@ impl<'a> SegmentScanner<'a> {
                 self.pos += 1;
                 self.skipped_grains += 1;
                 continue;
+            }
+            if self.skip_values && pos + grains > self.win_start + self.win_grains {
+                self.pos += grains;
+                self.next_window = 1;
+                return Ok(Some(Scanned { grain: pos, hdr, intact: true }));
             }
             self.ensure(pos, grains)?;
             let intact = record::verify_crc(self.seed, &hdr, self.bytes_at(pos)).is_ok();
@@ -322,12 +346,12 @@ impl Core {
             }
         }
         let replay: Vec<usize> = (0..used.len()).filter(|&i| used[i].0.alloc_seq >= replay_from).collect();
-        let resume_seg = used
-            .iter()
-            .rev()
-            .find(|(_, h)| h.stream == Stream::User)
-            .filter(|(s, _)| s.alloc_seq >= replay_from)
-            .map(|(s, _)| s.seg);
+        // Writes never resume in an old segment: they go to a new one, whose
+        // alloc_seq is above the replay_from of every checkpoint on the
+        // device, so a later open replays them whichever checkpoint it
+        // loads (resuming after a scan-based open could leave them below a
+        // still-valid clean checkpoint's replay_from).
+        let resume_seg: Option<u32> = None;
         let total_bytes = replay.len() as u64 * self.sb.segment_bytes;
         let next = AtomicUsize::new(0);
         let max_seq_seen = AtomicU64::new(max_seq);
@@ -341,6 +365,10 @@ impl Core {
                 let Some(&i) = replay.get(k) else { break };
                 let (s, _) = &used[i];
                 let mut scan = SegmentScanner::new(self.dev.as_ref(), &self.sb, self.seed, s.seg, s.alloc_seq as u32);
+                if !in_tail[i] {
+                    // No write can be torn here: values need not be read.
+                    scan = scan.skipping_values();
+                }
                 let mut end = 1;
                 while let Some(rec) = scan.next_record()? {
                     end = rec.grain + rec.hdr.grains(self.sb.grain_bytes);

@@ -854,10 +854,18 @@ impl Store {
     /// device is concerned, which recovery handles.
     pub fn close(mut self) -> Result<()> {
         self.stop_gc();
-        if self.checkpoint_on_close && self.core.check_writable().is_ok() {
-            crate::checkpoint::write(&self.core, true)?;
+        // A checkpoint that cannot be written (no free segment, IO error)
+        // is logged by `write`; the next open replays more log instead.
+        let ckpt = if self.checkpoint_on_close && self.core.check_writable().is_ok() {
+            crate::checkpoint::write(&self.core, true).map(|_| ())
+        } else {
+            Ok(())
+        };
+        self.core.dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })?;
+        match ckpt {
+            Err(e @ Error::Io { .. }) => Err(e),
+            _ => Ok(()),
         }
-        self.core.dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })
     }
 }
 
