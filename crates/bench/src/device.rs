@@ -282,13 +282,24 @@ fn load(store: &Arc<Store>, rt: &Runtime, o: &DeviceBenchOptions) -> Result<(), 
     Ok(())
 }
 
-fn fio_run(path: &Path, rw: &str, depth: usize, secs: f64, size: u64) -> Result<Point, String> {
+/// Run fio with direct IO through io_uring on `path`, plus `args`; its JSON report.
+pub(crate) fn fio_json(path: &Path, args: &[&str]) -> Result<serde_json::Value, String> {
     let out = Command::new("fio")
-        .args([
+        .args([&format!("--filename={}", path.display()), "--direct=1", "--ioengine=io_uring", "--output-format=json"])
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run fio: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("fio failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("cannot parse fio's JSON output: {e}"))
+}
+
+fn fio_run(path: &Path, rw: &str, depth: usize, secs: f64, size: u64) -> Result<Point, String> {
+    let v = fio_json(
+        path,
+        &[
             "--name=granary-ref",
-            &format!("--filename={}", path.display()),
-            "--direct=1",
-            "--ioengine=io_uring",
             &format!("--rw={rw}"),
             "--bs=4k",
             &format!("--iodepth={depth}"),
@@ -298,15 +309,8 @@ fn fio_run(path: &Path, rw: &str, depth: usize, secs: f64, size: u64) -> Result<
             "--time_based",
             "--randrepeat=0",
             "--norandommap",
-            "--output-format=json",
-        ])
-        .output()
-        .map_err(|e| format!("cannot run fio: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("fio failed: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    let v: serde_json::Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("cannot parse fio's JSON output: {e}"))?;
+        ],
+    )?;
     let job = &v["jobs"][0];
     let side = if rw == "randread" { &job["read"] } else { &job["write"] };
     let ios = side["total_ios"].as_u64().unwrap_or(0);

@@ -21,7 +21,6 @@ use crate::load::{load_key, load_value};
 use granary_store::io::{FileDevice, OpenMode};
 use granary_store::{CreateOptions, OpenOptions, Store};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
@@ -191,12 +190,10 @@ pub fn run(o: &RecoveryBenchOptions) -> Result<serde_json::Value, String> {
 /// fio's sequential read bandwidth (MB/s) over the first `bytes` of `path`.
 fn fio_seq_read(path: &Path, bytes: u64) -> Result<f64, String> {
     crate::device::ensure_fio()?;
-    let out = Command::new("fio")
-        .args([
+    let v = crate::device::fio_json(
+        path,
+        &[
             "--name=granary-seqread",
-            &format!("--filename={}", path.display()),
-            "--direct=1",
-            "--ioengine=io_uring",
             "--rw=read",
             "--bs=1M",
             "--iodepth=16",
@@ -204,14 +201,7 @@ fn fio_seq_read(path: &Path, bytes: u64) -> Result<f64, String> {
             &format!("--size={bytes}"),
             "--runtime=5",
             "--time_based",
-            "--output-format=json",
-        ])
-        .output()
-        .map_err(|e| format!("cannot run fio: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("fio failed: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    let v: serde_json::Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("cannot parse fio's JSON output: {e}"))?;
+        ],
+    )?;
     Ok(v["jobs"][0]["read"]["bw_bytes"].as_f64().unwrap_or(0.0) / 1e6)
 }

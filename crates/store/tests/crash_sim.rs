@@ -9,7 +9,7 @@
 //! survive, the one in flight is torn); the other half cut the power
 //! (Durability::Flush: unflushed writes are lost or kept at random).
 //!
-//! `GRANARY_CRASH_SEEDS=N` sets the number of seeds (default 1500);
+//! `GRANARY_CRASH_SEEDS=N` sets the number of seeds (default 2000);
 //! `GRANARY_CRASH_SEED=S` runs seed S alone:
 //!
 //! ```sh
@@ -184,7 +184,7 @@ fn crash_simulation_loses_nothing_acknowledged() {
         with_seed(seed, run_seed);
         return;
     }
-    let seeds: u64 = std::env::var("GRANARY_CRASH_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(1500);
+    let seeds: u64 = std::env::var("GRANARY_CRASH_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(2000);
     let base = 0x6772_616e; // fixed, so CI runs the same seeds
     let (mut gc, mut ckpt) = (0, 0);
     for seed in base..base + seeds {
