@@ -22,8 +22,8 @@
 //!    ignored. Elsewhere it is *damaged*: it is indexed like any record, so
 //!    reading its key reports corruption instead of silently returning an
 //!    older value.
-//! 5. User writes resume after the last record of the newest user segment;
-//!    relocation starts a new segment when GC next needs one.
+//! 5. User writes start a new segment (never an old one's tail), and so
+//!    does relocation when GC next needs one.
 
 use crate::checkpoint::{Current, Loaded};
 use crate::error::{Error, Result};
@@ -325,7 +325,7 @@ impl Core {
         let found: Vec<SegmentFound> =
             used.iter().map(|(s, _)| SegmentFound { seg: s.seg, alloc_seq: s.alloc_seq }).collect();
         let ckpt_segs: Vec<u32> = loaded.as_ref().map(|l| l.manifest.body_segments.clone()).unwrap_or_default();
-        self.space.install(&found, &ckpt_segs, max_alloc, None);
+        self.space.install(&found, &ckpt_segs, max_alloc);
         let threads = match opts.recovery_threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()).min(RECOVERY_THREADS_MAX),
             n => n.min(RECOVERY_THREADS_MAX),
@@ -351,11 +351,9 @@ impl Core {
         // device, so a later open replays them whichever checkpoint it
         // loads (resuming after a scan-based open could leave them below a
         // still-valid clean checkpoint's replay_from).
-        let resume_seg: Option<u32> = None;
         let total_bytes = replay.len() as u64 * self.sb.segment_bytes;
         let next = AtomicUsize::new(0);
         let max_seq_seen = AtomicU64::new(max_seq);
-        let resume = Mutex::new(None);
         let shared = Mutex::new((RecoveryReport::default(), Instant::now(), 0u64));
         let hashes = KeyHashes::new();
         let work = || -> Result<()> {
@@ -369,9 +367,7 @@ impl Core {
                     // No write can be torn here: values need not be read.
                     scan = scan.skipping_values();
                 }
-                let mut end = 1;
                 while let Some(rec) = scan.next_record()? {
-                    end = rec.grain + rec.hdr.grains(self.sb.grain_bytes);
                     max_seq_seen.fetch_max(rec.hdr.seq, Relaxed);
                     if rec.intact {
                         mine.records += 1;
@@ -393,9 +389,6 @@ impl Core {
                 mine.segments_scanned += 1;
                 mine.skipped_grains += scan.skipped_grains;
                 mine.bytes_read += scan.bytes_read;
-                if Some(s.seg) == resume_seg {
-                    *resume.lock().unwrap_or_else(|e| e.into_inner()) = Some((s.seg, end));
-                }
                 let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
                 sh.2 += self.sb.segment_bytes;
                 if let Some(p) = &opts.progress {
@@ -423,8 +416,7 @@ impl Core {
         let scanned = shared.into_inner().unwrap_or_else(|e| e.into_inner()).0;
         report.add(&scanned);
         report.scan_millis = scan_started.elapsed().as_millis() as u64;
-        let resume = resume.into_inner().unwrap_or_else(|e| e.into_inner());
-        self.space.install(&found, &ckpt_segs, max_alloc, resume);
+        self.space.install(&found, &ckpt_segs, max_alloc);
         self.next_seq.store(max_seq_seen.load(Relaxed) + 1, Relaxed);
         if let Some(l) = loaded {
             let m = &l.manifest;

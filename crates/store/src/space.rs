@@ -198,10 +198,11 @@ impl Space {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Install what recovery found: `used` segments (sorted by alloc_seq)
-    /// are closed, except `resume`, which becomes the open user segment
-    /// with its next free grain there. `max_alloc_seq` covers free headers.
-    pub(crate) fn install(&self, used: &[SegmentFound], index: &[u32], max_alloc_seq: u64, resume: Option<(u32, u64)>) {
+    /// Install what recovery found: `used` KV segments (sorted by
+    /// alloc_seq) are closed, `index` segments hold the checkpoint in use;
+    /// `max_alloc_seq` covers free headers. No segment is open: writes
+    /// start a new one.
+    pub(crate) fn install(&self, used: &[SegmentFound], index: &[u32], max_alloc_seq: u64) {
         let mut inner = self.lock();
         for &seg in index {
             inner.state[seg as usize] = SegState::Index;
@@ -217,13 +218,6 @@ impl Space {
             self.alloc_seqs[i].store(s.alloc_seq, Relaxed);
         }
         inner.next_alloc_seq = inner.next_alloc_seq.max(max_alloc_seq + 1);
-        if let Some((seg, next)) = resume {
-            if next < self.sb.segment_grains() {
-                inner.state[seg as usize] = SegState::Open;
-                let stamp = self.stamps[seg as usize].load(Relaxed);
-                inner.open[0] = Some(OpenSeg { seg, next, stamp });
-            }
-        }
     }
 
     /// Wait (with no key stripe held) until a user write of `grains` is
