@@ -10,7 +10,7 @@
 //! `GRANARY_KILL_CYCLES=N` sets the cycles (default 30).
 
 use granary_bench::load::{load_key, load_value};
-use granary_store::io::OpenMode;
+use granary_store::io::{OpenMode, SplitMix64 as Rng};
 use granary_store::{OpenOptions, Store};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -19,18 +19,6 @@ use std::time::{Duration, Instant};
 
 const KEYS: u64 = 3000;
 const VALUE_BYTES: usize = 700;
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % n
-    }
-}
 
 #[test]
 fn sigkill_at_random_moments_loses_no_acknowledged_write() {

@@ -551,42 +551,15 @@ impl Index {
         done
     }
 
-    /// Visit every entry with its home slot: `f(home, entry)`. Finishes a
-    /// running migration first and holds off new grows while it walks;
-    /// concurrent writes are allowed (each region is read under its lock).
-    pub fn for_each(&self, mut f: impl FnMut(usize, Entry)) {
-        let _g = lock(&self.grow_lock);
-        self.complete_migration();
-        let guard = epoch::pin();
-        // SAFETY: as in `locked`.
-        let st = unsafe { self.state.load(Acquire, &guard).deref() };
-        debug_assert!(st.mig.is_none());
-        for (t, table) in st.cur.tables.iter().enumerate() {
-            for r in 0..self.regions {
-                let held = self.lock_regions(t, r, r);
-                for s in held.span.lo..held.span.hi {
-                    let e = table.get(s);
-                    if !e.is_free() {
-                        debug_assert_eq!(e.tag() as usize & (st.cur.tables.len() - 1), t);
-                        f(s - e.neigh_off() as usize, e);
-                    }
-                }
-            }
-            for (home, e) in table.stash_entries() {
-                f(home, e);
-            }
-        }
-    }
-
-    /// Visit every entry exactly once with its home slot, for a checkpoint
-    /// taken while writers run: `f(home, entry)`; returns the directory's
-    /// tables (log2). Like [`Index::for_each`] it finishes a running
-    /// migration and holds off grows, but it walks each table's regions
-    /// hand over hand (region `r + 1` is locked before `r` is read and
-    /// released), so no displacement (always from a region into the next)
-    /// can move an entry past the walk: each entry present throughout is
-    /// seen once, at one position, with one value.
-    pub fn snapshot(&self, mut f: impl FnMut(usize, Entry)) -> u32 {
+    /// Visit every entry exactly once with its home slot: `f(home, entry)`;
+    /// returns the directory's tables (log2). Writers may run meanwhile (a
+    /// checkpoint, verify): it finishes a running migration and holds off
+    /// grows, and walks each table's regions hand over hand (region `r + 1`
+    /// is locked before `r` is read and released), so no displacement
+    /// (always from a region into the next) can move an entry past the
+    /// walk: each entry present throughout is seen once, at one position,
+    /// with one value.
+    pub fn for_each(&self, mut f: impl FnMut(usize, Entry)) -> u32 {
         let _g = lock(&self.grow_lock);
         self.complete_migration();
         let guard = epoch::pin();

@@ -484,7 +484,7 @@ fn snapshot_sees_each_key_once_under_concurrent_displacement() {
                     assert!(idx.remove(k, p));
                 }
             });
-            idx.snapshot(|home, e| {
+            idx.for_each(|home, e| {
                 if e.tag() == 1 {
                     *seen.entry((home, e.tag())).or_default() += 1;
                 }
@@ -496,7 +496,7 @@ fn snapshot_sees_each_key_once_under_concurrent_displacement() {
     }
     // Rebuild from a quiet snapshot.
     let mut items = Vec::new();
-    let log2 = idx.snapshot(|home, e| items.push((home, e)));
+    let log2 = idx.for_each(|home, e| items.push((home, e)));
     let copy = Index::new(IndexConfig::with_tables(N as u32, log2));
     for &(home, e) in &items {
         copy.insert(copy.hash_for(home, e.tag()), e.kv_size() as u64, e.pba()).unwrap();
@@ -517,6 +517,6 @@ fn snapshot_sees_each_key_once_under_concurrent_displacement() {
     }
     assert_eq!(copy.stats().entries, idx.stats().entries);
     let mut again = Vec::new();
-    copy.snapshot(|home, e| again.push((home, e)));
+    copy.for_each(|home, e| again.push((home, e)));
     assert_eq!(again, items, "every entry back in its slot");
 }

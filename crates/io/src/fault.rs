@@ -80,26 +80,41 @@ struct State {
     /// The crash happened: the torn write (offset, surviving prefix).
     crashed: Option<(CrashKind, u64, Vec<u8>)>,
     failures: Vec<Failure>,
-    rng: u64,
+    rng: SplitMix64,
     reorder: bool,
 }
 
-impl State {
-    fn next(&mut self) -> u64 {
-        // splitmix64
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
+/// SplitMix64: the seeded generator behind every fault choice, also used by
+/// the crash tests to drive their workloads from the same seed.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    /// Uniform in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
         if n == 0 {
             0
         } else {
-            self.next() % n
+            self.next_u64() % n
         }
+    }
+}
+
+impl State {
+    fn next(&mut self) -> u64 {
+        self.rng.next_u64()
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.rng.below(n)
     }
 
     /// Whether an injected failure hits this operation.
@@ -144,7 +159,7 @@ impl FaultDevice {
                 plan: None,
                 crashed: None,
                 failures: Vec::new(),
-                rng: seed ^ 0x5EED_F00D_CAFE_BABE,
+                rng: SplitMix64(seed ^ 0x5EED_F00D_CAFE_BABE),
                 reorder: false,
             }),
             size: size_bytes,
@@ -170,11 +185,6 @@ impl FaultDevice {
     /// with EIO; with `sticky`, every later one too.
     pub fn fail_nth(&self, op: OpKind, n: u64, sticky: bool) {
         self.lock().failures.push(Failure { op, left: n, sticky, fired: false });
-    }
-
-    /// Forget injected failures.
-    pub fn clear_failures(&self) {
-        self.lock().failures.clear();
     }
 
     /// Delay async completions by a seeded number of executor yields.

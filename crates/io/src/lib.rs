@@ -26,7 +26,7 @@ pub mod file;
 pub mod memory;
 
 pub use buf::AlignedBuf;
-pub use fault::{CrashKind, FaultDevice, OpKind};
+pub use fault::{CrashKind, FaultDevice, OpKind, SplitMix64};
 pub use file::{FileDevice, IoBackend, OpenMode};
 pub use memory::MemDevice;
 

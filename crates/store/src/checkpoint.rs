@@ -4,7 +4,7 @@
 //! **Writing** ([`write`]). Record what the checkpoint covers
 //! (`Space::capture_for_checkpoint`: the alloc_seq from which KV segments
 //! must be replayed, and every KV segment's alloc_seq), then walk the index
-//! ([`granary_index::Index::snapshot`], region by region under the region
+//! ([`granary_index::Index::for_each`], region by region under the region
 //! locks: writers wait for one region at most, never for the checkpoint),
 //! take free segments (never GC's reserve) and write the items, flush,
 //! write the manifest, flush again, and only then free the previous
@@ -137,8 +137,8 @@ pub(crate) fn write(core: &Core, clean: bool) -> Result<CheckpointStats> {
             c.written.fetch_add(1, Relaxed);
             c.last_entries.store(*entries, Relaxed);
             c.last_bytes.store(*bytes, Relaxed);
-            c.last_millis.store(started.elapsed().as_millis() as u64, Relaxed);
             let millis = started.elapsed().as_millis() as u64;
+            c.last_millis.store(millis, Relaxed);
             if millis >= 1000 {
                 tracing::info!(id = cur.id, entries, bytes, millis, clean, "index checkpoint written");
             } else {
@@ -167,7 +167,7 @@ fn write_locked(core: &Core, cur: &mut Current, clean: bool) -> Result<(u64, u64
     let (replay_from, next_alloc_seq, seg_alloc) = core.space.capture_for_checkpoint(clean);
     let next_seq = core.next_seq.load(Relaxed);
     let mut walked: Vec<(usize, Entry)> = Vec::with_capacity(core.index.stats().entries as usize + 1024);
-    let tables_log2 = core.index.snapshot(|home, e| walked.push((home, e)));
+    let tables_log2 = core.index.for_each(|home, e| walked.push((home, e)));
     // Sizes the entries do not give (tombstones, huge records) are read
     // from the record headers now, off the index locks. A record that moved
     // meanwhile fails its stamp check: size 0, the loader reads it if the

@@ -54,10 +54,8 @@ pub(crate) fn verify(store: &Core) -> Result<VerifyReport> {
 
     let mut entries = Vec::new();
     store.index.for_each(|home, e| entries.push((home, e)));
-    // A walk concurrent with writers can meet an entry twice (displacement
-    // moves entries into regions not yet visited).
+    // Read the records in device order.
     entries.sort_unstable_by_key(|(_, e)| e.pba());
-    entries.dedup_by_key(|(_, e)| e.pba());
     let mut live: HashMap<u32, u64> = HashMap::new();
     let mut last_log = Instant::now();
     for (i, (home, e)) in entries.iter().enumerate() {

@@ -19,28 +19,13 @@
 //! GC runs on its own thread, so a rerun repeats the workload, the crash
 //! point and every fault choice, but not GC's exact timing.
 
-use granary_store::io::{CrashKind, FaultDevice};
+use granary_store::io::{CrashKind, FaultDevice, SplitMix64 as Rng};
 use granary_store::{CreateOptions, Durability, Error, OpenOptions, Store};
 use std::collections::HashMap;
 use std::sync::Arc;
 
 const KEYS: u64 = 48;
 const OPS: u64 = 1500;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn key(k: u64) -> Vec<u8> {
     format!("key-{k:04}").into_bytes()
