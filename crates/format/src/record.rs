@@ -5,7 +5,7 @@
 //! ```text
 //! off size field
 //!   0    4 magic         "GREC"
-//!   4    1 version       1
+//!   4    1 version       2 (1 is read too: see below)
 //!   5    1 flags         bit 0 = tombstone; bit 1 = damaged copy; others zero
 //!   6    2 reserved      0
 //!   8    4 key_len       1 ..= 65536
@@ -13,6 +13,8 @@
 //!  16    8 value_len     0 ..= 4 GiB (always 0 for a tombstone)
 //!  24    8 seq           store-wide sequence number; unchanged by GC relocation
 //!  32    8 tomb_horizon  tombstone: highest segment alloc_seq in use when it was written
+//!  32    4 user_flags    value: opaque 32-bit flags stored with it (memcache flags)
+//!  36    4 expires       value: unix time in seconds after which it reads as absent; 0 = never
 //!  40    4 header_crc    crc32c(seed, bytes 0..40 ++ key)
 //!  44    4 crc           crc32c(seed, bytes 0..44 ++ key ++ value)
 //!  48    .. key, then value, then zero padding to the next grain
@@ -26,6 +28,11 @@
 //! number, length) is trustworthy but whose value is damaged (bit rot: report
 //! corruption) from grains that are not a record at all (skip them).
 //!
+//! Version 1 wrote zeros at bytes 32..40 of a value record, which version 2
+//! reads as no flags and no expiry, so both are accepted; this build writes 2.
+//! A reader that only knows version 1 rejects version 2 records instead of
+//! silently dropping their flags and expiry.
+//!
 //! An empty value is a value (`flags` bit 0 clear, `value_len` 0); only the
 //! tombstone bit makes a delete.
 
@@ -37,7 +44,9 @@ use crate::limits::*;
 /// "GREC" as a little-endian u32.
 pub const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"GREC");
 /// The record version this build writes and reads.
-pub const RECORD_VERSION: u8 = 1;
+pub const RECORD_VERSION: u8 = 2;
+/// The oldest record version this build reads.
+pub const RECORD_VERSION_MIN: u8 = 1;
 /// Flag bit: this record is a tombstone.
 pub const FLAG_TOMBSTONE: u8 = 1;
 /// Flag bit: GC copied this record from one whose body had failed its
@@ -54,6 +63,8 @@ const OFF_STAMP: usize = OFF_KEY_LEN + 4;
 const OFF_VALUE_LEN: usize = OFF_STAMP + 4;
 const OFF_SEQ: usize = OFF_VALUE_LEN + 8;
 const OFF_TOMB_HORIZON: usize = OFF_SEQ + 8;
+const OFF_USER_FLAGS: usize = OFF_TOMB_HORIZON;
+const OFF_EXPIRES: usize = OFF_USER_FLAGS + 4;
 const OFF_HEADER_CRC: usize = OFF_TOMB_HORIZON + 8;
 const OFF_CRC: usize = OFF_HEADER_CRC + 4;
 const _: () = assert!(OFF_CRC + 4 == RECORD_HEADER_BYTES);
@@ -78,6 +89,10 @@ pub struct RecordHeader {
     pub tomb_horizon: u64,
     /// See [`FLAG_DAMAGED_COPY`].
     pub damaged_copy: bool,
+    /// Values: opaque flags stored with the value (0 for tombstones).
+    pub user_flags: u32,
+    /// Values: unix seconds after which the value reads as absent; 0 = never.
+    pub expires: u32,
 }
 
 impl RecordHeader {
@@ -91,7 +106,22 @@ impl RecordHeader {
             seq,
             tomb_horizon: 0,
             damaged_copy: false,
+            user_flags: 0,
+            expires: 0,
         }
+    }
+
+    /// This value header with user flags and an expiry (unix seconds, 0 = never).
+    pub fn with_meta(mut self, user_flags: u32, expires: u32) -> RecordHeader {
+        debug_assert!(!self.is_tombstone());
+        self.user_flags = user_flags;
+        self.expires = expires;
+        self
+    }
+
+    /// Whether a value with this header has expired at `now` (unix seconds).
+    pub fn expired_at(&self, now: u32) -> bool {
+        self.expires != 0 && self.expires <= now
     }
 
     /// A header for a tombstone written while no segment with an alloc_seq
@@ -105,6 +135,8 @@ impl RecordHeader {
             seq,
             tomb_horizon,
             damaged_copy: false,
+            user_flags: 0,
+            expires: 0,
         }
     }
 
@@ -133,7 +165,7 @@ impl RecordHeader {
         if magic != RECORD_MAGIC {
             return Err(FormatError::BadMagic { what: W, found: magic as u64 });
         }
-        if b[OFF_VERSION] != RECORD_VERSION {
+        if !(RECORD_VERSION_MIN..=RECORD_VERSION).contains(&b[OFF_VERSION]) {
             return Err(FormatError::UnsupportedVersion {
                 what: W,
                 found: b[OFF_VERSION] as u32,
@@ -160,14 +192,17 @@ impl RecordHeader {
         if kind == RecordKind::Tombstone && value_len != 0 {
             return bad("value_len", value_len);
         }
+        let tombstone = kind == RecordKind::Tombstone;
         Ok(RecordHeader {
             kind,
             key_len,
             seg_stamp: u32_at(b, OFF_STAMP),
             value_len,
             seq: u64_at(b, OFF_SEQ),
-            tomb_horizon: u64_at(b, OFF_TOMB_HORIZON),
+            tomb_horizon: if tombstone { u64_at(b, OFF_TOMB_HORIZON) } else { 0 },
             damaged_copy: flags & FLAG_DAMAGED_COPY != 0,
+            user_flags: if tombstone { 0 } else { u32_at(b, OFF_USER_FLAGS) },
+            expires: if tombstone { 0 } else { u32_at(b, OFF_EXPIRES) },
         })
     }
 
@@ -188,7 +223,12 @@ impl RecordHeader {
         put_u32(head, OFF_STAMP, self.seg_stamp);
         put_u64(head, OFF_VALUE_LEN, self.value_len);
         put_u64(head, OFF_SEQ, self.seq);
-        put_u64(head, OFF_TOMB_HORIZON, self.tomb_horizon);
+        if self.is_tombstone() {
+            put_u64(head, OFF_TOMB_HORIZON, self.tomb_horizon);
+        } else {
+            put_u32(head, OFF_USER_FLAGS, self.user_flags);
+            put_u32(head, OFF_EXPIRES, self.expires);
+        }
         rest[..key.len()].copy_from_slice(key);
         rest[key.len()..key.len() + value.len()].copy_from_slice(value);
         rest[key.len() + value.len()..].fill(0);
@@ -319,19 +359,42 @@ mod tests {
         f[OFF_FLAGS] = 0x80;
         assert!(matches!(RecordHeader::decode(&f), Err(FormatError::BadField { field: "flags", .. })));
         let mut v = b.clone();
-        v[OFF_VERSION] = 2;
-        assert!(matches!(RecordHeader::decode(&v), Err(FormatError::UnsupportedVersion { found: 2, .. })));
+        v[OFF_VERSION] = 3;
+        assert!(matches!(RecordHeader::decode(&v), Err(FormatError::UnsupportedVersion { found: 3, .. })));
+        v[OFF_VERSION] = 0;
+        assert!(matches!(RecordHeader::decode(&v), Err(FormatError::UnsupportedVersion { found: 0, .. })));
         let mut kl = b.clone();
         put_u32(&mut kl, OFF_KEY_LEN, (KEY_BYTES_MAX + 1) as u32);
         assert!(matches!(RecordHeader::decode(&kl), Err(FormatError::BadField { field: "key_len", .. })));
+    }
+
+    #[test]
+    fn meta_round_trip_and_version_1_reads_as_no_meta() {
+        let h = RecordHeader::value(3, 5, 7, 1).with_meta(0xdead_beef, 1_900_000_000);
+        let b = encode(&h, b"key", b"value");
+        let d = RecordHeader::decode(&b).unwrap();
+        assert_eq!(d, h);
+        assert!(!d.expired_at(1_899_999_999));
+        assert!(d.expired_at(1_900_000_000));
+        verify_crc(SEED, &d, &b).unwrap();
+        // A version 1 value record (zeros at 32..40) decodes with no meta.
+        let mut v1 = encode(&RecordHeader::value(3, 5, 7, 1), b"key", b"value");
+        v1[OFF_VERSION] = 1;
+        let d1 = RecordHeader::decode(&v1).unwrap();
+        assert_eq!((d1.user_flags, d1.expires), (0, 0));
+        assert!(!d1.expired_at(u32::MAX));
+        // The meta is covered by the header checksum.
+        let mut m = b.clone();
+        m[OFF_EXPIRES] ^= 1;
+        assert!(verify_header_crc(SEED, &RecordHeader::decode(&m).unwrap(), &m).is_err());
     }
 
     proptest! {
         #[test]
         fn round_trip(key in proptest::collection::vec(any::<u8>(), 1..300),
                       value in proptest::collection::vec(any::<u8>(), 0..2000),
-                      seq in any::<u64>(), stamp in any::<u32>()) {
-            let h = RecordHeader::value(key.len(), value.len() as u64, seq, stamp);
+                      seq in any::<u64>(), stamp in any::<u32>(), fl in any::<u32>(), exp in any::<u32>()) {
+            let h = RecordHeader::value(key.len(), value.len() as u64, seq, stamp).with_meta(fl, exp);
             let b = encode(&h, &key, &value);
             let d = RecordHeader::decode(&b).unwrap();
             prop_assert_eq!(&d, &h);

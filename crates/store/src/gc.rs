@@ -29,6 +29,19 @@
 //! (Keeping the segment of the deleted version only, as RAMCloud's rule
 //! does, is not enough: a version older still may sit in a third segment.)
 //!
+//! **Expired values** are garbage too, but older versions of their keys may
+//! still lie in other segments, so each is replaced by a tombstone (a new
+//! sequence number, written to the relocation stream with the batch) rather
+//! than dropped; the value itself is never copied.
+//!
+//! **Eviction** (cache mode, uDepot §4.8, DIDACache's quick clean): when
+//! [`Space::pick_victim`] chooses to evict, the victim's live values leave
+//! the index without any IO (its tombstones are still kept or dropped as
+//! above). Evicted values get no tombstone: after a crash (not after a
+//! clean shutdown, whose checkpoint is authoritative) a key whose newest
+//! version was evicted may come back with an older version that still sits
+//! in another segment. docs/MEMCACHE.md states this limit.
+//!
 //! **Damaged records** (header intact, body checksum wrong) are copied
 //! marked as damaged copies (a header flag), so corruption stays reported,
 //! and a crash cannot make the copy pass for a torn write.
@@ -64,6 +77,9 @@ pub(crate) struct GcCounters {
     bytes_relocated: AtomicU64,
     tombstones_dropped: AtomicU64,
     nothing_to_reclaim: AtomicU64,
+    expired: AtomicU64,
+    evicted_segments: AtomicU64,
+    evicted_values: AtomicU64,
 }
 
 /// What GC has done since the store was opened.
@@ -76,6 +92,12 @@ pub struct GcStats {
     pub tombstones_dropped: u64,
     /// Times GC was asked for space and found no segment worth reclaiming.
     pub nothing_to_reclaim: u64,
+    /// Expired values GC replaced with tombstones (store mode) or dropped
+    /// (cache mode).
+    pub expired: u64,
+    /// Cache mode: segments evicted whole, and the live values they held.
+    pub evicted_segments: u64,
+    pub evicted_values: u64,
 }
 
 impl GcCounters {
@@ -86,6 +108,9 @@ impl GcCounters {
             bytes_relocated: self.bytes_relocated.load(Relaxed),
             tombstones_dropped: self.tombstones_dropped.load(Relaxed),
             nothing_to_reclaim: self.nothing_to_reclaim.load(Relaxed),
+            expired: self.expired.load(Relaxed),
+            evicted_segments: self.evicted_segments.load(Relaxed),
+            evicted_values: self.evicted_values.load(Relaxed),
         }
     }
 }
@@ -111,12 +136,12 @@ pub(crate) fn run(core: &Core) {
             continue;
         }
         let _no_verify = core.gc_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(victim) = core.space.pick_victim(age(core.sb.segment_count)) else {
+        let Some((victim, evict)) = core.space.pick_victim(age(core.sb.segment_count), core.evict) else {
             core.gc_counters.nothing_to_reclaim.fetch_add(1, Relaxed);
             core.space.gc_found_nothing(req);
             continue;
         };
-        match reclaim(core, victim) {
+        match reclaim(core, victim, evict) {
             Ok(()) => {}
             Err(Error::NoSpace { .. }) => {
                 tracing::warn!(victim, "GC has no room left to relocate live data");
@@ -146,15 +171,35 @@ fn points_at(core: &Core, h: u64, pba: u64) -> bool {
 struct Pending {
     h: u64,
     old_pba: u64,
+    /// Bytes (whole grains) of the record in the victim.
+    old_len: u64,
+    /// What to write: the record itself, or a tombstone for an expired value.
     hdr: RecordHeader,
     bytes: Vec<u8>,
     damaged: bool,
+    expired: bool,
 }
 
-/// Reclaim segment `v`: relocate what is live, drop dead tombstones, free it.
-pub(crate) fn reclaim(core: &Core, v: u32) -> Result<()> {
+/// Remove the index entry of a live value at `pba` of victim `v` without
+/// writing anything (cache-mode eviction); whether it was still there.
+fn drop_value(core: &Core, v: u32, h: u64, pba: u64, len: u64) -> bool {
+    let _stripe = core.lock_stripe(Core::stripe_of(h));
+    if !core.index.remove(h, pba) {
+        return false;
+    }
+    core.space.sub_live(v, len);
+    core.counters.keys.fetch_sub(1, Relaxed);
+    true
+}
+
+/// Reclaim segment `v`: relocate what is live (or, with `evict`, drop its
+/// values from the index), replace expired values by tombstones, drop dead
+/// tombstones, free it.
+pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
     let g = core.sb.grain_bytes as u64;
+    let now = core.clock.now();
     let oldest_other = core.space.oldest_in_use_except(v);
+    let mut evicted = 0u64;
     let mut scan = SegmentScanner::new(core.dev.as_ref(), &core.sb, core.seed, v, core.space.stamp(v));
     let mut batch = Vec::new();
     let mut batch_bytes = 0;
@@ -176,8 +221,27 @@ pub(crate) fn reclaim(core: &Core, v: u32) -> Result<()> {
             continue;
         }
         let damaged = !rec.intact || rec.hdr.damaged_copy;
-        batch.push(Pending { h, old_pba, hdr: rec.hdr.clone(), bytes: bytes.to_vec(), damaged });
-        batch_bytes += len;
+        let expired = !rec.hdr.is_tombstone() && !damaged && rec.hdr.expired_at(now);
+        if evict && !rec.hdr.is_tombstone() {
+            if drop_value(core, v, h, old_pba, len as u64) {
+                let c = if expired { &core.gc_counters.expired } else { &core.gc_counters.evicted_values };
+                c.fetch_add(1, Relaxed);
+                evicted += 1;
+            }
+            continue;
+        }
+        let (hdr, bytes) = if expired {
+            let key = record::key_of(&rec.hdr, bytes);
+            let seq = core.next_seq.fetch_add(1, Relaxed);
+            let t = RecordHeader::tombstone(key.len(), seq, 0, core.space.horizon());
+            let mut out = vec![0u8; (t.grains(core.sb.grain_bytes) * g) as usize];
+            t.encode(core.seed, key, &[], &mut out);
+            (t, out)
+        } else {
+            (rec.hdr.clone(), bytes.to_vec())
+        };
+        batch_bytes += bytes.len();
+        batch.push(Pending { h, old_pba, old_len: len as u64, hdr, bytes, damaged, expired });
         if batch_bytes >= GC_BATCH_BYTES {
             relocate(core, v, &mut batch)?;
             batch_bytes = 0;
@@ -201,6 +265,10 @@ pub(crate) fn reclaim(core: &Core, v: u32) -> Result<()> {
     }
     core.space.free_segment(v)?;
     core.gc_counters.victims.fetch_add(1, Relaxed);
+    if evict {
+        core.gc_counters.evicted_segments.fetch_add(1, Relaxed);
+        tracing::debug!(segment = v, values = evicted, "evicted segment");
+    }
     Ok(())
 }
 
@@ -248,11 +316,16 @@ fn relocate(core: &Core, v: u32, batch: &mut Vec<Pending>) -> Result<()> {
         let kv_size = if p.hdr.is_tombstone() { 0 } else { loc.grains };
         let moved = core.index.replace(p.h, p.old_pba, kv_size, loc.pba);
         assert!(moved, "a live record changed while its stripe was held");
-        core.space.sub_live(v, p.bytes.len() as u64);
+        core.space.sub_live(v, p.old_len);
         core.space.add_live(loc.seg, p.bytes.len() as u64);
         core.space.done(loc.seg);
-        core.gc_counters.records_relocated.fetch_add(1, Relaxed);
-        core.gc_counters.bytes_relocated.fetch_add(p.bytes.len() as u64, Relaxed);
+        if p.expired {
+            core.counters.replaced(false, true);
+            core.gc_counters.expired.fetch_add(1, Relaxed);
+        } else {
+            core.gc_counters.records_relocated.fetch_add(1, Relaxed);
+            core.gc_counters.bytes_relocated.fetch_add(p.bytes.len() as u64, Relaxed);
+        }
     }
     batch.clear();
     match alloc_err {

@@ -34,12 +34,14 @@ mod verify;
 pub use checkpoint::CheckpointStats;
 pub use error::{Error, Result};
 pub use gc::GcStats;
-pub use options::{CreateOptions, Durability, OpenOptions, ProgressHook};
+pub use options::{Clock, CreateOptions, Durability, OpenOptions, ProgressHook};
 pub use recover::RecoveryReport;
-pub use store::{GcPause, PutMode, PutOutcome, Stats, Store};
+pub use store::{Change, Cond, GcPause, Item, ItemMeta, PutMode, PutOutcome, Stats, Store};
 pub use verify::VerifyReport;
 
 pub use granary_io as io;
 
+#[cfg(test)]
+mod cache_tests;
 #[cfg(test)]
 mod tests;

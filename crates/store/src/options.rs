@@ -41,6 +41,40 @@ impl fmt::Debug for ProgressHook {
     }
 }
 
+/// The time source for expiry: unix seconds. Tests pass a manual clock so
+/// expiry is checked without sleeping.
+#[derive(Clone)]
+pub struct Clock(pub Arc<dyn Fn() -> u32 + Send + Sync>);
+
+impl Clock {
+    /// The system's real-time clock.
+    pub fn system() -> Clock {
+        Clock(Arc::new(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs().min(u32::MAX as u64) as u32)
+                .unwrap_or(0)
+        }))
+    }
+
+    /// Unix seconds now.
+    pub fn now(&self) -> u32 {
+        (self.0)()
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::system()
+    }
+}
+
+impl fmt::Debug for Clock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Clock({})", self.now())
+    }
+}
+
 /// Default of [`OpenOptions::checkpoint_interval`].
 pub const CHECKPOINT_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
 
@@ -64,6 +98,13 @@ pub struct OpenOptions {
     pub recovery_threads: usize,
     /// Recovery progress, for a progress bar.
     pub progress: Option<ProgressHook>,
+    /// Cache mode: when space runs low, GC may evict the least recently
+    /// used segment whole (its values leave the index, nothing is copied)
+    /// instead of relocating live data. Off (store mode): nothing is ever
+    /// dropped, and a full store refuses writes with `NoSpace`.
+    pub evict: bool,
+    /// The clock values' expiry times are compared with.
+    pub clock: Clock,
 }
 
 impl Default for OpenOptions {
@@ -76,6 +117,8 @@ impl Default for OpenOptions {
             checkpoint_on_close: true,
             recovery_threads: 0,
             progress: None,
+            evict: false,
+            clock: Clock::system(),
         }
     }
 }

@@ -129,6 +129,11 @@ pub(crate) struct Space {
     /// Allocations in each segment whose record is not yet written and
     /// indexed ([`Space::done`]); GC never picks a segment with any.
     inflight: Box<[AtomicU32]>,
+    /// Cache mode's LRU clock: the close counter when each segment was last
+    /// read from (or closed). `tick` mirrors `Inner::closes` for lock-free
+    /// reads, so a hit costs a load and at most one store.
+    touched: Box<[AtomicU64]>,
+    tick: AtomicU64,
     inner: Mutex<Inner>,
     cond: Condvar,
     /// Wakes writers waiting for room (async or parked in block_on); the
@@ -164,6 +169,8 @@ impl Space {
             stamps: (0..n).map(|_| AtomicU32::new(0)).collect(),
             alloc_seqs: (0..n).map(|_| AtomicU64::new(0)).collect(),
             inflight: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            touched: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            tick: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 state: vec![SegState::Free; n],
                 closed_at: vec![0; n],
@@ -214,6 +221,8 @@ impl Space {
             inner.free.remove(&s.seg);
             inner.closes += 1;
             inner.closed_at[i] = inner.closes;
+            self.touched[i].store(inner.closes, Relaxed);
+            self.tick.store(inner.closes, Relaxed);
             self.stamps[i].store(s.alloc_seq as u32, Relaxed);
             self.alloc_seqs[i].store(s.alloc_seq, Relaxed);
         }
@@ -341,7 +350,18 @@ impl Space {
         inner.state[seg as usize] = SegState::Closed;
         inner.closes += 1;
         inner.closed_at[seg as usize] = inner.closes;
+        self.tick.store(inner.closes, Relaxed);
+        self.touched[seg as usize].store(inner.closes, Relaxed);
         inner.stuck = false; // a new candidate for GC
+    }
+
+    /// Cache mode: a value in `seg` was read (segment-level LRU).
+    pub(crate) fn touch(&self, seg: u32) {
+        let t = self.tick.load(Relaxed);
+        let slot = &self.touched[seg as usize];
+        if slot.load(Relaxed) < t {
+            slot.store(t, Relaxed);
+        }
     }
 
     fn write_header(&self, seg: u32, kind: SegmentKind, stream: Stream, alloc_seq: u64, first_seq: u64) -> Result<()> {
@@ -381,25 +401,47 @@ impl Space {
         Ok(())
     }
 
-    /// GC's victim: the closed segment with the fewest live bytes among all
+    /// GC's victim and whether to evict it (cache mode) rather than
+    /// relocate its live data.
+    ///
+    /// Relocation: the closed segment with the fewest live bytes among all
     /// but the `age` most recently closed ones, if reclaiming it gains at
     /// least 1/[`GC_MIN_GAIN_DIVISOR`] of a segment. (A smaller gain is no
     /// gain: the relocation segment wastes a tail too, so reclaiming
     /// nearly-full segments would consume as much space as it frees.)
-    pub(crate) fn pick_victim(&self, age: u64) -> Option<u32> {
+    ///
+    /// With `evict`, that victim is taken only while at most half of it is
+    /// live (cleaning it is cheap and keeps every item: DIDACache's
+    /// space-based cleaning); otherwise the least recently used of the same
+    /// candidates is evicted whole (its quick clean), with no minimum gain.
+    pub(crate) fn pick_victim(&self, age: u64, evict: bool) -> Option<(u32, bool)> {
         let inner = self.lock();
         let usable = (self.sb.segment_grains() - 1) * self.sb.grain_bytes as u64;
         let min_gain = (usable / GC_MIN_GAIN_DIVISOR).max(self.sb.grain_bytes as u64);
-        (0..inner.state.len())
-            .filter(|&i| {
-                inner.state[i] == SegState::Closed && !inner.pinned[i] && inner.closed_at[i] + age <= inner.closes
-            })
-            // A writer may still be writing or indexing a record there.
-            .filter(|&i| self.inflight[i].load(Acquire) == 0)
+        let candidates = || {
+            (0..inner.state.len())
+                .filter(|&i| {
+                    inner.state[i] == SegState::Closed && !inner.pinned[i] && inner.closed_at[i] + age <= inner.closes
+                })
+                // A writer may still be writing or indexing a record there.
+                .filter(|&i| self.inflight[i].load(Acquire) == 0)
+        };
+        let greedy = candidates()
             .map(|i| (self.live[i].load(Relaxed), inner.closed_at[i], i as u32))
             .filter(|&(live, _, _)| live.saturating_add(min_gain) <= usable)
+            .min();
+        if !evict {
+            return greedy.map(|(_, _, i)| (i, false));
+        }
+        if let Some((live, _, i)) = greedy {
+            if live <= usable / 2 {
+                return Some((i, false));
+            }
+        }
+        candidates()
+            .map(|i| (self.touched[i].load(Relaxed), inner.closed_at[i], i as u32))
             .min()
-            .map(|(_, _, i)| i)
+            .map(|(_, _, i)| (i, true))
     }
 
     /// GC thread: wait for work. Work starts when free segments fall below

@@ -64,6 +64,59 @@ pub enum PutMode {
     ReplaceOnly,
 }
 
+impl From<PutMode> for Cond {
+    fn from(m: PutMode) -> Cond {
+        match m {
+            PutMode::Upsert => Cond::Always,
+            PutMode::CreateOnly => Cond::Absent,
+            PutMode::ReplaceOnly => Cond::Present,
+        }
+    }
+}
+
+/// When a conditional write ([`Store::put_item`]) goes ahead. "Present"
+/// means a value that has not expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cond {
+    Always,
+    /// Only if absent (expired counts as absent); else `Exists`.
+    Absent,
+    /// Only if present; else `NotFound`.
+    Present,
+    /// Only if present with this CAS value; `Exists` if present with
+    /// another, `NotFound` if absent.
+    Cas(u64),
+}
+
+/// Metadata stored with a value: opaque flags and an expiry time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ItemMeta {
+    pub flags: u32,
+    /// Unix seconds from which the value reads as absent; 0 = never.
+    pub expires: u32,
+}
+
+/// A value as read, with its metadata and CAS value. The CAS value is the
+/// record's sequence number: unique in the store, unchanged by GC and
+/// stable across restarts; every write of a key gives it a new one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    pub value: Vec<u8>,
+    pub meta: ItemMeta,
+    pub cas: u64,
+}
+
+/// What [`Store::update`]'s function decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Write nothing.
+    Keep,
+    /// Write this value (a new CAS value).
+    Put { value: Vec<u8>, meta: ItemMeta },
+    /// Delete the key (a tombstone if a version is indexed).
+    Delete,
+}
+
 /// What a PUT did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PutOutcome {
@@ -200,6 +253,9 @@ pub(crate) struct Core {
     /// The checkpoint relied on now; held while one is written.
     pub(crate) checkpoint: Mutex<crate::checkpoint::Current>,
     pub(crate) checkpoint_counters: crate::checkpoint::CheckpointCounters,
+    pub(crate) clock: crate::options::Clock,
+    /// Cache mode (see [`OpenOptions::evict`]).
+    pub(crate) evict: bool,
 }
 
 fn random_uuid() -> Result<[u8; 16]> {
@@ -318,6 +374,8 @@ impl Store {
             session: u64::from_le_bytes(session),
             checkpoint: Mutex::new(Default::default()),
             checkpoint_counters: Default::default(),
+            clock: opts.clock.clone(),
+            evict: opts.evict,
             dev,
             sb,
         };
@@ -558,26 +616,58 @@ impl Core {
         }
     }
 
-    /// The value of `key`, or None if absent or deleted.
+    /// Whether a found version is a value that has not expired.
+    fn is_live(&self, f: &Found, now: u32) -> bool {
+        !f.hdr.is_tombstone() && !f.hdr.expired_at(now)
+    }
+
+    /// The value of `key`, or None if absent, deleted or expired.
     pub async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_item(key).await?.map(|i| i.value))
+    }
+
+    /// The value of `key` with its metadata and CAS value.
+    pub async fn get_item(&self, key: &[u8]) -> Result<Option<Item>> {
         Self::check_key(key)?;
         self.counters.gets.fetch_add(1, Relaxed);
         let h = key_hash(key);
         let Some(f) = self.find(key, h, true, true).await? else { return Ok(None) };
-        if f.hdr.is_tombstone() {
+        if !self.is_live(&f, self.clock.now()) {
             return Ok(None);
         }
         self.counters.get_hits.fetch_add(1, Relaxed);
-        Ok(Some(record::value_of(&f.hdr, &f.buf).to_vec()))
+        if self.evict {
+            self.space.touch(self.sb.segment_of(f.entry.pba()));
+        }
+        Ok(Some(Self::item_of(&f)))
     }
 
-    /// PUT with a mode; returns whether it stored.
-    pub async fn put_with(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
-        Self::check_key(key)?;
+    fn item_of(f: &Found) -> Item {
+        Item {
+            value: record::value_of(&f.hdr, &f.buf).to_vec(),
+            meta: ItemMeta { flags: f.hdr.user_flags, expires: f.hdr.expires },
+            cas: f.hdr.seq,
+        }
+    }
+
+    fn check_value(&self, key: &[u8], value: &[u8]) -> Result<()> {
         let max = self.value_bytes_max(key.len());
         if value.len() as u64 > max {
             return Err(Error::ValueTooLarge { len: value.len() as u64, max });
         }
+        Ok(())
+    }
+
+    /// PUT with a mode; returns whether it stored.
+    pub async fn put_with(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
+        Ok(self.put_item(key, value, ItemMeta::default(), mode.into()).await?.0)
+    }
+
+    /// Conditional PUT with metadata; on `Stored`, also the new CAS value
+    /// (0 otherwise).
+    pub async fn put_item(&self, key: &[u8], value: &[u8], meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
+        Self::check_key(key)?;
+        self.check_value(key, value)?;
         let h = key_hash(key);
         let grains = grains_for(record_bytes(key.len(), value.len() as u64), self.sb.grain_bytes);
         loop {
@@ -585,29 +675,101 @@ impl Core {
             self.space.await_room(Purpose::Put, grains).await.map_err(|e| self.check_writable().err().unwrap_or(e))?;
             let _stripe = self.stripe(h).await;
             let existing = self.find(key, h, false, false).await?;
-            let live = existing.as_ref().is_some_and(|f| !f.hdr.is_tombstone());
-            match mode {
-                PutMode::CreateOnly if live => return Ok(PutOutcome::Exists),
-                PutMode::ReplaceOnly if !live => return Ok(PutOutcome::NotFound),
+            let live = existing.as_ref().filter(|f| self.is_live(f, self.clock.now()));
+            match (cond, live) {
+                (Cond::Absent, Some(_)) => return Ok((PutOutcome::Exists, 0)),
+                (Cond::Present | Cond::Cas(_), None) => return Ok((PutOutcome::NotFound, 0)),
+                (Cond::Cas(c), Some(f)) if f.hdr.seq != c => return Ok((PutOutcome::Exists, 0)),
                 _ => {}
             }
-            let seq = self.next_seq.fetch_add(1, Relaxed);
-            let hdr = RecordHeader::value(key.len(), value.len() as u64, seq, 0);
-            let loc = match self.write_record_async(Purpose::Put, hdr, key, value).await {
+            match self.write_value(key, h, value, meta, existing).await {
                 Err(Error::NoSpace { .. }) => continue, // raced for the last room: wait again
-                r => r?,
-            };
-            let committed = self.commit(key, h, existing, loc, false).await;
-            self.space.done(loc.seg);
-            committed?;
-            self.counters.puts.fetch_add(1, Relaxed);
-            self.counters.user_bytes.fetch_add((key.len() + value.len()) as u64, Relaxed);
-            return Ok(PutOutcome::Stored);
+                r => return r.map(|cas| (PutOutcome::Stored, cas)),
+            }
         }
     }
 
-    /// Delete `key`; returns whether it was present. Writes a tombstone only
-    /// when it was.
+    /// Write a new version of `key` (under its stripe) replacing `existing`;
+    /// returns its sequence number.
+    async fn write_value(
+        &self,
+        key: &[u8],
+        h: u64,
+        value: &[u8],
+        meta: ItemMeta,
+        existing: Option<Found>,
+    ) -> Result<u64> {
+        let seq = self.next_seq.fetch_add(1, Relaxed);
+        let hdr = RecordHeader::value(key.len(), value.len() as u64, seq, 0).with_meta(meta.flags, meta.expires);
+        let loc = self.write_record_async(Purpose::Put, hdr, key, value).await?;
+        let committed = self.commit(key, h, existing, loc, false).await;
+        self.space.done(loc.seg);
+        committed?;
+        self.counters.puts.fetch_add(1, Relaxed);
+        self.counters.user_bytes.fetch_add((key.len() + value.len()) as u64, Relaxed);
+        Ok(seq)
+    }
+
+    /// Write a tombstone for `key` (under its stripe) replacing `f`.
+    async fn write_tombstone(&self, key: &[u8], h: u64, f: Found) -> Result<()> {
+        let seq = self.next_seq.fetch_add(1, Relaxed);
+        // Under the stripe no relocation of this key can run, so every
+        // older version of it lies in a segment at or below the horizon.
+        let hdr = RecordHeader::tombstone(key.len(), seq, 0, self.space.horizon());
+        let loc = self.write_record_async(Purpose::Delete, hdr, key, &[]).await?;
+        let committed = self.commit(key, h, Some(f), loc, true).await;
+        self.space.done(loc.seg);
+        committed?;
+        self.counters.deletes.fetch_add(1, Relaxed);
+        self.counters.user_bytes.fetch_add(key.len() as u64, Relaxed);
+        Ok(())
+    }
+
+    /// Read-modify-write of one key: `f` sees the current item (None if
+    /// absent, deleted or expired) while no other write of the key can run,
+    /// and says what to write and what to return. Returns `f`'s answer and,
+    /// if it wrote a value, the new CAS value. `f` may run more than once
+    /// (when the store had to wait for space); only its last answer counts.
+    pub async fn update<R>(
+        &self,
+        key: &[u8],
+        mut f: impl FnMut(Option<&Item>) -> (Change, R),
+    ) -> Result<(R, Option<u64>)> {
+        Self::check_key(key)?;
+        let h = key_hash(key);
+        let mut need = 1;
+        loop {
+            self.check_writable()?;
+            self.space.await_room(Purpose::Put, need).await.map_err(|e| self.check_writable().err().unwrap_or(e))?;
+            let _stripe = self.stripe(h).await;
+            let existing = self.find(key, h, true, true).await?;
+            let item = existing.as_ref().filter(|x| self.is_live(x, self.clock.now())).map(Self::item_of);
+            let (change, r) = f(item.as_ref());
+            let written = match change {
+                Change::Keep => return Ok((r, None)),
+                Change::Put { value, meta } => {
+                    self.check_value(key, &value)?;
+                    need = grains_for(record_bytes(key.len(), value.len() as u64), self.sb.grain_bytes);
+                    self.write_value(key, h, &value, meta, existing).await.map(Some)
+                }
+                Change::Delete => match existing {
+                    Some(x) if !x.hdr.is_tombstone() => {
+                        need = grains_for(record_bytes(key.len(), 0), self.sb.grain_bytes);
+                        self.write_tombstone(key, h, x).await.map(|()| None)
+                    }
+                    _ => return Ok((r, None)),
+                },
+            };
+            match written {
+                Err(Error::NoSpace { .. }) => continue,
+                w => return w.map(|cas| (r, cas)),
+            }
+        }
+    }
+
+    /// Delete `key`; returns whether it was present (an expired value was
+    /// not, but is deleted all the same). Writes a tombstone only when a
+    /// value was indexed.
     pub async fn delete(&self, key: &[u8]) -> Result<bool> {
         Self::check_key(key)?;
         let h = key_hash(key);
@@ -623,20 +785,11 @@ impl Core {
             if f.hdr.is_tombstone() {
                 return Ok(false);
             }
-            let seq = self.next_seq.fetch_add(1, Relaxed);
-            // Under the stripe no relocation of this key can run, so every
-            // older version of it lies in a segment at or below the horizon.
-            let hdr = RecordHeader::tombstone(key.len(), seq, 0, self.space.horizon());
-            let loc = match self.write_record_async(Purpose::Delete, hdr, key, &[]).await {
+            let live = self.is_live(&f, self.clock.now());
+            match self.write_tombstone(key, h, f).await {
                 Err(Error::NoSpace { .. }) => continue,
-                r => r?,
-            };
-            let committed = self.commit(key, h, Some(f), loc, true).await;
-            self.space.done(loc.seg);
-            committed?;
-            self.counters.deletes.fetch_add(1, Relaxed);
-            self.counters.user_bytes.fetch_add(key.len() as u64, Relaxed);
-            return Ok(true);
+                r => return r.map(|()| live),
+            }
         }
     }
 
@@ -795,6 +948,56 @@ impl Store {
     /// [`Store::delete`] as a future.
     pub async fn delete_async(&self, key: &[u8]) -> Result<bool> {
         self.core.delete(key).await
+    }
+
+    /// The value of `key` with its metadata and CAS value; None if absent,
+    /// deleted or expired.
+    pub fn get_item(&self, key: &[u8]) -> Result<Option<Item>> {
+        block_on(self.core.get_item(key))
+    }
+
+    /// [`Store::get_item`] as a future.
+    pub async fn get_item_async(&self, key: &[u8]) -> Result<Option<Item>> {
+        self.core.get_item(key).await
+    }
+
+    /// Conditional PUT with metadata: `Stored` with the new CAS value, or
+    /// `Exists`/`NotFound` (and 0) when `cond` does not hold. An expired
+    /// value counts as absent.
+    pub fn put_item(&self, key: &[u8], value: &[u8], meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
+        block_on(self.core.put_item(key, value, meta, cond))
+    }
+
+    /// [`Store::put_item`] as a future.
+    pub async fn put_item_async(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        meta: ItemMeta,
+        cond: Cond,
+    ) -> Result<(PutOutcome, u64)> {
+        self.core.put_item(key, value, meta, cond).await
+    }
+
+    /// Read-modify-write of one key (append, increment, touch, delete by
+    /// CAS...): `f` sees the current item and decides; see [`Change`].
+    /// Returns `f`'s answer and the new CAS value if a value was written.
+    pub fn update<R>(&self, key: &[u8], f: impl FnMut(Option<&Item>) -> (Change, R)) -> Result<(R, Option<u64>)> {
+        block_on(self.core.update(key, f))
+    }
+
+    /// [`Store::update`] as a future.
+    pub async fn update_async<R>(
+        &self,
+        key: &[u8],
+        f: impl FnMut(Option<&Item>) -> (Change, R),
+    ) -> Result<(R, Option<u64>)> {
+        self.core.update(key, f).await
+    }
+
+    /// Unix seconds by the store's clock (the one expiry is judged by).
+    pub fn now(&self) -> u32 {
+        self.core.clock.now()
     }
 
     /// Figures of the store now.

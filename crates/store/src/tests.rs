@@ -405,17 +405,17 @@ fn regression_tombstone_outlives_every_older_version() {
     let c = segment_of_key(&s, b"k");
     roll_segment(&s);
     assert!(a != b && b != c);
-    crate::gc::reclaim(&s.core, b).unwrap();
-    crate::gc::reclaim(&s.core, c).unwrap();
+    crate::gc::reclaim(&s.core, b, false).unwrap();
+    crate::gc::reclaim(&s.core, c, false).unwrap();
     assert_eq!(s.stats().gc.tombstones_dropped, 0, "v1 is still in segment {a}");
     assert_eq!(s.stats().tombstones, 1);
     let s = reopen(&dev, s);
     assert_eq!(s.get(b"k").unwrap(), None, "v1 resurrected");
     // Reclaim A and the segment the tombstone was moved to: now it may go.
-    crate::gc::reclaim(&s.core, a).unwrap();
+    crate::gc::reclaim(&s.core, a, false).unwrap();
     let t = segment_of_key(&s, b"k");
     roll_segment(&s);
-    crate::gc::reclaim(&s.core, t).unwrap();
+    crate::gc::reclaim(&s.core, t, false).unwrap();
     assert_eq!(s.stats().gc.tombstones_dropped, 1);
     assert_eq!(s.stats().tombstones, 0);
     let s = reopen(&dev, s);
@@ -432,7 +432,7 @@ fn gc_keeps_corruption_reported() {
     let seg = segment_of_key(&s, b"victim");
     roll_segment(&s);
     flip_byte_of(&dev, &s, b"victim", 48 + 6 + 3);
-    crate::gc::reclaim(&s.core, seg).unwrap();
+    crate::gc::reclaim(&s.core, seg, false).unwrap();
     assert_ne!(segment_of_key(&s, b"victim"), seg);
     assert!(s.get(b"victim").unwrap_err().is_corruption());
     let s = reopen(&dev, s);
@@ -449,7 +449,7 @@ fn reads_survive_relocation_and_segment_reuse() {
     let seg = segment_of_key(&s, b"k");
     let stale = s.core.index.lookup(key_hash(b"k")).as_slice()[0];
     roll_segment(&s);
-    crate::gc::reclaim(&s.core, seg).unwrap();
+    crate::gc::reclaim(&s.core, seg, false).unwrap();
     // Reuse every free segment, the reclaimed one included.
     let mut i = 0;
     while s.core.space.counts().0 > 0 {
@@ -479,9 +479,13 @@ fn regression_gc_never_picks_a_segment_with_a_write_in_flight() {
     for _ in 0..age + 4 {
         roll_segment(&s);
     }
-    let victim = s.core.space.pick_victim(age);
+    let victim = s.core.space.pick_victim(age, false).map(|v| v.0);
     assert!(victim.is_some());
     assert_ne!(victim, Some(loc.seg), "picked the segment of an unfinished write");
     s.core.space.done(loc.seg);
-    assert_eq!(s.core.space.pick_victim(age), Some(loc.seg), "oldest empty segment once the write is done");
+    assert_eq!(
+        s.core.space.pick_victim(age, false),
+        Some((loc.seg, false)),
+        "oldest empty segment once the write is done"
+    );
 }
