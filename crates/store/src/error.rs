@@ -20,6 +20,8 @@ pub enum Error {
     InvalidOptions(String),
     /// The key is empty or longer than the limit.
     KeyLength { len: usize, min: usize, max: usize },
+    /// The key starts with [`crate::RESERVED_KEY_PREFIX`], the engine's own namespace.
+    ReservedKey,
     /// The value is longer than this store can hold in one record.
     ValueTooLarge { len: u64, max: u64 },
     /// No free segment is left for new records.
@@ -37,6 +39,7 @@ impl fmt::Display for Error {
         match self {
             Error::Io { op, offset, source } => write!(f, "device {op} failed at offset {offset}: {source}"),
             Error::Device(e) => write!(f, "{e}"),
+            Error::ReservedKey => write!(f, "keys starting with {:?} are reserved for the engine", "\\0granary."),
             Error::NotAStore(e) => write!(f, "not a usable Granary store: {e}"),
             Error::InvalidOptions(s) => write!(f, "invalid options: {s}"),
             Error::KeyLength { len, min, max } => {

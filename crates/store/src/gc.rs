@@ -221,7 +221,7 @@ pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
             continue;
         }
         let damaged = !rec.intact || rec.hdr.damaged_copy;
-        let expired = !rec.hdr.is_tombstone() && !damaged && rec.hdr.expired_at(now);
+        let expired = !rec.hdr.is_tombstone() && !damaged && core.hidden(&rec.hdr, now);
         if evict && !rec.hdr.is_tombstone() {
             if drop_value(core, v, h, old_pba, len as u64) {
                 let c = if expired { &core.gc_counters.expired } else { &core.gc_counters.evicted_values };

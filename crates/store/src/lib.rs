@@ -36,7 +36,7 @@ pub use error::{Error, Result};
 pub use gc::GcStats;
 pub use options::{Clock, CreateOptions, Durability, OpenOptions, ProgressHook};
 pub use recover::RecoveryReport;
-pub use store::{Change, Cond, GcPause, Item, ItemMeta, PutMode, PutOutcome, Stats, Store};
+pub use store::{Change, Cond, GcPause, Item, ItemMeta, PutMode, PutOutcome, Stats, Store, RESERVED_KEY_PREFIX};
 pub use verify::VerifyReport;
 
 pub use granary_io as io;

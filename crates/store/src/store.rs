@@ -49,6 +49,13 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 
+/// Keys starting with these bytes are the engine's own (user keys with this
+/// prefix are refused): NUL cannot start a memcache text-protocol key.
+pub const RESERVED_KEY_PREFIX: &[u8] = b"\0granary.";
+
+/// The reserved key holding the flush floor (see [`Store::flush_all`]).
+const FLUSH_FLOOR_KEY: &[u8] = b"\0granary.flush_floor";
+
 /// Number of key stripe locks serialising mutations of one key.
 pub(crate) const KEY_STRIPES: usize = 1024;
 
@@ -256,6 +263,9 @@ pub(crate) struct Core {
     pub(crate) clock: crate::options::Clock,
     /// Cache mode (see [`OpenOptions::evict`]).
     pub(crate) evict: bool,
+    /// Values with a sequence number at or below this were flushed
+    /// ([`Store::flush_all`]): they read as absent and GC drops them.
+    pub(crate) flush_floor: AtomicU64,
 }
 
 fn random_uuid() -> Result<[u8; 16]> {
@@ -376,10 +386,15 @@ impl Store {
             checkpoint_counters: Default::default(),
             clock: opts.clock.clone(),
             evict: opts.evict,
+            flush_floor: AtomicU64::new(0),
             dev,
             sb,
         };
         core.recover(headers, loaded, opts)?;
+        if let Some(f) = block_on(core.read_item(FLUSH_FLOOR_KEY))? {
+            let floor = f.value.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+            core.flush_floor.store(floor.unwrap_or(0), Relaxed);
+        }
         let core = Arc::new(core);
         let gc = if opts.gc {
             let c = core.clone();
@@ -459,6 +474,30 @@ impl Core {
             return Err(Error::KeyLength { len: key.len(), min: KEY_BYTES_MIN, max: KEY_BYTES_MAX });
         }
         Ok(())
+    }
+
+    /// A user's key: in length and outside the reserved namespace.
+    fn check_user_key(key: &[u8]) -> Result<()> {
+        Self::check_key(key)?;
+        if key.starts_with(RESERVED_KEY_PREFIX) {
+            return Err(Error::ReservedKey);
+        }
+        Ok(())
+    }
+
+    /// Hide every value written so far (memcache `flush_all`): they read as
+    /// absent and GC reclaims them. The floor is stored under a reserved
+    /// key, so it holds across restarts. Returns the floor.
+    pub async fn flush_all(&self) -> Result<u64> {
+        let floor = self.next_seq.fetch_add(1, Relaxed);
+        self.flush_floor.fetch_max(floor, Relaxed);
+        self.write_item(FLUSH_FLOOR_KEY, &floor.to_le_bytes(), ItemMeta::default(), Cond::Always).await?;
+        Ok(floor)
+    }
+
+    /// Whether a value with this header was hidden by expiry or a flush.
+    pub(crate) fn hidden(&self, hdr: &RecordHeader, now: u32) -> bool {
+        hdr.expired_at(now) || hdr.seq <= self.flush_floor.load(Relaxed)
     }
 
     pub(crate) fn check_writable(&self) -> Result<()> {
@@ -618,7 +657,7 @@ impl Core {
 
     /// Whether a found version is a value that has not expired.
     fn is_live(&self, f: &Found, now: u32) -> bool {
-        !f.hdr.is_tombstone() && !f.hdr.expired_at(now)
+        !f.hdr.is_tombstone() && !self.hidden(&f.hdr, now)
     }
 
     /// The value of `key`, or None if absent, deleted or expired.
@@ -628,7 +667,12 @@ impl Core {
 
     /// The value of `key` with its metadata and CAS value.
     pub async fn get_item(&self, key: &[u8]) -> Result<Option<Item>> {
-        Self::check_key(key)?;
+        Self::check_user_key(key)?;
+        self.read_item(key).await
+    }
+
+    /// [`Core::get_item`] without the reserved-namespace check.
+    async fn read_item(&self, key: &[u8]) -> Result<Option<Item>> {
         self.counters.gets.fetch_add(1, Relaxed);
         let h = key_hash(key);
         let Some(f) = self.find(key, h, true, true).await? else { return Ok(None) };
@@ -666,7 +710,12 @@ impl Core {
     /// Conditional PUT with metadata; on `Stored`, also the new CAS value
     /// (0 otherwise).
     pub async fn put_item(&self, key: &[u8], value: &[u8], meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
-        Self::check_key(key)?;
+        Self::check_user_key(key)?;
+        self.write_item(key, value, meta, cond).await
+    }
+
+    /// [`Core::put_item`] without the reserved-namespace check.
+    async fn write_item(&self, key: &[u8], value: &[u8], meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
         self.check_value(key, value)?;
         let h = key_hash(key);
         let grains = grains_for(record_bytes(key.len(), value.len() as u64), self.sb.grain_bytes);
@@ -735,7 +784,7 @@ impl Core {
         key: &[u8],
         mut f: impl FnMut(Option<&Item>) -> (Change, R),
     ) -> Result<(R, Option<u64>)> {
-        Self::check_key(key)?;
+        Self::check_user_key(key)?;
         let h = key_hash(key);
         let mut need = 1;
         loop {
@@ -771,7 +820,7 @@ impl Core {
     /// not, but is deleted all the same). Writes a tombstone only when a
     /// value was indexed.
     pub async fn delete(&self, key: &[u8]) -> Result<bool> {
-        Self::check_key(key)?;
+        Self::check_user_key(key)?;
         let h = key_hash(key);
         let grains = grains_for(record_bytes(key.len(), 0), self.sb.grain_bytes);
         loop {
@@ -993,6 +1042,17 @@ impl Store {
         f: impl FnMut(Option<&Item>) -> (Change, R),
     ) -> Result<(R, Option<u64>)> {
         self.core.update(key, f).await
+    }
+
+    /// Hide every value written so far, persistently (memcache
+    /// `flush_all`); see [`Core::flush_all`].
+    pub fn flush_all(&self) -> Result<u64> {
+        block_on(self.core.flush_all())
+    }
+
+    /// [`Store::flush_all`] as a future.
+    pub async fn flush_all_async(&self) -> Result<u64> {
+        self.core.flush_all().await
     }
 
     /// Unix seconds by the store's clock (the one expiry is judged by).
