@@ -5,6 +5,7 @@
 //! found problems; 2 an error (bad arguments, IO, corruption), printed as one
 //! line on stderr.
 
+mod serve;
 mod size;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -121,6 +122,9 @@ enum Cmd {
         #[arg(long, default_value_t = 60_000)]
         checkpoint_ms: u64,
     },
+    /// Serve a store over the Memcache protocol (text and meta commands)
+    /// until SIGTERM/SIGINT; a missing data file is created.
+    Serve(serve::ServeArgs),
     /// Benchmarks that compare Granary with a peer in the same run.
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -331,6 +335,10 @@ fn progress_bar() -> Option<ProgressHook> {
 
 fn run(cli: Cli) -> Result<ExitCode, String> {
     match cli.cmd {
+        Cmd::Serve(a) => {
+            serve::run(a, progress_bar())?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Create { dev, size, segment_size, grain, if_absent } => {
             if if_absent && dev.path.exists() {
                 let store = open_store(&dev, false, true)?;
@@ -716,10 +724,9 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("GRANARY_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,granary_store=info")),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("GRANARY_LOG").unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new("warn,granary_store=info,granary_memcache=info,granary=info")
+        }))
         .init();
     let cli = Cli::parse();
     match run(cli) {

@@ -1055,6 +1055,11 @@ impl Store {
         self.core.flush_all().await
     }
 
+    /// Whether the store evicts when full (cache mode).
+    pub fn evicts(&self) -> bool {
+        self.core.evict
+    }
+
     /// Unix seconds by the store's clock (the one expiry is judged by).
     pub fn now(&self) -> u32 {
         self.core.clock.now()

@@ -1,0 +1,122 @@
+//! `granary serve` as a process on a real file: it serves memcache on the
+//! given port, stops cleanly on SIGTERM (the next start is a clean restart
+//! that reads no log), and after SIGKILL comes back with every
+//! acknowledged write (warm restart after a crash).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+struct Serve {
+    child: Child,
+    port: u16,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Serve {
+    /// Start `granary serve` and wait for its "serving" line.
+    fn start(data: &Path) -> Serve {
+        let port = free_port();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_granary"))
+            .args(["serve", "--data", data.to_str().unwrap(), "--size", "64M", "-p", &port.to_string(), "-t", "2"])
+            .env("GRANARY_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut log = String::new();
+        loop {
+            let mut line = String::new();
+            assert!(err.read_line(&mut line).unwrap() > 0, "granary serve exited early:\n{log}");
+            log.push_str(&line);
+            if line.contains("serving") {
+                break;
+            }
+        }
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = err.read_to_end(&mut sink);
+        });
+        Serve { child, port }
+    }
+
+    fn call(&self, req: &[u8]) -> Vec<u8> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.write_all(req).unwrap();
+        s.write_all(b"mn\r\n").unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 65536];
+        while !got.ends_with(b"MN\r\n") {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "connection closed");
+            got.extend_from_slice(&buf[..n]);
+        }
+        got.truncate(got.len() - 4);
+        got
+    }
+
+    fn signal(mut self, sig: i32) -> std::process::ExitStatus {
+        // SAFETY: kill with a pid of our own child.
+        unsafe { libc_kill(self.child.id() as i32, sig) };
+        self.child.wait().unwrap()
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+const SIGKILL: i32 = 9;
+const SIGTERM: i32 = 15;
+
+fn stat(s: &Serve, name: &str) -> String {
+    let out = String::from_utf8(s.call(b"stats\r\n")).unwrap();
+    let prefix = format!("STAT {name} ");
+    out.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no {name} in stats")).to_string()
+}
+
+#[test]
+fn sigterm_is_a_clean_stop_and_sigkill_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("sub/cache.db");
+    let s = Serve::start(&data);
+    assert!(data.exists(), "the data file (and its directory) is created");
+    let mut req = Vec::new();
+    for i in 0..500 {
+        req.extend_from_slice(format!("set key-{i} {i} 0 7\r\nvalue-{}\r\n", i % 10).as_bytes());
+    }
+    assert_eq!(s.call(&req), b"STORED\r\n".repeat(500));
+    let gets = s.call(b"gets key-7\r\n");
+    let status = s.signal(SIGTERM);
+    assert!(status.success(), "SIGTERM exits 0, got {status:?}");
+
+    let s = Serve::start(&data);
+    assert_eq!(s.call(b"gets key-7\r\n"), gets, "flags, value and CAS value survive");
+    assert_eq!(stat(&s, "curr_items"), "500");
+    s.call(b"flush_all\r\n");
+    assert_eq!(s.call(b"get key-1\r\n"), b"END\r\n");
+    for i in 0..100 {
+        assert_eq!(s.call(format!("set new-{i} 0 0 1\r\nx\r\n").as_bytes()), b"STORED\r\n");
+    }
+    assert!(!s.signal(SIGKILL).success());
+
+    // After a crash: everything acknowledged is there, the flush still holds.
+    let s = Serve::start(&data);
+    for i in 0..100 {
+        assert_eq!(
+            s.call(format!("get new-{i}\r\n").as_bytes()),
+            format!("VALUE new-{i} 0 1\r\nx\r\nEND\r\n").as_bytes()
+        );
+    }
+    assert_eq!(s.call(b"get key-1\r\n"), b"END\r\n");
+    assert!(s.signal(SIGTERM).success());
+}

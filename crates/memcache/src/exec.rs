@@ -1,0 +1,584 @@
+//! One connection's protocol state: parse the next request from the input
+//! and execute it against the store, appending replies to `out`.
+//!
+//! Replies follow memcached 1.6's text protocol (protocol.txt) byte for
+//! byte, including its errors: `ERROR` for an unknown command, `CLIENT_ERROR
+//! ...` for a malformed one, `SERVER_ERROR ...` when the store fails.
+//! Storage commands whose value is larger than the configured maximum get
+//! `SERVER_ERROR object too large for cache` and their data is skipped
+//! ("swallowed") as memcached does; the connection goes on.
+
+use crate::limits::*;
+use crate::server::Ctx;
+use granary_store::{Change, Cond, Error, Item, ItemMeta, PutOutcome};
+use std::sync::atomic::Ordering::Relaxed;
+
+/// What one step did with the input.
+pub(crate) enum Step {
+    /// The first n bytes were one request (or data skipped): done.
+    Consumed(usize),
+    /// No complete request yet: read more.
+    NeedMore,
+    /// Close the connection after sending what is buffered.
+    Close,
+}
+
+pub(crate) struct Conn<'a> {
+    pub ctx: &'a Ctx,
+    pub out: Vec<u8>,
+    /// Bytes of a refused value still to skip.
+    pub(crate) swallow: usize,
+    /// The current command ends in `noreply`: as in memcached, every reply
+    /// to it (errors included) is suppressed.
+    noreply: bool,
+}
+
+/// A storage command's kind.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Store {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    Cas,
+}
+
+/// Split a request line into tokens (runs of spaces separate them).
+pub(crate) fn tokens(line: &[u8]) -> Vec<&[u8]> {
+    line.split(|&b| b == b' ').filter(|t| !t.is_empty()).collect()
+}
+
+pub(crate) fn parse<T: std::str::FromStr>(t: &[u8]) -> Option<T> {
+    std::str::from_utf8(t).ok()?.parse().ok()
+}
+
+/// A key the text protocol accepts: 1..=250 bytes, no control characters
+/// (spaces cannot occur: they separate tokens).
+pub(crate) fn key_ok(k: &[u8]) -> bool {
+    !k.is_empty() && k.len() <= KEY_BYTES_MAX && k.iter().all(|&b| b > b' ' && b != 0x7f)
+}
+
+impl<'a> Conn<'a> {
+    pub fn new(ctx: &'a Ctx) -> Conn<'a> {
+        Conn { ctx, out: Vec::with_capacity(4096), swallow: 0, noreply: false }
+    }
+
+    pub(crate) fn reply(&mut self, s: &str) {
+        if self.noreply {
+            return;
+        }
+        self.out.extend_from_slice(s.as_bytes());
+        self.out.extend_from_slice(b"\r\n");
+    }
+
+    pub(crate) fn client_error(&mut self, msg: &str) {
+        self.ctx.stats.protocol_errors.fetch_add(1, Relaxed);
+        self.reply(&format!("CLIENT_ERROR {msg}"));
+    }
+
+    pub(crate) fn error(&mut self) {
+        self.ctx.stats.protocol_errors.fetch_add(1, Relaxed);
+        self.reply("ERROR");
+    }
+
+    /// memcached's reply to a store failure.
+    pub(crate) fn server_error(&mut self, e: &Error) {
+        match e {
+            Error::NoSpace { .. } => self.reply("SERVER_ERROR out of memory storing object"),
+            Error::ValueTooLarge { .. } => self.reply("SERVER_ERROR object too large for cache"),
+            e => {
+                tracing::warn!(error = %e, "request failed in the store");
+                let msg = e.to_string().replace(['\r', '\n'], " ");
+                self.reply(&format!("SERVER_ERROR {msg}"));
+            }
+        }
+    }
+
+    /// An exptime of the protocol as the engine's expiry (unix seconds,
+    /// 0 = never): memcached's rules.
+    pub(crate) fn expires(&self, exptime: i64) -> u32 {
+        let now = self.ctx.store.now() as i64;
+        let t = if exptime == 0 {
+            0
+        } else if exptime < 0 {
+            1 // already expired
+        } else if exptime > RELATIVE_EXPTIME_MAX {
+            // Absolute: memcached treats times before its start as expired.
+            if exptime <= self.ctx.started_unix as i64 {
+                1
+            } else {
+                exptime
+            }
+        } else {
+            now + exptime
+        };
+        t.clamp(0, u32::MAX as i64) as u32
+    }
+
+    /// Execute the next request in `buf`.
+    pub async fn step(&mut self, buf: &[u8]) -> Step {
+        if self.swallow > 0 {
+            let n = self.swallow.min(buf.len());
+            self.swallow -= n;
+            return if n == 0 { Step::NeedMore } else { Step::Consumed(n) };
+        }
+        let Some(nl) = buf.iter().take(LINE_BYTES_MAX + 2).position(|&b| b == b'\n') else {
+            if buf.len() > LINE_BYTES_MAX {
+                self.client_error("line too long");
+                return Step::Close;
+            }
+            return Step::NeedMore;
+        };
+        let line_len = nl + 1;
+        let line = &buf[..nl];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let t = tokens(line);
+        let Some(&cmd) = t.first() else {
+            self.error();
+            return Step::Consumed(line_len);
+        };
+        let rest = &buf[line_len..];
+        const NOREPLY_CMDS: [&[u8]; 12] = [
+            b"set",
+            b"add",
+            b"replace",
+            b"append",
+            b"prepend",
+            b"cas",
+            b"delete",
+            b"incr",
+            b"decr",
+            b"touch",
+            b"flush_all",
+            b"verbosity",
+        ];
+        self.noreply = t.len() > 1 && t.last() == Some(&&b"noreply"[..]) && NOREPLY_CMDS.contains(&cmd);
+        let step = self.dispatch(cmd, &t, line_len, rest).await;
+        self.noreply = false;
+        step
+    }
+
+    async fn dispatch(&mut self, cmd: &[u8], t: &[&[u8]], line_len: usize, rest: &[u8]) -> Step {
+        match cmd {
+            b"get" => self.get(&t[1..], false, None).await,
+            b"gets" => self.get(&t[1..], true, None).await,
+            b"gat" | b"gats" if t.len() > 2 => match parse::<i64>(t[1]) {
+                Some(exp) => self.get(&t[2..], cmd == b"gats", Some(exp)).await,
+                None => self.client_error("invalid exptime argument"),
+            },
+            b"gat" | b"gats" => self.error(),
+            b"set" => return self.storage(Store::Set, t, line_len, rest).await,
+            b"add" => return self.storage(Store::Add, t, line_len, rest).await,
+            b"replace" => return self.storage(Store::Replace, t, line_len, rest).await,
+            b"append" => return self.storage(Store::Append, t, line_len, rest).await,
+            b"prepend" => return self.storage(Store::Prepend, t, line_len, rest).await,
+            b"cas" => return self.storage(Store::Cas, t, line_len, rest).await,
+            b"delete" => self.delete(t).await,
+            b"incr" => self.arith(t, true).await,
+            b"decr" => self.arith(t, false).await,
+            b"touch" => self.touch(t).await,
+            b"flush_all" => self.flush_all(t).await,
+            b"version" => self.reply(&format!("VERSION {}", version())),
+            b"verbosity" => self.verbosity(&t[1..]),
+            b"stats" => self.stats(&t[1..]),
+            b"quit" => return Step::Close,
+            b"mn" => {
+                self.ctx.stats.cmd_meta.fetch_add(1, Relaxed);
+                self.reply("MN")
+            }
+            b"mg" | b"ms" | b"md" | b"ma" | b"me" => {
+                self.ctx.stats.cmd_meta.fetch_add(1, Relaxed);
+                return self.meta(cmd, t, line_len, rest).await;
+            }
+            _ => self.error(),
+        }
+        Step::Consumed(line_len)
+    }
+
+    async fn get(&mut self, keys: &[&[u8]], with_cas: bool, touch: Option<i64>) {
+        if keys.is_empty() {
+            return self.error();
+        }
+        let expires = touch.map(|e| self.expires(e));
+        for &key in keys {
+            if !key_ok(key) {
+                return self.client_error("bad command line format");
+            }
+            self.ctx.stats.cmd_get.fetch_add(1, Relaxed);
+            let got = match expires {
+                None => self.ctx.store.get_item_async(key).await,
+                Some(exp) => {
+                    self.ctx.stats.cmd_touch.fetch_add(1, Relaxed);
+                    touch_item(self.ctx, key, exp).await
+                }
+            };
+            match got {
+                Ok(Some(it)) => {
+                    self.ctx.stats.get_hits.fetch_add(1, Relaxed);
+                    if touch.is_some() {
+                        self.ctx.stats.touch_hits.fetch_add(1, Relaxed);
+                    }
+                    self.value_line(key, &it, with_cas);
+                }
+                Ok(None) => {
+                    self.ctx.stats.get_misses.fetch_add(1, Relaxed);
+                    if touch.is_some() {
+                        self.ctx.stats.touch_misses.fetch_add(1, Relaxed);
+                    }
+                }
+                Err(e) => return self.server_error(&e),
+            }
+        }
+        self.reply("END");
+    }
+
+    fn value_line(&mut self, key: &[u8], it: &Item, with_cas: bool) {
+        self.out.extend_from_slice(b"VALUE ");
+        self.out.extend_from_slice(key);
+        let head = if with_cas {
+            format!(" {} {} {}\r\n", it.meta.flags, it.value.len(), it.cas)
+        } else {
+            format!(" {} {}\r\n", it.meta.flags, it.value.len())
+        };
+        self.out.extend_from_slice(head.as_bytes());
+        self.out.extend_from_slice(&it.value);
+        self.out.extend_from_slice(b"\r\n");
+    }
+
+    /// set/add/replace/append/prepend/cas: `<cmd> <key> <flags> <exptime>
+    /// <bytes> [<cas>] [noreply]` then the data and "\r\n".
+    async fn storage(&mut self, kind: Store, t: &[&[u8]], line_len: usize, rest: &[u8]) -> Step {
+        let n_args = if kind == Store::Cas { 6 } else { 5 };
+        // memcached ignores one extra token that is not "noreply".
+        let noreply = self.noreply;
+        if t.len() != n_args && t.len() != n_args + 1 {
+            self.error();
+            return Step::Consumed(line_len);
+        }
+        let key = t[1];
+        // memcached parses flags as an unsigned long and keeps 32 bits.
+        let flags = parse::<u64>(t[2]).map(|f| f as u32);
+        let exptime = parse::<i64>(t[3]);
+        let bytes = parse::<i64>(t[4]);
+        let cas = if kind == Store::Cas { parse::<u64>(t[5]) } else { Some(0) };
+        let (Some(flags), Some(exptime), Some(bytes), Some(cas)) = (flags, exptime, bytes, cas) else {
+            self.client_error("bad command line format");
+            return Step::Consumed(line_len);
+        };
+        if key.len() > KEY_BYTES_MAX || !key_ok(key) || !(0..=i32::MAX as i64 - 2).contains(&bytes) {
+            self.client_error("bad command line format");
+            return Step::Consumed(line_len);
+        }
+        let bytes = bytes as usize;
+        self.ctx.stats.cmd_set.fetch_add(1, Relaxed);
+        if bytes > self.ctx.cfg.item_bytes_max {
+            self.reply("SERVER_ERROR object too large for cache");
+            self.swallow = bytes + 2;
+            // memcached drops the old value of a failed set, so no stale
+            // data outlives it.
+            if kind == Store::Set {
+                let _ = self.ctx.store.delete_async(key).await;
+            }
+            return Step::Consumed(line_len);
+        }
+        if rest.len() < bytes + 2 {
+            return Step::NeedMore;
+        }
+        let consumed = line_len + bytes + 2;
+        if &rest[bytes..bytes + 2] != b"\r\n" {
+            self.client_error("bad data chunk");
+            return Step::Consumed(consumed);
+        }
+        let data = &rest[..bytes];
+        let meta = ItemMeta { flags, expires: self.expires(exptime) };
+        let r = match kind {
+            Store::Set => self.put(key, data, meta, Cond::Always).await,
+            Store::Add => self.put(key, data, meta, Cond::Absent).await,
+            Store::Replace => self.put(key, data, meta, Cond::Present).await,
+            Store::Cas => self.put(key, data, meta, Cond::Cas(cas)).await,
+            Store::Append | Store::Prepend => {
+                let append = kind == Store::Append;
+                let max = self.ctx.cfg.item_bytes_max;
+                let r = self
+                    .ctx
+                    .store
+                    .update_async(key, |it| match it {
+                        None => (Change::Keep, Ok(false)),
+                        Some(it) if it.value.len() + data.len() > max => (Change::Keep, Err(())),
+                        Some(it) => {
+                            let mut v = Vec::with_capacity(it.value.len() + data.len());
+                            if append {
+                                v.extend_from_slice(&it.value);
+                                v.extend_from_slice(data);
+                            } else {
+                                v.extend_from_slice(data);
+                                v.extend_from_slice(&it.value);
+                            }
+                            (Change::Put { value: v, meta: it.meta }, Ok(true))
+                        }
+                    })
+                    .await;
+                match r {
+                    Ok((Ok(true), _)) => Ok("STORED"),
+                    Ok((Ok(false), _)) => Ok("NOT_STORED"),
+                    Ok((Err(()), _)) => Err(Error::ValueTooLarge { len: 0, max: max as u64 }),
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        match r {
+            Ok(_) if noreply => {}
+            Ok(s) => self.reply(s),
+            Err(e) => self.server_error(&e),
+        }
+        Step::Consumed(consumed)
+    }
+
+    async fn put(&mut self, key: &[u8], data: &[u8], meta: ItemMeta, cond: Cond) -> Result<&'static str, Error> {
+        let (outcome, _) = self.ctx.store.put_item_async(key, data, meta, cond).await?;
+        let s = &self.ctx.stats;
+        Ok(match (cond, outcome) {
+            (Cond::Cas(_), PutOutcome::Stored) => {
+                s.cas_hits.fetch_add(1, Relaxed);
+                s.total_items.fetch_add(1, Relaxed);
+                "STORED"
+            }
+            (Cond::Cas(_), PutOutcome::Exists) => {
+                s.cas_badval.fetch_add(1, Relaxed);
+                "EXISTS"
+            }
+            (Cond::Cas(_), PutOutcome::NotFound) => {
+                s.cas_misses.fetch_add(1, Relaxed);
+                "NOT_FOUND"
+            }
+            (_, PutOutcome::Stored) => {
+                s.total_items.fetch_add(1, Relaxed);
+                "STORED"
+            }
+            _ => "NOT_STORED",
+        })
+    }
+
+    /// `delete <key> [0] [noreply]` (the 0 is memcached's legacy hold time).
+    async fn delete(&mut self, t: &[&[u8]]) {
+        if t.len() < 2 {
+            return self.error();
+        }
+        let noreply = self.noreply;
+        let args = &t[1..t.len() - noreply as usize];
+        let ok = match args {
+            [_] => true,
+            [_, z] => *z == b"0",
+            _ => false,
+        };
+        if !ok {
+            return self.client_error("bad command line format.  Usage: delete <key> [noreply]");
+        }
+        let key = args[0];
+        if !key_ok(key) {
+            return self.client_error("bad command line format");
+        }
+        match self.ctx.store.delete_async(key).await {
+            Ok(found) => {
+                let c = if found { &self.ctx.stats.delete_hits } else { &self.ctx.stats.delete_misses };
+                c.fetch_add(1, Relaxed);
+                if !noreply {
+                    self.reply(if found { "DELETED" } else { "NOT_FOUND" });
+                }
+            }
+            Err(e) => self.server_error(&e),
+        }
+    }
+
+    /// `incr|decr <key> <delta> [noreply]`.
+    async fn arith(&mut self, t: &[&[u8]], incr: bool) {
+        let noreply = t.len() == 4 && t[3] == b"noreply";
+        if t.len() != 3 && !noreply {
+            return self.error();
+        }
+        if !key_ok(t[1]) {
+            return self.client_error("bad command line format");
+        }
+        let Some(delta) = parse::<u64>(t[2]) else {
+            return self.client_error("invalid numeric delta argument");
+        };
+        match arith(self.ctx, t[1], incr, delta, None).await {
+            Ok(Arith::Done(n, _)) => {
+                let c = if incr { &self.ctx.stats.incr_hits } else { &self.ctx.stats.decr_hits };
+                c.fetch_add(1, Relaxed);
+                if !noreply {
+                    self.reply(&n.to_string());
+                }
+            }
+            Ok(Arith::NotFound) => {
+                let c = if incr { &self.ctx.stats.incr_misses } else { &self.ctx.stats.decr_misses };
+                c.fetch_add(1, Relaxed);
+                if !noreply {
+                    self.reply("NOT_FOUND");
+                }
+            }
+            Ok(Arith::NonNumeric) => self.client_error("cannot increment or decrement non-numeric value"),
+            Ok(Arith::CasMismatch) => self.reply("EXISTS"),
+            Err(e) => self.server_error(&e),
+        }
+    }
+
+    /// `touch <key> <exptime> [noreply]`.
+    async fn touch(&mut self, t: &[&[u8]]) {
+        let noreply = t.len() == 4 && t[3] == b"noreply";
+        if t.len() != 3 && !noreply {
+            return self.error();
+        }
+        if !key_ok(t[1]) {
+            return self.client_error("bad command line format");
+        }
+        let Some(exptime) = parse::<i64>(t[2]) else {
+            return self.client_error("invalid exptime argument");
+        };
+        self.ctx.stats.cmd_touch.fetch_add(1, Relaxed);
+        let exp = self.expires(exptime);
+        match touch_item(self.ctx, t[1], exp).await {
+            Ok(Some(_)) => {
+                self.ctx.stats.touch_hits.fetch_add(1, Relaxed);
+                if !noreply {
+                    self.reply("TOUCHED");
+                }
+            }
+            Ok(None) => {
+                self.ctx.stats.touch_misses.fetch_add(1, Relaxed);
+                if !noreply {
+                    self.reply("NOT_FOUND");
+                }
+            }
+            Err(e) => self.server_error(&e),
+        }
+    }
+
+    /// `flush_all [delay] [noreply]`: with a delay, the flush happens then
+    /// (a timer on this executor; a restart before it forgets it).
+    async fn flush_all(&mut self, t: &[&[u8]]) {
+        let noreply = self.noreply;
+        if t.len() > 3 {
+            return self.error();
+        }
+        let delay = match t.get(1) {
+            None => 0,
+            Some(&d) if d == b"noreply" && t.len() == 2 => 0,
+            Some(d) => match parse::<i64>(d) {
+                Some(d) => d,
+                None => return self.client_error("invalid exptime argument"),
+            },
+        };
+        self.ctx.stats.cmd_flush.fetch_add(1, Relaxed);
+        if delay > 0 {
+            let at = self.expires(delay) as i64;
+            let wait = (at - self.ctx.store.now() as i64).max(0) as u64;
+            let store = self.ctx.store.clone();
+            granary_rt::spawn(async move {
+                granary_rt::sleep(std::time::Duration::from_secs(wait)).await;
+                if let Err(e) = store.flush_all_async().await {
+                    tracing::warn!(error = %e, "delayed flush_all failed");
+                }
+            });
+        } else if let Err(e) = self.ctx.store.flush_all_async().await {
+            return self.server_error(&e);
+        }
+        if !noreply {
+            self.reply("OK");
+        }
+    }
+
+    /// `verbosity <level> [noreply]`: accepted and ignored (logging is
+    /// configured with GRANARY_LOG), with memcached's replies.
+    fn verbosity(&mut self, args: &[&[u8]]) {
+        if args.is_empty() || args.len() > 2 {
+            return self.error();
+        }
+        let noreply = args.last() == Some(&&b"noreply"[..]);
+        if args[0] != b"noreply" && parse::<u64>(args[0]).is_none() {
+            return self.client_error("bad command line format");
+        }
+        if !noreply {
+            self.reply("OK");
+        }
+    }
+
+    fn stats(&mut self, args: &[&[u8]]) {
+        let lines = match args {
+            [] => crate::meta::general_stats(self.ctx),
+            [b"settings"] => crate::meta::settings_stats(self.ctx),
+            [b"items"] => crate::meta::items_stats(self.ctx),
+            [b"slabs"] => vec![("active_slabs".into(), "0".into()), ("total_malloced".into(), "0".into())],
+            [b"reset"] => return self.reply("RESET"),
+            _ => return self.error(),
+        };
+        for (k, v) in lines {
+            self.reply(&format!("STAT {k} {v}"));
+        }
+        self.reply("END");
+    }
+}
+
+/// The version string `version` and `stats` report.
+pub(crate) fn version() -> String {
+    format!("1.6.0-granary-{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Set a new expiry on `key`, keeping its value and flags (a new CAS value).
+pub(crate) async fn touch_item(ctx: &Ctx, key: &[u8], expires: u32) -> Result<Option<Item>, Error> {
+    let (it, cas) = ctx
+        .store
+        .update_async(key, |it| match it {
+            None => (Change::Keep, None),
+            Some(it) => {
+                let meta = ItemMeta { flags: it.meta.flags, expires };
+                (Change::Put { value: it.value.clone(), meta }, Some((it.value.clone(), meta)))
+            }
+        })
+        .await?;
+    Ok(it.map(|(value, meta)| Item { value, meta, cas: cas.unwrap_or(0) }))
+}
+
+pub(crate) enum Arith {
+    /// The new value and CAS value.
+    Done(u64, u64),
+    NotFound,
+    NonNumeric,
+    CasMismatch,
+}
+
+/// incr/decr with memcached's rules: incr wraps at 2^64, decr stops at 0,
+/// the value must be a decimal number; flags and expiry are kept. Like
+/// memcached, a result shorter than the old value is padded with spaces to
+/// the old length. With `cas`, only if the item's CAS value matches.
+pub(crate) async fn arith(ctx: &Ctx, key: &[u8], incr: bool, delta: u64, cas: Option<u64>) -> Result<Arith, Error> {
+    let (r, new_cas) = ctx
+        .store
+        .update_async(key, |it| {
+            let Some(it) = it else { return (Change::Keep, Arith::NotFound) };
+            if cas.is_some_and(|c| c != it.cas) {
+                return (Change::Keep, Arith::CasMismatch);
+            }
+            let digits = it.value.strip_suffix(b" ").map_or(&it.value[..], |_| trim_spaces(&it.value));
+            let Some(n) = parse::<u64>(digits).filter(|_| !digits.is_empty() && digits[0] != b'+') else {
+                return (Change::Keep, Arith::NonNumeric);
+            };
+            let n = if incr { n.wrapping_add(delta) } else { n.saturating_sub(delta) };
+            let mut v = n.to_string().into_bytes();
+            if v.len() < it.value.len() {
+                v.resize(it.value.len(), b' ');
+            }
+            (Change::Put { value: v, meta: it.meta }, Arith::Done(n, 0))
+        })
+        .await?;
+    Ok(match r {
+        Arith::Done(n, _) => Arith::Done(n, new_cas.unwrap_or(0)),
+        r => r,
+    })
+}
+
+fn trim_spaces(v: &[u8]) -> &[u8] {
+    let end = v.iter().rposition(|&b| b != b' ').map_or(0, |i| i + 1);
+    &v[..end]
+}

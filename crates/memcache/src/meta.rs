@@ -1,0 +1,543 @@
+//! The meta commands (memcached 1.6 protocol.txt, "Meta Commands"): mg, ms,
+//! md, ma, me (mn is answered in `exec`), and the `stats` views.
+//!
+//! Supported flags: mg `b c f k O q s t v N T`; ms `b c C F k O q T M`
+//! (modes E A P R S); md `b C k O q`; ma `b c C N J D T M q O t v k`
+//! (modes I + D -). Others (`h l u E I x R` and the win/stale machinery
+//! beyond the W flag of a vivified miss) are refused with
+//! `CLIENT_ERROR invalid flag`, never ignored silently: see docs/MEMCACHE.md.
+
+use crate::exec::{arith, key_ok, parse, touch_item, version, Arith, Conn, Step};
+use crate::server::Ctx;
+use granary_store::{Change, Cond, Item, ItemMeta, PutOutcome};
+use std::sync::atomic::Ordering::Relaxed;
+
+/// A parsed flag: its letter and token (possibly empty).
+struct Flag<'t> {
+    c: u8,
+    tok: &'t [u8],
+}
+
+/// Parse flags: Err(message) for an unknown or repeated flag.
+fn flags<'t>(t: &[&'t [u8]], allowed: &[u8]) -> Result<Vec<Flag<'t>>, &'static str> {
+    let mut out: Vec<Flag<'t>> = Vec::with_capacity(t.len());
+    for f in t {
+        let c = f[0];
+        if !allowed.contains(&c) {
+            return Err("invalid flag");
+        }
+        if out.iter().any(|g| g.c == c) {
+            return Err("duplicate flag");
+        }
+        out.push(Flag { c, tok: &f[1..] });
+    }
+    Ok(out)
+}
+
+fn has(fl: &[Flag<'_>], c: u8) -> bool {
+    fl.iter().any(|f| f.c == c)
+}
+
+fn tok<'t>(fl: &[Flag<'t>], c: u8) -> Option<&'t [u8]> {
+    fl.iter().find(|f| f.c == c).map(|f| f.tok)
+}
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+#[cfg(test)]
+fn b64_encode(b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(b.len().div_ceil(3) * 4);
+    for c in b.chunks(3) {
+        let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(B64[(n >> (18 - 6 * i) & 63) as usize]);
+            } else {
+                out.push(b'=');
+            }
+        }
+    }
+    out
+}
+
+fn b64_decode(s: &[u8]) -> Option<Vec<u8>> {
+    if s.is_empty() || !s.len().is_multiple_of(4) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(s.len() / 4 * 3);
+    for (ci, c) in s.chunks(4).enumerate() {
+        let last = ci == s.len() / 4 - 1;
+        let pad = c.iter().rev().take_while(|&&x| x == b'=').count();
+        if pad > 2 || (pad > 0 && !last) {
+            return None;
+        }
+        let mut n = 0u32;
+        for &x in &c[..4 - pad] {
+            n = n << 6 | B64.iter().position(|&y| y == x)? as u32;
+        }
+        n <<= 6 * pad as u32;
+        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&bytes[..3 - pad]);
+    }
+    Some(out)
+}
+
+/// Seconds left before `meta.expires` (-1: never).
+fn ttl_left(ctx: &Ctx, meta: &ItemMeta) -> i64 {
+    if meta.expires == 0 {
+        -1
+    } else {
+        (meta.expires as i64 - ctx.store.now() as i64).max(0)
+    }
+}
+
+impl Conn<'_> {
+    /// The key of a meta command, base64-decoded with `b`.
+    fn meta_key(&mut self, raw: &[u8], b: bool) -> Option<Vec<u8>> {
+        if raw.len() > crate::limits::KEY_BYTES_MAX || (!b && !key_ok(raw)) {
+            self.client_error("bad command line format");
+            return None;
+        }
+        if !b {
+            return Some(raw.to_vec());
+        }
+        match b64_decode(raw) {
+            Some(k) if !k.is_empty() => Some(k),
+            _ => {
+                self.client_error("error decoding key");
+                None
+            }
+        }
+    }
+
+    /// Append the return flags `want` asks for (in its order), then `extra`.
+    fn ret_flags(&mut self, fl: &[Flag<'_>], raw_key: &[u8], it: Option<&Item>, extra: &str) {
+        for f in fl {
+            let s = match (f.c, it) {
+                (b'c', Some(it)) => format!(" c{}", it.cas),
+                (b'f', Some(it)) => format!(" f{}", it.meta.flags),
+                (b's', Some(it)) => format!(" s{}", it.value.len()),
+                (b't', Some(it)) => format!(" t{}", ttl_left(self.ctx, &it.meta)),
+                (b'k', _) => {
+                    self.out.extend_from_slice(b" k");
+                    self.out.extend_from_slice(raw_key);
+                    continue;
+                }
+                (b'O', _) => {
+                    self.out.extend_from_slice(b" O");
+                    self.out.extend_from_slice(f.tok);
+                    continue;
+                }
+                _ => continue,
+            };
+            self.out.extend_from_slice(s.as_bytes());
+        }
+        // memcached marks a returned base64 key last.
+        if has(fl, b'b') && has(fl, b'k') {
+            self.out.extend_from_slice(b" b");
+        }
+        self.out.extend_from_slice(extra.as_bytes());
+    }
+
+    /// A hit: `VA <len> <flags>` and the value with `v`, else `HD <flags>`.
+    fn meta_hit(&mut self, fl: &[Flag<'_>], raw_key: &[u8], it: &Item, extra: &str) {
+        let v = has(fl, b'v');
+        if v {
+            self.out.extend_from_slice(format!("VA {}", it.value.len()).as_bytes());
+        } else {
+            self.out.extend_from_slice(b"HD");
+        }
+        self.ret_flags(fl, raw_key, Some(it), extra);
+        self.out.extend_from_slice(b"\r\n");
+        if v {
+            self.out.extend_from_slice(&it.value);
+            self.out.extend_from_slice(b"\r\n");
+        }
+    }
+
+    /// A reply code with the opaque and key flags echoed.
+    fn meta_code(&mut self, code: &str, fl: &[Flag<'_>], raw_key: &[u8], it: Option<&Item>) {
+        self.out.extend_from_slice(code.as_bytes());
+        self.ret_flags(fl, raw_key, it, "");
+        self.out.extend_from_slice(b"\r\n");
+    }
+
+    pub(crate) async fn meta(&mut self, cmd: &[u8], t: &[&[u8]], line_len: usize, rest: &[u8]) -> Step {
+        let Some(&raw_key) = t.get(1) else {
+            if cmd == b"me" {
+                self.client_error("bad command line format");
+            } else {
+                self.error();
+            }
+            return Step::Consumed(line_len);
+        };
+        match cmd {
+            b"mg" => self.mg(raw_key, &t[2..]).await,
+            b"md" => self.md(raw_key, &t[2..]).await,
+            b"ma" => self.ma(raw_key, &t[2..]).await,
+            b"me" => self.me(raw_key).await,
+            _ => return self.ms(raw_key, &t[2..], line_len, rest).await,
+        }
+        Step::Consumed(line_len)
+    }
+
+    async fn mg(&mut self, raw_key: &[u8], t: &[&[u8]]) {
+        let fl = match flags(t, b"bcfkOqstvNT") {
+            Ok(fl) => fl,
+            Err(m) => return self.client_error(m),
+        };
+        let Some(key) = self.meta_key(raw_key, has(&fl, b'b')) else { return };
+        self.ctx.stats.cmd_get.fetch_add(1, Relaxed);
+        let got = match tok(&fl, b'T').map(parse::<i64>) {
+            Some(None) => return self.client_error("bad token in command line format"),
+            Some(Some(ttl)) => {
+                self.ctx.stats.cmd_touch.fetch_add(1, Relaxed);
+                touch_item(self.ctx, &key, self.expires(ttl)).await
+            }
+            None => self.ctx.store.get_item_async(&key).await,
+        };
+        match got {
+            Ok(Some(it)) => {
+                self.ctx.stats.get_hits.fetch_add(1, Relaxed);
+                self.meta_hit(&fl, raw_key, &it, "");
+            }
+            Ok(None) => {
+                self.ctx.stats.get_misses.fetch_add(1, Relaxed);
+                if let Some(n) = tok(&fl, b'N') {
+                    // Vivify: create an empty item; this client "wins" (W)
+                    // and is expected to fill it.
+                    let Some(ttl) = parse::<i64>(n) else {
+                        return self.client_error("bad token in command line format");
+                    };
+                    let meta = ItemMeta { flags: 0, expires: self.expires(ttl) };
+                    match self.ctx.store.put_item_async(&key, b"", meta, Cond::Absent).await {
+                        Ok((PutOutcome::Stored, cas)) => {
+                            let it = Item { value: Vec::new(), meta, cas };
+                            return self.meta_hit(&fl, raw_key, &it, " W");
+                        }
+                        Ok(_) => {}
+                        Err(e) => return self.server_error(&e),
+                    }
+                }
+                if !has(&fl, b'q') {
+                    self.reply("EN");
+                }
+            }
+            Err(e) => self.server_error(&e),
+        }
+    }
+
+    async fn ms(&mut self, raw_key: &[u8], t: &[&[u8]], line_len: usize, rest: &[u8]) -> Step {
+        let Some(len) = t.first().and_then(|x| parse::<usize>(x)) else {
+            self.client_error("bad command line format");
+            return Step::Consumed(line_len);
+        };
+        let fl = match flags(&t[1..], b"bcCFkOqTM") {
+            Ok(fl) => fl,
+            Err(m) => {
+                self.client_error(m);
+                self.swallow = len + 2;
+                return Step::Consumed(line_len);
+            }
+        };
+        let Some(key) = self.meta_key(raw_key, has(&fl, b'b')) else {
+            self.swallow = len + 2;
+            return Step::Consumed(line_len);
+        };
+        self.ctx.stats.cmd_set.fetch_add(1, Relaxed);
+        if len > self.ctx.cfg.item_bytes_max {
+            self.reply("SERVER_ERROR object too large for cache");
+            self.swallow = len + 2;
+            return Step::Consumed(line_len);
+        }
+        if rest.len() < len + 2 {
+            return Step::NeedMore;
+        }
+        let consumed = line_len + len + 2;
+        if &rest[len..len + 2] != b"\r\n" {
+            self.client_error("bad data chunk");
+            return Step::Consumed(consumed);
+        }
+        let data = &rest[..len];
+        let num = |c: u8| tok(&fl, c).map(parse::<u64>);
+        let (flags_v, ttl, cas) = (num(b'F'), tok(&fl, b'T').map(parse::<i64>), num(b'C'));
+        if matches!(ttl, Some(None)) || matches!(cas, Some(None)) {
+            self.client_error("bad token in command line format");
+            return Step::Consumed(consumed);
+        }
+        let Some(user_flags) = flags_v.unwrap_or(Some(0)).and_then(|f| u32::try_from(f).ok()) else {
+            self.client_error("bad command line format");
+            return Step::Consumed(consumed);
+        };
+        let meta = ItemMeta { flags: user_flags, expires: self.expires(ttl.flatten().unwrap_or(0)) };
+        let mode = tok(&fl, b'M').and_then(|m| m.first().copied()).unwrap_or(b'S');
+        let cas = cas.flatten();
+        let result = match mode {
+            b'S' | b's' | b'E' | b'e' | b'R' | b'r' => {
+                let cond = match (mode.to_ascii_uppercase(), cas) {
+                    (_, Some(c)) => Cond::Cas(c),
+                    (b'E', None) => Cond::Absent,
+                    (b'R', None) => Cond::Present,
+                    _ => Cond::Always,
+                };
+                self.ctx.store.put_item_async(&key, data, meta, cond).await.map(|(o, c)| (o, Some(c)))
+            }
+            b'A' | b'a' | b'P' | b'p' => {
+                let append = mode.eq_ignore_ascii_case(&b'A');
+                let max = self.ctx.cfg.item_bytes_max;
+                self.ctx
+                    .store
+                    .update_async(&key, |it| match it {
+                        None => (Change::Keep, PutOutcome::NotFound),
+                        Some(it) if cas.is_some_and(|c| c != it.cas) => (Change::Keep, PutOutcome::Exists),
+                        Some(it) if it.value.len() + data.len() > max => (Change::Keep, PutOutcome::NotFound),
+                        Some(it) => {
+                            let v =
+                                if append { [&it.value[..], data].concat() } else { [data, &it.value[..]].concat() };
+                            (Change::Put { value: v, meta: it.meta }, PutOutcome::Stored)
+                        }
+                    })
+                    .await
+            }
+            _ => {
+                self.client_error("invalid mode for ms M token");
+                return Step::Consumed(consumed);
+            }
+        };
+        match result {
+            Ok((PutOutcome::Stored, new_cas)) => {
+                self.ctx.stats.total_items.fetch_add(1, Relaxed);
+                if !has(&fl, b'q') {
+                    let it = Item { value: data.to_vec(), meta, cas: new_cas.unwrap_or(0) };
+                    self.meta_code("HD", &fl, raw_key, Some(&it));
+                }
+            }
+            Ok((PutOutcome::Exists, _)) if cas.is_some() => self.meta_code("EX", &fl, raw_key, None),
+            Ok((PutOutcome::NotFound, _)) if cas.is_some() => self.meta_code("NF", &fl, raw_key, None),
+            Ok(_) => self.meta_code("NS", &fl, raw_key, None),
+            Err(e) => self.server_error(&e),
+        }
+        Step::Consumed(consumed)
+    }
+
+    async fn md(&mut self, raw_key: &[u8], t: &[&[u8]]) {
+        let fl = match flags(t, b"bCkOq") {
+            Ok(fl) => fl,
+            Err(m) => return self.client_error(m),
+        };
+        let Some(key) = self.meta_key(raw_key, has(&fl, b'b')) else { return };
+        let cas = match tok(&fl, b'C').map(parse::<u64>) {
+            Some(None) => return self.client_error("invalid or duplicate flag"),
+            c => c.flatten(),
+        };
+        let r = match cas {
+            None => self.ctx.store.delete_async(&key).await.map(|found| if found { "HD" } else { "NF" }),
+            Some(c) => self
+                .ctx
+                .store
+                .update_async(&key, |it| match it {
+                    None => (Change::Keep, "NF"),
+                    Some(it) if it.cas != c => (Change::Keep, "EX"),
+                    Some(_) => (Change::Delete, "HD"),
+                })
+                .await
+                .map(|(r, _)| r),
+        };
+        match r {
+            Ok(code) => {
+                let c = if code == "HD" { &self.ctx.stats.delete_hits } else { &self.ctx.stats.delete_misses };
+                c.fetch_add(1, Relaxed);
+                if !(has(&fl, b'q') && code == "HD") {
+                    self.meta_code(code, &fl, raw_key, None);
+                }
+            }
+            Err(e) => self.server_error(&e),
+        }
+    }
+
+    async fn ma(&mut self, raw_key: &[u8], t: &[&[u8]]) {
+        let fl = match flags(t, b"bcCNJDTMqOtvk") {
+            Ok(fl) => fl,
+            Err(m) => return self.client_error(m),
+        };
+        let Some(key) = self.meta_key(raw_key, has(&fl, b'b')) else { return };
+        let num = |c: u8| tok(&fl, c).map(parse::<u64>);
+        let (cas, initial, delta) = (num(b'C'), num(b'J'), num(b'D'));
+        let (viv, ttl) = (tok(&fl, b'N').map(parse::<i64>), tok(&fl, b'T').map(parse::<i64>));
+        if [cas, initial, delta].iter().any(|x| matches!(x, Some(None)))
+            || [viv, ttl].iter().any(|x| matches!(x, Some(None)))
+        {
+            return self.client_error("invalid or duplicate flag");
+        }
+        let incr = match tok(&fl, b'M').and_then(|m| m.first().copied()) {
+            None | Some(b'I' | b'i' | b'+') => true,
+            Some(b'D' | b'd' | b'-') => false,
+            Some(_) => return self.client_error("invalid mode for ma M token"),
+        };
+        let delta = delta.flatten().unwrap_or(1);
+        let mut r = arith(self.ctx, &key, incr, delta, cas.flatten()).await;
+        if let (Ok(Arith::NotFound), Some(Some(viv_ttl))) = (&r, viv) {
+            let n = initial.flatten().unwrap_or(0);
+            let meta = ItemMeta { flags: 0, expires: self.expires(viv_ttl) };
+            r = match self.ctx.store.put_item_async(&key, n.to_string().as_bytes(), meta, Cond::Absent).await {
+                Ok((PutOutcome::Stored, c)) => Ok(Arith::Done(n, c)),
+                // Someone else created it meanwhile: apply the delta to theirs.
+                Ok(_) => arith(self.ctx, &key, incr, delta, cas.flatten()).await,
+                Err(e) => Err(e),
+            };
+        }
+        if let Some(Some(ttl)) = ttl {
+            if let Ok(Arith::Done(..)) = r {
+                if let Err(e) = touch_item(self.ctx, &key, self.expires(ttl)).await {
+                    return self.server_error(&e);
+                }
+            }
+        }
+        match r {
+            Ok(Arith::Done(n, c)) => {
+                let counter = if incr { &self.ctx.stats.incr_hits } else { &self.ctx.stats.decr_hits };
+                counter.fetch_add(1, Relaxed);
+                let meta = match self.ctx.store.get_item_async(&key).await {
+                    Ok(Some(it)) => it.meta,
+                    _ => ItemMeta::default(),
+                };
+                let it = Item { value: n.to_string().into_bytes(), meta, cas: c };
+                if has(&fl, b'v') {
+                    self.meta_hit(&fl, raw_key, &it, "");
+                } else if !has(&fl, b'q') {
+                    self.meta_code("HD", &fl, raw_key, Some(&it));
+                }
+            }
+            Ok(Arith::NotFound) => {
+                let counter = if incr { &self.ctx.stats.incr_misses } else { &self.ctx.stats.decr_misses };
+                counter.fetch_add(1, Relaxed);
+                self.meta_code("NF", &fl, raw_key, None);
+            }
+            Ok(Arith::CasMismatch) => self.meta_code("EX", &fl, raw_key, None),
+            Ok(Arith::NonNumeric) => self.client_error("cannot increment or decrement non-numeric value"),
+            Err(e) => self.server_error(&e),
+        }
+    }
+
+    async fn me(&mut self, raw_key: &[u8]) {
+        let Some(key) = self.meta_key(raw_key, false) else { return };
+        match self.ctx.store.get_item_async(&key).await {
+            Ok(Some(it)) => {
+                let exp = ttl_left(self.ctx, &it.meta);
+                self.out.extend_from_slice(b"ME ");
+                self.out.extend_from_slice(raw_key);
+                let s = format!(" exp={exp} la=0 cas={} fetch=no cls=1 size={}\r\n", it.cas, it.value.len());
+                self.out.extend_from_slice(s.as_bytes());
+            }
+            Ok(None) => self.reply("EN"),
+            Err(e) => self.server_error(&e),
+        }
+    }
+}
+
+type Lines = Vec<(String, String)>;
+
+/// `stats`: memcached's general fields that apply, then Granary's own.
+pub(crate) fn general_stats(ctx: &Ctx) -> Lines {
+    let s = &ctx.stats;
+    let st = ctx.store.stats();
+    let g = |a: &std::sync::atomic::AtomicU64| a.load(Relaxed).to_string();
+    let mut v: Lines = vec![
+        ("pid".into(), std::process::id().to_string()),
+        ("uptime".into(), ctx.uptime().to_string()),
+        ("time".into(), ctx.store.now().to_string()),
+        ("version".into(), version()),
+        ("pointer_size".into(), (8 * std::mem::size_of::<usize>()).to_string()),
+        ("threads".into(), ctx.threads.to_string()),
+        ("curr_connections".into(), s.curr_connections.load(Relaxed).to_string()),
+        ("total_connections".into(), g(&s.total_connections)),
+        ("rejected_connections".into(), g(&s.rejected_connections)),
+        ("cmd_get".into(), g(&s.cmd_get)),
+        ("cmd_set".into(), g(&s.cmd_set)),
+        ("cmd_flush".into(), g(&s.cmd_flush)),
+        ("cmd_touch".into(), g(&s.cmd_touch)),
+        ("cmd_meta".into(), g(&s.cmd_meta)),
+        ("get_hits".into(), g(&s.get_hits)),
+        ("get_misses".into(), g(&s.get_misses)),
+        ("delete_misses".into(), g(&s.delete_misses)),
+        ("delete_hits".into(), g(&s.delete_hits)),
+        ("incr_misses".into(), g(&s.incr_misses)),
+        ("incr_hits".into(), g(&s.incr_hits)),
+        ("decr_misses".into(), g(&s.decr_misses)),
+        ("decr_hits".into(), g(&s.decr_hits)),
+        ("cas_misses".into(), g(&s.cas_misses)),
+        ("cas_hits".into(), g(&s.cas_hits)),
+        ("cas_badval".into(), g(&s.cas_badval)),
+        ("touch_hits".into(), g(&s.touch_hits)),
+        ("touch_misses".into(), g(&s.touch_misses)),
+        ("bytes_read".into(), g(&s.bytes_read)),
+        ("bytes_written".into(), g(&s.bytes_written)),
+        ("limit_maxbytes".into(), st.device_bytes.to_string()),
+        ("curr_items".into(), st.keys.to_string()),
+        ("total_items".into(), g(&s.total_items)),
+        ("bytes".into(), st.live_bytes.to_string()),
+        ("evictions".into(), st.gc.evicted_values.to_string()),
+        ("expired_unfetched".into(), st.gc.expired.to_string()),
+        ("protocol_errors".into(), g(&s.protocol_errors)),
+    ];
+    v.extend([
+        ("granary_device_bytes".into(), st.device_bytes.to_string()),
+        ("granary_segment_bytes".into(), st.segment_bytes.to_string()),
+        ("granary_segments".into(), st.segments.to_string()),
+        ("granary_segments_free".into(), st.segments_free.to_string()),
+        ("granary_gc_victims".into(), st.gc.victims.to_string()),
+        ("granary_gc_records_relocated".into(), st.gc.records_relocated.to_string()),
+        ("granary_evicted_segments".into(), st.gc.evicted_segments.to_string()),
+        ("granary_write_amplification".into(), format!("{:.3}", st.write_amplification())),
+        ("granary_device_read_bytes".into(), st.io.read_bytes.to_string()),
+        ("granary_device_written_bytes".into(), st.io.written_bytes.to_string()),
+        ("granary_index_entries".into(), (st.keys + st.tombstones).to_string()),
+        ("granary_checkpoints".into(), st.checkpoints.written.to_string()),
+        ("granary_recovery_millis".into(), st.recovery.millis.to_string()),
+    ]);
+    v
+}
+
+/// `stats settings`.
+pub(crate) fn settings_stats(ctx: &Ctx) -> Lines {
+    let c = &ctx.cfg;
+    vec![
+        ("maxbytes".into(), ctx.store.stats().device_bytes.to_string()),
+        ("maxconns".into(), c.max_connections.to_string()),
+        ("tcpport".into(), c.listen.port().to_string()),
+        ("interface".into(), c.listen.ip().to_string()),
+        ("num_threads".into(), ctx.threads.to_string()),
+        ("item_size_max".into(), c.item_bytes_max.to_string()),
+        ("evictions".into(), if ctx.evicting { "on" } else { "off" }.into()),
+        ("cas_enabled".into(), "yes".into()),
+        ("binding_protocol".into(), "ascii".into()),
+    ]
+}
+
+/// `stats items`: Granary has no slab classes; one class stands for all.
+pub(crate) fn items_stats(ctx: &Ctx) -> Lines {
+    let st = ctx.store.stats();
+    vec![
+        ("items:1:number".into(), st.keys.to_string()),
+        ("items:1:evicted".into(), st.gc.evicted_values.to_string()),
+        ("items:1:expired_unfetched".into(), st.gc.expired.to_string()),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_round_trips_and_rejects_garbage() {
+        for s in [&b"a"[..], b"ab", b"abc", b"abcd", b"\x00\xff\x10 key"] {
+            assert_eq!(b64_decode(&b64_encode(s)).as_deref(), Some(s));
+        }
+        assert_eq!(b64_encode(b"foo"), b"Zm9v");
+        assert_eq!(b64_encode(b"fo"), b"Zm8=");
+        assert_eq!(b64_decode(b"Zm9v!"), None);
+        assert_eq!(b64_decode(b"Zm=v"), None);
+        assert_eq!(b64_decode(b"Zg=="), Some(b"f".to_vec()));
+        assert_eq!(b64_decode(b""), None);
+    }
+}

@@ -1,0 +1,257 @@
+//! The Memcache listener: one accept loop per executor on a shared
+//! listening socket (each connection stays on the core that accepted it),
+//! the per-connection request loop, configuration and counters.
+//!
+//! A connection reads into its input buffer, executes every complete
+//! request in it in order (pipelining), buffers the replies and sends them
+//! once the input holds no further complete request (or the reply buffer
+//! passes [`OUT_FLUSH_BYTES`]). Its memory stays within one request line,
+//! one value and the reply buffer (see [`crate::limits`]).
+
+use crate::exec::{Conn, Step};
+use crate::limits::*;
+use granary_rt::net::{TcpListener, TcpStream};
+use granary_rt::{Runtime, RuntimeConfig};
+use granary_store::Store;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// How the server runs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Address to listen on (memcached's `-l` and `-p`).
+    pub listen: SocketAddr,
+    /// Executor threads (memcached's `-t`); 0 = one per core.
+    pub threads: usize,
+    /// Simultaneous connections (memcached's `-c`); more are refused with
+    /// `SERVER_ERROR too many open connections`.
+    pub max_connections: usize,
+    /// Largest value accepted (memcached's `-I`).
+    pub item_bytes_max: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 11211)),
+            threads: 0,
+            max_connections: CONNECTIONS_DEFAULT,
+            item_bytes_max: ITEM_BYTES_DEFAULT,
+        }
+    }
+}
+
+/// Counters, with memcached's names where they exist.
+#[derive(Default, Debug)]
+pub struct ServerStats {
+    pub curr_connections: AtomicUsize,
+    pub total_connections: AtomicU64,
+    pub rejected_connections: AtomicU64,
+    pub cmd_get: AtomicU64,
+    pub cmd_set: AtomicU64,
+    pub cmd_flush: AtomicU64,
+    pub cmd_touch: AtomicU64,
+    pub cmd_meta: AtomicU64,
+    pub get_hits: AtomicU64,
+    pub get_misses: AtomicU64,
+    pub delete_hits: AtomicU64,
+    pub delete_misses: AtomicU64,
+    pub incr_hits: AtomicU64,
+    pub incr_misses: AtomicU64,
+    pub decr_hits: AtomicU64,
+    pub decr_misses: AtomicU64,
+    pub cas_hits: AtomicU64,
+    pub cas_misses: AtomicU64,
+    pub cas_badval: AtomicU64,
+    pub touch_hits: AtomicU64,
+    pub touch_misses: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub protocol_errors: AtomicU64,
+    pub total_items: AtomicU64,
+}
+
+/// What every connection shares.
+pub(crate) struct Ctx {
+    pub store: Arc<Store>,
+    pub cfg: ServerConfig,
+    pub stats: ServerStats,
+    pub started: Instant,
+    /// Unix time at start (memcached's process_started, for exptimes).
+    pub started_unix: u32,
+    pub threads: usize,
+    /// The store evicts when full (cache mode); shown by `stats settings`.
+    pub evicting: bool,
+}
+
+impl Ctx {
+    /// Seconds since the server started.
+    pub fn uptime(&self) -> u64 {
+        self.started.elapsed().as_secs()
+    }
+}
+
+/// A running server. Dropping it (or [`Server::shutdown`]) stops every
+/// executor; connections are closed.
+pub struct Server {
+    ctx: Arc<Ctx>,
+    addr: SocketAddr,
+    rt: Option<Runtime>,
+}
+
+impl Server {
+    /// Bind and start serving `store`.
+    pub fn start(store: Arc<Store>, cfg: ServerConfig) -> io::Result<Server> {
+        if cfg.item_bytes_max == 0 || cfg.item_bytes_max > ITEM_BYTES_LIMIT {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("max item size {} is not in 1..={ITEM_BYTES_LIMIT}", cfg.item_bytes_max),
+            ));
+        }
+        let engine_max = store.value_bytes_max(KEY_BYTES_MAX) as usize;
+        if cfg.item_bytes_max > engine_max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "max item size {} exceeds what this store's segments hold ({engine_max} bytes); \
+                     create the store with larger segments",
+                    cfg.item_bytes_max
+                ),
+            ));
+        }
+        let std_listener = std::net::TcpListener::bind(cfg.listen)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen)))?;
+        let addr = std_listener.local_addr()?;
+        let rc = RuntimeConfig {
+            threads: if cfg.threads == 0 { RuntimeConfig::default().threads } else { cfg.threads },
+            name: "granary-mc".into(),
+            ..RuntimeConfig::default()
+        };
+        let threads = rc.threads;
+        let rt = Runtime::new(rc)?;
+        let now = store.now();
+        let cfg_evicting = store.evicts();
+        let ctx = Arc::new(Ctx {
+            store,
+            cfg,
+            stats: ServerStats::default(),
+            started: Instant::now(),
+            started_unix: now,
+            threads,
+            evicting: cfg_evicting,
+        });
+        for core in 0..rt.cores() {
+            let l = TcpListener::from_std(std_listener.try_clone()?);
+            let c = ctx.clone();
+            rt.spawn_on(core, accept_loop(l, c));
+        }
+        tracing::info!(%addr, threads, "memcache server listening");
+        Ok(Server { ctx, addr, rt: Some(rt) })
+    }
+
+    /// The address it listens on (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &ServerStats {
+        &self.ctx.stats
+    }
+
+    /// Stop serving: close the listener and every connection (requests in
+    /// flight are cancelled; what was acknowledged is on the device).
+    pub fn shutdown(mut self) {
+        self.rt.take();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.rt.take();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                // EMFILE and friends: log and go on (a busy loop is bounded
+                // by the failing accept itself).
+                tracing::warn!(error = %e, "accept failed");
+                granary_rt::sleep(std::time::Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let n = ctx.stats.curr_connections.fetch_add(1, Relaxed) + 1;
+        if n > ctx.cfg.max_connections {
+            ctx.stats.curr_connections.fetch_sub(1, Relaxed);
+            ctx.stats.rejected_connections.fetch_add(1, Relaxed);
+            let _ = stream.send_all(b"SERVER_ERROR too many open connections\r\n".to_vec()).await;
+            continue;
+        }
+        ctx.stats.total_connections.fetch_add(1, Relaxed);
+        let c = ctx.clone();
+        granary_rt::spawn(async move {
+            serve(stream, &c).await;
+            c.stats.curr_connections.fetch_sub(1, Relaxed);
+        });
+    }
+}
+
+/// One connection's request loop.
+async fn serve(stream: TcpStream, ctx: &Ctx) {
+    let mut conn = Conn::new(ctx);
+    let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
+    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    loop {
+        let mut pos = 0;
+        let mut close = false;
+        while pos < input.len() {
+            match conn.step(&input[pos..]).await {
+                Step::Consumed(n) => pos += n,
+                Step::NeedMore => break,
+                Step::Close => {
+                    close = true;
+                    break;
+                }
+            }
+            if conn.out.len() >= OUT_FLUSH_BYTES && !send(&stream, &mut conn, ctx).await {
+                return;
+            }
+        }
+        input.drain(..pos);
+        if !send(&stream, &mut conn, ctx).await || close {
+            return;
+        }
+        let (r, c) = stream.recv(chunk).await;
+        chunk = c;
+        match r {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                ctx.stats.bytes_read.fetch_add(n as u64, Relaxed);
+                input.extend_from_slice(&chunk[..n]);
+            }
+        }
+    }
+}
+
+/// Send the buffered replies; false if the connection is gone.
+async fn send(stream: &TcpStream, conn: &mut Conn<'_>, ctx: &Ctx) -> bool {
+    if conn.out.is_empty() {
+        return true;
+    }
+    let out = std::mem::take(&mut conn.out);
+    let n = out.len() as u64;
+    let (r, mut out) = stream.send_all(out).await;
+    ctx.stats.bytes_written.fetch_add(n, Relaxed);
+    out.clear();
+    if out.capacity() <= 4 * OUT_FLUSH_BYTES {
+        conn.out = out; // reuse the allocation
+    }
+    r.is_ok()
+}
