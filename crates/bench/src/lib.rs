@@ -11,10 +11,13 @@
 //! - [`recovery`]: clean restart and crash recovery of a loaded store, the
 //!   scan rate against fio's sequential read (`granary bench recovery`).
 //! - [`load`]: the generated keys and values of `granary load`.
+//! - [`memcache`]: the Memcache load generator, and `granary serve` against
+//!   memcached and memcached+extstore in one run (`granary bench memcache`).
 
 pub mod churn;
 pub mod device;
 pub mod index;
 pub mod load;
 pub mod mem;
+pub mod memcache;
 pub mod recovery;

@@ -150,6 +150,9 @@ enum BenchCmd {
     /// GET/PUT at queue depths 1..128 on a real file, sync and io_uring
     /// backends, against fio on the same file in the same run.
     Device(DeviceBenchArgs),
+    /// A Memcache load generator: `granary serve` against memcached (DRAM)
+    /// and memcached with extstore on the same disk, in one run.
+    Memcache(MemcacheBenchArgs),
     /// Load N keys, then time a clean restart (checkpoint) and a crash
     /// recovery (full log scan) against fio's sequential read of the file.
     Recovery {
@@ -175,6 +178,51 @@ enum BenchCmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+}
+
+#[derive(clap::Args)]
+struct MemcacheBenchArgs {
+    /// Peers, comma-separated: granary, memcached, extstore.
+    #[arg(long, value_delimiter = ',', default_value = "memcached,extstore,granary")]
+    peers: Vec<String>,
+    /// Client connections (one thread each).
+    #[arg(long, default_value_t = 32)]
+    conns: usize,
+    /// Distinct keys (all loaded first).
+    #[arg(long, default_value = "200K", value_parser = parse_count)]
+    keys: u64,
+    #[arg(long, default_value_t = 1024)]
+    value_bytes: usize,
+    /// Percent of requests that are GETs (the rest are SETs).
+    #[arg(long, default_value_t = 90)]
+    get_percent: u32,
+    /// Key distribution: uniform, or zipf (exponent 0.99).
+    #[arg(long, default_value = "uniform")]
+    dist: String,
+    /// Seconds of measured load per peer.
+    #[arg(long, default_value_t = 10.0)]
+    secs: f64,
+    /// Open loop at this many requests per second in all (default: closed loop).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Memory of memcached and of memcached+extstore, MiB.
+    #[arg(long, default_value_t = 1024)]
+    memory_mib: u64,
+    /// Size of Granary's data file and of extstore's file.
+    #[arg(long, default_value = "4G", value_parser = size::parse)]
+    disk: u64,
+    /// Directory of the data files (on the disk under test).
+    #[arg(long, default_value = "granary-data")]
+    dir: PathBuf,
+    /// Threads of every server.
+    #[arg(long, default_value_t = 2)]
+    server_threads: usize,
+    /// Skip memcaslap.
+    #[arg(long)]
+    no_memcaslap: bool,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -512,6 +560,39 @@ fn bench(cmd: BenchCmd) -> Result<ExitCode, String> {
             }
             if r.mismatches > 0 {
                 return Err(format!("{} keys read back wrong after the churn", r.mismatches));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCmd::Memcache(a) => {
+            use granary_bench::memcache::{KeyDist, McBenchOptions};
+            let dist = match a.dist.as_str() {
+                "uniform" => KeyDist::Uniform,
+                "zipf" => KeyDist::Zipf(0.99),
+                d => return Err(format!("unknown --dist {d:?}: uniform or zipf")),
+            };
+            if a.conns == 0 || a.conns > 4096 || a.keys == 0 || a.get_percent > 100 || !(a.secs > 0.0) {
+                return Err("need 1..=4096 connections, at least one key, --get-percent 0..=100, --secs > 0".into());
+            }
+            let o = McBenchOptions {
+                peers: a.peers,
+                conns: a.conns,
+                keys: a.keys,
+                value_bytes: a.value_bytes,
+                get_percent: a.get_percent,
+                dist,
+                secs: a.secs,
+                rate: a.rate.filter(|r| *r > 0.0),
+                memory_mib: a.memory_mib,
+                disk_bytes: a.disk,
+                dir: a.dir,
+                server_threads: a.server_threads,
+                memcaslap: !a.no_memcaslap,
+                seed: 1,
+            };
+            let r = granary_bench::memcache::run(&o)?;
+            print!("{}", granary_bench::memcache::render(&o, &r));
+            if let Some(path) = a.json {
+                write_json(&path, &granary_bench::memcache::to_json(&o, &r))?;
             }
             Ok(ExitCode::SUCCESS)
         }

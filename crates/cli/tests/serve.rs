@@ -120,3 +120,27 @@ fn sigterm_is_a_clean_stop_and_sigkill_loses_nothing_acknowledged() {
     assert_eq!(s.call(b"get key-1\r\n"), b"END\r\n");
     assert!(s.signal(SIGTERM).success());
 }
+
+#[test]
+fn bench_memcache_drives_granary_serve_and_reports_json() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let json = dir.path().join("r.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_granary"))
+        .args(["bench", "memcache", "--peers", "granary", "--keys", "2000", "--conns", "4", "--secs", "0.5"])
+        .args(["--disk", "64M", "--no-memcaslap", "--value-bytes", "100", "--dist", "zipf", "--dir"])
+        .arg(dir.path())
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let p = &v["peers"][0];
+    assert_eq!(p["peer"], "granary");
+    assert!(p["ops"].as_u64().unwrap() > 0);
+    assert_eq!(p["hit_ratio"].as_f64().unwrap(), 1.0, "every key was loaded first");
+    assert_eq!(p["errors"].as_u64().unwrap(), 0);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("granary"));
+    // The data file is removed afterwards.
+    assert!(!dir.path().join("bench-memcache-granary.db").exists());
+}

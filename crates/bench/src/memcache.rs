@@ -1,0 +1,537 @@
+//! `granary bench memcache`: a Memcache load generator, and the comparison
+//! of `granary serve` with memcached (DRAM) and memcached with extstore on
+//! the same disk, in one run.
+//!
+//! For each peer the benchmark starts the server as a child process on a
+//! free loopback port (`granary serve` from this executable; `memcached`
+//! from PATH), loads every key once, then drives it for a fixed time with N
+//! connections (one thread each): GETs and SETs in the given ratio, keys
+//! uniform or zipfian, values of a fixed size. Closed loop (each connection
+//! sends its next request when the previous reply arrives) or open loop (a
+//! fixed request rate; latency counted from the intended send time, so a
+//! slow server cannot hide its queueing). Latencies go to HDR histograms.
+//! Optionally `memcaslap` (libmemcached-tools) drives each peer too, as an
+//! independent client. Results: a table with ratios to memcached, and JSON.
+
+use granary_store::io::SplitMix64 as SplitMix;
+use hdrhistogram::Histogram;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How keys are drawn.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KeyDist {
+    Uniform,
+    /// Zipfian with this exponent (YCSB uses 0.99).
+    Zipf(f64),
+}
+
+#[derive(Debug, Clone)]
+pub struct McBenchOptions {
+    /// Peers to measure: granary, memcached, extstore.
+    pub peers: Vec<String>,
+    pub conns: usize,
+    pub keys: u64,
+    pub value_bytes: usize,
+    /// Percent of requests that are GETs.
+    pub get_percent: u32,
+    pub dist: KeyDist,
+    pub secs: f64,
+    /// Open loop: total requests per second (None: closed loop).
+    pub rate: Option<f64>,
+    /// Memory given to memcached and to memcached+extstore (MiB).
+    pub memory_mib: u64,
+    /// Size of Granary's data file and of extstore's file.
+    pub disk_bytes: u64,
+    /// Where the data files go (on the disk under test).
+    pub dir: PathBuf,
+    /// Server threads of every peer.
+    pub server_threads: usize,
+    /// Also run memcaslap against each peer.
+    pub memcaslap: bool,
+    pub seed: u64,
+}
+
+impl Default for McBenchOptions {
+    fn default() -> Self {
+        McBenchOptions {
+            peers: vec!["memcached".into(), "extstore".into(), "granary".into()],
+            conns: 32,
+            keys: 200_000,
+            value_bytes: 1024,
+            get_percent: 90,
+            dist: KeyDist::Uniform,
+            secs: 10.0,
+            rate: None,
+            memory_mib: 1024,
+            disk_bytes: 4 << 30,
+            dir: PathBuf::from("granary-data"),
+            server_threads: 2,
+            memcaslap: true,
+            seed: 1,
+        }
+    }
+}
+
+/// One peer's results.
+#[derive(Debug, Clone, Default)]
+pub struct PeerResult {
+    pub peer: String,
+    pub ops: u64,
+    pub secs: f64,
+    pub gets: u64,
+    pub hits: u64,
+    pub errors: u64,
+    /// Latency percentiles in microseconds: p50, p99, p99.9, max.
+    pub get_us: [f64; 4],
+    pub set_us: [f64; 4],
+    pub load_secs: f64,
+    /// memcaslap's ops/s, when it ran.
+    pub memcaslap_ops: Option<f64>,
+}
+
+impl PeerResult {
+    pub fn ops_per_sec(&self) -> f64 {
+        self.ops as f64 / self.secs.max(1e-9)
+    }
+    pub fn hit_ratio(&self) -> f64 {
+        self.hits as f64 / self.gets.max(1) as f64
+    }
+}
+
+/// Zipfian ranks (Gray et al., as in YCSB) scattered over the key space.
+struct Zipf {
+    n: u64,
+    theta: f64,
+    alpha: f64,
+    zetan: f64,
+    eta: f64,
+}
+
+impl Zipf {
+    fn new(n: u64, theta: f64) -> Zipf {
+        let zeta = |n: u64| (1..=n).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
+        let zetan = zeta(n);
+        let zeta2 = zeta(2.min(n));
+        let alpha = 1.0 / (1.0 - theta);
+        let eta = (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan);
+        Zipf { n, theta, alpha, zetan, eta }
+    }
+
+    fn sample(&self, u: f64) -> u64 {
+        let uz = u * self.zetan;
+        let rank = if uz < 1.0 {
+            0
+        } else if uz < 1.0 + 0.5f64.powf(self.theta) {
+            1
+        } else {
+            ((self.n as f64) * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64
+        };
+        // Scatter ranks so hot keys are not neighbours.
+        rank.min(self.n - 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) % self.n
+    }
+}
+
+fn key(i: u64) -> String {
+    format!("bench:{i:012}")
+}
+
+/// A started server, killed on drop.
+struct Peer {
+    child: Child,
+    addr: SocketAddr,
+    files: Vec<PathBuf>,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+fn start_peer(name: &str, o: &McBenchOptions) -> Result<Peer, String> {
+    std::fs::create_dir_all(&o.dir).map_err(|e| format!("cannot create {}: {e}", o.dir.display()))?;
+    let port = free_port()?;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let threads = o.server_threads.to_string();
+    let mem = o.memory_mib.to_string();
+    let (mut cmd, files) = match name {
+        "granary" => {
+            let data = o.dir.join("bench-memcache-granary.db");
+            let _ = std::fs::remove_file(&data);
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            let mut c = Command::new(exe);
+            c.args(["serve", "--data"]).arg(&data).args(["--size", &o.disk_bytes.to_string()]);
+            c.args(["-p", &port.to_string(), "-t", &threads, "-c", "4096"]);
+            (c, vec![data])
+        }
+        "memcached" | "extstore" => {
+            let bin =
+                crate::memcache::which("memcached").ok_or("memcached is not installed (apt-get install memcached)")?;
+            let mut c = Command::new(bin);
+            c.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0", "-t", &threads, "-m", &mem, "-c", "4096"]);
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } == 0 {
+                c.args(["-u", "root"]);
+            }
+            let mut files = Vec::new();
+            if name == "extstore" {
+                let f = o.dir.join("bench-memcache-extstore");
+                let _ = std::fs::remove_file(&f);
+                let gib = (o.disk_bytes >> 30).max(1);
+                c.args(["-o", &format!("ext_path={}:{gib}G", f.display())]);
+                files.push(f);
+            }
+            (c, files)
+        }
+        other => return Err(format!("unknown peer {other:?} (granary, memcached, extstore)")),
+    };
+    let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().map_err(|e| format!("starting {name}: {e}"))?;
+    let mut peer = Peer { child, addr, files };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(addr).is_err() {
+        if let Ok(Some(st)) = peer.child.try_wait() {
+            return Err(format!("{name} exited at start-up: {st}"));
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{name} did not listen on {addr} within 30 s"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = &mut peer;
+    Ok(peer)
+}
+
+pub(crate) fn which(tool: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| std::path::Path::new(d).join(tool)).find(|p| p.is_file())
+}
+
+struct Conn {
+    w: TcpStream,
+    r: BufReader<TcpStream>,
+    line: String,
+    sink: Vec<u8>,
+}
+
+impl Conn {
+    fn new(addr: SocketAddr) -> std::io::Result<Conn> {
+        let w = TcpStream::connect(addr)?;
+        w.set_nodelay(true)?;
+        w.set_read_timeout(Some(Duration::from_secs(30)))?;
+        Ok(Conn { r: BufReader::new(w.try_clone()?), w, line: String::new(), sink: Vec::new() })
+    }
+
+    fn read_line(&mut self) -> std::io::Result<&str> {
+        self.line.clear();
+        if self.r.read_line(&mut self.line)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(self.line.trim_end())
+    }
+
+    /// Read a SET's reply: Ok(true) for STORED.
+    fn set_reply(&mut self) -> std::io::Result<bool> {
+        Ok(self.read_line()? == "STORED")
+    }
+
+    /// Read a GET's reply: Ok(hit).
+    fn get_reply(&mut self) -> std::io::Result<bool> {
+        let line = self.read_line()?.to_string();
+        if line == "END" {
+            return Ok(false);
+        }
+        let len: usize = line
+            .strip_prefix("VALUE ")
+            .and_then(|l| l.split(' ').nth(2))
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| std::io::Error::other(format!("unexpected reply {line:?}")))?;
+        self.sink.resize(len + 2, 0);
+        self.r.read_exact(&mut self.sink)?;
+        let end = self.read_line()?;
+        if end != "END" {
+            return Err(std::io::Error::other(format!("unexpected reply {end:?}")));
+        }
+        Ok(true)
+    }
+}
+
+/// Set every key once, `conns` connections in parallel, pipelined.
+fn load(addr: SocketAddr, o: &McBenchOptions, value: &[u8]) -> Result<f64, String> {
+    let t0 = Instant::now();
+    let threads: Vec<_> = (0..o.conns.min(8))
+        .map(|t| {
+            let (n, keys, value) = (o.conns.min(8) as u64, o.keys, value.to_vec());
+            std::thread::spawn(move || -> std::io::Result<()> {
+                let mut c = Conn::new(addr)?;
+                let mine: Vec<u64> = (t as u64..keys).step_by(n as usize).collect();
+                for batch in mine.chunks(64) {
+                    let mut req = Vec::new();
+                    for &i in batch {
+                        req.extend_from_slice(format!("set {} 0 0 {}\r\n", key(i), value.len()).as_bytes());
+                        req.extend_from_slice(&value);
+                        req.extend_from_slice(b"\r\n");
+                    }
+                    c.w.write_all(&req)?;
+                    for _ in batch {
+                        if !c.set_reply()? {
+                            return Err(std::io::Error::other(format!("load: {}", c.line.trim_end())));
+                        }
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().map_err(|_| "loader thread panicked")?.map_err(|e| format!("load: {e}"))?;
+    }
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+struct Measured {
+    ops: u64,
+    gets: u64,
+    hits: u64,
+    errors: u64,
+    get: Histogram<u64>,
+    set: Histogram<u64>,
+}
+
+fn drive(addr: SocketAddr, o: &McBenchOptions, value: &[u8]) -> Result<(Measured, f64), String> {
+    let zipf = match o.dist {
+        KeyDist::Zipf(theta) => Some(std::sync::Arc::new(Zipf::new(o.keys, theta))),
+        KeyDist::Uniform => None,
+    };
+    let start = Instant::now() + Duration::from_millis(50);
+    let end = start + Duration::from_secs_f64(o.secs);
+    let interval = o.rate.map(|r| Duration::from_secs_f64(o.conns as f64 / r));
+    let threads: Vec<_> = (0..o.conns)
+        .map(|t| {
+            let (o, value, zipf) = (o.clone(), value.to_vec(), zipf.clone());
+            std::thread::spawn(move || -> std::io::Result<Measured> {
+                let mut c = Conn::new(addr)?;
+                let mut rng = SplitMix(o.seed ^ (t as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+                let mut m = Measured {
+                    ops: 0,
+                    gets: 0,
+                    hits: 0,
+                    errors: 0,
+                    get: Histogram::new(3).expect("histogram"),
+                    set: Histogram::new(3).expect("histogram"),
+                };
+                let mut req = Vec::with_capacity(value.len() + 64);
+                while Instant::now() < start {
+                    std::hint::spin_loop();
+                }
+                let mut next = start;
+                loop {
+                    let sent_at = match interval {
+                        Some(iv) => {
+                            // Open loop: wait for the intended time; latency
+                            // counts from it even if we are late.
+                            let now = Instant::now();
+                            if next > now {
+                                std::thread::sleep(next - now);
+                            }
+                            let at = next;
+                            next += iv;
+                            at
+                        }
+                        None => Instant::now(),
+                    };
+                    if sent_at >= end {
+                        break;
+                    }
+                    let k = match &zipf {
+                        Some(z) => z.sample((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64),
+                        None => rng.next_u64() % o.keys,
+                    };
+                    let is_get = (rng.next_u64() % 100) < o.get_percent as u64;
+                    req.clear();
+                    if is_get {
+                        req.extend_from_slice(format!("get {}\r\n", key(k)).as_bytes());
+                        c.w.write_all(&req)?;
+                        m.gets += 1;
+                        if c.get_reply()? {
+                            m.hits += 1;
+                        }
+                    } else {
+                        req.extend_from_slice(format!("set {} 0 0 {}\r\n", key(k), value.len()).as_bytes());
+                        req.extend_from_slice(&value);
+                        req.extend_from_slice(b"\r\n");
+                        c.w.write_all(&req)?;
+                        if !c.set_reply()? {
+                            m.errors += 1;
+                        }
+                    }
+                    let us = sent_at.elapsed().as_micros() as u64;
+                    let h = if is_get { &mut m.get } else { &mut m.set };
+                    let _ = h.record(us.max(1));
+                    m.ops += 1;
+                }
+                Ok(m)
+            })
+        })
+        .collect();
+    let mut total = Measured {
+        ops: 0,
+        gets: 0,
+        hits: 0,
+        errors: 0,
+        get: Histogram::new(3).expect("histogram"),
+        set: Histogram::new(3).expect("histogram"),
+    };
+    for t in threads {
+        let m = t.join().map_err(|_| "client thread panicked")?.map_err(|e| format!("client: {e}"))?;
+        total.ops += m.ops;
+        total.gets += m.gets;
+        total.hits += m.hits;
+        total.errors += m.errors;
+        total.get.add(&m.get).map_err(|e| e.to_string())?;
+        total.set.add(&m.set).map_err(|e| e.to_string())?;
+    }
+    Ok((total, o.secs))
+}
+
+fn pcts(h: &Histogram<u64>) -> [f64; 4] {
+    if h.is_empty() {
+        return [0.0; 4];
+    }
+    [h.value_at_quantile(0.5), h.value_at_quantile(0.99), h.value_at_quantile(0.999), h.max()].map(|v| v as f64)
+}
+
+/// memcaslap against `addr` (its default mix: 90% get, 1 KiB values,
+/// 64-byte keys): ops/s.
+fn memcaslap(addr: SocketAddr, o: &McBenchOptions) -> Result<f64, String> {
+    let bin = which("memcaslap").ok_or("memcaslap is not installed (apt-get install libmemcached-tools)")?;
+    let out = Command::new(bin)
+        .args(["-s", &addr.to_string(), "-T", "2", "-c", &o.conns.to_string()])
+        .args(["-t", &format!("{}s", o.secs.ceil() as u64), "-X", &o.value_bytes.to_string()])
+        .output()
+        .map_err(|e| format!("memcaslap: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "Run time: 10.0s Ops: 1234 TPS: 123 Net_rate: ..."
+    text.lines()
+        .rfind(|l| l.starts_with("Run time"))
+        .and_then(|l| l.split("TPS:").nth(1))
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| format!("memcaslap printed no result:\n{text}"))
+}
+
+/// Run the comparison; prints progress to stderr.
+pub fn run(o: &McBenchOptions) -> Result<Vec<PeerResult>, String> {
+    let value: Vec<u8> = (0..o.value_bytes).map(|i| b'a' + (i % 26) as u8).collect();
+    let mut results = Vec::new();
+    for name in &o.peers {
+        eprintln!("bench memcache: {name}: starting");
+        let peer = start_peer(name, o)?;
+        eprintln!("bench memcache: {name}: loading {} keys of {} bytes", o.keys, o.value_bytes);
+        let load_secs = load(peer.addr, o, &value)?;
+        eprintln!("bench memcache: {name}: {} s of load with {} connections", o.secs, o.conns);
+        let (m, secs) = drive(peer.addr, o, &value)?;
+        let memcaslap_ops = if o.memcaslap {
+            eprintln!("bench memcache: {name}: memcaslap");
+            Some(memcaslap(peer.addr, o)?)
+        } else {
+            None
+        };
+        drop(peer);
+        results.push(PeerResult {
+            peer: name.clone(),
+            ops: m.ops,
+            secs,
+            gets: m.gets,
+            hits: m.hits,
+            errors: m.errors,
+            get_us: pcts(&m.get),
+            set_us: pcts(&m.set),
+            load_secs,
+            memcaslap_ops,
+        });
+    }
+    Ok(results)
+}
+
+pub fn render(o: &McBenchOptions, r: &[PeerResult]) -> String {
+    let base = r.iter().find(|p| p.peer == "memcached").map(|p| p.ops_per_sec());
+    let mut s = format!(
+        "memcache: {} keys x {} B, {}% get, {:?}, {} connections, {}, {} s\n",
+        o.keys,
+        o.value_bytes,
+        o.get_percent,
+        o.dist,
+        o.conns,
+        o.rate.map_or("closed loop".to_string(), |r| format!("open loop {r:.0}/s")),
+        o.secs
+    );
+    s += &format!(
+        "{:<10} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>11}\n",
+        "peer", "ops/s", "ratio", "hit%", "get p50", "get p99", "set p99", "max us", "memcaslap/s"
+    );
+    for p in r {
+        let ratio = base.map_or("-".to_string(), |b| format!("{:.2}", p.ops_per_sec() / b));
+        s += &format!(
+            "{:<10} {:>10.0} {:>7} {:>7.1}% {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>11}\n",
+            p.peer,
+            p.ops_per_sec(),
+            ratio,
+            100.0 * p.hit_ratio(),
+            p.get_us[0],
+            p.get_us[1],
+            p.set_us[1],
+            p.get_us[3].max(p.set_us[3]),
+            p.memcaslap_ops.map_or("-".into(), |v| format!("{v:.0}")),
+        );
+    }
+    s
+}
+
+pub fn to_json(o: &McBenchOptions, r: &[PeerResult]) -> serde_json::Value {
+    serde_json::json!({
+        "benchmark": "memcache",
+        "keys": o.keys, "value_bytes": o.value_bytes, "get_percent": o.get_percent,
+        "dist": format!("{:?}", o.dist), "conns": o.conns, "secs": o.secs, "rate": o.rate,
+        "memory_mib": o.memory_mib, "server_threads": o.server_threads,
+        "peers": r.iter().map(|p| serde_json::json!({
+            "peer": p.peer, "ops_per_sec": p.ops_per_sec(), "ops": p.ops, "gets": p.gets, "hits": p.hits,
+            "hit_ratio": p.hit_ratio(), "errors": p.errors, "load_secs": p.load_secs,
+            "get_us": {"p50": p.get_us[0], "p99": p.get_us[1], "p999": p.get_us[2], "max": p.get_us[3]},
+            "set_us": {"p50": p.set_us[0], "p99": p.set_us[1], "p999": p.set_us[2], "max": p.set_us[3]},
+            "memcaslap_ops_per_sec": p.memcaslap_ops,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zipf_is_skewed_and_in_range() {
+        let z = Zipf::new(10_000, 0.99);
+        let mut rng = SplitMix(7);
+        let mut counts = vec![0u32; 10_000];
+        for _ in 0..100_000 {
+            let k = z.sample((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64);
+            counts[k as usize] += 1;
+        }
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        let top10: u32 = counts[..10].iter().sum();
+        // Uniform would give the top 10 keys about 0.1% of draws.
+        assert!(top10 > 10_000, "top 10 keys drew {top10} of 100000");
+        assert!(counts[9_999] < 10);
+    }
+}
