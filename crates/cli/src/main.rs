@@ -570,7 +570,8 @@ fn bench(cmd: BenchCmd) -> Result<ExitCode, String> {
                 "zipf" => KeyDist::Zipf(0.99),
                 d => return Err(format!("unknown --dist {d:?}: uniform or zipf")),
             };
-            if a.conns == 0 || a.conns > 4096 || a.keys == 0 || a.get_percent > 100 || a.secs.is_nan() || a.secs <= 0.0 {
+            if a.conns == 0 || a.conns > 4096 || a.keys == 0 || a.get_percent > 100 || a.secs.is_nan() || a.secs <= 0.0
+            {
                 return Err("need 1..=4096 connections, at least one key, --get-percent 0..=100, --secs > 0".into());
             }
             let o = McBenchOptions {
