@@ -10,6 +10,7 @@
 
 use crate::limits::*;
 use crate::server::Ctx;
+use granary_rt::net::TcpStream;
 use granary_store::{Change, Cond, Error, Item, ItemMeta, PutOutcome};
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -25,6 +26,10 @@ pub(crate) enum Step {
 
 pub(crate) struct Conn<'a> {
     pub ctx: &'a Ctx,
+    /// The socket replies go to (None in unit tests of the parser).
+    stream: Option<&'a TcpStream>,
+    /// A send failed: the connection is gone.
+    dead: bool,
     pub out: Vec<u8>,
     /// Bytes of a refused value still to skip.
     pub(crate) swallow: usize,
@@ -60,8 +65,26 @@ pub(crate) fn key_ok(k: &[u8]) -> bool {
 }
 
 impl<'a> Conn<'a> {
-    pub fn new(ctx: &'a Ctx) -> Conn<'a> {
-        Conn { ctx, out: Vec::with_capacity(4096), swallow: 0, noreply: false }
+    pub fn new(ctx: &'a Ctx, stream: Option<&'a TcpStream>) -> Conn<'a> {
+        Conn { ctx, stream, dead: false, out: Vec::with_capacity(4096), swallow: 0, noreply: false }
+    }
+
+    /// Send the buffered replies; false if the connection is gone.
+    pub async fn send(&mut self) -> bool {
+        if self.out.is_empty() || self.dead {
+            return !self.dead;
+        }
+        let Some(stream) = self.stream else { return true };
+        let out = std::mem::take(&mut self.out);
+        let n = out.len() as u64;
+        let (r, mut out) = stream.send_all(out).await;
+        self.ctx.stats.bytes_written.fetch_add(n, Relaxed);
+        out.clear();
+        if out.capacity() <= 4 * OUT_FLUSH_BYTES {
+            self.out = out; // reuse the allocation
+        }
+        self.dead = r.is_err();
+        !self.dead
     }
 
     pub(crate) fn reply(&mut self, s: &str) {
@@ -156,6 +179,9 @@ impl<'a> Conn<'a> {
         self.noreply = t.len() > 1 && t.last() == Some(&&b"noreply"[..]) && NOREPLY_CMDS.contains(&cmd);
         let step = self.dispatch(cmd, &t, line_len, rest).await;
         self.noreply = false;
+        if self.dead {
+            return Step::Close;
+        }
         step
     }
 
@@ -187,10 +213,7 @@ impl<'a> Conn<'a> {
                 self.ctx.stats.cmd_meta.fetch_add(1, Relaxed);
                 self.reply("MN")
             }
-            b"mg" | b"ms" | b"md" | b"ma" | b"me" => {
-                self.ctx.stats.cmd_meta.fetch_add(1, Relaxed);
-                return self.meta(cmd, t, line_len, rest).await;
-            }
+            b"mg" | b"ms" | b"md" | b"ma" | b"me" => return self.meta(cmd, t, line_len, rest).await,
             _ => self.error(),
         }
         Step::Consumed(line_len)
@@ -220,6 +243,11 @@ impl<'a> Conn<'a> {
                         self.ctx.stats.touch_hits.fetch_add(1, Relaxed);
                     }
                     self.value_line(key, &it, with_cas);
+                    // A multi-get of large items sends as it goes, so its
+                    // reply never holds more than OUT_FLUSH_BYTES + one item.
+                    if self.out.len() >= OUT_FLUSH_BYTES && !self.send().await {
+                        return;
+                    }
                 }
                 Ok(None) => {
                     self.ctx.stats.get_misses.fetch_add(1, Relaxed);
@@ -271,8 +299,8 @@ impl<'a> Conn<'a> {
             return Step::Consumed(line_len);
         }
         let bytes = bytes as usize;
-        self.ctx.stats.cmd_set.fetch_add(1, Relaxed);
         if bytes > self.ctx.cfg.item_bytes_max {
+            self.ctx.stats.cmd_set.fetch_add(1, Relaxed);
             self.reply("SERVER_ERROR object too large for cache");
             self.swallow = bytes + 2;
             // memcached drops the old value of a failed set, so no stale
@@ -286,6 +314,7 @@ impl<'a> Conn<'a> {
             return Step::NeedMore;
         }
         let consumed = line_len + bytes + 2;
+        self.ctx.stats.cmd_set.fetch_add(1, Relaxed);
         if &rest[bytes..bytes + 2] != b"\r\n" {
             self.client_error("bad data chunk");
             return Step::Consumed(consumed);
@@ -403,8 +432,8 @@ impl<'a> Conn<'a> {
         let Some(delta) = parse::<u64>(t[2]) else {
             return self.client_error("invalid numeric delta argument");
         };
-        match arith(self.ctx, t[1], incr, delta, None).await {
-            Ok(Arith::Done(n, _)) => {
+        match arith(self.ctx, t[1], incr, delta, None, None).await {
+            Ok(Arith::Done(n, ..)) => {
                 let c = if incr { &self.ctx.stats.incr_hits } else { &self.ctx.stats.decr_hits };
                 c.fetch_add(1, Relaxed);
                 if !noreply {
@@ -541,8 +570,8 @@ pub(crate) async fn touch_item(ctx: &Ctx, key: &[u8], expires: u32) -> Result<Op
 }
 
 pub(crate) enum Arith {
-    /// The new value and CAS value.
-    Done(u64, u64),
+    /// The new value, its CAS value and metadata.
+    Done(u64, u64, ItemMeta),
     NotFound,
     NonNumeric,
     CasMismatch,
@@ -551,8 +580,16 @@ pub(crate) enum Arith {
 /// incr/decr with memcached's rules: incr wraps at 2^64, decr stops at 0,
 /// the value must be a decimal number; flags and expiry are kept. Like
 /// memcached, a result shorter than the old value is padded with spaces to
-/// the old length. With `cas`, only if the item's CAS value matches.
-pub(crate) async fn arith(ctx: &Ctx, key: &[u8], incr: bool, delta: u64, cas: Option<u64>) -> Result<Arith, Error> {
+/// the old length. With `cas`, only if the item's CAS value matches; with
+/// `expires`, the item gets that expiry in the same write.
+pub(crate) async fn arith(
+    ctx: &Ctx,
+    key: &[u8],
+    incr: bool,
+    delta: u64,
+    cas: Option<u64>,
+    expires: Option<u32>,
+) -> Result<Arith, Error> {
     let (r, new_cas) = ctx
         .store
         .update_async(key, |it| {
@@ -569,11 +606,12 @@ pub(crate) async fn arith(ctx: &Ctx, key: &[u8], incr: bool, delta: u64, cas: Op
             if v.len() < it.value.len() {
                 v.resize(it.value.len(), b' ');
             }
-            (Change::Put { value: v, meta: it.meta }, Arith::Done(n, 0))
+            let meta = ItemMeta { flags: it.meta.flags, expires: expires.unwrap_or(it.meta.expires) };
+            (Change::Put { value: v, meta }, Arith::Done(n, 0, meta))
         })
         .await?;
     Ok(match r {
-        Arith::Done(n, _) => Arith::Done(n, new_cas.unwrap_or(0)),
+        Arith::Done(n, _, meta) => Arith::Done(n, new_cas.unwrap_or(0), meta),
         r => r,
     })
 }

@@ -163,6 +163,9 @@ impl Conn<'_> {
     }
 
     pub(crate) async fn meta(&mut self, cmd: &[u8], t: &[&[u8]], line_len: usize, rest: &[u8]) -> Step {
+        if cmd != b"ms" {
+            self.ctx.stats.cmd_meta.fetch_add(1, Relaxed);
+        }
         let Some(&raw_key) = t.get(1) else {
             if cmd == b"me" {
                 self.client_error("bad command line format");
@@ -220,7 +223,7 @@ impl Conn<'_> {
                     }
                 }
                 if !has(&fl, b'q') {
-                    self.reply("EN");
+                    self.meta_code("EN", &fl, raw_key, None);
                 }
             }
             Err(e) => self.server_error(&e),
@@ -228,10 +231,13 @@ impl Conn<'_> {
     }
 
     async fn ms(&mut self, raw_key: &[u8], t: &[&[u8]], line_len: usize, rest: &[u8]) -> Step {
-        let Some(len) = t.first().and_then(|x| parse::<usize>(x)) else {
+        // memcached's bound on a data length (the text commands' too).
+        let Some(len) = t.first().and_then(|x| parse::<i64>(x)).filter(|l| (0..=i32::MAX as i64 - 2).contains(l))
+        else {
             self.client_error("bad command line format");
             return Step::Consumed(line_len);
         };
+        let len = len as usize;
         let fl = match flags(&t[1..], b"bcCFkOqTM") {
             Ok(fl) => fl,
             Err(m) => {
@@ -244,15 +250,23 @@ impl Conn<'_> {
             self.swallow = len + 2;
             return Step::Consumed(line_len);
         };
-        self.ctx.stats.cmd_set.fetch_add(1, Relaxed);
+        let mode = tok(&fl, b'M').and_then(|m| m.first().copied()).unwrap_or(b'S');
         if len > self.ctx.cfg.item_bytes_max {
+            self.ctx.stats.cmd_set.fetch_add(1, Relaxed);
+            self.ctx.stats.cmd_meta.fetch_add(1, Relaxed);
             self.reply("SERVER_ERROR object too large for cache");
             self.swallow = len + 2;
+            // As memcached: a failed set drops the old value.
+            if mode.eq_ignore_ascii_case(&b'S') {
+                let _ = self.ctx.store.delete_async(&key).await;
+            }
             return Step::Consumed(line_len);
         }
         if rest.len() < len + 2 {
             return Step::NeedMore;
         }
+        self.ctx.stats.cmd_set.fetch_add(1, Relaxed);
+        self.ctx.stats.cmd_meta.fetch_add(1, Relaxed);
         let consumed = line_len + len + 2;
         if &rest[len..len + 2] != b"\r\n" {
             self.client_error("bad data chunk");
@@ -270,13 +284,13 @@ impl Conn<'_> {
             return Step::Consumed(consumed);
         };
         let meta = ItemMeta { flags: user_flags, expires: self.expires(ttl.flatten().unwrap_or(0)) };
-        let mode = tok(&fl, b'M').and_then(|m| m.first().copied()).unwrap_or(b'S');
         let cas = cas.flatten();
         let result = match mode {
             b'S' | b's' | b'E' | b'e' | b'R' | b'r' => {
+                // An add ignores C (as memcached).
                 let cond = match (mode.to_ascii_uppercase(), cas) {
+                    (b'E', _) => Cond::Absent,
                     (_, Some(c)) => Cond::Cas(c),
-                    (b'E', None) => Cond::Absent,
                     (b'R', None) => Cond::Present,
                     _ => Cond::Always,
                 };
@@ -312,8 +326,12 @@ impl Conn<'_> {
                     self.meta_code("HD", &fl, raw_key, Some(&it));
                 }
             }
-            Ok((PutOutcome::Exists, _)) if cas.is_some() => self.meta_code("EX", &fl, raw_key, None),
-            Ok((PutOutcome::NotFound, _)) if cas.is_some() => self.meta_code("NF", &fl, raw_key, None),
+            Ok((PutOutcome::Exists, _)) if cas.is_some() && !mode.eq_ignore_ascii_case(&b'E') => {
+                self.meta_code("EX", &fl, raw_key, None)
+            }
+            Ok((PutOutcome::NotFound, _)) if cas.is_some() && !mode.eq_ignore_ascii_case(&b'E') => {
+                self.meta_code("NF", &fl, raw_key, None)
+            }
             Ok(_) => self.meta_code("NS", &fl, raw_key, None),
             Err(e) => self.server_error(&e),
         }
@@ -375,36 +393,28 @@ impl Conn<'_> {
             Some(_) => return self.client_error("invalid mode for ma M token"),
         };
         let delta = delta.flatten().unwrap_or(1);
-        let mut r = arith(self.ctx, &key, incr, delta, cas.flatten()).await;
+        let new_exp = ttl.flatten().map(|t| self.expires(t));
+        let mut r = arith(self.ctx, &key, incr, delta, cas.flatten(), new_exp).await;
         if let (Ok(Arith::NotFound), Some(Some(viv_ttl))) = (&r, viv) {
             let n = initial.flatten().unwrap_or(0);
             let meta = ItemMeta { flags: 0, expires: self.expires(viv_ttl) };
             r = match self.ctx.store.put_item_async(&key, n.to_string().as_bytes(), meta, Cond::Absent).await {
-                Ok((PutOutcome::Stored, c)) => Ok(Arith::Done(n, c)),
+                Ok((PutOutcome::Stored, c)) => Ok(Arith::Done(n, c, meta)),
                 // Someone else created it meanwhile: apply the delta to theirs.
-                Ok(_) => arith(self.ctx, &key, incr, delta, cas.flatten()).await,
+                Ok(_) => arith(self.ctx, &key, incr, delta, cas.flatten(), new_exp).await,
                 Err(e) => Err(e),
             };
         }
-        if let Some(Some(ttl)) = ttl {
-            if let Ok(Arith::Done(..)) = r {
-                if let Err(e) = touch_item(self.ctx, &key, self.expires(ttl)).await {
-                    return self.server_error(&e);
-                }
-            }
-        }
         match r {
-            Ok(Arith::Done(n, c)) => {
+            Ok(Arith::Done(n, c, meta)) => {
                 let counter = if incr { &self.ctx.stats.incr_hits } else { &self.ctx.stats.decr_hits };
                 counter.fetch_add(1, Relaxed);
-                let meta = match self.ctx.store.get_item_async(&key).await {
-                    Ok(Some(it)) => it.meta,
-                    _ => ItemMeta::default(),
-                };
                 let it = Item { value: n.to_string().into_bytes(), meta, cas: c };
-                if has(&fl, b'v') {
+                // q hides a success (as memcached), with or without v.
+                if has(&fl, b'q') {
+                } else if has(&fl, b'v') {
                     self.meta_hit(&fl, raw_key, &it, "");
-                } else if !has(&fl, b'q') {
+                } else {
                     self.meta_code("HD", &fl, raw_key, Some(&it));
                 }
             }

@@ -197,15 +197,22 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
         ctx.stats.total_connections.fetch_add(1, Relaxed);
         let c = ctx.clone();
         granary_rt::spawn(async move {
+            // Counted down however the task ends (a panic included).
+            struct Open<'a>(&'a Ctx);
+            impl Drop for Open<'_> {
+                fn drop(&mut self) {
+                    self.0.stats.curr_connections.fetch_sub(1, Relaxed);
+                }
+            }
+            let _open = Open(&c);
             serve(stream, &c).await;
-            c.stats.curr_connections.fetch_sub(1, Relaxed);
         });
     }
 }
 
 /// One connection's request loop.
 async fn serve(stream: TcpStream, ctx: &Ctx) {
-    let mut conn = Conn::new(ctx);
+    let mut conn = Conn::new(ctx, Some(&stream));
     let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     loop {
@@ -220,12 +227,12 @@ async fn serve(stream: TcpStream, ctx: &Ctx) {
                     break;
                 }
             }
-            if conn.out.len() >= OUT_FLUSH_BYTES && !send(&stream, &mut conn, ctx).await {
+            if conn.out.len() >= OUT_FLUSH_BYTES && !conn.send().await {
                 return;
             }
         }
         input.drain(..pos);
-        if !send(&stream, &mut conn, ctx).await || close {
+        if !conn.send().await || close {
             return;
         }
         let (r, c) = stream.recv(chunk).await;
@@ -238,20 +245,4 @@ async fn serve(stream: TcpStream, ctx: &Ctx) {
             }
         }
     }
-}
-
-/// Send the buffered replies; false if the connection is gone.
-async fn send(stream: &TcpStream, conn: &mut Conn<'_>, ctx: &Ctx) -> bool {
-    if conn.out.is_empty() {
-        return true;
-    }
-    let out = std::mem::take(&mut conn.out);
-    let n = out.len() as u64;
-    let (r, mut out) = stream.send_all(out).await;
-    ctx.stats.bytes_written.fetch_add(n, Relaxed);
-    out.clear();
-    if out.capacity() <= 4 * OUT_FLUSH_BYTES {
-        conn.out = out; // reuse the allocation
-    }
-    r.is_ok()
 }

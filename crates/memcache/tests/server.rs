@@ -73,6 +73,11 @@ const CASES: &[(&str, &str)] = &[
     ("stats reset\r\n", "RESET\r\n"),
     ("ms mk 2 T0 F3\r\nhi\r\nmg mk v f s k O9\r\n", "HD\r\nVA 2 f3 s2 kmk O9\r\nhi\r\n"),
     ("mg missing v\r\n", "EN\r\n"),
+    ("mg nokey v O123 k\r\n", "EN O123 knokey\r\n"),
+    ("ms n 1\r\n5\r\nma n q v\r\n", "HD\r\n"),
+    ("ms ae 1 ME C99\r\nx\r\nms ae 1 ME C99\r\nx\r\n", "HD\r\nNS\r\n"),
+    ("ms n 1\r\n5\r\nma n T30 t v\r\nmg n t\r\n", "HD\r\nVA 1 t30\r\n6\r\nHD t30\r\n"),
+    ("ms k -1\r\n", "CLIENT_ERROR bad command line format\r\n"),
     ("mg missing v q\r\n", ""),
     ("ms mk 2\r\nhi\r\nmg mk q\r\n", "HD\r\nHD\r\n"),
     ("ms mk 2\r\nhi\r\nms mk 2 MA\r\nyo\r\nms mk 2 MP\r\nab\r\nmg mk v\r\n", "HD\r\nHD\r\nHD\r\nVA 6\r\nabhiyo\r\n"),
@@ -277,6 +282,24 @@ fn values_split_across_reads_and_large_values() {
     let head = format!("VALUE big 1 {}\r\n", v.len());
     assert!(got.starts_with(head.as_bytes()));
     assert_eq!(&got[head.len()..head.len() + v.len()], &v[..]);
+}
+
+#[test]
+fn a_multi_get_of_large_items_is_sent_as_it_goes() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    let v = vec![b'v'; 1 << 20];
+    c.send(format!("set big 0 0 {}\r\n", v.len()).as_bytes());
+    c.send(&v);
+    assert_eq!(c.call(b"\r\n"), b"STORED\r\n");
+    // 64 MiB of reply to one request line.
+    let req = format!("get{}\r\n", " big".repeat(64));
+    let got = c.call(req.as_bytes());
+    let one = format!("VALUE big 0 {}\r\n", v.len()).len() + v.len() + 2;
+    assert_eq!(got.len(), 64 * one + 5);
+    assert!(got.ends_with(b"END\r\n"));
+    // A meta set with an impossible length is refused, nothing swallowed.
+    assert_eq!(c.call(b"ms k 4294967296 T0\r\n"), b"CLIENT_ERROR bad command line format\r\n");
 }
 
 #[test]

@@ -247,3 +247,26 @@ fn flush_all_hides_earlier_values_persistently_and_gc_reclaims_them() {
     assert_eq!(s.get(b"before").unwrap(), None);
     assert!(s.verify().unwrap().is_clean());
 }
+
+#[test]
+fn eviction_never_drops_the_flush_floor() {
+    let f = Fixture::new(16 << 20);
+    let s = f.create(256 << 10, false, true);
+    s.put(b"old", b"1").unwrap();
+    roll(&s, "x"); // "old" stays behind in an earlier segment
+    s.flush_all().unwrap();
+    let v = segment_of_reserved(&s);
+    assert_ne!(v, segment_of(&s, b"old"));
+    roll(&s, "a");
+    roll(&s, "b");
+    crate::gc::reclaim(&s.core, v, true).unwrap();
+    assert_eq!(s.stats().gc.evicted_segments, 1);
+    let s = f.reopen(s, true);
+    assert_eq!(s.get(b"old").unwrap(), None, "the flush floor was evicted: a flushed key came back");
+}
+
+fn segment_of_reserved(s: &Store) -> u32 {
+    let key = b"\0granary.flush_floor";
+    let f = granary_rt::block_on(s.core.find(key, granary_format::hash::key_hash(key), false, true)).unwrap().unwrap();
+    s.core.sb.segment_of(f.entry.pba())
+}

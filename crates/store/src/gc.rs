@@ -222,7 +222,9 @@ pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
         }
         let damaged = !rec.intact || rec.hdr.damaged_copy;
         let expired = !rec.hdr.is_tombstone() && !damaged && core.hidden(&rec.hdr, now);
-        if evict && !rec.hdr.is_tombstone() {
+        // The engine's own keys (the flush floor) are never evicted.
+        let reserved = record::key_of(&rec.hdr, bytes).starts_with(crate::store::RESERVED_KEY_PREFIX);
+        if evict && !rec.hdr.is_tombstone() && !reserved {
             if drop_value(core, v, h, old_pba, len as u64) {
                 let c = if expired { &core.gc_counters.expired } else { &core.gc_counters.evicted_values };
                 c.fetch_add(1, Relaxed);

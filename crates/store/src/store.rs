@@ -266,6 +266,8 @@ pub(crate) struct Core {
     /// Values with a sequence number at or below this were flushed
     /// ([`Store::flush_all`]): they read as absent and GC drops them.
     pub(crate) flush_floor: AtomicU64,
+    /// Serialises `flush_all`s, so the floor stored last is the highest.
+    flush_lock: async_lock::Mutex<()>,
 }
 
 fn random_uuid() -> Result<[u8; 16]> {
@@ -387,6 +389,7 @@ impl Store {
             clock: opts.clock.clone(),
             evict: opts.evict,
             flush_floor: AtomicU64::new(0),
+            flush_lock: async_lock::Mutex::new(()),
             dev,
             sb,
         };
@@ -489,9 +492,12 @@ impl Core {
     /// absent and GC reclaims them. The floor is stored under a reserved
     /// key, so it holds across restarts. Returns the floor.
     pub async fn flush_all(&self) -> Result<u64> {
+        let _one_at_a_time = self.flush_lock.lock().await;
         let floor = self.next_seq.fetch_add(1, Relaxed);
-        self.flush_floor.fetch_max(floor, Relaxed);
+        // Stored first, then applied: until the new floor record is on the
+        // device, the old one must not read as flushed (GC would drop it).
         self.write_item(FLUSH_FLOOR_KEY, &floor.to_le_bytes(), ItemMeta::default(), Cond::Always).await?;
+        self.flush_floor.fetch_max(floor, Relaxed);
         Ok(floor)
     }
 
