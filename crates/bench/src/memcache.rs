@@ -31,7 +31,8 @@ pub enum KeyDist {
 
 #[derive(Debug, Clone)]
 pub struct McBenchOptions {
-    /// Peers to measure: granary, memcached, extstore.
+    /// Peers to measure: granary, memcached, extstore (started here), or
+    /// `at=IP:PORT` (a server already running).
     pub peers: Vec<String>,
     pub conns: usize,
     pub keys: u64,
@@ -139,17 +140,19 @@ fn key(i: u64) -> String {
     format!("bench:{i:012}")
 }
 
-/// A started server, killed on drop.
+/// A started server, killed on drop (or one already running: no child).
 struct Peer {
-    child: Child,
+    child: Option<Child>,
     addr: SocketAddr,
     files: Vec<PathBuf>,
 }
 
 impl Drop for Peer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
         for f in &self.files {
             let _ = std::fs::remove_file(f);
         }
@@ -162,6 +165,11 @@ fn free_port() -> Result<u16, String> {
 }
 
 fn start_peer(name: &str, o: &McBenchOptions) -> Result<Peer, String> {
+    if let Some(a) = name.strip_prefix("at=") {
+        let addr: SocketAddr = a.parse().map_err(|e| format!("peer {name:?}: {e} (at=IP:PORT)"))?;
+        TcpStream::connect(addr).map_err(|e| format!("peer {name:?}: cannot connect: {e}"))?;
+        return Ok(Peer { child: None, addr, files: Vec::new() });
+    }
     std::fs::create_dir_all(&o.dir).map_err(|e| format!("cannot create {}: {e}", o.dir.display()))?;
     let port = free_port()?;
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
@@ -196,13 +204,13 @@ fn start_peer(name: &str, o: &McBenchOptions) -> Result<Peer, String> {
             }
             (c, files)
         }
-        other => return Err(format!("unknown peer {other:?} (granary, memcached, extstore)")),
+        other => return Err(format!("unknown peer {other:?} (granary, memcached, extstore, at=IP:PORT)")),
     };
     let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().map_err(|e| format!("starting {name}: {e}"))?;
-    let mut peer = Peer { child, addr, files };
+    let mut peer = Peer { child: Some(child), addr, files };
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(addr).is_err() {
-        if let Ok(Some(st)) = peer.child.try_wait() {
+        if let Some(Ok(Some(st))) = peer.child.as_mut().map(|c| c.try_wait()) {
             return Err(format!("{name} exited at start-up: {st}"));
         }
         if Instant::now() > deadline {

@@ -182,7 +182,8 @@ enum BenchCmd {
 
 #[derive(clap::Args)]
 struct MemcacheBenchArgs {
-    /// Peers, comma-separated: granary, memcached, extstore.
+    /// Peers, comma-separated: granary, memcached, extstore (each started
+    /// for the run), or at=IP:PORT for a server already running.
     #[arg(long, value_delimiter = ',', default_value = "memcached,extstore,granary")]
     peers: Vec<String>,
     /// Client connections (one thread each).

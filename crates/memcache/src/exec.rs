@@ -75,16 +75,41 @@ impl<'a> Conn<'a> {
             return !self.dead;
         }
         let Some(stream) = self.stream else { return true };
-        let out = std::mem::take(&mut self.out);
-        let n = out.len() as u64;
-        let (r, mut out) = stream.send_all(out).await;
-        self.ctx.stats.bytes_written.fetch_add(n, Relaxed);
+        let n = self.out.len();
+        self.ctx.stats.bytes_written.fetch_add(n as u64, Relaxed);
+        // Most replies fit the socket buffer: one direct send, no ring trip.
+        let sent = match stream.try_send(&self.out) {
+            Ok(k) => k,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::Interrupted => 0,
+            Err(_) => {
+                self.dead = true;
+                return false;
+            }
+        };
+        if sent == n {
+            self.out.clear();
+            return true;
+        }
+        // The rest through the ring, waiting for room in the socket.
+        let mut out = std::mem::take(&mut self.out);
+        let mut off = sent;
+        let mut ok = true;
+        while ok && off < n {
+            let (r, o) = stream.send_from(out, off).await;
+            out = o;
+            match r {
+                Ok(0) => ok = false,
+                Ok(k) => off += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => ok = false,
+            }
+        }
         out.clear();
         if out.capacity() <= 4 * OUT_FLUSH_BYTES {
             self.out = out; // reuse the allocation
         }
-        self.dead = r.is_err();
-        !self.dead
+        self.dead = !ok;
+        ok
     }
 
     pub(crate) fn reply(&mut self, s: &str) {

@@ -165,6 +165,22 @@ impl TcpStream {
         (result(res), buf)
     }
 
+    /// Send what the socket takes of `buf` now, without waiting (a direct
+    /// `send(2)` with MSG_DONTWAIT): the count sent, or `WouldBlock`. A
+    /// reply that fits the socket buffer then costs one system call and no
+    /// trip through the ring.
+    pub fn try_send(&self, buf: &[u8]) -> io::Result<usize> {
+        // SAFETY: buf is valid for reads of buf.len() bytes for the call.
+        let n = unsafe {
+            libc::send(self.inner.as_raw_fd(), buf.as_ptr().cast(), buf.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+        };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
     /// Send all of `buf`.
     pub async fn send_all<B: IoBuf>(&self, mut buf: B) -> (io::Result<()>, B) {
         let mut off = 0;
