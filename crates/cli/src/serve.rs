@@ -116,8 +116,17 @@ pub fn run(a: ServeArgs, progress: Option<granary_store::ProgressHook>) -> Resul
     let server = Server::start(store.clone(), cfg).map_err(|e| e.to_string())?;
     eprintln!("granary: serving {} over memcache on {}", a.data.display(), server.local_addr());
     let sig = wait_for_signal(&signals);
-    tracing::info!(signal = sig, "stopping");
-    server.shutdown();
+    eprintln!("granary: signal {sig}: draining connections, then a checkpoint (a second signal exits at once)");
+    // A second signal exits at once; the store is crash-safe, so the next
+    // start recovers by replaying the log instead of loading a checkpoint.
+    let second = signals;
+    std::thread::spawn(move || {
+        let sig = wait_for_signal(&second);
+        eprintln!("granary: signal {sig} again: exiting without a checkpoint");
+        std::process::exit(130);
+    });
+    let cancelled = server.shutdown();
+    tracing::info!(cancelled, "connections drained");
     let store = Arc::try_unwrap(store).map_err(|_| "the store is still in use after the server stopped".to_string())?;
     store.close().map_err(|e| format!("closing the store: {e}"))?;
     eprintln!("granary: stopped cleanly");

@@ -13,11 +13,17 @@ use crate::limits::*;
 use granary_rt::net::{TcpListener, TcpStream};
 use granary_rt::{Runtime, RuntimeConfig};
 use granary_store::Store;
+use std::collections::HashSet;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::Arc;
-use std::time::Instant;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long [`Server::shutdown`] waits for connections to finish the
+/// requests they are executing.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How the server runs.
 #[derive(Debug, Clone)]
@@ -85,6 +91,10 @@ pub(crate) struct Ctx {
     pub threads: usize,
     /// The store evicts when full (cache mode); shown by `stats settings`.
     pub evicting: bool,
+    /// Set by [`Server::shutdown`]: accept loops stop.
+    stopping: AtomicBool,
+    /// Descriptors of open connections, to end their reads at shutdown.
+    conns: Mutex<HashSet<RawFd>>,
 }
 
 impl Ctx {
@@ -100,6 +110,7 @@ pub struct Server {
     ctx: Arc<Ctx>,
     addr: SocketAddr,
     rt: Option<Runtime>,
+    listener: std::net::TcpListener,
 }
 
 impl Server {
@@ -142,6 +153,8 @@ impl Server {
             started_unix: now,
             threads,
             evicting: cfg_evicting,
+            stopping: AtomicBool::new(false),
+            conns: Mutex::new(HashSet::new()),
         });
         for core in 0..rt.cores() {
             let l = TcpListener::from_std(std_listener.try_clone()?);
@@ -149,7 +162,7 @@ impl Server {
             rt.spawn_on(core, accept_loop(l, c));
         }
         tracing::info!(%addr, threads, "memcache server listening");
-        Ok(Server { ctx, addr, rt: Some(rt) })
+        Ok(Server { ctx, addr, rt: Some(rt), listener: std_listener })
     }
 
     /// The address it listens on (useful with port 0).
@@ -162,10 +175,34 @@ impl Server {
         &self.ctx.stats
     }
 
-    /// Stop serving: close the listener and every connection (requests in
-    /// flight are cancelled; what was acknowledged is on the device).
-    pub fn shutdown(mut self) {
+    /// Stop serving and drain: no new connections; every connection
+    /// finishes the requests it has read (their replies are sent), then
+    /// sees the end of its input and closes. Waits at most
+    /// [`DRAIN_TIMEOUT`]; what is still running then is cancelled (a
+    /// cancelled write was never acknowledged). Returns the connections
+    /// cancelled.
+    pub fn shutdown(mut self) -> usize {
+        let ctx = &self.ctx;
+        ctx.stopping.store(true, Relaxed);
+        // SAFETY: shutdown(2) on descriptors we own (the listener, and
+        // connections still registered: a connection deregisters before
+        // its descriptor is closed, under the same lock).
+        unsafe {
+            libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR);
+            for &fd in ctx.conns.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                libc::shutdown(fd, libc::SHUT_RD);
+            }
+        }
+        let deadline = Instant::now() + DRAIN_TIMEOUT;
+        while ctx.stats.curr_connections.load(Relaxed) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let left = ctx.stats.curr_connections.load(Relaxed);
+        if left > 0 {
+            tracing::warn!(connections = left, "connections still busy after the drain timeout are cancelled");
+        }
         self.rt.take();
+        left
     }
 }
 
@@ -177,7 +214,11 @@ impl Drop for Server {
 
 async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
     loop {
-        let stream = match listener.accept().await {
+        let accepted = listener.accept().await;
+        if ctx.stopping.load(Relaxed) {
+            return;
+        }
+        let stream = match accepted {
             Ok((s, _)) => s,
             Err(e) => {
                 // EMFILE and friends: log and go on (a busy loop is bounded
@@ -197,22 +238,30 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
         ctx.stats.total_connections.fetch_add(1, Relaxed);
         let c = ctx.clone();
         granary_rt::spawn(async move {
-            // Counted down however the task ends (a panic included).
-            struct Open<'a>(&'a Ctx);
+            // Deregistered and counted down however the task ends (a panic
+            // included), before the stream (declared first) is closed.
+            struct Open<'a>(&'a Ctx, RawFd);
             impl Drop for Open<'_> {
                 fn drop(&mut self) {
+                    self.0.conns.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.1);
                     self.0.stats.curr_connections.fetch_sub(1, Relaxed);
                 }
             }
-            let _open = Open(&c);
-            serve(stream, &c).await;
+            let stream = stream;
+            let fd = stream.raw_fd();
+            c.conns.lock().unwrap_or_else(|e| e.into_inner()).insert(fd);
+            let _open = Open(&c, fd);
+            // A shutdown that ran before the registration missed this one.
+            if !c.stopping.load(Relaxed) {
+                serve(&stream, &c).await;
+            }
         });
     }
 }
 
 /// One connection's request loop.
-async fn serve(stream: TcpStream, ctx: &Ctx) {
-    let mut conn = Conn::new(ctx, Some(&stream));
+async fn serve(stream: &TcpStream, ctx: &Ctx) {
+    let mut conn = Conn::new(ctx, Some(stream));
     let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     loop {

@@ -424,3 +424,28 @@ fn garbage_never_crashes_the_server() {
     let mut ok = f.client();
     assert!(ok.call(b"version\r\n").starts_with(b"VERSION "));
 }
+
+#[test]
+fn shutdown_drains_connections_instead_of_cutting_them() {
+    let mut f = Fixture::default();
+    let mut idle = f.client();
+    assert_eq!(idle.call(b"set a 0 0 1\r\n1\r\n"), b"STORED\r\n");
+    let mut partial = f.client();
+    partial.send(b"set b 0 0 10\r\nabc");
+    // A full pipelined batch whose replies are read (so it was executed).
+    let mut busy = f.client();
+    let batch: Vec<u8> = (0..100).flat_map(|i| format!("set k{i} 0 0 1\r\nx\r\n").into_bytes()).collect();
+    assert_eq!(busy.call(&batch), b"STORED\r\n".repeat(100));
+    let started = std::time::Instant::now();
+    let cancelled = f.server.take().unwrap().shutdown();
+    assert_eq!(cancelled, 0, "every connection ended by itself");
+    assert!(started.elapsed() < granary_memcache::server::DRAIN_TIMEOUT);
+    // Every client sees the end of the connection, with nothing more sent.
+    assert_eq!(idle.read_to_close(), b"");
+    assert_eq!(partial.read_to_close(), b"");
+    assert_eq!(busy.read_to_close(), b"");
+    let s = f.store.as_ref().unwrap();
+    assert!(s.get(b"a").unwrap().is_some());
+    assert!(s.get(b"k99").unwrap().is_some());
+    assert_eq!(s.get(b"b").unwrap(), None, "a request never completed is not executed");
+}

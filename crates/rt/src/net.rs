@@ -197,6 +197,11 @@ impl TcpStream {
         (Ok(()), buf)
     }
 
+    /// The socket's descriptor (for `shutdown(2)` from another thread).
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.inner.as_raw_fd()
+    }
+
     /// Shut down the writing half (the peer sees end of stream).
     pub fn shutdown_write(&self) -> io::Result<()> {
         self.inner.shutdown(std::net::Shutdown::Write)
