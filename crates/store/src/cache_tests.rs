@@ -270,3 +270,88 @@ fn segment_of_reserved(s: &Store) -> u32 {
     let f = granary_rt::block_on(s.core.find(key, granary_format::hash::key_hash(key), false, true)).unwrap().unwrap();
     s.core.sb.segment_of(f.entry.pba())
 }
+
+/// A memory device whose writes wait at a gate while it is closed.
+struct Gated {
+    inner: MemDevice,
+    closed: std::sync::Mutex<bool>,
+    cv: std::sync::Condvar,
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+impl granary_io::Device for Gated {
+    fn read_at(&self, buf: granary_io::AlignedBuf, offset: u64) -> granary_io::IoResult {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: granary_io::AlignedBuf, offset: u64) -> granary_io::IoResult {
+        self.waiting.fetch_add(1, Relaxed);
+        let mut c = self.closed.lock().unwrap();
+        while *c {
+            c = self.cv.wait(c).unwrap();
+        }
+        drop(c);
+        self.waiting.fetch_sub(1, Relaxed);
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn block_bytes(&self) -> u32 {
+        self.inner.block_bytes()
+    }
+    fn counters(&self) -> &granary_io::IoCounters {
+        self.inner.counters()
+    }
+    fn describe(&self) -> String {
+        "gated memory".into()
+    }
+}
+
+/// Writes that arrive while a write is in flight share the next one.
+#[test]
+fn concurrent_puts_share_one_device_write() {
+    let dev = Arc::new(Gated {
+        inner: MemDevice::new(8 << 20),
+        closed: std::sync::Mutex::new(false),
+        cv: std::sync::Condvar::new(),
+        waiting: Default::default(),
+    });
+    let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(256) };
+    let s = Arc::new(Store::create(dev.clone(), &c, &OpenOptions { gc: false, ..OpenOptions::default() }).unwrap());
+    s.put(b"warm", b"up").unwrap(); // opens the segment
+    let base = s.stats();
+    *dev.closed.lock().unwrap() = true;
+    let put = |k: &'static str| {
+        let s = s.clone();
+        std::thread::spawn(move || s.put(k.as_bytes(), k.as_bytes()).unwrap())
+    };
+    let first = put("first");
+    // Bounded waits on conditions (not on time): the first write is at the gate.
+    let wait_for = |what: &str, cond: &dyn Fn() -> bool| {
+        for _ in 0..100_000 {
+            if cond() {
+                return;
+            }
+            std::thread::yield_now();
+        }
+        panic!("{what} never happened");
+    };
+    wait_for("the first write at the gate", &|| dev.waiting.load(Relaxed) == 1);
+    let others: Vec<_> = ["a", "b", "c", "d"].into_iter().map(put).collect();
+    wait_for("four records in the next group", &|| s.stats().grouped_records == base.grouped_records + 5);
+    *dev.closed.lock().unwrap() = false;
+    dev.cv.notify_all();
+    first.join().unwrap();
+    for t in others {
+        t.join().unwrap();
+    }
+    let st = s.stats();
+    assert_eq!(st.write_groups - base.write_groups, 2, "the first write, then one for the four others");
+    assert_eq!(st.io.writes - base.io.writes, 2);
+    for k in ["first", "a", "b", "c", "d"] {
+        assert_eq!(s.get(k.as_bytes()).unwrap().as_deref(), Some(k.as_bytes()));
+    }
+}

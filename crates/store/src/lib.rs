@@ -12,6 +12,7 @@
 //! - [`checkpoint`]: index checkpoints, written in the background and at
 //!   close; finding the newest valid one.
 //! - `gc`: reclaiming segments: victims, relocation, tombstones.
+//! - `coalesce`: write coalescing (group commit) of user writes.
 //! - `store`: the read and write paths.
 //! - `verify`: the offline consistency check.
 //!
@@ -23,6 +24,7 @@
 //! the size its index entry gives (`store::read_record`).
 
 pub mod checkpoint;
+mod coalesce;
 pub mod error;
 mod gc;
 pub mod options;

@@ -105,6 +105,10 @@ pub struct OpenOptions {
     pub evict: bool,
     /// The clock values' expiry times are compared with.
     pub clock: Clock,
+    /// Write coalescing (default on): concurrent PUTs and DELETEs that land
+    /// next to each other share one device write (and one flush in `Flush`
+    /// mode); each is acknowledged when that write completes.
+    pub coalesce_writes: bool,
 }
 
 impl Default for OpenOptions {
@@ -119,6 +123,7 @@ impl Default for OpenOptions {
             progress: None,
             evict: false,
             clock: Clock::system(),
+            coalesce_writes: true,
         }
     }
 }

@@ -173,6 +173,10 @@ pub struct Stats {
     pub checkpoints: crate::checkpoint::CheckpointStats,
     /// Random id of this open session (written into its checkpoints).
     pub session: u64,
+    /// Write coalescing: group writes issued, and the user records they
+    /// carried (records per write = the second over the first).
+    pub write_groups: u64,
+    pub grouped_records: u64,
 }
 
 impl Stats {
@@ -268,6 +272,9 @@ pub(crate) struct Core {
     pub(crate) flush_floor: AtomicU64,
     /// Serialises `flush_all`s, so the floor stored last is the highest.
     flush_lock: async_lock::Mutex<()>,
+    /// Group commit of user writes ([`OpenOptions::coalesce_writes`]).
+    coalesce: bool,
+    coalescer: crate::coalesce::Coalescer,
 }
 
 fn random_uuid() -> Result<[u8; 16]> {
@@ -390,6 +397,8 @@ impl Store {
             evict: opts.evict,
             flush_floor: AtomicU64::new(0),
             flush_lock: async_lock::Mutex::new(()),
+            coalesce: opts.coalesce_writes,
+            coalescer: Default::default(),
             dev,
             sb,
         };
@@ -863,6 +872,18 @@ impl Core {
         key: &[u8],
         value: &[u8],
     ) -> Result<Loc> {
+        if self.coalesce && matches!(purpose, Purpose::Put | Purpose::Delete) {
+            let next_seq = self.next_seq.load(Relaxed);
+            let (dev, g) = (self.dev.as_ref(), self.grain());
+            let r = self
+                .coalescer
+                .write(&self.space, dev, self.durability, purpose, self.seed, g, next_seq, hdr, key, value)
+                .await;
+            return r.map_err(|e| match e {
+                Error::Io { .. } => self.poison(e),
+                e => e,
+            });
+        }
         let grains = hdr.grains(self.sb.grain_bytes);
         let loc = self.space.alloc(purpose, grains, self.next_seq.load(Relaxed)).map_err(|e| match e {
             Error::Io { .. } => self.poison(e),
@@ -952,6 +973,8 @@ impl Core {
                 self.checkpoint_counters.snapshot(id)
             },
             session: self.session,
+            write_groups: self.coalescer.groups.load(Relaxed),
+            grouped_records: self.coalescer.records.load(Relaxed),
         }
     }
 

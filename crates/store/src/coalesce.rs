@@ -1,0 +1,199 @@
+//! Write coalescing (group commit; DIDACache's slab buffer): PUTs and
+//! DELETEs that land next to each other in the open user segment share one
+//! device write, and in `Flush` mode one fdatasync.
+//!
+//! At most one group write of the user stream is in flight. A writer
+//! allocates its grains and encodes its record into the *open group* when
+//! its grains follow the group's last ones; otherwise it starts a new group
+//! and leads it. A leader waits until no group write is in flight, seals
+//! its group (nothing joins after that), writes it with one IO (and one
+//! flush in `Flush` mode), and wakes the members. Every writer returns only
+//! once the write holding its record has completed, so a record is on the
+//! device before it is indexed and acknowledged, as without coalescing.
+//!
+//! Under light load a group holds one record and costs what a direct write
+//! does; under load, records arriving while a write is in flight form the
+//! next group, so the IO count falls as the load rises, with no timer.
+//! A crash tears at most the group in flight: every record in it is
+//! unacknowledged and carries its own checksums (FORMAT.md, "torn records").
+
+use crate::error::{Error, Result};
+use crate::options::Durability;
+use crate::space::{Loc, Purpose, Space};
+use granary_format::record::RecordHeader;
+use granary_io::{AlignedBuf, Device};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Largest group, in bytes: a writer that would pass it starts a new group.
+pub const GROUP_BYTES_MAX: usize = 256 * 1024;
+
+type Failure = (&'static str, std::io::ErrorKind, String);
+
+/// One group write.
+struct Group {
+    seg: u32,
+    /// First pba of the group.
+    start: u64,
+    /// Encoded records, contiguous from `start`; taken when sealed.
+    bytes: Mutex<Option<Vec<u8>>>,
+    /// The write's outcome; an error as (operation, kind, text), which
+    /// each member turns into its own `Error::Io`.
+    result: OnceLock<std::result::Result<(), Failure>>,
+    done: event_listener::Event,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// The group new writers may join.
+    open: Option<Arc<Group>>,
+    /// A group write is in flight.
+    busy: bool,
+}
+
+#[derive(Default)]
+pub(crate) struct Coalescer {
+    inner: Mutex<Inner>,
+    idle: event_listener::Event,
+    /// Group writes issued and records written by them (stats).
+    pub groups: std::sync::atomic::AtomicU64,
+    pub records: std::sync::atomic::AtomicU64,
+}
+
+impl Coalescer {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Allocate and encode one user record, then return once the group
+    /// write holding it has completed. `hdr.seg_stamp` is set here.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn write(
+        &self,
+        space: &Space,
+        dev: &dyn Device,
+        durability: Durability,
+        purpose: Purpose,
+        seed: u32,
+        grain: u64,
+        next_seq: u64,
+        mut hdr: RecordHeader,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Loc> {
+        let grains = hdr.grains(grain as u32);
+        let bytes = (grains * grain) as usize;
+        let (group, leader, loc) = {
+            let mut inner = self.lock();
+            let loc = space.alloc(purpose, grains, next_seq)?;
+            hdr.seg_stamp = loc.stamp;
+            let joinable = inner.open.as_ref().filter(|g| {
+                let b = g.bytes.lock().unwrap_or_else(|e| e.into_inner());
+                g.seg == loc.seg
+                    && b.as_ref().is_some_and(|b| {
+                        g.start + (b.len() as u64 / grain) == loc.pba && b.len() + bytes <= GROUP_BYTES_MAX
+                    })
+            });
+            match joinable {
+                Some(g) => {
+                    let g = g.clone();
+                    let mut b = g.bytes.lock().unwrap_or_else(|e| e.into_inner());
+                    let v = b.as_mut().expect("an open group is unsealed");
+                    let at = v.len();
+                    v.resize(at + bytes, 0);
+                    hdr.encode(seed, key, value, &mut v[at..]);
+                    drop(b);
+                    (g, false, loc)
+                }
+                None => {
+                    let mut v = vec![0u8; bytes];
+                    hdr.encode(seed, key, value, &mut v);
+                    let g = Arc::new(Group {
+                        seg: loc.seg,
+                        start: loc.pba,
+                        bytes: Mutex::new(Some(v)),
+                        result: OnceLock::new(),
+                        done: event_listener::Event::new(),
+                    });
+                    inner.open = Some(g.clone());
+                    (g, true, loc)
+                }
+            }
+        };
+        self.records.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if leader {
+            self.lead(&group, dev, durability, grain).await;
+        } else {
+            loop {
+                let l = group.done.listen();
+                if group.result.get().is_some() {
+                    break;
+                }
+                l.await;
+            }
+        }
+        match group.result.get().expect("set by the leader") {
+            Ok(()) => Ok(loc),
+            Err((op, kind, msg)) => {
+                space.done(loc.seg);
+                Err(Error::Io { op, offset: group.start * grain, source: std::io::Error::new(*kind, msg.clone()) })
+            }
+        }
+    }
+
+    /// Wait for the stream to be idle, seal `group`, write it, wake its
+    /// members. If this future is dropped before the write completes, the
+    /// members are told the write failed (they were not acknowledged) and
+    /// the stream is released.
+    async fn lead(&self, group: &Arc<Group>, dev: &dyn Device, durability: Durability, grain: u64) {
+        struct Abandon<'a> {
+            c: &'a Coalescer,
+            group: &'a Arc<Group>,
+            busy: bool,
+        }
+        impl Drop for Abandon<'_> {
+            fn drop(&mut self) {
+                let cancelled = ("write", std::io::ErrorKind::Interrupted, "the leading write was cancelled".into());
+                if self.group.result.set(Err(cancelled)).is_ok() {
+                    self.group.done.notify(usize::MAX);
+                }
+                let mut inner = self.c.lock();
+                if inner.open.as_ref().is_some_and(|g| Arc::ptr_eq(g, self.group)) {
+                    inner.open = None;
+                }
+                if self.busy {
+                    inner.busy = false;
+                    drop(inner);
+                    self.c.idle.notify(usize::MAX);
+                }
+            }
+        }
+        let mut guard = Abandon { c: self, group, busy: false };
+        let bytes = loop {
+            let listener = {
+                let mut inner = self.lock();
+                if !inner.busy {
+                    inner.busy = true;
+                    guard.busy = true;
+                    if inner.open.as_ref().is_some_and(|g| Arc::ptr_eq(g, group)) {
+                        inner.open = None;
+                    }
+                    break group.bytes.lock().unwrap_or_else(|e| e.into_inner()).take().expect("sealed once");
+                }
+                self.idle.listen()
+            };
+            listener.await;
+        };
+        let mut buf = AlignedBuf::zeroed(bytes.len());
+        buf.copy_from_slice(&bytes);
+        let offset = group.start * grain;
+        let (_, r) = dev.write_at_async(buf, offset).await;
+        let r = r.map_err(|e| ("write", e.kind(), e.to_string())).and_then(|()| match durability {
+            Durability::Flush => dev.flush().map_err(|e| ("flush", e.kind(), e.to_string())),
+            Durability::Direct => Ok(()),
+        });
+        let _ = group.result.set(r);
+        group.done.notify(usize::MAX);
+        self.groups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        drop(guard); // releases the stream
+    }
+}
