@@ -317,6 +317,13 @@ struct Measured {
     set: Histogram<u64>,
 }
 
+impl Measured {
+    fn new() -> Measured {
+        let h = || Histogram::new(3).expect("3 significant digits is a valid histogram");
+        Measured { ops: 0, gets: 0, hits: 0, errors: 0, get: h(), set: h() }
+    }
+}
+
 fn drive(addr: SocketAddr, o: &McBenchOptions, value: &[u8]) -> Result<(Measured, f64), String> {
     let zipf = match o.dist {
         KeyDist::Zipf(theta) => Some(std::sync::Arc::new(Zipf::new(o.keys, theta))),
@@ -331,14 +338,7 @@ fn drive(addr: SocketAddr, o: &McBenchOptions, value: &[u8]) -> Result<(Measured
             std::thread::spawn(move || -> std::io::Result<Measured> {
                 let mut c = Conn::new(addr)?;
                 let mut rng = SplitMix(o.seed ^ (t as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
-                let mut m = Measured {
-                    ops: 0,
-                    gets: 0,
-                    hits: 0,
-                    errors: 0,
-                    get: Histogram::new(3).expect("histogram"),
-                    set: Histogram::new(3).expect("histogram"),
-                };
+                let mut m = Measured::new();
                 let mut req = Vec::with_capacity(value.len() + 64);
                 while Instant::now() < start {
                     std::hint::spin_loop();
@@ -393,14 +393,7 @@ fn drive(addr: SocketAddr, o: &McBenchOptions, value: &[u8]) -> Result<(Measured
             })
         })
         .collect();
-    let mut total = Measured {
-        ops: 0,
-        gets: 0,
-        hits: 0,
-        errors: 0,
-        get: Histogram::new(3).expect("histogram"),
-        set: Histogram::new(3).expect("histogram"),
-    };
+    let mut total = Measured::new();
     for t in threads {
         let m = t.join().map_err(|_| "client thread panicked")?.map_err(|e| format!("client: {e}"))?;
         total.ops += m.ops;
