@@ -16,6 +16,12 @@
 //! next group, so the IO count falls as the load rises, with no timer.
 //! A crash tears at most the group in flight: every record in it is
 //! unacknowledged and carries its own checksums (FORMAT.md, "torn records").
+//!
+//! Limits: a leader whose future is dropped (cancelled) fails its members,
+//! which poisons the store until it is reopened (the server only cancels
+//! requests still running after its drain timeout, just before it closes);
+//! the sync API must not be called on an executor thread (as everywhere in
+//! the engine: it blocks the executor, and here other writers with it).
 
 use crate::error::{Error, Result};
 use crate::options::Durability;
@@ -48,6 +54,27 @@ struct Inner {
     open: Option<Arc<Group>>,
     /// A group write is in flight.
     busy: bool,
+    /// Groups not yet written, per segment.
+    pending: std::collections::HashMap<u32, usize>,
+}
+
+impl Inner {
+    fn finished(&mut self, seg: u32) {
+        if let Some(n) = self.pending.get_mut(&seg) {
+            *n -= 1;
+            if *n == 0 {
+                self.pending.remove(&seg);
+            }
+        }
+    }
+}
+
+/// What one placement attempt gave.
+enum Placed {
+    /// The group, whether this writer leads it, and the record's place.
+    Done(Result<(Arc<Group>, bool, Loc)>),
+    /// Wait for a group write to finish, then try again.
+    Wait(event_listener::EventListener),
 }
 
 #[derive(Default)]
@@ -80,44 +107,14 @@ impl Coalescer {
         key: &[u8],
         value: &[u8],
     ) -> Result<Loc> {
-        let grains = hdr.grains(grain as u32);
-        let bytes = (grains * grain) as usize;
-        let (group, leader, loc) = {
-            let mut inner = self.lock();
-            let loc = space.alloc(purpose, grains, next_seq)?;
-            hdr.seg_stamp = loc.stamp;
-            let joinable = inner.open.as_ref().filter(|g| {
-                let b = g.bytes.lock().unwrap_or_else(|e| e.into_inner());
-                g.seg == loc.seg
-                    && b.as_ref().is_some_and(|b| {
-                        g.start + (b.len() as u64 / grain) == loc.pba && b.len() + bytes <= GROUP_BYTES_MAX
-                    })
-            });
-            match joinable {
-                Some(g) => {
-                    let g = g.clone();
-                    let mut b = g.bytes.lock().unwrap_or_else(|e| e.into_inner());
-                    let v = b.as_mut().expect("an open group is unsealed");
-                    let at = v.len();
-                    v.resize(at + bytes, 0);
-                    hdr.encode(seed, key, value, &mut v[at..]);
-                    drop(b);
-                    (g, false, loc)
-                }
-                None => {
-                    let mut v = vec![0u8; bytes];
-                    hdr.encode(seed, key, value, &mut v);
-                    let g = Arc::new(Group {
-                        seg: loc.seg,
-                        start: loc.pba,
-                        bytes: Mutex::new(Some(v)),
-                        result: OnceLock::new(),
-                        done: event_listener::Event::new(),
-                    });
-                    inner.open = Some(g.clone());
-                    (g, true, loc)
-                }
-            }
+        let (group, leader, loc) = loop {
+            // Either the placed record, or a listener to wait on (the lock
+            // is released before waiting).
+            let wait = match self.place(space, purpose, seed, grain, next_seq, &mut hdr, key, value) {
+                Placed::Done(r) => break r?,
+                Placed::Wait(l) => l,
+            };
+            wait.await;
         };
         self.records.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if leader {
@@ -140,6 +137,68 @@ impl Coalescer {
         }
     }
 
+    /// One attempt to allocate and encode a record under the lock.
+    #[allow(clippy::too_many_arguments)]
+    fn place(
+        &self,
+        space: &Space,
+        purpose: Purpose,
+        seed: u32,
+        grain: u64,
+        next_seq: u64,
+        hdr: &mut RecordHeader,
+        key: &[u8],
+        value: &[u8],
+    ) -> Placed {
+        let grains = hdr.grains(grain as u32);
+        let bytes = (grains * grain) as usize;
+        let mut inner = self.lock();
+        // Writes may be pending only in the two newest segments of the
+        // stream (recovery forgives torn records there and reports them as
+        // corruption elsewhere): a writer that would open a new segment
+        // waits while a segment older than the open one still has a group
+        // to write.
+        if let Some(open_seg) = space.would_roll(purpose, grains) {
+            if inner.pending.keys().any(|&s| s != open_seg) {
+                return Placed::Wait(self.idle.listen());
+            }
+        }
+        let loc = match space.alloc(purpose, grains, next_seq) {
+            Ok(loc) => loc,
+            Err(e) => return Placed::Done(Err(e)),
+        };
+        hdr.seg_stamp = loc.stamp;
+        let joinable = inner.open.as_ref().filter(|g| {
+            let b = g.bytes.lock().unwrap_or_else(|e| e.into_inner());
+            g.seg == loc.seg
+                && b.as_ref().is_some_and(|b| {
+                    g.start + (b.len() as u64 / grain) == loc.pba && b.len() + bytes <= GROUP_BYTES_MAX
+                })
+        });
+        if let Some(g) = joinable {
+            let g = g.clone();
+            let mut b = g.bytes.lock().unwrap_or_else(|e| e.into_inner());
+            let v = b.as_mut().expect("an open group is unsealed");
+            let at = v.len();
+            v.resize(at + bytes, 0);
+            hdr.encode(seed, key, value, &mut v[at..]);
+            drop(b);
+            return Placed::Done(Ok((g, false, loc)));
+        }
+        let mut v = vec![0u8; bytes];
+        hdr.encode(seed, key, value, &mut v);
+        let g = Arc::new(Group {
+            seg: loc.seg,
+            start: loc.pba,
+            bytes: Mutex::new(Some(v)),
+            result: OnceLock::new(),
+            done: event_listener::Event::new(),
+        });
+        inner.open = Some(g.clone());
+        *inner.pending.entry(loc.seg).or_default() += 1;
+        Placed::Done(Ok((g, true, loc)))
+    }
+
     /// Wait for the stream to be idle, seal `group`, write it, wake its
     /// members. If this future is dropped before the write completes, the
     /// members are told the write failed (they were not acknowledged) and
@@ -152,19 +211,22 @@ impl Coalescer {
         }
         impl Drop for Abandon<'_> {
             fn drop(&mut self) {
-                let cancelled = ("write", std::io::ErrorKind::Interrupted, "the leading write was cancelled".into());
-                if self.group.result.set(Err(cancelled)).is_ok() {
-                    self.group.done.notify(usize::MAX);
-                }
+                // First close the group to joiners (under the lock that
+                // joining takes), then fail whoever joined before.
                 let mut inner = self.c.lock();
                 if inner.open.as_ref().is_some_and(|g| Arc::ptr_eq(g, self.group)) {
                     inner.open = None;
                 }
                 if self.busy {
                     inner.busy = false;
-                    drop(inner);
-                    self.c.idle.notify(usize::MAX);
                 }
+                inner.finished(self.group.seg);
+                drop(inner);
+                let cancelled = ("write", std::io::ErrorKind::Interrupted, "the leading write was cancelled".into());
+                if self.group.result.set(Err(cancelled)).is_ok() {
+                    self.group.done.notify(usize::MAX);
+                }
+                self.c.idle.notify(usize::MAX);
             }
         }
         let mut guard = Abandon { c: self, group, busy: false };

@@ -330,6 +330,14 @@ impl Space {
         Ok(Loc { pba: self.pba(seg, 1), seg, stamp, grains })
     }
 
+    /// If an allocation of `grains` for `purpose` now would close the open
+    /// segment of its stream and open another: that open segment.
+    pub(crate) fn would_roll(&self, purpose: Purpose, grains: u64) -> Option<u32> {
+        let inner = self.lock();
+        let open = inner.open[stream_index(purpose.stream())].as_ref()?;
+        (open.next + grains > self.sb.segment_grains()).then_some(open.seg)
+    }
+
     /// Free segments `purpose` must leave to GC.
     fn reserve_for(&self, inner: &Inner, purpose: Purpose) -> usize {
         match (inner.gc, purpose) {
