@@ -26,8 +26,8 @@ pub(crate) enum Step {
 
 pub(crate) struct Conn<'a> {
     pub ctx: &'a Ctx,
-    /// The socket replies go to (None in unit tests of the parser).
-    stream: Option<&'a TcpStream>,
+    /// The socket replies go to.
+    stream: &'a TcpStream,
     /// A send failed: the connection is gone.
     dead: bool,
     pub out: Vec<u8>,
@@ -65,7 +65,7 @@ pub(crate) fn key_ok(k: &[u8]) -> bool {
 }
 
 impl<'a> Conn<'a> {
-    pub fn new(ctx: &'a Ctx, stream: Option<&'a TcpStream>) -> Conn<'a> {
+    pub fn new(ctx: &'a Ctx, stream: &'a TcpStream) -> Conn<'a> {
         Conn { ctx, stream, dead: false, out: Vec::with_capacity(4096), swallow: 0, noreply: false }
     }
 
@@ -74,7 +74,7 @@ impl<'a> Conn<'a> {
         if self.out.is_empty() || self.dead {
             return !self.dead;
         }
-        let Some(stream) = self.stream else { return true };
+        let stream = self.stream;
         let n = self.out.len();
         self.ctx.stats.bytes_written.fetch_add(n as u64, Relaxed);
         // Most replies fit the socket buffer: one direct send, no ring trip.
@@ -445,19 +445,28 @@ impl<'a> Conn<'a> {
         }
     }
 
-    /// `incr|decr <key> <delta> [noreply]`.
-    async fn arith(&mut self, t: &[&[u8]], incr: bool) {
+    /// The key, argument and noreply of `<cmd> <key> <arg> [noreply]`, or
+    /// None after replying with memcached's error.
+    fn key_and_arg<'t>(&mut self, t: &[&'t [u8]]) -> Option<(&'t [u8], &'t [u8], bool)> {
         let noreply = t.len() == 4 && t[3] == b"noreply";
         if t.len() != 3 && !noreply {
-            return self.error();
+            self.error();
+            return None;
         }
         if !key_ok(t[1]) {
-            return self.client_error("bad command line format");
+            self.client_error("bad command line format");
+            return None;
         }
-        let Some(delta) = parse::<u64>(t[2]) else {
+        Some((t[1], t[2], noreply))
+    }
+
+    /// `incr|decr <key> <delta> [noreply]`.
+    async fn arith(&mut self, t: &[&[u8]], incr: bool) {
+        let Some((key, arg, noreply)) = self.key_and_arg(t) else { return };
+        let Some(delta) = parse::<u64>(arg) else {
             return self.client_error("invalid numeric delta argument");
         };
-        match arith(self.ctx, t[1], incr, delta, None, None).await {
+        match arith(self.ctx, key, incr, delta, None, None).await {
             Ok(Arith::Done(n, ..)) => {
                 let c = if incr { &self.ctx.stats.incr_hits } else { &self.ctx.stats.decr_hits };
                 c.fetch_add(1, Relaxed);
@@ -480,19 +489,13 @@ impl<'a> Conn<'a> {
 
     /// `touch <key> <exptime> [noreply]`.
     async fn touch(&mut self, t: &[&[u8]]) {
-        let noreply = t.len() == 4 && t[3] == b"noreply";
-        if t.len() != 3 && !noreply {
-            return self.error();
-        }
-        if !key_ok(t[1]) {
-            return self.client_error("bad command line format");
-        }
-        let Some(exptime) = parse::<i64>(t[2]) else {
+        let Some((key, arg, noreply)) = self.key_and_arg(t) else { return };
+        let Some(exptime) = parse::<i64>(arg) else {
             return self.client_error("invalid exptime argument");
         };
         self.ctx.stats.cmd_touch.fetch_add(1, Relaxed);
         let exp = self.expires(exptime);
-        match touch_item(self.ctx, t[1], exp).await {
+        match touch_item(self.ctx, key, exp).await {
             Ok(Some(_)) => {
                 self.ctx.stats.touch_hits.fetch_add(1, Relaxed);
                 if !noreply {

@@ -261,7 +261,7 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
 
 /// One connection's request loop.
 async fn serve(stream: &TcpStream, ctx: &Ctx) {
-    let mut conn = Conn::new(ctx, Some(stream));
+    let mut conn = Conn::new(ctx, stream);
     let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     loop {
