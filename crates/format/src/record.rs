@@ -6,7 +6,8 @@
 //! off size field
 //!   0    4 magic         "GREC"
 //!   4    1 version       2 (1 is read too: see below)
-//!   5    1 flags         bit 0 = tombstone; bit 1 = damaged copy; others zero
+//!   5    1 flags         bit 0 = tombstone; bit 1 = damaged copy; bit 2 = supersedes
+//!                        (values: older versions of the key may remain); others zero
 //!   6    2 reserved      0
 //!   8    4 key_len       1 ..= 65536
 //!  12    4 seg_stamp     low 32 bits of the alloc_seq of the segment holding this copy
@@ -53,6 +54,11 @@ pub const FLAG_TOMBSTONE: u8 = 1;
 /// checksum. The copy's checksums hold (it is what was on the device), but
 /// its content is known bad: readers report corruption.
 pub const FLAG_DAMAGED_COPY: u8 = 2;
+/// Flag bit (values only, record version 2): when this value was written
+/// the key had an indexed version, so older versions of the key may remain
+/// on the device. A value without it is the only version its key has on
+/// the device, so dropping it (cache eviction) needs no tombstone.
+pub const FLAG_SUPERSEDES: u8 = 4;
 
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = OFF_MAGIC + 4;
@@ -89,6 +95,8 @@ pub struct RecordHeader {
     pub tomb_horizon: u64,
     /// See [`FLAG_DAMAGED_COPY`].
     pub damaged_copy: bool,
+    /// See [`FLAG_SUPERSEDES`].
+    pub supersedes: bool,
     /// Values: opaque flags stored with the value (0 for tombstones).
     pub user_flags: u32,
     /// Values: unix seconds after which the value reads as absent; 0 = never.
@@ -106,9 +114,18 @@ impl RecordHeader {
             seq,
             tomb_horizon: 0,
             damaged_copy: false,
+            supersedes: false,
             user_flags: 0,
             expires: 0,
         }
+    }
+
+    /// This value header marked as superseding an older version
+    /// ([`FLAG_SUPERSEDES`]).
+    pub fn with_supersedes(mut self, supersedes: bool) -> RecordHeader {
+        debug_assert!(!self.is_tombstone());
+        self.supersedes = supersedes;
+        self
     }
 
     /// This value header with user flags and an expiry (unix seconds, 0 = never).
@@ -135,6 +152,7 @@ impl RecordHeader {
             seq,
             tomb_horizon,
             damaged_copy: false,
+            supersedes: false,
             user_flags: 0,
             expires: 0,
         }
@@ -174,7 +192,9 @@ impl RecordHeader {
         }
         let bad = |field, value: u64| Err(FormatError::BadField { what: W, field, value });
         let flags = b[OFF_FLAGS];
-        if flags & !(FLAG_TOMBSTONE | FLAG_DAMAGED_COPY) != 0 {
+        if flags & !(FLAG_TOMBSTONE | FLAG_DAMAGED_COPY | FLAG_SUPERSEDES) != 0
+            || (flags & FLAG_SUPERSEDES != 0 && (flags & FLAG_TOMBSTONE != 0 || b[OFF_VERSION] < 2))
+        {
             return bad("flags", flags as u64);
         }
         if u16_at(b, OFF_RESERVED) != 0 {
@@ -201,6 +221,8 @@ impl RecordHeader {
             seq: u64_at(b, OFF_SEQ),
             tomb_horizon: if tombstone { u64_at(b, OFF_TOMB_HORIZON) } else { 0 },
             damaged_copy: flags & FLAG_DAMAGED_COPY != 0,
+            // Version 1 did not record it: assume older versions may remain.
+            supersedes: flags & FLAG_SUPERSEDES != 0 || (!tombstone && b[OFF_VERSION] == 1),
             user_flags: if tombstone { 0 } else { u32_at(b, OFF_USER_FLAGS) },
             expires: if tombstone { 0 } else { u32_at(b, OFF_EXPIRES) },
         })
@@ -218,7 +240,8 @@ impl RecordHeader {
         put_u32(head, OFF_MAGIC, RECORD_MAGIC);
         head[OFF_VERSION] = RECORD_VERSION;
         head[OFF_FLAGS] = if self.is_tombstone() { FLAG_TOMBSTONE } else { 0 }
-            | if self.damaged_copy { FLAG_DAMAGED_COPY } else { 0 };
+            | if self.damaged_copy { FLAG_DAMAGED_COPY } else { 0 }
+            | if self.supersedes { FLAG_SUPERSEDES } else { 0 };
         put_u32(head, OFF_KEY_LEN, self.key_len);
         put_u32(head, OFF_STAMP, self.seg_stamp);
         put_u64(head, OFF_VALUE_LEN, self.value_len);
@@ -370,7 +393,7 @@ mod tests {
 
     #[test]
     fn meta_round_trip_and_version_1_reads_as_no_meta() {
-        let h = RecordHeader::value(3, 5, 7, 1).with_meta(0xdead_beef, 1_900_000_000);
+        let h = RecordHeader::value(3, 5, 7, 1).with_meta(0xdead_beef, 1_900_000_000).with_supersedes(true);
         let b = encode(&h, b"key", b"value");
         let d = RecordHeader::decode(&b).unwrap();
         assert_eq!(d, h);
@@ -383,6 +406,13 @@ mod tests {
         let d1 = RecordHeader::decode(&v1).unwrap();
         assert_eq!((d1.user_flags, d1.expires), (0, 0));
         assert!(!d1.expired_at(u32::MAX));
+        // The supersedes bit is refused on tombstones and in version 1.
+        let mut t = encode(&RecordHeader::tombstone(3, 9, 4, 12), b"key", b"");
+        t[OFF_FLAGS] |= FLAG_SUPERSEDES;
+        assert!(matches!(RecordHeader::decode(&t), Err(FormatError::BadField { field: "flags", .. })));
+        let mut o = b.clone();
+        o[OFF_VERSION] = 1;
+        assert!(matches!(RecordHeader::decode(&o), Err(FormatError::BadField { field: "flags", .. })));
         // The meta is covered by the header checksum.
         let mut m = b.clone();
         m[OFF_EXPIRES] ^= 1;
@@ -394,7 +424,7 @@ mod tests {
         fn round_trip(key in proptest::collection::vec(any::<u8>(), 1..300),
                       value in proptest::collection::vec(any::<u8>(), 0..2000),
                       seq in any::<u64>(), stamp in any::<u32>(), fl in any::<u32>(), exp in any::<u32>()) {
-            let h = RecordHeader::value(key.len(), value.len() as u64, seq, stamp).with_meta(fl, exp);
+            let h = RecordHeader::value(key.len(), value.len() as u64, seq, stamp).with_meta(fl, exp).with_supersedes(seq % 2 == 0);
             let b = encode(&h, &key, &value);
             let d = RecordHeader::decode(&b).unwrap();
             prop_assert_eq!(&d, &h);

@@ -355,3 +355,73 @@ fn concurrent_puts_share_one_device_write() {
         assert_eq!(s.get(k.as_bytes()).unwrap().as_deref(), Some(k.as_bytes()));
     }
 }
+
+/// Eviction of a value that superseded an older version writes a
+/// tombstone, so the older version cannot come back after a crash; a value
+/// that is its key's only version is dropped without any write.
+#[test]
+fn eviction_tombstones_only_values_with_older_versions() {
+    let f = Fixture::new(16 << 20);
+    let s = f.create(256 << 10, false, true);
+    s.put(b"over", b"old version").unwrap();
+    roll(&s, "a"); // the old version stays behind in an earlier segment
+    s.put(b"over", b"new version").unwrap();
+    s.put(b"once", b"only version").unwrap();
+    let v = segment_of(&s, b"over");
+    assert_eq!(v, segment_of(&s, b"once"));
+    roll(&s, "b");
+    roll(&s, "c");
+    let before = s.stats();
+    crate::gc::reclaim(&s.core, v, true).unwrap();
+    let st = s.stats();
+    // One tombstone for "over"; "once" and the fillers of the victim are dropped.
+    assert_eq!(st.tombstones - before.tombstones, 1);
+    assert!(st.gc.evicted_values - before.gc.evicted_values > 2);
+    assert_eq!(s.get(b"over").unwrap(), None);
+    assert_eq!(s.get(b"once").unwrap(), None);
+    // A crash and a full scan: "old version" is still on the device.
+    let s = f.reopen(s, true);
+    assert_eq!(s.get(b"over").unwrap(), None, "an evicted key came back with an older version");
+    assert_eq!(s.get(b"once").unwrap(), None);
+    assert!(s.verify().unwrap().is_clean());
+}
+
+#[test]
+fn an_expired_value_without_older_versions_is_dropped_without_a_write() {
+    let f = Fixture::new(8 << 20);
+    let s = f.create(256 << 10, false, false);
+    let t0 = s.now();
+    s.put_item(b"k", b"only", meta(0, t0 + 5), Cond::Always).unwrap();
+    let v = segment_of(&s, b"k");
+    roll(&s, "a");
+    roll(&s, "b");
+    f.advance(5);
+    crate::gc::reclaim(&s.core, v, false).unwrap();
+    let st = s.stats();
+    assert_eq!(st.gc.expired, 1);
+    assert_eq!(st.tombstones, 0, "no tombstone for a key with no older version");
+    let s = f.reopen(s, true);
+    assert_eq!(s.get(b"k").unwrap(), None);
+}
+
+/// While GC drops values from a victim not yet free on the device, a new
+/// value of such a key is marked as superseding (the dropped version is
+/// still there), so its own eviction later writes a tombstone.
+#[test]
+fn a_value_written_while_its_old_version_is_being_dropped_supersedes_it() {
+    let f = Fixture::new(8 << 20);
+    let s = f.create(256 << 10, false, true);
+    s.put(b"k", b"only version").unwrap();
+    let h = granary_format::hash::key_hash(b"k");
+    let found = granary_rt::block_on(s.core.find(b"k", h, false, true)).unwrap().unwrap();
+    assert!(!found.hdr.supersedes);
+    let (v, len) = (s.core.sb.segment_of(found.entry.pba()), found.hdr.grains(512) * 512);
+    assert!(crate::gc::drop_value(&s.core, v, h, found.entry.pba(), len));
+    s.put(b"k", b"written during the drop").unwrap();
+    let again = granary_rt::block_on(s.core.find(b"k", h, false, true)).unwrap().unwrap();
+    assert!(again.hdr.supersedes, "the dropped version is still on the device");
+    s.core.dropped.lock().unwrap().clear();
+    s.put(b"fresh", b"x").unwrap();
+    let fresh = granary_format::hash::key_hash(b"fresh");
+    assert!(!granary_rt::block_on(s.core.find(b"fresh", fresh, false, true)).unwrap().unwrap().hdr.supersedes);
+}

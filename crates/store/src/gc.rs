@@ -29,18 +29,19 @@
 //! (Keeping the segment of the deleted version only, as RAMCloud's rule
 //! does, is not enough: a version older still may sit in a third segment.)
 //!
-//! **Expired values** are garbage too, but older versions of their keys may
-//! still lie in other segments, so each is replaced by a tombstone (a new
-//! sequence number, written to the relocation stream with the batch) rather
-//! than dropped; the value itself is never copied.
+//! **Expired and flushed values** are garbage too; the value itself is
+//! never copied. If older versions of the key may still lie in other
+//! segments (the record's `supersedes` flag: the key had an indexed version
+//! when the value was written), it is replaced by a tombstone (a new
+//! sequence number, written to the relocation stream with the batch), so no
+//! older version comes back after a crash; otherwise it is dropped.
 //!
 //! **Eviction** (cache mode, uDepot §4.8, DIDACache's quick clean): when
-//! [`Space::pick_victim`] chooses to evict, the victim's live values leave
-//! the index without any IO (its tombstones are still kept or dropped as
-//! above). Evicted values get no tombstone: after a crash (not after a
-//! clean shutdown, whose checkpoint is authoritative) a key whose newest
-//! version was evicted may come back with an older version that still sits
-//! in another segment. docs/MEMCACHE.md states this limit.
+//! `Space::pick_victim` chooses to evict, the victim's live values leave
+//! the index by the same rule: a value that is its key's only version on
+//! the device is dropped with no IO at all; one that superseded an older
+//! version becomes a tombstone. Tombstones already in the victim are kept
+//! or dropped as above.
 //!
 //! **Damaged records** (header intact, body checksum wrong) are copied
 //! marked as damaged copies (a header flag), so corruption stays reported,
@@ -177,16 +178,22 @@ struct Pending {
     hdr: RecordHeader,
     bytes: Vec<u8>,
     damaged: bool,
+    /// Replaced by a tombstone because it expired, or because its segment
+    /// is evicted.
     expired: bool,
+    evicted: bool,
 }
 
 /// Remove the index entry of a live value at `pba` of victim `v` without
 /// writing anything (cache-mode eviction); whether it was still there.
-fn drop_value(core: &Core, v: u32, h: u64, pba: u64, len: u64) -> bool {
+pub(crate) fn drop_value(core: &Core, v: u32, h: u64, pba: u64, len: u64) -> bool {
     let _stripe = core.lock_stripe(Core::stripe_of(h));
     if !core.index.remove(h, pba) {
         return false;
     }
+    // Until `v` is free on the device this version is still there: a new
+    // value of the key written meanwhile must carry the supersedes flag.
+    core.dropped.lock().unwrap_or_else(|e| e.into_inner()).insert(h);
     core.space.sub_live(v, len);
     core.counters.keys.fetch_sub(1, Relaxed);
     true
@@ -196,6 +203,14 @@ fn drop_value(core: &Core, v: u32, h: u64, pba: u64, len: u64) -> bool {
 /// values from the index), replace expired values by tombstones, drop dead
 /// tombstones, free it.
 pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
+    // However this ends, the dropped set describes this victim only.
+    struct ClearDropped<'a>(&'a Core);
+    impl Drop for ClearDropped<'_> {
+        fn drop(&mut self) {
+            self.0.dropped.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        }
+    }
+    let _clear = ClearDropped(core);
     let g = core.sb.grain_bytes as u64;
     let now = core.clock.now();
     let oldest_other = core.space.oldest_in_use_except(v);
@@ -224,7 +239,12 @@ pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
         let expired = !rec.hdr.is_tombstone() && !damaged && core.hidden(&rec.hdr, now);
         // The engine's own keys (the flush floor) are never evicted.
         let reserved = record::key_of(&rec.hdr, bytes).starts_with(crate::store::RESERVED_KEY_PREFIX);
-        if evict && !rec.hdr.is_tombstone() && !reserved {
+        // A value leaves the index when it expired (or was flushed), or when
+        // its segment is evicted. If older versions of its key may remain
+        // on the device it becomes a tombstone (else one of them would come
+        // back after a crash); if not, it is simply dropped: no IO.
+        let leaving = !rec.hdr.is_tombstone() && !reserved && (expired || evict);
+        if leaving && !rec.hdr.supersedes {
             if drop_value(core, v, h, old_pba, len as u64) {
                 let c = if expired { &core.gc_counters.expired } else { &core.gc_counters.evicted_values };
                 c.fetch_add(1, Relaxed);
@@ -232,7 +252,7 @@ pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
             }
             continue;
         }
-        let (hdr, bytes) = if expired {
+        let (hdr, bytes) = if leaving {
             let key = record::key_of(&rec.hdr, bytes);
             let seq = core.next_seq.fetch_add(1, Relaxed);
             let t = RecordHeader::tombstone(key.len(), seq, 0, core.space.horizon());
@@ -243,7 +263,8 @@ pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
             (rec.hdr.clone(), bytes.to_vec())
         };
         batch_bytes += bytes.len();
-        batch.push(Pending { h, old_pba, old_len: len as u64, hdr, bytes, damaged, expired });
+        let evicted_here = leaving && !expired;
+        batch.push(Pending { h, old_pba, old_len: len as u64, hdr, bytes, damaged, expired, evicted: evicted_here });
         if batch_bytes >= GC_BATCH_BYTES {
             relocate(core, v, &mut batch)?;
             batch_bytes = 0;
@@ -321,9 +342,10 @@ fn relocate(core: &Core, v: u32, batch: &mut Vec<Pending>) -> Result<()> {
         core.space.sub_live(v, p.old_len);
         core.space.add_live(loc.seg, p.bytes.len() as u64);
         core.space.done(loc.seg);
-        if p.expired {
+        if p.expired || p.evicted {
             core.counters.replaced(false, true);
-            core.gc_counters.expired.fetch_add(1, Relaxed);
+            let c = if p.expired { &core.gc_counters.expired } else { &core.gc_counters.evicted_values };
+            c.fetch_add(1, Relaxed);
         } else {
             core.gc_counters.records_relocated.fetch_add(1, Relaxed);
             core.gc_counters.bytes_relocated.fetch_add(p.bytes.len() as u64, Relaxed);

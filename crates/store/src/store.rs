@@ -272,6 +272,11 @@ pub(crate) struct Core {
     pub(crate) flush_floor: AtomicU64,
     /// Serialises `flush_all`s, so the floor stored last is the highest.
     flush_lock: async_lock::Mutex<()>,
+    /// Hashes of keys whose value GC dropped from the segment it is
+    /// reclaiming, until that segment is free on the device: a new value
+    /// of such a key supersedes a version still on the device, though none
+    /// is indexed (see `gc::drop_value`).
+    pub(crate) dropped: Mutex<std::collections::HashSet<u64>>,
     /// Group commit of user writes ([`OpenOptions::coalesce_writes`]).
     coalesce: bool,
     coalescer: crate::coalesce::Coalescer,
@@ -397,6 +402,7 @@ impl Store {
             evict: opts.evict,
             flush_floor: AtomicU64::new(0),
             flush_lock: async_lock::Mutex::new(()),
+            dropped: Mutex::new(Default::default()),
             coalesce: opts.coalesce_writes,
             coalescer: Default::default(),
             dev,
@@ -764,7 +770,9 @@ impl Core {
         existing: Option<Found>,
     ) -> Result<u64> {
         let seq = self.next_seq.fetch_add(1, Relaxed);
-        let hdr = RecordHeader::value(key.len(), value.len() as u64, seq, 0).with_meta(meta.flags, meta.expires);
+        let hdr = RecordHeader::value(key.len(), value.len() as u64, seq, 0)
+            .with_meta(meta.flags, meta.expires)
+            .with_supersedes(existing.is_some() || self.just_dropped(h));
         let loc = self.write_record_async(Purpose::Put, hdr, key, value).await?;
         let committed = self.commit(key, h, existing, loc, false).await;
         self.space.done(loc.seg);
@@ -772,6 +780,13 @@ impl Core {
         self.counters.puts.fetch_add(1, Relaxed);
         self.counters.user_bytes.fetch_add((key.len() + value.len()) as u64, Relaxed);
         Ok(seq)
+    }
+
+    /// Whether GC dropped a value of hash `h` from a segment not yet free
+    /// (the caller holds the key's stripe, under which GC drops).
+    fn just_dropped(&self, h: u64) -> bool {
+        let d = self.dropped.lock().unwrap_or_else(|e| e.into_inner());
+        !d.is_empty() && d.contains(&h)
     }
 
     /// Write a tombstone for `key` (under its stripe) replacing `f`.
