@@ -425,3 +425,21 @@ fn a_value_written_while_its_old_version_is_being_dropped_supersedes_it() {
     let fresh = granary_format::hash::key_hash(b"fresh");
     assert!(!granary_rt::block_on(s.core.find(b"fresh", fresh, false, true)).unwrap().unwrap().hdr.supersedes);
 }
+
+/// A delete while GC is dropping the key's value (its segment not yet
+/// free) writes a tombstone, so a crash then cannot bring the value back.
+#[test]
+fn a_delete_during_the_drop_of_its_value_leaves_a_tombstone() {
+    let f = Fixture::new(8 << 20);
+    let s = f.create(256 << 10, false, true);
+    s.put(b"k", b"value").unwrap();
+    let h = granary_format::hash::key_hash(b"k");
+    let found = granary_rt::block_on(s.core.find(b"k", h, false, true)).unwrap().unwrap();
+    let (v, len) = (s.core.sb.segment_of(found.entry.pba()), found.hdr.grains(512) * 512);
+    assert!(crate::gc::drop_value(&s.core, v, h, found.entry.pba(), len));
+    assert!(!s.delete(b"k").unwrap(), "the value was already gone");
+    assert_eq!(s.stats().tombstones, 1);
+    // Crash before the victim was freed: the value is still on the device.
+    let s = f.reopen(s, true);
+    assert_eq!(s.get(b"k").unwrap(), None, "a deleted key came back");
+}

@@ -789,14 +789,15 @@ impl Core {
         !d.is_empty() && d.contains(&h)
     }
 
-    /// Write a tombstone for `key` (under its stripe) replacing `f`.
-    async fn write_tombstone(&self, key: &[u8], h: u64, f: Found) -> Result<()> {
+    /// Write a tombstone for `key` (under its stripe) replacing `existing`
+    /// (None: the key has no indexed version, but one is still on the device).
+    async fn write_tombstone(&self, key: &[u8], h: u64, existing: Option<Found>) -> Result<()> {
         let seq = self.next_seq.fetch_add(1, Relaxed);
         // Under the stripe no relocation of this key can run, so every
         // older version of it lies in a segment at or below the horizon.
         let hdr = RecordHeader::tombstone(key.len(), seq, 0, self.space.horizon());
         let loc = self.write_record_async(Purpose::Delete, hdr, key, &[]).await?;
-        let committed = self.commit(key, h, Some(f), loc, true).await;
+        let committed = self.commit(key, h, existing, loc, true).await;
         self.space.done(loc.seg);
         committed?;
         self.counters.deletes.fetch_add(1, Relaxed);
@@ -834,7 +835,7 @@ impl Core {
                 Change::Delete => match existing {
                     Some(x) if !x.hdr.is_tombstone() => {
                         need = grains_for(record_bytes(key.len(), 0), self.sb.grain_bytes);
-                        self.write_tombstone(key, h, x).await.map(|()| None)
+                        self.write_tombstone(key, h, Some(x)).await.map(|()| None)
                     }
                     _ => return Ok((r, None)),
                 },
@@ -860,12 +861,19 @@ impl Core {
                 .await
                 .map_err(|e| self.check_writable().err().unwrap_or(e))?;
             let _stripe = self.stripe(h).await;
-            let Some(f) = self.find(key, h, false, false).await? else { return Ok(false) };
-            if f.hdr.is_tombstone() {
-                return Ok(false);
-            }
-            let live = self.is_live(&f, self.clock.now());
-            match self.write_tombstone(key, h, f).await {
+            let (existing, live) = match self.find(key, h, false, false).await? {
+                Some(f) if f.hdr.is_tombstone() => return Ok(false),
+                Some(f) => {
+                    let live = self.is_live(&f, self.clock.now());
+                    (Some(f), live)
+                }
+                // GC is dropping the key's value from a segment not yet
+                // free on the device: without a tombstone that value would
+                // come back after a crash.
+                None if self.just_dropped(h) => (None, false),
+                None => return Ok(false),
+            };
+            match self.write_tombstone(key, h, existing).await {
                 Err(Error::NoSpace { .. }) => continue,
                 r => return r.map(|()| live),
             }

@@ -10,6 +10,10 @@
 //! engine's unit tests: the workload here keeps too little live data for GC
 //! to relocate anything.)
 //!
+//! One seed in four runs in cache mode (`OpenOptions::evict`) on a fuller
+//! device, so GC evicts: a key may then be absent, but never hold a version
+//! older than the acknowledged one (eviction's tombstone rule).
+//!
 //! Half the seeds kill the process (Durability::Direct: completed writes
 //! survive, the one in flight is torn); the other half cut the power
 //! (Durability::Flush: unflushed writes are lost or kept at random).
@@ -49,8 +53,13 @@ fn value(k: u64, version: u64, len: usize) -> Vec<u8> {
 }
 
 fn open_opts(durability: Durability, now: &Arc<AtomicU32>) -> OpenOptions {
+    open_opts_evict(durability, now, false)
+}
+
+fn open_opts_evict(durability: Durability, now: &Arc<AtomicU32>, evict: bool) -> OpenOptions {
     let n = now.clone();
     OpenOptions {
+        evict,
         durability,
         checkpoint_interval: None,
         recovery_threads: 2,
@@ -77,14 +86,20 @@ fn materialise(k: u64, w: &Want, now: u32) -> Option<(Vec<u8>, u32)> {
 }
 
 /// One seeded case. Returns (GC reclaimed segments, a checkpoint was loaded).
-fn run_seed(seed: u64) -> (bool, bool) {
+fn run_seed(seed: u64) -> (bool, bool, u64) {
     let mut rng = Rng(seed);
     let kind = if seed.is_multiple_of(2) { CrashKind::Process } else { CrashKind::Power };
     let durability = if kind == CrashKind::Process { Durability::Direct } else { Durability::Flush };
-    let dev = Arc::new(FaultDevice::new(3 << 20, seed));
+    // One seed in four runs in cache mode: a key may then be absent
+    // (evicted), but never hold an older version than the acknowledged one.
+    let evict = seed % 4 == 3;
+    let mut evicted = 0;
+    // Cache mode on a fuller device (more keys, less room), so GC evicts.
+    let (keys, size) = if evict { (KEYS * 8, 3 << 19) } else { (KEYS, 3 << 20) };
+    let dev = Arc::new(FaultDevice::new(size, seed));
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
     let now = Arc::new(AtomicU32::new(1_000));
-    let mut store = Some(Store::create(dev.clone(), &create, &open_opts(durability, &now)).unwrap());
+    let mut store = Some(Store::create(dev.clone(), &create, &open_opts_evict(durability, &now, evict)).unwrap());
     let mut model: HashMap<u64, Want> = HashMap::new();
     // The operation cut short by the crash: its key and what it tried.
     let mut cut: Option<(u64, Want)> = None;
@@ -95,7 +110,7 @@ fn run_seed(seed: u64) -> (bool, bool) {
     let mut gc_ran = false;
     for version in 1..=OPS {
         let s = store.as_ref().unwrap();
-        let k = rng.below(KEYS);
+        let k = rng.below(keys);
         let roll = rng.below(1000) / 10;
         now.fetch_add(rng.below(2) as u32, Relaxed);
         if rng.below(500) == 0 {
@@ -125,13 +140,15 @@ fn run_seed(seed: u64) -> (bool, bool) {
         } else if roll < 18 {
             // Clean close and reopen.
             gc_ran |= s.stats().gc.victims > 0;
+            evicted += s.stats().gc.evicted_values;
+            evicted += s.stats().gc.evicted_values;
             let s = store.take().unwrap();
             match s.close() {
                 Ok(()) => {}
                 Err(Error::Io { .. } | Error::Poisoned { .. }) => break,
                 Err(e) => panic!("seed {seed}: close: {e}"),
             }
-            match Store::open(dev.clone(), &open_opts(durability, &now)) {
+            match Store::open(dev.clone(), &open_opts_evict(durability, &now, evict)) {
                 Ok(s) => store = Some(s),
                 Err(Error::Io { .. }) => break,
                 Err(e) => panic!("seed {seed}: reopen after clean close: {e}"),
@@ -165,18 +182,19 @@ fn run_seed(seed: u64) -> (bool, bool) {
     }
     if let Some(s) = store.take() {
         gc_ran |= s.stats().gc.victims > 0;
+        evicted += s.stats().gc.evicted_values;
         drop(s); // a crash as far as the device is concerned
     }
     dev.restart();
     let store =
         Store::open(dev.clone(), &open_opts(durability, &now)).unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
     let t = now.load(Relaxed);
-    for k in 0..KEYS {
+    for k in 0..keys {
         let got = store.get_item(&key(k)).unwrap_or_else(|e| panic!("seed {seed}: get {k}: {e}"));
         let got = got.map(|it| (it.value, it.meta.flags));
         let acked = model.get(&k).cloned().unwrap_or(Want::Absent);
         let ok = got == materialise(k, &acked, t)
-            || (flush_cut && got.is_none())
+            || ((flush_cut || evict) && got.is_none())
             || matches!(&cut, Some((ck, w)) if *ck == k && got == materialise(k, w, t));
         assert!(
             ok,
@@ -191,7 +209,7 @@ fn run_seed(seed: u64) -> (bool, bool) {
     for k in 0..4 {
         store.put(&key(k), b"after").unwrap_or_else(|e| panic!("seed {seed}: write after recovery: {e}"));
     }
-    (gc_ran, loaded)
+    (gc_ran, loaded, evicted)
 }
 
 /// Runs `f(seed)`, printing the seed and how to rerun it if it panics.
@@ -217,13 +235,17 @@ fn crash_simulation_loses_nothing_acknowledged() {
     }
     let seeds: u64 = std::env::var("GRANARY_CRASH_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(2000);
     let base = 0x6772_616e; // fixed, so CI runs the same seeds
-    let (mut gc, mut ckpt) = (0, 0);
+    let (mut gc, mut ckpt, mut evicted) = (0, 0, 0);
     for seed in base..base + seeds {
-        let (g, c) = with_seed(seed, run_seed);
+        let (g, c, e) = with_seed(seed, run_seed);
         gc += g as u64;
         ckpt += c as u64;
+        evicted += e;
     }
-    eprintln!("{seeds} seeds: GC ran before the crash in {gc}, recovery loaded a checkpoint in {ckpt}");
+    eprintln!(
+        "{seeds} seeds: GC ran before the crash in {gc}, recovery loaded a checkpoint in {ckpt}, \
+         {evicted} values evicted in cache-mode seeds"
+    );
     // The workload must exercise what it claims to.
     assert!(gc * 4 >= seeds, "GC ran in only {gc} of {seeds} seeds");
     assert!(ckpt * 4 >= seeds, "a checkpoint was loaded in only {ckpt} of {seeds} seeds");
