@@ -48,6 +48,16 @@ pub struct ServeArgs {
     /// Use the page cache instead of direct IO (filesystems without O_DIRECT).
     #[arg(long)]
     buffered: bool,
+    /// Device IO of requests: uring (through each executor's io_uring, the
+    /// default) or sync (pread/pwrite, blocking the executor thread).
+    #[arg(long, value_enum, default_value = "uring")]
+    io: Io,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Io {
+    Uring,
+    Sync,
 }
 
 /// Block SIGTERM and SIGINT in this thread (and every thread started after)
@@ -81,12 +91,16 @@ pub fn run(a: ServeArgs, progress: Option<granary_store::ProgressHook>) -> Resul
         progress,
         ..OpenOptions::default()
     };
-    // The io_uring backend: requests' device IO goes through the executors'
-    // rings (GC and checkpoints, on their own threads, use pread/pwrite).
+    // With io_uring, requests' device IO goes through the executors' rings
+    // (GC and checkpoints, on their own threads, use pread/pwrite).
+    let backend = match a.io {
+        Io::Uring => IoBackend::Uring,
+        Io::Sync => IoBackend::Sync,
+    };
     let store = if a.data.exists() {
         FileDevice::open(&a.data, mode)
             .map_err(granary_store::Error::Device)
-            .and_then(|d| Store::open(Arc::new(d.with_backend(IoBackend::Uring)), &opts))
+            .and_then(|d| Store::open(Arc::new(d.with_backend(backend)), &opts))
     } else {
         if let Some(dir) = a.data.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -97,7 +111,7 @@ pub fn run(a: ServeArgs, progress: Option<granary_store::ProgressHook>) -> Resul
         let seg = a.segment_size.unwrap_or_else(|| granary_store::options::default_segment_bytes(a.size).max(need));
         let c = CreateOptions { segment_bytes: Some(seg), ..CreateOptions::default() };
         FileDevice::create(&a.data, a.size, mode).map_err(granary_store::Error::Device).and_then(|d| {
-            Store::create(Arc::new(d.with_backend(IoBackend::Uring)), &c, &opts).inspect_err(|_| {
+            Store::create(Arc::new(d.with_backend(backend)), &c, &opts).inspect_err(|_| {
                 let _ = std::fs::remove_file(&a.data);
             })
         })

@@ -21,9 +21,14 @@ fn free_port() -> u16 {
 impl Serve {
     /// Start `granary serve` and wait for its "serving" line.
     fn start(data: &Path) -> Serve {
+        Serve::start_with(data, &[])
+    }
+
+    fn start_with(data: &Path, extra: &[&str]) -> Serve {
         let port = free_port();
         let mut child = Command::new(env!("CARGO_BIN_EXE_granary"))
             .args(["serve", "--data", data.to_str().unwrap(), "--size", "64M", "-p", &port.to_string(), "-t", "2"])
+            .args(extra)
             .env("GRANARY_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -118,6 +123,19 @@ fn sigterm_is_a_clean_stop_and_sigkill_loses_nothing_acknowledged() {
         );
     }
     assert_eq!(s.call(b"get key-1\r\n"), b"END\r\n");
+    assert!(s.signal(SIGTERM).success());
+}
+
+#[test]
+fn the_sync_io_backend_serves_too() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("sync.db");
+    let s = Serve::start_with(&data, &["--io", "sync", "--no-evict"]);
+    assert_eq!(s.call(b"set k 3 0 2\r\nhi\r\nget k\r\n"), b"STORED\r\nVALUE k 3 2\r\nhi\r\nEND\r\n");
+    assert_eq!(stat(&s, "curr_items"), "1");
+    assert!(s.signal(SIGTERM).success());
+    let s = Serve::start(&data);
+    assert_eq!(s.call(b"get k\r\n"), b"VALUE k 3 2\r\nhi\r\nEND\r\n");
     assert!(s.signal(SIGTERM).success());
 }
 
