@@ -411,11 +411,10 @@ impl Conn<'_> {
                 counter.fetch_add(1, Relaxed);
                 let it = Item { value: n.to_string().into_bytes(), meta, cas: c };
                 // q hides a success (as memcached), with or without v.
-                if has(&fl, b'q') {
-                } else if has(&fl, b'v') {
-                    self.meta_hit(&fl, raw_key, &it, "");
-                } else {
-                    self.meta_code("HD", &fl, raw_key, Some(&it));
+                match (has(&fl, b'q'), has(&fl, b'v')) {
+                    (true, _) => {}
+                    (false, true) => self.meta_hit(&fl, raw_key, &it, ""),
+                    (false, false) => self.meta_code("HD", &fl, raw_key, Some(&it)),
                 }
             }
             Ok(Arith::NotFound) => {
