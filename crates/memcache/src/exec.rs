@@ -58,10 +58,11 @@ pub(crate) fn parse<T: std::str::FromStr>(t: &[u8]) -> Option<T> {
     std::str::from_utf8(t).ok()?.parse().ok()
 }
 
-/// A key the text protocol accepts: 1..=250 bytes, no control characters
-/// (spaces cannot occur: they separate tokens).
+/// A key the text protocol accepts: 1..=250 bytes. As in memcached, any
+/// other byte than the space (which separates tokens) and the line end may
+/// occur: memcaslap's verifying mode, for one, sends control characters.
 pub(crate) fn key_ok(k: &[u8]) -> bool {
-    !k.is_empty() && k.len() <= KEY_BYTES_MAX && k.iter().all(|&b| b > b' ' && b != 0x7f)
+    !k.is_empty() && k.len() <= KEY_BYTES_MAX
 }
 
 impl<'a> Conn<'a> {

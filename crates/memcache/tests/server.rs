@@ -14,6 +14,10 @@ use std::io::Write;
 const CASES: &[(&str, &str)] = &[
     ("set a 5 0 3\r\nabc\r\nget a\r\n", "STORED\r\nVALUE a 5 3\r\nabc\r\nEND\r\n"),
     ("get a b c\r\n", "END\r\n"),
+    (
+        "set \x10\x10ctl\tkey 1 0 1\r\nx\r\nget \x10\x10ctl\tkey\r\n",
+        "STORED\r\nVALUE \x10\x10ctl\tkey 1 1\r\nx\r\nEND\r\n",
+    ),
     ("set a 0 0 1\r\nx\r\nadd a 0 0 1\r\ny\r\nget a\r\n", "STORED\r\nNOT_STORED\r\nVALUE a 0 1\r\nx\r\nEND\r\n"),
     ("replace zz 0 0 1\r\nx\r\n", "NOT_STORED\r\n"),
     (
