@@ -238,8 +238,8 @@ fn flush_all_hides_earlier_values_persistently_and_gc_reclaims_them() {
     assert_eq!(s.get(b"after").unwrap().as_deref(), Some(&b"3"[..]));
     s.delete(b"before").unwrap();
     let s = f.reopen(s, false);
-    // The floor came back: a value from before it stays hidden; GC turns it
-    // into a tombstone rather than relocating it.
+    // The floor came back: a value from before it stays hidden, and GC
+    // does not relocate it.
     roll(&s, "x");
     roll(&s, "y");
     crate::gc::reclaim(&s.core, v, false).unwrap();
