@@ -16,8 +16,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// `granary --version`: the crate version and the git commit built from.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GRANARY_GIT_HASH"), ")");
+
 #[derive(Parser)]
-#[command(name = "granary", version, about = "Granary: a key-value store and cache for NVMe SSDs")]
+#[command(name = "granary", version = VERSION, about = "Granary: a key-value store and cache for NVMe SSDs")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -280,3 +280,11 @@ fn load_leaves_a_clean_checkpoint_that_stat_reports() {
     assert_eq!(v["recovery"]["checkpoint_id"], 0);
     assert!(v["recovery"]["segments_scanned"].as_u64().unwrap() > 0);
 }
+
+#[test]
+fn version_names_the_git_commit() {
+    let o = run(&["--version"]);
+    assert_eq!(code(&o), 0);
+    let v = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(v.starts_with(&format!("granary {} (git ", env!("CARGO_PKG_VERSION"))), "{v}");
+}
