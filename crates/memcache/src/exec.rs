@@ -137,7 +137,14 @@ impl<'a> Conn<'a> {
             Error::NoSpace { .. } => self.reply("SERVER_ERROR out of memory storing object"),
             Error::ValueTooLarge { .. } => self.reply("SERVER_ERROR object too large for cache"),
             e => {
-                tracing::warn!(error = %e, "request failed in the store");
+                // Device trouble is the operator's business; a request the
+                // store refuses (a reserved key, say) is only the client's,
+                // and must not let a client flood the log.
+                if matches!(e, Error::Io { .. } | Error::Corruption { .. } | Error::Poisoned { .. }) {
+                    tracing::warn!(error = %e, "request failed in the store");
+                } else {
+                    tracing::debug!(error = %e, "request refused by the store");
+                }
                 let msg = e.to_string().replace(['\r', '\n'], " ");
                 self.reply(&format!("SERVER_ERROR {msg}"));
             }

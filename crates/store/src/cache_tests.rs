@@ -132,13 +132,15 @@ fn roll(s: &Store, tag: &str) {
     }
 }
 
+/// The indexed version of `key` (any key, reserved ones included).
+fn found(s: &Store, key: &[u8]) -> crate::store::Found {
+    granary_rt::block_on(s.core.find(key, granary_format::hash::key_hash(key), false, true)).unwrap().expect("indexed")
+}
+
 fn segment_of(s: &Store, key: &[u8]) -> u32 {
-    let (hdr, e) = granary_rt::block_on(s.core.find(key, granary_format::hash::key_hash(key), false, true))
-        .unwrap()
-        .map(|f| (f.hdr, f.entry))
-        .expect("key indexed");
-    assert!(!hdr.is_tombstone());
-    s.core.sb.segment_of(e.pba())
+    let f = found(s, key);
+    assert!(!f.hdr.is_tombstone());
+    s.core.sb.segment_of(f.entry.pba())
 }
 
 #[test]
@@ -255,7 +257,7 @@ fn eviction_never_drops_the_flush_floor() {
     s.put(b"old", b"1").unwrap();
     roll(&s, "x"); // "old" stays behind in an earlier segment
     s.flush_all().unwrap();
-    let v = segment_of_reserved(&s);
+    let v = segment_of(&s, b"\0granary.flush_floor");
     assert_ne!(v, segment_of(&s, b"old"));
     roll(&s, "a");
     roll(&s, "b");
@@ -263,12 +265,6 @@ fn eviction_never_drops_the_flush_floor() {
     assert_eq!(s.stats().gc.evicted_segments, 1);
     let s = f.reopen(s, true);
     assert_eq!(s.get(b"old").unwrap(), None, "the flush floor was evicted: a flushed key came back");
-}
-
-fn segment_of_reserved(s: &Store) -> u32 {
-    let key = b"\0granary.flush_floor";
-    let f = granary_rt::block_on(s.core.find(key, granary_format::hash::key_hash(key), false, true)).unwrap().unwrap();
-    s.core.sb.segment_of(f.entry.pba())
 }
 
 /// A memory device whose writes wait at a gate while it is closed.
@@ -413,17 +409,15 @@ fn a_value_written_while_its_old_version_is_being_dropped_supersedes_it() {
     let s = f.create(256 << 10, false, true);
     s.put(b"k", b"only version").unwrap();
     let h = granary_format::hash::key_hash(b"k");
-    let found = granary_rt::block_on(s.core.find(b"k", h, false, true)).unwrap().unwrap();
-    assert!(!found.hdr.supersedes);
-    let (v, len) = (s.core.sb.segment_of(found.entry.pba()), found.hdr.grains(512) * 512);
-    assert!(crate::gc::drop_value(&s.core, v, h, found.entry.pba(), len));
+    let first = found(&s, b"k");
+    assert!(!first.hdr.supersedes);
+    let (v, len) = (s.core.sb.segment_of(first.entry.pba()), first.hdr.grains(512) * 512);
+    assert!(crate::gc::drop_value(&s.core, v, h, first.entry.pba(), len));
     s.put(b"k", b"written during the drop").unwrap();
-    let again = granary_rt::block_on(s.core.find(b"k", h, false, true)).unwrap().unwrap();
-    assert!(again.hdr.supersedes, "the dropped version is still on the device");
-    s.core.dropped.lock().unwrap().clear();
+    assert!(found(&s, b"k").hdr.supersedes, "the dropped version is still on the device");
+    s.core.dropped.clear();
     s.put(b"fresh", b"x").unwrap();
-    let fresh = granary_format::hash::key_hash(b"fresh");
-    assert!(!granary_rt::block_on(s.core.find(b"fresh", fresh, false, true)).unwrap().unwrap().hdr.supersedes);
+    assert!(!found(&s, b"fresh").hdr.supersedes);
 }
 
 /// A delete while GC is dropping the key's value (its segment not yet
@@ -434,9 +428,9 @@ fn a_delete_during_the_drop_of_its_value_leaves_a_tombstone() {
     let s = f.create(256 << 10, false, true);
     s.put(b"k", b"value").unwrap();
     let h = granary_format::hash::key_hash(b"k");
-    let found = granary_rt::block_on(s.core.find(b"k", h, false, true)).unwrap().unwrap();
-    let (v, len) = (s.core.sb.segment_of(found.entry.pba()), found.hdr.grains(512) * 512);
-    assert!(crate::gc::drop_value(&s.core, v, h, found.entry.pba(), len));
+    let first = found(&s, b"k");
+    let (v, len) = (s.core.sb.segment_of(first.entry.pba()), first.hdr.grains(512) * 512);
+    assert!(crate::gc::drop_value(&s.core, v, h, first.entry.pba(), len));
     assert!(!s.delete(b"k").unwrap(), "the value was already gone");
     assert_eq!(s.stats().tombstones, 1);
     // Crash before the victim was freed: the value is still on the device.

@@ -70,6 +70,40 @@ pub(crate) fn age(segments: u64) -> u64 {
     (segments / 16).max(1)
 }
 
+/// Hashes of keys whose value GC dropped from the victim it is reclaiming,
+/// until that victim is free on the device (see [`drop_value`]). Writers
+/// check it on every write, so the empty case is one atomic load.
+#[derive(Default)]
+pub(crate) struct DroppedKeys {
+    set: std::sync::Mutex<std::collections::HashSet<u64>>,
+    len: std::sync::atomic::AtomicUsize,
+}
+
+impl DroppedKeys {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<u64>> {
+        self.set.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Record `h`; the caller holds its key's stripe.
+    fn insert(&self, h: u64) {
+        let mut s = self.lock();
+        s.insert(h);
+        self.len.store(s.len(), Relaxed);
+    }
+
+    /// Whether `h` was dropped; the caller holds its key's stripe, which
+    /// orders this after the insert made under it.
+    pub(crate) fn contains(&self, h: u64) -> bool {
+        self.len.load(Relaxed) != 0 && self.lock().contains(&h)
+    }
+
+    pub(crate) fn clear(&self) {
+        let mut s = self.lock();
+        s.clear();
+        self.len.store(0, Relaxed);
+    }
+}
+
 /// GC counters (see [`GcStats`]).
 #[derive(Default)]
 pub(crate) struct GcCounters {
@@ -193,7 +227,7 @@ pub(crate) fn drop_value(core: &Core, v: u32, h: u64, pba: u64, len: u64) -> boo
     }
     // Until `v` is free on the device this version is still there: a new
     // value of the key written meanwhile must carry the supersedes flag.
-    core.dropped.lock().unwrap_or_else(|e| e.into_inner()).insert(h);
+    core.dropped.insert(h);
     core.space.sub_live(v, len);
     core.counters.keys.fetch_sub(1, Relaxed);
     true
@@ -207,7 +241,7 @@ pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
     struct ClearDropped<'a>(&'a Core);
     impl Drop for ClearDropped<'_> {
         fn drop(&mut self) {
-            self.0.dropped.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            self.0.dropped.clear();
         }
     }
     let _clear = ClearDropped(core);

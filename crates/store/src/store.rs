@@ -272,11 +272,10 @@ pub(crate) struct Core {
     pub(crate) flush_floor: AtomicU64,
     /// Serialises `flush_all`s, so the floor stored last is the highest.
     flush_lock: async_lock::Mutex<()>,
-    /// Hashes of keys whose value GC dropped from the segment it is
-    /// reclaiming, until that segment is free on the device: a new value
-    /// of such a key supersedes a version still on the device, though none
-    /// is indexed (see `gc::drop_value`).
-    pub(crate) dropped: Mutex<std::collections::HashSet<u64>>,
+    /// Keys whose value GC is dropping from a segment not yet free on the
+    /// device: a new value of such a key supersedes a version still on the
+    /// device, though none is indexed (see `gc::drop_value`).
+    pub(crate) dropped: crate::gc::DroppedKeys,
     /// Group commit of user writes ([`OpenOptions::coalesce_writes`]).
     coalesce: bool,
     coalescer: crate::coalesce::Coalescer,
@@ -402,7 +401,7 @@ impl Store {
             evict: opts.evict,
             flush_floor: AtomicU64::new(0),
             flush_lock: async_lock::Mutex::new(()),
-            dropped: Mutex::new(Default::default()),
+            dropped: Default::default(),
             coalesce: opts.coalesce_writes,
             coalescer: Default::default(),
             dev,
@@ -772,7 +771,7 @@ impl Core {
         let seq = self.next_seq.fetch_add(1, Relaxed);
         let hdr = RecordHeader::value(key.len(), value.len() as u64, seq, 0)
             .with_meta(meta.flags, meta.expires)
-            .with_supersedes(existing.is_some() || self.just_dropped(h));
+            .with_supersedes(existing.is_some() || self.dropped.contains(h));
         let loc = self.write_record_async(Purpose::Put, hdr, key, value).await?;
         let committed = self.commit(key, h, existing, loc, false).await;
         self.space.done(loc.seg);
@@ -780,13 +779,6 @@ impl Core {
         self.counters.puts.fetch_add(1, Relaxed);
         self.counters.user_bytes.fetch_add((key.len() + value.len()) as u64, Relaxed);
         Ok(seq)
-    }
-
-    /// Whether GC dropped a value of hash `h` from a segment not yet free
-    /// (the caller holds the key's stripe, under which GC drops).
-    fn just_dropped(&self, h: u64) -> bool {
-        let d = self.dropped.lock().unwrap_or_else(|e| e.into_inner());
-        !d.is_empty() && d.contains(&h)
     }
 
     /// Write a tombstone for `key` (under its stripe) replacing `existing`
@@ -870,7 +862,7 @@ impl Core {
                 // GC is dropping the key's value from a segment not yet
                 // free on the device: without a tombstone that value would
                 // come back after a crash.
-                None if self.just_dropped(h) => (None, false),
+                None if self.dropped.contains(h) => (None, false),
                 None => return Ok(false),
             };
             match self.write_tombstone(key, h, existing).await {
