@@ -1,0 +1,358 @@
+//! One multiplexed connection: many requests in flight, responses matched
+//! by id.
+//!
+//! Senders encode their frame and write it under the connection's write
+//! lock (a blocking write, which waits only while the socket's send buffer
+//! is full; the server keeps reading while it works). A reader thread per
+//! connection reads responses and completes the waiting request: its
+//! future is woken, or its blocked caller released. The reader also
+//! enforces deadlines: it wakes every [`TICK`] and fails requests past
+//! theirs with [`Error::Timeout`]; a late response to such a request is
+//! dropped. When the connection breaks, every waiting request fails with
+//! [`Error::Disconnected`] and the connection is marked dead (a pool then
+//! replaces it).
+
+use crate::Error;
+use granary_proto::{self as proto, ClientHello, Request, Response, ServerHello, Status};
+use std::collections::HashMap;
+use std::future::Future;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// How often the reader checks deadlines while waiting for responses.
+pub const TICK: Duration = Duration::from_millis(20);
+
+struct SlotState {
+    result: Option<Result<Response, Error>>,
+    waker: Option<Waker>,
+}
+
+struct Slot {
+    state: Mutex<SlotState>,
+    cond: Condvar,
+    deadline: Instant,
+}
+
+impl Slot {
+    fn complete(&self, r: Result<Response, Error>) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.result.is_none() {
+            s.result = Some(r);
+        }
+        let w = s.waker.take();
+        drop(s);
+        self.cond.notify_all();
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+}
+
+struct Table {
+    slots: HashMap<u64, Arc<Slot>>,
+    next_id: u64,
+    /// Why the connection is dead, once it is.
+    dead: Option<String>,
+}
+
+struct Shared {
+    addr: SocketAddr,
+    writer: Mutex<(TcpStream, Vec<u8>)>,
+    table: Mutex<Table>,
+    hello: ServerHello,
+    timeout: Duration,
+    closing: AtomicBool,
+}
+
+impl Shared {
+    /// Mark dead and fail every waiting request.
+    fn kill(&self, why: String) {
+        let slots: Vec<Arc<Slot>> = {
+            let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+            if t.dead.is_none() {
+                t.dead = Some(why.clone());
+            }
+            t.slots.drain().map(|(_, s)| s).collect()
+        };
+        for s in slots {
+            s.complete(Err(Error::Disconnected(why.clone())));
+        }
+    }
+}
+
+/// A connection to one server.
+pub struct Connection {
+    shared: Arc<Shared>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Connection {
+    /// Connect, shake hands, and start the reader. `timeout` bounds the
+    /// connect, the handshake and every request.
+    pub fn connect(addr: SocketAddr, timeout: Duration) -> Result<Connection, Error> {
+        let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| Error::Connect(addr, e))?;
+        s.set_nodelay(true).map_err(Error::Io)?;
+        s.set_read_timeout(Some(timeout)).map_err(Error::Io)?;
+        s.set_write_timeout(Some(timeout)).map_err(Error::Io)?;
+        s.write_all(&ClientHello::default().encode()).map_err(|e| Error::Connect(addr, e))?;
+        let mut b = [0u8; proto::SERVER_HELLO_BYTES];
+        s.read_exact(&mut b).map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Timeout,
+            io::ErrorKind::UnexpectedEof => {
+                Error::Handshake(format!("{addr} closed the connection during the handshake"))
+            }
+            _ => Error::Connect(addr, e),
+        })?;
+        let hello = ServerHello::decode(&b).map_err(|e| Error::Handshake(format!("{addr}: {e}")))?;
+        match hello.status {
+            Status::Ok if hello.version == proto::VERSION => {}
+            Status::Ok => return Err(Error::Handshake(format!("{addr} chose unknown version {}", hello.version))),
+            Status::Busy => return Err(Error::Handshake(format!("{addr} is at its connection limit"))),
+            s => return Err(Error::Handshake(format!("{addr} refused the handshake: {s}"))),
+        }
+        s.set_read_timeout(Some(TICK)).map_err(Error::Io)?;
+        let rs = s.try_clone().map_err(Error::Io)?;
+        let shared = Arc::new(Shared {
+            addr,
+            writer: Mutex::new((s, Vec::new())),
+            table: Mutex::new(Table { slots: HashMap::new(), next_id: 1, dead: None }),
+            hello,
+            timeout,
+            closing: AtomicBool::new(false),
+        });
+        let sh = shared.clone();
+        let reader = std::thread::Builder::new()
+            .name("granary-client".into())
+            .spawn(move || read_loop(rs, sh))
+            .map_err(Error::Io)?;
+        Ok(Connection { shared, reader: Some(reader) })
+    }
+
+    /// The server's limits from its hello.
+    pub fn server_hello(&self) -> &ServerHello {
+        &self.shared.hello
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.shared.addr
+    }
+
+    /// False once the connection broke.
+    pub fn is_alive(&self) -> bool {
+        self.shared.table.lock().unwrap_or_else(|e| e.into_inner()).dead.is_none()
+    }
+
+    /// Requests waiting for a response.
+    pub fn in_flight(&self) -> usize {
+        self.shared.table.lock().unwrap_or_else(|e| e.into_inner()).slots.len()
+    }
+
+    /// Check a request against the server's limits before sending it.
+    fn check(&self, req: &Request) -> Result<(), Error> {
+        let h = &self.shared.hello;
+        let keys: Vec<&[u8]> = match req {
+            Request::Get(k) | Request::Delete(k) => vec![k],
+            Request::Put { key, .. } => vec![key],
+            Request::MultiGet(ks) => ks.clone(),
+            Request::Batch(ops) => ops.iter().map(|o| o.key()).collect(),
+            Request::Nop | Request::Stats => vec![],
+        };
+        for k in keys {
+            if k.is_empty() || k.len() > h.key_bytes_max as usize {
+                return Err(Error::TooLarge { what: "key", len: k.len(), max: h.key_bytes_max as usize });
+            }
+        }
+        let values: Vec<usize> = match req {
+            Request::Put { value, .. } => vec![value.len()],
+            Request::Batch(ops) => ops
+                .iter()
+                .filter_map(|o| match o {
+                    proto::BatchOp::Put { value, .. } => Some(value.len()),
+                    _ => None,
+                })
+                .collect(),
+            _ => vec![],
+        };
+        for v in values {
+            if v > h.value_bytes_max as usize {
+                return Err(Error::TooLarge { what: "value", len: v, max: h.value_bytes_max as usize });
+            }
+        }
+        if matches!(req, Request::MultiGet(_) | Request::Batch(_)) {
+            let n = match req {
+                Request::MultiGet(k) => k.len(),
+                Request::Batch(o) => o.len(),
+                _ => 0,
+            };
+            if n > proto::MULTI_OPS_MAX {
+                return Err(Error::TooLarge { what: "operation count", len: n, max: proto::MULTI_OPS_MAX });
+            }
+        }
+        let body = req.body_len();
+        if body > h.frame_bytes_max as usize {
+            return Err(Error::TooLarge { what: "request frame", len: body, max: h.frame_bytes_max as usize });
+        }
+        Ok(())
+    }
+
+    /// Send a request now; the returned [`Pending`] resolves to its
+    /// response (await it, or [`Pending::wait`]). Sending several before
+    /// waiting pipelines them.
+    pub fn send(&self, req: &Request) -> Result<Pending, Error> {
+        self.check(req)?;
+        let slot = Arc::new(Slot {
+            state: Mutex::new(SlotState { result: None, waker: None }),
+            cond: Condvar::new(),
+            deadline: Instant::now() + self.shared.timeout,
+        });
+        let id = {
+            let mut t = self.shared.table.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(why) = &t.dead {
+                return Err(Error::Disconnected(why.clone()));
+            }
+            let id = t.next_id;
+            t.next_id += 1;
+            t.slots.insert(id, slot.clone());
+            id
+        };
+        let mut w = self.shared.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let (stream, buf) = &mut *w;
+        buf.clear();
+        req.encode(id, buf);
+        if let Err(e) = stream.write_all(buf) {
+            drop(w);
+            let why = match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => "send timed out".to_string(),
+                _ => format!("send failed: {e}"),
+            };
+            self.shared.kill(why.clone());
+            // A partly written frame leaves the stream unusable: close it.
+            return Err(Error::Disconnected(why));
+        }
+        if buf.capacity() > 1 << 20 {
+            *buf = Vec::new();
+        }
+        Ok(Pending { slot })
+    }
+
+    /// Send and wait.
+    pub fn call(&self, req: &Request) -> Result<Response, Error> {
+        self.send(req)?.wait()
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.shared.closing.store(true, Relaxed);
+        if let Ok(w) = self.shared.writer.lock() {
+            let _ = w.0.shutdown(std::net::Shutdown::Both);
+        }
+        self.shared.kill("connection closed by the client".into());
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+    }
+}
+
+/// A request sent and not yet answered.
+pub struct Pending {
+    slot: Arc<Slot>,
+}
+
+impl Pending {
+    /// Block until the response (or the timeout, or a disconnect).
+    pub fn wait(self) -> Result<Response, Error> {
+        let mut s = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(r) = s.result.take() {
+                return r;
+            }
+            s = self.slot.cond.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+impl Future for Pending {
+    type Output = Result<Response, Error>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut s = self.slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = s.result.take() {
+            return Poll::Ready(r);
+        }
+        s.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+fn read_loop(mut s: TcpStream, sh: Arc<Shared>) {
+    let why = match read_frames(&mut s, &sh) {
+        Ok(()) => "the server closed the connection".to_string(),
+        Err(e) => e,
+    };
+    if !sh.closing.load(Relaxed) {
+        tracing::debug!(addr = %sh.addr, reason = %why, "connection ended");
+    }
+    sh.kill(why);
+}
+
+/// Read responses until the stream ends (Ok) or fails (the reason).
+fn read_frames(s: &mut TcpStream, sh: &Shared) -> Result<(), String> {
+    let frame_max = sh.hello.frame_bytes_max;
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut last_sweep = Instant::now();
+    loop {
+        // Complete every whole frame in the buffer.
+        let mut pos = 0;
+        while buf.len() - pos >= proto::HEADER_BYTES {
+            let (h, status) =
+                Response::decode_header(&buf[pos..], frame_max).map_err(|e| format!("bad response: {e}"))?;
+            let total = proto::HEADER_BYTES + h.len as usize;
+            if buf.len() - pos < total {
+                buf.reserve(total - (buf.len() - pos));
+                break;
+            }
+            let body = buf[pos + proto::HEADER_BYTES..pos + total].to_vec();
+            pos += total;
+            let slot = sh.table.lock().unwrap_or_else(|e| e.into_inner()).slots.remove(&h.id);
+            match slot {
+                Some(slot) => slot.complete(Ok(Response { id: h.id, op: h.op, status, body })),
+                None if status == Status::BadFrame || status == Status::FrameTooLarge => {
+                    return Err(format!("the server rejected a frame: {}", String::from_utf8_lossy(&body)));
+                }
+                // A response to a request that timed out.
+                None => {}
+            }
+        }
+        buf.drain(..pos);
+        if last_sweep.elapsed() >= TICK {
+            last_sweep = Instant::now();
+            sweep(sh);
+        }
+        match s.read(&mut chunk) {
+            Ok(0) => return Ok(()),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("receive failed: {e}")),
+        }
+    }
+}
+
+/// Fail requests past their deadline.
+fn sweep(sh: &Shared) {
+    let now = Instant::now();
+    let expired: Vec<Arc<Slot>> = {
+        let mut t = sh.table.lock().unwrap_or_else(|e| e.into_inner());
+        let ids: Vec<u64> = t.slots.iter().filter(|(_, s)| s.deadline <= now).map(|(&id, _)| id).collect();
+        ids.iter().filter_map(|id| t.slots.remove(id)).collect()
+    };
+    for s in expired {
+        s.complete(Err(Error::Timeout));
+    }
+}

@@ -1,0 +1,677 @@
+//! Granary's native protocol server (docs/PROTOCOL.md): the listener, the
+//! per-connection loop with pipelining, the execution of requests against
+//! the engine, limits and counters.
+//!
+//! A connection is served by three kinds of tasks on the executor that
+//! accepted it: a reader that parses frames and starts requests in order,
+//! one task per request (so pipelined requests run concurrently and reach
+//! the device together), and a writer that sends responses as they are
+//! ready. Requests start in order and a request waits for every earlier
+//! one it conflicts with (one writes a key the other touches, or either is
+//! a barrier), so a connection observes its requests' effects in the order
+//! it sent them, while independent requests overlap. See [`limits`] for
+//! the memory a connection may hold.
+
+pub mod limits;
+
+use granary_proto::{self as proto, ClientHello, Header, Op, PutMode, Request, ServerHello, Status};
+use granary_rt::net::{TcpListener, TcpStream};
+use granary_rt::{Runtime, RuntimeConfig};
+use granary_store::{Error as StoreError, Store};
+use limits::*;
+use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// How long [`Server::shutdown`] waits for connections to finish.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How the native server runs.
+#[derive(Debug, Clone)]
+pub struct NativeConfig {
+    pub listen: SocketAddr,
+    /// Executor threads when the server makes its own runtime; 0 = one per core.
+    pub threads: usize,
+    pub max_connections: usize,
+    /// Largest value accepted (bounded by what the store's segments hold).
+    pub value_bytes_max: u32,
+}
+
+impl Default for NativeConfig {
+    fn default() -> Self {
+        NativeConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], proto::DEFAULT_PORT)),
+            threads: 0,
+            max_connections: CONNECTIONS_DEFAULT,
+            value_bytes_max: VALUE_BYTES_DEFAULT,
+        }
+    }
+}
+
+/// Counters of the native server.
+#[derive(Default, Debug)]
+pub struct NativeStats {
+    pub curr_connections: AtomicUsize,
+    pub total_connections: AtomicU64,
+    pub rejected_connections: AtomicU64,
+    /// Connections closed for a malformed or oversized frame.
+    pub bad_frames: AtomicU64,
+    pub gets: AtomicU64,
+    pub get_hits: AtomicU64,
+    pub puts: AtomicU64,
+    pub deletes: AtomicU64,
+    pub multi_gets: AtomicU64,
+    pub batches: AtomicU64,
+    pub nops: AtomicU64,
+    pub stats: AtomicU64,
+    /// Responses with an error status.
+    pub errors: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+}
+
+struct Ctx {
+    store: Arc<Store>,
+    cfg: NativeConfig,
+    frame_max: u32,
+    stats: NativeStats,
+    started: Instant,
+    stopping: AtomicBool,
+    conns: Mutex<HashSet<RawFd>>,
+}
+
+/// A running native server.
+pub struct Server {
+    ctx: Arc<Ctx>,
+    addr: SocketAddr,
+    rt: Option<Arc<Runtime>>,
+    listener: std::net::TcpListener,
+}
+
+impl Server {
+    /// Bind and serve `store` on a runtime of its own.
+    pub fn start(store: Arc<Store>, cfg: NativeConfig) -> io::Result<Server> {
+        let rc = RuntimeConfig {
+            threads: if cfg.threads == 0 { RuntimeConfig::default().threads } else { cfg.threads },
+            name: "granary-native".into(),
+            ..RuntimeConfig::default()
+        };
+        let rt = Arc::new(Runtime::new(rc)?);
+        Server::start_on(store, cfg, rt)
+    }
+
+    /// Bind and serve `store` on `rt` (shared with other listeners).
+    pub fn start_on(store: Arc<Store>, cfg: NativeConfig, rt: Arc<Runtime>) -> io::Result<Server> {
+        let engine_max = store.value_bytes_max(proto::KEY_BYTES_MAX);
+        if cfg.value_bytes_max == 0 || cfg.value_bytes_max > proto::VALUE_BYTES_LIMIT {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("largest value {} is not in 1..={}", cfg.value_bytes_max, proto::VALUE_BYTES_LIMIT),
+            ));
+        }
+        if cfg.value_bytes_max as u64 > engine_max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "largest value {} exceeds what this store's segments hold with a maximal key ({engine_max} bytes); \
+                     create the store with larger segments",
+                    cfg.value_bytes_max
+                ),
+            ));
+        }
+        let listener = std::net::TcpListener::bind(cfg.listen)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen)))?;
+        let addr = listener.local_addr()?;
+        let ctx = Arc::new(Ctx {
+            frame_max: proto::frame_bytes_max(cfg.value_bytes_max),
+            store,
+            cfg,
+            stats: NativeStats::default(),
+            started: Instant::now(),
+            stopping: AtomicBool::new(false),
+            conns: Mutex::new(HashSet::new()),
+        });
+        for core in 0..rt.cores() {
+            let l = TcpListener::from_std(listener.try_clone()?);
+            rt.spawn_on(core, accept_loop(l, ctx.clone()));
+        }
+        tracing::info!(%addr, "native server listening");
+        Ok(Server { ctx, addr, rt: Some(rt), listener })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn stats(&self) -> &NativeStats {
+        &self.ctx.stats
+    }
+
+    /// Stop accepting, let every connection finish the requests it has
+    /// read (responses sent), then close. Waits at most [`DRAIN_TIMEOUT`];
+    /// returns the connections still open then (cancelled with the runtime
+    /// if this server owns it).
+    pub fn shutdown(mut self) -> usize {
+        let ctx = &self.ctx;
+        ctx.stopping.store(true, Relaxed);
+        // SAFETY: shutdown(2) on descriptors we own: the listener, and the
+        // connections still registered (a connection deregisters under the
+        // same lock before its descriptor closes).
+        unsafe {
+            libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR);
+            for &fd in ctx.conns.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                libc::shutdown(fd, libc::SHUT_RD);
+            }
+        }
+        let deadline = Instant::now() + DRAIN_TIMEOUT;
+        while ctx.stats.curr_connections.load(Relaxed) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let left = ctx.stats.curr_connections.load(Relaxed);
+        if left > 0 {
+            tracing::warn!(connections = left, "native connections still busy after the drain timeout");
+        }
+        self.rt.take();
+        left
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.ctx.stopping.store(true, Relaxed);
+        // SAFETY: shutdown(2) on the listener we own.
+        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
+        self.rt.take();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
+    loop {
+        let accepted = listener.accept().await;
+        if ctx.stopping.load(Relaxed) {
+            return;
+        }
+        let stream = match accepted {
+            Ok((s, _)) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "native accept failed");
+                granary_rt::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let n = ctx.stats.curr_connections.fetch_add(1, Relaxed) + 1;
+        let c = ctx.clone();
+        granary_rt::spawn(async move {
+            struct Open<'a>(&'a Ctx, RawFd);
+            impl Drop for Open<'_> {
+                fn drop(&mut self) {
+                    self.0.conns.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.1);
+                    self.0.stats.curr_connections.fetch_sub(1, Relaxed);
+                }
+            }
+            let stream = Rc::new(stream);
+            let fd = stream.raw_fd();
+            c.conns.lock().unwrap_or_else(|e| e.into_inner()).insert(fd);
+            let _open = Open(&c, fd);
+            if n > c.cfg.max_connections {
+                c.stats.rejected_connections.fetch_add(1, Relaxed);
+                let _ = hello(&stream, &c, Status::Busy).await;
+                return;
+            }
+            c.stats.total_connections.fetch_add(1, Relaxed);
+            if !c.stopping.load(Relaxed) {
+                serve(stream, &c).await;
+            }
+        });
+    }
+}
+
+/// Read the client's hello and answer with `status` (or
+/// `UnsupportedVersion`); Ok(true) if the connection goes on.
+async fn hello(stream: &TcpStream, ctx: &Ctx, status: Status) -> io::Result<bool> {
+    let mut got = Vec::with_capacity(proto::CLIENT_HELLO_BYTES);
+    let read = async {
+        while got.len() < proto::CLIENT_HELLO_BYTES {
+            let (r, b) = stream.recv(vec![0u8; proto::CLIENT_HELLO_BYTES - got.len()]).await;
+            match r? {
+                0 => return Ok(false),
+                n => got.extend_from_slice(&b[..n]),
+            }
+        }
+        Ok::<bool, io::Error>(true)
+    };
+    match granary_rt::timeout(HELLO_TIMEOUT, read).await {
+        Ok(Ok(true)) => {}
+        Ok(r) => return r,
+        Err(_) => {
+            tracing::info!("native connection closed: no hello within {HELLO_TIMEOUT:?}");
+            return Ok(false);
+        }
+    }
+    let mut arr = [0u8; proto::CLIENT_HELLO_BYTES];
+    arr.copy_from_slice(&got);
+    let client = match ClientHello::decode(&arr) {
+        Ok(c) => c,
+        Err(e) => {
+            ctx.stats.bad_frames.fetch_add(1, Relaxed);
+            tracing::info!(error = %e, "native connection closed: bad hello");
+            return Ok(false);
+        }
+    };
+    let (version, status) = match (client.agree(), status) {
+        (Some(v), s) => (v, s),
+        (None, _) => (0, Status::UnsupportedVersion),
+    };
+    let sh = ServerHello {
+        version,
+        status,
+        key_bytes_max: proto::KEY_BYTES_MAX as u32,
+        value_bytes_max: ctx.cfg.value_bytes_max,
+        frame_bytes_max: ctx.frame_max,
+    };
+    let (r, _) = stream.send_all(sh.encode().to_vec()).await;
+    r?;
+    if status == Status::UnsupportedVersion {
+        tracing::info!(min = client.min_version, max = client.max_version, "native connection closed: no common version");
+    }
+    Ok(status == Status::Ok)
+}
+
+/// A wake-up between tasks of one executor.
+#[derive(Default)]
+struct Notify {
+    set: Cell<bool>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl Notify {
+    fn notify(&self) {
+        self.set.set(true);
+        if let Some(w) = self.waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+    async fn wait(&self) {
+        std::future::poll_fn(|cx| {
+            if self.set.replace(false) {
+                Poll::Ready(())
+            } else {
+                *self.waker.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await
+    }
+}
+
+/// A request being executed: what later requests must not overtake.
+struct Flight {
+    seq: u64,
+    keys: Vec<u64>,
+    write: bool,
+    barrier: bool,
+    body_bytes: usize,
+}
+
+impl Flight {
+    fn conflicts(&self, o: &Flight) -> bool {
+        self.barrier || o.barrier || ((self.write || o.write) && self.keys.iter().any(|k| o.keys.contains(k)))
+    }
+}
+
+/// One connection's shared state.
+struct Conn {
+    stream: Rc<TcpStream>,
+    out: RefCell<Vec<u8>>,
+    flights: RefCell<Vec<Flight>>,
+    /// Wakes the reader (a request ended, the writer drained).
+    reader: Notify,
+    /// Wakes the writer (responses are waiting, or the end).
+    writer: Notify,
+    /// The reader is done; the writer exits once the output is sent.
+    ending: Cell<bool>,
+    /// Sending failed; nothing more is sent.
+    broken: Cell<bool>,
+}
+
+impl Conn {
+    fn inflight_bytes(&self) -> usize {
+        self.flights.borrow().iter().map(|f| f.body_bytes).sum()
+    }
+    /// Whether `f` must wait before starting.
+    fn must_wait(&self, f: &Flight) -> bool {
+        let flights = self.flights.borrow();
+        if flights.is_empty() {
+            return false;
+        }
+        flights.len() >= INFLIGHT_MAX
+            || self.inflight_bytes() + f.body_bytes > INFLIGHT_BYTES_MAX
+            || self.out.borrow().len() >= OUT_HIGH_BYTES
+            || flights.iter().any(|o| o.conflicts(f))
+    }
+    fn finish(&self, seq: u64) {
+        self.flights.borrow_mut().retain(|f| f.seq != seq);
+        self.reader.notify();
+        self.writer.notify();
+    }
+}
+
+/// Frame-level failure: answer with an error frame, log, close.
+fn bad_frame(conn: &Conn, ctx: &Ctx, status: Status, id: u64, why: &str) {
+    ctx.stats.bad_frames.fetch_add(1, Relaxed);
+    let peer = conn.stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    tracing::info!(%peer, reason = why, "native connection closed: bad frame");
+    proto::encode_response(&mut conn.out.borrow_mut(), Op::Nop, status, id, why.as_bytes());
+}
+
+async fn serve(stream: Rc<TcpStream>, ctx: &Arc<Ctx>) {
+    match hello(&stream, ctx, Status::Ok).await {
+        Ok(true) => {}
+        _ => return,
+    }
+    let conn = Rc::new(Conn {
+        stream,
+        out: RefCell::new(Vec::new()),
+        flights: RefCell::new(Vec::new()),
+        reader: Notify::default(),
+        writer: Notify::default(),
+        ending: Cell::new(false),
+        broken: Cell::new(false),
+    });
+    let writer = granary_rt::spawn(write_loop(conn.clone(), ctx.clone()));
+    read_loop(&conn, ctx).await;
+    // Let started requests finish, then the writer sends what is left.
+    while !conn.flights.borrow().is_empty() {
+        conn.reader.wait().await;
+    }
+    conn.ending.set(true);
+    conn.writer.notify();
+    let _ = writer.await;
+}
+
+async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
+    let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
+    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    let mut seq = 0u64;
+    loop {
+        // Parse every complete frame in the input.
+        let mut pos = 0;
+        loop {
+            let rest = &input[pos..];
+            if rest.len() < proto::HEADER_BYTES {
+                break;
+            }
+            let h = match Header::decode(rest, ctx.frame_max) {
+                Ok(h) => h,
+                Err(e) => {
+                    let status =
+                        if Header::peek_len(rest) > ctx.frame_max { Status::FrameTooLarge } else { Status::BadFrame };
+                    bad_frame(conn, ctx, status, Header::peek_id(rest), &e.0);
+                    return;
+                }
+            };
+            let total = proto::HEADER_BYTES + h.len as usize;
+            if rest.len() < total {
+                // Room for the whole frame, at most the header's length
+                // (already checked against the limit).
+                input.reserve(total - rest.len());
+                break;
+            }
+            let body = rest[proto::HEADER_BYTES..total].to_vec();
+            let flight = match Request::decode(&h, &body) {
+                Ok(req) => flight_of(&req, seq, body.len()),
+                Err(e) => {
+                    bad_frame(conn, ctx, Status::BadFrame, h.id, &format!("{}: {}", h.op.name(), e.0));
+                    return;
+                }
+            };
+            pos += total;
+            while conn.must_wait(&flight) {
+                if conn.broken.get() {
+                    return;
+                }
+                conn.reader.wait().await;
+            }
+            if conn.broken.get() {
+                return;
+            }
+            conn.flights.borrow_mut().push(flight);
+            let (c, x) = (conn.clone(), ctx.clone());
+            let s = seq;
+            granary_rt::spawn(async move {
+                // Ends the flight however the task ends.
+                struct Done(Rc<Conn>, u64);
+                impl Drop for Done {
+                    fn drop(&mut self) {
+                        self.0.finish(self.1);
+                    }
+                }
+                let done = Done(c, s);
+                let mut resp = Vec::new();
+                execute(&x, h, &body, &mut resp).await;
+                done.0.out.borrow_mut().extend_from_slice(&resp);
+            });
+            seq += 1;
+        }
+        input.drain(..pos);
+        let (r, c) = conn.stream.recv(chunk).await;
+        chunk = c;
+        match r {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                ctx.stats.bytes_read.fetch_add(n as u64, Relaxed);
+                input.extend_from_slice(&chunk[..n]);
+            }
+        }
+    }
+}
+
+async fn write_loop(conn: Rc<Conn>, ctx: Arc<Ctx>) {
+    let mut spare: Vec<u8> = Vec::new();
+    loop {
+        if conn.out.borrow().is_empty() {
+            if conn.ending.get() {
+                return;
+            }
+            conn.writer.wait().await;
+            continue;
+        }
+        spare.clear();
+        std::mem::swap(&mut *conn.out.borrow_mut(), &mut spare);
+        conn.reader.notify();
+        let n = spare.len();
+        // A direct send when the socket takes it all; the ring otherwise.
+        let sent = match conn.stream.try_send(&spare) {
+            Ok(k) => k,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+            Err(_) => {
+                conn.broken.set(true);
+                conn.reader.notify();
+                return;
+            }
+        };
+        if sent < n {
+            let rest = spare.split_off(sent);
+            let (r, b) = conn.stream.send_all(rest).await;
+            spare = b;
+            if r.is_err() {
+                conn.broken.set(true);
+                conn.reader.notify();
+                return;
+            }
+        }
+        ctx.stats.bytes_written.fetch_add(n as u64, Relaxed);
+    }
+}
+
+fn key_hash(k: &[u8]) -> u64 {
+    granary_format::hash::key_hash(k)
+}
+
+fn flight_of(req: &Request, seq: u64, body_bytes: usize) -> Flight {
+    let (keys, write, barrier) = match req {
+        Request::Get(k) => (vec![key_hash(k)], false, false),
+        Request::Put { key, .. } => (vec![key_hash(key)], true, false),
+        Request::Delete(k) => (vec![key_hash(k)], true, false),
+        Request::MultiGet(ks) => (ks.iter().map(|k| key_hash(k)).collect(), false, false),
+        Request::Batch(ops) => {
+            (ops.iter().map(|o| key_hash(o.key())).collect(), ops.iter().any(|o| o.is_write()), false)
+        }
+        Request::Stats => (Vec::new(), false, false),
+        Request::Nop => (Vec::new(), false, true),
+    };
+    Flight { seq, keys, write, barrier, body_bytes }
+}
+
+/// The status and message a store error maps to.
+fn status_of(e: &StoreError) -> Status {
+    match e {
+        StoreError::KeyLength { .. } | StoreError::ReservedKey => Status::KeyInvalid,
+        StoreError::ValueTooLarge { .. } => Status::ValueTooLarge,
+        StoreError::NoSpace { .. } | StoreError::IndexFull(_) => Status::NoSpace,
+        StoreError::Poisoned { .. } => Status::ReadOnly,
+        StoreError::Io { .. } | StoreError::Device(_) => Status::IoError,
+        StoreError::Corruption { .. } => Status::Corruption,
+        _ => Status::Internal,
+    }
+}
+
+/// Outcome of one key operation: status and bytes (value or message).
+type Outcome = (Status, Vec<u8>);
+
+fn failed(ctx: &Ctx, e: StoreError) -> Outcome {
+    let s = status_of(&e);
+    if matches!(s, Status::IoError | Status::Corruption | Status::Internal | Status::ReadOnly) {
+        tracing::warn!(error = %e, "native request failed");
+    }
+    ctx.stats.errors.fetch_add(1, Relaxed);
+    (s, e.to_string().into_bytes())
+}
+
+async fn do_get(ctx: &Ctx, key: &[u8]) -> Outcome {
+    ctx.stats.gets.fetch_add(1, Relaxed);
+    match ctx.store.get_async(key).await {
+        Ok(Some(v)) => {
+            ctx.stats.get_hits.fetch_add(1, Relaxed);
+            (Status::Ok, v)
+        }
+        Ok(None) => (Status::NotFound, Vec::new()),
+        Err(e) => failed(ctx, e),
+    }
+}
+
+async fn do_put(ctx: &Ctx, key: &[u8], value: &[u8], mode: PutMode) -> Outcome {
+    ctx.stats.puts.fetch_add(1, Relaxed);
+    if value.len() > ctx.cfg.value_bytes_max as usize {
+        ctx.stats.errors.fetch_add(1, Relaxed);
+        let msg = format!("value of {} bytes exceeds the server's limit of {}", value.len(), ctx.cfg.value_bytes_max);
+        return (Status::ValueTooLarge, msg.into_bytes());
+    }
+    let m = match mode {
+        PutMode::Upsert => granary_store::PutMode::Upsert,
+        PutMode::CreateOnly => granary_store::PutMode::CreateOnly,
+        PutMode::ReplaceOnly => granary_store::PutMode::ReplaceOnly,
+    };
+    match ctx.store.put_with_async(key, value, m).await {
+        Ok(granary_store::PutOutcome::Stored) => (Status::Ok, Vec::new()),
+        Ok(granary_store::PutOutcome::Exists) => (Status::Exists, Vec::new()),
+        Ok(granary_store::PutOutcome::NotFound) => (Status::NotFound, Vec::new()),
+        Err(e) => failed(ctx, e),
+    }
+}
+
+async fn do_delete(ctx: &Ctx, key: &[u8]) -> Outcome {
+    ctx.stats.deletes.fetch_add(1, Relaxed);
+    match ctx.store.delete_async(key).await {
+        Ok(true) => (Status::Ok, Vec::new()),
+        Ok(false) => (Status::NotFound, Vec::new()),
+        Err(e) => failed(ctx, e),
+    }
+}
+
+/// Execute one (already validated) request and append its response.
+async fn execute(ctx: &Ctx, h: Header, body: &[u8], out: &mut Vec<u8>) {
+    let req = match Request::decode(&h, body) {
+        Ok(r) => r,
+        // Decoded once already by the reader; cannot fail here.
+        Err(e) => return proto::encode_response(out, h.op, Status::Internal, h.id, e.0.as_bytes()),
+    };
+    let single = |out: &mut Vec<u8>, (s, b): Outcome| proto::encode_response(out, h.op, s, h.id, &b);
+    match req {
+        Request::Get(k) => single(out, do_get(ctx, k).await),
+        Request::Put { key, value, mode } => single(out, do_put(ctx, key, value, mode).await),
+        Request::Delete(k) => single(out, do_delete(ctx, k).await),
+        Request::MultiGet(keys) => {
+            ctx.stats.multi_gets.fetch_add(1, Relaxed);
+            let mut b = Vec::new();
+            proto::encode_count(&mut b, keys.len());
+            for k in keys {
+                let (s, v) = do_get(ctx, k).await;
+                proto::encode_entry(&mut b, s, &v);
+            }
+            proto::encode_response(out, h.op, Status::Ok, h.id, &b);
+        }
+        Request::Batch(ops) => {
+            ctx.stats.batches.fetch_add(1, Relaxed);
+            let mut b = Vec::new();
+            proto::encode_count(&mut b, ops.len());
+            for o in ops {
+                let (s, v) = match o {
+                    proto::BatchOp::Get(k) => do_get(ctx, k).await,
+                    proto::BatchOp::Put { key, value, mode } => do_put(ctx, key, value, mode).await,
+                    proto::BatchOp::Delete(k) => do_delete(ctx, k).await,
+                };
+                proto::encode_entry(&mut b, s, &v);
+            }
+            proto::encode_response(out, h.op, Status::Ok, h.id, &b);
+        }
+        Request::Nop => {
+            ctx.stats.nops.fetch_add(1, Relaxed);
+            proto::encode_response(out, h.op, Status::Ok, h.id, &[]);
+        }
+        Request::Stats => {
+            ctx.stats.stats.fetch_add(1, Relaxed);
+            let mut b = Vec::new();
+            proto::encode_stats(&mut b, &stats_pairs(ctx));
+            proto::encode_response(out, h.op, Status::Ok, h.id, &b);
+        }
+    }
+}
+
+fn stats_pairs(ctx: &Ctx) -> Vec<(String, String)> {
+    let s = &ctx.stats;
+    let st = ctx.store.stats();
+    let mut v: Vec<(String, String)> = Vec::new();
+    let mut add = |k: &str, x: String| v.push((k.to_string(), x));
+    add("version", env!("CARGO_PKG_VERSION").to_string());
+    add("uptime", ctx.started.elapsed().as_secs().to_string());
+    add("curr_connections", s.curr_connections.load(Relaxed).to_string());
+    add("total_connections", s.total_connections.load(Relaxed).to_string());
+    add("rejected_connections", s.rejected_connections.load(Relaxed).to_string());
+    add("bad_frames", s.bad_frames.load(Relaxed).to_string());
+    add("cmd_get", s.gets.load(Relaxed).to_string());
+    add("get_hits", s.get_hits.load(Relaxed).to_string());
+    add("cmd_put", s.puts.load(Relaxed).to_string());
+    add("cmd_delete", s.deletes.load(Relaxed).to_string());
+    add("cmd_mget", s.multi_gets.load(Relaxed).to_string());
+    add("cmd_batch", s.batches.load(Relaxed).to_string());
+    add("cmd_nop", s.nops.load(Relaxed).to_string());
+    add("errors", s.errors.load(Relaxed).to_string());
+    add("bytes_read", s.bytes_read.load(Relaxed).to_string());
+    add("bytes_written", s.bytes_written.load(Relaxed).to_string());
+    add("value_bytes_max", ctx.cfg.value_bytes_max.to_string());
+    add("keys", st.keys.to_string());
+    add("segments", st.segments.to_string());
+    add("segments_free", st.segments_free.to_string());
+    add("live_bytes", st.live_bytes.to_string());
+    add("write_amplification", format!("{:.3}", st.write_amplification()));
+    add("evicting", (ctx.store.evicts() as u8).to_string());
+    v
+}

@@ -1,0 +1,496 @@
+//! The native server against the client crate and raw sockets over
+//! loopback: every opcode, pipelining order, malformed and oversized
+//! frames, limits, timeouts and reconnects, and a sharded client over three
+//! servers.
+
+use granary_client::{BatchOp, BatchResult, Client, ClientConfig, Error, PutMode, Request, ShardedClient, Status};
+use granary_native::{NativeConfig, Server};
+use granary_proto::{self as proto, ClientHello, Header, Op, ServerHello};
+use granary_store::io::MemDevice;
+use granary_store::{CreateOptions, OpenOptions, Store};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn store(size: u64) -> Arc<Store> {
+    let dev = Arc::new(MemDevice::new(size));
+    let c = CreateOptions { segment_bytes: Some(4 << 20), grain_bytes: Some(512), ..CreateOptions::default() };
+    Arc::new(Store::create(dev, &c, &OpenOptions::default()).unwrap())
+}
+
+fn server_with(cfg: NativeConfig) -> Server {
+    let cfg = NativeConfig { listen: "127.0.0.1:0".parse().unwrap(), threads: 2, ..cfg };
+    Server::start(store(64 << 20), cfg).unwrap()
+}
+
+fn server() -> Server {
+    server_with(NativeConfig::default())
+}
+
+fn client(s: &Server) -> Client {
+    Client::connect(s.local_addr(), ClientConfig::default()).unwrap()
+}
+
+/// A raw connection after the handshake.
+fn raw(addr: SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&ClientHello::default().encode()).unwrap();
+    let mut b = [0u8; proto::SERVER_HELLO_BYTES];
+    s.read_exact(&mut b).unwrap();
+    let h = ServerHello::decode(&b).unwrap();
+    assert_eq!((h.status, h.version), (Status::Ok, proto::VERSION));
+    s
+}
+
+/// Read one response frame: (header, status, body); None at end of stream.
+fn read_frame(s: &mut TcpStream) -> Option<(Header, Status, Vec<u8>)> {
+    let mut h = [0u8; proto::HEADER_BYTES];
+    if s.read_exact(&mut h).is_err() {
+        return None;
+    }
+    let (hd, st) = proto::Response::decode_header(&h, u32::MAX).unwrap();
+    let mut body = vec![0u8; hd.len as usize];
+    s.read_exact(&mut body).unwrap();
+    Some((hd, st, body))
+}
+
+fn closed(s: &mut TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    matches!(s.read(&mut b), Ok(0) | Err(_))
+}
+
+#[test]
+fn every_operation_through_the_client() {
+    let srv = server();
+    let c = client(&srv);
+    assert_eq!(c.get(b"a").unwrap(), None);
+    c.put(b"a", b"1").unwrap();
+    assert_eq!(c.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+    assert!(!c.put_with(b"a", b"2", PutMode::CreateOnly).unwrap());
+    assert!(c.put_with(b"b", b"2", PutMode::CreateOnly).unwrap());
+    assert!(!c.put_with(b"zz", b"3", PutMode::ReplaceOnly).unwrap());
+    assert!(c.put_with(b"a", b"3", PutMode::ReplaceOnly).unwrap());
+    assert_eq!(c.get(b"a").unwrap().as_deref(), Some(&b"3"[..]));
+    assert_eq!(c.mget(&[b"a", b"nope", b"b"]).unwrap(), vec![Some(b"3".to_vec()), None, Some(b"2".to_vec())]);
+    assert!(c.delete(b"a").unwrap());
+    assert!(!c.delete(b"a").unwrap());
+    let big = vec![7u8; 1 << 20];
+    c.put(b"big", &big).unwrap();
+    assert_eq!(c.get(b"big").unwrap().unwrap(), big);
+    // Empty value, binary key.
+    c.put(b"\0\xff\n", b"").unwrap();
+    assert_eq!(c.get(b"\0\xff\n").unwrap(), Some(Vec::new()));
+
+    let r = c
+        .batch(&[
+            BatchOp::Put { key: b"x", value: b"1", mode: PutMode::Upsert },
+            BatchOp::Get(b"x"),
+            BatchOp::Put { key: b"x", value: b"2", mode: PutMode::CreateOnly },
+            BatchOp::Delete(b"x"),
+            BatchOp::Get(b"x"),
+            BatchOp::Get(b"\0granary.x"),
+        ])
+        .unwrap();
+    assert!(matches!(r[0], BatchResult::Stored(true)));
+    assert!(matches!(&r[1], BatchResult::Value(Some(v)) if v == b"1"));
+    assert!(matches!(r[2], BatchResult::Stored(false)));
+    assert!(matches!(r[3], BatchResult::Deleted(true)));
+    assert!(matches!(r[4], BatchResult::Value(None)));
+    // One failed operation does not fail the others.
+    assert!(matches!(&r[5], BatchResult::Failed(Error::Server { status: Status::KeyInvalid, .. })), "{:?}", r[5]);
+
+    c.ping().unwrap();
+    let st: std::collections::HashMap<String, String> = c.stats().unwrap().into_iter().collect();
+    assert_eq!(st["cmd_put"], "9");
+    assert_eq!(st["keys"], "3");
+    assert_eq!(srv.stats().gets.load(Relaxed), 6 + 2 + 1 + 2);
+
+    // The async API, driven by a plain executor.
+    let v = granary_rt::block_on(async {
+        c.put_async(b"as", b"yes").await.unwrap();
+        let v = c.get_async(b"as").await.unwrap();
+        assert!(c.delete_async(b"as").await.unwrap());
+        v
+    });
+    assert_eq!(v.as_deref(), Some(&b"yes"[..]));
+}
+
+#[test]
+fn server_errors_are_reported_and_the_connection_continues() {
+    let srv = server_with(NativeConfig { value_bytes_max: 1000, ..NativeConfig::default() });
+    let c = client(&srv);
+    // Checked by the client before sending.
+    assert!(matches!(c.put(b"k", &[0u8; 1001]), Err(Error::TooLarge { what: "value", .. })));
+    assert!(matches!(c.get(b""), Err(Error::TooLarge { what: "key", .. })));
+    // Checked by the server (raw frames skip the client's checks).
+    let mut s = raw(srv.local_addr());
+    let mut f = Vec::new();
+    Request::Put { key: b"k", value: &[0u8; 1001], mode: PutMode::Upsert }.encode(1, &mut f);
+    Request::Get(b"").encode(2, &mut f);
+    Request::Put { key: b"\0granary.flush_floor", value: b"x", mode: PutMode::Upsert }.encode(3, &mut f);
+    Request::Get(b"ok").encode(4, &mut f);
+    s.write_all(&f).unwrap();
+    let mut got = std::collections::HashMap::new();
+    for _ in 0..4 {
+        let (h, st, body) = read_frame(&mut s).unwrap();
+        got.insert(h.id, (st, String::from_utf8_lossy(&body).into_owned()));
+    }
+    assert_eq!(got[&1].0, Status::ValueTooLarge, "{}", got[&1].1);
+    assert!(got[&1].1.contains("limit of 1000"), "{}", got[&1].1);
+    assert_eq!(got[&2].0, Status::KeyInvalid);
+    assert_eq!(got[&3].0, Status::KeyInvalid);
+    assert!(got[&3].1.contains("reserved"), "{}", got[&3].1);
+    assert_eq!(got[&4].0, Status::NotFound);
+    assert_eq!(c.get(b"k").unwrap(), None);
+}
+
+#[test]
+fn pipelined_requests_take_effect_in_order() {
+    let srv = server();
+    let mut s = raw(srv.local_addr());
+    let mut f = Vec::new();
+    let reqs = [
+        Request::Put { key: b"p", value: b"1", mode: PutMode::Upsert },
+        Request::Get(b"p"),
+        Request::Put { key: b"p", value: b"2", mode: PutMode::Upsert },
+        Request::Get(b"p"),
+        Request::MultiGet(vec![b"p", b"q"]),
+        Request::Delete(b"p"),
+        Request::Get(b"p"),
+        Request::Put { key: b"p", value: b"3", mode: PutMode::CreateOnly },
+        Request::Get(b"p"),
+        Request::Nop,
+    ];
+    // Many rounds in one write, ids distinct.
+    let rounds = 50u64;
+    for r in 0..rounds {
+        for (i, q) in reqs.iter().enumerate() {
+            q.encode(r * 100 + i as u64, &mut f);
+        }
+    }
+    s.write_all(&f).unwrap();
+    let mut seen = 0;
+    for r in 0..rounds {
+        let mut got = std::collections::HashMap::new();
+        loop {
+            let (h, st, body) = read_frame(&mut s).unwrap();
+            assert_eq!(h.id / 100, r, "a response of round {} came before round {r}'s NOP", h.id / 100);
+            seen += 1;
+            if h.op == Op::Nop {
+                // The barrier: answered after every earlier request.
+                assert_eq!(got.len(), reqs.len() - 1, "NOP answered before earlier requests");
+                break;
+            }
+            assert_eq!(h.op, reqs[(h.id % 100) as usize].op());
+            got.insert(h.id % 100, (st, body));
+        }
+        assert_eq!(got[&1], (Status::Ok, b"1".to_vec()));
+        assert_eq!(got[&3], (Status::Ok, b"2".to_vec()));
+        let e = proto::decode_entries(&got[&4].1).unwrap();
+        assert_eq!((e[0].status, &e[0].bytes[..], e[1].status), (Status::Ok, &b"2"[..], Status::NotFound));
+        assert_eq!(got[&5].0, Status::Ok);
+        assert_eq!(got[&6].0, Status::NotFound);
+        assert_eq!(got[&7].0, Status::Ok);
+        assert_eq!(got[&8], (Status::Ok, b"3".to_vec()));
+    }
+    assert_eq!(seen, rounds as usize * reqs.len());
+}
+
+#[test]
+fn many_requests_in_flight_on_one_connection() {
+    let srv = server();
+    let c = client(&srv);
+    let conn = c.conn().unwrap();
+    let n = 2000u32;
+    let keys: Vec<Vec<u8>> = (0..n).map(|i| format!("key-{i}").into_bytes()).collect();
+    let pending: Vec<_> = keys
+        .iter()
+        .map(|k| conn.send(&Request::Put { key: k, value: k, mode: PutMode::Upsert }).unwrap())
+        .collect();
+    for p in pending {
+        assert_eq!(p.wait().unwrap().status, Status::Ok);
+    }
+    let pending: Vec<_> = keys.iter().map(|k| conn.send(&Request::Get(k)).unwrap()).collect();
+    for (k, p) in keys.iter().zip(pending) {
+        let r = p.wait().unwrap();
+        assert_eq!((r.status, &r.body), (Status::Ok, k));
+    }
+    // Async pipelining from a single task: all sent, then awaited.
+    granary_rt::block_on(async {
+        let ps: Vec<_> = keys.iter().map(|k| conn.send(&Request::Delete(k)).unwrap()).collect();
+        for p in ps {
+            assert_eq!(p.await.unwrap().status, Status::Ok);
+        }
+    });
+    assert_eq!(conn.in_flight(), 0);
+}
+
+#[test]
+fn malformed_frames_close_the_connection_and_nothing_else() {
+    let srv = server_with(NativeConfig { value_bytes_max: 1 << 20, ..NativeConfig::default() });
+    let frame_max = proto::frame_bytes_max(1 << 20);
+    let check = |bytes: &[u8], want: Status, why: &str| {
+        let mut s = raw(srv.local_addr());
+        s.write_all(bytes).unwrap();
+        let (h, st, body) = read_frame(&mut s).unwrap_or_else(|| panic!("{why}: no error frame"));
+        assert_eq!(st, want, "{why}: {}", String::from_utf8_lossy(&body));
+        assert_eq!(h.id, 77, "{why}");
+        assert!(closed(&mut s), "{why}: connection left open");
+    };
+    let mut f = Vec::new();
+    Request::Get(b"k").encode(77, &mut f);
+    let mut bad = f.clone();
+    bad[4] = 200;
+    check(&bad, Status::BadFrame, "unknown opcode");
+    let mut bad = f.clone();
+    bad[7] = 1;
+    check(&bad, Status::BadFrame, "reserved bytes");
+    let mut bad = f.clone();
+    bad[5] = 1;
+    check(&bad, Status::BadFrame, "flags on a GET");
+    // A header announcing a huge body is refused before anything is allocated.
+    let mut bad = f[..proto::HEADER_BYTES].to_vec();
+    bad[0..4].copy_from_slice(&(frame_max + 1).to_le_bytes());
+    check(&bad, Status::FrameTooLarge, "oversized");
+    let mut bad = f[..proto::HEADER_BYTES].to_vec();
+    bad[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    check(&bad, Status::FrameTooLarge, "u32::MAX");
+    // An MGET whose count overruns its body.
+    let mut bad = Vec::new();
+    Header { len: 4, op: Op::MultiGet, flags: 0, id: 77 }.encode(&mut bad);
+    bad.extend_from_slice(&1000u32.to_le_bytes());
+    check(&bad, Status::BadFrame, "MGET overrun");
+
+    // A bad hello: the server closes without a reply.
+    let mut s = TcpStream::connect(srv.local_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"get foo\r\nget bar\r\n").unwrap();
+    assert!(closed(&mut s));
+    // A client speaking only a future version gets UNSUPPORTED_VERSION.
+    let mut s = TcpStream::connect(srv.local_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&ClientHello { min_version: 9, max_version: 9 }.encode()).unwrap();
+    let mut b = [0u8; proto::SERVER_HELLO_BYTES];
+    s.read_exact(&mut b).unwrap();
+    assert_eq!(ServerHello::decode(&b).unwrap().status, Status::UnsupportedVersion);
+    assert!(closed(&mut s));
+    // A truncated frame, then the client goes away.
+    let mut s = raw(srv.local_addr());
+    s.write_all(&f[..20.min(f.len() - 1)]).unwrap();
+    drop(s);
+    assert_eq!(srv.stats().bad_frames.load(Relaxed), 7);
+    // The server still serves.
+    client(&srv).ping().unwrap();
+}
+
+/// Seeded garbage after a valid hello (GRANARY_FUZZ_SEED reruns one seed):
+/// the server never crashes and keeps serving.
+#[test]
+fn garbage_never_crashes_the_server() {
+    let srv = server();
+    let seeds: Vec<u64> = match std::env::var("GRANARY_FUZZ_SEED") {
+        Ok(s) => vec![s.parse().expect("GRANARY_FUZZ_SEED is a number")],
+        Err(_) => (1..=60).collect(),
+    };
+    for seed in seeds {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // Valid frames with random bytes flipped, or plain noise.
+        let mut f = Vec::new();
+        for i in 0..20 {
+            let k = format!("k{}", next() % 50);
+            match next() % 4 {
+                0 => Request::Get(k.as_bytes()).encode(i, &mut f),
+                1 => Request::Put { key: k.as_bytes(), value: b"v", mode: PutMode::Upsert }.encode(i, &mut f),
+                2 => Request::MultiGet(vec![k.as_bytes(), b"z"]).encode(i, &mut f),
+                _ => Request::Batch(vec![BatchOp::Delete(k.as_bytes())]).encode(i, &mut f),
+            }
+        }
+        if next() % 3 == 0 {
+            for b in f.iter_mut() {
+                *b = next() as u8;
+            }
+        } else {
+            for _ in 0..1 + next() % 4 {
+                let i = (next() as usize) % f.len();
+                f[i] = next() as u8;
+            }
+        }
+        let mut s = raw(srv.local_addr());
+        let _ = s.write_all(&f);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        // Read until the server closes: every frame it sends is well formed.
+        loop {
+            let mut h = [0u8; proto::HEADER_BYTES];
+            if s.read_exact(&mut h).is_err() {
+                break;
+            }
+            let (hd, _) = proto::Response::decode_header(&h, u32::MAX)
+                .unwrap_or_else(|e| panic!("seed {seed}: bad response header: {e}"));
+            let mut body = vec![0u8; hd.len as usize];
+            s.read_exact(&mut body).unwrap_or_else(|e| panic!("seed {seed}: truncated response: {e}"));
+        }
+        client(&srv).ping().unwrap_or_else(|e| panic!("seed {seed}: server stopped serving: {e}"));
+    }
+}
+
+#[test]
+fn connection_limit_is_enforced() {
+    let srv = server_with(NativeConfig { max_connections: 2, ..NativeConfig::default() });
+    let a = client(&srv);
+    let b = client(&srv);
+    a.ping().unwrap();
+    b.ping().unwrap();
+    match Client::connect(srv.local_addr(), ClientConfig::default()) {
+        Err(Error::Handshake(m)) => assert!(m.contains("connection limit"), "{m}"),
+        other => panic!("third connection: {:?}", other.map(|_| ())),
+    }
+    assert_eq!(srv.stats().rejected_connections.load(Relaxed), 1);
+    drop(a);
+    // Once one closes, a new client gets in (the count drops when the
+    // server sees the close: retry a bounded number of times).
+    let mut ok = false;
+    for _ in 0..200 {
+        if Client::connect(srv.local_addr(), ClientConfig::default()).is_ok() {
+            ok = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(ok, "no connection accepted after one closed");
+}
+
+/// A fake server: answers the hello, then runs `then` on the socket.
+fn fake_server(then: impl Fn(TcpStream) + Send + 'static) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            let mut b = [0u8; proto::CLIENT_HELLO_BYTES];
+            if s.read_exact(&mut b).is_err() {
+                continue;
+            }
+            let h = ServerHello {
+                version: proto::VERSION,
+                status: Status::Ok,
+                key_bytes_max: 100,
+                value_bytes_max: 100,
+                frame_bytes_max: proto::FRAME_BYTES_FLOOR,
+            };
+            let _ = s.write_all(&h.encode());
+            then(s);
+        }
+    });
+    addr
+}
+
+#[test]
+fn timeouts_and_reconnects() {
+    // Never answers: the request times out; the connection stays usable.
+    let silent = fake_server(|s| {
+        std::thread::spawn(move || {
+            let mut s = s;
+            let mut b = [0u8; 4096];
+            while matches!(s.read(&mut b), Ok(n) if n > 0) {}
+        });
+    });
+    let cfg = ClientConfig { timeout: Duration::from_millis(200), connections: 1 };
+    let c = Client::connect(silent, cfg.clone()).unwrap();
+    assert!(matches!(c.get(b"k"), Err(Error::Timeout)));
+    let err = granary_rt::block_on(c.get_async(b"k")).unwrap_err();
+    assert!(matches!(err, Error::Timeout), "{err}");
+    assert!(c.conn().unwrap().is_alive());
+
+    // Closes after the hello: the request fails as disconnected, and the
+    // next one connects anew.
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let n = count.clone();
+    let closer = fake_server(move |s| {
+        n.fetch_add(1, Relaxed);
+        drop(s);
+    });
+    let c = Client::connect(closer, cfg).unwrap();
+    let first = c.conn().unwrap();
+    match c.get(b"k") {
+        Err(Error::Disconnected(_)) => {}
+        // The send itself may fail if the close already arrived.
+        Err(Error::Timeout) => panic!("a closed connection must not wait for the timeout"),
+        other => panic!("{other:?}"),
+    }
+    // Wait (bounded) for the reader to notice, then the pool reconnects.
+    for _ in 0..500 {
+        if !first.is_alive() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(!first.is_alive());
+    let _ = c.get(b"k");
+    assert!(count.load(Relaxed) >= 2, "the pool did not reconnect");
+
+    // Nothing listening: a clear connect error.
+    let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    match Client::connect(dead, ClientConfig::default()) {
+        Err(e @ Error::Connect(..)) => assert!(e.to_string().contains("cannot connect"), "{e}"),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn sharded_client_spreads_keys_over_three_servers() {
+    let servers: Vec<Server> = (0..3).map(|_| server()).collect();
+    let names: Vec<String> = servers.iter().map(|s| s.local_addr().to_string()).collect();
+    let sc = ShardedClient::new(&names, ClientConfig::default()).unwrap();
+    let keys: Vec<Vec<u8>> = (0..600).map(|i| format!("user:{i}").into_bytes()).collect();
+    for k in &keys {
+        sc.put(k, k).unwrap();
+    }
+    // Each key is on the ring's server and only there; all three get a share.
+    let direct: Vec<Client> = servers.iter().map(client).collect();
+    let mut per = [0usize; 3];
+    for k in &keys {
+        let owner = sc.server_of(k);
+        assert_eq!(owner, granary_client::ketama::Ketama::new(&names).server_of(k).unwrap());
+        per[owner] += 1;
+        for (i, d) in direct.iter().enumerate() {
+            assert_eq!(d.get(k).unwrap().is_some(), i == owner, "key {:?}", String::from_utf8_lossy(k));
+        }
+    }
+    assert!(per.iter().all(|&n| n > 100), "uneven spread {per:?}");
+    let ks: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let vals = sc.mget(&ks).unwrap();
+    assert!(vals.iter().zip(&keys).all(|(v, k)| v.as_ref() == Some(k)));
+    assert_eq!(sc.get_many(&ks).unwrap(), vals);
+    let ops: Vec<BatchOp> = ks.iter().map(|k| BatchOp::Delete(k)).collect();
+    let r = sc.batch(&ops).unwrap();
+    assert!(r.iter().all(|x| matches!(x, BatchResult::Deleted(true))));
+    assert!(sc.mget(&ks).unwrap().iter().all(|v| v.is_none()));
+    let items: Vec<(&[u8], &[u8])> = ks.iter().map(|k| (*k, &b"v"[..])).collect();
+    sc.put_many(&items).unwrap();
+    assert_eq!(sc.delete_many(&ks[..10]).unwrap(), vec![true; 10]);
+    let total: u64 = servers.iter().map(|s| s.stats().puts.load(Relaxed)).sum();
+    assert_eq!(total, 1200);
+}
+
+#[test]
+fn shutdown_drains_and_counts_nothing_left() {
+    let srv = server();
+    let c = client(&srv);
+    let conn = c.conn().unwrap();
+    let pending: Vec<_> = (0..200u32)
+        .map(|i| conn.send(&Request::Put { key: &i.to_le_bytes(), value: b"v", mode: PutMode::Upsert }).unwrap())
+        .collect();
+    // Every request the server read before the shutdown is answered.
+    let first = pending.into_iter().next().unwrap().wait().unwrap();
+    assert_eq!(first.status, Status::Ok);
+    assert_eq!(srv.shutdown(), 0);
+}
