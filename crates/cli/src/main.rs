@@ -1,5 +1,6 @@
 //! The `granary` command line: create, put, get, del, stat and verify on a
-//! store in a file or block device.
+//! store in a file or block device; get, put and del also on a server
+//! (`--server HOST:PORT`, the native protocol); serve; benchmarks.
 //!
 //! Exit codes: 0 success; 1 the key is absent (`get`, `del`) or `verify`
 //! found problems; 2 an error (bad arguments, IO, corruption), printed as one
@@ -38,6 +39,67 @@ struct DeviceArgs {
     no_checkpoint: bool,
 }
 
+/// Where `get`, `put` and `del` go: a local store (PATH, the first
+/// positional argument) or a server's native protocol port.
+#[derive(clap::Args, Clone)]
+struct TargetArgs {
+    /// A server's native protocol address (HOST:PORT, default port 43345).
+    #[arg(long, value_name = "HOST:PORT")]
+    server: Option<String>,
+    /// Request timeout in milliseconds with --server.
+    #[arg(long, default_value_t = 5000)]
+    timeout_ms: u64,
+    /// Use the page cache instead of direct IO (local store only).
+    #[arg(long)]
+    buffered: bool,
+    /// Ignore index checkpoints on open (local store only).
+    #[arg(long)]
+    no_checkpoint: bool,
+}
+
+/// A resolved target.
+enum Target {
+    Local(DeviceArgs),
+    Remote(granary_client::Client),
+}
+
+impl TargetArgs {
+    /// Split ARGS into the target and the rest (`want` = how many follow
+    /// PATH: at least `min`).
+    fn resolve(
+        self,
+        mut args: Vec<std::ffi::OsString>,
+        min: usize,
+        max: usize,
+    ) -> Result<(Target, Vec<std::ffi::OsString>), String> {
+        let usage = |form: &str| format!("expected {form}");
+        match self.server {
+            Some(s) => {
+                if args.len() < min || args.len() > max {
+                    return Err(usage("KEY [VALUE] after --server HOST:PORT"));
+                }
+                if self.buffered || self.no_checkpoint {
+                    return Err("--buffered and --no-checkpoint apply to a local store, not --server".into());
+                }
+                let addr = if s.contains(':') { s.clone() } else { format!("{s}:{}", granary_proto::DEFAULT_PORT) };
+                let cfg = granary_client::ClientConfig {
+                    timeout: std::time::Duration::from_millis(self.timeout_ms.max(1)),
+                    connections: 1,
+                };
+                let c = granary_client::Client::connect(addr.as_str(), cfg).map_err(|e| format!("{addr}: {e}"))?;
+                Ok((Target::Remote(c), args))
+            }
+            None => {
+                if args.len() < min + 1 || args.len() > max + 1 {
+                    return Err(usage("PATH KEY [VALUE] (or --server HOST:PORT KEY [VALUE])"));
+                }
+                let path = PathBuf::from(args.remove(0));
+                Ok((Target::Local(DeviceArgs { path, buffered: self.buffered, no_checkpoint: self.no_checkpoint }), args))
+            }
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Create a store in a new file (preallocated) or on a block device.
@@ -58,29 +120,38 @@ enum Cmd {
         if_absent: bool,
     },
     /// Store a value: from the argument, or from stdin when absent or "-".
+    /// `granary put PATH KEY [VALUE]`, or `granary put --server HOST:PORT KEY [VALUE]`.
     Put {
         #[command(flatten)]
-        dev: DeviceArgs,
-        key: std::ffi::OsString,
-        value: Option<std::ffi::OsString>,
+        target: TargetArgs,
+        /// [PATH] KEY [VALUE]: PATH only without --server.
+        #[arg(value_name = "ARGS", required = true, num_args = 1..=3)]
+        args: Vec<std::ffi::OsString>,
         /// upsert (default), add (only if absent) or replace (only if present).
         #[arg(long, value_enum, default_value = "upsert")]
         mode: Mode,
-        /// fdatasync after the write (survives power loss on drives without PLP).
+        /// fdatasync after the write (survives power loss on drives without PLP; local only).
         #[arg(long)]
         flush: bool,
     },
     /// Print a value to stdout; exit 1 if the key is absent.
+    /// `granary get PATH KEY`, or `granary get --server HOST:PORT KEY`.
     Get {
         #[command(flatten)]
-        dev: DeviceArgs,
-        key: std::ffi::OsString,
+        target: TargetArgs,
+        /// [PATH] KEY: PATH only without --server.
+        #[arg(value_name = "ARGS", required = true, num_args = 1..=2)]
+        args: Vec<std::ffi::OsString>,
     },
     /// Delete a key; exit 1 if it was absent.
+    /// `granary del PATH KEY`, or `granary del --server HOST:PORT KEY`.
     Del {
         #[command(flatten)]
-        dev: DeviceArgs,
-        key: std::ffi::OsString,
+        target: TargetArgs,
+        /// [PATH] KEY: PATH only without --server.
+        #[arg(value_name = "ARGS", required = true, num_args = 1..=2)]
+        args: Vec<std::ffi::OsString>,
+        /// fdatasync after the write (local only).
         #[arg(long)]
         flush: bool,
     },
@@ -427,8 +498,13 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             store.close().map_err(|e| e.to_string())?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Put { dev, key, value, mode: m, flush } => {
-            let value = match value {
+        Cmd::Put { target, args, mode: m, flush } => {
+            let (target, mut args) = target.resolve(args, 1, 2)?;
+            if flush && matches!(target, Target::Remote(_)) {
+                return Err("--flush applies to a local store; a server's durability is its own setting".into());
+            }
+            let key = args.remove(0);
+            let value = match args.pop() {
                 Some(v) if v != "-" => v.as_bytes().to_vec(),
                 _ => {
                     let mut buf = Vec::new();
@@ -438,29 +514,50 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                     buf
                 }
             };
-            let store = open_store(&dev, flush, false)?;
-            let pm = match m {
-                Mode::Upsert => PutMode::Upsert,
-                Mode::Add => PutMode::CreateOnly,
-                Mode::Replace => PutMode::ReplaceOnly,
+            let stored = match target {
+                Target::Local(dev) => {
+                    let store = open_store(&dev, flush, false)?;
+                    let pm = match m {
+                        Mode::Upsert => PutMode::Upsert,
+                        Mode::Add => PutMode::CreateOnly,
+                        Mode::Replace => PutMode::ReplaceOnly,
+                    };
+                    let outcome = store.put_with(key.as_bytes(), &value, pm).map_err(|e| e.to_string())?;
+                    store.close().map_err(|e| e.to_string())?;
+                    outcome == PutOutcome::Stored
+                }
+                Target::Remote(c) => {
+                    let pm = match m {
+                        Mode::Upsert => granary_client::PutMode::Upsert,
+                        Mode::Add => granary_client::PutMode::CreateOnly,
+                        Mode::Replace => granary_client::PutMode::ReplaceOnly,
+                    };
+                    c.put_with(key.as_bytes(), &value, pm).map_err(|e| e.to_string())?
+                }
             };
-            let outcome = store.put_with(key.as_bytes(), &value, pm).map_err(|e| e.to_string())?;
-            store.close().map_err(|e| e.to_string())?;
-            match outcome {
-                PutOutcome::Stored => Ok(ExitCode::SUCCESS),
-                PutOutcome::Exists => {
+            match (stored, m) {
+                (true, _) => Ok(ExitCode::SUCCESS),
+                (false, Mode::Add) => {
                     eprintln!("granary: not stored: key exists (--mode add)");
                     Ok(ExitCode::from(1))
                 }
-                PutOutcome::NotFound => {
+                (false, _) => {
                     eprintln!("granary: not stored: key not found (--mode replace)");
                     Ok(ExitCode::from(1))
                 }
             }
         }
-        Cmd::Get { dev, key } => {
-            let store = open_store(&dev, false, true)?;
-            match store.get(key.as_bytes()).map_err(|e| e.to_string())? {
+        Cmd::Get { target, args } => {
+            let (target, args) = target.resolve(args, 1, 1)?;
+            let key = &args[0];
+            let v = match target {
+                Target::Local(dev) => {
+                    let store = open_store(&dev, false, true)?;
+                    store.get(key.as_bytes()).map_err(|e| e.to_string())?
+                }
+                Target::Remote(c) => c.get(key.as_bytes()).map_err(|e| e.to_string())?,
+            };
+            match v {
                 Some(v) => {
                     let mut out = std::io::stdout().lock();
                     out.write_all(&v).and_then(|_| out.flush()).map_err(|e| format!("cannot write to stdout: {e}"))?;
@@ -472,10 +569,21 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 }
             }
         }
-        Cmd::Del { dev, key, flush } => {
-            let store = open_store(&dev, flush, false)?;
-            let existed = store.delete(key.as_bytes()).map_err(|e| e.to_string())?;
-            store.close().map_err(|e| e.to_string())?;
+        Cmd::Del { target, args, flush } => {
+            let (target, args) = target.resolve(args, 1, 1)?;
+            if flush && matches!(target, Target::Remote(_)) {
+                return Err("--flush applies to a local store; a server's durability is its own setting".into());
+            }
+            let key = &args[0];
+            let existed = match target {
+                Target::Local(dev) => {
+                    let store = open_store(&dev, flush, false)?;
+                    let existed = store.delete(key.as_bytes()).map_err(|e| e.to_string())?;
+                    store.close().map_err(|e| e.to_string())?;
+                    existed
+                }
+                Target::Remote(c) => c.delete(key.as_bytes()).map_err(|e| e.to_string())?,
+            };
             if existed {
                 Ok(ExitCode::SUCCESS)
             } else {

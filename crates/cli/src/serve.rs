@@ -4,6 +4,8 @@
 
 use crate::size;
 use granary_memcache::{limits, Server, ServerConfig};
+use granary_native::NativeConfig;
+use granary_rt::{Runtime, RuntimeConfig};
 use granary_store::io::{FileDevice, IoBackend, OpenMode};
 use granary_store::{CreateOptions, Durability, OpenOptions, Store};
 use std::net::{IpAddr, SocketAddr};
@@ -25,6 +27,12 @@ pub struct ServeArgs {
     /// Memcache TCP port (memcached's -p).
     #[arg(short = 'p', long, default_value_t = 11211)]
     port: u16,
+    /// Native protocol TCP port (docs/PROTOCOL.md), on the same address.
+    #[arg(long, default_value_t = granary_proto::DEFAULT_PORT)]
+    native_port: u16,
+    /// Do not serve the native protocol.
+    #[arg(long)]
+    no_native: bool,
     /// Address to listen on (memcached's -l).
     #[arg(short = 'l', long, default_value = "127.0.0.1")]
     listen: IpAddr,
@@ -127,8 +135,29 @@ pub fn run(a: ServeArgs, progress: Option<granary_store::ProgressHook>) -> Resul
         max_connections: a.conn_limit,
         item_bytes_max: usize::try_from(a.max_item_size).unwrap_or(usize::MAX),
     };
-    let server = Server::start(store.clone(), cfg).map_err(|e| e.to_string())?;
+    // One runtime (one executor per core) serves both listeners.
+    let rc = RuntimeConfig {
+        threads: if a.threads == 0 { RuntimeConfig::default().threads } else { a.threads },
+        name: "granary".into(),
+        ..RuntimeConfig::default()
+    };
+    let rt = Arc::new(Runtime::new(rc).map_err(|e| format!("cannot start the runtime: {e}"))?);
+    let server = Server::start_on(store.clone(), cfg, rt.clone()).map_err(|e| e.to_string())?;
     eprintln!("granary: serving {} over memcache on {}", a.data.display(), server.local_addr());
+    let native = if a.no_native {
+        None
+    } else {
+        let ncfg = NativeConfig {
+            listen: SocketAddr::new(a.listen, a.native_port),
+            threads: a.threads,
+            max_connections: a.conn_limit,
+            value_bytes_max: u32::try_from(a.max_item_size).unwrap_or(u32::MAX),
+        };
+        let n = granary_native::Server::start_on(store.clone(), ncfg, rt.clone()).map_err(|e| e.to_string())?;
+        eprintln!("granary: serving the native protocol on {}", n.local_addr());
+        Some(n)
+    };
+    drop(rt);
     let sig = wait_for_signal(&signals);
     eprintln!("granary: signal {sig}: draining connections, then a checkpoint (a second signal exits at once)");
     // A second signal exits at once; the store is crash-safe, so the next
@@ -139,7 +168,11 @@ pub fn run(a: ServeArgs, progress: Option<granary_store::ProgressHook>) -> Resul
         eprintln!("granary: signal {sig} again: exiting without a checkpoint");
         std::process::exit(130);
     });
-    let cancelled = server.shutdown();
+    // Both listeners drain at once.
+    let cancelled = std::thread::scope(|s| {
+        let n = native.map(|n| s.spawn(move || n.shutdown()));
+        server.shutdown() + n.map(|h| h.join().unwrap_or(0)).unwrap_or(0)
+    });
     tracing::info!(cancelled, "connections drained");
     let store = Arc::try_unwrap(store).map_err(|_| "the store is still in use after the server stopped".to_string())?;
     store.close().map_err(|e| format!("closing the store: {e}"))?;

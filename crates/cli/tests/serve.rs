@@ -12,6 +12,7 @@ use std::time::Duration;
 struct Serve {
     child: Child,
     port: u16,
+    native_port: u16,
 }
 
 fn free_port() -> u16 {
@@ -26,8 +27,10 @@ impl Serve {
 
     fn start_with(data: &Path, extra: &[&str]) -> Serve {
         let port = free_port();
+        let native_port = free_port();
         let mut child = Command::new(env!("CARGO_BIN_EXE_granary"))
             .args(["serve", "--data", data.to_str().unwrap(), "--size", "64M", "-p", &port.to_string(), "-t", "2"])
+            .args(["--native-port", &native_port.to_string()])
             .args(extra)
             .env("GRANARY_LOG", "info")
             .stdout(Stdio::null())
@@ -40,7 +43,10 @@ impl Serve {
             let mut line = String::new();
             assert!(err.read_line(&mut line).unwrap() > 0, "granary serve exited early:\n{log}");
             log.push_str(&line);
-            if line.contains("serving") {
+            // Both listeners are up (or memcache alone with --no-native).
+            if line.contains("serving the native protocol")
+                || (line.contains("serving") && extra.contains(&"--no-native"))
+            {
                 break;
             }
         }
@@ -49,7 +55,7 @@ impl Serve {
             let mut sink = Vec::new();
             let _ = err.read_to_end(&mut sink);
         });
-        Serve { child, port }
+        Serve { child, port, native_port }
     }
 
     fn call(&self, req: &[u8]) -> Vec<u8> {
@@ -161,4 +167,36 @@ fn bench_memcache_drives_granary_serve_and_reports_json() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("granary"));
     // The data file is removed afterwards.
     assert!(!dir.path().join("bench-memcache-granary.db").exists());
+}
+
+fn granary(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_granary")).args(args).output().unwrap()
+}
+
+#[test]
+fn cli_get_put_del_against_a_server_over_the_native_protocol() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let s = Serve::start(&dir.path().join("n.db"));
+    let addr = format!("127.0.0.1:{}", s.native_port);
+    let o = granary(&["put", "--server", &addr, "greeting", "hello"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = granary(&["get", "--server", &addr, "greeting"]);
+    assert_eq!((o.status.code(), &o.stdout[..]), (Some(0), &b"hello"[..]));
+    // The same store behind both listeners.
+    assert_eq!(s.call(b"get greeting\r\n"), b"VALUE greeting 0 5\r\nhello\r\nEND\r\n");
+    let o = granary(&["put", "--server", &addr, "--mode", "add", "greeting", "again"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(granary(&["del", "--server", &addr, "greeting"]).status.code(), Some(0));
+    assert_eq!(granary(&["del", "--server", &addr, "greeting"]).status.code(), Some(1));
+    let o = granary(&["get", "--server", &addr, "greeting"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("key not found"));
+    // Usage errors and an unreachable server: exit 2 with a clear line.
+    let o = granary(&["get", "--server", &addr, "a", "b"]);
+    assert_eq!(o.status.code(), Some(2));
+    let dead = format!("127.0.0.1:{}", free_port());
+    let o = granary(&["get", "--server", &dead, "k"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot connect"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(s.signal(SIGTERM).code(), Some(0));
 }

@@ -109,13 +109,25 @@ impl Ctx {
 pub struct Server {
     ctx: Arc<Ctx>,
     addr: SocketAddr,
-    rt: Option<Runtime>,
+    rt: Option<Arc<Runtime>>,
     listener: std::net::TcpListener,
 }
 
 impl Server {
-    /// Bind and start serving `store`.
+    /// Bind and start serving `store` on a runtime of its own.
     pub fn start(store: Arc<Store>, cfg: ServerConfig) -> io::Result<Server> {
+        let rc = RuntimeConfig {
+            threads: if cfg.threads == 0 { RuntimeConfig::default().threads } else { cfg.threads },
+            name: "granary-mc".into(),
+            ..RuntimeConfig::default()
+        };
+        let rt = Arc::new(Runtime::new(rc)?);
+        Server::start_on(store, cfg, rt)
+    }
+
+    /// Bind and start serving `store` on `rt` (shared with other
+    /// listeners; `cfg.threads` is then ignored).
+    pub fn start_on(store: Arc<Store>, cfg: ServerConfig, rt: Arc<Runtime>) -> io::Result<Server> {
         if cfg.item_bytes_max == 0 || cfg.item_bytes_max > ITEM_BYTES_LIMIT {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -136,13 +148,7 @@ impl Server {
         let std_listener = std::net::TcpListener::bind(cfg.listen)
             .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen)))?;
         let addr = std_listener.local_addr()?;
-        let rc = RuntimeConfig {
-            threads: if cfg.threads == 0 { RuntimeConfig::default().threads } else { cfg.threads },
-            name: "granary-mc".into(),
-            ..RuntimeConfig::default()
-        };
-        let threads = rc.threads;
-        let rt = Runtime::new(rc)?;
+        let threads = rt.cores();
         let now = store.now();
         let cfg_evicting = store.evicts();
         let ctx = Arc::new(Ctx {
@@ -208,6 +214,10 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // Accept loops end (they may run on a runtime shared with others).
+        self.ctx.stopping.store(true, Relaxed);
+        // SAFETY: shutdown(2) on the listener we own.
+        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
         self.rt.take();
     }
 }

@@ -109,7 +109,9 @@ impl Server {
 
     /// Bind and serve `store` on `rt` (shared with other listeners).
     pub fn start_on(store: Arc<Store>, cfg: NativeConfig, rt: Arc<Runtime>) -> io::Result<Server> {
-        let engine_max = store.value_bytes_max(proto::KEY_BYTES_MAX);
+        // With a short key; a long key leaves a little less room, which the
+        // engine enforces per request (VALUE_TOO_LARGE).
+        let engine_max = store.value_bytes_max(1);
         if cfg.value_bytes_max == 0 || cfg.value_bytes_max > proto::VALUE_BYTES_LIMIT {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -120,7 +122,7 @@ impl Server {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
-                    "largest value {} exceeds what this store's segments hold with a maximal key ({engine_max} bytes); \
+                    "largest value {} exceeds what this store's segments hold ({engine_max} bytes); \
                      create the store with larger segments",
                     cfg.value_bytes_max
                 ),
@@ -614,7 +616,7 @@ async fn execute(ctx: &Ctx, h: Header, body: &[u8], out: &mut Vec<u8>) {
             proto::encode_count(&mut b, keys.len());
             for k in keys {
                 let (s, v) = do_get(ctx, k).await;
-                proto::encode_entry(&mut b, s, &v);
+                push_entry(ctx, &mut b, s, &v);
             }
             proto::encode_response(out, h.op, Status::Ok, h.id, &b);
         }
@@ -628,7 +630,7 @@ async fn execute(ctx: &Ctx, h: Header, body: &[u8], out: &mut Vec<u8>) {
                     proto::BatchOp::Put { key, value, mode } => do_put(ctx, key, value, mode).await,
                     proto::BatchOp::Delete(k) => do_delete(ctx, k).await,
                 };
-                proto::encode_entry(&mut b, s, &v);
+                push_entry(ctx, &mut b, s, &v);
             }
             proto::encode_response(out, h.op, Status::Ok, h.id, &b);
         }
@@ -642,6 +644,18 @@ async fn execute(ctx: &Ctx, h: Header, body: &[u8], out: &mut Vec<u8>) {
             proto::encode_stats(&mut b, &stats_pairs(ctx));
             proto::encode_response(out, h.op, Status::Ok, h.id, &b);
         }
+    }
+}
+
+/// Append an MGET/BATCH entry; a value that would take the response past
+/// the frame limit is replaced by a `VALUE_TOO_LARGE` entry (fetch it alone).
+fn push_entry(ctx: &Ctx, body: &mut Vec<u8>, s: Status, v: &[u8]) {
+    if body.len() + 5 + v.len() > ctx.frame_max as usize {
+        ctx.stats.errors.fetch_add(1, Relaxed);
+        let msg = format!("this value would take the response past the frame limit of {} bytes; get it alone", ctx.frame_max);
+        proto::encode_entry(body, Status::ValueTooLarge, msg.as_bytes());
+    } else {
+        proto::encode_entry(body, s, v);
     }
 }
 
