@@ -100,7 +100,7 @@ pub struct DeviceBenchReport {
     pub record_bytes: u64,
 }
 
-fn rng(seed: u64) -> impl FnMut() -> u64 {
+pub(crate) fn rng(seed: u64) -> impl FnMut() -> u64 {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     move || {
         x ^= x << 13;
@@ -112,18 +112,18 @@ fn rng(seed: u64) -> impl FnMut() -> u64 {
 
 /// Key `i`: 8 to 32 bytes, derived from i (so any thread can name it).
 /// The first 8 bytes are i itself, so keys are unique at every length.
-fn key(i: u64) -> Vec<u8> {
+pub(crate) fn key(i: u64) -> Vec<u8> {
     let mut k = i.to_le_bytes().to_vec();
     k.resize(8 + (i.wrapping_mul(0x9E37_79B9) % 25) as usize, b'k');
     k
 }
 
-fn hist() -> Histogram<u64> {
+pub(crate) fn hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds")
 }
 
 /// Shared state of one measured point.
-struct Run {
+pub(crate) struct Run {
     stop: AtomicBool,
     ops: AtomicU64,
     errors: AtomicU64,
@@ -132,7 +132,7 @@ struct Run {
 }
 
 impl Run {
-    fn new(max_ops: u64) -> Arc<Run> {
+    pub(crate) fn new(max_ops: u64) -> Arc<Run> {
         Arc::new(Run {
             stop: AtomicBool::new(false),
             ops: AtomicU64::new(0),
@@ -142,7 +142,7 @@ impl Run {
         })
     }
     /// Record one op started at `t0`; false once the point should end.
-    fn done_one(&self, h: &mut Histogram<u64>, t0: Instant, ok: bool) -> bool {
+    pub(crate) fn done_one(&self, h: &mut Histogram<u64>, t0: Instant, ok: bool) -> bool {
         let _ = h.record(t0.elapsed().as_nanos() as u64);
         if !ok {
             self.errors.fetch_add(1, Relaxed);
@@ -150,17 +150,17 @@ impl Run {
         self.ops.fetch_add(1, Relaxed) + 1 < self.max_ops && !self.stop.load(Relaxed)
     }
     /// Wait until `secs` after `start` (or the op cap), then tell workers to stop.
-    fn stop_after(&self, start: Instant, secs: f64) {
+    pub(crate) fn stop_after(&self, start: Instant, secs: f64) {
         let deadline = start + Duration::from_secs_f64(secs);
         while Instant::now() < deadline && self.ops.load(Relaxed) < self.max_ops {
             std::thread::sleep(Duration::from_millis(5));
         }
         self.stop.store(true, Relaxed);
     }
-    fn merge(&self, h: &Histogram<u64>) {
+    pub(crate) fn merge(&self, h: &Histogram<u64>) {
         self.hist.lock().unwrap().add(h).expect("same bounds");
     }
-    fn point(&self, system: &str, op: &'static str, depth: usize, secs: f64) -> Point {
+    pub(crate) fn point(&self, system: &str, op: &'static str, depth: usize, secs: f64) -> Point {
         let h = self.hist.lock().unwrap();
         Point {
             system: system.into(),
@@ -175,7 +175,7 @@ impl Run {
     }
 }
 
-fn value_of(v: usize, i: u64, round: u64) -> Vec<u8> {
+pub(crate) fn value_of(v: usize, i: u64, round: u64) -> Vec<u8> {
     let b = (i ^ round) as u8;
     vec![b; v]
 }
@@ -212,7 +212,13 @@ fn run_threads(store: &Arc<Store>, o: &DeviceBenchOptions, op: &'static str, dep
 }
 
 /// Measure one op at one depth with `depth` tasks on the runtime.
-fn run_tasks(store: &Arc<Store>, rt: &Runtime, o: &DeviceBenchOptions, op: &'static str, depth: usize) -> Point {
+pub(crate) fn run_tasks(
+    store: &Arc<Store>,
+    rt: &Runtime,
+    o: &DeviceBenchOptions,
+    op: &'static str,
+    depth: usize,
+) -> Point {
     let run = Run::new(o.max_ops);
     let start = Instant::now();
     let handles: Vec<_> = (0..depth)
@@ -246,7 +252,7 @@ fn run_tasks(store: &Arc<Store>, rt: &Runtime, o: &DeviceBenchOptions, op: &'sta
     run.point("granary-uring", op, depth, start.elapsed().as_secs_f64())
 }
 
-fn load(store: &Arc<Store>, rt: &Runtime, o: &DeviceBenchOptions) -> Result<(), String> {
+pub(crate) fn load(store: &Arc<Store>, rt: &Runtime, o: &DeviceBenchOptions) -> Result<(), String> {
     let tasks = 64u64;
     let done = Arc::new(AtomicU64::new(0));
     let start = Instant::now();

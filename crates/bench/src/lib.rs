@@ -8,6 +8,8 @@
 //!   byte written once (write amplification 1).
 //! - [`device`]: GET/PUT at queue depths 1..128 on both IO backends against
 //!   fio on the same file (`granary bench device`).
+//! - [`native`]: the native protocol over loopback against the embedded
+//!   engine on the same store (`granary bench native`).
 //! - [`recovery`]: clean restart and crash recovery of a loaded store, the
 //!   scan rate against fio's sequential read (`granary bench recovery`).
 //! - [`load`]: the generated keys and values of `granary load`.
@@ -20,4 +22,5 @@ pub mod index;
 pub mod load;
 pub mod mem;
 pub mod memcache;
+pub mod native;
 pub mod recovery;

@@ -94,7 +94,10 @@ impl TargetArgs {
                     return Err(usage("PATH KEY [VALUE] (or --server HOST:PORT KEY [VALUE])"));
                 }
                 let path = PathBuf::from(args.remove(0));
-                Ok((Target::Local(DeviceArgs { path, buffered: self.buffered, no_checkpoint: self.no_checkpoint }), args))
+                Ok((
+                    Target::Local(DeviceArgs { path, buffered: self.buffered, no_checkpoint: self.no_checkpoint }),
+                    args,
+                ))
             }
         }
     }
@@ -224,6 +227,9 @@ enum BenchCmd {
     /// GET/PUT at queue depths 1..128 on a real file, sync and io_uring
     /// backends, against fio on the same file in the same run.
     Device(DeviceBenchArgs),
+    /// The native protocol over loopback against the embedded engine on
+    /// the same store, at several pipeline depths.
+    Native(NativeBenchArgs),
     /// A Memcache load generator: `granary serve` against memcached (DRAM)
     /// and memcached with extstore on the same disk, in one run.
     Memcache(MemcacheBenchArgs),
@@ -340,6 +346,34 @@ struct DeviceBenchArgs {
     /// Skip fio (no reference, no ratios).
     #[arg(long)]
     no_fio: bool,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct NativeBenchArgs {
+    /// The data file to create (removed afterwards).
+    #[arg(long, default_value = "granary-data/bench-native.db")]
+    path: PathBuf,
+    /// Its size.
+    #[arg(long, default_value = "2G", value_parser = size::parse)]
+    size: u64,
+    /// Keys to load before measuring.
+    #[arg(long, default_value = "100K", value_parser = parse_count)]
+    keys: u64,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 1000)]
+    value_bytes: usize,
+    /// Pipeline depths (requests in flight on the one connection), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+    depths: Vec<usize>,
+    /// Seconds per measured point.
+    #[arg(long, default_value_t = 2.0)]
+    secs: f64,
+    /// Executors serving the embedded tasks and the server.
+    #[arg(long, default_value_t = 1)]
+    cores: usize,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -724,6 +758,30 @@ fn bench(cmd: BenchCmd) -> Result<ExitCode, String> {
             let v = granary_bench::recovery::run(&o)?;
             if let Some(path) = json {
                 write_json(&path, &v)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCmd::Native(a) => {
+            if a.depths.is_empty() || a.depths.contains(&0) || a.depths.iter().any(|&d| d > 1024) {
+                return Err("--depths needs pipeline depths between 1 and 1024, e.g. 1,16,64".into());
+            }
+            if !(0.1..=600.0).contains(&a.secs) {
+                return Err("--secs must be between 0.1 and 600".into());
+            }
+            let o = granary_bench::native::NativeBenchOptions {
+                path: a.path,
+                size_bytes: a.size,
+                keys: a.keys,
+                value_bytes: a.value_bytes,
+                depths: a.depths,
+                secs: a.secs,
+                cores: a.cores.max(1),
+                ..Default::default()
+            };
+            let r = granary_bench::native::run(&o)?;
+            print!("{}", granary_bench::native::render(&o, &r));
+            if let Some(path) = a.json {
+                write_json(&path, &granary_bench::native::to_json(&o, &r))?;
             }
             Ok(ExitCode::SUCCESS)
         }

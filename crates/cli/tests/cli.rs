@@ -288,3 +288,45 @@ fn version_names_the_git_commit() {
     let v = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(v.starts_with(&format!("granary {} (git ", env!("CARGO_PKG_VERSION"))), "{v}");
 }
+
+#[test]
+fn bench_native_compares_the_protocol_with_the_embedded_engine() {
+    let dir = workdir();
+    let data = dir.path().join("bench/native.db");
+    let json = dir.path().join("native.json");
+    let o = run(&[
+        "bench",
+        "native",
+        "--path",
+        data.to_str().unwrap(),
+        "--size",
+        "64M",
+        "--keys",
+        "2000",
+        "--secs",
+        "0.1",
+        "--depths",
+        "1,8",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("ratio"));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let points = v["points"].as_array().unwrap();
+    for op in ["get", "put"] {
+        for depth in [1, 8] {
+            for sys in ["embedded", "native"] {
+                let p = points
+                    .iter()
+                    .find(|p| p["system"] == sys && p["op"] == op && p["depth"] == depth)
+                    .unwrap_or_else(|| panic!("no point for {sys} {op} depth {depth}"));
+                assert!(p["ops"].as_u64().unwrap() > 0, "{p}");
+                assert_eq!(p["errors"], 0, "{p}");
+            }
+            let n = points.iter().find(|p| p["system"] == "native" && p["op"] == op && p["depth"] == depth).unwrap();
+            assert!(n["ratio_to_embedded"].as_f64().unwrap() > 0.0);
+        }
+    }
+    assert!(!data.exists(), "the bench file is removed");
+}

@@ -281,7 +281,11 @@ async fn hello(stream: &TcpStream, ctx: &Ctx, status: Status) -> io::Result<bool
     let (r, _) = stream.send_all(sh.encode().to_vec()).await;
     r?;
     if status == Status::UnsupportedVersion {
-        tracing::info!(min = client.min_version, max = client.max_version, "native connection closed: no common version");
+        tracing::info!(
+            min = client.min_version,
+            max = client.max_version,
+            "native connection closed: no common version"
+        );
     }
     Ok(status == Status::Ok)
 }
@@ -652,7 +656,8 @@ async fn execute(ctx: &Ctx, h: Header, body: &[u8], out: &mut Vec<u8>) {
 fn push_entry(ctx: &Ctx, body: &mut Vec<u8>, s: Status, v: &[u8]) {
     if body.len() + 5 + v.len() > ctx.frame_max as usize {
         ctx.stats.errors.fetch_add(1, Relaxed);
-        let msg = format!("this value would take the response past the frame limit of {} bytes; get it alone", ctx.frame_max);
+        let msg =
+            format!("this value would take the response past the frame limit of {} bytes; get it alone", ctx.frame_max);
         proto::encode_entry(body, Status::ValueTooLarge, msg.as_bytes());
     } else {
         proto::encode_entry(body, s, v);

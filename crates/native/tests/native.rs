@@ -206,10 +206,8 @@ fn many_requests_in_flight_on_one_connection() {
     let conn = c.conn().unwrap();
     let n = 2000u32;
     let keys: Vec<Vec<u8>> = (0..n).map(|i| format!("key-{i}").into_bytes()).collect();
-    let pending: Vec<_> = keys
-        .iter()
-        .map(|k| conn.send(&Request::Put { key: k, value: k, mode: PutMode::Upsert }).unwrap())
-        .collect();
+    let pending: Vec<_> =
+        keys.iter().map(|k| conn.send(&Request::Put { key: k, value: k, mode: PutMode::Upsert }).unwrap()).collect();
     for p in pending {
         assert_eq!(p.wait().unwrap().status, Status::Ok);
     }

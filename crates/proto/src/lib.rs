@@ -398,7 +398,11 @@ impl<'a> BatchOp<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request<'a> {
     Get(&'a [u8]),
-    Put { key: &'a [u8], value: &'a [u8], mode: PutMode },
+    Put {
+        key: &'a [u8],
+        value: &'a [u8],
+        mode: PutMode,
+    },
     Delete(&'a [u8]),
     MultiGet(Vec<&'a [u8]>),
     Batch(Vec<BatchOp<'a>>),
