@@ -6,6 +6,7 @@
 //! found problems; 2 an error (bad arguments, IO, corruption), printed as one
 //! line on stderr.
 
+mod metrics;
 mod serve;
 mod size;
 
@@ -492,10 +493,7 @@ fn progress_bar() -> Option<ProgressHook> {
 
 fn run(cli: Cli) -> Result<ExitCode, String> {
     match cli.cmd {
-        Cmd::Serve(a) => {
-            serve::run(a, progress_bar())?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Cmd::Serve(a) => run_serve(serve::Config::resolve(&a)?),
         Cmd::Create { dev, size, segment_size, grain, if_absent } => {
             if if_absent && dev.path.exists() {
                 let store = open_store(&dev, false, true)?;
@@ -972,16 +970,54 @@ fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
         eprintln!("granary: internal error: {info}; please report this");
     }));
-    use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("GRANARY_LOG").unwrap_or_else(|_| {
-            tracing_subscriber::EnvFilter::new("warn,granary_store=info,granary_memcache=info,granary=info")
-        }))
-        .init();
     let cli = Cli::parse();
-    match run(cli) {
+    // `serve` may ask for JSON logs (flag or configuration file).
+    let mut json_logs = std::env::var("GRANARY_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let cli = match cli {
+        Cli { cmd: Cmd::Serve(a) } => match serve::Config::resolve(&a) {
+            Ok(c) => {
+                json_logs |= c.log_format == serve::LogFormat::Json;
+                init_logging(json_logs);
+                return finish(run_serve(c));
+            }
+            Err(msg) => {
+                eprintln!("granary: error: {msg}");
+                return ExitCode::from(2);
+            }
+        },
+        other => other,
+    };
+    init_logging(json_logs);
+    finish(run(cli))
+}
+
+/// Logs on stderr: text (colored on a terminal) or one JSON object per line.
+fn init_logging(json: bool) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GRANARY_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(
+            "warn,granary_store=info,granary_memcache=info,granary_native=info,granary=info",
+        )
+    });
+    let b = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
+    if json {
+        b.json().init();
+    } else {
+        b.with_ansi(std::io::stderr().is_terminal()).init();
+    }
+}
+
+fn run_serve(c: serve::Config) -> Result<ExitCode, String> {
+    if c.print {
+        print!("{}", c.to_toml());
+        return Ok(ExitCode::SUCCESS);
+    }
+    serve::run(c, progress_bar())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn finish(r: Result<ExitCode, String>) -> ExitCode {
+    match r {
         Ok(code) => code,
         Err(msg) => {
             eprintln!("granary: error: {msg}");

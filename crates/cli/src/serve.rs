@@ -12,39 +12,60 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// `granary serve`'s flags. Every setting can also come from the TOML file
+/// given with `--config` (docs/CONFIG.md); a flag given on the command line
+/// wins over the file, the file over the default.
 #[derive(clap::Args)]
 pub struct ServeArgs {
-    /// Store file or block device; a missing file is created with --size.
-    #[arg(long, default_value = "granary-data/granary.db")]
-    data: PathBuf,
-    /// Size of a new data file (e.g. 1G, 64G).
-    #[arg(long, default_value = "1G", value_parser = size::parse)]
-    size: u64,
-    /// Segment size of a new store (default: 1/64 of the device, 1 MiB..1 GiB;
-    /// the largest item must fit in one segment).
+    /// A TOML configuration file (docs/CONFIG.md); flags override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Print the effective configuration (flags, file and defaults merged)
+    /// as TOML and exit.
+    #[arg(long)]
+    print_config: bool,
+    /// Store file or block device; a missing file is created with --size
+    /// [default: granary-data/granary.db].
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Size of a new data file, e.g. 1G, 64G [default: a quarter of the free
+    /// space where the file goes, at most 1 GiB].
+    #[arg(long, value_parser = size::parse)]
+    size: Option<u64>,
+    /// Segment size of a new store [default: 1/64 of the device, 1 MiB..1 GiB,
+    /// and large enough for the largest item].
     #[arg(long, value_parser = size::parse)]
     segment_size: Option<u64>,
-    /// Memcache TCP port (memcached's -p).
-    #[arg(short = 'p', long, default_value_t = 11211)]
-    port: u16,
-    /// Native protocol TCP port (docs/PROTOCOL.md), on the same address.
-    #[arg(long, default_value_t = granary_proto::DEFAULT_PORT)]
-    native_port: u16,
+    /// Memcache TCP port (memcached's -p) [default: 11211].
+    #[arg(short = 'p', long)]
+    port: Option<u16>,
+    /// Native protocol TCP port (docs/PROTOCOL.md), on the same address
+    /// [default: 43345].
+    #[arg(long)]
+    native_port: Option<u16>,
     /// Do not serve the native protocol.
     #[arg(long)]
     no_native: bool,
-    /// Address to listen on (memcached's -l).
-    #[arg(short = 'l', long, default_value = "127.0.0.1")]
-    listen: IpAddr,
-    /// Executor threads (memcached's -t); 0 = one per core.
-    #[arg(short = 't', long, default_value_t = 0)]
-    threads: usize,
-    /// Maximum simultaneous connections (memcached's -c).
-    #[arg(short = 'c', long = "conn-limit", default_value_t = limits::CONNECTIONS_DEFAULT)]
-    conn_limit: usize,
-    /// Largest item value (memcached's -I), e.g. 1m, 64m.
-    #[arg(short = 'I', long = "max-item-size", default_value = "1m", value_parser = size::parse)]
-    max_item_size: u64,
+    /// Address to listen on (memcached's -l) [default: 127.0.0.1].
+    #[arg(short = 'l', long)]
+    listen: Option<IpAddr>,
+    /// Executor threads (memcached's -t); 0 = one per core [default: 0].
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+    /// Maximum simultaneous connections per listener (memcached's -c) [default: 1024].
+    #[arg(short = 'c', long = "conn-limit")]
+    conn_limit: Option<usize>,
+    /// Largest item value (memcached's -I), e.g. 1m, 64m [default: 1m].
+    #[arg(short = 'I', long = "max-item-size", value_parser = size::parse)]
+    max_item_size: Option<u64>,
+    /// Close connections idle (nothing received) for this many seconds;
+    /// 0 = never (memcached's idle_timeout) [default: 0].
+    #[arg(long)]
+    idle_timeout: Option<u64>,
+    /// Serve Prometheus metrics over HTTP at this address (GET /metrics),
+    /// e.g. 127.0.0.1:9121 [default: off].
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
     /// Store mode: never evict; writes to a full store fail with
     /// "SERVER_ERROR out of memory storing object". Default: cache mode
     /// (the least recently used segment is evicted when space runs low).
@@ -56,16 +77,202 @@ pub struct ServeArgs {
     /// Use the page cache instead of direct IO (filesystems without O_DIRECT).
     #[arg(long)]
     buffered: bool,
-    /// Device IO of requests: uring (through each executor's io_uring, the
-    /// default) or sync (pread/pwrite, blocking the executor thread).
-    #[arg(long, value_enum, default_value = "uring")]
-    io: Io,
+    /// Device IO of requests: uring (through each executor's io_uring) or
+    /// sync (pread/pwrite, blocking the executor thread) [default: uring].
+    #[arg(long, value_enum)]
+    io: Option<Io>,
+    /// Log lines as text or JSON (one object per line) [default: text].
+    #[arg(long, value_enum)]
+    log_format: Option<LogFormat>,
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Io {
     Uring,
     Sync,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// A size in the file: bytes, or text with a unit ("1G").
+#[derive(serde::Deserialize, Debug, Clone)]
+#[serde(untagged)]
+enum SizeValue {
+    Bytes(u64),
+    Text(String),
+}
+
+impl SizeValue {
+    fn bytes(&self, key: &str) -> Result<u64, String> {
+        match self {
+            SizeValue::Bytes(b) => Ok(*b),
+            SizeValue::Text(t) => size::parse(t).map_err(|e| format!("{key}: {e}")),
+        }
+    }
+}
+
+/// The configuration file: every key optional (docs/CONFIG.md).
+#[derive(serde::Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    data: Option<PathBuf>,
+    size: Option<SizeValue>,
+    segment_size: Option<SizeValue>,
+    listen: Option<IpAddr>,
+    port: Option<u16>,
+    native: Option<bool>,
+    native_port: Option<u16>,
+    threads: Option<usize>,
+    conn_limit: Option<usize>,
+    max_item_size: Option<SizeValue>,
+    idle_timeout: Option<u64>,
+    metrics: Option<String>,
+    evict: Option<bool>,
+    flush: Option<bool>,
+    buffered: Option<bool>,
+    io: Option<Io>,
+    log_format: Option<LogFormat>,
+}
+
+/// The effective configuration of `granary serve`.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub data: PathBuf,
+    pub size: u64,
+    pub segment_size: Option<u64>,
+    pub listen: IpAddr,
+    pub port: u16,
+    pub native: bool,
+    pub native_port: u16,
+    pub threads: usize,
+    pub conn_limit: usize,
+    pub max_item_size: u64,
+    pub idle_timeout: u64,
+    pub metrics: Option<SocketAddr>,
+    pub evict: bool,
+    pub flush: bool,
+    pub buffered: bool,
+    pub io: Io,
+    pub log_format: LogFormat,
+    /// Whether to print the configuration and exit.
+    pub print: bool,
+}
+
+/// Default size of a new data file: a quarter of the free space of the
+/// filesystem that will hold it, at most 1 GiB, at least 64 MiB.
+pub const SIZE_DEFAULT_MAX: u64 = 1 << 30;
+const SIZE_DEFAULT_MIN: u64 = 64 << 20;
+
+fn free_bytes_near(path: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut dir = path.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    loop {
+        let probe = if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir.clone() };
+        if probe.exists() {
+            let c = std::ffi::CString::new(probe.as_os_str().as_bytes()).ok()?;
+            // SAFETY: statvfs writes into `st`, a zeroed plain-data struct;
+            // `c` is a valid NUL-terminated path for the call.
+            let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+            if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+                return None;
+            }
+            return Some(st.f_bavail as u64 * st.f_frsize as u64);
+        }
+        if !dir.pop() {
+            return None;
+        }
+    }
+}
+
+impl Config {
+    /// Merge flags over the file (if any) over the defaults.
+    pub fn resolve(a: &ServeArgs) -> Result<Config, String> {
+        let f: FileConfig = match &a.config {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+                toml::from_str(&text).map_err(|e: toml::de::Error| {
+                    let line = e.span().map(|r| text[..r.start.min(text.len())].matches('\n').count() + 1);
+                    let at = line.map(|l| format!(" line {l}:")).unwrap_or_default();
+                    format!("{}:{at} {}", p.display(), e.message().trim_end())
+                })?
+            }
+            None => FileConfig::default(),
+        };
+        let opt_size = |v: &Option<SizeValue>, k: &str| v.as_ref().map(|s| s.bytes(k)).transpose();
+        let data = a.data.clone().or(f.data).unwrap_or_else(|| PathBuf::from("granary-data/granary.db"));
+        let size = match a.size.or(opt_size(&f.size, "size")?) {
+            Some(s) => s,
+            None => match free_bytes_near(&data) {
+                Some(free) => (free / 4).clamp(SIZE_DEFAULT_MIN, SIZE_DEFAULT_MAX),
+                None => SIZE_DEFAULT_MAX,
+            },
+        };
+        let metrics = match (a.metrics, f.metrics.as_deref()) {
+            (Some(m), _) => Some(m),
+            (None, None) | (None, Some("")) => None,
+            (None, Some(m)) => {
+                Some(m.parse().map_err(|_| format!("metrics: {m:?} is not an address like 127.0.0.1:9121"))?)
+            }
+        };
+        let c = Config {
+            segment_size: a.segment_size.or(opt_size(&f.segment_size, "segment_size")?),
+            listen: a.listen.or(f.listen).unwrap_or(IpAddr::from([127, 0, 0, 1])),
+            port: a.port.or(f.port).unwrap_or(11211),
+            native: !a.no_native && f.native.unwrap_or(true),
+            native_port: a.native_port.or(f.native_port).unwrap_or(granary_proto::DEFAULT_PORT),
+            threads: a.threads.or(f.threads).unwrap_or(0),
+            conn_limit: a.conn_limit.or(f.conn_limit).unwrap_or(limits::CONNECTIONS_DEFAULT),
+            max_item_size: a.max_item_size.or(opt_size(&f.max_item_size, "max_item_size")?).unwrap_or(1 << 20),
+            idle_timeout: a.idle_timeout.or(f.idle_timeout).unwrap_or(0),
+            metrics,
+            evict: !a.no_evict && f.evict.unwrap_or(true),
+            flush: a.flush || f.flush.unwrap_or(false),
+            buffered: a.buffered || f.buffered.unwrap_or(false),
+            io: a.io.or(f.io).unwrap_or(Io::Uring),
+            log_format: a.log_format.or(f.log_format).unwrap_or(LogFormat::Text),
+            print: a.print_config,
+            data,
+            size,
+        };
+        if c.conn_limit == 0 {
+            return Err("conn_limit must be at least 1".into());
+        }
+        Ok(c)
+    }
+
+    /// The configuration as TOML (what --print-config shows; it reads
+    /// back as the same configuration).
+    pub fn to_toml(&self) -> String {
+        let q = |s: &str| format!("{s:?}");
+        let mut t = String::from("# granary serve: effective configuration (flags > --config file > defaults)\n");
+        t += &format!("data = {}\n", q(&self.data.to_string_lossy()));
+        t += &format!("size = {}\n", self.size);
+        match self.segment_size {
+            Some(s) => t += &format!("segment_size = {s}\n"),
+            None => t += "# segment_size: chosen when the store is created\n",
+        }
+        t += &format!("listen = {}\n", q(&self.listen.to_string()));
+        t += &format!("port = {}\n", self.port);
+        t += &format!("native = {}\n", self.native);
+        t += &format!("native_port = {}\n", self.native_port);
+        t += &format!("threads = {}\n", self.threads);
+        t += &format!("conn_limit = {}\n", self.conn_limit);
+        t += &format!("max_item_size = {}\n", self.max_item_size);
+        t += &format!("idle_timeout = {}\n", self.idle_timeout);
+        t += &format!("metrics = {}\n", q(&self.metrics.map(|m| m.to_string()).unwrap_or_default()));
+        t += &format!("evict = {}\n", self.evict);
+        t += &format!("flush = {}\n", self.flush);
+        t += &format!("buffered = {}\n", self.buffered);
+        t += &format!("io = {}\n", q(if self.io == Io::Uring { "uring" } else { "sync" }));
+        t += &format!("log_format = {}\n", q(if self.log_format == LogFormat::Json { "json" } else { "text" }));
+        t
+    }
 }
 
 /// Block SIGTERM and SIGINT in this thread (and every thread started after)
@@ -90,12 +297,12 @@ fn wait_for_signal(set: &libc::sigset_t) -> i32 {
     sig
 }
 
-pub fn run(a: ServeArgs, progress: Option<granary_store::ProgressHook>) -> Result<(), String> {
+pub fn run(a: Config, progress: Option<granary_store::ProgressHook>) -> Result<(), String> {
     let signals = block_signals();
     let mode = if a.buffered { OpenMode::Buffered } else { OpenMode::Direct };
     let opts = OpenOptions {
         durability: if a.flush { Durability::Flush } else { Durability::Direct },
-        evict: !a.no_evict,
+        evict: a.evict,
         progress,
         ..OpenOptions::default()
     };
@@ -134,6 +341,7 @@ pub fn run(a: ServeArgs, progress: Option<granary_store::ProgressHook>) -> Resul
         threads: a.threads,
         max_connections: a.conn_limit,
         item_bytes_max: usize::try_from(a.max_item_size).unwrap_or(usize::MAX),
+        idle_timeout: (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout)),
     };
     // One runtime (one executor per core) serves both listeners.
     let rc = RuntimeConfig {
@@ -144,7 +352,7 @@ pub fn run(a: ServeArgs, progress: Option<granary_store::ProgressHook>) -> Resul
     let rt = Arc::new(Runtime::new(rc).map_err(|e| format!("cannot start the runtime: {e}"))?);
     let server = Server::start_on(store.clone(), cfg, rt.clone()).map_err(|e| e.to_string())?;
     eprintln!("granary: serving {} over memcache on {}", a.data.display(), server.local_addr());
-    let native = if a.no_native {
+    let native = if !a.native {
         None
     } else {
         let ncfg = NativeConfig {
@@ -152,11 +360,26 @@ pub fn run(a: ServeArgs, progress: Option<granary_store::ProgressHook>) -> Resul
             threads: a.threads,
             max_connections: a.conn_limit,
             value_bytes_max: u32::try_from(a.max_item_size).unwrap_or(u32::MAX),
+            idle_timeout: (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout)),
         };
         let n = granary_native::Server::start_on(store.clone(), ncfg, rt.clone()).map_err(|e| e.to_string())?;
         eprintln!("granary: serving the native protocol on {}", n.local_addr());
         Some(n)
     };
+    let metrics = match a.metrics {
+        Some(addr) => {
+            let sources = crate::metrics::Sources {
+                store: store.clone(),
+                memcache: server.shared_stats(),
+                native: native.as_ref().map(|n| n.shared_stats()),
+            };
+            let m = crate::metrics::serve(addr, sources, &rt).map_err(|e| format!("metrics on {addr}: {e}"))?;
+            eprintln!("granary: metrics on http://{m}/metrics");
+            Some(m)
+        }
+        None => None,
+    };
+    let _ = metrics;
     drop(rt);
     let sig = wait_for_signal(&signals);
     eprintln!("granary: signal {sig}: draining connections, then a checkpoint (a second signal exits at once)");

@@ -13,6 +13,8 @@ struct Serve {
     child: Child,
     port: u16,
     native_port: u16,
+    /// stderr up to the "serving" line.
+    log: String,
 }
 
 fn free_port() -> u16 {
@@ -55,7 +57,7 @@ impl Serve {
             let mut sink = Vec::new();
             let _ = err.read_to_end(&mut sink);
         });
-        Serve { child, port, native_port }
+        Serve { child, port, native_port, log }
     }
 
     fn call(&self, req: &[u8]) -> Vec<u8> {
@@ -198,5 +200,147 @@ fn cli_get_put_del_against_a_server_over_the_native_protocol() {
     let o = granary(&["get", "--server", &dead, "k"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("cannot connect"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(s.signal(SIGTERM).code(), Some(0));
+}
+
+/// GET `path` from an HTTP endpoint: (status line, body).
+fn http_get(addr: &str, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: granary\r\n\r\n").as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").expect("an HTTP response");
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+/// The value of one sample of the metrics page.
+fn sample(page: &str, name_and_labels: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name_and_labels).and_then(|r| r.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no {name_and_labels} in\n{page}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn config_file_flags_metrics_limits_and_clean_restart() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("cfg.db");
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let conf = dir.path().join("granary.toml");
+    // port 1 is overridden by the -p flag the fixture passes.
+    std::fs::write(
+        &conf,
+        format!(
+            "port = 1\nmetrics = \"{metrics}\"\nconn_limit = 3\nmax_item_size = \"100k\"\n\
+             log_format = \"json\"\nevict = false\n"
+        ),
+    )
+    .unwrap();
+    let conf_s = conf.to_str().unwrap();
+
+    // --print-config shows the merge: flag over file over default.
+    let o = granary(&["serve", "--config", conf_s, "-p", "4242", "--print-config"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let printed = String::from_utf8(o.stdout).unwrap();
+    for line in [
+        "port = 4242",
+        &format!("metrics = \"{metrics}\""),
+        "conn_limit = 3",
+        "max_item_size = 102400",
+        "evict = false",
+        "native_port = 43345",
+        "log_format = \"json\"",
+    ] {
+        assert!(printed.lines().any(|l| l == line), "{line:?} missing from\n{printed}");
+    }
+    // What it prints reads back as the same configuration.
+    let again = dir.path().join("again.toml");
+    std::fs::write(&again, &printed).unwrap();
+    let o = granary(&["serve", "--config", again.to_str().unwrap(), "--print-config"]);
+    assert_eq!(String::from_utf8(o.stdout).unwrap(), printed);
+    // A bad file is one clear line.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "port = 1\nbogus = true\n").unwrap();
+    let o = granary(&["serve", "--config", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("line 2") && err.contains("bogus") && err.lines().count() == 1, "{err}");
+
+    let s = Serve::start_with(&data, &["--config", conf_s]);
+    // JSON logs: the store-open line is one JSON object.
+    assert!(s.log.lines().any(|l| l.starts_with('{') && l.contains("store open")), "no JSON log line in:\n{}", s.log);
+    let (status, page) = http_get(&metrics, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let sets0 = sample(&page, "granary_memcache_commands_total{cmd=\"set\"}");
+    let puts0 = sample(&page, "granary_store_operations_total{op=\"put\"}");
+    assert_eq!(s.call(b"set a 0 0 1\r\nx\r\nset b 0 0 1\r\ny\r\n"), b"STORED\r\nSTORED\r\n");
+    let native = format!("127.0.0.1:{}", s.native_port);
+    assert!(granary(&["put", "--server", &native, "n", "v"]).status.success());
+    let (_, page) = http_get(&metrics, "/metrics");
+    assert_eq!(sample(&page, "granary_memcache_commands_total{cmd=\"set\"}"), sets0 + 2.0);
+    assert_eq!(sample(&page, "granary_native_requests_total{op=\"put\"}"), 1.0);
+    assert_eq!(sample(&page, "granary_store_operations_total{op=\"put\"}"), puts0 + 3.0);
+    assert_eq!(sample(&page, "granary_store_keys"), 3.0);
+    assert!(sample(&page, "granary_device_bytes_total{dir=\"written\"}") > 0.0);
+    assert!(sample(&page, "granary_index_memory_bytes") > 0.0);
+    assert!(page.contains("# TYPE granary_memcache_commands_total counter"));
+    assert_eq!(stat(&s, "cmd_set"), (sets0 as u64 + 2).to_string());
+    assert_eq!(http_get(&metrics, "/nope").0, "HTTP/1.1 404 Not Found");
+
+    // Limits from the file: item size, then connections.
+    let big = format!("set big 0 0 200000\r\n{}\r\n", "x".repeat(200_000));
+    assert!(String::from_utf8(s.call(big.as_bytes())).unwrap().starts_with("SERVER_ERROR object too large"));
+    let held: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(("127.0.0.1", s.port)).unwrap()).collect();
+    // The three held connections are counted once the server has accepted
+    // them; a fourth is refused (retry until the count is reached, bounded).
+    let mut refused = false;
+    for _ in 0..200 {
+        let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        c.write_all(b"version\r\n").unwrap();
+        let mut buf = [0u8; 128];
+        let n = c.read(&mut buf).unwrap_or(0);
+        if buf[..n].starts_with(b"SERVER_ERROR too many open connections") {
+            refused = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(refused, "a fourth connection was served past conn_limit = 3");
+    drop(held);
+    assert_eq!(s.signal(SIGTERM).code(), Some(0));
+
+    // The restart after SIGTERM is clean: the index comes from the
+    // checkpoint, no log scan.
+    let s = Serve::start_with(&data, &["--config", conf_s]);
+    let (_, page) = http_get(&metrics, "/metrics");
+    assert_eq!(sample(&page, "granary_recovery_clean"), 1.0);
+    assert_eq!(sample(&page, "granary_store_keys"), 3.0);
+    assert_eq!(s.signal(SIGTERM).code(), Some(0));
+}
+
+#[test]
+fn idle_connections_are_closed_after_the_timeout() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let s = Serve::start_with(&dir.path().join("idle.db"), &["--idle-timeout", "1"]);
+    let closed_by_server = |port: u16, hello: &[u8]| {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        c.write_all(hello).unwrap();
+        let mut got = Vec::new();
+        // Reads until the server closes (EOF); a read timeout fails the test.
+        c.read_to_end(&mut got).map(|_| got)
+    };
+    // Memcache: one request answered, then silence: closed.
+    let got = closed_by_server(s.port, b"version\r\n").expect("memcache connection was not closed");
+    assert!(got.starts_with(b"VERSION "), "{got:?}");
+    // Native: after the hello, silence: closed.
+    let mut hello = b"GRNY".to_vec();
+    hello.extend_from_slice(&[1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    let got = closed_by_server(s.native_port, &hello).expect("native connection was not closed");
+    assert_eq!(got.len(), 24, "the server hello, then the close");
+    assert_eq!(stat(&s, "idle_kicks"), "1");
     assert_eq!(s.signal(SIGTERM).code(), Some(0));
 }

@@ -461,6 +461,7 @@ pub(crate) fn general_stats(ctx: &Ctx) -> Lines {
         ("curr_connections".into(), s.curr_connections.load(Relaxed).to_string()),
         ("total_connections".into(), g(&s.total_connections)),
         ("rejected_connections".into(), g(&s.rejected_connections)),
+        ("idle_kicks".into(), g(&s.idle_kicks)),
         ("cmd_get".into(), g(&s.cmd_get)),
         ("cmd_set".into(), g(&s.cmd_set)),
         ("cmd_flush".into(), g(&s.cmd_flush)),

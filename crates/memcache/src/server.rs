@@ -37,6 +37,9 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Largest value accepted (memcached's `-I`).
     pub item_bytes_max: usize,
+    /// Close a connection that sends nothing for this long (memcached's
+    /// `idle_timeout`); None = never.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -46,6 +49,7 @@ impl Default for ServerConfig {
             threads: 0,
             max_connections: CONNECTIONS_DEFAULT,
             item_bytes_max: ITEM_BYTES_DEFAULT,
+            idle_timeout: None,
         }
     }
 }
@@ -78,13 +82,15 @@ pub struct ServerStats {
     pub bytes_written: AtomicU64,
     pub protocol_errors: AtomicU64,
     pub total_items: AtomicU64,
+    /// Connections closed by the idle timeout.
+    pub idle_kicks: AtomicU64,
 }
 
 /// What every connection shares.
 pub(crate) struct Ctx {
     pub store: Arc<Store>,
     pub cfg: ServerConfig,
-    pub stats: ServerStats,
+    pub stats: Arc<ServerStats>,
     pub started: Instant,
     /// Unix time at start (memcached's process_started, for exptimes).
     pub started_unix: u32,
@@ -154,7 +160,7 @@ impl Server {
         let ctx = Arc::new(Ctx {
             store,
             cfg,
-            stats: ServerStats::default(),
+            stats: Arc::new(ServerStats::default()),
             started: Instant::now(),
             started_unix: now,
             threads,
@@ -179,6 +185,11 @@ impl Server {
     /// The counters.
     pub fn stats(&self) -> &ServerStats {
         &self.ctx.stats
+    }
+
+    /// The counters, shareable (e.g. with a metrics endpoint).
+    pub fn shared_stats(&self) -> Arc<ServerStats> {
+        self.ctx.stats.clone()
     }
 
     /// Stop serving and drain: no new connections; every connection
@@ -294,8 +305,25 @@ async fn serve(stream: &TcpStream, ctx: &Ctx) {
         if !conn.send().await || close {
             return;
         }
-        let (r, c) = stream.recv(chunk).await;
-        chunk = c;
+        let r = match ctx.cfg.idle_timeout {
+            None => {
+                let (r, c) = stream.recv(chunk).await;
+                chunk = c;
+                r
+            }
+            Some(d) => match granary_rt::timeout(d, stream.recv(chunk)).await {
+                Ok((r, c)) => {
+                    chunk = c;
+                    r
+                }
+                Err(_) => {
+                    // The cancelled receive keeps its buffer until the
+                    // kernel lets go of it; the connection ends here.
+                    ctx.stats.idle_kicks.fetch_add(1, Relaxed);
+                    return;
+                }
+            },
+        };
         match r {
             Ok(0) | Err(_) => return,
             Ok(n) => {

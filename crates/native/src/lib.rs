@@ -42,6 +42,8 @@ pub struct NativeConfig {
     pub max_connections: usize,
     /// Largest value accepted (bounded by what the store's segments hold).
     pub value_bytes_max: u32,
+    /// Close a connection that sends nothing for this long; None = never.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Default for NativeConfig {
@@ -51,6 +53,7 @@ impl Default for NativeConfig {
             threads: 0,
             max_connections: CONNECTIONS_DEFAULT,
             value_bytes_max: VALUE_BYTES_DEFAULT,
+            idle_timeout: None,
         }
     }
 }
@@ -75,13 +78,15 @@ pub struct NativeStats {
     pub errors: AtomicU64,
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
+    /// Connections closed by the idle timeout.
+    pub idle_kicks: AtomicU64,
 }
 
 struct Ctx {
     store: Arc<Store>,
     cfg: NativeConfig,
     frame_max: u32,
-    stats: NativeStats,
+    stats: Arc<NativeStats>,
     started: Instant,
     stopping: AtomicBool,
     conns: Mutex<HashSet<RawFd>>,
@@ -135,7 +140,7 @@ impl Server {
             frame_max: proto::frame_bytes_max(cfg.value_bytes_max),
             store,
             cfg,
-            stats: NativeStats::default(),
+            stats: Arc::new(NativeStats::default()),
             started: Instant::now(),
             stopping: AtomicBool::new(false),
             conns: Mutex::new(HashSet::new()),
@@ -154,6 +159,11 @@ impl Server {
 
     pub fn stats(&self) -> &NativeStats {
         &self.ctx.stats
+    }
+
+    /// The counters, shareable (e.g. with a metrics endpoint).
+    pub fn shared_stats(&self) -> Arc<NativeStats> {
+        self.ctx.stats.clone()
     }
 
     /// Stop accepting, let every connection finish the requests it has
@@ -467,8 +477,25 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
             seq += 1;
         }
         input.drain(..pos);
-        let (r, c) = conn.stream.recv(chunk).await;
-        chunk = c;
+        let r = match ctx.cfg.idle_timeout {
+            None => {
+                let (r, c) = conn.stream.recv(chunk).await;
+                chunk = c;
+                r
+            }
+            Some(d) => match granary_rt::timeout(d, conn.stream.recv(chunk)).await {
+                Ok((r, c)) => {
+                    chunk = c;
+                    r
+                }
+                Err(_) => {
+                    // The cancelled receive keeps its buffer until the
+                    // kernel lets go of it; the connection ends here.
+                    ctx.stats.idle_kicks.fetch_add(1, Relaxed);
+                    return;
+                }
+            },
+        };
         match r {
             Ok(0) | Err(_) => return,
             Ok(n) => {
@@ -675,6 +702,7 @@ fn stats_pairs(ctx: &Ctx) -> Vec<(String, String)> {
     add("total_connections", s.total_connections.load(Relaxed).to_string());
     add("rejected_connections", s.rejected_connections.load(Relaxed).to_string());
     add("bad_frames", s.bad_frames.load(Relaxed).to_string());
+    add("idle_kicks", s.idle_kicks.load(Relaxed).to_string());
     add("cmd_get", s.gets.load(Relaxed).to_string());
     add("get_hits", s.get_hits.load(Relaxed).to_string());
     add("cmd_put", s.puts.load(Relaxed).to_string());
