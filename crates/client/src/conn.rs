@@ -249,9 +249,9 @@ impl Connection {
 impl Drop for Connection {
     fn drop(&mut self) {
         self.shared.closing.store(true, Relaxed);
-        if let Ok(w) = self.shared.writer.lock() {
-            let _ = w.0.shutdown(std::net::Shutdown::Both);
-        }
+        let w = self.shared.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = w.0.shutdown(std::net::Shutdown::Both);
+        drop(w);
         self.shared.kill("connection closed by the client".into());
         if let Some(r) = self.reader.take() {
             let _ = r.join();

@@ -216,7 +216,12 @@ impl Server {
         }
         let left = ctx.stats.curr_connections.load(Relaxed);
         if left > 0 {
-            tracing::warn!(connections = left, "connections still busy after the drain timeout are cancelled");
+            tracing::warn!(connections = left, "connections still busy after the drain timeout are closed");
+            for &fd in ctx.conns.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                // SAFETY: as above; sends blocked on a client that does not
+                // read fail, and those connections end.
+                unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+            }
         }
         self.rt.take();
         left
@@ -303,6 +308,10 @@ async fn serve(stream: &TcpStream, ctx: &Ctx) {
         }
         input.drain(..pos);
         if !conn.send().await || close {
+            return;
+        }
+        // Draining for shutdown: what was read is done; read no more.
+        if ctx.stopping.load(Relaxed) {
             return;
         }
         let r = match ctx.cfg.idle_timeout {

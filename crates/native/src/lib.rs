@@ -188,7 +188,12 @@ impl Server {
         }
         let left = ctx.stats.curr_connections.load(Relaxed);
         if left > 0 {
-            tracing::warn!(connections = left, "native connections still busy after the drain timeout");
+            tracing::warn!(connections = left, "native connections still busy after the drain timeout are closed");
+            for &fd in ctx.conns.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                // SAFETY: as above; sends blocked on a client that does not
+                // read fail, and those connections end.
+                unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+            }
         }
         self.rt.take();
         left
@@ -239,7 +244,9 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
             }
             c.stats.total_connections.fetch_add(1, Relaxed);
             if !c.stopping.load(Relaxed) {
-                serve(stream, &c).await;
+                // A clone: `stream` (declared before `_open`) closes the
+                // descriptor only after it is deregistered.
+                serve(stream.clone(), &c).await;
             }
         });
     }
@@ -337,8 +344,16 @@ struct Flight {
 }
 
 impl Flight {
+    /// Keys are sorted: a check costs (smaller count) x log(larger count).
     fn conflicts(&self, o: &Flight) -> bool {
-        self.barrier || o.barrier || ((self.write || o.write) && self.keys.iter().any(|k| o.keys.contains(k)))
+        if self.barrier || o.barrier {
+            return true;
+        }
+        if !(self.write || o.write) {
+            return false;
+        }
+        let (small, large) = if self.keys.len() <= o.keys.len() { (self, o) } else { (o, self) };
+        small.keys.iter().any(|k| large.keys.binary_search(k).is_ok())
     }
 }
 
@@ -363,13 +378,17 @@ impl Conn {
     }
     /// Whether `f` must wait before starting.
     fn must_wait(&self, f: &Flight) -> bool {
+        // A client not reading its responses: start nothing until the
+        // writer has handed them to the socket.
+        if self.out.borrow().len() >= OUT_HIGH_BYTES {
+            return true;
+        }
         let flights = self.flights.borrow();
         if flights.is_empty() {
             return false;
         }
         flights.len() >= INFLIGHT_MAX
             || self.inflight_bytes() + f.body_bytes > INFLIGHT_BYTES_MAX
-            || self.out.borrow().len() >= OUT_HIGH_BYTES
             || flights.iter().any(|o| o.conflicts(f))
     }
     fn finish(&self, seq: u64) {
@@ -435,9 +454,7 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
             };
             let total = proto::HEADER_BYTES + h.len as usize;
             if rest.len() < total {
-                // Room for the whole frame, at most the header's length
-                // (already checked against the limit).
-                input.reserve(total - rest.len());
+                // The buffer grows as the body arrives (never ahead of it).
                 break;
             }
             let body = rest[proto::HEADER_BYTES..total].to_vec();
@@ -477,6 +494,10 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
             seq += 1;
         }
         input.drain(..pos);
+        // Draining for shutdown: what was read is done; read no more.
+        if ctx.stopping.load(Relaxed) {
+            return;
+        }
         let r = match ctx.cfg.idle_timeout {
             None => {
                 let (r, c) = conn.stream.recv(chunk).await;
@@ -560,6 +581,9 @@ fn flight_of(req: &Request, seq: u64, body_bytes: usize) -> Flight {
         Request::Stats => (Vec::new(), false, false),
         Request::Nop => (Vec::new(), false, true),
     };
+    let mut keys = keys;
+    keys.sort_unstable();
+    keys.dedup();
     Flight { seq, keys, write, barrier, body_bytes }
 }
 
@@ -645,9 +669,10 @@ async fn execute(ctx: &Ctx, h: Header, body: &[u8], out: &mut Vec<u8>) {
             ctx.stats.multi_gets.fetch_add(1, Relaxed);
             let mut b = Vec::new();
             proto::encode_count(&mut b, keys.len());
-            for k in keys {
+            let n = keys.len();
+            for (i, k) in keys.into_iter().enumerate() {
                 let (s, v) = do_get(ctx, k).await;
-                push_entry(ctx, &mut b, s, &v);
+                push_entry(ctx, &mut b, s, &v, n - i - 1);
             }
             proto::encode_response(out, h.op, Status::Ok, h.id, &b);
         }
@@ -655,13 +680,14 @@ async fn execute(ctx: &Ctx, h: Header, body: &[u8], out: &mut Vec<u8>) {
             ctx.stats.batches.fetch_add(1, Relaxed);
             let mut b = Vec::new();
             proto::encode_count(&mut b, ops.len());
-            for o in ops {
+            let n = ops.len();
+            for (i, o) in ops.into_iter().enumerate() {
                 let (s, v) = match o {
                     proto::BatchOp::Get(k) => do_get(ctx, k).await,
                     proto::BatchOp::Put { key, value, mode } => do_put(ctx, key, value, mode).await,
                     proto::BatchOp::Delete(k) => do_delete(ctx, k).await,
                 };
-                push_entry(ctx, &mut b, s, &v);
+                push_entry(ctx, &mut b, s, &v, n - i - 1);
             }
             proto::encode_response(out, h.op, Status::Ok, h.id, &b);
         }
@@ -678,17 +704,20 @@ async fn execute(ctx: &Ctx, h: Header, body: &[u8], out: &mut Vec<u8>) {
     }
 }
 
-/// Append an MGET/BATCH entry; a value that would take the response past
-/// the frame limit is replaced by a `VALUE_TOO_LARGE` entry (fetch it alone).
-fn push_entry(ctx: &Ctx, body: &mut Vec<u8>, s: Status, v: &[u8]) {
-    if body.len() + 5 + v.len() > ctx.frame_max as usize {
-        ctx.stats.errors.fetch_add(1, Relaxed);
-        let msg =
-            format!("this value would take the response past the frame limit of {} bytes; get it alone", ctx.frame_max);
-        proto::encode_entry(body, Status::ValueTooLarge, msg.as_bytes());
-    } else {
-        proto::encode_entry(body, s, v);
+/// Append an MGET/BATCH entry, keeping room for the `after` entries still
+/// to come (5 bytes each at least). A value that would take the response
+/// past the frame limit is replaced by a `VALUE_TOO_LARGE` entry (fetch it
+/// alone), whose message is dropped too if even that does not fit.
+fn push_entry(ctx: &Ctx, body: &mut Vec<u8>, s: Status, v: &[u8], after: usize) {
+    let max = ctx.frame_max as usize;
+    let room = |extra: usize| body.len() + 4 + 5 + extra + 5 * after <= max;
+    if room(v.len()) {
+        return proto::encode_entry(body, s, v);
     }
+    ctx.stats.errors.fetch_add(1, Relaxed);
+    let msg = format!("this value would take the response past the frame limit of {max} bytes; get it alone");
+    let msg: &[u8] = if room(msg.len()) { msg.as_bytes() } else { &[] };
+    proto::encode_entry(body, Status::ValueTooLarge, msg);
 }
 
 fn stats_pairs(ctx: &Ctx) -> Vec<(String, String)> {

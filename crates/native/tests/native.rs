@@ -492,3 +492,29 @@ fn shutdown_drains_and_counts_nothing_left() {
     assert_eq!(first.status, Status::Ok);
     assert_eq!(srv.shutdown(), 0);
 }
+
+#[test]
+fn multi_get_responses_stay_within_the_frame_limit() {
+    let srv = server_with(NativeConfig { value_bytes_max: 100_000, ..NativeConfig::default() });
+    let c = client(&srv);
+    let frame_max = c.conn().unwrap().server_hello().frame_bytes_max as usize;
+    let keys: Vec<Vec<u8>> = (0..200u32).map(|i| format!("v{i}").into_bytes()).collect();
+    let value = vec![1u8; 100_000];
+    for k in &keys {
+        c.put(k, &value).unwrap();
+    }
+    // 20 MB of values asked for in one MGET: the response stays under the
+    // limit (values that do not fit come back as VALUE_TOO_LARGE entries)
+    // and the connection survives.
+    let ks: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let r = c.conn().unwrap().call(&Request::MultiGet(ks.clone())).unwrap();
+    assert!(r.body.len() <= frame_max, "{} > {frame_max}", r.body.len());
+    let e = proto::decode_entries(&r.body).unwrap();
+    assert_eq!(e.len(), 200);
+    let fit = e.iter().take_while(|x| x.status == Status::Ok).count();
+    assert!(fit > 100 && fit < 200, "{fit} values fit");
+    assert!(e[fit..].iter().all(|x| x.status == Status::ValueTooLarge));
+    assert!(matches!(c.mget(&ks), Err(Error::Server { status: Status::ValueTooLarge, .. })));
+    // The same connection still works, and the keys read alone.
+    assert_eq!(c.get(&keys[199]).unwrap().unwrap(), value);
+}

@@ -135,7 +135,7 @@ pub enum Status {
     KeyInvalid = 3,
     /// The value exceeds the server's largest value.
     ValueTooLarge = 4,
-    /// The store is full (no eviction on the native protocol).
+    /// The store is full (store mode), or the index cannot take another key.
     NoSpace = 5,
     /// The store refuses writes after a device failure; reads work.
     ReadOnly = 6,
