@@ -363,7 +363,6 @@ pub fn run(a: Config, progress: Option<granary_store::ProgressHook>) -> Result<(
             idle_timeout: (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout)),
         };
         let n = granary_native::Server::start_on(store.clone(), ncfg, rt.clone()).map_err(|e| e.to_string())?;
-        eprintln!("granary: serving the native protocol on {}", n.local_addr());
         Some(n)
     };
     let metrics = match a.metrics {
@@ -380,6 +379,10 @@ pub fn run(a: Config, progress: Option<granary_store::ProgressHook>) -> Result<(
         None => None,
     };
     let _ = metrics;
+    // Last: once this line is out, every listener is up.
+    if let Some(n) = &native {
+        eprintln!("granary: serving the native protocol on {}", n.local_addr());
+    }
     drop(rt);
     let sig = wait_for_signal(&signals);
     eprintln!("granary: signal {sig}: draining connections, then a checkpoint (a second signal exits at once)");

@@ -45,7 +45,8 @@ impl Serve {
             let mut line = String::new();
             assert!(err.read_line(&mut line).unwrap() > 0, "granary serve exited early:\n{log}");
             log.push_str(&line);
-            // Both listeners are up (or memcache alone with --no-native).
+            // Every listener is up: the native line comes last (or the
+            // memcache line, with --no-native).
             if line.contains("serving the native protocol")
                 || (line.contains("serving") && extra.contains(&"--no-native"))
             {
