@@ -109,7 +109,7 @@ pub fn render(src: &Sources) -> String {
     let mut o = Out(String::new());
     let st = src.store.stats();
     let m = &src.memcache;
-    o.gauge("granary_memcache_connections", "Open Memcache connections.", m.curr_connections.load(Relaxed) as f64);
+    o.gauge("granary_memcache_connections", "Open Memcache connections.", m.connections.open() as f64);
     o.counter(
         "granary_memcache_connections_total",
         "Memcache connections accepted.",
@@ -165,7 +165,7 @@ pub fn render(src: &Sources) -> String {
         &[("dir=\"read\"", g(&m.bytes_read)), ("dir=\"written\"", g(&m.bytes_written))],
     );
     if let Some(n) = &src.native {
-        o.gauge("granary_native_connections", "Open native connections.", n.curr_connections.load(Relaxed) as f64);
+        o.gauge("granary_native_connections", "Open native connections.", n.connections.open() as f64);
         o.counter(
             "granary_native_connections_total",
             "Native connections accepted.",

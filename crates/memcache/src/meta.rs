@@ -458,7 +458,7 @@ pub(crate) fn general_stats(ctx: &Ctx) -> Lines {
         ("version".into(), version()),
         ("pointer_size".into(), (8 * std::mem::size_of::<usize>()).to_string()),
         ("threads".into(), ctx.threads.to_string()),
-        ("curr_connections".into(), s.curr_connections.load(Relaxed).to_string()),
+        ("curr_connections".into(), s.connections.open().to_string()),
         ("total_connections".into(), g(&s.total_connections)),
         ("rejected_connections".into(), g(&s.rejected_connections)),
         ("idle_kicks".into(), g(&s.idle_kicks)),

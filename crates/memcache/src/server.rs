@@ -10,15 +10,14 @@
 
 use crate::exec::{Conn, Step};
 use crate::limits::*;
-use granary_rt::net::{TcpListener, TcpStream};
+use granary_rt::net::{Connections, TcpListener, TcpStream};
 use granary_rt::{Runtime, RuntimeConfig};
 use granary_store::Store;
-use std::collections::HashSet;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long [`Server::shutdown`] waits for connections to finish the
@@ -57,7 +56,8 @@ impl Default for ServerConfig {
 /// Counters, with memcached's names where they exist.
 #[derive(Default, Debug)]
 pub struct ServerStats {
-    pub curr_connections: AtomicUsize,
+    /// Open connections (`curr_connections`), for the drain at shutdown.
+    pub connections: Connections,
     pub total_connections: AtomicU64,
     pub rejected_connections: AtomicU64,
     pub cmd_get: AtomicU64,
@@ -97,10 +97,6 @@ pub(crate) struct Ctx {
     pub threads: usize,
     /// The store evicts when full (cache mode); shown by `stats settings`.
     pub evicting: bool,
-    /// Set by [`Server::shutdown`]: accept loops stop.
-    stopping: AtomicBool,
-    /// Descriptors of open connections, to end their reads at shutdown.
-    conns: Mutex<HashSet<RawFd>>,
 }
 
 impl Ctx {
@@ -165,8 +161,6 @@ impl Server {
             started_unix: now,
             threads,
             evicting: cfg_evicting,
-            stopping: AtomicBool::new(false),
-            conns: Mutex::new(HashSet::new()),
         });
         for core in 0..rt.cores() {
             let l = TcpListener::from_std(std_listener.try_clone()?);
@@ -195,33 +189,13 @@ impl Server {
     /// Stop serving and drain: no new connections; every connection
     /// finishes the requests it has read (their replies are sent), then
     /// sees the end of its input and closes. Waits at most
-    /// [`DRAIN_TIMEOUT`]; what is still running then is cancelled (a
-    /// cancelled write was never acknowledged). Returns the connections
-    /// cancelled.
+    /// [`DRAIN_TIMEOUT`]; connections still open then are shut down (a
+    /// write cancelled with them was never acknowledged). Returns how many
+    /// were left.
     pub fn shutdown(mut self) -> usize {
-        let ctx = &self.ctx;
-        ctx.stopping.store(true, Relaxed);
-        // SAFETY: shutdown(2) on descriptors we own (the listener, and
-        // connections still registered: a connection deregisters before
-        // its descriptor is closed, under the same lock).
-        unsafe {
-            libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR);
-            for &fd in ctx.conns.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-                libc::shutdown(fd, libc::SHUT_RD);
-            }
-        }
-        let deadline = Instant::now() + DRAIN_TIMEOUT;
-        while ctx.stats.curr_connections.load(Relaxed) > 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        let left = ctx.stats.curr_connections.load(Relaxed);
+        let left = self.ctx.stats.connections.drain(self.listener.as_raw_fd(), DRAIN_TIMEOUT);
         if left > 0 {
             tracing::warn!(connections = left, "connections still busy after the drain timeout are closed");
-            for &fd in ctx.conns.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-                // SAFETY: as above; sends blocked on a client that does not
-                // read fail, and those connections end.
-                unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
-            }
         }
         self.rt.take();
         left
@@ -231,9 +205,7 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         // Accept loops end (they may run on a runtime shared with others).
-        self.ctx.stopping.store(true, Relaxed);
-        // SAFETY: shutdown(2) on the listener we own.
-        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
+        self.ctx.stats.connections.stop_accepting(self.listener.as_raw_fd());
         self.rt.take();
     }
 }
@@ -241,7 +213,7 @@ impl Drop for Server {
 async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
     loop {
         let accepted = listener.accept().await;
-        if ctx.stopping.load(Relaxed) {
+        if ctx.stats.connections.stopping() {
             return;
         }
         let stream = match accepted {
@@ -254,31 +226,20 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
                 continue;
             }
         };
-        let n = ctx.stats.curr_connections.fetch_add(1, Relaxed) + 1;
-        if n > ctx.cfg.max_connections {
-            ctx.stats.curr_connections.fetch_sub(1, Relaxed);
-            ctx.stats.rejected_connections.fetch_add(1, Relaxed);
-            let _ = stream.send_all(b"SERVER_ERROR too many open connections\r\n".to_vec()).await;
-            continue;
-        }
-        ctx.stats.total_connections.fetch_add(1, Relaxed);
         let c = ctx.clone();
         granary_rt::spawn(async move {
-            // Deregistered and counted down however the task ends (a panic
-            // included), before the stream (declared first) is closed.
-            struct Open<'a>(&'a Ctx, RawFd);
-            impl Drop for Open<'_> {
-                fn drop(&mut self) {
-                    self.0.conns.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.1);
-                    self.0.stats.curr_connections.fetch_sub(1, Relaxed);
-                }
-            }
+            // Counted and registered until the task ends (a panic included),
+            // before the stream (declared first) is closed.
             let stream = stream;
-            let fd = stream.raw_fd();
-            c.conns.lock().unwrap_or_else(|e| e.into_inner()).insert(fd);
-            let _open = Open(&c, fd);
+            let (_open, n) = c.stats.connections.admit(stream.raw_fd());
+            if n > c.cfg.max_connections {
+                c.stats.rejected_connections.fetch_add(1, Relaxed);
+                let _ = stream.send_all(b"SERVER_ERROR too many open connections\r\n".to_vec()).await;
+                return;
+            }
+            c.stats.total_connections.fetch_add(1, Relaxed);
             // A shutdown that ran before the registration missed this one.
-            if !c.stopping.load(Relaxed) {
+            if !c.stats.connections.stopping() {
                 serve(&stream, &c).await;
             }
         });
@@ -311,7 +272,7 @@ async fn serve(stream: &TcpStream, ctx: &Ctx) {
             return;
         }
         // Draining for shutdown: what was read is done; read no more.
-        if ctx.stopping.load(Relaxed) {
+        if ctx.stats.connections.stopping() {
             return;
         }
         let r = match ctx.cfg.idle_timeout {

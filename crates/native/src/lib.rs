@@ -15,18 +15,17 @@
 pub mod limits;
 
 use granary_proto::{self as proto, ClientHello, Header, Op, PutMode, Request, ServerHello, Status};
-use granary_rt::net::{TcpListener, TcpStream};
+use granary_rt::net::{Connections, TcpListener, TcpStream};
 use granary_rt::{Runtime, RuntimeConfig};
 use granary_store::{Error as StoreError, Store};
 use limits::*;
 use std::cell::{Cell, RefCell};
-use std::collections::HashSet;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -61,7 +60,8 @@ impl Default for NativeConfig {
 /// Counters of the native server.
 #[derive(Default, Debug)]
 pub struct NativeStats {
-    pub curr_connections: AtomicUsize,
+    /// Open connections, for the drain at shutdown.
+    pub connections: Connections,
     pub total_connections: AtomicU64,
     pub rejected_connections: AtomicU64,
     /// Connections closed for a malformed or oversized frame.
@@ -88,8 +88,6 @@ struct Ctx {
     frame_max: u32,
     stats: Arc<NativeStats>,
     started: Instant,
-    stopping: AtomicBool,
-    conns: Mutex<HashSet<RawFd>>,
 }
 
 /// A running native server.
@@ -142,8 +140,6 @@ impl Server {
             cfg,
             stats: Arc::new(NativeStats::default()),
             started: Instant::now(),
-            stopping: AtomicBool::new(false),
-            conns: Mutex::new(HashSet::new()),
         });
         for core in 0..rt.cores() {
             let l = TcpListener::from_std(listener.try_clone()?);
@@ -171,29 +167,9 @@ impl Server {
     /// returns the connections still open then (cancelled with the runtime
     /// if this server owns it).
     pub fn shutdown(mut self) -> usize {
-        let ctx = &self.ctx;
-        ctx.stopping.store(true, Relaxed);
-        // SAFETY: shutdown(2) on descriptors we own: the listener, and the
-        // connections still registered (a connection deregisters under the
-        // same lock before its descriptor closes).
-        unsafe {
-            libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR);
-            for &fd in ctx.conns.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-                libc::shutdown(fd, libc::SHUT_RD);
-            }
-        }
-        let deadline = Instant::now() + DRAIN_TIMEOUT;
-        while ctx.stats.curr_connections.load(Relaxed) > 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        let left = ctx.stats.curr_connections.load(Relaxed);
+        let left = self.ctx.stats.connections.drain(self.listener.as_raw_fd(), DRAIN_TIMEOUT);
         if left > 0 {
             tracing::warn!(connections = left, "native connections still busy after the drain timeout are closed");
-            for &fd in ctx.conns.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-                // SAFETY: as above; sends blocked on a client that does not
-                // read fail, and those connections end.
-                unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
-            }
         }
         self.rt.take();
         left
@@ -202,9 +178,7 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.ctx.stopping.store(true, Relaxed);
-        // SAFETY: shutdown(2) on the listener we own.
-        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
+        self.ctx.stats.connections.stop_accepting(self.listener.as_raw_fd());
         self.rt.take();
     }
 }
@@ -212,7 +186,7 @@ impl Drop for Server {
 async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
     loop {
         let accepted = listener.accept().await;
-        if ctx.stopping.load(Relaxed) {
+        if ctx.stats.connections.stopping() {
             return;
         }
         let stream = match accepted {
@@ -223,29 +197,19 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
                 continue;
             }
         };
-        let n = ctx.stats.curr_connections.fetch_add(1, Relaxed) + 1;
         let c = ctx.clone();
         granary_rt::spawn(async move {
-            struct Open<'a>(&'a Ctx, RawFd);
-            impl Drop for Open<'_> {
-                fn drop(&mut self) {
-                    self.0.conns.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.1);
-                    self.0.stats.curr_connections.fetch_sub(1, Relaxed);
-                }
-            }
+            // Counted and registered until the task ends; `stream` is
+            // declared first, so it closes after deregistration.
             let stream = Rc::new(stream);
-            let fd = stream.raw_fd();
-            c.conns.lock().unwrap_or_else(|e| e.into_inner()).insert(fd);
-            let _open = Open(&c, fd);
+            let (_open, n) = c.stats.connections.admit(stream.raw_fd());
             if n > c.cfg.max_connections {
                 c.stats.rejected_connections.fetch_add(1, Relaxed);
                 let _ = hello(&stream, &c, Status::Busy).await;
                 return;
             }
             c.stats.total_connections.fetch_add(1, Relaxed);
-            if !c.stopping.load(Relaxed) {
-                // A clone: `stream` (declared before `_open`) closes the
-                // descriptor only after it is deregistered.
+            if !c.stats.connections.stopping() {
                 serve(stream.clone(), &c).await;
             }
         });
@@ -495,7 +459,7 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
         }
         input.drain(..pos);
         // Draining for shutdown: what was read is done; read no more.
-        if ctx.stopping.load(Relaxed) {
+        if ctx.stats.connections.stopping() {
             return;
         }
         let r = match ctx.cfg.idle_timeout {
@@ -727,7 +691,7 @@ fn stats_pairs(ctx: &Ctx) -> Vec<(String, String)> {
     let mut add = |k: &str, x: String| v.push((k.to_string(), x));
     add("version", env!("CARGO_PKG_VERSION").to_string());
     add("uptime", ctx.started.elapsed().as_secs().to_string());
-    add("curr_connections", s.curr_connections.load(Relaxed).to_string());
+    add("curr_connections", s.connections.open().to_string());
     add("total_connections", s.total_connections.load(Relaxed).to_string());
     add("rejected_connections", s.rejected_connections.load(Relaxed).to_string());
     add("bad_frames", s.bad_frames.load(Relaxed).to_string());

@@ -1,12 +1,17 @@
 //! TCP on the executor's ring: accept, connect, recv and send as io_uring
-//! operations owning their buffers (see `op.rs`). Sockets are ordinary
+//! operations owning their buffers (see `op.rs`); and [`Connections`], a
+//! listener's registry of open connections for a draining shutdown. Sockets are ordinary
 //! blocking-mode descriptors; io_uring waits for readiness internally.
 //! Only usable on an executor thread.
 
+use std::collections::HashSet;
 use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, ToSocketAddrs};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use io_uring::{opcode, types};
 
@@ -205,5 +210,86 @@ impl TcpStream {
     /// Shut down the writing half (the peer sees end of stream).
     pub fn shutdown_write(&self) -> io::Result<()> {
         self.inner.shutdown(std::net::Shutdown::Write)
+    }
+}
+
+/// The open connections of a listener, for a draining shutdown: their
+/// count and descriptors, and whether the listener is stopping. Servers
+/// keep one per listener and read their `curr_connections` from it.
+#[derive(Debug, Default)]
+pub struct Connections {
+    open: AtomicUsize,
+    stopping: AtomicBool,
+    fds: Mutex<HashSet<RawFd>>,
+}
+
+/// A connection counted and registered in [`Connections`] until dropped.
+/// Declare the stream before it, so the descriptor closes only after it is
+/// deregistered (a shutdown never touches a reused descriptor).
+pub struct Admitted<'a> {
+    set: &'a Connections,
+    fd: RawFd,
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        self.set.fds.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.fd);
+        self.set.open.fetch_sub(1, Relaxed);
+    }
+}
+
+impl Connections {
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.open.load(Relaxed)
+    }
+
+    /// True once the listener is stopping: accept loops end, connections
+    /// read no more.
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Relaxed)
+    }
+
+    /// Count and register the connection on `fd`; also the number open,
+    /// this one included (for a connection limit: drop the guard to refuse).
+    pub fn admit(&self, fd: RawFd) -> (Admitted<'_>, usize) {
+        self.fds.lock().unwrap_or_else(|e| e.into_inner()).insert(fd);
+        let n = self.open.fetch_add(1, Relaxed) + 1;
+        (Admitted { set: self, fd }, n)
+    }
+
+    /// Stop accepting on `listener` (a listening socket the caller owns).
+    pub fn stop_accepting(&self, listener: RawFd) {
+        self.stopping.store(true, Relaxed);
+        // SAFETY: shutdown(2) on a descriptor the caller owns; it wakes the
+        // accept loops, which see `stopping` and end.
+        unsafe { libc::shutdown(listener, libc::SHUT_RDWR) };
+    }
+
+    fn shutdown_all(&self, how: i32) {
+        for &fd in self.fds.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            // SAFETY: registered descriptors are open: a connection
+            // deregisters (under this lock) before its descriptor closes.
+            unsafe { libc::shutdown(fd, how) };
+        }
+    }
+
+    /// Draining stop: no new connections; every connection sees the end of
+    /// its input once it has read what was sent, finishes, and closes. Waits
+    /// at most `timeout`, then shuts down both directions of the
+    /// connections left (a send blocked on a client that does not read
+    /// fails). Returns how many were left.
+    pub fn drain(&self, listener: RawFd, timeout: Duration) -> usize {
+        self.stop_accepting(listener);
+        self.shutdown_all(libc::SHUT_RD);
+        let deadline = Instant::now() + timeout;
+        while self.open() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let left = self.open();
+        if left > 0 {
+            self.shutdown_all(libc::SHUT_RDWR);
+        }
+        left
     }
 }
