@@ -5,6 +5,7 @@
 
 use granary_memcache::ServerStats;
 use granary_native::NativeStats;
+use granary_rt::latency::Snapshot;
 use granary_rt::net::{TcpListener, TcpStream};
 use granary_rt::Runtime;
 use granary_store::Store;
@@ -98,6 +99,19 @@ impl Out {
     fn gauge(&mut self, name: &str, help: &str, v: f64) {
         self.metric(name, "gauge", help, &[("", v)]);
     }
+    /// A histogram in seconds, one series per label set.
+    fn histogram(&mut self, name: &str, help: &str, series: &[(String, Snapshot)]) {
+        let _ = writeln!(self.0, "# HELP {name} {help}");
+        let _ = writeln!(self.0, "# TYPE {name} histogram");
+        for (labels, s) in series {
+            for (le, n) in s.cumulative() {
+                let le = if le.is_infinite() { "+Inf".to_string() } else { le.to_string() };
+                let _ = writeln!(self.0, "{name}_bucket{{{labels},le=\"{le}\"}} {n}");
+            }
+            let _ = writeln!(self.0, "{name}_sum{{{labels}}} {}", s.sum_ns as f64 / 1e9);
+            let _ = writeln!(self.0, "{name}_count{{{labels}}} {}", s.count());
+        }
+    }
 }
 
 fn g(a: &AtomicU64) -> f64 {
@@ -158,6 +172,26 @@ pub fn render(src: &Sources) -> String {
         ],
     );
     o.counter("granary_memcache_protocol_errors_total", "Memcache protocol errors.", m.protocol_errors.load(Relaxed));
+    let commands: Vec<_> = granary_memcache::COMMANDS
+        .iter()
+        .zip(m.latency.iter())
+        .map(|(c, h)| (format!("cmd=\"{c}\""), h.snapshot()))
+        .collect();
+    o.histogram(
+        "granary_memcache_command_duration_seconds",
+        "Memcache command latency, from parse to reply buffered (other = version, verbosity, stats, quit, unknown).",
+        &commands,
+    );
+    o.gauge(
+        "granary_memcache_connection_buffer_bytes_max",
+        "Most buffer memory one Memcache connection has held.",
+        g(&m.conn_buffer_bytes_max),
+    );
+    o.gauge(
+        "granary_memcache_connections_waiting_to_send",
+        "Memcache connections waiting for their client to read.",
+        g(&m.conns_waiting_to_send),
+    );
     o.metric(
         "granary_memcache_bytes_total",
         "counter",
@@ -202,6 +236,30 @@ pub fn render(src: &Sources) -> String {
         );
         o.counter("granary_native_get_hits_total", "Native GETs that found a value.", n.get_hits.load(Relaxed));
         o.counter("granary_native_errors_total", "Native responses with an error status.", n.errors.load(Relaxed));
+        let ops: Vec<_> = granary_native::OPS
+            .iter()
+            .map(|&op| (format!("op=\"{}\"", op.name().to_ascii_lowercase()), n.op_latency(op).snapshot()))
+            .collect();
+        o.histogram(
+            "granary_native_request_duration_seconds",
+            "Native request latency, from decoding to response queued (waits for conflicting requests included).",
+            &ops,
+        );
+        o.gauge(
+            "granary_native_connection_buffer_bytes_max",
+            "Most buffer memory one native connection has held.",
+            g(&n.conn_buffer_bytes_max),
+        );
+        o.gauge(
+            "granary_native_connections_waiting_to_send",
+            "Native connections waiting for their client to read.",
+            g(&n.conns_waiting_to_send),
+        );
+        o.gauge(
+            "granary_native_connections_paused",
+            "Native connections starting no request until their client reads.",
+            g(&n.conns_paused),
+        );
     }
     o.gauge("granary_store_keys", "Keys with a value.", st.keys as f64);
     o.gauge("granary_store_live_bytes", "Bytes of the records the index points at.", st.live_bytes as f64);
@@ -235,6 +293,15 @@ pub fn render(src: &Sources) -> String {
             ("op=\"read\"", st.io.reads as f64),
             ("op=\"write\"", st.io.writes as f64),
             ("op=\"flush\"", st.io.flushes as f64),
+        ],
+    );
+    o.histogram(
+        "granary_device_io_duration_seconds",
+        "Device operation latency (io_uring: from submission to completion).",
+        &[
+            ("op=\"read\"".to_string(), st.io.read_latency),
+            ("op=\"write\"".to_string(), st.io.write_latency),
+            ("op=\"flush\"".to_string(), st.io.flush_latency),
         ],
     );
     o.metric(

@@ -286,6 +286,7 @@ fn config_file_flags_metrics_limits_and_clean_restart() {
     assert_eq!(status, "HTTP/1.1 200 OK");
     let sets0 = sample(&page, "granary_memcache_commands_total{cmd=\"set\"}");
     let puts0 = sample(&page, "granary_store_operations_total{op=\"put\"}");
+    let set_lat0 = sample(&page, "granary_memcache_command_duration_seconds_count{cmd=\"set\"}");
     assert_eq!(s.call(b"set a 0 0 1\r\nx\r\nset b 0 0 1\r\ny\r\n"), b"STORED\r\nSTORED\r\n");
     let native = format!("127.0.0.1:{}", s.native_port);
     assert!(granary(&["put", "--server", &native, "n", "v"]).status.success());
@@ -297,6 +298,27 @@ fn config_file_flags_metrics_limits_and_clean_restart() {
     assert!(sample(&page, "granary_device_bytes_total{dir=\"written\"}") > 0.0);
     assert!(sample(&page, "granary_index_memory_bytes") > 0.0);
     assert!(page.contains("# TYPE granary_memcache_commands_total counter"));
+    // Latency histograms: one observation per command, request and device
+    // operation, cumulative buckets ending in +Inf = count.
+    let set_count = "granary_memcache_command_duration_seconds_count{cmd=\"set\"}";
+    assert_eq!(sample(&page, set_count), set_lat0 + 2.0);
+    assert_eq!(
+        sample(&page, "granary_memcache_command_duration_seconds_bucket{cmd=\"set\",le=\"+Inf\"}"),
+        sample(&page, set_count)
+    );
+    assert!(sample(&page, "granary_memcache_command_duration_seconds_sum{cmd=\"set\"}") > 0.0);
+    assert_eq!(sample(&page, "granary_native_request_duration_seconds_count{op=\"put\"}"), 1.0);
+    assert_eq!(sample(&page, "granary_native_request_duration_seconds_count{op=\"get\"}"), 0.0);
+    for op in ["read", "write"] {
+        let ops = sample(&page, &format!("granary_device_operations_total{{op=\"{op}\"}}"));
+        let timed = sample(&page, &format!("granary_device_io_duration_seconds_count{{op=\"{op}\"}}"));
+        assert_eq!(timed, ops, "device {op}s timed");
+    }
+    assert!(sample(&page, "granary_device_io_duration_seconds_count{op=\"write\"}") > 0.0);
+    let latency = String::from_utf8(s.call(b"stats latency\r\n")).unwrap();
+    assert!(latency.contains("STAT set:count ") && latency.contains("STAT device_write:p99_us "), "{latency}");
+    assert!(latency.ends_with("END\r\n"), "{latency}");
+    assert!(sample(&page, "granary_memcache_connection_buffer_bytes_max") > 0.0);
     assert_eq!(stat(&s, "cmd_set"), (sets0 as u64 + 2).to_string());
     assert_eq!(http_get(&metrics, "/nope").0, "HTTP/1.1 404 Not Found");
 

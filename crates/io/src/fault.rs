@@ -36,9 +36,9 @@ use crate::{check_range, AlignedBuf, Device, IoCounters, IoFuture, IoResult};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Mutex, MutexGuard};
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 /// What kind of crash a plan simulates (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,6 +244,7 @@ impl FaultDevice {
 
 impl Device for FaultDevice {
     fn read_at(&self, mut buf: AlignedBuf, offset: u64) -> IoResult {
+        let start = Instant::now();
         if let Err(e) = check_range(self, buf.len(), offset) {
             return (buf, Err(e));
         }
@@ -255,11 +256,12 @@ impl Device for FaultDevice {
         let n = buf.len();
         buf.copy_from_slice(&st.current[o..o + n]);
         drop(st);
-        self.counters.read(n);
+        self.counters.read(n, start);
         (buf, Ok(()))
     }
 
     fn write_at(&self, buf: AlignedBuf, offset: u64) -> IoResult {
+        let start = Instant::now();
         if let Err(e) = check_range(self, buf.len(), offset) {
             return (buf, Err(e));
         }
@@ -283,7 +285,7 @@ impl Device for FaultDevice {
         st.current[o..o + n].copy_from_slice(&buf);
         st.unflushed.push((offset, buf.to_vec()));
         drop(st);
-        self.counters.write(n);
+        self.counters.write(n, start);
         (buf, Ok(()))
     }
 
@@ -308,6 +310,7 @@ impl Device for FaultDevice {
     }
 
     fn flush(&self) -> io::Result<()> {
+        let start = Instant::now();
         let mut st = self.lock();
         if st.crashed.is_some() || st.injected(OpKind::Flush) {
             return Err(eio());
@@ -316,7 +319,7 @@ impl Device for FaultDevice {
         for (off, bytes) in st.unflushed.drain(..) {
             st.durable[off as usize..off as usize + bytes.len()].copy_from_slice(&bytes);
         }
-        self.counters.flushes.fetch_add(1, Relaxed);
+        self.counters.flush(start);
         Ok(())
     }
 

@@ -15,6 +15,7 @@ use std::io::{self, Seek, SeekFrom};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 /// How the file is opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,12 +243,13 @@ impl FileDevice {
             return IoFuture::ready((buf, Err(e)));
         }
         let fd = self.file.as_raw_fd();
+        let start = Instant::now();
         IoFuture::Pending(Box::pin(async move {
             let (buf, r) = uring_full(dir, fd, buf, offset).await;
             if r.is_ok() {
                 match dir {
-                    Dir::Read => self.counters.read(buf.len()),
-                    Dir::Write => self.counters.write(buf.len()),
+                    Dir::Read => self.counters.read(buf.len(), start),
+                    Dir::Write => self.counters.write(buf.len(), start),
                 }
             }
             (buf, r)
@@ -306,9 +308,10 @@ impl Device for FileDevice {
         if let Err(e) = check_range(self, buf.len(), offset) {
             return (buf, Err(e));
         }
+        let start = Instant::now();
         let r = pread_full(&self.file, &mut buf, offset);
         if r.is_ok() {
-            self.counters.read(buf.len());
+            self.counters.read(buf.len(), start);
         }
         (buf, r)
     }
@@ -317,9 +320,10 @@ impl Device for FileDevice {
         if let Err(e) = check_range(self, buf.len(), offset) {
             return (buf, Err(e));
         }
+        let start = Instant::now();
         let r = pwrite_full(&self.file, &buf, offset);
         if r.is_ok() {
-            self.counters.write(buf.len());
+            self.counters.write(buf.len(), start);
         }
         (buf, r)
     }
@@ -333,8 +337,10 @@ impl Device for FileDevice {
     }
 
     fn flush(&self) -> io::Result<()> {
-        self.counters.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.file.sync_data()
+        let start = Instant::now();
+        let r = self.file.sync_data();
+        self.counters.flush(start);
+        r
     }
 
     fn size_bytes(&self) -> u64 {

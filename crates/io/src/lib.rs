@@ -35,6 +35,9 @@ use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::task::{Context, Poll};
+use std::time::Instant;
+
+use granary_rt::latency::{self, Histogram};
 
 /// Result of an operation: the buffer comes back whatever happened.
 pub type IoResult = (AlignedBuf, io::Result<()>);
@@ -94,7 +97,9 @@ pub trait Device: Send + Sync + 'static {
     fn describe(&self) -> String;
 }
 
-/// Counters every backend keeps.
+/// Counters every backend keeps: operations and bytes that completed, and
+/// the latency of each operation (from its start to its completion as the
+/// caller sees it: for io_uring, submission queueing included).
 #[derive(Debug, Default)]
 pub struct IoCounters {
     pub reads: AtomicU64,
@@ -102,6 +107,9 @@ pub struct IoCounters {
     pub writes: AtomicU64,
     pub written_bytes: AtomicU64,
     pub flushes: AtomicU64,
+    pub read_latency: Histogram,
+    pub write_latency: Histogram,
+    pub flush_latency: Histogram,
 }
 
 /// A copy of [`IoCounters`].
@@ -112,16 +120,28 @@ pub struct IoCountersSnapshot {
     pub writes: u64,
     pub written_bytes: u64,
     pub flushes: u64,
+    pub read_latency: latency::Snapshot,
+    pub write_latency: latency::Snapshot,
+    pub flush_latency: latency::Snapshot,
 }
 
 impl IoCounters {
-    pub(crate) fn read(&self, bytes: usize) {
+    /// A read of `bytes` that started at `start` completed.
+    pub(crate) fn read(&self, bytes: usize, start: Instant) {
         self.reads.fetch_add(1, Relaxed);
         self.read_bytes.fetch_add(bytes as u64, Relaxed);
+        self.read_latency.since(start);
     }
-    pub(crate) fn write(&self, bytes: usize) {
+    /// A write of `bytes` that started at `start` completed.
+    pub(crate) fn write(&self, bytes: usize, start: Instant) {
         self.writes.fetch_add(1, Relaxed);
         self.written_bytes.fetch_add(bytes as u64, Relaxed);
+        self.write_latency.since(start);
+    }
+    /// A flush that started at `start` ended (successful or not).
+    pub(crate) fn flush(&self, start: Instant) {
+        self.flushes.fetch_add(1, Relaxed);
+        self.flush_latency.since(start);
     }
     pub fn snapshot(&self) -> IoCountersSnapshot {
         IoCountersSnapshot {
@@ -130,6 +150,9 @@ impl IoCounters {
             writes: self.writes.load(Relaxed),
             written_bytes: self.written_bytes.load(Relaxed),
             flushes: self.flushes.load(Relaxed),
+            read_latency: self.read_latency.snapshot(),
+            write_latency: self.write_latency.snapshot(),
+            flush_latency: self.flush_latency.snapshot(),
         }
     }
 }

@@ -13,6 +13,7 @@ use crate::{check_range, AlignedBuf, Device, IoCounters, IoResult};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Mutex, RwLock};
+use std::time::Instant;
 
 /// A planned crash: writes left before it, the seed of the tear, and
 /// whether it happened.
@@ -99,6 +100,7 @@ impl MemDevice {
 
 impl Device for MemDevice {
     fn read_at(&self, mut buf: AlignedBuf, offset: u64) -> IoResult {
+        let start = Instant::now();
         if let Err(e) = check_range(self, buf.len(), offset) {
             return (buf, Err(e));
         }
@@ -108,11 +110,12 @@ impl Device for MemDevice {
             let n = buf.len();
             buf.copy_from_slice(&bytes[o..o + n]);
         }
-        self.counters.read(buf.len());
+        self.counters.read(buf.len(), start);
         (buf, Ok(()))
     }
 
     fn write_at(&self, buf: AlignedBuf, offset: u64) -> IoResult {
+        let start = Instant::now();
         if let Err(e) = check_range(self, buf.len(), offset) {
             return (buf, Err(e));
         }
@@ -128,15 +131,16 @@ impl Device for MemDevice {
         if failed {
             return (buf, Err(io::Error::from_raw_os_error(libc::EIO)));
         }
-        self.counters.write(buf.len());
+        self.counters.write(buf.len(), start);
         (buf, Ok(()))
     }
 
     fn flush(&self) -> io::Result<()> {
+        let start = Instant::now();
         if self.crashed() {
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
-        self.counters.flushes.fetch_add(1, Relaxed);
+        self.counters.flush(start);
         Ok(())
     }
 

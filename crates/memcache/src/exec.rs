@@ -9,7 +9,7 @@
 //! ("swallowed") as memcached does; the connection goes on.
 
 use crate::limits::*;
-use crate::server::Ctx;
+use crate::server::{command_index, Ctx};
 use granary_rt::net::TcpStream;
 use granary_store::{Change, Cond, Error, Item, ItemMeta, PutOutcome};
 use std::sync::atomic::Ordering::Relaxed;
@@ -36,6 +36,9 @@ pub(crate) struct Conn<'a> {
     /// The current command ends in `noreply`: as in memcached, every reply
     /// to it (errors included) is suppressed.
     noreply: bool,
+    /// Bytes the connection loop holds for input (buffer and read chunk),
+    /// for the memory high-water mark.
+    pub input_bytes: usize,
 }
 
 /// A storage command's kind.
@@ -67,11 +70,17 @@ pub(crate) fn key_ok(k: &[u8]) -> bool {
 
 impl<'a> Conn<'a> {
     pub fn new(ctx: &'a Ctx, stream: &'a TcpStream) -> Conn<'a> {
-        Conn { ctx, stream, dead: false, out: Vec::with_capacity(4096), swallow: 0, noreply: false }
+        Conn { ctx, stream, dead: false, out: Vec::with_capacity(4096), swallow: 0, noreply: false, input_bytes: 0 }
+    }
+
+    /// Note the connection's buffer memory in the high-water mark.
+    pub fn account(&self) {
+        self.ctx.stats.buffer_bytes(self.input_bytes + self.out.capacity());
     }
 
     /// Send the buffered replies; false if the connection is gone.
     pub async fn send(&mut self) -> bool {
+        self.account();
         if self.out.is_empty() || self.dead {
             return !self.dead;
         }
@@ -92,6 +101,7 @@ impl<'a> Conn<'a> {
             return true;
         }
         // The rest through the ring, waiting for room in the socket.
+        let _waiting = granary_rt::net::GaugeHold::new(&self.ctx.stats.conns_waiting_to_send);
         let mut out = std::mem::take(&mut self.out);
         let mut off = sent;
         let mut ok = true;
@@ -210,7 +220,11 @@ impl<'a> Conn<'a> {
             b"verbosity",
         ];
         self.noreply = t.len() > 1 && t.last() == Some(&&b"noreply"[..]) && NOREPLY_CMDS.contains(&cmd);
+        let start = std::time::Instant::now();
         let step = self.dispatch(cmd, &t, line_len, rest).await;
+        if !matches!(step, Step::NeedMore) {
+            self.ctx.stats.latency[command_index(cmd)].since(start);
+        }
         self.noreply = false;
         if self.dead {
             return Step::Close;
@@ -574,6 +588,7 @@ impl<'a> Conn<'a> {
             [] => crate::meta::general_stats(self.ctx),
             [b"settings"] => crate::meta::settings_stats(self.ctx),
             [b"items"] => crate::meta::items_stats(self.ctx),
+            [b"latency"] => crate::meta::latency_stats(self.ctx),
             [b"slabs"] => vec![("active_slabs".into(), "0".into()), ("total_malloced".into(), "0".into())],
             [b"reset"] => return self.reply("RESET"),
             _ => return self.error(),

@@ -19,4 +19,4 @@ pub mod server;
 mod exec;
 mod meta;
 
-pub use server::{Server, ServerConfig, ServerStats};
+pub use server::{Server, ServerConfig, ServerStats, COMMANDS};

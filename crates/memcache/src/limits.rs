@@ -26,6 +26,24 @@ pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// line, plus one value (the largest item).
 pub const OUT_FLUSH_BYTES: usize = 256 * 1024;
 
+/// Longest header line of a value reply (`VALUE key flags bytes cas`, or
+/// `VA` with meta flags, the key and an opaque included).
+pub const REPLY_HEADER_BYTES_MAX: usize = 1024;
+
+/// The most buffer memory one connection holds with values of at most
+/// `item_bytes_max` bytes: the read chunk; the input buffer, which holds
+/// at most one request line and one value plus a chunk (a `Vec` may have
+/// up to twice the capacity it needs); and the reply buffer, which is sent
+/// once it passes [`OUT_FLUSH_BYTES`], so holds at most that plus one
+/// reply (twice, for the same reason). Memory held by the engine for the
+/// value being read or written is not included. With the default 1 MiB
+/// items it is about 4.9 MiB.
+pub const fn connection_bytes_bound(item_bytes_max: usize) -> usize {
+    READ_CHUNK_BYTES
+        + 2 * (LINE_BYTES_MAX + 2 + item_bytes_max + READ_CHUNK_BYTES)
+        + 2 * (OUT_FLUSH_BYTES + REPLY_HEADER_BYTES_MAX + item_bytes_max)
+}
+
 /// Seconds: an exptime above this is an absolute unix time, at or below a
 /// relative one (memcached's REALTIME_MAXDELTA, 30 days).
 pub const RELATIVE_EXPTIME_MAX: i64 = 60 * 60 * 24 * 30;

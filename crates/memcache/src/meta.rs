@@ -504,7 +504,37 @@ pub(crate) fn general_stats(ctx: &Ctx) -> Lines {
         ("granary_index_entries".into(), (st.keys + st.tombstones).to_string()),
         ("granary_checkpoints".into(), st.checkpoints.written.to_string()),
         ("granary_recovery_millis".into(), st.recovery.millis.to_string()),
+        ("granary_conn_buffer_bytes_max".into(), g(&s.conn_buffer_bytes_max)),
+        ("granary_conns_waiting_to_send".into(), g(&s.conns_waiting_to_send)),
     ]);
+    v
+}
+
+/// `stats latency` (Granary's own): for each command that ran, and for
+/// device reads, writes and flushes, the count, mean and the 50th, 99th
+/// and 99.9th percentiles in microseconds. Percentiles are the upper bound
+/// of their histogram bucket (the buckets of `/metrics`).
+pub(crate) fn latency_stats(ctx: &Ctx) -> Lines {
+    let io = ctx.store.stats().io;
+    let mut v = Lines::new();
+    let commands = crate::server::COMMANDS.iter().zip(ctx.stats.latency.iter()).map(|(c, h)| (*c, h.snapshot()));
+    let device =
+        [("device_read", io.read_latency), ("device_write", io.write_latency), ("device_flush", io.flush_latency)];
+    for (name, s) in commands.chain(device) {
+        if s.count() == 0 {
+            continue;
+        }
+        let us = |q: f64| match s.quantile_ns(q) {
+            Some(u64::MAX) => "inf".to_string(),
+            Some(ns) => format!("{:.1}", ns as f64 / 1e3),
+            None => "0".to_string(),
+        };
+        v.push((format!("{name}:count"), s.count().to_string()));
+        v.push((format!("{name}:mean_us"), format!("{:.1}", s.mean_ns() as f64 / 1e3)));
+        v.push((format!("{name}:p50_us"), us(0.5)));
+        v.push((format!("{name}:p99_us"), us(0.99)));
+        v.push((format!("{name}:p999_us"), us(0.999)));
+    }
     v
 }
 

@@ -10,6 +10,7 @@
 
 use crate::exec::{Conn, Step};
 use crate::limits::*;
+use granary_rt::latency::Histogram;
 use granary_rt::net::{Connections, TcpListener, TcpStream};
 use granary_rt::{Runtime, RuntimeConfig};
 use granary_store::Store;
@@ -84,6 +85,62 @@ pub struct ServerStats {
     pub total_items: AtomicU64,
     /// Connections closed by the idle timeout.
     pub idle_kicks: AtomicU64,
+    /// Latency of each command, from its parse to its reply being
+    /// buffered (or sent, for a multi-get that sends as it goes), indexed
+    /// as [`COMMANDS`]. A storage command is timed once its data is in.
+    pub latency: [Histogram; COMMANDS.len()],
+    /// The most buffer memory one connection has held (input, read chunk
+    /// and replies); bounded by [`connection_bytes_bound`].
+    pub conn_buffer_bytes_max: AtomicU64,
+    /// Connections waiting for their client to read replies before they
+    /// read more requests.
+    pub conns_waiting_to_send: AtomicU64,
+}
+
+/// Commands timed by [`ServerStats::latency`]; `other` takes `version`,
+/// `verbosity`, `stats`, `quit` and unknown commands.
+pub const COMMANDS: [&str; 22] = [
+    "get",
+    "gets",
+    "gat",
+    "gats",
+    "set",
+    "add",
+    "replace",
+    "append",
+    "prepend",
+    "cas",
+    "delete",
+    "incr",
+    "decr",
+    "touch",
+    "flush_all",
+    "mg",
+    "ms",
+    "md",
+    "ma",
+    "mn",
+    "me",
+    "other",
+];
+
+/// The index of a command in [`COMMANDS`].
+pub(crate) fn command_index(cmd: &[u8]) -> usize {
+    COMMANDS.iter().position(|c| c.as_bytes() == cmd).unwrap_or(COMMANDS.len() - 1)
+}
+
+impl ServerStats {
+    /// The latency histogram of command `name` (one of [`COMMANDS`]).
+    pub fn command_latency(&self, name: &str) -> Option<&Histogram> {
+        COMMANDS.iter().position(|c| *c == name).map(|i| &self.latency[i])
+    }
+
+    pub(crate) fn buffer_bytes(&self, bytes: usize) {
+        let b = bytes as u64;
+        if b > self.conn_buffer_bytes_max.load(Relaxed) {
+            self.conn_buffer_bytes_max.fetch_max(b, Relaxed);
+        }
+    }
 }
 
 /// What every connection shares.
@@ -251,6 +308,7 @@ async fn serve(stream: &TcpStream, ctx: &Ctx) {
     let mut conn = Conn::new(ctx, stream);
     let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    conn.input_bytes = input.capacity() + chunk.len();
     loop {
         let mut pos = 0;
         let mut close = false;
@@ -263,6 +321,7 @@ async fn serve(stream: &TcpStream, ctx: &Ctx) {
                     break;
                 }
             }
+            conn.account();
             if conn.out.len() >= OUT_FLUSH_BYTES && !conn.send().await {
                 return;
             }
@@ -299,6 +358,8 @@ async fn serve(stream: &TcpStream, ctx: &Ctx) {
             Ok(n) => {
                 ctx.stats.bytes_read.fetch_add(n as u64, Relaxed);
                 input.extend_from_slice(&chunk[..n]);
+                conn.input_bytes = input.capacity() + chunk.len();
+                conn.account();
             }
         }
     }

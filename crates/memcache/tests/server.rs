@@ -307,6 +307,49 @@ fn a_multi_get_of_large_items_is_sent_as_it_goes() {
 }
 
 #[test]
+fn a_client_that_does_not_read_holds_the_server_to_its_memory_bound() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let f = Fixture::default();
+    let mut c = f.client();
+    let v = vec![b'm'; 512 << 10];
+    c.send(format!("set big 0 0 {}\r\n", v.len()).as_bytes());
+    c.send(&v);
+    assert_eq!(c.call(b"\r\n"), b"STORED\r\n");
+    // 400 GETs in one write (200 MiB of replies), sent by another thread;
+    // none read yet.
+    const GETS: u64 = 400;
+    let mut w = c.s.try_clone().unwrap();
+    let writer = std::thread::spawn(move || w.write_all(&b"get big\r\n".repeat(GETS as usize)).unwrap());
+    let st = f.server.as_ref().unwrap().stats();
+    let hits0 = st.get_hits.load(Relaxed);
+    // The server stops once the socket is full and it waits for this client.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while st.conns_waiting_to_send.load(Relaxed) == 0 {
+        assert!(std::time::Instant::now() < deadline, "the server never waited for the client to read");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let bound = granary_memcache::limits::connection_bytes_bound(ServerConfig::default().item_bytes_max) as u64;
+    let served = st.get_hits.load(Relaxed) - hits0;
+    let held = st.conn_buffer_bytes_max.load(Relaxed);
+    assert!(served < GETS, "all {GETS} replies were produced for a client that reads none");
+    assert!(held <= bound, "a connection held {held} bytes, over its bound of {bound}");
+    // Every reply then arrives whole, and the bound held throughout.
+    let one = format!("VALUE big 0 {}\r\n", v.len()).len() + v.len() + 2 + 5;
+    let mut got = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    while got < GETS * one as u64 {
+        let n = std::io::Read::read(&mut c.s, &mut buf).unwrap();
+        assert!(n > 0, "connection closed after {got} bytes");
+        got += n as u64;
+    }
+    writer.join().unwrap();
+    assert_eq!(c.call(b"get nothing\r\n"), b"END\r\n", "exactly the replies, nothing more");
+    assert_eq!(st.get_hits.load(Relaxed) - hits0, GETS);
+    let held = st.conn_buffer_bytes_max.load(Relaxed);
+    assert!(held <= bound, "a connection held {held} bytes, over its bound of {bound}");
+}
+
+#[test]
 fn limits_give_memcached_errors_and_the_connection_goes_on() {
     let cfg = ServerConfig { threads: 1, item_bytes_max: 1000, max_connections: 4, ..ServerConfig::default() };
     let f = Fixture::new(16 << 20, true, cfg);

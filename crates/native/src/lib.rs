@@ -15,7 +15,8 @@
 pub mod limits;
 
 use granary_proto::{self as proto, ClientHello, Header, Op, PutMode, Request, ServerHello, Status};
-use granary_rt::net::{Connections, TcpListener, TcpStream};
+use granary_rt::latency::Histogram;
+use granary_rt::net::{Connections, GaugeHold, TcpListener, TcpStream};
 use granary_rt::{Runtime, RuntimeConfig};
 use granary_store::{Error as StoreError, Store};
 use limits::*;
@@ -80,6 +81,37 @@ pub struct NativeStats {
     pub bytes_written: AtomicU64,
     /// Connections closed by the idle timeout.
     pub idle_kicks: AtomicU64,
+    /// Latency per opcode, indexed by `op as usize - 1` (see
+    /// [`NativeStats::op_latency`]): from the frame's decoding to its
+    /// response being queued for the writer, waits behind conflicting
+    /// requests and the connection's limits included.
+    pub latency: [Histogram; 7],
+    /// The most buffer memory one connection has held: input, request
+    /// bodies in flight, queued and sending responses. See
+    /// [`limits::connection_bytes_bound`].
+    pub conn_buffer_bytes_max: AtomicU64,
+    /// Connections whose writer waits for the client to read.
+    pub conns_waiting_to_send: AtomicU64,
+    /// Connections that start no request until their client reads the
+    /// responses waiting ([`OUT_HIGH_BYTES`]).
+    pub conns_paused: AtomicU64,
+}
+
+/// Every opcode, in the order of [`NativeStats::latency`].
+pub const OPS: [Op; 7] = [Op::Get, Op::Put, Op::Delete, Op::MultiGet, Op::Batch, Op::Nop, Op::Stats];
+
+impl NativeStats {
+    /// The latency histogram of `op`.
+    pub fn op_latency(&self, op: Op) -> &Histogram {
+        &self.latency[op as usize - 1]
+    }
+
+    fn buffer_bytes(&self, bytes: usize) {
+        let b = bytes as u64;
+        if b > self.conn_buffer_bytes_max.load(Relaxed) {
+            self.conn_buffer_bytes_max.fetch_max(b, Relaxed);
+        }
+    }
 }
 
 struct Ctx {
@@ -321,6 +353,16 @@ impl Flight {
     }
 }
 
+/// What the reader does with the next request.
+#[derive(PartialEq, Eq)]
+enum Admit {
+    Start,
+    /// Behind earlier requests (conflict, or the in-flight limits).
+    Wait,
+    /// Until the client reads the responses waiting.
+    Paused,
+}
+
 /// One connection's shared state.
 struct Conn {
     stream: Rc<TcpStream>,
@@ -334,26 +376,39 @@ struct Conn {
     ending: Cell<bool>,
     /// Sending failed; nothing more is sent.
     broken: Cell<bool>,
+    /// Bytes the reader holds (input buffer and read chunk).
+    input_bytes: Cell<usize>,
+    /// Capacity of the buffer the writer is sending.
+    sending_bytes: Cell<usize>,
 }
 
 impl Conn {
+    /// Note the connection's buffer memory in the high-water mark.
+    fn account(&self, stats: &NativeStats) {
+        let out = self.out.borrow().capacity();
+        stats.buffer_bytes(self.input_bytes.get() + self.inflight_bytes() + out + self.sending_bytes.get());
+    }
     fn inflight_bytes(&self) -> usize {
         self.flights.borrow().iter().map(|f| f.body_bytes).sum()
     }
-    /// Whether `f` must wait before starting.
-    fn must_wait(&self, f: &Flight) -> bool {
+    /// Whether `f` may start, or why it must wait.
+    fn admit(&self, f: &Flight) -> Admit {
         // A client not reading its responses: start nothing until the
         // writer has handed them to the socket.
         if self.out.borrow().len() >= OUT_HIGH_BYTES {
-            return true;
+            return Admit::Paused;
         }
         let flights = self.flights.borrow();
         if flights.is_empty() {
-            return false;
+            return Admit::Start;
         }
-        flights.len() >= INFLIGHT_MAX
+        if flights.len() >= INFLIGHT_MAX
             || self.inflight_bytes() + f.body_bytes > INFLIGHT_BYTES_MAX
             || flights.iter().any(|o| o.conflicts(f))
+        {
+            return Admit::Wait;
+        }
+        Admit::Start
     }
     fn finish(&self, seq: u64) {
         self.flights.borrow_mut().retain(|f| f.seq != seq);
@@ -383,6 +438,8 @@ async fn serve(stream: Rc<TcpStream>, ctx: &Arc<Ctx>) {
         writer: Notify::default(),
         ending: Cell::new(false),
         broken: Cell::new(false),
+        input_bytes: Cell::new(0),
+        sending_bytes: Cell::new(0),
     });
     let writer = granary_rt::spawn(write_loop(conn.clone(), ctx.clone()));
     read_loop(&conn, ctx).await;
@@ -399,6 +456,7 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
     let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     let mut seq = 0u64;
+    conn.input_bytes.set(input.capacity() + chunk.len());
     loop {
         // Parse every complete frame in the input.
         let mut pos = 0;
@@ -421,6 +479,7 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
                 // The buffer grows as the body arrives (never ahead of it).
                 break;
             }
+            let start = Instant::now();
             let body = rest[proto::HEADER_BYTES..total].to_vec();
             let flight = match Request::decode(&h, &body) {
                 Ok(req) => flight_of(&req, seq, body.len()),
@@ -430,10 +489,12 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
                 }
             };
             pos += total;
-            while conn.must_wait(&flight) {
-                if conn.broken.get() {
-                    return;
+            loop {
+                let admit = conn.admit(&flight);
+                if admit == Admit::Start || conn.broken.get() {
+                    break;
                 }
+                let _paused = (admit == Admit::Paused).then(|| GaugeHold::new(&ctx.stats.conns_paused));
                 conn.reader.wait().await;
             }
             if conn.broken.get() {
@@ -454,7 +515,10 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
                 let mut resp = Vec::new();
                 execute(&x, h, &body, &mut resp).await;
                 done.0.out.borrow_mut().extend_from_slice(&resp);
+                x.stats.op_latency(h.op).since(start);
+                done.0.account(&x.stats);
             });
+            conn.account(&ctx.stats);
             seq += 1;
         }
         input.drain(..pos);
@@ -486,6 +550,8 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
             Ok(n) => {
                 ctx.stats.bytes_read.fetch_add(n as u64, Relaxed);
                 input.extend_from_slice(&chunk[..n]);
+                conn.input_bytes.set(input.capacity() + chunk.len());
+                conn.account(&ctx.stats);
             }
         }
     }
@@ -503,6 +569,8 @@ async fn write_loop(conn: Rc<Conn>, ctx: Arc<Ctx>) {
         }
         spare.clear();
         std::mem::swap(&mut *conn.out.borrow_mut(), &mut spare);
+        conn.sending_bytes.set(spare.capacity());
+        conn.account(&ctx.stats);
         conn.reader.notify();
         let n = spare.len();
         // A direct send when the socket takes it all; the ring otherwise.
@@ -516,16 +584,34 @@ async fn write_loop(conn: Rc<Conn>, ctx: Arc<Ctx>) {
             }
         };
         if sent < n {
-            let rest = spare.split_off(sent);
-            let (r, b) = conn.stream.send_all(rest).await;
-            spare = b;
-            if r.is_err() {
+            // The rest through the ring, as the socket makes room.
+            let waiting = GaugeHold::new(&ctx.stats.conns_waiting_to_send);
+            let mut off = sent;
+            let mut ok = true;
+            while ok && off < n {
+                let (r, b) = conn.stream.send_from(spare, off).await;
+                spare = b;
+                match r {
+                    Ok(0) => ok = false,
+                    Ok(k) => off += k,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => ok = false,
+                }
+            }
+            drop(waiting);
+            if !ok {
                 conn.broken.set(true);
                 conn.reader.notify();
                 return;
             }
         }
         ctx.stats.bytes_written.fetch_add(n as u64, Relaxed);
+        // A burst's buffer is not kept: the queue and this one would
+        // both hold its size for the life of the connection.
+        if spare.capacity() > OUT_HIGH_BYTES {
+            spare = Vec::new();
+        }
+        conn.sending_bytes.set(spare.capacity());
     }
 }
 
@@ -706,6 +792,19 @@ fn stats_pairs(ctx: &Ctx) -> Vec<(String, String)> {
     add("errors", s.errors.load(Relaxed).to_string());
     add("bytes_read", s.bytes_read.load(Relaxed).to_string());
     add("bytes_written", s.bytes_written.load(Relaxed).to_string());
+    add("conn_buffer_bytes_max", s.conn_buffer_bytes_max.load(Relaxed).to_string());
+    add("conns_waiting_to_send", s.conns_waiting_to_send.load(Relaxed).to_string());
+    add("conns_paused", s.conns_paused.load(Relaxed).to_string());
+    for op in OPS {
+        let l = s.op_latency(op).snapshot();
+        if l.count() > 0 {
+            let name = op.name().to_ascii_lowercase();
+            add(&format!("latency_{name}_count"), l.count().to_string());
+            add(&format!("latency_{name}_mean_us"), format!("{:.1}", l.mean_ns() as f64 / 1e3));
+            let us = |q: f64| l.quantile_ns(q).map_or(0.0, |ns| ns as f64 / 1e3);
+            add(&format!("latency_{name}_p99_us"), format!("{:.1}", us(0.99)));
+        }
+    }
     add("value_bytes_max", ctx.cfg.value_bytes_max.to_string());
     add("keys", st.keys.to_string());
     add("segments", st.segments.to_string());

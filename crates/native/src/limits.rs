@@ -32,3 +32,22 @@ pub const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10
 
 /// Bytes read from a socket at a time.
 pub const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// The most buffer memory one connection holds when no request frame is
+/// larger than `request_frame_max` bytes and no response larger than
+/// `response_max` (a GET's is its value plus a 16-byte header; the
+/// frame limit bounds any): the read chunk and the input buffer (a frame
+/// plus a chunk; a `Vec` may have up to twice the capacity it needs); the
+/// bodies of requests in flight ([`INFLIGHT_BYTES_MAX`], or one frame);
+/// and the responses, queued or being sent: requests start only while
+/// fewer than [`OUT_HIGH_BYTES`] wait, so at most that plus
+/// [`INFLIGHT_MAX`] responses, held by the queue and by the buffer being
+/// sent (twice each, for `Vec` growth; a sent buffer larger than
+/// [`OUT_HIGH_BYTES`] is freed). Memory the engine holds for a
+/// value being read or written is not included.
+pub const fn connection_bytes_bound(request_frame_max: usize, response_max: usize) -> usize {
+    let input = READ_CHUNK_BYTES + 2 * (request_frame_max + READ_CHUNK_BYTES);
+    let bodies = if INFLIGHT_BYTES_MAX > request_frame_max { INFLIGHT_BYTES_MAX } else { request_frame_max };
+    let responses = 4 * (OUT_HIGH_BYTES + INFLIGHT_MAX * response_max);
+    input + bodies + responses
+}

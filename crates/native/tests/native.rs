@@ -518,3 +518,45 @@ fn multi_get_responses_stay_within_the_frame_limit() {
     // The same connection still works, and the keys read alone.
     assert_eq!(c.get(&keys[199]).unwrap().unwrap(), value);
 }
+
+#[test]
+fn a_client_that_does_not_read_holds_the_server_to_its_memory_bound() {
+    let srv = server();
+    let v = vec![b'n'; 64 << 10];
+    client(&srv).put(b"big", &v).unwrap();
+    // 4000 GETs, 256 MiB of responses, in one write; none read yet.
+    const GETS: u64 = 4000;
+    let mut s = raw(srv.local_addr());
+    let mut f = Vec::new();
+    for id in 0..GETS {
+        Request::Get(b"big").encode(id, &mut f);
+    }
+    let mut w = s.try_clone().unwrap();
+    let sent = f.clone();
+    let writer = std::thread::spawn(move || w.write_all(&sent).unwrap());
+    let st = srv.stats();
+    // The server pauses the connection once the socket is full and
+    // responses wait; it starts no more requests.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while st.conns_paused.load(Relaxed) == 0 {
+        assert!(std::time::Instant::now() < deadline, "the server never paused the connection");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let frame = f.len() / GETS as usize;
+    let bound = granary_native::limits::connection_bytes_bound(frame, proto::HEADER_BYTES + v.len()) as u64;
+    let served = st.get_hits.load(Relaxed);
+    let held = st.conn_buffer_bytes_max.load(Relaxed);
+    assert!(served < GETS, "all {GETS} responses were produced for a client that reads none");
+    assert!(held <= bound, "a connection held {held} bytes, over its bound of {bound}");
+    // Every response then arrives whole, once.
+    let mut seen = vec![false; GETS as usize];
+    for _ in 0..GETS {
+        let (h, status, body) = read_frame(&mut s).unwrap();
+        assert_eq!((status, body.len()), (Status::Ok, v.len()));
+        assert!(!std::mem::replace(&mut seen[h.id as usize], true), "two responses to {}", h.id);
+    }
+    writer.join().unwrap();
+    assert_eq!(st.get_hits.load(Relaxed), GETS);
+    let held = st.conn_buffer_bytes_max.load(Relaxed);
+    assert!(held <= bound, "a connection held {held} bytes, over its bound of {bound}");
+}

@@ -25,6 +25,7 @@
 
 mod blocking;
 mod executor;
+pub mod latency;
 pub mod net;
 mod op;
 mod slab;

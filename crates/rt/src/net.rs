@@ -9,7 +9,7 @@ use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, ToSocketAddrs};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -210,6 +210,23 @@ impl TcpStream {
     /// Shut down the writing half (the peer sees end of stream).
     pub fn shutdown_write(&self) -> io::Result<()> {
         self.inner.shutdown(std::net::Shutdown::Write)
+    }
+}
+
+/// Adds one to a gauge while it lives: a connection in some state (waiting
+/// to send, paused), counted however the task ends, cancellation included.
+pub struct GaugeHold<'a>(&'a AtomicU64);
+
+impl<'a> GaugeHold<'a> {
+    pub fn new(gauge: &'a AtomicU64) -> GaugeHold<'a> {
+        gauge.fetch_add(1, Relaxed);
+        GaugeHold(gauge)
+    }
+}
+
+impl Drop for GaugeHold<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
     }
 }
 
