@@ -235,7 +235,21 @@ impl RecordHeader {
         assert_eq!(value.len() as u64, self.value_len);
         let total = self.record_bytes() as usize;
         assert!(out.len() >= total, "record buffer too small");
+        let body = &mut out[RECORD_HEADER_BYTES..];
+        body[..key.len()].copy_from_slice(key);
+        body[key.len()..key.len() + value.len()].copy_from_slice(value);
+        self.encode_in_place(seed, out);
+    }
+
+    /// Encode the header of a record whose key and value already lie in
+    /// `out` at their places (after the header), zero the padding after the
+    /// value, and set both checksums: the zero-copy form of
+    /// [`RecordHeader::encode`].
+    pub fn encode_in_place(&self, seed: u32, out: &mut [u8]) {
+        let total = self.record_bytes() as usize;
+        assert!(out.len() >= total, "record buffer too small");
         let (head, rest) = out.split_at_mut(RECORD_HEADER_BYTES);
+        let (key_len, value_len) = (self.key_len as usize, self.value_len as usize);
         head.fill(0);
         put_u32(head, OFF_MAGIC, RECORD_MAGIC);
         head[OFF_VERSION] = RECORD_VERSION;
@@ -252,12 +266,12 @@ impl RecordHeader {
             put_u32(head, OFF_USER_FLAGS, self.user_flags);
             put_u32(head, OFF_EXPIRES, self.expires);
         }
-        rest[..key.len()].copy_from_slice(key);
-        rest[key.len()..key.len() + value.len()].copy_from_slice(value);
-        rest[key.len() + value.len()..].fill(0);
+        rest[key_len + value_len..].fill(0);
+        let key = &rest[..key_len];
         let header_crc = crc32c_append(crc32c_append(seed, &head[..OFF_HEADER_CRC]), key);
         put_u32(head, OFF_HEADER_CRC, header_crc);
-        let crc = crc32c_append(crc32c_append(crc32c_append(seed, &head[..OFF_CRC]), key), value);
+        let body = &rest[..key_len + value_len];
+        let crc = crc32c_append(crc32c_append(seed, &head[..OFF_CRC]), body);
         put_u32(head, OFF_CRC, crc);
     }
 }

@@ -26,12 +26,25 @@
 use crate::error::{Error, Result};
 use crate::options::Durability;
 use crate::space::{Loc, Purpose, Space};
+use crate::store::Payload;
 use granary_format::record::RecordHeader;
 use granary_io::{AlignedBuf, Device};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Largest group, in bytes: a writer that would pass it starts a new group.
 pub const GROUP_BYTES_MAX: usize = 256 * 1024;
+
+/// A record built in its own buffer ([`crate::PutBuf`]) up to this size
+/// joins a group under way by being copied into it; a larger one (or one
+/// that finds no group to join) is written from its own buffer, uncopied.
+pub const OWNED_JOIN_BYTES_MAX: usize = 16 * 1024;
+
+/// A group's records: encoded into a growing buffer that later writers
+/// join, or one record in its own aligned buffer (not joinable).
+enum Bytes {
+    Shared(Vec<u8>),
+    Owned(AlignedBuf),
+}
 
 type Failure = (&'static str, std::io::ErrorKind, String);
 
@@ -41,7 +54,7 @@ struct Group {
     /// First pba of the group.
     start: u64,
     /// Encoded records, contiguous from `start`; taken when sealed.
-    bytes: Mutex<Option<Vec<u8>>>,
+    bytes: Mutex<Option<Bytes>>,
     /// The write's outcome; an error as (operation, kind, text), which
     /// each member turns into its own `Error::Io`.
     result: OnceLock<std::result::Result<(), Failure>>,
@@ -105,12 +118,12 @@ impl Coalescer {
         next_seq: u64,
         mut hdr: RecordHeader,
         key: &[u8],
-        value: &[u8],
+        mut value: Payload<'_>,
     ) -> Result<Loc> {
         let (group, leader, loc) = loop {
             // Either the placed record, or a listener to wait on (the lock
             // is released before waiting).
-            let wait = match self.place(space, purpose, seed, grain, next_seq, &mut hdr, key, value) {
+            let wait = match self.place(space, purpose, seed, grain, next_seq, &mut hdr, key, value.reborrow()) {
                 Placed::Done(r) => break r?,
                 Placed::Wait(l) => l,
             };
@@ -148,7 +161,7 @@ impl Coalescer {
         next_seq: u64,
         hdr: &mut RecordHeader,
         key: &[u8],
-        value: &[u8],
+        value: Payload<'_>,
     ) -> Placed {
         let grains = hdr.grains(grain as u32);
         let bytes = (grains * grain) as usize;
@@ -168,33 +181,49 @@ impl Coalescer {
             Err(e) => return Placed::Done(Err(e)),
         };
         hdr.seg_stamp = loc.stamp;
+        let joins = match &value {
+            Payload::Slice(_) => true,
+            Payload::Owned { .. } => bytes <= OWNED_JOIN_BYTES_MAX,
+        };
         let joinable = inner.open.as_ref().filter(|g| {
             let b = g.bytes.lock().unwrap_or_else(|e| e.into_inner());
-            g.seg == loc.seg
-                && b.as_ref().is_some_and(|b| {
-                    g.start + (b.len() as u64 / grain) == loc.pba && b.len() + bytes <= GROUP_BYTES_MAX
-                })
+            joins
+                && g.seg == loc.seg
+                && matches!(b.as_ref(), Some(Bytes::Shared(b))
+                    if g.start + (b.len() as u64 / grain) == loc.pba && b.len() + bytes <= GROUP_BYTES_MAX)
         });
         if let Some(g) = joinable {
             let g = g.clone();
             let mut b = g.bytes.lock().unwrap_or_else(|e| e.into_inner());
-            let v = b.as_mut().expect("an open group is unsealed");
+            let Some(Bytes::Shared(v)) = b.as_mut() else { unreachable!("checked joinable under the lock") };
             let at = v.len();
             v.resize(at + bytes, 0);
-            hdr.encode(seed, key, value, &mut v[at..]);
+            encode(hdr, seed, key, value, &mut v[at..]);
             drop(b);
             return Placed::Done(Ok((g, false, loc)));
         }
-        let mut v = vec![0u8; bytes];
-        hdr.encode(seed, key, value, &mut v);
+        let (b, joinable) = match value {
+            Payload::Slice(value) => {
+                let mut v = vec![0u8; bytes];
+                hdr.encode(seed, key, value, &mut v);
+                (Bytes::Shared(v), true)
+            }
+            Payload::Owned { buf, .. } => {
+                let mut b = buf.take().expect("a record buffer");
+                hdr.encode_in_place(seed, &mut b);
+                (Bytes::Owned(b), false)
+            }
+        };
         let g = Arc::new(Group {
             seg: loc.seg,
             start: loc.pba,
-            bytes: Mutex::new(Some(v)),
+            bytes: Mutex::new(Some(b)),
             result: OnceLock::new(),
             done: event_listener::Event::new(),
         });
-        inner.open = Some(g.clone());
+        // A group in its own buffer takes no one; the open group (if any)
+        // no longer ends where the next record starts either.
+        inner.open = joinable.then(|| g.clone());
         *inner.pending.entry(loc.seg).or_default() += 1;
         Placed::Done(Ok((g, true, loc)))
     }
@@ -245,8 +274,14 @@ impl Coalescer {
             };
             listener.await;
         };
-        let mut buf = AlignedBuf::zeroed(bytes.len());
-        buf.copy_from_slice(&bytes);
+        let buf = match bytes {
+            Bytes::Shared(v) => {
+                let mut buf = AlignedBuf::zeroed(v.len());
+                buf.copy_from_slice(&v);
+                buf
+            }
+            Bytes::Owned(b) => b,
+        };
         let offset = group.start * grain;
         let (_, r) = dev.write_at_async(buf, offset).await;
         let r = r.map_err(|e| ("write", e.kind(), e.to_string())).and_then(|()| match durability {
@@ -257,5 +292,18 @@ impl Coalescer {
         group.done.notify(usize::MAX);
         self.groups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         drop(guard); // releases the stream
+    }
+}
+
+/// Encode a record into `out` (a group's buffer): from its parts, or by
+/// copying a record built in its own buffer and setting its header there.
+fn encode(hdr: &RecordHeader, seed: u32, key: &[u8], value: Payload<'_>, out: &mut [u8]) {
+    match value {
+        Payload::Slice(value) => hdr.encode(seed, key, value, out),
+        Payload::Owned { buf, .. } => {
+            let b = buf.as_ref().expect("a record buffer");
+            out.copy_from_slice(&b[..out.len()]);
+            hdr.encode_in_place(seed, out);
+        }
     }
 }

@@ -15,6 +15,7 @@
 //! - `coalesce`: write coalescing (group commit) of user writes.
 //! - `store`: the read and write paths.
 //! - `verify`: the offline consistency check.
+//! - [`zerocopy`]: values read into and written from the device's buffers.
 //!
 //! Invariants the engine keeps (and where): a record is on the device before
 //! its index entry points at it (`store::commit`); mutations of one key are
@@ -32,6 +33,7 @@ mod recover;
 mod space;
 mod store;
 mod verify;
+pub mod zerocopy;
 
 pub use checkpoint::CheckpointStats;
 pub use error::{Error, Result};
@@ -40,6 +42,7 @@ pub use options::{Clock, CreateOptions, Durability, OpenOptions, ProgressHook};
 pub use recover::RecoveryReport;
 pub use store::{Change, Cond, GcPause, Item, ItemMeta, PutMode, PutOutcome, Stats, Store, RESERVED_KEY_PREFIX};
 pub use verify::VerifyReport;
+pub use zerocopy::{PutBuf, ValueBuf};
 
 pub use granary_io as io;
 

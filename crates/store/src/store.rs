@@ -36,6 +36,7 @@ use crate::options::{default_index_table_homes, default_segment_bytes, CreateOpt
 use crate::recover::RecoveryReport;
 use crate::space::{Loc, Purpose, Space};
 use crate::verify::VerifyReport;
+use crate::zerocopy::{PutBuf, ValueBuf};
 use granary_format::checksum::record_seed;
 use granary_format::hash::{key_hash, KEY_HASH_ALGO_XXH3_64};
 use granary_format::limits::*;
@@ -191,6 +192,30 @@ impl Stats {
 }
 
 /// The current version of a key found on the device.
+/// The value of a record to write: borrowed bytes, encoded (copied) into
+/// the write buffer; or a record already built in place in an aligned
+/// buffer ([`crate::PutBuf`]), written as it is. The buffer is taken only
+/// while the write runs and given back, so a retry can use it again.
+pub(crate) enum Payload<'a> {
+    Slice(&'a [u8]),
+    Owned { buf: &'a mut Option<AlignedBuf>, value_len: u64 },
+}
+
+impl Payload<'_> {
+    pub fn value_len(&self) -> u64 {
+        match self {
+            Payload::Slice(v) => v.len() as u64,
+            Payload::Owned { value_len, .. } => *value_len,
+        }
+    }
+    pub fn reborrow(&mut self) -> Payload<'_> {
+        match self {
+            Payload::Slice(v) => Payload::Slice(v),
+            Payload::Owned { buf, value_len } => Payload::Owned { buf, value_len: *value_len },
+        }
+    }
+}
+
 pub(crate) struct Found {
     pub entry: Entry,
     pub hdr: RecordHeader,
@@ -510,7 +535,8 @@ impl Core {
         let floor = self.next_seq.fetch_add(1, Relaxed);
         // Stored first, then applied: until the new floor record is on the
         // device, the old one must not read as flushed (GC would drop it).
-        self.write_item(FLUSH_FLOOR_KEY, &floor.to_le_bytes(), ItemMeta::default(), Cond::Always).await?;
+        self.write_item(FLUSH_FLOOR_KEY, Payload::Slice(&floor.to_le_bytes()), ItemMeta::default(), Cond::Always)
+            .await?;
         self.flush_floor.fetch_max(floor, Relaxed);
         Ok(floor)
     }
@@ -706,6 +732,50 @@ impl Core {
         Ok(Some(Self::item_of(&f)))
     }
 
+    /// The value of `key` in the buffer it was read into (zero-copy).
+    pub async fn get_buf(&self, key: &[u8]) -> Result<Option<ValueBuf>> {
+        Self::check_user_key(key)?;
+        self.counters.gets.fetch_add(1, Relaxed);
+        let h = key_hash(key);
+        let Some(f) = self.find(key, h, true, true).await? else { return Ok(None) };
+        if !self.is_live(&f, self.clock.now()) {
+            return Ok(None);
+        }
+        self.counters.get_hits.fetch_add(1, Relaxed);
+        if self.evict {
+            self.space.touch(self.sb.segment_of(f.entry.pba()));
+        }
+        Ok(Some(ValueBuf {
+            start: RECORD_HEADER_BYTES + f.hdr.key_len as usize,
+            len: f.hdr.value_len as usize,
+            meta: ItemMeta { flags: f.hdr.user_flags, expires: f.hdr.expires },
+            cas: f.hdr.seq,
+            buf: f.buf,
+        }))
+    }
+
+    /// A record buffer for `key` with room for a value of `value_len`
+    /// bytes, to fill and then write with [`Core::put_buf`].
+    pub fn new_put_buf(&self, key: &[u8], value_len: usize) -> Result<PutBuf> {
+        Self::check_user_key(key)?;
+        let max = self.value_bytes_max(key.len());
+        if value_len as u64 > max {
+            return Err(Error::ValueTooLarge { len: value_len as u64, max });
+        }
+        let grains = grains_for(record_bytes(key.len(), value_len as u64), self.sb.grain_bytes);
+        let mut buf = AlignedBuf::zeroed((grains * self.grain()) as usize);
+        buf[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + key.len()].copy_from_slice(key);
+        Ok(PutBuf::new(buf, key.len(), value_len))
+    }
+
+    /// Write the record built in `pb` (its key, its value as filled).
+    pub async fn put_buf(&self, mut pb: PutBuf, meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
+        let key = pb.key().to_vec();
+        Self::check_user_key(&key)?;
+        let value_len = pb.value_len as u64;
+        self.write_item(&key, Payload::Owned { buf: &mut pb.buf, value_len }, meta, cond).await
+    }
+
     fn item_of(f: &Found) -> Item {
         Item {
             value: record::value_of(&f.hdr, &f.buf).to_vec(),
@@ -714,10 +784,10 @@ impl Core {
         }
     }
 
-    fn check_value(&self, key: &[u8], value: &[u8]) -> Result<()> {
+    fn check_value(&self, key: &[u8], value_len: u64) -> Result<()> {
         let max = self.value_bytes_max(key.len());
-        if value.len() as u64 > max {
-            return Err(Error::ValueTooLarge { len: value.len() as u64, max });
+        if value_len > max {
+            return Err(Error::ValueTooLarge { len: value_len, max });
         }
         Ok(())
     }
@@ -731,14 +801,20 @@ impl Core {
     /// (0 otherwise).
     pub async fn put_item(&self, key: &[u8], value: &[u8], meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
         Self::check_user_key(key)?;
-        self.write_item(key, value, meta, cond).await
+        self.write_item(key, Payload::Slice(value), meta, cond).await
     }
 
     /// [`Core::put_item`] without the reserved-namespace check.
-    async fn write_item(&self, key: &[u8], value: &[u8], meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
-        self.check_value(key, value)?;
+    async fn write_item(
+        &self,
+        key: &[u8],
+        mut value: Payload<'_>,
+        meta: ItemMeta,
+        cond: Cond,
+    ) -> Result<(PutOutcome, u64)> {
+        self.check_value(key, value.value_len())?;
         let h = key_hash(key);
-        let grains = grains_for(record_bytes(key.len(), value.len() as u64), self.sb.grain_bytes);
+        let grains = grains_for(record_bytes(key.len(), value.value_len()), self.sb.grain_bytes);
         loop {
             self.check_writable()?;
             self.space.await_room(Purpose::Put, grains).await.map_err(|e| self.check_writable().err().unwrap_or(e))?;
@@ -751,7 +827,7 @@ impl Core {
                 (Cond::Cas(c), Some(f)) if f.hdr.seq != c => return Ok((PutOutcome::Exists, 0)),
                 _ => {}
             }
-            match self.write_value(key, h, value, meta, existing).await {
+            match self.write_value(key, h, value.reborrow(), meta, existing).await {
                 Err(Error::NoSpace { .. }) => continue, // raced for the last room: wait again
                 r => return r.map(|cas| (PutOutcome::Stored, cas)),
             }
@@ -764,12 +840,13 @@ impl Core {
         &self,
         key: &[u8],
         h: u64,
-        value: &[u8],
+        value: Payload<'_>,
         meta: ItemMeta,
         existing: Option<Found>,
     ) -> Result<u64> {
         let seq = self.next_seq.fetch_add(1, Relaxed);
-        let hdr = RecordHeader::value(key.len(), value.len() as u64, seq, 0)
+        let value_len = value.value_len();
+        let hdr = RecordHeader::value(key.len(), value_len, seq, 0)
             .with_meta(meta.flags, meta.expires)
             .with_supersedes(existing.is_some() || self.dropped.contains(h));
         let loc = self.write_record_async(Purpose::Put, hdr, key, value).await?;
@@ -777,7 +854,7 @@ impl Core {
         self.space.done(loc.seg);
         committed?;
         self.counters.puts.fetch_add(1, Relaxed);
-        self.counters.user_bytes.fetch_add((key.len() + value.len()) as u64, Relaxed);
+        self.counters.user_bytes.fetch_add(key.len() as u64 + value_len, Relaxed);
         Ok(seq)
     }
 
@@ -788,7 +865,7 @@ impl Core {
         // Under the stripe no relocation of this key can run, so every
         // older version of it lies in a segment at or below the horizon.
         let hdr = RecordHeader::tombstone(key.len(), seq, 0, self.space.horizon());
-        let loc = self.write_record_async(Purpose::Delete, hdr, key, &[]).await?;
+        let loc = self.write_record_async(Purpose::Delete, hdr, key, Payload::Slice(&[])).await?;
         let committed = self.commit(key, h, existing, loc, true).await;
         self.space.done(loc.seg);
         committed?;
@@ -820,9 +897,9 @@ impl Core {
             let written = match change {
                 Change::Keep => return Ok((r, None)),
                 Change::Put { value, meta } => {
-                    self.check_value(key, &value)?;
+                    self.check_value(key, value.len() as u64)?;
                     need = grains_for(record_bytes(key.len(), value.len() as u64), self.sb.grain_bytes);
-                    self.write_value(key, h, &value, meta, existing).await.map(Some)
+                    self.write_value(key, h, Payload::Slice(&value), meta, existing).await.map(Some)
                 }
                 Change::Delete => match existing {
                     Some(x) if !x.hdr.is_tombstone() => {
@@ -876,7 +953,7 @@ impl Core {
     /// On success the caller indexes it and then calls `space.done`.
     #[cfg(test)]
     pub(crate) fn write_record(&self, purpose: Purpose, hdr: RecordHeader, key: &[u8], value: &[u8]) -> Result<Loc> {
-        block_on(self.write_record_async(purpose, hdr, key, value))
+        block_on(self.write_record_async(purpose, hdr, key, Payload::Slice(value)))
     }
 
     /// [`Core::write_record`], asynchronously.
@@ -885,7 +962,7 @@ impl Core {
         purpose: Purpose,
         mut hdr: RecordHeader,
         key: &[u8],
-        value: &[u8],
+        value: Payload<'_>,
     ) -> Result<Loc> {
         if self.coalesce && matches!(purpose, Purpose::Put | Purpose::Delete) {
             let next_seq = self.next_seq.load(Relaxed);
@@ -905,10 +982,23 @@ impl Core {
             e => e,
         })?;
         hdr.seg_stamp = loc.stamp;
-        let mut buf = AlignedBuf::zeroed((grains * self.grain()) as usize);
-        hdr.encode(self.seed, key, value, &mut buf);
+        let (buf, owned) = match value {
+            Payload::Slice(value) => {
+                let mut buf = AlignedBuf::zeroed((grains * self.grain()) as usize);
+                hdr.encode(self.seed, key, value, &mut buf);
+                (buf, None)
+            }
+            Payload::Owned { buf, .. } => {
+                let mut b = buf.take().expect("a record buffer");
+                hdr.encode_in_place(self.seed, &mut b);
+                (b, Some(buf))
+            }
+        };
         let offset = loc.pba * self.grain();
-        let (_, r) = self.dev.write_at_async(buf, offset).await;
+        let (buf, r) = self.dev.write_at_async(buf, offset).await;
+        if let Some(slot) = owned {
+            *slot = Some(buf);
+        }
         let written = r.map_err(|source| Error::Io { op: "write", offset, source }).and_then(|()| {
             if self.durability == Durability::Flush {
                 self.dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
@@ -1052,6 +1142,37 @@ impl Store {
     /// [`Store::get_item`] as a future.
     pub async fn get_item_async(&self, key: &[u8]) -> Result<Option<Item>> {
         self.core.get_item(key).await
+    }
+
+    /// The value of `key` (with its metadata and CAS value) in the aligned
+    /// buffer it was read into: no copy. None if absent, deleted or
+    /// expired.
+    pub fn get_buf(&self, key: &[u8]) -> Result<Option<ValueBuf>> {
+        block_on(self.core.get_buf(key))
+    }
+
+    /// [`Store::get_buf`] as a future.
+    pub async fn get_buf_async(&self, key: &[u8]) -> Result<Option<ValueBuf>> {
+        self.core.get_buf(key).await
+    }
+
+    /// A record buffer for `key` and a value of `value_len` bytes, the
+    /// buffer the device will write: fill its value (directly, or by
+    /// receiving into it), then write it with [`Store::put_buf`]. Fails
+    /// for a bad key or a value larger than the store holds.
+    pub fn new_put_buf(&self, key: &[u8], value_len: usize) -> Result<PutBuf> {
+        self.core.new_put_buf(key, value_len)
+    }
+
+    /// Write the record built in `pb`: [`Store::put_item`] without copying
+    /// the value (bytes of the value not filled are zeros).
+    pub fn put_buf(&self, pb: PutBuf, meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
+        block_on(self.core.put_buf(pb, meta, cond))
+    }
+
+    /// [`Store::put_buf`] as a future.
+    pub async fn put_buf_async(&self, pb: PutBuf, meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
+        self.core.put_buf(pb, meta, cond).await
     }
 
     /// Conditional PUT with metadata: `Stored` with the new CAS value, or

@@ -489,3 +489,79 @@ fn regression_gc_never_picks_a_segment_with_a_write_in_flight() {
         "oldest empty segment once the write is done"
     );
 }
+
+#[test]
+fn zero_copy_puts_and_gets_round_trip_with_and_without_coalescing() {
+    for coalesce_writes in [true, false] {
+        let dev = Arc::new(MemDevice::new(32 << 20));
+        let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
+        let o = OpenOptions { coalesce_writes, ..OpenOptions::default() };
+        let s = Store::create(dev.clone(), &c, &o).unwrap();
+        // Small (joins groups), empty, and larger than a group may copy.
+        for (i, len) in [0usize, 1, 100, 4000, 16 * 1024, 100_000].into_iter().enumerate() {
+            let key = format!("zc-{i}");
+            let value: Vec<u8> = (0..len).map(|j| (j * 7 + i) as u8).collect();
+            let mut pb = s.new_put_buf(key.as_bytes(), len).unwrap();
+            assert_eq!((pb.key(), pb.value_len(), pb.is_full()), (key.as_bytes(), len, len == 0));
+            // Half by receive-style fills, half in place.
+            if i % 2 == 0 {
+                let cut = len / 3;
+                pb.fill_from(&value[..cut]);
+                pb.fill_from(&value[cut..]);
+                assert!(pb.is_full());
+            } else {
+                pb.value_mut().copy_from_slice(&value);
+            }
+            let meta = ItemMeta { flags: i as u32, expires: 0 };
+            let (out, cas) = s.put_buf(pb, meta, Cond::Always).unwrap();
+            assert_eq!(out, PutOutcome::Stored);
+            let it = s.get_item(key.as_bytes()).unwrap().unwrap();
+            assert_eq!((&it.value, it.meta, it.cas), (&value, meta, cas));
+            let vb = s.get_buf(key.as_bytes()).unwrap().unwrap();
+            assert_eq!((vb.value(), vb.len(), vb.meta, vb.cas), (&value[..], len, meta, cas));
+        }
+        // Conditions hold as for put_item.
+        let pb = s.new_put_buf(b"zc-1", 3).unwrap();
+        assert_eq!(s.put_buf(pb, ItemMeta::default(), Cond::Absent).unwrap().0, PutOutcome::Exists);
+        let pb = s.new_put_buf(b"nope", 3).unwrap();
+        assert_eq!(s.put_buf(pb, ItemMeta::default(), Cond::Present).unwrap().0, PutOutcome::NotFound);
+        assert!(s.get_buf(b"nope").unwrap().is_none());
+        // A large record is written from its own buffer: one device write.
+        let writes = s.stats().io.writes;
+        let mut pb = s.new_put_buf(b"big", 64 << 10).unwrap();
+        pb.value_mut().fill(9);
+        s.put_buf(pb, ItemMeta::default(), Cond::Always).unwrap();
+        assert_eq!(s.stats().io.writes, writes + 1);
+        // Limits: bad keys and values larger than the store holds.
+        assert!(matches!(s.new_put_buf(b"", 1), Err(Error::KeyLength { .. })));
+        assert!(matches!(s.new_put_buf(b"\0granary.x", 1), Err(Error::ReservedKey)));
+        assert!(matches!(s.new_put_buf(b"k", 2 << 20), Err(Error::ValueTooLarge { .. })));
+        // Everything survives a reopen (a log scan or checkpoint).
+        let s = reopen(&dev, s);
+        assert_eq!(s.get(b"zc-5").unwrap().unwrap().len(), 100_000);
+        assert_eq!(s.get(b"big").unwrap().unwrap(), vec![9u8; 64 << 10]);
+        assert!(s.verify().unwrap().is_clean());
+    }
+}
+
+#[test]
+fn zero_copy_buffers_expose_their_value_to_the_ring() {
+    use granary_rt::IoBuf;
+    let (_dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    s.put(b"k", b"hello").unwrap();
+    let mut vb = s.get_buf(b"k").unwrap().unwrap();
+    let (p, n) = (vb.stable_ptr(), vb.buf_len());
+    // SAFETY: the IoBuf contract: p is valid for n bytes while vb lives.
+    assert_eq!(unsafe { std::slice::from_raw_parts(p, n) }, b"hello");
+    // A PutBuf's view is the part of the value not filled yet.
+    let mut pb = s.new_put_buf(b"k2", 10).unwrap();
+    pb.fill_from(b"abc");
+    assert_eq!(pb.buf_len(), 7);
+    let p = pb.stable_ptr();
+    // SAFETY: p is valid for buf_len() bytes, which we own exclusively.
+    unsafe { std::ptr::copy_nonoverlapping(b"defghij".as_ptr(), p, 7) };
+    pb.advance(7);
+    assert!(pb.is_full());
+    s.put_buf(pb, ItemMeta::default(), Cond::Always).unwrap();
+    assert_eq!(s.get(b"k2").unwrap().unwrap(), b"abcdefghij");
+}

@@ -163,7 +163,18 @@ fn run_seed(seed: u64) -> (bool, bool, u64) {
             // One put in four expires within 20 ticks of the clock.
             let expires = if rng.below(4) == 0 { now.load(Relaxed) + rng.below(20) as u32 } else { 0 };
             let meta = ItemMeta { flags: version as u32, expires };
-            let r = s.put_item(&key(k), &value(k, version, len), meta, Cond::Always).map(|_| ());
+            // Half the puts build their record in place (the zero-copy
+            // API): large ones are written from their own buffer, small
+            // ones may join a group.
+            let v = value(k, version, len);
+            let r = if rng.below(2) == 0 {
+                s.put_item(&key(k), &v, meta, Cond::Always).map(|_| ())
+            } else {
+                s.new_put_buf(&key(k), v.len()).and_then(|mut pb| {
+                    pb.value_mut().copy_from_slice(&v);
+                    s.put_buf(pb, meta, Cond::Always).map(|_| ())
+                })
+            };
             (r, Want::Value(version, len, expires))
         };
         match result {
@@ -191,6 +202,12 @@ fn run_seed(seed: u64) -> (bool, bool, u64) {
     let t = now.load(Relaxed);
     for k in 0..keys {
         let got = store.get_item(&key(k)).unwrap_or_else(|e| panic!("seed {seed}: get {k}: {e}"));
+        let zero_copy = store.get_buf(&key(k)).unwrap_or_else(|e| panic!("seed {seed}: get_buf {k}: {e}"));
+        assert_eq!(
+            zero_copy.map(|b| (b.value().to_vec(), b.meta, b.cas)),
+            got.as_ref().map(|it| (it.value.clone(), it.meta, it.cas)),
+            "seed {seed}: get_buf and get_item disagree on key {k}"
+        );
         let got = got.map(|it| (it.value, it.meta.flags));
         let acked = model.get(&k).cloned().unwrap_or(Want::Absent);
         let ok = got == materialise(k, &acked, t)
@@ -276,7 +293,18 @@ fn run_concurrent_seed(seed: u64) -> u64 {
                     let i = (version * 7 + t) % PER_THREAD_KEYS;
                     let k = t * PER_THREAD_KEYS + i;
                     tried[i as usize] = version;
-                    match s.put(&key(k), &value(k, version, 200 + (version % 5) as usize * 300)) {
+                    let v = value(k, version, 200 + (version % 5) as usize * 300);
+                    // Every third put through the zero-copy API: its small
+                    // records join the groups of the others.
+                    let r = if version % 3 == 0 {
+                        s.new_put_buf(&key(k), v.len()).and_then(|mut pb| {
+                            pb.value_mut().copy_from_slice(&v);
+                            s.put_buf(pb, ItemMeta::default(), Cond::Always).map(|_| ())
+                        })
+                    } else {
+                        s.put(&key(k), &v)
+                    };
+                    match r {
                         Ok(()) => acked[i as usize] = version,
                         Err(Error::Io { .. } | Error::Poisoned { .. }) => break,
                         Err(Error::NoSpace { .. }) => {}
