@@ -271,17 +271,14 @@ pub(crate) fn load(store: &Arc<Store>, rt: &Runtime, o: &DeviceBenchOptions) -> 
             })
         })
         .collect();
-    let mut last = Instant::now();
+    let progress = crate::progress::Progress::new("loading keys", o.keys, o.progress);
     while handles.iter().any(|h| !h.is_finished()) {
         std::thread::sleep(Duration::from_millis(20));
-        if last.elapsed() >= Duration::from_secs(1) {
-            last = Instant::now();
-            let d = done.load(Relaxed);
-            if o.progress {
-                eprintln!("loading: {d}/{} keys ({:.0}/s)", o.keys, d as f64 / start.elapsed().as_secs_f64());
-            }
-        }
+        progress.inc(done.load(Relaxed) - progress.done());
     }
+    progress.inc(done.load(Relaxed) - progress.done());
+    progress.finish();
+    let _ = start;
     for h in handles {
         h.join().map_err(|e| e.to_string())??;
     }

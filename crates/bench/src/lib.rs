@@ -12,6 +12,7 @@
 //!   engine on the same store (`granary bench native`).
 //! - [`recovery`]: clean restart and crash recovery of a loaded store, the
 //!   scan rate against fio's sequential read (`granary bench recovery`).
+//! - [`progress`]: progress bars and log lines of long phases.
 //! - [`load`]: the generated keys and values of `granary load`.
 //! - [`memcache`]: the Memcache load generator, and `granary serve` against
 //!   memcached and memcached+extstore in one run (`granary bench memcache`).
@@ -23,4 +24,5 @@ pub mod load;
 pub mod mem;
 pub mod memcache;
 pub mod native;
+pub mod progress;
 pub mod recovery;

@@ -278,9 +278,11 @@ impl Conn {
 /// Set every key once, `conns` connections in parallel, pipelined.
 fn load(addr: SocketAddr, o: &McBenchOptions, value: &[u8]) -> Result<f64, String> {
     let t0 = Instant::now();
+    let progress = std::sync::Arc::new(crate::progress::Progress::new("loading keys", o.keys, true));
     let threads: Vec<_> = (0..o.conns.min(8))
         .map(|t| {
             let (n, keys, value) = (o.conns.min(8) as u64, o.keys, value.to_vec());
+            let progress = progress.clone();
             std::thread::spawn(move || -> std::io::Result<()> {
                 let mut c = Conn::new(addr)?;
                 let mine: Vec<u64> = (t as u64..keys).step_by(n as usize).collect();
@@ -297,6 +299,7 @@ fn load(addr: SocketAddr, o: &McBenchOptions, value: &[u8]) -> Result<f64, Strin
                             return Err(std::io::Error::other(format!("load: {}", c.line.trim_end())));
                         }
                     }
+                    progress.inc(batch.len() as u64);
                 }
                 Ok(())
             })
@@ -305,6 +308,7 @@ fn load(addr: SocketAddr, o: &McBenchOptions, value: &[u8]) -> Result<f64, Strin
     for t in threads {
         t.join().map_err(|_| "loader thread panicked")?.map_err(|e| format!("load: {e}"))?;
     }
+    progress.finish();
     Ok(t0.elapsed().as_secs_f64())
 }
 

@@ -90,14 +90,13 @@ pub fn run(o: &RecoveryBenchOptions) -> Result<serde_json::Value, String> {
                 })
             })
             .collect();
-        let mut last = Instant::now();
+        let progress = crate::progress::Progress::new("bench recovery: loading keys", o.keys, true);
         while hs.iter().any(|h| !h.is_finished()) {
             std::thread::sleep(std::time::Duration::from_millis(100));
-            if last.elapsed().as_secs() >= 2 {
-                eprintln!("bench recovery: loaded {} of {} keys", done.load(Relaxed), o.keys);
-                last = Instant::now();
-            }
+            progress.inc(done.load(Relaxed) - progress.done());
         }
+        progress.inc(done.load(Relaxed) - progress.done());
+        progress.finish();
         for h in hs {
             h.join().map_err(|_| "a loader thread panicked".to_string())??;
         }

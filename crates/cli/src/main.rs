@@ -465,6 +465,12 @@ fn open_store(dev: &DeviceArgs, flush: bool, read_only: bool) -> Result<Store, S
 /// A progress bar for recovery's log scan when stderr is a terminal (logs
 /// report progress otherwise). Drawn only once the scan has taken a moment.
 fn progress_bar() -> Option<ProgressHook> {
+    progress_bar_for("recovering", true)
+}
+
+/// A progress bar labelled `label` when stderr is a terminal, drawn once
+/// the work has taken half a second; units are bytes or plain steps.
+fn progress_bar_for(label: &'static str, bytes: bool) -> Option<ProgressHook> {
     use std::io::IsTerminal;
     if !std::io::stderr().is_terminal() {
         return None;
@@ -475,9 +481,12 @@ fn progress_bar() -> Option<ProgressHook> {
         let mut b = bar.lock().unwrap_or_else(|e| e.into_inner());
         if b.is_none() && started.elapsed().as_millis() >= 500 && done < total {
             let pb = indicatif::ProgressBar::new(total);
-            if let Ok(style) = indicatif::ProgressStyle::with_template(
-                "recovering {bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-            ) {
+            let template = if bytes {
+                format!("{label} {{bar:40}} {{bytes}}/{{total_bytes}} {{bytes_per_sec}} eta {{eta}}")
+            } else {
+                format!("{label} {{bar:40}} {{pos}}/{{len}} eta {{eta}}")
+            };
+            if let Ok(style) = indicatif::ProgressStyle::with_template(&template) {
                 pb.set_style(style);
             }
             *b = Some(pb);
@@ -650,7 +659,11 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         Cmd::Bench(cmd) => bench(cmd),
         Cmd::Verify { dev } => {
             let store = open_store(&dev, false, true)?;
-            let r = store.verify().map_err(|e| e.to_string())?;
+            let r = match progress_bar_for("verifying", false) {
+                Some(p) => store.verify_with_progress(&p),
+                None => store.verify(),
+            }
+            .map_err(|e| e.to_string())?;
             println!(
                 "checked {} index entries ({} values, {} tombstones) and {} records in {} segments in {} ms",
                 r.entries_checked, r.values, r.tombstones, r.records_scanned, r.segments_scanned, r.millis

@@ -15,6 +15,8 @@ struct Serve {
     native_port: u16,
     /// stderr up to the "serving" line.
     log: String,
+    /// stderr lines after it.
+    later: std::sync::mpsc::Receiver<String>,
 }
 
 fn free_port() -> u16 {
@@ -53,12 +55,35 @@ impl Serve {
                 break;
             }
         }
-        // Keep draining stderr so the server never blocks on a full pipe.
+        // Keep draining stderr so the server never blocks on a full pipe;
+        // the lines go to `later`.
+        let (tx, later) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let mut sink = Vec::new();
-            let _ = err.read_to_end(&mut sink);
+            for line in err.lines() {
+                let Ok(line) = line else { break };
+                let _ = tx.send(line);
+            }
         });
-        Serve { child, port, native_port, log }
+        Serve { child, port, native_port, log, later }
+    }
+
+    /// Wait (60 s at most) for a stderr line containing `pat`.
+    fn wait_for_line(&self, pat: &str) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.later.recv_timeout(left) {
+                Ok(l) if l.contains(pat) => return l,
+                Ok(_) => {}
+                Err(e) => panic!("no line with {pat:?} from granary serve: {e}"),
+            }
+        }
+    }
+
+    /// Send `sig` without waiting for the process.
+    fn send_signal(&self, sig: i32) {
+        // SAFETY: kill with a pid of our own child.
+        unsafe { libc_kill(self.child.id() as i32, sig) };
     }
 
     fn call(&self, req: &[u8]) -> Vec<u8> {
@@ -235,6 +260,44 @@ fn sample(page: &str, name_and_labels: &str) -> f64 {
 }
 
 #[test]
+fn a_second_signal_during_the_drain_exits_at_once_and_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("twice.db");
+    let s = Serve::start(&data);
+    let big = vec![b'b'; 512 << 10];
+    let mut req = format!("set big 0 0 {}\r\n", big.len()).into_bytes();
+    req.extend_from_slice(&big);
+    req.extend_from_slice(b"\r\nset a 0 0 1\r\nx\r\n");
+    assert_eq!(s.call(&req), b"STORED\r\nSTORED\r\n");
+    // A client that reads none of its 200 MiB of replies keeps its
+    // connection busy, so the drain would wait for it (5 s at most).
+    let mut stuck = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    stuck.write_all(&b"get big\r\n".repeat(400)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while stat(&s, "granary_conns_waiting_to_send") == "0" {
+        assert!(std::time::Instant::now() < deadline, "the server never waited for the stuck client");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    s.send_signal(SIGTERM);
+    s.wait_for_line("draining connections");
+    // The second signal ends the drain at once: exit 130, no checkpoint
+    // (a drain that ran its course would exit 0).
+    assert_eq!(s.signal(SIGTERM).code(), Some(130));
+    drop(stuck);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let s = Serve::start_with(&data, &["--metrics", &metrics]);
+    let (_, page) = http_get(&metrics, "/metrics");
+    assert_eq!(sample(&page, "granary_recovery_clean"), 0.0, "a checkpoint was written after the second signal");
+    let got = s.call(b"get a\r\nget big\r\n");
+    let mut want = b"VALUE a 0 1\r\nx\r\nEND\r\n".to_vec();
+    want.extend_from_slice(format!("VALUE big 0 {}\r\n", big.len()).as_bytes());
+    want.extend_from_slice(&big);
+    want.extend_from_slice(b"\r\nEND\r\n");
+    assert!(got == want, "acknowledged values lost after the second signal");
+    assert_eq!(s.signal(SIGTERM).code(), Some(0));
+}
+
+#[test]
 fn config_file_flags_metrics_limits_and_clean_restart() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let data = dir.path().join("cfg.db");
@@ -320,6 +383,7 @@ fn config_file_flags_metrics_limits_and_clean_restart() {
     assert!(latency.ends_with("END\r\n"), "{latency}");
     assert!(sample(&page, "granary_memcache_connection_buffer_bytes_max") > 0.0);
     assert_eq!(stat(&s, "cmd_set"), (sets0 as u64 + 2).to_string());
+    assert_eq!(stat(&s, "granary_index_memory_bytes"), sample(&page, "granary_index_memory_bytes").to_string());
     assert_eq!(http_get(&metrics, "/nope").0, "HTTP/1.1 404 Not Found");
 
     // Limits from the file: item size, then connections.

@@ -32,7 +32,9 @@
 //! and the GC thread itself.
 
 use crate::error::{Error, Result};
-use crate::options::{default_index_table_homes, default_segment_bytes, CreateOptions, Durability, OpenOptions};
+use crate::options::{
+    default_index_table_homes, default_segment_bytes, CreateOptions, Durability, OpenOptions, ProgressHook,
+};
 use crate::recover::RecoveryReport;
 use crate::space::{Loc, Purpose, Space};
 use crate::verify::VerifyReport;
@@ -1085,9 +1087,9 @@ impl Core {
 
     /// Check every index entry against its record and scan every segment.
     /// GC waits meanwhile.
-    pub fn verify(&self) -> Result<VerifyReport> {
+    pub fn verify(&self, progress: Option<&crate::options::ProgressHook>) -> Result<VerifyReport> {
         let _no_gc = self.gc_lock.lock().unwrap_or_else(|e| e.into_inner());
-        crate::verify::verify(self)
+        crate::verify::verify(self, progress)
     }
 }
 
@@ -1247,7 +1249,13 @@ impl Store {
 
     /// Check every index entry against its record and scan every segment.
     pub fn verify(&self) -> Result<VerifyReport> {
-        self.core.verify()
+        self.core.verify(None)
+    }
+
+    /// [`Store::verify`], reporting (steps done, steps) to `progress` as it
+    /// goes (a step: an index entry checked or a segment scanned).
+    pub fn verify_with_progress(&self, progress: &ProgressHook) -> Result<VerifyReport> {
+        self.core.verify(Some(progress))
     }
 
     /// Pause GC until the guard is dropped: it finishes the segment it is

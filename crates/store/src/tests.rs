@@ -565,3 +565,22 @@ fn zero_copy_buffers_expose_their_value_to_the_ring() {
     s.put_buf(pb, ItemMeta::default(), Cond::Always).unwrap();
     assert_eq!(s.get(b"k2").unwrap().unwrap(), b"abcdefghij");
 }
+
+#[test]
+fn verify_reports_progress_up_to_every_step() {
+    let (_dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    for i in 0..3000u32 {
+        s.put(format!("k{i}").as_bytes(), &[1u8; 700]).unwrap();
+    }
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let rec = seen.clone();
+    let hook = ProgressHook(Arc::new(move |done, total| rec.lock().unwrap().push((done, total))));
+    let r = s.verify_with_progress(&hook).unwrap();
+    assert!(r.is_clean());
+    let seen = seen.lock().unwrap();
+    let total = r.entries_checked + r.segments_scanned;
+    assert!(seen.len() > 3, "{seen:?}");
+    assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0), "progress went backwards: {seen:?}");
+    assert!(seen.iter().all(|&(_, t)| t == total));
+    assert_eq!(seen.last(), Some(&(total, total)));
+}

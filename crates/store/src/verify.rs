@@ -8,6 +8,7 @@
 //! is still current).
 
 use crate::error::Result;
+use crate::options::ProgressHook;
 use crate::recover::{read_segment_headers, SegmentScanner};
 use crate::store::Core;
 use granary_format::hash::{key_hash, tag};
@@ -47,13 +48,22 @@ impl VerifyReport {
     }
 }
 
-pub(crate) fn verify(store: &Core) -> Result<VerifyReport> {
+/// Check the store; `progress` is called with (steps done, steps) where a
+/// step is an index entry read or a segment scanned.
+pub(crate) fn verify(store: &Core, progress: Option<&ProgressHook>) -> Result<VerifyReport> {
     let started = Instant::now();
     let mut r = VerifyReport::default();
     let g = store.sb.grain_bytes;
 
     let mut entries = Vec::new();
     store.index.for_each(|home, e| entries.push((home, e)));
+    let segments = read_segment_headers(store.dev.as_ref(), &store.sb)?.kv;
+    let steps = (entries.len() + segments.len()) as u64;
+    let report = |done: u64| {
+        if let Some(p) = progress {
+            (p.0)(done, steps);
+        }
+    };
     // Read the records in device order.
     entries.sort_unstable_by_key(|(_, e)| e.pba());
     let mut live: HashMap<u32, u64> = HashMap::new();
@@ -82,7 +92,11 @@ pub(crate) fn verify(store: &Core) -> Result<VerifyReport> {
             tracing::info!(checked = i + 1, entries = entries.len(), "verify: index entries");
             last_log = Instant::now();
         }
+        if i % 1024 == 1023 {
+            report(i as u64 + 1);
+        }
     }
+    report(entries.len() as u64);
     if r.error_count == 0 {
         let (keys, tombs) = (store.counters.keys.load(Relaxed), store.counters.tombstones.load(Relaxed));
         if (keys, tombs) != (r.values, r.tombstones) {
@@ -100,7 +114,7 @@ pub(crate) fn verify(store: &Core) -> Result<VerifyReport> {
         }
     }
 
-    for (s, _) in read_segment_headers(store.dev.as_ref(), &store.sb)?.kv {
+    for (i, (s, _)) in segments.into_iter().enumerate() {
         let mut scan = SegmentScanner::new(store.dev.as_ref(), &store.sb, store.seed, s.seg, s.alloc_seq as u32);
         while let Some(rec) = scan.next_record()? {
             r.records_scanned += 1;
@@ -115,6 +129,11 @@ pub(crate) fn verify(store: &Core) -> Result<VerifyReport> {
         }
         r.segments_scanned += 1;
         r.skipped_grains += scan.skipped_grains;
+        report((entries.len() + i + 1) as u64);
+        if last_log.elapsed().as_secs() >= 2 {
+            tracing::info!(scanned = i + 1, records = r.records_scanned, "verify: segments");
+            last_log = Instant::now();
+        }
     }
     r.millis = started.elapsed().as_millis() as u64;
     Ok(r)
