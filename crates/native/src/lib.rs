@@ -18,7 +18,7 @@ use granary_proto::{self as proto, ClientHello, Header, Op, PutMode, Request, Se
 use granary_rt::latency::Histogram;
 use granary_rt::net::{Connections, GaugeHold, TcpListener, TcpStream};
 use granary_rt::{Runtime, RuntimeConfig};
-use granary_store::{Error as StoreError, Store};
+use granary_store::{Error as StoreError, PutBuf, Store, ValueBuf};
 use limits::*;
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -92,6 +92,10 @@ pub struct NativeStats {
     pub conn_buffer_bytes_max: AtomicU64,
     /// Connections whose writer waits for the client to read.
     pub conns_waiting_to_send: AtomicU64,
+    /// GET values sent from the device's read buffer, and PUT values
+    /// received into the buffer the device writes (no copy).
+    pub zero_copy_gets: AtomicU64,
+    pub zero_copy_puts: AtomicU64,
     /// Connections that start no request until their client reads the
     /// responses waiting ([`OUT_HIGH_BYTES`]).
     pub conns_paused: AtomicU64,
@@ -363,10 +367,49 @@ enum Admit {
     Paused,
 }
 
+/// Responses waiting to be sent: bytes, with large values spliced in at
+/// offsets of them, sent from the buffers the device read them into.
+#[derive(Default)]
+struct Out {
+    bytes: Vec<u8>,
+    /// (offset in `bytes` the value goes before, value), in order.
+    values: std::collections::VecDeque<(usize, ValueBuf)>,
+    value_bytes: usize,
+}
+
+impl Out {
+    fn len(&self) -> usize {
+        self.bytes.len() + self.value_bytes
+    }
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Memory held (the values' bytes, the byte buffer's capacity).
+    fn memory(&self) -> usize {
+        self.bytes.capacity() + self.value_bytes
+    }
+    fn push_value(&mut self, v: ValueBuf) {
+        self.value_bytes += v.len();
+        self.values.push_back((self.bytes.len(), v));
+    }
+    /// Append another response queue after this one.
+    fn append(&mut self, o: Out) {
+        let base = self.bytes.len();
+        self.bytes.extend_from_slice(&o.bytes);
+        self.value_bytes += o.value_bytes;
+        self.values.extend(o.values.into_iter().map(|(at, v)| (base + at, v)));
+    }
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.values.clear();
+        self.value_bytes = 0;
+    }
+}
+
 /// One connection's shared state.
 struct Conn {
     stream: Rc<TcpStream>,
-    out: RefCell<Vec<u8>>,
+    out: RefCell<Out>,
     flights: RefCell<Vec<Flight>>,
     /// Wakes the reader (a request ended, the writer drained).
     reader: Notify,
@@ -385,7 +428,7 @@ struct Conn {
 impl Conn {
     /// Note the connection's buffer memory in the high-water mark.
     fn account(&self, stats: &NativeStats) {
-        let out = self.out.borrow().capacity();
+        let out = self.out.borrow().memory();
         stats.buffer_bytes(self.input_bytes.get() + self.inflight_bytes() + out + self.sending_bytes.get());
     }
     fn inflight_bytes(&self) -> usize {
@@ -422,7 +465,7 @@ fn bad_frame(conn: &Conn, ctx: &Ctx, status: Status, id: u64, why: &str) {
     ctx.stats.bad_frames.fetch_add(1, Relaxed);
     let peer = conn.stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
     tracing::info!(%peer, reason = why, "native connection closed: bad frame");
-    proto::encode_response(&mut conn.out.borrow_mut(), Op::Nop, status, id, why.as_bytes());
+    proto::encode_response(&mut conn.out.borrow_mut().bytes, Op::Nop, status, id, why.as_bytes());
 }
 
 async fn serve(stream: Rc<TcpStream>, ctx: &Arc<Ctx>) {
@@ -432,7 +475,7 @@ async fn serve(stream: Rc<TcpStream>, ctx: &Arc<Ctx>) {
     }
     let conn = Rc::new(Conn {
         stream,
-        out: RefCell::new(Vec::new()),
+        out: RefCell::new(Out::default()),
         flights: RefCell::new(Vec::new()),
         reader: Notify::default(),
         writer: Notify::default(),
@@ -450,6 +493,116 @@ async fn serve(stream: Rc<TcpStream>, ctx: &Arc<Ctx>) {
     conn.ending.set(true);
     conn.writer.notify();
     let _ = writer.await;
+}
+
+/// What a started request executes: a whole frame, or a PUT whose value
+/// was received straight into the record buffer the device writes.
+enum Job {
+    Frame(Vec<u8>),
+    Put { pb: PutBuf, mode: PutMode },
+}
+
+/// A zero-copy PUT's frame: enough of the body is in `rest` to know the
+/// key, and the value is large enough to take that path. None: the normal
+/// path handles the frame (including every malformed case).
+fn zero_copy_put<'a>(ctx: &Ctx, h: &Header, rest: &'a [u8]) -> Option<Option<(&'a [u8], usize, PutMode)>> {
+    if h.op != Op::Put || (h.len as usize) < ZERO_COPY_MIN_BYTES + 4 {
+        return None;
+    }
+    let mode = PutMode::from_u8(h.flags).ok()?;
+    let body = &rest[proto::HEADER_BYTES..];
+    if body.len() < 4 {
+        return Some(None); // read more
+    }
+    let kl = u32::from_le_bytes([body[0], body[1], body[2], body[3]]) as usize;
+    if kl == 0 || kl > proto::KEY_BYTES_MAX || 4 + kl > h.len as usize {
+        return None;
+    }
+    let value_len = h.len as usize - 4 - kl;
+    if value_len < ZERO_COPY_MIN_BYTES || value_len > ctx.cfg.value_bytes_max as usize {
+        return None;
+    }
+    if body.len() < 4 + kl {
+        return Some(None);
+    }
+    Some(Some((&body[4..4 + kl], value_len, mode)))
+}
+
+/// Receive the rest of `pb`'s value from the socket, straight into it;
+/// false if the connection ended (closed, error, idle timeout).
+async fn receive_into(conn: &Conn, ctx: &Ctx, pb: &mut Option<PutBuf>) -> bool {
+    while !pb.as_ref().is_some_and(|b| b.is_full()) {
+        let Some(b) = pb.take() else { return false };
+        let r = match ctx.cfg.idle_timeout {
+            None => {
+                let (r, b) = conn.stream.recv(b).await;
+                *pb = Some(b);
+                r
+            }
+            Some(d) => match granary_rt::timeout(d, conn.stream.recv(b)).await {
+                Ok((r, b)) => {
+                    *pb = Some(b);
+                    r
+                }
+                Err(_) => {
+                    ctx.stats.idle_kicks.fetch_add(1, Relaxed);
+                    return false;
+                }
+            },
+        };
+        match r {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => {
+                ctx.stats.bytes_read.fetch_add(n as u64, Relaxed);
+                if let Some(b) = pb.as_mut() {
+                    b.advance(n);
+                }
+            }
+        }
+    }
+    true
+}
+
+/// Wait until `flight` may start, then run `job` in a task of its own.
+/// False if the connection broke meanwhile.
+async fn start_request(conn: &Rc<Conn>, ctx: &Arc<Ctx>, h: Header, job: Job, flight: Flight, started: Instant) -> bool {
+    loop {
+        let admit = conn.admit(&flight);
+        if admit == Admit::Start || conn.broken.get() {
+            break;
+        }
+        let _paused = (admit == Admit::Paused).then(|| GaugeHold::new(&ctx.stats.conns_paused));
+        conn.reader.wait().await;
+    }
+    if conn.broken.get() {
+        return false;
+    }
+    let seq = flight.seq;
+    conn.flights.borrow_mut().push(flight);
+    let (c, x) = (conn.clone(), ctx.clone());
+    granary_rt::spawn(async move {
+        // Ends the flight however the task ends.
+        struct Done(Rc<Conn>, u64);
+        impl Drop for Done {
+            fn drop(&mut self) {
+                self.0.finish(self.1);
+            }
+        }
+        let done = Done(c, seq);
+        let mut resp = Out::default();
+        match job {
+            Job::Frame(body) => execute(&x, h, &body, &mut resp).await,
+            Job::Put { pb, mode } => {
+                let outcome = do_put_buf(&x, pb, mode).await;
+                proto::encode_response(&mut resp.bytes, h.op, outcome.0, h.id, &outcome.1);
+            }
+        }
+        done.0.out.borrow_mut().append(resp);
+        x.stats.op_latency(h.op).since(started);
+        done.0.account(&x.stats);
+    });
+    conn.account(&ctx.stats);
+    true
 }
 
 async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
@@ -474,51 +627,56 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
                     return;
                 }
             };
-            let total = proto::HEADER_BYTES + h.len as usize;
-            if rest.len() < total {
-                // The buffer grows as the body arrives (never ahead of it).
-                break;
-            }
-            let start = Instant::now();
-            let body = rest[proto::HEADER_BYTES..total].to_vec();
-            let flight = match Request::decode(&h, &body) {
-                Ok(req) => flight_of(&req, seq, body.len()),
-                Err(e) => {
-                    bad_frame(conn, ctx, Status::BadFrame, h.id, &format!("{}: {}", h.op.name(), e.0));
-                    return;
-                }
-            };
-            pos += total;
-            loop {
-                let admit = conn.admit(&flight);
-                if admit == Admit::Start || conn.broken.get() {
-                    break;
-                }
-                let _paused = (admit == Admit::Paused).then(|| GaugeHold::new(&ctx.stats.conns_paused));
-                conn.reader.wait().await;
-            }
-            if conn.broken.get() {
-                return;
-            }
-            conn.flights.borrow_mut().push(flight);
-            let (c, x) = (conn.clone(), ctx.clone());
-            let s = seq;
-            granary_rt::spawn(async move {
-                // Ends the flight however the task ends.
-                struct Done(Rc<Conn>, u64);
-                impl Drop for Done {
-                    fn drop(&mut self) {
-                        self.0.finish(self.1);
+            let started = Instant::now();
+            // A large PUT: its value goes from the socket into the record
+            // buffer the device writes, not through the input buffer.
+            let mut put = None;
+            match zero_copy_put(ctx, &h, rest) {
+                Some(None) => break, // its key is not in yet
+                Some(Some((key, value_len, mode))) => {
+                    if let Ok(mut pb) = ctx.store.new_put_buf(key, value_len) {
+                        let body_at = proto::HEADER_BYTES + 4 + key.len();
+                        let have = (rest.len() - body_at).min(value_len);
+                        pb.fill_from(&rest[body_at..body_at + have]);
+                        pos += body_at + have;
+                        put = Some((pb, mode));
                     }
                 }
-                let done = Done(c, s);
-                let mut resp = Vec::new();
-                execute(&x, h, &body, &mut resp).await;
-                done.0.out.borrow_mut().extend_from_slice(&resp);
-                x.stats.op_latency(h.op).since(start);
-                done.0.account(&x.stats);
-            });
-            conn.account(&ctx.stats);
+                None => {}
+            }
+            let (job, flight) = match put {
+                Some((pb, mode)) => {
+                    let mut pb = Some(pb);
+                    conn.input_bytes.set(input.capacity() + chunk.len() + pb.as_ref().map_or(0, |b| b.value_len()));
+                    if !receive_into(conn, ctx, &mut pb).await {
+                        return;
+                    }
+                    let Some(pb) = pb else { return };
+                    let keys = vec![key_hash(pb.key())];
+                    let flight = Flight { seq, keys, write: true, barrier: false, body_bytes: pb.value_len() };
+                    (Job::Put { pb, mode }, flight)
+                }
+                None => {
+                    let total = proto::HEADER_BYTES + h.len as usize;
+                    if rest.len() < total {
+                        // The buffer grows as the body arrives (never ahead of it).
+                        break;
+                    }
+                    let body = rest[proto::HEADER_BYTES..total].to_vec();
+                    let flight = match Request::decode(&h, &body) {
+                        Ok(req) => flight_of(&req, seq, body.len()),
+                        Err(e) => {
+                            bad_frame(conn, ctx, Status::BadFrame, h.id, &format!("{}: {}", h.op.name(), e.0));
+                            return;
+                        }
+                    };
+                    pos += total;
+                    (Job::Frame(body), flight)
+                }
+            };
+            if !start_request(conn, ctx, h, job, flight, started).await {
+                return;
+            }
             seq += 1;
         }
         input.drain(..pos);
@@ -557,8 +715,68 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
     }
 }
 
+/// A byte range of a `Vec`, as a buffer the ring can send from.
+struct Part {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+// SAFETY: start <= end <= buf.len() (set by the writer from offsets into
+// the buffer); the Vec's heap buffer does not move with the Part.
+unsafe impl granary_rt::IoBuf for Part {
+    fn stable_ptr(&mut self) -> *mut u8 {
+        self.buf[self.start..].as_mut_ptr()
+    }
+    fn buf_len(&self) -> usize {
+        self.end - self.start
+    }
+}
+
+/// A buffer the writer sends: its bytes, readable for a direct send.
+trait View: granary_rt::IoBuf {
+    fn view(&self) -> &[u8];
+}
+
+impl View for Part {
+    fn view(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+}
+
+impl View for ValueBuf {
+    fn view(&self) -> &[u8] {
+        self.value()
+    }
+}
+
+/// Send all of `b`: directly when the socket takes it, through the ring
+/// (waiting for room) otherwise. False if the connection failed.
+async fn send_view<B: View>(conn: &Conn, ctx: &Ctx, mut b: B) -> (bool, B) {
+    let n = b.view().len();
+    let mut off = match conn.stream.try_send(b.view()) {
+        Ok(k) => k,
+        Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => 0,
+        Err(_) => return (false, b),
+    };
+    if off < n {
+        let _waiting = GaugeHold::new(&ctx.stats.conns_waiting_to_send);
+        while off < n {
+            let (r, back) = conn.stream.send_from(b, off).await;
+            b = back;
+            match r {
+                Ok(0) => return (false, b),
+                Ok(k) => off += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return (false, b),
+            }
+        }
+    }
+    (true, b)
+}
+
 async fn write_loop(conn: Rc<Conn>, ctx: Arc<Ctx>) {
-    let mut spare: Vec<u8> = Vec::new();
+    let mut spare = Out::default();
     loop {
         if conn.out.borrow().is_empty() {
             if conn.ending.get() {
@@ -569,49 +787,44 @@ async fn write_loop(conn: Rc<Conn>, ctx: Arc<Ctx>) {
         }
         spare.clear();
         std::mem::swap(&mut *conn.out.borrow_mut(), &mut spare);
-        conn.sending_bytes.set(spare.capacity());
+        conn.sending_bytes.set(spare.memory());
         conn.account(&ctx.stats);
         conn.reader.notify();
-        let n = spare.len();
-        // A direct send when the socket takes it all; the ring otherwise.
-        let sent = match conn.stream.try_send(&spare) {
-            Ok(k) => k,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
-            Err(_) => {
-                conn.broken.set(true);
-                conn.reader.notify();
-                return;
-            }
-        };
-        if sent < n {
-            // The rest through the ring, as the socket makes room.
-            let waiting = GaugeHold::new(&ctx.stats.conns_waiting_to_send);
-            let mut off = sent;
-            let mut ok = true;
-            while ok && off < n {
-                let (r, b) = conn.stream.send_from(spare, off).await;
-                spare = b;
-                match r {
-                    Ok(0) => ok = false,
-                    Ok(k) => off += k,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => ok = false,
+        let total = spare.len();
+        // The bytes, with the large values spliced in where they go.
+        let mut buf = std::mem::take(&mut spare.bytes);
+        let mut at = 0;
+        let mut ok = true;
+        let mut values = std::mem::take(&mut spare.values).into_iter();
+        loop {
+            let next = values.next();
+            let end = next.as_ref().map_or(buf.len(), |(o, _)| *o);
+            if end > at {
+                let (sent, p) = send_view(&conn, &ctx, Part { buf, start: at, end }).await;
+                buf = p.buf;
+                at = end;
+                if !sent {
+                    ok = false;
+                    break;
                 }
             }
-            drop(waiting);
-            if !ok {
-                conn.broken.set(true);
-                conn.reader.notify();
-                return;
+            let Some((_, v)) = next else { break };
+            if !send_view(&conn, &ctx, v).await.0 {
+                ok = false;
+                break;
             }
         }
-        ctx.stats.bytes_written.fetch_add(n as u64, Relaxed);
+        if !ok {
+            conn.broken.set(true);
+            conn.reader.notify();
+            return;
+        }
+        ctx.stats.bytes_written.fetch_add(total as u64, Relaxed);
         // A burst's buffer is not kept: the queue and this one would
         // both hold its size for the life of the connection.
-        if spare.capacity() > OUT_HIGH_BYTES {
-            spare = Vec::new();
-        }
-        conn.sending_bytes.set(spare.capacity());
+        spare.bytes = if buf.capacity() > OUT_HIGH_BYTES { Vec::new() } else { buf };
+        spare.clear();
+        conn.sending_bytes.set(spare.memory());
     }
 }
 
@@ -694,6 +907,23 @@ async fn do_put(ctx: &Ctx, key: &[u8], value: &[u8], mode: PutMode) -> Outcome {
     }
 }
 
+/// A PUT whose value was received into its record buffer.
+async fn do_put_buf(ctx: &Ctx, pb: PutBuf, mode: PutMode) -> Outcome {
+    ctx.stats.puts.fetch_add(1, Relaxed);
+    ctx.stats.zero_copy_puts.fetch_add(1, Relaxed);
+    let cond = match mode {
+        PutMode::Upsert => granary_store::Cond::Always,
+        PutMode::CreateOnly => granary_store::Cond::Absent,
+        PutMode::ReplaceOnly => granary_store::Cond::Present,
+    };
+    match ctx.store.put_buf_async(pb, granary_store::ItemMeta::default(), cond).await {
+        Ok((granary_store::PutOutcome::Stored, _)) => (Status::Ok, Vec::new()),
+        Ok((granary_store::PutOutcome::Exists, _)) => (Status::Exists, Vec::new()),
+        Ok((granary_store::PutOutcome::NotFound, _)) => (Status::NotFound, Vec::new()),
+        Err(e) => failed(ctx, e),
+    }
+}
+
 async fn do_delete(ctx: &Ctx, key: &[u8]) -> Outcome {
     ctx.stats.deletes.fetch_add(1, Relaxed);
     match ctx.store.delete_async(key).await {
@@ -704,15 +934,34 @@ async fn do_delete(ctx: &Ctx, key: &[u8]) -> Outcome {
 }
 
 /// Execute one (already validated) request and append its response.
-async fn execute(ctx: &Ctx, h: Header, body: &[u8], out: &mut Vec<u8>) {
+async fn execute(ctx: &Ctx, h: Header, body: &[u8], resp: &mut Out) {
     let req = match Request::decode(&h, body) {
         Ok(r) => r,
         // Decoded once already by the reader; cannot fail here.
-        Err(e) => return proto::encode_response(out, h.op, Status::Internal, h.id, e.0.as_bytes()),
+        Err(e) => return proto::encode_response(&mut resp.bytes, h.op, Status::Internal, h.id, e.0.as_bytes()),
     };
     let single = |out: &mut Vec<u8>, (s, b): Outcome| proto::encode_response(out, h.op, s, h.id, &b);
+    let out = &mut resp.bytes;
     match req {
-        Request::Get(k) => single(out, do_get(ctx, k).await),
+        Request::Get(k) => {
+            // The value is sent from the buffer it was read into when it
+            // is large enough for that to beat a copy.
+            ctx.stats.gets.fetch_add(1, Relaxed);
+            match ctx.store.get_buf_async(k).await {
+                Ok(Some(v)) => {
+                    ctx.stats.get_hits.fetch_add(1, Relaxed);
+                    if v.len() >= ZERO_COPY_MIN_BYTES {
+                        proto::encode_response_header(out, h.op, Status::Ok, h.id, v.len());
+                        resp.push_value(v);
+                        ctx.stats.zero_copy_gets.fetch_add(1, Relaxed);
+                    } else {
+                        proto::encode_response(out, h.op, Status::Ok, h.id, v.value());
+                    }
+                }
+                Ok(None) => single(out, (Status::NotFound, Vec::new())),
+                Err(e) => single(out, failed(ctx, e)),
+            }
+        }
         Request::Put { key, value, mode } => single(out, do_put(ctx, key, value, mode).await),
         Request::Delete(k) => single(out, do_delete(ctx, k).await),
         Request::MultiGet(keys) => {
@@ -795,6 +1044,8 @@ fn stats_pairs(ctx: &Ctx) -> Vec<(String, String)> {
     add("conn_buffer_bytes_max", s.conn_buffer_bytes_max.load(Relaxed).to_string());
     add("conns_waiting_to_send", s.conns_waiting_to_send.load(Relaxed).to_string());
     add("conns_paused", s.conns_paused.load(Relaxed).to_string());
+    add("zero_copy_gets", s.zero_copy_gets.load(Relaxed).to_string());
+    add("zero_copy_puts", s.zero_copy_puts.load(Relaxed).to_string());
     for op in OPS {
         let l = s.op_latency(op).snapshot();
         if l.count() > 0 {

@@ -30,6 +30,12 @@ pub const OUT_HIGH_BYTES: usize = 4 << 20;
 /// A connection that has not sent its whole hello by then is closed.
 pub const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Values at least this large travel without a copy: a GET's value is
+/// sent from the buffer the device read it into, a PUT's value is received
+/// into the buffer the device writes (the engine's zero-copy API). Smaller
+/// ones are copied, which costs less than the extra send or receive.
+pub const ZERO_COPY_MIN_BYTES: usize = 16 * 1024;
+
 /// Bytes read from a socket at a time.
 pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 
