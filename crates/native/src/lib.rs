@@ -111,10 +111,7 @@ impl NativeStats {
     }
 
     fn buffer_bytes(&self, bytes: usize) {
-        let b = bytes as u64;
-        if b > self.conn_buffer_bytes_max.load(Relaxed) {
-            self.conn_buffer_bytes_max.fetch_max(b, Relaxed);
-        }
+        granary_rt::net::raise_high_water(&self.conn_buffer_bytes_max, bytes as u64);
     }
 }
 

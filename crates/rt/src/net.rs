@@ -213,6 +213,13 @@ impl TcpStream {
     }
 }
 
+/// Raise a high-water mark to `v` (one load when it is not higher).
+pub fn raise_high_water(mark: &AtomicU64, v: u64) {
+    if v > mark.load(Relaxed) {
+        mark.fetch_max(v, Relaxed);
+    }
+}
+
 /// Adds one to a gauge while it lives: a connection in some state (waiting
 /// to send, paused), counted however the task ends, cancellation included.
 pub struct GaugeHold<'a>(&'a AtomicU64);

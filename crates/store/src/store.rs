@@ -721,6 +721,12 @@ impl Core {
 
     /// [`Core::get_item`] without the reserved-namespace check.
     async fn read_item(&self, key: &[u8]) -> Result<Option<Item>> {
+        Ok(self.read_live(key).await?.as_ref().map(Self::item_of))
+    }
+
+    /// A GET's lookup: the whole record of `key`'s live value, counted
+    /// and (cache mode) touching its segment.
+    async fn read_live(&self, key: &[u8]) -> Result<Option<Found>> {
         self.counters.gets.fetch_add(1, Relaxed);
         let h = key_hash(key);
         let Some(f) = self.find(key, h, true, true).await? else { return Ok(None) };
@@ -731,22 +737,13 @@ impl Core {
         if self.evict {
             self.space.touch(self.sb.segment_of(f.entry.pba()));
         }
-        Ok(Some(Self::item_of(&f)))
+        Ok(Some(f))
     }
 
     /// The value of `key` in the buffer it was read into (zero-copy).
     pub async fn get_buf(&self, key: &[u8]) -> Result<Option<ValueBuf>> {
         Self::check_user_key(key)?;
-        self.counters.gets.fetch_add(1, Relaxed);
-        let h = key_hash(key);
-        let Some(f) = self.find(key, h, true, true).await? else { return Ok(None) };
-        if !self.is_live(&f, self.clock.now()) {
-            return Ok(None);
-        }
-        self.counters.get_hits.fetch_add(1, Relaxed);
-        if self.evict {
-            self.space.touch(self.sb.segment_of(f.entry.pba()));
-        }
+        let Some(f) = self.read_live(key).await? else { return Ok(None) };
         Ok(Some(ValueBuf {
             start: RECORD_HEADER_BYTES + f.hdr.key_len as usize,
             len: f.hdr.value_len as usize,
