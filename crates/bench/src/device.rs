@@ -255,7 +255,6 @@ pub(crate) fn run_tasks(
 pub(crate) fn load(store: &Arc<Store>, rt: &Runtime, o: &DeviceBenchOptions) -> Result<(), String> {
     let tasks = 64u64;
     let done = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
     let handles: Vec<_> = (0..tasks)
         .map(|t| {
             let (store, done) = (store.clone(), done.clone());
@@ -278,7 +277,6 @@ pub(crate) fn load(store: &Arc<Store>, rt: &Runtime, o: &DeviceBenchOptions) -> 
     }
     progress.inc(done.load(Relaxed) - progress.done());
     progress.finish();
-    let _ = start;
     for h in handles {
         h.join().map_err(|e| e.to_string())??;
     }

@@ -331,24 +331,15 @@ async fn serve(stream: &TcpStream, ctx: &Ctx) {
         if ctx.stats.connections.stopping() {
             return;
         }
-        let r = match ctx.cfg.idle_timeout {
-            None => {
-                let (r, c) = stream.recv(chunk).await;
+        let r = match stream.recv_within(chunk, ctx.cfg.idle_timeout).await {
+            Ok((r, c)) => {
                 chunk = c;
                 r
             }
-            Some(d) => match granary_rt::timeout(d, stream.recv(chunk)).await {
-                Ok((r, c)) => {
-                    chunk = c;
-                    r
-                }
-                Err(_) => {
-                    // The cancelled receive keeps its buffer until the
-                    // kernel lets go of it; the connection ends here.
-                    ctx.stats.idle_kicks.fetch_add(1, Relaxed);
-                    return;
-                }
-            },
+            Err(_) => {
+                ctx.stats.idle_kicks.fetch_add(1, Relaxed);
+                return;
+            }
         };
         match r {
             Ok(0) | Err(_) => return,

@@ -526,38 +526,23 @@ fn zero_copy_put<'a>(ctx: &Ctx, h: &Header, rest: &'a [u8]) -> Option<Option<(&'
 }
 
 /// Receive the rest of `pb`'s value from the socket, straight into it;
-/// false if the connection ended (closed, error, idle timeout).
-async fn receive_into(conn: &Conn, ctx: &Ctx, pb: &mut Option<PutBuf>) -> bool {
-    while !pb.as_ref().is_some_and(|b| b.is_full()) {
-        let Some(b) = pb.take() else { return false };
-        let r = match ctx.cfg.idle_timeout {
-            None => {
-                let (r, b) = conn.stream.recv(b).await;
-                *pb = Some(b);
-                r
-            }
-            Some(d) => match granary_rt::timeout(d, conn.stream.recv(b)).await {
-                Ok((r, b)) => {
-                    *pb = Some(b);
-                    r
-                }
-                Err(_) => {
-                    ctx.stats.idle_kicks.fetch_add(1, Relaxed);
-                    return false;
-                }
-            },
+/// None if the connection ended (closed, error, idle timeout).
+async fn receive_into(conn: &Conn, ctx: &Ctx, mut pb: PutBuf) -> Option<PutBuf> {
+    while !pb.is_full() {
+        let Ok((r, b)) = conn.stream.recv_within(pb, ctx.cfg.idle_timeout).await else {
+            ctx.stats.idle_kicks.fetch_add(1, Relaxed);
+            return None;
         };
+        pb = b;
         match r {
-            Ok(0) | Err(_) => return false,
+            Ok(0) | Err(_) => return None,
             Ok(n) => {
                 ctx.stats.bytes_read.fetch_add(n as u64, Relaxed);
-                if let Some(b) = pb.as_mut() {
-                    b.advance(n);
-                }
+                pb.advance(n);
             }
         }
     }
-    true
+    Some(pb)
 }
 
 /// Wait until `flight` may start, then run `job` in a task of its own.
@@ -643,12 +628,8 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
             }
             let (job, flight) = match put {
                 Some((pb, mode)) => {
-                    let mut pb = Some(pb);
-                    conn.input_bytes.set(input.capacity() + chunk.len() + pb.as_ref().map_or(0, |b| b.value_len()));
-                    if !receive_into(conn, ctx, &mut pb).await {
-                        return;
-                    }
-                    let Some(pb) = pb else { return };
+                    conn.input_bytes.set(input.capacity() + chunk.len() + pb.value_len());
+                    let Some(pb) = receive_into(conn, ctx, pb).await else { return };
                     let keys = vec![key_hash(pb.key())];
                     let flight = Flight { seq, keys, write: true, barrier: false, body_bytes: pb.value_len() };
                     (Job::Put { pb, mode }, flight)
@@ -681,24 +662,15 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
         if ctx.stats.connections.stopping() {
             return;
         }
-        let r = match ctx.cfg.idle_timeout {
-            None => {
-                let (r, c) = conn.stream.recv(chunk).await;
+        let r = match conn.stream.recv_within(chunk, ctx.cfg.idle_timeout).await {
+            Ok((r, c)) => {
                 chunk = c;
                 r
             }
-            Some(d) => match granary_rt::timeout(d, conn.stream.recv(chunk)).await {
-                Ok((r, c)) => {
-                    chunk = c;
-                    r
-                }
-                Err(_) => {
-                    // The cancelled receive keeps its buffer until the
-                    // kernel lets go of it; the connection ends here.
-                    ctx.stats.idle_kicks.fetch_add(1, Relaxed);
-                    return;
-                }
-            },
+            Err(_) => {
+                ctx.stats.idle_kicks.fetch_add(1, Relaxed);
+                return;
+            }
         };
         match r {
             Ok(0) | Err(_) => return,

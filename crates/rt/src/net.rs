@@ -158,6 +158,20 @@ impl TcpStream {
         (result(res), buf)
     }
 
+    /// [`TcpStream::recv`] that gives up after `idle` (if given) without
+    /// data: `Err(Elapsed)`, and the buffer stays with the cancelled
+    /// receive until the kernel lets go of it.
+    pub async fn recv_within<B: IoBuf>(
+        &self,
+        buf: B,
+        idle: Option<Duration>,
+    ) -> Result<(io::Result<usize>, B), crate::Elapsed> {
+        match idle {
+            None => Ok(self.recv(buf).await),
+            Some(d) => crate::timeout(d, self.recv(buf)).await,
+        }
+    }
+
     /// Send `buf[from..]` once; returns the count sent.
     pub async fn send_from<B: IoBuf>(&self, mut buf: B, from: usize) -> (io::Result<usize>, B) {
         assert!(from <= buf.buf_len(), "send_from past the end of the buffer");
