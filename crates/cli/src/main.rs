@@ -106,7 +106,8 @@ impl TargetArgs {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Create a store in a new file (preallocated) or on a block device.
+    /// Create a store in a new file (preallocated), on a block device, or on a
+    /// RAID-0 stripe set (PATH a comma-separated list of files or devices).
     Create {
         #[command(flatten)]
         dev: DeviceArgs,
@@ -119,6 +120,10 @@ enum Cmd {
         /// Grain size in bytes: 512 or 4096 (default: the device's block size).
         #[arg(long)]
         grain: Option<u32>,
+        /// Stripe unit of a stripe set, a power of two of at least 4 KiB
+        /// (default: 128 KiB).
+        #[arg(long, value_parser = size::parse)]
+        stripe_size: Option<u64>,
         /// Succeed without changes if PATH already holds a Granary store.
         #[arg(long)]
         if_absent: bool,
@@ -503,30 +508,40 @@ fn progress_bar_for(label: &'static str, bytes: bool) -> Option<ProgressHook> {
 fn run(cli: Cli) -> Result<ExitCode, String> {
     match cli.cmd {
         Cmd::Serve(a) => run_serve(serve::Config::resolve(&a)?),
-        Cmd::Create { dev, size, segment_size, grain, if_absent } => {
-            if if_absent && dev.path.exists() {
+        Cmd::Create { dev, size, segment_size, grain, stripe_size, if_absent } => {
+            let spec = granary_store::io::DeviceSpec::parse(&dev.path).map_err(|e| e.to_string())?;
+            let exists = spec.exists().map_err(|e| e.to_string())?;
+            if if_absent && exists {
                 let store = open_store(&dev, false, true)?;
                 println!("{} already holds a store; left as it is", dev.path.display());
                 drop(store);
                 return Ok(ExitCode::SUCCESS);
             }
-            if let Some(parent) = dev.path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+            for p in spec.paths() {
+                if let Some(parent) = p.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+                }
             }
             let opts = CreateOptions { grain_bytes: grain, segment_bytes: segment_size, index_table_homes: None };
-            let is_block = std::fs::metadata(&dev.path).map(|m| {
+            let all_block = spec.paths().iter().all(|p| {
                 use std::os::unix::fs::FileTypeExt;
-                m.file_type().is_block_device()
+                std::fs::metadata(p).is_ok_and(|m| m.file_type().is_block_device())
             });
-            let store = if let Ok(true) = is_block {
-                let d =
-                    granary_store::io::FileDevice::open(&dev.path, mode(dev.buffered)).map_err(|e| e.to_string())?;
-                Store::create(std::sync::Arc::new(d), &opts, &OpenOptions::default())
-            } else {
-                let size = size.ok_or("--size is required to create a store in a file")?;
-                Store::create_path(&dev.path, size, mode(dev.buffered), &opts, &OpenOptions::default())
-            }
-            .map_err(|e| e.to_string())?;
+            let size = match size {
+                Some(s) => s,
+                None if all_block => 0,
+                None => return Err("--size is required to create a store in a file".into()),
+            };
+            let stripe = match stripe_size {
+                None => granary_store::io::stripe::STRIPE_BYTES_DEFAULT,
+                Some(s) => u32::try_from(s).map_err(|_| format!("--stripe-size {s} is too large"))?,
+            };
+            let d = spec
+                .create(size, stripe, mode(dev.buffered), granary_store::io::IoBackend::Sync)
+                .map_err(|e| e.to_string())?;
+            let store = Store::create(d, &opts, &OpenOptions::default())
+                .inspect_err(|_| spec.remove_files())
+                .map_err(|e| e.to_string())?;
             let st = store.stats();
             println!(
                 "created {}: {} segments of {}, {}-byte grains, values up to {}",

@@ -6,7 +6,7 @@ use crate::size;
 use granary_memcache::{limits, Server, ServerConfig};
 use granary_native::NativeConfig;
 use granary_rt::{Runtime, RuntimeConfig};
-use granary_store::io::{FileDevice, IoBackend, OpenMode};
+use granary_store::io::{DeviceSpec, IoBackend, OpenMode};
 use granary_store::{CreateOptions, Durability, OpenOptions, Store};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -24,7 +24,8 @@ pub struct ServeArgs {
     /// as TOML and exit.
     #[arg(long)]
     print_config: bool,
-    /// Store file or block device; a missing file is created with --size
+    /// Store file or block device, or a RAID-0 stripe set as a comma-separated
+    /// list of members; missing files are created with --size in all
     /// [default: granary-data/granary.db].
     #[arg(long)]
     data: Option<PathBuf>,
@@ -312,24 +313,24 @@ pub fn run(a: Config, progress: Option<granary_store::ProgressHook>) -> Result<(
         Io::Uring => IoBackend::Uring,
         Io::Sync => IoBackend::Sync,
     };
-    let store = if a.data.exists() {
-        FileDevice::open(&a.data, mode)
-            .map_err(granary_store::Error::Device)
-            .and_then(|d| Store::open(Arc::new(d.with_backend(backend)), &opts))
+    let spec = DeviceSpec::parse(&a.data).map_err(|e| e.to_string())?;
+    let exists = spec.exists().map_err(|e| format!("{}: {e}", a.data.display()))?;
+    let store = if exists {
+        spec.open(mode, backend).map_err(granary_store::Error::Device).and_then(|d| Store::open(d, &opts))
     } else {
-        if let Some(dir) = a.data.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        for p in spec.paths() {
+            if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            }
         }
         // Segments must hold the largest item (with its key, header and the
         // segment header): at least the next power of two above it.
         let need = (a.max_item_size + 64 * 1024).next_power_of_two();
         let seg = a.segment_size.unwrap_or_else(|| granary_store::options::default_segment_bytes(a.size).max(need));
         let c = CreateOptions { segment_bytes: Some(seg), ..CreateOptions::default() };
-        FileDevice::create(&a.data, a.size, mode).map_err(granary_store::Error::Device).and_then(|d| {
-            Store::create(Arc::new(d.with_backend(backend)), &c, &opts).inspect_err(|_| {
-                let _ = std::fs::remove_file(&a.data);
-            })
-        })
+        spec.create(a.size, granary_store::io::stripe::STRIPE_BYTES_DEFAULT, mode, backend)
+            .map_err(granary_store::Error::Device)
+            .and_then(|d| Store::create(d, &c, &opts).inspect_err(|_| spec.remove_files()))
     }
     .map_err(|e| format!("{}: {e}", a.data.display()))?;
     let store = Arc::new(store);

@@ -96,6 +96,32 @@ fn round_trip_across_processes_with_direct_io() {
     assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stdout));
 }
 
+/// A RAID-0 stripe set named as a comma-separated list: create, put, get
+/// (members in another order), stat, verify; a lost member is an error
+/// naming it, and `create` does not overwrite the survivors.
+#[test]
+fn stripe_set_by_comma_separated_path() {
+    let dir = workdir();
+    let m: Vec<String> = (0..2).map(|i| dir.path().join(format!("m{i}.db")).display().to_string()).collect();
+    let set = m.join(",");
+    let o = run(&["create", &set, "--size", "64M", "--stripe-size", "64K"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("RAID-0 of 2 members, 64 KiB stripes"));
+    let big: Vec<u8> = (0..=255u8).cycle().take(300_000).collect();
+    assert_eq!(code(&run_stdin(&["put", &set, "big", "-"], &big)), 0);
+    assert_eq!(code(&run(&["put", &set, "small", "v"])), 0);
+    let reversed = format!("{},{}", m[1], m[0]);
+    assert_eq!(run(&["get", &reversed, "big"]).stdout, big);
+    assert_eq!(run(&["get", &reversed, "small"]).stdout, b"v");
+    let o = run(&["stat", &set]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("keys              2"));
+    assert_eq!(code(&run(&["verify", &set])), 0);
+    std::fs::remove_file(&m[1]).unwrap();
+    assert_one_line_error(&run(&["get", &set, "small"]), "cannot open");
+    assert_one_line_error(&run(&["create", &set, "--size", "64M"]), "missing while others exist");
+    assert_one_line_error(&run(&["create", &format!("{},{}", m[0], m[0]), "--size", "64M"]), "named twice");
+}
+
 #[test]
 fn key_and_value_limits_give_clear_errors() {
     let dir = workdir();

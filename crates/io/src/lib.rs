@@ -16,7 +16,9 @@
 //! [`IoBackend::Uring`]), [`memory::MemDevice`] (tests, and the measure
 //! of pure software overhead) and [`fault::FaultDevice`] (crash simulation:
 //! torn and lost writes, EIO, reordered completions; its doc states the
-//! fault model). Every backend counts the bytes and
+//! fault model). [`stripe::StripedDevice`] stripes one logical device over
+//! several (RAID-0); [`spec::DeviceSpec`] names one device or a stripe set
+//! on the command line. Every backend counts the bytes and
 //! operations it performs in [`IoCounters`], the ground truth for write
 //! amplification.
 
@@ -24,11 +26,15 @@ pub mod buf;
 pub mod fault;
 pub mod file;
 pub mod memory;
+pub mod spec;
+pub mod stripe;
 
 pub use buf::AlignedBuf;
 pub use fault::{CrashKind, FaultDevice, OpKind, SplitMix64};
 pub use file::{FileDevice, IoBackend, OpenMode};
 pub use memory::MemDevice;
+pub use spec::DeviceSpec;
+pub use stripe::StripedDevice;
 
 use std::future::Future;
 use std::io;

@@ -45,7 +45,7 @@ use granary_format::limits::*;
 use granary_format::record::{self, RecordHeader};
 use granary_format::{FormatError, Superblock};
 use granary_index::{Entry, Index, IndexConfig, IndexStats};
-use granary_io::{AlignedBuf, Device, FileDevice, IoCountersSnapshot, OpenMode};
+use granary_io::{AlignedBuf, Device, DeviceSpec, IoBackend, IoCountersSnapshot, OpenMode};
 use granary_rt::block_on;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -485,7 +485,10 @@ impl Store {
         Err(Error::NotAStore(first_err.unwrap_or(FormatError::BadMagic { what: "superblock", found: 0 })))
     }
 
-    /// Create a store in a new file of `size_bytes` (preallocated).
+    /// Create a store in a new file of `size_bytes` (preallocated), or on a
+    /// RAID-0 stripe set when `path` lists members separated by commas
+    /// ([`granary_io::DeviceSpec`]; files of `size_bytes` in all, default
+    /// stripe unit). Files it created are removed if creation fails.
     pub fn create_path(
         path: &Path,
         size_bytes: u64,
@@ -493,16 +496,18 @@ impl Store {
         opts: &CreateOptions,
         open: &OpenOptions,
     ) -> Result<Store> {
-        let dev = FileDevice::create(path, size_bytes, mode).map_err(Error::Device)?;
-        Self::create(Arc::new(dev), opts, open).inspect_err(|_| {
-            let _ = std::fs::remove_file(path);
-        })
+        let spec = DeviceSpec::parse(path).map_err(Error::Device)?;
+        let dev = spec
+            .create(size_bytes, granary_io::stripe::STRIPE_BYTES_DEFAULT, mode, IoBackend::Sync)
+            .map_err(Error::Device)?;
+        Self::create(dev, opts, open).inspect_err(|_| spec.remove_files())
     }
 
-    /// Open a store on a file or block device.
+    /// Open a store on a file, a block device or a stripe set (members
+    /// separated by commas, in any order).
     pub fn open_path(path: &Path, mode: OpenMode, open: &OpenOptions) -> Result<Store> {
-        let dev = FileDevice::open(path, mode).map_err(Error::Device)?;
-        Self::open(Arc::new(dev), open)
+        let dev = DeviceSpec::parse(path).and_then(|s| s.open(mode, IoBackend::Sync)).map_err(Error::Device)?;
+        Self::open(dev, open)
     }
 }
 

@@ -2,7 +2,7 @@
 //! sequences against a `HashMap`, on an in-memory device, with keys that
 //! collide in home slot and tag, empty values and values large enough to
 //! need the index's second read. Every reply and the final state must match.
-//! Runs on both IO backends (see `common`).
+//! Runs on both IO backends, and on a stripe set (see `common`).
 
 mod common;
 
@@ -87,6 +87,11 @@ proptest! {
     fn store_matches_model_uring(ops in proptest::collection::vec(op_strategy(17), 1..60)) {
         run_model(Backend::Uring, ops)?;
     }
+
+    #[test]
+    fn store_matches_model_striped(ops in proptest::collection::vec(op_strategy(17), 1..60)) {
+        run_model(Backend::Striped, ops)?;
+    }
 }
 
 fn run_model(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
@@ -146,7 +151,7 @@ fn run_model(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
     drop(store);
     let store = Arc::new(Store::open(dev.clone(), &OpenOptions::default()).unwrap());
     check(&store)?;
-    if backend == Backend::Uring {
+    if backend != Backend::Sync {
         prop_assert!(h.ring_sqes() > 0, "the io_uring path was used");
     }
     Ok(())

@@ -1,10 +1,11 @@
 //! Runs engine tests on either IO backend: synchronous calls on the
 //! in-memory device, or the async API on a `granary-rt` executor over a real
-//! O_DIRECT file whose operations go through the executor's io_uring.
+//! O_DIRECT file whose operations go through the executor's io_uring; and
+//! that again over a RAID-0 stripe set of three such files.
 
 #![allow(dead_code)]
 
-use granary_io::{Device, FileDevice, IoBackend, MemDevice, OpenMode};
+use granary_io::{Device, FileDevice, IoBackend, MemDevice, OpenMode, StripedDevice};
 use granary_rt::{Runtime, RuntimeConfig};
 use granary_store::{PutMode, PutOutcome, Result, Store};
 use std::sync::Arc;
@@ -13,6 +14,9 @@ use std::sync::Arc;
 pub enum Backend {
     Sync,
     Uring,
+    /// io_uring over a stripe set of three files with 64 KiB stripes
+    /// (records, group writes and segment scans cross members).
+    Striped,
 }
 
 pub struct Harness {
@@ -23,7 +27,7 @@ pub struct Harness {
 
 impl Harness {
     pub fn new(backend: Backend) -> Harness {
-        let rt = (backend == Backend::Uring)
+        let rt = (backend != Backend::Sync)
             .then(|| Runtime::new(RuntimeConfig { threads: 2, pin: false, ..Default::default() }).unwrap());
         Harness { backend, rt, _dir: None }
     }
@@ -40,6 +44,18 @@ impl Harness {
                 self._dir = Some(dir);
                 Arc::new(dev)
             }
+            Backend::Striped => {
+                let dir = tempfile::tempdir().unwrap();
+                let members = (0..3)
+                    .map(|i| {
+                        let per = (size / 3).next_multiple_of(64 << 10) + granary_io::stripe::LABEL_BYTES;
+                        let f = FileDevice::create(&dir.path().join(format!("m{i}")), per, OpenMode::Direct).unwrap();
+                        Arc::new(f.with_backend(IoBackend::Uring)) as Arc<dyn Device>
+                    })
+                    .collect();
+                self._dir = Some(dir);
+                Arc::new(StripedDevice::create(members, 64 << 10).unwrap())
+            }
         }
     }
 
@@ -50,7 +66,7 @@ impl Harness {
     pub fn get(&self, s: &Arc<Store>, k: &[u8]) -> Result<Option<Vec<u8>>> {
         match self.backend {
             Backend::Sync => s.get(k),
-            Backend::Uring => {
+            Backend::Uring | Backend::Striped => {
                 let (s, k) = (s.clone(), k.to_vec());
                 self.run(async move { s.get_async(&k).await })
             }
@@ -60,7 +76,7 @@ impl Harness {
     pub fn put_with(&self, s: &Arc<Store>, k: &[u8], v: &[u8], mode: PutMode) -> Result<PutOutcome> {
         match self.backend {
             Backend::Sync => s.put_with(k, v, mode),
-            Backend::Uring => {
+            Backend::Uring | Backend::Striped => {
                 let (s, k, v) = (s.clone(), k.to_vec(), v.to_vec());
                 self.run(async move { s.put_with_async(&k, &v, mode).await })
             }
@@ -70,7 +86,7 @@ impl Harness {
     pub fn delete(&self, s: &Arc<Store>, k: &[u8]) -> Result<bool> {
         match self.backend {
             Backend::Sync => s.delete(k),
-            Backend::Uring => {
+            Backend::Uring | Backend::Striped => {
                 let (s, k) = (s.clone(), k.to_vec());
                 self.run(async move { s.delete_async(&k).await })
             }

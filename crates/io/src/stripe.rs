@@ -1,0 +1,669 @@
+//! [`StripedDevice`]: RAID-0, one logical device striped over several member
+//! devices (files or block devices), behind the same [`Device`] trait, so
+//! the engine runs on it unchanged.
+//!
+//! Layout (format version 1, documented in docs/FORMAT.md): each member
+//! starts with a [`LABEL_BYTES`] label naming the set (a random id), the
+//! member's index, the member count, the stripe unit and the data bytes per
+//! member, protected by a CRC32C. Logical byte `x` lives in stripe
+//! `s = x / stripe`, on member `s % n`, at member offset
+//! `LABEL_BYTES + (s / n) * stripe + x % stripe`. The logical size is
+//! `n * data_bytes_per_member`.
+//!
+//! An operation inside one stripe unit (most of the engine's: record reads,
+//! group writes inside a stripe) is passed to its member with the caller's
+//! buffer; a larger one is split at stripe boundaries into one operation per
+//! piece, copied through a buffer of its own, and, with the asynchronous
+//! API, the pieces run concurrently. A split write that a crash interrupts
+//! may land on some members and not others: the engine already treats any
+//! write that did not complete as torn (checksums, recovery's torn tail).
+//!
+//! Opening checks the labels: members may be named in any order; a missing
+//! member, a duplicate, a member of another set, a label of an unknown
+//! version or a damaged label is refused with an error naming the member.
+//! `flush` flushes every member.
+
+use crate::{check_range, AlignedBuf, Device, IoCounters, IoFuture, IoResult};
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+/// Bytes reserved at the start of each member for its label.
+pub const LABEL_BYTES: u64 = 4096;
+/// Default stripe unit: large enough that a record read or a small group
+/// write is one member's IO, small enough that a segment's scan or a large
+/// group write spreads over the members.
+pub const STRIPE_BYTES_DEFAULT: u32 = 128 * 1024;
+/// Most members in one set.
+pub const MEMBERS_MAX: usize = 64;
+/// The label's version this code writes and reads.
+pub const LABEL_VERSION: u32 = 1;
+const MAGIC: [u8; 8] = *b"GRNSTRIP";
+const LABEL_CRC_AT: usize = 40;
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg)
+}
+
+/// One member's label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Label {
+    set_id: u64,
+    index: u32,
+    count: u32,
+    stripe_bytes: u32,
+    member_data_bytes: u64,
+}
+
+impl Label {
+    fn encode(&self) -> AlignedBuf {
+        let mut b = AlignedBuf::zeroed(LABEL_BYTES as usize);
+        b[0..8].copy_from_slice(&MAGIC);
+        b[8..12].copy_from_slice(&LABEL_VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&self.index.to_le_bytes());
+        b[16..20].copy_from_slice(&self.count.to_le_bytes());
+        b[20..24].copy_from_slice(&self.stripe_bytes.to_le_bytes());
+        b[24..32].copy_from_slice(&self.set_id.to_le_bytes());
+        b[32..40].copy_from_slice(&self.member_data_bytes.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..LABEL_CRC_AT]);
+        b[LABEL_CRC_AT..LABEL_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8], who: &str) -> io::Result<Label> {
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        if b[0..8] != MAGIC {
+            return Err(invalid(format!("{who} is not a member of a stripe set (no stripe label)")));
+        }
+        let version = u32_at(8);
+        if version != LABEL_VERSION {
+            return Err(invalid(format!(
+                "{who}: stripe label version {version} is not understood (this build reads version {LABEL_VERSION})"
+            )));
+        }
+        if crc32c::crc32c(&b[..LABEL_CRC_AT]) != u32_at(LABEL_CRC_AT) {
+            return Err(invalid(format!("{who}: the stripe label is damaged (checksum mismatch)")));
+        }
+        let l = Label {
+            index: u32_at(12),
+            count: u32_at(16),
+            stripe_bytes: u32_at(20),
+            set_id: u64_at(24),
+            member_data_bytes: u64_at(32),
+        };
+        if l.count == 0 || l.count as usize > MEMBERS_MAX || l.index >= l.count {
+            return Err(invalid(format!("{who}: stripe label names member {} of {}", l.index, l.count)));
+        }
+        if l.stripe_bytes == 0
+            || !l.stripe_bytes.is_power_of_two()
+            || !l.member_data_bytes.is_multiple_of(l.stripe_bytes as u64)
+        {
+            return Err(invalid(format!(
+                "{who}: stripe label has a bad geometry (stripe {} bytes, {} data bytes)",
+                l.stripe_bytes, l.member_data_bytes
+            )));
+        }
+        Ok(l)
+    }
+}
+
+/// A random set id, without a dependency: the standard library's hasher is
+/// seeded from the operating system's randomness.
+fn random_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.write_u32(std::process::id());
+    h.finish().max(1)
+}
+
+/// RAID-0 over several devices. See the module doc.
+pub struct StripedDevice {
+    members: Vec<Arc<dyn Device>>,
+    stripe: u64,
+    member_data_bytes: u64,
+    set_id: u64,
+    block: u32,
+    counters: IoCounters,
+}
+
+/// One piece of a logical operation: `len` bytes at `buf_at` in the caller's
+/// buffer go to member `member` at `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Piece {
+    member: usize,
+    offset: u64,
+    buf_at: usize,
+    len: usize,
+}
+
+impl StripedDevice {
+    /// Make a new stripe set of `members` (in this order) with a stripe unit
+    /// of `stripe_bytes` (a power of two, a multiple of every member's block
+    /// size): writes each member's label. The logical size is the member
+    /// count times the smallest member's data bytes.
+    pub fn create(members: Vec<Arc<dyn Device>>, stripe_bytes: u32) -> io::Result<StripedDevice> {
+        let n = members.len();
+        if !(2..=MEMBERS_MAX).contains(&n) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a stripe set has 2 to {MEMBERS_MAX} members, not {n} (use a single device directly)"),
+            ));
+        }
+        let block = members.iter().map(|m| m.block_bytes()).max().unwrap_or(512);
+        if !stripe_bytes.is_power_of_two() || stripe_bytes < 4096 || !stripe_bytes.is_multiple_of(block) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("stripe unit {stripe_bytes} must be a power of two of at least 4096 bytes"),
+            ));
+        }
+        let smallest = members.iter().map(|m| m.size_bytes()).min().unwrap_or(0);
+        let member_data_bytes = smallest.saturating_sub(LABEL_BYTES) / stripe_bytes as u64 * stripe_bytes as u64;
+        if member_data_bytes == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("the smallest member ({smallest} bytes) holds no stripe of {stripe_bytes} bytes"),
+            ));
+        }
+        let set_id = random_id();
+        for (i, m) in members.iter().enumerate() {
+            let l = Label { set_id, index: i as u32, count: n as u32, stripe_bytes, member_data_bytes };
+            let (_, r) = m.write_at(l.encode(), 0);
+            r.map_err(|e| io::Error::new(e.kind(), format!("cannot write the stripe label of {}: {e}", m.describe())))?;
+        }
+        for m in &members {
+            m.flush().map_err(|e| io::Error::new(e.kind(), format!("cannot flush {}: {e}", m.describe())))?;
+        }
+        Ok(StripedDevice {
+            members,
+            stripe: stripe_bytes as u64,
+            member_data_bytes,
+            set_id,
+            block,
+            counters: IoCounters::default(),
+        })
+    }
+
+    /// Open an existing stripe set from its members, named in any order.
+    pub fn open(members: Vec<Arc<dyn Device>>) -> io::Result<StripedDevice> {
+        if members.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "a stripe set needs its members"));
+        }
+        let mut labelled = Vec::with_capacity(members.len());
+        for m in members {
+            let who = m.describe();
+            let (b, r) = m.read_at(AlignedBuf::zeroed(LABEL_BYTES as usize), 0);
+            r.map_err(|e| io::Error::new(e.kind(), format!("cannot read the stripe label of {who}: {e}")))?;
+            let l = Label::decode(&b, &who)?;
+            if LABEL_BYTES + l.member_data_bytes > m.size_bytes() {
+                return Err(invalid(format!(
+                    "{who} is smaller ({} bytes) than its stripe label says ({} data bytes)",
+                    m.size_bytes(),
+                    l.member_data_bytes
+                )));
+            }
+            labelled.push((l, m));
+        }
+        let first = labelled[0].0;
+        let first_who = labelled[0].1.describe();
+        for (l, m) in &labelled[1..] {
+            if l.set_id != first.set_id {
+                return Err(invalid(format!("{} and {first_who} belong to different stripe sets", m.describe())));
+            }
+            if (l.count, l.stripe_bytes, l.member_data_bytes)
+                != (first.count, first.stripe_bytes, first.member_data_bytes)
+            {
+                return Err(invalid(format!("{}'s stripe label disagrees with {first_who}'s", m.describe())));
+            }
+        }
+        labelled.sort_by_key(|(l, _)| l.index);
+        for w in labelled.windows(2) {
+            if w[0].0.index == w[1].0.index {
+                return Err(invalid(format!(
+                    "{} and {} are both member {} of the stripe set",
+                    w[0].1.describe(),
+                    w[1].1.describe(),
+                    w[0].0.index
+                )));
+            }
+        }
+        if labelled.len() != first.count as usize {
+            let have: Vec<u32> = labelled.iter().map(|(l, _)| l.index).collect();
+            let missing: Vec<String> = (0..first.count).filter(|i| !have.contains(i)).map(|i| i.to_string()).collect();
+            return Err(invalid(format!(
+                "the stripe set has {} members and {} were given; missing member(s) {}",
+                first.count,
+                labelled.len(),
+                missing.join(", ")
+            )));
+        }
+        let members: Vec<Arc<dyn Device>> = labelled.into_iter().map(|(_, m)| m).collect();
+        let block = members.iter().map(|m| m.block_bytes()).max().unwrap_or(512);
+        if !(first.stripe_bytes as u64).is_multiple_of(block as u64) {
+            return Err(invalid(format!(
+                "stripe unit {} is not a multiple of the members' block size {block}",
+                first.stripe_bytes
+            )));
+        }
+        Ok(StripedDevice {
+            members,
+            stripe: first.stripe_bytes as u64,
+            member_data_bytes: first.member_data_bytes,
+            set_id: first.set_id,
+            block,
+            counters: IoCounters::default(),
+        })
+    }
+
+    /// Members in set order.
+    pub fn members(&self) -> &[Arc<dyn Device>] {
+        &self.members
+    }
+
+    /// The stripe unit in bytes.
+    pub fn stripe_bytes(&self) -> u32 {
+        self.stripe as u32
+    }
+
+    /// The set's id, written in every member's label.
+    pub fn set_id(&self) -> u64 {
+        self.set_id
+    }
+
+    /// Where `len` bytes at logical `offset` go, piece by piece.
+    fn pieces(&self, offset: u64, len: usize) -> Vec<Piece> {
+        let n = self.members.len() as u64;
+        let mut out = Vec::with_capacity(1 + len / self.stripe as usize);
+        let mut at = 0usize;
+        while at < len {
+            let x = offset + at as u64;
+            let s = x / self.stripe;
+            let within = x % self.stripe;
+            let take = ((self.stripe - within) as usize).min(len - at);
+            out.push(Piece {
+                member: (s % n) as usize,
+                offset: LABEL_BYTES + (s / n) * self.stripe + within,
+                buf_at: at,
+                len: take,
+            });
+            at += take;
+        }
+        out
+    }
+
+    fn count(&self, write: bool, r: &IoResult, start: Instant) {
+        if r.1.is_ok() {
+            if write {
+                self.counters.write(r.0.len(), start);
+            } else {
+                self.counters.read(r.0.len(), start);
+            }
+        }
+    }
+
+    /// A piece's own buffer: for a write, holding its bytes of `buf`.
+    fn piece_buf(buf: &AlignedBuf, p: &Piece, write: bool) -> AlignedBuf {
+        let mut b = AlignedBuf::zeroed(p.len);
+        if write {
+            b.copy_from_slice(&buf[p.buf_at..p.buf_at + p.len]);
+        }
+        b
+    }
+
+    fn op_sync(&self, write: bool, mut buf: AlignedBuf, offset: u64) -> IoResult {
+        if let Err(e) = check_range(self, buf.len(), offset) {
+            return (buf, Err(e));
+        }
+        let start = Instant::now();
+        let pieces = self.pieces(offset, buf.len());
+        let r = if let [p] = pieces[..] {
+            let m = &self.members[p.member];
+            if write {
+                m.write_at(buf, p.offset)
+            } else {
+                m.read_at(buf, p.offset)
+            }
+        } else {
+            let mut res = Ok(());
+            for p in &pieces {
+                let m = &self.members[p.member];
+                let pb = Self::piece_buf(&buf, p, write);
+                let (pb, r) = if write { m.write_at(pb, p.offset) } else { m.read_at(pb, p.offset) };
+                if let Err(e) = r {
+                    res = Err(e);
+                    break;
+                }
+                if !write {
+                    buf[p.buf_at..p.buf_at + p.len].copy_from_slice(&pb);
+                }
+            }
+            (buf, res)
+        };
+        self.count(write, &r, start);
+        r
+    }
+
+    fn op_async(&self, write: bool, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
+        if let Err(e) = check_range(self, buf.len(), offset) {
+            return IoFuture::ready((buf, Err(e)));
+        }
+        let start = Instant::now();
+        let pieces = self.pieces(offset, buf.len());
+        if let [p] = pieces[..] {
+            let m = &self.members[p.member];
+            let fut = if write { m.write_at_async(buf, p.offset) } else { m.read_at_async(buf, p.offset) };
+            return match fut {
+                IoFuture::Ready(Some(r)) => {
+                    self.count(write, &r, start);
+                    IoFuture::ready(r)
+                }
+                fut => IoFuture::Pending(Box::pin(async move {
+                    let r = fut.await;
+                    self.count(write, &r, start);
+                    r
+                })),
+            };
+        }
+        let futs: Vec<IoFuture<'_>> = pieces
+            .iter()
+            .map(|p| {
+                let m = &self.members[p.member];
+                let pb = Self::piece_buf(&buf, p, write);
+                if write {
+                    m.write_at_async(pb, p.offset)
+                } else {
+                    m.read_at_async(pb, p.offset)
+                }
+            })
+            .collect();
+        IoFuture::Pending(Box::pin(async move {
+            let done = JoinAll::new(futs).await;
+            let mut buf = buf;
+            let mut res = Ok(());
+            for (p, (pb, r)) in pieces.iter().zip(done) {
+                match r {
+                    Ok(()) if !write => buf[p.buf_at..p.buf_at + p.len].copy_from_slice(&pb),
+                    Ok(()) => {}
+                    Err(e) => {
+                        if res.is_ok() {
+                            res = Err(e);
+                        }
+                    }
+                }
+            }
+            let r = (buf, res);
+            self.count(write, &r, start);
+            r
+        }))
+    }
+}
+
+/// Wait for every future; results in the futures' order.
+struct JoinAll<'a> {
+    futs: Vec<Option<IoFuture<'a>>>,
+    out: Vec<Option<IoResult>>,
+}
+
+impl<'a> JoinAll<'a> {
+    fn new(futs: Vec<IoFuture<'a>>) -> Self {
+        let out = futs.iter().map(|_| None).collect();
+        JoinAll { futs: futs.into_iter().map(Some).collect(), out }
+    }
+}
+
+impl Future for JoinAll<'_> {
+    type Output = Vec<IoResult>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<IoResult>> {
+        let me = self.get_mut();
+        let mut pending = false;
+        for (f, o) in me.futs.iter_mut().zip(me.out.iter_mut()) {
+            if let Some(fut) = f {
+                match Pin::new(fut).poll(cx) {
+                    Poll::Ready(r) => {
+                        *o = Some(r);
+                        *f = None;
+                    }
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            return Poll::Pending;
+        }
+        Poll::Ready(me.out.iter_mut().map(|o| o.take().expect("each future completed once")).collect())
+    }
+}
+
+impl Device for StripedDevice {
+    fn read_at(&self, buf: AlignedBuf, offset: u64) -> IoResult {
+        self.op_sync(false, buf, offset)
+    }
+
+    fn write_at(&self, buf: AlignedBuf, offset: u64) -> IoResult {
+        self.op_sync(true, buf, offset)
+    }
+
+    fn read_at_async(&self, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
+        self.op_async(false, buf, offset)
+    }
+
+    fn write_at_async(&self, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
+        self.op_async(true, buf, offset)
+    }
+
+    /// Flushes every member (all of them, even after one fails); the first
+    /// error is returned.
+    fn flush(&self) -> io::Result<()> {
+        let start = Instant::now();
+        let mut res = Ok(());
+        for m in &self.members {
+            if let Err(e) = m.flush() {
+                if res.is_ok() {
+                    res = Err(io::Error::new(e.kind(), format!("flush of {}: {e}", m.describe())));
+                }
+            }
+        }
+        self.counters.flush(start);
+        res
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.member_data_bytes * self.members.len() as u64
+    }
+
+    fn block_bytes(&self) -> u32 {
+        self.block
+    }
+
+    fn counters(&self) -> &IoCounters {
+        &self.counters
+    }
+
+    fn describe(&self) -> String {
+        let members: Vec<String> = self.members.iter().map(|m| m.describe()).collect();
+        format!("RAID-0 of {} members, {} KiB stripes: {}", self.members.len(), self.stripe / 1024, members.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemDevice;
+
+    fn mems(n: usize, size: u64) -> (Vec<Arc<MemDevice>>, Vec<Arc<dyn Device>>) {
+        let raw: Vec<Arc<MemDevice>> = (0..n).map(|_| Arc::new(MemDevice::new(size))).collect();
+        let devs = raw.iter().map(|m| m.clone() as Arc<dyn Device>).collect();
+        (raw, devs)
+    }
+
+    /// A deterministic pattern so misplaced bytes show.
+    fn pattern(len: usize, seed: u64) -> AlignedBuf {
+        let mut b = AlignedBuf::zeroed(len);
+        let mut x = seed | 1;
+        for c in b.chunks_mut(8) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let bytes = x.to_le_bytes();
+            c.copy_from_slice(&bytes[..c.len()]);
+        }
+        b
+    }
+
+    #[test]
+    fn pieces_map_stripes_round_robin() {
+        let (_, devs) = mems(3, LABEL_BYTES + 8 * 4096);
+        let d = StripedDevice::create(devs, 4096).unwrap();
+        assert_eq!(d.size_bytes(), 3 * 8 * 4096);
+        // A write from the middle of stripe 2 into stripe 4: members 2, 0, 1.
+        let p = d.pieces(2 * 4096 + 512, 2 * 4096 + 1024);
+        let expect = [
+            Piece { member: 2, offset: LABEL_BYTES + 512, buf_at: 0, len: 3584 },
+            Piece { member: 0, offset: LABEL_BYTES + 4096, buf_at: 3584, len: 4096 },
+            Piece { member: 1, offset: LABEL_BYTES + 4096, buf_at: 7680, len: 1536 },
+        ];
+        assert_eq!(p, expect);
+    }
+
+    #[test]
+    fn bytes_land_where_the_layout_says() {
+        let (raw, devs) = mems(2, LABEL_BYTES + 4 * 8192);
+        let d = StripedDevice::create(devs, 8192).unwrap();
+        let data = pattern(3 * 8192, 7);
+        let (_, r) = d.write_at(data, 4096);
+        r.unwrap();
+        let data = pattern(3 * 8192, 7);
+        // Logical 4096..8192 is stripe 0 (member 0, second half); 8192..16384
+        // stripe 1 (member 1, row 0); 16384..24576 stripe 2 (member 0, row 1);
+        // 24576..28672 stripe 3 (member 1, row 1, first half).
+        raw[0].with_bytes_mut(|m| {
+            let l = LABEL_BYTES as usize;
+            assert_eq!(&m[l + 4096..l + 8192], &data[0..4096]);
+            assert_eq!(&m[l + 8192..l + 16384], &data[12288..20480]);
+        });
+        raw[1].with_bytes_mut(|m| {
+            let l = LABEL_BYTES as usize;
+            assert_eq!(&m[l..l + 8192], &data[4096..12288]);
+            assert_eq!(&m[l + 8192..l + 12288], &data[20480..24576]);
+        });
+        let (back, r) = d.read_at(AlignedBuf::zeroed(3 * 8192), 4096);
+        r.unwrap();
+        assert_eq!(&back[..], &data[..]);
+        let c = d.counters().snapshot();
+        assert_eq!((c.reads, c.read_bytes, c.writes, c.written_bytes), (1, 3 * 8192, 1, 3 * 8192));
+    }
+
+    #[test]
+    fn random_io_matches_a_flat_model() {
+        let (_, devs) = mems(3, LABEL_BYTES + 16 * 4096);
+        let d = StripedDevice::create(devs, 4096).unwrap();
+        let size = d.size_bytes() as usize;
+        let mut model = vec![0u8; size];
+        let mut rng = crate::SplitMix64(42);
+        for i in 0..300 {
+            let blocks = size / 512;
+            let at = (rng.next_u64() as usize % blocks) * 512;
+            let len = ((rng.next_u64() as usize % 40) + 1) * 512;
+            let len = len.min(size - at);
+            if i % 2 == 0 {
+                let b = pattern(len, rng.next_u64());
+                model[at..at + len].copy_from_slice(&b);
+                let (_, r) = d.write_at(b, at as u64);
+                r.unwrap();
+            } else {
+                let (b, r) = d.read_at(AlignedBuf::zeroed(len), at as u64);
+                r.unwrap();
+                assert_eq!(&b[..], &model[at..at + len], "read {len} at {at} (op {i})");
+            }
+        }
+    }
+
+    #[test]
+    fn open_checks_the_labels() {
+        let (raw, devs) = mems(3, LABEL_BYTES + 4 * 4096);
+        let d = StripedDevice::create(devs.clone(), 4096).unwrap();
+        let (_, r) = d.write_at(pattern(4096 * 5, 3), 0);
+        r.unwrap();
+        let id = d.set_id();
+        drop(d);
+        // Any order.
+        let shuffled = vec![devs[2].clone(), devs[0].clone(), devs[1].clone()];
+        let d = StripedDevice::open(shuffled).unwrap();
+        assert_eq!(d.set_id(), id);
+        let (b, r) = d.read_at(AlignedBuf::zeroed(4096 * 5), 0);
+        r.unwrap();
+        assert_eq!(&b[..], &pattern(4096 * 5, 3)[..]);
+        drop(d);
+        // Missing, duplicated, foreign, damaged, unknown version.
+        let e = StripedDevice::open(vec![devs[0].clone(), devs[2].clone()]).err().unwrap().to_string();
+        assert!(e.contains("missing member(s) 1"), "{e}");
+        let e = StripedDevice::open(vec![devs[0].clone(), devs[0].clone(), devs[2].clone()]).err().unwrap();
+        assert!(e.to_string().contains("are both member 0"), "{e}");
+        let (_, other) = mems(2, LABEL_BYTES + 4 * 4096);
+        StripedDevice::create(other.clone(), 4096).unwrap();
+        let e = StripedDevice::open(vec![devs[0].clone(), other[1].clone(), devs[2].clone()]).err().unwrap();
+        assert!(e.to_string().contains("different stripe sets"), "{e}");
+        raw[1].with_bytes_mut(|m| m[30] ^= 1);
+        let e = StripedDevice::open(devs.clone()).err().unwrap().to_string();
+        assert!(e.contains("damaged"), "{e}");
+        raw[1].with_bytes_mut(|m| {
+            m[30] ^= 1;
+            m[8] = 9;
+        });
+        let e = StripedDevice::open(devs.clone()).err().unwrap().to_string();
+        assert!(e.contains("version 9 is not understood"), "{e}");
+        let (_, plain) = mems(1, 1 << 20);
+        let e = StripedDevice::open(plain).err().unwrap().to_string();
+        assert!(e.contains("not a member of a stripe set"), "{e}");
+    }
+
+    #[test]
+    fn create_refuses_bad_geometry() {
+        let (_, one) = mems(1, 1 << 20);
+        assert!(StripedDevice::create(one, 4096).is_err());
+        let (_, two) = mems(2, 1 << 20);
+        assert!(StripedDevice::create(two.clone(), 3 * 4096).is_err());
+        assert!(StripedDevice::create(two, 2 << 20).is_err());
+    }
+
+    #[test]
+    fn async_split_io_on_the_ring() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let members: Vec<Arc<dyn Device>> = (0..3)
+            .map(|i| {
+                let f = crate::FileDevice::create(
+                    &dir.path().join(format!("m{i}")),
+                    LABEL_BYTES + (1 << 20),
+                    crate::OpenMode::Direct,
+                )
+                .unwrap()
+                .with_backend(crate::IoBackend::Uring);
+                Arc::new(f) as Arc<dyn Device>
+            })
+            .collect();
+        let d = Arc::new(StripedDevice::create(members, 4096 * 4).unwrap());
+        let cfg = granary_rt::RuntimeConfig { threads: 1, pin: false, ..Default::default() };
+        let rt = granary_rt::Runtime::new(cfg).unwrap();
+        let d2 = d.clone();
+        let ok = rt
+            .block_on(async move {
+                // 100 KiB from an unaligned-to-stripe offset: 8 pieces, all in flight at once.
+                let data = pattern(100 * 1024, 11);
+                let fut = d2.write_at_async(data, 3 * 4096);
+                assert!(matches!(fut, IoFuture::Pending(_)), "on an executor the ring is used");
+                let (_, r) = fut.await;
+                r.unwrap();
+                let (b, r) = d2.read_at_async(AlignedBuf::zeroed(100 * 1024), 3 * 4096).await;
+                r.unwrap();
+                b[..] == pattern(100 * 1024, 11)[..]
+            })
+            .unwrap();
+        assert!(ok);
+        // And the synchronous path sees the same bytes.
+        let (b, r) = d.read_at(AlignedBuf::zeroed(100 * 1024), 3 * 4096);
+        r.unwrap();
+        assert_eq!(&b[..], &pattern(100 * 1024, 11)[..]);
+    }
+}
