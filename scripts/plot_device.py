@@ -18,7 +18,7 @@ def main():
         sys.exit(__doc__)
     data = json.load(open(sys.argv[1]))
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
-    styles = {"granary-uring": "o-", "granary-sync": "s--", "fio": "k^-"}
+    styles = {"granary-uring": "o-", "granary-uring-zc": "d-", "granary-sync": "s--", "fio": "k^-"}
     for col, op in enumerate(["get", "put"]):
         for system, style in styles.items():
             pts = sorted((p for p in data["points"] if p["system"] == system and p["op"] == op), key=lambda p: p["depth"])

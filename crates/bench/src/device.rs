@@ -7,8 +7,13 @@
 //!   paper's set-up for its synchronous backends);
 //! - `uring`: the async API on a `granary-rt` executor, one task per
 //!   in-flight request, IO through the executor's io_uring;
+//! - `uring-zc`: as `uring`, with the zero-copy API (`get_buf_async`, and
+//!   `new_put_buf` + `put_buf_async`), as a server uses it;
 //! - `mem`: the synchronous API on an in-memory device, one thread: the
-//!   software ceiling per core.
+//!   software ceiling per core, with and without the zero-copy API.
+//!
+//! The executors register the buffer arena with their rings (fixed
+//! buffers) unless `registered_buffers` is off.
 //!
 //! In the same run, on the same file after the store is closed, `fio`
 //! (io_uring engine, direct, 4 KiB random read and random write, one job at
@@ -18,7 +23,7 @@
 
 use granary_rt::{Runtime, RuntimeConfig};
 use granary_store::io::{Device, FileDevice, IoBackend, MemDevice, OpenMode};
-use granary_store::{CreateOptions, OpenOptions, Store};
+use granary_store::{Cond, CreateOptions, ItemMeta, OpenOptions, Store};
 use hdrhistogram::Histogram;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -47,6 +52,8 @@ pub struct DeviceBenchOptions {
     pub defer_taskrun: bool,
     /// Executors' spin before sleeping.
     pub spin: Duration,
+    /// Register the buffer arena with the rings (fixed buffers).
+    pub registered_buffers: bool,
     pub fio: bool,
     pub seed: u64,
     pub progress: bool,
@@ -63,10 +70,11 @@ impl Default for DeviceBenchOptions {
             depths: vec![1, 2, 4, 8, 16, 32, 64, 128],
             secs: 2.0,
             max_ops: 2_000_000,
-            backends: vec!["sync".into(), "uring".into(), "mem".into()],
+            backends: vec!["sync".into(), "uring".into(), "uring-zc".into(), "mem".into()],
             cores: 1,
             defer_taskrun: false,
             spin: RuntimeConfig::default().spin,
+            registered_buffers: true,
             fio: true,
             seed: 1,
             progress: true,
@@ -197,6 +205,14 @@ fn run_threads(store: &Arc<Store>, o: &DeviceBenchOptions, op: &'static str, dep
                     let t0 = Instant::now();
                     let ok = match op {
                         "get" => store.get(&k).map(|v| v.is_some()).unwrap_or(false),
+                        // Zero-copy: the value stays in the buffer it was read into.
+                        "get_buf" => store.get_buf(&k).map(|v| v.is_some()).unwrap_or(false),
+                        // Zero-copy: the value is written into the record buffer
+                        // (as a server receives it), which goes to the device.
+                        "put_buf" => store.new_put_buf(&k, value.len()).is_ok_and(|mut pb| {
+                            pb.fill_from(&value);
+                            store.put_buf(pb, ItemMeta::default(), Cond::Always).is_ok()
+                        }),
                         _ => store.put(&k, &value).is_ok(),
                     };
                     if !run.done_one(&mut h, t0, ok) {
@@ -219,6 +235,19 @@ pub(crate) fn run_tasks(
     op: &'static str,
     depth: usize,
 ) -> Point {
+    run_tasks_as(store, rt, o, op, depth, false)
+}
+
+/// [`run_tasks`], with the zero-copy API (`get_buf_async`, `put_buf_async`)
+/// when `zero_copy`.
+fn run_tasks_as(
+    store: &Arc<Store>,
+    rt: &Runtime,
+    o: &DeviceBenchOptions,
+    op: &'static str,
+    depth: usize,
+    zero_copy: bool,
+) -> Point {
     let run = Run::new(o.max_ops);
     let start = Instant::now();
     let handles: Vec<_> = (0..depth)
@@ -233,9 +262,17 @@ pub(crate) fn run_tasks(
                     let i = next() % keys;
                     let k = key(i);
                     let t0 = Instant::now();
-                    let ok = match op {
-                        "get" => store.get_async(&k).await.map(|v| v.is_some()).unwrap_or(false),
-                        _ => store.put_async(&k, &value).await.is_ok(),
+                    let ok = match (op, zero_copy) {
+                        ("get", false) => store.get_async(&k).await.map(|v| v.is_some()).unwrap_or(false),
+                        ("get", true) => store.get_buf_async(&k).await.map(|v| v.is_some()).unwrap_or(false),
+                        (_, false) => store.put_async(&k, &value).await.is_ok(),
+                        (_, true) => match store.new_put_buf(&k, value.len()) {
+                            Ok(mut pb) => {
+                                pb.fill_from(&value);
+                                store.put_buf_async(pb, ItemMeta::default(), Cond::Always).await.is_ok()
+                            }
+                            Err(_) => false,
+                        },
                     };
                     if !run.done_one(&mut h, t0, ok) {
                         break;
@@ -249,7 +286,7 @@ pub(crate) fn run_tasks(
     for h in handles {
         let _ = h.join();
     }
-    run.point("granary-uring", op, depth, start.elapsed().as_secs_f64())
+    run.point(if zero_copy { "granary-uring-zc" } else { "granary-uring" }, op, depth, start.elapsed().as_secs_f64())
 }
 
 pub(crate) fn load(store: &Arc<Store>, rt: &Runtime, o: &DeviceBenchOptions) -> Result<(), String> {
@@ -395,8 +432,17 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
             .with_backend(IoBackend::Uring);
         let store =
             Arc::new(Store::create(Arc::new(dev), &create, &OpenOptions::default()).map_err(|e| e.to_string())?);
-        let cfg =
-            RuntimeConfig { threads: o.cores, defer_taskrun: o.defer_taskrun, spin: o.spin, ..Default::default() };
+        let cfg = RuntimeConfig {
+            threads: o.cores,
+            defer_taskrun: o.defer_taskrun,
+            spin: o.spin,
+            registered_buffer_bytes: if o.registered_buffers {
+                RuntimeConfig::default().registered_buffer_bytes
+            } else {
+                0
+            },
+            ..Default::default()
+        };
         let rt = Runtime::new(cfg).map_err(|e| e.to_string())?;
         load(&store, &rt, o)?;
         for op in ["get", "put"] {
@@ -405,6 +451,7 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
                     let p = match b.as_str() {
                         "sync" => run_threads(&store, o, op, d, "granary-sync"),
                         "uring" => run_tasks(&store, &rt, o, op, d),
+                        "uring-zc" => run_tasks_as(&store, &rt, o, op, d, true),
                         _ => continue,
                     };
                     if o.progress {
@@ -428,7 +475,7 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
             for i in 0..o.keys {
                 store.put(&key(i), &value_of(o.value_bytes, i, 0)).map_err(|e| e.to_string())?;
             }
-            for op in ["get", "put"] {
+            for op in ["get", "get_buf", "put", "put_buf"] {
                 let p = run_threads(&store, o, op, 1, "granary-mem");
                 if o.progress {
                     eprintln!("{:<14} {op} 1 thread {:>9.0} ops/s", p.system, p.ops_per_sec());
@@ -463,14 +510,15 @@ fn find<'a>(r: &'a DeviceBenchReport, system: &str, op: &str, depth: usize) -> O
 pub fn render(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> String {
     let mut s = String::new();
     s.push_str(&format!(
-        "granary bench device: {} keys, {} B values ({} B records, {} B grains), {:.1} s per point, uring on {} core(s){}\n",
+        "granary bench device: {} keys, {} B values ({} B records, {} B grains), {:.1} s per point, uring on {} core(s){}{}\n",
         o.keys,
         o.value_bytes,
         r.record_bytes,
         o.grain_bytes,
         o.secs,
         o.cores,
-        if o.defer_taskrun { ", DEFER_TASKRUN" } else { "" }
+        if o.defer_taskrun { ", DEFER_TASKRUN" } else { "" },
+        if o.registered_buffers { ", fixed buffers" } else { ", no fixed buffers" }
     ));
     if let Some(v) = &r.fio_version {
         s.push_str(&format!("reference: {v}, io_uring, direct, 4 KiB random, 1 job\n"));
@@ -487,7 +535,7 @@ pub fn render(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> String {
         ));
         for &d in &o.depths {
             let fio = find(r, "fio", op, d);
-            for sys in ["granary-sync", "granary-uring", "fio"] {
+            for sys in ["granary-sync", "granary-uring", "granary-uring-zc", "fio"] {
                 if let Some(p) = find(r, sys, op, d) {
                     let ratio = match fio {
                         Some(f) if sys != "fio" && f.ops_per_sec() > 0.0 => {
@@ -532,6 +580,7 @@ pub fn to_json(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> serde_json::Val
         "uring_cores": o.cores,
         "defer_taskrun": o.defer_taskrun,
         "spin_us": o.spin.as_micros() as u64,
+        "registered_buffers": o.registered_buffers,
         "fio_version": r.fio_version,
         "points": r.points.iter().map(|p| {
             let fio = find(r, "fio", p.op, p.depth).map(|f| f.ops_per_sec());

@@ -337,8 +337,8 @@ struct DeviceBenchArgs {
     /// Seconds per measured point.
     #[arg(long, default_value_t = 2.0)]
     secs: f64,
-    /// Backends to measure: sync, uring, mem.
-    #[arg(long, value_delimiter = ',', default_value = "sync,uring,mem")]
+    /// Backends to measure: sync, uring, uring-zc (the zero-copy API), mem.
+    #[arg(long, value_delimiter = ',', default_value = "sync,uring,uring-zc,mem")]
     backends: Vec<String>,
     /// Executors (cores) for the uring backend.
     #[arg(long, default_value_t = 1)]
@@ -349,6 +349,10 @@ struct DeviceBenchArgs {
     /// Microseconds an idle executor polls before sleeping in the kernel.
     #[arg(long, default_value_t = 20)]
     spin_us: u64,
+    /// Do not register the buffer arena with the rings (plain reads and
+    /// writes instead of READ_FIXED/WRITE_FIXED).
+    #[arg(long)]
+    no_fixed_buffers: bool,
     /// Skip fio (no reference, no ratios).
     #[arg(long)]
     no_fio: bool,
@@ -815,8 +819,8 @@ fn bench(cmd: BenchCmd) -> Result<ExitCode, String> {
             if a.depths.is_empty() || a.depths.contains(&0) || a.depths.iter().any(|&d| d > 1024) {
                 return Err("--depths needs queue depths between 1 and 1024, e.g. 1,8,128".into());
             }
-            if let Some(b) = a.backends.iter().find(|b| !matches!(b.as_str(), "sync" | "uring" | "mem")) {
-                return Err(format!("unknown backend {b:?}: choose among sync, uring, mem"));
+            if let Some(b) = a.backends.iter().find(|b| !matches!(b.as_str(), "sync" | "uring" | "uring-zc" | "mem")) {
+                return Err(format!("unknown backend {b:?}: choose among sync, uring, uring-zc, mem"));
             }
             if !(0.1..=600.0).contains(&a.secs) {
                 return Err("--secs must be between 0.1 and 600".into());
@@ -833,6 +837,7 @@ fn bench(cmd: BenchCmd) -> Result<ExitCode, String> {
                 cores: a.cores.max(1),
                 defer_taskrun: a.defer_taskrun,
                 spin: std::time::Duration::from_micros(a.spin_us.min(1_000_000)),
+                registered_buffers: !a.no_fixed_buffers,
                 fio: !a.no_fio,
                 ..Default::default()
             };

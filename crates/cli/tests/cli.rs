@@ -241,7 +241,7 @@ fn bench_device_runs_every_backend_and_depth() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let points = v["points"].as_array().unwrap();
-    for sys in ["granary-sync", "granary-uring"] {
+    for sys in ["granary-sync", "granary-uring", "granary-uring-zc"] {
         for op in ["get", "put"] {
             for depth in [1, 4] {
                 let p = points
@@ -253,7 +253,11 @@ fn bench_device_runs_every_backend_and_depth() {
             }
         }
     }
-    assert_eq!(points.iter().filter(|p| p["system"] == "granary-mem").count(), 2);
+    let mem: Vec<&str> =
+        points.iter().filter(|p| p["system"] == "granary-mem").map(|p| p["op"].as_str().unwrap()).collect();
+    assert_eq!(mem, ["get", "get_buf", "put", "put_buf"]);
+    assert!(points.iter().all(|p| p["errors"] == 0), "no errors on any backend");
+    assert_eq!(v["registered_buffers"], true);
     assert!(!data.exists(), "the bench removes its data file");
     let bad = run(&["bench", "device", "--depths", "0"]);
     assert_one_line_error(&bad, "queue depths");

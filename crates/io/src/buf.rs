@@ -1,5 +1,9 @@
-//! [`AlignedBuf`]: a heap buffer aligned for direct IO, owned by whoever is
+//! [`AlignedBuf`]: a buffer aligned for direct IO, owned by whoever is
 //! doing IO with it.
+//!
+//! Its memory comes from the runtime's registered-buffer arena
+//! (`granary_rt::arena`) when one exists and has room, so that io_uring
+//! reads and writes into it use fixed buffers; otherwise from the heap.
 //!
 //! Invariants: the allocation is [`ALIGN_BYTES`]-aligned, at least
 //! `ALIGN_BYTES` long, zero-initialised at allocation, and `len <= cap`.
@@ -15,6 +19,8 @@ pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
     cap: usize,
+    /// The arena class when the memory is an arena chunk.
+    arena_class: Option<u8>,
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively (like Vec<u8>); moving it
@@ -24,14 +30,31 @@ unsafe impl Send for AlignedBuf {}
 unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
-    /// A zeroed buffer of `len` bytes.
+    /// A zeroed buffer of `len` bytes: an arena chunk when the arena has
+    /// room, else a heap allocation.
     pub fn zeroed(len: usize) -> AlignedBuf {
+        if let Some(c) = granary_rt::arena::get().and_then(|a| a.alloc(len)) {
+            // SAFETY: the chunk is c.bytes of writable memory owned by us
+            // from now on (until Drop frees it).
+            unsafe { std::ptr::write_bytes(c.ptr.as_ptr(), 0, c.bytes) };
+            return AlignedBuf { ptr: c.ptr, len, cap: c.bytes, arena_class: Some(c.class) };
+        }
+        Self::zeroed_heap(len)
+    }
+
+    /// A zeroed buffer of `len` bytes from the heap (never the arena).
+    pub fn zeroed_heap(len: usize) -> AlignedBuf {
         let cap = len.max(1).next_multiple_of(ALIGN_BYTES);
         let layout = Layout::from_size_align(cap, ALIGN_BYTES).expect("buffer size overflows");
         // SAFETY: layout has a non-zero size.
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        AlignedBuf { ptr, len, cap }
+        AlignedBuf { ptr, len, cap, arena_class: None }
+    }
+
+    /// Whether the memory is a chunk of the registered arena.
+    pub fn is_registered(&self) -> bool {
+        self.arena_class.is_some()
     }
 
     /// Allocated bytes (a multiple of [`ALIGN_BYTES`]).
@@ -98,6 +121,14 @@ impl Tail {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
+        if let Some(class) = self.arena_class {
+            let a = granary_rt::arena::get().expect("an arena chunk implies the arena");
+            // SAFETY: the chunk came from this arena's alloc; this buffer owned
+            // it exclusively, and an operation that lent it to the kernel
+            // returned it only after the completion (granary-rt's Op).
+            unsafe { a.free(granary_rt::arena::Chunk { ptr: self.ptr, bytes: self.cap, class }) };
+            return;
+        }
         let layout = Layout::from_size_align(self.cap, ALIGN_BYTES).expect("layout was valid at allocation");
         // SAFETY: ptr was allocated with exactly this layout and is freed once.
         unsafe { dealloc(self.ptr.as_ptr(), layout) }
@@ -106,7 +137,7 @@ impl Drop for AlignedBuf {
 
 impl std::fmt::Debug for AlignedBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "AlignedBuf(len={}, cap={})", self.len, self.cap)
+        write!(f, "AlignedBuf(len={}, cap={}, registered={})", self.len, self.cap, self.arena_class.is_some())
     }
 }
 

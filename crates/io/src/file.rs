@@ -415,18 +415,89 @@ mod tests {
                 let (b, r) = d.read_at_async(AlignedBuf::zeroed(8192), 4096).await;
                 r.unwrap();
                 let (_, past) = d.read_at_async(AlignedBuf::zeroed(4096), 1 << 20).await;
+                // A heap buffer (not registered) goes out as a plain read.
+                let (h, r) = d.read_at_async(AlignedBuf::zeroed_heap(8192), 4096).await;
+                r.unwrap();
+                assert!(b.is_registered() && !h.is_registered());
+                assert_eq!(&h[..], &b[..]);
                 (b.to_vec(), past.unwrap_err().kind())
             })
             .unwrap();
         assert!(got.0.iter().enumerate().all(|(i, &x)| x == (i % 251) as u8));
         assert_eq!(got.1, io::ErrorKind::InvalidInput);
-        assert_eq!(dev.counters().snapshot().reads, 1);
+        let st = &rt.stats()[0];
+        if st.fixed_registered {
+            assert_eq!(
+                st.fixed_ops, 2,
+                "the write and the read of arena buffers used fixed buffers; the heap read did not"
+            );
+        } else {
+            // Without CAP_IPC_LOCK and above RLIMIT_MEMLOCK registration fails:
+            // every operation must then be an unfixed one.
+            eprintln!("note: the arena could not be registered here; checked the unfixed fallback");
+            assert_eq!(st.fixed_ops, 0);
+        }
+        assert_eq!(dev.counters().snapshot().reads, 2);
         // Off an executor the same calls are synchronous.
         let fut = dev.read_at_async(AlignedBuf::zeroed(4096), 4096);
         assert!(matches!(fut, IoFuture::Ready(_)));
         let (b, r) = granary_rt::block_on(fut);
         r.unwrap();
         assert_eq!(b[1], 1);
+    }
+
+    /// Reads into arena chunks, dropped while the kernel still performs them,
+    /// must not hand their chunks back: the arena's free lists are LIFO, so a
+    /// chunk freed too early would be the next allocation's, and the read
+    /// would overwrite the sentinel written there.
+    #[test]
+    fn dropped_reads_keep_their_arena_chunks_until_completion() {
+        const READS: usize = 64;
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let dev = std::sync::Arc::new(
+            FileDevice::create(&dir.path().join("dev"), 1 << 20, OpenMode::Direct)
+                .unwrap()
+                .with_backend(IoBackend::Uring),
+        );
+        let mut fill = AlignedBuf::zeroed_heap(1 << 20);
+        fill.fill(0x55);
+        let (_, r) = dev.write_at(fill, 0);
+        r.unwrap();
+        let cfg = granary_rt::RuntimeConfig { threads: 1, pin: false, ..Default::default() };
+        let rt = granary_rt::Runtime::new(cfg).unwrap();
+        let d = dev.clone();
+        let (pending, registered, intact) = rt
+            .block_on(async move {
+                let mut pending = 0;
+                let mut registered = 0;
+                for i in 0..READS {
+                    let buf = AlignedBuf::zeroed(4096);
+                    registered += buf.is_registered() as usize;
+                    let mut fut = Box::pin(d.read_at_async(buf, (i as u64 % 256) * 4096));
+                    let waker = std::task::Waker::noop();
+                    if std::future::Future::poll(fut.as_mut(), &mut std::task::Context::from_waker(waker)).is_pending()
+                    {
+                        pending += 1;
+                    }
+                    drop(fut);
+                }
+                let sentinels: Vec<AlignedBuf> = (0..READS * 2)
+                    .map(|_| {
+                        let mut b = AlignedBuf::zeroed(4096);
+                        b.fill(0xAA);
+                        b
+                    })
+                    .collect();
+                for _ in 0..20 {
+                    granary_rt::sleep(std::time::Duration::from_millis(1)).await;
+                }
+                let intact = sentinels.iter().all(|s| s.iter().all(|&b| b == 0xAA));
+                (pending, registered, intact)
+            })
+            .unwrap();
+        assert_eq!(pending, READS, "every read was in flight when dropped");
+        assert_eq!(registered, READS, "the buffers were arena chunks");
+        assert!(intact, "an arena chunk was reused while the kernel still wrote into it");
     }
 
     #[test]

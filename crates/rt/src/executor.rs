@@ -48,6 +48,10 @@ pub struct RuntimeConfig {
     pub defer_taskrun: bool,
     /// Thread name prefix.
     pub name: String,
+    /// Size of the process-wide registered-buffer arena (`arena.rs`),
+    /// created by the first runtime that asks; 0 asks for none. Each
+    /// executor registers the arena with its ring as fixed buffer 0.
+    pub registered_buffer_bytes: usize,
 }
 
 impl Default for RuntimeConfig {
@@ -59,6 +63,7 @@ impl Default for RuntimeConfig {
             spin: Duration::from_micros(20),
             defer_taskrun: false,
             name: "granary-rt".into(),
+            registered_buffer_bytes: crate::arena::ARENA_BYTES_DEFAULT,
         }
     }
 }
@@ -77,6 +82,11 @@ pub struct RuntimeStats {
     pub sleeps: u64,
     /// Eventfd writes that woke a sleeping executor.
     pub notifies: u64,
+    /// Reads and writes submitted as READ_FIXED/WRITE_FIXED (buffers in the
+    /// registered arena).
+    pub fixed_ops: u64,
+    /// Whether this executor's ring registered the arena.
+    pub fixed_registered: bool,
 }
 
 #[derive(Default)]
@@ -89,6 +99,8 @@ pub(crate) struct Counters {
     pub(crate) enters: AtomicU64,
     sleeps: AtomicU64,
     notifies: AtomicU64,
+    pub(crate) fixed_ops: AtomicU64,
+    fixed_registered: AtomicBool,
 }
 
 type SendTask = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -180,6 +192,8 @@ pub(crate) struct Executor {
     pub(crate) timers: RefCell<Timers>,
     efd_buf: Box<Cell<u64>>,
     efd_armed: Cell<bool>,
+    /// The arena is registered with this ring as fixed buffer 0.
+    pub(crate) fixed: Cell<bool>,
 }
 
 thread_local! {
@@ -355,6 +369,29 @@ const EFD_USER_DATA: u64 = u64::MAX;
 pub(crate) const CANCEL_USER_DATA: u64 = u64::MAX - 1;
 
 impl Executor {
+    /// Register the arena with this ring as fixed buffer 0; on failure (a
+    /// memlock limit, an old kernel) warn once per process and go on with
+    /// unfixed operations.
+    fn register_arena(&self, arena: Option<&'static crate::arena::Arena>) {
+        static WARNED: AtomicBool = AtomicBool::new(false);
+        let Some(a) = arena else { return };
+        let iov = [a.iovec()];
+        // SAFETY: the arena's mapping is never unmapped, so the iovec stays
+        // valid for the ring's whole life.
+        match unsafe { self.ring.borrow().submitter().register_buffers(&iov) } {
+            Ok(()) => {
+                self.fixed.set(true);
+                self.shared.counters.fixed_registered.store(true, Relaxed);
+            }
+            Err(e) => {
+                if !WARNED.swap(true, Relaxed) {
+                    tracing::warn!(bytes = a.bytes(), error = %e,
+                        "cannot register the buffer arena with io_uring (RLIMIT_MEMLOCK?); using unfixed IO");
+                }
+            }
+        }
+    }
+
     fn spawn_local(&self, fut: LocalTask) {
         self.shared.counters.spawned.fetch_add(1, Relaxed);
         let key = self.tasks.borrow_mut().insert(Task { fut: Some(fut), waker: None });
@@ -604,6 +641,8 @@ impl Runtime {
     /// Start `cfg.threads` executors; fails if a ring cannot be set up.
     pub fn new(cfg: RuntimeConfig) -> io::Result<Runtime> {
         let n = cfg.threads.max(1);
+        let arena =
+            if cfg.registered_buffer_bytes > 0 { crate::arena::init(cfg.registered_buffer_bytes) } else { None };
         let mut shared = Vec::with_capacity(n);
         let mut threads = Vec::with_capacity(n);
         let mut ready = Vec::with_capacity(n);
@@ -647,7 +686,9 @@ impl Runtime {
                     timers: RefCell::new(Timers::default()),
                     efd_buf: Box::new(Cell::new(0)),
                     efd_armed: Cell::new(false),
+                    fixed: Cell::new(false),
                 });
+                ex.register_arena(arena);
                 CTX.with(|c| *c.borrow_mut() = Some(ex.clone()));
                 let _ = tx.send(Ok(()));
                 if let Err(e) = ex.run(cfg.spin) {
@@ -721,6 +762,8 @@ impl Runtime {
                     enters: c.enters.load(Relaxed),
                     sleeps: c.sleeps.load(Relaxed),
                     notifies: c.notifies.load(Relaxed),
+                    fixed_ops: c.fixed_ops.load(Relaxed),
+                    fixed_registered: c.fixed_registered.load(Relaxed),
                 }
             })
             .collect()

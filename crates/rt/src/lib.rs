@@ -19,10 +19,16 @@
 //! buffer into the executor's table of orphaned operations, asks the kernel
 //! to cancel, and frees the buffer only when the completion arrives.
 //!
+//! Registered buffers (`arena.rs`): a process-wide arena of aligned memory
+//! that every ring registers as fixed buffer 0; reads and writes into it go
+//! out as READ_FIXED/WRITE_FIXED, sparing the kernel the page pinning of
+//! each IO. `granary-io`'s `AlignedBuf` takes its memory from the arena.
+//!
 //! Outside a runtime thread (or inside [`block_on`] on one), code cannot
 //! submit to a ring; [`on_runtime`] tells IO backends when to fall back to
 //! synchronous system calls.
 
+pub mod arena;
 mod blocking;
 mod executor;
 pub mod latency;

@@ -219,11 +219,30 @@ pub(crate) fn result(res: i32) -> io::Result<usize> {
     }
 }
 
+/// Whether an IO on `[ptr, ptr + len)` can use the registered arena (fixed
+/// buffer 0) on this executor's ring; counts it if so.
+fn fixed(ptr: *const u8, len: u32) -> bool {
+    with_executor(|ex| {
+        let yes = ex.fixed.get() && crate::arena::get().is_some_and(|a| a.contains(ptr, len as usize));
+        if yes {
+            ex.shared.counters.fixed_ops.fetch_add(1, Relaxed);
+        }
+        yes
+    })
+    .unwrap_or(false)
+}
+
 /// Read up to `buf.buf_len()` bytes at `offset` of `fd` into `buf`; returns
-/// the count (short at end of file). On an executor thread only.
+/// the count (short at end of file). On an executor thread only. A buffer
+/// inside the registered arena is read with READ_FIXED.
 pub async fn read_at<B: IoBuf>(fd: RawFd, mut buf: B, offset: u64) -> (io::Result<usize>, B) {
     let len = u32::try_from(buf.buf_len()).expect("IO larger than 4 GiB");
-    let sqe = opcode::Read::new(types::Fd(fd), buf.stable_ptr(), len).offset(offset).build();
+    let ptr = buf.stable_ptr();
+    let sqe = if fixed(ptr, len) {
+        opcode::ReadFixed::new(types::Fd(fd), ptr, len, 0).offset(offset).build()
+    } else {
+        opcode::Read::new(types::Fd(fd), ptr, len).offset(offset).build()
+    };
     // SAFETY: the SQE points into buf's heap memory, owned by the Op.
     let (res, buf) = unsafe { Op::submit(sqe, buf) }.await;
     (result(res), buf)
@@ -233,7 +252,12 @@ pub async fn read_at<B: IoBuf>(fd: RawFd, mut buf: B, offset: u64) -> (io::Resul
 /// short). On an executor thread only.
 pub async fn write_at<B: IoBuf>(fd: RawFd, mut buf: B, offset: u64) -> (io::Result<usize>, B) {
     let len = u32::try_from(buf.buf_len()).expect("IO larger than 4 GiB");
-    let sqe = opcode::Write::new(types::Fd(fd), buf.stable_ptr(), len).offset(offset).build();
+    let ptr = buf.stable_ptr();
+    let sqe = if fixed(ptr, len) {
+        opcode::WriteFixed::new(types::Fd(fd), ptr, len, 0).offset(offset).build()
+    } else {
+        opcode::Write::new(types::Fd(fd), ptr, len).offset(offset).build()
+    };
     // SAFETY: as in read_at.
     let (res, buf) = unsafe { Op::submit(sqe, buf) }.await;
     (result(res), buf)

@@ -306,9 +306,16 @@ impl granary_io::Device for Gated {
     }
 }
 
-/// Writes that arrive while a write is in flight share the next one.
+/// Writes that arrive while a write is in flight share the next one, also
+/// small records built in their own buffers (the zero-copy API).
 #[test]
 fn concurrent_puts_share_one_device_write() {
+    for zero_copy in [false, true] {
+        concurrent_puts_share_one_device_write_with(zero_copy);
+    }
+}
+
+fn concurrent_puts_share_one_device_write_with(zero_copy: bool) {
     let dev = Arc::new(Gated {
         inner: MemDevice::new(8 << 20),
         closed: std::sync::Mutex::new(false),
@@ -322,7 +329,15 @@ fn concurrent_puts_share_one_device_write() {
     *dev.closed.lock().unwrap() = true;
     let put = |k: &'static str| {
         let s = s.clone();
-        std::thread::spawn(move || s.put(k.as_bytes(), k.as_bytes()).unwrap())
+        std::thread::spawn(move || {
+            if zero_copy {
+                let mut pb = s.new_put_buf(k.as_bytes(), k.len()).unwrap();
+                pb.fill_from(k.as_bytes());
+                s.put_buf(pb, ItemMeta::default(), Cond::Always).unwrap();
+            } else {
+                s.put(k.as_bytes(), k.as_bytes()).unwrap();
+            }
+        })
     };
     let first = put("first");
     // Bounded waits on conditions (not on time): the first write is at the gate.
@@ -345,7 +360,11 @@ fn concurrent_puts_share_one_device_write() {
         t.join().unwrap();
     }
     let st = s.stats();
-    assert_eq!(st.write_groups - base.write_groups, 2, "the first write, then one for the four others");
+    assert_eq!(
+        st.write_groups - base.write_groups,
+        2,
+        "the first write, then one for the four others (zero-copy {zero_copy})"
+    );
     assert_eq!(st.io.writes - base.io.writes, 2);
     for k in ["first", "a", "b", "c", "d"] {
         assert_eq!(s.get(k.as_bytes()).unwrap().as_deref(), Some(k.as_bytes()));

@@ -34,9 +34,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// Largest group, in bytes: a writer that would pass it starts a new group.
 pub const GROUP_BYTES_MAX: usize = 256 * 1024;
 
-/// A record built in its own buffer ([`crate::PutBuf`]) up to this size
-/// joins a group under way by being copied into it; a larger one (or one
-/// that finds no group to join) is written from its own buffer, uncopied.
+/// A record built in its own buffer ([`crate::PutBuf`]) up to this size is
+/// copied into a group (joining one under way, or starting one that others
+/// join); a larger one is written from its own buffer, uncopied, as a group
+/// of its own.
 pub const OWNED_JOIN_BYTES_MAX: usize = 16 * 1024;
 
 /// A group's records: encoded into a growing buffer that later writers
@@ -203,15 +204,19 @@ impl Coalescer {
             return Placed::Done(Ok((g, false, loc)));
         }
         let (b, joinable) = match value {
-            Payload::Slice(value) => {
-                let mut v = vec![0u8; bytes];
-                hdr.encode(seed, key, value, &mut v);
-                (Bytes::Shared(v), true)
-            }
-            Payload::Owned { buf, .. } => {
+            Payload::Owned { buf, .. } if !joins => {
                 let mut b = buf.take().expect("a record buffer");
                 hdr.encode_in_place(seed, &mut b);
                 (Bytes::Owned(b), false)
+            }
+            // A small record, even one built in its own buffer, starts a
+            // group that later writers can join: alone in a group of its own
+            // it would hold the stream for a whole write, and concurrent
+            // small PUTs would be written one at a time.
+            value => {
+                let mut v = vec![0u8; bytes];
+                encode(hdr, seed, key, value, &mut v);
+                (Bytes::Shared(v), true)
             }
         };
         let g = Arc::new(Group {
