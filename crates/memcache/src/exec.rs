@@ -11,7 +11,7 @@
 use crate::limits::*;
 use crate::server::{command_index, Ctx};
 use granary_rt::net::TcpStream;
-use granary_store::{Change, Cond, Error, Item, ItemMeta, PutOutcome};
+use granary_store::{Change, Cond, Error, Item, ItemMeta, PutBuf, PutOutcome, ValueBuf};
 use std::sync::atomic::Ordering::Relaxed;
 
 /// What one step did with the input.
@@ -22,6 +22,21 @@ pub(crate) enum Step {
     NeedMore,
     /// Close the connection after sending what is buffered.
     Close,
+    /// The first n bytes were a storage command with a large value: the
+    /// connection loop receives the value into `Conn::pending`'s record
+    /// buffer; the next step checks its "\r\n" and stores it.
+    Receive(usize),
+}
+
+/// A storage command whose value is received into its record buffer.
+pub(crate) struct PendingPut {
+    pub pb: PutBuf,
+    meta: ItemMeta,
+    cond: Cond,
+    noreply: bool,
+    /// The command's index in `COMMANDS`, and when its line was parsed.
+    cmd: usize,
+    started: std::time::Instant,
 }
 
 pub(crate) struct Conn<'a> {
@@ -39,6 +54,8 @@ pub(crate) struct Conn<'a> {
     /// Bytes the connection loop holds for input (buffer and read chunk),
     /// for the memory high-water mark.
     pub input_bytes: usize,
+    /// A large value being received (see [`Step::Receive`]).
+    pub(crate) pending: Option<PendingPut>,
 }
 
 /// A storage command's kind.
@@ -70,7 +87,16 @@ pub(crate) fn key_ok(k: &[u8]) -> bool {
 
 impl<'a> Conn<'a> {
     pub fn new(ctx: &'a Ctx, stream: &'a TcpStream) -> Conn<'a> {
-        Conn { ctx, stream, dead: false, out: Vec::with_capacity(4096), swallow: 0, noreply: false, input_bytes: 0 }
+        Conn {
+            ctx,
+            stream,
+            dead: false,
+            out: Vec::with_capacity(4096),
+            swallow: 0,
+            noreply: false,
+            input_bytes: 0,
+            pending: None,
+        }
     }
 
     /// Note the connection's buffer memory in the high-water mark.
@@ -189,6 +215,9 @@ impl<'a> Conn<'a> {
             self.swallow -= n;
             return if n == 0 { Step::NeedMore } else { Step::Consumed(n) };
         }
+        if self.pending.as_ref().is_some_and(|p| p.pb.is_full()) {
+            return self.finish_put(buf).await;
+        }
         let Some(nl) = buf.iter().take(LINE_BYTES_MAX + 2).position(|&b| b == b'\n') else {
             if buf.len() > LINE_BYTES_MAX {
                 self.client_error("line too long");
@@ -222,7 +251,7 @@ impl<'a> Conn<'a> {
         self.noreply = t.len() > 1 && t.last() == Some(&&b"noreply"[..]) && NOREPLY_CMDS.contains(&cmd);
         let start = std::time::Instant::now();
         let step = self.dispatch(cmd, &t, line_len, rest).await;
-        if !matches!(step, Step::NeedMore) {
+        if matches!(step, Step::Consumed(_) | Step::Close) {
             self.ctx.stats.latency[command_index(cmd)].since(start);
         }
         self.noreply = false;
@@ -276,19 +305,31 @@ impl<'a> Conn<'a> {
                 return self.client_error("bad command line format");
             }
             self.ctx.stats.cmd_get.fetch_add(1, Relaxed);
-            let got = match expires {
-                None => self.ctx.store.get_item_async(key).await,
-                Some(exp) => {
-                    self.ctx.stats.cmd_touch.fetch_add(1, Relaxed);
-                    touch_item(self.ctx, key, exp).await
+            let Some(exp) = expires else {
+                // Served from the buffer the device read the value into.
+                match self.ctx.store.get_buf_async(key).await {
+                    Ok(Some(vb)) => {
+                        self.ctx.stats.get_hits.fetch_add(1, Relaxed);
+                        if !self.value_buf(key, vb, with_cas).await {
+                            return;
+                        }
+                        if self.out.len() >= OUT_FLUSH_BYTES && !self.send().await {
+                            return;
+                        }
+                    }
+                    Ok(None) => {
+                        self.ctx.stats.get_misses.fetch_add(1, Relaxed);
+                    }
+                    Err(e) => return self.server_error(&e),
                 }
+                continue;
             };
+            self.ctx.stats.cmd_touch.fetch_add(1, Relaxed);
+            let got = touch_item(self.ctx, key, exp).await;
             match got {
                 Ok(Some(it)) => {
                     self.ctx.stats.get_hits.fetch_add(1, Relaxed);
-                    if touch.is_some() {
-                        self.ctx.stats.touch_hits.fetch_add(1, Relaxed);
-                    }
+                    self.ctx.stats.touch_hits.fetch_add(1, Relaxed);
                     self.value_line(key, &it, with_cas);
                     // A multi-get of large items sends as it goes, so its
                     // reply never holds more than OUT_FLUSH_BYTES + one item.
@@ -298,14 +339,62 @@ impl<'a> Conn<'a> {
                 }
                 Ok(None) => {
                     self.ctx.stats.get_misses.fetch_add(1, Relaxed);
-                    if touch.is_some() {
-                        self.ctx.stats.touch_misses.fetch_add(1, Relaxed);
-                    }
+                    self.ctx.stats.touch_misses.fetch_add(1, Relaxed);
                 }
                 Err(e) => return self.server_error(&e),
             }
         }
         self.reply("END");
+    }
+
+    /// A `VALUE` reply from the read buffer: copied into the reply buffer,
+    /// or, from [`ZERO_COPY_MIN_BYTES`] on, sent from the read buffer
+    /// itself after what is buffered. False if the connection is gone.
+    async fn value_buf(&mut self, key: &[u8], vb: ValueBuf, with_cas: bool) -> bool {
+        self.out.extend_from_slice(b"VALUE ");
+        self.out.extend_from_slice(key);
+        let head = if with_cas {
+            format!(" {} {} {}\r\n", vb.meta.flags, vb.len(), vb.cas)
+        } else {
+            format!(" {} {}\r\n", vb.meta.flags, vb.len())
+        };
+        self.out.extend_from_slice(head.as_bytes());
+        if vb.len() < ZERO_COPY_MIN_BYTES {
+            self.out.extend_from_slice(vb.value());
+        } else {
+            if !self.send().await {
+                return false;
+            }
+            self.ctx.stats.zero_copy_gets.fetch_add(1, Relaxed);
+            let n = vb.len();
+            // One direct send first, as for the reply buffer; the rest
+            // through the ring, counted as waiting for the client.
+            let mut off = match self.stream.try_send(vb.value()) {
+                Ok(k) => k,
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => 0,
+                Err(_) => {
+                    self.dead = true;
+                    return false;
+                }
+            };
+            let _waiting = (off < n).then(|| granary_rt::net::GaugeHold::new(&self.ctx.stats.conns_waiting_to_send));
+            let mut vb = vb;
+            while off < n {
+                let (r, b) = self.stream.send_from(vb, off).await;
+                vb = b;
+                match r {
+                    Ok(k) if k > 0 => off += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    _ => {
+                        self.dead = true;
+                        return false;
+                    }
+                }
+            }
+            self.ctx.stats.bytes_written.fetch_add(n as u64, Relaxed);
+        }
+        self.out.extend_from_slice(b"\r\n");
+        true
     }
 
     fn value_line(&mut self, key: &[u8], it: &Item, with_cas: bool) {
@@ -358,6 +447,27 @@ impl<'a> Conn<'a> {
             return Step::Consumed(line_len);
         }
         if rest.len() < bytes + 2 {
+            if bytes >= ZERO_COPY_MIN_BYTES && !matches!(kind, Store::Append | Store::Prepend) {
+                // A key or size the engine refuses falls back to the copying
+                // path, which reports it once the data is in.
+                if let Ok(pb) = self.ctx.store.new_put_buf(key, bytes) {
+                    let cond = match kind {
+                        Store::Add => Cond::Absent,
+                        Store::Replace => Cond::Present,
+                        Store::Cas => Cond::Cas(cas),
+                        _ => Cond::Always,
+                    };
+                    self.pending = Some(PendingPut {
+                        pb,
+                        meta: ItemMeta { flags, expires: self.expires(exptime) },
+                        cond,
+                        noreply,
+                        cmd: command_index(t[0]),
+                        started: std::time::Instant::now(),
+                    });
+                    return Step::Receive(line_len);
+                }
+            }
             return Step::NeedMore;
         }
         let consumed = line_len + bytes + 2;
@@ -411,10 +521,43 @@ impl<'a> Conn<'a> {
         Step::Consumed(consumed)
     }
 
+    /// The value of a [`Step::Receive`] is in: check its line end, store it.
+    async fn finish_put(&mut self, buf: &[u8]) -> Step {
+        if buf.len() < 2 {
+            return Step::NeedMore;
+        }
+        let p = self.pending.take().expect("checked by the caller");
+        self.noreply = p.noreply;
+        self.ctx.stats.cmd_set.fetch_add(1, Relaxed);
+        if &buf[..2] != b"\r\n" {
+            self.client_error("bad data chunk");
+        } else {
+            self.ctx.stats.zero_copy_sets.fetch_add(1, Relaxed);
+            let r = self.ctx.store.put_buf_async(p.pb, p.meta, p.cond).await;
+            match r.map(|(outcome, _)| self.put_reply(p.cond, outcome)) {
+                Ok(_) if p.noreply => {}
+                Ok(s) => self.reply(s),
+                Err(e) => self.server_error(&e),
+            }
+        }
+        self.ctx.stats.latency[p.cmd].since(p.started);
+        self.noreply = false;
+        if self.dead {
+            Step::Close
+        } else {
+            Step::Consumed(2)
+        }
+    }
+
     async fn put(&mut self, key: &[u8], data: &[u8], meta: ItemMeta, cond: Cond) -> Result<&'static str, Error> {
         let (outcome, _) = self.ctx.store.put_item_async(key, data, meta, cond).await?;
+        Ok(self.put_reply(cond, outcome))
+    }
+
+    /// Count a storage command's outcome; its reply.
+    fn put_reply(&self, cond: Cond, outcome: PutOutcome) -> &'static str {
         let s = &self.ctx.stats;
-        Ok(match (cond, outcome) {
+        match (cond, outcome) {
             (Cond::Cas(_), PutOutcome::Stored) => {
                 s.cas_hits.fetch_add(1, Relaxed);
                 s.total_items.fetch_add(1, Relaxed);
@@ -433,7 +576,7 @@ impl<'a> Conn<'a> {
                 "STORED"
             }
             _ => "NOT_STORED",
-        })
+        }
     }
 
     /// `delete <key> [0] [noreply]` (the 0 is memcached's legacy hold time).

@@ -26,6 +26,13 @@ pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// line, plus one value (the largest item).
 pub const OUT_FLUSH_BYTES: usize = 256 * 1024;
 
+/// Values of at least this many bytes skip the connection's buffers: a
+/// storage command's value is received from the socket straight into the
+/// engine's record buffer, and a `get`'s value is sent from the buffer the
+/// device read it into. Smaller values are copied (a copy of a few KiB
+/// costs less than an extra send or receive).
+pub const ZERO_COPY_MIN_BYTES: usize = 16 * 1024;
+
 /// Longest header line of a value reply (`VALUE key flags bytes cas`, or
 /// `VA` with meta flags, the key and an opaque included).
 pub const REPLY_HEADER_BYTES_MAX: usize = 1024;
@@ -36,7 +43,8 @@ pub const REPLY_HEADER_BYTES_MAX: usize = 1024;
 /// up to twice the capacity it needs); and the reply buffer, which is sent
 /// once it passes [`OUT_FLUSH_BYTES`], so holds at most that plus one
 /// reply (twice, for the same reason). Memory held by the engine for the
-/// value being read or written is not included. With the default 1 MiB
+/// value being read or written is not included (a value of at least
+/// [`ZERO_COPY_MIN_BYTES`] lives only there: the bound is then loose). With the default 1 MiB
 /// items it is about 4.9 MiB.
 pub const fn connection_bytes_bound(item_bytes_max: usize) -> usize {
     READ_CHUNK_BYTES

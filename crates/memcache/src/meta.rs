@@ -509,6 +509,8 @@ pub(crate) fn general_stats(ctx: &Ctx) -> Lines {
         ("granary_recovery_millis".into(), st.recovery.millis.to_string()),
         ("granary_conn_buffer_bytes_max".into(), g(&s.conn_buffer_bytes_max)),
         ("granary_conns_waiting_to_send".into(), g(&s.conns_waiting_to_send)),
+        ("granary_zero_copy_sets".into(), g(&s.zero_copy_sets)),
+        ("granary_zero_copy_gets".into(), g(&s.zero_copy_gets)),
     ]);
     v
 }

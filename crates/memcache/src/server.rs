@@ -95,6 +95,11 @@ pub struct ServerStats {
     /// Connections waiting for their client to read replies before they
     /// read more requests.
     pub conns_waiting_to_send: AtomicU64,
+    /// Storage commands whose value was received straight into the record
+    /// buffer, and `get` values sent from the read buffer
+    /// ([`ZERO_COPY_MIN_BYTES`] and more).
+    pub zero_copy_sets: AtomicU64,
+    pub zero_copy_gets: AtomicU64,
 }
 
 /// Commands timed by [`ServerStats::latency`]; `other` takes `version`,
@@ -300,6 +305,26 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
     }
 }
 
+/// Receive the rest of a value from the socket into its record buffer;
+/// None if the connection ended or idled out.
+async fn receive_value(stream: &TcpStream, ctx: &Ctx, mut pb: granary_store::PutBuf) -> Option<granary_store::PutBuf> {
+    while !pb.is_full() {
+        let Ok((r, b)) = stream.recv_within(pb, ctx.cfg.idle_timeout).await else {
+            ctx.stats.idle_kicks.fetch_add(1, Relaxed);
+            return None;
+        };
+        pb = b;
+        match r {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => {
+                ctx.stats.bytes_read.fetch_add(n as u64, Relaxed);
+                pb.advance(n);
+            }
+        }
+    }
+    Some(pb)
+}
+
 /// One connection's request loop.
 async fn serve(stream: &TcpStream, ctx: &Ctx) {
     let mut conn = Conn::new(ctx, stream);
@@ -312,6 +337,28 @@ async fn serve(stream: &TcpStream, ctx: &Ctx) {
         while pos < input.len() {
             match conn.step(&input[pos..]).await {
                 Step::Consumed(n) => pos += n,
+                Step::Receive(n) => {
+                    // A large value: what is buffered goes into the record
+                    // buffer, the rest comes straight from the socket.
+                    pos += n;
+                    let mut p = conn.pending.take().expect("Receive leaves a pending value");
+                    let take = (input.len() - pos).min(p.pb.value_len() - p.pb.filled());
+                    p.pb.fill_from(&input[pos..pos + take]);
+                    pos += take;
+                    if !p.pb.is_full() {
+                        input.clear();
+                        pos = 0;
+                        // Earlier pipelined replies go out before the wait.
+                        if !conn.send().await {
+                            return;
+                        }
+                        match receive_value(stream, ctx, p.pb).await {
+                            Some(pb) => p.pb = pb,
+                            None => return,
+                        }
+                    }
+                    conn.pending = Some(p);
+                }
                 Step::NeedMore => break,
                 Step::Close => {
                     close = true;

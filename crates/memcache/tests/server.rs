@@ -288,6 +288,73 @@ fn values_split_across_reads_and_large_values() {
     assert_eq!(&got[head.len()..head.len() + v.len()], &v[..]);
 }
 
+/// Values of ZERO_COPY_MIN_BYTES and more go from the socket into the
+/// record buffer and from the read buffer to the socket: every storage
+/// command's condition, noreply, pipelining around them, a bad line end,
+/// and a client that leaves mid-value; the counters show the path taken.
+#[test]
+fn large_values_skip_the_connection_buffers() {
+    use granary_memcache::limits::ZERO_COPY_MIN_BYTES;
+    use std::sync::atomic::Ordering::Relaxed;
+    let f = Fixture::default();
+    let mut c = f.client();
+    let val = |n: usize, seed: u8| -> Vec<u8> { (0..n).map(|i| seed.wrapping_add((i % 251) as u8)).collect() };
+    let big = val(200_000, 1);
+    // The line and a little data in one packet, the rest in odd pieces.
+    c.send(format!("set zc 7 0 {}\r\n", big.len()).as_bytes());
+    c.send(&big[..1000]);
+    for part in big[1000..].chunks(65_537) {
+        c.send(part);
+    }
+    assert_eq!(c.call(b"\r\n"), b"STORED\r\n");
+    let st = f.server.as_ref().unwrap().stats();
+    assert_eq!(st.zero_copy_sets.load(Relaxed), 1, "the value was received into the record buffer");
+    let got = c.call(b"gets zc\r\n");
+    let it = f.store().get_item(b"zc").unwrap().unwrap();
+    let head = format!("VALUE zc 7 {} {}\r\n", big.len(), it.cas);
+    assert_eq!(&got[..head.len()], head.as_bytes());
+    assert_eq!(&got[head.len()..head.len() + big.len()], &big[..]);
+    assert_eq!(&got[head.len() + big.len()..], b"\r\nEND\r\n");
+    assert_eq!(st.zero_copy_gets.load(Relaxed), 1, "the value was sent from the read buffer");
+    // Conditions, pipelined with small commands in one write.
+    let b2 = val(ZERO_COPY_MIN_BYTES, 2);
+    let mut req = Vec::new();
+    for (cmd, key) in [("add", "zc"), ("replace", "nope"), ("add", "zc2"), ("replace", "zc2")] {
+        req.extend_from_slice(format!("{cmd} {key} 0 0 {}\r\n", b2.len()).as_bytes());
+        req.extend_from_slice(&b2);
+        req.extend_from_slice(b"\r\nget small\r\n");
+    }
+    req.extend_from_slice(format!("cas zc 0 0 {} {}\r\n", b2.len(), it.cas + 1).as_bytes());
+    req.extend_from_slice(&b2);
+    req.extend_from_slice(format!("\r\ncas zc 3 0 {} {}\r\n", b2.len(), it.cas).as_bytes());
+    req.extend_from_slice(&b2);
+    req.extend_from_slice(format!("\r\nset quiet 0 0 {} noreply\r\n", b2.len()).as_bytes());
+    req.extend_from_slice(&b2);
+    req.extend_from_slice(b"\r\n");
+    let want = "NOT_STORED\r\nEND\r\nNOT_STORED\r\nEND\r\nSTORED\r\nEND\r\nSTORED\r\nEND\r\nEXISTS\r\nSTORED\r\n";
+    assert_eq!(String::from_utf8_lossy(&c.call(&req)), want);
+    for key in ["zc", "zc2", "quiet"] {
+        assert_eq!(f.store().get(key.as_bytes()).unwrap().as_deref(), Some(&b2[..]), "{key}");
+    }
+    assert_eq!(f.store().get_item(b"zc").unwrap().unwrap().meta.flags, 3);
+    // A value not followed by its line end: memcached's error, the data
+    // is not stored, and the connection goes on.
+    c.send(format!("set bad 0 0 {}\r\n", b2.len()).as_bytes());
+    c.send(&b2);
+    assert_eq!(c.call(b"XX"), b"CLIENT_ERROR bad data chunk\r\n");
+    assert_eq!(f.store().get(b"bad").unwrap(), None);
+    assert_eq!(c.call(b"get bad\r\n"), b"END\r\n");
+    // A client that leaves mid-value stores nothing; the server goes on.
+    let mut gone = f.client();
+    gone.send(format!("set half 0 0 {}\r\n", big.len()).as_bytes());
+    gone.send(&big[..100_000]);
+    drop(gone);
+    assert_eq!(c.call(b"get half\r\n"), b"END\r\n");
+    let stats = String::from_utf8(c.call(b"stats\r\n")).unwrap();
+    assert!(stats.contains("STAT granary_zero_copy_gets 1\r\n"), "{stats}");
+    assert!(stats.contains("STAT granary_zero_copy_sets "), "{stats}");
+}
+
 #[test]
 fn a_multi_get_of_large_items_is_sent_as_it_goes() {
     let f = Fixture::default();
