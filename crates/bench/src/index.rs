@@ -210,9 +210,8 @@ fn granary_index(items: u64, presized: bool) -> Index {
     // Tables sized so that 16 of them hold every item at 85% occupancy: the
     // pre-sized index starts with all 16, the growing one with one and
     // doubles four times. With 16 tables, 4 of the tag's 8 bits pick the
-    // table and 4 still filter candidates (at 256 tables none would, and a
-    // lookup would return ~1.9 candidates instead of ~1.05; each extra
-    // candidate is a device read in the store).
+    // table and 4, with the entry's 4 fp bits, filter candidates (each
+    // extra candidate is a device read in the store).
     let homes = ((items as f64 / 16.0 / PRESIZED_OCCUPANCY) as u64 + 1).clamp(64, 1 << 27) as u32;
     Index::new(IndexConfig::with_tables(homes, if presized { 4 } else { 0 }))
 }

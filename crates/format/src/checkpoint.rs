@@ -12,7 +12,7 @@
 //! ```text
 //! off size field
 //!   0    4 magic          "GCKP"
-//!   4    2 version        1
+//!   4    2 version        2 (1: index entries with 40-bit pba, no fp)
 //!   6    2 flags          bit 0: clean (written by a clean close)
 //!   8    8 id             alloc_seq of the checkpoint's first segment
 //!  16    8 session        random id of the open session that wrote it
@@ -46,8 +46,11 @@ use crate::error::FormatError;
 
 /// "GCKP" as a little-endian u32.
 pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"GCKP");
-/// The checkpoint version this build writes and reads.
-pub const CHECKPOINT_VERSION: u16 = 1;
+/// The checkpoint version this build writes and reads. Version 1 held
+/// index entries of the older layout (40-bit pba, no fp bits): such a
+/// checkpoint is refused by name and the store rebuilds its index by a
+/// log scan.
+pub const CHECKPOINT_VERSION: u16 = 2;
 /// Bytes of the manifest's fixed part.
 pub const MANIFEST_FIXED_BYTES: usize = 128;
 /// Bytes of one body item.
@@ -281,12 +284,17 @@ mod tests {
         }
         assert!(matches!(Manifest::decode(&[0u8; 4096]), Err(FormatError::BadMagic { found: 0, .. })));
         assert!(matches!(Manifest::decode(&good[..100]), Err(FormatError::Truncated { .. })));
-        // A newer version is refused by name, even with a valid checksum.
-        let mut b = good.clone();
-        put_u16(&mut b, OFF_VERSION, 2);
-        let crc = crc32c_append(crc32c(&b[..OFF_CRC]), &b[MANIFEST_FIXED_BYTES..m.encoded_bytes()]);
-        put_u32(&mut b, OFF_CRC, crc);
-        assert!(matches!(Manifest::decode(&b), Err(FormatError::UnsupportedVersion { found: 2, .. })));
+        // Another version (older, newer) is refused by name, even with a
+        // valid checksum.
+        for v in [1u16, 3] {
+            let mut b = good.clone();
+            put_u16(&mut b, OFF_VERSION, v);
+            let crc = crc32c_append(crc32c(&b[..OFF_CRC]), &b[MANIFEST_FIXED_BYTES..m.encoded_bytes()]);
+            put_u32(&mut b, OFF_CRC, crc);
+            assert!(
+                matches!(Manifest::decode(&b), Err(FormatError::UnsupportedVersion { found, .. }) if found == v as u32)
+            );
+        }
         // Unknown flag bits too.
         let mut b = good.clone();
         put_u16(&mut b, OFF_FLAGS, 4);

@@ -8,10 +8,14 @@
 //! - bits 0..27: the home slot inside a table (only the table's low bits are
 //!   used, `hash & (table_slots - 1)`);
 //! - bits 27..35: the 8-bit tag; its low bits pick the table in the directory,
-//!   all eight are kept in the index entry to filter candidates.
+//!   all eight are kept in the index entry to filter candidates;
+//! - bits 35..39: 4 more fingerprint bits (`fp`), kept in the index entry
+//!   only to filter candidates: with many tables most tag bits are spent
+//!   choosing the table.
 //!
-//! The 35-bit fingerprint (slot bits + tag) can be rebuilt from an entry's
-//! position and tag alone, which is what lets the index move entries without
+//! The *key tag* is the tag and fp together (12 bits). The 39-bit
+//! fingerprint (slot bits + key tag) can be rebuilt from an entry's position
+//! and key tag alone, which is what lets the index move entries without
 //! reading keys from the device.
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
@@ -24,6 +28,8 @@ pub const KEY_HASH_SEED: u64 = 0x6772_616e_6172_7931; // "granary1"
 pub const SLOT_BITS: u32 = 27;
 /// Number of tag bits.
 pub const TAG_BITS: u32 = 8;
+/// Number of extra fingerprint bits above the tag.
+pub const FP_BITS: u32 = crate::limits::FP_BITS;
 
 /// Hash a key.
 pub fn key_hash(key: &[u8]) -> u64 {
@@ -40,9 +46,21 @@ pub fn tag(hash: u64) -> u8 {
     ((hash >> SLOT_BITS) & ((1 << TAG_BITS) - 1)) as u8
 }
 
-/// Rebuild the 35-bit fingerprint from a home slot and a tag.
-pub fn fingerprint(home_slot: u64, tag: u8) -> u64 {
-    (home_slot & ((1 << SLOT_BITS) - 1)) | ((tag as u64) << SLOT_BITS)
+/// The 4 fingerprint bits above the tag.
+pub fn fp(hash: u64) -> u8 {
+    ((hash >> (SLOT_BITS + TAG_BITS)) & ((1 << FP_BITS) - 1)) as u8
+}
+
+/// The 12-bit key tag: the tag in the high 8 bits, fp in the low 4.
+pub fn key_tag(hash: u64) -> u16 {
+    ((tag(hash) as u16) << FP_BITS) | fp(hash) as u16
+}
+
+/// Rebuild the 39-bit fingerprint from a home slot and a key tag.
+pub fn fingerprint(home_slot: u64, key_tag: u16) -> u64 {
+    let tag = (key_tag >> FP_BITS) as u64;
+    let fp = (key_tag & ((1 << FP_BITS) - 1)) as u64;
+    (home_slot & ((1 << SLOT_BITS) - 1)) | (tag << SLOT_BITS) | (fp << (SLOT_BITS + TAG_BITS))
 }
 
 #[cfg(test)]
@@ -69,7 +87,8 @@ mod tests {
     fn fingerprint_round_trip() {
         for k in 0..1000u32 {
             let h = key_hash(&k.to_le_bytes());
-            assert_eq!(fingerprint(slot_bits(h), tag(h)), h & ((1 << 35) - 1));
+            assert_eq!(fingerprint(slot_bits(h), key_tag(h)), h & ((1 << 39) - 1));
+            assert_eq!((key_tag(h) >> 4) as u8, tag(h));
         }
     }
 }

@@ -33,8 +33,13 @@ pub const SEGMENT_HEADER_BYTES: usize = 64;
 /// Bytes of a record header.
 pub const RECORD_HEADER_BYTES: usize = 48;
 
-/// Bits of the grain address (pba) in an index entry.
-pub const PBA_BITS: u32 = 40;
+/// Bits of the grain address (pba) in an index entry: 2^36 grains, 32 TiB
+/// with 512-byte grains and 256 TiB with 4 KiB grains.
+pub const PBA_BITS: u32 = 36;
+/// Extra fingerprint bits of the key hash kept in an index entry, beside
+/// the 8-bit tag (which also picks the table, so filters less as the
+/// directory grows): they cut the candidates a lookup must read by 16x.
+pub const FP_BITS: u32 = 4;
 /// Largest grain address; all ones marks a free index entry.
 pub const PBA_MAX: u64 = (1 << PBA_BITS) - 2;
 /// Bits of the record size (in grains) in an index entry.

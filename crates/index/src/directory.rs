@@ -180,7 +180,8 @@ struct State {
 struct Place {
     table: usize,
     home: usize,
-    tag: u8,
+    /// The key tag (tag and fp) entries of this hash carry.
+    ktag: u16,
 }
 
 /// One region's lock: writers hold the mutex and keep the version odd while
@@ -284,7 +285,7 @@ impl Index {
 
     fn place(&self, log2: u32, h: u64) -> Place {
         let tag = hash::tag(h);
-        Place { table: (tag as usize) & ((1 << log2) - 1), home: self.home(h), tag }
+        Place { table: (tag as usize) & ((1 << log2) - 1), home: self.home(h), ktag: hash::key_tag(h) }
     }
 
     fn region(&self, slot: usize) -> usize {
@@ -466,8 +467,8 @@ impl Index {
                 }
             };
             let Some(m) = &st.mig else {
-                cur.scan(p.home, p.tag, &mut push);
-                cur.stash_matches(p.home, p.tag, &mut push);
+                cur.scan(p.home, p.ktag, &mut push);
+                cur.stash_matches(p.home, p.ktag, &mut push);
                 return c;
             };
             let t_old = p.table & (m.old.tables.len() - 1);
@@ -484,11 +485,11 @@ impl Index {
                 } else {
                     m.old.tables[t_old].get(s)
                 };
-                if !e.is_free() && e.neigh_off() as usize == off && e.tag() == p.tag {
+                if !e.is_free() && e.neigh_off() as usize == off && e.key_tag() == p.ktag {
                     push(e);
                 }
             }
-            stash.stash_matches(p.home, p.tag, &mut push);
+            stash.stash_matches(p.home, p.ktag, &mut push);
             c
         })
     }
@@ -499,7 +500,7 @@ impl Index {
         loop {
             let (outcome, seen) = self.locked(h, |st, p, held, _g| {
                 let table = &st.cur.tables[p.table];
-                let e = Entry::new(0, p.tag, kv_size, pba);
+                let e = Entry::new(0, p.ktag, kv_size, pba);
                 let can_grow = st.cur.log2 < TABLES_LOG2_MAX;
                 let slots = (st.cur.tables.len() * st.cur.tables[0].len()) as u64;
                 let loaded = self.entries.load(Relaxed) * 100 >= slots * self.cfg.grow_load_percent;
@@ -538,13 +539,13 @@ impl Index {
     /// Returns false if no such entry exists.
     pub fn replace(&self, h: u64, old_pba: u64, kv_size: u64, pba: u64) -> bool {
         self.locked(h, |st, p, _held, _g| {
-            st.cur.tables[p.table].update(p.home, p.tag, old_pba, Some(Entry::new(0, p.tag, kv_size, pba)))
+            st.cur.tables[p.table].update(p.home, p.ktag, old_pba, Some(Entry::new(0, p.ktag, kv_size, pba)))
         })
     }
 
     /// Remove the entry of `h` that points at `pba`.
     pub fn remove(&self, h: u64, pba: u64) -> bool {
-        let done = self.locked(h, |st, p, _held, _g| st.cur.tables[p.table].update(p.home, p.tag, pba, None));
+        let done = self.locked(h, |st, p, _held, _g| st.cur.tables[p.table].update(p.home, p.ktag, pba, None));
         if done {
             self.entries.fetch_sub(1, Relaxed);
         }
@@ -604,7 +605,7 @@ impl Index {
     /// insert. Much cheaper than [`Index::insert`] when loading an index
     /// walked in slot order into one of the same geometry.
     pub fn restore(&self, home: usize, e: Entry) -> Result<(), IndexError> {
-        let h = self.hash_for(home, e.tag());
+        let h = self.hash_for(home, e.key_tag());
         let placed = self.locked(h, |st, p, held, _g| {
             if st.mig.is_some() {
                 return false;
@@ -670,13 +671,13 @@ impl Index {
         rest.into_iter().try_for_each(|(home, e)| self.restore(home, e))
     }
 
-    /// A hash that [`Index::insert`] places at `home` with `tag`: the
+    /// A hash that [`Index::insert`] places at `home` with `key_tag`: the
     /// fingerprint rebuilt from a checkpoint item (slot bits chosen so that
     /// [`home_of`] maps them back to `home`).
-    pub fn hash_for(&self, home: usize, tag: u8) -> u64 {
+    pub fn hash_for(&self, home: usize, key_tag: u16) -> u64 {
         let homes = self.cfg.table_homes as u64;
         let slot = ((home as u64) << hash::SLOT_BITS).div_ceil(homes);
-        hash::fingerprint(slot, tag)
+        hash::fingerprint(slot, key_tag)
     }
 
     pub fn stats(&self) -> IndexStats {

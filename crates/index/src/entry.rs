@@ -1,20 +1,24 @@
-//! The 8-byte index entry: `neigh_off:5 | tag:8 | kv_size:11 | pba:40`.
+//! The 8-byte index entry: `neigh_off:5 | tag:8 | fp:4 | kv_size:11 | pba:36`.
 //!
 //! From the most significant bit: the offset of the entry from its home slot
-//! (0..32), the key's 8-bit tag, the record size in grains, and the grain
-//! address of the record. `pba` all ones (with every other field zero) is a
+//! (0..32), the key's 8-bit tag and 4 more fingerprint bits (together the
+//! 12-bit *key tag*, see `granary_format::hash`), the record size in grains,
+//! and the grain address of the record. `pba` all ones (with every other field zero) is a
 //! free slot. `kv_size == 0` marks a deleted key: the entry points at its
 //! tombstone record. `kv_size == KV_SIZE_GRAINS_MAX` means "this many grains
 //! or more": the reader learns the real size from the record header.
 
-use granary_format::limits::{KV_SIZE_BITS, KV_SIZE_GRAINS_MAX, PBA_BITS, PBA_MAX};
+use granary_format::limits::{FP_BITS, KV_SIZE_BITS, KV_SIZE_GRAINS_MAX, PBA_BITS, PBA_MAX};
 
 const PBA_SHIFT: u32 = 0;
 const SIZE_SHIFT: u32 = PBA_SHIFT + PBA_BITS;
-pub(crate) const TAG_SHIFT: u32 = SIZE_SHIFT + KV_SIZE_BITS;
+/// Where the key tag (tag and fp) starts.
+pub(crate) const KTAG_SHIFT: u32 = SIZE_SHIFT + KV_SIZE_BITS;
+const TAG_SHIFT: u32 = KTAG_SHIFT + FP_BITS;
 pub(crate) const OFF_SHIFT: u32 = TAG_SHIFT + 8;
-/// The offset and tag fields.
-pub(crate) const OFF_TAG_MASK: u64 = !0 << TAG_SHIFT;
+/// The offset and key tag fields.
+pub(crate) const OFF_TAG_MASK: u64 = !0 << KTAG_SHIFT;
+const KTAG_MASK: u64 = (1 << (8 + FP_BITS)) - 1;
 const _: () = assert!(OFF_SHIFT + 5 == 64);
 
 const PBA_MASK: u64 = (1 << PBA_BITS) - 1;
@@ -28,12 +32,14 @@ impl Entry {
     /// The free slot.
     pub const FREE: Entry = Entry(PBA_MASK);
 
-    /// Build an entry. `kv_size` is clamped to [`KV_SIZE_GRAINS_MAX`].
-    pub fn new(neigh_off: u32, tag: u8, kv_size: u64, pba: u64) -> Entry {
+    /// Build an entry from a 12-bit key tag (`granary_format::hash::key_tag`).
+    /// `kv_size` is clamped to [`KV_SIZE_GRAINS_MAX`].
+    pub fn new(neigh_off: u32, key_tag: u16, kv_size: u64, pba: u64) -> Entry {
         assert!(neigh_off < 32, "neigh_off out of range");
         assert!(pba <= PBA_MAX, "pba out of range");
+        assert!((key_tag as u64) <= KTAG_MASK, "key tag out of range");
         let size = kv_size.min(KV_SIZE_GRAINS_MAX as u64);
-        Entry(((neigh_off as u64) << OFF_SHIFT) | ((tag as u64) << TAG_SHIFT) | (size << SIZE_SHIFT) | pba)
+        Entry(((neigh_off as u64) << OFF_SHIFT) | ((key_tag as u64) << KTAG_SHIFT) | (size << SIZE_SHIFT) | pba)
     }
 
     pub fn is_free(self) -> bool {
@@ -42,8 +48,13 @@ impl Entry {
     pub fn neigh_off(self) -> u32 {
         (self.0 >> OFF_SHIFT) as u32
     }
+    /// The 8-bit tag (it picks the table).
     pub fn tag(self) -> u8 {
         (self.0 >> TAG_SHIFT) as u8
+    }
+    /// The 12-bit key tag: tag and fp.
+    pub fn key_tag(self) -> u16 {
+        ((self.0 >> KTAG_SHIFT) & KTAG_MASK) as u16
     }
     /// Record size in grains; 0 = tombstone; [`KV_SIZE_GRAINS_MAX`] = that or more.
     pub fn kv_size(self) -> u32 {
@@ -69,9 +80,9 @@ impl std::fmt::Debug for Entry {
         }
         write!(
             f,
-            "Entry(off={}, tag={:#04x}, size={}, pba={})",
+            "Entry(off={}, key_tag={:#05x}, size={}, pba={})",
             self.neigh_off(),
-            self.tag(),
+            self.key_tag(),
             self.kv_size(),
             self.pba()
         )
@@ -84,11 +95,15 @@ mod tests {
 
     #[test]
     fn fields_round_trip() {
-        let e = Entry::new(31, 0xAB, 2046, PBA_MAX);
-        assert_eq!((e.neigh_off(), e.tag(), e.kv_size(), e.pba()), (31, 0xAB, 2046, PBA_MAX));
+        let e = Entry::new(31, 0xABC, 2046, PBA_MAX);
+        assert_eq!((e.neigh_off(), e.tag(), e.key_tag(), e.kv_size(), e.pba()), (31, 0xAB, 0xABC, 2046, PBA_MAX));
         assert!(!e.is_free() && !e.is_tombstone());
         let e = e.with_neigh_off(3);
-        assert_eq!((e.neigh_off(), e.tag(), e.kv_size(), e.pba()), (3, 0xAB, 2046, PBA_MAX));
+        assert_eq!((e.neigh_off(), e.tag(), e.key_tag(), e.kv_size(), e.pba()), (3, 0xAB, 0xABC, 2046, PBA_MAX));
+        // Every field at its largest, and the layout adds up to 64 bits.
+        let e = Entry::new(31, 0xFFF, 1 << 20, PBA_MAX);
+        assert_eq!((e.neigh_off(), e.key_tag(), e.kv_size(), e.pba()), (31, 0xFFF, KV_SIZE_GRAINS_MAX, PBA_MAX));
+        assert_eq!(5 + 8 + FP_BITS + KV_SIZE_BITS + PBA_BITS, 64);
     }
 
     #[test]

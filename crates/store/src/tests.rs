@@ -2,7 +2,7 @@
 //! DESIGN §10, corruption, torn tails, limits, poisoning, concurrency.
 
 use crate::*;
-use granary_format::hash::{key_hash, tag};
+use granary_format::hash::{key_hash, key_tag};
 use granary_format::limits::KEY_BYTES_MAX;
 use granary_format::record::RecordHeader;
 use granary_io::MemDevice;
@@ -25,13 +25,13 @@ fn reopen(dev: &Arc<MemDevice>, s: Store) -> Store {
     Store::open(dev.clone(), &OpenOptions::default()).unwrap()
 }
 
-/// Keys sharing home slot and tag in a store with 64-slot tables.
+/// Keys sharing home slot and key tag in a store with 64-slot tables.
 fn colliding_keys(n: usize) -> Vec<Vec<u8>> {
-    let mut by_fp: std::collections::HashMap<(usize, u8), Vec<Vec<u8>>> = Default::default();
+    let mut by_fp: std::collections::HashMap<(usize, u16), Vec<Vec<u8>>> = Default::default();
     for i in 0.. {
         let k = format!("collide-{i}").into_bytes();
         let h = key_hash(&k);
-        let v = by_fp.entry((granary_index::home_of(h, 64), tag(h))).or_default();
+        let v = by_fp.entry((granary_index::home_of(h, 64), key_tag(h))).or_default();
         v.push(k);
         if v.len() == n {
             return v.clone();

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::options::ProgressHook;
 use crate::recover::{read_segment_headers, SegmentScanner};
 use crate::store::Core;
-use granary_format::hash::{key_hash, tag};
+use granary_format::hash::{key_hash, key_tag};
 use granary_format::record;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -73,7 +73,7 @@ pub(crate) fn verify(store: &Core, progress: Option<&ProgressHook>) -> Result<Ve
         match store.read_record(*e, true) {
             Ok((hdr, buf)) => {
                 let h = key_hash(record::key_of(&hdr, &buf));
-                if store.index.home(h) != *home || tag(h) != e.tag() {
+                if store.index.home(h) != *home || key_tag(h) != e.key_tag() {
                     r.error(format!("index entry {e:?} sits at home {home} but its key hashes elsewhere"));
                 }
                 if hdr.seq >= store.next_seq.load(Relaxed) {
