@@ -18,3 +18,7 @@ export GRANARY_REQUIRE_PEERS=1
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace --all-targets
+# The engine's suite again on the io_uring backend (O_DIRECT files; the
+# synchronous API through private rings): granary_io::testdev. The crash
+# simulation and the model tests choose their devices themselves.
+GRANARY_TEST_BACKEND=uring cargo test -p granary-store --lib --test checkpoint --test gc

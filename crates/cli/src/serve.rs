@@ -308,7 +308,7 @@ pub fn run(a: Config, progress: Option<granary_store::ProgressHook>) -> Result<(
         ..OpenOptions::default()
     };
     // With io_uring, requests' device IO goes through the executors' rings
-    // (GC and checkpoints, on their own threads, use pread/pwrite).
+    // (GC and checkpoints, on their own threads, through private rings).
     let backend = match a.io {
         Io::Uring => IoBackend::Uring,
         Io::Sync => IoBackend::Sync,

@@ -13,6 +13,11 @@
 //!   new table is a zeroed allocation: the kernel hands out zero pages
 //!   lazily, so allocating even a large table costs almost nothing until it
 //!   is written, which keeps growth off the hot path.
+//! - Tables of [`HUGE_PAGE_BYTES`] and more are anonymous mappings with
+//!   transparent huge pages requested (`MADV_HUGEPAGE`): a random lookup in
+//!   a table of hundreds of MiB then misses the TLB far less often (the
+//!   kernel zeroes 2 MiB at a time, on first touch). Smaller ones are heap
+//!   allocations.
 //! - The *stash* holds the rare entries whose neighbourhood has no room
 //!   while the index is not loaded enough to grow, or cannot grow any more
 //!   (linear neighbourhoods of 32 fail first in the densest window: a few
@@ -29,8 +34,81 @@ use std::sync::{Mutex, MutexGuard};
 /// Most entries one table's stash holds; past it, inserts report full.
 pub(crate) const STASH_ENTRIES_MAX: usize = 256;
 
+/// Size of a transparent huge page on x86-64 and most arm64 kernels.
+pub const HUGE_PAGE_BYTES: usize = 2 << 20;
+
+/// A table's zeroed slots: a heap allocation, or for large tables an
+/// anonymous mapping with huge pages requested.
+struct Slots {
+    ptr: std::ptr::NonNull<AtomicU64>,
+    len: usize,
+    /// Bytes mapped (0: a heap allocation of `len` slots).
+    mapped: usize,
+}
+
+// SAFETY: Slots owns its memory exclusively, like a Box<[AtomicU64]>, and
+// AtomicU64 is Sync.
+unsafe impl Send for Slots {}
+// SAFETY: shared access only hands out &[AtomicU64].
+unsafe impl Sync for Slots {}
+
+impl Slots {
+    fn zeroed(len: usize) -> Slots {
+        let bytes = len * std::mem::size_of::<AtomicU64>();
+        if bytes >= HUGE_PAGE_BYTES {
+            let mapped = bytes.next_multiple_of(HUGE_PAGE_BYTES);
+            // SAFETY: an anonymous private mapping; no fixed address.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    mapped,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            if p != libc::MAP_FAILED {
+                // A hint: a kernel without THP (or with it off) ignores it.
+                // SAFETY: p..p+mapped is the mapping just made.
+                unsafe { libc::madvise(p, mapped, libc::MADV_HUGEPAGE) };
+                let ptr = std::ptr::NonNull::new(p.cast()).expect("mmap returned a non-null address");
+                return Slots { ptr, len, mapped };
+            }
+        }
+        let zeroed: Box<[u64]> = vec![0u64; len].into_boxed_slice();
+        let raw = Box::into_raw(zeroed) as *mut AtomicU64;
+        Slots { ptr: std::ptr::NonNull::new(raw).expect("Box pointers are non-null"), len, mapped: 0 }
+    }
+}
+
+impl std::ops::Deref for Slots {
+    type Target = [AtomicU64];
+    fn deref(&self) -> &[AtomicU64] {
+        // SAFETY: ptr points to len zero-initialised (hence valid) AtomicU64s
+        // (a zeroed mapping or boxed slice), owned by self. AtomicU64 has the
+        // size, alignment and bit validity of u64 (std documents this).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        if self.mapped > 0 {
+            // SAFETY: the mapping made in `zeroed`, unmapped once.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.mapped) };
+        } else {
+            // SAFETY: the boxed slice leaked in `zeroed` (u64 and AtomicU64
+            // have the same layout), freed once.
+            drop(unsafe {
+                Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr().cast::<u64>(), self.len))
+            });
+        }
+    }
+}
+
 pub(crate) struct Table {
-    slots: Box<[AtomicU64]>,
+    slots: Slots,
     stash: Mutex<Vec<(usize, Entry)>>,
     stashed: Box<[AtomicU32]>,
     region_log2: u32,
@@ -47,11 +125,7 @@ impl Table {
     /// A table of free slots for `homes` home slots, locked in regions of
     /// `2^region_log2` slots.
     pub(crate) fn new(homes: usize, region_log2: u32) -> Table {
-        let zeroed: Box<[u64]> = vec![0u64; homes + H - 1].into_boxed_slice();
-        // SAFETY: AtomicU64 has the same size, alignment and bit validity as
-        // u64 (std documents this), so a boxed slice of u64 is a valid boxed
-        // slice of AtomicU64 of the same length; ownership moves with it.
-        let slots = unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [AtomicU64]) };
+        let slots = Slots::zeroed(homes + H - 1);
         let regions = slots.len().div_ceil(1 << region_log2);
         Table {
             slots,
@@ -124,6 +198,12 @@ impl Table {
 
     pub(crate) fn len(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Whether the slots are a mapping with huge pages requested.
+    #[cfg(test)]
+    pub(crate) fn is_mapped(&self) -> bool {
+        self.slots.mapped > 0
     }
 
     pub(crate) fn memory_bytes(&self) -> usize {

@@ -547,3 +547,18 @@ fn fp_bits_filter_candidates_when_tags_pick_tables() {
     let found: usize = (0..10_000u64).map(|k| idx.lookup(xorshift(k + 1)).as_slice().len()).sum();
     assert!((10_000..11_000).contains(&found), "{found} candidates for 10000 present keys");
 }
+
+/// Large tables are mappings (huge pages requested), small ones heap
+/// allocations; both start with every slot free and take writes.
+#[test]
+fn large_tables_are_mapped_and_small_ones_allocated() {
+    for homes in [1000usize, 600_000] {
+        let t = crate::table::Table::new(homes, 13);
+        assert_eq!(t.len(), homes + NEIGHBOURHOOD - 1);
+        assert!((0..t.len()).step_by(997).all(|s| t.get(s).is_free()));
+        let e = Entry::new(0, 0x123, 1, 42);
+        t.set(homes - 1, e);
+        assert_eq!(t.get(homes - 1), e);
+        assert_eq!(t.is_mapped(), homes * 8 >= crate::table::HUGE_PAGE_BYTES);
+    }
+}

@@ -35,8 +35,9 @@ pub enum IoBackend {
     #[default]
     Sync,
     /// io_uring: the asynchronous operations go to the calling executor's
-    /// ring (granary-rt); synchronous calls, and calls off an executor,
-    /// still use pread/pwrite.
+    /// ring (granary-rt); synchronous calls, and calls off an executor, go
+    /// to the calling thread's private ring (`granary_rt::sync_ring`), one
+    /// operation at a time.
     Uring,
 }
 
@@ -258,47 +259,65 @@ impl FileDevice {
 }
 
 fn pread_full(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    read_full(file, buf, offset, false)
+}
+
+/// Read all of `buf` at `offset`: pread, or the thread's private ring.
+fn read_full(file: &File, buf: &mut [u8], offset: u64, ring: bool) -> io::Result<()> {
     let mut done = 0;
     while done < buf.len() {
         let rest = &mut buf[done..];
-        // SAFETY: rest is a valid writable region of rest.len() bytes.
-        let n = unsafe {
-            libc::pread(file.as_raw_fd(), rest.as_mut_ptr().cast(), rest.len(), (offset + done as u64) as libc::off_t)
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
+        let at = offset + done as u64;
+        let n = if ring {
+            granary_rt::sync_ring::read_at(file.as_raw_fd(), rest, at)
+        } else {
+            // SAFETY: rest is a valid writable region of rest.len() bytes.
+            let n = unsafe { libc::pread(file.as_raw_fd(), rest.as_mut_ptr().cast(), rest.len(), at as libc::off_t) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
             }
-            return Err(e);
-        }
+        };
+        let n = match n {
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) => continue,
+            Err(e) => return Err(e),
+        };
         if n == 0 {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the device"));
         }
-        done += n as usize;
+        done += n;
     }
     Ok(())
 }
 
-fn pwrite_full(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+/// Write all of `buf` at `offset`: pwrite, or the thread's private ring.
+fn write_full(file: &File, buf: &[u8], offset: u64, ring: bool) -> io::Result<()> {
     let mut done = 0;
     while done < buf.len() {
         let rest = &buf[done..];
-        // SAFETY: rest is a valid readable region of rest.len() bytes.
-        let n = unsafe {
-            libc::pwrite(file.as_raw_fd(), rest.as_ptr().cast(), rest.len(), (offset + done as u64) as libc::off_t)
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
+        let at = offset + done as u64;
+        let n = if ring {
+            granary_rt::sync_ring::write_at(file.as_raw_fd(), rest, at)
+        } else {
+            // SAFETY: rest is a valid readable region of rest.len() bytes.
+            let n = unsafe { libc::pwrite(file.as_raw_fd(), rest.as_ptr().cast(), rest.len(), at as libc::off_t) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
             }
-            return Err(e);
-        }
+        };
+        let n = match n {
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) => continue,
+            Err(e) => return Err(e),
+        };
         if n == 0 {
             return Err(io::Error::new(io::ErrorKind::WriteZero, "device accepted no bytes"));
         }
-        done += n as usize;
+        done += n;
     }
     Ok(())
 }
@@ -309,7 +328,7 @@ impl Device for FileDevice {
             return (buf, Err(e));
         }
         let start = Instant::now();
-        let r = pread_full(&self.file, &mut buf, offset);
+        let r = read_full(&self.file, &mut buf, offset, self.backend == IoBackend::Uring);
         if r.is_ok() {
             self.counters.read(buf.len(), start);
         }
@@ -321,7 +340,7 @@ impl Device for FileDevice {
             return (buf, Err(e));
         }
         let start = Instant::now();
-        let r = pwrite_full(&self.file, &buf, offset);
+        let r = write_full(&self.file, &buf, offset, self.backend == IoBackend::Uring);
         if r.is_ok() {
             self.counters.write(buf.len(), start);
         }

@@ -8,8 +8,8 @@
 //! Each operation also has an asynchronous form (`read_at_async`,
 //! `write_at_async`) returning an [`IoFuture`]. Synchronous backends answer
 //! it at once (a ready future, no allocation); the io_uring backend submits
-//! to the current executor's ring when called on a `granary-rt` executor
-//! and falls back to the system call elsewhere.
+//! to the current executor's ring when called on a `granary-rt` executor,
+//! and to the calling thread's private ring elsewhere.
 //!
 //! Backends: [`file::FileDevice`] (O_DIRECT by default, on a regular file or
 //! a block device; synchronous pread/pwrite, or io_uring with
@@ -18,7 +18,8 @@
 //! torn and lost writes, EIO, reordered completions; its doc states the
 //! fault model). [`stripe::StripedDevice`] stripes one logical device over
 //! several (RAID-0); [`spec::DeviceSpec`] names one device or a stripe set
-//! on the command line. Every backend counts the bytes and
+//! on the command line; [`testdev::TestDevice`] is the engine test suite's
+//! device, on either backend. Every backend counts the bytes and
 //! operations it performs in [`IoCounters`], the ground truth for write
 //! amplification.
 
@@ -28,6 +29,7 @@ pub mod file;
 pub mod memory;
 pub mod spec;
 pub mod stripe;
+pub mod testdev;
 
 pub use buf::AlignedBuf;
 pub use fault::{CrashKind, FaultDevice, OpKind, SplitMix64};
@@ -35,6 +37,7 @@ pub use file::{FileDevice, IoBackend, OpenMode};
 pub use memory::MemDevice;
 pub use spec::DeviceSpec;
 pub use stripe::StripedDevice;
+pub use testdev::{TestBackend, TestDevice};
 
 use std::future::Future;
 use std::io;

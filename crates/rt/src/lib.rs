@@ -25,8 +25,9 @@
 //! each IO. `granary-io`'s `AlignedBuf` takes its memory from the arena.
 //!
 //! Outside a runtime thread (or inside [`block_on`] on one), code cannot
-//! submit to a ring; [`on_runtime`] tells IO backends when to fall back to
-//! synchronous system calls.
+//! submit to an executor's ring; [`on_runtime`] tells IO backends so, and
+//! they use a thread's private ring instead (`sync_ring`: submit one
+//! operation, wait for it) or synchronous system calls.
 
 pub mod arena;
 mod blocking;
@@ -35,6 +36,7 @@ pub mod latency;
 pub mod net;
 mod op;
 mod slab;
+pub mod sync_ring;
 mod time;
 
 pub use blocking::block_on;

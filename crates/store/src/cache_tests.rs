@@ -8,13 +8,13 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 
 struct Fixture {
-    dev: Arc<MemDevice>,
+    dev: Arc<granary_io::TestDevice>,
     now: Arc<AtomicU32>,
 }
 
 impl Fixture {
     fn new(size: u64) -> Fixture {
-        Fixture { dev: Arc::new(MemDevice::new(size)), now: Arc::new(AtomicU32::new(1_000_000)) }
+        Fixture { dev: crate::tests::test_device(size), now: Arc::new(AtomicU32::new(1_000_000)) }
     }
 
     fn opts(&self, gc: bool, evict: bool) -> OpenOptions {

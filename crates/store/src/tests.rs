@@ -5,22 +5,28 @@ use crate::*;
 use granary_format::hash::{key_hash, key_tag};
 use granary_format::limits::KEY_BYTES_MAX;
 use granary_format::record::RecordHeader;
-use granary_io::MemDevice;
+use granary_io::{Device, TestDevice};
 
 use std::sync::Arc;
 
-pub(crate) fn mem_store(size: u64, segment: u64, grain: u32) -> (Arc<MemDevice>, Store) {
+/// A device for this suite: in memory, or an O_DIRECT file on io_uring
+/// with `GRANARY_TEST_BACKEND=uring` (`granary_io::testdev`).
+pub(crate) fn test_device(size: u64) -> Arc<TestDevice> {
+    Arc::new(TestDevice::new(size, std::path::Path::new(env!("CARGO_MANIFEST_DIR"))))
+}
+
+pub(crate) fn mem_store(size: u64, segment: u64, grain: u32) -> (Arc<TestDevice>, Store) {
     mem_store_gc(size, segment, grain, true)
 }
 
-fn mem_store_gc(size: u64, segment: u64, grain: u32, gc: bool) -> (Arc<MemDevice>, Store) {
-    let dev = Arc::new(MemDevice::new(size));
+fn mem_store_gc(size: u64, segment: u64, grain: u32, gc: bool) -> (Arc<TestDevice>, Store) {
+    let dev = test_device(size);
     let opts = CreateOptions { grain_bytes: Some(grain), segment_bytes: Some(segment), index_table_homes: Some(64) };
     let s = Store::create(dev.clone(), &opts, &OpenOptions { gc, ..OpenOptions::default() }).unwrap();
     (dev, s)
 }
 
-fn reopen(dev: &Arc<MemDevice>, s: Store) -> Store {
+fn reopen(dev: &Arc<TestDevice>, s: Store) -> Store {
     drop(s);
     Store::open(dev.clone(), &OpenOptions::default()).unwrap()
 }
@@ -153,7 +159,7 @@ fn regression_tombstone_beats_older_value_scanned_later() {
     assert_eq!(s.get(b"k").unwrap(), None);
 }
 
-fn flip_byte_of(dev: &MemDevice, s: &Store, key: &[u8], at: usize) {
+fn flip_byte_of(dev: &TestDevice, s: &Store, key: &[u8], at: usize) {
     let e = s.core.index.lookup(key_hash(key)).as_slice()[0];
     let off = (e.pba() * s.core.grain()) as usize + at;
     dev.with_bytes_mut(|b| b[off] ^= 0x20);
@@ -306,7 +312,7 @@ fn grain_4096_round_trip() {
 
 #[test]
 fn open_rejects_a_device_without_a_store_and_survives_one_bad_superblock() {
-    let dev = Arc::new(MemDevice::new(8 << 20));
+    let dev = test_device(8 << 20);
     let err = Store::open(dev.clone(), &OpenOptions::default()).err().unwrap();
     assert!(matches!(err, Error::NotAStore(_)), "{err}");
     assert!(err.to_string().contains("not a usable Granary store"));
@@ -376,8 +382,8 @@ fn stats_count_user_and_device_bytes() {
     assert_eq!(s.core.dev.counters().snapshot().written_bytes, st.io.written_bytes);
 }
 
-fn store_without_gc(segment: u64) -> (Arc<MemDevice>, Store) {
-    let dev = Arc::new(MemDevice::new(16 << 20));
+fn store_without_gc(segment: u64) -> (Arc<TestDevice>, Store) {
+    let dev = test_device(16 << 20);
     let opts = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(segment), index_table_homes: Some(64) };
     let s = Store::create(dev.clone(), &opts, &OpenOptions { gc: false, ..OpenOptions::default() }).unwrap();
     (dev, s)
@@ -493,7 +499,7 @@ fn regression_gc_never_picks_a_segment_with_a_write_in_flight() {
 #[test]
 fn zero_copy_puts_and_gets_round_trip_with_and_without_coalescing() {
     for coalesce_writes in [true, false] {
-        let dev = Arc::new(MemDevice::new(32 << 20));
+        let dev = test_device(32 << 20);
         let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
         let o = OpenOptions { coalesce_writes, ..OpenOptions::default() };
         let s = Store::create(dev.clone(), &c, &o).unwrap();
@@ -583,4 +589,23 @@ fn verify_reports_progress_up_to_every_step() {
     assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0), "progress went backwards: {seen:?}");
     assert!(seen.iter().all(|&(_, t)| t == total));
     assert_eq!(seen.last(), Some(&(total, total)));
+}
+
+/// The suite's device is the backend the environment asks for, and on the
+/// io_uring backend the synchronous API's IO really goes through a ring.
+#[test]
+fn the_suite_runs_on_the_backend_the_environment_names() {
+    let (dev, s) = mem_store(8 << 20, 1 << 20, 512);
+    let before = granary_rt::sync_ring::ops();
+    s.put(b"k", b"v").unwrap();
+    let s = reopen(&dev, s);
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    let ring_ops = granary_rt::sync_ring::ops() - before;
+    match granary_io::TestBackend::from_env() {
+        granary_io::TestBackend::Sync => assert!(dev.mem().is_some()),
+        granary_io::TestBackend::Uring => {
+            assert!(dev.mem().is_none() && dev.describe().contains("io_uring"), "{}", dev.describe());
+            assert!(ring_ops > 0, "no IO went through a private ring");
+        }
+    }
 }

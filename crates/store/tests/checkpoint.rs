@@ -2,10 +2,15 @@
 //! replay what came later, damaged checkpoints fall back, checkpoints run
 //! beside writers, and IO errors (EIO, failed flush) poison writes only.
 
-use granary_store::io::{Device, FaultDevice, MemDevice, OpKind, OpenMode};
+use granary_store::io::{Device, FaultDevice, OpKind, OpenMode, TestDevice};
 use granary_store::{CreateOptions, Durability, Error, OpenOptions, Store};
 use std::collections::HashMap;
 use std::sync::Arc;
+
+/// In memory, or an O_DIRECT file on io_uring with GRANARY_TEST_BACKEND=uring.
+fn test_device(size: u64) -> Arc<TestDevice> {
+    Arc::new(TestDevice::new(size, std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))))
+}
 
 fn create_opts() -> CreateOptions {
     CreateOptions { grain_bytes: Some(512), segment_bytes: Some(256 << 10), index_table_homes: Some(64) }
@@ -34,7 +39,7 @@ fn check(s: &Store, model: &HashMap<u64, u64>, keys: u64) {
 
 #[test]
 fn clean_close_restarts_from_the_checkpoint_without_reading_the_log() {
-    let dev = Arc::new(MemDevice::new(32 << 20));
+    let dev = test_device(32 << 20);
     let s = Store::create(dev.clone(), &create_opts(), &opts()).unwrap();
     let mut model = HashMap::new();
     for i in 0..2000 {
@@ -73,7 +78,7 @@ fn clean_close_restarts_from_the_checkpoint_without_reading_the_log() {
 
 #[test]
 fn a_damaged_newest_checkpoint_falls_back_to_an_older_one_or_a_scan() {
-    let dev = Arc::new(MemDevice::new(32 << 20));
+    let dev = test_device(32 << 20);
     let s = Store::create(dev.clone(), &create_opts(), &opts()).unwrap();
     let mut model = HashMap::new();
     for i in 0..1500 {
@@ -116,7 +121,7 @@ fn a_damaged_newest_checkpoint_falls_back_to_an_older_one_or_a_scan() {
 
 #[test]
 fn checkpoints_run_beside_writers_and_gc() {
-    let dev = Arc::new(MemDevice::new(8 << 20));
+    let dev = test_device(8 << 20);
     let s = Arc::new(Store::create(dev.clone(), &create_opts(), &opts()).unwrap());
     let threads = 3u64;
     let per = 400u64;
@@ -198,7 +203,7 @@ fn failed_flush_poisons_writes_reads_go_on_and_reopen_heals() {
 
 #[test]
 fn log_scan_reads_headers_and_keys_of_large_values_only() {
-    let dev = Arc::new(MemDevice::new(128 << 20));
+    let dev = test_device(128 << 20);
     let create = CreateOptions { grain_bytes: Some(4096), segment_bytes: Some(4 << 20), index_table_homes: Some(64) };
     let s = Store::create(dev.clone(), &create, &opts()).unwrap();
     let big = |i: u64| vec![i as u8; 1_900_000 + i as usize];
@@ -222,7 +227,7 @@ fn log_scan_reads_headers_and_keys_of_large_values_only() {
 /// next checkpoint-based open.
 #[test]
 fn regression_writes_after_a_scan_based_open_survive_a_clean_checkpoint() {
-    let dev = Arc::new(MemDevice::new(16 << 20));
+    let dev = test_device(16 << 20);
     let s = Store::create(dev.clone(), &create_opts(), &opts()).unwrap();
     for i in 0..50 {
         s.put(&key(i), &val(i, 1)).unwrap();

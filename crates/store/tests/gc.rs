@@ -38,16 +38,22 @@ fn value(key: u64, version: u64, len: usize) -> Vec<u8> {
     v
 }
 
+/// In memory, or an O_DIRECT file on io_uring with GRANARY_TEST_BACKEND=uring
+/// (the crash cases stay on the simulated memory device).
+fn test_device(size: u64) -> Arc<granary_io::TestDevice> {
+    Arc::new(granary_io::TestDevice::new(size, std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))))
+}
+
 fn key(k: u64) -> Vec<u8> {
     format!("key-{k:06}").into_bytes()
 }
 
-fn create(dev: &Arc<MemDevice>, segment: u64) -> Store {
+fn create<D: granary_io::Device>(dev: &Arc<D>, segment: u64) -> Store {
     let opts = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(segment), index_table_homes: None };
     Store::create(dev.clone(), &opts, &OpenOptions::default()).unwrap()
 }
 
-fn open(dev: &Arc<MemDevice>) -> Store {
+fn open<D: granary_io::Device>(dev: &Arc<D>) -> Store {
     Store::open(dev.clone(), &OpenOptions::default()).unwrap()
 }
 
@@ -77,7 +83,7 @@ fn check(store: &Store, model: &Model, keys: u64, seed: u64) {
 #[test]
 fn churn_at_80_percent_keeps_every_key() {
     let seed = 4;
-    let dev = Arc::new(MemDevice::new(64 * MIB));
+    let dev = test_device(64 * MIB);
     let store = create(&dev, MIB);
     let mut rng = Rng(seed);
     let mut model = Model::new();
@@ -139,7 +145,7 @@ fn churn_at_80_percent_keeps_every_key() {
 /// and deleting makes room again.
 #[test]
 fn full_of_live_data_is_no_space_and_deletes_make_room() {
-    let dev = Arc::new(MemDevice::new(16 * MIB));
+    let dev = test_device(16 * MIB);
     let store = create(&dev, 512 * 1024);
     let mut n = 0u64;
     let err = loop {
@@ -241,7 +247,7 @@ fn crash_case(seed: u64) -> bool {
 
 #[test]
 fn gc_stats_report_segments_and_watermarks() {
-    let dev = Arc::new(MemDevice::new(16 * MIB));
+    let dev = test_device(16 * MIB);
     let store = create(&dev, 256 * 1024);
     let st = store.stats();
     assert_eq!(st.segments, 60);
