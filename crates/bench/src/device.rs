@@ -463,7 +463,7 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
                     };
                     if o.progress {
                         eprintln!(
-                            "{:<14} {op} qd{d:<3} {:>9.0} ops/s p50 {:.1} us",
+                            "{:<16} {op} qd{d:<3} {:>9.0} ops/s p50 {:.1} us",
                             p.system,
                             p.ops_per_sec(),
                             p.p50_us
@@ -485,7 +485,7 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
             for op in ["get", "get_buf", "put", "put_buf"] {
                 let p = run_threads(&store, o, op, 1, "granary-mem");
                 if o.progress {
-                    eprintln!("{:<14} {op} 1 thread {:>9.0} ops/s", p.system, p.ops_per_sec());
+                    eprintln!("{:<16} {op} 1 thread {:>9.0} ops/s", p.system, p.ops_per_sec());
                 }
                 report.points.push(p);
             }
@@ -532,7 +532,7 @@ pub fn render(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> String {
     }
     for op in ["get", "put"] {
         s.push_str(&format!(
-            "\n{:>5}  {:<14} {:>10} {:>9} {:>9} {:>8}\n",
+            "\n{:>5}  {:<16} {:>10} {:>9} {:>9} {:>8}\n",
             "qd",
             if op == "get" { "GET" } else { "PUT" },
             "ops/s",
@@ -551,7 +551,7 @@ pub fn render(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> String {
                         _ => "".into(),
                     };
                     s.push_str(&format!(
-                        "{:>5}  {:<14} {:>10.0} {:>9.1} {:>9.1} {:>8}{}\n",
+                        "{:>5}  {:<16} {:>10.0} {:>9.1} {:>9.1} {:>8}{}\n",
                         d,
                         sys,
                         p.ops_per_sec(),
