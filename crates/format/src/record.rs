@@ -45,7 +45,7 @@ use crate::limits::*;
 /// "GREC" as a little-endian u32.
 pub const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"GREC");
 /// The record version this build writes and reads.
-pub const RECORD_VERSION: u8 = 2;
+pub const RECORD_VERSION: u8 = 3;
 /// The oldest record version this build reads.
 pub const RECORD_VERSION_MIN: u8 = 1;
 /// Flag bit: this record is a tombstone.
@@ -59,6 +59,14 @@ pub const FLAG_DAMAGED_COPY: u8 = 2;
 /// on the device. A value without it is the only version its key has on
 /// the device, so dropping it (cache eviction) needs no tombstone.
 pub const FLAG_SUPERSEDES: u8 = 4;
+
+/// Flag bit (values only, record version 3): the first 8 bytes of the
+/// value area hold the item's CAS value (u64), set explicitly (a touch that
+/// keeps it, a client's chosen value); the user's value follows them and
+/// `value_len` counts both. Without it the CAS value is `seq`.
+pub const FLAG_EXPLICIT_CAS: u8 = 8;
+/// Bytes of an explicit CAS value.
+pub const EXPLICIT_CAS_BYTES: usize = 8;
 
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = OFF_MAGIC + 4;
@@ -97,6 +105,8 @@ pub struct RecordHeader {
     pub damaged_copy: bool,
     /// See [`FLAG_SUPERSEDES`].
     pub supersedes: bool,
+    /// See [`FLAG_EXPLICIT_CAS`].
+    pub explicit_cas: bool,
     /// Values: opaque flags stored with the value (0 for tombstones).
     pub user_flags: u32,
     /// Values: unix seconds after which the value reads as absent; 0 = never.
@@ -115,9 +125,29 @@ impl RecordHeader {
             tomb_horizon: 0,
             damaged_copy: false,
             supersedes: false,
+            explicit_cas: false,
             user_flags: 0,
             expires: 0,
         }
+    }
+
+    /// This value header for a value area holding an explicit CAS value
+    /// before the user's value ([`FLAG_EXPLICIT_CAS`]); `value_len` must
+    /// count those 8 bytes.
+    pub fn with_explicit_cas(mut self) -> RecordHeader {
+        debug_assert!(!self.is_tombstone() && self.value_len >= EXPLICIT_CAS_BYTES as u64);
+        self.explicit_cas = true;
+        self
+    }
+
+    /// Bytes of the user's value (the value area less an explicit CAS).
+    pub fn user_value_len(&self) -> u64 {
+        self.value_len - if self.explicit_cas { EXPLICIT_CAS_BYTES as u64 } else { 0 }
+    }
+
+    /// Offset of the user's value in the encoded record.
+    pub fn value_start(&self) -> usize {
+        RECORD_HEADER_BYTES + self.key_len as usize + if self.explicit_cas { EXPLICIT_CAS_BYTES } else { 0 }
     }
 
     /// This value header marked as superseding an older version
@@ -153,6 +183,7 @@ impl RecordHeader {
             tomb_horizon,
             damaged_copy: false,
             supersedes: false,
+            explicit_cas: false,
             user_flags: 0,
             expires: 0,
         }
@@ -192,8 +223,11 @@ impl RecordHeader {
         }
         let bad = |field, value: u64| Err(FormatError::BadField { what: W, field, value });
         let flags = b[OFF_FLAGS];
-        if flags & !(FLAG_TOMBSTONE | FLAG_DAMAGED_COPY | FLAG_SUPERSEDES) != 0
-            || (flags & FLAG_SUPERSEDES != 0 && (flags & FLAG_TOMBSTONE != 0 || b[OFF_VERSION] < 2))
+        let value_only = FLAG_SUPERSEDES | FLAG_EXPLICIT_CAS;
+        if flags & !(FLAG_TOMBSTONE | FLAG_DAMAGED_COPY | value_only) != 0
+            || (flags & value_only != 0 && flags & FLAG_TOMBSTONE != 0)
+            || (flags & FLAG_SUPERSEDES != 0 && b[OFF_VERSION] < 2)
+            || (flags & FLAG_EXPLICIT_CAS != 0 && b[OFF_VERSION] < 3)
         {
             return bad("flags", flags as u64);
         }
@@ -213,6 +247,10 @@ impl RecordHeader {
             return bad("value_len", value_len);
         }
         let tombstone = kind == RecordKind::Tombstone;
+        let explicit_cas = flags & FLAG_EXPLICIT_CAS != 0;
+        if explicit_cas && value_len < EXPLICIT_CAS_BYTES as u64 {
+            return bad("value_len", value_len);
+        }
         Ok(RecordHeader {
             kind,
             key_len,
@@ -223,6 +261,7 @@ impl RecordHeader {
             damaged_copy: flags & FLAG_DAMAGED_COPY != 0,
             // Version 1 did not record it: assume older versions may remain.
             supersedes: flags & FLAG_SUPERSEDES != 0 || (!tombstone && b[OFF_VERSION] == 1),
+            explicit_cas,
             user_flags: if tombstone { 0 } else { u32_at(b, OFF_USER_FLAGS) },
             expires: if tombstone { 0 } else { u32_at(b, OFF_EXPIRES) },
         })
@@ -255,7 +294,8 @@ impl RecordHeader {
         head[OFF_VERSION] = RECORD_VERSION;
         head[OFF_FLAGS] = if self.is_tombstone() { FLAG_TOMBSTONE } else { 0 }
             | if self.damaged_copy { FLAG_DAMAGED_COPY } else { 0 }
-            | if self.supersedes { FLAG_SUPERSEDES } else { 0 };
+            | if self.supersedes { FLAG_SUPERSEDES } else { 0 }
+            | if self.explicit_cas { FLAG_EXPLICIT_CAS } else { 0 };
         put_u32(head, OFF_KEY_LEN, self.key_len);
         put_u32(head, OFF_STAMP, self.seg_stamp);
         put_u64(head, OFF_VALUE_LEN, self.value_len);
@@ -327,10 +367,26 @@ pub fn key_of<'a>(h: &RecordHeader, b: &'a [u8]) -> &'a [u8] {
     &b[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + h.key_len as usize]
 }
 
-/// The value of an encoded record (header already decoded).
+/// The user's value of an encoded record (header already decoded).
 pub fn value_of<'a>(h: &RecordHeader, b: &'a [u8]) -> &'a [u8] {
-    let start = RECORD_HEADER_BYTES + h.key_len as usize;
-    &b[start..start + h.value_len as usize]
+    let start = h.value_start();
+    &b[start..start + h.user_value_len() as usize]
+}
+
+/// The CAS value of an encoded value record: the explicit one, else its
+/// sequence number. `b` holds at least the header, key and
+/// [`EXPLICIT_CAS_BYTES`] (see [`cas_bytes_needed`]).
+pub fn cas_of(h: &RecordHeader, b: &[u8]) -> u64 {
+    if h.explicit_cas {
+        u64_at(b, RECORD_HEADER_BYTES + h.key_len as usize)
+    } else {
+        h.seq
+    }
+}
+
+/// Bytes from the record's start that [`cas_of`] reads.
+pub fn cas_bytes_needed(h: &RecordHeader) -> usize {
+    RECORD_HEADER_BYTES + h.key_len as usize + if h.explicit_cas { EXPLICIT_CAS_BYTES } else { 0 }
 }
 
 #[cfg(test)]
@@ -396,8 +452,8 @@ mod tests {
         f[OFF_FLAGS] = 0x80;
         assert!(matches!(RecordHeader::decode(&f), Err(FormatError::BadField { field: "flags", .. })));
         let mut v = b.clone();
-        v[OFF_VERSION] = 3;
-        assert!(matches!(RecordHeader::decode(&v), Err(FormatError::UnsupportedVersion { found: 3, .. })));
+        v[OFF_VERSION] = 4;
+        assert!(matches!(RecordHeader::decode(&v), Err(FormatError::UnsupportedVersion { found: 4, .. })));
         v[OFF_VERSION] = 0;
         assert!(matches!(RecordHeader::decode(&v), Err(FormatError::UnsupportedVersion { found: 0, .. })));
         let mut kl = b.clone();
@@ -431,6 +487,34 @@ mod tests {
         let mut m = b.clone();
         m[OFF_EXPIRES] ^= 1;
         assert!(verify_header_crc(SEED, &RecordHeader::decode(&m).unwrap(), &m).is_err());
+    }
+
+    #[test]
+    fn explicit_cas_sits_before_the_value_and_needs_version_3() {
+        let payload = [42u64.to_le_bytes().as_slice(), b"value"].concat();
+        let h = RecordHeader::value(3, payload.len() as u64, 7, 1).with_explicit_cas();
+        let b = encode(&h, b"key", &payload);
+        let d = RecordHeader::decode(&b).unwrap();
+        assert_eq!(d, h);
+        assert!(d.explicit_cas);
+        assert_eq!((cas_of(&d, &b), value_of(&d, &b), d.user_value_len()), (42, &b"value"[..], 5));
+        assert_eq!(cas_bytes_needed(&d), RECORD_HEADER_BYTES + 3 + 8);
+        verify_crc(SEED, &d, &b).unwrap();
+        // Without the flag the CAS value is the sequence number.
+        let plain = encode(&RecordHeader::value(3, 5, 9, 1), b"key", b"value");
+        let p = RecordHeader::decode(&plain).unwrap();
+        assert_eq!((cas_of(&p, &plain), value_of(&p, &plain)), (9, &b"value"[..]));
+        // Refused in version 2, on tombstones, and with no room for the CAS.
+        let mut v2 = b.clone();
+        v2[OFF_VERSION] = 2;
+        assert!(matches!(RecordHeader::decode(&v2), Err(FormatError::BadField { field: "flags", .. })));
+        let mut t = encode(&RecordHeader::tombstone(3, 9, 4, 12), b"key", b"");
+        t[OFF_FLAGS] |= FLAG_EXPLICIT_CAS;
+        assert!(matches!(RecordHeader::decode(&t), Err(FormatError::BadField { field: "flags", .. })));
+        let mut short = plain.clone();
+        short[OFF_FLAGS] |= FLAG_EXPLICIT_CAS;
+        put_u64(&mut short, OFF_VALUE_LEN, 7);
+        assert!(matches!(RecordHeader::decode(&short), Err(FormatError::BadField { field: "value_len", .. })));
     }
 
     proptest! {

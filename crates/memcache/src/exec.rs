@@ -325,7 +325,7 @@ impl<'a> Conn<'a> {
                 continue;
             };
             self.ctx.stats.cmd_touch.fetch_add(1, Relaxed);
-            let got = touch_item(self.ctx, key, exp).await;
+            let got = touch_item(self.ctx, key, exp, None).await;
             match got {
                 Ok(Some(it)) => {
                     self.ctx.stats.get_hits.fetch_add(1, Relaxed);
@@ -631,7 +631,7 @@ impl<'a> Conn<'a> {
         let Some(delta) = parse::<u64>(arg) else {
             return self.client_error("invalid numeric delta argument");
         };
-        match arith(self.ctx, key, incr, delta, None, None).await {
+        match arith(self.ctx, key, incr, delta, None, None, None).await {
             Ok(Arith::Done(n, ..)) => {
                 let c = if incr { &self.ctx.stats.incr_hits } else { &self.ctx.stats.decr_hits };
                 c.fetch_add(1, Relaxed);
@@ -660,7 +660,7 @@ impl<'a> Conn<'a> {
         };
         self.ctx.stats.cmd_touch.fetch_add(1, Relaxed);
         let exp = self.expires(exptime);
-        match touch_item(self.ctx, key, exp).await {
+        match touch_item(self.ctx, key, exp, None).await {
             Ok(Some(_)) => {
                 self.ctx.stats.touch_hits.fetch_add(1, Relaxed);
                 if !noreply {
@@ -749,18 +749,30 @@ pub(crate) fn version() -> String {
 }
 
 /// Set a new expiry on `key`, keeping its value and flags (a new CAS value).
-pub(crate) async fn touch_item(ctx: &Ctx, key: &[u8], expires: u32) -> Result<Option<Item>, Error> {
-    let (it, cas) = ctx
+/// Give `key` a new expiry, keeping its value, flags and CAS value (as
+/// memcached: a touch is not a modification); `new_cas` (meta `E`) sets
+/// the CAS value instead. The item as touched, or None if absent.
+pub(crate) async fn touch_item(
+    ctx: &Ctx,
+    key: &[u8],
+    expires: u32,
+    new_cas: Option<u64>,
+) -> Result<Option<Item>, Error> {
+    let (it, _) = ctx
         .store
         .update_async(key, |it| match it {
             None => (Change::Keep, None),
             Some(it) => {
                 let meta = ItemMeta { flags: it.meta.flags, expires };
-                (Change::Put { value: it.value.clone(), meta }, Some((it.value.clone(), meta)))
+                let cas = new_cas.unwrap_or(it.cas);
+                (
+                    Change::PutCas { value: it.value.clone(), meta, cas },
+                    Some(Item { value: it.value.clone(), meta, cas }),
+                )
             }
         })
         .await?;
-    Ok(it.map(|(value, meta)| Item { value, meta, cas: cas.unwrap_or(0) }))
+    Ok(it)
 }
 
 pub(crate) enum Arith {
@@ -776,6 +788,8 @@ pub(crate) enum Arith {
 /// memcached, a result shorter than the old value is padded with spaces to
 /// the old length. With `cas`, only if the item's CAS value matches; with
 /// `expires`, the item gets that expiry in the same write.
+/// incr/decr (and `ma`): `cas` must match if given; the new version gets
+/// the CAS value `new_cas` if given (meta `E`), else a fresh one.
 pub(crate) async fn arith(
     ctx: &Ctx,
     key: &[u8],
@@ -783,6 +797,7 @@ pub(crate) async fn arith(
     delta: u64,
     cas: Option<u64>,
     expires: Option<u32>,
+    new_cas: Option<u64>,
 ) -> Result<Arith, Error> {
     let (r, new_cas) = ctx
         .store
@@ -801,7 +816,11 @@ pub(crate) async fn arith(
                 v.resize(it.value.len(), b' ');
             }
             let meta = ItemMeta { flags: it.meta.flags, expires: expires.unwrap_or(it.meta.expires) };
-            (Change::Put { value: v, meta }, Arith::Done(n, 0, meta))
+            let change = match new_cas {
+                Some(cas) => Change::PutCas { value: v, meta, cas },
+                None => Change::Put { value: v, meta },
+            };
+            (change, Arith::Done(n, 0, meta))
         })
         .await?;
     Ok(match r {

@@ -1,9 +1,10 @@
 //! The meta commands (memcached 1.6 protocol.txt, "Meta Commands"): mg, ms,
 //! md, ma, me (mn is answered in `exec`), and the `stats` views.
 //!
-//! Supported flags: mg `b c f k O q s t v N T`; ms `b c C F k O q T M`
-//! (modes E A P R S); md `b C k O q`; ma `b c C N J D T M q O t v k`
-//! (modes I + D -). Others (`h l u E I x R` and the win/stale machinery
+//! Supported flags: mg `b c E f k O q s t v N T`; ms `b c C E F k O q T M`
+//! (modes E A P R S); md `b C k O q`; ma `b c C E N J D T M q O t v k`
+//! (modes I + D -). `E<cas>` gives a modified item that CAS value instead
+//! of a fresh one. Others (`h l u I x R` and the win/stale machinery
 //! beyond the W flag of a vivified miss) are refused with
 //! `CLIENT_ERROR invalid flag`, never ignored silently: see docs/MEMCACHE.md.
 
@@ -185,17 +186,21 @@ impl Conn<'_> {
     }
 
     async fn mg(&mut self, raw_key: &[u8], t: &[&[u8]]) {
-        let fl = match flags(t, b"bcfkOqstvNT") {
+        let fl = match flags(t, b"bcEfkOqstvNT") {
             Ok(fl) => fl,
             Err(m) => return self.client_error(m),
         };
         let Some(key) = self.meta_key(raw_key, has(&fl, b'b')) else { return };
+        let new_cas = match tok(&fl, b'E').map(parse::<u64>) {
+            Some(None) => return self.client_error("bad token in command line format"),
+            e => e.flatten(),
+        };
         self.ctx.stats.cmd_get.fetch_add(1, Relaxed);
         let got = match tok(&fl, b'T').map(parse::<i64>) {
             Some(None) => return self.client_error("bad token in command line format"),
             Some(Some(ttl)) => {
                 self.ctx.stats.cmd_touch.fetch_add(1, Relaxed);
-                touch_item(self.ctx, &key, self.expires(ttl)).await
+                touch_item(self.ctx, &key, self.expires(ttl), new_cas).await
             }
             None => self.ctx.store.get_item_async(&key).await,
         };
@@ -213,7 +218,11 @@ impl Conn<'_> {
                         return self.client_error("bad token in command line format");
                     };
                     let meta = ItemMeta { flags: 0, expires: self.expires(ttl) };
-                    match self.ctx.store.put_item_async(&key, b"", meta, Cond::Absent).await {
+                    let put = match new_cas {
+                        Some(c) => self.ctx.store.put_item_with_cas_async(&key, b"", meta, Cond::Absent, c).await,
+                        None => self.ctx.store.put_item_async(&key, b"", meta, Cond::Absent).await,
+                    };
+                    match put {
                         Ok((PutOutcome::Stored, cas)) => {
                             let it = Item { value: Vec::new(), meta, cas };
                             return self.meta_hit(&fl, raw_key, &it, " W");
@@ -238,7 +247,7 @@ impl Conn<'_> {
             return Step::Consumed(line_len);
         };
         let len = len as usize;
-        let fl = match flags(&t[1..], b"bcCFkOqTM") {
+        let fl = match flags(&t[1..], b"bcCEFkOqTM") {
             Ok(fl) => fl,
             Err(m) => {
                 self.client_error(m);
@@ -274,8 +283,8 @@ impl Conn<'_> {
         }
         let data = &rest[..len];
         let num = |c: u8| tok(&fl, c).map(parse::<u64>);
-        let (flags_v, ttl, cas) = (num(b'F'), tok(&fl, b'T').map(parse::<i64>), num(b'C'));
-        if matches!(ttl, Some(None)) || matches!(cas, Some(None)) {
+        let (flags_v, ttl, cas, new_cas) = (num(b'F'), tok(&fl, b'T').map(parse::<i64>), num(b'C'), num(b'E'));
+        if matches!(ttl, Some(None)) || matches!(cas, Some(None)) || matches!(new_cas, Some(None)) {
             self.client_error("bad token in command line format");
             return Step::Consumed(consumed);
         }
@@ -284,7 +293,7 @@ impl Conn<'_> {
             return Step::Consumed(consumed);
         };
         let meta = ItemMeta { flags: user_flags, expires: self.expires(ttl.flatten().unwrap_or(0)) };
-        let cas = cas.flatten();
+        let (cas, new_cas) = (cas.flatten(), new_cas.flatten());
         let result = match mode {
             b'S' | b's' | b'E' | b'e' | b'R' | b'r' => {
                 // An add ignores C (as memcached).
@@ -294,7 +303,11 @@ impl Conn<'_> {
                     (b'R', None) => Cond::Present,
                     _ => Cond::Always,
                 };
-                self.ctx.store.put_item_async(&key, data, meta, cond).await.map(|(o, c)| (o, Some(c)))
+                match new_cas {
+                    Some(e) => self.ctx.store.put_item_with_cas_async(&key, data, meta, cond, e).await,
+                    None => self.ctx.store.put_item_async(&key, data, meta, cond).await,
+                }
+                .map(|(o, c)| (o, Some(c)))
             }
             b'A' | b'a' | b'P' | b'p' => {
                 let append = mode.eq_ignore_ascii_case(&b'A');
@@ -308,7 +321,11 @@ impl Conn<'_> {
                         Some(it) => {
                             let v =
                                 if append { [&it.value[..], data].concat() } else { [data, &it.value[..]].concat() };
-                            (Change::Put { value: v, meta: it.meta }, PutOutcome::Stored)
+                            let change = match new_cas {
+                                Some(cas) => Change::PutCas { value: v, meta: it.meta, cas },
+                                None => Change::Put { value: v, meta: it.meta },
+                            };
+                            (change, PutOutcome::Stored)
                         }
                     })
                     .await
@@ -374,15 +391,15 @@ impl Conn<'_> {
     }
 
     async fn ma(&mut self, raw_key: &[u8], t: &[&[u8]]) {
-        let fl = match flags(t, b"bcCNJDTMqOtvk") {
+        let fl = match flags(t, b"bcCENJDTMqOtvk") {
             Ok(fl) => fl,
             Err(m) => return self.client_error(m),
         };
         let Some(key) = self.meta_key(raw_key, has(&fl, b'b')) else { return };
         let num = |c: u8| tok(&fl, c).map(parse::<u64>);
-        let (cas, initial, delta) = (num(b'C'), num(b'J'), num(b'D'));
+        let (cas, initial, delta, new_cas) = (num(b'C'), num(b'J'), num(b'D'), num(b'E'));
         let (viv, ttl) = (tok(&fl, b'N').map(parse::<i64>), tok(&fl, b'T').map(parse::<i64>));
-        if [cas, initial, delta].iter().any(|x| matches!(x, Some(None)))
+        if [cas, initial, delta, new_cas].iter().any(|x| matches!(x, Some(None)))
             || [viv, ttl].iter().any(|x| matches!(x, Some(None)))
         {
             return self.client_error("invalid or duplicate flag");
@@ -394,14 +411,21 @@ impl Conn<'_> {
         };
         let delta = delta.flatten().unwrap_or(1);
         let new_exp = ttl.flatten().map(|t| self.expires(t));
-        let mut r = arith(self.ctx, &key, incr, delta, cas.flatten(), new_exp).await;
+        let new_cas = new_cas.flatten();
+        let mut r = arith(self.ctx, &key, incr, delta, cas.flatten(), new_exp, new_cas).await;
         if let (Ok(Arith::NotFound), Some(Some(viv_ttl))) = (&r, viv) {
             let n = initial.flatten().unwrap_or(0);
             let meta = ItemMeta { flags: 0, expires: self.expires(viv_ttl) };
-            r = match self.ctx.store.put_item_async(&key, n.to_string().as_bytes(), meta, Cond::Absent).await {
+            let put = match new_cas {
+                Some(c) => {
+                    self.ctx.store.put_item_with_cas_async(&key, n.to_string().as_bytes(), meta, Cond::Absent, c).await
+                }
+                None => self.ctx.store.put_item_async(&key, n.to_string().as_bytes(), meta, Cond::Absent).await,
+            };
+            r = match put {
                 Ok((PutOutcome::Stored, c)) => Ok(Arith::Done(n, c, meta)),
                 // Someone else created it meanwhile: apply the delta to theirs.
-                Ok(_) => arith(self.ctx, &key, incr, delta, cas.flatten(), new_exp).await,
+                Ok(_) => arith(self.ctx, &key, incr, delta, cas.flatten(), new_exp, new_cas).await,
                 Err(e) => Err(e),
             };
         }

@@ -232,6 +232,42 @@ fn cas_values_are_unique_and_survive_a_restart() {
     assert!(f.store().stats().recovery.clean_shutdown);
 }
 
+/// As in memcached, touching an item (touch, gat, gats, mg T) does not
+/// change its CAS value; meta `E<cas>` sets the CAS value of an item it
+/// writes (ms, ma, mg with N or T). Both survive a restart.
+#[test]
+fn touch_keeps_the_cas_value_and_meta_e_sets_it() {
+    let mut f = Fixture::default();
+    let mut c = f.client();
+    let gets_cas = |c: &mut Client, k: &str| -> u64 {
+        let r = c.call(format!("gets {k}\r\n").as_bytes());
+        String::from_utf8_lossy(&r).split_whitespace().nth(4).unwrap().parse().unwrap()
+    };
+    assert_eq!(c.call(b"set k 5 0 2\r\nv1\r\n"), b"STORED\r\n");
+    let cas = gets_cas(&mut c, "k");
+    assert_eq!(c.call(b"touch k 1000\r\n"), b"TOUCHED\r\n");
+    assert_eq!(gets_cas(&mut c, "k"), cas, "touch");
+    assert_eq!(c.call(b"gats 2000 k\r\n"), format!("VALUE k 5 2 {cas}\r\nv1\r\nEND\r\n").as_bytes(), "gats");
+    assert_eq!(c.call(b"mg k T3000 c t\r\n"), format!("HD c{cas} t3000\r\n").as_bytes(), "mg T");
+    assert_eq!(c.call(format!("cas k 5 0 2 {cas}\r\nv2\r\n").as_bytes()), b"STORED\r\n");
+    assert_ne!(gets_cas(&mut c, "k"), cas, "a write gives a new CAS value");
+    // E: the client's CAS value.
+    assert_eq!(c.call(b"ms e 2 E12345 c\r\nhi\r\n"), b"HD c12345\r\n");
+    assert_eq!(c.call(b"mg e c v\r\n"), b"VA 2 c12345\r\nhi\r\n");
+    assert_eq!(c.call(b"cas e 0 0 2 12344\r\nno\r\n"), b"EXISTS\r\n");
+    assert_eq!(c.call(b"ms e 2 C12345 E777 MA c\r\nyo\r\n"), b"HD c777\r\n");
+    assert_eq!(c.call(b"mg e c v\r\n"), b"VA 4 c777\r\nhiyo\r\n");
+    assert_eq!(c.call(b"ms n 1\r\n5\r\nma n E4242 c v\r\n"), b"HD\r\nVA 1 c4242\r\n6\r\n");
+    assert_eq!(c.call(b"mg viv N30 E99 c\r\n"), b"HD c99 W\r\n");
+    assert_eq!(c.call(b"mg e T100 E555 c\r\n"), b"HD c555\r\n");
+    assert_eq!(c.call(b"ms e 2 Exyz\r\nhi\r\n"), b"CLIENT_ERROR bad token in command line format\r\n");
+    let before = c.call(b"gets k e n viv\r\n");
+    drop(c);
+    f.restart(true);
+    let mut c = f.client();
+    assert_eq!(c.call(b"gets k e n viv\r\n"), before, "CAS values come back after a restart");
+}
+
 #[test]
 fn expiry_follows_memcached_rules() {
     let f = Fixture::default();

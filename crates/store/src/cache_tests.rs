@@ -69,6 +69,68 @@ fn meta_and_cas_round_trip_and_survive_a_crash() {
     s.close().unwrap();
 }
 
+/// Explicit CAS values (a touch keeping its CAS, a client's chosen one):
+/// read back by every path (item, zero-copy buffer, the CAS check of a
+/// write, which reads only the record's head for a large value), kept
+/// across a clean restart, a log scan and GC relocation.
+#[test]
+fn explicit_cas_values_are_kept_everywhere() {
+    let f = Fixture::new(16 << 20);
+    let s = f.create(1 << 20, true, false);
+    let big: Vec<u8> = (0..20_000u32).map(|i| i as u8).collect();
+    assert_eq!(s.put_item_with_cas(b"k", b"v1", meta(3, 0), Cond::Always, 777).unwrap(), (PutOutcome::Stored, 777));
+    assert_eq!(s.put_item_with_cas(b"big", &big, meta(4, 0), Cond::Always, 1 << 40).unwrap().1, 1 << 40);
+    let check = |s: &Store| {
+        let it = s.get_item(b"k").unwrap().unwrap();
+        assert_eq!((it.value.as_slice(), it.meta, it.cas), (&b"v1"[..], meta(3, 0), 777));
+        let vb = s.get_buf(b"k").unwrap().unwrap();
+        assert_eq!((vb.value(), vb.len(), vb.cas), (&b"v1"[..], 2, 777));
+        let it = s.get_item(b"big").unwrap().unwrap();
+        assert_eq!((&it.value, it.cas), (&big, 1 << 40));
+        assert_eq!(s.get_buf(b"big").unwrap().unwrap().value(), &big[..]);
+    };
+    check(&s);
+    // The CAS check of a write compares the explicit value.
+    assert_eq!(s.put_item(b"big", b"x", meta(0, 0), Cond::Cas(5)).unwrap().0, PutOutcome::Exists);
+    // A touch that keeps the CAS value.
+    let (_, cas) = s
+        .update(b"k", |it| {
+            let it = it.unwrap();
+            (Change::PutCas { value: it.value.clone(), meta: meta(3, 0), cas: it.cas }, ())
+        })
+        .unwrap();
+    assert_eq!(cas, Some(777));
+    check(&s);
+    let s = f.reopen(s, false);
+    check(&s);
+    let s = f.reopen(s, true);
+    check(&s);
+    drop(s);
+    let s = Store::open(f.dev.clone(), &f.opts(true, false)).unwrap();
+    // Churn until GC has relocated both records.
+    let pba_of = |s: &Store, k: &[u8]| s.core.index.lookup(granary_format::hash::key_hash(k)).as_slice()[0].pba();
+    let before = (pba_of(&s, b"k"), pba_of(&s, b"big"));
+    let mut i = 0u64;
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let moved = |s: &Store| pba_of(s, b"k") != before.0 && pba_of(s, b"big") != before.1;
+    while !moved(&s) && i < 200_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.put(format!("churn-{}", x % 2000).as_bytes(), &[i as u8; 3000]).unwrap();
+        i += 1;
+    }
+    assert!(moved(&s), "GC relocated both records");
+    check(&s);
+    assert!(s.verify().unwrap().is_clean());
+    // A CAS write with the explicit value succeeds, and the new version has
+    // a fresh CAS value again.
+    let (o, c) = s.put_item(b"big", b"new", meta(0, 0), Cond::Cas(1 << 40)).unwrap();
+    assert_eq!(o, PutOutcome::Stored);
+    assert_eq!(s.get_item(b"big").unwrap().unwrap().cas, c);
+    assert_ne!(c, 1 << 40);
+}
+
 #[test]
 fn expiry_follows_the_clock() {
     let f = Fixture::new(8 << 20);

@@ -123,6 +123,9 @@ pub enum Change {
     Keep,
     /// Write this value (a new CAS value).
     Put { value: Vec<u8>, meta: ItemMeta },
+    /// Write this value with this CAS value (kept by a touch, or chosen by
+    /// the client); stored in the record (FORMAT.md, explicit CAS).
+    PutCas { value: Vec<u8>, meta: ItemMeta, cas: u64 },
     /// Delete the key (a tombstone if a version is indexed).
     Delete,
 }
@@ -542,7 +545,7 @@ impl Core {
         let floor = self.next_seq.fetch_add(1, Relaxed);
         // Stored first, then applied: until the new floor record is on the
         // device, the old one must not read as flushed (GC would drop it).
-        self.write_item(FLUSH_FLOOR_KEY, Payload::Slice(&floor.to_le_bytes()), ItemMeta::default(), Cond::Always)
+        self.write_item(FLUSH_FLOOR_KEY, Payload::Slice(&floor.to_le_bytes()), ItemMeta::default(), Cond::Always, None)
             .await?;
         self.flush_floor.fetch_max(floor, Relaxed);
         Ok(floor)
@@ -637,7 +640,8 @@ impl Core {
         let need = if full {
             grains
         } else {
-            grains_for((RECORD_HEADER_BYTES + hdr.key_len as usize) as u64, self.sb.grain_bytes)
+            // The header, the key and an explicit CAS value (see `cas_of`).
+            grains_for(record::cas_bytes_needed(&hdr) as u64, self.sb.grain_bytes).min(grains)
         };
         if need > hint {
             buf = self.io_read(need, e.pba()).await?;
@@ -750,10 +754,10 @@ impl Core {
         Self::check_user_key(key)?;
         let Some(f) = self.read_live(key).await? else { return Ok(None) };
         Ok(Some(ValueBuf {
-            start: RECORD_HEADER_BYTES + f.hdr.key_len as usize,
-            len: f.hdr.value_len as usize,
+            start: f.hdr.value_start(),
+            len: f.hdr.user_value_len() as usize,
             meta: ItemMeta { flags: f.hdr.user_flags, expires: f.hdr.expires },
-            cas: f.hdr.seq,
+            cas: record::cas_of(&f.hdr, &f.buf),
             buf: f.buf,
         }))
     }
@@ -777,14 +781,14 @@ impl Core {
         let key = pb.key().to_vec();
         Self::check_user_key(&key)?;
         let value_len = pb.value_len as u64;
-        self.write_item(&key, Payload::Owned { buf: &mut pb.buf, value_len }, meta, cond).await
+        self.write_item(&key, Payload::Owned { buf: &mut pb.buf, value_len }, meta, cond, None).await
     }
 
     fn item_of(f: &Found) -> Item {
         Item {
             value: record::value_of(&f.hdr, &f.buf).to_vec(),
             meta: ItemMeta { flags: f.hdr.user_flags, expires: f.hdr.expires },
-            cas: f.hdr.seq,
+            cas: record::cas_of(&f.hdr, &f.buf),
         }
     }
 
@@ -805,7 +809,21 @@ impl Core {
     /// (0 otherwise).
     pub async fn put_item(&self, key: &[u8], value: &[u8], meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
         Self::check_user_key(key)?;
-        self.write_item(key, Payload::Slice(value), meta, cond).await
+        self.write_item(key, Payload::Slice(value), meta, cond, None).await
+    }
+
+    /// [`Core::put_item`] giving the new version the CAS value `cas`
+    /// instead of its sequence number (memcache `ms ... E<cas>`).
+    pub async fn put_item_with_cas(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        meta: ItemMeta,
+        cond: Cond,
+        cas: u64,
+    ) -> Result<(PutOutcome, u64)> {
+        Self::check_user_key(key)?;
+        self.write_item(key, Payload::Slice(value), meta, cond, Some(cas)).await
     }
 
     /// [`Core::put_item`] without the reserved-namespace check.
@@ -815,10 +833,12 @@ impl Core {
         mut value: Payload<'_>,
         meta: ItemMeta,
         cond: Cond,
+        cas: Option<u64>,
     ) -> Result<(PutOutcome, u64)> {
-        self.check_value(key, value.value_len())?;
+        let extra = if cas.is_some() { record::EXPLICIT_CAS_BYTES as u64 } else { 0 };
+        self.check_value(key, value.value_len() + extra)?;
         let h = key_hash(key);
-        let grains = grains_for(record_bytes(key.len(), value.value_len()), self.sb.grain_bytes);
+        let grains = grains_for(record_bytes(key.len(), value.value_len() + extra), self.sb.grain_bytes);
         loop {
             self.check_writable()?;
             self.space.await_room(Purpose::Put, grains).await.map_err(|e| self.check_writable().err().unwrap_or(e))?;
@@ -828,10 +848,10 @@ impl Core {
             match (cond, live) {
                 (Cond::Absent, Some(_)) => return Ok((PutOutcome::Exists, 0)),
                 (Cond::Present | Cond::Cas(_), None) => return Ok((PutOutcome::NotFound, 0)),
-                (Cond::Cas(c), Some(f)) if f.hdr.seq != c => return Ok((PutOutcome::Exists, 0)),
+                (Cond::Cas(c), Some(f)) if record::cas_of(&f.hdr, &f.buf) != c => return Ok((PutOutcome::Exists, 0)),
                 _ => {}
             }
-            match self.write_value(key, h, value.reborrow(), meta, existing).await {
+            match self.write_value(key, h, value.reborrow(), meta, existing, cas).await {
                 Err(Error::NoSpace { .. }) => continue, // raced for the last room: wait again
                 r => return r.map(|cas| (PutOutcome::Stored, cas)),
             }
@@ -839,7 +859,8 @@ impl Core {
     }
 
     /// Write a new version of `key` (under its stripe) replacing `existing`;
-    /// returns its sequence number.
+    /// returns its CAS value: `cas` when given (stored in the record before
+    /// the value), else its sequence number.
     async fn write_value(
         &self,
         key: &[u8],
@@ -847,19 +868,29 @@ impl Core {
         value: Payload<'_>,
         meta: ItemMeta,
         existing: Option<Found>,
+        cas: Option<u64>,
     ) -> Result<u64> {
         let seq = self.next_seq.fetch_add(1, Relaxed);
         let value_len = value.value_len();
-        let hdr = RecordHeader::value(key.len(), value_len, seq, 0)
-            .with_meta(meta.flags, meta.expires)
-            .with_supersedes(existing.is_some() || self.dropped.contains(h));
-        let loc = self.write_record_async(Purpose::Put, hdr, key, value).await?;
+        let with_cas;
+        let (payload, hdr) = match (cas, value) {
+            (Some(c), Payload::Slice(v)) => {
+                with_cas = [c.to_le_bytes().as_slice(), v].concat();
+                let hdr = RecordHeader::value(key.len(), with_cas.len() as u64, seq, 0).with_explicit_cas();
+                (Payload::Slice(&with_cas), hdr)
+            }
+            (Some(_), Payload::Owned { .. }) => unreachable!("record buffers are written without an explicit CAS"),
+            (None, value) => (value, RecordHeader::value(key.len(), value_len, seq, 0)),
+        };
+        let hdr =
+            hdr.with_meta(meta.flags, meta.expires).with_supersedes(existing.is_some() || self.dropped.contains(h));
+        let loc = self.write_record_async(Purpose::Put, hdr, key, payload).await?;
         let committed = self.commit(key, h, existing, loc, false).await;
         self.space.done(loc.seg);
         committed?;
         self.counters.puts.fetch_add(1, Relaxed);
         self.counters.user_bytes.fetch_add(key.len() as u64 + value_len, Relaxed);
-        Ok(seq)
+        Ok(cas.unwrap_or(seq))
     }
 
     /// Write a tombstone for `key` (under its stripe) replacing `existing`
@@ -903,7 +934,13 @@ impl Core {
                 Change::Put { value, meta } => {
                     self.check_value(key, value.len() as u64)?;
                     need = grains_for(record_bytes(key.len(), value.len() as u64), self.sb.grain_bytes);
-                    self.write_value(key, h, Payload::Slice(&value), meta, existing).await.map(Some)
+                    self.write_value(key, h, Payload::Slice(&value), meta, existing, None).await.map(Some)
+                }
+                Change::PutCas { value, meta, cas } => {
+                    let len = value.len() as u64 + record::EXPLICIT_CAS_BYTES as u64;
+                    self.check_value(key, len)?;
+                    need = grains_for(record_bytes(key.len(), len), self.sb.grain_bytes);
+                    self.write_value(key, h, Payload::Slice(&value), meta, existing, Some(cas)).await.map(Some)
                 }
                 Change::Delete => match existing {
                     Some(x) if !x.hdr.is_tombstone() => {
@@ -1195,6 +1232,32 @@ impl Store {
         cond: Cond,
     ) -> Result<(PutOutcome, u64)> {
         self.core.put_item(key, value, meta, cond).await
+    }
+
+    /// [`Store::put_item`] with a chosen CAS value for the new version
+    /// (instead of its sequence number); returns that CAS value on `Stored`.
+    /// CAS values chosen this way are the caller's to keep unique.
+    pub fn put_item_with_cas(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        meta: ItemMeta,
+        cond: Cond,
+        cas: u64,
+    ) -> Result<(PutOutcome, u64)> {
+        block_on(self.core.put_item_with_cas(key, value, meta, cond, cas))
+    }
+
+    /// [`Store::put_item_with_cas`] as a future.
+    pub async fn put_item_with_cas_async(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        meta: ItemMeta,
+        cond: Cond,
+        cas: u64,
+    ) -> Result<(PutOutcome, u64)> {
+        self.core.put_item_with_cas(key, value, meta, cond, cas).await
     }
 
     /// Read-modify-write of one key (append, increment, touch, delete by

@@ -163,17 +163,18 @@ fn run_seed(seed: u64) -> (bool, bool, u64) {
             // One put in four expires within 20 ticks of the clock.
             let expires = if rng.below(4) == 0 { now.load(Relaxed) + rng.below(20) as u32 } else { 0 };
             let meta = ItemMeta { flags: version as u32, expires };
-            // Half the puts build their record in place (the zero-copy
-            // API): large ones are written from their own buffer, small
-            // ones may join a group.
+            // A third of the puts build their record in place (the
+            // zero-copy API): large ones are written from their own buffer,
+            // small ones may join a group. A third carry an explicit CAS
+            // value before the value (record v3), as a touch does.
             let v = value(k, version, len);
-            let r = if rng.below(2) == 0 {
-                s.put_item(&key(k), &v, meta, Cond::Always).map(|_| ())
-            } else {
-                s.new_put_buf(&key(k), v.len()).and_then(|mut pb| {
+            let r = match rng.below(3) {
+                0 => s.put_item(&key(k), &v, meta, Cond::Always).map(|_| ()),
+                1 => s.put_item_with_cas(&key(k), &v, meta, Cond::Always, (k << 32) | version).map(|_| ()),
+                _ => s.new_put_buf(&key(k), v.len()).and_then(|mut pb| {
                     pb.value_mut().copy_from_slice(&v);
                     s.put_buf(pb, meta, Cond::Always).map(|_| ())
-                })
+                }),
             };
             (r, Want::Value(version, len, expires))
         };
