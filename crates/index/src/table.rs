@@ -38,7 +38,7 @@ pub(crate) const STASH_ENTRIES_MAX: usize = 256;
 pub const HUGE_PAGE_BYTES: usize = 2 << 20;
 
 /// A table's zeroed slots: a heap allocation, or for large tables an
-/// anonymous mapping with huge pages requested.
+/// anonymous mapping, aligned to a huge page, with huge pages requested.
 struct Slots {
     ptr: std::ptr::NonNull<AtomicU64>,
     len: usize,
@@ -56,29 +56,53 @@ impl Slots {
     fn zeroed(len: usize) -> Slots {
         let bytes = len * std::mem::size_of::<AtomicU64>();
         if bytes >= HUGE_PAGE_BYTES {
-            let mapped = bytes.next_multiple_of(HUGE_PAGE_BYTES);
-            // SAFETY: an anonymous private mapping; no fixed address.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    mapped,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                    -1,
-                    0,
-                )
-            };
-            if p != libc::MAP_FAILED {
-                // A hint: a kernel without THP (or with it off) ignores it.
-                // SAFETY: p..p+mapped is the mapping just made.
-                unsafe { libc::madvise(p, mapped, libc::MADV_HUGEPAGE) };
-                let ptr = std::ptr::NonNull::new(p.cast()).expect("mmap returned a non-null address");
-                return Slots { ptr, len, mapped };
+            if let Some(s) = Self::mapped(len, bytes) {
+                return s;
             }
         }
         let zeroed: Box<[u64]> = vec![0u64; len].into_boxed_slice();
         let raw = Box::into_raw(zeroed) as *mut AtomicU64;
         Slots { ptr: std::ptr::NonNull::new(raw).expect("Box pointers are non-null"), len, mapped: 0 }
+    }
+
+    /// A mapping of `bytes` (rounded to 4 KiB) starting on a huge-page
+    /// boundary, so every whole 2 MiB range can be a huge page; the partial
+    /// last one keeps small pages, so nothing beyond the table is resident.
+    fn mapped(len: usize, bytes: usize) -> Option<Slots> {
+        const PAGE: usize = 4096;
+        let want = bytes.next_multiple_of(PAGE);
+        let reserve = want + HUGE_PAGE_BYTES;
+        // SAFETY: an anonymous private mapping; no fixed address.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                reserve,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        let base = p as usize;
+        let start = base.next_multiple_of(HUGE_PAGE_BYTES);
+        let (head, tail) = (start - base, base + reserve - (start + want));
+        // SAFETY: both ranges lie in the mapping just made, outside
+        // [start, start + want), and are page-aligned.
+        unsafe {
+            if head > 0 {
+                libc::munmap(p, head);
+            }
+            if tail > 0 {
+                libc::munmap((start + want) as *mut libc::c_void, tail);
+            }
+            // A hint: a kernel without THP (or with it off) ignores it.
+            libc::madvise(start as *mut libc::c_void, want, libc::MADV_HUGEPAGE);
+        }
+        let ptr = std::ptr::NonNull::new(start as *mut AtomicU64).expect("a mapping is not at address 0");
+        Some(Slots { ptr, len, mapped: want })
     }
 }
 
@@ -200,9 +224,11 @@ impl Table {
         self.slots.len()
     }
 
-    /// Whether the slots are a mapping with huge pages requested.
+    /// Whether the slots are a mapping with huge pages requested, starting
+    /// on a huge-page boundary.
     #[cfg(test)]
     pub(crate) fn is_mapped(&self) -> bool {
+        assert!(self.slots.mapped == 0 || (self.slots.ptr.as_ptr() as usize).is_multiple_of(HUGE_PAGE_BYTES));
         self.slots.mapped > 0
     }
 

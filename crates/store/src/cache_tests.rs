@@ -496,9 +496,37 @@ fn a_value_written_while_its_old_version_is_being_dropped_supersedes_it() {
     assert!(crate::gc::drop_value(&s.core, v, h, first.entry.pba(), len));
     s.put(b"k", b"written during the drop").unwrap();
     assert!(found(&s, b"k").hdr.supersedes, "the dropped version is still on the device");
-    s.core.dropped.clear();
+    s.core.dropped.freed(v);
     s.put(b"fresh", b"x").unwrap();
     assert!(!found(&s, b"fresh").hdr.supersedes);
+}
+
+/// Dropped values stay listed until *their* victim is free: reclaiming
+/// another segment (or a reclaim of theirs that failed, which used to clear
+/// the list: crash seed 1735550203 in cache mode) must not forget them, or
+/// a later delete writes no tombstone and a crash brings the value back.
+#[test]
+fn dropped_values_stay_listed_until_their_own_victim_is_free() {
+    let f = Fixture::new(8 << 20);
+    let s = f.create(256 << 10, false, true);
+    s.put(b"k", b"value").unwrap();
+    let h = granary_format::hash::key_hash(b"k");
+    let first = found(&s, b"k");
+    let (v, len) = (s.core.sb.segment_of(first.entry.pba()), first.hdr.grains(512) * 512);
+    // Another closed segment, reclaimed in full while `v` is not.
+    roll(&s, "a");
+    s.put(b"other", b"x").unwrap();
+    let w = segment_of(&s, b"other");
+    roll(&s, "b");
+    roll(&s, "c");
+    assert_ne!(v, w);
+    assert!(crate::gc::drop_value(&s.core, v, h, first.entry.pba(), len));
+    crate::gc::reclaim(&s.core, w, false).unwrap();
+    assert_eq!(s.core.dropped.len(), 1, "freeing another victim keeps v's dropped values");
+    assert!(!s.delete(b"k").unwrap(), "the value was already gone");
+    assert_eq!(s.stats().tombstones, 1, "a tombstone covers the copy still in v");
+    let s = f.reopen(s, true);
+    assert_eq!(s.get(b"k").unwrap(), None, "a deleted key came back");
 }
 
 /// A delete while GC is dropping the key's value (its segment not yet

@@ -70,37 +70,48 @@ pub(crate) fn age(segments: u64) -> u64 {
     (segments / 16).max(1)
 }
 
-/// Hashes of keys whose value GC dropped from the victim it is reclaiming,
-/// until that victim is free on the device (see [`drop_value`]). Writers
-/// check it on every write, so the empty case is one atomic load.
+/// Hashes of keys whose value GC dropped from a victim (see [`drop_value`]),
+/// per victim, until that victim is free on the device: a victim whose
+/// reclaim failed (no room to relocate, an IO error) keeps its entries
+/// until a later reclaim frees it, since the dropped values are still on
+/// the device. Writers check it on every write, so the empty case is one
+/// atomic load.
 #[derive(Default)]
 pub(crate) struct DroppedKeys {
-    set: std::sync::Mutex<std::collections::HashSet<u64>>,
+    sets: std::sync::Mutex<std::collections::HashMap<u32, std::collections::HashSet<u64>>>,
     len: std::sync::atomic::AtomicUsize,
 }
 
 impl DroppedKeys {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<u64>> {
-        self.set.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u32, std::collections::HashSet<u64>>> {
+        self.sets.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Record `h`; the caller holds its key's stripe.
-    fn insert(&self, h: u64) {
+    /// Record `h` as dropped from victim `v`; the caller holds its key's
+    /// stripe.
+    fn insert(&self, v: u32, h: u64) {
         let mut s = self.lock();
-        s.insert(h);
-        self.len.store(s.len(), Relaxed);
+        s.entry(v).or_default().insert(h);
+        self.len.store(s.values().map(|x| x.len()).sum(), Relaxed);
     }
 
-    /// Whether `h` was dropped; the caller holds its key's stripe, which
-    /// orders this after the insert made under it.
+    /// Whether `h` was dropped from a victim not yet free; the caller holds
+    /// its key's stripe, which orders this after the insert made under it.
     pub(crate) fn contains(&self, h: u64) -> bool {
-        self.len.load(Relaxed) != 0 && self.lock().contains(&h)
+        self.len.load(Relaxed) != 0 && self.lock().values().any(|x| x.contains(&h))
     }
 
-    pub(crate) fn clear(&self) {
+    /// Victim `v` is free on the device: its dropped values are gone.
+    pub(crate) fn freed(&self, v: u32) {
         let mut s = self.lock();
-        s.clear();
-        self.len.store(0, Relaxed);
+        s.remove(&v);
+        self.len.store(s.values().map(|x| x.len()).sum(), Relaxed);
+    }
+
+    /// Hashes held, for tests.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Relaxed)
     }
 }
 
@@ -226,8 +237,9 @@ pub(crate) fn drop_value(core: &Core, v: u32, h: u64, pba: u64, len: u64) -> boo
         return false;
     }
     // Until `v` is free on the device this version is still there: a new
-    // value of the key written meanwhile must carry the supersedes flag.
-    core.dropped.insert(h);
+    // value of the key written meanwhile must carry the supersedes flag,
+    // and a delete must write a tombstone.
+    core.dropped.insert(v, h);
     core.space.sub_live(v, len);
     core.counters.keys.fetch_sub(1, Relaxed);
     true
@@ -237,14 +249,6 @@ pub(crate) fn drop_value(core: &Core, v: u32, h: u64, pba: u64, len: u64) -> boo
 /// values from the index), replace expired values by tombstones, drop dead
 /// tombstones, free it.
 pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
-    // However this ends, the dropped set describes this victim only.
-    struct ClearDropped<'a>(&'a Core);
-    impl Drop for ClearDropped<'_> {
-        fn drop(&mut self) {
-            self.0.dropped.clear();
-        }
-    }
-    let _clear = ClearDropped(core);
     let g = core.sb.grain_bytes as u64;
     let now = core.clock.now();
     let oldest_other = core.space.oldest_in_use_except(v);
@@ -321,6 +325,10 @@ pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
         });
     }
     core.space.free_segment(v)?;
+    // Only now (the free header is on the device, flushed in Flush mode)
+    // are the values dropped from `v` gone; if reclaim failed above they
+    // stay listed until a later reclaim of `v` gets here.
+    core.dropped.freed(v);
     core.gc_counters.victims.fetch_add(1, Relaxed);
     if evict {
         core.gc_counters.evicted_segments.fetch_add(1, Relaxed);
