@@ -262,64 +262,61 @@ fn pread_full(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
     read_full(file, buf, offset, false)
 }
 
-/// Read all of `buf` at `offset`: pread, or the thread's private ring.
-fn read_full(file: &File, buf: &mut [u8], offset: u64, ring: bool) -> io::Result<()> {
+/// A system call's result: the count, or the error in errno.
+fn syscall_count(n: isize) -> io::Result<usize> {
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Transfer `len` bytes with `op(done)` (which moves bytes from `done` on
+/// and says how many), continuing short transfers and retrying EINTR and
+/// EAGAIN; a transfer of nothing is `at_end`'s error.
+fn transfer_full(
+    len: usize,
+    at_end: fn() -> io::Error,
+    mut op: impl FnMut(usize) -> io::Result<usize>,
+) -> io::Result<()> {
     let mut done = 0;
-    while done < buf.len() {
-        let rest = &mut buf[done..];
-        let at = offset + done as u64;
-        let n = if ring {
-            granary_rt::sync_ring::read_at(file.as_raw_fd(), rest, at)
-        } else {
-            // SAFETY: rest is a valid writable region of rest.len() bytes.
-            let n = unsafe { libc::pread(file.as_raw_fd(), rest.as_mut_ptr().cast(), rest.len(), at as libc::off_t) };
-            if n < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(n as usize)
-            }
-        };
-        let n = match n {
-            Ok(n) => n,
-            Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) => continue,
+    while done < len {
+        match op(done) {
+            Ok(0) => return Err(at_end()),
+            Ok(n) => done += n,
+            Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) => {}
             Err(e) => return Err(e),
-        };
-        if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the device"));
         }
-        done += n;
     }
     Ok(())
 }
 
+/// Read all of `buf` at `offset`: pread, or the thread's private ring.
+fn read_full(file: &File, buf: &mut [u8], offset: u64, ring: bool) -> io::Result<()> {
+    let fd = file.as_raw_fd();
+    let at_end = || io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the device");
+    transfer_full(buf.len(), at_end, |done| {
+        let (rest, at) = (&mut buf[done..], offset + done as u64);
+        if ring {
+            return granary_rt::sync_ring::read_at(fd, rest, at);
+        }
+        // SAFETY: rest is a valid writable region of rest.len() bytes.
+        syscall_count(unsafe { libc::pread(fd, rest.as_mut_ptr().cast(), rest.len(), at as libc::off_t) })
+    })
+}
+
 /// Write all of `buf` at `offset`: pwrite, or the thread's private ring.
 fn write_full(file: &File, buf: &[u8], offset: u64, ring: bool) -> io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        let rest = &buf[done..];
-        let at = offset + done as u64;
-        let n = if ring {
-            granary_rt::sync_ring::write_at(file.as_raw_fd(), rest, at)
-        } else {
-            // SAFETY: rest is a valid readable region of rest.len() bytes.
-            let n = unsafe { libc::pwrite(file.as_raw_fd(), rest.as_ptr().cast(), rest.len(), at as libc::off_t) };
-            if n < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(n as usize)
-            }
-        };
-        let n = match n {
-            Ok(n) => n,
-            Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) => continue,
-            Err(e) => return Err(e),
-        };
-        if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::WriteZero, "device accepted no bytes"));
+    let fd = file.as_raw_fd();
+    let at_end = || io::Error::new(io::ErrorKind::WriteZero, "device accepted no bytes");
+    transfer_full(buf.len(), at_end, |done| {
+        let (rest, at) = (&buf[done..], offset + done as u64);
+        if ring {
+            return granary_rt::sync_ring::write_at(fd, rest, at);
         }
-        done += n;
-    }
-    Ok(())
+        // SAFETY: rest is a valid readable region of rest.len() bytes.
+        syscall_count(unsafe { libc::pwrite(fd, rest.as_ptr().cast(), rest.len(), at as libc::off_t) })
+    })
 }
 
 impl Device for FileDevice {

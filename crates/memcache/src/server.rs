@@ -307,22 +307,16 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
 
 /// Receive the rest of a value from the socket into its record buffer;
 /// None if the connection ended or idled out.
-async fn receive_value(stream: &TcpStream, ctx: &Ctx, mut pb: granary_store::PutBuf) -> Option<granary_store::PutBuf> {
-    while !pb.is_full() {
-        let Ok((r, b)) = stream.recv_within(pb, ctx.cfg.idle_timeout).await else {
-            ctx.stats.idle_kicks.fetch_add(1, Relaxed);
-            return None;
-        };
-        pb = b;
-        match r {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => {
-                ctx.stats.bytes_read.fetch_add(n as u64, Relaxed);
-                pb.advance(n);
-            }
-        }
+async fn receive_value(stream: &TcpStream, ctx: &Ctx, pb: granary_store::PutBuf) -> Option<granary_store::PutBuf> {
+    let r = pb
+        .receive(stream, ctx.cfg.idle_timeout, |n| {
+            ctx.stats.bytes_read.fetch_add(n as u64, Relaxed);
+        })
+        .await;
+    if matches!(r, Err(granary_store::ReceiveEnd::Idle)) {
+        ctx.stats.idle_kicks.fetch_add(1, Relaxed);
     }
-    Some(pb)
+    r.ok()
 }
 
 /// One connection's request loop.

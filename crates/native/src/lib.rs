@@ -527,22 +527,16 @@ fn zero_copy_put<'a>(ctx: &Ctx, h: &Header, rest: &'a [u8]) -> Option<Option<(&'
 
 /// Receive the rest of `pb`'s value from the socket, straight into it;
 /// None if the connection ended (closed, error, idle timeout).
-async fn receive_into(conn: &Conn, ctx: &Ctx, mut pb: PutBuf) -> Option<PutBuf> {
-    while !pb.is_full() {
-        let Ok((r, b)) = conn.stream.recv_within(pb, ctx.cfg.idle_timeout).await else {
-            ctx.stats.idle_kicks.fetch_add(1, Relaxed);
-            return None;
-        };
-        pb = b;
-        match r {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => {
-                ctx.stats.bytes_read.fetch_add(n as u64, Relaxed);
-                pb.advance(n);
-            }
-        }
+async fn receive_into(conn: &Conn, ctx: &Ctx, pb: PutBuf) -> Option<PutBuf> {
+    let r = pb
+        .receive(&conn.stream, ctx.cfg.idle_timeout, |n| {
+            ctx.stats.bytes_read.fetch_add(n as u64, Relaxed);
+        })
+        .await;
+    if matches!(r, Err(granary_store::ReceiveEnd::Idle)) {
+        ctx.stats.idle_kicks.fetch_add(1, Relaxed);
     }
-    Some(pb)
+    r.ok()
 }
 
 /// Wait until `flight` may start, then run `job` in a task of its own.

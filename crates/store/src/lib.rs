@@ -42,7 +42,7 @@ pub use options::{Clock, CreateOptions, Durability, OpenOptions, ProgressHook};
 pub use recover::RecoveryReport;
 pub use store::{Change, Cond, GcPause, Item, ItemMeta, PutMode, PutOutcome, Stats, Store, RESERVED_KEY_PREFIX};
 pub use verify::VerifyReport;
-pub use zerocopy::{PutBuf, ValueBuf};
+pub use zerocopy::{PutBuf, ReceiveEnd, ValueBuf};
 
 pub use granary_io as io;
 

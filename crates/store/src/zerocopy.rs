@@ -147,3 +147,38 @@ unsafe impl granary_rt::IoBuf for PutBuf {
         self.value_len - self.filled
     }
 }
+
+/// Why [`PutBuf::receive`] stopped before the value was complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReceiveEnd {
+    /// The peer closed the connection, or receiving failed.
+    Closed,
+    /// Nothing arrived for the idle timeout.
+    Idle,
+}
+
+impl PutBuf {
+    /// Receive the rest of the value from `stream` straight into this
+    /// buffer (through the executor's ring), waiting at most `idle` for each
+    /// chunk; `received(n)` is told the size of every chunk. On an executor
+    /// thread only.
+    pub async fn receive(
+        mut self,
+        stream: &granary_rt::net::TcpStream,
+        idle: Option<std::time::Duration>,
+        mut received: impl FnMut(usize),
+    ) -> Result<PutBuf, ReceiveEnd> {
+        while !self.is_full() {
+            let Ok((r, b)) = stream.recv_within(self, idle).await else { return Err(ReceiveEnd::Idle) };
+            self = b;
+            match r {
+                Ok(0) | Err(_) => return Err(ReceiveEnd::Closed),
+                Ok(n) => {
+                    received(n);
+                    self.advance(n);
+                }
+            }
+        }
+        Ok(self)
+    }
+}
