@@ -198,6 +198,12 @@ pub fn render(src: &Sources) -> String {
         "Memcache bytes received and sent.",
         &[("dir=\"read\"", g(&m.bytes_read)), ("dir=\"written\"", g(&m.bytes_written))],
     );
+    o.metric(
+        "granary_memcache_zero_copy_total",
+        "counter",
+        "Memcache values received into or sent from the engine's buffers without a copy.",
+        &[("dir=\"set\"", g(&m.zero_copy_sets)), ("dir=\"get\"", g(&m.zero_copy_gets))],
+    );
     if let Some(n) = &src.native {
         o.gauge("granary_native_connections", "Open native connections.", n.connections.open() as f64);
         o.counter(
@@ -254,6 +260,12 @@ pub fn render(src: &Sources) -> String {
             "granary_native_connections_waiting_to_send",
             "Native connections waiting for their client to read.",
             g(&n.conns_waiting_to_send),
+        );
+        o.metric(
+            "granary_native_zero_copy_total",
+            "counter",
+            "Native values received into or sent from the engine's buffers without a copy.",
+            &[("dir=\"put\"", g(&n.zero_copy_puts)), ("dir=\"get\"", g(&n.zero_copy_gets))],
         );
         o.gauge(
             "granary_native_connections_paused",

@@ -414,6 +414,17 @@ fn config_file_flags_metrics_limits_and_clean_restart() {
     assert_eq!(stat(&s, "cmd_set"), (sets0 as u64 + 2).to_string());
     assert_eq!(stat(&s, "granary_index_memory_bytes"), sample(&page, "granary_index_memory_bytes").to_string());
     assert_eq!(http_get(&metrics, "/nope").0, "HTTP/1.1 404 Not Found");
+    // A value of 16 KiB and more is sent from the engine's read buffer.
+    let zc0 = sample(&http_get(&metrics, "/metrics").1, "granary_memcache_zero_copy_total{dir=\"get\"}");
+    let mut big = b"set big 0 0 20000\r\n".to_vec();
+    big.extend_from_slice(&[b'z'; 20000]);
+    big.extend_from_slice(b"\r\n");
+    assert_eq!(s.call(&big), b"STORED\r\n");
+    assert_eq!(s.call(b"get big\r\n").len(), "VALUE big 0 20000\r\n".len() + 20000 + 7);
+    let (_, page2) = http_get(&metrics, "/metrics");
+    assert_eq!(sample(&page2, "granary_memcache_zero_copy_total{dir=\"get\"}"), zc0 + 1.0);
+    assert_eq!(sample(&page2, "granary_native_zero_copy_total{dir=\"put\"}"), 0.0);
+    assert_eq!(s.call(b"delete big\r\n"), b"DELETED\r\n");
 
     // Limits from the file: item size, then connections.
     let big = format!("set big 0 0 200000\r\n{}\r\n", "x".repeat(200_000));
