@@ -792,12 +792,16 @@ impl Core {
         }
     }
 
-    fn check_value(&self, key: &[u8], value_len: u64) -> Result<()> {
+    /// Grains of a value record of `value_len` bytes for `key` (with an
+    /// explicit CAS value when `cas` is given); refuses one the store
+    /// cannot hold.
+    fn value_grains(&self, key: &[u8], value_len: u64, cas: Option<u64>) -> Result<u64> {
+        let len = value_len + if cas.is_some() { record::EXPLICIT_CAS_BYTES as u64 } else { 0 };
         let max = self.value_bytes_max(key.len());
-        if value_len > max {
+        if len > max {
             return Err(Error::ValueTooLarge { len: value_len, max });
         }
-        Ok(())
+        Ok(grains_for(record_bytes(key.len(), len), self.sb.grain_bytes))
     }
 
     /// PUT with a mode; returns whether it stored.
@@ -835,10 +839,8 @@ impl Core {
         cond: Cond,
         cas: Option<u64>,
     ) -> Result<(PutOutcome, u64)> {
-        let extra = if cas.is_some() { record::EXPLICIT_CAS_BYTES as u64 } else { 0 };
-        self.check_value(key, value.value_len() + extra)?;
+        let grains = self.value_grains(key, value.value_len(), cas)?;
         let h = key_hash(key);
-        let grains = grains_for(record_bytes(key.len(), value.value_len() + extra), self.sb.grain_bytes);
         loop {
             self.check_writable()?;
             self.space.await_room(Purpose::Put, grains).await.map_err(|e| self.check_writable().err().unwrap_or(e))?;
@@ -932,14 +934,11 @@ impl Core {
             let written = match change {
                 Change::Keep => return Ok((r, None)),
                 Change::Put { value, meta } => {
-                    self.check_value(key, value.len() as u64)?;
-                    need = grains_for(record_bytes(key.len(), value.len() as u64), self.sb.grain_bytes);
+                    need = self.value_grains(key, value.len() as u64, None)?;
                     self.write_value(key, h, Payload::Slice(&value), meta, existing, None).await.map(Some)
                 }
                 Change::PutCas { value, meta, cas } => {
-                    let len = value.len() as u64 + record::EXPLICIT_CAS_BYTES as u64;
-                    self.check_value(key, len)?;
-                    need = grains_for(record_bytes(key.len(), len), self.sb.grain_bytes);
+                    need = self.value_grains(key, value.len() as u64, Some(cas))?;
                     self.write_value(key, h, Payload::Slice(&value), meta, existing, Some(cas)).await.map(Some)
                 }
                 Change::Delete => match existing {
