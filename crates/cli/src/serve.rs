@@ -305,6 +305,8 @@ pub fn run(a: Config, progress: Option<granary_store::ProgressHook>) -> Result<(
         durability: if a.flush { Durability::Flush } else { Durability::Direct },
         evict: a.evict,
         progress,
+        // Meta flags h, l and the win token (W/Z): 4 bytes per index slot.
+        track_access: true,
         ..OpenOptions::default()
     };
     // With io_uring, requests' device IO goes through the executors' rings

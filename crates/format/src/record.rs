@@ -45,7 +45,7 @@ use crate::limits::*;
 /// "GREC" as a little-endian u32.
 pub const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"GREC");
 /// The record version this build writes and reads.
-pub const RECORD_VERSION: u8 = 3;
+pub const RECORD_VERSION: u8 = 4;
 /// The oldest record version this build reads.
 pub const RECORD_VERSION_MIN: u8 = 1;
 /// Flag bit: this record is a tombstone.
@@ -65,6 +65,10 @@ pub const FLAG_SUPERSEDES: u8 = 4;
 /// keeps it, a client's chosen value); the user's value follows them and
 /// `value_len` counts both. Without it the CAS value is `seq`.
 pub const FLAG_EXPLICIT_CAS: u8 = 8;
+/// Flag bit (values only, record version 4): the item is stale
+/// (memcache's invalidation, `md <key> I`): it still reads, marked as such,
+/// until a new value replaces it.
+pub const FLAG_STALE: u8 = 16;
 /// Bytes of an explicit CAS value.
 pub const EXPLICIT_CAS_BYTES: usize = 8;
 
@@ -107,6 +111,8 @@ pub struct RecordHeader {
     pub supersedes: bool,
     /// See [`FLAG_EXPLICIT_CAS`].
     pub explicit_cas: bool,
+    /// See [`FLAG_STALE`].
+    pub stale: bool,
     /// Values: opaque flags stored with the value (0 for tombstones).
     pub user_flags: u32,
     /// Values: unix seconds after which the value reads as absent; 0 = never.
@@ -126,6 +132,7 @@ impl RecordHeader {
             damaged_copy: false,
             supersedes: false,
             explicit_cas: false,
+            stale: false,
             user_flags: 0,
             expires: 0,
         }
@@ -166,6 +173,13 @@ impl RecordHeader {
         self
     }
 
+    /// This value header marked stale or not ([`FLAG_STALE`]).
+    pub fn with_stale(mut self, stale: bool) -> RecordHeader {
+        debug_assert!(!self.is_tombstone() || !stale);
+        self.stale = stale;
+        self
+    }
+
     /// Whether a value with this header has expired at `now` (unix seconds).
     pub fn expired_at(&self, now: u32) -> bool {
         self.expires != 0 && self.expires <= now
@@ -184,6 +198,7 @@ impl RecordHeader {
             damaged_copy: false,
             supersedes: false,
             explicit_cas: false,
+            stale: false,
             user_flags: 0,
             expires: 0,
         }
@@ -223,11 +238,12 @@ impl RecordHeader {
         }
         let bad = |field, value: u64| Err(FormatError::BadField { what: W, field, value });
         let flags = b[OFF_FLAGS];
-        let value_only = FLAG_SUPERSEDES | FLAG_EXPLICIT_CAS;
+        let value_only = FLAG_SUPERSEDES | FLAG_EXPLICIT_CAS | FLAG_STALE;
         if flags & !(FLAG_TOMBSTONE | FLAG_DAMAGED_COPY | value_only) != 0
             || (flags & value_only != 0 && flags & FLAG_TOMBSTONE != 0)
             || (flags & FLAG_SUPERSEDES != 0 && b[OFF_VERSION] < 2)
             || (flags & FLAG_EXPLICIT_CAS != 0 && b[OFF_VERSION] < 3)
+            || (flags & FLAG_STALE != 0 && b[OFF_VERSION] < 4)
         {
             return bad("flags", flags as u64);
         }
@@ -262,6 +278,7 @@ impl RecordHeader {
             // Version 1 did not record it: assume older versions may remain.
             supersedes: flags & FLAG_SUPERSEDES != 0 || (!tombstone && b[OFF_VERSION] == 1),
             explicit_cas,
+            stale: flags & FLAG_STALE != 0,
             user_flags: if tombstone { 0 } else { u32_at(b, OFF_USER_FLAGS) },
             expires: if tombstone { 0 } else { u32_at(b, OFF_EXPIRES) },
         })
@@ -295,7 +312,8 @@ impl RecordHeader {
         head[OFF_FLAGS] = if self.is_tombstone() { FLAG_TOMBSTONE } else { 0 }
             | if self.damaged_copy { FLAG_DAMAGED_COPY } else { 0 }
             | if self.supersedes { FLAG_SUPERSEDES } else { 0 }
-            | if self.explicit_cas { FLAG_EXPLICIT_CAS } else { 0 };
+            | if self.explicit_cas { FLAG_EXPLICIT_CAS } else { 0 }
+            | if self.stale { FLAG_STALE } else { 0 };
         put_u32(head, OFF_KEY_LEN, self.key_len);
         put_u32(head, OFF_STAMP, self.seg_stamp);
         put_u64(head, OFF_VALUE_LEN, self.value_len);
@@ -452,8 +470,8 @@ mod tests {
         f[OFF_FLAGS] = 0x80;
         assert!(matches!(RecordHeader::decode(&f), Err(FormatError::BadField { field: "flags", .. })));
         let mut v = b.clone();
-        v[OFF_VERSION] = 4;
-        assert!(matches!(RecordHeader::decode(&v), Err(FormatError::UnsupportedVersion { found: 4, .. })));
+        v[OFF_VERSION] = RECORD_VERSION + 1;
+        assert!(matches!(RecordHeader::decode(&v), Err(FormatError::UnsupportedVersion { found: 5, .. })));
         v[OFF_VERSION] = 0;
         assert!(matches!(RecordHeader::decode(&v), Err(FormatError::UnsupportedVersion { found: 0, .. })));
         let mut kl = b.clone();
@@ -515,6 +533,24 @@ mod tests {
         short[OFF_FLAGS] |= FLAG_EXPLICIT_CAS;
         put_u64(&mut short, OFF_VALUE_LEN, 7);
         assert!(matches!(RecordHeader::decode(&short), Err(FormatError::BadField { field: "value_len", .. })));
+    }
+
+    #[test]
+    fn stale_flag_round_trips_and_needs_version_4() {
+        let h = RecordHeader::value(3, 5, 7, 1).with_meta(9, 100).with_stale(true);
+        let b = encode(&h, b"key", b"value");
+        let d = RecordHeader::decode(&b).unwrap();
+        assert_eq!(d, h);
+        assert!(
+            d.stale && !RecordHeader::decode(&encode(&h.clone().with_stale(false), b"key", b"value")).unwrap().stale
+        );
+        verify_crc(SEED, &d, &b).unwrap();
+        let mut v3 = b.clone();
+        v3[OFF_VERSION] = 3;
+        assert!(matches!(RecordHeader::decode(&v3), Err(FormatError::BadField { field: "flags", .. })));
+        let mut t = encode(&RecordHeader::tombstone(3, 9, 4, 12), b"key", b"");
+        t[OFF_FLAGS] |= FLAG_STALE;
+        assert!(matches!(RecordHeader::decode(&t), Err(FormatError::BadField { field: "flags", .. })));
     }
 
     proptest! {

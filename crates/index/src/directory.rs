@@ -67,6 +67,9 @@ pub struct IndexConfig {
     /// holds this share of its slots (percent); below it, the entry is
     /// stashed. 0 grows at the first full neighbourhood.
     pub grow_load_percent: u64,
+    /// Keep a 4-byte access word beside every slot (see [`Index::access`]);
+    /// off by default: it costs 4 bytes per slot.
+    pub access_words: bool,
 }
 
 impl IndexConfig {
@@ -83,7 +86,13 @@ impl IndexConfig {
         let slots = table_homes as u64 + H as u64 - 1;
         let per_table = (LOCKS_TARGET >> initial_tables_log2).max(1);
         let log2 = (63 - (slots / per_table).max(1).leading_zeros()).clamp(7, REGION_SLOTS_LOG2_DEFAULT);
-        IndexConfig { table_homes, region_log2: log2, initial_tables_log2, grow_load_percent: GROW_LOAD_PERCENT }
+        IndexConfig {
+            table_homes,
+            region_log2: log2,
+            initial_tables_log2,
+            grow_load_percent: GROW_LOAD_PERCENT,
+            access_words: false,
+        }
     }
 }
 
@@ -260,7 +269,7 @@ impl Index {
         let regions = slots.div_ceil(1 << cfg.region_log2);
         let n = 1usize << cfg.initial_tables_log2;
         let dir = Dir {
-            tables: (0..n).map(|_| Table::new(cfg.table_homes as usize, cfg.region_log2)).collect(),
+            tables: (0..n).map(|_| Table::new(cfg.table_homes as usize, cfg.region_log2, cfg.access_words)).collect(),
             log2: cfg.initial_tables_log2,
         };
         Index {
@@ -375,15 +384,16 @@ impl Index {
             let e = old.get(s);
             if !e.is_free() {
                 dest(e).set(s, e);
+                dest(e).set_aux(s, old.get_aux(s));
             }
         }
         // Stashed entries homed in this region go back into a neighbourhood
         // of the (half as full) new table when it has room inside this
         // region, else to its stash.
-        for (home, e) in old.stash_take_region(r) {
-            let placed = home + H <= hi && dest(e).insert(Span { lo, hi }, home, e);
+        for (home, e, aux) in old.stash_take_region(r) {
+            let placed = home + H <= hi && dest(e).insert(Span { lo, hi }, home, e, aux);
             if !placed {
-                dest(e).stash_push_always(home, e);
+                dest(e).stash_push_always(home, e, aux);
             }
         }
         flag.store(true, Relaxed);
@@ -437,7 +447,9 @@ impl Index {
         }
         let n = st.cur.tables.len();
         let dir = Dir {
-            tables: (0..2 * n).map(|_| Table::new(self.cfg.table_homes as usize, self.cfg.region_log2)).collect(),
+            tables: (0..2 * n)
+                .map(|_| Table::new(self.cfg.table_homes as usize, self.cfg.region_log2, self.cfg.access_words))
+                .collect(),
             log2: st.cur.log2 + 1,
         };
         let regions = n * self.regions;
@@ -497,6 +509,11 @@ impl Index {
     /// Add an entry for a key not yet in the index; grows when the key's
     /// neighbourhood is full.
     pub fn insert(&self, h: u64, kv_size: u64, pba: u64) -> Result<(), IndexError> {
+        self.insert_with(h, kv_size, pba, 0)
+    }
+
+    /// [`Index::insert`] giving the new entry the access word `aux`.
+    pub fn insert_with(&self, h: u64, kv_size: u64, pba: u64, aux: u32) -> Result<(), IndexError> {
         loop {
             let (outcome, seen) = self.locked(h, |st, p, held, _g| {
                 let table = &st.cur.tables[p.table];
@@ -504,11 +521,11 @@ impl Index {
                 let can_grow = st.cur.log2 < TABLES_LOG2_MAX;
                 let slots = (st.cur.tables.len() * st.cur.tables[0].len()) as u64;
                 let loaded = self.entries.load(Relaxed) * 100 >= slots * self.cfg.grow_load_percent;
-                let outcome = if table.insert(held.span, p.home, e) {
+                let outcome = if table.insert(held.span, p.home, e, aux) {
                     Insert::Done
                 } else if can_grow && loaded {
                     Insert::Grow
-                } else if table.stash_push(p.home, e) {
+                } else if table.stash_push(p.home, e, aux) {
                     // An isolated overflow below the growth load: stashed, so
                     // one dense neighbourhood never doubles the whole index.
                     // (`stash_push` refuses a 33rd entry of one home and tag,
@@ -537,15 +554,42 @@ impl Index {
 
     /// Point the entry of `h` that points at `old_pba` to a new record.
     /// Returns false if no such entry exists.
+    /// The entry keeps its access word (a relocation moves the same item).
     pub fn replace(&self, h: u64, old_pba: u64, kv_size: u64, pba: u64) -> bool {
+        self.replace_with(h, old_pba, kv_size, pba, |a| a)
+    }
+
+    /// [`Index::replace`] setting the access word to `aux(old word)`.
+    pub fn replace_with(&self, h: u64, old_pba: u64, kv_size: u64, pba: u64, aux: impl FnOnce(u32) -> u32) -> bool {
         self.locked(h, |st, p, _held, _g| {
-            st.cur.tables[p.table].update(p.home, p.ktag, old_pba, Some(Entry::new(0, p.ktag, kv_size, pba)))
+            let new = Entry::new(0, p.ktag, kv_size, pba);
+            st.cur.tables[p.table].update(p.home, p.ktag, old_pba, Some(new), aux)
         })
+    }
+
+    /// The access word of `h`'s entry that points at `pba`, replaced by
+    /// `f(old)`; returns the old word, or None when the index keeps no
+    /// access words or has no such entry (replaced or removed meanwhile).
+    /// When `f` leaves the word as it is, no lock is taken: the word is
+    /// read like a lookup reads.
+    pub fn access(&self, h: u64, pba: u64, f: impl Fn(u32) -> u32) -> Option<u32> {
+        if !self.cfg.access_words {
+            return None;
+        }
+        let peek = self.optimistic(h, |st, p| {
+            st.mig.is_none().then(|| st.cur.tables[p.table].peek_access(p.home, p.ktag, pba)).flatten()
+        });
+        if let Some(old) = peek {
+            if f(old) == old {
+                return Some(old);
+            }
+        }
+        self.locked(h, |st, p, _held, _g| st.cur.tables[p.table].access(p.home, p.ktag, pba, f))
     }
 
     /// Remove the entry of `h` that points at `pba`.
     pub fn remove(&self, h: u64, pba: u64) -> bool {
-        let done = self.locked(h, |st, p, _held, _g| st.cur.tables[p.table].update(p.home, p.ktag, pba, None));
+        let done = self.locked(h, |st, p, _held, _g| st.cur.tables[p.table].update(p.home, p.ktag, pba, None, |a| a));
         if done {
             self.entries.fetch_sub(1, Relaxed);
         }
@@ -616,6 +660,7 @@ impl Index {
                 return false;
             }
             table.set(slot, e);
+            table.set_aux(slot, 0);
             true
         });
         if placed {
@@ -659,6 +704,7 @@ impl Index {
                 let slot = home + e.neigh_off() as usize;
                 if same && slot < held.span.hi && table.get(slot).is_free() {
                     table.set(slot, e);
+                    table.set_aux(slot, 0);
                     placed += 1;
                 } else {
                     rest.push((home, e));

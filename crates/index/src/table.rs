@@ -18,6 +18,12 @@
 //!   a table of hundreds of MiB then misses the TLB far less often (the
 //!   kernel zeroes 2 MiB at a time, on first touch). Smaller ones are heap
 //!   allocations.
+//! - With access words on ([`crate::IndexConfig::access_words`]), a
+//!   parallel array holds one `u32` per slot for the index's user (the
+//!   store keeps an item's fetched bit, last access time and win token
+//!   there). It travels with its entry: every displacement, migration and
+//!   stash move carries it; a new entry gets the word its writer gives.
+//!   Read and written under the same region locks as the slots.
 //! - The *stash* holds the rare entries whose neighbourhood has no room
 //!   while the index is not loaded enough to grow, or cannot grow any more
 //!   (linear neighbourhoods of 32 fail first in the densest window: a few
@@ -131,9 +137,14 @@ impl Drop for Slots {
     }
 }
 
+/// A stashed entry: its home, the entry and its access word.
+pub(crate) type Stashed = (usize, Entry, u32);
+
 pub(crate) struct Table {
     slots: Slots,
-    stash: Mutex<Vec<(usize, Entry)>>,
+    /// One access word per slot, or empty when the index keeps none.
+    aux: Box<[AtomicU32]>,
+    stash: Mutex<Vec<Stashed>>,
     stashed: Box<[AtomicU32]>,
     region_log2: u32,
 }
@@ -148,18 +159,25 @@ pub(crate) struct Span {
 impl Table {
     /// A table of free slots for `homes` home slots, locked in regions of
     /// `2^region_log2` slots.
-    pub(crate) fn new(homes: usize, region_log2: u32) -> Table {
+    pub(crate) fn new(homes: usize, region_log2: u32, access_words: bool) -> Table {
         let slots = Slots::zeroed(homes + H - 1);
         let regions = slots.len().div_ceil(1 << region_log2);
+        // A zeroed Vec of this size comes from the allocator's zeroed
+        // pages (calloc), so it costs nothing until touched either.
+        let aux: Box<[u32]> = if access_words { vec![0u32; slots.len()].into_boxed_slice() } else { Box::new([]) };
+        // SAFETY: AtomicU32 has the size, alignment and bit validity of u32
+        // (std documents this), so the boxed slice may be reinterpreted.
+        let aux = unsafe { Box::from_raw(Box::into_raw(aux) as *mut [AtomicU32]) };
         Table {
             slots,
+            aux,
             stash: Mutex::new(Vec::new()),
             stashed: (0..regions).map(|_| AtomicU32::new(0)).collect(),
             region_log2,
         }
     }
 
-    fn stash(&self) -> MutexGuard<'_, Vec<(usize, Entry)>> {
+    fn stash(&self) -> MutexGuard<'_, Vec<Stashed>> {
         self.stash.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -170,7 +188,7 @@ impl Table {
     /// Stashed entries with home `home` and key tag `ktag`.
     pub(crate) fn stash_matches(&self, home: usize, ktag: u16, mut f: impl FnMut(Entry)) {
         if self.has_stashed(home) {
-            for &(h, e) in self.stash().iter() {
+            for &(h, e, _) in self.stash().iter() {
                 if h == home && e.key_tag() == ktag {
                     f(e);
                 }
@@ -180,32 +198,32 @@ impl Table {
 
     /// Stash `e` (home `home`); false when the stash is full, or when its
     /// home and key tag already have `H` entries (a lookup returns at most `H`).
-    pub(crate) fn stash_push(&self, home: usize, e: Entry) -> bool {
+    pub(crate) fn stash_push(&self, home: usize, e: Entry, aux: u32) -> bool {
         let mut same = 0;
         self.matches(home, e.key_tag(), |_, _| same += 1);
         let mut st = self.stash();
-        same += st.iter().filter(|(h, x)| *h == home && x.key_tag() == e.key_tag()).count();
+        same += st.iter().filter(|(h, x, _)| *h == home && x.key_tag() == e.key_tag()).count();
         if st.len() >= STASH_ENTRIES_MAX || same >= H {
             return false;
         }
-        st.push((home, e.with_neigh_off(0)));
+        st.push((home, e.with_neigh_off(0), aux));
         self.stashed[home >> self.region_log2].fetch_add(1, Relaxed);
         true
     }
 
     /// Stash `e` even past the limit (migration must not lose entries).
-    pub(crate) fn stash_push_always(&self, home: usize, e: Entry) {
-        self.stash().push((home, e.with_neigh_off(0)));
+    pub(crate) fn stash_push_always(&self, home: usize, e: Entry, aux: u32) {
+        self.stash().push((home, e.with_neigh_off(0), aux));
         self.stashed[home >> self.region_log2].fetch_add(1, Relaxed);
     }
 
     /// Remove and return the stashed entries homed in region `r`.
-    pub(crate) fn stash_take_region(&self, r: usize) -> Vec<(usize, Entry)> {
+    pub(crate) fn stash_take_region(&self, r: usize) -> Vec<Stashed> {
         if self.stashed[r].load(Relaxed) == 0 {
             return Vec::new();
         }
         let mut st = self.stash();
-        let (taken, kept): (Vec<_>, Vec<_>) = st.drain(..).partition(|(h, _)| h >> self.region_log2 == r);
+        let (taken, kept): (Vec<_>, Vec<_>) = st.drain(..).partition(|(h, _, _)| h >> self.region_log2 == r);
         *st = kept;
         self.stashed[r].store(0, Relaxed);
         taken
@@ -213,7 +231,7 @@ impl Table {
 
     /// Every stashed entry with its home.
     pub(crate) fn stash_entries(&self) -> Vec<(usize, Entry)> {
-        self.stash().clone()
+        self.stash().iter().map(|&(h, e, _)| (h, e)).collect()
     }
 
     pub(crate) fn stash_len(&self) -> usize {
@@ -233,7 +251,66 @@ impl Table {
     }
 
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.slots.len() * 8 + self.stashed.len() * 4 + self.stash().capacity() * 16
+        self.slots.len() * 8
+            + self.aux.len() * 4
+            + self.stashed.len() * 4
+            + self.stash().capacity() * std::mem::size_of::<Stashed>()
+    }
+
+    /// The access word of `slot` (0 when the index keeps none).
+    pub(crate) fn get_aux(&self, slot: usize) -> u32 {
+        self.aux.get(slot).map_or(0, |a| a.load(Relaxed))
+    }
+
+    pub(crate) fn set_aux(&self, slot: usize, v: u32) {
+        if let Some(a) = self.aux.get(slot) {
+            a.store(v, Relaxed)
+        }
+    }
+
+    /// Move entry `e` (its offset already set for `to`) from slot `from`
+    /// to the free slot `to`, with its access word.
+    fn move_entry(&self, from: usize, to: usize, e: Entry) {
+        self.set(to, e);
+        self.set_aux(to, self.get_aux(from));
+        self.set(from, Entry::FREE);
+        self.set_aux(from, 0);
+    }
+
+    /// The access word of the entry of home `home` that points at `pba`,
+    /// read without the stash (the lock-free path; None: not found there).
+    pub(crate) fn peek_access(&self, home: usize, ktag: u16, pba: u64) -> Option<u32> {
+        let mut out = None;
+        self.matches(home, ktag, |slot, e| {
+            if out.is_none() && e.pba() == pba {
+                out = Some(self.get_aux(slot));
+            }
+        });
+        out
+    }
+
+    /// Replace the access word of the entry of home `home` that points at
+    /// `pba` by `f(old)`; returns the old word, None if no such entry.
+    pub(crate) fn access(&self, home: usize, ktag: u16, pba: u64, f: impl FnOnce(u32) -> u32) -> Option<u32> {
+        let mut at = None;
+        self.matches(home, ktag, |slot, e| {
+            if at.is_none() && e.pba() == pba {
+                at = Some(slot);
+            }
+        });
+        if let Some(slot) = at {
+            let old = self.get_aux(slot);
+            self.set_aux(slot, f(old));
+            return Some(old);
+        }
+        if !self.has_stashed(home) {
+            return None;
+        }
+        let mut st = self.stash();
+        let x = st.iter_mut().find(|(h, e, _)| *h == home && e.key_tag() == ktag && e.pba() == pba)?;
+        let old = x.2;
+        x.2 = f(old);
+        Some(old)
     }
 
     pub(crate) fn get(&self, slot: usize) -> Entry {
@@ -282,25 +359,44 @@ impl Table {
     }
 
     /// Replace (or free, with `new == None`) the entry of home `home` that
-    /// points at `pba`, in the neighbourhood or the stash.
-    pub(crate) fn update(&self, home: usize, ktag: u16, pba: u64, new: Option<Entry>) -> bool {
-        let mut done = false;
+    /// points at `pba`, in the neighbourhood or the stash; a replacement's
+    /// access word becomes `aux(old word)`.
+    pub(crate) fn update(
+        &self,
+        home: usize,
+        ktag: u16,
+        pba: u64,
+        new: Option<Entry>,
+        aux: impl FnOnce(u32) -> u32,
+    ) -> bool {
+        let mut at = None;
         self.matches(home, ktag, |slot, e| {
-            if !done && e.pba() == pba {
-                let v = new.map_or(Entry::FREE, |n| n.with_neigh_off((slot - home) as u32));
-                self.set(slot, v);
-                done = true;
+            if at.is_none() && e.pba() == pba {
+                at = Some(slot);
             }
         });
-        if done || !self.has_stashed(home) {
-            return done;
+        if let Some(slot) = at {
+            match new {
+                Some(n) => {
+                    self.set(slot, n.with_neigh_off((slot - home) as u32));
+                    self.set_aux(slot, aux(self.get_aux(slot)));
+                }
+                None => {
+                    self.set(slot, Entry::FREE);
+                    self.set_aux(slot, 0);
+                }
+            }
+            return true;
+        }
+        if !self.has_stashed(home) {
+            return false;
         }
         let mut st = self.stash();
-        let Some(i) = st.iter().position(|&(h, e)| h == home && e.key_tag() == ktag && e.pba() == pba) else {
+        let Some(i) = st.iter().position(|&(h, e, _)| h == home && e.key_tag() == ktag && e.pba() == pba) else {
             return false;
         };
         match new {
-            Some(n) => st[i].1 = n.with_neigh_off(0),
+            Some(n) => st[i] = (home, n.with_neigh_off(0), aux(st[i].2)),
             None => {
                 st.swap_remove(i);
                 self.stashed[home >> self.region_log2].fetch_sub(1, Relaxed);
@@ -312,7 +408,7 @@ impl Table {
     /// Insert `new` (its offset is set here) with home `home`, displacing
     /// entries hopscotch-style within `span`. Returns false when no free
     /// slot can be brought into the neighbourhood: the caller grows.
-    pub(crate) fn insert(&self, span: Span, home: usize, new: Entry) -> bool {
+    pub(crate) fn insert(&self, span: Span, home: usize, new: Entry, aux: u32) -> bool {
         debug_assert!(span.lo <= home && home + H <= span.hi);
         let Some(mut free) = (home..span.hi).find(|&s| self.get(s).is_free()) else {
             return false;
@@ -338,16 +434,17 @@ impl Table {
                 return match self.find_chain(span, home) {
                     Some(slot) => {
                         self.set(slot, new.with_neigh_off((slot - home) as u32));
+                        self.set_aux(slot, aux);
                         true
                     }
                     None => false,
                 };
             };
-            self.set(free, e.with_neigh_off((free - ehome) as u32));
-            self.set(s, Entry::FREE);
+            self.move_entry(s, free, e.with_neigh_off((free - ehome) as u32));
             free = s;
         }
         self.set(free, new.with_neigh_off((free - home) as u32));
+        self.set_aux(free, aux);
         true
     }
 
@@ -385,8 +482,7 @@ impl Table {
             let (s, f) = (w[0], w[1]);
             let e = self.get(s);
             let ehome = s - e.neigh_off() as usize;
-            self.set(f, e.with_neigh_off((f - ehome) as u32));
-            self.set(s, Entry::FREE);
+            self.move_entry(s, f, e.with_neigh_off((f - ehome) as u32));
         }
         Some(start)
     }

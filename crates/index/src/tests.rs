@@ -16,7 +16,13 @@ fn h(home: u64, tag: u8) -> u64 {
 
 /// A small index that grows at the first full neighbourhood.
 fn small(region_log2: u32) -> Index {
-    Index::new(IndexConfig { table_homes: HOMES, region_log2, initial_tables_log2: 0, grow_load_percent: 0 })
+    Index::new(IndexConfig {
+        table_homes: HOMES,
+        region_log2,
+        initial_tables_log2: 0,
+        grow_load_percent: 0,
+        access_words: false,
+    })
 }
 
 fn pbas(idx: &Index, hash: u64) -> Vec<u64> {
@@ -374,8 +380,13 @@ proptest! {
 /// what linear neighbourhoods of 32 allow on their own.
 #[test]
 fn stash_takes_overflow_at_the_largest_directory() {
-    let idx =
-        Index::new(IndexConfig { table_homes: HOMES, region_log2: 5, initial_tables_log2: 8, grow_load_percent: 0 });
+    let idx = Index::new(IndexConfig {
+        table_homes: HOMES,
+        region_log2: 5,
+        initial_tables_log2: 8,
+        grow_load_percent: 0,
+        access_words: false,
+    });
     let slots = 256 * (HOMES as u64 + 31);
     let mut all = Vec::new();
     let mut x = 99u64;
@@ -449,6 +460,7 @@ fn snapshot_sees_each_key_once_under_concurrent_displacement() {
         region_log2: 5,
         initial_tables_log2: 1,
         grow_load_percent: 100,
+        access_words: false,
     });
     let h = |home: u64, tag: u8| ((home << SLOT_BITS).div_ceil(N)) | ((tag as u64) << SLOT_BITS);
     // Stable keys: unique (home, tag 1); dense so inserts displace them.
@@ -533,6 +545,7 @@ fn fp_bits_filter_candidates_when_tags_pick_tables() {
         region_log2: 10,
         initial_tables_log2: TABLES_LOG2_MAX,
         grow_load_percent: 85,
+        access_words: false,
     });
     let keys = 256 * HOMES_PER_TABLE as u64 / 2; // load 0.5
     for k in 0..keys {
@@ -553,7 +566,7 @@ fn fp_bits_filter_candidates_when_tags_pick_tables() {
 #[test]
 fn large_tables_are_mapped_and_small_ones_allocated() {
     for homes in [1000usize, 600_000] {
-        let t = crate::table::Table::new(homes, 13);
+        let t = crate::table::Table::new(homes, 13, false);
         assert_eq!(t.len(), homes + NEIGHBOURHOOD - 1);
         assert!((0..t.len()).step_by(997).all(|s| t.get(s).is_free()));
         let e = Entry::new(0, 0x123, 1, 42);
@@ -561,4 +574,130 @@ fn large_tables_are_mapped_and_small_ones_allocated() {
         assert_eq!(t.get(homes - 1), e);
         assert_eq!(t.is_mapped(), homes * 8 >= crate::table::HUGE_PAGE_BYTES);
     }
+}
+
+#[derive(Debug, Clone)]
+enum AuxOp {
+    Insert(u64, u32),
+    Remove(usize),
+    /// Replace keeping the word (a relocation), or setting a new one.
+    Replace(usize, Option<u32>),
+    /// `access` adding this to the word.
+    Access(usize, u32),
+}
+
+/// An index with access words, small enough to grow and stash.
+fn small_aux(grow_load_percent: u64) -> Index {
+    Index::new(IndexConfig {
+        table_homes: HOMES,
+        region_log2: 5,
+        initial_tables_log2: 0,
+        grow_load_percent,
+        access_words: true,
+    })
+}
+
+proptest! {
+    /// Access words follow their entries through displacement, growth
+    /// (migration) and the stash: every entry's word matches a model.
+    #[test]
+    fn access_words_follow_entries(grow in prop_oneof![Just(0u64), Just(85u64)], ops in proptest::collection::vec(prop_oneof![
+        3 => ((0u64..4096), any::<u32>()).prop_map(|(x, a)| AuxOp::Insert(x, a)),
+        1 => any::<usize>().prop_map(AuxOp::Remove),
+        1 => (any::<usize>(), proptest::option::of(any::<u32>())).prop_map(|(i, a)| AuxOp::Replace(i, a)),
+        1 => (any::<usize>(), 1u32..1000).prop_map(|(i, d)| AuxOp::Access(i, d)),
+    ], 1..500)) {
+        let idx = small_aux(grow);
+        let mut model: Vec<(u64, u64, u32)> = Vec::new(); // (hash, pba, word)
+        let mut next_pba = 0;
+        for op in ops {
+            match op {
+                AuxOp::Insert(x, a) => {
+                    // Few homes, many tags: dense neighbourhoods displace.
+                    let hash = h(x & 15, (x >> 4) as u8);
+                    idx.insert_with(hash, 1, next_pba, a).unwrap();
+                    model.push((hash, next_pba, a));
+                    next_pba += 1;
+                }
+                AuxOp::Remove(i) if !model.is_empty() => {
+                    let (hash, pba, _) = model.swap_remove(i % model.len());
+                    prop_assert!(idx.remove(hash, pba));
+                }
+                AuxOp::Replace(i, a) if !model.is_empty() => {
+                    let i = i % model.len();
+                    let (hash, pba, old) = model[i];
+                    let mut seen = None;
+                    let replaced = idx.replace_with(hash, pba, 1, next_pba, |w| {
+                        seen = Some(w);
+                        a.unwrap_or(w)
+                    });
+                    prop_assert!(replaced);
+                    prop_assert_eq!(seen, Some(old));
+                    model[i] = (hash, next_pba, a.unwrap_or(old));
+                    next_pba += 1;
+                }
+                AuxOp::Access(i, d) if !model.is_empty() => {
+                    let i = i % model.len();
+                    let (hash, pba, old) = model[i];
+                    prop_assert_eq!(idx.access(hash, pba, |w| w.wrapping_add(d)), Some(old));
+                    model[i].2 = old.wrapping_add(d);
+                }
+                _ => {}
+            }
+        }
+        for &(hash, pba, word) in &model {
+            prop_assert_eq!(idx.access(hash, pba, |w| w), Some(word), "hash {:#x} pba {}", hash, pba);
+        }
+        prop_assert_eq!(idx.access(h(1, 1), u64::MAX >> 30, |w| w), None);
+    }
+}
+
+/// Without access words, `access` answers None and tables carry no array.
+#[test]
+fn access_words_are_off_by_default() {
+    let idx = small(5);
+    idx.insert_with(h(1, 1), 1, 7, 42).unwrap();
+    assert_eq!(idx.access(h(1, 1), 7, |w| w + 1), None);
+    let with = small_aux(0);
+    with.insert_with(h(1, 1), 1, 7, 42).unwrap();
+    assert_eq!(with.stats().memory_bytes, idx.stats().memory_bytes + (HOMES as u64 + 31) * 4);
+}
+
+/// Concurrent accessors and inserters while the directory grows: every
+/// thread's words end as it left them.
+#[test]
+fn access_words_survive_concurrent_growth() {
+    let idx = std::sync::Arc::new(Index::new(IndexConfig {
+        table_homes: 1024,
+        region_log2: 7,
+        initial_tables_log2: 0,
+        grow_load_percent: 85,
+        access_words: true,
+    }));
+    let threads: Vec<_> = (0..2u64)
+        .map(|t| {
+            let idx = idx.clone();
+            std::thread::spawn(move || {
+                let mut mine = Vec::new();
+                for i in 0..20_000u64 {
+                    let pba = t << 30 | i;
+                    let hash = xorshift(pba + 1);
+                    idx.insert_with(hash, 1, pba, i as u32).unwrap();
+                    mine.push((hash, pba, i as u32));
+                    // Touch an earlier entry of ours while others move it.
+                    let j = (xorshift(i) % mine.len() as u64) as usize;
+                    let (hh, pp, w) = mine[j];
+                    assert_eq!(idx.access(hh, pp, |x| x + 1), Some(w), "thread {t} entry {j}");
+                    mine[j].2 = w + 1;
+                }
+                for (hash, pba, w) in mine {
+                    assert_eq!(idx.access(hash, pba, |x| x), Some(w));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(idx.stats().grows >= 4, "{:?}", idx.stats());
 }

@@ -325,7 +325,7 @@ impl<'a> Conn<'a> {
                 continue;
             };
             self.ctx.stats.cmd_touch.fetch_add(1, Relaxed);
-            let got = touch_item(self.ctx, key, exp, None).await;
+            let got = touch_item(self.ctx, key, exp, None, true).await;
             match got {
                 Ok(Some(it)) => {
                     self.ctx.stats.get_hits.fetch_add(1, Relaxed);
@@ -459,7 +459,7 @@ impl<'a> Conn<'a> {
                     };
                     self.pending = Some(PendingPut {
                         pb,
-                        meta: ItemMeta { flags, expires: self.expires(exptime) },
+                        meta: ItemMeta::new(flags, self.expires(exptime)),
                         cond,
                         noreply,
                         cmd: command_index(t[0]),
@@ -477,7 +477,7 @@ impl<'a> Conn<'a> {
             return Step::Consumed(consumed);
         }
         let data = &rest[..bytes];
-        let meta = ItemMeta { flags, expires: self.expires(exptime) };
+        let meta = ItemMeta::new(flags, self.expires(exptime));
         let r = match kind {
             Store::Set => self.put(key, data, meta, Cond::Always).await,
             Store::Add => self.put(key, data, meta, Cond::Absent).await,
@@ -660,7 +660,7 @@ impl<'a> Conn<'a> {
         };
         self.ctx.stats.cmd_touch.fetch_add(1, Relaxed);
         let exp = self.expires(exptime);
-        match touch_item(self.ctx, key, exp, None).await {
+        match touch_item(self.ctx, key, exp, None, true).await {
             Ok(Some(_)) => {
                 self.ctx.stats.touch_hits.fetch_add(1, Relaxed);
                 if !noreply {
@@ -757,16 +757,18 @@ pub(crate) async fn touch_item(
     key: &[u8],
     expires: u32,
     new_cas: Option<u64>,
+    fetch: bool,
 ) -> Result<Option<Item>, Error> {
     let (it, _) = ctx
         .store
         .update_async(key, |it| match it {
             None => (Change::Keep, None),
             Some(it) => {
-                let meta = ItemMeta { flags: it.meta.flags, expires };
+                // The same item (stale mark included), with its access state.
+                let meta = ItemMeta { expires, ..it.meta };
                 let cas = new_cas.unwrap_or(it.cas);
                 (
-                    Change::PutCas { value: it.value.clone(), meta, cas },
+                    Change::Touch { value: it.value.clone(), meta, cas, fetch },
                     Some(Item { value: it.value.clone(), meta, cas }),
                 )
             }
@@ -815,7 +817,8 @@ pub(crate) async fn arith(
             if v.len() < it.value.len() {
                 v.resize(it.value.len(), b' ');
             }
-            let meta = ItemMeta { flags: it.meta.flags, expires: expires.unwrap_or(it.meta.expires) };
+            // Flags and the stale mark kept (memcached updates in place).
+            let meta = ItemMeta { expires: expires.unwrap_or(it.meta.expires), ..it.meta };
             let change = match new_cas {
                 Some(cas) => Change::PutCas { value: v, meta, cas },
                 None => Change::Put { value: v, meta },

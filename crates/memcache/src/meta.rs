@@ -1,16 +1,18 @@
 //! The meta commands (memcached 1.6 protocol.txt, "Meta Commands"): mg, ms,
 //! md, ma, me (mn is answered in `exec`), and the `stats` views.
 //!
-//! Supported flags: mg `b c E f k O q s t v N T`; ms `b c C E F k O q T M`
-//! (modes E A P R S); md `b C k O q`; ma `b c C E N J D T M q O t v k`
-//! (modes I + D -). `E<cas>` gives a modified item that CAS value instead
-//! of a fresh one. Others (`h l u I x R` and the win/stale machinery
-//! beyond the W flag of a vivified miss) are refused with
-//! `CLIENT_ERROR invalid flag`, never ignored silently: see docs/MEMCACHE.md.
+//! Supported flags: mg `b c E f h k l O q s t u v N R T`; ms
+//! `b c C E F I k O q T M` (modes E A P R S); md `b C I k O q T`; ma
+//! `b c C E N J D T M q O t v k` (modes I + D -). `E<cas>` gives a modified
+//! item that CAS value instead of a fresh one. `h`, `l` and the win token
+//! (`W`, `Z`) come from the store's access state (`granary_store::Access`);
+//! stale items (`I`, `X`) are marked in their records. Others (`x`, and any
+//! unknown flag) are refused with `CLIENT_ERROR invalid flag`, never
+//! ignored silently: see docs/MEMCACHE.md.
 
 use crate::exec::{arith, key_ok, parse, touch_item, version, Arith, Conn, Step};
 use crate::server::Ctx;
-use granary_store::{Change, Cond, Item, ItemMeta, PutOutcome};
+use granary_store::{Access, Change, Cond, Item, ItemMeta, PutOutcome};
 use std::sync::atomic::Ordering::Relaxed;
 
 /// A parsed flag: its letter and token (possibly empty).
@@ -112,9 +114,19 @@ impl Conn<'_> {
     }
 
     /// Append the return flags `want` asks for (in its order), then `extra`.
-    fn ret_flags(&mut self, fl: &[Flag<'_>], raw_key: &[u8], it: Option<&Item>, extra: &str) {
+    /// `h` and `l` come from `acc`, the item's access state before this
+    /// request.
+    fn ret_flags(&mut self, fl: &[Flag<'_>], raw_key: &[u8], it: Option<&Item>, acc: Option<&Access>, extra: &str) {
         for f in fl {
             let s = match (f.c, it) {
+                (b'h', Some(_)) => match acc {
+                    Some(a) => format!(" h{}", a.fetched as u8),
+                    None => continue,
+                },
+                (b'l', Some(_)) => match acc {
+                    Some(a) => format!(" l{}", self.ctx.store.now().saturating_sub(a.last_access)),
+                    None => continue,
+                },
                 (b'c', Some(it)) => format!(" c{}", it.cas),
                 (b'f', Some(it)) => format!(" f{}", it.meta.flags),
                 (b's', Some(it)) => format!(" s{}", it.value.len()),
@@ -141,14 +153,14 @@ impl Conn<'_> {
     }
 
     /// A hit: `VA <len> <flags>` and the value with `v`, else `HD <flags>`.
-    fn meta_hit(&mut self, fl: &[Flag<'_>], raw_key: &[u8], it: &Item, extra: &str) {
+    fn meta_hit(&mut self, fl: &[Flag<'_>], raw_key: &[u8], it: &Item, acc: Option<&Access>, extra: &str) {
         let v = has(fl, b'v');
         if v {
             self.out.extend_from_slice(format!("VA {}", it.value.len()).as_bytes());
         } else {
             self.out.extend_from_slice(b"HD");
         }
-        self.ret_flags(fl, raw_key, Some(it), extra);
+        self.ret_flags(fl, raw_key, Some(it), acc, extra);
         self.out.extend_from_slice(b"\r\n");
         if v {
             self.out.extend_from_slice(&it.value);
@@ -159,7 +171,7 @@ impl Conn<'_> {
     /// A reply code with the opaque and key flags echoed.
     fn meta_code(&mut self, code: &str, fl: &[Flag<'_>], raw_key: &[u8], it: Option<&Item>) {
         self.out.extend_from_slice(code.as_bytes());
-        self.ret_flags(fl, raw_key, it, "");
+        self.ret_flags(fl, raw_key, it, None, "");
         self.out.extend_from_slice(b"\r\n");
     }
 
@@ -186,7 +198,7 @@ impl Conn<'_> {
     }
 
     async fn mg(&mut self, raw_key: &[u8], t: &[&[u8]]) {
-        let fl = match flags(t, b"bcEfkOqstvNT") {
+        let fl = match flags(t, b"bcEfhklOqstuvNRT") {
             Ok(fl) => fl,
             Err(m) => return self.client_error(m),
         };
@@ -195,37 +207,59 @@ impl Conn<'_> {
             Some(None) => return self.client_error("bad token in command line format"),
             e => e.flatten(),
         };
+        let (recache, ttl) = (tok(&fl, b'R').map(parse::<i64>), tok(&fl, b'T').map(parse::<i64>));
+        if matches!(recache, Some(None)) || matches!(ttl, Some(None)) {
+            return self.client_error("bad token in command line format");
+        }
+        let (recache, ttl) = (recache.flatten(), ttl.flatten());
         self.ctx.stats.cmd_get.fetch_add(1, Relaxed);
-        let got = match tok(&fl, b'T').map(parse::<i64>) {
-            Some(None) => return self.client_error("bad token in command line format"),
-            Some(Some(ttl)) => {
-                self.ctx.stats.cmd_touch.fetch_add(1, Relaxed);
-                touch_item(self.ctx, &key, self.expires(ttl), new_cas).await
-            }
-            None => self.ctx.store.get_item_async(&key).await,
+        // The win token goes to the first reader of a stale item, or (R) of
+        // one with less than that many seconds to live.
+        let now = self.ctx.store.now() as i64;
+        let want_win = |it: &Item| {
+            it.meta.stale || recache.is_some_and(|r| it.meta.expires != 0 && (it.meta.expires as i64 - now) < r)
         };
+        let mut got = self.ctx.store.get_item_access_async(&key, !has(&fl, b'u'), want_win).await;
+        if let (Ok(Some(ia)), Some(ttl)) = (&mut got, ttl) {
+            // T: touch after the read, keeping the access state it saw.
+            self.ctx.stats.cmd_touch.fetch_add(1, Relaxed);
+            match touch_item(self.ctx, &key, self.expires(ttl), new_cas, false).await {
+                Ok(Some(it)) => ia.item = it,
+                Ok(None) => got = Ok(None),
+                Err(e) => got = Err(e),
+            }
+        }
         match got {
-            Ok(Some(it)) => {
+            Ok(Some(ia)) => {
                 self.ctx.stats.get_hits.fetch_add(1, Relaxed);
-                self.meta_hit(&fl, raw_key, &it, "");
+                // memcached's order: Z (a token was already sent), X
+                // (stale), W (this client won the token).
+                let mut extra = String::new();
+                if ia.prior.win_sent {
+                    extra.push_str(" Z");
+                }
+                if ia.item.meta.stale {
+                    extra.push_str(" X");
+                }
+                if ia.won {
+                    extra.push_str(" W");
+                }
+                self.meta_hit(&fl, raw_key, &ia.item, Some(&ia.prior), &extra);
             }
             Ok(None) => {
                 self.ctx.stats.get_misses.fetch_add(1, Relaxed);
                 if let Some(n) = tok(&fl, b'N') {
                     // Vivify: create an empty item; this client "wins" (W)
-                    // and is expected to fill it.
+                    // and is expected to fill it; later readers see Z.
                     let Some(ttl) = parse::<i64>(n) else {
                         return self.client_error("bad token in command line format");
                     };
-                    let meta = ItemMeta { flags: 0, expires: self.expires(ttl) };
-                    let put = match new_cas {
-                        Some(c) => self.ctx.store.put_item_with_cas_async(&key, b"", meta, Cond::Absent, c).await,
-                        None => self.ctx.store.put_item_async(&key, b"", meta, Cond::Absent).await,
-                    };
-                    match put {
+                    let meta = ItemMeta::new(0, self.expires(ttl));
+                    match self.ctx.store.put_item_won_async(&key, b"", meta, Cond::Absent, new_cas).await {
                         Ok((PutOutcome::Stored, cas)) => {
                             let it = Item { value: Vec::new(), meta, cas };
-                            return self.meta_hit(&fl, raw_key, &it, " W");
+                            let acc = Access { fetched: false, last_access: self.ctx.store.now(), win_sent: false };
+                            return self.meta_hit(&fl, raw_key, &it, Some(&acc), " W");
                         }
                         Ok(_) => {}
                         Err(e) => return self.server_error(&e),
@@ -247,7 +281,7 @@ impl Conn<'_> {
             return Step::Consumed(line_len);
         };
         let len = len as usize;
-        let fl = match flags(&t[1..], b"bcCEFkOqTM") {
+        let fl = match flags(&t[1..], b"bcCEFIkOqTM") {
             Ok(fl) => fl,
             Err(m) => {
                 self.client_error(m);
@@ -292,9 +326,32 @@ impl Conn<'_> {
             self.client_error("bad command line format");
             return Step::Consumed(consumed);
         };
-        let meta = ItemMeta { flags: user_flags, expires: self.expires(ttl.flatten().unwrap_or(0)) };
+        let meta = ItemMeta::new(user_flags, self.expires(ttl.flatten().unwrap_or(0)));
         let (cas, new_cas) = (cas.flatten(), new_cas.flatten());
         let result = match mode {
+            // I with C: a CAS value older than the item's still stores the
+            // value, as stale, keeping the item's expiry (memcached's
+            // "set-to-invalid"); a newer one is EX.
+            b'S' | b's' if has(&fl, b'I') && cas.is_some() => {
+                let c = cas.unwrap_or(0);
+                self.ctx
+                    .store
+                    .update_async(&key, |it| {
+                        let meta = match it {
+                            None => return (Change::Keep, PutOutcome::NotFound),
+                            Some(it) if c == it.cas => meta,
+                            Some(it) if c < it.cas => ItemMeta { expires: it.meta.expires, stale: true, ..meta },
+                            Some(_) => return (Change::Keep, PutOutcome::Exists),
+                        };
+                        let value = data.to_vec();
+                        let change = match new_cas {
+                            Some(cas) => Change::PutCas { value, meta, cas },
+                            None => Change::Put { value, meta },
+                        };
+                        (change, PutOutcome::Stored)
+                    })
+                    .await
+            }
             b'S' | b's' | b'E' | b'e' | b'R' | b'r' => {
                 // An add ignores C (as memcached).
                 let cond = match (mode.to_ascii_uppercase(), cas) {
@@ -356,27 +413,37 @@ impl Conn<'_> {
     }
 
     async fn md(&mut self, raw_key: &[u8], t: &[&[u8]]) {
-        let fl = match flags(t, b"bCkOq") {
+        let fl = match flags(t, b"bCIkOqT") {
             Ok(fl) => fl,
-            Err(m) => return self.client_error(m),
+            // memcached's md and ma have one message for both.
+            Err(_) => return self.client_error("invalid or duplicate flag"),
         };
         let Some(key) = self.meta_key(raw_key, has(&fl, b'b')) else { return };
-        let cas = match tok(&fl, b'C').map(parse::<u64>) {
-            Some(None) => return self.client_error("invalid or duplicate flag"),
-            c => c.flatten(),
-        };
-        let r = match cas {
-            None => self.ctx.store.delete_async(&key).await.map(|found| if found { "HD" } else { "NF" }),
-            Some(c) => self
-                .ctx
-                .store
-                .update_async(&key, |it| match it {
-                    None => (Change::Keep, "NF"),
-                    Some(it) if it.cas != c => (Change::Keep, "EX"),
-                    Some(_) => (Change::Delete, "HD"),
-                })
-                .await
-                .map(|(r, _)| r),
+        let (cas, ttl) = (tok(&fl, b'C').map(parse::<u64>), tok(&fl, b'T').map(parse::<i64>));
+        if matches!(cas, Some(None)) || matches!(ttl, Some(None)) {
+            return self.client_error("invalid or duplicate flag");
+        }
+        let (cas, ttl) = (cas.flatten(), ttl.flatten());
+        let r = match (cas, has(&fl, b'I')) {
+            (None, false) => self.ctx.store.delete_async(&key).await.map(|found| if found { "HD" } else { "NF" }),
+            (cas, invalidate) => {
+                // I: the item stays, marked stale, with a new CAS value (and
+                // the expiry T gives); its win token goes to the next reader.
+                let new_exp = ttl.map(|t| self.expires(t));
+                self.ctx
+                    .store
+                    .update_async(&key, |it| match it {
+                        None => (Change::Keep, "NF"),
+                        Some(it) if cas.is_some_and(|c| c != it.cas) => (Change::Keep, "EX"),
+                        Some(it) if invalidate => {
+                            let meta = ItemMeta { stale: true, expires: new_exp.unwrap_or(it.meta.expires), ..it.meta };
+                            (Change::Invalidate { value: it.value.clone(), meta }, "HD")
+                        }
+                        Some(_) => (Change::Delete, "HD"),
+                    })
+                    .await
+                    .map(|(r, _)| r)
+            }
         };
         match r {
             Ok(code) => {
@@ -393,7 +460,7 @@ impl Conn<'_> {
     async fn ma(&mut self, raw_key: &[u8], t: &[&[u8]]) {
         let fl = match flags(t, b"bcCENJDTMqOtvk") {
             Ok(fl) => fl,
-            Err(m) => return self.client_error(m),
+            Err(_) => return self.client_error("invalid or duplicate flag"),
         };
         let Some(key) = self.meta_key(raw_key, has(&fl, b'b')) else { return };
         let num = |c: u8| tok(&fl, c).map(parse::<u64>);
@@ -415,7 +482,7 @@ impl Conn<'_> {
         let mut r = arith(self.ctx, &key, incr, delta, cas.flatten(), new_exp, new_cas).await;
         if let (Ok(Arith::NotFound), Some(Some(viv_ttl))) = (&r, viv) {
             let n = initial.flatten().unwrap_or(0);
-            let meta = ItemMeta { flags: 0, expires: self.expires(viv_ttl) };
+            let meta = ItemMeta::new(0, self.expires(viv_ttl));
             let put = match new_cas {
                 Some(c) => {
                     self.ctx.store.put_item_with_cas_async(&key, n.to_string().as_bytes(), meta, Cond::Absent, c).await
@@ -437,7 +504,7 @@ impl Conn<'_> {
                 // q hides a success (as memcached), with or without v.
                 match (has(&fl, b'q'), has(&fl, b'v')) {
                     (true, _) => {}
-                    (false, true) => self.meta_hit(&fl, raw_key, &it, ""),
+                    (false, true) => self.meta_hit(&fl, raw_key, &it, None, ""),
                     (false, false) => self.meta_code("HD", &fl, raw_key, Some(&it)),
                 }
             }
@@ -454,12 +521,15 @@ impl Conn<'_> {
 
     async fn me(&mut self, raw_key: &[u8]) {
         let Some(key) = self.meta_key(raw_key, false) else { return };
-        match self.ctx.store.get_item_async(&key).await {
-            Ok(Some(it)) => {
+        match self.ctx.store.get_item_access_async(&key, false, |_| false).await {
+            Ok(Some(ia)) => {
+                let it = &ia.item;
                 let exp = ttl_left(self.ctx, &it.meta);
+                let la = self.ctx.store.now().saturating_sub(ia.prior.last_access);
+                let fetch = if ia.prior.fetched { "yes" } else { "no" };
                 self.out.extend_from_slice(b"ME ");
                 self.out.extend_from_slice(raw_key);
-                let s = format!(" exp={exp} la=0 cas={} fetch=no cls=1 size={}\r\n", it.cas, it.value.len());
+                let s = format!(" exp={exp} la={la} cas={} fetch={fetch} cls=1 size={}\r\n", it.cas, it.value.len());
                 self.out.extend_from_slice(s.as_bytes());
             }
             Ok(None) => self.reply("EN"),

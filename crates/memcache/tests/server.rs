@@ -107,6 +107,28 @@ const CASES: &[(&str, &str)] = &[
     ("ms b64 2 b\r\nhi\r\n", "CLIENT_ERROR error decoding key\r\n"),
     ("ms Zm9v 2 b\r\nhi\r\nmg Zm9v b v k\r\nget foo\r\n", "HD\r\nVA 2 kZm9v b\r\nhi\r\nVALUE foo 0 2\r\nhi\r\nEND\r\n"),
     ("set tt 0 100 1\r\nx\r\nmg tt t\r\nmg tt T0 t\r\nmg tt t\r\n", "STORED\r\nHD t100\r\nHD t-1\r\nHD t-1\r\n"),
+    ("md k Z\r\nmd k x\r\nma k q q\r\nmd k C1 C1\r\n",
+        "CLIENT_ERROR invalid or duplicate flag\r\nCLIENT_ERROR invalid or duplicate flag\r\nCLIENT_ERROR invalid or duplicate flag\r\nCLIENT_ERROR invalid or duplicate flag\r\n",
+    ),
+    // h: hit before (u reads without marking).
+    ("ms a 2 T100\r\nhi\r\nmg a h u\r\nmg a h\r\nmg a h v\r\n", "HD\r\nHD h0\r\nHD h0\r\nVA 2 h1\r\nhi\r\n"),
+    ("set a 0 0 2\r\nhi\r\nget a\r\nmg a h\r\nset a 0 0 2\r\nyo\r\nmg a h\r\n", "STORED\r\nVALUE a 0 2\r\nhi\r\nEND\r\nHD h1\r\nSTORED\r\nHD h0\r\n"),
+    // Invalidation: the item stays, stale (X); the first reader wins (W),
+    // later ones see Z; a new value ends it.
+    (
+        "ms e 2 T100\r\nhi\r\nmd e I T30\r\nmg e s v\r\nmg e s\r\nmd e I\r\nmg e s\r\nms e 2\r\nyo\r\nmg e s v\r\n",
+        "HD\r\nHD\r\nVA 2 s2 X W\r\nhi\r\nHD s2 Z X\r\nHD\r\nHD s2 X W\r\nHD\r\nVA 2 s2\r\nyo\r\n",
+    ),
+    ("md nokey I\r\nms d 1\r\nx\r\nmd d I q\r\nmg d v k\r\n", "NF\r\nHD\r\nVA 1 kd X W\r\nx\r\n"),
+    ("ms n 1\r\n5\r\nmd n I\r\nma n v\r\nmg n v\r\n", "HD\r\nHD\r\nVA 1\r\n6\r\nVA 1 X W\r\n6\r\n"),
+    // ms I: an older CAS value stores the value as stale; a newer one is EX.
+    ("ms c 2\r\nhi\r\nms c 2 I C1\r\nzz\r\nmg c v\r\nmg c v\r\n", "HD\r\nHD\r\nVA 2 X W\r\nzz\r\nVA 2 Z X\r\nzz\r\n"),
+    ("ms c 2\r\nhi\r\nms c 2 I C999999999\r\nzz\r\nms c 2 I\r\nyo\r\nmg c v\r\n", "HD\r\nEX\r\nHD\r\nVA 2\r\nyo\r\n"),
+    // Vivify: W to the creator, Z to everyone after, until a new value.
+    ("mg v N30 s\r\nmg v N30 s\r\nmg v s\r\nms v 1\r\nz\r\nmg v s\r\n", "HD s0 W\r\nHD s0 Z\r\nHD s0 Z\r\nHD\r\nHD s1\r\n"),
+    // R: a win when less than that many seconds are left.
+    ("ms r 1 T100\r\nx\r\nmg r R30 s\r\nmg r R200 s\r\nmg r R200 s\r\n", "HD\r\nHD s1\r\nHD s1 W\r\nHD s1 Z\r\n"),
+    ("ms r 1\r\nx\r\nmg r R200 s\r\nmd r T30\r\nmg r s\r\n", "HD\r\nHD s1\r\nHD\r\nEN\r\n"),
 ];
 
 fn run_cases(addr: std::net::SocketAddr) -> Vec<(String, String)> {
@@ -266,6 +288,54 @@ fn touch_keeps_the_cas_value_and_meta_e_sets_it() {
     f.restart(true);
     let mut c = f.client();
     assert_eq!(c.call(b"gets k e n viv\r\n"), before, "CAS values come back after a restart");
+}
+
+/// Meta `l` (seconds since the last access), `h`, `u`, `me`'s `la` and
+/// `fetch`, with the test's clock; touch and gat count as reads; the
+/// stale mark survives a restart, the access state (DRAM only) does not.
+#[test]
+fn access_state_follows_reads_and_restarts() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut f = Fixture::default();
+    let mut c = f.client();
+    let tick = |f: &Fixture, s: u32| f.now.fetch_add(s, Relaxed);
+    assert_eq!(c.call(b"ms a 2\r\nhi\r\n"), b"HD\r\n");
+    tick(&f, 5);
+    assert_eq!(c.call(b"mg a h l\r\n"), b"HD h0 l5\r\n");
+    tick(&f, 3);
+    assert_eq!(c.call(b"mg a h l u\r\n"), b"HD h1 l3\r\n");
+    tick(&f, 4);
+    let me = String::from_utf8(c.call(b"me a\r\n")).unwrap();
+    assert!(me.starts_with("ME a exp=-1 la=7 cas=") && me.ends_with(" fetch=yes cls=1 size=2\r\n"), "{me:?}");
+    assert_eq!(c.call(b"mg a l\r\n"), b"HD l7\r\n", "u and me do not count as reads");
+    assert_eq!(c.call(b"mg a l\r\n"), b"HD l0\r\n");
+    // touch and gat are reads; a new value starts over.
+    assert_eq!(c.call(b"set t 0 0 1\r\nx\r\n"), b"STORED\r\n");
+    tick(&f, 9);
+    assert_eq!(c.call(b"touch t 1000\r\n"), b"TOUCHED\r\n");
+    assert_eq!(c.call(b"mg t h l\r\n"), b"HD h1 l0\r\n");
+    tick(&f, 2);
+    assert_eq!(c.call(b"set t 0 0 1\r\ny\r\n"), b"STORED\r\n");
+    assert_eq!(c.call(b"mg t h l\r\n"), b"HD h0 l0\r\n");
+    tick(&f, 2);
+    assert_eq!(c.call(b"gat 0 t\r\n"), b"VALUE t 0 1\r\ny\r\nEND\r\n");
+    assert_eq!(c.call(b"mg t h l u\r\n"), b"HD h1 l0\r\n");
+    // mg T reports the state before it, as a plain mg would.
+    assert_eq!(c.call(b"set m 0 0 1\r\nz\r\n"), b"STORED\r\n");
+    tick(&f, 6);
+    assert_eq!(c.call(b"mg m h l T100 t\r\n"), b"HD h0 l6 t100\r\n");
+    assert_eq!(c.call(b"mg m h l\r\n"), b"HD h1 l0\r\n");
+    // Stale marks are in the records; GC relocation and a restart keep
+    // them, and the win token state starts over after the restart.
+    assert_eq!(c.call(b"ms s 2\r\nhi\r\nmd s I\r\nmg s v\r\n"), b"HD\r\nHD\r\nVA 2 X W\r\nhi\r\n");
+    assert_eq!(c.call(b"mg s\r\n"), b"HD Z X\r\n");
+    drop(c);
+    f.restart(true);
+    let mut c = f.client();
+    assert_eq!(c.call(b"mg s h\r\n"), b"HD h0 X W\r\n");
+    assert_eq!(c.call(b"mg a h l\r\n"), b"HD h0 l0\r\n", "access state is not persisted");
+    tick(&f, 4);
+    assert_eq!(c.call(b"mg a h l\r\n"), b"HD h1 l4\r\n");
 }
 
 #[test]

@@ -39,7 +39,7 @@ impl Fixture {
 }
 
 fn meta(flags: u32, expires: u32) -> ItemMeta {
-    ItemMeta { flags, expires }
+    ItemMeta::new(flags, expires)
 }
 
 #[test]
@@ -545,4 +545,67 @@ fn a_delete_during_the_drop_of_its_value_leaves_a_tombstone() {
     // Crash before the victim was freed: the value is still on the device.
     let s = f.reopen(s, true);
     assert_eq!(s.get(b"k").unwrap(), None, "a deleted key came back");
+}
+
+/// The access state (with `track_access`) follows an item through GC
+/// relocation and a touch, starts over with a new value, and the win token
+/// goes to one reader; the stale mark is in the record, so it survives a
+/// relocation, a crash and a full log scan.
+#[test]
+fn access_state_and_stale_marks_follow_items() {
+    let f = Fixture::new(8 << 20);
+    let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(256 << 10), index_table_homes: Some(256) };
+    let o = OpenOptions { track_access: true, ..f.opts(false, false) };
+    let s = Store::create(f.dev.clone(), &c, &o).unwrap();
+    let t0 = s.now();
+    let stale = ItemMeta { stale: true, ..meta(5, 0) };
+    s.put_item(b"k", b"v", meta(1, 0), Cond::Always).unwrap();
+    s.put_item(b"s", b"old", stale, Cond::Always).unwrap();
+    let read = |s: &Store, k: &[u8], bump: bool, win: bool| s.get_item_access(k, bump, |_| win).unwrap().unwrap();
+    f.advance(3);
+    let a = read(&s, b"k", true, false);
+    assert_eq!((a.prior, a.won), (Access { fetched: false, last_access: t0, win_sent: false }, false));
+    f.advance(2);
+    // A plain read bumps too; a read without bump leaves it; one reader wins.
+    assert!(s.get_item(b"k").unwrap().is_some());
+    f.advance(4);
+    let a = read(&s, b"k", false, true);
+    assert_eq!((a.prior, a.won), (Access { fetched: true, last_access: t0 + 5, win_sent: false }, true));
+    let a = read(&s, b"k", true, true);
+    assert_eq!((a.prior.win_sent, a.prior.last_access, a.won), (true, t0 + 5, false));
+    // GC relocates both records: state and mark move with them.
+    let v = segment_of(&s, b"k");
+    assert_eq!(v, segment_of(&s, b"s"));
+    roll(&s, "fill");
+    let pba = found(&s, b"k").entry.pba();
+    crate::gc::reclaim(&s.core, v, false).unwrap();
+    assert_ne!(found(&s, b"k").entry.pba(), pba, "relocated");
+    let a = read(&s, b"k", false, false);
+    assert_eq!(a.prior, Access { fetched: true, last_access: t0 + 9, win_sent: true });
+    let it = s.get_item(b"s").unwrap().unwrap();
+    assert_eq!((it.value.as_slice(), it.meta), (&b"old"[..], stale));
+    // A touch keeps the state (counting as a read with `fetch`); a new
+    // value starts over; an invalidation keeps it but frees the token.
+    f.advance(1);
+    s.update(b"k", |it| {
+        let it = it.unwrap();
+        (Change::Touch { value: it.value.clone(), meta: meta(1, t0 + 1000), cas: it.cas, fetch: false }, ())
+    })
+    .unwrap();
+    assert_eq!(read(&s, b"k", false, false).prior, Access { fetched: true, last_access: t0 + 9, win_sent: true });
+    s.update(b"k", |it| {
+        let it = it.unwrap();
+        (Change::Invalidate { value: it.value.clone(), meta: ItemMeta { stale: true, ..it.meta } }, ())
+    })
+    .unwrap();
+    let a = read(&s, b"k", false, true);
+    assert_eq!((a.prior.win_sent, a.prior.fetched, a.won, a.item.meta.stale), (false, true, true, true));
+    s.put(b"k", b"new").unwrap();
+    let a = read(&s, b"k", false, false);
+    assert_eq!((a.prior, a.item.meta.stale), (Access { fetched: false, last_access: t0 + 10, win_sent: false }, false));
+    // Crash and full scan: marks from the records, access state reset.
+    let s = f.reopen(s, true);
+    assert!(s.get_item(b"s").unwrap().unwrap().meta.stale);
+    assert!(!s.get_item(b"k").unwrap().unwrap().meta.stale);
+    assert!(s.verify().unwrap().is_clean());
 }

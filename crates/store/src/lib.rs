@@ -14,6 +14,8 @@
 //! - `gc`: reclaiming segments: victims, relocation, tombstones.
 //! - `coalesce`: write coalescing (group commit) of user writes.
 //! - `store`: the read and write paths.
+//! - `access`: per-item access state (fetched, last access, win token) in
+//!   the index's access words, for memcache's meta flags.
 //! - `verify`: the offline consistency check.
 //! - [`zerocopy`]: values read into and written from the device's buffers.
 //!
@@ -24,6 +26,7 @@
 //! record read back is checked against its checksums, its segment's stamp and
 //! the size its index entry gives (`store::read_record`).
 
+mod access;
 pub mod checkpoint;
 mod coalesce;
 pub mod error;
@@ -35,6 +38,7 @@ mod store;
 mod verify;
 pub mod zerocopy;
 
+pub use access::{Access, ItemAccess};
 pub use checkpoint::CheckpointStats;
 pub use error::{Error, Result};
 pub use gc::GcStats;

@@ -109,6 +109,13 @@ pub struct OpenOptions {
     /// next to each other share one device write (and one flush in `Flush`
     /// mode); each is acknowledged when that write completes.
     pub coalesce_writes: bool,
+    /// Keep each item's access state (read since written, last access
+    /// time, win token: [`crate::Access`]) in DRAM beside its index entry,
+    /// for memcache's meta flags `h`, `l`, `W`/`Z`: 4 bytes per index slot
+    /// (about 5 per key). Off by default; `granary serve` turns it on. Not
+    /// persisted: after a restart every item reads as never read, last
+    /// accessed at the open, token not sent.
+    pub track_access: bool,
 }
 
 impl Default for OpenOptions {
@@ -124,6 +131,7 @@ impl Default for OpenOptions {
             evict: false,
             clock: Clock::system(),
             coalesce_writes: true,
+            track_access: false,
         }
     }
 }

@@ -31,6 +31,7 @@
 //! [`Store`] owns the engine state ([`Core`], shared with the GC thread)
 //! and the GC thread itself.
 
+use crate::access::{Clock0, ItemAccess, Policy};
 use crate::error::{Error, Result};
 use crate::options::{
     default_index_table_homes, default_segment_bytes, CreateOptions, Durability, OpenOptions, ProgressHook,
@@ -58,6 +59,17 @@ pub const RESERVED_KEY_PREFIX: &[u8] = b"\0granary.";
 
 /// The reserved key holding the flush floor (see [`Store::flush_all`]).
 const FLUSH_FLOOR_KEY: &[u8] = b"\0granary.flush_floor";
+
+/// What a new version of a key carries besides its value.
+struct Version {
+    meta: ItemMeta,
+    /// An explicit CAS value (else the sequence number is).
+    cas: Option<u64>,
+    policy: Policy,
+}
+
+/// The access policy of tombstones and of internal writes.
+const FRESH: Policy = Policy::Fresh { win: false };
 
 /// Number of key stripe locks serialising mutations of one key.
 pub(crate) const KEY_STRIPES: usize = 1024;
@@ -98,12 +110,23 @@ pub enum Cond {
     Cas(u64),
 }
 
-/// Metadata stored with a value: opaque flags and an expiry time.
+/// Metadata stored with a value: opaque flags, an expiry time and the
+/// stale mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ItemMeta {
     pub flags: u32,
     /// Unix seconds from which the value reads as absent; 0 = never.
     pub expires: u32,
+    /// Invalidated (memcache `md ... I`): still read, marked stale, until a
+    /// new value replaces it (record version 4, FORMAT.md).
+    pub stale: bool,
+}
+
+impl ItemMeta {
+    /// Flags and expiry of a fresh (not stale) item.
+    pub fn new(flags: u32, expires: u32) -> ItemMeta {
+        ItemMeta { flags, expires, stale: false }
+    }
 }
 
 /// A value as read, with its metadata and CAS value. The CAS value is the
@@ -123,9 +146,17 @@ pub enum Change {
     Keep,
     /// Write this value (a new CAS value).
     Put { value: Vec<u8>, meta: ItemMeta },
-    /// Write this value with this CAS value (kept by a touch, or chosen by
-    /// the client); stored in the record (FORMAT.md, explicit CAS).
+    /// Write this value with this CAS value (chosen by the client); stored
+    /// in the record (FORMAT.md, explicit CAS).
     PutCas { value: Vec<u8>, meta: ItemMeta, cas: u64 },
+    /// The same item with new metadata (a touch): written with its CAS
+    /// value `cas` like `PutCas`, and keeping its access state
+    /// ([`crate::Access`]); counted as a read when `fetch`.
+    Touch { value: Vec<u8>, meta: ItemMeta, cas: u64, fetch: bool },
+    /// The same item invalidated (`meta.stale` set by the caller, memcache
+    /// `md ... I`): a new CAS value, its access state kept but its win
+    /// token released.
+    Invalidate { value: Vec<u8>, meta: ItemMeta },
     /// Delete the key (a tombstone if a version is indexed).
     Delete,
 }
@@ -308,6 +339,9 @@ pub(crate) struct Core {
     pub(crate) dropped: crate::gc::DroppedKeys,
     /// Group commit of user writes ([`OpenOptions::coalesce_writes`]).
     coalesce: bool,
+    /// Access words kept ([`OpenOptions::track_access`]), relative to the open.
+    track_access: bool,
+    access_clock: Clock0,
     coalescer: crate::coalesce::Coalescer,
 }
 
@@ -406,10 +440,11 @@ impl Store {
         }
         let headers = crate::recover::read_segment_headers(dev.as_ref(), &sb)?;
         let loaded = if opts.use_checkpoint { crate::checkpoint::find(dev.as_ref(), &sb, &headers) } else { None };
-        let index_cfg = match &loaded {
+        let mut index_cfg = match &loaded {
             Some(l) => IndexConfig::with_tables(sb.index_table_homes, l.manifest.tables_log2),
             None => IndexConfig::new(sb.index_table_homes),
         };
+        index_cfg.access_words = opts.track_access;
         let mut session = [0u8; 8];
         session.copy_from_slice(&random_uuid()?[..8]);
         let core = Core {
@@ -434,6 +469,8 @@ impl Store {
             dropped: Default::default(),
             coalesce: opts.coalesce_writes,
             coalescer: Default::default(),
+            track_access: opts.track_access,
+            access_clock: Clock0 { base: opts.clock.now() },
             dev,
             sb,
         };
@@ -545,8 +582,15 @@ impl Core {
         let floor = self.next_seq.fetch_add(1, Relaxed);
         // Stored first, then applied: until the new floor record is on the
         // device, the old one must not read as flushed (GC would drop it).
-        self.write_item(FLUSH_FLOOR_KEY, Payload::Slice(&floor.to_le_bytes()), ItemMeta::default(), Cond::Always, None)
-            .await?;
+        self.write_item(
+            FLUSH_FLOOR_KEY,
+            Payload::Slice(&floor.to_le_bytes()),
+            ItemMeta::default(),
+            Cond::Always,
+            None,
+            FRESH,
+        )
+        .await?;
         self.flush_floor.fetch_max(floor, Relaxed);
         Ok(floor)
     }
@@ -730,33 +774,76 @@ impl Core {
 
     /// [`Core::get_item`] without the reserved-namespace check.
     async fn read_item(&self, key: &[u8]) -> Result<Option<Item>> {
-        Ok(self.read_live(key).await?.as_ref().map(Self::item_of))
+        Ok(self.read_live(key, true).await?.as_ref().map(Self::item_of))
     }
 
     /// A GET's lookup: the whole record of `key`'s live value, counted
-    /// and (cache mode) touching its segment.
-    async fn read_live(&self, key: &[u8]) -> Result<Option<Found>> {
+    /// and (cache mode) touching its segment; with `bump` (and access
+    /// tracking), marked as read now.
+    async fn read_live(&self, key: &[u8], bump: bool) -> Result<Option<Found>> {
         self.counters.gets.fetch_add(1, Relaxed);
         let h = key_hash(key);
         let Some(f) = self.find(key, h, true, true).await? else { return Ok(None) };
-        if !self.is_live(&f, self.clock.now()) {
+        let now = self.clock.now();
+        if !self.is_live(&f, now) {
             return Ok(None);
         }
         self.counters.get_hits.fetch_add(1, Relaxed);
         if self.evict {
             self.space.touch(self.sb.segment_of(f.entry.pba()));
         }
+        if bump && self.track_access {
+            let c = self.access_clock;
+            self.index.access(h, f.entry.pba(), |w| c.bumped(w, now));
+        }
         Ok(Some(f))
+    }
+
+    /// The item of `key` with its access state before this read: marked
+    /// read unless `!bump` (memcache `u`), and handed the item's win token
+    /// when `want_win(item)` and no reader had it yet. Without access
+    /// tracking the state reads "never read, accessed now, no token" and
+    /// every reader that wants the token wins it.
+    pub async fn get_item_access(
+        &self,
+        key: &[u8],
+        bump: bool,
+        want_win: impl Fn(&Item) -> bool,
+    ) -> Result<Option<ItemAccess>> {
+        Self::check_user_key(key)?;
+        let Some(f) = self.read_live(key, false).await? else { return Ok(None) };
+        let item = Self::item_of(&f);
+        let want = want_win(&item);
+        let now = self.clock.now();
+        let fresh = crate::Access { fetched: false, last_access: now, win_sent: false };
+        if !self.track_access {
+            return Ok(Some(ItemAccess { item, prior: fresh, won: want }));
+        }
+        let c = self.access_clock;
+        let old = self.index.access(key_hash(key), f.entry.pba(), |w| {
+            let w2 = if bump { c.bumped(w, now) } else { w };
+            if want && !Clock0::is_won(w) {
+                Clock0::won(w2)
+            } else {
+                w2
+            }
+        });
+        // None: a writer replaced the version just read; it reads as new.
+        let (prior, won) = match old {
+            Some(w) => (c.decode(w), want && !Clock0::is_won(w)),
+            None => (fresh, false),
+        };
+        Ok(Some(ItemAccess { item, prior, won }))
     }
 
     /// The value of `key` in the buffer it was read into (zero-copy).
     pub async fn get_buf(&self, key: &[u8]) -> Result<Option<ValueBuf>> {
         Self::check_user_key(key)?;
-        let Some(f) = self.read_live(key).await? else { return Ok(None) };
+        let Some(f) = self.read_live(key, true).await? else { return Ok(None) };
         Ok(Some(ValueBuf {
             start: f.hdr.value_start(),
             len: f.hdr.user_value_len() as usize,
-            meta: ItemMeta { flags: f.hdr.user_flags, expires: f.hdr.expires },
+            meta: ItemMeta { flags: f.hdr.user_flags, expires: f.hdr.expires, stale: f.hdr.stale },
             cas: record::cas_of(&f.hdr, &f.buf),
             buf: f.buf,
         }))
@@ -781,13 +868,13 @@ impl Core {
         let key = pb.key().to_vec();
         Self::check_user_key(&key)?;
         let value_len = pb.value_len as u64;
-        self.write_item(&key, Payload::Owned { buf: &mut pb.buf, value_len }, meta, cond, None).await
+        self.write_item(&key, Payload::Owned { buf: &mut pb.buf, value_len }, meta, cond, None, FRESH).await
     }
 
     fn item_of(f: &Found) -> Item {
         Item {
             value: record::value_of(&f.hdr, &f.buf).to_vec(),
-            meta: ItemMeta { flags: f.hdr.user_flags, expires: f.hdr.expires },
+            meta: ItemMeta { flags: f.hdr.user_flags, expires: f.hdr.expires, stale: f.hdr.stale },
             cas: record::cas_of(&f.hdr, &f.buf),
         }
     }
@@ -813,7 +900,7 @@ impl Core {
     /// (0 otherwise).
     pub async fn put_item(&self, key: &[u8], value: &[u8], meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
         Self::check_user_key(key)?;
-        self.write_item(key, Payload::Slice(value), meta, cond, None).await
+        self.write_item(key, Payload::Slice(value), meta, cond, None, Policy::new_item(&meta)).await
     }
 
     /// [`Core::put_item`] giving the new version the CAS value `cas`
@@ -827,7 +914,22 @@ impl Core {
         cas: u64,
     ) -> Result<(PutOutcome, u64)> {
         Self::check_user_key(key)?;
-        self.write_item(key, Payload::Slice(value), meta, cond, Some(cas)).await
+        self.write_item(key, Payload::Slice(value), meta, cond, Some(cas), Policy::new_item(&meta)).await
+    }
+
+    /// [`Core::put_item`] (or with a chosen CAS value) whose new version
+    /// has its win token already handed out (memcache's vivify on miss:
+    /// the client that created it is the one to fill it).
+    pub async fn put_item_won(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        meta: ItemMeta,
+        cond: Cond,
+        cas: Option<u64>,
+    ) -> Result<(PutOutcome, u64)> {
+        Self::check_user_key(key)?;
+        self.write_item(key, Payload::Slice(value), meta, cond, cas, Policy::Fresh { win: true }).await
     }
 
     /// [`Core::put_item`] without the reserved-namespace check.
@@ -838,6 +940,7 @@ impl Core {
         meta: ItemMeta,
         cond: Cond,
         cas: Option<u64>,
+        policy: Policy,
     ) -> Result<(PutOutcome, u64)> {
         let grains = self.value_grains(key, value.value_len(), cas)?;
         let h = key_hash(key);
@@ -853,7 +956,7 @@ impl Core {
                 (Cond::Cas(c), Some(f)) if record::cas_of(&f.hdr, &f.buf) != c => return Ok((PutOutcome::Exists, 0)),
                 _ => {}
             }
-            match self.write_value(key, h, value.reborrow(), meta, existing, cas).await {
+            match self.write_value(key, h, value.reborrow(), existing, Version { meta, cas, policy }).await {
                 Err(Error::NoSpace { .. }) => continue, // raced for the last room: wait again
                 r => return r.map(|cas| (PutOutcome::Stored, cas)),
             }
@@ -861,17 +964,17 @@ impl Core {
     }
 
     /// Write a new version of `key` (under its stripe) replacing `existing`;
-    /// returns its CAS value: `cas` when given (stored in the record before
-    /// the value), else its sequence number.
+    /// returns its CAS value: `v.cas` when given (stored in the record
+    /// before the value), else its sequence number.
     async fn write_value(
         &self,
         key: &[u8],
         h: u64,
         value: Payload<'_>,
-        meta: ItemMeta,
         existing: Option<Found>,
-        cas: Option<u64>,
+        v: Version,
     ) -> Result<u64> {
+        let Version { meta, cas, policy } = v;
         let seq = self.next_seq.fetch_add(1, Relaxed);
         let value_len = value.value_len();
         let with_cas;
@@ -884,10 +987,12 @@ impl Core {
             (Some(_), Payload::Owned { .. }) => unreachable!("record buffers are written without an explicit CAS"),
             (None, value) => (value, RecordHeader::value(key.len(), value_len, seq, 0)),
         };
-        let hdr =
-            hdr.with_meta(meta.flags, meta.expires).with_supersedes(existing.is_some() || self.dropped.contains(h));
+        let hdr = hdr
+            .with_meta(meta.flags, meta.expires)
+            .with_stale(meta.stale)
+            .with_supersedes(existing.is_some() || self.dropped.contains(h));
         let loc = self.write_record_async(Purpose::Put, hdr, key, payload).await?;
-        let committed = self.commit(key, h, existing, loc, false).await;
+        let committed = self.commit(key, h, existing, loc, false, policy).await;
         self.space.done(loc.seg);
         committed?;
         self.counters.puts.fetch_add(1, Relaxed);
@@ -903,7 +1008,7 @@ impl Core {
         // older version of it lies in a segment at or below the horizon.
         let hdr = RecordHeader::tombstone(key.len(), seq, 0, self.space.horizon());
         let loc = self.write_record_async(Purpose::Delete, hdr, key, Payload::Slice(&[])).await?;
-        let committed = self.commit(key, h, existing, loc, true).await;
+        let committed = self.commit(key, h, existing, loc, true, FRESH).await;
         self.space.done(loc.seg);
         committed?;
         self.counters.deletes.fetch_add(1, Relaxed);
@@ -931,15 +1036,23 @@ impl Core {
             let existing = self.find(key, h, true, true).await?;
             let item = existing.as_ref().filter(|x| self.is_live(x, self.clock.now())).map(Self::item_of);
             let (change, r) = f(item.as_ref());
+            let policy = match &change {
+                Change::Touch { fetch, .. } => Policy::Touch { fetch: *fetch },
+                Change::Invalidate { .. } => Policy::Invalidate,
+                Change::Put { meta, .. } | Change::PutCas { meta, .. } => Policy::new_item(meta),
+                Change::Keep | Change::Delete => FRESH,
+            };
             let written = match change {
                 Change::Keep => return Ok((r, None)),
-                Change::Put { value, meta } => {
+                Change::Put { value, meta } | Change::Invalidate { value, meta } => {
                     need = self.value_grains(key, value.len() as u64, None)?;
-                    self.write_value(key, h, Payload::Slice(&value), meta, existing, None).await.map(Some)
+                    let v = Version { meta, cas: None, policy };
+                    self.write_value(key, h, Payload::Slice(&value), existing, v).await.map(Some)
                 }
-                Change::PutCas { value, meta, cas } => {
+                Change::PutCas { value, meta, cas } | Change::Touch { value, meta, cas, .. } => {
                     need = self.value_grains(key, value.len() as u64, Some(cas))?;
-                    self.write_value(key, h, Payload::Slice(&value), meta, existing, Some(cas)).await.map(Some)
+                    let v = Version { meta, cas: Some(cas), policy };
+                    self.write_value(key, h, Payload::Slice(&value), existing, v).await.map(Some)
                 }
                 Change::Delete => match existing {
                     Some(x) if !x.hdr.is_tombstone() => {
@@ -1053,13 +1166,23 @@ impl Core {
     }
 
     /// Point the index at a record just written, replacing `existing`.
-    async fn commit(&self, key: &[u8], h: u64, mut existing: Option<Found>, loc: Loc, tombstone: bool) -> Result<()> {
+    /// The new entry's access word follows `policy`.
+    async fn commit(
+        &self,
+        key: &[u8],
+        h: u64,
+        mut existing: Option<Found>,
+        loc: Loc,
+        tombstone: bool,
+        policy: Policy,
+    ) -> Result<()> {
         let kv_size = if tombstone { 0 } else { loc.grains };
         let g = self.grain();
+        let (c, now) = (self.access_clock, self.clock.now());
         loop {
             match &existing {
                 Some(f) => {
-                    if self.index.replace(h, f.entry.pba(), kv_size, loc.pba) {
+                    if self.index.replace_with(h, f.entry.pba(), kv_size, loc.pba, |w| c.apply(policy, w, now)) {
                         self.space.sub_live(self.sb.segment_of(f.entry.pba()), f.hdr.grains(self.sb.grain_bytes) * g);
                         self.counters.replaced(f.hdr.is_tombstone(), tombstone);
                         break;
@@ -1069,7 +1192,7 @@ impl Core {
                     existing = self.find(key, h, false, false).await?;
                 }
                 None => {
-                    if let Err(e) = self.index.insert(h, kv_size, loc.pba) {
+                    if let Err(e) = self.index.insert_with(h, kv_size, loc.pba, c.apply(policy, 0, now)) {
                         // The record is on the device but cannot be indexed;
                         // refuse further writes rather than diverge from the log.
                         return Err(self.poison(Error::IndexFull(e)));
@@ -1182,6 +1305,44 @@ impl Store {
     /// [`Store::get_item`] as a future.
     pub async fn get_item_async(&self, key: &[u8]) -> Result<Option<Item>> {
         self.core.get_item(key).await
+    }
+
+    /// The item of `key` with its access state before this read (memcache
+    /// `h`, `l`, win token); see [`crate::OpenOptions::track_access`]. The
+    /// read marks the item read unless `!bump`; it is handed the item's win
+    /// token (`won`) when `want_win(item)` holds and no earlier reader had
+    /// it.
+    pub fn get_item_access(
+        &self,
+        key: &[u8],
+        bump: bool,
+        want_win: impl Fn(&Item) -> bool,
+    ) -> Result<Option<ItemAccess>> {
+        block_on(self.core.get_item_access(key, bump, want_win))
+    }
+
+    /// [`Store::get_item_access`] as a future.
+    pub async fn get_item_access_async(
+        &self,
+        key: &[u8],
+        bump: bool,
+        want_win: impl Fn(&Item) -> bool,
+    ) -> Result<Option<ItemAccess>> {
+        self.core.get_item_access(key, bump, want_win).await
+    }
+
+    /// [`Store::put_item`] (with a chosen CAS value when `cas` is given)
+    /// whose new version starts with its win token handed out: memcache's
+    /// vivify on miss, where the creator is the one to fill it.
+    pub async fn put_item_won_async(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        meta: ItemMeta,
+        cond: Cond,
+        cas: Option<u64>,
+    ) -> Result<(PutOutcome, u64)> {
+        self.core.put_item_won(key, value, meta, cond, cas).await
     }
 
     /// The value of `key` (with its metadata and CAS value) in the aligned

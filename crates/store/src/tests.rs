@@ -518,7 +518,7 @@ fn zero_copy_puts_and_gets_round_trip_with_and_without_coalescing() {
             } else {
                 pb.value_mut().copy_from_slice(&value);
             }
-            let meta = ItemMeta { flags: i as u32, expires: 0 };
+            let meta = ItemMeta::new(i as u32, 0);
             let (out, cas) = s.put_buf(pb, meta, Cond::Always).unwrap();
             assert_eq!(out, PutOutcome::Stored);
             let it = s.get_item(key.as_bytes()).unwrap().unwrap();

@@ -162,7 +162,7 @@ fn run_seed(seed: u64) -> (bool, bool, u64) {
             };
             // One put in four expires within 20 ticks of the clock.
             let expires = if rng.below(4) == 0 { now.load(Relaxed) + rng.below(20) as u32 } else { 0 };
-            let meta = ItemMeta { flags: version as u32, expires };
+            let meta = ItemMeta::new(version as u32, expires);
             // A third of the puts build their record in place (the
             // zero-copy API): large ones are written from their own buffer,
             // small ones may join a group. A third carry an explicit CAS

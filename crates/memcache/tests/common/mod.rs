@@ -22,7 +22,8 @@ pub struct Fixture {
 
 pub fn opts(now: &Arc<AtomicU32>, evict: bool) -> OpenOptions {
     let n = now.clone();
-    OpenOptions { evict, clock: Clock(Arc::new(move || n.load(Relaxed))), ..OpenOptions::default() }
+    let clock = Clock(Arc::new(move || n.load(Relaxed)));
+    OpenOptions { evict, clock, track_access: true, ..OpenOptions::default() }
 }
 
 impl Fixture {
