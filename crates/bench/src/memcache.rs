@@ -199,7 +199,17 @@ fn start_peer(name: &str, o: &McBenchOptions) -> Result<Peer, String> {
                 let f = o.dir.join("bench-memcache-extstore");
                 let _ = std::fs::remove_file(&f);
                 let gib = (o.disk_bytes >> 30).max(1);
-                c.args(["-o", &format!("ext_path={}:{gib}G", f.display())]);
+                // Flush items to the file as soon as possible and move slab
+                // pages to the small headers left in RAM: with the defaults
+                // (flush only under memory pressure, slow page moves) the
+                // headers' slab class stays small and most of a dataset 4x
+                // its memory is evicted (a 24% hit ratio in our runs); with
+                // these, ~92%.
+                let opts = format!(
+                    "ext_path={}:{gib}G,ext_item_age=0,slab_automove=2,slab_automove_freeratio=0.05",
+                    f.display()
+                );
+                c.args(["-o", &opts]);
                 files.push(f);
             }
             (c, files)
