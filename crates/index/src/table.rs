@@ -313,6 +313,25 @@ impl Table {
         Some(old)
     }
 
+    /// Prefetch the cache lines of the neighbourhood of `home`.
+    pub(crate) fn prefetch(&self, home: usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let first = self.slots[home..home + H].as_ptr() as usize;
+            let last = first + H * 8 - 1;
+            let mut line = first & !63;
+            while line <= last {
+                // SAFETY: a prefetch is a hint: it never faults and changes
+                // no memory; the address lies in this table's slots anyway.
+                // SSE is part of the x86-64 baseline.
+                unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line as *const i8) };
+                line += 64;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = home;
+    }
+
     pub(crate) fn get(&self, slot: usize) -> Entry {
         Entry(self.slots[slot].load(Relaxed) ^ Entry::FREE.0)
     }

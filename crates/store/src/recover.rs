@@ -100,37 +100,85 @@ impl RecoveryReport {
     }
 }
 
-/// The full key hash of every record the scan indexed, by grain address:
-/// candidates sharing a key's home and tag (frequent once the directory
-/// has many tables, whose selector bits the tag repeats) are told apart
-/// without reading them from the device. Lives for one recovery (about 20
-/// bytes a record).
+/// 16 bits of the key hash of every record the scan indexed, by grain
+/// address: candidates sharing a key's home and tag (frequent once the
+/// directory has many tables, whose selector bits the tag repeats) are told
+/// apart without reading them from the device. One array of `u16` per
+/// replayed segment, a slot per grain (2 bytes a grain: 4 MiB per GiB of
+/// log with 512-byte grains), written in scan order, so recording costs a
+/// sequential store rather than a hash-map insert. 0 means "not known"
+/// (a candidate then has its key read, as does one whose 16 bits match by
+/// chance). Lives for one recovery.
 pub(crate) struct KeyHashes {
-    shards: Vec<Mutex<std::collections::HashMap<u64, u64>>>,
+    segs: Vec<Option<Box<[std::sync::atomic::AtomicU16]>>>,
+    grain_bytes: u64,
+    segment_bytes: u64,
 }
 
 impl KeyHashes {
-    const SHARDS: usize = 64;
-
-    fn new() -> KeyHashes {
-        KeyHashes { shards: (0..Self::SHARDS).map(|_| Mutex::new(Default::default())).collect() }
+    fn new(sb: &Superblock, replayed: impl Iterator<Item = u32>) -> KeyHashes {
+        let mut segs: Vec<Option<Box<[std::sync::atomic::AtomicU16]>>> = (0..sb.segment_count).map(|_| None).collect();
+        for seg in replayed {
+            let zeroed: Box<[u16]> = vec![0u16; sb.segment_grains() as usize].into_boxed_slice();
+            // SAFETY: AtomicU16 has the size, alignment and bit validity of
+            // u16 (std documents this).
+            segs[seg as usize] =
+                Some(unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [std::sync::atomic::AtomicU16]) });
+        }
+        KeyHashes { segs, grain_bytes: sb.grain_bytes as u64, segment_bytes: sb.segment_bytes }
     }
 
-    fn shard(&self, pba: u64) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, u64>> {
-        let i = (pba.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % Self::SHARDS;
-        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+    /// The 16 bits kept of a key hash (never 0).
+    fn bits(h: u64) -> u16 {
+        ((h >> 48) as u16).max(1)
     }
 
-    fn get(&self, pba: u64) -> Option<u64> {
-        self.shard(pba).get(&pba).copied()
+    fn slot(&self, pba: u64) -> Option<&std::sync::atomic::AtomicU16> {
+        let off = (pba * self.grain_bytes).checked_sub(DATA_OFFSET_BYTES)?;
+        let seg = self.segs.get((off / self.segment_bytes) as usize)?.as_ref()?;
+        seg.get(((off % self.segment_bytes) / self.grain_bytes) as usize)
+    }
+
+    /// Whether the record at `pba` is known to hold a key whose hash is not `h`.
+    fn differs(&self, pba: u64, h: u64) -> bool {
+        self.slot(pba).map(|s| s.load(Relaxed)).is_some_and(|b| b != 0 && b != Self::bits(h))
     }
 
     fn insert(&self, pba: u64, h: u64) {
-        self.shard(pba).insert(pba, h);
+        if let Some(s) = self.slot(pba) {
+            s.store(Self::bits(h), Relaxed);
+        }
     }
+}
 
-    fn remove(&self, pba: u64) {
-        self.shard(pba).remove(&pba);
+/// Records a scanner collects before applying them (see the scan loop).
+const SCAN_BATCH: usize = 16;
+
+/// A record's key, its hash and its segment, for [`Core::apply`].
+struct Applied<'k> {
+    key: &'k [u8],
+    h: u64,
+    seg: u32,
+}
+
+/// New keys a scanner indexed in its current segment, and that segment's
+/// live bytes: added to the store's shared counters once per segment, not
+/// per record (shared atomics, and neighbouring segments' live counters on
+/// one cache line, would bounce between the scanners; the counters wrap,
+/// so a replacement subtracting first is fine).
+#[derive(Default)]
+struct Added {
+    keys: u64,
+    tombstones: u64,
+    live: u64,
+}
+
+impl Added {
+    fn flush(&mut self, core: &Core, seg: u32) {
+        core.space.add_live_wrapping(seg, self.live);
+        core.counters.keys.fetch_add(self.keys, Relaxed);
+        core.counters.tombstones.fetch_add(self.tombstones, Relaxed);
+        *self = Added::default();
     }
 }
 
@@ -355,7 +403,10 @@ impl Core {
         let next = AtomicUsize::new(0);
         let max_seq_seen = AtomicU64::new(max_seq);
         let shared = Mutex::new((RecoveryReport::default(), Instant::now(), 0u64));
-        let hashes = KeyHashes::new();
+        let hashes = KeyHashes::new(&self.sb, replay.iter().map(|&i| used[i].0.seg));
+        // The scanners' own key stripes (no user operation runs yet): plain
+        // mutexes, cheaper uncontended than the store's async ones.
+        let stripes: Vec<Mutex<()>> = (0..crate::store::KEY_STRIPES).map(|_| Mutex::new(())).collect();
         let work = || -> Result<()> {
             let mut mine = RecoveryReport::default();
             loop {
@@ -367,25 +418,54 @@ impl Core {
                     // No write can be torn here: values need not be read.
                     scan = scan.skipping_values();
                 }
-                while let Some(rec) = scan.next_record()? {
-                    max_seq_seen.fetch_max(rec.hdr.seq, Relaxed);
-                    if rec.intact {
-                        mine.records += 1;
-                    } else if in_tail[i] {
-                        mine.torn_records += 1;
-                        self.neutralise_torn(s.seg, rec.grain)?;
-                        continue;
-                    } else {
-                        mine.damaged_records += 1;
-                        tracing::warn!(
-                            segment = s.seg,
-                            grain = rec.grain,
-                            seq = rec.hdr.seq,
-                            "damaged record (body checksum mismatch); its key will report corruption"
-                        );
+                // Kept per segment, not per record: one shared atomic per
+                // record would bounce its cache line between the scanners.
+                let mut seg_max_seq = 0;
+                let mut added = Added::default();
+                // Records are applied in batches: each one's index
+                // neighbourhood is prefetched when it is read, so the
+                // batch's cache misses overlap (the index lookups were
+                // most of the scan's time). Order within a scanner is kept.
+                let (mut batch, mut keys) = (Vec::with_capacity(SCAN_BATCH), Vec::new());
+                let mut more = true;
+                while more {
+                    match scan.next_record()? {
+                        Some(rec) => {
+                            seg_max_seq = seg_max_seq.max(rec.hdr.seq);
+                            if rec.intact {
+                                mine.records += 1;
+                            } else if in_tail[i] {
+                                mine.torn_records += 1;
+                                self.neutralise_torn(s.seg, rec.grain)?;
+                                continue;
+                            } else {
+                                mine.damaged_records += 1;
+                                tracing::warn!(
+                                    segment = s.seg,
+                                    grain = rec.grain,
+                                    seq = rec.hdr.seq,
+                                    "damaged record (body checksum mismatch); its key will report corruption"
+                                );
+                            }
+                            let key = record::key_of(&rec.hdr, scan.bytes_at(rec.grain));
+                            let h = key_hash(key);
+                            self.index.prefetch(h);
+                            batch.push((rec, keys.len()..keys.len() + key.len(), h));
+                            keys.extend_from_slice(key);
+                            if batch.len() < SCAN_BATCH {
+                                continue;
+                            }
+                        }
+                        None => more = false,
                     }
-                    self.apply(&scan, s.seg, &rec, &hashes)?;
+                    for (rec, key, h) in batch.drain(..) {
+                        let k = Applied { key: &keys[key], h, seg: s.seg };
+                        self.apply(&scan, &rec, k, &hashes, &mut added, &stripes)?;
+                    }
+                    keys.clear();
                 }
+                max_seq_seen.fetch_max(seg_max_seq, Relaxed);
+                added.flush(self, s.seg);
                 mine.segments_scanned += 1;
                 mine.skipped_grains += scan.skipped_grains;
                 mine.bytes_read += scan.bytes_read;
@@ -542,20 +622,26 @@ impl Core {
 
     /// Apply one scanned record: it becomes the key's current version if its
     /// sequence number is higher than the one indexed.
-    fn apply(&self, scan: &SegmentScanner<'_>, seg: u32, rec: &Scanned, hashes: &KeyHashes) -> Result<()> {
+    fn apply(
+        &self,
+        scan: &SegmentScanner<'_>,
+        rec: &Scanned,
+        k: Applied<'_>,
+        hashes: &KeyHashes,
+        added: &mut Added,
+        stripes: &[Mutex<()>],
+    ) -> Result<()> {
         let g = self.sb.grain_bytes;
-        let bytes = scan.bytes_at(rec.grain);
-        let key = record::key_of(&rec.hdr, bytes);
-        let h = key_hash(key);
+        let Applied { key, h, seg } = k;
         // Scanners run in parallel: the key's stripe keeps its versions in order.
-        let _stripe = self.lock_stripe(Core::stripe_of(h));
+        let _stripe = stripes[Core::stripe_of(h)].lock().unwrap_or_else(|e| e.into_inner());
         let pba = self.space.pba(seg, rec.grain);
         let grains = rec.hdr.grains(g);
         let kv_size = if rec.hdr.is_tombstone() { 0 } else { grains };
         for &e in self.index.lookup(h).as_slice() {
             // A candidate applied by this scan whose full key hash differs
             // holds another key: no need to read it.
-            if hashes.get(e.pba()).is_some_and(|ch| ch != h) {
+            if hashes.differs(e.pba(), h) {
                 continue;
             }
             // The candidate was checked when it was applied; read its header
@@ -582,18 +668,30 @@ impl Core {
             if rec.hdr.seq > chdr.seq {
                 let replaced = self.index.replace(h, e.pba(), kv_size, pba);
                 assert!(replaced, "entry vanished while its stripe was held");
-                hashes.remove(e.pba());
                 hashes.insert(pba, h);
-                self.space.sub_live(self.sb.segment_of(e.pba()), chdr.grains(g) * g as u64);
-                self.space.add_live(seg, grains * g as u64);
+                let old_seg = self.sb.segment_of(e.pba());
+                let old_bytes = chdr.grains(g) * g as u64;
+                if old_seg == seg {
+                    // Added by this scanner, in this segment, not flushed yet.
+                    added.live -= old_bytes;
+                } else {
+                    // Its scanner may not have flushed that segment's
+                    // bytes yet: the counter may dip below zero meanwhile.
+                    self.space.sub_live_wrapping(old_seg, old_bytes);
+                }
+                added.live += grains * g as u64;
                 self.counters.replaced(chdr.is_tombstone(), rec.hdr.is_tombstone());
             }
             return Ok(());
         }
         self.index.insert(h, kv_size, pba).map_err(Error::IndexFull)?;
         hashes.insert(pba, h);
-        self.space.add_live(seg, grains * g as u64);
-        self.counters.added(rec.hdr.is_tombstone());
+        added.live += grains * g as u64;
+        if rec.hdr.is_tombstone() {
+            added.tombstones += 1;
+        } else {
+            added.keys += 1;
+        }
         Ok(())
     }
 }

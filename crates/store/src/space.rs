@@ -513,6 +513,18 @@ impl Space {
         self.live[seg as usize].fetch_add(bytes, Relaxed);
     }
 
+    /// [`Space::add_live`] and [`Space::sub_live`] for the log scan, where
+    /// parallel scanners may subtract a segment's bytes before its own
+    /// scanner added them (the counter wraps meanwhile; it is exact once
+    /// every scanner is done).
+    pub(crate) fn add_live_wrapping(&self, seg: u32, bytes: u64) {
+        self.live[seg as usize].fetch_add(bytes, Relaxed);
+    }
+
+    pub(crate) fn sub_live_wrapping(&self, seg: u32, bytes: u64) {
+        self.live[seg as usize].fetch_sub(bytes, Relaxed);
+    }
+
     pub(crate) fn sub_live(&self, seg: u32, bytes: u64) {
         let prev = self.live[seg as usize].fetch_sub(bytes, Relaxed);
         debug_assert!(prev >= bytes, "live bytes of segment {seg} went negative");

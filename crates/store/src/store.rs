@@ -620,7 +620,8 @@ impl Core {
 
     /// Take stripe `i`, blocking the thread (GC, off any executor).
     pub(crate) fn lock_stripe(&self, i: usize) -> async_lock::MutexGuard<'_, ()> {
-        self.stripes[i].lock_blocking()
+        // Uncontended (the usual case): no event listener set up.
+        self.stripes[i].try_lock().unwrap_or_else(|| self.stripes[i].lock_blocking())
     }
 
     async fn stripe(&self, h: u64) -> async_lock::MutexGuard<'_, ()> {
