@@ -327,6 +327,10 @@ impl Table {
                 unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line as *const i8) };
                 line += 64;
             }
+            // The stash counter of its region, read by every operation.
+            let stashed = &self.stashed[home >> self.region_log2] as *const AtomicU32 as *const i8;
+            // SAFETY: as above.
+            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(stashed) };
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = home;

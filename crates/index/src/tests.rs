@@ -701,3 +701,28 @@ fn access_words_survive_concurrent_growth() {
     }
     assert!(idx.stats().grows >= 4, "{:?}", idx.stats());
 }
+
+/// `insert_if_no_candidates` inserts a hash without candidates, and for
+/// one with candidates (same home and key tag) inserts nothing and returns
+/// them, stashed ones and those of a region mid-migration included.
+#[test]
+fn insert_if_no_candidates_inserts_or_returns_them() {
+    let idx = small(5);
+    assert!(idx.insert_if_no_candidates(h(3, 7), 1, 100).unwrap().is_none());
+    let c = idx.insert_if_no_candidates(h(3, 7), 1, 101).unwrap().expect("a candidate");
+    assert_eq!(c.as_slice().iter().map(|e| e.pba()).collect::<Vec<_>>(), vec![100]);
+    assert_eq!(pbas(&idx, h(3, 7)), vec![100], "nothing inserted");
+    assert!(idx.insert_if_no_candidates(h(3, 8), 1, 102).unwrap().is_none());
+    assert_eq!(idx.stats().entries, 2);
+    // Fill the neighbourhood until the index grows, then ask again: the
+    // answer comes from the migrated regions.
+    let mut pba = 200;
+    while idx.stats().grows == 0 {
+        idx.insert(h(3, 9), 1, pba).unwrap();
+        pba += 1;
+    }
+    let c = idx.insert_if_no_candidates(h(3, 7), 1, 999).unwrap().expect("still a candidate");
+    assert_eq!(c.as_slice().len(), 1);
+    assert!(idx.insert_if_no_candidates(h(3, 10), 1, 1000).unwrap().is_none());
+    assert_eq!(pbas(&idx, h(3, 10)), vec![1000]);
+}

@@ -638,7 +638,21 @@ impl Core {
         let pba = self.space.pba(seg, rec.grain);
         let grains = rec.hdr.grains(g);
         let kv_size = if rec.hdr.is_tombstone() { 0 } else { grains };
-        for &e in self.index.lookup(h).as_slice() {
+        let cands = match self.index.insert_if_no_candidates(h, kv_size, pba).map_err(Error::IndexFull)? {
+            Some(c) => c,
+            None => {
+                // A key not seen before (the usual case): indexed in one pass.
+                hashes.insert(pba, h);
+                added.live += grains * g as u64;
+                if rec.hdr.is_tombstone() {
+                    added.tombstones += 1;
+                } else {
+                    added.keys += 1;
+                }
+                return Ok(());
+            }
+        };
+        for &e in cands.as_slice() {
             // A candidate applied by this scan whose full key hash differs
             // holds another key: no need to read it.
             if hashes.differs(e.pba(), h) {
