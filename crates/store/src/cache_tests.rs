@@ -609,3 +609,42 @@ fn access_state_and_stale_marks_follow_items() {
     assert!(!s.get_item(b"k").unwrap().unwrap().meta.stale);
     assert!(s.verify().unwrap().is_clean());
 }
+
+/// Cache mode on a device with no free segment left: GC's first choice
+/// (relocating a half-empty segment) has no room to write, so it evicts
+/// that segment instead of refusing the writer. (Found by the crash
+/// simulation: a cache reopened on a full device answered NoSpace.)
+#[test]
+fn a_full_cache_evicts_when_relocation_has_no_room() {
+    let f = Fixture::new((1 << 20) + 9 * (64 << 10));
+    let s = f.create(64 << 10, false, false);
+    let segments = s.superblock().segment_count;
+    assert!(segments <= 10, "{segments} segments");
+    // Write 120 keys, overwrite every other one once, then write new keys
+    // until the device is full: the first segments end up about half live
+    // (the odd keys' only versions), none is empty, and no segment is free.
+    let v = [5u8; 1500];
+    for n in 0..120u64 {
+        s.put(format!("k{n}").as_bytes(), &v).unwrap();
+    }
+    for n in (0..120u64).step_by(2) {
+        s.put(format!("k{n}").as_bytes(), &v).unwrap();
+    }
+    for n in 120.. {
+        match s.put(format!("k{n}").as_bytes(), &v) {
+            Ok(()) => {}
+            Err(Error::NoSpace { .. }) => break,
+            Err(e) => panic!("filling: {e}"),
+        }
+    }
+    assert_eq!(s.stats().segments_free, 0);
+    drop(s); // a crash: no checkpoint
+    let s = Store::open(f.dev.clone(), &f.opts(true, true)).unwrap();
+    assert_eq!(s.stats().segments_free, 0);
+    for j in 0..20 {
+        s.put(format!("new-{j}").as_bytes(), &v)
+            .unwrap_or_else(|e| panic!("write {j} after reopening as a cache: {e}"));
+    }
+    assert!(s.stats().gc.evicted_segments > 0, "{:?}", s.stats().gc);
+    assert!(s.verify().unwrap().is_clean());
+}

@@ -187,7 +187,16 @@ pub(crate) fn run(core: &Core) {
             core.space.gc_found_nothing(req);
             continue;
         };
-        match reclaim(core, victim, evict) {
+        let mut result = reclaim(core, victim, evict);
+        if core.evict && !evict && matches!(result, Err(Error::NoSpace { .. })) {
+            // A cache with no room left to relocate into (no free segment:
+            // a full device after a restart) evicts the victim instead of
+            // refusing writers. Values written once leave it with no IO;
+            // what it relocated already stays where it went.
+            tracing::info!(victim, "no room to relocate: evicting the segment instead");
+            result = reclaim(core, victim, true);
+        }
+        match result {
             Ok(()) => {}
             Err(Error::NoSpace { .. }) => {
                 tracing::warn!(victim, "GC has no room left to relocate live data");
