@@ -177,6 +177,16 @@ struct Added {
 }
 
 impl Added {
+    /// A key indexed for the first time, by a record of `bytes`.
+    fn new_key(&mut self, bytes: u64, tombstone: bool) {
+        self.live += bytes;
+        if tombstone {
+            self.tombstones += 1;
+        } else {
+            self.keys += 1;
+        }
+    }
+
     fn flush(&mut self, core: &Core, seg: u32) {
         core.space.add_live_wrapping(seg, self.live);
         core.counters.keys.fetch_add(self.keys, Relaxed);
@@ -789,12 +799,7 @@ impl Core {
             None => {
                 // A key not seen before (the usual case): indexed in one pass.
                 hashes.insert(pba, h);
-                added.live += grains * g as u64;
-                if rec.hdr.is_tombstone() {
-                    added.tombstones += 1;
-                } else {
-                    added.keys += 1;
-                }
+                added.new_key(grains * g as u64, rec.hdr.is_tombstone());
                 return Ok(());
             }
         };
@@ -846,12 +851,7 @@ impl Core {
         }
         self.index.insert(h, kv_size, pba).map_err(Error::IndexFull)?;
         hashes.insert(pba, h);
-        added.live += grains * g as u64;
-        if rec.hdr.is_tombstone() {
-            added.tombstones += 1;
-        } else {
-            added.keys += 1;
-        }
+        added.new_key(grains * g as u64, rec.hdr.is_tombstone());
         Ok(())
     }
 }

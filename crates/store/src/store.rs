@@ -869,7 +869,8 @@ impl Core {
         let key = pb.key().to_vec();
         Self::check_user_key(&key)?;
         let value_len = pb.value_len as u64;
-        self.write_item(&key, Payload::Owned { buf: &mut pb.buf, value_len }, meta, cond, None, FRESH).await
+        self.write_item(&key, Payload::Owned { buf: &mut pb.buf, value_len }, meta, cond, None, Policy::new_item(&meta))
+            .await
     }
 
     fn item_of(f: &Found) -> Item {
