@@ -204,7 +204,7 @@ fn start_peer(name: &str, o: &McBenchOptions) -> Result<Peer, String> {
                 // (flush only under memory pressure, slow page moves) the
                 // headers' slab class stays small and most of a dataset 4x
                 // its memory is evicted (a 24% hit ratio in our runs); with
-                // these, ~92%.
+                // these it holds the whole dataset (docs/BENCHMARKS.md).
                 let opts = format!(
                     "ext_path={}:{gib}G,ext_item_age=0,slab_automove=2,slab_automove_freeratio=0.05",
                     f.display()

@@ -508,11 +508,7 @@ fn a_value_written_while_its_old_version_is_being_dropped_supersedes_it() {
 #[test]
 fn dropped_values_stay_listed_until_their_own_victim_is_free() {
     let f = Fixture::new(8 << 20);
-    let s = f.create(256 << 10, false, true);
-    s.put(b"k", b"value").unwrap();
-    let h = granary_format::hash::key_hash(b"k");
-    let first = found(&s, b"k");
-    let (v, len) = (s.core.sb.segment_of(first.entry.pba()), first.hdr.grains(512) * 512);
+    let (s, h, first, v, len) = cache_with_one_value(&f);
     // Another closed segment, reclaimed in full while `v` is not.
     roll(&s, "a");
     s.put(b"other", b"x").unwrap();
@@ -529,16 +525,22 @@ fn dropped_values_stay_listed_until_their_own_victim_is_free() {
     assert_eq!(s.get(b"k").unwrap(), None, "a deleted key came back");
 }
 
+/// A cache store (GC off) holding `k` once: the store, `k`'s hash, its
+/// indexed version, that version's segment and its bytes.
+fn cache_with_one_value(f: &Fixture) -> (Store, u64, crate::store::Found, u32, u64) {
+    let s = f.create(256 << 10, false, true);
+    s.put(b"k", b"value").unwrap();
+    let first = found(&s, b"k");
+    let (v, len) = (s.core.sb.segment_of(first.entry.pba()), first.hdr.grains(512) * 512);
+    (s, granary_format::hash::key_hash(b"k"), first, v, len)
+}
+
 /// A delete while GC is dropping the key's value (its segment not yet
 /// free) writes a tombstone, so a crash then cannot bring the value back.
 #[test]
 fn a_delete_during_the_drop_of_its_value_leaves_a_tombstone() {
     let f = Fixture::new(8 << 20);
-    let s = f.create(256 << 10, false, true);
-    s.put(b"k", b"value").unwrap();
-    let h = granary_format::hash::key_hash(b"k");
-    let first = found(&s, b"k");
-    let (v, len) = (s.core.sb.segment_of(first.entry.pba()), first.hdr.grains(512) * 512);
+    let (s, h, first, v, len) = cache_with_one_value(&f);
     assert!(crate::gc::drop_value(&s.core, v, h, first.entry.pba(), len));
     assert!(!s.delete(b"k").unwrap(), "the value was already gone");
     assert_eq!(s.stats().tombstones, 1);

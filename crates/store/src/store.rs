@@ -61,6 +61,7 @@ pub const RESERVED_KEY_PREFIX: &[u8] = b"\0granary.";
 const FLUSH_FLOOR_KEY: &[u8] = b"\0granary.flush_floor";
 
 /// What a new version of a key carries besides its value.
+#[derive(Clone, Copy)]
 struct Version {
     meta: ItemMeta,
     /// An explicit CAS value (else the sequence number is).
@@ -582,15 +583,8 @@ impl Core {
         let floor = self.next_seq.fetch_add(1, Relaxed);
         // Stored first, then applied: until the new floor record is on the
         // device, the old one must not read as flushed (GC would drop it).
-        self.write_item(
-            FLUSH_FLOOR_KEY,
-            Payload::Slice(&floor.to_le_bytes()),
-            ItemMeta::default(),
-            Cond::Always,
-            None,
-            FRESH,
-        )
-        .await?;
+        let v = Version { meta: ItemMeta::default(), cas: None, policy: FRESH };
+        self.write_item(FLUSH_FLOOR_KEY, Payload::Slice(&floor.to_le_bytes()), v, Cond::Always).await?;
         self.flush_floor.fetch_max(floor, Relaxed);
         Ok(floor)
     }
@@ -869,8 +863,8 @@ impl Core {
         let key = pb.key().to_vec();
         Self::check_user_key(&key)?;
         let value_len = pb.value_len as u64;
-        self.write_item(&key, Payload::Owned { buf: &mut pb.buf, value_len }, meta, cond, None, Policy::new_item(&meta))
-            .await
+        let v = Version { meta, cas: None, policy: Policy::new_item(&meta) };
+        self.write_item(&key, Payload::Owned { buf: &mut pb.buf, value_len }, v, cond).await
     }
 
     fn item_of(f: &Found) -> Item {
@@ -901,8 +895,13 @@ impl Core {
     /// Conditional PUT with metadata; on `Stored`, also the new CAS value
     /// (0 otherwise).
     pub async fn put_item(&self, key: &[u8], value: &[u8], meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
+        self.put_user_item(key, value, Version { meta, cas: None, policy: Policy::new_item(&meta) }, cond).await
+    }
+
+    /// A user key's PUT of a value slice as `v` says.
+    async fn put_user_item(&self, key: &[u8], value: &[u8], v: Version, cond: Cond) -> Result<(PutOutcome, u64)> {
         Self::check_user_key(key)?;
-        self.write_item(key, Payload::Slice(value), meta, cond, None, Policy::new_item(&meta)).await
+        self.write_item(key, Payload::Slice(value), v, cond).await
     }
 
     /// [`Core::put_item`] giving the new version the CAS value `cas`
@@ -915,8 +914,7 @@ impl Core {
         cond: Cond,
         cas: u64,
     ) -> Result<(PutOutcome, u64)> {
-        Self::check_user_key(key)?;
-        self.write_item(key, Payload::Slice(value), meta, cond, Some(cas), Policy::new_item(&meta)).await
+        self.put_user_item(key, value, Version { meta, cas: Some(cas), policy: Policy::new_item(&meta) }, cond).await
     }
 
     /// [`Core::put_item`] (or with a chosen CAS value) whose new version
@@ -930,8 +928,7 @@ impl Core {
         cond: Cond,
         cas: Option<u64>,
     ) -> Result<(PutOutcome, u64)> {
-        Self::check_user_key(key)?;
-        self.write_item(key, Payload::Slice(value), meta, cond, cas, Policy::Fresh { win: true }).await
+        self.put_user_item(key, value, Version { meta, cas, policy: Policy::Fresh { win: true } }, cond).await
     }
 
     /// [`Core::put_item`] without the reserved-namespace check.
@@ -939,12 +936,10 @@ impl Core {
         &self,
         key: &[u8],
         mut value: Payload<'_>,
-        meta: ItemMeta,
+        v: Version,
         cond: Cond,
-        cas: Option<u64>,
-        policy: Policy,
     ) -> Result<(PutOutcome, u64)> {
-        let grains = self.value_grains(key, value.value_len(), cas)?;
+        let grains = self.value_grains(key, value.value_len(), v.cas)?;
         let h = key_hash(key);
         loop {
             self.check_writable()?;
@@ -958,7 +953,7 @@ impl Core {
                 (Cond::Cas(c), Some(f)) if record::cas_of(&f.hdr, &f.buf) != c => return Ok((PutOutcome::Exists, 0)),
                 _ => {}
             }
-            match self.write_value(key, h, value.reborrow(), existing, Version { meta, cas, policy }).await {
+            match self.write_value(key, h, value.reborrow(), existing, v).await {
                 Err(Error::NoSpace { .. }) => continue, // raced for the last room: wait again
                 r => return r.map(|cas| (PutOutcome::Stored, cas)),
             }
