@@ -491,10 +491,11 @@ fn a_client_that_does_not_read_holds_the_server_to_its_memory_bound() {
     // 400 GETs in one write (200 MiB of replies), sent by another thread;
     // none read yet.
     const GETS: u64 = 400;
-    let mut w = c.s.try_clone().unwrap();
-    let writer = std::thread::spawn(move || w.write_all(&b"get big\r\n".repeat(GETS as usize)).unwrap());
+    // The hit count is read before the GETs go out, so none is missed.
     let st = f.server.as_ref().unwrap().stats();
     let hits0 = st.get_hits.load(Relaxed);
+    let mut w = c.s.try_clone().unwrap();
+    let writer = std::thread::spawn(move || w.write_all(&b"get big\r\n".repeat(GETS as usize)).unwrap());
     // The server stops once the socket is full and it waits for this client.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while st.conns_waiting_to_send.load(Relaxed) == 0 {
