@@ -69,6 +69,38 @@ struct Version {
     policy: Policy,
 }
 
+/// What a writer holding a key's stripe knows of the key's current version.
+enum Prior {
+    /// Found (or known absent) before the write.
+    Known(Option<Found>),
+    /// Not read yet: found while the new version is written.
+    Unread,
+}
+
+/// Run two futures on this task at once; both outputs when both are done.
+async fn join2<A: std::future::Future, B: std::future::Future>(a: A, b: B) -> (A::Output, B::Output) {
+    use std::task::Poll;
+    let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
+    let (mut ra, mut rb) = (None, None);
+    std::future::poll_fn(|cx| {
+        if ra.is_none() {
+            if let Poll::Ready(v) = a.as_mut().poll(cx) {
+                ra = Some(v);
+            }
+        }
+        if rb.is_none() {
+            if let Poll::Ready(v) = b.as_mut().poll(cx) {
+                rb = Some(v);
+            }
+        }
+        match (ra.is_some(), rb.is_some()) {
+            (true, true) => Poll::Ready((ra.take().unwrap(), rb.take().unwrap())),
+            _ => Poll::Pending,
+        }
+    })
+    .await
+}
+
 /// The access policy of tombstones and of internal writes.
 const FRESH: Policy = Policy::Fresh { win: false };
 
@@ -945,32 +977,34 @@ impl Core {
             self.check_writable()?;
             self.space.await_room(Purpose::Put, grains).await.map_err(|e| self.check_writable().err().unwrap_or(e))?;
             let _stripe = self.stripe(h).await;
-            let existing = self.find(key, h, false, false).await?;
-            let live = existing.as_ref().filter(|f| self.is_live(f, self.clock.now()));
-            match (cond, live) {
-                (Cond::Absent, Some(_)) => return Ok((PutOutcome::Exists, 0)),
-                (Cond::Present | Cond::Cas(_), None) => return Ok((PutOutcome::NotFound, 0)),
-                (Cond::Cas(c), Some(f)) if record::cas_of(&f.hdr, &f.buf) != c => return Ok((PutOutcome::Exists, 0)),
-                _ => {}
-            }
-            match self.write_value(key, h, value.reborrow(), existing, v).await {
+            let prior = if cond == Cond::Always {
+                // An unconditional PUT needs the current version only to
+                // replace its entry: it is read while the new one is written.
+                Prior::Unread
+            } else {
+                let existing = self.find(key, h, false, false).await?;
+                let live = existing.as_ref().filter(|f| self.is_live(f, self.clock.now()));
+                match (cond, live) {
+                    (Cond::Absent, Some(_)) => return Ok((PutOutcome::Exists, 0)),
+                    (Cond::Present | Cond::Cas(_), None) => return Ok((PutOutcome::NotFound, 0)),
+                    (Cond::Cas(c), Some(f)) if record::cas_of(&f.hdr, &f.buf) != c => {
+                        return Ok((PutOutcome::Exists, 0))
+                    }
+                    _ => {}
+                }
+                Prior::Known(existing)
+            };
+            match self.write_value(key, h, value.reborrow(), prior, v).await {
                 Err(Error::NoSpace { .. }) => continue, // raced for the last room: wait again
                 r => return r.map(|cas| (PutOutcome::Stored, cas)),
             }
         }
     }
 
-    /// Write a new version of `key` (under its stripe) replacing `existing`;
-    /// returns its CAS value: `v.cas` when given (stored in the record
-    /// before the value), else its sequence number.
-    async fn write_value(
-        &self,
-        key: &[u8],
-        h: u64,
-        value: Payload<'_>,
-        existing: Option<Found>,
-        v: Version,
-    ) -> Result<u64> {
+    /// Write a new version of `key` (under its stripe) replacing its
+    /// current one, `prior`; returns its CAS value: `v.cas` when given
+    /// (stored in the record before the value), else its sequence number.
+    async fn write_value(&self, key: &[u8], h: u64, value: Payload<'_>, prior: Prior, v: Version) -> Result<u64> {
         let Version { meta, cas, policy } = v;
         let seq = self.next_seq.fetch_add(1, Relaxed);
         let value_len = value.value_len();
@@ -984,11 +1018,31 @@ impl Core {
             (Some(_), Payload::Owned { .. }) => unreachable!("record buffers are written without an explicit CAS"),
             (None, value) => (value, RecordHeader::value(key.len(), value_len, seq, 0)),
         };
-        let hdr = hdr
-            .with_meta(meta.flags, meta.expires)
-            .with_stale(meta.stale)
-            .with_supersedes(existing.is_some() || self.dropped.contains(h));
-        let loc = self.write_record_async(Purpose::Put, hdr, key, payload).await?;
+        let prior = match prior {
+            // No candidate in the index: nothing to read.
+            Prior::Unread if self.index.lookup(h).as_slice().is_empty() => Prior::Known(None),
+            p => p,
+        };
+        // An unread prior counts as present: a candidate is the key but for
+        // a rare fingerprint collision, and the flag is then only cautious.
+        let supersedes = !matches!(prior, Prior::Known(None)) || self.dropped.contains(h);
+        let hdr = hdr.with_meta(meta.flags, meta.expires).with_stale(meta.stale).with_supersedes(supersedes);
+        let write = self.write_record_async(Purpose::Put, hdr, key, payload);
+        let (loc, existing) = match prior {
+            Prior::Known(existing) => (write.await?, existing),
+            Prior::Unread => match join2(write, self.find(key, h, false, false)).await {
+                (Ok(loc), Ok(existing)) => (loc, existing),
+                (Ok(loc), Err(e)) => {
+                    // Written but not indexed: the running store keeps the
+                    // old version; the PUT reports the error (after a crash
+                    // the new one may be what recovery finds, as with any
+                    // write that failed midway).
+                    self.space.done(loc.seg);
+                    return Err(e);
+                }
+                (Err(e), _) => return Err(e),
+            },
+        };
         let committed = self.commit(key, h, existing, loc, false, policy).await;
         self.space.done(loc.seg);
         committed?;
@@ -1044,12 +1098,12 @@ impl Core {
                 Change::Put { value, meta } | Change::Invalidate { value, meta } => {
                     need = self.value_grains(key, value.len() as u64, None)?;
                     let v = Version { meta, cas: None, policy };
-                    self.write_value(key, h, Payload::Slice(&value), existing, v).await.map(Some)
+                    self.write_value(key, h, Payload::Slice(&value), Prior::Known(existing), v).await.map(Some)
                 }
                 Change::PutCas { value, meta, cas } | Change::Touch { value, meta, cas, .. } => {
                     need = self.value_grains(key, value.len() as u64, Some(cas))?;
                     let v = Version { meta, cas: Some(cas), policy };
-                    self.write_value(key, h, Payload::Slice(&value), existing, v).await.map(Some)
+                    self.write_value(key, h, Payload::Slice(&value), Prior::Known(existing), v).await.map(Some)
                 }
                 Change::Delete => match existing {
                     Some(x) if !x.hdr.is_tombstone() => {

@@ -676,3 +676,144 @@ fn log_scan_reads_ahead_across_windows() {
         assert!(s.verify().unwrap().is_clean());
     }
 }
+
+/// A memory device whose async operations each yield once before they take
+/// effect, counting how many reads and writes are in flight at once.
+struct Overlapping {
+    mem: granary_io::MemDevice,
+    reads: std::sync::atomic::AtomicUsize,
+    writes: std::sync::atomic::AtomicUsize,
+    /// Times a read and a write were in flight together.
+    overlaps: std::sync::atomic::AtomicUsize,
+}
+
+impl Overlapping {
+    fn op<'a>(
+        &'a self,
+        mine: &'a std::sync::atomic::AtomicUsize,
+        other: &'a std::sync::atomic::AtomicUsize,
+        f: impl FnOnce() -> granary_io::IoResult + Send + 'a,
+    ) -> granary_io::IoFuture<'a> {
+        use std::sync::atomic::Ordering::SeqCst;
+        granary_io::IoFuture::Pending(Box::pin(async move {
+            mine.fetch_add(1, SeqCst);
+            if other.load(SeqCst) > 0 {
+                self.overlaps.fetch_add(1, SeqCst);
+            }
+            let mut yielded = false;
+            std::future::poll_fn(|cx| {
+                if std::mem::replace(&mut yielded, true) {
+                    std::task::Poll::Ready(())
+                } else {
+                    cx.waker().wake_by_ref();
+                    std::task::Poll::Pending
+                }
+            })
+            .await;
+            let r = f();
+            mine.fetch_sub(1, SeqCst);
+            r
+        }))
+    }
+}
+
+impl Device for Overlapping {
+    fn read_at(&self, buf: granary_io::AlignedBuf, offset: u64) -> granary_io::IoResult {
+        self.mem.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: granary_io::AlignedBuf, offset: u64) -> granary_io::IoResult {
+        self.mem.write_at(buf, offset)
+    }
+    fn read_at_async(&self, buf: granary_io::AlignedBuf, offset: u64) -> granary_io::IoFuture<'_> {
+        self.op(&self.reads, &self.writes, move || self.mem.read_at(buf, offset))
+    }
+    fn write_at_async(&self, buf: granary_io::AlignedBuf, offset: u64) -> granary_io::IoFuture<'_> {
+        self.op(&self.writes, &self.reads, move || self.mem.write_at(buf, offset))
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.mem.flush()
+    }
+    fn size_bytes(&self) -> u64 {
+        self.mem.size_bytes()
+    }
+    fn block_bytes(&self) -> u32 {
+        self.mem.block_bytes()
+    }
+    fn counters(&self) -> &granary_io::IoCounters {
+        self.mem.counters()
+    }
+    fn describe(&self) -> String {
+        format!("overlap-counting {}", self.mem.describe())
+    }
+}
+
+/// An unconditional PUT of an indexed key reads the key's current record
+/// while it writes the new one; a conditional PUT reads first (its outcome
+/// depends on what it reads). Keys sharing home slot and tag come out right
+/// either way, across a restart.
+#[test]
+fn an_overwrite_reads_the_old_version_while_it_writes_the_new() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let dev = Arc::new(Overlapping {
+        mem: granary_io::MemDevice::new(16 << 20),
+        reads: Default::default(),
+        writes: Default::default(),
+        overlaps: Default::default(),
+    });
+    let opts = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
+    let s = Store::create(dev.clone(), &opts, &OpenOptions { gc: false, ..OpenOptions::default() }).unwrap();
+    let keys = colliding_keys(3);
+    let put = |k: &[u8], v: &[u8]| granary_rt::block_on(s.put_async(k, v)).unwrap();
+    // New keys: the first has no candidate (nothing to read); the others
+    // have one that is not them.
+    put(&keys[0], b"a0");
+    assert_eq!(dev.overlaps.load(SeqCst), 0, "a PUT with no candidate read something");
+    put(&keys[1], b"b0");
+    put(&keys[2], b"c0");
+    let before = dev.overlaps.load(SeqCst);
+    assert!(before >= 2, "the candidates of new colliding keys were not read during their writes");
+    // Overwrites: each reads while it writes.
+    for round in 1..=3 {
+        for (i, k) in keys.iter().enumerate() {
+            put(k, format!("{i}-{round}").as_bytes());
+        }
+    }
+    assert!(dev.overlaps.load(SeqCst) >= before + 9, "an overwrite read and wrote one after the other");
+    // A conditional PUT reads, then writes.
+    let at = dev.overlaps.load(SeqCst);
+    let r = granary_rt::block_on(s.put_with_async(&keys[1], b"b-replaced", PutMode::ReplaceOnly)).unwrap();
+    assert_eq!(r, PutOutcome::Stored);
+    assert_eq!(dev.overlaps.load(SeqCst), at, "a conditional PUT wrote before reading");
+    let check = |s: &Store| {
+        assert_eq!(s.get(&keys[0]).unwrap().as_deref(), Some(&b"0-3"[..]));
+        assert_eq!(s.get(&keys[1]).unwrap().as_deref(), Some(&b"b-replaced"[..]));
+        assert_eq!(s.get(&keys[2]).unwrap().as_deref(), Some(&b"2-3"[..]));
+        assert_eq!(s.stats().keys, 3);
+        assert!(s.verify().unwrap().is_clean());
+    };
+    check(&s);
+    drop(s);
+    let s = Store::open(dev.clone(), &OpenOptions { gc: false, ..OpenOptions::default() }).unwrap();
+    check(&s);
+}
+
+/// The read of an overwrite fails after its write went out: the PUT reports
+/// the error, the running store keeps serving the old version, stays
+/// writable, and a later PUT of the key replaces it.
+#[test]
+fn an_overwrite_whose_read_fails_keeps_the_old_version() {
+    let dev = Arc::new(granary_io::FaultDevice::new(16 << 20, 7));
+    let opts = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
+    let s = Store::create(dev.clone(), &opts, &OpenOptions { gc: false, ..OpenOptions::default() }).unwrap();
+    s.put(b"k", b"old").unwrap();
+    let writes = dev.counters().snapshot().writes;
+    dev.fail_nth(granary_io::OpKind::Read, 0, false);
+    let r = granary_rt::block_on(s.put_async(b"k", b"new"));
+    assert!(matches!(r, Err(Error::Io { op: "read", .. })), "{r:?}");
+    assert_eq!(dev.counters().snapshot().writes, writes + 1, "the new version was not written alongside the read");
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"old"[..]));
+    assert_eq!(s.stats().keys, 1);
+    granary_rt::block_on(s.put_async(b"k", b"newer")).unwrap();
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"newer"[..]));
+    assert!(s.verify().unwrap().is_clean());
+}
