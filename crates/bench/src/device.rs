@@ -55,6 +55,9 @@ pub struct DeviceBenchOptions {
     /// Register the buffer arena with the rings (fixed buffers).
     pub registered_buffers: bool,
     pub fio: bool,
+    /// PUT points write keys not in the store yet (inserts: no old version
+    /// to read) instead of overwriting loaded ones.
+    pub new_keys: bool,
     pub seed: u64,
     pub progress: bool,
 }
@@ -76,6 +79,7 @@ impl Default for DeviceBenchOptions {
             spin: RuntimeConfig::default().spin,
             registered_buffers: true,
             fio: true,
+            new_keys: false,
             seed: 1,
             progress: true,
         }
@@ -183,6 +187,20 @@ impl Run {
     }
 }
 
+/// Keys handed out to PUTs of new keys so far (process-wide, so no two
+/// points and no two workers write the same new key).
+static NEW_KEYS: AtomicU64 = AtomicU64::new(0);
+
+/// The key index a PUT point writes next: a loaded key drawn by `next`, or
+/// with `new_keys` one past every loaded key not handed out before.
+fn put_key(o: &DeviceBenchOptions, next: &mut impl FnMut() -> u64) -> u64 {
+    if o.new_keys {
+        o.keys + NEW_KEYS.fetch_add(1, Relaxed)
+    } else {
+        next() % o.keys
+    }
+}
+
 pub(crate) fn value_of(v: usize, i: u64, round: u64) -> Vec<u8> {
     let b = (i ^ round) as u8;
     vec![b; v]
@@ -200,7 +218,7 @@ fn run_threads(store: &Arc<Store>, o: &DeviceBenchOptions, op: &'static str, dep
                 let mut h = hist();
                 let value = value_of(o.value_bytes, t as u64, 1);
                 loop {
-                    let i = next() % o.keys;
+                    let i = if op.starts_with("put") { put_key(o, &mut next) } else { next() % o.keys };
                     let k = key(i);
                     let t0 = Instant::now();
                     let ok = match op {
@@ -254,12 +272,13 @@ fn run_tasks_as(
         .map(|t| {
             let (store, run) = (store.clone(), run.clone());
             let (seed, keys, vbytes) = (o.seed ^ ((t as u64 + 1) * 7919), o.keys, o.value_bytes);
+            let o = o.clone();
             rt.spawn(async move {
                 let mut next = rng(seed);
                 let mut h = hist();
                 let value = value_of(vbytes, t as u64, 2);
                 loop {
-                    let i = next() % keys;
+                    let i = if op == "put" { put_key(&o, &mut next) } else { next() % keys };
                     let k = key(i);
                     let t0 = Instant::now();
                     let ok = match (op, zero_copy) {
@@ -552,6 +571,11 @@ pub fn render(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> String {
         if o.defer_taskrun { ", DEFER_TASKRUN" } else { "" },
         if o.registered_buffers { ", fixed buffers" } else { ", no fixed buffers" }
     ));
+    s.push_str(if o.new_keys {
+        "PUTs write new keys (inserts: no old version to read)\n"
+    } else {
+        "PUTs overwrite loaded keys (each reads the old version while it writes)\n"
+    });
     if let Some(v) = &r.fio_version {
         s.push_str(&format!("reference: {v}, io_uring, direct, 4 KiB random, 1 job\n"));
     }
@@ -613,6 +637,7 @@ pub fn to_json(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> serde_json::Val
         "defer_taskrun": o.defer_taskrun,
         "spin_us": o.spin.as_micros() as u64,
         "registered_buffers": o.registered_buffers,
+        "put_keys": if o.new_keys { "new" } else { "existing" },
         "fio_version": r.fio_version,
         "points": r.points.iter().map(|p| {
             let fio = find(r, "fio", p.op, p.depth).map(|f| f.ops_per_sec());

@@ -356,6 +356,11 @@ struct DeviceBenchArgs {
     /// Skip fio (no reference, no ratios).
     #[arg(long)]
     no_fio: bool,
+    /// PUT points write keys not in the store yet (inserts, no old version
+    /// to read) instead of overwriting loaded keys; they stay, so size the
+    /// file for them.
+    #[arg(long)]
+    new_keys: bool,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -839,6 +844,7 @@ fn bench(cmd: BenchCmd) -> Result<ExitCode, String> {
                 spin: std::time::Duration::from_micros(a.spin_us.min(1_000_000)),
                 registered_buffers: !a.no_fixed_buffers,
                 fio: !a.no_fio,
+                new_keys: a.new_keys,
                 ..Default::default()
             };
             let r = granary_bench::device::run(&o)?;
