@@ -52,6 +52,8 @@ pub struct DeviceBenchOptions {
     pub defer_taskrun: bool,
     /// Executors' spin before sleeping.
     pub spin: Duration,
+    /// Executors' spin before sleeping while file IO is in flight.
+    pub spin_io: Duration,
     /// Register the buffer arena with the rings (fixed buffers).
     pub registered_buffers: bool,
     pub fio: bool,
@@ -77,6 +79,7 @@ impl Default for DeviceBenchOptions {
             cores: 1,
             defer_taskrun: false,
             spin: RuntimeConfig::default().spin,
+            spin_io: RuntimeConfig::default().spin_io,
             registered_buffers: true,
             fio: true,
             new_keys: false,
@@ -480,6 +483,7 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
             threads: o.cores,
             defer_taskrun: o.defer_taskrun,
             spin: o.spin,
+            spin_io: o.spin_io,
             registered_buffer_bytes: if o.registered_buffers {
                 RuntimeConfig::default().registered_buffer_bytes
             } else {
@@ -636,6 +640,7 @@ pub fn to_json(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> serde_json::Val
         "uring_cores": o.cores,
         "defer_taskrun": o.defer_taskrun,
         "spin_us": o.spin.as_micros() as u64,
+        "spin_io_us": o.spin_io.as_micros() as u64,
         "registered_buffers": o.registered_buffers,
         "put_keys": if o.new_keys { "new" } else { "existing" },
         "fio_version": r.fio_version,

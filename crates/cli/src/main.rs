@@ -349,6 +349,10 @@ struct DeviceBenchArgs {
     /// Microseconds an idle executor polls before sleeping in the kernel.
     #[arg(long, default_value_t = 20)]
     spin_us: u64,
+    /// Microseconds an executor polls before sleeping while file IO it
+    /// submitted is in flight.
+    #[arg(long, default_value_t = granary_rt::SPIN_IO_US_DEFAULT)]
+    spin_io_us: u64,
     /// Do not register the buffer arena with the rings (plain reads and
     /// writes instead of READ_FIXED/WRITE_FIXED).
     #[arg(long)]
@@ -842,6 +846,7 @@ fn bench(cmd: BenchCmd) -> Result<ExitCode, String> {
                 cores: a.cores.max(1),
                 defer_taskrun: a.defer_taskrun,
                 spin: std::time::Duration::from_micros(a.spin_us.min(1_000_000)),
+                spin_io: std::time::Duration::from_micros(a.spin_io_us.min(1_000_000)),
                 registered_buffers: !a.no_fixed_buffers,
                 fio: !a.no_fio,
                 new_keys: a.new_keys,

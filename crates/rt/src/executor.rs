@@ -27,6 +27,10 @@ use crate::op::{self, OpSlot};
 use crate::slab::{Key, Slab};
 use crate::time::Timers;
 
+/// Default [`RuntimeConfig::spin_io`] in microseconds (measured in
+/// BENCHMARKS.md, "Device").
+pub const SPIN_IO_US_DEFAULT: u64 = 200;
+
 /// How the runtime is set up. `Default` gives one executor per available
 /// core, pinned, coop task-run rings of 1024 entries, 20 µs of spinning.
 #[derive(Clone, Debug)]
@@ -40,6 +44,11 @@ pub struct RuntimeConfig {
     /// How long an executor with nothing ready polls its completion and
     /// cross-core queues before blocking in the kernel. Zero blocks at once.
     pub spin: Duration,
+    /// How long it polls instead when file IO it submitted is in flight:
+    /// a completion is then due within a device latency, and sleeping in
+    /// the kernel only to be woken for it adds a wake-up to every IO.
+    /// Bounded, so an executor waiting on a stalled device still sleeps.
+    pub spin_io: Duration,
     /// IORING_SETUP_DEFER_TASKRUN: completions are processed only when the
     /// executor enters the kernel (fewer interrupts, no busy polling of
     /// completions that the kernel has not posted). Otherwise
@@ -61,6 +70,7 @@ impl Default for RuntimeConfig {
             pin: true,
             ring_entries: 1024,
             spin: Duration::from_micros(20),
+            spin_io: Duration::from_micros(SPIN_IO_US_DEFAULT),
             defer_taskrun: false,
             name: "granary-rt".into(),
             registered_buffer_bytes: crate::arena::ARENA_BYTES_DEFAULT,
@@ -87,6 +97,9 @@ pub struct RuntimeStats {
     pub fixed_ops: u64,
     /// Whether this executor's ring registered the arena.
     pub fixed_registered: bool,
+    /// File reads and writes in flight now, whose futures still wait; while
+    /// there are some the executor spins [`RuntimeConfig::spin_io`].
+    pub file_ios_in_flight: u64,
 }
 
 #[derive(Default)]
@@ -101,6 +114,8 @@ pub(crate) struct Counters {
     notifies: AtomicU64,
     pub(crate) fixed_ops: AtomicU64,
     fixed_registered: AtomicBool,
+    /// File reads and writes in flight (a gauge; see [`FileIo`]).
+    file_ios: AtomicU64,
 }
 
 type SendTask = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -194,6 +209,27 @@ pub(crate) struct Executor {
     efd_armed: Cell<bool>,
     /// The arena is registered with this ring as fixed buffer 0.
     pub(crate) fixed: Cell<bool>,
+}
+
+/// Counts one file read or write in flight on this executor while alive
+/// (dropped with its future, completed or cancelled, on whatever thread).
+pub(crate) struct FileIo(Option<Arc<Shared>>);
+
+impl FileIo {
+    pub(crate) fn start() -> FileIo {
+        FileIo(with_executor(|ex| {
+            ex.shared.counters.file_ios.fetch_add(1, Relaxed);
+            ex.shared.clone()
+        }))
+    }
+}
+
+impl Drop for FileIo {
+    fn drop(&mut self) {
+        if let Some(s) = &self.0 {
+            s.counters.file_ios.fetch_sub(1, Relaxed);
+        }
+    }
 }
 
 thread_local! {
@@ -531,7 +567,7 @@ impl Executor {
         }
     }
 
-    fn run(&self, spin: Duration) -> io::Result<()> {
+    fn run(&self, idle_spin: Duration, io_spin: Duration) -> io::Result<()> {
         self.arm_eventfd();
         loop {
             self.drain_remote();
@@ -545,6 +581,8 @@ impl Executor {
             if self.has_work() || self.timers.borrow().due(Instant::now()) {
                 continue;
             }
+            let io = self.shared.counters.file_ios.load(Relaxed) > 0;
+            let spin = if io { io_spin.max(idle_spin) } else { idle_spin };
             if !spin.is_zero() {
                 let until = Instant::now() + spin;
                 loop {
@@ -691,7 +729,7 @@ impl Runtime {
                 ex.register_arena(arena);
                 CTX.with(|c| *c.borrow_mut() = Some(ex.clone()));
                 let _ = tx.send(Ok(()));
-                if let Err(e) = ex.run(cfg.spin) {
+                if let Err(e) = ex.run(cfg.spin, cfg.spin_io) {
                     tracing::error!(core = id, error = %e, "executor stopped on an io_uring error");
                 }
                 ex.teardown();
@@ -764,6 +802,7 @@ impl Runtime {
                     notifies: c.notifies.load(Relaxed),
                     fixed_ops: c.fixed_ops.load(Relaxed),
                     fixed_registered: c.fixed_registered.load(Relaxed),
+                    file_ios_in_flight: c.file_ios.load(Relaxed),
                 }
             })
             .collect()

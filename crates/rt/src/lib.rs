@@ -9,8 +9,9 @@
 //! the ready tasks, fire due timers, submit every SQE the round produced
 //! with one `io_uring_enter`, and reap the completion queue (a memory read,
 //! no system call, when it holds entries). With nothing ready it spins a
-//! short while (`RuntimeConfig::spin`) on the completion queue and the
-//! cross-core queue, then blocks in `io_uring_enter` until a completion, the
+//! short while (`RuntimeConfig::spin`; `RuntimeConfig::spin_io` while file
+//! reads or writes it submitted are in flight) on the completion queue and
+//! the cross-core queue, then blocks in `io_uring_enter` until a completion, the
 //! next timer, or a cross-core wake-up (an eventfd read kept armed in the
 //! ring). It never spins at 100 % when idle.
 //!
@@ -42,6 +43,7 @@ mod time;
 pub use blocking::block_on;
 pub use executor::{
     current_core, on_runtime, spawn, yield_now, JoinError, JoinHandle, Runtime, RuntimeConfig, RuntimeStats,
+    SPIN_IO_US_DEFAULT,
 };
 pub use op::{read_at, write_at, IoBuf};
 pub use time::{sleep, sleep_until, timeout, Elapsed};

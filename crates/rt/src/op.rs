@@ -243,6 +243,7 @@ pub async fn read_at<B: IoBuf>(fd: RawFd, mut buf: B, offset: u64) -> (io::Resul
     } else {
         opcode::Read::new(types::Fd(fd), ptr, len).offset(offset).build()
     };
+    let _io = crate::executor::FileIo::start();
     // SAFETY: the SQE points into buf's heap memory, owned by the Op.
     let (res, buf) = unsafe { Op::submit(sqe, buf) }.await;
     (result(res), buf)
@@ -258,6 +259,7 @@ pub async fn write_at<B: IoBuf>(fd: RawFd, mut buf: B, offset: u64) -> (io::Resu
     } else {
         opcode::Write::new(types::Fd(fd), ptr, len).offset(offset).build()
     };
+    let _io = crate::executor::FileIo::start();
     // SAFETY: as in read_at.
     let (res, buf) = unsafe { Op::submit(sqe, buf) }.await;
     (result(res), buf)

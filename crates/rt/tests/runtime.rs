@@ -330,3 +330,45 @@ fn block_on_runs_futures_off_the_runtime() {
         rt.block_on(async { (granary_rt::on_runtime(), granary_rt::block_on(async { granary_rt::on_runtime() })) });
     assert_eq!(inside.unwrap(), (true, false));
 }
+
+/// The executor counts the file reads and writes in flight (it spins
+/// longer before sleeping while there are some): a read that waits is
+/// counted until it completes, and one whose future is dropped while in
+/// flight stops counting then.
+#[test]
+fn file_io_in_flight_is_counted_until_done_or_dropped() {
+    let rt = rt(1);
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe() fills the two-element array with fresh descriptors.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors are fresh and owned here only.
+    let (rd, wr) = unsafe { (std::os::fd::OwnedFd::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) };
+    use std::os::fd::FromRawFd;
+    let rfd = rd.as_raw_fd();
+    let in_flight = || rt.stats()[0].file_ios_in_flight;
+    let wait_for = |n: u64| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while in_flight() != n {
+            assert!(std::time::Instant::now() < deadline, "file IO in flight stayed {} (want {n})", in_flight());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    assert_eq!(in_flight(), 0);
+    let h = rt.spawn(async move { read_at(rfd, vec![0u8; 8], 0).await.0.unwrap() });
+    wait_for(1);
+    (&wr).write_all(b"12345678").unwrap();
+    assert_eq!(h.join().unwrap(), 8);
+    assert_eq!(in_flight(), 0, "a completed read still counted");
+    // Polled once (submitted), then dropped while the kernel still holds it.
+    let h = rt.spawn(async move {
+        let mut fut = Box::pin(read_at(rfd, vec![0u8; 8], 0));
+        let pending = fut.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending();
+        drop(fut);
+        pending
+    });
+    assert!(h.join().unwrap(), "the read finished before it was dropped");
+    assert_eq!(in_flight(), 0, "a dropped read still counted");
+    drop(rt);
+    drop(wr);
+    drop(rd);
+}
