@@ -63,6 +63,11 @@ pub struct ServeArgs {
     /// 0 = never (memcached's idle_timeout) [default: 0].
     #[arg(long)]
     idle_timeout: Option<u64>,
+    /// Microseconds an executor polls for completions before sleeping
+    /// while device IO it submitted is in flight; 0 sleeps at once (shared
+    /// machines), at most 1000000 [default: 200].
+    #[arg(long)]
+    io_spin_us: Option<u64>,
     /// Serve Prometheus metrics over HTTP at this address (GET /metrics),
     /// e.g. 127.0.0.1:9121 [default: off].
     #[arg(long, value_name = "ADDR")]
@@ -133,6 +138,7 @@ struct FileConfig {
     conn_limit: Option<usize>,
     max_item_size: Option<SizeValue>,
     idle_timeout: Option<u64>,
+    io_spin_us: Option<u64>,
     metrics: Option<String>,
     evict: Option<bool>,
     flush: Option<bool>,
@@ -155,6 +161,7 @@ pub struct Config {
     pub conn_limit: usize,
     pub max_item_size: u64,
     pub idle_timeout: u64,
+    pub io_spin_us: u64,
     pub metrics: Option<SocketAddr>,
     pub evict: bool,
     pub flush: bool,
@@ -168,6 +175,9 @@ pub struct Config {
 /// Default size of a new data file: a quarter of the free space of the
 /// filesystem that will hold it, at most 1 GiB, at least 64 MiB.
 pub const SIZE_DEFAULT_MAX: u64 = 1 << 30;
+
+/// Largest `io_spin_us` (one second).
+pub const IO_SPIN_US_MAX: u64 = 1_000_000;
 const SIZE_DEFAULT_MIN: u64 = 64 << 20;
 
 fn free_bytes_near(path: &std::path::Path) -> Option<u64> {
@@ -231,6 +241,12 @@ impl Config {
             conn_limit: a.conn_limit.or(f.conn_limit).unwrap_or(limits::CONNECTIONS_DEFAULT),
             max_item_size: a.max_item_size.or(opt_size(&f.max_item_size, "max_item_size")?).unwrap_or(1 << 20),
             idle_timeout: a.idle_timeout.or(f.idle_timeout).unwrap_or(0),
+            io_spin_us: match a.io_spin_us.or(f.io_spin_us).unwrap_or(granary_rt::SPIN_IO_US_DEFAULT) {
+                us if us > IO_SPIN_US_MAX => {
+                    return Err(format!("io_spin_us is {us}; at most {IO_SPIN_US_MAX} (1 s)"));
+                }
+                us => us,
+            },
             metrics,
             evict: !a.no_evict && f.evict.unwrap_or(true),
             flush: a.flush || f.flush.unwrap_or(false),
@@ -266,6 +282,7 @@ impl Config {
         t += &format!("conn_limit = {}\n", self.conn_limit);
         t += &format!("max_item_size = {}\n", self.max_item_size);
         t += &format!("idle_timeout = {}\n", self.idle_timeout);
+        t += &format!("io_spin_us = {}\n", self.io_spin_us);
         t += &format!("metrics = {}\n", q(&self.metrics.map(|m| m.to_string()).unwrap_or_default()));
         t += &format!("evict = {}\n", self.evict);
         t += &format!("flush = {}\n", self.flush);
@@ -350,6 +367,7 @@ pub fn run(a: Config, progress: Option<granary_store::ProgressHook>) -> Result<(
     let rc = RuntimeConfig {
         threads: if a.threads == 0 { RuntimeConfig::default().threads } else { a.threads },
         name: "granary".into(),
+        spin_io: std::time::Duration::from_micros(a.io_spin_us),
         ..RuntimeConfig::default()
     };
     let rt = Arc::new(Runtime::new(rc).map_err(|e| format!("cannot start the runtime: {e}"))?);

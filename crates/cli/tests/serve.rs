@@ -337,7 +337,7 @@ fn config_file_flags_metrics_limits_and_clean_restart() {
         &conf,
         format!(
             "port = 1\nmetrics = \"{metrics}\"\nconn_limit = 3\nmax_item_size = \"100k\"\n\
-             log_format = \"json\"\nevict = false\n"
+             log_format = \"json\"\nevict = false\nio_spin_us = 50\n"
         ),
     )
     .unwrap();
@@ -355,6 +355,7 @@ fn config_file_flags_metrics_limits_and_clean_restart() {
         "evict = false",
         "native_port = 43345",
         "log_format = \"json\"",
+        "io_spin_us = 50",
     ] {
         assert!(printed.lines().any(|l| l == line), "{line:?} missing from\n{printed}");
     }
@@ -370,6 +371,10 @@ fn config_file_flags_metrics_limits_and_clean_restart() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("line 2") && err.contains("bogus") && err.lines().count() == 1, "{err}");
+    // An out-of-range spin is refused, not clamped.
+    let o = granary(&["serve", "--config", conf_s, "--io-spin-us", "1000001", "--print-config"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("io_spin_us"), "{}", String::from_utf8_lossy(&o.stderr));
 
     let s = Serve::start_with(&data, &["--config", conf_s]);
     // JSON logs: the store-open line is one JSON object.
