@@ -31,8 +31,9 @@
 //!
 //! **Expired and flushed values** are garbage too; the value itself is
 //! never copied. If older versions of the key may still lie in other
-//! segments (the record's `supersedes` flag: the key had an indexed version
-//! when the value was written), it is replaced by a tombstone (a new
+//! segments (the record's `supersedes` flag: the key had, or may have had,
+//! an indexed version when the value was written), it is replaced by a
+//! tombstone (a new
 //! sequence number, written to the relocation stream with the batch), so no
 //! older version comes back after a crash; otherwise it is dropped.
 //!
