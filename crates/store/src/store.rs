@@ -979,8 +979,13 @@ impl Core {
             let _stripe = self.stripe(h).await;
             let prior = if cond == Cond::Always {
                 // An unconditional PUT needs the current version only to
-                // replace its entry: it is read while the new one is written.
-                Prior::Unread
+                // replace its entry: it is read while the new one is
+                // written, if the index has a candidate for it at all.
+                if self.index.lookup(h).as_slice().is_empty() {
+                    Prior::Known(None)
+                } else {
+                    Prior::Unread
+                }
             } else {
                 let existing = self.find(key, h, false, false).await?;
                 let live = existing.as_ref().filter(|f| self.is_live(f, self.clock.now()));
@@ -1017,11 +1022,6 @@ impl Core {
             }
             (Some(_), Payload::Owned { .. }) => unreachable!("record buffers are written without an explicit CAS"),
             (None, value) => (value, RecordHeader::value(key.len(), value_len, seq, 0)),
-        };
-        let prior = match prior {
-            // No candidate in the index: nothing to read.
-            Prior::Unread if self.index.lookup(h).as_slice().is_empty() => Prior::Known(None),
-            p => p,
         };
         // An unread prior counts as present: a candidate is the key but for
         // a rare fingerprint collision, and the flag is then only cautious.
