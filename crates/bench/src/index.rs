@@ -15,6 +15,14 @@
 //! process RSS with the structure built minus the RSS once it is dropped
 //! (after retired tables are collected and `malloc_trim` returns freed
 //! heap), divided by the items.
+//!
+//! A `floor` row per thread count gives the lookups/s of the memory reads
+//! alone: per key, in the same order, the index's own neighbourhood scan
+//! ([`granary_index::table::hood_mask`]) over the 32 slots of a random
+//! home in a table of the pre-sized index's size, on huge pages like the
+//! index's, with nothing else (no epoch, no lock versions, no stash, no
+//! candidates). No lookup that reads a whole neighbourhood can beat it;
+//! the gap between it and Granary's lookups is the index's own overhead.
 
 use crate::mem::{rss_bytes, trim};
 use granary_index::{Index, IndexConfig};
@@ -216,6 +224,51 @@ fn granary_index(items: u64, presized: bool) -> Index {
     Index::new(IndexConfig::with_tables(homes, if presized { 4 } else { 0 }))
 }
 
+/// The `floor` row's lookup time (see the module doc).
+fn memory_floor(w: &Workload, threads: usize) -> Duration {
+    use granary_index::NEIGHBOURHOOD as H;
+    use std::sync::atomic::AtomicU64;
+    const HUGE: usize = granary_index::table::HUGE_PAGE_BYTES;
+    let items = w.hashes.len();
+    let homes = (items as f64 / PRESIZED_OCCUPANCY) as usize + 1;
+    let len = homes + H - 1;
+    // Zeroed: a fresh mapping from the allocator, untouched, so huge pages
+    // requested now back it when the fill below first touches it.
+    let mut raw: Vec<u64> = vec![0; len];
+    let base = raw.as_ptr() as usize;
+    let (lo, hi) = (base.next_multiple_of(HUGE), (base + len * 8) & !(HUGE - 1));
+    if hi > lo {
+        // SAFETY: [lo, hi) lies inside `raw`'s allocation and is
+        // page-aligned; the advice changes no contents.
+        unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
+    }
+    for (i, x) in raw.iter_mut().enumerate() {
+        *x = splitmix(i as u64) | 1;
+    }
+    // SAFETY: AtomicU64 has the size, alignment and bit validity of u64 (std
+    // documents it); `raw` is borrowed mutably for the slice's whole life.
+    let slots: &[AtomicU64] = unsafe { std::slice::from_raw_parts(raw.as_mut_ptr().cast::<AtomicU64>(), len) };
+    let per = items.div_ceil(threads);
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            s.spawn(move || {
+                let mut hits = 0u64;
+                for &j in &w.order[t * per..((t + 1) * per).min(items)] {
+                    let h = w.hashes[j as usize];
+                    let home = granary_index::home_of(h, homes as u32);
+                    let hood: &[AtomicU64; H] = slots[home..home + H].try_into().expect("H slots");
+                    hits += granary_index::table::hood_mask(hood, granary_format::hash::key_tag(h)).count_ones() as u64;
+                }
+                std::hint::black_box(hits);
+            });
+        }
+    });
+    let took = started.elapsed();
+    drop(raw);
+    took
+}
+
 /// Run every structure, mode and thread count.
 pub fn run(opts: &IndexBenchOptions) -> Vec<RunResult> {
     let mut out = Vec::new();
@@ -225,6 +278,21 @@ pub fn run(opts: &IndexBenchOptions) -> Vec<RunResult> {
     }
     let w = Workload::new(items);
     for &threads in &opts.threads {
+        if opts.progress {
+            eprintln!("bench index: memory floor {threads} thread(s), {items} keys ...");
+        }
+        let look = memory_floor(&w, threads);
+        trim();
+        out.push(RunResult {
+            structure: "floor",
+            mode: "presized",
+            threads,
+            inserts_per_s: 0.0,
+            lookups_per_s: items as f64 / look.as_secs_f64(),
+            bytes_per_key: 0.0,
+            insert_ns: [0; 5],
+            grows: 0,
+        });
         for presized in [true, false] {
             let mode = if presized { "presized" } else { "resize" };
             for structure in ["granary", "dashmap", "rwlock-hashbrown"] {
@@ -297,6 +365,13 @@ pub fn render(results: &[RunResult]) -> String {
     ));
     for r in results {
         let us = |ns: u64| ns as f64 / 1000.0;
+        if r.structure == "floor" {
+            s.push_str(&format!(
+                "{:<17} {:<9} {:>3} {:>12} {:>12.0}\n",
+                r.structure, "-", r.threads, "-", r.lookups_per_s
+            ));
+            continue;
+        }
         s.push_str(&format!(
             "{:<17} {:<9} {:>3} {:>12.0} {:>12.0} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.1} {:>9.1}\n",
             r.structure,
@@ -315,10 +390,20 @@ pub fn render(results: &[RunResult]) -> String {
     s.push_str("\ngranary / peer (same mode and threads):\n");
     let mut seen = Vec::new();
     for r in results {
-        if seen.contains(&(r.mode, r.threads)) {
+        if r.structure == "floor" || seen.contains(&(r.mode, r.threads)) {
             continue;
         }
         seen.push((r.mode, r.threads));
+        let floor = results.iter().find(|x| x.structure == "floor" && x.threads == r.threads);
+        let granary = results.iter().find(|x| x.structure == "granary" && x.threads == r.threads && x.mode == r.mode);
+        if let (Some(f), Some(g)) = (floor, granary) {
+            s.push_str(&format!(
+                "  vs the memory floor  {:<9} {} thr: lookups {:.2}x\n",
+                r.mode,
+                r.threads,
+                g.lookups_per_s / f.lookups_per_s
+            ));
+        }
         for peer in ["dashmap", "rwlock-hashbrown"] {
             let l = ratio(results, peer, r.threads, r.mode, |x| x.lookups_per_s);
             let i = ratio(results, peer, r.threads, r.mode, |x| x.inserts_per_s);
@@ -367,14 +452,17 @@ mod tests {
     fn small_run_reports_every_structure() {
         let opts = IndexBenchOptions { items: 20_000, threads: vec![1, 2], progress: false };
         let r = run(&opts);
-        assert_eq!(r.len(), 12);
-        assert!(r.iter().all(|x| x.inserts_per_s > 0.0 && x.lookups_per_s > 0.0));
+        assert_eq!(r.len(), 14);
+        assert!(r.iter().all(|x| x.lookups_per_s > 0.0));
+        assert!(r.iter().filter(|x| x.structure != "floor").all(|x| x.inserts_per_s > 0.0));
+        assert_eq!(r.iter().filter(|x| x.structure == "floor").count(), 2);
         let grown = r.iter().find(|x| x.structure == "granary" && x.mode == "resize").unwrap();
         assert!(grown.grows >= 4, "the growing index reaches at least 16 tables: {}", grown.grows);
         assert!(ratio(&r, "dashmap", 2, "resize", |x| x.lookups_per_s).is_some());
         let text = render(&r);
         assert!(text.contains("vs dashmap"));
+        assert!(text.contains("vs the memory floor"));
         let j = to_json(&opts, &r);
-        assert_eq!(j["runs"].as_array().unwrap().len(), 12);
+        assert_eq!(j["runs"].as_array().unwrap().len(), 14);
     }
 }

@@ -726,3 +726,44 @@ fn insert_if_no_candidates_inserts_or_returns_them() {
     assert!(idx.insert_if_no_candidates(h(3, 10), 1, 1000).unwrap().is_none());
     assert_eq!(pbas(&idx, h(3, 10)), vec![1000]);
 }
+
+/// The vector neighbourhood scan agrees with the scalar one on every slot
+/// kind: free slots (stored 0, which looks like offset 0 and key tag 0),
+/// entries of the home at their offset, entries of other homes (another
+/// offset), other key tags, and entries whose pba bits are all ones or zero.
+#[test]
+fn vector_and_scalar_neighbourhood_scans_agree() {
+    use crate::table::{hood_mask, hood_mask_scalar};
+    use std::sync::atomic::AtomicU64;
+    let mut x = 0x5EED_1234_u64;
+    for round in 0..20_000 {
+        // Key tags drawn from a few values (0 and the largest included),
+        // so that many slots match.
+        x = xorshift(x);
+        let ktag = [0u16, 1, 0xFFF, (x >> 20) as u16 & 0xFFF][(x % 4) as usize];
+        let hood: [AtomicU64; NEIGHBOURHOOD] = std::array::from_fn(|off| {
+            x = xorshift(x);
+            let e = match x % 6 {
+                0 => Entry::FREE,
+                1 => Entry::new(off as u32, ktag, x >> 40, x >> 28 & 0xF_FFFF_FFFF),
+                2 => Entry::new((x >> 8) as u32 % 32, ktag, 1, 5),
+                3 => Entry::new(off as u32, (x >> 12) as u16 & 0xFFF, 1, 7),
+                4 => Entry::new(off as u32, ktag, 0, granary_format::limits::PBA_MAX),
+                _ => Entry::new(off as u32, ktag, 0, 0),
+            };
+            AtomicU64::new(e.0 ^ Entry::FREE.0)
+        });
+        let want = hood_mask_scalar(&hood, ktag);
+        // The scalar mask is itself checked against the entry accessors.
+        for (off, slot) in hood.iter().enumerate() {
+            let e = Entry(slot.load(std::sync::atomic::Ordering::Relaxed) ^ Entry::FREE.0);
+            let hit = !e.is_free() && e.neigh_off() as usize == off && e.key_tag() == ktag;
+            assert_eq!(want >> off & 1 == 1, hit, "round {round}, offset {off}, entry {e:?}");
+        }
+        assert_eq!(hood_mask(&hood, ktag), want, "round {round}, key tag {ktag:#x}");
+    }
+    #[cfg(target_arch = "x86_64")]
+    if !std::is_x86_feature_detected!("avx2") {
+        eprintln!("no AVX2 on this CPU: only the scalar scan was checked");
+    }
+}
