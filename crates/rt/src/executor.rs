@@ -31,6 +31,12 @@ use crate::time::Timers;
 /// BENCHMARKS.md, "Device").
 pub const SPIN_IO_US_DEFAULT: u64 = 200;
 
+/// Mid-round submission: while tasks run, the file reads and writes they
+/// queue go to the kernel as soon as they are at least this fraction
+/// (1/N) of the file IOs already there, instead of at the end of the round.
+/// See [`Executor::run_ready`].
+pub const SUBMIT_EARLY_DIVISOR: u64 = 8;
+
 /// How the runtime is set up. `Default` gives one executor per available
 /// core, pinned, coop task-run rings of 1024 entries, 20 µs of spinning.
 #[derive(Clone, Debug)]
@@ -209,6 +215,8 @@ pub(crate) struct Executor {
     efd_armed: Cell<bool>,
     /// The arena is registered with this ring as fixed buffer 0.
     pub(crate) fixed: Cell<bool>,
+    /// File IOs started since the last submission (their SQEs are queued).
+    file_queued: Cell<u64>,
 }
 
 /// Counts one file read or write in flight on this executor while alive
@@ -219,6 +227,7 @@ impl FileIo {
     pub(crate) fn start() -> FileIo {
         FileIo(with_executor(|ex| {
             ex.shared.counters.file_ios.fetch_add(1, Relaxed);
+            ex.file_queued.set(ex.file_queued.get() + 1);
             ex.shared.clone()
         }))
     }
@@ -471,12 +480,49 @@ impl Executor {
         }
     }
 
-    fn run_ready(&self) {
+    /// Poll the tasks ready at the start of the round.
+    ///
+    /// Submissions are batched per round, with one exception: file IO
+    /// queued by the tasks polled so far is submitted at once when it is at
+    /// least 1/[`SUBMIT_EARLY_DIVISOR`] of the file IO already in the
+    /// kernel. At low depth (a few reads in flight) each read then goes out
+    /// as soon as its task queued it instead of after every other ready
+    /// task has run (at queue depth 32 a round of 32 GETs held the first
+    /// one's read back by ~60 µs of CPU, while the device sat idle); at
+    /// high depth, where system calls are what the executor's CPU goes to,
+    /// batches stay large. Network operations ride along with the next
+    /// submission as before.
+    fn run_ready(&self) -> io::Result<()> {
         let n = self.ready.borrow().len();
         for _ in 0..n {
             let Some(key) = self.ready.borrow_mut().pop_front() else { break };
             self.poll_task(key);
+            let queued = self.file_queued.get();
+            if queued > 0 {
+                let in_kernel = self.shared.counters.file_ios.load(Relaxed).saturating_sub(queued);
+                if queued * SUBMIT_EARLY_DIVISOR >= in_kernel {
+                    self.submit()?;
+                }
+            }
         }
+        Ok(())
+    }
+
+    /// Submit the queued SQEs (one enter), if any or if task work is
+    /// pending; no reaping.
+    fn submit(&self) -> io::Result<()> {
+        self.file_queued.set(0);
+        let mut ring = self.ring.borrow_mut();
+        let pending = ring.submission().len();
+        if pending > 0 || ring.submission().taskrun() || ring.submission().cq_overflow() {
+            self.shared.counters.enters.fetch_add(1, Relaxed);
+            match ring.submit() {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) || e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     fn arm_eventfd(&self) {
@@ -495,18 +541,7 @@ impl Executor {
     /// Submit queued SQEs (one enter, if any or if task work is pending)
     /// and process the completion queue.
     fn submit_and_reap(&self) -> io::Result<usize> {
-        {
-            let mut ring = self.ring.borrow_mut();
-            let pending = ring.submission().len();
-            if pending > 0 || ring.submission().taskrun() || ring.submission().cq_overflow() {
-                self.shared.counters.enters.fetch_add(1, Relaxed);
-                match ring.submit() {
-                    Ok(_) => {}
-                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) || e.raw_os_error() == Some(libc::EINTR) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-        }
+        self.submit()?;
         Ok(self.reap())
     }
 
@@ -571,7 +606,7 @@ impl Executor {
         self.arm_eventfd();
         loop {
             self.drain_remote();
-            self.run_ready();
+            self.run_ready()?;
             let due = self.timers.borrow_mut().take_due(Instant::now());
             due.into_iter().for_each(Waker::wake);
             self.submit_and_reap()?;
@@ -725,6 +760,7 @@ impl Runtime {
                     efd_buf: Box::new(Cell::new(0)),
                     efd_armed: Cell::new(false),
                     fixed: Cell::new(false),
+                    file_queued: Cell::new(0),
                 });
                 ex.register_arena(arena);
                 CTX.with(|c| *c.borrow_mut() = Some(ex.clone()));

@@ -372,3 +372,75 @@ fn file_io_in_flight_is_counted_until_done_or_dropped() {
     drop(wr);
     drop(rd);
 }
+
+/// File IO queued by a task goes to the kernel before the next task of the
+/// same round runs when little file IO is in flight, and waits for a batch
+/// of 1/SUBMIT_EARLY_DIVISOR of what is in flight when much is. Pipe reads
+/// stand in for file IO: they stay in flight until the pipe is written.
+#[test]
+fn file_io_is_submitted_mid_round_in_proportion_to_the_io_in_flight() {
+    use granary_rt::SUBMIT_EARLY_DIVISOR;
+    let rt = Arc::new(rt(1));
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe() fills the two-element array with fresh descriptors.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    use std::os::fd::FromRawFd;
+    // SAFETY: both descriptors are fresh and owned here only.
+    let (rd, wr) = unsafe { (std::os::fd::OwnedFd::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) };
+    let rfd = rd.as_raw_fd();
+    let in_kernel = SUBMIT_EARLY_DIVISOR as usize * 8;
+    let rt2 = rt.clone();
+    let h = rt.spawn(async move {
+        let probe = move || {
+            let rt = rt2.clone();
+            spawn(async move { rt.stats()[0].enters })
+        };
+        let read = move || spawn(async move { read_at(rfd, vec![0u8; 1], 0).await.0.unwrap() });
+        let mut readers = Vec::new();
+        // Low depth: reader, then a probe, in one round.
+        let before = probe().await.unwrap();
+        readers.push(read());
+        let probe_low = probe();
+        let low = probe_low.await.unwrap();
+        // High depth: `in_kernel` readers submitted, then reader/probe
+        // pairs in one round.
+        for _ in 0..in_kernel - 1 {
+            readers.push(read());
+        }
+        yield_now().await;
+        yield_now().await;
+        let mut probes = Vec::new();
+        for _ in 0..SUBMIT_EARLY_DIVISOR * 2 {
+            readers.push(read());
+            probes.push(probe());
+        }
+        let mut seen = Vec::new();
+        for p in probes {
+            seen.push(p.await.unwrap());
+        }
+        (before, low, seen, readers)
+    });
+    // The pipe holds the readers' bytes; one byte each completes them all.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !h.is_finished() {
+        assert!(std::time::Instant::now() < deadline, "the probes never ran");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (before, low, seen, readers) = h.join().unwrap();
+    (&wr).write_all(&vec![7u8; readers.len()]).unwrap();
+    for r in readers {
+        assert_eq!(r.join().unwrap(), 1);
+    }
+    assert!(low > before, "a lone read waited for the end of its round ({before} enters, then {low})");
+    // With `in_kernel` reads in flight, one submission per
+    // in_kernel / DIVISOR queued reads: the probes see the count step up
+    // once every so many pairs, not after every read.
+    let steps = seen.windows(2).filter(|w| w[1] > w[0]).count();
+    assert!(
+        (1..=seen.len() / 4).contains(&steps),
+        "{steps} submissions for {} reads queued with {in_kernel} in flight: {seen:?}",
+        seen.len()
+    );
+    drop(wr);
+    drop(rd);
+}
