@@ -108,7 +108,8 @@ pub trait Device: Send + Sync + 'static {
 
 /// Counters every backend keeps: operations and bytes that completed, and
 /// the latency of each operation (from its start to its completion as the
-/// caller sees it: for io_uring, submission queueing included).
+/// caller sees it: for io_uring, submission queueing included). The
+/// in-memory device counts but does not time (see [`memory`]).
 #[derive(Debug, Default)]
 pub struct IoCounters {
     pub reads: AtomicU64,
@@ -146,6 +147,16 @@ impl IoCounters {
         self.writes.fetch_add(1, Relaxed);
         self.written_bytes.fetch_add(bytes as u64, Relaxed);
         self.write_latency.since(start);
+    }
+    /// A read of `bytes` completed, not timed (see [`crate::memory`]).
+    pub(crate) fn count_read(&self, bytes: usize) {
+        self.reads.fetch_add(1, Relaxed);
+        self.read_bytes.fetch_add(bytes as u64, Relaxed);
+    }
+    /// A write of `bytes` completed, not timed.
+    pub(crate) fn count_write(&self, bytes: usize) {
+        self.writes.fetch_add(1, Relaxed);
+        self.written_bytes.fetch_add(bytes as u64, Relaxed);
     }
     /// A flush that started at `start` ended (successful or not).
     pub(crate) fn flush(&self, start: Instant) {

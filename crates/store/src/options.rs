@@ -47,9 +47,18 @@ impl fmt::Debug for ProgressHook {
 pub struct Clock(pub Arc<dyn Fn() -> u32 + Send + Sync>);
 
 impl Clock {
-    /// The system's real-time clock.
+    /// The system's real-time clock, read coarsely: whole seconds are all
+    /// expiry needs, and `CLOCK_REALTIME_COARSE` (the time of the last
+    /// timer tick, a few milliseconds behind at most) costs a fraction of
+    /// a precise read, on the path of every GET.
     pub fn system() -> Clock {
         Clock(Arc::new(|| {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: `ts` is a valid timespec to write; the call has no
+            // other effect.
+            if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0 {
+                return (ts.tv_sec.max(0) as u64).min(u32::MAX as u64) as u32;
+            }
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs().min(u32::MAX as u64) as u32)

@@ -660,7 +660,7 @@ impl Core {
 
     async fn io_read(&self, grains: u64, pba: u64) -> Result<AlignedBuf> {
         let offset = pba * self.grain();
-        let (buf, r) = self.dev.read_at_async(AlignedBuf::zeroed((grains * self.grain()) as usize), offset).await;
+        let (buf, r) = self.dev.read_at_async(AlignedBuf::for_read((grains * self.grain()) as usize), offset).await;
         r.map_err(|source| Error::Io { op: "read", offset, source })?;
         Ok(buf)
     }
