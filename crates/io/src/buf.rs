@@ -33,12 +33,14 @@ unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
     /// A zeroed buffer of `len` bytes: an arena chunk when the arena has
-    /// room, else a heap allocation.
+    /// room, else a heap allocation. Only the `len` bytes are cleared (a
+    /// 1.5 KiB record in a 4 KiB chunk clears 1.5 KiB); what lies beyond,
+    /// up to the capacity, is unspecified (see [`AlignedBuf::set_len`]).
     pub fn zeroed(len: usize) -> AlignedBuf {
         if let Some(c) = granary_rt::arena::get().and_then(|a| a.alloc(len)) {
-            // SAFETY: the chunk is c.bytes of writable memory owned by us
-            // from now on (until Drop frees it).
-            unsafe { std::ptr::write_bytes(c.ptr.as_ptr(), 0, c.bytes) };
+            // SAFETY: the chunk is c.bytes >= len bytes of writable memory
+            // owned by us from now on (until Drop frees it).
+            unsafe { std::ptr::write_bytes(c.ptr.as_ptr(), 0, len) };
             return AlignedBuf { ptr: c.ptr, len, cap: c.bytes, arena_class: Some(c.class) };
         }
         Self::zeroed_heap(len)
@@ -79,7 +81,9 @@ impl AlignedBuf {
     }
 
     /// Change the length within the capacity; new bytes keep whatever the
-    /// buffer held (zeros if never written).
+    /// memory held: zeros for a heap buffer never written, possibly a
+    /// previous user's bytes for an arena chunk. Callers grow a buffer
+    /// only to read into it.
     pub fn set_len(&mut self, len: usize) {
         assert!(len <= self.cap, "AlignedBuf::set_len beyond capacity");
         self.len = len;
