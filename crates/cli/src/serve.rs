@@ -68,6 +68,10 @@ pub struct ServeArgs {
     /// machines), at most 1000000 [default: 200].
     #[arg(long)]
     io_spin_us: Option<u64>,
+    /// Submit device IO only once per executor round, never in the middle
+    /// of one (see docs/CONFIG.md, `io_submit_early`).
+    #[arg(long)]
+    no_io_submit_early: bool,
     /// Serve Prometheus metrics over HTTP at this address (GET /metrics),
     /// e.g. 127.0.0.1:9121 [default: off].
     #[arg(long, value_name = "ADDR")]
@@ -139,6 +143,7 @@ struct FileConfig {
     max_item_size: Option<SizeValue>,
     idle_timeout: Option<u64>,
     io_spin_us: Option<u64>,
+    io_submit_early: Option<bool>,
     metrics: Option<String>,
     evict: Option<bool>,
     flush: Option<bool>,
@@ -162,6 +167,7 @@ pub struct Config {
     pub max_item_size: u64,
     pub idle_timeout: u64,
     pub io_spin_us: u64,
+    pub io_submit_early: bool,
     pub metrics: Option<SocketAddr>,
     pub evict: bool,
     pub flush: bool,
@@ -247,6 +253,7 @@ impl Config {
                 }
                 us => us,
             },
+            io_submit_early: !a.no_io_submit_early && f.io_submit_early.unwrap_or(true),
             metrics,
             evict: !a.no_evict && f.evict.unwrap_or(true),
             flush: a.flush || f.flush.unwrap_or(false),
@@ -283,6 +290,7 @@ impl Config {
         t += &format!("max_item_size = {}\n", self.max_item_size);
         t += &format!("idle_timeout = {}\n", self.idle_timeout);
         t += &format!("io_spin_us = {}\n", self.io_spin_us);
+        t += &format!("io_submit_early = {}\n", self.io_submit_early);
         t += &format!("metrics = {}\n", q(&self.metrics.map(|m| m.to_string()).unwrap_or_default()));
         t += &format!("evict = {}\n", self.evict);
         t += &format!("flush = {}\n", self.flush);
@@ -368,6 +376,7 @@ pub fn run(a: Config, progress: Option<granary_store::ProgressHook>) -> Result<(
         threads: if a.threads == 0 { RuntimeConfig::default().threads } else { a.threads },
         name: "granary".into(),
         spin_io: std::time::Duration::from_micros(a.io_spin_us),
+        submit_early: a.io_submit_early,
         ..RuntimeConfig::default()
     };
     let rt = Arc::new(Runtime::new(rc).map_err(|e| format!("cannot start the runtime: {e}"))?);

@@ -337,7 +337,7 @@ fn config_file_flags_metrics_limits_and_clean_restart() {
         &conf,
         format!(
             "port = 1\nmetrics = \"{metrics}\"\nconn_limit = 3\nmax_item_size = \"100k\"\n\
-             log_format = \"json\"\nevict = false\nio_spin_us = 50\n"
+             log_format = \"json\"\nevict = false\nio_spin_us = 50\nio_submit_early = false\n"
         ),
     )
     .unwrap();
@@ -356,6 +356,7 @@ fn config_file_flags_metrics_limits_and_clean_restart() {
         "native_port = 43345",
         "log_format = \"json\"",
         "io_spin_us = 50",
+        "io_submit_early = false",
     ] {
         assert!(printed.lines().any(|l| l == line), "{line:?} missing from\n{printed}");
     }

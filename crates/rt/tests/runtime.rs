@@ -379,8 +379,37 @@ fn file_io_in_flight_is_counted_until_done_or_dropped() {
 /// stand in for file IO: they stay in flight until the pipe is written.
 #[test]
 fn file_io_is_submitted_mid_round_in_proportion_to_the_io_in_flight() {
+    let (before, low, seen) = mid_round_probe(true);
+    assert!(low > before, "a lone read waited for the end of its round ({before} enters, then {low})");
+    // With `in_kernel` reads in flight, one submission per
+    // in_kernel / DIVISOR queued reads: the probes see the count step up
+    // once every so many pairs, not after every read.
+    let steps = seen.windows(2).filter(|w| w[1] > w[0]).count();
+    assert!(
+        (1..=seen.len() / 4).contains(&steps),
+        "{steps} submissions for {} reads queued with {} in flight: {seen:?}",
+        seen.len(),
+        granary_rt::SUBMIT_EARLY_DIVISOR * 8
+    );
+}
+
+/// With `submit_early` off, file IO waits for the end of the round.
+#[test]
+fn file_io_waits_for_the_round_without_early_submission() {
+    let (before, low, seen) = mid_round_probe(false);
+    assert_eq!(low, before, "a read was submitted mid-round");
+    assert!(seen.windows(2).all(|w| w[1] == w[0]), "reads were submitted mid-round: {seen:?}");
+}
+
+/// The enter counts seen by probe tasks polled right after readers in the
+/// same round: before and after one read at low depth, then after each of
+/// 2 * SUBMIT_EARLY_DIVISOR reads with 8 * SUBMIT_EARLY_DIVISOR in flight.
+fn mid_round_probe(submit_early: bool) -> (u64, u64, Vec<u64>) {
     use granary_rt::SUBMIT_EARLY_DIVISOR;
-    let rt = Arc::new(rt(1));
+    let rt = Arc::new(
+        Runtime::new(RuntimeConfig { threads: 1, pin: false, submit_early, ..Default::default() })
+            .expect("io_uring runtime"),
+    );
     let mut fds = [0i32; 2];
     // SAFETY: pipe() fills the two-element array with fresh descriptors.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
@@ -431,16 +460,7 @@ fn file_io_is_submitted_mid_round_in_proportion_to_the_io_in_flight() {
     for r in readers {
         assert_eq!(r.join().unwrap(), 1);
     }
-    assert!(low > before, "a lone read waited for the end of its round ({before} enters, then {low})");
-    // With `in_kernel` reads in flight, one submission per
-    // in_kernel / DIVISOR queued reads: the probes see the count step up
-    // once every so many pairs, not after every read.
-    let steps = seen.windows(2).filter(|w| w[1] > w[0]).count();
-    assert!(
-        (1..=seen.len() / 4).contains(&steps),
-        "{steps} submissions for {} reads queued with {in_kernel} in flight: {seen:?}",
-        seen.len()
-    );
     drop(wr);
     drop(rd);
+    (before, low, seen)
 }
