@@ -126,6 +126,7 @@ extern "C" {
 
 const SIGKILL: i32 = 9;
 const SIGTERM: i32 = 15;
+const SIGINT: i32 = 2;
 
 fn stat(s: &Serve, name: &str) -> String {
     let out = String::from_utf8(s.call(b"stats\r\n")).unwrap();
@@ -168,6 +169,30 @@ fn sigterm_is_a_clean_stop_and_sigkill_loses_nothing_acknowledged() {
     }
     assert_eq!(s.call(b"get key-1\r\n"), b"END\r\n");
     assert!(s.signal(SIGTERM).success());
+}
+
+/// SIGINT (Ctrl-C) stops the server as SIGTERM does: exit 0, a
+/// checkpoint, and a clean restart with every value.
+#[test]
+fn sigint_is_a_clean_stop_too() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("int.db");
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let s = Serve::start_with(&data, &["--metrics", &metrics]);
+    let mut req = Vec::new();
+    for i in 0..50 {
+        req.extend_from_slice(format!("set int-{i} {i} 0 3\r\nv{:02}\r\n", i).as_bytes());
+    }
+    assert_eq!(s.call(&req), b"STORED\r\n".repeat(50));
+    assert_eq!(s.signal(SIGINT).code(), Some(0), "SIGINT exits 0");
+
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let s = Serve::start_with(&data, &["--metrics", &metrics]);
+    let (_, page) = http_get(&metrics, "/metrics");
+    assert_eq!(sample(&page, "granary_recovery_clean"), 1.0, "the restart after SIGINT is clean");
+    assert_eq!(sample(&page, "granary_store_keys"), 50.0);
+    assert_eq!(s.call(b"get int-42\r\n"), b"VALUE int-42 42 3\r\nv42\r\nEND\r\n");
+    assert_eq!(s.signal(SIGTERM).code(), Some(0));
 }
 
 #[test]
