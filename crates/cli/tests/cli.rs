@@ -249,6 +249,7 @@ fn bench_device_runs_every_backend_and_depth() {
                     .find(|p| p["system"] == sys && p["op"] == op && p["depth"] == depth)
                     .unwrap_or_else(|| panic!("no point for {sys} {op} qd{depth}"));
                 assert!(p["ops"].as_u64().unwrap() > 0);
+                assert!(p["p50_us"].as_f64().unwrap() > 0.0, "{sys} {op} qd{depth}: no latencies recorded");
                 assert_eq!(p["errors"], 0, "{sys} {op} qd{depth}");
             }
         }
@@ -256,6 +257,10 @@ fn bench_device_runs_every_backend_and_depth() {
     let mem: Vec<&str> =
         points.iter().filter(|p| p["system"] == "granary-mem").map(|p| p["op"].as_str().unwrap()).collect();
     assert_eq!(mem, ["get", "get_buf", "put", "put_buf"]);
+    assert!(
+        points.iter().filter(|p| p["system"] == "granary-mem").all(|p| p["p50_us"].as_f64().unwrap() > 0.0),
+        "the in-memory points' sampled latencies are recorded"
+    );
     assert!(points.iter().all(|p| p["errors"] == 0), "no errors on any backend");
     assert_eq!(v["registered_buffers"], true);
     assert!(!data.exists(), "the bench removes its data file");

@@ -207,6 +207,7 @@ mod tests {
 
     #[test]
     fn classes_reuse_and_exhaustion() {
+        let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let a = init(ARENA_BYTES_DEFAULT).expect("arena maps");
         let c = a.alloc(100).unwrap();
         assert_eq!((c.bytes, c.class), (4096, 0));
@@ -240,19 +241,34 @@ mod tests {
     }
 
     /// Chunks pass through the threads' caches without ever being handed
-    /// out twice at once, and the chunks a thread kept go back to the
-    /// shared list when it exits.
+    /// out to two holders at once, and the chunks a thread kept go back to
+    /// the shared list when it exits.
     #[test]
     fn thread_caches_hand_out_each_chunk_once_and_return_on_exit() {
+        let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let a = init(ARENA_BYTES_DEFAULT).expect("arena maps");
         let held: Vec<Vec<usize>> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..3)
-                .map(|_| {
+            let hs: Vec<_> = (0..3u64)
+                .map(|t| {
                     s.spawn(move || {
                         let mut seen = Vec::new();
-                        for round in 0..50 {
+                        for round in 0..200u64 {
                             let cs: Vec<Chunk> = (0..THREAD_CACHE_CHUNKS + 3).map(|_| a.alloc(4096).unwrap()).collect();
-                            if round == 49 {
+                            // Each holder marks its chunks; a chunk also held
+                            // by another thread gets its mark overwritten.
+                            let mark = (t << 32) | round;
+                            for c in &cs {
+                                // SAFETY: the chunk is 4 KiB of memory this
+                                // thread holds until it frees it below.
+                                unsafe { c.ptr.as_ptr().cast::<u64>().write_volatile(mark) };
+                            }
+                            std::thread::yield_now();
+                            for c in &cs {
+                                // SAFETY: as above.
+                                let got = unsafe { c.ptr.as_ptr().cast::<u64>().read_volatile() };
+                                assert_eq!(got, mark, "a chunk was held by two threads at once");
+                            }
+                            if round == 199 {
                                 seen = cs.iter().map(|c| c.ptr.as_ptr() as usize).collect();
                             }
                             for c in cs {
@@ -266,13 +282,6 @@ mod tests {
                 .collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        // Within one thread's last round every chunk was distinct.
-        for v in &held {
-            let mut s = v.clone();
-            s.sort_unstable();
-            s.dedup();
-            assert_eq!(s.len(), v.len(), "a chunk handed out twice at once");
-        }
         // The exited threads' chunks are all on the shared list again:
         // allocating (bounded by the arena's size) finds every one.
         let mut want: std::collections::HashSet<usize> = held.into_iter().flatten().collect();
@@ -288,4 +297,8 @@ mod tests {
             unsafe { a.free(c) };
         }
     }
+
+    /// The arena is process-wide: its tests run one at a time, so one does
+    /// not take the chunks another looks for.
+    static SERIAL: Mutex<()> = Mutex::new(());
 }

@@ -173,4 +173,13 @@ mod tests {
         assert_eq!(default_index_table_homes(1 << 30, 512), 9638);
         assert_eq!(default_index_table_homes(1 << 20, 4096), INDEX_TABLE_HOMES_MIN);
     }
+
+    /// The coarse system clock is the wall clock in Unix seconds (a tick
+    /// behind at most), not some other clock.
+    #[test]
+    fn system_clock_is_unix_time() {
+        let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        let ours = Clock::system().now() as u64;
+        assert!(ours + 2 >= wall && ours <= wall + 1, "system clock {ours}, wall clock {wall}");
+    }
 }
