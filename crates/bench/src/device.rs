@@ -223,7 +223,7 @@ pub(crate) fn value_of(v: usize, i: u64, round: u64) -> Vec<u8> {
 
 /// Measure one op at one depth with `depth` threads on the sync API.
 /// On the in-memory device, one op in this many is timed: an op takes about
-/// a microsecond there, and timing one takes two clock reads of ~35-45 ns
+/// a microsecond there, and timing one takes two clock reads of ~35-40 ns
 /// each on this project's machine, which would lower the software ceiling
 /// being measured by ~10%. Latency percentiles come from the sample.
 pub(crate) const MEM_LATENCY_SAMPLE: u64 = 16;

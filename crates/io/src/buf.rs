@@ -37,13 +37,11 @@ impl AlignedBuf {
     /// 1.5 KiB record in a 4 KiB chunk clears 1.5 KiB); what lies beyond,
     /// up to the capacity, is unspecified (see [`AlignedBuf::set_len`]).
     pub fn zeroed(len: usize) -> AlignedBuf {
-        if let Some(c) = granary_rt::arena::get().and_then(|a| a.alloc(len)) {
-            // SAFETY: the chunk is c.bytes >= len bytes of writable memory
-            // owned by us from now on (until Drop frees it).
-            unsafe { std::ptr::write_bytes(c.ptr.as_ptr(), 0, len) };
-            return AlignedBuf { ptr: c.ptr, len, cap: c.bytes, arena_class: Some(c.class) };
+        let mut b = Self::for_read(len);
+        if b.is_registered() {
+            b.fill(0); // a heap buffer comes zeroed already
         }
-        Self::zeroed_heap(len)
+        b
     }
 
     /// A buffer of `len` bytes for a device read to fill: like

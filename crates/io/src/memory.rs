@@ -11,7 +11,7 @@
 //!
 //! Its operations are counted (ops, bytes) but not timed: each is a memory
 //! copy, and the two clock reads a timing needs cost about as much as a
-//! 4 KiB copy (~35-45 ns each on this project's machine), which would distort
+//! 4 KiB copy (~35-40 ns each on this project's machine), which would distort
 //! the software ceiling the device is there to measure. Its latency
 //! histograms stay empty.
 
