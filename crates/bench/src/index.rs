@@ -13,16 +13,16 @@
 //! Reported per run: inserts/s, lookups/s, resident bytes per key and insert
 //! latency percentiles. Bytes per key are measured, not computed: the
 //! process RSS with the structure built minus the RSS once it is dropped
-//! (after retired tables are collected and `malloc_trim` returns freed
-//! heap), divided by the items.
+//! (after `malloc_trim` returns freed heap), divided by the items.
 //!
-//! A `floor` row per thread count gives the lookups/s of the memory reads
-//! alone: per key, in the same order, the index's own neighbourhood scan
+//! A `floor` row per thread count gives the lookups/s of whole-neighbourhood
+//! memory reads alone: per key, in the same order, the neighbourhood scan
 //! ([`granary_index::table::hood_mask`]) over the 32 slots of a random
 //! home in a table of the pre-sized index's size, on huge pages like the
-//! index's, with nothing else (no epoch, no lock versions, no stash, no
-//! candidates). No lookup that reads a whole neighbourhood can beat it;
-//! the gap between it and Granary's lookups is the index's own overhead.
+//! index's, with nothing else (no lock versions, no stash, no candidates).
+//! It is what a lookup that reads every line of a neighbourhood, as the
+//! paper's does, costs at best; Granary's lookups read only the lines
+//! their home's hop hint names, so they may beat it.
 
 use crate::mem::{rss_bytes, trim};
 use granary_index::{Index, IndexConfig};
@@ -315,12 +315,10 @@ pub fn run(opts: &IndexBenchOptions) -> Vec<RunResult> {
                     )),
                 };
                 let (ins, look, hist) = run_one(map.as_ref(), &w, threads);
-                granary_index::collect_retired();
                 trim();
                 let with = rss_bytes();
                 let grows = map.grows();
                 drop(map);
-                granary_index::collect_retired();
                 trim();
                 let bytes = with.saturating_sub(rss_bytes());
                 let q = |p: f64| hist.value_at_quantile(p);

@@ -12,7 +12,8 @@
 //! ```text
 //! off size field
 //!   0    4 magic          "GCKP"
-//!   4    2 version        2 (1: index entries with 40-bit pba, no fp)
+//!   4    2 version        3 (2: entries with an 11-bit kv_size, no hint
+//!                         bits; 1: entries with 40-bit pba, no fp)
 //!   6    2 flags          bit 0: clean (written by a clean close)
 //!   8    8 id             alloc_seq of the checkpoint's first segment
 //!  16    8 session        random id of the open session that wrote it
@@ -35,8 +36,8 @@
 //! ```
 //!
 //! Item (16 bytes): `entry u64` (the index entry as it was in DRAM, its
-//! neighbourhood offset included: the loader puts it back in the same slot
-//! when the slot is free), `home u32` (its home slot in its table),
+//! neighbourhood offset included, its slot's hop-hint bits 0: the loader
+//! puts it back in the same slot when the slot is free), `home u32` (its home slot in its table),
 //! `grains u32` (the record's size in grains, 0 if the writer did not learn
 //! it).
 
@@ -46,11 +47,11 @@ use crate::error::FormatError;
 
 /// "GCKP" as a little-endian u32.
 pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"GCKP");
-/// The checkpoint version this build writes and reads. Version 1 held
-/// index entries of the older layout (40-bit pba, no fp bits): such a
-/// checkpoint is refused by name and the store rebuilds its index by a
-/// log scan.
-pub const CHECKPOINT_VERSION: u16 = 2;
+/// The checkpoint version this build writes and reads. Versions 1 and 2
+/// held index entries of older layouts (1: 40-bit pba, no fp bits; 2: an
+/// 11-bit kv_size where the hop hint bits now are): such a checkpoint is
+/// refused by name and the store rebuilds its index by a log scan.
+pub const CHECKPOINT_VERSION: u16 = 3;
 /// Bytes of the manifest's fixed part.
 pub const MANIFEST_FIXED_BYTES: usize = 128;
 /// Bytes of one body item.
@@ -286,7 +287,7 @@ mod tests {
         assert!(matches!(Manifest::decode(&good[..100]), Err(FormatError::Truncated { .. })));
         // Another version (older, newer) is refused by name, even with a
         // valid checksum.
-        for v in [1u16, 3] {
+        for v in [1u16, 2, 4] {
             let mut b = good.clone();
             put_u16(&mut b, OFF_VERSION, v);
             let crc = crc32c_append(crc32c(&b[..OFF_CRC]), &b[MANIFEST_FIXED_BYTES..m.encoded_bytes()]);
@@ -305,7 +306,7 @@ mod tests {
 
     #[test]
     fn item_round_trip() {
-        let it = Item { entry: 0x07ff_ffff_1234_5678, home: 9637, grains: 2047 };
+        let it = Item { entry: 0x07ff_ffff_1234_5678, home: 9637, grains: 511 };
         let mut b = [0u8; ITEM_BYTES];
         it.encode(&mut b);
         assert_eq!(Item::decode(&b), it);

@@ -43,7 +43,12 @@ pub const FP_BITS: u32 = 4;
 /// Largest grain address; all ones marks a free index entry.
 pub const PBA_MAX: u64 = (1 << PBA_BITS) - 2;
 /// Bits of the record size (in grains) in an index entry.
-pub const KV_SIZE_BITS: u32 = 11;
+pub const KV_SIZE_BITS: u32 = 9;
+/// Bits of an index entry's slot word that belong to the slot, not the
+/// entry: the hop hint of the neighbourhood whose home the slot is (how
+/// many cache lines past the home's a lookup must read; see
+/// `granary_index::table`). In checkpoints these bits are 0.
+pub const HINT_BITS: u32 = 2;
 /// Record sizes, in grains, at or above this value are stored as this value,
 /// and the reader learns the real size from the record header (a second read).
 pub const KV_SIZE_GRAINS_MAX: u32 = (1 << KV_SIZE_BITS) - 1;

@@ -20,18 +20,31 @@
 //! and retries if either version was odd or changed meanwhile.
 //!
 //! **Resize.** The first insert that finds no room starts a grow: a new
-//! directory of `2n` zeroed (lazily allocated) tables is published together
-//! with a *migration* record: the old directory, one "migrated" flag per
-//! (old table, region) and a countdown. From then on every writer first
-//! migrates the regions it holds (copying each entry to the same slot of
-//! table `t` or `t + n`, by tag bit `d`; no key is read) and then works on
-//! the new tables; a lookup reads each slot from the old or the new table
+//! directory of `2n` tables is published together with a *migration*
+//! record: the old directory, one "migrated" flag per (old table, region)
+//! and a countdown. The new directory's first `n` tables *are* the old
+//! ones (shared, split in place); the other `n` are new, zeroed and lazily
+//! allocated. From then on every writer first migrates the regions it holds
+//! (moving each entry of old table `t` whose tag bit `d` is set to the same
+//! slot of table `t + n`; no key is read) and then works on the new
+//! directory; a lookup reads each slot from the old or the new directory
 //! according to its region's flag. The writer that migrates the last region
-//! publishes a state without the migration; the old tables are freed by
-//! epoch-based reclamation once no thread can still be reading them. No
-//! writer ever copies a whole table, except an insert that finds its new
-//! neighbourhood full while a migration is still running (rare: new tables
-//! are half as full), which finishes the migration before growing again.
+//! publishes a state without the migration. No writer ever copies a whole
+//! table, except an insert that finds its new neighbourhood full while a
+//! migration is still running (rare: new tables are half as full), which
+//! finishes the migration before growing again.
+//!
+//! **Reclamation.** Splitting in place means no table is ever freed while
+//! the index lives: a grow only adds tables. What a grow replaces is the
+//! small state record (the directory's table list and the migration's
+//! flags, about a byte per region); replaced states are kept, unused, until
+//! the index is dropped (at most two per grow, 16 in all, a few hundred KiB
+//! at most). So a reader needs no protection at all for what it reads: no
+//! epoch pin, no hazard pointer, no reference count. (An epoch pin per
+//! lookup, `crossbeam-epoch`'s, cost more than the lookup's cache miss on
+//! this project's machine; see docs/BENCHMARKS.md.) A state's address
+//! is never reused while the index lives, so comparing state pointers
+//! identifies states.
 //! Growth is driven by load: an insert that finds no room grows the
 //! directory only once the index holds [`GROW_LOAD_PERCENT`] of its
 //! slots (or its table's stash is full). Below that, and at the largest
@@ -47,11 +60,10 @@
 use crate::entry::Entry;
 use crate::table::{Span, Table};
 use crate::{NEIGHBOURHOOD as H, REGION_SLOTS_LOG2_DEFAULT, TABLES_LOG2_MAX};
-use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 use granary_format::hash;
 use std::fmt;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Geometry of an index.
@@ -102,15 +114,6 @@ pub const GROW_LOAD_PERCENT: u64 = 85;
 
 /// Region locks an index aims for (see [`IndexConfig::with_tables`]).
 pub const LOCKS_TARGET: u64 = 1024;
-
-/// Free what earlier resizes retired, as far as no thread still reads it
-/// (retired directories are otherwise freed a little later, by whichever
-/// thread next advances the epoch). For measurements and tests.
-pub fn collect_retired() {
-    for _ in 0..8 {
-        epoch::pin().flush();
-    }
-}
 
 /// The home slot of hash `h` in a table of `homes` homes.
 pub fn home_of(h: u64, homes: u32) -> usize {
@@ -185,7 +188,8 @@ pub struct IndexStats {
 }
 
 struct Dir {
-    tables: Box<[Table]>,
+    /// Shared with the directories before and after a grow (split in place).
+    tables: Box<[Arc<Table>]>,
     log2: u32,
 }
 
@@ -197,8 +201,7 @@ struct Migration {
 }
 
 struct State {
-    /// +1 with every new state: identifies a state without its address
-    /// (which the allocator may reuse once the state is freed).
+    /// +1 with every new state.
     gen: u64,
     cur: Arc<Dir>,
     mig: Option<Migration>,
@@ -287,7 +290,13 @@ pub struct Index {
     /// Lock regions per table.
     regions: usize,
     locks: Box<[RegionLock]>,
-    state: Atomic<State>,
+    /// The current state: never null, never freed before the index.
+    state: AtomicPtr<State>,
+    /// Every state replaced so far, kept until the index is dropped (see
+    /// "Reclamation" above). Boxed: readers may still point into these
+    /// very allocations, which must not move.
+    #[allow(clippy::vec_box)]
+    retired: Mutex<Vec<Box<State>>>,
     entries: Counter,
     grows: AtomicU64,
     /// Serialises starting a grow and whole-index walks.
@@ -317,14 +326,17 @@ impl Index {
         let regions = slots.div_ceil(1 << cfg.region_log2);
         let n = 1usize << cfg.initial_tables_log2;
         let dir = Dir {
-            tables: (0..n).map(|_| Table::new(cfg.table_homes as usize, cfg.region_log2, cfg.access_words)).collect(),
+            tables: (0..n)
+                .map(|_| Arc::new(Table::new(cfg.table_homes as usize, cfg.region_log2, cfg.access_words)))
+                .collect(),
             log2: cfg.initial_tables_log2,
         };
         Index {
             cfg,
             regions,
             locks: (0..n * regions).map(|_| RegionLock { mutex: Mutex::new(()), version: AtomicU64::new(0) }).collect(),
-            state: Atomic::new(State { gen: 0, cur: Arc::new(dir), mig: None }),
+            state: AtomicPtr::new(Box::into_raw(Box::new(State { gen: 0, cur: Arc::new(dir), mig: None }))),
+            retired: Mutex::new(Vec::new()),
             entries: Counter::default(),
             grows: AtomicU64::new(0),
             grow_lock: Mutex::new(()),
@@ -333,6 +345,29 @@ impl Index {
 
     pub fn config(&self) -> IndexConfig {
         self.cfg
+    }
+
+    /// The current state, and its address (to compare with later loads).
+    fn load_state(&self) -> (*mut State, &State) {
+        let sp = self.state.load(Acquire);
+        // SAFETY: the state pointer is never null (set in `new`, replaced
+        // only by other boxed states), and no state is freed before the
+        // index is dropped (replaced ones go to `retired`), so it outlives
+        // this borrow of the index.
+        (sp, unsafe { &*sp })
+    }
+
+    /// Replace state `sp` by `next` (the caller is the only one that may:
+    /// it holds the grow lock, or migrated the last region), keeping `sp`.
+    fn replace_state(&self, sp: *mut State, next: State) {
+        let next = Box::into_raw(Box::new(next));
+        let swapped = self.state.compare_exchange(sp, next, AcqRel, Acquire);
+        assert!(swapped.is_ok(), "states change only under the grow lock or by the last migrator");
+        // SAFETY: `sp` came from `Box::into_raw` (in `new` or here) and is
+        // no longer the current state; it is kept, not freed, so readers
+        // still holding it stay valid.
+        let old = unsafe { Box::from_raw(sp) };
+        self.retired.lock().unwrap_or_else(|e| e.into_inner()).push(old);
     }
 
     /// Home slot of a hash in this index.
@@ -367,11 +402,8 @@ impl Index {
     /// Run the read-only `f` on hash `h`'s neighbourhood without locking:
     /// retried until no writer touched its regions meanwhile.
     fn optimistic<R>(&self, h: u64, mut f: impl FnMut(&State, Place) -> R) -> R {
-        let guard = epoch::pin();
         loop {
-            let sp = self.state.load(Acquire, &guard);
-            // SAFETY: as in `locked`.
-            let st = unsafe { sp.deref() };
+            let (sp, st) = self.load_state();
             let p = self.place(st.cur.log2, h);
             let (ra, rb) = (self.region(p.home), self.region(p.home + H - 1));
             let (la, lb) = self.region_locks(p.table, ra, rb);
@@ -381,10 +413,7 @@ impl Index {
             };
             let out = f(st, p);
             fence(Acquire);
-            if la.version.load(Relaxed) == va
-                && lb.version.load(Relaxed) == vb
-                && self.state.load(Relaxed, &guard) == sp
-            {
+            if la.version.load(Relaxed) == va && lb.version.load(Relaxed) == vb && self.state.load(Relaxed) == sp {
                 return out;
             }
         }
@@ -392,84 +421,104 @@ impl Index {
 
     /// Run the writer `f` with the state loaded and validated under the
     /// locks of hash `h`'s home region and the next, migrated if a resize runs.
-    fn locked<R>(&self, h: u64, f: impl FnOnce(&State, Place, &Held<'_>, &Guard) -> R) -> R {
-        let guard = epoch::pin();
+    fn locked<R>(&self, h: u64, f: impl FnOnce(&State, Place, &Held<'_>) -> R) -> R {
         loop {
-            let sp = self.state.load(Acquire, &guard);
-            // SAFETY: the state pointer is never null, and `guard` keeps what
-            // it points at alive (states are retired through the epoch).
-            let st = unsafe { sp.deref() };
+            let (sp, st) = self.load_state();
             let p = self.place(st.cur.log2, h);
             let ra = self.region(p.home);
             let rb = (ra + 1).min(self.regions - 1);
             let held = self.lock_regions(p.table, ra, rb);
-            if self.state.load(Acquire, &guard) != sp {
+            if self.state.load(Acquire) != sp {
                 continue; // a resize started or finished: place again
             }
             if let Some(m) = &st.mig {
                 let t_old = p.table & (m.old.tables.len() - 1);
                 for r in held.ra..=held.rb {
-                    self.migrate_region(sp, st, m, t_old, r, &guard);
+                    self.migrate_region(sp, st, m, t_old, r);
                 }
             }
-            return f(st, p, &held, &guard);
+            return f(st, p, &held);
         }
     }
 
-    /// Copy region `r` of old table `t_old` into the new tables, once. The
-    /// caller holds the region's lock.
-    fn migrate_region(&self, sp: Shared<'_, State>, st: &State, m: &Migration, t_old: usize, r: usize, guard: &Guard) {
+    /// Split region `r` of old table `t_old` in place, once: its entries
+    /// whose tag bit `d` is set move to the same slots of table `t_old + n`.
+    /// The caller holds the region's lock.
+    fn migrate_region(&self, sp: *mut State, st: &State, m: &Migration, t_old: usize, r: usize) {
         let flag = &m.done[t_old * self.regions + r];
         if flag.load(Relaxed) {
             return;
         }
-        let old = &m.old.tables[t_old];
         let n_old = m.old.tables.len();
+        let (low, high) = (&st.cur.tables[t_old], &st.cur.tables[t_old + n_old]);
+        debug_assert!(Arc::ptr_eq(low, &m.old.tables[t_old]), "split in place");
+        let moves = |e: Entry| (e.tag() >> m.old.log2) & 1 == 1;
         let lo = r << self.cfg.region_log2;
-        let hi = ((r + 1) << self.cfg.region_log2).min(old.len());
-        let dest = |e: Entry| &st.cur.tables[t_old + n_old * ((e.tag() >> m.old.log2) & 1) as usize];
+        let hi = ((r + 1) << self.cfg.region_log2).min(low.len());
+        // The hop hints of this region's homes: a home's entries split
+        // between the two tables at the same slots, so the old hint bounds
+        // both. A home whose whole neighbourhood lies in this region gets
+        // the exact hint of what each table keeps instead (the old hint
+        // was set when the table was twice as full). Entries of this region
+        // homed in the region before get their hints when that region
+        // migrates; until the migration ends, lookups read every slot.
+        let mut need = vec![(0u8, 0u8); hi - lo];
         for s in lo..hi {
-            let e = old.get(s);
-            if !e.is_free() {
-                dest(e).set(s, e);
-                dest(e).set_aux(s, old.get_aux(s));
+            let e = low.get(s);
+            if e.is_free() {
+                continue;
+            }
+            let home = s - e.neigh_off() as usize;
+            let moved = moves(e);
+            if moved {
+                high.set(s, e);
+                high.set_aux(s, low.get_aux(s));
+                low.set(s, Entry::FREE);
+                low.set_aux(s, 0);
+            }
+            if home >= lo {
+                let n = &mut need[home - lo];
+                let v = if moved { &mut n.1 } else { &mut n.0 };
+                *v = (*v).max(crate::table::hint_need(home, s) as u8);
+            }
+        }
+        for home in lo..hi {
+            let (nl, nh) = need[home - lo];
+            if home + H <= hi {
+                low.set_hint(home, nl as u64);
+                high.set_hint(home, nh as u64);
+            } else {
+                high.raise_hint(home, low.hint(home));
             }
         }
         // Stashed entries homed in this region go back into a neighbourhood
-        // of the (half as full) new table when it has room inside this
+        // of their (now less full) table when it has room inside this
         // region, else to its stash.
-        for (home, e, aux) in old.stash_take_region(r) {
-            let placed = home + H <= hi && dest(e).insert(Span { lo, hi }, home, e, aux);
+        for (home, e, aux) in low.stash_take_region(r) {
+            let dest = if moves(e) { high } else { low };
+            let placed = home + H <= hi && dest.insert(Span { lo, hi }, home, e, aux);
             if !placed {
-                dest(e).stash_push_always(home, e, aux);
+                dest.stash_push_always(home, e, aux);
             }
         }
         flag.store(true, Relaxed);
         if m.remaining.fetch_sub(1, AcqRel) == 1 {
             // Last region: publish the state without the migration.
-            let next = Owned::new(State { gen: st.gen + 1, cur: st.cur.clone(), mig: None });
-            let swapped = self.state.compare_exchange(sp, next, AcqRel, Acquire, guard);
-            assert!(swapped.is_ok(), "only the last migrator may end a migration");
-            // SAFETY: `sp` is no longer reachable from `self.state`; threads
-            // still holding it are pinned, and the epoch frees it after them.
-            unsafe { guard.defer_destroy(sp) };
+            self.replace_state(sp, State { gen: st.gen + 1, cur: st.cur.clone(), mig: None });
         }
     }
 
     /// Finish a running migration, one region (one lock) at a time.
     fn complete_migration(&self) {
-        let guard = epoch::pin();
-        let sp = self.state.load(Acquire, &guard);
-        // SAFETY: as in `locked`.
-        let st = unsafe { sp.deref() };
+        let (sp, st) = self.load_state();
         let Some(m) = &st.mig else { return };
         for t_old in 0..m.old.tables.len() {
             for r in 0..self.regions {
                 let _held = self.lock_regions(t_old, r, r);
-                if self.state.load(Acquire, &guard) != sp {
+                if self.state.load(Acquire) != sp {
                     return; // finished by others
                 }
-                self.migrate_region(sp, st, m, t_old, r, &guard);
+                self.migrate_region(sp, st, m, t_old, r);
             }
         }
     }
@@ -478,10 +527,7 @@ impl Index {
     /// migration in the way).
     fn grow(&self, seen: u64) -> Result<(), IndexError> {
         let _g = lock(&self.grow_lock);
-        let guard = epoch::pin();
-        let sp = self.state.load(Acquire, &guard);
-        // SAFETY: as in `locked`.
-        let st = unsafe { sp.deref() };
+        let (sp, st) = self.load_state();
         if st.gen != seen {
             return Ok(()); // the state moved on: retry the insert
         }
@@ -494,23 +540,16 @@ impl Index {
             return Err(IndexError::Full { tables: st.cur.tables.len(), entries: self.entries.sum() });
         }
         let n = st.cur.tables.len();
-        let dir = Dir {
-            tables: (0..2 * n)
-                .map(|_| Table::new(self.cfg.table_homes as usize, self.cfg.region_log2, self.cfg.access_words))
-                .collect(),
-            log2: st.cur.log2 + 1,
-        };
+        let fresh = (0..n)
+            .map(|_| Arc::new(Table::new(self.cfg.table_homes as usize, self.cfg.region_log2, self.cfg.access_words)));
+        let dir = Dir { tables: st.cur.tables.iter().cloned().chain(fresh).collect(), log2: st.cur.log2 + 1 };
         let regions = n * self.regions;
         let mig = Migration {
             old: st.cur.clone(),
             done: (0..regions).map(|_| AtomicBool::new(false)).collect(),
             remaining: AtomicUsize::new(regions),
         };
-        let next = Owned::new(State { gen: st.gen + 1, cur: Arc::new(dir), mig: Some(mig) });
-        let swapped = self.state.compare_exchange(sp, next, AcqRel, Acquire, &guard);
-        assert!(swapped.is_ok(), "states change only under the grow lock or by the last migrator");
-        // SAFETY: as in `migrate_region`.
-        unsafe { guard.defer_destroy(sp) };
+        self.replace_state(sp, State { gen: st.gen + 1, cur: Arc::new(dir), mig: Some(mig) });
         self.grows.fetch_add(1, Relaxed);
         Ok(())
     }
@@ -520,9 +559,7 @@ impl Index {
     /// to look up (a log scan) prefetches a batch, then looks each up, so
     /// their cache misses overlap instead of following one another.
     pub fn prefetch(&self, h: u64) {
-        let guard = epoch::pin();
-        // SAFETY: as in `locked`.
-        let st = unsafe { self.state.load(Acquire, &guard).deref() };
+        let (_, st) = self.load_state();
         let p = self.place(st.cur.log2, h);
         st.cur.tables[p.table].prefetch(p.home);
         let ra = self.region(p.home);
@@ -604,7 +641,7 @@ impl Index {
         unless_candidates: bool,
     ) -> Result<Option<Candidates>, IndexError> {
         loop {
-            let (outcome, seen) = self.locked(h, |st, p, held, _g| {
+            let (outcome, seen) = self.locked(h, |st, p, held| {
                 let table = &st.cur.tables[p.table];
                 if unless_candidates {
                     // The regions are migrated: the current table has them.
@@ -662,7 +699,7 @@ impl Index {
 
     /// [`Index::replace`] setting the access word to `aux(old word)`.
     pub fn replace_with(&self, h: u64, old_pba: u64, kv_size: u64, pba: u64, aux: impl FnOnce(u32) -> u32) -> bool {
-        self.locked(h, |st, p, _held, _g| {
+        self.locked(h, |st, p, _held| {
             let new = Entry::new(0, p.ktag, kv_size, pba);
             st.cur.tables[p.table].update(p.home, p.ktag, old_pba, Some(new), aux)
         })
@@ -685,12 +722,12 @@ impl Index {
                 return Some(old);
             }
         }
-        self.locked(h, |st, p, _held, _g| st.cur.tables[p.table].access(p.home, p.ktag, pba, f))
+        self.locked(h, |st, p, _held| st.cur.tables[p.table].access(p.home, p.ktag, pba, f))
     }
 
     /// Remove the entry of `h` that points at `pba`.
     pub fn remove(&self, h: u64, pba: u64) -> bool {
-        let done = self.locked(h, |st, p, _held, _g| st.cur.tables[p.table].update(p.home, p.ktag, pba, None, |a| a));
+        let done = self.locked(h, |st, p, _held| st.cur.tables[p.table].update(p.home, p.ktag, pba, None, |a| a));
         if done {
             self.entries.add(h, u64::MAX); // wrapping: -1
         }
@@ -708,9 +745,7 @@ impl Index {
     pub fn for_each(&self, mut f: impl FnMut(usize, Entry)) -> u32 {
         let _g = lock(&self.grow_lock);
         self.complete_migration();
-        let guard = epoch::pin();
-        // SAFETY: as in `locked`.
-        let st = unsafe { self.state.load(Acquire, &guard).deref() };
+        let (_, st) = self.load_state();
         debug_assert!(st.mig.is_none());
         let slots = self.cfg.table_homes as usize + H - 1;
         for (t, table) in st.cur.tables.iter().enumerate() {
@@ -751,7 +786,7 @@ impl Index {
     /// walked in slot order into one of the same geometry.
     pub fn restore(&self, home: usize, e: Entry) -> Result<(), IndexError> {
         let h = self.hash_for(home, e.key_tag());
-        let placed = self.locked(h, |st, p, held, _g| {
+        let placed = self.locked(h, |st, p, held| {
             if st.mig.is_some() {
                 return false;
             }
@@ -760,8 +795,7 @@ impl Index {
             if p.home != home || slot >= held.span.hi || !table.get(slot).is_free() {
                 return false;
             }
-            table.set(slot, e);
-            table.set_aux(slot, 0);
+            table.put(slot, e, 0);
             true
         });
         if placed {
@@ -776,10 +810,7 @@ impl Index {
     /// order: each run of entries of one table and region is placed under
     /// one acquisition of its region locks.
     pub fn restore_batch(&self, items: &[(usize, Entry)]) -> Result<(), IndexError> {
-        let guard = epoch::pin();
-        let sp = self.state.load(Acquire, &guard);
-        // SAFETY: as in `locked`.
-        let st = unsafe { sp.deref() };
+        let (sp, st) = self.load_state();
         if st.mig.is_some() {
             return items.iter().try_for_each(|&(home, e)| self.restore(home, e));
         }
@@ -794,7 +825,7 @@ impl Index {
             // A grow since the pin: leave the run to the checked path. (A
             // grow after this check migrates these regions only once we
             // release them, copying what we placed.)
-            let same = self.state.load(Acquire, &guard) == sp;
+            let same = self.state.load(Acquire) == sp;
             let table = &st.cur.tables[t];
             let mut placed = 0;
             while i < items.len() {
@@ -804,8 +835,7 @@ impl Index {
                 }
                 let slot = home + e.neigh_off() as usize;
                 if same && slot < held.span.hi && table.get(slot).is_free() {
-                    table.set(slot, e);
-                    table.set_aux(slot, 0);
+                    table.put(slot, e, 0);
                     placed += 1;
                 } else {
                     rest.push((home, e));
@@ -828,15 +858,14 @@ impl Index {
     }
 
     pub fn stats(&self) -> IndexStats {
-        let guard = epoch::pin();
-        // SAFETY: as in `locked`.
-        let st = unsafe { self.state.load(Acquire, &guard).deref() };
-        let mem = |d: &Dir| d.tables.iter().map(|t| t.memory_bytes() as u64).sum::<u64>();
+        let (_, st) = self.load_state();
+        // The old directory's tables are the new one's first half.
+        let mem = st.cur.tables.iter().map(|t| t.memory_bytes() as u64).sum::<u64>();
         IndexStats {
             entries: self.entries.sum(),
             tables: st.cur.tables.len() as u64,
             slots: st.cur.tables.iter().map(|t| t.len() as u64).sum(),
-            memory_bytes: mem(&st.cur) + st.mig.as_ref().map_or(0, |m| mem(&m.old)),
+            memory_bytes: mem,
             grows: self.grows.load(Relaxed),
             resizing: st.mig.is_some(),
             stashed: st.cur.tables.iter().map(|t| t.stash_len() as u64).sum(),
@@ -846,13 +875,57 @@ impl Index {
 
 impl Drop for Index {
     fn drop(&mut self) {
-        // SAFETY: `&mut self` means no other thread uses the index, so the
-        // current state can be freed now; retired ones are the epoch's.
-        unsafe {
-            let sp = self.state.load(Relaxed, epoch::unprotected());
-            if !sp.is_null() {
-                drop(sp.into_owned());
+        // SAFETY: `&mut self`: no other thread uses the index, so no borrow
+        // of the current state is left; it came from `Box::into_raw` and is
+        // freed once. Replaced states are freed with `retired`.
+        drop(unsafe { Box::from_raw(*self.state.get_mut()) });
+    }
+}
+
+#[cfg(test)]
+impl Index {
+    /// Assert the hop-hint invariant of every table (see `table`): each
+    /// entry's home hint covers its line. Finishes a running migration
+    /// first (until then, new tables' hints are partial and lookups read
+    /// every slot). For quiescent tests.
+    pub(crate) fn check_hints(&self) {
+        self.complete_migration();
+        let (_, st) = self.load_state();
+        for (t, table) in st.cur.tables.iter().enumerate() {
+            for s in 0..table.len() {
+                let e = table.get(s);
+                if !e.is_free() {
+                    let home = s - e.neigh_off() as usize;
+                    let need = crate::table::hint_need(home, s);
+                    assert!(
+                        table.hint(home) >= need,
+                        "table {t}: home {home} hint {} < {need} (entry at {s})",
+                        table.hint(home)
+                    );
+                }
             }
         }
+    }
+
+    /// Homes (table, home) whose hint is above what their entries need.
+    pub(crate) fn loose_hints(&self) -> Vec<(usize, usize)> {
+        self.complete_migration();
+        let (_, st) = self.load_state();
+        let mut out = Vec::new();
+        for (t, table) in st.cur.tables.iter().enumerate() {
+            for home in 0..self.cfg.table_homes as usize {
+                if table.hint(home) > table.hint_needed(home) {
+                    out.push((t, home));
+                }
+            }
+        }
+        out
+    }
+
+    /// The hop hint of `h`'s home in its table.
+    pub(crate) fn hint_of(&self, h: u64) -> u64 {
+        let (_, st) = self.load_state();
+        let p = self.place(st.cur.log2, h);
+        st.cur.tables[p.table].hint(p.home)
     }
 }

@@ -1,19 +1,25 @@
-//! The 8-byte index entry: `neigh_off:5 | tag:8 | fp:4 | kv_size:11 | pba:36`.
+//! The 8-byte index entry: `neigh_off:5 | tag:8 | fp:4 | hint:2 | kv_size:9 | pba:36`.
 //!
 //! From the most significant bit: the offset of the entry from its home slot
 //! (0..32), the key's 8-bit tag and 4 more fingerprint bits (together the
-//! 12-bit *key tag*, see `granary_format::hash`), the record size in grains,
-//! and the grain address of the record. `pba` all ones (with every other field zero) is a
+//! 12-bit *key tag*, see `granary_format::hash`), two bits that belong to the
+//! slot rather than the entry (the hop hint of the neighbourhood homed at
+//! the slot, kept by `table`; always 0 in an `Entry`), the record size in
+//! grains, and the grain address of the record. `pba` all ones (with every other field zero) is a
 //! free slot. `kv_size == 0` marks a deleted key: the entry points at its
 //! tombstone record. `kv_size == KV_SIZE_GRAINS_MAX` means "this many grains
 //! or more": the reader learns the real size from the record header.
 
-use granary_format::limits::{FP_BITS, KV_SIZE_BITS, KV_SIZE_GRAINS_MAX, PBA_BITS, PBA_MAX};
+use granary_format::limits::{FP_BITS, HINT_BITS, KV_SIZE_BITS, KV_SIZE_GRAINS_MAX, PBA_BITS, PBA_MAX};
 
 const PBA_SHIFT: u32 = 0;
 const SIZE_SHIFT: u32 = PBA_SHIFT + PBA_BITS;
+/// Where a slot's hop hint sits in its stored word.
+pub(crate) const HINT_SHIFT: u32 = SIZE_SHIFT + KV_SIZE_BITS;
+/// The hop hint bits of a stored slot word.
+pub(crate) const HINT_MASK: u64 = ((1 << HINT_BITS) - 1) << HINT_SHIFT;
 /// Where the key tag (tag and fp) starts.
-pub(crate) const KTAG_SHIFT: u32 = SIZE_SHIFT + KV_SIZE_BITS;
+pub(crate) const KTAG_SHIFT: u32 = HINT_SHIFT + HINT_BITS;
 const TAG_SHIFT: u32 = KTAG_SHIFT + FP_BITS;
 pub(crate) const OFF_SHIFT: u32 = TAG_SHIFT + 8;
 /// The offset and key tag fields.
@@ -40,6 +46,12 @@ impl Entry {
         assert!((key_tag as u64) <= KTAG_MASK, "key tag out of range");
         let size = kv_size.min(KV_SIZE_GRAINS_MAX as u64);
         Entry(((neigh_off as u64) << OFF_SHIFT) | ((key_tag as u64) << KTAG_SHIFT) | (size << SIZE_SHIFT) | pba)
+    }
+
+    /// Whether the hop hint bits, which only a table slot may carry, are 0:
+    /// what a checkpoint loader checks before it trusts an entry.
+    pub fn is_well_formed(self) -> bool {
+        self.0 & HINT_MASK == 0
     }
 
     pub fn is_free(self) -> bool {
@@ -95,15 +107,17 @@ mod tests {
 
     #[test]
     fn fields_round_trip() {
-        let e = Entry::new(31, 0xABC, 2046, PBA_MAX);
-        assert_eq!((e.neigh_off(), e.tag(), e.key_tag(), e.kv_size(), e.pba()), (31, 0xAB, 0xABC, 2046, PBA_MAX));
-        assert!(!e.is_free() && !e.is_tombstone());
+        let e = Entry::new(31, 0xABC, 510, PBA_MAX);
+        assert_eq!((e.neigh_off(), e.tag(), e.key_tag(), e.kv_size(), e.pba()), (31, 0xAB, 0xABC, 510, PBA_MAX));
+        assert!(!e.is_free() && !e.is_tombstone() && e.is_well_formed());
         let e = e.with_neigh_off(3);
-        assert_eq!((e.neigh_off(), e.tag(), e.key_tag(), e.kv_size(), e.pba()), (3, 0xAB, 0xABC, 2046, PBA_MAX));
+        assert_eq!((e.neigh_off(), e.tag(), e.key_tag(), e.kv_size(), e.pba()), (3, 0xAB, 0xABC, 510, PBA_MAX));
         // Every field at its largest, and the layout adds up to 64 bits.
         let e = Entry::new(31, 0xFFF, 1 << 20, PBA_MAX);
         assert_eq!((e.neigh_off(), e.key_tag(), e.kv_size(), e.pba()), (31, 0xFFF, KV_SIZE_GRAINS_MAX, PBA_MAX));
-        assert_eq!(5 + 8 + FP_BITS + KV_SIZE_BITS + PBA_BITS, 64);
+        assert_eq!(5 + 8 + FP_BITS + HINT_BITS + KV_SIZE_BITS + PBA_BITS, 64);
+        assert!(e.is_well_formed(), "no field reaches the hint bits");
+        assert!(!Entry(e.0 | HINT_MASK).is_well_formed());
     }
 
     #[test]

@@ -14,7 +14,7 @@ pub mod directory;
 pub mod entry;
 pub mod table;
 
-pub use directory::{collect_retired, home_of, Candidates, Index, IndexConfig, IndexError, IndexStats};
+pub use directory::{home_of, Candidates, Index, IndexConfig, IndexError, IndexStats};
 pub use entry::Entry;
 
 /// Neighbourhood size H: an entry lives within H slots of its home slot.

@@ -31,8 +31,25 @@
 //!   counts stashed entries homed in region `r`, so a lookup looks at the
 //!   stash only when its region has any. The stash's own mutex is a leaf:
 //!   never held while taking a region lock.
+//! - **Hop hints.** Each slot's stored word carries, in two bits that no
+//!   entry uses ([`HINT_MASK`]), the hop hint of the neighbourhood whose
+//!   home is that slot: how many cache lines past the home's own line hold
+//!   its entries (0, 1, 2, or 3 for "any of them", up to the neighbourhood's
+//!   last). A lookup reads the home's line, which it needs anyway, and then
+//!   only the lines the hint names, instead of all four or five lines of a
+//!   32-slot neighbourhood: uDepot keeps entries at 8 bytes by dropping
+//!   hopscotch's per-home bitmap, and scans whole neighbourhoods; two bits
+//!   taken from the record size keep most lookups to one line. Invariant:
+//!   for every entry of home `h` at slot `s` (not stashed), `hint(h) >=
+//!   min(3, line(s) - line(h))`, where `line(x) = x / 8`. A hint is raised
+//!   whenever an entry is placed or moved, and recomputed when the entry
+//!   that set it is removed. It is written under the lock of the home's
+//!   region, so a displacement only moves entries whose home lies in the
+//!   locked span (never one homed in the region before it). Slot words
+//!   are grouped in lines by index: heap tables are 64-byte aligned like
+//!   mapped ones, and the slots are padded to a whole line.
 
-use crate::entry::{Entry, KTAG_SHIFT, OFF_SHIFT, OFF_TAG_MASK};
+use crate::entry::{Entry, HINT_MASK, HINT_SHIFT, KTAG_SHIFT, OFF_SHIFT, OFF_TAG_MASK};
 use crate::NEIGHBOURHOOD as H;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
@@ -43,13 +60,21 @@ pub(crate) const STASH_ENTRIES_MAX: usize = 256;
 /// Size of a transparent huge page on x86-64 and most arm64 kernels.
 pub const HUGE_PAGE_BYTES: usize = 2 << 20;
 
-/// A table's zeroed slots: a heap allocation, or for large tables an
-/// anonymous mapping, aligned to a huge page, with huge pages requested.
+/// Slots of one cache line.
+pub(crate) const LINE_SLOTS: usize = 8;
+
+/// A table's zeroed slots: a 64-byte aligned heap allocation, or for large
+/// tables an anonymous mapping, aligned to a huge page, with huge pages
+/// requested.
 struct Slots {
     ptr: std::ptr::NonNull<AtomicU64>,
     len: usize,
     /// Bytes mapped (0: a heap allocation of `len` slots).
     mapped: usize,
+}
+
+fn heap_layout(len: usize) -> std::alloc::Layout {
+    std::alloc::Layout::from_size_align(len * 8, 64).expect("a table's size fits a layout")
 }
 
 // SAFETY: Slots owns its memory exclusively, like a Box<[AtomicU64]>, and
@@ -66,9 +91,11 @@ impl Slots {
                 return s;
             }
         }
-        let zeroed: Box<[u64]> = vec![0u64; len].into_boxed_slice();
-        let raw = Box::into_raw(zeroed) as *mut AtomicU64;
-        Slots { ptr: std::ptr::NonNull::new(raw).expect("Box pointers are non-null"), len, mapped: 0 }
+        // SAFETY: the layout has a non-zero size (a table has at least H
+        // slots).
+        let raw = unsafe { std::alloc::alloc_zeroed(heap_layout(len)) } as *mut AtomicU64;
+        let Some(ptr) = std::ptr::NonNull::new(raw) else { std::alloc::handle_alloc_error(heap_layout(len)) };
+        Slots { ptr, len, mapped: 0 }
     }
 
     /// A mapping of `bytes` (rounded to 4 KiB) starting on a huge-page
@@ -116,7 +143,7 @@ impl std::ops::Deref for Slots {
     type Target = [AtomicU64];
     fn deref(&self) -> &[AtomicU64] {
         // SAFETY: ptr points to len zero-initialised (hence valid) AtomicU64s
-        // (a zeroed mapping or boxed slice), owned by self. AtomicU64 has the
+        // (a zeroed mapping or zeroed allocation), owned by self. AtomicU64 has the
         // size, alignment and bit validity of u64 (std documents this).
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
@@ -128,11 +155,8 @@ impl Drop for Slots {
             // SAFETY: the mapping made in `zeroed`, unmapped once.
             unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.mapped) };
         } else {
-            // SAFETY: the boxed slice leaked in `zeroed` (u64 and AtomicU64
-            // have the same layout), freed once.
-            drop(unsafe {
-                Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr().cast::<u64>(), self.len))
-            });
+            // SAFETY: the allocation made in `zeroed` with this layout, freed once.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), heap_layout(self.len)) };
         }
     }
 }
@@ -141,7 +165,10 @@ impl Drop for Slots {
 pub(crate) type Stashed = (usize, Entry, u32);
 
 pub(crate) struct Table {
+    /// `len` slots padded to whole lines (the padding is never written).
     slots: Slots,
+    /// Slots in use: homes + H - 1.
+    len: usize,
     /// One access word per slot, or empty when the index keeps none.
     aux: Box<[AtomicU32]>,
     stash: Mutex<Vec<Stashed>>,
@@ -160,16 +187,18 @@ impl Table {
     /// A table of free slots for `homes` home slots, locked in regions of
     /// `2^region_log2` slots.
     pub(crate) fn new(homes: usize, region_log2: u32, access_words: bool) -> Table {
-        let slots = Slots::zeroed(homes + H - 1);
-        let regions = slots.len().div_ceil(1 << region_log2);
+        let len = homes + H - 1;
+        let slots = Slots::zeroed(len.next_multiple_of(LINE_SLOTS));
+        let regions = len.div_ceil(1 << region_log2);
         // A zeroed Vec of this size comes from the allocator's zeroed
         // pages (calloc), so it costs nothing until touched either.
-        let aux: Box<[u32]> = if access_words { vec![0u32; slots.len()].into_boxed_slice() } else { Box::new([]) };
+        let aux: Box<[u32]> = if access_words { vec![0u32; len].into_boxed_slice() } else { Box::new([]) };
         // SAFETY: AtomicU32 has the size, alignment and bit validity of u32
         // (std documents this), so the boxed slice may be reinterpreted.
         let aux = unsafe { Box::from_raw(Box::into_raw(aux) as *mut [AtomicU32]) };
         Table {
             slots,
+            len,
             aux,
             stash: Mutex::new(Vec::new()),
             stashed: (0..regions).map(|_| AtomicU32::new(0)).collect(),
@@ -239,7 +268,7 @@ impl Table {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.slots.len()
+        self.len
     }
 
     /// Whether the slots are a mapping with huge pages requested, starting
@@ -271,10 +300,49 @@ impl Table {
     /// Move entry `e` (its offset already set for `to`) from slot `from`
     /// to the free slot `to`, with its access word.
     fn move_entry(&self, from: usize, to: usize, e: Entry) {
-        self.set(to, e);
-        self.set_aux(to, self.get_aux(from));
+        self.put(to, e, self.get_aux(from));
         self.set(from, Entry::FREE);
         self.set_aux(from, 0);
+    }
+
+    /// Place `e` (its offset set) at slot `slot` with access word `aux`,
+    /// raising its home's hop hint. The caller holds the home's region.
+    pub(crate) fn put(&self, slot: usize, e: Entry, aux: u32) {
+        self.set(slot, e);
+        self.set_aux(slot, aux);
+        self.raise_hint(slot - e.neigh_off() as usize, hint_need(slot - e.neigh_off() as usize, slot));
+    }
+
+    /// The hop hint of the neighbourhood homed at `home`.
+    pub(crate) fn hint(&self, home: usize) -> u64 {
+        (self.slots[home].load(Relaxed) & HINT_MASK) >> HINT_SHIFT
+    }
+
+    /// Make the hop hint of `home` at least `need`.
+    pub(crate) fn raise_hint(&self, home: usize, need: u64) {
+        let w = self.slots[home].load(Relaxed);
+        if (w & HINT_MASK) >> HINT_SHIFT < need {
+            self.slots[home].store((w & !HINT_MASK) | (need << HINT_SHIFT), Relaxed);
+        }
+    }
+
+    /// Set the hop hint of `home` to `hint` (at least what its entries need).
+    pub(crate) fn set_hint(&self, home: usize, hint: u64) {
+        let w = self.slots[home].load(Relaxed);
+        self.slots[home].store((w & !HINT_MASK) | (hint << HINT_SHIFT), Relaxed);
+    }
+
+    /// The hop hint `home`'s entries need now (a walk of its whole
+    /// neighbourhood).
+    pub(crate) fn hint_needed(&self, home: usize) -> u64 {
+        (0..H)
+            .filter(|&off| {
+                let e = self.get(home + off);
+                !e.is_free() && e.neigh_off() as usize == off
+            })
+            .map(|off| hint_need(home, home + off))
+            .max()
+            .unwrap_or(0)
     }
 
     /// The access word of the entry of home `home` that points at `pba`,
@@ -337,11 +405,15 @@ impl Table {
     }
 
     pub(crate) fn get(&self, slot: usize) -> Entry {
-        Entry(self.slots[slot].load(Relaxed) ^ Entry::FREE.0)
+        entry_of(self.slots[slot].load(Relaxed))
     }
 
+    /// Store `e` at `slot`, keeping the slot's hop hint (which belongs to
+    /// the neighbourhood homed there, not to the entry).
     pub(crate) fn set(&self, slot: usize, e: Entry) {
-        self.slots[slot].store(e.0 ^ Entry::FREE.0, Relaxed)
+        debug_assert!(e.is_well_formed(), "{e:?} carries hint bits");
+        let hint = self.slots[slot].load(Relaxed) & HINT_MASK;
+        self.slots[slot].store(((e.0 & !HINT_MASK) ^ Entry::FREE.0) | hint, Relaxed)
     }
 
     /// Entries with home `home` and key tag `ktag` (the lookup fast path).
@@ -350,23 +422,22 @@ impl Table {
         self.matches(home, ktag, |_, e| f(e));
     }
 
-    /// Entries with home `home` and key tag `ktag`, with their slots. Scans
-    /// the whole neighbourhood: deletions leave holes.
+    /// Entries with home `home` and key tag `ktag`, with their slots. Reads
+    /// the lines of the neighbourhood its hop hint names.
     ///
-    /// The neighbourhood's match mask comes from [`hood_mask`] (one vector
-    /// pass where the CPU has AVX2); each matching slot is then loaded
-    /// again as an atomic and checked once more, so `f` only ever sees
-    /// entries that match, even if a writer changed a slot in between (an
-    /// optimistic reader then fails its version check and retries).
+    /// The match mask comes from [`hinted_mask`] (vector compares where
+    /// the CPU has AVX2); each matching slot is then loaded again as an
+    /// atomic and checked once more, so `f` only ever sees entries that
+    /// match, even if a writer changed a slot in between (an optimistic
+    /// reader then fails its version check and retries).
     pub(crate) fn matches(&self, home: usize, ktag: u16, mut f: impl FnMut(usize, Entry)) {
-        let hood: &[AtomicU64; H] = self.slots[home..home + H].try_into().expect("H slots");
-        let mut mask = hood_mask(hood, ktag);
+        let mut mask = hinted_mask(&self.slots, home, ktag);
         while mask != 0 {
             let off = mask.trailing_zeros() as usize;
             mask &= mask - 1;
-            let stored = hood[off].load(Relaxed);
+            let stored = self.slots[home + off].load(Relaxed);
             if slot_matches(stored, off, ktag) {
-                f(home + off, Entry(stored ^ Entry::FREE.0));
+                f(home + off, entry_of(stored));
             }
         }
     }
@@ -397,6 +468,11 @@ impl Table {
                 None => {
                     self.set(slot, Entry::FREE);
                     self.set_aux(slot, 0);
+                    // The hint may shrink if this entry was the furthest.
+                    let hint = self.hint(home);
+                    if hint_need(home, slot) == hint {
+                        self.set_hint(home, self.hint_needed(home));
+                    }
                 }
             }
             return true;
@@ -430,7 +506,8 @@ impl Table {
         // jump each time.
         while free - home >= H {
             // The entry furthest from `free` that may move into it: its home
-            // must stay within H of `free`, its slot inside the locked span.
+            // must stay within H of `free` and lie inside the locked span
+            // (its hop hint is raised).
             let first = (free + 1 - H).max(span.lo);
             let movable = (first..free).find_map(|s| {
                 let e = self.get(s);
@@ -438,7 +515,7 @@ impl Table {
                     return None;
                 }
                 let ehome = s - e.neigh_off() as usize;
-                (free - ehome < H).then_some((s, e, ehome))
+                (free - ehome < H && ehome >= span.lo).then_some((s, e, ehome))
             });
             let Some((s, e, ehome)) = movable else {
                 // Greedy jumps leave entries at the edge of their
@@ -446,8 +523,7 @@ impl Table {
                 // any chain of moves instead.
                 return match self.find_chain(span, home) {
                     Some(slot) => {
-                        self.set(slot, new.with_neigh_off((slot - home) as u32));
-                        self.set_aux(slot, aux);
+                        self.put(slot, new.with_neigh_off((slot - home) as u32), aux);
                         true
                     }
                     None => false,
@@ -456,8 +532,7 @@ impl Table {
             self.move_entry(s, free, e.with_neigh_off((free - ehome) as u32));
             free = s;
         }
-        self.set(free, new.with_neigh_off((free - home) as u32));
-        self.set_aux(free, aux);
+        self.put(free, new.with_neigh_off((free - home) as u32), aux);
         true
     }
 
@@ -465,9 +540,10 @@ impl Table {
     /// chain of hopscotch moves inside `[home, span.hi)`, and return it.
     ///
     /// Every move takes the entry at `s` into a hole `f > s` with
-    /// `f <= home(s) + H - 1`, so holes only travel left and a hole can reach
-    /// `s` iff `s` is free or the nearest slot right of `s` that a hole can
-    /// reach is at most `home(s) + H - 1`. One right-to-left pass computes
+    /// `f <= home(s) + H - 1` (and `home(s)` in the span, for its hint), so
+    /// holes only travel left and a hole can reach `s` iff `s` is free or
+    /// the nearest slot right of `s` that a hole can reach is at most
+    /// `home(s) + H - 1`. One right-to-left pass computes
     /// that for every slot; the chain is then read back left to right and
     /// executed from its free end.
     fn find_chain(&self, span: Span, home: usize) -> Option<usize> {
@@ -476,7 +552,8 @@ impl Table {
         let mut nearest: Option<usize> = None;
         for s in (home..span.hi).rev() {
             let e = self.get(s);
-            let ok = e.is_free() || nearest.is_some_and(|f| f < s - e.neigh_off() as usize + H);
+            let ehome = s - e.neigh_off() as usize;
+            let ok = e.is_free() || (ehome >= span.lo && nearest.is_some_and(|f| f < ehome + H));
             if ok {
                 reach[s - home] = true;
                 nearest = Some(s);
@@ -501,14 +578,114 @@ impl Table {
     }
 }
 
+/// The hop hint an entry of home `home` at slot `slot` needs.
+#[inline]
+pub(crate) fn hint_need(home: usize, slot: usize) -> u64 {
+    ((slot / LINE_SLOTS - home / LINE_SLOTS) as u64).min(3)
+}
+
+/// The entry of a stored slot word: its hint bits dropped, XOR undone.
+#[inline]
+fn entry_of(stored: u64) -> Entry {
+    Entry((stored & !HINT_MASK) ^ Entry::FREE.0)
+}
+
 /// Whether the stored slot word `stored` at offset `off` of a neighbourhood
 /// holds an entry of that home with key tag `ktag`. Slots are stored XOR
 /// [`Entry::FREE`], which flips only pba bits: the offset and key tag bits
-/// of a stored word are the entry's, and a free slot is 0.
+/// of a stored word are the entry's, and a free slot is 0 but for its hint.
 #[inline]
 fn slot_matches(stored: u64, off: usize, ktag: u16) -> bool {
     let want = ((off as u64) << OFF_SHIFT) | ((ktag as u64) << KTAG_SHIFT);
-    (stored != 0) & (stored & OFF_TAG_MASK == want)
+    (stored & !HINT_MASK != 0) & (stored & OFF_TAG_MASK == want)
+}
+
+/// The lines (of [`LINE_SLOTS`]) a lookup of `home` reads for hint `hint`.
+#[inline]
+fn hinted_lines(home: usize, hint: u64) -> usize {
+    if hint < 3 {
+        hint as usize + 1
+    } else {
+        (home + H - 1) / LINE_SLOTS - home / LINE_SLOTS + 1
+    }
+}
+
+/// [`hood_mask`] of the neighbourhood homed at `home` in `slots` (padded
+/// to whole lines), reading only the lines its hop hint names: bit `off`
+/// set for each slot `home + off` that [`slot_matches`].
+#[inline]
+pub(crate) fn hinted_mask(slots: &[AtomicU64], home: usize, ktag: u16) -> u32 {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { hinted_mask_avx2(slots, home, ktag) };
+    }
+    hinted_mask_scalar(slots, home, ktag)
+}
+
+pub(crate) fn hinted_mask_scalar(slots: &[AtomicU64], home: usize, ktag: u16) -> u32 {
+    let hint = (slots[home].load(Relaxed) & HINT_MASK) >> HINT_SHIFT;
+    let end = ((home / LINE_SLOTS + hinted_lines(home, hint)) * LINE_SLOTS).min(home + H);
+    let mut mask = 0u32;
+    for (off, slot) in slots[home..end].iter().enumerate() {
+        mask |= (slot_matches(slot.load(Relaxed), off, ktag) as u32) << off;
+    }
+    mask
+}
+
+/// [`hinted_mask_scalar`] in two 32-byte vector loads and compares per line.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[target_feature(enable = "avx2")]
+unsafe fn hinted_mask_avx2(slots: &[AtomicU64], home: usize, ktag: u16) -> u32 {
+    use std::arch::x86_64::*;
+    let base = home & !(LINE_SLOTS - 1);
+    let d = (home - base) as u64;
+    let off_tag = _mm256_set1_epi64x(OFF_TAG_MASK as i64);
+    let not_hint = _mm256_set1_epi64x(!HINT_MASK as i64);
+    let zero = _mm256_setzero_si256();
+    let tag_bits = ((ktag as u64) << KTAG_SHIFT) as i64;
+    // The offset field is the word's top 5 bits, so offsets wrap mod 32:
+    // slots before the home get offsets that no entry of the home has at
+    // that slot, and their bits are shifted out below anyway.
+    let off = |o: u64| (o.wrapping_sub(d) << OFF_SHIFT) as i64;
+    let mut want = _mm256_add_epi64(_mm256_set1_epi64x(tag_bits), _mm256_set_epi64x(off(3), off(2), off(1), off(0)));
+    let step = _mm256_set1_epi64x((4u64 << OFF_SHIFT) as i64);
+    let mut mask = 0u64;
+    let mut scan = |j: usize, line: &[AtomicU64]| {
+        let (a, b): (__m256i, __m256i);
+        // SAFETY: `line` is 8 slots, 64 readable bytes borrowed from the
+        // table; the block only reads them. Vector loads of atomics
+        // written concurrently: see `hood_mask_avx2`.
+        unsafe {
+            std::arch::asm!(
+                "vmovdqu {0}, ymmword ptr [{p}]",
+                "vmovdqu {1}, ymmword ptr [{p} + 32]",
+                out(ymm_reg) a,
+                out(ymm_reg) b,
+                p = in(reg) line.as_ptr(),
+                options(nostack, readonly, preserves_flags),
+            );
+        }
+        for (k, v) in [a, b].into_iter().enumerate() {
+            let hit = _mm256_cmpeq_epi64(_mm256_and_si256(v, off_tag), want);
+            let free = _mm256_cmpeq_epi64(_mm256_and_si256(v, not_hint), zero);
+            let m = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_andnot_si256(free, hit))) as u64;
+            mask |= m << (8 * j + 4 * k);
+            want = _mm256_add_epi64(want, step);
+        }
+    };
+    // Only the lines the hint names: each line read is a cache miss, and
+    // the misses of successive lookups overlap only while the CPU's
+    // line-fill buffers last.
+    let hint = (slots[home].load(Relaxed) & HINT_MASK) >> HINT_SHIFT;
+    let lines = hinted_lines(home, hint);
+    for (j, line) in slots[base..base + lines * LINE_SLOTS].chunks_exact(LINE_SLOTS).enumerate() {
+        scan(j, line);
+    }
+    (mask >> d) as u32
 }
 
 /// Bit `off` set for each slot of `hood` that [`slot_matches`] (offset
@@ -590,6 +767,7 @@ unsafe fn hood_mask_avx2(hood: &[AtomicU64; H], ktag: u16) -> u32 {
         );
     }
     let off_tag = _mm256_set1_epi64x(OFF_TAG_MASK as i64);
+    let not_hint = _mm256_set1_epi64x(!HINT_MASK as i64);
     let zero = _mm256_setzero_si256();
     let tag_bits = ((ktag as u64) << KTAG_SHIFT) as i64;
     let off = |o: u64| (o << OFF_SHIFT) as i64;
@@ -599,7 +777,7 @@ unsafe fn hood_mask_avx2(hood: &[AtomicU64; H], ktag: u16) -> u32 {
     let mut mask = 0u32;
     for (i, v) in [v0, v1, v2, v3, v4, v5, v6, v7].into_iter().enumerate() {
         let hit = _mm256_cmpeq_epi64(_mm256_and_si256(v, off_tag), want);
-        let free = _mm256_cmpeq_epi64(v, zero);
+        let free = _mm256_cmpeq_epi64(_mm256_and_si256(v, not_hint), zero);
         let m = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_andnot_si256(free, hit))) as u32;
         mask |= m << (4 * i);
         want = _mm256_add_epi64(want, step);

@@ -93,8 +93,9 @@ fn displacement_crosses_one_region_boundary() {
         assert!(pbas(&idx, *hash).contains(pba), "lost pba {pba}");
     }
     assert_eq!(idx.stats().grows, 0, "displacement, not growth, must make room");
-    // Every entry still within H of its home.
+    // Every entry still within H of its home, and covered by its home's hint.
     idx.for_each(|_, e| assert!(e.neigh_off() < 32));
+    idx.check_hints();
 }
 
 #[test]
@@ -137,6 +138,7 @@ fn growth_splits_by_tag_and_keeps_every_entry() {
     for (hash, pba) in &all {
         assert_eq!(seen[pba], (idx.home(*hash), granary_format::hash::tag(*hash)));
     }
+    idx.check_hints();
 }
 
 #[test]
@@ -198,6 +200,10 @@ fn lookups_read_old_tables_during_a_migration() {
     }
     assert_eq!(pbas(&idx, h(70, 1)), vec![71]);
     assert_eq!(pbas(&idx, h(100, 1)), vec![100]);
+    // The new tables' hints came with the regions: every entry of home 5
+    // is found through them.
+    idx.check_hints();
+    assert_eq!(pbas(&idx, h(5, 200)), vec![999]);
     assert_eq!(idx.stats().entries, 38);
 }
 
@@ -283,6 +289,7 @@ fn multithreaded_stress_with_resizes() {
         }
         assert_eq!(shared_entry(&idx, k), vec![pba], "key {k}");
     }
+    idx.check_hints();
 }
 
 #[test]
@@ -372,6 +379,7 @@ proptest! {
             got.sort();
             prop_assert_eq!(&got, &want, "hash {:#x} pba {}", hash, pba);
         }
+        idx.check_hints();
     }
 }
 
@@ -743,6 +751,9 @@ fn vector_and_scalar_neighbourhood_scans_agree() {
         let ktag = [0u16, 1, 0xFFF, (x >> 20) as u16 & 0xFFF][(x % 4) as usize];
         let hood: [AtomicU64; NEIGHBOURHOOD] = std::array::from_fn(|off| {
             x = xorshift(x);
+            // Any slot may carry a hop hint (of the home it is); the scan
+            // ignores it, and a free slot with one is still free.
+            let hint = (x >> 61) << crate::entry::HINT_SHIFT;
             let e = match x % 6 {
                 0 => Entry::FREE,
                 1 => Entry::new(off as u32, ktag, x >> 40, x >> 28 & 0xF_FFFF_FFFF),
@@ -751,12 +762,13 @@ fn vector_and_scalar_neighbourhood_scans_agree() {
                 4 => Entry::new(off as u32, ktag, 0, granary_format::limits::PBA_MAX),
                 _ => Entry::new(off as u32, ktag, 0, 0),
             };
-            AtomicU64::new(e.0 ^ Entry::FREE.0)
+            AtomicU64::new((e.0 ^ Entry::FREE.0) | (hint & crate::entry::HINT_MASK))
         });
         let want = hood_mask_scalar(&hood, ktag);
         // The scalar mask is itself checked against the entry accessors.
         for (off, slot) in hood.iter().enumerate() {
-            let e = Entry(slot.load(std::sync::atomic::Ordering::Relaxed) ^ Entry::FREE.0);
+            let stored = slot.load(std::sync::atomic::Ordering::Relaxed);
+            let e = Entry((stored & !crate::entry::HINT_MASK) ^ Entry::FREE.0);
             let hit = !e.is_free() && e.neigh_off() as usize == off && e.key_tag() == ktag;
             assert_eq!(want >> off & 1 == 1, hit, "round {round}, offset {off}, entry {e:?}");
         }
@@ -765,5 +777,175 @@ fn vector_and_scalar_neighbourhood_scans_agree() {
     #[cfg(target_arch = "x86_64")]
     if !std::is_x86_feature_detected!("avx2") {
         eprintln!("no AVX2 on this CPU: only the scalar scan was checked");
+    }
+}
+
+/// A table's slots for `hinted_scans...`: random entries placed at their
+/// offsets, hints set to what the entries need (or more), padded to lines.
+fn hinted_slots(x: &mut u64, n: usize, ktags: &[u16]) -> Vec<std::sync::atomic::AtomicU64> {
+    use crate::entry::{HINT_MASK, HINT_SHIFT};
+    use crate::table::{hint_need, LINE_SLOTS};
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let len = n + NEIGHBOURHOOD - 1;
+    let slots: Vec<AtomicU64> = (0..len.next_multiple_of(LINE_SLOTS)).map(|_| AtomicU64::new(0)).collect();
+    let mut need = vec![0u64; len];
+    for (s, slot) in slots.iter().enumerate().take(len) {
+        *x = xorshift(*x);
+        if (*x).is_multiple_of(3) {
+            continue; // free
+        }
+        let off = ((*x >> 8) as usize % NEIGHBOURHOOD).min(s);
+        let home = s - off;
+        if home >= n {
+            continue; // slots past the last home hold only earlier homes' entries
+        }
+        let ktag = ktags[(*x >> 16) as usize % ktags.len()];
+        let e = Entry::new(off as u32, ktag, (*x >> 40) & 7, (*x >> 24) & 0xFFFF);
+        slot.store(e.0 ^ Entry::FREE.0, Relaxed);
+        need[home] = need[home].max(hint_need(home, s));
+    }
+    for (home, &want) in need.iter().enumerate() {
+        *x = xorshift(*x);
+        // Sometimes more than needed: a hint is an upper bound.
+        let hint = if (*x).is_multiple_of(5) { 3 } else { want };
+        let w = slots[home].load(Relaxed);
+        slots[home].store((w & !HINT_MASK) | (hint << HINT_SHIFT), Relaxed);
+    }
+    slots
+}
+
+/// The hinted scan (vector and scalar) finds exactly what the whole
+/// neighbourhood scan finds, for every home of tables of random entries at
+/// every alignment, when hints hold their invariant; and it does read only
+/// the lines a hint names (a hint set too low hides the entries past it).
+#[test]
+fn hinted_scans_agree_with_whole_neighbourhood_scans() {
+    use crate::entry::{HINT_MASK, HINT_SHIFT};
+    use crate::table::{hinted_mask, hinted_mask_scalar, hood_mask, LINE_SLOTS};
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let mut x = 0xC0FFEE_u64;
+    let ktags = [0u16, 1, 0xFFF, 0x123];
+    for round in 0..200 {
+        let n = 1 + (xorshift(round + 1) % 200) as usize;
+        let slots = hinted_slots(&mut x, n, &ktags);
+        for home in 0..n {
+            let hood: &[AtomicU64; NEIGHBOURHOOD] = slots[home..home + NEIGHBOURHOOD].try_into().unwrap();
+            for &ktag in &ktags {
+                let want = hood_mask(hood, ktag);
+                assert_eq!(hinted_mask_scalar(&slots, home, ktag), want, "round {round}, home {home}, ktag {ktag:#x}");
+                assert_eq!(hinted_mask(&slots, home, ktag), want, "round {round}, home {home}, ktag {ktag:#x}");
+            }
+        }
+    }
+    // A hint of 1 reads two lines: an entry two lines further is not seen
+    // until the hint says 2.
+    // (This is why every write keeps the hints.)
+    let slots: Vec<AtomicU64> = (0..48).map(|_| AtomicU64::new(0)).collect();
+    let home = 8;
+    let far = Entry::new(2 * LINE_SLOTS as u32, 0x42, 1, 9);
+    slots[home + 2 * LINE_SLOTS].store(far.0 ^ Entry::FREE.0, Relaxed);
+    slots[home].store(1 << HINT_SHIFT, Relaxed);
+    assert_eq!(slots[home].load(Relaxed) & !HINT_MASK, 0, "the home slot is still free");
+    assert_eq!(hinted_mask(&slots, home, 0x42), 0);
+    assert_eq!(hinted_mask_scalar(&slots, home, 0x42), 0);
+    slots[home].store(2 << HINT_SHIFT, Relaxed);
+    assert_eq!(hinted_mask(&slots, home, 0x42), 1 << (2 * LINE_SLOTS));
+    assert_eq!(hinted_mask_scalar(&slots, home, 0x42), 1 << (2 * LINE_SLOTS));
+}
+
+/// Hints follow the entries of a home: raised by inserts (and by the
+/// displacements that push entries further), lowered when the entry that
+/// needed the most is removed, and only then.
+#[test]
+fn hop_hints_rise_with_inserts_and_fall_with_removes() {
+    let idx = small(7);
+    // Home 16 starts a line. 8 entries fill its line; the 9th goes to the
+    // next line, the 17th to the third, the 25th to the fourth.
+    let mut hints = Vec::new();
+    for i in 0..32u64 {
+        idx.insert(h(16, 1 + i as u8), 1, i).unwrap();
+        hints.push(idx.hint_of(h(16, 1)));
+    }
+    assert_eq!(&hints[..8], &[0; 8]);
+    assert_eq!(&hints[8..16], &[1; 8]);
+    assert_eq!(&hints[16..24], &[2; 8]);
+    assert_eq!(&hints[24..], &[3; 8]);
+    idx.check_hints();
+    // Removing an entry of the first line leaves the hint; removing the
+    // furthest ones lowers it to what the rest need.
+    assert!(idx.remove(h(16, 1), 0));
+    assert_eq!(idx.hint_of(h(16, 1)), 3);
+    for i in (8..32u64).rev() {
+        assert!(idx.remove(h(16, 1 + i as u8), i));
+    }
+    assert_eq!(idx.hint_of(h(16, 1)), 0);
+    for i in 1..8u64 {
+        assert_eq!(pbas(&idx, h(16, 1 + i as u8)), vec![i]);
+    }
+    idx.check_hints();
+}
+
+/// A table filled to 95% by random keys (no growth: the rest is stashed)
+/// displaces entries far from their homes; every hint still covers its
+/// home's entries, and every key is found through them.
+#[test]
+fn hop_hints_hold_in_a_densely_displaced_table() {
+    for seed in 1..=20u64 {
+        let idx = Index::new(IndexConfig {
+            table_homes: HOMES,
+            region_log2: 5,
+            initial_tables_log2: 0,
+            grow_load_percent: 100,
+            access_words: false,
+        });
+        let slots = HOMES as u64 + 31;
+        let mut x = seed;
+        let mut all = Vec::new();
+        for pba in 0..slots * 95 / 100 {
+            x = xorshift(x);
+            let hash = h(x % HOMES as u64, (x >> 20) as u8 & 1);
+            if idx.insert(hash, 1, pba).is_ok() {
+                all.push((hash, pba));
+            }
+        }
+        assert_eq!(idx.stats().tables, 1, "seed {seed}: no growth");
+        idx.check_hints();
+        for (hash, pba) in &all {
+            assert!(pbas(&idx, *hash).contains(pba), "seed {seed}: pba {pba} lost");
+        }
+        // Removing half keeps them right too.
+        for (hash, pba) in all.iter().step_by(2) {
+            assert!(idx.remove(*hash, *pba));
+        }
+        idx.check_hints();
+        for (hash, pba) in all.iter().skip(1).step_by(2) {
+            assert!(pbas(&idx, *hash).contains(pba), "seed {seed}: pba {pba} lost after removes");
+        }
+    }
+}
+
+/// Hints stay exact through inserts, displacements and growth: a split
+/// recomputes the hints of the homes whose neighbourhood lies inside the
+/// region it migrates, so only homes within H of a region's end may keep
+/// the (larger) hint of the table before the split.
+#[test]
+fn hop_hints_are_exact_after_growth_but_at_region_ends() {
+    let idx = small(7); // 128-slot regions: 2 per table
+    let mut x = 99u64;
+    let mut all = Vec::new();
+    for pba in 0..4000u64 {
+        x = xorshift(x);
+        idx.insert(x >> 7, 1, pba).unwrap();
+        all.push((x >> 7, pba));
+    }
+    assert!(idx.stats().grows >= 4, "{:?}", idx.stats());
+    idx.check_hints();
+    let loose = idx.loose_hints();
+    for &(t, home) in &loose {
+        let region_end = (home / 128 + 1) * 128;
+        assert!(home + NEIGHBOURHOOD > region_end, "table {t}: home {home}'s hint is loose, far from a region end");
+    }
+    for (hash, pba) in &all {
+        assert!(pbas(&idx, *hash).contains(pba));
     }
 }

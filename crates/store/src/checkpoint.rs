@@ -344,7 +344,13 @@ fn load(dev: &dyn Device, sb: &Superblock, headers: &Headers, m: Manifest) -> Re
             m.id, m.body_crc
         )));
     }
-    let items = body.chunks_exact(ITEM_BYTES).map(Item::decode).collect();
+    let items: Vec<Item> = body.chunks_exact(ITEM_BYTES).map(Item::decode).collect();
+    if let Some(it) = items.iter().find(|it| !Entry(it.entry).is_well_formed()) {
+        return Err(bad(format!(
+            "checkpoint {} holds an index entry with its hop-hint bits set ({:#018x})",
+            m.id, it.entry
+        )));
+    }
     Ok(Loaded { manifest: m, items, bytes_read: body_bytes })
 }
 

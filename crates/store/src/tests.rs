@@ -251,13 +251,24 @@ fn sixteen_mib_value_round_trips_across_reopen() {
     let (dev, s) = mem_store_gc(72 << 20, 32 << 20, 512, false);
     let value: Vec<u8> = (0..16u32 << 20).map(|i| (i % 251) as u8).collect();
     s.put(b"big", &value).unwrap();
-    s.put(b"mid", &value[..1_200_000]).unwrap(); // just over 2047 grains
+    s.put(b"mid", &value[..1_200_000]).unwrap(); // over 2047 grains
+                                                 // Around the entry's largest size, 511 grains of 512 bytes (the
+                                                 // record adds a 48-byte header and the key).
+    let edge = |g: usize| g * 512 - 48 - 4;
+    for (k, g) in [(b"e510", 510), (b"e511", 511), (b"e512", 512)] {
+        s.put(k, &value[..edge(g)]).unwrap();
+        let e = s.core.index.lookup(key_hash(k)).as_slice()[0];
+        assert_eq!(e.kv_size(), (g as u32).min(granary_format::limits::KV_SIZE_GRAINS_MAX), "{g} grains");
+    }
     let e = s.core.index.lookup(key_hash(b"big")).as_slice()[0];
     assert_eq!(e.kv_size(), granary_format::limits::KV_SIZE_GRAINS_MAX);
     assert_eq!(s.get(b"big").unwrap().as_deref(), Some(&value[..]));
     let s = reopen(&dev, s);
     assert_eq!(s.get(b"big").unwrap().as_deref(), Some(&value[..]));
     assert_eq!(s.get(b"mid").unwrap().as_deref(), Some(&value[..1_200_000]));
+    for (k, g) in [(b"e510", 510), (b"e511", 511), (b"e512", 512)] {
+        assert_eq!(s.get(k).unwrap().as_deref(), Some(&value[..edge(g)]), "{g} grains");
+    }
     assert!(s.verify().unwrap().is_clean());
 }
 
