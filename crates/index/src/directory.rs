@@ -41,8 +41,8 @@
 //! the index is dropped (at most two per grow, 16 in all, a few hundred KiB
 //! at most). So a reader needs no protection at all for what it reads: no
 //! epoch pin, no hazard pointer, no reference count. (An epoch pin per
-//! lookup, `crossbeam-epoch`'s, cost more than the lookup's cache miss on
-//! this project's machine; see docs/BENCHMARKS.md.) A state's address
+//! lookup, `crossbeam-epoch`'s, roughly doubled an isolated lookup's time
+//! on this project's machine; see docs/BENCHMARKS.md.) A state's address
 //! is never reused while the index lives, so comparing state pointers
 //! identifies states.
 //! Growth is driven by load: an insert that finds no room grows the
