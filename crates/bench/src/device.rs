@@ -581,7 +581,7 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
         drop(rt);
         if o.backends.iter().any(|b| b == "mem") {
             let mem: Arc<dyn Device> =
-                Arc::new(MemDevice::new(((o.keys * report.record_bytes * 2) + (64 << 20)).max(256 << 20)));
+                Arc::new(MemDevice::new_huge(((o.keys * report.record_bytes * 2) + (64 << 20)).max(256 << 20)));
             let store = Arc::new(Store::create(mem, &create, &OpenOptions::default()).map_err(|e| e.to_string())?);
             for i in 0..o.keys {
                 store.put(&key(i), &value_of(o.value_bytes, i, 0)).map_err(|e| e.to_string())?;

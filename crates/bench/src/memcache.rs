@@ -92,6 +92,13 @@ pub struct PeerResult {
     pub load_secs: f64,
     /// memcaslap's ops/s, when it ran.
     pub memcaslap_ops: Option<f64>,
+    /// CPU time (user + system, all its threads) the server process spent
+    /// per operation of the measured phase, in microseconds; for servers
+    /// this run started (not `at=` peers). Interrupts and softirqs are
+    /// charged to whichever task the CPU was running, so this is an
+    /// approximation; on a machine shared with the client it is steadier
+    /// than throughput.
+    pub server_cpu_us_per_op: Option<f64>,
 }
 
 impl PeerResult {
@@ -145,6 +152,19 @@ struct Peer {
     child: Option<Child>,
     addr: SocketAddr,
     files: Vec<PathBuf>,
+    /// Where its stderr goes.
+    log: Option<PathBuf>,
+}
+
+impl Peer {
+    /// `e`, with the last lines of the server's log when there is one.
+    fn failed(&self, name: &str, e: String) -> String {
+        let Some(log) = &self.log else { return format!("{name}: {e}") };
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+        format!("{name}: {e}\n{name}'s log {} ends:\n{tail}", log.display())
+    }
 }
 
 impl Drop for Peer {
@@ -159,6 +179,26 @@ impl Drop for Peer {
     }
 }
 
+/// User plus system CPU seconds of process `pid` (all threads), from
+/// `/proc/PID/stat`.
+fn cpu_secs(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    parse_cpu_ticks(&stat).map(|t| t as f64 / hz.max(1) as f64)
+}
+
+/// utime + stime (fields 14 and 15) of a `/proc/PID/stat` line. The command
+/// name (field 2, in parentheses) may hold spaces and parentheses: fields
+/// are counted after its last `)`.
+fn parse_cpu_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace().skip(11); // fields 3..=13
+    let utime: u64 = f.next()?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
 fn free_port() -> Result<u16, String> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     Ok(l.local_addr().map_err(|e| e.to_string())?.port())
@@ -168,7 +208,7 @@ fn start_peer(name: &str, o: &McBenchOptions) -> Result<Peer, String> {
     if let Some(a) = name.strip_prefix("at=") {
         let addr: SocketAddr = a.parse().map_err(|e| format!("peer {name:?}: {e} (at=IP:PORT)"))?;
         TcpStream::connect(addr).map_err(|e| format!("peer {name:?}: cannot connect: {e}"))?;
-        return Ok(Peer { child: None, addr, files: Vec::new() });
+        return Ok(Peer { child: None, addr, files: Vec::new(), log: None });
     }
     std::fs::create_dir_all(&o.dir).map_err(|e| format!("cannot create {}: {e}", o.dir.display()))?;
     let port = free_port()?;
@@ -216,8 +256,12 @@ fn start_peer(name: &str, o: &McBenchOptions) -> Result<Peer, String> {
         }
         other => return Err(format!("unknown peer {other:?} (granary, memcached, extstore, at=IP:PORT)")),
     };
-    let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().map_err(|e| format!("starting {name}: {e}"))?;
-    let mut peer = Peer { child: Some(child), addr, files };
+    // The server's own output goes to a log next to its data, kept after
+    // the run (its tail is printed when the peer fails).
+    let log = o.dir.join(format!("bench-memcache-{name}.log"));
+    let err = std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let child = cmd.stdout(Stdio::null()).stderr(err).spawn().map_err(|e| format!("starting {name}: {e}"))?;
+    let mut peer = Peer { child: Some(child), addr, files, log: Some(log) };
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(addr).is_err() {
         if let Some(Ok(Some(st))) = peer.child.as_mut().map(|c| c.try_wait()) {
@@ -454,12 +498,18 @@ pub fn run(o: &McBenchOptions) -> Result<Vec<PeerResult>, String> {
         eprintln!("bench memcache: {name}: starting");
         let peer = start_peer(name, o)?;
         eprintln!("bench memcache: {name}: loading {} keys of {} bytes", o.keys, o.value_bytes);
-        let load_secs = load(peer.addr, o, &value)?;
+        let load_secs = load(peer.addr, o, &value).map_err(|e| peer.failed(name, e))?;
         eprintln!("bench memcache: {name}: {} s of load with {} connections", o.secs, o.conns);
-        let (m, secs) = drive(peer.addr, o, &value)?;
+        let pid = peer.child.as_ref().map(|c| c.id());
+        let cpu0 = pid.and_then(cpu_secs);
+        let (m, secs) = drive(peer.addr, o, &value).map_err(|e| peer.failed(name, e))?;
+        let server_cpu_us_per_op = match (pid.and_then(cpu_secs), cpu0) {
+            (Some(b), Some(a)) if m.ops > 0 => Some((b - a) * 1e6 / m.ops as f64),
+            _ => None,
+        };
         let memcaslap_ops = if o.memcaslap {
             eprintln!("bench memcache: {name}: memcaslap");
-            Some(memcaslap(peer.addr, o)?)
+            Some(memcaslap(peer.addr, o).map_err(|e| peer.failed(name, e))?)
         } else {
             None
         };
@@ -475,6 +525,7 @@ pub fn run(o: &McBenchOptions) -> Result<Vec<PeerResult>, String> {
             set_us: pcts(&m.set),
             load_secs,
             memcaslap_ops,
+            server_cpu_us_per_op,
         });
     }
     Ok(results)
@@ -493,13 +544,13 @@ pub fn render(o: &McBenchOptions, r: &[PeerResult]) -> String {
         o.secs
     );
     s += &format!(
-        "{:<10} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>11}\n",
-        "peer", "ops/s", "ratio", "hit%", "get p50", "get p99", "set p99", "max us", "memcaslap/s"
+        "{:<10} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11}\n",
+        "peer", "ops/s", "ratio", "hit%", "get p50", "get p99", "set p99", "max us", "cpu us/op", "memcaslap/s"
     );
     for p in r {
         let ratio = base.map_or("-".to_string(), |b| format!("{:.2}", p.ops_per_sec() / b));
         s += &format!(
-            "{:<10} {:>10.0} {:>7} {:>7.1}% {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>11}\n",
+            "{:<10} {:>10.0} {:>7} {:>7.1}% {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9} {:>11}\n",
             p.peer,
             p.ops_per_sec(),
             ratio,
@@ -508,6 +559,7 @@ pub fn render(o: &McBenchOptions, r: &[PeerResult]) -> String {
             p.get_us[1],
             p.set_us[1],
             p.get_us[3].max(p.set_us[3]),
+            p.server_cpu_us_per_op.map_or("-".into(), |v| format!("{v:.1}")),
             p.memcaslap_ops.map_or("-".into(), |v| format!("{v:.0}")),
         );
     }
@@ -526,6 +578,7 @@ pub fn to_json(o: &McBenchOptions, r: &[PeerResult]) -> serde_json::Value {
             "get_us": {"p50": p.get_us[0], "p99": p.get_us[1], "p999": p.get_us[2], "max": p.get_us[3]},
             "set_us": {"p50": p.set_us[0], "p99": p.set_us[1], "p999": p.set_us[2], "max": p.set_us[3]},
             "memcaslap_ops_per_sec": p.memcaslap_ops,
+            "server_cpu_us_per_op": p.server_cpu_us_per_op,
         })).collect::<Vec<_>>(),
     })
 }
@@ -533,6 +586,16 @@ pub fn to_json(o: &McBenchOptions, r: &[PeerResult]) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_ticks_are_read_after_the_command_name() {
+        // A command name with spaces and parentheses, then fields 3..=15.
+        let line = "4242 (a b) c)) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 567 0 0 20 0 3 0";
+        assert_eq!(parse_cpu_ticks(line), Some(1234 + 567));
+        assert_eq!(parse_cpu_ticks("4242 (x) S 1 2"), None, "a short line is refused");
+        let own = cpu_secs(std::process::id()).expect("this process's own stat");
+        assert!(own >= 0.0);
+    }
 
     #[test]
     fn zipf_is_skewed_and_in_range() {
