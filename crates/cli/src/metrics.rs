@@ -26,6 +26,8 @@ pub struct Sources {
     pub store: Arc<Store>,
     pub memcache: Arc<ServerStats>,
     pub native: Option<Arc<NativeStats>>,
+    /// The server's executors.
+    pub runtime: Option<granary_rt::StatsReader>,
 }
 
 /// Bind `addr` and serve on `rt`; returns the bound address.
@@ -341,6 +343,32 @@ pub fn render(src: &Sources) -> String {
     );
     o.gauge("granary_index_memory_bytes", "DRAM held by the index tables.", st.index.memory_bytes as f64);
     o.counter("granary_index_resizes_total", "Index directory doublings.", st.index.grows);
+    if let Some(rt) = &src.runtime {
+        let per_core = rt.stats();
+        let labels: Vec<String> = (0..per_core.len()).map(|i| format!("core=\"{i}\"")).collect();
+        let series = |f: fn(&granary_rt::RuntimeStats) -> u64| -> Vec<(&str, f64)> {
+            labels.iter().map(String::as_str).zip(per_core.iter().map(|s| f(s) as f64)).collect()
+        };
+        o.metric("granary_rt_polls_total", "counter", "Task polls per executor.", &series(|s| s.polls));
+        o.metric(
+            "granary_rt_sleeps_total",
+            "counter",
+            "Times an executor blocked in the kernel with nothing to do.",
+            &series(|s| s.sleeps),
+        );
+        o.metric(
+            "granary_rt_io_spins_skipped_total",
+            "counter",
+            "Idle periods with file IO in flight in which an executor slept at once (recent ones mostly outlasted the IO spin).",
+            &series(|s| s.io_spins_skipped),
+        );
+        o.metric(
+            "granary_rt_file_ios_in_flight",
+            "gauge",
+            "File reads and writes in flight per executor.",
+            &series(|s| s.file_ios_in_flight),
+        );
+    }
     o.gauge("granary_recovery_seconds", "Duration of the last open's recovery.", st.recovery.millis as f64 / 1000.0);
     o.gauge(
         "granary_recovery_clean",

@@ -401,6 +401,7 @@ pub fn run(a: Config, progress: Option<granary_store::ProgressHook>) -> Result<(
                 store: store.clone(),
                 memcache: server.shared_stats(),
                 native: native.as_ref().map(|n| n.shared_stats()),
+                runtime: Some(rt.stats_reader()),
             };
             let m = crate::metrics::serve(addr, sources, &rt).map_err(|e| format!("metrics on {addr}: {e}"))?;
             eprintln!("granary: metrics on http://{m}/metrics");

@@ -31,6 +31,44 @@ use crate::time::Timers;
 /// BENCHMARKS.md, "Device").
 pub const SPIN_IO_US_DEFAULT: u64 = 200;
 
+/// Adaptive IO spin: the executor keeps the share of its recent idle
+/// periods with file IO in flight that ended (work arrived) within
+/// [`RuntimeConfig::spin_io`], as an average over about this many periods,
+/// and spins for IO only while at least half of them did. On a device
+/// slower than the spin (a congested or throttled disk), each spin would
+/// only burn the CPU that other threads need, then sleep anyway.
+pub const SPIN_IO_WINDOW: u32 = 16;
+
+/// Whether spinning for file IO pays: an exponentially weighted share of
+/// idle periods that ended within the spin budget. Starts at "pays" (the
+/// runtime's default assumes a device faster than the spin).
+#[derive(Debug, Clone, Copy)]
+pub struct SpinPolicy {
+    /// Share of recent periods that ended within the budget, in 1/2^16.
+    hits: u32,
+    budget: Duration,
+}
+
+impl SpinPolicy {
+    const ONE: u32 = 1 << 16;
+
+    pub fn new(budget: Duration) -> SpinPolicy {
+        SpinPolicy { hits: Self::ONE, budget }
+    }
+
+    /// Spin for IO in the next idle period?
+    pub fn spin(&self) -> bool {
+        !self.budget.is_zero() && self.hits >= Self::ONE / 2
+    }
+
+    /// An idle period with file IO in flight ended (work arrived) after
+    /// `gap`, whether it was spent spinning, sleeping, or both.
+    pub fn record(&mut self, gap: Duration) {
+        let hit = if gap <= self.budget { Self::ONE } else { 0 };
+        self.hits = self.hits - self.hits / SPIN_IO_WINDOW + hit / SPIN_IO_WINDOW;
+    }
+}
+
 /// Mid-round submission: while tasks run, the file reads and writes they
 /// queue go to the kernel as soon as they are at least this fraction
 /// (1/N) of the file IOs already there, instead of at the end of the round.
@@ -114,6 +152,10 @@ pub struct RuntimeStats {
     /// File reads and writes in flight now, whose futures still wait; while
     /// there are some the executor spins [`RuntimeConfig::spin_io`].
     pub file_ios_in_flight: u64,
+    /// Idle periods with file IO in flight in which the executor slept
+    /// at once, because recent ones mostly outlasted the spin
+    /// ([`SPIN_IO_WINDOW`]).
+    pub io_spins_skipped: u64,
 }
 
 #[derive(Default)]
@@ -130,6 +172,7 @@ pub(crate) struct Counters {
     fixed_registered: AtomicBool,
     /// File reads and writes in flight (a gauge; see [`FileIo`]).
     file_ios: AtomicU64,
+    io_spins_skipped: AtomicU64,
 }
 
 type SendTask = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -227,6 +270,8 @@ pub(crate) struct Executor {
     file_queued: Cell<u64>,
     /// [`RuntimeConfig::submit_early`].
     submit_early: bool,
+    /// Whether to spin while file IO is in flight ([`SPIN_IO_WINDOW`]).
+    io_spin: Cell<SpinPolicy>,
 }
 
 /// Counts one file read or write in flight on this executor while alive
@@ -628,9 +673,25 @@ impl Executor {
                 continue;
             }
             let io = self.shared.counters.file_ios.load(Relaxed) > 0;
-            let spin = if io { io_spin.max(idle_spin) } else { idle_spin };
+            let policy = self.io_spin.get();
+            let spin = match (io, policy.spin()) {
+                (true, true) => io_spin.max(idle_spin),
+                (true, false) => {
+                    self.shared.counters.io_spins_skipped.fetch_add(1, Relaxed);
+                    Duration::ZERO
+                }
+                (false, _) => idle_spin,
+            };
+            let idle_from = Instant::now();
+            let record = |ex: &Executor| {
+                if io {
+                    let mut p = ex.io_spin.get();
+                    p.record(idle_from.elapsed());
+                    ex.io_spin.set(p);
+                }
+            };
             if !spin.is_zero() {
-                let until = Instant::now() + spin;
+                let until = idle_from + spin;
                 loop {
                     if self.ring.borrow_mut().submission().taskrun() {
                         self.submit_and_reap()?;
@@ -644,11 +705,13 @@ impl Executor {
                     std::hint::spin_loop();
                 }
                 if self.has_work() {
+                    record(self);
                     continue;
                 }
             }
             self.sleep()?;
             self.reap();
+            record(self);
         }
     }
 
@@ -773,6 +836,7 @@ impl Runtime {
                     fixed: Cell::new(false),
                     file_queued: Cell::new(0),
                     submit_early: cfg.submit_early,
+                    io_spin: Cell::new(SpinPolicy::new(cfg.spin_io.max(cfg.spin))),
                 });
                 ex.register_arena(arena);
                 CTX.with(|c| *c.borrow_mut() = Some(ex.clone()));
@@ -814,6 +878,13 @@ impl Runtime {
         handle
     }
 
+    /// A handle that spawns on this runtime's executors without keeping
+    /// the runtime alive (a task may hold it: no reference cycle; a task
+    /// spawned after the runtime stopped is dropped unpolled).
+    pub fn spawner(&self) -> Spawner {
+        Spawner { shared: self.shared.clone() }
+    }
+
     /// Spawn a task on the executors in turn.
     pub fn spawn<F>(&self, fut: F) -> JoinHandle<F::Output>
     where
@@ -835,7 +906,51 @@ impl Runtime {
 
     /// Counters per executor.
     pub fn stats(&self) -> Vec<RuntimeStats> {
-        self.shared
+        self.stats_reader().stats()
+    }
+
+    /// A handle that reads [`Runtime::stats`] without keeping the runtime
+    /// alive (a task of the runtime may hold it: no reference cycle).
+    pub fn stats_reader(&self) -> StatsReader {
+        StatsReader(self.shared.clone())
+    }
+}
+
+/// Spawns tasks on given executors ([`Runtime::spawner`]).
+#[derive(Clone)]
+pub struct Spawner {
+    shared: Vec<Arc<Shared>>,
+}
+
+impl Spawner {
+    /// Number of executors.
+    pub fn cores(&self) -> usize {
+        self.shared.len()
+    }
+
+    /// Spawn a task on executor `core` (modulo the executor count), as
+    /// [`Runtime::spawn_on`] does.
+    pub fn spawn_on<F>(&self, core: usize, fut: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let (task, handle) = wrap(fut);
+        let s = &self.shared[core % self.shared.len()];
+        let task: SendTask = Box::pin(task);
+        s.push_remote(move |r| r.spawns.push(task));
+        handle
+    }
+}
+
+/// Reads the runtime's counters ([`Runtime::stats_reader`]).
+#[derive(Clone)]
+pub struct StatsReader(Vec<Arc<Shared>>);
+
+impl StatsReader {
+    /// Counters per executor.
+    pub fn stats(&self) -> Vec<RuntimeStats> {
+        self.0
             .iter()
             .map(|s| {
                 let c = &s.counters;
@@ -851,6 +966,7 @@ impl Runtime {
                     fixed_ops: c.fixed_ops.load(Relaxed),
                     fixed_registered: c.fixed_registered.load(Relaxed),
                     file_ios_in_flight: c.file_ios.load(Relaxed),
+                    io_spins_skipped: c.io_spins_skipped.load(Relaxed),
                 }
             })
             .collect()
@@ -866,5 +982,53 @@ impl Drop for Runtime {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BUDGET: Duration = Duration::from_micros(200);
+
+    /// A fast device keeps the spin on; one slower than the spin turns it
+    /// off within about a window of periods, and it comes back once the
+    /// device is fast again, though the executor slept meanwhile.
+    #[test]
+    fn io_spin_follows_the_share_of_short_idle_periods() {
+        let mut p = SpinPolicy::new(BUDGET);
+        assert!(p.spin(), "starts spinning");
+        for _ in 0..1000 {
+            p.record(Duration::from_micros(40));
+        }
+        assert!(p.spin());
+        let mut slow = 0;
+        while p.spin() {
+            p.record(Duration::from_millis(2));
+            slow += 1;
+            assert!(slow <= SPIN_IO_WINDOW, "a slow device stops the spin within a window");
+        }
+        assert!(slow >= SPIN_IO_WINDOW / 2 - 1, "one slow period does not stop it: {slow}");
+        let mut fast = 0;
+        while !p.spin() {
+            p.record(Duration::from_micros(40));
+            fast += 1;
+            assert!(fast <= SPIN_IO_WINDOW, "a fast device brings the spin back");
+        }
+    }
+
+    /// Mixed periods: the spin stays on while at least half end within it.
+    #[test]
+    fn io_spin_needs_half_of_the_periods_short() {
+        let mut p = SpinPolicy::new(BUDGET);
+        for i in 0..4000 {
+            p.record(if i % 3 == 0 { Duration::from_millis(1) } else { BUDGET });
+        }
+        assert!(p.spin(), "two in three within the budget (the budget itself counts)");
+        for i in 0..4000 {
+            p.record(if i % 3 == 0 { Duration::from_micros(10) } else { BUDGET + Duration::from_nanos(1) });
+        }
+        assert!(!p.spin(), "one in three within the budget");
+        assert!(!SpinPolicy::new(Duration::ZERO).spin(), "no budget, no spin");
     }
 }

@@ -42,8 +42,8 @@ mod time;
 
 pub use blocking::block_on;
 pub use executor::{
-    current_core, on_runtime, spawn, yield_now, JoinError, JoinHandle, Runtime, RuntimeConfig, RuntimeStats,
-    SPIN_IO_US_DEFAULT, SUBMIT_EARLY_DIVISOR,
+    current_core, on_runtime, spawn, yield_now, JoinError, JoinHandle, Runtime, RuntimeConfig, RuntimeStats, Spawner,
+    SpinPolicy, StatsReader, SPIN_IO_US_DEFAULT, SPIN_IO_WINDOW, SUBMIT_EARLY_DIVISOR,
 };
 pub use op::{read_at, write_at, IoBuf};
 pub use time::{sleep, sleep_until, timeout, Elapsed};
