@@ -444,7 +444,7 @@ fn drive(addr: SocketAddr, o: &McBenchOptions, value: &[u8]) -> Result<(Measured
                     }
                     let us = sent_at.elapsed().as_micros() as u64;
                     let h = if is_get { &mut m.get } else { &mut m.set };
-                    let _ = h.record(us.max(1));
+                    h.saturating_record(us.max(1));
                     m.ops += 1;
                 }
                 Ok(m)
