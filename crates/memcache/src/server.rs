@@ -156,9 +156,6 @@ pub(crate) struct Ctx {
     pub threads: usize,
     /// The store evicts when full (cache mode); shown by `stats settings`.
     pub evicting: bool,
-    /// Spawns accepted connections on the executors in turn.
-    spawner: granary_rt::Spawner,
-    next_core: std::sync::atomic::AtomicUsize,
 }
 
 impl Ctx {
@@ -223,8 +220,6 @@ impl Server {
             started_unix: now,
             threads,
             evicting: cfg_evicting,
-            spawner: rt.spawner(),
-            next_core: std::sync::atomic::AtomicUsize::new(0),
         });
         for core in 0..rt.cores() {
             let l = TcpListener::from_std(std_listener.try_clone()?);
@@ -290,36 +285,23 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
                 continue;
             }
         };
-        // Connections go to the executors in turn, whichever accepted them
-        // (every executor accepts on the same socket, and the kernel hands
-        // most connections to one of them: one core would serve most).
         let c = ctx.clone();
-        let core = ctx.next_core.fetch_add(1, Relaxed) % ctx.spawner.cores();
-        if granary_rt::current_core() == Some(core) {
-            granary_rt::spawn(connection(stream, c));
-        } else {
-            ctx.spawner.spawn_on(core, async move {
-                granary_rt::spawn(connection(stream, c));
-            });
-        }
-    }
-}
-
-/// One accepted connection, on the executor that serves it.
-async fn connection(stream: TcpStream, c: Arc<Ctx>) {
-    // Counted and registered until the task ends (a panic included),
-    // before the stream (declared first) is closed.
-    let stream = stream;
-    let (_open, n) = c.stats.connections.admit(stream.raw_fd());
-    if n > c.cfg.max_connections {
-        c.stats.rejected_connections.fetch_add(1, Relaxed);
-        let _ = stream.send_all(b"SERVER_ERROR too many open connections\r\n".to_vec()).await;
-        return;
-    }
-    c.stats.total_connections.fetch_add(1, Relaxed);
-    // A shutdown that ran before the registration missed this one.
-    if !c.stats.connections.stopping() {
-        serve(&stream, &c).await;
+        granary_rt::spawn(async move {
+            // Counted and registered until the task ends (a panic included),
+            // before the stream (declared first) is closed.
+            let stream = stream;
+            let (_open, n) = c.stats.connections.admit(stream.raw_fd());
+            if n > c.cfg.max_connections {
+                c.stats.rejected_connections.fetch_add(1, Relaxed);
+                let _ = stream.send_all(b"SERVER_ERROR too many open connections\r\n".to_vec()).await;
+                return;
+            }
+            c.stats.total_connections.fetch_add(1, Relaxed);
+            // A shutdown that ran before the registration missed this one.
+            if !c.stats.connections.stopping() {
+                serve(&stream, &c).await;
+            }
+        });
     }
 }
 
