@@ -265,10 +265,10 @@ fn start_peer(name: &str, o: &McBenchOptions) -> Result<Peer, String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(addr).is_err() {
         if let Some(Ok(Some(st))) = peer.child.as_mut().map(|c| c.try_wait()) {
-            return Err(format!("{name} exited at start-up: {st}"));
+            return Err(peer.failed(name, format!("exited at start-up: {st}")));
         }
         if Instant::now() > deadline {
-            return Err(format!("{name} did not listen on {addr} within 30 s"));
+            return Err(peer.failed(name, format!("did not listen on {addr} within 30 s")));
         }
         std::thread::sleep(Duration::from_millis(20));
     }

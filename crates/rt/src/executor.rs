@@ -56,6 +56,11 @@ impl SpinPolicy {
         SpinPolicy { hits: Self::ONE, budget }
     }
 
+    /// How long an idle period with IO in flight spins when it does.
+    pub fn budget(&self) -> Duration {
+        self.budget
+    }
+
     /// Spin for IO in the next idle period?
     pub fn spin(&self) -> bool {
         !self.budget.is_zero() && self.hits >= Self::ONE / 2
@@ -658,7 +663,7 @@ impl Executor {
         }
     }
 
-    fn run(&self, idle_spin: Duration, io_spin: Duration) -> io::Result<()> {
+    fn run(&self, idle_spin: Duration) -> io::Result<()> {
         self.arm_eventfd();
         loop {
             self.drain_remote();
@@ -675,7 +680,7 @@ impl Executor {
             let io = self.shared.counters.file_ios.load(Relaxed) > 0;
             let policy = self.io_spin.get();
             let spin = match (io, policy.spin()) {
-                (true, true) => io_spin.max(idle_spin),
+                (true, true) => policy.budget(),
                 (true, false) => {
                     self.shared.counters.io_spins_skipped.fetch_add(1, Relaxed);
                     Duration::ZERO
@@ -836,12 +841,14 @@ impl Runtime {
                     fixed: Cell::new(false),
                     file_queued: Cell::new(0),
                     submit_early: cfg.submit_early,
+                    // An idle period with IO in flight spins at least as
+                    // long as one without.
                     io_spin: Cell::new(SpinPolicy::new(cfg.spin_io.max(cfg.spin))),
                 });
                 ex.register_arena(arena);
                 CTX.with(|c| *c.borrow_mut() = Some(ex.clone()));
                 let _ = tx.send(Ok(()));
-                if let Err(e) = ex.run(cfg.spin, cfg.spin_io) {
+                if let Err(e) = ex.run(cfg.spin) {
                     tracing::error!(core = id, error = %e, "executor stopped on an io_uring error");
                 }
                 ex.teardown();
