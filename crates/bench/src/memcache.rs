@@ -375,9 +375,15 @@ struct Measured {
     set: Histogram<u64>,
 }
 
+/// The highest latency recorded as itself (60 s); slower replies count at it.
+const LATENCY_BOUND_US: u64 = 60_000_000;
+
 impl Measured {
     fn new() -> Measured {
-        let h = || Histogram::new(3).expect("3 significant digits is a valid histogram");
+        // Bounded (1 us to 60 s): `saturating_record` clamps to the bound
+        // instead of resizing, and an auto-resizing histogram's first bound
+        // is 2047 us, which clamped every slower reply to 2047.
+        let h = || Histogram::new_with_bounds(1, LATENCY_BOUND_US, 3).expect("histogram bounds");
         Measured { ops: 0, gets: 0, hits: 0, errors: 0, get: h(), set: h() }
     }
 }
@@ -586,6 +592,18 @@ pub fn to_json(o: &McBenchOptions, r: &[PeerResult]) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slow_replies_keep_their_latency() {
+        // A 5 s reply and one past the bound: the first is recorded as
+        // itself (it was clamped to 2047 us before), the second at the bound.
+        let mut m = Measured::new();
+        m.get.saturating_record(5_000_000);
+        assert!(m.get.max() >= 4_990_000, "max {}", m.get.max());
+        m.set.saturating_record(LATENCY_BOUND_US * 10);
+        assert!(m.set.max() >= LATENCY_BOUND_US * 99 / 100, "max {}", m.set.max());
+        assert_eq!(m.set.len(), 1);
+    }
 
     #[test]
     fn cpu_ticks_are_read_after_the_command_name() {

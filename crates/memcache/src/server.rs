@@ -1,6 +1,8 @@
-//! The Memcache listener: one accept loop per executor on a shared
-//! listening socket (each connection stays on the core that accepted it),
-//! the per-connection request loop, configuration and counters.
+//! The Memcache listener: one accept loop (on executor 0) that admits
+//! connections in the order they came and hands them to the executors in
+//! turn, as memcached's listener hands them to its worker threads (each
+//! connection then stays on its core); the per-connection request loop,
+//! configuration and counters.
 //!
 //! A connection reads into its input buffer, executes every complete
 //! request in it in order (pipelining), buffers the replies and sends them
@@ -58,7 +60,7 @@ impl Default for ServerConfig {
 #[derive(Default, Debug)]
 pub struct ServerStats {
     /// Open connections (`curr_connections`), for the drain at shutdown.
-    pub connections: Connections,
+    pub connections: Arc<Connections>,
     pub total_connections: AtomicU64,
     pub rejected_connections: AtomicU64,
     pub cmd_get: AtomicU64,
@@ -156,6 +158,8 @@ pub(crate) struct Ctx {
     pub threads: usize,
     /// The store evicts when full (cache mode); shown by `stats settings`.
     pub evicting: bool,
+    /// Hands accepted connections to the executors.
+    spawner: granary_rt::Spawner,
 }
 
 impl Ctx {
@@ -220,12 +224,9 @@ impl Server {
             started_unix: now,
             threads,
             evicting: cfg_evicting,
+            spawner: rt.spawner(),
         });
-        for core in 0..rt.cores() {
-            let l = TcpListener::from_std(std_listener.try_clone()?);
-            let c = ctx.clone();
-            rt.spawn_on(core, accept_loop(l, c));
-        }
+        rt.spawn_on(0, accept_loop(TcpListener::from_std(std_listener.try_clone()?), ctx.clone()));
         tracing::info!(%addr, threads, "memcache server listening");
         Ok(Server { ctx, addr, rt: Some(rt), listener: std_listener })
     }
@@ -269,8 +270,13 @@ impl Drop for Server {
     }
 }
 
+/// One listener's accept loop. Connections are admitted here, in the
+/// order the kernel queued them (so a limit refuses the latest, never one
+/// accepted earlier), then served by the executors in turn. Left to the
+/// kernel (an accept loop per executor on the shared socket), most
+/// connections went to one executor.
 async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
-    loop {
+    for turn in 0usize.. {
         let accepted = listener.accept().await;
         if ctx.stats.connections.stopping() {
             return;
@@ -285,12 +291,15 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
                 continue;
             }
         };
+        // Counted and registered until its task ends (or is dropped
+        // unpolled by a stopping runtime); a tuple drops its fields in
+        // order, so the registration goes before the stream closes.
+        let (open, n) = ctx.stats.connections.admit(stream.raw_fd());
+        let accepted = (open, stream);
         let c = ctx.clone();
-        granary_rt::spawn(async move {
-            // Counted and registered until the task ends (a panic included),
-            // before the stream (declared first) is closed.
-            let stream = stream;
-            let (_open, n) = c.stats.connections.admit(stream.raw_fd());
+        let task = async move {
+            let accepted = accepted;
+            let stream = &accepted.1;
             if n > c.cfg.max_connections {
                 c.stats.rejected_connections.fetch_add(1, Relaxed);
                 let _ = stream.send_all(b"SERVER_ERROR too many open connections\r\n".to_vec()).await;
@@ -299,9 +308,15 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
             c.stats.total_connections.fetch_add(1, Relaxed);
             // A shutdown that ran before the registration missed this one.
             if !c.stats.connections.stopping() {
-                serve(&stream, &c).await;
+                serve(stream, &c).await;
             }
-        });
+        };
+        let core = turn % ctx.spawner.cores();
+        if granary_rt::current_core() == Some(core) {
+            granary_rt::spawn(task);
+        } else {
+            ctx.spawner.spawn_on(core, task);
+        }
     }
 }
 

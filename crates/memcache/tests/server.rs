@@ -670,3 +670,28 @@ fn shutdown_drains_connections_instead_of_cutting_them() {
     assert!(s.get(b"k99").unwrap().is_some());
     assert_eq!(s.get(b"b").unwrap(), None, "a request never completed is not executed");
 }
+
+/// Accepted connections go to the executors in turn, whichever executor's
+/// accept took them (the kernel tends to hand most of them to one).
+#[test]
+fn connections_are_spread_over_the_executors() {
+    use granary_rt::{Runtime, RuntimeConfig};
+    use granary_store::io::MemDevice;
+    use granary_store::{CreateOptions, OpenOptions, Store};
+    use std::sync::Arc;
+    let dev = Arc::new(MemDevice::new(64 << 20));
+    let c = CreateOptions { segment_bytes: Some(2 << 20), grain_bytes: Some(512), ..CreateOptions::default() };
+    let store = Arc::new(Store::create(dev, &c, &OpenOptions::default()).unwrap());
+    let rt = Arc::new(Runtime::new(RuntimeConfig { threads: 2, pin: false, ..RuntimeConfig::default() }).unwrap());
+    let cfg = ServerConfig { listen: "127.0.0.1:0".parse().unwrap(), ..ServerConfig::default() };
+    let server = granary_memcache::Server::start_on(store, cfg, rt.clone()).unwrap();
+    let before: Vec<u64> = rt.stats().iter().map(|s| s.spawned).collect();
+    let mut clients: Vec<Client> = (0..8).map(|_| Client::connect(server.local_addr())).collect();
+    for c in &mut clients {
+        assert!(c.call(b"version\r\n").starts_with(b"VERSION "), "every connection is served");
+    }
+    let spawned: Vec<u64> = rt.stats().iter().zip(&before).map(|(s, b)| s.spawned - b).collect();
+    assert!(spawned.iter().all(|&n| n >= 4), "8 connections, 4 to each executor at least: {spawned:?}");
+    drop(clients);
+    server.shutdown();
+}

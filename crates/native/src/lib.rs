@@ -2,8 +2,9 @@
 //! per-connection loop with pipelining, the execution of requests against
 //! the engine, limits and counters.
 //!
-//! A connection is served by three kinds of tasks on the executor that
-//! accepted it: a reader that parses frames and starts requests in order,
+//! One accept loop (on executor 0) admits connections and hands them to
+//! the executors in turn. A connection is served by three kinds of tasks
+//! on its executor: a reader that parses frames and starts requests in order,
 //! one task per request (so pipelined requests run concurrently and reach
 //! the device together), and a writer that sends responses as they are
 //! ready. Requests start in order and a request waits for every earlier
@@ -62,7 +63,7 @@ impl Default for NativeConfig {
 #[derive(Default, Debug)]
 pub struct NativeStats {
     /// Open connections, for the drain at shutdown.
-    pub connections: Connections,
+    pub connections: Arc<Connections>,
     pub total_connections: AtomicU64,
     pub rejected_connections: AtomicU64,
     /// Connections closed for a malformed or oversized frame.
@@ -121,6 +122,8 @@ struct Ctx {
     frame_max: u32,
     stats: Arc<NativeStats>,
     started: Instant,
+    /// Hands accepted connections to the executors.
+    spawner: granary_rt::Spawner,
 }
 
 /// A running native server.
@@ -173,11 +176,9 @@ impl Server {
             cfg,
             stats: Arc::new(NativeStats::default()),
             started: Instant::now(),
+            spawner: rt.spawner(),
         });
-        for core in 0..rt.cores() {
-            let l = TcpListener::from_std(listener.try_clone()?);
-            rt.spawn_on(core, accept_loop(l, ctx.clone()));
-        }
+        rt.spawn_on(0, accept_loop(TcpListener::from_std(listener.try_clone()?), ctx.clone()));
         tracing::info!(%addr, "native server listening");
         Ok(Server { ctx, addr, rt: Some(rt), listener })
     }
@@ -216,8 +217,11 @@ impl Drop for Server {
     }
 }
 
+/// The listener's accept loop (on executor 0): connections are admitted
+/// in the order they were accepted (a limit refuses the latest), then
+/// served by the executors in turn, as the Memcache listener does.
 async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
-    loop {
+    for turn in 0usize.. {
         let accepted = listener.accept().await;
         if ctx.stats.connections.stopping() {
             return;
@@ -230,12 +234,18 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
                 continue;
             }
         };
+        // Counted and registered until its task ends, before the stream
+        // closes: the tuple drops the registration first if the task is
+        // dropped unpolled, and `_open` is declared after `stream` below.
+        let (open, n) = ctx.stats.connections.admit(stream.raw_fd());
+        let accepted = (open, stream);
         let c = ctx.clone();
-        granary_rt::spawn(async move {
-            // Counted and registered until the task ends; `stream` is
-            // declared first, so it closes after deregistration.
+        // Connection tasks are not Send (they share the stream with Rc):
+        // what crosses cores is the accepted stream; its task starts there.
+        let task = move || async move {
+            let (open, stream) = accepted;
             let stream = Rc::new(stream);
-            let (_open, n) = c.stats.connections.admit(stream.raw_fd());
+            let _open = open;
             if n > c.cfg.max_connections {
                 c.stats.rejected_connections.fetch_add(1, Relaxed);
                 let _ = hello(&stream, &c, Status::Busy).await;
@@ -245,7 +255,15 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<Ctx>) {
             if !c.stats.connections.stopping() {
                 serve(stream.clone(), &c).await;
             }
-        });
+        };
+        let core = turn % ctx.spawner.cores();
+        if granary_rt::current_core() == Some(core) {
+            granary_rt::spawn(task());
+        } else {
+            ctx.spawner.spawn_on(core, async move {
+                granary_rt::spawn(task());
+            });
+        }
     }
 }
 

@@ -613,3 +613,23 @@ fn large_values_travel_without_copies_split_and_pipelined() {
     let (h, status, _) = read_frame(&mut s).unwrap();
     assert_eq!((h.id, status), (10, Status::KeyInvalid));
 }
+
+/// Accepted connections go to the executors in turn (one accept loop hands
+/// them out; left to the kernel, most went to one executor).
+#[test]
+fn connections_are_spread_over_the_executors() {
+    use granary_rt::{Runtime, RuntimeConfig};
+    let rt = Arc::new(Runtime::new(RuntimeConfig { threads: 2, pin: false, ..RuntimeConfig::default() }).unwrap());
+    let cfg = NativeConfig { listen: "127.0.0.1:0".parse().unwrap(), ..NativeConfig::default() };
+    let srv = Server::start_on(store(64 << 20), cfg, rt.clone()).unwrap();
+    let before: Vec<u64> = rt.stats().iter().map(|s| s.spawned).collect();
+    let clients: Vec<Client> = (0..8).map(|_| client(&srv)).collect();
+    for c in &clients {
+        c.ping().unwrap();
+    }
+    let spawned: Vec<u64> = rt.stats().iter().zip(&before).map(|(s, b)| s.spawned - b).collect();
+    // Each connection spawns a reader and a writer task on its executor.
+    assert!(spawned.iter().all(|&n| n >= 8), "8 connections, 4 to each executor at least: {spawned:?}");
+    drop(clients);
+    srv.shutdown();
+}

@@ -885,6 +885,13 @@ impl Runtime {
         handle
     }
 
+    /// A handle that spawns on this runtime's executors without keeping
+    /// the runtime alive (a task may hold it: no reference cycle; a task
+    /// spawned after the runtime stopped is dropped unpolled).
+    pub fn spawner(&self) -> Spawner {
+        Spawner { shared: self.shared.clone() }
+    }
+
     /// Spawn a task on the executors in turn.
     pub fn spawn<F>(&self, fut: F) -> JoinHandle<F::Output>
     where
@@ -913,6 +920,33 @@ impl Runtime {
     /// alive (a task of the runtime may hold it: no reference cycle).
     pub fn stats_reader(&self) -> StatsReader {
         StatsReader(self.shared.clone())
+    }
+}
+
+/// Spawns tasks on given executors ([`Runtime::spawner`]).
+#[derive(Clone)]
+pub struct Spawner {
+    shared: Vec<Arc<Shared>>,
+}
+
+impl Spawner {
+    /// Number of executors.
+    pub fn cores(&self) -> usize {
+        self.shared.len()
+    }
+
+    /// Spawn a task on executor `core` (modulo the executor count), as
+    /// [`Runtime::spawn_on`] does.
+    pub fn spawn_on<F>(&self, core: usize, fut: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let (task, handle) = wrap(fut);
+        let s = &self.shared[core % self.shared.len()];
+        let task: SendTask = Box::pin(task);
+        s.push_remote(move |r| r.spawns.push(task));
+        handle
     }
 }
 

@@ -42,7 +42,7 @@ mod time;
 
 pub use blocking::block_on;
 pub use executor::{
-    current_core, on_runtime, spawn, yield_now, JoinError, JoinHandle, Runtime, RuntimeConfig, RuntimeStats,
+    current_core, on_runtime, spawn, yield_now, JoinError, JoinHandle, Runtime, RuntimeConfig, RuntimeStats, Spawner,
     SpinPolicy, StatsReader, SPIN_IO_US_DEFAULT, SPIN_IO_WINDOW, SUBMIT_EARLY_DIVISOR,
 };
 pub use op::{read_at, write_at, IoBuf};

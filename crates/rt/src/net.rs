@@ -10,7 +10,7 @@ use std::mem::{size_of, zeroed};
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, ToSocketAddrs};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use io_uring::{opcode, types};
@@ -263,13 +263,14 @@ pub struct Connections {
 
 /// A connection counted and registered in [`Connections`] until dropped.
 /// Declare the stream before it, so the descriptor closes only after it is
-/// deregistered (a shutdown never touches a reused descriptor).
-pub struct Admitted<'a> {
-    set: &'a Connections,
+/// deregistered (a shutdown never touches a reused descriptor). It owns a
+/// reference to the set, so it can go with its stream to another core.
+pub struct Admitted {
+    set: Arc<Connections>,
     fd: RawFd,
 }
 
-impl Drop for Admitted<'_> {
+impl Drop for Admitted {
     fn drop(&mut self) {
         self.set.fds.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.fd);
         self.set.open.fetch_sub(1, Relaxed);
@@ -290,10 +291,12 @@ impl Connections {
 
     /// Count and register the connection on `fd`; also the number open,
     /// this one included (for a connection limit: drop the guard to refuse).
-    pub fn admit(&self, fd: RawFd) -> (Admitted<'_>, usize) {
+    /// Admit in the order connections were accepted: a limit then refuses
+    /// the latest ones, never one accepted before them.
+    pub fn admit(self: &Arc<Self>, fd: RawFd) -> (Admitted, usize) {
         self.fds.lock().unwrap_or_else(|e| e.into_inner()).insert(fd);
         let n = self.open.fetch_add(1, Relaxed) + 1;
-        (Admitted { set: self, fd }, n)
+        (Admitted { set: self.clone(), fd }, n)
     }
 
     /// Stop accepting on `listener` (a listening socket the caller owns).
