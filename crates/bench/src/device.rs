@@ -283,6 +283,41 @@ fn run_threads(
     run.point(system, op, depth, start.elapsed().as_secs_f64())
 }
 
+/// The reference of the in-memory points: one thread reading `bytes` at
+/// random `bytes`-aligned offsets within the first `span` bytes of `dev`
+/// (as many bytes as the loaded records) straight from the device, one
+/// buffer reused. Reported as system `mem-read`, op `get`.
+fn device_reads(dev: &dyn Device, o: &DeviceBenchOptions, bytes: usize, span: u64) -> Point {
+    let run = Run::new(o.max_ops);
+    let slots = (span / bytes as u64).max(1);
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        let reader = run.clone();
+        s.spawn(move || {
+            let run = reader;
+            let mut next = rng(o.seed ^ 0x6d65_6d72);
+            let mut h = hist();
+            let mut buf = Some(granary_store::io::AlignedBuf::zeroed(bytes));
+            for n in 0u64.. {
+                let offset = (next() % slots) * bytes as u64;
+                let t0 = n.is_multiple_of(MEM_LATENCY_SAMPLE).then(Instant::now);
+                let (b, r) = dev.read_at(buf.take().expect("the buffer comes back"), offset);
+                buf = Some(b);
+                let more = match t0 {
+                    Some(t0) => run.done_one(&mut h, t0, r.is_ok()),
+                    None => run.done_untimed(r.is_ok()),
+                };
+                if !more {
+                    break;
+                }
+            }
+            run.merge(&h);
+        });
+        run.stop_after(start, o.secs);
+    });
+    run.point("mem-read", "get", 1, start.elapsed().as_secs_f64())
+}
+
 /// Measure one op at one depth with `depth` tasks on the runtime.
 pub(crate) fn run_tasks(
     store: &Arc<Store>,
@@ -585,7 +620,8 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
         if o.backends.iter().any(|b| b == "mem") {
             let mem: Arc<dyn Device> =
                 Arc::new(MemDevice::new_huge(((o.keys * report.record_bytes * 2) + (64 << 20)).max(256 << 20)));
-            let store = Arc::new(Store::create(mem, &create, &OpenOptions::default()).map_err(|e| e.to_string())?);
+            let store =
+                Arc::new(Store::create(mem.clone(), &create, &OpenOptions::default()).map_err(|e| e.to_string())?);
             for i in 0..o.keys {
                 store.put(&key(i), &value_of(o.value_bytes, i, 0)).map_err(|e| e.to_string())?;
             }
@@ -596,6 +632,14 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
                 }
                 report.points.push(p);
             }
+            // The in-memory device's own reads, as fio is the file's: what
+            // a GET would make if the record's copy were all it did.
+            let span = o.keys * report.record_bytes;
+            let p = device_reads(&*mem, o, report.record_bytes as usize, span);
+            if o.progress {
+                eprintln!("{:<16} read 1 thread {:>9.0} ops/s", p.system, p.ops_per_sec());
+            }
+            report.points.push(p);
         }
         if o.fio {
             // Write the whole file first: reads of never-written (unwritten
@@ -676,10 +720,22 @@ pub fn render(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> String {
             }
         }
     }
+    let reads = find(r, "mem-read", "get", 1).map(|p| p.ops_per_sec()).filter(|&x| x > 0.0);
     for p in r.points.iter().filter(|p| p.system == "granary-mem") {
         s.push_str(&format!(
             "\nin-memory device, 1 thread: {} {:.0} ops/s (p50 {:.2} us)",
             p.op.to_uppercase(),
+            p.ops_per_sec(),
+            p.p50_us
+        ));
+        if let (Some(x), true) = (reads, p.op.starts_with("get")) {
+            s.push_str(&format!(", {:.2}x the device's own reads", p.ops_per_sec() / x));
+        }
+    }
+    if let Some(p) = find(r, "mem-read", "get", 1) {
+        s.push_str(&format!(
+            "\nin-memory device, 1 thread: its own {} B reads at random {:.0} ops/s (p50 {:.2} us), the ceiling of a GET",
+            r.record_bytes,
             p.ops_per_sec(),
             p.p50_us
         ));
@@ -709,6 +765,9 @@ pub fn to_json(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> serde_json::Val
                 "system": p.system, "op": p.op, "depth": p.depth, "ops": p.ops, "secs": p.secs,
                 "ops_per_sec": p.ops_per_sec(), "p50_us": p.p50_us, "p99_us": p.p99_us, "errors": p.errors,
                 "ratio_to_fio": fio.filter(|_| p.system != "fio").map(|f| p.ops_per_sec() / f),
+                "ratio_to_mem_read": find(r, "mem-read", "get", 1)
+                    .filter(|_| p.system == "granary-mem" && p.op.starts_with("get"))
+                    .map(|m| p.ops_per_sec() / m.ops_per_sec().max(1e-9)),
             })
         }).collect::<Vec<_>>(),
     })

@@ -261,6 +261,17 @@ fn bench_device_runs_every_backend_and_depth() {
         points.iter().filter(|p| p["system"] == "granary-mem").all(|p| p["p50_us"].as_f64().unwrap() > 0.0),
         "the in-memory points' sampled latencies are recorded"
     );
+    // The in-memory device's own reads: the reference of its GET points.
+    let reads = points.iter().find(|p| p["system"] == "mem-read").expect("a mem-read point");
+    assert!(reads["ops"].as_u64().unwrap() > 0 && reads["p50_us"].as_f64().unwrap() > 0.0);
+    for p in points.iter().filter(|p| p["system"] == "granary-mem") {
+        let ratio = &p["ratio_to_mem_read"];
+        if p["op"].as_str().unwrap().starts_with("get") {
+            assert!(ratio.as_f64().unwrap() > 0.0, "{p}");
+        } else {
+            assert!(ratio.is_null(), "{p}");
+        }
+    }
     assert!(points.iter().all(|p| p["errors"] == 0), "no errors on any backend");
     assert_eq!(v["registered_buffers"], true);
     assert!(!data.exists(), "the bench removes its data file");
