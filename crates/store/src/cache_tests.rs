@@ -650,3 +650,42 @@ fn a_full_cache_evicts_when_relocation_has_no_room() {
     assert!(s.stats().gc.evicted_segments > 0, "{:?}", s.stats().gc);
     assert!(s.verify().unwrap().is_clean());
 }
+
+/// As above, but evicting the least recently used segment writes too (it
+/// holds a value that superseded an older version, which must leave a
+/// tombstone), and there is no room for that write either: GC evicts a
+/// segment whose eviction writes nothing instead of refusing the writer.
+#[test]
+fn a_full_cache_evicts_a_segment_that_needs_no_write() {
+    let f = Fixture::new((1 << 20) + 9 * (64 << 10));
+    let s = f.create(64 << 10, false, false);
+    let v = [5u8; 1500];
+    // The first segment: a key written twice (its second version
+    // supersedes the first), then keys written once.
+    s.put(b"twice", &v).unwrap();
+    s.put(b"twice", &v).unwrap();
+    for n in 0..120u64 {
+        s.put(format!("k{n}").as_bytes(), &v).unwrap();
+    }
+    // Every other key again (superseding values), then new keys to the end.
+    for n in (0..120u64).step_by(2) {
+        s.put(format!("k{n}").as_bytes(), &v).unwrap();
+    }
+    for n in 120.. {
+        match s.put(format!("k{n}").as_bytes(), &v) {
+            Ok(()) => {}
+            Err(Error::NoSpace { .. }) => break,
+            Err(e) => panic!("filling: {e}"),
+        }
+    }
+    assert_eq!(s.stats().segments_free, 0);
+    drop(s); // a crash: no checkpoint
+    let s = Store::open(f.dev.clone(), &f.opts(true, true)).unwrap();
+    assert_eq!(s.stats().segments_free, 0);
+    for j in 0..20 {
+        s.put(format!("new-{j}").as_bytes(), &v)
+            .unwrap_or_else(|e| panic!("write {j} after reopening as a cache: {e}; {:?}", s.stats().gc));
+    }
+    assert!(s.stats().gc.evicted_segments > 0, "{:?}", s.stats().gc);
+    assert!(s.verify().unwrap().is_clean());
+}

@@ -189,6 +189,8 @@ pub(crate) fn run(core: &Core) {
             continue;
         };
         let mut result = reclaim(core, victim, evict);
+        // The segment `result` is about.
+        let mut segment = victim;
         if core.evict && !evict && matches!(result, Err(Error::NoSpace { .. })) {
             // A cache with no room left to relocate into (no free segment:
             // a full device after a restart) evicts the victim instead of
@@ -196,6 +198,23 @@ pub(crate) fn run(core: &Core) {
             // what it relocated already stays where it went.
             tracing::info!(victim, "no room to relocate: evicting the segment instead");
             result = reclaim(core, victim, true);
+        }
+        if core.evict && matches!(result, Err(Error::NoSpace { .. })) {
+            // Evicting writes too: a tombstone for a value whose older
+            // versions may remain, a tombstone still needed, the engine's
+            // own keys. With no room for those, a segment whose eviction
+            // writes nothing frees one: try the others, least recently
+            // used first (each is read once; what the failed ones dropped
+            // from the index stays dropped, as evicted). Found by the crash
+            // simulation: a cache reopened on a device with no free segment.
+            for other in core.space.eviction_order(age(core.sb.segment_count), victim) {
+                result = reclaim(core, other, true);
+                segment = other;
+                if !matches!(result, Err(Error::NoSpace { .. })) {
+                    tracing::info!(victim, evicted = other, "no room to write for the victim: evicted another segment");
+                    break;
+                }
+            }
         }
         match result {
             Ok(()) => {}
@@ -207,13 +226,13 @@ pub(crate) fn run(core: &Core) {
             Err(e @ Error::Io { .. }) => {
                 // Writers see the store poisoned (not NoSpace) from now on.
                 let e = core.poison(e);
-                tracing::error!(victim, error = %e, "GC failed");
+                tracing::error!(segment, error = %e, "GC failed");
                 core.space.gc_found_nothing(req);
             }
             Err(e) => {
                 // This segment cannot be reclaimed; others may be.
-                tracing::error!(victim, error = %e, "GC leaves a segment it cannot reclaim in place");
-                core.space.pin(victim);
+                tracing::error!(segment, error = %e, "GC leaves a segment it cannot reclaim in place");
+                core.space.pin(segment);
             }
         }
     }

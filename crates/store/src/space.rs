@@ -409,6 +409,25 @@ impl Space {
         Ok(())
     }
 
+    /// The segments [`Space::pick_victim`] may evict, least recently used
+    /// first, without `except` (cache mode: the ones to try when evicting
+    /// its victim needs room to write that the device does not have).
+    pub(crate) fn eviction_order(&self, age: u64, except: u32) -> Vec<u32> {
+        let inner = self.lock();
+        let mut c: Vec<(u64, u64, u32)> = (0..inner.state.len())
+            .filter(|&i| {
+                i != except as usize
+                    && inner.state[i] == SegState::Closed
+                    && !inner.pinned[i]
+                    && inner.closed_at[i] + age <= inner.closes
+                    && self.inflight[i].load(Acquire) == 0
+            })
+            .map(|i| (self.touched[i].load(Relaxed), inner.closed_at[i], i as u32))
+            .collect();
+        c.sort_unstable();
+        c.into_iter().map(|(_, _, i)| i).collect()
+    }
+
     /// GC's victim and whether to evict it (cache mode) rather than
     /// relocate its live data.
     ///
