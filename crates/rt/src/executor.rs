@@ -878,11 +878,7 @@ impl Runtime {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let (task, handle) = wrap(fut);
-        let s = &self.shared[core % self.shared.len()];
-        let task: SendTask = Box::pin(task);
-        s.push_remote(move |r| r.spawns.push(task));
-        handle
+        spawn_remote(&self.shared, core, fut)
     }
 
     /// A handle that spawns on this runtime's executors without keeping
@@ -942,12 +938,20 @@ impl Spawner {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let (task, handle) = wrap(fut);
-        let s = &self.shared[core % self.shared.len()];
-        let task: SendTask = Box::pin(task);
-        s.push_remote(move |r| r.spawns.push(task));
-        handle
+        spawn_remote(&self.shared, core, fut)
     }
+}
+
+/// Hand `fut` to executor `core` (modulo the count) through its remote queue.
+fn spawn_remote<F>(shared: &[Arc<Shared>], core: usize, fut: F) -> JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let (task, handle) = wrap(fut);
+    let task: SendTask = Box::pin(task);
+    shared[core % shared.len()].push_remote(move |r| r.spawns.push(task));
+    handle
 }
 
 /// Reads the runtime's counters ([`Runtime::stats_reader`]).

@@ -612,62 +612,21 @@ fn access_state_and_stale_marks_follow_items() {
     assert!(s.verify().unwrap().is_clean());
 }
 
-/// Cache mode on a device with no free segment left: GC's first choice
-/// (relocating a half-empty segment) has no room to write, so it evicts
-/// that segment instead of refusing the writer. (Found by the crash
-/// simulation: a cache reopened on a full device answered NoSpace.)
-#[test]
-fn a_full_cache_evicts_when_relocation_has_no_room() {
+/// Fill a store-mode device of nine 64 KiB segments, after `first` wrote
+/// its keys: 120 keys, every other one written again, then new keys until
+/// no segment is free (none is empty; the first ones are about half live).
+/// Then crash, reopen as a cache, and write 20 new keys: every write must
+/// succeed, by evicting.
+fn full_device_reopened_as_a_cache_takes_writes(first: impl Fn(&Store)) {
     let f = Fixture::new((1 << 20) + 9 * (64 << 10));
     let s = f.create(64 << 10, false, false);
     let segments = s.superblock().segment_count;
     assert!(segments <= 10, "{segments} segments");
-    // Write 120 keys, overwrite every other one once, then write new keys
-    // until the device is full: the first segments end up about half live
-    // (the odd keys' only versions), none is empty, and no segment is free.
     let v = [5u8; 1500];
+    first(&s);
     for n in 0..120u64 {
         s.put(format!("k{n}").as_bytes(), &v).unwrap();
     }
-    for n in (0..120u64).step_by(2) {
-        s.put(format!("k{n}").as_bytes(), &v).unwrap();
-    }
-    for n in 120.. {
-        match s.put(format!("k{n}").as_bytes(), &v) {
-            Ok(()) => {}
-            Err(Error::NoSpace { .. }) => break,
-            Err(e) => panic!("filling: {e}"),
-        }
-    }
-    assert_eq!(s.stats().segments_free, 0);
-    drop(s); // a crash: no checkpoint
-    let s = Store::open(f.dev.clone(), &f.opts(true, true)).unwrap();
-    assert_eq!(s.stats().segments_free, 0);
-    for j in 0..20 {
-        s.put(format!("new-{j}").as_bytes(), &v)
-            .unwrap_or_else(|e| panic!("write {j} after reopening as a cache: {e}"));
-    }
-    assert!(s.stats().gc.evicted_segments > 0, "{:?}", s.stats().gc);
-    assert!(s.verify().unwrap().is_clean());
-}
-
-/// As above, but evicting the least recently used segment writes too (it
-/// holds a value that superseded an older version, which must leave a
-/// tombstone), and there is no room for that write either: GC evicts a
-/// segment whose eviction writes nothing instead of refusing the writer.
-#[test]
-fn a_full_cache_evicts_a_segment_that_needs_no_write() {
-    let f = Fixture::new((1 << 20) + 9 * (64 << 10));
-    let s = f.create(64 << 10, false, false);
-    let v = [5u8; 1500];
-    // The first segment: a key written twice (its second version
-    // supersedes the first), then keys written once.
-    s.put(b"twice", &v).unwrap();
-    s.put(b"twice", &v).unwrap();
-    for n in 0..120u64 {
-        s.put(format!("k{n}").as_bytes(), &v).unwrap();
-    }
-    // Every other key again (superseding values), then new keys to the end.
     for n in (0..120u64).step_by(2) {
         s.put(format!("k{n}").as_bytes(), &v).unwrap();
     }
@@ -688,4 +647,25 @@ fn a_full_cache_evicts_a_segment_that_needs_no_write() {
     }
     assert!(s.stats().gc.evicted_segments > 0, "{:?}", s.stats().gc);
     assert!(s.verify().unwrap().is_clean());
+}
+
+/// Cache mode on a device with no free segment left: GC's first choice
+/// (relocating a half-empty segment) has no room to write, so it evicts
+/// that segment instead of refusing the writer. (Found by the crash
+/// simulation: a cache reopened on a full device answered NoSpace.)
+#[test]
+fn a_full_cache_evicts_when_relocation_has_no_room() {
+    full_device_reopened_as_a_cache_takes_writes(|_| {});
+}
+
+/// As above, but evicting the least recently used segment writes too (it
+/// holds a value that superseded an older version, which must leave a
+/// tombstone), and there is no room for that write either: GC evicts a
+/// segment whose eviction writes nothing instead of refusing the writer.
+#[test]
+fn a_full_cache_evicts_a_segment_that_needs_no_write() {
+    full_device_reopened_as_a_cache_takes_writes(|s| {
+        s.put(b"twice", &[5u8; 1500]).unwrap();
+        s.put(b"twice", &[5u8; 1500]).unwrap();
+    });
 }

@@ -205,13 +205,15 @@ pub(crate) fn run(core: &Core) {
             // own keys. With no room for those, a segment whose eviction
             // writes nothing frees one: try the others, least recently
             // used first (each is read once; what the failed ones dropped
-            // from the index stays dropped, as evicted). Found by the crash
-            // simulation: a cache reopened on a device with no free segment.
+            // from the index stays dropped, as evicted). The case of a cache
+            // reopened on a device with no free segment.
             for other in core.space.eviction_order(age(core.sb.segment_count), victim) {
                 result = reclaim(core, other, true);
                 segment = other;
-                if !matches!(result, Err(Error::NoSpace { .. })) {
+                if result.is_ok() {
                     tracing::info!(victim, evicted = other, "no room to write for the victim: evicted another segment");
+                }
+                if !matches!(result, Err(Error::NoSpace { .. })) {
                     break;
                 }
             }
