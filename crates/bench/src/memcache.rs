@@ -99,6 +99,9 @@ pub struct PeerResult {
     /// approximation; on a machine shared with the client it is steadier
     /// than throughput.
     pub server_cpu_us_per_op: Option<f64>,
+    /// The server's context switches (voluntary and not, all threads) per
+    /// operation over the measured phase.
+    pub server_switches_per_op: Option<f64>,
 }
 
 impl PeerResult {
@@ -197,6 +200,28 @@ fn parse_cpu_ticks(stat: &str) -> Option<u64> {
     let utime: u64 = f.next()?.parse().ok()?;
     let stime: u64 = f.next()?.parse().ok()?;
     Some(utime + stime)
+}
+
+/// Context switches of process `pid` so far, voluntary and involuntary,
+/// summed over its threads (`/proc/PID/task/*/status`).
+fn switches(pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut n = 0;
+    for t in tasks.flatten() {
+        // A thread that ended meanwhile has no status: skip it.
+        if let Ok(status) = std::fs::read_to_string(t.path().join("status")) {
+            n += parse_switches(&status)?;
+        }
+    }
+    Some(n)
+}
+
+/// `voluntary_ctxt_switches` + `nonvoluntary_ctxt_switches` of a
+/// `/proc/PID/status` text; None if either is missing.
+fn parse_switches(status: &str) -> Option<u64> {
+    let field =
+        |name: &str| status.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse::<u64>().ok());
+    Some(field("voluntary_ctxt_switches")? + field("nonvoluntary_ctxt_switches")?)
 }
 
 fn free_port() -> Result<u16, String> {
@@ -507,10 +532,14 @@ pub fn run(o: &McBenchOptions) -> Result<Vec<PeerResult>, String> {
         let load_secs = load(peer.addr, o, &value).map_err(|e| peer.failed(name, e))?;
         eprintln!("bench memcache: {name}: {} s of load with {} connections", o.secs, o.conns);
         let pid = peer.child.as_ref().map(|c| c.id());
-        let cpu0 = pid.and_then(cpu_secs);
+        let (cpu0, sw0) = (pid.and_then(cpu_secs), pid.and_then(switches));
         let (m, secs) = drive(peer.addr, o, &value).map_err(|e| peer.failed(name, e))?;
         let server_cpu_us_per_op = match (pid.and_then(cpu_secs), cpu0) {
             (Some(b), Some(a)) if m.ops > 0 => Some((b - a) * 1e6 / m.ops as f64),
+            _ => None,
+        };
+        let server_switches_per_op = match (pid.and_then(switches), sw0) {
+            (Some(b), Some(a)) if m.ops > 0 => Some(b.saturating_sub(a) as f64 / m.ops as f64),
             _ => None,
         };
         let memcaslap_ops = if o.memcaslap {
@@ -532,6 +561,7 @@ pub fn run(o: &McBenchOptions) -> Result<Vec<PeerResult>, String> {
             load_secs,
             memcaslap_ops,
             server_cpu_us_per_op,
+            server_switches_per_op,
         });
     }
     Ok(results)
@@ -550,13 +580,23 @@ pub fn render(o: &McBenchOptions, r: &[PeerResult]) -> String {
         o.secs
     );
     s += &format!(
-        "{:<10} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11}\n",
-        "peer", "ops/s", "ratio", "hit%", "get p50", "get p99", "set p99", "max us", "cpu us/op", "memcaslap/s"
+        "{:<10} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>11}\n",
+        "peer",
+        "ops/s",
+        "ratio",
+        "hit%",
+        "get p50",
+        "get p99",
+        "set p99",
+        "max us",
+        "cpu us/op",
+        "cs/op",
+        "memcaslap/s"
     );
     for p in r {
         let ratio = base.map_or("-".to_string(), |b| format!("{:.2}", p.ops_per_sec() / b));
         s += &format!(
-            "{:<10} {:>10.0} {:>7} {:>7.1}% {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9} {:>11}\n",
+            "{:<10} {:>10.0} {:>7} {:>7.1}% {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9} {:>7} {:>11}\n",
             p.peer,
             p.ops_per_sec(),
             ratio,
@@ -566,6 +606,7 @@ pub fn render(o: &McBenchOptions, r: &[PeerResult]) -> String {
             p.set_us[1],
             p.get_us[3].max(p.set_us[3]),
             p.server_cpu_us_per_op.map_or("-".into(), |v| format!("{v:.1}")),
+            p.server_switches_per_op.map_or("-".into(), |v| format!("{v:.2}")),
             p.memcaslap_ops.map_or("-".into(), |v| format!("{v:.0}")),
         );
     }
@@ -585,6 +626,7 @@ pub fn to_json(o: &McBenchOptions, r: &[PeerResult]) -> serde_json::Value {
             "set_us": {"p50": p.set_us[0], "p99": p.set_us[1], "p999": p.set_us[2], "max": p.set_us[3]},
             "memcaslap_ops_per_sec": p.memcaslap_ops,
             "server_cpu_us_per_op": p.server_cpu_us_per_op,
+            "server_switches_per_op": p.server_switches_per_op,
         })).collect::<Vec<_>>(),
     })
 }
@@ -592,6 +634,15 @@ pub fn to_json(o: &McBenchOptions, r: &[PeerResult]) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn switches_add_both_kinds() {
+        let status = "Name:\tgranary-0\nvoluntary_ctxt_switches:\t40539\nnonvoluntary_ctxt_switches:\t97972\n";
+        assert_eq!(parse_switches(status), Some(40539 + 97972));
+        assert_eq!(parse_switches("voluntary_ctxt_switches:\t3\n"), None, "both are needed");
+        // The process itself is a live example.
+        assert!(switches(std::process::id()).is_some());
+    }
 
     #[test]
     fn slow_replies_keep_their_latency() {

@@ -256,6 +256,10 @@ fn bench_memcache_drives_granary_serve_and_reports_json() {
     assert!(p["ops"].as_u64().unwrap() > 0);
     assert_eq!(p["hit_ratio"].as_f64().unwrap(), 1.0, "every key was loaded first");
     assert_eq!(p["errors"].as_u64().unwrap(), 0);
+    // The server's CPU and context switches over the measured phase: a
+    // server that served requests used some of both.
+    assert!(p["server_cpu_us_per_op"].as_f64().is_some(), "{p}");
+    assert!(p["server_switches_per_op"].as_f64().unwrap() > 0.0, "{p}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("granary"));
     // The data file is removed afterwards.
     assert!(!dir.path().join("bench-memcache-granary.db").exists());
