@@ -22,9 +22,10 @@
 //! writes carry several records and the crash tears one of them (200 seeds).
 //!
 //! A third crashes the same store eight times in a row (a crash loop) under
-//! a churn of overwrites and deletes that keeps GC busy, checking after
-//! each restart, and requires that no write is ever refused for want of
-//! space (100 seeds).
+//! a churn of overwrites and deletes that keeps GC busy (and an index
+//! checkpoint now and then), checking after each restart, and requires that
+//! no write is ever refused for want of space (100 seeds; one in three is
+//! a cache that evicts).
 //!
 //! `GRANARY_CRASH_SEEDS=N` sets the number of seeds (default 2000; the
 //! concurrent test runs N/10, the crash loop N/20);
@@ -391,8 +392,9 @@ fn crash_with_concurrent_writers_tears_no_acknowledged_write() {
 /// 2000 seeds each, in release: no failure.) One seed in three is a cache
 /// holding ~1 MB of values on those segments: GC evicts, and a cache may
 /// never refuse a write either.
-/// Returns the segments GC reclaimed and the values it evicted.
-fn crash_loop_seed(seed: u64) -> (u64, u64) {
+/// Returns the segments GC reclaimed, the values it evicted, and the
+/// restarts that loaded an index checkpoint.
+fn crash_loop_seed(seed: u64) -> (u64, u64, u64) {
     const CYCLES: u64 = 8;
     // One seed in three is a cache with more data than room, so GC evicts:
     // a key may then be absent, never older than acknowledged.
@@ -408,13 +410,23 @@ fn crash_loop_seed(seed: u64) -> (u64, u64) {
     let mut store = Store::create(dev.clone(), &create, &opts).unwrap();
     let mut model: HashMap<u64, Want> = HashMap::new();
     let mut version = 0;
-    let (mut victims, mut evicted) = (0, 0);
+    let (mut victims, mut evicted, mut loaded) = (0, 0, 0);
     for cycle in 0..CYCLES {
         dev.plan_crash(rng.below(400), kind);
         let mut cut: Option<(u64, Want)> = None;
         for _ in 0..600 {
             version += 1;
             let k = rng.below(loop_keys);
+            if rng.below(300) == 0 {
+                // An index checkpoint now and then: about half the restarts
+                // load one and scan only what came after it, the others
+                // scan the whole log.
+                match store.checkpoint() {
+                    Ok(_) | Err(Error::NoSpace { .. }) => continue,
+                    Err(Error::Io { .. } | Error::Poisoned { .. }) => break,
+                    Err(e) => panic!("seed {seed} cycle {cycle}: checkpoint: {e}"),
+                }
+            }
             let (r, want) = if rng.below(5) == 0 {
                 (store.delete(&key(k)).map(|_| ()), Want::Absent)
             } else {
@@ -446,6 +458,7 @@ fn crash_loop_seed(seed: u64) -> (u64, u64) {
         drop(store); // a crash (or, if the planned one did not come, a kill)
         dev.restart();
         store = Store::open(dev.clone(), &opts).unwrap_or_else(|e| panic!("seed {seed} cycle {cycle}: reopen: {e}"));
+        loaded += (store.stats().recovery.checkpoint_id != 0) as u64;
         for k in 0..loop_keys {
             let got = store.get_item(&key(k)).unwrap_or_else(|e| panic!("seed {seed}: get {k}: {e}"));
             let got = got.map(|it| (it.value, it.meta.flags));
@@ -473,7 +486,7 @@ fn crash_loop_seed(seed: u64) -> (u64, u64) {
     }
     let report = store.verify().unwrap();
     assert!(report.is_clean(), "seed {seed}: {:?}", report.errors);
-    (victims, evicted)
+    (victims, evicted, loaded)
 }
 
 #[test]
@@ -481,15 +494,18 @@ fn a_crash_loop_loses_nothing_and_keeps_room_to_write() {
     let seeds: u64 =
         std::env::var("GRANARY_CRASH_SEEDS").ok().and_then(|s| s.parse().ok()).map_or(100, |n: u64| n / 20);
     let base = 0x6c6f_6f70;
-    let (mut victims, mut evicted) = (0, 0);
+    let (mut victims, mut evicted, mut loaded) = (0, 0, 0);
     for seed in base..base + seeds.max(1) {
-        let (v, e) = with_seed(seed, crash_loop_seed);
+        let (v, e, l) = with_seed(seed, crash_loop_seed);
         victims += v;
         evicted += e;
+        loaded += l;
     }
     eprintln!(
-        "{seeds} crash-loop seeds: GC reclaimed {victims} segments and evicted {evicted} values before the crashes"
+        "{seeds} crash-loop seeds: GC reclaimed {victims} segments and evicted {evicted} values before the crashes; \
+         {loaded} restarts loaded a checkpoint"
     );
+    assert!(loaded > seeds, "restarts hardly loaded a checkpoint ({loaded} in {seeds} seeds)");
     assert!(victims > seeds, "GC hardly ran ({victims} segments in {seeds} seeds): the test does not exercise it");
     assert!(evicted > 0 || seeds < 3, "no cache seed evicted anything: the test does not exercise eviction");
 }
