@@ -383,15 +383,17 @@ fn crash_with_concurrent_writers_tears_no_acknowledged_write() {
 }
 
 /// Crashes in a row (a crash loop): a store-mode workload of overwrites
-/// and deletes over 96 keys (~125 KB live on fifteen 64 KiB segments, so
+/// and deletes over 96 keys (~125 KB live on sixteen 64 KiB segments, so
 /// most of every segment is garbage and GC runs all the time) is crashed
 /// at a random write, reopened, checked against the model, and continued,
 /// eight times. With so little live data a write may never be refused for
 /// want of space: a crash during GC must not leave a store that cannot
-/// reclaim what it holds. (Also run by hand with 24 to 320 keys, 1000 to
-/// 2000 seeds each, in release: no failure.) One seed in three is a cache
-/// holding ~1 MB of values on those segments: GC evicts, and a cache may
-/// never refuse a write either.
+/// reclaim what it holds. One seed in three is a cache holding ~1 MB of
+/// values on those segments: GC evicts, and a cache may never refuse a
+/// write either. (By hand, in release: 2000 seeds of this test; and,
+/// before the cache seeds and checkpoints were added, 1000-2000 store
+/// seeds with 24 to 320 keys. No failure.)
+///
 /// Returns the segments GC reclaimed, the values it evicted, and the
 /// restarts that loaded an index checkpoint.
 fn crash_loop_seed(seed: u64) -> (u64, u64, u64) {
