@@ -25,10 +25,12 @@
 //! a churn of overwrites and deletes that keeps GC busy (and an index
 //! checkpoint now and then), checking after each restart, and requires that
 //! no write is ever refused for want of space (100 seeds; one in three is
-//! a cache that evicts).
+//! a cache that evicts). A fourth runs the four concurrent writers in a
+//! crash loop (five crashes in a row, 40 seeds).
 //!
 //! `GRANARY_CRASH_SEEDS=N` sets the number of seeds (default 2000; the
-//! concurrent test runs N/10, the crash loop N/20);
+//! concurrent test runs N/10, the crash loop N/20, the concurrent crash
+//! loop N/50);
 //! `GRANARY_CRASH_SEED=S` runs seed S alone:
 //!
 //! ```sh
@@ -510,4 +512,102 @@ fn a_crash_loop_loses_nothing_and_keeps_room_to_write() {
     assert!(loaded > seeds, "restarts hardly loaded a checkpoint ({loaded} in {seeds} seeds)");
     assert!(victims > seeds, "GC hardly ran ({victims} segments in {seeds} seeds): the test does not exercise it");
     assert!(evicted > 0 || seeds < 3, "no cache seed evicted anything: the test does not exercise eviction");
+}
+
+/// The concurrent workload of [`run_concurrent_seed`] in a crash loop: four
+/// writer threads (so group writes carry several records), crashed five
+/// times in a row, each key checked after every restart against what was
+/// acknowledged and attempted since the last check.
+fn concurrent_crash_loop_seed(seed: u64) -> u64 {
+    const THREADS: u64 = 4;
+    const PER_THREAD_KEYS: u64 = 16;
+    let mut rng = Rng(seed);
+    let kind = if seed.is_multiple_of(2) { CrashKind::Process } else { CrashKind::Power };
+    let durability = if kind == CrashKind::Process { Durability::Direct } else { Durability::Flush };
+    let dev = Arc::new(FaultDevice::new((1 << 20) + 16 * (64 << 10), seed));
+    let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
+    let now = Arc::new(AtomicU32::new(1_000));
+    let mut store = Arc::new(Store::create(dev.clone(), &create, &open_opts(durability, &now)).unwrap());
+    // Per key: the version it holds for sure (0: none yet).
+    let mut held = vec![0u64; (THREADS * PER_THREAD_KEYS) as usize];
+    let mut grouped = 0;
+    let mut first_version = 1u64;
+    for cycle in 0..5u64 {
+        dev.plan_crash(100 + rng.below(400), kind);
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let s = store.clone();
+                std::thread::spawn(move || {
+                    // acked[i] / tried[i]: last acknowledged / attempted version of key i.
+                    let mut acked = vec![0u64; PER_THREAD_KEYS as usize];
+                    let mut tried = acked.clone();
+                    for version in first_version..first_version + 300 {
+                        let i = (version * 7 + t) % PER_THREAD_KEYS;
+                        let k = t * PER_THREAD_KEYS + i;
+                        tried[i as usize] = version;
+                        let v = value(k, version, 200 + (version % 5) as usize * 300);
+                        match s.put(&key(k), &v) {
+                            Ok(()) => acked[i as usize] = version,
+                            Err(Error::Io { .. } | Error::Poisoned { .. }) => break,
+                            Err(e) => panic!("seed {seed} cycle {cycle}: put: {e}"),
+                        }
+                    }
+                    (acked, tried)
+                })
+            })
+            .collect();
+        let models: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        grouped += store.stats().grouped_records - store.stats().write_groups;
+        drop(Arc::try_unwrap(store).ok().expect("workers are done"));
+        dev.restart();
+        store = Arc::new(
+            Store::open(dev.clone(), &open_opts(durability, &now))
+                .unwrap_or_else(|e| panic!("seed {seed} cycle {cycle}: reopen: {e}")),
+        );
+        for (t, (acked, tried)) in models.iter().enumerate() {
+            for i in 0..PER_THREAD_KEYS as usize {
+                let k = t as u64 * PER_THREAD_KEYS + i as u64;
+                let got = store.get(&key(k)).unwrap_or_else(|e| panic!("seed {seed}: get {k}: {e}"));
+                let size = |ver: u64| 200 + (ver % 5) as usize * 300;
+                // What it held before this cycle, or any version from the
+                // last acknowledged one of this cycle to the last tried.
+                let floor = if acked[i] > 0 { acked[i] } else { held[k as usize] };
+                let ok = match &got {
+                    None => floor == 0,
+                    Some(v) => {
+                        (floor == held[k as usize] && held[k as usize] > 0 && *v == value(k, floor, size(floor)))
+                            || (acked[i].max(first_version)..=tried[i]).any(|ver| *v == value(k, ver, size(ver)))
+                    }
+                };
+                assert!(
+                    ok,
+                    "seed {seed} ({kind:?}) cycle {cycle}: key {k}: held {}, acknowledged {}, tried up to {}",
+                    held[k as usize], acked[i], tried[i]
+                );
+                // What it holds now is the floor of the next cycle.
+                if let Some(v) = &got {
+                    let now_ver = (1..=tried[i].max(held[k as usize]))
+                        .rev()
+                        .find(|&ver| *v == value(k, ver, size(ver)))
+                        .expect("the value was checked above");
+                    held[k as usize] = now_ver;
+                }
+            }
+        }
+        first_version += 300;
+    }
+    assert!(store.verify().unwrap().is_clean(), "seed {seed}");
+    grouped
+}
+
+#[test]
+fn a_crash_loop_with_concurrent_writers_tears_no_acknowledged_write() {
+    let seeds: u64 = std::env::var("GRANARY_CRASH_SEEDS").ok().and_then(|s| s.parse().ok()).map_or(40, |n: u64| n / 50);
+    let base = 0x6c63_6f6e;
+    let mut grouped = 0;
+    for seed in base..base + seeds.max(1) {
+        grouped += with_seed(seed, concurrent_crash_loop_seed);
+    }
+    eprintln!("{seeds} concurrent crash-loop seeds: {grouped} records shared a group write");
+    assert!(grouped > 0, "no write was ever coalesced: the test does not exercise group writes");
 }
