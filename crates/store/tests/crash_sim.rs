@@ -76,6 +76,16 @@ fn open_opts_evict(durability: Durability, now: &Arc<AtomicU32>, evict: bool) ->
     }
 }
 
+/// Half the seeds kill the process (completed writes survive: `Direct`),
+/// half cut the power (unflushed writes may be lost: `Flush`).
+fn crash_kind(seed: u64) -> (CrashKind, Durability) {
+    if seed.is_multiple_of(2) {
+        (CrashKind::Process, Durability::Direct)
+    } else {
+        (CrashKind::Power, Durability::Flush)
+    }
+}
+
 /// What a key may hold after the crash.
 #[derive(Clone, Debug, PartialEq)]
 enum Want {
@@ -96,8 +106,7 @@ fn materialise(k: u64, w: &Want, now: u32) -> Option<(Vec<u8>, u32)> {
 /// One seeded case. Returns (GC reclaimed segments, a checkpoint was loaded).
 fn run_seed(seed: u64) -> (bool, bool, u64) {
     let mut rng = Rng(seed);
-    let kind = if seed.is_multiple_of(2) { CrashKind::Process } else { CrashKind::Power };
-    let durability = if kind == CrashKind::Process { Durability::Direct } else { Durability::Flush };
+    let (kind, durability) = crash_kind(seed);
     // One seed in four runs in cache mode: a key may then be absent
     // (evicted), but never hold an older version than the acknowledged one.
     let evict = seed % 4 == 3;
@@ -306,8 +315,7 @@ fn crash_simulation_loses_nothing_acknowledged() {
 /// acknowledged version or a later one that was attempted, never older.
 fn run_concurrent_seed(seed: u64) -> u64 {
     let mut rng = Rng(seed);
-    let kind = if seed.is_multiple_of(2) { CrashKind::Process } else { CrashKind::Power };
-    let durability = if kind == CrashKind::Process { Durability::Direct } else { Durability::Flush };
+    let (kind, durability) = crash_kind(seed);
     let dev = Arc::new(FaultDevice::new(8 << 20, seed));
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(256 << 10), index_table_homes: Some(256) };
     let now = Arc::new(AtomicU32::new(1_000));
@@ -406,8 +414,7 @@ fn crash_loop_seed(seed: u64) -> (u64, u64, u64) {
     let evict = seed % 3 == 2;
     let loop_keys: u64 = if evict { 800 } else { 96 };
     let mut rng = Rng(seed);
-    let kind = if seed.is_multiple_of(2) { CrashKind::Process } else { CrashKind::Power };
-    let durability = if kind == CrashKind::Process { Durability::Direct } else { Durability::Flush };
+    let (kind, durability) = crash_kind(seed);
     let dev = Arc::new(FaultDevice::new((1 << 20) + 16 * (64 << 10), seed));
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
     let now = Arc::new(AtomicU32::new(1_000));
@@ -523,8 +530,7 @@ fn concurrent_crash_loop_seed(seed: u64) -> u64 {
     const THREADS: u64 = 4;
     const PER_THREAD_KEYS: u64 = 16;
     let mut rng = Rng(seed);
-    let kind = if seed.is_multiple_of(2) { CrashKind::Process } else { CrashKind::Power };
-    let durability = if kind == CrashKind::Process { Durability::Direct } else { Durability::Flush };
+    let (kind, durability) = crash_kind(seed);
     let dev = Arc::new(FaultDevice::new((1 << 20) + 16 * (64 << 10), seed));
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
     let now = Arc::new(AtomicU32::new(1_000));
