@@ -254,22 +254,27 @@ fn run_seed(seed: u64) -> (bool, bool, u64) {
         store.put(&key(k), b"after").unwrap_or_else(|e| {
             // Seen once in CI and not reproduced since: say what the space
             // looked like, so the next failure tells why GC found no room.
-            let st = store.stats();
-            panic!(
-                "seed {seed} (cache: {evict}): write after recovery: {e}; segments: {} free, {} open, {} closed, \
-                 {} index; live bytes {}, {} keys, {} tombstones; GC: {:?}",
-                st.segments_free,
-                st.segments_open,
-                st.segments_closed,
-                st.segments_index,
-                st.live_bytes,
-                st.keys,
-                st.tombstones,
-                st.gc
-            )
+            panic!("seed {seed} (cache: {evict}): write after recovery: {e}; {}", space_report(&store))
         });
     }
     (gc_ran, loaded, evicted)
+}
+
+/// What a store's space looked like, for a failure that says why GC
+/// found no room.
+fn space_report(s: &Store) -> String {
+    let st = s.stats();
+    format!(
+        "segments: {} free, {} open, {} closed, {} index; live bytes {}, {} keys, {} tombstones; GC: {:?}",
+        st.segments_free,
+        st.segments_open,
+        st.segments_closed,
+        st.segments_index,
+        st.live_bytes,
+        st.keys,
+        st.tombstones,
+        st.gc
+    )
 }
 
 /// Runs `f(seed)`, printing the seed and how to rerun it if it panics.
@@ -455,13 +460,7 @@ fn crash_loop_seed(seed: u64, evict: bool) -> (u64, u64, u64) {
                     break;
                 }
                 Err(Error::Poisoned { .. }) => break,
-                Err(e) => {
-                    let st = store.stats();
-                    panic!(
-                        "seed {seed} cycle {cycle}: {e}; segments: {} free, {} closed, {} index; live bytes {}; GC: {:?}",
-                        st.segments_free, st.segments_closed, st.segments_index, st.live_bytes, st.gc
-                    )
-                }
+                Err(e) => panic!("seed {seed} (cache: {evict}) cycle {cycle}: {e}; {}", space_report(&store)),
             }
         }
         victims += store.stats().gc.victims;
