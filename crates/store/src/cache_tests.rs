@@ -525,6 +525,44 @@ fn dropped_values_stay_listed_until_their_own_victim_is_free() {
     assert_eq!(s.get(b"k").unwrap(), None, "a deleted key came back");
 }
 
+/// A crash after GC copied a value and before it freed the victim leaves
+/// two copies of one record. Recovery lists the one it does not index, so
+/// once the indexed copy is evicted (no tombstone: it superseded nothing)
+/// a delete still writes a tombstone; and a checkpoint replays the listed
+/// segment, so a recovery from it lists the copy again. Without this a
+/// deleted key came back (the cache crash loop, seed 1819242436).
+#[test]
+fn a_copy_left_beside_its_original_by_a_crash_is_listed_until_freed() {
+    let f = Fixture::new(8 << 20);
+    let (s, h, _, v, _) = cache_with_one_value(&f);
+    roll(&s, "a");
+    roll(&s, "b");
+    let (off, len) = (s.core.sb.segment_offset(v) as usize, s.core.sb.segment_bytes as usize);
+    let saved = f.dev.with_bytes_mut(|b| b[off..off + len].to_vec());
+    crate::gc::reclaim(&s.core, v, false).unwrap();
+    assert_ne!(segment_of(&s, b"k"), v, "k was copied out of its segment");
+    drop(s);
+    // The crash came before the victim's free header reached the device.
+    f.dev.with_bytes_mut(|b| b[off..off + len].copy_from_slice(&saved));
+    let cache = |use_checkpoint| OpenOptions { use_checkpoint, ..f.opts(false, true) };
+    let s = Store::open(f.dev.clone(), &cache(false)).unwrap();
+    // Every value of v was copied (k and the fillers of `roll`).
+    assert!(s.core.dropped.contains(h), "recovery lists the copy it does not index");
+    s.checkpoint().unwrap();
+    drop(s);
+    let s = Store::open(f.dev.clone(), &cache(true)).unwrap();
+    assert_ne!(s.stats().recovery.checkpoint_id, 0);
+    assert!(s.core.dropped.contains(h), "the checkpoint did not replay the segment of the other copy");
+    let e = found(&s, b"k");
+    let seg = s.core.sb.segment_of(e.entry.pba());
+    assert!(!e.hdr.supersedes);
+    assert!(crate::gc::drop_value(&s.core, seg, h, e.entry.pba(), e.hdr.grains(512) * 512));
+    assert!(!s.delete(b"k").unwrap(), "the value was already gone");
+    assert_eq!(s.stats().tombstones, 1, "a tombstone covers the copies left on the device");
+    let s = f.reopen(s, true);
+    assert_eq!(s.get(b"k").unwrap(), None, "a deleted key came back");
+}
+
 /// A cache store (GC off) holding `k` once: the store, `k`'s hash, its
 /// indexed version, that version's segment and its bytes.
 fn cache_with_one_value(f: &Fixture) -> (Store, u64, crate::store::Found, u32, u64) {

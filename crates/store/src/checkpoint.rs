@@ -168,6 +168,17 @@ fn write_locked(core: &Core, cur: &mut Current, clean: bool) -> Result<(u64, u64
     let next_seq = core.next_seq.load(Relaxed);
     let mut walked: Vec<(usize, Entry)> = Vec::with_capacity(core.index.stats().entries as usize + 1024);
     let tables_log2 = core.index.for_each(|home, e| walked.push((home, e)));
+    // Segments holding versions the index does not point at (values GC
+    // dropped or copied out of a victim not yet freed): replayed, so the
+    // next recovery knows those versions are there. Read after the walk: a
+    // copy the walk saw was listed before it was indexed.
+    let replay_from = core
+        .dropped
+        .segments()
+        .into_iter()
+        .map(|s| core.space.alloc_seq(s))
+        .filter(|&a| a != 0)
+        .fold(replay_from, u64::min);
     // Sizes the entries do not give (tombstones, huge records) are read
     // from the record headers now, off the index locks. A record that moved
     // meanwhile fails its stamp check: size 0, the loader reads it if the
@@ -277,10 +288,14 @@ pub(crate) struct Loaded {
     pub bytes_read: u64,
 }
 
-/// The newest checkpoint whose manifest, segments and body all check out.
-pub(crate) fn find(dev: &dyn Device, sb: &Superblock, headers: &Headers) -> Option<Loaded> {
+/// The manifests of the checkpoints on the device, newest first, and
+/// whether some manifest could not be read (an IO error: it might load on
+/// a later open). A manifest that decodes wrong, or was never written,
+/// can never load.
+fn manifests(dev: &dyn Device, sb: &Superblock, headers: &Headers, quiet: bool) -> (Vec<Manifest>, bool) {
     let g = sb.grain_bytes as u64;
     let mut candidates = Vec::new();
+    let mut unreadable = false;
     for (seg, h) in &headers.index {
         if h.first_seq != h.alloc_seq {
             continue; // not a checkpoint's first segment
@@ -288,18 +303,39 @@ pub(crate) fn find(dev: &dyn Device, sb: &Superblock, headers: &Headers) -> Opti
         let offset = sb.segment_offset(*seg) + g;
         let (buf, r) = dev.read_at(AlignedBuf::zeroed((manifest_grains(sb) * g) as usize), offset);
         if let Err(e) = r {
-            tracing::warn!(segment = seg, error = %e, "unreadable checkpoint manifest");
+            if !quiet {
+                tracing::warn!(segment = seg, error = %e, "unreadable checkpoint manifest");
+            }
+            unreadable = true;
             continue;
         }
         match Manifest::decode(&buf) {
             Ok(m) if m.id == h.alloc_seq && m.body_segments.first() == Some(seg) => candidates.push(m),
+            Ok(_) if quiet => {}
             Ok(_) => tracing::warn!(segment = seg, "checkpoint manifest does not match its segment; ignored"),
             // A checkpoint whose manifest was never written (a crash).
             Err(granary_format::FormatError::BadMagic { found: 0, .. }) => {}
+            Err(_) if quiet => {}
             Err(e) => tracing::warn!(segment = seg, error = %e, "checkpoint manifest rejected"),
         }
     }
     candidates.sort_by_key(|m| std::cmp::Reverse(m.id));
+    (candidates, unreadable)
+}
+
+/// The lowest `replay_from` of every checkpoint on the device that some
+/// open could load (0 if there is none), or `None` if a manifest
+/// could not be read. Whichever checkpoint a later open loads, it replays
+/// every KV segment whose alloc_seq is at least this: recovery resumes
+/// writing in such a segment's tail only (see `recover`).
+pub(crate) fn replay_floor(dev: &dyn Device, sb: &Superblock, headers: &Headers) -> Option<u64> {
+    let (ms, unreadable) = manifests(dev, sb, headers, true);
+    (!unreadable).then(|| ms.iter().map(|m| m.replay_from).min().unwrap_or(0))
+}
+
+/// The newest checkpoint whose manifest, segments and body all check out.
+pub(crate) fn find(dev: &dyn Device, sb: &Superblock, headers: &Headers) -> Option<Loaded> {
+    let (candidates, _) = manifests(dev, sb, headers, false);
     for m in candidates {
         match load(dev, sb, headers, m) {
             Ok(l) => return Some(l),

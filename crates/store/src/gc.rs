@@ -71,11 +71,19 @@ pub(crate) fn age(segments: u64) -> u64 {
     (segments / 16).max(1)
 }
 
-/// Hashes of keys whose value GC dropped from a victim (see [`drop_value`]),
-/// per victim, until that victim is free on the device: a victim whose
-/// reclaim failed (no room to relocate, an IO error) keeps its entries
-/// until a later reclaim frees it, since the dropped values are still on
-/// the device. Writers check it on every write, so the empty case is one
+/// Hashes of keys that have a version in a segment which the index no
+/// longer points at, per segment, until that segment is free on the
+/// device: values GC dropped from a victim (see [`drop_value`]), values it
+/// copied out of a victim (the original stays beside the copy, with the
+/// same sequence number, until the victim is freed), and copies of one
+/// record that recovery found twice (a crash between a copy and the
+/// victim's free). Such a version could come back after a crash, so a new
+/// value of the key carries the supersedes flag and a delete writes a
+/// tombstone even when the index holds nothing for the key; and index
+/// checkpoints replay these segments (`checkpoint::write`), so the next
+/// recovery finds the versions again. A victim whose reclaim failed (no
+/// room to relocate, an IO error) keeps its entries until a later reclaim
+/// frees it. Writers check it on every write, so the empty case is one
 /// atomic load.
 #[derive(Default)]
 pub(crate) struct DroppedKeys {
@@ -88,12 +96,22 @@ impl DroppedKeys {
         self.sets.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Record `h` as dropped from victim `v`; the caller holds its key's
-    /// stripe.
-    fn insert(&self, v: u32, h: u64) {
+    /// Record that segment `v` holds a version of the key of hash `h`
+    /// which the index does not point at; the caller holds its key's
+    /// stripe (or, in recovery, nothing else runs).
+    pub(crate) fn insert(&self, v: u32, h: u64) {
+        self.insert_all(v, [h]);
+    }
+
+    fn insert_all(&self, v: u32, hs: impl IntoIterator<Item = u64>) {
         let mut s = self.lock();
-        s.entry(v).or_default().insert(h);
+        s.entry(v).or_default().extend(hs);
         self.len.store(s.values().map(|x| x.len()).sum(), Relaxed);
+    }
+
+    /// The segments listed.
+    pub(crate) fn segments(&self) -> Vec<u32> {
+        self.lock().keys().copied().collect()
     }
 
     /// Whether `h` was dropped from a victim not yet free; the caller holds
@@ -380,6 +398,10 @@ fn relocate(core: &Core, v: u32, batch: &mut Vec<Pending>) -> Result<()> {
     stripes.dedup();
     let _guards: Vec<_> = stripes.iter().map(|&i| core.lock_stripe(i)).collect();
     batch.retain(|p| points_at(core, p.h, p.old_pba));
+    // The originals of the values copied stay in `v` until it is freed.
+    // Listed before any copy is indexed, so a checkpoint that sees a copy
+    // also sees `v` listed (see [`DroppedKeys`]).
+    core.dropped.insert_all(v, batch.iter().filter(|p| !p.hdr.is_tombstone()).map(|p| p.h));
 
     // Place every record; consecutive placements form one write.
     let mut placed = Vec::with_capacity(batch.len());

@@ -516,6 +516,7 @@ impl Core {
     /// Called once, by `open`, with the headers it read.
     pub(crate) fn recover(&self, headers: Headers, loaded: Option<Loaded>, opts: &OpenOptions) -> Result<()> {
         let started = Instant::now();
+        let floor = crate::checkpoint::replay_floor(self.dev.as_ref(), &self.sb, &headers);
         let Headers { kv: used, index: _, max_alloc } = headers;
         let found: Vec<SegmentFound> =
             used.iter().map(|(s, _)| SegmentFound { seg: s.seg, alloc_seq: s.alloc_seq }).collect();
@@ -541,15 +542,11 @@ impl Core {
             }
         }
         let replay: Vec<usize> = (0..used.len()).filter(|&i| used[i].0.alloc_seq >= replay_from).collect();
-        // Writes never resume in an old segment: they go to a new one, whose
-        // alloc_seq is above the replay_from of every checkpoint on the
-        // device, so a later open replays them whichever checkpoint it
-        // loads (resuming after a scan-based open could leave them below a
-        // still-valid clean checkpoint's replay_from).
         let total_bytes = replay.len() as u64 * self.sb.segment_bytes;
         let next = AtomicUsize::new(0);
         let max_seq_seen = AtomicU64::new(max_seq);
         let shared = Mutex::new((RecoveryReport::default(), Instant::now(), 0u64));
+        let ends: Vec<AtomicU64> = used.iter().map(|_| AtomicU64::new(0)).collect();
         let hashes = KeyHashes::new(&self.sb, replay.iter().map(|&i| used[i].0.seg));
         // The scanners' own key stripes (no user operation runs yet): plain
         // mutexes, cheaper uncontended than the store's async ones.
@@ -569,6 +566,8 @@ impl Core {
                 // Kept per segment, not per record: one shared atomic per
                 // record would bounce its cache line between the scanners.
                 let mut seg_max_seq = 0;
+                // Where the segment's last record (torn ones included) ends.
+                let mut end = 1;
                 let mut added = Added::default();
                 // Records are applied in batches: each one's index
                 // neighbourhood is prefetched when it is read, so the
@@ -580,6 +579,7 @@ impl Core {
                     match scan.next_record()? {
                         Some(rec) => {
                             seg_max_seq = seg_max_seq.max(rec.hdr.seq);
+                            end = end.max(rec.grain + rec.hdr.grains(self.sb.grain_bytes));
                             if rec.intact {
                                 mine.records += 1;
                             } else if in_tail[i] {
@@ -613,6 +613,7 @@ impl Core {
                     keys.clear();
                 }
                 max_seq_seen.fetch_max(seg_max_seq, Relaxed);
+                ends[i].store(end, Relaxed);
                 added.flush(self, s.seg);
                 mine.segments_scanned += 1;
                 mine.skipped_grains += scan.skipped_grains;
@@ -654,6 +655,7 @@ impl Core {
         report.scan_millis = scan_started.elapsed().as_millis() as u64;
         self.space.install(&found, &ckpt_segs, max_alloc);
         self.next_seq.store(max_seq_seen.load(Relaxed) + 1, Relaxed);
+        self.resume_tails(&used, &replay, &ends, floor);
         if let Some(l) = loaded {
             let m = &l.manifest;
             report.clean_shutdown = m.clean && replay.is_empty();
@@ -766,6 +768,42 @@ impl Core {
         Ok(())
     }
 
+    /// Resume writing in the tail of the newest segment of each stream, where
+    /// it is safe: the segment was scanned whole by this recovery (so
+    /// nothing past `ends` holds a record of its current use: new records
+    /// there can never be confused with older ones), and every checkpoint
+    /// on the device replays it (`floor`: whichever checkpoint a later
+    /// open loads, what is appended now is replayed; a clean checkpoint,
+    /// which replays nothing, rules it out). A crash then costs no
+    /// segment: without this, each crash left the open segments' tails
+    /// unused until GC reclaimed them, and a cache crashed repeatedly
+    /// during GC could run out of free segments (DESIGN §6). Records
+    /// appended get new sequence numbers, so versions still order by
+    /// sequence number; the segment stays the newest of its stream, so the
+    /// torn-write rule still covers the writes in flight at a crash.
+    fn resume_tails(
+        &self,
+        used: &[(SegmentFound, SegmentHeader)],
+        replay: &[usize],
+        ends: &[AtomicU64],
+        floor: Option<u64>,
+    ) {
+        let Some(floor) = floor else {
+            tracing::info!("a checkpoint manifest could not be read: writes start new segments");
+            return;
+        };
+        for stream in [Stream::User, Stream::Relocation] {
+            let Some(i) = (0..used.len()).rev().find(|&i| used[i].1.stream == stream) else { continue };
+            let (s, _) = &used[i];
+            let end = ends[i].load(Relaxed);
+            if !replay.contains(&i) || s.alloc_seq < floor || end == 0 || end >= self.sb.segment_grains() {
+                continue;
+            }
+            self.space.reopen(s.seg, stream, end);
+            tracing::debug!(segment = s.seg, ?stream, grain = end, "writes resume in the tail of the newest segment");
+        }
+    }
+
     /// Zero the first grain of a torn record so later scans skip it too,
     /// even once its segment is no longer among the newest.
     fn neutralise_torn(&self, seg: u32, grain: u64) -> Result<()> {
@@ -830,11 +868,20 @@ impl Core {
             if !ckey_match {
                 continue;
             }
-            if rec.hdr.seq > chdr.seq {
+            let old_seg = self.sb.segment_of(e.pba());
+            // Two copies of one record: a crash after GC copied it and before
+            // it freed the victim. The copy (in the newer segment) is
+            // indexed; the other stays on the device until its segment is
+            // freed, so it is listed (see DroppedKeys).
+            let copy = rec.hdr.seq == chdr.seq && e.pba() != pba;
+            let copy_here = copy && self.space.alloc_seq(seg) > self.space.alloc_seq(old_seg);
+            if copy {
+                self.dropped.insert(if copy_here { old_seg } else { seg }, h);
+            }
+            if rec.hdr.seq > chdr.seq || copy_here {
                 let replaced = self.index.replace(h, e.pba(), kv_size, pba);
                 assert!(replaced, "entry vanished while its stripe was held");
                 hashes.insert(pba, h);
-                let old_seg = self.sb.segment_of(e.pba());
                 let old_bytes = chdr.grains(g) * g as u64;
                 if old_seg == seg {
                     // Added by this scanner, in this segment, not flushed yet.

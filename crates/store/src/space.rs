@@ -229,6 +229,17 @@ impl Space {
         inner.next_alloc_seq = inner.next_alloc_seq.max(max_alloc_seq + 1);
     }
 
+    /// Make `seg`, installed closed, the open segment of `stream` again,
+    /// with its next record at grain `next` (recovery's `resume_tails`).
+    pub(crate) fn reopen(&self, seg: u32, stream: Stream, next: u64) {
+        let mut inner = self.lock();
+        let si = stream_index(stream);
+        debug_assert!(inner.open[si].is_none() && inner.state[seg as usize] == SegState::Closed);
+        debug_assert!(next >= 1 && next < self.sb.segment_grains());
+        inner.state[seg as usize] = SegState::Open;
+        inner.open[si] = Some(OpenSeg { seg, next, stamp: self.stamps[seg as usize].load(Relaxed) });
+    }
+
     /// Wait (with no key stripe held) until a user write of `grains` is
     /// likely to find room: the open user segment has room, or a free
     /// segment beyond the reserve exists. Asks GC for space and fails with
@@ -572,6 +583,11 @@ impl Space {
             .filter(|&a| a != 0)
             .min()
             .unwrap_or(u64::MAX)
+    }
+
+    /// The alloc_seq of segment `seg`'s current use (0: not in use).
+    pub(crate) fn alloc_seq(&self, seg: u32) -> u64 {
+        self.alloc_seqs[seg as usize].load(Relaxed)
     }
 
     pub(crate) fn live_of(&self, seg: u32) -> u64 {

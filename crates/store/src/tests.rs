@@ -216,6 +216,63 @@ fn torn_tail_record_is_ignored_and_stays_ignored() {
     assert!(s.verify().unwrap().is_clean());
 }
 
+fn pba_of_key(s: &Store, key: &[u8]) -> u64 {
+    s.core.index.lookup(key_hash(key)).as_slice()[0].pba()
+}
+
+/// After a crash, writes resume in the tail of the segment that was open,
+/// right after its last record (a torn one included), so a crash costs no
+/// segment; what they write survives the next crash. Not after a clean
+/// close, whose checkpoint would not replay that segment: writes then
+/// start a new one.
+#[test]
+fn writes_resume_in_the_open_segments_tail_after_a_crash_but_not_after_a_clean_close() {
+    let (dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    s.put(b"a", &[1u8; 3000]).unwrap();
+    s.put(b"torn", &[3u8; 2000]).unwrap();
+    let (a, torn) = (pba_of_key(&s, b"a"), pba_of_key(&s, b"torn"));
+    flip_byte_of(&dev, &s, b"torn", 1500);
+    let used = s.core.space.used_segments().len();
+    let s = reopen(&dev, s);
+    assert_eq!(s.stats().recovery.torn_records, 1);
+    s.put(b"b", &[2u8; 3000]).unwrap();
+    assert_eq!(pba_of_key(&s, b"b"), torn + 5, "b goes right after the torn record (5 grains)");
+    assert_eq!(s.core.space.used_segments().len(), used, "the crash cost a segment");
+    let s = reopen(&dev, s);
+    assert_eq!(s.stats().recovery.torn_records, 0, "the torn record was cleared");
+    assert_eq!(s.get(b"a").unwrap(), Some(vec![1u8; 3000]));
+    assert_eq!(s.get(b"b").unwrap(), Some(vec![2u8; 3000]));
+    assert_eq!(s.get(b"torn").unwrap(), None);
+    s.close().unwrap();
+    let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
+    assert!(s.stats().recovery.clean_shutdown);
+    s.put(b"c", b"after a clean close").unwrap();
+    assert_ne!(segment_of_key(&s, b"c"), s.core.sb.segment_of(a), "wrote past a clean checkpoint's replay");
+    let s = reopen(&dev, s);
+    assert_eq!(s.get(b"b").unwrap(), Some(vec![2u8; 3000]));
+    assert_eq!(s.get(b"c").unwrap().as_deref(), Some(&b"after a clean close"[..]));
+    assert!(s.verify().unwrap().is_clean());
+}
+
+/// A checkpoint that does not replay the open segment (here a clean one,
+/// still on the device after a crash of the session it opened) rules out
+/// resuming there on any later open, whichever checkpoint that open loads.
+#[test]
+fn writes_never_resume_below_a_checkpoint_still_on_the_device() {
+    let (dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    s.put(b"a", b"1").unwrap();
+    s.close().unwrap();
+    // A scan-based open (the clean checkpoint stays valid), a write, a crash.
+    let scan = OpenOptions { use_checkpoint: false, ..OpenOptions::default() };
+    let s = Store::open(dev.clone(), &scan).unwrap();
+    s.put(b"b", b"2").unwrap();
+    assert_ne!(segment_of_key(&s, b"b"), segment_of_key(&s, b"a"));
+    drop(s);
+    let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
+    assert_eq!(s.get(b"b").unwrap().as_deref(), Some(&b"2"[..]), "the write after the clean checkpoint was lost");
+    assert_eq!(s.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+}
+
 #[test]
 fn key_limits() {
     let (_dev, s) = mem_store(16 << 20, 1 << 20, 512);
