@@ -52,7 +52,8 @@
 //! rewritten as free on the device (flushed in `Flush` mode), and only then
 //! does the segment return to the free list. A crash before that leaves the
 //! old records in place beside their copies, which carry the same sequence
-//! numbers: recovery keeps one.
+//! numbers: recovery indexes the copies and lists the originals in
+//! [`DroppedKeys`] until the victim is freed.
 
 use crate::error::{Error, Result};
 use crate::recover::SegmentScanner;

@@ -22,8 +22,14 @@
 //!    ignored. Elsewhere it is *damaged*: it is indexed like any record, so
 //!    reading its key reports corruption instead of silently returning an
 //!    older value.
-//! 5. User writes start a new segment (never an old one's tail), and so
-//!    does relocation when GC next needs one.
+//! 5. Two copies of one record (equal sequence numbers: a crash between
+//!    GC's copy and the free of its victim): the one in the newer segment
+//!    is indexed, the other listed until its segment is freed
+//!    (`gc::DroppedKeys`).
+//! 6. Writes resume in the tail of the newest segment of each stream when
+//!    every checkpoint on the device replays it ([`Core::resume_tails`]);
+//!    otherwise user writes start a new segment, and so does relocation
+//!    when GC next needs one.
 
 use crate::checkpoint::{Current, Loaded};
 use crate::error::{Error, Result};

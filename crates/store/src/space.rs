@@ -208,7 +208,7 @@ impl Space {
     /// Install what recovery found: `used` KV segments (sorted by
     /// alloc_seq) are closed, `index` segments hold the checkpoint in use;
     /// `max_alloc_seq` covers free headers. No segment is open: writes
-    /// start a new one.
+    /// start a new one unless recovery reopens one ([`Space::reopen`]).
     pub(crate) fn install(&self, used: &[SegmentFound], index: &[u32], max_alloc_seq: u64) {
         let mut inner = self.lock();
         for &seg in index {
