@@ -563,6 +563,40 @@ fn a_copy_left_beside_its_original_by_a_crash_is_listed_until_freed() {
     assert_eq!(s.get(b"k").unwrap(), None, "a deleted key came back");
 }
 
+/// A cache's cleaning (relocating a victim's live values) never takes the
+/// last free segment: evictions need it for their tombstones. With it
+/// spent by cleanings that failed half-way, a cache ended with no free
+/// segment and every eviction needing a write, and refused writes (crash
+/// simulation seed 1735556583).
+#[test]
+fn a_caches_cleaning_leaves_the_last_free_segment_to_evictions() {
+    let f = Fixture::new(8 << 20);
+    let s = f.create(256 << 10, true, true);
+    let _paused = s.pause_gc();
+    s.put(b"k", b"first").unwrap();
+    s.put(b"k", b"second, supersedes the first").unwrap();
+    let v = segment_of(&s, b"k");
+    roll(&s, "a");
+    roll(&s, "b");
+    // Spend the free segments down to one (relocation space nobody writes).
+    let grains = s.core.sb.segment_grains() - 1;
+    while s.stats().segments_free > 1 {
+        let loc = s.core.space.alloc(crate::space::Purpose::Relocate, grains, 1).unwrap();
+        s.core.space.done(loc.seg);
+    }
+    assert!(
+        matches!(crate::gc::reclaim(&s.core, v, false), Err(Error::NoSpace { .. })),
+        "cleaning took the last segment"
+    );
+    assert_eq!(s.stats().segments_free, 1);
+    crate::gc::reclaim(&s.core, v, true).unwrap();
+    assert_eq!(s.stats().segments_free, 1, "the eviction wrote its tombstone in the last segment and freed its victim");
+    assert_eq!(s.get(b"k").unwrap(), None);
+    drop(_paused);
+    let s = f.reopen(s, true);
+    assert_eq!(s.get(b"k").unwrap(), None, "the evicted key's older version came back");
+}
+
 /// A cache store (GC off) holding `k` once: the store, `k`'s hash, its
 /// indexed version, that version's segment and its bytes.
 fn cache_with_one_value(f: &Fixture) -> (Store, u64, crate::store::Found, u32, u64) {

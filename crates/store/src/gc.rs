@@ -12,6 +12,12 @@
 //! reclaiming it gains at least a grain. A just-filled segment is never
 //! chosen at once: its data may be about to die anyway.
 //!
+//! **Room.** Relocation may use every free segment, except in a cache,
+//! where cleaning (relocating instead of evicting) leaves the last one to
+//! evictions (`Purpose::Clean`): an eviction writes at most a segment of
+//! tombstones (each no larger than the record it stands for) and frees its
+//! victim, so a cache can always evict.
+//!
 //! **Relocation.** The victim is read with large sequential reads (the
 //! recovery scanner's windows). A record is live if the index still points
 //! at its location. Live records are copied, in batches, to the relocation
@@ -304,6 +310,8 @@ pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
     let oldest_other = core.space.oldest_in_use_except(v);
     let mut evicted = 0u64;
     let mut scan = SegmentScanner::new(core.dev.as_ref(), &core.sb, core.seed, v, core.space.stamp(v));
+    // A cache's cleaning leaves the last free segment to evictions.
+    let purpose = if core.evict && !evict { Purpose::Clean } else { Purpose::Relocate };
     let mut batch = Vec::new();
     let mut batch_bytes = 0;
     while let Some(rec) = scan.next_record()? {
@@ -354,11 +362,11 @@ pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
         let evicted_here = leaving && !expired;
         batch.push(Pending { h, old_pba, old_len: len as u64, hdr, bytes, damaged, expired, evicted: evicted_here });
         if batch_bytes >= GC_BATCH_BYTES {
-            relocate(core, v, &mut batch)?;
+            relocate(core, v, purpose, &mut batch)?;
             batch_bytes = 0;
         }
     }
-    relocate(core, v, &mut batch)?;
+    relocate(core, v, purpose, &mut batch)?;
     // A writer that replaced an entry pointing into `v` subtracts the old
     // record's bytes from `v` after updating the index, under its stripe:
     // wait for all such writers, so the live bytes are settled.
@@ -389,7 +397,7 @@ pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
 
 /// Copy a batch of live records of segment `v` to the relocation stream and
 /// point the index at the copies.
-fn relocate(core: &Core, v: u32, batch: &mut Vec<Pending>) -> Result<()> {
+fn relocate(core: &Core, v: u32, purpose: Purpose, batch: &mut Vec<Pending>) -> Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
@@ -410,7 +418,7 @@ fn relocate(core: &Core, v: u32, batch: &mut Vec<Pending>) -> Result<()> {
     let mut alloc_err = None;
     for p in batch.iter_mut() {
         let grains = p.bytes.len() as u64 / g;
-        let loc = match core.space.alloc(Purpose::Relocate, grains, core.next_seq.load(Relaxed)) {
+        let loc = match core.space.alloc(purpose, grains, core.next_seq.load(Relaxed)) {
             Ok(loc) => loc,
             Err(e) => {
                 alloc_err = Some(e);

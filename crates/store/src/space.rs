@@ -75,13 +75,21 @@ pub(crate) enum Purpose {
     Delete,
     /// GC relocation: may use everything.
     Relocate,
+    /// GC cleaning a cache's victim (relocating its live values instead of
+    /// evicting them): may use all free segments but one, which stays for
+    /// evictions. Evicting a victim writes at most a segment (a tombstone
+    /// or kept record is never larger than the record it stands for) and
+    /// then frees it, so with that one segment left a cache can always
+    /// evict; cleanings that failed half-way used to spend it, until no
+    /// eviction could write its tombstones and the cache refused writes.
+    Clean,
 }
 
 impl Purpose {
     fn stream(self) -> Stream {
         match self {
             Purpose::Put | Purpose::Delete => Stream::User,
-            Purpose::Relocate => Stream::Relocation,
+            Purpose::Relocate | Purpose::Clean => Stream::Relocation,
         }
     }
 }
@@ -103,6 +111,9 @@ struct Inner {
     next_alloc_seq: u64,
     /// GC on: user writes respect the reserve and wait for GC.
     gc: bool,
+    /// The store was opened with GC: checkpoints leave the reserve alone
+    /// even once GC has stopped (a clean close), for the next open's GC.
+    gc_opened: bool,
     /// Writers' requests for space (a counter); the last request GC has
     /// served (free space rose above the reserve, or it gave up); the last
     /// one it gave up on, finding nothing to reclaim. A writer fails with
@@ -179,6 +190,7 @@ impl Space {
                 open: [None, None],
                 next_alloc_seq: 1,
                 gc,
+                gc_opened: gc,
                 requested: 0,
                 served: 0,
                 gave_up: 0,
@@ -353,6 +365,7 @@ impl Space {
     fn reserve_for(&self, inner: &Inner, purpose: Purpose) -> usize {
         match (inner.gc, purpose) {
             (false, _) | (_, Purpose::Relocate) => 0,
+            (true, Purpose::Clean) => 1,
             (true, Purpose::Put) => self.reserve,
             // Never the very last segment, even when the reserve is one.
             (true, Purpose::Delete) => (self.reserve - 1).max(1),
@@ -648,12 +661,16 @@ impl Space {
         (replay_from, inner.next_alloc_seq, seg_alloc)
     }
 
-    /// Take `n` free segments for an index checkpoint (never GC's reserve),
-    /// writing their headers: kind index, `first_seq` = the checkpoint id,
-    /// which is the alloc_seq of the first. Returns `(segment, alloc_seq)`.
+    /// Take `n` free segments for an index checkpoint (never GC's reserve,
+    /// not even at a clean close, once GC has stopped: a close that took
+    /// the last free segments left the next open's GC with nowhere to
+    /// write, and a cache refusing writes), writing their headers: kind
+    /// index, `first_seq` = the checkpoint id, which is the alloc_seq of
+    /// the first. Returns `(segment, alloc_seq)`.
     pub(crate) fn take_index_segments(&self, n: usize) -> Result<Vec<(u32, u64)>> {
         let mut inner = self.lock();
-        let keep = self.reserve_for(&inner, Purpose::Put) + if inner.gc { self.low_watermark } else { 0 };
+        let reserve = if inner.gc_opened { self.reserve } else { 0 };
+        let keep = reserve + if inner.gc { self.low_watermark } else { 0 };
         if inner.free.len() < n + keep {
             return Err(Error::NoSpace {
                 needed_bytes: n as u64 * self.sb.segment_bytes,

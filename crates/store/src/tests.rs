@@ -273,6 +273,27 @@ fn writes_never_resume_below_a_checkpoint_still_on_the_device() {
     assert_eq!(s.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
 }
 
+/// A clean close's checkpoint leaves GC's reserve alone although GC has
+/// already stopped: taking the last free segments left the next open's GC
+/// nowhere to write (a cache then refused writes: crash simulation seed
+/// 1735556583).
+#[test]
+fn a_clean_close_leaves_the_gc_reserve_free() {
+    let (dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    for n in 0.. {
+        match s.put(format!("k{n}").as_bytes(), &[1u8; 4000]) {
+            Ok(()) => {}
+            Err(Error::NoSpace { .. }) => break,
+            Err(e) => panic!("filling: {e}"),
+        }
+    }
+    let free = s.stats().segments_free;
+    assert_eq!(free, crate::space::RESERVED_SEGMENTS as u64);
+    s.close().unwrap();
+    let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
+    assert_eq!(s.stats().segments_free, free, "the close's checkpoint took GC's reserve");
+}
+
 #[test]
 fn key_limits() {
     let (_dev, s) = mem_store(16 << 20, 1 << 20, 512);
