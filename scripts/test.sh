@@ -22,3 +22,5 @@ cargo test --workspace --all-targets
 # synchronous API through private rings): granary_io::testdev. The crash
 # simulation and the model tests choose their devices themselves.
 GRANARY_TEST_BACKEND=uring cargo test -p granary-store --lib --test checkpoint --test gc
+# The index's concurrency protocol under loom's model checker.
+./scripts/loom.sh

@@ -58,13 +58,14 @@
 //! true until it unlocks.
 
 use crate::entry::Entry;
+use crate::sync::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Mutex, MutexGuard};
 use crate::table::{Span, Table};
 use crate::{NEIGHBOURHOOD as H, REGION_SLOTS_LOG2_DEFAULT, TABLES_LOG2_MAX};
 use granary_format::hash;
 use std::fmt;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering::*;
+use std::sync::Arc;
 
 /// Geometry of an index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -408,7 +409,7 @@ impl Index {
             let (ra, rb) = (self.region(p.home), self.region(p.home + H - 1));
             let (la, lb) = self.region_locks(p.table, ra, rb);
             let (Some(va), Some(vb)) = (la.read_begin(), lb.read_begin()) else {
-                std::hint::spin_loop();
+                crate::sync::spin_loop();
                 continue;
             };
             let out = f(st, p);
@@ -878,7 +879,17 @@ impl Drop for Index {
         // SAFETY: `&mut self`: no other thread uses the index, so no borrow
         // of the current state is left; it came from `Box::into_raw` and is
         // freed once. Replaced states are freed with `retired`.
-        drop(unsafe { Box::from_raw(*self.state.get_mut()) });
+        drop(unsafe { Box::from_raw(crate::sync::take_ptr(&mut self.state)) });
+    }
+}
+
+#[cfg(all(test, loom))]
+impl Index {
+    /// Start a grow now, without filling a neighbourhood first (the loom
+    /// tests: fewer entries, fewer interleavings).
+    pub(crate) fn start_grow(&self) {
+        let (_, st) = self.load_state();
+        self.grow(st.gen).expect("the directory can grow");
     }
 }
 

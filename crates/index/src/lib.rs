@@ -10,8 +10,11 @@
 //! and its tag is stored, the fingerprint of every entry can be rebuilt
 //! without IO, which is what lets tables split and entries move freely.
 
+#![cfg_attr(loom, allow(dead_code, unused_imports))]
+
 pub mod directory;
 pub mod entry;
+mod sync;
 pub mod table;
 
 pub use directory::{home_of, Candidates, Index, IndexConfig, IndexError, IndexStats};
@@ -27,5 +30,8 @@ pub const TABLES_LOG2_MAX: u32 = granary_format::hash::TAG_BITS;
 const _: () = assert!(NEIGHBOURHOOD == 1 << 5, "neigh_off has 5 bits");
 const _: () = assert!((1usize << REGION_SLOTS_LOG2_DEFAULT) >= NEIGHBOURHOOD);
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests;
+
+#[cfg(all(test, loom))]
+mod loom_tests;

@@ -50,9 +50,9 @@
 //!   mapped ones, and the slots are padded to a whole line.
 
 use crate::entry::{Entry, HINT_MASK, HINT_SHIFT, KTAG_SHIFT, OFF_SHIFT, OFF_TAG_MASK};
+use crate::sync::{AtomicU32, AtomicU64, Mutex, MutexGuard};
 use crate::NEIGHBOURHOOD as H;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::Ordering::Relaxed;
 
 /// Most entries one table's stash holds; past it, inserts report full.
 pub(crate) const STASH_ENTRIES_MAX: usize = 256;
@@ -63,9 +63,33 @@ pub const HUGE_PAGE_BYTES: usize = 2 << 20;
 /// Slots of one cache line.
 pub(crate) const LINE_SLOTS: usize = 8;
 
+/// Under loom: the model's atomics, on the heap (they are not plain
+/// words, so neither a zeroed allocation nor a mapping can hold them).
+#[cfg(loom)]
+struct Slots {
+    slots: Box<[AtomicU64]>,
+    mapped: usize,
+}
+
+#[cfg(loom)]
+impl Slots {
+    fn zeroed(len: usize) -> Slots {
+        Slots { slots: (0..len).map(|_| AtomicU64::new(0)).collect(), mapped: 0 }
+    }
+}
+
+#[cfg(loom)]
+impl std::ops::Deref for Slots {
+    type Target = [AtomicU64];
+    fn deref(&self) -> &[AtomicU64] {
+        &self.slots
+    }
+}
+
 /// A table's zeroed slots: a 64-byte aligned heap allocation, or for large
 /// tables an anonymous mapping, aligned to a huge page, with huge pages
 /// requested.
+#[cfg(not(loom))]
 struct Slots {
     ptr: std::ptr::NonNull<AtomicU64>,
     len: usize,
@@ -73,16 +97,20 @@ struct Slots {
     mapped: usize,
 }
 
+#[cfg(not(loom))]
 fn heap_layout(len: usize) -> std::alloc::Layout {
     std::alloc::Layout::from_size_align(len * 8, 64).expect("a table's size fits a layout")
 }
 
+#[cfg(not(loom))]
 // SAFETY: Slots owns its memory exclusively, like a Box<[AtomicU64]>, and
 // AtomicU64 is Sync.
 unsafe impl Send for Slots {}
+#[cfg(not(loom))]
 // SAFETY: shared access only hands out &[AtomicU64].
 unsafe impl Sync for Slots {}
 
+#[cfg(not(loom))]
 impl Slots {
     fn zeroed(len: usize) -> Slots {
         let bytes = len * std::mem::size_of::<AtomicU64>();
@@ -139,6 +167,7 @@ impl Slots {
     }
 }
 
+#[cfg(not(loom))]
 impl std::ops::Deref for Slots {
     type Target = [AtomicU64];
     fn deref(&self) -> &[AtomicU64] {
@@ -149,6 +178,7 @@ impl std::ops::Deref for Slots {
     }
 }
 
+#[cfg(not(loom))]
 impl Drop for Slots {
     fn drop(&mut self) {
         if self.mapped > 0 {
@@ -192,10 +222,15 @@ impl Table {
         let regions = len.div_ceil(1 << region_log2);
         // A zeroed Vec of this size comes from the allocator's zeroed
         // pages (calloc), so it costs nothing until touched either.
-        let aux: Box<[u32]> = if access_words { vec![0u32; len].into_boxed_slice() } else { Box::new([]) };
-        // SAFETY: AtomicU32 has the size, alignment and bit validity of u32
-        // (std documents this), so the boxed slice may be reinterpreted.
-        let aux = unsafe { Box::from_raw(Box::into_raw(aux) as *mut [AtomicU32]) };
+        #[cfg(not(loom))]
+        let aux = {
+            let aux: Box<[u32]> = if access_words { vec![0u32; len].into_boxed_slice() } else { Box::new([]) };
+            // SAFETY: AtomicU32 has the size, alignment and bit validity of u32
+            // (std documents this), so the boxed slice may be reinterpreted.
+            unsafe { Box::from_raw(Box::into_raw(aux) as *mut [AtomicU32]) }
+        };
+        #[cfg(loom)]
+        let aux: Box<[AtomicU32]> = (0..if access_words { len } else { 0 }).map(|_| AtomicU32::new(0)).collect();
         Table {
             slots,
             len,
@@ -273,7 +308,7 @@ impl Table {
 
     /// Whether the slots are a mapping with huge pages requested, starting
     /// on a huge-page boundary.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn is_mapped(&self) -> bool {
         assert!(self.slots.mapped == 0 || (self.slots.ptr.as_ptr() as usize).is_multiple_of(HUGE_PAGE_BYTES));
         self.slots.mapped > 0
@@ -615,7 +650,7 @@ fn hinted_lines(home: usize, hint: u64) -> usize {
 /// set for each slot `home + off` that [`slot_matches`].
 #[inline]
 pub(crate) fn hinted_mask(slots: &[AtomicU64], home: usize, ktag: u16) -> u32 {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    #[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
     if std::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2 (checked just above).
         return unsafe { hinted_mask_avx2(slots, home, ktag) };
@@ -637,7 +672,7 @@ pub(crate) fn hinted_mask_scalar(slots: &[AtomicU64], home: usize, ktag: u16) ->
 ///
 /// # Safety
 /// The CPU must support AVX2.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
 #[target_feature(enable = "avx2")]
 unsafe fn hinted_mask_avx2(slots: &[AtomicU64], home: usize, ktag: u16) -> u32 {
     use std::arch::x86_64::*;
@@ -701,7 +736,7 @@ unsafe fn hinted_mask_avx2(slots: &[AtomicU64], home: usize, ktag: u16) -> u32 {
 /// caches the answer); without AVX2, and under Miri, the scalar scan runs.
 #[inline]
 pub fn hood_mask(hood: &[AtomicU64; H], ktag: u16) -> u32 {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    #[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
     if std::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2 (checked just above).
         return unsafe { hood_mask_avx2(hood, ktag) };
@@ -721,7 +756,7 @@ pub(crate) fn hood_mask_scalar(hood: &[AtomicU64; H], ktag: u16) -> u32 {
 ///
 /// # Safety
 /// The CPU must support AVX2.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
 #[target_feature(enable = "avx2")]
 unsafe fn hood_mask_avx2(hood: &[AtomicU64; H], ktag: u16) -> u32 {
     use std::arch::x86_64::*;
