@@ -209,3 +209,26 @@ fn a_lookup_racing_the_displacement_of_its_key_finds_it_once() {
         assert_eq!(pbas(&idx, h(20, 251)), vec![999]);
     });
 }
+
+/// A lockless lookup racing the removal of another key of its
+/// neighbourhood (the hole it leaves, concurrent form of
+/// `tests::regression_hole_does_not_hide_later_entry`) and an insert
+/// filling a hole before it: the lookup finds its key exactly once.
+#[test]
+fn a_lookup_racing_removes_and_inserts_beside_its_key_finds_it_once() {
+    model(|| {
+        let idx = tiny(&[(10, 1, 1000), (10, 1, 1001), (10, 2, 2000)]);
+        let writer = {
+            let idx = idx.clone();
+            loom::thread::spawn(move || {
+                assert!(idx.remove(h(10, 1), 1000));
+                idx.insert(h(10, 3), 1, 3000).unwrap();
+            })
+        };
+        assert_eq!(pbas(&idx, h(10, 2)), vec![2000], "an entry was hidden or seen twice");
+        writer.join().unwrap();
+        assert_eq!(pbas(&idx, h(10, 1)), vec![1001]);
+        assert_eq!(pbas(&idx, h(10, 3)), vec![3000]);
+        assert_eq!(pbas(&idx, h(10, 2)), vec![2000]);
+    });
+}
