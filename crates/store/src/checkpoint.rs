@@ -323,26 +323,26 @@ fn manifests(dev: &dyn Device, sb: &Superblock, headers: &Headers, quiet: bool) 
     (candidates, unreadable)
 }
 
-/// The lowest `replay_from` of every checkpoint on the device that some
-/// open could load (0 if there is none), or `None` if a manifest
-/// could not be read. Whichever checkpoint a later open loads, it replays
-/// every KV segment whose alloc_seq is at least this: recovery resumes
-/// writing in such a segment's tail only (see `recover`).
-pub(crate) fn replay_floor(dev: &dyn Device, sb: &Superblock, headers: &Headers) -> Option<u64> {
-    let (ms, unreadable) = manifests(dev, sb, headers, true);
-    (!unreadable).then(|| ms.iter().map(|m| m.replay_from).min().unwrap_or(0))
-}
-
-/// The newest checkpoint whose manifest, segments and body all check out.
-pub(crate) fn find(dev: &dyn Device, sb: &Superblock, headers: &Headers) -> Option<Loaded> {
-    let (candidates, _) = manifests(dev, sb, headers, false);
+/// Read the checkpoint manifests on the device once, for an open: with
+/// `load`, the newest checkpoint whose manifest, segments and body all
+/// check out. Also the *replay floor*: the lowest `replay_from` of every
+/// checkpoint some open could load (0 if there is none), or `None` if a
+/// manifest could not be read. Whichever checkpoint a later open loads, it
+/// replays every KV segment whose alloc_seq is at least the floor:
+/// recovery resumes writing in such a segment's tail only (see `recover`).
+pub(crate) fn find(dev: &dyn Device, sb: &Superblock, headers: &Headers, load: bool) -> (Option<Loaded>, Option<u64>) {
+    let (candidates, unreadable) = manifests(dev, sb, headers, !load);
+    let floor = (!unreadable).then(|| candidates.iter().map(|m| m.replay_from).min().unwrap_or(0));
+    if !load {
+        return (None, floor);
+    }
     for m in candidates {
-        match load(dev, sb, headers, m) {
-            Ok(l) => return Some(l),
+        match self::load(dev, sb, headers, m) {
+            Ok(l) => return (Some(l), floor),
             Err(e) => tracing::warn!(error = %e, "checkpoint rejected; trying an older one or a log scan"),
         }
     }
-    None
+    (None, floor)
 }
 
 fn load(dev: &dyn Device, sb: &Superblock, headers: &Headers, m: Manifest) -> Result<Loaded> {

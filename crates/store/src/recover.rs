@@ -519,10 +519,16 @@ pub(crate) fn read_segment_headers(dev: &dyn Device, sb: &Superblock) -> Result<
 impl Core {
     /// Rebuild the index: from `loaded` (a checkpoint) plus a replay of the
     /// KV segments it does not cover, or from a scan of every KV segment.
-    /// Called once, by `open`, with the headers it read.
-    pub(crate) fn recover(&self, headers: Headers, loaded: Option<Loaded>, opts: &OpenOptions) -> Result<()> {
+    /// Called once, by `open`, with the headers it read and the replay
+    /// floor of the checkpoints on the device (`checkpoint::find`).
+    pub(crate) fn recover(
+        &self,
+        headers: Headers,
+        loaded: Option<Loaded>,
+        floor: Option<u64>,
+        opts: &OpenOptions,
+    ) -> Result<()> {
         let started = Instant::now();
-        let floor = crate::checkpoint::replay_floor(self.dev.as_ref(), &self.sb, &headers);
         let Headers { kv: used, index: _, max_alloc } = headers;
         let found: Vec<SegmentFound> =
             used.iter().map(|(s, _)| SegmentFound { seg: s.seg, alloc_seq: s.alloc_seq }).collect();

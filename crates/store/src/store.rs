@@ -472,7 +472,7 @@ impl Store {
             )));
         }
         let headers = crate::recover::read_segment_headers(dev.as_ref(), &sb)?;
-        let loaded = if opts.use_checkpoint { crate::checkpoint::find(dev.as_ref(), &sb, &headers) } else { None };
+        let (loaded, floor) = crate::checkpoint::find(dev.as_ref(), &sb, &headers, opts.use_checkpoint);
         let mut index_cfg = match &loaded {
             Some(l) => IndexConfig::with_tables(sb.index_table_homes, l.manifest.tables_log2),
             None => IndexConfig::new(sb.index_table_homes),
@@ -507,7 +507,7 @@ impl Store {
             dev,
             sb,
         };
-        core.recover(headers, loaded, opts)?;
+        core.recover(headers, loaded, floor, opts)?;
         if let Some(f) = block_on(core.read_item(FLUSH_FLOOR_KEY))? {
             let floor = f.value.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
             core.flush_floor.store(floor.unwrap_or(0), Relaxed);
