@@ -4,6 +4,10 @@
 //! Its memory comes from the runtime's registered-buffer arena
 //! (`granary_rt::arena`) when one exists and has room, so that io_uring
 //! reads and writes into it use fixed buffers; otherwise from the heap.
+//! Heap buffers of one block ([`ALIGN_BYTES`], the size of most GETs)
+//! are kept in a small per-thread cache when dropped and handed out again
+//! (at most [`HEAP_CACHE_BUFFERS`] a thread), so that an embedding
+//! without the runtime does not allocate and clear 4 KiB per GET.
 //!
 //! Invariants: the allocation is [`ALIGN_BYTES`]-aligned, at least
 //! `ALIGN_BYTES` long, initialised (zeroed at allocation, except a read
@@ -11,11 +15,39 @@
 //! bytes until the read overwrites them), and `len <= cap`.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 
 /// Alignment of every buffer: enough for 512 B and 4 KiB logical blocks.
 pub const ALIGN_BYTES: usize = 4096;
+
+/// One-block heap buffers a thread keeps for reuse (see the module doc):
+/// 64 KiB a thread at most.
+pub const HEAP_CACHE_BUFFERS: usize = 16;
+
+/// A thread's cached one-block heap allocations (initialised memory, each
+/// owned by the cache alone until handed out).
+struct HeapCache(Vec<NonNull<u8>>);
+
+impl Drop for HeapCache {
+    fn drop(&mut self) {
+        for p in self.0.drain(..) {
+            // SAFETY: every cached pointer was allocated with the one-block
+            // layout, is owned by the cache alone and is freed once here.
+            unsafe { dealloc(p.as_ptr(), one_block()) }
+        }
+    }
+}
+
+thread_local! {
+    static HEAP_CACHE: RefCell<HeapCache> = const { RefCell::new(HeapCache(Vec::new())) };
+}
+
+/// The layout of a one-block buffer.
+fn one_block() -> Layout {
+    Layout::from_size_align(ALIGN_BYTES, ALIGN_BYTES).expect("one block is a valid layout")
+}
 
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
@@ -37,9 +69,9 @@ impl AlignedBuf {
     /// 1.5 KiB record in a 4 KiB chunk clears 1.5 KiB); what lies beyond,
     /// up to the capacity, is unspecified (see [`AlignedBuf::set_len`]).
     pub fn zeroed(len: usize) -> AlignedBuf {
-        let mut b = Self::for_read(len);
-        if b.is_registered() {
-            b.fill(0); // a heap buffer comes zeroed already
+        let (mut b, fresh) = Self::take(len);
+        if !fresh {
+            b.fill(0); // a fresh heap allocation comes zeroed already
         }
         b
     }
@@ -52,10 +84,29 @@ impl AlignedBuf {
     /// overwrite the whole length or fail: a read that stops short returns
     /// an error (`UnexpectedEof`), never the buffer's old bytes.
     pub fn for_read(len: usize) -> AlignedBuf {
+        Self::take(len).0
+    }
+
+    /// A buffer of `len` bytes and whether it is a fresh (zeroed) heap
+    /// allocation: an arena chunk, else a cached one-block heap buffer,
+    /// else a new heap allocation.
+    fn take(len: usize) -> (AlignedBuf, bool) {
         if let Some(c) = granary_rt::arena::get().and_then(|a| a.alloc(len)) {
-            return AlignedBuf { ptr: c.ptr, len, cap: c.bytes, arena_class: Some(c.class) };
+            return (AlignedBuf { ptr: c.ptr, len, cap: c.bytes, arena_class: Some(c.class) }, false);
         }
-        Self::zeroed_heap(len)
+        Self::take_heap(len)
+    }
+
+    /// [`AlignedBuf::take`] from the heap: a cached one-block buffer, else
+    /// a new allocation.
+    fn take_heap(len: usize) -> (AlignedBuf, bool) {
+        if len <= ALIGN_BYTES {
+            let cached = HEAP_CACHE.try_with(|c| c.borrow_mut().0.pop()).ok().flatten();
+            if let Some(ptr) = cached {
+                return (AlignedBuf { ptr, len, cap: ALIGN_BYTES, arena_class: None }, false);
+            }
+        }
+        (Self::zeroed_heap(len), true)
     }
 
     /// A zeroed buffer of `len` bytes from the heap (never the arena).
@@ -80,8 +131,8 @@ impl AlignedBuf {
 
     /// Change the length within the capacity; new bytes keep whatever the
     /// memory held: zeros for a heap buffer never written, possibly a
-    /// previous user's bytes for an arena chunk. Callers grow a buffer
-    /// only to read into it.
+    /// previous user's bytes for a reused arena chunk or cached heap
+    /// buffer. Callers grow a buffer only to read into it.
     pub fn set_len(&mut self, len: usize) {
         assert!(len <= self.cap, "AlignedBuf::set_len beyond capacity");
         self.len = len;
@@ -147,6 +198,16 @@ impl Drop for AlignedBuf {
             unsafe { a.free(granary_rt::arena::Chunk { ptr: self.ptr, bytes: self.cap, class }) };
             return;
         }
+        if self.cap == ALIGN_BYTES {
+            let ptr = self.ptr;
+            let kept = HEAP_CACHE.try_with(|c| {
+                let mut c = c.borrow_mut();
+                (c.0.len() < HEAP_CACHE_BUFFERS).then(|| c.0.push(ptr)).is_some()
+            });
+            if kept == Ok(true) {
+                return; // the cache owns the allocation now
+            }
+        }
         let layout = Layout::from_size_align(self.cap, ALIGN_BYTES).expect("layout was valid at allocation");
         // SAFETY: ptr was allocated with exactly this layout and is freed once.
         unsafe { dealloc(self.ptr.as_ptr(), layout) }
@@ -174,5 +235,41 @@ mod tests {
         assert_eq!(b[999], 7);
         let e = AlignedBuf::zeroed(0);
         assert_eq!(e.len(), 0);
+    }
+
+    /// A dropped one-block heap buffer is reused by the thread, and
+    /// `zeroed` still hands out zeros when it reuses one that was written.
+    #[test]
+    fn heap_buffers_are_reused_and_zeroed_again() {
+        // On a thread of its own: the cache is per thread. Straight from the
+        // heap (`take_heap`), whether or not a test set up the arena.
+        std::thread::spawn(|| {
+            let (mut a, fresh) = AlignedBuf::take_heap(4096);
+            assert!(fresh && !a.is_registered() && a.iter().all(|&x| x == 0));
+            a.fill(0xa5);
+            let p = a.as_ptr();
+            drop(a);
+            let (r, fresh) = AlignedBuf::take_heap(512);
+            assert!(!fresh);
+            assert_eq!((r.as_ptr(), r.len(), r.capacity()), (p, 512, 4096), "the dropped buffer is reused");
+            assert!(r.iter().all(|&x| x == 0xa5), "a read buffer keeps the bytes for the read to overwrite");
+            drop(r);
+            let z = AlignedBuf::zeroed(4096);
+            if granary_rt::arena::get().is_none() {
+                assert_eq!(z.as_ptr(), p, "zeroed reuses the cached buffer");
+            }
+            assert!(z.iter().all(|&x| x == 0), "zeroed clears a reused buffer");
+            drop(z);
+            // Larger buffers are not cached: a fresh allocation, zeroed.
+            let (big, fresh) = AlignedBuf::take_heap(8192);
+            assert!(fresh && big.iter().all(|&x| x == 0));
+            // More buffers than the cache holds are freed, not kept.
+            let many: Vec<_> = (0..HEAP_CACHE_BUFFERS + 4).map(|_| AlignedBuf::take_heap(4096).0).collect();
+            drop(many);
+            let kept = HEAP_CACHE.with(|c| c.borrow().0.len());
+            assert_eq!(kept, HEAP_CACHE_BUFFERS);
+        })
+        .join()
+        .expect("the test thread passes");
     }
 }
