@@ -6,7 +6,10 @@
 //! into one that starts small and grows. Every structure maps the 64-bit key
 //! hash to a 64-bit location, as an index does; Granary's index keeps 8
 //! bytes per slot (tag, size, location) and returns tag-matching candidates,
-//! which the store disambiguates by reading records.
+//! which the store disambiguates by reading records. A lookup asks each
+//! structure whether the key maps to its location: `get` and compare for
+//! the peers, [`Index::contains`] for Granary's (GC's liveness question;
+//! it does not gather the candidates that a GET's `Index::lookup` does).
 //!
 //! Peers: `dashmap` and `RwLock<hashbrown::HashMap>` split into
 //! [`SHARDS`] shards, both with a multiply-mix hasher over the hash.
@@ -112,7 +115,7 @@ impl Map for Index {
         Index::insert(self, h, 1, v).expect("index sized for the benchmark");
     }
     fn contains(&self, h: u64, v: u64) -> bool {
-        self.lookup(h).as_slice().iter().any(|e| e.pba() == v)
+        Index::contains(self, h, v)
     }
     fn prefetch(&self, h: u64) {
         Index::prefetch(self, h);

@@ -234,6 +234,7 @@ impl RegionLock {
     }
 
     /// The version to validate a read against; None while a writer is in.
+    #[inline]
     fn read_begin(&self) -> Option<u64> {
         let v = self.version.load(Acquire);
         (v & 1 == 0).then_some(v)
@@ -349,6 +350,7 @@ impl Index {
     }
 
     /// The current state, and its address (to compare with later loads).
+    #[inline]
     fn load_state(&self) -> (*mut State, &State) {
         let sp = self.state.load(Acquire);
         // SAFETY: the state pointer is never null (set in `new`, replaced
@@ -376,6 +378,7 @@ impl Index {
         home_of(h, self.cfg.table_homes)
     }
 
+    #[inline]
     fn place(&self, log2: u32, h: u64) -> Place {
         let tag = hash::tag(h);
         Place { table: (tag as usize) & ((1 << log2) - 1), home: self.home(h), ktag: hash::key_tag(h) }
@@ -395,6 +398,7 @@ impl Index {
         Held { a, b, ra, rb, span }
     }
 
+    #[inline]
     fn region_locks(&self, table: usize, ra: usize, rb: usize) -> (&RegionLock, &RegionLock) {
         let base = (table & ((1 << self.cfg.initial_tables_log2) - 1)) * self.regions;
         (&self.locks[base + ra], &self.locks[base + rb])
@@ -402,6 +406,7 @@ impl Index {
 
     /// Run the read-only `f` on hash `h`'s neighbourhood without locking:
     /// retried until no writer touched its regions meanwhile.
+    #[inline]
     fn optimistic<R>(&self, h: u64, mut f: impl FnMut(&State, Place) -> R) -> R {
         loop {
             let (sp, st) = self.load_state();
@@ -576,6 +581,7 @@ impl Index {
     }
 
     /// Entries whose home and tag match `h`: the key's candidates.
+    #[inline]
     pub fn lookup(&self, h: u64) -> Candidates {
         // Filled in place, not returned from the closure: a lookup runs in
         // loops of many, and moving the 264-byte result out of the closure
@@ -583,34 +589,53 @@ impl Index {
         let mut c = Candidates::new();
         self.optimistic(h, |st, p| {
             c.n = 0;
-            let cur = &st.cur.tables[p.table];
-            let mut push = |e| c.push(e);
-            let Some(m) = &st.mig else {
-                cur.scan(p.home, p.ktag, &mut push);
-                cur.stash_matches(p.home, p.ktag, &mut push);
-                return;
-            };
-            let t_old = p.table & (m.old.tables.len() - 1);
-            // A stashed entry migrates with its home's region.
-            let stash = if m.done[t_old * self.regions + self.region(p.home)].load(Relaxed) {
-                cur
-            } else {
-                &m.old.tables[t_old]
-            };
-            for off in 0..H {
-                let s = p.home + off;
-                let e = if m.done[t_old * self.regions + self.region(s)].load(Relaxed) {
-                    cur.get(s)
-                } else {
-                    m.old.tables[t_old].get(s)
-                };
-                if !e.is_free() && e.neigh_off() as usize == off && e.key_tag() == p.ktag {
-                    push(e);
-                }
-            }
-            stash.stash_matches(p.home, p.ktag, &mut push);
+            self.each_candidate(st, p, |e| c.push(e));
         });
         c
+    }
+
+    /// Whether `h` has a candidate pointing at `pba`: [`Index::lookup`]
+    /// followed by a search of its candidates for `pba` (what GC's
+    /// liveness check and a reader's re-check ask), without gathering the
+    /// candidates. Lookups run in loops of many whose cache misses overlap
+    /// only while the CPU's instruction window holds more than one lookup,
+    /// so the fewer instructions the better: in `granary bench index`'s
+    /// workload this made a lookup about a fifth faster than `lookup`.
+    #[inline]
+    pub fn contains(&self, h: u64, pba: u64) -> bool {
+        self.optimistic(h, |st, p| {
+            let mut found = false;
+            self.each_candidate(st, p, |e| found |= e.pba() == pba);
+            found
+        })
+    }
+
+    /// Call `f` on each candidate of place `p` in state `st` (an
+    /// optimistic reader's pass: the caller validates afterwards).
+    #[inline]
+    fn each_candidate(&self, st: &State, p: Place, mut f: impl FnMut(Entry)) {
+        let cur = &st.cur.tables[p.table];
+        let Some(m) = &st.mig else {
+            cur.scan(p.home, p.ktag, &mut f);
+            cur.stash_matches(p.home, p.ktag, &mut f);
+            return;
+        };
+        let t_old = p.table & (m.old.tables.len() - 1);
+        // A stashed entry migrates with its home's region.
+        let stash =
+            if m.done[t_old * self.regions + self.region(p.home)].load(Relaxed) { cur } else { &m.old.tables[t_old] };
+        for off in 0..H {
+            let s = p.home + off;
+            let e = if m.done[t_old * self.regions + self.region(s)].load(Relaxed) {
+                cur.get(s)
+            } else {
+                m.old.tables[t_old].get(s)
+            };
+            if !e.is_free() && e.neigh_off() as usize == off && e.key_tag() == p.ktag {
+                f(e);
+            }
+        }
+        stash.stash_matches(p.home, p.ktag, &mut f);
     }
 
     /// Add an entry for a key not yet in the index; grows when the key's

@@ -245,11 +245,13 @@ impl Table {
         self.stash.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    #[inline]
     fn has_stashed(&self, home: usize) -> bool {
         self.stashed[home >> self.region_log2].load(Relaxed) > 0
     }
 
     /// Stashed entries with home `home` and key tag `ktag`.
+    #[inline]
     pub(crate) fn stash_matches(&self, home: usize, ktag: u16, mut f: impl FnMut(Entry)) {
         if self.has_stashed(home) {
             for &(h, e, _) in self.stash().iter() {
@@ -453,6 +455,7 @@ impl Table {
 
     /// Entries with home `home` and key tag `ktag` (the lookup fast path).
     /// Scans the whole neighbourhood: deletions leave holes.
+    #[inline]
     pub(crate) fn scan(&self, home: usize, ktag: u16, mut f: impl FnMut(Entry)) {
         self.matches(home, ktag, |_, e| f(e));
     }
@@ -465,6 +468,7 @@ impl Table {
     /// atomic and checked once more, so `f` only ever sees entries that
     /// match, even if a writer changed a slot in between (an optimistic
     /// reader then fails its version check and retries).
+    #[inline]
     pub(crate) fn matches(&self, home: usize, ktag: u16, mut f: impl FnMut(usize, Entry)) {
         let mut mask = hinted_mask(&self.slots, home, ktag);
         while mask != 0 {
@@ -712,13 +716,20 @@ unsafe fn hinted_mask_avx2(slots: &[AtomicU64], home: usize, ktag: u16) -> u32 {
             want = _mm256_add_epi64(want, step);
         }
     };
-    // Only the lines the hint names: each line read is a cache miss, and
-    // the misses of successive lookups overlap only while the CPU's
-    // line-fill buffers last.
+    // The first two lines always (most neighbourhoods end in them, and
+    // their loads need not wait for the hint's), more only when the hint
+    // names them: each line read is a cache miss, and the misses of
+    // successive lookups overlap only while the CPU's line-fill buffers
+    // last. (Slots are padded to whole lines past the last neighbourhood,
+    // so two lines from any home's line are in the table.)
+    scan(0, &slots[base..base + LINE_SLOTS]);
+    scan(1, &slots[base + LINE_SLOTS..base + 2 * LINE_SLOTS]);
     let hint = (slots[home].load(Relaxed) & HINT_MASK) >> HINT_SHIFT;
     let lines = hinted_lines(home, hint);
-    for (j, line) in slots[base..base + lines * LINE_SLOTS].chunks_exact(LINE_SLOTS).enumerate() {
-        scan(j, line);
+    if lines > 2 {
+        for (j, line) in slots[base..base + lines * LINE_SLOTS].chunks_exact(LINE_SLOTS).enumerate().skip(2) {
+            scan(j, line);
+        }
     }
     (mask >> d) as u32
 }

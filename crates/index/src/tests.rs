@@ -25,7 +25,21 @@ fn small(region_log2: u32) -> Index {
     })
 }
 
+/// The pbas of `hash`'s candidates; checks on the way that `contains`
+/// agrees with `lookup`, on each of them and on a pba that is none of them.
 fn pbas(idx: &Index, hash: u64) -> Vec<u64> {
+    let got: Vec<u64> = idx.lookup(hash).as_slice().iter().map(|e| e.pba()).collect();
+    for &p in &got {
+        assert!(idx.contains(hash, p), "contains misses candidate {p} of {hash:#x}");
+    }
+    let other = got.iter().max().map_or(0, |m| m + 1);
+    assert!(!idx.contains(hash, other), "contains finds {other}, not a candidate of {hash:#x}");
+    got
+}
+
+/// [`pbas`] without the check, for lookups racing writers (which may
+/// change the candidates between the two calls).
+fn pbas_racy(idx: &Index, hash: u64) -> Vec<u64> {
     idx.lookup(hash).as_slice().iter().map(|e| e.pba()).collect()
 }
 
@@ -222,7 +236,7 @@ fn multithreaded_stress_with_resizes() {
     // (old, new); the final pba must end the chain from the first.
     let shared_pba = |k: u64, n: u64| (1u64 << 35) | (k << 24) | n;
     let shared_entry = |idx: &Index, k: u64| -> Vec<u64> {
-        pbas(idx, xorshift(k + 1_000_000)).into_iter().filter(|p| p >> 35 == 1 && (p >> 24) & 0x7ff == k).collect()
+        pbas_racy(idx, xorshift(k + 1_000_000)).into_iter().filter(|p| p >> 35 == 1 && (p >> 24) & 0x7ff == k).collect()
     };
     for k in 0..SHARED {
         idx.insert(xorshift(k + 1_000_000), 1, shared_pba(k, 0)).unwrap();
@@ -267,7 +281,8 @@ fn multithreaded_stress_with_resizes() {
                     }
                 }
                 for (hash, pba) in &mine {
-                    assert!(pbas(&idx, *hash).contains(pba));
+                    assert!(pbas_racy(&idx, *hash).contains(pba));
+                    assert!(idx.contains(*hash, *pba));
                 }
                 mine.len() as u64
             })
@@ -303,7 +318,8 @@ fn concurrent_inserts_and_lookups() {
                     let pba = t * 1_000_000 + i;
                     let hash = xorshift(pba + 1);
                     idx.insert(hash, 1, pba).unwrap();
-                    assert!(pbas(&idx, hash).contains(&pba));
+                    assert!(pbas_racy(&idx, hash).contains(&pba));
+                    assert!(idx.contains(hash, pba));
                 }
             })
         })

@@ -267,7 +267,7 @@ pub(crate) fn run(core: &Core) {
 
 /// Whether the index still points at `pba` for hash `h`.
 fn points_at(core: &Core, h: u64, pba: u64) -> bool {
-    core.index.lookup(h).as_slice().iter().any(|e| e.pba() == pba)
+    core.index.contains(h, pba)
 }
 
 struct Pending {
