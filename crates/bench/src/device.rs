@@ -431,30 +431,6 @@ pub(crate) fn load(store: &Arc<Store>, rt: &Runtime, o: &DeviceBenchOptions) -> 
     Ok(())
 }
 
-/// Write the whole of a freshly created (preallocated) file once, as fio's
-/// fill does before its runs. On ext4 a direct write into a preallocated
-/// but never-written (unwritten) extent converts the extent and takes the
-/// inode lock exclusively, stalling every other read and write of the
-/// file; a device in steady use (and fio's randwrite) writes over blocks
-/// already written, so the store is measured on such a file too.
-pub(crate) fn prefill(dev: &FileDevice, progress: bool) -> Result<(), String> {
-    const CHUNK: u64 = 1 << 20;
-    let size = dev.size_bytes();
-    let bar = crate::progress::Progress::new("writing the file once", size >> 20, progress);
-    let mut buf = granary_store::io::AlignedBuf::zeroed(CHUNK as usize);
-    for at in (0..size).step_by(CHUNK as usize) {
-        if size - at < CHUNK {
-            buf = granary_store::io::AlignedBuf::zeroed((size - at) as usize);
-        }
-        let (b, r) = dev.write_at(buf, at);
-        r.map_err(|e| format!("cannot write {} at {at}: {e}", dev.describe()))?;
-        buf = b;
-        bar.inc(1);
-    }
-    bar.finish();
-    dev.flush().map_err(|e| format!("cannot flush {}: {e}", dev.describe()))
-}
-
 /// Run fio with direct IO through io_uring on `path`, plus `args`; its JSON report.
 pub(crate) fn fio_json(path: &Path, args: &[&str]) -> Result<serde_json::Value, String> {
     let out = Command::new("fio")
@@ -567,10 +543,15 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
         ));
     }
     let result = (|| -> Result<(), String> {
-        let dev = FileDevice::create(&o.path, o.size_bytes, OpenMode::Direct)
-            .map_err(|e| e.to_string())?
-            .with_backend(IoBackend::Uring);
-        prefill(&dev, o.progress)?;
+        // Created written once from end to end (FileDevice::create), as
+        // fio's sequential fill does before fio's runs.
+        let bar = crate::progress::Progress::new("writing the file once (MiB)", o.size_bytes >> 20, o.progress);
+        let dev = FileDevice::create_with_progress(&o.path, o.size_bytes, OpenMode::Direct, &|done, _| {
+            bar.inc((done >> 20).saturating_sub(bar.done()))
+        })
+        .map_err(|e| e.to_string())?
+        .with_backend(IoBackend::Uring);
+        bar.finish();
         let store =
             Arc::new(Store::create(Arc::new(dev), &create, &OpenOptions::default()).map_err(|e| e.to_string())?);
         let cfg = RuntimeConfig {

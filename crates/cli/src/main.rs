@@ -486,6 +486,25 @@ fn progress_bar() -> Option<ProgressHook> {
     progress_bar_for("recovering", true)
 }
 
+/// Progress of a new file's zero fill (`FileDevice::create_with_progress`):
+/// a bar on a terminal, else a log line every few seconds and at the end.
+pub(crate) fn fill_progress() -> impl Fn(u64, u64) {
+    let bar = progress_bar_for("writing zeros", true);
+    let started = std::time::Instant::now();
+    let logged = std::cell::Cell::new(0u64);
+    move |done, total| {
+        if let Some(b) = &bar {
+            (b.0)(done, total);
+            return;
+        }
+        let secs = started.elapsed().as_secs();
+        if (done >= total && secs >= 1) || secs >= logged.get() + 5 {
+            logged.set(secs);
+            tracing::info!(done, total, secs, "writing zeros over the new data file (once, so that no write waits for ext4 to convert a preallocated extent)");
+        }
+    }
+}
+
 /// A progress bar labelled `label` when stderr is a terminal, drawn once
 /// the work has taken half a second; units are bytes or plain steps.
 fn progress_bar_for(label: &'static str, bytes: bool) -> Option<ProgressHook> {
@@ -550,7 +569,13 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 Some(s) => u32::try_from(s).map_err(|_| format!("--stripe-size {s} is too large"))?,
             };
             let d = spec
-                .create(size, stripe, mode(dev.buffered), granary_store::io::IoBackend::Sync)
+                .create_with_progress(
+                    size,
+                    stripe,
+                    mode(dev.buffered),
+                    granary_store::io::IoBackend::Sync,
+                    &fill_progress(),
+                )
                 .map_err(|e| e.to_string())?;
             let store = Store::create(d, &opts, &OpenOptions::default())
                 .inspect_err(|_| spec.remove_files())

@@ -355,9 +355,15 @@ pub fn run(a: Config, progress: Option<granary_store::ProgressHook>) -> Result<(
         let need = (a.max_item_size + 64 * 1024).next_power_of_two();
         let seg = a.segment_size.unwrap_or_else(|| granary_store::options::default_segment_bytes(a.size).max(need));
         let c = CreateOptions { segment_bytes: Some(seg), ..CreateOptions::default() };
-        spec.create(a.size, granary_store::io::stripe::STRIPE_BYTES_DEFAULT, mode, backend)
-            .map_err(granary_store::Error::Device)
-            .and_then(|d| Store::create(d, &c, &opts).inspect_err(|_| spec.remove_files()))
+        spec.create_with_progress(
+            a.size,
+            granary_store::io::stripe::STRIPE_BYTES_DEFAULT,
+            mode,
+            backend,
+            &crate::fill_progress(),
+        )
+        .map_err(granary_store::Error::Device)
+        .and_then(|d| Store::create(d, &c, &opts).inspect_err(|_| spec.remove_files()))
     }
     .map_err(|e| format!("{}: {e}", a.data.display()))?;
     let store = Arc::new(store);

@@ -102,8 +102,22 @@ impl DeviceSpec {
         mode: OpenMode,
         backend: IoBackend,
     ) -> io::Result<Arc<dyn Device>> {
+        self.create_with_progress(size_bytes, stripe_bytes, mode, backend, &|_, _| {})
+    }
+
+    /// [`DeviceSpec::create`], reporting the new files' zero fill
+    /// ([`FileDevice::create_with_progress`]) as `progress(bytes_done,
+    /// bytes_total)` over all members.
+    pub fn create_with_progress(
+        &self,
+        size_bytes: u64,
+        stripe_bytes: u32,
+        mode: OpenMode,
+        backend: IoBackend,
+        progress: &dyn Fn(u64, u64),
+    ) -> io::Result<Arc<dyn Device>> {
         let mut created: Vec<PathBuf> = Vec::new();
-        let r = self.create_inner(size_bytes, stripe_bytes, mode, backend, &mut created);
+        let r = self.create_inner(size_bytes, stripe_bytes, mode, backend, progress, &mut created);
         if r.is_err() {
             for p in created {
                 let _ = std::fs::remove_file(p);
@@ -118,24 +132,34 @@ impl DeviceSpec {
         stripe_bytes: u32,
         mode: OpenMode,
         backend: IoBackend,
+        progress: &dyn Fn(u64, u64),
         created: &mut Vec<PathBuf>,
     ) -> io::Result<Arc<dyn Device>> {
-        let mut make = |p: &Path, size: u64| -> io::Result<Arc<dyn Device>> {
+        let files: Vec<&Path> = self.paths().into_iter().filter(|p| !is_block_device(p)).collect();
+        let per = match self {
+            DeviceSpec::Single(_) => size_bytes,
+            DeviceSpec::Striped(ms) => {
+                (size_bytes / ms.len() as u64).next_multiple_of(stripe_bytes.max(1) as u64) + LABEL_BYTES
+            }
+        };
+        // Each file's fill reports its own bytes; the sum goes out.
+        let total = per * files.len() as u64;
+        let mut before = 0u64;
+        let mut make = |p: &Path| -> io::Result<Arc<dyn Device>> {
             let d = if is_block_device(p) {
                 FileDevice::open(p, mode)?
             } else {
-                let d = FileDevice::create(p, size, mode)?;
+                let d = FileDevice::create_with_progress(p, per, mode, &|done, _| progress(before + done, total))?;
                 created.push(p.to_owned());
+                before += per;
                 d
             };
             Ok(Arc::new(d.with_backend(backend)))
         };
         match self {
-            DeviceSpec::Single(p) => make(p, size_bytes),
+            DeviceSpec::Single(p) => make(p),
             DeviceSpec::Striped(ms) => {
-                let stripe = stripe_bytes.max(1) as u64;
-                let per = (size_bytes / ms.len() as u64).next_multiple_of(stripe) + LABEL_BYTES;
-                let members = ms.iter().map(|m| make(m, per)).collect::<io::Result<Vec<_>>>()?;
+                let members = ms.iter().map(|m| make(m)).collect::<io::Result<Vec<_>>>()?;
                 Ok(Arc::new(StripedDevice::create(members, stripe_bytes)?))
             }
         }
