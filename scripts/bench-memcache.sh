@@ -19,8 +19,11 @@ G=./target/release/granary
 SECS=${SECS:-10}
 # 1. 400K x 1 KiB (390 MiB) in 1 GiB of memcached memory.
 $G bench memcache --keys 400K --memory-mib 1024 --secs "$SECS" --json docs/bench-memcache-fits.json
-# 2. 512K x 1 KiB (512 MiB): 4x the 128 MiB given to memcached and extstore.
-$G bench memcache --keys 512K --memory-mib 128 --secs "$SECS" --json docs/bench-memcache-4x.json
+# 2. 512K x 1 KiB (512 MiB): 4x the 128 MiB given to memcached and extstore;
+#    extstore-capped holds extstore to that memory (+64 MiB), page cache included
+#    (a memory cgroup; needs root).
+$G bench memcache --keys 512K --memory-mib 128 --secs "$SECS" \
+    --peers memcached,extstore,extstore-capped,granary --json docs/bench-memcache-4x.json
 if python3 -c "import matplotlib" 2>/dev/null; then
     python3 scripts/plot_memcache.py docs/bench-memcache.png docs/bench-memcache-fits.json docs/bench-memcache-4x.json
 fi

@@ -12,14 +12,24 @@
 //! slow server cannot hide its queueing). Latencies go to HDR histograms.
 //! Optionally `memcaslap` (libmemcached-tools) drives each peer too, as an
 //! independent client. Results: a table with ratios to memcached, and JSON.
+//!
+//! `extstore-capped` is extstore run in a memory cgroup of `--memory-mib`
+//! plus [`CGROUP_SLACK_MIB`]: the page cache of its file is charged to the
+//! cgroup, so its reads go to the disk once the memory it was given is
+//! full, as Granary's (direct IO) always do. Plain `extstore` may keep its
+//! whole file in the machine's page cache.
 
 use granary_store::io::SplitMix64 as SplitMix;
 use hdrhistogram::Histogram;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// Memory a capped peer's cgroup allows beyond `--memory-mib`: memcached's
+/// hash table, connection buffers and thread stacks, outside its `-m`.
+pub const CGROUP_SLACK_MIB: u64 = 64;
 
 /// How keys are drawn.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -31,8 +41,8 @@ pub enum KeyDist {
 
 #[derive(Debug, Clone)]
 pub struct McBenchOptions {
-    /// Peers to measure: granary, memcached, extstore (started here), or
-    /// `at=IP:PORT` (a server already running).
+    /// Peers to measure: granary, memcached, extstore, extstore-capped
+    /// (started here), or `at=IP:PORT` (a server already running).
     pub peers: Vec<String>,
     pub conns: usize,
     pub keys: u64,
@@ -102,6 +112,11 @@ pub struct PeerResult {
     /// The server's context switches (voluntary and not, all threads) per
     /// operation over the measured phase.
     pub server_switches_per_op: Option<f64>,
+    /// The server's peak resident memory (VmHWM) at the end of the measured
+    /// phase, MiB; and, for a capped peer, the peak its cgroup was charged
+    /// (resident memory plus the page cache of its files), MiB.
+    pub server_peak_rss_mib: Option<f64>,
+    pub cgroup_peak_mib: Option<f64>,
 }
 
 impl PeerResult {
@@ -157,6 +172,91 @@ struct Peer {
     files: Vec<PathBuf>,
     /// Where its stderr goes.
     log: Option<PathBuf>,
+    /// Its memory cgroup, removed after the process (field order: dropped
+    /// after `Peer::drop` has killed and reaped the child).
+    cgroup: Option<MemCgroup>,
+}
+
+/// A memory cgroup (v1 `memory` hierarchy, or v2 with the memory
+/// controller) that limits a peer and the page cache it fills.
+struct MemCgroup {
+    dir: PathBuf,
+    /// The peak-usage file: v1 `memory.max_usage_in_bytes`, v2 `memory.peak`.
+    peak: &'static str,
+}
+
+impl MemCgroup {
+    fn create(name: &str, bytes: u64) -> Result<MemCgroup, String> {
+        let v1 = Path::new("/sys/fs/cgroup/memory");
+        let v2 = Path::new("/sys/fs/cgroup");
+        let (root, limit, peak) = if v1.join("memory.limit_in_bytes").exists() || v1.join("cgroup.procs").exists() {
+            (v1, "memory.limit_in_bytes", "memory.max_usage_in_bytes")
+        } else if std::fs::read_to_string(v2.join("cgroup.controllers")).is_ok_and(|c| c.contains("memory")) {
+            // The children of the root get the controller only once the
+            // root's subtree_control enables it.
+            let _ = std::fs::write(v2.join("cgroup.subtree_control"), "+memory");
+            (v2, "memory.max", "memory.peak")
+        } else {
+            return Err("extstore-capped needs a memory cgroup (cgroup v1 `memory` mounted at \
+                        /sys/fs/cgroup/memory, or cgroup v2 with the memory controller)"
+                .into());
+        };
+        let dir = root.join(format!("granary-bench-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create cgroup {}: {e} (run as root)", dir.display()))?;
+        let cg = MemCgroup { dir, peak };
+        std::fs::write(cg.dir.join(limit), bytes.to_string())
+            .map_err(|e| format!("cannot limit cgroup {} to {bytes} bytes: {e}", cg.dir.display()))?;
+        Ok(cg)
+    }
+
+    /// Its `cgroup.procs`, as a C string for the child to write before exec.
+    fn procs(&self) -> Result<std::ffi::CString, String> {
+        std::ffi::CString::new(self.dir.join("cgroup.procs").into_os_string().into_encoded_bytes())
+            .map_err(|e| e.to_string())
+    }
+
+    fn peak_mib(&self) -> Option<f64> {
+        let b: u64 = std::fs::read_to_string(self.dir.join(self.peak)).ok()?.trim().parse().ok()?;
+        Some(b as f64 / (1 << 20) as f64)
+    }
+}
+
+impl Drop for MemCgroup {
+    fn drop(&mut self) {
+        // Empty once its process is reaped; the page cache it was charged
+        // moves to the parent.
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Put the calling process in the cgroup whose `cgroup.procs` is `procs`:
+/// for `pre_exec`, so only async-signal-safe calls (open, write, close).
+fn join_cgroup(procs: &std::ffi::CStr) -> std::io::Result<()> {
+    // SAFETY: open with a NUL-terminated path and constant flags.
+    let fd = unsafe { libc::open(procs.as_ptr(), libc::O_WRONLY) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // "0" names the writing process itself (v1 and v2).
+    // SAFETY: write of a 1-byte static buffer to the fd just opened.
+    let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: close of the fd this function opened.
+    unsafe { libc::close(fd) };
+    if n == 1 {
+        Ok(())
+    } else {
+        Err(err)
+    }
+}
+
+/// Peak resident memory (VmHWM) of process `pid`, MiB.
+fn peak_rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 =
+        status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    Some(kib / 1024.0)
 }
 
 impl Peer {
@@ -233,13 +333,14 @@ fn start_peer(name: &str, o: &McBenchOptions) -> Result<Peer, String> {
     if let Some(a) = name.strip_prefix("at=") {
         let addr: SocketAddr = a.parse().map_err(|e| format!("peer {name:?}: {e} (at=IP:PORT)"))?;
         TcpStream::connect(addr).map_err(|e| format!("peer {name:?}: cannot connect: {e}"))?;
-        return Ok(Peer { child: None, addr, files: Vec::new(), log: None });
+        return Ok(Peer { child: None, addr, files: Vec::new(), log: None, cgroup: None });
     }
     std::fs::create_dir_all(&o.dir).map_err(|e| format!("cannot create {}: {e}", o.dir.display()))?;
     let port = free_port()?;
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let threads = o.server_threads.to_string();
     let mem = o.memory_mib.to_string();
+    let mut cgroup = None;
     let (mut cmd, files) = match name {
         "granary" => {
             let data = o.dir.join("bench-memcache-granary.db");
@@ -250,7 +351,7 @@ fn start_peer(name: &str, o: &McBenchOptions) -> Result<Peer, String> {
             c.args(["-p", &port.to_string(), "-t", &threads, "-c", "4096"]);
             (c, vec![data])
         }
-        "memcached" | "extstore" => {
+        "memcached" | "extstore" | "extstore-capped" => {
             let bin =
                 crate::memcache::which("memcached").ok_or("memcached is not installed (apt-get install memcached)")?;
             let mut c = Command::new(bin);
@@ -260,7 +361,7 @@ fn start_peer(name: &str, o: &McBenchOptions) -> Result<Peer, String> {
                 c.args(["-u", "root"]);
             }
             let mut files = Vec::new();
-            if name == "extstore" {
+            if name != "memcached" {
                 let f = o.dir.join("bench-memcache-extstore");
                 let _ = std::fs::remove_file(&f);
                 let gib = (o.disk_bytes >> 30).max(1);
@@ -277,16 +378,27 @@ fn start_peer(name: &str, o: &McBenchOptions) -> Result<Peer, String> {
                 c.args(["-o", &opts]);
                 files.push(f);
             }
+            if name == "extstore-capped" {
+                let cg = MemCgroup::create(name, (o.memory_mib + CGROUP_SLACK_MIB) << 20)?;
+                let procs = cg.procs()?;
+                use std::os::unix::process::CommandExt;
+                // SAFETY: the closure runs in the child between fork and
+                // exec and makes only async-signal-safe calls (join_cgroup).
+                unsafe { c.pre_exec(move || join_cgroup(&procs)) };
+                cgroup = Some(cg);
+            }
             (c, files)
         }
-        other => return Err(format!("unknown peer {other:?} (granary, memcached, extstore, at=IP:PORT)")),
+        other => {
+            return Err(format!("unknown peer {other:?} (granary, memcached, extstore, extstore-capped, at=IP:PORT)"))
+        }
     };
     // The server's own output goes to a log next to its data, kept after
     // the run (its tail is printed when the peer fails).
     let log = o.dir.join(format!("bench-memcache-{name}.log"));
     let err = std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
     let child = cmd.stdout(Stdio::null()).stderr(err).spawn().map_err(|e| format!("starting {name}: {e}"))?;
-    let mut peer = Peer { child: Some(child), addr, files, log: Some(log) };
+    let mut peer = Peer { child: Some(child), addr, files, log: Some(log), cgroup };
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(addr).is_err() {
         if let Some(Ok(Some(st))) = peer.child.as_mut().map(|c| c.try_wait()) {
@@ -355,6 +467,41 @@ impl Conn {
 }
 
 /// Set every key once, `conns` connections in parallel, pipelined.
+/// memcached's transient refusal while its slab mover frees pages (seen
+/// with extstore during loads that fill its memory).
+const OUT_OF_MEMORY: &str = "SERVER_ERROR out of memory";
+
+/// Retries of refused loads each loader thread may spend, in all; one
+/// every [`LOAD_RETRY_PAUSE`], so a server that stays full fails the load
+/// within about 20 s instead of hanging it.
+const LOAD_RETRY_BUDGET: u32 = 1000;
+const LOAD_RETRY_PAUSE: Duration = Duration::from_millis(20);
+
+/// Set `k` again until the server stores it, pausing between tries, out of
+/// the thread's `budget`.
+fn retry_set(c: &mut Conn, k: &str, value: &[u8], budget: &mut u32) -> std::io::Result<()> {
+    loop {
+        if *budget == 0 {
+            return Err(std::io::Error::other(format!(
+                "load: {} after {LOAD_RETRY_BUDGET} retries",
+                c.line.trim_end()
+            )));
+        }
+        *budget -= 1;
+        std::thread::sleep(LOAD_RETRY_PAUSE);
+        let mut req = format!("set {k} 0 0 {}\r\n", value.len()).into_bytes();
+        req.extend_from_slice(value);
+        req.extend_from_slice(b"\r\n");
+        c.w.write_all(&req)?;
+        if c.set_reply()? {
+            return Ok(());
+        }
+        if !c.line.starts_with(OUT_OF_MEMORY) {
+            return Err(std::io::Error::other(format!("load: {}", c.line.trim_end())));
+        }
+    }
+}
+
 fn load(addr: SocketAddr, o: &McBenchOptions, value: &[u8]) -> Result<f64, String> {
     let t0 = Instant::now();
     let progress = std::sync::Arc::new(crate::progress::Progress::new("loading keys", o.keys, true));
@@ -365,6 +512,7 @@ fn load(addr: SocketAddr, o: &McBenchOptions, value: &[u8]) -> Result<f64, Strin
             std::thread::spawn(move || -> std::io::Result<()> {
                 let mut c = Conn::new(addr)?;
                 let mine: Vec<u64> = (t as u64..keys).step_by(n as usize).collect();
+                let mut retry_budget = LOAD_RETRY_BUDGET;
                 for batch in mine.chunks(64) {
                     let mut req = Vec::new();
                     for &i in batch {
@@ -373,10 +521,17 @@ fn load(addr: SocketAddr, o: &McBenchOptions, value: &[u8]) -> Result<f64, Strin
                         req.extend_from_slice(b"\r\n");
                     }
                     c.w.write_all(&req)?;
-                    for _ in batch {
+                    let mut refused = Vec::new();
+                    for &i in batch {
                         if !c.set_reply()? {
-                            return Err(std::io::Error::other(format!("load: {}", c.line.trim_end())));
+                            if !c.line.starts_with(OUT_OF_MEMORY) {
+                                return Err(std::io::Error::other(format!("load: {}", c.line.trim_end())));
+                            }
+                            refused.push(i);
                         }
+                    }
+                    for i in refused {
+                        retry_set(&mut c, &key(i), &value, &mut retry_budget)?;
                     }
                     progress.inc(batch.len() as u64);
                 }
@@ -542,6 +697,8 @@ pub fn run(o: &McBenchOptions) -> Result<Vec<PeerResult>, String> {
             (Some(b), Some(a)) if m.ops > 0 => Some(b.saturating_sub(a) as f64 / m.ops as f64),
             _ => None,
         };
+        let server_peak_rss_mib = pid.and_then(peak_rss_mib);
+        let cgroup_peak_mib = peer.cgroup.as_ref().and_then(MemCgroup::peak_mib);
         let memcaslap_ops = if o.memcaslap {
             eprintln!("bench memcache: {name}: memcaslap");
             Some(memcaslap(peer.addr, o).map_err(|e| peer.failed(name, e))?)
@@ -562,6 +719,8 @@ pub fn run(o: &McBenchOptions) -> Result<Vec<PeerResult>, String> {
             memcaslap_ops,
             server_cpu_us_per_op,
             server_switches_per_op,
+            server_peak_rss_mib,
+            cgroup_peak_mib,
         });
     }
     Ok(results)
@@ -580,7 +739,7 @@ pub fn render(o: &McBenchOptions, r: &[PeerResult]) -> String {
         o.secs
     );
     s += &format!(
-        "{:<10} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>11}\n",
+        "{:<15} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8} {:>11}\n",
         "peer",
         "ops/s",
         "ratio",
@@ -591,12 +750,13 @@ pub fn render(o: &McBenchOptions, r: &[PeerResult]) -> String {
         "max us",
         "cpu us/op",
         "cs/op",
+        "mem MiB",
         "memcaslap/s"
     );
     for p in r {
         let ratio = base.map_or("-".to_string(), |b| format!("{:.2}", p.ops_per_sec() / b));
         s += &format!(
-            "{:<10} {:>10.0} {:>7} {:>7.1}% {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9} {:>7} {:>11}\n",
+            "{:<15} {:>10.0} {:>7} {:>7.1}% {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9} {:>7} {:>8} {:>11}\n",
             p.peer,
             p.ops_per_sec(),
             ratio,
@@ -607,6 +767,7 @@ pub fn render(o: &McBenchOptions, r: &[PeerResult]) -> String {
             p.get_us[3].max(p.set_us[3]),
             p.server_cpu_us_per_op.map_or("-".into(), |v| format!("{v:.1}")),
             p.server_switches_per_op.map_or("-".into(), |v| format!("{v:.2}")),
+            p.cgroup_peak_mib.or(p.server_peak_rss_mib).map_or("-".into(), |v| format!("{v:.0}")),
             p.memcaslap_ops.map_or("-".into(), |v| format!("{v:.0}")),
         );
     }
@@ -627,6 +788,8 @@ pub fn to_json(o: &McBenchOptions, r: &[PeerResult]) -> serde_json::Value {
             "memcaslap_ops_per_sec": p.memcaslap_ops,
             "server_cpu_us_per_op": p.server_cpu_us_per_op,
             "server_switches_per_op": p.server_switches_per_op,
+            "server_peak_rss_mib": p.server_peak_rss_mib,
+            "cgroup_peak_mib": p.cgroup_peak_mib,
         })).collect::<Vec<_>>(),
     })
 }
@@ -664,6 +827,14 @@ mod tests {
         assert_eq!(parse_cpu_ticks("4242 (x) S 1 2"), None, "a short line is refused");
         let own = cpu_secs(std::process::id()).expect("this process's own stat");
         assert!(own >= 0.0);
+    }
+
+    #[test]
+    fn peak_rss_is_read_from_status() {
+        let mib = peak_rss_mib(std::process::id()).expect("this process's own VmHWM");
+        // A test binary holds at least a few hundred KiB, far less than 1 TiB.
+        assert!(mib > 0.1 && mib < 1e6, "{mib}");
+        assert_eq!(peak_rss_mib(u32::MAX), None);
     }
 
     #[test]

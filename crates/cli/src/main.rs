@@ -268,8 +268,10 @@ enum BenchCmd {
 
 #[derive(clap::Args)]
 struct MemcacheBenchArgs {
-    /// Peers, comma-separated: granary, memcached, extstore (each started
-    /// for the run), or at=IP:PORT for a server already running.
+    /// Peers, comma-separated: granary, memcached, extstore,
+    /// extstore-capped (extstore in a memory cgroup of --memory-mib + 64 MiB,
+    /// its page cache included; needs root) (each started for the run), or
+    /// at=IP:PORT for a server already running.
     #[arg(long, value_delimiter = ',', default_value = "memcached,extstore,granary")]
     peers: Vec<String>,
     /// Client connections (one thread each).

@@ -265,6 +265,53 @@ fn bench_memcache_drives_granary_serve_and_reports_json() {
     assert!(!dir.path().join("bench-memcache-granary.db").exists());
 }
 
+/// The capped extstore peer runs memcached in a memory cgroup: its peak
+/// charge (page cache included) is reported and stays within the limit,
+/// and the cgroup is removed afterwards. Needs memcached, root and a
+/// memory cgroup hierarchy; skipped (with a line saying so) without them.
+#[test]
+fn bench_memcache_caps_extstore_in_a_memory_cgroup() {
+    let has_memcached =
+        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("memcached").is_file()));
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let v1 = std::path::Path::new("/sys/fs/cgroup/memory");
+    let cgroups = v1.join("cgroup.procs").exists()
+        || std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers").is_ok_and(|c| c.contains("memory"));
+    if !has_memcached && std::env::var_os("GRANARY_REQUIRE_PEERS").is_some() {
+        panic!("memcached is required (scripts/test.sh installs it)");
+    }
+    if !(has_memcached && root && cgroups) {
+        eprintln!("skipped: needs memcached ({has_memcached}), root ({root}) and a memory cgroup ({cgroups})");
+        return;
+    }
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let json = dir.path().join("r.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_granary"))
+        .args(["bench", "memcache", "--peers", "extstore-capped", "--keys", "2000", "--conns", "4", "--secs", "0.5"])
+        .args(["--disk", "1G", "--memory-mib", "64", "--no-memcaslap", "--value-bytes", "100", "--dir"])
+        .arg(dir.path())
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let p = &v["peers"][0];
+    assert_eq!(p["peer"], "extstore-capped");
+    assert!(p["ops"].as_u64().unwrap() > 0, "{p}");
+    let peak = p["cgroup_peak_mib"].as_f64().unwrap_or_else(|| panic!("no cgroup peak: {p}"));
+    assert!(peak > 0.0 && peak <= 64.0 + 64.0, "peak {peak} MiB beyond the 128 MiB limit");
+    assert!(p["server_peak_rss_mib"].as_f64().unwrap() > 0.0, "{p}");
+    let root = if v1.exists() { v1 } else { std::path::Path::new("/sys/fs/cgroup") };
+    let left: Vec<_> = std::fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("granary-bench-extstore-capped-"))
+        .collect();
+    assert!(left.is_empty(), "cgroups left behind: {left:?}");
+}
+
 fn granary(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_granary")).args(args).output().unwrap()
 }
