@@ -795,9 +795,21 @@ impl Core {
     }
 
     /// Whether every one of `entries` is in the index under hash `h`.
+    /// One entry (a found record, the common case) is asked with
+    /// [`Index::contains`](granary_index::Index::contains), which gathers no
+    /// candidates: the record at that location under `h` is the one read
+    /// (a location is reused only once GC has moved every entry out of its
+    /// segment). None (no candidate at the lookup) needs no second look:
+    /// the key was absent then.
     fn still_indexed(&self, h: u64, entries: &[Entry]) -> bool {
-        let now = self.index.lookup(h);
-        entries.iter().all(|e| now.as_slice().contains(e))
+        match entries {
+            [] => true,
+            [e] => self.index.contains(h, e.pba()),
+            _ => {
+                let now = self.index.lookup(h);
+                entries.iter().all(|e| now.as_slice().contains(e))
+            }
+        }
     }
 
     /// Whether a found version is a value that has not expired.
