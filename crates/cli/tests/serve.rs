@@ -237,20 +237,29 @@ fn a_stripe_set_serves_and_comes_back_after_a_crash() {
     assert!(s.signal(SIGTERM).success());
 }
 
-#[test]
-fn bench_memcache_drives_granary_serve_and_reports_json() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let json = dir.path().join("r.json");
+/// A short `granary bench memcache` (2000 keys of 100 bytes, 4
+/// connections, 0.5 s, no memcaslap) with `args`, its files in `dir`:
+/// its output, which must say it succeeded, and its JSON report.
+fn bench_memcache(dir: &std::path::Path, args: &[&str]) -> (std::process::Output, serde_json::Value) {
+    let json = dir.join("r.json");
     let out = Command::new(env!("CARGO_BIN_EXE_granary"))
-        .args(["bench", "memcache", "--peers", "granary", "--keys", "2000", "--conns", "4", "--secs", "0.5"])
-        .args(["--disk", "64M", "--no-memcaslap", "--value-bytes", "100", "--dist", "zipf", "--dir"])
-        .arg(dir.path())
+        .args(["bench", "memcache", "--keys", "2000", "--conns", "4", "--secs", "0.5", "--no-memcaslap"])
+        .args(["--value-bytes", "100"])
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
         .arg("--json")
         .arg(&json)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    (out, serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap())
+}
+
+#[test]
+fn bench_memcache_drives_granary_serve_and_reports_json() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (out, v) = bench_memcache(dir.path(), &["--peers", "granary", "--disk", "64M", "--dist", "zipf"]);
     let p = &v["peers"][0];
     assert_eq!(p["peer"], "granary");
     assert!(p["ops"].as_u64().unwrap() > 0);
@@ -286,17 +295,7 @@ fn bench_memcache_caps_extstore_in_a_memory_cgroup() {
         return;
     }
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let json = dir.path().join("r.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_granary"))
-        .args(["bench", "memcache", "--peers", "extstore-capped", "--keys", "2000", "--conns", "4", "--secs", "0.5"])
-        .args(["--disk", "1G", "--memory-mib", "64", "--no-memcaslap", "--value-bytes", "100", "--dir"])
-        .arg(dir.path())
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let (_, v) = bench_memcache(dir.path(), &["--peers", "extstore-capped", "--disk", "1G", "--memory-mib", "64"]);
     let p = &v["peers"][0];
     assert_eq!(p["peer"], "extstore-capped");
     assert!(p["ops"].as_u64().unwrap() > 0, "{p}");

@@ -116,25 +116,6 @@ impl DeviceSpec {
         backend: IoBackend,
         progress: &dyn Fn(u64, u64),
     ) -> io::Result<Arc<dyn Device>> {
-        let mut created: Vec<PathBuf> = Vec::new();
-        let r = self.create_inner(size_bytes, stripe_bytes, mode, backend, progress, &mut created);
-        if r.is_err() {
-            for p in created {
-                let _ = std::fs::remove_file(p);
-            }
-        }
-        r
-    }
-
-    fn create_inner(
-        &self,
-        size_bytes: u64,
-        stripe_bytes: u32,
-        mode: OpenMode,
-        backend: IoBackend,
-        progress: &dyn Fn(u64, u64),
-        created: &mut Vec<PathBuf>,
-    ) -> io::Result<Arc<dyn Device>> {
         let files: Vec<&Path> = self.paths().into_iter().filter(|p| !is_block_device(p)).collect();
         let per = match self {
             DeviceSpec::Single(_) => size_bytes,
@@ -145,6 +126,7 @@ impl DeviceSpec {
         // Each file's fill reports its own bytes; the sum goes out.
         let total = per * files.len() as u64;
         let mut before = 0u64;
+        let mut created: Vec<PathBuf> = Vec::new();
         let mut make = |p: &Path| -> io::Result<Arc<dyn Device>> {
             let d = if is_block_device(p) {
                 FileDevice::open(p, mode)?
@@ -156,13 +138,20 @@ impl DeviceSpec {
             };
             Ok(Arc::new(d.with_backend(backend)))
         };
-        match self {
+        let r = match self {
             DeviceSpec::Single(p) => make(p),
-            DeviceSpec::Striped(ms) => {
-                let members = ms.iter().map(|m| make(m)).collect::<io::Result<Vec<_>>>()?;
-                Ok(Arc::new(StripedDevice::create(members, stripe_bytes)?))
+            DeviceSpec::Striped(ms) => ms
+                .iter()
+                .map(|m| make(m))
+                .collect::<io::Result<Vec<_>>>()
+                .and_then(|members| Ok(Arc::new(StripedDevice::create(members, stripe_bytes)?) as Arc<dyn Device>)),
+        };
+        if r.is_err() {
+            for p in created {
+                let _ = std::fs::remove_file(p);
             }
         }
+        r
     }
 
     /// Remove the files a failed creation left (not block devices).
@@ -201,7 +190,19 @@ mod tests {
         let b = dir.path().join("b");
         let spec = DeviceSpec::parse(Path::new(&format!("{},{}", a.display(), b.display()))).unwrap();
         assert!(!spec.exists().unwrap());
-        let d = spec.create(1 << 20, 64 * 1024, OpenMode::Direct, IoBackend::Sync).unwrap();
+        // The members' zero fills are reported as one sum, growing to it.
+        let seen = std::sync::Mutex::new(Vec::new());
+        let d = spec
+            .create_with_progress(1 << 20, 64 * 1024, OpenMode::Direct, IoBackend::Sync, &|d, t| {
+                seen.lock().unwrap().push((d, t))
+            })
+            .unwrap();
+        let seen = seen.into_inner().unwrap();
+        let total = 2 * ((1 << 19) + LABEL_BYTES);
+        assert!(seen.iter().all(|&(_, t)| t == total), "{seen:?}");
+        assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0), "{seen:?}");
+        assert_eq!(seen.last(), Some(&(total, total)));
+        assert!(seen.contains(&(total / 2, total)), "the first member's end: {seen:?}");
         assert_eq!(d.size_bytes(), 1 << 20);
         assert!(d.describe().starts_with("RAID-0 of 2 members"), "{}", d.describe());
         drop(d);
