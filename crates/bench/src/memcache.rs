@@ -216,8 +216,12 @@ impl MemCgroup {
             .map_err(|e| e.to_string())
     }
 
+    /// The peak charge, or (kernels before 5.19 have no v2 `memory.peak`)
+    /// the charge now.
     fn peak_mib(&self) -> Option<f64> {
-        let b: u64 = std::fs::read_to_string(self.dir.join(self.peak)).ok()?.trim().parse().ok()?;
+        let read = |f: &str| -> Option<u64> { std::fs::read_to_string(self.dir.join(f)).ok()?.trim().parse().ok() };
+        let now = if self.peak == "memory.peak" { "memory.current" } else { "memory.usage_in_bytes" };
+        let b = read(self.peak).or_else(|| read(now))?;
         Some(b as f64 / (1 << 20) as f64)
     }
 }
@@ -466,7 +470,6 @@ impl Conn {
     }
 }
 
-/// Set every key once, `conns` connections in parallel, pipelined.
 /// memcached's transient refusal while its slab mover frees pages (seen
 /// with extstore during loads that fill its memory).
 const OUT_OF_MEMORY: &str = "SERVER_ERROR out of memory";
@@ -502,6 +505,7 @@ fn retry_set(c: &mut Conn, k: &str, value: &[u8], budget: &mut u32) -> std::io::
     }
 }
 
+/// Set every key once, `conns` connections in parallel, pipelined.
 fn load(addr: SocketAddr, o: &McBenchOptions, value: &[u8]) -> Result<f64, String> {
     let t0 = Instant::now();
     let progress = std::sync::Arc::new(crate::progress::Progress::new("loading keys", o.keys, true));

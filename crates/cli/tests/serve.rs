@@ -285,8 +285,21 @@ fn bench_memcache_caps_extstore_in_a_memory_cgroup() {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let v1 = std::path::Path::new("/sys/fs/cgroup/memory");
-    let cgroups = v1.join("cgroup.procs").exists()
-        || std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers").is_ok_and(|c| c.contains("memory"));
+    // A child cgroup with a memory limit must be possible here (not so in
+    // some containers, whose cgroup v2 root cannot delegate the controller).
+    let cgroups = root && {
+        let v2 = std::path::Path::new("/sys/fs/cgroup");
+        let (base, limit) = if v1.join("cgroup.procs").exists() {
+            (v1, "memory.limit_in_bytes")
+        } else {
+            let _ = std::fs::write(v2.join("cgroup.subtree_control"), "+memory");
+            (v2, "memory.max")
+        };
+        let probe = base.join(format!("granary-probe-{}", std::process::id()));
+        let ok = std::fs::create_dir(&probe).is_ok() && std::fs::write(probe.join(limit), "134217728").is_ok();
+        let _ = std::fs::remove_dir(&probe);
+        ok
+    };
     if !has_memcached && std::env::var_os("GRANARY_REQUIRE_PEERS").is_some() {
         panic!("memcached is required (scripts/test.sh installs it)");
     }

@@ -126,7 +126,8 @@ impl FileDevice {
         if rc != 0 {
             let err = io::Error::last_os_error();
             match err.raw_os_error() {
-                // The zero fill below still allocates every block.
+                // In direct mode the zero fill below still allocates every
+                // block; a buffered file stays sparse.
                 Some(libc::EOPNOTSUPP) => file.set_len(size_bytes)?,
                 _ => return Err(annotate(err, "cannot preallocate", path)),
             }
@@ -308,9 +309,11 @@ impl FileDevice {
 }
 
 /// Write zeros over `[0, size)` of a file opened with O_DIRECT, in
-/// [`ZERO_FILL_CHUNK_BYTES`] writes; a tail shorter than 4 KiB (a size
-/// that is not a multiple of the block) is left as preallocated, as the
-/// device never uses it.
+/// [`ZERO_FILL_CHUNK_BYTES`] writes (4 KiB-aligned, which every direct-IO
+/// file accepts). A tail shorter than 4 KiB (a size that is not a multiple
+/// of 4 KiB) is left as preallocated: with 512-byte blocks the device uses
+/// up to 3.5 KiB of it, whose first write may still be converted under the
+/// inode lock once.
 fn zero_fill(file: &File, size: u64, progress: &dyn Fn(u64, u64)) -> io::Result<()> {
     let end = size - size % 4096;
     let zeros = AlignedBuf::zeroed_heap(ZERO_FILL_CHUNK_BYTES.min(end as usize).max(4096));
