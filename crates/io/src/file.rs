@@ -132,21 +132,19 @@ impl FileDevice {
                 _ => return Err(annotate(err, "cannot preallocate", path)),
             }
         }
-        drop(file);
-        if mode == OpenMode::Direct {
-            let mut opts = OpenOptions::new();
-            opts.write(true).custom_flags(libc::O_DIRECT);
-            let direct = match opts.open(path) {
-                Ok(f) => f,
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Err(refuses_direct(path)),
-                Err(e) => return Err(annotate(e, "cannot open", path)),
-            };
-            zero_fill(&direct, size_bytes, progress).map_err(|e| annotate(e, "cannot write zeros to", path))?;
-            direct.sync_all().map_err(|e| annotate(e, "cannot sync", path))
-        } else {
-            let f = OpenOptions::new().write(true).open(path).map_err(|e| annotate(e, "cannot open", path))?;
-            f.sync_all().map_err(|e| annotate(e, "cannot sync", path))
+        if mode == OpenMode::Buffered {
+            return file.sync_all().map_err(|e| annotate(e, "cannot sync", path));
         }
+        drop(file);
+        let mut opts = OpenOptions::new();
+        opts.write(true).custom_flags(libc::O_DIRECT);
+        let direct = match opts.open(path) {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Err(refuses_direct(path)),
+            Err(e) => return Err(annotate(e, "cannot open", path)),
+        };
+        zero_fill(&direct, size_bytes, progress).map_err(|e| annotate(e, "cannot write zeros to", path))?;
+        direct.sync_all().map_err(|e| annotate(e, "cannot sync", path))
     }
 
     /// Open an existing file or block device.
