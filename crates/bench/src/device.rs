@@ -547,7 +547,8 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
         // fio's sequential fill does before fio's runs.
         let bar = crate::progress::Progress::new("writing the file once (MiB)", o.size_bytes >> 20, o.progress);
         let dev = FileDevice::create_with_progress(&o.path, o.size_bytes, OpenMode::Direct, &|done, _| {
-            bar.inc((done >> 20).saturating_sub(bar.done()))
+            bar.inc((done >> 20).saturating_sub(bar.done()));
+            Ok(())
         })
         .map_err(|e| e.to_string())?
         .with_backend(IoBackend::Uring);

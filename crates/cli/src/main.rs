@@ -488,22 +488,72 @@ fn progress_bar() -> Option<ProgressHook> {
     progress_bar_for("recovering", true)
 }
 
+/// Block SIGTERM and SIGINT in this thread (and every thread started
+/// after): `granary serve` receives them with `sigwait`, and the zero fill
+/// of a new file ([`fill_progress`]) stops when one is pending.
+pub(crate) fn block_stop_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data, initialised by sigemptyset before use;
+    // pthread_sigmask only reads the set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// SIGTERM or SIGINT when one is pending (blocked by
+/// [`block_stop_signals`] and not yet received).
+fn pending_stop_signal() -> Option<&'static str> {
+    // SAFETY: sigpending fills the set it is given; sigismember reads it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        if libc::sigpending(&mut set) != 0 {
+            return None;
+        }
+        if libc::sigismember(&set, libc::SIGTERM) == 1 {
+            Some("SIGTERM")
+        } else if libc::sigismember(&set, libc::SIGINT) == 1 {
+            Some("SIGINT")
+        } else {
+            None
+        }
+    }
+}
+
 /// Progress of a new file's zero fill (`FileDevice::create_with_progress`):
-/// a bar on a terminal, else a log line every few seconds and at the end.
-pub(crate) fn fill_progress() -> impl Fn(u64, u64) {
+/// a bar on a terminal, else a log line at the start, every few seconds and
+/// at the end. A pending SIGTERM or SIGINT (blocked by the caller with
+/// [`block_stop_signals`]) stops the fill with an error; the creation then
+/// removes the file, so an interrupted start leaves nothing behind.
+pub(crate) fn fill_progress() -> impl Fn(u64, u64) -> std::io::Result<()> {
     let bar = progress_bar_for("writing zeros", true);
     let started = std::time::Instant::now();
     let logged = std::cell::Cell::new(0u64);
     move |done, total| {
+        if let Some(sig) = pending_stop_signal() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Interrupted,
+                format!(
+                    "creation stopped by {sig} while writing zeros over the new file ({} of {} MiB); \
+                     the file is removed",
+                    done >> 20,
+                    total >> 20
+                ),
+            ));
+        }
         if let Some(b) = &bar {
             (b.0)(done, total);
-            return;
+            return Ok(());
         }
         let secs = started.elapsed().as_secs();
-        if (done >= total && secs >= 1) || secs >= logged.get() + 5 {
+        if done == 0 || (done >= total && secs >= 1) || secs >= logged.get() + 5 {
             logged.set(secs);
             tracing::info!(done, total, secs, "writing zeros over the new data file (once, so that no write waits for ext4 to convert a preallocated extent)");
         }
+        Ok(())
     }
 }
 
@@ -543,6 +593,8 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
     match cli.cmd {
         Cmd::Serve(a) => run_serve(serve::Config::resolve(&a)?),
         Cmd::Create { dev, size, segment_size, grain, stripe_size, if_absent } => {
+            // Ctrl-C during the zero fill stops it and removes the file.
+            block_stop_signals();
             let spec = granary_store::io::DeviceSpec::parse(&dev.path).map_err(|e| e.to_string())?;
             let exists = spec.exists().map_err(|e| e.to_string())?;
             if if_absent && exists {

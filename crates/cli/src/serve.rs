@@ -301,21 +301,6 @@ impl Config {
     }
 }
 
-/// Block SIGTERM and SIGINT in this thread (and every thread started after)
-/// so `wait_for_signal` receives them.
-fn block_signals() -> libc::sigset_t {
-    // SAFETY: sigset_t is plain data, initialised by sigemptyset before use;
-    // pthread_sigmask only reads the set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
-}
-
 fn wait_for_signal(set: &libc::sigset_t) -> i32 {
     let mut sig = 0;
     // SAFETY: `set` is an initialised signal set; sigwait writes `sig`.
@@ -324,7 +309,7 @@ fn wait_for_signal(set: &libc::sigset_t) -> i32 {
 }
 
 pub fn run(a: Config, progress: Option<granary_store::ProgressHook>) -> Result<(), String> {
-    let signals = block_signals();
+    let signals = crate::block_stop_signals();
     let mode = if a.buffered { OpenMode::Buffered } else { OpenMode::Direct };
     let opts = OpenOptions {
         durability: if a.flush { Durability::Flush } else { Durability::Direct },

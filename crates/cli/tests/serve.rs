@@ -328,6 +328,70 @@ fn granary(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_granary")).args(args).output().unwrap()
 }
 
+/// A stop signal during the zero fill of a new data file (seconds per
+/// GiB-sized file, minutes for a large one) stops the creation and removes
+/// the file, for `granary serve` (SIGTERM) and `granary create` (SIGINT,
+/// Ctrl-C); a second server started meanwhile is refused (the new file is
+/// locked from the start); and the path is free for the next start.
+#[test]
+fn a_stop_signal_during_the_zero_fill_removes_the_new_file() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("big.db");
+    let d = data.to_str().unwrap();
+    // 4 GiB: about 2 s of writing on this machine's disk, so the signal
+    // lands inside the fill.
+    let port = free_port().to_string();
+    let serve = ["serve", "--data", d, "--size", "4G", "-p", &port, "-t", "1", "--no-native"];
+    let create = ["create", d, "--size", "4G"];
+    for (args, sig, name) in [(&serve[..], SIGTERM, "SIGTERM"), (&create[..], SIGINT, "SIGINT")] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_granary"))
+            .args(args)
+            .env("GRANARY_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut log = String::new();
+        loop {
+            let mut line = String::new();
+            assert!(err.read_line(&mut line).unwrap() > 0, "{args:?} exited before its fill:\n{log}");
+            log.push_str(&line);
+            if line.contains("writing zeros over the new data file") {
+                break;
+            }
+        }
+        if name == "SIGTERM" {
+            let second = granary(&["serve", "--data", d, "-p", &free_port().to_string(), "--no-native"]);
+            let text = String::from_utf8_lossy(&second.stderr);
+            assert!(!second.status.success() && text.contains("in use by another process"), "{text}");
+        }
+        // SAFETY: kill with a pid of our own child.
+        unsafe { libc_kill(child.id() as i32, sig) };
+        // Bounded: a fill that ignored the signal would go on serving.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{args:?} did not exit within 60 s of {name}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        err.read_to_string(&mut log).unwrap();
+        // An error exit (not death by the signal), after the clean-up.
+        assert_eq!(status.code(), Some(2), "{args:?}: {log}");
+        assert!(log.contains(&format!("creation stopped by {name} while writing zeros")), "{args:?}: {log}");
+        assert!(!data.exists(), "{args:?} left {}", data.display());
+    }
+    let s = Serve::start(&data);
+    assert_eq!(s.call(b"set k 0 0 1\r\nv\r\n"), b"STORED\r\n");
+    assert_eq!(s.signal(SIGTERM).code(), Some(0));
+}
+
 #[test]
 fn cli_get_put_del_against_a_server_over_the_native_protocol() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();

@@ -76,11 +76,20 @@ impl FileDevice {
     /// written once with zeros, see [`FileDevice::create_with_progress`])
     /// and open it. Fails if the file exists.
     pub fn create(path: &Path, size_bytes: u64, mode: OpenMode) -> io::Result<FileDevice> {
-        Self::create_with_progress(path, size_bytes, mode, &|_, _| {})
+        Self::create_with_progress(path, size_bytes, mode, &|_, _| Ok(()))
     }
 
     /// [`FileDevice::create`], reporting the zero fill's progress as
-    /// `progress(bytes_done, bytes_total)`.
+    /// `progress(bytes_done, bytes_total)`, once before the first write and
+    /// after each write of [`ZERO_FILL_CHUNK_BYTES`]. An error from
+    /// `progress` stops the fill (a caller's way to cancel it, e.g. on
+    /// SIGINT): the file is removed and the error returned as it is.
+    ///
+    /// The new file is locked (`flock`, as [`FileDevice::open`] does) from
+    /// the moment it exists, on the one descriptor that fills it and that
+    /// the device keeps, so a second process that finds the file while it
+    /// is being filled is refused as "in use" instead of opening a file
+    /// that holds no store yet.
     ///
     /// The blocks are preallocated (fallocate), so the store never meets
     /// ENOSPC from the filesystem later. A direct-IO file is then written
@@ -98,7 +107,7 @@ impl FileDevice {
         path: &Path,
         size_bytes: u64,
         mode: OpenMode,
-        progress: &dyn Fn(u64, u64),
+        progress: &dyn Fn(u64, u64) -> io::Result<()>,
     ) -> io::Result<FileDevice> {
         let file = OpenOptions::new()
             .read(true)
@@ -106,20 +115,23 @@ impl FileDevice {
             .create_new(true)
             .open(path)
             .map_err(|e| annotate(e, "cannot create", path))?;
-        let made = Self::prepare(file, path, size_bytes, mode, progress).and_then(|()| FileDevice::open(path, mode));
+        let made = lock_exclusive(&file, path)
+            .and_then(|()| Self::prepare(&file, path, size_bytes, mode, progress))
+            .and_then(|()| FileDevice::from_locked(file, path, mode, false));
         if made.is_err() {
             let _ = std::fs::remove_file(path);
         }
         made
     }
 
-    /// Preallocate a new file's blocks and, in direct mode, write them once.
+    /// Preallocate a new file's blocks and, in direct mode, switch `file`
+    /// to O_DIRECT and write the blocks once.
     fn prepare(
-        file: File,
+        file: &File,
         path: &Path,
         size_bytes: u64,
         mode: OpenMode,
-        progress: &dyn Fn(u64, u64),
+        progress: &dyn Fn(u64, u64) -> io::Result<()>,
     ) -> io::Result<()> {
         // SAFETY: fallocate on a valid fd with plain integer arguments.
         let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size_bytes as libc::off_t) };
@@ -135,16 +147,26 @@ impl FileDevice {
         if mode == OpenMode::Buffered {
             return file.sync_all().map_err(|e| annotate(e, "cannot sync", path));
         }
-        drop(file);
-        let mut opts = OpenOptions::new();
-        opts.write(true).custom_flags(libc::O_DIRECT);
-        let direct = match opts.open(path) {
-            Ok(f) => f,
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Err(refuses_direct(path)),
-            Err(e) => return Err(annotate(e, "cannot open", path)),
+        // The same descriptor goes direct (a second open would be a second
+        // open file description, which the first one's flock excludes).
+        // SAFETY: fcntl on a valid fd with integer arguments only.
+        let set = unsafe {
+            let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
+            if flags < 0 {
+                -1
+            } else {
+                libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags | libc::O_DIRECT)
+            }
         };
-        zero_fill(&direct, size_bytes, progress).map_err(|e| annotate(e, "cannot write zeros to", path))?;
-        direct.sync_all().map_err(|e| annotate(e, "cannot sync", path))
+        if set != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINVAL) {
+                return Err(refuses_direct(path));
+            }
+            return Err(annotate(e, "cannot switch to direct IO", path));
+        }
+        zero_fill(file, path, size_bytes, progress)?;
+        file.sync_all().map_err(|e| annotate(e, "cannot sync", path))
     }
 
     /// Open an existing file or block device.
@@ -162,25 +184,19 @@ impl FileDevice {
         if mode == OpenMode::Direct {
             opts.custom_flags(libc::O_DIRECT);
         }
-        let mut file = match opts.open(path) {
+        let file = match opts.open(path) {
             Ok(f) => f,
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) && mode == OpenMode::Direct => {
                 return Err(refuses_direct(path))
             }
             Err(e) => return Err(annotate(e, "cannot open", path)),
         };
-        // One process at a time: a second opener would corrupt the log.
-        // SAFETY: flock on a valid fd with constant flags.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                return Err(io::Error::new(
-                    io::ErrorKind::WouldBlock,
-                    format!("{} is in use by another process (it holds the store's lock)", path.display()),
-                ));
-            }
-            return Err(annotate(e, "cannot lock", path));
-        }
+        lock_exclusive(&file, path)?;
+        Self::from_locked(file, path, mode, is_block_device)
+    }
+
+    /// The device on `file`, opened in `mode` and locked by this process.
+    fn from_locked(mut file: File, path: &Path, mode: OpenMode, is_block_device: bool) -> io::Result<FileDevice> {
         let size = file.seek(SeekFrom::End(0)).map_err(|e| annotate(e, "cannot size", path))?;
         let mut dev = FileDevice {
             backend: IoBackend::Sync,
@@ -312,16 +328,34 @@ impl FileDevice {
 /// of 4 KiB) is left as preallocated: with 512-byte blocks the device uses
 /// up to 3.5 KiB of it, whose first write may still be converted under the
 /// inode lock once.
-fn zero_fill(file: &File, size: u64, progress: &dyn Fn(u64, u64)) -> io::Result<()> {
+/// One process at a time: a second opener would corrupt the log. The lock
+/// belongs to `file`'s open file description and goes with it.
+fn lock_exclusive(file: &File, path: &Path) -> io::Result<()> {
+    // SAFETY: flock on a valid fd with constant flags.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!("{} is in use by another process (it holds the store's lock)", path.display()),
+            ));
+        }
+        return Err(annotate(e, "cannot lock", path));
+    }
+    Ok(())
+}
+
+/// Write zeros over `file` from end to end; `progress`'s error stops it.
+fn zero_fill(file: &File, path: &Path, size: u64, progress: &dyn Fn(u64, u64) -> io::Result<()>) -> io::Result<()> {
     let end = size - size % 4096;
     let zeros = AlignedBuf::zeroed_heap(ZERO_FILL_CHUNK_BYTES.min(end as usize).max(4096));
     let mut at = 0u64;
-    progress(0, size);
+    progress(0, size)?;
     while at < end {
         let n = (end - at).min(zeros.len() as u64) as usize;
-        write_full(file, &zeros[..n], at, false)?;
+        write_full(file, &zeros[..n], at, false).map_err(|e| annotate(e, "cannot write zeros to", path))?;
         at += n as u64;
-        progress(if at == end { size } else { at }, size);
+        progress(if at == end { size } else { at }, size)?;
     }
     Ok(())
 }
@@ -507,9 +541,11 @@ mod tests {
         let path = dir.path().join("dev");
         let size = 3 * ZERO_FILL_CHUNK_BYTES as u64 + 12288;
         let seen = std::sync::Mutex::new(Vec::new());
-        let dev =
-            FileDevice::create_with_progress(&path, size, OpenMode::Direct, &|d, t| seen.lock().unwrap().push((d, t)))
-                .unwrap();
+        let dev = FileDevice::create_with_progress(&path, size, OpenMode::Direct, &|d, t| {
+            seen.lock().unwrap().push((d, t));
+            Ok(())
+        })
+        .unwrap();
         let seen = seen.into_inner().unwrap();
         assert_eq!(seen.first(), Some(&(0, size)));
         assert_eq!(seen.last(), Some(&(size, size)));
@@ -527,6 +563,59 @@ mod tests {
         // SAFETY: fallocate on a valid fd with plain integer arguments.
         assert_eq!(unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, 1 << 20) }, 0);
         assert!(extents(&f).unwrap().iter().any(|e| e.2), "fallocate leaves unwritten extents on this filesystem");
+    }
+
+    /// While a new file is being filled, a second open (another process
+    /// finding the file, or this one) is refused as "in use"; once created,
+    /// the device keeps the lock.
+    #[test]
+    fn a_new_file_is_locked_from_the_start_of_its_fill() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let path = dir.path().join("dev");
+        let size = 2 * ZERO_FILL_CHUNK_BYTES as u64;
+        for mode in [OpenMode::Direct, OpenMode::Buffered] {
+            let refused = std::cell::Cell::new(0);
+            let dev = FileDevice::create_with_progress(&path, size, OpenMode::Direct, &|_, _| {
+                let e = FileDevice::open(&path, mode).err().expect("a file being filled is locked");
+                assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "{e}");
+                assert!(e.to_string().contains("in use by another process"), "{e}");
+                refused.set(refused.get() + 1);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(refused.get(), 3, "asked before the fill and after each of its 2 writes");
+            assert_eq!(FileDevice::open(&path, mode).err().map(|e| e.kind()), Some(io::ErrorKind::WouldBlock));
+            assert_eq!(dev.size_bytes(), size);
+            drop(dev);
+            FileDevice::open(&path, mode).unwrap();
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+
+    /// An error from the progress callback (how the CLI cancels the fill
+    /// on SIGINT/SIGTERM) stops the fill, removes the file and comes back
+    /// unchanged.
+    #[test]
+    fn a_progress_error_cancels_the_fill_and_removes_the_file() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let path = dir.path().join("dev");
+        let size = 4 * ZERO_FILL_CHUNK_BYTES as u64;
+        // (A buffered file has no fill to cancel.)
+        {
+            let last = std::cell::Cell::new(0);
+            let e = FileDevice::create_with_progress(&path, size, OpenMode::Direct, &|done, _| {
+                last.set(done);
+                if done >= ZERO_FILL_CHUNK_BYTES as u64 {
+                    return Err(io::Error::new(io::ErrorKind::Interrupted, "stopped by the test"));
+                }
+                Ok(())
+            })
+            .err()
+            .expect("the callback's error stops the creation");
+            assert_eq!((e.kind(), e.to_string()), (io::ErrorKind::Interrupted, "stopped by the test".into()));
+            assert_eq!(last.get(), ZERO_FILL_CHUNK_BYTES as u64, "no write after the error");
+            assert!(!path.exists(), "the partial file is removed");
+        }
     }
 
     #[test]

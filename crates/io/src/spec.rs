@@ -102,19 +102,20 @@ impl DeviceSpec {
         mode: OpenMode,
         backend: IoBackend,
     ) -> io::Result<Arc<dyn Device>> {
-        self.create_with_progress(size_bytes, stripe_bytes, mode, backend, &|_, _| {})
+        self.create_with_progress(size_bytes, stripe_bytes, mode, backend, &|_, _| Ok(()))
     }
 
     /// [`DeviceSpec::create`], reporting the new files' zero fill
     /// ([`FileDevice::create_with_progress`]) as `progress(bytes_done,
-    /// bytes_total)` over all members.
+    /// bytes_total)` over all members; an error from `progress` cancels
+    /// the creation (the files made so far are removed).
     pub fn create_with_progress(
         &self,
         size_bytes: u64,
         stripe_bytes: u32,
         mode: OpenMode,
         backend: IoBackend,
-        progress: &dyn Fn(u64, u64),
+        progress: &dyn Fn(u64, u64) -> io::Result<()>,
     ) -> io::Result<Arc<dyn Device>> {
         let files: Vec<&Path> = self.paths().into_iter().filter(|p| !is_block_device(p)).collect();
         let per = match self {
@@ -183,6 +184,28 @@ mod tests {
         assert!(DeviceSpec::parse(Path::new("a,b,a")).unwrap_err().to_string().contains("named twice"));
     }
 
+    /// Cancelled (the progress callback's error) in the second member's
+    /// fill, a stripe set's creation removes the first member too.
+    #[test]
+    fn a_cancelled_stripe_set_creation_leaves_no_member() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let a = dir.path().join("a");
+        let b = dir.path().join("b");
+        let spec = DeviceSpec::parse(Path::new(&format!("{},{}", a.display(), b.display()))).unwrap();
+        let e = spec
+            .create_with_progress(64 << 20, 64 * 1024, OpenMode::Direct, IoBackend::Sync, &|d, t| {
+                if d > t / 2 {
+                    assert!(a.exists() && b.exists());
+                    return Err(io::Error::new(io::ErrorKind::Interrupted, "cancelled"));
+                }
+                Ok(())
+            })
+            .err()
+            .expect("cancelled");
+        assert_eq!(e.kind(), io::ErrorKind::Interrupted);
+        assert!(!a.exists() && !b.exists(), "no member is left");
+    }
+
     #[test]
     fn create_then_open_a_stripe_set_of_files() {
         let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
@@ -194,7 +217,8 @@ mod tests {
         let seen = std::sync::Mutex::new(Vec::new());
         let d = spec
             .create_with_progress(1 << 20, 64 * 1024, OpenMode::Direct, IoBackend::Sync, &|d, t| {
-                seen.lock().unwrap().push((d, t))
+                seen.lock().unwrap().push((d, t));
+                Ok(())
             })
             .unwrap();
         let seen = seen.into_inner().unwrap();

@@ -40,6 +40,12 @@ impl fmt::Display for Error {
             Error::Io { op, offset, source } => write!(f, "device {op} failed at offset {offset}: {source}"),
             Error::Device(e) => write!(f, "{e}"),
             Error::ReservedKey => write!(f, "keys starting with {:?} are reserved for the engine", "\\0granary."),
+            Error::NotAStore(e @ FormatError::BadMagic { found: 0, .. }) => write!(
+                f,
+                "not a usable Granary store: {e}; the superblock is zeros: a device never \
+                 formatted, or a file whose creation was killed before the store was written \
+                 (if so, remove it and create it again)"
+            ),
             Error::NotAStore(e) => write!(f, "not a usable Granary store: {e}"),
             Error::InvalidOptions(s) => write!(f, "invalid options: {s}"),
             Error::KeyLength { len, min, max } => {

@@ -405,6 +405,9 @@ fn open_rejects_a_device_without_a_store_and_survives_one_bad_superblock() {
     let err = Store::open(dev.clone(), &OpenOptions::default()).err().unwrap();
     assert!(matches!(err, Error::NotAStore(_)), "{err}");
     assert!(err.to_string().contains("not a usable Granary store"));
+    // A zeroed device (never formatted, or a creation killed mid-fill)
+    // says so, and what to do.
+    assert!(err.to_string().contains("the superblock is zeros"), "{err}");
 
     let (dev, s) = mem_store(8 << 20, 1 << 20, 512);
     s.put(b"k", b"v").unwrap();
@@ -414,7 +417,9 @@ fn open_rejects_a_device_without_a_store_and_survives_one_bad_superblock() {
     assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
     drop(s);
     dev.with_bytes_mut(|b| b[4096 + 20] ^= 0xff);
-    assert!(matches!(Store::open(dev.clone(), &OpenOptions::default()), Err(Error::NotAStore(_))));
+    let err = Store::open(dev.clone(), &OpenOptions::default()).err().unwrap();
+    assert!(matches!(err, Error::NotAStore(_)), "{err}");
+    assert!(!err.to_string().contains("zeros"), "a damaged store is not called zeros: {err}");
 }
 
 /// Concurrent writers of overlapping keys: the state after reopen equals
