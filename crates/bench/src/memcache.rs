@@ -207,6 +207,17 @@ impl MemCgroup {
         let cg = MemCgroup { dir, peak };
         std::fs::write(cg.dir.join(limit), bytes.to_string())
             .map_err(|e| format!("cannot limit cgroup {} to {bytes} bytes: {e}", cg.dir.display()))?;
+        // No swap either, where the kernel accounts it (v1: memory + swap
+        // no more than the memory limit, set after it; v2: no swap).
+        let (swap, value) = if root == v1 {
+            ("memory.memsw.limit_in_bytes", bytes.to_string())
+        } else {
+            ("memory.swap.max", "0".into())
+        };
+        if cg.dir.join(swap).exists() {
+            std::fs::write(cg.dir.join(swap), &value)
+                .map_err(|e| format!("cannot set {swap} of cgroup {} to {value}: {e}", cg.dir.display()))?;
+        }
         Ok(cg)
     }
 
