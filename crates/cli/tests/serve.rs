@@ -32,29 +32,16 @@ impl Serve {
     fn start_with(data: &Path, extra: &[&str]) -> Serve {
         let port = free_port();
         let native_port = free_port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_granary"))
-            .args(["serve", "--data", data.to_str().unwrap(), "--size", "64M", "-p", &port.to_string(), "-t", "2"])
-            .args(["--native-port", &native_port.to_string()])
-            .args(extra)
-            .env("GRANARY_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut log = String::new();
-        loop {
-            let mut line = String::new();
-            assert!(err.read_line(&mut line).unwrap() > 0, "granary serve exited early:\n{log}");
-            log.push_str(&line);
-            // Every listener is up: the native line comes last (or the
-            // memcache line, with --no-native).
-            if line.contains("serving the native protocol")
-                || (line.contains("serving") && extra.contains(&"--no-native"))
-            {
-                break;
-            }
-        }
+        let port_s = port.to_string();
+        let mut args = vec!["serve", "--data", data.to_str().unwrap(), "--size", "64M", "-p", &port_s, "-t", "2"];
+        let native_s = native_port.to_string();
+        args.extend(["--native-port", &native_s]);
+        args.extend(extra);
+        // Every listener is up: the native line comes last (or the memcache
+        // line, with --no-native).
+        let (child, err, log) = spawn_until(&args, |line| {
+            line.contains("serving the native protocol") || (line.contains("serving") && extra.contains(&"--no-native"))
+        });
         // Keep draining stderr so the server never blocks on a full pipe;
         // the lines go to `later`.
         let (tx, later) = std::sync::mpsc::channel();
@@ -106,6 +93,29 @@ impl Serve {
         // SAFETY: kill with a pid of our own child.
         unsafe { libc_kill(self.child.id() as i32, sig) };
         self.child.wait().unwrap()
+    }
+}
+
+/// Start `granary ARGS` (log level info) and read its stderr up to the
+/// first line for which `until` holds: the child, the rest of its stderr
+/// and the lines read.
+fn spawn_until(args: &[&str], until: impl Fn(&str) -> bool) -> (Child, BufReader<std::process::ChildStderr>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_granary"))
+        .args(args)
+        .env("GRANARY_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut log = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(err.read_line(&mut line).unwrap() > 0, "granary {args:?} exited early:\n{log}");
+        log.push_str(&line);
+        if until(&line) {
+            return (child, err, log);
+        }
     }
 }
 
@@ -344,23 +354,8 @@ fn a_stop_signal_during_the_zero_fill_removes_the_new_file() {
     let serve = ["serve", "--data", d, "--size", "4G", "-p", &port, "-t", "1", "--no-native"];
     let create = ["create", d, "--size", "4G"];
     for (args, sig, name) in [(&serve[..], SIGTERM, "SIGTERM"), (&create[..], SIGINT, "SIGINT")] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_granary"))
-            .args(args)
-            .env("GRANARY_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut log = String::new();
-        loop {
-            let mut line = String::new();
-            assert!(err.read_line(&mut line).unwrap() > 0, "{args:?} exited before its fill:\n{log}");
-            log.push_str(&line);
-            if line.contains("writing zeros over the new data file") {
-                break;
-            }
-        }
+        let (mut child, mut err, mut log) =
+            spawn_until(args, |line| line.contains("writing zeros over the new data file"));
         if name == "SIGTERM" {
             let second = granary(&["serve", "--data", d, "-p", &free_port().to_string(), "--no-native"]);
             let text = String::from_utf8_lossy(&second.stderr);
