@@ -111,7 +111,10 @@ fn spawn_until(args: &[&str], until: impl Fn(&str) -> bool) -> (Child, BufReader
     let mut log = String::new();
     loop {
         let mut line = String::new();
-        assert!(err.read_line(&mut line).unwrap() > 0, "granary {args:?} exited early:\n{log}");
+        if err.read_line(&mut line).unwrap() == 0 {
+            let status = child.wait().unwrap();
+            panic!("granary {args:?} exited early ({status}):\n{log}");
+        }
         log.push_str(&line);
         if until(&line) {
             return (child, err, log);
