@@ -99,6 +99,9 @@ impl Serve {
 /// Start `granary ARGS` (log level info) and read its stderr up to the
 /// first line for which `until` holds: the child, the rest of its stderr
 /// and the lines read.
+// The child goes back to the caller, which reaps it (Serve's Drop, or a
+// bounded wait).
+#[allow(clippy::zombie_processes)]
 fn spawn_until(args: &[&str], until: impl Fn(&str) -> bool) -> (Child, BufReader<std::process::ChildStderr>, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_granary"))
         .args(args)
