@@ -593,8 +593,6 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
     match cli.cmd {
         Cmd::Serve(a) => run_serve(serve::Config::resolve(&a)?),
         Cmd::Create { dev, size, segment_size, grain, stripe_size, if_absent } => {
-            // Ctrl-C during the zero fill stops it and removes the file.
-            block_stop_signals();
             let spec = granary_store::io::DeviceSpec::parse(&dev.path).map_err(|e| e.to_string())?;
             let exists = spec.exists().map_err(|e| e.to_string())?;
             if if_absent && exists {
@@ -608,6 +606,10 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                     std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
                 }
             }
+            // Ctrl-C during the zero fill stops it and removes the file
+            // (blocked only here: opening an existing store above stays
+            // interruptible as any command).
+            block_stop_signals();
             let opts = CreateOptions { grain_bytes: grain, segment_bytes: segment_size, index_table_homes: None };
             let all_block = spec.paths().iter().all(|p| {
                 use std::os::unix::fs::FileTypeExt;
