@@ -10,6 +10,7 @@ use granary_store::io::{DeviceSpec, IoBackend, OpenMode};
 use granary_store::{CreateOptions, Durability, OpenOptions, Store};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 
 /// `granary serve`'s flags. Every setting can also come from the TOML file
@@ -301,6 +302,59 @@ impl Config {
     }
 }
 
+/// While an existing store opens (recovery reads the log: minutes on a
+/// large device), SIGTERM or SIGINT ends the process at once, exit 2: an
+/// interrupted recovery is a crash, which the next start recovers from
+/// (the store is safe to stop at any point). Dropping the guard (the store
+/// is open) stops the watcher; a signal it took after the open is raised
+/// again for the server's own `sigwait`.
+struct StopDuringOpen {
+    opened: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn stop_during_open(set: libc::sigset_t) -> StopDuringOpen {
+    let opened = Arc::new(AtomicBool::new(false));
+    let o = opened.clone();
+    let thread = std::thread::Builder::new()
+        .name("granary-open-signals".into())
+        .spawn(move || loop {
+            let poll = libc::timespec { tv_sec: 0, tv_nsec: 50_000_000 };
+            // SAFETY: `set` is an initialised signal set and `poll` a valid
+            // timespec; no siginfo is asked for.
+            let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &poll) };
+            if sig > 0 {
+                if o.load(SeqCst) {
+                    // SAFETY: kill of this process with the signal it got.
+                    unsafe { libc::kill(libc::getpid(), sig) };
+                    return;
+                }
+                let name = if sig == libc::SIGINT { "SIGINT" } else { "SIGTERM" };
+                eprintln!(
+                    "granary: error: stopped by {name} while opening the store (its recovery starts again at the \
+                     next start)"
+                );
+                // SAFETY: _exit ends the process without running anything
+                // more (as a crash would, mid-recovery).
+                unsafe { libc::_exit(2) };
+            }
+            if o.load(SeqCst) {
+                return;
+            }
+        })
+        .ok();
+    StopDuringOpen { opened, thread }
+}
+
+impl Drop for StopDuringOpen {
+    fn drop(&mut self) {
+        self.opened.store(true, SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 fn wait_for_signal(set: &libc::sigset_t) -> i32 {
     let mut sig = 0;
     // SAFETY: `set` is an initialised signal set; sigwait writes `sig`.
@@ -328,6 +382,7 @@ pub fn run(a: Config, progress: Option<granary_store::ProgressHook>) -> Result<(
     let spec = DeviceSpec::parse(&a.data).map_err(|e| e.to_string())?;
     let exists = spec.exists().map_err(|e| format!("{}: {e}", a.data.display()))?;
     let store = if exists {
+        let _stop = stop_during_open(signals);
         spec.open(mode, backend).map_err(granary_store::Error::Device).and_then(|d| Store::open(d, &opts))
     } else {
         for p in spec.paths() {

@@ -42,16 +42,7 @@ impl Serve {
         let (child, err, log) = spawn_until(&args, |line| {
             line.contains("serving the native protocol") || (line.contains("serving") && extra.contains(&"--no-native"))
         });
-        // Keep draining stderr so the server never blocks on a full pipe;
-        // the lines go to `later`.
-        let (tx, later) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in err.lines() {
-                let Ok(line) = line else { break };
-                let _ = tx.send(line);
-            }
-        });
-        Serve { child, port, native_port, log, later }
+        Serve { child, port, native_port, log, later: drain(err) }
     }
 
     /// Wait (60 s at most) for a stderr line containing `pat`.
@@ -123,6 +114,19 @@ fn spawn_until(args: &[&str], until: impl Fn(&str) -> bool) -> (Child, BufReader
             return (child, err, log);
         }
     }
+}
+
+/// Keep draining a server's stderr so it never blocks on a full pipe; the
+/// lines come out of the receiver.
+fn drain(err: BufReader<std::process::ChildStderr>) -> std::sync::mpsc::Receiver<String> {
+    let (tx, later) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in err.lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    later
 }
 
 /// A failed test must not leave its server running.
@@ -390,6 +394,47 @@ fn a_stop_signal_during_the_zero_fill_removes_the_new_file() {
     }
     let s = Serve::start(&data);
     assert_eq!(s.call(b"set k 0 0 1\r\nv\r\n"), b"STORED\r\n");
+    assert_eq!(s.signal(SIGTERM).code(), Some(0));
+}
+
+/// SIGINT while a restart after a crash scans the log stops the process at
+/// once (exit 2, as a crash); the next start recovers everything.
+#[test]
+fn a_stop_signal_during_recovery_stops_and_the_next_start_recovers() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("rec.db");
+    let d = data.to_str().unwrap();
+    let port = free_port().to_string();
+    let serve = ["serve", "--data", d, "--size", "1G", "-p", &port, "-t", "2", "--no-native"];
+    let (child, err, _) = spawn_until(&serve, |l| l.contains("serving"));
+    let s = Serve { child, port: port.parse().unwrap(), native_port: 0, log: String::new(), later: drain(err) };
+    // ~600 MB of records, so the log scan after the crash takes a while
+    // (tenths of a second) and the signal lands inside it.
+    let value = "v".repeat(4000);
+    for chunk in 0..30 {
+        let mut req = Vec::new();
+        for i in chunk * 5000..(chunk + 1) * 5000 {
+            req.extend_from_slice(format!("set rec-{i} 0 0 4000 noreply\r\n{value}\r\n").as_bytes());
+        }
+        assert_eq!(s.call(&req), b"");
+    }
+    assert!(!s.signal(SIGKILL).success());
+
+    let (mut child, mut err, mut log) = spawn_until(&serve, |l| l.contains("recovery: log scan started"));
+    // SAFETY: kill with a pid of our own child.
+    unsafe { libc_kill(child.id() as i32, SIGINT) };
+    let status = child.wait().unwrap();
+    err.read_to_string(&mut log).unwrap();
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(log.contains("stopped by SIGINT while opening the store"), "{log}");
+    assert!(!log.contains("store open"), "the signal landed after the recovery: {log}");
+
+    let (child, err, log) = spawn_until(&serve, |l| l.contains("serving"));
+    // How long the whole scan took (the window the signal had).
+    eprintln!("{}", log.lines().filter(|l| l.contains("recovered index")).collect::<Vec<_>>().join("\n"));
+    let s = Serve { child, port: port.parse().unwrap(), native_port: 0, log, later: drain(err) };
+    assert_eq!(stat(&s, "curr_items"), "150000");
+    assert_eq!(s.call(b"get rec-149999\r\n"), format!("VALUE rec-149999 0 4000\r\n{value}\r\nEND\r\n").as_bytes());
     assert_eq!(s.signal(SIGTERM).code(), Some(0));
 }
 

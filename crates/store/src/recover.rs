@@ -284,7 +284,8 @@ pub(crate) struct SegmentScanner<'a> {
     /// body checksum is then not checked here (reads check it).
     skip_values: bool,
     /// Grains the next window read covers at least: 1 right after a skipped
-    /// value (probe the next header), else a whole window.
+    /// value larger than a window (probe the next header), else a whole
+    /// window.
     next_window: u64,
     /// Reads the next window ahead, when given (see [`ReadAhead`]).
     ahead: Option<&'a mut ReadAhead>,
@@ -454,7 +455,14 @@ impl<'a> SegmentScanner<'a> {
             }
             if self.skip_values && pos + grains > self.win_start + self.win_grains {
                 self.pos += grains;
-                self.next_window = 1;
+                // A value larger than a window: probe the next header with
+                // one grain (the next value may be as large). A record that
+                // only straddles the window's end: a whole window next
+                // (probing there would read each later record of a few
+                // grains on its own, one small IO each).
+                if grains >= SCAN_WINDOW_BYTES / g as u64 {
+                    self.next_window = 1;
+                }
                 return Ok(Some(Scanned { grain: pos, hdr, intact: true }));
             }
             self.ensure(pos, grains)?;
@@ -656,6 +664,7 @@ impl Core {
                 scan_all(&mut ahead)
             })
         };
+        tracing::info!(segments = replay.len(), total_mb = total_bytes >> 20, "recovery: log scan started");
         let scan_started = Instant::now();
         let results: Vec<Result<()>> = std::thread::scope(|sc| {
             let hs: Vec<_> = (0..threads.min(replay.len()).max(1)).map(|_| sc.spawn(work)).collect();
