@@ -306,52 +306,46 @@ impl Config {
 /// large device), SIGTERM or SIGINT ends the process at once, exit 2: an
 /// interrupted recovery is a crash, which the next start recovers from
 /// (the store is safe to stop at any point). Dropping the guard (the store
-/// is open) stops the watcher; a signal it took after the open is raised
-/// again for the server's own `sigwait`.
+/// is open) tells the watcher to end (within its 50 ms poll; not waited
+/// for, so start-up is not delayed); a signal it takes after the open is
+/// raised again for the server's own `sigwait`.
 struct StopDuringOpen {
     opened: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 fn stop_during_open(set: libc::sigset_t) -> StopDuringOpen {
     let opened = Arc::new(AtomicBool::new(false));
     let o = opened.clone();
-    let thread = std::thread::Builder::new()
-        .name("granary-open-signals".into())
-        .spawn(move || loop {
-            let poll = libc::timespec { tv_sec: 0, tv_nsec: 50_000_000 };
-            // SAFETY: `set` is an initialised signal set and `poll` a valid
-            // timespec; no siginfo is asked for.
-            let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &poll) };
-            if sig > 0 {
-                if o.load(SeqCst) {
-                    // SAFETY: kill of this process with the signal it got.
-                    unsafe { libc::kill(libc::getpid(), sig) };
-                    return;
-                }
-                let name = if sig == libc::SIGINT { "SIGINT" } else { "SIGTERM" };
-                eprintln!(
-                    "granary: error: stopped by {name} while opening the store (its recovery starts again at the \
-                     next start)"
-                );
-                // SAFETY: _exit ends the process without running anything
-                // more (as a crash would, mid-recovery).
-                unsafe { libc::_exit(2) };
-            }
+    let _ = std::thread::Builder::new().name("granary-open-signals".into()).spawn(move || loop {
+        let poll = libc::timespec { tv_sec: 0, tv_nsec: 50_000_000 };
+        // SAFETY: `set` is an initialised signal set and `poll` a valid
+        // timespec; no siginfo is asked for.
+        let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &poll) };
+        if sig > 0 {
             if o.load(SeqCst) {
+                // SAFETY: kill of this process with the signal it got.
+                unsafe { libc::kill(libc::getpid(), sig) };
                 return;
             }
-        })
-        .ok();
-    StopDuringOpen { opened, thread }
+            let name = if sig == libc::SIGINT { "SIGINT" } else { "SIGTERM" };
+            eprintln!(
+                "granary: error: stopped by {name} while opening the store (its recovery starts again at the \
+                     next start)"
+            );
+            // SAFETY: _exit ends the process without running anything
+            // more (as a crash would, mid-recovery).
+            unsafe { libc::_exit(2) };
+        }
+        if o.load(SeqCst) {
+            return;
+        }
+    });
+    StopDuringOpen { opened }
 }
 
 impl Drop for StopDuringOpen {
     fn drop(&mut self) {
         self.opened.store(true, SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
