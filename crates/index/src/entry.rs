@@ -27,7 +27,7 @@ pub(crate) const OFF_TAG_MASK: u64 = !0 << KTAG_SHIFT;
 const KTAG_MASK: u64 = (1 << (8 + FP_BITS)) - 1;
 const _: () = assert!(OFF_SHIFT + 5 == 64);
 
-const PBA_MASK: u64 = (1 << PBA_BITS) - 1;
+pub(crate) const PBA_MASK: u64 = (1 << PBA_BITS) - 1;
 const SIZE_MASK: u64 = (1 << KV_SIZE_BITS) - 1;
 
 /// One slot of a hopscotch table.

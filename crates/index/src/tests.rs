@@ -63,6 +63,22 @@ fn insert_lookup_replace_remove() {
 /// DESIGN §10: lookup stopped at the first free slot, so a purge could hide a
 /// live key. Deleting one key must never hide another in its neighbourhood.
 #[test]
+fn contains_never_takes_a_free_slot_for_an_entry() {
+    // A free slot is stored as 0; the vector pass compares whole slots, so
+    // a query for the pba that free slots encode (all ones, no record's)
+    // must not match one, at offset 0 with key tag 0 or anywhere else.
+    use granary_format::limits::PBA_MAX;
+    let idx = small(5);
+    let free_pba = PBA_MAX + 1;
+    assert!(!idx.contains(h(3, 0), free_pba));
+    idx.insert(h(3, 0), 1, 7).unwrap();
+    assert!(idx.contains(h(3, 0), 7));
+    assert!(!idx.contains(h(3, 0), free_pba));
+    assert!(!idx.contains(h(4, 0), free_pba));
+    assert!(!idx.contains(h(3, 0), u64::MAX));
+}
+
+#[test]
 fn regression_hole_does_not_hide_later_entry() {
     let idx = small(5);
     for i in 0..5 {
