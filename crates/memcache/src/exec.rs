@@ -808,8 +808,7 @@ pub(crate) async fn arith(
             if cas.is_some_and(|c| c != it.cas) {
                 return (Change::Keep, Arith::CasMismatch);
             }
-            let digits = it.value.strip_suffix(b" ").map_or(&it.value[..], |_| trim_spaces(&it.value));
-            let Some(n) = parse::<u64>(digits).filter(|_| !digits.is_empty() && digits[0] != b'+') else {
+            let Some(n) = counter_value(&it.value) else {
                 return (Change::Keep, Arith::NonNumeric);
             };
             let n = if incr { n.wrapping_add(delta) } else { n.saturating_sub(delta) };
@@ -832,7 +831,57 @@ pub(crate) async fn arith(
     })
 }
 
-fn trim_spaces(v: &[u8]) -> &[u8] {
-    let end = v.iter().rposition(|&b| b != b' ').map_or(0, |i| i + 1);
-    &v[..end]
+/// The number a value holds for incr, decr and ma, read as memcached reads
+/// it (C's `strtoull` in its `safe_strtoull`): leading white space, an
+/// optional sign, decimal digits, then the value's end or white space
+/// (whatever follows that is ignored: memcached pads a shrunk counter with
+/// spaces). A value that overflows 64 bits is not a number; a `-` is
+/// refused unless the negated number is below 2^63 (`-0` is 0).
+pub(crate) fn counter_value(v: &[u8]) -> Option<u64> {
+    let space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    let v = &v[v.iter().position(|b| !space(b))?..];
+    let (neg, v) = match v.first() {
+        Some(b'-') => (true, &v[1..]),
+        Some(b'+') => (false, &v[1..]),
+        _ => (false, v),
+    };
+    let end = v.iter().position(|b| !b.is_ascii_digit()).unwrap_or(v.len());
+    if end == 0 || matches!(v.get(end), Some(b) if !space(b)) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(&v[..end]).ok()?.parse().ok()?;
+    let n = if neg { n.wrapping_neg() } else { n };
+    (!(neg && (n as i64) < 0)).then_some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::counter_value;
+
+    #[test]
+    fn counter_values_are_read_as_memcached_reads_them() {
+        // Checked against memcached 1.6.18 (incr on each stored value).
+        let cases: &[(&[u8], Option<u64>)] = &[
+            (b"5", Some(5)),
+            (b" 5", Some(5)),
+            (b"\t5", Some(5)),
+            (b"+12", Some(12)),
+            (b"007", Some(7)),
+            (b"5 ", Some(5)),
+            (b"5  abc", Some(5)),
+            (b"18446744073709551615", Some(u64::MAX)),
+            (b"18446744073709551616", None),
+            (b"-5", None),
+            (b"-0", Some(0)),
+            (b"", None),
+            (b"   ", None),
+            (b"12ab", None),
+            (b"0x10", None),
+            (b"+", None),
+            (b"- 5", None),
+        ];
+        for &(v, want) in cases {
+            assert_eq!(counter_value(v), want, "value {:?}", String::from_utf8_lossy(v));
+        }
+    }
 }

@@ -6,9 +6,17 @@
 //! `b c C E N J D T M q O t v k` (modes I + D -). `E<cas>` gives a modified
 //! item that CAS value instead of a fresh one. `h`, `l` and the win token
 //! (`W`, `Z`) come from the store's access state (`granary_store::Access`);
-//! stale items (`I`, `X`) are marked in their records. Others (`x`, and any
-//! unknown flag) are refused with `CLIENT_ERROR invalid flag`, never
-//! ignored silently: see docs/MEMCACHE.md.
+//! stale items (`I`, `X`) are marked in their records.
+//!
+//! Flags are checked as memcached checks them, the same way for every meta
+//! command ([`flags`]): a letter memcached does not know (`x` and `S`
+//! among them) is refused with `CLIENT_ERROR invalid flag`, a repeated one
+//! with `CLIENT_ERROR duplicate flag`, a numeric token that does not parse
+//! with memcached's message for that letter, even where the command does
+//! not use it; a known letter the command has no use for (`v` on ms, `h`
+//! on ma, the proxy's `P` and `L`, ...) is accepted and ignored, as
+//! memcached ignores it, so clients that send one set of flags with every
+//! command work unchanged. See docs/MEMCACHE.md.
 
 use crate::exec::{arith, key_ok, parse, touch_item, version, Arith, Conn, Step};
 use crate::server::Ctx;
@@ -21,20 +29,63 @@ struct Flag<'t> {
     tok: &'t [u8],
 }
 
-/// Parse flags: Err(message) for an unknown or repeated flag.
-fn flags<'t>(t: &[&'t [u8]], allowed: &[u8]) -> Result<Vec<Flag<'t>>, &'static str> {
+/// Every flag letter memcached 1.6's meta commands know (its
+/// `_meta_flag_preparse`), and `E`, which later memcached versions added.
+const KNOWN_FLAGS: &[u8] = b"bcCDEfFhIJklLMNOPqRstTuv";
+
+/// Most flags one meta command takes (memcached's `MFLAG_MAX_OPT_LENGTH`
+/// of 20 tokens, less the command, the key and the terminal token; ms
+/// counts its data length as a flag).
+const FLAGS_MAX: usize = 17;
+
+/// md's and ma's message for every error their flags have (memcached's).
+const FLAG_ERROR_MD_MA: &str = "invalid or duplicate flag";
+
+/// Longest opaque token, its `O` included (memcached's
+/// `MFLAG_MAX_OPAQUE_LENGTH`).
+const OPAQUE_BYTES_MAX: usize = 32;
+
+/// Check a meta command's flags as memcached does for every meta command,
+/// and keep those among `used`, the letters this command acts on or
+/// echoes, in their order. Err(message): a letter memcached does not know
+/// ("invalid flag"), a letter given twice ("duplicate flag", also for any
+/// byte past ASCII, as memcached), or a numeric token that does not parse
+/// (the message memcached gives for that letter; the last one wins, as in
+/// memcached, but an invalid or repeated letter ends the check at once).
+fn flags<'t>(t: &[&'t [u8]], used: &[u8]) -> Result<Vec<Flag<'t>>, &'static str> {
+    let mut seen = [false; 128];
     let mut out: Vec<Flag<'t>> = Vec::with_capacity(t.len());
+    let mut bad = None;
     for f in t {
-        let c = f[0];
-        if !allowed.contains(&c) {
-            return Err("invalid flag");
-        }
-        if out.iter().any(|g| g.c == c) {
+        let (c, tok) = (f[0], &f[1..]);
+        if c >= 127 || seen[c as usize] {
             return Err("duplicate flag");
         }
-        out.push(Flag { c, tok: &f[1..] });
+        seen[c as usize] = true;
+        let fails = match c {
+            b'N' | b'T' | b'R' => parse::<i64>(tok).is_none().then_some("bad token in command line format"),
+            b'C' | b'E' => parse::<u64>(tok).is_none().then_some("bad token in command line format"),
+            b'F' => parse::<u64>(tok).is_none().then_some("bad command line format"),
+            b'M' => (tok.len() != 1).then_some("incorrect length for M token"),
+            b'J' => parse::<u64>(tok).is_none().then_some("invalid numeric initial value"),
+            b'D' => parse::<u64>(tok).is_none().then_some("invalid numeric delta value"),
+            c if KNOWN_FLAGS.contains(&c) => None,
+            _ => return Err("invalid flag"),
+        };
+        bad = fails.or(bad);
+        if used.contains(&c) {
+            out.push(Flag { c, tok });
+        }
     }
-    Ok(out)
+    match bad {
+        Some(m) => Err(m),
+        None => Ok(out),
+    }
+}
+
+/// Whether the opaque token (if any) is within [`OPAQUE_BYTES_MAX`].
+fn opaque_ok(fl: &[Flag<'_>]) -> bool {
+    !matches!(tok(fl, b'O'), Some(o) if o.len() >= OPAQUE_BYTES_MAX)
 }
 
 fn has(fl: &[Flag<'_>], c: u8) -> bool {
@@ -95,8 +146,11 @@ fn ttl_left(ctx: &Ctx, meta: &ItemMeta) -> i64 {
 }
 
 impl Conn<'_> {
-    /// The key of a meta command, base64-decoded with `b`.
-    fn meta_key(&mut self, raw: &[u8], b: bool) -> Option<Vec<u8>> {
+    /// The key of a meta command, base64-decoded with `b`; a key that does
+    /// not decode gets `CLIENT_ERROR <undecodable>` (memcached decodes the
+    /// key in its flag check, so md and ma answer with their one message
+    /// for flag errors, mg and ms with `error decoding key`).
+    fn meta_key(&mut self, raw: &[u8], b: bool, undecodable: &str) -> Option<Vec<u8>> {
         if raw.len() > crate::limits::KEY_BYTES_MAX || (!b && !key_ok(raw)) {
             self.client_error("bad command line format");
             return None;
@@ -107,7 +161,7 @@ impl Conn<'_> {
         match b64_decode(raw) {
             Some(k) if !k.is_empty() => Some(k),
             _ => {
-                self.client_error("error decoding key");
+                self.client_error(undecodable);
                 None
             }
         }
@@ -198,11 +252,17 @@ impl Conn<'_> {
     }
 
     async fn mg(&mut self, raw_key: &[u8], t: &[&[u8]]) {
+        if t.len() > FLAGS_MAX {
+            return self.client_error("options flags are too long");
+        }
         let fl = match flags(t, b"bcEfhklOqstuvNRT") {
             Ok(fl) => fl,
             Err(m) => return self.client_error(m),
         };
-        let Some(key) = self.meta_key(raw_key, has(&fl, b'b')) else { return };
+        if !opaque_ok(&fl) {
+            return self.client_error("opaque token too long");
+        }
+        let Some(key) = self.meta_key(raw_key, has(&fl, b'b'), "error decoding key") else { return };
         let new_cas = match tok(&fl, b'E').map(parse::<u64>) {
             Some(None) => return self.client_error("bad token in command line format"),
             e => e.flatten(),
@@ -255,7 +315,12 @@ impl Conn<'_> {
                         return self.client_error("bad token in command line format");
                     };
                     let meta = ItemMeta::new(0, self.expires(ttl));
-                    match self.ctx.store.put_item_won_async(&key, b"", meta, Cond::Absent, new_cas).await {
+                    match self
+                        .ctx
+                        .store
+                        .put_item_won_async(&key, b"", meta, Cond::Absent, new_cas, !has(&fl, b'u'))
+                        .await
+                    {
                         Ok((PutOutcome::Stored, cas)) => {
                             let it = Item { value: Vec::new(), meta, cas };
                             let acc = Access { fetched: false, last_access: self.ctx.store.now(), win_sent: false };
@@ -281,7 +346,15 @@ impl Conn<'_> {
             return Step::Consumed(line_len);
         };
         let len = len as usize;
+        // (memcached checks the count before the data length, and then
+        // leaves the data line to be read as a command; it is swallowed
+        // here, as after the other errors.)
         let fl = match flags(&t[1..], b"bcCEFIkOqTM") {
+            Ok(_) if t.len() > FLAGS_MAX => Err("options flags too long"),
+            Ok(fl) if !opaque_ok(&fl) => Err("opaque token too long"),
+            r => r,
+        };
+        let fl = match fl {
             Ok(fl) => fl,
             Err(m) => {
                 self.client_error(m);
@@ -289,7 +362,7 @@ impl Conn<'_> {
                 return Step::Consumed(line_len);
             }
         };
-        let Some(key) = self.meta_key(raw_key, has(&fl, b'b')) else {
+        let Some(key) = self.meta_key(raw_key, has(&fl, b'b'), "error decoding key") else {
             self.swallow = len + 2;
             return Step::Consumed(line_len);
         };
@@ -322,7 +395,9 @@ impl Conn<'_> {
             self.client_error("bad token in command line format");
             return Step::Consumed(consumed);
         }
-        let Some(user_flags) = flags_v.unwrap_or(Some(0)).and_then(|f| u32::try_from(f).ok()) else {
+        // memcached parses flags as an unsigned long and keeps 32 bits (as
+        // the text commands do).
+        let Some(user_flags) = flags_v.unwrap_or(Some(0)).map(|f| f as u32) else {
             self.client_error("bad command line format");
             return Step::Consumed(consumed);
         };
@@ -331,7 +406,7 @@ impl Conn<'_> {
         let result = match mode {
             // I with C: a CAS value older than the item's still stores the
             // value, as stale, keeping the item's expiry (memcached's
-            // "set-to-invalid"); a newer one is EX.
+            // "set-to-invalid"); a newer one, or 0, is EX.
             b'S' | b's' if has(&fl, b'I') && cas.is_some() => {
                 let c = cas.unwrap_or(0);
                 self.ctx
@@ -340,7 +415,10 @@ impl Conn<'_> {
                         let meta = match it {
                             None => return (Change::Keep, PutOutcome::NotFound),
                             Some(it) if c == it.cas => meta,
-                            Some(it) if c < it.cas => ItemMeta { expires: it.meta.expires, stale: true, ..meta },
+                            // (C0 is never older: memcached answers EX.)
+                            Some(it) if c != 0 && c < it.cas => {
+                                ItemMeta { expires: it.meta.expires, stale: true, ..meta }
+                            }
                             Some(_) => return (Change::Keep, PutOutcome::Exists),
                         };
                         let value = data.to_vec();
@@ -373,7 +451,8 @@ impl Conn<'_> {
                     .store
                     .update_async(&key, |it| match it {
                         None => (Change::Keep, PutOutcome::NotFound),
-                        Some(it) if cas.is_some_and(|c| c != it.cas) => (Change::Keep, PutOutcome::Exists),
+                        // C0 checks nothing here (memcached's append).
+                        Some(it) if cas.is_some_and(|c| c != 0 && c != it.cas) => (Change::Keep, PutOutcome::Exists),
                         Some(it) if it.value.len() + data.len() > max => (Change::Keep, PutOutcome::NotFound),
                         Some(it) => {
                             let v =
@@ -400,28 +479,38 @@ impl Conn<'_> {
                     self.meta_code("HD", &fl, raw_key, Some(&it));
                 }
             }
-            Ok((PutOutcome::Exists, _)) if cas.is_some() && !mode.eq_ignore_ascii_case(&b'E') => {
-                self.meta_code("EX", &fl, raw_key, None)
+            // Not stored: memcached echoes `c` as c0. NF only where C made
+            // a set or replace a CAS store (an append's miss is NS).
+            Ok((outcome, _)) => {
+                let none = Item { value: Vec::new(), meta: ItemMeta::new(0, 0), cas: 0 };
+                let code = match (outcome, cas.is_some(), mode.to_ascii_uppercase()) {
+                    (PutOutcome::Exists, true, b'S' | b'R' | b'A' | b'P') => "EX",
+                    (PutOutcome::NotFound, true, b'S' | b'R') => "NF",
+                    _ => "NS",
+                };
+                self.meta_code(code, &fl, raw_key, Some(&none))
             }
-            Ok((PutOutcome::NotFound, _)) if cas.is_some() && !mode.eq_ignore_ascii_case(&b'E') => {
-                self.meta_code("NF", &fl, raw_key, None)
-            }
-            Ok(_) => self.meta_code("NS", &fl, raw_key, None),
             Err(e) => self.server_error(&e),
         }
         Step::Consumed(consumed)
     }
 
     async fn md(&mut self, raw_key: &[u8], t: &[&[u8]]) {
+        if t.len() > FLAGS_MAX {
+            return self.client_error("options flags too long");
+        }
         let fl = match flags(t, b"bCIkOqT") {
             Ok(fl) => fl,
-            // memcached's md and ma have one message for both.
-            Err(_) => return self.client_error("invalid or duplicate flag"),
+            // memcached's md and ma have one message for every flag error.
+            Err(_) => return self.client_error(FLAG_ERROR_MD_MA),
         };
-        let Some(key) = self.meta_key(raw_key, has(&fl, b'b')) else { return };
+        if !opaque_ok(&fl) {
+            return self.client_error("opaque token too long");
+        }
+        let Some(key) = self.meta_key(raw_key, has(&fl, b'b'), FLAG_ERROR_MD_MA) else { return };
         let (cas, ttl) = (tok(&fl, b'C').map(parse::<u64>), tok(&fl, b'T').map(parse::<i64>));
         if matches!(cas, Some(None)) || matches!(ttl, Some(None)) {
-            return self.client_error("invalid or duplicate flag");
+            return self.client_error(FLAG_ERROR_MD_MA);
         }
         let (cas, ttl) = (cas.flatten(), ttl.flatten());
         let r = match (cas, has(&fl, b'I')) {
@@ -458,18 +547,24 @@ impl Conn<'_> {
     }
 
     async fn ma(&mut self, raw_key: &[u8], t: &[&[u8]]) {
+        if t.len() > FLAGS_MAX {
+            return self.client_error("options flags too long");
+        }
         let fl = match flags(t, b"bcCENJDTMqOtvk") {
             Ok(fl) => fl,
-            Err(_) => return self.client_error("invalid or duplicate flag"),
+            Err(_) => return self.client_error(FLAG_ERROR_MD_MA),
         };
-        let Some(key) = self.meta_key(raw_key, has(&fl, b'b')) else { return };
+        if !opaque_ok(&fl) {
+            return self.client_error("opaque token too long");
+        }
+        let Some(key) = self.meta_key(raw_key, has(&fl, b'b'), FLAG_ERROR_MD_MA) else { return };
         let num = |c: u8| tok(&fl, c).map(parse::<u64>);
         let (cas, initial, delta, new_cas) = (num(b'C'), num(b'J'), num(b'D'), num(b'E'));
         let (viv, ttl) = (tok(&fl, b'N').map(parse::<i64>), tok(&fl, b'T').map(parse::<i64>));
         if [cas, initial, delta, new_cas].iter().any(|x| matches!(x, Some(None)))
             || [viv, ttl].iter().any(|x| matches!(x, Some(None)))
         {
-            return self.client_error("invalid or duplicate flag");
+            return self.client_error(FLAG_ERROR_MD_MA);
         }
         let incr = match tok(&fl, b'M').and_then(|m| m.first().copied()) {
             None | Some(b'I' | b'i' | b'+') => true,
@@ -479,7 +574,10 @@ impl Conn<'_> {
         let delta = delta.flatten().unwrap_or(1);
         let new_exp = ttl.flatten().map(|t| self.expires(t));
         let new_cas = new_cas.flatten();
-        let mut r = arith(self.ctx, &key, incr, delta, cas.flatten(), new_exp, new_cas).await;
+        // C0 checks nothing (memcached's incr and decr).
+        let cas = cas.flatten().filter(|&c| c != 0);
+        let mut r = arith(self.ctx, &key, incr, delta, cas, new_exp, new_cas).await;
+        let mut vivified = false;
         if let (Ok(Arith::NotFound), Some(Some(viv_ttl))) = (&r, viv) {
             let n = initial.flatten().unwrap_or(0);
             let meta = ItemMeta::new(0, self.expires(viv_ttl));
@@ -490,9 +588,12 @@ impl Conn<'_> {
                 None => self.ctx.store.put_item_async(&key, n.to_string().as_bytes(), meta, Cond::Absent).await,
             };
             r = match put {
-                Ok((PutOutcome::Stored, c)) => Ok(Arith::Done(n, c, meta)),
+                Ok((PutOutcome::Stored, c)) => {
+                    vivified = true;
+                    Ok(Arith::Done(n, c, meta))
+                }
                 // Someone else created it meanwhile: apply the delta to theirs.
-                Ok(_) => arith(self.ctx, &key, incr, delta, cas.flatten(), new_exp, new_cas).await,
+                Ok(_) => arith(self.ctx, &key, incr, delta, cas, new_exp, new_cas).await,
                 Err(e) => Err(e),
             };
         }
@@ -501,8 +602,10 @@ impl Conn<'_> {
                 let counter = if incr { &self.ctx.stats.incr_hits } else { &self.ctx.stats.decr_hits };
                 counter.fetch_add(1, Relaxed);
                 let it = Item { value: n.to_string().into_bytes(), meta, cas: c };
-                // q hides a success (as memcached), with or without v.
-                match (has(&fl, b'q'), has(&fl, b'v')) {
+                // q hides a success (as memcached), with or without v, but
+                // for the creation of a missing item (N), which memcached
+                // answers whatever q says.
+                match (has(&fl, b'q') && !vivified, has(&fl, b'v')) {
                     (true, _) => {}
                     (false, true) => self.meta_hit(&fl, raw_key, &it, None, ""),
                     (false, false) => self.meta_code("HD", &fl, raw_key, Some(&it)),
@@ -520,7 +623,7 @@ impl Conn<'_> {
     }
 
     async fn me(&mut self, raw_key: &[u8]) {
-        let Some(key) = self.meta_key(raw_key, false) else { return };
+        let Some(key) = self.meta_key(raw_key, false, "error decoding key") else { return };
         match self.ctx.store.get_item_access_async(&key, false, |_| false).await {
             Ok(Some(ia)) => {
                 let it = &ia.item;

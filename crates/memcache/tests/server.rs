@@ -110,6 +110,46 @@ const CASES: &[(&str, &str)] = &[
     ("md k Z\r\nmd k x\r\nma k q q\r\nmd k C1 C1\r\n",
         "CLIENT_ERROR invalid or duplicate flag\r\nCLIENT_ERROR invalid or duplicate flag\r\nCLIENT_ERROR invalid or duplicate flag\r\nCLIENT_ERROR invalid or duplicate flag\r\n",
     ),
+    // Flags memcached knows but a command does not use are ignored; every
+    // meta command checks every flag's token as memcached does.
+    ("ms k 2 v s t N0 h l u P L\r\nhi\r\nmg k MS D5 J5 I C0 F7 P L v\r\n", "HD\r\nVA 2\r\nhi\r\n"),
+    (
+        "mg k MSS\r\nmg k Dx\r\nmg k Jx\r\nmg k Nx\r\nmg k Fx\r\nmg k Cx\r\n",
+        "CLIENT_ERROR incorrect length for M token\r\nCLIENT_ERROR invalid numeric delta value\r\n\
+         CLIENT_ERROR invalid numeric initial value\r\nCLIENT_ERROR bad token in command line format\r\n\
+         CLIENT_ERROR bad command line format\r\nCLIENT_ERROR bad token in command line format\r\n",
+    ),
+    (
+        "ms k 1 M\r\nx\r\nma k M\r\nmg k MS MS\r\n",
+        "CLIENT_ERROR incorrect length for M token\r\nCLIENT_ERROR invalid or duplicate flag\r\nCLIENT_ERROR duplicate flag\r\n",
+    ),
+    (
+        "mg k O1234567890123456789012345678901\r\nmg k O12345678901234567890123456789012\r\n\
+         md k O12345678901234567890123456789012\r\nms k 1 O12345678901234567890123456789012\r\nx\r\n",
+        "EN O1234567890123456789012345678901\r\nCLIENT_ERROR opaque token too long\r\n\
+         CLIENT_ERROR opaque token too long\r\nCLIENT_ERROR opaque token too long\r\n",
+    ),
+    (
+        "mg k s t c f l h k u v q O1 T5 N5 R5 P L I F1\r\nmd k s t c f l h k u q O1 T5 N5 R5 P L I F1\r\n",
+        "CLIENT_ERROR options flags are too long\r\nNF kk O1\r\n",
+    ),
+    ("ms f 1 F4294967297\r\nx\r\nmg f f\r\n", "HD\r\nHD f1\r\n"),
+    ("ma k b\r\nmd k b\r\n", "CLIENT_ERROR invalid or duplicate flag\r\nCLIENT_ERROR invalid or duplicate flag\r\n"),
+    // ms echoes c as c0 when it stores nothing; C0 checks nothing in ma
+    // and in an append, where a miss is NS.
+    ("ms zz 1 c MA\r\nx\r\nms zz 1 c C5\r\nx\r\n", "NS c0\r\nNF c0\r\n"),
+    ("ms n 1\r\n5\r\nma n C0 v\r\nms n 1 C0 MA\r\n0\r\nmg n v\r\n", "HD\r\nVA 1\r\n6\r\nHD\r\nVA 2\r\n60\r\n"),
+    // The item mg creates with N counts as read by it (h1 next time); ms
+    // with I and C0 stores nothing.
+    ("mg v N30 h\r\nmg v h\r\nmg w N30 u\r\nmg w h\r\n", "HD h0 W\r\nHD h1 Z\r\nHD W\r\nHD h0 Z\r\n"),
+    ("ms c 2\r\nhi\r\nms c 2 I C0\r\nzz\r\nmg c v\r\n", "HD\r\nEX\r\nVA 2\r\nhi\r\n"),
+    // q does not hide the creation of a missing counter.
+    ("ma v q N0 J5 v\r\nma v q v\r\nmg v v\r\n", "VA 1\r\n5\r\nVA 1\r\n6\r\n"),
+    // Counters read as C's strtoull reads them: leading space, a sign.
+    (
+        "set a 0 0 2\r\n 5\r\nincr a 1\r\nset b 0 0 3\r\n+12\r\nincr b 1\r\nset c 0 0 2\r\n-5\r\nincr c 1\r\n",
+        "STORED\r\n6\r\nSTORED\r\n13\r\nSTORED\r\nCLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
+    ),
     // h: hit before (u reads without marking).
     ("ms a 2 T100\r\nhi\r\nmg a h u\r\nmg a h\r\nmg a h v\r\n", "HD\r\nHD h0\r\nHD h0\r\nVA 2 h1\r\nhi\r\n"),
     ("set a 0 0 2\r\nhi\r\nget a\r\nmg a h\r\nset a 0 0 2\r\nyo\r\nmg a h\r\n", "STORED\r\nVALUE a 0 2\r\nhi\r\nEND\r\nHD h1\r\nSTORED\r\nHD h0\r\n"),

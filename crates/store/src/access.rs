@@ -73,7 +73,8 @@ impl Clock0 {
     /// word was `old` (0 for a new key).
     pub fn apply(self, p: Policy, old: u32, now: u32) -> u32 {
         match p {
-            Policy::Fresh { win } => self.rel(now) | if win { WIN } else { 0 },
+            Policy::Fresh => self.rel(now),
+            Policy::Vivified { read } => self.rel(now) | WIN | if read { FETCHED } else { 0 },
             Policy::FreshKeepWin => self.rel(now) | (old & WIN),
             Policy::Touch { fetch: true } => self.bumped(old, now),
             Policy::Touch { fetch: false } => old,
@@ -85,9 +86,13 @@ impl Clock0 {
 /// How a write sets the access word of the version it writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Policy {
-    /// A new item: not fetched, accessed now; with the win token sent when
-    /// `win` (memcache's vivify).
-    Fresh { win: bool },
+    /// A new item: not fetched, accessed now.
+    Fresh,
+    /// A new item created by a read that missed (memcache's vivify): its win
+    /// token handed to that reader, and read by it when `read` (as
+    /// memcached, whose `mg ... N` without `u` marks the item it creates
+    /// fetched).
+    Vivified { read: bool },
     /// A new item keeping the token state of the one it replaces (a stale
     /// value stored with `ms ... I`, an arithmetic on a stale item).
     FreshKeepWin,
@@ -106,7 +111,7 @@ impl Policy {
         if meta.stale {
             Policy::FreshKeepWin
         } else {
-            Policy::Fresh { win: false }
+            Policy::Fresh
         }
     }
 }
@@ -119,7 +124,7 @@ mod tests {
     fn words_round_trip_and_policies_keep_what_they_say() {
         let c = Clock0 { base: 1_000 };
         assert_eq!(c.decode(0), Access { fetched: false, last_access: 1_000, win_sent: false });
-        let w = c.apply(Policy::Fresh { win: false }, u32::MAX, 1_010);
+        let w = c.apply(Policy::Fresh, u32::MAX, 1_010);
         assert_eq!(c.decode(w), Access { fetched: false, last_access: 1_010, win_sent: false });
         let r = c.bumped(w, 1_020);
         assert_eq!(c.decode(r), Access { fetched: true, last_access: 1_020, win_sent: false });
@@ -131,9 +136,11 @@ mod tests {
         assert_eq!(c.decode(c.apply(Policy::Invalidate, won, 2_000)), c.decode(r));
         assert!(c.decode(c.apply(Policy::FreshKeepWin, won, 2_000)).win_sent);
         assert!(!c.decode(c.apply(Policy::FreshKeepWin, won, 2_000)).fetched);
-        assert!(c.decode(c.apply(Policy::Fresh { win: true }, 0, 2_000)).win_sent);
+        assert!(c.decode(c.apply(Policy::Vivified { read: false }, 0, 2_000)).win_sent);
+        assert!(!c.decode(c.apply(Policy::Vivified { read: false }, 0, 2_000)).fetched);
+        assert!(c.decode(c.apply(Policy::Vivified { read: true }, 0, 2_000)).fetched);
         // Before the open (a clock step back) and far after it saturate.
-        assert_eq!(c.decode(c.apply(Policy::Fresh { win: false }, 0, 5)).last_access, 1_000);
+        assert_eq!(c.decode(c.apply(Policy::Fresh, 0, 5)).last_access, 1_000);
         assert_eq!(c.decode(c.bumped(0, u32::MAX)).last_access, 1_000 + TIME_MASK);
     }
 }

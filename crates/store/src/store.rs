@@ -102,7 +102,7 @@ async fn join2<A: std::future::Future, B: std::future::Future>(a: A, b: B) -> (A
 }
 
 /// The access policy of tombstones and of internal writes.
-const FRESH: Policy = Policy::Fresh { win: false };
+const FRESH: Policy = Policy::Fresh;
 
 /// Number of key stripe locks serialising mutations of one key.
 pub(crate) const KEY_STRIPES: usize = 1024;
@@ -983,7 +983,8 @@ impl Core {
 
     /// [`Core::put_item`] (or with a chosen CAS value) whose new version
     /// has its win token already handed out (memcache's vivify on miss:
-    /// the client that created it is the one to fill it).
+    /// the client that created it is the one to fill it), and is marked
+    /// read when `read`.
     pub async fn put_item_won(
         &self,
         key: &[u8],
@@ -991,8 +992,9 @@ impl Core {
         meta: ItemMeta,
         cond: Cond,
         cas: Option<u64>,
+        read: bool,
     ) -> Result<(PutOutcome, u64)> {
-        self.put_user_item(key, value, Version { meta, cas, policy: Policy::Fresh { win: true } }, cond).await
+        self.put_user_item(key, value, Version { meta, cas, policy: Policy::Vivified { read } }, cond).await
     }
 
     /// [`Core::put_item`] without the reserved-namespace check.
@@ -1416,7 +1418,8 @@ impl Store {
 
     /// [`Store::put_item`] (with a chosen CAS value when `cas` is given)
     /// whose new version starts with its win token handed out: memcache's
-    /// vivify on miss, where the creator is the one to fill it.
+    /// vivify on miss, where the creator is the one to fill it; marked read
+    /// (by that creator) when `read`.
     pub async fn put_item_won_async(
         &self,
         key: &[u8],
@@ -1424,8 +1427,9 @@ impl Store {
         meta: ItemMeta,
         cond: Cond,
         cas: Option<u64>,
+        read: bool,
     ) -> Result<(PutOutcome, u64)> {
-        self.core.put_item_won(key, value, meta, cond, cas).await
+        self.core.put_item_won(key, value, meta, cond, cas, read).await
     }
 
     /// The value of `key` (with its metadata and CAS value) in the aligned
