@@ -501,7 +501,9 @@ impl<'a> Conn<'a> {
                                 v.extend_from_slice(data);
                                 v.extend_from_slice(&it.value);
                             }
-                            (Change::Put { value: v, meta: it.meta }, Ok(true))
+                            // A new item to memcached: flags and expiry
+                            // kept, a stale mark not.
+                            (Change::Put { value: v, meta: ItemMeta { stale: false, ..it.meta } }, Ok(true))
                         }
                     })
                     .await;
@@ -813,14 +815,22 @@ pub(crate) async fn arith(
             };
             let n = if incr { n.wrapping_add(delta) } else { n.saturating_sub(delta) };
             let mut v = n.to_string().into_bytes();
-            if v.len() < it.value.len() {
+            let expires = expires.unwrap_or(it.meta.expires);
+            let (change, meta) = if v.len() <= it.value.len() {
+                // memcached rewrites the item in place, padded with spaces:
+                // flags, stale mark and access state (read, token) kept.
                 v.resize(it.value.len(), b' ');
-            }
-            // Flags and the stale mark kept (memcached updates in place).
-            let meta = ItemMeta { expires: expires.unwrap_or(it.meta.expires), ..it.meta };
-            let change = match new_cas {
-                Some(cas) => Change::PutCas { value: v, meta, cas },
-                None => Change::Put { value: v, meta },
+                let meta = ItemMeta { expires, ..it.meta };
+                (Change::Rewrite { value: v, meta, cas: new_cas }, meta)
+            } else {
+                // A longer result is a new item to memcached: flags and
+                // expiry kept, the stale mark and access state not.
+                let meta = ItemMeta { expires, stale: false, ..it.meta };
+                let change = match new_cas {
+                    Some(cas) => Change::PutCas { value: v, meta, cas },
+                    None => Change::Put { value: v, meta },
+                };
+                (change, meta)
             };
             (change, Arith::Done(n, 0, meta))
         })

@@ -406,8 +406,9 @@ impl Conn<'_> {
         let result = match mode {
             // I with C: a CAS value older than the item's still stores the
             // value, as stale, keeping the item's expiry (memcached's
-            // "set-to-invalid"); a newer one, or 0, is EX.
-            b'S' | b's' if has(&fl, b'I') && cas.is_some() => {
+            // "set-to-invalid"); a newer one, or 0, is EX. (Set and replace
+            // modes: C makes both a CAS store.)
+            b'S' | b's' | b'R' | b'r' if has(&fl, b'I') && cas.is_some() => {
                 let c = cas.unwrap_or(0);
                 self.ctx
                     .store
@@ -457,9 +458,11 @@ impl Conn<'_> {
                         Some(it) => {
                             let v =
                                 if append { [&it.value[..], data].concat() } else { [data, &it.value[..]].concat() };
+                            // A new item (memcached): not stale.
+                            let meta = ItemMeta { stale: false, ..it.meta };
                             let change = match new_cas {
-                                Some(cas) => Change::PutCas { value: v, meta: it.meta, cas },
-                                None => Change::Put { value: v, meta: it.meta },
+                                Some(cas) => Change::PutCas { value: v, meta, cas },
+                                None => Change::Put { value: v, meta },
                             };
                             (change, PutOutcome::Stored)
                         }

@@ -667,6 +667,12 @@ fn access_state_and_stale_marks_follow_items() {
     })
     .unwrap();
     assert_eq!(read(&s, b"k", false, false).prior, Access { fetched: true, last_access: t0 + 9, win_sent: true });
+    // A rewrite (an incr that fits in place) keeps it too, with a new CAS.
+    let cas = read(&s, b"k", false, false).item.cas;
+    s.update(b"k", |it| (Change::Rewrite { value: b"new".to_vec(), meta: it.unwrap().meta, cas: None }, ())).unwrap();
+    let a = read(&s, b"k", false, false);
+    assert_eq!(a.prior, Access { fetched: true, last_access: t0 + 9, win_sent: true });
+    assert!(a.item.cas > cas && a.item.value == b"new");
     s.update(b"k", |it| {
         let it = it.unwrap();
         (Change::Invalidate { value: it.value.clone(), meta: ItemMeta { stale: true, ..it.meta } }, ())

@@ -186,6 +186,11 @@ pub enum Change {
     /// value `cas` like `PutCas`, and keeping its access state
     /// ([`crate::Access`]); counted as a read when `fetch`.
     Touch { value: Vec<u8>, meta: ItemMeta, cas: u64, fetch: bool },
+    /// The same item with a new value written over it (memcache's incr
+    /// and decr when the result fits the old value, which memcached
+    /// rewrites in place): a new CAS value (`cas`, chosen by the client,
+    /// or a fresh one), its access state ([`crate::Access`]) kept.
+    Rewrite { value: Vec<u8>, meta: ItemMeta, cas: Option<u64> },
     /// The same item invalidated (`meta.stale` set by the caller, memcache
     /// `md ... I`): a new CAS value, its access state kept but its win
     /// token released.
@@ -1123,6 +1128,7 @@ impl Core {
             let (change, r) = f(item.as_ref());
             let policy = match &change {
                 Change::Touch { fetch, .. } => Policy::Touch { fetch: *fetch },
+                Change::Rewrite { .. } => Policy::Touch { fetch: false },
                 Change::Invalidate { .. } => Policy::Invalidate,
                 Change::Put { meta, .. } | Change::PutCas { meta, .. } => Policy::new_item(meta),
                 Change::Keep | Change::Delete => FRESH,
@@ -1132,6 +1138,11 @@ impl Core {
                 Change::Put { value, meta } | Change::Invalidate { value, meta } => {
                     need = self.value_grains(key, value.len() as u64, None)?;
                     let v = Version { meta, cas: None, policy };
+                    self.write_value(key, h, Payload::Slice(&value), Prior::Known(existing), v).await.map(Some)
+                }
+                Change::Rewrite { value, meta, cas } => {
+                    need = self.value_grains(key, value.len() as u64, cas)?;
+                    let v = Version { meta, cas, policy };
                     self.write_value(key, h, Payload::Slice(&value), Prior::Known(existing), v).await.map(Some)
                 }
                 Change::PutCas { value, meta, cas } | Change::Touch { value, meta, cas, .. } => {
