@@ -656,6 +656,31 @@ fn hinted_lines(home: usize, hint: u64) -> usize {
     }
 }
 
+/// The 8 slots (one cache line) at `line` in two 32-byte vector loads.
+/// Vector loads of atomics written concurrently: see `hood_mask_avx2`.
+///
+/// # Safety
+/// `line` must point at 8 readable slots, and the CPU support AVX.
+#[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
+#[target_feature(enable = "avx")]
+#[inline]
+unsafe fn load_line(line: *const AtomicU64) -> (std::arch::x86_64::__m256i, std::arch::x86_64::__m256i) {
+    let (a, b);
+    // SAFETY: the caller's contract: 64 readable bytes at `line`; the
+    // block only reads them, touches no stack and no flags.
+    unsafe {
+        std::arch::asm!(
+            "vmovdqu {0}, ymmword ptr [{p}]",
+            "vmovdqu {1}, ymmword ptr [{p} + 32]",
+            out(ymm_reg) a,
+            out(ymm_reg) b,
+            p = in(reg) line,
+            options(nostack, readonly, preserves_flags),
+        );
+    }
+    (a, b)
+}
+
 /// [`hood_mask`] of the neighbourhood homed at `home` in `slots` (padded
 /// to whole lines), reading only the lines its hop hint names: bit `off`
 /// set for each slot `home + off` that [`slot_matches`].
@@ -701,20 +726,10 @@ unsafe fn hinted_mask_avx2(slots: &[AtomicU64], home: usize, ktag: u16) -> u32 {
     let step = _mm256_set1_epi64x((4u64 << OFF_SHIFT) as i64);
     let mut mask = 0u64;
     let mut scan = |j: usize, line: &[AtomicU64]| {
-        let (a, b): (__m256i, __m256i);
+        debug_assert_eq!(line.len(), LINE_SLOTS);
         // SAFETY: `line` is 8 slots, 64 readable bytes borrowed from the
-        // table; the block only reads them. Vector loads of atomics
-        // written concurrently: see `hood_mask_avx2`.
-        unsafe {
-            std::arch::asm!(
-                "vmovdqu {0}, ymmword ptr [{p}]",
-                "vmovdqu {1}, ymmword ptr [{p} + 32]",
-                out(ymm_reg) a,
-                out(ymm_reg) b,
-                p = in(reg) line.as_ptr(),
-                options(nostack, readonly, preserves_flags),
-            );
-        }
+        // table; the CPU has AVX2 (this function's contract).
+        let (a, b) = unsafe { load_line(line.as_ptr()) };
         for (k, v) in [a, b].into_iter().enumerate() {
             let hit = _mm256_cmpeq_epi64(_mm256_and_si256(v, off_tag), want);
             let free = _mm256_cmpeq_epi64(_mm256_and_si256(v, not_hint), zero);
@@ -785,22 +800,10 @@ pub(crate) unsafe fn holds_avx2(slots: &[AtomicU64], home: usize, ktag: u16, pba
     // Bit `o` set when slot `o` of `line` matches `want` (offsets of the
     // line's first slot in `want`).
     let line_mask = |line: *const AtomicU64, want: __m256i| -> u64 {
-        let (a, b): (__m256i, __m256i);
         // SAFETY: `line` points at 8 slots, 64 readable bytes of `slots`
         // (the callers' lines, within the bounds of this function's
-        // contract); the block only reads them. Vector loads of atomics
-        // written concurrently: see `hood_mask_avx2`. AVX is available
-        // (this function's contract: AVX2 implies it).
-        unsafe {
-            std::arch::asm!(
-                "vmovdqu {0}, ymmword ptr [{p}]",
-                "vmovdqu {1}, ymmword ptr [{p} + 32]",
-                out(ymm_reg) a,
-                out(ymm_reg) b,
-                p = in(reg) line,
-                options(nostack, readonly, preserves_flags),
-            );
-        }
+        // contract); the CPU has AVX2 (this function's contract).
+        let (a, b) = unsafe { load_line(line) };
         let ea = _mm256_cmpeq_epi64(_mm256_and_si256(a, fields), want);
         let eb = _mm256_cmpeq_epi64(_mm256_and_si256(b, fields), _mm256_add_epi64(want, step));
         (_mm256_movemask_pd(_mm256_castsi256_pd(ea)) | (_mm256_movemask_pd(_mm256_castsi256_pd(eb)) << 4)) as u64
