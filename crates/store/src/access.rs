@@ -94,7 +94,7 @@ pub(crate) enum Policy {
     /// fetched).
     Vivified { read: bool },
     /// A new item keeping the token state of the one it replaces (a stale
-    /// value stored with `ms ... I`, an arithmetic on a stale item).
+    /// value stored with `ms ... I`).
     FreshKeepWin,
     /// The same item with new metadata: everything kept; a read too when
     /// `fetch` (memcache `touch`, `gat`).
