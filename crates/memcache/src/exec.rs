@@ -167,11 +167,20 @@ impl<'a> Conn<'a> {
         self.reply("ERROR");
     }
 
+    /// memcached's reply to a value over the item size limit, counted.
+    pub(crate) fn too_large(&mut self) {
+        self.ctx.stats.store_too_large.fetch_add(1, Relaxed);
+        self.reply("SERVER_ERROR object too large for cache");
+    }
+
     /// memcached's reply to a store failure.
     pub(crate) fn server_error(&mut self, e: &Error) {
         match e {
-            Error::NoSpace { .. } => self.reply("SERVER_ERROR out of memory storing object"),
-            Error::ValueTooLarge { .. } => self.reply("SERVER_ERROR object too large for cache"),
+            Error::NoSpace { .. } => {
+                self.ctx.stats.store_no_memory.fetch_add(1, Relaxed);
+                self.reply("SERVER_ERROR out of memory storing object")
+            }
+            Error::ValueTooLarge { .. } => self.too_large(),
             e => {
                 // Device trouble is the operator's business; a request the
                 // store refuses (a reserved key, say) is only the client's,
@@ -437,7 +446,7 @@ impl<'a> Conn<'a> {
         let bytes = bytes as usize;
         if bytes > self.ctx.cfg.item_bytes_max {
             self.ctx.stats.cmd_set.fetch_add(1, Relaxed);
-            self.reply("SERVER_ERROR object too large for cache");
+            self.too_large();
             self.swallow = bytes + 2;
             // memcached drops the old value of a failed set, so no stale
             // data outlives it.

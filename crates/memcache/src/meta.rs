@@ -370,7 +370,7 @@ impl Conn<'_> {
         if len > self.ctx.cfg.item_bytes_max {
             self.ctx.stats.cmd_set.fetch_add(1, Relaxed);
             self.ctx.stats.cmd_meta.fetch_add(1, Relaxed);
-            self.reply("SERVER_ERROR object too large for cache");
+            self.too_large();
             self.swallow = len + 2;
             // As memcached: a failed set drops the old value.
             if mode.eq_ignore_ascii_case(&b'S') {
@@ -647,8 +647,23 @@ impl Conn<'_> {
 type Lines = Vec<(String, String)>;
 
 /// `stats`: memcached's general fields that apply, then Granary's own.
+/// The process's user and system CPU time, as memcached prints them
+/// (seconds.microseconds).
+fn rusage() -> (String, String) {
+    // SAFETY: getrusage fills the zeroed struct it is given; RUSAGE_SELF
+    // is always valid.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| format!("{}.{:06}", t.tv_sec, t.tv_usec);
+    (tv(ru.ru_utime), tv(ru.ru_stime))
+}
+
 pub(crate) fn general_stats(ctx: &Ctx) -> Lines {
     let s = &ctx.stats;
+    let rusage = rusage();
     let st = ctx.store.stats();
     let g = |a: &std::sync::atomic::AtomicU64| a.load(Relaxed).to_string();
     let mut v: Lines = vec![
@@ -657,10 +672,17 @@ pub(crate) fn general_stats(ctx: &Ctx) -> Lines {
         ("time".into(), ctx.store.now().to_string()),
         ("version".into(), version()),
         ("pointer_size".into(), (8 * std::mem::size_of::<usize>()).to_string()),
+        ("rusage_user".into(), rusage.0),
+        ("rusage_system".into(), rusage.1),
+        ("max_connections".into(), ctx.cfg.max_connections.to_string()),
         ("threads".into(), ctx.threads.to_string()),
         ("curr_connections".into(), s.connections.open().to_string()),
         ("total_connections".into(), g(&s.total_connections)),
         ("rejected_connections".into(), g(&s.rejected_connections)),
+        // The listener is never paused: connections past the limit are
+        // accepted and closed (rejected_connections).
+        ("accepting_conns".into(), "1".into()),
+        ("listen_disabled_num".into(), "0".into()),
         ("idle_kicks".into(), g(&s.idle_kicks)),
         ("cmd_get".into(), g(&s.cmd_get)),
         ("cmd_set".into(), g(&s.cmd_set)),
@@ -689,6 +711,8 @@ pub(crate) fn general_stats(ctx: &Ctx) -> Lines {
         ("evictions".into(), st.gc.evicted_values.to_string()),
         ("expired_unfetched".into(), st.gc.expired.to_string()),
         ("protocol_errors".into(), g(&s.protocol_errors)),
+        ("store_too_large".into(), g(&s.store_too_large)),
+        ("store_no_memory".into(), g(&s.store_no_memory)),
     ];
     v.extend([
         ("granary_device_bytes".into(), st.device_bytes.to_string()),

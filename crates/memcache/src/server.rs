@@ -85,6 +85,12 @@ pub struct ServerStats {
     pub bytes_written: AtomicU64,
     pub protocol_errors: AtomicU64,
     pub total_items: AtomicU64,
+    /// Stores refused as larger than the item size limit (`SERVER_ERROR
+    /// object too large for cache`).
+    pub store_too_large: AtomicU64,
+    /// Stores refused for want of space (store mode full: `SERVER_ERROR
+    /// out of memory storing object`).
+    pub store_no_memory: AtomicU64,
     /// Connections closed by the idle timeout.
     pub idle_kicks: AtomicU64,
     /// Latency of each command, from its parse to its reply being

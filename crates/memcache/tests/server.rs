@@ -744,6 +744,18 @@ fn limits_give_memcached_errors_and_the_connection_goes_on() {
     let r = c.call(format!("get {}\r\n", "k".repeat(251)).as_bytes());
     assert_eq!(r, b"CLIENT_ERROR bad command line format\r\n");
     assert_eq!(c.call(b"get k\r\n").len(), 900 + "VALUE k 0 900\r\n\r\nEND\r\n".len());
+    // The three refusals are counted; memcached's general fields for
+    // monitoring tools are there.
+    let stats = String::from_utf8(c.call(b"stats\r\n")).unwrap();
+    for want in ["STAT store_too_large 3\r\n", "STAT store_no_memory 0\r\n", "STAT max_connections 4\r\n"] {
+        assert!(stats.contains(want), "{want:?} not in {stats}");
+    }
+    let cpu = |name: &str| stats.lines().find_map(|l| l.strip_prefix(&format!("STAT {name} "))).map(str::to_string);
+    for name in ["rusage_user", "rusage_system"] {
+        let v = cpu(name).unwrap_or_else(|| panic!("no {name}"));
+        let (secs, micros) = v.split_once('.').unwrap_or_else(|| panic!("{name} {v}"));
+        assert!(secs.parse::<u64>().is_ok() && micros.len() == 6 && micros.parse::<u32>().is_ok(), "{name} {v}");
+    }
     // A line with no end is cut off and the connection closed.
     let mut l = f.client();
     l.send(&vec![b'g'; 70 * 1024]);
@@ -776,6 +788,8 @@ fn store_mode_refuses_writes_when_full_and_cache_mode_evicts() {
             }
         }
         let st = f.store().stats();
+        let counted = f.server.as_ref().unwrap().stats().store_no_memory.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(counted, refused, "store_no_memory counts the refusals");
         if evict {
             assert_eq!(refused, 0);
             assert!(st.gc.evicted_values > 0);
