@@ -274,7 +274,9 @@ impl<'a> Conn<'a> {
         match cmd {
             b"get" => self.get(&t[1..], false, None).await,
             b"gets" => self.get(&t[1..], true, None).await,
-            b"gat" | b"gats" if t.len() > 2 => match parse::<i64>(t[1]) {
+            b"gat" | b"gats" if t.len() > 1 => match parse::<i64>(t[1]) {
+                // An exptime and no key: memcached answers an empty result.
+                Some(_) if t.len() == 2 => self.reply("END"),
                 Some(exp) => self.get(&t[2..], cmd == b"gats", Some(exp)).await,
                 None => self.client_error("invalid exptime argument"),
             },

@@ -66,6 +66,7 @@ const CASES: &[(&str, &str)] = &[
     ("gat 100 nope\r\n", "END\r\n"),
     ("gat\r\n", "ERROR\r\n"),
     ("gat abc n\r\n", "CLIENT_ERROR invalid exptime argument\r\n"),
+    ("gat 10\r\ngats abc\r\n", "END\r\nCLIENT_ERROR invalid exptime argument\r\n"),
     ("set a 7 0 2\r\nhi\r\ngat 0 a\r\n", "STORED\r\nVALUE a 7 2\r\nhi\r\nEND\r\n"),
     ("set n 0 0 1\r\n1\r\nflush_all 0\r\nget n\r\n", "STORED\r\nOK\r\nEND\r\n"),
     ("flush_all abc\r\n", "CLIENT_ERROR invalid exptime argument\r\n"),
