@@ -770,7 +770,8 @@ unsafe fn hinted_mask_avx2(slots: &[AtomicU64], home: usize, ktag: u16) -> u32 {
 /// nearly every key that is present, so it is predicted; only when they
 /// do not is the hop hint read for further lines (7% of homes at 85%
 /// occupancy name more than two; branching on the hint first made
-/// `granary bench index`'s lookups a quarter slower). A free slot never
+/// lookups about a quarter slower in the timing of BENCHMARKS.md,
+/// "`contains` in one AVX2 pass"). A free slot never
 /// matches: it is stored as 0 (but for its hint), whose pba field would
 /// be `pba ^ PBA_MASK`, all ones, which no record has.
 ///
@@ -779,7 +780,7 @@ unsafe fn hinted_mask_avx2(slots: &[AtomicU64], home: usize, ktag: u16) -> u32 {
 /// neighbourhood and the line after `home`'s: every table's slots do
 /// (`Table::new` pads them to whole lines past the last neighbourhood).
 /// The slots are reached by pointer, not by slicing: the bounds checks of
-/// slicing made `granary bench index`'s lookups an eighth slower.
+/// slicing made lookups about an eighth slower (same timing).
 #[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
 #[target_feature(enable = "avx2")]
 #[inline]

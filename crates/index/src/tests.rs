@@ -60,8 +60,6 @@ fn insert_lookup_replace_remove() {
     assert_eq!(idx.stats().entries, 1);
 }
 
-/// DESIGN §10: lookup stopped at the first free slot, so a purge could hide a
-/// live key. Deleting one key must never hide another in its neighbourhood.
 #[test]
 fn contains_never_takes_a_free_slot_for_an_entry() {
     // A free slot is stored as 0; the vector pass compares whole slots, so
@@ -78,6 +76,8 @@ fn contains_never_takes_a_free_slot_for_an_entry() {
     assert!(!idx.contains(h(3, 0), u64::MAX));
 }
 
+/// DESIGN §10: lookup stopped at the first free slot, so a purge could hide a
+/// live key. Deleting one key must never hide another in its neighbourhood.
 #[test]
 fn regression_hole_does_not_hide_later_entry() {
     let idx = small(5);

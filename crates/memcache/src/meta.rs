@@ -646,7 +646,6 @@ impl Conn<'_> {
 
 type Lines = Vec<(String, String)>;
 
-/// `stats`: memcached's general fields that apply, then Granary's own.
 /// The process's user and system CPU time, as memcached prints them
 /// (seconds.microseconds).
 fn rusage() -> (String, String) {
@@ -661,6 +660,7 @@ fn rusage() -> (String, String) {
     (tv(ru.ru_utime), tv(ru.ru_stime))
 }
 
+/// `stats`: memcached's general fields that apply, then Granary's own.
 pub(crate) fn general_stats(ctx: &Ctx) -> Lines {
     let s = &ctx.stats;
     let rusage = rusage();
