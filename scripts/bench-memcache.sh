@@ -4,7 +4,9 @@
 # scenarios (the dataset fits memcached's memory; the dataset is 4x the
 # memory given to memcached and extstore). Installs memcached and
 # libmemcached-tools (memcaslap) when missing. Writes docs/bench-memcache-*.json
-# and, with matplotlib, docs/bench-memcache.png.
+# and, with matplotlib, docs/bench-memcache.png. The first run also measures
+# the device reference (fio; installed when missing): the machine's CPU per
+# 4 KiB direct read and the ceiling it puts on Granary in that scenario.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
@@ -23,7 +25,7 @@ $G bench memcache --keys 400K --memory-mib 1024 --secs "$SECS" --json docs/bench
 #    extstore-capped holds extstore to that memory (+64 MiB), page cache included
 #    (a memory cgroup; needs root).
 $G bench memcache --keys 512K --memory-mib 128 --secs "$SECS" \
-    --peers memcached,extstore,extstore-capped,granary --json docs/bench-memcache-4x.json
+    --peers memcached,extstore,extstore-capped,granary --no-device-ref --json docs/bench-memcache-4x.json
 if python3 -c "import matplotlib" 2>/dev/null; then
     python3 scripts/plot_memcache.py docs/bench-memcache.png docs/bench-memcache-fits.json docs/bench-memcache-4x.json
 fi

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Runs every check CI runs: formatting, lints, and all tests.
 # Installs the peer tools the tests compare against when they are missing
-# (memcached, and memccapable from libmemcached-tools); fio is installed by
-# the benchmarks that use it.
+# (memcached, memccapable from libmemcached-tools, and fio, which
+# `granary bench memcache`'s device reference runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
 command -v memcached >/dev/null || missing+=(memcached)
 command -v memccapable >/dev/null || missing+=(libmemcached-tools)
+command -v fio >/dev/null || missing+=(fio)
 if ((${#missing[@]})); then
-    echo "installing ${missing[*]} (needed by the memcache conformance tests)"
+    echo "installing ${missing[*]} (needed by the memcache conformance tests and benchmark tests)"
     if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
     $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi

@@ -483,7 +483,7 @@ fn fio_run(path: &Path, rw: &str, depth: usize, secs: f64, size: u64) -> Result<
     })
 }
 
-fn fill_with_fio(path: &Path, size: u64) -> Result<(), String> {
+pub(crate) fn fill_with_fio(path: &Path, size: u64) -> Result<(), String> {
     let out = Command::new("fio")
         .args([
             "--name=granary-fill",

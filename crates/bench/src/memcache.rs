@@ -18,6 +18,16 @@
 //! cgroup, so its reads go to the disk once the memory it was given is
 //! full, as Granary's (direct IO) always do. Plain `extstore` may keep its
 //! whole file in the machine's page cache.
+//!
+//! Besides each server's own CPU, the benchmark reads the whole machine's
+//! busy CPU time (`/proc/stat`) over each measured phase: on a machine
+//! whose cores the client shares with the server, that total per operation
+//! is what throughput is made of. With the device reference (on unless
+//! `--no-device-ref`), it also measures, with fio on a file in `--dir`, the
+//! machine's CPU per 4 KiB direct random read, and prints the *ceiling*
+//! that cost puts on a server that reads the device for every GET and is
+//! otherwise as cheap as memcached: memcached's machine CPU per operation
+//! divided by that plus one device read per GET.
 
 use granary_store::io::SplitMix64 as SplitMix;
 use hdrhistogram::Histogram;
@@ -63,6 +73,8 @@ pub struct McBenchOptions {
     pub server_threads: usize,
     /// Also run memcaslap against each peer.
     pub memcaslap: bool,
+    /// Measure the machine's CPU per device read with fio (see the module doc).
+    pub device_ref: bool,
     pub seed: u64,
 }
 
@@ -82,6 +94,7 @@ impl Default for McBenchOptions {
             dir: PathBuf::from("granary-data"),
             server_threads: 2,
             memcaslap: true,
+            device_ref: true,
             seed: 1,
         }
     }
@@ -112,6 +125,10 @@ pub struct PeerResult {
     /// The server's context switches (voluntary and not, all threads) per
     /// operation over the measured phase.
     pub server_switches_per_op: Option<f64>,
+    /// The whole machine's busy CPU time (every core: client, server,
+    /// kernel, interrupts; `/proc/stat`) per operation of the measured
+    /// phase, in microseconds.
+    pub machine_cpu_us_per_op: Option<f64>,
     /// The server's peak resident memory (VmHWM) at the end of the measured
     /// phase, MiB; and, for a capped peer, the peak its cgroup was charged
     /// (resident memory plus the page cache of its files), MiB.
@@ -315,6 +332,95 @@ fn parse_cpu_ticks(stat: &str) -> Option<u64> {
     let utime: u64 = f.next()?.parse().ok()?;
     let stime: u64 = f.next()?.parse().ok()?;
     Some(utime + stime)
+}
+
+/// Busy CPU seconds of the whole machine so far, all cores (`/proc/stat`).
+pub fn machine_busy_secs() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    parse_busy_ticks(&stat).map(|t| t as f64 / hz.max(1) as f64)
+}
+
+/// Busy ticks of the first (`cpu `, all cores) line of a `/proc/stat` text:
+/// user + nice + system + irq + softirq. Idle, iowait and steal (time the
+/// hypervisor gave to others) are not this machine's work; guest time is
+/// already inside user.
+fn parse_busy_ticks(stat: &str) -> Option<u64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line.split_whitespace().skip(1).map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    let at = |i: usize| f.get(i).copied();
+    Some(at(0)? + at(1)? + at(2)? + at(5)? + at(6)?)
+}
+
+/// The machine's CPU cost of one 4 KiB direct random read, measured with
+/// fio (io_uring, queue depth [`DEVICE_REF_DEPTH`]) on a file in the data
+/// directory, fio's own user-space time left out: the part of a GET no
+/// server that reads the device can avoid (submission, the virtual disk's
+/// doorbell and interrupt, completion).
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceRef {
+    pub reads_per_sec: f64,
+    pub machine_cpu_us_per_read: f64,
+}
+
+/// Queue depth of the device reference: about the reads a 32-connection
+/// closed loop keeps in flight.
+pub const DEVICE_REF_DEPTH: usize = 32;
+/// Size of the device reference's file.
+pub const DEVICE_REF_FILE_BYTES: u64 = 1 << 30;
+/// Seconds of the device reference's random reads.
+pub const DEVICE_REF_SECS: u64 = 5;
+
+/// Run the device reference (fio, installed when missing) on a new file
+/// in `dir`, removed afterwards.
+pub fn device_ref(dir: &Path) -> Result<DeviceRef, String> {
+    crate::device::ensure_fio()?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let path = dir.join("bench-memcache-fio.db");
+    struct Remove<'a>(&'a Path);
+    impl Drop for Remove<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(self.0);
+        }
+    }
+    let _remove = Remove(&path);
+    crate::device::fill_with_fio(&path, DEVICE_REF_FILE_BYTES)?;
+    let busy0 = machine_busy_secs().ok_or("cannot read /proc/stat")?;
+    let v = crate::device::fio_json(
+        &path,
+        &[
+            "--name=granary-read-cost",
+            "--rw=randread",
+            "--bs=4k",
+            &format!("--iodepth={DEVICE_REF_DEPTH}"),
+            &format!("--size={DEVICE_REF_FILE_BYTES}"),
+            &format!("--runtime={DEVICE_REF_SECS}"),
+            "--time_based",
+            "--randrepeat=0",
+            "--norandommap",
+        ],
+    )?;
+    let busy = machine_busy_secs().ok_or("cannot read /proc/stat")? - busy0;
+    let job = &v["jobs"][0];
+    let read = &job["read"];
+    let ios = read["total_ios"].as_u64().filter(|&n| n > 0).ok_or("fio reported no reads")?;
+    let secs = read["runtime"].as_f64().unwrap_or(0.0) / 1000.0;
+    // fio's own user-space time is not part of a read's cost: left out.
+    let fio_user = job["usr_cpu"].as_f64().unwrap_or(0.0) / 100.0 * secs;
+    Ok(DeviceRef {
+        reads_per_sec: ios as f64 / secs.max(1e-9),
+        machine_cpu_us_per_read: (busy - fio_user).max(0.0) * 1e6 / ios as f64,
+    })
+}
+
+/// The throughput ratio to memcached that a server reading the device once
+/// per GET cannot pass on a machine whose CPU is the bound, if it is
+/// otherwise exactly as cheap as memcached: memcached's machine CPU per
+/// operation `m_us`, over that plus the device read's `read_us` on the
+/// `get_share` of operations that are GETs.
+pub fn ceiling(m_us: f64, read_us: f64, get_share: f64) -> f64 {
+    m_us / (m_us + read_us * get_share)
 }
 
 /// Context switches of process `pid` so far, voluntary and involuntary,
@@ -691,8 +797,38 @@ fn memcaslap(addr: SocketAddr, o: &McBenchOptions) -> Result<f64, String> {
         .ok_or_else(|| format!("memcaslap printed no result:\n{text}"))
 }
 
+/// A run's results.
+#[derive(Debug, Clone, Default)]
+pub struct McReport {
+    pub peers: Vec<PeerResult>,
+    /// The device reference, when measured.
+    pub device: Option<DeviceRef>,
+}
+
+impl McReport {
+    /// [`ceiling`] for this run: from memcached's machine CPU per operation
+    /// and the device reference, when both were measured.
+    pub fn ceiling(&self, o: &McBenchOptions) -> Option<f64> {
+        let m = self.peers.iter().find(|p| p.peer == "memcached")?.machine_cpu_us_per_op?;
+        Some(ceiling(m, self.device?.machine_cpu_us_per_read, o.get_percent as f64 / 100.0))
+    }
+}
+
 /// Run the comparison; prints progress to stderr.
-pub fn run(o: &McBenchOptions) -> Result<Vec<PeerResult>, String> {
+pub fn run(o: &McBenchOptions) -> Result<McReport, String> {
+    let peers = run_peers(o)?;
+    let device = if o.device_ref {
+        eprintln!(
+            "bench memcache: device reference: fio, 4 KiB direct random reads at depth {DEVICE_REF_DEPTH}, {DEVICE_REF_SECS} s"
+        );
+        Some(device_ref(&o.dir)?)
+    } else {
+        None
+    };
+    Ok(McReport { peers, device })
+}
+
+fn run_peers(o: &McBenchOptions) -> Result<Vec<PeerResult>, String> {
     let value: Vec<u8> = (0..o.value_bytes).map(|i| b'a' + (i % 26) as u8).collect();
     let mut results = Vec::new();
     for name in &o.peers {
@@ -703,7 +839,12 @@ pub fn run(o: &McBenchOptions) -> Result<Vec<PeerResult>, String> {
         eprintln!("bench memcache: {name}: {} s of load with {} connections", o.secs, o.conns);
         let pid = peer.child.as_ref().map(|c| c.id());
         let (cpu0, sw0) = (pid.and_then(cpu_secs), pid.and_then(switches));
+        let busy0 = machine_busy_secs();
         let (m, secs) = drive(peer.addr, o, &value).map_err(|e| peer.failed(name, e))?;
+        let machine_cpu_us_per_op = match (machine_busy_secs(), busy0) {
+            (Some(b), Some(a)) if m.ops > 0 => Some((b - a) * 1e6 / m.ops as f64),
+            _ => None,
+        };
         let server_cpu_us_per_op = match (pid.and_then(cpu_secs), cpu0) {
             (Some(b), Some(a)) if m.ops > 0 => Some((b - a) * 1e6 / m.ops as f64),
             _ => None,
@@ -734,6 +875,7 @@ pub fn run(o: &McBenchOptions) -> Result<Vec<PeerResult>, String> {
             memcaslap_ops,
             server_cpu_us_per_op,
             server_switches_per_op,
+            machine_cpu_us_per_op,
             server_peak_rss_mib,
             cgroup_peak_mib,
         });
@@ -741,7 +883,8 @@ pub fn run(o: &McBenchOptions) -> Result<Vec<PeerResult>, String> {
     Ok(results)
 }
 
-pub fn render(o: &McBenchOptions, r: &[PeerResult]) -> String {
+pub fn render(o: &McBenchOptions, report: &McReport) -> String {
+    let r = &report.peers;
     let base = r.iter().find(|p| p.peer == "memcached").map(|p| p.ops_per_sec());
     let mut s = format!(
         "memcache: {} keys x {} B, {}% get, {:?}, {} connections, {}, {} s\n",
@@ -754,7 +897,7 @@ pub fn render(o: &McBenchOptions, r: &[PeerResult]) -> String {
         o.secs
     );
     s += &format!(
-        "{:<15} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8} {:>11}\n",
+        "{:<15} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8} {:>11}\n",
         "peer",
         "ops/s",
         "ratio",
@@ -764,6 +907,7 @@ pub fn render(o: &McBenchOptions, r: &[PeerResult]) -> String {
         "set p99",
         "max us",
         "cpu us/op",
+        "mach us/op",
         "cs/op",
         "mem MiB",
         "memcaslap/s"
@@ -771,7 +915,7 @@ pub fn render(o: &McBenchOptions, r: &[PeerResult]) -> String {
     for p in r {
         let ratio = base.map_or("-".to_string(), |b| format!("{:.2}", p.ops_per_sec() / b));
         s += &format!(
-            "{:<15} {:>10.0} {:>7} {:>7.1}% {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9} {:>7} {:>8} {:>11}\n",
+            "{:<15} {:>10.0} {:>7} {:>7.1}% {:>9.0} {:>9.0} {:>9.0} {:>9.0} {:>9} {:>10} {:>7} {:>8} {:>11}\n",
             p.peer,
             p.ops_per_sec(),
             ratio,
@@ -781,15 +925,28 @@ pub fn render(o: &McBenchOptions, r: &[PeerResult]) -> String {
             p.set_us[1],
             p.get_us[3].max(p.set_us[3]),
             p.server_cpu_us_per_op.map_or("-".into(), |v| format!("{v:.1}")),
+            p.machine_cpu_us_per_op.map_or("-".into(), |v| format!("{v:.1}")),
             p.server_switches_per_op.map_or("-".into(), |v| format!("{v:.2}")),
             p.cgroup_peak_mib.or(p.server_peak_rss_mib).map_or("-".into(), |v| format!("{v:.0}")),
             p.memcaslap_ops.map_or("-".into(), |v| format!("{v:.0}")),
         );
     }
+    if let Some(d) = report.device {
+        s += &format!(
+            "device reference (fio, 4 KiB direct random reads, depth {DEVICE_REF_DEPTH}): {:.0} reads/s, {:.1} us of machine CPU per read\n",
+            d.reads_per_sec, d.machine_cpu_us_per_read
+        );
+    }
+    if let Some(c) = report.ceiling(o) {
+        s += &format!(
+            "ceiling for a server that reads the device once per GET and is otherwise as cheap as memcached: {c:.2}x memcached\n"
+        );
+    }
     s
 }
 
-pub fn to_json(o: &McBenchOptions, r: &[PeerResult]) -> serde_json::Value {
+pub fn to_json(o: &McBenchOptions, report: &McReport) -> serde_json::Value {
+    let r = &report.peers;
     serde_json::json!({
         "benchmark": "memcache",
         "keys": o.keys, "value_bytes": o.value_bytes, "get_percent": o.get_percent,
@@ -803,9 +960,15 @@ pub fn to_json(o: &McBenchOptions, r: &[PeerResult]) -> serde_json::Value {
             "memcaslap_ops_per_sec": p.memcaslap_ops,
             "server_cpu_us_per_op": p.server_cpu_us_per_op,
             "server_switches_per_op": p.server_switches_per_op,
+            "machine_cpu_us_per_op": p.machine_cpu_us_per_op,
             "server_peak_rss_mib": p.server_peak_rss_mib,
             "cgroup_peak_mib": p.cgroup_peak_mib,
         })).collect::<Vec<_>>(),
+        "device_ref": report.device.map(|d| serde_json::json!({
+            "depth": DEVICE_REF_DEPTH, "reads_per_sec": d.reads_per_sec,
+            "machine_cpu_us_per_read": d.machine_cpu_us_per_read,
+        })),
+        "ceiling_vs_memcached": report.ceiling(o),
     })
 }
 
@@ -842,6 +1005,38 @@ mod tests {
         assert_eq!(parse_cpu_ticks("4242 (x) S 1 2"), None, "a short line is refused");
         let own = cpu_secs(std::process::id()).expect("this process's own stat");
         assert!(own >= 0.0);
+    }
+
+    #[test]
+    fn machine_busy_time_leaves_out_idle_iowait_and_steal() {
+        // user nice system idle iowait irq softirq steal guest guest_nice
+        let stat = "cpu  100 2 30 5000 40 6 7 800 0 0\ncpu0 50 1 15 2500 20 3 3 400 0 0\nintr 1\n";
+        assert_eq!(parse_busy_ticks(stat), Some(100 + 2 + 30 + 6 + 7));
+        assert_eq!(parse_busy_ticks("cpu  1 2 3\n"), None, "a short line is refused");
+        assert_eq!(parse_busy_ticks("cpu0 1 2 3 4 5 6 7 8\n"), None, "only the all-cores line counts");
+        let a = machine_busy_secs().expect("this machine's /proc/stat");
+        let b = machine_busy_secs().expect("this machine's /proc/stat");
+        assert!(b >= a && a > 0.0, "{a} then {b}");
+    }
+
+    #[test]
+    fn the_ceiling_adds_one_device_read_per_get() {
+        // 25 us per memcached operation, 5 us per device read: every
+        // operation a GET gives 25 / 30; 90% GETs 25 / 29.5.
+        assert!((ceiling(25.0, 5.0, 1.0) - 25.0 / 30.0).abs() < 1e-12);
+        assert!((ceiling(25.0, 5.0, 0.9) - 25.0 / 29.5).abs() < 1e-12);
+        assert_eq!(ceiling(25.0, 0.0, 0.9), 1.0, "a free device read costs nothing");
+        let o = McBenchOptions::default();
+        let peer = |name: &str, m: Option<f64>| PeerResult {
+            peer: name.into(),
+            machine_cpu_us_per_op: m,
+            ..PeerResult::default()
+        };
+        let device = Some(DeviceRef { reads_per_sec: 80_000.0, machine_cpu_us_per_read: 5.0 });
+        let report = McReport { peers: vec![peer("granary", Some(40.0)), peer("memcached", Some(25.0))], device };
+        assert!((report.ceiling(&o).unwrap() - 25.0 / 29.5).abs() < 1e-12, "memcached's figure, not granary's");
+        assert!(McReport { device: None, ..report.clone() }.ceiling(&o).is_none());
+        assert!(McReport { peers: vec![peer("granary", Some(40.0))], ..report }.ceiling(&o).is_none());
     }
 
     #[test]

@@ -309,6 +309,11 @@ struct MemcacheBenchArgs {
     /// Skip memcaslap.
     #[arg(long)]
     no_memcaslap: bool,
+    /// Skip the device reference (fio's machine CPU per 4 KiB direct read,
+    /// and the throughput ceiling it puts on a server that reads the device
+    /// for every GET).
+    #[arg(long)]
+    no_device_ref: bool,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -854,6 +859,7 @@ fn bench(cmd: BenchCmd) -> Result<ExitCode, String> {
                 dir: a.dir,
                 server_threads: a.server_threads,
                 memcaslap: !a.no_memcaslap,
+                device_ref: !a.no_device_ref,
                 seed: 1,
             };
             let r = granary_bench::memcache::run(&o)?;

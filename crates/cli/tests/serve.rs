@@ -258,13 +258,14 @@ fn a_stripe_set_serves_and_comes_back_after_a_crash() {
 }
 
 /// A short `granary bench memcache` (2000 keys of 100 bytes, 4
-/// connections, 0.5 s, no memcaslap) with `args`, its files in `dir`:
+/// connections, 0.5 s, no memcaslap, no device reference) with `args`,
+/// its files in `dir`:
 /// its output, which must say it succeeded, and its JSON report.
 fn bench_memcache(dir: &std::path::Path, args: &[&str]) -> (std::process::Output, serde_json::Value) {
     let json = dir.join("r.json");
     let out = Command::new(env!("CARGO_BIN_EXE_granary"))
         .args(["bench", "memcache", "--keys", "2000", "--conns", "4", "--secs", "0.5", "--no-memcaslap"])
-        .args(["--value-bytes", "100"])
+        .args(["--value-bytes", "100", "--no-device-ref"])
         .args(args)
         .arg("--dir")
         .arg(dir)
@@ -289,9 +290,53 @@ fn bench_memcache_drives_granary_serve_and_reports_json() {
     // server that served requests used some of both.
     assert!(p["server_cpu_us_per_op"].as_f64().is_some(), "{p}");
     assert!(p["server_switches_per_op"].as_f64().unwrap() > 0.0, "{p}");
+    // The whole machine's CPU per operation includes the server's own
+    // (halved: the two are read a moment apart, in 10 ms ticks).
+    let machine = p["machine_cpu_us_per_op"].as_f64().unwrap();
+    assert!(machine > 0.0 && machine >= p["server_cpu_us_per_op"].as_f64().unwrap() * 0.5, "{p}");
+    assert!(v["device_ref"].is_null() && v["ceiling_vs_memcached"].is_null(), "--no-device-ref");
     assert!(String::from_utf8_lossy(&out.stdout).contains("granary"));
     // The data file is removed afterwards.
     assert!(!dir.path().join("bench-memcache-granary.db").exists());
+}
+
+/// The device reference: fio's machine CPU per 4 KiB direct read on a
+/// file in the data directory (removed afterwards), and the ceiling it
+/// puts on a server that reads the device per GET, from memcached's
+/// machine CPU per operation. Needs memcached and fio (scripts/test.sh
+/// installs both); skipped without them unless GRANARY_REQUIRE_PEERS is set.
+#[test]
+fn bench_memcache_measures_the_device_read_and_the_ceiling_it_sets() {
+    let on_path = |tool: &str| {
+        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+    };
+    let (memcached, fio) = (on_path("memcached"), on_path("fio"));
+    if !(memcached && fio) {
+        assert!(std::env::var_os("GRANARY_REQUIRE_PEERS").is_none(), "memcached and fio are required");
+        eprintln!("skipped: needs memcached ({memcached}) and fio ({fio})");
+        return;
+    }
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let json = dir.path().join("r.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_granary"))
+        .args(["bench", "memcache", "--keys", "2000", "--conns", "4", "--secs", "0.5", "--no-memcaslap"])
+        .args(["--value-bytes", "100", "--peers", "memcached", "--memory-mib", "64", "--dir"])
+        .arg(dir.path())
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let d = &v["device_ref"];
+    assert!(d["reads_per_sec"].as_f64().unwrap() > 0.0, "{d}");
+    assert!(d["machine_cpu_us_per_read"].as_f64().unwrap() > 0.0, "{d}");
+    // memcached's figure and the device's: a ratio strictly between 0 and 1.
+    let c = v["ceiling_vs_memcached"].as_f64().unwrap();
+    assert!(c > 0.0 && c < 1.0, "{c}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("device reference") && text.contains("ceiling"), "{text}");
+    assert!(!dir.path().join("bench-memcache-fio.db").exists(), "the reference's file is removed");
 }
 
 /// The capped extstore peer runs memcached in a memory cgroup: its peak
