@@ -626,18 +626,34 @@ impl Index {
     }
 
     /// [`Index::contains`] while no resize runs and the key's region has
-    /// no stashed entry (else [`Index::contains_any`]): one optimistic
-    /// pass in which every slot the hop hint names is compared whole in
-    /// vector registers ([`crate::table::holds_avx2`]), compiled with AVX2
-    /// so that it and the placement are one function without calls. About
-    /// half the instructions of the general pass, which is what lets the
-    /// CPU overlap the cache misses of successive lookups.
+    /// no stashed entry (else [`Index::contains_any`]): every slot the hop
+    /// hint names compared whole in vector registers
+    /// ([`crate::table::holds_avx2`]), compiled with AVX2 so that it and
+    /// the placement are one function without calls. About half the
+    /// instructions of the general pass, which is what lets the CPU overlap
+    /// the cache misses of successive lookups. A first pass without the
+    /// region versions answers every key that is there (see below); a
+    /// second, validated one, the rest.
     ///
     /// # Safety
     /// The CPU must support AVX2.
     #[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
     #[target_feature(enable = "avx2")]
     unsafe fn contains_avx2(&self, h: u64, pba: u64) -> bool {
+        // First without the seqlock: a slot seen holding the entry proves
+        // it (the slot was read whole, see `table::load_line`), so a key
+        // that is there needs no version loads at all. Only a miss, which a
+        // writer moving the entry meanwhile could cause, is asked again
+        // below under the region versions.
+        let (_, st) = self.load_state();
+        if st.mig.is_none() {
+            let p = self.place(st.cur.log2, h);
+            // SAFETY: the CPU has AVX2 (this function's contract), and
+            // `p.home` is a home of the table (as below).
+            if unsafe { crate::table::holds_avx2(st.cur.tables[p.table].slots(), p.home, p.ktag, pba) } {
+                return true;
+            }
+        }
         loop {
             let (sp, st) = self.load_state();
             if st.mig.is_some() {

@@ -656,24 +656,40 @@ fn hinted_lines(home: usize, hint: u64) -> usize {
     }
 }
 
-/// The 8 slots (one cache line) at `line` in two 32-byte vector loads.
-/// Vector loads of atomics written concurrently: see `hood_mask_avx2`.
+/// The 8 slots (one cache line) at `line`, as two vectors of four, read
+/// in four aligned 16-byte loads (`vmovdqa`). Intel's SDM (vol. 3A,
+/// 9.1.1) and AMD's APM (vol. 2, 7.3.2) document an aligned 16-byte
+/// vector load as one atomic access on processors with AVX, so each slot
+/// is read whole, old or new value, never torn, as by its own atomic load;
+/// 32-byte loads carry no such promise. [`crate::Index::contains`] relies
+/// on it: a slot seen holding the entry sought proves the entry was there,
+/// with no validation. (Vector loads of atomics written concurrently: see
+/// `hood_mask_avx2`.) The two extra register moves per line cost nothing
+/// measurable against the line's cache miss.
 ///
 /// # Safety
-/// `line` must point at 8 readable slots, and the CPU support AVX.
+/// `line` must point at 8 readable slots, 64-byte aligned (a table's
+/// lines are: its slots start on a line), and the CPU support AVX.
 #[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
 #[target_feature(enable = "avx")]
 #[inline]
 unsafe fn load_line(line: *const AtomicU64) -> (std::arch::x86_64::__m256i, std::arch::x86_64::__m256i) {
+    debug_assert_eq!(line as usize % 64, 0, "a line starts on a cache line");
     let (a, b);
-    // SAFETY: the caller's contract: 64 readable bytes at `line`; the
+    // SAFETY: the caller's contract: 64 readable bytes at `line`, aligned
+    // (vmovdqa faults on a misaligned address, it never reads one); the
     // block only reads them, touches no stack and no flags.
     unsafe {
         std::arch::asm!(
-            "vmovdqu {0}, ymmword ptr [{p}]",
-            "vmovdqu {1}, ymmword ptr [{p} + 32]",
-            out(ymm_reg) a,
-            out(ymm_reg) b,
+            "vmovdqa {a:x}, xmmword ptr [{p}]",
+            "vmovdqa {t:x}, xmmword ptr [{p} + 16]",
+            "vinsertf128 {a:y}, {a:y}, {t:x}, 1",
+            "vmovdqa {b:x}, xmmword ptr [{p} + 32]",
+            "vmovdqa {t:x}, xmmword ptr [{p} + 48]",
+            "vinsertf128 {b:y}, {b:y}, {t:x}, 1",
+            a = out(ymm_reg) a,
+            b = out(ymm_reg) b,
+            t = out(ymm_reg) _,
             p = in(reg) line,
             options(nostack, readonly, preserves_flags),
         );
@@ -682,8 +698,9 @@ unsafe fn load_line(line: *const AtomicU64) -> (std::arch::x86_64::__m256i, std:
 }
 
 /// [`hood_mask`] of the neighbourhood homed at `home` in `slots` (padded
-/// to whole lines), reading only the lines its hop hint names: bit `off`
-/// set for each slot `home + off` that [`slot_matches`].
+/// to whole lines, starting on a 64-byte boundary as a table's do: the
+/// vector scan loads aligned lines), reading only the lines its hop hint
+/// names: bit `off` set for each slot `home + off` that [`slot_matches`].
 #[inline]
 pub(crate) fn hinted_mask(slots: &[AtomicU64], home: usize, ktag: u16) -> u32 {
     #[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]

@@ -814,12 +814,12 @@ fn vector_and_scalar_neighbourhood_scans_agree() {
 
 /// A table's slots for `hinted_scans...`: random entries placed at their
 /// offsets, hints set to what the entries need (or more), padded to lines.
-fn hinted_slots(x: &mut u64, n: usize, ktags: &[u16]) -> Vec<std::sync::atomic::AtomicU64> {
+fn hinted_slots(x: &mut u64, n: usize, ktags: &[u16]) -> LineSlots {
     use crate::entry::{HINT_MASK, HINT_SHIFT};
-    use crate::table::{hint_need, LINE_SLOTS};
-    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    use crate::table::hint_need;
+    use std::sync::atomic::Ordering::Relaxed;
     let len = n + NEIGHBOURHOOD - 1;
-    let slots: Vec<AtomicU64> = (0..len.next_multiple_of(LINE_SLOTS)).map(|_| AtomicU64::new(0)).collect();
+    let slots = LineSlots::new(len);
     let mut need = vec![0u64; len];
     for (s, slot) in slots.iter().enumerate().take(len) {
         *x = xorshift(*x);
@@ -844,6 +844,31 @@ fn hinted_slots(x: &mut u64, n: usize, ktags: &[u16]) -> Vec<std::sync::atomic::
         slots[home].store((w & !HINT_MASK) | (hint << HINT_SHIFT), Relaxed);
     }
     slots
+}
+
+/// Free slots on whole cache lines, 64-byte aligned like a table's (the
+/// vector scans load aligned lines).
+struct LineSlots(Vec<Line>);
+
+#[repr(C, align(64))]
+struct Line([std::sync::atomic::AtomicU64; crate::table::LINE_SLOTS]);
+
+impl LineSlots {
+    /// At least `len` free slots, whole lines.
+    fn new(len: usize) -> LineSlots {
+        use crate::table::LINE_SLOTS;
+        LineSlots((0..len.div_ceil(LINE_SLOTS)).map(|_| Line(Default::default())).collect())
+    }
+}
+
+impl std::ops::Deref for LineSlots {
+    type Target = [std::sync::atomic::AtomicU64];
+    fn deref(&self) -> &Self::Target {
+        // SAFETY: `Line` is `repr(C)`, its only field an array of
+        // LINE_SLOTS atomics with no padding (8 x 8 bytes = its 64-byte
+        // alignment), so the lines are that many atomics back to back.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast(), self.0.len() * crate::table::LINE_SLOTS) }
+    }
 }
 
 /// The hinted scan (vector and scalar) finds exactly what the whole
@@ -872,7 +897,7 @@ fn hinted_scans_agree_with_whole_neighbourhood_scans() {
     // A hint of 1 reads two lines: an entry two lines further is not seen
     // until the hint says 2.
     // (This is why every write keeps the hints.)
-    let slots: Vec<AtomicU64> = (0..48).map(|_| AtomicU64::new(0)).collect();
+    let slots = LineSlots::new(48);
     let home = 8;
     let far = Entry::new(2 * LINE_SLOTS as u32, 0x42, 1, 9);
     slots[home + 2 * LINE_SLOTS].store(far.0 ^ Entry::FREE.0, Relaxed);
