@@ -646,7 +646,7 @@ impl Index {
         // writer moving the entry meanwhile could cause, is asked again
         // below under the region versions.
         let (_, st) = self.load_state();
-        if st.mig.is_none() {
+        if st.mig.is_none() && crate::table::aligned_16_byte_loads_are_atomic() {
             let p = self.place(st.cur.log2, h);
             // SAFETY: the CPU has AVX2 (this function's contract), and
             // `p.home` is a home of the table (as below).

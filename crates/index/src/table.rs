@@ -657,15 +657,17 @@ fn hinted_lines(home: usize, hint: u64) -> usize {
 }
 
 /// The 8 slots (one cache line) at `line`, as two vectors of four, read
-/// in four aligned 16-byte loads (`vmovdqa`). Intel's SDM (vol. 3A,
-/// 9.1.1) and AMD's APM (vol. 2, 7.3.2) document an aligned 16-byte
-/// vector load as one atomic access on processors with AVX, so each slot
-/// is read whole, old or new value, never torn, as by its own atomic load;
+/// in four aligned 16-byte loads (`vmovdqa`). Intel and AMD document an
+/// aligned 16-byte `vmovdqa` as one atomic access on their processors
+/// with AVX (see [`aligned_16_byte_loads_are_atomic`]), so there each slot is
+/// read whole, old or new value, never torn, as by its own atomic load;
 /// 32-byte loads carry no such promise. [`crate::Index::contains`] relies
 /// on it: a slot seen holding the entry sought proves the entry was there,
 /// with no validation. (Vector loads of atomics written concurrently: see
-/// `hood_mask_avx2`.) The two extra register moves per line cost nothing
-/// measurable against the line's cache miss.
+/// `hood_mask_avx2`.) Against two 32-byte loads they cost nothing with the
+/// keys' hashes at hand and about a sixth of a lookup with each hash a
+/// cache miss of its own (docs/BENCHMARKS.md, "A present key needs no
+/// seqlock").
 ///
 /// # Safety
 /// `line` must point at 8 readable slots, 64-byte aligned (a table's
@@ -695,6 +697,26 @@ unsafe fn load_line(line: *const AtomicU64) -> (std::arch::x86_64::__m256i, std:
         );
     }
     (a, b)
+}
+
+/// Whether this CPU's vendor guarantees an aligned 16-byte `vmovdqa` to be
+/// one atomic access on its processors with AVX: Intel (its SDM, vol. 3A,
+/// "Guaranteed Atomic Operations"), AMD and Zhaoxin (confirmed in GCC bug
+/// 104688, on which GCC's libatomic and the `portable-atomic` crate base
+/// their 16-byte atomic loads). Other vendors: not known, so
+/// [`crate::Index::contains`] validates every answer there. Asked once.
+#[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
+pub(crate) fn aligned_16_byte_loads_are_atomic() -> bool {
+    static VENDOR_OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *VENDOR_OK.get_or_init(|| {
+        // Leaf 0: the vendor string, in EBX, EDX, ECX.
+        let r = std::arch::x86_64::__cpuid(0);
+        let mut v = [0u8; 12];
+        v[..4].copy_from_slice(&r.ebx.to_le_bytes());
+        v[4..8].copy_from_slice(&r.edx.to_le_bytes());
+        v[8..].copy_from_slice(&r.ecx.to_le_bytes());
+        matches!(&v, b"GenuineIntel" | b"AuthenticAMD" | b"  Shanghai  ")
+    })
 }
 
 /// [`hood_mask`] of the neighbourhood homed at `home` in `slots` (padded

@@ -846,6 +846,16 @@ fn hinted_slots(x: &mut u64, n: usize, ktags: &[u16]) -> LineSlots {
     slots
 }
 
+/// This project's machines are Intel or AMD, where the seqlock-free first
+/// pass of `contains` runs (so the tests exercise it).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[test]
+fn the_vendor_check_knows_this_machine() {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let known = cpuinfo.contains("GenuineIntel") || cpuinfo.contains("AuthenticAMD");
+    assert_eq!(crate::table::aligned_16_byte_loads_are_atomic(), known);
+}
+
 /// Free slots on whole cache lines, 64-byte aligned like a table's (the
 /// vector scans load aligned lines).
 struct LineSlots(Vec<Line>);
