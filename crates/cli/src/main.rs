@@ -599,6 +599,13 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         Cmd::Serve(a) => run_serve(serve::Config::resolve(&a)?),
         Cmd::Create { dev, size, segment_size, grain, stripe_size, if_absent } => {
             let spec = granary_store::io::DeviceSpec::parse(&dev.path).map_err(|e| e.to_string())?;
+            if if_absent && spec.remove_unfinished().map_err(|e| e.to_string())? {
+                eprintln!(
+                    "{}: an earlier creation was interrupted before the store was written (it held \
+                     nothing): removed, creating it again",
+                    dev.path.display()
+                );
+            }
             let exists = spec.exists().map_err(|e| e.to_string())?;
             if if_absent && exists {
                 let store = open_store(&dev, false, true)?;

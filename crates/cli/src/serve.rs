@@ -374,6 +374,12 @@ pub fn run(a: Config, progress: Option<granary_store::ProgressHook>) -> Result<(
         Io::Sync => IoBackend::Sync,
     };
     let spec = DeviceSpec::parse(&a.data).map_err(|e| e.to_string())?;
+    // A creation killed before it wrote the store (a kill -9 during the
+    // zero fill) left files that hold nothing: start over.
+    if spec.remove_unfinished().map_err(|e| format!("{}: {e}", a.data.display()))? {
+        tracing::warn!(data = %a.data.display(),
+            "an earlier creation was interrupted before the store was written (it held nothing): removed, creating it again");
+    }
     let exists = spec.exists().map_err(|e| format!("{}: {e}", a.data.display()))?;
     let store = if exists {
         let _stop = stop_during_open(signals);

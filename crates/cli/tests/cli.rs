@@ -194,6 +194,21 @@ fn create_makes_parent_directories_and_if_absent_is_repeatable() {
         assert_eq!(code(&run(&["put", p, "hello", "world"])), 0);
         assert_eq!(run(&["get", p, "hello"]).stdout, b"world");
     }
+    // A creation killed in its zero fill (the file still starts with the
+    // unfinished mark, as `FileDevice::create` leaves it until the store is
+    // written) is started over by --if-absent, and said so.
+    let killed = dir.path().join("killed.db");
+    let mut head = b"GRNYNEW\0".to_vec();
+    head.resize(4096, 0);
+    std::fs::write(&killed, &head).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&killed).unwrap().set_len(64 << 20).unwrap();
+    let k = killed.to_str().unwrap();
+    assert_eq!(code(&run(&["get", k, "hello"])), 2, "not a store yet");
+    let o = run(&["create", k, "--size", "64M", "--if-absent"]);
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("interrupted"), "{o:?}");
+    assert_eq!(code(&run(&["put", k, "hello", "again"])), 0);
+    assert_eq!(run(&["get", k, "hello"]).stdout, b"again");
     let junk = dir.path().join("junk");
     std::fs::write(&junk, vec![7u8; 1 << 20]).unwrap();
     assert_one_line_error(

@@ -71,6 +71,42 @@ fn refuses_direct(path: &Path) -> io::Error {
 /// direct-IO file.
 pub const ZERO_FILL_CHUNK_BYTES: usize = 8 << 20;
 
+/// The first bytes of a file [`FileDevice::create`] made, until the store
+/// (or a stripe label) is written over them: a file that still starts
+/// with them is one whose creation was interrupted before it held
+/// anything (docs/FORMAT.md, "What a crash at each step leaves behind").
+/// See [`is_unfinished`] and [`crate::DeviceSpec::remove_unfinished`].
+pub const UNFINISHED_MAGIC: [u8; 8] = *b"GRNYNEW\0";
+
+/// The block [`FileDevice::create`] writes at offset 0 before anything
+/// else: [`UNFINISHED_MAGIC`], then zeros.
+const UNFINISHED_BLOCK_BYTES: usize = 4096;
+
+/// Whether the file at `path` starts with [`UNFINISHED_MAGIC`] (read
+/// through the page cache, which direct writes keep coherent).
+pub fn is_unfinished(path: &Path) -> io::Result<bool> {
+    let file = File::open(path).map_err(|e| annotate(e, "cannot open", path))?;
+    starts_unfinished(&file, path)
+}
+
+fn starts_unfinished(file: &File, path: &Path) -> io::Result<bool> {
+    let mut head = [0u8; UNFINISHED_MAGIC.len()];
+    match read_full(file, &mut head, 0, false) {
+        Ok(()) => Ok(head == UNFINISHED_MAGIC),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(annotate(e, "cannot read", path)),
+    }
+}
+
+/// [`is_unfinished`] for a file this process may remove: taken with the
+/// store's lock (refused, as "in use", while a creation still holds it);
+/// the lock is held until the returned file is dropped.
+pub(crate) fn lock_if_unfinished(path: &Path) -> io::Result<Option<File>> {
+    let file = File::open(path).map_err(|e| annotate(e, "cannot open", path))?;
+    lock_exclusive(&file, path)?;
+    Ok(starts_unfinished(&file, path)?.then_some(file))
+}
+
 impl FileDevice {
     /// Create a new file of `size_bytes` (preallocated; in direct mode
     /// written once with zeros, see [`FileDevice::create_with_progress`])
@@ -144,7 +180,15 @@ impl FileDevice {
                 _ => return Err(annotate(err, "cannot preallocate", path)),
             }
         }
+        // First of all, the mark of an unfinished creation, so that a kill
+        // from here until the store is written leaves a file that says so.
+        let mut mark = AlignedBuf::zeroed_heap(UNFINISHED_BLOCK_BYTES);
+        mark[..UNFINISHED_MAGIC.len()].copy_from_slice(&UNFINISHED_MAGIC);
+        let marked = (size_bytes >= UNFINISHED_BLOCK_BYTES as u64) as u64 * UNFINISHED_BLOCK_BYTES as u64;
         if mode == OpenMode::Buffered {
+            if marked > 0 {
+                write_full(file, &mark, 0, false).map_err(|e| annotate(e, "cannot write", path))?;
+            }
             return file.sync_all().map_err(|e| annotate(e, "cannot sync", path));
         }
         // The same descriptor goes direct (a second open would be a second
@@ -165,7 +209,10 @@ impl FileDevice {
             }
             return Err(annotate(e, "cannot switch to direct IO", path));
         }
-        zero_fill(file, path, size_bytes, progress)?;
+        if marked > 0 {
+            write_full(file, &mark, 0, false).map_err(|e| annotate(e, "cannot write", path))?;
+        }
+        zero_fill(file, path, marked, size_bytes, progress)?;
         file.sync_all().map_err(|e| annotate(e, "cannot sync", path))
     }
 
@@ -322,15 +369,9 @@ impl FileDevice {
     }
 }
 
-/// Write zeros over `[0, size)` of a file opened with O_DIRECT, in
-/// [`ZERO_FILL_CHUNK_BYTES`] writes (4 KiB-aligned, which every direct-IO
-/// file accepts). A tail shorter than 4 KiB (a size that is not a multiple
-/// of 4 KiB) is left as preallocated: with 512-byte blocks the device uses
-/// up to 3.5 KiB of it, whose first write may still be converted under the
-/// inode lock once.
 /// One process at a time: a second opener would corrupt the log. The lock
 /// belongs to `file`'s open file description and goes with it.
-fn lock_exclusive(file: &File, path: &Path) -> io::Result<()> {
+pub(crate) fn lock_exclusive(file: &File, path: &Path) -> io::Result<()> {
     // SAFETY: flock on a valid fd with constant flags.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let e = io::Error::last_os_error();
@@ -345,14 +386,28 @@ fn lock_exclusive(file: &File, path: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Write zeros over `file` from end to end; `progress`'s error stops it.
-fn zero_fill(file: &File, path: &Path, size: u64, progress: &dyn Fn(u64, u64) -> io::Result<()>) -> io::Result<()> {
+/// Write zeros over `[from, size)` of a file opened with O_DIRECT (`from`
+/// a multiple of 4 KiB), in [`ZERO_FILL_CHUNK_BYTES`] writes (4
+/// KiB-aligned, which every direct-IO file accepts); `progress`'s error
+/// stops it. A tail shorter than 4 KiB (a size that is not a multiple of 4
+/// KiB) is left as preallocated: with 512-byte blocks the device uses up
+/// to 3.5 KiB of it, whose first write may still be converted under the
+/// inode lock once.
+fn zero_fill(
+    file: &File,
+    path: &Path,
+    from: u64,
+    size: u64,
+    progress: &dyn Fn(u64, u64) -> io::Result<()>,
+) -> io::Result<()> {
     let end = size - size % 4096;
     let zeros = AlignedBuf::zeroed_heap(ZERO_FILL_CHUNK_BYTES.min(end as usize).max(4096));
-    let mut at = 0u64;
+    let mut at = from.min(end);
     progress(0, size)?;
     while at < end {
-        let n = (end - at).min(zeros.len() as u64) as usize;
+        // Chunks end on multiples of the chunk size (the first one is
+        // shorter by `from`), so progress reads the same either way.
+        let n = (end - at).min(zeros.len() as u64 - at % zeros.len() as u64) as usize;
         write_full(file, &zeros[..n], at, false).map_err(|e| annotate(e, "cannot write zeros to", path))?;
         at += n as u64;
         progress(if at == end { size } else { at }, size)?;

@@ -155,6 +155,29 @@ impl DeviceSpec {
         r
     }
 
+    /// Remove the files of an interrupted creation: when every file of
+    /// the device that exists still starts with
+    /// [`crate::file::UNFINISHED_MAGIC`] (the creation was killed before
+    /// it wrote the store or the stripe labels, so they hold nothing),
+    /// remove them and return true; otherwise touch nothing and return
+    /// false. Each is locked first, so a creation still running makes
+    /// this an "in use" error. Block devices are never removed.
+    pub fn remove_unfinished(&self) -> io::Result<bool> {
+        let files: Vec<&Path> = self.paths().into_iter().filter(|p| p.exists() && !is_block_device(p)).collect();
+        let mut held = Vec::with_capacity(files.len());
+        for p in &files {
+            match crate::file::lock_if_unfinished(p)? {
+                Some(f) => held.push(f),
+                None => return Ok(false),
+            }
+        }
+        for p in &files {
+            std::fs::remove_file(p)
+                .map_err(|e| io::Error::new(e.kind(), format!("cannot remove {}: {e}", p.display())))?;
+        }
+        Ok(!files.is_empty())
+    }
+
     /// Remove the files a failed creation left (not block devices).
     pub fn remove_files(&self) {
         for p in self.paths() {
@@ -182,6 +205,55 @@ mod tests {
         assert_eq!(DeviceSpec::parse(Path::new("a,b")).unwrap(), DeviceSpec::Striped(vec!["a".into(), "b".into()]));
         assert!(DeviceSpec::parse(Path::new("a,,b")).is_err());
         assert!(DeviceSpec::parse(Path::new("a,b,a")).unwrap_err().to_string().contains("named twice"));
+    }
+
+    /// A new file starts with the unfinished mark until something is
+    /// written over it; `remove_unfinished` removes such files only, and
+    /// never one a live device (a creation under way) holds locked.
+    #[test]
+    fn only_an_unfinished_creation_is_removed() {
+        use crate::file::{is_unfinished, UNFINISHED_MAGIC};
+        use crate::Device;
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let a = dir.path().join("a");
+        let spec = DeviceSpec::parse(&a).unwrap();
+        assert!(!spec.remove_unfinished().unwrap(), "nothing there");
+        for mode in [OpenMode::Direct, OpenMode::Buffered] {
+            let d = FileDevice::create(&a, 8 << 20, mode).unwrap();
+            assert!(is_unfinished(&a).unwrap(), "{mode:?}");
+            // Still held by its creator: in use, left alone.
+            let e = spec.remove_unfinished().unwrap_err();
+            assert!(e.to_string().contains("in use"), "{e}");
+            assert!(a.exists());
+            drop(d);
+            assert!(spec.remove_unfinished().unwrap(), "{mode:?}");
+            assert!(!a.exists());
+        }
+        // Written over (as the store's superblock is at offset 0): kept.
+        let d = FileDevice::create(&a, 8 << 20, OpenMode::Direct).unwrap();
+        let mut block = crate::AlignedBuf::zeroed(4096);
+        block[..8].copy_from_slice(b"GRANARY\0");
+        let (_, r) = d.write_at(block, 0);
+        r.unwrap();
+        drop(d);
+        assert!(!is_unfinished(&a).unwrap());
+        assert!(!spec.remove_unfinished().unwrap());
+        assert!(a.exists());
+        std::fs::remove_file(&a).unwrap();
+        // A stripe set's labels are written over every member's mark; a
+        // set whose members all kept it goes whole.
+        let (b, c) = (dir.path().join("b"), dir.path().join("c"));
+        let set = DeviceSpec::parse(Path::new(&format!("{},{}", b.display(), c.display()))).unwrap();
+        drop(set.create(16 << 20, 64 * 1024, OpenMode::Direct, IoBackend::Sync).unwrap());
+        assert!(!is_unfinished(&b).unwrap() && !is_unfinished(&c).unwrap());
+        assert!(!set.remove_unfinished().unwrap());
+        for p in [&b, &c] {
+            std::fs::remove_file(p).unwrap();
+            drop(FileDevice::create(p, 8 << 20, OpenMode::Direct).unwrap());
+            assert_eq!(std::fs::read(p).unwrap()[..8], UNFINISHED_MAGIC);
+        }
+        assert!(set.remove_unfinished().unwrap());
+        assert!(!b.exists() && !c.exists());
     }
 
     /// Cancelled (the progress callback's error) in the second member's

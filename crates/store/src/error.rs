@@ -46,6 +46,16 @@ impl fmt::Display for Error {
                  formatted, or a file whose creation was killed before the store was written \
                  (if so, remove it and create it again)"
             ),
+            Error::NotAStore(e @ FormatError::BadMagic { found, .. })
+                if *found == u64::from_le_bytes(granary_io::file::UNFINISHED_MAGIC) =>
+            {
+                write!(
+                    f,
+                    "not a usable Granary store: {e}; its creation was interrupted before the store \
+                     was written, so it holds nothing: remove it and create it again (`granary serve` \
+                     and `granary create --if-absent` do so themselves)"
+                )
+            }
             Error::NotAStore(e) => write!(f, "not a usable Granary store: {e}"),
             Error::InvalidOptions(s) => write!(f, "invalid options: {s}"),
             Error::KeyLength { len, min, max } => {

@@ -445,6 +445,20 @@ fn open_rejects_a_device_without_a_store_and_survives_one_bad_superblock() {
     assert!(!err.to_string().contains("zeros"), "a damaged store is not called zeros: {err}");
 }
 
+/// A file whose creation was killed before the store was written (it still
+/// starts with the mark `FileDevice::create` puts first) says so, and that
+/// the server and `create --if-absent` start it over themselves.
+#[test]
+fn open_names_an_interrupted_creation() {
+    let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+    let path = dir.path().join("new.db");
+    let dev = granary_io::FileDevice::create(&path, 8 << 20, granary_io::OpenMode::Direct).unwrap();
+    let err = Store::open(Arc::new(dev), &OpenOptions::default()).err().unwrap();
+    assert!(matches!(err, Error::NotAStore(_)), "{err}");
+    assert!(err.to_string().contains("creation was interrupted"), "{err}");
+    assert!(!err.to_string().contains("zeros"), "{err}");
+}
+
 /// Concurrent writers of overlapping keys: the state after reopen equals
 /// the state before (the highest sequence number of each key wins in both).
 #[test]
