@@ -181,14 +181,16 @@ impl FileDevice {
             }
         }
         // First of all, the mark of an unfinished creation, so that a kill
-        // from here until the store is written leaves a file that says so.
-        let mut mark = AlignedBuf::zeroed_heap(UNFINISHED_BLOCK_BYTES);
+        // from here until the store is written leaves a file that says so
+        // (written through the page cache, before the descriptor goes
+        // direct; the final sync takes it to the disk).
+        let mut mark = [0u8; UNFINISHED_BLOCK_BYTES];
         mark[..UNFINISHED_MAGIC.len()].copy_from_slice(&UNFINISHED_MAGIC);
         let marked = (size_bytes >= UNFINISHED_BLOCK_BYTES as u64) as u64 * UNFINISHED_BLOCK_BYTES as u64;
+        if marked > 0 {
+            write_full(file, &mark, 0, false).map_err(|e| annotate(e, "cannot write", path))?;
+        }
         if mode == OpenMode::Buffered {
-            if marked > 0 {
-                write_full(file, &mark, 0, false).map_err(|e| annotate(e, "cannot write", path))?;
-            }
             return file.sync_all().map_err(|e| annotate(e, "cannot sync", path));
         }
         // The same descriptor goes direct (a second open would be a second
@@ -208,9 +210,6 @@ impl FileDevice {
                 return Err(refuses_direct(path));
             }
             return Err(annotate(e, "cannot switch to direct IO", path));
-        }
-        if marked > 0 {
-            write_full(file, &mark, 0, false).map_err(|e| annotate(e, "cannot write", path))?;
         }
         zero_fill(file, path, marked, size_bytes, progress)?;
         file.sync_all().map_err(|e| annotate(e, "cannot sync", path))
