@@ -98,13 +98,17 @@ fn starts_unfinished(file: &File, path: &Path) -> io::Result<bool> {
     }
 }
 
-/// [`is_unfinished`] for a file this process may remove: taken with the
-/// store's lock (refused, as "in use", while a creation still holds it);
-/// the lock is held until the returned file is dropped.
+/// [`is_unfinished`] for a file this process may remove: the file, locked
+/// (the lock is held until it is dropped), if it is unfinished and no one
+/// else holds its lock (a creation still running, or a store in use: left
+/// to the caller's open, which reports it).
 pub(crate) fn lock_if_unfinished(path: &Path) -> io::Result<Option<File>> {
     let file = File::open(path).map_err(|e| annotate(e, "cannot open", path))?;
-    lock_exclusive(&file, path)?;
-    Ok(starts_unfinished(&file, path)?.then_some(file))
+    match lock_exclusive(&file, path) {
+        Ok(()) => Ok(starts_unfinished(&file, path)?.then_some(file)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 impl FileDevice {
@@ -237,7 +241,7 @@ impl FileDevice {
             }
             Err(e) => return Err(annotate(e, "cannot open", path)),
         };
-        lock_exclusive(&file, path)?;
+        lock_settled(&file, path)?;
         Self::from_locked(file, path, mode, is_block_device)
     }
 
@@ -365,6 +369,29 @@ impl FileDevice {
             }
             (buf, r)
         }))
+    }
+}
+
+/// How long [`FileDevice::open`] waits for the lock of a store that another
+/// process holds before it reports the store in use.
+pub const OPEN_LOCK_WAIT_MS: u64 = 1000;
+
+/// [`lock_exclusive`], retried for up to [`OPEN_LOCK_WAIT_MS`] while another
+/// process holds the lock. A process that has just exited (a crash, a
+/// second stop signal) may still hold it for a moment: the kernel tears
+/// down its io_uring rings after the exit, and IO still in flight there
+/// keeps the file, and so its lock, open until it is cancelled. A restart
+/// right after such an exit waits for that instead of failing as "in use";
+/// a store really in use is reported a second later.
+fn lock_settled(file: &File, path: &Path) -> io::Result<()> {
+    let deadline = Instant::now() + std::time::Duration::from_millis(OPEN_LOCK_WAIT_MS);
+    loop {
+        match lock_exclusive(file, path) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            r => return r,
+        }
     }
 }
 
