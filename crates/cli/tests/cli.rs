@@ -198,7 +198,7 @@ fn create_makes_parent_directories_and_if_absent_is_repeatable() {
     // unfinished mark, as `FileDevice::create` leaves it until the store is
     // written) is started over by --if-absent, and said so.
     let killed = dir.path().join("killed.db");
-    let mut head = b"GRNYNEW\0".to_vec();
+    let mut head = granary_store::io::file::UNFINISHED_MAGIC.to_vec();
     head.resize(4096, 0);
     std::fs::write(&killed, &head).unwrap();
     std::fs::OpenOptions::new().write(true).open(&killed).unwrap().set_len(64 << 20).unwrap();

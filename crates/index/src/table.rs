@@ -657,10 +657,10 @@ fn hinted_lines(home: usize, hint: u64) -> usize {
 }
 
 /// The 8 slots (one cache line) at `line`, as two vectors of four, read
-/// in four aligned 16-byte loads (`vmovdqa`). Intel and AMD document an
-/// aligned 16-byte `vmovdqa` as one atomic access on their processors
-/// with AVX (see [`aligned_16_byte_loads_are_atomic`]), so there each slot is
-/// read whole, old or new value, never torn, as by its own atomic load;
+/// in four aligned 16-byte loads (`vmovdqa`). Intel, AMD and Zhaoxin
+/// guarantee an aligned 16-byte `vmovdqa` to be one atomic access on their
+/// processors with AVX (see [`aligned_16_byte_loads_are_atomic`]), so there
+/// each slot is read whole, old or new value, never torn, as by its own atomic load;
 /// 32-byte loads carry no such promise. [`crate::Index::contains`] relies
 /// on it: a slot seen holding the entry sought proves the entry was there,
 /// with no validation. (Vector loads of atomics written concurrently: see
