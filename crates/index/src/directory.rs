@@ -306,6 +306,46 @@ pub struct Index {
     grow_lock: Mutex<()>,
 }
 
+/// Fault in a grow's new tables on a helper thread (see
+/// `Table::populate`), while inserts go on and migrate regions into them,
+/// so that fewer of them wait for a page fault. The helper runs at idle
+/// priority (`SCHED_IDLE`): it uses what CPU time the index's users leave
+/// (an executor waiting for IO), never theirs, so on saturated cores the
+/// pages are faulted in by the writes, as without it. It holds the tables
+/// weakly: a table the index has dropped meanwhile is skipped. If no
+/// thread can be started the pages stay lazy.
+fn populate_aside(tables: &[Arc<Table>]) {
+    #[cfg(not(any(loom, miri)))]
+    {
+        if !tables.iter().any(|t| t.populates()) {
+            return;
+        }
+        let tables: Vec<_> = tables.iter().map(Arc::downgrade).collect();
+        let _ = std::thread::Builder::new().name("index-populate".into()).spawn(move || {
+            // SAFETY: a plain system call on this thread (pid 0); the
+            // param is a valid, initialised struct that outlives the call.
+            unsafe {
+                let param = libc::sched_param { sched_priority: 0 };
+                libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+            }
+            populate_weak(&tables);
+        });
+    }
+    #[cfg(any(loom, miri))]
+    let _ = tables;
+}
+
+/// [`Table::populate`] each table still alive, in order.
+#[cfg(not(any(loom, miri)))]
+pub(crate) fn populate_weak(tables: &[std::sync::Weak<Table>]) -> usize {
+    let mut done = 0;
+    for t in tables.iter().filter_map(std::sync::Weak::upgrade) {
+        t.populate();
+        done += 1;
+    }
+    done
+}
+
 fn lock(m: &Mutex<()>) -> MutexGuard<'_, ()> {
     // Entries are single atomic stores, so a panic under a lock leaves no
     // half-written state: a poisoned lock is safe to use.
@@ -334,6 +374,9 @@ impl Index {
                 .collect(),
             log2: cfg.initial_tables_log2,
         };
+        // Fault the tables in here, not in the first inserts (see
+        // `Table::populate`).
+        dir.tables.iter().for_each(|t| t.populate());
         Index {
             cfg,
             regions,
@@ -547,8 +590,10 @@ impl Index {
             return Err(IndexError::Full { tables: st.cur.tables.len(), entries: self.entries.sum() });
         }
         let n = st.cur.tables.len();
-        let fresh = (0..n)
-            .map(|_| Arc::new(Table::new(self.cfg.table_homes as usize, self.cfg.region_log2, self.cfg.access_words)));
+        let fresh: Vec<Arc<Table>> = (0..n)
+            .map(|_| Arc::new(Table::new(self.cfg.table_homes as usize, self.cfg.region_log2, self.cfg.access_words)))
+            .collect();
+        populate_aside(&fresh);
         let dir = Dir { tables: st.cur.tables.iter().cloned().chain(fresh).collect(), log2: st.cur.log2 + 1 };
         let regions = n * self.regions;
         let mig = Migration {
@@ -991,6 +1036,11 @@ impl Index {
 
 #[cfg(test)]
 impl Index {
+    /// The current tables (for tests that look at their memory).
+    pub(crate) fn tables(&self) -> Vec<Arc<Table>> {
+        self.load_state().1.cur.tables.to_vec()
+    }
+
     /// Assert the hop-hint invariant of every table (see `table`): each
     /// entry's home hint covers its line. Finishes a running migration
     /// first (until then, new tables' hints are partial and lookups read
