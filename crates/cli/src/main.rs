@@ -594,6 +594,48 @@ fn progress_bar_for(label: &'static str, bytes: bool) -> Option<ProgressHook> {
     })))
 }
 
+/// `granary create` without `--if-absent` over a file that exists: say what
+/// is there and what to do, instead of the system's bare "File exists".
+/// Block devices are created over (that is how a store is put on one).
+fn refuse_existing(spec: &granary_store::io::DeviceSpec) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    for p in spec.paths() {
+        let Ok(meta) = std::fs::symlink_metadata(p) else { continue };
+        if meta.file_type().is_block_device() {
+            continue;
+        }
+        let mut head = [0u8; 8];
+        let read = std::fs::File::open(p).and_then(|mut f| {
+            use std::io::Read;
+            let mut n = 0;
+            while n < head.len() {
+                match f.read(&mut head[n..])? {
+                    0 => break,
+                    k => n += k,
+                }
+            }
+            Ok(n)
+        });
+        let what = match read {
+            Ok(8) if head == granary_store::io::file::UNFINISHED_MAGIC => {
+                "holds an earlier creation that was interrupted before the store was written (it holds \
+                 nothing): `granary create --if-absent` (or `granary serve`) removes and makes it again"
+            }
+            Ok(8)
+                if u64::from_le_bytes(head) == granary_format::superblock::SUPERBLOCK_MAGIC
+                    || head == granary_store::io::stripe::LABEL_MAGIC =>
+            {
+                "already holds a Granary store: left as it is (`--if-absent` accepts an existing store; \
+                 remove the file to start over)"
+            }
+            Ok(_) => "exists and is not a Granary store: not overwritten",
+            Err(e) => return Err(format!("{}: exists and cannot be read: {e}", p.display())),
+        };
+        return Err(format!("{}: {what}", p.display()));
+    }
+    Ok(())
+}
+
 fn run(cli: Cli) -> Result<ExitCode, String> {
     match cli.cmd {
         Cmd::Serve(a) => run_serve(serve::Config::resolve(&a)?),
@@ -612,6 +654,9 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 println!("{} already holds a store; left as it is", dev.path.display());
                 drop(store);
                 return Ok(ExitCode::SUCCESS);
+            }
+            if !if_absent {
+                refuse_existing(&spec)?;
             }
             for p in spec.paths() {
                 if let Some(parent) = p.parent().filter(|p| !p.as_os_str().is_empty()) {

@@ -148,7 +148,7 @@ fn bad_input_gives_one_line_errors() {
     assert!(!Path::new(p).exists(), "a failed create leaves no file behind");
     std::fs::write(p, vec![0u8; 1 << 20]).unwrap();
     assert_one_line_error(&run(&["get", p, "k"]), "not a usable Granary store");
-    assert_one_line_error(&run(&["create", p, "--size", "8M"]), "File exists");
+    assert_one_line_error(&run(&["create", p, "--size", "8M"]), "exists and is not a Granary store");
 }
 
 /// Flip one byte of a value in a closed segment of the file: `get` of that
@@ -204,13 +204,20 @@ fn create_makes_parent_directories_and_if_absent_is_repeatable() {
     std::fs::OpenOptions::new().write(true).open(&killed).unwrap().set_len(64 << 20).unwrap();
     let k = killed.to_str().unwrap();
     assert_eq!(code(&run(&["get", k, "hello"])), 2, "not a store yet");
+    // Without --if-absent, create says what is there and leaves it.
+    assert_one_line_error(&run(&["create", k, "--size", "64M"]), "was interrupted");
+    assert_eq!(std::fs::read(&killed).unwrap()[..8], granary_store::io::file::UNFINISHED_MAGIC);
     let o = run(&["create", k, "--size", "64M", "--if-absent"]);
     assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains("interrupted"), "{o:?}");
     assert_eq!(code(&run(&["put", k, "hello", "again"])), 0);
     assert_eq!(run(&["get", k, "hello"]).stdout, b"again");
+    assert_one_line_error(&run(&["create", k, "--size", "64M"]), "already holds a Granary store");
+    assert_eq!(run(&["get", k, "hello"]).stdout, b"again", "left as it is");
     let junk = dir.path().join("junk");
     std::fs::write(&junk, vec![7u8; 1 << 20]).unwrap();
+    assert_one_line_error(&run(&["create", junk.to_str().unwrap(), "--size", "8M"]), "is not a Granary store");
+    assert_eq!(std::fs::read(&junk).unwrap(), vec![7u8; 1 << 20], "not overwritten");
     assert_one_line_error(
         &run(&["create", junk.to_str().unwrap(), "--size", "8M", "--if-absent"]),
         "not a usable Granary store",

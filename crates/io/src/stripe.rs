@@ -41,7 +41,9 @@ pub const STRIPE_BYTES_DEFAULT: u32 = 128 * 1024;
 pub const MEMBERS_MAX: usize = 64;
 /// The label's version this code writes and reads.
 pub const LABEL_VERSION: u32 = 1;
-const MAGIC: [u8; 8] = *b"GRNSTRIP";
+/// The first 8 bytes of a stripe member (its label).
+pub const LABEL_MAGIC: [u8; 8] = *b"GRNSTRIP";
+const MAGIC: [u8; 8] = LABEL_MAGIC;
 const LABEL_CRC_AT: usize = 40;
 
 fn invalid(msg: String) -> io::Error {
