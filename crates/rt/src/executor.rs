@@ -74,11 +74,17 @@ impl SpinPolicy {
     }
 }
 
-/// Mid-round submission: while tasks run, the file reads and writes they
-/// queue go to the kernel as soon as they are at least this fraction
-/// (1/N) of the file IOs already there, instead of at the end of the round.
-/// See [`Executor::run_ready`].
+/// Mid-round submission while the executor is busy: the file reads and
+/// writes its tasks queue go to the kernel as soon as they are at least
+/// this fraction (1/N) of the file IOs already there, instead of at the
+/// end of the round. See [`Executor::run_ready`].
 pub const SUBMIT_EARLY_DIVISOR: u64 = 8;
+
+/// Rounds (that run tasks) after the executor last waited for work (spun or slept) in which
+/// each task's file IO goes to the kernel right after the task's poll; from
+/// the next one on (the executor is busy), [`SUBMIT_EARLY_DIVISOR`] batches
+/// it. See [`Executor::run_ready`].
+pub const SUBMIT_AT_ONCE_ROUNDS: u32 = 2;
 
 /// How the runtime is set up. `Default` gives one executor per available
 /// core, pinned, coop task-run rings of 1024 entries, 20 µs of spinning.
@@ -104,12 +110,14 @@ pub struct RuntimeConfig {
     /// COOP_TASKRUN|TASKRUN_FLAG, which posts completions at the next
     /// kernel transition and lets spinning see them.
     pub defer_taskrun: bool,
-    /// Submit file IO mid-round, in proportion to the file IO in flight
-    /// (see `Executor::run_ready`). Helps when the executor has CPU to
-    /// spare and the device waits on it (GETs at queue depths 4-32: 1.2-1.6x
-    /// in `bench device`); costs a system call per early submission, which
-    /// a CPU-bound server may prefer to save (`granary serve
-    /// --no-io-submit-early`).
+    /// Submit file IO mid-round (see `Executor::run_ready`): right after
+    /// the task that queued it while the executor has time to spare, in
+    /// batches of 1/8 of the IO in flight while it is busy. Helps when the
+    /// device waits on the executor (`bench device` GETs at queue depths
+    /// 4-32: 1.2-1.6x against one submission a round; at 32-128 on this
+    /// project's virtual disk, 1.1-1.3x against batches alone); costs
+    /// system calls, which a CPU-bound server may prefer to save (`granary
+    /// serve --no-io-submit-early`).
     pub submit_early: bool,
     /// Thread name prefix.
     pub name: String,
@@ -275,6 +283,9 @@ pub(crate) struct Executor {
     file_queued: Cell<u64>,
     /// [`RuntimeConfig::submit_early`].
     submit_early: bool,
+    /// Rounds that ran tasks since the executor last waited for work
+    /// (saturating).
+    rounds_since_idle: Cell<u32>,
     /// Whether to spin while file IO is in flight ([`SPIN_IO_WINDOW`]).
     io_spin: Cell<SpinPolicy>,
 }
@@ -543,25 +554,42 @@ impl Executor {
     /// Poll the tasks ready at the start of the round.
     ///
     /// Submissions are batched per round, with one exception (unless
-    /// [`RuntimeConfig::submit_early`] is off): file IO
-    /// queued by the tasks polled so far is submitted at once when it is at
-    /// least 1/[`SUBMIT_EARLY_DIVISOR`] of the file IO already in the
-    /// kernel. At low depth (a few reads in flight) each read then goes out
-    /// as soon as its task queued it instead of after every other ready
-    /// task has run (at queue depth 32 a round of 32 GETs held the first
-    /// one's read back by ~60 µs of CPU, while the device sat idle); at
-    /// high depth, where system calls are what the executor's CPU goes to,
-    /// batches stay large. Network operations ride along with the next
-    /// submission as before.
+    /// [`RuntimeConfig::submit_early`] is off): file IO goes to the kernel
+    /// in the middle of the round,
+    /// - right after the task that queued it, in the first
+    ///   [`SUBMIT_AT_ONCE_ROUNDS`] rounds after the executor last waited
+    ///   for work: it has time to spare, and the device waits on it. At low
+    ///   depth a read then goes out as soon as its task queued it instead
+    ///   of after every other ready task has run (at queue depth 32 a round
+    ///   of 32 GETs held the first one's read back by ~60 µs of CPU, while
+    ///   the device sat idle). At high depth on this project's virtual
+    ///   disk, batches of ~11 reads an enter (one kick of the disk's queue
+    ///   each) made 10-30% fewer 4 KiB GETs a second at depths 32-128 than
+    ///   one submission per read, as fio submits (docs/BENCHMARKS.md), with
+    ///   the executor busy 41% of its time;
+    /// - once it is at least 1/[`SUBMIT_EARLY_DIVISOR`] of the file IO
+    ///   already in the kernel, in later rounds: the executor has not
+    ///   waited for a while, so its CPU is the bound, and system calls are
+    ///   what it would go to (on an earlier machine, whose disk kept the
+    ///   executor busy, a submission per read lost throughput at depth
+    ///   128).
+    ///
+    /// Network operations ride along with the next submission as before.
     fn run_ready(&self) -> io::Result<()> {
+        let at_once = self.rounds_since_idle.get() < SUBMIT_AT_ONCE_ROUNDS;
         let n = self.ready.borrow().len();
+        if n > 0 {
+            // Only rounds that run tasks count (a wait for a timer ends
+            // with an empty round before the timer's task is woken).
+            self.rounds_since_idle.set(self.rounds_since_idle.get().saturating_add(1));
+        }
         for _ in 0..n {
             let Some(key) = self.ready.borrow_mut().pop_front() else { break };
             self.poll_task(key);
             let queued = self.file_queued.get();
             if queued > 0 && self.submit_early {
                 let in_kernel = self.shared.counters.file_ios.load(Relaxed).saturating_sub(queued);
-                if queued * SUBMIT_EARLY_DIVISOR >= in_kernel {
+                if at_once || queued * SUBMIT_EARLY_DIVISOR >= in_kernel {
                     self.submit()?;
                 }
             }
@@ -687,6 +715,9 @@ impl Executor {
                 }
                 (false, _) => idle_spin,
             };
+            // The executor waits for work: the next rounds submit file IO
+            // at once (see `run_ready`).
+            self.rounds_since_idle.set(0);
             let idle_from = Instant::now();
             let record = |ex: &Executor| {
                 if io {
@@ -840,6 +871,7 @@ impl Runtime {
                     efd_armed: Cell::new(false),
                     fixed: Cell::new(false),
                     file_queued: Cell::new(0),
+                    rounds_since_idle: Cell::new(0),
                     submit_early: cfg.submit_early,
                     // An idle period with IO in flight spins at least as
                     // long as one without.

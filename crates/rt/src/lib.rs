@@ -43,7 +43,7 @@ mod time;
 pub use blocking::block_on;
 pub use executor::{
     current_core, on_runtime, spawn, yield_now, JoinError, JoinHandle, Runtime, RuntimeConfig, RuntimeStats, Spawner,
-    SpinPolicy, StatsReader, SPIN_IO_US_DEFAULT, SPIN_IO_WINDOW, SUBMIT_EARLY_DIVISOR,
+    SpinPolicy, StatsReader, SPIN_IO_US_DEFAULT, SPIN_IO_WINDOW, SUBMIT_AT_ONCE_ROUNDS, SUBMIT_EARLY_DIVISOR,
 };
 pub use op::{read_at, write_at, IoBuf};
 pub use time::{sleep, sleep_until, timeout, Elapsed};

@@ -373,13 +373,15 @@ fn file_io_in_flight_is_counted_until_done_or_dropped() {
     drop(rd);
 }
 
-/// File IO queued by a task goes to the kernel before the next task of the
-/// same round runs when little file IO is in flight, and waits for a batch
-/// of 1/SUBMIT_EARLY_DIVISOR of what is in flight when much is. Pipe reads
-/// stand in for file IO: they stay in flight until the pipe is written.
+/// While the executor is busy (it has not waited for work for more than
+/// SUBMIT_AT_ONCE_ROUNDS rounds), file IO queued by a task goes to the
+/// kernel before the next task of the same round runs when little file IO
+/// is in flight, and waits for a batch of 1/SUBMIT_EARLY_DIVISOR of what is
+/// in flight when much is. Pipe reads stand in for file IO: they stay in
+/// flight until the pipe is written.
 #[test]
 fn file_io_is_submitted_mid_round_in_proportion_to_the_io_in_flight() {
-    let (before, low, seen) = mid_round_probe(true);
+    let (before, low, seen) = mid_round_probe(true, false);
     assert!(low > before, "a lone read waited for the end of its round ({before} enters, then {low})");
     // With `in_kernel` reads in flight, one submission per
     // in_kernel / DIVISOR queued reads: the probes see the count step up
@@ -393,18 +395,31 @@ fn file_io_is_submitted_mid_round_in_proportion_to_the_io_in_flight() {
     );
 }
 
+/// Right after the executor waited for work, each task's file IO goes to
+/// the kernel right after the task, however much is in flight.
+#[test]
+fn file_io_is_submitted_after_each_task_when_the_executor_had_waited() {
+    let (before, low, seen) = mid_round_probe(true, true);
+    assert!(low > before, "a lone read waited for the end of its round ({before} enters, then {low})");
+    assert!(seen.windows(2).all(|w| w[1] > w[0]), "reads waited for a batch after an idle wait: {seen:?}");
+}
+
 /// With `submit_early` off, file IO waits for the end of the round.
 #[test]
 fn file_io_waits_for_the_round_without_early_submission() {
-    let (before, low, seen) = mid_round_probe(false);
-    assert_eq!(low, before, "a read was submitted mid-round");
-    assert!(seen.windows(2).all(|w| w[1] == w[0]), "reads were submitted mid-round: {seen:?}");
+    for idle_first in [false, true] {
+        let (before, low, seen) = mid_round_probe(false, idle_first);
+        assert_eq!(low, before, "a read was submitted mid-round");
+        assert!(seen.windows(2).all(|w| w[1] == w[0]), "reads were submitted mid-round: {seen:?}");
+    }
 }
 
 /// The enter counts seen by probe tasks polled right after readers in the
 /// same round: before and after one read at low depth, then after each of
-/// 2 * SUBMIT_EARLY_DIVISOR reads with 8 * SUBMIT_EARLY_DIVISOR in flight.
-fn mid_round_probe(submit_early: bool) -> (u64, u64, Vec<u64>) {
+/// 2 * SUBMIT_EARLY_DIVISOR reads with 8 * SUBMIT_EARLY_DIVISOR in flight,
+/// polled in a round that follows either a run of busy rounds or, with
+/// `idle_first`, a wait of the executor (every task asleep on a timer).
+fn mid_round_probe(submit_early: bool, idle_first: bool) -> (u64, u64, Vec<u64>) {
     use granary_rt::SUBMIT_EARLY_DIVISOR;
     let rt = Arc::new(
         Runtime::new(RuntimeConfig { threads: 1, pin: false, submit_early, ..Default::default() })
@@ -436,8 +451,13 @@ fn mid_round_probe(submit_early: bool) -> (u64, u64, Vec<u64>) {
         for _ in 0..in_kernel - 1 {
             readers.push(read());
         }
-        yield_now().await;
-        yield_now().await;
+        if idle_first {
+            sleep(Duration::from_millis(1)).await;
+        } else {
+            for _ in 0..granary_rt::SUBMIT_AT_ONCE_ROUNDS + 2 {
+                yield_now().await;
+            }
+        }
         let mut probes = Vec::new();
         for _ in 0..SUBMIT_EARLY_DIVISOR * 2 {
             readers.push(read());
