@@ -16,11 +16,16 @@
 //! The executors register the buffer arena with their rings (fixed
 //! buffers) unless `registered_buffers` is off.
 //!
-//! In the same run, on the same file after the store is closed, `fio`
-//! (io_uring engine, direct, 4 KiB random read and random write, one job at
-//! the same depths) gives the device's reference, and every Granary line
-//! carries its ratio to fio. Each point runs for a bounded time and a
-//! bounded operation count.
+//! In the same run, on the same file, `fio` (io_uring engine, direct, 4 KiB
+//! random read and random write, one job at the same depths) gives the
+//! device's reference, and every Granary line carries its ratio to fio.
+//! fio's random reads run twice, before the Granary backends (over the
+//! loaded store's file, which reading leaves as it is) and after them, and
+//! the reference is the two pooled ([`pooled`]): this virtual disk's speed
+//! drifts over minutes, and a reference taken only at the end carried that
+//! drift into every ratio. Its random writes run once, at the end, after a
+//! sequential fill. Each point runs for a bounded time and a bounded
+//! operation count.
 
 use granary_rt::{Runtime, RuntimeConfig};
 use granary_store::io::{Device, FileDevice, IoBackend, MemDevice, OpenMode};
@@ -570,6 +575,18 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
         let rt = Runtime::new(cfg).map_err(|e| e.to_string())?;
         load(&store, &rt, o)?;
         Arc::try_unwrap(store).map_err(|_| "store still shared".to_string())?.close().map_err(|e| e.to_string())?;
+        if o.fio {
+            // fio's first random reads: over the loaded file, which they
+            // leave as it is (see the module doc).
+            for &d in &o.depths {
+                let mut p = fio_run(&o.path, "randread", d, o.secs, o.size_bytes)?;
+                p.system = FIO_FIRST.into();
+                if o.progress {
+                    eprintln!("{FIO_FIRST:<16} get qd{d:<3} {:>9.0} ops/s p50 {:.1} us", p.ops_per_sec(), p.p50_us);
+                }
+                report.points.push(p);
+            }
+        }
         // Each backend on the store reopened with its device: `sync` is
         // pread/pwrite (an io_uring device would send even synchronous calls
         // through a private ring), the others the executors' rings.
@@ -629,9 +646,21 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
             fill_with_fio(&o.path, o.size_bytes)?;
             for (op, rw) in [("get", "randread"), ("put", "randwrite")] {
                 for &d in &o.depths {
-                    let p = fio_run(&o.path, rw, d, o.secs, o.size_bytes)?;
+                    let mut p = fio_run(&o.path, rw, d, o.secs, o.size_bytes)?;
+                    if op == "get" {
+                        p.system = FIO_LAST.into();
+                    }
                     if o.progress {
-                        eprintln!("fio            {op} qd{d:<3} {:>9.0} ops/s p50 {:.1} us", p.ops_per_sec(), p.p50_us);
+                        eprintln!(
+                            "{:<16} {op} qd{d:<3} {:>9.0} ops/s p50 {:.1} us",
+                            p.system,
+                            p.ops_per_sec(),
+                            p.p50_us
+                        );
+                    }
+                    if let Some(first) = (op == "get").then(|| find(&report, FIO_FIRST, "get", d)).flatten() {
+                        let both = pooled(first, &p);
+                        report.points.push(both);
                     }
                     report.points.push(p);
                 }
@@ -641,6 +670,26 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
     })();
     let _ = std::fs::remove_file(&o.path);
     result.map(|()| report)
+}
+
+/// Systems of fio's random reads before and after the Granary backends;
+/// the reference (`fio`) pools the two.
+pub const FIO_FIRST: &str = "fio-first";
+pub const FIO_LAST: &str = "fio-last";
+
+/// The `fio` reference point of two runs of the same job: their operations
+/// over their time together, and the mean of their percentiles.
+pub fn pooled(a: &Point, b: &Point) -> Point {
+    Point {
+        system: "fio".into(),
+        op: a.op,
+        depth: a.depth,
+        ops: a.ops + b.ops,
+        secs: a.secs + b.secs,
+        p50_us: (a.p50_us + b.p50_us) / 2.0,
+        p99_us: (a.p99_us + b.p99_us) / 2.0,
+        errors: a.errors + b.errors,
+    }
 }
 
 fn find<'a>(r: &'a DeviceBenchReport, system: &str, op: &str, depth: usize) -> Option<&'a Point> {
@@ -680,7 +729,7 @@ pub fn render(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> String {
         ));
         for &d in &o.depths {
             let fio = find(r, "fio", op, d);
-            for sys in ["granary-sync", "granary-uring", "granary-uring-zc", "fio"] {
+            for sys in ["granary-sync", "granary-uring", "granary-uring-zc", "fio", FIO_FIRST, FIO_LAST] {
                 if let Some(p) = find(r, sys, op, d) {
                     let ratio = match fio {
                         Some(f) if sys != "fio" && f.ops_per_sec() > 0.0 => {
@@ -771,5 +820,27 @@ mod tests {
         let p = run.point("granary-sync", "put", 1, 0.1);
         assert_eq!(p.ops, 1);
         assert!(p.p50_us >= 59_000_000.0, "counted at about 60 s: {}", p.p50_us);
+    }
+
+    /// The reference pools fio's two read runs: their operations over
+    /// their time together (not the mean of the two rates), and the mean
+    /// of their percentiles.
+    #[test]
+    fn the_fio_reference_pools_its_two_runs() {
+        let pt = |system: &str, ops, secs, p50_us, p99_us| Point {
+            system: system.into(),
+            op: "get",
+            depth: 32,
+            ops,
+            secs,
+            p50_us,
+            p99_us,
+            errors: 0,
+        };
+        let (a, b) = (pt(FIO_FIRST, 180_000, 2.0, 300.0, 500.0), pt(FIO_LAST, 160_000, 1.0, 200.0, 700.0));
+        let r = pooled(&a, &b);
+        assert_eq!((r.system.as_str(), r.op, r.depth), ("fio", "get", 32));
+        assert!((r.ops_per_sec() - 340_000.0 / 3.0).abs() < 1e-6, "{}", r.ops_per_sec());
+        assert_eq!((r.p50_us, r.p99_us), (250.0, 600.0));
     }
 }

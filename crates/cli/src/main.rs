@@ -596,13 +596,19 @@ fn progress_bar_for(label: &'static str, bytes: bool) -> Option<ProgressHook> {
 
 /// `granary create` without `--if-absent` over a file that exists: say what
 /// is there and what to do, instead of the system's bare "File exists".
-/// Block devices are created over (that is how a store is put on one).
+/// Block devices (and links to them) are created over: that is how a store
+/// is put on one. Anything else that is not a regular file is refused
+/// unread (a FIFO would block the read).
 fn refuse_existing(spec: &granary_store::io::DeviceSpec) -> Result<(), String> {
     use std::os::unix::fs::FileTypeExt;
     for p in spec.paths() {
-        let Ok(meta) = std::fs::symlink_metadata(p) else { continue };
+        // Follows links, as the device code does.
+        let Ok(meta) = std::fs::metadata(p) else { continue };
         if meta.file_type().is_block_device() {
             continue;
+        }
+        if !meta.is_file() {
+            return Err(format!("{}: exists and is not a regular file or a block device", p.display()));
         }
         let mut head = [0u8; 8];
         let read = std::fs::File::open(p).and_then(|mut f| {
@@ -619,7 +625,8 @@ fn refuse_existing(spec: &granary_store::io::DeviceSpec) -> Result<(), String> {
         let what = match read {
             Ok(8) if head == granary_store::io::file::UNFINISHED_MAGIC => {
                 "holds an earlier creation that was interrupted before the store was written (it holds \
-                 nothing): `granary create --if-absent` (or `granary serve`) removes and makes it again"
+                 nothing), or one still running: `granary create --if-absent` (or `granary serve`) removes \
+                 and makes it again unless another process holds it"
             }
             Ok(8)
                 if u64::from_le_bytes(head) == granary_format::superblock::SUPERBLOCK_MAGIC

@@ -219,6 +219,10 @@ fn create_makes_parent_directories_and_if_absent_is_repeatable() {
     assert_one_line_error(&run(&["create", junk.to_str().unwrap(), "--size", "8M"]), "is not a Granary store");
     assert_eq!(std::fs::read(&junk).unwrap(), vec![7u8; 1 << 20], "not overwritten");
     assert_one_line_error(
+        &run(&["create", dir.path().to_str().unwrap(), "--size", "8M"]),
+        "is not a regular file or a block device",
+    );
+    assert_one_line_error(
         &run(&["create", junk.to_str().unwrap(), "--size", "8M", "--if-absent"]),
         "not a usable Granary store",
     );

@@ -306,46 +306,6 @@ pub struct Index {
     grow_lock: Mutex<()>,
 }
 
-/// Fault in a grow's new tables on a helper thread (see
-/// `Table::populate`), while inserts go on and migrate regions into them,
-/// so that fewer of them wait for a page fault. The helper runs at idle
-/// priority (`SCHED_IDLE`): it uses what CPU time the index's users leave
-/// (an executor waiting for IO), never theirs, so on saturated cores the
-/// pages are faulted in by the writes, as without it. It holds the tables
-/// weakly: a table the index has dropped meanwhile is skipped. If no
-/// thread can be started the pages stay lazy.
-fn populate_aside(tables: &[Arc<Table>]) {
-    #[cfg(not(any(loom, miri)))]
-    {
-        if !tables.iter().any(|t| t.populates()) {
-            return;
-        }
-        let tables: Vec<_> = tables.iter().map(Arc::downgrade).collect();
-        let _ = std::thread::Builder::new().name("index-populate".into()).spawn(move || {
-            // SAFETY: a plain system call on this thread (pid 0); the
-            // param is a valid, initialised struct that outlives the call.
-            unsafe {
-                let param = libc::sched_param { sched_priority: 0 };
-                libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
-            }
-            populate_weak(&tables);
-        });
-    }
-    #[cfg(any(loom, miri))]
-    let _ = tables;
-}
-
-/// [`Table::populate`] each table still alive, in order.
-#[cfg(not(any(loom, miri)))]
-pub(crate) fn populate_weak(tables: &[std::sync::Weak<Table>]) -> usize {
-    let mut done = 0;
-    for t in tables.iter().filter_map(std::sync::Weak::upgrade) {
-        t.populate();
-        done += 1;
-    }
-    done
-}
-
 fn lock(m: &Mutex<()>) -> MutexGuard<'_, ()> {
     // Entries are single atomic stores, so a panic under a lock leaves no
     // half-written state: a poisoned lock is safe to use.
@@ -590,10 +550,10 @@ impl Index {
             return Err(IndexError::Full { tables: st.cur.tables.len(), entries: self.entries.sum() });
         }
         let n = st.cur.tables.len();
-        let fresh: Vec<Arc<Table>> = (0..n)
-            .map(|_| Arc::new(Table::new(self.cfg.table_homes as usize, self.cfg.region_log2, self.cfg.access_words)))
-            .collect();
-        populate_aside(&fresh);
+        // Left lazy: faulting them in here would stall this insert for the
+        // whole size of the new tables; migrations fault in their pages.
+        let fresh = (0..n)
+            .map(|_| Arc::new(Table::new(self.cfg.table_homes as usize, self.cfg.region_log2, self.cfg.access_words)));
         let dir = Dir { tables: st.cur.tables.iter().cloned().chain(fresh).collect(), log2: st.cur.log2 + 1 };
         let regions = n * self.regions;
         let mig = Migration {

@@ -12,9 +12,10 @@
 //! - Slots are stored XOR [`Entry::FREE`], so an all-zero slot is free and a
 //!   new table is a zeroed allocation: the kernel hands out zero pages
 //!   lazily, so allocating even a large table costs almost nothing until it
-//!   is written. Its pages are then faulted in off the insert path
-//!   ([`Table::populate`]): by `Index::new` for the first tables, and by an
-//!   idle-priority helper thread for a grow's new ones.
+//!   is written. `Index::new` faults its first tables in at once
+//!   ([`Table::populate`]), off the insert path; a grow's new tables stay
+//!   lazy (faulting them in would stall the insert that grows), and the
+//!   migrations that fill them fault in their pages.
 //! - Tables of [`HUGE_PAGE_BYTES`] and more are anonymous mappings with
 //!   transparent huge pages requested (`MADV_HUGEPAGE`): a random lookup in
 //!   a table of hundreds of MiB then misses the TLB far less often (the
@@ -169,7 +170,7 @@ impl Slots {
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(not(any(loom, miri)))]
 impl Slots {
     /// Fault in every page of a mapped table now ([`Table::populate`]);
     /// a heap table's few pages are left to its first writes.
@@ -185,7 +186,7 @@ impl Slots {
 /// step at a time, so a thread faulting the same range meanwhile waits for
 /// one page at most. `MADV_POPULATE_WRITE` (Linux 5.14); on an older kernel
 /// the call fails and the pages stay lazy, as before.
-#[cfg(not(loom))]
+#[cfg(not(any(loom, miri)))]
 fn populate_range(start: usize, bytes: usize) {
     const PAGE: usize = 4096;
     let (lo, hi) = (start.next_multiple_of(PAGE), (start + bytes) & !(PAGE - 1));
@@ -278,14 +279,13 @@ impl Table {
     }
 
     /// Fault in the table's memory now (its slots and access words), so
-    /// that the writes of inserts and migrations that follow do not: a
-    /// first touch of a huge page zeroes 2 MiB, and in a VM may wait for
-    /// the host to back it (a 2-thread insert into a fresh 400 MB table
-    /// here stalled up to 38 ms on such faults, against 8 ms with the
-    /// table populated first). Called where a table is made, off the
-    /// insert path (`Index::new`, and a helper thread a grow starts).
+    /// that the inserts that follow do not: a first touch of a huge page
+    /// zeroes 2 MiB, and in a VM may wait for the host to back it (2-thread
+    /// inserts into a fresh pre-sized index of 16 tables of 29 MB stalled
+    /// up to 38 ms on such faults here, against 8 ms with the tables
+    /// populated first). Called by `Index::new`, off the insert path.
     pub(crate) fn populate(&self) {
-        #[cfg(not(loom))]
+        #[cfg(not(any(loom, miri)))]
         {
             self.slots.populate();
             let aux = std::mem::size_of_val(&*self.aux);
@@ -293,12 +293,6 @@ impl Table {
                 populate_range(self.aux.as_ptr() as usize, aux);
             }
         }
-    }
-
-    /// Whether [`Table::populate`] has work to do: the table is a mapping
-    /// (small tables are heap allocations, faulted in by their writes).
-    pub(crate) fn populates(&self) -> bool {
-        self.slots.mapped > 0
     }
 
     fn stash(&self) -> MutexGuard<'_, Vec<Stashed>> {
@@ -381,6 +375,28 @@ impl Table {
     pub(crate) fn is_mapped(&self) -> bool {
         assert!(self.slots.mapped == 0 || (self.slots.ptr.as_ptr() as usize).is_multiple_of(HUGE_PAGE_BYTES));
         self.slots.mapped > 0
+    }
+
+    /// Whether this kernel populates on request (`MADV_POPULATE_WRITE`,
+    /// Linux 5.14): asked of one page of a fresh mapping.
+    #[cfg(all(test, not(loom), not(miri)))]
+    pub(crate) fn kernel_populates() -> bool {
+        // SAFETY: an anonymous private mapping of one page, advised, then
+        // unmapped; nothing else refers to it.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            let ok = libc::madvise(p, 4096, libc::MADV_POPULATE_WRITE) == 0;
+            libc::munmap(p, 4096);
+            ok
+        }
     }
 
     /// Resident and total pages of a mapped table's slots (`mincore`).

@@ -617,13 +617,17 @@ fn large_tables_are_mapped_and_small_ones_allocated() {
 }
 
 /// A table made by `Index::new` is faulted in there, not by the inserts
-/// that follow; `Table::new` alone leaves it lazy; `populate_weak`, what a
-/// grow's helper thread runs, faults in the tables still alive and skips
-/// the dropped ones.
+/// that follow; `Table::new` alone (as a grow makes its tables) leaves it
+/// lazy. Skipped on kernels without `MADV_POPULATE_WRITE` (before 5.14),
+/// where tables stay lazy.
 #[cfg(not(miri))]
 #[test]
 fn tables_are_populated_off_the_insert_path() {
     use crate::table::Table;
+    if !Table::kernel_populates() {
+        eprintln!("MADV_POPULATE_WRITE not supported by this kernel: skipped");
+        return;
+    }
     let homes = 3 * crate::table::HUGE_PAGE_BYTES / 8; // 6 MiB of slots
     let lazy = Table::new(homes, 13, false);
     let (resident, pages) = lazy.resident_pages();
@@ -635,14 +639,6 @@ fn tables_are_populated_off_the_insert_path() {
         let (resident, pages) = t.resident_pages();
         assert_eq!(resident, pages, "Index::new populates its tables");
     }
-
-    let kept = std::sync::Arc::new(Table::new(homes, 13, false));
-    let dropped = std::sync::Arc::new(Table::new(homes, 13, false));
-    let weak = [std::sync::Arc::downgrade(&dropped), std::sync::Arc::downgrade(&kept)];
-    drop(dropped);
-    assert_eq!(crate::directory::populate_weak(&weak), 1);
-    let (resident, pages) = kept.resident_pages();
-    assert_eq!(resident, pages, "populate_weak populates a live table");
 }
 
 #[derive(Debug, Clone)]

@@ -115,7 +115,7 @@ pub struct RuntimeConfig {
     /// batches of 1/8 of the IO in flight while it is busy. Helps when the
     /// device waits on the executor (`bench device` GETs at queue depths
     /// 4-32: 1.2-1.6x against one submission a round; at 32-128 on this
-    /// project's virtual disk, 1.1-1.3x against batches alone); costs
+    /// project's virtual disk, 1.05-1.15x against batches alone); costs
     /// system calls, which a CPU-bound server may prefer to save (`granary
     /// serve --no-io-submit-early`).
     pub submit_early: bool,
@@ -564,7 +564,7 @@ impl Executor {
     ///   of 32 GETs held the first one's read back by ~60 µs of CPU, while
     ///   the device sat idle). At high depth on this project's virtual
     ///   disk, batches of ~11 reads an enter (one kick of the disk's queue
-    ///   each) made 10-30% fewer 4 KiB GETs a second at depths 32-128 than
+    ///   each) made 8-15% fewer 4 KiB GETs a second at depths 32-128 than
     ///   one submission per read, as fio submits (docs/BENCHMARKS.md), with
     ///   the executor busy 41% of its time;
     /// - once it is at least 1/[`SUBMIT_EARLY_DIVISOR`] of the file IO
