@@ -72,7 +72,12 @@ impl Serve {
         let mut got = Vec::new();
         let mut buf = [0u8; 65536];
         while !got.ends_with(b"MN\r\n") {
-            let n = s.read(&mut buf).unwrap();
+            // A read with a timeout set fails with EINTR when this process
+            // is stopped and continued meanwhile (signal(7)): read again.
+            let n = match s.read(&mut buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => r.unwrap(),
+            };
             assert!(n > 0, "connection closed");
             got.extend_from_slice(&buf[..n]);
         }
