@@ -472,24 +472,33 @@ impl Index {
         // was set when the table was twice as full). Entries of this region
         // homed in the region before get their hints when that region
         // migrates; until the migration ends, lookups read every slot.
-        let mut need = vec![(0u8, 0u8); hi - lo];
         for s in lo..hi {
             let e = low.get(s);
-            if e.is_free() {
-                continue;
-            }
-            let home = s - e.neigh_off() as usize;
-            let moved = moves(e);
-            if moved {
+            if !e.is_free() && moves(e) {
                 high.set(s, e);
                 high.set_aux(s, low.get_aux(s));
                 low.set(s, Entry::FREE);
                 low.set_aux(s, 0);
             }
-            if home >= lo {
-                let n = &mut need[home - lo];
-                let v = if moved { &mut n.1 } else { &mut n.0 };
-                *v = (*v).max(crate::table::hint_need(home, s) as u8);
+        }
+        // Each half now has holes where the other's entries were: move
+        // entries toward their homes into them (see `Table::compact`), so
+        // a split table is as compact as one filled at its new load.
+        low.compact(lo, hi);
+        high.compact(lo, hi);
+        let mut need = vec![(0u8, 0u8); hi - lo];
+        for s in lo..hi {
+            for (t, table) in [(0, low), (1, high)] {
+                let e = table.get(s);
+                if e.is_free() {
+                    continue;
+                }
+                let home = s - e.neigh_off() as usize;
+                if home >= lo {
+                    let n = &mut need[home - lo];
+                    let v = if t == 1 { &mut n.1 } else { &mut n.0 };
+                    *v = (*v).max(crate::table::hint_need(home, s) as u8);
+                }
             }
         }
         for home in lo..hi {

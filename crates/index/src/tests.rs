@@ -171,6 +171,44 @@ fn growth_splits_by_tag_and_keeps_every_entry() {
     idx.check_hints();
 }
 
+/// A split leaves holes in both halves where the other's entries were; the
+/// migration moves each entry homed in its region to the first free slot
+/// from its home, so right after a grow no entry has a free slot between
+/// its home and itself within its region, and every key is still found.
+#[test]
+fn growth_moves_entries_toward_their_homes() {
+    let idx = Index::new(IndexConfig::with_tables(4096, 0));
+    let region_log2 = idx.config().region_log2;
+    let mut all = Vec::new();
+    let mut rng = 0x0dd_ba11_u64;
+    while idx.stats().grows == 0 {
+        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let hash = rng >> 7;
+        idx.insert(hash, 1, all.len() as u64).unwrap();
+        all.push(hash);
+    }
+    idx.check_hints(); // finishes the migration
+    let (mut displaced, mut holes) = (0, 0);
+    for t in idx.tables() {
+        for s in 0..t.len() {
+            let e = t.get(s);
+            if e.is_free() || e.neigh_off() == 0 {
+                continue;
+            }
+            let home = s - e.neigh_off() as usize;
+            if home >> region_log2 == s >> region_log2 {
+                displaced += 1;
+                holes += (home..s).filter(|&f| t.get(f).is_free()).count();
+            }
+        }
+    }
+    assert!(displaced > 100, "the table filled before it grew: {displaced} entries off their homes");
+    assert_eq!(holes, 0, "free slots between entries and their homes after the migration");
+    for (pba, hash) in all.iter().enumerate() {
+        assert!(pbas(&idx, *hash).contains(&(pba as u64)), "key {pba} lost");
+    }
+}
+
 #[test]
 fn growth_at_table_boundaries() {
     let idx = small(5);
