@@ -610,27 +610,17 @@ fn refuse_existing(spec: &granary_store::io::DeviceSpec) -> Result<(), String> {
         if !meta.is_file() {
             return Err(format!("{}: exists and is not a regular file or a block device", p.display()));
         }
-        let mut head = [0u8; 8];
-        let read = std::fs::File::open(p).and_then(|mut f| {
-            use std::io::Read;
-            let mut n = 0;
-            while n < head.len() {
-                match f.read(&mut head[n..])? {
-                    0 => break,
-                    k => n += k,
-                }
-            }
-            Ok(n)
-        });
+        let mut head = Vec::with_capacity(8);
+        let read = std::fs::File::open(p).and_then(|f| std::io::Read::read_to_end(&mut f.take(8), &mut head));
         let what = match read {
-            Ok(8) if head == granary_store::io::file::UNFINISHED_MAGIC => {
+            Ok(8) if head[..] == granary_store::io::file::UNFINISHED_MAGIC => {
                 "holds an earlier creation that was interrupted before the store was written (it holds \
                  nothing), or one still running: `granary create --if-absent` (or `granary serve`) removes \
                  and makes it again unless another process holds it"
             }
             Ok(8)
-                if u64::from_le_bytes(head) == granary_format::superblock::SUPERBLOCK_MAGIC
-                    || head == granary_store::io::stripe::LABEL_MAGIC =>
+                if head[..] == granary_format::superblock::SUPERBLOCK_MAGIC.to_le_bytes()
+                    || head[..] == granary_store::io::stripe::LABEL_MAGIC =>
             {
                 "already holds a Granary store: left as it is (`--if-absent` accepts an existing store; \
                  remove the file to start over)"
