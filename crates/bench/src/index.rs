@@ -21,6 +21,13 @@
 //! is looked up: the way a caller with many keys at hand (a log scan, a
 //! multi-key get) can overlap their cache misses. The batch loop is the same
 //! for every structure.
+//! Every structure of a mode and thread count is built first (its inserts
+//! timed), then the lookups run in [`IndexBenchOptions::rounds`] rounds, each
+//! round looking every key up in every structure, starting with the next
+//! structure each round; each structure reports its median round. This
+//! shared machine's speed moves by tens of percent over minutes, and
+//! measuring one structure after another put such a phase on one of them
+//! only (until the commit after `8d7790d`; see docs/BENCHMARKS.md).
 //! Reported per run: inserts/s, lookups/s, resident bytes per key and insert
 //! latency percentiles. Bytes per key are measured, not computed: the
 //! process RSS with the structure built minus the RSS once it is dropped
@@ -35,13 +42,15 @@
 //! paper's does, costs at best; Granary's lookups read only the lines
 //! their home's hop hint names, so they may beat it.
 
-use crate::mem::{rss_bytes, trim};
+use crate::mem::{rss_bytes, trim, wait_for_quiet, STALL};
 use granary_index::{Index, IndexConfig};
 use hdrhistogram::Histogram;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
+/// Lookup rounds by default (see [`IndexBenchOptions::rounds`]).
+pub const DEFAULT_ROUNDS: usize = 3;
 /// Shards of the `RwLock<hashbrown::HashMap>` peer.
 pub const SHARDS: usize = 64;
 /// Target occupancy of Granary's pre-sized index: the load at which it
@@ -53,13 +62,25 @@ const PRESIZED_OCCUPANCY: f64 = granary_index::directory::GROW_LOAD_PERCENT as f
 pub struct IndexBenchOptions {
     pub items: u64,
     pub threads: Vec<usize>,
+    /// Lookup rounds per mode and thread count, alternating between the
+    /// structures; each structure reports its median round.
+    pub rounds: usize,
+    /// Longest wait for a quiet machine before each timed phase
+    /// ([`SETTLE_LIMIT`] by default; zero: no wait).
+    pub settle: Duration,
     /// Print progress lines to stderr.
     pub progress: bool,
 }
 
 impl Default for IndexBenchOptions {
     fn default() -> Self {
-        IndexBenchOptions { items: 50_000_000, threads: vec![1, 2], progress: true }
+        IndexBenchOptions {
+            items: 50_000_000,
+            threads: vec![1, 2],
+            rounds: DEFAULT_ROUNDS,
+            settle: SETTLE_LIMIT,
+            progress: true,
+        }
     }
 }
 
@@ -70,10 +91,15 @@ pub struct RunResult {
     pub mode: &'static str,
     pub threads: usize,
     pub inserts_per_s: f64,
+    /// The median of `lookup_rounds`.
     pub lookups_per_s: f64,
     /// Lookups in batches of [`BATCH`] (hashes gathered, prefetched where
-    /// the structure offers it, then looked up).
+    /// the structure offers it, then looked up): the median of
+    /// `batched_rounds`.
     pub batched_lookups_per_s: f64,
+    /// Lookups/s of each round, in round order.
+    pub lookup_rounds: Vec<f64>,
+    pub batched_rounds: Vec<f64>,
     pub bytes_per_key: f64,
     /// Insert latency percentiles in nanoseconds: p50, p99, p99.9, p99.99, max.
     pub insert_ns: [u64; 5],
@@ -204,7 +230,9 @@ impl Workload {
     }
 }
 
-fn run_one<M: Map + ?Sized>(map: &M, w: &Workload, threads: usize) -> (Duration, Duration, Duration, Histogram<u64>) {
+/// Insert every key, timing each insert; returns the phase's time and the
+/// latency histogram of all threads.
+fn insert_phase<M: Map + ?Sized>(map: &M, w: &Workload, threads: usize) -> (Duration, Histogram<u64>) {
     let items = w.hashes.len();
     let per = items.div_ceil(threads);
     let started = Instant::now();
@@ -224,48 +252,60 @@ fn run_one<M: Map + ?Sized>(map: &M, w: &Workload, threads: usize) -> (Duration,
             .collect();
         handles.into_iter().map(|h| h.join().expect("insert thread")).collect()
     });
-    let insert_time = started.elapsed();
-    let mut all = hists.into_iter().reduce(|mut a, b| {
+    let took = started.elapsed();
+    let all = hists.into_iter().reduce(|mut a, b| {
         a.add(b).expect("same bounds");
         a
     });
+    (took, all.expect("at least one thread"))
+}
+
+/// Look every key up once, one at a time (`batched` false) or in batches
+/// of [`BATCH`]: the hashes gathered first, each prefetched (where the
+/// structure can), then each looked up. Panics if a key is missing.
+fn lookup_phase<M: Map + ?Sized>(map: &M, w: &Workload, threads: usize, batched: bool) -> Duration {
+    let items = w.hashes.len();
+    let per = items.div_ceil(threads);
     let started = Instant::now();
     std::thread::scope(|s| {
         for t in 0..threads {
             s.spawn(move || {
                 let mut lost = 0u64;
                 let span = t * per..((t + 1) * per).min(items);
-                for (&h, &j) in w.probes[span.clone()].iter().zip(&w.order[span]) {
-                    lost += !map.contains(h, j as u64) as u64;
-                }
-                assert_eq!(lost, 0, "keys lost");
-            });
-        }
-    });
-    let lookup_time = started.elapsed();
-    // Batched: the hashes of BATCH keys gathered first, each prefetched
-    // (where the structure can), then each looked up.
-    let started = Instant::now();
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            s.spawn(move || {
-                let mut lost = 0u64;
-                let span = t * per..((t + 1) * per).min(items);
-                for (ps, js) in w.probes[span.clone()].chunks(BATCH).zip(w.order[span].chunks(BATCH)) {
-                    let mut hs = [0u64; BATCH];
-                    hs[..ps.len()].copy_from_slice(ps);
-                    for &h in &hs[..js.len()] {
-                        map.prefetch(h);
-                    }
-                    for (&h, &j) in hs.iter().zip(js) {
+                let (probes, order) = (&w.probes[span.clone()], &w.order[span]);
+                if !batched {
+                    for (&h, &j) in probes.iter().zip(order) {
                         lost += !map.contains(h, j as u64) as u64;
                     }
+                } else {
+                    for (ps, js) in probes.chunks(BATCH).zip(order.chunks(BATCH)) {
+                        let mut hs = [0u64; BATCH];
+                        hs[..ps.len()].copy_from_slice(ps);
+                        for &h in &hs[..js.len()] {
+                            map.prefetch(h);
+                        }
+                        for (&h, &j) in hs.iter().zip(js) {
+                            lost += !map.contains(h, j as u64) as u64;
+                        }
+                    }
                 }
                 assert_eq!(lost, 0, "keys lost");
             });
         }
     });
-    (insert_time, lookup_time, started.elapsed(), all.take().expect("at least one thread"))
+    started.elapsed()
+}
+
+/// The median of `xs` (the mean of the middle two for an even count; 0
+/// for none).
+pub fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 /// Keys per batch of the batched lookups.
@@ -325,6 +365,48 @@ fn memory_floor(w: &Workload, threads: usize) -> Duration {
     took
 }
 
+/// Longest wait for a quiet machine ([`wait_for_quiet`]) before a timed
+/// phase. Phases free gigabytes at 50 M keys (each structure's drop, the
+/// growing peers' old tables), and the kernel's work on freed memory took
+/// whole CPUs for 28-40 ms at a time for seconds afterwards (the maximum
+/// insert latency of the first run with all of a phase's structures freed
+/// together was one such stall).
+pub const SETTLE_LIMIT: Duration = Duration::from_secs(60);
+
+/// [`wait_for_quiet`] for at most `limit`, saying so when it waited long.
+fn settle(limit: Duration, progress: bool) {
+    let q = wait_for_quiet(limit);
+    if progress && q.stalls > 0 {
+        eprintln!(
+            "bench index: waited {:.1} s for the machine to be quiet ({} stalls over {} ms, the longest {:.0} ms)",
+            q.waited.as_secs_f64(),
+            q.stalls,
+            STALL.as_millis(),
+            q.longest.as_secs_f64() * 1e3
+        );
+    }
+}
+
+/// The structures measured, in the order they are built.
+const STRUCTURES: [&str; 3] = ["granary", "dashmap", "rwlock-hashbrown"];
+
+/// An empty `structure`, pre-sized for `items` or left to grow.
+fn new_map(structure: &str, items: u64, presized: bool) -> Box<dyn Map> {
+    match (structure, presized) {
+        ("granary", p) => Box::new(granary_index(items, p)),
+        ("dashmap", true) => Box::new(dashmap::DashMap::with_capacity_and_hasher(items as usize, MixState::default())),
+        ("dashmap", false) => Box::new(dashmap::DashMap::with_hasher(MixState::default())),
+        (_, p) => Box::new(Sharded(
+            (0..SHARDS)
+                .map(|_| {
+                    let cap = if p { (items as usize).div_ceil(SHARDS) } else { 0 };
+                    RwLock::new(hashbrown::HashMap::with_capacity_and_hasher(cap, MixState::default()))
+                })
+                .collect(),
+        )),
+    }
+}
+
 /// Run every structure, mode and thread count.
 pub fn run(opts: &IndexBenchOptions) -> Vec<RunResult> {
     let mut out = Vec::new();
@@ -337,6 +419,7 @@ pub fn run(opts: &IndexBenchOptions) -> Vec<RunResult> {
         if opts.progress {
             eprintln!("bench index: memory floor {threads} thread(s), {items} keys ...");
         }
+        settle(opts.settle, opts.progress);
         let look = memory_floor(&w, threads);
         trim();
         out.push(RunResult {
@@ -346,32 +429,51 @@ pub fn run(opts: &IndexBenchOptions) -> Vec<RunResult> {
             inserts_per_s: 0.0,
             lookups_per_s: items as f64 / look.as_secs_f64(),
             batched_lookups_per_s: 0.0,
+            lookup_rounds: Vec::new(),
+            batched_rounds: Vec::new(),
             bytes_per_key: 0.0,
             insert_ns: [0; 5],
             grows: 0,
         });
         for presized in [true, false] {
             let mode = if presized { "presized" } else { "resize" };
-            for structure in ["granary", "dashmap", "rwlock-hashbrown"] {
+            // Every structure is built (its inserts timed) and kept, then
+            // the lookups run in rounds that alternate between them, so a
+            // phase of this shared machine's speed falls on all of them
+            // instead of on whichever ran then.
+            let mut built = Vec::new();
+            for structure in STRUCTURES {
                 if opts.progress {
-                    eprintln!("bench index: {structure} {mode} {threads} thread(s), {items} keys ...");
+                    eprintln!("bench index: {structure} {mode} {threads} thread(s), {items} inserts ...");
                 }
-                let map: Box<dyn Map> = match (structure, presized) {
-                    ("granary", p) => Box::new(granary_index(items, p)),
-                    ("dashmap", true) => {
-                        Box::new(dashmap::DashMap::with_capacity_and_hasher(items as usize, MixState::default()))
-                    }
-                    ("dashmap", false) => Box::new(dashmap::DashMap::with_hasher(MixState::default())),
-                    (_, p) => Box::new(Sharded(
-                        (0..SHARDS)
-                            .map(|_| {
-                                let cap = if p { (items as usize).div_ceil(SHARDS) } else { 0 };
-                                RwLock::new(hashbrown::HashMap::with_capacity_and_hasher(cap, MixState::default()))
-                            })
-                            .collect(),
-                    )),
-                };
-                let (ins, look, batched, hist) = run_one(map.as_ref(), &w, threads);
+                let map = new_map(structure, items, presized);
+                settle(opts.settle, opts.progress);
+                let (ins, hist) = insert_phase(map.as_ref(), &w, threads);
+                built.push((structure, map, ins, hist));
+            }
+            let n = built.len();
+            let mut rounds = vec![(Vec::new(), Vec::new()); n];
+            settle(opts.settle, opts.progress);
+            for round in 0..opts.rounds.max(1) {
+                if opts.progress {
+                    eprintln!(
+                        "bench index: {mode} {threads} thread(s), lookup round {} of {} ...",
+                        round + 1,
+                        opts.rounds
+                    );
+                }
+                // Each round starts with the next structure.
+                for k in 0..n {
+                    let i = (round + k) % n;
+                    let map = built[i].1.as_ref();
+                    let plain = lookup_phase(map, &w, threads, false);
+                    let batched = lookup_phase(map, &w, threads, true);
+                    rounds[i].0.push(items as f64 / plain.as_secs_f64());
+                    rounds[i].1.push(items as f64 / batched.as_secs_f64());
+                }
+            }
+            // Bytes per key: what dropping each structure gives back.
+            for ((structure, map, ins, hist), (plain, batched)) in built.into_iter().zip(rounds) {
                 trim();
                 let with = rss_bytes();
                 let grows = map.grows();
@@ -384,8 +486,10 @@ pub fn run(opts: &IndexBenchOptions) -> Vec<RunResult> {
                     mode,
                     threads,
                     inserts_per_s: items as f64 / ins.as_secs_f64(),
-                    lookups_per_s: items as f64 / look.as_secs_f64(),
-                    batched_lookups_per_s: items as f64 / batched.as_secs_f64(),
+                    lookups_per_s: median(&plain),
+                    batched_lookups_per_s: median(&batched),
+                    lookup_rounds: plain,
+                    batched_rounds: batched,
                     bytes_per_key: bytes as f64 / items as f64,
                     insert_ns: [q(0.5), q(0.99), q(0.999), q(0.9999), hist.max()],
                     grows,
@@ -445,6 +549,18 @@ pub fn render(results: &[RunResult]) -> String {
             us(r.insert_ns[4])
         ));
     }
+    s.push_str("\nlookup rounds, M/s (one key at a time | batched), median reported:\n");
+    for r in results.iter().filter(|r| r.structure != "floor") {
+        let m = |xs: &[f64]| xs.iter().map(|x| format!("{:.1}", x / 1e6)).collect::<Vec<_>>().join(" ");
+        s.push_str(&format!(
+            "  {:<17} {:<9} {} thr: {} | {}\n",
+            r.structure,
+            r.mode,
+            r.threads,
+            m(&r.lookup_rounds),
+            m(&r.batched_rounds)
+        ));
+    }
     s.push_str("\ngranary / peer (same mode and threads):\n");
     let mut seen = Vec::new();
     for r in results {
@@ -490,6 +606,8 @@ pub fn to_json(opts: &IndexBenchOptions, results: &[RunResult]) -> serde_json::V
                 "inserts_per_s": r.inserts_per_s,
                 "lookups_per_s": r.lookups_per_s,
                 "batched_lookups_per_s": r.batched_lookups_per_s,
+                "lookup_rounds": r.lookup_rounds,
+                "batched_rounds": r.batched_rounds,
                 "bytes_per_key": r.bytes_per_key,
                 "insert_latency_ns": {
                     "p50": r.insert_ns[0], "p99": r.insert_ns[1], "p99_9": r.insert_ns[2],
@@ -499,7 +617,9 @@ pub fn to_json(opts: &IndexBenchOptions, results: &[RunResult]) -> serde_json::V
             })
         })
         .collect();
-    serde_json::json!({ "benchmark": "index", "items": opts.items, "threads": opts.threads, "runs": runs })
+    serde_json::json!({
+        "benchmark": "index", "items": opts.items, "threads": opts.threads, "rounds": opts.rounds, "runs": runs,
+    })
 }
 
 #[cfg(test)]
@@ -510,9 +630,20 @@ mod tests {
     /// structure finds every key (the lookups assert it).
     #[test]
     fn small_run_reports_every_structure() {
-        let opts = IndexBenchOptions { items: 20_000, threads: vec![1, 2], progress: false };
+        let opts = IndexBenchOptions {
+            items: 20_000,
+            threads: vec![1, 2],
+            rounds: 2,
+            settle: Duration::ZERO,
+            progress: false,
+        };
         let r = run(&opts);
         assert_eq!(r.len(), 14);
+        for x in r.iter().filter(|x| x.structure != "floor") {
+            assert_eq!((x.lookup_rounds.len(), x.batched_rounds.len()), (2, 2), "{} {}", x.structure, x.mode);
+            assert_eq!(x.lookups_per_s, median(&x.lookup_rounds));
+            assert_eq!(x.batched_lookups_per_s, median(&x.batched_rounds));
+        }
         assert!(r.iter().all(|x| x.lookups_per_s > 0.0));
         assert!(r.iter().filter(|x| x.structure != "floor").all(|x| x.batched_lookups_per_s > 0.0));
         assert!(r.iter().filter(|x| x.structure != "floor").all(|x| x.inserts_per_s > 0.0));
@@ -523,8 +654,18 @@ mod tests {
         let text = render(&r);
         assert!(text.contains("vs dashmap"));
         assert!(text.contains("batched"));
+        assert!(text.contains("lookup rounds"));
         assert!(text.contains("vs the memory floor"));
         let j = to_json(&opts, &r);
         assert_eq!(j["runs"].as_array().unwrap().len(), 14);
+        assert_eq!(j["runs"][1]["lookup_rounds"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn median_takes_the_middle_round() {
+        assert_eq!(median(&[]), 0.0);
+        assert_eq!(median(&[3.0]), 3.0);
+        assert_eq!(median(&[9.0, 1.0, 4.0]), 4.0);
+        assert_eq!(median(&[9.0, 1.0, 4.0, 2.0]), 3.0);
     }
 }

@@ -223,6 +223,10 @@ enum BenchCmd {
         /// Thread counts to run, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "1,2")]
         threads: Vec<usize>,
+        /// Lookup rounds, alternating between the structures; each reports
+        /// its median round.
+        #[arg(long, default_value_t = granary_bench::index::DEFAULT_ROUNDS)]
+        rounds: usize,
         /// Also write the results as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -847,11 +851,20 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
 
 fn bench(cmd: BenchCmd) -> Result<ExitCode, String> {
     match cmd {
-        BenchCmd::Index { items, threads, json } => {
+        BenchCmd::Index { items, threads, rounds, json } => {
             if threads.is_empty() || threads.contains(&0) {
                 return Err("--threads needs positive thread counts, e.g. 1,2".into());
             }
-            let opts = granary_bench::index::IndexBenchOptions { items, threads, progress: true };
+            if rounds == 0 {
+                return Err("--rounds needs at least one round".into());
+            }
+            let opts = granary_bench::index::IndexBenchOptions {
+                items,
+                threads,
+                rounds,
+                settle: granary_bench::index::SETTLE_LIMIT,
+                progress: true,
+            };
             let results = granary_bench::index::run(&opts);
             print!("{}", granary_bench::index::render(&results));
             if let Some(path) = json {
