@@ -24,7 +24,9 @@
 //! the reference is the two pooled ([`pooled`]): this virtual disk's speed
 //! drifts over minutes, and a reference taken only at the end carried that
 //! drift into every ratio. Its random writes run once, at the end, after a
-//! sequential fill. Each point runs for a bounded time and a bounded
+//! sequential fill and a wait for a quiet machine
+//! ([`crate::mem::wait_for_quiet`]: the in-memory device's memory was just
+//! freed). Each point runs for a bounded time and a bounded
 //! operation count.
 
 use granary_rt::{Runtime, RuntimeConfig};
@@ -644,6 +646,10 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
             // Write the whole file first: reads of never-written (unwritten
             // extent) blocks are answered by the filesystem without device IO.
             fill_with_fio(&o.path, o.size_bytes)?;
+            // The in-memory device's gigabytes were just freed: in a VM that
+            // hands freed memory back to the host, the kernel takes every
+            // CPU for tens of milliseconds at a time while it does.
+            crate::mem::wait_for_quiet(Duration::from_secs(60));
             for (op, rw) in [("get", "randread"), ("put", "randwrite")] {
                 for &d in &o.depths {
                     let mut p = fio_run(&o.path, rw, d, o.secs, o.size_bytes)?;

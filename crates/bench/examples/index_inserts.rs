@@ -1,0 +1,54 @@
+//! Inserts into Granary's index from two threads, untimed per insert: the
+//! index's own insert rate, pre-sized and growing (docs/BENCHMARKS.md,
+//! "Index"). `granary bench index` times every insert for its latency
+//! percentiles, which costs a clock read per insert on top.
+//!
+//! `cargo run --release -p granary-bench --example index_inserts -- [ITEMS] [ROUNDS]`
+//!
+//! Each round inserts ITEMS (default 20 M) random hashes into a pre-sized
+//! index, then into one that starts with one table and grows to 16, and
+//! prints the rates; compare within one run.
+
+use granary_index::{Index, IndexConfig};
+use std::time::Instant;
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// Millions of inserts per second of `hashes` into a fresh index with
+/// `2^initial_log2` of its 16 tables, from two threads.
+fn rate(hashes: &[u64], initial_log2: u32) -> f64 {
+    // As `granary bench index`: 16 tables hold every item at 85%.
+    let homes = (hashes.len() as f64 / 16.0 / 0.85) as u32 + 1;
+    let idx = Index::new(IndexConfig::with_tables(homes.max(64), initial_log2));
+    let half = hashes.len() / 2;
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for part in [&hashes[..half], &hashes[half..]] {
+            let idx = &idx;
+            s.spawn(move || {
+                for (i, &h) in part.iter().enumerate() {
+                    idx.insert(h, 1, i as u64).expect("sized for every item");
+                }
+            });
+        }
+    });
+    hashes.len() as f64 / started.elapsed().as_secs_f64() / 1e6
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1).map(|a| a.parse::<usize>().expect("a number"));
+    let items = args.next().unwrap_or(20_000_000);
+    let rounds = args.next().unwrap_or(3);
+    let hashes: Vec<u64> = (0..items as u64).map(splitmix).collect();
+    println!("{items} inserts from 2 threads, M/s");
+    for round in 1..=rounds {
+        let presized = rate(&hashes, 4);
+        let growing = rate(&hashes, 0);
+        println!("round {round}: pre-sized {presized:.2}, growing {growing:.2}");
+    }
+}
