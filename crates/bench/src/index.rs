@@ -382,7 +382,7 @@ fn memory_floor(w: &Workload, threads: usize) -> Duration {
 /// together was one such stall).
 pub const SETTLE_LIMIT: Duration = Duration::from_secs(60);
 
-/// [`wait_for_quiet`] for at most `limit`, saying so when it waited long.
+/// [`wait_for_quiet`] for at most `limit`, saying so when it saw stalls.
 fn settle(limit: Duration, progress: bool) {
     let q = wait_for_quiet(limit);
     if progress && q.stalls > 0 {
