@@ -11,7 +11,10 @@
 //!   `new_put_buf` + `put_buf_async`), as a server uses it;
 //! - `mem`: the synchronous API on an in-memory device, one thread: the
 //!   software ceiling per core, with and without the zero-copy API; one op
-//!   in [`MEM_LATENCY_SAMPLE`] is timed there (the clock costs ~10% of an op).
+//!   in [`MEM_LATENCY_SAMPLE`] is timed there (the clock costs ~10% of an op);
+//!   then the async API on one executor with a task per GET in flight, at
+//!   each depth ([`MEM_RT`]), where the device's reads and the index
+//!   lookups yield so that the tasks' memory misses overlap.
 //!
 //! The executors register the buffer arena with their rings (fixed
 //! buffers) unless `registered_buffers` is off.
@@ -238,6 +241,10 @@ pub(crate) fn value_of(v: usize, i: u64, round: u64) -> Vec<u8> {
 /// being measured by ~10%. Latency percentiles come from the sample.
 pub(crate) const MEM_LATENCY_SAMPLE: u64 = 16;
 
+/// The in-memory points on one executor: the async API, a task per GET in
+/// flight at each depth (`get`, and `get_buf` for the zero-copy API).
+pub(crate) const MEM_RT: &str = "granary-mem-rt";
+
 /// Measure one op with `depth` threads, each running ops back to back;
 /// every `sample`th op of each thread is timed.
 fn run_threads(
@@ -353,6 +360,23 @@ fn run_tasks_as(
     depth: usize,
     zero_copy: bool,
 ) -> Point {
+    let system = if zero_copy { "granary-uring-zc" } else { "granary-uring" };
+    run_tasks_sampled(store, rt, o, op, depth, zero_copy, system, 1)
+}
+
+/// [`run_tasks_as`], reported as `system`, timing one op in `sample` of
+/// each task (see [`MEM_LATENCY_SAMPLE`]).
+#[allow(clippy::too_many_arguments)]
+fn run_tasks_sampled(
+    store: &Arc<Store>,
+    rt: &Runtime,
+    o: &DeviceBenchOptions,
+    op: &'static str,
+    depth: usize,
+    zero_copy: bool,
+    system: &'static str,
+    sample: u64,
+) -> Point {
     let run = Run::new(o.max_ops);
     let start = Instant::now();
     let handles: Vec<_> = (0..depth)
@@ -364,13 +388,15 @@ fn run_tasks_as(
                 let mut next = rng(seed);
                 let value = value_of(vbytes, t as u64, 2);
                 let mut k = Vec::with_capacity(32);
-                loop {
+                for n in 0u64.. {
                     let i = if op == "put" { put_key(&o, &mut next) } else { next() % keys };
                     key_into(i, &mut k);
-                    let t0 = Instant::now();
+                    let t0 = n.is_multiple_of(sample).then(Instant::now);
                     let ok = match (op, zero_copy) {
                         ("get", false) => store.get_async(&k).await.map(|v| v.is_some()).unwrap_or(false),
-                        ("get", true) => store.get_buf_async(&k).await.map(|v| v.is_some()).unwrap_or(false),
+                        ("get", true) | ("get_buf", _) => {
+                            store.get_buf_async(&k).await.map(|v| v.is_some()).unwrap_or(false)
+                        }
                         (_, false) => store.put_async(&k, &value).await.is_ok(),
                         (_, true) => match store.new_put_buf(&k, value.len()) {
                             Ok(mut pb) => {
@@ -380,8 +406,10 @@ fn run_tasks_as(
                             Err(_) => false,
                         },
                     };
-                    let ns = t0.elapsed().as_nanos() as u64;
-                    EXECUTOR_HIST.with(|h| h.borrow_mut().get_or_insert_with(hist).saturating_record(ns));
+                    if let Some(t0) = t0 {
+                        let ns = t0.elapsed().as_nanos() as u64;
+                        EXECUTOR_HIST.with(|h| h.borrow_mut().get_or_insert_with(hist).saturating_record(ns));
+                    }
                     if !run.done_untimed(ok) {
                         break;
                     }
@@ -404,7 +432,7 @@ fn run_tasks_as(
             })
             .join();
     }
-    run.point(if zero_copy { "granary-uring-zc" } else { "granary-uring" }, op, depth, secs)
+    run.point(system, op, depth, secs)
 }
 
 pub(crate) fn load(store: &Arc<Store>, rt: &Runtime, o: &DeviceBenchOptions) -> Result<(), String> {
@@ -633,6 +661,20 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
                 }
                 report.points.push(p);
             }
+            // The async API on one executor, a task per GET in flight: the
+            // in-memory device's reads and the index lookups yield, so the
+            // memory misses of the tasks overlap (`Device::in_memory`).
+            let rt = Runtime::new(RuntimeConfig { threads: 1, ..Default::default() }).map_err(|e| e.to_string())?;
+            for (op, zero_copy) in [("get", false), ("get_buf", true)] {
+                for &d in &o.depths {
+                    let p = run_tasks_sampled(&store, &rt, o, op, d, zero_copy, MEM_RT, MEM_LATENCY_SAMPLE);
+                    if o.progress {
+                        eprintln!("{MEM_RT:<16} {op} qd{d:<3} {:>9.0} ops/s p50 {:.2} us", p.ops_per_sec(), p.p50_us);
+                    }
+                    report.points.push(p);
+                }
+            }
+            drop(rt);
             // The in-memory device's own reads, as fio is the file's: what
             // a GET would make if the record's copy were all it did.
             let span = o.keys * report.record_bytes;
@@ -769,6 +811,18 @@ pub fn render(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> String {
             s.push_str(&format!(", {:.2}x the device's own reads", p.ops_per_sec() / x));
         }
     }
+    for p in r.points.iter().filter(|p| p.system == MEM_RT) {
+        s.push_str(&format!(
+            "\nin-memory device, 1 executor, {} tasks: {} {:.0} ops/s (p50 {:.2} us)",
+            p.depth,
+            p.op.to_uppercase(),
+            p.ops_per_sec(),
+            p.p50_us
+        ));
+        if let Some(x) = reads {
+            s.push_str(&format!(", {:.2}x the device's own reads", p.ops_per_sec() / x));
+        }
+    }
     if let Some(p) = find(r, "mem-read", "get", 1) {
         s.push_str(&format!(
             "\nin-memory device, 1 thread: its own {} B reads at random {:.0} ops/s (p50 {:.2} us), the ceiling of a GET",
@@ -779,6 +833,11 @@ pub fn render(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> String {
     }
     s.push('\n');
     s
+}
+
+/// Whether a point ran on the in-memory device (no fio ratio).
+fn in_memory(p: &Point) -> bool {
+    p.system.starts_with("granary-mem") || p.system == "mem-read"
 }
 
 pub fn to_json(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> serde_json::Value {
@@ -801,9 +860,9 @@ pub fn to_json(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> serde_json::Val
             json!({
                 "system": p.system, "op": p.op, "depth": p.depth, "ops": p.ops, "secs": p.secs,
                 "ops_per_sec": p.ops_per_sec(), "p50_us": p.p50_us, "p99_us": p.p99_us, "errors": p.errors,
-                "ratio_to_fio": fio.filter(|_| p.system != "fio").map(|f| p.ops_per_sec() / f),
+                "ratio_to_fio": fio.filter(|_| p.system != "fio" && !in_memory(p)).map(|f| p.ops_per_sec() / f),
                 "ratio_to_mem_read": find(r, "mem-read", "get", 1)
-                    .filter(|_| p.system == "granary-mem" && p.op.starts_with("get"))
+                    .filter(|_| in_memory(p) && p.system != "mem-read" && p.op.starts_with("get"))
                     .map(|m| p.ops_per_sec() / m.ops_per_sec().max(1e-9)),
             })
         }).collect::<Vec<_>>(),

@@ -298,6 +298,18 @@ fn bench_device_runs_every_backend_and_depth() {
             assert!(ratio.is_null(), "{p}");
         }
     }
+    // The in-memory device on one executor, a task per GET in flight.
+    for op in ["get", "get_buf"] {
+        for depth in [1, 4] {
+            let p = points
+                .iter()
+                .find(|p| p["system"] == "granary-mem-rt" && p["op"] == op && p["depth"] == depth)
+                .unwrap_or_else(|| panic!("no granary-mem-rt point for {op} qd{depth}"));
+            assert!(p["ops"].as_u64().unwrap() > 0 && p["p50_us"].as_f64().unwrap() > 0.0, "{p}");
+            assert!(p["ratio_to_mem_read"].as_f64().unwrap() > 0.0, "{p}");
+            assert!(p["ratio_to_fio"].is_null(), "an in-memory point has no fio ratio: {p}");
+        }
+    }
     assert!(points.iter().all(|p| p["errors"] == 0), "no errors on any backend");
     assert_eq!(v["registered_buffers"], true);
     assert!(!data.exists(), "the bench removes its data file");

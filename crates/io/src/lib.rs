@@ -51,11 +51,23 @@ use granary_rt::latency::{self, Histogram};
 /// Result of an operation: the buffer comes back whatever happened.
 pub type IoResult = (AlignedBuf, io::Result<()>);
 
-/// An operation in progress: either already done (synchronous backends) or
-/// waiting for its completion on the current executor's ring.
+/// An operation in progress: either already done (synchronous backends),
+/// waiting for its completion on the current executor's ring, or a
+/// synchronous read run after one yield to the executor.
 pub enum IoFuture<'a> {
     Ready(Option<IoResult>),
     Pending(Pin<Box<dyn Future<Output = IoResult> + Send + 'a>>),
+    /// `dev.read_at(buf, offset)`, run at the second poll: the first poll
+    /// wakes the task and returns `Pending`, so the executor runs its other
+    /// ready tasks in between (the in-memory device's read on an executor:
+    /// the record's first lines were asked of memory when the read was
+    /// made; see [`memory`]). Allocates nothing.
+    ReadAfterYield {
+        dev: &'a dyn Device,
+        buf: Option<AlignedBuf>,
+        offset: u64,
+        yielded: bool,
+    },
 }
 
 impl IoFuture<'_> {
@@ -70,6 +82,14 @@ impl Future for IoFuture<'_> {
         match self.get_mut() {
             IoFuture::Ready(r) => Poll::Ready(r.take().expect("IoFuture polled after completion")),
             IoFuture::Pending(f) => f.as_mut().poll(cx),
+            IoFuture::ReadAfterYield { dev, buf, offset, yielded } => {
+                if !*yielded {
+                    *yielded = true;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Poll::Ready(dev.read_at(buf.take().expect("IoFuture polled after completion"), *offset))
+            }
         }
     }
 }
@@ -93,6 +113,14 @@ pub trait Device: Send + Sync + 'static {
     /// [`Device::write_at`] as a future.
     fn write_at_async(&self, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
         IoFuture::ready(self.write_at(buf, offset))
+    }
+    /// Whether reads are copies out of DRAM (the in-memory device): on an
+    /// executor the engine then asks for the index's cache line and yields
+    /// before a lookup, as the device does before a copy, so that the
+    /// memory misses of a core's concurrent operations overlap, as device
+    /// IO does (docs/ARCHITECTURE.md, "In-memory reads on an executor").
+    fn in_memory(&self) -> bool {
+        false
     }
     /// Make every completed write durable (fdatasync).
     fn flush(&self) -> io::Result<()>;

@@ -740,8 +740,16 @@ impl Core {
     /// or a writer moved it meanwhile and the search starts over. A whole
     /// record's checksum is checked after that check, so that the check's
     /// index reads overlap the record's copy still arriving (in-memory
-    /// device) and a record that moved is never checked at all.
+    /// device) and a record that moved is never checked at all. On an
+    /// executor over the in-memory device the lookup's line is asked for
+    /// and the task yields first ([`Device::in_memory`]).
     pub(crate) async fn find(&self, key: &[u8], h: u64, full: bool, strict: bool) -> Result<Option<Found>> {
+        if self.dev.in_memory() && granary_rt::current_core().is_some() {
+            // The lookup's cache miss overlaps other tasks' work, as the
+            // record's copy does (`Device::in_memory`).
+            self.index.prefetch(h);
+            granary_rt::yield_now().await;
+        }
         'retry: loop {
             let cands = self.index.lookup(h);
             let mut unreadable = None;
