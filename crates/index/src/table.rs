@@ -419,66 +419,6 @@ impl Table {
             + self.stash().capacity() * std::mem::size_of::<Stashed>()
     }
 
-    /// Move each entry of `[lo, hi)` whose home lies in that span to the
-    /// first free slot between its home and itself, in slot order (a
-    /// migration, holding the lock of the region `[lo, hi)`, after a split
-    /// left holes). Entries homed before `lo` stay: their homes' hints and
-    /// hint recomputations belong to another region's lock. An entry only
-    /// ever moves toward its home, so every hop hint stays an upper bound;
-    /// the caller sets the region's exact hints afterwards. Without it, the
-    /// entries of a grown index kept the displacement they got at the
-    /// growth load: in a 4 M-key index grown to 16 tables, 11.7% of them
-    /// lay beyond their home's first two lines against 6.1% in one
-    /// pre-sized for 16, and a lookup reads the lines past those two only
-    /// after another cache miss.
-    pub(crate) fn compact(&self, lo: usize, hi: usize) {
-        // Free slots of the span, one bit each.
-        let mut free = vec![0u64; (hi - lo).div_ceil(64)];
-        let mark = |free: &mut [u64], s: usize, on: bool| {
-            let (w, b) = ((s - lo) / 64, (s - lo) % 64);
-            if on {
-                free[w] |= 1 << b;
-            } else {
-                free[w] &= !(1 << b);
-            }
-        };
-        for s in lo..hi {
-            if self.get(s).is_free() {
-                mark(&mut free, s, true);
-            }
-        }
-        // The first free slot in [from, to), if any.
-        let first_free = |free: &[u64], from: usize, to: usize| -> Option<usize> {
-            let (mut i, end) = (from - lo, to - lo);
-            while i < end {
-                let (w, b) = (i / 64, i % 64);
-                let bits = free[w] >> b;
-                if bits != 0 {
-                    let f = i + bits.trailing_zeros() as usize;
-                    return (f < end).then_some(f + lo);
-                }
-                i += 64 - b;
-            }
-            None
-        };
-        for s in lo..hi {
-            let e = self.get(s);
-            let off = e.neigh_off() as usize;
-            if e.is_free() || off == 0 || s - off < lo {
-                continue;
-            }
-            let home = s - off;
-            if let Some(f) = first_free(&free, home, s) {
-                self.set(f, e.with_neigh_off((f - home) as u32));
-                self.set_aux(f, self.get_aux(s));
-                self.set(s, Entry::FREE);
-                self.set_aux(s, 0);
-                mark(&mut free, f, false);
-                mark(&mut free, s, true);
-            }
-        }
-    }
-
     /// The access word of `slot` (0 when the index keeps none).
     pub(crate) fn get_aux(&self, slot: usize) -> u32 {
         self.aux.get(slot).map_or(0, |a| a.load(Relaxed))
