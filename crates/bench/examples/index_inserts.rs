@@ -28,7 +28,7 @@ fn rate(hashes: &[u64], initial_log2: u32, threads: usize) -> f64 {
     let idx = Index::new(IndexConfig::with_tables(homes.max(64), initial_log2));
     let started = Instant::now();
     std::thread::scope(|s| {
-        for part in hashes.chunks(hashes.len().div_ceil(threads)) {
+        for part in hashes.chunks(hashes.len().div_ceil(threads).max(1)) {
             let idx = &idx;
             s.spawn(move || {
                 for (i, &h) in part.iter().enumerate() {

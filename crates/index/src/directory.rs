@@ -542,7 +542,7 @@ impl Index {
         // homed in the region goes, in the table its tag bit picks, to the
         // first free slot between its home and its old slot (entries only
         // move toward their homes, so every hop hint stays an upper bound;
-        // the holes are where the other table's entries were), and
+        // the holes are free slots and the other table's entries), and
         // the hint each home needs in each table is gathered on the way.
         // Entries homed in the region before stay at their slots (in the
         // table their bit picks): their homes' hints belong to that
@@ -552,12 +552,12 @@ impl Index {
         let mut free = FreeSlots::new(lo, hi);
         let mut need = vec![(0u8, 0u8); hi - lo];
         for s in lo..hi {
+            debug_assert!(high.get(s).is_free(), "a new table's slot of an unmigrated region is free");
             let e = low.get(s);
             if e.is_free() {
                 free.low_freed(s);
                 continue;
             }
-            debug_assert!(high.get(s).is_free(), "a new table's slot of an unmigrated region is free");
             let up = moves(e);
             let off = e.neigh_off() as usize;
             if off > s - lo {

@@ -7,9 +7,11 @@
 //!
 //! Each operation also has an asynchronous form (`read_at_async`,
 //! `write_at_async`) returning an [`IoFuture`]. Synchronous backends answer
-//! it at once (a ready future, no allocation); the io_uring backend submits
-//! to the current executor's ring when called on a `granary-rt` executor,
-//! and to the calling thread's private ring elsewhere.
+//! it at once (a ready future, no allocation), but for the in-memory
+//! device's reads on an executor, which yield once before their copy
+//! ([`memory`]); the io_uring backend submits to the current executor's
+//! ring when called on a `granary-rt` executor, and to the calling thread's
+//! private ring elsewhere.
 //!
 //! Backends: [`file::FileDevice`] (O_DIRECT by default, on a regular file or
 //! a block device; synchronous pread/pwrite, or io_uring with

@@ -9,13 +9,14 @@
 //! seeded prefix of its sectors reaches the device) and it and every later
 //! write and flush fail, until [`MemDevice::restart`].
 //!
-//! **On an executor** (`granary-rt`), [`Device::read_at_async`] asks the
+//! **On an executor** (`granary-rt`, outside its `block_on`),
+//! [`Device::read_at_async`] asks the
 //! CPU for the first [`READ_PREFETCH_LINES`] lines of the range and yields
 //! once before it copies, the in-memory counterpart of submitting a read
 //! and waiting for its completion: the executor runs its other ready tasks
 //! meanwhile, so the DRAM misses of a core's concurrent reads overlap
-//! instead of following one another. Elsewhere (the synchronous API) a read
-//! copies at once. With the engine's own yield before its index lookup
+//! instead of following one another. Elsewhere (the synchronous API, also
+//! when called from a task) a read copies at once. With the engine's own yield before its index lookup
 //! ([`Device::in_memory`]), 8-32 GETs in flight on one executor made 14%
 //! more GETs per second than the same tasks without either yield
 //! (docs/BENCHMARKS.md).
@@ -188,11 +189,11 @@ impl Device for MemDevice {
         (buf, Ok(()))
     }
 
-    /// On a `granary-rt` executor: ask memory for the first
-    /// [`READ_PREFETCH_LINES`] cache lines of the range, then yield once
-    /// before copying (see the module doc); elsewhere, copy at once.
+    /// On a `granary-rt` executor (outside `block_on`): ask memory for the
+    /// first [`READ_PREFETCH_LINES`] cache lines of the range, then yield
+    /// once before copying (see the module doc); elsewhere, copy at once.
     fn read_at_async(&self, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
-        if granary_rt::current_core().is_none() || check_range(self, buf.len(), offset).is_err() {
+        if !granary_rt::on_runtime() || check_range(self, buf.len(), offset).is_err() {
             return IoFuture::ready(self.read_at(buf, offset));
         }
         self.prefetch(offset as usize, buf.len());

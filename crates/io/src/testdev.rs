@@ -167,6 +167,9 @@ impl Device for TestDevice {
         }
         self.dev().write_at_async(buf, offset)
     }
+    fn in_memory(&self) -> bool {
+        self.dev().in_memory()
+    }
     fn flush(&self) -> io::Result<()> {
         self.dev().flush()
     }

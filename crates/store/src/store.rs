@@ -742,9 +742,11 @@ impl Core {
     /// index reads overlap the record's copy still arriving (in-memory
     /// device) and a record that moved is never checked at all. On an
     /// executor over the in-memory device the lookup's line is asked for
-    /// and the task yields first ([`Device::in_memory`]).
+    /// and the task yields first ([`Device::in_memory`]), for every caller
+    /// (GETs, and the writes that look up the current version, some with
+    /// the key's stripe lock held).
     pub(crate) async fn find(&self, key: &[u8], h: u64, full: bool, strict: bool) -> Result<Option<Found>> {
-        if self.dev.in_memory() && granary_rt::current_core().is_some() {
+        if self.dev.in_memory() && granary_rt::on_runtime() {
             // The lookup's cache miss overlaps other tasks' work, as the
             // record's copy does (`Device::in_memory`).
             self.index.prefetch(h);
