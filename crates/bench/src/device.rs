@@ -340,7 +340,7 @@ pub(crate) fn run_tasks(
     op: &'static str,
     depth: usize,
 ) -> Point {
-    run_tasks_as(store, rt, o, op, depth, false)
+    run_tasks_sampled(store, rt, o, op, depth, false, "granary-uring", 1)
 }
 
 thread_local! {
@@ -351,20 +351,7 @@ thread_local! {
 }
 
 /// [`run_tasks`], with the zero-copy API (`get_buf_async`, `put_buf_async`)
-/// when `zero_copy`.
-fn run_tasks_as(
-    store: &Arc<Store>,
-    rt: &Runtime,
-    o: &DeviceBenchOptions,
-    op: &'static str,
-    depth: usize,
-    zero_copy: bool,
-) -> Point {
-    let system = if zero_copy { "granary-uring-zc" } else { "granary-uring" };
-    run_tasks_sampled(store, rt, o, op, depth, zero_copy, system, 1)
-}
-
-/// [`run_tasks_as`], reported as `system`, timing one op in `sample` of
+/// when `zero_copy`, reported as `system`, timing one op in `sample` of
 /// each task (see [`MEM_LATENCY_SAMPLE`]).
 #[allow(clippy::too_many_arguments)]
 fn run_tasks_sampled(
@@ -629,7 +616,7 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
                     let p = match b.as_str() {
                         "sync" => run_threads(&store, o, op, d, "granary-sync", 1),
                         "uring" => run_tasks(&store, &rt, o, op, d),
-                        "uring-zc" => run_tasks_as(&store, &rt, o, op, d, true),
+                        "uring-zc" => run_tasks_sampled(&store, &rt, o, op, d, true, "granary-uring-zc", 1),
                         _ => continue,
                     };
                     if o.progress {
