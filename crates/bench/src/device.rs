@@ -16,6 +16,9 @@
 //!   each depth ([`MEM_RT`]), where the device's reads and the index
 //!   lookups yield so that the tasks' memory misses overlap.
 //!
+//! Every Granary point also carries the store's own device IO during it
+//! ([`DeviceIo`]: an overwrite PUT reads the key's current record).
+//!
 //! The executors register the buffer arena with their rings (fixed
 //! buffers) unless `registered_buffers` is off.
 //!
@@ -33,7 +36,7 @@
 //! operation count.
 
 use granary_rt::{Runtime, RuntimeConfig};
-use granary_store::io::{Device, FileDevice, IoBackend, MemDevice, OpenMode};
+use granary_store::io::{Device, FileDevice, IoBackend, IoCountersSnapshot, MemDevice, OpenMode};
 use granary_store::{Cond, CreateOptions, ItemMeta, OpenOptions, Store};
 use hdrhistogram::Histogram;
 use serde_json::json;
@@ -111,11 +114,41 @@ pub struct Point {
     pub p50_us: f64,
     pub p99_us: f64,
     pub errors: u64,
+    /// The store's own device IO during the point (Granary's points).
+    pub device: Option<DeviceIo>,
 }
 
 impl Point {
     pub fn ops_per_sec(&self) -> f64 {
         self.ops as f64 / self.secs.max(1e-9)
+    }
+}
+
+/// What the store asked of its device during a point, from its IO
+/// counters: how a PUT's cost splits between reads (an overwrite reads the
+/// key's current record) and group writes. Latencies are the device's
+/// (the in-memory device times nothing: 0).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeviceIo {
+    pub reads_per_s: f64,
+    pub read_mean_us: f64,
+    pub writes_per_s: f64,
+    pub write_mean_us: f64,
+    /// Mean bytes per write, KiB.
+    pub write_kib: f64,
+}
+
+impl DeviceIo {
+    fn between(a: &IoCountersSnapshot, b: &IoCountersSnapshot, secs: f64) -> DeviceIo {
+        let (reads, writes) = (b.reads - a.reads, b.writes - a.writes);
+        let mean_us = |sum_a: u64, sum_b: u64, n: u64| (sum_b - sum_a) as f64 / n.max(1) as f64 / 1000.0;
+        DeviceIo {
+            reads_per_s: reads as f64 / secs.max(1e-9),
+            read_mean_us: mean_us(a.read_latency.sum_ns, b.read_latency.sum_ns, reads),
+            writes_per_s: writes as f64 / secs.max(1e-9),
+            write_mean_us: mean_us(a.write_latency.sum_ns, b.write_latency.sum_ns, writes),
+            write_kib: (b.written_bytes - a.written_bytes) as f64 / writes.max(1) as f64 / 1024.0,
+        }
     }
 }
 
@@ -211,6 +244,7 @@ impl Run {
             p50_us: h.value_at_quantile(0.5) as f64 / 1000.0,
             p99_us: h.value_at_quantile(0.99) as f64 / 1000.0,
             errors: self.errors.load(Relaxed),
+            device: None,
         }
     }
 }
@@ -256,6 +290,7 @@ fn run_threads(
     sample: u64,
 ) -> Point {
     let run = Run::new(o.max_ops);
+    let io = store.stats().io;
     let start = Instant::now();
     std::thread::scope(|s| {
         for t in 0..depth {
@@ -294,7 +329,9 @@ fn run_threads(
         }
         run.stop_after(start, o.secs);
     });
-    run.point(system, op, depth, start.elapsed().as_secs_f64())
+    let secs = start.elapsed().as_secs_f64();
+    let device = Some(DeviceIo::between(&io, &store.stats().io, secs));
+    Point { device, ..run.point(system, op, depth, secs) }
 }
 
 /// The reference of the in-memory points: one thread reading `bytes` at
@@ -365,6 +402,7 @@ fn run_tasks_sampled(
     sample: u64,
 ) -> Point {
     let run = Run::new(o.max_ops);
+    let io = store.stats().io;
     let start = Instant::now();
     let handles: Vec<_> = (0..depth)
         .map(|t| {
@@ -409,6 +447,7 @@ fn run_tasks_sampled(
         let _ = h.join();
     }
     let secs = start.elapsed().as_secs_f64();
+    let device = Some(DeviceIo::between(&io, &store.stats().io, secs));
     for core in 0..rt.cores() {
         let run = run.clone();
         let _ = rt
@@ -419,7 +458,7 @@ fn run_tasks_sampled(
             })
             .join();
     }
-    run.point(system, op, depth, secs)
+    Point { device, ..run.point(system, op, depth, secs) }
 }
 
 pub(crate) fn load(store: &Arc<Store>, rt: &Runtime, o: &DeviceBenchOptions) -> Result<(), String> {
@@ -502,6 +541,7 @@ fn fio_run(path: &Path, rw: &str, depth: usize, secs: f64, size: u64) -> Result<
         p50_us: p("50.000000"),
         p99_us: p("99.000000"),
         errors: 0,
+        device: None,
     })
 }
 
@@ -724,6 +764,7 @@ pub fn pooled(a: &Point, b: &Point) -> Point {
         p50_us: (a.p50_us + b.p50_us) / 2.0,
         p99_us: (a.p99_us + b.p99_us) / 2.0,
         errors: a.errors + b.errors,
+        device: None,
     }
 }
 
@@ -785,6 +826,23 @@ pub fn render(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> String {
                 }
             }
         }
+    }
+    let put_io: Vec<&Point> = r
+        .points
+        .iter()
+        .filter(|p| p.op == "put" && p.system.starts_with("granary-") && !in_memory(p) && p.device.is_some())
+        .collect();
+    if !put_io.is_empty() {
+        s.push_str(
+            "\nthe device during the PUT points: reads (an overwrite reads the current record) and group writes\n",
+        );
+    }
+    for p in put_io {
+        let d = p.device.expect("filtered");
+        s.push_str(&format!(
+            "{:>5}  {:<16} {:>9.0} reads/s (mean {:.0} us) {:>8.0} writes/s of {:.1} KiB (mean {:.0} us)\n",
+            p.depth, p.system, d.reads_per_s, d.read_mean_us, d.writes_per_s, d.write_kib, d.write_mean_us
+        ));
     }
     let reads = find(r, "mem-read", "get", 1).map(|p| p.ops_per_sec()).filter(|&x| x > 0.0);
     for p in r.points.iter().filter(|p| p.system == "granary-mem") {
@@ -848,6 +906,10 @@ pub fn to_json(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> serde_json::Val
                 "system": p.system, "op": p.op, "depth": p.depth, "ops": p.ops, "secs": p.secs,
                 "ops_per_sec": p.ops_per_sec(), "p50_us": p.p50_us, "p99_us": p.p99_us, "errors": p.errors,
                 "ratio_to_fio": fio.filter(|_| p.system != "fio" && !in_memory(p)).map(|f| p.ops_per_sec() / f),
+                "device_io": p.device.map(|d| json!({
+                    "reads_per_s": d.reads_per_s, "read_mean_us": d.read_mean_us,
+                    "writes_per_s": d.writes_per_s, "write_mean_us": d.write_mean_us, "write_kib": d.write_kib,
+                })),
                 "ratio_to_mem_read": find(r, "mem-read", "get", 1)
                     .filter(|_| in_memory(p) && p.system != "mem-read" && p.op.starts_with("get"))
                     .map(|m| p.ops_per_sec() / m.ops_per_sec().max(1e-9)),
@@ -888,6 +950,7 @@ mod tests {
             p50_us,
             p99_us,
             errors: 0,
+            device: None,
         };
         let (a, b) = (pt(FIO_FIRST, 180_000, 2.0, 300.0, 500.0), pt(FIO_LAST, 160_000, 1.0, 200.0, 700.0));
         let r = pooled(&a, &b);
