@@ -273,11 +273,11 @@ pub(crate) fn value_of(v: usize, i: u64, round: u64) -> Vec<u8> {
 /// a microsecond there, and timing one takes two clock reads of ~35-40 ns
 /// each on this project's machine, which would lower the software ceiling
 /// being measured by ~10%. Latency percentiles come from the sample.
-pub(crate) const MEM_LATENCY_SAMPLE: u64 = 16;
+pub const MEM_LATENCY_SAMPLE: u64 = 16;
 
 /// The in-memory points on one executor: the async API, a task per GET in
 /// flight at each depth (`get`, and `get_buf` for the zero-copy API).
-pub(crate) const MEM_RT: &str = "granary-mem-rt";
+pub const MEM_RT: &str = "granary-mem-rt";
 
 /// Measure one op with `depth` threads, each running ops back to back;
 /// every `sample`th op of each thread is timed.
