@@ -10,16 +10,16 @@
 //! write and flush fail, until [`MemDevice::restart`].
 //!
 //! **On an executor** (`granary-rt`, outside its `block_on`),
-//! [`Device::read_at_async`] asks the
-//! CPU for the first [`READ_PREFETCH_LINES`] lines of the range and yields
-//! once before it copies, the in-memory counterpart of submitting a read
-//! and waiting for its completion: the executor runs its other ready tasks
-//! meanwhile, so the DRAM misses of a core's concurrent reads overlap
-//! instead of following one another. Elsewhere (the synchronous API, also
-//! when called from a task) a read copies at once. With the engine's own yield before its index lookup
-//! ([`Device::in_memory`]), 8-32 GETs in flight on one executor made 14%
-//! more GETs per second than the same tasks without either yield
-//! (docs/BENCHMARKS.md).
+//! [`Device::read_at_async`] asks the CPU for the first
+//! [`READ_PREFETCH_LINES`] lines of the range and yields once before it
+//! copies, the in-memory counterpart of submitting a read and waiting for
+//! its completion: the executor runs its other ready tasks meanwhile, so
+//! the DRAM misses of a core's concurrent reads overlap instead of
+//! following one another. Elsewhere (the synchronous API, also when called
+//! from a task) a read copies at once. With the engine's own yield before
+//! its index lookup ([`Device::in_memory`]), 8-32 GETs in flight on one
+//! executor made 14% more GETs per second than the same tasks without
+//! either yield (docs/BENCHMARKS.md).
 //!
 //! Its operations are counted (ops, bytes) but not timed: each is a memory
 //! copy, and the two clock reads a timing needs cost about as much as a
