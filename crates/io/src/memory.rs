@@ -38,10 +38,11 @@ const HUGE_PAGE_BYTES: usize = 2 << 20;
 /// Cache lines of a read that [`Device::read_at_async`] asks memory for
 /// before it yields on an executor. The CPU's own prefetcher streams the
 /// rest once the copy starts; more lines only fill the CPU's miss buffers
-/// (a 4 KiB read's 64 prefetches took 12% of an in-memory GET). Measured
-/// with a throwaway harness of random 4 KiB copies from 800 MB, each
-/// prefetched 4 copies ahead: 8 lines 3.75 M/s, 16 lines 3.89, 64 lines
-/// 3.76, none 2.80 (docs/BENCHMARKS.md).
+/// (a 4 KiB read's 64 prefetches took 12% of an in-memory GET). Random
+/// 4 KiB copies out of 800 MiB, each prefetched 4 copies ahead
+/// (`cargo run --release -p granary-bench --example prefetch_copies`):
+/// 8 lines 4.09-4.19 M copies/s, 16 lines 4.19-4.23, 64 lines 3.84-3.89,
+/// 4 lines 3.87-3.95, none 2.87-2.89 (docs/BENCHMARKS.md).
 pub const READ_PREFETCH_LINES: usize = 8;
 
 /// A planned crash: writes left before it, the seed of the tear, and
