@@ -845,27 +845,19 @@ pub fn render(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> String {
         ));
     }
     let reads = find(r, "mem-read", "get", 1).map(|p| p.ops_per_sec()).filter(|&x| x > 0.0);
-    for p in r.points.iter().filter(|p| p.system == "granary-mem") {
-        s.push_str(&format!(
-            "\nin-memory device, 1 thread: {} {:.0} ops/s (p50 {:.2} us)",
-            p.op.to_uppercase(),
-            p.ops_per_sec(),
-            p.p50_us
-        ));
-        if let (Some(x), true) = (reads, p.op.starts_with("get")) {
-            s.push_str(&format!(", {:.2}x the device's own reads", p.ops_per_sec() / x));
-        }
-    }
-    for p in r.points.iter().filter(|p| p.system == MEM_RT) {
-        s.push_str(&format!(
-            "\nin-memory device, 1 executor, {} tasks: {} {:.0} ops/s (p50 {:.2} us)",
-            p.depth,
-            p.op.to_uppercase(),
-            p.ops_per_sec(),
-            p.p50_us
-        ));
-        if let Some(x) = reads {
-            s.push_str(&format!(", {:.2}x the device's own reads", p.ops_per_sec() / x));
+    // The synchronous points (one thread), then those on one executor.
+    for sys in ["granary-mem", MEM_RT] {
+        for p in r.points.iter().filter(|p| p.system == sys) {
+            let on = if sys == MEM_RT { format!("1 executor, {} tasks", p.depth) } else { "1 thread".into() };
+            s.push_str(&format!(
+                "\nin-memory device, {on}: {} {:.0} ops/s (p50 {:.2} us)",
+                p.op.to_uppercase(),
+                p.ops_per_sec(),
+                p.p50_us
+            ));
+            if let (Some(x), true) = (reads, p.op.starts_with("get")) {
+                s.push_str(&format!(", {:.2}x the device's own reads", p.ops_per_sec() / x));
+            }
         }
     }
     if let Some(p) = find(r, "mem-read", "get", 1) {
