@@ -17,7 +17,8 @@
 //!   lookups yield so that the tasks' memory misses overlap.
 //!
 //! Every Granary point also carries the store's own device IO during it
-//! ([`DeviceIo`]: an overwrite PUT reads the key's current record).
+//! ([`DeviceIo`]: reads, group writes, and the overwrites that read nothing,
+//! `granary_store::OpenOptions::blind_overwrite_bytes`).
 //!
 //! The executors register the buffer arena with their rings (fixed
 //! buffers) unless `registered_buffers` is off.
@@ -36,7 +37,7 @@
 //! operation count.
 
 use granary_rt::{Runtime, RuntimeConfig};
-use granary_store::io::{Device, FileDevice, IoBackend, IoCountersSnapshot, MemDevice, OpenMode};
+use granary_store::io::{Device, FileDevice, IoBackend, MemDevice, OpenMode};
 use granary_store::{Cond, CreateOptions, ItemMeta, OpenOptions, Store};
 use hdrhistogram::Histogram;
 use serde_json::json;
@@ -125,8 +126,9 @@ impl Point {
 }
 
 /// What the store asked of its device during a point, from its IO
-/// counters: how a PUT's cost splits between reads (an overwrite reads the
-/// key's current record) and group writes. Latencies are the device's
+/// counters: how a PUT's cost splits between reads (GC's, and overwrites
+/// past the blind-overwrite cap read the key's current record) and group
+/// writes, and how many overwrites read nothing. Latencies are the device's
 /// (the in-memory device times nothing: 0).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DeviceIo {
@@ -136,10 +138,13 @@ pub struct DeviceIo {
     pub write_mean_us: f64,
     /// Mean bytes per write, KiB.
     pub write_kib: f64,
+    /// Overwrites that read nothing (blind overwrites), per second.
+    pub blind_per_s: f64,
 }
 
 impl DeviceIo {
-    fn between(a: &IoCountersSnapshot, b: &IoCountersSnapshot, secs: f64) -> DeviceIo {
+    fn between(sa: &granary_store::Stats, sb: &granary_store::Stats, secs: f64) -> DeviceIo {
+        let (a, b) = (&sa.io, &sb.io);
         let (reads, writes) = (b.reads - a.reads, b.writes - a.writes);
         let mean_us = |sum_a: u64, sum_b: u64, n: u64| (sum_b - sum_a) as f64 / n.max(1) as f64 / 1000.0;
         DeviceIo {
@@ -148,6 +153,7 @@ impl DeviceIo {
             writes_per_s: writes as f64 / secs.max(1e-9),
             write_mean_us: mean_us(a.write_latency.sum_ns, b.write_latency.sum_ns, writes),
             write_kib: (b.written_bytes - a.written_bytes) as f64 / writes.max(1) as f64 / 1024.0,
+            blind_per_s: (sb.blind_overwrites - sa.blind_overwrites) as f64 / secs.max(1e-9),
         }
     }
 }
@@ -290,7 +296,7 @@ fn run_threads(
     sample: u64,
 ) -> Point {
     let run = Run::new(o.max_ops);
-    let io = store.stats().io;
+    let before = store.stats();
     let start = Instant::now();
     std::thread::scope(|s| {
         for t in 0..depth {
@@ -330,7 +336,7 @@ fn run_threads(
         run.stop_after(start, o.secs);
     });
     let secs = start.elapsed().as_secs_f64();
-    let device = Some(DeviceIo::between(&io, &store.stats().io, secs));
+    let device = Some(DeviceIo::between(&before, &store.stats(), secs));
     Point { device, ..run.point(system, op, depth, secs) }
 }
 
@@ -402,7 +408,7 @@ fn run_tasks_sampled(
     sample: u64,
 ) -> Point {
     let run = Run::new(o.max_ops);
-    let io = store.stats().io;
+    let before = store.stats();
     let start = Instant::now();
     let handles: Vec<_> = (0..depth)
         .map(|t| {
@@ -447,7 +453,7 @@ fn run_tasks_sampled(
         let _ = h.join();
     }
     let secs = start.elapsed().as_secs_f64();
-    let device = Some(DeviceIo::between(&io, &store.stats().io, secs));
+    let device = Some(DeviceIo::between(&before, &store.stats(), secs));
     for core in 0..rt.cores() {
         let run = run.clone();
         let _ = rt
@@ -788,7 +794,7 @@ pub fn render(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> String {
     s.push_str(if o.new_keys {
         "PUTs write new keys (inserts: no old version to read)\n"
     } else {
-        "PUTs overwrite loaded keys (each reads the old version while it writes)\n"
+        "PUTs overwrite loaded keys (blind overwrites: no read of the old version while links fit in DRAM)\n"
     });
     if let Some(v) = &r.fio_version {
         s.push_str(&format!("reference: {v}, io_uring, direct, 4 KiB random, 1 job\n"));
@@ -834,14 +840,21 @@ pub fn render(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> String {
         .collect();
     if !put_io.is_empty() {
         s.push_str(
-            "\nthe device during the PUT points: reads (an overwrite reads the current record) and group writes\n",
+            "\nthe device during the PUT points: reads (GC's, and overwrites that read the current record), group writes, blind overwrites\n",
         );
     }
     for p in put_io {
         let d = p.device.expect("filtered");
         s.push_str(&format!(
-            "{:>5}  {:<16} {:>9.0} reads/s (mean {:.0} us) {:>8.0} writes/s of {:.1} KiB (mean {:.0} us)\n",
-            p.depth, p.system, d.reads_per_s, d.read_mean_us, d.writes_per_s, d.write_kib, d.write_mean_us
+            "{:>5}  {:<16} {:>9.0} reads/s (mean {:.0} us) {:>8.0} writes/s of {:.1} KiB (mean {:.0} us) {:>8.0} blind/s\n",
+            p.depth,
+            p.system,
+            d.reads_per_s,
+            d.read_mean_us,
+            d.writes_per_s,
+            d.write_kib,
+            d.write_mean_us,
+            d.blind_per_s
         ));
     }
     let reads = find(r, "mem-read", "get", 1).map(|p| p.ops_per_sec()).filter(|&x| x > 0.0);
@@ -901,6 +914,7 @@ pub fn to_json(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> serde_json::Val
                 "device_io": p.device.map(|d| json!({
                     "reads_per_s": d.reads_per_s, "read_mean_us": d.read_mean_us,
                     "writes_per_s": d.writes_per_s, "write_mean_us": d.write_mean_us, "write_kib": d.write_kib,
+                    "blind_overwrites_per_s": d.blind_per_s,
                 })),
                 "ratio_to_mem_read": find(r, "mem-read", "get", 1)
                     .filter(|_| in_memory(p) && p.system != "mem-read" && p.op.starts_with("get"))

@@ -328,6 +328,13 @@ pub fn render(src: &Sources) -> String {
     o.gauge("granary_write_amplification", "Device bytes written per user byte written.", st.write_amplification());
     o.counter("granary_write_groups_total", "Coalesced group writes.", st.write_groups);
     o.counter("granary_grouped_records_total", "Records carried by group writes.", st.grouped_records);
+    o.counter("granary_blind_overwrites_total", "Overwrites that did not read the old record.", st.blind_overwrites);
+    o.gauge(
+        "granary_unsettled_links",
+        "Index entries displaced by blind overwrites, not settled yet.",
+        st.unsettled_links as f64,
+    );
+    o.gauge("granary_link_bytes", "DRAM held by unsettled blind-overwrite links.", st.link_bytes as f64);
     o.counter("granary_gc_victims_total", "Segments reclaimed by GC.", st.gc.victims);
     o.counter("granary_gc_relocated_records_total", "Records GC moved.", st.gc.records_relocated);
     o.counter("granary_gc_relocated_bytes_total", "Bytes GC moved.", st.gc.bytes_relocated);

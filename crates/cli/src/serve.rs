@@ -64,6 +64,11 @@ pub struct ServeArgs {
     /// 0 = never (memcached's idle_timeout) [default: 0].
     #[arg(long)]
     idle_timeout: Option<u64>,
+    /// DRAM for blind overwrites (sets that replace a key's one index
+    /// candidate without reading its old record), e.g. 64m; 0 = off,
+    /// every overwrite reads first [default: 64m].
+    #[arg(long = "blind-overwrite-mem", value_parser = size::parse)]
+    blind_overwrite_mem: Option<u64>,
     /// Microseconds an executor polls for completions before sleeping
     /// while device IO it submitted is in flight; 0 sleeps at once (shared
     /// machines), at most 1000000 [default: 200].
@@ -143,6 +148,7 @@ struct FileConfig {
     conn_limit: Option<usize>,
     max_item_size: Option<SizeValue>,
     idle_timeout: Option<u64>,
+    blind_overwrite_mem: Option<SizeValue>,
     io_spin_us: Option<u64>,
     io_submit_early: Option<bool>,
     metrics: Option<String>,
@@ -167,6 +173,7 @@ pub struct Config {
     pub conn_limit: usize,
     pub max_item_size: u64,
     pub idle_timeout: u64,
+    pub blind_overwrite_mem: u64,
     pub io_spin_us: u64,
     pub io_submit_early: bool,
     pub metrics: Option<SocketAddr>,
@@ -248,6 +255,10 @@ impl Config {
             conn_limit: a.conn_limit.or(f.conn_limit).unwrap_or(limits::CONNECTIONS_DEFAULT),
             max_item_size: a.max_item_size.or(opt_size(&f.max_item_size, "max_item_size")?).unwrap_or(1 << 20),
             idle_timeout: a.idle_timeout.or(f.idle_timeout).unwrap_or(0),
+            blind_overwrite_mem: a
+                .blind_overwrite_mem
+                .or(opt_size(&f.blind_overwrite_mem, "blind_overwrite_mem")?)
+                .unwrap_or(granary_store::BLIND_OVERWRITE_BYTES_DEFAULT as u64),
             io_spin_us: match a.io_spin_us.or(f.io_spin_us).unwrap_or(granary_rt::SPIN_IO_US_DEFAULT) {
                 us if us > IO_SPIN_US_MAX => {
                     return Err(format!("io_spin_us is {us}; at most {IO_SPIN_US_MAX} (1 s)"));
@@ -290,6 +301,7 @@ impl Config {
         t += &format!("conn_limit = {}\n", self.conn_limit);
         t += &format!("max_item_size = {}\n", self.max_item_size);
         t += &format!("idle_timeout = {}\n", self.idle_timeout);
+        t += &format!("blind_overwrite_mem = {}\n", self.blind_overwrite_mem);
         t += &format!("io_spin_us = {}\n", self.io_spin_us);
         t += &format!("io_submit_early = {}\n", self.io_submit_early);
         t += &format!("metrics = {}\n", q(&self.metrics.map(|m| m.to_string()).unwrap_or_default()));
@@ -365,6 +377,7 @@ pub fn run(a: Config, progress: Option<granary_store::ProgressHook>) -> Result<(
         progress,
         // Meta flags h, l and the win token (W/Z): 4 bytes per index slot.
         track_access: true,
+        blind_overwrite_bytes: usize::try_from(a.blind_overwrite_mem).unwrap_or(usize::MAX),
         ..OpenOptions::default()
     };
     // With io_uring, requests' device IO goes through the executors' rings

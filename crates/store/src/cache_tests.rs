@@ -489,11 +489,10 @@ fn a_value_written_while_its_old_version_is_being_dropped_supersedes_it() {
     let f = Fixture::new(8 << 20);
     let s = f.create(256 << 10, false, true);
     s.put(b"k", b"only version").unwrap();
-    let h = granary_format::hash::key_hash(b"k");
     let first = found(&s, b"k");
     assert!(!first.hdr.supersedes);
     let (v, len) = (s.core.sb.segment_of(first.entry.pba()), first.hdr.grains(512) * 512);
-    assert!(crate::gc::drop_value(&s.core, v, h, first.entry.pba(), len));
+    assert!(crate::gc::drop_value(&s.core, v, b"k", first.entry.pba(), len).unwrap());
     s.put(b"k", b"written during the drop").unwrap();
     assert!(found(&s, b"k").hdr.supersedes, "the dropped version is still on the device");
     s.core.dropped.freed(v);
@@ -508,7 +507,7 @@ fn a_value_written_while_its_old_version_is_being_dropped_supersedes_it() {
 #[test]
 fn dropped_values_stay_listed_until_their_own_victim_is_free() {
     let f = Fixture::new(8 << 20);
-    let (s, h, first, v, len) = cache_with_one_value(&f);
+    let (s, _, first, v, len) = cache_with_one_value(&f);
     // Another closed segment, reclaimed in full while `v` is not.
     roll(&s, "a");
     s.put(b"other", b"x").unwrap();
@@ -516,7 +515,7 @@ fn dropped_values_stay_listed_until_their_own_victim_is_free() {
     roll(&s, "b");
     roll(&s, "c");
     assert_ne!(v, w);
-    assert!(crate::gc::drop_value(&s.core, v, h, first.entry.pba(), len));
+    assert!(crate::gc::drop_value(&s.core, v, b"k", first.entry.pba(), len).unwrap());
     crate::gc::reclaim(&s.core, w, false).unwrap();
     assert_eq!(s.core.dropped.len(), 1, "freeing another victim keeps v's dropped values");
     assert!(!s.delete(b"k").unwrap(), "the value was already gone");
@@ -556,7 +555,7 @@ fn a_copy_left_beside_its_original_by_a_crash_is_listed_until_freed() {
     let e = found(&s, b"k");
     let seg = s.core.sb.segment_of(e.entry.pba());
     assert!(!e.hdr.supersedes);
-    assert!(crate::gc::drop_value(&s.core, seg, h, e.entry.pba(), e.hdr.grains(512) * 512));
+    assert!(crate::gc::drop_value(&s.core, seg, b"k", e.entry.pba(), e.hdr.grains(512) * 512).unwrap());
     assert!(!s.delete(b"k").unwrap(), "the value was already gone");
     assert_eq!(s.stats().tombstones, 1, "a tombstone covers the copies left on the device");
     let s = f.reopen(s, true);
@@ -612,8 +611,8 @@ fn cache_with_one_value(f: &Fixture) -> (Store, u64, crate::store::Found, u32, u
 #[test]
 fn a_delete_during_the_drop_of_its_value_leaves_a_tombstone() {
     let f = Fixture::new(8 << 20);
-    let (s, h, first, v, len) = cache_with_one_value(&f);
-    assert!(crate::gc::drop_value(&s.core, v, h, first.entry.pba(), len));
+    let (s, _, first, v, len) = cache_with_one_value(&f);
+    assert!(crate::gc::drop_value(&s.core, v, b"k", first.entry.pba(), len).unwrap());
     assert!(!s.delete(b"k").unwrap(), "the value was already gone");
     assert_eq!(s.stats().tombstones, 1);
     // Crash before the victim was freed: the value is still on the device.

@@ -166,8 +166,25 @@ fn write_locked(core: &Core, cur: &mut Current, clean: bool) -> Result<(u64, u64
     let g = sb.grain_bytes as u64;
     let (replay_from, next_alloc_seq, seg_alloc) = core.space.capture_for_checkpoint(clean);
     let next_seq = core.next_seq.load(Relaxed);
+    // Entries displaced by blind overwrites are settled by reading them, so
+    // that the walk finds every live version in the index. Links made
+    // after this (heads written after the capture) are handled below.
+    crate::links::resolve_all(core)?;
     let mut walked: Vec<(usize, Entry)> = Vec::with_capacity(core.index.stats().entries as usize + 1024);
-    let tables_log2 = core.index.for_each(|home, e| walked.push((home, e)));
+    let mut replay_from = replay_from;
+    let tables_log2 = core.index.for_each(|home, e| {
+        walked.push((home, e));
+        // A head still linked: the entry it displaced is written as an
+        // item of its own, and the head's segment is replayed, so that
+        // recovery reads both and keeps the newer version of each key.
+        if let Some(link) = core.links.of_head(e.pba()) {
+            walked.push((home, link.old));
+            let a = core.space.alloc_seq(core.sb.segment_of(e.pba()));
+            if a != 0 {
+                replay_from = replay_from.min(a);
+            }
+        }
+    });
     // Segments holding versions the index does not point at (values GC
     // dropped or copied out of a victim not yet freed): replayed, so the
     // next recovery knows those versions are there. Read after the walk: a

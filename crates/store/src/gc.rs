@@ -287,10 +287,29 @@ struct Pending {
 
 /// Remove the index entry of a live value at `pba` of victim `v` without
 /// writing anything (cache-mode eviction); whether it was still there.
-pub(crate) fn drop_value(core: &Core, v: u32, h: u64, pba: u64, len: u64) -> bool {
-    let _stripe = core.lock_stripe(Core::stripe_of(h));
+pub(crate) fn drop_value(core: &Core, v: u32, key: &[u8], pba: u64, len: u64) -> Result<bool> {
+    let h = key_hash(key);
+    let _stripe = core.lock_stripe(core.stripe_of(h));
+    if !core.index.contains(h, pba) {
+        // A blind overwrite may have displaced it since the scan: settled
+        // now; if it is another key's live value, that is back in the index.
+        let live = match core.links.of_old(pba) {
+            Some((head, link)) => crate::links::settle(core, head, &link, key, h)?,
+            None => false,
+        };
+        if !live {
+            return Ok(false);
+        }
+    }
+    // A head's link goes with it: the record it displaced is settled first
+    // (a head carries the supersedes flag, so this is not expected).
+    if let Some(link) = core.links.of_head(pba) {
+        let (hdr, buf) = core.read_record(link.old, false)?;
+        let key = record::key_of(&hdr, &buf);
+        crate::links::settle(core, pba, &link, key, key_hash(key))?;
+    }
     if !core.index.remove(h, pba) {
-        return false;
+        return Ok(false);
     }
     // Until `v` is free on the device this version is still there: a new
     // value of the key written meanwhile must carry the supersedes flag,
@@ -298,7 +317,17 @@ pub(crate) fn drop_value(core: &Core, v: u32, h: u64, pba: u64, len: u64) -> boo
     core.dropped.insert(v, h);
     core.space.sub_live(v, len);
     core.counters.keys.fetch_sub(1, Relaxed);
-    true
+    Ok(true)
+}
+
+/// Settle the link that displaced the record at `pba` (key `key`, hash
+/// `h`) of a victim, if any: whether that record is live (indexed again).
+fn settle_displaced(core: &Core, h: u64, pba: u64, key: &[u8]) -> Result<bool> {
+    let _stripe = core.lock_stripe(core.stripe_of(h));
+    match core.links.of_old(pba) {
+        Some((head, link)) => crate::links::settle(core, head, &link, key, h),
+        None => Ok(false),
+    }
 }
 
 /// Reclaim segment `v`: relocate what is live (or, with `evict`, drop its
@@ -320,16 +349,25 @@ pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
         let h = key_hash(record::key_of(&rec.hdr, bytes));
         let old_pba = core.space.pba(v, rec.grain);
         if !points_at(core, h, old_pba) {
-            continue; // superseded or deleted: garbage
+            // Superseded or deleted: garbage, unless a blind overwrite of
+            // another key displaced it (`crate::links`).
+            let key = record::key_of(&rec.hdr, bytes);
+            if core.links.is_empty() || !settle_displaced(core, h, old_pba, key)? {
+                continue;
+            }
         }
         if rec.hdr.is_tombstone() && rec.hdr.tomb_horizon < oldest_other {
-            let _stripe = core.lock_stripe(Core::stripe_of(h));
-            if core.index.remove(h, old_pba) {
-                core.space.sub_live(v, len as u64);
-                core.counters.tombstones.fetch_sub(1, Relaxed);
-                core.gc_counters.tombstones_dropped.fetch_add(1, Relaxed);
+            let _stripe = core.lock_stripe(core.stripe_of(h));
+            // A tombstone heading a link stays until the link is settled:
+            // the record it displaced may be another key's.
+            if core.links.of_head(old_pba).is_none() {
+                if core.index.remove(h, old_pba) {
+                    core.space.sub_live(v, len as u64);
+                    core.counters.tombstones.fetch_sub(1, Relaxed);
+                    core.gc_counters.tombstones_dropped.fetch_add(1, Relaxed);
+                }
+                continue;
             }
-            continue;
         }
         let damaged = !rec.intact || rec.hdr.damaged_copy;
         let expired = !rec.hdr.is_tombstone() && !damaged && core.hidden(&rec.hdr, now);
@@ -341,7 +379,7 @@ pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
         // back after a crash); if not, it is simply dropped: no IO.
         let leaving = !rec.hdr.is_tombstone() && !reserved && (expired || evict);
         if leaving && !rec.hdr.supersedes {
-            if drop_value(core, v, h, old_pba, len as u64) {
+            if drop_value(core, v, record::key_of(&rec.hdr, bytes), old_pba, len as u64)? {
                 let c = if expired { &core.gc_counters.expired } else { &core.gc_counters.evicted_values };
                 c.fetch_add(1, Relaxed);
                 evicted += 1;
@@ -373,6 +411,20 @@ pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
     for i in 0..crate::store::KEY_STRIPES {
         drop(core.lock_stripe(i));
     }
+    // Every link displacing a record of `v` was settled as the scan met
+    // it, or when its record was about to be copied or dropped. One left
+    // means a path missed it: settle it now (a read) rather than free the
+    // record under it, and scan again if that put a live record back.
+    let lo = core.space.pba(v, 0);
+    let mut rescan = false;
+    for link in core.links.displacing_in(lo, lo + core.sb.segment_grains()) {
+        tracing::warn!(victim = v, displaced = link.old.pba(), "a link into a GC victim was left unsettled");
+        debug_assert!(false, "a link into GC victim {v} was left unsettled: {link:?}");
+        rescan |= crate::links::resolve_one(core, &link)?;
+    }
+    if rescan {
+        return reclaim(core, v, evict);
+    }
     let left = core.space.live_of(v);
     if left != 0 {
         // An index entry points at something the scan could not read as a
@@ -402,11 +454,23 @@ fn relocate(core: &Core, v: u32, purpose: Purpose, batch: &mut Vec<Pending>) -> 
         return Ok(());
     }
     let g = core.sb.grain_bytes as u64;
-    let mut stripes: Vec<usize> = batch.iter().map(|p| Core::stripe_of(p.h)).collect();
+    let mut stripes: Vec<usize> = batch.iter().map(|p| core.stripe_of(p.h)).collect();
     stripes.sort_unstable();
     stripes.dedup();
     let _guards: Vec<_> = stripes.iter().map(|&i| core.lock_stripe(i)).collect();
-    batch.retain(|p| points_at(core, p.h, p.old_pba));
+    let mut kept = Vec::with_capacity(batch.len());
+    for p in batch.drain(..) {
+        let live = points_at(core, p.h, p.old_pba)
+            // A blind overwrite of another key displaced it since the scan.
+            || match core.links.of_old(p.old_pba) {
+                Some((head, link)) => crate::links::settle(core, head, &link, record::key_of(&p.hdr, &p.bytes), p.h)?,
+                None => false,
+            };
+        if live {
+            kept.push(p);
+        }
+    }
+    *batch = kept;
     // The originals of the values copied stay in `v` until it is freed.
     // Listed before any copy is indexed, so a checkpoint that sees a copy
     // also sees `v` listed (see [`DroppedKeys`]).
@@ -441,7 +505,8 @@ fn relocate(core: &Core, v: u32, purpose: Purpose, batch: &mut Vec<Pending>) -> 
     }
     for (p, loc) in batch.iter().zip(&placed) {
         let kv_size = if p.hdr.is_tombstone() { 0 } else { loc.grains };
-        let moved = core.index.replace(p.h, p.old_pba, kv_size, loc.pba);
+        let moved =
+            crate::links::carry(core, p.old_pba, loc.pba, || core.index.replace(p.h, p.old_pba, kv_size, loc.pba));
         assert!(moved, "a live record changed while its stripe was held");
         core.space.sub_live(v, p.old_len);
         core.space.add_live(loc.seg, p.bytes.len() as u64);

@@ -125,6 +125,14 @@ pub struct OpenOptions {
     /// persisted: after a restart every item reads as never read, last
     /// accessed at the open, token not sent.
     pub track_access: bool,
+    /// DRAM for blind overwrites (default
+    /// [`crate::BLIND_OVERWRITE_BYTES_DEFAULT`]; 0 turns them off): an
+    /// unconditional PUT of a key with one index candidate replaces it
+    /// without reading the old record first, and keeps the displaced entry
+    /// and its own key in DRAM ([`crate::LINK_OVERHEAD_BYTES`] plus the key)
+    /// until GC, a checkpoint or a reader settles it. Past this many bytes,
+    /// overwrites read the old version first, as uDepot does.
+    pub blind_overwrite_bytes: usize,
 }
 
 impl Default for OpenOptions {
@@ -141,6 +149,7 @@ impl Default for OpenOptions {
             clock: Clock::system(),
             coalesce_writes: true,
             track_access: false,
+            blind_overwrite_bytes: crate::links::BLIND_OVERWRITE_BYTES_DEFAULT,
         }
     }
 }

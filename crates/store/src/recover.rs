@@ -849,7 +849,8 @@ impl Core {
         let g = self.sb.grain_bytes;
         let Applied { key, h, seg } = k;
         // Scanners run in parallel: the key's stripe keeps its versions in order.
-        let _stripe = stripes[Core::stripe_of(h)].lock().unwrap_or_else(|e| e.into_inner());
+        let _stripe =
+            stripes[crate::store::stripe_for(self.index.home(h), h)].lock().unwrap_or_else(|e| e.into_inner());
         let pba = self.space.pba(seg, rec.grain);
         let grains = rec.hdr.grains(g);
         let kv_size = if rec.hdr.is_tombstone() { 0 } else { grains };

@@ -75,6 +75,9 @@ enum Prior {
     Known(Option<Found>),
     /// Not read yet: found while the new version is written.
     Unread,
+    /// Not read at all: the key's one candidate, replaced blindly and
+    /// linked ([`crate::links`]).
+    Blind(Entry),
 }
 
 /// Run two futures on this task at once; both outputs when both are done.
@@ -106,6 +109,15 @@ const FRESH: Policy = Policy::Fresh;
 
 /// Number of key stripe locks serialising mutations of one key.
 pub(crate) const KEY_STRIPES: usize = 1024;
+
+/// The stripe of a key of hash `h` whose home slot is `home`: a function
+/// of its fingerprint (home slot and key tag) only, so that the keys a
+/// blind overwrite may displace share the writer's stripe
+/// ([`crate::links`]).
+pub(crate) fn stripe_for(home: usize, h: u64) -> usize {
+    let fp = granary_format::hash::fingerprint(home as u64, granary_format::hash::key_tag(h));
+    (fp.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - KEY_STRIPES.trailing_zeros())) as usize
+}
 
 /// How a PUT treats an existing key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -222,7 +234,9 @@ pub struct Stats {
     pub segments_closed: u64,
     /// Segments holding the current index checkpoint.
     pub segments_index: u64,
-    /// Keys with a value.
+    /// Keys with a value. A blind overwrite counts as an overwrite; if it
+    /// displaced another key (a fingerprint collision), that key is counted
+    /// again when its link is settled (GC, a checkpoint, `verify`).
     pub keys: u64,
     /// Deleted keys whose tombstone is still current.
     pub tombstones: u64,
@@ -252,6 +266,13 @@ pub struct Stats {
     /// carried (records per write = the second over the first).
     pub write_groups: u64,
     pub grouped_records: u64,
+    /// Overwrites that replaced their key's one index candidate without
+    /// reading it ([`OpenOptions::blind_overwrite_bytes`]).
+    pub blind_overwrites: u64,
+    /// Entries those displaced that are not settled yet, and the DRAM
+    /// their links hold.
+    pub unsettled_links: u64,
+    pub link_bytes: u64,
 }
 
 impl Stats {
@@ -294,6 +315,9 @@ pub(crate) struct Found {
     pub entry: Entry,
     pub hdr: RecordHeader,
     pub buf: AlignedBuf,
+    /// The head through whose link the version was found: a blind
+    /// overwrite of another key displaced it from the index.
+    pub via: Option<u64>,
 }
 
 #[derive(Default)]
@@ -303,6 +327,8 @@ pub(crate) struct Counters {
     pub user_bytes: AtomicU64,
     pub gets: AtomicU64,
     pub get_hits: AtomicU64,
+    /// PUTs that replaced their key's candidate without reading it.
+    pub blind: AtomicU64,
     pub puts: AtomicU64,
     pub deletes: AtomicU64,
 }
@@ -375,6 +401,8 @@ pub(crate) struct Core {
     /// device: a new value of such a key supersedes a version still on the
     /// device, though none is indexed (see `gc::drop_value`).
     pub(crate) dropped: crate::gc::DroppedKeys,
+    /// Entries displaced by blind overwrites, not yet verified.
+    pub(crate) links: crate::links::Links,
     /// Group commit of user writes ([`OpenOptions::coalesce_writes`]).
     coalesce: bool,
     /// Access words kept ([`OpenOptions::track_access`]), relative to the open.
@@ -505,6 +533,7 @@ impl Store {
             flush_floor: AtomicU64::new(0),
             flush_lock: async_lock::Mutex::new(()),
             dropped: Default::default(),
+            links: crate::links::Links::new(opts.blind_overwrite_bytes),
             coalesce: opts.coalesce_writes,
             coalescer: Default::default(),
             track_access: opts.track_access,
@@ -644,9 +673,10 @@ impl Core {
         err
     }
 
-    /// The stripe lock index of hash `h`.
-    pub(crate) fn stripe_of(h: u64) -> usize {
-        ((h >> 40) as usize) % KEY_STRIPES
+    /// The stripe lock index of hash `h`: keys that are candidates of
+    /// each other (same home slot and key tag) share it.
+    pub(crate) fn stripe_of(&self, h: u64) -> usize {
+        stripe_for(self.index.home(h), h)
     }
 
     /// Take stripe `i`, blocking the thread (GC, off any executor).
@@ -656,7 +686,7 @@ impl Core {
     }
 
     async fn stripe(&self, h: u64) -> async_lock::MutexGuard<'_, ()> {
-        self.stripes[Self::stripe_of(h)].lock().await
+        self.stripes[self.stripe_of(h)].lock().await
     }
 
     pub(crate) fn grain(&self) -> u64 {
@@ -753,27 +783,43 @@ impl Core {
             granary_rt::yield_now().await;
         }
         'retry: loop {
+            let settled = self.links.settled();
             let cands = self.index.lookup(h);
             let mut unreadable = None;
             let mut found = None;
+            let mut other_key = false;
             for &entry in cands.as_slice() {
                 match self.read_record_async(entry, false).await {
                     Ok((hdr, buf)) => {
-                        if record::key_of(&hdr, &buf) != key {
-                            continue;
+                        if record::key_of(&hdr, &buf) == key {
+                            found = Some(Found { entry, hdr, buf, via: None });
+                            break;
                         }
-                        found = Some(Found { entry, hdr, buf });
-                        break;
+                        other_key = true;
+                        // Another key's blind overwrite may have displaced
+                        // this one ([`crate::links`]).
+                        let Some(link) = self.links.of_head(entry.pba()) else { continue };
+                        match self.read_record_async(link.old, false).await {
+                            Ok((hdr, buf)) if record::key_of(&hdr, &buf) == key => {
+                                found = Some(Found { entry: link.old, hdr, buf, via: Some(entry.pba()) });
+                                break;
+                            }
+                            Ok(_) => {}
+                            Err(e @ Error::Corruption { .. }) => unreadable = Some(e),
+                            Err(e) => return Err(e),
+                        }
                     }
                     Err(e @ Error::Corruption { .. }) => unreadable = Some(e),
                     Err(e) => return Err(e),
                 }
             }
-            let relied: &[Entry] = match &found {
-                Some(f) => std::slice::from_ref(&f.entry),
-                None => cands.as_slice(),
+            let still = match &found {
+                Some(f) => self.still_found(h, f),
+                // A link settled meanwhile may have put the key back in
+                // the index after the lookup.
+                None => self.still_indexed(h, cands.as_slice()) && !(other_key && self.links.settled() != settled),
             };
-            if !self.still_indexed(h, relied) {
+            if !still {
                 continue 'retry;
             }
             let Some(f) = found else {
@@ -801,11 +847,25 @@ impl Core {
             // The rest of a record larger than its first read: read whole
             // and checked, and relied on only if still current after it.
             let whole = self.read_record_async(f.entry, true).await;
-            if !self.still_indexed(h, std::slice::from_ref(&f.entry)) {
+            if !self.still_found(h, &f) {
                 continue 'retry;
             }
             let (hdr, buf) = whole?;
-            return Ok(Some(Found { entry: f.entry, hdr, buf }));
+            return Ok(Some(Found { entry: f.entry, hdr, buf, via: f.via }));
+        }
+    }
+
+    /// Whether a found version is still where it was found: in the index,
+    /// or still displaced by the head it was found through (or put back
+    /// in the index since).
+    fn still_found(&self, h: u64, f: &Found) -> bool {
+        let pba = f.entry.pba();
+        match f.via {
+            None => self.index.contains(h, pba),
+            Some(head) => {
+                let linked = self.links.of_head(head).is_some_and(|l| l.old.pba() == pba);
+                (linked && self.index.contains(h, head)) || self.index.contains(h, pba)
+            }
         }
     }
 
@@ -1030,10 +1090,10 @@ impl Core {
                 // An unconditional PUT needs the current version only to
                 // replace its entry: it is read while the new one is
                 // written, if the index has a candidate for it at all.
-                if self.index.lookup(h).as_slice().is_empty() {
-                    Prior::Known(None)
-                } else {
-                    Prior::Unread
+                match self.index.lookup(h).as_slice() {
+                    [] => Prior::Known(None),
+                    &[e] if self.blind_ok(e, key) => Prior::Blind(e),
+                    _ => Prior::Unread,
                 }
             } else {
                 let existing = self.find(key, h, false, false).await?;
@@ -1079,6 +1139,15 @@ impl Core {
         let write = self.write_record_async(Purpose::Put, hdr, key, payload);
         let (loc, existing) = match prior {
             Prior::Known(existing) => (write.await?, existing),
+            Prior::Blind(e) => {
+                let loc = write.await?;
+                let committed = self.commit_blind(key, h, e, loc, policy).await;
+                self.space.done(loc.seg);
+                committed?;
+                self.counters.puts.fetch_add(1, Relaxed);
+                self.counters.user_bytes.fetch_add(key.len() as u64 + value_len, Relaxed);
+                return Ok(cas.unwrap_or(seq));
+            }
             Prior::Unread => match join2(write, self.find(key, h, false, false)).await {
                 (Ok(loc), Ok(existing)) => (loc, existing),
                 (Ok(loc), Err(e)) => {
@@ -1286,9 +1355,22 @@ impl Core {
         let g = self.grain();
         let (c, now) = (self.access_clock, self.clock.now());
         loop {
+            if let Some(head) = existing.as_ref().and_then(|f| f.via) {
+                // Found through a blind overwrite's link: back in the index
+                // first, then replaced as usual.
+                let pba = existing.as_ref().map(|f| f.entry.pba());
+                if let Some(link) = self.links.of_head(head).filter(|l| Some(l.old.pba()) == pba) {
+                    crate::links::settle(self, head, &link, key, h)?;
+                }
+                if let Some(f) = existing.as_mut() {
+                    f.via = None;
+                }
+            }
             match &existing {
                 Some(f) => {
-                    if self.index.replace_with(h, f.entry.pba(), kv_size, loc.pba, |w| c.apply(policy, w, now)) {
+                    let from = f.entry.pba();
+                    let replace = || self.index.replace_with(h, from, kv_size, loc.pba, |w| c.apply(policy, w, now));
+                    if crate::links::carry(self, from, loc.pba, replace) {
                         self.space.sub_live(self.sb.segment_of(f.entry.pba()), f.hdr.grains(self.sb.grain_bytes) * g);
                         self.counters.replaced(f.hdr.is_tombstone(), tombstone);
                         break;
@@ -1312,9 +1394,53 @@ impl Core {
         Ok(())
     }
 
+    /// Whether an unconditional PUT of `key` may replace its one
+    /// candidate `e` without reading it ([`crate::links`]): a value of
+    /// known size, either the head of a link of this very key (then known
+    /// to be its current version) or unlinked with room for a new link.
+    fn blind_ok(&self, e: Entry, key: &[u8]) -> bool {
+        if !self.links.enabled() || e.is_tombstone() || e.kv_size() == KV_SIZE_GRAINS_MAX {
+            return false;
+        }
+        match self.links.of_head(e.pba()) {
+            Some(l) => *l.key == *key,
+            None => self.links.has_room(key.len()),
+        }
+    }
+
+    /// Point the index at a record just written over `e` without reading
+    /// it, linking the two (under the key's stripe: `e` cannot change).
+    async fn commit_blind(&self, key: &[u8], h: u64, e: Entry, loc: Loc, policy: Policy) -> Result<()> {
+        let g = self.grain();
+        let (c, now) = (self.access_clock, self.clock.now());
+        let replace = || self.index.replace_with(h, e.pba(), loc.grains, loc.pba, |w| c.apply(policy, w, now));
+        let replaced = if self.links.of_head(e.pba()).is_some() {
+            // The head of this key's own link (`blind_ok`): `e` is this
+            // key's version, and the link moves on to the new head.
+            crate::links::carry(self, e.pba(), loc.pba, replace)
+        } else {
+            self.links.insert(loc.pba, crate::links::Link { old: e, key: key.into() });
+            let done = replace();
+            if !done {
+                self.links.remove(loc.pba);
+            }
+            done
+        };
+        if !replaced {
+            // Not expected under the stripe; the careful way then.
+            let existing = self.find(key, h, false, false).await?;
+            return self.commit(key, h, existing, loc, false, policy).await;
+        }
+        self.space.sub_live(self.sb.segment_of(e.pba()), e.kv_size() as u64 * g);
+        self.space.add_live(loc.seg, loc.grains * g);
+        self.counters.blind.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
     /// Figures of the store now.
     pub fn stats(&self) -> Stats {
         let (free, open, closed, index_segs) = self.space.counts();
+        let links = self.links.usage();
         let c = &self.counters;
         Stats {
             device: self.dev.describe(),
@@ -1349,6 +1475,9 @@ impl Core {
             session: self.session,
             write_groups: self.coalescer.groups.load(Relaxed),
             grouped_records: self.coalescer.records.load(Relaxed),
+            blind_overwrites: c.blind.load(Relaxed),
+            unsettled_links: links.0,
+            link_bytes: links.1,
         }
     }
 

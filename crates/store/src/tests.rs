@@ -883,8 +883,9 @@ impl Device for Overlapping {
     }
 }
 
-/// An unconditional PUT of an indexed key reads the key's current record
-/// while it writes the new one; a conditional PUT reads first (its outcome
+/// Without blind overwrites (or past their DRAM cap), an unconditional PUT
+/// of an indexed key reads the key's current record while it writes the
+/// new one; a conditional PUT reads first (its outcome
 /// depends on what it reads). Keys sharing home slot and tag come out right
 /// either way, across a restart.
 #[test]
@@ -897,7 +898,8 @@ fn an_overwrite_reads_the_old_version_while_it_writes_the_new() {
         overlaps: Default::default(),
     });
     let opts = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
-    let s = Store::create(dev.clone(), &opts, &OpenOptions { gc: false, ..OpenOptions::default() }).unwrap();
+    let no_blind = OpenOptions { gc: false, blind_overwrite_bytes: 0, ..OpenOptions::default() };
+    let s = Store::create(dev.clone(), &opts, &no_blind).unwrap();
     let keys = colliding_keys(3);
     let put = |k: &[u8], v: &[u8]| granary_rt::block_on(s.put_async(k, v)).unwrap();
     // New keys: the first has no candidate (nothing to read); the others
@@ -929,18 +931,19 @@ fn an_overwrite_reads_the_old_version_while_it_writes_the_new() {
     };
     check(&s);
     drop(s);
-    let s = Store::open(dev.clone(), &OpenOptions { gc: false, ..OpenOptions::default() }).unwrap();
+    let s = Store::open(dev.clone(), &no_blind).unwrap();
     check(&s);
 }
 
-/// The read of an overwrite fails after its write went out: the PUT reports
-/// the error, the running store keeps serving the old version, stays
-/// writable, and a later PUT of the key replaces it.
+/// The read of an overwrite (blind overwrites off) fails after its write
+/// went out: the PUT reports the error, the running store keeps serving
+/// the old version, stays writable, and a later PUT of the key replaces it.
 #[test]
 fn an_overwrite_whose_read_fails_keeps_the_old_version() {
     let dev = Arc::new(granary_io::FaultDevice::new(16 << 20, 7));
     let opts = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
-    let s = Store::create(dev.clone(), &opts, &OpenOptions { gc: false, ..OpenOptions::default() }).unwrap();
+    let no_blind = OpenOptions { gc: false, blind_overwrite_bytes: 0, ..OpenOptions::default() };
+    let s = Store::create(dev.clone(), &opts, &no_blind).unwrap();
     s.put(b"k", b"old").unwrap();
     let writes = dev.counters().snapshot().writes;
     dev.fail_nth(granary_io::OpKind::Read, 0, false);
@@ -952,4 +955,163 @@ fn an_overwrite_whose_read_fails_keeps_the_old_version() {
     granary_rt::block_on(s.put_async(b"k", b"newer")).unwrap();
     assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"newer"[..]));
     assert!(s.verify().unwrap().is_clean());
+}
+
+/// Blind overwrites ([`crate::links`]): an overwrite of a key whose
+/// neighbourhood holds one candidate reads nothing; a key written again and
+/// again holds one link; `verify` settles it; the latest value survives a
+/// clean restart and a crash.
+#[test]
+fn a_blind_overwrite_reads_nothing_and_holds_one_link_per_key() {
+    let dev = test_device(16 << 20);
+    let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
+    let crashy =
+        OpenOptions { gc: false, checkpoint_on_close: false, checkpoint_interval: None, ..OpenOptions::default() };
+    let s = Store::create(dev.clone(), &create, &crashy).unwrap();
+    s.put(b"k", b"v1").unwrap();
+    let reads = dev.counters().snapshot().reads;
+    for i in 2..=5 {
+        s.put(b"k", format!("v{i}").as_bytes()).unwrap();
+    }
+    assert_eq!(dev.counters().snapshot().reads, reads, "an overwrite read the old version");
+    let st = s.stats();
+    assert_eq!((st.blind_overwrites, st.unsettled_links, st.keys), (4, 1, 1));
+    assert!(st.link_bytes > crate::LINK_OVERHEAD_BYTES as u64);
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v5"[..]));
+    // A crash with the link unsettled: the log scan orders the versions.
+    drop(s);
+    let s = Store::open(dev.clone(), &crashy).unwrap();
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v5"[..]));
+    s.put(b"k", b"v6").unwrap();
+    assert_eq!(s.stats().unsettled_links, 1);
+    assert!(s.verify().unwrap().is_clean());
+    assert_eq!(s.stats().unsettled_links, 0, "verify settles the links first");
+    assert_eq!(s.stats().keys, 1);
+    let s = reopen(&dev, s);
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v6"[..]));
+}
+
+/// Past [`OpenOptions::blind_overwrite_bytes`], overwrites read the old
+/// version as uDepot does, and still come out right.
+#[test]
+fn past_the_link_cap_overwrites_read_the_old_version() {
+    let dev = test_device(16 << 20);
+    let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
+    let cap = 3 * (crate::LINK_OVERHEAD_BYTES + 6);
+    let open = OpenOptions { gc: false, blind_overwrite_bytes: cap, ..OpenOptions::default() };
+    let s = Store::create(dev.clone(), &create, &open).unwrap();
+    let keys: Vec<String> = (0..8).map(|i| format!("key-{i}")).collect();
+    for k in &keys {
+        s.put(k.as_bytes(), b"first").unwrap();
+    }
+    let reads = dev.counters().snapshot().reads;
+    for k in &keys {
+        s.put(k.as_bytes(), format!("{k}-second").as_bytes()).unwrap();
+    }
+    let st = s.stats();
+    assert_eq!((st.blind_overwrites, st.unsettled_links), (3, 3), "the cap holds three links of 5-byte keys");
+    assert!(dev.counters().snapshot().reads >= reads + 5, "the overwrites past the cap read nothing");
+    for k in &keys {
+        assert_eq!(s.get(k.as_bytes()).unwrap(), Some(format!("{k}-second").into_bytes()));
+    }
+    assert!(s.verify().unwrap().is_clean());
+}
+
+/// How a test settles a link whose displaced record is another key's.
+#[derive(Debug, Clone, Copy)]
+enum Settle {
+    Get,
+    Gc,
+    Checkpoint,
+    CheckpointThenCrash,
+    Crash,
+    Delete,
+    ReplaceOnly,
+    BlindAgain,
+}
+
+/// A blind overwrite whose one candidate was another key (same home slot
+/// and tag): that key is still found through the link, and every way of
+/// settling the link (GC, a checkpoint, a writer of the displaced key, a
+/// crash and the log scan or the checkpoint and its replay) keeps both.
+#[test]
+fn a_blind_overwrite_of_a_colliding_key_loses_nothing() {
+    use Settle::*;
+    for how in [Get, Gc, Checkpoint, CheckpointThenCrash, Crash, Delete, ReplaceOnly, BlindAgain] {
+        let dev = test_device(16 << 20);
+        let create =
+            CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
+        let crashy =
+            OpenOptions { gc: false, checkpoint_on_close: false, checkpoint_interval: None, ..OpenOptions::default() };
+        let s = Store::create(dev.clone(), &create, &crashy).unwrap();
+        let keys = colliding_keys(2);
+        let (a, b) = (&keys[0][..], &keys[1][..]);
+        if matches!(how, CheckpointThenCrash) {
+            s.put(b"before", b"x").unwrap();
+            s.checkpoint().unwrap();
+        }
+        s.put(a, b"a1").unwrap();
+        s.put(b, b"b1").unwrap();
+        let st = s.stats();
+        assert_eq!((st.blind_overwrites, st.unsettled_links), (1, 1), "{how:?}: b did not displace a blindly");
+        assert_eq!(s.get(a).unwrap().as_deref(), Some(&b"a1"[..]), "{how:?}: a not found through the link");
+        assert_eq!(s.get(b).unwrap().as_deref(), Some(&b"b1"[..]));
+        let mut want_a: Option<&[u8]> = Some(b"a1");
+        let mut want_b: &[u8] = b"b1";
+        let s = match how {
+            Get => s,
+            Gc => {
+                let f = granary_rt::block_on(s.core.find(a, key_hash(a), false, true)).unwrap().unwrap();
+                assert!(f.via.is_some(), "a was not found through the link");
+                roll_segment(&s);
+                let keys_before = s.stats().keys;
+                crate::gc::reclaim(&s.core, s.core.sb.segment_of(f.entry.pba()), false).unwrap();
+                assert_eq!(s.stats().unsettled_links, 0, "GC left the link of a record it moved");
+                assert_eq!(s.stats().keys, keys_before + 1, "GC did not count the displaced key again");
+                s
+            }
+            Checkpoint => {
+                s.checkpoint().unwrap();
+                assert_eq!(s.stats().unsettled_links, 0, "{how:?}");
+                assert_eq!(s.stats().keys, 2);
+                drop(s);
+                Store::open(dev.clone(), &crashy).unwrap()
+            }
+            CheckpointThenCrash | Crash => {
+                drop(s);
+                Store::open(dev.clone(), &crashy).unwrap()
+            }
+            Delete => {
+                assert!(s.delete(a).unwrap());
+                want_a = None;
+                s
+            }
+            ReplaceOnly => {
+                assert_eq!(s.put_with(a, b"a2", PutMode::ReplaceOnly).unwrap(), PutOutcome::Stored);
+                want_a = Some(b"a2");
+                s
+            }
+            BlindAgain => {
+                s.put(b, b"b2").unwrap();
+                let st = s.stats();
+                assert_eq!((st.blind_overwrites, st.unsettled_links), (2, 1), "the link did not move to b's new head");
+                want_b = b"b2";
+                s
+            }
+        };
+        let check = |s: &Store| {
+            assert_eq!(s.get(a).unwrap().as_deref(), want_a, "{how:?}: key a");
+            assert_eq!(s.get(b).unwrap().as_deref(), Some(want_b), "{how:?}: key b");
+        };
+        check(&s);
+        assert!(s.verify().unwrap().is_clean(), "{how:?}");
+        let st = s.stats();
+        assert_eq!(st.unsettled_links, 0);
+        let want_keys = 1 + want_a.is_some() as u64 + matches!(how, CheckpointThenCrash) as u64;
+        assert!(matches!(how, Gc) || st.keys == want_keys, "{how:?}: {} keys, not {want_keys}", st.keys);
+        check(&s);
+        drop(s);
+        let s = Store::open(dev.clone(), &crashy).unwrap();
+        check(&s);
+    }
 }

@@ -1,0 +1,317 @@
+//! Blind overwrites: index entries an unconditional PUT displaced without
+//! reading them, kept in DRAM until they are known dead or restored.
+//!
+//! **Why.** The index keeps fingerprints, not keys (uDepot §4.2), so an
+//! overwrite must tell the key's current version from another key that
+//! shares its fingerprint: uDepot reads the candidate's record first (§4.5).
+//! That is one random read per overwrite, and on a device whose reads and
+//! writes share one budget of IOs per second it caps overwrites at the
+//! read rate. A blind overwrite skips the read: when the key's
+//! neighbourhood has exactly one candidate, the new record replaces it in
+//! the index at once, and a [`Link`] from the new entry (the *head*) keeps
+//! the displaced entry and the head's key.
+//!
+//! **Exactness.** Nothing is guessed. The displaced record is almost always
+//! the key's previous version; if it is another key (a fingerprint
+//! collision), that key is still found and is put back in the index:
+//! - a lookup that reads a head and finds another key follows its link and
+//!   reads the displaced record too ([`crate::store::Core::find`]);
+//! - GC, scanning the displaced record's segment, compares its key with the
+//!   head's key, kept here: the same key means dead (the link goes), another
+//!   key means live (it is indexed again and relocated as usual);
+//! - a checkpoint and `verify` first resolve every link by reading the
+//!   displaced record's key ([`resolve_all`]);
+//! - a writer that finds its key through a link indexes it again before it
+//!   replaces it.
+//!
+//! A second blind overwrite of the same key sees the head's link, whose key
+//! is its own: the head is then known dead, and the link moves to the new
+//! head unchanged. So a link never points at another head, chains never
+//! form, and one key holds at most one link however often it is written.
+//!
+//! **Locks.** Every key that can be a candidate of another (same home slot
+//! and key tag) has the same stripe lock ([`crate::store::Core::stripe_of`]),
+//! so whoever changes a head or its link holds the stripe of every key the
+//! link may concern. Readers take no stripe: a link is added before the
+//! index points at its head and removed only after the displaced entry is
+//! indexed again (or known dead), so a reader always finds one or the other.
+//!
+//! **Memory.** A link costs its key plus [`LINK_OVERHEAD_BYTES`]; the total
+//! is capped by [`crate::OpenOptions::blind_overwrite_bytes`]. Past the cap,
+//! overwrites read the old version as uDepot does. Links are not persisted:
+//! recovery by log scan orders versions by sequence number, and checkpoints
+//! are written with no link left unresolved.
+
+use crate::error::{Error, Result};
+use crate::store::Core;
+use granary_format::hash::key_hash;
+use granary_format::record;
+use granary_index::Entry;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{
+    AtomicU64, AtomicUsize,
+    Ordering::{Acquire, Relaxed, Release},
+};
+use std::sync::{Mutex, MutexGuard};
+
+/// DRAM a link costs besides its key: two map slots (head to link, and
+/// displaced location to head) with their hashing overhead, and the link.
+pub const LINK_OVERHEAD_BYTES: usize = 96;
+
+/// Default of [`crate::OpenOptions::blind_overwrite_bytes`]: 64 MiB, about
+/// half a million links of 32-byte keys.
+pub const BLIND_OVERWRITE_BYTES_DEFAULT: usize = 64 << 20;
+
+/// What a blind overwrite displaced.
+#[derive(Clone, Debug)]
+pub(crate) struct Link {
+    /// The entry the head replaced (a value of exactly known size).
+    pub old: Entry,
+    /// The head's key.
+    pub key: Box<[u8]>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Head location to its link.
+    by_head: HashMap<u64, Link>,
+    /// Displaced location to its head, in location order (GC asks for
+    /// the links into one segment).
+    by_old: BTreeMap<u64, u64>,
+    bytes: usize,
+}
+
+/// The links of one store.
+pub(crate) struct Links {
+    inner: Mutex<Inner>,
+    len: AtomicUsize,
+    /// Links removed so far: a reader that found nothing retries if this
+    /// moved meanwhile (a removal may have put its key back in the index).
+    settled: AtomicU64,
+    cap_bytes: usize,
+}
+
+fn cost(l: &Link) -> usize {
+    l.key.len() + LINK_OVERHEAD_BYTES
+}
+
+impl Links {
+    pub(crate) fn new(cap_bytes: usize) -> Links {
+        Links { inner: Mutex::new(Inner::default()), len: AtomicUsize::new(0), settled: AtomicU64::new(0), cap_bytes }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether blind overwrites are on at all.
+    pub(crate) fn enabled(&self) -> bool {
+        self.cap_bytes != 0
+    }
+
+    /// Whether a new link for a key of `key_len` bytes fits under the cap.
+    pub(crate) fn has_room(&self, key_len: usize) -> bool {
+        self.enabled() && self.lock().bytes + key_len + LINK_OVERHEAD_BYTES <= self.cap_bytes
+    }
+
+    /// Links held, and their DRAM bytes.
+    pub(crate) fn usage(&self) -> (u64, u64) {
+        let i = self.lock();
+        (i.by_old.len() as u64, i.bytes as u64)
+    }
+
+    /// How many links were removed so far.
+    pub(crate) fn settled(&self) -> u64 {
+        self.settled.load(Acquire)
+    }
+
+    /// Whether no link is held (one atomic load).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len.load(Relaxed) == 0
+    }
+
+    /// The link of head `head`, if any.
+    pub(crate) fn of_head(&self, head: u64) -> Option<Link> {
+        if self.is_empty() {
+            return None;
+        }
+        self.lock().by_head.get(&head).cloned()
+    }
+
+    /// The head that displaced location `old`, and its link.
+    pub(crate) fn of_old(&self, old: u64) -> Option<(u64, Link)> {
+        if self.is_empty() {
+            return None;
+        }
+        let i = self.lock();
+        let head = *i.by_old.get(&old)?;
+        Some((head, i.by_head[&head].clone()))
+    }
+
+    /// Add `link` for head `head` (the caller holds the stripe and points
+    /// the index at `head` after this).
+    pub(crate) fn insert(&self, head: u64, link: Link) {
+        let mut i = self.lock();
+        i.bytes += cost(&link);
+        i.by_old.insert(link.old.pba(), head);
+        if let Some(prev) = i.by_head.insert(head, link) {
+            // A location is reused only after GC freed its segment, which
+            // removed or moved every link of a head in it.
+            i.bytes -= cost(&prev);
+            debug_assert!(false, "a link replaced another at head {head}");
+        }
+        self.len.store(i.by_old.len(), Relaxed);
+    }
+
+    /// Remove the link of head `head`; returns it.
+    pub(crate) fn remove(&self, head: u64) -> Option<Link> {
+        if self.is_empty() {
+            return None;
+        }
+        let mut i = self.lock();
+        let link = i.by_head.remove(&head)?;
+        // Not an alias in the middle of a move (`carry`): the link goes.
+        if i.by_old.get(&link.old.pba()) == Some(&head) {
+            i.by_old.remove(&link.old.pba());
+            i.bytes -= cost(&link);
+        }
+        self.len.store(i.by_old.len(), Relaxed);
+        self.settled.fetch_add(1, Release);
+        Some(link)
+    }
+
+    /// The links whose displaced record lies in grains `lo..hi`.
+    pub(crate) fn displacing_in(&self, lo: u64, hi: u64) -> Vec<Link> {
+        if self.is_empty() {
+            return Vec::new();
+        }
+        let i = self.lock();
+        i.by_old.range(lo..hi).map(|(_, head)| i.by_head[head].clone()).collect()
+    }
+
+    /// Make `to` a second head of `from`'s link (before the index moves
+    /// from one to the other); false if `from` has none.
+    pub(crate) fn alias(&self, from: u64, to: u64) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        let mut i = self.lock();
+        let Some(link) = i.by_head.get(&from).cloned() else { return false };
+        let prev = i.by_head.insert(to, link);
+        debug_assert!(prev.is_none(), "a link replaced another at head {to}");
+        true
+    }
+
+    /// The index moved from `from` to `to`, its alias: `to` alone heads the
+    /// link now.
+    pub(crate) fn moved(&self, from: u64, to: u64) {
+        let mut i = self.lock();
+        if let Some(link) = i.by_head.remove(&from) {
+            i.by_old.insert(link.old.pba(), to);
+        }
+    }
+
+    /// The index did not move: drop the alias `to`.
+    pub(crate) fn unalias(&self, to: u64) {
+        self.lock().by_head.remove(&to);
+    }
+
+    /// Every link, for [`resolve_all`].
+    fn snapshot(&self) -> Vec<(u64, Link)> {
+        let i = self.lock();
+        i.by_old.values().map(|h| (*h, i.by_head[h].clone())).collect()
+    }
+}
+
+/// Settle one link whose displaced record was read: same key as the head,
+/// it is dead and the link goes; another key, that key is indexed again
+/// first (its bytes live again) and then the link goes. The caller holds
+/// the stripe of `h` (the displaced key's hash; the head's stripe too).
+/// Returns whether the displaced record is live.
+pub(crate) fn settle(core: &Core, head: u64, link: &Link, displaced_key: &[u8], h: u64) -> Result<bool> {
+    if *displaced_key == *link.key {
+        core.links.remove(head);
+        return Ok(false);
+    }
+    let e = link.old;
+    let grains = e.kv_size() as u64;
+    core.index.insert_with(h, grains, e.pba(), 0).map_err(|err| core.poison(Error::IndexFull(err)))?;
+    core.space.add_live(core.sb.segment_of(e.pba()), grains * core.grain());
+    core.counters.added(false);
+    core.links.remove(head);
+    Ok(true)
+}
+
+/// Move the link of head `from` to head `to`, around the index change
+/// `replace` (which must succeed: the caller holds the stripe): the link is
+/// at both heads while the index changes.
+pub(crate) fn carry(core: &Core, from: u64, to: u64, replace: impl FnOnce() -> bool) -> bool {
+    if !core.links.alias(from, to) {
+        return replace();
+    }
+    let done = replace();
+    if done {
+        core.links.moved(from, to);
+    } else {
+        core.links.unalias(to);
+    }
+    done
+}
+
+/// Resolve every link by reading its displaced record's key (checkpoints
+/// and `verify`, off any executor). Links added meanwhile are left alone.
+/// Returns how many displaced records turned out live.
+pub(crate) fn resolve_all(core: &Core) -> Result<u64> {
+    let links = core.links.snapshot();
+    if links.is_empty() {
+        return Ok(0);
+    }
+    let started = std::time::Instant::now();
+    let live = AtomicUsize::new(0);
+    let next = AtomicUsize::new(0);
+    let first_err = Mutex::new(None);
+    // Reads are independent: several threads keep the device busy.
+    let threads = RESOLVE_THREADS.min(links.len());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let n = next.fetch_add(1, Relaxed);
+                let Some((_, link)) = links.get(n) else { return };
+                match resolve_one(core, link) {
+                    Ok(true) => {
+                        live.fetch_add(1, Relaxed);
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        first_err.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = first_err.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
+    }
+    let live = live.into_inner() as u64;
+    tracing::debug!(
+        links = links.len(),
+        live,
+        millis = started.elapsed().as_millis() as u64,
+        "blind overwrites resolved"
+    );
+    Ok(live)
+}
+
+/// Threads [`resolve_all`] reads with.
+const RESOLVE_THREADS: usize = 16;
+
+pub(crate) fn resolve_one(core: &Core, link: &Link) -> Result<bool> {
+    // The head's stripe is the displaced key's too (see the module doc).
+    let _stripe = core.lock_stripe(core.stripe_of(key_hash(&link.key)));
+    // The link now: GC may have settled it, or moved its head meanwhile.
+    let Some((now_head, now)) = core.links.of_old(link.old.pba()) else { return Ok(false) };
+    let (hdr, buf) = core.read_record(now.old, false)?;
+    let key = record::key_of(&hdr, &buf);
+    settle(core, now_head, &now, key, key_hash(key))
+}
