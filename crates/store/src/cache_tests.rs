@@ -750,3 +750,30 @@ fn a_full_cache_evicts_a_segment_that_needs_no_write() {
         s.put(b"twice", &[5u8; 1500]).unwrap();
     });
 }
+
+/// A key displaced by a colliding key's blind overwrite has no index entry
+/// (no access word) until its link is settled: a reader wanting the win
+/// token gets it, as without tracking; once settled, the key's access state
+/// is the one it had before.
+#[test]
+fn access_state_survives_a_colliding_blind_overwrite() {
+    let f = Fixture::new(8 << 20);
+    let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(256 << 10), index_table_homes: Some(64) };
+    let o = OpenOptions { track_access: true, checkpoint_interval: None, ..f.opts(false, false) };
+    let s = Store::create(f.dev.clone(), &c, &o).unwrap();
+    let keys = crate::tests::colliding_keys(2);
+    let (a, b) = (&keys[0][..], &keys[1][..]);
+    let t0 = s.now();
+    s.put(a, b"a1").unwrap();
+    f.advance(3);
+    let read = |k: &[u8], win: bool| s.get_item_access(k, true, |_| win).unwrap().unwrap();
+    assert!(!read(a, false).prior.fetched);
+    s.put(b, b"b1").unwrap();
+    assert_eq!(s.stats().unsettled_links, 1, "b did not displace a blindly");
+    let r = read(a, true);
+    assert_eq!((r.item.value.as_slice(), r.won), (&b"a1"[..], true), "a displaced key's reader did not get the token");
+    s.checkpoint().unwrap();
+    assert_eq!(s.stats().unsettled_links, 0);
+    let r = read(a, false);
+    assert_eq!(r.prior, Access { fetched: true, last_access: t0 + 3, win_sent: false }, "a's access state was lost");
+}

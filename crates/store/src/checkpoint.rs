@@ -169,7 +169,16 @@ fn write_locked(core: &Core, cur: &mut Current, clean: bool) -> Result<(u64, u64
     // Entries displaced by blind overwrites are settled by reading them, so
     // that the walk finds every live version in the index. Links made
     // after this (heads written after the capture) are handled below.
-    crate::links::resolve_all(core)?;
+    // One whose displaced record cannot be read stays, and is written as
+    // below.
+    let resolved = crate::links::resolve_all(core)?;
+    if resolved.live != 0 || !resolved.unreadable.is_empty() {
+        tracing::info!(
+            live = resolved.live,
+            unreadable = resolved.unreadable.len(),
+            "checkpoint: records displaced by blind overwrites of colliding keys indexed again"
+        );
+    }
     let mut walked: Vec<(usize, Entry)> = Vec::with_capacity(core.index.stats().entries as usize + 1024);
     let mut replay_from = replay_from;
     let tables_log2 = core.index.for_each(|home, e| {

@@ -320,10 +320,14 @@ pub(crate) fn drop_value(core: &Core, v: u32, key: &[u8], pba: u64, len: u64) ->
     Ok(true)
 }
 
-/// Settle the link that displaced the record at `pba` (key `key`, hash
-/// `h`) of a victim, if any: whether that record is live (indexed again).
+/// Whether the record at `pba` (key `key`, hash `h`) of a victim is live,
+/// asked under its stripe: indexed, or displaced by a link that settling
+/// now finds it to be another key's (then it is indexed again).
 fn settle_displaced(core: &Core, h: u64, pba: u64, key: &[u8]) -> Result<bool> {
     let _stripe = core.lock_stripe(core.stripe_of(h));
+    if points_at(core, h, pba) {
+        return Ok(true);
+    }
     match core.links.of_old(pba) {
         Some((head, link)) => crate::links::settle(core, head, &link, key, h),
         None => Ok(false),
@@ -350,9 +354,12 @@ pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
         let old_pba = core.space.pba(v, rec.grain);
         if !points_at(core, h, old_pba) {
             // Superseded or deleted: garbage, unless a blind overwrite of
-            // another key displaced it (`crate::links`).
-            let key = record::key_of(&rec.hdr, bytes);
-            if core.links.is_empty() || !settle_displaced(core, h, old_pba, key)? {
+            // another key displaced it (`crate::links`). Not indexed, then
+            // not linked, then still not indexed is garbage: a displaced
+            // record is linked before it leaves the index, and indexed
+            // again before its link goes. Otherwise asked under the stripe.
+            let garbage = core.links.of_old(old_pba).is_none() && !points_at(core, h, old_pba);
+            if garbage || !settle_displaced(core, h, old_pba, record::key_of(&rec.hdr, bytes))? {
                 continue;
             }
         }

@@ -48,10 +48,7 @@ use granary_format::hash::key_hash;
 use granary_format::record;
 use granary_index::Entry;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{
-    AtomicU64, AtomicUsize,
-    Ordering::{Acquire, Relaxed, Release},
-};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 
 /// DRAM a link costs besides its key: two map slots (head to link, and
@@ -69,6 +66,9 @@ pub(crate) struct Link {
     pub old: Entry,
     /// The head's key.
     pub key: Box<[u8]>,
+    /// The displaced entry's access word (`OpenOptions::track_access`),
+    /// given back to it if it is indexed again.
+    pub aux: u32,
 }
 
 #[derive(Default)]
@@ -85,9 +85,6 @@ struct Inner {
 pub(crate) struct Links {
     inner: Mutex<Inner>,
     len: AtomicUsize,
-    /// Links removed so far: a reader that found nothing retries if this
-    /// moved meanwhile (a removal may have put its key back in the index).
-    settled: AtomicU64,
     cap_bytes: usize,
 }
 
@@ -97,7 +94,7 @@ fn cost(l: &Link) -> usize {
 
 impl Links {
     pub(crate) fn new(cap_bytes: usize) -> Links {
-        Links { inner: Mutex::new(Inner::default()), len: AtomicUsize::new(0), settled: AtomicU64::new(0), cap_bytes }
+        Links { inner: Mutex::new(Inner::default()), len: AtomicUsize::new(0), cap_bytes }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -118,11 +115,6 @@ impl Links {
     pub(crate) fn usage(&self) -> (u64, u64) {
         let i = self.lock();
         (i.by_old.len() as u64, i.bytes as u64)
-    }
-
-    /// How many links were removed so far.
-    pub(crate) fn settled(&self) -> u64 {
-        self.settled.load(Acquire)
     }
 
     /// Whether no link is held (one atomic load).
@@ -176,7 +168,6 @@ impl Links {
             i.bytes -= cost(&link);
         }
         self.len.store(i.by_old.len(), Relaxed);
-        self.settled.fetch_add(1, Release);
         Some(link)
     }
 
@@ -216,6 +207,13 @@ impl Links {
         self.lock().by_head.remove(&to);
     }
 
+    /// Record the displaced entry's access word, read as the index moved.
+    pub(crate) fn set_aux(&self, head: u64, aux: u32) {
+        if let Some(l) = self.lock().by_head.get_mut(&head) {
+            l.aux = aux;
+        }
+    }
+
     /// Every link, for [`resolve_all`].
     fn snapshot(&self) -> Vec<(u64, Link)> {
         let i = self.lock();
@@ -235,7 +233,7 @@ pub(crate) fn settle(core: &Core, head: u64, link: &Link, displaced_key: &[u8], 
     }
     let e = link.old;
     let grains = e.kv_size() as u64;
-    core.index.insert_with(h, grains, e.pba(), 0).map_err(|err| core.poison(Error::IndexFull(err)))?;
+    core.index.insert_with(h, grains, e.pba(), link.aux).map_err(|err| core.poison(Error::IndexFull(err)))?;
     core.space.add_live(core.sb.segment_of(e.pba()), grains * core.grain());
     core.counters.added(false);
     core.links.remove(head);
@@ -258,18 +256,30 @@ pub(crate) fn carry(core: &Core, from: u64, to: u64, replace: impl FnOnce() -> b
     done
 }
 
+/// What [`resolve_all`] found.
+#[derive(Debug, Default)]
+pub(crate) struct Resolved {
+    /// Displaced records that were another key's, indexed again.
+    pub live: u64,
+    /// Links left in place because their displaced record could not be
+    /// read (a corrupt header): what was wrong with each. A checkpoint
+    /// writes their entries as items of their own (see
+    /// `checkpoint::write`); `verify` reports them.
+    pub unreadable: Vec<String>,
+}
+
 /// Resolve every link by reading its displaced record's key (checkpoints
 /// and `verify`, off any executor). Links added meanwhile are left alone.
-/// Returns how many displaced records turned out live.
-pub(crate) fn resolve_all(core: &Core) -> Result<u64> {
+pub(crate) fn resolve_all(core: &Core) -> Result<Resolved> {
     let links = core.links.snapshot();
     if links.is_empty() {
-        return Ok(0);
+        return Ok(Resolved::default());
     }
     let started = std::time::Instant::now();
     let live = AtomicUsize::new(0);
     let next = AtomicUsize::new(0);
     let first_err = Mutex::new(None);
+    let unreadable = Mutex::new(Vec::new());
     // Reads are independent: several threads keep the device busy.
     let threads = RESOLVE_THREADS.min(links.len());
     std::thread::scope(|s| {
@@ -282,6 +292,10 @@ pub(crate) fn resolve_all(core: &Core) -> Result<u64> {
                         live.fetch_add(1, Relaxed);
                     }
                     Ok(false) => {}
+                    Err(e @ Error::Corruption { .. }) => {
+                        tracing::warn!(error = %e, "the record a blind overwrite displaced cannot be read; its link stays");
+                        unreadable.lock().unwrap_or_else(|e| e.into_inner()).push(e.to_string());
+                    }
                     Err(e) => {
                         first_err.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
                         return;
@@ -300,7 +314,7 @@ pub(crate) fn resolve_all(core: &Core) -> Result<u64> {
         millis = started.elapsed().as_millis() as u64,
         "blind overwrites resolved"
     );
-    Ok(live)
+    Ok(Resolved { live, unreadable: unreadable.into_inner().unwrap_or_else(|e| e.into_inner()) })
 }
 
 /// Threads [`resolve_all`] reads with.

@@ -783,7 +783,6 @@ impl Core {
             granary_rt::yield_now().await;
         }
         'retry: loop {
-            let settled = self.links.settled();
             let cands = self.index.lookup(h);
             let mut unreadable = None;
             let mut found = None;
@@ -795,20 +794,20 @@ impl Core {
                             found = Some(Found { entry, hdr, buf, via: None });
                             break;
                         }
-                        other_key = true;
-                        // Another key's blind overwrite may have displaced
-                        // this one ([`crate::links`]).
-                        let Some(link) = self.links.of_head(entry.pba()) else { continue };
-                        match self.read_record_async(link.old, false).await {
-                            Ok((hdr, buf)) if record::key_of(&hdr, &buf) == key => {
-                                found = Some(Found { entry: link.old, hdr, buf, via: Some(entry.pba()) });
-                                break;
-                            }
-                            Ok(_) => {}
-                            Err(e @ Error::Corruption { .. }) => unreadable = Some(e),
-                            Err(e) => return Err(e),
-                        }
                     }
+                    Err(e @ Error::Corruption { .. }) => unreadable = Some(e),
+                    Err(e) => return Err(e),
+                }
+                // Not the key (or unreadable): another key's blind
+                // overwrite may have displaced it ([`crate::links`]).
+                other_key = true;
+                let Some(link) = self.links.of_head(entry.pba()) else { continue };
+                match self.read_record_async(link.old, false).await {
+                    Ok((hdr, buf)) if record::key_of(&hdr, &buf) == key => {
+                        found = Some(Found { entry: link.old, hdr, buf, via: Some(entry.pba()) });
+                        break;
+                    }
+                    Ok(_) => {}
                     Err(e @ Error::Corruption { .. }) => unreadable = Some(e),
                     Err(e) => return Err(e),
                 }
@@ -816,8 +815,9 @@ impl Core {
             let still = match &found {
                 Some(f) => self.still_found(h, f),
                 // A link settled meanwhile may have put the key back in
-                // the index after the lookup.
-                None => self.still_indexed(h, cands.as_slice()) && !(other_key && self.links.settled() != settled),
+                // the index after the lookup: then the candidates changed.
+                None if other_key => self.same_candidates(h, cands.as_slice()),
+                None => self.still_indexed(h, cands.as_slice()),
             };
             if !still {
                 continue 'retry;
@@ -853,6 +853,12 @@ impl Core {
             let (hdr, buf) = whole?;
             return Ok(Some(Found { entry: f.entry, hdr, buf, via: f.via }));
         }
+    }
+
+    /// Whether `h`'s candidates are exactly `cands` (in any order).
+    fn same_candidates(&self, h: u64, cands: &[Entry]) -> bool {
+        let now = self.index.lookup(h);
+        now.as_slice().len() == cands.len() && cands.iter().all(|e| now.as_slice().contains(e))
     }
 
     /// Whether a found version is still where it was found: in the index,
@@ -950,7 +956,9 @@ impl Core {
         let want = want_win(&item);
         let now = self.clock.now();
         let fresh = crate::Access { fetched: false, last_access: now, win_sent: false };
-        if !self.track_access {
+        // Found through a blind overwrite's link, it has no index entry (so
+        // no access word) until the link is settled: read as untracked.
+        if !self.track_access || f.via.is_some() {
             return Ok(Some(ItemAccess { item, prior: fresh, won: want }));
         }
         let c = self.access_clock;
@@ -1419,9 +1427,15 @@ impl Core {
             // key's version, and the link moves on to the new head.
             crate::links::carry(self, e.pba(), loc.pba, replace)
         } else {
-            self.links.insert(loc.pba, crate::links::Link { old: e, key: key.into() });
-            let done = replace();
-            if !done {
+            self.links.insert(loc.pba, crate::links::Link { old: e, key: key.into(), aux: 0 });
+            let mut old_aux = 0;
+            let done = self.index.replace_with(h, e.pba(), loc.grains, loc.pba, |w| {
+                old_aux = w;
+                c.apply(policy, w, now)
+            });
+            if done {
+                self.links.set_aux(loc.pba, old_aux);
+            } else {
                 self.links.remove(loc.pba);
             }
             done

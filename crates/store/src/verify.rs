@@ -57,7 +57,9 @@ pub(crate) fn verify(store: &Core, progress: Option<&ProgressHook>) -> Result<Ve
 
     // Entries displaced by blind overwrites are settled first, so that the
     // index alone holds every live version.
-    crate::links::resolve_all(store)?;
+    for e in crate::links::resolve_all(store)?.unreadable {
+        r.error(format!("a record displaced by a blind overwrite cannot be read: {e}"));
+    }
     let mut entries = Vec::new();
     store.index.for_each(|home, e| entries.push((home, e)));
     let segments = read_segment_headers(store.dev.as_ref(), &store.sb)?.kv;
