@@ -48,8 +48,8 @@ use granary_format::hash::key_hash;
 use granary_format::record;
 use granary_index::Entry;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// DRAM a link costs besides its key: two map slots (head to link, and
 /// displaced location to head) with their hashing overhead, and the link.
@@ -60,7 +60,7 @@ pub const LINK_OVERHEAD_BYTES: usize = 96;
 pub const BLIND_OVERWRITE_BYTES_DEFAULT: usize = 64 << 20;
 
 /// What a blind overwrite displaced.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct Link {
     /// The entry the head replaced (a value of exactly known size).
     pub old: Entry,
@@ -68,13 +68,16 @@ pub(crate) struct Link {
     pub key: Box<[u8]>,
     /// The displaced entry's access word (`OpenOptions::track_access`),
     /// given back to it if it is indexed again.
-    pub aux: u32,
+    pub aux: AtomicU32,
 }
+
+/// A link as the map holds it: shared, so that a lookup copies no key.
+pub(crate) type LinkRef = Arc<Link>;
 
 #[derive(Default)]
 struct Inner {
     /// Head location to its link.
-    by_head: HashMap<u64, Link>,
+    by_head: HashMap<u64, LinkRef>,
     /// Displaced location to its head, in location order (GC asks for
     /// the links into one segment).
     by_old: BTreeMap<u64, u64>,
@@ -123,7 +126,7 @@ impl Links {
     }
 
     /// The link of head `head`, if any.
-    pub(crate) fn of_head(&self, head: u64) -> Option<Link> {
+    pub(crate) fn of_head(&self, head: u64) -> Option<LinkRef> {
         if self.is_empty() {
             return None;
         }
@@ -131,7 +134,7 @@ impl Links {
     }
 
     /// The head that displaced location `old`, and its link.
-    pub(crate) fn of_old(&self, old: u64) -> Option<(u64, Link)> {
+    pub(crate) fn of_old(&self, old: u64) -> Option<(u64, LinkRef)> {
         if self.is_empty() {
             return None;
         }
@@ -142,7 +145,7 @@ impl Links {
 
     /// Add `link` for head `head` (the caller holds the stripe and points
     /// the index at `head` after this).
-    pub(crate) fn insert(&self, head: u64, link: Link) {
+    pub(crate) fn insert(&self, head: u64, link: LinkRef) {
         let mut i = self.lock();
         i.bytes += cost(&link);
         i.by_old.insert(link.old.pba(), head);
@@ -156,7 +159,7 @@ impl Links {
     }
 
     /// Remove the link of head `head`; returns it.
-    pub(crate) fn remove(&self, head: u64) -> Option<Link> {
+    pub(crate) fn remove(&self, head: u64) -> Option<LinkRef> {
         if self.is_empty() {
             return None;
         }
@@ -172,7 +175,7 @@ impl Links {
     }
 
     /// The links whose displaced record lies in grains `lo..hi`.
-    pub(crate) fn displacing_in(&self, lo: u64, hi: u64) -> Vec<Link> {
+    pub(crate) fn displacing_in(&self, lo: u64, hi: u64) -> Vec<LinkRef> {
         if self.is_empty() {
             return Vec::new();
         }
@@ -209,13 +212,13 @@ impl Links {
 
     /// Record the displaced entry's access word, read as the index moved.
     pub(crate) fn set_aux(&self, head: u64, aux: u32) {
-        if let Some(l) = self.lock().by_head.get_mut(&head) {
-            l.aux = aux;
+        if let Some(l) = self.lock().by_head.get(&head) {
+            l.aux.store(aux, Relaxed);
         }
     }
 
     /// Every link, for [`resolve_all`].
-    fn snapshot(&self) -> Vec<(u64, Link)> {
+    fn snapshot(&self) -> Vec<(u64, LinkRef)> {
         let i = self.lock();
         i.by_old.values().map(|h| (*h, i.by_head[h].clone())).collect()
     }
@@ -233,7 +236,9 @@ pub(crate) fn settle(core: &Core, head: u64, link: &Link, displaced_key: &[u8], 
     }
     let e = link.old;
     let grains = e.kv_size() as u64;
-    core.index.insert_with(h, grains, e.pba(), link.aux).map_err(|err| core.poison(Error::IndexFull(err)))?;
+    core.index
+        .insert_with(h, grains, e.pba(), link.aux.load(Relaxed))
+        .map_err(|err| core.poison(Error::IndexFull(err)))?;
     core.space.add_live(core.sb.segment_of(e.pba()), grains * core.grain());
     core.counters.added(false);
     core.links.remove(head);
@@ -321,11 +326,21 @@ pub(crate) fn resolve_all(core: &Core) -> Result<Resolved> {
 const RESOLVE_THREADS: usize = 16;
 
 pub(crate) fn resolve_one(core: &Core, link: &Link) -> Result<bool> {
+    // Read first, off the stripe, so writers of the key do not wait for
+    // the IO; a failed read is tried again under the stripe (the link may
+    // have been settled, and its segment reused, meanwhile).
+    let early = core.read_record(link.old, false).ok();
     // The head's stripe is the displaced key's too (see the module doc).
     let _stripe = core.lock_stripe(core.stripe_of(key_hash(&link.key)));
     // The link now: GC may have settled it, or moved its head meanwhile.
     let Some((now_head, now)) = core.links.of_old(link.old.pba()) else { return Ok(false) };
-    let (hdr, buf) = core.read_record(now.old, false)?;
+    // What was read is still the record there if its segment was not
+    // reused since (a reuse changes the segment's stamp).
+    let seg = core.sb.segment_of(now.old.pba());
+    let (hdr, buf) = match early {
+        Some((hdr, buf)) if now.old == link.old && hdr.seg_stamp == core.space.stamp(seg) => (hdr, buf),
+        _ => core.read_record(now.old, false)?,
+    };
     let key = record::key_of(&hdr, &buf);
     settle(core, now_head, &now, key, key_hash(key))
 }

@@ -1427,7 +1427,8 @@ impl Core {
             // key's version, and the link moves on to the new head.
             crate::links::carry(self, e.pba(), loc.pba, replace)
         } else {
-            self.links.insert(loc.pba, crate::links::Link { old: e, key: key.into(), aux: 0 });
+            let link = crate::links::Link { old: e, key: key.into(), aux: Default::default() };
+            self.links.insert(loc.pba, std::sync::Arc::new(link));
             let mut old_aux = 0;
             let done = self.index.replace_with(h, e.pba(), loc.grains, loc.pba, |w| {
                 old_aux = w;
