@@ -8,7 +8,8 @@
 //! Bounded: a fixed number of operations per thread. A seed fixes the
 //! operations, not the interleaving; it is printed when a check fails.
 
-use granary_format::hash::{key_hash, key_tag};
+mod common;
+
 use granary_store::{CreateOptions, OpenOptions, Store};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -24,25 +25,6 @@ impl Rng {
         x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         (x ^ (x >> 31)) % n
     }
-}
-
-/// Groups of `per` keys sharing home slot and key tag in 64-slot tables.
-fn colliding_groups(groups: usize, per: usize) -> Vec<Vec<u8>> {
-    let mut by_fp: HashMap<(usize, u16), Vec<Vec<u8>>> = HashMap::new();
-    let mut out = Vec::new();
-    for i in 0.. {
-        let k = format!("blind-{i}").into_bytes();
-        let h = key_hash(&k);
-        let g = by_fp.entry((granary_index::home_of(h, 64), key_tag(h))).or_default();
-        g.push(k);
-        if g.len() == per {
-            out.append(g);
-            if out.len() == groups * per {
-                return out;
-            }
-        }
-    }
-    unreachable!()
 }
 
 /// A value that names its key and version.
@@ -65,7 +47,7 @@ fn run(seed: u64) {
     let crashy = OpenOptions { checkpoint_on_close: false, checkpoint_interval: None, ..OpenOptions::default() };
     let store = Arc::new(Store::create(dev.clone(), &create, &crashy).unwrap());
     // Each writer owns every other key: the last write of a key is known.
-    let mut keys = colliding_groups(6, 4);
+    let mut keys = common::colliding_groups("blind-", 6, 4);
     keys.extend((0..16).map(|i| format!("plain-{i}").into_bytes()));
     let keys = Arc::new(keys);
     let done = Arc::new(AtomicBool::new(false));

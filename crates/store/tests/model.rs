@@ -7,7 +7,6 @@
 mod common;
 
 use common::{Backend, Harness};
-use granary_format::hash::{key_hash, key_tag};
 use granary_store::{CreateOptions, OpenOptions, PutMode, PutOutcome, Store};
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -34,21 +33,7 @@ enum Op {
 fn key_pool() -> Vec<Vec<u8>> {
     let mut keys: Vec<Vec<u8>> = (0..10).map(|i| format!("key-{i}").into_bytes()).collect();
     // Two groups of three keys sharing home slot and tag (64-slot tables).
-    let mut groups: HashMap<(usize, u16), Vec<Vec<u8>>> = HashMap::new();
-    let mut found = 0;
-    for i in 0.. {
-        let k = format!("tagmate-{i}").into_bytes();
-        let h = key_hash(&k);
-        let g = groups.entry((granary_index::home_of(h, 64), key_tag(h))).or_default();
-        g.push(k);
-        if g.len() == 3 {
-            keys.append(g);
-            found += 1;
-            if found == 2 {
-                break;
-            }
-        }
-    }
+    keys.extend(common::colliding_groups("tagmate-", 2, 3));
     keys.push(vec![b'L'; 3000]); // a key spanning several grains
     keys
 }

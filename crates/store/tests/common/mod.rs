@@ -98,3 +98,25 @@ impl Harness {
         self.rt.as_ref().map(|rt| rt.stats().iter().map(|s| s.sqes).sum()).unwrap_or(0)
     }
 }
+
+/// `groups` groups of `per` keys named `{prefix}{i}` that share home slot
+/// and key tag in a store with 64-slot tables (each other's index
+/// candidates), group after group.
+pub fn colliding_groups(prefix: &str, groups: usize, per: usize) -> Vec<Vec<u8>> {
+    use granary_format::hash::{key_hash, key_tag};
+    let mut by_fp: std::collections::HashMap<(usize, u16), Vec<Vec<u8>>> = Default::default();
+    let mut out = Vec::new();
+    for i in 0.. {
+        let k = format!("{prefix}{i}").into_bytes();
+        let h = key_hash(&k);
+        let g = by_fp.entry((granary_index::home_of(h, 64), key_tag(h))).or_default();
+        g.push(k);
+        if g.len() == per {
+            out.append(g);
+            if out.len() == groups * per {
+                break;
+            }
+        }
+    }
+    out
+}
