@@ -19,7 +19,8 @@
 //! victim, so a cache can always evict.
 //!
 //! **Relocation.** The victim is read with large sequential reads (the
-//! recovery scanner's windows). A record is live if the index still points
+//! recovery scanner's windows; a helper thread reads the next window while
+//! one is parsed, `recover::ReadAhead`). A record is live if the index still points
 //! at its location. Live records are copied, in batches, to the relocation
 //! stream (its own open segment, so cold relocated data and hot user writes
 //! do not mix), keeping their sequence numbers: each batch takes the stripe
@@ -338,11 +339,20 @@ fn settle_displaced(core: &Core, h: u64, pba: u64, key: &[u8]) -> Result<bool> {
 /// values from the index), replace expired values by tombstones, drop dead
 /// tombstones, free it.
 pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
+    // A helper thread reads the next window while this one is parsed.
+    std::thread::scope(|sc| {
+        let mut ahead = crate::recover::ReadAhead::start(sc, core.dev.as_ref());
+        reclaim_reading_ahead(core, v, evict, &mut ahead)
+    })
+}
+
+fn reclaim_reading_ahead(core: &Core, v: u32, evict: bool, ahead: &mut crate::recover::ReadAhead) -> Result<()> {
     let g = core.sb.grain_bytes as u64;
     let now = core.clock.now();
     let oldest_other = core.space.oldest_in_use_except(v);
     let mut evicted = 0u64;
-    let mut scan = SegmentScanner::new(core.dev.as_ref(), &core.sb, core.seed, v, core.space.stamp(v));
+    let mut scan =
+        SegmentScanner::new(core.dev.as_ref(), &core.sb, core.seed, v, core.space.stamp(v)).reading_ahead(ahead);
     // A cache's cleaning leaves the last free segment to evictions.
     let purpose = if core.evict && !evict { Purpose::Clean } else { Purpose::Relocate };
     let mut batch = Vec::new();
@@ -430,7 +440,7 @@ pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
         rescan |= crate::links::resolve_one(core, &link)?;
     }
     if rescan {
-        return reclaim(core, v, evict);
+        return reclaim_reading_ahead(core, v, evict, ahead);
     }
     let left = core.space.live_of(v);
     if left != 0 {
