@@ -51,12 +51,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// DRAM a link costs besides its key: two map slots (head to link, and
-/// displaced location to head) with their hashing overhead, and the link.
-pub const LINK_OVERHEAD_BYTES: usize = 96;
+/// DRAM a link costs besides its key, estimated: a hash-map slot (head to
+/// link, ~19 bytes with its control byte and load factor), a B-tree slot
+/// (displaced location to head, ~32 with node slack), the shared link
+/// (48 bytes and the allocator's 16) and the key's allocation overhead
+/// (16), rounded up.
+pub const LINK_OVERHEAD_BYTES: usize = 144;
 
 /// Default of [`crate::OpenOptions::blind_overwrite_bytes`]: 64 MiB, about
-/// half a million links of 32-byte keys.
+/// 380,000 links of 32-byte keys.
 pub const BLIND_OVERWRITE_BYTES_DEFAULT: usize = 64 << 20;
 
 /// What a blind overwrite displaced.
