@@ -227,6 +227,7 @@ fn churn(store: &Store, o: &ChurnOptions) -> Result<ChurnReport, String> {
             expired: st.gc.expired - base.gc.expired,
             evicted_segments: st.gc.evicted_segments - base.gc.evicted_segments,
             evicted_values: st.gc.evicted_values - base.gc.evicted_values,
+            sparse_victims: st.gc.sparse_victims - base.gc.sparse_victims,
         },
         samples,
         mismatches,

@@ -336,6 +336,11 @@ pub fn render(src: &Sources) -> String {
     );
     o.gauge("granary_link_bytes", "DRAM held by unsettled blind-overwrite links.", st.link_bytes as f64);
     o.counter("granary_gc_victims_total", "Segments reclaimed by GC.", st.gc.victims);
+    o.counter(
+        "granary_gc_sparse_victims_total",
+        "Segments GC reclaimed reading only what the index or a link points at.",
+        st.gc.sparse_victims,
+    );
     o.counter("granary_gc_relocated_records_total", "Records GC moved.", st.gc.records_relocated);
     o.counter("granary_gc_relocated_bytes_total", "Bytes GC moved.", st.gc.bytes_relocated);
     o.counter("granary_gc_expired_total", "Expired or flushed values GC dropped.", st.gc.expired);

@@ -20,7 +20,8 @@
 //!
 //! **Relocation.** The victim is read with large sequential reads (the
 //! recovery scanner's windows; a helper thread reads the next window while
-//! one is parsed, `recover::ReadAhead`). A record is live if the index still points
+//! one is parsed, `recover::ReadAhead`), or, when little of it can matter,
+//! sparsely: only the records the index or a link points at ([`reclaim`]). A record is live if the index still points
 //! at its location. Live records are copied, in batches, to the relocation
 //! stream (its own open segment, so cold relocated data and hot user writes
 //! do not mix), keeping their sequence numbers: each batch takes the stripe
@@ -153,6 +154,7 @@ pub(crate) struct GcCounters {
     expired: AtomicU64,
     evicted_segments: AtomicU64,
     evicted_values: AtomicU64,
+    sparse_victims: AtomicU64,
 }
 
 /// What GC has done since the store was opened.
@@ -171,6 +173,9 @@ pub struct GcStats {
     /// Cache mode: segments evicted whole, and the live values they held.
     pub evicted_segments: u64,
     pub evicted_values: u64,
+    /// Victims read sparsely (only the records the index or a link points
+    /// at) instead of scanned whole.
+    pub sparse_victims: u64,
 }
 
 impl GcCounters {
@@ -184,6 +189,7 @@ impl GcCounters {
             expired: self.expired.load(Relaxed),
             evicted_segments: self.evicted_segments.load(Relaxed),
             evicted_values: self.evicted_values.load(Relaxed),
+            sparse_victims: self.sparse_victims.load(Relaxed),
         }
     }
 }
@@ -335,92 +341,152 @@ fn settle_displaced(core: &Core, h: u64, pba: u64, key: &[u8]) -> Result<bool> {
     }
 }
 
+/// Tells a sparse reclaim whether a record of its victim was displaced
+/// from the index by a blind overwrite, or put back in it (a link
+/// settled), while it read: either may hide a live record from its walk of
+/// the index (which sees the entries present throughout it) and from its
+/// final look at the links and live bytes (two reads, not one instant).
+/// The victim falls back to a scan then.
+///
+/// The two sides order themselves like Dekker's: the reclaim publishes its
+/// victim, then (a full fence) reads the links and the index; a writer
+/// changes the index, then (a full fence) reads the victim, and if it is
+/// its record's segment, marks the watch touched, then (a release fence)
+/// changes the segment's live bytes. So either the reclaim's reads see the
+/// change, or the writer marks the watch; and a reclaim whose final read of
+/// the live bytes sees the writer's change (then an acquire fence) sees the
+/// mark. A writer still running at the end holds a stripe, which the
+/// reclaim waits for before its final look.
+#[derive(Default)]
+pub(crate) struct SparseWatch {
+    /// The victim being read sparsely, or `u64::MAX`.
+    victim: AtomicU64,
+    touched: std::sync::atomic::AtomicBool,
+}
+
+impl SparseWatch {
+    pub(crate) fn new() -> SparseWatch {
+        SparseWatch { victim: AtomicU64::new(u64::MAX), touched: Default::default() }
+    }
+
+    fn start(&self, v: u32) -> WatchGuard<'_> {
+        use std::sync::atomic::{fence, Ordering::SeqCst};
+        SPARSE_READER.with(|r| r.set(true));
+        self.touched.store(false, SeqCst);
+        self.victim.store(v as u64, SeqCst);
+        fence(SeqCst);
+        WatchGuard(self)
+    }
+
+    /// A writer, under its stripe, has just displaced an entry of segment
+    /// `seg` from the index or put one back, and is about to change the
+    /// segment's live bytes.
+    pub(crate) fn changed(&self, seg: u32) {
+        use std::sync::atomic::{fence, Ordering::SeqCst};
+        fence(SeqCst);
+        // The reclaim's own changes (settling a link into its victim while
+        // it reads) are of records it handles itself.
+        if self.victim.load(SeqCst) == seg as u64 && !SPARSE_READER.with(|r| r.get()) {
+            self.touched.store(true, SeqCst);
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether the victim was touched (after the final reads).
+    fn touched(&self) -> bool {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        self.touched.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+thread_local! {
+    /// Set on the thread of a reclaim that watches its victim.
+    static SPARSE_READER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Ends a watch.
+struct WatchGuard<'a>(&'a SparseWatch);
+
+impl Drop for WatchGuard<'_> {
+    fn drop(&mut self) {
+        self.0.victim.store(u64::MAX, std::sync::atomic::Ordering::SeqCst);
+        SPARSE_READER.with(|r| r.set(false));
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Runs once, on this thread, after a sparse reclaim's reads (tests).
+    pub(crate) static AFTER_SPARSE_READS: std::cell::Cell<Option<Box<dyn FnOnce()>>> = const { std::cell::Cell::new(None) };
+}
+
+/// A sparse reclaim reads at most this share (1/N) of a victim's bytes.
+const SPARSE_SHARE: u64 = 16;
+
+/// A sparse reclaim walks the index only if it has at most one slot per
+/// this many bytes of a segment (a walk costs a few ns a slot; a scan
+/// reads each byte of the segment once).
+const SPARSE_BYTES_PER_SLOT: u64 = 4;
+
+/// What one read of a sparse reclaim is counted as, in bytes of a scan.
+const SPARSE_IO_BYTES: u64 = 4096;
+
+/// Threads a sparse reclaim reads its records with.
+const SPARSE_READERS: usize = 8;
+
+/// How a victim is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadMode {
+    /// Sparse when little of it can matter, else a scan.
+    Choose,
+    /// The whole segment, window by window.
+    Scan,
+    /// Only the records the index or a link points at.
+    #[cfg(test)]
+    Sparse,
+}
+
 /// Reclaim segment `v`: relocate what is live (or, with `evict`, drop its
 /// values from the index), replace expired values by tombstones, drop dead
 /// tombstones, free it.
+///
+/// A victim with little left to look at (its live bytes and the records
+/// links displaced in it under 1/[`SPARSE_SHARE`] of it, on an index small
+/// enough to walk) is read sparsely: the records the index points at in
+/// it (one walk of the index) and those links displaced there, each read
+/// on its own. Anything else in it is garbage by definition (neither
+/// indexed nor linked), which is all a scan would find too. A sparse
+/// reclaim that leaves anything behind (an entry or link that appeared
+/// meanwhile) falls back to a scan.
 pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
-    // A helper thread reads the next window while this one is parsed.
-    std::thread::scope(|sc| {
-        let mut ahead = crate::recover::ReadAhead::start(sc, core.dev.as_ref());
-        reclaim_reading_ahead(core, v, evict, &mut ahead)
-    })
+    reclaim_with(core, v, evict, ReadMode::Choose)
 }
 
-fn reclaim_reading_ahead(core: &Core, v: u32, evict: bool, ahead: &mut crate::recover::ReadAhead) -> Result<()> {
-    let g = core.sb.grain_bytes as u64;
-    let now = core.clock.now();
-    let oldest_other = core.space.oldest_in_use_except(v);
-    let mut evicted = 0u64;
-    let mut scan =
-        SegmentScanner::new(core.dev.as_ref(), &core.sb, core.seed, v, core.space.stamp(v)).reading_ahead(ahead);
-    // A cache's cleaning leaves the last free segment to evictions.
-    let purpose = if core.evict && !evict { Purpose::Clean } else { Purpose::Relocate };
-    let mut batch = Vec::new();
-    let mut batch_bytes = 0;
-    while let Some(rec) = scan.next_record()? {
-        let len = (rec.hdr.grains(core.sb.grain_bytes) * g) as usize;
-        let bytes = &scan.bytes_at(rec.grain)[..len];
-        let h = key_hash(record::key_of(&rec.hdr, bytes));
-        let old_pba = core.space.pba(v, rec.grain);
-        if !points_at(core, h, old_pba) {
-            // Superseded or deleted: garbage, unless a blind overwrite of
-            // another key displaced it (`crate::links`). Not indexed, then
-            // not linked, then still not indexed is garbage: a displaced
-            // record is linked before it leaves the index, and indexed
-            // again before its link goes. Otherwise asked under the stripe.
-            let garbage = core.links.of_old(old_pba).is_none() && !points_at(core, h, old_pba);
-            if garbage || !settle_displaced(core, h, old_pba, record::key_of(&rec.hdr, bytes))? {
-                continue;
-            }
+pub(crate) fn reclaim_with(core: &Core, v: u32, evict: bool, mode: ReadMode) -> Result<()> {
+    // Watched from before the sparse reads look at the links and the index
+    // until the final check (see [`SparseWatch`]).
+    let _watch = (mode != ReadMode::Scan).then(|| core.sparse_watch.start(v));
+    let mut w = Victim::new(core, v, evict);
+    let sparse = match mode {
+        ReadMode::Scan => None,
+        ReadMode::Choose => sparse_targets(core, v, false),
+        #[cfg(test)]
+        ReadMode::Sparse => sparse_targets(core, v, true),
+    };
+    let was_sparse = sparse.is_some();
+    match sparse {
+        Some(targets) => {
+            w.read_sparse(targets)?;
+            #[cfg(test)]
+            AFTER_SPARSE_READS.with(|h| h.take().map(|f| f()));
         }
-        if rec.hdr.is_tombstone() && rec.hdr.tomb_horizon < oldest_other {
-            let _stripe = core.lock_stripe(core.stripe_of(h));
-            // A tombstone heading a link stays until the link is settled:
-            // the record it displaced may be another key's.
-            if core.links.of_head(old_pba).is_none() {
-                if core.index.remove(h, old_pba) {
-                    core.space.sub_live(v, len as u64);
-                    core.counters.tombstones.fetch_sub(1, Relaxed);
-                    core.gc_counters.tombstones_dropped.fetch_add(1, Relaxed);
-                }
-                continue;
-            }
-        }
-        let damaged = !rec.intact || rec.hdr.damaged_copy;
-        let expired = !rec.hdr.is_tombstone() && !damaged && core.hidden(&rec.hdr, now);
-        // The engine's own keys (the flush floor) are never evicted.
-        let reserved = record::key_of(&rec.hdr, bytes).starts_with(crate::store::RESERVED_KEY_PREFIX);
-        // A value leaves the index when it expired (or was flushed), or when
-        // its segment is evicted. If older versions of its key may remain
-        // on the device it becomes a tombstone (else one of them would come
-        // back after a crash); if not, it is simply dropped: no IO.
-        let leaving = !rec.hdr.is_tombstone() && !reserved && (expired || evict);
-        if leaving && !rec.hdr.supersedes {
-            if drop_value(core, v, record::key_of(&rec.hdr, bytes), old_pba, len as u64)? {
-                let c = if expired { &core.gc_counters.expired } else { &core.gc_counters.evicted_values };
-                c.fetch_add(1, Relaxed);
-                evicted += 1;
-            }
-            continue;
-        }
-        let (hdr, bytes) = if leaving {
-            let key = record::key_of(&rec.hdr, bytes);
-            let seq = core.next_seq.fetch_add(1, Relaxed);
-            let t = RecordHeader::tombstone(key.len(), seq, 0, core.space.horizon());
-            let mut out = vec![0u8; (t.grains(core.sb.grain_bytes) * g) as usize];
-            t.encode(core.seed, key, &[], &mut out);
-            (t, out)
-        } else {
-            (rec.hdr.clone(), bytes.to_vec())
-        };
-        batch_bytes += bytes.len();
-        let evicted_here = leaving && !expired;
-        batch.push(Pending { h, old_pba, old_len: len as u64, hdr, bytes, damaged, expired, evicted: evicted_here });
-        if batch_bytes >= GC_BATCH_BYTES {
-            relocate(core, v, purpose, &mut batch)?;
-            batch_bytes = 0;
-        }
+        None => std::thread::scope(|sc| {
+            // A helper thread reads the next window while this one is parsed.
+            let mut ahead = crate::recover::ReadAhead::start(sc, core.dev.as_ref());
+            w.scan(&mut ahead)
+        })?,
     }
+    let Victim { mut batch, purpose, evicted, .. } = w;
     relocate(core, v, purpose, &mut batch)?;
     // A writer that replaced an entry pointing into `v` subtracts the old
     // record's bytes from `v` after updating the index, under its stripe:
@@ -428,21 +494,29 @@ fn reclaim_reading_ahead(core: &Core, v: u32, evict: bool, ahead: &mut crate::re
     for i in 0..crate::store::KEY_STRIPES {
         drop(core.lock_stripe(i));
     }
+    let lo = core.space.pba(v, 0);
+    let leftover = core.links.displacing_in(lo, lo + core.sb.segment_grains());
+    let left = core.space.live_of(v);
+    if was_sparse && (left != 0 || !leftover.is_empty() || core.sparse_watch.touched()) {
+        // Something may have changed after the sparse reads looked (a
+        // record of `v` displaced from the index or put back in it): the
+        // scan finds whatever it was.
+        tracing::debug!(victim = v, left, links = leftover.len(), "sparse reclaim left something: scanning");
+        return reclaim_with(core, v, evict, ReadMode::Scan);
+    }
     // Every link displacing a record of `v` was settled as the scan met
     // it, or when its record was about to be copied or dropped. One left
     // means a path missed it: settle it now (a read) rather than free the
     // record under it, and scan again if that put a live record back.
-    let lo = core.space.pba(v, 0);
     let mut rescan = false;
-    for link in core.links.displacing_in(lo, lo + core.sb.segment_grains()) {
+    for link in leftover {
         tracing::warn!(victim = v, displaced = link.old.pba(), "a link into a GC victim was left unsettled");
         debug_assert!(false, "a link into GC victim {v} was left unsettled: {link:?}");
         rescan |= crate::links::resolve_one(core, &link)?;
     }
     if rescan {
-        return reclaim_reading_ahead(core, v, evict, ahead);
+        return reclaim_with(core, v, evict, ReadMode::Scan);
     }
-    let left = core.space.live_of(v);
     if left != 0 {
         // An index entry points at something the scan could not read as a
         // record: keep the segment rather than lose the evidence.
@@ -457,11 +531,228 @@ fn reclaim_reading_ahead(core: &Core, v: u32, evict: bool, ahead: &mut crate::re
     // stay listed until a later reclaim of `v` gets here.
     core.dropped.freed(v);
     core.gc_counters.victims.fetch_add(1, Relaxed);
+    if was_sparse {
+        core.gc_counters.sparse_victims.fetch_add(1, Relaxed);
+    }
     if evict {
         core.gc_counters.evicted_segments.fetch_add(1, Relaxed);
         tracing::debug!(segment = v, values = evicted, "evicted segment");
     }
     Ok(())
+}
+
+/// The records of victim `v` a sparse reclaim reads (location, grains to
+/// read first), or None if a scan is cheaper. `force`: sparse whatever
+/// the cost (tests).
+fn sparse_targets(core: &Core, v: u32, force: bool) -> Option<Vec<(u64, u64)>> {
+    let g = core.sb.grain_bytes as u64;
+    let seg_bytes = core.sb.segment_bytes;
+    let lo = core.space.pba(v, 0);
+    let hi = lo + core.sb.segment_grains();
+    let hint = |e: granary_index::Entry| match e.kv_size() {
+        0 => 1,
+        n if n == granary_format::limits::KV_SIZE_GRAINS_MAX => 1,
+        n => n as u64,
+    };
+    // The links first, then the index: a displaced record indexed again
+    // meanwhile is in the index before its link goes.
+    let links = core.links.displacing_in(lo, hi);
+    if !force {
+        let look = core.space.live_of(v) + links.iter().map(|l| hint(l.old) * g).sum::<u64>();
+        let slots = core.index.stats().slots;
+        if look * SPARSE_SHARE > seg_bytes || slots * SPARSE_BYTES_PER_SLOT > seg_bytes {
+            return None;
+        }
+    }
+    let mut targets: Vec<(u64, u64)> = links.iter().map(|l| (l.old.pba(), hint(l.old))).collect();
+    core.index.for_each(|_, e| {
+        if (lo..hi).contains(&e.pba()) {
+            targets.push((e.pba(), hint(e)));
+        }
+    });
+    // And the links again: one made during the walk displaced a record the
+    // walk may have missed.
+    targets.extend(core.links.displacing_in(lo, hi).iter().map(|l| (l.old.pba(), hint(l.old))));
+    targets.sort_unstable();
+    targets.dedup_by_key(|t| t.0);
+    // Counted in IOs too: each read costs the device at least what a scan
+    // of 4 KiB does.
+    if !force && targets.len() as u64 * SPARSE_SHARE * SPARSE_IO_BYTES > seg_bytes {
+        return None;
+    }
+    Some(targets)
+}
+
+/// What [`read_one`] gives.
+type OneRead = Result<Option<(RecordHeader, AlignedBuf, bool)>>;
+
+/// One record of a victim, read on its own: its header, its bytes (whole
+/// grains), whether its body checksum holds. None where no record of the
+/// segment's current use starts there (a scan would skip it too).
+fn read_one(core: &Core, v: u32, pba: u64, hint: u64) -> OneRead {
+    let g = core.sb.grain_bytes as u64;
+    let lo = core.space.pba(v, 0);
+    let seg_grains = core.sb.segment_grains();
+    let pos = pba - lo;
+    let read = |grains: u64| {
+        let offset = pba * g;
+        let (buf, r) = core.dev.read_at(AlignedBuf::for_read((grains * g) as usize), offset);
+        r.map(|()| buf).map_err(|source| Error::Io { op: "GC read", offset, source })
+    };
+    let hint = hint.clamp(1, seg_grains - pos);
+    let mut buf = read(hint)?;
+    let hdr = match RecordHeader::decode(&buf) {
+        Ok(h) if h.seg_stamp == core.space.stamp(v) && pos + h.grains(core.sb.grain_bytes) <= seg_grains => h,
+        _ => return Ok(None),
+    };
+    let grains = hdr.grains(core.sb.grain_bytes);
+    if grains > hint {
+        buf = read(grains)?;
+    }
+    if record::verify_header_crc(core.seed, &hdr, &buf).is_err() {
+        return Ok(None);
+    }
+    let intact = record::verify_crc(core.seed, &hdr, &buf).is_ok();
+    Ok(Some((hdr, buf, intact)))
+}
+
+/// A reclaim in progress: what it has decided so far.
+struct Victim<'a> {
+    core: &'a Core,
+    v: u32,
+    evict: bool,
+    now: u32,
+    oldest_other: u64,
+    purpose: Purpose,
+    batch: Vec<Pending>,
+    batch_bytes: usize,
+    evicted: u64,
+}
+
+impl<'a> Victim<'a> {
+    fn new(core: &'a Core, v: u32, evict: bool) -> Victim<'a> {
+        Victim {
+            core,
+            v,
+            evict,
+            now: core.clock.now(),
+            oldest_other: core.space.oldest_in_use_except(v),
+            // A cache's cleaning leaves the last free segment to evictions.
+            purpose: if core.evict && !evict { Purpose::Clean } else { Purpose::Relocate },
+            batch: Vec::new(),
+            batch_bytes: 0,
+            evicted: 0,
+        }
+    }
+
+    /// Read the whole segment, window by window.
+    fn scan(&mut self, ahead: &mut crate::recover::ReadAhead) -> Result<()> {
+        let core = self.core;
+        let g = core.sb.grain_bytes as u64;
+        let mut scan = SegmentScanner::new(core.dev.as_ref(), &core.sb, core.seed, self.v, core.space.stamp(self.v))
+            .reading_ahead(ahead);
+        while let Some(rec) = scan.next_record()? {
+            let len = (rec.hdr.grains(core.sb.grain_bytes) * g) as usize;
+            let bytes = &scan.bytes_at(rec.grain)[..len];
+            self.consider(core.space.pba(self.v, rec.grain), &rec.hdr, bytes, rec.intact)?;
+        }
+        Ok(())
+    }
+
+    /// Read only `targets` (location, grains to read first), several at a
+    /// time, and consider them in device order.
+    fn read_sparse(&mut self, targets: Vec<(u64, u64)>) -> Result<()> {
+        let (core, v) = (self.core, self.v);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let slots: Vec<std::sync::Mutex<Option<OneRead>>> =
+            targets.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        std::thread::scope(|sc| {
+            for _ in 0..SPARSE_READERS.min(targets.len()) {
+                sc.spawn(|| loop {
+                    let i = next.fetch_add(1, Relaxed);
+                    let Some(&(pba, hint)) = targets.get(i) else { return };
+                    *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(read_one(core, v, pba, hint));
+                });
+            }
+        });
+        for ((pba, _), slot) in targets.iter().zip(slots) {
+            let read = slot.into_inner().unwrap_or_else(|e| e.into_inner()).expect("every target was read");
+            if let Some((hdr, buf, intact)) = read? {
+                let len = (hdr.grains(core.sb.grain_bytes) * core.sb.grain_bytes as u64) as usize;
+                self.consider(*pba, &hdr, &buf[..len], intact)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Decide what becomes of the record at `old_pba` (header `hdr`, whole
+    /// record `bytes`, body checksum holding or not): nothing (garbage),
+    /// dropped, or copied (itself, or a tombstone in its place).
+    fn consider(&mut self, old_pba: u64, hdr: &RecordHeader, bytes: &[u8], intact: bool) -> Result<()> {
+        let (core, v) = (self.core, self.v);
+        let g = core.sb.grain_bytes as u64;
+        let len = bytes.len();
+        let key = record::key_of(hdr, bytes);
+        let h = key_hash(key);
+        if !points_at(core, h, old_pba) {
+            // Superseded or deleted: garbage, unless a blind overwrite of
+            // another key displaced it (`crate::links`). Not indexed, then
+            // not linked, then still not indexed is garbage: a displaced
+            // record is linked before it leaves the index, and indexed
+            // again before its link goes. Otherwise asked under the stripe.
+            let garbage = core.links.of_old(old_pba).is_none() && !points_at(core, h, old_pba);
+            if garbage || !settle_displaced(core, h, old_pba, key)? {
+                return Ok(());
+            }
+        }
+        if hdr.is_tombstone() && hdr.tomb_horizon < self.oldest_other {
+            let _stripe = core.lock_stripe(core.stripe_of(h));
+            // A tombstone heading a link stays until the link is settled:
+            // the record it displaced may be another key's.
+            if core.links.of_head(old_pba).is_none() {
+                if core.index.remove(h, old_pba) {
+                    core.space.sub_live(v, len as u64);
+                    core.counters.tombstones.fetch_sub(1, Relaxed);
+                    core.gc_counters.tombstones_dropped.fetch_add(1, Relaxed);
+                }
+                return Ok(());
+            }
+        }
+        let damaged = !intact || hdr.damaged_copy;
+        let expired = !hdr.is_tombstone() && !damaged && core.hidden(hdr, self.now);
+        // The engine's own keys (the flush floor) are never evicted.
+        let reserved = key.starts_with(crate::store::RESERVED_KEY_PREFIX);
+        // A value leaves the index when it expired (or was flushed), or when
+        // its segment is evicted. If older versions of its key may remain
+        // on the device it becomes a tombstone (else one of them would come
+        // back after a crash); if not, it is simply dropped: no IO.
+        let leaving = !hdr.is_tombstone() && !reserved && (expired || self.evict);
+        if leaving && !hdr.supersedes {
+            if drop_value(core, v, key, old_pba, len as u64)? {
+                let c = if expired { &core.gc_counters.expired } else { &core.gc_counters.evicted_values };
+                c.fetch_add(1, Relaxed);
+                self.evicted += 1;
+            }
+            return Ok(());
+        }
+        let (hdr, bytes) = if leaving {
+            let seq = core.next_seq.fetch_add(1, Relaxed);
+            let t = RecordHeader::tombstone(key.len(), seq, 0, core.space.horizon());
+            let mut out = vec![0u8; (t.grains(core.sb.grain_bytes) * g) as usize];
+            t.encode(core.seed, key, &[], &mut out);
+            (t, out)
+        } else {
+            (hdr.clone(), bytes.to_vec())
+        };
+        self.batch_bytes += bytes.len();
+        let evicted = leaving && !expired;
+        self.batch.push(Pending { h, old_pba, old_len: len as u64, hdr, bytes, damaged, expired, evicted });
+        if self.batch_bytes >= GC_BATCH_BYTES {
+            relocate(core, v, self.purpose, &mut self.batch)?;
+            self.batch_bytes = 0;
+        }
+        Ok(())
+    }
 }
 
 /// Copy a batch of live records of segment `v` to the relocation stream and

@@ -243,6 +243,7 @@ pub(crate) fn settle(core: &Core, head: u64, link: &Link, displaced_key: &[u8], 
     core.index
         .insert_with(h, grains, e.pba(), link.aux.load(Relaxed))
         .map_err(|err| core.poison(Error::IndexFull(err)))?;
+    core.sparse_watch.changed(core.sb.segment_of(e.pba()));
     core.space.add_live(core.sb.segment_of(e.pba()), grains * core.grain());
     core.counters.added(false);
     core.links.remove(head);

@@ -403,6 +403,8 @@ pub(crate) struct Core {
     pub(crate) dropped: crate::gc::DroppedKeys,
     /// Entries displaced by blind overwrites, not yet verified.
     pub(crate) links: crate::links::Links,
+    /// Changes to the segment a GC reads sparsely ([`crate::gc::SparseWatch`]).
+    pub(crate) sparse_watch: crate::gc::SparseWatch,
     /// Group commit of user writes ([`OpenOptions::coalesce_writes`]).
     coalesce: bool,
     /// Access words kept ([`OpenOptions::track_access`]), relative to the open.
@@ -534,6 +536,7 @@ impl Store {
             flush_lock: async_lock::Mutex::new(()),
             dropped: Default::default(),
             links: crate::links::Links::new(opts.blind_overwrite_bytes),
+            sparse_watch: crate::gc::SparseWatch::new(),
             coalesce: opts.coalesce_writes,
             coalescer: Default::default(),
             track_access: opts.track_access,
@@ -1446,6 +1449,8 @@ impl Core {
             let existing = self.find(key, h, false, false).await?;
             return self.commit(key, h, existing, loc, false, policy).await;
         }
+        // A GC reading `e`'s segment sparsely must know it left the index.
+        self.sparse_watch.changed(self.sb.segment_of(e.pba()));
         self.space.sub_live(self.sb.segment_of(e.pba()), e.kv_size() as u64 * g);
         self.space.add_live(loc.seg, loc.grains * g);
         self.counters.blind.fetch_add(1, Relaxed);

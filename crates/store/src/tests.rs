@@ -1145,3 +1145,105 @@ fn an_unreadable_displaced_record_reports_and_never_blocks_checkpoints() {
     let s = Store::open(dev.clone(), &open).unwrap();
     assert_eq!(s.get(b).unwrap().as_deref(), Some(&b"b1"[..]));
 }
+
+/// GC reads a mostly dead victim sparsely (only what the index or a link
+/// points at) or scans it whole, with the same outcome: live values moved,
+/// a colliding key displaced by a blind overwrite indexed again and moved,
+/// tombstones kept, nothing else copied; the same after a restart.
+#[test]
+fn a_sparse_reclaim_and_a_scan_leave_the_same_store() {
+    use crate::gc::ReadMode;
+    let keys = colliding_keys(2);
+    let (a, b) = (&keys[0][..], &keys[1][..]);
+    let mut outcomes = Vec::new();
+    for mode in [ReadMode::Sparse, ReadMode::Scan] {
+        let dev = test_device(16 << 20);
+        let create =
+            CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
+        let open = OpenOptions { gc: false, checkpoint_interval: None, ..OpenOptions::default() };
+        let s = Store::create(dev.clone(), &create, &open).unwrap();
+        // The victim: 30 values (3 stay, the rest are overwritten or
+        // deleted later), a key another key's blind overwrite displaces,
+        // and a tombstone.
+        for i in 0..30 {
+            s.put(format!("k{i}").as_bytes(), &[i as u8; 900]).unwrap();
+        }
+        s.put(a, b"a1").unwrap();
+        s.put(b"gone", b"x").unwrap();
+        s.delete(b"gone").unwrap();
+        let v = s.core.sb.segment_of(s.core.index.lookup(key_hash(b"k0")).as_slice()[0].pba());
+        roll_segment(&s);
+        for i in 3..30 {
+            if i % 5 == 0 {
+                s.delete(format!("k{i}").as_bytes()).unwrap();
+            } else {
+                s.put(format!("k{i}").as_bytes(), format!("new {i}").as_bytes()).unwrap();
+            }
+        }
+        s.put(b, b"b1").unwrap(); // displaces a, blindly
+                                  // The overwrites of 22 keys and b's each displaced a record of the victim.
+        assert_eq!(s.stats().unsettled_links, 23);
+        roll_segment(&s);
+        crate::gc::reclaim_with(&s.core, v, false, mode).unwrap();
+        let st = s.stats();
+        assert_eq!(st.gc.sparse_victims, u64::from(mode == ReadMode::Sparse), "{mode:?}");
+        let lo = s.core.space.pba(v, 0);
+        let left = s.core.links.displacing_in(lo, lo + s.core.sb.segment_grains());
+        assert!(left.is_empty(), "{mode:?}: links into the victim were not settled: {left:?}");
+        let check = |s: &Store| {
+            for i in 0..3 {
+                assert_eq!(s.get(format!("k{i}").as_bytes()).unwrap(), Some(vec![i as u8; 900]), "{mode:?} k{i}");
+            }
+            for i in 3..30 {
+                let want = (i % 5 != 0).then(|| format!("new {i}").into_bytes());
+                assert_eq!(s.get(format!("k{i}").as_bytes()).unwrap(), want, "{mode:?} k{i}");
+            }
+            assert_eq!(s.get(a).unwrap().as_deref(), Some(&b"a1"[..]), "{mode:?}: the displaced key was lost");
+            assert_eq!(s.get(b).unwrap().as_deref(), Some(&b"b1"[..]));
+            assert_eq!(s.get(b"gone").unwrap(), None);
+        };
+        check(&s);
+        assert!(s.verify().unwrap().is_clean(), "{mode:?}");
+        let st = s.stats();
+        outcomes.push((st.keys, st.tombstones, st.live_bytes, st.gc.records_relocated));
+        drop(s);
+        let s = Store::open(dev.clone(), &open).unwrap();
+        check(&s);
+    }
+    assert_eq!(outcomes[0], outcomes[1], "a sparse reclaim and a scan differ");
+}
+
+/// A record of a victim displaced from the index while a sparse reclaim
+/// reads (a colliding key's blind overwrite) makes the reclaim scan the
+/// victim after all; the displaced key is kept.
+#[test]
+fn a_victim_touched_during_a_sparse_reclaim_is_scanned() {
+    let keys = colliding_keys(2);
+    let (a, b) = (keys[0].clone(), keys[1].clone());
+    let dev = test_device(16 << 20);
+    let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
+    let open = OpenOptions { gc: false, checkpoint_interval: None, ..OpenOptions::default() };
+    let s = Arc::new(Store::create(dev.clone(), &create, &open).unwrap());
+    s.put(&a, b"a1").unwrap();
+    let v = s.core.sb.segment_of(s.core.index.lookup(key_hash(&a)).as_slice()[0].pba());
+    roll_segment(&s);
+    for i in 0..200 {
+        s.put(format!("filler-{i}").as_bytes(), b"dead").unwrap(); // the fillers of v die
+    }
+    let (s2, b2) = (s.clone(), b.clone());
+    crate::gc::AFTER_SPARSE_READS.with(|h| {
+        h.set(Some(Box::new(move || {
+            // A writer on its own thread: displaces a, blindly.
+            std::thread::spawn(move || s2.put(&b2, b"b1").unwrap()).join().unwrap();
+        })))
+    });
+    crate::gc::reclaim_with(&s.core, v, false, crate::gc::ReadMode::Sparse).unwrap();
+    assert_eq!(s.stats().gc.sparse_victims, 0, "the touched victim was not scanned after all");
+    assert_eq!(s.stats().gc.victims, 1);
+    assert_eq!(s.get(&a).unwrap().as_deref(), Some(&b"a1"[..]), "the displaced key was lost");
+    assert_eq!(s.get(&b).unwrap().as_deref(), Some(&b"b1"[..]));
+    assert!(s.verify().unwrap().is_clean());
+    drop(s);
+    let s = Store::open(dev.clone(), &open).unwrap();
+    assert_eq!(s.get(&a).unwrap().as_deref(), Some(&b"a1"[..]));
+}
