@@ -341,21 +341,25 @@ fn settle_displaced(core: &Core, h: u64, pba: u64, key: &[u8]) -> Result<bool> {
     }
 }
 
-/// Tells a sparse reclaim whether a record of its victim was displaced
-/// from the index by a blind overwrite, or put back in it (a link
-/// settled), while it read: either may hide a live record from its walk of
-/// the index (which sees the entries present throughout it) and from its
-/// final look at the links and live bytes (two reads, not one instant).
-/// The victim falls back to a scan then.
+/// Tells a sparse reclaim whether a record of its victim was put back in
+/// the index (a link settled: the displaced record was another key's)
+/// while it read. Without that, a record's entry only ever leaves the
+/// index, and a record the reads miss is garbage: not seen by the walk
+/// means absent at some point of it, so absent ever after; linked at the
+/// end means displaced while indexed, so linked at the first look at the
+/// links (displaced before it), at the second (displaced during the walk),
+/// or indexed throughout the walk (displaced after it). A record put back
+/// breaks that (displaced during the walk, put back, displaced again
+/// between the final look's two reads): the victim falls back to a scan.
 ///
 /// The two sides order themselves like Dekker's: the reclaim publishes its
-/// victim, then (a full fence) reads the links and the index; a writer
+/// victim, then (a full fence) reads the links and the index; a settle
 /// changes the index, then (a full fence) reads the victim, and if it is
 /// its record's segment, marks the watch touched, then (a release fence)
 /// changes the segment's live bytes. So either the reclaim's reads see the
-/// change, or the writer marks the watch; and a reclaim whose final read of
-/// the live bytes sees the writer's change (then an acquire fence) sees the
-/// mark. A writer still running at the end holds a stripe, which the
+/// change, or the settle marks the watch; and a reclaim whose final read of
+/// the live bytes sees the settle's change (then an acquire fence) sees the
+/// mark. A settle still running at the end holds a stripe, which the
 /// reclaim waits for before its final look.
 #[derive(Default)]
 pub(crate) struct SparseWatch {
@@ -378,9 +382,8 @@ impl SparseWatch {
         WatchGuard(self)
     }
 
-    /// A writer, under its stripe, has just displaced an entry of segment
-    /// `seg` from the index or put one back, and is about to change the
-    /// segment's live bytes.
+    /// A settle, under its stripe, has just put an entry of segment `seg`
+    /// back in the index, and is about to add to the segment's live bytes.
     pub(crate) fn changed(&self, seg: u32) {
         use std::sync::atomic::{fence, Ordering::SeqCst};
         fence(SeqCst);

@@ -1449,8 +1449,6 @@ impl Core {
             let existing = self.find(key, h, false, false).await?;
             return self.commit(key, h, existing, loc, false, policy).await;
         }
-        // A GC reading `e`'s segment sparsely must know it left the index.
-        self.sparse_watch.changed(self.sb.segment_of(e.pba()));
         self.space.sub_live(self.sb.segment_of(e.pba()), e.kv_size() as u64 * g);
         self.space.add_live(loc.seg, loc.grains * g);
         self.counters.blind.fetch_add(1, Relaxed);

@@ -1213,9 +1213,10 @@ fn a_sparse_reclaim_and_a_scan_leave_the_same_store() {
     assert_eq!(outcomes[0], outcomes[1], "a sparse reclaim and a scan differ");
 }
 
-/// A record of a victim displaced from the index while a sparse reclaim
-/// reads (a colliding key's blind overwrite) makes the reclaim scan the
-/// victim after all; the displaced key is kept.
+/// A record of a victim put back in the index while a sparse reclaim reads
+/// (a colliding key's blind overwrite displaced it, a checkpoint settled
+/// the link) makes the reclaim scan the victim after all; the displaced key
+/// is kept.
 #[test]
 fn a_victim_touched_during_a_sparse_reclaim_is_scanned() {
     let keys = colliding_keys(2);
@@ -1233,8 +1234,14 @@ fn a_victim_touched_during_a_sparse_reclaim_is_scanned() {
     let (s2, b2) = (s.clone(), b.clone());
     crate::gc::AFTER_SPARSE_READS.with(|h| {
         h.set(Some(Box::new(move || {
-            // A writer on its own thread: displaces a, blindly.
-            std::thread::spawn(move || s2.put(&b2, b"b1").unwrap()).join().unwrap();
+            // On their own thread: a writer displaces a, blindly, and a
+            // checkpoint settles the link, putting a back in the index.
+            std::thread::spawn(move || {
+                s2.put(&b2, b"b1").unwrap();
+                s2.checkpoint().unwrap();
+            })
+            .join()
+            .unwrap();
         })))
     });
     crate::gc::reclaim_with(&s.core, v, false, crate::gc::ReadMode::Sparse).unwrap();
