@@ -228,6 +228,7 @@ fn churn(store: &Store, o: &ChurnOptions) -> Result<ChurnReport, String> {
             evicted_segments: st.gc.evicted_segments - base.gc.evicted_segments,
             evicted_values: st.gc.evicted_values - base.gc.evicted_values,
             sparse_victims: st.gc.sparse_victims - base.gc.sparse_victims,
+            sparse_fallbacks: st.gc.sparse_fallbacks - base.gc.sparse_fallbacks,
         },
         samples,
         mismatches,

@@ -155,6 +155,7 @@ pub(crate) struct GcCounters {
     evicted_segments: AtomicU64,
     evicted_values: AtomicU64,
     sparse_victims: AtomicU64,
+    sparse_fallbacks: AtomicU64,
 }
 
 /// What GC has done since the store was opened.
@@ -176,6 +177,8 @@ pub struct GcStats {
     /// Victims read sparsely (only the records the index or a link points
     /// at) instead of scanned whole.
     pub sparse_victims: u64,
+    /// Sparse reclaims that found something changed and scanned after all.
+    pub sparse_fallbacks: u64,
 }
 
 impl GcCounters {
@@ -190,6 +193,7 @@ impl GcCounters {
             evicted_segments: self.evicted_segments.load(Relaxed),
             evicted_values: self.evicted_values.load(Relaxed),
             sparse_victims: self.sparse_victims.load(Relaxed),
+            sparse_fallbacks: self.sparse_fallbacks.load(Relaxed),
         }
     }
 }
@@ -468,7 +472,7 @@ pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
 pub(crate) fn reclaim_with(core: &Core, v: u32, evict: bool, mode: ReadMode) -> Result<()> {
     // Watched from before the sparse reads look at the links and the index
     // until the final check (see [`SparseWatch`]).
-    let _watch = (mode != ReadMode::Scan).then(|| core.sparse_watch.start(v));
+    let watch = (mode != ReadMode::Scan).then(|| core.sparse_watch.start(v));
     let mut w = Victim::new(core, v, evict);
     let sparse = match mode {
         ReadMode::Scan => None,
@@ -505,6 +509,8 @@ pub(crate) fn reclaim_with(core: &Core, v: u32, evict: bool, mode: ReadMode) -> 
         // record of `v` displaced from the index or put back in it): the
         // scan finds whatever it was.
         tracing::debug!(victim = v, left, links = leftover.len(), "sparse reclaim left something: scanning");
+        core.gc_counters.sparse_fallbacks.fetch_add(1, Relaxed);
+        drop(watch);
         return reclaim_with(core, v, evict, ReadMode::Scan);
     }
     // Every link displacing a record of `v` was settled as the scan met
@@ -518,6 +524,7 @@ pub(crate) fn reclaim_with(core: &Core, v: u32, evict: bool, mode: ReadMode) -> 
         rescan |= crate::links::resolve_one(core, &link)?;
     }
     if rescan {
+        drop(watch);
         return reclaim_with(core, v, evict, ReadMode::Scan);
     }
     if left != 0 {

@@ -1246,6 +1246,7 @@ fn a_victim_touched_during_a_sparse_reclaim_is_scanned() {
     });
     crate::gc::reclaim_with(&s.core, v, false, crate::gc::ReadMode::Sparse).unwrap();
     assert_eq!(s.stats().gc.sparse_victims, 0, "the touched victim was not scanned after all");
+    assert_eq!(s.stats().gc.sparse_fallbacks, 1);
     assert_eq!(s.stats().gc.victims, 1);
     assert_eq!(s.get(&a).unwrap().as_deref(), Some(&b"a1"[..]), "the displaced key was lost");
     assert_eq!(s.get(&b).unwrap().as_deref(), Some(&b"b1"[..]));
