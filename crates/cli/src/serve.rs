@@ -377,7 +377,7 @@ pub fn run(a: Config, progress: Option<granary_store::ProgressHook>) -> Result<(
         progress,
         // Meta flags h, l and the win token (W/Z): 4 bytes per index slot.
         track_access: true,
-        blind_overwrite_bytes: usize::try_from(a.blind_overwrite_mem).unwrap_or(usize::MAX),
+        blind_overwrite_bytes: Some(usize::try_from(a.blind_overwrite_mem).unwrap_or(usize::MAX)),
         ..OpenOptions::default()
     };
     // With io_uring, requests' device IO goes through the executors' rings

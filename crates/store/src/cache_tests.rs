@@ -759,7 +759,12 @@ fn a_full_cache_evicts_a_segment_that_needs_no_write() {
 fn access_state_survives_a_colliding_blind_overwrite() {
     let f = Fixture::new(8 << 20);
     let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(256 << 10), index_table_homes: Some(64) };
-    let o = OpenOptions { track_access: true, checkpoint_interval: None, ..f.opts(false, false) };
+    let o = OpenOptions {
+        track_access: true,
+        checkpoint_interval: None,
+        blind_overwrite_bytes: crate::tests::BLIND,
+        ..f.opts(false, false)
+    };
     let s = Store::create(f.dev.clone(), &c, &o).unwrap();
     let keys = crate::tests::colliding_keys(2);
     let (a, b) = (&keys[0][..], &keys[1][..]);

@@ -535,7 +535,11 @@ impl Store {
             flush_floor: AtomicU64::new(0),
             flush_lock: async_lock::Mutex::new(()),
             dropped: Default::default(),
-            links: crate::links::Links::new(opts.blind_overwrite_bytes),
+            links: crate::links::Links::new(opts.blind_overwrite_bytes.unwrap_or(if dev.in_memory() {
+                0
+            } else {
+                crate::links::BLIND_OVERWRITE_BYTES_DEFAULT
+            })),
             sparse_watch: crate::gc::SparseWatch::new(),
             coalesce: opts.coalesce_writes,
             coalescer: Default::default(),

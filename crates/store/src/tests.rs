@@ -898,7 +898,7 @@ fn an_overwrite_reads_the_old_version_while_it_writes_the_new() {
         overlaps: Default::default(),
     });
     let opts = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
-    let no_blind = OpenOptions { gc: false, blind_overwrite_bytes: 0, ..OpenOptions::default() };
+    let no_blind = OpenOptions { gc: false, blind_overwrite_bytes: Some(0), ..OpenOptions::default() };
     let s = Store::create(dev.clone(), &opts, &no_blind).unwrap();
     let keys = colliding_keys(3);
     let put = |k: &[u8], v: &[u8]| granary_rt::block_on(s.put_async(k, v)).unwrap();
@@ -942,7 +942,7 @@ fn an_overwrite_reads_the_old_version_while_it_writes_the_new() {
 fn an_overwrite_whose_read_fails_keeps_the_old_version() {
     let dev = Arc::new(granary_io::FaultDevice::new(16 << 20, 7));
     let opts = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
-    let no_blind = OpenOptions { gc: false, blind_overwrite_bytes: 0, ..OpenOptions::default() };
+    let no_blind = OpenOptions { gc: false, blind_overwrite_bytes: Some(0), ..OpenOptions::default() };
     let s = Store::create(dev.clone(), &opts, &no_blind).unwrap();
     s.put(b"k", b"old").unwrap();
     let writes = dev.counters().snapshot().writes;
@@ -957,6 +957,9 @@ fn an_overwrite_whose_read_fails_keeps_the_old_version() {
     assert!(s.verify().unwrap().is_clean());
 }
 
+/// Blind overwrites on: the in-memory test device leaves them off by default.
+pub(crate) const BLIND: Option<usize> = Some(crate::BLIND_OVERWRITE_BYTES_DEFAULT);
+
 /// Blind overwrites ([`crate::links`]): an overwrite of a key whose
 /// neighbourhood holds one candidate reads nothing; a key written again and
 /// again holds one link; `verify` settles it; the latest value survives a
@@ -965,8 +968,13 @@ fn an_overwrite_whose_read_fails_keeps_the_old_version() {
 fn a_blind_overwrite_reads_nothing_and_holds_one_link_per_key() {
     let dev = test_device(16 << 20);
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
-    let crashy =
-        OpenOptions { gc: false, checkpoint_on_close: false, checkpoint_interval: None, ..OpenOptions::default() };
+    let crashy = OpenOptions {
+        blind_overwrite_bytes: BLIND,
+        gc: false,
+        checkpoint_on_close: false,
+        checkpoint_interval: None,
+        ..OpenOptions::default()
+    };
     let s = Store::create(dev.clone(), &create, &crashy).unwrap();
     s.put(b"k", b"v1").unwrap();
     let reads = dev.counters().snapshot().reads;
@@ -998,7 +1006,7 @@ fn past_the_link_cap_overwrites_read_the_old_version() {
     let dev = test_device(16 << 20);
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
     let cap = 3 * (crate::LINK_OVERHEAD_BYTES + 6);
-    let open = OpenOptions { gc: false, blind_overwrite_bytes: cap, ..OpenOptions::default() };
+    let open = OpenOptions { gc: false, blind_overwrite_bytes: Some(cap), ..OpenOptions::default() };
     let s = Store::create(dev.clone(), &create, &open).unwrap();
     let keys: Vec<String> = (0..8).map(|i| format!("key-{i}")).collect();
     for k in &keys {
@@ -1041,8 +1049,13 @@ fn a_blind_overwrite_of_a_colliding_key_loses_nothing() {
         let dev = test_device(16 << 20);
         let create =
             CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
-        let crashy =
-            OpenOptions { gc: false, checkpoint_on_close: false, checkpoint_interval: None, ..OpenOptions::default() };
+        let crashy = OpenOptions {
+            blind_overwrite_bytes: BLIND,
+            gc: false,
+            checkpoint_on_close: false,
+            checkpoint_interval: None,
+            ..OpenOptions::default()
+        };
         let s = Store::create(dev.clone(), &create, &crashy).unwrap();
         let keys = colliding_keys(2);
         let (a, b) = (&keys[0][..], &keys[1][..]);
@@ -1123,7 +1136,8 @@ fn a_blind_overwrite_of_a_colliding_key_loses_nothing() {
 fn an_unreadable_displaced_record_reports_and_never_blocks_checkpoints() {
     let dev = test_device(16 << 20);
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
-    let open = OpenOptions { gc: false, checkpoint_interval: None, ..OpenOptions::default() };
+    let open =
+        OpenOptions { blind_overwrite_bytes: BLIND, gc: false, checkpoint_interval: None, ..OpenOptions::default() };
     let s = Store::create(dev.clone(), &create, &open).unwrap();
     let keys = colliding_keys(2);
     let (a, b) = (&keys[0][..], &keys[1][..]);
@@ -1160,7 +1174,12 @@ fn a_sparse_reclaim_and_a_scan_leave_the_same_store() {
         let dev = test_device(16 << 20);
         let create =
             CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
-        let open = OpenOptions { gc: false, checkpoint_interval: None, ..OpenOptions::default() };
+        let open = OpenOptions {
+            blind_overwrite_bytes: BLIND,
+            gc: false,
+            checkpoint_interval: None,
+            ..OpenOptions::default()
+        };
         let s = Store::create(dev.clone(), &create, &open).unwrap();
         // The victim: 30 values (3 stay, the rest are overwritten or
         // deleted later), a key another key's blind overwrite displaces,
@@ -1223,7 +1242,8 @@ fn a_victim_touched_during_a_sparse_reclaim_is_scanned() {
     let (a, b) = (keys[0].clone(), keys[1].clone());
     let dev = test_device(16 << 20);
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
-    let open = OpenOptions { gc: false, checkpoint_interval: None, ..OpenOptions::default() };
+    let open =
+        OpenOptions { blind_overwrite_bytes: BLIND, gc: false, checkpoint_interval: None, ..OpenOptions::default() };
     let s = Arc::new(Store::create(dev.clone(), &create, &open).unwrap());
     s.put(&a, b"a1").unwrap();
     let v = s.core.sb.segment_of(s.core.index.lookup(key_hash(&a)).as_slice()[0].pba());

@@ -15,6 +15,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
+/// Blind overwrites on (the in-memory device leaves them off by default).
+const BLIND: Option<usize> = Some(granary_store::BLIND_OVERWRITE_BYTES_DEFAULT);
+
 struct Rng(u64);
 
 impl Rng {
@@ -46,7 +49,12 @@ const OPS_PER_WRITER: u64 = 6000;
 fn run(seed: u64) -> u64 {
     let dev = Arc::new(granary_io::MemDevice::new(DEVICE_BYTES));
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
-    let crashy = OpenOptions { checkpoint_on_close: false, checkpoint_interval: None, ..OpenOptions::default() };
+    let crashy = OpenOptions {
+        blind_overwrite_bytes: BLIND,
+        checkpoint_on_close: false,
+        checkpoint_interval: None,
+        ..OpenOptions::default()
+    };
     let store = Arc::new(Store::create(dev.clone(), &create, &crashy).unwrap());
     // Each writer owns every other key: the last write of a key is known.
     let mut keys = common::colliding_groups("blind-", 6, 4);
@@ -126,7 +134,7 @@ fn run(seed: u64) -> u64 {
     check(&store, "running");
     let store = Arc::try_unwrap(store).ok().unwrap();
     drop(store); // a crash: no final checkpoint
-    let clean = OpenOptions { checkpoint_interval: None, ..OpenOptions::default() };
+    let clean = OpenOptions { blind_overwrite_bytes: BLIND, checkpoint_interval: None, ..OpenOptions::default() };
     let s = Store::open(dev.clone(), &clean).unwrap();
     check(&s, "after a crash");
     let report = s.verify().unwrap();

@@ -9,6 +9,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};
 use std::sync::Arc;
 
+/// Blind overwrites on (the in-memory device leaves them off by default).
+const BLIND: Option<usize> = Some(granary_store::BLIND_OVERWRITE_BYTES_DEFAULT);
+
 /// Bytes allocated and not freed, as the allocator was asked (the
 /// allocator's own per-block overhead comes on top, about 16 bytes a block
 /// with glibc).
@@ -51,8 +54,13 @@ fn a_link_costs_no_more_than_the_store_accounts() {
     const KEYS: usize = 29_000;
     let dev = Arc::new(granary_io::MemDevice::new(96 << 20));
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: None };
-    let open =
-        OpenOptions { gc: false, checkpoint_interval: None, checkpoint_on_close: false, ..OpenOptions::default() };
+    let open = OpenOptions {
+        blind_overwrite_bytes: BLIND,
+        gc: false,
+        checkpoint_interval: None,
+        checkpoint_on_close: false,
+        ..OpenOptions::default()
+    };
     let s = Store::create(dev, &create, &open).unwrap();
     let key = |i: usize| format!("link-memory-key-{i:08}").into_bytes(); // 24 bytes
     for i in 0..KEYS {

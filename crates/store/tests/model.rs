@@ -79,13 +79,19 @@ proptest! {
     }
 }
 
+/// Blind overwrites on whatever the device (the in-memory one leaves them
+/// off by default), so that colliding keys displace each other.
+fn opts() -> OpenOptions {
+    OpenOptions { blind_overwrite_bytes: Some(granary_store::BLIND_OVERWRITE_BYTES_DEFAULT), ..OpenOptions::default() }
+}
+
 fn run_model(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let mut h = Harness::new(backend);
     let keys = key_pool();
     prop_assert_eq!(keys.len(), 17);
     let dev = h.device(96 << 20);
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(2 << 20), index_table_homes: Some(64) };
-    let mut store = Arc::new(Store::create(dev.clone(), &create, &OpenOptions::default()).unwrap());
+    let mut store = Arc::new(Store::create(dev.clone(), &create, &opts()).unwrap());
     let mut model: HashMap<usize, Vec<u8>> = HashMap::new();
     for op in ops {
         match op {
@@ -111,14 +117,14 @@ fn run_model(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Reopen => {
                 drop(store);
-                store = Arc::new(Store::open(dev.clone(), &OpenOptions::default()).unwrap());
+                store = Arc::new(Store::open(dev.clone(), &opts()).unwrap());
             }
             Op::Checkpoint => {
                 store.checkpoint().unwrap();
             }
             Op::CloseReopen => {
                 Arc::try_unwrap(store).ok().expect("no other handle").close().unwrap();
-                store = Arc::new(Store::open(dev.clone(), &OpenOptions::default()).unwrap());
+                store = Arc::new(Store::open(dev.clone(), &opts()).unwrap());
                 prop_assert!(store.stats().recovery.clean_shutdown);
             }
         }
@@ -137,7 +143,7 @@ fn run_model(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
     };
     check(&store)?;
     drop(store);
-    let store = Arc::new(Store::open(dev.clone(), &OpenOptions::default()).unwrap());
+    let store = Arc::new(Store::open(dev.clone(), &opts()).unwrap());
     check(&store)?;
     if backend != Backend::Sync {
         prop_assert!(h.ring_sqes() > 0, "the io_uring path was used");
