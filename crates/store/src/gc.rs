@@ -481,6 +481,8 @@ pub(crate) fn reclaim_with(core: &Core, v: u32, evict: bool, mode: ReadMode) -> 
         ReadMode::Sparse => sparse_targets(core, v, true),
     };
     let was_sparse = sparse.is_some();
+    // A scan needs no watch.
+    let watch = watch.filter(|_| was_sparse);
     match sparse {
         Some(targets) => {
             w.read_sparse(targets)?;
@@ -506,8 +508,8 @@ pub(crate) fn reclaim_with(core: &Core, v: u32, evict: bool, mode: ReadMode) -> 
     let left = core.space.live_of(v);
     if was_sparse && (left != 0 || !leftover.is_empty() || core.sparse_watch.touched()) {
         // Something may have changed after the sparse reads looked (a
-        // record of `v` displaced from the index or put back in it): the
-        // scan finds whatever it was.
+        // record of `v` put back in the index, a link or live bytes left):
+        // the scan finds whatever it was.
         tracing::debug!(victim = v, left, links = leftover.len(), "sparse reclaim left something: scanning");
         core.gc_counters.sparse_fallbacks.fetch_add(1, Relaxed);
         drop(watch);
