@@ -960,22 +960,35 @@ fn an_overwrite_whose_read_fails_keeps_the_old_version() {
 /// Blind overwrites on: the in-memory test device leaves them off by default.
 pub(crate) const BLIND: Option<usize> = Some(crate::BLIND_OVERWRITE_BYTES_DEFAULT);
 
+/// Options of the blind-overwrite tests: blind overwrites on, no GC thread,
+/// no background checkpoint and none at close (a drop is a crash).
+fn blind_opts() -> OpenOptions {
+    OpenOptions {
+        blind_overwrite_bytes: BLIND,
+        gc: false,
+        checkpoint_on_close: false,
+        checkpoint_interval: None,
+        ..OpenOptions::default()
+    }
+}
+
+/// A 16 MiB store of 512 B grains, `segment`-byte segments and 64-slot
+/// tables (so `colliding_keys` collide), opened with [`blind_opts`].
+fn blind_store(segment: u64) -> (Arc<TestDevice>, Store) {
+    let dev = test_device(16 << 20);
+    let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(segment), index_table_homes: Some(64) };
+    let s = Store::create(dev.clone(), &create, &blind_opts()).unwrap();
+    (dev, s)
+}
+
 /// Blind overwrites ([`crate::links`]): an overwrite of a key whose
 /// neighbourhood holds one candidate reads nothing; a key written again and
 /// again holds one link; `verify` settles it; the latest value survives a
 /// clean restart and a crash.
 #[test]
 fn a_blind_overwrite_reads_nothing_and_holds_one_link_per_key() {
-    let dev = test_device(16 << 20);
-    let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
-    let crashy = OpenOptions {
-        blind_overwrite_bytes: BLIND,
-        gc: false,
-        checkpoint_on_close: false,
-        checkpoint_interval: None,
-        ..OpenOptions::default()
-    };
-    let s = Store::create(dev.clone(), &create, &crashy).unwrap();
+    let (dev, s) = blind_store(1 << 20);
+    let crashy = blind_opts();
     s.put(b"k", b"v1").unwrap();
     let reads = dev.counters().snapshot().reads;
     for i in 2..=5 {
@@ -1046,17 +1059,8 @@ enum Settle {
 fn a_blind_overwrite_of_a_colliding_key_loses_nothing() {
     use Settle::*;
     for how in [Get, Gc, Checkpoint, CheckpointThenCrash, Crash, Delete, ReplaceOnly, BlindAgain] {
-        let dev = test_device(16 << 20);
-        let create =
-            CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
-        let crashy = OpenOptions {
-            blind_overwrite_bytes: BLIND,
-            gc: false,
-            checkpoint_on_close: false,
-            checkpoint_interval: None,
-            ..OpenOptions::default()
-        };
-        let s = Store::create(dev.clone(), &create, &crashy).unwrap();
+        let (dev, s) = blind_store(64 << 10);
+        let crashy = blind_opts();
         let keys = colliding_keys(2);
         let (a, b) = (&keys[0][..], &keys[1][..]);
         if matches!(how, CheckpointThenCrash) {
@@ -1134,11 +1138,8 @@ fn a_blind_overwrite_of_a_colliding_key_loses_nothing() {
 /// is written as an item of its own) and `verify` reports it.
 #[test]
 fn an_unreadable_displaced_record_reports_and_never_blocks_checkpoints() {
-    let dev = test_device(16 << 20);
-    let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
-    let open =
-        OpenOptions { blind_overwrite_bytes: BLIND, gc: false, checkpoint_interval: None, ..OpenOptions::default() };
-    let s = Store::create(dev.clone(), &create, &open).unwrap();
+    let (dev, s) = blind_store(1 << 20);
+    let open = blind_opts();
     let keys = colliding_keys(2);
     let (a, b) = (&keys[0][..], &keys[1][..]);
     s.put(a, b"a1").unwrap();
@@ -1171,16 +1172,8 @@ fn a_sparse_reclaim_and_a_scan_leave_the_same_store() {
     let (a, b) = (&keys[0][..], &keys[1][..]);
     let mut outcomes = Vec::new();
     for mode in [ReadMode::Sparse, ReadMode::Scan] {
-        let dev = test_device(16 << 20);
-        let create =
-            CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
-        let open = OpenOptions {
-            blind_overwrite_bytes: BLIND,
-            gc: false,
-            checkpoint_interval: None,
-            ..OpenOptions::default()
-        };
-        let s = Store::create(dev.clone(), &create, &open).unwrap();
+        let (dev, s) = blind_store(64 << 10);
+        let open = blind_opts();
         // The victim: 30 values (3 stay, the rest are overwritten or
         // deleted later), a key another key's blind overwrite displaces,
         // and a tombstone.
@@ -1240,11 +1233,9 @@ fn a_sparse_reclaim_and_a_scan_leave_the_same_store() {
 fn a_victim_touched_during_a_sparse_reclaim_is_scanned() {
     let keys = colliding_keys(2);
     let (a, b) = (keys[0].clone(), keys[1].clone());
-    let dev = test_device(16 << 20);
-    let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
-    let open =
-        OpenOptions { blind_overwrite_bytes: BLIND, gc: false, checkpoint_interval: None, ..OpenOptions::default() };
-    let s = Arc::new(Store::create(dev.clone(), &create, &open).unwrap());
+    let (dev, s) = blind_store(64 << 10);
+    let open = blind_opts();
+    let s = Arc::new(s);
     s.put(&a, b"a1").unwrap();
     let v = s.core.sb.segment_of(s.core.index.lookup(key_hash(&a)).as_slice()[0].pba());
     roll_segment(&s);
