@@ -75,6 +75,9 @@ pub struct DeviceBenchOptions {
     /// PUT points write keys not in the store yet (inserts: no old version
     /// to read) instead of overwriting loaded ones.
     pub new_keys: bool,
+    /// `OpenOptions::blind_overwrite_bytes` of every store (None: the
+    /// store's default, on for files and off in memory).
+    pub blind_overwrite_bytes: Option<usize>,
     pub seed: u64,
     pub progress: bool,
 }
@@ -98,6 +101,7 @@ impl Default for DeviceBenchOptions {
             registered_buffers: true,
             fio: true,
             new_keys: false,
+            blind_overwrite_bytes: None,
             seed: 1,
             progress: true,
         }
@@ -589,6 +593,7 @@ pub fn ensure_fio() -> Result<String, String> {
 }
 
 pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
+    let open_opts = OpenOptions { blind_overwrite_bytes: o.blind_overwrite_bytes, ..OpenOptions::default() };
     let mut report = DeviceBenchReport::default();
     let key_avg = 20u64;
     report.record_bytes = (48 + key_avg + o.value_bytes as u64).next_multiple_of(o.grain_bytes as u64);
@@ -621,8 +626,7 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
         .map_err(|e| e.to_string())?
         .with_backend(IoBackend::Uring);
         bar.finish();
-        let store =
-            Arc::new(Store::create(Arc::new(dev), &create, &OpenOptions::default()).map_err(|e| e.to_string())?);
+        let store = Arc::new(Store::create(Arc::new(dev), &create, &open_opts).map_err(|e| e.to_string())?);
         let cfg = RuntimeConfig {
             threads: o.cores,
             defer_taskrun: o.defer_taskrun,
@@ -656,7 +660,7 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
         for b in o.backends.iter().filter(|b| b.as_str() != "mem") {
             let backend = if b == "sync" { IoBackend::Sync } else { IoBackend::Uring };
             let dev = FileDevice::open(&o.path, OpenMode::Direct).map_err(|e| e.to_string())?.with_backend(backend);
-            let store = Arc::new(Store::open(Arc::new(dev), &OpenOptions::default()).map_err(|e| e.to_string())?);
+            let store = Arc::new(Store::open(Arc::new(dev), &open_opts).map_err(|e| e.to_string())?);
             for op in ["get", "put"] {
                 for &d in &o.depths {
                     let p = match b.as_str() {
@@ -682,8 +686,7 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
         if o.backends.iter().any(|b| b == "mem") {
             let mem: Arc<dyn Device> =
                 Arc::new(MemDevice::new_huge(((o.keys * report.record_bytes * 2) + (64 << 20)).max(256 << 20)));
-            let store =
-                Arc::new(Store::create(mem.clone(), &create, &OpenOptions::default()).map_err(|e| e.to_string())?);
+            let store = Arc::new(Store::create(mem.clone(), &create, &open_opts).map_err(|e| e.to_string())?);
             for i in 0..o.keys {
                 store.put(&key(i), &value_of(o.value_bytes, i, 0)).map_err(|e| e.to_string())?;
             }
@@ -904,6 +907,7 @@ pub fn to_json(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> serde_json::Val
         "spin_io_us": o.spin_io.as_micros() as u64,
         "registered_buffers": o.registered_buffers,
         "put_keys": if o.new_keys { "new" } else { "existing" },
+        "blind_overwrite_bytes": o.blind_overwrite_bytes,
         "fio_version": r.fio_version,
         "points": r.points.iter().map(|p| {
             let fio = find(r, "fio", p.op, p.depth).map(|f| f.ops_per_sec());

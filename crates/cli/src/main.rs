@@ -376,6 +376,10 @@ struct DeviceBenchArgs {
     /// file for them.
     #[arg(long)]
     new_keys: bool,
+    /// DRAM for blind overwrites in every store (e.g. 64M; 0 = off)
+    /// [default: the store's: 64M on the file, off on the in-memory device].
+    #[arg(long = "blind-overwrite-mem", value_parser = size::parse)]
+    blind_overwrite_mem: Option<u64>,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -999,6 +1003,7 @@ fn bench(cmd: BenchCmd) -> Result<ExitCode, String> {
                 registered_buffers: !a.no_fixed_buffers,
                 fio: !a.no_fio,
                 new_keys: a.new_keys,
+                blind_overwrite_bytes: a.blind_overwrite_mem.map(|b| usize::try_from(b).unwrap_or(usize::MAX)),
                 ..Default::default()
             };
             let r = granary_bench::device::run(&o)?;
