@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Plot `granary bench device --json FILE` output: throughput and median
+"""Plot `granary-bench device --json FILE` output: throughput and median
 latency against queue depth, Granary's backends against fio.
 
-usage: scripts/plot_device.py RESULT.json OUT.png   (needs matplotlib)
+usage: scripts/plot_device.py [RESULT.json OUT.png]   (needs matplotlib)
+default: docs/results/bench-device-v.json docs/results/bench-device.png
 """
 import json
 import sys
@@ -14,9 +15,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def main():
-    if len(sys.argv) != 3:
+    args = sys.argv[1:] or ["docs/results/bench-device-v.json", "docs/results/bench-device.png"]
+    if len(args) != 2:
         sys.exit(__doc__)
-    data = json.load(open(sys.argv[1]))
+    data = json.load(open(args[0]))
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
     styles = {"granary-uring": "o-", "granary-uring-zc": "d-", "granary-sync": "s--", "fio": "k^-"}
     for col, op in enumerate(["get", "put"]):
@@ -37,9 +39,9 @@ def main():
             axes[row][col].set_xlabel("queue depth")
             axes[row][col].grid(True, alpha=0.3)
             axes[row][col].legend()
-    fig.suptitle(f"granary bench device ({data.get('fio_version') or 'no fio'})")
+    fig.suptitle(f"granary-bench device ({data.get('fio_version') or 'no fio'})")
     fig.tight_layout()
-    fig.savefig(sys.argv[2], dpi=90)
+    fig.savefig(args[1], dpi=90)
 
 
 if __name__ == "__main__":

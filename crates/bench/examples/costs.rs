@@ -1,4 +1,4 @@
-//! Unit costs behind choices on the GET path (docs/BENCHMARKS.md, "Device"):
+//! Unit costs behind choices on the GET path (docs/BENCHMARKS-HISTORY.md, "Device"):
 //! CRC32C of a record with each implementation, and clock reads.
 //!
 //! `cargo run --release -p granary-bench --example costs`

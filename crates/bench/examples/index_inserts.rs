@@ -1,6 +1,6 @@
 //! Inserts into Granary's index from one or more threads, untimed per insert: the
-//! index's own insert rate, pre-sized and growing (docs/BENCHMARKS.md,
-//! "Index"). `granary bench index` times every insert for its latency
+//! index's own insert rate, pre-sized and growing (docs/BENCHMARKS-HISTORY.md,
+//! "Index"). `granary-bench index` times every insert for its latency
 //! percentiles, which costs a clock read per insert on top.
 //!
 //! `cargo run --release -p granary-bench --example index_inserts -- [ITEMS] [ROUNDS] [THREADS]`
@@ -23,7 +23,7 @@ fn splitmix(mut x: u64) -> u64 {
 /// Millions of inserts per second of `hashes` into a fresh index with
 /// `2^initial_log2` of its 16 tables, from `threads` threads.
 fn rate(hashes: &[u64], initial_log2: u32, threads: usize) -> f64 {
-    // As `granary bench index`: 16 tables hold every item at 85%.
+    // As `granary-bench index`: 16 tables hold every item at 85%.
     let homes = (hashes.len() as f64 / 16.0 / 0.85) as u32 + 1;
     let idx = Index::new(IndexConfig::with_tables(homes.max(64), initial_log2));
     let started = Instant::now();

@@ -1,6 +1,6 @@
 //! Random 4 KiB copies out of DRAM, with and without the next copies'
 //! first lines prefetched: the measurement behind the in-memory device's
-//! `READ_PREFETCH_LINES` (docs/BENCHMARKS.md, "In-memory GETs on an
+//! `READ_PREFETCH_LINES` (docs/BENCHMARKS-HISTORY.md, "In-memory GETs on an
 //! executor").
 //!
 //! `cargo run --release -p granary-bench --example prefetch_copies -- [MIB] [COPIES]`

@@ -1,4 +1,4 @@
-//! `granary bench churn`: keep a store busy with overwrites long after it
+//! `granary-bench churn`: keep a store busy with overwrites long after it
 //! is full, and check it never loses data.
 //!
 //! Fill the store to a target share of live data, then overwrite random

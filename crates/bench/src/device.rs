@@ -1,4 +1,4 @@
-//! `granary bench device`: the engine against the raw device (uDepot §6.1).
+//! `granary-bench device`: the engine against the raw device (uDepot §6.1).
 //!
 //! Loads N random 8–32 byte keys with V-byte values into a store on a real
 //! O_DIRECT file, then measures random GETs and random PUTs (overwrites of
@@ -11,7 +11,8 @@
 //!   `new_put_buf` + `put_buf_async`), as a server uses it;
 //! - `mem`: the synchronous API on an in-memory device, one thread: the
 //!   software ceiling per core, with and without the zero-copy API; one op
-//!   in [`MEM_LATENCY_SAMPLE`] is timed there (the clock costs ~10% of an op);
+//!   in [`MEM_LATENCY_SAMPLE`] is timed there (the clock would cost a visible
+//!   share of every op);
 //!   then the async API on one executor with a task per GET in flight, at
 //!   each depth ([`MEM_RT`]), where the device's reads and the index
 //!   lookups yield so that the tasks' memory misses overlap.
@@ -28,9 +29,9 @@
 //! device's reference, and every Granary line carries its ratio to fio.
 //! fio's random reads run twice, before the Granary backends (over the
 //! loaded store's file, which reading leaves as it is) and after them, and
-//! the reference is the two pooled ([`pooled`]): this virtual disk's speed
-//! drifts over minutes, and a reference taken only at the end carried that
-//! drift into every ratio. Its random writes run once, at the end, after a
+//! the reference is the two pooled ([`pooled`]): a virtual disk's speed
+//! can drift over minutes, and a reference taken only at the end would
+//! carry that drift into every ratio. Its random writes run once, at the end, after a
 //! sequential fill and a wait for a quiet machine
 //! ([`crate::mem::wait_for_quiet`]: the in-memory device's memory was just
 //! freed). Each point runs for a bounded time and a bounded
@@ -280,9 +281,9 @@ pub(crate) fn value_of(v: usize, i: u64, round: u64) -> Vec<u8> {
 
 /// Measure one op at one depth with `depth` threads on the sync API.
 /// On the in-memory device, one op in this many is timed: an op takes about
-/// a microsecond there, and timing one takes two clock reads of ~35-40 ns
-/// each on this project's machine, which would lower the software ceiling
-/// being measured by ~10%. Latency percentiles come from the sample.
+/// a microsecond there, and timing one takes two clock reads, which would
+/// noticeably lower the software ceiling being measured. Latency
+/// percentiles come from the sample.
 pub const MEM_LATENCY_SAMPLE: u64 = 16;
 
 /// The in-memory points on one executor: the async API, a task per GET in
@@ -393,7 +394,7 @@ pub(crate) fn run_tasks(
 thread_local! {
     /// The latencies of the bench tasks an executor thread runs: one
     /// histogram per core, not per task (128 tasks' histograms of ~250 KiB
-    /// each made every record a cache miss, ~6% of the executor's time).
+    /// each would make every record a cache miss).
     static EXECUTOR_HIST: std::cell::RefCell<Option<Histogram<u64>>> = const { std::cell::RefCell::new(None) };
 }
 
@@ -538,8 +539,8 @@ fn fio_run(path: &Path, rw: &str, depth: usize, secs: f64, size: u64) -> Result<
     let runtime_ms = side["runtime"].as_f64().unwrap_or(0.0);
     // Total latency (fio's `lat`: submission + completion), as Granary's
     // is measured from the call to its return. fio's default `clat` starts
-    // after the submitting system call, which it leaves out (`slat`, ~8 us
-    // of a ~32 us random read at qd 1 on this project's machine).
+    // after the submitting system call, which it leaves out (`slat`, a
+    // sizeable part of a random read at queue depth 1).
     let pct = &side["lat_ns"]["percentile"];
     let p = |k: &str| pct[k].as_f64().unwrap_or(0.0) / 1000.0;
     Ok(Point {
@@ -784,7 +785,7 @@ fn find<'a>(r: &'a DeviceBenchReport, system: &str, op: &str, depth: usize) -> O
 pub fn render(o: &DeviceBenchOptions, r: &DeviceBenchReport) -> String {
     let mut s = String::new();
     s.push_str(&format!(
-        "granary bench device: {} keys, {} B values ({} B records, {} B grains), {:.1} s per point, uring on {} core(s){}{}\n",
+        "granary-bench device: {} keys, {} B values ({} B records, {} B grains), {:.1} s per point, uring on {} core(s){}{}\n",
         o.keys,
         o.value_bytes,
         r.record_bytes,

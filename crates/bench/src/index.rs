@@ -1,4 +1,4 @@
-//! `granary bench index`: the DRAM index against its peers.
+//! `granary-bench index`: the DRAM index against its peers.
 //!
 //! Workload (uDepot §6.1 style): `items` random keys of 8–32 bytes, hashed
 //! with Granary's key hash; insert them all, then look each one up in a
@@ -24,10 +24,10 @@
 //! Every structure of a mode and thread count is built first (its inserts
 //! timed), then the lookups run in [`IndexBenchOptions::rounds`] rounds, each
 //! round looking every key up in every structure, starting with the next
-//! structure each round; each structure reports its median round. This
-//! shared machine's speed moves by tens of percent over minutes, and
-//! measuring one structure after another put such a phase on one of them
-//! only (until the commit after `8d7790d`; see docs/BENCHMARKS.md).
+//! structure each round; each structure reports its median round. A shared
+//! machine's speed can move by tens of percent over minutes, and measuring
+//! one structure after another would put such a phase on one of them only
+//! (see docs/BENCHMARKS-HISTORY.md).
 //! Reported per run: inserts/s, lookups/s, resident bytes per key and insert
 //! latency percentiles. Bytes per key are measured, not computed: the
 //! process RSS with the structure built minus the RSS once it is dropped
@@ -205,10 +205,10 @@ fn key_hash(i: u64) -> u64 {
 /// Both phases stream their keys: inserts read `hashes` front to back,
 /// lookups read `order` and `probes` front to back, so each operation's
 /// only random memory access is the structure's own, as for a server
-/// whose request's key is in cache when it is hashed. (Until the commit
-/// after `2c945df` lookups read `hashes[order[i]]`: a random read of a
-/// 400 MB array on 4 KiB pages, a cache and TLB miss that every structure
-/// paid on top of its own.)
+/// whose request's key is in cache when it is hashed. (Reading
+/// `hashes[order[i]]` instead would be a random read of a 400 MB array on
+/// 4 KiB pages, a cache and TLB miss that every structure would pay on
+/// top of its own.)
 pub struct Workload {
     hashes: Vec<u64>,
     order: Vec<u32>,
@@ -244,10 +244,9 @@ fn insert_phase<M: Map + ?Sized>(map: &M, w: &Workload, threads: usize) -> (Dura
                     // One clock read per insert: an insert's latency is the
                     // time from the previous one's end to its own (the
                     // loop's own steps included). Two reads per insert,
-                    // before and after, cost ~70 ns of a 150-600 ns insert
-                    // on this VM, the same for every structure, which
-                    // narrowed every ratio (until the commit after
-                    // `3a43a35`).
+                    // before and after, would add a fixed cost that is a
+                    // large share of an insert, the same for every
+                    // structure, and so narrow every ratio.
                     let mut prev = Instant::now();
                     for i in t * per..((t + 1) * per).min(items) {
                         map.insert(w.hashes[i], i as u64);
@@ -376,10 +375,9 @@ fn memory_floor(w: &Workload, threads: usize) -> Duration {
 
 /// Longest wait for a quiet machine ([`wait_for_quiet`]) before a timed
 /// phase. Phases free gigabytes at 50 M keys (each structure's drop, the
-/// growing peers' old tables), and the kernel's work on freed memory took
-/// whole CPUs for 28-40 ms at a time for seconds afterwards (the maximum
-/// insert latency of the first run with all of a phase's structures freed
-/// together was one such stall).
+/// growing peers' old tables), and the kernel's work on freed memory can
+/// take whole CPUs for tens of milliseconds at a time for seconds
+/// afterwards, which would show as a timed phase's maximum insert latency.
 pub const SETTLE_LIMIT: Duration = Duration::from_secs(60);
 
 /// [`wait_for_quiet`] for at most `limit`, saying so when it saw stalls.
@@ -448,7 +446,7 @@ pub fn run(opts: &IndexBenchOptions) -> Vec<RunResult> {
             let mode = if presized { "presized" } else { "resize" };
             // Every structure is built (its inserts timed) and kept, then
             // the lookups run in rounds that alternate between them, so a
-            // phase of this shared machine's speed falls on all of them
+            // phase of a shared machine's speed falls on all of them
             // instead of on whichever ran then.
             let mut built = Vec::new();
             for structure in STRUCTURES {

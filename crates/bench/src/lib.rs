@@ -2,25 +2,23 @@
 //! same run and reports ratios, never absolute targets: machines differ.
 //!
 //! - [`index`]: the DRAM index against `dashmap` and sharded
-//!   `RwLock<hashbrown::HashMap>` (`granary bench index`).
+//!   `RwLock<hashbrown::HashMap>` (`granary-bench index`).
 //! - [`churn`]: overwrites far past a full device, GC's write amplification
-//!   and the data check (`granary bench churn`). Its peer is the ideal: every
+//!   and the data check (`granary-bench churn`). Its peer is the ideal: every
 //!   byte written once (write amplification 1).
 //! - [`device`]: GET/PUT at queue depths 1..128 on both IO backends against
-//!   fio on the same file (`granary bench device`).
+//!   fio on the same file (`granary-bench device`).
 //! - [`native`]: the native protocol over loopback against the embedded
-//!   engine on the same store (`granary bench native`).
+//!   engine on the same store (`granary-bench native`).
 //! - [`recovery`]: clean restart and crash recovery of a loaded store, the
-//!   scan rate against fio's sequential read (`granary bench recovery`).
+//!   scan rate against fio's sequential read (`granary-bench recovery`).
 //! - [`progress`]: progress bars and log lines of long phases.
-//! - [`load`]: the generated keys and values of `granary load`.
 //! - [`memcache`]: the Memcache load generator, and `granary serve` against
-//!   memcached and memcached+extstore in one run (`granary bench memcache`).
+//!   memcached and memcached+extstore in one run (`granary-bench memcache`).
 
 pub mod churn;
 pub mod device;
 pub mod index;
-pub mod load;
 pub mod mem;
 pub mod memcache;
 pub mod native;

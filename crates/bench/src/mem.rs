@@ -22,8 +22,9 @@ pub fn trim() {
 }
 
 /// A probe that sees no clock step longer than this was not stalled.
-/// Idle, this machine's probes see steps of up to 4 ms (ticks, other
-/// processes); the stalls that follow a large free are 18-40 ms.
+/// Idle, a probe sees steps of a few milliseconds (ticks, other
+/// processes); the stalls that follow a large free are several times
+/// longer.
 pub const STALL: Duration = Duration::from_millis(8);
 /// Quiet for this long means done: longer than the 2 s between the passes
 /// of the kernel's free-page reporting.
@@ -35,8 +36,8 @@ pub const QUIET: Duration = Duration::from_secs(4);
 ///
 /// Why: freeing gigabytes in a VM with free-page reporting (virtio-balloon)
 /// starts kernel work that hands the memory back to the host in passes
-/// every 2 s, and each pass takes every CPU for 18-40 ms; after freeing
-/// 2.7 GB here such stalls went on for about 13 s. A benchmark that frees
+/// every 2 s, and each pass can take every CPU for tens of milliseconds;
+/// after freeing gigabytes such stalls go on for seconds. A benchmark that frees
 /// one structure and then times the next one's inserts would charge those
 /// stalls to the next one.
 pub fn wait_for_quiet(limit: Duration) -> Quiet {

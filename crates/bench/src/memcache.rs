@@ -1,4 +1,4 @@
-//! `granary bench memcache`: a Memcache load generator, and the comparison
+//! `granary-bench memcache`: a Memcache load generator, and the comparison
 //! of `granary serve` with memcached (DRAM) and memcached with extstore on
 //! the same disk, in one run.
 //!
@@ -445,9 +445,28 @@ fn parse_switches(status: &str) -> Option<u64> {
     Some(field("voluntary_ctxt_switches")? + field("nonvoluntary_ctxt_switches")?)
 }
 
+/// The `granary` binary the Granary peer runs: `GRANARY_BIN` if set, else
+/// the `granary` built beside this benchmark's own binary (cargo puts both
+/// in one folder), else the one on PATH.
+fn granary_exe() -> Result<std::path::PathBuf, String> {
+    if let Some(p) = std::env::var_os("GRANARY_BIN") {
+        return Ok(p.into());
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let beside = exe.with_file_name("granary");
+    if beside.is_file() {
+        return Ok(beside);
+    }
+    which("granary").ok_or_else(|| {
+        format!(
+            "no `granary` binary beside {} nor on PATH: build it (cargo build --release -p granary-cli) or set GRANARY_BIN",
+            exe.display()
+        )
+    })
+}
+
 fn free_port() -> Result<u16, String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+    granary_rt::net::free_low_port().map_err(|e| format!("no free port: {e}"))
 }
 
 fn start_peer(name: &str, o: &McBenchOptions) -> Result<Peer, String> {
@@ -466,8 +485,7 @@ fn start_peer(name: &str, o: &McBenchOptions) -> Result<Peer, String> {
         "granary" => {
             let data = o.dir.join("bench-memcache-granary.db");
             let _ = std::fs::remove_file(&data);
-            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-            let mut c = Command::new(exe);
+            let mut c = Command::new(granary_exe()?);
             c.args(["serve", "--data"]).arg(&data).args(["--size", &o.disk_bytes.to_string()]);
             c.args(["-p", &port.to_string(), "-t", &threads, "-c", "4096"]);
             (c, vec![data])
@@ -490,7 +508,7 @@ fn start_peer(name: &str, o: &McBenchOptions) -> Result<Peer, String> {
                 // pages to the small headers left in RAM: with the defaults
                 // (flush only under memory pressure, slow page moves) the
                 // headers' slab class stays small and most of a dataset 4x
-                // its memory is evicted (a 24% hit ratio in our runs); with
+                // its memory is evicted (most GETs then miss; docs/BENCHMARKS.md); with
                 // these it holds the whole dataset (docs/BENCHMARKS.md).
                 let opts = format!(
                     "ext_path={}:{gib}G,ext_item_age=0,slab_automove=2,slab_automove_freeratio=0.05",
@@ -683,7 +701,7 @@ impl Measured {
     fn new() -> Measured {
         // Bounded (1 us to 60 s): `saturating_record` clamps to the bound
         // instead of resizing, and an auto-resizing histogram's first bound
-        // is 2047 us, which clamped every slower reply to 2047.
+        // is 2047 us, which would clamp every slower reply to 2047.
         let h = || Histogram::new_with_bounds(1, LATENCY_BOUND_US, 3).expect("histogram bounds");
         Measured { ops: 0, gets: 0, hits: 0, errors: 0, get: h(), set: h() }
     }
@@ -988,7 +1006,7 @@ mod tests {
     #[test]
     fn slow_replies_keep_their_latency() {
         // A 5 s reply and one past the bound: the first is recorded as
-        // itself (it was clamped to 2047 us before), the second at the bound.
+        // itself (an auto-resizing histogram would clamp it to 2047 us), the second at the bound.
         let mut m = Measured::new();
         m.get.saturating_record(5_000_000);
         assert!(m.get.max() >= 4_990_000, "max {}", m.get.max());

@@ -1,11 +1,11 @@
-//! `granary bench native`: the native protocol over loopback against the
+//! `granary-bench native`: the native protocol over loopback against the
 //! embedded engine on the same store, in the same run.
 //!
 //! Loads N keys into a store on a real O_DIRECT file (io_uring backend),
 //! then for each pipeline depth measures random GETs and random PUTs
 //! (overwrites of loaded keys):
 //! - `embedded`: the engine's async API, `depth` tasks on a `granary-rt`
-//!   executor (as `granary bench device`'s uring backend);
+//!   executor (as `granary-bench device`'s uring backend);
 //! - `native`: `granary-native` serving the store on the same executors,
 //!   and one client connection from a client thread keeping `depth`
 //!   requests in flight (a new request is sent as the oldest is answered;

@@ -1,4 +1,4 @@
-//! `granary bench recovery`: how fast a store comes back.
+//! `granary-bench recovery`: how fast a store comes back.
 //!
 //! Loads N keys (default 10 M, small values) into a store in a file, then
 //! measures, with direct IO:
@@ -14,11 +14,11 @@
 //! fraction of that bandwidth.
 //!
 //! The load goes through the page cache (O_DIRECT writes smaller than the
-//! filesystem block are serialised by ext4, see BENCHMARKS.md) and is
+//! filesystem block are serialised by ext4, see docs/BENCHMARKS-HISTORY.md) and is
 //! synced before the measurements, which all use direct IO.
 
-use crate::load::{load_key, load_value};
 use granary_store::io::{FileDevice, OpenMode};
+use granary_store::loadgen::{load_key, load_value};
 use granary_store::{CreateOptions, OpenOptions, Store};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

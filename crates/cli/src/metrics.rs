@@ -30,9 +30,8 @@ pub struct Sources {
     pub runtime: Option<granary_rt::StatsReader>,
 }
 
-/// Bind `addr` and serve on `rt`; returns the bound address.
-pub fn serve(addr: SocketAddr, src: Sources, rt: &Runtime) -> std::io::Result<SocketAddr> {
-    let l = std::net::TcpListener::bind(addr)?;
+/// Serve on `rt` from a bound listener; returns its address.
+pub fn serve(l: std::net::TcpListener, src: Sources, rt: &Runtime) -> std::io::Result<SocketAddr> {
     let bound = l.local_addr()?;
     let listener = TcpListener::from_std(l);
     rt.spawn_on(0, async move {

@@ -2,12 +2,12 @@
 //! Memcache protocol until SIGTERM or SIGINT, then close it cleanly (an
 //! index checkpoint, so the next start reads no log).
 
-use crate::size;
+use granary_cli::{progress, signals, size};
 use granary_memcache::{limits, Server, ServerConfig};
 use granary_native::NativeConfig;
 use granary_rt::{Runtime, RuntimeConfig};
-use granary_store::io::{DeviceSpec, IoBackend, OpenMode};
-use granary_store::{CreateOptions, Durability, OpenOptions, Store};
+use granary_store::io::{IoBackend, OpenMode};
+use granary_store::{CreateOptions, Durability, IfPresent, NewStore, OpenOptions, Provisioned, Site, Store};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -314,6 +314,16 @@ impl Config {
     }
 }
 
+/// `granary serve`: print the configuration, or serve until a stop signal.
+pub fn main(c: Config) -> Result<std::process::ExitCode, String> {
+    if c.print {
+        print!("{}", c.to_toml());
+    } else {
+        run(c)?;
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
 /// While an existing store opens (recovery reads the log: minutes on a
 /// large device), SIGTERM or SIGINT ends the process at once, exit 2: an
 /// interrupted recovery is a crash, which the next start recovers from
@@ -339,10 +349,10 @@ fn stop_during_open(set: libc::sigset_t) -> StopDuringOpen {
                 unsafe { libc::kill(libc::getpid(), sig) };
                 return;
             }
-            let name = if sig == libc::SIGINT { "SIGINT" } else { "SIGTERM" };
             eprintln!(
-                "granary: error: stopped by {name} while opening the store (its recovery starts again at the \
-                     next start)"
+                "granary: error: stopped by {} while opening the store (its recovery starts again at the \
+                     next start)",
+                signals::name(sig)
             );
             // SAFETY: _exit ends the process without running anything
             // more (as a crash would, mid-recovery).
@@ -361,76 +371,149 @@ impl Drop for StopDuringOpen {
     }
 }
 
-fn wait_for_signal(set: &libc::sigset_t) -> i32 {
-    let mut sig = 0;
-    // SAFETY: `set` is an initialised signal set; sigwait writes `sig`.
-    unsafe { libc::sigwait(set, &mut sig) };
-    sig
+/// Every listener, bound before the store is opened or created: an address
+/// in use fails the start before a data file is made.
+struct Listeners {
+    memcache: std::net::TcpListener,
+    native: Option<std::net::TcpListener>,
+    metrics: Option<std::net::TcpListener>,
 }
 
-pub fn run(a: Config, progress: Option<granary_store::ProgressHook>) -> Result<(), String> {
-    let signals = crate::block_stop_signals();
+impl Listeners {
+    fn bind(a: &Config) -> Result<Listeners, String> {
+        let bind = |addr: SocketAddr| bind_retrying(addr).map_err(|e| e.to_string());
+        Ok(Listeners {
+            memcache: bind(SocketAddr::new(a.listen, a.port))?,
+            native: a.native.then(|| bind(SocketAddr::new(a.listen, a.native_port))).transpose()?,
+            metrics: a.metrics.map(|m| bind(m).map_err(|e| format!("metrics: {e}"))).transpose()?,
+        })
+    }
+}
+
+/// How long a start waits for an address in use to be let go: a server
+/// killed just before (a supervisor's restart after SIGKILL) can hold its
+/// listening socket for a moment while its io_uring instance is torn down.
+const BIND_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Bind `addr`, retrying "address in use" for up to [`BIND_WAIT`].
+fn bind_retrying(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let started = std::time::Instant::now();
+    loop {
+        match granary_rt::net::bind_listener(addr) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && started.elapsed() < BIND_WAIT => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Open the store at `a.data`, or create it there.
+fn open_or_create(a: &Config, signals: libc::sigset_t, opts: &OpenOptions) -> Result<Provisioned, String> {
     let mode = if a.buffered { OpenMode::Buffered } else { OpenMode::Direct };
-    let opts = OpenOptions {
-        durability: if a.flush { Durability::Flush } else { Durability::Direct },
-        evict: a.evict,
-        progress,
-        // Meta flags h, l and the win token (W/Z): 4 bytes per index slot.
-        track_access: true,
-        blind_overwrite_bytes: Some(usize::try_from(a.blind_overwrite_mem).unwrap_or(usize::MAX)),
-        ..OpenOptions::default()
-    };
     // With io_uring, requests' device IO goes through the executors' rings
     // (GC and checkpoints, on their own threads, through private rings).
     let backend = match a.io {
         Io::Uring => IoBackend::Uring,
         Io::Sync => IoBackend::Sync,
     };
-    let spec = DeviceSpec::parse(&a.data).map_err(|e| e.to_string())?;
-    // A creation killed before it wrote the store (a kill -9 during the
-    // zero fill) left files that hold nothing: start over.
-    if spec.remove_unfinished().map_err(|e| format!("{}: {e}", a.data.display()))? {
+    let at = |e: granary_store::Error| format!("{}: {e}", a.data.display());
+    let site = Site::inspect(&a.data, IfPresent::Open).map_err(at)?;
+    if site.removed_unfinished() {
         tracing::warn!(data = %a.data.display(),
             "an earlier creation was interrupted before the store was written (it held nothing): removed, creating it again");
     }
-    let exists = spec.exists().map_err(|e| format!("{}: {e}", a.data.display()))?;
-    let store = if exists {
+    if site.holds_store() {
         let _stop = stop_during_open(signals);
-        spec.open(mode, backend).map_err(granary_store::Error::Device).and_then(|d| Store::open(d, &opts))
-    } else {
-        for p in spec.paths() {
-            if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-            }
-        }
-        // Segments must hold the largest item (with its key, header and the
-        // segment header): at least the next power of two above it.
-        let need = (a.max_item_size + 64 * 1024).next_power_of_two();
-        let seg = a.segment_size.unwrap_or_else(|| granary_store::options::default_segment_bytes(a.size).max(need));
-        let c = CreateOptions { segment_bytes: Some(seg), ..CreateOptions::default() };
-        spec.create_with_progress(
-            a.size,
-            granary_store::io::stripe::STRIPE_BYTES_DEFAULT,
-            mode,
-            backend,
-            &crate::fill_progress(),
-        )
-        .map_err(granary_store::Error::Device)
-        .and_then(|d| Store::create(d, &c, &opts).inspect_err(|_| spec.remove_files()))
+        return site.open(mode, backend, opts).map_err(at);
     }
-    .map_err(|e| format!("{}: {e}", a.data.display()))?;
-    let store = Arc::new(store);
+    // Segments must hold the largest item (with its key, header and the
+    // segment header): at least the next power of two above it.
+    let need = (a.max_item_size + 64 * 1024).next_power_of_two();
+    let seg = a.segment_size.unwrap_or_else(|| granary_store::options::default_segment_bytes(a.size).max(need));
+    let fill = progress::zero_fill();
+    let new = NewStore {
+        size_bytes: a.size,
+        stripe_bytes: granary_store::io::stripe::STRIPE_BYTES_DEFAULT,
+        create: CreateOptions { segment_bytes: Some(seg), ..CreateOptions::default() },
+        fill_progress: &fill,
+    };
+    let p = site.create(mode, backend, &new, opts).map_err(at)?;
+    tracing::info!(data = %a.data.display(), size = %size::human(a.size), "store open: created");
+    Ok(p)
+}
+
+fn run(a: Config) -> Result<(), String> {
+    let signals = signals::block_stop_signals();
+    let listeners = Listeners::bind(&a)?;
+    let opts = OpenOptions {
+        durability: if a.flush { Durability::Flush } else { Durability::Direct },
+        evict: a.evict,
+        progress: progress::recovery(),
+        // Meta flags h, l and the win token (W/Z): 4 bytes per index slot.
+        track_access: true,
+        blind_overwrite_bytes: Some(usize::try_from(a.blind_overwrite_mem).unwrap_or(usize::MAX)),
+        ..OpenOptions::default()
+    };
+    let p = open_or_create(&a, signals, &opts)?;
+    let created = p.created;
+    // What to remove if the start fails from here on (only a new store's).
+    let new_files = p.created.then(|| p.spec().clone());
+    let store = Arc::new(p.store);
     let rec = store.stats().recovery;
-    tracing::info!(data = %a.data.display(), keys = store.stats().keys, clean = rec.clean_shutdown,
-        millis = rec.millis, "store open");
+    if !created {
+        tracing::info!(data = %a.data.display(), keys = store.stats().keys, clean_shutdown = rec.clean_shutdown,
+            segments_replayed = rec.segments_scanned, millis = rec.millis, "store open");
+    }
+    let served = match start(&a, store.clone(), listeners) {
+        Ok(s) => s,
+        Err(e) => {
+            // A start that fails after the store was made leaves no file.
+            if let Some(spec) = new_files {
+                drop(store);
+                spec.remove_files();
+            }
+            return Err(e);
+        }
+    };
+    let sig = signals::wait(&signals);
+    eprintln!(
+        "granary: {}: draining connections, then a checkpoint (a second signal exits at once)",
+        signals::name(sig)
+    );
+    // A second signal exits at once; the store is crash-safe, so the next
+    // start recovers by replaying the log instead of loading a checkpoint.
+    std::thread::spawn(move || {
+        let sig = signals::wait(&signals);
+        eprintln!("granary: {} again: exiting without a checkpoint", signals::name(sig));
+        std::process::exit(130);
+    });
+    // Both listeners drain at once.
+    let (server, native) = served;
+    let cancelled = std::thread::scope(|s| {
+        let n = native.map(|n| s.spawn(move || n.shutdown()));
+        server.shutdown() + n.map(|h| h.join().unwrap_or(0)).unwrap_or(0)
+    });
+    if cancelled > 0 {
+        tracing::warn!(cancelled, "connections closed by the drain timeout");
+    }
+    let store = Arc::try_unwrap(store).map_err(|_| "the store is still in use after the server stopped".to_string())?;
+    store.close().map_err(|e| format!("closing the store: {e}"))?;
+    eprintln!("granary: stopped cleanly");
+    Ok(())
+}
+
+/// Start every server on one runtime (one executor per core); prints one
+/// line per listener once it is up, the native one last.
+fn start(a: &Config, store: Arc<Store>, l: Listeners) -> Result<(Server, Option<granary_native::Server>), String> {
+    let idle_timeout = (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout));
     let cfg = ServerConfig {
         listen: SocketAddr::new(a.listen, a.port),
         threads: a.threads,
         max_connections: a.conn_limit,
         item_bytes_max: usize::try_from(a.max_item_size).unwrap_or(usize::MAX),
-        idle_timeout: (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout)),
+        idle_timeout,
     };
-    // One runtime (one executor per core) serves both listeners.
     let rc = RuntimeConfig {
         threads: if a.threads == 0 { RuntimeConfig::default().threads } else { a.threads },
         name: "granary".into(),
@@ -439,59 +522,36 @@ pub fn run(a: Config, progress: Option<granary_store::ProgressHook>) -> Result<(
         ..RuntimeConfig::default()
     };
     let rt = Arc::new(Runtime::new(rc).map_err(|e| format!("cannot start the runtime: {e}"))?);
-    let server = Server::start_on(store.clone(), cfg, rt.clone()).map_err(|e| e.to_string())?;
+    let server = Server::start_with_listener(store.clone(), cfg, rt.clone(), l.memcache).map_err(|e| e.to_string())?;
     eprintln!("granary: serving {} over memcache on {}", a.data.display(), server.local_addr());
-    let native = if !a.native {
-        None
-    } else {
-        let ncfg = NativeConfig {
-            listen: SocketAddr::new(a.listen, a.native_port),
-            threads: a.threads,
-            max_connections: a.conn_limit,
-            value_bytes_max: u32::try_from(a.max_item_size).unwrap_or(u32::MAX),
-            idle_timeout: (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout)),
-        };
-        let n = granary_native::Server::start_on(store.clone(), ncfg, rt.clone()).map_err(|e| e.to_string())?;
-        Some(n)
-    };
-    let metrics = match a.metrics {
-        Some(addr) => {
-            let sources = crate::metrics::Sources {
-                store: store.clone(),
-                memcache: server.shared_stats(),
-                native: native.as_ref().map(|n| n.shared_stats()),
-                runtime: Some(rt.stats_reader()),
-            };
-            let m = crate::metrics::serve(addr, sources, &rt).map_err(|e| format!("metrics on {addr}: {e}"))?;
-            eprintln!("granary: metrics on http://{m}/metrics");
-            Some(m)
-        }
+    let native = match l.native {
         None => None,
+        Some(listener) => {
+            let ncfg = NativeConfig {
+                listen: SocketAddr::new(a.listen, a.native_port),
+                threads: a.threads,
+                max_connections: a.conn_limit,
+                value_bytes_max: u32::try_from(a.max_item_size).unwrap_or(u32::MAX),
+                idle_timeout,
+            };
+            let n = granary_native::Server::start_with_listener(store.clone(), ncfg, rt.clone(), listener)
+                .map_err(|e| e.to_string())?;
+            Some(n)
+        }
     };
-    let _ = metrics;
+    if let Some(listener) = l.metrics {
+        let sources = crate::metrics::Sources {
+            store,
+            memcache: server.shared_stats(),
+            native: native.as_ref().map(|n| n.shared_stats()),
+            runtime: Some(rt.stats_reader()),
+        };
+        let m = crate::metrics::serve(listener, sources, &rt).map_err(|e| format!("metrics: {e}"))?;
+        eprintln!("granary: metrics on http://{m}/metrics");
+    }
     // Last: once this line is out, every listener is up.
     if let Some(n) = &native {
         eprintln!("granary: serving the native protocol on {}", n.local_addr());
     }
-    drop(rt);
-    let sig = wait_for_signal(&signals);
-    eprintln!("granary: signal {sig}: draining connections, then a checkpoint (a second signal exits at once)");
-    // A second signal exits at once; the store is crash-safe, so the next
-    // start recovers by replaying the log instead of loading a checkpoint.
-    let second = signals;
-    std::thread::spawn(move || {
-        let sig = wait_for_signal(&second);
-        eprintln!("granary: signal {sig} again: exiting without a checkpoint");
-        std::process::exit(130);
-    });
-    // Both listeners drain at once.
-    let cancelled = std::thread::scope(|s| {
-        let n = native.map(|n| s.spawn(move || n.shutdown()));
-        server.shutdown() + n.map(|h| h.join().unwrap_or(0)).unwrap_or(0)
-    });
-    tracing::info!(cancelled, "connections drained");
-    let store = Arc::try_unwrap(store).map_err(|_| "the store is still in use after the server stopped".to_string())?;
-    store.close().map_err(|e| format!("closing the store: {e}"))?;
-    eprintln!("granary: stopped cleanly");
-    Ok(())
+    Ok((server, native))
 }

@@ -1,5 +1,6 @@
-//! Byte sizes on the command line: `4096`, `64K`, `64KiB`, `1G`, `1.5GiB`
-//! (binary units: K = 1024).
+//! Byte sizes and counts on the command line: sizes as `4096`, `64K`,
+//! `64KiB`, `1G`, `1.5GiB` (binary units: K = 1024); counts as `1000`,
+//! `100K`, `50M` (decimal units: K = 1000).
 
 /// Parse a size; a clear message on bad input.
 pub fn parse(s: &str) -> Result<u64, String> {
@@ -20,6 +21,21 @@ pub fn parse(s: &str) -> Result<u64, String> {
         return Err(format!("size {s:?} is out of range"));
     }
     Ok(bytes as u64)
+}
+
+/// A count with an optional decimal suffix: 50M = 50,000,000.
+pub fn count(s: &str) -> Result<u64, String> {
+    let (num, mult) = match s.trim().to_ascii_uppercase().as_str() {
+        t if t.ends_with('K') => (t[..t.len() - 1].to_string(), 1_000),
+        t if t.ends_with('M') => (t[..t.len() - 1].to_string(), 1_000_000),
+        t if t.ends_with('G') => (t[..t.len() - 1].to_string(), 1_000_000_000),
+        t => (t.to_string(), 1),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a count (examples: 1000, 50M)"))?;
+    match n.checked_mul(mult) {
+        Some(v) if v > 0 => Ok(v),
+        _ => Err(format!("count {s:?} is out of range")),
+    }
 }
 
 /// Render bytes with a binary unit.
@@ -53,5 +69,9 @@ mod tests {
         assert!(parse("0").is_err());
         assert_eq!(human(1536), "1.5 KiB");
         assert_eq!(human(10), "10 B");
+        assert_eq!(count("50M"), Ok(50_000_000));
+        assert_eq!(count("100k"), Ok(100_000));
+        assert!(count("0").is_err());
+        assert!(count("x").unwrap_err().contains("not a count"));
     }
 }

@@ -15,6 +15,11 @@ fn run(args: &[&str]) -> Output {
     bin().args(args).output().expect("run granary")
 }
 
+/// Run `granary-bench` (the benchmarks' binary).
+fn bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_granary-bench")).env_remove("GRANARY_LOG").args(args).output().unwrap()
+}
+
 fn run_stdin(args: &[&str], input: &[u8]) -> Output {
     let mut child =
         bin().args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
@@ -44,9 +49,11 @@ fn db(dir: &Path) -> PathBuf {
 fn assert_one_line_error(o: &Output, contains: &str) {
     let e = stderr(o);
     assert_eq!(code(o), 2, "stderr: {e}");
-    let errors: Vec<&str> = e.lines().filter(|l| l.starts_with("granary: ")).collect();
+    let program = |l: &str| l.starts_with("granary: ") || l.starts_with("granary-bench: ");
+    let errors: Vec<&str> = e.lines().filter(|l| program(l)).collect();
     assert_eq!(errors.len(), 1, "one error line expected: {e}");
-    assert!(e.trim_end().lines().last().unwrap().starts_with("granary: error: "), "{e}");
+    let last = e.trim_end().lines().last().unwrap();
+    assert!(last.starts_with("granary: error: ") || last.starts_with("granary-bench: error: "), "{e}");
     assert!(!e.contains('\x1b'), "no terminal escapes when stderr is not a terminal: {e}");
     assert!(e.contains(contains), "expected {contains:?} in {e}");
     assert!(!e.contains("panicked") && !e.contains("backtrace"), "{e}");
@@ -143,7 +150,7 @@ fn bad_input_gives_one_line_errors() {
     let p = db(dir.path());
     let p = p.to_str().unwrap();
     assert_one_line_error(&run(&["get", p, "k"]), "cannot open");
-    assert_one_line_error(&run(&["create", p]), "--size is required");
+    assert_one_line_error(&run(&["create", p]), "a size is needed to create a store in a file");
     assert_one_line_error(&run(&["create", p, "--size", "1M"]), "fewer than two segments");
     assert!(!Path::new(p).exists(), "a failed create leaves no file behind");
     std::fs::write(p, vec![0u8; 1 << 20]).unwrap();
@@ -239,7 +246,7 @@ fn version_and_help() {
     }
 }
 
-/// `granary bench device` runs end to end on a small file (without fio, which
+/// `granary-bench device` runs end to end on a small file (without fio, which
 /// CI may lack) and reports every point with no failed operation; its JSON
 /// names every backend and depth. Timings are printed, never asserted.
 #[test]
@@ -247,8 +254,7 @@ fn bench_device_runs_every_backend_and_depth() {
     let dir = workdir();
     let data = dir.path().join("bench/dev.db");
     let json = dir.path().join("out.json");
-    let o = run(&[
-        "bench",
+    let o = bench(&[
         "device",
         "--path",
         data.to_str().unwrap(),
@@ -322,7 +328,7 @@ fn bench_device_runs_every_backend_and_depth() {
     assert!(points.iter().all(|p| p["errors"] == 0), "no errors on any backend");
     assert_eq!(v["registered_buffers"], true);
     assert!(!data.exists(), "the bench removes its data file");
-    let bad = run(&["bench", "device", "--depths", "0"]);
+    let bad = bench(&["device", "--depths", "0"]);
     assert_one_line_error(&bad, "queue depths");
 }
 
@@ -331,8 +337,7 @@ fn bench_recovery_reports_clean_restart_and_scan() {
     let dir = workdir();
     let data = dir.path().join("rec.db");
     let json = dir.path().join("rec.json");
-    let o = run(&[
-        "bench",
+    let o = bench(&[
         "recovery",
         "--path",
         data.to_str().unwrap(),
@@ -358,6 +363,8 @@ fn load_leaves_a_clean_checkpoint_that_stat_reports() {
     assert_eq!(code(&run(&["create", p, "--size", "64M"])), 0);
     let o = run(&["load", p, "--keys", "3000", "--value-bytes", "50", "--rounds", "2"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // It says what it did: writes, keys x rounds, bytes, rate.
+    assert!(stderr(&o).contains("loaded 6000 writes (3000 keys x 2 rounds, 293.0 KiB of values)"), "{}", stderr(&o));
     let o = run(&["stat", p, "--json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -365,7 +372,7 @@ fn load_leaves_a_clean_checkpoint_that_stat_reports() {
     assert_eq!(v["recovery"]["clean_shutdown"], true, "{v}");
     assert_eq!(v["recovery"]["segments_scanned"], 0);
     let o = run(&["get", p, "key-000000002999"]);
-    assert_eq!(o.stdout, granary_bench::load::load_value(2999, 2, 50));
+    assert_eq!(o.stdout, granary_store::loadgen::load_value(2999, 2, 50));
     // The same answer from a full log scan.
     let o = run(&["stat", p, "--json", "--no-checkpoint"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -387,8 +394,7 @@ fn bench_native_compares_the_protocol_with_the_embedded_engine() {
     let dir = workdir();
     let data = dir.path().join("bench/native.db");
     let json = dir.path().join("native.json");
-    let o = run(&[
-        "bench",
+    let o = bench(&[
         "native",
         "--path",
         data.to_str().unwrap(),
@@ -422,4 +428,46 @@ fn bench_native_compares_the_protocol_with_the_embedded_engine() {
         }
     }
     assert!(!data.exists(), "the bench file is removed");
+}
+
+/// A load that fails part-way (the store fills up) says so in one line,
+/// after what it wrote, and closes the store: every key acknowledged
+/// before the failure reads back. (The close tries a checkpoint; a full
+/// store has no free segment for one, so the next open replays the log.)
+#[test]
+fn a_load_that_runs_out_of_space_says_so_and_keeps_what_it_wrote() {
+    let dir = workdir();
+    let p = db(dir.path());
+    let p = p.to_str().unwrap();
+    assert_eq!(code(&run(&["create", p, "--size", "16M", "--segment-size", "1M"])), 0);
+    let o = run(&["load", p, "--keys", "100K", "--value-bytes", "4000", "--checkpoint-ms", "0"]);
+    assert_one_line_error(&o, "no space");
+    let written: u64 = stderr(&o).split("after ").nth(1).and_then(|t| t.split(' ').next()?.parse().ok()).unwrap();
+    assert!(written > 100, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&run(&["stat", p, "--json"]).stdout).unwrap();
+    assert_eq!(v["keys"], written, "{v}");
+    let last = format!("key-{:012}", written - 1);
+    assert_eq!(run(&["get", p, &last]).stdout, granary_store::loadgen::load_value(written - 1, 1, 4000));
+}
+
+/// `--server` against something that is not a Granary native-protocol
+/// server (here a fake that answers every hello with memcached's "ERROR"
+/// and keeps the connection open): the error says so at once, instead of
+/// waiting for the request timeout (set to a minute here).
+#[test]
+fn server_that_is_not_granary_is_named_at_once() {
+    let l = granary_rt::net::bind_low_port([127, 0, 0, 1].into()).unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let fake = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut hello = [0u8; 16];
+        let _ = std::io::Read::read(&mut s, &mut hello);
+        s.write_all(b"ERROR\r\n").unwrap();
+        // Hold the connection until the client closes it.
+        let _ = std::io::Read::read(&mut s, &mut hello);
+    });
+    let o = run(&["get", "--server", &addr, "--timeout-ms", "60000", "k"]);
+    assert_one_line_error(&o, "is not a Granary native-protocol server");
+    assert!(stderr(&o).contains("ERROR"), "{}", stderr(&o));
+    fake.join().unwrap();
 }

@@ -9,8 +9,8 @@
 //! `GRANARY_KILL_SEED=S` reruns one sequence of kill moments;
 //! `GRANARY_KILL_CYCLES=N` sets the cycles (default 30).
 
-use granary_bench::load::{load_key, load_value};
 use granary_store::io::{OpenMode, SplitMix64 as Rng};
+use granary_store::loadgen::{load_key, load_value};
 use granary_store::{OpenOptions, Store};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};

@@ -20,7 +20,7 @@ struct Serve {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    granary_rt::net::free_low_port().unwrap()
 }
 
 impl Serve {
@@ -262,14 +262,14 @@ fn a_stripe_set_serves_and_comes_back_after_a_crash() {
     assert!(s.signal(SIGTERM).success());
 }
 
-/// A short `granary bench memcache` (2000 keys of 100 bytes, 4
+/// A short `granary-bench memcache` (2000 keys of 100 bytes, 4
 /// connections, 0.5 s, no memcaslap, no device reference) with `args`,
 /// its files in `dir`:
 /// its output, which must say it succeeded, and its JSON report.
 fn bench_memcache(dir: &std::path::Path, args: &[&str]) -> (std::process::Output, serde_json::Value) {
     let json = dir.join("r.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_granary"))
-        .args(["bench", "memcache", "--keys", "2000", "--conns", "4", "--secs", "0.5", "--no-memcaslap"])
+    let out = Command::new(env!("CARGO_BIN_EXE_granary-bench"))
+        .args(["memcache", "--keys", "2000", "--conns", "4", "--secs", "0.5", "--no-memcaslap"])
         .args(["--value-bytes", "100", "--no-device-ref"])
         .args(args)
         .arg("--dir")
@@ -323,8 +323,8 @@ fn bench_memcache_measures_the_device_read_and_the_ceiling_it_sets() {
     }
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let json = dir.path().join("r.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_granary"))
-        .args(["bench", "memcache", "--keys", "2000", "--conns", "4", "--secs", "0.5", "--no-memcaslap"])
+    let out = Command::new(env!("CARGO_BIN_EXE_granary-bench"))
+        .args(["memcache", "--keys", "2000", "--conns", "4", "--secs", "0.5", "--no-memcaslap"])
         .args(["--value-bytes", "100", "--peers", "memcached", "--memory-mib", "64", "--dir"])
         .arg(dir.path())
         .arg("--json")
@@ -409,8 +409,7 @@ fn a_stop_signal_during_the_zero_fill_removes_the_new_file() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let data = dir.path().join("big.db");
     let d = data.to_str().unwrap();
-    // 4 GiB: about 2 s of writing on this machine's disk, so the signal
-    // lands inside the fill.
+    // 4 GiB: long enough to write that the signal lands inside the fill.
     let port = free_port().to_string();
     let serve = ["serve", "--data", d, "--size", "4G", "-p", &port, "-t", "1", "--no-native"];
     let create = ["create", d, "--size", "4G"];
@@ -751,4 +750,25 @@ fn idle_connections_are_closed_after_the_timeout() {
     assert_eq!(got.len(), 24, "the server hello, then the close");
     assert_eq!(stat(&s, "idle_kicks"), "1");
     assert_eq!(s.signal(SIGTERM).code(), Some(0));
+}
+
+/// Every listener is bound before the data file is made: a port in use
+/// (memcache's or the native protocol's) fails the start with a clear
+/// error and leaves no new file behind.
+#[test]
+fn a_port_in_use_fails_the_start_before_any_file_is_made() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("new/store.db");
+    let d = data.to_str().unwrap();
+    let busy = granary_rt::net::bind_low_port([127, 0, 0, 1].into()).unwrap();
+    let busy_port = busy.local_addr().unwrap().port().to_string();
+    let free = free_port().to_string();
+    for (port, native) in [(&busy_port, &free), (&free, &busy_port)] {
+        let o = granary(&["serve", "--data", d, "--size", "64M", "-p", port, "--native-port", native]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(&format!("cannot listen on 127.0.0.1:{busy_port}")), "{err}");
+        assert!(!data.exists(), "a failed start left {d} behind");
+        assert!(!err.contains("writing zeros"), "the file was filled before the bind failed: {err}");
+    }
 }

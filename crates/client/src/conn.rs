@@ -91,6 +91,35 @@ pub struct Connection {
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
+/// Read the server's hello, failing at once (not at the timeout) when its
+/// first bytes are not the protocol's magic: a foreign server (memcached,
+/// Redis, HTTP) answers the client's hello with an error line and waits.
+fn read_server_hello(s: &mut TcpStream, addr: SocketAddr) -> Result<[u8; proto::SERVER_HELLO_BYTES], Error> {
+    let mut b = [0u8; proto::SERVER_HELLO_BYTES];
+    let mut got = 0;
+    while got < b.len() {
+        let n = match s.read(&mut b[got..]) {
+            Ok(0) => return Err(Error::Handshake(format!("{addr} closed the connection during the handshake"))),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                return Err(Error::Timeout)
+            }
+            Err(e) => return Err(Error::Connect(addr, e)),
+        };
+        got += n;
+        let seen = got.min(proto::MAGIC.len());
+        if b[..seen] != proto::MAGIC[..seen] {
+            let shown = String::from_utf8_lossy(&b[..got]);
+            return Err(Error::Handshake(format!(
+                "{addr} is not a Granary native-protocol server (it answered the hello with {:?})",
+                shown.trim_end()
+            )));
+        }
+    }
+    Ok(b)
+}
+
 impl Connection {
     /// Connect, shake hands, and start the reader. `timeout` bounds the
     /// connect, the handshake and every request.
@@ -100,14 +129,7 @@ impl Connection {
         s.set_read_timeout(Some(timeout)).map_err(Error::Io)?;
         s.set_write_timeout(Some(timeout)).map_err(Error::Io)?;
         s.write_all(&ClientHello::default().encode()).map_err(|e| Error::Connect(addr, e))?;
-        let mut b = [0u8; proto::SERVER_HELLO_BYTES];
-        s.read_exact(&mut b).map_err(|e| match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Error::Timeout,
-            io::ErrorKind::UnexpectedEof => {
-                Error::Handshake(format!("{addr} closed the connection during the handshake"))
-            }
-            _ => Error::Connect(addr, e),
-        })?;
+        let b = read_server_hello(&mut s, addr)?;
         let hello = ServerHello::decode(&b).map_err(|e| Error::Handshake(format!("{addr}: {e}")))?;
         match hello.status {
             Status::Ok if hello.version == proto::VERSION => {}

@@ -1,4 +1,5 @@
-//! Index checkpoints: the manifest and the entry items (DESIGN §6).
+//! Index checkpoints: the manifest and the entry items (docs/FORMAT.md, "Index
+//! checkpoint").
 //!
 //! A checkpoint lives in one or more segments whose headers say
 //! `kind = 2` (index) and whose `first_seq` field holds the checkpoint id

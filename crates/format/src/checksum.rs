@@ -9,9 +9,8 @@
 //! instruction on three interleaved streams) for inputs shorter than
 //! [`FOLD_MIN_BYTES`], and `crc-fast` (carry-less multiply folding, with
 //! AVX-512 where the CPU has it) from there on, where it is several times
-//! faster (a 4000-byte record body: ~65 against ~250 ns on this
-//! project's machine, `cargo run --release -p granary-bench --example
-//! costs`). A test checks that they agree on every length and seed.
+//! faster on record-sized inputs (`cargo run --release -p granary-bench
+//! --example costs` measures it). A test checks that they agree on every length and seed.
 
 /// Inputs of at least this many bytes go to the folding implementation.
 pub const FOLD_MIN_BYTES: usize = 256;

@@ -4,7 +4,8 @@
 //! frozen: index checkpoints and the placement of every key depend on it, so
 //! changing it is a format change. [`tests::golden_values`] pins it.
 //!
-//! Bits of the hash, from the least significant (DESIGN §3):
+//! Bits of the hash, from the least significant (docs/ARCHITECTURE.md,
+//! "The index"):
 //! - bits 0..27: the home slot inside a table (only the table's low bits are
 //!   used, `hash & (table_slots - 1)`);
 //! - bits 27..35: the 8-bit tag; its low bits pick the table in the directory,

@@ -42,8 +42,8 @@
 //! the index is dropped (at most two per grow, 16 in all, a few hundred KiB
 //! at most). So a reader needs no protection at all for what it reads: no
 //! epoch pin, no hazard pointer, no reference count. (An epoch pin per
-//! lookup, `crossbeam-epoch`'s, roughly doubled an isolated lookup's time
-//! on this project's machine; see docs/BENCHMARKS.md.) A state's address
+//! lookup, `crossbeam-epoch`'s, costs about as much as an isolated lookup
+//! itself; see docs/BENCHMARKS-HISTORY.md.) A state's address
 //! is never reused while the index lives, so comparing state pointers
 //! identifies states.
 //! Growth is driven by load: an insert that finds no room grows the
@@ -198,8 +198,8 @@ impl std::error::Error for IndexError {}
 pub struct Candidates {
     n: usize,
     /// `e[..n]` are initialised. Left uninitialised past `n`: a lookup
-    /// runs in a loop of many, where storing 32 free entries first was a
-    /// measurable share of its instructions.
+    /// runs in a loop of many, where storing 32 free entries first would be
+    /// a measurable share of its instructions.
     e: [MaybeUninit<Entry>; H],
 }
 
@@ -309,13 +309,12 @@ impl Drop for Held<'_> {
     }
 }
 
-/// The entry count, striped over cache lines: one shared counter took a
-/// fifth of a two-thread insert's time, its line bouncing between the
-/// cores. Each thread counts in a stripe of its own (while there are no
-/// more threads than stripes): stripes picked by key, as until the commit
-/// after `3a43a35`, still bounced, each thread's next stripe being in the
-/// other core's cache half the time with two threads (about a third of a
-/// two-thread insert's own time in a profile). Stripes wrap (an entry may
+/// The entry count, striped over cache lines: one shared counter's line
+/// would bounce between the cores on every insert. Each thread counts in a
+/// stripe of its own (while there are no more threads than stripes):
+/// stripes picked by key would still bounce, each thread's next stripe
+/// being in the other core's cache half the time with two threads.
+/// Stripes wrap (an entry may
 /// be counted up in one and down in another); their wrapping sum is exact.
 #[derive(Default)]
 struct Counter {
@@ -711,8 +710,8 @@ impl Index {
     /// liveness check and a reader's re-check ask), without gathering the
     /// candidates. Lookups run in loops of many whose cache misses overlap
     /// only while the CPU's instruction window holds more than one lookup,
-    /// so the fewer instructions the better: in `granary bench index`'s
-    /// workload this made a lookup about a fifth faster than `lookup`.
+    /// so the fewer instructions the better (docs/BENCHMARKS-HISTORY.md compares
+    /// the two).
     #[inline]
     pub fn contains(&self, h: u64, pba: u64) -> bool {
         if pba > PBA_MAX {

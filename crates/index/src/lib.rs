@@ -1,4 +1,4 @@
-//! The DRAM index (DESIGN §3, uDepot §4.2–4.3).
+//! The DRAM index (docs/ARCHITECTURE.md, "The index"; uDepot §4.2–4.3).
 //!
 //! [`entry`] owns the 8-byte entry encoding; [`table`] owns one hopscotch
 //! table and its lock regions; [`directory`] owns the array of tables, the

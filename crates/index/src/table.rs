@@ -280,10 +280,10 @@ impl Table {
 
     /// Fault in the table's memory now (its slots and access words), so
     /// that the inserts that follow do not: a first touch of a huge page
-    /// zeroes 2 MiB, and in a VM may wait for the host to back it (2-thread
-    /// inserts into a fresh pre-sized index of 16 tables of 29 MB stalled
-    /// up to 38 ms on such faults here, against 8 ms with the tables
-    /// populated first). Called by `Index::new`, off the insert path.
+    /// zeroes 2 MiB, and in a VM may wait for the host to back it (inserts
+    /// into a fresh pre-sized index then stall for many milliseconds at a
+    /// time, several times longer than with the tables populated first).
+    /// Called by `Index::new`, off the insert path.
     pub(crate) fn populate(&self) {
         #[cfg(not(any(loom, miri)))]
         {
@@ -755,7 +755,7 @@ fn hinted_lines(home: usize, hint: u64) -> usize {
 /// with no validation. (Vector loads of atomics written concurrently: see
 /// `hood_mask_avx2`.) Against two 32-byte loads they cost nothing with the
 /// keys' hashes at hand and about a sixth of a lookup with each hash a
-/// cache miss of its own (docs/BENCHMARKS.md, "A present key needs no
+/// cache miss of its own (docs/BENCHMARKS-HISTORY.md, "A present key needs no
 /// seqlock").
 ///
 /// # Safety
@@ -897,9 +897,8 @@ unsafe fn hinted_mask_avx2(slots: &[AtomicU64], home: usize, ktag: u16) -> u32 {
 /// the home's first two lines, always read, hold the entry: they do for
 /// nearly every key that is present, so it is predicted; only when they
 /// do not is the hop hint read for further lines (7% of homes at 85%
-/// occupancy name more than two; branching on the hint first made
-/// lookups about a quarter slower in the timing of BENCHMARKS.md,
-/// "`contains` in one AVX2 pass"). A free slot never
+/// occupancy name more than two; branching on the hint first is slower,
+/// docs/BENCHMARKS-HISTORY.md, "`contains` in one AVX2 pass"). A free slot never
 /// matches: it is stored as 0 (but for its hint), whose pba field would
 /// be `pba ^ PBA_MASK`, all ones, which no record has.
 ///
@@ -908,7 +907,7 @@ unsafe fn hinted_mask_avx2(slots: &[AtomicU64], home: usize, ktag: u16) -> u32 {
 /// neighbourhood and the line after `home`'s: every table's slots do
 /// (`Table::new` pads them to whole lines past the last neighbourhood).
 /// The slots are reached by pointer, not by slicing: the bounds checks of
-/// slicing made lookups about an eighth slower (same timing).
+/// slicing cost lookups measurable time in this hot loop.
 #[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
 #[target_feature(enable = "avx2")]
 #[inline]
@@ -958,15 +957,15 @@ pub(crate) unsafe fn holds_avx2(slots: &[AtomicU64], home: usize, ktag: u16, pba
 }
 
 /// Bit `off` set for each slot of `hood` that [`slot_matches`] (offset
-/// `off`, key tag `ktag`). Public for `granary bench index`, whose memory
+/// `off`, key tag `ktag`). Public for `granary-bench index`, whose memory
 /// floor runs this scan alone over a table of the index's size.
 ///
 /// A lookup is bound by how many lookups' cache misses the CPU overlaps.
 /// A scalar scan of the 32 slots is about 200 instructions and 32 loads,
 /// enough to keep the next lookup's misses from starting while this one's
-/// are outstanding; the AVX2 pass is 8 loads and about 50 instructions
-/// (on this project's machine, a random neighbourhood scan took 65 ns
-/// instead of 224 ns). The CPU is asked once ([`is_x86_feature_detected`]
+/// are outstanding; the AVX2 pass is 8 loads and about 50 instructions,
+/// several times faster on a random neighbourhood (`granary-bench index`'s
+/// memory floor measures it). The CPU is asked once ([`is_x86_feature_detected`]
 /// caches the answer); without AVX2, and under Miri, the scalar scan runs.
 #[inline]
 pub fn hood_mask(hood: &[AtomicU64; H], ktag: u16) -> u32 {

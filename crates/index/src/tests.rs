@@ -76,8 +76,8 @@ fn contains_never_takes_a_free_slot_for_an_entry() {
     assert!(!idx.contains(h(3, 0), u64::MAX));
 }
 
-/// DESIGN §10: lookup stopped at the first free slot, so a purge could hide a
-/// live key. Deleting one key must never hide another in its neighbourhood.
+/// Lookup must not stop at the first free slot, or a purge could hide a live
+/// key: deleting one key must never hide another in its neighbourhood.
 #[test]
 fn regression_hole_does_not_hide_later_entry() {
     let idx = small(5);
@@ -1084,8 +1084,8 @@ fn hop_hints_are_exact_after_growth_but_at_region_ends() {
 /// reads before the hop hint), in an index filled to the benchmark's
 /// sizing: grown from one table to 16 and pre-sized for 16. Since
 /// migrations move entries toward their homes, the grown index is not
-/// more displaced than the pre-sized one (it was about twice as much:
-/// 11.7% against 6.1% with 4 M keys). Prints both:
+/// more displaced than the pre-sized one (without those moves it is about
+/// twice as much: 11.7% against 6.1% with 4 M keys). Prints both:
 /// `cargo test --release -p granary-index no_more_displaced -- --nocapture`.
 #[test]
 fn a_grown_index_is_no_more_displaced_than_a_presized_one() {

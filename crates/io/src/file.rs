@@ -138,10 +138,10 @@ impl FileDevice {
     /// direct write into it under the inode lock taken exclusively, so
     /// until every block had been written once, a write into a new region
     /// would stall every other read and write of the file, and io_uring
-    /// would hand those to its worker threads (measured under `granary
-    /// serve`: 18% of the reads and 69% of the writes, docs/BENCHMARKS.md).
-    /// The fill runs at the disk's sequential write speed (about 2 s per
-    /// 4 GiB here). Buffered files are left as preallocated: their writes
+    /// would hand those to its worker threads (under `granary serve`, a
+    /// good share of the reads and most of the writes; docs/BENCHMARKS-HISTORY.md).
+    /// The fill runs at the disk's sequential write speed. Buffered files
+    /// are left as preallocated: their writes
     /// reach the disk in writeback, off the request path.
     pub fn create_with_progress(
         path: &Path,

@@ -18,12 +18,12 @@
 //! following one another. Elsewhere (the synchronous API, also when called
 //! from a task) a read copies at once. With the engine's own yield before
 //! its index lookup ([`Device::in_memory`]), 8-32 GETs in flight on one
-//! executor made 14% more GETs per second than the same tasks without
-//! either yield (docs/BENCHMARKS.md).
+//! executor make more GETs per second than the same tasks without either
+//! yield (docs/BENCHMARKS-HISTORY.md).
 //!
 //! Its operations are counted (ops, bytes) but not timed: each is a memory
 //! copy, and the two clock reads a timing needs cost about as much as a
-//! 4 KiB copy (~35-40 ns each on this project's machine), which would distort
+//! 4 KiB copy, which would distort
 //! the software ceiling the device is there to measure. Its latency
 //! histograms stay empty.
 
@@ -38,11 +38,11 @@ const HUGE_PAGE_BYTES: usize = 2 << 20;
 /// Cache lines of a read that [`Device::read_at_async`] asks memory for
 /// before it yields on an executor. The CPU's own prefetcher streams the
 /// rest once the copy starts; more lines only fill the CPU's miss buffers
-/// (a 4 KiB read's 64 prefetches took 12% of an in-memory GET). Random
-/// 4 KiB copies out of 800 MiB, each prefetched 4 copies ahead
-/// (`cargo run --release -p granary-bench --example prefetch_copies`):
-/// 8 lines 4.09-4.19 M copies/s, 16 lines 4.19-4.23, 64 lines 3.84-3.89,
-/// 4 lines 3.87-3.95, none 2.87-2.89 (docs/BENCHMARKS.md).
+/// (a 4 KiB read's 64 prefetches would be a visible share of an in-memory
+/// GET). On random 4 KiB copies out of 800 MiB, each prefetched 4 copies
+/// ahead, 8 or 16 lines copy fastest, 4 or 64 lines less so, and no
+/// prefetch slowest (`cargo run --release -p granary-bench --example
+/// prefetch_copies` measures it; docs/BENCHMARKS-HISTORY.md).
 pub const READ_PREFETCH_LINES: usize = 8;
 
 /// A planned crash: writes left before it, the seed of the tear, and

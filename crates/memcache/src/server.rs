@@ -199,6 +199,18 @@ impl Server {
     /// Bind and start serving `store` on `rt` (shared with other
     /// listeners; `cfg.threads` is then ignored).
     pub fn start_on(store: Arc<Store>, cfg: ServerConfig, rt: Arc<Runtime>) -> io::Result<Server> {
+        let std_listener = granary_rt::net::bind_listener(cfg.listen)?;
+        Server::start_with_listener(store, cfg, rt, std_listener)
+    }
+
+    /// Serve `store` on `rt` from a listener the caller bound (so it can
+    /// check every address before it creates a data file).
+    pub fn start_with_listener(
+        store: Arc<Store>,
+        cfg: ServerConfig,
+        rt: Arc<Runtime>,
+        std_listener: std::net::TcpListener,
+    ) -> io::Result<Server> {
         if cfg.item_bytes_max == 0 || cfg.item_bytes_max > ITEM_BYTES_LIMIT {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -216,8 +228,6 @@ impl Server {
                 ),
             ));
         }
-        let std_listener = std::net::TcpListener::bind(cfg.listen)
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen)))?;
         let addr = std_listener.local_addr()?;
         let threads = rt.cores();
         let now = store.now();
@@ -233,7 +243,7 @@ impl Server {
             spawner: rt.spawner(),
         });
         rt.spawn_on(0, accept_loop(TcpListener::from_std(std_listener.try_clone()?), ctx.clone()));
-        tracing::info!(%addr, threads, "memcache server listening");
+        tracing::debug!(%addr, threads, "memcache server listening");
         Ok(Server { ctx, addr, rt: Some(rt), listener: std_listener })
     }
 

@@ -205,7 +205,7 @@ struct Memcached(std::process::Child, std::net::SocketAddr);
 impl Memcached {
     fn start() -> Option<Memcached> {
         let bin = peer("memcached")?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = granary_rt::net::free_low_port().unwrap();
         let child = std::process::Command::new(bin)
             .args(["-U", "0", "-l", "127.0.0.1", "-p", &port.to_string(), "-u", "root", "-m", "64"])
             // No background thread holding items: an incr rewrites in place

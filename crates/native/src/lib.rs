@@ -148,6 +148,18 @@ impl Server {
 
     /// Bind and serve `store` on `rt` (shared with other listeners).
     pub fn start_on(store: Arc<Store>, cfg: NativeConfig, rt: Arc<Runtime>) -> io::Result<Server> {
+        let listener = granary_rt::net::bind_listener(cfg.listen)?;
+        Server::start_with_listener(store, cfg, rt, listener)
+    }
+
+    /// Serve `store` on `rt` from a listener the caller bound (so it can
+    /// check every address before it creates a data file).
+    pub fn start_with_listener(
+        store: Arc<Store>,
+        cfg: NativeConfig,
+        rt: Arc<Runtime>,
+        listener: std::net::TcpListener,
+    ) -> io::Result<Server> {
         // With a short key; a long key leaves a little less room, which the
         // engine enforces per request (VALUE_TOO_LARGE).
         let engine_max = store.value_bytes_max(1);
@@ -167,8 +179,6 @@ impl Server {
                 ),
             ));
         }
-        let listener = std::net::TcpListener::bind(cfg.listen)
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {}: {e}", cfg.listen)))?;
         let addr = listener.local_addr()?;
         let ctx = Arc::new(Ctx {
             frame_max: proto::frame_bytes_max(cfg.value_bytes_max),
@@ -179,7 +189,7 @@ impl Server {
             spawner: rt.spawner(),
         });
         rt.spawn_on(0, accept_loop(TcpListener::from_std(listener.try_clone()?), ctx.clone()));
-        tracing::info!(%addr, "native server listening");
+        tracing::debug!(%addr, "native server listening");
         Ok(Server { ctx, addr, rt: Some(rt), listener })
     }
 

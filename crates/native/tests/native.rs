@@ -9,7 +9,7 @@ use granary_proto::{self as proto, ClientHello, Header, Op, ServerHello};
 use granary_store::io::MemDevice;
 use granary_store::{CreateOptions, OpenOptions, Store};
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +21,8 @@ fn store(size: u64) -> Arc<Store> {
 }
 
 fn server_with(cfg: NativeConfig) -> Server {
-    let cfg = NativeConfig { listen: "127.0.0.1:0".parse().unwrap(), threads: 2, ..cfg };
+    let cfg =
+        NativeConfig { listen: ([127, 0, 0, 1], granary_rt::net::free_low_port().unwrap()).into(), threads: 2, ..cfg };
     Server::start(store(64 << 20), cfg).unwrap()
 }
 
@@ -368,7 +369,7 @@ fn connection_limit_is_enforced() {
 
 /// A fake server: answers the hello, then runs `then` on the socket.
 fn fake_server(then: impl Fn(TcpStream) + Send + 'static) -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let l = granary_rt::net::bind_low_port([127, 0, 0, 1].into()).unwrap();
     let addr = l.local_addr().unwrap();
     std::thread::spawn(move || {
         for s in l.incoming() {
@@ -436,7 +437,7 @@ fn timeouts_and_reconnects() {
     assert!(count.load(Relaxed) >= 2, "the pool did not reconnect");
 
     // Nothing listening: a clear connect error.
-    let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dead = granary_rt::net::bind_low_port([127, 0, 0, 1].into()).unwrap().local_addr().unwrap();
     match Client::connect(dead, ClientConfig::default()) {
         Err(e @ Error::Connect(..)) => assert!(e.to_string().contains("cannot connect"), "{e}"),
         other => panic!("{:?}", other.map(|_| ())),
@@ -620,7 +621,10 @@ fn large_values_travel_without_copies_split_and_pipelined() {
 fn connections_are_spread_over_the_executors() {
     use granary_rt::{Runtime, RuntimeConfig};
     let rt = Arc::new(Runtime::new(RuntimeConfig { threads: 2, pin: false, ..RuntimeConfig::default() }).unwrap());
-    let cfg = NativeConfig { listen: "127.0.0.1:0".parse().unwrap(), ..NativeConfig::default() };
+    let cfg = NativeConfig {
+        listen: ([127, 0, 0, 1], granary_rt::net::free_low_port().unwrap()).into(),
+        ..NativeConfig::default()
+    };
     let srv = Server::start_on(store(64 << 20), cfg, rt.clone()).unwrap();
     let before: Vec<u64> = rt.stats().iter().map(|s| s.spawned).collect();
     let clients: Vec<Client> = (0..8).map(|_| client(&srv)).collect();

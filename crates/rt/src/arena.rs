@@ -14,8 +14,8 @@
 //!
 //! Each thread keeps up to [`THREAD_CACHE_CHUNKS`] free chunks of the
 //! smallest class for itself, taken and returned without a lock (a GET of a
-//! 4 KiB record allocates and frees one; the class's mutex was ~5% of an
-//! in-memory GET); a thread's cached chunks go back to the shared list when
+//! 4 KiB record allocates and frees one, and the class's mutex would be a
+//! visible share of an in-memory GET); a thread's cached chunks go back to the shared list when
 //! it exits. Chunks in a cache count as free, not in use.
 //!
 //! [`crate::read_at`] and [`crate::write_at`] choose the fixed form

@@ -113,9 +113,9 @@ pub struct RuntimeConfig {
     /// Submit file IO mid-round (see `Executor::run_ready`): right after
     /// the task that queued it while the executor has time to spare, in
     /// batches of 1/8 of the IO in flight while it is busy. Helps when the
-    /// device waits on the executor (`bench device` GETs at queue depths
-    /// 4-32: 1.2-1.6x against one submission a round; at 32-128 on this
-    /// project's virtual disk, 1.05-1.15x against batches alone); costs
+    /// device waits on the executor (`bench device` GETs at moderate queue
+    /// depths, against one submission a round, and at high depths on a
+    /// virtual disk, against batches alone; docs/BENCHMARKS-HISTORY.md); costs
     /// system calls, which a CPU-bound server may prefer to save (`granary
     /// serve --no-io-submit-early`).
     pub submit_early: bool,
@@ -560,21 +560,19 @@ impl Executor {
     ///   [`SUBMIT_AT_ONCE_ROUNDS`] rounds after the executor last waited
     ///   for work: it has time to spare, and the device waits on it. At low
     ///   depth a read then goes out as soon as its task queued it instead
-    ///   of after every other ready task has run (at queue depth 32 a round
-    ///   of 32 GETs held the first one's read back by ~60 µs of CPU, while
-    ///   the device sat idle). At high depth on this project's virtual
-    ///   disk, batches of ~11 reads an enter (one kick of the disk's queue
-    ///   each) made 8-15% fewer 4 KiB GETs a second at depths 32-128 than
-    ///   one submission per read, as fio submits (docs/BENCHMARKS.md), with
-    ///   the executor busy 41% of its time;
+    ///   of after every other ready task has run (a round of 32 GETs would
+    ///   otherwise hold the first one's read back by the CPU time of the
+    ///   other 31, while the device sits idle). At high depth on a virtual
+    ///   disk whose queue is kicked once per enter, batches of reads make
+    ///   fewer 4 KiB GETs a second than one submission per read, as fio
+    ///   submits (docs/BENCHMARKS-HISTORY.md), while the executor has time to spare;
     /// - once it is at least 1/[`SUBMIT_EARLY_DIVISOR`] of the file IO
     ///   already in the kernel, in later rounds: the executor has not
     ///   waited for a while, so its CPU is the bound, and system calls are
-    ///   what it would go to (on an earlier machine, whose disk kept the
-    ///   executor busy, a submission per read lost throughput at depth
-    ///   128).
+    ///   what it would go to (where the disk keeps the executor busy, a
+    ///   submission per read loses throughput at high depth).
     ///
-    /// Network operations ride along with the next submission as before.
+    /// Network operations ride along with the next submission.
     fn run_ready(&self) -> io::Result<()> {
         let at_once = self.rounds_since_idle.get() < SUBMIT_AT_ONCE_ROUNDS;
         let n = self.ready.borrow().len();

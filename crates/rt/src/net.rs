@@ -83,6 +83,46 @@ impl RawAddr {
     }
 }
 
+/// The ports tests and benchmarks give the servers they start: below the
+/// kernel's ephemeral range (32768 and up), so a server's port is never
+/// one the kernel could hand a client as its own end of a connection (a
+/// client connected to itself would look like a server answering).
+pub const LOW_PORTS: std::ops::Range<u16> = 20000..32768;
+
+/// Bind a listener on `ip` at a free port of [`LOW_PORTS`]. Candidates
+/// start at an offset drawn from the process id and every call moves on
+/// to the next candidate, so tests running in parallel in one process, or
+/// in processes started one after another, rarely try the same port.
+pub fn bind_low_port(ip: std::net::IpAddr) -> io::Result<std::net::TcpListener> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let span = (LOW_PORTS.end - LOW_PORTS.start) as usize;
+    let base = (std::process::id() as usize).wrapping_mul(7919) % span;
+    let mut last = None;
+    for _ in 0..512 {
+        let n = NEXT.fetch_add(1, Relaxed);
+        let port = LOW_PORTS.start + ((base + n * 13) % span) as u16;
+        match std::net::TcpListener::bind(SocketAddr::new(ip, port)) {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::AddrInUse, "no free port")))
+}
+
+/// A port of [`LOW_PORTS`] free on 127.0.0.1 a moment ago, for a server
+/// started in another process (it binds the port itself).
+pub fn free_low_port() -> io::Result<u16> {
+    Ok(bind_low_port(std::net::IpAddr::from([127, 0, 0, 1]))?.local_addr()?.port())
+}
+
+/// Bind a listening socket for a server, with an error that names the
+/// address ("cannot listen on 127.0.0.1:11211: Address in use"). Servers
+/// take the socket bound, so a caller can bind every listener before it
+/// does anything that must be undone when one fails.
+pub fn bind_listener(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    std::net::TcpListener::bind(addr).map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+}
+
 impl TcpListener {
     /// Bind and listen (backlog 1024), with SO_REUSEADDR as std sets it.
     pub fn bind(addr: impl ToSocketAddrs) -> io::Result<TcpListener> {

@@ -142,7 +142,7 @@ fn cross_core_wakeups_ping_pong() {
 #[test]
 fn tcp_echo_over_loopback() {
     let rt = rt(2);
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listener = granary_rt::net::bind_low_port([127, 0, 0, 1].into()).unwrap();
     let addr = listener.local_addr().unwrap();
     const CONNS: usize = 16;
     const MSGS: usize = 50;
@@ -245,7 +245,7 @@ fn dropped_operations_never_release_buffers_the_kernel_still_owns() {
     const CONNS: usize = 64;
     const BUF: usize = 32 * 1024;
     let rt = rt(1);
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listener = granary_rt::net::bind_low_port([127, 0, 0, 1].into()).unwrap();
     let addr = listener.local_addr().unwrap();
     let accept = std::thread::spawn(move || (0..CONNS).map(|_| listener.accept().unwrap().0).collect::<Vec<_>>());
     let streams = rt
@@ -289,7 +289,7 @@ fn dropped_operations_never_release_buffers_the_kernel_still_owns() {
 #[test]
 fn shutdown_cancels_pending_operations_and_reports_cancelled() {
     let rt = rt(2);
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listener = granary_rt::net::bind_low_port([127, 0, 0, 1].into()).unwrap();
     let addr = listener.local_addr().unwrap();
     let accept = std::thread::spawn(move || listener.accept().unwrap().0);
     let h = rt.spawn_on(1, async move {

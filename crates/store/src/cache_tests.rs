@@ -501,7 +501,7 @@ fn a_value_written_while_its_old_version_is_being_dropped_supersedes_it() {
 }
 
 /// Dropped values stay listed until *their* victim is free: reclaiming
-/// another segment (or a reclaim of theirs that failed, which used to clear
+/// another segment (or a reclaim of theirs that failed, which must not clear
 /// the list: crash seed 1735550203 in cache mode) must not forget them, or
 /// a later delete writes no tombstone and a crash brings the value back.
 #[test]

@@ -28,7 +28,7 @@
 //! replayed if it crashes before its own next checkpoint.
 
 use crate::error::{Error, Result};
-use crate::recover::Headers;
+use crate::log::Headers;
 use crate::store::Core;
 use granary_format::checkpoint::{Item, Manifest, ITEM_BYTES};
 use granary_format::checksum::{crc32c, crc32c_append};

@@ -20,7 +20,7 @@
 //!
 //! **Relocation.** The victim is read with large sequential reads (the
 //! recovery scanner's windows; a helper thread reads the next window while
-//! one is parsed, `recover::ReadAhead`), or, when little of it can matter,
+//! one is parsed, `log::ReadAhead`), or, when little of it can matter,
 //! sparsely: only the records the index or a link points at ([`reclaim`]). A record is live if the index still points
 //! at its location. Live records are copied, in batches, to the relocation
 //! stream (its own open segment, so cold relocated data and hot user writes
@@ -64,7 +64,7 @@
 //! [`DroppedKeys`] until the victim is freed.
 
 use crate::error::{Error, Result};
-use crate::recover::SegmentScanner;
+use crate::log::SegmentScanner;
 use crate::space::{GcWork, Purpose};
 use crate::store::Core;
 use granary_format::hash::key_hash;
@@ -491,7 +491,7 @@ pub(crate) fn reclaim_with(core: &Core, v: u32, evict: bool, mode: ReadMode) -> 
         }
         None => std::thread::scope(|sc| {
             // A helper thread reads the next window while this one is parsed.
-            let mut ahead = crate::recover::ReadAhead::start(sc, core.dev.as_ref());
+            let mut ahead = crate::log::ReadAhead::start(sc, core.dev.as_ref());
             w.scan(&mut ahead)
         })?,
     }
@@ -658,7 +658,7 @@ impl<'a> Victim<'a> {
     }
 
     /// Read the whole segment, window by window.
-    fn scan(&mut self, ahead: &mut crate::recover::ReadAhead) -> Result<()> {
+    fn scan(&mut self, ahead: &mut crate::log::ReadAhead) -> Result<()> {
         let core = self.core;
         let g = core.sb.grain_bytes as u64;
         let mut scan = SegmentScanner::new(core.dev.as_ref(), &core.sb, core.seed, self.v, core.space.stamp(self.v))

@@ -7,6 +7,8 @@
 //! - [`options`]: create- and open-time options, geometry defaults.
 //! - `space`: segments and grains: sequential allocation in the open
 //!   segment, per-segment live bytes and stamps.
+//! - `log`: reading the log back: segment headers, the segment scanner
+//!   and its read-ahead (used by recovery, GC, checkpoints and verify).
 //! - `recover`: rebuilding the index on open: checkpoint load, then a
 //!   parallel scan of the log it does not cover (or of all of it).
 //! - [`checkpoint`]: index checkpoints, written in the background and at
@@ -18,6 +20,8 @@
 //!   the index's access words, for memcache's meta flags.
 //! - `verify`: the offline consistency check.
 //! - [`zerocopy`]: values read into and written from the device's buffers.
+//! - [`provision`]: open the store on a path, or create it there.
+//! - [`loadgen`]: the generated keys and values of `granary load`.
 //!
 //! Invariants the engine keeps (and where): a record is on the device before
 //! its index entry points at it (`store::commit`); mutations of one key are
@@ -32,7 +36,10 @@ mod coalesce;
 pub mod error;
 mod gc;
 mod links;
+pub mod loadgen;
+mod log;
 pub mod options;
+pub mod provision;
 mod recover;
 mod space;
 mod store;
@@ -45,6 +52,7 @@ pub use error::{Error, Result};
 pub use gc::GcStats;
 pub use links::{BLIND_OVERWRITE_BYTES_DEFAULT, LINK_OVERHEAD_BYTES};
 pub use options::{Clock, CreateOptions, Durability, OpenOptions, ProgressHook};
+pub use provision::{provision, IfPresent, NewStore, Provisioned, Site};
 pub use recover::RecoveryReport;
 pub use store::{Change, Cond, GcPause, Item, ItemMeta, PutMode, PutOutcome, Stats, Store, RESERVED_KEY_PREFIX};
 pub use verify::VerifyReport;

@@ -133,8 +133,8 @@ pub struct OpenOptions {
     /// version first, as uDepot does; `Some(0)` turns them off. None (the
     /// default): [`crate::BLIND_OVERWRITE_BYTES_DEFAULT`] on a device, 0 on
     /// an in-memory one, where the read is a copy and costs less than a link
-    /// (`bench device --backends mem`: PUT_BUF 345k/s without, 175-249k/s
-    /// with `--blind-overwrite-mem 64M`).
+    /// (`granary-bench device --backends mem` with and without
+    /// `--blind-overwrite-mem 64M` compares the two).
     pub blind_overwrite_bytes: Option<usize>,
 }
 

@@ -1,8 +1,9 @@
-//! Recovery: rebuild the index by scanning the log (DESIGN §6).
+//! Recovery: rebuild the index by scanning the log (docs/ARCHITECTURE.md,
+//! "Recovery and index checkpoints").
 //!
 //! 1. Read every segment header. Segments with a valid KV header of this
 //!    device are in use; everything else is free.
-//! 2. Scan the used segments (in parallel). [`SegmentScanner`] reads
+//! 2. Scan the used segments (in parallel). [`crate::log::SegmentScanner`] reads
 //!    each in large sequential windows (outside the tail segments, skipping
 //!    the rest of any value that runs past a window: only headers and keys
 //!    are needed) and yields, at grain boundaries, every
@@ -33,16 +34,17 @@
 
 use crate::checkpoint::{Current, Loaded};
 use crate::error::{Error, Result};
+use crate::log::{Headers, ReadAhead, Scanned, SegmentScanner};
 use crate::options::OpenOptions;
 use crate::space::SegmentFound;
 use crate::store::Core;
 use granary_format::hash::key_hash;
 use granary_format::limits::*;
 use granary_format::record::{self, RecordHeader};
-use granary_format::segment::{SegmentHeader, SegmentKind, Stream};
-use granary_format::{FormatError, Superblock};
+use granary_format::segment::{SegmentHeader, Stream};
+use granary_format::Superblock;
 use granary_index::Entry;
-use granary_io::{AlignedBuf, Device};
+use granary_io::AlignedBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -52,8 +54,6 @@ pub const RECOVERY_THREADS_MAX: usize = 16;
 
 /// Writes can be in flight only in this many newest segments.
 pub const TORN_TAIL_SEGMENTS: usize = 2;
-/// Bytes read per sequential window while scanning.
-const SCAN_WINDOW_BYTES: u64 = 1 << 20;
 
 /// What the last open found and did.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -201,329 +201,6 @@ impl Added {
     }
 }
 
-/// A helper thread that reads a scanner's next window while the scanner
-/// parses the current one, so the scan's IO and CPU overlap (a scanner
-/// otherwise waits for every 1 MiB read, about half of a scan of small
-/// records). One outstanding read at a time.
-pub(crate) struct ReadAhead {
-    tx: Option<std::sync::mpsc::Sender<(u64, AlignedBuf)>>,
-    rx: std::sync::mpsc::Receiver<(u64, AlignedBuf, std::io::Result<()>)>,
-    /// Offset and length of the read in flight.
-    pending: Option<(u64, usize)>,
-}
-
-impl ReadAhead {
-    /// Start the helper in `scope`; it ends when the `ReadAhead` is dropped.
-    pub(crate) fn start<'scope, 'env: 'scope>(
-        scope: &'scope std::thread::Scope<'scope, 'env>,
-        dev: &'env dyn Device,
-    ) -> ReadAhead {
-        let (tx, requests) = std::sync::mpsc::channel::<(u64, AlignedBuf)>();
-        let (done, rx) = std::sync::mpsc::channel();
-        scope.spawn(move || {
-            for (offset, buf) in requests {
-                let (buf, r) = dev.read_at(buf, offset);
-                if done.send((offset, buf, r)).is_err() {
-                    break;
-                }
-            }
-        });
-        ReadAhead { tx: Some(tx), rx, pending: None }
-    }
-
-    /// Read `len` bytes at `offset` into `buf` (reused when large enough).
-    fn request(&mut self, offset: u64, len: usize, buf: AlignedBuf) {
-        self.discard();
-        let mut buf = if buf.capacity() >= len { buf } else { AlignedBuf::zeroed(len) };
-        buf.set_len(len);
-        if self.tx.as_ref().is_some_and(|tx| tx.send((offset, buf)).is_ok()) {
-            self.pending = Some((offset, len));
-        }
-    }
-
-    /// Offset and length of the read in flight.
-    fn pending(&self) -> Option<(u64, usize)> {
-        self.pending
-    }
-
-    /// The read in flight, once done.
-    fn take_pending(&mut self) -> Option<(AlignedBuf, std::io::Result<()>)> {
-        self.pending.take()?;
-        self.rx.recv().ok().map(|(_, buf, r)| (buf, r))
-    }
-
-    fn discard(&mut self) {
-        if self.pending.take().is_some() {
-            let _ = self.rx.recv();
-        }
-    }
-}
-
-impl Drop for ReadAhead {
-    fn drop(&mut self) {
-        self.discard();
-        self.tx = None; // ends the helper's loop
-    }
-}
-
-/// Reads one segment sequentially and yields its records.
-pub(crate) struct SegmentScanner<'a> {
-    dev: &'a dyn Device,
-    sb: &'a Superblock,
-    seed: u32,
-    seg: u32,
-    stamp: u32,
-    win: AlignedBuf,
-    win_start: u64,
-    win_grains: u64,
-    pos: u64,
-    pub skipped_grains: u64,
-    pub bytes_read: u64,
-    pub windows_read_ahead: u64,
-    /// Do not read the rest of a value that does not fit in the window: its
-    /// body checksum is then not checked here (reads check it).
-    skip_values: bool,
-    /// Grains the next window read covers at least: 1 right after a skipped
-    /// value larger than a window (probe the next header), else a whole
-    /// window.
-    next_window: u64,
-    /// Reads the next window ahead, when given (see [`ReadAhead`]).
-    ahead: Option<&'a mut ReadAhead>,
-}
-
-/// One record found by a scan: its first grain within the segment, its
-/// header, and whether its whole-record checksum holds.
-pub(crate) struct Scanned {
-    pub grain: u64,
-    pub hdr: RecordHeader,
-    pub intact: bool,
-}
-
-impl<'a> SegmentScanner<'a> {
-    pub(crate) fn new(dev: &'a dyn Device, sb: &'a Superblock, seed: u32, seg: u32, stamp: u32) -> Self {
-        SegmentScanner {
-            dev,
-            sb,
-            seed,
-            seg,
-            stamp,
-            win: AlignedBuf::zeroed(0),
-            win_start: 0,
-            win_grains: 0,
-            pos: 1,
-            skipped_grains: 0,
-            bytes_read: 0,
-            windows_read_ahead: 0,
-            skip_values: false,
-            next_window: SCAN_WINDOW_BYTES / sb.grain_bytes as u64,
-            ahead: None,
-        }
-    }
-
-    /// Read each next window ahead with `ra` while this one is parsed.
-    pub(crate) fn reading_ahead(mut self, ra: &'a mut ReadAhead) -> Self {
-        self.ahead = Some(ra);
-        self
-    }
-
-    /// Read headers and keys only where a value runs past the window (for
-    /// recovery of segments where no write can be torn).
-    pub(crate) fn skipping_values(mut self) -> Self {
-        self.skip_values = true;
-        self.next_window = 1; // the first record may be a large one
-        self
-    }
-
-    fn g(&self) -> u64 {
-        self.sb.grain_bytes as u64
-    }
-
-    /// Make grains `[start, start + n)` of the segment available in the window.
-    fn ensure(&mut self, start: u64, n: u64) -> Result<()> {
-        let win_end = self.win_start + self.win_grains;
-        if start >= self.win_start && start + n <= win_end {
-            return Ok(());
-        }
-        let (g, seg_grains) = (self.g(), self.sb.segment_grains());
-        let full = SCAN_WINDOW_BYTES / g;
-        let seg_off = self.sb.segment_offset(self.seg);
-        let next_window = std::mem::replace(&mut self.next_window, full);
-        // The window read ahead, when it serves this request: as the new
-        // window if it holds [start, start + n), or joined to the tail of
-        // the current one when a record runs from one into the other.
-        let ahead = self.ahead.as_ref().and_then(|ra| ra.pending()).map(|(off, len)| {
-            let a = (off - seg_off) / g;
-            (a, a + len as u64 / g)
-        });
-        if let Some((a, a_end)) = ahead {
-            let inside = start >= a && start + n <= a_end;
-            let joined = a == win_end && start >= self.win_start && start < win_end && start + n <= a_end;
-            // (None: the helper is gone; read as if there were none.)
-            let taken = if inside || joined { self.ahead.as_mut().and_then(|ra| ra.take_pending()) } else { None };
-            if let Some((buf, r)) = taken {
-                r.map_err(|source| Error::Io { op: "read during log scan", offset: seg_off + a * g, source })?;
-                self.windows_read_ahead += 1;
-                self.bytes_read += buf.len() as u64;
-                let spare = if inside {
-                    self.win_start = a;
-                    std::mem::replace(&mut self.win, buf)
-                } else {
-                    // Copy the current window's tail from `start` (less than
-                    // a record) in front of the window read ahead.
-                    let head = &self.win[((start - self.win_start) * g) as usize..(self.win_grains * g) as usize];
-                    let mut joined = AlignedBuf::zeroed(head.len() + buf.len());
-                    joined[..head.len()].copy_from_slice(head);
-                    joined[head.len()..].copy_from_slice(&buf);
-                    self.win_start = start;
-                    drop(std::mem::replace(&mut self.win, joined));
-                    buf
-                };
-                self.win_grains = self.win.len() as u64 / g;
-                self.read_ahead_next(spare);
-                return Ok(());
-            }
-        }
-        let want = n.max(next_window).min(seg_grains - start);
-        let bytes = (want * g) as usize;
-        if let Some(ra) = self.ahead.as_mut() {
-            ra.discard();
-        }
-        let old = std::mem::replace(&mut self.win, AlignedBuf::zeroed(0));
-        let mut buf = if old.capacity() >= bytes { old } else { AlignedBuf::zeroed(bytes) };
-        buf.set_len(bytes);
-        let offset = seg_off + start * g;
-        let (buf, r) = self.dev.read_at(buf, offset);
-        self.win = buf;
-        r.map_err(|source| Error::Io { op: "read during log scan", offset, source })?;
-        self.bytes_read += bytes as u64;
-        self.win_start = start;
-        self.win_grains = want;
-        if want == full {
-            self.read_ahead_next(AlignedBuf::zeroed(0));
-        }
-        Ok(())
-    }
-
-    /// Ask the read-ahead for the window after the current one (records of
-    /// a grain or so continue right there), reusing `spare`'s memory.
-    fn read_ahead_next(&mut self, spare: AlignedBuf) {
-        let (g, seg_grains) = (self.g(), self.sb.segment_grains());
-        let next = self.win_start + self.win_grains;
-        let offset = self.sb.segment_offset(self.seg) + next * g;
-        if let Some(ra) = self.ahead.as_mut() {
-            if next < seg_grains {
-                let len = ((SCAN_WINDOW_BYTES / g).min(seg_grains - next) * g) as usize;
-                ra.request(offset, len, spare);
-            }
-        }
-    }
-
-    /// Bytes of the window from grain `start` (which must be in the window).
-    pub(crate) fn bytes_at(&self, start: u64) -> &[u8] {
-        let from = ((start - self.win_start) * self.g()) as usize;
-        &self.win[from..]
-    }
-
-    /// Bytes at grain address `pba` if the window holds `grains` grains there.
-    pub(crate) fn window_at(&self, pba: u64, grains: u64) -> Option<&[u8]> {
-        let seg_pba = (self.sb.segment_offset(self.seg)) / self.g();
-        let start = pba.checked_sub(seg_pba)?;
-        (start >= self.win_start && start + grains <= self.win_start + self.win_grains).then(|| self.bytes_at(start))
-    }
-
-    /// The next record, or None at the end of the segment.
-    pub(crate) fn next_record(&mut self) -> Result<Option<Scanned>> {
-        let seg_grains = self.sb.segment_grains();
-        let g = self.sb.grain_bytes;
-        while self.pos < seg_grains {
-            let pos = self.pos;
-            self.ensure(pos, 1)?;
-            let hdr = match RecordHeader::decode(self.bytes_at(pos)) {
-                Ok(h) if h.seg_stamp == self.stamp && pos + h.grains(g) <= seg_grains => h,
-                _ => {
-                    self.pos += 1;
-                    self.skipped_grains += 1;
-                    continue;
-                }
-            };
-            let grains = hdr.grains(g);
-            self.ensure(pos, grains_for((RECORD_HEADER_BYTES + hdr.key_len as usize) as u64, g))?;
-            if record::verify_header_crc(self.seed, &hdr, self.bytes_at(pos)).is_err() {
-                self.pos += 1;
-                self.skipped_grains += 1;
-                continue;
-            }
-            if self.skip_values && pos + grains > self.win_start + self.win_grains {
-                self.pos += grains;
-                // A value larger than a window: probe the next header with
-                // one grain (the next value may be as large). A record that
-                // only straddles the window's end: a whole window next
-                // (probing there would read each later record of a few
-                // grains on its own, one small IO each).
-                if grains >= SCAN_WINDOW_BYTES / g as u64 {
-                    self.next_window = 1;
-                }
-                return Ok(Some(Scanned { grain: pos, hdr, intact: true }));
-            }
-            self.ensure(pos, grains)?;
-            let intact = record::verify_crc(self.seed, &hdr, self.bytes_at(pos)).is_ok();
-            self.pos += grains;
-            return Ok(Some(Scanned { grain: pos, hdr, intact }));
-        }
-        Ok(None)
-    }
-}
-
-/// Every segment header read on open, classified.
-pub(crate) struct Headers {
-    /// KV segments in use, sorted by alloc_seq.
-    pub kv: Vec<(SegmentFound, SegmentHeader)>,
-    /// Segments holding (parts of) index checkpoints.
-    pub index: Vec<(u32, SegmentHeader)>,
-    /// The highest alloc_seq of any header (free ones included, so
-    /// allocation sequences never repeat).
-    pub max_alloc: u64,
-}
-
-/// Read and classify every segment header.
-pub(crate) fn read_segment_headers(dev: &dyn Device, sb: &Superblock) -> Result<Headers> {
-    let g = sb.grain_bytes as usize;
-    let mut used = Vec::new();
-    let mut index = Vec::new();
-    let mut max_alloc = 0;
-    for seg in 0..sb.segment_count as u32 {
-        let offset = sb.segment_offset(seg);
-        let (buf, r) = dev.read_at(AlignedBuf::zeroed(g), offset);
-        r.map_err(|source| Error::Io { op: "read of a segment header", offset, source })?;
-        match SegmentHeader::decode(&buf) {
-            Ok(h) if h.uuid == sb.uuid => {
-                max_alloc = max_alloc.max(h.alloc_seq);
-                if h.segment_index != seg || h.grain_bytes != sb.grain_bytes || h.segment_bytes != sb.segment_bytes {
-                    return Err(Error::Corruption {
-                        offset,
-                        detail: format!("segment header of segment {seg} disagrees with the superblock: {h:?}"),
-                    });
-                }
-                match h.kind {
-                    SegmentKind::Kv => used.push((SegmentFound { seg, alloc_seq: h.alloc_seq }, h)),
-                    SegmentKind::Index => index.push((seg, h)),
-                    // A reclaimed segment holds nothing current.
-                    SegmentKind::Free => {}
-                }
-            }
-            Ok(_) => {} // another store's leftovers
-            Err(FormatError::BadMagic { found: 0, .. }) => {}
-            Err(e) => {
-                // A header whose write never completed: no record in the
-                // segment was ever acknowledged (headers go first).
-                tracing::warn!(segment = seg, error = %e, "unreadable segment header; treating the segment as free");
-            }
-        }
-    }
-    used.sort_by_key(|(s, _)| s.alloc_seq);
-    Ok(Headers { kv: used, index, max_alloc })
-}
-
 impl Core {
     /// Rebuild the index: from `loaded` (a checkpoint) plus a replay of the
     /// KV segments it does not cover, or from a scan of every KV segment.
@@ -664,7 +341,11 @@ impl Core {
                 scan_all(&mut ahead)
             })
         };
-        tracing::info!(segments = replay.len(), total_mb = total_bytes >> 20, "recovery: log scan started");
+        // Said only when there is a log to scan (a new or cleanly closed
+        // store has none).
+        if !replay.is_empty() {
+            tracing::info!(segments = replay.len(), total_mb = total_bytes >> 20, "recovery: log scan started");
+        }
         let scan_started = Instant::now();
         let results: Vec<Result<()>> = std::thread::scope(|sc| {
             let hs: Vec<_> = (0..threads.min(replay.len()).max(1)).map(|_| sc.spawn(work)).collect();
@@ -796,9 +477,9 @@ impl Core {
     /// on the device replays it (`floor`: whichever checkpoint a later
     /// open loads, what is appended now is replayed; a clean checkpoint,
     /// which replays nothing, rules it out). A crash then costs no
-    /// segment: without this, each crash left the open segments' tails
-    /// unused until GC reclaimed them, and a cache crashed repeatedly
-    /// during GC could run out of free segments (DESIGN §6). Records
+    /// segment: without this, each crash would leave the open segments'
+    /// tails unused until GC reclaimed them, and a cache crashed repeatedly
+    /// during GC could run out of free segments. Records
     /// appended get new sequence numbers, so versions still order by
     /// sequence number; the segment stays the newest of its stream, so the
     /// torn-write rule still covers the writes in flight at a crash.

@@ -80,8 +80,8 @@ pub(crate) enum Purpose {
     /// evictions. Evicting a victim writes at most a segment (a tombstone
     /// or kept record is never larger than the record it stands for) and
     /// then frees it, so with that one segment left a cache can always
-    /// evict; cleanings that failed half-way used to spend it, until no
-    /// eviction could write its tombstones and the cache refused writes.
+    /// evict. Cleanings that fail half-way must not spend it, or no
+    /// eviction could write its tombstones and the cache would refuse writes.
     Clean,
 }
 

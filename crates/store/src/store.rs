@@ -506,7 +506,7 @@ impl Store {
                 dev.block_bytes()
             )));
         }
-        let headers = crate::recover::read_segment_headers(dev.as_ref(), &sb)?;
+        let headers = crate::log::read_segment_headers(dev.as_ref(), &sb)?;
         let (loaded, floor) = crate::checkpoint::find(dev.as_ref(), &sb, &headers, opts.use_checkpoint);
         let mut index_cfg = match &loaded {
             Some(l) => IndexConfig::with_tables(sb.index_table_homes, l.manifest.tables_log2),
@@ -928,8 +928,8 @@ impl Core {
         self.counters.gets.fetch_add(1, Relaxed);
         let h = key_hash(key);
         let Some(f) = self.find(key, h, true, true).await? else { return Ok(None) };
-        // The clock is read only when something needs it (~25 ns of a
-        // ~1 us in-memory GET): a record without an expiry time is live at
+        // The clock is read only when something needs it (a clock read is
+        // a visible share of an in-memory GET): a record without an expiry time is live at
         // any `now`, and 0 stands in for it then.
         let now = if f.hdr.expires != 0 || (bump && self.track_access) { self.clock.now() } else { 0 };
         if !self.is_live(&f, now) {

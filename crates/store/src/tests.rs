@@ -1,5 +1,6 @@
-//! Engine tests that need private access: regressions for the pitfalls of
-//! DESIGN §10, corruption, torn tails, limits, poisoning, concurrency.
+//! Engine tests that need private access: regressions for known pitfalls of
+//! a log-structured store (tombstones, holes, scan order), corruption, torn
+//! tails, limits, poisoning, concurrency.
 
 use crate::*;
 use granary_format::hash::{key_hash, key_tag};
@@ -87,7 +88,8 @@ fn basic_modes_and_empty_values() {
     assert!(s.verify().unwrap().is_clean());
 }
 
-/// DESIGN §10: tombstones came back as live empty values after a crash.
+/// A deleted key stays deleted after a crash: its tombstone never comes back
+/// as a live empty value.
 #[test]
 fn regression_deleted_key_stays_deleted_after_reopen() {
     let (dev, s) = mem_store(16 << 20, 1 << 20, 512);
@@ -110,8 +112,8 @@ fn regression_empty_value_survives_reopen_as_empty_value() {
     assert_eq!(s.stats().keys, 1);
 }
 
-/// DESIGN §10: a purge left a hole and lookup stopped at the first free
-/// slot. Deleting keys never hides another key of the same neighbourhood.
+/// A purge leaves a hole, and lookup must not stop at the first free slot:
+/// deleting keys never hides another key of the same neighbourhood.
 #[test]
 fn regression_delete_never_hides_a_key_sharing_its_neighbourhood() {
     let keys = colliding_keys(4);
@@ -129,8 +131,8 @@ fn regression_delete_never_hides_a_key_sharing_its_neighbourhood() {
     }
 }
 
-/// DESIGN §10: the recovery winner depended on scan order. A newer version
-/// in an older segment beats an older version (relocated) in a newer one.
+/// The recovery winner must not depend on scan order: a newer version in
+/// an older segment beats an older version (relocated) in a newer one.
 #[test]
 fn regression_newer_record_wins_regardless_of_scan_order() {
     let (dev, s) = mem_store(16 << 20, 64 << 10, 512);
@@ -145,8 +147,8 @@ fn regression_newer_record_wins_regardless_of_scan_order() {
     assert!(s.verify().unwrap().is_clean());
 }
 
-/// DESIGN §10: older values reappeared behind a tombstone. A delete in an
-/// older segment beats an older value scanned after it.
+/// Older values must not reappear behind a tombstone: a delete in an older
+/// segment beats an older value scanned after it.
 #[test]
 fn regression_tombstone_beats_older_value_scanned_later() {
     let (dev, s) = mem_store(16 << 20, 64 << 10, 512);
@@ -256,8 +258,8 @@ fn writes_resume_in_the_open_segments_tail_after_a_crash_but_not_after_a_clean_c
 
 /// The log scan after a crash reads its segments in whole windows, also
 /// when records of a few grains straddle a window's end (the rest of such
-/// a value is skipped, and the next read was then one grain: every later
-/// record of the segment became a small read of its own).
+/// a value is skipped, and the next read must not shrink to one grain, or
+/// every later record of the segment becomes a small read of its own).
 #[test]
 fn the_log_scan_reads_windows_when_records_straddle_them() {
     let (dev, s) = mem_store(64 << 20, 4 << 20, 512);

@@ -8,8 +8,8 @@
 //! is still current).
 
 use crate::error::Result;
+use crate::log::{read_segment_headers, SegmentScanner};
 use crate::options::ProgressHook;
-use crate::recover::{read_segment_headers, SegmentScanner};
 use crate::store::Core;
 use granary_format::hash::{key_hash, key_tag};
 use granary_format::record;

@@ -221,10 +221,10 @@ fn log_scan_reads_headers_and_keys_of_large_values_only() {
     assert!(s.verify().unwrap().is_clean());
 }
 
-/// Review finding: a scan-based open (checkpoints ignored, or the newest one
-/// unreadable for a moment) used to resume the segment a still-valid clean
-/// checkpoint said needed no replay; a crash then lost its writes at the
-/// next checkpoint-based open.
+/// A scan-based open (checkpoints ignored, or the newest one unreadable for
+/// a moment) must not resume the segment a still-valid clean checkpoint
+/// says needs no replay, or a crash loses its writes at the next
+/// checkpoint-based open.
 #[test]
 fn regression_writes_after_a_scan_based_open_survive_a_clean_checkpoint() {
     let dev = test_device(16 << 20);

@@ -1,4 +1,5 @@
-//! Seeded crash simulation (DESIGN §6): a random workload (puts, overwrites,
+//! Seeded crash simulation (docs/FORMAT.md, "What a crash at each step
+//! leaves behind"): a random workload (puts, overwrites,
 //! deletes, large values, values with flags and expiry times on a manual
 //! clock, flush_all, GC active, index checkpoints, clean closes) on
 //! the fault-injecting device, a crash at a random write, then reopen and
@@ -543,14 +544,14 @@ fn a_crash_loop_loses_nothing_and_keeps_room_to_write() {
     crash_loops(0x6c6f_6f70, seeds, false);
 }
 
-/// The crash loop on a cache. It found two defects, both fixed: crashes
-/// during GC used up the free segments (each left the segments that were
-/// open closed, with their tails unused) until every segment held
-/// something its eviction had to write, and the cache refused writes
-/// (seed 1819242353, in CI); and, once writes resumed in those tails, a
-/// deleted key came back (seed 1819242436): a crash between GC's copy of
-/// a value and the free of its victim left two copies, and evicting the
-/// indexed one, then deleting the key, wrote no tombstone for the other.
+/// The crash loop on a cache. Crashes during GC must not use up the free
+/// segments (each leaving the segments that were open closed, with their
+/// tails unused) until every segment holds something its eviction has to
+/// write and the cache refuses writes (seed 1819242353); and, with writes
+/// resumed in those tails, a deleted key must not come back (seed
+/// 1819242436): a crash between GC's copy of a value and the free of its
+/// victim leaves two copies, and evicting the indexed one, then deleting
+/// the key, must still write a tombstone for the other.
 #[test]
 fn a_cache_crash_loop_keeps_room_to_write() {
     let seeds: u64 =

@@ -78,8 +78,9 @@ fn check(store: &Store, model: &Model, keys: u64, seed: u64) {
     }
 }
 
-/// The scenario: 64 MiB device, 1 MiB segments, 80% live data,
-/// then 10x the device overwritten with random keys and sizes and deletes.
+/// GC under sustained churn must lose no key: 64 MiB device, 1 MiB
+/// segments, 80% live data, then 10x the device overwritten with random
+/// keys and sizes and deletes.
 #[test]
 fn churn_at_80_percent_keeps_every_key() {
     let seed = 4;

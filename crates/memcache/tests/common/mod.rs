@@ -28,7 +28,7 @@ pub fn opts(now: &Arc<AtomicU32>, evict: bool) -> OpenOptions {
 
 impl Fixture {
     /// A store of `size` bytes (1 MiB segments) served with `cfg` (its
-    /// address replaced by an ephemeral loopback port).
+    /// address replaced by a free loopback port below the ephemeral range).
     pub fn new(size: u64, evict: bool, cfg: ServerConfig) -> Fixture {
         let dev = Arc::new(MemDevice::new(size));
         let now = Arc::new(AtomicU32::new(1_800_000_000));
@@ -44,7 +44,7 @@ impl Fixture {
     }
 
     fn serve(&mut self, store: Arc<Store>, mut cfg: ServerConfig) {
-        cfg.listen = "127.0.0.1:0".parse().unwrap();
+        cfg.listen = ([127, 0, 0, 1], granary_rt::net::free_low_port().unwrap()).into();
         let server = Server::start(store.clone(), cfg).unwrap();
         self.addr = server.local_addr();
         self.server = Some(server);

@@ -1,5 +1,7 @@
-//! Generated keys and values shared by `granary load`, the crash drills that
-//! check what it acknowledged, and the recovery benchmark.
+//! Generated keys and values: what `granary load` writes, what the crash
+//! drills check it acknowledged, and what the benchmarks load. Kept in the
+//! engine crate so that the `granary` binary and the benchmarks share them
+//! without one depending on the other.
 //!
 //! Key `i` is `key-<i, 12 digits>`; value `(i, round)` repeats `i:round:`
 //! to the requested length, so a value names the key and the round that

@@ -1,0 +1,209 @@
+//! `granary put`, `get` and `del`: one key on a local store (PATH) or on a
+//! running server (`--server HOST:PORT`, the native protocol).
+
+use super::{open_store, DeviceArgs};
+use granary_store::{PutMode, PutOutcome};
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Where `get`, `put` and `del` go: a local store (PATH, the first
+/// positional argument) or a server's native protocol port.
+#[derive(clap::Args, Clone)]
+pub struct TargetArgs {
+    /// A server's native protocol address (HOST:PORT, default port 43345).
+    #[arg(long, value_name = "HOST:PORT")]
+    server: Option<String>,
+    /// Request timeout in milliseconds with --server.
+    #[arg(long, default_value_t = 5000)]
+    timeout_ms: u64,
+    /// Use the page cache instead of direct IO (local store only).
+    #[arg(long)]
+    buffered: bool,
+    /// Ignore index checkpoints on open (local store only).
+    #[arg(long)]
+    no_checkpoint: bool,
+}
+
+/// A resolved target.
+enum Target {
+    Local(DeviceArgs),
+    Remote(granary_client::Client),
+}
+
+impl TargetArgs {
+    /// Split ARGS into the target and the rest: between `min` and `max`
+    /// arguments after PATH (or after `--server`).
+    fn resolve(self, mut args: Vec<OsString>, min: usize, max: usize) -> Result<(Target, Vec<OsString>), String> {
+        let usage = |form: &str| format!("expected {form}");
+        match self.server {
+            Some(s) => {
+                if args.len() < min || args.len() > max {
+                    return Err(usage("KEY [VALUE] after --server HOST:PORT"));
+                }
+                if self.buffered || self.no_checkpoint {
+                    return Err("--buffered and --no-checkpoint apply to a local store, not --server".into());
+                }
+                let addr = if s.contains(':') { s.clone() } else { format!("{s}:{}", granary_proto::DEFAULT_PORT) };
+                let cfg = granary_client::ClientConfig {
+                    timeout: std::time::Duration::from_millis(self.timeout_ms.max(1)),
+                    connections: 1,
+                };
+                let c = granary_client::Client::connect(addr.as_str(), cfg).map_err(|e| format!("{addr}: {e}"))?;
+                Ok((Target::Remote(c), args))
+            }
+            None => {
+                if args.len() < min + 1 || args.len() > max + 1 {
+                    return Err(usage("PATH KEY [VALUE] (or --server HOST:PORT KEY [VALUE])"));
+                }
+                let path = PathBuf::from(args.remove(0));
+                Ok((
+                    Target::Local(DeviceArgs { path, buffered: self.buffered, no_checkpoint: self.no_checkpoint }),
+                    args,
+                ))
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Mode {
+    Upsert,
+    Add,
+    Replace,
+}
+
+/// Store a value: from the argument, or from stdin when absent or "-".
+/// `granary put PATH KEY [VALUE]`, or `granary put --server HOST:PORT KEY [VALUE]`.
+#[derive(clap::Args)]
+pub struct PutArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// [PATH] KEY [VALUE]: PATH only without --server.
+    #[arg(value_name = "ARGS", required = true, num_args = 1..=3)]
+    args: Vec<OsString>,
+    /// upsert (default), add (only if absent) or replace (only if present).
+    #[arg(long, value_enum, default_value = "upsert")]
+    mode: Mode,
+    /// fdatasync after the write (survives power loss on drives without PLP; local only).
+    #[arg(long)]
+    flush: bool,
+}
+
+/// Print a value to stdout; exit 1 if the key is absent.
+/// `granary get PATH KEY`, or `granary get --server HOST:PORT KEY`.
+#[derive(clap::Args)]
+pub struct GetArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// [PATH] KEY: PATH only without --server.
+    #[arg(value_name = "ARGS", required = true, num_args = 1..=2)]
+    args: Vec<OsString>,
+}
+
+/// Delete a key; exit 1 if it was absent.
+/// `granary del PATH KEY`, or `granary del --server HOST:PORT KEY`.
+#[derive(clap::Args)]
+pub struct DelArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// [PATH] KEY: PATH only without --server.
+    #[arg(value_name = "ARGS", required = true, num_args = 1..=2)]
+    args: Vec<OsString>,
+    /// fdatasync after the write (local only).
+    #[arg(long)]
+    flush: bool,
+}
+
+fn local_only_flush(flush: bool, target: &Target) -> Result<(), String> {
+    if flush && matches!(target, Target::Remote(_)) {
+        return Err("--flush applies to a local store; a server's durability is its own setting".into());
+    }
+    Ok(())
+}
+
+fn not_found(key: &OsString) -> ExitCode {
+    eprintln!("granary: key not found: {}", key.to_string_lossy());
+    ExitCode::from(1)
+}
+
+pub fn put(a: PutArgs) -> Result<ExitCode, String> {
+    let (target, mut args) = a.target.resolve(a.args, 1, 2)?;
+    local_only_flush(a.flush, &target)?;
+    let key = args.remove(0);
+    let value = match args.pop() {
+        Some(v) if v != "-" => v.as_bytes().to_vec(),
+        _ => {
+            let mut buf = Vec::new();
+            std::io::stdin().read_to_end(&mut buf).map_err(|e| format!("cannot read the value from stdin: {e}"))?;
+            buf
+        }
+    };
+    let stored = match target {
+        Target::Local(dev) => {
+            let store = open_store(&dev, a.flush, false)?;
+            let pm = match a.mode {
+                Mode::Upsert => PutMode::Upsert,
+                Mode::Add => PutMode::CreateOnly,
+                Mode::Replace => PutMode::ReplaceOnly,
+            };
+            let outcome = store.put_with(key.as_bytes(), &value, pm).map_err(|e| e.to_string())?;
+            store.close().map_err(|e| e.to_string())?;
+            outcome == PutOutcome::Stored
+        }
+        Target::Remote(c) => {
+            let pm = match a.mode {
+                Mode::Upsert => granary_client::PutMode::Upsert,
+                Mode::Add => granary_client::PutMode::CreateOnly,
+                Mode::Replace => granary_client::PutMode::ReplaceOnly,
+            };
+            c.put_with(key.as_bytes(), &value, pm).map_err(|e| e.to_string())?
+        }
+    };
+    match (stored, a.mode) {
+        (true, _) => Ok(ExitCode::SUCCESS),
+        (false, Mode::Add) => {
+            eprintln!("granary: not stored: key exists (--mode add)");
+            Ok(ExitCode::from(1))
+        }
+        (false, _) => {
+            eprintln!("granary: not stored: key not found (--mode replace)");
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+pub fn get(a: GetArgs) -> Result<ExitCode, String> {
+    let (target, args) = a.target.resolve(a.args, 1, 1)?;
+    let key = &args[0];
+    let v = match target {
+        Target::Local(dev) => open_store(&dev, false, true)?.get(key.as_bytes()).map_err(|e| e.to_string())?,
+        Target::Remote(c) => c.get(key.as_bytes()).map_err(|e| e.to_string())?,
+    };
+    match v {
+        Some(v) => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(&v).and_then(|_| out.flush()).map_err(|e| format!("cannot write to stdout: {e}"))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        None => Ok(not_found(key)),
+    }
+}
+
+pub fn del(a: DelArgs) -> Result<ExitCode, String> {
+    let (target, args) = a.target.resolve(a.args, 1, 1)?;
+    local_only_flush(a.flush, &target)?;
+    let key = &args[0];
+    let existed = match target {
+        Target::Local(dev) => {
+            let store = open_store(&dev, a.flush, false)?;
+            let existed = store.delete(key.as_bytes()).map_err(|e| e.to_string())?;
+            store.close().map_err(|e| e.to_string())?;
+            existed
+        }
+        Target::Remote(c) => c.delete(key.as_bytes()).map_err(|e| e.to_string())?,
+    };
+    Ok(if existed { ExitCode::SUCCESS } else { not_found(key) })
+}

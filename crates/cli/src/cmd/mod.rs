@@ -1,0 +1,62 @@
+//! `granary`'s commands other than `serve`, one module each: what the
+//! command takes (its clap arguments) and what it does.
+//!
+//! Exit codes, for every command: 0 success; 1 the key is absent (`get`,
+//! `del`), a conditional put did not store, or `verify` found problems; 2
+//! an error, printed as one line on stderr.
+
+pub mod create;
+pub mod kv;
+pub mod load;
+pub mod stat;
+pub mod verify;
+
+use granary_store::io::OpenMode;
+use granary_store::{Durability, OpenOptions, Store};
+use std::path::PathBuf;
+
+/// A local store: the path and how to open it.
+#[derive(clap::Args, Clone)]
+pub struct DeviceArgs {
+    /// Store file or block device.
+    pub path: PathBuf,
+    /// Use the page cache instead of direct IO (for filesystems without O_DIRECT).
+    #[arg(long)]
+    pub buffered: bool,
+    /// Ignore index checkpoints on open: rebuild the index by scanning the whole log.
+    #[arg(long)]
+    pub no_checkpoint: bool,
+}
+
+/// Direct IO unless `--buffered`.
+pub fn mode(buffered: bool) -> OpenMode {
+    if buffered {
+        OpenMode::Buffered
+    } else {
+        OpenMode::Direct
+    }
+}
+
+/// Options to open a store for writing (`flush`: durability mode; GC runs
+/// so a full store can make room) or, with `read_only`, without GC and
+/// without checkpoints (reads must not set off background writes; recovery
+/// may still clear torn records).
+pub fn open_options(dev: &DeviceArgs, flush: bool, read_only: bool) -> OpenOptions {
+    let mut opts = OpenOptions {
+        durability: if flush { Durability::Flush } else { Durability::Direct },
+        gc: !read_only,
+        progress: granary_cli::progress::recovery(),
+        use_checkpoint: !dev.no_checkpoint,
+        ..OpenOptions::default()
+    };
+    if read_only {
+        opts.checkpoint_interval = None;
+        opts.checkpoint_on_close = false;
+    }
+    opts
+}
+
+/// Open the store at `dev` (see [`open_options`]).
+pub fn open_store(dev: &DeviceArgs, flush: bool, read_only: bool) -> Result<Store, String> {
+    Store::open_path(&dev.path, mode(dev.buffered), &open_options(dev, flush, read_only)).map_err(|e| e.to_string())
+}

@@ -1,0 +1,34 @@
+//! `granary verify`: check every record and the index, offline.
+
+use super::{open_store, DeviceArgs};
+use std::process::ExitCode;
+
+/// Check every record and the index; exit 1 if anything is wrong.
+#[derive(clap::Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    dev: DeviceArgs,
+}
+
+pub fn run(a: VerifyArgs) -> Result<ExitCode, String> {
+    let store = open_store(&a.dev, false, true)?;
+    let r = match granary_cli::progress::bar("verifying", false) {
+        Some(p) => store.verify_with_progress(&p),
+        None => store.verify(),
+    }
+    .map_err(|e| e.to_string())?;
+    println!(
+        "checked {} index entries ({} values, {} tombstones) and {} records in {} segments in {} ms",
+        r.entries_checked, r.values, r.tombstones, r.records_scanned, r.segments_scanned, r.millis
+    );
+    for e in &r.errors {
+        println!("error: {e}");
+    }
+    if r.is_clean() {
+        println!("ok: no problems found");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("FAILED: {} problems found", r.error_count);
+        Ok(ExitCode::from(1))
+    }
+}
