@@ -1,0 +1,291 @@
+//! The listener and connection lifecycle every protocol server shares
+//! (memcache, native, and the ones that follow): a [`Listener`] accepts on
+//! one executor, admits connections in the order they came, refuses those
+//! over the connection limit, hands the rest to the executors in turn, and
+//! on shutdown drains them; a [`Session`] is one connection's socket with
+//! the idle timeout and the lifecycle counters applied.
+//!
+//! A protocol plugs in by implementing [`Protocol`]: how to serve one
+//! admitted connection, and how to tell one over the limit why it is
+//! refused. Everything else (accept errors, connection counting and
+//! registration, the order of admission, the spread over executors, the
+//! drain) is here, once.
+//!
+//! Invariants:
+//! - a connection is counted and registered before its task starts and
+//!   deregistered before its socket closes, so a draining shutdown never
+//!   touches a reused descriptor and `curr_connections` is exact;
+//! - a limit refuses the newest connections, never one accepted before them
+//!   (admission happens in accept order, on the accepting executor);
+//! - once stopping, the accept loop ends and a session reads no more: what
+//!   a connection has read is executed and answered, then it closes.
+
+use granary_rt::net::{Admitted, Connections, TcpListener, TcpStream};
+use granary_rt::{Runtime, Spawner};
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long [`Listener::shutdown`] waits for connections to finish the
+/// requests they are executing before it closes them.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long an accept loop waits after a failed accept (EMFILE, ENFILE,
+/// ENOBUFS) before it tries again: the failure is logged, not spun on.
+pub const ACCEPT_RETRY: Duration = Duration::from_millis(10);
+
+/// What the lifecycle enforces for one listener.
+#[derive(Debug, Clone)]
+pub struct ListenerConfig {
+    /// Simultaneous connections; more are refused ([`Protocol::refuse`]).
+    pub max_connections: usize,
+    /// Close a connection that sends nothing for this long; None = never.
+    pub idle_timeout: Option<Duration>,
+    /// The protocol's name in logs ("memcache", "native").
+    pub name: &'static str,
+}
+
+/// The lifecycle's counters of one listener.
+#[derive(Debug, Default)]
+pub struct ListenerStats {
+    /// Open connections, for the drain and `curr_connections`.
+    pub connections: Arc<Connections>,
+    /// Connections served since the start.
+    pub total_connections: AtomicU64,
+    /// Connections refused by the connection limit.
+    pub rejected_connections: AtomicU64,
+    /// Connections closed by the idle timeout.
+    pub idle_kicks: AtomicU64,
+    /// Bytes received from clients.
+    pub bytes_read: AtomicU64,
+}
+
+/// A protocol served by a [`Listener`]. Its futures run on one executor and
+/// need not be `Send`; the protocol itself is shared by every executor.
+pub trait Protocol: Send + Sync + 'static {
+    /// Serve one admitted connection until it ends (closed by the client,
+    /// an error, the idle timeout, or a drain).
+    fn serve(self: Arc<Self>, session: Session) -> impl Future<Output = ()> + 'static;
+
+    /// Tell a connection over the limit why it is refused (it is closed
+    /// after).
+    fn refuse(self: Arc<Self>, stream: Rc<TcpStream>) -> impl Future<Output = ()> + 'static;
+}
+
+/// One connection: its socket, shared with the protocol's tasks, and the
+/// lifecycle rules for reading it.
+pub struct Session {
+    stream: Rc<TcpStream>,
+    idle_timeout: Option<Duration>,
+    stats: Arc<ListenerStats>,
+}
+
+/// How a [`Session::recv`] ended without data.
+#[derive(Debug)]
+pub enum RecvEnd {
+    /// The client closed its side, or the listener is draining.
+    Closed,
+    /// Nothing arrived for the idle timeout (counted in `idle_kicks`).
+    Idle,
+    /// The socket failed.
+    Error(io::Error),
+}
+
+impl Session {
+    /// The socket, to send on (and for zero-copy receives into a record
+    /// buffer: see [`Session::idle_timeout`]).
+    pub fn stream(&self) -> &Rc<TcpStream> {
+        &self.stream
+    }
+
+    /// The idle timeout receives must honour.
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        self.idle_timeout
+    }
+
+    /// True once the listener is draining: the session should finish what
+    /// it has read and read no more.
+    pub fn stopping(&self) -> bool {
+        self.stats.connections.stopping()
+    }
+
+    /// Count bytes received outside [`Session::recv`] (a zero-copy receive).
+    pub fn count_read(&self, n: usize) {
+        self.stats.bytes_read.fetch_add(n as u64, Relaxed);
+    }
+
+    /// Count an idle timeout met outside [`Session::recv`].
+    pub fn count_idle_kick(&self) {
+        self.stats.idle_kicks.fetch_add(1, Relaxed);
+    }
+
+    /// Receive into `buf` (its whole length): `Ok((n, buf))` with `n > 0`
+    /// bytes, or how the connection ended. A draining listener ends the
+    /// session here, before it reads more.
+    pub async fn recv(&self, buf: Vec<u8>) -> Result<(usize, Vec<u8>), (RecvEnd, Option<Vec<u8>>)> {
+        if self.stopping() {
+            return Err((RecvEnd::Closed, Some(buf)));
+        }
+        match self.stream.recv_within(buf, self.idle_timeout).await {
+            Err(_) => {
+                self.count_idle_kick();
+                Err((RecvEnd::Idle, None))
+            }
+            Ok((Ok(0), b)) => Err((RecvEnd::Closed, Some(b))),
+            Ok((Ok(n), b)) => {
+                self.count_read(n);
+                Ok((n, b))
+            }
+            Ok((Err(e), b)) => Err((RecvEnd::Error(e), Some(b))),
+        }
+    }
+}
+
+/// A running listener.
+pub struct Listener {
+    stats: Arc<ListenerStats>,
+    addr: SocketAddr,
+    socket: std::net::TcpListener,
+    /// Keeps the runtime alive while the listener runs (it may be shared).
+    rt: Option<Arc<Runtime>>,
+    name: &'static str,
+}
+
+impl Listener {
+    /// Serve `protocol` on `socket` (bound by the caller, so it can bind
+    /// every listener before doing anything that must be undone), accepting
+    /// on executor 0 of `rt`.
+    pub fn start<P: Protocol>(
+        rt: Arc<Runtime>,
+        socket: std::net::TcpListener,
+        cfg: ListenerConfig,
+        protocol: Arc<P>,
+        stats: Arc<ListenerStats>,
+    ) -> io::Result<Listener> {
+        let addr = socket.local_addr()?;
+        let accepting = TcpListener::from_std(socket.try_clone()?);
+        let name = cfg.name;
+        rt.spawn_on(0, accept_loop(accepting, cfg, protocol, stats.clone(), rt.spawner()));
+        tracing::debug!(%addr, protocol = name, "listening");
+        Ok(Listener { stats, addr, socket, rt: Some(rt), name })
+    }
+
+    /// The address it listens on (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The lifecycle's counters.
+    pub fn stats(&self) -> &Arc<ListenerStats> {
+        &self.stats
+    }
+
+    /// Stop and drain: no new connections; every connection finishes the
+    /// requests it has read (their replies are sent), then sees the end of
+    /// its input and closes. Waits at most `timeout`; connections still
+    /// open then are shut down (a write cancelled with them was never
+    /// acknowledged). Returns how many were left.
+    pub fn shutdown(mut self, timeout: Duration) -> usize {
+        let left = self.stats.connections.drain(self.socket.as_raw_fd(), timeout);
+        if left > 0 {
+            tracing::warn!(
+                connections = left,
+                protocol = self.name,
+                "connections still busy after the drain timeout are closed"
+            );
+        }
+        self.rt.take();
+        left
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        // The accept loop ends (it may run on a runtime shared with others).
+        self.stats.connections.stop_accepting(self.socket.as_raw_fd());
+        self.rt.take();
+    }
+}
+
+/// The accept loop: connections are admitted here, in the order the kernel
+/// queued them (so a limit refuses the latest), then served by the
+/// executors in turn, as memcached's listener hands them to its workers
+/// (left to the kernel, an accept loop per executor on a shared socket
+/// sends most connections to one executor).
+async fn accept_loop<P: Protocol>(
+    listener: TcpListener,
+    cfg: ListenerConfig,
+    protocol: Arc<P>,
+    stats: Arc<ListenerStats>,
+    spawner: Spawner,
+) {
+    for turn in 0usize.. {
+        let accepted = listener.accept().await;
+        if stats.connections.stopping() {
+            return;
+        }
+        let stream = match accepted {
+            Ok((s, _)) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, protocol = cfg.name, "accept failed");
+                granary_rt::sleep(ACCEPT_RETRY).await;
+                continue;
+            }
+        };
+        let (admitted, n) = stats.connections.admit(stream.raw_fd());
+        let task = ConnectionTask {
+            admitted,
+            stream,
+            over_limit: n > cfg.max_connections,
+            idle_timeout: cfg.idle_timeout,
+            protocol: protocol.clone(),
+            stats: stats.clone(),
+        };
+        // Connection tasks are not Send (the stream is shared with Rc):
+        // what crosses executors is the accepted stream; its task starts
+        // there.
+        let core = turn % spawner.cores();
+        if granary_rt::current_core() == Some(core) {
+            granary_rt::spawn(task.run());
+        } else {
+            spawner.spawn_on(core, async move {
+                granary_rt::spawn(task.run());
+            });
+        }
+    }
+}
+
+/// An accepted connection on its way to its executor.
+struct ConnectionTask<P> {
+    // Declared before the stream: dropped (deregistered) before it closes,
+    // also when the task is dropped unpolled by a stopping runtime.
+    admitted: Admitted,
+    stream: TcpStream,
+    over_limit: bool,
+    idle_timeout: Option<Duration>,
+    protocol: Arc<P>,
+    stats: Arc<ListenerStats>,
+}
+
+impl<P: Protocol> ConnectionTask<P> {
+    async fn run(self) {
+        let ConnectionTask { admitted, stream, over_limit, idle_timeout, protocol, stats } = self;
+        let _admitted = admitted;
+        let stream = Rc::new(stream);
+        if over_limit {
+            stats.rejected_connections.fetch_add(1, Relaxed);
+            protocol.refuse(stream).await;
+            return;
+        }
+        stats.total_connections.fetch_add(1, Relaxed);
+        // A shutdown that ran before the registration missed this one.
+        if !stats.connections.stopping() {
+            protocol.serve(Session { stream, idle_timeout, stats }).await;
+        }
+    }
+}
