@@ -55,6 +55,18 @@ pub enum OpKind {
     Flush,
 }
 
+/// One write or flush the device saw ([`FaultDevice::record_trace`]):
+/// enough to tell whether two runs wrote the same bytes in the same order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceEvent {
+    pub op: OpKind,
+    pub offset: u64,
+    pub len: usize,
+    /// CRC32C of the bytes written (of the surviving prefix, for the write
+    /// a crash tore); 0 for a flush.
+    pub crc: u32,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Plan {
     writes_left: u64,
@@ -82,6 +94,17 @@ struct State {
     failures: Vec<Failure>,
     rng: SplitMix64,
     reorder: bool,
+    /// Writes and flushes, in order, while recording.
+    trace: Option<Vec<TraceEvent>>,
+}
+
+impl State {
+    fn traced(&mut self, op: OpKind, offset: u64, bytes: &[u8]) {
+        if let Some(t) = &mut self.trace {
+            let crc = if op == OpKind::Flush { 0 } else { crc32c::crc32c(bytes) };
+            t.push(TraceEvent { op, offset, len: bytes.len(), crc });
+        }
+    }
 }
 
 /// SplitMix64: the seeded generator behind every fault choice, also used by
@@ -161,6 +184,7 @@ impl FaultDevice {
                 failures: Vec::new(),
                 rng: SplitMix64(seed ^ 0x5EED_F00D_CAFE_BABE),
                 reorder: false,
+                trace: None,
             }),
             size: size_bytes,
             counters: IoCounters::default(),
@@ -185,6 +209,17 @@ impl FaultDevice {
     /// with EIO; with `sticky`, every later one too.
     pub fn fail_nth(&self, op: OpKind, n: u64, sticky: bool) {
         self.lock().failures.push(Failure { op, left: n, sticky, fired: false });
+    }
+
+    /// Start recording every write and flush (see [`TraceEvent`]), from
+    /// an empty trace.
+    pub fn record_trace(&self) {
+        self.lock().trace = Some(Vec::new());
+    }
+
+    /// The writes and flushes recorded since [`FaultDevice::record_trace`].
+    pub fn trace(&self) -> Vec<TraceEvent> {
+        self.lock().trace.clone().unwrap_or_default()
     }
 
     /// Delay async completions by a seeded number of executor yields.
@@ -277,12 +312,14 @@ impl Device for FaultDevice {
                 let sectors = (n / 512) as u64;
                 let keep = st.below(sectors + 1) as usize * 512;
                 st.current[o..o + keep].copy_from_slice(&buf[..keep]);
+                st.traced(OpKind::Write, offset, &buf[..keep]);
                 st.crashed = Some((kind, offset, buf[..keep].to_vec()));
                 return (buf, Err(eio()));
             }
             p.writes_left -= 1;
         }
         st.current[o..o + n].copy_from_slice(&buf);
+        st.traced(OpKind::Write, offset, &buf);
         st.unflushed.push((offset, buf.to_vec()));
         drop(st);
         self.counters.write(n, start);
@@ -316,6 +353,7 @@ impl Device for FaultDevice {
             return Err(eio());
         }
         let st = &mut *st;
+        st.traced(OpKind::Flush, 0, &[]);
         for (off, bytes) in st.unflushed.drain(..) {
             st.durable[off as usize..off as usize + bytes.len()].copy_from_slice(&bytes);
         }

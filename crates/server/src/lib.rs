@@ -275,17 +275,20 @@ struct ConnectionTask<P> {
 impl<P: Protocol> ConnectionTask<P> {
     async fn run(self) {
         let ConnectionTask { admitted, stream, over_limit, idle_timeout, protocol, stats } = self;
-        let _admitted = admitted;
+        // Locals drop in reverse order: the registration goes before this
+        // last reference to the socket closes it (the protocol's clones are
+        // gone once its future has ended).
         let stream = Rc::new(stream);
+        let _admitted = admitted;
         if over_limit {
             stats.rejected_connections.fetch_add(1, Relaxed);
-            protocol.refuse(stream).await;
+            protocol.refuse(stream.clone()).await;
             return;
         }
         stats.total_connections.fetch_add(1, Relaxed);
         // A shutdown that ran before the registration missed this one.
         if !stats.connections.stopping() {
-            protocol.serve(Session { stream, idle_timeout, stats }).await;
+            protocol.serve(Session { stream: stream.clone(), idle_timeout, stats }).await;
         }
     }
 }

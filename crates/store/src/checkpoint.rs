@@ -239,7 +239,7 @@ fn write_locked(core: &Core, cur: &mut Current, clean: bool) -> Result<(u64, u64
         replay_from,
         next_seq,
         next_alloc_seq,
-        created_unix_ms: crate::store::now_unix_ms(),
+        created_unix_ms: core.clock.unix_ms(),
         entries: items.len() as u64,
         tables_log2,
         table_homes: sb.index_table_homes,

@@ -210,68 +210,86 @@ pub(crate) fn run(core: &Core) {
     }
     let _gone = Gone(core);
     loop {
-        let req = match core.space.gc_wait() {
+        match core.space.gc_wait() {
             GcWork::Exit => return,
-            GcWork::Reclaim(req) => req,
-        };
-        if core.check_writable().is_err() {
-            core.space.gc_found_nothing(req);
-            continue;
+            GcWork::Reclaim(req) => step(core, req),
         }
-        let _no_verify = core.gc_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let Some((victim, evict)) = core.space.pick_victim(age(core.sb.segment_count), core.evict) else {
+    }
+}
+
+/// GC's work due now, run on the caller's thread
+/// ([`crate::Background::Manual`]): one reclaim if any is due; whether it
+/// ran one.
+pub(crate) fn poll(core: &Core) -> bool {
+    match core.space.gc_poll() {
+        Some(GcWork::Reclaim(req)) => {
+            step(core, req);
+            true
+        }
+        Some(GcWork::Exit) | None => false,
+    }
+}
+
+/// One reclaim, answering writers' requests up to `req` if it finds
+/// nothing to reclaim.
+fn step(core: &Core, req: u64) {
+    if core.check_writable().is_err() {
+        core.space.gc_found_nothing(req);
+        return;
+    }
+    let _no_verify = core.gc_lock.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((victim, evict)) = core.space.pick_victim(age(core.sb.segment_count), core.evict) else {
+        core.gc_counters.nothing_to_reclaim.fetch_add(1, Relaxed);
+        core.space.gc_found_nothing(req);
+        return;
+    };
+    let mut result = reclaim(core, victim, evict);
+    // The segment `result` is about.
+    let mut segment = victim;
+    if core.evict && !evict && matches!(result, Err(Error::NoSpace { .. })) {
+        // A cache with no room left to relocate into (no free segment:
+        // a full device after a restart) evicts the victim instead of
+        // refusing writers. Values written once leave it with no IO;
+        // what it relocated already stays where it went.
+        tracing::info!(victim, "no room to relocate: evicting the segment instead");
+        result = reclaim(core, victim, true);
+    }
+    if core.evict && matches!(result, Err(Error::NoSpace { .. })) {
+        // Evicting writes too: a tombstone for a value whose older
+        // versions may remain, a tombstone still needed, the engine's
+        // own keys. With no room for those, a segment whose eviction
+        // writes nothing frees one: try the others, least recently
+        // used first (each is read once; what the failed ones dropped
+        // from the index stays dropped, as evicted). The case of a cache
+        // reopened on a device with no free segment.
+        for other in core.space.eviction_order(age(core.sb.segment_count), victim) {
+            result = reclaim(core, other, true);
+            segment = other;
+            if result.is_ok() {
+                tracing::info!(victim, evicted = other, "no room to write for the victim: evicted another segment");
+            }
+            if !matches!(result, Err(Error::NoSpace { .. })) {
+                break;
+            }
+        }
+    }
+    match result {
+        Ok(()) => {}
+        Err(Error::NoSpace { .. }) => {
+            tracing::warn!(victim, "GC has no room left to relocate live data");
             core.gc_counters.nothing_to_reclaim.fetch_add(1, Relaxed);
             core.space.gc_found_nothing(req);
-            continue;
-        };
-        let mut result = reclaim(core, victim, evict);
-        // The segment `result` is about.
-        let mut segment = victim;
-        if core.evict && !evict && matches!(result, Err(Error::NoSpace { .. })) {
-            // A cache with no room left to relocate into (no free segment:
-            // a full device after a restart) evicts the victim instead of
-            // refusing writers. Values written once leave it with no IO;
-            // what it relocated already stays where it went.
-            tracing::info!(victim, "no room to relocate: evicting the segment instead");
-            result = reclaim(core, victim, true);
         }
-        if core.evict && matches!(result, Err(Error::NoSpace { .. })) {
-            // Evicting writes too: a tombstone for a value whose older
-            // versions may remain, a tombstone still needed, the engine's
-            // own keys. With no room for those, a segment whose eviction
-            // writes nothing frees one: try the others, least recently
-            // used first (each is read once; what the failed ones dropped
-            // from the index stays dropped, as evicted). The case of a cache
-            // reopened on a device with no free segment.
-            for other in core.space.eviction_order(age(core.sb.segment_count), victim) {
-                result = reclaim(core, other, true);
-                segment = other;
-                if result.is_ok() {
-                    tracing::info!(victim, evicted = other, "no room to write for the victim: evicted another segment");
-                }
-                if !matches!(result, Err(Error::NoSpace { .. })) {
-                    break;
-                }
-            }
+        Err(e @ Error::Io { .. }) => {
+            // Writers see the store poisoned (not NoSpace) from now on.
+            let e = core.poison(e);
+            tracing::error!(segment, error = %e, "GC failed");
+            core.space.gc_found_nothing(req);
         }
-        match result {
-            Ok(()) => {}
-            Err(Error::NoSpace { .. }) => {
-                tracing::warn!(victim, "GC has no room left to relocate live data");
-                core.gc_counters.nothing_to_reclaim.fetch_add(1, Relaxed);
-                core.space.gc_found_nothing(req);
-            }
-            Err(e @ Error::Io { .. }) => {
-                // Writers see the store poisoned (not NoSpace) from now on.
-                let e = core.poison(e);
-                tracing::error!(segment, error = %e, "GC failed");
-                core.space.gc_found_nothing(req);
-            }
-            Err(e) => {
-                // This segment cannot be reclaimed; others may be.
-                tracing::error!(segment, error = %e, "GC leaves a segment it cannot reclaim in place");
-                core.space.pin(segment);
-            }
+        Err(e) => {
+            // This segment cannot be reclaimed; others may be.
+            tracing::error!(segment, error = %e, "GC leaves a segment it cannot reclaim in place");
+            core.space.pin(segment);
         }
     }
 }
@@ -679,7 +697,8 @@ impl<'a> Victim<'a> {
         let slots: Vec<std::sync::Mutex<Option<OneRead>>> =
             targets.iter().map(|_| std::sync::Mutex::new(None)).collect();
         std::thread::scope(|sc| {
-            for _ in 0..SPARSE_READERS.min(targets.len()) {
+            let readers = if core.manual { 1 } else { SPARSE_READERS };
+            for _ in 0..readers.min(targets.len()) {
                 sc.spawn(|| loop {
                     let i = next.fetch_add(1, Relaxed);
                     let Some(&(pba, hint)) = targets.get(i) else { return };

@@ -51,7 +51,7 @@ pub use checkpoint::CheckpointStats;
 pub use error::{Error, Result};
 pub use gc::GcStats;
 pub use links::{BLIND_OVERWRITE_BYTES_DEFAULT, LINK_OVERHEAD_BYTES};
-pub use options::{Clock, CreateOptions, Durability, OpenOptions, ProgressHook};
+pub use options::{Background, Clock, CreateOptions, Durability, Entropy, OpenOptions, ProgressHook};
 pub use provision::{provision, IfPresent, NewStore, Provisioned, Site};
 pub use recover::RecoveryReport;
 pub use store::{Change, Cond, GcPause, Item, ItemMeta, PutMode, PutOutcome, Stats, Store, RESERVED_KEY_PREFIX};

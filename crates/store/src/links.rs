@@ -291,7 +291,7 @@ pub(crate) fn resolve_all(core: &Core) -> Result<Resolved> {
     let first_err = Mutex::new(None);
     let unreadable = Mutex::new(Vec::new());
     // Reads are independent: several threads keep the device busy.
-    let threads = RESOLVE_THREADS.min(links.len());
+    let threads = if core.manual { 1 } else { RESOLVE_THREADS }.min(links.len());
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| loop {

@@ -78,19 +78,104 @@ impl Default for Clock {
     }
 }
 
+impl Clock {
+    /// The time in unix milliseconds, as the on-device "created" stamps
+    /// record it (whole seconds of this clock, so a simulated clock gives
+    /// the same bytes on every run).
+    pub(crate) fn unix_ms(&self) -> u64 {
+        self.now() as u64 * 1000
+    }
+}
+
 impl fmt::Debug for Clock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Clock({})", self.now())
     }
 }
 
+/// Where the store's random ids come from: the device's UUID at creation
+/// and each open's session id. The OS by default; a seeded generator,
+/// shared by every open that is given a clone of it, makes them the same
+/// on every run (deterministic simulation).
+#[derive(Clone, Default)]
+pub struct Entropy(Option<Arc<std::sync::Mutex<granary_io::SplitMix64>>>);
+
+impl Entropy {
+    /// The operating system's random numbers (getrandom).
+    pub fn system() -> Entropy {
+        Entropy(None)
+    }
+
+    /// Numbers drawn from `seed`, one draw after another across every open
+    /// sharing this value.
+    pub fn seeded(seed: u64) -> Entropy {
+        Entropy(Some(Arc::new(std::sync::Mutex::new(granary_io::SplitMix64(seed)))))
+    }
+
+    /// 16 random bytes.
+    pub(crate) fn draw(&self) -> std::io::Result<[u8; 16]> {
+        let mut u = [0u8; 16];
+        match &self.0 {
+            Some(g) => {
+                let mut g = g.lock().unwrap_or_else(|e| e.into_inner());
+                u[..8].copy_from_slice(&g.next_u64().to_le_bytes());
+                u[8..].copy_from_slice(&g.next_u64().to_le_bytes());
+            }
+            None => {
+                let mut got = 0;
+                while got < u.len() {
+                    // SAFETY: writes at most u.len() - got bytes into u[got..].
+                    let n = unsafe { libc::getrandom(u[got..].as_mut_ptr().cast(), u.len() - got, 0) };
+                    if n < 0 {
+                        let e = std::io::Error::last_os_error();
+                        if e.kind() == std::io::ErrorKind::Interrupted {
+                            continue;
+                        }
+                        return Err(e);
+                    }
+                    got += n as usize;
+                }
+            }
+        }
+        Ok(u)
+    }
+}
+
+impl fmt::Debug for Entropy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() { "Entropy(seeded)" } else { "Entropy(system)" })
+    }
+}
+
 /// Default of [`OpenOptions::checkpoint_interval`].
 pub const CHECKPOINT_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
+
+/// Who runs the store's background work: GC and periodic checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Background {
+    /// A GC thread and (with [`OpenOptions::checkpoint_interval`]) a
+    /// checkpoint thread (the default).
+    #[default]
+    Threads,
+    /// No background thread: GC runs on a writer's own thread when that
+    /// writer needs room, and when [`crate::Store::gc_step`] is called;
+    /// checkpoints only when [`crate::Store::checkpoint`] is called (and at
+    /// close). The engine's internal thread pools (checkpoints' link
+    /// resolution, GC's sparse reads) use one thread. With one writer
+    /// thread, the device then sees the same writes in the same order on
+    /// every run: the crash simulation replays a seed exactly. For tests
+    /// and simulation, not for executors (a writer may block on GC).
+    Manual,
+}
 
 /// Options for an open store.
 #[derive(Debug, Clone)]
 pub struct OpenOptions {
     pub durability: Durability,
+    /// Background threads, or work driven by the caller (deterministic).
+    pub background: Background,
+    /// The source of the store's random ids (the OS, or a seed).
+    pub entropy: Entropy,
     /// Run garbage collection in a background thread (default). Without it,
     /// overwritten space is never reclaimed and a full device is `NoSpace`.
     pub gc: bool,
@@ -142,6 +227,8 @@ impl Default for OpenOptions {
     fn default() -> Self {
         OpenOptions {
             durability: Durability::Direct,
+            background: Background::Threads,
+            entropy: Entropy::system(),
             gc: true,
             use_checkpoint: true,
             checkpoint_interval: Some(CHECKPOINT_INTERVAL_DEFAULT),

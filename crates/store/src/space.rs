@@ -271,6 +271,13 @@ impl Space {
         }
     }
 
+    /// [`Space::await_room`] without the wait, for a writer that runs GC
+    /// itself ([`crate::Background::Manual`]): `Some` when done, else GC
+    /// has been asked for room and the caller runs it, then asks again.
+    pub(crate) fn room_now(&self, purpose: Purpose, grains: u64, asked: &mut Option<u64>) -> Option<Result<()>> {
+        self.room_or_ask(&mut self.lock(), purpose, grains, asked)
+    }
+
     /// One check of [`Space::await_room`]: `Some` when done, else the caller
     /// waits (having asked GC for room if it had not yet).
     fn room_or_ask(
@@ -501,25 +508,36 @@ impl Space {
     pub(crate) fn gc_wait(&self) -> GcWork {
         let mut inner = self.lock();
         loop {
-            if inner.shutdown {
-                return GcWork::Exit;
-            }
-            let free = inner.free.len();
-            if free > self.reserve {
-                // Every waiting writer can proceed: their requests are served.
-                inner.served = inner.requested;
-            }
-            if free < self.low_watermark {
-                inner.collecting = true;
-            }
-            if free >= self.high_watermark {
-                inner.collecting = false;
-            }
-            if inner.requested > inner.served || (inner.collecting && !inner.stuck) {
-                return GcWork::Reclaim(inner.requested);
+            if let Some(work) = self.gc_work(&mut inner) {
+                return work;
             }
             inner = self.cond.wait_timeout(inner, Duration::from_millis(500)).unwrap_or_else(|e| e.into_inner()).0;
         }
+    }
+
+    /// [`Space::gc_wait`] without the wait, for GC run by the caller
+    /// ([`crate::Background::Manual`]): the work due now, if any.
+    pub(crate) fn gc_poll(&self) -> Option<GcWork> {
+        self.gc_work(&mut self.lock())
+    }
+
+    fn gc_work(&self, inner: &mut Inner) -> Option<GcWork> {
+        if inner.shutdown {
+            return Some(GcWork::Exit);
+        }
+        let free = inner.free.len();
+        if free > self.reserve {
+            // Every waiting writer can proceed: their requests are served.
+            inner.served = inner.requested;
+        }
+        if free < self.low_watermark {
+            inner.collecting = true;
+        }
+        if free >= self.high_watermark {
+            inner.collecting = false;
+        }
+        (inner.requested > inner.served || (inner.collecting && !inner.stuck))
+            .then_some(GcWork::Reclaim(inner.requested))
     }
 
     /// Leave segment `seg` out of GC from now on.

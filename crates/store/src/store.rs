@@ -392,6 +392,9 @@ pub(crate) struct Core {
     pub(crate) clock: crate::options::Clock,
     /// Cache mode (see [`OpenOptions::evict`]).
     pub(crate) evict: bool,
+    /// [`crate::Background::Manual`]: no GC thread; writers run GC
+    /// themselves when they need room, and internal pools use one thread.
+    pub(crate) manual: bool,
     /// Values with a sequence number at or below this were flushed
     /// ([`Store::flush_all`]): they read as absent and GC drops them.
     pub(crate) flush_floor: AtomicU64,
@@ -413,34 +416,10 @@ pub(crate) struct Core {
     coalescer: crate::coalesce::Coalescer,
 }
 
-fn random_uuid() -> Result<[u8; 16]> {
-    let mut u = [0u8; 16];
-    let mut got = 0;
-    while got < u.len() {
-        // SAFETY: writes at most u.len() - got bytes into u[got..].
-        let n = unsafe { libc::getrandom(u[got..].as_mut_ptr().cast(), u.len() - got, 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(Error::Device(e));
-        }
-        got += n as usize;
-    }
-    u[6] = (u[6] & 0x0f) | 0x40; // RFC 4122 version 4
-    u[8] = (u[8] & 0x3f) | 0x80;
-    Ok(u)
-}
-
-pub(crate) fn now_unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
 impl Store {
     /// Format `dev` as a new, empty store and open it.
     pub fn create(dev: Arc<dyn Device>, opts: &CreateOptions, open: &OpenOptions) -> Result<Store> {
-        let sb = Self::geometry(dev.as_ref(), opts)?;
+        let sb = Self::geometry(dev.as_ref(), opts, open)?;
         let mut buf = AlignedBuf::zeroed(4096);
         sb.encode(&mut buf);
         for &offset in &SUPERBLOCK_OFFSETS {
@@ -454,7 +433,7 @@ impl Store {
         Self::open(dev, open)
     }
 
-    fn geometry(dev: &dyn Device, opts: &CreateOptions) -> Result<Superblock> {
+    fn geometry(dev: &dyn Device, opts: &CreateOptions, open: &OpenOptions) -> Result<Superblock> {
         let bad = |s: String| Err(Error::InvalidOptions(s));
         let grain = opts.grain_bytes.unwrap_or(dev.block_bytes().max(512));
         if !GRAIN_BYTES_ALLOWED.contains(&grain) {
@@ -474,14 +453,14 @@ impl Store {
             ));
         }
         let sb = Superblock {
-            uuid: random_uuid()?,
+            uuid: open.entropy.draw().map_err(Error::Device)?,
             grain_bytes: grain,
             hash_algo: KEY_HASH_ALGO_XXH3_64,
             segment_bytes,
             segment_count,
             device_bytes: size,
             index_table_homes: opts.index_table_homes.unwrap_or_else(|| default_index_table_homes(data, grain)),
-            created_unix_ms: now_unix_ms(),
+            created_unix_ms: open.clock.unix_ms(),
         };
         if let Err((field, value)) = sb.validate() {
             return bad(format!("{field} = {value} is out of range"));
@@ -514,7 +493,7 @@ impl Store {
         };
         index_cfg.access_words = opts.track_access;
         let mut session = [0u8; 8];
-        session.copy_from_slice(&random_uuid()?[..8]);
+        session.copy_from_slice(&opts.entropy.draw().map_err(Error::Device)?[..8]);
         let core = Core {
             seed: record_seed(&sb.uuid),
             index: Index::new(index_cfg),
@@ -542,6 +521,7 @@ impl Store {
             })),
             sparse_watch: crate::gc::SparseWatch::new(),
             coalesce: opts.coalesce_writes,
+            manual: opts.background == crate::Background::Manual,
             coalescer: Default::default(),
             track_access: opts.track_access,
             access_clock: Clock0 { base: opts.clock.now() },
@@ -554,7 +534,8 @@ impl Store {
             core.flush_floor.store(floor.unwrap_or(0), Relaxed);
         }
         let core = Arc::new(core);
-        let gc = if opts.gc {
+        let threads = opts.background == crate::Background::Threads;
+        let gc = if opts.gc && threads {
             let c = core.clone();
             let handle = std::thread::Builder::new()
                 .name("granary-gc".into())
@@ -564,7 +545,7 @@ impl Store {
         } else {
             None
         };
-        let checkpointer = match opts.checkpoint_interval {
+        let checkpointer = match opts.checkpoint_interval.filter(|_| threads) {
             Some(every) => {
                 let stop = Arc::new((Mutex::new(false), Condvar::new()));
                 let (c, st) = (core.clone(), stop.clone());
@@ -630,6 +611,28 @@ impl Core {
     pub fn value_bytes_max(&self, key_len: usize) -> u64 {
         let record_max = (self.sb.segment_grains() - 1) * self.sb.grain_bytes as u64;
         (record_max - RECORD_HEADER_BYTES as u64 - key_len as u64).min(VALUE_BYTES_MAX)
+    }
+
+    /// Wait (with no key stripe held) until a write of `grains` is likely
+    /// to find room: GC's thread makes it, or, with
+    /// [`crate::Background::Manual`], this writer runs GC itself.
+    async fn await_room(&self, purpose: Purpose, grains: u64) -> Result<()> {
+        if !self.manual {
+            return self.space.await_room(purpose, grains).await;
+        }
+        let mut asked = None;
+        loop {
+            if let Some(r) = self.space.room_now(purpose, grains, &mut asked) {
+                return r;
+            }
+            if !crate::gc::poll(self) {
+                // Asked, and GC has nothing to do: no room will come.
+                return self.space.room_now(purpose, grains, &mut asked).unwrap_or(Err(Error::NoSpace {
+                    needed_bytes: grains * self.sb.grain_bytes as u64,
+                    segments: self.sb.segment_count,
+                }));
+            }
+        }
     }
 
     fn check_key(key: &[u8]) -> Result<()> {
@@ -1099,7 +1102,7 @@ impl Core {
         let h = key_hash(key);
         loop {
             self.check_writable()?;
-            self.space.await_room(Purpose::Put, grains).await.map_err(|e| self.check_writable().err().unwrap_or(e))?;
+            self.await_room(Purpose::Put, grains).await.map_err(|e| self.check_writable().err().unwrap_or(e))?;
             let _stripe = self.stripe(h).await;
             let prior = if cond == Cond::Always {
                 // An unconditional PUT needs the current version only to
@@ -1215,7 +1218,7 @@ impl Core {
         let mut need = 1;
         loop {
             self.check_writable()?;
-            self.space.await_room(Purpose::Put, need).await.map_err(|e| self.check_writable().err().unwrap_or(e))?;
+            self.await_room(Purpose::Put, need).await.map_err(|e| self.check_writable().err().unwrap_or(e))?;
             let _stripe = self.stripe(h).await;
             let existing = self.find(key, h, true, true).await?;
             let item = existing.as_ref().filter(|x| self.is_live(x, self.clock.now())).map(Self::item_of);
@@ -1268,10 +1271,7 @@ impl Core {
         let grains = grains_for(record_bytes(key.len(), 0), self.sb.grain_bytes);
         loop {
             self.check_writable()?;
-            self.space
-                .await_room(Purpose::Delete, grains)
-                .await
-                .map_err(|e| self.check_writable().err().unwrap_or(e))?;
+            self.await_room(Purpose::Delete, grains).await.map_err(|e| self.check_writable().err().unwrap_or(e))?;
             let _stripe = self.stripe(h).await;
             let (existing, live) = match self.find(key, h, false, false).await? {
                 Some(f) if f.hdr.is_tombstone() => return Ok(false),
@@ -1764,6 +1764,14 @@ impl Store {
                 tracing::error!("the GC thread panicked");
             }
         }
+    }
+
+    /// Run the GC work due now on this thread: one reclaim, if free space
+    /// is below GC's watermark or a writer asked for room; whether it ran
+    /// one. For [`crate::Background::Manual`], where no GC thread runs (a
+    /// simulation calls it at chosen points).
+    pub fn gc_step(&self) -> bool {
+        crate::gc::poll(&self.core)
     }
 
     /// Write an index checkpoint now (writers go on meanwhile). Recovery

@@ -39,11 +39,18 @@
 //! GRANARY_CRASH_SEED=1234 cargo test -p granary-store --test crash_sim crash_simulation_loses_nothing_acknowledged -- --nocapture
 //! ```
 //!
-//! GC runs on its own thread, so a rerun repeats the workload, the crash
-//! point and every fault choice, but not GC's exact timing.
+//! The first test and the single-writer crash loops open the store with
+//! `Background::Manual`: GC runs on the simulation's own thread (when a
+//! write needs room, and at seeded points), checkpoints when the workload
+//! asks, and the engine's internal pools on one thread, so a seed replays
+//! exactly: the same writes and flushes reach the device in the same order
+//! (`a_seed_replays_exactly` runs seeds twice and compares the device's
+//! traces). The concurrent tests keep the GC thread, so their reruns repeat
+//! the workload, the crash point and every fault choice, but not the
+//! threads' interleaving.
 
-use granary_store::io::{CrashKind, FaultDevice, SplitMix64 as Rng};
-use granary_store::{Clock, Cond, CreateOptions, Durability, Error, ItemMeta, OpenOptions, Store};
+use granary_store::io::{CrashKind, FaultDevice, SplitMix64 as Rng, TraceEvent};
+use granary_store::{Background, Clock, Cond, CreateOptions, Durability, Entropy, Error, ItemMeta, OpenOptions, Store};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
@@ -105,8 +112,27 @@ fn materialise(k: u64, w: &Want, now: u32) -> Option<(Vec<u8>, u32)> {
     }
 }
 
-/// One seeded case. Returns (GC reclaimed segments, a checkpoint was loaded).
-fn run_seed(seed: u64) -> (bool, bool, u64) {
+/// What one seed of [`run_seed`] did.
+struct SeedRun {
+    /// GC reclaimed segments before the crash.
+    gc_ran: bool,
+    /// Recovery after the crash loaded a checkpoint.
+    loaded: bool,
+    /// Values a cache-mode seed evicted.
+    evicted: u64,
+    /// Every write and flush the device saw up to the crash.
+    trace: Vec<TraceEvent>,
+}
+
+/// Options of the workload's opens: deterministic background work, ids
+/// drawn from the seed (`entropy`, shared by every open of one run), and
+/// one recovery thread, so a clean reopen writes in a fixed order.
+fn manual(o: OpenOptions, entropy: &Entropy) -> OpenOptions {
+    OpenOptions { background: Background::Manual, recovery_threads: 1, entropy: entropy.clone(), ..o }
+}
+
+/// One seeded case.
+fn run_seed(seed: u64) -> SeedRun {
     let mut rng = Rng(seed);
     let (kind, durability) = crash_kind(seed);
     // One seed in four runs in cache mode: a key may then be absent
@@ -118,7 +144,10 @@ fn run_seed(seed: u64) -> (bool, bool, u64) {
     let dev = Arc::new(FaultDevice::new(size, seed));
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
     let now = Arc::new(AtomicU32::new(1_000));
-    let mut store = Some(Store::create(dev.clone(), &create, &open_opts_evict(durability, &now, evict)).unwrap());
+    dev.record_trace();
+    let entropy = Entropy::seeded(seed);
+    let opts = |evict| manual(open_opts_evict(durability, &now, evict), &entropy);
+    let mut store = Some(Store::create(dev.clone(), &create, &opts(evict)).unwrap());
     let mut model: HashMap<u64, Want> = HashMap::new();
     // The operation cut short by the crash: its key and what it tried.
     let mut cut: Option<(u64, Want)> = None;
@@ -129,6 +158,11 @@ fn run_seed(seed: u64) -> (bool, bool, u64) {
     let mut gc_ran = false;
     for version in 1..=OPS {
         let s = store.as_ref().unwrap();
+        // GC's work due now (below its watermark), at seeded points, as
+        // its thread would do it at some point.
+        if rng.below(8) == 0 {
+            s.gc_step();
+        }
         let k = rng.below(keys);
         let roll = rng.below(1000) / 10;
         now.fetch_add(rng.below(2) as u32, Relaxed);
@@ -166,7 +200,7 @@ fn run_seed(seed: u64) -> (bool, bool, u64) {
                 Err(Error::Io { .. } | Error::Poisoned { .. }) => break,
                 Err(e) => panic!("seed {seed}: close: {e}"),
             }
-            match Store::open(dev.clone(), &open_opts_evict(durability, &now, evict)) {
+            match Store::open(dev.clone(), &opts(evict)) {
                 Ok(s) => store = Some(s),
                 Err(Error::Io { .. }) => break,
                 Err(e) => panic!("seed {seed}: reopen after clean close: {e}"),
@@ -215,6 +249,7 @@ fn run_seed(seed: u64) -> (bool, bool, u64) {
         evicted += s.stats().gc.evicted_values;
         drop(s); // a crash as far as the device is concerned
     }
+    let trace = dev.trace();
     dev.restart();
     let store =
         Store::open(dev.clone(), &open_opts(durability, &now)).unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
@@ -258,7 +293,7 @@ fn run_seed(seed: u64) -> (bool, bool, u64) {
             panic!("seed {seed} (cache: {evict}): write after recovery: {e}; {}", space_report(&store))
         });
     }
-    (gc_ran, loaded, evicted)
+    SeedRun { gc_ran, loaded, evicted, trace }
 }
 
 /// What a store's space looked like, for a failure that says why GC
@@ -317,10 +352,10 @@ fn crash_simulation_loses_nothing_acknowledged() {
     let base = 0x6772_616e; // fixed, so CI runs the same seeds
     let (mut gc, mut ckpt, mut evicted) = (0, 0, 0);
     for seed in base..base + seeds {
-        let (g, c, e) = with_seed(seed, run_seed);
-        gc += g as u64;
-        ckpt += c as u64;
-        evicted += e;
+        let r = with_seed(seed, run_seed);
+        gc += r.gc_ran as u64;
+        ckpt += r.loaded as u64;
+        evicted += r.evicted;
     }
     eprintln!(
         "{seeds} seeds: GC ran before the crash in {gc}, recovery loaded a checkpoint in {ckpt}, \
@@ -329,6 +364,33 @@ fn crash_simulation_loses_nothing_acknowledged() {
     // The workload must exercise what it claims to.
     assert!(gc * 4 >= seeds, "GC ran in only {gc} of {seeds} seeds");
     assert!(ckpt * 4 >= seeds, "a checkpoint was loaded in only {ckpt} of {seeds} seeds");
+}
+
+/// One seed replays exactly: run twice, a seed's workload sends the same
+/// writes and flushes (offsets, lengths, contents) in the same order up to
+/// the crash, GC and checkpoints included. 40 seeds, among which some
+/// must have run GC and some must have crashed mid-way.
+#[test]
+fn a_seed_replays_exactly() {
+    let (mut gc, mut seeds) = (0, 0);
+    for seed in seed_range(0x7265_706c, 40) {
+        let (a, b) = (with_seed(seed, run_seed), with_seed(seed, run_seed));
+        assert!(a.trace.len() > 10, "seed {seed}: only {} device writes", a.trace.len());
+        if let Some(i) = (0..a.trace.len().max(b.trace.len())).find(|&i| a.trace.get(i) != b.trace.get(i)) {
+            with_seed(seed, |_| {
+                panic!(
+                    "seed {seed} does not replay: device event {i} of {} / {} differs: {:?} against {:?}",
+                    a.trace.len(),
+                    b.trace.len(),
+                    a.trace.get(i),
+                    b.trace.get(i)
+                )
+            });
+        }
+        gc += a.gc_ran as u64;
+        seeds += 1;
+    }
+    assert!(one_seed().is_some() || gc * 4 >= seeds, "GC ran in only {gc} of {seeds} seeds");
 }
 
 /// Concurrent writers, so coalesced group writes carry several records, and
@@ -437,7 +499,7 @@ fn crash_loop_seed(seed: u64, evict: bool) -> (u64, u64, u64) {
     let dev = Arc::new(FaultDevice::new((1 << 20) + 16 * (64 << 10), seed));
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
     let now = Arc::new(AtomicU32::new(1_000));
-    let opts = open_opts_evict(durability, &now, evict);
+    let opts = manual(open_opts_evict(durability, &now, evict), &Entropy::seeded(seed));
     let mut store = Store::create(dev.clone(), &create, &opts).unwrap();
     let mut model: HashMap<u64, Want> = HashMap::new();
     let mut version = 0;
@@ -447,6 +509,9 @@ fn crash_loop_seed(seed: u64, evict: bool) -> (u64, u64, u64) {
         let mut cut: Option<(u64, Want)> = None;
         for _ in 0..600 {
             version += 1;
+            if rng.below(8) == 0 {
+                store.gc_step();
+            }
             let k = rng.below(loop_keys);
             if rng.below(300) == 0 {
                 // An index checkpoint now and then: about half the restarts
