@@ -416,6 +416,33 @@ pub(crate) struct Core {
     coalescer: crate::coalesce::Coalescer,
 }
 
+/// The engine's calls that do IO, each declared once: the declaration
+/// `fn name / name_async(&self, args) -> R = core_fn;` makes the blocking
+/// method `name`, which runs `Core::core_fn`'s future to completion on this
+/// thread (never call it on an executor: it blocks it), and the async one
+/// `name_async`, for executors (with the io_uring backend its IO goes
+/// through the executor's ring). The engine itself is written once, async.
+macro_rules! engine_calls {
+    ($(
+        $(#[doc = $doc:expr])*
+        fn $name:ident / $name_async:ident $(<$g:ident>)? (&self $(, $arg:ident : $ty:ty)* $(,)?) -> $ret:ty = $call:ident;
+    )*) => {
+        impl Store {
+            $(
+                $(#[doc = $doc])*
+                pub fn $name $(<$g>)? (&self $(, $arg: $ty)*) -> $ret {
+                    block_on(self.core.$call($($arg),*))
+                }
+
+                #[doc = concat!("[`Store::", stringify!($name), "`] as a future.")]
+                pub async fn $name_async $(<$g>)? (&self $(, $arg: $ty)*) -> $ret {
+                    self.core.$call($($arg),*).await
+                }
+            )*
+        }
+    };
+}
+
 impl Store {
     /// Format `dev` as a new, empty store and open it.
     pub fn create(dev: Arc<dyn Device>, opts: &CreateOptions, open: &OpenOptions) -> Result<Store> {
@@ -1045,6 +1072,10 @@ impl Core {
     }
 
     /// PUT with a mode; returns whether it stored.
+    pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.put_with(key, value, PutMode::Upsert).await.map(|_| ())
+    }
+
     pub async fn put_with(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
         Ok(self.put_item(key, value, ItemMeta::default(), mode.into()).await?.0)
     }
@@ -1511,88 +1542,40 @@ impl Core {
     }
 }
 
-impl Store {
+engine_calls! {
     /// The value of `key`, or None if absent or deleted.
-    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        block_on(self.core.get(key))
-    }
+    fn get / get_async(&self, key: &[u8]) -> Result<Option<Vec<u8>>> = get;
 
     /// Insert or overwrite.
-    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        block_on(self.core.put_with(key, value, PutMode::Upsert)).map(|_| ())
-    }
+    fn put / put_async(&self, key: &[u8], value: &[u8]) -> Result<()> = put;
 
     /// PUT with a mode; returns whether it stored.
-    pub fn put_with(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
-        block_on(self.core.put_with(key, value, mode))
-    }
+    fn put_with / put_with_async(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> = put_with;
 
     /// Delete `key`; returns whether it was present.
-    pub fn delete(&self, key: &[u8]) -> Result<bool> {
-        block_on(self.core.delete(key))
-    }
-
-    /// [`Store::get`] as a future: on an executor with the io_uring backend
-    /// its reads go through the executor's ring.
-    pub async fn get_async(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.core.get(key).await
-    }
-
-    /// [`Store::put`] as a future.
-    pub async fn put_async(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.core.put_with(key, value, PutMode::Upsert).await.map(|_| ())
-    }
-
-    /// [`Store::put_with`] as a future.
-    pub async fn put_with_async(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
-        self.core.put_with(key, value, mode).await
-    }
-
-    /// [`Store::delete`] as a future.
-    pub async fn delete_async(&self, key: &[u8]) -> Result<bool> {
-        self.core.delete(key).await
-    }
+    fn delete / delete_async(&self, key: &[u8]) -> Result<bool> = delete;
 
     /// The value of `key` with its metadata and CAS value; None if absent,
     /// deleted or expired.
-    pub fn get_item(&self, key: &[u8]) -> Result<Option<Item>> {
-        block_on(self.core.get_item(key))
-    }
-
-    /// [`Store::get_item`] as a future.
-    pub async fn get_item_async(&self, key: &[u8]) -> Result<Option<Item>> {
-        self.core.get_item(key).await
-    }
+    fn get_item / get_item_async(&self, key: &[u8]) -> Result<Option<Item>> = get_item;
 
     /// The item of `key` with its access state before this read (memcache
     /// `h`, `l`, win token); see [`crate::OpenOptions::track_access`]. The
     /// read marks the item read unless `!bump`; it is handed the item's win
     /// token (`won`) when `want_win(item)` holds and no earlier reader had
     /// it.
-    pub fn get_item_access(
+    fn get_item_access / get_item_access_async(
         &self,
         key: &[u8],
         bump: bool,
         want_win: impl Fn(&Item) -> bool,
-    ) -> Result<Option<ItemAccess>> {
-        block_on(self.core.get_item_access(key, bump, want_win))
-    }
-
-    /// [`Store::get_item_access`] as a future.
-    pub async fn get_item_access_async(
-        &self,
-        key: &[u8],
-        bump: bool,
-        want_win: impl Fn(&Item) -> bool,
-    ) -> Result<Option<ItemAccess>> {
-        self.core.get_item_access(key, bump, want_win).await
-    }
+    ) -> Result<Option<ItemAccess>> = get_item_access;
 
     /// [`Store::put_item`] (with a chosen CAS value when `cas` is given)
     /// whose new version starts with its win token handed out: memcache's
     /// vivify on miss, where the creator is the one to fill it; marked read
     /// (by that creator) when `read`.
-    pub async fn put_item_won_async(
+    fn put_item_won / put_item_won_async(
         &self,
         key: &[u8],
         value: &[u8],
@@ -1600,110 +1583,62 @@ impl Store {
         cond: Cond,
         cas: Option<u64>,
         read: bool,
-    ) -> Result<(PutOutcome, u64)> {
-        self.core.put_item_won(key, value, meta, cond, cas, read).await
-    }
+    ) -> Result<(PutOutcome, u64)> = put_item_won;
 
     /// The value of `key` (with its metadata and CAS value) in the aligned
     /// buffer it was read into: no copy. None if absent, deleted or
     /// expired.
-    pub fn get_buf(&self, key: &[u8]) -> Result<Option<ValueBuf>> {
-        block_on(self.core.get_buf(key))
-    }
+    fn get_buf / get_buf_async(&self, key: &[u8]) -> Result<Option<ValueBuf>> = get_buf;
 
-    /// [`Store::get_buf`] as a future.
-    pub async fn get_buf_async(&self, key: &[u8]) -> Result<Option<ValueBuf>> {
-        self.core.get_buf(key).await
-    }
+    /// Write the record built in `pb` ([`Store::new_put_buf`]):
+    /// [`Store::put_item`] without copying the value (bytes of the value
+    /// not filled are zeros).
+    fn put_buf / put_buf_async(&self, pb: PutBuf, meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> = put_buf;
 
+    /// Conditional PUT with metadata: `Stored` with the new CAS value, or
+    /// `Exists`/`NotFound` (and 0) when `cond` does not hold. An expired
+    /// value counts as absent.
+    fn put_item / put_item_async(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        meta: ItemMeta,
+        cond: Cond,
+    ) -> Result<(PutOutcome, u64)> = put_item;
+
+    /// [`Store::put_item`] with a chosen CAS value for the new version
+    /// (instead of its sequence number); returns that CAS value on `Stored`.
+    /// CAS values chosen this way are the caller's to keep unique.
+    fn put_item_with_cas / put_item_with_cas_async(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        meta: ItemMeta,
+        cond: Cond,
+        cas: u64,
+    ) -> Result<(PutOutcome, u64)> = put_item_with_cas;
+
+    /// Read-modify-write of one key (append, increment, touch, delete by
+    /// CAS...): `f` sees the current item and decides; see [`Change`].
+    /// Returns `f`'s answer and the new CAS value if a value was written.
+    fn update / update_async<R>(
+        &self,
+        key: &[u8],
+        f: impl FnMut(Option<&Item>) -> (Change, R),
+    ) -> Result<(R, Option<u64>)> = update;
+
+    /// Hide every value written so far, persistently (memcache
+    /// `flush_all`); see [`Core::flush_all`].
+    fn flush_all / flush_all_async(&self) -> Result<u64> = flush_all;
+}
+
+impl Store {
     /// A record buffer for `key` and a value of `value_len` bytes, the
     /// buffer the device will write: fill its value (directly, or by
     /// receiving into it), then write it with [`Store::put_buf`]. Fails
     /// for a bad key or a value larger than the store holds.
     pub fn new_put_buf(&self, key: &[u8], value_len: usize) -> Result<PutBuf> {
         self.core.new_put_buf(key, value_len)
-    }
-
-    /// Write the record built in `pb`: [`Store::put_item`] without copying
-    /// the value (bytes of the value not filled are zeros).
-    pub fn put_buf(&self, pb: PutBuf, meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
-        block_on(self.core.put_buf(pb, meta, cond))
-    }
-
-    /// [`Store::put_buf`] as a future.
-    pub async fn put_buf_async(&self, pb: PutBuf, meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
-        self.core.put_buf(pb, meta, cond).await
-    }
-
-    /// Conditional PUT with metadata: `Stored` with the new CAS value, or
-    /// `Exists`/`NotFound` (and 0) when `cond` does not hold. An expired
-    /// value counts as absent.
-    pub fn put_item(&self, key: &[u8], value: &[u8], meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
-        block_on(self.core.put_item(key, value, meta, cond))
-    }
-
-    /// [`Store::put_item`] as a future.
-    pub async fn put_item_async(
-        &self,
-        key: &[u8],
-        value: &[u8],
-        meta: ItemMeta,
-        cond: Cond,
-    ) -> Result<(PutOutcome, u64)> {
-        self.core.put_item(key, value, meta, cond).await
-    }
-
-    /// [`Store::put_item`] with a chosen CAS value for the new version
-    /// (instead of its sequence number); returns that CAS value on `Stored`.
-    /// CAS values chosen this way are the caller's to keep unique.
-    pub fn put_item_with_cas(
-        &self,
-        key: &[u8],
-        value: &[u8],
-        meta: ItemMeta,
-        cond: Cond,
-        cas: u64,
-    ) -> Result<(PutOutcome, u64)> {
-        block_on(self.core.put_item_with_cas(key, value, meta, cond, cas))
-    }
-
-    /// [`Store::put_item_with_cas`] as a future.
-    pub async fn put_item_with_cas_async(
-        &self,
-        key: &[u8],
-        value: &[u8],
-        meta: ItemMeta,
-        cond: Cond,
-        cas: u64,
-    ) -> Result<(PutOutcome, u64)> {
-        self.core.put_item_with_cas(key, value, meta, cond, cas).await
-    }
-
-    /// Read-modify-write of one key (append, increment, touch, delete by
-    /// CAS...): `f` sees the current item and decides; see [`Change`].
-    /// Returns `f`'s answer and the new CAS value if a value was written.
-    pub fn update<R>(&self, key: &[u8], f: impl FnMut(Option<&Item>) -> (Change, R)) -> Result<(R, Option<u64>)> {
-        block_on(self.core.update(key, f))
-    }
-
-    /// [`Store::update`] as a future.
-    pub async fn update_async<R>(
-        &self,
-        key: &[u8],
-        f: impl FnMut(Option<&Item>) -> (Change, R),
-    ) -> Result<(R, Option<u64>)> {
-        self.core.update(key, f).await
-    }
-
-    /// Hide every value written so far, persistently (memcache
-    /// `flush_all`); see [`Core::flush_all`].
-    pub fn flush_all(&self) -> Result<u64> {
-        block_on(self.core.flush_all())
-    }
-
-    /// [`Store::flush_all`] as a future.
-    pub async fn flush_all_async(&self) -> Result<u64> {
-        self.core.flush_all().await
     }
 
     /// Whether the store evicts when full (cache mode).
