@@ -11,14 +11,9 @@
 //! prints the rates; compare within one run.
 
 use granary_index::{Index, IndexConfig};
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
 use std::time::Instant;
-
-fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
 
 /// Millions of inserts per second of `hashes` into a fresh index with
 /// `2^initial_log2` of its 16 tables, from `threads` threads.
@@ -45,7 +40,8 @@ fn main() {
     let items = args.next().unwrap_or(20_000_000);
     let rounds = args.next().unwrap_or(3);
     let threads = args.next().unwrap_or(2).max(1);
-    let hashes: Vec<u64> = (0..items as u64).map(splitmix).collect();
+    let mut rng = Pcg64Mcg::seed_from_u64(0);
+    let hashes: Vec<u64> = (0..items).map(|_| rng.random()).collect();
     println!("{items} inserts from {threads} thread(s), M/s");
     for round in 1..=rounds {
         let presized = rate(&hashes, 4, threads);

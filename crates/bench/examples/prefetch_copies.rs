@@ -13,17 +13,12 @@
 //! what an executor gains by prefetching a read's lines and running other
 //! tasks before the copy.
 
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
 use std::time::Instant;
 
 const BLOCK: usize = 4096;
 const LINE: usize = 64;
-
-fn xorshift(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}
 
 #[cfg(target_arch = "x86_64")]
 fn prefetch(p: *const u8) {
@@ -77,8 +72,8 @@ fn main() {
         *b = i as u8;
     }
     let blocks = size / BLOCK;
-    let mut x = 0x2545_f491_4f6c_dd1d_u64;
-    let offsets: Vec<usize> = (0..copies).map(|_| (xorshift(&mut x) as usize % blocks) * BLOCK).collect();
+    let mut rng = Pcg64Mcg::seed_from_u64(0x2545_f491_4f6c_dd1d);
+    let offsets: Vec<usize> = (0..copies).map(|_| rng.random_range(0..blocks) * BLOCK).collect();
     let mut dst = vec![0u8; 64 * BLOCK];
     println!("{copies} random {BLOCK} B copies out of {mib} MiB, M copies/s");
     for (ahead, lines) in [(0, 0), (4, 64), (4, 32), (4, 16), (4, 8), (4, 4), (1, 8), (2, 8), (8, 8)] {

@@ -7,7 +7,7 @@
 //! (device bytes written / user bytes written) and throughput over time,
 //! as a human line per interval and as JSON.
 
-use granary_store::io::{Device, MemDevice, OpenMode};
+use granary_store::io::{Device, MemDevice, OpenMode, SimRng};
 use granary_store::{CreateOptions, OpenOptions, Store};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -81,18 +81,6 @@ pub struct ChurnReport {
     pub mismatches: u64,
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut x = self.0;
-        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        x ^ (x >> 31)
-    }
-}
-
 fn key(k: u64) -> Vec<u8> {
     format!("churn-{k:010}").into_bytes()
 }
@@ -100,10 +88,9 @@ fn key(k: u64) -> Vec<u8> {
 /// Deterministic content of a key at a version.
 fn value(k: u64, version: u64, len: usize) -> Vec<u8> {
     let mut v = Vec::with_capacity(len + 8);
-    let mut x = k.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ version;
+    let mut rng = SimRng::new(k.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ version);
     while v.len() < len {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        v.extend_from_slice(&x.to_le_bytes());
+        v.extend_from_slice(&rng.next_u64().to_le_bytes());
     }
     v.truncate(len);
     v
@@ -135,9 +122,9 @@ pub fn run(o: &ChurnOptions) -> Result<ChurnReport, String> {
 }
 
 fn churn(store: &Store, o: &ChurnOptions) -> Result<ChurnReport, String> {
-    let mut rng = Rng(o.seed);
+    let mut rng = SimRng::new(o.seed);
     let span = (o.value_max - o.value_min + 1) as u64;
-    let size = |rng: &mut Rng| o.value_min + (rng.next() % span) as usize;
+    let size = |rng: &mut SimRng| o.value_min + rng.below(span) as usize;
     let mut model: HashMap<u64, (u64, usize)> = HashMap::new();
     let target = (store.stats().segments * store.superblock().segment_bytes) as f64 * o.utilization;
 
@@ -162,9 +149,9 @@ fn churn(store: &Store, o: &ChurnOptions) -> Result<ChurnReport, String> {
     let (mut ops, mut user) = (0u64, 0u64);
     let mut version = 0u64;
     while user < budget {
-        let k = rng.next() % keys;
+        let k = rng.below(keys);
         version += 1;
-        if rng.next() % 100 < o.delete_percent {
+        if rng.below(100) < o.delete_percent {
             store.delete(&key(k)).map_err(|e| format!("delete: {e}"))?;
             model.remove(&k);
             user += key(k).len() as u64;

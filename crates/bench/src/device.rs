@@ -170,14 +170,10 @@ pub struct DeviceBenchReport {
     pub record_bytes: u64,
 }
 
+/// The seeded generator of a workload, as a closure drawing the next number.
 pub(crate) fn rng(seed: u64) -> impl FnMut() -> u64 {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    }
+    let mut rng = granary_store::io::SimRng::new(seed);
+    move || rng.next_u64()
 }
 
 /// Key `i`: 8 to 32 bytes, derived from i (so any thread can name it).

@@ -45,6 +45,9 @@
 use crate::mem::{rss_bytes, trim, wait_for_quiet, STALL};
 use granary_index::{Index, IndexConfig};
 use hdrhistogram::Histogram;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
@@ -179,22 +182,13 @@ impl Map for Sharded {
     }
 }
 
-fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
-
 /// Key `i`: 8 to 32 pseudo-random bytes, hashed like the store hashes keys.
 fn key_hash(i: u64) -> u64 {
-    let r = splitmix(i);
-    let len = 8 + (r % 25) as usize;
+    let mut rng = Pcg64Mcg::seed_from_u64(i);
+    let len = rng.random_range(8..33);
     let mut key = [0u8; 32];
-    let mut x = r;
     for chunk in key[..len].chunks_mut(8) {
-        x = splitmix(x);
-        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+        chunk.copy_from_slice(&rng.random::<u64>().to_le_bytes()[..chunk.len()]);
     }
     granary_format::hash::key_hash(&key[..len])
 }
@@ -220,11 +214,7 @@ impl Workload {
         assert!(items <= u32::MAX as u64, "at most 2^32 items");
         let hashes: Vec<u64> = (0..items).map(key_hash).collect();
         let mut order: Vec<u32> = (0..items as u32).collect();
-        let mut x = 0x5EED_u64;
-        for i in (1..order.len()).rev() {
-            x = splitmix(x);
-            order.swap(i, (x % (i as u64 + 1)) as usize);
-        }
+        order.shuffle(&mut Pcg64Mcg::seed_from_u64(0x5EED));
         let probes = order.iter().map(|&j| hashes[j as usize]).collect();
         Workload { hashes, order, probes }
     }
@@ -347,8 +337,9 @@ fn memory_floor(w: &Workload, threads: usize) -> Duration {
         // page-aligned; the advice changes no contents.
         unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
     }
-    for (i, x) in raw.iter_mut().enumerate() {
-        *x = splitmix(i as u64) | 1;
+    let mut rng = Pcg64Mcg::seed_from_u64(0);
+    for x in raw.iter_mut() {
+        *x = rng.random::<u64>() | 1;
     }
     // SAFETY: AtomicU64 has the size, alignment and bit validity of u64 (std
     // documents it); `raw` is borrowed mutably for the slice's whole life.

@@ -29,8 +29,9 @@
 //! otherwise as cheap as memcached: memcached's machine CPU per operation
 //! divided by that plus one device read per GET.
 
-use granary_store::io::SplitMix64 as SplitMix;
 use hdrhistogram::Histogram;
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -173,7 +174,8 @@ impl Zipf {
         } else {
             ((self.n as f64) * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64
         };
-        // Scatter ranks so hot keys are not neighbours.
+        // Scatter ranks so hot keys are not neighbours (a multiplicative
+        // hash of the rank, not a generator).
         rank.min(self.n - 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) % self.n
     }
 }
@@ -720,7 +722,7 @@ fn drive(addr: SocketAddr, o: &McBenchOptions, value: &[u8]) -> Result<(Measured
             let (o, value, zipf) = (o.clone(), value.to_vec(), zipf.clone());
             std::thread::spawn(move || -> std::io::Result<Measured> {
                 let mut c = Conn::new(addr)?;
-                let mut rng = SplitMix(o.seed ^ (t as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+                let mut rng = Pcg64Mcg::seed_from_u64(o.seed ^ (t as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
                 let mut m = Measured::new();
                 let mut req = Vec::with_capacity(value.len() + 64);
                 while Instant::now() < start {
@@ -746,10 +748,10 @@ fn drive(addr: SocketAddr, o: &McBenchOptions, value: &[u8]) -> Result<(Measured
                         break;
                     }
                     let k = match &zipf {
-                        Some(z) => z.sample((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64),
-                        None => rng.next_u64() % o.keys,
+                        Some(z) => z.sample(rng.random()),
+                        None => rng.random_range(0..o.keys),
                     };
-                    let is_get = (rng.next_u64() % 100) < o.get_percent as u64;
+                    let is_get = rng.random_range(0..100) < o.get_percent as u64;
                     req.clear();
                     if is_get {
                         req.extend_from_slice(format!("get {}\r\n", key(k)).as_bytes());
@@ -1068,10 +1070,10 @@ mod tests {
     #[test]
     fn zipf_is_skewed_and_in_range() {
         let z = Zipf::new(10_000, 0.99);
-        let mut rng = SplitMix(7);
+        let mut rng = Pcg64Mcg::seed_from_u64(7);
         let mut counts = vec![0u32; 10_000];
         for _ in 0..100_000 {
-            let k = z.sample((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64);
+            let k = z.sample(rng.random());
             counts[k as usize] += 1;
         }
         counts.sort_unstable_by(|a, b| b.cmp(a));

@@ -11,6 +11,7 @@
 mod cmd;
 mod metrics;
 mod serve;
+mod settings;
 
 use clap::{Parser, Subcommand};
 use granary_cli::logging;

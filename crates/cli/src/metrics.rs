@@ -1,7 +1,9 @@
 //! `granary serve --metrics ADDR`: the Prometheus text endpoint
 //! (`GET /metrics`), served by a task on the server's own runtime (no
-//! second async runtime). It renders the counters the listeners and the
-//! store keep; nothing is computed on the request path of the servers.
+//! second async runtime). It renders each component's registry of
+//! figures (`registry()` of the memcache and native servers and of the
+//! store's `Stats`), the latency histograms and the executors' counters;
+//! nothing is computed on the request path of the servers.
 
 use granary_memcache::ServerStats;
 use granary_native::NativeStats;
@@ -11,7 +13,6 @@ use granary_rt::Runtime;
 use granary_store::Store;
 use std::fmt::Write;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -94,12 +95,6 @@ impl Out {
             }
         }
     }
-    fn counter(&mut self, name: &str, help: &str, v: u64) {
-        self.metric(name, "counter", help, &[("", v as f64)]);
-    }
-    fn gauge(&mut self, name: &str, help: &str, v: f64) {
-        self.metric(name, "gauge", help, &[("", v)]);
-    }
     /// A histogram in seconds, one series per label set.
     fn histogram(&mut self, name: &str, help: &str, series: &[(String, Snapshot)]) {
         let _ = writeln!(self.0, "# HELP {name} {help}");
@@ -115,64 +110,14 @@ impl Out {
     }
 }
 
-fn g(a: &AtomicU64) -> f64 {
-    a.load(Relaxed) as f64
-}
-
 /// The metrics page.
 pub fn render(src: &Sources) -> String {
     let mut o = Out(String::new());
     let st = src.store.stats();
     let m = &src.memcache;
-    o.gauge("granary_memcache_connections", "Open Memcache connections.", m.connections.open() as f64);
-    o.counter(
-        "granary_memcache_connections_total",
-        "Memcache connections accepted.",
-        m.total_connections.load(Relaxed),
-    );
-    o.counter(
-        "granary_memcache_rejected_connections_total",
-        "Memcache connections refused at the limit.",
-        m.rejected_connections.load(Relaxed),
-    );
-    o.counter(
-        "granary_memcache_idle_kicks_total",
-        "Memcache connections closed by the idle timeout.",
-        m.idle_kicks.load(Relaxed),
-    );
-    o.metric(
-        "granary_memcache_commands_total",
-        "counter",
-        "Memcache commands by kind.",
-        &[
-            ("cmd=\"get\"", g(&m.cmd_get)),
-            ("cmd=\"set\"", g(&m.cmd_set)),
-            ("cmd=\"touch\"", g(&m.cmd_touch)),
-            ("cmd=\"flush\"", g(&m.cmd_flush)),
-            ("cmd=\"meta\"", g(&m.cmd_meta)),
-        ],
-    );
-    o.metric(
-        "granary_memcache_results_total",
-        "counter",
-        "Memcache command results.",
-        &[
-            ("result=\"get_hit\"", g(&m.get_hits)),
-            ("result=\"get_miss\"", g(&m.get_misses)),
-            ("result=\"delete_hit\"", g(&m.delete_hits)),
-            ("result=\"delete_miss\"", g(&m.delete_misses)),
-            ("result=\"incr_hit\"", g(&m.incr_hits)),
-            ("result=\"incr_miss\"", g(&m.incr_misses)),
-            ("result=\"decr_hit\"", g(&m.decr_hits)),
-            ("result=\"decr_miss\"", g(&m.decr_misses)),
-            ("result=\"cas_hit\"", g(&m.cas_hits)),
-            ("result=\"cas_miss\"", g(&m.cas_misses)),
-            ("result=\"cas_badval\"", g(&m.cas_badval)),
-            ("result=\"touch_hit\"", g(&m.touch_hits)),
-            ("result=\"touch_miss\"", g(&m.touch_misses)),
-        ],
-    );
-    o.counter("granary_memcache_protocol_errors_total", "Memcache protocol errors.", m.protocol_errors.load(Relaxed));
+    // Each component's figures are declared once, with their `stats`
+    // names, by the component (`registry()`); latency histograms beside.
+    m.registry().render_prometheus(&mut o.0);
     let commands: Vec<_> = granary_memcache::COMMANDS
         .iter()
         .zip(m.latency.iter())
@@ -183,66 +128,8 @@ pub fn render(src: &Sources) -> String {
         "Memcache command latency, from parse to reply buffered (other = version, verbosity, stats, quit, unknown).",
         &commands,
     );
-    o.gauge(
-        "granary_memcache_connection_buffer_bytes_max",
-        "Most buffer memory one Memcache connection has held.",
-        g(&m.conn_buffer_bytes_max),
-    );
-    o.gauge(
-        "granary_memcache_connections_waiting_to_send",
-        "Memcache connections waiting for their client to read.",
-        g(&m.conns_waiting_to_send),
-    );
-    o.metric(
-        "granary_memcache_bytes_total",
-        "counter",
-        "Memcache bytes received and sent.",
-        &[("dir=\"read\"", g(&m.bytes_read)), ("dir=\"written\"", g(&m.bytes_written))],
-    );
-    o.metric(
-        "granary_memcache_zero_copy_total",
-        "counter",
-        "Memcache values received into or sent from the engine's buffers without a copy.",
-        &[("dir=\"set\"", g(&m.zero_copy_sets)), ("dir=\"get\"", g(&m.zero_copy_gets))],
-    );
     if let Some(n) = &src.native {
-        o.gauge("granary_native_connections", "Open native connections.", n.connections.open() as f64);
-        o.counter(
-            "granary_native_connections_total",
-            "Native connections accepted.",
-            n.total_connections.load(Relaxed),
-        );
-        o.counter(
-            "granary_native_rejected_connections_total",
-            "Native connections refused at the limit.",
-            n.rejected_connections.load(Relaxed),
-        );
-        o.counter(
-            "granary_native_bad_frames_total",
-            "Native connections closed for a malformed frame.",
-            n.bad_frames.load(Relaxed),
-        );
-        o.counter(
-            "granary_native_idle_kicks_total",
-            "Native connections closed by the idle timeout.",
-            n.idle_kicks.load(Relaxed),
-        );
-        o.metric(
-            "granary_native_requests_total",
-            "counter",
-            "Native requests by opcode (MGET and BATCH count once; their keys count as get/put/delete too).",
-            &[
-                ("op=\"get\"", g(&n.gets)),
-                ("op=\"put\"", g(&n.puts)),
-                ("op=\"delete\"", g(&n.deletes)),
-                ("op=\"mget\"", g(&n.multi_gets)),
-                ("op=\"batch\"", g(&n.batches)),
-                ("op=\"nop\"", g(&n.nops)),
-                ("op=\"stats\"", g(&n.stats)),
-            ],
-        );
-        o.counter("granary_native_get_hits_total", "Native GETs that found a value.", n.get_hits.load(Relaxed));
-        o.counter("granary_native_errors_total", "Native responses with an error status.", n.errors.load(Relaxed));
+        n.registry().render_prometheus(&mut o.0);
         let ops: Vec<_> = granary_native::OPS
             .iter()
             .map(|&op| (format!("op=\"{}\"", op.name().to_ascii_lowercase()), n.op_latency(op).snapshot()))
@@ -252,62 +139,9 @@ pub fn render(src: &Sources) -> String {
             "Native request latency, from decoding to response queued (waits for conflicting requests included).",
             &ops,
         );
-        o.gauge(
-            "granary_native_connection_buffer_bytes_max",
-            "Most buffer memory one native connection has held.",
-            g(&n.conn_buffer_bytes_max),
-        );
-        o.gauge(
-            "granary_native_connections_waiting_to_send",
-            "Native connections waiting for their client to read.",
-            g(&n.conns_waiting_to_send),
-        );
-        o.metric(
-            "granary_native_zero_copy_total",
-            "counter",
-            "Native values received into or sent from the engine's buffers without a copy.",
-            &[("dir=\"put\"", g(&n.zero_copy_puts)), ("dir=\"get\"", g(&n.zero_copy_gets))],
-        );
-        o.gauge(
-            "granary_native_connections_paused",
-            "Native connections starting no request until their client reads.",
-            g(&n.conns_paused),
-        );
     }
-    o.gauge("granary_store_keys", "Keys with a value.", st.keys as f64);
-    o.gauge("granary_store_live_bytes", "Bytes of the records the index points at.", st.live_bytes as f64);
-    o.metric(
-        "granary_store_operations_total",
-        "counter",
-        "Engine operations.",
-        &[
-            ("op=\"get\"", st.gets as f64),
-            ("op=\"get_hit\"", st.get_hits as f64),
-            ("op=\"put\"", st.puts as f64),
-            ("op=\"delete\"", st.deletes as f64),
-        ],
-    );
-    o.metric(
-        "granary_store_segments",
-        "gauge",
-        "Segments by state.",
-        &[
-            ("state=\"free\"", st.segments_free as f64),
-            ("state=\"open\"", st.segments_open as f64),
-            ("state=\"closed\"", st.segments_closed as f64),
-            ("state=\"index\"", st.segments_index as f64),
-        ],
-    );
-    o.metric(
-        "granary_device_operations_total",
-        "counter",
-        "Device operations.",
-        &[
-            ("op=\"read\"", st.io.reads as f64),
-            ("op=\"write\"", st.io.writes as f64),
-            ("op=\"flush\"", st.io.flushes as f64),
-        ],
-    );
+    // The store's figures, declared once (`granary_store::Stats::registry`).
+    st.registry().render_prometheus(&mut o.0);
     o.histogram(
         "granary_device_io_duration_seconds",
         "Device operation latency (io_uring: from submission to completion).",
@@ -317,43 +151,6 @@ pub fn render(src: &Sources) -> String {
             ("op=\"flush\"".to_string(), st.io.flush_latency),
         ],
     );
-    o.metric(
-        "granary_device_bytes_total",
-        "counter",
-        "Device bytes read and written.",
-        &[("dir=\"read\"", st.io.read_bytes as f64), ("dir=\"written\"", st.io.written_bytes as f64)],
-    );
-    o.counter("granary_user_bytes_written_total", "Key and value bytes of PUTs and DELETEs.", st.user_bytes_written);
-    o.gauge("granary_write_amplification", "Device bytes written per user byte written.", st.write_amplification());
-    o.counter("granary_write_groups_total", "Coalesced group writes.", st.write_groups);
-    o.counter("granary_grouped_records_total", "Records carried by group writes.", st.grouped_records);
-    o.counter("granary_blind_overwrites_total", "Overwrites that did not read the old record.", st.blind_overwrites);
-    o.gauge(
-        "granary_unsettled_links",
-        "Index entries displaced by blind overwrites, not settled yet.",
-        st.unsettled_links as f64,
-    );
-    o.gauge("granary_link_bytes", "DRAM held by unsettled blind-overwrite links.", st.link_bytes as f64);
-    o.counter("granary_gc_victims_total", "Segments reclaimed by GC.", st.gc.victims);
-    o.counter(
-        "granary_gc_sparse_victims_total",
-        "Segments GC reclaimed reading only what the index or a link points at.",
-        st.gc.sparse_victims,
-    );
-    o.counter("granary_gc_relocated_records_total", "Records GC moved.", st.gc.records_relocated);
-    o.counter("granary_gc_relocated_bytes_total", "Bytes GC moved.", st.gc.bytes_relocated);
-    o.counter("granary_gc_expired_total", "Expired or flushed values GC dropped.", st.gc.expired);
-    o.counter("granary_evicted_segments_total", "Segments evicted whole (cache mode).", st.gc.evicted_segments);
-    o.counter("granary_evicted_values_total", "Values evicted (cache mode).", st.gc.evicted_values);
-    o.gauge("granary_index_entries", "Index entries.", st.index.entries as f64);
-    o.gauge("granary_index_slots", "Index slots.", st.index.slots as f64);
-    o.gauge(
-        "granary_index_occupancy",
-        "Index entries per slot.",
-        if st.index.slots == 0 { 0.0 } else { st.index.entries as f64 / st.index.slots as f64 },
-    );
-    o.gauge("granary_index_memory_bytes", "DRAM held by the index tables.", st.index.memory_bytes as f64);
-    o.counter("granary_index_resizes_total", "Index directory doublings.", st.index.grows);
     if let Some(rt) = &src.runtime {
         let per_core = rt.stats();
         let labels: Vec<String> = (0..per_core.len()).map(|i| format!("core=\"{i}\"")).collect();
@@ -380,11 +177,5 @@ pub fn render(src: &Sources) -> String {
             &series(|s| s.file_ios_in_flight),
         );
     }
-    o.gauge("granary_recovery_seconds", "Duration of the last open's recovery.", st.recovery.millis as f64 / 1000.0);
-    o.gauge(
-        "granary_recovery_clean",
-        "1 if the last open found a clean shutdown.",
-        st.recovery.clean_shutdown as u8 as f64,
-    );
     o.0
 }

@@ -41,9 +41,13 @@ pub fn recovery() -> Option<ProgressHook> {
     bar("recovering", true)
 }
 
+/// A zero fill of this many bytes or more says so when it starts.
+pub const ZERO_FILL_LOGGED_BYTES: u64 = 1 << 30;
+
 /// Progress of a new file's zero fill (`DeviceSpec::create_with_progress`):
-/// a bar on a terminal, else a log line at the start, every few seconds and
-/// at the end. A pending SIGTERM or SIGINT (blocked by the caller with
+/// a bar on a terminal, else a log line at the start of a large fill (or
+/// once a small one has taken a second), every few seconds after, and at
+/// the end. A pending SIGTERM or SIGINT (blocked by the caller with
 /// [`crate::signals::block_stop_signals`]) stops the fill with an error;
 /// the creation then removes the file, so an interrupted start leaves
 /// nothing behind.
@@ -67,9 +71,13 @@ pub fn zero_fill() -> impl Fn(u64, u64) -> std::io::Result<()> {
             (b.0)(done, total);
             return Ok(());
         }
+        // Quiet when quick: a first line at the start of a fill of 1 GiB
+        // or more (seconds of writing) or once a smaller one has taken a
+        // second, then every 5 s, and the end of a fill that was reported.
         let secs = started.elapsed().as_secs();
-        if done == 0 || (done >= total && secs >= 1) || secs >= logged.get() + 5 {
-            logged.set(secs);
+        let first = logged.get() == 0 && ((done == 0 && total >= ZERO_FILL_LOGGED_BYTES) || secs >= 1);
+        if first || (logged.get() > 0 && (done >= total || secs >= logged.get() + 5)) {
+            logged.set(secs.max(1));
             tracing::info!(done, total, secs, "writing zeros over the new data file (once, so that no write waits for ext4 to convert a preallocated extent)");
         }
         Ok(())

@@ -25,6 +25,9 @@ pub struct ServeArgs {
     /// as TOML and exit.
     #[arg(long)]
     print_config: bool,
+    /// Print the settings table of docs/CONFIG.md (Markdown) and exit.
+    #[arg(long, hide = true)]
+    print_settings_table: bool,
     /// Store file or block device, or a RAID-0 stripe set as a comma-separated
     /// list of members; missing files are created with --size in all
     /// [default: granary-data/granary.db].
@@ -133,10 +136,11 @@ impl SizeValue {
     }
 }
 
-/// The configuration file: every key optional (docs/CONFIG.md).
+/// The configuration file: every key optional (docs/CONFIG.md); its
+/// fields are [`crate::settings::SETTINGS`]' keys (a test checks).
 #[derive(serde::Deserialize, Debug, Default)]
 #[serde(deny_unknown_fields)]
-struct FileConfig {
+pub(crate) struct FileConfig {
     data: Option<PathBuf>,
     size: Option<SizeValue>,
     segment_size: Option<SizeValue>,
@@ -184,6 +188,8 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Whether to print the configuration and exit.
     pub print: bool,
+    /// Whether to print docs/CONFIG.md's settings table and exit.
+    pub print_settings_table: bool,
 }
 
 /// Default size of a new data file: a quarter of the free space of the
@@ -273,6 +279,7 @@ impl Config {
             io: a.io.or(f.io).unwrap_or(Io::Uring),
             log_format: a.log_format.or(f.log_format).unwrap_or(LogFormat::Text),
             print: a.print_config,
+            print_settings_table: a.print_settings_table,
             data,
             size,
         };
@@ -282,41 +289,19 @@ impl Config {
         Ok(c)
     }
 
-    /// The configuration as TOML (what --print-config shows; it reads
-    /// back as the same configuration).
+    /// The configuration as TOML (what --print-config shows; it reads back
+    /// as the same configuration): rendered from [`crate::settings::SETTINGS`].
     pub fn to_toml(&self) -> String {
-        let q = |s: &str| format!("{s:?}");
-        let mut t = String::from("# granary serve: effective configuration (flags > --config file > defaults)\n");
-        t += &format!("data = {}\n", q(&self.data.to_string_lossy()));
-        t += &format!("size = {}\n", self.size);
-        match self.segment_size {
-            Some(s) => t += &format!("segment_size = {s}\n"),
-            None => t += "# segment_size: chosen when the store is created\n",
-        }
-        t += &format!("listen = {}\n", q(&self.listen.to_string()));
-        t += &format!("port = {}\n", self.port);
-        t += &format!("native = {}\n", self.native);
-        t += &format!("native_port = {}\n", self.native_port);
-        t += &format!("threads = {}\n", self.threads);
-        t += &format!("conn_limit = {}\n", self.conn_limit);
-        t += &format!("max_item_size = {}\n", self.max_item_size);
-        t += &format!("idle_timeout = {}\n", self.idle_timeout);
-        t += &format!("blind_overwrite_mem = {}\n", self.blind_overwrite_mem);
-        t += &format!("io_spin_us = {}\n", self.io_spin_us);
-        t += &format!("io_submit_early = {}\n", self.io_submit_early);
-        t += &format!("metrics = {}\n", q(&self.metrics.map(|m| m.to_string()).unwrap_or_default()));
-        t += &format!("evict = {}\n", self.evict);
-        t += &format!("flush = {}\n", self.flush);
-        t += &format!("buffered = {}\n", self.buffered);
-        t += &format!("io = {}\n", q(if self.io == Io::Uring { "uring" } else { "sync" }));
-        t += &format!("log_format = {}\n", q(if self.log_format == LogFormat::Json { "json" } else { "text" }));
-        t
+        crate::settings::to_toml(self)
     }
 }
 
-/// `granary serve`: print the configuration, or serve until a stop signal.
+/// `granary serve`: print the configuration (or the docs' settings
+/// table), or serve until a stop signal.
 pub fn main(c: Config) -> Result<std::process::ExitCode, String> {
-    if c.print {
+    if c.print_settings_table {
+        print!("{}", crate::settings::markdown_table());
+    } else if c.print {
         print!("{}", c.to_toml());
     } else {
         run(c)?;

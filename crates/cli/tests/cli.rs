@@ -40,6 +40,13 @@ fn workdir() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
 }
 
+/// The value `granary stat` prints for figure `name` (`name  value` lines).
+fn stat_value(out: &str, name: &str) -> String {
+    out.lines()
+        .find_map(|l| l.strip_prefix(name).filter(|rest| rest.starts_with(' ')).map(|rest| rest.trim().to_string()))
+        .unwrap_or_else(|| panic!("no {name} in:\n{out}"))
+}
+
 fn db(dir: &Path) -> PathBuf {
     dir.join("store.db")
 }
@@ -94,7 +101,7 @@ fn round_trip_across_processes_with_direct_io() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(code(&o), 0);
     assert!(out.contains("direct IO"), "{out}");
-    assert!(out.contains("keys              3"), "{out}");
+    assert_eq!(stat_value(&out, "keys"), "3", "{out}");
     let o = run(&["stat", p, "--json"]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("\"keys\":3") && out.contains("\"tombstones\":0"), "{out}");
@@ -121,7 +128,7 @@ fn stripe_set_by_comma_separated_path() {
     assert_eq!(run(&["get", &reversed, "big"]).stdout, big);
     assert_eq!(run(&["get", &reversed, "small"]).stdout, b"v");
     let o = run(&["stat", &set]);
-    assert!(String::from_utf8_lossy(&o.stdout).contains("keys              2"));
+    assert_eq!(stat_value(&String::from_utf8_lossy(&o.stdout), "keys"), "2");
     assert_eq!(code(&run(&["verify", &set])), 0);
     std::fs::remove_file(&m[1]).unwrap();
     assert_one_line_error(&run(&["get", &set, "small"]), "cannot open");

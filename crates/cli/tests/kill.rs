@@ -9,7 +9,7 @@
 //! `GRANARY_KILL_SEED=S` reruns one sequence of kill moments;
 //! `GRANARY_KILL_CYCLES=N` sets the cycles (default 30).
 
-use granary_store::io::{OpenMode, SplitMix64 as Rng};
+use granary_store::io::{OpenMode, SimRng};
 use granary_store::loadgen::{load_key, load_value};
 use granary_store::{OpenOptions, Store};
 use std::collections::HashMap;
@@ -27,7 +27,7 @@ fn sigkill_at_random_moments_loses_no_acknowledged_write() {
     });
     let cycles: u64 = std::env::var("GRANARY_KILL_CYCLES").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
     eprintln!("kill test seed {seed} (rerun: GRANARY_KILL_SEED={seed} cargo test -p granary-cli --test kill)");
-    let mut rng = Rng(seed);
+    let mut rng = SimRng::new(seed);
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let path = dir.path().join("store.db");
     let p = path.to_str().unwrap();

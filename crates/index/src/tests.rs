@@ -3,6 +3,8 @@
 use crate::*;
 use granary_format::hash::SLOT_BITS;
 use proptest::prelude::*;
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
 use std::collections::HashMap;
 
 /// Home slots of the tables built by `small`.
@@ -147,11 +149,10 @@ fn full_neighbourhood_grows_then_reports_full_at_max_directory() {
 #[test]
 fn growth_splits_by_tag_and_keeps_every_entry() {
     let idx = small(5); // 64 homes per table: grows soon
-    let mut rng = 0x1234_5678_9abc_def0u64;
+    let mut rng = Pcg64Mcg::seed_from_u64(0x1234_5678_9abc_def0);
     let mut all = Vec::new();
     for pba in 0..3000u64 {
-        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let hash = rng >> 7;
+        let hash = rng.random::<u64>() >> 7;
         idx.insert(hash, 1, pba).unwrap();
         all.push((hash, pba));
     }
@@ -180,10 +181,9 @@ fn growth_moves_entries_toward_their_homes() {
     let idx = Index::new(IndexConfig::with_tables(4096, 0));
     let region_log2 = idx.config().region_log2;
     let mut all = Vec::new();
-    let mut rng = 0x0dd_ba11_u64;
+    let mut rng = Pcg64Mcg::seed_from_u64(0x0dd_ba11);
     while idx.stats().grows == 0 {
-        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let hash = rng >> 7;
+        let hash = rng.random::<u64>() >> 7;
         idx.insert(hash, 1, all.len() as u64).unwrap();
         all.push(hash);
     }
@@ -290,10 +290,10 @@ fn multithreaded_stress_with_resizes() {
     // (old, new); the final pba must end the chain from the first.
     let shared_pba = |k: u64, n: u64| (1u64 << 35) | (k << 24) | n;
     let shared_entry = |idx: &Index, k: u64| -> Vec<u64> {
-        pbas_racy(idx, xorshift(k + 1_000_000)).into_iter().filter(|p| p >> 35 == 1 && (p >> 24) & 0x7ff == k).collect()
+        pbas_racy(idx, spread(k + 1_000_000)).into_iter().filter(|p| p >> 35 == 1 && (p >> 24) & 0x7ff == k).collect()
     };
     for k in 0..SHARED {
-        idx.insert(xorshift(k + 1_000_000), 1, shared_pba(k, 0)).unwrap();
+        idx.insert(spread(k + 1_000_000), 1, shared_pba(k, 0)).unwrap();
     }
     let log = Arc::new(Mutex::new(Vec::new()));
     let threads: Vec<_> = (0..THREADS)
@@ -302,13 +302,13 @@ fn multithreaded_stress_with_resizes() {
             let log = log.clone();
             std::thread::spawn(move || {
                 let mut mine: HashMap<u64, u64> = HashMap::new();
-                let mut x = t + 7;
+                let mut rng = Pcg64Mcg::seed_from_u64(t + 7);
                 for i in 0..OPS {
-                    x = xorshift(x);
+                    let x: u64 = rng.random();
                     let pba = (t + 1) * 10_000_000 + i;
                     match x % 8 {
                         0..=3 => {
-                            let hash = xorshift(pba);
+                            let hash = spread(pba);
                             idx.insert(hash, 1, pba).unwrap();
                             mine.insert(hash, pba);
                         }
@@ -324,7 +324,7 @@ fn multithreaded_stress_with_resizes() {
                         }
                         _ => {
                             let k = (x >> 8) % SHARED;
-                            let hash = xorshift(k + 1_000_000);
+                            let hash = spread(k + 1_000_000);
                             let c = shared_entry(&idx, k);
                             assert_eq!(c.len(), 1, "shared key {k} must have one entry");
                             let new = shared_pba(k, t * OPS + i + 1);
@@ -370,7 +370,7 @@ fn concurrent_inserts_and_lookups() {
             std::thread::spawn(move || {
                 for i in 0..2000u64 {
                     let pba = t * 1_000_000 + i;
-                    let hash = xorshift(pba + 1);
+                    let hash = spread(pba + 1);
                     idx.insert(hash, 1, pba).unwrap();
                     assert!(pbas_racy(&idx, hash).contains(&pba));
                     assert!(idx.contains(hash, pba));
@@ -385,16 +385,17 @@ fn concurrent_inserts_and_lookups() {
     for t in 0..4u64 {
         for i in 0..2000u64 {
             let pba = t * 1_000_000 + i;
-            assert!(pbas(&idx, xorshift(pba + 1)).contains(&pba));
+            assert!(pbas(&idx, spread(pba + 1)).contains(&pba));
         }
     }
 }
 
-fn xorshift(mut x: u64) -> u64 {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+/// A well-spread 64-bit hash of the integer `k`: the first output of the
+/// generator seeded with `k`. Not a bijection, but a collision among the
+/// under a million `k`s a test uses is a chance of about 1 in 10^7, and it
+/// would show as a failure on every run, not a flaky one.
+fn spread(k: u64) -> u64 {
+    Pcg64Mcg::seed_from_u64(k).random()
 }
 
 #[derive(Debug, Clone)]
@@ -467,9 +468,9 @@ fn stash_takes_overflow_at_the_largest_directory() {
     });
     let slots = 256 * (HOMES as u64 + 31);
     let mut all = Vec::new();
-    let mut x = 99u64;
+    let mut rng = Pcg64Mcg::seed_from_u64(99);
     while (all.len() as u64) < slots * 96 / 100 {
-        x = xorshift(x);
+        let x: u64 = rng.random();
         idx.insert(x, 1, all.len() as u64).unwrap();
         all.push(x);
     }
@@ -510,9 +511,9 @@ fn growth_follows_load_and_migrates_stashed_entries() {
     assert_eq!((idx.stats().grows, idx.stats().stashed), (0, 8));
     // Fill past the load: the directory grows and migrations move the
     // stashed entries into the (now roomier) new tables.
-    let mut x = 5u64;
+    let mut rng = Pcg64Mcg::seed_from_u64(5);
     while idx.stats().grows < 3 {
-        x = xorshift(x);
+        let x: u64 = rng.random();
         idx.insert(x, 1, 1000 + all.len() as u64).unwrap();
         all.push((x, 1000 + all.len() as u64));
     }
@@ -551,10 +552,10 @@ fn snapshot_sees_each_key_once_under_concurrent_displacement() {
         let mut seen: HashMap<(usize, u8), u32> = HashMap::new();
         std::thread::scope(|s| {
             s.spawn(|| {
-                let mut x = round + 1;
+                let mut rng = Pcg64Mcg::seed_from_u64(round + 1);
                 let mut noise = Vec::new();
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    x = xorshift(x);
+                    let x: u64 = rng.random();
                     // Near region boundaries, in the stable keys' table (odd tags).
                     let home = 256 * (1 + x % 8) - 6 + (x >> 8) % 6;
                     let k = h(home, 3 + 2 * ((x >> 40) as u8 % 100));
@@ -627,15 +628,15 @@ fn fp_bits_filter_candidates_when_tags_pick_tables() {
     });
     let keys = 256 * HOMES_PER_TABLE as u64 / 2; // load 0.5
     for k in 0..keys {
-        idx.insert(xorshift(k + 1), 1, k).unwrap();
+        idx.insert(spread(k + 1), 1, k).unwrap();
     }
     let probes = 50_000u64;
-    let false_candidates: usize = (0..probes).map(|k| idx.lookup(xorshift(k + 10_000_000)).as_slice().len()).sum();
+    let false_candidates: usize = (0..probes).map(|k| idx.lookup(spread(k + 10_000_000)).as_slice().len()).sum();
     let per_lookup = false_candidates as f64 / probes as f64;
     // Expected about 0.5 / 16 = 0.03; 0.5 without the fp bits.
     assert!(per_lookup < 0.1, "{per_lookup:.3} false candidates per lookup of an absent key");
     // Present keys are all found, and mostly alone.
-    let found: usize = (0..10_000u64).map(|k| idx.lookup(xorshift(k + 1)).as_slice().len()).sum();
+    let found: usize = (0..10_000u64).map(|k| idx.lookup(spread(k + 1)).as_slice().len()).sum();
     assert!((10_000..11_000).contains(&found), "{found} candidates for 10000 present keys");
 }
 
@@ -784,11 +785,11 @@ fn access_words_survive_concurrent_growth() {
                 let mut mine = Vec::new();
                 for i in 0..20_000u64 {
                     let pba = t << 30 | i;
-                    let hash = xorshift(pba + 1);
+                    let hash = spread(pba + 1);
                     idx.insert_with(hash, 1, pba, i as u32).unwrap();
                     mine.push((hash, pba, i as u32));
                     // Touch an earlier entry of ours while others move it.
-                    let j = (xorshift(i) % mine.len() as u64) as usize;
+                    let j = (spread(i) % mine.len() as u64) as usize;
                     let (hh, pp, w) = mine[j];
                     assert_eq!(idx.access(hh, pp, |x| x + 1), Some(w), "thread {t} entry {j}");
                     mine[j].2 = w + 1;
@@ -838,14 +839,14 @@ fn insert_if_no_candidates_inserts_or_returns_them() {
 fn vector_and_scalar_neighbourhood_scans_agree() {
     use crate::table::{hood_mask, hood_mask_scalar};
     use std::sync::atomic::AtomicU64;
-    let mut x = 0x5EED_1234_u64;
+    let mut rng = Pcg64Mcg::seed_from_u64(0x5EED_1234);
     for round in 0..20_000 {
         // Key tags drawn from a few values (0 and the largest included),
         // so that many slots match.
-        x = xorshift(x);
+        let x: u64 = rng.random();
         let ktag = [0u16, 1, 0xFFF, (x >> 20) as u16 & 0xFFF][(x % 4) as usize];
         let hood: [AtomicU64; NEIGHBOURHOOD] = std::array::from_fn(|off| {
-            x = xorshift(x);
+            let x: u64 = rng.random();
             // Any slot may carry a hop hint (of the home it is); the scan
             // ignores it, and a free slot with one is still free.
             let hint = (x >> 61) << crate::entry::HINT_SHIFT;
@@ -877,7 +878,7 @@ fn vector_and_scalar_neighbourhood_scans_agree() {
 
 /// A table's slots for `hinted_scans...`: random entries placed at their
 /// offsets, hints set to what the entries need (or more), padded to lines.
-fn hinted_slots(x: &mut u64, n: usize, ktags: &[u16]) -> LineSlots {
+fn hinted_slots(rng: &mut Pcg64Mcg, n: usize, ktags: &[u16]) -> LineSlots {
     use crate::entry::{HINT_MASK, HINT_SHIFT};
     use crate::table::hint_need;
     use std::sync::atomic::Ordering::Relaxed;
@@ -885,24 +886,24 @@ fn hinted_slots(x: &mut u64, n: usize, ktags: &[u16]) -> LineSlots {
     let slots = LineSlots::new(len);
     let mut need = vec![0u64; len];
     for (s, slot) in slots.iter().enumerate().take(len) {
-        *x = xorshift(*x);
-        if (*x).is_multiple_of(3) {
+        let x: u64 = rng.random();
+        if x.is_multiple_of(3) {
             continue; // free
         }
-        let off = ((*x >> 8) as usize % NEIGHBOURHOOD).min(s);
+        let off = ((x >> 8) as usize % NEIGHBOURHOOD).min(s);
         let home = s - off;
         if home >= n {
             continue; // slots past the last home hold only earlier homes' entries
         }
-        let ktag = ktags[(*x >> 16) as usize % ktags.len()];
-        let e = Entry::new(off as u32, ktag, (*x >> 40) & 7, (*x >> 24) & 0xFFFF);
+        let ktag = ktags[(x >> 16) as usize % ktags.len()];
+        let e = Entry::new(off as u32, ktag, (x >> 40) & 7, (x >> 24) & 0xFFFF);
         slot.store(e.0 ^ Entry::FREE.0, Relaxed);
         need[home] = need[home].max(hint_need(home, s));
     }
     for (home, &want) in need.iter().enumerate() {
-        *x = xorshift(*x);
+        let x: u64 = rng.random();
         // Sometimes more than needed: a hint is an upper bound.
-        let hint = if (*x).is_multiple_of(5) { 3 } else { want };
+        let hint = if x.is_multiple_of(5) { 3 } else { want };
         let w = slots[home].load(Relaxed);
         slots[home].store((w & !HINT_MASK) | (hint << HINT_SHIFT), Relaxed);
     }
@@ -953,11 +954,11 @@ fn hinted_scans_agree_with_whole_neighbourhood_scans() {
     use crate::entry::{HINT_MASK, HINT_SHIFT};
     use crate::table::{hinted_mask, hinted_mask_scalar, hood_mask, LINE_SLOTS};
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-    let mut x = 0xC0FFEE_u64;
+    let mut rng = Pcg64Mcg::seed_from_u64(0xC0FFEE);
     let ktags = [0u16, 1, 0xFFF, 0x123];
     for round in 0..200 {
-        let n = 1 + (xorshift(round + 1) % 200) as usize;
-        let slots = hinted_slots(&mut x, n, &ktags);
+        let n = 1 + (spread(round + 1) % 200) as usize;
+        let slots = hinted_slots(&mut rng, n, &ktags);
         for home in 0..n {
             let hood: &[AtomicU64; NEIGHBOURHOOD] = slots[home..home + NEIGHBOURHOOD].try_into().unwrap();
             for &ktag in &ktags {
@@ -1029,10 +1030,10 @@ fn hop_hints_hold_in_a_densely_displaced_table() {
             access_words: false,
         });
         let slots = HOMES as u64 + 31;
-        let mut x = seed;
+        let mut rng = Pcg64Mcg::seed_from_u64(seed);
         let mut all = Vec::new();
         for pba in 0..slots * 95 / 100 {
-            x = xorshift(x);
+            let x: u64 = rng.random();
             let hash = h(x % HOMES as u64, (x >> 20) as u8 & 1);
             if idx.insert(hash, 1, pba).is_ok() {
                 all.push((hash, pba));
@@ -1061,10 +1062,10 @@ fn hop_hints_hold_in_a_densely_displaced_table() {
 #[test]
 fn hop_hints_are_exact_after_growth_but_at_region_ends() {
     let idx = small(7); // 128-slot regions: 2 per table
-    let mut x = 99u64;
+    let mut rng = Pcg64Mcg::seed_from_u64(99);
     let mut all = Vec::new();
     for pba in 0..4000u64 {
-        x = xorshift(x);
+        let x: u64 = rng.random();
         idx.insert(x >> 7, 1, pba).unwrap();
         all.push((x >> 7, pba));
     }
@@ -1094,7 +1095,7 @@ fn a_grown_index_is_no_more_displaced_than_a_presized_one() {
     let share = |presized: bool| {
         let idx = Index::new(IndexConfig::with_tables(homes, if presized { 4 } else { 0 }));
         for i in 0..items {
-            idx.insert(xorshift(i + 1), 1, i).unwrap();
+            idx.insert(spread(i + 1), 1, i).unwrap();
         }
         idx.check_hints(); // finishes any migration
         let (mut far, mut n) = (0u64, 0u64);

@@ -33,6 +33,8 @@
 //! than a sector, and misdirected writes.
 
 use crate::{check_range, AlignedBuf, Device, IoCounters, IoFuture, IoResult};
+use rand::{Rng, RngCore, SeedableRng};
+use rand_pcg::Pcg64Mcg;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -92,7 +94,7 @@ struct State {
     /// The crash happened: the torn write (offset, surviving prefix).
     crashed: Option<(CrashKind, u64, Vec<u8>)>,
     failures: Vec<Failure>,
-    rng: SplitMix64,
+    rng: SimRng,
     reorder: bool,
     /// Writes and flushes, in order, while recording.
     trace: Option<Vec<TraceEvent>>,
@@ -107,18 +109,22 @@ impl State {
     }
 }
 
-/// SplitMix64: the seeded generator behind every fault choice, also used by
-/// the crash tests to drive their workloads from the same seed.
+/// The seeded generator of the fault device and of the simulations: it drives
+/// every fault choice, and the crash tests drive their workloads from the same
+/// seed. It is a `Pcg64Mcg`, whose output is specified, so a printed seed
+/// replays the same run on every platform (`below` is value-stable within a
+/// `rand` 0.x release line).
 #[derive(Debug, Clone)]
-pub struct SplitMix64(pub u64);
+pub struct SimRng(Pcg64Mcg);
 
-impl SplitMix64 {
+impl SimRng {
+    /// The generator for `seed`.
+    pub fn new(seed: u64) -> SimRng {
+        SimRng(Pcg64Mcg::seed_from_u64(seed))
+    }
+
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `0..n` (0 when `n` is 0).
@@ -126,7 +132,7 @@ impl SplitMix64 {
         if n == 0 {
             0
         } else {
-            self.next_u64() % n
+            self.0.random_range(0..n)
         }
     }
 }
@@ -182,7 +188,7 @@ impl FaultDevice {
                 plan: None,
                 crashed: None,
                 failures: Vec::new(),
-                rng: SplitMix64(seed ^ 0x5EED_F00D_CAFE_BABE),
+                rng: SimRng::new(seed ^ 0x5EED_F00D_CAFE_BABE),
                 reorder: false,
                 trace: None,
             }),

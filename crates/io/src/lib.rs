@@ -34,7 +34,7 @@ pub mod stripe;
 pub mod testdev;
 
 pub use buf::AlignedBuf;
-pub use fault::{CrashKind, FaultDevice, OpKind, SplitMix64, TraceEvent};
+pub use fault::{CrashKind, FaultDevice, OpKind, SimRng, TraceEvent};
 pub use file::{FileDevice, IoBackend, OpenMode};
 pub use memory::MemDevice;
 pub use spec::DeviceSpec;

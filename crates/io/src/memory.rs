@@ -168,10 +168,8 @@ impl MemDevice {
         }
         c.crashed = true;
         let sectors = len / 512;
-        let mut x = c.seed ^ 0x9E37_79B9_7F4A_7C15;
-        x ^= x >> 31;
-        x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        (((x >> 8) as usize % (sectors + 1)) * 512, true)
+        let kept = crate::SimRng::new(c.seed).below(sectors as u64 + 1) as usize;
+        (kept * 512, true)
     }
 }
 

@@ -505,10 +505,9 @@ mod tests {
     /// A deterministic pattern so misplaced bytes show.
     fn pattern(len: usize, seed: u64) -> AlignedBuf {
         let mut b = AlignedBuf::zeroed(len);
-        let mut x = seed | 1;
+        let mut rng = crate::SimRng::new(seed);
         for c in b.chunks_mut(8) {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let bytes = x.to_le_bytes();
+            let bytes = rng.next_u64().to_le_bytes();
             c.copy_from_slice(&bytes[..c.len()]);
         }
         b
@@ -563,7 +562,7 @@ mod tests {
         let d = StripedDevice::create(devs, 4096).unwrap();
         let size = d.size_bytes() as usize;
         let mut model = vec![0u8; size];
-        let mut rng = crate::SplitMix64(42);
+        let mut rng = crate::SimRng::new(42);
         for i in 0..300 {
             let blocks = size / 512;
             let at = (rng.next_u64() as usize % blocks) * 512;

@@ -1,5 +1,9 @@
-//! One connection's protocol state: parse the next request from the input
-//! and execute it against the store, appending replies to `out`.
+//! The executor: runs one parsed [`Request`] (with its data block, for a
+//! storage command) against the store and writes memcached's reply bytes
+//! into the connection's reply buffer, through a [`Sink`]. It owns no
+//! socket and no input: the connection frames and parses requests, reads
+//! data blocks, and sends what the sink buffers. The meta commands are in
+//! [`meta`], part of the executor.
 //!
 //! Replies follow memcached 1.6's text protocol (protocol.txt) byte for
 //! byte, including its errors: `ERROR` for an unknown command, `CLIENT_ERROR
@@ -7,174 +11,106 @@
 //! Storage commands whose value is larger than the configured maximum get
 //! `SERVER_ERROR object too large for cache` and their data is skipped
 //! ("swallowed") as memcached does; the connection goes on.
+//!
+//! Invariants:
+//! - a request with `noreply` gets no reply at all, errors included (as
+//!   memcached), but is counted like any other;
+//! - every `ERROR` and `CLIENT_ERROR` counts one `protocol_errors`;
+//! - a reply buffer past [`OUT_FLUSH_BYTES`] is sent before the next value
+//!   of a multi-get is added, so it holds at most that plus one value.
 
+use crate::context::Ctx;
 use crate::limits::*;
-use crate::server::{command_index, Ctx};
-use granary_rt::net::TcpStream;
+use crate::parse::{self, ParseError, Request, StatsKind, Storage};
+use crate::stats;
 use granary_store::{Change, Cond, Error, Item, ItemMeta, PutBuf, PutOutcome, ValueBuf};
 use std::sync::atomic::Ordering::Relaxed;
 
-/// What one step did with the input.
-pub(crate) enum Step {
-    /// The first n bytes were one request (or data skipped): done.
-    Consumed(usize),
-    /// No complete request yet: read more.
-    NeedMore,
-    /// Close the connection after sending what is buffered.
-    Close,
-    /// The first n bytes were a storage command with a large value: the
-    /// connection loop receives the value into `Conn::pending`'s record
-    /// buffer; the next step checks its "\r\n" and stores it.
-    Receive(usize),
+mod meta;
+
+/// Where the executor's replies go: the connection's reply buffer, and
+/// the sends a request may need before it is done (a multi-get sends as
+/// it goes; a large value is sent from the buffer the device read it into).
+pub(crate) trait Sink {
+    /// The reply buffer.
+    fn out(&mut self) -> &mut Vec<u8>;
+
+    /// Send what is buffered; false once the connection is gone.
+    async fn flush(&mut self) -> bool;
+
+    /// Send what is buffered, then `value` from its own buffer (no copy);
+    /// false once the connection is gone.
+    async fn send_value(&mut self, value: ValueBuf) -> bool;
 }
 
-/// A storage command whose value is received into its record buffer.
+/// A storage command whose value is received into its record buffer (from
+/// [`ZERO_COPY_MIN_BYTES`] on): [`Exec::zero_copy`] creates it, the
+/// connection fills `pb` from its input and the socket, and
+/// [`Exec::finish_put`] checks the line end and stores it.
 pub(crate) struct PendingPut {
     pub pb: PutBuf,
     meta: ItemMeta,
     cond: Cond,
+    /// The command ended in `noreply`.
+    pub noreply: bool,
+}
+
+/// One request's execution: what the server shares, where the replies go,
+/// and whether they are suppressed.
+pub(crate) struct Exec<'a, S> {
+    ctx: &'a Ctx,
+    io: &'a mut S,
+    /// The request ends in `noreply`: every reply to it is suppressed.
     noreply: bool,
-    /// The command's index in `COMMANDS`, and when its line was parsed.
-    cmd: usize,
-    started: std::time::Instant,
 }
 
-pub(crate) struct Conn<'a> {
-    pub ctx: &'a Ctx,
-    /// The socket replies go to.
-    stream: &'a TcpStream,
-    /// A send failed: the connection is gone.
-    dead: bool,
-    pub out: Vec<u8>,
-    /// Bytes of a refused value still to skip.
-    pub(crate) swallow: usize,
-    /// The current command ends in `noreply`: as in memcached, every reply
-    /// to it (errors included) is suppressed.
-    noreply: bool,
-    /// Bytes the connection loop holds for input (buffer and read chunk),
-    /// for the memory high-water mark.
-    pub input_bytes: usize,
-    /// A large value being received (see [`Step::Receive`]).
-    pub(crate) pending: Option<PendingPut>,
-}
-
-/// A storage command's kind.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Store {
-    Set,
-    Add,
-    Replace,
-    Append,
-    Prepend,
-    Cas,
-}
-
-/// Split a request line into tokens (runs of spaces separate them).
-pub(crate) fn tokens(line: &[u8]) -> Vec<&[u8]> {
-    line.split(|&b| b == b' ').filter(|t| !t.is_empty()).collect()
-}
-
-pub(crate) fn parse<T: std::str::FromStr>(t: &[u8]) -> Option<T> {
-    std::str::from_utf8(t).ok()?.parse().ok()
-}
-
-/// A key the text protocol accepts: 1..=250 bytes. As in memcached, any
-/// other byte than the space (which separates tokens) and the line end may
-/// occur: memcaslap's verifying mode, for one, sends control characters.
-pub(crate) fn key_ok(k: &[u8]) -> bool {
-    !k.is_empty() && k.len() <= KEY_BYTES_MAX
-}
-
-impl<'a> Conn<'a> {
-    pub fn new(ctx: &'a Ctx, stream: &'a TcpStream) -> Conn<'a> {
-        Conn {
-            ctx,
-            stream,
-            dead: false,
-            out: Vec::with_capacity(4096),
-            swallow: 0,
-            noreply: false,
-            input_bytes: 0,
-            pending: None,
-        }
+impl<'a, S: Sink> Exec<'a, S> {
+    pub fn new(ctx: &'a Ctx, io: &'a mut S, noreply: bool) -> Exec<'a, S> {
+        Exec { ctx, io, noreply }
     }
 
-    /// Note the connection's buffer memory in the high-water mark.
-    pub fn account(&self) {
-        self.ctx.stats.buffer_bytes(self.input_bytes + self.out.capacity());
+    fn out(&mut self) -> &mut Vec<u8> {
+        self.io.out()
     }
 
-    /// Send the buffered replies; false if the connection is gone.
-    pub async fn send(&mut self) -> bool {
-        self.account();
-        if self.out.is_empty() || self.dead {
-            return !self.dead;
-        }
-        let stream = self.stream;
-        let n = self.out.len();
-        self.ctx.stats.bytes_written.fetch_add(n as u64, Relaxed);
-        // Most replies fit the socket buffer: one direct send, no ring trip.
-        let sent = match stream.try_send(&self.out) {
-            Ok(k) => k,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::Interrupted => 0,
-            Err(_) => {
-                self.dead = true;
-                return false;
-            }
-        };
-        if sent == n {
-            self.out.clear();
-            return true;
-        }
-        // The rest through the ring, waiting for room in the socket.
-        let _waiting = granary_rt::net::GaugeHold::new(&self.ctx.stats.conns_waiting_to_send);
-        let mut out = std::mem::take(&mut self.out);
-        let mut off = sent;
-        let mut ok = true;
-        while ok && off < n {
-            let (r, o) = stream.send_from(out, off).await;
-            out = o;
-            match r {
-                Ok(0) => ok = false,
-                Ok(k) => off += k,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => ok = false,
-            }
-        }
-        out.clear();
-        if out.capacity() <= 4 * OUT_FLUSH_BYTES {
-            self.out = out; // reuse the allocation
-        }
-        self.dead = !ok;
-        ok
-    }
-
-    pub(crate) fn reply(&mut self, s: &str) {
+    fn reply(&mut self, s: &str) {
         if self.noreply {
             return;
         }
-        self.out.extend_from_slice(s.as_bytes());
-        self.out.extend_from_slice(b"\r\n");
+        let out = self.io.out();
+        out.extend_from_slice(s.as_bytes());
+        out.extend_from_slice(b"\r\n");
     }
 
-    pub(crate) fn client_error(&mut self, msg: &str) {
+    /// A request refused: memcached's reply, counted as a protocol error.
+    fn refuse(&mut self, e: ParseError) {
+        self.ctx.stats.protocol_errors.fetch_add(1, Relaxed);
+        self.reply(e.reply());
+    }
+
+    /// A line the parser refused (`cmd`: its command token). mg, md, ma
+    /// and me count in `cmd_meta` even when refused (ms only once its data
+    /// is in).
+    pub fn refuse_line(&mut self, cmd: Option<&[u8]>, e: ParseError) {
+        if matches!(cmd, Some(b"mg" | b"md" | b"ma" | b"me")) {
+            self.ctx.stats.cmd_meta.fetch_add(1, Relaxed);
+        }
+        self.refuse(e);
+    }
+
+    fn client_error(&mut self, msg: &str) {
         self.ctx.stats.protocol_errors.fetch_add(1, Relaxed);
         self.reply(&format!("CLIENT_ERROR {msg}"));
     }
 
-    pub(crate) fn error(&mut self) {
-        self.ctx.stats.protocol_errors.fetch_add(1, Relaxed);
-        self.reply("ERROR");
-    }
-
     /// memcached's reply to a value over the item size limit, counted.
-    pub(crate) fn too_large(&mut self) {
+    fn too_large(&mut self) {
         self.ctx.stats.store_too_large.fetch_add(1, Relaxed);
         self.reply("SERVER_ERROR object too large for cache");
     }
 
     /// memcached's reply to a store failure.
-    pub(crate) fn server_error(&mut self, e: &Error) {
+    fn server_error(&mut self, e: &Error) {
         match e {
             Error::NoSpace { .. } => {
                 self.ctx.stats.store_no_memory.fetch_add(1, Relaxed);
@@ -198,7 +134,7 @@ impl<'a> Conn<'a> {
 
     /// An exptime of the protocol as the engine's expiry (unix seconds,
     /// 0 = never): memcached's rules.
-    pub(crate) fn expires(&self, exptime: i64) -> u32 {
+    fn expires(&self, exptime: i64) -> u32 {
         let now = self.ctx.store.now() as i64;
         let t = if exptime == 0 {
             0
@@ -217,104 +153,83 @@ impl<'a> Conn<'a> {
         t.clamp(0, u32::MAX as i64) as u32
     }
 
-    /// Execute the next request in `buf`.
-    pub async fn step(&mut self, buf: &[u8]) -> Step {
-        if self.swallow > 0 {
-            let n = self.swallow.min(buf.len());
-            self.swallow -= n;
-            return if n == 0 { Step::NeedMore } else { Step::Consumed(n) };
-        }
-        if self.pending.as_ref().is_some_and(|p| p.pb.is_full()) {
-            return self.finish_put(buf).await;
-        }
-        let Some(nl) = buf.iter().take(LINE_BYTES_MAX + 2).position(|&b| b == b'\n') else {
-            if buf.len() > LINE_BYTES_MAX {
-                self.client_error("line too long");
-                return Step::Close;
-            }
-            return Step::NeedMore;
+    /// Before the data block of a storage request is read: a value over
+    /// the item size limit is refused at once (memcached's order), and a
+    /// failed set drops the old value, so no stale data outlives it.
+    /// Some(bytes of input to skip): the refused data block.
+    pub async fn oversized(&mut self, req: &Request<'_>) -> Option<usize> {
+        let (len, key, drops_old, meta) = match req {
+            Request::Store { kind, key, len, .. } => (*len, *key, *kind == Storage::Set, false),
+            Request::Ms { m, len, mode, .. } => (*len, &m.key[..], *mode == Ok(parse::MsMode::Set), true),
+            _ => return None,
         };
-        let line_len = nl + 1;
-        let line = &buf[..nl];
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let t = tokens(line);
-        let Some(&cmd) = t.first() else {
-            self.error();
-            return Step::Consumed(line_len);
-        };
-        let rest = &buf[line_len..];
-        const NOREPLY_CMDS: [&[u8]; 12] = [
-            b"set",
-            b"add",
-            b"replace",
-            b"append",
-            b"prepend",
-            b"cas",
-            b"delete",
-            b"incr",
-            b"decr",
-            b"touch",
-            b"flush_all",
-            b"verbosity",
-        ];
-        self.noreply = t.len() > 1 && t.last() == Some(&&b"noreply"[..]) && NOREPLY_CMDS.contains(&cmd);
-        let start = std::time::Instant::now();
-        let step = self.dispatch(cmd, &t, line_len, rest).await;
-        if matches!(step, Step::Consumed(_) | Step::Close) {
-            self.ctx.stats.latency[command_index(cmd)].since(start);
+        if len <= self.ctx.cfg.item_bytes_max {
+            return None;
         }
-        self.noreply = false;
-        if self.dead {
-            return Step::Close;
+        self.ctx.stats.cmd_set.fetch_add(1, Relaxed);
+        if meta {
+            self.ctx.stats.cmd_meta.fetch_add(1, Relaxed);
         }
-        step
+        self.too_large();
+        if drops_old {
+            let _ = self.ctx.store.delete_async(key).await;
+        }
+        Some(len + 2)
     }
 
-    async fn dispatch(&mut self, cmd: &[u8], t: &[&[u8]], line_len: usize, rest: &[u8]) -> Step {
-        match cmd {
-            b"get" => self.get(&t[1..], false, None).await,
-            b"gets" => self.get(&t[1..], true, None).await,
-            b"gat" | b"gats" if t.len() > 1 => match parse::<i64>(t[1]) {
-                // An exptime and no key: memcached answers an empty result.
-                Some(_) if t.len() == 2 => self.reply("END"),
-                Some(exp) => self.get(&t[2..], cmd == b"gats", Some(exp)).await,
-                None => self.client_error("invalid exptime argument"),
-            },
-            b"gat" | b"gats" => self.error(),
-            b"set" => return self.storage(Store::Set, t, line_len, rest).await,
-            b"add" => return self.storage(Store::Add, t, line_len, rest).await,
-            b"replace" => return self.storage(Store::Replace, t, line_len, rest).await,
-            b"append" => return self.storage(Store::Append, t, line_len, rest).await,
-            b"prepend" => return self.storage(Store::Prepend, t, line_len, rest).await,
-            b"cas" => return self.storage(Store::Cas, t, line_len, rest).await,
-            b"delete" => self.delete(t).await,
-            b"incr" => self.arith(t, true).await,
-            b"decr" => self.arith(t, false).await,
-            b"touch" => self.touch(t).await,
-            b"flush_all" => self.flush_all(t).await,
-            b"version" => self.reply(&format!("VERSION {}", version())),
-            b"verbosity" => self.verbosity(&t[1..]),
-            b"stats" => self.stats(&t[1..]),
-            b"quit" => return Step::Close,
-            b"mn" => {
+    /// A text storage command whose value ([`ZERO_COPY_MIN_BYTES`] or
+    /// more) goes from the socket straight into a record buffer; None for
+    /// the copying path (append and prepend, which read the old value, and
+    /// a key or size the engine refuses, reported once the data is in).
+    pub fn zero_copy(&self, req: &Request<'_>) -> Option<PendingPut> {
+        let Request::Store { kind, key, flags, exptime, len, cas } = *req else { return None };
+        if len < ZERO_COPY_MIN_BYTES || matches!(kind, Storage::Append | Storage::Prepend) {
+            return None;
+        }
+        let pb = self.ctx.store.new_put_buf(key, len).ok()?;
+        let cond = match kind {
+            Storage::Add => Cond::Absent,
+            Storage::Replace => Cond::Present,
+            Storage::Cas => Cond::Cas(cas),
+            _ => Cond::Always,
+        };
+        Some(PendingPut { pb, meta: ItemMeta::new(flags, self.expires(exptime)), cond, noreply: self.noreply })
+    }
+
+    /// Run `req`; `block` is its data block (the value and its line end)
+    /// for a storage command, empty otherwise. False: close the connection
+    /// once the replies are sent (`quit`).
+    pub async fn run(&mut self, req: &Request<'_>, block: &[u8]) -> bool {
+        match req {
+            Request::Get { keys, cas, touch, bad_key } => self.get(keys, *cas, *touch, *bad_key).await,
+            Request::Store { kind, key, flags, exptime, cas, .. } => {
+                self.storage(*kind, key, *flags, *exptime, *cas, block).await
+            }
+            Request::Delete { key } => self.delete(key).await,
+            Request::Arith { key, incr, delta } => self.arith(key, *incr, *delta).await,
+            Request::Touch { key, exptime } => self.touch(key, *exptime).await,
+            Request::FlushAll { delay } => self.flush_all(*delay).await,
+            Request::Version => self.reply(&format!("VERSION {}", stats::version())),
+            // Accepted and ignored: logging is configured with GRANARY_LOG.
+            Request::Verbosity => self.reply("OK"),
+            Request::Stats(kind) => self.stats(*kind),
+            Request::Quit => return false,
+            Request::Mn => {
                 self.ctx.stats.cmd_meta.fetch_add(1, Relaxed);
                 self.reply("MN")
             }
-            b"mg" | b"ms" | b"md" | b"ma" | b"me" => return self.meta(cmd, t, line_len, rest).await,
-            _ => self.error(),
+            Request::Mg { m, new_cas, recache, ttl, vivify } => self.mg(m, *new_cas, *recache, *ttl, *vivify).await,
+            Request::Ms { .. } => self.ms(req, block).await,
+            Request::Md { m, cas, ttl } => self.md(m, *cas, *ttl).await,
+            Request::Ma { .. } => self.ma(req).await,
+            Request::Me { key } => self.me(key).await,
         }
-        Step::Consumed(line_len)
+        true
     }
 
-    async fn get(&mut self, keys: &[&[u8]], with_cas: bool, touch: Option<i64>) {
-        if keys.is_empty() {
-            return self.error();
-        }
+    async fn get(&mut self, keys: &[&[u8]], with_cas: bool, touch: Option<i64>, bad_key: bool) {
         let expires = touch.map(|e| self.expires(e));
         for &key in keys {
-            if !key_ok(key) {
-                return self.client_error("bad command line format");
-            }
             self.ctx.stats.cmd_get.fetch_add(1, Relaxed);
             let Some(exp) = expires else {
                 // Served from the buffer the device read the value into.
@@ -324,7 +239,7 @@ impl<'a> Conn<'a> {
                         if !self.value_buf(key, vb, with_cas).await {
                             return;
                         }
-                        if self.out.len() >= OUT_FLUSH_BYTES && !self.send().await {
+                        if self.out().len() >= OUT_FLUSH_BYTES && !self.io.flush().await {
                             return;
                         }
                     }
@@ -344,7 +259,7 @@ impl<'a> Conn<'a> {
                     self.value_line(key, &it, with_cas);
                     // A multi-get of large items sends as it goes, so its
                     // reply never holds more than OUT_FLUSH_BYTES + one item.
-                    if self.out.len() >= OUT_FLUSH_BYTES && !self.send().await {
+                    if self.out().len() >= OUT_FLUSH_BYTES && !self.io.flush().await {
                         return;
                     }
                 }
@@ -355,6 +270,9 @@ impl<'a> Conn<'a> {
                 Err(e) => return self.server_error(&e),
             }
         }
+        if bad_key {
+            return self.refuse(ParseError::BadFormat);
+        }
         self.reply("END");
     }
 
@@ -362,140 +280,53 @@ impl<'a> Conn<'a> {
     /// or, from [`ZERO_COPY_MIN_BYTES`] on, sent from the read buffer
     /// itself after what is buffered. False if the connection is gone.
     async fn value_buf(&mut self, key: &[u8], vb: ValueBuf, with_cas: bool) -> bool {
-        self.out.extend_from_slice(b"VALUE ");
-        self.out.extend_from_slice(key);
         let head = if with_cas {
             format!(" {} {} {}\r\n", vb.meta.flags, vb.len(), vb.cas)
         } else {
             format!(" {} {}\r\n", vb.meta.flags, vb.len())
         };
-        self.out.extend_from_slice(head.as_bytes());
+        let out = self.out();
+        out.extend_from_slice(b"VALUE ");
+        out.extend_from_slice(key);
+        out.extend_from_slice(head.as_bytes());
         if vb.len() < ZERO_COPY_MIN_BYTES {
-            self.out.extend_from_slice(vb.value());
-        } else {
-            if !self.send().await {
-                return false;
-            }
-            self.ctx.stats.zero_copy_gets.fetch_add(1, Relaxed);
-            let n = vb.len();
-            // One direct send first, as for the reply buffer; the rest
-            // through the ring, counted as waiting for the client.
-            let mut off = match self.stream.try_send(vb.value()) {
-                Ok(k) => k,
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => 0,
-                Err(_) => {
-                    self.dead = true;
-                    return false;
-                }
-            };
-            let _waiting = (off < n).then(|| granary_rt::net::GaugeHold::new(&self.ctx.stats.conns_waiting_to_send));
-            let mut vb = vb;
-            while off < n {
-                let (r, b) = self.stream.send_from(vb, off).await;
-                vb = b;
-                match r {
-                    Ok(k) if k > 0 => off += k,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    _ => {
-                        self.dead = true;
-                        return false;
-                    }
-                }
-            }
-            self.ctx.stats.bytes_written.fetch_add(n as u64, Relaxed);
+            out.extend_from_slice(vb.value());
+        } else if !self.io.send_value(vb).await {
+            return false;
         }
-        self.out.extend_from_slice(b"\r\n");
+        self.out().extend_from_slice(b"\r\n");
         true
     }
 
     fn value_line(&mut self, key: &[u8], it: &Item, with_cas: bool) {
-        self.out.extend_from_slice(b"VALUE ");
-        self.out.extend_from_slice(key);
         let head = if with_cas {
             format!(" {} {} {}\r\n", it.meta.flags, it.value.len(), it.cas)
         } else {
             format!(" {} {}\r\n", it.meta.flags, it.value.len())
         };
-        self.out.extend_from_slice(head.as_bytes());
-        self.out.extend_from_slice(&it.value);
-        self.out.extend_from_slice(b"\r\n");
+        let out = self.out();
+        out.extend_from_slice(b"VALUE ");
+        out.extend_from_slice(key);
+        out.extend_from_slice(head.as_bytes());
+        out.extend_from_slice(&it.value);
+        out.extend_from_slice(b"\r\n");
     }
 
-    /// set/add/replace/append/prepend/cas: `<cmd> <key> <flags> <exptime>
-    /// <bytes> [<cas>] [noreply]` then the data and "\r\n".
-    async fn storage(&mut self, kind: Store, t: &[&[u8]], line_len: usize, rest: &[u8]) -> Step {
-        let n_args = if kind == Store::Cas { 6 } else { 5 };
-        // memcached ignores one extra token that is not "noreply".
-        let noreply = self.noreply;
-        if t.len() != n_args && t.len() != n_args + 1 {
-            self.error();
-            return Step::Consumed(line_len);
-        }
-        let key = t[1];
-        // memcached parses flags as an unsigned long and keeps 32 bits.
-        let flags = parse::<u64>(t[2]).map(|f| f as u32);
-        let exptime = parse::<i64>(t[3]);
-        let bytes = parse::<i64>(t[4]);
-        let cas = if kind == Store::Cas { parse::<u64>(t[5]) } else { Some(0) };
-        let (Some(flags), Some(exptime), Some(bytes), Some(cas)) = (flags, exptime, bytes, cas) else {
-            self.client_error("bad command line format");
-            return Step::Consumed(line_len);
-        };
-        if key.len() > KEY_BYTES_MAX || !key_ok(key) || !(0..=i32::MAX as i64 - 2).contains(&bytes) {
-            self.client_error("bad command line format");
-            return Step::Consumed(line_len);
-        }
-        let bytes = bytes as usize;
-        if bytes > self.ctx.cfg.item_bytes_max {
-            self.ctx.stats.cmd_set.fetch_add(1, Relaxed);
-            self.too_large();
-            self.swallow = bytes + 2;
-            // memcached drops the old value of a failed set, so no stale
-            // data outlives it.
-            if kind == Store::Set {
-                let _ = self.ctx.store.delete_async(key).await;
-            }
-            return Step::Consumed(line_len);
-        }
-        if rest.len() < bytes + 2 {
-            if bytes >= ZERO_COPY_MIN_BYTES && !matches!(kind, Store::Append | Store::Prepend) {
-                // A key or size the engine refuses falls back to the copying
-                // path, which reports it once the data is in.
-                if let Ok(pb) = self.ctx.store.new_put_buf(key, bytes) {
-                    let cond = match kind {
-                        Store::Add => Cond::Absent,
-                        Store::Replace => Cond::Present,
-                        Store::Cas => Cond::Cas(cas),
-                        _ => Cond::Always,
-                    };
-                    self.pending = Some(PendingPut {
-                        pb,
-                        meta: ItemMeta::new(flags, self.expires(exptime)),
-                        cond,
-                        noreply,
-                        cmd: command_index(t[0]),
-                        started: std::time::Instant::now(),
-                    });
-                    return Step::Receive(line_len);
-                }
-            }
-            return Step::NeedMore;
-        }
-        let consumed = line_len + bytes + 2;
+    /// set/add/replace/append/prepend/cas with their data block.
+    async fn storage(&mut self, kind: Storage, key: &[u8], flags: u32, exptime: i64, cas: u64, block: &[u8]) {
         self.ctx.stats.cmd_set.fetch_add(1, Relaxed);
-        if &rest[bytes..bytes + 2] != b"\r\n" {
-            self.client_error("bad data chunk");
-            return Step::Consumed(consumed);
-        }
-        let data = &rest[..bytes];
+        let data = match parse::value(block) {
+            Ok(data) => data,
+            Err(e) => return self.refuse(e),
+        };
         let meta = ItemMeta::new(flags, self.expires(exptime));
         let r = match kind {
-            Store::Set => self.put(key, data, meta, Cond::Always).await,
-            Store::Add => self.put(key, data, meta, Cond::Absent).await,
-            Store::Replace => self.put(key, data, meta, Cond::Present).await,
-            Store::Cas => self.put(key, data, meta, Cond::Cas(cas)).await,
-            Store::Append | Store::Prepend => {
-                let append = kind == Store::Append;
+            Storage::Set => self.put(key, data, meta, Cond::Always).await,
+            Storage::Add => self.put(key, data, meta, Cond::Absent).await,
+            Storage::Replace => self.put(key, data, meta, Cond::Present).await,
+            Storage::Cas => self.put(key, data, meta, Cond::Cas(cas)).await,
+            Storage::Append | Storage::Prepend => {
+                let append = kind == Storage::Append;
                 let max = self.ctx.cfg.item_bytes_max;
                 let r = self
                     .ctx
@@ -527,38 +358,23 @@ impl<'a> Conn<'a> {
             }
         };
         match r {
-            Ok(_) if noreply => {}
             Ok(s) => self.reply(s),
             Err(e) => self.server_error(&e),
         }
-        Step::Consumed(consumed)
     }
 
-    /// The value of a [`Step::Receive`] is in: check its line end, store it.
-    async fn finish_put(&mut self, buf: &[u8]) -> Step {
-        if buf.len() < 2 {
-            return Step::NeedMore;
-        }
-        let p = self.pending.take().expect("checked by the caller");
-        self.noreply = p.noreply;
+    /// The value of a [`PendingPut`] is in; `end` is the two bytes after
+    /// it: check that they end the block, and store it.
+    pub async fn finish_put(&mut self, p: PendingPut, end: &[u8]) {
         self.ctx.stats.cmd_set.fetch_add(1, Relaxed);
-        if &buf[..2] != b"\r\n" {
-            self.client_error("bad data chunk");
-        } else {
-            self.ctx.stats.zero_copy_sets.fetch_add(1, Relaxed);
-            let r = self.ctx.store.put_buf_async(p.pb, p.meta, p.cond).await;
-            match r.map(|(outcome, _)| self.put_reply(p.cond, outcome)) {
-                Ok(_) if p.noreply => {}
-                Ok(s) => self.reply(s),
-                Err(e) => self.server_error(&e),
-            }
+        if let Err(e) = parse::value(end) {
+            return self.refuse(e);
         }
-        self.ctx.stats.latency[p.cmd].since(p.started);
-        self.noreply = false;
-        if self.dead {
-            Step::Close
-        } else {
-            Step::Consumed(2)
+        self.ctx.stats.zero_copy_sets.fetch_add(1, Relaxed);
+        let r = self.ctx.store.put_buf_async(p.pb, p.meta, p.cond).await;
+        match r.map(|(outcome, _)| self.put_reply(p.cond, outcome)) {
+            Ok(s) => self.reply(s),
+            Err(e) => self.server_error(&e),
         }
     }
 
@@ -592,72 +408,29 @@ impl<'a> Conn<'a> {
         }
     }
 
-    /// `delete <key> [0] [noreply]` (the 0 is memcached's legacy hold time).
-    async fn delete(&mut self, t: &[&[u8]]) {
-        if t.len() < 2 {
-            return self.error();
-        }
-        let noreply = self.noreply;
-        let args = &t[1..t.len() - noreply as usize];
-        let ok = match args {
-            [_] => true,
-            [_, z] => *z == b"0",
-            _ => false,
-        };
-        if !ok {
-            return self.client_error("bad command line format.  Usage: delete <key> [noreply]");
-        }
-        let key = args[0];
-        if !key_ok(key) {
-            return self.client_error("bad command line format");
-        }
+    async fn delete(&mut self, key: &[u8]) {
         match self.ctx.store.delete_async(key).await {
             Ok(found) => {
                 let c = if found { &self.ctx.stats.delete_hits } else { &self.ctx.stats.delete_misses };
                 c.fetch_add(1, Relaxed);
-                if !noreply {
-                    self.reply(if found { "DELETED" } else { "NOT_FOUND" });
-                }
+                self.reply(if found { "DELETED" } else { "NOT_FOUND" });
             }
             Err(e) => self.server_error(&e),
         }
     }
 
-    /// The key, argument and noreply of `<cmd> <key> <arg> [noreply]`, or
-    /// None after replying with memcached's error.
-    fn key_and_arg<'t>(&mut self, t: &[&'t [u8]]) -> Option<(&'t [u8], &'t [u8], bool)> {
-        let noreply = t.len() == 4 && t[3] == b"noreply";
-        if t.len() != 3 && !noreply {
-            self.error();
-            return None;
-        }
-        if !key_ok(t[1]) {
-            self.client_error("bad command line format");
-            return None;
-        }
-        Some((t[1], t[2], noreply))
-    }
-
-    /// `incr|decr <key> <delta> [noreply]`.
-    async fn arith(&mut self, t: &[&[u8]], incr: bool) {
-        let Some((key, arg, noreply)) = self.key_and_arg(t) else { return };
-        let Some(delta) = parse::<u64>(arg) else {
-            return self.client_error("invalid numeric delta argument");
-        };
+    /// `incr|decr <key> <delta>`.
+    async fn arith(&mut self, key: &[u8], incr: bool, delta: u64) {
         match arith(self.ctx, key, incr, delta, None, None, None).await {
             Ok(Arith::Done(n, ..)) => {
                 let c = if incr { &self.ctx.stats.incr_hits } else { &self.ctx.stats.decr_hits };
                 c.fetch_add(1, Relaxed);
-                if !noreply {
-                    self.reply(&n.to_string());
-                }
+                self.reply(&n.to_string());
             }
             Ok(Arith::NotFound) => {
                 let c = if incr { &self.ctx.stats.incr_misses } else { &self.ctx.stats.decr_misses };
                 c.fetch_add(1, Relaxed);
-                if !noreply {
-                    self.reply("NOT_FOUND");
-                }
+                self.reply("NOT_FOUND");
             }
             Ok(Arith::NonNumeric) => self.client_error("cannot increment or decrement non-numeric value"),
             Ok(Arith::CasMismatch) => self.reply("EXISTS"),
@@ -665,46 +438,26 @@ impl<'a> Conn<'a> {
         }
     }
 
-    /// `touch <key> <exptime> [noreply]`.
-    async fn touch(&mut self, t: &[&[u8]]) {
-        let Some((key, arg, noreply)) = self.key_and_arg(t) else { return };
-        let Some(exptime) = parse::<i64>(arg) else {
-            return self.client_error("invalid exptime argument");
-        };
+    /// `touch <key> <exptime>`.
+    async fn touch(&mut self, key: &[u8], exptime: i64) {
         self.ctx.stats.cmd_touch.fetch_add(1, Relaxed);
         let exp = self.expires(exptime);
         match touch_item(self.ctx, key, exp, None, true).await {
             Ok(Some(_)) => {
                 self.ctx.stats.touch_hits.fetch_add(1, Relaxed);
-                if !noreply {
-                    self.reply("TOUCHED");
-                }
+                self.reply("TOUCHED");
             }
             Ok(None) => {
                 self.ctx.stats.touch_misses.fetch_add(1, Relaxed);
-                if !noreply {
-                    self.reply("NOT_FOUND");
-                }
+                self.reply("NOT_FOUND");
             }
             Err(e) => self.server_error(&e),
         }
     }
 
-    /// `flush_all [delay] [noreply]`: with a delay, the flush happens then
-    /// (a timer on this executor; a restart before it forgets it).
-    async fn flush_all(&mut self, t: &[&[u8]]) {
-        let noreply = self.noreply;
-        if t.len() > 3 {
-            return self.error();
-        }
-        let delay = match t.get(1) {
-            None => 0,
-            Some(&d) if d == b"noreply" && t.len() == 2 => 0,
-            Some(d) => match parse::<i64>(d) {
-                Some(d) => d,
-                None => return self.client_error("invalid exptime argument"),
-            },
-        };
+    /// `flush_all [delay]`: with a delay, the flush happens then (a timer
+    /// on this executor; a restart before it forgets it).
+    async fn flush_all(&mut self, delay: i64) {
         self.ctx.stats.cmd_flush.fetch_add(1, Relaxed);
         if delay > 0 {
             let at = self.expires(delay) as i64;
@@ -719,35 +472,17 @@ impl<'a> Conn<'a> {
         } else if let Err(e) = self.ctx.store.flush_all_async().await {
             return self.server_error(&e);
         }
-        if !noreply {
-            self.reply("OK");
-        }
+        self.reply("OK");
     }
 
-    /// `verbosity <level> [noreply]`: accepted and ignored (logging is
-    /// configured with GRANARY_LOG), with memcached's replies.
-    fn verbosity(&mut self, args: &[&[u8]]) {
-        if args.is_empty() || args.len() > 2 {
-            return self.error();
-        }
-        let noreply = args.last() == Some(&&b"noreply"[..]);
-        if args[0] != b"noreply" && parse::<u64>(args[0]).is_none() {
-            return self.client_error("bad command line format");
-        }
-        if !noreply {
-            self.reply("OK");
-        }
-    }
-
-    fn stats(&mut self, args: &[&[u8]]) {
-        let lines = match args {
-            [] => crate::meta::general_stats(self.ctx),
-            [b"settings"] => crate::meta::settings_stats(self.ctx),
-            [b"items"] => crate::meta::items_stats(self.ctx),
-            [b"latency"] => crate::meta::latency_stats(self.ctx),
-            [b"slabs"] => vec![("active_slabs".into(), "0".into()), ("total_malloced".into(), "0".into())],
-            [b"reset"] => return self.reply("RESET"),
-            _ => return self.error(),
+    fn stats(&mut self, kind: StatsKind) {
+        let lines = match kind {
+            StatsKind::General => stats::general(self.ctx),
+            StatsKind::Settings => stats::settings(self.ctx),
+            StatsKind::Items => stats::items(self.ctx),
+            StatsKind::Latency => stats::latency(self.ctx),
+            StatsKind::Slabs => stats::slabs(),
+            StatsKind::Reset => return self.reply("RESET"),
         };
         for (k, v) in lines {
             self.reply(&format!("STAT {k} {v}"));
@@ -756,12 +491,6 @@ impl<'a> Conn<'a> {
     }
 }
 
-/// The version string `version` and `stats` report.
-pub(crate) fn version() -> String {
-    format!("1.6.0-granary-{}", env!("CARGO_PKG_VERSION"))
-}
-
-/// Set a new expiry on `key`, keeping its value and flags (a new CAS value).
 /// Give `key` a new expiry, keeping its value, flags and CAS value (as
 /// memcached: a touch is not a modification); `new_cas` (meta `E`) sets
 /// the CAS value instead. The item as touched, or None if absent.
@@ -798,13 +527,13 @@ pub(crate) enum Arith {
     CasMismatch,
 }
 
-/// incr/decr with memcached's rules: incr wraps at 2^64, decr stops at 0,
-/// the value must be a decimal number; flags and expiry are kept. Like
-/// memcached, a result shorter than the old value is padded with spaces to
-/// the old length. With `cas`, only if the item's CAS value matches; with
-/// `expires`, the item gets that expiry in the same write.
-/// incr/decr (and `ma`): `cas` must match if given; the new version gets
-/// the CAS value `new_cas` if given (meta `E`), else a fresh one.
+/// incr/decr (and `ma`) with memcached's rules: incr wraps at 2^64, decr
+/// stops at 0, the value must be a number ([`counter_value`]); flags and
+/// expiry are kept. Like memcached, a result shorter than the old value is
+/// padded with spaces to the old length. With `cas`, only if the item's
+/// CAS value matches; with `expires`, the item gets that expiry in the
+/// same write; the new version gets the CAS value `new_cas` if given (meta
+/// `E`), else a fresh one.
 pub(crate) async fn arith(
     ctx: &Ctx,
     key: &[u8],

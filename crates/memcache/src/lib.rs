@@ -1,12 +1,19 @@
 //! Granary's Memcache server: memcached's text protocol (and its meta
 //! commands) over the Granary engine, served on the thread-per-core
-//! io_uring runtime. Module roles:
+//! io_uring runtime. Modules, each depending only on those listed before
+//! it:
 //!
 //! - [`limits`]: every bound the server enforces, as named constants.
-//! - `exec`: parsing one request from a connection's input and executing
-//!   it against the store (text commands).
-//! - `meta`: the meta commands (mg, ms, md, ma, mn, me).
-//! - [`server`]: the listener, connections, configuration and counters.
+//! - `parse`: a request line to a request value or memcached's error for
+//!   it; pure (no IO, no store).
+//! - `context`: what every connection shares: configuration, counters, the
+//!   store.
+//! - `stats`: the `stats` command's renderings.
+//! - `exec` (with `exec::meta`): runs a parsed request against the store
+//!   and writes its reply into a reply buffer; no socket.
+//! - `conn`: one connection: its buffers and socket, and the request loop.
+//! - [`server`]: the protocol on the shared listener lifecycle
+//!   (`granary_server`): start, shutdown, configuration and counters.
 //!
 //! Cache semantics (flags, expiry, CAS values, flush_all, eviction) live in
 //! the engine (`granary_store`); this crate translates the protocol to them.
@@ -16,7 +23,10 @@
 pub mod limits;
 pub mod server;
 
+mod conn;
+mod context;
 mod exec;
-mod meta;
+mod parse;
+mod stats;
 
 pub use server::{Server, ServerConfig, ServerStats, COMMANDS};

@@ -249,7 +249,7 @@ fn the_reply_table_is_what_a_real_memcached_says() {
 }
 
 /// One of `xs`, at random.
-fn pick(rng: &mut granary_store::io::SplitMix64, xs: &[&str]) -> String {
+fn pick(rng: &mut granary_store::io::SimRng, xs: &[&str]) -> String {
     xs[rng.below(xs.len() as u64) as usize].to_string()
 }
 
@@ -266,7 +266,7 @@ fn pick(rng: &mut granary_store::io::SplitMix64, xs: &[&str]) -> String {
 /// non-numeric when a `-` follows it anywhere in memory up to the next
 /// zero byte, that is, by chance): the table above covers them. `cas` takes `%CAS%`,
 /// replaced by each server's own last CAS value of the key.
-fn random_request(rng: &mut granary_store::io::SplitMix64) -> (Vec<u8>, Vec<u8>) {
+fn random_request(rng: &mut granary_store::io::SimRng) -> (Vec<u8>, Vec<u8>) {
     let long = "x".repeat(250);
     let keys: [&str; 7] = ["k0", "k1", "k2", "k3", "n", "c", &long];
     let values = ["", "1", "42", "4294967296", "18446744073709551616", "abc", "-5", "007", " 5", "+9"];
@@ -274,7 +274,7 @@ fn random_request(rng: &mut granary_store::io::SplitMix64) -> (Vec<u8>, Vec<u8>)
     let v = pick(rng, &values);
     // Meta flags: ones the command uses, known letters it ignores, and
     // unknown, repeated and malformed ones.
-    let meta = |rng: &mut granary_store::io::SplitMix64, own: &[&str], long_opaque: bool| {
+    let meta = |rng: &mut granary_store::io::SimRng, own: &[&str], long_opaque: bool| {
         let extra =
             ["P", "L", "u", "x", "Z", "Tx", "Dx", "Jx", "MSS", "C0", "F7", "O1234567890123456789012345678901234"];
         let mut fl: Vec<String> = Vec::new();
@@ -375,7 +375,7 @@ fn random_requests_get_memcached_s_replies() {
         let (mut cas_g, mut cas_m) = (Default::default(), Default::default());
         g.call(b"flush_all\r\n");
         mc.call(b"flush_all\r\n");
-        let mut rng = granary_store::io::SplitMix64(seed);
+        let mut rng = granary_store::io::SimRng::new(seed);
         let mut history: Vec<(Vec<u8>, String)> = Vec::new();
         for step in 0..1500 {
             let (req, key) = random_request(&mut rng);
@@ -770,7 +770,7 @@ fn limits_give_memcached_errors_and_the_connection_goes_on() {
     let mut extra = f.client();
     assert_eq!(extra.read_to_close(), b"SERVER_ERROR too many open connections\r\n");
     let st = f.server.as_ref().unwrap().stats();
-    assert_eq!(st.rejected_connections.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(st.listener.rejected_connections.load(std::sync::atomic::Ordering::Relaxed), 1);
 }
 
 #[test]
@@ -811,7 +811,7 @@ fn garbage_never_crashes_the_server() {
     let seed: u64 = std::env::var("GRANARY_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed);
     eprintln!("garbage seed {seed} (rerun: GRANARY_FUZZ_SEED={seed})");
     let f = Fixture::default();
-    let mut rng = granary_store::io::SplitMix64(seed);
+    let mut rng = granary_store::io::SimRng::new(seed);
     let words: &[&[u8]] = &[
         b"get ",
         b"set ",

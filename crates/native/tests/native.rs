@@ -295,13 +295,8 @@ fn garbage_never_crashes_the_server() {
         Err(_) => (1..=60).collect(),
     };
     for seed in seeds {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rng = granary_store::io::SimRng::new(seed);
+        let mut next = move || rng.next_u64();
         // Valid frames with random bytes flipped, or plain noise.
         let mut f = Vec::new();
         for i in 0..20 {
@@ -352,7 +347,7 @@ fn connection_limit_is_enforced() {
         Err(Error::Handshake(m)) => assert!(m.contains("connection limit"), "{m}"),
         other => panic!("third connection: {:?}", other.map(|_| ())),
     }
-    assert_eq!(srv.stats().rejected_connections.load(Relaxed), 1);
+    assert_eq!(srv.stats().listener.rejected_connections.load(Relaxed), 1);
     drop(a);
     // Once one closes, a new client gets in (the count drops when the
     // server sees the close: retry a bounded number of times).
@@ -365,6 +360,70 @@ fn connection_limit_is_enforced() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(ok, "no connection accepted after one closed");
+}
+
+/// The lifecycle (granary-server) keeps the connection counters; STATS
+/// still reports them under their names, and the idle timeout closes a
+/// silent connection and one stalled inside a zero-copy PUT's value.
+#[test]
+fn idle_connections_are_closed_and_stats_keeps_its_names() {
+    let srv = server_with(NativeConfig { idle_timeout: Some(Duration::from_millis(300)), ..NativeConfig::default() });
+    let stats = |srv: &Server| -> std::collections::HashMap<String, String> {
+        client(srv).stats().unwrap().into_iter().collect()
+    };
+    let st = stats(&srv);
+    for name in [
+        "version",
+        "uptime",
+        "curr_connections",
+        "total_connections",
+        "rejected_connections",
+        "bad_frames",
+        "idle_kicks",
+        "cmd_get",
+        "get_hits",
+        "cmd_put",
+        "cmd_delete",
+        "cmd_mget",
+        "cmd_batch",
+        "cmd_nop",
+        "errors",
+        "bytes_read",
+        "bytes_written",
+        "conn_buffer_bytes_max",
+        "conns_waiting_to_send",
+        "conns_paused",
+        "zero_copy_gets",
+        "zero_copy_puts",
+        "value_bytes_max",
+        "keys",
+        "segments",
+        "segments_free",
+        "live_bytes",
+        "write_amplification",
+        "evicting",
+    ] {
+        assert!(st.contains_key(name), "STATS lacks {name}");
+    }
+    assert_eq!((st["curr_connections"].as_str(), st["total_connections"].as_str()), ("1", "1"));
+    assert_eq!(st["bytes_read"], proto::HEADER_BYTES.to_string(), "the STATS request itself");
+
+    // Silent after its hello.
+    let mut s = raw(srv.local_addr());
+    assert!(closed(&mut s), "a silent connection was left open");
+    // Stalled inside a value received straight into a record buffer.
+    let mut s = raw(srv.local_addr());
+    let mut f = Vec::new();
+    Request::Put { key: b"stall", value: &vec![1u8; 100_000], mode: PutMode::Upsert }.encode(1, &mut f);
+    s.write_all(&f[..50_000]).unwrap();
+    assert!(closed(&mut s), "a stalled PUT was left open");
+    let l = &srv.stats().listener;
+    assert_eq!(l.idle_kicks.load(Relaxed), 2);
+    assert_eq!(l.bytes_read.load(Relaxed), proto::HEADER_BYTES as u64 + 50_000);
+    assert_eq!(srv.stats().zero_copy_puts.load(Relaxed), 0, "the stalled PUT never ran");
+    let st = stats(&srv);
+    assert_eq!(st["idle_kicks"], "2");
+    assert_eq!(st["total_connections"], "4");
 }
 
 /// A fake server: answers the hello, then runs `then` on the socket.

@@ -34,6 +34,7 @@ pub mod arena;
 mod blocking;
 mod executor;
 pub mod latency;
+pub mod metrics;
 pub mod net;
 mod op;
 mod slab;

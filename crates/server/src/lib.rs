@@ -20,6 +20,7 @@
 //! - once stopping, the accept loop ends and a session reads no more: what
 //!   a connection has read is executed and answered, then it closes.
 
+use granary_rt::metrics::Registry;
 use granary_rt::net::{Admitted, Connections, TcpListener, TcpStream};
 use granary_rt::{Runtime, Spawner};
 use std::future::Future;
@@ -63,6 +64,36 @@ pub struct ListenerStats {
     pub idle_kicks: AtomicU64,
     /// Bytes received from clients.
     pub bytes_read: AtomicU64,
+}
+
+impl ListenerStats {
+    /// The lifecycle's figures, with memcached's `stats` names, exported
+    /// to Prometheus as `granary_<protocol>_connections`,
+    /// `..._connections_total`, `..._rejected_connections_total` and
+    /// `..._idle_kicks_total` (bytes read go with each protocol's bytes
+    /// written).
+    pub fn register(&self, protocol: &str, r: &mut Registry) {
+        let family = |f: &str| format!("granary_{protocol}_{f}");
+        r.gauge("curr_connections", family("connections"), "Open connections.", self.connections.open() as u64)
+            .counter(
+                "total_connections",
+                family("connections_total"),
+                "Connections accepted.",
+                self.total_connections.load(Relaxed),
+            )
+            .counter(
+                "rejected_connections",
+                family("rejected_connections_total"),
+                "Connections refused at the connection limit.",
+                self.rejected_connections.load(Relaxed),
+            )
+            .counter(
+                "idle_kicks",
+                family("idle_kicks_total"),
+                "Connections closed by the idle timeout.",
+                self.idle_kicks.load(Relaxed),
+            );
+    }
 }
 
 /// A protocol served by a [`Listener`]. Its futures run on one executor and

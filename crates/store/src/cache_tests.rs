@@ -111,12 +111,10 @@ fn explicit_cas_values_are_kept_everywhere() {
     let pba_of = |s: &Store, k: &[u8]| s.core.index.lookup(granary_format::hash::key_hash(k)).as_slice()[0].pba();
     let before = (pba_of(&s, b"k"), pba_of(&s, b"big"));
     let mut i = 0u64;
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rng = granary_io::SimRng::new(1);
     let moved = |s: &Store| pba_of(s, b"k") != before.0 && pba_of(s, b"big") != before.1;
     while !moved(&s) && i < 200_000 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = rng.next_u64();
         s.put(format!("churn-{}", x % 2000).as_bytes(), &[i as u8; 3000]).unwrap();
         i += 1;
     }

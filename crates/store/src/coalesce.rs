@@ -26,7 +26,7 @@
 use crate::error::{Error, Result};
 use crate::options::Durability;
 use crate::space::{Loc, Purpose, Space};
-use crate::store::Payload;
+use crate::write::Payload;
 use granary_format::record::RecordHeader;
 use granary_io::{AlignedBuf, Device};
 use std::sync::{Arc, Mutex, OnceLock};

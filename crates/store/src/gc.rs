@@ -752,7 +752,7 @@ impl<'a> Victim<'a> {
         let damaged = !intact || hdr.damaged_copy;
         let expired = !hdr.is_tombstone() && !damaged && core.hidden(hdr, self.now);
         // The engine's own keys (the flush floor) are never evicted.
-        let reserved = key.starts_with(crate::store::RESERVED_KEY_PREFIX);
+        let reserved = key.starts_with(crate::types::RESERVED_KEY_PREFIX);
         // A value leaves the index when it expired (or was flushed), or when
         // its segment is evicted. If older versions of its key may remain
         // on the device it becomes a tombstone (else one of them would come

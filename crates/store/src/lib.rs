@@ -15,35 +15,48 @@
 //!   close; finding the newest valid one.
 //! - `gc`: reclaiming segments: victims, relocation, tombstones.
 //! - `coalesce`: write coalescing (group commit) of user writes.
-//! - `store`: the read and write paths.
+//! - `store`: the [`Store`] handle (its sync and async API) and the engine
+//!   state it shares with the background threads (`Core`).
+//! - `types`: the public value types of that API ([`Item`], [`ItemMeta`],
+//!   [`Cond`], [`Change`], [`Stats`], ...).
+//! - `open`: creating and opening a store, starting its background threads.
+//! - `read`: the read path (GETs, finding a key's current version).
+//! - `write`: the write path (PUTs, updates, DELETEs, `flush_all`).
 //! - `access`: per-item access state (fetched, last access, win token) in
 //!   the index's access words, for memcache's meta flags.
 //! - `verify`: the offline consistency check.
 //! - [`zerocopy`]: values read into and written from the device's buffers.
 //! - [`provision`]: open the store on a path, or create it there.
 //! - [`loadgen`]: the generated keys and values of `granary load`.
+//! - `figures`: [`Stats::registry`], the store's figures declared once for
+//!   `granary stat`, `/metrics` and memcache `stats`.
 //!
 //! Invariants the engine keeps (and where): a record is on the device before
-//! its index entry points at it (`store::commit`); mutations of one key are
+//! its index entry points at it (`write::commit`); mutations of one key are
 //! serialised by a striped key lock and get increasing sequence numbers, and
 //! the highest sequence number wins in recovery (`recover::apply`); every
 //! record read back is checked against its checksums, its segment's stamp and
-//! the size its index entry gives (`store::read_record`).
+//! the size its index entry gives (`read::read_record`).
 
 mod access;
 pub mod checkpoint;
 mod coalesce;
 pub mod error;
+mod figures;
 mod gc;
 mod links;
 pub mod loadgen;
 mod log;
+mod open;
 pub mod options;
 pub mod provision;
+mod read;
 mod recover;
 mod space;
 mod store;
+mod types;
 mod verify;
+mod write;
 pub mod zerocopy;
 
 pub use access::{Access, ItemAccess};
@@ -54,7 +67,8 @@ pub use links::{BLIND_OVERWRITE_BYTES_DEFAULT, LINK_OVERHEAD_BYTES};
 pub use options::{Background, Clock, CreateOptions, Durability, Entropy, OpenOptions, ProgressHook};
 pub use provision::{provision, IfPresent, NewStore, Provisioned, Site};
 pub use recover::RecoveryReport;
-pub use store::{Change, Cond, GcPause, Item, ItemMeta, PutMode, PutOutcome, Stats, Store, RESERVED_KEY_PREFIX};
+pub use store::Store;
+pub use types::{Change, Cond, GcPause, Item, ItemMeta, PutMode, PutOutcome, Stats, RESERVED_KEY_PREFIX};
 pub use verify::VerifyReport;
 pub use zerocopy::{PutBuf, ReceiveEnd, ValueBuf};
 

@@ -98,7 +98,7 @@ impl fmt::Debug for Clock {
 /// shared by every open that is given a clone of it, makes them the same
 /// on every run (deterministic simulation).
 #[derive(Clone, Default)]
-pub struct Entropy(Option<Arc<std::sync::Mutex<granary_io::SplitMix64>>>);
+pub struct Entropy(Option<Arc<std::sync::Mutex<granary_io::SimRng>>>);
 
 impl Entropy {
     /// The operating system's random numbers (getrandom).
@@ -109,7 +109,7 @@ impl Entropy {
     /// Numbers drawn from `seed`, one draw after another across every open
     /// sharing this value.
     pub fn seeded(seed: u64) -> Entropy {
-        Entropy(Some(Arc::new(std::sync::Mutex::new(granary_io::SplitMix64(seed)))))
+        Entropy(Some(Arc::new(std::sync::Mutex::new(granary_io::SimRng::new(seed)))))
     }
 
     /// 16 random bytes.

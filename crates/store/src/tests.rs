@@ -476,13 +476,11 @@ fn concurrent_updates_agree_with_recovery() {
         .map(|t| {
             let s = s.clone();
             std::thread::spawn(move || {
-                let mut x = t + 1;
+                let mut rng = granary_io::SimRng::new(t + 1);
                 for i in 0..1500u64 {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
+                    let x = rng.next_u64();
                     let key = format!("k{}", x % 64);
-                    if x % 5 == 0 {
+                    if x.is_multiple_of(5) {
                         s.delete(key.as_bytes()).unwrap();
                     } else {
                         s.put(key.as_bytes(), format!("{t}-{i}").as_bytes()).unwrap();

@@ -15,7 +15,7 @@
 //!   joins a group under way is copied into the group's buffer instead:
 //!   one copy of a few KiB costs less than a device write of its own).
 
-use crate::store::ItemMeta;
+use crate::types::ItemMeta;
 use granary_format::limits::RECORD_HEADER_BYTES;
 use granary_io::AlignedBuf;
 

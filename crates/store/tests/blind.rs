@@ -10,6 +10,7 @@
 
 mod common;
 
+use granary_io::SimRng;
 use granary_store::{CreateOptions, OpenOptions, Store};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -17,18 +18,6 @@ use std::sync::Arc;
 
 /// Blind overwrites on (the in-memory device leaves them off by default).
 const BLIND: Option<usize> = Some(granary_store::BLIND_OVERWRITE_BYTES_DEFAULT);
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut x = self.0;
-        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (x ^ (x >> 31)) % n
-    }
-}
 
 /// A value that names its key and version.
 fn value(key: &[u8], version: u64, len: usize) -> Vec<u8> {
@@ -68,7 +57,7 @@ fn run(seed: u64) -> u64 {
             .map(|w| {
                 let (store, keys) = (store.clone(), keys.clone());
                 sc.spawn(move || {
-                    let mut rng = Rng(seed ^ (w as u64 + 1).wrapping_mul(0x5851_F42D_4C95_7F2D));
+                    let mut rng = SimRng::new(seed ^ (w as u64 + 1).wrapping_mul(0x5851_F42D_4C95_7F2D));
                     let mine: Vec<usize> = (0..keys.len()).filter(|i| i % WRITERS == w).collect();
                     let mut last: HashMap<usize, Option<Vec<u8>>> = HashMap::new();
                     for version in 1..=OPS_PER_WRITER {
@@ -106,7 +95,7 @@ fn run(seed: u64) -> u64 {
         // A reader: a key's read is one of that key's versions, or absent.
         let (st, dn, ks) = (store.clone(), done.clone(), keys.clone());
         let reader = sc.spawn(move || {
-            let mut rng = Rng(seed.wrapping_mul(3));
+            let mut rng = SimRng::new(seed.wrapping_mul(3));
             let mut n = 0;
             while !dn.load(Relaxed) && n < 200_000 {
                 let k = &ks[rng.below(ks.len() as u64) as usize];

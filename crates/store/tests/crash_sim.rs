@@ -49,7 +49,7 @@
 //! the workload, the crash point and every fault choice, but not the
 //! threads' interleaving.
 
-use granary_store::io::{CrashKind, FaultDevice, SplitMix64 as Rng, TraceEvent};
+use granary_store::io::{CrashKind, FaultDevice, SimRng, TraceEvent};
 use granary_store::{Background, Clock, Cond, CreateOptions, Durability, Entropy, Error, ItemMeta, OpenOptions, Store};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
@@ -133,7 +133,7 @@ fn manual(o: OpenOptions, entropy: &Entropy) -> OpenOptions {
 
 /// One seeded case.
 fn run_seed(seed: u64) -> SeedRun {
-    let mut rng = Rng(seed);
+    let mut rng = SimRng::new(seed);
     let (kind, durability) = crash_kind(seed);
     // One seed in four runs in cache mode: a key may then be absent
     // (evicted), but never hold an older version than the acknowledged one.
@@ -397,7 +397,7 @@ fn a_seed_replays_exactly() {
 /// a crash tears one of them: per key, what survives is the last
 /// acknowledged version or a later one that was attempted, never older.
 fn run_concurrent_seed(seed: u64) -> u64 {
-    let mut rng = Rng(seed);
+    let mut rng = SimRng::new(seed);
     let (kind, durability) = crash_kind(seed);
     let dev = Arc::new(FaultDevice::new(8 << 20, seed));
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(256 << 10), index_table_homes: Some(256) };
@@ -494,7 +494,7 @@ fn crash_loop_seed(seed: u64, evict: bool) -> (u64, u64, u64) {
     // A cache holds more data than room, so GC evicts: a key may then be
     // absent, never older than acknowledged.
     let loop_keys: u64 = if evict { 800 } else { 96 };
-    let mut rng = Rng(seed);
+    let mut rng = SimRng::new(seed);
     let (kind, durability) = crash_kind(seed);
     let dev = Arc::new(FaultDevice::new((1 << 20) + 16 * (64 << 10), seed));
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
@@ -632,7 +632,7 @@ fn a_cache_crash_loop_keeps_room_to_write() {
 fn concurrent_crash_loop_seed(seed: u64) -> u64 {
     const THREADS: u64 = 4;
     const PER_THREAD_KEYS: u64 = 16;
-    let mut rng = Rng(seed);
+    let mut rng = SimRng::new(seed);
     let (kind, durability) = crash_kind(seed);
     let dev = Arc::new(FaultDevice::new((1 << 20) + 16 * (64 << 10), seed));
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };

@@ -4,35 +4,19 @@
 //! GC thread's timing is not under the seed's control, so a seed fixes the
 //! operations and the crash point, not the interleaving.
 
-use granary_io::MemDevice;
+use granary_io::{MemDevice, SimRng};
 use granary_store::{CreateOptions, Error, OpenOptions, Store};
 use std::collections::HashMap;
 use std::sync::Arc;
 
 const MIB: u64 = 1 << 20;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut x = self.0;
-        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        x ^ (x >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// The value of a key at a version: content that tells versions apart.
 fn value(key: u64, version: u64, len: usize) -> Vec<u8> {
     let mut v = Vec::with_capacity(len);
-    let mut x = key.wrapping_mul(31).wrapping_add(version);
+    let mut rng = SimRng::new(key.wrapping_mul(31).wrapping_add(version));
     while v.len() < len {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        v.extend_from_slice(&x.to_le_bytes());
+        v.extend_from_slice(&rng.next_u64().to_le_bytes());
     }
     v.truncate(len);
     v
@@ -86,10 +70,10 @@ fn churn_at_80_percent_keeps_every_key() {
     let seed = 4;
     let dev = test_device(64 * MIB);
     let store = create(&dev, MIB);
-    let mut rng = Rng(seed);
+    let mut rng = SimRng::new(seed);
     let mut model = Model::new();
     let mut user_record_bytes = 0;
-    let put = |store: &Store, model: &mut Model, rng: &mut Rng, k: u64, version: u64, bytes: &mut u64| {
+    let put = |store: &Store, model: &mut Model, rng: &mut SimRng, k: u64, version: u64, bytes: &mut u64| {
         let len = 100 + rng.below(16_000) as usize;
         store.put(&key(k), &value(k, version, len)).unwrap_or_else(|e| panic!("seed {seed}: put {k}: {e}"));
         model.insert(k, (version, len));
@@ -181,7 +165,7 @@ fn crashes_during_gc_lose_nothing_acknowledged() {
 fn crash_case(seed: u64) -> bool {
     let dev = Arc::new(MemDevice::new(16 * MIB));
     let store = create(&dev, 256 * 1024);
-    let mut rng = Rng(seed);
+    let mut rng = SimRng::new(seed);
     let keys = 300u64;
     let mut model = Model::new();
     // Fill to ~60%, then churn with a crash somewhere in it.

@@ -6,7 +6,7 @@
 //! file through the executors' io_uring, and on the in-memory device, whose
 //! reads (and the engine's index lookups) yield on an executor.
 
-use granary_io::{Device, FileDevice, IoBackend, MemDevice, OpenMode};
+use granary_io::{Device, FileDevice, IoBackend, MemDevice, OpenMode, SimRng};
 use granary_rt::{Runtime, RuntimeConfig};
 use granary_store::{CreateOptions, OpenOptions, Store};
 use std::collections::HashMap;
@@ -83,14 +83,12 @@ fn tasks_match_their_models(dev: Arc<dyn Device>, rt: &Runtime) {
             let store = store.clone();
             rt.spawn(async move {
                 let mut model: HashMap<u64, Option<Vec<u8>>> = HashMap::new();
-                let mut x = t.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                let mut rng = SimRng::new(t);
                 for round in 0..ROUNDS {
                     for k in 0..OWN_KEYS {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
+                        let x = rng.next_u64();
                         let key = format!("own-{t}-{k}").into_bytes();
-                        if x % 5 == 0 {
+                        if x.is_multiple_of(5) {
                             let had = model.get(&k).is_some_and(|v| v.is_some());
                             assert_eq!(store.delete_async(&key).await.unwrap(), had);
                             model.insert(k, None);
@@ -99,12 +97,12 @@ fn tasks_match_their_models(dev: Arc<dyn Device>, rt: &Runtime) {
                             store.put_async(&key, &v).await.unwrap();
                             model.insert(k, Some(v));
                         }
-                        if x % 3 == 0 {
+                        if x.is_multiple_of(3) {
                             let got = store.get_async(&key).await.unwrap();
                             assert_eq!(got, model[&k].clone(), "task {t} key {k} round {round}");
                         }
                     }
-                    let s = x % SHARED_KEYS;
+                    let s = rng.below(SHARED_KEYS);
                     let key = format!("shared-{s}").into_bytes();
                     store.put_async(&key, &value(t, 1000 + s, round)).await.unwrap();
                 }

@@ -1,0 +1,317 @@
+//! One connection: its input buffer, its reply buffer and its socket (a
+//! [`Session`] of the shared lifecycle), and the request loop that frames
+//! and parses each request, reads its data block (into the input buffer,
+//! or for a large value straight into the engine's record buffer), has the
+//! executor run it, and sends the replies.
+//!
+//! A connection reads into its input buffer, executes every complete
+//! request in it in order (pipelining), buffers the replies and sends them
+//! once the input holds no further complete request (or the reply buffer
+//! passes [`OUT_FLUSH_BYTES`]).
+//!
+//! Invariants:
+//! - its memory stays within one request line, one value and the reply
+//!   buffer ([`crate::limits::connection_bytes_bound`]), tracked in
+//!   `conn_buffer_bytes_max`;
+//! - every byte received is counted in `bytes_read` and every idle timeout
+//!   in `idle_kicks` (by [`Session::recv`], and here around the zero-copy
+//!   receive, which reads the socket itself);
+//! - replies buffered before a wait for more input (a value being
+//!   received) are sent first, so a client never waits on its own replies;
+//! - once the listener drains, what was read is executed and answered and
+//!   nothing more is read.
+
+use crate::context::{command_index, Ctx};
+use crate::exec::{Exec, PendingPut, Sink};
+use crate::limits::*;
+use crate::parse::{self, Frame, ParseError};
+use granary_rt::net::TcpStream;
+use granary_server::Session;
+use granary_store::{PutBuf, ReceiveEnd, ValueBuf};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+/// What one step did with the input.
+enum Step {
+    /// The first n bytes were one request (or data skipped): done.
+    Consumed(usize),
+    /// No complete request yet: read more.
+    NeedMore,
+    /// Close the connection after sending what is buffered.
+    Close,
+    /// The first n bytes were a storage command with a large value: the
+    /// request loop receives the value into [`Conn::receiving`]'s record
+    /// buffer; the next step checks its "\r\n" and stores it.
+    Receive(usize),
+}
+
+/// A large value being received, with what its latency is counted under.
+struct Receiving {
+    put: PendingPut,
+    /// The command's index in `COMMANDS`, and when its line was executed.
+    cmd: usize,
+    started: Instant,
+}
+
+/// The reply buffer and the socket it is sent on: the executor's [`Sink`].
+struct Output<'a> {
+    ctx: &'a Ctx,
+    stream: &'a TcpStream,
+    buf: Vec<u8>,
+    /// A send failed: the connection is gone.
+    dead: bool,
+    /// Bytes the request loop holds for input (buffer and read chunk), for
+    /// the memory high-water mark.
+    input_bytes: usize,
+}
+
+impl Output<'_> {
+    /// Note the connection's buffer memory in the high-water mark.
+    fn account(&self) {
+        self.ctx.stats.buffer_bytes(self.input_bytes + self.buf.capacity());
+    }
+}
+
+impl Sink for Output<'_> {
+    fn out(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+
+    async fn flush(&mut self) -> bool {
+        self.account();
+        if self.buf.is_empty() || self.dead {
+            return !self.dead;
+        }
+        let stream = self.stream;
+        let n = self.buf.len();
+        self.ctx.stats.bytes_written.fetch_add(n as u64, Relaxed);
+        // Most replies fit the socket buffer: one direct send, no ring trip.
+        let sent = match stream.try_send(&self.buf) {
+            Ok(k) => k,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::Interrupted => 0,
+            Err(_) => {
+                self.dead = true;
+                return false;
+            }
+        };
+        if sent == n {
+            self.buf.clear();
+            return true;
+        }
+        // The rest through the ring, waiting for room in the socket.
+        let _waiting = granary_rt::net::GaugeHold::new(&self.ctx.stats.conns_waiting_to_send);
+        let mut out = std::mem::take(&mut self.buf);
+        let mut off = sent;
+        let mut ok = true;
+        while ok && off < n {
+            let (r, o) = stream.send_from(out, off).await;
+            out = o;
+            match r {
+                Ok(0) => ok = false,
+                Ok(k) => off += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => ok = false,
+            }
+        }
+        out.clear();
+        if out.capacity() <= 4 * OUT_FLUSH_BYTES {
+            self.buf = out; // reuse the allocation
+        }
+        self.dead = !ok;
+        ok
+    }
+
+    async fn send_value(&mut self, vb: ValueBuf) -> bool {
+        if !self.flush().await {
+            return false;
+        }
+        self.ctx.stats.zero_copy_gets.fetch_add(1, Relaxed);
+        let n = vb.len();
+        // One direct send first, as for the reply buffer; the rest
+        // through the ring, counted as waiting for the client.
+        let mut off = match self.stream.try_send(vb.value()) {
+            Ok(k) => k,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => 0,
+            Err(_) => {
+                self.dead = true;
+                return false;
+            }
+        };
+        let _waiting = (off < n).then(|| granary_rt::net::GaugeHold::new(&self.ctx.stats.conns_waiting_to_send));
+        let mut vb = vb;
+        while off < n {
+            let (r, b) = self.stream.send_from(vb, off).await;
+            vb = b;
+            match r {
+                Ok(k) if k > 0 => off += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                _ => {
+                    self.dead = true;
+                    return false;
+                }
+            }
+        }
+        self.ctx.stats.bytes_written.fetch_add(n as u64, Relaxed);
+        true
+    }
+}
+
+/// A connection's state between steps.
+struct Conn<'a> {
+    ctx: &'a Ctx,
+    out: Output<'a>,
+    /// Bytes of a refused value still to skip.
+    swallow: usize,
+    /// A large value being received (see [`Step::Receive`]).
+    receiving: Option<Receiving>,
+}
+
+impl Conn<'_> {
+    /// Execute the next request in `buf`.
+    async fn step(&mut self, buf: &[u8]) -> Step {
+        if self.swallow > 0 {
+            let n = self.swallow.min(buf.len());
+            self.swallow -= n;
+            return if n == 0 { Step::NeedMore } else { Step::Consumed(n) };
+        }
+        if self.receiving.as_ref().is_some_and(|r| r.put.pb.is_full()) {
+            if buf.len() < 2 {
+                return Step::NeedMore;
+            }
+            let Receiving { put, cmd, started } = self.receiving.take().expect("checked above");
+            let noreply = put.noreply;
+            Exec::new(self.ctx, &mut self.out, noreply).finish_put(put, &buf[..2]).await;
+            self.ctx.stats.latency[cmd].since(started);
+            return self.unless_gone(Step::Consumed(2));
+        }
+        let (line, line_len) = match parse::frame(buf) {
+            Frame::Line(line, n) => (line, n),
+            Frame::Incomplete => return Step::NeedMore,
+            Frame::TooLong => {
+                Exec::new(self.ctx, &mut self.out, false).refuse_line(None, ParseError::LineTooLong);
+                return Step::Close;
+            }
+        };
+        let parsed = parse::parse(line);
+        let rest = &buf[line_len..];
+        let started = Instant::now();
+        let mut exec = Exec::new(self.ctx, &mut self.out, parsed.noreply);
+        let step = match &parsed.request {
+            Err(e) => {
+                exec.refuse_line(parsed.cmd, *e);
+                self.swallow = parsed.skip;
+                Step::Consumed(line_len)
+            }
+            Ok(req) => match req.data_len() {
+                None if exec.run(req, &[]).await => Step::Consumed(line_len),
+                None => Step::Close,
+                Some(len) => {
+                    if let Some(skip) = exec.oversized(req).await {
+                        self.swallow = skip;
+                        Step::Consumed(line_len)
+                    } else if rest.len() < len + 2 {
+                        match exec.zero_copy(req) {
+                            Some(put) => {
+                                let cmd = command_index(parsed.cmd.unwrap_or_default());
+                                self.receiving = Some(Receiving { put, cmd, started: Instant::now() });
+                                Step::Receive(line_len)
+                            }
+                            None => Step::NeedMore,
+                        }
+                    } else {
+                        exec.run(req, &rest[..len + 2]).await;
+                        Step::Consumed(line_len + len + 2)
+                    }
+                }
+            },
+        };
+        if let (Step::Consumed(_) | Step::Close, Some(cmd)) = (&step, parsed.cmd) {
+            self.ctx.stats.latency[command_index(cmd)].since(started);
+        }
+        self.unless_gone(step)
+    }
+
+    /// `step`, or Close if a send failed meanwhile.
+    fn unless_gone(&self, step: Step) -> Step {
+        if self.out.dead {
+            Step::Close
+        } else {
+            step
+        }
+    }
+}
+
+/// Receive the rest of a value from the socket into its record buffer;
+/// None if the connection ended or idled out.
+async fn receive_value(session: &Session, pb: PutBuf) -> Option<PutBuf> {
+    let r = pb.receive(session.stream(), session.idle_timeout(), |n| session.count_read(n)).await;
+    if matches!(r, Err(ReceiveEnd::Idle)) {
+        session.count_idle_kick();
+    }
+    r.ok()
+}
+
+/// One connection's request loop, until the client closes, a send fails,
+/// `quit`, a line too long, the idle timeout or a drain.
+pub(crate) async fn serve(session: &Session, ctx: &Ctx) {
+    let out = Output { ctx, stream: session.stream(), buf: Vec::with_capacity(4096), dead: false, input_bytes: 0 };
+    let mut conn = Conn { ctx, out, swallow: 0, receiving: None };
+    let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
+    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    conn.out.input_bytes = input.capacity() + chunk.len();
+    loop {
+        let mut pos = 0;
+        let mut close = false;
+        while pos < input.len() {
+            match conn.step(&input[pos..]).await {
+                Step::Consumed(n) => pos += n,
+                Step::Receive(n) => {
+                    // A large value: what is buffered goes into the record
+                    // buffer, the rest comes straight from the socket.
+                    pos += n;
+                    let mut r = conn.receiving.take().expect("Receive leaves a value being received");
+                    let take = (input.len() - pos).min(r.put.pb.value_len() - r.put.pb.filled());
+                    r.put.pb.fill_from(&input[pos..pos + take]);
+                    pos += take;
+                    if !r.put.pb.is_full() {
+                        input.clear();
+                        pos = 0;
+                        // Earlier pipelined replies go out before the wait.
+                        if !conn.out.flush().await {
+                            return;
+                        }
+                        match receive_value(session, r.put.pb).await {
+                            Some(pb) => r.put.pb = pb,
+                            None => return,
+                        }
+                    }
+                    conn.receiving = Some(r);
+                }
+                Step::NeedMore => break,
+                Step::Close => {
+                    close = true;
+                    break;
+                }
+            }
+            conn.out.account();
+            if conn.out.buf.len() >= OUT_FLUSH_BYTES && !conn.out.flush().await {
+                return;
+            }
+        }
+        input.drain(..pos);
+        if !conn.out.flush().await || close {
+            return;
+        }
+        // Ends the session once the listener drains: what was read is
+        // done; read no more.
+        match session.recv(chunk).await {
+            Ok((n, c)) => {
+                input.extend_from_slice(&c[..n]);
+                chunk = c;
+                conn.out.input_bytes = input.capacity() + chunk.len();
+                conn.out.account();
+            }
+            Err(_) => return,
+        }
+    }
+}

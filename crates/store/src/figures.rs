@@ -1,0 +1,227 @@
+//! The store's figures as one [`Registry`]: what `granary stat` prints
+//! (text and JSON), what `/metrics` exports under `granary_store_*`,
+//! `granary_device_*`, `granary_gc_*`, `granary_index_*` and
+//! `granary_recovery_*`, and what memcache `stats` adds, all from this one
+//! list. Each figure is declared here once, with its help.
+
+use crate::Stats;
+use granary_rt::metrics::{Kind, Registry, Value};
+
+impl Stats {
+    /// Every figure of the store, in the order `granary stat` prints them.
+    pub fn registry(&self) -> Registry {
+        let mut r = Registry::new();
+        let st = self;
+        r.info("device", "The device and how it is accessed.", st.device.clone())
+            .info("device_bytes", "Size of the device.", st.device_bytes)
+            .info("grain_bytes", "Allocation unit.", st.grain_bytes as u64)
+            .info("segment_bytes", "Size of a segment.", st.segment_bytes)
+            .info("segments", "Segments of the device.", st.segments);
+        let segs = [
+            ("segments_free", "free", st.segments_free),
+            ("segments_open", "open", st.segments_open),
+            ("segments_closed", "closed", st.segments_closed),
+            ("segments_index", "index", st.segments_index),
+        ];
+        for (name, state, v) in segs {
+            r.export(
+                name,
+                "Segments by state.",
+                Kind::Gauge,
+                "granary_store_segments",
+                Some(("state", state)),
+                v.into(),
+            );
+        }
+        r.gauge("keys", "granary_store_keys", "Keys with a value.", st.keys)
+            .gauge(
+                "tombstones",
+                "granary_store_tombstones",
+                "Deleted keys whose tombstone is still current.",
+                st.tombstones,
+            )
+            .gauge("live_bytes", "granary_store_live_bytes", "Bytes of the records the index points at.", st.live_bytes)
+            .info("value_bytes_max", "Largest value the store holds (with a short key).", st.value_bytes_max);
+        let ops = [
+            ("gets", "get", st.gets),
+            ("get_hits", "get_hit", st.get_hits),
+            ("puts", "put", st.puts),
+            ("deletes", "delete", st.deletes),
+        ];
+        for (name, op, v) in ops {
+            r.export(
+                name,
+                "Engine operations.",
+                Kind::Counter,
+                "granary_store_operations_total",
+                Some(("op", op)),
+                v.into(),
+            );
+        }
+        let io = &st.io;
+        for (name, op, v) in
+            [("io.reads", "read", io.reads), ("io.writes", "write", io.writes), ("io.flushes", "flush", io.flushes)]
+        {
+            r.export(
+                name,
+                "Device operations.",
+                Kind::Counter,
+                "granary_device_operations_total",
+                Some(("op", op)),
+                v.into(),
+            );
+        }
+        for (name, dir, v) in
+            [("io.read_bytes", "read", io.read_bytes), ("io.written_bytes", "written", io.written_bytes)]
+        {
+            r.export(
+                name,
+                "Device bytes read and written.",
+                Kind::Counter,
+                "granary_device_bytes_total",
+                Some(("dir", dir)),
+                v.into(),
+            );
+        }
+        r.counter(
+            "user_bytes_written",
+            "granary_user_bytes_written_total",
+            "Key and value bytes of PUTs and DELETEs.",
+            st.user_bytes_written,
+        )
+        .gauge(
+            "write_amplification",
+            "granary_write_amplification",
+            "Device bytes written per user byte written.",
+            st.write_amplification(),
+        )
+        .counter("write_groups", "granary_write_groups_total", "Coalesced group writes.", st.write_groups)
+        .counter(
+            "grouped_records",
+            "granary_grouped_records_total",
+            "Records carried by group writes.",
+            st.grouped_records,
+        )
+        .counter(
+            "blind_overwrites",
+            "granary_blind_overwrites_total",
+            "Overwrites that did not read the old record.",
+            st.blind_overwrites,
+        )
+        .gauge(
+            "unsettled_links",
+            "granary_unsettled_links",
+            "Index entries displaced by blind overwrites, not settled yet.",
+            st.unsettled_links,
+        )
+        .gauge(
+            "link_bytes",
+            "granary_link_bytes",
+            "DRAM held by unsettled blind-overwrite links.",
+            st.link_bytes,
+        );
+        let gc = &st.gc;
+        r.counter("gc.victims", "granary_gc_victims_total", "Segments reclaimed by GC.", gc.victims)
+            .counter(
+                "gc.sparse_victims",
+                "granary_gc_sparse_victims_total",
+                "Segments GC reclaimed reading only what the index or a link points at.",
+                gc.sparse_victims,
+            )
+            .counter(
+                "gc.records_relocated",
+                "granary_gc_relocated_records_total",
+                "Records GC moved.",
+                gc.records_relocated,
+            )
+            .counter("gc.bytes_relocated", "granary_gc_relocated_bytes_total", "Bytes GC moved.", gc.bytes_relocated)
+            .counter(
+                "gc.tombstones_dropped",
+                "granary_gc_tombstones_dropped_total",
+                "Tombstones GC found dead and dropped.",
+                gc.tombstones_dropped,
+            )
+            .counter("gc.expired", "granary_gc_expired_total", "Expired or flushed values GC dropped.", gc.expired)
+            .counter(
+                "gc.evicted_segments",
+                "granary_evicted_segments_total",
+                "Segments evicted whole (cache mode).",
+                gc.evicted_segments,
+            )
+            .counter(
+                "gc.evicted_values",
+                "granary_evicted_values_total",
+                "Values evicted (cache mode).",
+                gc.evicted_values,
+            )
+            .info("gc.low_watermark", "GC starts below this many free segments.", st.gc_watermarks.0 as u64)
+            .info("gc.high_watermark", "GC stops at this many free segments.", st.gc_watermarks.1 as u64);
+        let ix = &st.index;
+        let occupancy = if ix.slots == 0 { 0.0 } else { ix.entries as f64 / ix.slots as f64 };
+        r.gauge("index.entries", "granary_index_entries", "Index entries.", ix.entries)
+            .info("index.tables", "Index tables.", ix.tables)
+            .gauge("index.slots", "granary_index_slots", "Index slots.", ix.slots)
+            .gauge("index.occupancy", "granary_index_occupancy", "Index entries per slot.", occupancy)
+            .gauge(
+                "index.memory_bytes",
+                "granary_index_memory_bytes",
+                "DRAM held by the index tables.",
+                ix.memory_bytes,
+            )
+            .counter("index.grows", "granary_index_resizes_total", "Index directory doublings.", ix.grows);
+        let rec = &st.recovery;
+        r.info("recovery.segments_scanned", "Log segments the last open scanned.", rec.segments_scanned)
+            .info("recovery.records", "Records the last open's log scan found.", rec.records)
+            .info(
+                "recovery.damaged_records",
+                "Records whose checksum failed outside the newest segments (indexed: reading them reports corruption).",
+                rec.damaged_records,
+            )
+            .info("recovery.torn_records", "Records torn by a crash (never acknowledged), ignored.", rec.torn_records)
+            .info("recovery.skipped_grains", "Grains the log scan skipped (holes, leftovers).", rec.skipped_grains)
+            .info("recovery.bytes_read", "Bytes the log scan read.", rec.bytes_read)
+            .info("recovery.millis", "Duration of the last open, milliseconds.", rec.millis)
+            .gauge(
+                "recovery.seconds",
+                "granary_recovery_seconds",
+                "Duration of the last open's recovery.",
+                rec.millis as f64 / 1000.0,
+            )
+            .info("recovery.scan_millis", "Duration of the log scan, milliseconds.", rec.scan_millis)
+            .info("recovery.scan_mb_per_s", "Log scan rate, MB/s.", rec.scan_mb_per_s())
+            .info("recovery.threads", "Threads of the log scan.", rec.threads)
+            .info(
+                "recovery.checkpoint_id",
+                "Index checkpoint loaded (0: none; the whole log was scanned).",
+                rec.checkpoint_id,
+            )
+            .info("recovery.checkpoint_session", "Session that wrote the checkpoint loaded.", rec.checkpoint_session)
+            .info("recovery.checkpoint_entries", "Entries of the checkpoint loaded.", rec.checkpoint_entries)
+            .info("recovery.checkpoint_dropped", "Stale checkpoint entries dropped.", rec.checkpoint_dropped)
+            .info("recovery.checkpoint_millis", "Time to load the checkpoint, milliseconds.", rec.checkpoint_millis)
+            .export(
+                "recovery.clean_shutdown",
+                "1 if the last open found a clean shutdown.",
+                Kind::Gauge,
+                "granary_recovery_clean",
+                None,
+                Value::Bool(rec.clean_shutdown),
+            );
+        let ck = &st.checkpoints;
+        r.info("checkpoints.current_id", "The current index checkpoint.", ck.current_id)
+            .counter(
+                "checkpoints.written",
+                "granary_checkpoints_written_total",
+                "Index checkpoints written.",
+                ck.written,
+            )
+            .counter(
+                "checkpoints.failed",
+                "granary_checkpoints_failed_total",
+                "Index checkpoints that failed.",
+                ck.failed,
+            )
+            .info("session", "Random id of this open session (written into its checkpoints).", st.session);
+        r
+    }
+}

@@ -1,0 +1,244 @@
+//! Creating and opening a store: the geometry of a new store and its
+//! superblock copies, reading them back on open, building the engine state
+//! ([`Core`]), rebuilding its index (`recover`), and starting the background
+//! threads: GC (`gc::run`) and the checkpoint thread, whose loop is here.
+//!
+//! Invariants: `create` writes every superblock copy and flushes before it
+//! opens the store; `open` uses the first copy that decodes and refuses a
+//! device smaller than the store or with blocks larger than its grains. The
+//! flush floor ([`Store::flush_all`]) is read back before the store is
+//! handed out, so values flushed before a restart stay hidden. Background
+//! threads run only with [`crate::Background::Threads`]; `Store::close` and
+//! dropping the store stop them.
+
+use crate::access::Clock0;
+use crate::error::{Error, Result};
+use crate::options::{default_index_table_homes, default_segment_bytes, CreateOptions, OpenOptions};
+use crate::recover::RecoveryReport;
+use crate::space::Space;
+use crate::store::{Core, Counters, StopSignal, Store, FLUSH_FLOOR_KEY, KEY_STRIPES};
+use granary_format::checksum::record_seed;
+use granary_format::hash::KEY_HASH_ALGO_XXH3_64;
+use granary_format::limits::*;
+use granary_format::{FormatError, Superblock};
+use granary_index::{Index, IndexConfig};
+use granary_io::{AlignedBuf, Device, DeviceSpec, IoBackend, OpenMode};
+use granary_rt::block_on;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+
+impl Store {
+    /// Format `dev` as a new, empty store and open it.
+    pub fn create(dev: Arc<dyn Device>, opts: &CreateOptions, open: &OpenOptions) -> Result<Store> {
+        let sb = Self::geometry(dev.as_ref(), opts, open)?;
+        let mut buf = AlignedBuf::zeroed(4096);
+        sb.encode(&mut buf);
+        for &offset in &SUPERBLOCK_OFFSETS {
+            let (b, r) = dev.write_at(buf, offset);
+            r.map_err(|source| Error::Io { op: "write of the superblock", offset, source })?;
+            buf = b;
+        }
+        dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })?;
+        tracing::debug!(device = %dev.describe(), segments = sb.segment_count, segment_bytes = sb.segment_bytes,
+            grain_bytes = sb.grain_bytes, "created store");
+        Self::open(dev, open)
+    }
+
+    fn geometry(dev: &dyn Device, opts: &CreateOptions, open: &OpenOptions) -> Result<Superblock> {
+        let bad = |s: String| Err(Error::InvalidOptions(s));
+        let grain = opts.grain_bytes.unwrap_or(dev.block_bytes().max(512));
+        if !GRAIN_BYTES_ALLOWED.contains(&grain) {
+            return bad(format!("grain size {grain} is not one of {GRAIN_BYTES_ALLOWED:?}"));
+        }
+        if grain < dev.block_bytes() {
+            return bad(format!("grain size {grain} is smaller than the device's {}-byte blocks", dev.block_bytes()));
+        }
+        let size = dev.size_bytes();
+        let data = size.saturating_sub(DATA_OFFSET_BYTES);
+        let segment_bytes = opts.segment_bytes.unwrap_or_else(|| default_segment_bytes(data));
+        let segment_count = data / segment_bytes.max(1);
+        if segment_count < 2 {
+            return bad(format!(
+                "a device of {size} bytes holds fewer than two segments of {segment_bytes} bytes \
+                 (after {DATA_OFFSET_BYTES} bytes for superblocks); use a larger device or smaller segments"
+            ));
+        }
+        let sb = Superblock {
+            uuid: open.entropy.draw().map_err(Error::Device)?,
+            grain_bytes: grain,
+            hash_algo: KEY_HASH_ALGO_XXH3_64,
+            segment_bytes,
+            segment_count,
+            device_bytes: size,
+            index_table_homes: opts.index_table_homes.unwrap_or_else(|| default_index_table_homes(data, grain)),
+            created_unix_ms: open.clock.unix_ms(),
+        };
+        if let Err((field, value)) = sb.validate() {
+            return bad(format!("{field} = {value} is out of range"));
+        }
+        Ok(sb)
+    }
+
+    /// Open an existing store and rebuild its index from the log.
+    pub fn open(dev: Arc<dyn Device>, opts: &OpenOptions) -> Result<Store> {
+        let sb = Self::read_superblock(dev.as_ref())?;
+        if sb.device_bytes > dev.size_bytes() {
+            return Err(Error::InvalidOptions(format!(
+                "the store was created on {} bytes but the device has only {}",
+                sb.device_bytes,
+                dev.size_bytes()
+            )));
+        }
+        if sb.grain_bytes < dev.block_bytes() {
+            return Err(Error::InvalidOptions(format!(
+                "the store's {}-byte grains are smaller than this device's {}-byte blocks",
+                sb.grain_bytes,
+                dev.block_bytes()
+            )));
+        }
+        let headers = crate::log::read_segment_headers(dev.as_ref(), &sb)?;
+        let (loaded, floor) = crate::checkpoint::find(dev.as_ref(), &sb, &headers, opts.use_checkpoint);
+        let mut index_cfg = match &loaded {
+            Some(l) => IndexConfig::with_tables(sb.index_table_homes, l.manifest.tables_log2),
+            None => IndexConfig::new(sb.index_table_homes),
+        };
+        index_cfg.access_words = opts.track_access;
+        let mut session = [0u8; 8];
+        session.copy_from_slice(&opts.entropy.draw().map_err(Error::Device)?[..8]);
+        let core = Core {
+            seed: record_seed(&sb.uuid),
+            index: Index::new(index_cfg),
+            space: Space::new(dev.clone(), sb.clone(), opts.durability, opts.gc),
+            next_seq: AtomicU64::new(1),
+            counters: Counters::default(),
+            recovery: Mutex::new(RecoveryReport::default()),
+            durability: opts.durability,
+            stripes: (0..KEY_STRIPES).map(|_| async_lock::Mutex::new(())).collect(),
+            poisoned: OnceLock::new(),
+            gc_counters: Default::default(),
+            gc_lock: Mutex::new(()),
+            session: u64::from_le_bytes(session),
+            checkpoint: Mutex::new(Default::default()),
+            checkpoint_counters: Default::default(),
+            clock: opts.clock.clone(),
+            evict: opts.evict,
+            flush_floor: AtomicU64::new(0),
+            flush_lock: async_lock::Mutex::new(()),
+            dropped: Default::default(),
+            links: crate::links::Links::new(opts.blind_overwrite_bytes.unwrap_or(if dev.in_memory() {
+                0
+            } else {
+                crate::links::BLIND_OVERWRITE_BYTES_DEFAULT
+            })),
+            sparse_watch: crate::gc::SparseWatch::new(),
+            coalesce: opts.coalesce_writes,
+            manual: opts.background == crate::Background::Manual,
+            coalescer: Default::default(),
+            track_access: opts.track_access,
+            access_clock: Clock0 { base: opts.clock.now() },
+            dev,
+            sb,
+        };
+        core.recover(headers, loaded, floor, opts)?;
+        if let Some(f) = block_on(core.read_item(FLUSH_FLOOR_KEY))? {
+            let floor = f.value.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+            core.flush_floor.store(floor.unwrap_or(0), Relaxed);
+        }
+        let core = Arc::new(core);
+        let threads = opts.background == crate::Background::Threads;
+        let gc = if opts.gc && threads {
+            let c = core.clone();
+            let handle = std::thread::Builder::new()
+                .name("granary-gc".into())
+                .spawn(move || crate::gc::run(&c))
+                .map_err(Error::Device)?;
+            Some(handle)
+        } else {
+            None
+        };
+        let checkpointer = match opts.checkpoint_interval.filter(|_| threads) {
+            Some(every) => {
+                let stop = Arc::new((Mutex::new(false), Condvar::new()));
+                let (c, st) = (core.clone(), stop.clone());
+                let handle = std::thread::Builder::new()
+                    .name("granary-ckpt".into())
+                    .spawn(move || checkpoint_loop(&c, &st, every))
+                    .map_err(Error::Device)?;
+                Some((stop, handle))
+            }
+            None => None,
+        };
+        Ok(Store { core, gc, checkpointer, checkpoint_on_close: opts.checkpoint_on_close })
+    }
+
+    fn read_superblock(dev: &dyn Device) -> Result<Superblock> {
+        let mut first_err = None;
+        for (i, &offset) in SUPERBLOCK_OFFSETS.iter().enumerate() {
+            let (buf, r) = dev.read_at(AlignedBuf::zeroed(4096), offset);
+            r.map_err(|source| Error::Io { op: "read of the superblock", offset, source })?;
+            match Superblock::decode(&buf) {
+                Ok(sb) => {
+                    if i > 0 {
+                        tracing::warn!(error = %first_err.as_ref().unwrap(), "first superblock copy unreadable; using the second");
+                    }
+                    return Ok(sb);
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        Err(Error::NotAStore(first_err.unwrap_or(FormatError::BadMagic { what: "superblock", found: 0 })))
+    }
+
+    /// Create a store in a new file of `size_bytes` (preallocated), or on a
+    /// RAID-0 stripe set when `path` lists members separated by commas
+    /// ([`granary_io::DeviceSpec`]; files of `size_bytes` in all, default
+    /// stripe unit). Files it created are removed if creation fails.
+    pub fn create_path(
+        path: &Path,
+        size_bytes: u64,
+        mode: OpenMode,
+        opts: &CreateOptions,
+        open: &OpenOptions,
+    ) -> Result<Store> {
+        let spec = DeviceSpec::parse(path).map_err(Error::Device)?;
+        let dev = spec
+            .create(size_bytes, granary_io::stripe::STRIPE_BYTES_DEFAULT, mode, IoBackend::Sync)
+            .map_err(Error::Device)?;
+        Self::create(dev, opts, open).inspect_err(|_| spec.remove_files())
+    }
+
+    /// Open a store on a file, a block device or a stripe set (members
+    /// separated by commas, in any order).
+    pub fn open_path(path: &Path, mode: OpenMode, open: &OpenOptions) -> Result<Store> {
+        let dev = DeviceSpec::parse(path).and_then(|s| s.open(mode, IoBackend::Sync)).map_err(Error::Device)?;
+        Self::open(dev, open)
+    }
+}
+
+/// The background checkpoint thread: a checkpoint every `every` while the
+/// store changes, until told to stop.
+fn checkpoint_loop(core: &Core, stop: &StopSignal, every: std::time::Duration) {
+    let mut stopped = stop.0.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let deadline = std::time::Instant::now() + every;
+        while !*stopped {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            stopped = stop.1.wait_timeout(stopped, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        if *stopped {
+            return;
+        }
+        drop(stopped);
+        if core.check_writable().is_ok() && crate::checkpoint::stale(core) {
+            // Failures are logged and counted; the next round tries again.
+            let _ = crate::checkpoint::write(core, false);
+        }
+        stopped = stop.0.lock().unwrap_or_else(|e| e.into_inner());
+    }
+}

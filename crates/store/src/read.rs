@@ -1,0 +1,337 @@
+//! The read path: GETs, and the lookup of a key's current version that
+//! writes rely on too ([`Core::find`]).
+//!
+//! GET: hash the key, collect the index entries whose home and tag match,
+//! read each candidate record (one IO of the entry's size, a second one only
+//! for records too large for the entry's size field), compare the full key.
+//!
+//! Readers hold no lock across IO, so GC may move a record and reuse its
+//! segment between a lookup and the read. Every read is therefore validated
+//! afterwards: the entries it relied on must still be in the index, or it
+//! starts over.
+//!
+//! Every record read back is checked against its checksums, its segment's
+//! stamp and the size its index entry gives ([`Core::read_record`]); a
+//! record that fails is corruption, never a value.
+
+use crate::access::{Clock0, ItemAccess};
+use crate::error::{Error, Result};
+use crate::store::{Core, Found};
+use crate::types::{Item, ItemMeta};
+use crate::zerocopy::ValueBuf;
+use granary_format::hash::key_hash;
+use granary_format::limits::*;
+use granary_format::record::{self, RecordHeader};
+use granary_index::Entry;
+use granary_io::AlignedBuf;
+use granary_rt::block_on;
+use std::sync::atomic::Ordering::Relaxed;
+
+impl Core {
+    async fn io_read(&self, grains: u64, pba: u64) -> Result<AlignedBuf> {
+        let offset = pba * self.grain();
+        let (buf, r) = self.dev.read_at_async(AlignedBuf::for_read((grains * self.grain()) as usize), offset).await;
+        r.map_err(|source| Error::Io { op: "read", offset, source })?;
+        Ok(buf)
+    }
+
+    /// Read the record an entry points at and check it against the entry,
+    /// its segment's stamp and its header checksum; with `full`, read all of
+    /// it and check the whole-record checksum too.
+    pub(crate) fn read_record(&self, e: Entry, full: bool) -> Result<(RecordHeader, AlignedBuf)> {
+        block_on(self.read_record_async(e, full))
+    }
+
+    /// [`Core::read_record`], asynchronously.
+    pub(crate) async fn read_record_async(&self, e: Entry, full: bool) -> Result<(RecordHeader, AlignedBuf)> {
+        let offset = e.pba() * self.grain();
+        let corrupt = |detail: String| Error::Corruption { offset, detail };
+        let seg = self.sb.segment_of(e.pba());
+        let seg_start = self.space.pba(seg, 0);
+        let seg_end = seg_start + self.sb.segment_grains();
+        let hint = match e.kv_size() {
+            0 => 1,
+            n if n == KV_SIZE_GRAINS_MAX => 1,
+            n => n as u64,
+        };
+        if e.pba() + hint > seg_end || e.pba() == seg_start {
+            return Err(corrupt(format!("index entry {e:?} points outside a segment's records")));
+        }
+        let mut buf = self.io_read(hint, e.pba()).await?;
+        let hdr = RecordHeader::decode(&buf).map_err(|fe| corrupt(fe.to_string()))?;
+        let stamp = self.space.stamp(seg);
+        if hdr.seg_stamp != stamp {
+            return Err(corrupt(format!(
+                "record stamp {} does not match segment {seg}'s stamp {stamp} (stale record)",
+                hdr.seg_stamp
+            )));
+        }
+        if hdr.is_tombstone() != e.is_tombstone() {
+            return Err(corrupt("record kind does not match its index entry".into()));
+        }
+        let grains = hdr.grains(self.sb.grain_bytes);
+        let size_ok = match e.kv_size() {
+            0 => true,
+            n if n == KV_SIZE_GRAINS_MAX => grains >= n as u64,
+            n => grains == n as u64,
+        };
+        if !size_ok || e.pba() + grains > seg_end {
+            return Err(corrupt(format!("record of {grains} grains does not match its index entry {e:?}")));
+        }
+        let need = if full {
+            grains
+        } else {
+            // The header, the key and an explicit CAS value (see `cas_of`).
+            grains_for(record::cas_bytes_needed(&hdr) as u64, self.sb.grain_bytes).min(grains)
+        };
+        if need > hint {
+            buf = self.io_read(need, e.pba()).await?;
+        }
+        record::verify_header_crc(self.seed, &hdr, &buf).map_err(|fe| corrupt(fe.to_string()))?;
+        if full {
+            record::verify_crc(self.seed, &hdr, &buf).map_err(|fe| corrupt(fe.to_string()))?;
+            if hdr.damaged_copy {
+                return Err(corrupt("record was damaged before GC relocated it".into()));
+            }
+        }
+        Ok((hdr, buf))
+    }
+
+    /// Find the current version of `key`, reading the whole record with
+    /// `full`. A candidate whose record is unreadable is skipped; if no
+    /// candidate matches and one was unreadable, `strict` returns that error
+    /// (the key may have been the unreadable one). The entries relied on are
+    /// checked to still be in the index after the reads; if one is gone, GC
+    /// or a writer moved it meanwhile and the search starts over. A whole
+    /// record's checksum is checked after that check, so that the check's
+    /// index reads overlap the record's copy still arriving (in-memory
+    /// device) and a record that moved is never checked at all. On an
+    /// executor over the in-memory device the lookup's line is asked for
+    /// and the task yields first
+    /// ([`Device::in_memory`](granary_io::Device::in_memory)), for every
+    /// caller (GETs, and the writes that look up the current version, some
+    /// with the key's stripe lock held).
+    pub(crate) async fn find(&self, key: &[u8], h: u64, full: bool, strict: bool) -> Result<Option<Found>> {
+        if self.dev.in_memory() && granary_rt::on_runtime() {
+            // The lookup's cache miss overlaps other tasks' work, as the
+            // record's copy does (`Device::in_memory`).
+            self.index.prefetch(h);
+            granary_rt::yield_now().await;
+        }
+        'retry: loop {
+            let cands = self.index.lookup(h);
+            let mut unreadable = None;
+            let mut found = None;
+            let mut other_key = false;
+            for &entry in cands.as_slice() {
+                match self.read_record_async(entry, false).await {
+                    Ok((hdr, buf)) => {
+                        if record::key_of(&hdr, &buf) == key {
+                            found = Some(Found { entry, hdr, buf, via: None });
+                            break;
+                        }
+                    }
+                    Err(e @ Error::Corruption { .. }) => unreadable = Some(e),
+                    Err(e) => return Err(e),
+                }
+                // Not the key (or unreadable): another key's blind
+                // overwrite may have displaced it ([`crate::links`]).
+                other_key = true;
+                let Some(link) = self.links.of_head(entry.pba()) else { continue };
+                match self.read_record_async(link.old, false).await {
+                    Ok((hdr, buf)) if record::key_of(&hdr, &buf) == key => {
+                        found = Some(Found { entry: link.old, hdr, buf, via: Some(entry.pba()) });
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(e @ Error::Corruption { .. }) => unreadable = Some(e),
+                    Err(e) => return Err(e),
+                }
+            }
+            let still = match &found {
+                Some(f) => self.still_found(h, f),
+                // A link settled meanwhile may have put the key back in
+                // the index after the lookup: then the candidates changed.
+                None if other_key => self.same_candidates(h, cands.as_slice()),
+                None => self.still_indexed(h, cands.as_slice()),
+            };
+            if !still {
+                continue 'retry;
+            }
+            let Some(f) = found else {
+                if let Some(e) = &unreadable {
+                    tracing::warn!(error = %e, "unreadable index candidate");
+                }
+                return match unreadable {
+                    Some(e) if strict => Err(e),
+                    _ => Ok(None),
+                };
+            };
+            if !full {
+                return Ok(Some(f));
+            }
+            let offset = f.entry.pba() * self.grain();
+            if f.buf.len() as u64 >= f.hdr.record_bytes() {
+                record::verify_crc(self.seed, &f.hdr, &f.buf)
+                    .map_err(|fe| Error::Corruption { offset, detail: fe.to_string() })?;
+                if f.hdr.damaged_copy {
+                    let detail = "record was damaged before GC relocated it".to_string();
+                    return Err(Error::Corruption { offset, detail });
+                }
+                return Ok(Some(f));
+            }
+            // The rest of a record larger than its first read: read whole
+            // and checked, and relied on only if still current after it.
+            let whole = self.read_record_async(f.entry, true).await;
+            if !self.still_found(h, &f) {
+                continue 'retry;
+            }
+            let (hdr, buf) = whole?;
+            return Ok(Some(Found { entry: f.entry, hdr, buf, via: f.via }));
+        }
+    }
+
+    /// Whether `h`'s candidates are exactly `cands` (in any order).
+    fn same_candidates(&self, h: u64, cands: &[Entry]) -> bool {
+        let now = self.index.lookup(h);
+        now.as_slice().len() == cands.len() && cands.iter().all(|e| now.as_slice().contains(e))
+    }
+
+    /// Whether a found version is still where it was found: in the index,
+    /// or still displaced by the head it was found through (or put back
+    /// in the index since).
+    fn still_found(&self, h: u64, f: &Found) -> bool {
+        let pba = f.entry.pba();
+        match f.via {
+            None => self.index.contains(h, pba),
+            Some(head) => {
+                let linked = self.links.of_head(head).is_some_and(|l| l.old.pba() == pba);
+                (linked && self.index.contains(h, head)) || self.index.contains(h, pba)
+            }
+        }
+    }
+
+    /// Whether every one of `entries` is in the index under hash `h`.
+    /// One entry (a found record, the common case) is asked with
+    /// [`Index::contains`](granary_index::Index::contains), which gathers no
+    /// candidates: the record at that location under `h` is the one read
+    /// (a location is reused only once GC has moved every entry out of its
+    /// segment). None (no candidate at the lookup) needs no second look:
+    /// the key was absent then.
+    fn still_indexed(&self, h: u64, entries: &[Entry]) -> bool {
+        match entries {
+            [] => true,
+            [e] => self.index.contains(h, e.pba()),
+            _ => {
+                let now = self.index.lookup(h);
+                entries.iter().all(|e| now.as_slice().contains(e))
+            }
+        }
+    }
+
+    /// Whether a found version is a value that has not expired.
+    pub(crate) fn is_live(&self, f: &Found, now: u32) -> bool {
+        !f.hdr.is_tombstone() && !self.hidden(&f.hdr, now)
+    }
+
+    /// The value of `key`, or None if absent, deleted or expired.
+    pub async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_item(key).await?.map(|i| i.value))
+    }
+
+    /// The value of `key` with its metadata and CAS value.
+    pub async fn get_item(&self, key: &[u8]) -> Result<Option<Item>> {
+        Self::check_user_key(key)?;
+        self.read_item(key).await
+    }
+
+    /// [`Core::get_item`] without the reserved-namespace check.
+    pub(crate) async fn read_item(&self, key: &[u8]) -> Result<Option<Item>> {
+        Ok(self.read_live(key, true).await?.as_ref().map(Self::item_of))
+    }
+
+    /// A GET's lookup: the whole record of `key`'s live value, counted
+    /// and (cache mode) touching its segment; with `bump` (and access
+    /// tracking), marked as read now.
+    async fn read_live(&self, key: &[u8], bump: bool) -> Result<Option<Found>> {
+        self.counters.gets.fetch_add(1, Relaxed);
+        let h = key_hash(key);
+        let Some(f) = self.find(key, h, true, true).await? else { return Ok(None) };
+        // The clock is read only when something needs it (a clock read is
+        // a visible share of an in-memory GET): a record without an expiry time is live at
+        // any `now`, and 0 stands in for it then.
+        let now = if f.hdr.expires != 0 || (bump && self.track_access) { self.clock.now() } else { 0 };
+        if !self.is_live(&f, now) {
+            return Ok(None);
+        }
+        self.counters.get_hits.fetch_add(1, Relaxed);
+        if self.evict {
+            self.space.touch(self.sb.segment_of(f.entry.pba()));
+        }
+        if bump && self.track_access {
+            let c = self.access_clock;
+            self.index.access(h, f.entry.pba(), |w| c.bumped(w, now));
+        }
+        Ok(Some(f))
+    }
+
+    /// The item of `key` with its access state before this read: marked
+    /// read unless `!bump` (memcache `u`), and handed the item's win token
+    /// when `want_win(item)` and no reader had it yet. Without access
+    /// tracking the state reads "never read, accessed now, no token" and
+    /// every reader that wants the token wins it.
+    pub async fn get_item_access(
+        &self,
+        key: &[u8],
+        bump: bool,
+        want_win: impl Fn(&Item) -> bool,
+    ) -> Result<Option<ItemAccess>> {
+        Self::check_user_key(key)?;
+        let Some(f) = self.read_live(key, false).await? else { return Ok(None) };
+        let item = Self::item_of(&f);
+        let want = want_win(&item);
+        let now = self.clock.now();
+        let fresh = crate::Access { fetched: false, last_access: now, win_sent: false };
+        // Found through a blind overwrite's link, it has no index entry (so
+        // no access word) until the link is settled: read as untracked.
+        if !self.track_access || f.via.is_some() {
+            return Ok(Some(ItemAccess { item, prior: fresh, won: want }));
+        }
+        let c = self.access_clock;
+        let old = self.index.access(key_hash(key), f.entry.pba(), |w| {
+            let w2 = if bump { c.bumped(w, now) } else { w };
+            if want && !Clock0::is_won(w) {
+                Clock0::won(w2)
+            } else {
+                w2
+            }
+        });
+        // None: a writer replaced the version just read; it reads as new.
+        let (prior, won) = match old {
+            Some(w) => (c.decode(w), want && !Clock0::is_won(w)),
+            None => (fresh, false),
+        };
+        Ok(Some(ItemAccess { item, prior, won }))
+    }
+
+    /// The value of `key` in the buffer it was read into (zero-copy).
+    pub async fn get_buf(&self, key: &[u8]) -> Result<Option<ValueBuf>> {
+        Self::check_user_key(key)?;
+        let Some(f) = self.read_live(key, true).await? else { return Ok(None) };
+        Ok(Some(ValueBuf {
+            start: f.hdr.value_start(),
+            len: f.hdr.user_value_len() as usize,
+            meta: ItemMeta { flags: f.hdr.user_flags, expires: f.hdr.expires, stale: f.hdr.stale },
+            cas: record::cas_of(&f.hdr, &f.buf),
+            buf: f.buf,
+        }))
+    }
+
+    pub(crate) fn item_of(f: &Found) -> Item {
+        Item {
+            value: record::value_of(&f.hdr, &f.buf).to_vec(),
+            meta: ItemMeta { flags: f.hdr.user_flags, expires: f.hdr.expires, stale: f.hdr.stale },
+            cas: record::cas_of(&f.hdr, &f.buf),
+        }
+    }
+}

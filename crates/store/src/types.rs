@@ -1,0 +1,192 @@
+//! The public value types of the store's API: what a write is given
+//! ([`ItemMeta`], [`PutMode`], [`Cond`], [`Change`]), what a read or a write
+//! returns ([`Item`], [`PutOutcome`]), the figures of an open store
+//! ([`Stats`]), the guard that pauses GC ([`GcPause`]) and the engine's
+//! reserved key namespace ([`RESERVED_KEY_PREFIX`]).
+//!
+//! They hold values only: what the engine does with them is in `read` and
+//! `write`. Rules they carry: a CAS value is unique in the store, unchanged
+//! by GC and stable across restarts; user keys never start with
+//! [`RESERVED_KEY_PREFIX`] (every user call refuses them); an expired value
+//! counts as absent for every [`Cond`].
+
+use crate::recover::RecoveryReport;
+use granary_index::IndexStats;
+use granary_io::IoCountersSnapshot;
+use std::sync::MutexGuard;
+
+/// Keys starting with these bytes are the engine's own (user keys with this
+/// prefix are refused): NUL cannot start a memcache text-protocol key.
+pub const RESERVED_KEY_PREFIX: &[u8] = b"\0granary.";
+
+/// How a PUT treats an existing key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PutMode {
+    /// Insert or overwrite.
+    #[default]
+    Upsert,
+    /// Only if the key is absent (memcache `add`).
+    CreateOnly,
+    /// Only if the key is present (memcache `replace`).
+    ReplaceOnly,
+}
+
+impl From<PutMode> for Cond {
+    fn from(m: PutMode) -> Cond {
+        match m {
+            PutMode::Upsert => Cond::Always,
+            PutMode::CreateOnly => Cond::Absent,
+            PutMode::ReplaceOnly => Cond::Present,
+        }
+    }
+}
+
+/// When a conditional write ([`Store::put_item`](crate::Store::put_item)) goes ahead. "Present"
+/// means a value that has not expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cond {
+    Always,
+    /// Only if absent (expired counts as absent); else `Exists`.
+    Absent,
+    /// Only if present; else `NotFound`.
+    Present,
+    /// Only if present with this CAS value; `Exists` if present with
+    /// another, `NotFound` if absent.
+    Cas(u64),
+}
+
+/// Metadata stored with a value: opaque flags, an expiry time and the
+/// stale mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ItemMeta {
+    pub flags: u32,
+    /// Unix seconds from which the value reads as absent; 0 = never.
+    pub expires: u32,
+    /// Invalidated (memcache `md ... I`): still read, marked stale, until a
+    /// new value replaces it (record version 4, FORMAT.md).
+    pub stale: bool,
+}
+
+impl ItemMeta {
+    /// Flags and expiry of a fresh (not stale) item.
+    pub fn new(flags: u32, expires: u32) -> ItemMeta {
+        ItemMeta { flags, expires, stale: false }
+    }
+}
+
+/// A value as read, with its metadata and CAS value. The CAS value is the
+/// record's sequence number: unique in the store, unchanged by GC and
+/// stable across restarts; every write of a key gives it a new one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    pub value: Vec<u8>,
+    pub meta: ItemMeta,
+    pub cas: u64,
+}
+
+/// What [`Store::update`](crate::Store::update)'s function decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Write nothing.
+    Keep,
+    /// Write this value (a new CAS value).
+    Put { value: Vec<u8>, meta: ItemMeta },
+    /// Write this value with this CAS value (chosen by the client); stored
+    /// in the record (FORMAT.md, explicit CAS).
+    PutCas { value: Vec<u8>, meta: ItemMeta, cas: u64 },
+    /// The same item with new metadata (a touch): written with its CAS
+    /// value `cas` like `PutCas`, and keeping its access state
+    /// ([`crate::Access`]); counted as a read when `fetch`.
+    Touch { value: Vec<u8>, meta: ItemMeta, cas: u64, fetch: bool },
+    /// The same item with a new value written over it (memcache's incr
+    /// and decr when the result fits the old value, which memcached
+    /// rewrites in place): a new CAS value (`cas`, chosen by the client,
+    /// or a fresh one), its access state ([`crate::Access`]) kept.
+    Rewrite { value: Vec<u8>, meta: ItemMeta, cas: Option<u64> },
+    /// The same item invalidated (`meta.stale` set by the caller, memcache
+    /// `md ... I`): a new CAS value, its access state kept but its win
+    /// token released.
+    Invalidate { value: Vec<u8>, meta: ItemMeta },
+    /// Delete the key (a tombstone if a version is indexed).
+    Delete,
+}
+
+/// What a PUT did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutOutcome {
+    Stored,
+    /// CreateOnly found the key present; nothing written.
+    Exists,
+    /// ReplaceOnly found the key absent; nothing written.
+    NotFound,
+}
+
+/// Figures of an open store.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    pub device: String,
+    pub device_bytes: u64,
+    pub grain_bytes: u32,
+    pub segment_bytes: u64,
+    pub segments: u64,
+    pub segments_free: u64,
+    pub segments_open: u64,
+    pub segments_closed: u64,
+    /// Segments holding the current index checkpoint.
+    pub segments_index: u64,
+    /// Keys with a value. A blind overwrite counts as an overwrite; if it
+    /// displaced another key (a fingerprint collision), that key is counted
+    /// again when its link is settled (GC, a checkpoint, `verify`).
+    pub keys: u64,
+    /// Deleted keys whose tombstone is still current.
+    pub tombstones: u64,
+    /// Bytes (whole grains) of the records the index points at.
+    pub live_bytes: u64,
+    /// Key and value bytes of successful PUTs, and key bytes of DELETEs.
+    pub user_bytes_written: u64,
+    pub gets: u64,
+    pub get_hits: u64,
+    pub puts: u64,
+    pub deletes: u64,
+    pub next_seq: u64,
+    pub io: IoCountersSnapshot,
+    pub index: IndexStats,
+    pub recovery: RecoveryReport,
+    pub value_bytes_max: u64,
+    pub gc: crate::gc::GcStats,
+    /// Segments opened for writing since the store was created (each wrote
+    /// a header).
+    pub segments_opened: u64,
+    /// GC starts below `.0` free segments and stops at `.1`.
+    pub gc_watermarks: (usize, usize),
+    pub checkpoints: crate::checkpoint::CheckpointStats,
+    /// Random id of this open session (written into its checkpoints).
+    pub session: u64,
+    /// Write coalescing: group writes issued, and the user records they
+    /// carried (records per write = the second over the first).
+    pub write_groups: u64,
+    pub grouped_records: u64,
+    /// Overwrites that replaced their key's one index candidate without
+    /// reading it ([`OpenOptions::blind_overwrite_bytes`](crate::OpenOptions::blind_overwrite_bytes)).
+    pub blind_overwrites: u64,
+    /// Entries those displaced that are not settled yet, and the DRAM
+    /// their links hold.
+    pub unsettled_links: u64,
+    pub link_bytes: u64,
+}
+
+impl Stats {
+    /// Device bytes written per user byte written (0 before any write).
+    pub fn write_amplification(&self) -> f64 {
+        if self.user_bytes_written == 0 {
+            0.0
+        } else {
+            self.io.written_bytes as f64 / self.user_bytes_written as f64
+        }
+    }
+}
+
+/// GC is paused while this lives (see [`Store::pause_gc`](crate::Store::pause_gc)).
+pub struct GcPause<'a> {
+    pub(crate) _guard: MutexGuard<'a, ()>,
+}

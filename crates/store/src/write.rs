@@ -1,0 +1,595 @@
+//! The write path: PUTs in all their modes, read-modify-write (`update`),
+//! DELETE, `flush_all`, and writing one record and indexing it.
+//!
+//! PUT/DELETE: wait, holding nothing, until there is room; take the key's
+//! stripe lock (which serialises mutations of one key, and GC relocation of
+//! it, so conditional modes are exact and sequence numbers of one key only
+//! grow), find the current version, decide by mode, take a sequence number,
+//! allocate grains, write the record out of place, then point the index at
+//! it. The call returns only once the record is on the device (and flushed,
+//! with [`Durability::Flush`]). A failed write or flush poisons the store:
+//! it refuses further writes until reopened; reads go on.
+//!
+//! Invariants: a record is on the device before its index entry points at
+//! it (`commit`, `commit_blind`); an unconditional PUT replaces its key's
+//! one candidate without reading it only where `blind_ok` allows, and then
+//! links the entry it displaces ([`crate::links`]).
+
+use crate::access::Policy;
+use crate::error::{Error, Result};
+use crate::options::Durability;
+use crate::space::{Loc, Purpose};
+use crate::store::{Core, Found, FLUSH_FLOOR_KEY};
+use crate::types::{Change, Cond, Item, ItemMeta, PutMode, PutOutcome};
+use crate::zerocopy::PutBuf;
+use granary_format::hash::key_hash;
+use granary_format::limits::*;
+use granary_format::record::{self, RecordHeader};
+use granary_index::Entry;
+use granary_io::AlignedBuf;
+#[cfg(test)]
+use granary_rt::block_on;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// What a new version of a key carries besides its value.
+#[derive(Clone, Copy)]
+struct Version {
+    meta: ItemMeta,
+    /// An explicit CAS value (else the sequence number is).
+    cas: Option<u64>,
+    policy: Policy,
+}
+
+/// What a writer holding a key's stripe knows of the key's current version.
+enum Prior {
+    /// Found (or known absent) before the write.
+    Known(Option<Found>),
+    /// Not read yet: found while the new version is written.
+    Unread,
+    /// Not read at all: the key's one candidate, replaced blindly and
+    /// linked ([`crate::links`]).
+    Blind(Entry),
+}
+
+/// Run two futures on this task at once; both outputs when both are done.
+async fn join2<A: std::future::Future, B: std::future::Future>(a: A, b: B) -> (A::Output, B::Output) {
+    use std::task::Poll;
+    let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
+    let (mut ra, mut rb) = (None, None);
+    std::future::poll_fn(|cx| {
+        if ra.is_none() {
+            if let Poll::Ready(v) = a.as_mut().poll(cx) {
+                ra = Some(v);
+            }
+        }
+        if rb.is_none() {
+            if let Poll::Ready(v) = b.as_mut().poll(cx) {
+                rb = Some(v);
+            }
+        }
+        match (ra.is_some(), rb.is_some()) {
+            (true, true) => Poll::Ready((ra.take().unwrap(), rb.take().unwrap())),
+            _ => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// The access policy of tombstones and of internal writes.
+const FRESH: Policy = Policy::Fresh;
+
+/// The value of a record to write: borrowed bytes, encoded (copied) into
+/// the write buffer; or a record already built in place in an aligned
+/// buffer ([`crate::PutBuf`]), written as it is. The buffer is taken only
+/// while the write runs and given back, so a retry can use it again.
+pub(crate) enum Payload<'a> {
+    Slice(&'a [u8]),
+    Owned { buf: &'a mut Option<AlignedBuf>, value_len: u64 },
+}
+
+impl Payload<'_> {
+    pub fn value_len(&self) -> u64 {
+        match self {
+            Payload::Slice(v) => v.len() as u64,
+            Payload::Owned { value_len, .. } => *value_len,
+        }
+    }
+    pub fn reborrow(&mut self) -> Payload<'_> {
+        match self {
+            Payload::Slice(v) => Payload::Slice(v),
+            Payload::Owned { buf, value_len } => Payload::Owned { buf, value_len: *value_len },
+        }
+    }
+}
+
+impl Core {
+    /// Wait (with no key stripe held) until a write of `grains` is likely
+    /// to find room: GC's thread makes it, or, with
+    /// [`crate::Background::Manual`], this writer runs GC itself.
+    async fn await_room(&self, purpose: Purpose, grains: u64) -> Result<()> {
+        if !self.manual {
+            return self.space.await_room(purpose, grains).await;
+        }
+        let mut asked = None;
+        loop {
+            if let Some(r) = self.space.room_now(purpose, grains, &mut asked) {
+                return r;
+            }
+            if !crate::gc::poll(self) {
+                // Asked, and GC has nothing to do: no room will come.
+                return self.space.room_now(purpose, grains, &mut asked).unwrap_or(Err(Error::NoSpace {
+                    needed_bytes: grains * self.sb.grain_bytes as u64,
+                    segments: self.sb.segment_count,
+                }));
+            }
+        }
+    }
+
+    /// Hide every value written so far (memcache `flush_all`): they read as
+    /// absent and GC reclaims them. The floor is stored under a reserved
+    /// key, so it holds across restarts. Returns the floor.
+    pub async fn flush_all(&self) -> Result<u64> {
+        let _one_at_a_time = self.flush_lock.lock().await;
+        let floor = self.next_seq.fetch_add(1, Relaxed);
+        // Stored first, then applied: until the new floor record is on the
+        // device, the old one must not read as flushed (GC would drop it).
+        let v = Version { meta: ItemMeta::default(), cas: None, policy: FRESH };
+        self.write_item(FLUSH_FLOOR_KEY, Payload::Slice(&floor.to_le_bytes()), v, Cond::Always).await?;
+        self.flush_floor.fetch_max(floor, Relaxed);
+        Ok(floor)
+    }
+
+    /// A record buffer for `key` with room for a value of `value_len`
+    /// bytes, to fill and then write with [`Core::put_buf`].
+    pub fn new_put_buf(&self, key: &[u8], value_len: usize) -> Result<PutBuf> {
+        Self::check_user_key(key)?;
+        let max = self.value_bytes_max(key.len());
+        if value_len as u64 > max {
+            return Err(Error::ValueTooLarge { len: value_len as u64, max });
+        }
+        let grains = grains_for(record_bytes(key.len(), value_len as u64), self.sb.grain_bytes);
+        let mut buf = AlignedBuf::zeroed((grains * self.grain()) as usize);
+        buf[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + key.len()].copy_from_slice(key);
+        Ok(PutBuf::new(buf, key.len(), value_len))
+    }
+
+    /// Write the record built in `pb` (its key, its value as filled).
+    pub async fn put_buf(&self, mut pb: PutBuf, meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
+        let key = pb.key().to_vec();
+        Self::check_user_key(&key)?;
+        let value_len = pb.value_len as u64;
+        let v = Version { meta, cas: None, policy: Policy::new_item(&meta) };
+        self.write_item(&key, Payload::Owned { buf: &mut pb.buf, value_len }, v, cond).await
+    }
+
+    /// Grains of a value record of `value_len` bytes for `key` (with an
+    /// explicit CAS value when `cas` is given); refuses one the store
+    /// cannot hold.
+    fn value_grains(&self, key: &[u8], value_len: u64, cas: Option<u64>) -> Result<u64> {
+        let len = value_len + if cas.is_some() { record::EXPLICIT_CAS_BYTES as u64 } else { 0 };
+        let max = self.value_bytes_max(key.len());
+        if len > max {
+            return Err(Error::ValueTooLarge { len: value_len, max });
+        }
+        Ok(grains_for(record_bytes(key.len(), len), self.sb.grain_bytes))
+    }
+
+    /// PUT with a mode; returns whether it stored.
+    pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.put_with(key, value, PutMode::Upsert).await.map(|_| ())
+    }
+
+    pub async fn put_with(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
+        Ok(self.put_item(key, value, ItemMeta::default(), mode.into()).await?.0)
+    }
+
+    /// Conditional PUT with metadata; on `Stored`, also the new CAS value
+    /// (0 otherwise).
+    pub async fn put_item(&self, key: &[u8], value: &[u8], meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
+        self.put_user_item(key, value, Version { meta, cas: None, policy: Policy::new_item(&meta) }, cond).await
+    }
+
+    /// A user key's PUT of a value slice as `v` says.
+    async fn put_user_item(&self, key: &[u8], value: &[u8], v: Version, cond: Cond) -> Result<(PutOutcome, u64)> {
+        Self::check_user_key(key)?;
+        self.write_item(key, Payload::Slice(value), v, cond).await
+    }
+
+    /// [`Core::put_item`] giving the new version the CAS value `cas`
+    /// instead of its sequence number (memcache `ms ... E<cas>`).
+    pub async fn put_item_with_cas(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        meta: ItemMeta,
+        cond: Cond,
+        cas: u64,
+    ) -> Result<(PutOutcome, u64)> {
+        self.put_user_item(key, value, Version { meta, cas: Some(cas), policy: Policy::new_item(&meta) }, cond).await
+    }
+
+    /// [`Core::put_item`] (or with a chosen CAS value) whose new version
+    /// has its win token already handed out (memcache's vivify on miss:
+    /// the client that created it is the one to fill it), and is marked
+    /// read when `read`.
+    pub async fn put_item_won(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        meta: ItemMeta,
+        cond: Cond,
+        cas: Option<u64>,
+        read: bool,
+    ) -> Result<(PutOutcome, u64)> {
+        self.put_user_item(key, value, Version { meta, cas, policy: Policy::Vivified { read } }, cond).await
+    }
+
+    /// [`Core::put_item`] without the reserved-namespace check.
+    async fn write_item(
+        &self,
+        key: &[u8],
+        mut value: Payload<'_>,
+        v: Version,
+        cond: Cond,
+    ) -> Result<(PutOutcome, u64)> {
+        let grains = self.value_grains(key, value.value_len(), v.cas)?;
+        let h = key_hash(key);
+        loop {
+            self.check_writable()?;
+            self.await_room(Purpose::Put, grains).await.map_err(|e| self.check_writable().err().unwrap_or(e))?;
+            let _stripe = self.stripe(h).await;
+            let prior = if cond == Cond::Always {
+                // An unconditional PUT needs the current version only to
+                // replace its entry: it is read while the new one is
+                // written, if the index has a candidate for it at all.
+                match self.index.lookup(h).as_slice() {
+                    [] => Prior::Known(None),
+                    &[e] if self.blind_ok(e, key) => Prior::Blind(e),
+                    _ => Prior::Unread,
+                }
+            } else {
+                let existing = self.find(key, h, false, false).await?;
+                let live = existing.as_ref().filter(|f| self.is_live(f, self.clock.now()));
+                match (cond, live) {
+                    (Cond::Absent, Some(_)) => return Ok((PutOutcome::Exists, 0)),
+                    (Cond::Present | Cond::Cas(_), None) => return Ok((PutOutcome::NotFound, 0)),
+                    (Cond::Cas(c), Some(f)) if record::cas_of(&f.hdr, &f.buf) != c => {
+                        return Ok((PutOutcome::Exists, 0))
+                    }
+                    _ => {}
+                }
+                Prior::Known(existing)
+            };
+            match self.write_value(key, h, value.reborrow(), prior, v).await {
+                Err(Error::NoSpace { .. }) => continue, // raced for the last room: wait again
+                r => return r.map(|cas| (PutOutcome::Stored, cas)),
+            }
+        }
+    }
+
+    /// Write a new version of `key` (under its stripe) replacing its
+    /// current one, `prior`; returns its CAS value: `v.cas` when given
+    /// (stored in the record before the value), else its sequence number.
+    async fn write_value(&self, key: &[u8], h: u64, value: Payload<'_>, prior: Prior, v: Version) -> Result<u64> {
+        let Version { meta, cas, policy } = v;
+        let seq = self.next_seq.fetch_add(1, Relaxed);
+        let value_len = value.value_len();
+        let with_cas;
+        let (payload, hdr) = match (cas, value) {
+            (Some(c), Payload::Slice(v)) => {
+                with_cas = [c.to_le_bytes().as_slice(), v].concat();
+                let hdr = RecordHeader::value(key.len(), with_cas.len() as u64, seq, 0).with_explicit_cas();
+                (Payload::Slice(&with_cas), hdr)
+            }
+            (Some(_), Payload::Owned { .. }) => unreachable!("record buffers are written without an explicit CAS"),
+            (None, value) => (value, RecordHeader::value(key.len(), value_len, seq, 0)),
+        };
+        // An unread prior counts as present: a candidate is the key but for
+        // a rare fingerprint collision, and the flag is then only cautious.
+        let supersedes = !matches!(prior, Prior::Known(None)) || self.dropped.contains(h);
+        let hdr = hdr.with_meta(meta.flags, meta.expires).with_stale(meta.stale).with_supersedes(supersedes);
+        let write = self.write_record_async(Purpose::Put, hdr, key, payload);
+        let (loc, existing) = match prior {
+            Prior::Known(existing) => (write.await?, existing),
+            Prior::Blind(e) => {
+                let loc = write.await?;
+                let committed = self.commit_blind(key, h, e, loc, policy).await;
+                self.space.done(loc.seg);
+                committed?;
+                self.counters.puts.fetch_add(1, Relaxed);
+                self.counters.user_bytes.fetch_add(key.len() as u64 + value_len, Relaxed);
+                return Ok(cas.unwrap_or(seq));
+            }
+            Prior::Unread => match join2(write, self.find(key, h, false, false)).await {
+                (Ok(loc), Ok(existing)) => (loc, existing),
+                (Ok(loc), Err(e)) => {
+                    // Written but not indexed: the running store keeps the
+                    // old version; the PUT reports the error (after a crash
+                    // the new one may be what recovery finds, as with any
+                    // write that failed midway).
+                    self.space.done(loc.seg);
+                    return Err(e);
+                }
+                (Err(e), _) => return Err(e),
+            },
+        };
+        let committed = self.commit(key, h, existing, loc, false, policy).await;
+        self.space.done(loc.seg);
+        committed?;
+        self.counters.puts.fetch_add(1, Relaxed);
+        self.counters.user_bytes.fetch_add(key.len() as u64 + value_len, Relaxed);
+        Ok(cas.unwrap_or(seq))
+    }
+
+    /// Write a tombstone for `key` (under its stripe) replacing `existing`
+    /// (None: the key has no indexed version, but one is still on the device).
+    async fn write_tombstone(&self, key: &[u8], h: u64, existing: Option<Found>) -> Result<()> {
+        let seq = self.next_seq.fetch_add(1, Relaxed);
+        // Under the stripe no relocation of this key can run, so every
+        // older version of it lies in a segment at or below the horizon.
+        let hdr = RecordHeader::tombstone(key.len(), seq, 0, self.space.horizon());
+        let loc = self.write_record_async(Purpose::Delete, hdr, key, Payload::Slice(&[])).await?;
+        let committed = self.commit(key, h, existing, loc, true, FRESH).await;
+        self.space.done(loc.seg);
+        committed?;
+        self.counters.deletes.fetch_add(1, Relaxed);
+        self.counters.user_bytes.fetch_add(key.len() as u64, Relaxed);
+        Ok(())
+    }
+
+    /// Read-modify-write of one key: `f` sees the current item (None if
+    /// absent, deleted or expired) while no other write of the key can run,
+    /// and says what to write and what to return. Returns `f`'s answer and,
+    /// if it wrote a value, the new CAS value. `f` may run more than once
+    /// (when the store had to wait for space); only its last answer counts.
+    pub async fn update<R>(
+        &self,
+        key: &[u8],
+        mut f: impl FnMut(Option<&Item>) -> (Change, R),
+    ) -> Result<(R, Option<u64>)> {
+        Self::check_user_key(key)?;
+        let h = key_hash(key);
+        let mut need = 1;
+        loop {
+            self.check_writable()?;
+            self.await_room(Purpose::Put, need).await.map_err(|e| self.check_writable().err().unwrap_or(e))?;
+            let _stripe = self.stripe(h).await;
+            let existing = self.find(key, h, true, true).await?;
+            let item = existing.as_ref().filter(|x| self.is_live(x, self.clock.now())).map(Self::item_of);
+            let (change, r) = f(item.as_ref());
+            let policy = match &change {
+                Change::Touch { fetch, .. } => Policy::Touch { fetch: *fetch },
+                Change::Rewrite { .. } => Policy::Touch { fetch: false },
+                Change::Invalidate { .. } => Policy::Invalidate,
+                Change::Put { meta, .. } | Change::PutCas { meta, .. } => Policy::new_item(meta),
+                Change::Keep | Change::Delete => FRESH,
+            };
+            let written = match change {
+                Change::Keep => return Ok((r, None)),
+                Change::Put { value, meta } | Change::Invalidate { value, meta } => {
+                    need = self.value_grains(key, value.len() as u64, None)?;
+                    let v = Version { meta, cas: None, policy };
+                    self.write_value(key, h, Payload::Slice(&value), Prior::Known(existing), v).await.map(Some)
+                }
+                Change::Rewrite { value, meta, cas } => {
+                    need = self.value_grains(key, value.len() as u64, cas)?;
+                    let v = Version { meta, cas, policy };
+                    self.write_value(key, h, Payload::Slice(&value), Prior::Known(existing), v).await.map(Some)
+                }
+                Change::PutCas { value, meta, cas } | Change::Touch { value, meta, cas, .. } => {
+                    need = self.value_grains(key, value.len() as u64, Some(cas))?;
+                    let v = Version { meta, cas: Some(cas), policy };
+                    self.write_value(key, h, Payload::Slice(&value), Prior::Known(existing), v).await.map(Some)
+                }
+                Change::Delete => match existing {
+                    Some(x) if !x.hdr.is_tombstone() => {
+                        need = grains_for(record_bytes(key.len(), 0), self.sb.grain_bytes);
+                        self.write_tombstone(key, h, Some(x)).await.map(|()| None)
+                    }
+                    _ => return Ok((r, None)),
+                },
+            };
+            match written {
+                Err(Error::NoSpace { .. }) => continue,
+                w => return w.map(|cas| (r, cas)),
+            }
+        }
+    }
+
+    /// Delete `key`; returns whether it was present (an expired value was
+    /// not, but is deleted all the same). Writes a tombstone only when a
+    /// value was indexed.
+    pub async fn delete(&self, key: &[u8]) -> Result<bool> {
+        Self::check_user_key(key)?;
+        let h = key_hash(key);
+        let grains = grains_for(record_bytes(key.len(), 0), self.sb.grain_bytes);
+        loop {
+            self.check_writable()?;
+            self.await_room(Purpose::Delete, grains).await.map_err(|e| self.check_writable().err().unwrap_or(e))?;
+            let _stripe = self.stripe(h).await;
+            let (existing, live) = match self.find(key, h, false, false).await? {
+                Some(f) if f.hdr.is_tombstone() => return Ok(false),
+                Some(f) => {
+                    let live = self.is_live(&f, self.clock.now());
+                    (Some(f), live)
+                }
+                // GC is dropping the key's value from a segment not yet
+                // free on the device: without a tombstone that value would
+                // come back after a crash.
+                None if self.dropped.contains(h) => (None, false),
+                None => return Ok(false),
+            };
+            match self.write_tombstone(key, h, existing).await {
+                Err(Error::NoSpace { .. }) => continue,
+                r => return r.map(|()| live),
+            }
+        }
+    }
+
+    /// Allocate, encode (with the segment's stamp) and write one record.
+    /// On success the caller indexes it and then calls `space.done`.
+    #[cfg(test)]
+    pub(crate) fn write_record(&self, purpose: Purpose, hdr: RecordHeader, key: &[u8], value: &[u8]) -> Result<Loc> {
+        block_on(self.write_record_async(purpose, hdr, key, Payload::Slice(value)))
+    }
+
+    /// [`Core::write_record`], asynchronously.
+    pub(crate) async fn write_record_async(
+        &self,
+        purpose: Purpose,
+        mut hdr: RecordHeader,
+        key: &[u8],
+        value: Payload<'_>,
+    ) -> Result<Loc> {
+        if self.coalesce && matches!(purpose, Purpose::Put | Purpose::Delete) {
+            let next_seq = self.next_seq.load(Relaxed);
+            let (dev, g) = (self.dev.as_ref(), self.grain());
+            let r = self
+                .coalescer
+                .write(&self.space, dev, self.durability, purpose, self.seed, g, next_seq, hdr, key, value)
+                .await;
+            return r.map_err(|e| match e {
+                Error::Io { .. } => self.poison(e),
+                e => e,
+            });
+        }
+        let grains = hdr.grains(self.sb.grain_bytes);
+        let loc = self.space.alloc(purpose, grains, self.next_seq.load(Relaxed)).map_err(|e| match e {
+            Error::Io { .. } => self.poison(e),
+            e => e,
+        })?;
+        hdr.seg_stamp = loc.stamp;
+        let (buf, owned) = match value {
+            Payload::Slice(value) => {
+                let mut buf = AlignedBuf::zeroed((grains * self.grain()) as usize);
+                hdr.encode(self.seed, key, value, &mut buf);
+                (buf, None)
+            }
+            Payload::Owned { buf, .. } => {
+                let mut b = buf.take().expect("a record buffer");
+                hdr.encode_in_place(self.seed, &mut b);
+                (b, Some(buf))
+            }
+        };
+        let offset = loc.pba * self.grain();
+        let (buf, r) = self.dev.write_at_async(buf, offset).await;
+        if let Some(slot) = owned {
+            *slot = Some(buf);
+        }
+        let written = r.map_err(|source| Error::Io { op: "write", offset, source }).and_then(|()| {
+            if self.durability == Durability::Flush {
+                self.dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
+            }
+            Ok(())
+        });
+        if let Err(e) = written {
+            self.space.done(loc.seg);
+            return Err(self.poison(e));
+        }
+        Ok(loc)
+    }
+
+    /// Point the index at a record just written, replacing `existing`.
+    /// The new entry's access word follows `policy`.
+    async fn commit(
+        &self,
+        key: &[u8],
+        h: u64,
+        mut existing: Option<Found>,
+        loc: Loc,
+        tombstone: bool,
+        policy: Policy,
+    ) -> Result<()> {
+        let kv_size = if tombstone { 0 } else { loc.grains };
+        let g = self.grain();
+        let (c, now) = (self.access_clock, self.clock.now());
+        loop {
+            if let Some(head) = existing.as_ref().and_then(|f| f.via) {
+                // Found through a blind overwrite's link: back in the index
+                // first, then replaced as usual.
+                let pba = existing.as_ref().map(|f| f.entry.pba());
+                if let Some(link) = self.links.of_head(head).filter(|l| Some(l.old.pba()) == pba) {
+                    crate::links::settle(self, head, &link, key, h)?;
+                }
+                if let Some(f) = existing.as_mut() {
+                    f.via = None;
+                }
+            }
+            match &existing {
+                Some(f) => {
+                    let from = f.entry.pba();
+                    let replace = || self.index.replace_with(h, from, kv_size, loc.pba, |w| c.apply(policy, w, now));
+                    if crate::links::carry(self, from, loc.pba, replace) {
+                        self.space.sub_live(self.sb.segment_of(f.entry.pba()), f.hdr.grains(self.sb.grain_bytes) * g);
+                        self.counters.replaced(f.hdr.is_tombstone(), tombstone);
+                        break;
+                    }
+                    // The entry moved under us (only a relocation can do that
+                    // while we hold the key's stripe): find it again.
+                    existing = self.find(key, h, false, false).await?;
+                }
+                None => {
+                    if let Err(e) = self.index.insert_with(h, kv_size, loc.pba, c.apply(policy, 0, now)) {
+                        // The record is on the device but cannot be indexed;
+                        // refuse further writes rather than diverge from the log.
+                        return Err(self.poison(Error::IndexFull(e)));
+                    }
+                    self.counters.added(tombstone);
+                    break;
+                }
+            }
+        }
+        self.space.add_live(loc.seg, loc.grains * g);
+        Ok(())
+    }
+
+    /// Whether an unconditional PUT of `key` may replace its one
+    /// candidate `e` without reading it ([`crate::links`]): a value of
+    /// known size, either the head of a link of this very key (then known
+    /// to be its current version) or unlinked with room for a new link.
+    fn blind_ok(&self, e: Entry, key: &[u8]) -> bool {
+        if !self.links.enabled() || e.is_tombstone() || e.kv_size() == KV_SIZE_GRAINS_MAX {
+            return false;
+        }
+        match self.links.of_head(e.pba()) {
+            Some(l) => *l.key == *key,
+            None => self.links.has_room(key.len()),
+        }
+    }
+
+    /// Point the index at a record just written over `e` without reading
+    /// it, linking the two (under the key's stripe: `e` cannot change).
+    async fn commit_blind(&self, key: &[u8], h: u64, e: Entry, loc: Loc, policy: Policy) -> Result<()> {
+        let g = self.grain();
+        let (c, now) = (self.access_clock, self.clock.now());
+        let replace = || self.index.replace_with(h, e.pba(), loc.grains, loc.pba, |w| c.apply(policy, w, now));
+        let replaced = if self.links.of_head(e.pba()).is_some() {
+            // The head of this key's own link (`blind_ok`): `e` is this
+            // key's version, and the link moves on to the new head.
+            crate::links::carry(self, e.pba(), loc.pba, replace)
+        } else {
+            let link = crate::links::Link { old: e, key: key.into(), aux: Default::default() };
+            self.links.insert(loc.pba, std::sync::Arc::new(link));
+            let mut old_aux = 0;
+            let done = self.index.replace_with(h, e.pba(), loc.grains, loc.pba, |w| {
+                old_aux = w;
+                c.apply(policy, w, now)
+            });
+            if done {
+                self.links.set_aux(loc.pba, old_aux);
+            } else {
+                self.links.remove(loc.pba);
+            }
+            done
+        };
+        if !replaced {
+            // Not expected under the stripe; the careful way then.
+            let existing = self.find(key, h, false, false).await?;
+            return self.commit(key, h, existing, loc, false, policy).await;
+        }
+        self.space.sub_live(self.sb.segment_of(e.pba()), e.kv_size() as u64 * g);
+        self.space.add_live(loc.seg, loc.grains * g);
+        self.counters.blind.fetch_add(1, Relaxed);
+        Ok(())
+    }
+}
