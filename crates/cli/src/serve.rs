@@ -5,6 +5,7 @@
 use granary_cli::{progress, signals, size};
 use granary_memcache::{limits, Server, ServerConfig};
 use granary_native::NativeConfig;
+use granary_rt::net::BoundSocket;
 use granary_rt::{Runtime, RuntimeConfig};
 use granary_store::io::{IoBackend, OpenMode};
 use granary_store::{CreateOptions, Durability, IfPresent, NewStore, OpenOptions, Provisioned, Site, Store};
@@ -356,12 +357,14 @@ impl Drop for StopDuringOpen {
     }
 }
 
-/// Every listener, bound before the store is opened or created: an address
-/// in use fails the start before a data file is made.
+/// Every listener's address, bound before the store is opened or created
+/// (an address in use fails the start before a data file is made), and
+/// listened on only once the servers start (until then connections are
+/// refused, so a client that connects finds a server ready to answer).
 struct Listeners {
-    memcache: std::net::TcpListener,
-    native: Option<std::net::TcpListener>,
-    metrics: Option<std::net::TcpListener>,
+    memcache: BoundSocket,
+    native: Option<BoundSocket>,
+    metrics: Option<BoundSocket>,
 }
 
 impl Listeners {
@@ -381,10 +384,10 @@ impl Listeners {
 const BIND_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Bind `addr`, retrying "address in use" for up to [`BIND_WAIT`].
-fn bind_retrying(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+fn bind_retrying(addr: SocketAddr) -> std::io::Result<BoundSocket> {
     let started = std::time::Instant::now();
     loop {
-        match granary_rt::net::bind_listener(addr) {
+        match BoundSocket::bind(addr) {
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && started.elapsed() < BIND_WAIT => {
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
@@ -507,7 +510,9 @@ fn start(a: &Config, store: Arc<Store>, l: Listeners) -> Result<(Server, Option<
         ..RuntimeConfig::default()
     };
     let rt = Arc::new(Runtime::new(rc).map_err(|e| format!("cannot start the runtime: {e}"))?);
-    let server = Server::start_with_listener(store.clone(), cfg, rt.clone(), l.memcache).map_err(|e| e.to_string())?;
+    let listen = |b: BoundSocket| b.listen().map_err(|e| e.to_string());
+    let server =
+        Server::start_with_listener(store.clone(), cfg, rt.clone(), listen(l.memcache)?).map_err(|e| e.to_string())?;
     eprintln!("granary: serving {} over memcache on {}", a.data.display(), server.local_addr());
     let native = match l.native {
         None => None,
@@ -519,7 +524,7 @@ fn start(a: &Config, store: Arc<Store>, l: Listeners) -> Result<(Server, Option<
                 value_bytes_max: u32::try_from(a.max_item_size).unwrap_or(u32::MAX),
                 idle_timeout,
             };
-            let n = granary_native::Server::start_with_listener(store.clone(), ncfg, rt.clone(), listener)
+            let n = granary_native::Server::start_with_listener(store.clone(), ncfg, rt.clone(), listen(listener)?)
                 .map_err(|e| e.to_string())?;
             Some(n)
         }
@@ -531,7 +536,7 @@ fn start(a: &Config, store: Arc<Store>, l: Listeners) -> Result<(Server, Option<
             native: native.as_ref().map(|n| n.shared_stats()),
             runtime: Some(rt.stats_reader()),
         };
-        let m = crate::metrics::serve(listener, sources, &rt).map_err(|e| format!("metrics: {e}"))?;
+        let m = crate::metrics::serve(listen(listener)?, sources, &rt).map_err(|e| format!("metrics: {e}"))?;
         eprintln!("granary: metrics on http://{m}/metrics");
     }
     // Last: once this line is out, every listener is up.

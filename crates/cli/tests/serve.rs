@@ -403,7 +403,8 @@ fn granary(args: &[&str]) -> std::process::Output {
 /// the file, for `granary serve` (SIGTERM) and `granary create` (SIGINT,
 /// Ctrl-C); a second server started meanwhile is refused (the new file is
 /// locked from the start); and the path is free for the next start. After
-/// a SIGKILL in the fill, the next start creates the file again.
+/// a SIGKILL in the fill, the next start creates the file again. During
+/// the fill the server's port refuses connections (bound, not listening).
 #[test]
 fn a_stop_signal_during_the_zero_fill_removes_the_new_file() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -417,6 +418,10 @@ fn a_stop_signal_during_the_zero_fill_removes_the_new_file() {
         let (mut child, mut err, mut log) =
             spawn_until(args, |line| line.contains("writing zeros over the new data file"));
         if name == "SIGTERM" {
+            // The port is taken (bound) but not listened on until the
+            // store is ready: a client is refused, not left waiting.
+            let early = TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap()));
+            assert_eq!(early.err().map(|e| e.kind()), Some(std::io::ErrorKind::ConnectionRefused));
             let second = granary(&["serve", "--data", d, "-p", &free_port().to_string(), "--no-native"]);
             let text = String::from_utf8_lossy(&second.stderr);
             assert!(!second.status.success() && text.contains("in use by another process"), "{text}");

@@ -116,11 +116,88 @@ pub fn free_low_port() -> io::Result<u16> {
 }
 
 /// Bind a listening socket for a server, with an error that names the
-/// address ("cannot listen on 127.0.0.1:11211: Address in use"). Servers
-/// take the socket bound, so a caller can bind every listener before it
-/// does anything that must be undone when one fails.
+/// address ("cannot listen on 127.0.0.1:11211: Address in use").
 pub fn bind_listener(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
-    std::net::TcpListener::bind(addr).map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+    BoundSocket::bind(addr)?.listen()
+}
+
+/// Connections a listening socket queues before the server accepts them.
+pub const LISTEN_BACKLOG: i32 = 1024;
+
+/// A TCP socket bound to its address but not listening yet: the address is
+/// taken (no other process can bind it) while connections to it are still
+/// refused. A server binds every address this way before it does anything
+/// that must be undone when one is in use (creating a data file), and
+/// listens once it is ready to serve, so a client's successful connect
+/// means the server is up.
+#[derive(Debug)]
+pub struct BoundSocket {
+    fd: OwnedFd,
+    addr: SocketAddr,
+}
+
+impl BoundSocket {
+    /// Bind `addr` (with SO_REUSEADDR, as std's listeners have it).
+    pub fn bind(addr: SocketAddr) -> io::Result<BoundSocket> {
+        let named = |e: io::Error| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"));
+        let family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+        // SAFETY: socket(2) with constant arguments; the descriptor it
+        // returns is owned by the OwnedFd below.
+        let raw = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            return Err(named(io::Error::last_os_error()));
+        }
+        // SAFETY: `raw` is a descriptor this call just opened, owned by no one else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let one: libc::c_int = 1;
+        // SAFETY: setsockopt reads `one` (a c_int, its length given) for the call.
+        let r = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_REUSEADDR,
+                (&one as *const libc::c_int).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(named(io::Error::last_os_error()));
+        }
+        let raw_addr = RawAddr::from(addr);
+        // SAFETY: bind reads `raw_addr.len` bytes of the address storage.
+        let r = unsafe {
+            libc::bind(fd.as_raw_fd(), (&raw_addr.storage as *const libc::sockaddr_storage).cast(), raw_addr.len)
+        };
+        if r != 0 {
+            return Err(named(io::Error::last_os_error()));
+        }
+        let mut local = RawAddr::empty();
+        // SAFETY: getsockname writes at most `local.len` bytes into the storage.
+        let r = unsafe {
+            libc::getsockname(
+                fd.as_raw_fd(),
+                (&mut local.storage as *mut libc::sockaddr_storage).cast(),
+                &mut local.len,
+            )
+        };
+        let addr = if r == 0 { local.to_socket_addr().unwrap_or(addr) } else { addr };
+        Ok(BoundSocket { fd, addr })
+    }
+
+    /// The address it is bound to (the port chosen, for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Start listening: connections are queued from now on.
+    pub fn listen(self) -> io::Result<std::net::TcpListener> {
+        // SAFETY: listen(2) on the descriptor this value owns.
+        if unsafe { libc::listen(self.fd.as_raw_fd(), LISTEN_BACKLOG) } != 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("cannot listen on {}: {e}", self.addr)));
+        }
+        Ok(std::net::TcpListener::from(self.fd))
+    }
 }
 
 impl TcpListener {
