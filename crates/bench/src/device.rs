@@ -645,9 +645,7 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
             for &d in &o.depths {
                 let mut p = fio_run(&o.path, "randread", d, o.secs, o.size_bytes)?;
                 p.system = FIO_FIRST.into();
-                if o.progress {
-                    eprintln!("{FIO_FIRST:<16} get qd{d:<3} {:>9.0} ops/s p50 {:.1} us", p.ops_per_sec(), p.p50_us);
-                }
+                progress_at_depth(o, "get", d, &p);
                 report.points.push(p);
             }
         }
@@ -666,14 +664,7 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
                         "uring-zc" => run_tasks_sampled(&store, &rt, o, op, d, true, "granary-uring-zc", 1),
                         _ => continue,
                     };
-                    if o.progress {
-                        eprintln!(
-                            "{:<16} {op} qd{d:<3} {:>9.0} ops/s p50 {:.1} us",
-                            p.system,
-                            p.ops_per_sec(),
-                            p.p50_us
-                        );
-                    }
+                    progress_at_depth(o, op, d, &p);
                     report.points.push(p);
                 }
             }
@@ -731,14 +722,7 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
                     if op == "get" {
                         p.system = FIO_LAST.into();
                     }
-                    if o.progress {
-                        eprintln!(
-                            "{:<16} {op} qd{d:<3} {:>9.0} ops/s p50 {:.1} us",
-                            p.system,
-                            p.ops_per_sec(),
-                            p.p50_us
-                        );
-                    }
+                    progress_at_depth(o, op, d, &p);
                     if let Some(first) = (op == "get").then(|| find(&report, FIO_FIRST, "get", d)).flatten() {
                         let both = pooled(first, &p);
                         report.points.push(both);
@@ -751,6 +735,14 @@ pub fn run(o: &DeviceBenchOptions) -> Result<DeviceBenchReport, String> {
     })();
     let _ = std::fs::remove_file(&o.path);
     result.map(|()| report)
+}
+
+/// With `--progress`, a point's line at queue depth `d`: its system, `op`,
+/// rate and median latency.
+fn progress_at_depth(o: &DeviceBenchOptions, op: &str, d: usize, p: &Point) {
+    if o.progress {
+        eprintln!("{:<16} {op} qd{d:<3} {:>9.0} ops/s p50 {:.1} us", p.system, p.ops_per_sec(), p.p50_us);
+    }
 }
 
 /// Systems of fio's random reads before and after the Granary backends;

@@ -20,6 +20,29 @@ fn bench(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_granary-bench")).env_remove("GRANARY_LOG").args(args).output().unwrap()
 }
 
+/// Run a short `granary-bench <cmd>` on `data` (64 MiB, 2000 keys, 0.1 s a
+/// point, queue depths `depths`, then `extra`) with its JSON report in
+/// `json`, which must succeed: its output and the report.
+fn short_bench(cmd: &str, data: &Path, depths: &str, extra: &[&str], json: &Path) -> (Output, serde_json::Value) {
+    let mut args = vec![cmd, "--path", data.to_str().unwrap(), "--size", "64M", "--keys", "2000", "--secs", "0.1"];
+    args.extend(["--depths", depths]);
+    args.extend_from_slice(extra);
+    args.extend(["--json", json.to_str().unwrap()]);
+    let o = bench(&args);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
+    (o, v)
+}
+
+/// The point of system `sys`, operation `op` and queue depth `depth` in a
+/// bench report's points.
+fn point<'a>(points: &'a [serde_json::Value], sys: &str, op: &str, depth: u64) -> &'a serde_json::Value {
+    points
+        .iter()
+        .find(|p| p["system"] == sys && p["op"] == op && p["depth"] == depth)
+        .unwrap_or_else(|| panic!("no point for {sys} {op} qd{depth}"))
+}
+
 fn run_stdin(args: &[&str], input: &[u8]) -> Output {
     let mut child =
         bin().args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
@@ -261,32 +284,12 @@ fn bench_device_runs_every_backend_and_depth() {
     let dir = workdir();
     let data = dir.path().join("bench/dev.db");
     let json = dir.path().join("out.json");
-    let o = bench(&[
-        "device",
-        "--path",
-        data.to_str().unwrap(),
-        "--size",
-        "64M",
-        "--keys",
-        "2000",
-        "--secs",
-        "0.1",
-        "--depths",
-        "1,4",
-        "--no-fio",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let (_, v) = short_bench("device", &data, "1,4", &["--no-fio"], &json);
     let points = v["points"].as_array().unwrap();
     for sys in ["granary-sync", "granary-uring", "granary-uring-zc"] {
         for op in ["get", "put"] {
             for depth in [1, 4] {
-                let p = points
-                    .iter()
-                    .find(|p| p["system"] == sys && p["op"] == op && p["depth"] == depth)
-                    .unwrap_or_else(|| panic!("no point for {sys} {op} qd{depth}"));
+                let p = point(points, sys, op, depth);
                 assert!(p["ops"].as_u64().unwrap() > 0);
                 assert!(p["p50_us"].as_f64().unwrap() > 0.0, "{sys} {op} qd{depth}: no latencies recorded");
                 assert_eq!(p["errors"], 0, "{sys} {op} qd{depth}");
@@ -296,7 +299,7 @@ fn bench_device_runs_every_backend_and_depth() {
     // The store's device IO during each Granary point: a PUT overwrites a
     // loaded key, blindly (no read of the current record), and writes a group.
     for sys in ["granary-sync", "granary-uring", "granary-uring-zc"] {
-        let p = points.iter().find(|p| p["system"] == sys && p["op"] == "put" && p["depth"] == 4).unwrap();
+        let p = point(points, sys, "put", 4);
         let io = &p["device_io"];
         assert!(io["reads_per_s"].as_f64().unwrap() >= 0.0 && io["writes_per_s"].as_f64().unwrap() > 0.0, "{p}");
         assert!(io["blind_overwrites_per_s"].as_f64().unwrap() > 0.0, "no overwrite was blind: {p}");
@@ -323,10 +326,7 @@ fn bench_device_runs_every_backend_and_depth() {
     // The in-memory device on one executor, a task per GET in flight.
     for op in ["get", "get_buf"] {
         for depth in [1, 4] {
-            let p = points
-                .iter()
-                .find(|p| p["system"] == "granary-mem-rt" && p["op"] == op && p["depth"] == depth)
-                .unwrap_or_else(|| panic!("no granary-mem-rt point for {op} qd{depth}"));
+            let p = point(points, "granary-mem-rt", op, depth);
             assert!(p["ops"].as_u64().unwrap() > 0 && p["p50_us"].as_f64().unwrap() > 0.0, "{p}");
             assert!(p["ratio_to_mem_read"].as_f64().unwrap() > 0.0, "{p}");
             assert!(p["ratio_to_fio"].is_null(), "an in-memory point has no fio ratio: {p}");
@@ -401,36 +401,17 @@ fn bench_native_compares_the_protocol_with_the_embedded_engine() {
     let dir = workdir();
     let data = dir.path().join("bench/native.db");
     let json = dir.path().join("native.json");
-    let o = bench(&[
-        "native",
-        "--path",
-        data.to_str().unwrap(),
-        "--size",
-        "64M",
-        "--keys",
-        "2000",
-        "--secs",
-        "0.1",
-        "--depths",
-        "1,8",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let (o, v) = short_bench("native", &data, "1,8", &[], &json);
     assert!(String::from_utf8_lossy(&o.stdout).contains("ratio"));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let points = v["points"].as_array().unwrap();
     for op in ["get", "put"] {
         for depth in [1, 8] {
             for sys in ["embedded", "native"] {
-                let p = points
-                    .iter()
-                    .find(|p| p["system"] == sys && p["op"] == op && p["depth"] == depth)
-                    .unwrap_or_else(|| panic!("no point for {sys} {op} depth {depth}"));
+                let p = point(points, sys, op, depth);
                 assert!(p["ops"].as_u64().unwrap() > 0, "{p}");
                 assert_eq!(p["errors"], 0, "{p}");
             }
-            let n = points.iter().find(|p| p["system"] == "native" && p["op"] == op && p["depth"] == depth).unwrap();
+            let n = point(points, "native", op, depth);
             assert!(n["ratio_to_embedded"].as_f64().unwrap() > 0.0);
         }
     }

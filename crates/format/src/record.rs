@@ -188,20 +188,8 @@ impl RecordHeader {
     /// A header for a tombstone written while no segment with an alloc_seq
     /// above `tomb_horizon` was in use.
     pub fn tombstone(key_len: usize, seq: u64, seg_stamp: u32, tomb_horizon: u64) -> RecordHeader {
-        RecordHeader {
-            kind: RecordKind::Tombstone,
-            key_len: key_len as u32,
-            seg_stamp,
-            value_len: 0,
-            seq,
-            tomb_horizon,
-            damaged_copy: false,
-            supersedes: false,
-            explicit_cas: false,
-            stale: false,
-            user_flags: 0,
-            expires: 0,
-        }
+        // A value header's fields otherwise: no value, no flags, no meta.
+        RecordHeader { kind: RecordKind::Tombstone, tomb_horizon, ..RecordHeader::value(key_len, 0, seq, seg_stamp) }
     }
 
     /// Unpadded bytes of the whole record.
@@ -346,38 +334,48 @@ pub fn restamp(seed: u32, h: &RecordHeader, b: &mut [u8], seg_stamp: u32, damage
         b[OFF_FLAGS] |= FLAG_DAMAGED_COPY;
     }
     let key_end = RECORD_HEADER_BYTES + h.key_len as usize;
-    let header_crc = crc32c_append(crc32c_append(seed, &b[..OFF_HEADER_CRC]), &b[RECORD_HEADER_BYTES..key_end]);
-    put_u32(b, OFF_HEADER_CRC, header_crc);
-    let crc = crc32c_append(crc32c_append(seed, &b[..OFF_CRC]), &b[RECORD_HEADER_BYTES..end]);
-    put_u32(b, OFF_CRC, crc);
+    put_u32(b, OFF_HEADER_CRC, record_crc(seed, b, OFF_HEADER_CRC, key_end));
+    put_u32(b, OFF_CRC, record_crc(seed, b, OFF_CRC, end));
+}
+
+/// A record checksum: over the header bytes before its own field at
+/// `crc_off` (so `header_crc` is not covered by itself, and `crc` covers
+/// `header_crc`), then the record from the key up to `end`.
+fn record_crc(seed: u32, b: &[u8], crc_off: usize, end: usize) -> u32 {
+    crc32c_append(crc32c_append(seed, &b[..crc_off]), &b[RECORD_HEADER_BYTES..end])
+}
+
+/// Check the checksum stored at `crc_off` against [`record_crc`] up to
+/// `end`; `b` must hold `end` bytes (else a truncation of `truncated`).
+fn verify_record_crc(
+    seed: u32,
+    b: &[u8],
+    crc_off: usize,
+    end: usize,
+    truncated: &'static str,
+    what: &'static str,
+) -> Result<(), FormatError> {
+    if b.len() < end {
+        return Err(FormatError::Truncated { what: truncated, need: end, have: b.len() });
+    }
+    let computed = record_crc(seed, b, crc_off, end);
+    let stored = u32_at(b, crc_off);
+    if stored != computed {
+        return Err(FormatError::Checksum { what, stored, computed });
+    }
+    Ok(())
 }
 
 /// Check `header_crc`; `b` holds at least the header and the key.
 pub fn verify_header_crc(seed: u32, h: &RecordHeader, b: &[u8]) -> Result<(), FormatError> {
     let end = RECORD_HEADER_BYTES + h.key_len as usize;
-    if b.len() < end {
-        return Err(FormatError::Truncated { what: "record key", need: end, have: b.len() });
-    }
-    let computed = crc32c_append(crc32c_append(seed, &b[..OFF_HEADER_CRC]), &b[RECORD_HEADER_BYTES..end]);
-    let stored = u32_at(b, OFF_HEADER_CRC);
-    if stored != computed {
-        return Err(FormatError::Checksum { what: "record header", stored, computed });
-    }
-    Ok(())
+    verify_record_crc(seed, b, OFF_HEADER_CRC, end, "record key", "record header")
 }
 
 /// Check the whole-record `crc`; `b` holds the whole record.
 pub fn verify_crc(seed: u32, h: &RecordHeader, b: &[u8]) -> Result<(), FormatError> {
     let end = h.record_bytes() as usize;
-    if b.len() < end {
-        return Err(FormatError::Truncated { what: "record", need: end, have: b.len() });
-    }
-    let computed = crc32c_append(crc32c_append(seed, &b[..OFF_CRC]), &b[RECORD_HEADER_BYTES..end]);
-    let stored = u32_at(b, OFF_CRC);
-    if stored != computed {
-        return Err(FormatError::Checksum { what: "record", stored, computed });
-    }
-    Ok(())
+    verify_record_crc(seed, b, OFF_CRC, end, "record", "record")
 }
 
 /// The key of an encoded record (header already decoded).
@@ -420,6 +418,15 @@ mod tests {
         out
     }
 
+    /// `h` encoded with `key` and `value`, and its header decoded back,
+    /// which must equal `h`.
+    fn encode_decode(h: &RecordHeader, key: &[u8], value: &[u8]) -> (Vec<u8>, RecordHeader) {
+        let b = encode(h, key, value);
+        let d = RecordHeader::decode(&b).unwrap();
+        assert_eq!(&d, h);
+        (b, d)
+    }
+
     #[test]
     fn empty_value_is_not_a_tombstone() {
         let h = RecordHeader::value(3, 0, 1, 0);
@@ -433,9 +440,7 @@ mod tests {
     #[test]
     fn tombstone_round_trip() {
         let h = RecordHeader::tombstone(3, 9, 4, 12);
-        let b = encode(&h, b"key", b"");
-        let d = RecordHeader::decode(&b).unwrap();
-        assert_eq!(d, h);
+        let (_, d) = encode_decode(&h, b"key", b"");
         assert!(d.is_tombstone());
     }
 
@@ -482,9 +487,7 @@ mod tests {
     #[test]
     fn meta_round_trip_and_version_1_reads_as_no_meta() {
         let h = RecordHeader::value(3, 5, 7, 1).with_meta(0xdead_beef, 1_900_000_000).with_supersedes(true);
-        let b = encode(&h, b"key", b"value");
-        let d = RecordHeader::decode(&b).unwrap();
-        assert_eq!(d, h);
+        let (b, d) = encode_decode(&h, b"key", b"value");
         assert!(!d.expired_at(1_899_999_999));
         assert!(d.expired_at(1_900_000_000));
         verify_crc(SEED, &d, &b).unwrap();
@@ -511,9 +514,7 @@ mod tests {
     fn explicit_cas_sits_before_the_value_and_needs_version_3() {
         let payload = [42u64.to_le_bytes().as_slice(), b"value"].concat();
         let h = RecordHeader::value(3, payload.len() as u64, 7, 1).with_explicit_cas();
-        let b = encode(&h, b"key", &payload);
-        let d = RecordHeader::decode(&b).unwrap();
-        assert_eq!(d, h);
+        let (b, d) = encode_decode(&h, b"key", &payload);
         assert!(d.explicit_cas);
         assert_eq!((cas_of(&d, &b), value_of(&d, &b), d.user_value_len()), (42, &b"value"[..], 5));
         assert_eq!(cas_bytes_needed(&d), RECORD_HEADER_BYTES + 3 + 8);
@@ -538,9 +539,7 @@ mod tests {
     #[test]
     fn stale_flag_round_trips_and_needs_version_4() {
         let h = RecordHeader::value(3, 5, 7, 1).with_meta(9, 100).with_stale(true);
-        let b = encode(&h, b"key", b"value");
-        let d = RecordHeader::decode(&b).unwrap();
-        assert_eq!(d, h);
+        let (b, d) = encode_decode(&h, b"key", b"value");
         assert!(
             d.stale && !RecordHeader::decode(&encode(&h.clone().with_stale(false), b"key", b"value")).unwrap().stale
         );

@@ -813,7 +813,9 @@ fn pin_to(cpu: usize) {
 /// dropped (their join handles report [`JoinError::Cancelled`]) after their
 /// in-flight operations have completed or been cancelled.
 pub struct Runtime {
-    shared: Vec<Arc<Shared>>,
+    /// The executors' shared halves: [`Runtime::spawn_on`] spawns through
+    /// it, and [`Runtime::spawner`] hands out clones.
+    spawner: Spawner,
     threads: Vec<std::thread::JoinHandle<()>>,
     next: AtomicUsize,
 }
@@ -886,7 +888,7 @@ impl Runtime {
             })?;
             threads.push(t);
         }
-        let rt = Runtime { shared, threads, next: AtomicUsize::new(0) };
+        let rt = Runtime { spawner: Spawner { shared }, threads, next: AtomicUsize::new(0) };
         for rx in ready {
             match rx.recv() {
                 Ok(Ok(())) => {}
@@ -899,7 +901,7 @@ impl Runtime {
 
     /// Number of executors.
     pub fn cores(&self) -> usize {
-        self.shared.len()
+        self.spawner.cores()
     }
 
     /// Spawn a task on executor `core` (modulo the executor count).
@@ -908,14 +910,14 @@ impl Runtime {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        spawn_remote(&self.shared, core, fut)
+        self.spawner.spawn_on(core, fut)
     }
 
     /// A handle that spawns on this runtime's executors without keeping
     /// the runtime alive (a task may hold it: no reference cycle; a task
     /// spawned after the runtime stopped is dropped unpolled).
     pub fn spawner(&self) -> Spawner {
-        Spawner { shared: self.shared.clone() }
+        self.spawner.clone()
     }
 
     /// Spawn a task on the executors in turn.
@@ -945,7 +947,7 @@ impl Runtime {
     /// A handle that reads [`Runtime::stats`] without keeping the runtime
     /// alive (a task of the runtime may hold it: no reference cycle).
     pub fn stats_reader(&self) -> StatsReader {
-        StatsReader(self.shared.clone())
+        StatsReader(self.spawner.shared.clone())
     }
 }
 
@@ -962,26 +964,18 @@ impl Spawner {
     }
 
     /// Spawn a task on executor `core` (modulo the executor count), as
-    /// [`Runtime::spawn_on`] does.
+    /// [`Runtime::spawn_on`] does: hand it to that executor through its
+    /// remote queue.
     pub fn spawn_on<F>(&self, core: usize, fut: F) -> JoinHandle<F::Output>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        spawn_remote(&self.shared, core, fut)
+        let (task, handle) = wrap(fut);
+        let task: SendTask = Box::pin(task);
+        self.shared[core % self.shared.len()].push_remote(move |r| r.spawns.push(task));
+        handle
     }
-}
-
-/// Hand `fut` to executor `core` (modulo the count) through its remote queue.
-fn spawn_remote<F>(shared: &[Arc<Shared>], core: usize, fut: F) -> JoinHandle<F::Output>
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    let (task, handle) = wrap(fut);
-    let task: SendTask = Box::pin(task);
-    shared[core % shared.len()].push_remote(move |r| r.spawns.push(task));
-    handle
 }
 
 /// Reads the runtime's counters ([`Runtime::stats_reader`]).
@@ -1016,7 +1010,7 @@ impl StatsReader {
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        for s in &self.shared {
+        for s in &self.spawner.shared {
             s.stop.store(true, Release);
             s.notify();
         }

@@ -112,6 +112,71 @@ fn materialise(k: u64, w: &Want, now: u32) -> Option<(Vec<u8>, u32)> {
     }
 }
 
+/// Records a write's outcome in the model: acknowledged, `want` is what key
+/// `k` holds; cut short by the crash (an IO error), it is `cut`, which may
+/// or may not have landed. `Ok(false)` once the crash has come (the
+/// workload stops), or the error the caller has to judge.
+fn record(
+    r: Result<(), Error>,
+    k: u64,
+    want: Want,
+    model: &mut HashMap<u64, Want>,
+    cut: &mut Option<(u64, Want)>,
+) -> Result<bool, Error> {
+    match r {
+        Ok(()) => {
+            model.insert(k, want);
+            Ok(true)
+        }
+        Err(Error::Io { .. }) => {
+            *cut = Some((k, want));
+            Ok(false)
+        }
+        // GC or a checkpoint met the crash first: this operation wrote nothing.
+        Err(Error::Poisoned { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// How what a key reads after a restart stands against the model.
+enum Held {
+    /// What was acknowledged.
+    Acked,
+    /// What the write cut short by the crash tried: it landed.
+    Cut(Want),
+    /// Nothing, where that may be (evicted, or flushed by a cut-short
+    /// flush_all).
+    Lost,
+}
+
+/// Matches `got`, what key `k` reads after a restart (value and flags),
+/// against the model at time `t`, in this order: the acknowledged state,
+/// what the cut-short write `cut` tried, absence where `may_lose`. Panics,
+/// naming `ctx`, when none fits: no key may hold a value never
+/// acknowledged or tried.
+fn check_key(
+    ctx: &str,
+    k: u64,
+    got: Option<(Vec<u8>, u32)>,
+    model: &HashMap<u64, Want>,
+    cut: &Option<(u64, Want)>,
+    t: u32,
+    may_lose: bool,
+) -> Held {
+    let acked = model.get(&k).cloned().unwrap_or(Want::Absent);
+    if got == materialise(k, &acked, t) {
+        return Held::Acked;
+    }
+    match cut {
+        Some((ck, w)) if *ck == k && got == materialise(k, w, t) => Held::Cut(w.clone()),
+        _ if may_lose && got.is_none() => Held::Lost,
+        _ => panic!(
+            "{ctx}: key {k} holds {:?}, acknowledged {acked:?} (now {t}), cut short {cut:?}",
+            got.map(|(v, f)| (String::from_utf8_lossy(&v[..v.len().min(24)]).into_owned(), f))
+        ),
+    }
+}
+
 /// What one seed of [`run_seed`] did.
 struct SeedRun {
     /// GC reclaimed segments before the crash.
@@ -230,17 +295,9 @@ fn run_seed(seed: u64) -> SeedRun {
             };
             (r, Want::Value(version, len, expires))
         };
-        match result {
-            Ok(()) => {
-                model.insert(k, want);
-            }
-            Err(Error::Io { .. }) => {
-                cut = Some((k, want));
-                break;
-            }
-            // GC or a checkpoint met the crash first: this operation wrote nothing.
-            Err(Error::Poisoned { .. }) => break,
-            Err(Error::NoSpace { .. }) => {}
+        match record(result, k, want, &mut model, &mut cut) {
+            Ok(true) | Err(Error::NoSpace { .. }) => {}
+            Ok(false) => break,
             Err(e) => panic!("seed {seed}: unexpected error {e}"),
         }
     }
@@ -254,6 +311,7 @@ fn run_seed(seed: u64) -> SeedRun {
     let store =
         Store::open(dev.clone(), &open_opts(durability, &now)).unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
     let t = now.load(Relaxed);
+    let ctx = format!("seed {seed} ({kind:?})");
     for k in 0..keys {
         let got = store.get_item(&key(k)).unwrap_or_else(|e| panic!("seed {seed}: get {k}: {e}"));
         let zero_copy = store.get_buf(&key(k)).unwrap_or_else(|e| panic!("seed {seed}: get_buf {k}: {e}"));
@@ -263,15 +321,8 @@ fn run_seed(seed: u64) -> SeedRun {
             "seed {seed}: get_buf and get_item disagree on key {k}"
         );
         let got = got.map(|it| (it.value, it.meta.flags));
-        let acked = model.get(&k).cloned().unwrap_or(Want::Absent);
-        let ok = got == materialise(k, &acked, t)
-            || ((flush_cut || evict) && got.is_none())
-            || matches!(&cut, Some((ck, w)) if *ck == k && got == materialise(k, w, t));
-        assert!(
-            ok,
-            "seed {seed} ({kind:?}): key {k} holds {:?}, acknowledged {acked:?} (now {t}), cut short {cut:?}",
-            got.map(|(v, f)| (String::from_utf8_lossy(&v[..v.len().min(24)]).into_owned(), f))
-        );
+        // One check after one crash: the model is not carried on.
+        check_key(&ctx, k, got, &model, &cut, t, flush_cut || evict);
     }
     let report = store.verify().unwrap();
     assert!(report.is_clean(), "seed {seed}: {:?}", report.errors);
@@ -531,15 +582,9 @@ fn crash_loop_seed(seed: u64, evict: bool) -> (u64, u64, u64) {
                 let r = store.put_item(&key(k), &value(k, version, len), meta, Cond::Always).map(|_| ());
                 (r, Want::Value(version, len, 0))
             };
-            match r {
-                Ok(()) => {
-                    model.insert(k, want);
-                }
-                Err(Error::Io { .. }) => {
-                    cut = Some((k, want));
-                    break;
-                }
-                Err(Error::Poisoned { .. }) => break,
+            match record(r, k, want, &mut model, &mut cut) {
+                Ok(true) => {}
+                Ok(false) => break,
                 Err(e) => panic!("seed {seed} (cache: {evict}) cycle {cycle}: {e}; {}", space_report(&store)),
             }
         }
@@ -549,28 +594,21 @@ fn crash_loop_seed(seed: u64, evict: bool) -> (u64, u64, u64) {
         dev.restart();
         store = Store::open(dev.clone(), &opts).unwrap_or_else(|e| panic!("seed {seed} cycle {cycle}: reopen: {e}"));
         loaded += (store.stats().recovery.checkpoint_id != 0) as u64;
+        let t = now.load(Relaxed);
+        let ctx = format!("seed {seed} ({kind:?}, cache: {evict}) cycle {cycle}");
         for k in 0..loop_keys {
             let got = store.get_item(&key(k)).unwrap_or_else(|e| panic!("seed {seed}: get {k}: {e}"));
             let got = got.map(|it| (it.value, it.meta.flags));
-            let acked = model.get(&k).cloned().unwrap_or(Want::Absent);
-            let t = now.load(Relaxed);
-            if got == materialise(k, &acked, t) {
-                continue;
-            }
-            // The write cut short by the crash may have landed: from now
-            // on it is what the key holds.
-            match &cut {
-                Some((ck, w)) if *ck == k && got == materialise(k, w, t) => {
-                    model.insert(k, w.clone());
+            match check_key(&ctx, k, got, &model, &cut, t, evict) {
+                // The write cut short by the crash landed: from now on it
+                // is what the key holds.
+                Held::Cut(w) => {
+                    model.insert(k, w);
                 }
                 // Evicted. The model keeps the acknowledged version: a later
                 // restart may find it again (an evicted value is not
                 // deleted), but never an older one.
-                _ if evict && got.is_none() => {}
-                _ => panic!(
-                    "seed {seed} ({kind:?}, cache: {evict}) cycle {cycle}: key {k} holds {:?}, acknowledged {acked:?}",
-                    got.map(|(v, f)| (String::from_utf8_lossy(&v[..v.len().min(24)]).into_owned(), f))
-                ),
+                Held::Acked | Held::Lost => {}
             }
         }
     }
