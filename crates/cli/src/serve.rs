@@ -445,8 +445,8 @@ fn run(a: Config) -> Result<(), String> {
     };
     let p = open_or_create(&a, signals, &opts)?;
     let created = p.created;
-    // What to remove if the start fails from here on (only a new store's).
-    let new_files = p.created.then(|| p.spec().clone());
+    // What a failed start removes from here on (a new store's files).
+    let undo = p.undo();
     let store = Arc::new(p.store);
     let rec = store.stats().recovery;
     if !created {
@@ -457,10 +457,8 @@ fn run(a: Config) -> Result<(), String> {
         Ok(s) => s,
         Err(e) => {
             // A start that fails after the store was made leaves no file.
-            if let Some(spec) = new_files {
-                drop(store);
-                spec.remove_files();
-            }
+            drop(store);
+            undo.discard();
             return Err(e);
         }
     };

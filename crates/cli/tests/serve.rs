@@ -777,3 +777,25 @@ fn a_port_in_use_fails_the_start_before_any_file_is_made() {
         assert!(!err.contains("writing zeros"), "the file was filled before the bind failed: {err}");
     }
 }
+
+/// A start that fails after it created the data file (here: items larger
+/// than the new store's segments hold, found when the Memcache server
+/// starts) removes the file; an existing store is left as it was.
+#[test]
+fn a_start_that_fails_after_creating_the_file_removes_it() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("new.db");
+    let d = data.to_str().unwrap();
+    let port = free_port().to_string();
+    let args = ["serve", "--data", d, "--size", "64M", "--segment-size", "1M", "-I", "4m", "-p", &port, "--no-native"];
+    let o = granary(&args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("exceeds what this store's segments hold"), "{err}");
+    assert!(!data.exists(), "the failed start left {d} behind: {err}");
+    // The same failure over an existing store leaves the store alone.
+    assert!(granary(&["create", d, "--size", "64M", "--segment-size", "1M"]).status.success());
+    let o = granary(&args);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(data.exists(), "an existing store was removed");
+}

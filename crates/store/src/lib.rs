@@ -65,7 +65,7 @@ pub use error::{Error, Result};
 pub use gc::GcStats;
 pub use links::{BLIND_OVERWRITE_BYTES_DEFAULT, LINK_OVERHEAD_BYTES};
 pub use options::{Background, Clock, CreateOptions, Durability, Entropy, OpenOptions, ProgressHook};
-pub use provision::{provision, IfPresent, NewStore, Provisioned, Site};
+pub use provision::{provision, IfPresent, NewStore, Provisioned, Site, Undo};
 pub use recover::RecoveryReport;
 pub use store::Store;
 pub use types::{Change, Cond, GcPause, Item, ItemMeta, PutMode, PutOutcome, Stats, RESERVED_KEY_PREFIX};

@@ -53,18 +53,34 @@ pub struct Provisioned {
 }
 
 impl Provisioned {
-    /// The files (or devices) the store is on.
-    pub fn spec(&self) -> &DeviceSpec {
-        &self.spec
+    /// What giving up this start must undo, for a caller that moves the
+    /// store on (into an `Arc` shared with servers) before the start is
+    /// complete: see [`Undo::discard`].
+    pub fn undo(&self) -> Undo {
+        Undo { new_files: self.created.then(|| self.spec.clone()) }
     }
 
     /// Give up a start that failed after the store was opened: a store this
     /// call created is closed and its files removed; an existing one is
     /// just closed (dropped, as a crash would leave it).
     pub fn discard(self) {
-        let Provisioned { store, created, spec, .. } = self;
-        drop(store);
-        if created {
+        let undo = self.undo();
+        drop(self.store);
+        undo.discard();
+    }
+}
+
+/// What a failed start must undo: the files of a store it created.
+#[must_use = "a failed start calls discard"]
+pub struct Undo {
+    new_files: Option<DeviceSpec>,
+}
+
+impl Undo {
+    /// Remove the files of a store the start created (call once the store
+    /// is dropped); nothing for a store that was there before.
+    pub fn discard(self) {
+        if let Some(spec) = self.new_files {
             spec.remove_files();
         }
     }
