@@ -501,11 +501,9 @@ fn start(a: &Config, store: Arc<Store>, l: Listeners) -> Result<(Server, Option<
         idle_timeout,
     };
     let rc = RuntimeConfig {
-        threads: if a.threads == 0 { RuntimeConfig::default().threads } else { a.threads },
-        name: "granary".into(),
         spin_io: std::time::Duration::from_micros(a.io_spin_us),
         submit_early: a.io_submit_early,
-        ..RuntimeConfig::default()
+        ..RuntimeConfig::with_threads(a.threads, "granary")
     };
     let rt = Arc::new(Runtime::new(rc).map_err(|e| format!("cannot start the runtime: {e}"))?);
     let listen = |b: BoundSocket| b.listen().map_err(|e| e.to_string());

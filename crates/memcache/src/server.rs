@@ -54,12 +54,7 @@ pub struct Server {
 impl Server {
     /// Bind and start serving `store` on a runtime of its own.
     pub fn start(store: Arc<Store>, cfg: ServerConfig) -> io::Result<Server> {
-        let rc = RuntimeConfig {
-            threads: if cfg.threads == 0 { RuntimeConfig::default().threads } else { cfg.threads },
-            name: "granary-mc".into(),
-            ..RuntimeConfig::default()
-        };
-        let rt = Arc::new(Runtime::new(rc)?);
+        let rt = Arc::new(Runtime::new(RuntimeConfig::with_threads(cfg.threads, "granary-mc"))?);
         Server::start_on(store, cfg, rt)
     }
 

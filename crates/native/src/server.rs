@@ -48,12 +48,7 @@ pub struct Server {
 impl Server {
     /// Bind and serve `store` on a runtime of its own.
     pub fn start(store: Arc<Store>, cfg: NativeConfig) -> io::Result<Server> {
-        let rc = RuntimeConfig {
-            threads: if cfg.threads == 0 { RuntimeConfig::default().threads } else { cfg.threads },
-            name: "granary-native".into(),
-            ..RuntimeConfig::default()
-        };
-        let rt = Arc::new(Runtime::new(rc)?);
+        let rt = Arc::new(Runtime::new(RuntimeConfig::with_threads(cfg.threads, "granary-native"))?);
         Server::start_on(store, cfg, rt)
     }
 

@@ -143,6 +143,15 @@ impl Default for RuntimeConfig {
     }
 }
 
+impl RuntimeConfig {
+    /// The defaults with `threads` executors (0: one per core, as servers'
+    /// `-t 0` means) named `name`.
+    pub fn with_threads(threads: usize, name: &str) -> RuntimeConfig {
+        let d = RuntimeConfig::default();
+        RuntimeConfig { threads: if threads == 0 { d.threads } else { threads }, name: name.into(), ..d }
+    }
+}
+
 /// Counters of one executor.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RuntimeStats {

@@ -448,6 +448,64 @@ fn a_seed_replays_exactly() {
     assert!(one_seed().is_some() || gc * 4 >= seeds, "GC ran in only {gc} of {seeds} seeds");
 }
 
+/// Writers of the concurrent tests, and the keys each owns.
+const WRITERS: u64 = 4;
+const PER_WRITER_KEYS: u64 = 16;
+
+/// Version `version` of key `k` as the concurrent writers write it.
+fn writer_value(k: u64, version: u64) -> Vec<u8> {
+    value(k, version, 200 + (version % 5) as usize * 300)
+}
+
+/// Writer `t` of the concurrent tests: `versions` puts over its own keys,
+/// every third through the zero-copy API (its small records join the
+/// groups of the others), until the crash. Returns, per key, the last
+/// acknowledged and the last attempted version.
+async fn writer(s: &Store, t: u64, versions: u64, seed: u64) -> (Vec<u64>, Vec<u64>) {
+    let mut acked = vec![0u64; PER_WRITER_KEYS as usize];
+    let mut tried = acked.clone();
+    for version in 1..=versions {
+        let i = (version * 7 + t) % PER_WRITER_KEYS;
+        let k = t * PER_WRITER_KEYS + i;
+        tried[i as usize] = version;
+        let v = writer_value(k, version);
+        let r = if version % 3 == 0 {
+            match s.new_put_buf(&key(k), v.len()) {
+                Ok(mut pb) => {
+                    pb.value_mut().copy_from_slice(&v);
+                    s.put_buf_async(pb, ItemMeta::default(), Cond::Always).await.map(|_| ())
+                }
+                Err(e) => Err(e),
+            }
+        } else {
+            s.put_async(&key(k), &v).await
+        };
+        match r {
+            Ok(()) => acked[i as usize] = version,
+            Err(Error::Io { .. } | Error::Poisoned { .. }) => break,
+            Err(Error::NoSpace { .. }) => {}
+            Err(e) => panic!("seed {seed}: put: {e}"),
+        }
+    }
+    (acked, tried)
+}
+
+/// After the restart, each writer's key holds nothing if no version was
+/// acknowledged, else the acknowledged version or a later attempted one.
+fn check_writers(store: &Store, models: &[(Vec<u64>, Vec<u64>)], seed: u64, kind: CrashKind) {
+    for (t, (acked, tried)) in models.iter().enumerate() {
+        for i in 0..PER_WRITER_KEYS as usize {
+            let k = t as u64 * PER_WRITER_KEYS + i as u64;
+            let got = store.get(&key(k)).unwrap_or_else(|e| panic!("seed {seed}: get {k}: {e}"));
+            let ok = match &got {
+                None => acked[i] == 0,
+                Some(v) => (acked[i].max(1)..=tried[i]).any(|ver| *v == writer_value(k, ver)),
+            };
+            assert!(ok, "seed {seed} ({kind:?}): key {k}: acknowledged version {}, tried up to {}", acked[i], tried[i]);
+        }
+    }
+}
+
 /// Concurrent writers, so coalesced group writes carry several records, and
 /// a crash tears one of them: per key, what survives is the last
 /// acknowledged version or a later one that was attempted, never older.
@@ -459,39 +517,10 @@ fn run_concurrent_seed(seed: u64) -> u64 {
     let now = Arc::new(AtomicU32::new(1_000));
     let store = Arc::new(Store::create(dev.clone(), &create, &open_opts(durability, &now)).unwrap());
     dev.plan_crash(200 + rng.below(600), kind);
-    const THREADS: u64 = 4;
-    const PER_THREAD_KEYS: u64 = 16;
-    let workers: Vec<_> = (0..THREADS)
+    let workers: Vec<_> = (0..WRITERS)
         .map(|t| {
             let s = store.clone();
-            std::thread::spawn(move || {
-                // acked[i] / tried[i]: last acknowledged / attempted version of key i.
-                let mut acked = vec![0u64; PER_THREAD_KEYS as usize];
-                let mut tried = acked.clone();
-                for version in 1..=400u64 {
-                    let i = (version * 7 + t) % PER_THREAD_KEYS;
-                    let k = t * PER_THREAD_KEYS + i;
-                    tried[i as usize] = version;
-                    let v = value(k, version, 200 + (version % 5) as usize * 300);
-                    // Every third put through the zero-copy API: its small
-                    // records join the groups of the others.
-                    let r = if version % 3 == 0 {
-                        s.new_put_buf(&key(k), v.len()).and_then(|mut pb| {
-                            pb.value_mut().copy_from_slice(&v);
-                            s.put_buf(pb, ItemMeta::default(), Cond::Always).map(|_| ())
-                        })
-                    } else {
-                        s.put(&key(k), &v)
-                    };
-                    match r {
-                        Ok(()) => acked[i as usize] = version,
-                        Err(Error::Io { .. } | Error::Poisoned { .. }) => break,
-                        Err(Error::NoSpace { .. }) => {}
-                        Err(e) => panic!("seed {seed}: put: {e}"),
-                    }
-                }
-                (acked, tried)
-            })
+            std::thread::spawn(move || granary_rt::block_on(writer(&s, t, 400, seed)))
         })
         .collect();
     let models: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
@@ -500,19 +529,7 @@ fn run_concurrent_seed(seed: u64) -> u64 {
     dev.restart();
     let store =
         Store::open(dev.clone(), &open_opts(durability, &now)).unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
-    for (t, (acked, tried)) in models.iter().enumerate() {
-        for i in 0..PER_THREAD_KEYS as usize {
-            let k = t as u64 * PER_THREAD_KEYS + i as u64;
-            let got = store.get(&key(k)).unwrap_or_else(|e| panic!("seed {seed}: get {k}: {e}"));
-            let ok = match &got {
-                None => acked[i] == 0,
-                // Versions of key k are spaced by PER_THREAD_KEYS; any
-                // attempted one at or after the acknowledged one may survive.
-                Some(v) => (acked[i].max(1)..=tried[i]).any(|ver| *v == value(k, ver, 200 + (ver % 5) as usize * 300)),
-            };
-            assert!(ok, "seed {seed} ({kind:?}): key {k}: acknowledged version {}, tried up to {}", acked[i], tried[i]);
-        }
-    }
+    check_writers(&store, &models, seed, kind);
     assert!(store.verify().unwrap().is_clean(), "seed {seed}");
     grouped
 }
@@ -568,40 +585,8 @@ fn run_concurrent_seed_in_turn(seed: u64) -> (Vec<TraceEvent>, u64) {
     let opts = manual(open_opts(durability, &now), &Entropy::seeded(seed));
     let store = Store::create(dev.clone(), &create, &opts).unwrap();
     dev.plan_crash(200 + rng.below(600), kind);
-    const WRITERS: u64 = 4;
-    const PER_WRITER_KEYS: u64 = 16;
-    let s = &store;
-    let writers: Vec<Task<'_, (Vec<u64>, Vec<u64>)>> = (0..WRITERS)
-        .map(|t| {
-            Box::pin(async move {
-                let mut acked = vec![0u64; PER_WRITER_KEYS as usize];
-                let mut tried = acked.clone();
-                for version in 1..=200u64 {
-                    let i = (version * 7 + t) % PER_WRITER_KEYS;
-                    let k = t * PER_WRITER_KEYS + i;
-                    tried[i as usize] = version;
-                    let v = value(k, version, 200 + (version % 5) as usize * 300);
-                    let r = if version % 3 == 0 {
-                        match s.new_put_buf(&key(k), v.len()) {
-                            Ok(mut pb) => {
-                                pb.value_mut().copy_from_slice(&v);
-                                s.put_buf_async(pb, ItemMeta::default(), Cond::Always).await.map(|_| ())
-                            }
-                            Err(e) => Err(e),
-                        }
-                    } else {
-                        s.put_async(&key(k), &v).await
-                    };
-                    match r {
-                        Ok(()) => acked[i as usize] = version,
-                        Err(Error::Io { .. } | Error::Poisoned { .. }) => break,
-                        Err(e) => panic!("seed {seed}: put: {e}"),
-                    }
-                }
-                (acked, tried)
-            }) as Task<'_, _>
-        })
-        .collect();
+    let writers: Vec<Task<'_, (Vec<u64>, Vec<u64>)>> =
+        (0..WRITERS).map(|t| Box::pin(writer(&store, t, 200, seed)) as Task<'_, _>).collect();
     let models = run_in_turn(writers);
     let grouped = store.stats().grouped_records - store.stats().write_groups;
     drop(store);
@@ -609,17 +594,7 @@ fn run_concurrent_seed_in_turn(seed: u64) -> (Vec<TraceEvent>, u64) {
     dev.restart();
     let store =
         Store::open(dev.clone(), &open_opts(durability, &now)).unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
-    for (t, (acked, tried)) in models.iter().enumerate() {
-        for i in 0..PER_WRITER_KEYS as usize {
-            let k = t as u64 * PER_WRITER_KEYS + i as u64;
-            let got = store.get(&key(k)).unwrap_or_else(|e| panic!("seed {seed}: get {k}: {e}"));
-            let ok = match &got {
-                None => acked[i] == 0,
-                Some(v) => (acked[i].max(1)..=tried[i]).any(|ver| *v == value(k, ver, 200 + (ver % 5) as usize * 300)),
-            };
-            assert!(ok, "seed {seed} ({kind:?}): key {k}: acknowledged version {}, tried up to {}", acked[i], tried[i]);
-        }
-    }
+    check_writers(&store, &models, seed, kind);
     assert!(store.verify().unwrap().is_clean(), "seed {seed}");
     (trace, grouped)
 }
