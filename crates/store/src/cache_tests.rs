@@ -108,7 +108,7 @@ fn explicit_cas_values_are_kept_everywhere() {
     drop(s);
     let s = Store::open(f.dev.clone(), &f.opts(true, false)).unwrap();
     // Churn until GC has relocated both records.
-    let pba_of = |s: &Store, k: &[u8]| s.core.index.lookup(granary_format::hash::key_hash(k)).as_slice()[0].pba();
+    let pba_of = |s: &Store, k: &[u8]| s.core.keys.index.lookup(granary_format::hash::key_hash(k)).as_slice()[0].pba();
     let before = (pba_of(&s, b"k"), pba_of(&s, b"big"));
     let mut i = 0u64;
     let mut rng = granary_io::SimRng::new(1);
@@ -200,7 +200,7 @@ fn found(s: &Store, key: &[u8]) -> crate::store::Found {
 fn segment_of(s: &Store, key: &[u8]) -> u32 {
     let f = found(s, key);
     assert!(!f.hdr.is_tombstone());
-    s.core.sb.segment_of(f.entry.pba())
+    s.core.log.sb.segment_of(f.entry.pba())
 }
 
 #[test]
@@ -214,7 +214,7 @@ fn gc_replaces_expired_values_by_tombstones_so_no_older_version_returns() {
     let v = segment_of(&s, b"k");
     roll(&s, "b");
     f.advance(5);
-    crate::gc::reclaim(&s.core, v, false).unwrap();
+    crate::gc::reclaim(s.core.collector(), v, false).unwrap();
     let st = s.stats();
     assert_eq!(st.gc.expired, 1);
     assert_eq!(st.tombstones, 1);
@@ -240,12 +240,12 @@ fn eviction_takes_the_least_recently_used_segment_without_writing() {
     roll(&s, "tail2");
     // Reading from the oldest segment makes the second oldest the LRU one.
     assert!(s.get(b"first-0").unwrap().is_some());
-    let age = crate::gc::age(s.core.sb.segment_count);
+    let age = crate::gc::age(s.core.log.sb.segment_count);
     let (victim, evict) = s.core.space.pick_victim(age, true).unwrap();
     assert!(evict, "a full segment is evicted, not relocated");
     assert_eq!(victim, segs[1]);
     let written = s.stats().io.written_bytes;
-    crate::gc::reclaim(&s.core, victim, true).unwrap();
+    crate::gc::reclaim(s.core.collector(), victim, true).unwrap();
     let st = s.stats();
     assert!(st.gc.evicted_values > 100, "{:?}", st.gc);
     assert_eq!(st.gc.evicted_segments, 1);
@@ -304,7 +304,7 @@ fn flush_all_hides_earlier_values_persistently_and_gc_reclaims_them() {
     // does not relocate it.
     roll(&s, "x");
     roll(&s, "y");
-    crate::gc::reclaim(&s.core, v, false).unwrap();
+    crate::gc::reclaim(s.core.collector(), v, false).unwrap();
     assert_eq!(s.get(b"after").unwrap().as_deref(), Some(&b"3"[..]));
     assert_eq!(s.get(b"before").unwrap(), None);
     assert!(s.verify().unwrap().is_clean());
@@ -321,7 +321,7 @@ fn eviction_never_drops_the_flush_floor() {
     assert_ne!(v, segment_of(&s, b"old"));
     roll(&s, "a");
     roll(&s, "b");
-    crate::gc::reclaim(&s.core, v, true).unwrap();
+    crate::gc::reclaim(s.core.collector(), v, true).unwrap();
     assert_eq!(s.stats().gc.evicted_segments, 1);
     let s = f.reopen(s, true);
     assert_eq!(s.get(b"old").unwrap(), None, "the flush floor was evicted: a flushed key came back");
@@ -447,7 +447,7 @@ fn eviction_tombstones_only_values_with_older_versions() {
     roll(&s, "b");
     roll(&s, "c");
     let before = s.stats();
-    crate::gc::reclaim(&s.core, v, true).unwrap();
+    crate::gc::reclaim(s.core.collector(), v, true).unwrap();
     let st = s.stats();
     // One tombstone for "over"; "once" and the fillers of the victim are dropped.
     assert_eq!(st.tombstones - before.tombstones, 1);
@@ -471,7 +471,7 @@ fn an_expired_value_without_older_versions_is_dropped_without_a_write() {
     roll(&s, "a");
     roll(&s, "b");
     f.advance(5);
-    crate::gc::reclaim(&s.core, v, false).unwrap();
+    crate::gc::reclaim(s.core.collector(), v, false).unwrap();
     let st = s.stats();
     assert_eq!(st.gc.expired, 1);
     assert_eq!(st.tombstones, 0, "no tombstone for a key with no older version");
@@ -489,11 +489,11 @@ fn a_value_written_while_its_old_version_is_being_dropped_supersedes_it() {
     s.put(b"k", b"only version").unwrap();
     let first = found(&s, b"k");
     assert!(!first.hdr.supersedes);
-    let (v, len) = (s.core.sb.segment_of(first.entry.pba()), first.hdr.grains(512) * 512);
-    assert!(crate::gc::drop_value(&s.core, v, b"k", first.entry.pba(), len).unwrap());
+    let (v, len) = (s.core.log.sb.segment_of(first.entry.pba()), first.hdr.grains(512) * 512);
+    assert!(crate::gc::drop_value(s.core.collector(), v, b"k", first.entry.pba(), len).unwrap());
     s.put(b"k", b"written during the drop").unwrap();
     assert!(found(&s, b"k").hdr.supersedes, "the dropped version is still on the device");
-    s.core.dropped.freed(v);
+    s.core.keys.dropped.freed(v);
     s.put(b"fresh", b"x").unwrap();
     assert!(!found(&s, b"fresh").hdr.supersedes);
 }
@@ -513,9 +513,9 @@ fn dropped_values_stay_listed_until_their_own_victim_is_free() {
     roll(&s, "b");
     roll(&s, "c");
     assert_ne!(v, w);
-    assert!(crate::gc::drop_value(&s.core, v, b"k", first.entry.pba(), len).unwrap());
-    crate::gc::reclaim(&s.core, w, false).unwrap();
-    assert_eq!(s.core.dropped.len(), 1, "freeing another victim keeps v's dropped values");
+    assert!(crate::gc::drop_value(s.core.collector(), v, b"k", first.entry.pba(), len).unwrap());
+    crate::gc::reclaim(s.core.collector(), w, false).unwrap();
+    assert_eq!(s.core.keys.dropped.len(), 1, "freeing another victim keeps v's dropped values");
     assert!(!s.delete(b"k").unwrap(), "the value was already gone");
     assert_eq!(s.stats().tombstones, 1, "a tombstone covers the copy still in v");
     let s = f.reopen(s, true);
@@ -534,9 +534,9 @@ fn a_copy_left_beside_its_original_by_a_crash_is_listed_until_freed() {
     let (s, h, _, v, _) = cache_with_one_value(&f);
     roll(&s, "a");
     roll(&s, "b");
-    let (off, len) = (s.core.sb.segment_offset(v) as usize, s.core.sb.segment_bytes as usize);
+    let (off, len) = (s.core.log.sb.segment_offset(v) as usize, s.core.log.sb.segment_bytes as usize);
     let saved = f.dev.with_bytes_mut(|b| b[off..off + len].to_vec());
-    crate::gc::reclaim(&s.core, v, false).unwrap();
+    crate::gc::reclaim(s.core.collector(), v, false).unwrap();
     assert_ne!(segment_of(&s, b"k"), v, "k was copied out of its segment");
     drop(s);
     // The crash came before the victim's free header reached the device.
@@ -544,16 +544,16 @@ fn a_copy_left_beside_its_original_by_a_crash_is_listed_until_freed() {
     let cache = |use_checkpoint| OpenOptions { use_checkpoint, ..f.opts(false, true) };
     let s = Store::open(f.dev.clone(), &cache(false)).unwrap();
     // Every value of v was copied (k and the fillers of `roll`).
-    assert!(s.core.dropped.contains(h), "recovery lists the copy it does not index");
+    assert!(s.core.keys.dropped.contains(h), "recovery lists the copy it does not index");
     s.checkpoint().unwrap();
     drop(s);
     let s = Store::open(f.dev.clone(), &cache(true)).unwrap();
     assert_ne!(s.stats().recovery.checkpoint_id, 0);
-    assert!(s.core.dropped.contains(h), "the checkpoint did not replay the segment of the other copy");
+    assert!(s.core.keys.dropped.contains(h), "the checkpoint did not replay the segment of the other copy");
     let e = found(&s, b"k");
-    let seg = s.core.sb.segment_of(e.entry.pba());
+    let seg = s.core.log.sb.segment_of(e.entry.pba());
     assert!(!e.hdr.supersedes);
-    assert!(crate::gc::drop_value(&s.core, seg, b"k", e.entry.pba(), e.hdr.grains(512) * 512).unwrap());
+    assert!(crate::gc::drop_value(s.core.collector(), seg, b"k", e.entry.pba(), e.hdr.grains(512) * 512).unwrap());
     assert!(!s.delete(b"k").unwrap(), "the value was already gone");
     assert_eq!(s.stats().tombstones, 1, "a tombstone covers the copies left on the device");
     let s = f.reopen(s, true);
@@ -576,17 +576,17 @@ fn a_caches_cleaning_leaves_the_last_free_segment_to_evictions() {
     roll(&s, "a");
     roll(&s, "b");
     // Spend the free segments down to one (relocation space nobody writes).
-    let grains = s.core.sb.segment_grains() - 1;
+    let grains = s.core.log.sb.segment_grains() - 1;
     while s.stats().segments_free > 1 {
         let loc = s.core.space.alloc(crate::space::Purpose::Relocate, grains, 1).unwrap();
         s.core.space.done(loc.seg);
     }
     assert!(
-        matches!(crate::gc::reclaim(&s.core, v, false), Err(Error::NoSpace { .. })),
+        matches!(crate::gc::reclaim(s.core.collector(), v, false), Err(Error::NoSpace { .. })),
         "cleaning took the last segment"
     );
     assert_eq!(s.stats().segments_free, 1);
-    crate::gc::reclaim(&s.core, v, true).unwrap();
+    crate::gc::reclaim(s.core.collector(), v, true).unwrap();
     assert_eq!(s.stats().segments_free, 1, "the eviction wrote its tombstone in the last segment and freed its victim");
     assert_eq!(s.get(b"k").unwrap(), None);
     drop(_paused);
@@ -600,7 +600,7 @@ fn cache_with_one_value(f: &Fixture) -> (Store, u64, crate::store::Found, u32, u
     let s = f.create(256 << 10, false, true);
     s.put(b"k", b"value").unwrap();
     let first = found(&s, b"k");
-    let (v, len) = (s.core.sb.segment_of(first.entry.pba()), first.hdr.grains(512) * 512);
+    let (v, len) = (s.core.log.sb.segment_of(first.entry.pba()), first.hdr.grains(512) * 512);
     (s, granary_format::hash::key_hash(b"k"), first, v, len)
 }
 
@@ -610,7 +610,7 @@ fn cache_with_one_value(f: &Fixture) -> (Store, u64, crate::store::Found, u32, u
 fn a_delete_during_the_drop_of_its_value_leaves_a_tombstone() {
     let f = Fixture::new(8 << 20);
     let (s, _, first, v, len) = cache_with_one_value(&f);
-    assert!(crate::gc::drop_value(&s.core, v, b"k", first.entry.pba(), len).unwrap());
+    assert!(crate::gc::drop_value(s.core.collector(), v, b"k", first.entry.pba(), len).unwrap());
     assert!(!s.delete(b"k").unwrap(), "the value was already gone");
     assert_eq!(s.stats().tombstones, 1);
     // Crash before the victim was freed: the value is still on the device.
@@ -649,7 +649,7 @@ fn access_state_and_stale_marks_follow_items() {
     assert_eq!(v, segment_of(&s, b"s"));
     roll(&s, "fill");
     let pba = found(&s, b"k").entry.pba();
-    crate::gc::reclaim(&s.core, v, false).unwrap();
+    crate::gc::reclaim(s.core.collector(), v, false).unwrap();
     assert_ne!(found(&s, b"k").entry.pba(), pba, "relocated");
     let a = read(&s, b"k", false, false);
     assert_eq!(a.prior, Access { fetched: true, last_access: t0 + 9, win_sent: true });

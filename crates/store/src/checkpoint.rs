@@ -1,7 +1,7 @@
 //! Index checkpoints (uDepot §4.4): writing them while the store runs, and
 //! finding the newest valid one on open.
 //!
-//! **Writing** ([`write`]). Record what the checkpoint covers
+//! **Writing** ([`Checkpoints::write`]). Record what the checkpoint covers
 //! (`Space::capture_for_checkpoint`: the alloc_seq from which KV segments
 //! must be replayed, and every KV segment's alloc_seq), then walk the index
 //! ([`granary_index::Index::for_each`], region by region under the region
@@ -28,8 +28,10 @@
 //! replayed if it crashes before its own next checkpoint.
 
 use crate::error::{Error, Result};
-use crate::log::Headers;
-use crate::store::Core;
+use crate::log::{Headers, Log};
+use crate::options::Clock;
+use crate::parts::Parts;
+use crate::types::CheckpointStats;
 use granary_format::checkpoint::{Item, Manifest, ITEM_BYTES};
 use granary_format::checksum::{crc32c, crc32c_append};
 use granary_format::limits::{grains_for, KV_SIZE_GRAINS_MAX};
@@ -37,25 +39,11 @@ use granary_format::Superblock;
 use granary_index::Entry;
 use granary_io::{AlignedBuf, Device};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// Bytes written or read per IO while moving a checkpoint body.
 const CHECKPOINT_IO_BYTES: usize = 1 << 20;
-
-/// What checkpoints have done since the store was opened.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CheckpointStats {
-    /// Checkpoints written.
-    pub written: u64,
-    /// Checkpoints that could not be written (no free segment, IO error).
-    pub failed: u64,
-    /// Id (alloc_seq of its first segment) of the current checkpoint; 0 if none.
-    pub current_id: u64,
-    /// Entries and bytes of the last checkpoint written, and how long it took.
-    pub last_entries: u64,
-    pub last_bytes: u64,
-    pub last_millis: u64,
-}
 
 #[derive(Default)]
 pub(crate) struct CheckpointCounters {
@@ -125,53 +113,84 @@ fn segments_needed(sb: &Superblock, body_bytes: u64) -> Option<usize> {
     Some(((body_bytes + mg).div_ceil(per)).max(1) as usize)
 }
 
-/// Write a checkpoint of the index now. `clean`: the store is closing and
-/// no writer runs (the caller guarantees it).
-pub(crate) fn write(core: &Core, clean: bool) -> Result<CheckpointStats> {
-    let mut cur = core.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
-    let started = Instant::now();
-    let r = write_locked(core, &mut cur, clean);
-    let c = &core.checkpoint_counters;
-    match &r {
-        Ok((entries, bytes)) => {
-            c.written.fetch_add(1, Relaxed);
-            c.last_entries.store(*entries, Relaxed);
-            c.last_bytes.store(*bytes, Relaxed);
-            let millis = started.elapsed().as_millis() as u64;
-            c.last_millis.store(millis, Relaxed);
-            if millis >= 1000 {
-                tracing::info!(id = cur.id, entries, bytes, millis, clean, "index checkpoint written");
-            } else {
-                tracing::debug!(id = cur.id, entries, bytes, millis, clean, "index checkpoint written");
+/// The checkpoints of an open store.
+#[derive(Default)]
+pub(crate) struct Checkpoints {
+    /// The checkpoint relied on now; held while one is written.
+    pub current: Mutex<Current>,
+    pub counters: CheckpointCounters,
+    /// Random id of this open session, written into checkpoints.
+    pub session: u64,
+}
+
+impl Checkpoints {
+    pub(crate) fn new(session: u64) -> Checkpoints {
+        Checkpoints { session, ..Default::default() }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Figures of the checkpoints written since the open.
+    pub(crate) fn stats(&self) -> CheckpointStats {
+        let id = self.lock().id;
+        self.counters.snapshot(id)
+    }
+
+    /// Write a checkpoint of the index now. `clean`: the store is closing
+    /// and no writer runs (the caller guarantees it).
+    pub(crate) fn write(&self, p: Parts<'_>, clock: &Clock, clean: bool) -> Result<CheckpointStats> {
+        let mut cur = self.lock();
+        let started = Instant::now();
+        let r = write_locked(p, self.session, clock, &mut cur, clean);
+        let c = &self.counters;
+        match &r {
+            Ok((entries, bytes)) => {
+                c.written.fetch_add(1, Relaxed);
+                c.last_entries.store(*entries, Relaxed);
+                c.last_bytes.store(*bytes, Relaxed);
+                let millis = started.elapsed().as_millis() as u64;
+                c.last_millis.store(millis, Relaxed);
+                if millis >= 1000 {
+                    tracing::info!(id = cur.id, entries, bytes, millis, clean, "index checkpoint written");
+                } else {
+                    tracing::debug!(id = cur.id, entries, bytes, millis, clean, "index checkpoint written");
+                }
+            }
+            Err(e) => {
+                c.failed.fetch_add(1, Relaxed);
+                tracing::warn!(error = %e, "index checkpoint not written; recovery falls back to the previous one or a log scan");
             }
         }
-        Err(e) => {
-            c.failed.fetch_add(1, Relaxed);
-            tracing::warn!(error = %e, "index checkpoint not written; recovery falls back to the previous one or a log scan");
-        }
+        let id = cur.id;
+        r.map(|_| c.snapshot(id))
     }
-    let id = cur.id;
-    r.map(|_| c.snapshot(id))
+
+    /// Whether the store changed since the current checkpoint.
+    pub(crate) fn stale(&self, p: Parts<'_>) -> bool {
+        let cur = self.lock();
+        cur.id == 0 || cur.next_seq != p.log.next_seq.load(Relaxed) || cur.next_alloc_seq != p.space.horizon() + 1
+    }
+
+    /// The checkpoint a recovery loaded is the current one.
+    pub(crate) fn loaded(&self, id: u64, segs: Vec<u32>) {
+        *self.lock() = Current { id, segs, next_seq: 0, next_alloc_seq: 0 };
+    }
 }
 
-/// Whether the store changed since the current checkpoint.
-pub(crate) fn stale(core: &Core) -> bool {
-    let cur = core.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
-    cur.id == 0 || cur.next_seq != core.next_seq.load(Relaxed) || cur.next_alloc_seq != core.space.horizon() + 1
-}
-
-fn write_locked(core: &Core, cur: &mut Current, clean: bool) -> Result<(u64, u64)> {
-    core.check_writable()?;
-    let sb = &core.sb;
+fn write_locked(p: Parts<'_>, session: u64, clock: &Clock, cur: &mut Current, clean: bool) -> Result<(u64, u64)> {
+    p.log.check_writable()?;
+    let sb = &p.log.sb;
     let g = sb.grain_bytes as u64;
-    let (replay_from, next_alloc_seq, seg_alloc) = core.space.capture_for_checkpoint(clean);
-    let next_seq = core.next_seq.load(Relaxed);
+    let (replay_from, next_alloc_seq, seg_alloc) = p.space.capture_for_checkpoint(clean);
+    let next_seq = p.log.next_seq.load(Relaxed);
     // Entries displaced by blind overwrites are settled by reading them, so
     // that the walk finds every live version in the index. Links made
     // after this (heads written after the capture) are handled below.
     // One whose displaced record cannot be read stays, and is written as
     // below.
-    let resolved = crate::links::resolve_all(core)?;
+    let resolved = crate::settle::resolve_all(p)?;
     if resolved.live != 0 || !resolved.unreadable.is_empty() {
         tracing::info!(
             live = resolved.live,
@@ -179,16 +198,16 @@ fn write_locked(core: &Core, cur: &mut Current, clean: bool) -> Result<(u64, u64
             "checkpoint: records displaced by blind overwrites of colliding keys indexed again"
         );
     }
-    let mut walked: Vec<(usize, Entry)> = Vec::with_capacity(core.index.stats().entries as usize + 1024);
+    let mut walked: Vec<(usize, Entry)> = Vec::with_capacity(p.keys.index.stats().entries as usize + 1024);
     let mut replay_from = replay_from;
-    let tables_log2 = core.index.for_each(|home, e| {
+    let tables_log2 = p.keys.index.for_each(|home, e| {
         walked.push((home, e));
         // A head still linked: the entry it displaced is written as an
         // item of its own, and the head's segment is replayed, so that
         // recovery reads both and keeps the newer version of each key.
-        if let Some(link) = core.links.of_head(e.pba()) {
+        if let Some(link) = p.keys.links.of_head(e.pba()) {
             walked.push((home, link.old));
-            let a = core.space.alloc_seq(core.sb.segment_of(e.pba()));
+            let a = p.space.alloc_seq(p.log.sb.segment_of(e.pba()));
             if a != 0 {
                 replay_from = replay_from.min(a);
             }
@@ -198,11 +217,12 @@ fn write_locked(core: &Core, cur: &mut Current, clean: bool) -> Result<(u64, u64
     // dropped or copied out of a victim not yet freed): replayed, so the
     // next recovery knows those versions are there. Read after the walk: a
     // copy the walk saw was listed before it was indexed.
-    let replay_from = core
+    let replay_from = p
+        .keys
         .dropped
         .segments()
         .into_iter()
-        .map(|s| core.space.alloc_seq(s))
+        .map(|s| p.space.alloc_seq(s))
         .filter(|&a| a != 0)
         .fold(replay_from, u64::min);
     // Sizes the entries do not give (tombstones, huge records) are read
@@ -214,7 +234,7 @@ fn write_locked(core: &Core, cur: &mut Current, clean: bool) -> Result<(u64, u64
         .map(|&(home, e)| {
             let grains = match e.kv_size() {
                 n if n != 0 && n != KV_SIZE_GRAINS_MAX => n,
-                _ => core.read_record(e, false).map(|(h, _)| h.grains(sb.grain_bytes) as u32).unwrap_or(0),
+                _ => p.read_record(e, false).map(|(h, _)| h.grains(sb.grain_bytes) as u32).unwrap_or(0),
             };
             Item { entry: e.0, home: home as u32, grains }
         })
@@ -227,19 +247,19 @@ fn write_locked(core: &Core, cur: &mut Current, clean: bool) -> Result<(u64, u64
             sb.segment_count, sb.segment_bytes
         )));
     };
-    let taken = core.space.take_index_segments(n)?;
+    let taken = p.space.take_index_segments(n)?;
     // What `stale` compares with: the allocation counter after our own segments.
-    let next_alloc_after = core.space.horizon() + 1;
+    let next_alloc_after = p.space.horizon() + 1;
     let segs: Vec<u32> = taken.iter().map(|t| t.0).collect();
     let id = taken[0].1;
-    let written = write_body_and_manifest(core, &segs, &items, |body_crc| Manifest {
+    let written = write_body_and_manifest(p.log, &segs, &items, |body_crc| Manifest {
         clean,
         id,
-        session: core.session,
+        session,
         replay_from,
         next_seq,
         next_alloc_seq,
-        created_unix_ms: core.clock.unix_ms(),
+        created_unix_ms: clock.unix_ms(),
         entries: items.len() as u64,
         tables_log2,
         table_homes: sb.index_table_homes,
@@ -248,29 +268,29 @@ fn write_locked(core: &Core, cur: &mut Current, clean: bool) -> Result<(u64, u64
         seg_alloc: seg_alloc.clone(),
     });
     if let Err(e) = written {
-        core.space.release_index_segments(&segs).ok();
+        p.space.release_index_segments(&segs).ok();
         // A failed write or flush means the device is failing: refuse writes.
         return Err(match e {
-            e @ Error::Io { .. } => core.poison(e),
+            e @ Error::Io { .. } => p.log.poison(e),
             e => e,
         });
     }
     let old = std::mem::replace(cur, Current { id, segs, next_seq, next_alloc_seq: next_alloc_after });
-    if let Err(e) = core.space.release_index_segments(&old.segs) {
+    if let Err(e) = p.space.release_index_segments(&old.segs) {
         tracing::warn!(error = %e, "could not free the previous checkpoint's segments");
     }
     Ok((items.len() as u64, body_bytes + manifest_grains(sb) * g))
 }
 
 fn write_body_and_manifest(
-    core: &Core,
+    log: &Log,
     segs: &[u32],
     items: &[Item],
     manifest: impl FnOnce(u32) -> Manifest,
 ) -> Result<()> {
-    let sb = &core.sb;
+    let sb = &log.sb;
     let g = sb.grain_bytes as u64;
-    let dev = core.dev.as_ref();
+    let dev = log.dev.as_ref();
     let mg = manifest_grains(sb);
     let body_bytes = (items.len() * ITEM_BYTES) as u64;
     let mut crc = 0u32;

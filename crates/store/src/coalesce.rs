@@ -26,7 +26,6 @@
 use crate::error::{Error, Result};
 use crate::options::Durability;
 use crate::space::{Loc, Purpose, Space};
-use crate::write::Payload;
 use granary_format::record::RecordHeader;
 use granary_io::{AlignedBuf, Device};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -309,6 +308,30 @@ fn encode(hdr: &RecordHeader, seed: u32, key: &[u8], value: Payload<'_>, out: &m
             let b = buf.as_ref().expect("a record buffer");
             out.copy_from_slice(&b[..out.len()]);
             hdr.encode_in_place(seed, out);
+        }
+    }
+}
+
+/// The value of a record to write: borrowed bytes, encoded (copied) into
+/// the write buffer; or a record already built in place in an aligned
+/// buffer ([`crate::PutBuf`]), written as it is. The buffer is taken only
+/// while the write runs and given back, so a retry can use it again.
+pub(crate) enum Payload<'a> {
+    Slice(&'a [u8]),
+    Owned { buf: &'a mut Option<AlignedBuf>, value_len: u64 },
+}
+
+impl Payload<'_> {
+    pub fn value_len(&self) -> u64 {
+        match self {
+            Payload::Slice(v) => v.len() as u64,
+            Payload::Owned { value_len, .. } => *value_len,
+        }
+    }
+    pub fn reborrow(&mut self) -> Payload<'_> {
+        match self {
+            Payload::Slice(v) => Payload::Slice(v),
+            Payload::Owned { buf, value_len } => Payload::Owned { buf, value_len: *value_len },
         }
     }
 }

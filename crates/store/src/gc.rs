@@ -61,12 +61,15 @@
 //! does the segment return to the free list. A crash before that leaves the
 //! old records in place beside their copies, which carry the same sequence
 //! numbers: recovery indexes the copies and lists the originals in
-//! [`DroppedKeys`] until the victim is freed.
+//! [`DroppedKeys`](crate::keys::DroppedKeys) until the victim is freed.
 
 use crate::error::{Error, Result};
 use crate::log::SegmentScanner;
-use crate::space::{GcWork, Purpose};
-use crate::store::Core;
+use crate::options::Clock;
+use crate::parts::Parts;
+use crate::settle;
+use crate::space::{GcWork, Purpose, Space};
+use crate::types::GcStats;
 use granary_format::hash::key_hash;
 use granary_format::record::{self, RecordHeader};
 use granary_io::AlignedBuf;
@@ -80,66 +83,25 @@ pub(crate) fn age(segments: u64) -> u64 {
     (segments / 16).max(1)
 }
 
-/// Hashes of keys that have a version in a segment which the index no
-/// longer points at, per segment, until that segment is free on the
-/// device: values GC dropped from a victim (see [`drop_value`]), values it
-/// copied out of a victim (the original stays beside the copy, with the
-/// same sequence number, until the victim is freed), and copies of one
-/// record that recovery found twice (a crash between a copy and the
-/// victim's free). Such a version could come back after a crash, so a new
-/// value of the key carries the supersedes flag and a delete writes a
-/// tombstone even when the index holds nothing for the key; and index
-/// checkpoints replay these segments (`checkpoint::write`), so the next
-/// recovery finds the versions again. A victim whose reclaim failed (no
-/// room to relocate, an IO error) keeps its entries until a later reclaim
-/// frees it. Writers check it on every write, so the empty case is one
-/// atomic load.
-#[derive(Default)]
-pub(crate) struct DroppedKeys {
-    sets: std::sync::Mutex<std::collections::HashMap<u32, std::collections::HashSet<u64>>>,
-    len: std::sync::atomic::AtomicUsize,
+/// What GC works with: the engine's shared parts (it dereferences to
+/// them), its own counters and lock, and the policy it follows.
+#[derive(Clone, Copy)]
+pub(crate) struct Gc<'a> {
+    pub parts: Parts<'a>,
+    pub stats: &'a GcCounters,
+    /// Held while a segment is reclaimed; `verify` holds it throughout, so
+    /// it never sees records move under it.
+    pub lock: &'a std::sync::Mutex<()>,
+    pub clock: &'a Clock,
+    /// Cache mode: evict rather than refuse writers.
+    pub evict: bool,
 }
 
-impl DroppedKeys {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u32, std::collections::HashSet<u64>>> {
-        self.sets.lock().unwrap_or_else(|e| e.into_inner())
-    }
+impl<'a> std::ops::Deref for Gc<'a> {
+    type Target = Parts<'a>;
 
-    /// Record that segment `v` holds a version of the key of hash `h`
-    /// which the index does not point at; the caller holds its key's
-    /// stripe (or, in recovery, nothing else runs).
-    pub(crate) fn insert(&self, v: u32, h: u64) {
-        self.insert_all(v, [h]);
-    }
-
-    fn insert_all(&self, v: u32, hs: impl IntoIterator<Item = u64>) {
-        let mut s = self.lock();
-        s.entry(v).or_default().extend(hs);
-        self.len.store(s.values().map(|x| x.len()).sum(), Relaxed);
-    }
-
-    /// The segments listed.
-    pub(crate) fn segments(&self) -> Vec<u32> {
-        self.lock().keys().copied().collect()
-    }
-
-    /// Whether `h` was dropped from a victim not yet free; the caller holds
-    /// its key's stripe, which orders this after the insert made under it.
-    pub(crate) fn contains(&self, h: u64) -> bool {
-        self.len.load(Relaxed) != 0 && self.lock().values().any(|x| x.contains(&h))
-    }
-
-    /// Victim `v` is free on the device: its dropped values are gone.
-    pub(crate) fn freed(&self, v: u32) {
-        let mut s = self.lock();
-        s.remove(&v);
-        self.len.store(s.values().map(|x| x.len()).sum(), Relaxed);
-    }
-
-    /// Hashes held, for tests.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.len.load(Relaxed)
+    fn deref(&self) -> &Parts<'a> {
+        &self.parts
     }
 }
 
@@ -156,29 +118,6 @@ pub(crate) struct GcCounters {
     evicted_values: AtomicU64,
     sparse_victims: AtomicU64,
     sparse_fallbacks: AtomicU64,
-}
-
-/// What GC has done since the store was opened.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GcStats {
-    /// Segments reclaimed.
-    pub victims: u64,
-    pub records_relocated: u64,
-    pub bytes_relocated: u64,
-    pub tombstones_dropped: u64,
-    /// Times GC was asked for space and found no segment worth reclaiming.
-    pub nothing_to_reclaim: u64,
-    /// Expired values GC replaced with tombstones (store mode) or dropped
-    /// (cache mode).
-    pub expired: u64,
-    /// Cache mode: segments evicted whole, and the live values they held.
-    pub evicted_segments: u64,
-    pub evicted_values: u64,
-    /// Victims read sparsely (only the records the index or a link points
-    /// at) instead of scanned whole.
-    pub sparse_victims: u64,
-    /// Sparse reclaims that found something changed and scanned after all.
-    pub sparse_fallbacks: u64,
 }
 
 impl GcCounters {
@@ -199,20 +138,20 @@ impl GcCounters {
 }
 
 /// The GC thread's body; returns when the store closes.
-pub(crate) fn run(core: &Core) {
+pub(crate) fn run(gc: Gc<'_>) {
     // However this thread ends (a panic included), writers must stop
     // waiting for it: without GC, a full device is simply NoSpace.
-    struct Gone<'a>(&'a Core);
+    struct Gone<'a>(&'a Space);
     impl Drop for Gone<'_> {
         fn drop(&mut self) {
-            self.0.space.gc_gone();
+            self.0.gc_gone();
         }
     }
-    let _gone = Gone(core);
+    let _gone = Gone(gc.space);
     loop {
-        match core.space.gc_wait() {
+        match gc.space.gc_wait() {
             GcWork::Exit => return,
-            GcWork::Reclaim(req) => step(core, req),
+            GcWork::Reclaim(req) => step(gc, req),
         }
     }
 }
@@ -220,10 +159,10 @@ pub(crate) fn run(core: &Core) {
 /// GC's work due now, run on the caller's thread
 /// ([`crate::Background::Manual`]): one reclaim if any is due; whether it
 /// ran one.
-pub(crate) fn poll(core: &Core) -> bool {
-    match core.space.gc_poll() {
+pub(crate) fn poll(gc: Gc<'_>) -> bool {
+    match gc.space.gc_poll() {
         Some(GcWork::Reclaim(req)) => {
-            step(core, req);
+            step(gc, req);
             true
         }
         Some(GcWork::Exit) | None => false,
@@ -232,29 +171,29 @@ pub(crate) fn poll(core: &Core) -> bool {
 
 /// One reclaim, answering writers' requests up to `req` if it finds
 /// nothing to reclaim.
-fn step(core: &Core, req: u64) {
-    if core.check_writable().is_err() {
-        core.space.gc_found_nothing(req);
+fn step(gc: Gc<'_>, req: u64) {
+    if gc.log.check_writable().is_err() {
+        gc.space.gc_found_nothing(req);
         return;
     }
-    let _no_verify = core.gc_lock.lock().unwrap_or_else(|e| e.into_inner());
-    let Some((victim, evict)) = core.space.pick_victim(age(core.sb.segment_count), core.evict) else {
-        core.gc_counters.nothing_to_reclaim.fetch_add(1, Relaxed);
-        core.space.gc_found_nothing(req);
+    let _no_verify = gc.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((victim, evict)) = gc.space.pick_victim(age(gc.log.sb.segment_count), gc.evict) else {
+        gc.stats.nothing_to_reclaim.fetch_add(1, Relaxed);
+        gc.space.gc_found_nothing(req);
         return;
     };
-    let mut result = reclaim(core, victim, evict);
+    let mut result = reclaim(gc, victim, evict);
     // The segment `result` is about.
     let mut segment = victim;
-    if core.evict && !evict && matches!(result, Err(Error::NoSpace { .. })) {
+    if gc.evict && !evict && matches!(result, Err(Error::NoSpace { .. })) {
         // A cache with no room left to relocate into (no free segment:
         // a full device after a restart) evicts the victim instead of
         // refusing writers. Values written once leave it with no IO;
         // what it relocated already stays where it went.
         tracing::info!(victim, "no room to relocate: evicting the segment instead");
-        result = reclaim(core, victim, true);
+        result = reclaim(gc, victim, true);
     }
-    if core.evict && matches!(result, Err(Error::NoSpace { .. })) {
+    if gc.evict && matches!(result, Err(Error::NoSpace { .. })) {
         // Evicting writes too: a tombstone for a value whose older
         // versions may remain, a tombstone still needed, the engine's
         // own keys. With no room for those, a segment whose eviction
@@ -262,8 +201,8 @@ fn step(core: &Core, req: u64) {
         // used first (each is read once; what the failed ones dropped
         // from the index stays dropped, as evicted). The case of a cache
         // reopened on a device with no free segment.
-        for other in core.space.eviction_order(age(core.sb.segment_count), victim) {
-            result = reclaim(core, other, true);
+        for other in gc.space.eviction_order(age(gc.log.sb.segment_count), victim) {
+            result = reclaim(gc, other, true);
             segment = other;
             if result.is_ok() {
                 tracing::info!(victim, evicted = other, "no room to write for the victim: evicted another segment");
@@ -277,26 +216,26 @@ fn step(core: &Core, req: u64) {
         Ok(()) => {}
         Err(Error::NoSpace { .. }) => {
             tracing::warn!(victim, "GC has no room left to relocate live data");
-            core.gc_counters.nothing_to_reclaim.fetch_add(1, Relaxed);
-            core.space.gc_found_nothing(req);
+            gc.stats.nothing_to_reclaim.fetch_add(1, Relaxed);
+            gc.space.gc_found_nothing(req);
         }
         Err(e @ Error::Io { .. }) => {
             // Writers see the store poisoned (not NoSpace) from now on.
-            let e = core.poison(e);
+            let e = gc.log.poison(e);
             tracing::error!(segment, error = %e, "GC failed");
-            core.space.gc_found_nothing(req);
+            gc.space.gc_found_nothing(req);
         }
         Err(e) => {
             // This segment cannot be reclaimed; others may be.
             tracing::error!(segment, error = %e, "GC leaves a segment it cannot reclaim in place");
-            core.space.pin(segment);
+            gc.space.pin(segment);
         }
     }
 }
 
 /// Whether the index still points at `pba` for hash `h`.
-fn points_at(core: &Core, h: u64, pba: u64) -> bool {
-    core.index.contains(h, pba)
+fn points_at(gc: Gc<'_>, h: u64, pba: u64) -> bool {
+    gc.keys.index.contains(h, pba)
 }
 
 struct Pending {
@@ -316,14 +255,14 @@ struct Pending {
 
 /// Remove the index entry of a live value at `pba` of victim `v` without
 /// writing anything (cache-mode eviction); whether it was still there.
-pub(crate) fn drop_value(core: &Core, v: u32, key: &[u8], pba: u64, len: u64) -> Result<bool> {
+pub(crate) fn drop_value(gc: Gc<'_>, v: u32, key: &[u8], pba: u64, len: u64) -> Result<bool> {
     let h = key_hash(key);
-    let _stripe = core.lock_stripe(core.stripe_of(h));
-    if !core.index.contains(h, pba) {
+    let _stripe = gc.keys.lock_key(h);
+    if !gc.keys.index.contains(h, pba) {
         // A blind overwrite may have displaced it since the scan: settled
         // now; if it is another key's live value, that is back in the index.
-        let live = match core.links.of_old(pba) {
-            Some((head, link)) => crate::links::settle(core, head, &link, key, h)?,
+        let live = match gc.keys.links.of_old(pba) {
+            Some((head, link)) => settle::settle(gc.parts, head, &link, key, h)?,
             None => false,
         };
         if !live {
@@ -332,110 +271,34 @@ pub(crate) fn drop_value(core: &Core, v: u32, key: &[u8], pba: u64, len: u64) ->
     }
     // A head's link goes with it: the record it displaced is settled first
     // (a head carries the supersedes flag, so this is not expected).
-    if let Some(link) = core.links.of_head(pba) {
-        let (hdr, buf) = core.read_record(link.old, false)?;
+    if let Some(link) = gc.keys.links.of_head(pba) {
+        let (hdr, buf) = gc.read_record(link.old, false)?;
         let key = record::key_of(&hdr, &buf);
-        crate::links::settle(core, pba, &link, key, key_hash(key))?;
+        settle::settle(gc.parts, pba, &link, key, key_hash(key))?;
     }
-    if !core.index.remove(h, pba) {
+    if !gc.keys.index.remove(h, pba) {
         return Ok(false);
     }
     // Until `v` is free on the device this version is still there: a new
     // value of the key written meanwhile must carry the supersedes flag,
     // and a delete must write a tombstone.
-    core.dropped.insert(v, h);
-    core.space.sub_live(v, len);
-    core.counters.keys.fetch_sub(1, Relaxed);
+    gc.keys.dropped.insert(v, h);
+    gc.space.sub_live(v, len);
+    gc.counters.keys.fetch_sub(1, Relaxed);
     Ok(true)
 }
 
 /// Whether the record at `pba` (key `key`, hash `h`) of a victim is live,
 /// asked under its stripe: indexed, or displaced by a link that settling
 /// now finds it to be another key's (then it is indexed again).
-fn settle_displaced(core: &Core, h: u64, pba: u64, key: &[u8]) -> Result<bool> {
-    let _stripe = core.lock_stripe(core.stripe_of(h));
-    if points_at(core, h, pba) {
+fn settle_displaced(gc: Gc<'_>, h: u64, pba: u64, key: &[u8]) -> Result<bool> {
+    let _stripe = gc.keys.lock_key(h);
+    if points_at(gc, h, pba) {
         return Ok(true);
     }
-    match core.links.of_old(pba) {
-        Some((head, link)) => crate::links::settle(core, head, &link, key, h),
+    match gc.keys.links.of_old(pba) {
+        Some((head, link)) => settle::settle(gc.parts, head, &link, key, h),
         None => Ok(false),
-    }
-}
-
-/// Tells a sparse reclaim whether a record of its victim was put back in
-/// the index (a link settled: the displaced record was another key's)
-/// while it read. Without that, a record's entry only ever leaves the
-/// index, and a record the reads miss is garbage: not seen by the walk
-/// means absent at some point of it, so absent ever after; linked at the
-/// end means displaced while indexed, so linked at the first look at the
-/// links (displaced before it), at the second (displaced during the walk),
-/// or indexed throughout the walk (displaced after it). A record put back
-/// breaks that (displaced during the walk, put back, displaced again
-/// between the final look's two reads): the victim falls back to a scan.
-///
-/// The two sides order themselves like Dekker's: the reclaim publishes its
-/// victim, then (a full fence) reads the links and the index; a settle
-/// changes the index, then (a full fence) reads the victim, and if it is
-/// its record's segment, marks the watch touched, then (a release fence)
-/// changes the segment's live bytes. So either the reclaim's reads see the
-/// change, or the settle marks the watch; and a reclaim whose final read of
-/// the live bytes sees the settle's change (then an acquire fence) sees the
-/// mark. A settle still running at the end holds a stripe, which the
-/// reclaim waits for before its final look.
-#[derive(Default)]
-pub(crate) struct SparseWatch {
-    /// The victim being read sparsely, or `u64::MAX`.
-    victim: AtomicU64,
-    touched: std::sync::atomic::AtomicBool,
-}
-
-impl SparseWatch {
-    pub(crate) fn new() -> SparseWatch {
-        SparseWatch { victim: AtomicU64::new(u64::MAX), touched: Default::default() }
-    }
-
-    fn start(&self, v: u32) -> WatchGuard<'_> {
-        use std::sync::atomic::{fence, Ordering::SeqCst};
-        SPARSE_READER.with(|r| r.set(true));
-        self.touched.store(false, SeqCst);
-        self.victim.store(v as u64, SeqCst);
-        fence(SeqCst);
-        WatchGuard(self)
-    }
-
-    /// A settle, under its stripe, has just put an entry of segment `seg`
-    /// back in the index, and is about to add to the segment's live bytes.
-    pub(crate) fn changed(&self, seg: u32) {
-        use std::sync::atomic::{fence, Ordering::SeqCst};
-        fence(SeqCst);
-        // The reclaim's own changes (settling a link into its victim while
-        // it reads) are of records it handles itself.
-        if self.victim.load(SeqCst) == seg as u64 && !SPARSE_READER.with(|r| r.get()) {
-            self.touched.store(true, SeqCst);
-        }
-        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
-    }
-
-    /// Whether the victim was touched (after the final reads).
-    fn touched(&self) -> bool {
-        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
-        self.touched.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-thread_local! {
-    /// Set on the thread of a reclaim that watches its victim.
-    static SPARSE_READER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Ends a watch.
-struct WatchGuard<'a>(&'a SparseWatch);
-
-impl Drop for WatchGuard<'_> {
-    fn drop(&mut self) {
-        self.0.victim.store(u64::MAX, std::sync::atomic::Ordering::SeqCst);
-        SPARSE_READER.with(|r| r.set(false));
     }
 }
 
@@ -483,20 +346,20 @@ pub(crate) enum ReadMode {
 /// indexed nor linked), which is all a scan would find too. A sparse
 /// reclaim that leaves anything behind (an entry or link that appeared
 /// meanwhile) falls back to a scan.
-pub(crate) fn reclaim(core: &Core, v: u32, evict: bool) -> Result<()> {
-    reclaim_with(core, v, evict, ReadMode::Choose)
+pub(crate) fn reclaim(gc: Gc<'_>, v: u32, evict: bool) -> Result<()> {
+    reclaim_with(gc, v, evict, ReadMode::Choose)
 }
 
-pub(crate) fn reclaim_with(core: &Core, v: u32, evict: bool, mode: ReadMode) -> Result<()> {
+pub(crate) fn reclaim_with(gc: Gc<'_>, v: u32, evict: bool, mode: ReadMode) -> Result<()> {
     // Watched from before the sparse reads look at the links and the index
     // until the final check (see [`SparseWatch`]).
-    let watch = (mode != ReadMode::Scan).then(|| core.sparse_watch.start(v));
-    let mut w = Victim::new(core, v, evict);
+    let watch = (mode != ReadMode::Scan).then(|| gc.keys.watch.start(v));
+    let mut w = Victim::new(gc, v, evict);
     let sparse = match mode {
         ReadMode::Scan => None,
-        ReadMode::Choose => sparse_targets(core, v, false),
+        ReadMode::Choose => sparse_targets(gc, v, false),
         #[cfg(test)]
-        ReadMode::Sparse => sparse_targets(core, v, true),
+        ReadMode::Sparse => sparse_targets(gc, v, true),
     };
     let was_sparse = sparse.is_some();
     // A scan needs no watch.
@@ -509,29 +372,29 @@ pub(crate) fn reclaim_with(core: &Core, v: u32, evict: bool, mode: ReadMode) -> 
         }
         None => std::thread::scope(|sc| {
             // A helper thread reads the next window while this one is parsed.
-            let mut ahead = crate::log::ReadAhead::start(sc, core.dev.as_ref());
+            let mut ahead = crate::log::ReadAhead::start(sc, gc.log.dev.as_ref());
             w.scan(&mut ahead)
         })?,
     }
     let Victim { mut batch, purpose, evicted, .. } = w;
-    relocate(core, v, purpose, &mut batch)?;
+    relocate(gc, v, purpose, &mut batch)?;
     // A writer that replaced an entry pointing into `v` subtracts the old
     // record's bytes from `v` after updating the index, under its stripe:
     // wait for all such writers, so the live bytes are settled.
-    for i in 0..crate::store::KEY_STRIPES {
-        drop(core.lock_stripe(i));
+    for i in 0..crate::keys::KEY_STRIPES {
+        drop(gc.keys.lock_stripe(i));
     }
-    let lo = core.space.pba(v, 0);
-    let leftover = core.links.displacing_in(lo, lo + core.sb.segment_grains());
-    let left = core.space.live_of(v);
-    if was_sparse && (left != 0 || !leftover.is_empty() || core.sparse_watch.touched()) {
+    let lo = gc.space.pba(v, 0);
+    let leftover = gc.keys.links.displacing_in(lo, lo + gc.log.sb.segment_grains());
+    let left = gc.space.live_of(v);
+    if was_sparse && (left != 0 || !leftover.is_empty() || gc.keys.watch.touched()) {
         // Something may have changed after the sparse reads looked (a
         // record of `v` put back in the index, a link or live bytes left):
         // the scan finds whatever it was.
         tracing::debug!(victim = v, left, links = leftover.len(), "sparse reclaim left something: scanning");
-        core.gc_counters.sparse_fallbacks.fetch_add(1, Relaxed);
+        gc.stats.sparse_fallbacks.fetch_add(1, Relaxed);
         drop(watch);
-        return reclaim_with(core, v, evict, ReadMode::Scan);
+        return reclaim_with(gc, v, evict, ReadMode::Scan);
     }
     // Every link displacing a record of `v` was settled as the scan met
     // it, or when its record was about to be copied or dropped. One left
@@ -541,31 +404,31 @@ pub(crate) fn reclaim_with(core: &Core, v: u32, evict: bool, mode: ReadMode) -> 
     for link in leftover {
         tracing::warn!(victim = v, displaced = link.old.pba(), "a link into a GC victim was left unsettled");
         debug_assert!(false, "a link into GC victim {v} was left unsettled: {link:?}");
-        rescan |= crate::links::resolve_one(core, &link)?;
+        rescan |= settle::resolve_one(gc.parts, &link)?;
     }
     if rescan {
         drop(watch);
-        return reclaim_with(core, v, evict, ReadMode::Scan);
+        return reclaim_with(gc, v, evict, ReadMode::Scan);
     }
     if left != 0 {
         // An index entry points at something the scan could not read as a
         // record: keep the segment rather than lose the evidence.
         return Err(Error::Corruption {
-            offset: core.sb.segment_offset(v),
+            offset: gc.log.sb.segment_offset(v),
             detail: format!("segment {v} keeps {left} live bytes that GC could not read as records"),
         });
     }
-    core.space.free_segment(v)?;
+    gc.space.free_segment(v)?;
     // Only now (the free header is on the device, flushed in Flush mode)
     // are the values dropped from `v` gone; if reclaim failed above they
     // stay listed until a later reclaim of `v` gets here.
-    core.dropped.freed(v);
-    core.gc_counters.victims.fetch_add(1, Relaxed);
+    gc.keys.dropped.freed(v);
+    gc.stats.victims.fetch_add(1, Relaxed);
     if was_sparse {
-        core.gc_counters.sparse_victims.fetch_add(1, Relaxed);
+        gc.stats.sparse_victims.fetch_add(1, Relaxed);
     }
     if evict {
-        core.gc_counters.evicted_segments.fetch_add(1, Relaxed);
+        gc.stats.evicted_segments.fetch_add(1, Relaxed);
         tracing::debug!(segment = v, values = evicted, "evicted segment");
     }
     Ok(())
@@ -574,11 +437,11 @@ pub(crate) fn reclaim_with(core: &Core, v: u32, evict: bool, mode: ReadMode) -> 
 /// The records of victim `v` a sparse reclaim reads (location, grains to
 /// read first), or None if a scan is cheaper. `force`: sparse whatever
 /// the cost (tests).
-fn sparse_targets(core: &Core, v: u32, force: bool) -> Option<Vec<(u64, u64)>> {
-    let g = core.sb.grain_bytes as u64;
-    let seg_bytes = core.sb.segment_bytes;
-    let lo = core.space.pba(v, 0);
-    let hi = lo + core.sb.segment_grains();
+fn sparse_targets(gc: Gc<'_>, v: u32, force: bool) -> Option<Vec<(u64, u64)>> {
+    let g = gc.log.sb.grain_bytes as u64;
+    let seg_bytes = gc.log.sb.segment_bytes;
+    let lo = gc.space.pba(v, 0);
+    let hi = lo + gc.log.sb.segment_grains();
     let hint = |e: granary_index::Entry| match e.kv_size() {
         0 => 1,
         n if n == granary_format::limits::KV_SIZE_GRAINS_MAX => 1,
@@ -586,23 +449,23 @@ fn sparse_targets(core: &Core, v: u32, force: bool) -> Option<Vec<(u64, u64)>> {
     };
     // The links first, then the index: a displaced record indexed again
     // meanwhile is in the index before its link goes.
-    let links = core.links.displacing_in(lo, hi);
+    let links = gc.keys.links.displacing_in(lo, hi);
     if !force {
-        let look = core.space.live_of(v) + links.iter().map(|l| hint(l.old) * g).sum::<u64>();
-        let slots = core.index.stats().slots;
+        let look = gc.space.live_of(v) + links.iter().map(|l| hint(l.old) * g).sum::<u64>();
+        let slots = gc.keys.index.stats().slots;
         if look * SPARSE_SHARE > seg_bytes || slots * SPARSE_BYTES_PER_SLOT > seg_bytes {
             return None;
         }
     }
     let mut targets: Vec<(u64, u64)> = links.iter().map(|l| (l.old.pba(), hint(l.old))).collect();
-    core.index.for_each(|_, e| {
+    gc.keys.index.for_each(|_, e| {
         if (lo..hi).contains(&e.pba()) {
             targets.push((e.pba(), hint(e)));
         }
     });
     // And the links again: one made during the walk displaced a record the
     // walk may have missed.
-    targets.extend(core.links.displacing_in(lo, hi).iter().map(|l| (l.old.pba(), hint(l.old))));
+    targets.extend(gc.keys.links.displacing_in(lo, hi).iter().map(|l| (l.old.pba(), hint(l.old))));
     targets.sort_unstable();
     targets.dedup_by_key(|t| t.0);
     // Counted in IOs too: each read costs the device at least what a scan
@@ -619,36 +482,36 @@ type OneRead = Result<Option<(RecordHeader, AlignedBuf, bool)>>;
 /// One record of a victim, read on its own: its header, its bytes (whole
 /// grains), whether its body checksum holds. None where no record of the
 /// segment's current use starts there (a scan would skip it too).
-fn read_one(core: &Core, v: u32, pba: u64, hint: u64) -> OneRead {
-    let g = core.sb.grain_bytes as u64;
-    let lo = core.space.pba(v, 0);
-    let seg_grains = core.sb.segment_grains();
+fn read_one(gc: Gc<'_>, v: u32, pba: u64, hint: u64) -> OneRead {
+    let g = gc.log.sb.grain_bytes as u64;
+    let lo = gc.space.pba(v, 0);
+    let seg_grains = gc.log.sb.segment_grains();
     let pos = pba - lo;
     let read = |grains: u64| {
         let offset = pba * g;
-        let (buf, r) = core.dev.read_at(AlignedBuf::for_read((grains * g) as usize), offset);
+        let (buf, r) = gc.log.dev.read_at(AlignedBuf::for_read((grains * g) as usize), offset);
         r.map(|()| buf).map_err(|source| Error::Io { op: "GC read", offset, source })
     };
     let hint = hint.clamp(1, seg_grains - pos);
     let mut buf = read(hint)?;
     let hdr = match RecordHeader::decode(&buf) {
-        Ok(h) if h.seg_stamp == core.space.stamp(v) && pos + h.grains(core.sb.grain_bytes) <= seg_grains => h,
+        Ok(h) if h.seg_stamp == gc.space.stamp(v) && pos + h.grains(gc.log.sb.grain_bytes) <= seg_grains => h,
         _ => return Ok(None),
     };
-    let grains = hdr.grains(core.sb.grain_bytes);
+    let grains = hdr.grains(gc.log.sb.grain_bytes);
     if grains > hint {
         buf = read(grains)?;
     }
-    if record::verify_header_crc(core.seed, &hdr, &buf).is_err() {
+    if record::verify_header_crc(gc.log.seed, &hdr, &buf).is_err() {
         return Ok(None);
     }
-    let intact = record::verify_crc(core.seed, &hdr, &buf).is_ok();
+    let intact = record::verify_crc(gc.log.seed, &hdr, &buf).is_ok();
     Ok(Some((hdr, buf, intact)))
 }
 
 /// A reclaim in progress: what it has decided so far.
 struct Victim<'a> {
-    core: &'a Core,
+    gc: Gc<'a>,
     v: u32,
     evict: bool,
     now: u32,
@@ -660,15 +523,15 @@ struct Victim<'a> {
 }
 
 impl<'a> Victim<'a> {
-    fn new(core: &'a Core, v: u32, evict: bool) -> Victim<'a> {
+    fn new(gc: Gc<'a>, v: u32, evict: bool) -> Victim<'a> {
         Victim {
-            core,
+            gc,
             v,
             evict,
-            now: core.clock.now(),
-            oldest_other: core.space.oldest_in_use_except(v),
+            now: gc.clock.now(),
+            oldest_other: gc.space.oldest_in_use_except(v),
             // A cache's cleaning leaves the last free segment to evictions.
-            purpose: if core.evict && !evict { Purpose::Clean } else { Purpose::Relocate },
+            purpose: if gc.evict && !evict { Purpose::Clean } else { Purpose::Relocate },
             batch: Vec::new(),
             batch_bytes: 0,
             evicted: 0,
@@ -677,14 +540,15 @@ impl<'a> Victim<'a> {
 
     /// Read the whole segment, window by window.
     fn scan(&mut self, ahead: &mut crate::log::ReadAhead) -> Result<()> {
-        let core = self.core;
-        let g = core.sb.grain_bytes as u64;
-        let mut scan = SegmentScanner::new(core.dev.as_ref(), &core.sb, core.seed, self.v, core.space.stamp(self.v))
-            .reading_ahead(ahead);
+        let gc = self.gc;
+        let g = gc.log.sb.grain_bytes as u64;
+        let mut scan =
+            SegmentScanner::new(gc.log.dev.as_ref(), &gc.log.sb, gc.log.seed, self.v, gc.space.stamp(self.v))
+                .reading_ahead(ahead);
         while let Some(rec) = scan.next_record()? {
-            let len = (rec.hdr.grains(core.sb.grain_bytes) * g) as usize;
+            let len = (rec.hdr.grains(gc.log.sb.grain_bytes) * g) as usize;
             let bytes = &scan.bytes_at(rec.grain)[..len];
-            self.consider(core.space.pba(self.v, rec.grain), &rec.hdr, bytes, rec.intact)?;
+            self.consider(gc.space.pba(self.v, rec.grain), &rec.hdr, bytes, rec.intact)?;
         }
         Ok(())
     }
@@ -692,24 +556,24 @@ impl<'a> Victim<'a> {
     /// Read only `targets` (location, grains to read first), several at a
     /// time, and consider them in device order.
     fn read_sparse(&mut self, targets: Vec<(u64, u64)>) -> Result<()> {
-        let (core, v) = (self.core, self.v);
+        let (gc, v) = (self.gc, self.v);
         let next = std::sync::atomic::AtomicUsize::new(0);
         let slots: Vec<std::sync::Mutex<Option<OneRead>>> =
             targets.iter().map(|_| std::sync::Mutex::new(None)).collect();
         std::thread::scope(|sc| {
-            let readers = if core.manual { 1 } else { SPARSE_READERS };
+            let readers = gc.threads(SPARSE_READERS);
             for _ in 0..readers.min(targets.len()) {
                 sc.spawn(|| loop {
                     let i = next.fetch_add(1, Relaxed);
                     let Some(&(pba, hint)) = targets.get(i) else { return };
-                    *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(read_one(core, v, pba, hint));
+                    *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(read_one(gc, v, pba, hint));
                 });
             }
         });
         for ((pba, _), slot) in targets.iter().zip(slots) {
             let read = slot.into_inner().unwrap_or_else(|e| e.into_inner()).expect("every target was read");
             if let Some((hdr, buf, intact)) = read? {
-                let len = (hdr.grains(core.sb.grain_bytes) * core.sb.grain_bytes as u64) as usize;
+                let len = (hdr.grains(gc.log.sb.grain_bytes) * gc.log.sb.grain_bytes as u64) as usize;
                 self.consider(*pba, &hdr, &buf[..len], intact)?;
             }
         }
@@ -720,37 +584,37 @@ impl<'a> Victim<'a> {
     /// record `bytes`, body checksum holding or not): nothing (garbage),
     /// dropped, or copied (itself, or a tombstone in its place).
     fn consider(&mut self, old_pba: u64, hdr: &RecordHeader, bytes: &[u8], intact: bool) -> Result<()> {
-        let (core, v) = (self.core, self.v);
-        let g = core.sb.grain_bytes as u64;
+        let (gc, v) = (self.gc, self.v);
+        let g = gc.log.sb.grain_bytes as u64;
         let len = bytes.len();
         let key = record::key_of(hdr, bytes);
         let h = key_hash(key);
-        if !points_at(core, h, old_pba) {
+        if !points_at(gc, h, old_pba) {
             // Superseded or deleted: garbage, unless a blind overwrite of
             // another key displaced it (`crate::links`). Not indexed, then
             // not linked, then still not indexed is garbage: a displaced
             // record is linked before it leaves the index, and indexed
             // again before its link goes. Otherwise asked under the stripe.
-            let garbage = core.links.of_old(old_pba).is_none() && !points_at(core, h, old_pba);
-            if garbage || !settle_displaced(core, h, old_pba, key)? {
+            let garbage = gc.keys.links.of_old(old_pba).is_none() && !points_at(gc, h, old_pba);
+            if garbage || !settle_displaced(gc, h, old_pba, key)? {
                 return Ok(());
             }
         }
         if hdr.is_tombstone() && hdr.tomb_horizon < self.oldest_other {
-            let _stripe = core.lock_stripe(core.stripe_of(h));
+            let _stripe = gc.keys.lock_key(h);
             // A tombstone heading a link stays until the link is settled:
             // the record it displaced may be another key's.
-            if core.links.of_head(old_pba).is_none() {
-                if core.index.remove(h, old_pba) {
-                    core.space.sub_live(v, len as u64);
-                    core.counters.tombstones.fetch_sub(1, Relaxed);
-                    core.gc_counters.tombstones_dropped.fetch_add(1, Relaxed);
+            if gc.keys.links.of_head(old_pba).is_none() {
+                if gc.keys.index.remove(h, old_pba) {
+                    gc.space.sub_live(v, len as u64);
+                    gc.counters.tombstones.fetch_sub(1, Relaxed);
+                    gc.stats.tombstones_dropped.fetch_add(1, Relaxed);
                 }
                 return Ok(());
             }
         }
         let damaged = !intact || hdr.damaged_copy;
-        let expired = !hdr.is_tombstone() && !damaged && core.hidden(hdr, self.now);
+        let expired = !hdr.is_tombstone() && !damaged && gc.log.hidden(hdr, self.now);
         // The engine's own keys (the flush floor) are never evicted.
         let reserved = key.starts_with(crate::types::RESERVED_KEY_PREFIX);
         // A value leaves the index when it expired (or was flushed), or when
@@ -759,18 +623,18 @@ impl<'a> Victim<'a> {
         // back after a crash); if not, it is simply dropped: no IO.
         let leaving = !hdr.is_tombstone() && !reserved && (expired || self.evict);
         if leaving && !hdr.supersedes {
-            if drop_value(core, v, key, old_pba, len as u64)? {
-                let c = if expired { &core.gc_counters.expired } else { &core.gc_counters.evicted_values };
+            if drop_value(gc, v, key, old_pba, len as u64)? {
+                let c = if expired { &gc.stats.expired } else { &gc.stats.evicted_values };
                 c.fetch_add(1, Relaxed);
                 self.evicted += 1;
             }
             return Ok(());
         }
         let (hdr, bytes) = if leaving {
-            let seq = core.next_seq.fetch_add(1, Relaxed);
-            let t = RecordHeader::tombstone(key.len(), seq, 0, core.space.horizon());
-            let mut out = vec![0u8; (t.grains(core.sb.grain_bytes) * g) as usize];
-            t.encode(core.seed, key, &[], &mut out);
+            let seq = gc.log.next_seq.fetch_add(1, Relaxed);
+            let t = RecordHeader::tombstone(key.len(), seq, 0, gc.space.horizon());
+            let mut out = vec![0u8; (t.grains(gc.log.sb.grain_bytes) * g) as usize];
+            t.encode(gc.log.seed, key, &[], &mut out);
             (t, out)
         } else {
             (hdr.clone(), bytes.to_vec())
@@ -779,7 +643,7 @@ impl<'a> Victim<'a> {
         let evicted = leaving && !expired;
         self.batch.push(Pending { h, old_pba, old_len: len as u64, hdr, bytes, damaged, expired, evicted });
         if self.batch_bytes >= GC_BATCH_BYTES {
-            relocate(core, v, self.purpose, &mut self.batch)?;
+            relocate(gc, v, self.purpose, &mut self.batch)?;
             self.batch_bytes = 0;
         }
         Ok(())
@@ -788,21 +652,21 @@ impl<'a> Victim<'a> {
 
 /// Copy a batch of live records of segment `v` to the relocation stream and
 /// point the index at the copies.
-fn relocate(core: &Core, v: u32, purpose: Purpose, batch: &mut Vec<Pending>) -> Result<()> {
+fn relocate(gc: Gc<'_>, v: u32, purpose: Purpose, batch: &mut Vec<Pending>) -> Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
-    let g = core.sb.grain_bytes as u64;
-    let mut stripes: Vec<usize> = batch.iter().map(|p| core.stripe_of(p.h)).collect();
+    let g = gc.log.sb.grain_bytes as u64;
+    let mut stripes: Vec<usize> = batch.iter().map(|p| gc.keys.stripe_of(p.h)).collect();
     stripes.sort_unstable();
     stripes.dedup();
-    let _guards: Vec<_> = stripes.iter().map(|&i| core.lock_stripe(i)).collect();
+    let _guards: Vec<_> = stripes.iter().map(|&i| gc.keys.lock_stripe(i)).collect();
     let mut kept = Vec::with_capacity(batch.len());
     for p in batch.drain(..) {
-        let live = points_at(core, p.h, p.old_pba)
+        let live = points_at(gc, p.h, p.old_pba)
             // A blind overwrite of another key displaced it since the scan.
-            || match core.links.of_old(p.old_pba) {
-                Some((head, link)) => crate::links::settle(core, head, &link, record::key_of(&p.hdr, &p.bytes), p.h)?,
+            || match gc.keys.links.of_old(p.old_pba) {
+                Some((head, link)) => settle::settle(gc.parts, head, &link, record::key_of(&p.hdr, &p.bytes), p.h)?,
                 None => false,
             };
         if live {
@@ -813,7 +677,7 @@ fn relocate(core: &Core, v: u32, purpose: Purpose, batch: &mut Vec<Pending>) -> 
     // The originals of the values copied stay in `v` until it is freed.
     // Listed before any copy is indexed, so a checkpoint that sees a copy
     // also sees `v` listed (see [`DroppedKeys`]).
-    core.dropped.insert_all(v, batch.iter().filter(|p| !p.hdr.is_tombstone()).map(|p| p.h));
+    gc.keys.dropped.insert_all(v, batch.iter().filter(|p| !p.hdr.is_tombstone()).map(|p| p.h));
 
     // Place every record; consecutive placements form one write.
     let mut placed = Vec::with_capacity(batch.len());
@@ -821,42 +685,42 @@ fn relocate(core: &Core, v: u32, purpose: Purpose, batch: &mut Vec<Pending>) -> 
     let mut alloc_err = None;
     for p in batch.iter_mut() {
         let grains = p.bytes.len() as u64 / g;
-        let loc = match core.space.alloc(purpose, grains, core.next_seq.load(Relaxed)) {
+        let loc = match gc.space.alloc(purpose, grains, gc.log.next_seq.load(Relaxed)) {
             Ok(loc) => loc,
             Err(e) => {
                 alloc_err = Some(e);
                 break;
             }
         };
-        record::restamp(core.seed, &p.hdr, &mut p.bytes, loc.stamp, p.damaged);
+        record::restamp(gc.log.seed, &p.hdr, &mut p.bytes, loc.stamp, p.damaged);
         match runs.last_mut() {
             Some((start, bytes)) if *start + bytes.len() as u64 / g == loc.pba => bytes.extend_from_slice(&p.bytes),
             _ => runs.push((loc.pba, p.bytes.clone())),
         }
         placed.push(loc);
     }
-    let written = write_runs(core, runs);
+    let written = write_runs(gc, runs);
     if let Err(e) = written {
         for loc in &placed {
-            core.space.done(loc.seg);
+            gc.space.done(loc.seg);
         }
         return Err(e);
     }
     for (p, loc) in batch.iter().zip(&placed) {
         let kv_size = if p.hdr.is_tombstone() { 0 } else { loc.grains };
         let moved =
-            crate::links::carry(core, p.old_pba, loc.pba, || core.index.replace(p.h, p.old_pba, kv_size, loc.pba));
+            settle::carry(gc.parts, p.old_pba, loc.pba, || gc.keys.index.replace(p.h, p.old_pba, kv_size, loc.pba));
         assert!(moved, "a live record changed while its stripe was held");
-        core.space.sub_live(v, p.old_len);
-        core.space.add_live(loc.seg, p.bytes.len() as u64);
-        core.space.done(loc.seg);
+        gc.space.sub_live(v, p.old_len);
+        gc.space.add_live(loc.seg, p.bytes.len() as u64);
+        gc.space.done(loc.seg);
         if p.expired || p.evicted {
-            core.counters.replaced(false, true);
-            let c = if p.expired { &core.gc_counters.expired } else { &core.gc_counters.evicted_values };
+            gc.counters.replaced(false, true);
+            let c = if p.expired { &gc.stats.expired } else { &gc.stats.evicted_values };
             c.fetch_add(1, Relaxed);
         } else {
-            core.gc_counters.records_relocated.fetch_add(1, Relaxed);
-            core.gc_counters.bytes_relocated.fetch_add(p.bytes.len() as u64, Relaxed);
+            gc.stats.records_relocated.fetch_add(1, Relaxed);
+            gc.stats.bytes_relocated.fetch_add(p.bytes.len() as u64, Relaxed);
         }
     }
     batch.clear();
@@ -867,17 +731,14 @@ fn relocate(core: &Core, v: u32, purpose: Purpose, batch: &mut Vec<Pending>) -> 
 }
 
 /// Write relocation runs (each one IO), then flush in `Flush` mode.
-fn write_runs(core: &Core, runs: Vec<(u64, Vec<u8>)>) -> Result<()> {
-    let g = core.sb.grain_bytes as u64;
+fn write_runs(gc: Gc<'_>, runs: Vec<(u64, Vec<u8>)>) -> Result<()> {
+    let g = gc.log.sb.grain_bytes as u64;
     for (pba, bytes) in runs {
         let mut buf = AlignedBuf::zeroed(bytes.len());
         buf.copy_from_slice(&bytes);
         let offset = pba * g;
-        let (_, r) = core.dev.write_at(buf, offset);
+        let (_, r) = gc.log.dev.write_at(buf, offset);
         r.map_err(|source| Error::Io { op: "GC relocation write", offset, source })?;
     }
-    if core.durability == crate::options::Durability::Flush {
-        core.dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })?;
-    }
-    Ok(())
+    gc.log.flush_if_durable()
 }

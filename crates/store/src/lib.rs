@@ -7,16 +7,26 @@
 //! - [`options`]: create- and open-time options, geometry defaults.
 //! - `space`: segments and grains: sequential allocation in the open
 //!   segment, per-segment live bytes and stamps.
-//! - `log`: reading the log back: segment headers, the segment scanner
-//!   and its read-ahead (used by recovery, GC, checkpoints and verify).
+//! - `log`: the log on the device (`Log`: device, superblock,
+//!   sequence numbers, health) and reading it back: segment headers, the
+//!   segment scanner and its read-ahead, checked record reads (used by
+//!   recovery, GC, checkpoints, verify and the read path).
+//! - `keys`: the key-side DRAM state: the index, the key stripe locks,
+//!   the links table, the dropped keys, the sparse-GC watch.
+//! - `counters`: the live counters of keys and operations.
+//! - `parts`: `Parts`, the borrowed handles (log, space, keys, counters)
+//!   that GC, checkpoints, recovery and link settling work on.
+//! - `links`: the table of blind overwrites' links; `settle`: settling
+//!   them.
 //! - `recover`: rebuilding the index on open: checkpoint load, then a
 //!   parallel scan of the log it does not cover (or of all of it).
-//! - [`checkpoint`]: index checkpoints, written in the background and at
+//! - `checkpoint`: index checkpoints, written in the background and at
 //!   close; finding the newest valid one.
 //! - `gc`: reclaiming segments: victims, relocation, tombstones.
 //! - `coalesce`: write coalescing (group commit) of user writes.
 //! - `store`: the [`Store`] handle (its sync and async API) and the engine
-//!   state it shares with the background threads (`Core`).
+//!   state it shares with the background threads (`Core`: the parts, plus
+//!   the write path's and the background work's own state).
 //! - `types`: the public value types of that API ([`Item`], [`ItemMeta`],
 //!   [`Cond`], [`Change`], [`Stats`], ...).
 //! - `open`: creating and opening a store, starting its background threads.
@@ -26,7 +36,7 @@
 //!   the index's access words, for memcache's meta flags.
 //! - `verify`: the offline consistency check.
 //! - [`zerocopy`]: values read into and written from the device's buffers.
-//! - [`provision`]: open the store on a path, or create it there.
+//! - [`provision`](mod@provision): open the store on a path, or create it there.
 //! - [`loadgen`]: the generated keys and values of `granary load`.
 //! - `figures`: [`Stats::registry`], the store's figures declared once for
 //!   `granary stat`, `/metrics` and memcache `stats`.
@@ -36,22 +46,32 @@
 //! serialised by a striped key lock and get increasing sequence numbers, and
 //! the highest sequence number wins in recovery (`recover::apply`); every
 //! record read back is checked against its checksums, its segment's stamp and
-//! the size its index entry gives (`read::read_record`).
+//! the size its index entry gives (`log::Log::read_record`).
+//!
+//! Layers (a module uses only those below it; `tests/layers.rs` checks
+//! that no module cycle exists): `error`, `options`, `types`, `access`,
+//! `zerocopy`; `space`; `log`; `links`, `keys`; `counters`; `parts`;
+//! `settle`; `gc`, `checkpoint`; `recover`, `verify`, `coalesce`; and at
+//! the top the engine itself: `store` with its `open`, `read` and `write`.
 
 mod access;
-pub mod checkpoint;
+mod checkpoint;
 mod coalesce;
+mod counters;
 pub mod error;
 mod figures;
 mod gc;
+mod keys;
 mod links;
 pub mod loadgen;
 mod log;
 mod open;
 pub mod options;
+mod parts;
 pub mod provision;
 mod read;
 mod recover;
+mod settle;
 mod space;
 mod store;
 mod types;
@@ -60,15 +80,15 @@ mod write;
 pub mod zerocopy;
 
 pub use access::{Access, ItemAccess};
-pub use checkpoint::CheckpointStats;
 pub use error::{Error, Result};
-pub use gc::GcStats;
 pub use links::{BLIND_OVERWRITE_BYTES_DEFAULT, LINK_OVERHEAD_BYTES};
 pub use options::{Background, Clock, CreateOptions, Durability, Entropy, OpenOptions, ProgressHook};
 pub use provision::{provision, IfPresent, NewStore, Provisioned, Site, Undo};
-pub use recover::RecoveryReport;
 pub use store::Store;
-pub use types::{Change, Cond, GcPause, Item, ItemMeta, PutMode, PutOutcome, Stats, RESERVED_KEY_PREFIX};
+pub use types::{
+    Change, CheckpointStats, Cond, GcPause, GcStats, Item, ItemMeta, PutMode, PutOutcome, RecoveryReport, Stats,
+    RESERVED_KEY_PREFIX,
+};
 pub use verify::VerifyReport;
 pub use zerocopy::{PutBuf, ReceiveEnd, ValueBuf};
 

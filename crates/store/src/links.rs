@@ -15,12 +15,12 @@
 //! the key's previous version; if it is another key (a fingerprint
 //! collision), that key is still found and is put back in the index:
 //! - a lookup that reads a head and finds another key follows its link and
-//!   reads the displaced record too ([`crate::store::Core::find`]);
+//!   reads the displaced record too (`Core::find`, in `read`);
 //! - GC, scanning the displaced record's segment, compares its key with the
 //!   head's key, kept here: the same key means dead (the link goes), another
 //!   key means live (it is indexed again and relocated as usual);
 //! - a checkpoint and `verify` first resolve every link by reading the
-//!   displaced record's key ([`resolve_all`]);
+//!   displaced record's key ([`crate::settle::resolve_all`]);
 //! - a writer that finds its key through a link indexes it again before it
 //!   replaces it.
 //!
@@ -30,7 +30,7 @@
 //! form, and one key holds at most one link however often it is written.
 //!
 //! **Locks.** Every key that can be a candidate of another (same home slot
-//! and key tag) has the same stripe lock ([`crate::store::Core::stripe_of`]),
+//! and key tag) has the same stripe lock ([`crate::keys::Keys::stripe_of`]),
 //! so whoever changes a head or its link holds the stripe of every key the
 //! link may concern. Readers take no stripe: a link is added before the
 //! index points at its head and removed only after the displaced entry is
@@ -41,11 +41,10 @@
 //! overwrites read the old version as uDepot does. Links are not persisted:
 //! recovery by log scan orders versions by sequence number, and checkpoints
 //! are written with no link left unresolved.
+//!
+//! This module is the links' table; settling them (reading a displaced
+//! record and deciding) is [`crate::settle`]'s.
 
-use crate::error::{Error, Result};
-use crate::store::Core;
-use granary_format::hash::key_hash;
-use granary_format::record;
 use granary_index::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
@@ -221,131 +220,9 @@ impl Links {
         }
     }
 
-    /// Every link, for [`resolve_all`].
-    fn snapshot(&self) -> Vec<(u64, LinkRef)> {
+    /// Every link, for [`crate::settle::resolve_all`].
+    pub(crate) fn snapshot(&self) -> Vec<(u64, LinkRef)> {
         let i = self.lock();
         i.by_old.values().map(|h| (*h, i.by_head[h].clone())).collect()
     }
-}
-
-/// Settle one link whose displaced record was read: same key as the head,
-/// it is dead and the link goes; another key, that key is indexed again
-/// first (its bytes live again) and then the link goes. The caller holds
-/// the stripe of `h` (the displaced key's hash; the head's stripe too).
-/// Returns whether the displaced record is live.
-pub(crate) fn settle(core: &Core, head: u64, link: &Link, displaced_key: &[u8], h: u64) -> Result<bool> {
-    if *displaced_key == *link.key {
-        core.links.remove(head);
-        return Ok(false);
-    }
-    let e = link.old;
-    let grains = e.kv_size() as u64;
-    core.index
-        .insert_with(h, grains, e.pba(), link.aux.load(Relaxed))
-        .map_err(|err| core.poison(Error::IndexFull(err)))?;
-    core.sparse_watch.changed(core.sb.segment_of(e.pba()));
-    core.space.add_live(core.sb.segment_of(e.pba()), grains * core.grain());
-    core.counters.added(false);
-    core.links.remove(head);
-    Ok(true)
-}
-
-/// Move the link of head `from` to head `to`, around the index change
-/// `replace` (which must succeed: the caller holds the stripe): the link is
-/// at both heads while the index changes.
-pub(crate) fn carry(core: &Core, from: u64, to: u64, replace: impl FnOnce() -> bool) -> bool {
-    if !core.links.alias(from, to) {
-        return replace();
-    }
-    let done = replace();
-    if done {
-        core.links.moved(from, to);
-    } else {
-        core.links.unalias(to);
-    }
-    done
-}
-
-/// What [`resolve_all`] found.
-#[derive(Debug, Default)]
-pub(crate) struct Resolved {
-    /// Displaced records that were another key's, indexed again.
-    pub live: u64,
-    /// Links left in place because their displaced record could not be
-    /// read (a corrupt header): what was wrong with each. A checkpoint
-    /// writes their entries as items of their own (see
-    /// `checkpoint::write`); `verify` reports them.
-    pub unreadable: Vec<String>,
-}
-
-/// Resolve every link by reading its displaced record's key (checkpoints
-/// and `verify`, off any executor). Links added meanwhile are left alone.
-pub(crate) fn resolve_all(core: &Core) -> Result<Resolved> {
-    let links = core.links.snapshot();
-    if links.is_empty() {
-        return Ok(Resolved::default());
-    }
-    let started = std::time::Instant::now();
-    let live = AtomicUsize::new(0);
-    let next = AtomicUsize::new(0);
-    let first_err = Mutex::new(None);
-    let unreadable = Mutex::new(Vec::new());
-    // Reads are independent: several threads keep the device busy.
-    let threads = if core.manual { 1 } else { RESOLVE_THREADS }.min(links.len());
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| loop {
-                let n = next.fetch_add(1, Relaxed);
-                let Some((_, link)) = links.get(n) else { return };
-                match resolve_one(core, link) {
-                    Ok(true) => {
-                        live.fetch_add(1, Relaxed);
-                    }
-                    Ok(false) => {}
-                    Err(e @ Error::Corruption { .. }) => {
-                        tracing::warn!(error = %e, "the record a blind overwrite displaced cannot be read; its link stays");
-                        unreadable.lock().unwrap_or_else(|e| e.into_inner()).push(e.to_string());
-                    }
-                    Err(e) => {
-                        first_err.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    if let Some(e) = first_err.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        return Err(e);
-    }
-    let live = live.into_inner() as u64;
-    tracing::debug!(
-        links = links.len(),
-        live,
-        millis = started.elapsed().as_millis() as u64,
-        "blind overwrites resolved"
-    );
-    Ok(Resolved { live, unreadable: unreadable.into_inner().unwrap_or_else(|e| e.into_inner()) })
-}
-
-/// Threads [`resolve_all`] reads with.
-const RESOLVE_THREADS: usize = 16;
-
-pub(crate) fn resolve_one(core: &Core, link: &Link) -> Result<bool> {
-    // Read first, off the stripe, so writers of the key do not wait for
-    // the IO; a failed read is tried again under the stripe (the link may
-    // have been settled, and its segment reused, meanwhile).
-    let early = core.read_record(link.old, false).ok();
-    // The head's stripe is the displaced key's too (see the module doc).
-    let _stripe = core.lock_stripe(core.stripe_of(key_hash(&link.key)));
-    // The link now: GC may have settled it, or moved its head meanwhile.
-    let Some((now_head, now)) = core.links.of_old(link.old.pba()) else { return Ok(false) };
-    // What was read is still the record there if its segment was not
-    // reused since (a reuse changes the segment's stamp).
-    let seg = core.sb.segment_of(now.old.pba());
-    let (hdr, buf) = match early {
-        Some((hdr, buf)) if now.old == link.old && hdr.seg_stamp == core.space.stamp(seg) => (hdr, buf),
-        _ => core.read_record(now.old, false)?,
-    };
-    let key = record::key_of(&hdr, &buf);
-    settle(core, now_head, &now, key, key_hash(key))
 }

@@ -16,15 +16,26 @@
 //! of this one), and `intact` tells whether its whole-record checksum
 //! holds; what to do with a record that is not intact is the caller's
 //! rule (recovery's torn-tail rule, GC's and verify's corruption reports).
+//! - [`Log`]: the device, its superblock, the record checksum seed, the
+//!   sequence numbers, the durability mode and the store's health (a
+//!   device failure poisons it: writes are refused until it is reopened);
+//!   [`Log::read_record`] reads back the record an index entry points at
+//!   and checks it.
+//!
 //! This module decides nothing about the index.
 
 use crate::error::{Error, Result};
-use crate::space::SegmentFound;
+use crate::options::Durability;
+use crate::space::{SegmentFound, Space};
 use granary_format::limits::*;
 use granary_format::record::{self, RecordHeader};
 use granary_format::segment::{SegmentHeader, SegmentKind};
 use granary_format::{FormatError, Superblock};
+use granary_index::Entry;
 use granary_io::{AlignedBuf, Device};
+use granary_rt::block_on;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
 
 /// Bytes read per sequential window while scanning.
 const SCAN_WINDOW_BYTES: u64 = 1 << 20;
@@ -350,4 +361,140 @@ pub(crate) fn read_segment_headers(dev: &dyn Device, sb: &Superblock) -> Result<
     }
     used.sort_by_key(|(s, _)| s.alloc_seq);
     Ok(Headers { kv: used, index, max_alloc })
+}
+
+/// The log of an open store: where records go and how they are read back.
+pub(crate) struct Log {
+    pub dev: Arc<dyn Device>,
+    pub sb: Superblock,
+    /// Seed of every record checksum (from the store's UUID).
+    pub seed: u32,
+    pub durability: Durability,
+    /// The sequence number the next record gets.
+    pub next_seq: AtomicU64,
+    /// Values with a sequence number at or below this were flushed
+    /// (`Store::flush_all`): they read as absent and GC drops them.
+    pub flush_floor: AtomicU64,
+    /// Why the store refuses writes, once a device operation failed.
+    poisoned: OnceLock<String>,
+}
+
+impl Log {
+    pub(crate) fn new(dev: Arc<dyn Device>, sb: Superblock, seed: u32, durability: Durability) -> Log {
+        Log {
+            dev,
+            sb,
+            seed,
+            durability,
+            next_seq: AtomicU64::new(1),
+            flush_floor: AtomicU64::new(0),
+            poisoned: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn grain(&self) -> u64 {
+        self.sb.grain_bytes as u64
+    }
+
+    /// Whether a value with this header was hidden by expiry or a flush.
+    pub(crate) fn hidden(&self, hdr: &RecordHeader, now: u32) -> bool {
+        hdr.expired_at(now) || hdr.seq <= self.flush_floor.load(Relaxed)
+    }
+
+    /// Err once the store is poisoned.
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        match self.poisoned.get() {
+            Some(cause) => Err(Error::Poisoned { cause: cause.clone() }),
+            None => Ok(()),
+        }
+    }
+
+    /// A device operation failed: refuse writes from now on; returns `err`.
+    pub(crate) fn poison(&self, err: Error) -> Error {
+        let _ = self.poisoned.set(err.to_string());
+        tracing::error!(error = %err, "device failure: the store now refuses writes until reopened");
+        err
+    }
+
+    /// Flush the device, in `Flush` mode only.
+    pub(crate) fn flush_if_durable(&self) -> Result<()> {
+        if self.durability == Durability::Flush {
+            self.dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })?;
+        }
+        Ok(())
+    }
+
+    async fn io_read(&self, grains: u64, pba: u64) -> Result<AlignedBuf> {
+        let offset = pba * self.grain();
+        let (buf, r) = self.dev.read_at_async(AlignedBuf::for_read((grains * self.grain()) as usize), offset).await;
+        r.map_err(|source| Error::Io { op: "read", offset, source })?;
+        Ok(buf)
+    }
+
+    /// Read the record an entry points at and check it against the entry,
+    /// its segment's stamp and its header checksum; with `full`, read all of
+    /// it and check the whole-record checksum too.
+    pub(crate) fn read_record(&self, space: &Space, e: Entry, full: bool) -> Result<(RecordHeader, AlignedBuf)> {
+        block_on(self.read_record_async(space, e, full))
+    }
+
+    /// [`Log::read_record`], asynchronously.
+    pub(crate) async fn read_record_async(
+        &self,
+        space: &Space,
+        e: Entry,
+        full: bool,
+    ) -> Result<(RecordHeader, AlignedBuf)> {
+        let offset = e.pba() * self.grain();
+        let corrupt = |detail: String| Error::Corruption { offset, detail };
+        let seg = self.sb.segment_of(e.pba());
+        let seg_start = space.pba(seg, 0);
+        let seg_end = seg_start + self.sb.segment_grains();
+        let hint = match e.kv_size() {
+            0 => 1,
+            n if n == KV_SIZE_GRAINS_MAX => 1,
+            n => n as u64,
+        };
+        if e.pba() + hint > seg_end || e.pba() == seg_start {
+            return Err(corrupt(format!("index entry {e:?} points outside a segment's records")));
+        }
+        let mut buf = self.io_read(hint, e.pba()).await?;
+        let hdr = RecordHeader::decode(&buf).map_err(|fe| corrupt(fe.to_string()))?;
+        let stamp = space.stamp(seg);
+        if hdr.seg_stamp != stamp {
+            return Err(corrupt(format!(
+                "record stamp {} does not match segment {seg}'s stamp {stamp} (stale record)",
+                hdr.seg_stamp
+            )));
+        }
+        if hdr.is_tombstone() != e.is_tombstone() {
+            return Err(corrupt("record kind does not match its index entry".into()));
+        }
+        let grains = hdr.grains(self.sb.grain_bytes);
+        let size_ok = match e.kv_size() {
+            0 => true,
+            n if n == KV_SIZE_GRAINS_MAX => grains >= n as u64,
+            n => grains == n as u64,
+        };
+        if !size_ok || e.pba() + grains > seg_end {
+            return Err(corrupt(format!("record of {grains} grains does not match its index entry {e:?}")));
+        }
+        let need = if full {
+            grains
+        } else {
+            // The header, the key and an explicit CAS value (see `cas_of`).
+            grains_for(record::cas_bytes_needed(&hdr) as u64, self.sb.grain_bytes).min(grains)
+        };
+        if need > hint {
+            buf = self.io_read(need, e.pba()).await?;
+        }
+        record::verify_header_crc(self.seed, &hdr, &buf).map_err(|fe| corrupt(fe.to_string()))?;
+        if full {
+            record::verify_crc(self.seed, &hdr, &buf).map_err(|fe| corrupt(fe.to_string()))?;
+            if hdr.damaged_copy {
+                return Err(corrupt("record was damaged before GC relocated it".into()));
+            }
+        }
+        Ok((hdr, buf))
+    }
 }

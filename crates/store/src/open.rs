@@ -12,11 +12,15 @@
 //! dropping the store stop them.
 
 use crate::access::Clock0;
+use crate::checkpoint::Checkpoints;
+use crate::counters::Counters;
 use crate::error::{Error, Result};
+use crate::keys::Keys;
+use crate::log::Log;
 use crate::options::{default_index_table_homes, default_segment_bytes, CreateOptions, OpenOptions};
-use crate::recover::RecoveryReport;
 use crate::space::Space;
-use crate::store::{Core, Counters, StopSignal, Store, FLUSH_FLOOR_KEY, KEY_STRIPES};
+use crate::store::{Core, StopSignal, Store, FLUSH_FLOOR_KEY};
+use crate::types::RecoveryReport;
 use granary_format::checksum::record_seed;
 use granary_format::hash::KEY_HASH_ALGO_XXH3_64;
 use granary_format::limits::*;
@@ -25,8 +29,8 @@ use granary_index::{Index, IndexConfig};
 use granary_io::{AlignedBuf, Device, DeviceSpec, IoBackend, OpenMode};
 use granary_rt::block_on;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Condvar, Mutex};
 
 impl Store {
     /// Format `dev` as a new, empty store and open it.
@@ -106,44 +110,34 @@ impl Store {
         index_cfg.access_words = opts.track_access;
         let mut session = [0u8; 8];
         session.copy_from_slice(&opts.entropy.draw().map_err(Error::Device)?[..8]);
+        let links = crate::links::Links::new(opts.blind_overwrite_bytes.unwrap_or(if dev.in_memory() {
+            0
+        } else {
+            crate::links::BLIND_OVERWRITE_BYTES_DEFAULT
+        }));
         let core = Core {
-            seed: record_seed(&sb.uuid),
-            index: Index::new(index_cfg),
             space: Space::new(dev.clone(), sb.clone(), opts.durability, opts.gc),
-            next_seq: AtomicU64::new(1),
+            keys: Keys::new(Index::new(index_cfg), links),
             counters: Counters::default(),
             recovery: Mutex::new(RecoveryReport::default()),
-            durability: opts.durability,
-            stripes: (0..KEY_STRIPES).map(|_| async_lock::Mutex::new(())).collect(),
-            poisoned: OnceLock::new(),
             gc_counters: Default::default(),
             gc_lock: Mutex::new(()),
-            session: u64::from_le_bytes(session),
-            checkpoint: Mutex::new(Default::default()),
-            checkpoint_counters: Default::default(),
+            checkpoints: Checkpoints::new(u64::from_le_bytes(session)),
             clock: opts.clock.clone(),
             evict: opts.evict,
-            flush_floor: AtomicU64::new(0),
             flush_lock: async_lock::Mutex::new(()),
-            dropped: Default::default(),
-            links: crate::links::Links::new(opts.blind_overwrite_bytes.unwrap_or(if dev.in_memory() {
-                0
-            } else {
-                crate::links::BLIND_OVERWRITE_BYTES_DEFAULT
-            })),
-            sparse_watch: crate::gc::SparseWatch::new(),
             coalesce: opts.coalesce_writes,
             manual: opts.background == crate::Background::Manual,
             coalescer: Default::default(),
             track_access: opts.track_access,
             access_clock: Clock0 { base: opts.clock.now() },
-            dev,
-            sb,
+            log: Log::new(dev, sb.clone(), record_seed(&sb.uuid), opts.durability),
         };
-        core.recover(headers, loaded, floor, opts)?;
+        let report = crate::recover::recover(core.parts(), &core.checkpoints, headers, loaded, floor, opts)?;
+        *core.recovery.lock().unwrap_or_else(|e| e.into_inner()) = report;
         if let Some(f) = block_on(core.read_item(FLUSH_FLOOR_KEY))? {
             let floor = f.value.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
-            core.flush_floor.store(floor.unwrap_or(0), Relaxed);
+            core.log.flush_floor.store(floor.unwrap_or(0), Relaxed);
         }
         let core = Arc::new(core);
         let threads = opts.background == crate::Background::Threads;
@@ -151,7 +145,7 @@ impl Store {
             let c = core.clone();
             let handle = std::thread::Builder::new()
                 .name("granary-gc".into())
-                .spawn(move || crate::gc::run(&c))
+                .spawn(move || crate::gc::run(c.collector()))
                 .map_err(Error::Device)?;
             Some(handle)
         } else {
@@ -235,9 +229,9 @@ fn checkpoint_loop(core: &Core, stop: &StopSignal, every: std::time::Duration) {
             return;
         }
         drop(stopped);
-        if core.check_writable().is_ok() && crate::checkpoint::stale(core) {
+        if core.log.check_writable().is_ok() && core.checkpoints.stale(core.parts()) {
             // Failures are logged and counted; the next round tries again.
-            let _ = crate::checkpoint::write(core, false);
+            let _ = core.write_checkpoint(false);
         }
         stopped = stop.0.lock().unwrap_or_else(|e| e.into_inner());
     }

@@ -188,7 +188,7 @@ pub struct OpenOptions {
     /// Write a checkpoint at close, for a fast clean restart (default).
     pub checkpoint_on_close: bool,
     /// Threads that load the checkpoint and scan the log (0: one per core,
-    /// at most [`crate::recover::RECOVERY_THREADS_MAX`]).
+    /// at most 16).
     pub recovery_threads: usize,
     /// Recovery progress, for a progress bar.
     pub progress: Option<ProgressHook>,

@@ -11,7 +11,7 @@
 //! starts over.
 //!
 //! Every record read back is checked against its checksums, its segment's
-//! stamp and the size its index entry gives ([`Core::read_record`]); a
+//! stamp and the size its index entry gives (`Log::read_record`); a
 //! record that fails is corruption, never a value.
 
 use crate::access::{Clock0, ItemAccess};
@@ -20,83 +20,11 @@ use crate::store::{Core, Found};
 use crate::types::{Item, ItemMeta};
 use crate::zerocopy::ValueBuf;
 use granary_format::hash::key_hash;
-use granary_format::limits::*;
-use granary_format::record::{self, RecordHeader};
+use granary_format::record::{self};
 use granary_index::Entry;
-use granary_io::AlignedBuf;
-use granary_rt::block_on;
 use std::sync::atomic::Ordering::Relaxed;
 
 impl Core {
-    async fn io_read(&self, grains: u64, pba: u64) -> Result<AlignedBuf> {
-        let offset = pba * self.grain();
-        let (buf, r) = self.dev.read_at_async(AlignedBuf::for_read((grains * self.grain()) as usize), offset).await;
-        r.map_err(|source| Error::Io { op: "read", offset, source })?;
-        Ok(buf)
-    }
-
-    /// Read the record an entry points at and check it against the entry,
-    /// its segment's stamp and its header checksum; with `full`, read all of
-    /// it and check the whole-record checksum too.
-    pub(crate) fn read_record(&self, e: Entry, full: bool) -> Result<(RecordHeader, AlignedBuf)> {
-        block_on(self.read_record_async(e, full))
-    }
-
-    /// [`Core::read_record`], asynchronously.
-    pub(crate) async fn read_record_async(&self, e: Entry, full: bool) -> Result<(RecordHeader, AlignedBuf)> {
-        let offset = e.pba() * self.grain();
-        let corrupt = |detail: String| Error::Corruption { offset, detail };
-        let seg = self.sb.segment_of(e.pba());
-        let seg_start = self.space.pba(seg, 0);
-        let seg_end = seg_start + self.sb.segment_grains();
-        let hint = match e.kv_size() {
-            0 => 1,
-            n if n == KV_SIZE_GRAINS_MAX => 1,
-            n => n as u64,
-        };
-        if e.pba() + hint > seg_end || e.pba() == seg_start {
-            return Err(corrupt(format!("index entry {e:?} points outside a segment's records")));
-        }
-        let mut buf = self.io_read(hint, e.pba()).await?;
-        let hdr = RecordHeader::decode(&buf).map_err(|fe| corrupt(fe.to_string()))?;
-        let stamp = self.space.stamp(seg);
-        if hdr.seg_stamp != stamp {
-            return Err(corrupt(format!(
-                "record stamp {} does not match segment {seg}'s stamp {stamp} (stale record)",
-                hdr.seg_stamp
-            )));
-        }
-        if hdr.is_tombstone() != e.is_tombstone() {
-            return Err(corrupt("record kind does not match its index entry".into()));
-        }
-        let grains = hdr.grains(self.sb.grain_bytes);
-        let size_ok = match e.kv_size() {
-            0 => true,
-            n if n == KV_SIZE_GRAINS_MAX => grains >= n as u64,
-            n => grains == n as u64,
-        };
-        if !size_ok || e.pba() + grains > seg_end {
-            return Err(corrupt(format!("record of {grains} grains does not match its index entry {e:?}")));
-        }
-        let need = if full {
-            grains
-        } else {
-            // The header, the key and an explicit CAS value (see `cas_of`).
-            grains_for(record::cas_bytes_needed(&hdr) as u64, self.sb.grain_bytes).min(grains)
-        };
-        if need > hint {
-            buf = self.io_read(need, e.pba()).await?;
-        }
-        record::verify_header_crc(self.seed, &hdr, &buf).map_err(|fe| corrupt(fe.to_string()))?;
-        if full {
-            record::verify_crc(self.seed, &hdr, &buf).map_err(|fe| corrupt(fe.to_string()))?;
-            if hdr.damaged_copy {
-                return Err(corrupt("record was damaged before GC relocated it".into()));
-            }
-        }
-        Ok((hdr, buf))
-    }
-
     /// Find the current version of `key`, reading the whole record with
     /// `full`. A candidate whose record is unreadable is skipped; if no
     /// candidate matches and one was unreadable, `strict` returns that error
@@ -112,19 +40,19 @@ impl Core {
     /// caller (GETs, and the writes that look up the current version, some
     /// with the key's stripe lock held).
     pub(crate) async fn find(&self, key: &[u8], h: u64, full: bool, strict: bool) -> Result<Option<Found>> {
-        if self.dev.in_memory() && granary_rt::on_runtime() {
+        if self.log.dev.in_memory() && granary_rt::on_runtime() {
             // The lookup's cache miss overlaps other tasks' work, as the
             // record's copy does (`Device::in_memory`).
-            self.index.prefetch(h);
+            self.keys.index.prefetch(h);
             granary_rt::yield_now().await;
         }
         'retry: loop {
-            let cands = self.index.lookup(h);
+            let cands = self.keys.index.lookup(h);
             let mut unreadable = None;
             let mut found = None;
             let mut other_key = false;
             for &entry in cands.as_slice() {
-                match self.read_record_async(entry, false).await {
+                match self.log.read_record_async(&self.space, entry, false).await {
                     Ok((hdr, buf)) => {
                         if record::key_of(&hdr, &buf) == key {
                             found = Some(Found { entry, hdr, buf, via: None });
@@ -137,8 +65,8 @@ impl Core {
                 // Not the key (or unreadable): another key's blind
                 // overwrite may have displaced it ([`crate::links`]).
                 other_key = true;
-                let Some(link) = self.links.of_head(entry.pba()) else { continue };
-                match self.read_record_async(link.old, false).await {
+                let Some(link) = self.keys.links.of_head(entry.pba()) else { continue };
+                match self.log.read_record_async(&self.space, link.old, false).await {
                     Ok((hdr, buf)) if record::key_of(&hdr, &buf) == key => {
                         found = Some(Found { entry: link.old, hdr, buf, via: Some(entry.pba()) });
                         break;
@@ -170,9 +98,9 @@ impl Core {
             if !full {
                 return Ok(Some(f));
             }
-            let offset = f.entry.pba() * self.grain();
+            let offset = f.entry.pba() * self.log.grain();
             if f.buf.len() as u64 >= f.hdr.record_bytes() {
-                record::verify_crc(self.seed, &f.hdr, &f.buf)
+                record::verify_crc(self.log.seed, &f.hdr, &f.buf)
                     .map_err(|fe| Error::Corruption { offset, detail: fe.to_string() })?;
                 if f.hdr.damaged_copy {
                     let detail = "record was damaged before GC relocated it".to_string();
@@ -182,7 +110,7 @@ impl Core {
             }
             // The rest of a record larger than its first read: read whole
             // and checked, and relied on only if still current after it.
-            let whole = self.read_record_async(f.entry, true).await;
+            let whole = self.log.read_record_async(&self.space, f.entry, true).await;
             if !self.still_found(h, &f) {
                 continue 'retry;
             }
@@ -193,7 +121,7 @@ impl Core {
 
     /// Whether `h`'s candidates are exactly `cands` (in any order).
     fn same_candidates(&self, h: u64, cands: &[Entry]) -> bool {
-        let now = self.index.lookup(h);
+        let now = self.keys.index.lookup(h);
         now.as_slice().len() == cands.len() && cands.iter().all(|e| now.as_slice().contains(e))
     }
 
@@ -203,10 +131,10 @@ impl Core {
     fn still_found(&self, h: u64, f: &Found) -> bool {
         let pba = f.entry.pba();
         match f.via {
-            None => self.index.contains(h, pba),
+            None => self.keys.index.contains(h, pba),
             Some(head) => {
-                let linked = self.links.of_head(head).is_some_and(|l| l.old.pba() == pba);
-                (linked && self.index.contains(h, head)) || self.index.contains(h, pba)
+                let linked = self.keys.links.of_head(head).is_some_and(|l| l.old.pba() == pba);
+                (linked && self.keys.index.contains(h, head)) || self.keys.index.contains(h, pba)
             }
         }
     }
@@ -221,9 +149,9 @@ impl Core {
     fn still_indexed(&self, h: u64, entries: &[Entry]) -> bool {
         match entries {
             [] => true,
-            [e] => self.index.contains(h, e.pba()),
+            [e] => self.keys.index.contains(h, e.pba()),
             _ => {
-                let now = self.index.lookup(h);
+                let now = self.keys.index.lookup(h);
                 entries.iter().all(|e| now.as_slice().contains(e))
             }
         }
@@ -231,7 +159,7 @@ impl Core {
 
     /// Whether a found version is a value that has not expired.
     pub(crate) fn is_live(&self, f: &Found, now: u32) -> bool {
-        !f.hdr.is_tombstone() && !self.hidden(&f.hdr, now)
+        !f.hdr.is_tombstone() && !self.log.hidden(&f.hdr, now)
     }
 
     /// The value of `key`, or None if absent, deleted or expired.
@@ -266,11 +194,11 @@ impl Core {
         }
         self.counters.get_hits.fetch_add(1, Relaxed);
         if self.evict {
-            self.space.touch(self.sb.segment_of(f.entry.pba()));
+            self.space.touch(self.log.sb.segment_of(f.entry.pba()));
         }
         if bump && self.track_access {
             let c = self.access_clock;
-            self.index.access(h, f.entry.pba(), |w| c.bumped(w, now));
+            self.keys.index.access(h, f.entry.pba(), |w| c.bumped(w, now));
         }
         Ok(Some(f))
     }
@@ -298,7 +226,7 @@ impl Core {
             return Ok(Some(ItemAccess { item, prior: fresh, won: want }));
         }
         let c = self.access_clock;
-        let old = self.index.access(key_hash(key), f.entry.pba(), |w| {
+        let old = self.keys.index.access(key_hash(key), f.entry.pba(), |w| {
             let w2 = if bump { c.bumped(w, now) } else { w };
             if want && !Clock0::is_won(w) {
                 Clock0::won(w2)

@@ -26,18 +26,19 @@
 //! 5. Two copies of one record (equal sequence numbers: a crash between
 //!    GC's copy and the free of its victim): the one in the newer segment
 //!    is indexed, the other listed until its segment is freed
-//!    (`gc::DroppedKeys`).
+//!    (`keys::DroppedKeys`).
 //! 6. Writes resume in the tail of the newest segment of each stream when
-//!    every checkpoint on the device replays it ([`Core::resume_tails`]);
+//!    every checkpoint on the device replays it (`Rebuild::resume_tails`);
 //!    otherwise user writes start a new segment, and so does relocation
 //!    when GC next needs one.
 
-use crate::checkpoint::{Current, Loaded};
+use crate::checkpoint::{Checkpoints, Loaded};
 use crate::error::{Error, Result};
 use crate::log::{Headers, ReadAhead, Scanned, SegmentScanner};
 use crate::options::OpenOptions;
+use crate::parts::Parts;
 use crate::space::SegmentFound;
-use crate::store::Core;
+use crate::types::RecoveryReport;
 use granary_format::hash::key_hash;
 use granary_format::limits::*;
 use granary_format::record::{self, RecordHeader};
@@ -54,60 +55,6 @@ pub const RECOVERY_THREADS_MAX: usize = 16;
 
 /// Writes can be in flight only in this many newest segments.
 pub const TORN_TAIL_SEGMENTS: usize = 2;
-
-/// What the last open found and did.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RecoveryReport {
-    pub segments_scanned: u64,
-    /// Records with valid checksums.
-    pub records: u64,
-    /// Records whose body failed its checksum outside the tail: indexed, reported on read.
-    pub damaged_records: u64,
-    /// Records whose body failed its checksum in the tail segments: ignored.
-    pub torn_records: u64,
-    /// Grains that held no record of the segment's current use.
-    pub skipped_grains: u64,
-    pub bytes_read: u64,
-    /// Scan windows that a read-ahead had already read.
-    pub windows_read_ahead: u64,
-    /// Whole open, and the log scan part of it.
-    pub millis: u64,
-    pub scan_millis: u64,
-    /// Threads that loaded and scanned.
-    pub threads: u64,
-    /// The checkpoint loaded (its id; 0: none, the whole log was scanned).
-    pub checkpoint_id: u64,
-    /// The session that wrote it.
-    pub checkpoint_session: u64,
-    /// Its entries put in the index, and those dropped as stale.
-    pub checkpoint_entries: u64,
-    pub checkpoint_dropped: u64,
-    pub checkpoint_bytes: u64,
-    pub checkpoint_millis: u64,
-    /// The checkpoint was written by a clean close and nothing was written
-    /// after it (checked, not assumed): no log was replayed.
-    pub clean_shutdown: bool,
-}
-
-impl RecoveryReport {
-    fn add(&mut self, o: &RecoveryReport) {
-        self.segments_scanned += o.segments_scanned;
-        self.records += o.records;
-        self.damaged_records += o.damaged_records;
-        self.torn_records += o.torn_records;
-        self.skipped_grains += o.skipped_grains;
-        self.bytes_read += o.bytes_read;
-        self.windows_read_ahead += o.windows_read_ahead;
-    }
-
-    /// Log scan rate in MB/s (0 when nothing was scanned).
-    pub fn scan_mb_per_s(&self) -> f64 {
-        if self.scan_millis == 0 {
-            return 0.0;
-        }
-        (self.bytes_read as f64 / 1e6) / (self.scan_millis as f64 / 1e3)
-    }
-}
 
 /// 16 bits of the key hash of every record the scan indexed, by grain
 /// address: candidates sharing a key's home and tag (frequent once the
@@ -163,7 +110,7 @@ impl KeyHashes {
 /// Records a scanner collects before applying them (see the scan loop).
 const SCAN_BATCH: usize = 16;
 
-/// A record's key, its hash and its segment, for [`Core::apply`].
+/// A record's key, its hash and its segment, for `Rebuild::apply`.
 struct Applied<'k> {
     key: &'k [u8],
     h: u64,
@@ -193,26 +140,50 @@ impl Added {
         }
     }
 
-    fn flush(&mut self, core: &Core, seg: u32) {
-        core.space.add_live_wrapping(seg, self.live);
-        core.counters.keys.fetch_add(self.keys, Relaxed);
-        core.counters.tombstones.fetch_add(self.tombstones, Relaxed);
+    fn flush(&mut self, p: &Parts<'_>, seg: u32) {
+        p.space.add_live_wrapping(seg, self.live);
+        p.counters.keys.fetch_add(self.keys, Relaxed);
+        p.counters.tombstones.fetch_add(self.tombstones, Relaxed);
         *self = Added::default();
     }
 }
 
-impl Core {
-    /// Rebuild the index: from `loaded` (a checkpoint) plus a replay of the
-    /// KV segments it does not cover, or from a scan of every KV segment.
-    /// Called once, by `open`, with the headers it read and the replay
-    /// floor of the checkpoints on the device (`checkpoint::find`).
-    pub(crate) fn recover(
+/// Rebuild the index: from `loaded` (a checkpoint, which becomes `ck`'s
+/// current one) plus a replay of the KV segments it does not cover, or from
+/// a scan of every KV segment. Called once, by `open`, on an empty index,
+/// with the headers it read and the replay floor of the checkpoints on the
+/// device (`checkpoint::find`).
+pub(crate) fn recover(
+    p: Parts<'_>,
+    ck: &Checkpoints,
+    headers: Headers,
+    loaded: Option<Loaded>,
+    floor: Option<u64>,
+    opts: &OpenOptions,
+) -> Result<RecoveryReport> {
+    Rebuild(p).run(ck, headers, loaded, floor, opts)
+}
+
+/// A recovery, working on the engine's parts (it dereferences to them).
+struct Rebuild<'a>(Parts<'a>);
+
+impl<'a> std::ops::Deref for Rebuild<'a> {
+    type Target = Parts<'a>;
+
+    fn deref(&self) -> &Parts<'a> {
+        &self.0
+    }
+}
+
+impl Rebuild<'_> {
+    fn run(
         &self,
+        ck: &Checkpoints,
         headers: Headers,
         loaded: Option<Loaded>,
         floor: Option<u64>,
         opts: &OpenOptions,
-    ) -> Result<()> {
+    ) -> Result<RecoveryReport> {
         let started = Instant::now();
         let Headers { kv: used, index: _, max_alloc } = headers;
         let found: Vec<SegmentFound> =
@@ -239,23 +210,24 @@ impl Core {
             }
         }
         let replay: Vec<usize> = (0..used.len()).filter(|&i| used[i].0.alloc_seq >= replay_from).collect();
-        let total_bytes = replay.len() as u64 * self.sb.segment_bytes;
+        let total_bytes = replay.len() as u64 * self.log.sb.segment_bytes;
         let next = AtomicUsize::new(0);
         let max_seq_seen = AtomicU64::new(max_seq);
         let shared = Mutex::new((RecoveryReport::default(), Instant::now(), 0u64));
         let ends: Vec<AtomicU64> = used.iter().map(|_| AtomicU64::new(0)).collect();
-        let hashes = KeyHashes::new(&self.sb, replay.iter().map(|&i| used[i].0.seg));
+        let hashes = KeyHashes::new(&self.log.sb, replay.iter().map(|&i| used[i].0.seg));
         // The scanners' own key stripes (no user operation runs yet): plain
         // mutexes, cheaper uncontended than the store's async ones.
-        let stripes: Vec<Mutex<()>> = (0..crate::store::KEY_STRIPES).map(|_| Mutex::new(())).collect();
+        let stripes: Vec<Mutex<()>> = (0..crate::keys::KEY_STRIPES).map(|_| Mutex::new(())).collect();
         let scan_all = |ahead: &mut ReadAhead| -> Result<()> {
             let mut mine = RecoveryReport::default();
             loop {
                 let k = next.fetch_add(1, Relaxed);
                 let Some(&i) = replay.get(k) else { break };
                 let (s, _) = &used[i];
-                let mut scan = SegmentScanner::new(self.dev.as_ref(), &self.sb, self.seed, s.seg, s.alloc_seq as u32)
-                    .reading_ahead(ahead);
+                let mut scan =
+                    SegmentScanner::new(self.log.dev.as_ref(), &self.log.sb, self.log.seed, s.seg, s.alloc_seq as u32)
+                        .reading_ahead(ahead);
                 if !in_tail[i] {
                     // No write can be torn here: values need not be read.
                     scan = scan.skipping_values();
@@ -276,7 +248,7 @@ impl Core {
                     match scan.next_record()? {
                         Some(rec) => {
                             seg_max_seq = seg_max_seq.max(rec.hdr.seq);
-                            end = end.max(rec.grain + rec.hdr.grains(self.sb.grain_bytes));
+                            end = end.max(rec.grain + rec.hdr.grains(self.log.sb.grain_bytes));
                             if rec.intact {
                                 mine.records += 1;
                             } else if in_tail[i] {
@@ -294,7 +266,7 @@ impl Core {
                             }
                             let key = record::key_of(&rec.hdr, scan.bytes_at(rec.grain));
                             let h = key_hash(key);
-                            self.index.prefetch(h);
+                            self.keys.index.prefetch(h);
                             batch.push((rec, keys.len()..keys.len() + key.len(), h));
                             keys.extend_from_slice(key);
                             if batch.len() < SCAN_BATCH {
@@ -317,7 +289,7 @@ impl Core {
                 mine.bytes_read += scan.bytes_read;
                 mine.windows_read_ahead += scan.windows_read_ahead;
                 let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
-                sh.2 += self.sb.segment_bytes;
+                sh.2 += self.log.sb.segment_bytes;
                 if let Some(p) = &opts.progress {
                     (p.0)(sh.2, total_bytes);
                 }
@@ -337,7 +309,7 @@ impl Core {
         // Each scanner with a helper thread reading its next window.
         let work = || {
             std::thread::scope(|rs| {
-                let mut ahead = ReadAhead::start(rs, self.dev.as_ref());
+                let mut ahead = ReadAhead::start(rs, self.log.dev.as_ref());
                 scan_all(&mut ahead)
             })
         };
@@ -356,13 +328,12 @@ impl Core {
         report.add(&scanned);
         report.scan_millis = scan_started.elapsed().as_millis() as u64;
         self.space.install(&found, &ckpt_segs, max_alloc);
-        self.next_seq.store(max_seq_seen.load(Relaxed) + 1, Relaxed);
+        self.log.next_seq.store(max_seq_seen.load(Relaxed) + 1, Relaxed);
         self.resume_tails(&used, &replay, &ends, floor);
         if let Some(l) = loaded {
             let m = &l.manifest;
             report.clean_shutdown = m.clean && replay.is_empty();
-            let mut cur = self.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
-            *cur = Current { id: m.id, segs: ckpt_segs, next_seq: 0, next_alloc_seq: 0 };
+            ck.loaded(m.id, ckpt_segs);
         }
         report.millis = started.elapsed().as_millis() as u64;
         if report.torn_records > 0 {
@@ -384,8 +355,7 @@ impl Core {
         } else {
             tracing::debug!(checkpoint, clean, segments, records, keys, millis, mb_read, mb_per_s, "recovered index");
         }
-        *self.recovery.lock().unwrap_or_else(|e| e.into_inner()) = report;
-        Ok(())
+        Ok(report)
     }
 
     /// Put a checkpoint's items into the (empty) index: those whose segment
@@ -399,11 +369,11 @@ impl Core {
     ) -> Result<()> {
         let started = Instant::now();
         let m = &l.manifest;
-        let mut now = vec![0u64; self.sb.segment_count as usize];
+        let mut now = vec![0u64; self.log.sb.segment_count as usize];
         for (s, _) in used {
             now[s.seg as usize] = s.alloc_seq;
         }
-        let g = self.sb.grain_bytes;
+        let g = self.log.sb.grain_bytes;
         let kept = AtomicU64::new(0);
         let chunk = l.items.len().div_ceil(threads.max(1)).max(1);
         let results: Vec<Result<()>> = std::thread::scope(|sc| {
@@ -423,7 +393,7 @@ impl Core {
                             if e.is_free() || e.pba() > PBA_MAX {
                                 continue;
                             }
-                            let seg = self.sb.segment_of(e.pba());
+                            let seg = self.log.sb.segment_of(e.pba());
                             let Some(&a) = now.get(seg as usize) else { continue };
                             if a == 0 || a != m.seg_alloc[seg as usize] || a >= m.replay_from {
                                 continue;
@@ -447,7 +417,7 @@ impl Core {
                             }
                             n += 1;
                         }
-                        self.index.restore_batch(&keep).map_err(Error::IndexFull)?;
+                        self.keys.index.restore_batch(&keep).map_err(Error::IndexFull)?;
                         for (seg, bytes) in live {
                             self.space.add_live(seg, bytes);
                         }
@@ -498,7 +468,7 @@ impl Core {
             let Some(i) = (0..used.len()).rev().find(|&i| used[i].1.stream == stream) else { continue };
             let (s, _) = &used[i];
             let end = ends[i].load(Relaxed);
-            if !replay.contains(&i) || s.alloc_seq < floor || end == 0 || end >= self.sb.segment_grains() {
+            if !replay.contains(&i) || s.alloc_seq < floor || end == 0 || end >= self.log.sb.segment_grains() {
                 continue;
             }
             self.space.reopen(s.seg, stream, end);
@@ -510,9 +480,9 @@ impl Core {
     /// even once its segment is no longer among the newest.
     fn neutralise_torn(&self, seg: u32, grain: u64) -> Result<()> {
         let pba = self.space.pba(seg, grain);
-        let offset = pba * self.grain();
+        let offset = pba * self.log.grain();
         tracing::warn!(segment = seg, grain, offset, "torn record ignored and cleared");
-        let (_, r) = self.dev.write_at(AlignedBuf::zeroed(self.grain() as usize), offset);
+        let (_, r) = self.log.dev.write_at(AlignedBuf::zeroed(self.log.grain() as usize), offset);
         r.map_err(|source| Error::Io { op: "write clearing a torn record", offset, source })
     }
 
@@ -527,15 +497,15 @@ impl Core {
         added: &mut Added,
         stripes: &[Mutex<()>],
     ) -> Result<()> {
-        let g = self.sb.grain_bytes;
+        let g = self.log.sb.grain_bytes;
         let Applied { key, h, seg } = k;
         // Scanners run in parallel: the key's stripe keeps its versions in order.
         let _stripe =
-            stripes[crate::store::stripe_for(self.index.home(h), h)].lock().unwrap_or_else(|e| e.into_inner());
+            stripes[crate::keys::stripe_for(self.keys.index.home(h), h)].lock().unwrap_or_else(|e| e.into_inner());
         let pba = self.space.pba(seg, rec.grain);
         let grains = rec.hdr.grains(g);
         let kv_size = if rec.hdr.is_tombstone() { 0 } else { grains };
-        let cands = match self.index.insert_if_no_candidates(h, kv_size, pba).map_err(Error::IndexFull)? {
+        let cands = match self.keys.index.insert_if_no_candidates(h, kv_size, pba).map_err(Error::IndexFull)? {
             Some(c) => c,
             None => {
                 // A key not seen before (the usual case): indexed in one pass.
@@ -571,7 +541,7 @@ impl Core {
             if !ckey_match {
                 continue;
             }
-            let old_seg = self.sb.segment_of(e.pba());
+            let old_seg = self.log.sb.segment_of(e.pba());
             // Two copies of one record: a crash after GC copied it and before
             // it freed the victim. The copy (in the newer segment) is
             // indexed; the other stays on the device until its segment is
@@ -579,10 +549,10 @@ impl Core {
             let copy = rec.hdr.seq == chdr.seq && e.pba() != pba;
             let copy_here = copy && self.space.alloc_seq(seg) > self.space.alloc_seq(old_seg);
             if copy {
-                self.dropped.insert(if copy_here { old_seg } else { seg }, h);
+                self.keys.dropped.insert(if copy_here { old_seg } else { seg }, h);
             }
             if rec.hdr.seq > chdr.seq || copy_here {
-                let replaced = self.index.replace(h, e.pba(), kv_size, pba);
+                let replaced = self.keys.index.replace(h, e.pba(), kv_size, pba);
                 assert!(replaced, "entry vanished while its stripe was held");
                 hashes.insert(pba, h);
                 let old_bytes = chdr.grains(g) * g as u64;
@@ -599,7 +569,7 @@ impl Core {
             }
             return Ok(());
         }
-        self.index.insert(h, kv_size, pba).map_err(Error::IndexFull)?;
+        self.keys.index.insert(h, kv_size, pba).map_err(Error::IndexFull)?;
         hashes.insert(pba, h);
         added.new_key(grains * g as u64, rec.hdr.is_tombstone());
         Ok(())

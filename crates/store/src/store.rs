@@ -1,11 +1,14 @@
 //! The store handle and the engine state.
 //!
-//! [`Store`] owns the engine state ([`Core`], shared with the GC thread)
-//! and the background threads. `Core`'s methods are split by role: `open`
-//! creates and opens a store, `read` is the read path, `write` the write
-//! path; here are the state itself, the helpers both paths share (key
-//! checks, stripe locks, poisoning), the figures and `verify`, and the
-//! [`Store`] API over all of it.
+//! [`Store`] owns the engine state ([`Core`], shared with the background
+//! threads) and those threads. `Core` is the engine's shared parts (log,
+//! space, keys, counters; [`Parts`]) plus the write path's and the
+//! background work's own state; GC, checkpoints, recovery and `verify`
+//! are given the parts they work on, never `Core`. `Core`'s methods are
+//! split by role: `open` creates and opens a store, `read` is the read
+//! path, `write` the write path; here are the state itself, the key checks
+//! both paths share, the figures and `verify`, and the [`Store`] API over
+//! all of it.
 //!
 //! The paths are written once, as async functions: on a `granary-rt`
 //! executor with the io_uring backend their device operations go to the
@@ -19,37 +22,32 @@
 //! executor until the call completes.
 
 use crate::access::{Clock0, ItemAccess};
+use crate::checkpoint::Checkpoints;
+use crate::counters::Counters;
 use crate::error::{Error, Result};
-use crate::options::{Durability, ProgressHook};
-use crate::recover::RecoveryReport;
+use crate::gc::{Gc, GcCounters};
+use crate::keys::Keys;
+use crate::log::Log;
+use crate::options::ProgressHook;
+use crate::parts::Parts;
 use crate::space::Space;
-use crate::types::{Change, Cond, GcPause, Item, ItemMeta, PutMode, PutOutcome, Stats, RESERVED_KEY_PREFIX};
+use crate::types::{
+    Change, Cond, GcPause, Item, ItemMeta, PutMode, PutOutcome, RecoveryReport, Stats, RESERVED_KEY_PREFIX,
+};
 use crate::verify::VerifyReport;
 use crate::zerocopy::{PutBuf, ValueBuf};
 use granary_format::limits::*;
 use granary_format::record::RecordHeader;
 use granary_format::Superblock;
-use granary_index::{Entry, Index};
-use granary_io::{AlignedBuf, Device};
+use granary_index::Entry;
+use granary_io::AlignedBuf;
 use granary_rt::block_on;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 /// The reserved key holding the flush floor (see [`Store::flush_all`]).
 pub(crate) const FLUSH_FLOOR_KEY: &[u8] = b"\0granary.flush_floor";
-
-/// Number of key stripe locks serialising mutations of one key.
-pub(crate) const KEY_STRIPES: usize = 1024;
-
-/// The stripe of a key of hash `h` whose home slot is `home`: a function
-/// of its fingerprint (home slot and key tag) only, so that the keys a
-/// blind overwrite may displace share the writer's stripe
-/// ([`crate::links`]).
-pub(crate) fn stripe_for(home: usize, h: u64) -> usize {
-    let fp = granary_format::hash::fingerprint(home as u64, granary_format::hash::key_tag(h));
-    (fp.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - KEY_STRIPES.trailing_zeros())) as usize
-}
 
 /// The current version of a key found on the device.
 pub(crate) struct Found {
@@ -59,42 +57,6 @@ pub(crate) struct Found {
     /// The head through whose link the version was found: a blind
     /// overwrite of another key displaced it from the index.
     pub via: Option<u64>,
-}
-
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub keys: AtomicU64,
-    pub tombstones: AtomicU64,
-    pub user_bytes: AtomicU64,
-    pub gets: AtomicU64,
-    pub get_hits: AtomicU64,
-    /// PUTs that replaced their key's candidate without reading it.
-    pub blind: AtomicU64,
-    pub puts: AtomicU64,
-    pub deletes: AtomicU64,
-}
-
-impl Counters {
-    /// A key's current version went from one kind to another.
-    pub(crate) fn replaced(&self, was_tombstone: bool, is_tombstone: bool) {
-        match (was_tombstone, is_tombstone) {
-            (false, true) => {
-                self.keys.fetch_sub(1, Relaxed);
-                self.tombstones.fetch_add(1, Relaxed);
-            }
-            (true, false) => {
-                self.tombstones.fetch_sub(1, Relaxed);
-                self.keys.fetch_add(1, Relaxed);
-            }
-            _ => {}
-        }
-    }
-
-    /// A key got its first indexed version.
-    pub(crate) fn added(&self, is_tombstone: bool) {
-        let c = if is_tombstone { &self.tombstones } else { &self.keys };
-        c.fetch_add(1, Relaxed);
-    }
 }
 
 /// Tells the checkpoint thread to stop: a flag and its condvar.
@@ -108,47 +70,29 @@ pub struct Store {
     pub(crate) checkpoint_on_close: bool,
 }
 
-/// The engine state, shared by the store's users and its GC thread.
+/// The engine state, shared by the store's users and its background
+/// threads: the shared parts (log, space, keys, counters: what GC,
+/// checkpoints and recovery work on, see [`Parts`]) and the state of the
+/// write path and of the background work.
 pub(crate) struct Core {
-    pub(crate) dev: Arc<dyn Device>,
-    pub(crate) sb: Superblock,
-    pub(crate) seed: u32,
-    pub(crate) index: Index,
+    pub(crate) log: Log,
     pub(crate) space: Space,
-    pub(crate) next_seq: AtomicU64,
+    pub(crate) keys: Keys,
     pub(crate) counters: Counters,
     pub(crate) recovery: Mutex<RecoveryReport>,
-    pub(crate) durability: Durability,
-    pub(crate) stripes: Box<[async_lock::Mutex<()>]>,
-    pub(crate) poisoned: OnceLock<String>,
-    pub(crate) gc_counters: crate::gc::GcCounters,
+    pub(crate) gc_counters: GcCounters,
     /// Held by GC while it reclaims a segment and by `verify` throughout,
     /// so verify never sees records move under it.
     pub(crate) gc_lock: Mutex<()>,
-    /// Random id of this open session, written into checkpoints.
-    pub(crate) session: u64,
-    /// The checkpoint relied on now; held while one is written.
-    pub(crate) checkpoint: Mutex<crate::checkpoint::Current>,
-    pub(crate) checkpoint_counters: crate::checkpoint::CheckpointCounters,
+    pub(crate) checkpoints: Checkpoints,
     pub(crate) clock: crate::options::Clock,
     /// Cache mode (see [`OpenOptions::evict`](crate::OpenOptions::evict)).
     pub(crate) evict: bool,
     /// [`crate::Background::Manual`]: no GC thread; writers run GC
     /// themselves when they need room, and internal pools use one thread.
     pub(crate) manual: bool,
-    /// Values with a sequence number at or below this were flushed
-    /// ([`Store::flush_all`]): they read as absent and GC drops them.
-    pub(crate) flush_floor: AtomicU64,
     /// Serialises `flush_all`s, so the floor stored last is the highest.
     pub(crate) flush_lock: async_lock::Mutex<()>,
-    /// Keys whose value GC is dropping from a segment not yet free on the
-    /// device: a new value of such a key supersedes a version still on the
-    /// device, though none is indexed (see `gc::drop_value`).
-    pub(crate) dropped: crate::gc::DroppedKeys,
-    /// Entries displaced by blind overwrites, not yet verified.
-    pub(crate) links: crate::links::Links,
-    /// Changes to the segment a GC reads sparsely ([`crate::gc::SparseWatch`]).
-    pub(crate) sparse_watch: crate::gc::SparseWatch,
     /// Group commit of user writes
     /// ([`OpenOptions::coalesce_writes`](crate::OpenOptions::coalesce_writes)).
     pub(crate) coalesce: bool,
@@ -190,7 +134,7 @@ macro_rules! engine_calls {
 impl Core {
     /// Largest value this store accepts with a key of `key_len` bytes.
     pub fn value_bytes_max(&self, key_len: usize) -> u64 {
-        let record_max = (self.sb.segment_grains() - 1) * self.sb.grain_bytes as u64;
+        let record_max = (self.log.sb.segment_grains() - 1) * self.log.sb.grain_bytes as u64;
         (record_max - RECORD_HEADER_BYTES as u64 - key_len as u64).min(VALUE_BYTES_MAX)
     }
 
@@ -210,55 +154,32 @@ impl Core {
         Ok(())
     }
 
-    /// Whether a value with this header was hidden by expiry or a flush.
-    pub(crate) fn hidden(&self, hdr: &RecordHeader, now: u32) -> bool {
-        hdr.expired_at(now) || hdr.seq <= self.flush_floor.load(Relaxed)
+    /// The shared parts, for GC, checkpoints, recovery and link settling.
+    pub(crate) fn parts(&self) -> Parts<'_> {
+        Parts { log: &self.log, space: &self.space, keys: &self.keys, counters: &self.counters, manual: self.manual }
     }
 
-    pub(crate) fn check_writable(&self) -> Result<()> {
-        match self.poisoned.get() {
-            Some(cause) => Err(Error::Poisoned { cause: cause.clone() }),
-            None => Ok(()),
-        }
+    /// GC's handles.
+    pub(crate) fn collector(&self) -> Gc<'_> {
+        Gc { parts: self.parts(), stats: &self.gc_counters, lock: &self.gc_lock, clock: &self.clock, evict: self.evict }
     }
 
-    pub(crate) fn poison(&self, err: Error) -> Error {
-        let _ = self.poisoned.set(err.to_string());
-        tracing::error!(error = %err, "device failure: the store now refuses writes until reopened");
-        err
-    }
-
-    /// The stripe lock index of hash `h`: keys that are candidates of
-    /// each other (same home slot and key tag) share it.
-    pub(crate) fn stripe_of(&self, h: u64) -> usize {
-        stripe_for(self.index.home(h), h)
-    }
-
-    /// Take stripe `i`, blocking the thread (GC, off any executor).
-    pub(crate) fn lock_stripe(&self, i: usize) -> async_lock::MutexGuard<'_, ()> {
-        // Uncontended (the usual case): no event listener set up.
-        self.stripes[i].try_lock().unwrap_or_else(|| self.stripes[i].lock_blocking())
-    }
-
-    pub(crate) async fn stripe(&self, h: u64) -> async_lock::MutexGuard<'_, ()> {
-        self.stripes[self.stripe_of(h)].lock().await
-    }
-
-    pub(crate) fn grain(&self) -> u64 {
-        self.sb.grain_bytes as u64
+    /// Write a checkpoint of the index now (see [`Checkpoints::write`]).
+    pub(crate) fn write_checkpoint(&self, clean: bool) -> Result<crate::types::CheckpointStats> {
+        self.checkpoints.write(self.parts(), &self.clock, clean)
     }
 
     /// Figures of the store now.
     pub fn stats(&self) -> Stats {
         let (free, open, closed, index_segs) = self.space.counts();
-        let links = self.links.usage();
+        let links = self.keys.links.usage();
         let c = &self.counters;
         Stats {
-            device: self.dev.describe(),
-            device_bytes: self.sb.device_bytes,
-            grain_bytes: self.sb.grain_bytes,
-            segment_bytes: self.sb.segment_bytes,
-            segments: self.sb.segment_count,
+            device: self.log.dev.describe(),
+            device_bytes: self.log.sb.device_bytes,
+            grain_bytes: self.log.sb.grain_bytes,
+            segment_bytes: self.log.sb.segment_bytes,
+            segments: self.log.sb.segment_count,
             segments_free: free,
             segments_open: open,
             segments_closed: closed,
@@ -271,19 +192,16 @@ impl Core {
             get_hits: c.get_hits.load(Relaxed),
             puts: c.puts.load(Relaxed),
             deletes: c.deletes.load(Relaxed),
-            next_seq: self.next_seq.load(Relaxed),
-            io: self.dev.counters().snapshot(),
-            index: self.index.stats(),
+            next_seq: self.log.next_seq.load(Relaxed),
+            io: self.log.dev.counters().snapshot(),
+            index: self.keys.index.stats(),
             recovery: self.recovery.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             value_bytes_max: self.value_bytes_max(1),
             gc: self.gc_counters.snapshot(),
             segments_opened: self.space.horizon(),
             gc_watermarks: self.space.watermarks(),
-            checkpoints: {
-                let id = self.checkpoint.lock().unwrap_or_else(|e| e.into_inner()).id;
-                self.checkpoint_counters.snapshot(id)
-            },
-            session: self.session,
+            checkpoints: self.checkpoints.stats(),
+            session: self.checkpoints.session,
             write_groups: self.coalescer.groups.load(Relaxed),
             grouped_records: self.coalescer.records.load(Relaxed),
             blind_overwrites: c.blind.load(Relaxed),
@@ -296,7 +214,7 @@ impl Core {
     /// GC waits meanwhile.
     pub fn verify(&self, progress: Option<&crate::options::ProgressHook>) -> Result<VerifyReport> {
         let _no_gc = self.gc_lock.lock().unwrap_or_else(|e| e.into_inner());
-        crate::verify::verify(self, progress)
+        crate::verify::verify(self.parts(), progress)
     }
 }
 
@@ -386,7 +304,7 @@ engine_calls! {
     ) -> Result<(R, Option<u64>)> = update;
 
     /// Hide every value written so far, persistently (memcache
-    /// `flush_all`); see [`Core::flush_all`].
+    /// `flush_all`).
     fn flush_all / flush_all_async(&self) -> Result<u64> = flush_all;
 }
 
@@ -416,7 +334,7 @@ impl Store {
 
     /// The superblock (geometry and identity).
     pub fn superblock(&self) -> &Superblock {
-        &self.core.sb
+        &self.core.log.sb
     }
 
     /// Largest value this store accepts with a key of `key_len` bytes.
@@ -464,13 +382,13 @@ impl Store {
     /// one. For [`crate::Background::Manual`], where no GC thread runs (a
     /// simulation calls it at chosen points).
     pub fn gc_step(&self) -> bool {
-        crate::gc::poll(&self.core)
+        crate::gc::poll(self.core.collector())
     }
 
     /// Write an index checkpoint now (writers go on meanwhile). Recovery
     /// then loads it and replays only the log written since.
-    pub fn checkpoint(&self) -> Result<crate::checkpoint::CheckpointStats> {
-        crate::checkpoint::write(&self.core, false)
+    pub fn checkpoint(&self) -> Result<crate::types::CheckpointStats> {
+        self.core.write_checkpoint(false)
     }
 
     /// Stop GC, write a clean checkpoint (unless disabled in the open
@@ -482,12 +400,12 @@ impl Store {
         self.stop_gc();
         // A checkpoint that cannot be written (no free segment, IO error)
         // is logged by `write`; the next open replays more log instead.
-        let ckpt = if self.checkpoint_on_close && self.core.check_writable().is_ok() {
-            crate::checkpoint::write(&self.core, true).map(|_| ())
+        let ckpt = if self.checkpoint_on_close && self.core.log.check_writable().is_ok() {
+            self.core.write_checkpoint(true).map(|_| ())
         } else {
             Ok(())
         };
-        self.core.dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })?;
+        self.core.log.dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })?;
         match ckpt {
             Err(e @ Error::Io { .. }) => Err(e),
             _ => Ok(()),

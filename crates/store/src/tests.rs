@@ -138,7 +138,7 @@ fn regression_newer_record_wins_regardless_of_scan_order() {
     let (dev, s) = mem_store(16 << 20, 64 << 10, 512);
     s.put(b"k", b"old").unwrap();
     s.put(b"k", b"new").unwrap();
-    let new_seq = s.core.next_seq.load(std::sync::atomic::Ordering::Relaxed) - 1;
+    let new_seq = s.core.log.next_seq.load(std::sync::atomic::Ordering::Relaxed) - 1;
     roll_segment(&s);
     // An old version lands in a later segment with its old sequence number.
     append_raw(&s, b"k", b"old", new_seq - 1, false);
@@ -153,7 +153,7 @@ fn regression_newer_record_wins_regardless_of_scan_order() {
 fn regression_tombstone_beats_older_value_scanned_later() {
     let (dev, s) = mem_store(16 << 20, 64 << 10, 512);
     s.put(b"k", b"old").unwrap();
-    let old_seq = s.core.next_seq.load(std::sync::atomic::Ordering::Relaxed) - 1;
+    let old_seq = s.core.log.next_seq.load(std::sync::atomic::Ordering::Relaxed) - 1;
     assert!(s.delete(b"k").unwrap());
     roll_segment(&s);
     append_raw(&s, b"k", b"old", old_seq, false);
@@ -162,8 +162,8 @@ fn regression_tombstone_beats_older_value_scanned_later() {
 }
 
 fn flip_byte_of(dev: &TestDevice, s: &Store, key: &[u8], at: usize) {
-    let e = s.core.index.lookup(key_hash(key)).as_slice()[0];
-    let off = (e.pba() * s.core.grain()) as usize + at;
+    let e = s.core.keys.index.lookup(key_hash(key)).as_slice()[0];
+    let off = (e.pba() * s.core.log.grain()) as usize + at;
     dev.with_bytes_mut(|b| b[off] ^= 0x20);
 }
 
@@ -219,7 +219,7 @@ fn torn_tail_record_is_ignored_and_stays_ignored() {
 }
 
 fn pba_of_key(s: &Store, key: &[u8]) -> u64 {
-    s.core.index.lookup(key_hash(key)).as_slice()[0].pba()
+    s.core.keys.index.lookup(key_hash(key)).as_slice()[0].pba()
 }
 
 /// After a crash, writes resume in the tail of the segment that was open,
@@ -249,7 +249,7 @@ fn writes_resume_in_the_open_segments_tail_after_a_crash_but_not_after_a_clean_c
     let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
     assert!(s.stats().recovery.clean_shutdown);
     s.put(b"c", b"after a clean close").unwrap();
-    assert_ne!(segment_of_key(&s, b"c"), s.core.sb.segment_of(a), "wrote past a clean checkpoint's replay");
+    assert_ne!(segment_of_key(&s, b"c"), s.core.log.sb.segment_of(a), "wrote past a clean checkpoint's replay");
     let s = reopen(&dev, s);
     assert_eq!(s.get(b"b").unwrap(), Some(vec![2u8; 3000]));
     assert_eq!(s.get(b"c").unwrap().as_deref(), Some(&b"after a clean close"[..]));
@@ -360,10 +360,10 @@ fn sixteen_mib_value_round_trips_across_reopen() {
     let edge = |g: usize| g * 512 - 48 - 4;
     for (k, g) in [(b"e510", 510), (b"e511", 511), (b"e512", 512)] {
         s.put(k, &value[..edge(g)]).unwrap();
-        let e = s.core.index.lookup(key_hash(k)).as_slice()[0];
+        let e = s.core.keys.index.lookup(key_hash(k)).as_slice()[0];
         assert_eq!(e.kv_size(), (g as u32).min(granary_format::limits::KV_SIZE_GRAINS_MAX), "{g} grains");
     }
-    let e = s.core.index.lookup(key_hash(b"big")).as_slice()[0];
+    let e = s.core.keys.index.lookup(key_hash(b"big")).as_slice()[0];
     assert_eq!(e.kv_size(), granary_format::limits::KV_SIZE_GRAINS_MAX);
     assert_eq!(s.get(b"big").unwrap().as_deref(), Some(&value[..]));
     let s = reopen(&dev, s);
@@ -515,7 +515,7 @@ fn stats_count_user_and_device_bytes() {
     assert_eq!(st.io.written_bytes - before, 1024);
     assert_eq!(st.live_bytes, 512);
     assert!(st.write_amplification() > 1.0);
-    assert_eq!(s.core.dev.counters().snapshot().written_bytes, st.io.written_bytes);
+    assert_eq!(s.core.log.dev.counters().snapshot().written_bytes, st.io.written_bytes);
 }
 
 fn store_without_gc(segment: u64) -> (Arc<TestDevice>, Store) {
@@ -526,8 +526,8 @@ fn store_without_gc(segment: u64) -> (Arc<TestDevice>, Store) {
 }
 
 fn segment_of_key(s: &Store, key: &[u8]) -> u32 {
-    let e = s.core.index.lookup(key_hash(key)).as_slice()[0];
-    s.core.sb.segment_of(e.pba())
+    let e = s.core.keys.index.lookup(key_hash(key)).as_slice()[0];
+    s.core.log.sb.segment_of(e.pba())
 }
 
 /// A version older than the deleted one can sit in a third segment: v1 in
@@ -547,17 +547,17 @@ fn regression_tombstone_outlives_every_older_version() {
     let c = segment_of_key(&s, b"k");
     roll_segment(&s);
     assert!(a != b && b != c);
-    crate::gc::reclaim(&s.core, b, false).unwrap();
-    crate::gc::reclaim(&s.core, c, false).unwrap();
+    crate::gc::reclaim(s.core.collector(), b, false).unwrap();
+    crate::gc::reclaim(s.core.collector(), c, false).unwrap();
     assert_eq!(s.stats().gc.tombstones_dropped, 0, "v1 is still in segment {a}");
     assert_eq!(s.stats().tombstones, 1);
     let s = reopen(&dev, s);
     assert_eq!(s.get(b"k").unwrap(), None, "v1 resurrected");
     // Reclaim A and the segment the tombstone was moved to: now it may go.
-    crate::gc::reclaim(&s.core, a, false).unwrap();
+    crate::gc::reclaim(s.core.collector(), a, false).unwrap();
     let t = segment_of_key(&s, b"k");
     roll_segment(&s);
-    crate::gc::reclaim(&s.core, t, false).unwrap();
+    crate::gc::reclaim(s.core.collector(), t, false).unwrap();
     assert_eq!(s.stats().gc.tombstones_dropped, 1);
     assert_eq!(s.stats().tombstones, 0);
     let s = reopen(&dev, s);
@@ -574,7 +574,7 @@ fn gc_keeps_corruption_reported() {
     let seg = segment_of_key(&s, b"victim");
     roll_segment(&s);
     flip_byte_of(&dev, &s, b"victim", 48 + 6 + 3);
-    crate::gc::reclaim(&s.core, seg, false).unwrap();
+    crate::gc::reclaim(s.core.collector(), seg, false).unwrap();
     assert_ne!(segment_of_key(&s, b"victim"), seg);
     assert!(s.get(b"victim").unwrap_err().is_corruption());
     let s = reopen(&dev, s);
@@ -589,9 +589,9 @@ fn reads_survive_relocation_and_segment_reuse() {
     let (_dev, s) = store_without_gc(64 << 10);
     s.put(b"k", b"value").unwrap();
     let seg = segment_of_key(&s, b"k");
-    let stale = s.core.index.lookup(key_hash(b"k")).as_slice()[0];
+    let stale = s.core.keys.index.lookup(key_hash(b"k")).as_slice()[0];
     roll_segment(&s);
-    crate::gc::reclaim(&s.core, seg, false).unwrap();
+    crate::gc::reclaim(s.core.collector(), seg, false).unwrap();
     // Reuse every free segment, the reclaimed one included.
     let mut i = 0;
     while s.core.space.counts().0 > 0 {
@@ -601,6 +601,7 @@ fn reads_survive_relocation_and_segment_reuse() {
     // The stale entry now points into another record or a different stamp.
     assert!(s
         .core
+        .parts()
         .read_record(stale, true)
         .map(|(h, b)| granary_format::record::key_of(&h, &b) != b"k")
         .unwrap_or(true));
@@ -613,11 +614,11 @@ fn reads_survive_relocation_and_segment_reuse() {
 #[test]
 fn regression_gc_never_picks_a_segment_with_a_write_in_flight() {
     let (_dev, s) = store_without_gc(64 << 10);
-    let seq = s.core.next_seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let seq = s.core.log.next_seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let loc = s.core.write_record(crate::space::Purpose::Put, RecordHeader::value(1, 1, seq, 0), b"k", b"v").unwrap();
     // Overwrite the fillers, past GC's age limit: every closed segment but
     // the newest holds only garbage, the in-flight one being the oldest.
-    let age = crate::gc::age(s.core.sb.segment_count);
+    let age = crate::gc::age(s.core.log.sb.segment_count);
     for _ in 0..age + 4 {
         roll_segment(&s);
     }
@@ -1082,7 +1083,7 @@ fn a_blind_overwrite_of_a_colliding_key_loses_nothing() {
                 assert!(f.via.is_some(), "a was not found through the link");
                 roll_segment(&s);
                 let keys_before = s.stats().keys;
-                crate::gc::reclaim(&s.core, s.core.sb.segment_of(f.entry.pba()), false).unwrap();
+                crate::gc::reclaim(s.core.collector(), s.core.log.sb.segment_of(f.entry.pba()), false).unwrap();
                 assert_eq!(s.stats().unsettled_links, 0, "GC left the link of a record it moved");
                 assert_eq!(s.stats().keys, keys_before + 1, "GC did not count the displaced key again");
                 s
@@ -1143,11 +1144,11 @@ fn an_unreadable_displaced_record_reports_and_never_blocks_checkpoints() {
     let keys = colliding_keys(2);
     let (a, b) = (&keys[0][..], &keys[1][..]);
     s.put(a, b"a1").unwrap();
-    let a_pba = s.core.index.lookup(key_hash(a)).as_slice()[0].pba();
+    let a_pba = s.core.keys.index.lookup(key_hash(a)).as_slice()[0].pba();
     s.put(b, b"b1").unwrap();
     assert_eq!(s.stats().unsettled_links, 1);
     // Damage a's record header (its checksum no longer matches).
-    let off = (a_pba * s.core.grain()) as usize + 20;
+    let off = (a_pba * s.core.log.grain()) as usize + 20;
     dev.with_bytes_mut(|m| m[off] ^= 0x20);
     assert!(s.get(a).unwrap_err().is_corruption(), "a's damage was not reported");
     assert_eq!(s.get(b).unwrap().as_deref(), Some(&b"b1"[..]));
@@ -1183,7 +1184,7 @@ fn a_sparse_reclaim_and_a_scan_leave_the_same_store() {
         s.put(a, b"a1").unwrap();
         s.put(b"gone", b"x").unwrap();
         s.delete(b"gone").unwrap();
-        let v = s.core.sb.segment_of(s.core.index.lookup(key_hash(b"k0")).as_slice()[0].pba());
+        let v = s.core.log.sb.segment_of(s.core.keys.index.lookup(key_hash(b"k0")).as_slice()[0].pba());
         roll_segment(&s);
         for i in 3..30 {
             if i % 5 == 0 {
@@ -1196,11 +1197,11 @@ fn a_sparse_reclaim_and_a_scan_leave_the_same_store() {
                                   // The overwrites of 22 keys and b's each displaced a record of the victim.
         assert_eq!(s.stats().unsettled_links, 23);
         roll_segment(&s);
-        crate::gc::reclaim_with(&s.core, v, false, mode).unwrap();
+        crate::gc::reclaim_with(s.core.collector(), v, false, mode).unwrap();
         let st = s.stats();
         assert_eq!(st.gc.sparse_victims, u64::from(mode == ReadMode::Sparse), "{mode:?}");
         let lo = s.core.space.pba(v, 0);
-        let left = s.core.links.displacing_in(lo, lo + s.core.sb.segment_grains());
+        let left = s.core.keys.links.displacing_in(lo, lo + s.core.log.sb.segment_grains());
         assert!(left.is_empty(), "{mode:?}: links into the victim were not settled: {left:?}");
         let check = |s: &Store| {
             for i in 0..3 {
@@ -1237,7 +1238,7 @@ fn a_victim_touched_during_a_sparse_reclaim_is_scanned() {
     let open = blind_opts();
     let s = Arc::new(s);
     s.put(&a, b"a1").unwrap();
-    let v = s.core.sb.segment_of(s.core.index.lookup(key_hash(&a)).as_slice()[0].pba());
+    let v = s.core.log.sb.segment_of(s.core.keys.index.lookup(key_hash(&a)).as_slice()[0].pba());
     roll_segment(&s);
     for i in 0..200 {
         s.put(format!("filler-{i}").as_bytes(), b"dead").unwrap(); // the fillers of v die
@@ -1255,7 +1256,7 @@ fn a_victim_touched_during_a_sparse_reclaim_is_scanned() {
             .unwrap();
         })))
     });
-    crate::gc::reclaim_with(&s.core, v, false, crate::gc::ReadMode::Sparse).unwrap();
+    crate::gc::reclaim_with(s.core.collector(), v, false, crate::gc::ReadMode::Sparse).unwrap();
     assert_eq!(s.stats().gc.sparse_victims, 0, "the touched victim was not scanned after all");
     assert_eq!(s.stats().gc.sparse_fallbacks, 1);
     assert_eq!(s.stats().gc.victims, 1);

@@ -1,7 +1,7 @@
 //! The public value types of the store's API: what a write is given
 //! ([`ItemMeta`], [`PutMode`], [`Cond`], [`Change`]), what a read or a write
 //! returns ([`Item`], [`PutOutcome`]), the figures of an open store
-//! ([`Stats`]), the guard that pauses GC ([`GcPause`]) and the engine's
+//! ([`Stats`], with [`RecoveryReport`], [`GcStats`] and [`CheckpointStats`]), the guard that pauses GC ([`GcPause`]) and the engine's
 //! reserved key namespace ([`RESERVED_KEY_PREFIX`]).
 //!
 //! They hold values only: what the engine does with them is in `read` and
@@ -10,7 +10,6 @@
 //! [`RESERVED_KEY_PREFIX`] (every user call refuses them); an expired value
 //! counts as absent for every [`Cond`].
 
-use crate::recover::RecoveryReport;
 use granary_index::IndexStats;
 use granary_io::IoCountersSnapshot;
 use std::sync::MutexGuard;
@@ -153,13 +152,13 @@ pub struct Stats {
     pub index: IndexStats,
     pub recovery: RecoveryReport,
     pub value_bytes_max: u64,
-    pub gc: crate::gc::GcStats,
+    pub gc: GcStats,
     /// Segments opened for writing since the store was created (each wrote
     /// a header).
     pub segments_opened: u64,
     /// GC starts below `.0` free segments and stops at `.1`.
     pub gc_watermarks: (usize, usize),
-    pub checkpoints: crate::checkpoint::CheckpointStats,
+    pub checkpoints: CheckpointStats,
     /// Random id of this open session (written into its checkpoints).
     pub session: u64,
     /// Write coalescing: group writes issued, and the user records they
@@ -189,4 +188,96 @@ impl Stats {
 /// GC is paused while this lives (see [`Store::pause_gc`](crate::Store::pause_gc)).
 pub struct GcPause<'a> {
     pub(crate) _guard: MutexGuard<'a, ()>,
+}
+
+/// What the last open found and did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RecoveryReport {
+    pub segments_scanned: u64,
+    /// Records with valid checksums.
+    pub records: u64,
+    /// Records whose body failed its checksum outside the tail: indexed, reported on read.
+    pub damaged_records: u64,
+    /// Records whose body failed its checksum in the tail segments: ignored.
+    pub torn_records: u64,
+    /// Grains that held no record of the segment's current use.
+    pub skipped_grains: u64,
+    pub bytes_read: u64,
+    /// Scan windows that a read-ahead had already read.
+    pub windows_read_ahead: u64,
+    /// Whole open, and the log scan part of it.
+    pub millis: u64,
+    pub scan_millis: u64,
+    /// Threads that loaded and scanned.
+    pub threads: u64,
+    /// The checkpoint loaded (its id; 0: none, the whole log was scanned).
+    pub checkpoint_id: u64,
+    /// The session that wrote it.
+    pub checkpoint_session: u64,
+    /// Its entries put in the index, and those dropped as stale.
+    pub checkpoint_entries: u64,
+    pub checkpoint_dropped: u64,
+    pub checkpoint_bytes: u64,
+    pub checkpoint_millis: u64,
+    /// The checkpoint was written by a clean close and nothing was written
+    /// after it (checked, not assumed): no log was replayed.
+    pub clean_shutdown: bool,
+}
+
+impl RecoveryReport {
+    pub(crate) fn add(&mut self, o: &RecoveryReport) {
+        self.segments_scanned += o.segments_scanned;
+        self.records += o.records;
+        self.damaged_records += o.damaged_records;
+        self.torn_records += o.torn_records;
+        self.skipped_grains += o.skipped_grains;
+        self.bytes_read += o.bytes_read;
+        self.windows_read_ahead += o.windows_read_ahead;
+    }
+
+    /// Log scan rate in MB/s (0 when nothing was scanned).
+    pub fn scan_mb_per_s(&self) -> f64 {
+        if self.scan_millis == 0 {
+            return 0.0;
+        }
+        (self.bytes_read as f64 / 1e6) / (self.scan_millis as f64 / 1e3)
+    }
+}
+
+/// What GC has done since the store was opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcStats {
+    /// Segments reclaimed.
+    pub victims: u64,
+    pub records_relocated: u64,
+    pub bytes_relocated: u64,
+    pub tombstones_dropped: u64,
+    /// Times GC was asked for space and found no segment worth reclaiming.
+    pub nothing_to_reclaim: u64,
+    /// Expired values GC replaced with tombstones (store mode) or dropped
+    /// (cache mode).
+    pub expired: u64,
+    /// Cache mode: segments evicted whole, and the live values they held.
+    pub evicted_segments: u64,
+    pub evicted_values: u64,
+    /// Victims read sparsely (only the records the index or a link points
+    /// at) instead of scanned whole.
+    pub sparse_victims: u64,
+    /// Sparse reclaims that found something changed and scanned after all.
+    pub sparse_fallbacks: u64,
+}
+
+/// What checkpoints have done since the store was opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckpointStats {
+    /// Checkpoints written.
+    pub written: u64,
+    /// Checkpoints that could not be written (no free segment, IO error).
+    pub failed: u64,
+    /// Id (alloc_seq of its first segment) of the current checkpoint; 0 if none.
+    pub current_id: u64,
+    /// Entries and bytes of the last checkpoint written, and how long it took.
+    pub last_entries: u64,
+    pub last_bytes: u64,
+    pub last_millis: u64,
 }

@@ -10,7 +10,7 @@
 use crate::error::Result;
 use crate::log::{read_segment_headers, SegmentScanner};
 use crate::options::ProgressHook;
-use crate::store::Core;
+use crate::parts::Parts;
 use granary_format::hash::{key_hash, key_tag};
 use granary_format::record;
 use std::collections::HashMap;
@@ -50,19 +50,19 @@ impl VerifyReport {
 
 /// Check the store; `progress` is called with (steps done, steps) where a
 /// step is an index entry read or a segment scanned.
-pub(crate) fn verify(store: &Core, progress: Option<&ProgressHook>) -> Result<VerifyReport> {
+pub(crate) fn verify(p: Parts<'_>, progress: Option<&ProgressHook>) -> Result<VerifyReport> {
     let started = Instant::now();
     let mut r = VerifyReport::default();
-    let g = store.sb.grain_bytes;
+    let g = p.log.sb.grain_bytes;
 
     // Entries displaced by blind overwrites are settled first, so that the
     // index alone holds every live version.
-    for e in crate::links::resolve_all(store)?.unreadable {
+    for e in crate::settle::resolve_all(p)?.unreadable {
         r.error(format!("a record displaced by a blind overwrite cannot be read: {e}"));
     }
     let mut entries = Vec::new();
-    store.index.for_each(|home, e| entries.push((home, e)));
-    let segments = read_segment_headers(store.dev.as_ref(), &store.sb)?.kv;
+    p.keys.index.for_each(|home, e| entries.push((home, e)));
+    let segments = read_segment_headers(p.log.dev.as_ref(), &p.log.sb)?.kv;
     let steps = (entries.len() + segments.len()) as u64;
     let report = |done: u64| {
         if let Some(p) = progress {
@@ -75,13 +75,13 @@ pub(crate) fn verify(store: &Core, progress: Option<&ProgressHook>) -> Result<Ve
     let mut last_log = Instant::now();
     for (i, (home, e)) in entries.iter().enumerate() {
         r.entries_checked += 1;
-        match store.read_record(*e, true) {
+        match p.read_record(*e, true) {
             Ok((hdr, buf)) => {
                 let h = key_hash(record::key_of(&hdr, &buf));
-                if store.index.home(h) != *home || key_tag(h) != e.key_tag() {
+                if p.keys.index.home(h) != *home || key_tag(h) != e.key_tag() {
                     r.error(format!("index entry {e:?} sits at home {home} but its key hashes elsewhere"));
                 }
-                if hdr.seq >= store.next_seq.load(Relaxed) {
+                if hdr.seq >= p.log.next_seq.load(Relaxed) {
                     r.error(format!("record at grain {} has sequence number {} beyond the store's", e.pba(), hdr.seq));
                 }
                 if hdr.is_tombstone() {
@@ -89,7 +89,7 @@ pub(crate) fn verify(store: &Core, progress: Option<&ProgressHook>) -> Result<Ve
                 } else {
                     r.values += 1;
                 }
-                *live.entry(store.sb.segment_of(e.pba())).or_default() += hdr.grains(g) * g as u64;
+                *live.entry(p.log.sb.segment_of(e.pba())).or_default() += hdr.grains(g) * g as u64;
             }
             Err(err) => r.error(format!("index entry {e:?}: {err}")),
         }
@@ -103,16 +103,16 @@ pub(crate) fn verify(store: &Core, progress: Option<&ProgressHook>) -> Result<Ve
     }
     report(entries.len() as u64);
     if r.error_count == 0 {
-        let (keys, tombs) = (store.counters.keys.load(Relaxed), store.counters.tombstones.load(Relaxed));
+        let (keys, tombs) = (p.counters.keys.load(Relaxed), p.counters.tombstones.load(Relaxed));
         if (keys, tombs) != (r.values, r.tombstones) {
             r.error(format!(
                 "counters say {keys} keys and {tombs} tombstones; the index holds {} and {}",
                 r.values, r.tombstones
             ));
         }
-        for seg in store.space.used_segments() {
+        for seg in p.space.used_segments() {
             let want = live.get(&seg).copied().unwrap_or(0);
-            let have = store.space.live_of(seg);
+            let have = p.space.live_of(seg);
             if want != have {
                 r.error(format!("segment {seg}: live bytes accounted {have}, index says {want}"));
             }
@@ -120,7 +120,7 @@ pub(crate) fn verify(store: &Core, progress: Option<&ProgressHook>) -> Result<Ve
     }
 
     for (i, (s, _)) in segments.into_iter().enumerate() {
-        let mut scan = SegmentScanner::new(store.dev.as_ref(), &store.sb, store.seed, s.seg, s.alloc_seq as u32);
+        let mut scan = SegmentScanner::new(p.log.dev.as_ref(), &p.log.sb, p.log.seed, s.seg, s.alloc_seq as u32);
         while let Some(rec) = scan.next_record()? {
             r.records_scanned += 1;
             if !rec.intact || rec.hdr.damaged_copy {

@@ -16,6 +16,7 @@
 //! links the entry it displaces ([`crate::links`]).
 
 use crate::access::Policy;
+use crate::coalesce::Payload;
 use crate::error::{Error, Result};
 use crate::options::Durability;
 use crate::space::{Loc, Purpose};
@@ -77,31 +78,6 @@ async fn join2<A: std::future::Future, B: std::future::Future>(a: A, b: B) -> (A
 
 /// The access policy of tombstones and of internal writes.
 const FRESH: Policy = Policy::Fresh;
-
-/// The value of a record to write: borrowed bytes, encoded (copied) into
-/// the write buffer; or a record already built in place in an aligned
-/// buffer ([`crate::PutBuf`]), written as it is. The buffer is taken only
-/// while the write runs and given back, so a retry can use it again.
-pub(crate) enum Payload<'a> {
-    Slice(&'a [u8]),
-    Owned { buf: &'a mut Option<AlignedBuf>, value_len: u64 },
-}
-
-impl Payload<'_> {
-    pub fn value_len(&self) -> u64 {
-        match self {
-            Payload::Slice(v) => v.len() as u64,
-            Payload::Owned { value_len, .. } => *value_len,
-        }
-    }
-    pub fn reborrow(&mut self) -> Payload<'_> {
-        match self {
-            Payload::Slice(v) => Payload::Slice(v),
-            Payload::Owned { buf, value_len } => Payload::Owned { buf, value_len: *value_len },
-        }
-    }
-}
-
 impl Core {
     /// Wait (with no key stripe held) until a write of `grains` is likely
     /// to find room: GC's thread makes it, or, with
@@ -115,11 +91,11 @@ impl Core {
             if let Some(r) = self.space.room_now(purpose, grains, &mut asked) {
                 return r;
             }
-            if !crate::gc::poll(self) {
+            if !crate::gc::poll(self.collector()) {
                 // Asked, and GC has nothing to do: no room will come.
                 return self.space.room_now(purpose, grains, &mut asked).unwrap_or(Err(Error::NoSpace {
-                    needed_bytes: grains * self.sb.grain_bytes as u64,
-                    segments: self.sb.segment_count,
+                    needed_bytes: grains * self.log.sb.grain_bytes as u64,
+                    segments: self.log.sb.segment_count,
                 }));
             }
         }
@@ -130,12 +106,12 @@ impl Core {
     /// key, so it holds across restarts. Returns the floor.
     pub async fn flush_all(&self) -> Result<u64> {
         let _one_at_a_time = self.flush_lock.lock().await;
-        let floor = self.next_seq.fetch_add(1, Relaxed);
+        let floor = self.log.next_seq.fetch_add(1, Relaxed);
         // Stored first, then applied: until the new floor record is on the
         // device, the old one must not read as flushed (GC would drop it).
         let v = Version { meta: ItemMeta::default(), cas: None, policy: FRESH };
         self.write_item(FLUSH_FLOOR_KEY, Payload::Slice(&floor.to_le_bytes()), v, Cond::Always).await?;
-        self.flush_floor.fetch_max(floor, Relaxed);
+        self.log.flush_floor.fetch_max(floor, Relaxed);
         Ok(floor)
     }
 
@@ -147,8 +123,8 @@ impl Core {
         if value_len as u64 > max {
             return Err(Error::ValueTooLarge { len: value_len as u64, max });
         }
-        let grains = grains_for(record_bytes(key.len(), value_len as u64), self.sb.grain_bytes);
-        let mut buf = AlignedBuf::zeroed((grains * self.grain()) as usize);
+        let grains = grains_for(record_bytes(key.len(), value_len as u64), self.log.sb.grain_bytes);
+        let mut buf = AlignedBuf::zeroed((grains * self.log.grain()) as usize);
         buf[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + key.len()].copy_from_slice(key);
         Ok(PutBuf::new(buf, key.len(), value_len))
     }
@@ -171,7 +147,7 @@ impl Core {
         if len > max {
             return Err(Error::ValueTooLarge { len: value_len, max });
         }
-        Ok(grains_for(record_bytes(key.len(), len), self.sb.grain_bytes))
+        Ok(grains_for(record_bytes(key.len(), len), self.log.sb.grain_bytes))
     }
 
     /// PUT with a mode; returns whether it stored.
@@ -235,14 +211,14 @@ impl Core {
         let grains = self.value_grains(key, value.value_len(), v.cas)?;
         let h = key_hash(key);
         loop {
-            self.check_writable()?;
-            self.await_room(Purpose::Put, grains).await.map_err(|e| self.check_writable().err().unwrap_or(e))?;
-            let _stripe = self.stripe(h).await;
+            self.log.check_writable()?;
+            self.await_room(Purpose::Put, grains).await.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
+            let _stripe = self.keys.stripe(h).await;
             let prior = if cond == Cond::Always {
                 // An unconditional PUT needs the current version only to
                 // replace its entry: it is read while the new one is
                 // written, if the index has a candidate for it at all.
-                match self.index.lookup(h).as_slice() {
+                match self.keys.index.lookup(h).as_slice() {
                     [] => Prior::Known(None),
                     &[e] if self.blind_ok(e, key) => Prior::Blind(e),
                     _ => Prior::Unread,
@@ -272,7 +248,7 @@ impl Core {
     /// (stored in the record before the value), else its sequence number.
     async fn write_value(&self, key: &[u8], h: u64, value: Payload<'_>, prior: Prior, v: Version) -> Result<u64> {
         let Version { meta, cas, policy } = v;
-        let seq = self.next_seq.fetch_add(1, Relaxed);
+        let seq = self.log.next_seq.fetch_add(1, Relaxed);
         let value_len = value.value_len();
         let with_cas;
         let (payload, hdr) = match (cas, value) {
@@ -286,7 +262,7 @@ impl Core {
         };
         // An unread prior counts as present: a candidate is the key but for
         // a rare fingerprint collision, and the flag is then only cautious.
-        let supersedes = !matches!(prior, Prior::Known(None)) || self.dropped.contains(h);
+        let supersedes = !matches!(prior, Prior::Known(None)) || self.keys.dropped.contains(h);
         let hdr = hdr.with_meta(meta.flags, meta.expires).with_stale(meta.stale).with_supersedes(supersedes);
         let write = self.write_record_async(Purpose::Put, hdr, key, payload);
         let (loc, existing) = match prior {
@@ -324,7 +300,7 @@ impl Core {
     /// Write a tombstone for `key` (under its stripe) replacing `existing`
     /// (None: the key has no indexed version, but one is still on the device).
     async fn write_tombstone(&self, key: &[u8], h: u64, existing: Option<Found>) -> Result<()> {
-        let seq = self.next_seq.fetch_add(1, Relaxed);
+        let seq = self.log.next_seq.fetch_add(1, Relaxed);
         // Under the stripe no relocation of this key can run, so every
         // older version of it lies in a segment at or below the horizon.
         let hdr = RecordHeader::tombstone(key.len(), seq, 0, self.space.horizon());
@@ -351,9 +327,9 @@ impl Core {
         let h = key_hash(key);
         let mut need = 1;
         loop {
-            self.check_writable()?;
-            self.await_room(Purpose::Put, need).await.map_err(|e| self.check_writable().err().unwrap_or(e))?;
-            let _stripe = self.stripe(h).await;
+            self.log.check_writable()?;
+            self.await_room(Purpose::Put, need).await.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
+            let _stripe = self.keys.stripe(h).await;
             let existing = self.find(key, h, true, true).await?;
             let item = existing.as_ref().filter(|x| self.is_live(x, self.clock.now())).map(Self::item_of);
             let (change, r) = f(item.as_ref());
@@ -383,7 +359,7 @@ impl Core {
                 }
                 Change::Delete => match existing {
                     Some(x) if !x.hdr.is_tombstone() => {
-                        need = grains_for(record_bytes(key.len(), 0), self.sb.grain_bytes);
+                        need = grains_for(record_bytes(key.len(), 0), self.log.sb.grain_bytes);
                         self.write_tombstone(key, h, Some(x)).await.map(|()| None)
                     }
                     _ => return Ok((r, None)),
@@ -402,11 +378,11 @@ impl Core {
     pub async fn delete(&self, key: &[u8]) -> Result<bool> {
         Self::check_user_key(key)?;
         let h = key_hash(key);
-        let grains = grains_for(record_bytes(key.len(), 0), self.sb.grain_bytes);
+        let grains = grains_for(record_bytes(key.len(), 0), self.log.sb.grain_bytes);
         loop {
-            self.check_writable()?;
-            self.await_room(Purpose::Delete, grains).await.map_err(|e| self.check_writable().err().unwrap_or(e))?;
-            let _stripe = self.stripe(h).await;
+            self.log.check_writable()?;
+            self.await_room(Purpose::Delete, grains).await.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
+            let _stripe = self.keys.stripe(h).await;
             let (existing, live) = match self.find(key, h, false, false).await? {
                 Some(f) if f.hdr.is_tombstone() => return Ok(false),
                 Some(f) => {
@@ -416,7 +392,7 @@ impl Core {
                 // GC is dropping the key's value from a segment not yet
                 // free on the device: without a tombstone that value would
                 // come back after a crash.
-                None if self.dropped.contains(h) => (None, false),
+                None if self.keys.dropped.contains(h) => (None, false),
                 None => return Ok(false),
             };
             match self.write_tombstone(key, h, existing).await {
@@ -433,7 +409,7 @@ impl Core {
         block_on(self.write_record_async(purpose, hdr, key, Payload::Slice(value)))
     }
 
-    /// [`Core::write_record`], asynchronously.
+    /// `Core::write_record`, asynchronously.
     pub(crate) async fn write_record_async(
         &self,
         purpose: Purpose,
@@ -442,49 +418,49 @@ impl Core {
         value: Payload<'_>,
     ) -> Result<Loc> {
         if self.coalesce && matches!(purpose, Purpose::Put | Purpose::Delete) {
-            let next_seq = self.next_seq.load(Relaxed);
-            let (dev, g) = (self.dev.as_ref(), self.grain());
+            let next_seq = self.log.next_seq.load(Relaxed);
+            let (dev, g) = (self.log.dev.as_ref(), self.log.grain());
             let r = self
                 .coalescer
-                .write(&self.space, dev, self.durability, purpose, self.seed, g, next_seq, hdr, key, value)
+                .write(&self.space, dev, self.log.durability, purpose, self.log.seed, g, next_seq, hdr, key, value)
                 .await;
             return r.map_err(|e| match e {
-                Error::Io { .. } => self.poison(e),
+                Error::Io { .. } => self.log.poison(e),
                 e => e,
             });
         }
-        let grains = hdr.grains(self.sb.grain_bytes);
-        let loc = self.space.alloc(purpose, grains, self.next_seq.load(Relaxed)).map_err(|e| match e {
-            Error::Io { .. } => self.poison(e),
+        let grains = hdr.grains(self.log.sb.grain_bytes);
+        let loc = self.space.alloc(purpose, grains, self.log.next_seq.load(Relaxed)).map_err(|e| match e {
+            Error::Io { .. } => self.log.poison(e),
             e => e,
         })?;
         hdr.seg_stamp = loc.stamp;
         let (buf, owned) = match value {
             Payload::Slice(value) => {
-                let mut buf = AlignedBuf::zeroed((grains * self.grain()) as usize);
-                hdr.encode(self.seed, key, value, &mut buf);
+                let mut buf = AlignedBuf::zeroed((grains * self.log.grain()) as usize);
+                hdr.encode(self.log.seed, key, value, &mut buf);
                 (buf, None)
             }
             Payload::Owned { buf, .. } => {
                 let mut b = buf.take().expect("a record buffer");
-                hdr.encode_in_place(self.seed, &mut b);
+                hdr.encode_in_place(self.log.seed, &mut b);
                 (b, Some(buf))
             }
         };
-        let offset = loc.pba * self.grain();
-        let (buf, r) = self.dev.write_at_async(buf, offset).await;
+        let offset = loc.pba * self.log.grain();
+        let (buf, r) = self.log.dev.write_at_async(buf, offset).await;
         if let Some(slot) = owned {
             *slot = Some(buf);
         }
         let written = r.map_err(|source| Error::Io { op: "write", offset, source }).and_then(|()| {
-            if self.durability == Durability::Flush {
-                self.dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
+            if self.log.durability == Durability::Flush {
+                self.log.dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
             }
             Ok(())
         });
         if let Err(e) = written {
             self.space.done(loc.seg);
-            return Err(self.poison(e));
+            return Err(self.log.poison(e));
         }
         Ok(loc)
     }
@@ -501,15 +477,15 @@ impl Core {
         policy: Policy,
     ) -> Result<()> {
         let kv_size = if tombstone { 0 } else { loc.grains };
-        let g = self.grain();
+        let g = self.log.grain();
         let (c, now) = (self.access_clock, self.clock.now());
         loop {
             if let Some(head) = existing.as_ref().and_then(|f| f.via) {
                 // Found through a blind overwrite's link: back in the index
                 // first, then replaced as usual.
                 let pba = existing.as_ref().map(|f| f.entry.pba());
-                if let Some(link) = self.links.of_head(head).filter(|l| Some(l.old.pba()) == pba) {
-                    crate::links::settle(self, head, &link, key, h)?;
+                if let Some(link) = self.keys.links.of_head(head).filter(|l| Some(l.old.pba()) == pba) {
+                    crate::settle::settle(self.parts(), head, &link, key, h)?;
                 }
                 if let Some(f) = existing.as_mut() {
                     f.via = None;
@@ -518,9 +494,11 @@ impl Core {
             match &existing {
                 Some(f) => {
                     let from = f.entry.pba();
-                    let replace = || self.index.replace_with(h, from, kv_size, loc.pba, |w| c.apply(policy, w, now));
-                    if crate::links::carry(self, from, loc.pba, replace) {
-                        self.space.sub_live(self.sb.segment_of(f.entry.pba()), f.hdr.grains(self.sb.grain_bytes) * g);
+                    let replace =
+                        || self.keys.index.replace_with(h, from, kv_size, loc.pba, |w| c.apply(policy, w, now));
+                    if crate::settle::carry(self.parts(), from, loc.pba, replace) {
+                        self.space
+                            .sub_live(self.log.sb.segment_of(f.entry.pba()), f.hdr.grains(self.log.sb.grain_bytes) * g);
                         self.counters.replaced(f.hdr.is_tombstone(), tombstone);
                         break;
                     }
@@ -529,10 +507,10 @@ impl Core {
                     existing = self.find(key, h, false, false).await?;
                 }
                 None => {
-                    if let Err(e) = self.index.insert_with(h, kv_size, loc.pba, c.apply(policy, 0, now)) {
+                    if let Err(e) = self.keys.index.insert_with(h, kv_size, loc.pba, c.apply(policy, 0, now)) {
                         // The record is on the device but cannot be indexed;
                         // refuse further writes rather than diverge from the log.
-                        return Err(self.poison(Error::IndexFull(e)));
+                        return Err(self.log.poison(Error::IndexFull(e)));
                     }
                     self.counters.added(tombstone);
                     break;
@@ -548,37 +526,37 @@ impl Core {
     /// known size, either the head of a link of this very key (then known
     /// to be its current version) or unlinked with room for a new link.
     fn blind_ok(&self, e: Entry, key: &[u8]) -> bool {
-        if !self.links.enabled() || e.is_tombstone() || e.kv_size() == KV_SIZE_GRAINS_MAX {
+        if !self.keys.links.enabled() || e.is_tombstone() || e.kv_size() == KV_SIZE_GRAINS_MAX {
             return false;
         }
-        match self.links.of_head(e.pba()) {
+        match self.keys.links.of_head(e.pba()) {
             Some(l) => *l.key == *key,
-            None => self.links.has_room(key.len()),
+            None => self.keys.links.has_room(key.len()),
         }
     }
 
     /// Point the index at a record just written over `e` without reading
     /// it, linking the two (under the key's stripe: `e` cannot change).
     async fn commit_blind(&self, key: &[u8], h: u64, e: Entry, loc: Loc, policy: Policy) -> Result<()> {
-        let g = self.grain();
+        let g = self.log.grain();
         let (c, now) = (self.access_clock, self.clock.now());
-        let replace = || self.index.replace_with(h, e.pba(), loc.grains, loc.pba, |w| c.apply(policy, w, now));
-        let replaced = if self.links.of_head(e.pba()).is_some() {
+        let replace = || self.keys.index.replace_with(h, e.pba(), loc.grains, loc.pba, |w| c.apply(policy, w, now));
+        let replaced = if self.keys.links.of_head(e.pba()).is_some() {
             // The head of this key's own link (`blind_ok`): `e` is this
             // key's version, and the link moves on to the new head.
-            crate::links::carry(self, e.pba(), loc.pba, replace)
+            crate::settle::carry(self.parts(), e.pba(), loc.pba, replace)
         } else {
             let link = crate::links::Link { old: e, key: key.into(), aux: Default::default() };
-            self.links.insert(loc.pba, std::sync::Arc::new(link));
+            self.keys.links.insert(loc.pba, std::sync::Arc::new(link));
             let mut old_aux = 0;
-            let done = self.index.replace_with(h, e.pba(), loc.grains, loc.pba, |w| {
+            let done = self.keys.index.replace_with(h, e.pba(), loc.grains, loc.pba, |w| {
                 old_aux = w;
                 c.apply(policy, w, now)
             });
             if done {
-                self.links.set_aux(loc.pba, old_aux);
+                self.keys.links.set_aux(loc.pba, old_aux);
             } else {
-                self.links.remove(loc.pba);
+                self.keys.links.remove(loc.pba);
             }
             done
         };
@@ -587,7 +565,7 @@ impl Core {
             let existing = self.find(key, h, false, false).await?;
             return self.commit(key, h, existing, loc, false, policy).await;
         }
-        self.space.sub_live(self.sb.segment_of(e.pba()), e.kv_size() as u64 * g);
+        self.space.sub_live(self.log.sb.segment_of(e.pba()), e.kv_size() as u64 * g);
         self.space.add_live(loc.seg, loc.grains * g);
         self.counters.blind.fetch_add(1, Relaxed);
         Ok(())

@@ -1,0 +1,213 @@
+//! The engine's state about keys, all in DRAM: the index, the stripe locks
+//! that serialise changes of one key, the links of blind overwrites
+//! ([`crate::links`]), the keys with versions on the device the index does
+//! not point at ([`DroppedKeys`]) and the watch a sparse GC read keeps on
+//! its victim ([`SparseWatch`]).
+//!
+//! Invariants: every change of a key's index entries, links or dropped
+//! versions is made under the key's stripe, and keys that can be
+//! candidates of each other (same home slot and key tag) share a stripe
+//! ([`stripe_for`]), so a writer holds the stripe of every key a link it
+//! makes or settles concerns. Readers take no stripe.
+
+use granary_index::Index;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Number of key stripe locks serialising mutations of one key.
+pub(crate) const KEY_STRIPES: usize = 1024;
+
+/// The stripe of a key of hash `h` whose home slot is `home`: a function
+/// of its fingerprint (home slot and key tag) only, so that the keys a
+/// blind overwrite may displace share the writer's stripe
+/// ([`crate::links`]).
+pub(crate) fn stripe_for(home: usize, h: u64) -> usize {
+    let fp = granary_format::hash::fingerprint(home as u64, granary_format::hash::key_tag(h));
+    (fp.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - KEY_STRIPES.trailing_zeros())) as usize
+}
+
+/// The key-side state of an open store.
+pub(crate) struct Keys {
+    pub index: Index,
+    stripes: Box<[async_lock::Mutex<()>]>,
+    /// Entries displaced by blind overwrites, not yet settled.
+    pub links: crate::links::Links,
+    /// Keys whose value GC is dropping from a segment not yet free on the
+    /// device: a new value of such a key supersedes a version still on the
+    /// device, though none is indexed.
+    pub dropped: DroppedKeys,
+    /// Changes to the segment a GC reads sparsely.
+    pub watch: SparseWatch,
+}
+
+impl Keys {
+    pub(crate) fn new(index: Index, links: crate::links::Links) -> Keys {
+        Keys {
+            index,
+            stripes: (0..KEY_STRIPES).map(|_| async_lock::Mutex::new(())).collect(),
+            links,
+            dropped: DroppedKeys::default(),
+            watch: SparseWatch::new(),
+        }
+    }
+
+    /// The stripe lock index of hash `h`: keys that are candidates of
+    /// each other (same home slot and key tag) share it.
+    pub(crate) fn stripe_of(&self, h: u64) -> usize {
+        stripe_for(self.index.home(h), h)
+    }
+
+    /// Take stripe `i`, blocking the thread (GC, off any executor).
+    pub(crate) fn lock_stripe(&self, i: usize) -> async_lock::MutexGuard<'_, ()> {
+        // Uncontended (the usual case): no event listener set up.
+        self.stripes[i].try_lock().unwrap_or_else(|| self.stripes[i].lock_blocking())
+    }
+
+    /// Take the stripe of hash `h`, blocking the thread (off any executor).
+    pub(crate) fn lock_key(&self, h: u64) -> async_lock::MutexGuard<'_, ()> {
+        self.lock_stripe(self.stripe_of(h))
+    }
+
+    /// Take the stripe of hash `h`, yielding the executor while it waits.
+    pub(crate) async fn stripe(&self, h: u64) -> async_lock::MutexGuard<'_, ()> {
+        self.stripes[self.stripe_of(h)].lock().await
+    }
+}
+
+/// Hashes of keys that have a version in a segment which the index no
+/// longer points at, per segment, until that segment is free on the
+/// device: values GC dropped from a victim (see `gc::drop_value`), values it
+/// copied out of a victim (the original stays beside the copy, with the
+/// same sequence number, until the victim is freed), and copies of one
+/// record that recovery found twice (a crash between a copy and the
+/// victim's free). Such a version could come back after a crash, so a new
+/// value of the key carries the supersedes flag and a delete writes a
+/// tombstone even when the index holds nothing for the key; and index
+/// checkpoints replay these segments (`checkpoint::write`), so the next
+/// recovery finds the versions again. A victim whose reclaim failed (no
+/// room to relocate, an IO error) keeps its entries until a later reclaim
+/// frees it. Writers check it on every write, so the empty case is one
+/// atomic load.
+#[derive(Default)]
+pub(crate) struct DroppedKeys {
+    sets: std::sync::Mutex<std::collections::HashMap<u32, std::collections::HashSet<u64>>>,
+    len: std::sync::atomic::AtomicUsize,
+}
+
+impl DroppedKeys {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u32, std::collections::HashSet<u64>>> {
+        self.sets.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Record that segment `v` holds a version of the key of hash `h`
+    /// which the index does not point at; the caller holds its key's
+    /// stripe (or, in recovery, nothing else runs).
+    pub(crate) fn insert(&self, v: u32, h: u64) {
+        self.insert_all(v, [h]);
+    }
+
+    pub(crate) fn insert_all(&self, v: u32, hs: impl IntoIterator<Item = u64>) {
+        let mut s = self.lock();
+        s.entry(v).or_default().extend(hs);
+        self.len.store(s.values().map(|x| x.len()).sum(), Relaxed);
+    }
+
+    /// The segments listed.
+    pub(crate) fn segments(&self) -> Vec<u32> {
+        self.lock().keys().copied().collect()
+    }
+
+    /// Whether `h` was dropped from a victim not yet free; the caller holds
+    /// its key's stripe, which orders this after the insert made under it.
+    pub(crate) fn contains(&self, h: u64) -> bool {
+        self.len.load(Relaxed) != 0 && self.lock().values().any(|x| x.contains(&h))
+    }
+
+    /// Victim `v` is free on the device: its dropped values are gone.
+    pub(crate) fn freed(&self, v: u32) {
+        let mut s = self.lock();
+        s.remove(&v);
+        self.len.store(s.values().map(|x| x.len()).sum(), Relaxed);
+    }
+
+    /// Hashes held, for tests.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Relaxed)
+    }
+}
+
+/// Tells a sparse reclaim whether a record of its victim was put back in
+/// the index (a link settled: the displaced record was another key's)
+/// while it read. Without that, a record's entry only ever leaves the
+/// index, and a record the reads miss is garbage: not seen by the walk
+/// means absent at some point of it, so absent ever after; linked at the
+/// end means displaced while indexed, so linked at the first look at the
+/// links (displaced before it), at the second (displaced during the walk),
+/// or indexed throughout the walk (displaced after it). A record put back
+/// breaks that (displaced during the walk, put back, displaced again
+/// between the final look's two reads): the victim falls back to a scan.
+///
+/// The two sides order themselves like Dekker's: the reclaim publishes its
+/// victim, then (a full fence) reads the links and the index; a settle
+/// changes the index, then (a full fence) reads the victim, and if it is
+/// its record's segment, marks the watch touched, then (a release fence)
+/// changes the segment's live bytes. So either the reclaim's reads see the
+/// change, or the settle marks the watch; and a reclaim whose final read of
+/// the live bytes sees the settle's change (then an acquire fence) sees the
+/// mark. A settle still running at the end holds a stripe, which the
+/// reclaim waits for before its final look.
+#[derive(Default)]
+pub(crate) struct SparseWatch {
+    /// The victim being read sparsely, or `u64::MAX`.
+    victim: AtomicU64,
+    touched: std::sync::atomic::AtomicBool,
+}
+
+impl SparseWatch {
+    pub(crate) fn new() -> SparseWatch {
+        SparseWatch { victim: AtomicU64::new(u64::MAX), touched: Default::default() }
+    }
+
+    pub(crate) fn start(&self, v: u32) -> WatchGuard<'_> {
+        use std::sync::atomic::{fence, Ordering::SeqCst};
+        SPARSE_READER.with(|r| r.set(true));
+        self.touched.store(false, SeqCst);
+        self.victim.store(v as u64, SeqCst);
+        fence(SeqCst);
+        WatchGuard(self)
+    }
+
+    /// A settle, under its stripe, has just put an entry of segment `seg`
+    /// back in the index, and is about to add to the segment's live bytes.
+    pub(crate) fn changed(&self, seg: u32) {
+        use std::sync::atomic::{fence, Ordering::SeqCst};
+        fence(SeqCst);
+        // The reclaim's own changes (settling a link into its victim while
+        // it reads) are of records it handles itself.
+        if self.victim.load(SeqCst) == seg as u64 && !SPARSE_READER.with(|r| r.get()) {
+            self.touched.store(true, SeqCst);
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether the victim was touched (after the final reads).
+    pub(crate) fn touched(&self) -> bool {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        self.touched.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+thread_local! {
+    /// Set on the thread of a reclaim that watches its victim.
+    static SPARSE_READER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Ends a watch.
+pub(crate) struct WatchGuard<'a>(&'a SparseWatch);
+
+impl Drop for WatchGuard<'_> {
+    fn drop(&mut self) {
+        self.0.victim.store(u64::MAX, std::sync::atomic::Ordering::SeqCst);
+        SPARSE_READER.with(|r| r.set(false));
+    }
+}
