@@ -2,6 +2,7 @@
 //! Memcache protocol until SIGTERM or SIGINT, then close it cleanly (an
 //! index checkpoint, so the next start reads no log).
 
+use crate::settings::{self, SettingFlags};
 use granary_cli::{progress, signals, size};
 use granary_memcache::{limits, Server, ServerConfig};
 use granary_native::NativeConfig;
@@ -14,10 +15,14 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 
-/// `granary serve`'s flags. Every setting can also come from the TOML file
-/// given with `--config` (docs/CONFIG.md); a flag given on the command line
-/// wins over the file, the file over the default.
+/// `granary serve`'s flags: a flag per setting (from
+/// [`crate::settings::SETTINGS`]), and the ones below, which are not
+/// settings. Every setting can also come from the TOML file given with
+/// `--config` (docs/CONFIG.md); a flag given on the command line wins over
+/// the file, the file over the default.
 #[derive(clap::Args)]
+// Each flag's help on its own line: many are long.
+#[command(next_line_help = true)]
 pub struct ServeArgs {
     /// A TOML configuration file (docs/CONFIG.md); flags override it.
     #[arg(long, value_name = "FILE")]
@@ -29,139 +34,20 @@ pub struct ServeArgs {
     /// Print the settings table of docs/CONFIG.md (Markdown) and exit.
     #[arg(long, hide = true)]
     print_settings_table: bool,
-    /// Store file or block device, or a RAID-0 stripe set as a comma-separated
-    /// list of members; missing files are created with --size in all
-    /// [default: granary-data/granary.db].
-    #[arg(long)]
-    data: Option<PathBuf>,
-    /// Size of a new data file, e.g. 1G, 64G [default: a quarter of the free
-    /// space where the file goes, at most 1 GiB].
-    #[arg(long, value_parser = size::parse)]
-    size: Option<u64>,
-    /// Segment size of a new store [default: 1/64 of the device, 1 MiB..1 GiB,
-    /// and large enough for the largest item].
-    #[arg(long, value_parser = size::parse)]
-    segment_size: Option<u64>,
-    /// Memcache TCP port (memcached's -p) [default: 11211].
-    #[arg(short = 'p', long)]
-    port: Option<u16>,
-    /// Native protocol TCP port (docs/PROTOCOL.md), on the same address
-    /// [default: 43345].
-    #[arg(long)]
-    native_port: Option<u16>,
-    /// Do not serve the native protocol.
-    #[arg(long)]
-    no_native: bool,
-    /// Address to listen on (memcached's -l) [default: 127.0.0.1].
-    #[arg(short = 'l', long)]
-    listen: Option<IpAddr>,
-    /// Executor threads (memcached's -t); 0 = one per core [default: 0].
-    #[arg(short = 't', long)]
-    threads: Option<usize>,
-    /// Maximum simultaneous connections per listener (memcached's -c) [default: 1024].
-    #[arg(short = 'c', long = "conn-limit")]
-    conn_limit: Option<usize>,
-    /// Largest item value (memcached's -I), e.g. 1m, 64m [default: 1m].
-    #[arg(short = 'I', long = "max-item-size", value_parser = size::parse)]
-    max_item_size: Option<u64>,
-    /// Close connections idle (nothing received) for this many seconds;
-    /// 0 = never (memcached's idle_timeout) [default: 0].
-    #[arg(long)]
-    idle_timeout: Option<u64>,
-    /// DRAM for blind overwrites (sets that replace a key's one index
-    /// candidate without reading its old record), e.g. 64m; 0 = off,
-    /// every overwrite reads first [default: 64m].
-    #[arg(long = "blind-overwrite-mem", value_parser = size::parse)]
-    blind_overwrite_mem: Option<u64>,
-    /// Microseconds an executor polls for completions before sleeping
-    /// while device IO it submitted is in flight; 0 sleeps at once (shared
-    /// machines), at most 1000000 [default: 200].
-    #[arg(long)]
-    io_spin_us: Option<u64>,
-    /// Submit device IO only once per executor round, never in the middle
-    /// of one (see docs/CONFIG.md, `io_submit_early`).
-    #[arg(long)]
-    no_io_submit_early: bool,
-    /// Serve Prometheus metrics over HTTP at this address (GET /metrics),
-    /// e.g. 127.0.0.1:9121 [default: off].
-    #[arg(long, value_name = "ADDR")]
-    metrics: Option<SocketAddr>,
-    /// Store mode: never evict; writes to a full store fail with
-    /// "SERVER_ERROR out of memory storing object". Default: cache mode
-    /// (the least recently used segment is evicted when space runs low).
-    #[arg(long)]
-    no_evict: bool,
-    /// fdatasync every write (survives power loss on drives without PLP).
-    #[arg(long)]
-    flush: bool,
-    /// Use the page cache instead of direct IO (filesystems without O_DIRECT).
-    #[arg(long)]
-    buffered: bool,
-    /// Device IO of requests: uring (through each executor's io_uring) or
-    /// sync (pread/pwrite, blocking the executor thread) [default: uring].
-    #[arg(long, value_enum)]
-    io: Option<Io>,
-    /// Log lines as text or JSON (one object per line) [default: text].
-    #[arg(long, value_enum)]
-    log_format: Option<LogFormat>,
+    #[command(flatten)]
+    settings: SettingFlags,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Io {
     Uring,
     Sync,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum LogFormat {
     Text,
     Json,
-}
-
-/// A size in the file: bytes, or text with a unit ("1G").
-#[derive(serde::Deserialize, Debug, Clone)]
-#[serde(untagged)]
-enum SizeValue {
-    Bytes(u64),
-    Text(String),
-}
-
-impl SizeValue {
-    fn bytes(&self, key: &str) -> Result<u64, String> {
-        match self {
-            SizeValue::Bytes(b) => Ok(*b),
-            SizeValue::Text(t) => size::parse(t).map_err(|e| format!("{key}: {e}")),
-        }
-    }
-}
-
-/// The configuration file: every key optional (docs/CONFIG.md); its
-/// fields are [`crate::settings::SETTINGS`]' keys (a test checks).
-#[derive(serde::Deserialize, Debug, Default)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct FileConfig {
-    data: Option<PathBuf>,
-    size: Option<SizeValue>,
-    segment_size: Option<SizeValue>,
-    listen: Option<IpAddr>,
-    port: Option<u16>,
-    native: Option<bool>,
-    native_port: Option<u16>,
-    threads: Option<usize>,
-    conn_limit: Option<usize>,
-    max_item_size: Option<SizeValue>,
-    idle_timeout: Option<u64>,
-    blind_overwrite_mem: Option<SizeValue>,
-    io_spin_us: Option<u64>,
-    io_submit_early: Option<bool>,
-    metrics: Option<String>,
-    evict: Option<bool>,
-    flush: Option<bool>,
-    buffered: Option<bool>,
-    io: Option<Io>,
-    log_format: Option<LogFormat>,
 }
 
 /// The effective configuration of `granary serve`.
@@ -196,9 +82,6 @@ pub struct Config {
 /// Default size of a new data file: a quarter of the free space of the
 /// filesystem that will hold it, at most 1 GiB, at least 64 MiB.
 pub const SIZE_DEFAULT_MAX: u64 = 1 << 30;
-
-/// Largest `io_spin_us` (one second).
-pub const IO_SPIN_US_MAX: u64 = 1_000_000;
 const SIZE_DEFAULT_MIN: u64 = 64 << 20;
 
 fn free_bytes_near(path: &std::path::Path) -> Option<u64> {
@@ -222,78 +105,69 @@ fn free_bytes_near(path: &std::path::Path) -> Option<u64> {
     }
 }
 
+/// The default size of a new data file at `data`.
+fn default_size(data: &std::path::Path) -> u64 {
+    match free_bytes_near(data) {
+        Some(free) => (free / 4).clamp(SIZE_DEFAULT_MIN, SIZE_DEFAULT_MAX),
+        None => SIZE_DEFAULT_MAX,
+    }
+}
+
 impl Config {
-    /// Merge flags over the file (if any) over the defaults.
-    pub fn resolve(a: &ServeArgs) -> Result<Config, String> {
-        let f: FileConfig = match &a.config {
-            Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-                toml::from_str(&text).map_err(|e: toml::de::Error| {
-                    let line = e.span().map(|r| text[..r.start.min(text.len())].matches('\n').count() + 1);
-                    let at = line.map(|l| format!(" line {l}:")).unwrap_or_default();
-                    format!("{}:{at} {}", p.display(), e.message().trim_end())
-                })?
-            }
-            None => FileConfig::default(),
-        };
-        let opt_size = |v: &Option<SizeValue>, k: &str| v.as_ref().map(|s| s.bytes(k)).transpose();
-        let data = a.data.clone().or(f.data).unwrap_or_else(|| PathBuf::from("granary-data/granary.db"));
-        let size = match a.size.or(opt_size(&f.size, "size")?) {
-            Some(s) => s,
-            None => match free_bytes_near(&data) {
-                Some(free) => (free / 4).clamp(SIZE_DEFAULT_MIN, SIZE_DEFAULT_MAX),
-                None => SIZE_DEFAULT_MAX,
-            },
-        };
-        let metrics = match (a.metrics, f.metrics.as_deref()) {
-            (Some(m), _) => Some(m),
-            (None, None) | (None, Some("")) => None,
-            (None, Some(m)) => {
-                Some(m.parse().map_err(|_| format!("metrics: {m:?} is not an address like 127.0.0.1:9121"))?)
-            }
-        };
-        let c = Config {
-            segment_size: a.segment_size.or(opt_size(&f.segment_size, "segment_size")?),
-            listen: a.listen.or(f.listen).unwrap_or(IpAddr::from([127, 0, 0, 1])),
-            port: a.port.or(f.port).unwrap_or(11211),
-            native: !a.no_native && f.native.unwrap_or(true),
-            native_port: a.native_port.or(f.native_port).unwrap_or(granary_proto::DEFAULT_PORT),
-            threads: a.threads.or(f.threads).unwrap_or(0),
-            conn_limit: a.conn_limit.or(f.conn_limit).unwrap_or(limits::CONNECTIONS_DEFAULT),
-            max_item_size: a.max_item_size.or(opt_size(&f.max_item_size, "max_item_size")?).unwrap_or(1 << 20),
-            idle_timeout: a.idle_timeout.or(f.idle_timeout).unwrap_or(0),
-            blind_overwrite_mem: a
-                .blind_overwrite_mem
-                .or(opt_size(&f.blind_overwrite_mem, "blind_overwrite_mem")?)
-                .unwrap_or(granary_store::BLIND_OVERWRITE_BYTES_DEFAULT as u64),
-            io_spin_us: match a.io_spin_us.or(f.io_spin_us).unwrap_or(granary_rt::SPIN_IO_US_DEFAULT) {
-                us if us > IO_SPIN_US_MAX => {
-                    return Err(format!("io_spin_us is {us}; at most {IO_SPIN_US_MAX} (1 s)"));
-                }
-                us => us,
-            },
-            io_submit_early: !a.no_io_submit_early && f.io_submit_early.unwrap_or(true),
-            metrics,
-            evict: !a.no_evict && f.evict.unwrap_or(true),
-            flush: a.flush || f.flush.unwrap_or(false),
-            buffered: a.buffered || f.buffered.unwrap_or(false),
-            io: a.io.or(f.io).unwrap_or(Io::Uring),
-            log_format: a.log_format.or(f.log_format).unwrap_or(LogFormat::Text),
-            print: a.print_config,
-            print_settings_table: a.print_settings_table,
-            data,
-            size,
-        };
-        if c.conn_limit == 0 {
-            return Err("conn_limit must be at least 1".into());
+    /// Every setting's default (docs/CONFIG.md says them; a test checks),
+    /// but `size`'s, which depends on where `data` ends up: [`Config::resolve`]
+    /// sets it.
+    pub(crate) fn defaults() -> Config {
+        Config {
+            data: PathBuf::from("granary-data/granary.db"),
+            size: SIZE_DEFAULT_MAX,
+            segment_size: None,
+            listen: IpAddr::from([127, 0, 0, 1]),
+            port: 11211,
+            native: true,
+            native_port: granary_proto::DEFAULT_PORT,
+            threads: 0,
+            conn_limit: limits::CONNECTIONS_DEFAULT,
+            max_item_size: 1 << 20,
+            idle_timeout: 0,
+            blind_overwrite_mem: granary_store::BLIND_OVERWRITE_BYTES_DEFAULT as u64,
+            io_spin_us: granary_rt::SPIN_IO_US_DEFAULT,
+            io_submit_early: true,
+            metrics: None,
+            evict: true,
+            flush: false,
+            buffered: false,
+            io: Io::Uring,
+            log_format: LogFormat::Text,
+            print: false,
+            print_settings_table: false,
         }
+    }
+
+    /// The defaults, then the file's settings (if any), then the flags':
+    /// a flag wins over the file, the file over the default.
+    pub fn resolve(a: &ServeArgs) -> Result<Config, String> {
+        let file = match &a.config {
+            Some(p) => settings::read_file(p)?,
+            None => Vec::new(),
+        };
+        let given: Vec<_> = file.into_iter().chain(a.settings.0.iter().cloned()).collect();
+        let mut c = Config::defaults();
+        for (s, v) in &given {
+            (s.apply)(&mut c, v.clone());
+        }
+        if !given.iter().any(|(s, _)| s.key == "size") {
+            c.size = default_size(&c.data);
+        }
+        c.print = a.print_config;
+        c.print_settings_table = a.print_settings_table;
         Ok(c)
     }
 
     /// The configuration as TOML (what --print-config shows; it reads back
     /// as the same configuration): rendered from [`crate::settings::SETTINGS`].
     pub fn to_toml(&self) -> String {
-        crate::settings::to_toml(self)
+        settings::to_toml(self)
     }
 }
 
