@@ -133,7 +133,7 @@ impl Store {
             access_clock: Clock0 { base: opts.clock.now() },
             log: Log::new(dev, sb.clone(), record_seed(&sb.uuid), opts.durability),
         };
-        let report = crate::recover::recover(core.parts(), &core.checkpoints, headers, loaded, floor, opts)?;
+        let report = crate::recover::Rebuild(core.parts()).run(&core.checkpoints, headers, loaded, floor, opts)?;
         *core.recovery.lock().unwrap_or_else(|e| e.into_inner()) = report;
         if let Some(f) = block_on(core.read_item(FLUSH_FLOOR_KEY))? {
             let floor = f.value.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);

@@ -148,24 +148,8 @@ impl Added {
     }
 }
 
-/// Rebuild the index: from `loaded` (a checkpoint, which becomes `ck`'s
-/// current one) plus a replay of the KV segments it does not cover, or from
-/// a scan of every KV segment. Called once, by `open`, on an empty index,
-/// with the headers it read and the replay floor of the checkpoints on the
-/// device (`checkpoint::find`).
-pub(crate) fn recover(
-    p: Parts<'_>,
-    ck: &Checkpoints,
-    headers: Headers,
-    loaded: Option<Loaded>,
-    floor: Option<u64>,
-    opts: &OpenOptions,
-) -> Result<RecoveryReport> {
-    Rebuild(p).run(ck, headers, loaded, floor, opts)
-}
-
 /// A recovery, working on the engine's parts (it dereferences to them).
-struct Rebuild<'a>(Parts<'a>);
+pub(crate) struct Rebuild<'a>(pub Parts<'a>);
 
 impl<'a> std::ops::Deref for Rebuild<'a> {
     type Target = Parts<'a>;
@@ -176,7 +160,12 @@ impl<'a> std::ops::Deref for Rebuild<'a> {
 }
 
 impl Rebuild<'_> {
-    fn run(
+    /// Rebuild the index: from `loaded` (a checkpoint, which becomes `ck`'s
+    /// current one) plus a replay of the KV segments it does not cover, or
+    /// from a scan of every KV segment. Called once, by `open`, on an empty
+    /// index, with the headers it read and the replay floor of the
+    /// checkpoints on the device (`checkpoint::find`).
+    pub(crate) fn run(
         &self,
         ck: &Checkpoints,
         headers: Headers,
