@@ -216,6 +216,7 @@ fn churn(store: &Store, o: &ChurnOptions) -> Result<ChurnReport, String> {
             evicted_values: st.gc.evicted_values - base.gc.evicted_values,
             sparse_victims: st.gc.sparse_victims - base.gc.sparse_victims,
             sparse_fallbacks: st.gc.sparse_fallbacks - base.gc.sparse_fallbacks,
+            namespace_records_dropped: st.gc.namespace_records_dropped - base.gc.namespace_records_dropped,
         },
         samples,
         mismatches,

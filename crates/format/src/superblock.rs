@@ -5,8 +5,8 @@
 //! ```text
 //! off size field
 //!   0    8 magic            "GRANARY\0"
-//!   8    4 format_version   1
-//!  12    4 flags            0 (reserved, must be zero)
+//!   8    4 format_version   2 (1 is read too: see below)
+//!  12    4 flags            bit 0 = namespaces; others zero (version 1: all zero)
 //!  16   16 uuid             random, identifies the device
 //!  32    4 grain_bytes      512 or 4096
 //!  36    4 hash_algo        1 = xxh3-64, seed KEY_HASH_SEED
@@ -20,9 +20,18 @@
 //! 124    4 crc32c           over bytes 0..124
 //! ```
 //!
-//! The superblock is written once, at creation; both copies are identical.
-//! A reader accepts the first copy that decodes, so one torn or rotten copy
-//! never bricks the store.
+//! The superblock is written at creation, both copies identical, and
+//! rewritten only to turn on a feature (copy A, flush, copy B, flush). A
+//! reader accepts the first copy that decodes, so one torn or rotten copy
+//! never bricks the store, and a crash during a rewrite leaves the feature
+//! on or off, never half of it.
+//!
+//! Version 2 defines the feature flags; a version 1 superblock (written
+//! before them) reads as version 2 with no flag set, and is written back as
+//! version 1 until a feature is turned on. [`FLAG_NAMESPACES`]: the store
+//! holds (or held) namespaces besides the default one, whose keys and
+//! catalog an older build would take for the engine's own keys; such a
+//! build refuses the store by its version.
 
 use crate::bytes::*;
 use crate::checksum::crc32c;
@@ -32,8 +41,14 @@ use crate::limits::*;
 
 /// "GRANARY\0" as a little-endian u64.
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"GRANARY\0");
-/// The superblock version this build writes and reads.
-pub const SUPERBLOCK_VERSION: u32 = 1;
+/// The superblock version this build writes.
+pub const SUPERBLOCK_VERSION: u32 = 2;
+/// The oldest superblock version this build reads.
+pub const SUPERBLOCK_VERSION_MIN: u32 = 1;
+/// Feature flag: namespaces (version 2).
+pub const FLAG_NAMESPACES: u32 = 1;
+/// Every flag this build knows.
+const FLAGS_KNOWN: u32 = FLAG_NAMESPACES;
 
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = OFF_MAGIC + 8;
@@ -59,6 +74,12 @@ pub const INDEX_TABLE_HOMES_MAX: u32 = 1 << crate::hash::SLOT_BITS;
 /// The decoded superblock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Superblock {
+    /// The version it was read as or will be written as: 1 for a store
+    /// written before feature flags existed (and not changed since),
+    /// [`SUPERBLOCK_VERSION`] otherwise.
+    pub version: u32,
+    /// Feature flags ([`FLAG_NAMESPACES`]); none in version 1.
+    pub flags: u32,
     pub uuid: [u8; 16],
     pub grain_bytes: u32,
     pub hash_algo: u32,
@@ -76,8 +97,9 @@ impl Superblock {
         let b = &mut out[..SUPERBLOCK_BYTES];
         b.fill(0);
         put_u64(b, OFF_MAGIC, SUPERBLOCK_MAGIC);
-        put_u32(b, OFF_VERSION, SUPERBLOCK_VERSION);
-        put_u32(b, OFF_FLAGS, 0);
+        assert!(self.version == SUPERBLOCK_VERSION || (self.version == 1 && self.flags == 0));
+        put_u32(b, OFF_VERSION, self.version);
+        put_u32(b, OFF_FLAGS, self.flags);
         b[OFF_UUID..OFF_UUID + 16].copy_from_slice(&self.uuid);
         put_u32(b, OFF_GRAIN, self.grain_bytes);
         put_u32(b, OFF_HASH, self.hash_algo);
@@ -106,12 +128,13 @@ impl Superblock {
             return Err(FormatError::Checksum { what: W, stored, computed });
         }
         let version = u32_at(b, OFF_VERSION);
-        if version != SUPERBLOCK_VERSION {
+        if !(SUPERBLOCK_VERSION_MIN..=SUPERBLOCK_VERSION).contains(&version) {
             return Err(FormatError::UnsupportedVersion { what: W, found: version, supported: SUPERBLOCK_VERSION });
         }
         let bad = |field, value: u64| Err(FormatError::BadField { what: W, field, value });
         let flags = u32_at(b, OFF_FLAGS);
-        if flags != 0 {
+        let known = if version == 1 { 0 } else { FLAGS_KNOWN };
+        if flags & !known != 0 {
             return bad("flags", flags as u64);
         }
         if u32_at(b, OFF_RESERVED0) != 0 || b[OFF_RESERVED1..OFF_CRC].iter().any(|&x| x != 0) {
@@ -120,6 +143,8 @@ impl Superblock {
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&b[OFF_UUID..OFF_UUID + 16]);
         let sb = Superblock {
+            version,
+            flags,
             uuid,
             grain_bytes: u32_at(b, OFF_GRAIN),
             hash_algo: u32_at(b, OFF_HASH),
@@ -188,6 +213,8 @@ mod tests {
 
     fn sample() -> Superblock {
         Superblock {
+            version: SUPERBLOCK_VERSION,
+            flags: 0,
             uuid: [7; 16],
             grain_bytes: 512,
             hash_algo: KEY_HASH_ALGO_XXH3_64,
@@ -215,12 +242,41 @@ mod tests {
         assert!(matches!(Superblock::decode(&flipped), Err(FormatError::Checksum { .. })));
 
         let mut newer = buf;
-        put_u32(&mut newer, OFF_VERSION, 2);
+        put_u32(&mut newer, OFF_VERSION, 3);
         let crc = crc32c(&newer[..OFF_CRC]);
         put_u32(&mut newer, OFF_CRC, crc);
         let err = Superblock::decode(&newer).unwrap_err();
-        assert!(matches!(err, FormatError::UnsupportedVersion { found: 2, .. }), "{err}");
-        assert!(err.to_string().contains("version 2"));
+        assert!(matches!(err, FormatError::UnsupportedVersion { found: 3, .. }), "{err}");
+        assert!(err.to_string().contains("version 3"));
+    }
+
+    /// Rewrite the version and flags of an encoded copy (checksum fixed).
+    fn with(buf: &[u8; 512], version: u32, flags: u32) -> [u8; 512] {
+        let mut b = *buf;
+        put_u32(&mut b, OFF_VERSION, version);
+        put_u32(&mut b, OFF_FLAGS, flags);
+        let crc = crc32c(&b[..OFF_CRC]);
+        put_u32(&mut b, OFF_CRC, crc);
+        b
+    }
+
+    #[test]
+    fn version_1_reads_with_no_flags_and_flags_need_version_2() {
+        let mut buf = [0u8; 512];
+        sample().encode(&mut buf);
+        let v1 = Superblock::decode(&with(&buf, 1, 0)).unwrap();
+        assert_eq!((v1.version, v1.flags), (1, 0));
+        // Written back as it was read.
+        let mut again = [0u8; 512];
+        v1.encode(&mut again);
+        assert_eq!(again, with(&buf, 1, 0));
+        // A flag in version 1 is not a known feature.
+        let err = Superblock::decode(&with(&buf, 1, FLAG_NAMESPACES)).unwrap_err();
+        assert!(matches!(err, FormatError::BadField { field: "flags", .. }), "{err}");
+        let v2 = Superblock::decode(&with(&buf, 2, FLAG_NAMESPACES)).unwrap();
+        assert_eq!(v2.flags, FLAG_NAMESPACES);
+        let err = Superblock::decode(&with(&buf, 2, 2)).unwrap_err();
+        assert!(matches!(err, FormatError::BadField { field: "flags", value: 2, .. }), "{err}");
     }
 
     #[test]

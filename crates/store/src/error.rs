@@ -32,6 +32,16 @@ pub enum Error {
     Corruption { offset: u64, detail: String },
     /// An earlier write or flush failed; the store refuses writes until reopened.
     Poisoned { cause: String },
+    /// No namespace of this name (never created, or dropped).
+    NoSuchNamespace { name: String },
+    /// A namespace of this name exists already.
+    NamespaceExists { name: String },
+    /// A namespace name or option this store does not take.
+    BadNamespace { name: String, why: String },
+    /// A write would take the namespace past its quota; nothing was written.
+    QuotaExceeded { name: String, what: &'static str, limit: u64 },
+    /// The store was closed; a handle that outlived it refuses calls.
+    Closed,
 }
 
 impl fmt::Display for Error {
@@ -79,6 +89,15 @@ impl fmt::Display for Error {
                 f,
                 "store refuses writes after an earlier device failure ({cause}); reads still work; \
                  reopen the store once the device is healthy"
+            ),
+            Error::NoSuchNamespace { name } => write!(f, "no namespace {name:?} (list them with `granary ns list`)"),
+            Error::Closed => write!(f, "the store was closed"),
+            Error::NamespaceExists { name } => write!(f, "namespace {name:?} exists already"),
+            Error::BadNamespace { name, why } => write!(f, "namespace {name:?}: {why}"),
+            Error::QuotaExceeded { name, what, limit } => write!(
+                f,
+                "namespace {name:?} is full: the write would take it past its limit of {limit} {what}; \
+                 delete keys, or raise the limit"
             ),
         }
     }

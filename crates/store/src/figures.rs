@@ -143,6 +143,12 @@ impl Stats {
             )
             .counter("gc.expired", "granary_gc_expired_total", "Expired or flushed values GC dropped.", gc.expired)
             .counter(
+                "gc.namespace_records_dropped",
+                "granary_gc_namespace_records_dropped_total",
+                "Records of dropped or truncated namespaces GC let go.",
+                gc.namespace_records_dropped,
+            )
+            .counter(
                 "gc.evicted_segments",
                 "granary_evicted_segments_total",
                 "Segments evicted whole (cache mode).",

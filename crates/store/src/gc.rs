@@ -63,8 +63,10 @@
 //! numbers: recovery indexes the copies and lists the originals in
 //! [`DroppedKeys`](crate::keys::DroppedKeys) until the victim is freed.
 
+use crate::counters::Counted;
 use crate::error::{Error, Result};
 use crate::log::SegmentScanner;
+use crate::nskey::Fate;
 use crate::options::Clock;
 use crate::parts::Parts;
 use crate::settle;
@@ -118,6 +120,7 @@ pub(crate) struct GcCounters {
     evicted_values: AtomicU64,
     sparse_victims: AtomicU64,
     sparse_fallbacks: AtomicU64,
+    namespace_records_dropped: AtomicU64,
 }
 
 impl GcCounters {
@@ -133,6 +136,7 @@ impl GcCounters {
             evicted_values: self.evicted_values.load(Relaxed),
             sparse_victims: self.sparse_victims.load(Relaxed),
             sparse_fallbacks: self.sparse_fallbacks.load(Relaxed),
+            namespace_records_dropped: self.namespace_records_dropped.load(Relaxed),
         }
     }
 }
@@ -152,6 +156,7 @@ pub(crate) fn run(gc: Gc<'_>) {
         match gc.space.gc_wait() {
             GcWork::Exit => return,
             GcWork::Reclaim(req) => step(gc, req),
+            GcWork::Sweep(seg, alloc) => sweep(gc, seg, alloc),
         }
     }
 }
@@ -161,6 +166,10 @@ pub(crate) fn run(gc: Gc<'_>) {
 /// ran one.
 pub(crate) fn poll(gc: Gc<'_>) -> bool {
     match gc.space.gc_poll() {
+        Some(GcWork::Sweep(seg, alloc)) => {
+            sweep(gc, seg, alloc);
+            true
+        }
         Some(GcWork::Reclaim(req)) => {
             step(gc, req);
             true
@@ -233,6 +242,39 @@ fn step(gc: Gc<'_>, req: u64) {
     }
 }
 
+/// Sweep segment `seg` (if it still holds what it held at `alloc`) for
+/// records of dropped namespaces the index points at: their entries go,
+/// with no IO but the segment's read, and their bytes stop counting as
+/// live. A failed read leaves the segment to GC's usual path (it drops
+/// such records when it reclaims the segment).
+fn sweep(gc: Gc<'_>, seg: u32, alloc: u64) {
+    let _no_verify = gc.lock.lock().unwrap_or_else(|e| e.into_inner());
+    if !gc.space.holds(seg, alloc) {
+        return;
+    }
+    let g = gc.log.sb.grain_bytes as u64;
+    let mut scan = SegmentScanner::new(gc.log.dev.as_ref(), &gc.log.sb, gc.log.seed, seg, gc.space.stamp(seg));
+    let mut dropped = 0;
+    let result = (|| -> Result<()> {
+        while let Some(rec) = scan.next_record()? {
+            let len = rec.hdr.grains(gc.log.sb.grain_bytes) * g;
+            let key = record::key_of(&rec.hdr, scan.bytes_at(rec.grain));
+            if gc.keys.ns.fate(key) != Fate::Dead {
+                continue;
+            }
+            let pba = gc.space.pba(seg, rec.grain);
+            if drop_value(gc, seg, key, pba, Counted::new(rec.hdr.is_tombstone(), len), false)? {
+                dropped += 1;
+            }
+        }
+        Ok(())
+    })();
+    gc.stats.namespace_records_dropped.fetch_add(dropped, Relaxed);
+    if let Err(e) = result {
+        tracing::warn!(segment = seg, error = %e, "sweep for dropped namespaces' records stopped; GC drops them when it reclaims the segment");
+    }
+}
+
 /// Whether the index still points at `pba` for hash `h`.
 fn points_at(gc: Gc<'_>, h: u64, pba: u64) -> bool {
     gc.keys.index.contains(h, pba)
@@ -253,9 +295,13 @@ struct Pending {
     evicted: bool,
 }
 
-/// Remove the index entry of a live value at `pba` of victim `v` without
-/// writing anything (cache-mode eviction); whether it was still there.
-pub(crate) fn drop_value(gc: Gc<'_>, v: u32, key: &[u8], pba: u64, len: u64) -> Result<bool> {
+/// Remove the index entry of a live record at `pba` of victim `v` (a
+/// value, or any record of a dropped namespace: `what`) without writing
+/// anything (cache-mode eviction, expiry, a dropped namespace); whether it
+/// was still there. With `listed`, the version is listed in
+/// [`DroppedKeys`](crate::keys::DroppedKeys) until `v` is free (not needed
+/// for a dropped namespace's keys, which nothing reads or writes again).
+pub(crate) fn drop_value(gc: Gc<'_>, v: u32, key: &[u8], pba: u64, what: Counted, listed: bool) -> Result<bool> {
     let h = key_hash(key);
     let _stripe = gc.keys.lock_key(h);
     if !gc.keys.index.contains(h, pba) {
@@ -282,10 +328,22 @@ pub(crate) fn drop_value(gc: Gc<'_>, v: u32, key: &[u8], pba: u64, len: u64) -> 
     // Until `v` is free on the device this version is still there: a new
     // value of the key written meanwhile must carry the supersedes flag,
     // and a delete must write a tombstone.
-    gc.keys.dropped.insert(v, h);
-    gc.space.sub_live(v, len);
-    gc.counters.keys.fetch_sub(1, Relaxed);
+    if listed {
+        gc.keys.dropped.insert(v, h);
+    }
+    gc.space.sub_live(v, what.bytes);
+    gc.counters.removed(key, what);
     Ok(true)
+}
+
+/// Count a value of `key` that left the index: expired, or evicted.
+fn count_leaving(gc: Gc<'_>, key: &[u8], expired: bool) {
+    let c = if expired { &gc.stats.expired } else { &gc.stats.evicted_values };
+    c.fetch_add(1, Relaxed);
+    gc.counters.with_ns(key, |n| {
+        let c = if expired { &n.expirations } else { &n.evictions };
+        c.fetch_add(1, Relaxed);
+    });
 }
 
 /// Whether the record at `pba` (key `key`, hash `h`) of a victim is live,
@@ -600,6 +658,15 @@ impl<'a> Victim<'a> {
                 return Ok(());
             }
         }
+        let fate = gc.keys.ns.fate(key);
+        if fate == Fate::Dead {
+            // A dropped namespace's key: garbage however it stands.
+            let what = Counted::new(hdr.is_tombstone(), len as u64);
+            if drop_value(gc, v, key, old_pba, what, false)? {
+                gc.stats.namespace_records_dropped.fetch_add(1, Relaxed);
+            }
+            return Ok(());
+        }
         if hdr.is_tombstone() && hdr.tomb_horizon < self.oldest_other {
             let _stripe = gc.keys.lock_key(h);
             // A tombstone heading a link stays until the link is settled:
@@ -607,25 +674,26 @@ impl<'a> Victim<'a> {
             if gc.keys.links.of_head(old_pba).is_none() {
                 if gc.keys.index.remove(h, old_pba) {
                     gc.space.sub_live(v, len as u64);
-                    gc.counters.tombstones.fetch_sub(1, Relaxed);
+                    gc.counters.removed(key, Counted::new(true, len as u64));
                     gc.stats.tombstones_dropped.fetch_add(1, Relaxed);
                 }
                 return Ok(());
             }
         }
         let damaged = !intact || hdr.damaged_copy;
-        let expired = !hdr.is_tombstone() && !damaged && gc.log.hidden(hdr, self.now);
-        // The engine's own keys (the flush floor) are never evicted.
-        let reserved = key.starts_with(crate::types::RESERVED_KEY_PREFIX);
+        let expired = !hdr.is_tombstone() && !damaged && gc.log.hidden(hdr, key, self.now);
+        // The engine's own keys (the flush floor, the catalog) never leave,
+        // and a namespace in store mode is never evicted.
+        let reserved = fate == Fate::Engine;
+        let evictable = fate == Fate::Live { evictable: true };
         // A value leaves the index when it expired (or was flushed), or when
         // its segment is evicted. If older versions of its key may remain
         // on the device it becomes a tombstone (else one of them would come
         // back after a crash); if not, it is simply dropped: no IO.
-        let leaving = !hdr.is_tombstone() && !reserved && (expired || self.evict);
+        let leaving = !hdr.is_tombstone() && !reserved && (expired || (self.evict && evictable));
         if leaving && !hdr.supersedes {
-            if drop_value(gc, v, key, old_pba, len as u64)? {
-                let c = if expired { &gc.stats.expired } else { &gc.stats.evicted_values };
-                c.fetch_add(1, Relaxed);
+            if drop_value(gc, v, key, old_pba, Counted::new(false, len as u64), true)? {
+                count_leaving(gc, key, expired);
                 self.evicted += 1;
             }
             return Ok(());
@@ -715,9 +783,9 @@ fn relocate(gc: Gc<'_>, v: u32, purpose: Purpose, batch: &mut Vec<Pending>) -> R
         gc.space.add_live(loc.seg, p.bytes.len() as u64);
         gc.space.done(loc.seg);
         if p.expired || p.evicted {
-            gc.counters.replaced(false, true);
-            let c = if p.expired { &gc.stats.expired } else { &gc.stats.evicted_values };
-            c.fetch_add(1, Relaxed);
+            let key = record::key_of(&p.hdr, &p.bytes);
+            gc.counters.replaced(key, Counted::new(false, p.old_len), Counted::new(true, p.bytes.len() as u64));
+            count_leaving(gc, key, p.expired);
         } else {
             gc.stats.records_relocated.fetch_add(1, Relaxed);
             gc.stats.bytes_relocated.fetch_add(p.bytes.len() as u64, Relaxed);

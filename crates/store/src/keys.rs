@@ -2,7 +2,8 @@
 //! that serialise changes of one key, the links of blind overwrites
 //! ([`crate::links`]), the keys with versions on the device the index does
 //! not point at ([`DroppedKeys`]) and the watch a sparse GC read keeps on
-//! its victim ([`SparseWatch`]).
+//! its victim ([`SparseWatch`]) and the namespace ids that are live
+//! ([`crate::nskey::NsTable`]).
 //!
 //! Invariants: every change of a key's index entries, links or dropped
 //! versions is made under the key's stripe, and keys that can be
@@ -37,6 +38,8 @@ pub(crate) struct Keys {
     pub dropped: DroppedKeys,
     /// Changes to the segment a GC reads sparsely.
     pub watch: SparseWatch,
+    /// The namespace ids that are live.
+    pub ns: crate::nskey::NsTable,
 }
 
 impl Keys {
@@ -47,6 +50,7 @@ impl Keys {
             links,
             dropped: DroppedKeys::default(),
             watch: SparseWatch::new(),
+            ns: crate::nskey::NsTable::new(),
         }
     }
 

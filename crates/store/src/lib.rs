@@ -55,6 +55,7 @@
 //! the top the engine itself: `store` with its `open`, `read` and `write`.
 
 mod access;
+mod catalog;
 mod checkpoint;
 mod coalesce;
 mod counters;
@@ -65,6 +66,8 @@ mod keys;
 mod links;
 pub mod loadgen;
 mod log;
+pub mod namespace;
+mod nskey;
 mod open;
 pub mod options;
 mod parts;
@@ -82,9 +85,11 @@ pub mod zerocopy;
 pub use access::{Access, ItemAccess};
 pub use error::{Error, Result};
 pub use links::{BLIND_OVERWRITE_BYTES_DEFAULT, LINK_OVERHEAD_BYTES};
+pub use namespace::{NamespaceMode, NamespaceOptions, NamespaceStats, DEFAULT_NAMESPACE};
+pub use nskey::NS_KEY_OVERHEAD;
 pub use options::{Background, Clock, CreateOptions, Durability, Entropy, OpenOptions, ProgressHook};
 pub use provision::{provision, IfPresent, NewStore, Provisioned, Site, Undo};
-pub use store::Store;
+pub use store::{Namespace, Store};
 pub use types::{
     Change, CheckpointStats, Cond, GcPause, GcStats, Item, ItemMeta, PutMode, PutOutcome, RecoveryReport, Stats,
     RESERVED_KEY_PREFIX,

@@ -396,9 +396,13 @@ impl Log {
         self.sb.grain_bytes as u64
     }
 
-    /// Whether a value with this header was hidden by expiry or a flush.
-    pub(crate) fn hidden(&self, hdr: &RecordHeader, now: u32) -> bool {
-        hdr.expired_at(now) || hdr.seq <= self.flush_floor.load(Relaxed)
+    /// Whether a value with this header and stored key was hidden by
+    /// expiry or by a flush (`flush_all` of the default namespace: the
+    /// floor hides its keys only).
+    pub(crate) fn hidden(&self, hdr: &RecordHeader, key: &[u8], now: u32) -> bool {
+        hdr.expired_at(now)
+            || (hdr.seq <= self.flush_floor.load(Relaxed)
+                && crate::nskey::owner(key) == crate::nskey::Owner::Ns(crate::nskey::DEFAULT_NS))
     }
 
     /// Err once the store is poisoned.

@@ -17,6 +17,7 @@ use crate::counters::Counters;
 use crate::error::{Error, Result};
 use crate::keys::Keys;
 use crate::log::Log;
+use crate::namespace::{NamespaceMode, Namespaces};
 use crate::options::{default_index_table_homes, default_segment_bytes, CreateOptions, OpenOptions};
 use crate::space::Space;
 use crate::store::{Core, StopSignal, Store, FLUSH_FLOOR_KEY};
@@ -24,11 +25,13 @@ use crate::types::RecoveryReport;
 use granary_format::checksum::record_seed;
 use granary_format::hash::KEY_HASH_ALGO_XXH3_64;
 use granary_format::limits::*;
+use granary_format::superblock::FLAG_NAMESPACES;
 use granary_format::{FormatError, Superblock};
 use granary_index::{Index, IndexConfig};
 use granary_io::{AlignedBuf, Device, DeviceSpec, IoBackend, OpenMode};
 use granary_rt::block_on;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -69,6 +72,8 @@ impl Store {
             ));
         }
         let sb = Superblock {
+            version: granary_format::superblock::SUPERBLOCK_VERSION,
+            flags: 0,
             uuid: open.entropy.draw().map_err(Error::Device)?,
             grain_bytes: grain,
             hash_algo: KEY_HASH_ALGO_XXH3_64,
@@ -86,59 +91,18 @@ impl Store {
 
     /// Open an existing store and rebuild its index from the log.
     pub fn open(dev: Arc<dyn Device>, opts: &OpenOptions) -> Result<Store> {
-        let sb = Self::read_superblock(dev.as_ref())?;
-        if sb.device_bytes > dev.size_bytes() {
-            return Err(Error::InvalidOptions(format!(
-                "the store was created on {} bytes but the device has only {}",
-                sb.device_bytes,
-                dev.size_bytes()
-            )));
-        }
-        if sb.grain_bytes < dev.block_bytes() {
-            return Err(Error::InvalidOptions(format!(
-                "the store's {}-byte grains are smaller than this device's {}-byte blocks",
-                sb.grain_bytes,
-                dev.block_bytes()
-            )));
-        }
-        let headers = crate::log::read_segment_headers(dev.as_ref(), &sb)?;
-        let (loaded, floor) = crate::checkpoint::find(dev.as_ref(), &sb, &headers, opts.use_checkpoint);
-        let mut index_cfg = match &loaded {
-            Some(l) => IndexConfig::with_tables(sb.index_table_homes, l.manifest.tables_log2),
-            None => IndexConfig::new(sb.index_table_homes),
+        let core = match Self::open_core(dev.clone(), opts, opts.use_checkpoint)? {
+            Some(core) => core,
+            None => {
+                // A store with namespaces whose checkpoint does not say
+                // every namespace's counts (it was not written by a clean
+                // close, or the store changed since): a log scan counts
+                // them exactly.
+                tracing::info!("namespace counts are not in the checkpoint: rebuilding the index by a log scan");
+                let scanned = Self::open_core(dev, opts, false)?;
+                scanned.ok_or_else(|| Error::InvalidOptions("a log scan left namespace counts unknown".into()))?
+            }
         };
-        index_cfg.access_words = opts.track_access;
-        let mut session = [0u8; 8];
-        session.copy_from_slice(&opts.entropy.draw().map_err(Error::Device)?[..8]);
-        let links = crate::links::Links::new(opts.blind_overwrite_bytes.unwrap_or(if dev.in_memory() {
-            0
-        } else {
-            crate::links::BLIND_OVERWRITE_BYTES_DEFAULT
-        }));
-        let core = Core {
-            space: Space::new(dev.clone(), sb.clone(), opts.durability, opts.gc),
-            keys: Keys::new(Index::new(index_cfg), links),
-            counters: Counters::default(),
-            recovery: Mutex::new(RecoveryReport::default()),
-            gc_counters: Default::default(),
-            gc_lock: Mutex::new(()),
-            checkpoints: Checkpoints::new(u64::from_le_bytes(session)),
-            clock: opts.clock.clone(),
-            evict: opts.evict,
-            flush_lock: async_lock::Mutex::new(()),
-            coalesce: opts.coalesce_writes,
-            manual: opts.background == crate::Background::Manual,
-            coalescer: Default::default(),
-            track_access: opts.track_access,
-            access_clock: Clock0 { base: opts.clock.now() },
-            log: Log::new(dev, sb.clone(), record_seed(&sb.uuid), opts.durability),
-        };
-        let report = crate::recover::Rebuild(core.parts()).run(&core.checkpoints, headers, loaded, floor, opts)?;
-        *core.recovery.lock().unwrap_or_else(|e| e.into_inner()) = report;
-        if let Some(f) = block_on(core.read_item(FLUSH_FLOOR_KEY))? {
-            let floor = f.value.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
-            core.log.flush_floor.store(floor.unwrap_or(0), Relaxed);
-        }
         let core = Arc::new(core);
         let threads = opts.background == crate::Background::Threads;
         let gc = if opts.gc && threads {
@@ -164,6 +128,76 @@ impl Store {
             None => None,
         };
         Ok(Store { core, gc, checkpointer, checkpoint_on_close: opts.checkpoint_on_close })
+    }
+
+    /// The engine state of the store on `dev`, its index rebuilt (from a
+    /// checkpoint if `use_checkpoint` and one loads); None when the store
+    /// has namespaces and the checkpoint loaded does not give their counts.
+    fn open_core(dev: Arc<dyn Device>, opts: &OpenOptions, use_checkpoint: bool) -> Result<Option<Core>> {
+        let sb = Self::read_superblock(dev.as_ref())?;
+        if sb.device_bytes > dev.size_bytes() {
+            return Err(Error::InvalidOptions(format!(
+                "the store was created on {} bytes but the device has only {}",
+                sb.device_bytes,
+                dev.size_bytes()
+            )));
+        }
+        if sb.grain_bytes < dev.block_bytes() {
+            return Err(Error::InvalidOptions(format!(
+                "the store's {}-byte grains are smaller than this device's {}-byte blocks",
+                sb.grain_bytes,
+                dev.block_bytes()
+            )));
+        }
+        let headers = crate::log::read_segment_headers(dev.as_ref(), &sb)?;
+        let (loaded, floor) = crate::checkpoint::find(dev.as_ref(), &sb, &headers, use_checkpoint);
+        let mut index_cfg = match &loaded {
+            Some(l) => IndexConfig::with_tables(sb.index_table_homes, l.manifest.tables_log2),
+            None => IndexConfig::new(sb.index_table_homes),
+        };
+        index_cfg.access_words = opts.track_access;
+        let mut session = [0u8; 8];
+        session.copy_from_slice(&opts.entropy.draw().map_err(Error::Device)?[..8]);
+        let default_mode = if opts.evict { NamespaceMode::Cache } else { NamespaceMode::Store };
+        let counters = Counters::default();
+        let default_counters = counters.default_ns.clone();
+        let links = crate::links::Links::new(opts.blind_overwrite_bytes.unwrap_or(if dev.in_memory() {
+            0
+        } else {
+            crate::links::BLIND_OVERWRITE_BYTES_DEFAULT
+        }));
+        let core = Core {
+            space: Space::new(dev.clone(), sb.clone(), opts.durability, opts.gc),
+            keys: Keys::new(Index::new(index_cfg), links),
+            counters,
+            recovery: Mutex::new(RecoveryReport::default()),
+            gc_counters: Default::default(),
+            gc_lock: Mutex::new(()),
+            checkpoints: Checkpoints::new(u64::from_le_bytes(session)),
+            clock: opts.clock.clone(),
+            evict: opts.evict,
+            flush_lock: async_lock::Mutex::new(()),
+            coalesce: opts.coalesce_writes,
+            manual: opts.background == crate::Background::Manual,
+            coalescer: Default::default(),
+            track_access: opts.track_access,
+            access_clock: Clock0 { base: opts.clock.now() },
+            log: Log::new(dev, sb.clone(), record_seed(&sb.uuid), opts.durability),
+            namespaces: Namespaces::new(default_mode, default_counters, sb.flags & FLAG_NAMESPACES != 0),
+            closed: AtomicBool::new(false),
+        };
+        let report = crate::recover::Rebuild(core.parts()).run(&core.checkpoints, headers, loaded, floor, opts)?;
+        let from_checkpoint = report.checkpoint_id != 0;
+        *core.recovery.lock().unwrap_or_else(|e| e.into_inner()) = report;
+        if let Some(f) = block_on(core.read_item(FLUSH_FLOOR_KEY))? {
+            let floor = f.value.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+            core.log.flush_floor.store(floor.unwrap_or(0), Relaxed);
+        }
+        if core.namespaces.enabled.load(Relaxed) && from_checkpoint && !block_on(core.restore_totals())? {
+            return Ok(None);
+        }
+        block_on(core.load_catalog())?;
+        Ok(Some(core))
     }
 
     fn read_superblock(dev: &dyn Device) -> Result<Superblock> {

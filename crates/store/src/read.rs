@@ -16,6 +16,7 @@
 
 use crate::access::{Clock0, ItemAccess};
 use crate::error::{Error, Result};
+use crate::namespace::NsState;
 use crate::store::{Core, Found};
 use crate::types::{Item, ItemMeta};
 use crate::zerocopy::ValueBuf;
@@ -159,18 +160,20 @@ impl Core {
 
     /// Whether a found version is a value that has not expired.
     pub(crate) fn is_live(&self, f: &Found, now: u32) -> bool {
-        !f.hdr.is_tombstone() && !self.log.hidden(&f.hdr, now)
+        !f.hdr.is_tombstone() && !self.log.hidden(&f.hdr, record::key_of(&f.hdr, &f.buf), now)
     }
 
-    /// The value of `key`, or None if absent, deleted or expired.
-    pub async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.get_item(key).await?.map(|i| i.value))
+    /// The value of `key` in `ns`, or None if absent, deleted or expired.
+    pub async fn get(&self, ns: &NsState, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_item(ns, key).await?.map(|i| i.value))
     }
 
-    /// The value of `key` with its metadata and CAS value.
-    pub async fn get_item(&self, key: &[u8]) -> Result<Option<Item>> {
-        Self::check_user_key(key)?;
-        self.read_item(key).await
+    /// The value of `key` in `ns` with its metadata and CAS value.
+    pub async fn get_item(&self, ns: &NsState, key: &[u8]) -> Result<Option<Item>> {
+        let (key, c) = self.scoped(ns, key)?;
+        let found = self.read_live(&key, true).await?;
+        c.got(found.is_some());
+        Ok(found.as_ref().map(Self::item_of))
     }
 
     /// [`Core::get_item`] without the reserved-namespace check.
@@ -210,12 +213,15 @@ impl Core {
     /// every reader that wants the token wins it.
     pub async fn get_item_access(
         &self,
+        ns: &NsState,
         key: &[u8],
         bump: bool,
         want_win: impl Fn(&Item) -> bool,
     ) -> Result<Option<ItemAccess>> {
-        Self::check_user_key(key)?;
-        let Some(f) = self.read_live(key, false).await? else { return Ok(None) };
+        let (key, c) = self.scoped(ns, key)?;
+        let found = self.read_live(&key, false).await?;
+        c.got(found.is_some());
+        let Some(f) = found else { return Ok(None) };
         let item = Self::item_of(&f);
         let want = want_win(&item);
         let now = self.clock.now();
@@ -226,7 +232,7 @@ impl Core {
             return Ok(Some(ItemAccess { item, prior: fresh, won: want }));
         }
         let c = self.access_clock;
-        let old = self.keys.index.access(key_hash(key), f.entry.pba(), |w| {
+        let old = self.keys.index.access(key_hash(&key), f.entry.pba(), |w| {
             let w2 = if bump { c.bumped(w, now) } else { w };
             if want && !Clock0::is_won(w) {
                 Clock0::won(w2)
@@ -243,9 +249,11 @@ impl Core {
     }
 
     /// The value of `key` in the buffer it was read into (zero-copy).
-    pub async fn get_buf(&self, key: &[u8]) -> Result<Option<ValueBuf>> {
-        Self::check_user_key(key)?;
-        let Some(f) = self.read_live(key, true).await? else { return Ok(None) };
+    pub async fn get_buf(&self, ns: &NsState, key: &[u8]) -> Result<Option<ValueBuf>> {
+        let (key, c) = self.scoped(ns, key)?;
+        let found = self.read_live(&key, true).await?;
+        c.got(found.is_some());
+        let Some(f) = found else { return Ok(None) };
         Ok(Some(ValueBuf {
             start: f.hdr.value_start(),
             len: f.hdr.user_value_len() as usize,

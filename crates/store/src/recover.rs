@@ -33,8 +33,10 @@
 //!    when GC next needs one.
 
 use crate::checkpoint::{Checkpoints, Loaded};
+use crate::counters::Counted;
 use crate::error::{Error, Result};
 use crate::log::{Headers, ReadAhead, Scanned, SegmentScanner};
+use crate::nskey::{owner, Owner, DEFAULT_NS};
 use crate::options::OpenOptions;
 use crate::parts::Parts;
 use crate::space::SegmentFound;
@@ -122,21 +124,62 @@ struct Applied<'k> {
 /// per record (shared atomics, and neighbouring segments' live counters on
 /// one cache line, would bounce between the scanners; the counters wrap,
 /// so a replacement subtracting first is fine).
+/// The default namespace's values and their bytes are batched the same
+/// way; other namespaces' are counted at once (few stores have many).
 #[derive(Default)]
 struct Added {
     keys: u64,
     tombstones: u64,
     live: u64,
+    default_values: u64,
+    default_value_bytes: u64,
 }
 
 impl Added {
-    /// A key indexed for the first time, by a record of `bytes`.
-    fn new_key(&mut self, bytes: u64, tombstone: bool) {
-        self.live += bytes;
-        if tombstone {
-            self.tombstones += 1;
-        } else {
-            self.keys += 1;
+    /// `key` indexed for the first time, by `new`.
+    fn new_key(&mut self, p: &Parts<'_>, key: &[u8], new: Counted) {
+        self.live = self.live.wrapping_add(new.bytes);
+        if new.tombstone {
+            self.tombstones = self.tombstones.wrapping_add(1);
+            return;
+        }
+        self.keys = self.keys.wrapping_add(1);
+        self.value(p, key, 1, new.bytes);
+    }
+
+    /// `key`'s version `old` replaced by `new`.
+    fn replaced(&mut self, p: &Parts<'_>, key: &[u8], old: Counted, new: Counted) {
+        match (old.tombstone, new.tombstone) {
+            (false, true) => {
+                self.keys = self.keys.wrapping_sub(1);
+                self.tombstones = self.tombstones.wrapping_add(1);
+            }
+            (true, false) => {
+                self.tombstones = self.tombstones.wrapping_sub(1);
+                self.keys = self.keys.wrapping_add(1);
+            }
+            _ => {}
+        }
+        let (k0, b0): (u64, u64) = if old.tombstone { (0, 0) } else { (1, old.bytes) };
+        let (k1, b1): (u64, u64) = if new.tombstone { (0, 0) } else { (1, new.bytes) };
+        self.value(p, key, k1.wrapping_sub(k0), b1.wrapping_sub(b0));
+    }
+
+    /// Values and value bytes (wrapping deltas) of `key`'s namespace.
+    fn value(&mut self, p: &Parts<'_>, key: &[u8], keys: u64, bytes: u64) {
+        match owner(key) {
+            Owner::Ns(DEFAULT_NS) => {
+                self.default_values = self.default_values.wrapping_add(keys);
+                self.default_value_bytes = self.default_value_bytes.wrapping_add(bytes);
+            }
+            Owner::Ns(id) => {
+                // Made for every id met: the catalog, read after the
+                // recovery, keeps the live ones.
+                let c = p.counters.ns_of(id);
+                c.keys.fetch_add(keys, Relaxed);
+                c.value_bytes.fetch_add(bytes, Relaxed);
+            }
+            Owner::Engine => {}
         }
     }
 
@@ -144,6 +187,8 @@ impl Added {
         p.space.add_live_wrapping(seg, self.live);
         p.counters.keys.fetch_add(self.keys, Relaxed);
         p.counters.tombstones.fetch_add(self.tombstones, Relaxed);
+        p.counters.default_ns.keys.fetch_add(self.default_values, Relaxed);
+        p.counters.default_ns.value_bytes.fetch_add(self.default_value_bytes, Relaxed);
         *self = Added::default();
     }
 }
@@ -374,7 +419,7 @@ impl Rebuild<'_> {
                     sc.spawn(move || -> Result<()> {
                         // Counted locally and added once: shared counters
                         // bounced between cores cost more than the inserts.
-                        let (mut n, mut values, mut tombs) = (0u64, 0u64, 0u64);
+                        let (mut n, mut values, mut tombs, mut value_bytes) = (0u64, 0u64, 0u64, 0u64);
                         let mut live: std::collections::HashMap<u32, u64> = Default::default();
                         let mut keep = Vec::with_capacity(items.len());
                         for it in items {
@@ -403,6 +448,7 @@ impl Rebuild<'_> {
                                 tombs += 1;
                             } else {
                                 values += 1;
+                                value_bytes += grains * g as u64;
                             }
                             n += 1;
                         }
@@ -412,6 +458,13 @@ impl Rebuild<'_> {
                         }
                         self.counters.keys.fetch_add(values, Relaxed);
                         self.counters.tombstones.fetch_add(tombs, Relaxed);
+                        // The items do not say their namespace: counted as
+                        // the default one's, which a store without
+                        // namespaces is right about (one with namespaces
+                        // sets every namespace's counts from the totals of
+                        // its clean close: see `namespace`).
+                        self.counters.default_ns.keys.fetch_add(values, Relaxed);
+                        self.counters.default_ns.value_bytes.fetch_add(value_bytes, Relaxed);
                         kept.fetch_add(n, Relaxed);
                         Ok(())
                     })
@@ -499,7 +552,7 @@ impl Rebuild<'_> {
             None => {
                 // A key not seen before (the usual case): indexed in one pass.
                 hashes.insert(pba, h);
-                added.new_key(grains * g as u64, rec.hdr.is_tombstone());
+                added.new_key(self, key, Counted::new(rec.hdr.is_tombstone(), grains * g as u64));
                 return Ok(());
             }
         };
@@ -554,13 +607,14 @@ impl Rebuild<'_> {
                     self.space.sub_live_wrapping(old_seg, old_bytes);
                 }
                 added.live += grains * g as u64;
-                self.counters.replaced(chdr.is_tombstone(), rec.hdr.is_tombstone());
+                let old = Counted::new(chdr.is_tombstone(), old_bytes);
+                added.replaced(self, key, old, Counted::new(rec.hdr.is_tombstone(), grains * g as u64));
             }
             return Ok(());
         }
         self.keys.index.insert(h, kv_size, pba).map_err(Error::IndexFull)?;
         hashes.insert(pba, h);
-        added.new_key(grains * g as u64, rec.hdr.is_tombstone());
+        added.new_key(self, key, Counted::new(rec.hdr.is_tombstone(), grains * g as u64));
         Ok(())
     }
 }

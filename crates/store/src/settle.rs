@@ -8,6 +8,7 @@
 //! Invariant: whoever settles a link holds the stripe of the displaced
 //! key, which is the head's key's stripe too (see [`crate::keys`]).
 
+use crate::counters::Counted;
 use crate::error::{Error, Result};
 use crate::links::Link;
 use crate::parts::Parts;
@@ -34,7 +35,11 @@ pub(crate) fn settle(p: Parts<'_>, head: u64, link: &Link, displaced_key: &[u8],
         .map_err(|err| p.log.poison(Error::IndexFull(err)))?;
     p.keys.watch.changed(p.log.sb.segment_of(e.pba()));
     p.space.add_live(p.log.sb.segment_of(e.pba()), grains * p.log.grain());
-    p.counters.added(false);
+    // The blind overwrite counted the head as replacing this record; it
+    // was another key's, so the head's key is one more value (of this
+    // record's size, the rest was counted then), and this key is
+    // unchanged.
+    p.counters.added(&link.key, Counted::new(false, grains * p.log.grain()));
     p.keys.links.remove(head);
     Ok(true)
 }

@@ -98,6 +98,9 @@ impl Purpose {
 pub(crate) enum GcWork {
     /// Reclaim one victim; answer requests up to this number if none is found.
     Reclaim(u64),
+    /// Sweep one segment (its alloc_seq when queued) for the records of
+    /// dropped namespaces ([`Space::request_sweep`]).
+    Sweep(u32, u64),
     Exit,
 }
 
@@ -128,6 +131,9 @@ struct Inner {
     /// Segments GC failed on and leaves alone.
     pinned: Vec<bool>,
     shutdown: bool,
+    /// Segments (and their alloc_seq) still to sweep for dropped
+    /// namespaces' records.
+    sweep: std::collections::VecDeque<(u32, u64)>,
 }
 
 pub(crate) struct Space {
@@ -198,6 +204,7 @@ impl Space {
                 collecting: false,
                 pinned: vec![false; n],
                 shutdown: false,
+                sweep: Default::default(),
             }),
             cond: Condvar::new(),
             room: event_listener::Event::new(),
@@ -536,8 +543,39 @@ impl Space {
         if free >= self.high_watermark {
             inner.collecting = false;
         }
-        (inner.requested > inner.served || (inner.collecting && !inner.stuck))
-            .then_some(GcWork::Reclaim(inner.requested))
+        if inner.requested > inner.served || (inner.collecting && !inner.stuck) {
+            return Some(GcWork::Reclaim(inner.requested));
+        }
+        inner.sweep.pop_front().map(|(seg, alloc)| GcWork::Sweep(seg, alloc))
+    }
+
+    /// Queue every segment holding records (open or closed) for GC to
+    /// sweep for the records of dropped namespaces: their index entries go
+    /// and their bytes stop counting as live, so GC picks those segments
+    /// as victims as it would any with that much garbage. A sweep runs when
+    /// no reclaim is due; a new request restarts it.
+    pub(crate) fn request_sweep(&self) {
+        let mut inner = self.lock();
+        let segs: Vec<(u32, u64)> = (0..inner.state.len() as u32)
+            .filter(|&s| matches!(inner.state[s as usize], SegState::Open | SegState::Closed))
+            .map(|s| (s, self.alloc_seq(s)))
+            .collect();
+        inner.sweep = segs.into();
+        // A GC that found nothing to do may now.
+        inner.stuck = false;
+        drop(inner);
+        self.wake_all();
+    }
+
+    /// Whether a sweep is queued.
+    pub(crate) fn sweep_pending(&self) -> bool {
+        !self.lock().sweep.is_empty()
+    }
+
+    /// Whether `seg` still holds the records it held at `alloc_seq`.
+    pub(crate) fn holds(&self, seg: u32, alloc_seq: u64) -> bool {
+        let inner = self.lock();
+        matches!(inner.state[seg as usize], SegState::Open | SegState::Closed) && self.alloc_seq(seg) == alloc_seq
     }
 
     /// Leave segment `seg` out of GC from now on.
@@ -564,6 +602,14 @@ impl Space {
     pub(crate) fn shutdown(&self) {
         self.lock().shutdown = true;
         self.wake_all();
+    }
+
+    /// After [`Space::shutdown`], once GC has stopped: let the closing
+    /// store write its last records (with no GC: `NoSpace` when full).
+    pub(crate) fn writes_after_gc(&self) {
+        let mut inner = self.lock();
+        inner.shutdown = false;
+        inner.gc = false;
     }
 
     pub(crate) fn pba(&self, seg: u32, grain: u64) -> u64 {

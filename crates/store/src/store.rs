@@ -24,10 +24,13 @@
 use crate::access::{Clock0, ItemAccess};
 use crate::checkpoint::Checkpoints;
 use crate::counters::Counters;
+use crate::counters::NsCounters;
 use crate::error::{Error, Result};
 use crate::gc::{Gc, GcCounters};
 use crate::keys::Keys;
 use crate::log::Log;
+use crate::namespace::{NamespaceOptions, NamespaceStats, Namespaces, NsState};
+use crate::nskey::{stored_key, DEFAULT_NS, NS_KEY_OVERHEAD};
 use crate::options::ProgressHook;
 use crate::parts::Parts;
 use crate::space::Space;
@@ -42,6 +45,8 @@ use granary_format::Superblock;
 use granary_index::Entry;
 use granary_io::AlignedBuf;
 use granary_rt::block_on;
+use std::borrow::Cow;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -102,6 +107,11 @@ pub(crate) struct Core {
     pub(crate) track_access: bool,
     pub(crate) access_clock: Clock0,
     pub(crate) coalescer: crate::coalesce::Coalescer,
+    /// The namespaces ([`crate::namespace`]).
+    pub(crate) namespaces: Namespaces,
+    /// Set when the store is closed or dropped: a [`Namespace`] handle
+    /// that outlives it refuses calls.
+    pub(crate) closed: AtomicBool,
 }
 
 /// The engine's calls that do IO, each declared once: the declaration
@@ -110,6 +120,9 @@ pub(crate) struct Core {
 /// thread (never call it on an executor: it blocks it), and the async one
 /// `name_async`, for executors (with the io_uring backend its IO goes
 /// through the executor's ring). The engine itself is written once, async.
+///
+/// Each call is made twice: on [`Store`], in the default namespace, and on
+/// [`Namespace`], in that namespace.
 macro_rules! engine_calls {
     ($(
         $(#[doc = $doc:expr])*
@@ -118,13 +131,33 @@ macro_rules! engine_calls {
         impl Store {
             $(
                 $(#[doc = $doc])*
+                #[doc = ""]
+                #[doc = "In the default namespace."]
                 pub fn $name $(<$g>)? (&self $(, $arg: $ty)*) -> $ret {
-                    block_on(self.core.$call($($arg),*))
+                    block_on(self.core.$call(&self.core.namespaces.default, $($arg),*))
                 }
 
                 #[doc = concat!("[`Store::", stringify!($name), "`] as a future.")]
                 pub async fn $name_async $(<$g>)? (&self $(, $arg: $ty)*) -> $ret {
-                    self.core.$call($($arg),*).await
+                    self.core.$call(&self.core.namespaces.default, $($arg),*).await
+                }
+            )*
+        }
+
+        impl Namespace {
+            $(
+                $(#[doc = $doc])*
+                #[doc = ""]
+                #[doc = "In this namespace."]
+                pub fn $name $(<$g>)? (&self $(, $arg: $ty)*) -> $ret {
+                    self.check_open()?;
+                    block_on(self.core.$call(&self.state, $($arg),*))
+                }
+
+                #[doc = concat!("[`Namespace::", stringify!($name), "`] as a future.")]
+                pub async fn $name_async $(<$g>)? (&self $(, $arg: $ty)*) -> $ret {
+                    self.check_open()?;
+                    self.core.$call(&self.state, $($arg),*).await
                 }
             )*
         }
@@ -132,6 +165,22 @@ macro_rules! engine_calls {
 }
 
 impl Core {
+    /// A user's key in `ns`, checked, in the form it is stored in, and the
+    /// counters of `ns`'s current id.
+    pub(crate) fn scoped<'k>(&self, ns: &NsState, key: &'k [u8]) -> Result<(Cow<'k, [u8]>, Arc<NsCounters>)> {
+        let (id, c) = ns.current()?;
+        if id == DEFAULT_NS {
+            Self::check_user_key(key)?;
+            return Ok((Cow::Borrowed(key), c));
+        }
+        let stored = stored_key(id, key);
+        if key.is_empty() || stored.len() > KEY_BYTES_MAX {
+            let max = KEY_BYTES_MAX - NS_KEY_OVERHEAD;
+            return Err(Error::KeyLength { len: key.len(), min: KEY_BYTES_MIN, max });
+        }
+        Ok((Cow::Owned(stored), c))
+    }
+
     /// Largest value this store accepts with a key of `key_len` bytes.
     pub fn value_bytes_max(&self, key_len: usize) -> u64 {
         let record_max = (self.log.sb.segment_grains() - 1) * self.log.sb.grain_bytes as u64;
@@ -304,8 +353,98 @@ engine_calls! {
     ) -> Result<(R, Option<u64>)> = update;
 
     /// Hide every value written so far, persistently (memcache
-    /// `flush_all`).
+    /// `flush_all`): in the default namespace by a floor of sequence
+    /// numbers (returned); in another namespace by truncating it (its new
+    /// id is returned).
     fn flush_all / flush_all_async(&self) -> Result<u64> = flush_all;
+}
+
+impl Store {
+    /// Create namespace `name` ([`crate::namespace`]): durable when this
+    /// returns. The first one turns on the store's namespaces flag (a
+    /// build older than namespaces then refuses the store).
+    pub fn create_namespace(&self, name: &str, options: NamespaceOptions) -> Result<Namespace> {
+        let state = block_on(self.core.create_namespace(name, options))?;
+        Ok(Namespace { core: self.core.clone(), state })
+    }
+
+    /// A handle on namespace `name` (`"default"`: the keys of the plain
+    /// [`Store`] calls). Cheap; it works until the store is closed.
+    pub fn namespace(&self, name: &str) -> Result<Namespace> {
+        Ok(Namespace { core: self.core.clone(), state: self.core.namespaces.get(name)? })
+    }
+
+    /// Every namespace (the default one first) with its figures.
+    pub fn namespaces(&self) -> Vec<NamespaceStats> {
+        let mut all: Vec<NamespaceStats> = self.core.namespaces.all().iter().filter_map(|s| s.stats().ok()).collect();
+        all.sort_by_key(|s| (s.id != DEFAULT_NS, s.name.clone()));
+        all
+    }
+
+    /// Drop namespace `name`, in O(1): one catalog record is written, its
+    /// keys read as gone at once (handles on it fail with
+    /// `NoSuchNamespace`), and GC frees their space as it meets them. A
+    /// namespace created later with the same name is empty.
+    pub fn drop_namespace(&self, name: &str) -> Result<()> {
+        block_on(self.core.drop_namespace(name))
+    }
+
+    /// Empty namespace `name`, in O(1) like a drop, keeping it and its
+    /// options (the default namespace: `flush_all`).
+    pub fn truncate(&self, name: &str) -> Result<()> {
+        block_on(self.core.truncate_namespace(name)).map(|_| ())
+    }
+}
+
+/// A handle on one namespace of a store ([`Store::namespace`],
+/// [`Store::create_namespace`]): the store's calls, on that namespace's
+/// keys. Cloned cheaply and sent between threads; calls fail with
+/// [`Error::NoSuchNamespace`] once the namespace is dropped, and with
+/// [`Error::Closed`] once the store is closed. A truncate does not
+/// invalidate it.
+#[derive(Clone)]
+pub struct Namespace {
+    core: Arc<Core>,
+    state: Arc<NsState>,
+}
+
+impl Namespace {
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.state.name
+    }
+
+    /// Its options.
+    pub fn options(&self) -> NamespaceOptions {
+        self.state.options
+    }
+
+    /// Its figures now.
+    pub fn stats(&self) -> Result<NamespaceStats> {
+        self.state.stats()
+    }
+
+    /// Largest value it accepts with a key of `key_len` bytes.
+    pub fn value_bytes_max(&self, key_len: usize) -> u64 {
+        let overhead = match self.state.current() {
+            Ok((DEFAULT_NS, _)) => 0,
+            _ => NS_KEY_OVERHEAD,
+        };
+        self.core.value_bytes_max(key_len + overhead)
+    }
+
+    /// [`Store::new_put_buf`] for a key of this namespace.
+    pub fn new_put_buf(&self, key: &[u8], value_len: usize) -> Result<PutBuf> {
+        self.check_open()?;
+        self.core.new_put_buf(&self.state, key, value_len)
+    }
+
+    fn check_open(&self) -> Result<()> {
+        match self.core.closed.load(Relaxed) {
+            true => Err(Error::Closed),
+            false => Ok(()),
+        }
+    }
 }
 
 impl Store {
@@ -314,7 +453,7 @@ impl Store {
     /// receiving into it), then write it with [`Store::put_buf`]. Fails
     /// for a bad key or a value larger than the store holds.
     pub fn new_put_buf(&self, key: &[u8], value_len: usize) -> Result<PutBuf> {
-        self.core.new_put_buf(key, value_len)
+        self.core.new_put_buf(&self.core.namespaces.default, key, value_len)
     }
 
     /// Whether the store evicts when full (cache mode).
@@ -362,6 +501,7 @@ impl Store {
     }
 
     fn stop_gc(&mut self) {
+        self.core.closed.store(true, Relaxed);
         if let Some((stop, h)) = self.checkpointer.take() {
             *stop.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
             stop.1.notify_all();
@@ -401,7 +541,22 @@ impl Store {
         // A checkpoint that cannot be written (no free segment, IO error)
         // is logged by `write`; the next open replays more log instead.
         let ckpt = if self.checkpoint_on_close && self.core.log.check_writable().is_ok() {
-            self.core.write_checkpoint(true).map(|_| ())
+            // Every namespace's counts, for the open that loads this
+            // checkpoint (`catalog::restore_totals`); without them the
+            // next open of a store with namespaces scans the log.
+            let totals = match self.core.namespaces.enabled.load(Relaxed) {
+                true => {
+                    // Nothing else writes now: GC has stopped, handles
+                    // refuse calls, and `close` owns the store.
+                    self.core.space.writes_after_gc();
+                    block_on(self.core.note_sweep_done()).and_then(|()| block_on(self.core.write_totals()))
+                }
+                false => Ok(()),
+            };
+            match totals {
+                Ok(()) => self.core.write_checkpoint(true).map(|_| ()),
+                Err(e) => Err(e),
+            }
         } else {
             Ok(())
         };

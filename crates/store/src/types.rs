@@ -265,6 +265,9 @@ pub struct GcStats {
     pub sparse_victims: u64,
     /// Sparse reclaims that found something changed and scanned after all.
     pub sparse_fallbacks: u64,
+    /// Records of dropped or truncated namespaces GC let go (never
+    /// relocated).
+    pub namespace_records_dropped: u64,
 }
 
 /// What checkpoints have done since the store was opened.

@@ -17,7 +17,10 @@
 
 use crate::access::Policy;
 use crate::coalesce::Payload;
+use crate::counters::{Counted, NsCounters};
 use crate::error::{Error, Result};
+use crate::namespace::{NamespaceOptions, NsState};
+use crate::nskey::{owner, user_key, Owner, DEFAULT_NS};
 use crate::options::Durability;
 use crate::space::{Loc, Purpose};
 use crate::store::{Core, Found, FLUSH_FLOOR_KEY};
@@ -34,7 +37,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 /// What a new version of a key carries besides its value.
 #[derive(Clone, Copy)]
-struct Version {
+pub(crate) struct Version {
     meta: ItemMeta,
     /// An explicit CAS value (else the sequence number is).
     cas: Option<u64>,
@@ -78,6 +81,11 @@ async fn join2<A: std::future::Future, B: std::future::Future>(a: A, b: B) -> (A
 
 /// The access policy of tombstones and of internal writes.
 const FRESH: Policy = Policy::Fresh;
+
+/// The version an engine key's write gives it.
+pub(crate) fn engine_version(meta: ItemMeta) -> Version {
+    Version { meta, cas: None, policy: FRESH }
+}
 impl Core {
     /// Wait (with no key stripe held) until a write of `grains` is likely
     /// to find room: GC's thread makes it, or, with
@@ -101,10 +109,21 @@ impl Core {
         }
     }
 
-    /// Hide every value written so far (memcache `flush_all`): they read as
-    /// absent and GC reclaims them. The floor is stored under a reserved
-    /// key, so it holds across restarts. Returns the floor.
-    pub async fn flush_all(&self) -> Result<u64> {
+    /// Hide every value written so far in `ns` (memcache `flush_all`):
+    /// they read as absent and GC reclaims them. In the default namespace
+    /// a floor of sequence numbers, stored under a reserved key so it holds
+    /// across restarts; returns the floor. In another namespace a truncate;
+    /// returns its new id.
+    pub async fn flush_all(&self, ns: &NsState) -> Result<u64> {
+        let (id, _) = ns.current()?;
+        if id != DEFAULT_NS {
+            return self.truncate_namespace(&ns.name).await.map(u64::from);
+        }
+        self.raise_flush_floor().await
+    }
+
+    /// `flush_all` of the default namespace: a new floor, stored.
+    pub(crate) async fn raise_flush_floor(&self) -> Result<u64> {
         let _one_at_a_time = self.flush_lock.lock().await;
         let floor = self.log.next_seq.fetch_add(1, Relaxed);
         // Stored first, then applied: until the new floor record is on the
@@ -117,8 +136,9 @@ impl Core {
 
     /// A record buffer for `key` with room for a value of `value_len`
     /// bytes, to fill and then write with [`Core::put_buf`].
-    pub fn new_put_buf(&self, key: &[u8], value_len: usize) -> Result<PutBuf> {
-        Self::check_user_key(key)?;
+    pub fn new_put_buf(&self, ns: &NsState, key: &[u8], value_len: usize) -> Result<PutBuf> {
+        let (key, _) = self.scoped(ns, key)?;
+        let key = &key[..];
         let max = self.value_bytes_max(key.len());
         if value_len as u64 > max {
             return Err(Error::ValueTooLarge { len: value_len as u64, max });
@@ -130,12 +150,24 @@ impl Core {
     }
 
     /// Write the record built in `pb` (its key, its value as filled).
-    pub async fn put_buf(&self, mut pb: PutBuf, meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
+    pub async fn put_buf(&self, ns: &NsState, mut pb: PutBuf, meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
         let key = pb.key().to_vec();
-        Self::check_user_key(&key)?;
+        let (id, c) = ns.current()?;
+        let user = match owner(&key) {
+            Owner::Ns(of) if of == id => user_key(id, &key),
+            // Built for another namespace, or by a truncated one's old id.
+            _ => return Err(Error::NoSuchNamespace { name: ns.name.clone() }),
+        };
+        if id == DEFAULT_NS {
+            Self::check_user_key(user)?;
+        }
         let value_len = pb.value_len as u64;
+        let meta = self.with_default_ttl(ns, meta);
         let v = Version { meta, cas: None, policy: Policy::new_item(&meta) };
-        self.write_item(&key, Payload::Owned { buf: &mut pb.buf, value_len }, v, cond).await
+        self.check_quota(ns, &c, &key, self.value_grains(&key, value_len, None)?).await?;
+        let r = self.write_item(&key, Payload::Owned { buf: &mut pb.buf, value_len }, v, cond).await?;
+        c.stored(r.0);
+        Ok(r)
     }
 
     /// Grains of a value record of `value_len` bytes for `key` (with an
@@ -151,45 +183,114 @@ impl Core {
     }
 
     /// PUT with a mode; returns whether it stored.
-    pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.put_with(key, value, PutMode::Upsert).await.map(|_| ())
+    pub async fn put(&self, ns: &NsState, key: &[u8], value: &[u8]) -> Result<()> {
+        self.put_with(ns, key, value, PutMode::Upsert).await.map(|_| ())
     }
 
-    pub async fn put_with(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
-        Ok(self.put_item(key, value, ItemMeta::default(), mode.into()).await?.0)
+    pub async fn put_with(&self, ns: &NsState, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> {
+        Ok(self.put_item(ns, key, value, ItemMeta::default(), mode.into()).await?.0)
     }
 
     /// Conditional PUT with metadata; on `Stored`, also the new CAS value
     /// (0 otherwise).
-    pub async fn put_item(&self, key: &[u8], value: &[u8], meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
-        self.put_user_item(key, value, Version { meta, cas: None, policy: Policy::new_item(&meta) }, cond).await
+    pub async fn put_item(
+        &self,
+        ns: &NsState,
+        key: &[u8],
+        value: &[u8],
+        meta: ItemMeta,
+        cond: Cond,
+    ) -> Result<(PutOutcome, u64)> {
+        self.put_user_item(ns, key, value, Version { meta, cas: None, policy: Policy::new_item(&meta) }, cond).await
     }
 
-    /// A user key's PUT of a value slice as `v` says.
-    async fn put_user_item(&self, key: &[u8], value: &[u8], v: Version, cond: Cond) -> Result<(PutOutcome, u64)> {
-        Self::check_user_key(key)?;
-        self.write_item(key, Payload::Slice(value), v, cond).await
+    /// A user key's PUT of a value slice as `v` says, in `ns`: its
+    /// default TTL applied, its quota checked, its counters told.
+    async fn put_user_item(
+        &self,
+        ns: &NsState,
+        key: &[u8],
+        value: &[u8],
+        mut v: Version,
+        cond: Cond,
+    ) -> Result<(PutOutcome, u64)> {
+        let (key, c) = self.scoped(ns, key)?;
+        v.meta = self.with_default_ttl(ns, v.meta);
+        self.check_quota(ns, &c, &key, self.value_grains(&key, value.len() as u64, v.cas)?).await?;
+        let r = self.write_item(&key, Payload::Slice(value), v, cond).await?;
+        c.stored(r.0);
+        Ok(r)
+    }
+
+    /// `meta` with `ns`'s default TTL when it sets no expiry time.
+    fn with_default_ttl(&self, ns: &NsState, mut meta: ItemMeta) -> ItemMeta {
+        let ttl = ns.options.default_ttl_secs;
+        if meta.expires == 0 && ttl != 0 {
+            meta.expires = self.clock.now().saturating_add(ttl);
+        }
+        meta
+    }
+
+    /// Refuse a value of `grains` for `key` (stored form) that would take
+    /// `ns` past a quota. Checked before the write, with no lock: writes
+    /// running at once may each pass it by one value.
+    async fn check_quota(&self, ns: &NsState, c: &NsCounters, key: &[u8], grains: u64) -> Result<()> {
+        let NamespaceOptions { max_keys, max_bytes, .. } = ns.options;
+        if max_keys.is_none() && max_bytes.is_none() {
+            return Ok(());
+        }
+        let new_bytes = grains * self.log.grain();
+        let (keys, bytes) = (c.keys.load(Relaxed), c.value_bytes.load(Relaxed));
+        let fits = |keys: u64, bytes: u64| {
+            if max_keys.is_some_and(|m| keys > m) {
+                Some(("keys", max_keys.unwrap_or(0)))
+            } else if max_bytes.is_some_and(|m| bytes > m) {
+                Some(("bytes", max_bytes.unwrap_or(0)))
+            } else {
+                None
+            }
+        };
+        if fits(keys + 1, bytes + new_bytes).is_none() {
+            return Ok(());
+        }
+        // At the limit: an overwrite replaces what its key holds now.
+        let h = key_hash(key);
+        let now = self.clock.now();
+        let (old_keys, old_bytes) = match self.find(key, h, false, false).await? {
+            Some(f) if self.is_live(&f, now) => (1, f.hdr.grains(self.log.sb.grain_bytes) * self.log.grain()),
+            _ => (0, 0),
+        };
+        match fits(keys + 1 - old_keys, (bytes + new_bytes).saturating_sub(old_bytes)) {
+            Some((what, limit)) => Err(Error::QuotaExceeded { name: ns.name.clone(), what, limit }),
+            None => Ok(()),
+        }
     }
 
     /// [`Core::put_item`] giving the new version the CAS value `cas`
     /// instead of its sequence number (memcache `ms ... E<cas>`).
     pub async fn put_item_with_cas(
         &self,
+        ns: &NsState,
         key: &[u8],
         value: &[u8],
         meta: ItemMeta,
         cond: Cond,
         cas: u64,
     ) -> Result<(PutOutcome, u64)> {
-        self.put_user_item(key, value, Version { meta, cas: Some(cas), policy: Policy::new_item(&meta) }, cond).await
+        self.put_user_item(ns, key, value, Version { meta, cas: Some(cas), policy: Policy::new_item(&meta) }, cond)
+            .await
     }
 
     /// [`Core::put_item`] (or with a chosen CAS value) whose new version
     /// has its win token already handed out (memcache's vivify on miss:
     /// the client that created it is the one to fill it), and is marked
     /// read when `read`.
+    // The public call's arguments (memcache's vivify-on-miss set) plus the
+    // namespace every engine call takes.
+    #[allow(clippy::too_many_arguments)]
     pub async fn put_item_won(
         &self,
+        ns: &NsState,
         key: &[u8],
         value: &[u8],
         meta: ItemMeta,
@@ -197,11 +298,11 @@ impl Core {
         cas: Option<u64>,
         read: bool,
     ) -> Result<(PutOutcome, u64)> {
-        self.put_user_item(key, value, Version { meta, cas, policy: Policy::Vivified { read } }, cond).await
+        self.put_user_item(ns, key, value, Version { meta, cas, policy: Policy::Vivified { read } }, cond).await
     }
 
     /// [`Core::put_item`] without the reserved-namespace check.
-    async fn write_item(
+    pub(crate) async fn write_item(
         &self,
         key: &[u8],
         mut value: Payload<'_>,
@@ -320,10 +421,12 @@ impl Core {
     /// (when the store had to wait for space); only its last answer counts.
     pub async fn update<R>(
         &self,
+        ns: &NsState,
         key: &[u8],
         mut f: impl FnMut(Option<&Item>) -> (Change, R),
     ) -> Result<(R, Option<u64>)> {
-        Self::check_user_key(key)?;
+        let (key, c) = self.scoped(ns, key)?;
+        let key = &key[..];
         let h = key_hash(key);
         let mut need = 1;
         loop {
@@ -367,7 +470,15 @@ impl Core {
             };
             match written {
                 Err(Error::NoSpace { .. }) => continue,
-                w => return w.map(|cas| (r, cas)),
+                Ok(Some(cas)) => {
+                    c.stored(PutOutcome::Stored);
+                    return Ok((r, Some(cas)));
+                }
+                Ok(None) => {
+                    c.deletes.fetch_add(1, Relaxed);
+                    return Ok((r, None));
+                }
+                Err(e) => return Err(e),
             }
         }
     }
@@ -375,8 +486,9 @@ impl Core {
     /// Delete `key`; returns whether it was present (an expired value was
     /// not, but is deleted all the same). Writes a tombstone only when a
     /// value was indexed.
-    pub async fn delete(&self, key: &[u8]) -> Result<bool> {
-        Self::check_user_key(key)?;
+    pub async fn delete(&self, ns: &NsState, key: &[u8]) -> Result<bool> {
+        let (key, c) = self.scoped(ns, key)?;
+        let key = &key[..];
         let h = key_hash(key);
         let grains = grains_for(record_bytes(key.len(), 0), self.log.sb.grain_bytes);
         loop {
@@ -397,7 +509,12 @@ impl Core {
             };
             match self.write_tombstone(key, h, existing).await {
                 Err(Error::NoSpace { .. }) => continue,
-                r => return r.map(|()| live),
+                r => {
+                    if live && r.is_ok() {
+                        c.deletes.fetch_add(1, Relaxed);
+                    }
+                    return r.map(|()| live);
+                }
             }
         }
     }
@@ -497,9 +614,10 @@ impl Core {
                     let replace =
                         || self.keys.index.replace_with(h, from, kv_size, loc.pba, |w| c.apply(policy, w, now));
                     if crate::settle::carry(self.parts(), from, loc.pba, replace) {
-                        self.space
-                            .sub_live(self.log.sb.segment_of(f.entry.pba()), f.hdr.grains(self.log.sb.grain_bytes) * g);
-                        self.counters.replaced(f.hdr.is_tombstone(), tombstone);
+                        let old_bytes = f.hdr.grains(self.log.sb.grain_bytes) * g;
+                        self.space.sub_live(self.log.sb.segment_of(f.entry.pba()), old_bytes);
+                        let old = Counted::new(f.hdr.is_tombstone(), old_bytes);
+                        self.counters.replaced(key, old, Counted::new(tombstone, loc.grains * g));
                         break;
                     }
                     // The entry moved under us (only a relocation can do that
@@ -512,7 +630,7 @@ impl Core {
                         // refuse further writes rather than diverge from the log.
                         return Err(self.log.poison(Error::IndexFull(e)));
                     }
-                    self.counters.added(tombstone);
+                    self.counters.added(key, Counted::new(tombstone, loc.grains * g));
                     break;
                 }
             }
@@ -568,6 +686,10 @@ impl Core {
         self.space.sub_live(self.log.sb.segment_of(e.pba()), e.kv_size() as u64 * g);
         self.space.add_live(loc.seg, loc.grains * g);
         self.counters.blind.fetch_add(1, Relaxed);
+        // Counted as a replacement of this key's version; if `e` was
+        // another key's, settling its link counts this key as added then.
+        let old = Counted::new(false, e.kv_size() as u64 * g);
+        self.counters.replaced(key, old, Counted::new(false, loc.grains * g));
         Ok(())
     }
 }

@@ -1,0 +1,248 @@
+//! The engine's side of namespaces ([`crate::namespace`]): changing the
+//! catalog (create, drop, truncate), reading it at open, and the counts a
+//! clean close leaves for the next open.
+//!
+//! A change holds the catalog lock, writes the new catalog (one record,
+//! under the engine's reserved key), and only then changes what readers,
+//! writers and GC see: a crash before the record is on the device leaves
+//! the old catalog, one after it the new one. The first namespace created
+//! in a store turns on the superblock's namespaces flag first, so a build
+//! that does not know namespaces refuses the store instead of taking its
+//! namespaced keys for the engine's own.
+
+use crate::coalesce::Payload;
+use crate::error::{Error, Result};
+use crate::namespace::{
+    check_name, Catalog, CatalogEntry, NamespaceMode, NamespaceOptions, NsState, Totals, CATALOG_KEY,
+    DEFAULT_NAMESPACE, NAMESPACES_MAX, TOTALS_KEY,
+};
+use crate::nskey::DEFAULT_NS;
+use crate::store::Core;
+use crate::types::{Cond, ItemMeta};
+use granary_format::limits::SUPERBLOCK_OFFSETS;
+use granary_format::superblock::{FLAG_NAMESPACES, SUPERBLOCK_VERSION};
+use granary_io::AlignedBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+impl Core {
+    /// Create namespace `name`.
+    pub(crate) async fn create_namespace(&self, name: &str, options: NamespaceOptions) -> Result<Arc<NsState>> {
+        check_name(name)?;
+        if name == DEFAULT_NAMESPACE {
+            return Err(Error::NamespaceExists { name: name.into() });
+        }
+        if options.max_bytes == Some(0) || options.max_keys == Some(0) {
+            let why = "a limit is at least 1 (leave it unset for none)".to_string();
+            return Err(Error::BadNamespace { name: name.into(), why });
+        }
+        let mut cat = self.namespaces.change.lock().await;
+        self.log.check_writable()?;
+        if cat.entries.contains_key(name) {
+            return Err(Error::NamespaceExists { name: name.into() });
+        }
+        if cat.entries.len() >= NAMESPACES_MAX {
+            let why = format!("this store holds {NAMESPACES_MAX} namespaces already; drop one first");
+            return Err(Error::BadNamespace { name: name.into(), why });
+        }
+        let Some(after) = cat.next_id.checked_add(1) else {
+            let why = "every namespace id was given out".to_string();
+            return Err(Error::BadNamespace { name: name.into(), why });
+        };
+        self.enable_namespaces()?;
+        let mut next = cat.clone();
+        let id = next.next_id;
+        next.next_id = after;
+        next.entries.insert(name.into(), CatalogEntry { id, options, created_unix_ms: self.clock.unix_ms() });
+        self.write_catalog(&next).await?;
+        *cat = next;
+        let state = Arc::new(NsState::new(name, id, options, self.counters.ns_of(id)));
+        self.namespaces.by_name.write().unwrap_or_else(|e| e.into_inner()).insert(name.into(), state.clone());
+        self.publish(&cat);
+        tracing::debug!(namespace = name, id, "namespace created");
+        Ok(state)
+    }
+
+    /// Drop namespace `name`: its keys are gone at once; GC frees their
+    /// space as it meets them.
+    pub(crate) async fn drop_namespace(&self, name: &str) -> Result<()> {
+        if name == DEFAULT_NAMESPACE {
+            let why = "the default namespace cannot be dropped (truncate empties it)".to_string();
+            return Err(Error::BadNamespace { name: name.into(), why });
+        }
+        let mut cat = self.namespaces.change.lock().await;
+        self.log.check_writable()?;
+        let mut next = cat.clone();
+        let Some(gone) = next.entries.remove(name) else { return Err(Error::NoSuchNamespace { name: name.into() }) };
+        next.sweep_pending = true;
+        self.write_catalog(&next).await?;
+        *cat = next;
+        if let Some(state) = self.namespaces.by_name.write().unwrap_or_else(|e| e.into_inner()).remove(name) {
+            state.mark_dropped();
+        }
+        self.publish(&cat);
+        self.space.request_sweep();
+        self.counters.ns.write().unwrap_or_else(|e| e.into_inner()).remove(&gone.id);
+        tracing::debug!(namespace = name, id = gone.id, "namespace dropped");
+        Ok(())
+    }
+
+    /// Empty namespace `name`, keeping its options: it gets a new id. The
+    /// default namespace is emptied by `flush_all`. Returns the new id (the
+    /// default namespace's flush floor).
+    pub(crate) async fn truncate_namespace(&self, name: &str) -> Result<u32> {
+        if name == DEFAULT_NAMESPACE {
+            let floor = self.raise_flush_floor().await?;
+            return Ok(floor.min(u32::MAX as u64) as u32);
+        }
+        let mut cat = self.namespaces.change.lock().await;
+        self.log.check_writable()?;
+        let Some(after) = cat.next_id.checked_add(1) else {
+            let why = "every namespace id was given out".to_string();
+            return Err(Error::BadNamespace { name: name.into(), why });
+        };
+        let mut next = cat.clone();
+        let Some(entry) = next.entries.get_mut(name) else {
+            return Err(Error::NoSuchNamespace { name: name.into() });
+        };
+        let (old, id) = (entry.id, next.next_id);
+        entry.id = id;
+        next.next_id = after;
+        next.sweep_pending = true;
+        self.write_catalog(&next).await?;
+        *cat = next;
+        if let Ok(state) = self.namespaces.get(name) {
+            state.set_current(id, self.counters.ns_of(id));
+        }
+        self.publish(&cat);
+        self.space.request_sweep();
+        self.counters.ns.write().unwrap_or_else(|e| e.into_inner()).remove(&old);
+        tracing::debug!(namespace = name, old, id, "namespace truncated");
+        Ok(id)
+    }
+
+    /// Write `cat` as the catalog record.
+    async fn write_catalog(&self, cat: &Catalog) -> Result<()> {
+        self.write_engine_key(CATALOG_KEY, &cat.encode()).await
+    }
+
+    /// Write one of the engine's own keys.
+    async fn write_engine_key(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.write_item(key, Payload::Slice(value), crate::write::engine_version(ItemMeta::default()), Cond::Always)
+            .await
+            .map(|_| ())
+    }
+
+    /// What GC sees: the live ids and whether each may be evicted.
+    fn publish(&self, cat: &Catalog) {
+        let live = cat.entries.values().map(|e| (e.id, e.options.mode == NamespaceMode::Cache));
+        self.keys.ns.set(cat.next_id, live);
+    }
+
+    /// Turn on the superblock's namespaces flag (once): copy A, flush,
+    /// copy B, flush. A crash in between leaves copy A, which readers take
+    /// first, with the flag.
+    fn enable_namespaces(&self) -> Result<()> {
+        if self.namespaces.enabled.load(Relaxed) {
+            return Ok(());
+        }
+        let mut sb = self.log.sb.clone();
+        sb.version = SUPERBLOCK_VERSION;
+        sb.flags |= FLAG_NAMESPACES;
+        let mut buf = AlignedBuf::zeroed(4096);
+        sb.encode(&mut buf);
+        let dev = &self.log.dev;
+        for &offset in &SUPERBLOCK_OFFSETS {
+            let (b, r) = dev.write_at(buf, offset);
+            r.map_err(|source| self.log.poison(Error::Io { op: "write of the superblock", offset, source }))?;
+            buf = b;
+            dev.flush().map_err(|source| self.log.poison(Error::Io { op: "flush", offset, source }))?;
+        }
+        self.namespaces.enabled.store(true, Relaxed);
+        tracing::info!("namespaces turned on: this store now needs a build that knows them");
+        Ok(())
+    }
+
+    /// Read the catalog at open (after recovery, before any GC), and make
+    /// it what readers, writers and GC see. A catalog that cannot be read is
+    /// an error: guessing would drop namespaces or bring dropped ones back.
+    pub(crate) async fn load_catalog(&self) -> Result<()> {
+        let Some(item) = self.read_item(CATALOG_KEY).await? else { return Ok(()) };
+        let cat = Catalog::decode(&item.value)?;
+        {
+            let mut by_name = self.namespaces.by_name.write().unwrap_or_else(|e| e.into_inner());
+            for (name, e) in &cat.entries {
+                by_name.insert(name.clone(), Arc::new(NsState::new(name, e.id, e.options, self.counters.ns_of(e.id))));
+            }
+        }
+        // Ids a recovery counted that the catalog no longer has.
+        let live: std::collections::HashSet<u32> = cat.entries.values().map(|e| e.id).collect();
+        self.counters.ns.write().unwrap_or_else(|e| e.into_inner()).retain(|id, _| live.contains(id));
+        self.publish(&cat);
+        if cat.sweep_pending {
+            // The last sweep did not finish before the store closed.
+            self.space.request_sweep();
+        }
+        *self.namespaces.change.lock().await = cat;
+        Ok(())
+    }
+
+    /// At a clean close: record in the catalog that no sweep is pending,
+    /// if one finished since the catalog said it was.
+    pub(crate) async fn note_sweep_done(&self) -> Result<()> {
+        let mut cat = self.namespaces.change.lock().await;
+        if !cat.sweep_pending || self.space.sweep_pending() {
+            return Ok(());
+        }
+        let mut next = cat.clone();
+        next.sweep_pending = false;
+        self.write_catalog(&next).await?;
+        *cat = next;
+        Ok(())
+    }
+
+    /// Every namespace's counts, for a clean close (written just before
+    /// its clean checkpoint).
+    pub(crate) async fn write_totals(&self) -> Result<()> {
+        let t = Totals { session: self.checkpoints.session, counts: self.counts() };
+        self.write_engine_key(TOTALS_KEY, &t.encode()).await
+    }
+
+    fn counts(&self) -> Vec<(u32, u64, u64)> {
+        let of = |id: u32, c: &crate::counters::NsCounters| (id, c.keys.load(Relaxed), c.value_bytes.load(Relaxed));
+        let mut counts = vec![of(DEFAULT_NS, &self.counters.default_ns)];
+        for (id, c) in self.counters.ns.read().unwrap_or_else(|e| e.into_inner()).iter() {
+            counts.push(of(*id, c));
+        }
+        counts
+    }
+
+    /// After a recovery that loaded a checkpoint of a store with
+    /// namespaces: take the counts of the clean close that wrote it, if
+    /// that is what was loaded (written by its session, nothing replayed,
+    /// no item dropped as stale). False: the counts are unknown, and the
+    /// store must be recovered by a log scan.
+    pub(crate) async fn restore_totals(&self) -> Result<bool> {
+        let report = self.recovery.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if !report.clean_shutdown || report.checkpoint_dropped != 0 {
+            return Ok(false);
+        }
+        let Some(item) = self.read_item(TOTALS_KEY).await? else { return Ok(false) };
+        let Ok(t) = Totals::decode(&item.value) else { return Ok(false) };
+        if t.session != report.checkpoint_session {
+            return Ok(false);
+        }
+        let set = |c: &crate::counters::NsCounters, keys: u64, bytes: u64| {
+            c.keys.store(keys, Relaxed);
+            c.value_bytes.store(bytes, Relaxed);
+        };
+        set(&self.counters.default_ns, 0, 0);
+        for c in self.counters.ns.read().unwrap_or_else(|e| e.into_inner()).values() {
+            set(c, 0, 0);
+        }
+        for (id, keys, bytes) in t.counts {
+            set(&self.counters.ns_of(id), keys, bytes);
+        }
+        Ok(true)
+    }
+}
