@@ -24,3 +24,4 @@ pub mod memcache;
 pub mod native;
 pub mod progress;
 pub mod recovery;
+pub mod txn;

@@ -49,6 +49,23 @@ enum BenchCmd {
     /// A Memcache load generator: `granary serve` against memcached (DRAM)
     /// and memcached with extstore on the same disk, in one run.
     Memcache(MemcacheBenchArgs),
+    /// Namespaces (and, to come, atomic batches): drop a namespace of N
+    /// keys (its time and IO), GC's sweep of its records, and the index's
+    /// DRAM per key in a namespace against the default one.
+    Txn {
+        /// The data file to create (removed at the end).
+        #[arg(long, default_value = "granary-data/bench-txn.db")]
+        path: PathBuf,
+        /// Keys in the namespace dropped (e.g. 1M).
+        #[arg(long, default_value = "1M", value_parser = size::count)]
+        keys: u64,
+        /// Value size in bytes.
+        #[arg(long, default_value_t = 100)]
+        value_bytes: usize,
+        /// Also write the results as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Load N keys, then time a clean restart (checkpoint) and a crash
     /// recovery (full log scan) against fio's sequential read of the file.
     Recovery {
@@ -346,6 +363,14 @@ fn run(cmd: BenchCmd) -> Result<ExitCode, String> {
                 fio: !no_fio,
             };
             let v = granary_bench::recovery::run(&o)?;
+            if let Some(path) = json {
+                write_json(&path, &v)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCmd::Txn { path, keys, value_bytes, json } => {
+            let o = granary_bench::txn::TxnBenchOptions { path, keys: keys.max(1), value_bytes };
+            let v = granary_bench::txn::run(&o)?;
             if let Some(path) = json {
                 write_json(&path, &v)?;
             }

@@ -1,8 +1,8 @@
-//! The `granary` command line: create, put, get, del, stat, verify and
-//! load on a store in a file or block device; get, put and del also on a
-//! server (`--server HOST:PORT`, the native protocol); serve. One module
-//! per command (`cmd/`, `serve.rs`); the benchmarks are a separate binary,
-//! `granary-bench`.
+//! The `granary` command line: create, put, get, del, stat, verify, load
+//! and ns (namespaces) on a store in a file or block device; get, put and
+//! del also on a server (`--server HOST:PORT`, the native protocol); serve.
+//! One module per command (`cmd/`, `serve.rs`); the benchmarks are a
+//! separate binary, `granary-bench`.
 //!
 //! Exit codes: 0 success; 1 the key is absent (`get`, `del`) or `verify`
 //! found problems; 2 an error (bad arguments, IO, corruption), printed as one
@@ -33,13 +33,16 @@ enum Cmd {
     /// RAID-0 stripe set (PATH a comma-separated list of files or devices).
     Create(cmd::create::CreateArgs),
     /// Store a value: from the argument, or from stdin when absent or "-".
-    /// `granary put PATH KEY [VALUE]`, or `granary put --server HOST:PORT KEY [VALUE]`.
+    /// `granary put PATH KEY [VALUE]`, or `granary put --server HOST:PORT KEY [VALUE]`;
+    /// `--ns NAME` for a namespace's key.
     Put(cmd::kv::PutArgs),
     /// Print a value to stdout; exit 1 if the key is absent.
-    /// `granary get PATH KEY`, or `granary get --server HOST:PORT KEY`.
+    /// `granary get PATH KEY`, or `granary get --server HOST:PORT KEY`;
+    /// `--ns NAME` for a namespace's key.
     Get(cmd::kv::GetArgs),
     /// Delete a key; exit 1 if it was absent.
-    /// `granary del PATH KEY`, or `granary del --server HOST:PORT KEY`.
+    /// `granary del PATH KEY`, or `granary del --server HOST:PORT KEY`;
+    /// `--ns NAME` for a namespace's key.
     Del(cmd::kv::DelArgs),
     /// Print geometry, space, index and recovery figures.
     Stat(cmd::stat::StatArgs),
@@ -50,6 +53,9 @@ enum Cmd {
     /// it wrote. With --ack, each acknowledged write is printed to stdout as
     /// "<round> <i>" once it is on the device.
     Load(cmd::load::LoadArgs),
+    /// Namespaces of a store: `ns create|list|stat|drop|truncate PATH ...`.
+    /// Their keys are read and written by get, put and del with --ns NAME.
+    Ns(cmd::ns::NsArgs),
     /// Serve a store over the Memcache protocol (text and meta commands)
     /// and the native protocol until SIGTERM/SIGINT; a missing data file is
     /// created.
@@ -80,6 +86,7 @@ fn main() -> ExitCode {
                 Cmd::Stat(a) => cmd::stat::run(a),
                 Cmd::Verify(a) => cmd::verify::run(a),
                 Cmd::Load(a) => cmd::load::run(a),
+                Cmd::Ns(a) => cmd::ns::run(a),
                 Cmd::Serve(_) => unreachable!("matched above"),
             }
         }

@@ -64,6 +64,7 @@ pub struct Config {
     pub conn_limit: usize,
     pub max_item_size: u64,
     pub idle_timeout: u64,
+    pub memcache_namespace: String,
     pub blind_overwrite_mem: u64,
     pub io_spin_us: u64,
     pub io_submit_early: bool,
@@ -130,6 +131,7 @@ impl Config {
             conn_limit: limits::CONNECTIONS_DEFAULT,
             max_item_size: 1 << 20,
             idle_timeout: 0,
+            memcache_namespace: granary_store::DEFAULT_NAMESPACE.into(),
             blind_overwrite_mem: granary_store::BLIND_OVERWRITE_BYTES_DEFAULT as u64,
             io_spin_us: granary_rt::SPIN_IO_US_DEFAULT,
             io_submit_early: true,
@@ -373,6 +375,7 @@ fn start(a: &Config, store: Arc<Store>, l: Listeners) -> Result<(Server, Option<
         max_connections: a.conn_limit,
         item_bytes_max: usize::try_from(a.max_item_size).unwrap_or(usize::MAX),
         idle_timeout,
+        namespace: a.memcache_namespace.clone(),
     };
     let rc = RuntimeConfig {
         spin_io: std::time::Duration::from_micros(a.io_spin_us),

@@ -66,6 +66,8 @@ pub enum Kind {
     Ip,
     /// A socket address, or `""` for none (a string in the file).
     Addr,
+    /// A namespace name (a string in the file).
+    Name,
     /// One of `choices` (a string in the file); `name` stands for it in
     /// `--help`.
     Choice { name: &'static str, choices: &'static [&'static str] },
@@ -81,6 +83,8 @@ pub enum Value {
     Path(PathBuf),
     Ip(IpAddr),
     Addr(Option<SocketAddr>),
+    /// [`Kind::Name`].
+    Text(String),
     /// One of a [`Kind::Choice`]'s choices.
     Choice(String),
 }
@@ -124,6 +128,13 @@ impl Value {
         }
     }
 
+    fn text(self) -> String {
+        match self {
+            Value::Text(t) => t,
+            v => panic!("{v:?} is not a name"),
+        }
+    }
+
     fn choice(self) -> String {
         match self {
             Value::Choice(c) => c,
@@ -140,6 +151,7 @@ impl Kind {
             Kind::Size { .. } => "SIZE",
             Kind::Path => "PATH",
             Kind::Ip | Kind::Addr => "ADDR",
+            Kind::Name => "NAME",
             Kind::Switch { .. } => "",
         }
     }
@@ -153,6 +165,7 @@ impl Kind {
             Kind::Path => "a path (a string)".into(),
             Kind::Ip => "an IP address (a string)".into(),
             Kind::Addr => "an address (a string such as \"127.0.0.1:9121\", or \"\" for none)".into(),
+            Kind::Name => "a namespace name (a string)".into(),
             Kind::Choice { choices, .. } => format!("one of {}", quoted(choices)),
         }
     }
@@ -177,6 +190,9 @@ impl Kind {
                 .parse()
                 .map(|a| Value::Addr(Some(a)))
                 .map_err(|_| format!("{s:?} is not an address like 127.0.0.1:9121")),
+            Kind::Name => {
+                granary_store::namespace::check_name(s).map(|()| Value::Text(s.into())).map_err(|e| e.to_string())
+            }
             Kind::Choice { choices, .. } if choices.contains(&s) => Ok(Value::Choice(s.to_string())),
             Kind::Choice { choices, .. } => Err(format!("{s:?} is not one of {}", quoted(choices))),
         }
@@ -188,9 +204,10 @@ impl Kind {
             (Kind::Switch { .. }, toml::Value::Boolean(b)) => Ok(Value::Bool(*b)),
             (Kind::Int { min, max, .. }, toml::Value::Integer(n)) => in_range(*n, *min, *max),
             (Kind::Size { min }, toml::Value::Integer(n)) => in_range(*n, *min, u64::MAX),
-            (Kind::Size { .. } | Kind::Path | Kind::Ip | Kind::Addr | Kind::Choice { .. }, toml::Value::String(s)) => {
-                self.parse(s)
-            }
+            (
+                Kind::Size { .. } | Kind::Path | Kind::Ip | Kind::Addr | Kind::Name | Kind::Choice { .. },
+                toml::Value::String(s),
+            ) => self.parse(s),
             (_, toml::Value::Table(_) | toml::Value::Array(_)) => {
                 Err(format!("expected {}, found {}", self.expects(), v.type_str()))
             }
@@ -340,6 +357,17 @@ pub const SETTINGS: &[Setting] = &[
         meaning: "close a connection that sends nothing for this long (memcached's `idle_timeout`; counted as `idle_kicks`)",
         value: |c| Some(c.idle_timeout.to_string()),
         apply: |c, v| c.idle_timeout = v.int(),
+    },
+    Setting {
+        key: "memcache_namespace",
+        long: "memcache-namespace",
+        short: None,
+        kind: Kind::Name,
+        help: "The namespace the Memcache listener serves (it must exist: granary ns create)",
+        default: "`default`",
+        meaning: "the store's namespace the Memcache listener serves: its keys, its counts in `stats` (`curr_items`, `bytes`, `evictions`), and its `flush_all`, which truncates it; it must exist (`granary ns create`), else `serve` refuses to start",
+        value: |c| Some(q(&c.memcache_namespace)),
+        apply: |c, v| c.memcache_namespace = v.text(),
     },
     Setting {
         key: "blind_overwrite_mem",
@@ -614,6 +642,7 @@ mod tests {
             Kind::Path => Some("/tmp/granary-settings-test/x.db".to_string()),
             Kind::Ip => Some("10.1.2.3".to_string()),
             Kind::Addr => Some("127.0.0.1:9".to_string()),
+            Kind::Name => Some("users".to_string()),
             Kind::Choice { choices, .. } => Some(choices[choices.len() - 1].to_string()),
         };
         let names = std::iter::once(format!("--{}", s.long)).chain(s.short.map(|c| format!("-{c}")));

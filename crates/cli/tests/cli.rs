@@ -271,7 +271,7 @@ fn version_and_help() {
     assert_eq!(code(&o), 0);
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("granary "));
     let o = run(&["--help"]);
-    for cmd in ["create", "put", "get", "del", "stat", "verify"] {
+    for cmd in ["create", "put", "get", "del", "stat", "verify", "ns"] {
         assert!(String::from_utf8_lossy(&o.stdout).contains(cmd));
     }
 }
@@ -458,4 +458,183 @@ fn server_that_is_not_granary_is_named_at_once() {
     assert_one_line_error(&o, "is not a Granary native-protocol server");
     assert!(stderr(&o).contains("ERROR"), "{}", stderr(&o));
     fake.join().unwrap();
+}
+
+/// `--ns` with `--server`: this build's native protocol names no namespace.
+const NS_WITH_SERVER: &str = "--ns with --server needs the native protocol's namespaces (not in this build)";
+
+/// The cells of the `granary ns list` row of namespace `name` (columns are
+/// two or more spaces apart; a cell holds single spaces at most).
+fn ns_row(out: &str, name: &str) -> Option<Vec<String>> {
+    out.lines()
+        .skip(1)
+        .map(|l| l.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect::<Vec<_>>())
+        .find(|cells| cells[0] == name)
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `granary ns` create, list, stat, truncate and drop on one store, and
+/// `put`/`get`/`del --ns`: one key in three namespaces holds three values;
+/// a truncate empties a namespace and keeps its options; a drop makes its
+/// keys unreachable (exit 2, the engine's message); errors are one line.
+#[test]
+fn namespaces_create_list_stat_truncate_drop() {
+    let dir = workdir();
+    let p = db(dir.path());
+    let p = p.to_str().unwrap();
+    assert_eq!(code(&run(&["create", p, "--size", "8M", "--segment-size", "1M"])), 0);
+    let o =
+        run(&["ns", "create", p, "users", "--mode", "store", "--ttl", "60", "--max-bytes", "1M", "--max-keys", "100"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "created namespace users (id 1): mode store, ttl 60s, max_bytes 1.0 MiB (1048576), max_keys 100\n"
+    );
+    let o = run(&["ns", "create", p, "sessions"]);
+    assert_eq!(stdout(&o), "created namespace sessions (id 2): mode cache, ttl none, max_bytes none, max_keys none\n");
+    assert_one_line_error(&run(&["ns", "create", p, "users"]), "namespace \"users\" exists already");
+    assert_one_line_error(&run(&["ns", "create", p, "default"]), "namespace \"default\" exists already");
+    assert_one_line_error(&run(&["ns", "create", p, "a b"]), "a name holds only ASCII letters");
+    assert_one_line_error(&run(&["ns", "create", p, "x", "--max-keys", "0"]), "a limit is at least 1");
+    assert_one_line_error(&run(&["ns", "create", p, "x", "--mode", "lru"]), "expected cache or store");
+
+    // One key, three namespaces, three values.
+    assert_eq!(code(&run(&["put", p, "k", "in default"])), 0);
+    assert_eq!(code(&run(&["put", "--ns", "users", p, "k", "in users"])), 0);
+    assert_eq!(code(&run_stdin(&["put", p, "k", "--ns", "sessions"], b"in sessions")), 0);
+    assert_eq!(code(&run(&["put", "--ns", "users", p, "k2", "x"])), 0);
+    assert_eq!(run(&["get", p, "k"]).stdout, b"in default");
+    assert_eq!(run(&["get", "--ns", "default", p, "k"]).stdout, b"in default");
+    assert_eq!(run(&["get", "--ns", "users", p, "k"]).stdout, b"in users");
+    assert_eq!(run(&["get", "--ns", "sessions", p, "k"]).stdout, b"in sessions");
+    assert_eq!(code(&run(&["get", p, "k2"])), 1, "k2 is only in users");
+    assert_eq!(code(&run(&["get", "--ns", "sessions", p, "k2"])), 1);
+    assert_eq!(code(&run(&["put", "--ns", "users", p, "k2", "y", "--mode", "add"])), 1);
+    assert_eq!(code(&run(&["del", "--ns", "sessions", p, "k2"])), 1);
+    assert_eq!(code(&run(&["put", "--ns", "sessions", p, "k2", "z"])), 0);
+    assert_eq!(code(&run(&["del", "--ns", "sessions", p, "k2"])), 0);
+    assert_eq!(run(&["get", "--ns", "users", p, "k2"]).stdout, b"x", "a delete in one namespace leaves the others");
+
+    let o = run(&["ns", "list", p]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["name", "id", "mode", "keys", "value_bytes", "ttl", "max_bytes", "max_keys"], "{out}");
+    let names: Vec<String> = out.lines().skip(1).map(|l| l.split(' ').next().unwrap().to_string()).collect();
+    assert_eq!(names, ["default", "sessions", "users"], "default first:\n{out}");
+    let users = ns_row(&out, "users").unwrap();
+    assert_eq!(users[..4], ["users", "1", "store", "2"], "{out}");
+    assert_eq!(users[5..], ["60s", "1.0 MiB (1048576)", "100"], "{out}");
+    assert_eq!(ns_row(&out, "sessions").unwrap()[1..4], ["2", "cache", "1"], "{out}");
+    assert_eq!(ns_row(&out, "default").unwrap()[3], "1", "{out}");
+
+    let o = run(&["ns", "stat", p, "users"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    for (name, want) in [
+        ("name", "users"),
+        ("id", "1"),
+        ("options.mode", "store"),
+        ("options.default_ttl_secs", "60"),
+        ("options.max_bytes", "1048576"),
+        ("options.max_keys", "100"),
+        ("keys", "2"),
+    ] {
+        assert_eq!(stat_value(&out, name), want, "{name}:\n{out}");
+    }
+    let value_bytes: u64 = stat_value(&out, "value_bytes").parse().unwrap();
+    assert!(value_bytes >= 10, "{out}");
+    assert!(users[4].ends_with(&format!("({value_bytes})")), "list and stat agree: {users:?}\n{out}");
+    for name in ["gets", "hits", "misses", "sets", "deletes", "evictions", "expirations"] {
+        assert_eq!(stat_value(&out, name), "0", "counts since this open:\n{out}");
+    }
+    let o = run(&["ns", "stat", p, "sessions", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((v["name"].as_str(), v["id"].as_u64(), v["keys"].as_u64()), (Some("sessions"), Some(2), Some(1)), "{v}");
+    assert_eq!(v["options"]["mode"], "cache", "{v}");
+    assert_eq!((&v["options"]["max_bytes"], &v["options"]["max_keys"]), (&0.into(), &0.into()), "0: none: {v}");
+
+    // Truncate: empty, same name and options, a new id.
+    let o = run(&["ns", "truncate", p, "users"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("truncated namespace users (id 1 -> 3): 2 keys, "), "{}", stdout(&o));
+    assert_eq!(code(&run(&["get", "--ns", "users", p, "k"])), 1);
+    assert_eq!(code(&run(&["get", "--ns", "users", p, "k2"])), 1);
+    let out = stdout(&run(&["ns", "list", p]));
+    assert_eq!(
+        ns_row(&out, "users").unwrap(),
+        ["users", "3", "store", "0", "0 B (0)", "60s", "1.0 MiB (1048576)", "100"]
+    );
+    assert_eq!(run(&["get", "--ns", "sessions", p, "k"]).stdout, b"in sessions", "other namespaces keep theirs");
+    assert_eq!(run(&["get", p, "k"]).stdout, b"in default");
+    assert_eq!(code(&run(&["put", "--ns", "users", p, "k", "again"])), 0);
+    assert_eq!(run(&["get", "--ns", "users", p, "k"]).stdout, b"again");
+
+    // Drop: its keys are gone, and so is the name.
+    let o = run(&["ns", "drop", p, "sessions"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("dropped namespace sessions (id 2): 1 keys, "), "{}", stdout(&o));
+    let gone = "no namespace \"sessions\"";
+    assert_one_line_error(&run(&["get", "--ns", "sessions", p, "k"]), gone);
+    assert_one_line_error(&run(&["put", "--ns", "sessions", p, "k", "v"]), gone);
+    assert_one_line_error(&run(&["del", "--ns", "sessions", p, "k"]), gone);
+    assert_one_line_error(&run(&["ns", "stat", p, "sessions"]), gone);
+    assert_one_line_error(&run(&["ns", "drop", p, "sessions"]), gone);
+    assert_one_line_error(&run(&["ns", "truncate", p, "sessions"]), gone);
+    assert_one_line_error(&run(&["ns", "drop", p, "default"]), "the default namespace cannot be dropped");
+    // A write that failed still closed the store: the next open loads its clean checkpoint.
+    let v: serde_json::Value = serde_json::from_slice(&run(&["stat", p, "--json"]).stdout).unwrap();
+    assert_eq!(
+        (&v["recovery"]["clean_shutdown"], &v["recovery"]["segments_scanned"]),
+        (&true.into(), &0.into()),
+        "{v}"
+    );
+    let out = stdout(&run(&["ns", "list", p]));
+    assert!(ns_row(&out, "sessions").is_none(), "{out}");
+    assert_eq!(run(&["get", p, "k"]).stdout, b"in default");
+    assert_eq!(run(&["get", "--ns", "users", p, "k"]).stdout, b"again");
+    // A new namespace of the dropped name is empty.
+    assert_eq!(
+        stdout(&run(&["ns", "create", p, "sessions"])),
+        "created namespace sessions (id 4): mode cache, ttl none, max_bytes none, max_keys none\n"
+    );
+    assert_eq!(code(&run(&["get", "--ns", "sessions", p, "k"])), 1);
+    assert_eq!(code(&run(&["verify", p])), 0);
+}
+
+/// `--max-keys 1`: a second new key is refused (exit 2, the engine's
+/// quota message) and not written; an overwrite of the first is not a new
+/// key.
+#[test]
+fn namespace_key_quota_refuses_a_second_key() {
+    let dir = workdir();
+    let p = db(dir.path());
+    let p = p.to_str().unwrap();
+    assert_eq!(code(&run(&["create", p, "--size", "8M", "--segment-size", "1M"])), 0);
+    assert_eq!(code(&run(&["ns", "create", p, "one", "--max-keys", "1"])), 0);
+    assert_eq!(code(&run(&["put", "--ns", "one", p, "a", "1"])), 0);
+    assert_one_line_error(
+        &run(&["put", "--ns", "one", p, "b", "2"]),
+        "namespace \"one\" is full: the write would take it past its limit of 1",
+    );
+    assert_eq!(code(&run(&["get", "--ns", "one", p, "b"])), 1, "nothing was written");
+    assert_eq!(code(&run(&["put", "--ns", "one", p, "a", "3"])), 0, "an overwrite adds no key");
+    assert_eq!(run(&["get", "--ns", "one", p, "a"]).stdout, b"3");
+    assert_eq!(code(&run(&["put", p, "b", "2"])), 0, "the default namespace has no limit");
+}
+
+/// `--ns` with `--server` is refused before any connection (none is
+/// listening on port 1).
+#[test]
+fn ns_with_server_is_refused_in_this_build() {
+    for args in [
+        &["get", "--server", "127.0.0.1:1", "--ns", "users", "k"][..],
+        &["put", "--server", "127.0.0.1:1", "--ns", "users", "k", "v"],
+        &["del", "--ns", "users", "--server", "127.0.0.1:1", "k"],
+    ] {
+        assert_one_line_error(&run(args), NS_WITH_SERVER);
+    }
 }

@@ -12,7 +12,7 @@
 use crate::limits::*;
 use granary_rt::latency::Histogram;
 use granary_server::ListenerStats;
-use granary_store::Store;
+use granary_store::{Namespace, Store};
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -33,6 +33,9 @@ pub struct ServerConfig {
     /// Close a connection that sends nothing for this long (memcached's
     /// `idle_timeout`); None = never.
     pub idle_timeout: Option<Duration>,
+    /// The store's namespace this listener serves (its keys, its `stats`
+    /// counts; `flush_all` truncates it).
+    pub namespace: String,
 }
 
 impl Default for ServerConfig {
@@ -43,6 +46,7 @@ impl Default for ServerConfig {
             max_connections: CONNECTIONS_DEFAULT,
             item_bytes_max: ITEM_BYTES_DEFAULT,
             idle_timeout: None,
+            namespace: granary_store::DEFAULT_NAMESPACE.into(),
         }
     }
 }
@@ -144,6 +148,8 @@ impl ServerStats {
 /// What every connection shares.
 pub(crate) struct Ctx {
     pub store: Arc<Store>,
+    /// The namespace served: every key command goes to it.
+    pub ns: Namespace,
     pub cfg: ServerConfig,
     pub stats: Arc<ServerStats>,
     pub started: Instant,

@@ -172,7 +172,7 @@ impl<'a, S: Sink> Exec<'a, S> {
         }
         self.too_large();
         if drops_old {
-            let _ = self.ctx.store.delete_async(key).await;
+            let _ = self.ctx.ns.delete_async(key).await;
         }
         Some(len + 2)
     }
@@ -186,7 +186,7 @@ impl<'a, S: Sink> Exec<'a, S> {
         if len < ZERO_COPY_MIN_BYTES || matches!(kind, Storage::Append | Storage::Prepend) {
             return None;
         }
-        let pb = self.ctx.store.new_put_buf(key, len).ok()?;
+        let pb = self.ctx.ns.new_put_buf(key, len).ok()?;
         let cond = match kind {
             Storage::Add => Cond::Absent,
             Storage::Replace => Cond::Present,
@@ -233,7 +233,7 @@ impl<'a, S: Sink> Exec<'a, S> {
             self.ctx.stats.cmd_get.fetch_add(1, Relaxed);
             let Some(exp) = expires else {
                 // Served from the buffer the device read the value into.
-                match self.ctx.store.get_buf_async(key).await {
+                match self.ctx.ns.get_buf_async(key).await {
                     Ok(Some(vb)) => {
                         self.ctx.stats.get_hits.fetch_add(1, Relaxed);
                         if !self.value_buf(key, vb, with_cas).await {
@@ -330,7 +330,7 @@ impl<'a, S: Sink> Exec<'a, S> {
                 let max = self.ctx.cfg.item_bytes_max;
                 let r = self
                     .ctx
-                    .store
+                    .ns
                     .update_async(key, |it| match it {
                         None => (Change::Keep, Ok(false)),
                         Some(it) if it.value.len() + data.len() > max => (Change::Keep, Err(())),
@@ -371,7 +371,7 @@ impl<'a, S: Sink> Exec<'a, S> {
             return self.refuse(e);
         }
         self.ctx.stats.zero_copy_sets.fetch_add(1, Relaxed);
-        let r = self.ctx.store.put_buf_async(p.pb, p.meta, p.cond).await;
+        let r = self.ctx.ns.put_buf_async(p.pb, p.meta, p.cond).await;
         match r.map(|(outcome, _)| self.put_reply(p.cond, outcome)) {
             Ok(s) => self.reply(s),
             Err(e) => self.server_error(&e),
@@ -379,7 +379,7 @@ impl<'a, S: Sink> Exec<'a, S> {
     }
 
     async fn put(&mut self, key: &[u8], data: &[u8], meta: ItemMeta, cond: Cond) -> Result<&'static str, Error> {
-        let (outcome, _) = self.ctx.store.put_item_async(key, data, meta, cond).await?;
+        let (outcome, _) = self.ctx.ns.put_item_async(key, data, meta, cond).await?;
         Ok(self.put_reply(cond, outcome))
     }
 
@@ -409,7 +409,7 @@ impl<'a, S: Sink> Exec<'a, S> {
     }
 
     async fn delete(&mut self, key: &[u8]) {
-        match self.ctx.store.delete_async(key).await {
+        match self.ctx.ns.delete_async(key).await {
             Ok(found) => {
                 let c = if found { &self.ctx.stats.delete_hits } else { &self.ctx.stats.delete_misses };
                 c.fetch_add(1, Relaxed);
@@ -462,14 +462,14 @@ impl<'a, S: Sink> Exec<'a, S> {
         if delay > 0 {
             let at = self.expires(delay) as i64;
             let wait = (at - self.ctx.store.now() as i64).max(0) as u64;
-            let store = self.ctx.store.clone();
+            let ns = self.ctx.ns.clone();
             granary_rt::spawn(async move {
                 granary_rt::sleep(std::time::Duration::from_secs(wait)).await;
-                if let Err(e) = store.flush_all_async().await {
+                if let Err(e) = ns.flush_all_async().await {
                     tracing::warn!(error = %e, "delayed flush_all failed");
                 }
             });
-        } else if let Err(e) = self.ctx.store.flush_all_async().await {
+        } else if let Err(e) = self.ctx.ns.flush_all_async().await {
             return self.server_error(&e);
         }
         self.reply("OK");
@@ -502,7 +502,7 @@ pub(crate) async fn touch_item(
     fetch: bool,
 ) -> Result<Option<Item>, Error> {
     let (it, _) = ctx
-        .store
+        .ns
         .update_async(key, |it| match it {
             None => (Change::Keep, None),
             Some(it) => {
@@ -544,7 +544,7 @@ pub(crate) async fn arith(
     new_cas: Option<u64>,
 ) -> Result<Arith, Error> {
     let (r, new_cas) = ctx
-        .store
+        .ns
         .update_async(key, |it| {
             let Some(it) = it else { return (Change::Keep, Arith::NotFound) };
             if cas.is_some_and(|c| c != it.cas) {

@@ -79,7 +79,11 @@ impl Server {
                 format!("max item size {} is not in 1..={ITEM_BYTES_LIMIT}", cfg.item_bytes_max),
             ));
         }
-        let engine_max = store.value_bytes_max(KEY_BYTES_MAX) as usize;
+        let ns = store.namespace(&cfg.namespace).map_err(|e| {
+            let hint = "create it first (`granary ns create`)";
+            io::Error::new(io::ErrorKind::NotFound, format!("memcache listener {}: {e}; {hint}", cfg.listen))
+        })?;
+        let engine_max = ns.value_bytes_max(KEY_BYTES_MAX) as usize;
         if cfg.item_bytes_max > engine_max {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -97,6 +101,7 @@ impl Server {
             ListenerConfig { max_connections: cfg.max_connections, idle_timeout: cfg.idle_timeout, name: "memcache" };
         let ctx = Arc::new(Ctx {
             store,
+            ns,
             cfg,
             stats: Arc::new(ServerStats::default()),
             started: Instant::now(),

@@ -140,12 +140,14 @@ impl ServerStats {
 }
 
 /// `stats`: memcached's process fields, the server's counters
-/// ([`ServerStats::registry`]), memcached's item fields from the store,
+/// ([`ServerStats::registry`]), memcached's item fields from the served
+/// namespace (`curr_items`, `bytes`: its values and their records' bytes),
 /// then every figure of the store ([`granary_store::Stats::registry`]) as
 /// `granary_<name>` (dots as underscores).
 pub(crate) fn general(ctx: &Ctx) -> Lines {
     let rusage = rusage();
     let st = ctx.store.stats();
+    let ns = ns_stats(ctx);
     let mut v: Lines = vec![
         ("pid".into(), std::process::id().to_string()),
         ("uptime".into(), ctx.uptime().to_string()),
@@ -164,10 +166,11 @@ pub(crate) fn general(ctx: &Ctx) -> Lines {
     v.extend(ctx.stats.registry().pairs());
     v.extend([
         ("limit_maxbytes".into(), st.device_bytes.to_string()),
-        ("curr_items".into(), st.keys.to_string()),
-        ("bytes".into(), st.live_bytes.to_string()),
-        ("evictions".into(), st.gc.evicted_values.to_string()),
-        ("expired_unfetched".into(), st.gc.expired.to_string()),
+        ("curr_items".into(), ns.keys.to_string()),
+        ("bytes".into(), ns.value_bytes.to_string()),
+        ("evictions".into(), ns.evictions.to_string()),
+        ("expired_unfetched".into(), ns.expirations.to_string()),
+        ("granary_namespace".into(), ns.name.clone()),
     ]);
     v.extend(
         st.registry().pairs().into_iter().map(|(name, value)| (format!("granary_{}", name.replace('.', "_")), value)),
@@ -221,12 +224,31 @@ pub(crate) fn settings(ctx: &Ctx) -> Lines {
 
 /// `stats items`: Granary has no slab classes; one class stands for all.
 pub(crate) fn items(ctx: &Ctx) -> Lines {
-    let st = ctx.store.stats();
+    let ns = ns_stats(ctx);
     vec![
-        ("items:1:number".into(), st.keys.to_string()),
-        ("items:1:evicted".into(), st.gc.evicted_values.to_string()),
-        ("items:1:expired_unfetched".into(), st.gc.expired.to_string()),
+        ("items:1:number".into(), ns.keys.to_string()),
+        ("items:1:evicted".into(), ns.evictions.to_string()),
+        ("items:1:expired_unfetched".into(), ns.expirations.to_string()),
     ]
+}
+
+/// The served namespace's figures (zeros, with its name, once it was
+/// dropped under the listener).
+fn ns_stats(ctx: &Ctx) -> granary_store::NamespaceStats {
+    ctx.ns.stats().unwrap_or_else(|_| granary_store::NamespaceStats {
+        name: ctx.ns.name().to_string(),
+        id: 0,
+        options: ctx.ns.options(),
+        keys: 0,
+        value_bytes: 0,
+        gets: 0,
+        hits: 0,
+        misses: 0,
+        sets: 0,
+        deletes: 0,
+        evictions: 0,
+        expirations: 0,
+    })
 }
 
 /// `stats slabs`: there are no slab classes.

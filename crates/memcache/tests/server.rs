@@ -912,3 +912,38 @@ fn connections_are_spread_over_the_executors() {
     drop(clients);
     server.shutdown();
 }
+
+/// A listener serves one namespace: its keys, its `stats`, its
+/// `flush_all`; the default listener does not see them.
+#[test]
+fn a_listener_serves_its_namespace() {
+    let f = Fixture::default();
+    f.store().create_namespace("users", granary_store::NamespaceOptions::default()).unwrap();
+    let store = f.store.clone().unwrap();
+    let cfg = |namespace: &str| ServerConfig {
+        threads: 1,
+        listen: ([127, 0, 0, 1], granary_rt::net::free_low_port().unwrap()).into(),
+        namespace: namespace.into(),
+        ..ServerConfig::default()
+    };
+    let users = granary_memcache::Server::start(store.clone(), cfg("users")).unwrap();
+    let mut u = Client::connect(users.local_addr());
+    let mut d = f.client();
+    assert_eq!(u.call(b"set k 0 0 5\r\nusers\r\n"), b"STORED\r\n");
+    assert_eq!(d.call(b"get k\r\n"), b"END\r\n");
+    assert_eq!(d.call(b"set k 0 0 7\r\ndefault\r\n"), b"STORED\r\n");
+    assert_eq!(u.call(b"get k\r\n"), b"VALUE k 0 5\r\nusers\r\nEND\r\n");
+    assert_eq!(d.call(b"get k\r\n"), b"VALUE k 0 7\r\ndefault\r\nEND\r\n");
+    let stats = String::from_utf8(u.call(b"stats\r\n")).unwrap();
+    assert!(stats.contains("STAT curr_items 1\r\n"), "{stats}");
+    assert!(stats.contains("STAT granary_namespace users\r\n"), "{stats}");
+    assert_eq!(u.call(b"set k2 0 0 1\r\nx\r\n"), b"STORED\r\n");
+    assert_eq!(f.store().namespace("users").unwrap().stats().unwrap().keys, 2);
+    // flush_all empties the listener's namespace only.
+    assert_eq!(u.call(b"flush_all\r\n"), b"OK\r\n");
+    assert_eq!(u.call(b"get k k2\r\n"), b"END\r\n");
+    assert_eq!(d.call(b"get k\r\n"), b"VALUE k 0 7\r\ndefault\r\nEND\r\n");
+    users.shutdown();
+    let err = granary_memcache::Server::start(store, cfg("nope")).err().expect("no such namespace");
+    assert!(err.to_string().contains("no namespace \"nope\""), "{err}");
+}

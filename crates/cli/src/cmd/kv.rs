@@ -1,8 +1,10 @@
 //! `granary put`, `get` and `del`: one key on a local store (PATH) or on a
-//! running server (`--server HOST:PORT`, the native protocol).
+//! running server (`--server HOST:PORT`, the native protocol), in the
+//! default namespace or the one `--ns NAME` names (local stores only in
+//! this build).
 
-use super::{open_store, DeviceArgs};
-use granary_store::{PutMode, PutOutcome};
+use super::{open_store, with_store, DeviceArgs};
+use granary_store::{PutMode, PutOutcome, DEFAULT_NAMESPACE};
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -25,11 +27,23 @@ pub struct TargetArgs {
     /// Ignore index checkpoints on open (local store only).
     #[arg(long)]
     no_checkpoint: bool,
+    /// The key's namespace (`granary ns list`; default: the default
+    /// namespace). Local store only in this build.
+    #[arg(long, value_name = "NAME")]
+    ns: Option<String>,
 }
+
+/// `--ns` with `--server`: the native protocol of this build names no
+/// namespace.
+const NS_WITH_SERVER: &str = "--ns with --server needs the native protocol's namespaces (not in this build)";
 
 /// A resolved target.
 enum Target {
-    Local(DeviceArgs),
+    /// A local store and the namespace of the key.
+    Local {
+        dev: DeviceArgs,
+        ns: String,
+    },
     Remote(granary_client::Client),
 }
 
@@ -46,6 +60,11 @@ impl TargetArgs {
                 if self.buffered || self.no_checkpoint {
                     return Err("--buffered and --no-checkpoint apply to a local store, not --server".into());
                 }
+                // The one branch to fill in once the native protocol names
+                // namespaces: pass the name on with the client.
+                if self.ns.is_some() {
+                    return Err(NS_WITH_SERVER.into());
+                }
                 let addr = if s.contains(':') { s.clone() } else { format!("{s}:{}", granary_proto::DEFAULT_PORT) };
                 let cfg = granary_client::ClientConfig {
                     timeout: std::time::Duration::from_millis(self.timeout_ms.max(1)),
@@ -59,10 +78,9 @@ impl TargetArgs {
                     return Err(usage("PATH KEY [VALUE] (or --server HOST:PORT KEY [VALUE])"));
                 }
                 let path = PathBuf::from(args.remove(0));
-                Ok((
-                    Target::Local(DeviceArgs { path, buffered: self.buffered, no_checkpoint: self.no_checkpoint }),
-                    args,
-                ))
+                let dev = DeviceArgs { path, buffered: self.buffered, no_checkpoint: self.no_checkpoint };
+                let ns = self.ns.unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
+                Ok((Target::Local { dev, ns }, args))
             }
         }
     }
@@ -142,15 +160,15 @@ pub fn put(a: PutArgs) -> Result<ExitCode, String> {
         }
     };
     let stored = match target {
-        Target::Local(dev) => {
-            let store = open_store(&dev, a.flush, false)?;
+        Target::Local { dev, ns } => {
             let pm = match a.mode {
                 Mode::Upsert => PutMode::Upsert,
                 Mode::Add => PutMode::CreateOnly,
                 Mode::Replace => PutMode::ReplaceOnly,
             };
-            let outcome = store.put_with(key.as_bytes(), &value, pm).map_err(|e| e.to_string())?;
-            store.close().map_err(|e| e.to_string())?;
+            let outcome = with_store(&dev, a.flush, |store| {
+                store.namespace(&ns).and_then(|ns| ns.put_with(key.as_bytes(), &value, pm)).map_err(|e| e.to_string())
+            })?;
             outcome == PutOutcome::Stored
         }
         Target::Remote(c) => {
@@ -179,7 +197,11 @@ pub fn get(a: GetArgs) -> Result<ExitCode, String> {
     let (target, args) = a.target.resolve(a.args, 1, 1)?;
     let key = &args[0];
     let v = match target {
-        Target::Local(dev) => open_store(&dev, false, true)?.get(key.as_bytes()).map_err(|e| e.to_string())?,
+        Target::Local { dev, ns } => {
+            // The store outlives the handle: a handle on a closed store refuses calls.
+            let store = open_store(&dev, false, true)?;
+            store.namespace(&ns).and_then(|ns| ns.get(key.as_bytes())).map_err(|e| e.to_string())?
+        }
         Target::Remote(c) => c.get(key.as_bytes()).map_err(|e| e.to_string())?,
     };
     match v {
@@ -197,12 +219,9 @@ pub fn del(a: DelArgs) -> Result<ExitCode, String> {
     local_only_flush(a.flush, &target)?;
     let key = &args[0];
     let existed = match target {
-        Target::Local(dev) => {
-            let store = open_store(&dev, a.flush, false)?;
-            let existed = store.delete(key.as_bytes()).map_err(|e| e.to_string())?;
-            store.close().map_err(|e| e.to_string())?;
-            existed
-        }
+        Target::Local { dev, ns } => with_store(&dev, a.flush, |store| {
+            store.namespace(&ns).and_then(|ns| ns.delete(key.as_bytes())).map_err(|e| e.to_string())
+        })?,
         Target::Remote(c) => c.delete(key.as_bytes()).map_err(|e| e.to_string())?,
     };
     Ok(if existed { ExitCode::SUCCESS } else { not_found(key) })

@@ -8,6 +8,7 @@
 pub mod create;
 pub mod kv;
 pub mod load;
+pub mod ns;
 pub mod stat;
 pub mod verify;
 
@@ -59,4 +60,16 @@ pub fn open_options(dev: &DeviceArgs, flush: bool, read_only: bool) -> OpenOptio
 /// Open the store at `dev` (see [`open_options`]).
 pub fn open_store(dev: &DeviceArgs, flush: bool, read_only: bool) -> Result<Store, String> {
     Store::open_path(&dev.path, mode(dev.buffered), &open_options(dev, flush, read_only)).map_err(|e| e.to_string())
+}
+
+/// Open the store at `dev` for writing, run `f` on it, and close it
+/// whatever `f` returns, so the next open loads a clean checkpoint instead
+/// of recovering; `f`'s error comes first.
+pub fn with_store<T>(dev: &DeviceArgs, flush: bool, f: impl FnOnce(&Store) -> Result<T, String>) -> Result<T, String> {
+    let store = open_store(dev, flush, false)?;
+    let r = f(&store);
+    let closed = store.close().map_err(|e| e.to_string());
+    let v = r?;
+    closed?;
+    Ok(v)
 }

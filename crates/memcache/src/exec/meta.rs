@@ -112,7 +112,7 @@ impl<S: Sink> Exec<'_, S> {
         let want_win = |it: &Item| {
             it.meta.stale || recache.is_some_and(|r| it.meta.expires != 0 && (it.meta.expires as i64 - now) < r)
         };
-        let mut got = self.ctx.store.get_item_access_async(key, !fl.has(b'u'), want_win).await;
+        let mut got = self.ctx.ns.get_item_access_async(key, !fl.has(b'u'), want_win).await;
         if let (Ok(Some(ia)), Some(ttl)) = (&mut got, ttl) {
             // T: touch after the read, keeping the access state it saw.
             self.ctx.stats.cmd_touch.fetch_add(1, Relaxed);
@@ -145,8 +145,7 @@ impl<S: Sink> Exec<'_, S> {
                     // Vivify: create an empty item; this client "wins" (W)
                     // and is expected to fill it; later readers see Z.
                     let meta = ItemMeta::new(0, self.expires(ttl));
-                    match self.ctx.store.put_item_won_async(key, b"", meta, Cond::Absent, new_cas, !fl.has(b'u')).await
-                    {
+                    match self.ctx.ns.put_item_won_async(key, b"", meta, Cond::Absent, new_cas, !fl.has(b'u')).await {
                         Ok((PutOutcome::Stored, cas)) => {
                             let it = Item { value: Vec::new(), meta, cas };
                             let acc = Access { fetched: false, last_access: self.ctx.store.now(), win_sent: false };
@@ -190,7 +189,7 @@ impl<S: Sink> Exec<'_, S> {
             MsMode::Set | MsMode::Replace if fl.has(b'I') && cas.is_some() => {
                 let c = cas.unwrap_or(0);
                 self.ctx
-                    .store
+                    .ns
                     .update_async(key, |it| {
                         let meta = match it {
                             None => return (Change::Keep, PutOutcome::NotFound),
@@ -219,8 +218,8 @@ impl<S: Sink> Exec<'_, S> {
                     _ => Cond::Always,
                 };
                 match new_cas {
-                    Some(e) => self.ctx.store.put_item_with_cas_async(key, data, meta, cond, e).await,
-                    None => self.ctx.store.put_item_async(key, data, meta, cond).await,
+                    Some(e) => self.ctx.ns.put_item_with_cas_async(key, data, meta, cond, e).await,
+                    None => self.ctx.ns.put_item_async(key, data, meta, cond).await,
                 }
                 .map(|(o, c)| (o, Some(c)))
             }
@@ -228,7 +227,7 @@ impl<S: Sink> Exec<'_, S> {
                 let append = mode == MsMode::Append;
                 let max = self.ctx.cfg.item_bytes_max;
                 self.ctx
-                    .store
+                    .ns
                     .update_async(key, |it| match it {
                         None => (Change::Keep, PutOutcome::NotFound),
                         // C0 checks nothing here (memcached's append).
@@ -278,13 +277,13 @@ impl<S: Sink> Exec<'_, S> {
         self.ctx.stats.cmd_meta.fetch_add(1, Relaxed);
         let (fl, key, raw_key) = (&m.flags, &m.key[..], m.raw_key);
         let r = match (cas, fl.has(b'I')) {
-            (None, false) => self.ctx.store.delete_async(key).await.map(|found| if found { "HD" } else { "NF" }),
+            (None, false) => self.ctx.ns.delete_async(key).await.map(|found| if found { "HD" } else { "NF" }),
             (cas, invalidate) => {
                 // I: the item stays, marked stale, with a new CAS value (and
                 // the expiry T gives); its win token goes to the next reader.
                 let new_exp = ttl.map(|t| self.expires(t));
                 self.ctx
-                    .store
+                    .ns
                     .update_async(key, |it| match it {
                         None => (Change::Keep, "NF"),
                         Some(it) if cas.is_some_and(|c| c != it.cas) => (Change::Keep, "EX"),
@@ -327,9 +326,9 @@ impl<S: Sink> Exec<'_, S> {
             let meta = ItemMeta::new(0, self.expires(viv_ttl));
             let put = match new_cas {
                 Some(c) => {
-                    self.ctx.store.put_item_with_cas_async(key, n.to_string().as_bytes(), meta, Cond::Absent, c).await
+                    self.ctx.ns.put_item_with_cas_async(key, n.to_string().as_bytes(), meta, Cond::Absent, c).await
                 }
-                None => self.ctx.store.put_item_async(key, n.to_string().as_bytes(), meta, Cond::Absent).await,
+                None => self.ctx.ns.put_item_async(key, n.to_string().as_bytes(), meta, Cond::Absent).await,
             };
             r = match put {
                 Ok((PutOutcome::Stored, c)) => {
@@ -369,7 +368,7 @@ impl<S: Sink> Exec<'_, S> {
     /// me: the item's metadata; not counted as a read.
     pub(super) async fn me(&mut self, key: &[u8]) {
         self.ctx.stats.cmd_meta.fetch_add(1, Relaxed);
-        match self.ctx.store.get_item_access_async(key, false, |_| false).await {
+        match self.ctx.ns.get_item_access_async(key, false, |_| false).await {
             Ok(Some(ia)) => {
                 let it = &ia.item;
                 let exp = ttl_left(self.ctx, &it.meta);
