@@ -11,6 +11,7 @@
 //! understand (unknown magic, version, flag bits, or reserved bytes that are
 //! not zero) with a [`FormatError`] that says which field was wrong.
 
+pub mod batch;
 mod bytes;
 pub mod checkpoint;
 pub mod checksum;

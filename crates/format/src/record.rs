@@ -44,8 +44,11 @@ use crate::limits::*;
 
 /// "GREC" as a little-endian u32.
 pub const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"GREC");
-/// The record version this build writes and reads.
-pub const RECORD_VERSION: u8 = 4;
+/// The newest record version this build reads. It writes version 5 only
+/// for a record of an atomic batch ([`FLAG_BATCH`]) and version 4
+/// otherwise, so a store without batches stays readable by a build that
+/// knows version 4.
+pub const RECORD_VERSION: u8 = 5;
 /// The oldest record version this build reads.
 pub const RECORD_VERSION_MIN: u8 = 1;
 /// Flag bit: this record is a tombstone.
@@ -69,6 +72,12 @@ pub const FLAG_EXPLICIT_CAS: u8 = 8;
 /// (memcache's invalidation, `md <key> I`): it still reads, marked as such,
 /// until a new value replaces it.
 pub const FLAG_STALE: u8 = 16;
+/// Flag bit (record version 5): the record belongs to an atomic batch whose
+/// commit record ([`crate::batch`]) follows it in the same segment, right
+/// after the batch's last record. Recovery applies it only if that commit
+/// record is there and vouches for it. A copy GC relocates never carries
+/// it: only committed records are ever indexed, so only they are copied.
+pub const FLAG_BATCH: u8 = 32;
 /// Bytes of an explicit CAS value.
 pub const EXPLICIT_CAS_BYTES: usize = 8;
 
@@ -113,6 +122,8 @@ pub struct RecordHeader {
     pub explicit_cas: bool,
     /// See [`FLAG_STALE`].
     pub stale: bool,
+    /// See [`FLAG_BATCH`].
+    pub batch: bool,
     /// Values: opaque flags stored with the value (0 for tombstones).
     pub user_flags: u32,
     /// Values: unix seconds after which the value reads as absent; 0 = never.
@@ -133,9 +144,16 @@ impl RecordHeader {
             supersedes: false,
             explicit_cas: false,
             stale: false,
+            batch: false,
             user_flags: 0,
             expires: 0,
         }
+    }
+
+    /// This header marked as a record of an atomic batch ([`FLAG_BATCH`]).
+    pub fn in_batch(mut self) -> RecordHeader {
+        self.batch = true;
+        self
     }
 
     /// This value header for a value area holding an explicit CAS value
@@ -227,8 +245,9 @@ impl RecordHeader {
         let bad = |field, value: u64| Err(FormatError::BadField { what: W, field, value });
         let flags = b[OFF_FLAGS];
         let value_only = FLAG_SUPERSEDES | FLAG_EXPLICIT_CAS | FLAG_STALE;
-        if flags & !(FLAG_TOMBSTONE | FLAG_DAMAGED_COPY | value_only) != 0
+        if flags & !(FLAG_TOMBSTONE | FLAG_DAMAGED_COPY | FLAG_BATCH | value_only) != 0
             || (flags & value_only != 0 && flags & FLAG_TOMBSTONE != 0)
+            || (flags & FLAG_BATCH != 0 && b[OFF_VERSION] < 5)
             || (flags & FLAG_SUPERSEDES != 0 && b[OFF_VERSION] < 2)
             || (flags & FLAG_EXPLICIT_CAS != 0 && b[OFF_VERSION] < 3)
             || (flags & FLAG_STALE != 0 && b[OFF_VERSION] < 4)
@@ -267,6 +286,7 @@ impl RecordHeader {
             supersedes: flags & FLAG_SUPERSEDES != 0 || (!tombstone && b[OFF_VERSION] == 1),
             explicit_cas,
             stale: flags & FLAG_STALE != 0,
+            batch: flags & FLAG_BATCH != 0,
             user_flags: if tombstone { 0 } else { u32_at(b, OFF_USER_FLAGS) },
             expires: if tombstone { 0 } else { u32_at(b, OFF_EXPIRES) },
         })
@@ -296,8 +316,9 @@ impl RecordHeader {
         let (key_len, value_len) = (self.key_len as usize, self.value_len as usize);
         head.fill(0);
         put_u32(head, OFF_MAGIC, RECORD_MAGIC);
-        head[OFF_VERSION] = RECORD_VERSION;
+        head[OFF_VERSION] = if self.batch { RECORD_VERSION } else { RECORD_VERSION - 1 };
         head[OFF_FLAGS] = if self.is_tombstone() { FLAG_TOMBSTONE } else { 0 }
+            | if self.batch { FLAG_BATCH } else { 0 }
             | if self.damaged_copy { FLAG_DAMAGED_COPY } else { 0 }
             | if self.supersedes { FLAG_SUPERSEDES } else { 0 }
             | if self.explicit_cas { FLAG_EXPLICIT_CAS } else { 0 }
@@ -323,19 +344,27 @@ impl RecordHeader {
 }
 
 /// Rewrite an encoded, whole record in place for a new segment: set its
-/// stamp and recompute both checksums. With `damaged` (the original failed
-/// its body checksum), the copy is marked [`FLAG_DAMAGED_COPY`], so
+/// stamp, clear [`FLAG_BATCH`] (a copy stands alone: its batch was
+/// committed) and recompute both checksums. With `damaged` (the original
+/// failed its body checksum), the copy is marked [`FLAG_DAMAGED_COPY`], so
 /// relocation never turns corruption into data, and a crash cannot make the
 /// copy look like a torn write either.
 pub fn restamp(seed: u32, h: &RecordHeader, b: &mut [u8], seg_stamp: u32, damaged: bool) {
     let end = h.record_bytes() as usize;
     put_u32(b, OFF_STAMP, seg_stamp);
+    b[OFF_FLAGS] &= !FLAG_BATCH;
     if damaged {
         b[OFF_FLAGS] |= FLAG_DAMAGED_COPY;
     }
     let key_end = RECORD_HEADER_BYTES + h.key_len as usize;
     put_u32(b, OFF_HEADER_CRC, record_crc(seed, b, OFF_HEADER_CRC, key_end));
     put_u32(b, OFF_CRC, record_crc(seed, b, OFF_CRC, end));
+}
+
+/// The header checksum stored in an encoded record (its identity: header
+/// and key), which a batch's commit record vouches for.
+pub fn stored_header_crc(b: &[u8]) -> u32 {
+    u32_at(b, OFF_HEADER_CRC)
 }
 
 /// A record checksum: over the header bytes before its own field at
@@ -476,12 +505,32 @@ mod tests {
         assert!(matches!(RecordHeader::decode(&f), Err(FormatError::BadField { field: "flags", .. })));
         let mut v = b.clone();
         v[OFF_VERSION] = RECORD_VERSION + 1;
-        assert!(matches!(RecordHeader::decode(&v), Err(FormatError::UnsupportedVersion { found: 5, .. })));
+        assert!(matches!(RecordHeader::decode(&v), Err(FormatError::UnsupportedVersion { found: 6, .. })));
         v[OFF_VERSION] = 0;
         assert!(matches!(RecordHeader::decode(&v), Err(FormatError::UnsupportedVersion { found: 0, .. })));
         let mut kl = b.clone();
         put_u32(&mut kl, OFF_KEY_LEN, (KEY_BYTES_MAX + 1) as u32);
         assert!(matches!(RecordHeader::decode(&kl), Err(FormatError::BadField { field: "key_len", .. })));
+    }
+
+    #[test]
+    fn batch_records_are_version_5_and_copies_lose_the_flag() {
+        let plain = encode(&RecordHeader::value(3, 5, 1, 0), b"key", b"value");
+        assert_eq!(plain[OFF_VERSION], 4, "a record outside a batch stays readable by version 4");
+        let h = RecordHeader::value(3, 5, 1, 0).in_batch();
+        let (mut b, d) = encode_decode(&h, b"key", b"value");
+        assert_eq!((b[OFF_VERSION], d.batch), (5, true));
+        let t = RecordHeader::tombstone(3, 9, 0, 1).in_batch();
+        assert!(encode_decode(&t, b"key", b"").1.batch);
+        // The flag in an older version is refused.
+        let mut old = b.clone();
+        old[OFF_VERSION] = 4;
+        assert!(matches!(RecordHeader::decode(&old), Err(FormatError::BadField { field: "flags", .. })));
+        // GC's copy stands alone.
+        restamp(SEED, &d, &mut b, 9, false);
+        let copy = RecordHeader::decode(&b).unwrap();
+        assert!(!copy.batch);
+        verify_crc(SEED, &copy, &b).unwrap();
     }
 
     #[test]

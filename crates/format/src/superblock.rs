@@ -6,7 +6,8 @@
 //! off size field
 //!   0    8 magic            "GRANARY\0"
 //!   8    4 format_version   2 (1 is read too: see below)
-//!  12    4 flags            bit 0 = namespaces; others zero (version 1: all zero)
+//!  12    4 flags            bit 0 = namespaces, bit 1 = batches; others zero
+//!                           (version 1: all zero)
 //!  16   16 uuid             random, identifies the device
 //!  32    4 grain_bytes      512 or 4096
 //!  36    4 hash_algo        1 = xxh3-64, seed KEY_HASH_SEED
@@ -47,8 +48,11 @@ pub const SUPERBLOCK_VERSION: u32 = 2;
 pub const SUPERBLOCK_VERSION_MIN: u32 = 1;
 /// Feature flag: namespaces (version 2).
 pub const FLAG_NAMESPACES: u32 = 1;
+/// Feature flag: atomic batches (version 2): record version 5 and commit
+/// records ([`crate::batch`]) may be on the device.
+pub const FLAG_BATCHES: u32 = 2;
 /// Every flag this build knows.
-const FLAGS_KNOWN: u32 = FLAG_NAMESPACES;
+const FLAGS_KNOWN: u32 = FLAG_NAMESPACES | FLAG_BATCHES;
 
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = OFF_MAGIC + 8;
@@ -275,8 +279,8 @@ mod tests {
         assert!(matches!(err, FormatError::BadField { field: "flags", .. }), "{err}");
         let v2 = Superblock::decode(&with(&buf, 2, FLAG_NAMESPACES)).unwrap();
         assert_eq!(v2.flags, FLAG_NAMESPACES);
-        let err = Superblock::decode(&with(&buf, 2, 2)).unwrap_err();
-        assert!(matches!(err, FormatError::BadField { field: "flags", value: 2, .. }), "{err}");
+        let err = Superblock::decode(&with(&buf, 2, 4)).unwrap_err();
+        assert!(matches!(err, FormatError::BadField { field: "flags", value: 4, .. }), "{err}");
     }
 
     #[test]

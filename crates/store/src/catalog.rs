@@ -49,7 +49,7 @@ impl Core {
             let why = "every namespace id was given out".to_string();
             return Err(Error::BadNamespace { name: name.into(), why });
         };
-        self.enable_namespaces()?;
+        self.enable_feature(FLAG_NAMESPACES)?;
         let mut next = cat.clone();
         let id = next.next_id;
         next.next_id = after;
@@ -139,16 +139,18 @@ impl Core {
         self.keys.ns.set(cat.next_id, live);
     }
 
-    /// Turn on the superblock's namespaces flag (once): copy A, flush,
-    /// copy B, flush. A crash in between leaves copy A, which readers take
-    /// first, with the flag.
-    fn enable_namespaces(&self) -> Result<()> {
-        if self.namespaces.enabled.load(Relaxed) {
+    /// Turn on a superblock feature flag (once): copy A, flush, copy B,
+    /// flush. A crash in between leaves copy A, which readers take first,
+    /// with the flag. Serialised by the features lock; the flags written
+    /// are every one turned on so far.
+    pub(crate) fn enable_feature(&self, flag: u32) -> Result<()> {
+        let mut on = self.features.lock().unwrap_or_else(|e| e.into_inner());
+        if *on & flag == flag {
             return Ok(());
         }
         let mut sb = self.log.sb.clone();
         sb.version = SUPERBLOCK_VERSION;
-        sb.flags |= FLAG_NAMESPACES;
+        sb.flags = *on | flag;
         let mut buf = AlignedBuf::zeroed(4096);
         sb.encode(&mut buf);
         let dev = &self.log.dev;
@@ -158,8 +160,12 @@ impl Core {
             buf = b;
             dev.flush().map_err(|source| self.log.poison(Error::Io { op: "flush", offset, source }))?;
         }
-        self.namespaces.enabled.store(true, Relaxed);
-        tracing::info!("namespaces turned on: this store now needs a build that knows them");
+        *on |= flag;
+        if flag & FLAG_NAMESPACES != 0 {
+            self.namespaces.enabled.store(true, Relaxed);
+        }
+        let what = if flag == FLAG_NAMESPACES { "namespaces" } else { "atomic batches" };
+        tracing::info!("{what} turned on: this store now needs a build that knows them");
         Ok(())
     }
 

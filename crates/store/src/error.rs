@@ -42,6 +42,9 @@ pub enum Error {
     QuotaExceeded { name: String, what: &'static str, limit: u64 },
     /// The store was closed; a handle that outlived it refuses calls.
     Closed,
+    /// An atomic batch this store does not take (too many operations, too
+    /// large, a key twice); nothing was applied.
+    BadBatch(String),
 }
 
 impl fmt::Display for Error {
@@ -92,6 +95,7 @@ impl fmt::Display for Error {
             ),
             Error::NoSuchNamespace { name } => write!(f, "no namespace {name:?} (list them with `granary ns list`)"),
             Error::Closed => write!(f, "the store was closed"),
+            Error::BadBatch(why) => write!(f, "batch refused, nothing applied: {why}"),
             Error::NamespaceExists { name } => write!(f, "namespace {name:?} exists already"),
             Error::BadNamespace { name, why } => write!(f, "namespace {name:?}: {why}"),
             Error::QuotaExceeded { name, what, limit } => write!(

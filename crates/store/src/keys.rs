@@ -3,7 +3,8 @@
 //! ([`crate::links`]), the keys with versions on the device the index does
 //! not point at ([`DroppedKeys`]) and the watch a sparse GC read keeps on
 //! its victim ([`SparseWatch`]) and the namespace ids that are live
-//! ([`crate::nskey::NsTable`]).
+//! ([`crate::nskey::NsTable`]), and the atomic batches whose keys are being
+//! made visible ([`Publishing`]).
 //!
 //! Invariants: every change of a key's index entries, links or dropped
 //! versions is made under the key's stripe, and keys that can be
@@ -12,7 +13,8 @@
 //! makes or settles concerns. Readers take no stripe.
 
 use granary_index::Index;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Mutex;
 
 /// Number of key stripe locks serialising mutations of one key.
 pub(crate) const KEY_STRIPES: usize = 1024;
@@ -40,6 +42,8 @@ pub(crate) struct Keys {
     pub watch: SparseWatch,
     /// The namespace ids that are live.
     pub ns: crate::nskey::NsTable,
+    /// Atomic batches being made visible (`crate::batch`).
+    pub publishing: Publishing,
 }
 
 impl Keys {
@@ -51,6 +55,7 @@ impl Keys {
             dropped: DroppedKeys::default(),
             watch: SparseWatch::new(),
             ns: crate::nskey::NsTable::new(),
+            publishing: Publishing::default(),
         }
     }
 
@@ -69,6 +74,11 @@ impl Keys {
     /// Take the stripe of hash `h`, blocking the thread (off any executor).
     pub(crate) fn lock_key(&self, h: u64) -> async_lock::MutexGuard<'_, ()> {
         self.lock_stripe(self.stripe_of(h))
+    }
+
+    /// Take stripe `i`, yielding the executor while it waits.
+    pub(crate) async fn stripe_at(&self, i: usize) -> async_lock::MutexGuard<'_, ()> {
+        self.stripes[i].lock().await
     }
 
     /// Take the stripe of hash `h`, yielding the executor while it waits.
@@ -213,5 +223,45 @@ impl Drop for WatchGuard<'_> {
     fn drop(&mut self) {
         self.0.victim.store(u64::MAX, std::sync::atomic::Ordering::SeqCst);
         SPARSE_READER.with(|r| r.set(false));
+    }
+}
+
+/// The batches whose records the index is being pointed at: a reader that
+/// reads one of their records waits until its batch is done.
+#[derive(Default)]
+pub(crate) struct Publishing {
+    /// (first, last) sequence numbers of each batch being published.
+    ranges: Mutex<Vec<(u64, u64)>>,
+    len: AtomicUsize,
+}
+
+impl Publishing {
+    pub(crate) fn start(&self, first: u64, last: u64) {
+        let mut r = self.ranges.lock().unwrap_or_else(|e| e.into_inner());
+        r.push((first, last));
+        self.len.store(r.len(), Relaxed);
+    }
+
+    pub(crate) fn end(&self, first: u64) {
+        let mut r = self.ranges.lock().unwrap_or_else(|e| e.into_inner());
+        r.retain(|&(f, _)| f != first);
+        self.len.store(r.len(), std::sync::atomic::Ordering::Release);
+    }
+
+    fn busy(&self, seq: u64) -> bool {
+        self.len.load(std::sync::atomic::Ordering::Acquire) != 0
+            && self.ranges.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|&(f, l)| (f..=l).contains(&seq))
+    }
+
+    /// Wait while the batch of the record of sequence number `seq` is
+    /// being published (a few index updates, no IO).
+    pub(crate) async fn wait(&self, seq: u64) {
+        while self.busy(seq) {
+            if granary_rt::on_runtime() {
+                granary_rt::yield_now().await;
+            } else {
+                std::thread::yield_now();
+            }
+        }
     }
 }

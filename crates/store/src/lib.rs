@@ -55,6 +55,7 @@
 //! the top the engine itself: `store` with its `open`, `read` and `write`.
 
 mod access;
+pub mod batch;
 mod catalog;
 mod checkpoint;
 mod coalesce;
@@ -83,6 +84,7 @@ mod write;
 pub mod zerocopy;
 
 pub use access::{Access, ItemAccess};
+pub use batch::{Batch, BatchOp, BatchOutcome, BATCH_OPS_MAX};
 pub use error::{Error, Result};
 pub use links::{BLIND_OVERWRITE_BYTES_DEFAULT, LINK_OVERHEAD_BYTES};
 pub use namespace::{NamespaceMode, NamespaceOptions, NamespaceStats, DEFAULT_NAMESPACE};

@@ -185,6 +185,7 @@ impl Store {
             log: Log::new(dev, sb.clone(), record_seed(&sb.uuid), opts.durability),
             namespaces: Namespaces::new(default_mode, default_counters, sb.flags & FLAG_NAMESPACES != 0),
             closed: AtomicBool::new(false),
+            features: Mutex::new(sb.flags),
         };
         let report = crate::recover::Rebuild(core.parts()).run(&core.checkpoints, headers, loaded, floor, opts)?;
         let from_checkpoint = report.checkpoint_id != 0;

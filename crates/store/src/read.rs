@@ -188,6 +188,10 @@ impl Core {
         self.counters.gets.fetch_add(1, Relaxed);
         let h = key_hash(key);
         let Some(f) = self.find(key, h, true, true).await? else { return Ok(None) };
+        if f.hdr.batch {
+            // Its batch may be half visible still: read once all of it is.
+            self.keys.publishing.wait(f.hdr.seq).await;
+        }
         // The clock is read only when something needs it (a clock read is
         // a visible share of an in-memory GET): a record without an expiry time is live at
         // any `now`, and 0 stands in for it then.

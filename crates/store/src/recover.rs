@@ -41,6 +41,7 @@ use crate::options::OpenOptions;
 use crate::parts::Parts;
 use crate::space::SegmentFound;
 use crate::types::RecoveryReport;
+use granary_format::batch::{members_crc, Commit, COMMIT_KEY};
 use granary_format::hash::key_hash;
 use granary_format::limits::*;
 use granary_format::record::{self, RecordHeader};
@@ -106,6 +107,36 @@ impl KeyHashes {
         if let Some(s) = self.slot(pba) {
             s.store(Self::bits(h), Relaxed);
         }
+    }
+}
+
+/// The records of an atomic batch a scanner has met, waiting for the commit
+/// record that must follow them.
+#[derive(Default)]
+struct PendingBatch {
+    records: Vec<(Scanned, std::ops::Range<usize>)>,
+    keys: Vec<u8>,
+    header_crcs: Vec<u32>,
+}
+
+impl PendingBatch {
+    fn hold(&mut self, rec: Scanned, key: &[u8], header_crc: u32) {
+        let range = self.keys.len()..self.keys.len() + key.len();
+        self.keys.extend_from_slice(key);
+        self.records.push((rec, range));
+        self.header_crcs.push(header_crc);
+    }
+
+    /// The held records, if `commit` vouches for exactly them: their count,
+    /// their sequence numbers (consecutive from its first) and their header
+    /// checksums.
+    fn vouched(self, commit: Option<Commit>) -> Option<PendingBatch> {
+        let c = commit?;
+        let seqs_follow = self.records.iter().enumerate().all(|(i, (r, _))| r.hdr.seq == c.first_seq + i as u64);
+        (self.records.len() as u64 == c.records as u64
+            && seqs_follow
+            && members_crc(self.header_crcs.iter().copied()) == c.members_crc)
+            .then_some(self)
     }
 }
 
@@ -277,6 +308,10 @@ impl Rebuild<'_> {
                 // batch's cache misses overlap (the index lookups were
                 // most of the scan's time). Order within a scanner is kept.
                 let (mut batch, mut keys) = (Vec::with_capacity(SCAN_BATCH), Vec::new());
+                // The records of an atomic batch met so far, held until its
+                // commit record vouches for them (then applied) or does not
+                // follow (then dropped: the batch was never acknowledged).
+                let mut txn = PendingBatch::default();
                 let mut more = true;
                 while more {
                     match scan.next_record()? {
@@ -298,7 +333,40 @@ impl Rebuild<'_> {
                                     "damaged record (body checksum mismatch); its key will report corruption"
                                 );
                             }
-                            let key = record::key_of(&rec.hdr, scan.bytes_at(rec.grain));
+                            let bytes = scan.bytes_at(rec.grain);
+                            let key = record::key_of(&rec.hdr, bytes);
+                            if rec.hdr.batch {
+                                txn.hold(rec, key, record::stored_header_crc(bytes));
+                                continue;
+                            }
+                            if key == COMMIT_KEY {
+                                let commit = Commit::decode(record::value_of(&rec.hdr, bytes));
+                                let held = std::mem::take(&mut txn);
+                                let had = !held.records.is_empty();
+                                if let Some(members) = held.vouched(commit.ok()) {
+                                    // Applied in log order: what the scan
+                                    // gathered before the batch, then it.
+                                    for (rec, key, h) in batch.drain(..) {
+                                        let k = Applied { key: &keys[key], h, seg: s.seg };
+                                        self.apply(&scan, &rec, k, &hashes, &mut added, &stripes)?;
+                                    }
+                                    keys.clear();
+                                    for (rec, range) in &members.records {
+                                        let key = &members.keys[range.clone()];
+                                        let k = Applied { key, h: key_hash(key), seg: s.seg };
+                                        self.apply(&scan, rec, k, &hashes, &mut added, &stripes)?;
+                                    }
+                                    mine.batches_applied += 1;
+                                } else if had {
+                                    mine.batches_dropped += 1;
+                                }
+                                continue;
+                            }
+                            if !txn.records.is_empty() {
+                                // A batch with no commit record after it.
+                                txn = PendingBatch::default();
+                                mine.batches_dropped += 1;
+                            }
                             let h = key_hash(key);
                             self.keys.index.prefetch(h);
                             batch.push((rec, keys.len()..keys.len() + key.len(), h));
@@ -307,7 +375,13 @@ impl Rebuild<'_> {
                                 continue;
                             }
                         }
-                        None => more = false,
+                        None => {
+                            if !txn.records.is_empty() {
+                                txn = PendingBatch::default();
+                                mine.batches_dropped += 1;
+                            }
+                            more = false
+                        }
                     }
                     for (rec, key, h) in batch.drain(..) {
                         let k = Applied { key: &keys[key], h, seg: s.seg };

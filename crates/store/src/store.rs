@@ -112,6 +112,8 @@ pub(crate) struct Core {
     /// Set when the store is closed or dropped: a [`Namespace`] handle
     /// that outlives it refuses calls.
     pub(crate) closed: AtomicBool,
+    /// The superblock's feature flags on now (`catalog::enable_feature`).
+    pub(crate) features: Mutex<u32>,
 }
 
 /// The engine's calls that do IO, each declared once: the declaration
@@ -417,6 +419,10 @@ impl Namespace {
     /// Its options.
     pub fn options(&self) -> NamespaceOptions {
         self.state.options
+    }
+
+    pub(crate) fn state(&self) -> Arc<NsState> {
+        self.state.clone()
     }
 
     /// Its figures now.

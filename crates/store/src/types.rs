@@ -222,6 +222,11 @@ pub struct RecoveryReport {
     /// The checkpoint was written by a clean close and nothing was written
     /// after it (checked, not assumed): no log was replayed.
     pub clean_shutdown: bool,
+    /// Atomic batches the log scan applied (their commit record checked
+    /// out), and those it dropped (records with no commit record after
+    /// them: a crash before the batch was acknowledged).
+    pub batches_applied: u64,
+    pub batches_dropped: u64,
 }
 
 impl RecoveryReport {
@@ -233,6 +238,8 @@ impl RecoveryReport {
         self.skipped_grains += o.skipped_grains;
         self.bytes_read += o.bytes_read;
         self.windows_read_ahead += o.windows_read_ahead;
+        self.batches_applied += o.batches_applied;
+        self.batches_dropped += o.batches_dropped;
     }
 
     /// Log scan rate in MB/s (0 when nothing was scanned).

@@ -90,7 +90,7 @@ impl Core {
     /// Wait (with no key stripe held) until a write of `grains` is likely
     /// to find room: GC's thread makes it, or, with
     /// [`crate::Background::Manual`], this writer runs GC itself.
-    async fn await_room(&self, purpose: Purpose, grains: u64) -> Result<()> {
+    pub(crate) async fn await_room(&self, purpose: Purpose, grains: u64) -> Result<()> {
         if !self.manual {
             return self.space.await_room(purpose, grains).await;
         }
@@ -173,7 +173,7 @@ impl Core {
     /// Grains of a value record of `value_len` bytes for `key` (with an
     /// explicit CAS value when `cas` is given); refuses one the store
     /// cannot hold.
-    fn value_grains(&self, key: &[u8], value_len: u64, cas: Option<u64>) -> Result<u64> {
+    pub(crate) fn value_grains(&self, key: &[u8], value_len: u64, cas: Option<u64>) -> Result<u64> {
         let len = value_len + if cas.is_some() { record::EXPLICIT_CAS_BYTES as u64 } else { 0 };
         let max = self.value_bytes_max(key.len());
         if len > max {
@@ -223,7 +223,7 @@ impl Core {
     }
 
     /// `meta` with `ns`'s default TTL when it sets no expiry time.
-    fn with_default_ttl(&self, ns: &NsState, mut meta: ItemMeta) -> ItemMeta {
+    pub(crate) fn with_default_ttl(&self, ns: &NsState, mut meta: ItemMeta) -> ItemMeta {
         let ttl = ns.options.default_ttl_secs;
         if meta.expires == 0 && ttl != 0 {
             meta.expires = self.clock.now().saturating_add(ttl);
@@ -234,7 +234,7 @@ impl Core {
     /// Refuse a value of `grains` for `key` (stored form) that would take
     /// `ns` past a quota. Checked before the write, with no lock: writes
     /// running at once may each pass it by one value.
-    async fn check_quota(&self, ns: &NsState, c: &NsCounters, key: &[u8], grains: u64) -> Result<()> {
+    pub(crate) async fn check_quota(&self, ns: &NsState, c: &NsCounters, key: &[u8], grains: u64) -> Result<()> {
         let NamespaceOptions { max_keys, max_bytes, .. } = ns.options;
         if max_keys.is_none() && max_bytes.is_none() {
             return Ok(());
@@ -584,7 +584,7 @@ impl Core {
 
     /// Point the index at a record just written, replacing `existing`.
     /// The new entry's access word follows `policy`.
-    async fn commit(
+    pub(crate) async fn commit(
         &self,
         key: &[u8],
         h: u64,

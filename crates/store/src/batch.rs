@@ -1,0 +1,394 @@
+//! Atomic batches: puts, deletes and conditional writes over any keys of
+//! any namespaces, committed all or nothing ([`Store::batch`]).
+//!
+//! **Commit** (`Core::commit_batch`):
+//! 1. Every key's stripe is taken, in stripe order (so two batches, or a
+//!    batch and a single write, never wait for each other in a circle).
+//! 2. Each key's current version is looked up and every condition checked;
+//!    if one fails, nothing is written and the caller learns which.
+//! 3. The records (each marked as a batch's, record version 5) and one
+//!    commit record after them ([`granary_format::batch`]) are placed
+//!    contiguously in one segment and written with one IO (flushed in
+//!    `Flush` mode). Only then is the batch durable; a crash before leaves
+//!    records with no commit record after them, which recovery drops.
+//! 4. The index is pointed at every record while a
+//!    [`Publishing`](crate::keys::Publishing) entry
+//!    covers the batch's sequence numbers; a reader that reads one of its
+//!    records waits until the entry is gone, that is until every key of the
+//!    batch points at its new version. So no reader sees one key of a
+//!    committed batch and afterwards the old value of another.
+//!
+//! GC relocates a batch's records as it does any record, clearing the
+//! batch mark on the copy (its batch is committed: only committed records
+//! are ever indexed); the commit record is never indexed, so GC drops it.
+//!
+//! Limits: [`BATCH_OPS_MAX`] operations, each key once, and the records
+//! must fit in one segment (`BadBatch`, nothing applied, past either).
+
+use crate::counters::NsCounters;
+use crate::error::{Error, Result};
+use crate::namespace::NsState;
+use crate::space::{Loc, Purpose};
+use crate::store::{Core, Found, Namespace, Store};
+use crate::types::{ItemMeta, PutOutcome};
+use granary_format::batch::{members_crc, Commit, COMMIT_BYTES, COMMIT_KEY};
+use granary_format::hash::key_hash;
+use granary_format::limits::{grains_for, record_bytes};
+use granary_format::record::{self, RecordHeader};
+use granary_format::superblock::FLAG_BATCHES;
+use granary_io::AlignedBuf;
+use granary_rt::block_on;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// Most operations in one batch.
+pub const BATCH_OPS_MAX: usize = 1024;
+
+/// One operation of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchOp {
+    /// Insert or overwrite.
+    Put { value: Vec<u8>, meta: ItemMeta },
+    /// Only if the key holds no value.
+    PutAbsent { value: Vec<u8>, meta: ItemMeta },
+    /// Only if the key holds a value.
+    PutPresent { value: Vec<u8>, meta: ItemMeta },
+    /// Only if the key holds a value whose CAS value is `cas`.
+    Cas { cas: u64, value: Vec<u8>, meta: ItemMeta },
+    /// Delete (nothing to do if the key holds nothing).
+    Delete,
+}
+
+/// What a commit did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchOutcome {
+    /// Every operation applied; each one's new CAS value (0 for a delete).
+    Committed { cas: Vec<u64> },
+    /// Operation `op`'s condition failed (`Exists`: the key holds a value,
+    /// or another CAS value; `NotFound`: it holds none): nothing applied.
+    ConditionFailed { op: usize, outcome: PutOutcome },
+}
+
+/// A batch being built ([`Store::batch`]): add operations, then
+/// [`Batch::commit`].
+pub struct Batch<'s> {
+    store: &'s Store,
+    ops: Vec<(Arc<NsState>, Vec<u8>, BatchOp)>,
+}
+
+impl Store {
+    /// A new, empty atomic batch on this store.
+    pub fn batch(&self) -> Batch<'_> {
+        Batch { store: self, ops: Vec::new() }
+    }
+}
+
+impl Batch<'_> {
+    /// Add `op` on `key` of namespace `ns`.
+    pub fn op(&mut self, ns: &Namespace, key: &[u8], op: BatchOp) -> &mut Self {
+        self.ops.push((ns.state(), key.to_vec(), op));
+        self
+    }
+
+    pub fn put(&mut self, ns: &Namespace, key: &[u8], value: &[u8]) -> &mut Self {
+        self.op(ns, key, BatchOp::Put { value: value.to_vec(), meta: ItemMeta::default() })
+    }
+
+    pub fn put_absent(&mut self, ns: &Namespace, key: &[u8], value: &[u8]) -> &mut Self {
+        self.op(ns, key, BatchOp::PutAbsent { value: value.to_vec(), meta: ItemMeta::default() })
+    }
+
+    pub fn cas(&mut self, ns: &Namespace, key: &[u8], cas: u64, value: &[u8]) -> &mut Self {
+        self.op(ns, key, BatchOp::Cas { cas, value: value.to_vec(), meta: ItemMeta::default() })
+    }
+
+    pub fn delete(&mut self, ns: &Namespace, key: &[u8]) -> &mut Self {
+        self.op(ns, key, BatchOp::Delete)
+    }
+
+    /// Operations added so far.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Commit every operation or none; durable when it returns
+    /// `Committed`.
+    pub fn commit(self) -> Result<BatchOutcome> {
+        block_on(self.store.core.commit_batch(self.ops))
+    }
+
+    /// [`Batch::commit`] as a future.
+    pub async fn commit_async(self) -> Result<BatchOutcome> {
+        self.store.core.commit_batch(self.ops).await
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Runs once, on the committing thread, after a batch's first key is
+    /// published and before the others are (tests).
+    static AFTER_FIRST_PUBLISHED: std::cell::Cell<Option<Box<dyn FnOnce()>>> = const { std::cell::Cell::new(None) };
+}
+
+/// One operation, resolved: its stored key and what it writes.
+struct Resolved {
+    ns: Arc<NsState>,
+    counters: Arc<NsCounters>,
+    key: Vec<u8>,
+    h: u64,
+    op: BatchOp,
+}
+
+impl Resolved {
+    fn value(&self) -> Option<(&[u8], ItemMeta)> {
+        match &self.op {
+            BatchOp::Put { value, meta }
+            | BatchOp::PutAbsent { value, meta }
+            | BatchOp::PutPresent { value, meta }
+            | BatchOp::Cas { value, meta, .. } => Some((value, *meta)),
+            BatchOp::Delete => None,
+        }
+    }
+}
+
+impl Core {
+    pub(crate) async fn commit_batch(&self, ops: Vec<(Arc<NsState>, Vec<u8>, BatchOp)>) -> Result<BatchOutcome> {
+        if ops.is_empty() {
+            return Ok(BatchOutcome::Committed { cas: Vec::new() });
+        }
+        if ops.len() > BATCH_OPS_MAX {
+            return Err(Error::BadBatch(format!("{} operations; a batch holds at most {BATCH_OPS_MAX}", ops.len())));
+        }
+        let mut resolved = Vec::with_capacity(ops.len());
+        let mut seen = std::collections::HashSet::new();
+        for (ns, key, op) in ops {
+            let (stored, counters) = self.scoped(&ns, &key)?;
+            let stored = stored.into_owned();
+            if !seen.insert(stored.clone()) {
+                return Err(Error::BadBatch(format!("key {:?} of namespace {:?} appears twice", key, ns.name)));
+            }
+            let op = match op {
+                BatchOp::Put { value, meta } => BatchOp::Put { value, meta: self.with_default_ttl(&ns, meta) },
+                BatchOp::PutAbsent { value, meta } => {
+                    BatchOp::PutAbsent { value, meta: self.with_default_ttl(&ns, meta) }
+                }
+                BatchOp::PutPresent { value, meta } => {
+                    BatchOp::PutPresent { value, meta: self.with_default_ttl(&ns, meta) }
+                }
+                BatchOp::Cas { cas, value, meta } => {
+                    BatchOp::Cas { cas, value, meta: self.with_default_ttl(&ns, meta) }
+                }
+                BatchOp::Delete => BatchOp::Delete,
+            };
+            resolved.push(Resolved { h: key_hash(&stored), key: stored, ns, counters, op });
+        }
+        // Every record's grains (a delete's tombstone counted, though it may
+        // write none), and the commit record's.
+        let g = self.log.grain();
+        let mut grains = Vec::with_capacity(resolved.len());
+        for r in &resolved {
+            grains.push(match r.value() {
+                Some((v, _)) => self.value_grains(&r.key, v.len() as u64, None)?,
+                None => grains_for(record_bytes(r.key.len(), 0), self.log.sb.grain_bytes),
+            });
+        }
+        let commit_grains = grains_for(record_bytes(COMMIT_KEY.len(), COMMIT_BYTES as u64), self.log.sb.grain_bytes);
+        let most = grains.iter().sum::<u64>() + commit_grains;
+        if most >= self.log.sb.segment_grains() {
+            return Err(Error::BadBatch(format!(
+                "its records take {} bytes; a batch must fit in one segment ({} bytes)",
+                most * g,
+                (self.log.sb.segment_grains() - 1) * g
+            )));
+        }
+        self.enable_feature(FLAG_BATCHES)?;
+        loop {
+            self.log.check_writable()?;
+            self.await_room(Purpose::Put, most).await.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
+            let mut stripes: Vec<usize> = resolved.iter().map(|r| self.keys.stripe_of(r.h)).collect();
+            stripes.sort_unstable();
+            stripes.dedup();
+            let mut _held = Vec::with_capacity(stripes.len());
+            for &i in &stripes {
+                _held.push(self.keys.stripe_at(i).await);
+            }
+            match self.commit_locked(&resolved, &grains, commit_grains).await {
+                Err(Error::NoSpace { .. }) => continue, // raced for the last room: wait again
+                r => return r,
+            }
+        }
+    }
+
+    /// Steps 2 to 4 of a commit, the stripes of every key held.
+    async fn commit_locked(&self, ops: &[Resolved], grains: &[u64], commit_grains: u64) -> Result<BatchOutcome> {
+        let now = self.clock.now();
+        let mut found: Vec<Option<Found>> = Vec::with_capacity(ops.len());
+        for (i, r) in ops.iter().enumerate() {
+            let existing = self.find(&r.key, r.h, false, false).await?;
+            let live = existing.as_ref().filter(|f| self.is_live(f, now));
+            let failed = match (&r.op, live) {
+                (BatchOp::PutAbsent { .. }, Some(_)) => Some(PutOutcome::Exists),
+                (BatchOp::PutPresent { .. } | BatchOp::Cas { .. }, None) => Some(PutOutcome::NotFound),
+                (BatchOp::Cas { cas, .. }, Some(f)) if record::cas_of(&f.hdr, &f.buf) != *cas => {
+                    Some(PutOutcome::Exists)
+                }
+                _ => None,
+            };
+            if let Some(outcome) = failed {
+                return Ok(BatchOutcome::ConditionFailed { op: i, outcome });
+            }
+            if let Some((_, _)) = r.value() {
+                self.check_quota(&r.ns, &r.counters, &r.key, grains[i]).await?;
+            }
+            found.push(existing);
+        }
+        // A delete of a key with no version anywhere writes nothing.
+        let writes: Vec<bool> = ops
+            .iter()
+            .zip(&found)
+            .map(|(r, f)| r.value().is_some() || f.is_some() || self.keys.dropped.contains(r.h))
+            .collect();
+        let n = writes.iter().filter(|&&w| w).count() as u64;
+        if n == 0 {
+            return Ok(BatchOutcome::Committed { cas: vec![0; ops.len()] });
+        }
+        let total =
+            ops.iter().zip(grains).zip(&writes).filter(|(_, &w)| w).map(|((_, &g), _)| g).sum::<u64>() + commit_grains;
+        let first = self.log.next_seq.fetch_add(n + 1, Relaxed);
+        let loc = self.space.alloc(Purpose::Put, total, self.log.next_seq.load(Relaxed)).map_err(|e| match e {
+            Error::Io { .. } => self.log.poison(e),
+            e => e,
+        })?;
+        // Encode every record, then the commit record, into one buffer.
+        let g = self.log.grain();
+        let mut buf = AlignedBuf::zeroed((total * g) as usize);
+        let (mut at, mut seq) = (0u64, first);
+        let mut placed: Vec<Option<(Loc, u64)>> = Vec::with_capacity(ops.len());
+        let mut header_crcs = Vec::with_capacity(n as usize);
+        let horizon = self.space.horizon();
+        for ((r, f), (&w, &gr)) in ops.iter().zip(&found).zip(writes.iter().zip(grains)) {
+            if !w {
+                placed.push(None);
+                continue;
+            }
+            let out = &mut buf[(at * g) as usize..((at + gr) * g) as usize];
+            match r.value() {
+                Some((value, meta)) => {
+                    let supersedes = f.is_some() || self.keys.dropped.contains(r.h);
+                    let hdr = RecordHeader::value(r.key.len(), value.len() as u64, seq, loc.stamp)
+                        .with_meta(meta.flags, meta.expires)
+                        .with_stale(meta.stale)
+                        .with_supersedes(supersedes)
+                        .in_batch();
+                    hdr.encode(self.log.seed, &r.key, value, out);
+                }
+                None => {
+                    let hdr = RecordHeader::tombstone(r.key.len(), seq, loc.stamp, horizon).in_batch();
+                    hdr.encode(self.log.seed, &r.key, &[], out);
+                }
+            }
+            header_crcs.push(record::stored_header_crc(out));
+            placed.push(Some((Loc { pba: loc.pba + at, seg: loc.seg, stamp: loc.stamp, grains: gr }, seq)));
+            at += gr;
+            seq += 1;
+        }
+        let commit = Commit { records: n as u32, first_seq: first, members_crc: members_crc(header_crcs) };
+        let hdr = RecordHeader::value(COMMIT_KEY.len(), COMMIT_BYTES as u64, seq, loc.stamp);
+        hdr.encode(self.log.seed, COMMIT_KEY, &commit.encode(), &mut buf[(at * g) as usize..]);
+        let offset = loc.pba * g;
+        let (_, r) = self.log.dev.write_at_async(buf, offset).await;
+        let written = r.map_err(|source| Error::Io { op: "batch write", offset, source }).and_then(|()| {
+            if self.log.durability == crate::options::Durability::Flush {
+                self.log.dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
+            }
+            Ok(())
+        });
+        if let Err(e) = written {
+            self.space.done(loc.seg);
+            return Err(self.log.poison(e));
+        }
+        // Durable: point the index at every record, readers of them waiting
+        // until all are.
+        self.keys.publishing.start(first, seq);
+        let mut cas = Vec::with_capacity(ops.len());
+        let mut result = Ok(());
+        for ((r, f), p) in ops.iter().zip(found).zip(placed) {
+            let Some((l, s)) = p else {
+                cas.push(0);
+                continue;
+            };
+            let tombstone = r.value().is_none();
+            let policy = match r.value() {
+                Some((_, meta)) => crate::access::Policy::new_item(&meta),
+                None => crate::access::Policy::Fresh,
+            };
+            if let Err(e) = self.commit(&r.key, r.h, f, l, tombstone, policy).await {
+                result = Err(e);
+                break;
+            }
+            cas.push(if tombstone { 0 } else { s });
+            #[cfg(test)]
+            if cas.len() == 1 {
+                AFTER_FIRST_PUBLISHED.with(|h| h.take().map(|f| f()));
+            }
+            match r.value() {
+                Some((v, _)) => {
+                    self.counters.puts.fetch_add(1, Relaxed);
+                    self.counters.user_bytes.fetch_add((r.key.len() + v.len()) as u64, Relaxed);
+                    r.counters.stored(PutOutcome::Stored);
+                }
+                None => {
+                    self.counters.deletes.fetch_add(1, Relaxed);
+                    r.counters.deletes.fetch_add(1, Relaxed);
+                }
+            }
+        }
+        self.keys.publishing.end(first);
+        self.space.done(loc.seg);
+        result?;
+        Ok(BatchOutcome::Committed { cas })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{CreateOptions, OpenOptions, DEFAULT_NAMESPACE};
+    use granary_io::MemDevice;
+
+    /// A reader that reads the batch's first key while the second is not
+    /// published yet waits, and then reads the second key's new value too.
+    #[test]
+    fn a_reader_of_a_half_published_batch_waits_for_the_rest() {
+        let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), ..Default::default() };
+        let s = Arc::new(Store::create(Arc::new(MemDevice::new(8 << 20)), &c, &OpenOptions::default()).unwrap());
+        let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
+        s.put(b"a", b"old").unwrap();
+        s.put(b"b", b"old").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = {
+            let s = s.clone();
+            move || {
+                let t = std::thread::spawn(move || {
+                    let a = s.get(b"a").unwrap().unwrap();
+                    let b = s.get(b"b").unwrap().unwrap();
+                    tx.send((a, b)).unwrap();
+                });
+                // Give the reader time to read `a` while `b` is old: with
+                // no wait, it would then read `b`'s old value.
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                drop(t);
+            }
+        };
+        AFTER_FIRST_PUBLISHED.with(|h| h.set(Some(Box::new(reader))));
+        let mut b = s.batch();
+        b.put(&d, b"a", b"new").put(&d, b"b", b"new");
+        assert!(matches!(b.commit().unwrap(), BatchOutcome::Committed { .. }));
+        let (a, b) = rx.recv().unwrap();
+        assert_eq!((a.as_slice(), b.as_slice()), (&b"new"[..], &b"new"[..]));
+    }
+}
