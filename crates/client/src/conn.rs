@@ -121,18 +121,27 @@ fn read_server_hello(s: &mut TcpStream, addr: SocketAddr) -> Result<[u8; proto::
 }
 
 impl Connection {
-    /// Connect, shake hands, and start the reader. `timeout` bounds the
-    /// connect, the handshake and every request.
+    /// Connect, shake hands (offering every version this build speaks:
+    /// the server picks the highest it speaks too), and start the reader.
+    /// `timeout` bounds the connect, the handshake and every request.
     pub fn connect(addr: SocketAddr, timeout: Duration) -> Result<Connection, Error> {
+        Connection::connect_with(addr, timeout, ClientHello::default())
+    }
+
+    /// [`Connection::connect`] offering the versions of `offer` only (say,
+    /// `max_version: 1` to speak as a version 1 client; within what this
+    /// build speaks).
+    pub fn connect_with(addr: SocketAddr, timeout: Duration, offer: ClientHello) -> Result<Connection, Error> {
         let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| Error::Connect(addr, e))?;
         s.set_nodelay(true).map_err(Error::Io)?;
         s.set_read_timeout(Some(timeout)).map_err(Error::Io)?;
         s.set_write_timeout(Some(timeout)).map_err(Error::Io)?;
-        s.write_all(&ClientHello::default().encode()).map_err(|e| Error::Connect(addr, e))?;
+        s.write_all(&offer.encode()).map_err(|e| Error::Connect(addr, e))?;
         let b = read_server_hello(&mut s, addr)?;
         let hello = ServerHello::decode(&b).map_err(|e| Error::Handshake(format!("{addr}: {e}")))?;
+        let offered = offer.min_version.max(proto::VERSION_MIN)..=offer.max_version.min(proto::VERSION);
         match hello.status {
-            Status::Ok if hello.version == proto::VERSION => {}
+            Status::Ok if offered.contains(&hello.version) => {}
             Status::Ok => return Err(Error::Handshake(format!("{addr} chose unknown version {}", hello.version))),
             Status::Busy => return Err(Error::Handshake(format!("{addr} is at its connection limit"))),
             s => return Err(Error::Handshake(format!("{addr} refused the handshake: {s}"))),
@@ -160,6 +169,12 @@ impl Connection {
         &self.shared.hello
     }
 
+    /// The protocol version the connection speaks (version 1: the default
+    /// namespace only).
+    pub fn version(&self) -> u16 {
+        self.shared.hello.version
+    }
+
     pub fn addr(&self) -> SocketAddr {
         self.shared.addr
     }
@@ -174,15 +189,36 @@ impl Connection {
         self.shared.table.lock().unwrap_or_else(|e| e.into_inner()).slots.len()
     }
 
-    /// Check a request against the server's limits before sending it.
-    fn check(&self, req: &Request) -> Result<(), Error> {
+    /// Check a request naming namespace `ns` against the connection's
+    /// version and the server's limits before sending it.
+    fn check(&self, ns: &[u8], req: &Request) -> Result<(), Error> {
         let h = &self.shared.hello;
+        let op = req.op();
+        if op.since() > h.version || (!ns.is_empty() && h.version < proto::VERSION_NAMESPACES) {
+            return Err(Error::Protocol(format!(
+                "{} speaks protocol version {}, which has no namespaces ({} needs version {})",
+                self.shared.addr,
+                h.version,
+                if ns.is_empty() {
+                    op.name().to_string()
+                } else {
+                    format!("namespace {:?}", String::from_utf8_lossy(ns))
+                },
+                proto::VERSION_NAMESPACES
+            )));
+        }
+        if !ns.is_empty() && !op.names_namespace() {
+            return Err(Error::Protocol(format!("{} names no namespace", op.name())));
+        }
+        if ns.len() > proto::NAMESPACE_NAME_MAX {
+            return Err(Error::TooLarge { what: "namespace name", len: ns.len(), max: proto::NAMESPACE_NAME_MAX });
+        }
         let keys: Vec<&[u8]> = match req {
             Request::Get(k) | Request::Delete(k) => vec![k],
             Request::Put { key, .. } => vec![key],
             Request::MultiGet(ks) => ks.clone(),
             Request::Batch(ops) => ops.iter().map(|o| o.key()).collect(),
-            Request::Nop | Request::Stats => vec![],
+            _ => vec![],
         };
         for k in keys {
             if k.is_empty() || k.len() > h.key_bytes_max as usize {
@@ -215,18 +251,31 @@ impl Connection {
                 return Err(Error::TooLarge { what: "operation count", len: n, max: proto::MULTI_OPS_MAX });
             }
         }
-        let body = req.body_len();
+        let body = ns.len() + req.body_len();
         if body > h.frame_bytes_max as usize {
             return Err(Error::TooLarge { what: "request frame", len: body, max: h.frame_bytes_max as usize });
         }
         Ok(())
     }
 
-    /// Send a request now; the returned [`Pending`] resolves to its
-    /// response (await it, or [`Pending::wait`]). Sending several before
-    /// waiting pipelines them.
+    /// Send a request now (in the default namespace); the returned
+    /// [`Pending`] resolves to its response (await it, or
+    /// [`Pending::wait`]). Sending several before waiting pipelines them.
     pub fn send(&self, req: &Request) -> Result<Pending, Error> {
-        self.check(req)?;
+        self.send_in(b"", req)
+    }
+
+    /// [`Connection::send`] naming namespace `ns` (version 2): where a key
+    /// request's keys are, or the namespace an `NS_*` request acts on.
+    /// Empty, or `"default"`, is the default namespace.
+    pub fn send_in(&self, ns: &[u8], req: &Request) -> Result<Pending, Error> {
+        // A version 1 server knows the default namespace by no name.
+        let ns = if ns == proto::DEFAULT_NAMESPACE.as_bytes() && self.version() < proto::VERSION_NAMESPACES {
+            &b""[..]
+        } else {
+            ns
+        };
+        self.check(ns, req)?;
         let slot = Arc::new(Slot {
             state: Mutex::new(SlotState { result: None, waker: None }),
             cond: Condvar::new(),
@@ -245,7 +294,7 @@ impl Connection {
         let mut w = self.shared.writer.lock().unwrap_or_else(|e| e.into_inner());
         let (stream, buf) = &mut *w;
         buf.clear();
-        req.encode(id, buf);
+        req.encode_in(ns, id, buf);
         if let Err(e) = stream.write_all(buf) {
             drop(w);
             let why = match e.kind() {

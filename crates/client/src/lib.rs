@@ -8,6 +8,11 @@
 //!   requests and returns a [`Pending`] response.
 //! - [`ShardedClient`]: keys spread over several servers by a
 //!   ketama-compatible consistent-hash ring ([`ketama`]).
+//! - Namespaces (protocol version 2): [`Client::ns`] (and
+//!   [`ShardedClient::ns`]) gives the same key calls in one namespace;
+//!   [`Client::ns_create`], `ns_drop`, `ns_truncate`, `ns_list` and
+//!   `ns_stats` manage them. The plain calls are the default namespace's,
+//!   and all a version 1 server offers.
 //!
 //! Every request has a timeout ([`ClientConfig::timeout`]); errors say
 //! what failed ([`Error`]). A broken connection is replaced on next use.
@@ -17,9 +22,13 @@ pub mod ketama;
 mod sharded;
 
 pub use conn::{Connection, Pending, TICK};
-pub use granary_proto::{BatchOp, PutMode, Request, Response, Status};
-pub use sharded::ShardedClient;
+pub use granary_proto::{
+    BatchOp, ClientHello, NamespaceMode, NamespaceOptions, NamespaceStats, PutMode, Request, Response, Status,
+    DEFAULT_NAMESPACE,
+};
+pub use sharded::{ShardedClient, ShardedNamespace};
 
+use granary_proto::Op;
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -42,7 +51,9 @@ pub enum Error {
     Server { status: Status, message: String },
     /// A key, value or request exceeds the server's limits (not sent).
     TooLarge { what: &'static str, len: usize, max: usize },
-    /// The server's response could not be understood.
+    /// The server's response could not be understood, or the request needs
+    /// a protocol version the connection does not speak (namespaces with a
+    /// version 1 server).
     Protocol(String),
     /// Bad address or other local IO failure.
     Io(std::io::Error),
@@ -195,6 +206,28 @@ pub(crate) fn as_ok(r: Response) -> Result<()> {
     Ok(())
 }
 
+/// The answer to NS_CREATE, NS_DROP or NS_TRUNCATE.
+pub(crate) fn as_done(r: Response, op: granary_proto::Op) -> Result<()> {
+    expect_op(&r, op)?;
+    as_ok(r)
+}
+
+pub(crate) fn as_ns_stats(r: Response) -> Result<NamespaceStats> {
+    expect_op(&r, granary_proto::Op::NsStats)?;
+    if r.status != Status::Ok {
+        return Err(server_error(&r));
+    }
+    granary_proto::decode_namespace_stats(&r.body).map_err(|e| Error::Protocol(e.0))
+}
+
+pub(crate) fn as_ns_list(r: Response) -> Result<Vec<NamespaceStats>> {
+    expect_op(&r, granary_proto::Op::NsList)?;
+    if r.status != Status::Ok {
+        return Err(server_error(&r));
+    }
+    granary_proto::decode_namespace_list(&r.body).map_err(|e| Error::Protocol(e.0))
+}
+
 /// A client of one server: a pool of connections, made on first use and
 /// replaced when they break.
 pub struct Client {
@@ -241,9 +274,141 @@ impl Client {
     }
 
     /// Send a raw request on a pooled connection (pipelining: send many,
-    /// then wait for each).
+    /// then wait for each), in the default namespace.
     pub fn send(&self, req: &Request) -> Result<Pending> {
         self.conn()?.send(req)
+    }
+
+    /// [`Client::send`] naming namespace `ns` ([`Connection::send_in`]).
+    pub fn send_in(&self, ns: &[u8], req: &Request) -> Result<Pending> {
+        self.conn()?.send_in(ns, req)
+    }
+
+    /// The key calls in namespace `name` (`client.ns("users").get(k)`).
+    /// Nothing is sent until a call: a namespace that does not exist
+    /// fails each with `NO_SUCH_NAMESPACE` ([`Error::Server`]).
+    pub fn ns<'a>(&'a self, name: &'a str) -> Namespace<'a> {
+        Namespace { client: self, name }
+    }
+
+    fn default_ns(&self) -> Namespace<'_> {
+        Namespace { client: self, name: "" }
+    }
+
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.default_ns().get(key)
+    }
+    /// Insert or overwrite.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.default_ns().put(key, value)
+    }
+    /// PUT with a mode; false if the mode's condition failed.
+    pub fn put_with(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<bool> {
+        self.default_ns().put_with(key, value, mode)
+    }
+    /// Delete; whether the key was present.
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        self.default_ns().delete(key)
+    }
+    /// Values of several keys, in order.
+    pub fn mget(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.default_ns().mget(keys)
+    }
+    /// Several operations executed in order on the server (not atomic).
+    pub fn batch(&self, ops: &[BatchOp]) -> Result<Vec<BatchResult>> {
+        self.default_ns().batch(ops)
+    }
+    /// Round trip; answered after every earlier request on its connection.
+    pub fn ping(&self) -> Result<Duration> {
+        let t = std::time::Instant::now();
+        as_ok(self.send(&Request::Nop)?.wait()?)?;
+        Ok(t.elapsed())
+    }
+    pub fn stats(&self) -> Result<Vec<(String, String)>> {
+        as_stats(self.send(&Request::Stats)?.wait()?)
+    }
+
+    pub async fn get_async(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.default_ns().get_async(key).await
+    }
+    pub async fn put_async(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.default_ns().put_async(key, value).await
+    }
+    pub async fn put_with_async(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<bool> {
+        self.default_ns().put_with_async(key, value, mode).await
+    }
+    pub async fn delete_async(&self, key: &[u8]) -> Result<bool> {
+        self.default_ns().delete_async(key).await
+    }
+    pub async fn mget_async(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.default_ns().mget_async(keys).await
+    }
+    pub async fn batch_async(&self, ops: &[BatchOp<'_>]) -> Result<Vec<BatchResult>> {
+        self.default_ns().batch_async(ops).await
+    }
+    pub async fn stats_async(&self) -> Result<Vec<(String, String)>> {
+        as_stats(self.send(&Request::Stats)?.await?)
+    }
+
+    /// Create namespace `name` (1 to 64 ASCII letters, digits, `_`, `-`,
+    /// `.`) on the server: `NAMESPACE_EXISTS` if it exists,
+    /// `BAD_NAMESPACE` for a name or option the server does not take.
+    pub fn ns_create(&self, name: &str, options: NamespaceOptions) -> Result<()> {
+        as_done(self.send_in(name.as_bytes(), &Request::NsCreate(options))?.wait()?, Op::NsCreate)
+    }
+    /// Drop namespace `name`: its keys are gone at once (`NO_SUCH_NAMESPACE`
+    /// if there is none; `BAD_NAMESPACE` for the default one).
+    pub fn ns_drop(&self, name: &str) -> Result<()> {
+        as_done(self.send_in(name.as_bytes(), &Request::NsDrop)?.wait()?, Op::NsDrop)
+    }
+    /// Empty namespace `name`, keeping it and its options (the default
+    /// namespace: every key of it, as memcache `flush_all`).
+    pub fn ns_truncate(&self, name: &str) -> Result<()> {
+        as_done(self.send_in(name.as_bytes(), &Request::NsTruncate)?.wait()?, Op::NsTruncate)
+    }
+    /// Every namespace with its options and figures, the default one first.
+    pub fn ns_list(&self) -> Result<Vec<NamespaceStats>> {
+        as_ns_list(self.send(&Request::NsList)?.wait()?)
+    }
+    /// Namespace `name`'s options and figures.
+    pub fn ns_stats(&self, name: &str) -> Result<NamespaceStats> {
+        as_ns_stats(self.send_in(name.as_bytes(), &Request::NsStats)?.wait()?)
+    }
+
+    pub async fn ns_create_async(&self, name: &str, options: NamespaceOptions) -> Result<()> {
+        as_done(self.send_in(name.as_bytes(), &Request::NsCreate(options))?.await?, Op::NsCreate)
+    }
+    pub async fn ns_drop_async(&self, name: &str) -> Result<()> {
+        as_done(self.send_in(name.as_bytes(), &Request::NsDrop)?.await?, Op::NsDrop)
+    }
+    pub async fn ns_truncate_async(&self, name: &str) -> Result<()> {
+        as_done(self.send_in(name.as_bytes(), &Request::NsTruncate)?.await?, Op::NsTruncate)
+    }
+    pub async fn ns_list_async(&self) -> Result<Vec<NamespaceStats>> {
+        as_ns_list(self.send(&Request::NsList)?.await?)
+    }
+    pub async fn ns_stats_async(&self, name: &str) -> Result<NamespaceStats> {
+        as_ns_stats(self.send_in(name.as_bytes(), &Request::NsStats)?.await?)
+    }
+}
+
+/// The key calls of a [`Client`] in one namespace ([`Client::ns`]); the
+/// same pool of connections, the same rules. The empty name is the default
+/// namespace.
+#[derive(Clone, Copy)]
+pub struct Namespace<'a> {
+    client: &'a Client,
+    name: &'a str,
+}
+
+impl<'a> Namespace<'a> {
+    pub fn name(&self) -> &'a str {
+        self.name
+    }
+
+    /// Send a raw key request in this namespace ([`Client::send_in`]).
+    pub fn send(&self, req: &Request) -> Result<Pending> {
+        self.client.send_in(self.name.as_bytes(), req)
     }
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -269,14 +434,9 @@ impl Client {
     pub fn batch(&self, ops: &[BatchOp]) -> Result<Vec<BatchResult>> {
         as_batch(self.send(&Request::Batch(ops.to_vec()))?.wait()?, ops)
     }
-    /// Round trip; answered after every earlier request on its connection.
-    pub fn ping(&self) -> Result<Duration> {
-        let t = std::time::Instant::now();
-        as_ok(self.send(&Request::Nop)?.wait()?)?;
-        Ok(t.elapsed())
-    }
-    pub fn stats(&self) -> Result<Vec<(String, String)>> {
-        as_stats(self.send(&Request::Stats)?.wait()?)
+    /// This namespace's options and figures ([`Client::ns_stats`]).
+    pub fn stats(&self) -> Result<NamespaceStats> {
+        self.client.ns_stats(self.name)
     }
 
     pub async fn get_async(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -296,8 +456,5 @@ impl Client {
     }
     pub async fn batch_async(&self, ops: &[BatchOp<'_>]) -> Result<Vec<BatchResult>> {
         as_batch(self.send(&Request::Batch(ops.to_vec()))?.await?, ops)
-    }
-    pub async fn stats_async(&self) -> Result<Vec<(String, String)>> {
-        as_stats(self.send(&Request::Stats)?.await?)
     }
 }

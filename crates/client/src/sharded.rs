@@ -1,14 +1,28 @@
-//! Keys spread over several servers by consistent hashing.
+//! Keys spread over several servers by consistent hashing; namespaces
+//! managed on every server at once.
 
 use crate::ketama::Ketama;
-use crate::{as_batch, as_deleted, as_stored, as_value, as_values};
-use crate::{BatchOp, BatchResult, Client, ClientConfig, Error, PutMode, Request, Result};
+use crate::{as_batch, as_deleted, as_done, as_ns_list, as_ns_stats, as_stored, as_value, as_values};
+use crate::{
+    BatchOp, BatchResult, Client, ClientConfig, Error, NamespaceOptions, NamespaceStats, Pending, PutMode, Request,
+    Response, Result, DEFAULT_NAMESPACE,
+};
+use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 
 /// A client of several servers: each key lives on the server the ketama
 /// ring ([`crate::ketama`]) names for it. Servers are named by the
 /// "host:port" text they were given, so every client given the same list
 /// (in any order) places keys alike, as other ketama clients do.
+///
+/// Namespaces: a key's server does not depend on its namespace (the ring
+/// hashes the key alone, as before), so [`ShardedClient::ns`] routes as the
+/// plain calls do. A namespace exists on every server: `ns_create`,
+/// `ns_drop` and `ns_truncate` are sent to every server (all before any is
+/// waited for) and succeed if every server did; otherwise they return the
+/// first server's error in list order, and the servers that did it keep
+/// it (retrying `ns_create` then meets `NAMESPACE_EXISTS` on those).
+/// `ns_stats` and `ns_list` ask every server and add their figures up.
 pub struct ShardedClient {
     ring: Ketama,
     servers: Vec<Client>,
@@ -48,6 +62,174 @@ impl ShardedClient {
         &self.servers[self.server_of(key)]
     }
 
+    /// The key calls in namespace `name`, each routed to its key's server.
+    pub fn ns<'a>(&'a self, name: &'a str) -> ShardedNamespace<'a> {
+        ShardedNamespace { sharded: self, name }
+    }
+
+    fn default_ns(&self) -> ShardedNamespace<'_> {
+        ShardedNamespace { sharded: self, name: "" }
+    }
+
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.default_ns().get(key)
+    }
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.default_ns().put(key, value)
+    }
+    pub fn put_with(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<bool> {
+        self.default_ns().put_with(key, value, mode)
+    }
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        self.default_ns().delete(key)
+    }
+    pub async fn get_async(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.default_ns().get_async(key).await
+    }
+    pub async fn put_async(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.default_ns().put_async(key, value).await
+    }
+    pub async fn delete_async(&self, key: &[u8]) -> Result<bool> {
+        self.default_ns().delete_async(key).await
+    }
+
+    /// Positions of `keys` grouped by server.
+    fn groups<'k>(&self, keys: impl Iterator<Item = &'k [u8]>) -> Vec<Vec<usize>> {
+        let mut g = vec![Vec::new(); self.servers.len()];
+        for (i, k) in keys.enumerate() {
+            g[self.server_of(k)].push(i);
+        }
+        g
+    }
+
+    /// Values of several keys, in order: one MGET per server involved, all
+    /// sent before any is waited for.
+    pub fn mget(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.default_ns().mget(keys)
+    }
+
+    /// Several operations: one BATCH per server involved (in the given
+    /// order within each server, so operations on one key stay in order).
+    pub fn batch(&self, ops: &[BatchOp]) -> Result<Vec<BatchResult>> {
+        self.default_ns().batch(ops)
+    }
+
+    /// Single-key requests pipelined across servers: every request is sent
+    /// before any response is awaited.
+    pub fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        self.default_ns().put_many(items)
+    }
+
+    /// GETs pipelined across servers, as [`ShardedClient::put_many`].
+    pub fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.default_ns().get_many(keys)
+    }
+
+    /// DELETEs pipelined across servers; whether each key was present.
+    pub fn delete_many(&self, keys: &[&[u8]]) -> Result<Vec<bool>> {
+        self.default_ns().delete_many(keys)
+    }
+
+    /// `req` naming namespace `name`, sent to every server before any
+    /// answer is waited for: each server's response, in list order.
+    fn broadcast(&self, name: &str, req: &Request) -> Vec<Result<Response>> {
+        let sent: Vec<Result<Pending>> = self.servers.iter().map(|c| c.send_in(name.as_bytes(), req)).collect();
+        sent.into_iter().map(|p| p.and_then(Pending::wait)).collect()
+    }
+
+    /// Every server's answer to a namespace change: Ok if all did it, else
+    /// the first error.
+    fn changed(&self, name: &str, req: &Request) -> Result<()> {
+        self.broadcast(name, req).into_iter().try_for_each(|r| as_done(r?, req.op()))
+    }
+
+    /// Create namespace `name` on every server.
+    pub fn ns_create(&self, name: &str, options: NamespaceOptions) -> Result<()> {
+        self.changed(name, &Request::NsCreate(options))
+    }
+    /// Drop namespace `name` on every server.
+    pub fn ns_drop(&self, name: &str) -> Result<()> {
+        self.changed(name, &Request::NsDrop)
+    }
+    /// Empty namespace `name` on every server.
+    pub fn ns_truncate(&self, name: &str) -> Result<()> {
+        self.changed(name, &Request::NsTruncate)
+    }
+
+    /// Namespace `name`'s figures summed over every server (its options
+    /// and id are the first server's); an error if a server has no such
+    /// namespace.
+    pub fn ns_stats(&self, name: &str) -> Result<NamespaceStats> {
+        let mut total: Option<NamespaceStats> = None;
+        for r in self.broadcast(name, &Request::NsStats) {
+            let s = as_ns_stats(r?)?;
+            match &mut total {
+                Some(t) => add(t, &s),
+                None => total = Some(s),
+            }
+        }
+        Ok(total.expect("at least one server"))
+    }
+
+    /// Every namespace of any server, with its figures summed over the
+    /// servers that have it (its options and id: the first such server's),
+    /// the default one first, then by name.
+    pub fn ns_list(&self) -> Result<Vec<NamespaceStats>> {
+        let sent: Vec<Result<Pending>> = self.servers.iter().map(|c| c.send(&Request::NsList)).collect();
+        let mut all: BTreeMap<(bool, String), NamespaceStats> = BTreeMap::new();
+        for p in sent {
+            for s in as_ns_list(p?.wait()?)? {
+                match all.entry((s.name != DEFAULT_NAMESPACE, s.name.clone())) {
+                    std::collections::btree_map::Entry::Occupied(mut e) => add(e.get_mut(), &s),
+                    std::collections::btree_map::Entry::Vacant(e) => {
+                        e.insert(s);
+                    }
+                }
+            }
+        }
+        Ok(all.into_values().collect())
+    }
+}
+
+/// Add `s`'s figures to `t`'s.
+fn add(t: &mut NamespaceStats, s: &NamespaceStats) {
+    for (a, b) in [
+        (&mut t.keys, s.keys),
+        (&mut t.value_bytes, s.value_bytes),
+        (&mut t.gets, s.gets),
+        (&mut t.hits, s.hits),
+        (&mut t.misses, s.misses),
+        (&mut t.sets, s.sets),
+        (&mut t.deletes, s.deletes),
+        (&mut t.evictions, s.evictions),
+        (&mut t.expirations, s.expirations),
+    ] {
+        *a = a.saturating_add(b);
+    }
+}
+
+/// The key calls of a [`ShardedClient`] in one namespace
+/// ([`ShardedClient::ns`]), routed as the plain calls are.
+#[derive(Clone, Copy)]
+pub struct ShardedNamespace<'a> {
+    sharded: &'a ShardedClient,
+    name: &'a str,
+}
+
+impl<'a> ShardedNamespace<'a> {
+    pub fn name(&self) -> &'a str {
+        self.name
+    }
+
+    fn client(&self, key: &[u8]) -> crate::Namespace<'a> {
+        self.sharded.client(key).ns(self.name)
+    }
+
+    /// `req` in this namespace, on server `s`.
+    fn send(&self, s: usize, req: &Request) -> Result<Pending> {
+        self.sharded.servers[s].send_in(self.name.as_bytes(), req)
+    }
+
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.client(key).get(key)
     }
@@ -70,23 +252,13 @@ impl ShardedClient {
         self.client(key).delete_async(key).await
     }
 
-    /// Positions of `keys` grouped by server.
-    fn groups<'k>(&self, keys: impl Iterator<Item = &'k [u8]>) -> Vec<Vec<usize>> {
-        let mut g = vec![Vec::new(); self.servers.len()];
-        for (i, k) in keys.enumerate() {
-            g[self.server_of(k)].push(i);
-        }
-        g
-    }
-
-    /// Values of several keys, in order: one MGET per server involved, all
-    /// sent before any is waited for.
+    /// [`ShardedClient::mget`] in this namespace.
     pub fn mget(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
-        let groups = self.groups(keys.iter().copied());
+        let groups = self.sharded.groups(keys.iter().copied());
         let mut pending = Vec::new();
         for (s, idx) in groups.iter().enumerate().filter(|(_, g)| !g.is_empty()) {
             let ks: Vec<&[u8]> = idx.iter().map(|&i| keys[i]).collect();
-            pending.push((idx, self.servers[s].send(&Request::MultiGet(ks))?));
+            pending.push((idx, self.send(s, &Request::MultiGet(ks))?));
         }
         let mut out = vec![None; keys.len()];
         for (idx, p) in pending {
@@ -97,14 +269,13 @@ impl ShardedClient {
         Ok(out)
     }
 
-    /// Several operations: one BATCH per server involved (in the given
-    /// order within each server, so operations on one key stay in order).
+    /// [`ShardedClient::batch`] in this namespace.
     pub fn batch(&self, ops: &[BatchOp]) -> Result<Vec<BatchResult>> {
-        let groups = self.groups(ops.iter().map(|o| o.key()));
+        let groups = self.sharded.groups(ops.iter().map(|o| o.key()));
         let mut pending = Vec::new();
         for (s, idx) in groups.iter().enumerate().filter(|(_, g)| !g.is_empty()) {
             let part: Vec<BatchOp> = idx.iter().map(|&i| ops[i].clone()).collect();
-            let p = self.servers[s].send(&Request::Batch(part.clone()))?;
+            let p = self.send(s, &Request::Batch(part.clone()))?;
             pending.push((idx, part, p));
         }
         let mut out: Vec<Option<BatchResult>> = (0..ops.len()).map(|_| None).collect();
@@ -116,8 +287,7 @@ impl ShardedClient {
         Ok(out.into_iter().map(|r| r.expect("every position has a result")).collect())
     }
 
-    /// Single-key requests pipelined across servers: every request is sent
-    /// before any response is awaited.
+    /// [`ShardedClient::put_many`] in this namespace.
     pub fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
         let mut pending = Vec::with_capacity(items.len());
         for (k, v) in items {
@@ -129,7 +299,7 @@ impl ShardedClient {
         Ok(())
     }
 
-    /// GETs pipelined across servers, as [`ShardedClient::put_many`].
+    /// [`ShardedClient::get_many`] in this namespace.
     pub fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
         let mut pending = Vec::with_capacity(keys.len());
         for k in keys {
@@ -138,12 +308,17 @@ impl ShardedClient {
         pending.into_iter().map(|p| as_value(p.wait()?)).collect()
     }
 
-    /// DELETEs pipelined across servers; whether each key was present.
+    /// [`ShardedClient::delete_many`] in this namespace.
     pub fn delete_many(&self, keys: &[&[u8]]) -> Result<Vec<bool>> {
         let mut pending = Vec::with_capacity(keys.len());
         for k in keys {
             pending.push(self.client(k).send(&Request::Delete(k))?);
         }
         pending.into_iter().map(|p| as_deleted(p.wait()?)).collect()
+    }
+
+    /// This namespace's figures over every server ([`ShardedClient::ns_stats`]).
+    pub fn stats(&self) -> Result<NamespaceStats> {
+        self.sharded.ns_stats(self.name)
     }
 }

@@ -20,7 +20,7 @@
 //!   [`crate::limits::connection_bytes_bound`] states, and its high-water
 //!   mark is kept in `conn_buffer_bytes_max`.
 
-use crate::exec::{self, Ctx, Flight, Job, Out};
+use crate::exec::{self, Ctx, Flight, Job, Out, Scope};
 use crate::limits::*;
 use crate::parse::{self, FrameError, LargePut};
 use crate::NativeStats;
@@ -37,9 +37,10 @@ use std::task::{Poll, Waker};
 use std::time::Instant;
 
 /// Read the client's hello and answer with `status` (or
-/// `UnsupportedVersion`); Ok(true) if the connection goes on. A refused
-/// connection is answered here too, with `Busy`.
-pub(crate) async fn hello(stream: &TcpStream, ctx: &Ctx, status: Status) -> io::Result<bool> {
+/// `UnsupportedVersion`): the highest version both speak. Ok(Some(that
+/// version)) if the connection goes on. A refused connection is answered
+/// here too, with `Busy`.
+pub(crate) async fn hello(stream: &TcpStream, ctx: &Ctx, status: Status) -> io::Result<Option<u16>> {
     let mut got = Vec::with_capacity(proto::CLIENT_HELLO_BYTES);
     let read = async {
         while got.len() < proto::CLIENT_HELLO_BYTES {
@@ -53,10 +54,10 @@ pub(crate) async fn hello(stream: &TcpStream, ctx: &Ctx, status: Status) -> io::
     };
     match granary_rt::timeout(HELLO_TIMEOUT, read).await {
         Ok(Ok(true)) => {}
-        Ok(r) => return r,
+        Ok(r) => return r.map(|_| None),
         Err(_) => {
             tracing::info!("native connection closed: no hello within {HELLO_TIMEOUT:?}");
-            return Ok(false);
+            return Ok(None);
         }
     }
     let mut arr = [0u8; proto::CLIENT_HELLO_BYTES];
@@ -66,7 +67,7 @@ pub(crate) async fn hello(stream: &TcpStream, ctx: &Ctx, status: Status) -> io::
         Err(e) => {
             ctx.stats.bad_frames.fetch_add(1, Relaxed);
             tracing::info!(error = %e, "native connection closed: bad hello");
-            return Ok(false);
+            return Ok(None);
         }
     };
     let (version, status) = match (client.agree(), status) {
@@ -89,17 +90,18 @@ pub(crate) async fn hello(stream: &TcpStream, ctx: &Ctx, status: Status) -> io::
             "native connection closed: no common version"
         );
     }
-    Ok(status == Status::Ok)
+    Ok((status == Status::Ok).then_some(version))
 }
 
 /// Serve one admitted connection until it ends.
 pub(crate) async fn serve(session: Session, ctx: Arc<Ctx>) {
-    match hello(session.stream(), &ctx, Status::Ok).await {
-        Ok(true) => {}
+    let version = match hello(session.stream(), &ctx, Status::Ok).await {
+        Ok(Some(v)) => v,
         _ => return,
-    }
+    };
     let conn = Rc::new(Conn {
         session,
+        scope: Scope::new(&ctx.store, version),
         out: RefCell::new(Out::default()),
         flights: RefCell::new(Vec::new()),
         reader: Notify::default(),
@@ -161,6 +163,8 @@ enum Admit {
 struct Conn {
     /// The socket, with the lifecycle's idle timeout and counters.
     session: Session,
+    /// The version spoken, and the namespaces its requests named.
+    scope: Scope,
     out: RefCell<Out>,
     /// The requests running, in the order they started.
     flights: RefCell<Vec<Flight>>,
@@ -264,7 +268,7 @@ async fn start_request(conn: &Rc<Conn>, ctx: &Arc<Ctx>, h: Header, job: Job, fli
         }
         let done = Done(c, seq);
         let mut resp = Out::default();
-        exec::run(&x, h, job, &mut resp).await;
+        exec::run(&x, &done.0.scope, h, job, &mut resp).await;
         done.0.out.borrow_mut().append(resp);
         x.stats.op_latency(h.op).since(started);
         done.0.account(&x.stats);
@@ -286,7 +290,7 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
         let mut pos = 0;
         loop {
             let rest = &input[pos..];
-            let h = match parse::header(rest, &ctx.limits) {
+            let h = match parse::header(rest, &ctx.limits, conn.scope.version) {
                 Ok(Some(h)) => h,
                 Ok(None) => break,
                 Err(e) => return bad_frame(conn, ctx, e),
@@ -297,29 +301,38 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
             let mut put = None;
             match parse::large_put(&h, rest, &ctx.limits) {
                 LargePut::Incomplete => break,
-                LargePut::Yes { key, mode, value_at, value_len } => {
-                    // A buffer the store refuses (a reserved key, say)
-                    // leaves the frame to the ordinary path, whose
-                    // response says why.
-                    if let Ok(mut pb) = ctx.store.new_put_buf(key, value_len) {
+                LargePut::Yes { ns, key, mode, value_at, value_len } => {
+                    // A buffer the store refuses (a reserved key, a
+                    // namespace that does not exist yet: an NS_CREATE
+                    // before it may not have run) leaves the frame to the
+                    // ordinary path, whose response says why.
+                    let built = conn.scope.resolve(&ctx.store, ns).ok().and_then(|handle| {
+                        // The id first: a truncate between the two makes
+                        // the write build the buffer again, never miss it.
+                        let id = handle.stats().ok()?.id;
+                        let pb = handle.new_put_buf(key, value_len).ok()?;
+                        Some((handle, id, pb))
+                    });
+                    if let Some((handle, id, mut pb)) = built {
                         let have = (rest.len() - value_at).min(value_len);
                         pb.fill_from(&rest[value_at..value_at + have]);
                         pos += value_at + have;
-                        put = Some((pb, mode));
+                        put = Some(exec::LargePut { pb, mode, ns: handle, id, name: ns.into(), key: key.into() });
                     }
                 }
                 LargePut::No => {}
             }
             let (job, flight) = match put {
-                Some((pb, mode)) => {
-                    conn.input_bytes.set(input.capacity() + chunk.len() + pb.value_len());
-                    let Some(pb) = receive_into(session, pb).await else { return };
-                    let flight = Flight::put(pb.key(), seq, pb.value_len());
-                    (Job::Put { pb, mode }, flight)
+                Some(mut p) => {
+                    conn.input_bytes.set(input.capacity() + chunk.len() + p.pb.value_len());
+                    let Some(pb) = receive_into(session, p.pb).await else { return };
+                    p.pb = pb;
+                    let flight = Flight::put(&p.name, &p.key, seq, p.pb.value_len());
+                    (Job::Put(p), flight)
                 }
                 None => match parse::request(&h, rest) {
-                    Ok(Some((req, body))) => {
-                        let flight = Flight::of(&req, seq, body.len());
+                    Ok(Some((ns, req, body))) => {
+                        let flight = Flight::of(&req, ns, seq, body.len());
                         pos += parse::frame_len(&h);
                         (Job::Frame(body.to_vec()), flight)
                     }

@@ -8,17 +8,25 @@
 //!   closed connection;
 //! - a response never exceeds the frame limit: an MGET/BATCH entry that
 //!   would take it past is replaced by a `VALUE_TOO_LARGE` entry;
-//! - two requests conflict when one writes a key the other touches, or
-//!   either is a barrier (NOP); the connection starts a request only once
-//!   every earlier conflicting one has ended (`conn::Conn::admit`), so the
-//!   effects a connection observes follow the order it sent its requests.
+//! - two requests conflict when one writes a key the other touches (a key
+//!   is its namespace and itself), or either is a barrier (NOP, and the
+//!   namespace changes NS_CREATE, NS_DROP and NS_TRUNCATE); the connection
+//!   starts a request only once every earlier conflicting one has ended
+//!   (`conn::Conn::admit`), so the effects a connection observes follow the
+//!   order it sent its requests;
+//! - a request's namespace is resolved when it starts ([`Scope`]), so it
+//!   sees the namespace changes sent before it; a status a connection's
+//!   version does not know is never sent on it.
 
-use crate::limits::ZERO_COPY_MIN_BYTES;
+use crate::limits::{NS_HANDLES_MAX, ZERO_COPY_MIN_BYTES};
 use crate::parse::Limits;
 use crate::{stats, NativeStats};
 use granary_proto::{self as proto, Header, PutMode, Request, Status};
-use granary_store::{Error as StoreError, PutBuf, Store, ValueBuf};
-use std::collections::VecDeque;
+use granary_store::{Error as StoreError, Namespace, PutBuf, Store, ValueBuf, DEFAULT_NAMESPACE};
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroU64;
+use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
@@ -71,6 +79,61 @@ impl Out {
     }
 }
 
+/// Whether `name` names the default namespace (no name, or its own).
+pub(crate) fn is_default(name: &[u8]) -> bool {
+    name.is_empty() || name == DEFAULT_NAMESPACE.as_bytes()
+}
+
+/// One connection's view of the namespaces: the protocol version it
+/// speaks, and a handle on each namespace its requests named, so resolving
+/// a name is a lookup in the connection's own map, not in the store's
+/// shared one. A handle whose namespace was dropped is looked up anew (a
+/// namespace may have been created since under its name); a truncated
+/// namespace keeps its handle.
+pub(crate) struct Scope {
+    pub version: u16,
+    default: Rc<Namespace>,
+    handles: RefCell<HashMap<Box<[u8]>, Rc<Namespace>>>,
+}
+
+impl Scope {
+    pub fn new(store: &Store, version: u16) -> Scope {
+        let default = store.namespace(DEFAULT_NAMESPACE).expect("the default namespace always exists");
+        Scope { version, default: Rc::new(default), handles: RefCell::new(HashMap::new()) }
+    }
+
+    /// The namespace `name` names (empty, or "default": the default one).
+    pub fn resolve(&self, store: &Store, name: &[u8]) -> Result<Rc<Namespace>, StoreError> {
+        if is_default(name) {
+            return Ok(self.default.clone());
+        }
+        if let Some(ns) = self.handles.borrow().get(name).filter(|ns| !ns.is_dropped()) {
+            return Ok(ns.clone());
+        }
+        let found = match std::str::from_utf8(name) {
+            Ok(n) => store.namespace(n),
+            Err(_) => Err(StoreError::NoSuchNamespace { name: String::from_utf8_lossy(name).into_owned() }),
+        };
+        let mut handles = self.handles.borrow_mut();
+        match found {
+            Ok(ns) => {
+                // Bounded: a client naming many namespaces in turn only
+                // costs lookups in the store's map.
+                if handles.len() >= NS_HANDLES_MAX {
+                    handles.clear();
+                }
+                let ns = Rc::new(ns);
+                handles.insert(name.into(), ns.clone());
+                Ok(ns)
+            }
+            Err(e) => {
+                handles.remove(name);
+                Err(e)
+            }
+        }
+    }
+}
+
 /// A request being executed: what later requests must not overtake.
 pub(crate) struct Flight {
     /// The request's place in its connection.
@@ -85,18 +148,21 @@ pub(crate) struct Flight {
 }
 
 impl Flight {
-    /// What `req` (the `seq`th request, of `body_bytes`) touches.
-    pub fn of(req: &Request, seq: u64, body_bytes: usize) -> Flight {
+    /// What `req` (the `seq`th request, of `body_bytes`, naming namespace
+    /// `ns`) touches.
+    pub fn of(req: &Request, ns: &[u8], seq: u64, body_bytes: usize) -> Flight {
+        let tag = ns_tag(ns);
+        let h = |k: &[u8]| key_hash(k) ^ tag;
         let (keys, write, barrier) = match req {
-            Request::Get(k) => (vec![key_hash(k)], false, false),
-            Request::Put { key, .. } => (vec![key_hash(key)], true, false),
-            Request::Delete(k) => (vec![key_hash(k)], true, false),
-            Request::MultiGet(ks) => (ks.iter().map(|k| key_hash(k)).collect(), false, false),
-            Request::Batch(ops) => {
-                (ops.iter().map(|o| key_hash(o.key())).collect(), ops.iter().any(|o| o.is_write()), false)
-            }
-            Request::Stats => (Vec::new(), false, false),
-            Request::Nop => (Vec::new(), false, true),
+            Request::Get(k) => (vec![h(k)], false, false),
+            Request::Put { key, .. } => (vec![h(key)], true, false),
+            Request::Delete(k) => (vec![h(k)], true, false),
+            Request::MultiGet(ks) => (ks.iter().map(|k| h(k)).collect(), false, false),
+            Request::Batch(ops) => (ops.iter().map(|o| h(o.key())).collect(), ops.iter().any(|o| o.is_write()), false),
+            Request::Stats | Request::NsList | Request::NsStats => (Vec::new(), false, false),
+            // A namespace change touches every key of its namespace, and
+            // changes what later requests' names resolve to.
+            Request::Nop | Request::NsCreate(_) | Request::NsDrop | Request::NsTruncate => (Vec::new(), false, true),
         };
         let mut keys = keys;
         keys.sort_unstable();
@@ -104,9 +170,11 @@ impl Flight {
         Flight { seq, keys, write, barrier, body_bytes }
     }
 
-    /// A PUT of `key` whose value (`value_bytes`) is in a record buffer.
-    pub fn put(key: &[u8], seq: u64, value_bytes: usize) -> Flight {
-        Flight { seq, keys: vec![key_hash(key)], write: true, barrier: false, body_bytes: value_bytes }
+    /// A PUT of `key` in namespace `ns` whose value (`value_bytes`) is in a
+    /// record buffer.
+    pub fn put(ns: &[u8], key: &[u8], seq: u64, value_bytes: usize) -> Flight {
+        let keys = vec![key_hash(key) ^ ns_tag(ns)];
+        Flight { seq, keys, write: true, barrier: false, body_bytes: value_bytes }
     }
 
     /// Whether one of the two must wait for the other. Keys are sorted: a
@@ -127,19 +195,43 @@ fn key_hash(k: &[u8]) -> u64 {
     granary_format::hash::key_hash(k)
 }
 
-/// What a started request executes: a whole frame's body, or a PUT whose
-/// value was received straight into the record buffer the device writes.
-pub(crate) enum Job {
-    Frame(Vec<u8>),
-    Put { pb: PutBuf, mode: PutMode },
+/// What a key's hash is mixed with for its namespace: 0 in the default
+/// one, so its keys hash alike however it is named. Two keys of different
+/// namespaces whose mixed hashes meet only make requests wait needlessly.
+fn ns_tag(ns: &[u8]) -> u64 {
+    if is_default(ns) {
+        0
+    } else {
+        key_hash(ns).rotate_left(17)
+    }
 }
 
-/// Run `job` (the request of header `h`) and append its response to `resp`.
-pub(crate) async fn run(ctx: &Ctx, h: Header, job: Job, resp: &mut Out) {
+/// A PUT whose value was received straight into the record buffer the
+/// device writes, built for namespace `ns` when it had id `id`.
+pub(crate) struct LargePut {
+    pub pb: PutBuf,
+    pub mode: PutMode,
+    pub ns: Rc<Namespace>,
+    pub id: u32,
+    /// The namespace's name and the key, as the frame gave them (to build
+    /// the buffer anew if the namespace changed meanwhile).
+    pub name: Box<[u8]>,
+    pub key: Box<[u8]>,
+}
+
+/// What a started request executes: a whole frame's body, or a large PUT.
+pub(crate) enum Job {
+    Frame(Vec<u8>),
+    Put(LargePut),
+}
+
+/// Run `job` (the request of header `h`, on a connection of `scope`) and
+/// append its response to `resp`.
+pub(crate) async fn run(ctx: &Ctx, scope: &Scope, h: Header, job: Job, resp: &mut Out) {
     match job {
-        Job::Frame(body) => execute(ctx, h, &body, resp).await,
-        Job::Put { pb, mode } => {
-            let (s, b) = do_put_buf(ctx, pb, mode).await;
+        Job::Frame(body) => execute(ctx, scope, h, &body, resp).await,
+        Job::Put(p) => {
+            let (s, b) = do_put_buf(ctx, scope, p).await;
             proto::encode_response(&mut resp.bytes, h.op, s, h.id, &b);
         }
     }
@@ -154,6 +246,10 @@ fn status_of(e: &StoreError) -> Status {
         StoreError::Poisoned { .. } => Status::ReadOnly,
         StoreError::Io { .. } | StoreError::Device(_) => Status::IoError,
         StoreError::Corruption { .. } => Status::Corruption,
+        StoreError::NoSuchNamespace { .. } => Status::NoSuchNamespace,
+        StoreError::NamespaceExists { .. } => Status::NamespaceExists,
+        StoreError::BadNamespace { .. } => Status::BadNamespace,
+        StoreError::QuotaExceeded { .. } => Status::QuotaExceeded,
         _ => Status::Internal,
     }
 }
@@ -161,8 +257,13 @@ fn status_of(e: &StoreError) -> Status {
 /// Outcome of one key operation: status and bytes (value or message).
 type Outcome = (Status, Vec<u8>);
 
-fn failed(ctx: &Ctx, e: StoreError) -> Outcome {
-    let s = status_of(&e);
+fn failed(ctx: &Ctx, scope: &Scope, e: StoreError) -> Outcome {
+    let mut s = status_of(&e);
+    // Not reachable from the default namespace; never sent to a client
+    // that does not know the code.
+    if s.since() > scope.version {
+        s = Status::Internal;
+    }
     if matches!(s, Status::IoError | Status::Corruption | Status::Internal | Status::ReadOnly) {
         tracing::warn!(error = %e, "native request failed");
     }
@@ -170,19 +271,19 @@ fn failed(ctx: &Ctx, e: StoreError) -> Outcome {
     (s, e.to_string().into_bytes())
 }
 
-async fn do_get(ctx: &Ctx, key: &[u8]) -> Outcome {
+async fn do_get(ctx: &Ctx, scope: &Scope, ns: &Namespace, key: &[u8]) -> Outcome {
     ctx.stats.gets.fetch_add(1, Relaxed);
-    match ctx.store.get_async(key).await {
+    match ns.get_async(key).await {
         Ok(Some(v)) => {
             ctx.stats.get_hits.fetch_add(1, Relaxed);
             (Status::Ok, v)
         }
         Ok(None) => (Status::NotFound, Vec::new()),
-        Err(e) => failed(ctx, e),
+        Err(e) => failed(ctx, scope, e),
     }
 }
 
-async fn do_put(ctx: &Ctx, key: &[u8], value: &[u8], mode: PutMode) -> Outcome {
+async fn do_put(ctx: &Ctx, scope: &Scope, ns: &Namespace, key: &[u8], value: &[u8], mode: PutMode) -> Outcome {
     ctx.stats.puts.fetch_add(1, Relaxed);
     let max = ctx.limits.value_bytes_max;
     if value.len() > max as usize {
@@ -195,55 +296,211 @@ async fn do_put(ctx: &Ctx, key: &[u8], value: &[u8], mode: PutMode) -> Outcome {
         PutMode::CreateOnly => granary_store::PutMode::CreateOnly,
         PutMode::ReplaceOnly => granary_store::PutMode::ReplaceOnly,
     };
-    match ctx.store.put_with_async(key, value, m).await {
+    match ns.put_with_async(key, value, m).await {
         Ok(granary_store::PutOutcome::Stored) => (Status::Ok, Vec::new()),
         Ok(granary_store::PutOutcome::Exists) => (Status::Exists, Vec::new()),
         Ok(granary_store::PutOutcome::NotFound) => (Status::NotFound, Vec::new()),
-        Err(e) => failed(ctx, e),
+        Err(e) => failed(ctx, scope, e),
     }
 }
 
 /// A PUT whose value was received into its record buffer.
-async fn do_put_buf(ctx: &Ctx, pb: PutBuf, mode: PutMode) -> Outcome {
+async fn do_put_buf(ctx: &Ctx, scope: &Scope, mut p: LargePut) -> Outcome {
     ctx.stats.puts.fetch_add(1, Relaxed);
     ctx.stats.zero_copy_puts.fetch_add(1, Relaxed);
-    let cond = match mode {
+    let cond = match p.mode {
         PutMode::Upsert => granary_store::Cond::Always,
         PutMode::CreateOnly => granary_store::Cond::Absent,
         PutMode::ReplaceOnly => granary_store::Cond::Present,
     };
-    match ctx.store.put_buf_async(pb, granary_store::ItemMeta::default(), cond).await {
+    // The buffer holds the key as stored under the namespace's id when the
+    // frame arrived. If the namespace has another id now (truncated), or
+    // was dropped (and perhaps created anew), the engine would refuse it:
+    // build it again for what the name names now (one copy of the value).
+    // This task does not yield between this check and the engine's own;
+    // a truncate by another connection, on another core, landing between
+    // the two still makes this PUT fail with NO_SUCH_NAMESPACE, as a drop
+    // would.
+    let (ns, pb) = if p.ns.stats().is_ok_and(|s| s.id == p.id) {
+        (p.ns, p.pb)
+    } else {
+        let again = scope.resolve(&ctx.store, &p.name).and_then(|ns| {
+            let mut pb = ns.new_put_buf(&p.key, p.pb.value_len())?;
+            pb.fill_from(p.pb.value_mut());
+            Ok((ns, pb))
+        });
+        match again {
+            Ok(x) => x,
+            Err(e) => return failed(ctx, scope, e),
+        }
+    };
+    match ns.put_buf_async(pb, granary_store::ItemMeta::default(), cond).await {
         Ok((granary_store::PutOutcome::Stored, _)) => (Status::Ok, Vec::new()),
         Ok((granary_store::PutOutcome::Exists, _)) => (Status::Exists, Vec::new()),
         Ok((granary_store::PutOutcome::NotFound, _)) => (Status::NotFound, Vec::new()),
-        Err(e) => failed(ctx, e),
+        Err(e) => failed(ctx, scope, e),
     }
 }
 
-async fn do_delete(ctx: &Ctx, key: &[u8]) -> Outcome {
+async fn do_delete(ctx: &Ctx, scope: &Scope, ns: &Namespace, key: &[u8]) -> Outcome {
     ctx.stats.deletes.fetch_add(1, Relaxed);
-    match ctx.store.delete_async(key).await {
+    match ns.delete_async(key).await {
         Ok(true) => (Status::Ok, Vec::new()),
         Ok(false) => (Status::NotFound, Vec::new()),
-        Err(e) => failed(ctx, e),
+        Err(e) => failed(ctx, scope, e),
     }
+}
+
+/// The engine's options for NS_CREATE's.
+fn options_of(o: &proto::NamespaceOptions) -> granary_store::NamespaceOptions {
+    granary_store::NamespaceOptions {
+        mode: match o.mode {
+            proto::NamespaceMode::Cache => granary_store::NamespaceMode::Cache,
+            proto::NamespaceMode::Store => granary_store::NamespaceMode::Store,
+        },
+        default_ttl_secs: o.default_ttl_secs,
+        max_bytes: o.max_bytes.map(NonZeroU64::get),
+        max_keys: o.max_keys.map(NonZeroU64::get),
+    }
+}
+
+/// A namespace's figures as NS_STATS and NS_LIST carry them.
+fn stats_of(s: &granary_store::NamespaceStats) -> proto::NamespaceStats {
+    proto::NamespaceStats {
+        name: s.name.clone(),
+        id: s.id,
+        options: proto::NamespaceOptions {
+            mode: match s.options.mode {
+                granary_store::NamespaceMode::Cache => proto::NamespaceMode::Cache,
+                granary_store::NamespaceMode::Store => proto::NamespaceMode::Store,
+            },
+            default_ttl_secs: s.options.default_ttl_secs,
+            max_bytes: s.options.max_bytes.and_then(NonZeroU64::new),
+            max_keys: s.options.max_keys.and_then(NonZeroU64::new),
+        },
+        keys: s.keys,
+        value_bytes: s.value_bytes,
+        gets: s.gets,
+        hits: s.hits,
+        misses: s.misses,
+        sets: s.sets,
+        deletes: s.deletes,
+        evictions: s.evictions,
+        expirations: s.expirations,
+    }
+}
+
+/// A namespace name as the engine takes it (NS_CREATE: a name that is not
+/// UTF-8 is not one the engine would take).
+fn name_str(name: &[u8]) -> Result<&str, StoreError> {
+    std::str::from_utf8(name).map_err(|_| StoreError::BadNamespace {
+        name: String::from_utf8_lossy(name).into_owned(),
+        why: "a name holds only ASCII letters, digits, '_', '-' and '.'".into(),
+    })
+}
+
+/// Run an `NS_*` request on namespace `name`: its status and body.
+async fn namespace_op(ctx: &Ctx, scope: &Scope, req: &Request<'_>, name: &[u8]) -> Outcome {
+    let s = &ctx.stats;
+    let ok = |body: Vec<u8>| (Status::Ok, body);
+    let r: Result<Outcome, StoreError> = match req {
+        Request::NsCreate(o) => {
+            s.ns_creates.fetch_add(1, Relaxed);
+            match name_str(name) {
+                Ok(n) => ctx.store.create_namespace_async(n, options_of(o)).await.map(|_| ok(Vec::new())),
+                Err(e) => Err(e),
+            }
+        }
+        Request::NsDrop => {
+            s.ns_drops.fetch_add(1, Relaxed);
+            // No name is the default namespace (which the engine refuses
+            // to drop); a name that is not UTF-8 names no namespace.
+            let n = match std::str::from_utf8(name) {
+                Ok("") => Ok(DEFAULT_NAMESPACE),
+                Ok(n) => Ok(n),
+                Err(_) => Err(StoreError::NoSuchNamespace { name: String::from_utf8_lossy(name).into_owned() }),
+            };
+            match n {
+                Ok(n) => ctx.store.drop_namespace_async(n).await.map(|_| ok(Vec::new())),
+                Err(e) => Err(e),
+            }
+        }
+        Request::NsTruncate => {
+            s.ns_truncates.fetch_add(1, Relaxed);
+            // On a handle, flush_all is the namespace's truncate (the
+            // default namespace's: its flush floor).
+            match scope.resolve(&ctx.store, name) {
+                Ok(ns) => ns.flush_all_async().await.map(|_| ok(Vec::new())),
+                Err(e) => Err(e),
+            }
+        }
+        Request::NsStats => {
+            s.ns_stats.fetch_add(1, Relaxed);
+            scope.resolve(&ctx.store, name).and_then(|ns| ns.stats()).map(|st| {
+                let mut b = Vec::with_capacity(proto::NAMESPACE_STATS_BYTES + st.name.len());
+                proto::encode_namespace_stats(&mut b, &stats_of(&st));
+                ok(b)
+            })
+        }
+        Request::NsList => {
+            s.ns_lists.fetch_add(1, Relaxed);
+            let all: Vec<proto::NamespaceStats> = ctx.store.namespaces().iter().map(stats_of).collect();
+            let mut b = Vec::new();
+            proto::encode_namespace_list(&mut b, &all);
+            Ok(ok(b))
+        }
+        _ => unreachable!("not a namespace request"),
+    };
+    r.unwrap_or_else(|e| failed(ctx, scope, e))
+}
+
+/// Count a request that failed before it ran (its namespace did not
+/// resolve) under its opcode.
+fn count_op(s: &NativeStats, req: &Request) {
+    let c = match req {
+        Request::Get(_) => &s.gets,
+        Request::Put { .. } => &s.puts,
+        Request::Delete(_) => &s.deletes,
+        Request::MultiGet(_) => &s.multi_gets,
+        Request::Batch(_) => &s.batches,
+        _ => return,
+    };
+    c.fetch_add(1, Relaxed);
 }
 
 /// Execute one request (its frame already checked by `parse::request`)
 /// and append its response.
-async fn execute(ctx: &Ctx, h: Header, body: &[u8], resp: &mut Out) {
-    let req = match Request::decode(&h, body) {
+async fn execute(ctx: &Ctx, scope: &Scope, h: Header, body: &[u8], resp: &mut Out) {
+    let (name, req) = match Request::decode(&h, body) {
         Ok(r) => r,
         // Decoded once already by the reader; cannot fail here.
         Err(e) => return proto::encode_response(&mut resp.bytes, h.op, Status::Internal, h.id, e.0.as_bytes()),
     };
     let single = |out: &mut Vec<u8>, (s, b): Outcome| proto::encode_response(out, h.op, s, h.id, &b);
+    if matches!(req, Request::NsCreate(_) | Request::NsDrop | Request::NsTruncate | Request::NsList | Request::NsStats)
+    {
+        let outcome = namespace_op(ctx, scope, &req, name).await;
+        return single(&mut resp.bytes, outcome);
+    }
+    // A key request's namespace, resolved now that every earlier request
+    // it might depend on (a namespace change is a barrier) has run.
+    let ns = match req {
+        Request::Nop | Request::Stats => None,
+        _ => match scope.resolve(&ctx.store, name) {
+            Ok(ns) => Some(ns),
+            Err(e) => {
+                count_op(&ctx.stats, &req);
+                return single(&mut resp.bytes, failed(ctx, scope, e));
+            }
+        },
+    };
+    let ns = ns.as_deref().unwrap_or(&scope.default);
     match req {
         Request::Get(k) => {
             // The value is sent from the buffer it was read into when it
             // is large enough for that to beat a copy.
             ctx.stats.gets.fetch_add(1, Relaxed);
-            match ctx.store.get_buf_async(k).await {
+            match ns.get_buf_async(k).await {
                 Ok(Some(v)) => {
                     ctx.stats.get_hits.fetch_add(1, Relaxed);
                     if v.len() >= ZERO_COPY_MIN_BYTES {
@@ -255,18 +512,18 @@ async fn execute(ctx: &Ctx, h: Header, body: &[u8], resp: &mut Out) {
                     }
                 }
                 Ok(None) => single(&mut resp.bytes, (Status::NotFound, Vec::new())),
-                Err(e) => single(&mut resp.bytes, failed(ctx, e)),
+                Err(e) => single(&mut resp.bytes, failed(ctx, scope, e)),
             }
         }
-        Request::Put { key, value, mode } => single(&mut resp.bytes, do_put(ctx, key, value, mode).await),
-        Request::Delete(k) => single(&mut resp.bytes, do_delete(ctx, k).await),
+        Request::Put { key, value, mode } => single(&mut resp.bytes, do_put(ctx, scope, ns, key, value, mode).await),
+        Request::Delete(k) => single(&mut resp.bytes, do_delete(ctx, scope, ns, k).await),
         Request::MultiGet(keys) => {
             ctx.stats.multi_gets.fetch_add(1, Relaxed);
             let mut b = Vec::new();
             proto::encode_count(&mut b, keys.len());
             let n = keys.len();
             for (i, k) in keys.into_iter().enumerate() {
-                let (s, v) = do_get(ctx, k).await;
+                let (s, v) = do_get(ctx, scope, ns, k).await;
                 push_entry(ctx, &mut b, s, &v, n - i - 1);
             }
             proto::encode_response(&mut resp.bytes, h.op, Status::Ok, h.id, &b);
@@ -278,9 +535,9 @@ async fn execute(ctx: &Ctx, h: Header, body: &[u8], resp: &mut Out) {
             let n = ops.len();
             for (i, o) in ops.into_iter().enumerate() {
                 let (s, v) = match o {
-                    proto::BatchOp::Get(k) => do_get(ctx, k).await,
-                    proto::BatchOp::Put { key, value, mode } => do_put(ctx, key, value, mode).await,
-                    proto::BatchOp::Delete(k) => do_delete(ctx, k).await,
+                    proto::BatchOp::Get(k) => do_get(ctx, scope, ns, k).await,
+                    proto::BatchOp::Put { key, value, mode } => do_put(ctx, scope, ns, key, value, mode).await,
+                    proto::BatchOp::Delete(k) => do_delete(ctx, scope, ns, k).await,
                 };
                 push_entry(ctx, &mut b, s, &v, n - i - 1);
             }
@@ -296,6 +553,9 @@ async fn execute(ctx: &Ctx, h: Header, body: &[u8], resp: &mut Out) {
             let pairs = stats::pairs(&ctx.stats, &ctx.store, ctx.started, ctx.limits.value_bytes_max);
             proto::encode_stats(&mut b, &pairs);
             proto::encode_response(&mut resp.bytes, h.op, Status::Ok, h.id, &b);
+        }
+        Request::NsCreate(_) | Request::NsDrop | Request::NsTruncate | Request::NsList | Request::NsStats => {
+            unreachable!("answered above")
         }
     }
 }

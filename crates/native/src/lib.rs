@@ -9,11 +9,13 @@
 //! - `conn`: one connection: the hello, the pipelined request loop, the
 //!   writer, zero-copy receives and sends, the pause while the client does
 //!   not read;
-//! - `exec`: one request run against the store, its response encoded; what
-//!   a request touches and when two conflict;
+//! - `exec`: one request run against the store (in the namespace it
+//!   names, resolved by the connection's `Scope`), its response encoded;
+//!   what a request touches and when two conflict;
 //! - `stats`: the STATS opcode's pairs;
-//! - `parse`: one frame decoded from the front of the input, with the
-//!   frame-level errors the server answers;
+//! - `parse`: one frame decoded from the front of the input (for the
+//!   protocol version the connection negotiated: 1, or 2 with namespaces),
+//!   with the frame-level errors the server answers;
 //! - [`limits`]: every bound, as named constants.
 //!
 //! This root holds only the types every module shares: [`NativeConfig`]
@@ -88,6 +90,12 @@ pub struct NativeStats {
     pub batches: AtomicU64,
     pub nops: AtomicU64,
     pub stats: AtomicU64,
+    /// The namespace operations (version 2).
+    pub ns_creates: AtomicU64,
+    pub ns_drops: AtomicU64,
+    pub ns_truncates: AtomicU64,
+    pub ns_lists: AtomicU64,
+    pub ns_stats: AtomicU64,
     /// Responses with an error status.
     pub errors: AtomicU64,
     pub bytes_written: AtomicU64,
@@ -95,7 +103,7 @@ pub struct NativeStats {
     /// [`NativeStats::op_latency`]): from the frame's decoding to its
     /// response being queued for the writer, waits behind conflicting
     /// requests and the connection's limits included.
-    pub latency: [Histogram; 7],
+    pub latency: [Histogram; OPS.len()],
     /// The most buffer memory one connection has held: input, request
     /// bodies in flight, queued and sending responses. See
     /// [`limits::connection_bytes_bound`].
@@ -112,7 +120,11 @@ pub struct NativeStats {
 }
 
 /// Every opcode, in the order of [`NativeStats::latency`].
-pub const OPS: [Op; 7] = [Op::Get, Op::Put, Op::Delete, Op::MultiGet, Op::Batch, Op::Nop, Op::Stats];
+pub const OPS: [Op; 12] = Op::ALL;
+
+// The protocol's namespace limits are the engine's.
+const _: () = assert!(proto::NAMESPACE_NAME_MAX == granary_store::namespace::NAMESPACE_NAME_MAX);
+const _: () = assert!(proto::NAMESPACES_MAX == granary_store::namespace::NAMESPACES_MAX);
 
 impl NativeStats {
     /// The latency histogram of `op`.

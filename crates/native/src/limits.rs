@@ -36,6 +36,11 @@ pub const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10
 /// ones are copied, which costs less than the extra send or receive.
 pub const ZERO_COPY_MIN_BYTES: usize = 16 * 1024;
 
+/// Namespace handles one connection keeps by name (`exec::Scope`); past
+/// this many it forgets them all and looks names up again. A handle is a
+/// few dozen bytes and its name at most 64.
+pub const NS_HANDLES_MAX: usize = 64;
+
 /// Bytes read from a socket at a time.
 pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 

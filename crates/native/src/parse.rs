@@ -1,6 +1,8 @@
 //! Decoding one request frame from the front of a connection's input: the
-//! header, then the opcode's body (docs/PROTOCOL.md, "Frames"), with the
-//! frame-level errors the server answers before it closes the connection.
+//! header (for the protocol version the connection negotiated), then the
+//! namespace name and the opcode's body (docs/PROTOCOL.md, "Frames"), with
+//! the frame-level errors the server answers before it closes the
+//! connection.
 //! The byte layouts are `granary_proto`'s; this module decides what the
 //! server makes of them: which status an error gets, which id it echoes,
 //! and which PUTs take the zero-copy path.
@@ -38,13 +40,13 @@ pub(crate) struct FrameError {
     pub reason: String,
 }
 
-/// The header at the front of `input`, checked against the frame limit;
-/// None until its bytes are in.
-pub(crate) fn header(input: &[u8], limits: &Limits) -> Result<Option<Header>, FrameError> {
+/// The header at the front of `input`, checked against the frame limit
+/// and protocol `version`; None until its bytes are in.
+pub(crate) fn header(input: &[u8], limits: &Limits, version: u16) -> Result<Option<Header>, FrameError> {
     if input.len() < proto::HEADER_BYTES {
         return Ok(None);
     }
-    Header::decode(input, limits.frame_max).map(Some).map_err(|e| FrameError {
+    Header::decode(input, limits.frame_max, version).map(Some).map_err(|e| FrameError {
         status: if Header::peek_len(input) > limits.frame_max { Status::FrameTooLarge } else { Status::BadFrame },
         id: Header::peek_id(input),
         reason: e.0,
@@ -56,17 +58,21 @@ pub(crate) fn frame_len(h: &Header) -> usize {
     proto::HEADER_BYTES + h.len as usize
 }
 
-/// The request of the frame at the front of `input`, whose header is `h`,
-/// and the body it borrows from; None until the whole frame is in (the
-/// input grows as the body arrives, never ahead of it).
-pub(crate) fn request<'a>(h: &Header, input: &'a [u8]) -> Result<Option<(Request<'a>, &'a [u8])>, FrameError> {
+/// A request frame decoded: the namespace it names (empty: the default
+/// one), the request, and the whole body it borrows from.
+pub(crate) type Parsed<'a> = (&'a [u8], Request<'a>, &'a [u8]);
+
+/// The request of the frame at the front of `input`, whose header is `h`;
+/// None until the whole frame is in (the input grows as the body arrives,
+/// never ahead of it).
+pub(crate) fn request<'a>(h: &Header, input: &'a [u8]) -> Result<Option<Parsed<'a>>, FrameError> {
     let total = frame_len(h);
     if input.len() < total {
         return Ok(None);
     }
     let body = &input[proto::HEADER_BYTES..total];
     match Request::decode(h, body) {
-        Ok(req) => Ok(Some((req, body))),
+        Ok((ns, req)) => Ok(Some((ns, req, body))),
         Err(e) => Err(FrameError { status: Status::BadFrame, id: h.id, reason: format!("{}: {}", h.op.name(), e.0) }),
     }
 }
@@ -81,35 +87,39 @@ pub(crate) enum LargePut<'a> {
     No,
     /// Not known until the key (and its length) are in: read more.
     Incomplete,
-    /// Yes: the key, and where in `input` the value starts (some of it may
-    /// already be there).
-    Yes { key: &'a [u8], mode: PutMode, value_at: usize, value_len: usize },
+    /// Yes: the namespace named (empty: the default one), the key, and
+    /// where in `input` the value starts (some of it may already be there).
+    Yes { ns: &'a [u8], key: &'a [u8], mode: PutMode, value_at: usize, value_len: usize },
 }
 
 /// Classify the frame at the front of `input` (see [`LargePut`]): a PUT
 /// with a valid mode, a key of 1..=`KEY_BYTES_MAX` bytes, and a value of at
-/// least [`ZERO_COPY_MIN_BYTES`] within the server's value limit.
+/// least [`ZERO_COPY_MIN_BYTES`] within the server's value limit. The
+/// value is the frame's tail in both versions: after the header, the
+/// namespace name (`ns_len` bytes, version 2), the key's length and the key.
 pub(crate) fn large_put<'a>(h: &Header, input: &'a [u8], limits: &Limits) -> LargePut<'a> {
-    if h.op != Op::Put || (h.len as usize) < ZERO_COPY_MIN_BYTES + 4 {
+    let nl = h.ns_len as usize;
+    if h.op != Op::Put || (h.len as usize) < nl + 4 + ZERO_COPY_MIN_BYTES {
         return LargePut::No;
     }
     let Ok(mode) = PutMode::from_u8(h.flags) else { return LargePut::No };
     let body = &input[proto::HEADER_BYTES..];
-    if body.len() < 4 {
+    if body.len() < nl + 4 {
         return LargePut::Incomplete;
     }
-    let kl = u32::from_le_bytes([body[0], body[1], body[2], body[3]]) as usize;
-    if kl == 0 || kl > proto::KEY_BYTES_MAX || 4 + kl > h.len as usize {
+    let kl = u32::from_le_bytes([body[nl], body[nl + 1], body[nl + 2], body[nl + 3]]) as usize;
+    if kl == 0 || kl > proto::KEY_BYTES_MAX || nl + 4 + kl > h.len as usize {
         return LargePut::No;
     }
-    let value_len = h.len as usize - 4 - kl;
+    let value_len = h.len as usize - nl - 4 - kl;
     if value_len < ZERO_COPY_MIN_BYTES || value_len > limits.value_bytes_max as usize {
         return LargePut::No;
     }
-    if body.len() < 4 + kl {
+    if body.len() < nl + 4 + kl {
         return LargePut::Incomplete;
     }
-    LargePut::Yes { key: &body[4..4 + kl], mode, value_at: proto::HEADER_BYTES + 4 + kl, value_len }
+    let key = &body[nl + 4..nl + 4 + kl];
+    LargePut::Yes { ns: &body[..nl], key, mode, value_at: proto::HEADER_BYTES + nl + 4 + kl, value_len }
 }
 
 #[cfg(test)]
@@ -129,17 +139,27 @@ mod tests {
         f
     }
 
-    /// Header and request of a whole frame, or the first error.
-    fn parse(input: &[u8]) -> Result<Option<(Header, Request<'_>, usize)>, FrameError> {
-        let Some(h) = header(input, &limits())? else { return Ok(None) };
-        Ok(request(&h, input)?.map(|(r, body)| (h, r, proto::HEADER_BYTES + body.len())))
+    /// Header, namespace and request of a whole frame, or the first
+    /// error, on a connection of `version`.
+    type Frame<'a> = (Header, &'a [u8], Request<'a>, usize);
+    fn parse_v(input: &[u8], version: u16) -> Result<Option<Frame<'_>>, FrameError> {
+        let Some(h) = header(input, &limits(), version)? else { return Ok(None) };
+        Ok(request(&h, input)?.map(|(ns, r, body)| (h, ns, r, proto::HEADER_BYTES + body.len())))
     }
 
-    fn error(input: &[u8]) -> FrameError {
-        match parse(input) {
+    fn parse(input: &[u8]) -> Result<Option<Frame<'_>>, FrameError> {
+        parse_v(input, proto::VERSION)
+    }
+
+    fn error_v(input: &[u8], version: u16) -> FrameError {
+        match parse_v(input, version) {
             Err(e) => e,
             Ok(r) => panic!("parsed: {r:?}"),
         }
+    }
+
+    fn error(input: &[u8]) -> FrameError {
+        error_v(input, proto::VERSION)
     }
 
     #[test]
@@ -156,19 +176,58 @@ mod tests {
             ]),
             Request::Nop,
             Request::Stats,
+            Request::NsCreate(proto::NamespaceOptions { default_ttl_secs: 60, ..Default::default() }),
+            Request::NsDrop,
+            Request::NsTruncate,
+            Request::NsList,
+            Request::NsStats,
         ];
+        // In the default namespace, then (where the opcode names one) in
+        // "users", pipelined.
         let mut input = Vec::new();
+        let mut want = Vec::new();
         for (id, r) in reqs.iter().enumerate() {
             r.encode(id as u64, &mut input);
+            want.push((id as u64, &b""[..], r));
+            if r.op().names_namespace() {
+                r.encode_in(b"users", 100 + id as u64, &mut input);
+                want.push((100 + id as u64, &b"users"[..], r));
+            }
         }
         let mut at = 0;
-        for (id, want) in reqs.iter().enumerate() {
-            let (h, got, len) = parse(&input[at..]).unwrap().unwrap();
-            assert_eq!((h.id, h.op, &got), (id as u64, want.op(), want));
+        for (id, ns, r) in want {
+            let (h, got_ns, got, len) = parse(&input[at..]).unwrap().unwrap();
+            assert_eq!((h.id, h.op, got_ns, &got), (id, r.op(), ns, r));
             at += len;
         }
         assert_eq!(at, input.len());
         assert_eq!(parse(&input[at..]), Ok(None));
+    }
+
+    #[test]
+    fn a_version_1_connection_takes_version_1_frames_only() {
+        // The default namespace's frames are the same in both versions.
+        let f = encode(&Request::Put { key: b"k", value: b"v", mode: PutMode::Upsert }, 4);
+        assert_eq!(parse_v(&f, 1).unwrap().unwrap().1, b"");
+        // A name (byte 6: reserved in version 1), or a version 2 opcode.
+        let mut f = Vec::new();
+        Request::Get(b"k").encode_in(b"users", 4, &mut f);
+        let e = error_v(&f, 1);
+        assert_eq!((e.status, e.id), (Status::BadFrame, 4));
+        assert!(e.reason.contains("reserved"), "{}", e.reason);
+        for r in [Request::NsList, Request::NsDrop] {
+            let e = error_v(&encode(&r, 5), 1);
+            assert_eq!((e.status, e.id), (Status::BadFrame, 5));
+            assert!(e.reason.contains("needs protocol version 2"), "{}", e.reason);
+        }
+        // Version 2: a name over the limit; a name on an opcode that takes none.
+        let mut f = encode(&Request::Get(&[b'k'; 100]), 6);
+        f[6] = proto::NAMESPACE_NAME_MAX as u8 + 1;
+        assert!(error(&f).reason.contains("namespace name of 65 bytes"));
+        let mut f = Vec::new();
+        Header { len: 1, op: Op::NsList, flags: 0, ns_len: 1, id: 6 }.encode(&mut f);
+        f.push(b'x');
+        assert!(error(&f).reason.contains("NS_LIST: names no namespace"));
     }
 
     #[test]
@@ -177,6 +236,12 @@ mod tests {
         for n in 0..f.len() {
             assert_eq!(parse(&f[..n]), Ok(None), "{n} bytes");
         }
+        let mut named = Vec::new();
+        Request::Put { key: b"key", value: b"value", mode: PutMode::Upsert }.encode_in(b"ns", 9, &mut named);
+        for n in 0..named.len() {
+            assert_eq!(parse(&named[..n]), Ok(None), "{n} bytes");
+        }
+        assert_eq!(parse(&named).unwrap().unwrap().1, b"ns");
         assert!(parse(&f).unwrap().is_some());
         // A header announcing a large body asks for it, allocating nothing.
         let mut big = f[..proto::HEADER_BYTES].to_vec();
@@ -200,6 +265,8 @@ mod tests {
         let e = bad(7, 1);
         assert_eq!((e.status, e.id), (Status::BadFrame, 77));
         assert!(e.reason.contains("reserved"), "{}", e.reason);
+        let e = bad(4, 13);
+        assert!(e.reason.contains("unknown opcode 13"), "{}", e.reason);
         // Over the limit, from the header alone; the length is checked
         // first, so it wins over a bad opcode too.
         for len in [limits().frame_max + 1, u32::MAX] {
@@ -213,7 +280,7 @@ mod tests {
         // Exactly the limit is a frame (incomplete here).
         let mut b = f[..proto::HEADER_BYTES].to_vec();
         b[0..4].copy_from_slice(&limits().frame_max.to_le_bytes());
-        assert_eq!(header(&b, &limits()).unwrap().unwrap().len, limits().frame_max);
+        assert_eq!(header(&b, &limits(), proto::VERSION).unwrap().unwrap().len, limits().frame_max);
     }
 
     #[test]
@@ -227,11 +294,18 @@ mod tests {
             assert!(e.reason.starts_with(&format!("{}: ", h.op.name())), "{}", e.reason);
             e.reason
         };
-        let hd = |op: Op, flags: u8, len: usize| Header { len: len as u32, op, flags, id: 5 };
-        // Flags on anything but a PUT.
-        for op in [Op::Get, Op::Delete, Op::MultiGet, Op::Batch, Op::Nop, Op::Stats] {
+        let hd = |op: Op, flags: u8, len: usize| Header { len: len as u32, op, flags, ns_len: 0, id: 5 };
+        // Flags on anything but a PUT or an NS_CREATE.
+        for op in Op::ALL.into_iter().filter(|&op| op != Op::Put && op != Op::NsCreate) {
             assert!(body_error(hd(op, 1, 0), &[]).contains("flags"));
         }
+        // An unknown namespace mode; an NS_CREATE cut short.
+        assert!(body_error(hd(Op::NsCreate, 2, 20), &[0; 20]).contains("namespace mode"));
+        assert!(body_error(hd(Op::NsCreate, 0, 19), &[0; 19]).contains("overruns"));
+        // A namespace name overrunning its body.
+        let mut h = hd(Op::Get, 0, 3);
+        h.ns_len = 4;
+        assert!(body_error(h, b"abc").contains("overruns"));
         // An unknown PUT mode.
         assert!(body_error(hd(Op::Put, 3, 5), &[1, 0, 0, 0, b'k']).contains("PUT mode"));
         // A PUT whose key length overruns its body, or is cut short.
@@ -269,8 +343,13 @@ mod tests {
         // An empty key, or a value over the server's limit, is answered by
         // the request (KEY_INVALID, VALUE_TOO_LARGE) on an open connection.
         let f = encode(&Request::Get(b""), 1);
-        let (_, r, _) = parse(&f).unwrap().unwrap();
+        let (_, _, r, _) = parse(&f).unwrap().unwrap();
         assert_eq!(r, Request::Get(b""));
+        // A namespace that does not exist, or a name the engine refuses,
+        // is the request's answer too (NO_SUCH_NAMESPACE, BAD_NAMESPACE).
+        let mut f = Vec::new();
+        Request::NsCreate(Default::default()).encode_in(b"not a name!", 1, &mut f);
+        assert!(parse(&f).unwrap().is_some());
         let value = vec![0u8; VALUE_MAX as usize + 1];
         let f = encode(&Request::Put { key: b"k", value: &value, mode: PutMode::Upsert }, 1);
         assert!(parse(&f).unwrap().is_some());
@@ -283,9 +362,12 @@ mod tests {
             encode(&Request::Put { key, value: &vec![7u8; value_len], mode }, 3)
         };
         let classify = |f: &[u8], n: usize| {
-            let h = header(&f[..n], &l).unwrap().unwrap();
+            let h = header(&f[..n], &l, proto::VERSION).unwrap().unwrap();
             match large_put(&h, &f[..n], &l) {
-                LargePut::Yes { key, mode, value_at, value_len } => Some((key.to_vec(), mode, value_at, value_len)),
+                LargePut::Yes { ns, key, mode, value_at, value_len } => {
+                    assert_eq!(ns, &f[proto::HEADER_BYTES..proto::HEADER_BYTES + h.ns_len as usize]);
+                    Some((key.to_vec(), mode, value_at, value_len))
+                }
                 LargePut::Incomplete => None,
                 LargePut::No => panic!("not a large PUT"),
             }
@@ -298,8 +380,18 @@ mod tests {
         let want = Some((b"key".to_vec(), PutMode::ReplaceOnly, at, ZERO_COPY_MIN_BYTES));
         assert_eq!(classify(&f, at), want);
         assert_eq!(classify(&f, f.len()), want);
+        // In a namespace: the value starts after the name too.
+        let mut f = Vec::new();
+        Request::Put { key: b"key", value: &[7u8; ZERO_COPY_MIN_BYTES], mode: PutMode::Upsert }
+            .encode_in(b"users", 3, &mut f);
+        let at = proto::HEADER_BYTES + 5 + 4 + 3;
+        for n in proto::HEADER_BYTES..at {
+            assert_eq!(classify(&f, n), None, "{n} bytes");
+        }
+        assert_eq!(classify(&f, at), Some((b"key".to_vec(), PutMode::Upsert, at, ZERO_COPY_MIN_BYTES)));
+        assert_eq!(&f[at..], &[7u8; ZERO_COPY_MIN_BYTES][..]);
         let no = |f: &[u8], why: &str| {
-            let h = header(f, &l).unwrap().unwrap();
+            let h = header(f, &l, proto::VERSION).unwrap().unwrap();
             assert_eq!(large_put(&h, f, &l), LargePut::No, "{why}");
         };
         no(&put(b"key", ZERO_COPY_MIN_BYTES - 1, PutMode::Upsert), "a small value");

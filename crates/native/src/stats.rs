@@ -36,6 +36,11 @@ impl NativeStats {
             ("cmd_batch", "batch", &self.batches),
             ("cmd_nop", "nop", &self.nops),
             ("cmd_stats", "stats", &self.stats),
+            ("cmd_ns_create", "ns_create", &self.ns_creates),
+            ("cmd_ns_drop", "ns_drop", &self.ns_drops),
+            ("cmd_ns_truncate", "ns_truncate", &self.ns_truncates),
+            ("cmd_ns_list", "ns_list", &self.ns_lists),
+            ("cmd_ns_stats", "ns_stats", &self.ns_stats),
         ] {
             r.export(
                 name,

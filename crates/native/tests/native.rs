@@ -1,15 +1,19 @@
 //! The native server against the client crate and raw sockets over
 //! loopback: every opcode, pipelining order, malformed and oversized
-//! frames, limits, timeouts and reconnects, and a sharded client over three
-//! servers.
+//! frames, limits, timeouts and reconnects, a sharded client over three
+//! servers, and namespaces (protocol version 2) next to version 1 clients.
 
-use granary_client::{BatchOp, BatchResult, Client, ClientConfig, Error, PutMode, Request, ShardedClient, Status};
+use granary_client::{
+    BatchOp, BatchResult, Client, ClientConfig, Connection, Error, NamespaceMode, NamespaceOptions, PutMode, Request,
+    ShardedClient, Status,
+};
 use granary_native::{NativeConfig, Server};
 use granary_proto::{self as proto, ClientHello, Header, Op, ServerHello};
 use granary_store::io::MemDevice;
 use granary_store::{CreateOptions, OpenOptions, Store};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::num::NonZeroU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,16 +38,33 @@ fn client(s: &Server) -> Client {
     Client::connect(s.local_addr(), ClientConfig::default()).unwrap()
 }
 
-/// A raw connection after the handshake.
+/// A raw connection after the handshake (the latest version).
 fn raw(addr: SocketAddr) -> TcpStream {
+    raw_offering(addr, ClientHello::default(), proto::VERSION)
+}
+
+/// A raw connection after a handshake offering `offer`, which the server
+/// answers with `version`.
+fn raw_offering(addr: SocketAddr, offer: ClientHello, version: u16) -> TcpStream {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(&ClientHello::default().encode()).unwrap();
+    s.write_all(&offer.encode()).unwrap();
     let mut b = [0u8; proto::SERVER_HELLO_BYTES];
     s.read_exact(&mut b).unwrap();
     let h = ServerHello::decode(&b).unwrap();
-    assert_eq!((h.status, h.version), (Status::Ok, proto::VERSION));
+    assert_eq!((h.status, h.version), (Status::Ok, version));
     s
+}
+
+/// Send `frames` on `s` and read one response per frame: (status, body) by id.
+fn exchange(s: &mut TcpStream, frames: &[u8], n: usize) -> std::collections::HashMap<u64, (Status, Vec<u8>)> {
+    s.write_all(frames).unwrap();
+    let mut got = std::collections::HashMap::new();
+    for _ in 0..n {
+        let (h, st, body) = read_frame(s).expect("a response");
+        assert!(got.insert(h.id, (st, body)).is_none(), "two responses to {}", h.id);
+    }
+    got
 }
 
 /// Read one response frame: (header, status, body); None at end of stream.
@@ -259,7 +280,7 @@ fn malformed_frames_close_the_connection_and_nothing_else() {
     check(&bad, Status::FrameTooLarge, "u32::MAX");
     // An MGET whose count overruns its body.
     let mut bad = Vec::new();
-    Header { len: 4, op: Op::MultiGet, flags: 0, id: 77 }.encode(&mut bad);
+    Header { len: 4, op: Op::MultiGet, flags: 0, ns_len: 0, id: 77 }.encode(&mut bad);
     bad.extend_from_slice(&1000u32.to_le_bytes());
     check(&bad, Status::BadFrame, "MGET overrun");
 
@@ -387,6 +408,11 @@ fn idle_connections_are_closed_and_stats_keeps_its_names() {
         "cmd_mget",
         "cmd_batch",
         "cmd_nop",
+        "cmd_ns_create",
+        "cmd_ns_drop",
+        "cmd_ns_truncate",
+        "cmd_ns_list",
+        "cmd_ns_stats",
         "errors",
         "bytes_read",
         "bytes_written",
@@ -695,4 +721,329 @@ fn connections_are_spread_over_the_executors() {
     assert!(spawned.iter().all(|&n| n >= 8), "8 connections, 4 to each executor at least: {spawned:?}");
     drop(clients);
     srv.shutdown();
+}
+
+fn server_error(r: Result<impl std::fmt::Debug, Error>) -> (Status, String) {
+    match r {
+        Err(Error::Server { status, message }) => (status, message),
+        other => panic!("not a server error: {other:?}"),
+    }
+}
+
+/// Keys of two namespaces (and the default one) are distinct; create,
+/// list, stats, truncate and drop over the wire; a dropped namespace's
+/// requests get NO_SUCH_NAMESPACE, and one created again under its name is
+/// a new, empty one.
+#[test]
+fn namespaces_keep_keys_apart_and_are_managed_over_the_wire() {
+    let srv = server();
+    let c = client(&srv);
+    assert_eq!(c.conn().unwrap().version(), 2);
+    let opts = NamespaceOptions {
+        mode: NamespaceMode::Store,
+        default_ttl_secs: 3600,
+        max_bytes: NonZeroU64::new(1 << 30),
+        max_keys: NonZeroU64::new(1_000_000),
+    };
+    c.ns_create("users", opts).unwrap();
+    c.ns_create("carts", NamespaceOptions::default()).unwrap();
+    assert_eq!(server_error(c.ns_create("users", NamespaceOptions::default())).0, Status::NamespaceExists);
+    let (st, msg) = server_error(c.ns_create("bad name!", NamespaceOptions::default()));
+    assert_eq!(st, Status::BadNamespace, "{msg}");
+    assert_eq!(server_error(c.ns_create("", NamespaceOptions::default())).0, Status::BadNamespace);
+    assert_eq!(server_error(c.ns_create("default", NamespaceOptions::default())).0, Status::NamespaceExists);
+    assert!(matches!(c.ns_create(&"x".repeat(65), NamespaceOptions::default()), Err(Error::TooLarge { .. })));
+
+    // One key, three values.
+    let (users, carts) = (c.ns("users"), c.ns("carts"));
+    c.put(b"k", b"default").unwrap();
+    users.put(b"k", b"users").unwrap();
+    carts.put(b"k", b"carts").unwrap();
+    assert_eq!(c.get(b"k").unwrap().as_deref(), Some(&b"default"[..]));
+    assert_eq!(c.ns("default").get(b"k").unwrap().as_deref(), Some(&b"default"[..]));
+    assert_eq!(users.get(b"k").unwrap().as_deref(), Some(&b"users"[..]));
+    assert_eq!(carts.get(b"k").unwrap().as_deref(), Some(&b"carts"[..]));
+    assert!(!users.put_with(b"k", b"again", PutMode::CreateOnly).unwrap());
+    assert!(users.put_with(b"only-users", b"1", PutMode::CreateOnly).unwrap());
+    assert_eq!(c.get(b"only-users").unwrap(), None);
+    assert_eq!(carts.mget(&[b"k", b"only-users"]).unwrap(), vec![Some(b"carts".to_vec()), None]);
+    assert!(carts.delete(b"k").unwrap());
+    assert_eq!(users.get(b"k").unwrap().as_deref(), Some(&b"users"[..]));
+    let r = users.batch(&[BatchOp::Get(b"k"), BatchOp::Put { key: b"b", value: b"2", mode: PutMode::Upsert }]).unwrap();
+    assert!(matches!(&r[0], BatchResult::Value(Some(v)) if v == b"users"));
+    assert!(matches!(r[1], BatchResult::Stored(true)));
+    assert_eq!(c.get(b"b").unwrap(), None);
+    // A large value, received into the engine's buffer, in a namespace.
+    let big: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+    users.put(b"big", &big).unwrap();
+    assert_eq!(users.get(b"big").unwrap().unwrap(), big);
+    assert_eq!(c.get(b"big").unwrap(), None);
+    assert_eq!(srv.stats().zero_copy_puts.load(Relaxed), 1);
+    assert_eq!(srv.stats().zero_copy_gets.load(Relaxed), 1);
+    let v = granary_rt::block_on(async {
+        users.put_async(b"as", b"yes").await.unwrap();
+        users.get_async(b"as").await.unwrap()
+    });
+    assert_eq!(v.as_deref(), Some(&b"yes"[..]));
+
+    // List and stats.
+    let list = c.ns_list().unwrap();
+    let names: Vec<&str> = list.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["default", "carts", "users"]);
+    let u = c.ns_stats("users").unwrap();
+    assert_eq!(&u, list.iter().find(|s| s.name == "users").unwrap());
+    assert_eq!((u.keys, u.options), (5, opts));
+    assert!(u.value_bytes >= 100_000 && u.sets == 5 && u.gets >= 3 && u.hits >= 3, "{u:?}");
+    assert_eq!(c.ns_stats("carts").unwrap().keys, 0);
+    assert_eq!(c.ns_stats("default").unwrap().keys, 1);
+    assert_eq!(c.ns_stats("").unwrap().name, "default");
+    assert_eq!(users.stats().unwrap().keys, 5);
+    assert_eq!(server_error(c.ns_stats("nope")).0, Status::NoSuchNamespace);
+
+    // Truncate: empty, and still there with its options.
+    let id = u.id;
+    c.ns_truncate("users").unwrap();
+    assert_eq!(users.get(b"k").unwrap(), None);
+    let u = c.ns_stats("users").unwrap();
+    assert_eq!((u.keys, u.options), (0, opts));
+    assert_ne!(u.id, id);
+    users.put(b"k", b"after").unwrap();
+    assert_eq!(users.get(b"k").unwrap().as_deref(), Some(&b"after"[..]));
+    assert_eq!(c.get(b"k").unwrap().as_deref(), Some(&b"default"[..]), "other namespaces untouched");
+
+    // Drop: every request in it gets NO_SUCH_NAMESPACE, on every path.
+    c.ns_drop("users").unwrap();
+    assert_eq!(server_error(users.get(b"k")).0, Status::NoSuchNamespace);
+    assert_eq!(server_error(users.put(b"k", b"v")).0, Status::NoSuchNamespace);
+    assert_eq!(server_error(users.put(b"big", &big)).0, Status::NoSuchNamespace);
+    assert_eq!(server_error(users.delete(b"k")).0, Status::NoSuchNamespace);
+    assert_eq!(server_error(users.mget(&[b"k"])).0, Status::NoSuchNamespace);
+    assert_eq!(server_error(users.batch(&[BatchOp::Get(b"k")])).0, Status::NoSuchNamespace);
+    assert_eq!(server_error(c.ns_drop("users")).0, Status::NoSuchNamespace);
+    assert_eq!(server_error(c.ns_truncate("users")).0, Status::NoSuchNamespace);
+    assert_eq!(server_error(c.ns_stats("users")).0, Status::NoSuchNamespace);
+    assert_eq!(server_error(c.ns("never").get(b"k")).0, Status::NoSuchNamespace);
+    assert_eq!(server_error(c.ns_drop("default")).0, Status::BadNamespace);
+    assert_eq!(server_error(c.ns_drop("")).0, Status::BadNamespace);
+    // Created again: a new, empty namespace, on the same connection.
+    c.ns_create("users", NamespaceOptions::default()).unwrap();
+    assert_eq!(users.get(b"k").unwrap(), None);
+    users.put(b"k", b"new").unwrap();
+    assert_eq!(users.get(b"k").unwrap().as_deref(), Some(&b"new"[..]));
+    assert_eq!(c.ns_list().unwrap().len(), 3);
+
+    let st: std::collections::HashMap<String, String> = c.stats().unwrap().into_iter().collect();
+    assert_eq!(st["cmd_ns_create"], "7", "the name over the limit was refused by the client");
+    assert_eq!(st["cmd_ns_drop"], "4");
+    assert_eq!(st["cmd_ns_truncate"], "2");
+    assert_eq!(st["cmd_ns_list"], "2");
+    assert_eq!(st["cmd_ns_stats"], "8");
+    assert!(st.contains_key("latency_ns_create_count"));
+    let s = srv.stats();
+    assert_eq!(s.ns_creates.load(Relaxed), 7);
+}
+
+/// Namespace changes are barriers: pipelined behind one, a request sees
+/// it (a drop, a create, a truncate). A large PUT right behind a truncate
+/// of its namespace, whose record buffer was built for the namespace's id
+/// as the frame arrived, still lands in the namespace as it is when it
+/// runs (without the server building it again, it gets NO_SUCH_NAMESPACE).
+#[test]
+fn pipelined_requests_see_the_namespace_changes_sent_before_them() {
+    let srv = server();
+    let mut s = raw(srv.local_addr());
+    let big: Vec<u8> = (0..50_000u32).map(|i| (i % 7) as u8).collect();
+    let big2: Vec<u8> = (0..60_000u32).map(|i| (i % 11) as u8).collect();
+    let mut f = Vec::new();
+    let put = |key: &'static [u8], value: &'static [u8]| Request::Put { key, value, mode: PutMode::Upsert };
+    Request::NsCreate(NamespaceOptions::default()).encode_in(b"p", 1, &mut f);
+    put(b"k", b"v").encode_in(b"p", 2, &mut f);
+    Request::Put { key: b"big", value: &big, mode: PutMode::Upsert }.encode_in(b"p", 3, &mut f);
+    Request::Get(b"k").encode_in(b"p", 4, &mut f);
+    // Right behind the barrier: its record buffer is built (for the id
+    // the truncate is about to replace) before the truncate runs.
+    Request::NsTruncate.encode_in(b"p", 5, &mut f);
+    Request::Put { key: b"big", value: &big2, mode: PutMode::CreateOnly }.encode_in(b"p", 7, &mut f);
+    Request::Get(b"k").encode_in(b"p", 6, &mut f);
+    Request::Get(b"big").encode_in(b"p", 8, &mut f);
+    Request::NsDrop.encode_in(b"p", 9, &mut f);
+    Request::Get(b"big").encode_in(b"p", 10, &mut f);
+    Request::NsCreate(NamespaceOptions::default()).encode_in(b"p", 11, &mut f);
+    Request::Put { key: b"big", value: &big, mode: PutMode::CreateOnly }.encode_in(b"p", 12, &mut f);
+    Request::Get(b"big").encode_in(b"p", 13, &mut f);
+    Request::NsDrop.encode_in(b"p", 14, &mut f);
+    Request::Put { key: b"big", value: &big, mode: PutMode::Upsert }.encode_in(b"p", 15, &mut f);
+    Request::NsStats.encode_in(b"p", 16, &mut f);
+    Request::Nop.encode(17, &mut f);
+    let got = exchange(&mut s, &f, 17);
+    for id in [1, 2, 3, 5, 7, 9, 11, 12, 14] {
+        assert_eq!(got[&id].0, Status::Ok, "request {id}: {}", String::from_utf8_lossy(&got[&id].1));
+    }
+    assert_eq!(got[&4], (Status::Ok, b"v".to_vec()));
+    assert_eq!(got[&6].0, Status::NotFound, "read after the truncate");
+    assert!(got[&8] == (Status::Ok, big2.clone()), "the PUT after the truncate");
+    assert_eq!(got[&10].0, Status::NoSuchNamespace);
+    assert!(got[&13] == (Status::Ok, big.clone()), "the PUT after the drop and create");
+    assert_eq!(got[&15].0, Status::NoSuchNamespace, "{}", String::from_utf8_lossy(&got[&15].1));
+    assert_eq!(got[&16].0, Status::NoSuchNamespace);
+    assert_eq!(srv.stats().bad_frames.load(Relaxed), 0);
+}
+
+/// A version 1 client (one offering only version 1) is answered in version
+/// 1 and works in the default namespace, the one version 2's plain calls
+/// use; version 2's frames and opcodes are malformed on its connection.
+#[test]
+fn a_version_1_client_works_in_the_default_namespace() {
+    let srv = server();
+    let v1 = ClientHello { min_version: 1, max_version: 1 };
+    let mut s = raw_offering(srv.local_addr(), v1, 1);
+    let mut f = Vec::new();
+    Request::Put { key: b"old", value: b"v1", mode: PutMode::Upsert }.encode(1, &mut f);
+    Request::Get(b"old").encode(2, &mut f);
+    Request::MultiGet(vec![b"old", b"none"]).encode(3, &mut f);
+    Request::Batch(vec![BatchOp::Delete(b"none")]).encode(4, &mut f);
+    Request::Stats.encode(5, &mut f);
+    let got = exchange(&mut s, &f, 5);
+    assert_eq!(got[&1].0, Status::Ok);
+    assert_eq!(got[&2], (Status::Ok, b"v1".to_vec()));
+    assert_eq!(proto::decode_entries(&got[&3].1).unwrap().len(), 2);
+    assert_eq!(proto::decode_entries(&got[&4].1).unwrap()[0].status, Status::NotFound);
+    assert_eq!(got[&5].0, Status::Ok);
+    // Shared with version 2's default namespace, not with a named one.
+    let c = client(&srv);
+    c.ns_create("other", NamespaceOptions::default()).unwrap();
+    assert_eq!(c.get(b"old").unwrap().as_deref(), Some(&b"v1"[..]));
+    assert_eq!(c.ns("other").get(b"old").unwrap(), None);
+    c.put(b"new", b"v2").unwrap();
+    let got = exchange(
+        &mut s,
+        &{
+            let mut f = Vec::new();
+            Request::Get(b"new").encode(6, &mut f);
+            f
+        },
+        1,
+    );
+    assert_eq!(got[&6], (Status::Ok, b"v2".to_vec()));
+    // A namespace name (header byte 6, reserved in version 1), or a
+    // version 2 opcode: a malformed frame.
+    for (frame, why) in [
+        (
+            {
+                let mut f = Vec::new();
+                Request::Get(b"old").encode_in(b"other", 7, &mut f);
+                f
+            },
+            "reserved",
+        ),
+        (
+            {
+                let mut f = Vec::new();
+                Request::NsList.encode(7, &mut f);
+                f
+            },
+            "needs protocol version 2",
+        ),
+    ] {
+        let mut s = raw_offering(srv.local_addr(), v1, 1);
+        s.write_all(&frame).unwrap();
+        let (h, st, body) = read_frame(&mut s).unwrap();
+        let msg = String::from_utf8_lossy(&body);
+        assert_eq!((h.id, st), (7, Status::BadFrame), "{msg}");
+        assert!(msg.contains(why), "{msg}");
+        assert!(closed(&mut s));
+    }
+    // The client offering version 1 only: the default namespace works,
+    // namespaces fail before anything is sent.
+    let conn = Connection::connect_with(srv.local_addr(), Duration::from_secs(5), v1).unwrap();
+    assert_eq!(conn.version(), 1);
+    assert_eq!(conn.call(&Request::Get(b"old")).unwrap().body, b"v1");
+    assert_eq!(conn.send_in(b"default", &Request::Get(b"new")).unwrap().wait().unwrap().body, b"v2");
+    assert!(
+        matches!(conn.send_in(b"other", &Request::Get(b"old")), Err(Error::Protocol(m)) if m.contains("version 1"))
+    );
+    assert!(matches!(conn.send(&Request::NsList), Err(Error::Protocol(m)) if m.contains("NS_LIST")));
+    // A range reaching past this server's versions gets its highest.
+    let conn = Connection::connect_with(
+        srv.local_addr(),
+        Duration::from_secs(5),
+        ClientHello { min_version: 1, max_version: 9 },
+    )
+    .unwrap();
+    assert_eq!(conn.version(), 2);
+    assert_eq!(srv.stats().bad_frames.load(Relaxed), 2);
+}
+
+/// A write past a namespace's limit gets QUOTA_EXCEEDED, having written
+/// nothing, on every write path; the connection goes on.
+#[test]
+fn quota_exceeded_has_its_status() {
+    let srv = server();
+    let c = client(&srv);
+    c.ns_create("small", NamespaceOptions { max_keys: NonZeroU64::new(2), ..Default::default() }).unwrap();
+    c.ns_create("tiny", NamespaceOptions { max_bytes: NonZeroU64::new(8192), ..Default::default() }).unwrap();
+    let small = c.ns("small");
+    small.put(b"a", b"1").unwrap();
+    small.put(b"b", b"2").unwrap();
+    let (st, msg) = server_error(small.put(b"c", b"3"));
+    assert_eq!(st, Status::QuotaExceeded);
+    assert!(msg.contains("small"), "{msg}");
+    small.put(b"a", b"overwritten").unwrap();
+    let r = small.batch(&[BatchOp::Put { key: b"d", value: b"4", mode: PutMode::Upsert }, BatchOp::Get(b"a")]).unwrap();
+    assert!(matches!(&r[0], BatchResult::Failed(Error::Server { status: Status::QuotaExceeded, .. })), "{:?}", r[0]);
+    assert!(matches!(&r[1], BatchResult::Value(Some(v)) if v == b"overwritten"));
+    assert_eq!(small.get(b"c").unwrap(), None);
+    // Bytes: a small value fits, a large one (the zero-copy path) does not.
+    let tiny = c.ns("tiny");
+    tiny.put(b"s", b"small").unwrap();
+    assert_eq!(server_error(tiny.put(b"l", &[1u8; 40_000])).0, Status::QuotaExceeded);
+    assert_eq!(server_error(tiny.put(b"m", &[1u8; 9_000])).0, Status::QuotaExceeded);
+    assert_eq!(tiny.get(b"l").unwrap(), None);
+    assert_eq!(c.ns_stats("tiny").unwrap().keys, 1);
+    assert_eq!(c.ns_stats("small").unwrap().keys, 2);
+    // The default namespace has no quota.
+    c.put(b"c", &[1u8; 40_000]).unwrap();
+}
+
+/// The sharded client: namespace changes on every server, keys routed by
+/// key as in the default namespace, figures summed.
+#[test]
+fn sharded_client_namespaces() {
+    let servers: Vec<Server> = (0..3).map(|_| server()).collect();
+    let names: Vec<String> = servers.iter().map(|s| s.local_addr().to_string()).collect();
+    let sc = ShardedClient::new(&names, ClientConfig::default()).unwrap();
+    sc.ns_create("users", NamespaceOptions::default()).unwrap();
+    let direct: Vec<Client> = servers.iter().map(client).collect();
+    for d in &direct {
+        assert!(d.ns_list().unwrap().iter().any(|s| s.name == "users"));
+    }
+    let users = sc.ns("users");
+    let keys: Vec<Vec<u8>> = (0..300).map(|i| format!("u{i}").into_bytes()).collect();
+    let ks: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    for k in &ks {
+        users.put(k, k).unwrap();
+    }
+    for k in &ks {
+        let owner = sc.server_of(k);
+        for (i, d) in direct.iter().enumerate() {
+            assert_eq!(d.ns("users").get(k).unwrap().is_some(), i == owner);
+        }
+        assert_eq!(sc.get(k).unwrap(), None, "not in the default namespace");
+    }
+    assert!(users.mget(&ks).unwrap().iter().zip(&keys).all(|(v, k)| v.as_ref() == Some(k)));
+    assert_eq!(users.get_many(&ks).unwrap().len(), 300);
+    assert_eq!(sc.ns_stats("users").unwrap().keys, 300);
+    assert_eq!(users.stats().unwrap().keys, 300);
+    let list = sc.ns_list().unwrap();
+    assert_eq!(list.iter().map(|s| (s.name.as_str(), s.keys)).collect::<Vec<_>>(), [("default", 0), ("users", 300)]);
+    assert_eq!(users.delete_many(&ks[..10]).unwrap(), vec![true; 10]);
+    sc.ns_truncate("users").unwrap();
+    assert_eq!(sc.ns_stats("users").unwrap().keys, 0);
+    // A partial change: the first error, the others keep theirs.
+    direct[1].ns_create("partial", NamespaceOptions::default()).unwrap();
+    assert_eq!(server_error(sc.ns_create("partial", NamespaceOptions::default())).0, Status::NamespaceExists);
+    assert_eq!(direct[0].ns_list().unwrap().len(), 3);
+    sc.ns_drop("users").unwrap();
+    assert_eq!(server_error(users.get(b"u1")).0, Status::NoSuchNamespace);
+    assert_eq!(server_error(sc.ns_stats("users")).0, Status::NoSuchNamespace);
 }

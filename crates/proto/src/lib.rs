@@ -9,13 +9,28 @@
 //! zero, lengths that overrun the frame or exceed a limit, trailing bytes)
 //! with a [`ProtoError`] naming the field; they never panic and never
 //! allocate more than the bytes they were given justify.
+//!
+//! Versions: this build speaks 1 and 2 ([`VERSION_MIN`]..=[`VERSION`]).
+//! Version 2 is version 1 plus namespaces: a request frame names its
+//! namespace (header byte 6, [`Header::ns_len`], then the name at the start
+//! of the body; none = the default namespace, so a version 1 frame is a
+//! version 2 frame in the default namespace), and the `NS_*` opcodes and
+//! their status codes. A header is decoded for the version its connection
+//! negotiated ([`Header::decode`]).
 
 use std::fmt;
+use std::num::NonZeroU64;
 
 /// First bytes of both hellos.
 pub const MAGIC: [u8; 4] = *b"GRNY";
-/// The protocol version this build speaks (the only one so far).
-pub const VERSION: u16 = 1;
+/// The highest protocol version this build speaks.
+pub const VERSION: u16 = 2;
+/// The lowest protocol version this build speaks: a server speaks every
+/// version from this one to [`VERSION`].
+pub const VERSION_MIN: u16 = 1;
+/// The first version whose requests name a namespace, with the `NS_*`
+/// opcodes.
+pub const VERSION_NAMESPACES: u16 = 2;
 /// Bytes of the client's hello.
 pub const CLIENT_HELLO_BYTES: usize = 16;
 /// Bytes of the server's hello.
@@ -34,6 +49,15 @@ pub const FRAME_BYTES_FLOOR: u32 = 16 << 20;
 /// Largest value the protocol can carry at all (lengths are u32; the
 /// server announces its own, lower, limit in its hello).
 pub const VALUE_BYTES_LIMIT: u32 = 1 << 30;
+/// Longest namespace name a frame carries (the engine's limit,
+/// `granary_store::namespace::NAMESPACE_NAME_MAX`).
+pub const NAMESPACE_NAME_MAX: usize = 64;
+/// Most namespaces a server holds besides the default one (the engine's
+/// `NAMESPACES_MAX`): an NS_LIST response lists at most one more.
+pub const NAMESPACES_MAX: usize = 4096;
+/// The default namespace's name. A request naming no namespace (an empty
+/// name) is in it too.
+pub const DEFAULT_NAMESPACE: &str = "default";
 
 /// The largest frame body for a server whose largest value is `value_max`:
 /// one PUT of a maximal key and value, or [`FRAME_BYTES_FLOOR`].
@@ -68,9 +92,31 @@ pub enum Op {
     Batch = 5,
     Nop = 6,
     Stats = 7,
+    /// Version 2 on: the namespace operations.
+    NsCreate = 8,
+    NsDrop = 9,
+    NsTruncate = 10,
+    NsList = 11,
+    NsStats = 12,
 }
 
 impl Op {
+    /// Every opcode, in numeric order.
+    pub const ALL: [Op; 12] = [
+        Op::Get,
+        Op::Put,
+        Op::Delete,
+        Op::MultiGet,
+        Op::Batch,
+        Op::Nop,
+        Op::Stats,
+        Op::NsCreate,
+        Op::NsDrop,
+        Op::NsTruncate,
+        Op::NsList,
+        Op::NsStats,
+    ];
+
     pub fn from_u8(b: u8) -> Result<Op, ProtoError> {
         Ok(match b {
             1 => Op::Get,
@@ -80,6 +126,11 @@ impl Op {
             5 => Op::Batch,
             6 => Op::Nop,
             7 => Op::Stats,
+            8 => Op::NsCreate,
+            9 => Op::NsDrop,
+            10 => Op::NsTruncate,
+            11 => Op::NsList,
+            12 => Op::NsStats,
             _ => return err(format!("unknown opcode {b}")),
         })
     }
@@ -92,7 +143,26 @@ impl Op {
             Op::Batch => "BATCH",
             Op::Nop => "NOP",
             Op::Stats => "STATS",
+            Op::NsCreate => "NS_CREATE",
+            Op::NsDrop => "NS_DROP",
+            Op::NsTruncate => "NS_TRUNCATE",
+            Op::NsList => "NS_LIST",
+            Op::NsStats => "NS_STATS",
         }
+    }
+    /// The first protocol version with this opcode.
+    pub fn since(self) -> u16 {
+        if (self as u8) < Op::NsCreate as u8 {
+            1
+        } else {
+            VERSION_NAMESPACES
+        }
+    }
+    /// Whether the frame's namespace may be named (every opcode but NOP,
+    /// STATS and NS_LIST): the keys' namespace, or the one an `NS_*`
+    /// operation acts on.
+    pub fn names_namespace(self) -> bool {
+        !matches!(self, Op::Nop | Op::Stats | Op::NsList)
     }
 }
 
@@ -153,6 +223,16 @@ pub enum Status {
     Busy = 12,
     /// Anything else that went wrong on the server.
     Internal = 13,
+    /// Version 2 on: the namespace named does not exist (or was dropped).
+    NoSuchNamespace = 14,
+    /// NS_CREATE of a namespace that exists.
+    NamespaceExists = 15,
+    /// A namespace name or option the server does not take (a bad name,
+    /// a limit of 0, dropping the default namespace, too many namespaces).
+    BadNamespace = 16,
+    /// The write would take the namespace past its `max_bytes` or
+    /// `max_keys`; nothing was written.
+    QuotaExceeded = 17,
 }
 
 impl Status {
@@ -172,6 +252,10 @@ impl Status {
             11 => Status::UnsupportedVersion,
             12 => Status::Busy,
             13 => Status::Internal,
+            14 => Status::NoSuchNamespace,
+            15 => Status::NamespaceExists,
+            16 => Status::BadNamespace,
+            17 => Status::QuotaExceeded,
             _ => return err(format!("unknown status {b}")),
         })
     }
@@ -195,6 +279,19 @@ impl Status {
             Status::UnsupportedVersion => "UNSUPPORTED_VERSION",
             Status::Busy => "BUSY",
             Status::Internal => "INTERNAL",
+            Status::NoSuchNamespace => "NO_SUCH_NAMESPACE",
+            Status::NamespaceExists => "NAMESPACE_EXISTS",
+            Status::BadNamespace => "BAD_NAMESPACE",
+            Status::QuotaExceeded => "QUOTA_EXCEEDED",
+        }
+    }
+    /// The first protocol version with this status code (a server never
+    /// sends a later one on an older connection).
+    pub fn since(self) -> u16 {
+        if (self as u8) < Status::NoSuchNamespace as u8 {
+            1
+        } else {
+            VERSION_NAMESPACES
         }
     }
 }
@@ -203,6 +300,69 @@ impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// What a namespace does when it, or the store, is full (NS_CREATE's flags
+/// byte; the engine's `NamespaceMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+#[repr(u8)]
+pub enum NamespaceMode {
+    /// Its values may be evicted (in a server that evicts).
+    #[default]
+    Cache = 0,
+    /// Its values are never evicted; writes fail with `NO_SPACE` once the
+    /// store is full.
+    Store = 1,
+}
+
+impl NamespaceMode {
+    pub fn from_u8(b: u8) -> Result<NamespaceMode, ProtoError> {
+        Ok(match b {
+            0 => NamespaceMode::Cache,
+            1 => NamespaceMode::Store,
+            _ => return err(format!("unknown namespace mode {b}")),
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            NamespaceMode::Cache => "cache",
+            NamespaceMode::Store => "store",
+        }
+    }
+}
+
+/// A namespace's options (NS_CREATE's body; the engine's
+/// `NamespaceOptions`). A limit is at least 1: on the wire 0 means none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct NamespaceOptions {
+    pub mode: NamespaceMode,
+    /// Seconds a value written with no expiry time lives (0: for ever).
+    pub default_ttl_secs: u32,
+    /// Most bytes of values (whole records) it holds.
+    pub max_bytes: Option<NonZeroU64>,
+    /// Most values it holds.
+    pub max_keys: Option<NonZeroU64>,
+}
+
+/// A namespace's options and figures: NS_STATS's body, and each entry of
+/// NS_LIST's (the engine's `NamespaceStats`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NamespaceStats {
+    pub name: String,
+    /// Its id on that server (a truncate gives it a new one).
+    pub id: u32,
+    pub options: NamespaceOptions,
+    /// Values it holds, and their records' bytes.
+    pub keys: u64,
+    pub value_bytes: u64,
+    /// Since the server's store was opened.
+    pub gets: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub sets: u64,
+    pub deletes: u64,
+    pub evictions: u64,
+    pub expirations: u64,
 }
 
 fn put_u16(out: &mut Vec<u8>, v: u16) {
@@ -239,8 +399,9 @@ pub struct ClientHello {
 }
 
 impl Default for ClientHello {
+    /// Every version this build speaks.
     fn default() -> Self {
-        ClientHello { min_version: VERSION, max_version: VERSION }
+        ClientHello { min_version: VERSION_MIN, max_version: VERSION }
     }
 }
 
@@ -265,9 +426,11 @@ impl ClientHello {
         }
         Ok(h)
     }
-    /// The version both sides speak, if any.
+    /// The highest version both sides speak, if any (this build speaks
+    /// [`VERSION_MIN`]..=[`VERSION`]).
     pub fn agree(&self) -> Option<u16> {
-        (self.min_version..=self.max_version).contains(&VERSION).then_some(VERSION)
+        let v = self.max_version.min(VERSION);
+        (v >= self.min_version.max(VERSION_MIN)).then_some(v)
     }
 }
 
@@ -316,17 +479,23 @@ impl ServerHello {
 /// The 16-byte header before every frame body.
 ///
 /// ```text
-/// 0  u32 len    body bytes after the header
-/// 4  u8  op     opcode (responses echo the request's)
-/// 5  u8  flags  request: PUT mode (0 otherwise); response: status
-/// 6  u16 0      reserved
-/// 8  u64 id     chosen by the client, echoed by the response
+/// 0  u32 len     body bytes after the header (the namespace name included)
+/// 4  u8  op      opcode (responses echo the request's)
+/// 5  u8  flags   request: PUT mode, NS_CREATE namespace mode (0 otherwise);
+///                response: status
+/// 6  u8  ns_len  request, version 2: bytes of the namespace name that
+///                starts the body (0: the default namespace); otherwise 0
+/// 7  u8  0       reserved
+/// 8  u64 id      chosen by the client, echoed by the response
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
     pub len: u32,
     pub op: Op,
     pub flags: u8,
+    /// Bytes of the namespace name at the start of the body (version 2
+    /// requests; 0 in version 1 and in responses).
+    pub ns_len: u8,
     pub id: u64,
 }
 
@@ -335,13 +504,17 @@ impl Header {
         put_u32(out, self.len);
         out.push(self.op as u8);
         out.push(self.flags);
-        put_u16(out, 0);
+        out.push(self.ns_len);
+        out.push(0);
         out.extend_from_slice(&self.id.to_le_bytes());
     }
-    /// Decode and check against the largest body accepted. The id of a
+    /// Decode a request header of protocol `version` and check it against
+    /// the largest body accepted: the length first, then the reserved byte,
+    /// the opcode (one of `version`) and the namespace name's length (0
+    /// before version 2, at most [`NAMESPACE_NAME_MAX`]). The id of a
     /// header with a bad opcode is still wanted for the error reply: see
     /// [`Header::peek_id`].
-    pub fn decode(b: &[u8], frame_max: u32) -> Result<Header, ProtoError> {
+    pub fn decode(b: &[u8], frame_max: u32, version: u16) -> Result<Header, ProtoError> {
         if b.len() < HEADER_BYTES {
             return err("truncated frame header");
         }
@@ -349,10 +522,18 @@ impl Header {
         if len > frame_max {
             return err(format!("frame body of {len} bytes exceeds the limit of {frame_max}"));
         }
-        if get_u16(b, 6) != 0 {
+        let ns_len = b[6];
+        if b[7] != 0 || (ns_len != 0 && version < VERSION_NAMESPACES) {
             return err("frame header: reserved bytes are not zero");
         }
-        Ok(Header { len, op: Op::from_u8(b[4])?, flags: b[5], id: get_u64(b, 8) })
+        let op = Op::from_u8(b[4])?;
+        if op.since() > version {
+            return err(format!("opcode {} ({}) needs protocol version {}", op as u8, op.name(), op.since()));
+        }
+        if ns_len as usize > NAMESPACE_NAME_MAX {
+            return err(format!("namespace name of {ns_len} bytes exceeds {NAMESPACE_NAME_MAX}"));
+        }
+        Ok(Header { len, op, flags: b[5], ns_len, id: get_u64(b, 8) })
     }
     /// The id field of a (possibly invalid) header.
     pub fn peek_id(b: &[u8]) -> u64 {
@@ -394,7 +575,9 @@ impl<'a> BatchOp<'a> {
     }
 }
 
-/// A request, borrowing its keys and values from the frame.
+/// A request, borrowing its keys and values from the frame. Its namespace
+/// is the frame's ([`Request::encode_in`], [`Request::decode`]): where a key
+/// request's keys are, or the namespace an `NS_*` request acts on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request<'a> {
     Get(&'a [u8]),
@@ -409,6 +592,16 @@ pub enum Request<'a> {
     /// A barrier: answered after every earlier request of the connection.
     Nop,
     Stats,
+    /// Version 2: create the frame's namespace with these options.
+    NsCreate(NamespaceOptions),
+    /// Version 2: drop the frame's namespace (its keys are gone at once).
+    NsDrop,
+    /// Version 2: empty the frame's namespace, keeping it and its options.
+    NsTruncate,
+    /// Version 2: every namespace with its figures.
+    NsList,
+    /// Version 2: the frame's namespace's options and figures.
+    NsStats,
 }
 
 fn check_key(k: &[u8], what: &str) -> Result<(), ProtoError> {
@@ -439,6 +632,9 @@ impl<'a> Rd<'a> {
         let s = self.bytes(4)?;
         Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
     }
+    fn u64(&mut self) -> Result<u64, ProtoError> {
+        Ok(get_u64(self.bytes(8)?, 0))
+    }
     fn bytes(&mut self, n: usize) -> Result<&'a [u8], ProtoError> {
         if self.b.len() - self.at < n {
             return err(format!("{}: length {n} overruns the frame", self.what));
@@ -461,9 +657,12 @@ impl<'a> Rd<'a> {
     /// A count of entries, each at least `min_entry` bytes: bounded by the
     /// limit and by the bytes left (so no allocation is unjustified).
     fn count(&mut self, min_entry: usize) -> Result<usize, ProtoError> {
+        self.count_max(min_entry, MULTI_OPS_MAX)
+    }
+    fn count_max(&mut self, min_entry: usize, max: usize) -> Result<usize, ProtoError> {
         let n = self.u32()? as usize;
-        if n > MULTI_OPS_MAX {
-            return err(format!("{}: {n} entries exceed the limit of {MULTI_OPS_MAX}", self.what));
+        if n > max {
+            return err(format!("{}: {n} entries exceed the limit of {max}", self.what));
         }
         if n.saturating_mul(min_entry) > self.b.len() - self.at {
             return err(format!("{}: {n} entries overrun the frame", self.what));
@@ -471,6 +670,10 @@ impl<'a> Rd<'a> {
         Ok(n)
     }
 }
+
+/// Bytes of NS_CREATE's body after the name: default_ttl_secs u32,
+/// max_bytes u64, max_keys u64.
+const NS_CREATE_BYTES: usize = 20;
 
 impl<'a> Request<'a> {
     pub fn op(&self) -> Op {
@@ -482,10 +685,16 @@ impl<'a> Request<'a> {
             Request::Batch(_) => Op::Batch,
             Request::Nop => Op::Nop,
             Request::Stats => Op::Stats,
+            Request::NsCreate(_) => Op::NsCreate,
+            Request::NsDrop => Op::NsDrop,
+            Request::NsTruncate => Op::NsTruncate,
+            Request::NsList => Op::NsList,
+            Request::NsStats => Op::NsStats,
         }
     }
 
-    /// Bytes of the body [`Request::encode`] writes.
+    /// Bytes of the body [`Request::encode`] writes (with
+    /// [`Request::encode_in`], the namespace name's bytes come on top).
     pub fn body_len(&self) -> usize {
         match self {
             Request::Get(k) | Request::Delete(k) => k.len(),
@@ -503,18 +712,37 @@ impl<'a> Request<'a> {
                     })
                     .sum::<usize>()
             }
-            Request::Nop | Request::Stats => 0,
+            Request::NsCreate(_) => NS_CREATE_BYTES,
+            Request::Nop
+            | Request::Stats
+            | Request::NsDrop
+            | Request::NsTruncate
+            | Request::NsList
+            | Request::NsStats => 0,
         }
     }
 
-    /// Append the frame (header and body) with this id. Lengths must fit
-    /// the protocol's limits (the client checks them first).
+    /// Append the frame (header and body) with this id, in the default
+    /// namespace (a version 1 frame, for a version 1 opcode). Lengths must
+    /// fit the protocol's limits (the client checks them first).
     pub fn encode(&self, id: u64, out: &mut Vec<u8>) {
+        self.encode_in(b"", id, out)
+    }
+
+    /// Append the frame naming namespace `ns` (version 2; empty: the
+    /// default namespace): the header's `ns_len`, then the name, then the
+    /// body. `ns` is at most [`NAMESPACE_NAME_MAX`] bytes, and empty for
+    /// the opcodes that name none ([`Op::names_namespace`]).
+    pub fn encode_in(&self, ns: &[u8], id: u64, out: &mut Vec<u8>) {
         let flags = match self {
             Request::Put { mode, .. } => *mode as u8,
+            Request::NsCreate(o) => o.mode as u8,
             _ => 0,
         };
-        Header { len: len32(self.body_len()), op: self.op(), flags, id }.encode(out);
+        assert!(ns.len() <= NAMESPACE_NAME_MAX, "namespace name of {} bytes", ns.len());
+        let len = len32(ns.len() + self.body_len());
+        Header { len, op: self.op(), flags, ns_len: ns.len() as u8, id }.encode(out);
+        out.extend_from_slice(ns);
         match self {
             Request::Get(k) | Request::Delete(k) => out.extend_from_slice(k),
             Request::Put { key, value, .. } => {
@@ -545,19 +773,39 @@ impl<'a> Request<'a> {
                     out.extend_from_slice(value);
                 }
             }
-            Request::Nop | Request::Stats => {}
+            Request::NsCreate(o) => {
+                put_u32(out, o.default_ttl_secs);
+                out.extend_from_slice(&o.max_bytes.map_or(0, NonZeroU64::get).to_le_bytes());
+                out.extend_from_slice(&o.max_keys.map_or(0, NonZeroU64::get).to_le_bytes());
+            }
+            Request::Nop
+            | Request::Stats
+            | Request::NsDrop
+            | Request::NsTruncate
+            | Request::NsList
+            | Request::NsStats => {}
         }
     }
 
-    /// Decode a request body under its (already checked) header.
-    pub fn decode(h: &Header, body: &'a [u8]) -> Result<Request<'a>, ProtoError> {
+    /// Decode a request body under its (already checked) header: the
+    /// namespace it names (empty: the default one) and the request.
+    pub fn decode(h: &Header, body: &'a [u8]) -> Result<(&'a [u8], Request<'a>), ProtoError> {
         if body.len() != h.len as usize {
             return err("body length differs from the header's");
         }
-        if h.op != Op::Put && h.flags != 0 {
-            return err(format!("{}: flags must be zero", h.op.name()));
+        let what = h.op.name();
+        if !matches!(h.op, Op::Put | Op::NsCreate) && h.flags != 0 {
+            return err(format!("{what}: flags must be zero"));
         }
-        let mut r = Rd { b: body, at: 0, what: h.op.name() };
+        let nl = h.ns_len as usize;
+        if nl != 0 && !h.op.names_namespace() {
+            return err(format!("{what}: names no namespace"));
+        }
+        if nl > body.len() {
+            return err(format!("{what}: namespace name of {nl} bytes overruns the frame"));
+        }
+        let (ns, body) = body.split_at(nl);
+        let mut r = Rd { b: body, at: 0, what };
         let req = match h.op {
             Op::Get => Request::Get(r.rest()),
             Op::Delete => Request::Delete(r.rest()),
@@ -599,22 +847,28 @@ impl<'a> Request<'a> {
                 }
                 Request::Batch(ops)
             }
-            Op::Nop | Op::Stats => {
-                if h.op == Op::Nop {
-                    Request::Nop
-                } else {
-                    Request::Stats
-                }
+            Op::NsCreate => {
+                let mode = NamespaceMode::from_u8(h.flags)?;
+                let default_ttl_secs = r.u32()?;
+                let max_bytes = NonZeroU64::new(r.u64()?);
+                let max_keys = NonZeroU64::new(r.u64()?);
+                Request::NsCreate(NamespaceOptions { mode, default_ttl_secs, max_bytes, max_keys })
             }
+            Op::Nop => Request::Nop,
+            Op::Stats => Request::Stats,
+            Op::NsDrop => Request::NsDrop,
+            Op::NsTruncate => Request::NsTruncate,
+            Op::NsList => Request::NsList,
+            Op::NsStats => Request::NsStats,
         };
         r.end()?;
         match &req {
-            Request::Get(k) | Request::Delete(k) | Request::Put { key: k, .. } => check_key(k, h.op.name())?,
+            Request::Get(k) | Request::Delete(k) | Request::Put { key: k, .. } => check_key(k, what)?,
             Request::MultiGet(keys) => keys.iter().try_for_each(|k| check_key(k, "MGET"))?,
             Request::Batch(ops) => ops.iter().try_for_each(|o| check_key(o.key(), "BATCH"))?,
-            Request::Nop | Request::Stats => {}
+            _ => {}
         }
-        Ok(req)
+        Ok((ns, req))
     }
 }
 
@@ -622,13 +876,13 @@ impl<'a> Request<'a> {
 
 /// Append a response frame: header, then `body`.
 pub fn encode_response(out: &mut Vec<u8>, op: Op, status: Status, id: u64, body: &[u8]) {
-    Header { len: len32(body.len()), op, flags: status as u8, id }.encode(out);
+    Header { len: len32(body.len()), op, flags: status as u8, ns_len: 0, id }.encode(out);
     out.extend_from_slice(body);
 }
 
 /// Append a response header whose body (of `len` bytes) the caller writes next.
 pub fn encode_response_header(out: &mut Vec<u8>, op: Op, status: Status, id: u64, len: usize) {
-    Header { len: len32(len), op, flags: status as u8, id }.encode(out);
+    Header { len: len32(len), op, flags: status as u8, ns_len: 0, id }.encode(out);
 }
 
 /// Append one entry of an MGET or BATCH response body: status, length,
@@ -705,12 +959,126 @@ pub struct Response {
 }
 
 impl Response {
-    /// Decode a response header (the body follows separately).
+    /// Decode a response header (the body follows separately). A response
+    /// names no namespace: its byte 6 is reserved, 0.
     pub fn decode_header(b: &[u8], frame_max: u32) -> Result<(Header, Status), ProtoError> {
-        let h = Header::decode(b, frame_max)?;
+        let h = Header::decode(b, frame_max, VERSION)?;
+        if h.ns_len != 0 {
+            return err("response header: reserved bytes are not zero");
+        }
         let s = Status::from_u8(h.flags)?;
         Ok((h, s))
     }
+}
+
+/// Bytes of a [`NamespaceStats`] record before its name.
+pub const NAMESPACE_STATS_BYTES: usize = 100;
+
+/// Append one namespace's record (NS_STATS's whole body; one entry of
+/// NS_LIST's):
+///
+/// ```text
+/// 0   u8  name_len (1..=64)     1  u8  mode (0 cache, 1 store)
+/// 2   u16 0 (reserved)          4  u32 id
+/// 8   u32 default_ttl_secs
+/// 12  u64 max_bytes (0: none)   20  u64 max_keys (0: none)
+/// 28  u64 keys                  36  u64 value_bytes
+/// 44  u64 gets                  52  u64 hits
+/// 60  u64 misses                68  u64 sets
+/// 76  u64 deletes               84  u64 evictions
+/// 92  u64 expirations           100 name
+/// ```
+pub fn encode_namespace_stats(out: &mut Vec<u8>, s: &NamespaceStats) {
+    let name = &s.name.as_bytes()[..s.name.len().min(NAMESPACE_NAME_MAX)];
+    out.push(name.len() as u8);
+    out.push(s.options.mode as u8);
+    put_u16(out, 0);
+    put_u32(out, s.id);
+    put_u32(out, s.options.default_ttl_secs);
+    let limit = |l: Option<NonZeroU64>| l.map_or(0, NonZeroU64::get);
+    for v in [
+        limit(s.options.max_bytes),
+        limit(s.options.max_keys),
+        s.keys,
+        s.value_bytes,
+        s.gets,
+        s.hits,
+        s.misses,
+        s.sets,
+        s.deletes,
+        s.evictions,
+        s.expirations,
+    ] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out.extend_from_slice(name);
+}
+
+fn decode_namespace_record(r: &mut Rd) -> Result<NamespaceStats, ProtoError> {
+    let what = r.what;
+    let name_len = r.u8()? as usize;
+    if name_len == 0 || name_len > NAMESPACE_NAME_MAX {
+        return err(format!("{what}: a namespace name of {name_len} bytes"));
+    }
+    let mode = NamespaceMode::from_u8(r.u8()?)?;
+    if r.u16()? != 0 {
+        return err(format!("{what}: reserved bytes are not zero"));
+    }
+    let id = r.u32()?;
+    let default_ttl_secs = r.u32()?;
+    let max_bytes = NonZeroU64::new(r.u64()?);
+    let max_keys = NonZeroU64::new(r.u64()?);
+    let mut n = [0u64; 9];
+    for x in &mut n {
+        *x = r.u64()?;
+    }
+    let name = String::from_utf8(r.bytes(name_len)?.to_vec())
+        .map_err(|_| ProtoError(format!("{what}: a namespace name that is not UTF-8")))?;
+    let [keys, value_bytes, gets, hits, misses, sets, deletes, evictions, expirations] = n;
+    Ok(NamespaceStats {
+        name,
+        id,
+        options: NamespaceOptions { mode, default_ttl_secs, max_bytes, max_keys },
+        keys,
+        value_bytes,
+        gets,
+        hits,
+        misses,
+        sets,
+        deletes,
+        evictions,
+        expirations,
+    })
+}
+
+/// Decode an NS_STATS response body: one record
+/// ([`encode_namespace_stats`]).
+pub fn decode_namespace_stats(body: &[u8]) -> Result<NamespaceStats, ProtoError> {
+    let mut r = Rd { b: body, at: 0, what: "NS_STATS" };
+    let s = decode_namespace_record(&mut r)?;
+    r.end()?;
+    Ok(s)
+}
+
+/// Append an NS_LIST response body: `count u32`, then the records.
+pub fn encode_namespace_list(out: &mut Vec<u8>, list: &[NamespaceStats]) {
+    put_u32(out, len32(list.len()));
+    for s in list {
+        encode_namespace_stats(out, s);
+    }
+}
+
+/// Decode an NS_LIST response body (at most [`NAMESPACES_MAX`] + 1
+/// records: the default namespace and the others).
+pub fn decode_namespace_list(body: &[u8]) -> Result<Vec<NamespaceStats>, ProtoError> {
+    let mut r = Rd { b: body, at: 0, what: "NS_LIST" };
+    let n = r.count_max(NAMESPACE_STATS_BYTES + 1, NAMESPACES_MAX + 1)?;
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(decode_namespace_record(&mut r)?);
+    }
+    r.end()?;
+    Ok(v)
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
-//! Codec tests: round trips of every request and response shape, and
-//! decoders that reject (never panic on) truncated, oversized and random
-//! input.
+//! Codec tests: round trips of every request and response shape (in the
+//! default namespace and in a named one), and decoders that reject (never
+//! panic on) truncated, oversized, out-of-version and random input.
 
 use super::*;
 use proptest::prelude::*;
@@ -8,22 +8,34 @@ use proptest::prelude::*;
 const BIG: u32 = u32::MAX;
 
 fn split(frame: &[u8]) -> (Header, &[u8]) {
-    let h = Header::decode(frame, BIG).expect("header");
+    let h = Header::decode(frame, BIG, VERSION).expect("header");
     (h, &frame[HEADER_BYTES..])
 }
 
 fn roundtrip(req: &Request) {
+    roundtrip_in(b"", req);
+    if req.op().names_namespace() {
+        roundtrip_in(b"users", req);
+        roundtrip_in(&[b'n'; NAMESPACE_NAME_MAX], req);
+    }
+}
+
+fn roundtrip_in(ns: &[u8], req: &Request) {
     let mut f = Vec::new();
-    req.encode(42, &mut f);
-    assert_eq!(f.len(), HEADER_BYTES + req.body_len());
+    req.encode_in(ns, 42, &mut f);
+    assert_eq!(f.len(), HEADER_BYTES + ns.len() + req.body_len());
     let (h, body) = split(&f);
-    assert_eq!(h.id, 42);
+    assert_eq!((h.id, h.ns_len as usize), (42, ns.len()));
     assert_eq!(h.len as usize, body.len());
-    assert_eq!(&Request::decode(&h, body).expect("decode"), req);
+    assert_eq!(Request::decode(&h, body).expect("decode"), (ns, req.clone()));
     // A body shorter than its header says is rejected.
     for cut in 0..body.len() {
         assert!(Request::decode(&h, &body[..cut]).is_err(), "cut {cut} of {req:?}");
     }
+    // In the default namespace a frame is the same in both versions; a
+    // version 1 header decoder takes it if its opcode is version 1's.
+    let v1 = Header::decode(&f, BIG, 1);
+    assert_eq!(v1.is_ok(), ns.is_empty() && req.op().since() == 1, "{req:?} in {ns:?}");
 }
 
 fn key() -> impl Strategy<Value = Vec<u8>> {
@@ -59,12 +71,70 @@ fn borrow(o: &OwnedOp) -> BatchOp<'_> {
     }
 }
 
+fn ns_mode() -> impl Strategy<Value = NamespaceMode> {
+    prop_oneof![Just(NamespaceMode::Cache), Just(NamespaceMode::Store)]
+}
+
+fn ns_stats() -> impl Strategy<Value = NamespaceStats> {
+    (
+        "[a-zA-Z0-9_.-]{1,64}",
+        any::<u32>(),
+        (ns_mode(), any::<u32>(), any::<u64>(), any::<u64>()),
+        proptest::collection::vec(any::<u64>(), 9),
+    )
+        .prop_map(|(name, id, (mode, ttl, mb, mk), n)| NamespaceStats {
+            name,
+            id,
+            options: NamespaceOptions {
+                mode,
+                default_ttl_secs: ttl,
+                max_bytes: NonZeroU64::new(mb),
+                max_keys: NonZeroU64::new(mk),
+            },
+            keys: n[0],
+            value_bytes: n[1],
+            gets: n[2],
+            hits: n[3],
+            misses: n[4],
+            sets: n[5],
+            deletes: n[6],
+            evictions: n[7],
+            expirations: n[8],
+        })
+}
+
 proptest! {
     #[test]
     fn single_key_requests_round_trip(k in key(), v in val(), m in mode()) {
         roundtrip(&Request::Get(&k));
         roundtrip(&Request::Delete(&k));
         roundtrip(&Request::Put { key: &k, value: &v, mode: m });
+    }
+
+    #[test]
+    fn namespace_requests_round_trip(m in ns_mode(), ttl in any::<u32>(), mb in any::<u64>(), mk in any::<u64>()) {
+        let o = NamespaceOptions { mode: m, default_ttl_secs: ttl, max_bytes: NonZeroU64::new(mb), max_keys: NonZeroU64::new(mk) };
+        for r in [Request::NsCreate(o), Request::NsDrop, Request::NsTruncate, Request::NsList, Request::NsStats] {
+            roundtrip(&r);
+        }
+    }
+
+    #[test]
+    fn namespace_stats_round_trip(list in proptest::collection::vec(ns_stats(), 0..10)) {
+        let mut b = Vec::new();
+        encode_namespace_list(&mut b, &list);
+        prop_assert_eq!(&decode_namespace_list(&b).unwrap(), &list);
+        for cut in 0..b.len() {
+            prop_assert!(decode_namespace_list(&b[..cut]).is_err());
+        }
+        for s in &list {
+            let mut b = Vec::new();
+            encode_namespace_stats(&mut b, s);
+            prop_assert_eq!(b.len(), NAMESPACE_STATS_BYTES + s.name.len());
+            prop_assert_eq!(&decode_namespace_stats(&b).unwrap(), s);
+            b.push(0);
+            prop_assert!(decode_namespace_stats(&b).unwrap_err().0.contains("trailing"));
+        }
     }
 
     #[test]
@@ -76,7 +146,7 @@ proptest! {
     }
 
     #[test]
-    fn entries_and_stats_round_trip(es in proptest::collection::vec((0u8..=13, val()), 0..20),
+    fn entries_and_stats_round_trip(es in proptest::collection::vec((0u8..=17, val()), 0..20),
                                     st in proptest::collection::vec(("[a-z_]{1,20}", "[0-9.]{0,12}"), 0..20)) {
         let mut b = Vec::new();
         encode_count(&mut b, es.len());
@@ -105,23 +175,28 @@ proptest! {
                                  body in proptest::collection::vec(any::<u8>(), 0..200)) {
         let mut hb = h.clone();
         hb[0..4].copy_from_slice(&(body.len() as u32).to_le_bytes());
-        // Make half of the cases plausible: a known opcode, zero reserved bytes.
+        // Make half of the cases plausible: a known opcode, a short
+        // namespace name (or none), zero reserved bytes.
         if hb[15] & 1 == 0 {
-            hb[4] = 1 + hb[4] % 7;
+            hb[4] = 1 + hb[4] % 12;
             hb[5] %= 3;
-            hb[6] = 0;
+            hb[6] = if hb[14] & 1 == 0 { 0 } else { hb[6] % 8 };
             hb[7] = 0;
         }
-        if let Ok(hd) = Header::decode(&hb, BIG) {
-            if let Ok(req) = Request::decode(&hd, &body) {
-                let mut again = Vec::new();
-                req.encode(hd.id, &mut again);
-                prop_assert_eq!(&again[..HEADER_BYTES], &hb[..]);
-                prop_assert_eq!(&again[HEADER_BYTES..], &body[..]);
+        for version in [1, VERSION] {
+            if let Ok(hd) = Header::decode(&hb, BIG, version) {
+                if let Ok((ns, req)) = Request::decode(&hd, &body) {
+                    let mut again = Vec::new();
+                    req.encode_in(ns, hd.id, &mut again);
+                    prop_assert_eq!(&again[..HEADER_BYTES], &hb[..]);
+                    prop_assert_eq!(&again[HEADER_BYTES..], &body[..]);
+                }
             }
         }
         let _ = decode_entries(&body);
         let _ = decode_stats(&body);
+        let _ = decode_namespace_stats(&body);
+        let _ = decode_namespace_list(&body);
         let _ = Response::decode_header(&hb, BIG);
     }
 
@@ -130,10 +205,10 @@ proptest! {
     fn mutated_frames_never_panic(ops in proptest::collection::vec(owned_op(), 1..8), at in any::<usize>(), b in any::<u8>()) {
         let req = Request::Batch(ops.iter().map(borrow).collect());
         let mut f = Vec::new();
-        req.encode(7, &mut f);
+        req.encode_in(b"ns", 7, &mut f);
         let i = at % f.len();
         f[i] = b;
-        if let Ok(h) = Header::decode(&f, BIG) {
+        if let Ok(h) = Header::decode(&f, BIG, VERSION) {
             let body = &f[HEADER_BYTES..];
             let _ = Request::decode(&h, &body[..body.len().min(h.len as usize)]);
         }
@@ -144,22 +219,123 @@ proptest! {
 fn header_limits_and_reserved_bytes() {
     let mut f = Vec::new();
     Request::Get(b"k").encode(1, &mut f);
-    assert!(Header::decode(&f, 1).is_ok());
-    let e = Header::decode(&f, 0).unwrap_err();
-    assert!(e.0.contains("exceeds the limit"), "{e}");
-    let mut bad = f.clone();
-    bad[6] = 1;
-    assert!(Header::decode(&bad, BIG).unwrap_err().0.contains("reserved"));
-    let mut bad = f.clone();
-    bad[4] = 99;
-    assert!(Header::decode(&bad, BIG).unwrap_err().0.contains("unknown opcode 99"));
-    assert_eq!(Header::peek_id(&bad), 1);
-    assert!(Header::decode(&f[..15], BIG).is_err());
+    for v in [1, VERSION] {
+        assert!(Header::decode(&f, 1, v).is_ok());
+        let e = Header::decode(&f, 0, v).unwrap_err();
+        assert!(e.0.contains("exceeds the limit"), "{e}");
+        let mut bad = f.clone();
+        bad[7] = 1;
+        assert!(Header::decode(&bad, BIG, v).unwrap_err().0.contains("reserved"));
+        let mut bad = f.clone();
+        bad[4] = 99;
+        assert!(Header::decode(&bad, BIG, v).unwrap_err().0.contains("unknown opcode 99"));
+        assert_eq!(Header::peek_id(&bad), 1);
+        assert!(Header::decode(&f[..15], BIG, v).is_err());
+    }
+    // Byte 6 is reserved in version 1, the namespace name's length in 2.
+    let mut ns = f.clone();
+    ns[6] = 1;
+    assert!(Header::decode(&ns, BIG, 1).unwrap_err().0.contains("reserved"));
+    assert_eq!(Header::decode(&ns, BIG, 2).unwrap().ns_len, 1);
+    ns[6] = NAMESPACE_NAME_MAX as u8 + 1;
+    assert!(Header::decode(&ns, BIG, 2).unwrap_err().0.contains("exceeds 64"), "a name over the limit");
+    // A response never names a namespace.
+    let mut r = Vec::new();
+    encode_response(&mut r, Op::Get, Status::Ok, 3, b"v");
+    assert_eq!(Response::decode_header(&r, BIG).unwrap().1, Status::Ok);
+    r[6] = 1;
+    assert!(Response::decode_header(&r, BIG).unwrap_err().0.contains("reserved"));
+}
+
+#[test]
+fn version_1_knows_no_namespace_opcodes() {
+    for op in Op::ALL {
+        let mut f = Vec::new();
+        Header { len: 0, op, flags: 0, ns_len: 0, id: 9 }.encode(&mut f);
+        assert!(Header::decode(&f, BIG, VERSION).is_ok());
+        let v1 = Header::decode(&f, BIG, 1);
+        if (op as u8) < 8 {
+            assert!(v1.is_ok(), "{op:?}");
+        } else {
+            let e = v1.unwrap_err().0;
+            assert!(e.contains("needs protocol version 2"), "{e}");
+            assert_eq!(op.since(), 2);
+        }
+    }
+}
+
+#[test]
+fn namespace_requests_reject_bad_fields() {
+    let h = |op, flags, ns_len: u8, len: usize| Header { len: len as u32, op, flags, ns_len, id: 0 };
+    let create = |flags: u8, ns: &[u8], tail: usize| {
+        let mut b = ns.to_vec();
+        b.extend_from_slice(&[0u8; NS_CREATE_BYTES][..tail]);
+        (h(Op::NsCreate, flags, ns.len() as u8, b.len()), b)
+    };
+    let (hd, b) = create(1, b"users", NS_CREATE_BYTES);
+    let (ns, r) = Request::decode(&hd, &b).unwrap();
+    assert_eq!(ns, b"users");
+    assert_eq!(r, Request::NsCreate(NamespaceOptions { mode: NamespaceMode::Store, ..Default::default() }));
+    // An unknown mode, a short or long body.
+    let (hd, b) = create(2, b"users", NS_CREATE_BYTES);
+    assert!(Request::decode(&hd, &b).unwrap_err().0.contains("unknown namespace mode 2"));
+    let (hd, b) = create(0, b"users", NS_CREATE_BYTES - 1);
+    assert!(Request::decode(&hd, &b).unwrap_err().0.contains("overruns"));
+    let mut b = b"users".to_vec();
+    b.extend_from_slice(&[0u8; NS_CREATE_BYTES + 1]);
+    assert!(Request::decode(&h(Op::NsCreate, 0, 5, b.len()), &b).unwrap_err().0.contains("trailing"));
+    // A name longer than the body; flags on an NS_DROP; a body after the name.
+    assert!(Request::decode(&h(Op::NsDrop, 0, 6, 5), b"users").unwrap_err().0.contains("overruns"));
+    assert!(Request::decode(&h(Op::NsDrop, 1, 5, 5), b"users").unwrap_err().0.contains("flags"));
+    for op in [Op::NsDrop, Op::NsTruncate, Op::NsStats] {
+        assert_eq!(Request::decode(&h(op, 0, 5, 5), b"users").unwrap().0, b"users");
+        assert!(Request::decode(&h(op, 0, 5, 6), b"usersx").unwrap_err().0.contains("trailing"), "{op:?}");
+    }
+    // NOP, STATS and NS_LIST name no namespace.
+    for op in [Op::Nop, Op::Stats, Op::NsList] {
+        assert!(Request::decode(&h(op, 0, 1, 1), b"x").unwrap_err().0.contains("names no namespace"), "{op:?}");
+        assert!(Request::decode(&h(op, 0, 0, 0), b"").is_ok());
+    }
+    // A key request's name comes before its body.
+    let mut f = Vec::new();
+    Request::Put { key: b"k", value: b"v", mode: PutMode::Upsert }.encode_in(b"ns", 0, &mut f);
+    let (hd, body) = split(&f);
+    assert_eq!(&body[..2], b"ns");
+    assert_eq!(Request::decode(&hd, body).unwrap().0, b"ns");
+    let mut short = hd;
+    short.ns_len = 3;
+    assert!(Request::decode(&short, body).is_err(), "the name swallowed the key length");
+}
+
+#[test]
+fn namespace_stats_reject_bad_records() {
+    let s = NamespaceStats { name: "users".into(), id: 4, keys: 9, ..Default::default() };
+    let mut b = Vec::new();
+    encode_namespace_stats(&mut b, &s);
+    assert_eq!(decode_namespace_stats(&b).unwrap(), s);
+    let bad = |at: usize, v: u8| {
+        let mut x = b.clone();
+        x[at] = v;
+        decode_namespace_stats(&x).unwrap_err().0
+    };
+    assert!(bad(0, 0).contains("name of 0 bytes"));
+    assert!(bad(0, 65).contains("name of 65 bytes"));
+    assert!(bad(1, 2).contains("unknown namespace mode 2"));
+    assert!(bad(2, 1).contains("reserved"));
+    assert!(bad(NAMESPACE_STATS_BYTES, 0xff).contains("UTF-8"));
+    // A list claiming more records than its bytes hold, or than a server has.
+    let mut l = Vec::new();
+    l.extend_from_slice(&2u32.to_le_bytes());
+    l.extend_from_slice(&b);
+    assert!(decode_namespace_list(&l).unwrap_err().0.contains("overrun"));
+    let mut l = Vec::new();
+    l.extend_from_slice(&(NAMESPACES_MAX as u32 + 2).to_le_bytes());
+    assert!(decode_namespace_list(&l).unwrap_err().0.contains("limit"));
 }
 
 #[test]
 fn requests_reject_bad_fields() {
-    let h = |op, flags, len| Header { len, op, flags, id: 0 };
+    let h = |op, flags, len| Header { len, op, flags, ns_len: 0, id: 0 };
     // flags on a GET, unknown PUT mode
     assert!(Request::decode(&h(Op::Get, 1, 1), b"k").is_err());
     let mut f = Vec::new();
@@ -195,9 +371,18 @@ fn requests_reject_bad_fields() {
 fn hellos() {
     let c = ClientHello::default();
     assert_eq!(ClientHello::decode(&c.encode()).unwrap(), c);
+    assert_eq!((c.min_version, c.max_version), (1, 2));
     assert_eq!(c.agree(), Some(VERSION));
     let future = ClientHello { min_version: VERSION + 1, max_version: VERSION + 3 };
     assert_eq!(ClientHello::decode(&future.encode()).unwrap().agree(), None);
+    // The highest version both speak.
+    let agree = |min, max| ClientHello { min_version: min, max_version: max }.agree();
+    assert_eq!(agree(1, 1), Some(1));
+    assert_eq!(agree(1, 2), Some(2));
+    assert_eq!(agree(2, 2), Some(2));
+    assert_eq!(agree(1, 9), Some(2));
+    assert_eq!(agree(2, 9), Some(2));
+    assert_eq!(agree(3, 9), None);
     let mut bad = c.encode();
     bad[0] = b'X';
     assert!(ClientHello::decode(&bad).unwrap_err().0.contains("magic"));
@@ -234,11 +419,14 @@ fn status_codes_round_trip() {
         if let Ok(s) = Status::from_u8(b) {
             assert_eq!(s as u8, b);
             assert_eq!(s.is_error(), b >= 3);
+            assert_eq!(s.since(), if b >= 14 { 2 } else { 1 });
         }
     }
+    assert!(Status::from_u8(18).is_err());
     for b in 0..=255u8 {
         if let Ok(o) = Op::from_u8(b) {
             assert_eq!(o as u8, b);
+            assert_eq!(Op::ALL[b as usize - 1], o);
         }
     }
 }

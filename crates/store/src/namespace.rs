@@ -381,6 +381,10 @@ impl NsState {
         self.dropped.store(true, Relaxed);
     }
 
+    pub(crate) fn is_dropped(&self) -> bool {
+        self.dropped.load(Relaxed)
+    }
+
     pub(crate) fn stats(&self) -> Result<NamespaceStats> {
         let (id, c) = self.current()?;
         let gets = c.gets.load(Relaxed);

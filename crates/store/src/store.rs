@@ -366,7 +366,13 @@ impl Store {
     /// returns. The first one turns on the store's namespaces flag (a
     /// build older than namespaces then refuses the store).
     pub fn create_namespace(&self, name: &str, options: NamespaceOptions) -> Result<Namespace> {
-        let state = block_on(self.core.create_namespace(name, options))?;
+        block_on(self.create_namespace_async(name, options))
+    }
+
+    /// [`Store::create_namespace`] as a future (for executors: the
+    /// blocking call would block one).
+    pub async fn create_namespace_async(&self, name: &str, options: NamespaceOptions) -> Result<Namespace> {
+        let state = self.core.create_namespace(name, options).await?;
         Ok(Namespace { core: self.core.clone(), state })
     }
 
@@ -389,6 +395,11 @@ impl Store {
     /// namespace created later with the same name is empty.
     pub fn drop_namespace(&self, name: &str) -> Result<()> {
         block_on(self.core.drop_namespace(name))
+    }
+
+    /// [`Store::drop_namespace`] as a future.
+    pub async fn drop_namespace_async(&self, name: &str) -> Result<()> {
+        self.core.drop_namespace(name).await
     }
 
     /// Empty namespace `name`, in O(1) like a drop, keeping it and its
@@ -428,6 +439,13 @@ impl Namespace {
     /// Its figures now.
     pub fn stats(&self) -> Result<NamespaceStats> {
         self.state.stats()
+    }
+
+    /// Whether its namespace was dropped (its calls fail with
+    /// `NoSuchNamespace`; a namespace created since under the same name is
+    /// another one: [`Store::namespace`] gives a handle on it).
+    pub fn is_dropped(&self) -> bool {
+        self.state.is_dropped()
     }
 
     /// Largest value it accepts with a key of `key_len` bytes.
