@@ -1,6 +1,18 @@
-//! `granary-bench txn`: namespaces and (to come) atomic batches.
+//! `granary-bench txn`: atomic batches and namespaces.
 //!
-//! Measured now: **dropping a namespace** that holds N keys (default 1 M,
+//! **Batches**: on a store in a file with direct IO, one commit at a time
+//! (queue depth 1), batches of 1, 4, 16 and 64 puts of 1 KiB values over
+//! 100,000 keys, for a few seconds each: commits/s and the median and 99th
+//! percentile commit latency; the same puts one by one (the latency of one
+//! put); and in the same run RocksDB's WriteBatch with sync (its
+//! write-ahead log fsynced at each commit), built from the C peer in
+//! `crates/bench/peers` against Debian's librocksdb (installed with apt-get
+//! when missing) on the same filesystem. Granary runs in `Flush` mode
+//! (fdatasync at each commit: RocksDB's durability) and in its default
+//! `Direct` mode (a commit is durable when its write completes on a device
+//! without a volatile cache).
+//!
+//! **Dropping a namespace** that holds N keys (default 1 M,
 //! 100-byte values) in a store on a file with direct IO: how long
 //! `drop_namespace` takes and what IO it does (the target: under 10 ms,
 //! only the catalog written), then how long GC's sweep takes to let go of
@@ -9,12 +21,10 @@
 //! per key with the keys in a namespace against the same keys in the
 //! default namespace of a second store (namespaces add none).
 //!
-//! Atomic batches (commit rate and latency against RocksDB's WriteBatch)
-//! come with the batches themselves.
 
 use granary_store::io::{FileDevice, OpenMode};
 use granary_store::loadgen::{load_key, load_value};
-use granary_store::{CreateOptions, NamespaceOptions, OpenOptions, Store};
+use granary_store::{BatchOutcome, CreateOptions, Durability, NamespaceOptions, OpenOptions, Store};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,14 +33,150 @@ use std::time::{Duration, Instant};
 pub struct TxnBenchOptions {
     /// The data file (created, then removed at the end).
     pub path: PathBuf,
+    /// Keys in the namespace dropped.
     pub keys: u64,
     pub value_bytes: usize,
+    /// Batch sizes to commit (puts per batch).
+    pub batches: Vec<usize>,
+    /// Seconds per batch point.
+    pub secs: f64,
+    /// Run the RocksDB peer.
+    pub rocksdb: bool,
 }
 
 impl Default for TxnBenchOptions {
     fn default() -> Self {
-        TxnBenchOptions { path: PathBuf::from("granary-data/bench-txn.db"), keys: 1_000_000, value_bytes: 100 }
+        TxnBenchOptions {
+            path: PathBuf::from("granary-data/bench-txn.db"),
+            keys: 1_000_000,
+            value_bytes: 100,
+            batches: vec![1, 4, 16, 64],
+            secs: 3.0,
+            rocksdb: true,
+        }
     }
+}
+
+/// Keys the batches write over.
+const BATCH_KEYS: u64 = 100_000;
+/// Value size of the batches' puts.
+const BATCH_VALUE_BYTES: usize = 1024;
+
+/// One batch point: commits/s and latency percentiles.
+fn point(system: &str, what: &str, batch: usize, commits: u64, secs: f64, p50: f64, p99: f64) -> serde_json::Value {
+    println!(
+        "  {system:<16} {what:<14} {batch:>3} puts   {:>9.0} commits/s  {:>9.0} puts/s   p50 {p50:>7.1} us  p99 {p99:>7.1} us",
+        commits as f64 / secs,
+        (commits * batch as u64) as f64 / secs
+    );
+    serde_json::json!({
+        "system": system, "mode": what, "batch": batch, "commits": commits, "secs": secs,
+        "commits_per_s": commits as f64 / secs, "p50_us": p50, "p99_us": p99,
+    })
+}
+
+/// Granary's batch points in `durability` mode, and the single put.
+fn granary_batches(o: &TxnBenchOptions, durability: Durability) -> Result<Vec<serde_json::Value>, String> {
+    let _ = std::fs::remove_file(&o.path);
+    let dev = FileDevice::create(&o.path, 2 << 30, OpenMode::Direct).map_err(|e| e.to_string())?;
+    let create = CreateOptions { grain_bytes: Some(512), ..CreateOptions::default() };
+    let open = OpenOptions { durability, checkpoint_interval: None, ..OpenOptions::default() };
+    let store = Store::create(Arc::new(dev), &create, &open).map_err(|e| e.to_string())?;
+    let ns = store.namespace(granary_store::DEFAULT_NAMESPACE).map_err(|e| e.to_string())?;
+    let value = vec![b'v'; BATCH_VALUE_BYTES];
+    let mode = if durability == Durability::Flush { "flush" } else { "direct" };
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next_key = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % BATCH_KEYS
+    };
+    let mut out = Vec::new();
+    let measure = |f: &mut dyn FnMut() -> Result<(), String>| -> Result<(u64, f64, f64, f64), String> {
+        let mut h = hdrhistogram::Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        let until = started + Duration::from_secs_f64(o.secs);
+        while Instant::now() < until {
+            let t = Instant::now();
+            f()?;
+            h.record(t.elapsed().as_nanos() as u64).map_err(|e| e.to_string())?;
+        }
+        let secs = started.elapsed().as_secs_f64();
+        Ok((h.len(), secs, h.value_at_quantile(0.5) as f64 / 1e3, h.value_at_quantile(0.99) as f64 / 1e3))
+    };
+    let (n, secs, p50, p99) = measure(&mut || {
+        let k = next_key();
+        store.put(&load_key(k), &value).map_err(|e| e.to_string())
+    })?;
+    out.push(point("granary", &format!("{mode} put"), 1, n, secs, p50, p99));
+    for &size in &o.batches {
+        let (n, secs, p50, p99) = measure(&mut || {
+            let start = next_key();
+            let mut b = store.batch();
+            for i in 0..size as u64 {
+                b.put(&ns, &load_key((start + i) % BATCH_KEYS), &value);
+            }
+            match b.commit().map_err(|e| e.to_string())? {
+                BatchOutcome::Committed { .. } => Ok(()),
+                o => Err(format!("batch not committed: {o:?}")),
+            }
+        })?;
+        out.push(point("granary", &format!("{mode} batch"), size, n, secs, p50, p99));
+    }
+    drop(store);
+    let _ = std::fs::remove_file(&o.path);
+    Ok(out)
+}
+
+/// The RocksDB peer's points (built from `peers/rocksdb_batch.c`).
+fn rocksdb_batches(o: &TxnBenchOptions) -> Result<Vec<serde_json::Value>, String> {
+    if std::process::Command::new("sh")
+        .args(["-c", "dpkg -s librocksdb-dev >/dev/null 2>&1"])
+        .status()
+        .map(|s| !s.success())
+        .unwrap_or(true)
+    {
+        eprintln!("librocksdb-dev not found; installing it with apt-get");
+        let ok = std::process::Command::new("sh")
+            .args(["-c", "apt-get install -y librocksdb-dev >/dev/null 2>&1 || (apt-get update >/dev/null 2>&1 && apt-get install -y librocksdb-dev >/dev/null 2>&1)"])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            return Err("librocksdb-dev is missing and apt-get could not install it (or pass --no-rocksdb)".into());
+        }
+    }
+    let dir = o.path.with_extension("rocksdb");
+    let bin = o.path.with_extension("rocksdb-peer");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/peers/rocksdb_batch.c");
+    let built = std::process::Command::new("cc")
+        .args(["-O2", src, "-lrocksdb", "-o"])
+        .arg(&bin)
+        .status()
+        .map_err(|e| format!("cannot run cc: {e}"))?;
+    if !built.success() {
+        return Err("the RocksDB peer did not build (cc with -lrocksdb)".into());
+    }
+    let mut out = Vec::new();
+    for &size in &o.batches {
+        let _ = std::fs::remove_dir_all(&dir);
+        let run = std::process::Command::new(&bin)
+            .arg(&dir)
+            .args([size.to_string(), BATCH_VALUE_BYTES.to_string(), o.secs.to_string(), BATCH_KEYS.to_string()])
+            .output()
+            .map_err(|e| format!("cannot run the RocksDB peer: {e}"))?;
+        if !run.status.success() {
+            return Err(format!("the RocksDB peer failed: {}", String::from_utf8_lossy(&run.stderr)));
+        }
+        let v: serde_json::Value =
+            serde_json::from_slice(&run.stdout).map_err(|e| format!("the RocksDB peer's output: {e}"))?;
+        let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
+        out.push(point("rocksdb", "sync batch", size, f("commits") as u64, f("secs"), f("p50_us"), f("p99_us")));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&bin);
+    Ok(out)
 }
 
 /// A store on a new file at `path` sized for `keys` keys, loaded with them
@@ -88,6 +234,12 @@ pub fn run(o: &TxnBenchOptions) -> Result<serde_json::Value, String> {
     if let Some(parent) = o.path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
     }
+    println!("atomic batches of {BATCH_VALUE_BYTES}-byte puts over {BATCH_KEYS} keys, one commit at a time:");
+    let mut batches = granary_batches(o, Durability::Flush)?;
+    batches.extend(granary_batches(o, Durability::Direct)?);
+    if o.rocksdb {
+        batches.extend(rocksdb_batches(o)?);
+    }
     eprintln!("txn: {} keys in the default namespace (the DRAM reference)", o.keys);
     let (reference, default_per_key) = loaded(o, None)?;
     drop(reference);
@@ -119,6 +271,7 @@ pub fn run(o: &TxnBenchOptions) -> Result<serde_json::Value, String> {
         })
     };
     let v = serde_json::json!({
+        "batches": batches,
         "keys": o.keys,
         "value_bytes": o.value_bytes,
         "index_bytes_per_key_default_namespace": default_per_key,

@@ -49,9 +49,10 @@ enum BenchCmd {
     /// A Memcache load generator: `granary serve` against memcached (DRAM)
     /// and memcached with extstore on the same disk, in one run.
     Memcache(MemcacheBenchArgs),
-    /// Namespaces (and, to come, atomic batches): drop a namespace of N
-    /// keys (its time and IO), GC's sweep of its records, and the index's
-    /// DRAM per key in a namespace against the default one.
+    /// Atomic batches of 1..64 puts at queue depth 1 against single puts
+    /// and RocksDB's WriteBatch(sync) in the same run; then a namespace of
+    /// N keys dropped (its time and IO), GC's sweep of its records, and the
+    /// index's DRAM per key in a namespace against the default one.
     Txn {
         /// The data file to create (removed at the end).
         #[arg(long, default_value = "granary-data/bench-txn.db")]
@@ -59,9 +60,18 @@ enum BenchCmd {
         /// Keys in the namespace dropped (e.g. 1M).
         #[arg(long, default_value = "1M", value_parser = size::count)]
         keys: u64,
-        /// Value size in bytes.
+        /// Value size in bytes (of the namespace's keys).
         #[arg(long, default_value_t = 100)]
         value_bytes: usize,
+        /// Puts per batch, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+        batches: Vec<usize>,
+        /// Seconds per batch point.
+        #[arg(long, default_value_t = 3.0)]
+        secs: f64,
+        /// Skip the RocksDB peer.
+        #[arg(long)]
+        no_rocksdb: bool,
         /// Also write the results as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -368,8 +378,21 @@ fn run(cmd: BenchCmd) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        BenchCmd::Txn { path, keys, value_bytes, json } => {
-            let o = granary_bench::txn::TxnBenchOptions { path, keys: keys.max(1), value_bytes };
+        BenchCmd::Txn { path, keys, value_bytes, batches, secs, no_rocksdb, json } => {
+            if batches.is_empty() || batches.iter().any(|&b| b == 0 || b > granary_store::BATCH_OPS_MAX) {
+                return Err(format!("--batches needs sizes from 1 to {}", granary_store::BATCH_OPS_MAX));
+            }
+            if !(0.1..=600.0).contains(&secs) {
+                return Err("--secs must be between 0.1 and 600".into());
+            }
+            let o = granary_bench::txn::TxnBenchOptions {
+                path,
+                keys: keys.max(1),
+                value_bytes,
+                batches,
+                secs,
+                rocksdb: !no_rocksdb,
+            };
             let v = granary_bench::txn::run(&o)?;
             if let Some(path) = json {
                 write_json(&path, &v)?;

@@ -29,8 +29,9 @@ use crate::counters::NsCounters;
 use crate::error::{Error, Result};
 use crate::namespace::NsState;
 use crate::space::{Loc, Purpose};
-use crate::store::{Core, Found, Namespace, Store};
+use crate::store::{Core, Namespace, Store};
 use crate::types::{ItemMeta, PutOutcome};
+use crate::write::Prior;
 use granary_format::batch::{members_crc, Commit, COMMIT_BYTES, COMMIT_KEY};
 use granary_format::hash::key_hash;
 use granary_format::limits::{grains_for, record_bytes};
@@ -226,8 +227,24 @@ impl Core {
     /// Steps 2 to 4 of a commit, the stripes of every key held.
     async fn commit_locked(&self, ops: &[Resolved], grains: &[u64], commit_grains: u64) -> Result<BatchOutcome> {
         let now = self.clock.now();
-        let mut found: Vec<Option<Found>> = Vec::with_capacity(ops.len());
+        // What each key holds: read for a condition; for an unconditional
+        // write only what the index says, as a single write does (no read
+        // unless the key's neighbourhood has several candidates, and then
+        // after the batch is written).
+        let mut prior: Vec<Prior> = Vec::with_capacity(ops.len());
         for (i, r) in ops.iter().enumerate() {
+            let conditional = !matches!(r.op, BatchOp::Put { .. } | BatchOp::Delete);
+            if !conditional {
+                prior.push(match self.keys.index.lookup(r.h).as_slice() {
+                    [] => Prior::Known(None),
+                    &[e] if r.value().is_some() && self.blind_ok(e, &r.key) => Prior::Blind(e),
+                    _ => Prior::Unread,
+                });
+                if r.value().is_some() {
+                    self.check_quota(&r.ns, &r.counters, &r.key, grains[i]).await?;
+                }
+                continue;
+            }
             let existing = self.find(&r.key, r.h, false, false).await?;
             let live = existing.as_ref().filter(|f| self.is_live(f, now));
             let failed = match (&r.op, live) {
@@ -241,16 +258,14 @@ impl Core {
             if let Some(outcome) = failed {
                 return Ok(BatchOutcome::ConditionFailed { op: i, outcome });
             }
-            if let Some((_, _)) = r.value() {
-                self.check_quota(&r.ns, &r.counters, &r.key, grains[i]).await?;
-            }
-            found.push(existing);
+            self.check_quota(&r.ns, &r.counters, &r.key, grains[i]).await?;
+            prior.push(Prior::Known(existing));
         }
         // A delete of a key with no version anywhere writes nothing.
         let writes: Vec<bool> = ops
             .iter()
-            .zip(&found)
-            .map(|(r, f)| r.value().is_some() || f.is_some() || self.keys.dropped.contains(r.h))
+            .zip(&prior)
+            .map(|(r, p)| r.value().is_some() || !matches!(p, Prior::Known(None)) || self.keys.dropped.contains(r.h))
             .collect();
         let n = writes.iter().filter(|&&w| w).count() as u64;
         if n == 0 {
@@ -270,7 +285,7 @@ impl Core {
         let mut placed: Vec<Option<(Loc, u64)>> = Vec::with_capacity(ops.len());
         let mut header_crcs = Vec::with_capacity(n as usize);
         let horizon = self.space.horizon();
-        for ((r, f), (&w, &gr)) in ops.iter().zip(&found).zip(writes.iter().zip(grains)) {
+        for ((r, p), (&w, &gr)) in ops.iter().zip(&prior).zip(writes.iter().zip(grains)) {
             if !w {
                 placed.push(None);
                 continue;
@@ -278,7 +293,8 @@ impl Core {
             let out = &mut buf[(at * g) as usize..((at + gr) * g) as usize];
             match r.value() {
                 Some((value, meta)) => {
-                    let supersedes = f.is_some() || self.keys.dropped.contains(r.h);
+                    // An unread prior counts as present, as for single writes.
+                    let supersedes = !matches!(p, Prior::Known(None)) || self.keys.dropped.contains(r.h);
                     let hdr = RecordHeader::value(r.key.len(), value.len() as u64, seq, loc.stamp)
                         .with_meta(meta.flags, meta.expires)
                         .with_stale(meta.stale)
@@ -314,10 +330,24 @@ impl Core {
         // Durable: point the index at every record, readers of them waiting
         // until all are.
         self.keys.publishing.start(first, seq);
+        let published = self.publish_batch(ops, prior, placed).await;
+        self.keys.publishing.end(first);
+        self.space.done(loc.seg);
+        Ok(BatchOutcome::Committed { cas: published? })
+    }
+
+    /// Point the index at each record written (`placed`) over what its
+    /// key held (`prior`); each one's CAS value (0 for a delete or an
+    /// operation that wrote nothing).
+    async fn publish_batch(
+        &self,
+        ops: &[Resolved],
+        prior: Vec<Prior>,
+        placed: Vec<Option<(Loc, u64)>>,
+    ) -> Result<Vec<u64>> {
         let mut cas = Vec::with_capacity(ops.len());
-        let mut result = Ok(());
-        for ((r, f), p) in ops.iter().zip(found).zip(placed) {
-            let Some((l, s)) = p else {
+        for ((r, p), placed) in ops.iter().zip(prior).zip(placed) {
+            let Some((l, s)) = placed else {
                 cas.push(0);
                 continue;
             };
@@ -326,9 +356,13 @@ impl Core {
                 Some((_, meta)) => crate::access::Policy::new_item(&meta),
                 None => crate::access::Policy::Fresh,
             };
-            if let Err(e) = self.commit(&r.key, r.h, f, l, tombstone, policy).await {
-                result = Err(e);
-                break;
+            match p {
+                Prior::Blind(e) => self.commit_blind(&r.key, r.h, e, l, policy).await?,
+                Prior::Known(existing) => self.commit(&r.key, r.h, existing, l, tombstone, policy).await?,
+                Prior::Unread => {
+                    let existing = self.find(&r.key, r.h, false, false).await?;
+                    self.commit(&r.key, r.h, existing, l, tombstone, policy).await?
+                }
             }
             cas.push(if tombstone { 0 } else { s });
             #[cfg(test)]
@@ -347,10 +381,7 @@ impl Core {
                 }
             }
         }
-        self.keys.publishing.end(first);
-        self.space.done(loc.seg);
-        result?;
-        Ok(BatchOutcome::Committed { cas })
+        Ok(cas)
     }
 }
 

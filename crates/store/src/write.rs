@@ -45,7 +45,7 @@ pub(crate) struct Version {
 }
 
 /// What a writer holding a key's stripe knows of the key's current version.
-enum Prior {
+pub(crate) enum Prior {
     /// Found (or known absent) before the write.
     Known(Option<Found>),
     /// Not read yet: found while the new version is written.
@@ -643,7 +643,7 @@ impl Core {
     /// candidate `e` without reading it ([`crate::links`]): a value of
     /// known size, either the head of a link of this very key (then known
     /// to be its current version) or unlinked with room for a new link.
-    fn blind_ok(&self, e: Entry, key: &[u8]) -> bool {
+    pub(crate) fn blind_ok(&self, e: Entry, key: &[u8]) -> bool {
         if !self.keys.links.enabled() || e.is_tombstone() || e.kv_size() == KV_SIZE_GRAINS_MAX {
             return false;
         }
@@ -655,7 +655,7 @@ impl Core {
 
     /// Point the index at a record just written over `e` without reading
     /// it, linking the two (under the key's stripe: `e` cannot change).
-    async fn commit_blind(&self, key: &[u8], h: u64, e: Entry, loc: Loc, policy: Policy) -> Result<()> {
+    pub(crate) async fn commit_blind(&self, key: &[u8], h: u64, e: Entry, loc: Loc, policy: Policy) -> Result<()> {
         let g = self.log.grain();
         let (c, now) = (self.access_clock, self.clock.now());
         let replace = || self.keys.index.replace_with(h, e.pba(), loc.grains, loc.pba, |w| c.apply(policy, w, now));

@@ -69,7 +69,7 @@ fn value(v: u8, k: u8) -> Vec<u8> {
 type Model = BTreeMap<&'static str, Option<HashMap<u8, u8>>>;
 
 fn open_opts() -> OpenOptions {
-    OpenOptions { background: Background::Manual, ..OpenOptions::default() }
+    OpenOptions { background: Background::Manual, blind_overwrite_bytes: Some(1 << 20), ..OpenOptions::default() }
 }
 
 /// `flushed`: the default namespace was emptied by a flush, whose values
