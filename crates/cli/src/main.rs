@@ -1,11 +1,12 @@
-//! The `granary` command line: create, put, get, del, stat, verify, load
-//! and ns (namespaces) on a store in a file or block device; get, put and
-//! del also on a server (`--server HOST:PORT`, the native protocol); serve.
+//! The `granary` command line: create, put, get, del, batch (atomic), stat,
+//! verify, load and ns (namespaces) on a store in a file or block device;
+//! get, put, del and batch also on a server (`--server HOST:PORT`, the
+//! native protocol); serve.
 //! One module per command (`cmd/`, `serve.rs`); the benchmarks are a
 //! separate binary, `granary-bench`.
 //!
-//! Exit codes: 0 success; 1 the key is absent (`get`, `del`) or `verify`
-//! found problems; 2 an error (bad arguments, IO, corruption), printed as one
+//! Exit codes: 0 success; 1 the key is absent (`get`, `del`), a `batch`'s
+//! condition failed, or `verify` found problems; 2 an error (bad arguments, IO, corruption), printed as one
 //! line on stderr.
 
 mod cmd;
@@ -44,6 +45,14 @@ enum Cmd {
     /// `granary del PATH KEY`, or `granary del --server HOST:PORT KEY`;
     /// `--ns NAME` for a namespace's key.
     Del(cmd::kv::DelArgs),
+    /// Commit operations read from stdin atomically, all or none, one a
+    /// line: `put NS KEY VALUE`, `put-absent NS KEY VALUE`, `put-present NS
+    /// KEY VALUE`, `cas NS KEY CAS VALUE`, `del NS KEY` (NS `default` for
+    /// the default namespace; fields may be "quoted"; \xNN, \\, \", \n,
+    /// \t, \r escapes; # comments). Prints `committed N`; exit 1 if a
+    /// condition failed (nothing applied). `granary batch PATH`, or
+    /// `granary batch --server HOST:PORT`.
+    Batch(cmd::batch::BatchArgs),
     /// Print geometry, space, index and recovery figures.
     Stat(cmd::stat::StatArgs),
     /// Check every record and the index; exit 1 if anything is wrong.
@@ -83,6 +92,7 @@ fn main() -> ExitCode {
                 Cmd::Put(a) => cmd::kv::put(a),
                 Cmd::Get(a) => cmd::kv::get(a),
                 Cmd::Del(a) => cmd::kv::del(a),
+                Cmd::Batch(a) => cmd::batch::run(a),
                 Cmd::Stat(a) => cmd::stat::run(a),
                 Cmd::Verify(a) => cmd::verify::run(a),
                 Cmd::Load(a) => cmd::load::run(a),

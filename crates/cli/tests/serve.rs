@@ -533,6 +533,68 @@ fn cli_get_put_del_against_a_server_over_the_native_protocol() {
     assert_eq!(s.signal(SIGTERM).code(), Some(0));
 }
 
+/// `granary batch --server` commits as one TXN (all or nothing, a failed
+/// condition named, exit 1), and `get`/`put`/`del --ns --server` reach a
+/// namespace's keys.
+#[test]
+fn cli_batch_and_ns_against_a_server_over_the_native_protocol() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let s = Serve::start(&dir.path().join("b.db"));
+    let addr = format!("127.0.0.1:{}", s.native_port);
+    let c = granary_client::Client::connect(addr.as_str(), granary_client::ClientConfig::default()).unwrap();
+    c.ns_create("users", granary_client::NamespaceOptions::default()).unwrap();
+    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+
+    // put/get/del --ns through the server.
+    let o = granary(&["put", "--server", &addr, "--ns", "users", "k", "in users"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(granary(&["put", "--server", &addr, "k", "in default"]).status.success());
+    let o = granary(&["get", "--server", &addr, "--ns", "users", "k"]);
+    assert_eq!((o.status.code(), &o.stdout[..]), (Some(0), &b"in users"[..]));
+    assert_eq!(c.ns("users").get(b"k").unwrap().as_deref(), Some(&b"in users"[..]));
+    assert_eq!(granary(&["get", "--server", &addr, "k"]).stdout, b"in default");
+    assert_eq!(granary(&["put", "--server", &addr, "--ns", "users", "--mode", "add", "k", "x"]).status.code(), Some(1));
+    assert_eq!(granary(&["del", "--server", &addr, "--ns", "users", "k"]).status.code(), Some(0));
+    assert_eq!(granary(&["get", "--server", &addr, "--ns", "users", "k"]).status.code(), Some(1));
+    let o = granary(&["get", "--server", &addr, "--ns", "nope", "k"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err(&o).contains("NO_SUCH_NAMESPACE"), "{}", err(&o));
+
+    // batch --server: committed, then a failed condition with nothing applied.
+    let batch = |input: &[u8]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_granary"))
+            .args(["batch", "--server", &addr, "--print-cas"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let o = batch(b"put users a \"1 2\"\nput-absent default a 3\ndel default k\n");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let out = text(&o);
+    assert_eq!(out.lines().next(), Some("committed 3"), "{out}");
+    assert_eq!(out.lines().count(), 4, "a CAS value per operation: {out}");
+    assert_eq!(c.ns("users").get(b"a").unwrap().as_deref(), Some(&b"1 2"[..]));
+    assert_eq!(c.get(b"a").unwrap().as_deref(), Some(&b"3"[..]));
+    assert_eq!(c.get(b"k").unwrap(), None);
+    let o = batch(b"put users b 1\nput-absent users a again\n");
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    assert_eq!(text(&o), "condition failed: op 2 (put-absent users a, line 2): exists\n");
+    assert_eq!(c.ns("users").get(b"b").unwrap(), None, "nothing applied");
+    let o = batch(b"put users b 1\nput nope b 2\n");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err(&o).contains("line 2: server error NO_SUCH_NAMESPACE: no namespace \"nope\""), "{}", err(&o));
+    assert_eq!(c.ns("users").get(b"b").unwrap(), None, "nothing applied");
+    let st: std::collections::HashMap<String, String> = c.stats().unwrap().into_iter().collect();
+    assert_eq!((st["cmd_txn"].as_str(), st["txn_condition_failed"].as_str()), ("3", "1"));
+    drop(c);
+    assert_eq!(s.signal(SIGTERM).code(), Some(0));
+}
+
 /// GET `path` from an HTTP endpoint: (status line, body).
 fn http_get(addr: &str, path: &str) -> (String, String) {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -798,4 +860,103 @@ fn a_start_that_fails_after_creating_the_file_removes_it() {
     let o = granary(&args);
     assert_eq!(o.status.code(), Some(2));
     assert!(data.exists(), "an existing store was removed");
+}
+
+/// SIGKILL while clients commit transactions over the native protocol:
+/// each client writes one version to its four keys (two in a namespace,
+/// two in the default one) per transaction; after every kill, each
+/// client's four keys hold one and the same version, at least the last it
+/// saw committed and at most the last it sent.
+#[test]
+fn sigkill_during_concurrent_transactions_leaves_each_whole() {
+    use granary_client::{Client, ClientConfig};
+    use granary_proto::{TxnOp, TxnOutcome};
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use std::sync::Arc;
+    const CLIENTS: usize = 3;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("txn.db");
+    let d = data.to_str().unwrap();
+    let create = ["create", d, "--size", "64M", "--segment-size", "4M"];
+    for args in [&create[..], &["ns", "create", d, "a", "--mode", "store"][..]] {
+        let out = granary(args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let key = |c: usize, i: usize| format!("client{c}-key{i}").into_bytes();
+    let ns_of = |i: usize| if i.is_multiple_of(2) { "a" } else { "" };
+    let value = |v: u64| {
+        let mut b = v.to_le_bytes().to_vec();
+        b.resize(300, b'x');
+        b
+    };
+    // Per client: the last version seen committed, and the last sent.
+    let mut committed = [0u64; CLIENTS];
+    let mut sent = [0u64; CLIENTS];
+    let mut total = 0;
+    for cycle in 0..3u64 {
+        let s = Serve::start_with(&data, &["--no-evict"]);
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads: Vec<_> = (0..CLIENTS)
+            .map(|c| {
+                let (stop, port, first) = (stop.clone(), s.native_port, sent[c] + 1);
+                std::thread::spawn(move || {
+                    let cfg = ClientConfig { timeout: Duration::from_secs(5), connections: 1 };
+                    let client = Client::connect(format!("127.0.0.1:{port}").as_str(), cfg).unwrap();
+                    let (mut done, mut tried) = (first - 1, first - 1);
+                    for v in first.. {
+                        if stop.load(Relaxed) || v > first + 100_000 {
+                            break;
+                        }
+                        let keys: Vec<Vec<u8>> = (0..4).map(|i| key(c, i)).collect();
+                        let val = value(v);
+                        let ops: Vec<TxnOp> = (0..4).map(|i| TxnOp::put(ns_of(i), &keys[i], &val)).collect();
+                        tried = v;
+                        match client.txn(&ops) {
+                            Ok(TxnOutcome::Committed { .. }) => done = v,
+                            Ok(o) => panic!("client {c}: {o:?}"),
+                            Err(_) => break, // the server is gone
+                        }
+                    }
+                    (done, tried)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(150 + 100 * cycle));
+        s.signal(9);
+        stop.store(true, Relaxed);
+        for (c, t) in threads.into_iter().enumerate() {
+            let (done, tried) = t.join().unwrap();
+            total += done - committed[c].min(done);
+            committed[c] = committed[c].max(done);
+            sent[c] = sent[c].max(tried);
+        }
+        let opts = granary_store::OpenOptions { checkpoint_interval: None, ..Default::default() };
+        let store = granary_store::Store::open_path(&data, granary_store::io::OpenMode::Direct, &opts)
+            .unwrap_or_else(|e| panic!("cycle {cycle}: reopen: {e}"));
+        let a = store.namespace("a").unwrap();
+        for c in 0..CLIENTS {
+            let versions: Vec<u64> = (0..4usize)
+                .map(|i| {
+                    let got = if i.is_multiple_of(2) { a.get(&key(c, i)) } else { store.get(&key(c, i)) };
+                    got.unwrap().map_or(0, |v| u64::from_le_bytes(v[..8].try_into().unwrap()))
+                })
+                .collect();
+            assert!(
+                versions.iter().all(|&v| v == versions[0]),
+                "cycle {cycle}: client {c}'s keys differ: {versions:?}"
+            );
+            assert!(
+                committed[c] <= versions[0] && versions[0] <= sent[c],
+                "cycle {cycle}: client {c} holds {}, committed {}, sent {}",
+                versions[0],
+                committed[c],
+                sent[c]
+            );
+            // What recovery kept is the client's state now.
+            committed[c] = versions[0];
+        }
+        assert!(store.verify().unwrap().is_clean());
+        store.close().unwrap();
+    }
+    assert!(total > 0, "no transaction was committed before the kills");
 }

@@ -218,8 +218,21 @@ impl Connection {
             Request::Put { key, .. } => vec![key],
             Request::MultiGet(ks) => ks.clone(),
             Request::Batch(ops) => ops.iter().map(|o| o.key()).collect(),
+            Request::Txn(ops) => ops.iter().map(|o| o.key).collect(),
             _ => vec![],
         };
+        if let Request::Txn(ops) = req {
+            if ops.len() > proto::TXN_OPS_MAX {
+                return Err(Error::TooLarge { what: "operation count", len: ops.len(), max: proto::TXN_OPS_MAX });
+            }
+            if let Some(o) = ops.iter().find(|o| o.ns.len() > proto::NAMESPACE_NAME_MAX) {
+                return Err(Error::TooLarge {
+                    what: "namespace name",
+                    len: o.ns.len(),
+                    max: proto::NAMESPACE_NAME_MAX,
+                });
+            }
+        }
         for k in keys {
             if k.is_empty() || k.len() > h.key_bytes_max as usize {
                 return Err(Error::TooLarge { what: "key", len: k.len(), max: h.key_bytes_max as usize });
@@ -234,6 +247,7 @@ impl Connection {
                     _ => None,
                 })
                 .collect(),
+            Request::Txn(ops) => ops.iter().map(|o| o.write.value().len()).collect(),
             _ => vec![],
         };
         for v in values {

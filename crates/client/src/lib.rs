@@ -13,6 +13,11 @@
 //!   [`Client::ns_create`], `ns_drop`, `ns_truncate`, `ns_list` and
 //!   `ns_stats` manage them. The plain calls are the default namespace's,
 //!   and all a version 1 server offers.
+//! - Atomic transactions (protocol version 2): [`Client::txn`] commits
+//!   puts, conditional puts, CAS writes and deletes over keys of any
+//!   namespaces, all or none ([`TxnOp`], [`TxnOutcome`]);
+//!   [`ShardedClient::txn`] sends one to the server owning all its keys and
+//!   refuses one whose keys span servers ([`Error::CrossServerTxn`]).
 //!
 //! Every request has a timeout ([`ClientConfig::timeout`]); errors say
 //! what failed ([`Error`]). A broken connection is replaced on next use.
@@ -23,8 +28,8 @@ mod sharded;
 
 pub use conn::{Connection, Pending, TICK};
 pub use granary_proto::{
-    BatchOp, ClientHello, NamespaceMode, NamespaceOptions, NamespaceStats, PutMode, Request, Response, Status,
-    DEFAULT_NAMESPACE,
+    BatchOp, ClientHello, NamespaceMode, NamespaceOptions, NamespaceStats, PutMode, Request, Response, Status, TxnOp,
+    TxnOutcome, TxnWrite, DEFAULT_NAMESPACE, TXN_OPS_MAX,
 };
 pub use sharded::{ShardedClient, ShardedNamespace};
 
@@ -57,6 +62,10 @@ pub enum Error {
     Protocol(String),
     /// Bad address or other local IO failure.
     Io(std::io::Error),
+    /// A [`ShardedClient::txn`] whose keys map to several servers (their
+    /// "host:port" names, and how many of its operations each owns): there
+    /// are no distributed transactions. Nothing was sent.
+    CrossServerTxn { servers: Vec<(String, usize)> },
 }
 
 impl fmt::Display for Error {
@@ -76,6 +85,19 @@ impl fmt::Display for Error {
             }
             Error::Protocol(m) => write!(f, "protocol error: {m}"),
             Error::Io(e) => write!(f, "{e}"),
+            Error::CrossServerTxn { servers } => {
+                let list: Vec<String> = servers
+                    .iter()
+                    .map(|(s, n)| format!("{s} ({n} operation{})", if *n == 1 { "" } else { "s" }))
+                    .collect();
+                write!(
+                    f,
+                    "a transaction is atomic on one server only, and its keys map to {} servers: {}; \
+                     nothing was sent (no distributed transactions: keep the keys of one transaction on one server)",
+                    servers.len(),
+                    list.join(", ")
+                )
+            }
         }
     }
 }
@@ -189,6 +211,24 @@ pub(crate) fn as_batch(r: Response, ops: &[BatchOp]) -> Result<Vec<BatchResult>>
             (s, BatchOp::Delete(_)) => BatchResult::Deleted(s == Status::Ok),
         })
         .collect())
+}
+
+/// The answer to a TXN of `n` operations.
+pub(crate) fn as_txn(r: Response, n: usize) -> Result<TxnOutcome> {
+    expect_op(&r, Op::Txn)?;
+    if !matches!(r.status, Status::Ok | Status::Exists | Status::NotFound) {
+        return Err(server_error(&r));
+    }
+    let o = TxnOutcome::decode(r.status, &r.body).map_err(|e| Error::Protocol(e.0))?;
+    match &o {
+        TxnOutcome::Committed { cas } if cas.len() != n => {
+            Err(Error::Protocol(format!("{} CAS values for a TXN of {n} operations", cas.len())))
+        }
+        TxnOutcome::ConditionFailed { op, .. } if *op >= n => {
+            Err(Error::Protocol(format!("operation {op} failed, of a TXN of {n} operations")))
+        }
+        _ => Ok(o),
+    }
 }
 
 pub(crate) fn as_stats(r: Response) -> Result<Vec<(String, String)>> {
@@ -328,6 +368,20 @@ impl Client {
         as_stats(self.send(&Request::Stats)?.wait()?)
     }
 
+    /// Commit `ops` atomically (protocol version 2): each names its
+    /// namespace (`""` or `"default"`: the default one), and together they
+    /// are applied all or none. `Committed` (durable when returned) carries
+    /// each operation's new CAS value (0 for a delete);
+    /// `ConditionFailed` names the first operation whose condition failed
+    /// and how (`EXISTS`, `NOT_FOUND`), nothing applied. What the server
+    /// refuses is an error, nothing applied: `BAD_BATCH` (a key twice, or
+    /// records larger than a segment), `NO_SUCH_NAMESPACE`,
+    /// `QUOTA_EXCEEDED`, `NO_SPACE`, ... At most [`TXN_OPS_MAX`] operations
+    /// in one frame ([`Error::TooLarge`] beyond, not sent).
+    pub fn txn(&self, ops: &[TxnOp]) -> Result<TxnOutcome> {
+        as_txn(self.send(&Request::Txn(ops.to_vec()))?.wait()?, ops.len())
+    }
+
     pub async fn get_async(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.default_ns().get_async(key).await
     }
@@ -348,6 +402,10 @@ impl Client {
     }
     pub async fn stats_async(&self) -> Result<Vec<(String, String)>> {
         as_stats(self.send(&Request::Stats)?.await?)
+    }
+    /// [`Client::txn`], awaited.
+    pub async fn txn_async(&self, ops: &[TxnOp<'_>]) -> Result<TxnOutcome> {
+        as_txn(self.send(&Request::Txn(ops.to_vec()))?.await?, ops.len())
     }
 
     /// Create namespace `name` (1 to 64 ASCII letters, digits, `_`, `-`,

@@ -5,7 +5,7 @@ use crate::ketama::Ketama;
 use crate::{as_batch, as_deleted, as_done, as_ns_list, as_ns_stats, as_stored, as_value, as_values};
 use crate::{
     BatchOp, BatchResult, Client, ClientConfig, Error, NamespaceOptions, NamespaceStats, Pending, PutMode, Request,
-    Response, Result, DEFAULT_NAMESPACE,
+    Response, Result, TxnOp, TxnOutcome, DEFAULT_NAMESPACE,
 };
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -23,9 +23,18 @@ use std::net::{SocketAddr, ToSocketAddrs};
 /// first server's error in list order, and the servers that did it keep
 /// it (retrying `ns_create` then meets `NAMESPACE_EXISTS` on those).
 /// `ns_stats` and `ns_list` ask every server and add their figures up.
+///
+/// Transactions: a TXN is atomic on one server, and there are no
+/// distributed transactions. [`ShardedClient::txn`] sends a TXN whose keys
+/// all map to one server there, and refuses one whose keys span servers
+/// ([`Error::CrossServerTxn`], nothing sent). As the ring hashes the key
+/// alone, a key is on the same server in every namespace: a TXN over one
+/// key in several namespaces always goes to one server.
 pub struct ShardedClient {
     ring: Ketama,
     servers: Vec<Client>,
+    /// The servers' names as given (for messages).
+    names: Vec<String>,
 }
 
 impl ShardedClient {
@@ -45,7 +54,8 @@ impl ShardedClient {
                 .ok_or_else(|| Error::Io(std::io::Error::other(format!("{} resolves to nothing", s.as_ref()))))?;
             clients.push(Client::lazy(addr, cfg.clone()));
         }
-        Ok(ShardedClient { ring: Ketama::new(servers), servers: clients })
+        let names = servers.iter().map(|s| s.as_ref().to_string()).collect();
+        Ok(ShardedClient { ring: Ketama::new(servers), servers: clients, names })
     }
 
     /// The server owning `key` (its index in the list given to `new`).
@@ -128,6 +138,35 @@ impl ShardedClient {
     /// DELETEs pipelined across servers; whether each key was present.
     pub fn delete_many(&self, keys: &[&[u8]]) -> Result<Vec<bool>> {
         self.default_ns().delete_many(keys)
+    }
+
+    /// The one server owning every key of `ops` (server 0 for none), or
+    /// [`Error::CrossServerTxn`].
+    fn txn_server(&self, ops: &[TxnOp]) -> Result<usize> {
+        let mut per = vec![0usize; self.servers.len()];
+        for o in ops {
+            per[self.server_of(o.key)] += 1;
+        }
+        let involved: Vec<usize> = (0..per.len()).filter(|&i| per[i] > 0).collect();
+        match involved[..] {
+            [] => Ok(0),
+            [s] => Ok(s),
+            _ => Err(Error::CrossServerTxn {
+                servers: involved.iter().map(|&i| (self.names[i].clone(), per[i])).collect(),
+            }),
+        }
+    }
+
+    /// An atomic TXN ([`Client::txn`]) on the server owning all its keys;
+    /// [`Error::CrossServerTxn`] if they map to several (no distributed
+    /// transactions: nothing is sent).
+    pub fn txn(&self, ops: &[TxnOp]) -> Result<TxnOutcome> {
+        self.servers[self.txn_server(ops)?].txn(ops)
+    }
+
+    /// [`ShardedClient::txn`], awaited.
+    pub async fn txn_async(&self, ops: &[TxnOp<'_>]) -> Result<TxnOutcome> {
+        self.servers[self.txn_server(ops)?].txn_async(ops).await
     }
 
     /// `req` naming namespace `name`, sent to every server before any

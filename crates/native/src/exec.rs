@@ -9,20 +9,27 @@
 //! - a response never exceeds the frame limit: an MGET/BATCH entry that
 //!   would take it past is replaced by a `VALUE_TOO_LARGE` entry;
 //! - two requests conflict when one writes a key the other touches (a key
-//!   is its namespace and itself), or either is a barrier (NOP, and the
-//!   namespace changes NS_CREATE, NS_DROP and NS_TRUNCATE); the connection
-//!   starts a request only once every earlier conflicting one has ended
-//!   (`conn::Conn::admit`), so the effects a connection observes follow the
-//!   order it sent its requests;
+//!   is its namespace and itself; a TXN touches the key of each of its
+//!   operations, in the namespace each names), or either is a barrier (NOP,
+//!   and the namespace changes NS_CREATE, NS_DROP and NS_TRUNCATE); the
+//!   connection starts a request only once every earlier conflicting one
+//!   has ended (`conn::Conn::admit`), so the effects a connection observes
+//!   follow the order it sent its requests;
 //! - a request's namespace is resolved when it starts ([`Scope`]), so it
-//!   sees the namespace changes sent before it; a status a connection's
-//!   version does not know is never sent on it.
+//!   sees the namespace changes sent before it (a TXN's, each of its
+//!   operations'); a status a connection's version does not know is never
+//!   sent on it;
+//! - a TXN is one engine batch (`granary_store::Batch`): all of it is
+//!   applied, durably, before `OK` is answered, or none of it.
 
 use crate::limits::{NS_HANDLES_MAX, ZERO_COPY_MIN_BYTES};
 use crate::parse::Limits;
 use crate::{stats, NativeStats};
-use granary_proto::{self as proto, Header, PutMode, Request, Status};
-use granary_store::{Error as StoreError, Namespace, PutBuf, Store, ValueBuf, DEFAULT_NAMESPACE};
+use granary_proto::{self as proto, Header, PutMode, Request, Status, TxnOutcome, TxnWrite};
+use granary_store::{
+    BatchOp as StoreBatchOp, BatchOutcome, Error as StoreError, ItemMeta, Namespace, PutBuf, PutOutcome, Store,
+    ValueBuf, DEFAULT_NAMESPACE,
+};
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroU64;
@@ -159,6 +166,10 @@ impl Flight {
             Request::Delete(k) => (vec![h(k)], true, false),
             Request::MultiGet(ks) => (ks.iter().map(|k| h(k)).collect(), false, false),
             Request::Batch(ops) => (ops.iter().map(|o| h(o.key())).collect(), ops.iter().any(|o| o.is_write()), false),
+            // Ordered per key, as PUTs are: each key in its operation's
+            // namespace. Atomicity against other connections is the
+            // engine's (it holds every key's lock while it commits).
+            Request::Txn(ops) => (ops.iter().map(|o| key_hash(o.key) ^ ns_tag(o.ns)).collect(), true, false),
             Request::Stats | Request::NsList | Request::NsStats => (Vec::new(), false, false),
             // A namespace change touches every key of its namespace, and
             // changes what later requests' names resolve to.
@@ -250,6 +261,7 @@ fn status_of(e: &StoreError) -> Status {
         StoreError::NamespaceExists { .. } => Status::NamespaceExists,
         StoreError::BadNamespace { .. } => Status::BadNamespace,
         StoreError::QuotaExceeded { .. } => Status::QuotaExceeded,
+        StoreError::BadBatch(_) => Status::BadBatch,
         _ => Status::Internal,
     }
 }
@@ -349,6 +361,59 @@ async fn do_delete(ctx: &Ctx, scope: &Scope, ns: &Namespace, key: &[u8]) -> Outc
         Ok(false) => (Status::NotFound, Vec::new()),
         Err(e) => failed(ctx, scope, e),
     }
+}
+
+/// Run a TXN: every operation's namespace resolved (now, so the namespace
+/// changes sent before it are seen) and value checked against the
+/// server's limit, then one atomic engine batch. Its status and body
+/// ([`TxnOutcome`], or an error message naming the operation where one is
+/// to blame).
+async fn do_txn(ctx: &Ctx, scope: &Scope, ops: &[proto::TxnOp<'_>]) -> Outcome {
+    let s = &ctx.stats;
+    s.txns.fetch_add(1, Relaxed);
+    let max = ctx.limits.value_bytes_max as usize;
+    let mut batch = ctx.store.batch();
+    for (i, o) in ops.iter().enumerate() {
+        let value = o.write.value();
+        if value.len() > max {
+            s.errors.fetch_add(1, Relaxed);
+            let msg = format!("operation {i}: value of {} bytes exceeds the server's limit of {max}", value.len());
+            return (Status::ValueTooLarge, msg.into_bytes());
+        }
+        let ns = match scope.resolve(&ctx.store, o.ns) {
+            Ok(ns) => ns,
+            Err(e) => {
+                let (st, msg) = failed(ctx, scope, e);
+                let mut m = format!("operation {i}: ").into_bytes();
+                m.extend_from_slice(&msg);
+                return (st, m);
+            }
+        };
+        let meta = ItemMeta::default();
+        let op = match o.write {
+            TxnWrite::Put(v) => StoreBatchOp::Put { value: v.to_vec(), meta },
+            TxnWrite::PutAbsent(v) => StoreBatchOp::PutAbsent { value: v.to_vec(), meta },
+            TxnWrite::PutPresent(v) => StoreBatchOp::PutPresent { value: v.to_vec(), meta },
+            TxnWrite::Cas { cas, value } => StoreBatchOp::Cas { cas, value: value.to_vec(), meta },
+            TxnWrite::Delete => StoreBatchOp::Delete,
+        };
+        batch.op(&ns, o.key, op);
+    }
+    let outcome = match batch.commit_async().await {
+        Ok(BatchOutcome::Committed { cas }) => TxnOutcome::Committed { cas },
+        Ok(BatchOutcome::ConditionFailed { op, outcome }) => {
+            s.txn_condition_failed.fetch_add(1, Relaxed);
+            let status = match outcome {
+                PutOutcome::NotFound => Status::NotFound,
+                _ => Status::Exists,
+            };
+            TxnOutcome::ConditionFailed { op, status }
+        }
+        Err(e) => return failed(ctx, scope, e),
+    };
+    let mut b = Vec::with_capacity(4 + 8 * ops.len());
+    let status = outcome.encode(&mut b);
+    (status, b)
 }
 
 /// The engine's options for NS_CREATE's.
@@ -482,6 +547,11 @@ async fn execute(ctx: &Ctx, scope: &Scope, h: Header, body: &[u8], resp: &mut Ou
         let outcome = namespace_op(ctx, scope, &req, name).await;
         return single(&mut resp.bytes, outcome);
     }
+    // Each operation names its namespace; the frame names none.
+    if let Request::Txn(ops) = &req {
+        let outcome = do_txn(ctx, scope, ops).await;
+        return single(&mut resp.bytes, outcome);
+    }
     // A key request's namespace, resolved now that every earlier request
     // it might depend on (a namespace change is a barrier) has run.
     let ns = match req {
@@ -554,7 +624,12 @@ async fn execute(ctx: &Ctx, scope: &Scope, h: Header, body: &[u8], resp: &mut Ou
             proto::encode_stats(&mut b, &pairs);
             proto::encode_response(&mut resp.bytes, h.op, Status::Ok, h.id, &b);
         }
-        Request::NsCreate(_) | Request::NsDrop | Request::NsTruncate | Request::NsList | Request::NsStats => {
+        Request::NsCreate(_)
+        | Request::NsDrop
+        | Request::NsTruncate
+        | Request::NsList
+        | Request::NsStats
+        | Request::Txn(_) => {
             unreachable!("answered above")
         }
     }

@@ -96,6 +96,10 @@ pub struct NativeStats {
     pub ns_truncates: AtomicU64,
     pub ns_lists: AtomicU64,
     pub ns_stats: AtomicU64,
+    /// TXNs (version 2), and those answered `EXISTS` or `NOT_FOUND`: a
+    /// condition failed and nothing was applied.
+    pub txns: AtomicU64,
+    pub txn_condition_failed: AtomicU64,
     /// Responses with an error status.
     pub errors: AtomicU64,
     pub bytes_written: AtomicU64,
@@ -120,11 +124,13 @@ pub struct NativeStats {
 }
 
 /// Every opcode, in the order of [`NativeStats::latency`].
-pub const OPS: [Op; 12] = Op::ALL;
+pub const OPS: [Op; 13] = Op::ALL;
 
 // The protocol's namespace limits are the engine's.
 const _: () = assert!(proto::NAMESPACE_NAME_MAX == granary_store::namespace::NAMESPACE_NAME_MAX);
 const _: () = assert!(proto::NAMESPACES_MAX == granary_store::namespace::NAMESPACES_MAX);
+// A TXN is one engine batch: the protocol's limit is the engine's.
+const _: () = assert!(proto::TXN_OPS_MAX == granary_store::BATCH_OPS_MAX);
 
 impl NativeStats {
     /// The latency histogram of `op`.

@@ -181,6 +181,11 @@ mod tests {
             Request::NsTruncate,
             Request::NsList,
             Request::NsStats,
+            Request::Txn(vec![
+                proto::TxnOp::put("users", b"a", b"1"),
+                proto::TxnOp::cas("", b"b", 7, b"2"),
+                proto::TxnOp::delete("default", b"c"),
+            ]),
         ];
         // In the default namespace, then (where the opcode names one) in
         // "users", pipelined.
@@ -215,7 +220,7 @@ mod tests {
         let e = error_v(&f, 1);
         assert_eq!((e.status, e.id), (Status::BadFrame, 4));
         assert!(e.reason.contains("reserved"), "{}", e.reason);
-        for r in [Request::NsList, Request::NsDrop] {
+        for r in [Request::NsList, Request::NsDrop, Request::Txn(vec![proto::TxnOp::put("", b"k", b"v")])] {
             let e = error_v(&encode(&r, 5), 1);
             assert_eq!((e.status, e.id), (Status::BadFrame, 5));
             assert!(e.reason.contains("needs protocol version 2"), "{}", e.reason);
@@ -265,8 +270,8 @@ mod tests {
         let e = bad(7, 1);
         assert_eq!((e.status, e.id), (Status::BadFrame, 77));
         assert!(e.reason.contains("reserved"), "{}", e.reason);
-        let e = bad(4, 13);
-        assert!(e.reason.contains("unknown opcode 13"), "{}", e.reason);
+        let e = bad(4, 14);
+        assert!(e.reason.contains("unknown opcode 14"), "{}", e.reason);
         // Over the limit, from the header alone; the length is checked
         // first, so it wins over a bad opcode too.
         for len in [limits().frame_max + 1, u32::MAX] {
@@ -333,6 +338,19 @@ mod tests {
         assert!(body_error(hd(Op::Batch, 0, b.len()), &b).contains("with flags or a value"));
         let b = entry(99, 0, b"k", b"");
         assert!(body_error(hd(Op::Batch, 0, b.len()), &b).contains("unknown opcode 99"));
+        // TXN: a name on the frame, an unknown operation kind, a count over
+        // the engine's limit of operations.
+        let mut h = hd(Op::Txn, 0, 5);
+        h.ns_len = 5;
+        assert!(body_error(h, b"users").contains("names no namespace"));
+        let mut b = 1u32.to_le_bytes().to_vec();
+        b.extend_from_slice(&[9, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
+        b.extend_from_slice(&[0; 8]);
+        b.push(b'k');
+        assert!(body_error(hd(Op::Txn, 0, b.len()), &b).contains("unknown kind 9"));
+        let mut b = (proto::TXN_OPS_MAX as u32 + 1).to_le_bytes().to_vec();
+        b.resize(4 + (proto::TXN_OPS_MAX + 1) * proto::TXN_OP_BYTES, 0);
+        assert!(body_error(hd(Op::Txn, 0, b.len()), &b).contains("exceed the limit of 1024"));
         // A key over the protocol's limit, in a frame within it.
         let key = vec![b'k'; proto::KEY_BYTES_MAX + 1];
         assert!(body_error(hd(Op::Get, 0, key.len()), &key).contains("exceeds"));

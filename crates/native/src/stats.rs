@@ -41,16 +41,23 @@ impl NativeStats {
             ("cmd_ns_truncate", "ns_truncate", &self.ns_truncates),
             ("cmd_ns_list", "ns_list", &self.ns_lists),
             ("cmd_ns_stats", "ns_stats", &self.ns_stats),
+            ("cmd_txn", "txn", &self.txns),
         ] {
             r.export(
                 name,
-                "Native requests by opcode (MGET and BATCH count once; their keys count as get/put/delete too).",
+                "Native requests by opcode (MGET and BATCH count once, their keys as get/put/delete too; a TXN counts once).",
                 Kind::Counter,
                 "granary_native_requests_total",
                 Some(("op", op)),
                 g(v).into(),
             );
         }
+        r.counter(
+            "txn_condition_failed",
+            "granary_native_txn_condition_failed_total",
+            "Native TXNs whose condition failed (EXISTS or NOT_FOUND): nothing applied.",
+            g(&self.txn_condition_failed),
+        );
         r.counter("get_hits", "granary_native_get_hits_total", "Native GETs that found a value.", g(&self.get_hits))
             .counter(
                 "errors",

@@ -1,11 +1,12 @@
 //! The native server against the client crate and raw sockets over
 //! loopback: every opcode, pipelining order, malformed and oversized
 //! frames, limits, timeouts and reconnects, a sharded client over three
-//! servers, and namespaces (protocol version 2) next to version 1 clients.
+//! servers, namespaces (protocol version 2) next to version 1 clients, and
+//! atomic TXNs.
 
 use granary_client::{
     BatchOp, BatchResult, Client, ClientConfig, Connection, Error, NamespaceMode, NamespaceOptions, PutMode, Request,
-    ShardedClient, Status,
+    ShardedClient, Status, TxnOp, TxnOutcome,
 };
 use granary_native::{NativeConfig, Server};
 use granary_proto::{self as proto, ClientHello, Header, Op, ServerHello};
@@ -1046,4 +1047,226 @@ fn sharded_client_namespaces() {
     sc.ns_drop("users").unwrap();
     assert_eq!(server_error(users.get(b"u1")).0, Status::NoSuchNamespace);
     assert_eq!(server_error(sc.ns_stats("users")).0, Status::NoSuchNamespace);
+}
+
+/// A TXN's answer, which must be an outcome (not an error).
+fn txn(c: &Client, ops: &[TxnOp]) -> TxnOutcome {
+    c.txn(ops).unwrap_or_else(|e| panic!("TXN failed: {e}"))
+}
+
+fn committed(o: TxnOutcome) -> Vec<u64> {
+    match o {
+        TxnOutcome::Committed { cas } => cas,
+        other => panic!("not committed: {other:?}"),
+    }
+}
+
+/// A TXN over two namespaces and the default one commits all of it, with
+/// a CAS value per operation that a later TXN's cas takes; a failed
+/// condition (put_absent, put_present, a stale or absent cas) applies
+/// nothing and names the operation and how; a key twice (BAD_BATCH), a
+/// namespace that does not exist, a quota or a value over the server's
+/// limit fail the whole TXN with nothing applied; the connection goes on.
+#[test]
+fn txn_commits_across_namespaces_all_or_nothing() {
+    let srv = server_with(NativeConfig { value_bytes_max: 1000, ..NativeConfig::default() });
+    let c = client(&srv);
+    c.ns_create("users", NamespaceOptions::default()).unwrap();
+    c.ns_create("carts", NamespaceOptions { max_keys: NonZeroU64::new(2), ..Default::default() }).unwrap();
+    let (users, carts) = (c.ns("users"), c.ns("carts"));
+    c.put(b"gone", b"x").unwrap();
+    let cas = committed(txn(
+        &c,
+        &[
+            TxnOp::put("users", b"k", b"u1"),
+            TxnOp::put_absent("carts", b"k", b"c1"),
+            TxnOp::put("", b"k", b"d1"),
+            TxnOp::delete("default", b"gone"),
+        ],
+    ));
+    assert_eq!(cas.len(), 4);
+    assert!(cas[0] > 0 && cas[1] > 0 && cas[2] > 0 && cas[3] == 0, "{cas:?}");
+    assert_eq!(users.get(b"k").unwrap().as_deref(), Some(&b"u1"[..]));
+    assert_eq!(carts.get(b"k").unwrap().as_deref(), Some(&b"c1"[..]));
+    assert_eq!(c.get(b"k").unwrap().as_deref(), Some(&b"d1"[..]));
+    assert_eq!(c.get(b"gone").unwrap(), None);
+
+    // The CAS values returned are the keys' own: a cas with one commits.
+    let cas2 = committed(txn(&c, &[TxnOp::cas("users", b"k", cas[0], b"u2"), TxnOp::put_present("", b"k", b"d2")]));
+    assert_eq!(users.get(b"k").unwrap().as_deref(), Some(&b"u2"[..]));
+    assert_eq!(c.get(b"k").unwrap().as_deref(), Some(&b"d2"[..]));
+
+    // Failed conditions: nothing applied, the operation and the reason named.
+    let before = |c: &Client| {
+        (users.get(b"k").unwrap(), carts.get(b"k").unwrap(), c.get(b"k").unwrap(), users.get(b"new").unwrap())
+    };
+    let snapshot = before(&c);
+    for (ops, op, status) in [
+        (
+            vec![
+                TxnOp::put("users", b"new", b"n"),
+                TxnOp::put("", b"k", b"no"),
+                TxnOp::put_absent("carts", b"k", b"no"),
+            ],
+            2,
+            Status::Exists,
+        ),
+        (vec![TxnOp::put("users", b"new", b"n"), TxnOp::put_present("users", b"absent", b"no")], 1, Status::NotFound),
+        (vec![TxnOp::cas("users", b"k", cas[0], b"stale"), TxnOp::put("users", b"new", b"n")], 0, Status::Exists),
+        (vec![TxnOp::put("users", b"new", b"n"), TxnOp::cas("users", b"absent", cas2[0], b"no")], 1, Status::NotFound),
+    ] {
+        assert_eq!(txn(&c, &ops), TxnOutcome::ConditionFailed { op, status }, "{ops:?}");
+        assert_eq!(before(&c), snapshot, "nothing applied: {ops:?}");
+    }
+
+    // Refused whole: a key twice (the same key in two namespaces is two keys).
+    let (st, msg) = server_error(c.txn(&[TxnOp::put("users", b"new", b"n"), TxnOp::delete("users", b"new")]));
+    assert_eq!(st, Status::BadBatch, "{msg}");
+    assert!(msg.contains("appears twice") && msg.contains("nothing applied"), "{msg}");
+    committed(txn(&c, &[TxnOp::put("users", b"twin", b"u"), TxnOp::put("", b"twin", b"d")]));
+    assert_eq!(c.get(b"twin").unwrap().as_deref(), Some(&b"d"[..]));
+    // A namespace that does not exist, named by operation.
+    let (st, msg) = server_error(c.txn(&[TxnOp::put("users", b"new", b"n"), TxnOp::put("nope", b"k", b"v")]));
+    assert_eq!(st, Status::NoSuchNamespace);
+    assert!(msg.starts_with("operation 1: "), "{msg}");
+    // A quota: carts holds 2 keys at most, and holds 2.
+    carts.put(b"full", b"v").unwrap();
+    let (st, _) = server_error(c.txn(&[TxnOp::put("users", b"new", b"n"), TxnOp::put("carts", b"c2", b"v")]));
+    assert_eq!(st, Status::QuotaExceeded);
+    // A value over the server's limit: the client checks; so does the server.
+    assert!(matches!(c.txn(&[TxnOp::put("users", b"new", &[0u8; 1001])]), Err(Error::TooLarge { what: "value", .. })));
+    let mut s = raw(srv.local_addr());
+    let mut f = Vec::new();
+    Request::Txn(vec![TxnOp::put("users", b"new", b"n"), TxnOp::put("users", b"big", &[0u8; 1001])]).encode(1, &mut f);
+    Request::Txn(vec![TxnOp::put("users", b"new", b""), TxnOp::put("users", b"", b"empty key")]).encode(2, &mut f);
+    let got = exchange(&mut s, &f, 2);
+    assert_eq!(got[&1].0, Status::ValueTooLarge);
+    assert!(String::from_utf8_lossy(&got[&1].1).starts_with("operation 1: "));
+    assert_eq!(got[&2].0, Status::KeyInvalid, "{}", String::from_utf8_lossy(&got[&2].1));
+    assert_eq!(before(&c), snapshot, "nothing applied by any refused TXN");
+    assert_eq!(carts.get(b"c2").unwrap(), None);
+    assert_eq!(users.get(b"big").unwrap(), None);
+    // Too many operations: the client refuses to send them.
+    let keys: Vec<Vec<u8>> = (0..=proto::TXN_OPS_MAX).map(|i| format!("k{i}").into_bytes()).collect();
+    let many: Vec<TxnOp> = keys.iter().map(|k| TxnOp::put("", k, b"")).collect();
+    assert!(matches!(c.txn(&many), Err(Error::TooLarge { what: "operation count", .. })));
+    // 1024 is the limit, and commits.
+    assert_eq!(committed(txn(&c, &many[..proto::TXN_OPS_MAX])).len(), proto::TXN_OPS_MAX);
+    assert_eq!(c.get(b"k1023").unwrap(), Some(Vec::new()));
+    // Empty: committed, nothing to do.
+    assert_eq!(txn(&c, &[]), TxnOutcome::Committed { cas: vec![] });
+
+    // Async.
+    let o = granary_rt::block_on(c.txn_async(&[TxnOp::put("users", b"async", b"a")])).unwrap();
+    assert_eq!(committed(o).len(), 1);
+    assert_eq!(users.get(b"async").unwrap().as_deref(), Some(&b"a"[..]));
+
+    let st: std::collections::HashMap<String, String> = c.stats().unwrap().into_iter().collect();
+    assert_eq!(st["cmd_txn"], "15", "{st:?}");
+    assert_eq!(st["txn_condition_failed"], "4");
+    assert_eq!(st["latency_txn_count"], "15");
+    assert_eq!(srv.stats().txns.load(Relaxed), 15);
+    assert_eq!(srv.stats().bad_frames.load(Relaxed), 0);
+}
+
+/// TXNs are ordered per key with the connection's other requests, and see
+/// the namespace changes sent before them; a malformed TXN is a BAD_FRAME
+/// that closes the connection; a version 1 connection does not know the
+/// opcode.
+#[test]
+fn txn_frames_pipeline_in_order_and_malformed_ones_close_the_connection() {
+    let srv = server();
+    let mut s = raw(srv.local_addr());
+    let mut f = Vec::new();
+    Request::NsCreate(NamespaceOptions::default()).encode_in(b"p", 1, &mut f);
+    Request::Txn(vec![TxnOp::put("p", b"a", b"1"), TxnOp::put("", b"a", b"d")]).encode(2, &mut f);
+    Request::Get(b"a").encode_in(b"p", 3, &mut f);
+    Request::Txn(vec![TxnOp::put_absent("p", b"a", b"2")]).encode(4, &mut f);
+    Request::Put { key: b"a", value: b"3", mode: PutMode::Upsert }.encode_in(b"p", 5, &mut f);
+    Request::Txn(vec![TxnOp::put_present("p", b"a", b"4"), TxnOp::delete("", b"a")]).encode(6, &mut f);
+    Request::Get(b"a").encode_in(b"p", 7, &mut f);
+    Request::Get(b"a").encode(8, &mut f);
+    Request::NsDrop.encode_in(b"p", 9, &mut f);
+    Request::Txn(vec![TxnOp::put("", b"b", b"1"), TxnOp::put("p", b"a", b"5")]).encode(10, &mut f);
+    Request::Get(b"b").encode(11, &mut f);
+    let got = exchange(&mut s, &f, 11);
+    assert_eq!(got[&1].0, Status::Ok);
+    assert_eq!(got[&2].0, Status::Ok, "{}", String::from_utf8_lossy(&got[&2].1));
+    assert_eq!(got[&3], (Status::Ok, b"1".to_vec()));
+    assert_eq!(got[&4], (Status::Exists, 0u32.to_le_bytes().to_vec()));
+    let TxnOutcome::Committed { cas } = TxnOutcome::decode(got[&6].0, &got[&6].1).unwrap() else { panic!() };
+    assert_eq!(cas.len(), 2);
+    assert_eq!(got[&7], (Status::Ok, b"4".to_vec()));
+    assert_eq!(got[&8].0, Status::NotFound);
+    assert_eq!(got[&10].0, Status::NoSuchNamespace, "the drop before it");
+    assert_eq!(got[&11].0, Status::NotFound, "nothing of the refused TXN applied");
+
+    // Malformed: an unknown operation kind. The error frame, then the close.
+    let mut f = Vec::new();
+    Request::Txn(vec![TxnOp::put("", b"k", b"v")]).encode(12, &mut f);
+    f[proto::HEADER_BYTES + 4] = 9;
+    s.write_all(&f).unwrap();
+    let (h, st, body) = read_frame(&mut s).unwrap();
+    let msg = String::from_utf8_lossy(&body);
+    assert_eq!((h.id, h.op, st), (12, Op::Nop, Status::BadFrame), "{msg}");
+    assert!(msg.contains("TXN: operation 0: unknown kind 9"), "{msg}");
+    assert!(closed(&mut s));
+    // More operations than the engine takes in one batch.
+    let mut s = raw(srv.local_addr());
+    let keys: Vec<Vec<u8>> = (0..=proto::TXN_OPS_MAX).map(|i| format!("k{i}").into_bytes()).collect();
+    let mut f = Vec::new();
+    Request::Txn(keys.iter().map(|k| TxnOp::delete("", k)).collect()).encode(13, &mut f);
+    s.write_all(&f).unwrap();
+    let (h, st, body) = read_frame(&mut s).unwrap();
+    assert_eq!((h.id, st), (13, Status::BadFrame));
+    assert!(String::from_utf8_lossy(&body).contains("exceed the limit of 1024"));
+    assert!(closed(&mut s));
+
+    // A version 1 connection: TXN is an unknown opcode there.
+    let v1 = ClientHello { min_version: 1, max_version: 1 };
+    let mut s = raw_offering(srv.local_addr(), v1, 1);
+    let mut f = Vec::new();
+    Request::Txn(vec![TxnOp::put("", b"k", b"v")]).encode(14, &mut f);
+    s.write_all(&f).unwrap();
+    let (h, st, body) = read_frame(&mut s).unwrap();
+    let msg = String::from_utf8_lossy(&body);
+    assert_eq!((h.id, st), (14, Status::BadFrame), "{msg}");
+    assert!(msg.contains("opcode 13 (TXN) needs protocol version 2"), "{msg}");
+    assert!(closed(&mut s));
+    let conn = Connection::connect_with(srv.local_addr(), Duration::from_secs(5), v1).unwrap();
+    assert!(matches!(conn.send(&Request::Txn(vec![])), Err(Error::Protocol(m)) if m.contains("TXN needs version 2")));
+    assert_eq!(client(&srv).get(b"k").unwrap(), None);
+    assert_eq!(srv.stats().bad_frames.load(Relaxed), 3);
+}
+
+/// The sharded client: a TXN whose keys map to one server goes there; one
+/// spanning servers is refused before anything is sent.
+#[test]
+fn sharded_client_txn_on_one_server_only() {
+    let servers: Vec<Server> = (0..3).map(|_| server()).collect();
+    let names: Vec<String> = servers.iter().map(|s| s.local_addr().to_string()).collect();
+    let sc = ShardedClient::new(&names, ClientConfig::default()).unwrap();
+    sc.ns_create("users", NamespaceOptions::default()).unwrap();
+    let keys: Vec<Vec<u8>> = (0..100).map(|i| format!("t{i}").into_bytes()).collect();
+    let on = |s: usize| keys.iter().filter(|k| sc.server_of(k) == s).take(3).collect::<Vec<_>>();
+    let (k0, k1) = (on(0), on(1));
+    assert!(k0.len() == 3 && !k1.is_empty());
+    // Three keys of server 0, one of them in two namespaces.
+    let ops = [TxnOp::put("users", k0[0], b"a"), TxnOp::put("", k0[0], b"b"), TxnOp::put_absent("users", k0[1], b"c")];
+    assert_eq!(committed(sc.txn(&ops).unwrap()).len(), 3);
+    let direct = client(&servers[0]);
+    assert_eq!(direct.ns("users").get(k0[0]).unwrap().as_deref(), Some(&b"a"[..]));
+    assert_eq!(direct.get(k0[0]).unwrap().as_deref(), Some(&b"b"[..]));
+    assert_eq!(sc.ns("users").get(k0[1]).unwrap().as_deref(), Some(&b"c"[..]));
+    let o = granary_rt::block_on(sc.txn_async(&[TxnOp::put_absent("users", k0[1], b"again")])).unwrap();
+    assert_eq!(o, TxnOutcome::ConditionFailed { op: 0, status: Status::Exists });
+    // Spanning two servers: refused, nothing sent.
+    let e = sc.txn(&[TxnOp::put("users", k0[2], b"x"), TxnOp::put("users", k1[0], b"y")]).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(&e, Error::CrossServerTxn { servers } if servers.len() == 2), "{msg}");
+    assert!(msg.contains(&names[0]) && msg.contains(&names[1]) && msg.contains("no distributed transactions"), "{msg}");
+    assert_eq!(sc.ns("users").get(k0[2]).unwrap(), None);
+    assert_eq!(sc.ns("users").get(k1[0]).unwrap(), None);
+    let st: std::collections::HashMap<String, String> = direct.stats().unwrap().into_iter().collect();
+    assert_eq!(st["cmd_txn"], "2");
 }

@@ -15,8 +15,9 @@
 //! namespace (header byte 6, [`Header::ns_len`], then the name at the start
 //! of the body; none = the default namespace, so a version 1 frame is a
 //! version 2 frame in the default namespace), and the `NS_*` opcodes and
-//! their status codes. A header is decoded for the version its connection
-//! negotiated ([`Header::decode`]).
+//! their status codes, and the atomic `TXN` ([`Request::Txn`]: operations
+//! over keys of any namespaces, committed all or none). A header is decoded
+//! for the version its connection negotiated ([`Header::decode`]).
 
 use std::fmt;
 use std::num::NonZeroU64;
@@ -58,6 +59,11 @@ pub const NAMESPACES_MAX: usize = 4096;
 /// The default namespace's name. A request naming no namespace (an empty
 /// name) is in it too.
 pub const DEFAULT_NAMESPACE: &str = "default";
+/// Most operations in one TXN (the engine's `BATCH_OPS_MAX`).
+pub const TXN_OPS_MAX: usize = 1024;
+/// Bytes of a TXN operation's fixed fields, before its namespace name, key
+/// and value ([`TxnOp`]).
+pub const TXN_OP_BYTES: usize = 20;
 
 /// The largest frame body for a server whose largest value is `value_max`:
 /// one PUT of a maximal key and value, or [`FRAME_BYTES_FLOOR`].
@@ -98,11 +104,13 @@ pub enum Op {
     NsTruncate = 10,
     NsList = 11,
     NsStats = 12,
+    /// Version 2 on: an atomic transaction over keys of any namespaces.
+    Txn = 13,
 }
 
 impl Op {
     /// Every opcode, in numeric order.
-    pub const ALL: [Op; 12] = [
+    pub const ALL: [Op; 13] = [
         Op::Get,
         Op::Put,
         Op::Delete,
@@ -115,6 +123,7 @@ impl Op {
         Op::NsTruncate,
         Op::NsList,
         Op::NsStats,
+        Op::Txn,
     ];
 
     pub fn from_u8(b: u8) -> Result<Op, ProtoError> {
@@ -131,6 +140,7 @@ impl Op {
             10 => Op::NsTruncate,
             11 => Op::NsList,
             12 => Op::NsStats,
+            13 => Op::Txn,
             _ => return err(format!("unknown opcode {b}")),
         })
     }
@@ -148,6 +158,7 @@ impl Op {
             Op::NsTruncate => "NS_TRUNCATE",
             Op::NsList => "NS_LIST",
             Op::NsStats => "NS_STATS",
+            Op::Txn => "TXN",
         }
     }
     /// The first protocol version with this opcode.
@@ -159,10 +170,10 @@ impl Op {
         }
     }
     /// Whether the frame's namespace may be named (every opcode but NOP,
-    /// STATS and NS_LIST): the keys' namespace, or the one an `NS_*`
-    /// operation acts on.
+    /// STATS, NS_LIST and TXN): the keys' namespace, or the one an `NS_*`
+    /// operation acts on. A TXN's operations name their namespaces each.
     pub fn names_namespace(self) -> bool {
-        !matches!(self, Op::Nop | Op::Stats | Op::NsList)
+        !matches!(self, Op::Nop | Op::Stats | Op::NsList | Op::Txn)
     }
 }
 
@@ -233,6 +244,9 @@ pub enum Status {
     /// The write would take the namespace past its `max_bytes` or
     /// `max_keys`; nothing was written.
     QuotaExceeded = 17,
+    /// A TXN the engine does not take (a key twice, records larger than a
+    /// segment); nothing was applied.
+    BadBatch = 18,
 }
 
 impl Status {
@@ -256,6 +270,7 @@ impl Status {
             15 => Status::NamespaceExists,
             16 => Status::BadNamespace,
             17 => Status::QuotaExceeded,
+            18 => Status::BadBatch,
             _ => return err(format!("unknown status {b}")),
         })
     }
@@ -283,6 +298,7 @@ impl Status {
             Status::NamespaceExists => "NAMESPACE_EXISTS",
             Status::BadNamespace => "BAD_NAMESPACE",
             Status::QuotaExceeded => "QUOTA_EXCEEDED",
+            Status::BadBatch => "BAD_BATCH",
         }
     }
     /// The first protocol version with this status code (a server never
@@ -575,6 +591,96 @@ impl<'a> BatchOp<'a> {
     }
 }
 
+/// What one operation of a TXN writes, and its condition (checked at
+/// commit, with every other operation's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnWrite<'a> {
+    /// Insert or overwrite (kind 1).
+    Put(&'a [u8]),
+    /// Only if the key holds no value; else the TXN fails `EXISTS` (kind 2).
+    PutAbsent(&'a [u8]),
+    /// Only if the key holds a value; else the TXN fails `NOT_FOUND` (kind 3).
+    PutPresent(&'a [u8]),
+    /// Only if the key holds a value whose CAS value is `cas`; else the TXN
+    /// fails `NOT_FOUND` (no value) or `EXISTS` (another CAS value) (kind 4).
+    Cas { cas: u64, value: &'a [u8] },
+    /// Delete; no condition (nothing to do if the key holds nothing) (kind 5).
+    Delete,
+}
+
+impl<'a> TxnWrite<'a> {
+    /// The operation's kind byte on the wire.
+    pub fn kind(&self) -> u8 {
+        match self {
+            TxnWrite::Put(_) => 1,
+            TxnWrite::PutAbsent(_) => 2,
+            TxnWrite::PutPresent(_) => 3,
+            TxnWrite::Cas { .. } => 4,
+            TxnWrite::Delete => 5,
+        }
+    }
+    /// The value written (empty for a delete).
+    pub fn value(&self) -> &'a [u8] {
+        match self {
+            TxnWrite::Put(v) | TxnWrite::PutAbsent(v) | TxnWrite::PutPresent(v) | TxnWrite::Cas { value: v, .. } => v,
+            TxnWrite::Delete => &[],
+        }
+    }
+    /// The expected CAS value (0 unless `Cas`).
+    pub fn cas(&self) -> u64 {
+        match self {
+            TxnWrite::Cas { cas, .. } => *cas,
+            _ => 0,
+        }
+    }
+    /// `put`, `put_absent`, `put_present`, `cas` or `delete`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            TxnWrite::Put(_) => "put",
+            TxnWrite::PutAbsent(_) => "put_absent",
+            TxnWrite::PutPresent(_) => "put_present",
+            TxnWrite::Cas { .. } => "cas",
+            TxnWrite::Delete => "delete",
+        }
+    }
+}
+
+/// One operation of a TXN: the namespace its key is in (empty, or
+/// `"default"`: the default namespace), the key, and what it writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnOp<'a> {
+    pub ns: &'a [u8],
+    pub key: &'a [u8],
+    pub write: TxnWrite<'a>,
+}
+
+impl<'a> TxnOp<'a> {
+    /// Insert or overwrite `key` of namespace `ns`.
+    pub fn put(ns: &'a str, key: &'a [u8], value: &'a [u8]) -> TxnOp<'a> {
+        TxnOp { ns: ns.as_bytes(), key, write: TxnWrite::Put(value) }
+    }
+    /// Write `key` only if it holds no value.
+    pub fn put_absent(ns: &'a str, key: &'a [u8], value: &'a [u8]) -> TxnOp<'a> {
+        TxnOp { ns: ns.as_bytes(), key, write: TxnWrite::PutAbsent(value) }
+    }
+    /// Write `key` only if it holds a value.
+    pub fn put_present(ns: &'a str, key: &'a [u8], value: &'a [u8]) -> TxnOp<'a> {
+        TxnOp { ns: ns.as_bytes(), key, write: TxnWrite::PutPresent(value) }
+    }
+    /// Write `key` only if it holds a value whose CAS value is `cas`.
+    pub fn cas(ns: &'a str, key: &'a [u8], cas: u64, value: &'a [u8]) -> TxnOp<'a> {
+        TxnOp { ns: ns.as_bytes(), key, write: TxnWrite::Cas { cas, value } }
+    }
+    /// Delete `key`.
+    pub fn delete(ns: &'a str, key: &'a [u8]) -> TxnOp<'a> {
+        TxnOp { ns: ns.as_bytes(), key, write: TxnWrite::Delete }
+    }
+    /// Bytes of the operation in a TXN body.
+    pub fn encoded_len(&self) -> usize {
+        TXN_OP_BYTES + self.ns.len() + self.key.len() + self.write.value().len()
+    }
+}
+
 /// A request, borrowing its keys and values from the frame. Its namespace
 /// is the frame's ([`Request::encode_in`], [`Request::decode`]): where a key
 /// request's keys are, or the namespace an `NS_*` request acts on.
@@ -602,6 +708,9 @@ pub enum Request<'a> {
     NsList,
     /// Version 2: the frame's namespace's options and figures.
     NsStats,
+    /// Version 2: operations over keys of any namespaces (each names its
+    /// own; the frame names none), committed atomically: all or none.
+    Txn(Vec<TxnOp<'a>>),
 }
 
 fn check_key(k: &[u8], what: &str) -> Result<(), ProtoError> {
@@ -690,6 +799,7 @@ impl<'a> Request<'a> {
             Request::NsTruncate => Op::NsTruncate,
             Request::NsList => Op::NsList,
             Request::NsStats => Op::NsStats,
+            Request::Txn(_) => Op::Txn,
         }
     }
 
@@ -713,6 +823,7 @@ impl<'a> Request<'a> {
                     .sum::<usize>()
             }
             Request::NsCreate(_) => NS_CREATE_BYTES,
+            Request::Txn(ops) => 4 + ops.iter().map(TxnOp::encoded_len).sum::<usize>(),
             Request::Nop
             | Request::Stats
             | Request::NsDrop
@@ -777,6 +888,22 @@ impl<'a> Request<'a> {
                 put_u32(out, o.default_ttl_secs);
                 out.extend_from_slice(&o.max_bytes.map_or(0, NonZeroU64::get).to_le_bytes());
                 out.extend_from_slice(&o.max_keys.map_or(0, NonZeroU64::get).to_le_bytes());
+            }
+            Request::Txn(ops) => {
+                put_u32(out, len32(ops.len()));
+                for o in ops {
+                    assert!(o.ns.len() <= NAMESPACE_NAME_MAX, "namespace name of {} bytes", o.ns.len());
+                    let value = o.write.value();
+                    out.push(o.write.kind());
+                    out.push(o.ns.len() as u8);
+                    put_u16(out, 0);
+                    put_u32(out, len32(o.key.len()));
+                    put_u32(out, len32(value.len()));
+                    out.extend_from_slice(&o.write.cas().to_le_bytes());
+                    out.extend_from_slice(o.ns);
+                    out.extend_from_slice(o.key);
+                    out.extend_from_slice(value);
+                }
             }
             Request::Nop
             | Request::Stats
@@ -860,16 +987,66 @@ impl<'a> Request<'a> {
             Op::NsTruncate => Request::NsTruncate,
             Op::NsList => Request::NsList,
             Op::NsStats => Request::NsStats,
+            Op::Txn => {
+                let n = r.count_max(TXN_OP_BYTES, TXN_OPS_MAX)?;
+                let mut ops = Vec::with_capacity(n);
+                for i in 0..n {
+                    ops.push(decode_txn_op(&mut r, i)?);
+                }
+                Request::Txn(ops)
+            }
         };
         r.end()?;
         match &req {
             Request::Get(k) | Request::Delete(k) | Request::Put { key: k, .. } => check_key(k, what)?,
             Request::MultiGet(keys) => keys.iter().try_for_each(|k| check_key(k, "MGET"))?,
             Request::Batch(ops) => ops.iter().try_for_each(|o| check_key(o.key(), "BATCH"))?,
+            Request::Txn(ops) => ops.iter().try_for_each(|o| check_key(o.key, "TXN"))?,
             _ => {}
         }
         Ok((ns, req))
     }
+}
+
+/// One TXN operation (the `i`th):
+///
+/// ```text
+/// 0   u8  kind       1 put, 2 put_absent, 3 put_present, 4 cas, 5 delete
+/// 1   u8  ns_len     0..=64 (0: the default namespace)
+/// 2   u16 0          reserved
+/// 4   u32 key_len
+/// 8   u32 value_len  0 for a delete
+/// 12  u64 cas        the expected CAS value of a cas; 0 for the others
+/// 20  ns_len bytes of namespace name, key_len of key, value_len of value
+/// ```
+fn decode_txn_op<'a>(r: &mut Rd<'a>, i: usize) -> Result<TxnOp<'a>, ProtoError> {
+    let kind = r.u8()?;
+    let nl = r.u8()? as usize;
+    if r.u16()? != 0 {
+        return err(format!("TXN: operation {i}: reserved bytes are not zero"));
+    }
+    let kl = r.u32()? as usize;
+    let vl = r.u32()? as usize;
+    let cas = r.u64()?;
+    if nl > NAMESPACE_NAME_MAX {
+        return err(format!("TXN: operation {i}: namespace name of {nl} bytes exceeds {NAMESPACE_NAME_MAX}"));
+    }
+    let ns = r.bytes(nl)?;
+    let key = r.bytes(kl)?;
+    let value = r.bytes(vl)?;
+    let write = match kind {
+        1 => TxnWrite::Put(value),
+        2 => TxnWrite::PutAbsent(value),
+        3 => TxnWrite::PutPresent(value),
+        4 => TxnWrite::Cas { cas, value },
+        5 if vl != 0 => return err(format!("TXN: operation {i}: a delete with a value")),
+        5 => TxnWrite::Delete,
+        _ => return err(format!("TXN: operation {i}: unknown kind {kind}")),
+    };
+    if kind != 4 && cas != 0 {
+        return err(format!("TXN: operation {i}: a CAS value on a {}", write.name()));
+    }
+    Ok(TxnOp { ns, key, write })
 }
 
 // ---------------------------------------------------------------- responses
@@ -918,6 +1095,65 @@ pub fn decode_entries(body: &[u8]) -> Result<Vec<Entry>, ProtoError> {
     }
     r.end()?;
     Ok(v)
+}
+
+/// What a TXN did: the response's status says which (`OK`, or `EXISTS` /
+/// `NOT_FOUND` for a failed condition) and its body the details.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnOutcome {
+    /// Every operation applied, durably; each one's new CAS value, in
+    /// request order (0 for a delete). Status `OK`; body `count u32`, then
+    /// `count` u64s.
+    Committed { cas: Vec<u64> },
+    /// Operation `op`'s condition failed (`status`: `EXISTS`, the key holds
+    /// a value or, for a cas, another CAS value; `NOT_FOUND`, it holds
+    /// none); nothing applied. Body `op u32`.
+    ConditionFailed { op: usize, status: Status },
+}
+
+impl TxnOutcome {
+    /// Append the response body; the status the response carries.
+    pub fn encode(&self, out: &mut Vec<u8>) -> Status {
+        match self {
+            TxnOutcome::Committed { cas } => {
+                put_u32(out, len32(cas.len()));
+                for c in cas {
+                    out.extend_from_slice(&c.to_le_bytes());
+                }
+                Status::Ok
+            }
+            TxnOutcome::ConditionFailed { op, status } => {
+                put_u32(out, len32(*op));
+                *status
+            }
+        }
+    }
+
+    /// Decode the body of a TXN response of status `status` (`OK`,
+    /// `EXISTS` or `NOT_FOUND`; the error statuses carry a message).
+    pub fn decode(status: Status, body: &[u8]) -> Result<TxnOutcome, ProtoError> {
+        let mut r = Rd { b: body, at: 0, what: "TXN response" };
+        let o = match status {
+            Status::Ok => {
+                let n = r.count_max(8, TXN_OPS_MAX)?;
+                let mut cas = Vec::with_capacity(n);
+                for _ in 0..n {
+                    cas.push(r.u64()?);
+                }
+                TxnOutcome::Committed { cas }
+            }
+            Status::Exists | Status::NotFound => {
+                let op = r.u32()? as usize;
+                if op >= TXN_OPS_MAX {
+                    return err(format!("TXN response: operation {op} of at most {TXN_OPS_MAX}"));
+                }
+                TxnOutcome::ConditionFailed { op, status }
+            }
+            s => return err(format!("TXN response: status {s} carries no outcome")),
+        };
+        r.end()?;
+        Ok(o)
+    }
 }
 
 /// Encode a STATS response body: (name, value) text pairs.

@@ -71,6 +71,42 @@ fn borrow(o: &OwnedOp) -> BatchOp<'_> {
     }
 }
 
+#[derive(Debug, Clone)]
+struct OwnedTxnOp {
+    ns: Vec<u8>,
+    key: Vec<u8>,
+    kind: u8,
+    cas: u64,
+    value: Vec<u8>,
+}
+
+fn txn_op() -> impl Strategy<Value = OwnedTxnOp> {
+    let ns = prop_oneof![
+        Just(Vec::new()),
+        Just(b"users".to_vec()),
+        Just(b"default".to_vec()),
+        Just(vec![b'n'; NAMESPACE_NAME_MAX]),
+    ];
+    (ns, key(), 1u8..=5, any::<u64>(), val()).prop_map(|(ns, key, kind, cas, value)| OwnedTxnOp {
+        ns,
+        key,
+        kind,
+        cas: if kind == 4 { cas } else { 0 },
+        value: if kind == 5 { Vec::new() } else { value },
+    })
+}
+
+fn borrow_txn(o: &OwnedTxnOp) -> TxnOp<'_> {
+    let write = match o.kind {
+        1 => TxnWrite::Put(&o.value),
+        2 => TxnWrite::PutAbsent(&o.value),
+        3 => TxnWrite::PutPresent(&o.value),
+        4 => TxnWrite::Cas { cas: o.cas, value: &o.value },
+        _ => TxnWrite::Delete,
+    };
+    TxnOp { ns: &o.ns, key: &o.key, write }
+}
+
 fn ns_mode() -> impl Strategy<Value = NamespaceMode> {
     prop_oneof![Just(NamespaceMode::Cache), Just(NamespaceMode::Store)]
 }
@@ -146,6 +182,35 @@ proptest! {
     }
 
     #[test]
+    fn txn_requests_and_outcomes_round_trip(ops in proptest::collection::vec(txn_op(), 0..20),
+                                            cas in proptest::collection::vec(any::<u64>(), 0..40),
+                                            failed in 0..TXN_OPS_MAX, exists in any::<bool>()) {
+        let txn: Vec<TxnOp> = ops.iter().map(borrow_txn).collect();
+        for (o, w) in txn.iter().zip(&ops) {
+            prop_assert_eq!((o.write.kind(), o.write.value(), o.write.cas()), (w.kind, &w.value[..], w.cas));
+        }
+        roundtrip(&Request::Txn(txn));
+        // Committed: a CAS value per operation.
+        let c = TxnOutcome::Committed { cas };
+        let mut b = Vec::new();
+        prop_assert_eq!(c.encode(&mut b), Status::Ok);
+        prop_assert_eq!(&TxnOutcome::decode(Status::Ok, &b).unwrap(), &c);
+        for cut in 0..b.len() {
+            prop_assert!(TxnOutcome::decode(Status::Ok, &b[..cut]).is_err());
+        }
+        b.push(0);
+        prop_assert!(TxnOutcome::decode(Status::Ok, &b).unwrap_err().0.contains("trailing"));
+        // A failed condition: which operation, and how.
+        let status = if exists { Status::Exists } else { Status::NotFound };
+        let f = TxnOutcome::ConditionFailed { op: failed, status };
+        let mut b = Vec::new();
+        prop_assert_eq!(f.encode(&mut b), status);
+        prop_assert_eq!(b.len(), 4);
+        prop_assert_eq!(&TxnOutcome::decode(status, &b).unwrap(), &f);
+        prop_assert!(TxnOutcome::decode(status, &b[..3]).is_err());
+    }
+
+    #[test]
     fn entries_and_stats_round_trip(es in proptest::collection::vec((0u8..=17, val()), 0..20),
                                     st in proptest::collection::vec(("[a-z_]{1,20}", "[0-9.]{0,12}"), 0..20)) {
         let mut b = Vec::new();
@@ -178,7 +243,7 @@ proptest! {
         // Make half of the cases plausible: a known opcode, a short
         // namespace name (or none), zero reserved bytes.
         if hb[15] & 1 == 0 {
-            hb[4] = 1 + hb[4] % 12;
+            hb[4] = 1 + hb[4] % 13;
             hb[5] %= 3;
             hb[6] = if hb[14] & 1 == 0 { 0 } else { hb[6] % 8 };
             hb[7] = 0;
@@ -197,6 +262,9 @@ proptest! {
         let _ = decode_stats(&body);
         let _ = decode_namespace_stats(&body);
         let _ = decode_namespace_list(&body);
+        for s in [Status::Ok, Status::Exists, Status::NotFound, Status::Internal] {
+            let _ = TxnOutcome::decode(s, &body);
+        }
         let _ = Response::decode_header(&hb, BIG);
     }
 
@@ -211,6 +279,25 @@ proptest! {
         if let Ok(h) = Header::decode(&f, BIG, VERSION) {
             let body = &f[HEADER_BYTES..];
             let _ = Request::decode(&h, &body[..body.len().min(h.len as usize)]);
+        }
+    }
+
+    /// Fuzz: mutate one byte of a valid TXN; decoding never panics, and
+    /// what still decodes re-encodes to the same bytes.
+    #[test]
+    fn mutated_txns_never_panic(ops in proptest::collection::vec(txn_op(), 1..8), at in any::<usize>(), b in any::<u8>()) {
+        let req = Request::Txn(ops.iter().map(borrow_txn).collect());
+        let mut f = Vec::new();
+        req.encode(7, &mut f);
+        let i = at % f.len();
+        f[i] = b;
+        if let Ok(h) = Header::decode(&f, BIG, VERSION) {
+            let body = &f[HEADER_BYTES..];
+            if let Ok((ns, r)) = Request::decode(&h, &body[..body.len().min(h.len as usize)]) {
+                let mut again = Vec::new();
+                r.encode_in(ns, h.id, &mut again);
+                prop_assert_eq!(&again[..], &f[..again.len()]);
+            }
         }
     }
 }
@@ -422,11 +509,119 @@ fn status_codes_round_trip() {
             assert_eq!(s.since(), if b >= 14 { 2 } else { 1 });
         }
     }
-    assert!(Status::from_u8(18).is_err());
+    assert_eq!(Status::from_u8(18), Ok(Status::BadBatch));
+    assert!(Status::BadBatch.is_error());
+    assert!(Status::from_u8(19).is_err());
     for b in 0..=255u8 {
         if let Ok(o) = Op::from_u8(b) {
             assert_eq!(o as u8, b);
             assert_eq!(Op::ALL[b as usize - 1], o);
         }
     }
+}
+
+/// A TXN body: `count`, then each operation's 20 bytes and its name, key
+/// and value.
+/// (kind, namespace, key, cas, value) of one TXN operation.
+type RawTxnOp<'a> = (u8, &'a [u8], &'a [u8], u64, &'a [u8]);
+
+fn txn_body(ops: &[RawTxnOp]) -> Vec<u8> {
+    let mut b = (ops.len() as u32).to_le_bytes().to_vec();
+    for (kind, ns, key, cas, value) in ops {
+        b.extend_from_slice(&[*kind, ns.len() as u8, 0, 0]);
+        b.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        b.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        b.extend_from_slice(&cas.to_le_bytes());
+        b.extend_from_slice(ns);
+        b.extend_from_slice(key);
+        b.extend_from_slice(value);
+    }
+    b
+}
+
+#[test]
+fn txn_layout_is_as_documented() {
+    let req = Request::Txn(vec![TxnOp::cas("users", b"k", 0x0102, b"v"), TxnOp::delete("", b"d")]);
+    let mut f = Vec::new();
+    req.encode(9, &mut f);
+    let mut want = Vec::new();
+    Header { len: (4 + 20 + 5 + 1 + 1 + 20 + 1) as u32, op: Op::Txn, flags: 0, ns_len: 0, id: 9 }.encode(&mut want);
+    assert_eq!(want[4], 13, "TXN is opcode 13");
+    want.extend_from_slice(&txn_body(&[(4, b"users", b"k", 0x0102, b"v"), (5, b"", b"d", 0, b"")]));
+    assert_eq!(f, want);
+    // Byte for byte, the example of docs/PROTOCOL.md, "Transactions".
+    let doc = "34 00 00 00 0d 00 00 00 09 00 00 00 00 00 00 00 02 00 00 00 \
+               04 05 00 00 01 00 00 00 01 00 00 00 02 01 00 00 00 00 00 00 75 73 65 72 73 6b 76 \
+               05 00 00 00 01 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 64";
+    let doc: Vec<u8> = doc.split_whitespace().map(|h| u8::from_str_radix(h, 16).unwrap()).collect();
+    assert_eq!(f, doc);
+    let (h, body) = split(&f);
+    assert_eq!(Request::decode(&h, body).unwrap(), (&b""[..], req));
+    // A committed TXN's body: count, then a CAS value per operation.
+    let mut b = Vec::new();
+    assert_eq!(TxnOutcome::Committed { cas: vec![7, 0] }.encode(&mut b), Status::Ok);
+    assert_eq!(b, [2, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+}
+
+#[test]
+fn malformed_txns_are_rejected() {
+    let h = |flags: u8, ns_len: u8, len: usize| Header { len: len as u32, op: Op::Txn, flags, ns_len, id: 0 };
+    fn decode(body: &[u8]) -> Result<Request<'_>, ProtoError> {
+        let h = Header { len: body.len() as u32, op: Op::Txn, flags: 0, ns_len: 0, id: 0 };
+        Request::decode(&h, body).map(|(_, r)| r)
+    }
+    let bad = |body: &[u8]| decode(body).unwrap_err().0;
+    let ok = txn_body(&[(1, b"users", b"k", 0, b"v")]);
+    assert_eq!(decode(&ok).unwrap(), Request::Txn(vec![TxnOp::put("users", b"k", b"v")]));
+    assert_eq!(decode(&txn_body(&[])).unwrap(), Request::Txn(vec![]), "an empty TXN is well formed");
+    // Flags; a namespace named by the frame (each operation names its own).
+    assert!(Request::decode(&h(1, 0, ok.len()), &ok).unwrap_err().0.contains("flags"));
+    let mut named = b"users".to_vec();
+    named.extend_from_slice(&ok);
+    assert!(Request::decode(&h(0, 5, named.len()), &named).unwrap_err().0.contains("TXN: names no namespace"));
+    // Unknown kinds; a delete with a value; a CAS value on another kind.
+    for kind in [0u8, 6, 255] {
+        let e = bad(&txn_body(&[(kind, b"", b"k", 0, b"v")]));
+        assert!(e.contains(&format!("operation 0: unknown kind {kind}")), "{e}");
+    }
+    assert!(bad(&txn_body(&[(5, b"", b"k", 0, b"v")])).contains("a delete with a value"));
+    for kind in [1u8, 2, 3, 5] {
+        let e = bad(&txn_body(&[(1, b"", b"a", 0, b""), (kind, b"", b"k", 1, b"")]));
+        assert!(e.contains("operation 1: a CAS value on a"), "{e}");
+    }
+    // Reserved bytes; a namespace name over the limit; a key over the limit.
+    let mut b = ok.clone();
+    b[4 + 2] = 1;
+    assert!(bad(&b).contains("reserved"));
+    let long = [b'n'; NAMESPACE_NAME_MAX + 1];
+    assert!(bad(&txn_body(&[(1, &long, b"k", 0, b"v")])).contains("namespace name of 65 bytes exceeds 64"));
+    let key = vec![b'k'; KEY_BYTES_MAX + 1];
+    assert!(bad(&txn_body(&[(1, b"", &key, 0, b"v")])).contains("exceeds"));
+    // Lengths overrunning the frame; a count overrunning it or over the
+    // limit; trailing bytes.
+    for cut in 0..ok.len() {
+        assert!(decode(&ok[..cut]).is_err(), "cut {cut}");
+    }
+    let mut b = ok.clone();
+    b[4 + 4..4 + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(bad(&b).contains("overruns"));
+    let mut b = ok.clone();
+    b[..4].copy_from_slice(&2u32.to_le_bytes());
+    assert!(bad(&b).contains("overrun"));
+    let mut b = (TXN_OPS_MAX as u32 + 1).to_le_bytes().to_vec();
+    b.resize(4 + (TXN_OPS_MAX + 1) * TXN_OP_BYTES, 0);
+    assert!(bad(&b).contains("exceed the limit of 1024"));
+    let mut b = ok.clone();
+    b.push(0);
+    assert!(bad(&b).contains("trailing"));
+    // TXN is version 2's: a version 1 header decoder does not know it.
+    let mut f = Vec::new();
+    Request::Txn(vec![]).encode(3, &mut f);
+    assert!(Header::decode(&f, BIG, 1).unwrap_err().0.contains("opcode 13 (TXN) needs protocol version 2"));
+    // Responses: a status with no outcome, an operation past the limit.
+    assert!(TxnOutcome::decode(Status::Internal, b"").unwrap_err().0.contains("no outcome"));
+    assert!(TxnOutcome::decode(Status::Exists, &(TXN_OPS_MAX as u32).to_le_bytes()).is_err());
+    let mut b = (TXN_OPS_MAX as u32 + 1).to_le_bytes().to_vec();
+    b.resize(4 + (TXN_OPS_MAX + 1) * 8, 0);
+    assert!(TxnOutcome::decode(Status::Ok, &b).unwrap_err().0.contains("limit"));
 }

@@ -170,7 +170,8 @@ impl Core {
             let (stored, counters) = self.scoped(&ns, &key)?;
             let stored = stored.into_owned();
             if !seen.insert(stored.clone()) {
-                return Err(Error::BadBatch(format!("key {:?} of namespace {:?} appears twice", key, ns.name)));
+                let key = key.escape_ascii();
+                return Err(Error::BadBatch(format!("key \"{key}\" of namespace {:?} appears twice", ns.name)));
             }
             let op = match op {
                 BatchOp::Put { value, meta } => BatchOp::Put { value, meta: self.with_default_ttl(&ns, meta) },
@@ -232,17 +233,30 @@ impl Core {
         // unless the key's neighbourhood has several candidates, and then
         // after the batch is written).
         let mut prior: Vec<Prior> = Vec::with_capacity(ops.len());
+        // Values and bytes the batch's earlier writes add to each namespace
+        // (by its counters), for the quota checks of the later ones: as if
+        // every one added its record (an overwrite adds less).
+        let mut ahead: std::collections::HashMap<*const NsCounters, (u64, u64)> = Default::default();
+        let g = self.log.grain();
         for (i, r) in ops.iter().enumerate() {
             let conditional = !matches!(r.op, BatchOp::Put { .. } | BatchOp::Delete);
+            let quota = |prior_known_absent: bool| {
+                let before = ahead.get(&Arc::as_ptr(&r.counters)).copied().unwrap_or((0, 0));
+                let added = (u64::from(prior_known_absent), grains[i] * g);
+                (before, added)
+            };
             if !conditional {
-                prior.push(match self.keys.index.lookup(r.h).as_slice() {
+                let p = match self.keys.index.lookup(r.h).as_slice() {
                     [] => Prior::Known(None),
                     &[e] if r.value().is_some() && self.blind_ok(e, &r.key) => Prior::Blind(e),
                     _ => Prior::Unread,
-                });
+                };
                 if r.value().is_some() {
-                    self.check_quota(&r.ns, &r.counters, &r.key, grains[i]).await?;
+                    let (before, added) = quota(matches!(p, Prior::Known(None)));
+                    self.check_quota_after(&r.ns, &r.counters, &r.key, grains[i], before).await?;
+                    ahead.insert(Arc::as_ptr(&r.counters), (before.0 + added.0, before.1 + added.1));
                 }
+                prior.push(p);
                 continue;
             }
             let existing = self.find(&r.key, r.h, false, false).await?;
@@ -258,7 +272,9 @@ impl Core {
             if let Some(outcome) = failed {
                 return Ok(BatchOutcome::ConditionFailed { op: i, outcome });
             }
-            self.check_quota(&r.ns, &r.counters, &r.key, grains[i]).await?;
+            let (before, added) = quota(live.is_none());
+            self.check_quota_after(&r.ns, &r.counters, &r.key, grains[i], before).await?;
+            ahead.insert(Arc::as_ptr(&r.counters), (before.0 + added.0, before.1 + added.1));
             prior.push(Prior::Known(existing));
         }
         // A delete of a key with no version anywhere writes nothing.

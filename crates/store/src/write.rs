@@ -235,12 +235,25 @@ impl Core {
     /// `ns` past a quota. Checked before the write, with no lock: writes
     /// running at once may each pass it by one value.
     pub(crate) async fn check_quota(&self, ns: &NsState, c: &NsCounters, key: &[u8], grains: u64) -> Result<()> {
+        self.check_quota_after(ns, c, key, grains, (0, 0)).await
+    }
+
+    /// [`Core::check_quota`] as if `ahead` (values, bytes) were added to
+    /// the namespace first (the earlier writes of the same batch).
+    pub(crate) async fn check_quota_after(
+        &self,
+        ns: &NsState,
+        c: &NsCounters,
+        key: &[u8],
+        grains: u64,
+        ahead: (u64, u64),
+    ) -> Result<()> {
         let NamespaceOptions { max_keys, max_bytes, .. } = ns.options;
         if max_keys.is_none() && max_bytes.is_none() {
             return Ok(());
         }
         let new_bytes = grains * self.log.grain();
-        let (keys, bytes) = (c.keys.load(Relaxed), c.value_bytes.load(Relaxed));
+        let (keys, bytes) = (c.keys.load(Relaxed) + ahead.0, c.value_bytes.load(Relaxed) + ahead.1);
         let fits = |keys: u64, bytes: u64| {
             if max_keys.is_some_and(|m| keys > m) {
                 Some(("keys", max_keys.unwrap_or(0)))

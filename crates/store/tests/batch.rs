@@ -92,6 +92,26 @@ fn limits_are_refused_with_nothing_applied() {
     assert_eq!(s.stats().keys, 0);
 }
 
+/// A namespace's quota counts a batch's earlier writes for its later ones.
+#[test]
+fn a_batch_is_held_to_its_namespaces_quotas() {
+    let s = Store::create(Arc::new(MemDevice::new(8 << 20)), &create_opts(), &opts(Durability::Direct)).unwrap();
+    let q = s.create_namespace("q", NamespaceOptions { max_keys: Some(2), ..Default::default() }).unwrap();
+    let mut b = s.batch();
+    b.put(&q, b"a", b"1").put(&q, b"b", b"2").put(&q, b"c", b"3");
+    assert!(matches!(b.commit(), Err(Error::QuotaExceeded { what: "keys", limit: 2, .. })));
+    assert_eq!(q.stats().unwrap().keys, 0, "nothing applied");
+    let mut b = s.batch();
+    b.put(&q, b"a", b"1").put(&q, b"b", b"2");
+    assert!(matches!(b.commit().unwrap(), BatchOutcome::Committed { .. }));
+    let mut b = s.batch();
+    b.put_absent(&q, b"c", b"3");
+    assert!(matches!(b.commit(), Err(Error::QuotaExceeded { .. })));
+    let mut b = s.batch();
+    b.delete(&q, b"twice").delete(&q, b"twice");
+    assert!(matches!(b.commit(), Err(Error::BadBatch(why)) if why.contains("\"twice\"")), "the key is named as text");
+}
+
 /// A reader that saw one key of a batch never sees an older value of
 /// another key of it afterwards.
 #[test]
@@ -142,7 +162,7 @@ fn value(k: u64, v: u64) -> Vec<u8> {
     b
 }
 
-/// Crashes anywhere among batches (with conditions), single writes,
+/// Crashes anywhere among batches (with conditions), ordinary writes,
 /// checkpoints and GC: after recovery every acknowledged batch is whole,
 /// every batch cut short is whole or absent, and nothing else changed.
 #[test]
@@ -177,6 +197,24 @@ fn one_crash(seed: u64) -> u64 {
     let mut cut: Option<Vec<(u64, Option<u64>)>> = None;
     dev.plan_crash(rng.below(60), kind);
     for version in 1..=40u64 {
+        if rng.below(4) == 0 {
+            // An ordinary write among the batches.
+            let k = rng.below(12);
+            match s.put(&key(k), &value(k, version)) {
+                Ok(()) => {
+                    model.insert(k, Some(version));
+                }
+                Err(Error::Io { .. } | Error::Poisoned { .. }) => {
+                    cut = Some(vec![(k, Some(version))]);
+                    break;
+                }
+                Err(e) => panic!("seed {seed}: {e}"),
+            }
+            if dev.crashed() {
+                break;
+            }
+            continue;
+        }
         let ops = 1 + rng.below(6);
         let mut b = s.batch();
         let mut want = Vec::new();

@@ -1,7 +1,7 @@
 //! `granary put`, `get` and `del`: one key on a local store (PATH) or on a
 //! running server (`--server HOST:PORT`, the native protocol), in the
-//! default namespace or the one `--ns NAME` names (local stores only in
-//! this build).
+//! default namespace or the one `--ns NAME` names (on a server through the
+//! client's namespaces, protocol version 2).
 
 use super::{open_store, with_store, DeviceArgs};
 use granary_store::{PutMode, PutOutcome, DEFAULT_NAMESPACE};
@@ -15,36 +15,30 @@ use std::process::ExitCode;
 /// positional argument) or a server's native protocol port.
 #[derive(clap::Args, Clone)]
 pub struct TargetArgs {
-    /// A server's native protocol address (HOST:PORT, default port 43345).
-    #[arg(long, value_name = "HOST:PORT")]
-    server: Option<String>,
-    /// Request timeout in milliseconds with --server.
-    #[arg(long, default_value_t = 5000)]
-    timeout_ms: u64,
-    /// Use the page cache instead of direct IO (local store only).
-    #[arg(long)]
-    buffered: bool,
-    /// Ignore index checkpoints on open (local store only).
-    #[arg(long)]
-    no_checkpoint: bool,
+    #[command(flatten)]
+    conn: super::ConnArgs,
     /// The key's namespace (`granary ns list`; default: the default
-    /// namespace). Local store only in this build.
+    /// namespace), on a local store or on the server.
     #[arg(long, value_name = "NAME")]
     ns: Option<String>,
 }
 
-/// `--ns` with `--server`: the native protocol of this build names no
-/// namespace.
-const NS_WITH_SERVER: &str = "--ns with --server needs the native protocol's namespaces (not in this build)";
-
 /// A resolved target.
 enum Target {
     /// A local store and the namespace of the key.
-    Local {
-        dev: DeviceArgs,
-        ns: String,
-    },
-    Remote(granary_client::Client),
+    Local { dev: DeviceArgs, ns: String },
+    /// A server and the namespace of the key ("": the default one).
+    Remote { client: granary_client::Client, ns: String },
+}
+
+/// A client of the server at `server` (HOST:PORT, or HOST for the default
+/// port), one connection, requests timing out after `timeout_ms`.
+pub(super) fn connect(server: &str, timeout_ms: u64) -> Result<granary_client::Client, String> {
+    let addr =
+        if server.contains(':') { server.to_string() } else { format!("{server}:{}", granary_proto::DEFAULT_PORT) };
+    let cfg =
+        granary_client::ClientConfig { timeout: std::time::Duration::from_millis(timeout_ms.max(1)), connections: 1 };
+    granary_client::Client::connect(addr.as_str(), cfg).map_err(|e| format!("{addr}: {e}"))
 }
 
 impl TargetArgs {
@@ -52,33 +46,23 @@ impl TargetArgs {
     /// arguments after PATH (or after `--server`).
     fn resolve(self, mut args: Vec<OsString>, min: usize, max: usize) -> Result<(Target, Vec<OsString>), String> {
         let usage = |form: &str| format!("expected {form}");
-        match self.server {
+        match self.conn.server {
             Some(s) => {
                 if args.len() < min || args.len() > max {
                     return Err(usage("KEY [VALUE] after --server HOST:PORT"));
                 }
-                if self.buffered || self.no_checkpoint {
+                if self.conn.buffered || self.conn.no_checkpoint {
                     return Err("--buffered and --no-checkpoint apply to a local store, not --server".into());
                 }
-                // The one branch to fill in once the native protocol names
-                // namespaces: pass the name on with the client.
-                if self.ns.is_some() {
-                    return Err(NS_WITH_SERVER.into());
-                }
-                let addr = if s.contains(':') { s.clone() } else { format!("{s}:{}", granary_proto::DEFAULT_PORT) };
-                let cfg = granary_client::ClientConfig {
-                    timeout: std::time::Duration::from_millis(self.timeout_ms.max(1)),
-                    connections: 1,
-                };
-                let c = granary_client::Client::connect(addr.as_str(), cfg).map_err(|e| format!("{addr}: {e}"))?;
-                Ok((Target::Remote(c), args))
+                let client = connect(&s, self.conn.timeout_ms)?;
+                Ok((Target::Remote { client, ns: self.ns.unwrap_or_default() }, args))
             }
             None => {
                 if args.len() < min + 1 || args.len() > max + 1 {
                     return Err(usage("PATH KEY [VALUE] (or --server HOST:PORT KEY [VALUE])"));
                 }
                 let path = PathBuf::from(args.remove(0));
-                let dev = DeviceArgs { path, buffered: self.buffered, no_checkpoint: self.no_checkpoint };
+                let dev = DeviceArgs { path, buffered: self.conn.buffered, no_checkpoint: self.conn.no_checkpoint };
                 let ns = self.ns.unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
                 Ok((Target::Local { dev, ns }, args))
             }
@@ -136,7 +120,7 @@ pub struct DelArgs {
 }
 
 fn local_only_flush(flush: bool, target: &Target) -> Result<(), String> {
-    if flush && matches!(target, Target::Remote(_)) {
+    if flush && matches!(target, Target::Remote { .. }) {
         return Err("--flush applies to a local store; a server's durability is its own setting".into());
     }
     Ok(())
@@ -171,13 +155,13 @@ pub fn put(a: PutArgs) -> Result<ExitCode, String> {
             })?;
             outcome == PutOutcome::Stored
         }
-        Target::Remote(c) => {
+        Target::Remote { client, ns } => {
             let pm = match a.mode {
                 Mode::Upsert => granary_client::PutMode::Upsert,
                 Mode::Add => granary_client::PutMode::CreateOnly,
                 Mode::Replace => granary_client::PutMode::ReplaceOnly,
             };
-            c.put_with(key.as_bytes(), &value, pm).map_err(|e| e.to_string())?
+            client.ns(&ns).put_with(key.as_bytes(), &value, pm).map_err(|e| e.to_string())?
         }
     };
     match (stored, a.mode) {
@@ -202,7 +186,7 @@ pub fn get(a: GetArgs) -> Result<ExitCode, String> {
             let store = open_store(&dev, false, true)?;
             store.namespace(&ns).and_then(|ns| ns.get(key.as_bytes())).map_err(|e| e.to_string())?
         }
-        Target::Remote(c) => c.get(key.as_bytes()).map_err(|e| e.to_string())?,
+        Target::Remote { client, ns } => client.ns(&ns).get(key.as_bytes()).map_err(|e| e.to_string())?,
     };
     match v {
         Some(v) => {
@@ -222,7 +206,7 @@ pub fn del(a: DelArgs) -> Result<ExitCode, String> {
         Target::Local { dev, ns } => with_store(&dev, a.flush, |store| {
             store.namespace(&ns).and_then(|ns| ns.delete(key.as_bytes())).map_err(|e| e.to_string())
         })?,
-        Target::Remote(c) => c.delete(key.as_bytes()).map_err(|e| e.to_string())?,
+        Target::Remote { client, ns } => client.ns(&ns).delete(key.as_bytes()).map_err(|e| e.to_string())?,
     };
     Ok(if existed { ExitCode::SUCCESS } else { not_found(key) })
 }

@@ -2,9 +2,11 @@
 //! command takes (its clap arguments) and what it does.
 //!
 //! Exit codes, for every command: 0 success; 1 the key is absent (`get`,
-//! `del`), a conditional put did not store, or `verify` found problems; 2
-//! an error, printed as one line on stderr.
+//! `del`), a conditional put did not store, a `batch`'s condition failed
+//! (nothing applied), or `verify` found problems; 2 an error, printed as
+//! one line on stderr.
 
+pub mod batch;
 pub mod create;
 pub mod kv;
 pub mod load;
@@ -25,6 +27,25 @@ pub struct DeviceArgs {
     #[arg(long)]
     pub buffered: bool,
     /// Ignore index checkpoints on open: rebuild the index by scanning the whole log.
+    #[arg(long)]
+    pub no_checkpoint: bool,
+}
+
+/// Where a command that works on a local store or on a server goes: with
+/// `--server`, that server's native protocol; else the local store, opened
+/// as these flags say.
+#[derive(clap::Args, Clone)]
+pub struct ConnArgs {
+    /// A server's native protocol address (HOST:PORT, default port 43345).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub server: Option<String>,
+    /// Request timeout in milliseconds with --server.
+    #[arg(long, default_value_t = 5000)]
+    pub timeout_ms: u64,
+    /// Use the page cache instead of direct IO (local store only).
+    #[arg(long)]
+    pub buffered: bool,
+    /// Ignore index checkpoints on open (local store only).
     #[arg(long)]
     pub no_checkpoint: bool,
 }
