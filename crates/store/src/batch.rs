@@ -167,8 +167,8 @@ impl Core {
         let mut resolved = Vec::with_capacity(ops.len());
         let mut seen = std::collections::HashSet::new();
         for (ns, key, op) in ops {
-            let (stored, counters) = self.scoped(&ns, &key)?;
-            let stored = stored.into_owned();
+            let stored = self.scoped(&ns, &key)?.0.into_owned();
+            let counters = ns.current()?.1;
             if !seen.insert(stored.clone()) {
                 let key = key.escape_ascii();
                 return Err(Error::BadBatch(format!("key \"{key}\" of namespace {:?} appears twice", ns.name)));

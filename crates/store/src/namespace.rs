@@ -107,6 +107,13 @@ pub struct NamespaceOptions {
     pub max_keys: Option<u64>,
 }
 
+impl NamespaceOptions {
+    /// Whether a write must be checked against a quota.
+    pub fn has_quota(&self) -> bool {
+        self.max_bytes.is_some() || self.max_keys.is_some()
+    }
+}
+
 /// A namespace's options and figures.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NamespaceStats {
@@ -358,11 +365,47 @@ pub(crate) struct NsState {
     pub options: NamespaceOptions,
     current: RwLock<(u32, Arc<NsCounters>)>,
     dropped: AtomicBool,
+    /// The default namespace's counters: its id never changes and it is
+    /// never dropped, so its calls read them with no lock.
+    fixed: Option<Arc<NsCounters>>,
+}
+
+/// A namespace's counters as a call holds them: borrowed where they
+/// cannot change, shared otherwise.
+pub(crate) enum NsRef<'a> {
+    Fixed(&'a NsCounters),
+    Shared(Arc<NsCounters>),
+}
+
+impl std::ops::Deref for NsRef<'_> {
+    type Target = NsCounters;
+
+    fn deref(&self) -> &NsCounters {
+        match self {
+            NsRef::Fixed(c) => c,
+            NsRef::Shared(c) => c,
+        }
+    }
 }
 
 impl NsState {
     pub(crate) fn new(name: &str, id: u32, options: NamespaceOptions, counters: Arc<NsCounters>) -> NsState {
-        NsState { name: name.into(), options, current: RwLock::new((id, counters)), dropped: AtomicBool::new(false) }
+        let fixed = (id == DEFAULT_NS).then(|| counters.clone());
+        NsState {
+            name: name.into(),
+            options,
+            current: RwLock::new((id, counters)),
+            dropped: AtomicBool::new(false),
+            fixed,
+        }
+    }
+
+    /// [`NsState::current`] for a call: no lock for the default namespace.
+    pub(crate) fn current_ref(&self) -> Result<(u32, NsRef<'_>)> {
+        if let Some(c) = &self.fixed {
+            return Ok((DEFAULT_NS, NsRef::Fixed(c)));
+        }
+        self.current().map(|(id, c)| (id, NsRef::Shared(c)))
     }
 
     /// Its id and counters now; `NoSuchNamespace` once dropped.

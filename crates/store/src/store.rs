@@ -24,12 +24,11 @@
 use crate::access::{Clock0, ItemAccess};
 use crate::checkpoint::Checkpoints;
 use crate::counters::Counters;
-use crate::counters::NsCounters;
 use crate::error::{Error, Result};
 use crate::gc::{Gc, GcCounters};
 use crate::keys::Keys;
 use crate::log::Log;
-use crate::namespace::{NamespaceOptions, NamespaceStats, Namespaces, NsState};
+use crate::namespace::{NamespaceOptions, NamespaceStats, Namespaces, NsRef, NsState};
 use crate::nskey::{stored_key, DEFAULT_NS, NS_KEY_OVERHEAD};
 use crate::options::ProgressHook;
 use crate::parts::Parts;
@@ -169,8 +168,8 @@ macro_rules! engine_calls {
 impl Core {
     /// A user's key in `ns`, checked, in the form it is stored in, and the
     /// counters of `ns`'s current id.
-    pub(crate) fn scoped<'k>(&self, ns: &NsState, key: &'k [u8]) -> Result<(Cow<'k, [u8]>, Arc<NsCounters>)> {
-        let (id, c) = ns.current()?;
+    pub(crate) fn scoped<'k, 'n>(&self, ns: &'n NsState, key: &'k [u8]) -> Result<(Cow<'k, [u8]>, NsRef<'n>)> {
+        let (id, c) = ns.current_ref()?;
         if id == DEFAULT_NS {
             Self::check_user_key(key)?;
             return Ok((Cow::Borrowed(key), c));

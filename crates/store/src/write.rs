@@ -164,7 +164,9 @@ impl Core {
         let value_len = pb.value_len as u64;
         let meta = self.with_default_ttl(ns, meta);
         let v = Version { meta, cas: None, policy: Policy::new_item(&meta) };
-        self.check_quota(ns, &c, &key, self.value_grains(&key, value_len, None)?).await?;
+        if ns.options.has_quota() {
+            self.check_quota(ns, &c, &key, self.value_grains(&key, value_len, None)?).await?;
+        }
         let r = self.write_item(&key, Payload::Owned { buf: &mut pb.buf, value_len }, v, cond).await?;
         c.stored(r.0);
         Ok(r)
@@ -216,7 +218,9 @@ impl Core {
     ) -> Result<(PutOutcome, u64)> {
         let (key, c) = self.scoped(ns, key)?;
         v.meta = self.with_default_ttl(ns, v.meta);
-        self.check_quota(ns, &c, &key, self.value_grains(&key, value.len() as u64, v.cas)?).await?;
+        if ns.options.has_quota() {
+            self.check_quota(ns, &c, &key, self.value_grains(&key, value.len() as u64, v.cas)?).await?;
+        }
         let r = self.write_item(&key, Payload::Slice(value), v, cond).await?;
         c.stored(r.0);
         Ok(r)
