@@ -162,8 +162,9 @@ fn value(k: u64, v: u64) -> Vec<u8> {
     b
 }
 
-/// Crashes anywhere among batches (with conditions), ordinary writes,
-/// checkpoints and GC: after recovery every acknowledged batch is whole,
+/// Crashes anywhere among batches (with conditions, over two namespaces),
+/// ordinary writes, drops and re-creations of a namespace, checkpoints and
+/// GC (no key of a dropped generation may come back): after recovery every acknowledged batch is whole,
 /// every batch cut short is whole or absent, and nothing else changed.
 #[test]
 fn crashes_leave_every_batch_whole_or_absent() {
@@ -192,15 +193,39 @@ fn one_crash(seed: u64) -> u64 {
     let dev = Arc::new(FaultDevice::new(2 << 20, seed));
     let s = Store::create(dev.clone(), &create_opts(), &opts(durability)).unwrap();
     let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
+    // Keys 0..12 are the default namespace's, 12..24 namespace "a"'s,
+    // which is dropped and created again now and then.
+    let mut a = s.create_namespace("a", NamespaceOptions::default()).unwrap();
     let mut model: Model = HashMap::new();
+    // A drop and re-creation of "a" the crash cut short.
+    let mut cut_drop = false;
     // The batch the crash cut short: (key, version or delete) of each op.
     let mut cut: Option<Vec<(u64, Option<u64>)>> = None;
     dev.plan_crash(rng.below(60), kind);
     for version in 1..=40u64 {
+        if rng.below(25) == 0 {
+            let r = s.drop_namespace("a").and_then(|()| s.create_namespace("a", NamespaceOptions::default()));
+            match r {
+                Ok(ns) => {
+                    a = ns;
+                    model.retain(|&k, _| k < 12);
+                }
+                Err(Error::Io { .. } | Error::Poisoned { .. }) => {
+                    cut_drop = true;
+                    break;
+                }
+                Err(e) => panic!("seed {seed}: {e}"),
+            }
+            if dev.crashed() {
+                break;
+            }
+            continue;
+        }
         if rng.below(4) == 0 {
             // An ordinary write among the batches.
-            let k = rng.below(12);
-            match s.put(&key(k), &value(k, version)) {
+            let k = rng.below(24);
+            let ns = if k < 12 { &d } else { &a };
+            match ns.put(&key(k), &value(k, version)) {
                 Ok(()) => {
                     model.insert(k, Some(version));
                 }
@@ -220,21 +245,22 @@ fn one_crash(seed: u64) -> u64 {
         let mut want = Vec::new();
         let mut keys = std::collections::HashSet::new();
         for _ in 0..ops {
-            let k = rng.below(12);
+            let k = rng.below(24);
             if !keys.insert(k) {
                 continue;
             }
+            let ns = if k < 12 { &d } else { &a };
             match rng.below(10) {
                 0 | 1 => {
-                    b.delete(&d, &key(k));
+                    b.delete(ns, &key(k));
                     want.push((k, None));
                 }
                 2 => {
-                    b.put_absent(&d, &key(k), &value(k, version));
+                    b.put_absent(ns, &key(k), &value(k, version));
                     want.push((k, Some(version)));
                 }
                 _ => {
-                    b.put(&d, &key(k), &value(k, version));
+                    b.put(ns, &key(k), &value(k, version));
                     want.push((k, Some(version)));
                 }
             }
@@ -270,15 +296,33 @@ fn one_crash(seed: u64) -> u64 {
             break;
         }
     }
-    drop(d);
+    drop((d, a));
     drop(s);
     dev.restart();
     let s = Store::open(dev.clone(), &opts(durability)).unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
     let read = |k: u64| -> Option<u64> {
-        s.get(&key(k))
-            .unwrap_or_else(|e| panic!("seed {seed}: key {k}: {e}"))
+        let got = if k < 12 {
+            s.get(&key(k))
+        } else {
+            match s.namespace("a") {
+                Ok(a) => a.get(&key(k)),
+                // The crash fell between the drop and the re-creation.
+                Err(Error::NoSuchNamespace { .. }) if cut_drop => Ok(None),
+                Err(e) => Err(e),
+            }
+        };
+        got.unwrap_or_else(|e| panic!("seed {seed}: key {k}: {e}"))
             .map(|v| u64::from_le_bytes(v[..8].try_into().unwrap()))
     };
+    if cut_drop {
+        // The drop happened or not: "a"'s keys as the model says, or none.
+        let kept = (12..24).all(|k| read(k) == model.get(&k).copied().flatten());
+        let gone = (12..24).all(|k| read(k).is_none());
+        assert!(kept || gone, "seed {seed}: the cut drop left half of namespace a");
+        if gone {
+            model.retain(|&k, _| k < 12);
+        }
+    }
     // The cut batch: all of it or none of it.
     let mut cut_applied = None;
     if let Some(ops) = &cut {
@@ -287,7 +331,7 @@ fn one_crash(seed: u64) -> u64 {
         assert!(applied || absent, "seed {seed}: half of the cut batch {ops:?} is there");
         cut_applied = Some(applied);
     }
-    for k in 0..12 {
+    for k in 0..24 {
         let touched = cut.as_ref().is_some_and(|ops| ops.iter().any(|&(c, _)| c == k));
         let want = match cut.as_ref().and_then(|ops| ops.iter().find(|&&(c, _)| c == k)) {
             Some(&(_, v)) if cut_applied == Some(true) => v,
