@@ -10,7 +10,8 @@
 //! when missing) on the same filesystem. Granary runs in `Flush` mode
 //! (fdatasync at each commit: RocksDB's durability) and in its default
 //! `Direct` mode (a commit is durable when its write completes on a device
-//! without a volatile cache).
+//! without a volatile cache). With `--new-keys` every put inserts a key
+//! never written before (no blind overwrite, no candidate in the index).
 //!
 //! **Dropping a namespace** that holds N keys (default 1 M,
 //! 100-byte values) in a store on a file with direct IO: how long
@@ -42,6 +43,9 @@ pub struct TxnBenchOptions {
     pub secs: f64,
     /// Run the RocksDB peer.
     pub rocksdb: bool,
+    /// Write keys never written before (inserts), instead of overwriting
+    /// 100,000 keys at random.
+    pub new_keys: bool,
 }
 
 impl Default for TxnBenchOptions {
@@ -53,6 +57,7 @@ impl Default for TxnBenchOptions {
             batches: vec![1, 4, 16, 64],
             secs: 3.0,
             rocksdb: true,
+            new_keys: false,
         }
     }
 }
@@ -86,7 +91,14 @@ fn granary_batches(o: &TxnBenchOptions, durability: Durability) -> Result<Vec<se
     let value = vec![b'v'; BATCH_VALUE_BYTES];
     let mode = if durability == Durability::Flush { "flush" } else { "direct" };
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next_key = move || {
+    let (new_keys, mut fresh) = (o.new_keys, 0u64);
+    // Inserts take the next unused keys (a batch of n the next n); else a
+    // random one of BATCH_KEYS (a batch of n the n after it).
+    let mut next_key = move |n: u64| {
+        if new_keys {
+            fresh += n;
+            return fresh - n;
+        }
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
@@ -106,16 +118,17 @@ fn granary_batches(o: &TxnBenchOptions, durability: Durability) -> Result<Vec<se
         Ok((h.len(), secs, h.value_at_quantile(0.5) as f64 / 1e3, h.value_at_quantile(0.99) as f64 / 1e3))
     };
     let (n, secs, p50, p99) = measure(&mut || {
-        let k = next_key();
+        let k = next_key(1);
         store.put(&load_key(k), &value).map_err(|e| e.to_string())
     })?;
     out.push(point("granary", &format!("{mode} put"), 1, n, secs, p50, p99));
     for &size in &o.batches {
         let (n, secs, p50, p99) = measure(&mut || {
-            let start = next_key();
+            let start = next_key(size as u64);
             let mut b = store.batch();
             for i in 0..size as u64 {
-                b.put(&ns, &load_key((start + i) % BATCH_KEYS), &value);
+                let k = if new_keys { start + i } else { (start + i) % BATCH_KEYS };
+                b.put(&ns, &load_key(k), &value);
             }
             match b.commit().map_err(|e| e.to_string())? {
                 BatchOutcome::Committed { .. } => Ok(()),

@@ -72,6 +72,9 @@ enum BenchCmd {
         /// Skip the RocksDB peer.
         #[arg(long)]
         no_rocksdb: bool,
+        /// Insert keys never written before instead of overwriting 100K.
+        #[arg(long)]
+        new_keys: bool,
         /// Also write the results as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -378,7 +381,7 @@ fn run(cmd: BenchCmd) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        BenchCmd::Txn { path, keys, value_bytes, batches, secs, no_rocksdb, json } => {
+        BenchCmd::Txn { path, keys, value_bytes, batches, secs, no_rocksdb, new_keys, json } => {
             if batches.is_empty() || batches.iter().any(|&b| b == 0 || b > granary_store::BATCH_OPS_MAX) {
                 return Err(format!("--batches needs sizes from 1 to {}", granary_store::BATCH_OPS_MAX));
             }
@@ -392,6 +395,7 @@ fn run(cmd: BenchCmd) -> Result<ExitCode, String> {
                 batches,
                 secs,
                 rocksdb: !no_rocksdb,
+                new_keys,
             };
             let v = granary_bench::txn::run(&o)?;
             if let Some(path) = json {
