@@ -46,6 +46,8 @@ pub struct TxnBenchOptions {
     /// Write keys never written before (inserts), instead of overwriting
     /// 100,000 keys at random.
     pub new_keys: bool,
+    /// Size of the batches' data file.
+    pub size_bytes: u64,
 }
 
 impl Default for TxnBenchOptions {
@@ -58,6 +60,7 @@ impl Default for TxnBenchOptions {
             secs: 3.0,
             rocksdb: true,
             new_keys: false,
+            size_bytes: 2 << 30,
         }
     }
 }
@@ -83,7 +86,7 @@ fn point(system: &str, what: &str, batch: usize, commits: u64, secs: f64, p50: f
 /// Granary's batch points in `durability` mode, and the single put.
 fn granary_batches(o: &TxnBenchOptions, durability: Durability) -> Result<Vec<serde_json::Value>, String> {
     let _ = std::fs::remove_file(&o.path);
-    let dev = FileDevice::create(&o.path, 2 << 30, OpenMode::Direct).map_err(|e| e.to_string())?;
+    let dev = FileDevice::create(&o.path, o.size_bytes, OpenMode::Direct).map_err(|e| e.to_string())?;
     let create = CreateOptions { grain_bytes: Some(512), ..CreateOptions::default() };
     let open = OpenOptions { durability, checkpoint_interval: None, ..OpenOptions::default() };
     let store = Store::create(Arc::new(dev), &create, &open).map_err(|e| e.to_string())?;

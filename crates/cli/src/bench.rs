@@ -75,6 +75,9 @@ enum BenchCmd {
         /// Insert keys never written before instead of overwriting 100K.
         #[arg(long)]
         new_keys: bool,
+        /// Size of the batches' data file (e.g. 2G).
+        #[arg(long, default_value = "2G", value_parser = size::parse)]
+        size: u64,
         /// Also write the results as JSON to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -381,7 +384,7 @@ fn run(cmd: BenchCmd) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        BenchCmd::Txn { path, keys, value_bytes, batches, secs, no_rocksdb, new_keys, json } => {
+        BenchCmd::Txn { path, keys, value_bytes, batches, secs, no_rocksdb, new_keys, size, json } => {
             if batches.is_empty() || batches.iter().any(|&b| b == 0 || b > granary_store::BATCH_OPS_MAX) {
                 return Err(format!("--batches needs sizes from 1 to {}", granary_store::BATCH_OPS_MAX));
             }
@@ -396,6 +399,7 @@ fn run(cmd: BenchCmd) -> Result<ExitCode, String> {
                 secs,
                 rocksdb: !no_rocksdb,
                 new_keys,
+                size_bytes: size,
             };
             let v = granary_bench::txn::run(&o)?;
             if let Some(path) = json {

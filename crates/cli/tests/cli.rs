@@ -276,6 +276,35 @@ fn version_and_help() {
     }
 }
 
+/// `granary-bench txn` runs end to end on small files (without the RocksDB
+/// peer, whose library CI may lack): every batch point committed, the
+/// namespace drop wrote one record and read none, and the sweep let go of
+/// every key. Timings are printed, never asserted.
+#[test]
+fn bench_txn_runs_batches_and_a_namespace_drop() {
+    let dir = workdir();
+    let data = dir.path().join("bench/txn.db");
+    let json = dir.path().join("txn.json");
+    let d = data.to_str().unwrap();
+    let args = ["txn", "--path", d, "--size", "64M", "--keys", "2000", "--secs", "0.1", "--batches", "1,4"];
+    let o = bench(&[&args[..], &["--no-rocksdb", "--json", json.to_str().unwrap()]].concat());
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let points = v["batches"].as_array().unwrap();
+    for mode in ["flush batch", "direct batch"] {
+        for batch in [1, 4] {
+            let p = points
+                .iter()
+                .find(|p| p["mode"] == mode && p["batch"] == batch)
+                .unwrap_or_else(|| panic!("{mode} {batch}"));
+            assert!(p["commits"].as_u64().unwrap() > 0, "{p}");
+        }
+    }
+    assert_eq!((v["drop_io"]["writes"].as_u64(), v["drop_io"]["reads"].as_u64()), (Some(1), Some(0)), "{v}");
+    let (after, before) = (v["live_bytes_after_sweep"].as_u64().unwrap(), v["live_bytes_before"].as_u64().unwrap());
+    assert!(after < before / 10, "{v}");
+}
+
 /// `granary-bench device` runs end to end on a small file (without fio, which
 /// CI may lack) and reports every point with no failed operation; its JSON
 /// names every backend and depth. Timings are printed, never asserted.
