@@ -333,12 +333,9 @@ impl Core {
         hdr.encode(self.log.seed, COMMIT_KEY, &commit.encode(), &mut buf[(at * g) as usize..]);
         let offset = loc.pba * g;
         let (_, r) = self.log.dev.write_at_async(buf, offset).await;
-        let written = r.map_err(|source| Error::Io { op: "batch write", offset, source }).and_then(|()| {
-            if self.log.durability == crate::options::Durability::Flush {
-                self.log.dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
-            }
-            Ok(())
-        });
+        let written = r
+            .map_err(|source| Error::Io { op: "batch write", offset, source })
+            .and_then(|()| self.log.flush_if_durable(offset));
         if let Err(e) = written {
             self.space.done(loc.seg);
             return Err(self.log.poison(e));

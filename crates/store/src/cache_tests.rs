@@ -490,15 +490,7 @@ fn a_value_written_while_its_old_version_is_being_dropped_supersedes_it() {
     let first = found(&s, b"k");
     assert!(!first.hdr.supersedes);
     let (v, len) = (s.core.log.sb.segment_of(first.entry.pba()), first.hdr.grains(512) * 512);
-    assert!(crate::gc::drop_value(
-        s.core.collector(),
-        v,
-        b"k",
-        first.entry.pba(),
-        crate::counters::Counted::new(false, len),
-        true
-    )
-    .unwrap());
+    assert!(drop_k(&s, v, first.entry.pba(), len));
     s.put(b"k", b"written during the drop").unwrap();
     assert!(found(&s, b"k").hdr.supersedes, "the dropped version is still on the device");
     s.core.keys.dropped.freed(v);
@@ -510,6 +502,12 @@ fn a_value_written_while_its_old_version_is_being_dropped_supersedes_it() {
 /// another segment (or a reclaim of theirs that failed, which must not clear
 /// the list: crash seed 1735550203 in cache mode) must not forget them, or
 /// a later delete writes no tombstone and a crash brings the value back.
+/// GC's eviction of key `k`'s value at `pba` in segment `v` (`len` bytes),
+/// listed until `v` is free; whether it was indexed.
+fn drop_k(s: &Store, v: u32, pba: u64, len: u64) -> bool {
+    crate::gc::drop_value(s.core.collector(), v, b"k", pba, crate::counters::Counted::new(false, len), true).unwrap()
+}
+
 #[test]
 fn dropped_values_stay_listed_until_their_own_victim_is_free() {
     let f = Fixture::new(8 << 20);
@@ -521,15 +519,7 @@ fn dropped_values_stay_listed_until_their_own_victim_is_free() {
     roll(&s, "b");
     roll(&s, "c");
     assert_ne!(v, w);
-    assert!(crate::gc::drop_value(
-        s.core.collector(),
-        v,
-        b"k",
-        first.entry.pba(),
-        crate::counters::Counted::new(false, len),
-        true
-    )
-    .unwrap());
+    assert!(drop_k(&s, v, first.entry.pba(), len));
     crate::gc::reclaim(s.core.collector(), w, false).unwrap();
     assert_eq!(s.core.keys.dropped.len(), 1, "freeing another victim keeps v's dropped values");
     assert!(!s.delete(b"k").unwrap(), "the value was already gone");
@@ -569,15 +559,7 @@ fn a_copy_left_beside_its_original_by_a_crash_is_listed_until_freed() {
     let e = found(&s, b"k");
     let seg = s.core.log.sb.segment_of(e.entry.pba());
     assert!(!e.hdr.supersedes);
-    assert!(crate::gc::drop_value(
-        s.core.collector(),
-        seg,
-        b"k",
-        e.entry.pba(),
-        crate::counters::Counted::new(false, e.hdr.grains(512) * 512),
-        true
-    )
-    .unwrap());
+    assert!(drop_k(&s, seg, e.entry.pba(), e.hdr.grains(512) * 512));
     assert!(!s.delete(b"k").unwrap(), "the value was already gone");
     assert_eq!(s.stats().tombstones, 1, "a tombstone covers the copies left on the device");
     let s = f.reopen(s, true);
@@ -634,15 +616,7 @@ fn cache_with_one_value(f: &Fixture) -> (Store, u64, crate::store::Found, u32, u
 fn a_delete_during_the_drop_of_its_value_leaves_a_tombstone() {
     let f = Fixture::new(8 << 20);
     let (s, _, first, v, len) = cache_with_one_value(&f);
-    assert!(crate::gc::drop_value(
-        s.core.collector(),
-        v,
-        b"k",
-        first.entry.pba(),
-        crate::counters::Counted::new(false, len),
-        true
-    )
-    .unwrap());
+    assert!(drop_k(&s, v, first.entry.pba(), len));
     assert!(!s.delete(b"k").unwrap(), "the value was already gone");
     assert_eq!(s.stats().tombstones, 1);
     // Crash before the victim was freed: the value is still on the device.

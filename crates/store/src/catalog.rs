@@ -19,9 +19,7 @@ use crate::namespace::{
 use crate::nskey::DEFAULT_NS;
 use crate::store::Core;
 use crate::types::{Cond, ItemMeta};
-use granary_format::limits::SUPERBLOCK_OFFSETS;
 use granary_format::superblock::{FLAG_NAMESPACES, SUPERBLOCK_VERSION};
-use granary_io::AlignedBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -139,6 +137,11 @@ impl Core {
         self.keys.ns.set(cat.next_id, live);
     }
 
+    /// Whether superblock feature `flag` is on.
+    pub(crate) fn has_feature(&self, flag: u32) -> bool {
+        *self.features.lock().unwrap_or_else(|e| e.into_inner()) & flag != 0
+    }
+
     /// Turn on a superblock feature flag (once): copy A, flush, copy B,
     /// flush. A crash in between leaves copy A, which readers take first,
     /// with the flag. Serialised by the features lock; the flags written
@@ -151,19 +154,8 @@ impl Core {
         let mut sb = self.log.sb.clone();
         sb.version = SUPERBLOCK_VERSION;
         sb.flags = *on | flag;
-        let mut buf = AlignedBuf::zeroed(4096);
-        sb.encode(&mut buf);
-        let dev = &self.log.dev;
-        for &offset in &SUPERBLOCK_OFFSETS {
-            let (b, r) = dev.write_at(buf, offset);
-            r.map_err(|source| self.log.poison(Error::Io { op: "write of the superblock", offset, source }))?;
-            buf = b;
-            dev.flush().map_err(|source| self.log.poison(Error::Io { op: "flush", offset, source }))?;
-        }
+        crate::log::write_superblocks(self.log.dev.as_ref(), &sb).map_err(|e| self.log.poison(e))?;
         *on |= flag;
-        if flag & FLAG_NAMESPACES != 0 {
-            self.namespaces.enabled.store(true, Relaxed);
-        }
         let what = if flag == FLAG_NAMESPACES { "namespaces" } else { "atomic batches" };
         tracing::info!("{what} turned on: this store now needs a build that knows them");
         Ok(())

@@ -808,5 +808,5 @@ fn write_runs(gc: Gc<'_>, runs: Vec<(u64, Vec<u8>)>) -> Result<()> {
         let (_, r) = gc.log.dev.write_at(buf, offset);
         r.map_err(|source| Error::Io { op: "GC relocation write", offset, source })?;
     }
-    gc.log.flush_if_durable()
+    gc.log.flush_if_durable(0)
 }

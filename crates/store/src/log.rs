@@ -420,10 +420,11 @@ impl Log {
         err
     }
 
-    /// Flush the device, in `Flush` mode only.
-    pub(crate) fn flush_if_durable(&self) -> Result<()> {
+    /// Flush the device, in `Flush` mode only; `offset` is the write the
+    /// flush makes durable (for the error).
+    pub(crate) fn flush_if_durable(&self, offset: u64) -> Result<()> {
         if self.durability == Durability::Flush {
-            self.dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })?;
+            self.dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
         }
         Ok(())
     }
@@ -501,4 +502,18 @@ impl Log {
         }
         Ok((hdr, buf))
     }
+}
+
+/// Write both superblock copies of `sb`: copy A, flush, copy B, flush. A
+/// crash in between leaves copy A, which readers take first.
+pub(crate) fn write_superblocks(dev: &dyn Device, sb: &Superblock) -> Result<()> {
+    let mut buf = AlignedBuf::zeroed(4096);
+    sb.encode(&mut buf);
+    for &offset in &SUPERBLOCK_OFFSETS {
+        let (b, r) = dev.write_at(buf, offset);
+        r.map_err(|source| Error::Io { op: "write of the superblock", offset, source })?;
+        buf = b;
+        dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
+    }
+    Ok(())
 }

@@ -456,21 +456,14 @@ pub(crate) struct Namespaces {
     /// Every namespace by name, the default one included.
     pub by_name: RwLock<BTreeMap<String, Arc<NsState>>>,
     pub default: Arc<NsState>,
-    /// The superblock's namespaces flag is on.
-    pub enabled: AtomicBool,
 }
 
 impl Namespaces {
-    pub(crate) fn new(default_mode: NamespaceMode, counters: Arc<NsCounters>, enabled: bool) -> Namespaces {
+    pub(crate) fn new(default_mode: NamespaceMode, counters: Arc<NsCounters>) -> Namespaces {
         let options = NamespaceOptions { mode: default_mode, ..Default::default() };
         let default = Arc::new(NsState::new(DEFAULT_NAMESPACE, DEFAULT_NS, options, counters));
         let by_name = RwLock::new(BTreeMap::from([(DEFAULT_NAMESPACE.to_string(), default.clone())]));
-        Namespaces {
-            change: async_lock::Mutex::new(Catalog::default()),
-            by_name,
-            default,
-            enabled: AtomicBool::new(enabled),
-        }
+        Namespaces { change: async_lock::Mutex::new(Catalog::default()), by_name, default }
     }
 
     pub(crate) fn get(&self, name: &str) -> Result<Arc<NsState>> {

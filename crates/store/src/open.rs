@@ -39,14 +39,7 @@ impl Store {
     /// Format `dev` as a new, empty store and open it.
     pub fn create(dev: Arc<dyn Device>, opts: &CreateOptions, open: &OpenOptions) -> Result<Store> {
         let sb = Self::geometry(dev.as_ref(), opts, open)?;
-        let mut buf = AlignedBuf::zeroed(4096);
-        sb.encode(&mut buf);
-        for &offset in &SUPERBLOCK_OFFSETS {
-            let (b, r) = dev.write_at(buf, offset);
-            r.map_err(|source| Error::Io { op: "write of the superblock", offset, source })?;
-            buf = b;
-        }
-        dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })?;
+        crate::log::write_superblocks(dev.as_ref(), &sb)?;
         tracing::debug!(device = %dev.describe(), segments = sb.segment_count, segment_bytes = sb.segment_bytes,
             grain_bytes = sb.grain_bytes, "created store");
         Self::open(dev, open)
@@ -183,7 +176,7 @@ impl Store {
             track_access: opts.track_access,
             access_clock: Clock0 { base: opts.clock.now() },
             log: Log::new(dev, sb.clone(), record_seed(&sb.uuid), opts.durability),
-            namespaces: Namespaces::new(default_mode, default_counters, sb.flags & FLAG_NAMESPACES != 0),
+            namespaces: Namespaces::new(default_mode, default_counters),
             closed: AtomicBool::new(false),
             features: Mutex::new(sb.flags),
         };
@@ -194,7 +187,7 @@ impl Store {
             let floor = f.value.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
             core.log.flush_floor.store(floor.unwrap_or(0), Relaxed);
         }
-        if core.namespaces.enabled.load(Relaxed) && from_checkpoint && !block_on(core.restore_totals())? {
+        if core.has_feature(FLAG_NAMESPACES) && from_checkpoint && !block_on(core.restore_totals())? {
             return Ok(None);
         }
         block_on(core.load_catalog())?;

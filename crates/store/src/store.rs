@@ -567,7 +567,7 @@ impl Store {
             // Every namespace's counts, for the open that loads this
             // checkpoint (`catalog::restore_totals`); without them the
             // next open of a store with namespaces scans the log.
-            let totals = match self.core.namespaces.enabled.load(Relaxed) {
+            let totals = match self.core.has_feature(granary_format::superblock::FLAG_NAMESPACES) {
                 true => {
                     // Nothing else writes now: GC has stopped, handles
                     // refuse calls, and `close` owns the store.

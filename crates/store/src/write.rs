@@ -21,7 +21,6 @@ use crate::counters::{Counted, NsCounters};
 use crate::error::{Error, Result};
 use crate::namespace::{NamespaceOptions, NsState};
 use crate::nskey::{owner, user_key, Owner, DEFAULT_NS};
-use crate::options::Durability;
 use crate::space::{Loc, Purpose};
 use crate::store::{Core, Found, FLUSH_FLOOR_KEY};
 use crate::types::{Change, Cond, Item, ItemMeta, PutMode, PutOutcome};
@@ -586,12 +585,9 @@ impl Core {
         if let Some(slot) = owned {
             *slot = Some(buf);
         }
-        let written = r.map_err(|source| Error::Io { op: "write", offset, source }).and_then(|()| {
-            if self.log.durability == Durability::Flush {
-                self.log.dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
-            }
-            Ok(())
-        });
+        let written = r
+            .map_err(|source| Error::Io { op: "write", offset, source })
+            .and_then(|()| self.log.flush_if_durable(offset));
         if let Err(e) = written {
             self.space.done(loc.seg);
             return Err(self.log.poison(e));
