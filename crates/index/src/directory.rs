@@ -989,6 +989,93 @@ impl Index {
         st.cur.log2
     }
 
+    /// Visit every entry, in every table, whose home slot is in `homes`,
+    /// with its home: `f(home, entry)`. What a key scan pages through: a
+    /// key's home is fixed for the index's life (a grow adds tables and
+    /// moves entries between them, never to another home), so a walk of
+    /// every range of homes, one after another, meets every key that stays
+    /// put throughout.
+    ///
+    /// Each table's regions are walked hand over hand as in
+    /// [`Index::for_each`], and besides, each home is seen whole at one
+    /// instant: the region after a home's region stays locked from before
+    /// the first of the home's slots is read until after the last one is,
+    /// and the home's stashed entries are read meanwhile. Every writer of a
+    /// home (an insert, replace or remove of one of its entries) holds that
+    /// lock; other writers only displace the home's entries forward,
+    /// holding both slots' regions, so never from a slot read to one not
+    /// read yet. Grows are not held off (a walk of a few regions must not
+    /// wait behind a checkpoint's walk of the whole index, which holds the
+    /// grow lock): a running migration is finished first, and a walk that a
+    /// grow overtook (the state changed meanwhile) is thrown away and made
+    /// again, so `f` sees the entries of one walk in one directory. `f` is
+    /// called once the walk is done, with no lock held.
+    pub fn for_each_homed(&self, homes: std::ops::Range<usize>, mut f: impl FnMut(usize, Entry)) {
+        let (lo, hi) = (homes.start, homes.end.min(self.cfg.table_homes as usize));
+        if lo >= hi {
+            return;
+        }
+        // The last slot a home of the range may have an entry in.
+        let last = hi - 1 + H - 1;
+        let (r_lo, r_hi) = (self.region(lo), self.region(last));
+        let log2 = self.cfg.region_log2;
+        let mut found = Vec::new();
+        loop {
+            self.complete_migration();
+            let (sp, st) = self.load_state();
+            if st.mig.is_some() {
+                continue; // a grow started since: finish it too
+            }
+            found.clear();
+            for (t, table) in st.cur.tables.iter().enumerate() {
+                // Readers only, as in `for_each`: versions are left as they are.
+                let mutex_of = |r: usize| &self.region_locks(t, r, r).0.mutex;
+                let mut held = lock(mutex_of(r_lo));
+                for r in r_lo..=r_hi {
+                    let next = (r + 1 < self.regions).then(|| lock(mutex_of(r + 1)));
+                    for s in (r << log2).max(lo)..((r + 1) << log2).min(last + 1) {
+                        let e = table.get(s);
+                        if e.is_free() {
+                            continue;
+                        }
+                        let home = s - e.neigh_off() as usize;
+                        if (lo..hi).contains(&home) {
+                            found.push((home, e));
+                        }
+                    }
+                    // The stashed entries of this region's homes, with the
+                    // homes' writers still locked out.
+                    if table.has_stashed(r << log2) {
+                        for (home, e) in table.stash_entries() {
+                            if self.region(home) == r && (lo..hi).contains(&home) {
+                                found.push((home, e));
+                            }
+                        }
+                    }
+                    match next {
+                        Some(n) => drop(std::mem::replace(&mut held, n)),
+                        None => break,
+                    }
+                }
+                drop(held);
+            }
+            // No grow started during the walk (a state's address is never
+            // reused): what it read is one directory's.
+            if self.state.load(Acquire) == sp {
+                break;
+            }
+        }
+        for (home, e) in found {
+            f(home, e);
+        }
+    }
+
+    /// Entries in the index now (a sum of per-thread counters: exact when
+    /// no writer runs).
+    pub fn entries(&self) -> u64 {
+        self.entries.sum()
+    }
+
     /// Put an entry from a checkpoint back: at the slot its walk found it
     /// in (`home + neigh_off` of the table its tag selects) when that slot is
     /// free and the directory has the checkpoint's tables, else by a normal

@@ -1114,3 +1114,123 @@ fn a_grown_index_is_no_more_displaced_than_a_presized_one() {
     eprintln!("beyond two lines: pre-sized {:.2}%, grown {:.2}%", presized * 100.0, grown * 100.0);
     assert!(grown <= presized * 1.2, "grown {grown:.4} against pre-sized {presized:.4}");
 }
+
+/// Walks of ranges of homes, one after another, with inserts between them
+/// that grow the directory (and a stash): every entry present throughout
+/// is visited exactly once, with its home, by the range holding its home;
+/// a quiet index's ranges together are `for_each`.
+#[test]
+fn walks_of_home_ranges_see_every_entry_once_across_grows() {
+    let idx = Index::new(IndexConfig { region_log2: 5, ..IndexConfig::new(HOMES) });
+    let mut rng = Pcg64Mcg::seed_from_u64(17);
+    let mut all: Vec<u64> = Vec::new();
+    for _ in 0..300 {
+        let x: u64 = rng.random();
+        idx.insert(x, 1, all.len() as u64).unwrap();
+        all.push(x);
+    }
+    // 40 keys of one home: some stashed.
+    for i in 0..40u64 {
+        idx.insert(h(77, i as u8), 1, all.len() as u64).unwrap();
+        all.push(h(77, i as u8));
+    }
+    assert!(idx.stats().stashed > 0);
+    let present = all.len();
+    let grows = idx.stats().grows;
+    let mut seen = vec![0u32; present];
+    let mut lo = 0;
+    while lo < HOMES as usize {
+        let hi = (lo + 1 + rng.random_range(0..9)).min(HOMES as usize);
+        idx.for_each_homed(lo..hi, |home, e| {
+            assert!((lo..hi).contains(&home), "home {home} outside {lo}..{hi}");
+            if (e.pba() as usize) < present {
+                assert_eq!(home, idx.home(all[e.pba() as usize]));
+                seen[e.pba() as usize] += 1;
+            }
+        });
+        for _ in 0..40 {
+            let x: u64 = rng.random();
+            idx.insert(x, 1, all.len() as u64).unwrap();
+            all.push(x);
+        }
+        lo = hi;
+    }
+    assert!(idx.stats().grows > grows, "no grow between the walks");
+    assert!(seen.iter().all(|&n| n == 1), "an entry seen {:?} times", seen.iter().find(|&&n| n != 1));
+    // Quiet: the ranges' walks are the whole walk.
+    let mut whole = Vec::new();
+    idx.for_each(|home, e| whole.push((home, e.pba())));
+    let mut ranges = Vec::new();
+    for lo in (0..HOMES as usize).step_by(5) {
+        idx.for_each_homed(lo..lo + 5, |home, e| ranges.push((home, e.pba())));
+    }
+    idx.for_each_homed(HOMES as usize..usize::MAX, |_, _| panic!("no home past the last"));
+    whole.sort_unstable();
+    ranges.sort_unstable();
+    assert_eq!(ranges, whole);
+    assert_eq!(idx.entries(), whole.len() as u64);
+}
+
+/// Walks of ranges of homes concurrent with a writer that inserts (growing
+/// the directory), displaces, and replaces the entries of stable keys:
+/// every walk sees each stable key homed in its range exactly once, and
+/// no other.
+#[test]
+fn walks_of_home_ranges_under_concurrent_writers_and_grows() {
+    let (mut grown, mut walks) = (0, 0);
+    for round in 0..10u64 {
+        let idx = Index::new(IndexConfig { region_log2: 5, ..IndexConfig::new(HOMES) });
+        let mut rng = Pcg64Mcg::seed_from_u64(round);
+        // Stable key i: pba i * 1000 + its version (below 1000).
+        let stable: Vec<u64> = (0..150).map(|_| rng.random()).collect();
+        for (i, &k) in stable.iter().enumerate() {
+            idx.insert(k, 1, i as u64 * 1000).unwrap();
+        }
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let inserted = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut rng = Pcg64Mcg::seed_from_u64(round + 100);
+                let mut version = vec![0u64; stable.len()];
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 20_000 {
+                    let x: u64 = rng.random();
+                    idx.insert(x, 1, 1_000_000 + n).unwrap();
+                    let i = (x >> 32) as usize % stable.len();
+                    let cur = i as u64 * 1000 + version[i];
+                    version[i] = (version[i] + 1) % 1000;
+                    assert!(idx.replace(stable[i], cur, 1, i as u64 * 1000 + version[i]));
+                    n += 1;
+                    inserted.store(n, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+            let grows = idx.stats().grows;
+            let mut lo = 0;
+            while lo < HOMES as usize {
+                let hi = (lo + 3).min(HOMES as usize);
+                let want: Vec<usize> = (0..stable.len()).filter(|&i| (lo..hi).contains(&idx.home(stable[i]))).collect();
+                // The range walked again and again while the writer inserts
+                // some 300 entries: the directory grows during walks.
+                loop {
+                    let mut seen = Vec::new();
+                    idx.for_each_homed(lo..hi, |home, e| {
+                        if e.pba() < 1_000_000 {
+                            assert!((lo..hi).contains(&home));
+                            seen.push((e.pba() / 1000) as usize);
+                        }
+                    });
+                    seen.sort_unstable();
+                    assert_eq!(seen, want, "round {round}, homes {lo}..{hi}");
+                    walks += 1;
+                    if inserted.load(std::sync::atomic::Ordering::Relaxed) >= 100 * hi as u64 {
+                        break;
+                    }
+                }
+                lo = hi;
+            }
+            grown += idx.stats().grows - grows;
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
+    assert!(grown > 0, "no grow during the walks ({walks} walks)");
+}

@@ -1,5 +1,16 @@
-//! Atomic batches: puts, deletes and conditional writes over any keys of
-//! any namespaces, committed all or nothing ([`Store::batch`]).
+//! Atomic batches: puts, deletes, conditional writes and conditions alone
+//! over any keys of any namespaces, committed all or nothing
+//! ([`Store::batch`]).
+//!
+//! **Operations** ([`BatchOp`]): `Put` and `Delete` hold no condition;
+//! `PutAbsent`, `PutPresent` and `Cas` write under one; `DeleteCas` deletes
+//! under one; `Check` is a condition alone (Redis WATCH over MULTI/EXEC): it
+//! writes nothing, but its key's stripe is held and its condition checked at
+//! the commit point like any other operation's. An operation that writes
+//! nothing (a `Check`, a delete of a key with no version anywhere) has no
+//! record and is not one of the commit record's members; a batch in which
+//! no operation writes has no commit record either, and one of checks alone
+//! writes nothing at all (not even the superblock's batches flag).
 //!
 //! **Commit** (`Core::commit_batch`):
 //! 1. Every key's stripe is taken, in stripe order (so two batches, or a
@@ -58,12 +69,18 @@ pub enum BatchOp {
     Cas { cas: u64, value: Vec<u8>, meta: ItemMeta },
     /// Delete (nothing to do if the key holds nothing).
     Delete,
+    /// Delete only if the key holds a value whose CAS value is `cas`.
+    DeleteCas { cas: u64 },
+    /// A condition only, writing nothing: the key holds a value whose CAS
+    /// value is `cas` (Some), or holds no value (None).
+    Check { cas: Option<u64> },
 }
 
 /// What a commit did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BatchOutcome {
-    /// Every operation applied; each one's new CAS value (0 for a delete).
+    /// Every operation applied; each one's new CAS value (0 for a delete
+    /// or a check).
     Committed { cas: Vec<u64> },
     /// Operation `op`'s condition failed (`Exists`: the key holds a value,
     /// or another CAS value; `NotFound`: it holds none): nothing applied.
@@ -107,6 +124,17 @@ impl Batch<'_> {
         self.op(ns, key, BatchOp::Delete)
     }
 
+    /// Delete `key` only if it holds a value whose CAS value is `cas`.
+    pub fn delete_cas(&mut self, ns: &Namespace, key: &[u8], cas: u64) -> &mut Self {
+        self.op(ns, key, BatchOp::DeleteCas { cas })
+    }
+
+    /// Commit only if `key` holds a value whose CAS value is `cas` (Some),
+    /// or holds no value (None); writes nothing to `key`.
+    pub fn check(&mut self, ns: &Namespace, key: &[u8], cas: Option<u64>) -> &mut Self {
+        self.op(ns, key, BatchOp::Check { cas })
+    }
+
     /// Operations added so far.
     pub fn len(&self) -> usize {
         self.ops.len()
@@ -145,14 +173,21 @@ struct Resolved {
 }
 
 impl Resolved {
+    /// The value it writes; None for a delete (a tombstone) or a check
+    /// (nothing).
     fn value(&self) -> Option<(&[u8], ItemMeta)> {
         match &self.op {
             BatchOp::Put { value, meta }
             | BatchOp::PutAbsent { value, meta }
             | BatchOp::PutPresent { value, meta }
             | BatchOp::Cas { value, meta, .. } => Some((value, *meta)),
-            BatchOp::Delete => None,
+            BatchOp::Delete | BatchOp::DeleteCas { .. } | BatchOp::Check { .. } => None,
         }
+    }
+
+    /// Whether it may write a record (a check never does).
+    fn may_write(&self) -> bool {
+        !matches!(self.op, BatchOp::Check { .. })
     }
 }
 
@@ -184,18 +219,19 @@ impl Core {
                 BatchOp::Cas { cas, value, meta } => {
                     BatchOp::Cas { cas, value, meta: self.with_default_ttl(&ns, meta) }
                 }
-                BatchOp::Delete => BatchOp::Delete,
+                op @ (BatchOp::Delete | BatchOp::DeleteCas { .. } | BatchOp::Check { .. }) => op,
             };
             resolved.push(Resolved { h: key_hash(&stored), key: stored, ns, counters, op });
         }
         // Every record's grains (a delete's tombstone counted, though it may
-        // write none), and the commit record's.
+        // write none; a check has none), and the commit record's.
         let g = self.log.grain();
         let mut grains = Vec::with_capacity(resolved.len());
         for r in &resolved {
             grains.push(match r.value() {
                 Some((v, _)) => self.value_grains(&r.key, v.len() as u64, None)?,
-                None => grains_for(record_bytes(r.key.len(), 0), self.log.sb.grain_bytes),
+                None if r.may_write() => grains_for(record_bytes(r.key.len(), 0), self.log.sb.grain_bytes),
+                None => 0,
             });
         }
         let commit_grains = grains_for(record_bytes(COMMIT_KEY.len(), COMMIT_BYTES as u64), self.log.sb.grain_bytes);
@@ -207,10 +243,17 @@ impl Core {
                 (self.log.sb.segment_grains() - 1) * g
             )));
         }
-        self.enable_feature(FLAG_BATCHES)?;
+        // Checks alone write nothing: no feature flag, no room needed.
+        let may_write = resolved.iter().any(Resolved::may_write);
+        if may_write {
+            self.enable_feature(FLAG_BATCHES)?;
+        }
         loop {
-            self.log.check_writable()?;
-            self.await_room(Purpose::Put, most).await.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
+            if may_write {
+                self.log.check_writable()?;
+                let room = self.await_room(Purpose::Put, most).await;
+                room.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
+            }
             let mut stripes: Vec<usize> = resolved.iter().map(|r| self.keys.stripe_of(r.h)).collect();
             stripes.sort_unstable();
             stripes.dedup();
@@ -262,26 +305,39 @@ impl Core {
             let existing = self.find(&r.key, r.h, false, false).await?;
             let live = existing.as_ref().filter(|f| self.is_live(f, now));
             let failed = match (&r.op, live) {
-                (BatchOp::PutAbsent { .. }, Some(_)) => Some(PutOutcome::Exists),
-                (BatchOp::PutPresent { .. } | BatchOp::Cas { .. }, None) => Some(PutOutcome::NotFound),
-                (BatchOp::Cas { cas, .. }, Some(f)) if record::cas_of(&f.hdr, &f.buf) != *cas => {
-                    Some(PutOutcome::Exists)
-                }
+                (BatchOp::PutAbsent { .. } | BatchOp::Check { cas: None }, Some(_)) => Some(PutOutcome::Exists),
+                (
+                    BatchOp::PutPresent { .. }
+                    | BatchOp::Cas { .. }
+                    | BatchOp::DeleteCas { .. }
+                    | BatchOp::Check { cas: Some(_) },
+                    None,
+                ) => Some(PutOutcome::NotFound),
+                (
+                    BatchOp::Cas { cas, .. } | BatchOp::DeleteCas { cas } | BatchOp::Check { cas: Some(cas) },
+                    Some(f),
+                ) if record::cas_of(&f.hdr, &f.buf) != *cas => Some(PutOutcome::Exists),
                 _ => None,
             };
             if let Some(outcome) = failed {
                 return Ok(BatchOutcome::ConditionFailed { op: i, outcome });
             }
-            let (before, added) = quota(live.is_none());
-            self.check_quota_after(&r.ns, &r.counters, &r.key, grains[i], before).await?;
-            ahead.insert(Arc::as_ptr(&r.counters), (before.0 + added.0, before.1 + added.1));
+            if r.value().is_some() {
+                let (before, added) = quota(live.is_none());
+                self.check_quota_after(&r.ns, &r.counters, &r.key, grains[i], before).await?;
+                ahead.insert(Arc::as_ptr(&r.counters), (before.0 + added.0, before.1 + added.1));
+            }
             prior.push(Prior::Known(existing));
         }
-        // A delete of a key with no version anywhere writes nothing.
+        // A check writes nothing, nor does a delete of a key with no version
+        // anywhere (a `DeleteCas` that passed found a live value).
         let writes: Vec<bool> = ops
             .iter()
             .zip(&prior)
-            .map(|(r, p)| r.value().is_some() || !matches!(p, Prior::Known(None)) || self.keys.dropped.contains(r.h))
+            .map(|(r, p)| {
+                r.may_write()
+                    && (r.value().is_some() || !matches!(p, Prior::Known(None)) || self.keys.dropped.contains(r.h))
+            })
             .collect();
         let n = writes.iter().filter(|&&w| w).count() as u64;
         if n == 0 {

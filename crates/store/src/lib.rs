@@ -32,6 +32,8 @@
 //! - `open`: creating and opening a store, starting its background threads.
 //! - `read`: the read path (GETs, finding a key's current version).
 //! - `write`: the write path (PUTs, updates, DELETEs, `flush_all`).
+//! - `scan`: key scans (Redis SCAN, KEYS, RANDOMKEY): pages of one
+//!   namespace's keys under a cursor in home-slot space.
 //! - `access`: per-item access state (fetched, last access, win token) in
 //!   the index's access words, for memcache's meta flags.
 //! - `verify`: the offline consistency check.
@@ -52,7 +54,8 @@
 //! that no module cycle exists): `error`, `options`, `types`, `access`,
 //! `zerocopy`; `space`; `log`; `links`, `keys`; `counters`; `parts`;
 //! `settle`; `gc`, `checkpoint`; `recover`, `verify`, `coalesce`; and at
-//! the top the engine itself: `store` with its `open`, `read` and `write`.
+//! the top the engine itself: `store` with its `open`, `read`, `write`
+//! and `scan`.
 
 mod access;
 pub mod batch;
@@ -75,6 +78,7 @@ mod parts;
 pub mod provision;
 mod read;
 mod recover;
+mod scan;
 mod settle;
 mod space;
 mod store;
@@ -93,8 +97,8 @@ pub use options::{Background, Clock, CreateOptions, Durability, Entropy, OpenOpt
 pub use provision::{provision, IfPresent, NewStore, Provisioned, Site, Undo};
 pub use store::{Namespace, Store};
 pub use types::{
-    Change, CheckpointStats, Cond, GcPause, GcStats, Item, ItemMeta, PutMode, PutOutcome, RecoveryReport, Stats,
-    RESERVED_KEY_PREFIX,
+    Change, CheckpointStats, Cond, GcPause, GcStats, Item, ItemMeta, PutMode, PutOutcome, RecoveryReport, ScanPage,
+    Stats, RESERVED_KEY_PREFIX,
 };
 pub use verify::VerifyReport;
 pub use zerocopy::{PutBuf, ReceiveEnd, ValueBuf};

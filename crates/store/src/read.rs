@@ -121,7 +121,7 @@ impl Core {
     }
 
     /// Whether `h`'s candidates are exactly `cands` (in any order).
-    fn same_candidates(&self, h: u64, cands: &[Entry]) -> bool {
+    pub(crate) fn same_candidates(&self, h: u64, cands: &[Entry]) -> bool {
         let now = self.keys.index.lookup(h);
         now.as_slice().len() == cands.len() && cands.iter().all(|e| now.as_slice().contains(e))
     }

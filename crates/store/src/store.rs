@@ -34,7 +34,7 @@ use crate::options::ProgressHook;
 use crate::parts::Parts;
 use crate::space::Space;
 use crate::types::{
-    Change, Cond, GcPause, Item, ItemMeta, PutMode, PutOutcome, RecoveryReport, Stats, RESERVED_KEY_PREFIX,
+    Change, Cond, GcPause, Item, ItemMeta, PutMode, PutOutcome, RecoveryReport, ScanPage, Stats, RESERVED_KEY_PREFIX,
 };
 use crate::verify::VerifyReport;
 use crate::zerocopy::{PutBuf, ValueBuf};
@@ -352,6 +352,20 @@ engine_calls! {
         key: &[u8],
         f: impl FnMut(Option<&Item>) -> (Change, R),
     ) -> Result<(R, Option<u64>)> = update;
+
+    /// A page of the keys (Redis SCAN, KEYS): `cursor` 0 starts a scan,
+    /// each page's cursor continues it, and a page whose cursor is 0 ends
+    /// it; `count` is how many keys a page aims for. Every key present for
+    /// the whole scan is returned (at most once), each key returned was live
+    /// when checked, and a page's keys are distinct; GC, index growth and
+    /// writers may run meanwhile. The cursor is a home slot of the index
+    /// (`scan.rs`); one past the last home slot, which no page gives,
+    /// returns an empty page with cursor 0.
+    fn scan / scan_async(&self, cursor: u64, count: usize) -> Result<ScanPage> = scan;
+
+    /// A live key (Redis RANDOMKEY): the first found walking the index from
+    /// a place picked by `seed`, wrapping around; None when there is none.
+    fn random_key / random_key_async(&self, seed: u64) -> Result<Option<Vec<u8>>> = random_key;
 
     /// Hide every value written so far, persistently (memcache
     /// `flush_all`): in the default namespace by a floor of sequence

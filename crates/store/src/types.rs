@@ -1,6 +1,6 @@
 //! The public value types of the store's API: what a write is given
 //! ([`ItemMeta`], [`PutMode`], [`Cond`], [`Change`]), what a read or a write
-//! returns ([`Item`], [`PutOutcome`]), the figures of an open store
+//! returns ([`Item`], [`PutOutcome`], [`ScanPage`]), the figures of an open store
 //! ([`Stats`], with [`RecoveryReport`], [`GcStats`] and [`CheckpointStats`]), the guard that pauses GC ([`GcPause`]) and the engine's
 //! reserved key namespace ([`RESERVED_KEY_PREFIX`]).
 //!
@@ -52,6 +52,16 @@ pub enum Cond {
     /// Only if present with this CAS value; `Exists` if present with
     /// another, `NotFound` if absent.
     Cas(u64),
+}
+
+/// One page of a key scan ([`Store::scan`](crate::Store::scan)).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ScanPage {
+    /// Keys of the namespace, each live when it was checked; distinct
+    /// within the page (a key may come again in a later page).
+    pub keys: Vec<Vec<u8>>,
+    /// The cursor of the next page; 0 once the scan is complete.
+    pub cursor: u64,
 }
 
 /// Metadata stored with a value: opaque flags, an expiry time and the

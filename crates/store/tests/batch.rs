@@ -149,6 +149,200 @@ fn readers_never_see_half_a_batch() {
     assert!(reader.join().unwrap() > 0);
 }
 
+/// A store whose clock the test moves (deterministic opens as [`opts`]).
+fn store_with_clock() -> (Store, Arc<AtomicU32>) {
+    let now = Arc::new(AtomicU32::new(1_000_000));
+    let clock = {
+        let now = now.clone();
+        Clock(Arc::new(move || now.load(Relaxed)))
+    };
+    let o = OpenOptions { clock, ..opts(Durability::Direct) };
+    (Store::create(Arc::new(MemDevice::new(8 << 20)), &create_opts(), &o).unwrap(), now)
+}
+
+fn committed(o: BatchOutcome) -> Vec<u64> {
+    match o {
+        BatchOutcome::Committed { cas } => cas,
+        o => panic!("not committed: {o:?}"),
+    }
+}
+
+/// `Check`: the key's live version has the CAS value given, or (None) the
+/// key holds no live value; each failure names its operation and outcome,
+/// and nothing of the batch is applied.
+#[test]
+fn a_check_passes_or_fails_the_batch() {
+    let (s, now) = store_with_clock();
+    let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
+    let u = s.create_namespace("users", NamespaceOptions::default()).unwrap();
+    s.put(b"k", b"v").unwrap();
+    let cas = s.get_item(b"k").unwrap().unwrap().cas;
+
+    // Passing: the right CAS value, and an absent key checked absent.
+    let mut b = s.batch();
+    b.check(&d, b"k", Some(cas)).check(&u, b"k", None).put(&u, b"out", b"1");
+    let got = committed(b.commit().unwrap());
+    assert_eq!(got.len(), 3);
+    assert_eq!((got[0], got[1]), (0, 0), "checks have no CAS value");
+    assert_eq!(u.get_item(b"out").unwrap().unwrap().cas, got[2]);
+    assert_eq!(s.get_item(b"k").unwrap().unwrap().cas, cas, "a check writes nothing to its key");
+
+    // Failing, each way; the batch's write is not applied.
+    let fails = |check: Option<u64>, key: &[u8], outcome: PutOutcome| {
+        let mut b = s.batch();
+        b.put(&u, b"out", b"2").check(&d, key, check);
+        assert_eq!(b.commit().unwrap(), BatchOutcome::ConditionFailed { op: 1, outcome }, "{check:?} {key:?}");
+        assert_eq!(u.get(b"out").unwrap().unwrap(), b"1", "nothing applied");
+    };
+    fails(Some(cas + 1), b"k", PutOutcome::Exists);
+    fails(None, b"k", PutOutcome::Exists);
+    fails(Some(cas), b"absent", PutOutcome::NotFound);
+
+    // An expired value is no value.
+    let meta = ItemMeta { expires: 1_000_010, ..Default::default() };
+    s.put_item(b"ttl", b"v", meta, granary_store::Cond::Always).unwrap();
+    let ttl_cas = s.get_item(b"ttl").unwrap().unwrap().cas;
+    fails(None, b"ttl", PutOutcome::Exists);
+    now.store(1_000_010, Relaxed);
+    fails(Some(ttl_cas), b"ttl", PutOutcome::NotFound);
+    let mut b = s.batch();
+    b.check(&d, b"ttl", None);
+    committed(b.commit().unwrap());
+    s.verify().unwrap();
+}
+
+/// A batch of checks alone takes its keys' stripes and checks them, and
+/// writes nothing at all: no record, no commit record, no sequence number.
+#[test]
+fn a_batch_of_checks_writes_nothing() {
+    let (s, _) = store_with_clock();
+    let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
+    s.put(b"a", b"1").unwrap();
+    let cas = s.get_item(b"a").unwrap().unwrap().cas;
+    let (writes, seq) = (s.stats().io.writes, s.stats().next_seq);
+    let mut b = s.batch();
+    b.check(&d, b"a", Some(cas)).check(&d, b"b", None);
+    assert_eq!(committed(b.commit().unwrap()), vec![0, 0]);
+    let mut b = s.batch();
+    b.check(&d, b"a", None);
+    assert_eq!(b.commit().unwrap(), BatchOutcome::ConditionFailed { op: 0, outcome: PutOutcome::Exists });
+    assert_eq!((s.stats().io.writes, s.stats().next_seq), (writes, seq), "a batch of checks wrote");
+}
+
+/// `DeleteCas` deletes only the version it names.
+#[test]
+fn delete_cas_deletes_only_the_version_named() {
+    let (s, _) = store_with_clock();
+    let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
+    s.put(b"k", b"v1").unwrap();
+    let old = s.get_item(b"k").unwrap().unwrap().cas;
+    s.put(b"k", b"v2").unwrap();
+    let cas = s.get_item(b"k").unwrap().unwrap().cas;
+    let mut b = s.batch();
+    b.put(&d, b"other", b"x").delete_cas(&d, b"k", old);
+    assert_eq!(b.commit().unwrap(), BatchOutcome::ConditionFailed { op: 1, outcome: PutOutcome::Exists });
+    let mut b = s.batch();
+    b.delete_cas(&d, b"absent", cas);
+    assert_eq!(b.commit().unwrap(), BatchOutcome::ConditionFailed { op: 0, outcome: PutOutcome::NotFound });
+    assert_eq!((s.get(b"k").unwrap().unwrap(), s.get(b"other").unwrap()), (b"v2".to_vec(), None));
+    let mut b = s.batch();
+    b.delete_cas(&d, b"k", cas).put(&d, b"other", b"x");
+    let got = committed(b.commit().unwrap());
+    assert_eq!(got[0], 0, "a delete has no CAS value");
+    assert_eq!((s.get(b"k").unwrap(), s.get(b"other").unwrap()), (None, Some(b"x".to_vec())));
+    let mut b = s.batch();
+    b.delete_cas(&d, b"k", cas);
+    assert_eq!(b.commit().unwrap(), BatchOutcome::ConditionFailed { op: 0, outcome: PutOutcome::NotFound });
+    s.verify().unwrap();
+    // The delete is durable: a crash and recovery keep it.
+    let dev = Arc::new(MemDevice::new(8 << 20));
+    let s = Store::create(dev.clone(), &create_opts(), &opts(Durability::Direct)).unwrap();
+    let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
+    s.put(b"k", b"v").unwrap();
+    let cas = s.get_item(b"k").unwrap().unwrap().cas;
+    let mut b = s.batch();
+    b.delete_cas(&d, b"k", cas).check(&d, b"w", None).put(&d, b"p", b"1");
+    committed(b.commit().unwrap());
+    drop(d);
+    drop(s);
+    let s = Store::open(dev, &OpenOptions { use_checkpoint: false, ..opts(Durability::Direct) }).unwrap();
+    assert_eq!((s.get(b"k").unwrap(), s.get(b"p").unwrap()), (None, Some(b"1".to_vec())));
+    assert_eq!(s.get(b"w").unwrap(), None);
+    assert!(s.verify().unwrap().is_clean());
+}
+
+/// WATCH over MULTI/EXEC: a write between the read and the commit fails
+/// the batch (the key changed, was created, or was deleted).
+#[test]
+fn a_write_between_read_and_commit_fails_the_batch() {
+    let (s, _) = store_with_clock();
+    let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
+    s.put(b"w", b"1").unwrap();
+    let seen = s.get_item(b"w").unwrap().unwrap().cas;
+    s.put(b"w", b"2").unwrap(); // another client
+    let mut b = s.batch();
+    b.check(&d, b"w", Some(seen)).put(&d, b"out", b"x");
+    assert_eq!(b.commit().unwrap(), BatchOutcome::ConditionFailed { op: 0, outcome: PutOutcome::Exists });
+    let mut b = s.batch();
+    b.put(&d, b"out", b"x").delete_cas(&d, b"w", seen);
+    assert_eq!(b.commit().unwrap(), BatchOutcome::ConditionFailed { op: 1, outcome: PutOutcome::Exists });
+    // Watched absent, then created.
+    assert!(s.get_item(b"n").unwrap().is_none());
+    s.put(b"n", b"new").unwrap();
+    let mut b = s.batch();
+    b.check(&d, b"n", None).put(&d, b"out", b"x");
+    assert_eq!(b.commit().unwrap(), BatchOutcome::ConditionFailed { op: 0, outcome: PutOutcome::Exists });
+    // Watched present, then deleted.
+    let seen = s.get_item(b"w").unwrap().unwrap().cas;
+    s.delete(b"w").unwrap();
+    let mut b = s.batch();
+    b.check(&d, b"w", Some(seen)).put(&d, b"out", b"x");
+    assert_eq!(b.commit().unwrap(), BatchOutcome::ConditionFailed { op: 0, outcome: PutOutcome::NotFound });
+    assert_eq!(s.get(b"out").unwrap(), None);
+}
+
+/// Write skew: two clients each read both keys and turn their own off only
+/// if the other's is still on, checking the other's version at commit.
+/// Both commit at once (a barrier between the reads and the commits): the
+/// checks hold at the commit point only if they hold the checked key's
+/// stripe, so exactly one commits and one key stays on.
+#[test]
+fn concurrent_checks_prevent_write_skew() {
+    let s =
+        Arc::new(Store::create(Arc::new(MemDevice::new(8 << 20)), &create_opts(), &opts(Durability::Direct)).unwrap());
+    let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
+    let keys: [&[u8]; 2] = [b"alice", b"bob"];
+    for round in 0..200 {
+        for k in keys {
+            s.put(k, b"on").unwrap();
+        }
+        let barrier = std::sync::Barrier::new(2);
+        let outcomes: Vec<BatchOutcome> = std::thread::scope(|sc| {
+            let handles: Vec<_> = (0..2)
+                .map(|me| {
+                    let (s, d, barrier) = (&s, &d, &barrier);
+                    sc.spawn(move || {
+                        let mine = s.get_item(keys[me]).unwrap().unwrap();
+                        let other = s.get_item(keys[1 - me]).unwrap().unwrap();
+                        assert_eq!(other.value, b"on");
+                        barrier.wait();
+                        let mut b = s.batch();
+                        b.check(d, keys[1 - me], Some(other.cas)).cas(d, keys[me], mine.cas, b"off");
+                        b.commit().unwrap()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let ok = outcomes.iter().filter(|o| matches!(o, BatchOutcome::Committed { .. })).count();
+        assert_eq!(ok, 1, "round {round}: {outcomes:?}");
+        let failed = outcomes.iter().find(|o| !matches!(o, BatchOutcome::Committed { .. })).unwrap();
+        assert_eq!(failed, &BatchOutcome::ConditionFailed { op: 0, outcome: PutOutcome::Exists }, "round {round}");
+        let on = keys.iter().filter(|k| s.get(k).unwrap().unwrap() == b"on").count();
+        assert_eq!(on, 1, "round {round}");
+    }
+}
+
 /// The model of one key: its acknowledged version, or absent.
 type Model = HashMap<u64, Option<u64>>;
 
@@ -243,14 +437,23 @@ fn one_crash(seed: u64) -> u64 {
         let ops = 1 + rng.below(6);
         let mut b = s.batch();
         let mut want = Vec::new();
+        // Every operation's key, checks' included (they write nothing, so
+        // they are not in `want`).
+        let mut op_keys = Vec::new();
         let mut keys = std::collections::HashSet::new();
         for _ in 0..ops {
             let k = rng.below(24);
             if !keys.insert(k) {
                 continue;
             }
+            op_keys.push(k);
             let ns = if k < 12 { &d } else { &a };
-            match rng.below(10) {
+            match rng.below(12) {
+                10 => {
+                    // A check writes no record: the commit record vouches
+                    // for the others only.
+                    b.check(ns, &key(k), None);
+                }
                 0 | 1 => {
                     b.delete(ns, &key(k));
                     want.push((k, None));
@@ -272,9 +475,10 @@ fn one_crash(seed: u64) -> u64 {
                 }
             }
             Ok(BatchOutcome::ConditionFailed { op, outcome }) => {
-                // A put_absent of a key the model holds: it must have failed.
+                // A put_absent or a check of absence of a key the model
+                // holds: it must have failed.
                 assert_eq!(outcome, PutOutcome::Exists, "seed {seed}");
-                let (k, _) = want[op];
+                let k = op_keys[op];
                 assert!(model.get(&k).copied().flatten().is_some(), "seed {seed}: condition on key {k}");
             }
             Err(Error::Io { .. } | Error::Poisoned { .. }) => {
