@@ -1,19 +1,41 @@
 #!/usr/bin/env bash
 # Runs every check CI runs: formatting, lints, and all tests.
 # Installs the peer tools the tests compare against when they are missing
-# (memcached, memccapable from libmemcached-tools, and fio, which
-# `granary bench memcache`'s device reference runs).
+# (memcached, memccapable from libmemcached-tools, fio, which
+# `granary bench memcache`'s device reference runs, and for the Redis
+# protocol's tests redis-server, redis-cli and redis-benchmark from
+# redis-tools, and redis-py; libnbd-bin, python3-libnbd and qemu-utils
+# for the NBD server's client tests, and nbdfuse, fuse3, e2fsprogs and mount
+# for its mount tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
 command -v memcached >/dev/null || missing+=(memcached)
 command -v memccapable >/dev/null || missing+=(libmemcached-tools)
 command -v fio >/dev/null || missing+=(fio)
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v redis-benchmark >/dev/null || missing+=(redis-tools)
+/usr/bin/python3 -c 'import redis' 2>/dev/null || missing+=(python3-redis)
+command -v nbdcopy >/dev/null || missing+=(libnbd-bin)
+/usr/bin/python3 -c 'import nbd' 2>/dev/null || missing+=(python3-libnbd)
+command -v qemu-io >/dev/null || missing+=(qemu-utils)
+# The NBD mount tests (crates/cli/tests/nbd.rs): nbdfuse (in libnbd-bin on
+# Debian 12, its own package from Debian 13), fusermount3, mkfs.ext4 and
+# fsck.ext4, losetup and mount (in /sbin for some users' PATH).
+if ! command -v nbdfuse >/dev/null; then
+    if apt-cache show nbdfuse >/dev/null 2>&1; then missing+=(nbdfuse); else missing+=(libnbd-bin); fi
+fi
+command -v fusermount3 >/dev/null || missing+=(fuse3)
+PATH="$PATH:/usr/sbin:/sbin" command -v mkfs.ext4 >/dev/null || missing+=(e2fsprogs)
+PATH="$PATH:/usr/sbin:/sbin" command -v losetup >/dev/null || missing+=(mount)
 if ((${#missing[@]})); then
-    echo "installing ${missing[*]} (needed by the memcache conformance tests and benchmark tests)"
+    echo "installing ${missing[*]} (needed by the peer tests: memcache and Redis conformance, benchmarks, NBD clients and mounts)"
     if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
     $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# go-ycsb (a Go module, built once into target/go-ycsb) for the YCSB
+# benchmark's test; that test is skipped if it cannot be built here.
+./scripts/go-ycsb.sh >/dev/null || echo "go-ycsb could not be built: the YCSB benchmark test is skipped"
 # The peer-dependent tests fail (instead of skipping) when a tool is missing.
 export GRANARY_REQUIRE_PEERS=1
 cargo fmt --all -- --check

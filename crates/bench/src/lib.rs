@@ -15,6 +15,12 @@
 //! - [`progress`]: progress bars and log lines of long phases.
 //! - [`memcache`]: the Memcache load generator, and `granary serve` against
 //!   memcached and memcached+extstore in one run (`granary-bench memcache`).
+//! - [`ycsb`]: YCSB (go-ycsb's redis binding) and redis-benchmark against
+//!   `granary serve`'s Redis protocol listener and redis-server in one run
+//!   (`granary-bench ycsb`).
+//! - [`nbd`]: fio's NBD engine against `granary serve`'s block export,
+//!   `nbdkit file` on the same disk, and fio on a file (the device), in one
+//!   run (`granary-bench nbd`).
 
 pub mod churn;
 pub mod device;
@@ -22,6 +28,8 @@ pub mod index;
 pub mod mem;
 pub mod memcache;
 pub mod native;
+pub mod nbd;
 pub mod progress;
 pub mod recovery;
 pub mod txn;
+pub mod ycsb;

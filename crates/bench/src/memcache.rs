@@ -198,14 +198,14 @@ struct Peer {
 
 /// A memory cgroup (v1 `memory` hierarchy, or v2 with the memory
 /// controller) that limits a peer and the page cache it fills.
-struct MemCgroup {
+pub(crate) struct MemCgroup {
     dir: PathBuf,
     /// The peak-usage file: v1 `memory.max_usage_in_bytes`, v2 `memory.peak`.
     peak: &'static str,
 }
 
 impl MemCgroup {
-    fn create(name: &str, bytes: u64) -> Result<MemCgroup, String> {
+    pub(crate) fn create(name: &str, bytes: u64) -> Result<MemCgroup, String> {
         let v1 = Path::new("/sys/fs/cgroup/memory");
         let v2 = Path::new("/sys/fs/cgroup");
         let (root, limit, peak) = if v1.join("memory.limit_in_bytes").exists() || v1.join("cgroup.procs").exists() {
@@ -241,14 +241,14 @@ impl MemCgroup {
     }
 
     /// Its `cgroup.procs`, as a C string for the child to write before exec.
-    fn procs(&self) -> Result<std::ffi::CString, String> {
+    pub(crate) fn procs(&self) -> Result<std::ffi::CString, String> {
         std::ffi::CString::new(self.dir.join("cgroup.procs").into_os_string().into_encoded_bytes())
             .map_err(|e| e.to_string())
     }
 
     /// The peak charge, or (kernels before 5.19 have no v2 `memory.peak`)
     /// the charge now.
-    fn peak_mib(&self) -> Option<f64> {
+    pub(crate) fn peak_mib(&self) -> Option<f64> {
         let read = |f: &str| -> Option<u64> { std::fs::read_to_string(self.dir.join(f)).ok()?.trim().parse().ok() };
         let now = if self.peak == "memory.peak" { "memory.current" } else { "memory.usage_in_bytes" };
         let b = read(self.peak).or_else(|| read(now))?;
@@ -266,7 +266,7 @@ impl Drop for MemCgroup {
 
 /// Put the calling process in the cgroup whose `cgroup.procs` is `procs`:
 /// for `pre_exec`, so only async-signal-safe calls (open, write, close).
-fn join_cgroup(procs: &std::ffi::CStr) -> std::io::Result<()> {
+pub(crate) fn join_cgroup(procs: &std::ffi::CStr) -> std::io::Result<()> {
     // SAFETY: open with a NUL-terminated path and constant flags.
     let fd = unsafe { libc::open(procs.as_ptr(), libc::O_WRONLY) };
     if fd < 0 {
@@ -450,7 +450,7 @@ fn parse_switches(status: &str) -> Option<u64> {
 /// The `granary` binary the Granary peer runs: `GRANARY_BIN` if set, else
 /// the `granary` built beside this benchmark's own binary (cargo puts both
 /// in one folder), else the one on PATH.
-fn granary_exe() -> Result<std::path::PathBuf, String> {
+pub(crate) fn granary_exe() -> Result<std::path::PathBuf, String> {
     if let Some(p) = std::env::var_os("GRANARY_BIN") {
         return Ok(p.into());
     }
@@ -489,7 +489,7 @@ fn start_peer(name: &str, o: &McBenchOptions) -> Result<Peer, String> {
             let _ = std::fs::remove_file(&data);
             let mut c = Command::new(granary_exe()?);
             c.args(["serve", "--data"]).arg(&data).args(["--size", &o.disk_bytes.to_string()]);
-            c.args(["-p", &port.to_string(), "-t", &threads, "-c", "4096"]);
+            c.args(["-p", &port.to_string(), "-t", &threads, "-c", "4096", "--no-native", "--no-resp"]);
             (c, vec![data])
         }
         "memcached" | "extstore" | "extstore-capped" => {

@@ -49,6 +49,17 @@ enum BenchCmd {
     /// A Memcache load generator: `granary serve` against memcached (DRAM)
     /// and memcached with extstore on the same disk, in one run.
     Memcache(MemcacheBenchArgs),
+    /// YCSB (go-ycsb's redis binding; workloads A, B, C, F, D; string and
+    /// hash records) and redis-benchmark against `granary serve`'s Redis
+    /// protocol listener and redis-server (AOF always, everysec, none; and
+    /// a data set 4x the memory), in one run.
+    Ycsb(YcsbBenchArgs),
+    /// fio (ioengine=nbd) against `granary serve`'s NBD export, `nbdkit
+    /// file` on a file on the same disk, and fio directly on a file (the
+    /// device's limit), in one run: 4 KiB random read and write at queue
+    /// depths 1 and 32, 1 MiB sequential read and write; and Granary's
+    /// index DRAM per written block.
+    Nbd(NbdBenchArgs),
     /// Atomic batches of 1..64 puts at queue depth 1 against single puts
     /// and RocksDB's WriteBatch(sync) in the same run; then a namespace of
     /// N keys dropped (its time and IO), GC's sweep of its records, and the
@@ -157,6 +168,133 @@ struct MemcacheBenchArgs {
     /// for every GET).
     #[arg(long)]
     no_device_ref: bool,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct YcsbBenchArgs {
+    /// Peers, comma-separated, each started fresh for each datatype:
+    /// granary (`serve --no-evict`), granary-flush (and `--flush`),
+    /// granary-lru4x (granary in a memory cgroup of a quarter of the data
+    /// set and 64 MiB more; needs root), redis-always (appendonly,
+    /// appendfsync always), redis-everysec (appendfsync everysec),
+    /// redis-none (no persistence), redis-lru4x (no persistence, maxmemory
+    /// a quarter of the data set beyond its empty use, allkeys-lru); or
+    /// at=IP:PORT, a RESP server already running.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "granary,granary-flush,granary-lru4x,redis-always,redis-everysec,redis-none,redis-lru4x"
+    )]
+    peers: Vec<String>,
+    /// YCSB workloads among a, b, c, d, f, comma-separated; they run in the
+    /// order A, B, C, F, D (D inserts). E (range scans) is not offered: the
+    /// redis binding has no scan and Granary has no ordered keys.
+    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d,f")]
+    workloads: Vec<String>,
+    /// go-ycsb's redis.datatype: string (a JSON string per record: GET,
+    /// SET) and/or hash (HSET, HMGET), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "string,hash")]
+    datatypes: Vec<String>,
+    /// Records loaded (e.g. 1M).
+    #[arg(long, default_value = "100K", value_parser = size::count)]
+    records: u64,
+    /// Operations per workload.
+    #[arg(long, default_value = "100K", value_parser = size::count)]
+    operations: u64,
+    /// Seconds per workload instead of --operations (go-ycsb is stopped
+    /// with SIGINT and prints what it did).
+    #[arg(long)]
+    secs: Option<f64>,
+    /// go-ycsb threads (one connection each).
+    #[arg(long, default_value_t = 32)]
+    threads: usize,
+    /// Fields per record (YCSB's fieldcount).
+    #[arg(long, default_value_t = 10)]
+    field_count: usize,
+    /// Bytes per field (YCSB's fieldlength): 10 x 100 B is YCSB's 1 KiB record.
+    #[arg(long, default_value_t = 100)]
+    field_bytes: usize,
+    /// Keys of workloads A, B, C and F: zipfian (YCSB's), uniform, or file
+    /// (go-ycsb's workload files: uniform). D reads the latest records.
+    #[arg(long, default_value = "zipfian")]
+    distribution: String,
+    /// Directory of the data files, server logs and go-ycsb outputs.
+    #[arg(long, default_value = "granary-data")]
+    dir: PathBuf,
+    /// The go-ycsb binary [default: target/go-ycsb/go-ycsb, built by scripts/go-ycsb.sh].
+    #[arg(long)]
+    go_ycsb: Option<PathBuf>,
+    /// go-ycsb's workload files [default: workloads/ beside the binary].
+    #[arg(long)]
+    workloads_dir: Option<PathBuf>,
+    /// The granary binary [default: beside this executable, else GRANARY_BIN, else PATH].
+    #[arg(long)]
+    granary: Option<PathBuf>,
+    /// Size of Granary's data file [default: 4x the data set, records
+    /// rounded up to 512 B, at least 256M].
+    #[arg(long, value_parser = size::parse)]
+    granary_size: Option<u64>,
+    /// `granary serve -t` (0: its default, one executor per core).
+    #[arg(long, default_value_t = 0)]
+    server_threads: usize,
+    /// Skip redis-benchmark.
+    #[arg(long)]
+    no_redis_benchmark: bool,
+    /// redis-benchmark's requests per test at -P 1 (-P 16 sends 10x).
+    #[arg(long, default_value = "100K", value_parser = size::count)]
+    rb_requests: u64,
+    /// redis-benchmark's clients.
+    #[arg(long, default_value_t = 50)]
+    rb_clients: usize,
+    /// redis-benchmark's `-r`: keys drawn from this many (0: its own few
+    /// keys, every client writing the same one).
+    #[arg(long, default_value_t = 0)]
+    rb_keyspace: u64,
+    /// The peer ratios are taken to (the -lru4x peers': redis-lru4x).
+    #[arg(long, default_value = "redis-none")]
+    baseline: String,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct NbdBenchArgs {
+    /// Size of the data set: Granary's export (its store is twice that and
+    /// 256 MiB more), nbdkit's file and fio's file; a multiple of 1 MiB.
+    #[arg(long, default_value = "1G", value_parser = size::parse)]
+    size: u64,
+    /// Seconds per job.
+    #[arg(long, default_value_t = 10.0)]
+    secs: f64,
+    /// Directory of the data files, server logs and fio's JSON (on the disk under test).
+    #[arg(long, default_value = "granary-data")]
+    dir: PathBuf,
+    /// Peers, comma-separated, in the order they run: granary (`serve
+    /// --nbd-port`), granary-flush (and `--flush`: fdatasync before each
+    /// acknowledgement), nbdkit (`nbdkit file`, cache=none fadvise=random),
+    /// file (fio on a file, io_uring, O_DIRECT).
+    #[arg(long, value_delimiter = ',', default_value = "granary,nbdkit,file")]
+    peers: Vec<String>,
+    /// fio jobs, comma-separated, as RW-BS-qdN (RW: read, write, randread,
+    /// randwrite); random jobs are compared with nbdkit, sequential ones
+    /// with file.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "randread-4k-qd1,randread-4k-qd32,read-1m-qd8,randwrite-4k-qd1,randwrite-4k-qd32,write-1m-qd8"
+    )]
+    jobs: Vec<String>,
+    /// Block size of Granary's export (`granary export create --block-size`):
+    /// a power of two from 512 to 64K.
+    #[arg(long, default_value = "4096", value_parser = size::parse)]
+    block_size: u64,
+    /// The granary binary [default: beside this executable, else GRANARY_BIN, else PATH].
+    #[arg(long)]
+    granary: Option<PathBuf>,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -363,6 +501,91 @@ fn run(cmd: BenchCmd) -> Result<ExitCode, String> {
             print!("{}", granary_bench::memcache::render(&o, &r));
             if let Some(path) = a.json {
                 write_json(&path, &granary_bench::memcache::to_json(&o, &r))?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCmd::Ycsb(a) => {
+            use granary_bench::ycsb::{Datatype, Distribution, YcsbOptions};
+            let mut workloads = Vec::new();
+            for w in &a.workloads {
+                match w.to_ascii_lowercase().as_str() {
+                    w @ ("a" | "b" | "c" | "d" | "f") => workloads.push(w.chars().next().unwrap_or('a')),
+                    "e" => {
+                        return Err("workload E needs ordered range scans: go-ycsb's redis binding has no scan \
+                                    and Granary is a hash store (docs/BENCHMARKS.md)"
+                            .into())
+                    }
+                    w => return Err(format!("unknown workload {w:?}: a, b, c, d or f")),
+                }
+            }
+            let datatypes = a.datatypes.iter().map(|d| Datatype::parse(d)).collect::<Result<Vec<_>, _>>()?;
+            if workloads.is_empty() || datatypes.is_empty() || a.peers.is_empty() {
+                return Err("need at least one peer, workload and datatype".into());
+            }
+            let threads = a.threads as u64;
+            if a.threads == 0 || a.threads > 4096 || a.records < threads.max(2) || a.operations < threads {
+                return Err("need 1..=4096 threads, and at least as many records (2 or more) and operations".into());
+            }
+            if a.secs.is_some_and(|s| !(0.1..=3600.0).contains(&s)) {
+                return Err("--secs must be between 0.1 and 3600".into());
+            }
+            if a.field_count == 0 || a.field_bytes == 0 || a.rb_clients == 0 || a.rb_requests == 0 {
+                return Err("--field-count, --field-bytes, --rb-clients and --rb-requests must be positive".into());
+            }
+            let o = YcsbOptions {
+                peers: a.peers,
+                workloads,
+                datatypes,
+                records: a.records,
+                operations: a.operations,
+                secs: a.secs,
+                threads: a.threads,
+                field_count: a.field_count,
+                field_bytes: a.field_bytes,
+                distribution: Distribution::parse(&a.distribution)?,
+                dir: a.dir,
+                go_ycsb: a.go_ycsb,
+                workloads_dir: a.workloads_dir,
+                granary: a.granary,
+                granary_size: a.granary_size,
+                server_threads: a.server_threads,
+                redis_benchmark: !a.no_redis_benchmark,
+                rb_requests: a.rb_requests,
+                rb_clients: a.rb_clients,
+                rb_keyspace: a.rb_keyspace,
+                baseline: a.baseline,
+            };
+            let r = granary_bench::ycsb::run(&o)?;
+            print!("{}", granary_bench::ycsb::render(&o, &r));
+            if let Some(path) = a.json {
+                write_json(&path, &granary_bench::ycsb::to_json(&o, &r))?;
+            }
+            let failed = r.failures();
+            if !failed.is_empty() {
+                return Err(format!("{} of the runs failed (above)", failed.len()));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCmd::Nbd(a) => {
+            use granary_bench::nbd::{Job, NbdBenchOptions};
+            let o = NbdBenchOptions {
+                peers: a.peers,
+                jobs: a.jobs.iter().map(|j| Job::parse(j)).collect::<Result<Vec<_>, _>>()?,
+                size: a.size,
+                secs: a.secs,
+                block_size: a.block_size,
+                dir: a.dir,
+                granary: a.granary,
+            };
+            o.check()?;
+            let r = granary_bench::nbd::run(&o)?;
+            print!("{}", granary_bench::nbd::render(&o, &r));
+            if let Some(path) = a.json {
+                write_json(&path, &granary_bench::nbd::to_json(&o, &r))?;
+            }
+            let failed = r.failures();
+            if !failed.is_empty() {
+                return Err(format!("{} of the peers failed (above)", failed.len()));
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -1,5 +1,6 @@
 //! The `granary` command line: create, put, get, del, batch (atomic), stat,
-//! verify, load and ns (namespaces) on a store in a file or block device;
+//! verify, load, ns (namespaces) and export (block devices) on a store in a
+//! file or block device;
 //! get, put, del and batch also on a server (`--server HOST:PORT`, the
 //! native protocol); serve.
 //! One module per command (`cmd/`, `serve.rs`); the benchmarks are a
@@ -65,6 +66,10 @@ enum Cmd {
     /// Namespaces of a store: `ns create|list|stat|drop|truncate PATH ...`.
     /// Their keys are read and written by get, put and del with --ns NAME.
     Ns(cmd::ns::NsArgs),
+    /// Exports of a store, block devices for a block server (NBD):
+    /// `export create|list|drop PATH ...`. An export is a namespace of kind
+    /// block: `ns list` shows it, `ns truncate` zeroes it.
+    Export(cmd::export::ExportArgs),
     /// Serve a store over the Memcache protocol (text and meta commands)
     /// and the native protocol until SIGTERM/SIGINT; a missing data file is
     /// created.
@@ -97,6 +102,7 @@ fn main() -> ExitCode {
                 Cmd::Verify(a) => cmd::verify::run(a),
                 Cmd::Load(a) => cmd::load::run(a),
                 Cmd::Ns(a) => cmd::ns::run(a),
+                Cmd::Export(a) => cmd::export::run(a),
                 Cmd::Serve(_) => unreachable!("matched above"),
             }
         }

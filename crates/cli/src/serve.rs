@@ -6,6 +6,7 @@ use crate::settings::{self, SettingFlags};
 use granary_cli::{progress, signals, size};
 use granary_memcache::{limits, Server, ServerConfig};
 use granary_native::NativeConfig;
+use granary_resp::RespConfig;
 use granary_rt::net::BoundSocket;
 use granary_rt::{Runtime, RuntimeConfig};
 use granary_store::io::{IoBackend, OpenMode};
@@ -60,6 +61,10 @@ pub struct Config {
     pub port: u16,
     pub native: bool,
     pub native_port: u16,
+    pub resp: bool,
+    pub resp_port: u16,
+    /// 0: no NBD listener.
+    pub nbd_port: u16,
     pub threads: usize,
     pub conn_limit: usize,
     pub max_item_size: u64,
@@ -127,6 +132,9 @@ impl Config {
             port: 11211,
             native: true,
             native_port: granary_proto::DEFAULT_PORT,
+            resp: true,
+            resp_port: granary_resp::limits::DEFAULT_PORT,
+            nbd_port: 0,
             threads: 0,
             conn_limit: limits::CONNECTIONS_DEFAULT,
             max_item_size: 1 << 20,
@@ -240,6 +248,8 @@ impl Drop for StopDuringOpen {
 struct Listeners {
     memcache: BoundSocket,
     native: Option<BoundSocket>,
+    resp: Option<BoundSocket>,
+    nbd: Option<BoundSocket>,
     metrics: Option<BoundSocket>,
 }
 
@@ -249,6 +259,8 @@ impl Listeners {
         Ok(Listeners {
             memcache: bind(SocketAddr::new(a.listen, a.port))?,
             native: a.native.then(|| bind(SocketAddr::new(a.listen, a.native_port))).transpose()?,
+            resp: a.resp.then(|| bind(SocketAddr::new(a.listen, a.resp_port))).transpose()?,
+            nbd: (a.nbd_port != 0).then(|| bind(SocketAddr::new(a.listen, a.nbd_port))).transpose()?,
             metrics: a.metrics.map(|m| bind(m).map_err(|e| format!("metrics: {e}"))).transpose()?,
         })
     }
@@ -350,11 +362,14 @@ fn run(a: Config) -> Result<(), String> {
         eprintln!("granary: {} again: exiting without a checkpoint", signals::name(sig));
         std::process::exit(130);
     });
-    // Both listeners drain at once.
-    let (server, native) = served;
+    // Every listener drains at once.
+    let Served { memcache, native, resp, nbd } = served;
     let cancelled = std::thread::scope(|s| {
         let n = native.map(|n| s.spawn(move || n.shutdown()));
-        server.shutdown() + n.map(|h| h.join().unwrap_or(0)).unwrap_or(0)
+        let r = resp.map(|r| s.spawn(move || r.shutdown()));
+        let b = nbd.map(|b| s.spawn(move || b.shutdown()));
+        let joined = |h: Option<std::thread::ScopedJoinHandle<'_, usize>>| h.map_or(0, |h| h.join().unwrap_or(0));
+        memcache.shutdown() + joined(n) + joined(r) + joined(b)
     });
     if cancelled > 0 {
         tracing::warn!(cancelled, "connections closed by the drain timeout");
@@ -365,9 +380,17 @@ fn run(a: Config) -> Result<(), String> {
     Ok(())
 }
 
+/// The running servers.
+struct Served {
+    memcache: Server,
+    native: Option<granary_native::Server>,
+    resp: Option<granary_resp::Server>,
+    nbd: Option<granary_nbd::Server>,
+}
+
 /// Start every server on one runtime (one executor per core); prints one
 /// line per listener once it is up, the native one last.
-fn start(a: &Config, store: Arc<Store>, l: Listeners) -> Result<(Server, Option<granary_native::Server>), String> {
+fn start(a: &Config, store: Arc<Store>, l: Listeners) -> Result<Served, String> {
     let idle_timeout = (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout));
     let cfg = ServerConfig {
         listen: SocketAddr::new(a.listen, a.port),
@@ -402,6 +425,40 @@ fn start(a: &Config, store: Arc<Store>, l: Listeners) -> Result<(Server, Option<
             Some(n)
         }
     };
+    let resp = match l.resp {
+        None => None,
+        Some(listener) => {
+            let rcfg = RespConfig {
+                listen: SocketAddr::new(a.listen, a.resp_port),
+                threads: a.threads,
+                max_connections: a.conn_limit,
+                value_bytes_max: u32::try_from(a.max_item_size).unwrap_or(u32::MAX),
+                idle_timeout,
+                databases: granary_resp::limits::DATABASES_DEFAULT,
+            };
+            let r = granary_resp::Server::start_with_listener(store.clone(), rcfg, rt.clone(), listen(listener)?)
+                .map_err(|e| format!("redis protocol: {e}"))?;
+            eprintln!("granary: serving the Redis protocol on {}", r.local_addr());
+            Some(r)
+        }
+    };
+    let nbd = match l.nbd {
+        None => None,
+        Some(listener) => {
+            let bcfg = granary_nbd::NbdConfig {
+                listen: SocketAddr::new(a.listen, a.nbd_port),
+                threads: a.threads,
+                max_connections: a.conn_limit,
+                // A mounted file system may send nothing for hours.
+                idle_timeout: None,
+            };
+            let exports = Arc::new(granary_nbd::store_export::StoreExports::new(store.clone()));
+            let b = granary_nbd::Server::start_with_listener(exports, bcfg, rt.clone(), listen(listener)?)
+                .map_err(|e| format!("nbd: {e}"))?;
+            eprintln!("granary: serving block exports over NBD on {}", b.local_addr());
+            Some(b)
+        }
+    };
     if let Some(listener) = l.metrics {
         let sources = crate::metrics::Sources {
             store,
@@ -416,5 +473,5 @@ fn start(a: &Config, store: Arc<Store>, l: Listeners) -> Result<(Server, Option<
     if let Some(n) = &native {
         eprintln!("granary: serving the native protocol on {}", n.local_addr());
     }
-    Ok((server, native))
+    Ok(Served { memcache: server, native, resp, nbd })
 }

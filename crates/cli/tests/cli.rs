@@ -271,7 +271,7 @@ fn version_and_help() {
     assert_eq!(code(&o), 0);
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("granary "));
     let o = run(&["--help"]);
-    for cmd in ["create", "put", "get", "del", "batch", "stat", "verify", "ns"] {
+    for cmd in ["create", "put", "get", "del", "batch", "stat", "verify", "ns", "export"] {
         assert!(String::from_utf8_lossy(&o.stdout).contains(cmd));
     }
 }
@@ -548,14 +548,15 @@ fn namespaces_create_list_stat_truncate_drop() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
     let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["name", "id", "mode", "keys", "value_bytes", "ttl", "max_bytes", "max_keys"], "{out}");
+    assert_eq!(header, ["name", "id", "kind", "mode", "keys", "value_bytes", "ttl", "max_bytes", "max_keys"], "{out}");
     let names: Vec<String> = out.lines().skip(1).map(|l| l.split(' ').next().unwrap().to_string()).collect();
     assert_eq!(names, ["default", "sessions", "users"], "default first:\n{out}");
     let users = ns_row(&out, "users").unwrap();
-    assert_eq!(users[..4], ["users", "1", "store", "2"], "{out}");
-    assert_eq!(users[5..], ["60s", "1.0 MiB (1048576)", "100"], "{out}");
-    assert_eq!(ns_row(&out, "sessions").unwrap()[1..4], ["2", "cache", "1"], "{out}");
-    assert_eq!(ns_row(&out, "default").unwrap()[3], "1", "{out}");
+    assert_eq!(users[..5], ["users", "1", "kv", "store", "2"], "{out}");
+    assert_eq!(users[6..], ["60s", "1.0 MiB (1048576)", "100"], "{out}");
+    assert_eq!(ns_row(&out, "sessions").unwrap()[1..5], ["2", "kv", "cache", "1"], "{out}");
+    let default = ns_row(&out, "default").unwrap();
+    assert_eq!((default[2].as_str(), default[4].as_str()), ("kv", "1"), "{out}");
 
     let o = run(&["ns", "stat", p, "users"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -563,6 +564,8 @@ fn namespaces_create_list_stat_truncate_drop() {
     for (name, want) in [
         ("name", "users"),
         ("id", "1"),
+        ("options.kind", "kv"),
+        ("options.size_bytes", "0"),
         ("options.mode", "store"),
         ("options.default_ttl_secs", "60"),
         ("options.max_bytes", "1048576"),
@@ -573,7 +576,7 @@ fn namespaces_create_list_stat_truncate_drop() {
     }
     let value_bytes: u64 = stat_value(&out, "value_bytes").parse().unwrap();
     assert!(value_bytes >= 10, "{out}");
-    assert!(users[4].ends_with(&format!("({value_bytes})")), "list and stat agree: {users:?}\n{out}");
+    assert!(users[5].ends_with(&format!("({value_bytes})")), "list and stat agree: {users:?}\n{out}");
     for name in ["gets", "hits", "misses", "sets", "deletes", "evictions", "expirations"] {
         assert_eq!(stat_value(&out, name), "0", "counts since this open:\n{out}");
     }
@@ -592,7 +595,7 @@ fn namespaces_create_list_stat_truncate_drop() {
     let out = stdout(&run(&["ns", "list", p]));
     assert_eq!(
         ns_row(&out, "users").unwrap(),
-        ["users", "3", "store", "0", "0 B (0)", "60s", "1.0 MiB (1048576)", "100"]
+        ["users", "3", "kv", "store", "0", "0 B (0)", "60s", "1.0 MiB (1048576)", "100"]
     );
     assert_eq!(run(&["get", "--ns", "sessions", p, "k"]).stdout, b"in sessions", "other namespaces keep theirs");
     assert_eq!(run(&["get", p, "k"]).stdout, b"in default");
@@ -650,6 +653,90 @@ fn namespace_key_quota_refuses_a_second_key() {
     assert_eq!(code(&run(&["put", "--ns", "one", p, "a", "3"])), 0, "an overwrite adds no key");
     assert_eq!(run(&["get", "--ns", "one", p, "a"]).stdout, b"3");
     assert_eq!(code(&run(&["put", p, "b", "2"])), 0, "the default namespace has no limit");
+}
+
+/// `granary export` create, list and drop: an export's geometry is printed
+/// and listed (with `ns list`'s kind column and `ns stat`'s options too);
+/// its blocks are keys of its namespace (`put --ns` of an 8-byte key here);
+/// bad sizes and block sizes, a name taken, and a drop of a plain
+/// namespace are one-line errors, exit 2, that create or drop nothing.
+#[test]
+fn exports_create_list_drop() {
+    let dir = workdir();
+    let p = db(dir.path());
+    let p = p.to_str().unwrap();
+    assert_eq!(code(&run(&["create", p, "--size", "8M", "--segment-size", "1M"])), 0);
+    let o = run(&["export", "create", p, "disk", "--size", "1G"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(stdout(&o), "created export disk (id 1): size 1.0 GiB (1073741824), block size 4096, 262144 blocks\n");
+    let o = run(&["export", "create", p, "small", "--size", "64K", "--block-size", "512"]);
+    assert_eq!(stdout(&o), "created export small (id 2): size 64.0 KiB (65536), block size 512, 128 blocks\n");
+    assert_eq!(code(&run(&["ns", "create", p, "users"])), 0);
+
+    for (args, why) in [
+        (&["--size", "1G", "--block-size", "3000"][..], "block size 3000: an export's block size is a power of two"),
+        (&["--size", "1G", "--block-size", "128K"], "a power of two from 512 to 65536"),
+        (&["--size", "1G", "--block-size", "256"], "a power of two from 512 to 65536"),
+        (&["--size", "6000"], "size 6000: an export's size is a positive multiple of its block size 4096"),
+    ] {
+        let mut a = vec!["export", "create", p, "bad"];
+        a.extend_from_slice(args);
+        assert_one_line_error(&run(&a), why);
+    }
+    // Sizes that do not parse are refused by the argument parser (exit 2).
+    for (args, why) in [
+        (&["--size", "1G", "--block-size", "8G"][..], "block size \"8G\" is out of range"),
+        (&["--size", "0"], "size \"0\" is out of range"),
+        (&["--size", "12Q"], "unknown size unit"),
+    ] {
+        let mut a = vec!["export", "create", p, "bad"];
+        a.extend_from_slice(args);
+        let o = run(&a);
+        assert_eq!(code(&o), 2, "{}", stderr(&o));
+        assert!(stderr(&o).contains(why), "{}", stderr(&o));
+    }
+    assert_one_line_error(&run(&["export", "create", p, "disk", "--size", "1M"]), "namespace \"disk\" exists already");
+    assert_one_line_error(
+        &run(&["export", "create", p, "users", "--size", "1M"]),
+        "namespace \"users\" exists already",
+    );
+    assert_one_line_error(&run(&["export", "create", p, "a b", "--size", "1M"]), "a name holds only ASCII letters");
+
+    // Block 0 of disk, written as its namespace's key.
+    assert_eq!(code(&run_stdin(&["put", "--ns", "disk", p, "blockkey"], &[7u8; 4096])), 0);
+    let o = run(&["export", "list", p]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["name", "size", "block_size", "blocks_written", "bytes"], "{out}");
+    assert_eq!(out.lines().count(), 3, "the two exports, not users:\n{out}");
+    let disk = ns_row(&out, "disk").unwrap();
+    assert_eq!(disk[..4], ["disk", "1.0 GiB (1073741824)", "4096", "1"], "{out}");
+    assert!(disk[4].contains(" KiB ("), "a block's record: {out}");
+    assert_eq!(ns_row(&out, "small").unwrap()[1..4], ["64.0 KiB (65536)", "512", "0"], "{out}");
+    let out = stdout(&run(&["ns", "list", p]));
+    assert_eq!(ns_row(&out, "disk").unwrap()[1..5], ["1", "block", "store", "1"], "{out}");
+    assert_eq!(ns_row(&out, "users").unwrap()[2], "kv", "{out}");
+    let out = stdout(&run(&["ns", "stat", p, "small"]));
+    for (name, want) in
+        [("options.kind", "block"), ("options.size_bytes", "65536"), ("options.block_bytes", "512"), ("keys", "0")]
+    {
+        assert_eq!(stat_value(&out, name), want, "{name}:\n{out}");
+    }
+
+    assert_one_line_error(
+        &run(&["export", "drop", p, "users"]),
+        "namespace \"users\" is not an export (its kind is kv); drop it with `granary ns drop`",
+    );
+    assert_one_line_error(&run(&["export", "drop", p, "nope"]), "no namespace \"nope\"");
+    let o = run(&["export", "drop", p, "disk"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("dropped export disk (id 1): 1 blocks written, "), "{}", stdout(&o));
+    let out = stdout(&run(&["export", "list", p]));
+    assert!(ns_row(&out, "disk").is_none(), "{out}");
+    assert!(ns_row(&out, "small").is_some(), "{out}");
+    assert_eq!(code(&run(&["get", "--ns", "users", p, "k"])), 1, "users is still there");
+    assert_eq!(code(&run(&["verify", p])), 0);
 }
 
 /// `--ns` with `--server` is passed on to the server (here none is

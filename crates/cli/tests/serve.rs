@@ -36,6 +36,10 @@ impl Serve {
         let mut args = vec!["serve", "--data", data.to_str().unwrap(), "--size", "64M", "-p", &port_s, "-t", "2"];
         let native_s = native_port.to_string();
         args.extend(["--native-port", &native_s]);
+        let resp_s = free_port().to_string();
+        if !extra.contains(&"--no-resp") {
+            args.extend(["--resp-port", &resp_s]);
+        }
         args.extend(extra);
         // Every listener is up: the native line comes last (or the memcache
         // line, with --no-native).
@@ -412,7 +416,7 @@ fn a_stop_signal_during_the_zero_fill_removes_the_new_file() {
     let d = data.to_str().unwrap();
     // 4 GiB: long enough to write that the signal lands inside the fill.
     let port = free_port().to_string();
-    let serve = ["serve", "--data", d, "--size", "4G", "-p", &port, "-t", "1", "--no-native"];
+    let serve = ["serve", "--data", d, "--size", "4G", "-p", &port, "-t", "1", "--no-native", "--no-resp"];
     let create = ["create", d, "--size", "4G"];
     for (args, sig, name) in [(&serve[..], SIGTERM, "SIGTERM"), (&create[..], SIGINT, "SIGINT")] {
         let (mut child, mut err, mut log) =
@@ -422,7 +426,7 @@ fn a_stop_signal_during_the_zero_fill_removes_the_new_file() {
             // store is ready: a client is refused, not left waiting.
             let early = TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap()));
             assert_eq!(early.err().map(|e| e.kind()), Some(std::io::ErrorKind::ConnectionRefused));
-            let second = granary(&["serve", "--data", d, "-p", &free_port().to_string(), "--no-native"]);
+            let second = granary(&["serve", "--data", d, "-p", &free_port().to_string(), "--no-native", "--no-resp"]);
             let text = String::from_utf8_lossy(&second.stderr);
             assert!(!second.status.success() && text.contains("in use by another process"), "{text}");
         }
@@ -472,7 +476,7 @@ fn a_stop_signal_during_recovery_stops_and_the_next_start_recovers() {
     let data = dir.path().join("rec.db");
     let d = data.to_str().unwrap();
     let port = free_port().to_string();
-    let serve = ["serve", "--data", d, "--size", "1G", "-p", &port, "-t", "2", "--no-native"];
+    let serve = ["serve", "--data", d, "--size", "1G", "-p", &port, "-t", "2", "--no-native", "--no-resp"];
     let (child, err, _) = spawn_until(&serve, |l| l.contains("serving"));
     let s = Serve { child, port: port.parse().unwrap(), native_port: 0, log: String::new(), later: drain(err) };
     // ~600 MB of records, so the log scan after the crash takes a while
@@ -831,7 +835,7 @@ fn a_port_in_use_fails_the_start_before_any_file_is_made() {
     let busy_port = busy.local_addr().unwrap().port().to_string();
     let free = free_port().to_string();
     for (port, native) in [(&busy_port, &free), (&free, &busy_port)] {
-        let o = granary(&["serve", "--data", d, "--size", "64M", "-p", port, "--native-port", native]);
+        let o = granary(&["serve", "--data", d, "--size", "64M", "-p", port, "--native-port", native, "--no-resp"]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{err}");
         assert!(err.contains(&format!("cannot listen on 127.0.0.1:{busy_port}")), "{err}");
@@ -849,7 +853,21 @@ fn a_start_that_fails_after_creating_the_file_removes_it() {
     let data = dir.path().join("new.db");
     let d = data.to_str().unwrap();
     let port = free_port().to_string();
-    let args = ["serve", "--data", d, "--size", "64M", "--segment-size", "1M", "-I", "4m", "-p", &port, "--no-native"];
+    let args = [
+        "serve",
+        "--data",
+        d,
+        "--size",
+        "64M",
+        "--segment-size",
+        "1M",
+        "-I",
+        "4m",
+        "-p",
+        &port,
+        "--no-native",
+        "--no-resp",
+    ];
     let o = granary(&args);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
@@ -959,4 +977,105 @@ fn sigkill_during_concurrent_transactions_leaves_each_whole() {
         store.close().unwrap();
     }
     assert!(total > 0, "no transaction was committed before the kills");
+}
+
+/// `granary-bench ycsb`'s arguments are checked before anything starts:
+/// workload E (range scans) is refused with the reason, as are unknown
+/// peers and datatypes, and a go-ycsb that is not there.
+#[test]
+fn bench_ycsb_refuses_what_it_cannot_run() {
+    let bench = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_granary-bench")).arg("ycsb").args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(bench(&["--workloads", "a,e"]).contains("workload E needs ordered range scans"));
+    assert!(bench(&["--datatypes", "json"]).contains("unknown datatype"));
+    let missing = ["--go-ycsb", "/nonexistent/go-ycsb"];
+    assert!(bench(&[&["--peers", "redis-none,valkey"][..], &missing].concat()).contains("unknown peer \"valkey\""));
+    assert!(bench(&[&["--peers", "redis-none"][..], &missing].concat()).contains("scripts/go-ycsb.sh"));
+}
+
+/// go-ycsb (scripts/go-ycsb.sh builds it into target/go-ycsb) loads and
+/// runs workloads A and D on both record layouts against redis-server
+/// with no persistence, with a quarter of the data's memory, and against
+/// `granary serve`'s RESP listener, and redis-benchmark runs against the
+/// first and the last: every figure is in the JSON.
+/// Skipped (with a line saying so) without go-ycsb or redis-server.
+#[test]
+fn bench_ycsb_runs_go_ycsb_and_redis_benchmark_against_redis_and_granary() {
+    let on_path = |tool: &str| {
+        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+    };
+    let go_ycsb = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/go-ycsb/go-ycsb");
+    let go_ycsb = std::env::var_os("GO_YCSB").map(std::path::PathBuf::from).unwrap_or(go_ycsb);
+    let (redis, benchmark, ycsb) = (on_path("redis-server"), on_path("redis-benchmark"), go_ycsb.is_file());
+    if !(redis && benchmark && ycsb) {
+        eprintln!(
+            "skipped: needs redis-server ({redis}) and redis-benchmark ({benchmark}) (apt-get install redis-server), \
+             and go-ycsb at {} ({ycsb}; scripts/go-ycsb.sh, or GO_YCSB=PATH)",
+            go_ycsb.display()
+        );
+        return;
+    }
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let json = dir.path().join("r.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_granary-bench"))
+        .args(["ycsb", "--peers", "redis-none,redis-lru4x,granary", "--workloads", "d,a", "--records", "2000"])
+        .args(["--operations", "2000", "--threads", "4", "--rb-requests", "2000", "--rb-clients", "8", "--go-ycsb"])
+        .arg(&go_ycsb)
+        .arg("--dir")
+        .arg(dir.path())
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["workloads"], serde_json::json!(["A", "D"]), "D runs last");
+    let none = &v["peers"][0];
+    assert_eq!(none["peer"], "redis-none");
+    for (i, dt) in ["string", "hash"].iter().enumerate() {
+        let d = &none["datatypes"][i];
+        assert_eq!(d["datatype"], *dt);
+        assert_eq!(d["load"]["ops"].as_array().unwrap().iter().find(|o| o["op"] == "INSERT").unwrap()["count"], 2000);
+        // Redis holds a record of about 1.1-1.5 KB in more than that.
+        let per = d["rss_bytes_per_record"].as_f64().unwrap();
+        assert!(per > 500.0 && per < 20_000.0, "{dt}: {per} B per record");
+        for w in d["workloads"].as_array().unwrap() {
+            assert!(w["ops_per_sec"].as_f64().unwrap() > 0.0, "{w}");
+            assert_eq!(w["errors"], 0, "{w}");
+            assert_eq!(w["hit_ratio"].as_f64(), Some(1.0), "every record is there: {w}");
+            assert!(w["p99_us"].as_f64().unwrap() >= w["p50_us"].as_f64().unwrap(), "{w}");
+        }
+    }
+    // A quarter of the data's memory: reads miss, and the string layout's
+    // misses are READ_ERRORs; the hash layout's come from INFO stats.
+    let lru = &v["peers"][1];
+    for d in lru["datatypes"].as_array().unwrap() {
+        assert!(d["maxmemory"].as_u64().unwrap() > 0, "{d}");
+        let a = &d["workloads"][0];
+        let hit = a["hit_ratio"].as_f64().unwrap();
+        assert!(hit > 0.0 && hit < 0.9, "{}: {hit}", d["datatype"]);
+    }
+    // Granary through its RESP listener: every record read back, no error.
+    let granary = &v["peers"][2];
+    assert_eq!(granary["peer"], "granary");
+    for d in granary["datatypes"].as_array().unwrap() {
+        for w in d["workloads"].as_array().unwrap() {
+            assert!(w["ops_per_sec"].as_f64().unwrap() > 0.0, "{w}");
+            assert_eq!(w["errors"], 0, "{w}");
+            assert_eq!(w["hit_ratio"].as_f64(), Some(1.0), "every record is there: {w}");
+        }
+    }
+    assert_eq!(granary["redis_benchmark"]["results"].as_array().unwrap().len(), 12);
+    let rb = none["redis_benchmark"]["results"].as_array().unwrap();
+    assert_eq!(rb.len(), 12, "six tests at -P 1 and -P 16: {rb:?}");
+    assert!(rb.iter().all(|r| r["rps"].as_f64().unwrap() > 0.0));
+    assert!(lru["redis_benchmark"]["results"].as_array().unwrap().is_empty(), "not run on an -lru4x peer");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("datatype string") && text.contains("redis-benchmark"), "{text}");
+    // The servers' data folders are removed; their logs are kept.
+    assert!(!dir.path().join("ycsb-redis-none").exists());
+    assert!(dir.path().join("ycsb-redis-none.log").exists());
 }

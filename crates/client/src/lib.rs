@@ -11,8 +11,9 @@
 //! - Namespaces (protocol version 2): [`Client::ns`] (and
 //!   [`ShardedClient::ns`]) gives the same key calls in one namespace;
 //!   [`Client::ns_create`], `ns_drop`, `ns_truncate`, `ns_list` and
-//!   `ns_stats` manage them. The plain calls are the default namespace's,
-//!   and all a version 1 server offers.
+//!   `ns_stats` manage them; [`Client::create_export`] creates an export
+//!   (a namespace of kind block, for a block server). The plain calls are
+//!   the default namespace's, and all a version 1 server offers.
 //! - Atomic transactions (protocol version 2): [`Client::txn`] commits
 //!   puts, conditional puts, CAS writes and deletes over keys of any
 //!   namespaces, all or none ([`TxnOp`], [`TxnOutcome`]);
@@ -28,8 +29,8 @@ mod sharded;
 
 pub use conn::{Connection, Pending, TICK};
 pub use granary_proto::{
-    BatchOp, ClientHello, NamespaceMode, NamespaceOptions, NamespaceStats, PutMode, Request, Response, Status, TxnOp,
-    TxnOutcome, TxnWrite, DEFAULT_NAMESPACE, TXN_OPS_MAX,
+    BatchOp, ClientHello, NamespaceKind, NamespaceMode, NamespaceOptions, NamespaceStats, PutMode, Request, Response,
+    Status, TxnOp, TxnOutcome, TxnWrite, DEFAULT_NAMESPACE, TXN_OPS_MAX,
 };
 pub use sharded::{ShardedClient, ShardedNamespace};
 
@@ -414,6 +415,18 @@ impl Client {
     pub fn ns_create(&self, name: &str, options: NamespaceOptions) -> Result<()> {
         as_done(self.send_in(name.as_bytes(), &Request::NsCreate(options))?.wait()?, Op::NsCreate)
     }
+    /// Create export `name` on the server: a namespace of kind block, a
+    /// block device of `size_bytes` in blocks of `block_bytes` (block `n`
+    /// under its 8-byte big-endian number). `BAD_NAMESPACE` for a geometry
+    /// the server does not take (a block size that is not a power of two
+    /// from 512 to 65536 or larger than one value, a size that is not a
+    /// positive multiple of it or over 2^63); `NAMESPACE_EXISTS` if the
+    /// name exists. Dropped and truncated as any namespace (`ns_drop`,
+    /// `ns_truncate`). A server that predates exports answers `BAD_FRAME`
+    /// and closes the connection.
+    pub fn create_export(&self, name: &str, size_bytes: u64, block_bytes: u32) -> Result<()> {
+        self.ns_create(name, NamespaceOptions::export(size_bytes, block_bytes))
+    }
     /// Drop namespace `name`: its keys are gone at once (`NO_SUCH_NAMESPACE`
     /// if there is none; `BAD_NAMESPACE` for the default one).
     pub fn ns_drop(&self, name: &str) -> Result<()> {
@@ -435,6 +448,9 @@ impl Client {
 
     pub async fn ns_create_async(&self, name: &str, options: NamespaceOptions) -> Result<()> {
         as_done(self.send_in(name.as_bytes(), &Request::NsCreate(options))?.await?, Op::NsCreate)
+    }
+    pub async fn create_export_async(&self, name: &str, size_bytes: u64, block_bytes: u32) -> Result<()> {
+        self.ns_create_async(name, NamespaceOptions::export(size_bytes, block_bytes)).await
     }
     pub async fn ns_drop_async(&self, name: &str) -> Result<()> {
         as_done(self.send_in(name.as_bytes(), &Request::NsDrop)?.await?, Op::NsDrop)

@@ -186,6 +186,10 @@ impl ShardedClient {
     pub fn ns_create(&self, name: &str, options: NamespaceOptions) -> Result<()> {
         self.changed(name, &Request::NsCreate(options))
     }
+    /// Create export `name` on every server ([`crate::Client::create_export`]).
+    pub fn create_export(&self, name: &str, size_bytes: u64, block_bytes: u32) -> Result<()> {
+        self.ns_create(name, NamespaceOptions::export(size_bytes, block_bytes))
+    }
     /// Drop namespace `name` on every server.
     pub fn ns_drop(&self, name: &str) -> Result<()> {
         self.changed(name, &Request::NsDrop)

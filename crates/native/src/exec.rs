@@ -416,7 +416,8 @@ async fn do_txn(ctx: &Ctx, scope: &Scope, ops: &[proto::TxnOp<'_>]) -> Outcome {
     (status, b)
 }
 
-/// The engine's options for NS_CREATE's.
+/// The engine's options for NS_CREATE's (the engine checks them: an
+/// export's geometry, its mode, its lack of limits).
 fn options_of(o: &proto::NamespaceOptions) -> granary_store::NamespaceOptions {
     granary_store::NamespaceOptions {
         mode: match o.mode {
@@ -426,6 +427,12 @@ fn options_of(o: &proto::NamespaceOptions) -> granary_store::NamespaceOptions {
         default_ttl_secs: o.default_ttl_secs,
         max_bytes: o.max_bytes.map(NonZeroU64::get),
         max_keys: o.max_keys.map(NonZeroU64::get),
+        kind: match o.kind {
+            proto::NamespaceKind::Kv => granary_store::NamespaceKind::Kv,
+            proto::NamespaceKind::Block { size_bytes, block_bytes } => {
+                granary_store::NamespaceKind::Block { size_bytes, block_bytes }
+            }
+        },
     }
 }
 
@@ -442,6 +449,12 @@ fn stats_of(s: &granary_store::NamespaceStats) -> proto::NamespaceStats {
             default_ttl_secs: s.options.default_ttl_secs,
             max_bytes: s.options.max_bytes.and_then(NonZeroU64::new),
             max_keys: s.options.max_keys.and_then(NonZeroU64::new),
+            kind: match s.options.kind {
+                granary_store::NamespaceKind::Kv => proto::NamespaceKind::Kv,
+                granary_store::NamespaceKind::Block { size_bytes, block_bytes } => {
+                    proto::NamespaceKind::Block { size_bytes, block_bytes }
+                }
+            },
         },
         keys: s.keys,
         value_bytes: s.value_bytes,

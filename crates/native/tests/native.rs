@@ -1,12 +1,12 @@
 //! The native server against the client crate and raw sockets over
 //! loopback: every opcode, pipelining order, malformed and oversized
 //! frames, limits, timeouts and reconnects, a sharded client over three
-//! servers, namespaces (protocol version 2) next to version 1 clients, and
-//! atomic TXNs.
+//! servers, namespaces (protocol version 2) next to version 1 clients,
+//! exports (namespaces of kind block), and atomic TXNs.
 
 use granary_client::{
-    BatchOp, BatchResult, Client, ClientConfig, Connection, Error, NamespaceMode, NamespaceOptions, PutMode, Request,
-    ShardedClient, Status, TxnOp, TxnOutcome,
+    BatchOp, BatchResult, Client, ClientConfig, Connection, Error, NamespaceKind, NamespaceMode, NamespaceOptions,
+    PutMode, Request, ShardedClient, Status, TxnOp, TxnOutcome,
 };
 use granary_native::{NativeConfig, Server};
 use granary_proto::{self as proto, ClientHello, Header, Op, ServerHello};
@@ -745,6 +745,7 @@ fn namespaces_keep_keys_apart_and_are_managed_over_the_wire() {
         default_ttl_secs: 3600,
         max_bytes: NonZeroU64::new(1 << 30),
         max_keys: NonZeroU64::new(1_000_000),
+        kind: NamespaceKind::Kv,
     };
     c.ns_create("users", opts).unwrap();
     c.ns_create("carts", NamespaceOptions::default()).unwrap();
@@ -849,6 +850,70 @@ fn namespaces_keep_keys_apart_and_are_managed_over_the_wire() {
 /// of its namespace, whose record buffer was built for the namespace's id
 /// as the frame arrived, still lands in the namespace as it is when it
 /// runs (without the server building it again, it gets NO_SUCH_NAMESPACE).
+/// Exports over the wire: `create_export` sends NS_CREATE with its kind
+/// section and makes a namespace of kind block, whose geometry NS_STATS
+/// and NS_LIST report and whose blocks are its keys; geometry the engine
+/// refuses is BAD_NAMESPACE, a name taken NAMESPACE_EXISTS. An NS_CREATE
+/// without the section (what clients without kinds send) makes a key
+/// space; one with an unknown kind is malformed.
+#[test]
+fn exports_are_created_and_reported_over_the_wire() {
+    use granary_store::block::block_key;
+    let srv = server();
+    let c = client(&srv);
+    c.create_export("disk", 1 << 30, 4096).unwrap();
+    let export = NamespaceOptions::export(1 << 30, 4096);
+    assert_eq!(export.kind, NamespaceKind::Block { size_bytes: 1 << 30, block_bytes: 4096 });
+    assert_eq!(c.ns_stats("disk").unwrap().options, export);
+    let disk = c.ns("disk");
+    disk.put(&block_key(5), &[9u8; 4096]).unwrap();
+    assert_eq!(disk.get(&block_key(5)).unwrap().unwrap(), vec![9u8; 4096]);
+    assert_eq!(disk.get(&block_key(6)).unwrap(), None, "an unwritten block");
+    assert_eq!(c.ns_stats("disk").unwrap().keys, 1);
+
+    for (size, block) in [(1 << 30, 3000), (1 << 30, 256), (1 << 30, 128 << 10), (5000, 4096), (0, 4096)] {
+        let (st, msg) = server_error(c.create_export("bad", size, block));
+        assert_eq!(st, Status::BadNamespace, "{size} {block}: {msg}");
+    }
+    let (st, msg) = server_error(c.ns_create("bad", NamespaceOptions { mode: NamespaceMode::Cache, ..export }));
+    assert!(st == Status::BadNamespace && msg.contains("mode is store"), "{st}: {msg}");
+    let (st, msg) = server_error(c.ns_create("bad", NamespaceOptions { max_keys: NonZeroU64::new(9), ..export }));
+    assert!(st == Status::BadNamespace && msg.contains("no quota"), "{st}: {msg}");
+    assert_eq!(server_error(c.create_export("disk", 1 << 20, 4096)).0, Status::NamespaceExists);
+    granary_rt::block_on(c.create_export_async("small", 1 << 20, 512)).unwrap();
+    c.ns_create("kv", NamespaceOptions::default()).unwrap();
+    let kinds: Vec<(String, NamespaceKind)> =
+        c.ns_list().unwrap().into_iter().map(|s| (s.name, s.options.kind)).collect();
+    let small = NamespaceKind::Block { size_bytes: 1 << 20, block_bytes: 512 };
+    let want = [("default", NamespaceKind::Kv), ("disk", export.kind), ("kv", NamespaceKind::Kv), ("small", small)];
+    assert_eq!(kinds, want.map(|(n, k)| (n.to_string(), k)));
+
+    // Raw frames: no kind section is a key space.
+    let mut s = raw(srv.local_addr());
+    let mut f = Vec::new();
+    Request::NsCreate(NamespaceOptions::default()).encode_in(b"plain", 1, &mut f);
+    assert_eq!(f.len(), proto::HEADER_BYTES + 5 + 20, "the frame of clients without kinds");
+    Request::NsStats.encode_in(b"plain", 2, &mut f);
+    let got = exchange(&mut s, &f, 2);
+    assert_eq!(got[&1].0, Status::Ok);
+    let plain = proto::decode_namespace_stats(&got[&2].1).unwrap();
+    assert_eq!(plain.options.kind, NamespaceKind::Kv);
+    // An unknown kind: BAD_FRAME, and the connection closes.
+    let mut f = Vec::new();
+    Request::NsCreate(export).encode_in(b"odd", 77, &mut f);
+    f[proto::HEADER_BYTES + 3 + 20] = 7;
+    s.write_all(&f).unwrap();
+    let (h, st, body) = read_frame(&mut s).unwrap();
+    assert_eq!((h.id, st), (77, Status::BadFrame), "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("unknown namespace kind 7"));
+    assert!(closed(&mut s));
+    assert!(matches!(c.ns_stats("odd"), Err(Error::Server { status: Status::NoSuchNamespace, .. })));
+
+    c.ns_drop("disk").unwrap();
+    assert!(c.ns_list().unwrap().iter().all(|s| s.name != "disk"));
+    assert_eq!(server_error(disk.get(&block_key(5))).0, Status::NoSuchNamespace);
+}
+
 #[test]
 fn pipelined_requests_see_the_namespace_changes_sent_before_them() {
     let srv = server();

@@ -18,6 +18,14 @@
 //! their status codes, and the atomic `TXN` ([`Request::Txn`]: operations
 //! over keys of any namespaces, committed all or none). A header is decoded
 //! for the version its connection negotiated ([`Header::decode`]).
+//!
+//! Namespace kinds (a key space, or an export: a block device) live inside
+//! version 2, laid out so that a key space's frames are the ones a version
+//! 2 peer without kinds sends and reads: NS_CREATE's kind section is an
+//! optional tail of its body (absent: a key space), and the namespace
+//! record's kind is a byte that was reserved (0: a key space), with an
+//! export's geometry only in an export's record. A peer without kinds
+//! refuses an export's NS_CREATE or record as malformed, never misreads it.
 
 use std::fmt;
 use std::num::NonZeroU64;
@@ -347,6 +355,35 @@ impl NamespaceMode {
     }
 }
 
+/// What a namespace's keys are (NS_CREATE's kind section, the namespace
+/// record's kind byte; the engine's `NamespaceKind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum NamespaceKind {
+    /// A key space (kind 0).
+    #[default]
+    Kv,
+    /// An export: a block device of `size_bytes` in blocks of
+    /// `block_bytes`, block `n` under its 8-byte big-endian number (kind 1).
+    Block { size_bytes: u64, block_bytes: u32 },
+}
+
+impl NamespaceKind {
+    /// The kind byte on the wire.
+    pub fn code(self) -> u8 {
+        match self {
+            NamespaceKind::Kv => 0,
+            NamespaceKind::Block { .. } => 1,
+        }
+    }
+    /// `kv` or `block`.
+    pub fn name(self) -> &'static str {
+        match self {
+            NamespaceKind::Kv => "kv",
+            NamespaceKind::Block { .. } => "block",
+        }
+    }
+}
+
 /// A namespace's options (NS_CREATE's body; the engine's
 /// `NamespaceOptions`). A limit is at least 1: on the wire 0 means none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -358,6 +395,22 @@ pub struct NamespaceOptions {
     pub max_bytes: Option<NonZeroU64>,
     /// Most values it holds.
     pub max_keys: Option<NonZeroU64>,
+    /// A key space or an export. Sent only when not `Kv` (NS_CREATE's
+    /// optional kind section), so a `Kv` NS_CREATE is the frame a server
+    /// that predates kinds takes.
+    pub kind: NamespaceKind,
+}
+
+impl NamespaceOptions {
+    /// An export's options: mode `store`, no limit, no default TTL (what
+    /// the server requires of one).
+    pub fn export(size_bytes: u64, block_bytes: u32) -> NamespaceOptions {
+        NamespaceOptions {
+            mode: NamespaceMode::Store,
+            kind: NamespaceKind::Block { size_bytes, block_bytes },
+            ..Default::default()
+        }
+    }
 }
 
 /// A namespace's options and figures: NS_STATS's body, and each entry of
@@ -781,8 +834,16 @@ impl<'a> Rd<'a> {
 }
 
 /// Bytes of NS_CREATE's body after the name: default_ttl_secs u32,
-/// max_bytes u64, max_keys u64.
+/// max_bytes u64, max_keys u64; then, optionally, the kind section.
 const NS_CREATE_BYTES: usize = 20;
+/// Bytes of NS_CREATE's optional kind section: kind u8, 3 reserved bytes
+/// (0), block_bytes u32, size_bytes u64 (both 0 for kind 0). Absent: kind 0
+/// (`Kv`), the body of servers and clients that predate kinds.
+pub const NS_CREATE_KIND_BYTES: usize = 16;
+/// Bytes of a namespace record's export section (kind 1 only), between
+/// its fixed fields and its name: size_bytes u64, block_bytes u32, 4
+/// reserved bytes (0).
+pub const NAMESPACE_EXPORT_BYTES: usize = 16;
 
 impl<'a> Request<'a> {
     pub fn op(&self) -> Op {
@@ -822,7 +883,10 @@ impl<'a> Request<'a> {
                     })
                     .sum::<usize>()
             }
-            Request::NsCreate(_) => NS_CREATE_BYTES,
+            Request::NsCreate(o) => match o.kind {
+                NamespaceKind::Kv => NS_CREATE_BYTES,
+                NamespaceKind::Block { .. } => NS_CREATE_BYTES + NS_CREATE_KIND_BYTES,
+            },
             Request::Txn(ops) => 4 + ops.iter().map(TxnOp::encoded_len).sum::<usize>(),
             Request::Nop
             | Request::Stats
@@ -888,6 +952,11 @@ impl<'a> Request<'a> {
                 put_u32(out, o.default_ttl_secs);
                 out.extend_from_slice(&o.max_bytes.map_or(0, NonZeroU64::get).to_le_bytes());
                 out.extend_from_slice(&o.max_keys.map_or(0, NonZeroU64::get).to_le_bytes());
+                if let NamespaceKind::Block { size_bytes, block_bytes } = o.kind {
+                    out.extend_from_slice(&[o.kind.code(), 0, 0, 0]);
+                    put_u32(out, block_bytes);
+                    out.extend_from_slice(&size_bytes.to_le_bytes());
+                }
             }
             Request::Txn(ops) => {
                 put_u32(out, len32(ops.len()));
@@ -979,7 +1048,8 @@ impl<'a> Request<'a> {
                 let default_ttl_secs = r.u32()?;
                 let max_bytes = NonZeroU64::new(r.u64()?);
                 let max_keys = NonZeroU64::new(r.u64()?);
-                Request::NsCreate(NamespaceOptions { mode, default_ttl_secs, max_bytes, max_keys })
+                let kind = if r.at == r.b.len() { NamespaceKind::Kv } else { decode_kind_section(&mut r)? };
+                Request::NsCreate(NamespaceOptions { mode, default_ttl_secs, max_bytes, max_keys, kind })
             }
             Op::Nop => Request::Nop,
             Op::Stats => Request::Stats,
@@ -1005,6 +1075,25 @@ impl<'a> Request<'a> {
             _ => {}
         }
         Ok((ns, req))
+    }
+}
+
+/// NS_CREATE's kind section ([`NS_CREATE_KIND_BYTES`]). Kind 0 carries
+/// zeros; an unknown kind is malformed (never taken for another). Whether
+/// the geometry is one the server takes is the engine's to say
+/// (`BAD_NAMESPACE`).
+fn decode_kind_section(r: &mut Rd) -> Result<NamespaceKind, ProtoError> {
+    let kind = r.u8()?;
+    if r.bytes(3)? != [0, 0, 0] {
+        return err("NS_CREATE: reserved bytes are not zero");
+    }
+    let block_bytes = r.u32()?;
+    let size_bytes = r.u64()?;
+    match kind {
+        0 if block_bytes == 0 && size_bytes == 0 => Ok(NamespaceKind::Kv),
+        0 => err("NS_CREATE: a size or block size for kind 0 (kv)"),
+        1 => Ok(NamespaceKind::Block { size_bytes, block_bytes }),
+        k => err(format!("NS_CREATE: unknown namespace kind {k}")),
     }
 }
 
@@ -1215,20 +1304,28 @@ pub const NAMESPACE_STATS_BYTES: usize = 100;
 ///
 /// ```text
 /// 0   u8  name_len (1..=64)     1  u8  mode (0 cache, 1 store)
-/// 2   u16 0 (reserved)          4  u32 id
+/// 2   u8  kind (0 kv, 1 block)  3  u8  0 (reserved)
+/// 4   u32 id
 /// 8   u32 default_ttl_secs
 /// 12  u64 max_bytes (0: none)   20  u64 max_keys (0: none)
 /// 28  u64 keys                  36  u64 value_bytes
 /// 44  u64 gets                  52  u64 hits
 /// 60  u64 misses                68  u64 sets
 /// 76  u64 deletes               84  u64 evictions
-/// 92  u64 expirations           100 name
+/// 92  u64 expirations
+/// 100 kind 1 only: u64 size_bytes, u32 block_bytes, u32 0 (reserved)
+/// 100 (kind 0) or 116 (kind 1): name
 /// ```
+///
+/// A kind 0 record is the record of servers that predate kinds (byte 2
+/// was reserved, 0); a decoder that predates them refuses a kind 1 record
+/// (reserved bytes not zero) rather than misread it.
 pub fn encode_namespace_stats(out: &mut Vec<u8>, s: &NamespaceStats) {
     let name = &s.name.as_bytes()[..s.name.len().min(NAMESPACE_NAME_MAX)];
     out.push(name.len() as u8);
     out.push(s.options.mode as u8);
-    put_u16(out, 0);
+    out.push(s.options.kind.code());
+    out.push(0);
     put_u32(out, s.id);
     put_u32(out, s.options.default_ttl_secs);
     let limit = |l: Option<NonZeroU64>| l.map_or(0, NonZeroU64::get);
@@ -1247,6 +1344,11 @@ pub fn encode_namespace_stats(out: &mut Vec<u8>, s: &NamespaceStats) {
     ] {
         out.extend_from_slice(&v.to_le_bytes());
     }
+    if let NamespaceKind::Block { size_bytes, block_bytes } = s.options.kind {
+        out.extend_from_slice(&size_bytes.to_le_bytes());
+        put_u32(out, block_bytes);
+        put_u32(out, 0);
+    }
     out.extend_from_slice(name);
 }
 
@@ -1257,7 +1359,8 @@ fn decode_namespace_record(r: &mut Rd) -> Result<NamespaceStats, ProtoError> {
         return err(format!("{what}: a namespace name of {name_len} bytes"));
     }
     let mode = NamespaceMode::from_u8(r.u8()?)?;
-    if r.u16()? != 0 {
+    let kind = r.u8()?;
+    if r.u8()? != 0 {
         return err(format!("{what}: reserved bytes are not zero"));
     }
     let id = r.u32()?;
@@ -1268,13 +1371,25 @@ fn decode_namespace_record(r: &mut Rd) -> Result<NamespaceStats, ProtoError> {
     for x in &mut n {
         *x = r.u64()?;
     }
+    let kind = match kind {
+        0 => NamespaceKind::Kv,
+        1 => {
+            let size_bytes = r.u64()?;
+            let block_bytes = r.u32()?;
+            if r.u32()? != 0 {
+                return err(format!("{what}: reserved bytes are not zero"));
+            }
+            NamespaceKind::Block { size_bytes, block_bytes }
+        }
+        k => return err(format!("{what}: unknown namespace kind {k}")),
+    };
     let name = String::from_utf8(r.bytes(name_len)?.to_vec())
         .map_err(|_| ProtoError(format!("{what}: a namespace name that is not UTF-8")))?;
     let [keys, value_bytes, gets, hits, misses, sets, deletes, evictions, expirations] = n;
     Ok(NamespaceStats {
         name,
         id,
-        options: NamespaceOptions { mode, default_ttl_secs, max_bytes, max_keys },
+        options: NamespaceOptions { mode, default_ttl_secs, max_bytes, max_keys, kind },
         keys,
         value_bytes,
         gets,

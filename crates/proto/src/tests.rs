@@ -111,14 +111,22 @@ fn ns_mode() -> impl Strategy<Value = NamespaceMode> {
     prop_oneof![Just(NamespaceMode::Cache), Just(NamespaceMode::Store)]
 }
 
+fn ns_kind() -> impl Strategy<Value = NamespaceKind> {
+    prop_oneof![
+        Just(NamespaceKind::Kv),
+        (any::<u64>(), any::<u32>())
+            .prop_map(|(size_bytes, block_bytes)| NamespaceKind::Block { size_bytes, block_bytes }),
+    ]
+}
+
 fn ns_stats() -> impl Strategy<Value = NamespaceStats> {
     (
         "[a-zA-Z0-9_.-]{1,64}",
         any::<u32>(),
-        (ns_mode(), any::<u32>(), any::<u64>(), any::<u64>()),
+        (ns_mode(), any::<u32>(), any::<u64>(), any::<u64>(), ns_kind()),
         proptest::collection::vec(any::<u64>(), 9),
     )
-        .prop_map(|(name, id, (mode, ttl, mb, mk), n)| NamespaceStats {
+        .prop_map(|(name, id, (mode, ttl, mb, mk, kind), n)| NamespaceStats {
             name,
             id,
             options: NamespaceOptions {
@@ -126,6 +134,7 @@ fn ns_stats() -> impl Strategy<Value = NamespaceStats> {
                 default_ttl_secs: ttl,
                 max_bytes: NonZeroU64::new(mb),
                 max_keys: NonZeroU64::new(mk),
+                kind,
             },
             keys: n[0],
             value_bytes: n[1],
@@ -148,8 +157,20 @@ proptest! {
     }
 
     #[test]
-    fn namespace_requests_round_trip(m in ns_mode(), ttl in any::<u32>(), mb in any::<u64>(), mk in any::<u64>()) {
-        let o = NamespaceOptions { mode: m, default_ttl_secs: ttl, max_bytes: NonZeroU64::new(mb), max_keys: NonZeroU64::new(mk) };
+    fn namespace_requests_round_trip(
+        m in ns_mode(),
+        ttl in any::<u32>(),
+        mb in any::<u64>(),
+        mk in any::<u64>(),
+        kind in ns_kind(),
+    ) {
+        let o = NamespaceOptions {
+            mode: m,
+            default_ttl_secs: ttl,
+            max_bytes: NonZeroU64::new(mb),
+            max_keys: NonZeroU64::new(mk),
+            kind,
+        };
         for r in [Request::NsCreate(o), Request::NsDrop, Request::NsTruncate, Request::NsList, Request::NsStats] {
             roundtrip(&r);
         }
@@ -166,7 +187,8 @@ proptest! {
         for s in &list {
             let mut b = Vec::new();
             encode_namespace_stats(&mut b, s);
-            prop_assert_eq!(b.len(), NAMESPACE_STATS_BYTES + s.name.len());
+            let export = if s.options.kind == NamespaceKind::Kv { 0 } else { NAMESPACE_EXPORT_BYTES };
+            prop_assert_eq!(b.len(), NAMESPACE_STATS_BYTES + export + s.name.len());
             prop_assert_eq!(&decode_namespace_stats(&b).unwrap(), s);
             b.push(0);
             prop_assert!(decode_namespace_stats(&b).unwrap_err().0.contains("trailing"));
@@ -363,14 +385,20 @@ fn namespace_requests_reject_bad_fields() {
     let (ns, r) = Request::decode(&hd, &b).unwrap();
     assert_eq!(ns, b"users");
     assert_eq!(r, Request::NsCreate(NamespaceOptions { mode: NamespaceMode::Store, ..Default::default() }));
-    // An unknown mode, a short or long body.
+    // An unknown mode, a short or long body (past 20 bytes, a kind section
+    // of 16 bytes must follow, and nothing after it).
     let (hd, b) = create(2, b"users", NS_CREATE_BYTES);
     assert!(Request::decode(&hd, &b).unwrap_err().0.contains("unknown namespace mode 2"));
     let (hd, b) = create(0, b"users", NS_CREATE_BYTES - 1);
     assert!(Request::decode(&hd, &b).unwrap_err().0.contains("overruns"));
-    let mut b = b"users".to_vec();
-    b.extend_from_slice(&[0u8; NS_CREATE_BYTES + 1]);
-    assert!(Request::decode(&h(Op::NsCreate, 0, 5, b.len()), &b).unwrap_err().0.contains("trailing"));
+    for (extra, why) in [(1, "overruns"), (NS_CREATE_KIND_BYTES, ""), (NS_CREATE_KIND_BYTES + 1, "trailing")] {
+        let mut b = b"users".to_vec();
+        b.extend_from_slice(&vec![0u8; NS_CREATE_BYTES + extra]);
+        match Request::decode(&h(Op::NsCreate, 0, 5, b.len()), &b) {
+            Ok((_, r)) => assert!(why.is_empty() && r == Request::NsCreate(NamespaceOptions::default()), "{r:?}"),
+            Err(e) => assert!(!why.is_empty() && e.0.contains(why), "{extra}: {}", e.0),
+        }
+    }
     // A name longer than the body; flags on an NS_DROP; a body after the name.
     assert!(Request::decode(&h(Op::NsDrop, 0, 6, 5), b"users").unwrap_err().0.contains("overruns"));
     assert!(Request::decode(&h(Op::NsDrop, 1, 5, 5), b"users").unwrap_err().0.contains("flags"));
@@ -394,6 +422,61 @@ fn namespace_requests_reject_bad_fields() {
     assert!(Request::decode(&short, body).is_err(), "the name swallowed the key length");
 }
 
+/// NS_CREATE of a key space is the 20-byte body of peers without kinds;
+/// an export's adds the 16-byte kind section, which decodes strictly.
+#[test]
+fn ns_create_carries_a_kind_section_only_for_an_export() {
+    let frame = |o: NamespaceOptions| {
+        let mut f = Vec::new();
+        Request::NsCreate(o).encode_in(b"disk", 3, &mut f);
+        f
+    };
+    let kv = frame(NamespaceOptions::default());
+    assert_eq!(kv.len(), HEADER_BYTES + 4 + NS_CREATE_BYTES, "no section for a key space");
+    let export = NamespaceOptions::export(1 << 30, 4096);
+    assert_eq!(export.mode, NamespaceMode::Store);
+    let f = frame(export);
+    assert_eq!(f.len(), HEADER_BYTES + 4 + NS_CREATE_BYTES + NS_CREATE_KIND_BYTES);
+    let at = HEADER_BYTES + 4 + NS_CREATE_BYTES;
+    assert_eq!(f[at..at + 4], [1, 0, 0, 0]);
+    assert_eq!(f[at + 4..at + 8], 4096u32.to_le_bytes());
+    assert_eq!(f[at + 8..], (1u64 << 30).to_le_bytes());
+    let (hd, body) = split(&f);
+    assert_eq!(Request::decode(&hd, body).unwrap(), (&b"disk"[..], Request::NsCreate(export)));
+
+    // The section's own rules: kind 0 with zeros is a key space; anything
+    // else unknown or non-zero where it must be zero is malformed.
+    let with = |section: &[u8]| {
+        let mut b = b"disk".to_vec();
+        b.extend_from_slice(&[0u8; NS_CREATE_BYTES]);
+        b.extend_from_slice(section);
+        let h = Header { len: b.len() as u32, op: Op::NsCreate, flags: 1, ns_len: 4, id: 0 };
+        match Request::decode(&h, &b) {
+            Ok((_, Request::NsCreate(o))) => Ok(o),
+            Ok((_, r)) => panic!("{r:?}"),
+            Err(e) => Err(e.0),
+        }
+    };
+    let section = |kind: u8, reserved: u8, block: u32, size: u64| {
+        let mut s = vec![kind, reserved, 0, 0];
+        s.extend_from_slice(&block.to_le_bytes());
+        s.extend_from_slice(&size.to_le_bytes());
+        s
+    };
+    let store = NamespaceOptions { mode: NamespaceMode::Store, ..Default::default() };
+    assert_eq!(with(&section(0, 0, 0, 0)).unwrap(), store);
+    let odd = NamespaceKind::Block { size_bytes: 7, block_bytes: 3 };
+    assert_eq!(with(&section(1, 0, 3, 7)).unwrap(), NamespaceOptions { kind: odd, ..store });
+    assert!(with(&section(0, 0, 4096, 0)).unwrap_err().contains("for kind 0"));
+    assert!(with(&section(2, 0, 4096, 4096)).unwrap_err().contains("unknown namespace kind 2"));
+    assert!(with(&section(1, 1, 4096, 4096)).unwrap_err().contains("reserved"));
+    let s = section(1, 0, 4096, 4096);
+    assert!(with(&s[..NS_CREATE_KIND_BYTES - 1]).unwrap_err().contains("overruns"));
+    let mut long = s.clone();
+    long.push(0);
+    assert!(with(&long).unwrap_err().contains("trailing"));
+}
+
 #[test]
 fn namespace_stats_reject_bad_records() {
     let s = NamespaceStats { name: "users".into(), id: 4, keys: 9, ..Default::default() };
@@ -408,7 +491,11 @@ fn namespace_stats_reject_bad_records() {
     assert!(bad(0, 0).contains("name of 0 bytes"));
     assert!(bad(0, 65).contains("name of 65 bytes"));
     assert!(bad(1, 2).contains("unknown namespace mode 2"));
-    assert!(bad(2, 1).contains("reserved"));
+    assert!(bad(2, 2).contains("unknown namespace kind 2"));
+    assert!(bad(3, 1).contains("reserved"));
+    // Kind 1 claimed by a record without its export section: the name is
+    // too short to hold it.
+    assert!(bad(2, 1).contains("overruns"), "{}", bad(2, 1));
     assert!(bad(NAMESPACE_STATS_BYTES, 0xff).contains("UTF-8"));
     // A list claiming more records than its bytes hold, or than a server has.
     let mut l = Vec::new();

@@ -13,10 +13,10 @@
 use crate::coalesce::Payload;
 use crate::error::{Error, Result};
 use crate::namespace::{
-    check_name, Catalog, CatalogEntry, NamespaceMode, NamespaceOptions, NsState, Totals, CATALOG_KEY,
+    check_name, check_options, Catalog, CatalogEntry, NamespaceMode, NamespaceOptions, NsState, Totals, CATALOG_KEY,
     DEFAULT_NAMESPACE, NAMESPACES_MAX, TOTALS_KEY,
 };
-use crate::nskey::DEFAULT_NS;
+use crate::nskey::{DEFAULT_NS, NS_KEY_OVERHEAD};
 use crate::store::Core;
 use crate::types::{Cond, ItemMeta};
 use granary_format::superblock::{FLAG_NAMESPACES, SUPERBLOCK_VERSION};
@@ -24,16 +24,15 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 impl Core {
-    /// Create namespace `name`.
+    /// Create namespace `name`, its options checked first
+    /// ([`check_options`]; an export's block is one value under a block's
+    /// key in a namespace).
     pub(crate) async fn create_namespace(&self, name: &str, options: NamespaceOptions) -> Result<Arc<NsState>> {
         check_name(name)?;
         if name == DEFAULT_NAMESPACE {
             return Err(Error::NamespaceExists { name: name.into() });
         }
-        if options.max_bytes == Some(0) || options.max_keys == Some(0) {
-            let why = "a limit is at least 1 (leave it unset for none)".to_string();
-            return Err(Error::BadNamespace { name: name.into(), why });
-        }
+        check_options(name, &options, self.value_bytes_max(crate::block::BLOCK_KEY_BYTES + NS_KEY_OVERHEAD))?;
         let mut cat = self.namespaces.change.lock().await;
         self.log.check_writable()?;
         if cat.entries.contains_key(name) {

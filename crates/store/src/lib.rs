@@ -38,6 +38,8 @@
 //!   the index's access words, for memcache's meta flags.
 //! - `verify`: the offline consistency check.
 //! - [`zerocopy`]: values read into and written from the device's buffers.
+//! - [`block`]: the keys of an export's blocks (a block server's view of a
+//!   [`NamespaceKind::Block`] namespace).
 //! - [`provision`](mod@provision): open the store on a path, or create it there.
 //! - [`loadgen`]: the generated keys and values of `granary load`.
 //! - `figures`: [`Stats::registry`], the store's figures declared once for
@@ -59,6 +61,7 @@
 
 mod access;
 pub mod batch;
+pub mod block;
 mod catalog;
 mod checkpoint;
 mod coalesce;
@@ -91,7 +94,10 @@ pub use access::{Access, ItemAccess};
 pub use batch::{Batch, BatchOp, BatchOutcome, BATCH_OPS_MAX};
 pub use error::{Error, Result};
 pub use links::{BLIND_OVERWRITE_BYTES_DEFAULT, LINK_OVERHEAD_BYTES};
-pub use namespace::{NamespaceMode, NamespaceOptions, NamespaceStats, DEFAULT_NAMESPACE};
+pub use namespace::{
+    NamespaceKind, NamespaceMode, NamespaceOptions, NamespaceStats, BLOCK_BYTES_DEFAULT, BLOCK_BYTES_MAX,
+    BLOCK_BYTES_MIN, DEFAULT_NAMESPACE, EXPORT_BYTES_MAX,
+};
 pub use nskey::NS_KEY_OVERHEAD;
 pub use options::{Background, Clock, CreateOptions, Durability, Entropy, OpenOptions, ProgressHook};
 pub use provision::{provision, IfPresent, NewStore, Provisioned, Site, Undo};

@@ -1,6 +1,15 @@
 //! Namespaces: named, independent key spaces in one store, each with its
-//! own options (mode, default TTL, quotas) and figures, dropped or emptied
-//! in O(1).
+//! own options (mode, default TTL, quotas, kind) and figures, dropped or
+//! emptied in O(1).
+//!
+//! **Kinds.** A namespace is a plain key space ([`NamespaceKind::Kv`]) or
+//! the blocks of a block device ([`NamespaceKind::Block`]: an *export*, a
+//! size and a block size, its keys the block numbers of [`crate::block`]).
+//! The engine stores an export's blocks as it stores any value; the kind
+//! tells a block server (NBD) the device's geometry, and fixes what an
+//! export may be: never evicted (mode `store`), no quota or default TTL (a
+//! device does not lose blocks), a block that fits one value
+//! ([`check_options`]).
 //!
 //! **Catalog.** The namespaces live in one record, the engine's reserved key
 //! [`CATALOG_KEY`]: every namespace's name, id and options, and the next id
@@ -94,6 +103,58 @@ impl std::str::FromStr for NamespaceMode {
     }
 }
 
+/// Smallest block of an export, in bytes (a disk sector).
+pub const BLOCK_BYTES_MIN: u32 = 512;
+/// Largest block of an export, in bytes.
+pub const BLOCK_BYTES_MAX: u32 = 64 << 10;
+/// The block size an export gets when none is asked for (a page, and what
+/// Linux's NBD client uses).
+pub const BLOCK_BYTES_DEFAULT: u32 = 4096;
+/// Largest export, in bytes: 2^63, so a byte offset into it fits an `i64`
+/// (the `off_t` of the clients reading it).
+pub const EXPORT_BYTES_MAX: u64 = 1 << 63;
+
+/// What a namespace's keys are (see the module doc, "Kinds").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum NamespaceKind {
+    /// Keys and values as the user gives them.
+    #[default]
+    Kv,
+    /// An export: a block device of `size_bytes` in blocks of
+    /// `block_bytes`, block `n` under the key [`crate::block::block_key`]`(n)`.
+    Block { size_bytes: u64, block_bytes: u32 },
+}
+
+impl NamespaceKind {
+    /// `kv` or `block`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NamespaceKind::Kv => "kv",
+            NamespaceKind::Block { .. } => "block",
+        }
+    }
+
+    /// Whether it is an export.
+    pub fn is_block(self) -> bool {
+        matches!(self, NamespaceKind::Block { .. })
+    }
+
+    /// An export's blocks: its size over its block size (0 for `Kv`).
+    pub fn blocks(self) -> u64 {
+        match self {
+            NamespaceKind::Kv => 0,
+            NamespaceKind::Block { size_bytes, block_bytes } => size_bytes / block_bytes as u64,
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            NamespaceKind::Kv => 0,
+            NamespaceKind::Block { .. } => 1,
+        }
+    }
+}
+
 /// A namespace's options, fixed at creation (truncate keeps them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct NamespaceOptions {
@@ -105,6 +166,8 @@ pub struct NamespaceOptions {
     pub max_bytes: Option<u64>,
     /// Most values it holds, likewise.
     pub max_keys: Option<u64>,
+    /// A key space or an export.
+    pub kind: NamespaceKind,
 }
 
 impl NamespaceOptions {
@@ -150,6 +213,49 @@ pub fn check_name(name: &str) -> Result<()> {
     Err(Error::BadNamespace { name: name.into(), why })
 }
 
+/// Check the options a namespace is created with, whatever its kind:
+/// limits of at least 1; for an export, a block size that is a power of two
+/// in [`BLOCK_BYTES_MIN`]`..=`[`BLOCK_BYTES_MAX`] and at most `value_max`
+/// (the largest value the store holds under a block's key: one block is
+/// one value), a size that is a positive multiple of the block size and at
+/// most [`EXPORT_BYTES_MAX`], mode `store` (a block the store evicted
+/// would read back as zeros: silent data loss), and no quota or default
+/// TTL (a device does not refuse or forget a block it was given). Every
+/// refusal is `BadNamespace` saying which rule.
+pub fn check_options(name: &str, o: &NamespaceOptions, value_max: u64) -> Result<()> {
+    let bad = |why: String| Err(Error::BadNamespace { name: name.into(), why });
+    if o.max_bytes == Some(0) || o.max_keys == Some(0) {
+        return bad("a limit is at least 1 (leave it unset for none)".into());
+    }
+    let NamespaceKind::Block { size_bytes, block_bytes } = o.kind else { return Ok(()) };
+    if !block_bytes.is_power_of_two() || !(BLOCK_BYTES_MIN..=BLOCK_BYTES_MAX).contains(&block_bytes) {
+        return bad(format!(
+            "block size {block_bytes}: an export's block size is a power of two from {BLOCK_BYTES_MIN} to {BLOCK_BYTES_MAX} bytes"
+        ));
+    }
+    if block_bytes as u64 > value_max {
+        return bad(format!(
+            "block size {block_bytes}: this store holds values up to {value_max} bytes under a block's key \
+             (a block is one value; use smaller blocks or a store with larger segments)"
+        ));
+    }
+    if size_bytes == 0 || !size_bytes.is_multiple_of(block_bytes as u64) {
+        return bad(format!(
+            "size {size_bytes}: an export's size is a positive multiple of its block size {block_bytes}"
+        ));
+    }
+    if size_bytes > EXPORT_BYTES_MAX {
+        return bad(format!("size {size_bytes}: an export holds at most {EXPORT_BYTES_MAX} bytes (2^63)"));
+    }
+    if o.mode != NamespaceMode::Store {
+        return bad("an export is never evicted: its mode is store".into());
+    }
+    if o.has_quota() || o.default_ttl_secs != 0 {
+        return bad("an export has no quota and no default TTL".into());
+    }
+    Ok(())
+}
+
 /// One namespace of the catalog.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct CatalogEntry {
@@ -179,7 +285,12 @@ const CATALOG_SWEEP_PENDING: u16 = 1;
 
 /// "GNSC" as a little-endian u32.
 const CATALOG_MAGIC: u32 = u32::from_le_bytes(*b"GNSC");
-const CATALOG_VERSION: u16 = 1;
+/// The catalog of namespaces that are all `Kv`: the layout of builds that
+/// predate kinds, so a store with no export stays readable by them.
+const CATALOG_VERSION_KV: u16 = 1;
+/// The catalog with kinds: the reserved byte after the mode is the kind,
+/// and an export's entry carries its size and block size.
+const CATALOG_VERSION_KINDS: u16 = 2;
 /// "GNST" as a little-endian u32.
 const TOTALS_MAGIC: u32 = u32::from_le_bytes(*b"GNST");
 const TOTALS_VERSION: u16 = 1;
@@ -221,21 +332,23 @@ impl<'a> Reader<'a> {
         Error::Corruption { offset: 0, detail: format!("the namespace {} {detail}", self.what) }
     }
 
-    /// The header: magic, a version this build reads, and flags of
-    /// `known` only; returns the flags.
-    fn header(&mut self, magic: u32, version: u16, known: u16) -> Result<u16> {
+    /// The header: magic, a version this build reads (`versions`), and
+    /// flags of `known` only; returns the version and the flags.
+    fn header(&mut self, magic: u32, versions: std::ops::RangeInclusive<u16>, known: u16) -> Result<(u16, u16)> {
         if self.u32("magic")? != magic {
             return Err(self.bad("has the wrong magic".into()));
         }
         let v = self.u16("version")?;
-        if v != version {
-            return Err(self.bad(format!("has version {v}; this build reads version {version}")));
+        if !versions.contains(&v) {
+            let (lo, hi) = (versions.start(), versions.end());
+            let reads = if lo == hi { format!("version {lo}") } else { format!("versions {lo} to {hi}") };
+            return Err(self.bad(format!("has version {v}; this build reads {reads}")));
         }
         let flags = self.u16("flags")?;
         if flags & !known != 0 {
             return Err(self.bad(format!("has unknown flags {flags:#x}")));
         }
-        Ok(flags)
+        Ok((v, flags))
     }
 
     fn end(&self) -> Result<()> {
@@ -249,13 +362,17 @@ impl<'a> Reader<'a> {
 impl Catalog {
     /// Layout (docs/FORMAT.md, "Namespaces"): magic `GNSC`, version u16,
     /// flags u16 (bit 0: sweep pending), next_id u32, count u32, then per
-    /// namespace: id u32,
-    /// mode u8, reserved u8, name_len u16, default_ttl_secs u32, max_bytes
-    /// u64 (0: none), max_keys u64 (0: none), created_unix_ms u64, name.
+    /// namespace: id u32, mode u8, kind u8 (version 1: reserved, 0),
+    /// name_len u16, default_ttl_secs u32, max_bytes u64 (0: none),
+    /// max_keys u64 (0: none), created_unix_ms u64, for an export (kind 1)
+    /// size_bytes u64 and block_bytes u32, then the name. Version 1 when
+    /// every namespace is `Kv` (what builds before kinds read), else 2.
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(16 + self.entries.len() * 48);
+        let kinds = self.entries.values().any(|e| e.options.kind.is_block());
+        let version = if kinds { CATALOG_VERSION_KINDS } else { CATALOG_VERSION_KV };
+        let mut b = Vec::with_capacity(16 + self.entries.len() * 60);
         b.extend_from_slice(&CATALOG_MAGIC.to_le_bytes());
-        b.extend_from_slice(&CATALOG_VERSION.to_le_bytes());
+        b.extend_from_slice(&version.to_le_bytes());
         let flags = if self.sweep_pending { CATALOG_SWEEP_PENDING } else { 0 };
         b.extend_from_slice(&flags.to_le_bytes());
         b.extend_from_slice(&self.next_id.to_le_bytes());
@@ -263,12 +380,16 @@ impl Catalog {
         for (name, e) in &self.entries {
             b.extend_from_slice(&e.id.to_le_bytes());
             b.push(e.options.mode.code());
-            b.push(0);
+            b.push(e.options.kind.code());
             b.extend_from_slice(&(name.len() as u16).to_le_bytes());
             b.extend_from_slice(&e.options.default_ttl_secs.to_le_bytes());
             b.extend_from_slice(&e.options.max_bytes.unwrap_or(0).to_le_bytes());
             b.extend_from_slice(&e.options.max_keys.unwrap_or(0).to_le_bytes());
             b.extend_from_slice(&e.created_unix_ms.to_le_bytes());
+            if let NamespaceKind::Block { size_bytes, block_bytes } = e.options.kind {
+                b.extend_from_slice(&size_bytes.to_le_bytes());
+                b.extend_from_slice(&block_bytes.to_le_bytes());
+            }
             b.extend_from_slice(name.as_bytes());
         }
         b
@@ -276,7 +397,8 @@ impl Catalog {
 
     pub(crate) fn decode(b: &[u8]) -> Result<Catalog> {
         let mut r = Reader { b, what: "catalog" };
-        let flags = r.header(CATALOG_MAGIC, CATALOG_VERSION, CATALOG_SWEEP_PENDING)?;
+        let (version, flags) =
+            r.header(CATALOG_MAGIC, CATALOG_VERSION_KV..=CATALOG_VERSION_KINDS, CATALOG_SWEEP_PENDING)?;
         let next_id = r.u32("next_id")?;
         let count = r.u32("count")? as usize;
         if count > NAMESPACES_MAX {
@@ -288,7 +410,8 @@ impl Catalog {
             let id = r.u32("id")?;
             let mode = r.u8("mode")?;
             let mode = NamespaceMode::from_code(mode).ok_or_else(|| r.bad(format!("has an unknown mode {mode}")))?;
-            if r.u8("reserved")? != 0 {
+            let kind = r.u8("kind")?;
+            if version == CATALOG_VERSION_KV && kind != 0 {
                 return Err(r.bad("has reserved bits set".into()));
             }
             let name_len = r.u16("name_len")? as usize;
@@ -297,6 +420,11 @@ impl Catalog {
             let max_bytes = some(r.u64("max_bytes")?);
             let max_keys = some(r.u64("max_keys")?);
             let created_unix_ms = r.u64("created")?;
+            let kind = match kind {
+                0 => NamespaceKind::Kv,
+                1 => NamespaceKind::Block { size_bytes: r.u64("size_bytes")?, block_bytes: r.u32("block_bytes")? },
+                k => return Err(r.bad(format!("has an unknown namespace kind {k}"))),
+            };
             let name = std::str::from_utf8(r.take(name_len, "name")?)
                 .map_err(|_| r.bad("holds a name that is not UTF-8".into()))?
                 .to_string();
@@ -304,7 +432,10 @@ impl Catalog {
             if id == DEFAULT_NS || id >= next_id || !ids.insert(id) {
                 return Err(r.bad(format!("gives namespace {name:?} the id {id}, which is not free")));
             }
-            let options = NamespaceOptions { mode, default_ttl_secs, max_bytes, max_keys };
+            let options = NamespaceOptions { mode, default_ttl_secs, max_bytes, max_keys, kind };
+            // Every rule but the store's value size (which a catalog read
+            // alone does not know; it was checked at creation).
+            check_options(&name, &options, u64::MAX).map_err(|e| r.bad(e.to_string()))?;
             if entries.insert(name.clone(), CatalogEntry { id, options, created_unix_ms }).is_some() {
                 return Err(r.bad(format!("lists {name:?} twice")));
             }
@@ -343,7 +474,7 @@ impl Totals {
 
     pub(crate) fn decode(b: &[u8]) -> Result<Totals> {
         let mut r = Reader { b, what: "totals" };
-        r.header(TOTALS_MAGIC, TOTALS_VERSION, 0)?;
+        r.header(TOTALS_MAGIC, TOTALS_VERSION..=TOTALS_VERSION, 0)?;
         let session = r.u64("session")?;
         let count = r.u32("count")? as usize;
         if count > NAMESPACES_MAX + 1 {
@@ -491,6 +622,7 @@ mod tests {
             default_ttl_secs: 60,
             max_bytes: Some(1 << 30),
             max_keys: None,
+            kind: NamespaceKind::Kv,
         };
         c.entries.insert("users".into(), CatalogEntry { id: 3, options: o, created_unix_ms: 1_700_000_000_000 });
         c.entries.insert("s".into(), CatalogEntry { id: 8, options: Default::default(), created_unix_ms: 5 });
@@ -505,8 +637,8 @@ mod tests {
         assert_eq!(Catalog::decode(&Catalog::default().encode()).unwrap(), Catalog::default());
         let err = |b: &[u8]| Catalog::decode(b).unwrap_err().to_string();
         let mut v = b.clone();
-        v[4] = 2;
-        assert!(err(&v).contains("version 2"), "{}", err(&v));
+        v[4] = 3;
+        assert!(err(&v).contains("version 3; this build reads versions 1 to 2"), "{}", err(&v));
         assert!(err(&b[..b.len() - 1]).contains("ends inside name"));
         let mut long = b.clone();
         long.push(0);
@@ -525,6 +657,114 @@ mod tests {
         let mut magic = b;
         magic[0] ^= 1;
         assert!(err(&magic).contains("magic"));
+    }
+
+    /// A catalog of version 1 (builds before kinds), written out field by
+    /// field: it decodes with every namespace `Kv`, and one of only `Kv`
+    /// namespaces is still written so.
+    #[test]
+    fn a_version_1_catalog_decodes_as_kv() {
+        let mut b = Vec::new();
+        b.extend_from_slice(b"GNSC");
+        b.extend_from_slice(&1u16.to_le_bytes()); // version
+        b.extend_from_slice(&0u16.to_le_bytes()); // flags
+        b.extend_from_slice(&5u32.to_le_bytes()); // next_id
+        b.extend_from_slice(&1u32.to_le_bytes()); // count
+        b.extend_from_slice(&4u32.to_le_bytes()); // id
+        b.extend_from_slice(&[1, 0]); // mode store, reserved
+        b.extend_from_slice(&5u16.to_le_bytes()); // name_len
+        b.extend_from_slice(&30u32.to_le_bytes()); // default_ttl_secs
+        b.extend_from_slice(&0u64.to_le_bytes()); // max_bytes
+        b.extend_from_slice(&7u64.to_le_bytes()); // max_keys
+        b.extend_from_slice(&99u64.to_le_bytes()); // created_unix_ms
+        b.extend_from_slice(b"users");
+        let c = Catalog::decode(&b).unwrap();
+        let e = &c.entries["users"];
+        let want = NamespaceOptions {
+            mode: NamespaceMode::Store,
+            default_ttl_secs: 30,
+            max_bytes: None,
+            max_keys: Some(7),
+            kind: NamespaceKind::Kv,
+        };
+        assert_eq!((e.id, e.options, e.created_unix_ms, c.next_id), (4, want, 99, 5));
+        assert_eq!(c.encode(), b, "no export: still written as version 1");
+        // Version 1's reserved byte is not a kind.
+        let mut kind = b.clone();
+        kind[21] = 1;
+        let err = Catalog::decode(&kind).unwrap_err().to_string();
+        assert!(err.contains("reserved bits set"), "{err}");
+    }
+
+    #[test]
+    fn a_version_2_catalog_round_trips_exports_and_refuses_unknown_kinds() {
+        let mut c = sample();
+        let block = |size_bytes, block_bytes| NamespaceOptions {
+            mode: NamespaceMode::Store,
+            kind: NamespaceKind::Block { size_bytes, block_bytes },
+            ..Default::default()
+        };
+        // "disk" sorts first: its entry starts at 16, its kind byte at 21,
+        // its size at 52 and its block size at 60.
+        c.entries.insert("disk".into(), CatalogEntry { id: 2, options: block(1 << 40, 4096), created_unix_ms: 7 });
+        c.entries.insert("tiny".into(), CatalogEntry { id: 5, options: block(512, 512), created_unix_ms: 8 });
+        let b = c.encode();
+        assert_eq!(u16::from_le_bytes([b[4], b[5]]), 2, "an export needs version 2");
+        assert_eq!(b[21], 1);
+        assert_eq!(Catalog::decode(&b).unwrap(), c);
+        let err = |b: &[u8]| Catalog::decode(b).unwrap_err().to_string();
+        let mut kind = b.clone();
+        kind[21] = 2;
+        assert!(err(&kind).contains("unknown namespace kind 2"), "{}", err(&kind));
+        let mut size = b.clone();
+        size[52..60].copy_from_slice(&1000u64.to_le_bytes());
+        assert!(err(&size).contains("positive multiple of its block size"), "{}", err(&size));
+        let mut bs = b.clone();
+        bs[60..64].copy_from_slice(&3000u32.to_le_bytes());
+        assert!(err(&bs).contains("power of two"), "{}", err(&bs));
+        let mut mode = b.clone();
+        mode[20] = 0;
+        assert!(err(&mode).contains("its mode is store"), "{}", err(&mode));
+        assert!(err(&b[..55]).contains("ends inside size_bytes"), "{}", err(&b[..55]));
+        // Dropping the exports writes version 1 again.
+        c.entries.retain(|_, e| !e.options.kind.is_block());
+        assert_eq!(u16::from_le_bytes([c.encode()[4], c.encode()[5]]), 1);
+    }
+
+    #[test]
+    fn export_options_are_checked() {
+        let max = 1 << 20;
+        let block = |size_bytes, block_bytes| NamespaceOptions {
+            mode: NamespaceMode::Store,
+            kind: NamespaceKind::Block { size_bytes, block_bytes },
+            ..Default::default()
+        };
+        let why = |o: NamespaceOptions, max| match check_options("e", &o, max) {
+            Err(Error::BadNamespace { why, .. }) => why,
+            r => panic!("{o:?}: {r:?}"),
+        };
+        check_options("e", &block(512, 512), max).unwrap();
+        check_options("e", &block(EXPORT_BYTES_MAX, BLOCK_BYTES_MAX), max).unwrap();
+        check_options("e", &block(1 << 30, BLOCK_BYTES_DEFAULT), max).unwrap();
+        for bs in [0, 256, 1000, 4097, 128 << 10] {
+            assert!(why(block(1 << 20, bs), max).contains("power of two from 512 to 65536"), "{bs}");
+        }
+        assert!(why(block(1 << 20, 65536), 65000).contains("values up to 65000 bytes"));
+        assert!(why(block(0, 4096), max).contains("positive multiple"));
+        assert!(why(block(4096 + 512, 4096), max).contains("positive multiple"));
+        assert!(why(block(EXPORT_BYTES_MAX + 4096, 4096), max).contains("at most 9223372036854775808 bytes"));
+        assert!(
+            why(NamespaceOptions { mode: NamespaceMode::Cache, ..block(4096, 4096) }, max).contains("mode is store")
+        );
+        for o in [
+            NamespaceOptions { max_keys: Some(1), ..block(4096, 4096) },
+            NamespaceOptions { max_bytes: Some(1), ..block(4096, 4096) },
+            NamespaceOptions { default_ttl_secs: 1, ..block(4096, 4096) },
+        ] {
+            assert!(why(o, max).contains("no quota and no default TTL"), "{o:?}");
+        }
+        assert!(why(NamespaceOptions { max_keys: Some(0), ..Default::default() }, max).contains("at least 1"));
+        assert_eq!(block(1 << 30, 4096).kind.blocks(), 1 << 18);
     }
 
     #[test]

@@ -435,7 +435,20 @@ impl Space {
 
     /// Mark a reclaimed segment free: first on the device (a free header
     /// that keeps its alloc_seq), then in memory. Wakes waiting writers.
+    ///
+    /// In `Direct` mode the device is flushed first: the copies GC made of
+    /// the segment's live records, the tombstones it wrote, and the free
+    /// headers of earlier victims must reach the media before this header
+    /// can. Otherwise a drive that reorders its write-back could keep the
+    /// free header and lose a copy at a power loss, losing a value that
+    /// [`Store::sync`](crate::Store::sync) had made durable (or bringing a
+    /// deleted one back). One flush per reclaimed segment; in `Flush` mode
+    /// all of those were flushed as they were written.
     pub(crate) fn free_segment(&self, seg: u32) -> Result<()> {
+        if self.durability == Durability::Direct {
+            let offset = self.sb.segment_offset(seg);
+            self.dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
+        }
         let alloc_seq = self.alloc_seqs[seg as usize].load(Relaxed);
         self.write_header(seg, SegmentKind::Free, Stream::User, alloc_seq, 0)?;
         let mut inner = self.lock();

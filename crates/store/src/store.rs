@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::gc::{Gc, GcCounters};
 use crate::keys::Keys;
 use crate::log::Log;
-use crate::namespace::{NamespaceOptions, NamespaceStats, Namespaces, NsRef, NsState};
+use crate::namespace::{NamespaceKind, NamespaceMode, NamespaceOptions, NamespaceStats, Namespaces, NsRef, NsState};
 use crate::nskey::{stored_key, DEFAULT_NS, NS_KEY_OVERHEAD};
 use crate::options::ProgressHook;
 use crate::parts::Parts;
@@ -420,6 +420,60 @@ impl Store {
     pub fn truncate(&self, name: &str) -> Result<()> {
         block_on(self.core.truncate_namespace(name)).map(|_| ())
     }
+
+    /// Create export `name`: a namespace of kind
+    /// [`NamespaceKind::Block`], a block device of `size_bytes` in blocks
+    /// of `block_bytes` (block `n` under [`crate::block::block_key`]`(n)`),
+    /// mode `store`, no quota, no default TTL. Refused (`BadNamespace`)
+    /// unless the block size is a power of two from 512 to 65536 that one
+    /// value of this store holds, and the size a positive multiple of it of
+    /// at most 2^63 ([`crate::namespace::check_options`]). Dropped and
+    /// truncated as any namespace.
+    pub fn create_export(&self, name: &str, size_bytes: u64, block_bytes: u32) -> Result<Namespace> {
+        block_on(self.create_export_async(name, size_bytes, block_bytes))
+    }
+
+    /// [`Store::create_export`] as a future.
+    pub async fn create_export_async(&self, name: &str, size_bytes: u64, block_bytes: u32) -> Result<Namespace> {
+        let options = NamespaceOptions {
+            mode: NamespaceMode::Store,
+            kind: NamespaceKind::Block { size_bytes, block_bytes },
+            ..Default::default()
+        };
+        self.create_namespace_async(name, options).await
+    }
+
+    /// The exports (the namespaces of kind [`NamespaceKind::Block`]) with
+    /// their figures, by name.
+    pub fn exports(&self) -> Vec<NamespaceStats> {
+        self.namespaces().into_iter().filter(|s| s.options.kind.is_block()).collect()
+    }
+
+    /// The durability barrier: when it returns Ok, every write acknowledged
+    /// before the call (in any namespace, by any thread) survives a power
+    /// loss, whatever the durability mode: one flush of the device
+    /// (fdatasync of a file or block device), which covers every write that
+    /// has completed, and an acknowledged write has. It stays durable: GC
+    /// never frees the segment of a record it moved before the copy is
+    /// flushed (`Space::free_segment`). It is what a block server's FLUSH
+    /// or a database's commit needs in `Direct` mode, where writes are not
+    /// flushed one by one.
+    ///
+    /// A failed flush poisons the store, as a failed write does (the device
+    /// may have dropped writes it had acknowledged, so later writes and
+    /// syncs are refused until the store is reopened and recovered); a
+    /// sync of a store already poisoned returns `Poisoned`, since a flush
+    /// succeeding after a failure does not make the failed writes durable.
+    pub fn sync(&self) -> Result<()> {
+        self.core.sync()
+    }
+
+    /// [`Store::sync`] as a future. The flush runs on the calling thread,
+    /// as group commit's flushes do in `Flush` mode: on an executor it
+    /// holds that executor for the flush's duration.
+    pub async fn sync_async(&self) -> Result<()> {
+        self.core.sync()
+    }
 }
 
 /// A handle on one namespace of a store ([`Store::namespace`],
@@ -443,6 +497,11 @@ impl Namespace {
     /// Its options.
     pub fn options(&self) -> NamespaceOptions {
         self.state.options
+    }
+
+    /// Its kind: a key space, or an export and its geometry.
+    pub fn kind(&self) -> NamespaceKind {
+        self.state.options.kind
     }
 
     pub(crate) fn state(&self) -> Arc<NsState> {
@@ -586,7 +645,13 @@ impl Store {
                     // Nothing else writes now: GC has stopped, handles
                     // refuse calls, and `close` owns the store.
                     self.core.space.writes_after_gc();
-                    block_on(self.core.note_sweep_done()).and_then(|()| block_on(self.core.write_totals()))
+                    // Settle blind overwrites' links first: a displaced
+                    // record of another key counts that key again in its
+                    // namespace, which the totals must include (the
+                    // checkpoint would settle them only after).
+                    crate::settle::resolve_all(self.core.parts())
+                        .and_then(|_| block_on(self.core.note_sweep_done()))
+                        .and_then(|()| block_on(self.core.write_totals()))
                 }
                 false => Ok(()),
             };

@@ -1,5 +1,5 @@
 //! The write path: PUTs in all their modes, read-modify-write (`update`),
-//! DELETE, `flush_all`, and writing one record and indexing it.
+//! DELETE, `flush_all`, `sync`, and writing one record and indexing it.
 //!
 //! PUT/DELETE: wait, holding nothing, until there is room; take the key's
 //! stripe lock (which serialises mutations of one key, and GC relocation of
@@ -8,7 +8,9 @@
 //! allocate grains, write the record out of place, then point the index at
 //! it. The call returns only once the record is on the device (and flushed,
 //! with [`Durability::Flush`]). A failed write or flush poisons the store:
-//! it refuses further writes until reopened; reads go on.
+//! it refuses further writes until reopened; reads go on. `sync` (the
+//! durability barrier) is one flush of the device, and poisons the store
+//! the same way when it fails.
 //!
 //! Invariants: a record is on the device before its index entry points at
 //! it (`commit`, `commit_blind`); an unconditional PUT replaces its key's
@@ -119,6 +121,13 @@ impl Core {
             return self.truncate_namespace(&ns.name).await.map(u64::from);
         }
         self.raise_flush_floor().await
+    }
+
+    /// [`crate::Store::sync`]: flush the device, poisoning the store if
+    /// that fails; refused once the store is poisoned.
+    pub(crate) fn sync(&self) -> Result<()> {
+        self.log.check_writable()?;
+        self.log.dev.flush().map_err(|source| self.log.poison(Error::Io { op: "flush", offset: 0, source }))
     }
 
     /// `flush_all` of the default namespace: a new floor, stored.

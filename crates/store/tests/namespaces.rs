@@ -1,13 +1,16 @@
 //! Namespaces: independent key spaces with their own options and counts,
 //! dropped and truncated in O(1), freed by GC, never coming back after a
 //! crash, a restart or a checkpoint load; and stores written before them
-//! opening unchanged (a committed fixture).
+//! opening unchanged (a committed fixture). Exports (block namespaces):
+//! their kind kept across restarts and crashes, bad geometry refused,
+//! never evicted, unwritten blocks read with no IO.
 
+use granary_store::block::block_key;
 use granary_store::io::{CrashKind, FaultDevice, MemDevice, SimRng};
 use granary_store::loadgen::{load_key, load_value};
 use granary_store::{
-    Background, Clock, CreateOptions, Durability, Entropy, Error, ItemMeta, NamespaceMode, NamespaceOptions,
-    OpenOptions, PutMode, Store, DEFAULT_NAMESPACE,
+    Background, Clock, CreateOptions, Durability, Entropy, Error, ItemMeta, NamespaceKind, NamespaceMode,
+    NamespaceOptions, OpenOptions, PutMode, Store, DEFAULT_NAMESPACE,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
@@ -155,7 +158,8 @@ fn truncate_empties_a_namespace_and_keeps_its_options() {
     let now = clock();
     let dev = Arc::new(MemDevice::new(8 << 20));
     let s = Store::create(dev.clone(), &create_opts(), &opts(&now, false)).unwrap();
-    let o = NamespaceOptions { mode: NamespaceMode::Store, default_ttl_secs: 50, max_bytes: None, max_keys: Some(10) };
+    let o =
+        NamespaceOptions { mode: NamespaceMode::Store, default_ttl_secs: 50, max_keys: Some(10), ..Default::default() };
     let ns = s.create_namespace("t", o).unwrap();
     let other = s.create_namespace("o", NamespaceOptions::default()).unwrap();
     ns.put(b"k", b"v").unwrap();
@@ -238,6 +242,161 @@ fn a_store_mode_namespace_is_never_evicted() {
     }
     assert_eq!(kept.stats().unwrap().evictions, 0);
     s.verify().unwrap();
+}
+
+/// An export is a namespace of kind `Block`: its geometry is reported by
+/// its handle, `namespaces` and `exports`, and kept by the catalog across a
+/// clean restart and a crash (the open then scans the log); a truncate
+/// keeps it, a drop removes it.
+#[test]
+fn an_export_keeps_its_kind_across_a_restart_and_a_crash() {
+    let now = clock();
+    let dev = Arc::new(MemDevice::new(8 << 20));
+    let s = Store::create(dev.clone(), &create_opts(), &opts(&now, false)).unwrap();
+    let kind = NamespaceKind::Block { size_bytes: 1 << 20, block_bytes: 4096 };
+    let disk = s.create_export("disk", 1 << 20, 4096).unwrap();
+    s.create_namespace("kv", NamespaceOptions::default()).unwrap();
+    assert_eq!(disk.kind(), kind);
+    assert_eq!(disk.options().mode, NamespaceMode::Store);
+    assert_eq!(kind.blocks(), 256);
+    for n in [0u64, 3, 255] {
+        disk.put(&block_key(n), &load_value(n, 1, 4096)).unwrap();
+    }
+    let check = |s: &Store, want_blocks: &[u64]| {
+        let disk = s.namespace("disk").unwrap();
+        assert_eq!(disk.kind(), kind);
+        for n in 0..256 {
+            let want = want_blocks.contains(&n).then(|| load_value(n, 1, 4096));
+            assert_eq!(disk.get(&block_key(n)).unwrap(), want, "block {n}");
+        }
+        let exports = s.exports();
+        assert_eq!(exports.len(), 1, "{exports:?}");
+        assert_eq!((exports[0].name.as_str(), exports[0].options.kind), ("disk", kind));
+        assert_eq!(exports[0].keys, want_blocks.len() as u64);
+        let kinds: Vec<(String, NamespaceKind)> =
+            s.namespaces().into_iter().map(|n| (n.name, n.options.kind)).collect();
+        let want = [("default", NamespaceKind::Kv), ("disk", kind), ("kv", NamespaceKind::Kv)];
+        assert_eq!(kinds, want.map(|(n, k)| (n.to_string(), k)));
+    };
+    check(&s, &[0, 3, 255]);
+    drop(disk);
+    s.close().unwrap();
+
+    let s = Store::open(dev.clone(), &opts(&now, false)).unwrap();
+    assert!(s.stats().recovery.checkpoint_id != 0, "a clean restart");
+    check(&s, &[0, 3, 255]);
+    s.namespace("disk").unwrap().put(&block_key(7), &load_value(7, 1, 4096)).unwrap();
+    // A crash: the open rebuilds the index by a log scan, the catalog with it.
+    drop(s);
+    let s = Store::open(dev.clone(), &opts(&now, false)).unwrap();
+    assert_eq!(s.stats().recovery.checkpoint_id, 0, "a log scan");
+    check(&s, &[0, 3, 7, 255]);
+
+    s.truncate("disk").unwrap();
+    check(&s, &[]);
+    s.drop_namespace("disk").unwrap();
+    assert!(s.exports().is_empty());
+    assert!(matches!(s.namespace("disk"), Err(Error::NoSuchNamespace { .. })));
+    s.verify().unwrap();
+    s.close().unwrap();
+    let s = Store::open(dev, &opts(&now, false)).unwrap();
+    assert!(s.exports().is_empty());
+    assert_eq!(s.namespaces().len(), 2);
+}
+
+/// Geometry an export cannot have, and options it cannot take, are
+/// refused with `BadNamespace` saying why, and create nothing.
+#[test]
+fn bad_export_geometry_and_options_are_refused() {
+    let now = clock();
+    let s = Store::create(Arc::new(MemDevice::new(8 << 20)), &create_opts(), &opts(&now, false)).unwrap();
+    let refused = |r: Result<granary_store::Namespace, Error>, why: &str| match r {
+        Err(Error::BadNamespace { why: got, .. }) => assert!(got.contains(why), "{got:?} lacks {why:?}"),
+        Err(e) => panic!("{e}"),
+        Ok(ns) => panic!("created {:?}", ns.kind()),
+    };
+    for bs in [0, 256, 1000, 3000, 4097, 128 << 10] {
+        refused(s.create_export("e", 1 << 20, bs), "a power of two from 512 to 65536");
+    }
+    // 64 KiB segments: a block of 65536 bytes does not fit one value.
+    refused(s.create_export("e", 1 << 20, 65536), "this store holds values up to");
+    for size in [0, 4095, 4096 + 512] {
+        refused(s.create_export("e", size, 4096), "a positive multiple of its block size 4096");
+    }
+    refused(s.create_export("e", u64::MAX - 4095, 4096), "at most 9223372036854775808 bytes");
+    let block = NamespaceKind::Block { size_bytes: 1 << 20, block_bytes: 4096 };
+    let export = NamespaceOptions { mode: NamespaceMode::Store, kind: block, ..Default::default() };
+    refused(s.create_namespace("e", NamespaceOptions { mode: NamespaceMode::Cache, ..export }), "mode is store");
+    for o in [
+        NamespaceOptions { max_keys: Some(10), ..export },
+        NamespaceOptions { max_bytes: Some(1 << 20), ..export },
+        NamespaceOptions { default_ttl_secs: 60, ..export },
+    ] {
+        refused(s.create_namespace("e", o), "no quota and no default TTL");
+    }
+    refused(s.create_export("a b", 1 << 20, 4096), "a name holds only");
+    assert_eq!(s.namespaces().len(), 1, "nothing was created");
+    // The largest export and the smallest block are fine.
+    s.create_export("huge", 1 << 63, 32 << 10).unwrap();
+    s.create_export("small", 512, 512).unwrap();
+    s.create_namespace("e", export).unwrap();
+    assert!(matches!(s.create_export("e", 1 << 20, 4096), Err(Error::NamespaceExists { .. })));
+    assert!(matches!(s.create_export("default", 1 << 20, 4096), Err(Error::NamespaceExists { .. })));
+    assert_eq!(s.exports().iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["e", "huge", "small"]);
+}
+
+/// In a store that evicts, an export's blocks are relocated, never
+/// evicted: a cache namespace written many times over loses values, the
+/// export none.
+#[test]
+fn an_export_is_never_evicted() {
+    let now = clock();
+    let s = Store::create(Arc::new(MemDevice::new(3 << 20)), &create_opts(), &opts(&now, true)).unwrap();
+    let disk = s.create_export("disk", 100 * 512, 512).unwrap();
+    let cache = s.create_namespace("cache", NamespaceOptions::default()).unwrap();
+    for n in 0..100 {
+        disk.put(&block_key(n), &load_value(n, 1, 512)).unwrap();
+    }
+    for i in 0..20_000 {
+        cache.put(&load_key(i), &load_value(i, 1, 400)).unwrap();
+        if i % 64 == 0 {
+            s.gc_step();
+        }
+    }
+    let st = cache.stats().unwrap();
+    assert!(st.evictions > 0 && st.keys < 20_000, "{st:?}");
+    for n in 0..100 {
+        assert_eq!(disk.get(&block_key(n)).unwrap().unwrap(), load_value(n, 1, 512), "block {n}");
+    }
+    assert_eq!(disk.stats().unwrap().evictions, 0);
+    assert!(s.stats().gc.records_relocated > 0, "the blocks were moved, not dropped: {:?}", s.stats().gc);
+    s.verify().unwrap();
+}
+
+/// A block never written has no index entry: its GET answers "absent"
+/// (zeros, for a block server) with no device IO. A trimmed block keeps
+/// its tombstone until GC drops it: its GET reads that one grain.
+#[test]
+fn an_unwritten_block_reads_as_absent_with_no_io() {
+    let now = clock();
+    let s = Store::create(Arc::new(MemDevice::new(8 << 20)), &create_opts(), &opts(&now, false)).unwrap();
+    let disk = s.create_export("disk", 1 << 30, 4096).unwrap();
+    for n in 0..64 {
+        disk.put(&block_key(n * 2), &load_value(n, 1, 4096)).unwrap();
+    }
+    let reads = || s.stats().io.reads;
+    let before = reads();
+    for n in 0..64 {
+        assert_eq!(disk.get(&block_key(n * 2 + 1)).unwrap(), None);
+    }
+    for n in 1000..2000 {
+        assert_eq!(disk.get(&block_key(n)).unwrap(), None);
+    }
+    assert_eq!(reads() - before, 0, "absent blocks cost no IO");
+    assert!(disk.delete(&block_key(0)).unwrap());
+    let before = reads();
+    assert_eq!(disk.get(&block_key(0)).unwrap(), None);
+    assert_eq!(reads() - before, 1, "a trimmed block reads its tombstone");
 }
 
 /// The counts after each kind of open equal the counts before it.

@@ -8,6 +8,7 @@
 
 pub mod batch;
 pub mod create;
+pub mod export;
 pub mod kv;
 pub mod load;
 pub mod ns;

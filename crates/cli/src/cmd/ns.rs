@@ -1,5 +1,6 @@
 //! `granary ns`: the namespaces of a local store (PATH): create one with
-//! its options, list them, print one's figures, drop one, empty one. Their
+//! its options, list them (with their kind: exports, made by `granary
+//! export`, are namespaces too), print one's figures, drop one, empty one. Their
 //! keys are read and written by `get`, `put` and `del --ns NAME` (`kv.rs`);
 //! what a namespace is and does is the engine's (`granary_store::namespace`,
 //! docs/ARCHITECTURE.md "Namespaces").
@@ -11,7 +12,7 @@
 use super::{open_store, with_store, DeviceArgs};
 use granary_cli::size;
 use granary_rt::metrics::{Kind, Registry, Value};
-use granary_store::{NamespaceMode, NamespaceOptions, NamespaceStats, Store};
+use granary_store::{NamespaceKind, NamespaceMode, NamespaceOptions, NamespaceStats, Store};
 use std::process::ExitCode;
 
 /// Create, list, inspect, drop and empty the namespaces of a store.
@@ -26,8 +27,9 @@ enum NsCmd {
     /// Create namespace NAME with its options (fixed for its life); prints
     /// its name, id and options.
     Create(CreateArgs),
-    /// Print one line per namespace, the default one first: name, id, mode,
-    /// keys, value bytes, default TTL and limits.
+    /// Print one line per namespace, the default one first: name, id, kind
+    /// (kv, or block: an export, see `granary export`), mode, keys, value
+    /// bytes, default TTL and limits.
     List(ListArgs),
     /// Print a namespace's options and figures as name value lines (JSON
     /// with --json; an option of 0 is none): keys and value_bytes are what
@@ -125,7 +127,13 @@ fn stats_of(store: &Store, name: &str) -> Result<NamespaceStats, String> {
 
 fn create(a: CreateArgs) -> Result<ExitCode, String> {
     let mode: NamespaceMode = a.mode.parse()?;
-    let options = NamespaceOptions { mode, default_ttl_secs: a.ttl, max_bytes: a.max_bytes, max_keys: a.max_keys };
+    let options = NamespaceOptions {
+        mode,
+        default_ttl_secs: a.ttl,
+        max_bytes: a.max_bytes,
+        max_keys: a.max_keys,
+        kind: NamespaceKind::Kv,
+    };
     let st = with_store(&a.dev, false, |store| {
         store.create_namespace(&a.name, options).and_then(|ns| ns.stats()).map_err(|e| e.to_string())
     })?;
@@ -154,14 +162,15 @@ fn ttl(secs: u32) -> String {
 }
 
 /// Bytes, human and exact: `1.0 MiB (1048576)`.
-fn bytes(b: u64) -> String {
+pub(super) fn bytes(b: u64) -> String {
     format!("{} ({b})", size::human(b))
 }
 
 fn list(a: ListArgs) -> Result<ExitCode, String> {
     let store = open_store(&a.dev, false, true)?;
-    let header = ["name", "id", "mode", "keys", "value_bytes", "ttl", "max_bytes", "max_keys"].map(String::from);
-    let rows: Vec<[String; 8]> = store
+    let header =
+        ["name", "id", "kind", "mode", "keys", "value_bytes", "ttl", "max_bytes", "max_keys"].map(String::from);
+    let rows: Vec<[String; 9]> = store
         .namespaces()
         .iter()
         .map(|s| {
@@ -169,6 +178,7 @@ fn list(a: ListArgs) -> Result<ExitCode, String> {
             [
                 s.name.clone(),
                 s.id.to_string(),
+                o.kind.as_str().into(),
                 o.mode.as_str().into(),
                 s.keys.to_string(),
                 bytes(s.value_bytes),
@@ -183,7 +193,7 @@ fn list(a: ListArgs) -> Result<ExitCode, String> {
 }
 
 /// Columns left-aligned, two spaces apart, no trailing blanks.
-fn table<const N: usize>(header: &[String; N], rows: &[[String; N]]) -> String {
+pub(super) fn table<const N: usize>(header: &[String; N], rows: &[[String; N]]) -> String {
     let mut width = [0usize; N];
     for r in std::iter::once(header).chain(rows) {
         for (w, cell) in width.iter_mut().zip(r) {
@@ -200,12 +210,20 @@ fn table<const N: usize>(header: &[String; N], rows: &[[String; N]]) -> String {
 }
 
 /// Every field of a namespace's [`NamespaceStats`], as `granary stat`
-/// prints a store's: options under `options.` (a limit or TTL of 0: none).
+/// prints a store's: options under `options.` (a limit or TTL of 0: none;
+/// an export's size and block size, 0 for a plain namespace).
 fn registry(s: &NamespaceStats) -> Registry {
     let o = &s.options;
+    let (size_bytes, block_bytes) = match o.kind {
+        NamespaceKind::Block { size_bytes, block_bytes } => (size_bytes, block_bytes),
+        NamespaceKind::Kv => (0, 0),
+    };
     let mut r = Registry::new();
     r.info("name", "The namespace's name.", s.name.as_str())
         .info("id", "Its current id (a truncate gives it a new one).", u64::from(s.id))
+        .info("options.kind", "kv (a key space) or block (an export: a block device).", o.kind.as_str())
+        .info("options.size_bytes", "An export's size in bytes (0: not an export).", size_bytes)
+        .info("options.block_bytes", "An export's block size in bytes (0: not an export).", u64::from(block_bytes))
         .info("options.mode", "cache (its values may be evicted) or store.", o.mode.as_str())
         .info("options.default_ttl_secs", "Seconds a value written with no expiry lives (0: for ever).", {
             u64::from(o.default_ttl_secs)

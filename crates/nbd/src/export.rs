@@ -1,0 +1,173 @@
+//! What the server serves: [`Exports`], the named block devices a client
+//! may choose, and [`Export`], one of them as fixed-size blocks with
+//! per-block reads, writes, read-modify-writes and trims, and a sync.
+//!
+//! The server never sees how blocks are stored: the engine's block
+//! namespaces implement these traits (`store_export`),
+//! and [`crate::mem`] keeps blocks in memory for tests.
+//!
+//! Invariants an implementation keeps:
+//! - a block never written, or trimmed, reads as absent (`None`), which
+//!   the server sends as zeroes: a trim is the way to write zeroes;
+//! - each block operation is atomic with respect to every other write of
+//!   the same block, and [`Export::update_block`] runs its
+//!   read-modify-write under the block's lock, so two partial writes of
+//!   one block (two 512-byte sectors of a 4 KiB block) both land;
+//! - an operation that returned `Ok` is visible to every later read, on
+//!   any connection, and durable under the store's durability rule;
+//!   [`Export::sync`] returns once every write acknowledged before it was
+//!   called is on stable storage.
+
+use crate::limits::{EXPORT_BLOCK_BYTES_MAX, EXPORT_BLOCK_BYTES_MIN};
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+
+/// An export as `NBD_OPT_LIST` and `NBD_OPT_INFO` describe it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportInfo {
+    pub name: String,
+    pub size_bytes: u64,
+    pub block_bytes: u32,
+    /// Text for a human (sent after the name in `NBD_REP_SERVER`, and as
+    /// `NBD_INFO_DESCRIPTION`); empty = none.
+    pub description: String,
+}
+
+/// The exports a server offers. Shared by every executor.
+pub trait Exports: Send + Sync + 'static {
+    type Export: Export;
+
+    /// Every export, for `NBD_OPT_LIST`.
+    fn list(&self) -> Vec<ExportInfo>;
+
+    /// The export named `name` (the empty name is the "default export" of
+    /// the protocol, which an implementation may leave unknown); None if
+    /// there is none. Called on an executor: it must not block on IO.
+    fn open(&self, name: &str) -> Option<Arc<Self::Export>>;
+}
+
+/// One export: `size_bytes` bytes in blocks of `block_bytes` (block `n`
+/// holds bytes `n * block_bytes ..`; the last block may extend past the
+/// end, whose bytes are never read nor written by the server). Its futures
+/// run on the connection's executor and need not be `Send`. The server
+/// passes only blocks that hold bytes of the export.
+pub trait Export: 'static {
+    /// The export's size in bytes.
+    fn size_bytes(&self) -> u64;
+
+    /// The block size: a power of two in
+    /// [`EXPORT_BLOCK_BYTES_MIN`]..=[`EXPORT_BLOCK_BYTES_MAX`] (checked by
+    /// [`Geometry::of`]).
+    fn block_bytes(&self) -> u32;
+
+    /// Text for a human, empty by default.
+    fn description(&self) -> String {
+        String::new()
+    }
+
+    /// Block `n`'s bytes, or None if it reads as zeroes (never written, or
+    /// trimmed). A value shorter than the block reads as zeroes after its
+    /// end.
+    fn read_block(&self, n: u64) -> impl Future<Output = io::Result<Option<Vec<u8>>>>;
+
+    /// Replace block `n` with `data` (exactly one block).
+    fn write_block(&self, n: u64, data: &[u8]) -> impl Future<Output = io::Result<()>>;
+
+    /// Replace bytes `at .. at + data.len()` of block `n` with `data`, the
+    /// others kept (zeroes if the block reads as absent), as one atomic
+    /// read-modify-write under the block's lock. An implementation may
+    /// trim a block that ends up all zeroes.
+    fn update_block(&self, n: u64, at: usize, data: &[u8]) -> impl Future<Output = io::Result<()>>;
+
+    /// Make block `n` read as zeroes (its space freed).
+    fn trim_block(&self, n: u64) -> impl Future<Output = io::Result<()>>;
+
+    /// Return once every write acknowledged before the call is on stable
+    /// storage (every connection's: the barrier is the store's).
+    fn sync(&self) -> impl Future<Output = io::Result<()>>;
+}
+
+/// An export's size and block size, checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    pub size_bytes: u64,
+    pub block_bytes: u32,
+}
+
+impl Geometry {
+    /// `e`'s geometry, or why the server cannot serve it.
+    pub fn of<E: Export + ?Sized>(e: &E) -> Result<Geometry, String> {
+        let (size_bytes, block_bytes) = (e.size_bytes(), e.block_bytes());
+        if !block_bytes.is_power_of_two() || !(EXPORT_BLOCK_BYTES_MIN..=EXPORT_BLOCK_BYTES_MAX).contains(&block_bytes) {
+            return Err(format!(
+                "block size {block_bytes} is not a power of two in {EXPORT_BLOCK_BYTES_MIN}..={EXPORT_BLOCK_BYTES_MAX}"
+            ));
+        }
+        Ok(Geometry { size_bytes, block_bytes })
+    }
+
+    /// The info of export `name` with this geometry.
+    pub fn info(&self, name: &str, description: String) -> ExportInfo {
+        ExportInfo { name: name.to_string(), size_bytes: self.size_bytes, block_bytes: self.block_bytes, description }
+    }
+}
+
+/// One block's part of a byte range: bytes `at .. at + len` of block
+/// `block`, which are bytes `from .. from + len` of the range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span {
+    pub block: u64,
+    pub at: usize,
+    pub len: usize,
+    pub from: usize,
+}
+
+impl Span {
+    /// Whether the span is its whole block.
+    pub fn whole(&self, block_bytes: u32) -> bool {
+        self.at == 0 && self.len == block_bytes as usize
+    }
+}
+
+/// The spans of `offset .. offset + len` in blocks of `block_bytes`, in
+/// order. The range must be within `u64` (the caller checked it against
+/// the export's size).
+pub(crate) fn spans(offset: u64, len: u64, block_bytes: u32) -> impl Iterator<Item = Span> {
+    let b = u64::from(block_bytes);
+    let end = offset + len;
+    let mut pos = offset;
+    std::iter::from_fn(move || {
+        if pos >= end {
+            return None;
+        }
+        let block = pos / b;
+        let at = pos % b;
+        let n = (b - at).min(end - pos);
+        let s = Span { block, at: at as usize, len: n as usize, from: (pos - offset) as usize };
+        pos += n;
+        Some(s)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_cover_the_range_once() {
+        let all: Vec<Span> = spans(1000, 9000, 4096).collect();
+        assert_eq!(
+            all,
+            vec![
+                Span { block: 0, at: 1000, len: 3096, from: 0 },
+                Span { block: 1, at: 0, len: 4096, from: 3096 },
+                Span { block: 2, at: 0, len: 1808, from: 7192 },
+            ]
+        );
+        assert!(all[1].whole(4096) && !all[0].whole(4096));
+        assert_eq!(spans(8192, 8192, 4096).count(), 2);
+        assert_eq!(spans(5, 0, 4096).count(), 0);
+        assert_eq!(spans(4095, 2, 4096).map(|s| s.len).collect::<Vec<_>>(), vec![1, 1]);
+    }
+}

@@ -1,0 +1,311 @@
+//! What a command sees of the keyspace ([`Keys`]), in two forms:
+//!
+//! - [`Direct`]: one namespace of the engine, each call on its own: a
+//!   read is a GET, a read-modify-write runs under the key's lock
+//!   (`Namespace::update`), so single-key commands are atomic as in Redis;
+//! - [`Txn`]: an overlay of the keys a transaction (EXEC, or one
+//!   multi-key command such as MSET or RENAME) reads and writes, over any
+//!   databases. Nothing reaches the engine until [`Overlay::commit`] turns
+//!   it into one atomic batch: each key written is conditioned on the
+//!   version the transaction read (or, if it never read it, written
+//!   blindly), and each key only read is checked unchanged. A batch whose
+//!   condition fails wrote nothing; the caller runs the transaction again.
+//!
+//! Invariants: a value whose millisecond expiry has passed reads as absent
+//! in both; a record the engine still holds past its expiry is deleted by
+//! the next write of its key that leaves it alone (Redis's lazy expiry).
+
+use crate::value::{now_ms, Rec};
+use granary_store::{BatchOp, BatchOutcome, Change, Cond, Error, Item, Namespace, Store};
+
+/// What a command decides to write to one key.
+#[derive(Debug)]
+pub(crate) enum Write {
+    Keep,
+    Set(Rec),
+    Delete,
+}
+
+/// A command's view of the keyspace.
+#[allow(async_fn_in_trait)] // used with concrete types only, on one executor
+pub(crate) trait Keys {
+    /// The database commands address now.
+    fn db(&self) -> &Namespace;
+    /// Address another database (SELECT).
+    fn use_db(&mut self, ns: Namespace);
+    /// The live value of `key`.
+    async fn get(&mut self, key: &[u8]) -> Result<Option<Rec>, Error>;
+    /// Read-modify-write of `key`: `f` sees its live value and decides.
+    /// `f` may run more than once; its last answer counts.
+    async fn update<R>(&mut self, key: &[u8], f: impl FnMut(Option<&Rec>) -> (Write, R)) -> Result<R, Error>;
+    /// Overwrite `key` whatever it holds.
+    async fn set(&mut self, key: &[u8], rec: Rec) -> Result<(), Error>;
+    /// Delete `key`; whether it held a live value.
+    async fn del(&mut self, key: &[u8]) -> Result<bool, Error> {
+        self.update(key, |r| (Write::Delete, r.is_some())).await
+    }
+}
+
+/// One database of the engine, each call on its own.
+pub(crate) struct Direct {
+    pub ns: Namespace,
+    /// When Some, the keys changed are noted here (for the connection's
+    /// WATCH: see `Client::touch`).
+    pub wrote: Option<Vec<Vec<u8>>>,
+}
+
+impl Keys for Direct {
+    fn db(&self) -> &Namespace {
+        &self.ns
+    }
+
+    fn use_db(&mut self, ns: Namespace) {
+        self.ns = ns;
+    }
+
+    async fn get(&mut self, key: &[u8]) -> Result<Option<Rec>, Error> {
+        let item = self.ns.get_item_async(key).await?;
+        Ok(item.map(|i| Rec::of_item(&i)).filter(|r| !r.expired(now_ms())))
+    }
+
+    async fn update<R>(&mut self, key: &[u8], mut f: impl FnMut(Option<&Rec>) -> (Write, R)) -> Result<R, Error> {
+        let now = now_ms();
+        let (r, _) = self
+            .ns
+            .update_async(key, |item| {
+                let rec = item.map(Rec::of_item);
+                let stale = rec.as_ref().is_some_and(|r| r.expired(now));
+                let (w, r) = f(rec.as_ref().filter(|_| !stale));
+                let change = match w {
+                    Write::Set(rec) => Change::Put { meta: rec.meta(), value: rec.value },
+                    Write::Delete if item.is_some() => Change::Delete,
+                    Write::Keep if stale => Change::Delete,
+                    Write::Delete | Write::Keep => Change::Keep,
+                };
+                let changed = !matches!(change, Change::Keep);
+                (change, (r, changed))
+            })
+            .await?;
+        let (r, changed) = r;
+        if changed {
+            if let Some(w) = &mut self.wrote {
+                w.push(key.to_vec());
+            }
+        }
+        Ok(r)
+    }
+
+    async fn set(&mut self, key: &[u8], rec: Rec) -> Result<(), Error> {
+        self.ns.put_item_async(key, &rec.value, rec.meta(), Cond::Always).await?;
+        if let Some(w) = &mut self.wrote {
+            w.push(key.to_vec());
+        }
+        Ok(())
+    }
+}
+
+/// What a transaction knows of one key.
+struct Entry {
+    ns: Namespace,
+    key: Vec<u8>,
+    /// The engine version it read: None if it has not read the key;
+    /// Some(None) if the key held nothing; Some(Some(cas)) if it held the
+    /// version `cas` (live, or expired to the millisecond but still held).
+    read: Option<Option<u64>>,
+    /// The key's value as the transaction sees it now.
+    now: Option<Rec>,
+    written: bool,
+    /// A WATCHed key: its condition failing aborts instead of retrying.
+    watched: bool,
+}
+
+/// The keys a transaction read and wrote, in the order first touched.
+#[derive(Default)]
+pub(crate) struct Overlay {
+    entries: Vec<Entry>,
+}
+
+/// How a commit ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Commit {
+    Done,
+    /// A key read changed meanwhile: run the transaction again.
+    Retry,
+    /// A WATCHed key changed: abort (EXEC answers null).
+    Aborted,
+}
+
+impl Overlay {
+    fn find(&self, ns: &Namespace, key: &[u8]) -> Option<usize> {
+        self.entries.iter().position(|e| e.key == key && e.ns.name() == ns.name())
+    }
+
+    /// Keys touched so far.
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The keys the transaction changes: written, and not left absent
+    /// where it read them absent.
+    pub(crate) fn changed(&self) -> impl Iterator<Item = &[u8]> {
+        self.entries.iter().filter(|e| e.written && (e.now.is_some() || e.read != Some(None))).map(|e| &e.key[..])
+    }
+
+    /// Read `key` into the overlay (once); its entry's index.
+    async fn load(&mut self, ns: &Namespace, key: &[u8]) -> Result<usize, Error> {
+        if let Some(i) = self.find(ns, key) {
+            if self.entries[i].read.is_some() || self.entries[i].written {
+                return Ok(i);
+            }
+        }
+        let item = ns.get_item_async(key).await?;
+        let now = item.as_ref().map(Rec::of_item).filter(|r| !r.expired(now_ms()));
+        let read = Some(item.map(|i| i.cas));
+        Ok(match self.find(ns, key) {
+            Some(i) => {
+                let e = &mut self.entries[i];
+                e.read = read;
+                e.now = now;
+                i
+            }
+            None => {
+                self.entries.push(Entry {
+                    ns: ns.clone(),
+                    key: key.to_vec(),
+                    read,
+                    now,
+                    written: false,
+                    watched: false,
+                });
+                self.entries.len() - 1
+            }
+        })
+    }
+
+    /// The version of a key as WATCH sees it: its engine version if it
+    /// holds a live value, None if it holds nothing or an expired value.
+    pub(crate) fn live_version(item: Option<&Item>) -> Option<u64> {
+        item.filter(|i| !Rec::of_item(i).expired(now_ms())).map(|i| i.cas)
+    }
+
+    /// Condition the commit on `key` still at the version `cas` that WATCH
+    /// read ([`Overlay::live_version`]).
+    pub(crate) fn watch(&mut self, ns: &Namespace, key: &[u8], cas: Option<u64>) {
+        match self.find(ns, key) {
+            Some(i) => self.entries[i].watched = true,
+            None => self.entries.push(Entry {
+                ns: ns.clone(),
+                key: key.to_vec(),
+                read: Some(cas),
+                now: None,
+                written: false,
+                watched: true,
+            }),
+        }
+    }
+
+    /// Whether a WATCHed key's version differs from what WATCH read (then
+    /// the transaction is aborted before it runs). As in Redis, a key live
+    /// at WATCH that has expired since counts as changed; one that had
+    /// expired already and is now absent does not.
+    pub(crate) async fn watched_changed(&mut self) -> Result<bool, Error> {
+        for e in self.entries.iter_mut().filter(|e| e.watched) {
+            let item = e.ns.get_item_async(&e.key).await?;
+            if e.read != Some(Overlay::live_version(item.as_ref())) {
+                return Ok(true);
+            }
+            // The commit is conditioned on the record as it is now.
+            e.read = Some(item.as_ref().map(|i| i.cas));
+            e.now = item.as_ref().map(Rec::of_item).filter(|r| !r.expired(now_ms()));
+        }
+        Ok(false)
+    }
+
+    /// Write everything as one atomic batch.
+    pub(crate) async fn commit(&self, store: &Store) -> Result<Commit, Error> {
+        let mut batch = store.batch();
+        let mut of_op = Vec::new();
+        for (i, e) in self.entries.iter().enumerate() {
+            let op = match (e.written, &e.now, e.read) {
+                (true, Some(r), Some(Some(cas))) => BatchOp::Cas { cas, value: r.value.clone(), meta: r.meta() },
+                (true, Some(r), Some(None)) => BatchOp::PutAbsent { value: r.value.clone(), meta: r.meta() },
+                (true, Some(r), None) => BatchOp::Put { value: r.value.clone(), meta: r.meta() },
+                (true, None, Some(Some(cas))) => BatchOp::DeleteCas { cas },
+                (true, None, None) => BatchOp::Delete,
+                (_, _, Some(read)) => BatchOp::Check { cas: read },
+                (false, _, None) => continue,
+            };
+            batch.op(&e.ns, &e.key, op);
+            of_op.push(i);
+        }
+        if batch.is_empty() {
+            return Ok(Commit::Done);
+        }
+        Ok(match batch.commit_async().await? {
+            BatchOutcome::Committed { .. } => Commit::Done,
+            BatchOutcome::ConditionFailed { op, .. } if self.entries[of_op[op]].watched => Commit::Aborted,
+            BatchOutcome::ConditionFailed { .. } => Commit::Retry,
+        })
+    }
+}
+
+/// An [`Overlay`] with the database commands address now.
+pub(crate) struct Txn<'o> {
+    pub overlay: &'o mut Overlay,
+    pub ns: Namespace,
+}
+
+impl Keys for Txn<'_> {
+    fn db(&self) -> &Namespace {
+        &self.ns
+    }
+
+    fn use_db(&mut self, ns: Namespace) {
+        self.ns = ns;
+    }
+
+    async fn get(&mut self, key: &[u8]) -> Result<Option<Rec>, Error> {
+        let i = self.overlay.load(&self.ns, key).await?;
+        let e = &self.overlay.entries[i];
+        Ok(e.now.clone().filter(|r| !r.expired(now_ms())))
+    }
+
+    async fn update<R>(&mut self, key: &[u8], mut f: impl FnMut(Option<&Rec>) -> (Write, R)) -> Result<R, Error> {
+        let i = self.overlay.load(&self.ns, key).await?;
+        let e = &mut self.overlay.entries[i];
+        let live = e.now.clone().filter(|r| !r.expired(now_ms()));
+        let (w, r) = f(live.as_ref());
+        match w {
+            Write::Keep => {}
+            Write::Set(rec) => {
+                e.now = Some(rec);
+                e.written = true;
+            }
+            Write::Delete => {
+                e.now = None;
+                e.written = true;
+            }
+        }
+        Ok(r)
+    }
+
+    async fn set(&mut self, key: &[u8], rec: Rec) -> Result<(), Error> {
+        let ns = self.ns.clone();
+        match self.overlay.find(&ns, key) {
+            Some(i) => {
+                let e = &mut self.overlay.entries[i];
+                e.now = Some(rec);
+                e.written = true;
+            }
+            None => self.overlay.entries.push(Entry {
+                ns,
+                key: key.to_vec(),
+                read: None,
+                now: Some(rec),
+                written: true,
+                watched: false,
+            }),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,100 @@
+//! Granary's Redis protocol server (docs/RESP.md): RESP2, and RESP3 after
+//! `HELLO 3`, with Redis 7's string, key, hash and transaction commands,
+//! on the listener and connection lifecycle every protocol server shares
+//! (`granary_server`: accept, connection limit, idle timeout, drain).
+//!
+//! Modules, each depending only on those below it:
+//!
+//! - `server`: [`Server`], the protocol plugged into `granary_server` (a
+//!   refused connection gets Redis's `max number of clients reached`);
+//! - `conn`: one connection: reading, framing, pipelining, MULTI's queue
+//!   and WATCH, replies sent in order;
+//! - `exec`: one command run: the table of commands (name, arity, flags,
+//!   keys: what COMMAND reports), argument checks, Redis's replies and
+//!   errors;
+//! - `keys`: the keyspace as commands see it: one database directly, or a
+//!   transaction's overlay committed as one atomic engine batch;
+//! - `value`: how a Redis value (type, millisecond expiry, a hash's
+//!   fields) is kept in one engine record;
+//! - `parse`, `reply`: the wire format in and out; `glob`: MATCH and KEYS
+//!   patterns; `float`: INCRBYFLOAT's arithmetic, bit for bit as Redis
+//!   computes it (x87 80-bit long double); [`limits`]: every bound, named.
+//!
+//! Databases: `SELECT n` addresses the namespace `db<n>`, created on first
+//! use; a connection starts in database 0.
+
+pub mod limits;
+
+mod conn;
+mod exec;
+mod float;
+mod glob;
+mod keys;
+mod parse;
+mod reply;
+mod server;
+mod value;
+
+pub use granary_server::DRAIN_TIMEOUT;
+pub use server::Server;
+
+use granary_server::ListenerStats;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the RESP server runs.
+#[derive(Debug, Clone)]
+pub struct RespConfig {
+    pub listen: SocketAddr,
+    /// Executor threads when the server makes its own runtime; 0 = one per core.
+    pub threads: usize,
+    pub max_connections: usize,
+    /// Largest string or hash (`proto-max-bulk-len`), within what the
+    /// store's segments hold.
+    pub value_bytes_max: u32,
+    /// Close a connection that sends nothing for this long; None = never.
+    pub idle_timeout: Option<Duration>,
+    /// Databases SELECT accepts.
+    pub databases: usize,
+}
+
+impl Default for RespConfig {
+    fn default() -> Self {
+        RespConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], limits::DEFAULT_PORT)),
+            threads: 0,
+            max_connections: limits::CONNECTIONS_DEFAULT,
+            value_bytes_max: 1 << 20,
+            idle_timeout: None,
+            databases: limits::DATABASES_DEFAULT,
+        }
+    }
+}
+
+/// Counters of the RESP server (INFO's stats section).
+#[derive(Default, Debug)]
+pub struct RespStats {
+    /// The lifecycle's counters, kept by `granary_server`.
+    pub listener: Arc<ListenerStats>,
+    /// Commands run (queued ones counted when EXEC runs them).
+    pub commands: AtomicU64,
+    /// Error replies sent.
+    pub errors: AtomicU64,
+    /// Connections closed for a protocol error.
+    pub protocol_errors: AtomicU64,
+    /// Reads of one key that found a value, and that did not.
+    pub keyspace_hits: AtomicU64,
+    pub keyspace_misses: AtomicU64,
+    /// EXECs and multi-key commands committed as one batch, those run
+    /// again because a key they read changed, and EXECs aborted by WATCH.
+    pub txn_commits: AtomicU64,
+    pub txn_retries: AtomicU64,
+    pub txn_aborts: AtomicU64,
+    pub bytes_written: AtomicU64,
+    /// Connections that ever sent HELLO 3.
+    pub resp3_connections: AtomicU64,
+    /// Connection ids (CLIENT ID) handed out.
+    pub next_client_id: AtomicU64,
+}

@@ -1,0 +1,200 @@
+//! Shared set-up of the RESP server tests: a store on a memory device,
+//! a server on a free loopback port below the ephemeral range, and a raw
+//! RESP client that sends commands and parses one reply at a time.
+
+#![allow(dead_code)]
+
+use granary_resp::{RespConfig, Server};
+use granary_store::io::MemDevice;
+use granary_store::{CreateOptions, OpenOptions, Store};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct Fixture {
+    pub server: Option<Server>,
+    pub store: Option<Arc<Store>>,
+    pub addr: SocketAddr,
+}
+
+impl Fixture {
+    /// A 64 MiB store (2 MiB segments) served with `cfg` (its address
+    /// replaced by a free loopback port).
+    pub fn new(mut cfg: RespConfig) -> Fixture {
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        let c = CreateOptions { segment_bytes: Some(2 << 20), grain_bytes: Some(512), ..CreateOptions::default() };
+        let store = Arc::new(Store::create(dev, &c, &OpenOptions::default()).unwrap());
+        cfg.listen = ([127, 0, 0, 1], granary_rt::net::free_low_port().unwrap()).into();
+        let server = Server::start(store.clone(), cfg).unwrap();
+        Fixture { addr: server.local_addr(), server: Some(server), store: Some(store) }
+    }
+
+    pub fn default() -> Fixture {
+        Fixture::new(RespConfig { threads: 2, ..RespConfig::default() })
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(self.addr)
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown();
+        }
+    }
+}
+
+/// One reply, as RESP2 or RESP3 sends it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    Nil,
+    NilArray,
+    Array(Vec<Value>),
+    Map(Vec<(Value, Value)>),
+    Set(Vec<Value>),
+    Double(String),
+    Bool(bool),
+    /// RESP3's verbatim string: its format (`txt`) and text.
+    Verbatim(String, Vec<u8>),
+}
+
+impl Value {
+    pub fn bulk(s: &str) -> Value {
+        Value::Bulk(s.as_bytes().to_vec())
+    }
+    pub fn ok() -> Value {
+        Value::Simple("OK".into())
+    }
+    pub fn err(s: &str) -> Value {
+        Value::Error(s.into())
+    }
+    pub fn array(v: &[&str]) -> Value {
+        Value::Array(v.iter().map(|s| Value::bulk(s)).collect())
+    }
+}
+
+pub struct Client {
+    pub w: TcpStream,
+    pub r: BufReader<TcpStream>,
+}
+
+/// A command in RESP's multibulk form.
+pub fn encode(args: &[&[u8]]) -> Vec<u8> {
+    let mut b = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        b.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        b.extend_from_slice(a);
+        b.extend_from_slice(b"\r\n");
+    }
+    b
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddr) -> Client {
+        let w = TcpStream::connect(addr).unwrap();
+        w.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let r = BufReader::new(w.try_clone().unwrap());
+        Client { w, r }
+    }
+
+    /// Send one command (arguments split on spaces) and read its reply.
+    pub fn cmd(&mut self, line: &str) -> Value {
+        let args: Vec<&[u8]> = line.split(' ').map(|s| s.as_bytes()).collect();
+        self.call(&args)
+    }
+
+    pub fn call(&mut self, args: &[&[u8]]) -> Value {
+        self.w.write_all(&encode(args)).unwrap();
+        self.read()
+    }
+
+    pub fn send_raw(&mut self, b: &[u8]) {
+        self.w.write_all(b).unwrap();
+    }
+
+    /// One reply line without its CRLF. A line that is not UTF-8 (an
+    /// error echoing a client's bytes) is kept exact: its bytes, marked.
+    fn line(&mut self) -> String {
+        let mut l = Vec::new();
+        self.r.read_until(b'\n', &mut l).unwrap();
+        assert!(l.ends_with(b"\r\n"), "reply line without CRLF: {:?}", String::from_utf8_lossy(&l));
+        l.truncate(l.len() - 2);
+        String::from_utf8(l).unwrap_or_else(|e| format!("<not UTF-8> {:?}", e.into_bytes()))
+    }
+
+    /// Read one reply; None if the server closed the connection.
+    pub fn try_read(&mut self) -> Option<Value> {
+        let mut first = [0u8; 1];
+        match self.r.read(&mut first) {
+            Ok(0) => return None,
+            Ok(_) => {}
+            // Closed with our bytes unread (after a protocol error, QUIT).
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
+            Err(e) => panic!("read: {e}"),
+        }
+        let l = self.line();
+        let n = || l.parse::<i64>().unwrap();
+        Some(match first[0] {
+            b'+' => Value::Simple(l.clone()),
+            b'-' => Value::Error(l.clone()),
+            b':' => Value::Int(n()),
+            b'$' if n() < 0 => Value::Nil,
+            b'$' => {
+                let mut b = vec![0u8; n() as usize + 2];
+                self.r.read_exact(&mut b).unwrap();
+                b.truncate(b.len() - 2);
+                Value::Bulk(b)
+            }
+            b'*' if n() < 0 => Value::NilArray,
+            b'*' => Value::Array((0..n()).map(|_| self.read()).collect()),
+            b'~' => Value::Set((0..n()).map(|_| self.read()).collect()),
+            b'%' => Value::Map((0..n()).map(|_| (self.read(), self.read())).collect()),
+            b'_' => Value::Nil,
+            b',' => Value::Double(l.clone()),
+            b'#' => Value::Bool(l == "t"),
+            b'=' => {
+                let mut b = vec![0u8; n() as usize + 2];
+                self.r.read_exact(&mut b).unwrap();
+                b.truncate(b.len() - 2);
+                assert!(b.len() >= 4 && b[3] == b':', "verbatim string without its format: {b:?}");
+                Value::Verbatim(String::from_utf8_lossy(&b[..3]).into_owned(), b[4..].to_vec())
+            }
+            c => panic!("unknown reply type {:?}", c as char),
+        })
+    }
+
+    pub fn read(&mut self) -> Value {
+        self.try_read().expect("the server closed the connection")
+    }
+}
+
+/// Whether the tests that need peer tools (redis-server) must run
+/// (scripts/test.sh installs them and sets this); otherwise they are
+/// skipped when missing.
+pub fn require_peers() -> bool {
+    std::env::var_os("GRANARY_REQUIRE_PEERS").is_some()
+}
+
+/// The path of `tool` if installed.
+pub fn which(tool: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| std::path::Path::new(d).join(tool)).find(|p| p.is_file())
+}
+
+/// `tool`, or None (and a note) when it is missing and peers are optional.
+pub fn peer(tool: &str) -> Option<std::path::PathBuf> {
+    match which(tool) {
+        Some(p) => Some(p),
+        None if require_peers() => panic!("{tool} is required (scripts/test.sh installs it)"),
+        None => {
+            eprintln!("skipped: {tool} is not installed (scripts/test.sh installs it)");
+            None
+        }
+    }
+}

@@ -1,0 +1,380 @@
+//! The RESP server end to end over TCP: replies of each command family,
+//! pipelining, inline commands, protocol errors, RESP3, databases,
+//! MULTI/EXEC/WATCH, and the limits.
+
+mod common;
+
+use common::{encode, Fixture, Value};
+use granary_resp::limits::INLINE_BYTES_MAX;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+#[test]
+fn strings_and_their_options() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    assert_eq!(c.cmd("PING"), Value::Simple("PONG".into()));
+    assert_eq!(c.cmd("SET k v"), Value::ok());
+    assert_eq!(c.cmd("GET k"), Value::bulk("v"));
+    assert_eq!(c.cmd("SET k w NX"), Value::Nil);
+    assert_eq!(c.cmd("SET k w XX GET"), Value::bulk("v"));
+    assert_eq!(c.cmd("SET nokey w XX"), Value::Nil);
+    assert_eq!(c.cmd("SET k x NX XX"), Value::err("ERR syntax error"));
+    assert_eq!(c.cmd("SET k x EX 0"), Value::err("ERR invalid expire time in 'set' command"));
+    assert_eq!(c.cmd("SET k x EX a"), Value::err("ERR value is not an integer or out of range"));
+    assert_eq!(c.cmd("SET k x EX 100 KEEPTTL"), Value::err("ERR syntax error"));
+    assert_eq!(c.cmd("APPEND k 12"), Value::Int(3));
+    assert_eq!(c.cmd("STRLEN k"), Value::Int(3));
+    assert_eq!(c.cmd("GETRANGE k 1 -1"), Value::bulk("12"));
+    assert_eq!(c.cmd("SETRANGE k 5 ab"), Value::Int(7));
+    assert_eq!(c.call(&[b"GET", b"k"]), Value::Bulk(b"w12\0\0ab".to_vec()));
+    assert_eq!(c.cmd("SETRANGE k -1 ab"), Value::err("ERR offset is out of range"));
+    assert_eq!(c.cmd("MSET a 1 b 2"), Value::ok());
+    assert_eq!(c.cmd("MGET a b zz"), Value::Array(vec![Value::bulk("1"), Value::bulk("2"), Value::Nil]));
+    assert_eq!(c.cmd("MSETNX a 3 c 4"), Value::Int(0));
+    assert_eq!(c.cmd("EXISTS c"), Value::Int(0), "MSETNX set nothing");
+    assert_eq!(c.cmd("MSETNX c 3 d 4"), Value::Int(1));
+    assert_eq!(c.cmd("MSET a"), Value::err("ERR wrong number of arguments for 'mset' command"));
+    assert_eq!(c.cmd("MSET a 1 b"), Value::err("ERR wrong number of arguments for 'mset' command"));
+    assert_eq!(c.cmd("GETSET a 9"), Value::bulk("1"));
+    assert_eq!(c.cmd("GETDEL a"), Value::bulk("9"));
+    assert_eq!(c.cmd("GETDEL a"), Value::Nil);
+    assert_eq!(c.cmd("SETNX a 1"), Value::Int(1));
+    assert_eq!(c.cmd("SETNX a 2"), Value::Int(0));
+}
+
+#[test]
+fn counters() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    assert_eq!(c.cmd("INCR n"), Value::Int(1));
+    assert_eq!(c.cmd("INCRBY n 41"), Value::Int(42));
+    assert_eq!(c.cmd("DECR n"), Value::Int(41));
+    assert_eq!(c.cmd("DECRBY n 40"), Value::Int(1));
+    assert_eq!(c.cmd("SET n 9223372036854775807"), Value::ok());
+    assert_eq!(c.cmd("INCR n"), Value::err("ERR increment or decrement would overflow"));
+    assert_eq!(c.cmd("DECRBY n -9223372036854775808"), Value::err("ERR decrement would overflow"));
+    assert_eq!(c.cmd("SET s abc"), Value::ok());
+    assert_eq!(c.cmd("INCR s"), Value::err("ERR value is not an integer or out of range"));
+    assert_eq!(c.cmd("INCRBY n x"), Value::err("ERR value is not an integer or out of range"));
+    assert_eq!(c.cmd("INCRBYFLOAT f 10.5"), Value::bulk("10.5"));
+    assert_eq!(c.cmd("INCRBYFLOAT f 5.0e3"), Value::bulk("5010.5"));
+    assert_eq!(c.cmd("INCRBYFLOAT f x"), Value::err("ERR value is not a valid float"));
+    assert_eq!(c.cmd("HSET h f 1"), Value::Int(1));
+    assert_eq!(c.cmd("INCR h"), Value::err("WRONGTYPE Operation against a key holding the wrong kind of value"));
+}
+
+#[test]
+fn hashes() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    assert_eq!(c.cmd("HSET h a 1 b 2"), Value::Int(2));
+    assert_eq!(c.cmd("HSET h a 3 c 4"), Value::Int(1));
+    assert_eq!(c.cmd("HGET h a"), Value::bulk("3"));
+    assert_eq!(c.cmd("HGET h zz"), Value::Nil);
+    assert_eq!(c.cmd("HMGET h a zz c"), Value::Array(vec![Value::bulk("3"), Value::Nil, Value::bulk("4")]));
+    assert_eq!(c.cmd("HGETALL h"), Value::array(&["a", "3", "b", "2", "c", "4"]));
+    assert_eq!(c.cmd("HLEN h"), Value::Int(3));
+    assert_eq!(c.cmd("HKEYS h"), Value::array(&["a", "b", "c"]));
+    assert_eq!(c.cmd("HVALS h"), Value::array(&["3", "2", "4"]));
+    assert_eq!(c.cmd("HEXISTS h b"), Value::Int(1));
+    assert_eq!(c.cmd("HINCRBY h a 10"), Value::Int(13));
+    assert_eq!(c.cmd("HSETNX h a 1"), Value::Int(0));
+    assert_eq!(c.cmd("HSETNX h d 1"), Value::Int(1));
+    assert_eq!(c.cmd("HMSET h e 5"), Value::ok());
+    assert_eq!(c.cmd("HSET h x"), Value::err("ERR wrong number of arguments for 'hset' command"));
+    assert_eq!(c.cmd("HDEL h a b zz"), Value::Int(2));
+    assert_eq!(c.cmd("TYPE h"), Value::Simple("hash".into()));
+    assert_eq!(c.cmd("HDEL h c d e"), Value::Int(3));
+    assert_eq!(c.cmd("EXISTS h"), Value::Int(0), "an emptied hash is deleted");
+    assert_eq!(c.cmd("SET s v"), Value::ok());
+    assert_eq!(c.cmd("HGET s a"), Value::err("WRONGTYPE Operation against a key holding the wrong kind of value"));
+    assert_eq!(c.cmd("GET h"), Value::Nil);
+}
+
+#[test]
+fn keys_expiry_and_rename() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    assert_eq!(c.cmd("SET k v"), Value::ok());
+    assert_eq!(c.cmd("TTL k"), Value::Int(-1));
+    assert_eq!(c.cmd("TTL nokey"), Value::Int(-2));
+    assert_eq!(c.cmd("EXPIRE k 100"), Value::Int(1));
+    assert_eq!(c.cmd("TTL k"), Value::Int(100));
+    let Value::Int(pttl) = c.cmd("PTTL k") else { panic!() };
+    assert!((99_000..=100_000).contains(&pttl), "{pttl}");
+    assert_eq!(c.cmd("EXPIRE k 50 GT"), Value::Int(0));
+    assert_eq!(c.cmd("EXPIRE k 50 LT"), Value::Int(1));
+    assert_eq!(c.cmd("EXPIRE k 50 NX"), Value::Int(0));
+    assert_eq!(
+        c.cmd("EXPIRE k 50 NX XX"),
+        Value::err("ERR NX and XX, GT or LT options at the same time are not compatible")
+    );
+    assert_eq!(c.cmd("EXPIRE k 50 FOO"), Value::err("ERR Unsupported option FOO"));
+    assert_eq!(c.cmd("PERSIST k"), Value::Int(1));
+    assert_eq!(c.cmd("PERSIST k"), Value::Int(0));
+    // A millisecond expiry survives in the record and is honoured.
+    let at = now_ms() + 3_600_123;
+    assert_eq!(c.cmd(&format!("PEXPIREAT k {at}")), Value::Int(1));
+    let Value::Int(pttl) = c.cmd("PTTL k") else { panic!() };
+    assert!(pttl > 3_599_000 && pttl <= 3_600_123, "{pttl}");
+    // An expiry in the past deletes.
+    assert_eq!(c.cmd("EXPIREAT k 1"), Value::Int(1));
+    assert_eq!(c.cmd("EXISTS k"), Value::Int(0));
+    // SET PXAT a few ms ahead: gone once that millisecond has passed,
+    // though the engine's whole second may not have.
+    let at = now_ms() + 20;
+    assert_eq!(c.cmd(&format!("SET e v PXAT {at}")), Value::ok());
+    while now_ms() <= at {
+        std::thread::yield_now();
+    }
+    assert_eq!(c.cmd("GET e"), Value::Nil);
+    assert_eq!(c.cmd("SET e v NX"), Value::ok(), "an expired key counts as absent");
+    assert_eq!(c.cmd("SET a 1 EX 100"), Value::ok());
+    assert_eq!(c.cmd("RENAME a b"), Value::ok());
+    assert_eq!(c.cmd("GET b"), Value::bulk("1"));
+    assert_eq!(c.cmd("TTL b"), Value::Int(100), "RENAME keeps the expiry");
+    assert_eq!(c.cmd("RENAME a b"), Value::err("ERR no such key"));
+    assert_eq!(c.cmd("DEL b e nokey"), Value::Int(2));
+    assert_eq!(c.cmd("SET k v EX 100"), Value::ok());
+    assert_eq!(c.cmd("SET k w KEEPTTL"), Value::ok());
+    assert_eq!(c.cmd("TTL k"), Value::Int(100));
+    assert_eq!(c.cmd("GETEX k PERSIST"), Value::bulk("w"));
+    assert_eq!(c.cmd("TTL k"), Value::Int(-1));
+    assert_eq!(c.cmd("GETEX k NX"), Value::err("ERR syntax error"));
+}
+
+#[test]
+fn scan_keys_randomkey_and_dbsize() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    assert_eq!(c.cmd("RANDOMKEY"), Value::Nil);
+    for i in 0..500 {
+        assert_eq!(c.cmd(&format!("SET key:{i} v")), Value::ok());
+    }
+    assert_eq!(c.cmd("HSET other f v"), Value::Int(1));
+    assert_eq!(c.cmd("DBSIZE"), Value::Int(501));
+    let mut seen = std::collections::BTreeSet::new();
+    let mut cursor = "0".to_string();
+    loop {
+        let Value::Array(r) = c.cmd(&format!("SCAN {cursor} MATCH key:* COUNT 37")) else { panic!() };
+        let (Value::Bulk(next), Value::Array(keys)) = (&r[0], &r[1]) else { panic!("{r:?}") };
+        for k in keys {
+            let Value::Bulk(k) = k else { panic!() };
+            seen.insert(String::from_utf8(k.clone()).unwrap());
+        }
+        cursor = String::from_utf8(next.clone()).unwrap();
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 500);
+    assert!(seen.iter().all(|k| k.starts_with("key:")));
+    let Value::Array(r) = c.cmd("SCAN 0 TYPE hash COUNT 1000") else { panic!() };
+    assert_eq!(r[1], Value::array(&["other"]));
+    let Value::Array(k) = c.cmd("KEYS key:1?") else { panic!() };
+    assert_eq!(k.len(), 10);
+    assert!(matches!(c.cmd("RANDOMKEY"), Value::Bulk(_)));
+    assert_eq!(c.cmd("SCAN x"), Value::err("ERR invalid cursor"));
+    assert_eq!(c.cmd("SCAN 0 COUNT 0"), Value::err("ERR syntax error"));
+}
+
+#[test]
+fn databases_are_namespaces() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    assert_eq!(c.cmd("SET k zero"), Value::ok());
+    assert_eq!(c.cmd("SELECT 1"), Value::ok());
+    assert_eq!(c.cmd("GET k"), Value::Nil);
+    assert_eq!(c.cmd("SET k one"), Value::ok());
+    assert_eq!(c.cmd("SELECT 16"), Value::err("ERR DB index is out of range"));
+    assert_eq!(c.cmd("SELECT x"), Value::err("ERR value is not an integer or out of range"));
+    assert_eq!(c.cmd("FLUSHDB"), Value::ok());
+    assert_eq!(c.cmd("DBSIZE"), Value::Int(0));
+    assert_eq!(c.cmd("SELECT 0"), Value::ok());
+    assert_eq!(c.cmd("GET k"), Value::bulk("zero"));
+    let store = f.store.as_ref().unwrap();
+    assert_eq!(store.namespace("db0").unwrap().get(b"k").unwrap(), Some(b"zero".to_vec()));
+    assert_eq!(c.cmd("FLUSHALL"), Value::ok());
+    assert_eq!(c.cmd("GET k"), Value::Nil);
+}
+
+#[test]
+fn transactions() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    assert_eq!(c.cmd("MULTI"), Value::ok());
+    assert_eq!(c.cmd("SET a 1"), Value::Simple("QUEUED".into()));
+    assert_eq!(c.cmd("INCR a"), Value::Simple("QUEUED".into()));
+    assert_eq!(c.cmd("HSET a f v"), Value::Simple("QUEUED".into()));
+    assert_eq!(c.cmd("GET a"), Value::Simple("QUEUED".into()));
+    assert_eq!(c.cmd("MULTI"), Value::err("ERR MULTI calls can not be nested"));
+    assert_eq!(
+        c.cmd("EXEC"),
+        Value::Array(vec![
+            Value::ok(),
+            Value::Int(2),
+            Value::err("WRONGTYPE Operation against a key holding the wrong kind of value"),
+            Value::bulk("2"),
+        ])
+    );
+    assert_eq!(c.cmd("EXEC"), Value::err("ERR EXEC without MULTI"));
+    assert_eq!(c.cmd("DISCARD"), Value::err("ERR DISCARD without MULTI"));
+    // A refused command aborts the transaction.
+    assert_eq!(c.cmd("MULTI"), Value::ok());
+    assert_eq!(c.cmd("SET a 5"), Value::Simple("QUEUED".into()));
+    assert_eq!(c.cmd("NOSUCH x"), Value::err("ERR unknown command 'NOSUCH', with args beginning with: 'x' "));
+    assert_eq!(c.cmd("EXEC"), Value::err("EXECABORT Transaction discarded because of previous errors."));
+    assert_eq!(c.cmd("GET a"), Value::bulk("2"));
+    // WATCH: a change by another connection aborts EXEC.
+    let mut other = f.client();
+    assert_eq!(c.cmd("WATCH a"), Value::ok());
+    assert_eq!(other.cmd("SET a 7"), Value::ok());
+    assert_eq!(c.cmd("MULTI"), Value::ok());
+    assert_eq!(c.cmd("SET a 8"), Value::Simple("QUEUED".into()));
+    assert_eq!(c.cmd("EXEC"), Value::NilArray);
+    assert_eq!(c.cmd("GET a"), Value::bulk("7"));
+    // An unchanged WATCHed key lets it through.
+    assert_eq!(c.cmd("WATCH a"), Value::ok());
+    assert_eq!(c.cmd("MULTI"), Value::ok());
+    assert_eq!(c.cmd("WATCH a"), Value::err("ERR WATCH inside MULTI is not allowed"));
+    assert_eq!(c.cmd("SET a 8"), Value::Simple("QUEUED".into()));
+    assert_eq!(c.cmd("EXEC"), Value::Array(vec![Value::ok()]));
+    assert_eq!(c.cmd("GET a"), Value::bulk("8"));
+    assert_eq!(c.cmd("MULTI"), Value::ok());
+    assert_eq!(c.cmd("FLUSHDB"), Value::err("ERR FLUSHDB inside MULTI is not supported (docs/RESP.md)"));
+    assert_eq!(c.cmd("DISCARD"), Value::ok());
+}
+
+/// Concurrent INCRs by EXEC from several connections lose none: each
+/// EXEC reads and writes as one atomic batch, run again on a conflict.
+#[test]
+fn concurrent_exec_increments_are_isolated() {
+    let f = Fixture::default();
+    let threads = 4;
+    let rounds = 200;
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                let mut c = f.client();
+                for _ in 0..rounds {
+                    assert_eq!(c.cmd("MULTI"), Value::ok());
+                    c.cmd("GET n");
+                    c.cmd("INCR n");
+                    c.cmd("INCR m");
+                    let Value::Array(r) = c.cmd("EXEC") else { panic!("EXEC") };
+                    assert!(matches!(r[1], Value::Int(_)), "{r:?}");
+                }
+            });
+        }
+    });
+    let mut c = f.client();
+    assert_eq!(c.cmd("GET n"), Value::bulk(&(threads * rounds).to_string()));
+    assert_eq!(c.cmd("GET m"), Value::bulk(&(threads * rounds).to_string()));
+}
+
+#[test]
+fn pipelining_and_inline_commands() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    let mut batch = Vec::new();
+    for i in 0..100 {
+        batch.extend(encode(&[b"SET", format!("p{i}").as_bytes(), b"v"]));
+        batch.extend(encode(&[b"GET", format!("p{i}").as_bytes()]));
+    }
+    c.send_raw(&batch);
+    for _ in 0..100 {
+        assert_eq!(c.read(), Value::ok());
+        assert_eq!(c.read(), Value::bulk("v"));
+    }
+    c.send_raw(b"SET \"a b\" 'c d'\r\nGET \"a b\"\r\n\r\nPING\n");
+    assert_eq!(c.read(), Value::ok());
+    assert_eq!(c.read(), Value::bulk("c d"));
+    assert_eq!(c.read(), Value::Simple("PONG".into()));
+    assert_eq!(c.cmd("ECHO hi"), Value::bulk("hi"));
+    assert_eq!(c.cmd("GET"), Value::err("ERR wrong number of arguments for 'get' command"));
+    assert_eq!(c.cmd("CLIENT FOO"), Value::err("ERR unknown subcommand 'FOO'. Try CLIENT HELP."));
+}
+
+#[test]
+fn protocol_errors_close_the_connection_after_the_replies_before() {
+    let f = Fixture::default();
+    for (bad, msg) in [
+        (&b"*1\r\nfoo\r\n"[..], "ERR Protocol error: expected '$', got 'f'"),
+        (b"*x\r\n", "ERR Protocol error: invalid multibulk length"),
+        (b"*1\r\n$-5\r\n", "ERR Protocol error: invalid bulk length"),
+        (b"SET \"a\r\n", "ERR Protocol error: unbalanced quotes in request"),
+    ] {
+        let mut c = f.client();
+        let mut b = encode(&[b"PING"]);
+        b.extend_from_slice(bad);
+        c.send_raw(&b);
+        assert_eq!(c.read(), Value::Simple("PONG".into()));
+        assert_eq!(c.read(), Value::err(msg));
+        assert_eq!(c.try_read(), None, "closed after {msg}");
+    }
+    let mut c = f.client();
+    c.send_raw(&vec![b'a'; INLINE_BYTES_MAX + 10]);
+    assert_eq!(c.read(), Value::err("ERR Protocol error: too big inline request"));
+    // The server is still fine.
+    assert_eq!(f.client().cmd("PING"), Value::Simple("PONG".into()));
+}
+
+#[test]
+fn resp3_after_hello_3() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    assert_eq!(c.cmd("HELLO 4"), Value::err("NOPROTO unsupported protocol version"));
+    let Value::Map(m) = c.cmd("HELLO 3 SETNAME app") else { panic!("a map") };
+    assert!(m.contains(&(Value::bulk("proto"), Value::Int(3))));
+    assert_eq!(c.cmd("CLIENT GETNAME"), Value::bulk("app"));
+    assert_eq!(c.cmd("GET nokey"), Value::Nil);
+    assert_eq!(c.cmd("HSET h a 1"), Value::Int(1));
+    assert_eq!(c.cmd("HGETALL h"), Value::Map(vec![(Value::bulk("a"), Value::bulk("1"))]));
+    let Value::Map(cfg) = c.cmd("CONFIG GET save") else { panic!("a map") };
+    assert_eq!(cfg, vec![(Value::bulk("save"), Value::bulk(""))]);
+    assert!(matches!(c.cmd("HELLO 2"), Value::Array(_)));
+    assert!(matches!(c.cmd("CONFIG GET appendonly"), Value::Array(_)));
+    assert_eq!(
+        c.cmd("HELLO 3 AUTH someone pw"),
+        Value::err("WRONGPASS invalid username-password pair or user is disabled.")
+    );
+}
+
+#[test]
+fn server_commands_answer() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    let Value::Bulk(info) = c.cmd("INFO") else { panic!() };
+    let info = String::from_utf8(info).unwrap();
+    for s in ["# Server", "# Clients", "# Memory", "# Stats", "# Keyspace", "redis_version:"] {
+        assert!(info.contains(s), "{s} missing from INFO");
+    }
+    let Value::Bulk(info) = c.cmd("INFO stats") else { panic!() };
+    assert!(!String::from_utf8(info).unwrap().contains("# Server"));
+    assert!(matches!(c.cmd("CLIENT ID"), Value::Int(n) if n > 0));
+    assert_eq!(c.cmd("CLIENT SETINFO LIB-NAME redis-py"), Value::ok());
+    let Value::Int(n) = c.cmd("COMMAND COUNT") else { panic!() };
+    let Value::Array(all) = c.cmd("COMMAND") else { panic!() };
+    assert_eq!(all.len() as i64, n);
+    let Value::Array(get) = c.cmd("COMMAND INFO get nosuch") else { panic!() };
+    assert_eq!(get[1], Value::Nil);
+    let Value::Array(g) = &get[0] else { panic!() };
+    assert_eq!((&g[0], &g[1]), (&Value::bulk("get"), &Value::Int(2)));
+    assert!(matches!(c.cmd("TIME"), Value::Array(t) if t.len() == 2));
+    assert_eq!(c.cmd("QUIT"), Value::ok());
+    assert_eq!(c.try_read(), None);
+}
+
+#[test]
+fn the_connection_limit_refuses_with_redis_words() {
+    let f = Fixture::new(granary_resp::RespConfig { threads: 1, max_connections: 1, ..Default::default() });
+    let mut a = f.client();
+    assert_eq!(a.cmd("PING"), Value::Simple("PONG".into()));
+    let mut b = f.client();
+    assert_eq!(b.read(), Value::err("ERR max number of clients reached"));
+    assert_eq!(b.try_read(), None);
+}
