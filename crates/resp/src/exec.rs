@@ -1235,7 +1235,7 @@ impl<K: Keys> Cx<'_, K> {
     /// the engine still holds past its millisecond expiry is absent.
     async fn stored(&self, key: &[u8]) -> Res<Option<Rec>> {
         let item = self.k.db().get_item_async(key).await.map_err(store_err)?;
-        Ok(item.map(|i| Rec::of_item(&i)).filter(|r| !r.expired(now_ms())))
+        Ok(item.map(Rec::from_item).filter(|r| !r.expired(now_ms())))
     }
 
     /// A read of one key by a read command, counted in `keyspace_hits` or
@@ -1250,6 +1250,14 @@ impl<K: Keys> Cx<'_, K> {
     /// SET with its options parsed (GETSET is SET ... GET).
     async fn set(&mut self, key: &[u8], value: &[u8], o: SetOpts) -> Res {
         let now = now_ms();
+        if !(o.nx || o.xx || o.get || o.keepttl || o.expire.is_some_and(|at| at <= now)) {
+            // Nothing to read first: an unconditional write, which the
+            // engine may do without reading the key's old record.
+            let rec = Rec { kind: Kind::String, value: value.to_vec(), expire_ms: o.expire.map_or(0, clamp_expire) };
+            self.k.set(key, rec).await.map_err(store_err)?;
+            self.r.ok();
+            return Ok(());
+        }
         let (stored, old, absent) = self
             .k
             .update(key, |cur| {

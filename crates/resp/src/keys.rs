@@ -65,7 +65,7 @@ impl Keys for Direct {
 
     async fn get(&mut self, key: &[u8]) -> Result<Option<Rec>, Error> {
         let item = self.ns.get_item_async(key).await?;
-        Ok(item.map(|i| Rec::of_item(&i)).filter(|r| !r.expired(now_ms())))
+        Ok(item.map(Rec::from_item).filter(|r| !r.expired(now_ms())))
     }
 
     async fn update<R>(&mut self, key: &[u8], mut f: impl FnMut(Option<&Rec>) -> (Write, R)) -> Result<R, Error> {

@@ -77,10 +77,22 @@ impl Rec {
 
     /// The record of an engine item.
     pub(crate) fn of_item(item: &Item) -> Rec {
-        let flags = item.meta.flags;
-        let secs = item.meta.expires as u64;
+        let (kind, expire_ms) = Rec::type_and_expiry(&item.meta);
+        Rec { kind, value: item.value.clone(), expire_ms }
+    }
+
+    /// [`Rec::of_item`] taking the item's value instead of copying it.
+    pub(crate) fn from_item(item: Item) -> Rec {
+        let (kind, expire_ms) = Rec::type_and_expiry(&item.meta);
+        Rec { kind, value: item.value, expire_ms }
+    }
+
+    /// The type and expiry (unix ms; 0 = never) an item's metadata holds.
+    fn type_and_expiry(meta: &ItemMeta) -> (Kind, u64) {
+        let flags = meta.flags;
+        let secs = meta.expires as u64;
         if flags & 0xff00_0000 != MAGIC {
-            return Rec { kind: Kind::String, value: item.value.clone(), expire_ms: secs * 1000 };
+            return (Kind::String, secs * 1000);
         }
         let rem = ((flags >> 8) & 0x3ff) as u64;
         let expire_ms = match (secs, rem) {
@@ -93,7 +105,7 @@ impl Rec {
             KIND_HASH => Kind::Hash,
             k => Kind::Unknown(k as u8),
         };
-        Rec { kind, value: item.value.clone(), expire_ms }
+        (kind, expire_ms)
     }
 
     /// Whether it has expired at `now` (unix ms).
