@@ -4,6 +4,9 @@
 //! or for a large value straight into the engine's record buffer), has the
 //! executor run it, and sends the replies.
 //!
+//! Its first byte chooses its protocol for good: [`binary::MAGIC_REQUEST`]
+//! the binary protocol (`crate::binary`), anything else the text one.
+//!
 //! A connection reads into its input buffer, executes every complete
 //! request in it in order (pipelining), buffers the replies and sends them
 //! once the input holds no further complete request (or the reply buffer
@@ -21,6 +24,7 @@
 //! - once the listener drains, what was read is executed and answered and
 //!   nothing more is read.
 
+use crate::binary;
 use crate::context::{command_index, Ctx};
 use crate::exec::{Exec, PendingPut, Sink};
 use crate::limits::*;
@@ -164,6 +168,9 @@ struct Conn<'a> {
     swallow: usize,
     /// A large value being received (see [`Step::Receive`]).
     receiving: Option<Receiving>,
+    /// The connection's protocol, chosen by its first byte: binary if it
+    /// is [`binary::MAGIC_REQUEST`] (memcached's negotiation), and kept.
+    binary: Option<bool>,
 }
 
 impl Conn<'_> {
@@ -183,6 +190,9 @@ impl Conn<'_> {
             Exec::new(self.ctx, &mut self.out, noreply).finish_put(put, &buf[..2]).await;
             self.ctx.stats.latency[cmd].since(started);
             return self.unless_gone(Step::Consumed(2));
+        }
+        if *self.binary.get_or_insert(buf[0] == binary::MAGIC_REQUEST) {
+            return self.step_binary(buf).await;
         }
         let (line, line_len) = match parse::frame(buf) {
             Frame::Line(line, n) => (line, n),
@@ -231,6 +241,38 @@ impl Conn<'_> {
         self.unless_gone(step)
     }
 
+    /// Execute the next binary request in `buf` (no zero-copy path: a
+    /// request and its value are in the input buffer, bounded by the
+    /// header, extras, a key and the item size limit).
+    async fn step_binary(&mut self, buf: &[u8]) -> Step {
+        let started = Instant::now();
+        let mut exec = Exec::new(self.ctx, &mut self.out, false);
+        let step = match binary::frame(buf, self.ctx.cfg.item_bytes_max) {
+            binary::Frame::Incomplete => return Step::NeedMore,
+            binary::Frame::Request(p, n) => {
+                let go = exec.binary(&p).await;
+                self.ctx.stats.latency[command_index(p.op.command_name().as_bytes())].since(started);
+                if go {
+                    Step::Consumed(n)
+                } else {
+                    Step::Close
+                }
+            }
+            binary::Frame::Skip { h, status, op, key, consumed, skip } => {
+                exec.bin_refuse(&h, status, op, key).await;
+                self.swallow = skip;
+                Step::Consumed(consumed)
+            }
+            binary::Frame::Close { h, status } => {
+                if let Some(st) = status {
+                    exec.bin_error(&h, st);
+                }
+                Step::Close
+            }
+        };
+        self.unless_gone(step)
+    }
+
     /// `step`, or Close if a send failed meanwhile.
     fn unless_gone(&self, step: Step) -> Step {
         if self.out.dead {
@@ -255,7 +297,7 @@ async fn receive_value(session: &Session, pb: PutBuf) -> Option<PutBuf> {
 /// `quit`, a line too long, the idle timeout or a drain.
 pub(crate) async fn serve(session: &Session, ctx: &Ctx) {
     let out = Output { ctx, stream: session.stream(), buf: Vec::with_capacity(4096), dead: false, input_bytes: 0 };
-    let mut conn = Conn { ctx, out, swallow: 0, receiving: None };
+    let mut conn = Conn { ctx, out, swallow: 0, receiving: None, binary: None };
     let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     conn.out.input_bytes = input.capacity() + chunk.len();

@@ -3,7 +3,8 @@
 //! into the connection's reply buffer, through a [`Sink`]. It owns no
 //! socket and no input: the connection frames and parses requests, reads
 //! data blocks, and sends what the sink buffers. The meta commands are in
-//! [`meta`], part of the executor.
+//! [`meta`], the binary protocol's requests in [`binary`], both part of the
+//! executor.
 //!
 //! Replies follow memcached 1.6's text protocol (protocol.txt) byte for
 //! byte, including its errors: `ERROR` for an unknown command, `CLIENT_ERROR
@@ -26,6 +27,7 @@ use crate::stats;
 use granary_store::{Change, Cond, Error, Item, ItemMeta, PutBuf, PutOutcome, ValueBuf};
 use std::sync::atomic::Ordering::Relaxed;
 
+mod binary;
 mod meta;
 
 /// Where the executor's replies go: the connection's reply buffer, and
@@ -458,6 +460,14 @@ impl<'a, S: Sink> Exec<'a, S> {
     /// `flush_all [delay]`: with a delay, the flush happens then (a timer
     /// on this executor; a restart before it forgets it).
     async fn flush_all(&mut self, delay: i64) {
+        match self.flush_after(delay).await {
+            Ok(()) => self.reply("OK"),
+            Err(e) => self.server_error(&e),
+        }
+    }
+
+    /// Flush the namespace now, or (`delay` > 0, an exptime) then; counted.
+    async fn flush_after(&mut self, delay: i64) -> Result<(), Error> {
         self.ctx.stats.cmd_flush.fetch_add(1, Relaxed);
         if delay > 0 {
             let at = self.expires(delay) as i64;
@@ -469,10 +479,10 @@ impl<'a, S: Sink> Exec<'a, S> {
                     tracing::warn!(error = %e, "delayed flush_all failed");
                 }
             });
-        } else if let Err(e) = self.ctx.ns.flush_all_async().await {
-            return self.server_error(&e);
+        } else {
+            self.ctx.ns.flush_all_async().await?;
         }
-        self.reply("OK");
+        Ok(())
     }
 
     fn stats(&mut self, kind: StatsKind) {
@@ -547,6 +557,11 @@ pub(crate) async fn arith(
         .ns
         .update_async(key, |it| {
             let Some(it) = it else { return (Change::Keep, Arith::NotFound) };
+            // memcached refuses an empty value before it checks the CAS
+            // value (do_add_delta).
+            if it.value.is_empty() {
+                return (Change::Keep, Arith::NonNumeric);
+            }
             if cas.is_some_and(|c| c != it.cas) {
                 return (Change::Keep, Arith::CasMismatch);
             }

@@ -1,11 +1,13 @@
 //! Granary's Memcache server: memcached's text protocol (and its meta
-//! commands) over the Granary engine, served on the thread-per-core
-//! io_uring runtime. Modules, each depending only on those listed before
-//! it:
+//! commands) and its binary protocol, on one port, over the Granary
+//! engine, served on the thread-per-core io_uring runtime. Modules, each
+//! depending only on those listed before it:
 //!
 //! - [`limits`]: every bound the server enforces, as named constants.
 //! - `parse`: a request line to a request value or memcached's error for
 //!   it; pure (no IO, no store).
+//! - `binary`: the binary protocol's framing: a request header and body
+//!   to a packet or memcached's answer to it; pure.
 //! - `context`: what every connection shares: configuration, counters, the
 //!   store.
 //! - `stats`: the `stats` command's renderings.
@@ -23,6 +25,7 @@
 pub mod limits;
 pub mod server;
 
+mod binary;
 mod conn;
 mod context;
 mod exec;
