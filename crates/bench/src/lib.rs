@@ -13,6 +13,8 @@
 //! - [`recovery`]: clean restart and crash recovery of a loaded store, the
 //!   scan rate against fio's sequential read (`granary-bench recovery`).
 //! - [`progress`]: progress bars and log lines of long phases.
+//! - `child`: the server processes the peer benchmarks start, and what
+//!   they read of a process (log, memory, CPU time).
 //! - [`memcache`]: the Memcache load generator, and `granary serve` against
 //!   memcached and memcached+extstore in one run (`granary-bench memcache`).
 //! - [`ycsb`]: YCSB (go-ycsb's redis binding) and redis-benchmark against
@@ -22,6 +24,7 @@
 //!   `nbdkit file` on the same disk, and fio on a file (the device), in one
 //!   run (`granary-bench nbd`).
 
+mod child;
 pub mod churn;
 pub mod device;
 pub mod index;

@@ -29,13 +29,14 @@
 //! otherwise as cheap as memcached: memcached's machine CPU per operation
 //! divided by that plus one device read per GET.
 
+use crate::child::{cpu_secs, parse_status_kib, tail, ChildServer};
 use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Memory a capped peer's cgroup allows beyond `--memory-mib`: memcached's
@@ -184,15 +185,14 @@ fn key(i: u64) -> String {
     format!("bench:{i:012}")
 }
 
-/// A started server, killed on drop (or one already running: no child).
+/// A started server, killed on drop, its files removed (or one already
+/// running: no child).
 struct Peer {
-    child: Option<Child>,
+    /// The process, its files and the log its stderr goes to.
+    server: ChildServer,
     addr: SocketAddr,
-    files: Vec<PathBuf>,
-    /// Where its stderr goes.
-    log: Option<PathBuf>,
     /// Its memory cgroup, removed after the process (field order: dropped
-    /// after `Peer::drop` has killed and reaped the child).
+    /// after `server` has killed and reaped the child).
     cgroup: Option<MemCgroup>,
 }
 
@@ -288,52 +288,15 @@ pub(crate) fn join_cgroup(procs: &std::ffi::CStr) -> std::io::Result<()> {
 /// Peak resident memory (VmHWM) of process `pid`, MiB.
 fn peak_rss_mib(pid: u32) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib: f64 =
-        status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().strip_suffix("kB")?.trim().parse().ok()?;
-    Some(kib / 1024.0)
+    Some(parse_status_kib(&status, "VmHWM")? as f64 / 1024.0)
 }
 
 impl Peer {
     /// `e`, with the last lines of the server's log when there is one.
     fn failed(&self, name: &str, e: String) -> String {
-        let Some(log) = &self.log else { return format!("{name}: {e}") };
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        let tail = lines[lines.len().saturating_sub(20)..].join("\n");
-        format!("{name}: {e}\n{name}'s log {} ends:\n{tail}", log.display())
+        let Some(log) = &self.server.log else { return format!("{name}: {e}") };
+        format!("{name}: {e}\n{name}'s log {} ends:\n{}", log.display(), tail(log, 20))
     }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        if let Some(c) = self.child.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for f in &self.files {
-            let _ = std::fs::remove_file(f);
-        }
-    }
-}
-
-/// User plus system CPU seconds of process `pid` (all threads), from
-/// `/proc/PID/stat`.
-fn cpu_secs(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    parse_cpu_ticks(&stat).map(|t| t as f64 / hz.max(1) as f64)
-}
-
-/// utime + stime (fields 14 and 15) of a `/proc/PID/stat` line. The command
-/// name (field 2, in parentheses) may hold spaces and parentheses: fields
-/// are counted after its last `)`.
-fn parse_cpu_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut f = rest.split_whitespace().skip(11); // fields 3..=13
-    let utime: u64 = f.next()?.parse().ok()?;
-    let stime: u64 = f.next()?.parse().ok()?;
-    Some(utime + stime)
 }
 
 /// Busy CPU seconds of the whole machine so far, all cores (`/proc/stat`).
@@ -475,7 +438,7 @@ fn start_peer(name: &str, o: &McBenchOptions) -> Result<Peer, String> {
     if let Some(a) = name.strip_prefix("at=") {
         let addr: SocketAddr = a.parse().map_err(|e| format!("peer {name:?}: {e} (at=IP:PORT)"))?;
         TcpStream::connect(addr).map_err(|e| format!("peer {name:?}: cannot connect: {e}"))?;
-        return Ok(Peer { child: None, addr, files: Vec::new(), log: None, cgroup: None });
+        return Ok(Peer { server: ChildServer::new(name, None, Vec::new(), None), addr, cgroup: None });
     }
     std::fs::create_dir_all(&o.dir).map_err(|e| format!("cannot create {}: {e}", o.dir.display()))?;
     let port = free_port()?;
@@ -539,10 +502,11 @@ fn start_peer(name: &str, o: &McBenchOptions) -> Result<Peer, String> {
     let log = o.dir.join(format!("bench-memcache-{name}.log"));
     let err = std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
     let child = cmd.stdout(Stdio::null()).stderr(err).spawn().map_err(|e| format!("starting {name}: {e}"))?;
-    let mut peer = Peer { child: Some(child), addr, files, log: Some(log), cgroup };
+    let server = ChildServer::new(name, Some(child), files, Some(log));
+    let mut peer = Peer { server, addr, cgroup };
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(addr).is_err() {
-        if let Some(Ok(Some(st))) = peer.child.as_mut().map(|c| c.try_wait()) {
+        if let Some(Ok(Some(st))) = peer.server.child.as_mut().map(|c| c.try_wait()) {
             return Err(peer.failed(name, format!("exited at start-up: {st}")));
         }
         if Instant::now() > deadline {
@@ -857,7 +821,7 @@ fn run_peers(o: &McBenchOptions) -> Result<Vec<PeerResult>, String> {
         eprintln!("bench memcache: {name}: loading {} keys of {} bytes", o.keys, o.value_bytes);
         let load_secs = load(peer.addr, o, &value).map_err(|e| peer.failed(name, e))?;
         eprintln!("bench memcache: {name}: {} s of load with {} connections", o.secs, o.conns);
-        let pid = peer.child.as_ref().map(|c| c.id());
+        let pid = peer.server.pid();
         let (cpu0, sw0) = (pid.and_then(cpu_secs), pid.and_then(switches));
         let busy0 = machine_busy_secs();
         let (m, secs) = drive(peer.addr, o, &value).map_err(|e| peer.failed(name, e))?;
@@ -1015,16 +979,6 @@ mod tests {
         m.set.saturating_record(LATENCY_BOUND_US * 10);
         assert!(m.set.max() >= LATENCY_BOUND_US * 99 / 100, "max {}", m.set.max());
         assert_eq!(m.set.len(), 1);
-    }
-
-    #[test]
-    fn cpu_ticks_are_read_after_the_command_name() {
-        // A command name with spaces and parentheses, then fields 3..=15.
-        let line = "4242 (a b) c)) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 567 0 0 20 0 3 0";
-        assert_eq!(parse_cpu_ticks(line), Some(1234 + 567));
-        assert_eq!(parse_cpu_ticks("4242 (x) S 1 2"), None, "a short line is refused");
-        let own = cpu_secs(std::process::id()).expect("this process's own stat");
-        assert!(own >= 0.0);
     }
 
     #[test]

@@ -42,12 +42,12 @@
 //! entries and `serve`'s 4-byte access word per slot), and the server's
 //! VmRSS.
 
+use crate::child::{cpu_secs, spawn_logged, ChildServer};
 use crate::memcache::{granary_exe, machine_busy_secs, which};
-use crate::ycsb::vm_rss_kib;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The peers this benchmark knows.
@@ -656,51 +656,9 @@ enum IoTarget {
 /// A peer ready for fio: its server (killed by its PID on drop) and data
 /// (removed on drop).
 struct Peer {
-    name: String,
-    child: Option<Child>,
+    server: ChildServer,
     target: IoTarget,
     metrics: Option<SocketAddr>,
-    files: Vec<PathBuf>,
-    log: Option<PathBuf>,
-}
-
-impl Peer {
-    fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// `e`, with the end of the server's log.
-    fn failed(&self, e: String) -> String {
-        let Some(log) = &self.log else { return e };
-        format!("{e}\n{}'s log {} ends:\n{}", self.name, log.display(), tail(log, 15))
-    }
-
-    /// An error if the server has exited.
-    fn check_alive(&mut self) -> Result<(), String> {
-        if let Some(Ok(Some(st))) = self.child.as_mut().map(Child::try_wait) {
-            return Err(self.failed(format!("{} exited: {st}", self.name)));
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        if let Some(c) = self.child.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for f in &self.files {
-            let _ = std::fs::remove_file(f);
-        }
-    }
-}
-
-/// The last `n` lines of a file.
-fn tail(path: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// `n` distinct free loopback ports below 32768.
@@ -751,23 +709,9 @@ fn run_tool(cmd: &mut Command, what: &str) -> Result<(), String> {
 /// Wait until `addr` accepts a connection (the server listens once it is
 /// ready), or the server exits, or [`START_TIMEOUT`] passes.
 fn wait_listening(peer: &mut Peer, addr: SocketAddr) -> Result<(), String> {
-    let deadline = Instant::now() + START_TIMEOUT;
-    loop {
-        if TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
-            return Ok(());
-        }
-        peer.check_alive()?;
-        if Instant::now() > deadline {
-            return Err(peer.failed(format!("{} did not listen on {addr} within {START_TIMEOUT:?}", peer.name)));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn spawn_logged(name: &str, cmd: &mut Command, log: &Path) -> Result<Child, String> {
-    let out = std::fs::File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-    let err = out.try_clone().map_err(|e| e.to_string())?;
-    cmd.stdin(Stdio::null()).stdout(out).stderr(err).spawn().map_err(|e| format!("starting {name}: {e}"))
+    peer.server.wait_ready(START_TIMEOUT, &format!("listen on {addr}"), || {
+        TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok()
+    })
 }
 
 /// Prepare `name`'s data and start its server.
@@ -777,12 +721,9 @@ fn start_peer(name: &str, o: &NbdBenchOptions, tools: &Tools) -> Result<Peer, St
         "file" => {
             let path = o.dir.join("nbd-file.dat");
             let peer = Peer {
-                name: name.into(),
-                child: None,
+                server: ChildServer::new(name, None, vec![path.clone()], None),
                 target: IoTarget::File(path.clone()),
                 metrics: None,
-                files: vec![path.clone()],
-                log: None,
             };
             preallocate(&path, o.size)?;
             Ok(peer)
@@ -790,19 +731,16 @@ fn start_peer(name: &str, o: &NbdBenchOptions, tools: &Tools) -> Result<Peer, St
         "nbdkit" => {
             let path = o.dir.join("nbd-nbdkit.img");
             let mut peer = Peer {
-                name: name.into(),
-                child: None,
+                server: ChildServer::new(name, None, vec![path.clone()], Some(log.clone())),
                 target: IoTarget::File(path.clone()),
                 metrics: None,
-                files: vec![path.clone()],
-                log: Some(log.clone()),
             };
             preallocate(&path, o.size)?;
             let port = free_ports(1)?[0];
             let mut c = Command::new(tools.nbdkit.as_ref().ok_or("no nbdkit")?);
             c.args(["--foreground", "--exit-with-parent", "--ipaddr", "127.0.0.1", "--port", &port.to_string()]);
             c.arg("file").arg(format!("file={}", path.display())).args(["cache=none", "fadvise=random"]);
-            peer.child = Some(spawn_logged(name, &mut c, &log)?);
+            peer.server.child = Some(spawn_logged(name, c.stdin(Stdio::null()), &log)?);
             peer.target = IoTarget::Nbd(format!("nbd://127.0.0.1:{port}/{EXPORT_NAME}"));
             wait_listening(&mut peer, SocketAddr::from(([127, 0, 0, 1], port)))?;
             Ok(peer)
@@ -812,12 +750,9 @@ fn start_peer(name: &str, o: &NbdBenchOptions, tools: &Tools) -> Result<Peer, St
             let data = o.dir.join(format!("nbd-{name}.db"));
             let _ = std::fs::remove_file(&data);
             let mut peer = Peer {
-                name: name.into(),
-                child: None,
+                server: ChildServer::new(name, None, vec![data.clone()], Some(log.clone())),
                 target: IoTarget::File(data.clone()),
                 metrics: None,
-                files: vec![data.clone()],
-                log: Some(log.clone()),
             };
             run_tool(
                 Command::new(g).arg("create").arg(&data).args(["--size", &o.store_size().to_string()]),
@@ -842,7 +777,7 @@ fn start_peer(name: &str, o: &NbdBenchOptions, tools: &Tools) -> Result<Peer, St
             if name == "granary-flush" {
                 c.arg("--flush");
             }
-            peer.child = Some(spawn_logged(name, &mut c, &log)?);
+            peer.server.child = Some(spawn_logged(name, c.stdin(Stdio::null()), &log)?);
             peer.target = IoTarget::Nbd(format!("nbd://127.0.0.1:{nbd}/{EXPORT_NAME}"));
             peer.metrics = Some(metrics);
             // The metrics listener is the last to listen.
@@ -897,24 +832,6 @@ fn index_figures(peer: &Peer) -> [Option<f64>; 6] {
         "granary_link_bytes",
     ]
     .map(|n| sample(&page, n))
-}
-
-/// User plus system CPU seconds of process `pid` (all threads).
-fn cpu_secs(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    parse_cpu_ticks(&stat).map(|t| t as f64 / hz.max(1) as f64)
-}
-
-/// utime + stime (fields 14 and 15) of a `/proc/PID/stat` line, counted
-/// after the command name's last `)`.
-fn parse_cpu_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut f = rest.split_whitespace().skip(11);
-    let utime: u64 = f.next()?.parse().ok()?;
-    let stime: u64 = f.next()?.parse().ok()?;
-    Some(utime + stime)
 }
 
 // ------------------------------------------------------------------ fio
@@ -998,13 +915,13 @@ fn measure(
     job: &Job,
     secs: Option<f64>,
 ) -> Result<JobResult, String> {
-    let out = o.dir.join(format!("nbd-{}-{name}.json", peer.name));
-    let pid = peer.pid();
+    let out = o.dir.join(format!("nbd-{}-{name}.json", peer.server.name));
+    let pid = peer.server.pid();
     let dev0 = device_figures(peer);
     let (cpu0, busy0) = (pid.and_then(cpu_secs), machine_busy_secs());
-    let (f, wall) = fio(tools, &peer.target, name, job, o.size, secs, &out).map_err(|e| peer.failed(e))?;
+    let (f, wall) = fio(tools, &peer.target, name, job, o.size, secs, &out).map_err(|e| peer.server.failed(e))?;
     let (cpu1, busy1) = (pid.and_then(cpu_secs), machine_busy_secs());
-    peer.check_alive()?;
+    peer.server.check_alive()?;
     let device = device_figures(peer).zip(dev0).map(|(b, a)| b.since(a));
     Ok(JobResult {
         name: name.to_string(),
@@ -1047,7 +964,7 @@ fn run_peer(o: &NbdBenchOptions, tools: &Tools, name: &str, r: &mut PeerResult) 
     let mut dram = is_granary(name).then(|| Dram { blocks_written: o.blocks(), ..Default::default() });
     if let Some(d) = dram.as_mut() {
         [d.entries_before, d.index_bytes_before, ..] = index_figures(&peer);
-        d.rss_before_kib = peer.pid().and_then(vm_rss_kib);
+        d.rss_before_kib = peer.server.rss_kib();
     }
     let pass = Job { rw: Rw::Write, bs: PRECONDITION_BS, iodepth: PRECONDITION_DEPTH };
     eprintln!(
@@ -1062,7 +979,7 @@ fn run_peer(o: &NbdBenchOptions, tools: &Tools, name: &str, r: &mut PeerResult) 
     if let Some(d) = dram.as_mut() {
         [d.entries_after, d.index_bytes_after, d.slots_after, d.occupancy_after, d.links_after, d.link_bytes_after] =
             index_figures(&peer);
-        d.rss_after_kib = peer.pid().and_then(vm_rss_kib);
+        d.rss_after_kib = peer.server.rss_kib();
         eprintln!(
             "bench nbd: {name}: index: {} entries ({} before), {} B per written block, VmRSS {} MiB",
             fmt_opt(d.entries_after, 0),
@@ -1715,7 +1632,7 @@ mod tests {
     }
 
     #[test]
-    fn prometheus_samples_and_proc_stat() {
+    fn prometheus_samples() {
         let page = "# HELP granary_index_entries Index entries.\n# TYPE granary_index_entries gauge\n\
                     granary_index_entries 16368\ngranary_index_entries_x 1\ngranary_index_memory_bytes 294144\n";
         assert_eq!(sample(page, "granary_index_entries"), Some(16368.0));
@@ -1736,9 +1653,6 @@ mod tests {
         let g = later.since(d);
         assert_eq!((g.reads, g.writes, g.written_bytes), (1000.0, 0.0, 4096.0));
         assert!(DeviceIo::from_page(page).is_none(), "no device counters");
-        let stat = "4242 (granary (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 3 0 1 2 3";
-        assert_eq!(parse_cpu_ticks(stat), Some(325));
-        assert!(cpu_secs(std::process::id()).is_some());
     }
 
     fn result(name: &str, iops: f64, bw: f64, ios: u64) -> JobResult {

@@ -47,6 +47,7 @@
 //! has no scan (it would need a sorted index beside the records), and
 //! Granary is a hash store with no ordered range scan to offer.
 
+use crate::child::{spawn_logged, tail, ChildServer};
 use crate::memcache::{granary_exe, join_cgroup, which, MemCgroup, CGROUP_SLACK_MIB};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -710,72 +711,12 @@ fn keyspace_stats(addr: SocketAddr) -> (Option<u64>, Option<u64>) {
 /// A started server, killed (by its PID) on drop, its data removed; or
 /// one already running (no child).
 struct Server {
-    name: String,
-    child: Option<Child>,
+    /// The process and its data; first, so that it is killed and reaped
+    /// before the cgroup is removed.
+    proc: ChildServer,
     /// Its RESP listener.
     addr: SocketAddr,
-    /// Files and folders removed after it stops.
-    data: Vec<PathBuf>,
-    log: Option<PathBuf>,
-    /// Dropped after `Server::drop` has killed and reaped the child.
     cgroup: Option<MemCgroup>,
-}
-
-impl Server {
-    fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    fn rss_kib(&self) -> Option<u64> {
-        vm_rss_kib(self.pid()?)
-    }
-
-    /// `e`, with the end of the server's log.
-    fn failed(&self, e: String) -> String {
-        let Some(log) = &self.log else { return e };
-        format!("{e}\n{}'s log {} ends:\n{}", self.name, log.display(), tail(log, 15))
-    }
-
-    /// An error if the server has exited.
-    fn check_alive(&mut self) -> Result<(), String> {
-        if let Some(Ok(Some(st))) = self.child.as_mut().map(Child::try_wait) {
-            return Err(self.failed(format!("{} exited: {st}", self.name)));
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(c) = self.child.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for p in &self.data {
-            if p.is_dir() {
-                let _ = std::fs::remove_dir_all(p);
-            } else {
-                let _ = std::fs::remove_file(p);
-            }
-        }
-    }
-}
-
-/// VmRSS of process `pid`, KiB.
-pub fn vm_rss_kib(pid: u32) -> Option<u64> {
-    parse_status_kib(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?, "VmRSS")
-}
-
-/// A `Name:   1234 kB` field of a `/proc/PID/status` text, in KiB.
-fn parse_status_kib(status: &str, name: &str) -> Option<u64> {
-    status.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().strip_suffix("kB")?.trim().parse().ok())
-}
-
-/// The last `n` lines of a file.
-fn tail(path: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 fn free_port() -> Result<u16, String> {
@@ -803,7 +744,7 @@ fn set_maxmemory(addr: SocketAddr, data_quarter: u64) -> Result<u64, String> {
 fn start_server(name: &str, o: &YcsbOptions, tools: &Tools, dt: Datatype) -> Result<Server, String> {
     if let Some(a) = name.strip_prefix("at=") {
         let addr: SocketAddr = a.parse().map_err(|e| format!("{e} (at=IP:PORT)"))?;
-        let server = Server { name: name.into(), child: None, addr, data: Vec::new(), log: None, cgroup: None };
+        let server = Server { proc: ChildServer::new(name, None, Vec::new(), None), addr, cgroup: None };
         match resp_call(addr, &["PING"]) {
             Ok(Resp::Simple(s)) if s == "PONG" => {}
             other => return Err(format!("{name} does not answer PING with PONG: {other:?}")),
@@ -867,23 +808,14 @@ fn start_server(name: &str, o: &YcsbOptions, tools: &Tools, dt: Datatype) -> Res
         (c, vec![dir])
     };
     let log = o.dir.join(format!("ycsb-{name}.log"));
-    let out = std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-    let err = out.try_clone().map_err(|e| e.to_string())?;
-    let child = cmd.stdout(out).stderr(err).spawn().map_err(|e| format!("starting {name}: {e}"))?;
-    let mut server = Server { name: name.into(), child: Some(child), addr, data, log: Some(log), cgroup };
-    let deadline = Instant::now() + START_TIMEOUT;
-    loop {
-        if let Ok(Resp::Simple(s)) = resp_call(addr, &["PING"]) {
-            if s == "PONG" {
-                return Ok(server);
-            }
-        }
-        server.check_alive()?;
-        if Instant::now() > deadline {
-            return Err(server.failed(format!("{name} did not answer PING on {addr} within {START_TIMEOUT:?}")));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let child = spawn_logged(name, &mut cmd, &log)?;
+    let mut proc = ChildServer::new(name, Some(child), data, Some(log));
+    proc.wait_ready(
+        START_TIMEOUT,
+        &format!("answer PING on {addr}"),
+        || matches!(resp_call(addr, &["PING"]), Ok(Resp::Simple(s)) if s == "PONG"),
+    )?;
+    Ok(Server { proc, addr, cgroup })
 }
 
 // ------------------------------------------------------------- clients
@@ -1072,20 +1004,20 @@ fn run_datatype(
         if is_granary(name) {
             r.cgroup_limit = Some(o.lru_bytes(dt) + (CGROUP_SLACK_MIB << 20));
         } else {
-            r.maxmemory = Some(set_maxmemory(server.addr, o.lru_bytes(dt)).map_err(|e| server.failed(e))?);
+            r.maxmemory = Some(set_maxmemory(server.addr, o.lru_bytes(dt)).map_err(|e| server.proc.failed(e))?);
         }
     }
     let out = |phase: &str| o.dir.join(format!("ycsb-{name}-{d}-{phase}.txt"));
-    r.rss_before_kib = server.rss_kib();
+    r.rss_before_kib = server.proc.rss_kib();
     eprintln!(
         "bench ycsb: {name}: {d}: loading {} records of {} B ({} threads)",
         o.records,
         o.record_bytes(dt),
         o.threads
     );
-    let load = go_ycsb(o, tools, server.addr, dt, None, &out("load")).map_err(|e| server.failed(e))?;
-    server.check_alive()?;
-    r.rss_after_load_kib = server.rss_kib();
+    let load = go_ycsb(o, tools, server.addr, dt, None, &out("load")).map_err(|e| server.proc.failed(e))?;
+    server.proc.check_alive()?;
+    r.rss_after_load_kib = server.proc.rss_kib();
     eprintln!("bench ycsb: {name}: {d}: loaded, {:.0} inserts/s, {} errors", load.ops_per_sec(), load.errors());
     r.load = Some(load);
     for w in o.run_order() {
@@ -1095,9 +1027,9 @@ fn run_datatype(
         };
         eprintln!("bench ycsb: {name}: {d}: workload {}: {what}", w.to_ascii_uppercase());
         let (h0, m0) = keyspace_stats(server.addr);
-        let mut res =
-            go_ycsb(o, tools, server.addr, dt, Some(w), &out(&format!("workload{w}"))).map_err(|e| server.failed(e))?;
-        server.check_alive()?;
+        let mut res = go_ycsb(o, tools, server.addr, dt, Some(w), &out(&format!("workload{w}")))
+            .map_err(|e| server.proc.failed(e))?;
+        server.proc.check_alive()?;
         let (h1, m1) = keyspace_stats(server.addr);
         res.server_hits = h1.zip(h0).map(|(b, a)| b.saturating_sub(a));
         res.server_misses = m1.zip(m0).map(|(b, a)| b.saturating_sub(a));
@@ -1120,8 +1052,8 @@ fn run_redis_benchmark(o: &YcsbOptions, tools: &Tools, name: &str, into: &mut Ve
     let mut server = start_server(name, o, tools, Datatype::String)?;
     for p in [1, 16] {
         eprintln!("bench ycsb: {name}: redis-benchmark -c {} -P {p}", o.rb_clients);
-        let r = redis_benchmark(o, tools, server.addr, p).map_err(|e| server.failed(e))?;
-        server.check_alive()?;
+        let r = redis_benchmark(o, tools, server.addr, p).map_err(|e| server.proc.failed(e))?;
+        server.proc.check_alive()?;
         into.extend(r);
     }
     Ok(())
@@ -1659,14 +1591,11 @@ WARNING: Could not fetch server CONFIG
     }
 
     #[test]
-    fn info_fields_and_status_fields() {
+    fn info_fields() {
         let info = "# Stats\r\ntotal_connections_received:3\r\nkeyspace_hits:35096\r\nkeyspace_misses:10154\r\n";
         assert_eq!(info_field(info, "keyspace_hits"), Some(35096));
         assert_eq!(info_field(info, "keyspace_misses"), Some(10154));
         assert_eq!(info_field(info, "keyspace"), None);
-        let status = "Name:\tredis-server\nVmHWM:\t  9000 kB\nVmRSS:\t  8123 kB\n";
-        assert_eq!(parse_status_kib(status, "VmRSS"), Some(8123));
-        assert!(vm_rss_kib(std::process::id()).is_some_and(|k| k > 0));
     }
 
     #[test]

@@ -26,6 +26,7 @@ use crate::parse::{self, FrameError, LargePut};
 use crate::NativeStats;
 use granary_proto::{self as proto, ClientHello, Header, Op, ServerHello, Status};
 use granary_rt::net::{GaugeHold, TcpStream};
+use granary_rt::sync::Notify;
 use granary_server::Session;
 use granary_store::{PutBuf, ReceiveEnd, ValueBuf};
 use std::cell::{Cell, RefCell};
@@ -33,7 +34,6 @@ use std::io;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::task::{Poll, Waker};
 use std::time::Instant;
 
 /// Read the client's hello and answer with `status` (or
@@ -120,33 +120,6 @@ pub(crate) async fn serve(session: Session, ctx: Arc<Ctx>) {
     conn.ending.set(true);
     conn.writer.notify();
     let _ = writer.await;
-}
-
-/// A wake-up between tasks of one executor.
-#[derive(Default)]
-struct Notify {
-    set: Cell<bool>,
-    waker: RefCell<Option<Waker>>,
-}
-
-impl Notify {
-    fn notify(&self) {
-        self.set.set(true);
-        if let Some(w) = self.waker.borrow_mut().take() {
-            w.wake();
-        }
-    }
-    async fn wait(&self) {
-        std::future::poll_fn(|cx| {
-            if self.set.replace(false) {
-                Poll::Ready(())
-            } else {
-                *self.waker.borrow_mut() = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        })
-        .await
-    }
 }
 
 /// What the reader does with the next request.

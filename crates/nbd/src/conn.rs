@@ -29,6 +29,7 @@ use crate::export::Export;
 use crate::limits::*;
 use crate::proto::*;
 use crate::NbdStats;
+use granary_rt::sync::Notify;
 use granary_server::Session;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -36,35 +37,6 @@ use std::io;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::task::{Poll, Waker};
-
-/// A wake-up between tasks of one executor (one waiter at a time).
-#[derive(Default)]
-struct Notify {
-    set: Cell<bool>,
-    waker: RefCell<Option<Waker>>,
-}
-
-impl Notify {
-    fn notify(&self) {
-        self.set.set(true);
-        if let Some(w) = self.waker.borrow_mut().take() {
-            w.wake();
-        }
-    }
-
-    async fn wait(&self) {
-        std::future::poll_fn(|cx| {
-            if self.set.replace(false) {
-                Poll::Ready(())
-            } else {
-                *self.waker.borrow_mut() = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        })
-        .await
-    }
-}
 
 /// A reply ready to send, and the payload bytes its request holds.
 struct Reply {
@@ -315,21 +287,32 @@ async fn send_buf<E>(conn: &Conn<E>, buf: Vec<u8>) -> (bool, Vec<u8>) {
 /// Send replies as they are queued, until the connection ends and none is
 /// left, or sending fails. Small replies are copied into one buffer and
 /// sent together; a large one (a READ's data) goes from its own buffer.
+/// Send the replies gathered in `batch` and release what their requests
+/// hold (`batched`: their count and payload charge, then zeroed); `batch`
+/// is left empty, its allocation kept. False if sending failed.
+async fn send_batch<E>(conn: &Conn<E>, batch: &mut Vec<u8>, batched: &mut (usize, usize)) -> bool {
+    let (ok, b) = send_buf(conn, std::mem::take(batch)).await;
+    if !ok {
+        return false;
+    }
+    *batch = b;
+    batch.clear();
+    conn.release(batched.0, batched.1);
+    *batched = (0, 0);
+    true
+}
+
 async fn write_loop<E>(conn: Rc<Conn<E>>) {
     let mut batch: Vec<u8> = Vec::new();
-    let (mut batched, mut batched_charge) = (0, 0);
+    // The count of replies in `batch` and their requests' payload charge.
+    let mut batched = (0, 0);
     loop {
         let next = conn.out.borrow_mut().pop_front();
         let Some(reply) = next else {
             if !batch.is_empty() {
-                let (ok, b) = send_buf(&conn, std::mem::take(&mut batch)).await;
-                if !ok {
+                if !send_batch(&conn, &mut batch, &mut batched).await {
                     break;
                 }
-                batch = b;
-                batch.clear();
-                conn.release(batched, batched_charge);
-                (batched, batched_charge) = (0, 0);
                 // A burst's buffer is not kept for the connection's life.
                 if batch.capacity() > REPLY_COPY_BYTES_MAX * INFLIGHT_MAX {
                     batch = Vec::new();
@@ -344,20 +327,15 @@ async fn write_loop<E>(conn: Rc<Conn<E>>) {
         };
         if reply.bytes.len() <= REPLY_COPY_BYTES_MAX {
             batch.extend_from_slice(&reply.bytes);
-            batched += 1;
-            batched_charge += reply.charge;
+            batched.0 += 1;
+            batched.1 += reply.charge;
             continue;
         }
         if !batch.is_empty() {
             // The replies before it go first (no reason to delay them).
-            let (ok, b) = send_buf(&conn, std::mem::take(&mut batch)).await;
-            if !ok {
+            if !send_batch(&conn, &mut batch, &mut batched).await {
                 break;
             }
-            batch = b;
-            batch.clear();
-            conn.release(batched, batched_charge);
-            (batched, batched_charge) = (0, 0);
         }
         let charge = reply.charge;
         if !send_buf(&conn, reply.bytes).await.0 {

@@ -27,36 +27,14 @@ use granary_server::Session;
 use granary_store::BATCH_OPS_MAX;
 use std::sync::atomic::Ordering::Relaxed;
 
-/// Send `buf` whole; false if the connection is gone.
+/// Send `buf` whole, counted in `bytes_written`; false if the connection
+/// is gone. Its allocation is kept up to four flushes' worth.
 async fn send(ctx: &Ctx, stream: &TcpStream, buf: &mut Vec<u8>) -> bool {
     if buf.is_empty() {
         return true;
     }
-    let n = buf.len();
-    ctx.stats.bytes_written.fetch_add(n as u64, Relaxed);
-    // Most replies fit the socket buffer: one direct send, no ring trip.
-    let mut off = match stream.try_send(buf) {
-        Ok(k) => k,
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => 0,
-        Err(_) => return false,
-    };
-    let mut out = std::mem::take(buf);
-    let mut ok = true;
-    while ok && off < n {
-        let (r, o) = stream.send_from(out, off).await;
-        out = o;
-        match r {
-            Ok(0) => ok = false,
-            Ok(k) => off += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => ok = false,
-        }
-    }
-    out.clear();
-    if out.capacity() <= 4 * OUT_FLUSH_BYTES {
-        *buf = out; // reuse the allocation
-    }
-    ok
+    ctx.stats.bytes_written.fetch_add(buf.len() as u64, Relaxed);
+    stream.send_vec(buf, 4 * OUT_FLUSH_BYTES).await
 }
 
 /// One connection's request loop, until the client closes, QUIT, a

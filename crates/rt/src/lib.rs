@@ -38,6 +38,7 @@ pub mod metrics;
 pub mod net;
 mod op;
 mod slab;
+pub mod sync;
 pub mod sync_ring;
 mod time;
 

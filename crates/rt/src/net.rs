@@ -333,6 +333,45 @@ impl TcpStream {
         (Ok(()), buf)
     }
 
+    /// Send all of `buf`: first one direct [`try_send`](Self::try_send)
+    /// (most replies fit the socket buffer: one system call, no trip
+    /// through the ring), then the rest through the ring, waiting for room
+    /// in the socket. False if the connection is gone (an error, or the
+    /// socket taking nothing); what was sent is then unknown.
+    ///
+    /// Once the ring was used (or everything went out directly), `buf` is
+    /// left empty, its allocation kept for the next replies when it holds
+    /// at most `keep_capacity` bytes, else freed. A failed direct send
+    /// leaves `buf` as it was.
+    pub async fn send_vec(&self, buf: &mut Vec<u8>, keep_capacity: usize) -> bool {
+        if buf.is_empty() {
+            return true;
+        }
+        let n = buf.len();
+        let mut off = match self.try_send(buf) {
+            Ok(k) => k,
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => 0,
+            Err(_) => return false,
+        };
+        let mut out = std::mem::take(buf);
+        let mut ok = true;
+        while ok && off < n {
+            let (r, o) = self.send_from(out, off).await;
+            out = o;
+            match r {
+                Ok(0) => ok = false,
+                Ok(k) => off += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => ok = false,
+            }
+        }
+        out.clear();
+        if out.capacity() <= keep_capacity {
+            *buf = out;
+        }
+        ok
+    }
+
     /// The socket's descriptor (for `shutdown(2)` from another thread).
     pub fn raw_fd(&self) -> std::os::fd::RawFd {
         self.inner.as_raw_fd()

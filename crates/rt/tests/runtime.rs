@@ -206,6 +206,43 @@ fn tcp_echo_over_loopback() {
 }
 
 #[test]
+fn send_vec_sends_the_whole_buffer_and_keeps_a_small_allocation() {
+    let rt = rt(1);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    const BIG: usize = 8 << 20; // far more than a socket buffer: through the ring
+    let reader = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut s, &mut got).unwrap();
+        got
+    });
+    let (small_cap, big_cap) = rt
+        .spawn_on(0, async move {
+            let s = TcpStream::connect(addr).await.unwrap();
+            let mut empty = Vec::new();
+            assert!(s.send_vec(&mut empty, 0).await);
+            let mut small = Vec::with_capacity(64);
+            small.extend_from_slice(b"hello ");
+            assert!(s.send_vec(&mut small, 64).await);
+            assert!(small.is_empty());
+            let mut big: Vec<u8> = (0..BIG).map(|i| (i % 251) as u8).collect();
+            assert!(s.send_vec(&mut big, 4096).await);
+            assert!(big.is_empty());
+            s.shutdown_write().unwrap();
+            (small.capacity(), big.capacity())
+        })
+        .join()
+        .unwrap();
+    assert_eq!(small_cap, 64, "a small allocation is kept");
+    assert_eq!(big_cap, 0, "a large one is freed");
+    let got = reader.join().unwrap();
+    assert_eq!(got.len(), 6 + BIG);
+    assert_eq!(&got[..6], b"hello ");
+    assert!(got[6..].iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+}
+
+#[test]
 fn file_reads_and_writes_through_the_ring() {
     let rt = rt(2);
     let mut f = tempfile::tempfile().unwrap();
