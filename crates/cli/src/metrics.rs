@@ -1,7 +1,7 @@
 //! `granary serve --metrics ADDR`: the Prometheus text endpoint
 //! (`GET /metrics`), served by a task on the server's own runtime (no
 //! second async runtime). It renders each component's registry of
-//! figures (`registry()` of the memcache and native servers and of the
+//! figures (`registry()` of the memcache, native, RESP and NBD servers and of the
 //! store's `Stats`), the latency histograms and the executors' counters;
 //! nothing is computed on the request path of the servers.
 
@@ -27,6 +27,8 @@ pub struct Sources {
     pub store: Arc<Store>,
     pub memcache: Arc<ServerStats>,
     pub native: Option<Arc<NativeStats>>,
+    pub resp: Option<Arc<granary_resp::RespStats>>,
+    pub nbd: Option<Arc<granary_nbd::NbdStats>>,
     /// The server's executors.
     pub runtime: Option<granary_rt::StatsReader>,
 }
@@ -139,6 +141,12 @@ pub fn render(src: &Sources) -> String {
             "Native request latency, from decoding to response queued (waits for conflicting requests included).",
             &ops,
         );
+    }
+    if let Some(r) = &src.resp {
+        r.registry().render_prometheus(&mut o.0);
+    }
+    if let Some(b) = &src.nbd {
+        b.registry().render_prometheus(&mut o.0);
     }
     // The store's figures, declared once (`granary_store::Stats::registry`).
     st.registry().render_prometheus(&mut o.0);

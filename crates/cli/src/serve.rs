@@ -464,6 +464,8 @@ fn start(a: &Config, store: Arc<Store>, l: Listeners) -> Result<Served, String> 
             store,
             memcache: server.shared_stats(),
             native: native.as_ref().map(|n| n.shared_stats()),
+            resp: resp.as_ref().map(|r| r.shared_stats()),
+            nbd: nbd.as_ref().map(|b| b.shared_stats()),
             runtime: Some(rt.stats_reader()),
         };
         let m = crate::metrics::serve(listen(listener)?, sources, &rt).map_err(|e| format!("metrics: {e}"))?;

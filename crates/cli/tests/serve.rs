@@ -13,6 +13,8 @@ struct Serve {
     child: Child,
     port: u16,
     native_port: u16,
+    /// The Redis protocol's port (unless `--no-resp`).
+    resp_port: u16,
     /// stderr up to the "serving" line.
     log: String,
     /// stderr lines after it.
@@ -36,7 +38,8 @@ impl Serve {
         let mut args = vec!["serve", "--data", data.to_str().unwrap(), "--size", "64M", "-p", &port_s, "-t", "2"];
         let native_s = native_port.to_string();
         args.extend(["--native-port", &native_s]);
-        let resp_s = free_port().to_string();
+        let resp_port = free_port();
+        let resp_s = resp_port.to_string();
         if !extra.contains(&"--no-resp") {
             args.extend(["--resp-port", &resp_s]);
         }
@@ -46,7 +49,7 @@ impl Serve {
         let (child, err, log) = spawn_until(&args, |line| {
             line.contains("serving the native protocol") || (line.contains("serving") && extra.contains(&"--no-native"))
         });
-        Serve { child, port, native_port, log, later: drain(err) }
+        Serve { child, port, native_port, resp_port, log, later: drain(err) }
     }
 
     /// Wait (60 s at most) for a stderr line containing `pat`.
@@ -463,7 +466,14 @@ fn a_stop_signal_during_the_zero_fill_removes_the_new_file() {
     assert!(data.exists(), "a kill -9 leaves the file");
     let (child, err, log) = spawn_until(&serve, |l| l.contains("serving"));
     assert!(log.contains("an earlier creation was interrupted"), "{log}");
-    let s = Serve { child, port: port.parse().unwrap(), native_port: 0, log: String::new(), later: drain(err) };
+    let s = Serve {
+        child,
+        port: port.parse().unwrap(),
+        native_port: 0,
+        resp_port: 0,
+        log: String::new(),
+        later: drain(err),
+    };
     assert_eq!(s.call(b"set k 0 0 1\r\nv\r\n"), b"STORED\r\n");
     assert_eq!(s.signal(SIGTERM).code(), Some(0));
 }
@@ -478,7 +488,14 @@ fn a_stop_signal_during_recovery_stops_and_the_next_start_recovers() {
     let port = free_port().to_string();
     let serve = ["serve", "--data", d, "--size", "1G", "-p", &port, "-t", "2", "--no-native", "--no-resp"];
     let (child, err, _) = spawn_until(&serve, |l| l.contains("serving"));
-    let s = Serve { child, port: port.parse().unwrap(), native_port: 0, log: String::new(), later: drain(err) };
+    let s = Serve {
+        child,
+        port: port.parse().unwrap(),
+        native_port: 0,
+        resp_port: 0,
+        log: String::new(),
+        later: drain(err),
+    };
     // ~600 MB of records, so the log scan after the crash takes a while
     // (tenths of a second) and the signal lands inside it.
     let value = "v".repeat(4000);
@@ -503,7 +520,7 @@ fn a_stop_signal_during_recovery_stops_and_the_next_start_recovers() {
     let (child, err, log) = spawn_until(&serve, |l| l.contains("serving"));
     // How long the whole scan took (the window the signal had).
     eprintln!("{}", log.lines().filter(|l| l.contains("recovered index")).collect::<Vec<_>>().join("\n"));
-    let s = Serve { child, port: port.parse().unwrap(), native_port: 0, log, later: drain(err) };
+    let s = Serve { child, port: port.parse().unwrap(), native_port: 0, resp_port: 0, log, later: drain(err) };
     assert_eq!(stat(&s, "curr_items"), "150000");
     assert_eq!(s.call(b"get rec-149999\r\n"), format!("VALUE rec-149999 0 4000\r\n{value}\r\nEND\r\n").as_bytes());
     assert_eq!(s.signal(SIGTERM).code(), Some(0));
@@ -722,6 +739,15 @@ fn config_file_flags_metrics_limits_and_clean_restart() {
     let (_, page) = http_get(&metrics, "/metrics");
     assert_eq!(sample(&page, "granary_memcache_commands_total{cmd=\"set\"}"), sets0 + 2.0);
     assert_eq!(sample(&page, "granary_native_requests_total{op=\"put\"}"), 1.0);
+    // The Redis protocol's counters: one inline PING.
+    let mut r = TcpStream::connect(("127.0.0.1", s.resp_port)).unwrap();
+    r.write_all(b"PING\r\n").unwrap();
+    let mut pong = [0u8; 7];
+    r.read_exact(&mut pong).unwrap();
+    assert_eq!(&pong, b"+PONG\r\n");
+    let (_, page) = http_get(&metrics, "/metrics");
+    assert_eq!(sample(&page, "granary_resp_commands_total"), 1.0);
+    assert_eq!(sample(&page, "granary_resp_connections_total"), 1.0);
     assert_eq!(sample(&page, "granary_store_operations_total{op=\"put\"}"), puts0 + 3.0);
     assert_eq!(sample(&page, "granary_store_keys"), 3.0);
     assert!(sample(&page, "granary_device_bytes_total{dir=\"written\"}") > 0.0);

@@ -98,3 +98,64 @@ pub struct RespStats {
     /// Connection ids (CLIENT ID) handed out.
     pub next_client_id: AtomicU64,
 }
+
+impl RespStats {
+    /// The server's counters for `/metrics`, each declared once with its
+    /// INFO name (where INFO has it), its help and its Prometheus family.
+    pub fn registry(&self) -> granary_rt::metrics::Registry {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut r = granary_rt::metrics::Registry::new();
+        self.listener.register("resp", &mut r);
+        let g = |a: &AtomicU64| a.load(Relaxed);
+        r.counter(
+            "total_commands_processed",
+            "granary_resp_commands_total",
+            "Redis protocol commands run (queued ones when EXEC runs them).",
+            g(&self.commands),
+        )
+        .counter("total_error_replies", "granary_resp_error_replies_total", "Error replies sent.", g(&self.errors))
+        .counter(
+            "protocol_errors",
+            "granary_resp_protocol_errors_total",
+            "Connections closed for a protocol error.",
+            g(&self.protocol_errors),
+        )
+        .counter(
+            "keyspace_hits",
+            "granary_resp_keyspace_hits_total",
+            "Reads of a key that found it.",
+            g(&self.keyspace_hits),
+        )
+        .counter(
+            "keyspace_misses",
+            "granary_resp_keyspace_misses_total",
+            "Reads of a key that did not find it.",
+            g(&self.keyspace_misses),
+        )
+        .counter(
+            "txn_commits",
+            "granary_resp_txn_commits_total",
+            "EXECs and multi-key commands committed as one batch.",
+            g(&self.txn_commits),
+        )
+        .counter(
+            "txn_retries",
+            "granary_resp_txn_retries_total",
+            "Transactions run again because a key they read changed before their batch committed.",
+            g(&self.txn_retries),
+        )
+        .counter(
+            "txn_watch_aborts",
+            "granary_resp_txn_watch_aborts_total",
+            "EXECs aborted by WATCH.",
+            g(&self.txn_aborts),
+        )
+        .counter(
+            "total_net_output_bytes",
+            "granary_resp_bytes_written_total",
+            "Bytes sent to clients.",
+            g(&self.bytes_written),
+        );
+        r
+    }
+}

@@ -621,6 +621,23 @@ impl Store {
         crate::gc::poll(self.core.collector())
     }
 
+    /// Whether blind overwrites have left links not yet settled: until
+    /// they are, a key that collided with another key's fingerprint is
+    /// missing from the key counts (store-wide and its namespace's), which
+    /// counted its write as an overwrite ([`crate::links`]).
+    pub fn has_unsettled_links(&self) -> bool {
+        !self.core.keys.links.is_empty()
+    }
+
+    /// Settle every link blind overwrites left, by reading the records
+    /// they displaced, so that the key counts are exact; returns how many
+    /// were other keys' (counted again). Blocking, with threads of its
+    /// own: never call it on an executor (it takes key locks that
+    /// executor tasks hold across IO).
+    pub fn settle_links(&self) -> Result<u64> {
+        crate::settle::resolve_all(self.core.parts()).map(|r| r.live)
+    }
+
     /// Write an index checkpoint now (writers go on meanwhile). Recovery
     /// then loads it and replays only the log written since.
     pub fn checkpoint(&self) -> Result<crate::types::CheckpointStats> {
