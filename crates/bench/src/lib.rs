@@ -13,6 +13,8 @@
 //! - [`recovery`]: clean restart and crash recovery of a loaded store, the
 //!   scan rate against fio's sequential read (`granary-bench recovery`).
 //! - [`progress`]: progress bars and log lines of long phases.
+//! - [`report`]: the targets and number formatting the comparison
+//!   reports share.
 //! - `child`: the server processes the peer benchmarks start, and what
 //!   they read of a process (log, memory, CPU time).
 //! - [`memcache`]: the Memcache load generator, and `granary serve` against
@@ -34,5 +36,6 @@ pub mod native;
 pub mod nbd;
 pub mod progress;
 pub mod recovery;
+pub mod report;
 pub mod txn;
 pub mod ycsb;

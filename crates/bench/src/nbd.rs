@@ -1008,31 +1008,8 @@ fn run_peer(o: &NbdBenchOptions, tools: &Tools, name: &str, r: &mut PeerResult) 
 
 // --------------------------------------------------------------- report
 
-fn fmt_opt(v: Option<f64>, digits: usize) -> String {
-    v.map_or("-".into(), |v| format!("{v:.digits$}"))
-}
-
-/// One comparison the issue sets a target for.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub what: String,
-    pub value: f64,
-    /// The bound and whether it is a floor (>=) or a ceiling (<=).
-    pub bound: f64,
-    pub at_least: bool,
-}
-
-impl Target {
-    pub fn met(&self) -> bool {
-        // Ratios are compared as printed (3 decimals).
-        let v = (self.value * 1000.0).round() / 1000.0;
-        if self.at_least {
-            v >= self.bound
-        } else {
-            v <= self.bound
-        }
-    }
-}
+use crate::report::fmt_opt;
+pub use crate::report::Target;
 
 /// The issue's targets, for the peers and jobs this run has: 4 KiB random
 /// read and write at queue depth 32, `granary` >= 1.0x `nbdkit`; 1 MiB

@@ -1078,29 +1078,8 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     }
 }
 
-fn fmt_opt(v: Option<f64>, digits: usize) -> String {
-    v.map_or("-".into(), |v| format!("{v:.digits$}"))
-}
-
-/// One comparison the issue sets a target for.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub what: String,
-    pub value: f64,
-    /// The bound and whether it is a floor (>=) or a ceiling (<=).
-    pub bound: f64,
-    pub at_least: bool,
-}
-
-impl Target {
-    pub fn met(&self) -> bool {
-        if self.at_least {
-            self.value >= self.bound
-        } else {
-            self.value <= self.bound
-        }
-    }
-}
+use crate::report::fmt_opt;
+pub use crate::report::Target;
 
 /// The targets of the issue, for the peers and workloads this run has:
 /// YCSB A and B, granary-flush >= 2x redis-always, granary >= 0.5x
