@@ -70,6 +70,8 @@ pub struct Config {
     pub max_item_size: u64,
     pub idle_timeout: u64,
     pub memcache_namespace: String,
+    /// The Memcache `shutdown` command stops the server (memcached's `-A`).
+    pub enable_shutdown: bool,
     pub blind_overwrite_mem: u64,
     pub io_spin_us: u64,
     pub io_submit_early: bool,
@@ -140,6 +142,7 @@ impl Config {
             max_item_size: 1 << 20,
             idle_timeout: 0,
             memcache_namespace: granary_store::DEFAULT_NAMESPACE.into(),
+            enable_shutdown: false,
             blind_overwrite_mem: granary_store::BLIND_OVERWRITE_BYTES_DEFAULT as u64,
             io_spin_us: granary_rt::SPIN_IO_US_DEFAULT,
             io_submit_early: true,
@@ -399,6 +402,7 @@ fn start(a: &Config, store: Arc<Store>, l: Listeners) -> Result<Served, String> 
         item_bytes_max: usize::try_from(a.max_item_size).unwrap_or(usize::MAX),
         idle_timeout,
         namespace: a.memcache_namespace.clone(),
+        shutdown: a.enable_shutdown.then_some(signals::request_stop as fn()),
     };
     let rc = RuntimeConfig {
         spin_io: std::time::Duration::from_micros(a.io_spin_us),

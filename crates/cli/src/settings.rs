@@ -403,6 +403,17 @@ pub const SETTINGS: &[Setting] = &[
         apply: |c, v| c.memcache_namespace = v.text(),
     },
     Setting {
+        key: "enable_shutdown",
+        long: "enable-shutdown",
+        short: Some('A'),
+        kind: Kind::Switch { sets: true },
+        help: "Let the Memcache `shutdown` command stop the server (memcached's -A)",
+        default: "`false`",
+        meaning: "the Memcache `shutdown` command stops the server as SIGTERM does (drain, checkpoint, exit 0); off: it answers `ERROR: shutdown not enabled` (memcached's `-A`)",
+        value: |c| Some(c.enable_shutdown.to_string()),
+        apply: |c, v| c.enable_shutdown = v.bool(),
+    },
+    Setting {
         key: "blind_overwrite_mem",
         long: "blind-overwrite-mem",
         short: None,

@@ -52,3 +52,13 @@ pub fn wait(set: &libc::sigset_t) -> i32 {
     unsafe { libc::sigwait(set, &mut sig) };
     sig
 }
+
+/// Ask this process to stop as SIGTERM asks it (the Memcache `shutdown`
+/// command, with `--enable-shutdown`): the signal is blocked in every
+/// thread, so it stays pending until the main thread's [`wait`] takes it
+/// and runs the ordinary clean stop.
+pub fn request_stop() {
+    // SAFETY: kill with this process's own id and a valid signal number
+    // has no memory effects.
+    unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+}

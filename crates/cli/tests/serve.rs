@@ -203,6 +203,30 @@ fn sigterm_is_a_clean_stop_and_sigkill_loses_nothing_acknowledged() {
     assert!(s.signal(SIGTERM).success());
 }
 
+/// With `-A`, the Memcache `shutdown` command stops the server as SIGTERM
+/// does: exit 0, "stopped cleanly", and a clean restart with every value.
+#[test]
+fn memcache_shutdown_with_a_stops_cleanly() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("cache.db");
+    let mut s = Serve::start_with(&data, &["-A"]);
+    assert_eq!(s.call(b"set k 3 0 2\r\nhi\r\n"), b"STORED\r\n");
+    let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    c.write_all(b"shutdown\r\n").unwrap();
+    s.wait_for_line("stopped cleanly");
+    assert!(s.child.wait().unwrap().success(), "shutdown exits 0");
+    // No reply, as memcached: the connection is closed.
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "{rest:?}");
+
+    let s = Serve::start(&data);
+    assert_eq!(s.call(b"get k\r\n"), b"VALUE k 3 2\r\nhi\r\nEND\r\n");
+    assert_eq!(s.call(b"shutdown\r\n"), b"ERROR: shutdown not enabled\r\n");
+    assert!(s.signal(SIGTERM).success());
+}
+
 /// SIGINT (Ctrl-C) stops the server as SIGTERM does: exit 0, a
 /// checkpoint, and a clean restart with every value.
 #[test]

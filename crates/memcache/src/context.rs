@@ -36,6 +36,11 @@ pub struct ServerConfig {
     /// The store's namespace this listener serves (its keys, its `stats`
     /// counts; `flush_all` truncates it).
     pub namespace: String,
+    /// What the `shutdown` command calls to stop the server (memcached's
+    /// `-A`); it must return at once and have the stop happen elsewhere
+    /// (`granary serve` raises SIGTERM, its ordinary clean stop). None:
+    /// `shutdown` is refused with `ERROR: shutdown not enabled`.
+    pub shutdown: Option<fn()>,
 }
 
 impl Default for ServerConfig {
@@ -47,6 +52,7 @@ impl Default for ServerConfig {
             item_bytes_max: ITEM_BYTES_DEFAULT,
             idle_timeout: None,
             namespace: granary_store::DEFAULT_NAMESPACE.into(),
+            shutdown: None,
         }
     }
 }

@@ -22,12 +22,13 @@
 
 use crate::context::Ctx;
 use crate::limits::*;
-use crate::parse::{self, ParseError, Request, StatsKind, Storage};
+use crate::parse::{self, Crawler, ParseError, Request, StatsKind, Storage};
 use crate::stats;
 use granary_store::{Change, Cond, Error, Item, ItemMeta, PutBuf, PutOutcome, ValueBuf};
 use std::sync::atomic::Ordering::Relaxed;
 
 mod binary;
+mod dump;
 mod meta;
 
 /// Where the executor's replies go: the connection's reply buffer, and
@@ -214,7 +215,20 @@ impl<'a, S: Sink> Exec<'a, S> {
             Request::Version => self.reply(&format!("VERSION {}", stats::version())),
             // Accepted and ignored: logging is configured with GRANARY_LOG.
             Request::Verbosity => self.reply("OK"),
+            Request::Stats(StatsKind::CacheDump { class, limit }) => self.cachedump(*class, *limit).await,
             Request::Stats(kind) => self.stats(*kind),
+            Request::LruCrawler(Crawler::Metadump { all }) => self.metadump(*all).await,
+            Request::LruCrawler(Crawler::Ok) => self.reply("OK"),
+            Request::Shutdown { mode_ok } => match self.ctx.cfg.shutdown {
+                None => self.refuse(ParseError::ShutdownNotEnabled),
+                Some(_) if !mode_ok => self.refuse(ParseError::ShutdownMode),
+                Some(stop) => {
+                    // As memcached: no reply; the server stops, draining
+                    // this connection with the others.
+                    tracing::info!("memcache shutdown command: stopping");
+                    stop();
+                }
+            },
             Request::Quit => return false,
             Request::Mn => {
                 self.ctx.stats.cmd_meta.fetch_add(1, Relaxed);
@@ -493,6 +507,11 @@ impl<'a, S: Sink> Exec<'a, S> {
             StatsKind::Latency => stats::latency(self.ctx),
             StatsKind::Slabs => stats::slabs(),
             StatsKind::Reset => return self.reply("RESET"),
+            // Granary records no per-prefix statistics (memcached's
+            // `-D`): on and off are accepted, and a dump is empty.
+            StatsKind::DetailSet => return self.reply("OK"),
+            StatsKind::DetailDump => return self.reply("END"),
+            StatsKind::CacheDump { .. } => unreachable!("run() dumps"),
         };
         for (k, v) in lines {
             self.reply(&format!("STAT {k} {v}"));

@@ -55,3 +55,13 @@ pub const fn connection_bytes_bound(item_bytes_max: usize) -> usize {
 /// Seconds: an exptime above this is an absolute unix time, at or below a
 /// relative one (memcached's REALTIME_MAXDELTA, 30 days).
 pub const RELATIVE_EXPTIME_MAX: i64 = 60 * 60 * 24 * 30;
+
+/// Most reply bytes of one `stats cachedump` (its `END` included):
+/// memcached's cap (2 MiB, `item_cachedump`'s `memlimit`). A limit of 0
+/// lists keys up to it; keys past it are left out.
+pub const CACHEDUMP_BYTES_MAX: usize = 2 * 1024 * 1024;
+
+/// Keys asked of the engine's scan per page by `stats cachedump` and
+/// `lru_crawler metadump`: a dump holds at most one page of keys at a
+/// time (the reply buffer is sent past [`OUT_FLUSH_BYTES`]).
+pub const DUMP_SCAN_KEYS: usize = 256;

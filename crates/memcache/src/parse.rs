@@ -92,6 +92,18 @@ pub(crate) enum ParseError {
     InvalidMsMode,
     /// ma: a mode other than I, +, D, -.
     InvalidMaMode,
+    /// `stats cachedump` with fewer than two arguments.
+    BadCommandLine,
+    /// `stats cachedump` of a class past memcached's last (63).
+    IllegalSlabId,
+    /// `stats detail` without on, off or dump.
+    DetailUsage,
+    /// `lru_crawler metadump` (or `crawl`) of a class that is not one.
+    BadClass,
+    /// `shutdown` when the server was not started with `-A`.
+    ShutdownNotEnabled,
+    /// `shutdown <mode>` with a mode other than `graceful`.
+    ShutdownMode,
 }
 
 impl ParseError {
@@ -118,6 +130,12 @@ impl ParseError {
             ParseError::DecodingKey => "CLIENT_ERROR error decoding key",
             ParseError::InvalidMsMode => "CLIENT_ERROR invalid mode for ms M token",
             ParseError::InvalidMaMode => "CLIENT_ERROR invalid mode for ma M token",
+            ParseError::BadCommandLine => "CLIENT_ERROR bad command line",
+            ParseError::IllegalSlabId => "CLIENT_ERROR Illegal slab id",
+            ParseError::DetailUsage => "CLIENT_ERROR usage: stats detail on|off|dump",
+            ParseError::BadClass => "BADCLASS invalid class id",
+            ParseError::ShutdownNotEnabled => "ERROR: shutdown not enabled",
+            ParseError::ShutdownMode => "CLIENT_ERROR invalid shutdown mode",
         }
     }
 }
@@ -171,6 +189,37 @@ pub(crate) enum StatsKind {
     Latency,
     Slabs,
     Reset,
+    /// `stats cachedump <class> <limit>`: the keys of a class (Granary's
+    /// one class is [`ITEM_CLASS`]); `limit` 0 = up to memcached's reply
+    /// cap ([`CACHEDUMP_BYTES_MAX`](crate::limits::CACHEDUMP_BYTES_MAX)).
+    CacheDump {
+        class: u32,
+        limit: u32,
+    },
+    /// `stats detail on|off`: `OK`, nothing recorded.
+    DetailSet,
+    /// `stats detail dump`: nothing recorded, so `END` alone.
+    DetailDump,
+}
+
+/// The one item class Granary reports (`stats items`, `stats cachedump`,
+/// `lru_crawler metadump`, `me`'s `cls`): it has no slab classes.
+pub(crate) const ITEM_CLASS: u32 = 1;
+
+/// memcached's highest slab class id (`MAX_NUMBER_OF_SLAB_CLASSES` - 1);
+/// a class above it is refused.
+pub(crate) const CLASS_ID_MAX: u32 = 63;
+
+/// An `lru_crawler` subcommand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Crawler {
+    /// `metadump <all|hash|classes>`: `all` is true when the classes
+    /// include [`ITEM_CLASS`] (every key is listed), false for a list of
+    /// valid classes without it (`END` alone).
+    Metadump { all: bool },
+    /// `crawl`, `sleep`, `tocrawl`, `enable`, `disable`: accepted, `OK`
+    /// (Granary expires items as they are read; there is no crawler).
+    Ok,
 }
 
 /// A meta flag: its letter and token (possibly empty).
@@ -251,6 +300,13 @@ pub(crate) enum Request<'a> {
     Version,
     Verbosity,
     Stats(StatsKind),
+    LruCrawler(Crawler),
+    /// `shutdown [<mode>]`: `mode_ok` when the mode is absent or
+    /// `graceful`. Refused by the executor unless enabled (memcached
+    /// checks that before the mode).
+    Shutdown {
+        mode_ok: bool,
+    },
     Quit,
     Mn,
     Mg {
@@ -395,6 +451,8 @@ pub(crate) fn parse(line: &[u8]) -> Parsed<'_> {
         b"version" => Ok(Request::Version),
         b"verbosity" => verbosity(&t[1..]),
         b"stats" => stats(&t[1..]),
+        b"lru_crawler" => lru_crawler(&t[1..]),
+        b"shutdown" => Ok(Request::Shutdown { mode_ok: matches!(&t[1..], [] | [b"graceful"]) }),
         b"quit" => Ok(Request::Quit),
         b"mn" => Ok(Request::Mn),
         b"mg" | b"ms" | b"md" | b"ma" | b"me" => match t.get(1) {
@@ -511,9 +569,55 @@ fn stats<'a>(args: &[&[u8]]) -> Result<Request<'a>, ParseError> {
         [b"latency"] => StatsKind::Latency,
         [b"slabs"] => StatsKind::Slabs,
         [b"reset"] => StatsKind::Reset,
+        [b"cachedump"] | [b"cachedump", _] => return Err(ParseError::BadCommandLine),
+        // Tokens after the limit are ignored, as memcached does.
+        [b"cachedump", class, limit, ..] => {
+            let (Some(class), Some(limit)) = (number::<u32>(class), number::<u32>(limit)) else {
+                return Err(ParseError::BadFormat);
+            };
+            if class > CLASS_ID_MAX {
+                return Err(ParseError::IllegalSlabId);
+            }
+            StatsKind::CacheDump { class, limit }
+        }
+        [b"detail", b"on" | b"off", ..] => StatsKind::DetailSet,
+        [b"detail", b"dump", ..] => StatsKind::DetailDump,
+        [b"detail", ..] => return Err(ParseError::DetailUsage),
         _ => return Err(ParseError::Error),
     };
     Ok(Request::Stats(kind))
+}
+
+/// `lru_crawler <subcommand> [<arg>]`, as memcached 1.6.18 answers it
+/// (with its crawler enabled).
+fn lru_crawler<'a>(args: &[&[u8]]) -> Result<Request<'a>, ParseError> {
+    let crawler = match args {
+        [b"metadump", classes] => Crawler::Metadump { all: classes_include_ours(classes)? },
+        [b"crawl", classes] => classes_include_ours(classes).map(|_| Crawler::Ok)?,
+        [b"sleep" | b"tocrawl", n] => match number::<u32>(n) {
+            Some(_) => Crawler::Ok,
+            None => return Err(ParseError::BadFormat),
+        },
+        [b"enable" | b"disable"] => Crawler::Ok,
+        _ => return Err(ParseError::Error),
+    };
+    Ok(Request::LruCrawler(crawler))
+}
+
+/// A crawler class argument: `all`, `hash`, or a comma-separated list of
+/// class ids in 1..=[`CLASS_ID_MAX`]; whether it takes [`ITEM_CLASS`].
+fn classes_include_ours(arg: &[u8]) -> Result<bool, ParseError> {
+    if arg == b"all" || arg == b"hash" {
+        return Ok(true);
+    }
+    let mut ours = false;
+    for c in arg.split(|&b| b == b',') {
+        match number::<u32>(c) {
+            Some(id) if (1..=CLASS_ID_MAX).contains(&id) => ours |= id == ITEM_CLASS,
+            _ => return Err(ParseError::BadClass),
+        }
+    }
+    Ok(ours)
 }
 
 /// Check a meta command's flags as memcached does for every meta command,

@@ -448,9 +448,14 @@ fn flush_all_verbosity_and_stats_with_bad_arguments() {
     assert_eq!(err("verbosity 1 2 3"), ParseError::Error);
     assert_eq!(err("verbosity foo"), ParseError::BadFormat);
     assert_eq!(err("verbosity -1"), ParseError::BadFormat);
-    for line in ["stats foo", "stats settings x", "stats detail on", "stats cachedump 1 1"] {
+    for line in ["stats foo", "stats settings x", "lru_crawler", "lru_crawler metadump 1 2"] {
         assert_eq!(err(line), ParseError::Error, "{line}");
     }
+    assert_eq!(err("stats cachedump 1"), ParseError::BadCommandLine);
+    assert_eq!(err("stats cachedump 1 -1"), ParseError::BadFormat);
+    assert_eq!(err("stats cachedump 64 0"), ParseError::IllegalSlabId);
+    assert_eq!(err("stats detail"), ParseError::DetailUsage);
+    assert_eq!(err("lru_crawler metadump 0"), ParseError::BadClass);
 }
 
 #[test]
