@@ -136,6 +136,24 @@ fn parse_cpu_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
+/// The `granary` to start as a peer (`given`, else the one beside this
+/// executable), checked to serve what the benchmark needs: `flag` in its
+/// `serve --help`; `lacks` says what is missing and what to do.
+pub(crate) fn granary_serving(given: Option<&Path>, flag: &str, lacks: &str) -> Result<PathBuf, String> {
+    let g = match given {
+        Some(p) => p.to_path_buf(),
+        None => crate::memcache::granary_exe()?,
+    };
+    let help = Command::new(&g)
+        .args(["serve", "--help"])
+        .output()
+        .map_err(|e| format!("cannot run {} serve --help: {e}", g.display()))?;
+    if !String::from_utf8_lossy(&help.stdout).contains(flag) {
+        return Err(format!("{} serve has {lacks} (no {flag} flag)", g.display()));
+    }
+    Ok(g)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -42,8 +42,9 @@
 //! entries and `serve`'s 4-byte access word per slot), and the server's
 //! VmRSS.
 
+use crate::child::granary_serving;
 use crate::child::{cpu_secs, spawn_logged, ChildServer};
-use crate::memcache::{granary_exe, machine_busy_secs, which};
+use crate::memcache::{machine_busy_secs, which};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -610,25 +611,13 @@ pub fn find_tools(o: &NbdBenchOptions) -> Result<Tools, String> {
     } else {
         None
     };
-    let granary = if o.peers.iter().any(|p| is_granary(p)) {
-        let g = match &o.granary {
-            Some(p) => p.clone(),
-            None => granary_exe()?,
-        };
-        let help = Command::new(&g)
-            .args(["serve", "--help"])
-            .output()
-            .map_err(|e| format!("cannot run {} serve --help: {e}", g.display()))?;
-        if !String::from_utf8_lossy(&help.stdout).contains("--nbd-port") {
-            return Err(format!(
-                "{} serve has no NBD listener (no --nbd-port flag): build it (cargo build --release -p granary-cli), \
-                 or leave the granary peers out",
-                g.display()
-            ));
-        }
-        Some(g)
-    } else {
-        None
+    let granary = match o.peers.iter().any(|p| is_granary(p)) {
+        true => Some(granary_serving(
+            o.granary.as_deref(),
+            "--nbd-port",
+            "no NBD listener: build it (cargo build --release -p granary-cli), or leave the granary peers out",
+        )?),
+        false => None,
     };
     Ok(Tools { fio, nbdkit, granary })
 }

@@ -47,8 +47,9 @@
 //! has no scan (it would need a sorted index beside the records), and
 //! Granary is a hash store with no ordered range scan to offer.
 
+use crate::child::granary_serving;
 use crate::child::{spawn_logged, tail, ChildServer};
-use crate::memcache::{granary_exe, join_cgroup, which, MemCgroup, CGROUP_SLACK_MIB};
+use crate::memcache::{join_cgroup, which, MemCgroup, CGROUP_SLACK_MIB};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -595,25 +596,14 @@ pub fn find_tools(o: &YcsbOptions) -> Result<Tools, String> {
     } else {
         None
     };
-    let granary = if o.peers.iter().any(|p| is_granary(p)) {
-        let g = match &o.granary {
-            Some(p) => p.clone(),
-            None => granary_exe()?,
-        };
-        let help = Command::new(&g)
-            .args(["serve", "--help"])
-            .output()
-            .map_err(|e| format!("cannot run {} serve --help: {e}", g.display()))?;
-        if !String::from_utf8_lossy(&help.stdout).contains("--resp-port") {
-            return Err(format!(
-                "{} serve has no Redis protocol listener (no --resp-port flag): build a granary with it, \
-                 or leave the granary peers out (--peers redis-none,redis-always,...)",
-                g.display()
-            ));
-        }
-        Some(g)
-    } else {
-        None
+    let granary = match o.peers.iter().any(|p| is_granary(p)) {
+        true => Some(granary_serving(
+            o.granary.as_deref(),
+            "--resp-port",
+            "no Redis protocol listener: build a granary with it, or leave the granary peers out \
+             (--peers redis-none,redis-always,...)",
+        )?),
+        false => None,
     };
     Ok(Tools { go_ycsb, workloads, redis_server, redis_benchmark, granary })
 }
