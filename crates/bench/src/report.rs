@@ -24,6 +24,26 @@ impl Target {
     }
 }
 
+/// The report's `targets` block (empty when the run had no peer a target
+/// compares): one line per target, its value, bound and verdict.
+pub fn render_targets(targets: &[Target]) -> String {
+    if targets.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from("\ntargets\n");
+    for t in targets {
+        s += &format!(
+            "  {}: {:.3} (target {} {}): {}\n",
+            t.what,
+            t.value,
+            if t.at_least { ">=" } else { "<=" },
+            t.bound,
+            if t.met() { "met" } else { "MISSED" }
+        );
+    }
+    s
+}
+
 /// `v` with `digits` decimals, or "-" when it was not measured.
 pub fn fmt_opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |v| format!("{v:.digits$}"))
@@ -40,6 +60,9 @@ mod tests {
         assert!(!t(0.4994, 0.5, true));
         assert!(t(0.1004, 0.1, false));
         assert!(!t(0.1006, 0.1, false));
+        assert_eq!(render_targets(&[]), "");
+        let block = render_targets(&[Target { what: "A".into(), value: 0.25, bound: 0.5, at_least: true }]);
+        assert_eq!(block, "\ntargets\n  A: 0.250 (target >= 0.5): MISSED\n");
         assert_eq!(fmt_opt(None, 2), "-");
         assert_eq!(fmt_opt(Some(1.234), 1), "1.2");
     }

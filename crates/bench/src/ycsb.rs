@@ -1256,20 +1256,7 @@ pub fn render(o: &YcsbOptions, report: &YcsbReport) -> String {
             }
         }
     }
-    let t = targets(o, report);
-    if !t.is_empty() {
-        s += "\ntargets\n";
-        for t in t {
-            s += &format!(
-                "  {}: {:.3} (target {} {}): {}\n",
-                t.what,
-                t.value,
-                if t.at_least { ">=" } else { "<=" },
-                t.bound,
-                if t.met() { "met" } else { "MISSED" }
-            );
-        }
-    }
+    s += &crate::report::render_targets(&targets(o, report));
     for f in report.failures() {
         s += &format!("FAILED {} (the whole message above, on stderr)\n", f.lines().next().unwrap_or(""));
     }
