@@ -29,6 +29,10 @@ fi
 command -v fusermount3 >/dev/null || missing+=(fuse3)
 PATH="$PATH:/usr/sbin:/sbin" command -v mkfs.ext4 >/dev/null || missing+=(e2fsprogs)
 PATH="$PATH:/usr/sbin:/sbin" command -v losetup >/dev/null || missing+=(mount)
+# The C API's tests (crates/capi/tests/c_api.rs) compile C with cc (which
+# Rust's linking needs anyway) and the header as C++ with c++.
+command -v cc >/dev/null || missing+=(gcc)
+command -v c++ >/dev/null || missing+=(g++)
 if ((${#missing[@]})); then
     echo "installing ${missing[*]} (needed by the peer tests: memcache and Redis conformance, benchmarks, NBD clients and mounts)"
     if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
