@@ -6,7 +6,8 @@
 # protocol's tests redis-server, redis-cli and redis-benchmark from
 # redis-tools, and redis-py; libnbd-bin, python3-libnbd and qemu-utils
 # for the NBD server's client tests, and nbdfuse, fuse3, e2fsprogs and mount
-# for its mount tests).
+# for its mount tests); python3-venv for the Python binding's virtual
+# environment, and python3-gdbm for its benchmark's dbm.gnu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
@@ -20,6 +21,8 @@ command -v redis-benchmark >/dev/null || missing+=(redis-tools)
 command -v nbdcopy >/dev/null || missing+=(libnbd-bin)
 /usr/bin/python3 -c 'import nbd' 2>/dev/null || missing+=(python3-libnbd)
 command -v qemu-io >/dev/null || missing+=(qemu-utils)
+/usr/bin/python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
+/usr/bin/python3 -c 'import dbm.gnu' 2>/dev/null || missing+=(python3-gdbm)
 # The NBD mount tests (crates/cli/tests/nbd.rs): nbdfuse (in libnbd-bin on
 # Debian 12, its own package from Debian 13), fusermount3, mkfs.ext4 and
 # fsck.ext4, losetup and mount (in /sbin for some users' PATH).
@@ -52,3 +55,15 @@ cargo test --workspace --all-targets
 GRANARY_TEST_BACKEND=uring cargo test -p granary-store --lib --test checkpoint --test gc
 # The index's concurrency protocol under loom's model checker.
 ./scripts/loom.sh
+# The Python binding (bindings/python, a Cargo workspace of its own): its
+# formatting and lints, then `pip install` into a virtual environment under
+# target/ and its pytest suite (the client tests start target/debug/granary).
+(
+    export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+    (cd bindings/python && cargo fmt -- --check && cargo clippy --all-targets -- -D warnings)
+    cargo build -p granary-cli
+    [ -x target/pyenv/bin/python ] || /usr/bin/python3 -m venv target/pyenv
+    target/pyenv/bin/pip install -q maturin pytest
+    PATH="$PWD/target/pyenv/bin:$PATH" target/pyenv/bin/pip install -q --no-build-isolation --force-reinstall --no-deps ./bindings/python
+    target/pyenv/bin/pytest -q bindings/python/tests
+)

@@ -1,0 +1,462 @@
+//! The native-protocol client from Python: `Client` (one server),
+//! `ShardedClient` (keys spread over servers by the Rust client's ketama
+//! ring) and `ClientNamespace` (either one's key calls in a namespace).
+//!
+//! All three hold the same two things, an [`Remote`] shared between the
+//! handles made from one client and the namespace name (empty: the default
+//! namespace), and have the same key calls as the embedded `Store`, each
+//! made with the interpreter released; and `ClientBatch`, an atomic batch
+//! sent as one transaction (TXN) when it commits. CAS writes and CAS reads
+//! are the embedded store's only.
+
+use crate::{keys_of, Data, Fail, Mode, Result};
+use granary_client::{ClientConfig, NamespaceOptions, NamespaceStats, PutMode, TxnOp, TxnOutcome};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A client of one server or of several.
+enum Remote {
+    One(granary_client::Client),
+    Sharded(granary_client::ShardedClient),
+}
+
+/// The same call on either kind of client, in namespace `$ns`.
+macro_rules! on {
+    ($remote:expr, $ns:expr, |$c:ident| $call:expr) => {
+        match $remote {
+            Remote::One(c) => {
+                let $c = c.ns($ns);
+                $call
+            }
+            Remote::Sharded(c) => {
+                let $c = c.ns($ns);
+                $call
+            }
+        }
+    };
+}
+
+impl Remote {
+    fn ns_list(&self) -> granary_client::Result<Vec<NamespaceStats>> {
+        match self {
+            Remote::One(c) => c.ns_list(),
+            Remote::Sharded(c) => c.ns_list(),
+        }
+    }
+
+    fn ns_create(&self, name: &str) -> granary_client::Result<()> {
+        match self {
+            Remote::One(c) => c.ns_create(name, NamespaceOptions::default()),
+            Remote::Sharded(c) => c.ns_create(name, NamespaceOptions::default()),
+        }
+    }
+
+    fn txn(&self, ops: &[TxnOp]) -> granary_client::Result<TxnOutcome> {
+        match self {
+            Remote::One(c) => c.txn(ops),
+            Remote::Sharded(c) => c.txn(ops),
+        }
+    }
+
+    fn ns_drop(&self, name: &str) -> granary_client::Result<()> {
+        match self {
+            Remote::One(c) => c.ns_drop(name),
+            Remote::Sharded(c) => c.ns_drop(name),
+        }
+    }
+}
+
+fn config(timeout: f64, connections: i64) -> Result<ClientConfig> {
+    if !(timeout.is_finite() && timeout > 0.0) {
+        return Err(Fail::Invalid(format!("timeout must be a positive number of seconds, got {timeout}")));
+    }
+    let connections = match usize::try_from(connections) {
+        Ok(n) if n > 0 => n,
+        _ => return Err(Fail::Invalid(format!("connections must be positive, got {connections}"))),
+    };
+    Ok(ClientConfig { timeout: Duration::from_secs_f64(timeout), connections })
+}
+
+/// A client's construction failed: an address that does not resolve
+/// (the client's `Io` error there) is a bad argument.
+fn bad_address(address: &str, e: granary_client::Error) -> Fail {
+    match e {
+        granary_client::Error::Io(e) => Fail::Invalid(format!("address {address:?}: {e}")),
+        e => Fail::Client(e),
+    }
+}
+
+/// `put`'s mode as the protocol's.
+fn put_mode(mode: Option<&str>) -> Result<PutMode> {
+    Ok(match mode.map(Mode::parse).transpose()?.unwrap_or(Mode::Set) {
+        Mode::Set => PutMode::Upsert,
+        Mode::Add => PutMode::CreateOnly,
+        Mode::Replace => PutMode::ReplaceOnly,
+    })
+}
+
+/// The key calls of the three classes (each has `remote` and `ns`), and
+/// each class's own methods (`$extra`).
+macro_rules! client_methods {
+    ($ty:ty, { $($extra:tt)* }) => {
+        impl $ty {
+            fn run<R: Send>(
+                &self,
+                py: Python<'_>,
+                f: impl FnOnce(&Remote, &str) -> granary_client::Result<R> + Send,
+            ) -> Result<R> {
+                py.detach(|| f(&self.remote, &self.ns).map_err(Fail::Client))
+            }
+        }
+
+        #[pymethods]
+        impl $ty {
+            /// The value of `key` as `bytes`, or None if it holds none.
+            fn get<'py>(&self, py: Python<'py>, key: Data<'_>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+                let k: &[u8] = &key;
+                let v = self.run(py, |r, ns| on!(r, ns, |c| c.get(k)))?;
+                Ok(v.map(|v| PyBytes::new(py, &v)))
+            }
+
+            /// The values of several keys, in order (None where a key holds
+            /// none): one request per server involved.
+            fn get_many<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+                let keys = keys_of(keys)?;
+                let vs = self.run(py, |r, ns| {
+                    let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+                    on!(r, ns, |c| c.mget(&refs))
+                })?;
+                PyList::new(py, vs.iter().map(|v| v.as_ref().map(|v| PyBytes::new(py, v))))
+            }
+
+            /// Write `value` under `key`; `mode` as for `Store.put` ("set",
+            /// "add", "replace"). Returns whether it wrote.
+            #[pyo3(signature = (key, value, *, mode = None))]
+            fn put(&self, py: Python<'_>, key: Data<'_>, value: Data<'_>, mode: Option<String>) -> PyResult<bool> {
+                let mode = put_mode(mode.as_deref())?;
+                let (k, v): (&[u8], &[u8]) = (&key, &value);
+                Ok(self.run(py, |r, ns| on!(r, ns, |c| c.put_with(k, v, mode)))?)
+            }
+
+            /// Delete `key`; returns whether it held a value.
+            fn delete(&self, py: Python<'_>, key: Data<'_>) -> PyResult<bool> {
+                let k: &[u8] = &key;
+                Ok(self.run(py, |r, ns| on!(r, ns, |c| c.delete(k)))?)
+            }
+
+            fn __contains__(&self, py: Python<'_>, key: Data<'_>) -> PyResult<bool> {
+                let k: &[u8] = &key;
+                Ok(self.run(py, |r, ns| on!(r, ns, |c| c.get(k)))?.is_some())
+            }
+
+            fn __getitem__<'py>(&self, py: Python<'py>, key: Data<'_>) -> PyResult<Bound<'py, PyBytes>> {
+                let k: &[u8] = &key;
+                match self.run(py, |r, ns| on!(r, ns, |c| c.get(k)))? {
+                    Some(v) => Ok(PyBytes::new(py, &v)),
+                    None => Err(crate::raise(py, "NotFound", format!("no value for key {:?}", String::from_utf8_lossy(k)))),
+                }
+            }
+
+            fn __setitem__(&self, py: Python<'_>, key: Data<'_>, value: Data<'_>) -> PyResult<()> {
+                let (k, v): (&[u8], &[u8]) = (&key, &value);
+                Ok(self.run(py, |r, ns| on!(r, ns, |c| c.put(k, v)))?)
+            }
+
+            fn __delitem__(&self, py: Python<'_>, key: Data<'_>) -> PyResult<()> {
+                let k: &[u8] = &key;
+                match self.run(py, |r, ns| on!(r, ns, |c| c.delete(k)))? {
+                    true => Ok(()),
+                    false => Err(crate::raise(py, "NotFound", format!("no value for key {:?}", String::from_utf8_lossy(k)))),
+                }
+            }
+
+            /// Namespace `name` on the server(s), created first if it does
+            /// not exist and `create` is true.
+            #[pyo3(signature = (name, *, create = true))]
+            fn namespace(&self, py: Python<'_>, name: String, create: bool) -> PyResult<ClientNamespace> {
+                if create && name != granary_client::DEFAULT_NAMESPACE {
+                    let made = self.run(py, |r, _| r.ns_create(&name));
+                    match made {
+                        Ok(()) => {}
+                        Err(Fail::Client(granary_client::Error::Server {
+                            status: granary_client::Status::NamespaceExists,
+                            ..
+                        })) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Ok(ClientNamespace { remote: self.remote.clone(), ns: name })
+            }
+
+            /// The names of the namespaces ("default" first).
+            fn list_namespaces(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+                Ok(self.run(py, |r, _| r.ns_list())?.into_iter().map(|n| n.name).collect())
+            }
+
+            /// Drop namespace `name` and every key in it.
+            fn drop_namespace(&self, py: Python<'_>, name: String) -> PyResult<()> {
+                Ok(self.run(py, |r, _| r.ns_drop(&name))?)
+            }
+
+            /// A new atomic batch, committed as one transaction on the
+            /// server (with a `ShardedClient`, every key of it must be on
+            /// one server). Used as `Store.batch`'s: committed at the end
+            /// of a `with` block, discarded if the block raises.
+            fn batch(&self) -> ClientBatch {
+                ClientBatch { remote: self.remote.clone(), ns: self.ns.clone(), ops: Vec::new(), done: false }
+            }
+
+            fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+                slf
+            }
+
+            /// Nothing to close: connections close when the client is
+            /// garbage collected.
+            #[pyo3(signature = (*_args))]
+            fn __exit__(&self, _args: &Bound<'_, PyTuple>) -> bool {
+                false
+            }
+
+            $($extra)*
+        }
+    };
+}
+
+/// A client of one Granary server over the native protocol
+/// (`granary serve`'s `--native` port): `Client("host:port")`. It keeps a
+/// pool of `connections` connections (made on first use and replaced when
+/// they break); each request waits at most `timeout` seconds. Share it
+/// between threads freely.
+#[pyclass(module = "granary", frozen)]
+pub struct Client {
+    remote: Arc<Remote>,
+    ns: String,
+}
+
+client_methods!(Client, {
+    /// Connect to `address` ("host:port") now, so a bad address or a
+    /// refused handshake is raised here.
+    #[new]
+    #[pyo3(signature = (address, *, timeout = 5.0, connections = 1))]
+    fn new(py: Python<'_>, address: String, timeout: f64, connections: i64) -> PyResult<Client> {
+        let cfg = config(timeout, connections)?;
+        let c = py
+            .detach(|| granary_client::Client::connect(address.as_str(), cfg))
+            .map_err(|e| bad_address(&address, e))?;
+        Ok(Client { remote: Arc::new(Remote::One(c)), ns: String::new() })
+    }
+
+    /// The server's figures, as a dict of strings.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let all = self.run(py, |r, _| match r {
+            Remote::One(c) => c.stats(),
+            Remote::Sharded(_) => Ok(Vec::new()),
+        })?;
+        let d = PyDict::new(py);
+        for (k, v) in all {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        match &*self.remote {
+            Remote::One(c) => format!("<granary.Client {}>", c.addr()),
+            Remote::Sharded(_) => "<granary.Client>".into(),
+        }
+    }
+});
+
+/// Clients of several servers, each key on the server the Rust client's
+/// ketama ring (libketama's placement) gives it:
+/// `ShardedClient(["host:port", ...])`. Connections are made on first use.
+#[pyclass(module = "granary", frozen)]
+pub struct ShardedClient {
+    remote: Arc<Remote>,
+    ns: String,
+}
+
+client_methods!(ShardedClient, {
+    #[new]
+    #[pyo3(signature = (servers, *, timeout = 5.0, connections = 1))]
+    fn new(py: Python<'_>, servers: Vec<String>, timeout: f64, connections: i64) -> PyResult<ShardedClient> {
+        let cfg = config(timeout, connections)?;
+        if servers.is_empty() {
+            return Err(Fail::Invalid("no servers given".into()).into());
+        }
+        // Resolving the names may wait for DNS.
+        let c = py
+            .detach(|| granary_client::ShardedClient::new(&servers, cfg))
+            .map_err(|e| bad_address(&servers.join(","), e))?;
+        Ok(ShardedClient { remote: Arc::new(Remote::Sharded(c)), ns: String::new() })
+    }
+
+    /// The index (in the list given) of the server holding `key`.
+    fn server_of(&self, key: Data<'_>) -> usize {
+        match &*self.remote {
+            Remote::Sharded(c) => c.server_of(&key),
+            Remote::One(_) => 0,
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        "<granary.ShardedClient>".into()
+    }
+});
+
+/// A namespace on the server(s) of a `Client` or `ShardedClient`
+/// (`client.namespace(name)`): the same key calls, on its keys.
+#[pyclass(module = "granary", frozen)]
+pub struct ClientNamespace {
+    remote: Arc<Remote>,
+    ns: String,
+}
+
+client_methods!(ClientNamespace, {
+    /// Its name.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.ns
+    }
+
+    /// Drop it and every key in it.
+    fn drop(&self, py: Python<'_>) -> PyResult<()> {
+        Ok(self.run(py, |r, ns| r.ns_drop(ns))?)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<granary.ClientNamespace {:?}>", self.ns)
+    }
+});
+
+/// What a client batch's operation writes.
+enum TxnKind {
+    Put(PutMode, Vec<u8>),
+    Delete,
+}
+
+/// An atomic batch on a client's server (`client.batch()`): puts and
+/// deletes over keys of any namespaces, sent as one TXN when it commits,
+/// applied all or none.
+#[pyclass(module = "granary")]
+pub struct ClientBatch {
+    remote: Arc<Remote>,
+    /// The namespace of operations that name none.
+    ns: String,
+    ops: Vec<(String, Vec<u8>, TxnKind)>,
+    done: bool,
+}
+
+impl ClientBatch {
+    fn target(&self, ns: Option<&Bound<'_, PyAny>>) -> PyResult<String> {
+        match ns {
+            None => Ok(self.ns.clone()),
+            Some(n) => match n.cast::<ClientNamespace>() {
+                Ok(n) => Ok(n.get().ns.clone()),
+                Err(_) => Ok(n.extract()?),
+            },
+        }
+    }
+
+    fn push(&mut self, ns: String, key: &[u8], kind: TxnKind) -> Result<()> {
+        if self.done {
+            return Err(Fail::Invalid("the batch was committed or discarded already".into()));
+        }
+        self.ops.push((ns, key.to_vec(), kind));
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl ClientBatch {
+    /// Add a put (`mode` as for `put`; a condition that fails at the
+    /// commit fails the whole batch with `granary.ConditionFailed`).
+    #[pyo3(signature = (key, value, *, namespace = None, mode = None))]
+    fn put(
+        &mut self,
+        key: Data<'_>,
+        value: Data<'_>,
+        namespace: Option<&Bound<'_, PyAny>>,
+        mode: Option<String>,
+    ) -> PyResult<()> {
+        let mode = put_mode(mode.as_deref())?;
+        let ns = self.target(namespace)?;
+        Ok(self.push(ns, &key, TxnKind::Put(mode, value.to_vec()))?)
+    }
+
+    /// Add a delete (nothing to do if the key holds no value).
+    #[pyo3(signature = (key, *, namespace = None))]
+    fn delete(&mut self, key: Data<'_>, namespace: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let ns = self.target(namespace)?;
+        Ok(self.push(ns, &key, TxnKind::Delete)?)
+    }
+
+    fn __len__(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Send the batch; every operation is applied, durably, or none. Returns
+    /// each operation's new CAS value (0 for deletes).
+    fn commit(&mut self, py: Python<'_>) -> PyResult<Vec<u64>> {
+        if self.done {
+            return Err(Fail::Invalid("the batch was committed or discarded already".into()).into());
+        }
+        self.done = true;
+        let ops = std::mem::take(&mut self.ops);
+        let outcome = py
+            .detach(|| {
+                let txn: Vec<TxnOp> = ops
+                    .iter()
+                    .map(|(ns, key, kind)| match kind {
+                        TxnKind::Put(PutMode::Upsert, v) => TxnOp::put(ns, key, v),
+                        TxnKind::Put(PutMode::CreateOnly, v) => TxnOp::put_absent(ns, key, v),
+                        TxnKind::Put(PutMode::ReplaceOnly, v) => TxnOp::put_present(ns, key, v),
+                        TxnKind::Delete => TxnOp::delete(ns, key),
+                    })
+                    .collect();
+                self.remote.txn(&txn)
+            })
+            .map_err(Fail::Client)?;
+        match outcome {
+            TxnOutcome::Committed { cas } => Ok(cas),
+            TxnOutcome::ConditionFailed { op, status } => {
+                let detail = match status {
+                    granary_client::Status::Exists => "found the key holding a value",
+                    _ => "found the key holding no value",
+                };
+                Err(Fail::Condition { op, detail: detail.into() }.into())
+            }
+        }
+    }
+
+    /// Drop the operations collected; nothing is sent.
+    fn discard(&mut self) {
+        self.ops.clear();
+        self.done = true;
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// Commit if the block ended normally; discard if it raised.
+    #[pyo3(signature = (exc_type, _exc, _tb))]
+    fn __exit__(
+        &mut self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        match exc_type {
+            None if !self.done => self.commit(py).map(|_| false),
+            None => Ok(false),
+            Some(_) => {
+                self.discard();
+                Ok(false)
+            }
+        }
+    }
+}

@@ -1,0 +1,118 @@
+"""The native-protocol client against `granary serve` started here."""
+
+import pytest
+
+import granary
+from conftest import Server, free_low_port
+
+
+def test_client_key_calls(server):
+    with granary.Client(server.address) as c:
+        assert c.get(b"k") is None
+        assert c.put(b"k", b"v") is True
+        assert c.get(b"k") == b"v"
+        assert c.put(b"k", b"w", mode="add") is False
+        assert c.put(b"k2", b"w", mode="replace") is False
+        assert c.get_many([b"k", b"k2"]) == [b"v", None]
+        c["m"] = "x"
+        assert c["m"] == b"x" and "m" in c
+        del c["m"]
+        with pytest.raises(granary.NotFound):
+            c["m"]
+        assert c.delete(b"k") is True
+        assert c.delete(b"k") is False
+        assert isinstance(c.stats(), dict)
+
+
+def test_client_namespaces(server):
+    c = granary.Client(server.address, timeout=10, connections=2)
+    ns = c.namespace("cns")
+    c.put(b"k", b"default")
+    ns.put(b"k", b"in ns")
+    assert (c.get(b"k"), ns.get(b"k")) == (b"default", b"in ns")
+    assert "cns" in c.list_namespaces()
+    ns.drop()
+    assert "cns" not in c.list_namespaces()
+    with pytest.raises(granary.NotFound):
+        ns.get(b"k")
+
+
+def test_client_batches(server):
+    c = granary.Client(server.address)
+    ns = c.namespace("bns")
+    c.put(b"b-old", b"x")
+    with c.batch() as b:
+        b.put(b"b-a", b"1")
+        b.put(b"b-a", b"2", namespace=ns)
+        b.put(b"b-c", b"3", namespace="bns", mode="add")
+        b.delete(b"b-old")
+        assert len(b) == 4
+    assert (c.get(b"b-a"), ns.get(b"b-a"), ns.get(b"b-c"), c.get(b"b-old")) == (b"1", b"2", b"3", None)
+    with pytest.raises(RuntimeError):
+        with c.batch() as b:
+            b.put(b"b-d", b"4")
+            raise RuntimeError("discarded")
+    assert c.get(b"b-d") is None
+    b = c.batch()
+    b.put(b"b-e", b"5")
+    b.put(b"b-a", b"9", mode="add")
+    with pytest.raises(granary.ConditionFailed) as e:
+        b.commit()
+    assert e.value.op == 1
+    assert (c.get(b"b-e"), c.get(b"b-a")) == (None, b"1")
+    with pytest.raises(granary.InvalidArgument):
+        with ns.batch() as b:
+            b.put(b"twice", b"1")
+            b.put(b"twice", b"2")
+    assert ns.get(b"twice") is None
+
+
+def test_client_errors(server):
+    c = granary.Client(server.address)
+    with pytest.raises(granary.InvalidArgument):
+        c.put(b"", b"v")
+    with pytest.raises(granary.InvalidArgument):
+        c.put(b"k", b"x" * (2 << 20))
+    with pytest.raises(TypeError):
+        c.get(5)
+    with pytest.raises(granary.ConnectionFailed):
+        granary.Client(f"127.0.0.1:{free_low_port()}", timeout=5)
+    with pytest.raises(ValueError):
+        granary.Client(server.address, timeout=-1)
+    with pytest.raises(granary.InvalidArgument):
+        granary.Client("no-port-here")
+    with pytest.raises(granary.InvalidArgument):
+        granary.ShardedClient([])
+    with pytest.raises(TypeError):
+        granary.ShardedClient("127.0.0.1:1")
+
+
+def test_sharded_client_places_keys_by_ketama(server, tmp_path):
+    second = Server(tmp_path / "second.db")
+    try:
+        addresses = [server.address, second.address]
+        sharded = granary.ShardedClient(addresses)
+        singles = [granary.Client(a) for a in addresses]
+        keys = [f"sharded-{i}".encode() for i in range(200)]
+        for k in keys:
+            assert sharded.put(k, k + b"!")
+        owners = [sharded.server_of(k) for k in keys]
+        assert set(owners) == {0, 1}, "200 keys over two servers land on both"
+        for k, o in zip(keys, owners):
+            assert singles[o].get(k) == k + b"!"
+            assert singles[1 - o].get(k) is None
+        assert sharded.get_many(keys) == [k + b"!" for k in keys]
+        on0 = [k for k, o in zip(keys, owners) if o == 0]
+        on1 = [k for k, o in zip(keys, owners) if o == 1]
+        with sharded.batch() as b:
+            b.put(on0[0], b"batched")
+            b.put(on0[1], b"batched")
+        assert singles[0].get_many(on0[:2]) == [b"batched", b"batched"]
+        with pytest.raises(granary.InvalidArgument):
+            with sharded.batch() as b:
+                b.put(on0[0], b"spans")
+                b.put(on1[0], b"spans")
+        assert (sharded.get(on0[0]), sharded.get(on1[0])) == (b"batched", on1[0] + b"!")
+        assert all(sharded.delete(k) for k in keys)
+    finally:
+        second.stop()
