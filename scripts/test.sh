@@ -6,8 +6,9 @@
 # protocol's tests redis-server, redis-cli and redis-benchmark from
 # redis-tools, and redis-py; libnbd-bin, python3-libnbd and qemu-utils
 # for the NBD server's client tests, and nbdfuse, fuse3, e2fsprogs and mount
-# for its mount tests); python3-venv for the Python binding's virtual
-# environment, and python3-gdbm for its benchmark's dbm.gnu.
+# for its mount tests); nutcracker (twemproxy) for the cluster tests;
+# python3-venv for the Python binding's virtual environment, and
+# python3-gdbm for its benchmark's dbm.gnu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
@@ -23,6 +24,7 @@ command -v nbdcopy >/dev/null || missing+=(libnbd-bin)
 command -v qemu-io >/dev/null || missing+=(qemu-utils)
 /usr/bin/python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 /usr/bin/python3 -c 'import dbm.gnu' 2>/dev/null || missing+=(python3-gdbm)
+PATH="$PATH:/usr/sbin:/sbin" command -v nutcracker >/dev/null || missing+=(nutcracker)
 # The NBD mount tests (crates/cli/tests/nbd.rs): nbdfuse (in libnbd-bin on
 # Debian 12, its own package from Debian 13), fusermount3, mkfs.ext4 and
 # fsck.ext4, losetup and mount (in /sbin for some users' PATH).

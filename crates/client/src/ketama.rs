@@ -1,23 +1,107 @@
-//! A ketama-compatible consistent-hash ring (last.fm's libketama, as
-//! libmemcached, pylibmc and uhashring implement it with equal weights).
+//! Ketama consistent-hash rings, in the two variants clients meet:
 //!
-//! Each server, named "host:port", gets 160 points on a 32-bit circle: for
-//! `w` in 0..40, the MD5 digest of "host:port-w" gives four points, each
-//! the little-endian u32 of four digest bytes. A key hashes to the
-//! little-endian u32 of its MD5 digest's first four bytes and belongs to
-//! the server of the first point at or after it, wrapping around. Adding or
-//! removing one of N servers moves about 1/N of the keys.
+//! - [`Ketama::new`]: last.fm's libketama as libmemcached, pylibmc and
+//!   uhashring implement it with equal weights. Each server, named
+//!   "host:port", gets 160 points on a 32-bit circle: for `w` in 0..40, the
+//!   MD5 digest of "host:port-w" gives four points, each the little-endian
+//!   u32 of four digest bytes.
+//! - [`Ketama::twemproxy`]: twemproxy's (nutcracker's) `distribution:
+//!   ketama` with `hash: md5`, so a client places keys exactly as a
+//!   nutcracker pool does for the same `servers:` list. A server is named
+//!   by the name its line gives, else "host:port" (just "host" when the
+//!   port is 11211, as libmemcached did); it gets
+//!   `4 * floor(weight / total_weight * 40 * servers)` points, computed in
+//!   single precision as nutcracker does, from the digests of "name-0",
+//!   "name-1", ... An empty key hashes to 0, and a `hash_tag` (two
+//!   characters) restricts the hashed part of a key to the text between
+//!   them, as nutcracker's do.
+//!
+//! Both: a key hashes to the little-endian u32 of its MD5 digest's first
+//! four bytes and belongs to the server of the first point at or after it,
+//! wrapping around. Points are sorted by value; equal values keep the order
+//! of their servers' list positions (nutcracker's glibc `qsort` is a merge
+//! sort, stable). Adding or removing one of N servers moves about 1/N of the
+//! keys. A ring is a pure function of its server list: it knows nothing of
+//! which servers are up (nutcracker, with `auto_eject_hosts`, rebuilds its
+//! ring without an ejected server; [`Ketama::twemproxy`] of the remaining
+//! servers is that ring).
 
 use md5::{Digest, Md5};
 
 /// Hash groups per server (each gives four points).
 pub const GROUPS_PER_SERVER: u32 = 40;
 
+/// nutcracker's default memcached port, left out of the names of servers
+/// that listen on it (libmemcached compatibility).
+pub const TWEMPROXY_UNNAMED_PORT: u16 = 11211;
+
 /// The ring: points sorted, each naming a server by index.
 #[derive(Debug, Clone)]
 pub struct Ketama {
     points: Vec<(u32, usize)>,
     servers: usize,
+    /// twemproxy's key rules (empty key, hash tag, one server).
+    twemproxy: bool,
+    hash_tag: Option<[u8; 2]>,
+}
+
+/// One server of a twemproxy pool: the name its ring points come from and
+/// its weight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TwemproxyServer {
+    pub name: String,
+    pub weight: u32,
+}
+
+impl TwemproxyServer {
+    /// The server nutcracker makes of `host:port:weight`, named `name` if
+    /// given.
+    pub fn new(host: &str, port: u16, weight: u32, name: Option<&str>) -> TwemproxyServer {
+        let name = match name {
+            Some(n) => n.to_string(),
+            None if port == TWEMPROXY_UNNAMED_PORT => host.to_string(),
+            None => format!("{host}:{port}"),
+        };
+        TwemproxyServer { name, weight }
+    }
+
+    /// A line of a nutcracker pool's `servers:` list, "host:port:weight"
+    /// or "host:port:weight name" (a unix socket, "/path:weight [name]",
+    /// is named by its path unless named).
+    pub fn parse(line: &str) -> Result<TwemproxyServer, String> {
+        let line = line.trim();
+        let bad = |why: &str| format!("{line:?}: {why} (want \"host:port:weight [name]\")");
+        let (addr, name) = match line.rsplit_once(' ') {
+            Some((a, n)) if !n.is_empty() => (a.trim_end(), Some(n)),
+            _ => (line, None),
+        };
+        let (rest, weight) = addr.rsplit_once(':').ok_or_else(|| bad("no weight"))?;
+        let weight: u32 = weight.parse().map_err(|_| bad("bad weight"))?;
+        if weight == 0 {
+            return Err(bad("zero weight"));
+        }
+        if rest.starts_with('/') {
+            let name = name.unwrap_or(rest);
+            return Ok(TwemproxyServer { name: name.to_string(), weight });
+        }
+        let (host, port) = rest.rsplit_once(':').ok_or_else(|| bad("no port"))?;
+        let port: u16 = port.parse().ok().filter(|&p| p != 0).ok_or_else(|| bad("bad port"))?;
+        if host.is_empty() {
+            return Err(bad("no host"));
+        }
+        Ok(TwemproxyServer::new(host, port, weight, name))
+    }
+}
+
+/// The points nutcracker gives a server of weight `weight` in a ring of
+/// `servers` servers weighing `total` together: 160 for equal weights.
+/// Single precision, as nutcracker computes it (the tiny term it adds
+/// before rounding down does not change a single-precision value above
+/// 1, so a share that rounds just below a whole group loses that group).
+pub fn twemproxy_points(weight: u32, total: u32, servers: u32) -> u32 {
+    let share = weight as f32 / total as f32;
+    let groups = share * (GROUPS_PER_SERVER * 4) as f32 / 4.0 * servers as f32;
+    (((groups as f64 + 1e-10) as f32).floor() as u32) * 4
 }
 
 fn digest(s: &[u8]) -> [u8; 16] {
@@ -33,9 +117,23 @@ pub fn key_point(key: &[u8]) -> u32 {
     point(&digest(key), 0)
 }
 
+/// The part of `key` a twemproxy pool with hash tag `tag` hashes: the text
+/// between the first `tag[0]` and the next `tag[1]` after it, when that is
+/// not empty; else the whole key.
+pub fn hash_tagged(key: &[u8], tag: [u8; 2]) -> &[u8] {
+    if let Some(s) = key.iter().position(|&c| c == tag[0]) {
+        if let Some(len) = key[s + 1..].iter().position(|&c| c == tag[1]) {
+            if len > 0 {
+                return &key[s + 1..s + 1 + len];
+            }
+        }
+    }
+    key
+}
+
 impl Ketama {
-    /// The ring of servers named `names` (e.g. "10.0.0.1:11211"); a
-    /// server's index is its position in `names`.
+    /// The libketama ring of servers named `names` (e.g. "10.0.0.1:11211");
+    /// a server's index is its position in `names`.
     pub fn new<S: AsRef<str>>(names: &[S]) -> Ketama {
         let mut points = Vec::with_capacity(names.len() * GROUPS_PER_SERVER as usize * 4);
         for (i, n) in names.iter().enumerate() {
@@ -47,11 +145,69 @@ impl Ketama {
             }
         }
         points.sort_unstable();
-        Ketama { points, servers: names.len() }
+        Ketama { points, servers: names.len(), twemproxy: false, hash_tag: None }
+    }
+
+    /// The ring of a nutcracker pool (`distribution: ketama`, `hash: md5`)
+    /// whose `servers:` list is `servers`, in its order; a server's index
+    /// is its position there.
+    pub fn twemproxy(servers: &[TwemproxyServer]) -> Ketama {
+        let total: u32 = servers.iter().map(|s| s.weight).sum();
+        let mut points = Vec::new();
+        for (i, s) in servers.iter().enumerate() {
+            let n = twemproxy_points(s.weight, total, servers.len() as u32);
+            for w in 0..n / 4 {
+                let d = digest(format!("{}-{w}", s.name).as_bytes());
+                for r in 0..4 {
+                    points.push((point(&d, r), i));
+                }
+            }
+        }
+        // Stable: equal values stay in list order.
+        points.sort_by_key(|&(p, _)| p);
+        Ketama { points, servers: servers.len(), twemproxy: true, hash_tag: None }
+    }
+
+    /// [`Ketama::twemproxy`] of nutcracker `servers:` lines
+    /// ([`TwemproxyServer::parse`]).
+    pub fn twemproxy_lines<S: AsRef<str>>(lines: &[S]) -> Result<Ketama, String> {
+        let servers: Result<Vec<_>, _> = lines.iter().map(|l| TwemproxyServer::parse(l.as_ref())).collect();
+        Ok(Ketama::twemproxy(&servers?))
+    }
+
+    /// This ring with a pool's `hash_tag` (two characters, e.g. `b"{}"`).
+    pub fn with_hash_tag(mut self, tag: [u8; 2]) -> Ketama {
+        self.hash_tag = Some(tag);
+        self
     }
 
     pub fn servers(&self) -> usize {
         self.servers
+    }
+
+    /// Points each server holds, by index.
+    pub fn points_per_server(&self) -> Vec<usize> {
+        let mut n = vec![0; self.servers];
+        for &(_, s) in &self.points {
+            n[s] += 1;
+        }
+        n
+    }
+
+    /// The position of `key` on this ring's circle.
+    pub fn hash(&self, key: &[u8]) -> u32 {
+        if !self.twemproxy {
+            return key_point(key);
+        }
+        let key = match self.hash_tag {
+            Some(t) => hash_tagged(key, t),
+            None => key,
+        };
+        if key.is_empty() {
+            0
+        } else {
+            key_point(key)
+        }
     }
 
     /// The index of the server owning `key`; None for an empty ring.
@@ -59,7 +215,10 @@ impl Ketama {
         if self.points.is_empty() {
             return None;
         }
-        let h = key_point(key);
+        if self.twemproxy && self.servers == 1 {
+            return Some(0);
+        }
+        let h = self.hash(key);
         let i = self.points.partition_point(|&(p, _)| p < h);
         Some(self.points.get(i).unwrap_or(&self.points[0]).1)
     }
@@ -136,5 +295,194 @@ mod tests {
             assert!((n / 6..n / 2).contains(&c), "share {c} of {n}");
         }
         assert_eq!(Ketama::new::<&str>(&[]).server_of(b"k"), None);
+    }
+
+    /// `ring`'s owner (1-based, as the vectors name servers) of each key
+    /// equals the vector's.
+    fn check(ring: &Ketama, vectors: &[(&str, usize)]) {
+        for &(k, owner) in vectors {
+            assert_eq!(ring.server_of(k.as_bytes()).unwrap() + 1, owner, "server of {k:?}");
+        }
+    }
+
+    #[test]
+    fn twemproxy_server_lines_are_named_as_nutcracker_names_them() {
+        let p = |l: &str| TwemproxyServer::parse(l).unwrap();
+        assert_eq!(p("127.0.0.2:11211:1"), TwemproxyServer { name: "127.0.0.2".into(), weight: 1 });
+        assert_eq!(p("127.0.0.3:22122:2"), TwemproxyServer { name: "127.0.0.3:22122".into(), weight: 2 });
+        assert_eq!(p(" cache-1.example:11211:3 alpha "), TwemproxyServer { name: "alpha".into(), weight: 3 });
+        assert_eq!(p("/run/granary.sock:2"), TwemproxyServer { name: "/run/granary.sock".into(), weight: 2 });
+        assert_eq!(p("/run/granary.sock:2 s1"), TwemproxyServer { name: "s1".into(), weight: 2 });
+        for bad in ["127.0.0.1:11211", "127.0.0.1:11211:0", "127.0.0.1:0:1", "127.0.0.1:x:1", ":11211:1", "", "h:1:-1"]
+        {
+            assert!(TwemproxyServer::parse(bad).is_err(), "{bad:?} parsed");
+        }
+        assert_eq!(TwemproxyServer::new("h", 11211, 1, None).name, "h");
+        assert_eq!(TwemproxyServer::new("h", 11212, 1, None).name, "h:11212");
+    }
+
+    #[test]
+    fn twemproxy_points_follow_weights_in_single_precision() {
+        assert_eq!([1, 2, 1].map(|w| twemproxy_points(w, 4, 3)), [120, 240, 120]);
+        for n in 1..=24 {
+            assert_eq!(twemproxy_points(1, n, n), 160, "{n} equal servers");
+        }
+        // 1/25 * 160 / 4 * 25 is just below 40 in single precision: each of
+        // 25 equal servers gets 39 groups (nutcracker agrees: see below).
+        assert_eq!(twemproxy_points(1, 25, 25), 156);
+        let ring = Ketama::twemproxy_lines(&["a:1:1", "b:1:3"]).unwrap();
+        assert_eq!(ring.points_per_server(), [80, 240]);
+    }
+
+    /// Recorded from nutcracker 0.5.0 (`distribution: ketama`, `hash:
+    /// md5`): each key set through the pool, then found on one of the
+    /// memcached servers behind it.
+    #[test]
+    fn matches_nutcracker_with_weights() {
+        let ring = Ketama::twemproxy_lines(&["127.0.0.2:11211:1", "127.0.0.3:11211:2", "127.0.0.4:11211:1"]).unwrap();
+        check(
+            &ring,
+            &[
+                ("key-0", 1),
+                ("key-1", 2),
+                ("key-2", 2),
+                ("key-3", 2),
+                ("key-4", 1),
+                ("key-5", 3),
+                ("key-6", 1),
+                ("key-7", 1),
+                ("key-8", 3),
+                ("key-9", 3),
+                ("key-10", 2),
+                ("key-11", 1),
+                ("key-12", 2),
+                ("key-13", 2),
+                ("key-14", 3),
+                ("key-15", 3),
+                ("key-16", 2),
+                ("key-17", 2),
+                ("key-18", 2),
+                ("key-19", 2),
+                ("key-20", 2),
+                ("key-21", 1),
+                ("key-22", 1),
+                ("key-23", 1),
+                ("a", 2),
+                ("user:1000", 2),
+                ("granary", 1),
+            ],
+        );
+    }
+
+    /// nutcracker 0.5.0 with 25 equal servers (127.0.0.2..=127.0.0.26 on
+    /// port 11211, unnamed): the keys a ring of 160 points per server
+    /// places elsewhere (of key-0..key-399), and a few others.
+    #[test]
+    fn matches_nutcracker_single_precision_point_counts() {
+        let lines: Vec<String> = (2..=26).map(|i| format!("127.0.0.{i}:11211:1")).collect();
+        let ring = Ketama::twemproxy_lines(&lines).unwrap();
+        assert_eq!(ring.points_per_server(), vec![156; 25]);
+        let v = [
+            ("key-0", 16),
+            ("key-1", 25),
+            ("key-2", 22),
+            ("key-4", 1),
+            ("key-120", 21),
+            ("key-136", 15),
+            ("key-143", 10),
+            ("key-159", 5),
+            ("key-274", 25),
+            ("key-324", 20),
+        ];
+        check(&ring, &v);
+        // A ring of 160 points each (libketama's) differs on those keys.
+        let names: Vec<String> = (2..=26).map(|i| format!("127.0.0.{i}")).collect();
+        let full = Ketama::new(&names);
+        let differ = v.iter().filter(|(k, o)| full.server_of(k.as_bytes()).unwrap() + 1 != *o).count();
+        assert_eq!(differ, 7);
+    }
+
+    /// nutcracker 0.5.0 with named servers, an unnamed one and
+    /// `hash_tag: "{}"`.
+    #[test]
+    fn matches_nutcracker_with_names_and_a_hash_tag() {
+        let ring = Ketama::twemproxy_lines(&[
+            "127.0.0.2:11211:3 alpha",
+            "127.0.0.3:11211:1 beta",
+            "127.0.0.4:11211:2 gamma",
+            "127.0.0.5:11211:1",
+        ])
+        .unwrap()
+        .with_hash_tag(*b"{}");
+        check(
+            &ring,
+            &[
+                ("user:{42}:name", 1),
+                ("user:{42}:mail", 1),
+                ("{}x", 1),
+                ("x{", 1),
+                ("a{b}c", 3),
+                ("{abc}", 1),
+                ("k-0", 4),
+                ("k-1", 1),
+                ("k-2", 1),
+                ("k-3", 3),
+                ("k-4", 2),
+                ("k-5", 2),
+                ("k-6", 3),
+                ("k-7", 4),
+                ("k-8", 2),
+                ("k-9", 1),
+                ("k-10", 3),
+                ("k-11", 1),
+                ("k-12", 1),
+                ("k-13", 1),
+                ("k-14", 3),
+                ("k-15", 1),
+            ],
+        );
+        assert_eq!(hash_tagged(b"user:{42}:name", *b"{}"), b"42");
+        assert_eq!(hash_tagged(b"a{}b", *b"{}"), b"a{}b");
+        assert_eq!(hash_tagged(b"a{b", *b"{}"), b"a{b");
+    }
+
+    #[test]
+    fn twemproxy_key_rules() {
+        let ring = Ketama::twemproxy_lines(&["a:1:1", "b:1:1", "c:1:1"]).unwrap();
+        // An empty key hashes to 0: the server of the lowest point.
+        assert_eq!(ring.hash(b""), 0);
+        assert_eq!(ring.server_of(b""), Some(ring.points[0].1));
+        let one = Ketama::twemproxy_lines(&["a:1:1"]).unwrap();
+        assert_eq!(one.server_of(b"anything"), Some(0));
+        assert_eq!(Ketama::twemproxy(&[]).server_of(b"k"), None);
+    }
+
+    /// nutcracker rebuilds its ring without an ejected server: with equal
+    /// weights the others keep their points, so only the ejected server's
+    /// keys move (and come back when it returns).
+    #[test]
+    fn ejecting_a_server_moves_only_its_keys() {
+        for n in [3usize, 5] {
+            let lines: Vec<String> = (0..n).map(|i| format!("127.0.0.{}:11211:1", i + 2)).collect();
+            let all = Ketama::twemproxy_lines(&lines).unwrap();
+            for gone in 0..n {
+                let rest: Vec<&String> = lines.iter().enumerate().filter(|&(i, _)| i != gone).map(|(_, l)| l).collect();
+                let ejected = Ketama::twemproxy_lines(&rest).unwrap();
+                let mut moved = 0;
+                for i in 0..5000 {
+                    let k = format!("k{i}");
+                    let before = all.server_of(k.as_bytes()).unwrap();
+                    let after = ejected.server_of(k.as_bytes()).unwrap();
+                    let after = if after >= gone { after + 1 } else { after };
+                    if before == gone {
+                        assert_ne!(after, gone);
+                        moved += 1;
+                    } else {
+                        assert_eq!(before, after, "{k} moved between servers left in place");
+                    }
+                }
+                assert!((5000 / (2 * n)..5000 * 2 / n).contains(&moved), "{moved} keys on server {gone} of {n}");
+            }
+        }
     }
 }

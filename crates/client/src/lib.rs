@@ -7,7 +7,9 @@
 //! - [`Connection`]: one connection; [`Connection::send`] pipelines raw
 //!   requests and returns a [`Pending`] response.
 //! - [`ShardedClient`]: keys spread over several servers by a
-//!   ketama-compatible consistent-hash ring ([`ketama`]).
+//!   ketama-compatible consistent-hash ring ([`ketama`]): libketama's, or
+//!   a nutcracker (twemproxy) pool's, so the client and the proxy place
+//!   every key on the same node ([`ShardedClient::twemproxy`]).
 //! - Namespaces (protocol version 2): [`Client::ns`] (and
 //!   [`ShardedClient::ns`]) gives the same key calls in one namespace;
 //!   [`Client::ns_create`], `ns_drop`, `ns_truncate`, `ns_list` and

@@ -11,9 +11,13 @@ use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 
 /// A client of several servers: each key lives on the server the ketama
-/// ring ([`crate::ketama`]) names for it. Servers are named by the
-/// "host:port" text they were given, so every client given the same list
-/// (in any order) places keys alike, as other ketama clients do.
+/// ring ([`crate::ketama`]) names for it. With [`ShardedClient::new`]
+/// servers are named by the "host:port" text they were given, so every
+/// client given the same list (in any order) places keys alike, as other
+/// libketama clients do. [`ShardedClient::twemproxy`] places keys as a
+/// nutcracker pool does (its `servers:` lines, in order), so the client and
+/// the proxy address one set of nodes: a key written through the proxy is
+/// read here from the node that holds it, and the reverse.
 ///
 /// Namespaces: a key's server does not depend on its namespace (the ring
 /// hashes the key alone, as before), so [`ShardedClient::ns`] routes as the
@@ -56,6 +60,37 @@ impl ShardedClient {
         }
         let names = servers.iter().map(|s| s.as_ref().to_string()).collect();
         Ok(ShardedClient { ring: Ketama::new(servers), servers: clients, names })
+    }
+
+    /// Clients of `servers` (native "host:port" each) placed by `ring`: a
+    /// key goes to `servers[ring.server_of(key)]`, so the lists must be in
+    /// the same order and of the same length.
+    pub fn with_ring<S: AsRef<str>>(servers: &[S], ring: Ketama, cfg: ClientConfig) -> Result<ShardedClient> {
+        if ring.servers() != servers.len() {
+            return Err(Error::Io(std::io::Error::other(format!(
+                "{} servers for a ring of {}",
+                servers.len(),
+                ring.servers()
+            ))));
+        }
+        let mut sharded = ShardedClient::new(servers, cfg)?;
+        sharded.ring = ring;
+        Ok(sharded)
+    }
+
+    /// Clients placing keys as a nutcracker pool (`distribution: ketama`,
+    /// `hash: md5`) whose `servers:` list is `pool` ("host:port:weight
+    /// [name]" each, [`crate::ketama::TwemproxyServer::parse`]): key calls
+    /// for the pool's server `i` go to the native address `native[i]` (the
+    /// same node's native listener). The pool's `hash_tag`, if it has one,
+    /// goes to [`Ketama::with_hash_tag`] and [`ShardedClient::with_ring`].
+    pub fn twemproxy<S: AsRef<str>, T: AsRef<str>>(
+        native: &[S],
+        pool: &[T],
+        cfg: ClientConfig,
+    ) -> Result<ShardedClient> {
+        let ring = Ketama::twemproxy_lines(pool).map_err(|e| Error::Io(std::io::Error::other(e)))?;
+        ShardedClient::with_ring(native, ring, cfg)
     }
 
     /// The server owning `key` (its index in the list given to `new`).
@@ -363,5 +398,29 @@ impl<'a> ShardedNamespace<'a> {
     /// This namespace's figures over every server ([`ShardedClient::ns_stats`]).
     pub fn stats(&self) -> Result<NamespaceStats> {
         self.sharded.ns_stats(self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn twemproxy_placement_maps_pool_servers_to_native_addresses() {
+        let pool = ["127.0.0.2:11211:1 node1", "127.0.0.3:11211:2 node2", "127.0.0.4:11211:1 node3"];
+        let native = ["127.0.0.2:43345", "127.0.0.3:43345", "127.0.0.4:43345"];
+        let c = ShardedClient::twemproxy(&native, &pool, ClientConfig::default()).unwrap();
+        let ring = Ketama::twemproxy_lines(&pool).unwrap();
+        let mut seen = [0usize; 3];
+        for i in 0..3000 {
+            let k = format!("k{i}");
+            let s = c.server_of(k.as_bytes());
+            assert_eq!(Some(s), ring.server_of(k.as_bytes()));
+            seen[s] += 1;
+        }
+        // Weight 2 holds about half.
+        assert!(seen[1] > seen[0] && seen[1] > seen[2], "{seen:?}");
+        assert!(ShardedClient::twemproxy(&native[..2], &pool, ClientConfig::default()).is_err());
+        assert!(ShardedClient::twemproxy(&native, &["127.0.0.2:11211"], ClientConfig::default()).is_err());
     }
 }
