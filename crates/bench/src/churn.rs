@@ -1,14 +1,19 @@
 //! `granary-bench churn`: keep a store busy with overwrites long after it
 //! is full, and check it never loses data.
 //!
-//! Fill the store to a target share of live data, then overwrite random
-//! keys (random sizes, some deletes) until N times the device size has been
-//! written; read every key back at the end. Reports write amplification
-//! (device bytes written / user bytes written) and throughput over time,
-//! as a human line per interval and as JSON.
+//! Fill the store to a target share of live data, then overwrite keys
+//! drawn uniformly or from a Zipfian distribution (random sizes, some
+//! deletes) until N times the device size has been written; read every key
+//! back at the end. Reports write amplification (device bytes written /
+//! user bytes written) and throughput over time, as a human line per
+//! interval and as JSON. [`run_matrix`] runs it for several utilisations
+//! and GC policies in one go, beside the analytic bound of greedy
+//! cleaning under uniform writes ([`greedy_uniform_wa`]). [`run_burst`]
+//! is the burst workload: SETs in bursts between quiet periods on a cache,
+//! for each policy of GC's low watermark.
 
 use granary_store::io::{Device, MemDevice, OpenMode, SimRng};
-use granary_store::{CreateOptions, OpenOptions, Store};
+use granary_store::{CreateOptions, GcPolicy, OpenOptions, Store, Watermark};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,6 +38,116 @@ pub struct ChurnOptions {
     /// Seconds between progress samples.
     pub interval: Duration,
     pub progress: bool,
+    /// Which keys the churn overwrites.
+    pub dist: Dist,
+    /// GC's victim choice and hot/cold separation.
+    pub gc: GcChoice,
+}
+
+/// How churn picks the key of each operation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Dist {
+    Uniform,
+    /// YCSB's scrambled Zipfian with this constant (0.99 in YCSB).
+    Zipf(f64),
+}
+
+impl Dist {
+    pub fn name(self) -> String {
+        match self {
+            Dist::Uniform => "uniform".into(),
+            Dist::Zipf(t) => format!("zipf {t}"),
+        }
+    }
+}
+
+/// A GC configuration under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcChoice {
+    pub policy: GcPolicy,
+    pub hot_cold: bool,
+}
+
+impl GcChoice {
+    /// `greedy`, `cost-benefit`, each with an optional `+hot-cold`.
+    pub fn parse(s: &str) -> Option<GcChoice> {
+        let (p, hot_cold) = match s.strip_suffix("+hot-cold") {
+            Some(p) => (p, true),
+            None => (s, false),
+        };
+        Some(GcChoice { policy: GcPolicy::parse(p)?, hot_cold })
+    }
+
+    pub fn name(self) -> String {
+        format!("{}{}", self.policy.name(), if self.hot_cold { "+hot-cold" } else { "" })
+    }
+}
+
+impl Default for GcChoice {
+    /// The store's defaults.
+    fn default() -> Self {
+        let o = OpenOptions::default();
+        GcChoice { policy: o.gc_policy, hot_cold: o.gc_hot_cold }
+    }
+}
+
+/// YCSB's Zipfian generator (Gray et al., "Quickly generating billion-record
+/// synthetic databases"), scrambled: item ranks are hashed over the keys,
+/// so the hot keys are not the first ones written.
+struct Zipf {
+    n: u64,
+    theta: f64,
+    alpha: f64,
+    zetan: f64,
+    eta: f64,
+}
+
+impl Zipf {
+    fn new(n: u64, theta: f64) -> Zipf {
+        let zeta = |n: u64| (1..=n).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
+        let (zetan, zeta2) = (zeta(n), zeta(2));
+        let eta = (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan);
+        Zipf { n, theta, alpha: 1.0 / (1.0 - theta), zetan, eta }
+    }
+
+    /// A rank in 0..n (0 the most frequent).
+    fn rank(&self, rng: &mut SimRng) -> u64 {
+        let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        let uz = u * self.zetan;
+        if uz < 1.0 {
+            return 0;
+        }
+        if uz < 1.0 + 0.5f64.powf(self.theta) {
+            return 1.min(self.n - 1);
+        }
+        ((self.n as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64).min(self.n - 1)
+    }
+
+    fn key(&self, rng: &mut SimRng) -> u64 {
+        let mut x = self.rank(rng).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (x ^ (x >> 31)) % self.n
+    }
+}
+
+/// Write amplification of greedy cleaning under uniform random overwrites
+/// with `u` of the space live, in the limit of large segments (Desnoyers,
+/// "Analytic modeling of SSD write performance", SYSTOR 2012, where greedy
+/// converges to FIFO cleaning): a victim still holds the share `x` of live
+/// data that solves `x = exp(-(1 - x) / u)`, and each byte freed costs
+/// `1 / (1 - x)` bytes written.
+pub fn greedy_uniform_wa(u: f64) -> f64 {
+    let mut x = 0.5f64;
+    // A contraction for u < 1: converges from any start in (0, 1).
+    for _ in 0..10_000 {
+        let next = (-(1.0 - x) / u).exp();
+        if (next - x).abs() < 1e-12 {
+            break;
+        }
+        x = next;
+    }
+    1.0 / (1.0 - x)
 }
 
 impl Default for ChurnOptions {
@@ -49,6 +164,8 @@ impl Default for ChurnOptions {
             seed: 1,
             interval: Duration::from_secs(1),
             progress: true,
+            dist: Dist::Uniform,
+            gc: GcChoice::default(),
         }
     }
 }
@@ -104,12 +221,18 @@ pub fn run(o: &ChurnOptions) -> Result<ChurnReport, String> {
     if o.value_min == 0 || o.value_min > o.value_max {
         return Err("value sizes need 1 <= min <= max".into());
     }
+    if let Dist::Zipf(t) = o.dist {
+        if !(0.0..1.0).contains(&t) || t == 0.0 {
+            return Err(format!("zipf constant {t} is outside (0, 1)"));
+        }
+    }
     let create = CreateOptions { grain_bytes: None, segment_bytes: Some(o.segment_bytes), index_table_homes: None };
+    let opts = OpenOptions { gc_policy: o.gc.policy, gc_hot_cold: o.gc.hot_cold, ..OpenOptions::default() };
     let store = match &o.path {
-        Some(p) => Store::create_path(p, o.size_bytes, OpenMode::Direct, &create, &OpenOptions::default()),
+        Some(p) => Store::create_path(p, o.size_bytes, OpenMode::Direct, &create, &opts),
         None => {
             let dev: Arc<dyn Device> = Arc::new(MemDevice::new(o.size_bytes));
-            Store::create(dev, &create, &OpenOptions::default())
+            Store::create(dev, &create, &opts)
         }
     }
     .map_err(|e| e.to_string())?;
@@ -141,6 +264,10 @@ fn churn(store: &Store, o: &ChurnOptions) -> Result<ChurnReport, String> {
         eprintln!("churn: filled {keys} keys to {:.0}% live in {fill_secs:.1} s", o.utilization * 100.0);
     }
 
+    let zipf = match o.dist {
+        Dist::Zipf(t) => Some(Zipf::new(keys, t)),
+        Dist::Uniform => None,
+    };
     let base = store.stats();
     let budget = (o.size_bytes as f64 * o.overwrite) as u64;
     let started = Instant::now();
@@ -149,7 +276,10 @@ fn churn(store: &Store, o: &ChurnOptions) -> Result<ChurnReport, String> {
     let (mut ops, mut user) = (0u64, 0u64);
     let mut version = 0u64;
     while user < budget {
-        let k = rng.below(keys);
+        let k = match &zipf {
+            Some(z) => z.key(&mut rng),
+            None => rng.below(keys),
+        };
         version += 1;
         if rng.below(100) < o.delete_percent {
             store.delete(&key(k)).map_err(|e| format!("delete: {e}"))?;
@@ -209,6 +339,7 @@ fn churn(store: &Store, o: &ChurnOptions) -> Result<ChurnReport, String> {
             victims: st.gc.victims - base.gc.victims,
             records_relocated: st.gc.records_relocated - base.gc.records_relocated,
             bytes_relocated: st.gc.bytes_relocated - base.gc.bytes_relocated,
+            bytes_relocated_cold: st.gc.bytes_relocated_cold - base.gc.bytes_relocated_cold,
             tombstones_dropped: st.gc.tombstones_dropped - base.gc.tombstones_dropped,
             nothing_to_reclaim: st.gc.nothing_to_reclaim - base.gc.nothing_to_reclaim,
             expired: st.gc.expired - base.gc.expired,
@@ -226,7 +357,7 @@ fn churn(store: &Store, o: &ChurnOptions) -> Result<ChurnReport, String> {
 /// The human summary.
 pub fn render(o: &ChurnOptions, r: &ChurnReport) -> String {
     format!(
-        "churn on {} of {} MiB ({} MiB segments), {:.0}% live, {:.1}x overwritten\n\
+        "churn on {} of {} MiB ({} MiB segments), {:.0}% live, {:.1}x overwritten, {} keys, GC {}\n\
          keys {}  ops {}  {:.0} ops/s  {:.1} MB/s user  write amplification {:.2}\n\
          GC: {} segments reclaimed, {} records ({} MiB) relocated, {} tombstones dropped\n\
          check: {} of {} keys wrong\n",
@@ -235,6 +366,8 @@ pub fn render(o: &ChurnOptions, r: &ChurnReport) -> String {
         o.segment_bytes >> 20,
         o.utilization * 100.0,
         o.overwrite,
+        o.dist.name(),
+        o.gc.name(),
         r.keys,
         r.churn_ops,
         r.churn_ops as f64 / r.churn_secs,
@@ -268,6 +401,9 @@ pub fn to_json(o: &ChurnOptions, r: &ChurnReport) -> serde_json::Value {
         "segment_bytes": o.segment_bytes,
         "utilization": o.utilization,
         "overwrite": o.overwrite,
+        "dist": o.dist.name(),
+        "gc_policy": o.gc.policy.name(),
+        "gc_hot_cold": o.gc.hot_cold,
         "keys": r.keys,
         "churn_ops": r.churn_ops,
         "churn_secs": r.churn_secs,
@@ -275,10 +411,328 @@ pub fn to_json(o: &ChurnOptions, r: &ChurnReport) -> serde_json::Value {
         "write_amplification": r.write_amplification,
         "gc": {
             "victims": r.gc.victims, "records_relocated": r.gc.records_relocated,
-            "bytes_relocated": r.gc.bytes_relocated, "tombstones_dropped": r.gc.tombstones_dropped,
+            "bytes_relocated": r.gc.bytes_relocated, "bytes_relocated_cold": r.gc.bytes_relocated_cold,
+            "tombstones_dropped": r.gc.tombstones_dropped,
         },
         "mismatches": r.mismatches,
         "samples": samples,
+    })
+}
+
+/// One cell of [`run_matrix`].
+#[derive(Debug, Clone)]
+pub struct MatrixRun {
+    pub options: ChurnOptions,
+    pub report: ChurnReport,
+}
+
+/// Run the churn of `base` at each utilisation with each GC choice (same
+/// seed, so the same operations), in that order.
+pub fn run_matrix(base: &ChurnOptions, utils: &[f64], gcs: &[GcChoice]) -> Result<Vec<MatrixRun>, String> {
+    let mut out = Vec::new();
+    for &utilization in utils {
+        for &gc in gcs {
+            let options = ChurnOptions { utilization, gc, ..base.clone() };
+            if base.progress {
+                eprintln!("churn: {:.0}% live, {} keys, GC {}", utilization * 100.0, base.dist.name(), gc.name());
+            }
+            let report = run(&options)?;
+            out.push(MatrixRun { options, report });
+        }
+    }
+    Ok(out)
+}
+
+/// The table of a matrix: write amplification, against the first GC
+/// choice at the same utilisation, and throughput.
+pub fn render_matrix(runs: &[MatrixRun]) -> String {
+    let Some(first) = runs.first() else { return String::new() };
+    let o = &first.options;
+    let mut s = format!(
+        "churn on {} of {} MiB ({} MiB segments), {:.1}x overwritten, {} keys, {}% deletes\n",
+        if o.path.is_some() { "a file" } else { "memory" },
+        o.size_bytes >> 20,
+        o.segment_bytes >> 20,
+        o.overwrite,
+        o.dist.name(),
+        o.delete_percent
+    );
+    s += &format!(
+        "{:>5}  {:<24} {:>7} {:>9} {:>10} {:>9} {:>9}  {}\n",
+        "live", "GC", "WA", "vs first", "ops/s", "MB/s", "victims", "check"
+    );
+    for r in runs {
+        let same_util = runs.iter().find(|x| x.options.utilization == r.options.utilization).expect("r itself");
+        s += &format!(
+            "{:>4.0}%  {:<24} {:>7.2} {:>8.2}x {:>10.0} {:>9.1} {:>9}  {}\n",
+            r.options.utilization * 100.0,
+            r.options.gc.name(),
+            r.report.write_amplification,
+            r.report.write_amplification / same_util.report.write_amplification,
+            r.report.churn_ops as f64 / r.report.churn_secs,
+            r.report.churn_user_bytes as f64 / r.report.churn_secs / 1e6,
+            r.report.gc.victims,
+            if r.report.mismatches == 0 { "ok".to_string() } else { format!("{} wrong", r.report.mismatches) }
+        );
+    }
+    let mut utils: Vec<f64> = runs.iter().map(|r| r.options.utilization).collect();
+    utils.dedup();
+    s += "analytic WA of greedy under uniform writes (large segments, no deletes):";
+    for u in utils {
+        s += &format!("  {:.0}%: {:.2}", u * 100.0, greedy_uniform_wa(u));
+    }
+    s += "\n";
+    s
+}
+
+/// Machine-readable results of a matrix.
+pub fn matrix_to_json(runs: &[MatrixRun]) -> serde_json::Value {
+    let cells: Vec<_> = runs
+        .iter()
+        .map(|r| {
+            let mut j = to_json(&r.options, &r.report);
+            j["greedy_uniform_wa"] = greedy_uniform_wa(r.options.utilization).into();
+            j
+        })
+        .collect();
+    serde_json::json!({ "benchmark": "churn", "runs": cells })
+}
+
+/// `granary-bench churn --burst`: bursts of SETs between quiet periods on
+/// a cache (cache mode: GC evicts), with each low watermark policy.
+#[derive(Debug, Clone)]
+pub struct BurstOptions {
+    /// A new file to create (removed afterwards); None: an in-memory device.
+    pub path: Option<PathBuf>,
+    pub size_bytes: u64,
+    pub segment_bytes: u64,
+    /// Keys: this many times what the device holds (a cache never holds all).
+    pub key_factor: f64,
+    pub value_min: usize,
+    pub value_max: usize,
+    pub bursts: u64,
+    /// Device sizes written by each burst, as SETs with no pause.
+    pub burst_share: f64,
+    /// Quiet time after each burst, during which GETs are paced.
+    pub quiet: Duration,
+    /// GETs issued in each quiet period (the hit ratio).
+    pub quiet_gets: u64,
+    /// Zipfian constant of the keys SET and read.
+    pub theta: f64,
+    pub seed: u64,
+    pub progress: bool,
+}
+
+impl Default for BurstOptions {
+    fn default() -> Self {
+        BurstOptions {
+            path: None,
+            size_bytes: 64 << 20,
+            segment_bytes: 1 << 20,
+            key_factor: 2.0,
+            value_min: 100,
+            value_max: 16_000,
+            bursts: 20,
+            burst_share: 0.25,
+            quiet: Duration::from_millis(500),
+            quiet_gets: 20_000,
+            theta: 0.99,
+            seed: 1,
+            progress: true,
+        }
+    }
+}
+
+/// The outcome of one watermark policy.
+#[derive(Debug, Clone)]
+pub struct BurstReport {
+    pub watermark: Watermark,
+    /// SET latency during bursts, microseconds: median, p99, p99.9, max.
+    pub set_p50_us: f64,
+    pub set_p99_us: f64,
+    pub set_p999_us: f64,
+    pub set_max_us: f64,
+    pub sets: u64,
+    pub burst_secs: f64,
+    pub gets: u64,
+    pub hits: u64,
+    pub evicted_values: u64,
+    pub evicted_segments: u64,
+    /// The low watermark at the end of a burst and of a quiet period
+    /// (the last ones).
+    pub low_after_burst: usize,
+    pub low_after_quiet: usize,
+}
+
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize] as f64 / 1000.0
+}
+
+/// Run the bursts once per watermark policy, same seed.
+pub fn run_burst(o: &BurstOptions, marks: &[Watermark]) -> Result<Vec<BurstReport>, String> {
+    if o.value_min == 0 || o.value_min > o.value_max || o.bursts == 0 || !(0.0..1.0).contains(&o.theta) {
+        return Err("burst: value sizes need 1 <= min <= max, bursts >= 1, zipf constant in (0, 1)".into());
+    }
+    marks.iter().map(|&w| burst_one(o, w)).collect()
+}
+
+fn burst_one(o: &BurstOptions, watermark: Watermark) -> Result<BurstReport, String> {
+    let create = CreateOptions { grain_bytes: None, segment_bytes: Some(o.segment_bytes), index_table_homes: None };
+    let opts = OpenOptions { evict: true, gc_watermark: watermark, ..OpenOptions::default() };
+    let store = match &o.path {
+        Some(p) => Store::create_path(p, o.size_bytes, OpenMode::Direct, &create, &opts),
+        None => {
+            let dev: Arc<dyn Device> = Arc::new(MemDevice::new(o.size_bytes));
+            Store::create(dev, &create, &opts)
+        }
+    }
+    .map_err(|e| e.to_string())?;
+    let r = bursts(&store, o, watermark);
+    drop(store);
+    if let Some(p) = &o.path {
+        let _ = std::fs::remove_file(p);
+    }
+    r
+}
+
+fn bursts(store: &Store, o: &BurstOptions, watermark: Watermark) -> Result<BurstReport, String> {
+    let mut rng = SimRng::new(o.seed);
+    let span = (o.value_max - o.value_min + 1) as u64;
+    let mean = (o.value_min + o.value_max) as f64 / 2.0;
+    let keys = ((o.size_bytes as f64 * o.key_factor / mean) as u64).max(2);
+    let zipf = Zipf::new(keys, o.theta);
+    let set = |rng: &mut SimRng, k: u64| -> Result<u64, String> {
+        let len = o.value_min + rng.below(span) as usize;
+        store.put(&key(k), &value(k, 0, len)).map_err(|e| format!("set: {e}"))?;
+        Ok((key(k).len() + len) as u64)
+    };
+    // Warm up: fill the cache past its size, so GC evicts from then on.
+    let mut written = 0u64;
+    while written < o.size_bytes * 3 / 2 {
+        let k = zipf.key(&mut rng);
+        written += set(&mut rng, k)?;
+    }
+    let base = store.stats();
+    let mut lat = Vec::new();
+    let (mut gets, mut hits, mut burst_secs) = (0u64, 0u64, 0.0);
+    let (mut low_after_burst, mut low_after_quiet) = (0, 0);
+    let per_burst = (o.size_bytes as f64 * o.burst_share) as u64;
+    for b in 0..o.bursts {
+        let started = Instant::now();
+        let mut bytes = 0;
+        while bytes < per_burst {
+            let k = zipf.key(&mut rng);
+            let t = Instant::now();
+            bytes += set(&mut rng, k)?;
+            lat.push(t.elapsed().as_nanos() as u64);
+        }
+        burst_secs += started.elapsed().as_secs_f64();
+        low_after_burst = store.stats().gc_watermarks.0;
+        // Quiet: paced GETs over the period.
+        let quiet = Instant::now();
+        let step = o.quiet / o.quiet_gets.max(1) as u32;
+        for i in 0..o.quiet_gets {
+            let k = zipf.key(&mut rng);
+            gets += 1;
+            if store.get(&key(k)).map_err(|e| format!("get: {e}"))?.is_some() {
+                hits += 1;
+            }
+            let due = step * (i as u32 + 1);
+            if let Some(wait) = due.checked_sub(quiet.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+        if let Some(rest) = o.quiet.checked_sub(quiet.elapsed()) {
+            std::thread::sleep(rest);
+        }
+        low_after_quiet = store.stats().gc_watermarks.0;
+        if o.progress {
+            eprintln!(
+                "burst {}: {b}/{}  low watermark {low_after_burst} after the burst, {low_after_quiet} after the quiet",
+                watermark.name(),
+                o.bursts
+            );
+        }
+    }
+    let st = store.stats();
+    lat.sort_unstable();
+    Ok(BurstReport {
+        watermark,
+        set_p50_us: percentile(&lat, 0.5),
+        set_p99_us: percentile(&lat, 0.99),
+        set_p999_us: percentile(&lat, 0.999),
+        set_max_us: lat.last().map_or(0.0, |&x| x as f64 / 1000.0),
+        sets: lat.len() as u64,
+        burst_secs,
+        gets,
+        hits,
+        evicted_values: st.gc.evicted_values - base.gc.evicted_values,
+        evicted_segments: st.gc.evicted_segments - base.gc.evicted_segments,
+        low_after_burst,
+        low_after_quiet,
+    })
+}
+
+/// The table of a burst run; the first policy is the reference.
+pub fn render_burst(o: &BurstOptions, rs: &[BurstReport]) -> String {
+    let mut s = format!(
+        "bursts on a cache in {} of {} MiB ({} MiB segments): {} bursts of {:.0}% of the device in SETs, \
+         {} ms quiet with {} GETs, zipf {} keys\n",
+        if o.path.is_some() { "a file" } else { "memory" },
+        o.size_bytes >> 20,
+        o.segment_bytes >> 20,
+        o.bursts,
+        o.burst_share * 100.0,
+        o.quiet.as_millis(),
+        o.quiet_gets,
+        o.theta
+    );
+    s += &format!(
+        "{:<10} {:>9} {:>9} {:>10} {:>10} {:>9} {:>10} {:>9} {:>12}\n",
+        "watermark", "SET p50", "SET p99", "p99 vs 1st", "SET p99.9", "hit ratio", "evictions", "SETs/s", "low b/q"
+    );
+    let first = rs.first().map_or(1.0, |r| r.set_p99_us.max(1e-9));
+    for r in rs {
+        s += &format!(
+            "{:<10} {:>7.1}us {:>7.1}us {:>9.2}x {:>8.1}us {:>8.1}% {:>10} {:>9.0} {:>12}\n",
+            r.watermark.name(),
+            r.set_p50_us,
+            r.set_p99_us,
+            r.set_p99_us / first,
+            r.set_p999_us,
+            100.0 * r.hits as f64 / r.gets.max(1) as f64,
+            r.evicted_values,
+            r.sets as f64 / r.burst_secs.max(1e-9),
+            format!("{}/{}", r.low_after_burst, r.low_after_quiet)
+        );
+    }
+    s
+}
+
+/// Machine-readable results of a burst run.
+pub fn burst_to_json(o: &BurstOptions, rs: &[BurstReport]) -> serde_json::Value {
+    let runs: Vec<_> = rs
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "watermark": r.watermark.name(), "set_p50_us": r.set_p50_us, "set_p99_us": r.set_p99_us,
+                "set_p999_us": r.set_p999_us, "set_max_us": r.set_max_us, "sets": r.sets,
+                "sets_per_s": r.sets as f64 / r.burst_secs.max(1e-9), "gets": r.gets, "hits": r.hits,
+                "hit_ratio": r.hits as f64 / r.gets.max(1) as f64, "evicted_values": r.evicted_values,
+                "evicted_segments": r.evicted_segments, "low_after_burst": r.low_after_burst,
+                "low_after_quiet": r.low_after_quiet,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "benchmark": "churn-burst",
+        "device": if o.path.is_some() { "file" } else { "memory" },
+        "size_bytes": o.size_bytes, "segment_bytes": o.segment_bytes, "bursts": o.bursts,
+        "burst_share": o.burst_share, "quiet_ms": o.quiet.as_millis() as u64, "theta": o.theta,
+        "runs": runs,
     })
 }
 
@@ -303,6 +757,88 @@ mod tests {
         assert!(r.write_amplification > 1.0, "{}", r.write_amplification);
         assert!(render(&o, &r).contains("write amplification"));
         assert_eq!(to_json(&o, &r)["mismatches"], 0);
+    }
+
+    #[test]
+    fn matrix_runs_every_policy_and_zipf_skews_the_keys() {
+        let o = ChurnOptions {
+            size_bytes: 16 << 20,
+            segment_bytes: 256 << 10,
+            overwrite: 2.0,
+            value_max: 8000,
+            interval: Duration::from_millis(20),
+            progress: false,
+            dist: Dist::Zipf(0.99),
+            ..ChurnOptions::default()
+        };
+        let gcs: Vec<GcChoice> = ["greedy", "cost-benefit", "cost-benefit+hot-cold", "greedy+hot-cold"]
+            .iter()
+            .map(|s| GcChoice::parse(s).unwrap())
+            .collect();
+        let runs = run_matrix(&o, &[0.5, 0.8], &gcs).unwrap();
+        assert_eq!(runs.len(), 8);
+        for r in &runs {
+            assert_eq!(r.report.mismatches, 0, "{}", r.options.gc.name());
+            assert!(r.report.gc.victims > 0, "{}: {:?}", r.options.gc.name(), r.report.gc);
+        }
+        let table = render_matrix(&runs);
+        assert!(table.contains("cost-benefit+hot-cold") && table.contains("analytic"), "{table}");
+        assert_eq!(matrix_to_json(&runs)["runs"].as_array().unwrap().len(), 8);
+    }
+
+    #[test]
+    fn zipf_draws_ranks_by_power_law() {
+        let z = Zipf::new(1000, 0.99);
+        let mut rng = SimRng::new(7);
+        let mut counts = vec![0u64; 1000];
+        for _ in 0..100_000 {
+            counts[z.rank(&mut rng) as usize] += 1;
+        }
+        // Rank 0 is drawn about 1/zeta(1000) of the time (13%), and twice
+        // as often as rank 1 (2^0.99).
+        let p0 = counts[0] as f64 / 100_000.0;
+        assert!((p0 - 1.0 / z.zetan).abs() < 0.01, "{p0} vs {}", 1.0 / z.zetan);
+        assert!(counts[0] > counts[1] && counts[1] > counts[10] && counts[10] > counts[500], "{:?}", &counts[..12]);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..10_000 {
+            let k = z.key(&mut rng);
+            assert!(k < 1000);
+            seen.insert(k);
+        }
+        assert!(seen.len() > 300, "scrambled keys cover much of the range: {}", seen.len());
+    }
+
+    #[test]
+    fn greedy_bound_matches_the_known_curve() {
+        // x = exp(-(1 - x) / u) at u = 0.8: x = 0.6286, WA 2.69.
+        let wa = greedy_uniform_wa(0.8);
+        assert!((wa - 2.69).abs() < 0.01, "{wa}");
+        assert!(greedy_uniform_wa(0.5) < greedy_uniform_wa(0.8));
+        assert!(greedy_uniform_wa(0.9) > 5.0, "{}", greedy_uniform_wa(0.9));
+        let x = 1.0 - 1.0 / wa;
+        assert!((x - (-(1.0 - x) / 0.8f64).exp()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn bursts_run_under_each_watermark() {
+        let o = BurstOptions {
+            size_bytes: 16 << 20,
+            segment_bytes: 256 << 10,
+            bursts: 3,
+            quiet: Duration::from_millis(20),
+            quiet_gets: 200,
+            progress: false,
+            ..BurstOptions::default()
+        };
+        let rs = run_burst(&o, &[Watermark::Fixed, Watermark::Queue, Watermark::Doubling]).unwrap();
+        assert_eq!(rs.len(), 3);
+        for r in &rs {
+            assert!(r.sets > 0 && r.gets == 600, "{r:?}");
+            assert!(r.evicted_segments > 0, "a cache past its size evicts: {r:?}");
+            assert!(r.set_p50_us <= r.set_p99_us && r.set_p99_us <= r.set_max_us, "{r:?}");
+        }
+        assert!(render_burst(&o, &rs).contains("doubling"));
+        assert_eq!(burst_to_json(&o, &rs)["runs"].as_array().unwrap().len(), 3);
     }
 
     #[test]

@@ -401,9 +401,39 @@ struct ChurnArgs {
     /// Segment size.
     #[arg(long, default_value = "1M", value_parser = size::parse)]
     segment_size: u64,
-    /// Share of the device filled with live data first (0.05..0.95).
-    #[arg(long, default_value_t = 0.8)]
-    util: f64,
+    /// Shares of the device filled with live data first (0.05..0.95); each
+    /// is a run, e.g. 0.5,0.8,0.9.
+    #[arg(long, value_delimiter = ',', default_value = "0.8")]
+    util: Vec<f64>,
+    /// Keys overwritten: uniform, or zipf (YCSB's scrambled Zipfian).
+    #[arg(long, default_value = "uniform")]
+    dist: String,
+    /// The Zipfian constant of `--dist zipf`.
+    #[arg(long, default_value_t = 0.99)]
+    zipf_theta: f64,
+    /// GC configurations to compare, each a run at every `--util`:
+    /// greedy or cost-benefit, each optionally +hot-cold (the store's
+    /// default: cost-benefit).
+    #[arg(long, value_delimiter = ',', default_value = "greedy,cost-benefit,cost-benefit+hot-cold")]
+    gc: Vec<String>,
+    /// The burst workload instead: a cache (GC evicts) gets bursts of SETs
+    /// between quiet periods; SET latency during bursts, hit ratio and
+    /// evictions for each `--watermark` policy.
+    #[arg(long)]
+    burst: bool,
+    /// With --burst: GC low watermark policies to compare (fixed, queue,
+    /// doubling).
+    #[arg(long, value_delimiter = ',', default_value = "fixed,queue,doubling")]
+    watermark: Vec<String>,
+    /// With --burst: number of bursts.
+    #[arg(long, default_value_t = 20)]
+    bursts: u64,
+    /// With --burst: device sizes of SETs in each burst.
+    #[arg(long, default_value_t = 0.25)]
+    burst_share: f64,
+    /// With --burst: quiet milliseconds after each burst (GETs paced over it).
+    #[arg(long, default_value_t = 500)]
+    quiet_ms: u64,
     /// Device sizes of user data to write during the churn.
     #[arg(long, default_value_t = 10.0)]
     overwrite: f64,
@@ -445,12 +475,54 @@ fn run(cmd: BenchCmd) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        BenchCmd::Churn(a) if a.burst => {
+            let marks = a
+                .watermark
+                .iter()
+                .map(|w| {
+                    granary_store::Watermark::parse(w).ok_or(format!("--watermark {w:?}: fixed, queue or doubling"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let o = granary_bench::churn::BurstOptions {
+                path: a.path,
+                size_bytes: a.size,
+                segment_bytes: a.segment_size,
+                value_min: a.value_min,
+                value_max: a.value_max,
+                bursts: a.bursts,
+                burst_share: a.burst_share,
+                quiet: std::time::Duration::from_millis(a.quiet_ms),
+                theta: a.zipf_theta,
+                seed: a.seed,
+                ..granary_bench::churn::BurstOptions::default()
+            };
+            let rs = granary_bench::churn::run_burst(&o, &marks)?;
+            print!("{}", granary_bench::churn::render_burst(&o, &rs));
+            if let Some(path) = a.json {
+                write_json(&path, &granary_bench::churn::burst_to_json(&o, &rs))?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         BenchCmd::Churn(a) => {
+            use granary_bench::churn::{Dist, GcChoice};
+            let dist = match a.dist.as_str() {
+                "uniform" => Dist::Uniform,
+                "zipf" => Dist::Zipf(a.zipf_theta),
+                d => return Err(format!("--dist {d:?}: uniform or zipf")),
+            };
+            let gcs = a
+                .gc
+                .iter()
+                .map(|g| GcChoice::parse(g).ok_or(format!("--gc {g:?}: greedy or cost-benefit, optionally +hot-cold")))
+                .collect::<Result<Vec<_>, _>>()?;
+            if gcs.is_empty() || a.util.is_empty() {
+                return Err("--gc and --util need at least one value".into());
+            }
             let o = granary_bench::churn::ChurnOptions {
                 path: a.path,
                 size_bytes: a.size,
                 segment_bytes: a.segment_size,
-                utilization: a.util,
+                utilization: a.util[0],
                 overwrite: a.overwrite,
                 value_min: a.value_min,
                 value_max: a.value_max,
@@ -458,14 +530,20 @@ fn run(cmd: BenchCmd) -> Result<ExitCode, String> {
                 seed: a.seed,
                 interval: std::time::Duration::from_secs(1),
                 progress: true,
+                dist,
+                gc: gcs[0],
             };
-            let r = granary_bench::churn::run(&o)?;
-            print!("{}", granary_bench::churn::render(&o, &r));
-            if let Some(path) = a.json {
-                write_json(&path, &granary_bench::churn::to_json(&o, &r))?;
+            let runs = granary_bench::churn::run_matrix(&o, &a.util, &gcs)?;
+            for r in &runs {
+                print!("{}", granary_bench::churn::render(&r.options, &r.report));
             }
-            if r.mismatches > 0 {
-                return Err(format!("{} keys read back wrong after the churn", r.mismatches));
+            print!("\n{}", granary_bench::churn::render_matrix(&runs));
+            if let Some(path) = a.json {
+                write_json(&path, &granary_bench::churn::matrix_to_json(&runs))?;
+            }
+            let wrong: u64 = runs.iter().map(|r| r.report.mismatches).sum();
+            if wrong > 0 {
+                return Err(format!("{wrong} keys read back wrong after the churn"));
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -65,6 +65,15 @@ pub enum Stream {
     User = 0,
     /// Records relocated by GC.
     Relocation = 1,
+    /// Records GC relocated again out of a segment it had written itself
+    /// (they survived two collections: cold data), kept apart from those
+    /// relocated for the first time.
+    Cold = 2,
+}
+
+impl Stream {
+    /// Every stream, in their numbers' order.
+    pub const ALL: [Stream; 3] = [Stream::User, Stream::Relocation, Stream::Cold];
 }
 
 /// The decoded segment header.
@@ -138,6 +147,7 @@ impl SegmentHeader {
         let stream = match b[OFF_STREAM] {
             0 => Stream::User,
             1 => Stream::Relocation,
+            2 => Stream::Cold,
             s => return Err(FormatError::BadField { what: W, field: "stream", value: s as u64 }),
         };
         if u32_at(b, OFF_RESERVED) != 0 {
@@ -182,6 +192,21 @@ mod tests {
         let h = SegmentHeader::decode(&b).unwrap();
         assert_eq!(h, sample());
         assert_eq!(h.stamp(), 5);
+    }
+
+    #[test]
+    fn every_stream_round_trips_and_an_unknown_one_is_refused() {
+        for stream in Stream::ALL {
+            let mut b = [0u8; 512];
+            SegmentHeader { stream, ..sample() }.encode(&mut b);
+            assert_eq!(SegmentHeader::decode(&b).unwrap().stream, stream);
+        }
+        let mut b = [0u8; 512];
+        sample().encode(&mut b);
+        b[OFF_STREAM] = 3;
+        let crc = crc32c(&b[..OFF_CRC]);
+        put_u32(&mut b, OFF_CRC, crc);
+        assert!(matches!(SegmentHeader::decode(&b), Err(FormatError::BadField { field: "stream", .. })));
     }
 
     #[test]

@@ -98,6 +98,10 @@ struct State {
     reorder: bool,
     /// Writes and flushes, in order, while recording.
     trace: Option<Vec<TraceEvent>>,
+    /// Discards, in order (offset, length).
+    discards: Vec<(u64, u64)>,
+    /// Answer [`Device::discards_by_default`] as a block device would.
+    block_like: bool,
 }
 
 impl State {
@@ -191,6 +195,8 @@ impl FaultDevice {
                 rng: SimRng::new(seed ^ 0x5EED_F00D_CAFE_BABE),
                 reorder: false,
                 trace: None,
+                discards: Vec::new(),
+                block_like: false,
             }),
             size: size_bytes,
             counters: IoCounters::default(),
@@ -226,6 +232,17 @@ impl FaultDevice {
     /// The writes and flushes recorded since [`FaultDevice::record_trace`].
     pub fn trace(&self) -> Vec<TraceEvent> {
         self.lock().trace.clone().unwrap_or_default()
+    }
+
+    /// The discards received so far (offset, length), in order.
+    pub fn discards(&self) -> Vec<(u64, u64)> {
+        self.lock().discards.clone()
+    }
+
+    /// Answer [`Device::discards_by_default`] as a block device (true) or
+    /// a file (false, the default).
+    pub fn act_as_block_device(&self, on: bool) {
+        self.lock().block_like = on;
     }
 
     /// Delay async completions by a seeded number of executor yields.
@@ -350,6 +367,26 @@ impl Device for FaultDevice {
                 self.write_at(buf, offset)
             })),
         }
+    }
+
+    /// Recorded, and the range reads as zeros from now on; what the media
+    /// keeps is left alone (a crash may bring the old bytes back, which a
+    /// discard allows).
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        check_range(self, len as usize, offset)?;
+        let mut st = self.lock();
+        if st.crashed.is_some() {
+            return Err(eio());
+        }
+        st.current[offset as usize..(offset + len) as usize].fill(0);
+        st.discards.push((offset, len));
+        drop(st);
+        self.counters.discard(len);
+        Ok(())
+    }
+
+    fn discards_by_default(&self) -> bool {
+        self.lock().block_like
     }
 
     fn flush(&self) -> io::Result<()> {

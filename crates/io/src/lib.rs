@@ -21,7 +21,8 @@
 //! fault model). [`stripe::StripedDevice`] stripes one logical device over
 //! several (RAID-0); [`spec::DeviceSpec`] names one device or a stripe set
 //! on the command line; [`testdev::TestDevice`] is the engine test suite's
-//! device, on either backend. Every backend counts the bytes and
+//! device, on either backend; [`zoned::ZonedDevice`] emulates a zoned
+//! block device and enforces its rules. Every backend counts the bytes and
 //! operations it performs in [`IoCounters`], the ground truth for write
 //! amplification.
 
@@ -32,6 +33,7 @@ pub mod memory;
 pub mod spec;
 pub mod stripe;
 pub mod testdev;
+pub mod zoned;
 
 pub use buf::AlignedBuf;
 pub use fault::{CrashKind, FaultDevice, OpKind, SimRng, TraceEvent};
@@ -40,6 +42,7 @@ pub use memory::MemDevice;
 pub use spec::DeviceSpec;
 pub use stripe::StripedDevice;
 pub use testdev::{TestBackend, TestDevice};
+pub use zoned::{Zone, ZoneCond, ZonedDevice};
 
 use std::future::Future;
 use std::io;
@@ -126,6 +129,20 @@ pub trait Device: Send + Sync + 'static {
     }
     /// Make every completed write durable (fdatasync).
     fn flush(&self) -> io::Result<()>;
+    /// Tell the device that `len` bytes at `offset` (block-aligned) hold
+    /// nothing any more: a TRIM (BLKDISCARD) on a block device, a punched
+    /// hole in a file, zeros in memory. What they read afterwards is
+    /// undefined (old data or zeros). Default: nothing.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
+    /// Whether discarding freed space pays by default (block devices: the
+    /// drive's own GC stops copying what the store no longer holds). A
+    /// file's holes cost a later direct write its extent conversion.
+    fn discards_by_default(&self) -> bool {
+        false
+    }
     /// Usable size in bytes.
     fn size_bytes(&self) -> u64;
     /// Required alignment of offsets and lengths.
@@ -147,6 +164,9 @@ pub struct IoCounters {
     pub writes: AtomicU64,
     pub written_bytes: AtomicU64,
     pub flushes: AtomicU64,
+    /// Discards that succeeded, and the bytes they covered.
+    pub discards: AtomicU64,
+    pub discarded_bytes: AtomicU64,
     pub read_latency: Histogram,
     pub write_latency: Histogram,
     pub flush_latency: Histogram,
@@ -160,6 +180,8 @@ pub struct IoCountersSnapshot {
     pub writes: u64,
     pub written_bytes: u64,
     pub flushes: u64,
+    pub discards: u64,
+    pub discarded_bytes: u64,
     pub read_latency: latency::Snapshot,
     pub write_latency: latency::Snapshot,
     pub flush_latency: latency::Snapshot,
@@ -188,6 +210,11 @@ impl IoCounters {
         self.writes.fetch_add(1, Relaxed);
         self.written_bytes.fetch_add(bytes as u64, Relaxed);
     }
+    /// A discard of `bytes` succeeded.
+    pub(crate) fn discard(&self, bytes: u64) {
+        self.discards.fetch_add(1, Relaxed);
+        self.discarded_bytes.fetch_add(bytes, Relaxed);
+    }
     /// A flush that started at `start` ended (successful or not).
     pub(crate) fn flush(&self, start: Instant) {
         self.flushes.fetch_add(1, Relaxed);
@@ -200,6 +227,8 @@ impl IoCounters {
             writes: self.writes.load(Relaxed),
             written_bytes: self.written_bytes.load(Relaxed),
             flushes: self.flushes.load(Relaxed),
+            discards: self.discards.load(Relaxed),
+            discarded_bytes: self.discarded_bytes.load(Relaxed),
             read_latency: self.read_latency.snapshot(),
             write_latency: self.write_latency.snapshot(),
             flush_latency: self.flush_latency.snapshot(),

@@ -223,6 +223,19 @@ impl Device for MemDevice {
         (buf, Ok(()))
     }
 
+    /// The range reads as zeros from now on.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        check_range(self, len as usize, offset)?;
+        if self.crashed() || self.fail_writes.load(Relaxed) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        let mut bytes = self.bytes.write().unwrap_or_else(|e| e.into_inner());
+        bytes[offset as usize..(offset + len) as usize].fill(0);
+        drop(bytes);
+        self.counters.discard(len);
+        Ok(())
+    }
+
     fn flush(&self) -> io::Result<()> {
         if self.crashed() {
             return Err(io::Error::from_raw_os_error(libc::EIO));

@@ -173,6 +173,12 @@ impl Device for TestDevice {
     fn flush(&self) -> io::Result<()> {
         self.dev().flush()
     }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.dev().discard(offset, len)
+    }
+    fn discards_by_default(&self) -> bool {
+        self.dev().discards_by_default()
+    }
     fn size_bytes(&self) -> u64 {
         self.dev().size_bytes()
     }

@@ -6,11 +6,12 @@
 //! whenever a writer finds no room and asks. Writers wait for space rather
 //! than fail; they get `NoSpace` only when GC finds nothing to reclaim.
 //!
-//! **Victim.** Greedy on live bytes with aging, as in SALSA's circular
-//! buffer: among closed segments, all but the [`age`] most recently closed
-//! ones, take the one with the fewest live bytes (the oldest on ties), if
-//! reclaiming it gains at least a grain. A just-filled segment is never
-//! chosen at once: its data may be about to die anyway.
+//! **Victim.** Among closed segments, all but the [`age`] most recently
+//! closed ones, whose reclaim gains at least 1/16 of a segment, the best
+//! by the policy ([`crate::GcPolicy`], `Space::pick_victim`): LFS's
+//! cost-benefit `(1 - u) * age / (1 + u)` (the default), or greedy, the
+//! fewest live bytes. A just-filled segment is never chosen at once: its
+//! data may be about to die anyway.
 //!
 //! **Room.** Relocation may use every free segment, except in a cache,
 //! where cleaning (relocating instead of evicting) leaves the last one to
@@ -27,7 +28,11 @@
 //! do not mix), keeping their sequence numbers: each batch takes the stripe
 //! locks of its keys in order (so no user write or delete of those keys runs
 //! meanwhile), re-checks liveness, writes the batch with as few IOs as its
-//! placement allows, and then points the index at the copies.
+//! placement allows, and then points the index at the copies. With
+//! hot/cold separation (`OpenOptions::gc_hot_cold`), a record older than [`cold_after`]
+//! (in sequence numbers, which copies keep) goes to a third stream, the
+//! cold one: data that has outlived an average key's lifetime is not
+//! mixed with younger survivors, which still die sooner.
 //!
 //! **Tombstones.** A tombstone is dropped instead of copied when no older
 //! version of its key can be left on the device: its `tomb_horizon` (the
@@ -74,6 +79,7 @@ use crate::space::{GcWork, Purpose, Space};
 use crate::types::GcStats;
 use granary_format::hash::key_hash;
 use granary_format::record::{self, RecordHeader};
+use granary_format::segment::Stream;
 use granary_io::AlignedBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -113,6 +119,7 @@ pub(crate) struct GcCounters {
     victims: AtomicU64,
     records_relocated: AtomicU64,
     bytes_relocated: AtomicU64,
+    bytes_relocated_cold: AtomicU64,
     tombstones_dropped: AtomicU64,
     nothing_to_reclaim: AtomicU64,
     expired: AtomicU64,
@@ -129,6 +136,7 @@ impl GcCounters {
             victims: self.victims.load(Relaxed),
             records_relocated: self.records_relocated.load(Relaxed),
             bytes_relocated: self.bytes_relocated.load(Relaxed),
+            bytes_relocated_cold: self.bytes_relocated_cold.load(Relaxed),
             tombstones_dropped: self.tombstones_dropped.load(Relaxed),
             nothing_to_reclaim: self.nothing_to_reclaim.load(Relaxed),
             expired: self.expired.load(Relaxed),
@@ -191,6 +199,7 @@ fn step(gc: Gc<'_>, req: u64) {
         gc.space.gc_found_nothing(req);
         return;
     };
+    let started = std::time::Instant::now();
     let mut result = reclaim(gc, victim, evict);
     // The segment `result` is about.
     let mut segment = victim;
@@ -222,7 +231,7 @@ fn step(gc: Gc<'_>, req: u64) {
         }
     }
     match result {
-        Ok(()) => {}
+        Ok(()) => gc.space.reclaimed(started.elapsed().as_secs_f64()),
         Err(Error::NoSpace { .. }) => {
             tracing::warn!(victim, "GC has no room left to relocate live data");
             gc.stats.nothing_to_reclaim.fetch_add(1, Relaxed);
@@ -293,6 +302,17 @@ struct Pending {
     /// is evicted.
     expired: bool,
     evicted: bool,
+    /// The stream it is copied to.
+    stream: Stream,
+}
+
+/// How old (in sequence numbers) a record must be to count as cold: as
+/// many as there are records in the index. Under uniform overwrites a
+/// key is rewritten about that often, so a record that outlived it is
+/// colder than the average key; one younger than that may still be hot.
+fn cold_after(gc: Gc<'_>) -> u64 {
+    let c = &gc.counters;
+    (c.keys.load(Relaxed) + c.tombstones.load(Relaxed)).max(1)
 }
 
 /// Remove the index entry of a live record at `pba` of victim `v` (a
@@ -575,6 +595,9 @@ struct Victim<'a> {
     now: u32,
     oldest_other: u64,
     purpose: Purpose,
+    /// Hot/cold separation: a record whose sequence number is more than
+    /// this many behind the next one goes to the cold stream.
+    cold_after: Option<u64>,
     batch: Vec<Pending>,
     batch_bytes: usize,
     evicted: u64,
@@ -590,6 +613,7 @@ impl<'a> Victim<'a> {
             oldest_other: gc.space.oldest_in_use_except(v),
             // A cache's cleaning leaves the last free segment to evictions.
             purpose: if gc.evict && !evict { Purpose::Clean } else { Purpose::Relocate },
+            cold_after: (gc.space.hot_cold() && !evict).then(|| cold_after(gc)),
             batch: Vec::new(),
             batch_bytes: 0,
             evicted: 0,
@@ -709,7 +733,12 @@ impl<'a> Victim<'a> {
         };
         self.batch_bytes += bytes.len();
         let evicted = leaving && !expired;
-        self.batch.push(Pending { h, old_pba, old_len: len as u64, hdr, bytes, damaged, expired, evicted });
+        let age = gc.log.next_seq.load(Relaxed).saturating_sub(hdr.seq);
+        let stream = match self.cold_after {
+            Some(t) if !leaving && age > t => Stream::Cold,
+            _ => Stream::Relocation,
+        };
+        self.batch.push(Pending { h, old_pba, old_len: len as u64, hdr, bytes, damaged, expired, evicted, stream });
         if self.batch_bytes >= GC_BATCH_BYTES {
             relocate(gc, v, self.purpose, &mut self.batch)?;
             self.batch_bytes = 0;
@@ -753,7 +782,7 @@ fn relocate(gc: Gc<'_>, v: u32, purpose: Purpose, batch: &mut Vec<Pending>) -> R
     let mut alloc_err = None;
     for p in batch.iter_mut() {
         let grains = p.bytes.len() as u64 / g;
-        let loc = match gc.space.alloc(purpose, grains, gc.log.next_seq.load(Relaxed)) {
+        let loc = match gc.space.alloc_in(purpose, p.stream, grains, gc.log.next_seq.load(Relaxed)) {
             Ok(loc) => loc,
             Err(e) => {
                 alloc_err = Some(e);
@@ -789,6 +818,9 @@ fn relocate(gc: Gc<'_>, v: u32, purpose: Purpose, batch: &mut Vec<Pending>) -> R
         } else {
             gc.stats.records_relocated.fetch_add(1, Relaxed);
             gc.stats.bytes_relocated.fetch_add(p.bytes.len() as u64, Relaxed);
+            if p.stream == Stream::Cold {
+                gc.stats.bytes_relocated_cold.fetch_add(p.bytes.len() as u64, Relaxed);
+            }
         }
     }
     batch.clear();

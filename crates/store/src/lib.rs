@@ -99,7 +99,9 @@ pub use namespace::{
     BLOCK_BYTES_MIN, DEFAULT_NAMESPACE, EXPORT_BYTES_MAX,
 };
 pub use nskey::NS_KEY_OVERHEAD;
-pub use options::{Background, Clock, CreateOptions, Durability, Entropy, OpenOptions, ProgressHook};
+pub use options::{
+    Background, Clock, CreateOptions, Discard, Durability, Entropy, GcPolicy, OpenOptions, ProgressHook, Watermark,
+};
 pub use provision::{provision, IfPresent, NewStore, Provisioned, Site, Undo};
 pub use store::{Namespace, Store};
 pub use types::{

@@ -344,7 +344,7 @@ pub(crate) fn read_segment_headers(dev: &dyn Device, sb: &Superblock) -> Result<
                     });
                 }
                 match h.kind {
-                    SegmentKind::Kv => used.push((SegmentFound { seg, alloc_seq: h.alloc_seq }, h)),
+                    SegmentKind::Kv => used.push((SegmentFound { seg, alloc_seq: h.alloc_seq, stream: h.stream }, h)),
                     SegmentKind::Index => index.push((seg, h)),
                     // A reclaimed segment holds nothing current.
                     SegmentKind::Free => {}

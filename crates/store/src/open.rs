@@ -160,7 +160,22 @@ impl Store {
             crate::links::BLIND_OVERWRITE_BYTES_DEFAULT
         }));
         let core = Core {
-            space: Space::new(dev.clone(), sb.clone(), opts.durability, opts.gc),
+            space: Space::new(
+                dev.clone(),
+                sb.clone(),
+                opts.durability,
+                crate::space::GcConfig {
+                    gc: opts.gc,
+                    policy: opts.gc_policy,
+                    hot_cold: opts.gc_hot_cold,
+                    watermark: opts.gc_watermark,
+                    discard: match opts.discard {
+                        crate::Discard::Auto => dev.discards_by_default(),
+                        crate::Discard::On => true,
+                        crate::Discard::Off => false,
+                    },
+                },
+            ),
             keys: Keys::new(Index::new(index_cfg), links),
             counters,
             recovery: Mutex::new(RecoveryReport::default()),

@@ -168,6 +168,105 @@ pub enum Background {
     Manual,
 }
 
+/// How GC chooses the segment to reclaim (see docs/ARCHITECTURE.md,
+/// "Garbage collection").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GcPolicy {
+    /// The segment with the fewest live bytes.
+    Greedy,
+    /// LFS's cost-benefit: the segment with the highest
+    /// `(1 - u) * age / (1 + u)`, `u` its live share and `age` how many
+    /// segments were closed since it was: an old segment is reclaimed at a
+    /// higher utilisation than a young one, whose data is still dying.
+    #[default]
+    CostBenefit,
+}
+
+impl GcPolicy {
+    /// The name `--gc-policy` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            GcPolicy::Greedy => "greedy",
+            GcPolicy::CostBenefit => "cost-benefit",
+        }
+    }
+
+    /// Parse a name of [`GcPolicy::name`].
+    pub fn parse(s: &str) -> Option<GcPolicy> {
+        match s {
+            "greedy" => Some(GcPolicy::Greedy),
+            "cost-benefit" => Some(GcPolicy::CostBenefit),
+            _ => None,
+        }
+    }
+}
+
+/// Where GC's low watermark (the free segments below which it starts)
+/// sits: the over-provisioning kept free ahead of writers (DIDACache §3.4;
+/// docs/ARCHITECTURE.md, "Garbage collection").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Watermark {
+    /// A fixed share of the segments: clamp(segments/32, 4, 64).
+    #[default]
+    Fixed,
+    /// DIDACache's M/M/1 model: `lambda / (mu - lambda)` free segments,
+    /// lambda the rate user writes fill segments and mu the rate GC
+    /// reclaims them (both measured online, averaged), so a burst finds
+    /// the segments it fills already free; between 4 and a quarter of the
+    /// segments, the most when writes outrun GC.
+    Queue,
+    /// DIDACache's feedback heuristic: doubled each time a writer has to
+    /// wait for GC, lowered by one each time GC reaches the high watermark
+    /// with no writer waiting; between the same bounds.
+    Doubling,
+}
+
+impl Watermark {
+    /// The name `--watermark` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Watermark::Fixed => "fixed",
+            Watermark::Queue => "queue",
+            Watermark::Doubling => "doubling",
+        }
+    }
+
+    /// Parse a name of [`Watermark::name`].
+    pub fn parse(s: &str) -> Option<Watermark> {
+        match s {
+            "fixed" => Some(Watermark::Fixed),
+            "queue" => Some(Watermark::Queue),
+            "doubling" => Some(Watermark::Doubling),
+            _ => None,
+        }
+    }
+}
+
+/// Whether GC tells the device which segments it freed
+/// ([`granary_io::Device::discard`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Discard {
+    /// On for block devices (BLKDISCARD: the drive's own GC stops copying
+    /// what the store no longer holds), off for files, where a punched
+    /// hole costs the next direct write into it an extent conversion.
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl Discard {
+    /// Parse `auto`, `on` or `off`.
+    pub fn parse(s: &str) -> Option<Discard> {
+        match s {
+            "auto" => Some(Discard::Auto),
+            "on" => Some(Discard::On),
+            "off" => Some(Discard::Off),
+            _ => None,
+        }
+    }
+}
+
 /// Options for an open store.
 #[derive(Debug, Clone)]
 pub struct OpenOptions {
@@ -221,6 +320,19 @@ pub struct OpenOptions {
     /// (`granary-bench device --backends mem` with and without
     /// `--blind-overwrite-mem 64M` compares the two).
     pub blind_overwrite_bytes: Option<usize>,
+    /// GC's victim choice.
+    pub gc_policy: GcPolicy,
+    /// Hot/cold separation of GC's relocations: records older than the
+    /// store has records (in sequence numbers: they outlived an average
+    /// key's lifetime) are relocated to a segment stream of their own,
+    /// apart from younger ones. Off by default: it gained little under
+    /// Zipfian overwrites and cost a few percent under uniform ones
+    /// (docs/BENCHMARKS.md, "Garbage collection").
+    pub gc_hot_cold: bool,
+    /// How GC's low watermark is set.
+    pub gc_watermark: Watermark,
+    /// Discard each segment GC frees (its records, not its header).
+    pub discard: Discard,
 }
 
 impl Default for OpenOptions {
@@ -240,6 +352,10 @@ impl Default for OpenOptions {
             coalesce_writes: true,
             track_access: false,
             blind_overwrite_bytes: None,
+            gc_policy: GcPolicy::default(),
+            gc_hot_cold: false,
+            gc_watermark: Watermark::default(),
+            discard: Discard::default(),
         }
     }
 }

@@ -252,7 +252,7 @@ impl Rebuild<'_> {
         let started = Instant::now();
         let Headers { kv: used, index: _, max_alloc } = headers;
         let found: Vec<SegmentFound> =
-            used.iter().map(|(s, _)| SegmentFound { seg: s.seg, alloc_seq: s.alloc_seq }).collect();
+            used.iter().map(|(s, _)| SegmentFound { seg: s.seg, alloc_seq: s.alloc_seq, stream: s.stream }).collect();
         let ckpt_segs: Vec<u32> = loaded.as_ref().map(|l| l.manifest.body_segments.clone()).unwrap_or_default();
         self.space.install(&found, &ckpt_segs, max_alloc);
         let threads = match opts.recovery_threads {
@@ -268,7 +268,7 @@ impl Rebuild<'_> {
         }
         // The newest TORN_TAIL_SEGMENTS of each stream may hold torn writes.
         let mut in_tail = vec![false; used.len()];
-        for stream in [Stream::User, Stream::Relocation] {
+        for stream in Stream::ALL {
             let mine: Vec<usize> = (0..used.len()).filter(|&i| used[i].1.stream == stream).collect();
             for &i in mine.iter().rev().take(TORN_TAIL_SEGMENTS) {
                 in_tail[i] = true;
@@ -580,7 +580,7 @@ impl Rebuild<'_> {
             tracing::info!("a checkpoint manifest could not be read: writes start new segments");
             return;
         };
-        for stream in [Stream::User, Stream::Relocation] {
+        for stream in Stream::ALL {
             let Some(i) = (0..used.len()).rev().find(|&i| used[i].1.stream == stream) else { continue };
             let (s, _) = &used[i];
             let end = ends[i].load(Relaxed);

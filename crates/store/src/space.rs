@@ -21,14 +21,14 @@
 //!   rewritten as free (kept alloc_seq) on the device.
 
 use crate::error::{Error, Result};
-use crate::options::Durability;
+use crate::options::{Durability, GcPolicy, Watermark};
 use granary_format::segment::{SegmentHeader, SegmentKind, Stream};
 use granary_format::Superblock;
 use granary_io::{AlignedBuf, Device};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A GC victim must free at least this fraction (1/N) of a segment.
 pub const GC_MIN_GAIN_DIVISOR: u64 = 16;
@@ -86,7 +86,7 @@ pub(crate) enum Purpose {
 }
 
 impl Purpose {
-    fn stream(self) -> Stream {
+    pub(crate) fn stream(self) -> Stream {
         match self {
             Purpose::Put | Purpose::Delete => Stream::User,
             Purpose::Relocate | Purpose::Clean => Stream::Relocation,
@@ -110,7 +110,9 @@ struct Inner {
     closed_at: Vec<u64>,
     closes: u64,
     free: BTreeSet<u32>,
-    open: [Option<OpenSeg>; 2],
+    open: [Option<OpenSeg>; 3],
+    /// The stream each segment in use was opened for.
+    stream: Vec<Stream>,
     next_alloc_seq: u64,
     /// GC on: user writes respect the reserve and wait for GC.
     gc: bool,
@@ -130,6 +132,8 @@ struct Inner {
     collecting: bool,
     /// Segments GC failed on and leaves alone.
     pinned: Vec<bool>,
+    /// Where the watermarks are.
+    provision: Provision,
     shutdown: bool,
     /// Segments (and their alloc_seq) still to sweep for dropped
     /// namespaces' records.
@@ -156,29 +160,191 @@ pub(crate) struct Space {
     /// Wakes writers waiting for room (async or parked in block_on); the
     /// condvar wakes the GC thread. Both are signalled under `inner`.
     room: event_listener::Event,
+    /// The fixed low watermark (index checkpoints leave this many free
+    /// segments to GC, whatever the watermark policy).
     low_watermark: usize,
-    high_watermark: usize,
     reserve: usize,
+    policy: GcPolicy,
+    hot_cold: bool,
+    /// Discard freed segments; cleared at the first discard that fails
+    /// (a device or filesystem without discard says so once).
+    discard: std::sync::atomic::AtomicBool,
+}
+
+/// How good a victim a segment is under `policy` (higher is better):
+/// `live` of `usable` bytes live, closed `age` segment closes ago.
+///
+/// Greedy: the fewest live bytes. Cost-benefit (LFS): reclaiming costs
+/// reading the segment and writing its live share `u` (`1 + u`), and gains
+/// `1 - u` of free space, for as long as it stays free, which the
+/// segment's age predicts (data not overwritten for long will likely stay
+/// so): `(1 - u) * age / (1 + u)`. Age is counted in segments closed
+/// since (any stream's), a clock that runs with the writes; a segment of
+/// relocated data is as old as its relocation, not its records (measured
+/// on `granary-bench churn`, counting its records' own age instead
+/// cleaned the relocated data more often and amplified more). After a
+/// restart the segments found close in alloc_seq order, so their ages
+/// keep their order.
+pub(crate) fn victim_score(policy: GcPolicy, live: u64, usable: u64, age: u64) -> f64 {
+    match policy {
+        GcPolicy::Greedy => -(live as f64),
+        GcPolicy::CostBenefit => {
+            let u = (live as f64 / usable as f64).min(1.0);
+            (1.0 - u) * (age as f64 + 1.0) / (1.0 + u)
+        }
+    }
 }
 
 /// What recovery found about one segment.
 pub(crate) struct SegmentFound {
     pub seg: u32,
     pub alloc_seq: u64,
+    pub stream: Stream,
 }
 
 fn stream_index(s: Stream) -> usize {
     match s {
         Stream::User => 0,
         Stream::Relocation => 1,
+        Stream::Cold => 2,
+    }
+}
+
+/// How GC picks victims ([`Space::new`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GcConfig {
+    pub gc: bool,
+    pub policy: GcPolicy,
+    /// Old records GC relocates go to the cold stream.
+    pub hot_cold: bool,
+    pub watermark: Watermark,
+    /// Discard the records of each segment freed.
+    pub discard: bool,
+}
+
+/// Weight of each new sample in the averaged rates of [`Provision`]: of
+/// each reclaim's time, and of each [`FILL_TICK`] of the fill rate (so a
+/// burst's rate is remembered for a few seconds after it ends, and a
+/// quiet minute brings it to nothing).
+const RATE_EWMA: f64 = 0.2;
+
+/// The fill rate is counted over windows of this many seconds at least.
+const FILL_TICK: f64 = 1.0;
+
+/// GC's watermarks: fixed, or following the write rate ([`Watermark`]).
+/// Time is passed in, so the model is tested with made-up clocks.
+#[derive(Debug)]
+pub(crate) struct Provision {
+    mode: Watermark,
+    min: usize,
+    max: usize,
+    low: usize,
+    /// User segments filled per second (averaged over windows of
+    /// [`FILL_TICK`]), and the window being counted: since when, how many.
+    lambda: Option<f64>,
+    window: Option<(Instant, u64)>,
+    /// Averaged seconds GC took to reclaim a segment.
+    reclaim_secs: Option<f64>,
+    /// A writer waited for GC since GC last reached the high watermark.
+    waited: bool,
+}
+
+impl Provision {
+    /// Watermarks for a store of `segments` (the fixed low one: `fixed`).
+    pub(crate) fn new(mode: Watermark, segments: usize, fixed: usize) -> Provision {
+        let min = (RESERVED_SEGMENTS + 2).min(fixed);
+        let max = (segments / 4).max(fixed);
+        let low = if mode == Watermark::Fixed { fixed } else { min };
+        Provision { mode, min, max, low, lambda: None, window: None, reclaim_secs: None, waited: false }
+    }
+
+    pub(crate) fn low(&self) -> usize {
+        self.low
+    }
+
+    /// The high watermark: GC, once started, goes on until this many
+    /// segments are free (hysteresis).
+    pub(crate) fn high(&self) -> usize {
+        self.low + (self.low / 2).max(2)
+    }
+
+    /// User writes opened a new segment at `now`.
+    pub(crate) fn filled(&mut self, now: Instant) {
+        self.tick(now);
+        match &mut self.window {
+            Some((_, n)) => *n += 1,
+            None => self.window = Some((now, 1)),
+        }
+    }
+
+    /// Fold the window into the fill rate if it is [`FILL_TICK`] old: its
+    /// rate weighs [`RATE_EWMA`] per tick it spans (a long quiet window
+    /// weighs as the quiet ticks it stands for).
+    fn tick(&mut self, now: Instant) {
+        let Some((start, n)) = self.window else { return };
+        let secs = now.saturating_duration_since(start).as_secs_f64();
+        if secs < FILL_TICK {
+            return;
+        }
+        let rate = n as f64 / secs;
+        let w = 1.0 - (1.0 - RATE_EWMA).powf(secs / FILL_TICK);
+        self.lambda = Some(self.lambda.map_or(rate, |l| l + w * (rate - l)));
+        self.window = Some((now, 0));
+    }
+
+    /// GC reclaimed a segment in `secs`.
+    pub(crate) fn reclaimed(&mut self, secs: f64) {
+        self.reclaim_secs = Some(self.reclaim_secs.map_or(secs, |r| r + RATE_EWMA * (secs - r)));
+    }
+
+    /// A writer found no room and waits for GC.
+    pub(crate) fn writer_waited(&mut self) {
+        if self.mode == Watermark::Doubling && !self.waited {
+            self.low = (self.low * 2).clamp(self.min, self.max);
+        }
+        self.waited = true;
+    }
+
+    /// GC reached the high watermark and stops.
+    pub(crate) fn reached_high(&mut self) {
+        if self.mode == Watermark::Doubling && !self.waited {
+            self.low = self.low.saturating_sub(1).max(self.min);
+        }
+        self.waited = false;
+    }
+
+    /// Segments filled and reclaimed per second (lambda, mu), as of the
+    /// last [`Provision::update`]. None until both were measured.
+    pub(crate) fn rates(&self) -> Option<(f64, f64)> {
+        Some((self.lambda?, 1.0 / self.reclaim_secs?.max(1e-9)))
+    }
+
+    /// Recompute the low watermark at `now` (the M/M/1 model: the
+    /// expected queue `lambda / (mu - lambda)`; all it may be when writes
+    /// outrun GC).
+    pub(crate) fn update(&mut self, now: Instant) -> usize {
+        self.tick(now);
+        if self.mode == Watermark::Queue {
+            self.low = match self.rates() {
+                None => self.min,
+                Some((lambda, mu)) if lambda >= mu => self.max,
+                Some((lambda, mu)) => {
+                    let queue = (lambda / (mu - lambda)).round();
+                    (queue.min(self.max as f64) as usize + self.min).min(self.max)
+                }
+            };
+        }
+        self.low
     }
 }
 
 impl Space {
     /// Space with every segment free, `next_alloc_seq` 1.
-    pub(crate) fn new(dev: Arc<dyn Device>, sb: Superblock, durability: Durability, gc: bool) -> Space {
+    pub(crate) fn new(dev: Arc<dyn Device>, sb: Superblock, durability: Durability, cfg: GcConfig) -> Space {
+        let gc = cfg.gc;
         let n = sb.segment_count as usize;
         let low = (n / 32).clamp(RESERVED_SEGMENTS + 2, 64);
+        let provision = Provision::new(cfg.watermark, n, low);
         Space {
             dev,
             durability,
@@ -193,7 +359,8 @@ impl Space {
                 closed_at: vec![0; n],
                 closes: 0,
                 free: (0..n as u32).collect(),
-                open: [None, None],
+                open: [None, None, None],
+                stream: vec![Stream::User; n],
                 next_alloc_seq: 1,
                 gc,
                 gc_opened: gc,
@@ -203,14 +370,17 @@ impl Space {
                 stuck: false,
                 collecting: false,
                 pinned: vec![false; n],
+                provision,
                 shutdown: false,
                 sweep: Default::default(),
             }),
             cond: Condvar::new(),
             room: event_listener::Event::new(),
             low_watermark: low,
-            high_watermark: low + (low / 2).max(2),
             reserve: if n >= 8 { RESERVED_SEGMENTS } else { 1 },
+            policy: cfg.policy,
+            hot_cold: cfg.hot_cold,
+            discard: cfg.discard.into(),
             sb,
         }
     }
@@ -240,6 +410,7 @@ impl Space {
             inner.free.remove(&s.seg);
             inner.closes += 1;
             inner.closed_at[i] = inner.closes;
+            inner.stream[i] = s.stream;
             self.touched[i].store(inner.closes, Relaxed);
             self.tick.store(inner.closes, Relaxed);
             self.stamps[i].store(s.alloc_seq as u32, Relaxed);
@@ -256,6 +427,7 @@ impl Space {
         debug_assert!(inner.open[si].is_none() && inner.state[seg as usize] == SegState::Closed);
         debug_assert!(next >= 1 && next < self.sb.segment_grains());
         inner.state[seg as usize] = SegState::Open;
+        inner.stream[seg as usize] = stream;
         inner.open[si] = Some(OpenSeg { seg, next, stamp: self.stamps[seg as usize].load(Relaxed) });
     }
 
@@ -309,6 +481,7 @@ impl Space {
             Some(req) if inner.served < req => {}
             // Not asked yet, or served and the space taken again: ask.
             _ => {
+                inner.provision.writer_waited();
                 inner.requested += 1;
                 *asked = Some(inner.requested);
                 self.wake_all();
@@ -328,9 +501,14 @@ impl Space {
     /// Never waits: `NoSpace` when no segment may be taken (a user writer
     /// then drops its stripe and calls [`Self::await_room`] again).
     pub(crate) fn alloc(&self, purpose: Purpose, grains: u64, next_seq: u64) -> Result<Loc> {
+        self.alloc_in(purpose, purpose.stream(), grains, next_seq)
+    }
+
+    /// [`Space::alloc`] in `stream` (GC puts old records in the cold one).
+    pub(crate) fn alloc_in(&self, purpose: Purpose, stream: Stream, grains: u64, next_seq: u64) -> Result<Loc> {
         let seg_grains = self.sb.segment_grains();
         assert!(grains >= 1 && grains < seg_grains, "record larger than a segment reached the allocator");
-        let stream = purpose.stream();
+        debug_assert!((stream == Stream::User) == (purpose.stream() == Stream::User));
         let si = stream_index(stream);
         let mut inner = self.lock();
         if let Some(open) = &mut inner.open[si] {
@@ -359,9 +537,13 @@ impl Space {
         self.alloc_seqs[seg as usize].store(alloc_seq, Relaxed);
         self.live[seg as usize].store(0, Relaxed);
         inner.state[seg as usize] = SegState::Open;
+        inner.stream[seg as usize] = stream;
         inner.open[si] = Some(OpenSeg { seg, next: 1 + grains, stamp });
         self.inflight[seg as usize].fetch_add(1, Relaxed);
-        if inner.free.len() < self.low_watermark {
+        if stream == Stream::User {
+            inner.provision.filled(Instant::now());
+        }
+        if inner.free.len() < inner.provision.low() {
             self.wake_all(); // wake GC
         }
         Ok(Loc { pba: self.pba(seg, 1), seg, stamp, grains })
@@ -451,6 +633,7 @@ impl Space {
         }
         let alloc_seq = self.alloc_seqs[seg as usize].load(Relaxed);
         self.write_header(seg, SegmentKind::Free, Stream::User, alloc_seq, 0)?;
+        self.discard_records(seg);
         let mut inner = self.lock();
         debug_assert_eq!(inner.state[seg as usize], SegState::Closed);
         inner.state[seg as usize] = SegState::Free;
@@ -458,6 +641,25 @@ impl Space {
         self.alloc_seqs[seg as usize].store(0, Relaxed);
         self.wake_all();
         Ok(())
+    }
+
+    /// Discard the records of `seg`, whose free header is written: all but
+    /// its first grain. Every live record it held was copied (and, in
+    /// `Direct` mode, flushed) first, so a crash before the free header is
+    /// durable leaves the old header over records that read as zeros or as
+    /// they were: either way nothing the index needs. Advisory: a failure
+    /// turns discards off, with one warning.
+    fn discard_records(&self, seg: u32) {
+        if !self.discard.load(Relaxed) {
+            return;
+        }
+        let g = self.sb.grain_bytes as u64;
+        let offset = self.sb.segment_offset(seg) + g;
+        if let Err(e) = self.dev.discard(offset, self.sb.segment_bytes - g) {
+            if self.discard.swap(false, Relaxed) {
+                tracing::warn!(segment = seg, error = %e, "discard of a freed segment failed: discards turned off");
+            }
+        }
     }
 
     /// The segments [`Space::pick_victim`] may evict, least recently used
@@ -482,11 +684,12 @@ impl Space {
     /// GC's victim and whether to evict it (cache mode) rather than
     /// relocate its live data.
     ///
-    /// Relocation: the closed segment with the fewest live bytes among all
-    /// but the `age` most recently closed ones, if reclaiming it gains at
-    /// least 1/[`GC_MIN_GAIN_DIVISOR`] of a segment. (A smaller gain is no
-    /// gain: the relocation segment wastes a tail too, so reclaiming
-    /// nearly-full segments would consume as much space as it frees.)
+    /// Relocation: among all closed segments but the `age` most recently
+    /// closed ones, those whose reclaim gains at least
+    /// 1/[`GC_MIN_GAIN_DIVISOR`] of a segment (a smaller gain is no gain:
+    /// the relocation segment wastes a tail too, so reclaiming nearly-full
+    /// segments would consume as much space as it frees), the best by the
+    /// policy ([`victim_score`]; the oldest on ties).
     ///
     /// With `evict`, that victim is taken only while at most half of it is
     /// live (cleaning it is cheap and keeps every item: DIDACache's
@@ -504,14 +707,19 @@ impl Space {
                 // A writer may still be writing or indexing a record there.
                 .filter(|&i| self.inflight[i].load(Acquire) == 0)
         };
-        let greedy = candidates()
+        let best = candidates()
             .map(|i| (self.live[i].load(Relaxed), inner.closed_at[i], i as u32))
             .filter(|&(live, _, _)| live.saturating_add(min_gain) <= usable)
-            .min();
+            .map(|(live, closed_at, i)| {
+                let score = victim_score(self.policy, live, usable, inner.closes - closed_at);
+                (score, std::cmp::Reverse(closed_at), live, i)
+            })
+            .max_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
+            .map(|(_, _, live, i)| (live, i));
         if !evict {
-            return greedy.map(|(_, _, i)| (i, false));
+            return best.map(|(_, i)| (i, false));
         }
-        if let Some((live, _, i)) = greedy {
+        if let Some((live, i)) = best {
             if live <= usable / 2 {
                 return Some((i, false));
             }
@@ -520,6 +728,11 @@ impl Space {
             .map(|i| (self.touched[i].load(Relaxed), inner.closed_at[i], i as u32))
             .min()
             .map(|(_, _, i)| (i, true))
+    }
+
+    /// Whether GC keeps cold relocations apart (the cold stream).
+    pub(crate) fn hot_cold(&self) -> bool {
+        self.hot_cold
     }
 
     /// GC thread: wait for work. Work starts when free segments fall below
@@ -550,10 +763,14 @@ impl Space {
             // Every waiting writer can proceed: their requests are served.
             inner.served = inner.requested;
         }
-        if free < self.low_watermark {
+        inner.provision.update(Instant::now());
+        if free < inner.provision.low() {
             inner.collecting = true;
         }
-        if free >= self.high_watermark {
+        if free >= inner.provision.high() {
+            if inner.collecting {
+                inner.provision.reached_high();
+            }
             inner.collecting = false;
         }
         if inner.requested > inner.served || (inner.collecting && !inner.stuck) {
@@ -799,6 +1016,110 @@ impl Space {
 
     /// (low, high) free-segment watermarks of GC.
     pub(crate) fn watermarks(&self) -> (usize, usize) {
-        (self.low_watermark, self.high_watermark)
+        let inner = self.lock();
+        (inner.provision.low(), inner.provision.high())
+    }
+
+    /// GC reclaimed a segment in `secs` (the reclaim rate of
+    /// [`Watermark::Queue`]).
+    pub(crate) fn reclaimed(&self, secs: f64) {
+        self.lock().provision.reclaimed(secs);
+    }
+
+    /// (lambda, mu) of [`Provision::rates`], segments per second.
+    pub(crate) fn rates(&self) -> Option<(f64, f64)> {
+        self.lock().provision.rates()
+    }
+}
+
+#[cfg(test)]
+mod provision_tests {
+    use super::*;
+
+    fn at(base: Instant, ms: u64) -> Instant {
+        base + Duration::from_millis(ms)
+    }
+
+    /// Fill a segment every `gap_ms` from `from_ms`, `n` times; returns
+    /// the time of the last.
+    fn fill(p: &mut Provision, base: Instant, from_ms: u64, gap_ms: u64, n: u64) -> u64 {
+        for i in 0..n {
+            p.filled(at(base, from_ms + i * gap_ms));
+        }
+        from_ms + (n - 1) * gap_ms
+    }
+
+    #[test]
+    fn fixed_never_moves() {
+        let base = Instant::now();
+        let mut p = Provision::new(Watermark::Fixed, 1024, 32);
+        let t = fill(&mut p, base, 0, 1, 3000);
+        p.reclaimed(0.5);
+        p.writer_waited();
+        assert_eq!((p.update(at(base, t)), p.high()), (32, 48));
+    }
+
+    #[test]
+    fn queue_follows_lambda_over_mu_minus_lambda() {
+        let base = Instant::now();
+        let mut p = Provision::new(Watermark::Queue, 1024, 32);
+        // Nothing measured yet: the minimum.
+        assert_eq!(p.update(base), RESERVED_SEGMENTS + 2);
+        // 100 segments/s filled for 5 s, 117.6 reclaimed: lambda/(mu-lambda)
+        // = 5.7, so 6 segments beyond the minimum.
+        let t = fill(&mut p, base, 0, 10, 501);
+        for _ in 0..50 {
+            p.reclaimed(0.0085);
+        }
+        assert_eq!(p.update(at(base, t)), 6 + RESERVED_SEGMENTS + 2);
+        let (lambda, mu) = p.rates().unwrap();
+        assert!((lambda - 100.0).abs() < 1.0 && (mu - 117.6).abs() < 1.0, "{lambda} {mu}");
+        assert!(p.high() > p.low());
+    }
+
+    #[test]
+    fn queue_is_capped_when_writes_outrun_gc_and_drops_to_the_minimum_when_quiet() {
+        let base = Instant::now();
+        let mut p = Provision::new(Watermark::Queue, 1024, 32);
+        let t = fill(&mut p, base, 0, 5, 1001);
+        p.reclaimed(0.01); // mu 100 < lambda 200
+        assert_eq!(p.update(at(base, t)), 256, "a quarter of the segments");
+        // A second of quiet: the rate is remembered, a little lower.
+        p.update(at(base, t + 1000));
+        let lambda = p.rates().unwrap().0;
+        assert!(lambda > 100.0 && lambda < 200.0, "{lambda}");
+        // A quiet minute: nothing is filling, the minimum.
+        assert_eq!(p.update(at(base, t + 61_000)), RESERVED_SEGMENTS + 2);
+    }
+
+    #[test]
+    fn doubling_doubles_on_waits_and_steps_down_when_quiet() {
+        let mut p = Provision::new(Watermark::Doubling, 1024, 32);
+        assert_eq!(p.low(), 4);
+        p.writer_waited();
+        assert_eq!(p.low(), 8);
+        // One doubling per GC cycle, however many writers wait.
+        p.writer_waited();
+        assert_eq!(p.low(), 8);
+        p.reached_high();
+        p.writer_waited();
+        assert_eq!(p.low(), 16);
+        for _ in 0..10 {
+            p.writer_waited();
+            p.reached_high();
+        }
+        assert_eq!(p.low(), 256, "capped at a quarter of the segments");
+        p.reached_high();
+        assert_eq!(p.low(), 255);
+        for _ in 0..1000 {
+            p.reached_high();
+        }
+        assert_eq!(p.low(), 4);
+    }
+
+    #[test]
+    fn small_stores_keep_their_fixed_bounds() {
+        let p = Provision::new(Watermark::Queue, 16, 4);
+        assert_eq!((p.min, p.max, p.low), (4, 4, 4));
     }
 }

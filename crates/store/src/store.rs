@@ -250,6 +250,7 @@ impl Core {
             gc: self.gc_counters.snapshot(),
             segments_opened: self.space.horizon(),
             gc_watermarks: self.space.watermarks(),
+            gc_rates: self.space.rates(),
             checkpoints: self.checkpoints.stats(),
             session: self.checkpoints.session,
             write_groups: self.coalescer.groups.load(Relaxed),

@@ -166,8 +166,12 @@ pub struct Stats {
     /// Segments opened for writing since the store was created (each wrote
     /// a header).
     pub segments_opened: u64,
-    /// GC starts below `.0` free segments and stops at `.1`.
+    /// GC starts below `.0` free segments and stops at `.1` (now: the
+    /// adaptive watermarks move, [`crate::Watermark`]).
     pub gc_watermarks: (usize, usize),
+    /// Segments user writes fill and GC reclaims per second, averaged
+    /// (what [`crate::Watermark::Queue`] follows); None until measured.
+    pub gc_rates: Option<(f64, f64)>,
     pub checkpoints: CheckpointStats,
     /// Random id of this open session (written into its checkpoints).
     pub session: u64,
@@ -268,6 +272,8 @@ pub struct GcStats {
     pub victims: u64,
     pub records_relocated: u64,
     pub bytes_relocated: u64,
+    /// Of those, bytes relocated to the cold stream (hot/cold separation).
+    pub bytes_relocated_cold: u64,
     pub tombstones_dropped: u64,
     /// Times GC was asked for space and found no segment worth reclaiming.
     pub nothing_to_reclaim: u64,

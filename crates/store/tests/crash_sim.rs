@@ -11,6 +11,10 @@
 //! engine's unit tests: the workload here keeps too little live data for GC
 //! to relocate anything.)
 //!
+//! Seeds cycle through GC's victim policies (`OpenOptions::gc_policy`),
+//! with and without hot/cold separation; one in three acts as a block
+//! device, so GC discards the segments it frees.
+//!
 //! One seed in four runs in cache mode (`OpenOptions::evict`) on a fuller
 //! device, so GC evicts: a key may then be absent, but never hold a version
 //! older than the acknowledged one (eviction's tombstone rule).
@@ -54,7 +58,9 @@
 //! not the threads' interleaving.
 
 use granary_store::io::{CrashKind, FaultDevice, SimRng, TraceEvent};
-use granary_store::{Background, Clock, Cond, CreateOptions, Durability, Entropy, Error, ItemMeta, OpenOptions, Store};
+use granary_store::{
+    Background, Clock, Cond, CreateOptions, Durability, Entropy, Error, GcPolicy, ItemMeta, OpenOptions, Store,
+};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
@@ -196,6 +202,13 @@ struct SeedRun {
 /// Options of the workload's opens: deterministic background work, ids
 /// drawn from the seed (`entropy`, shared by every open of one run), and
 /// one recovery thread, so a clean reopen writes in a fixed order.
+/// Seeds cycle through GC's victim policies, with and without hot/cold
+/// separation (its cold stream is one more open segment to recover).
+fn with_gc_policy(o: OpenOptions, seed: u64) -> OpenOptions {
+    let gc_policy = if (seed / 4).is_multiple_of(2) { GcPolicy::CostBenefit } else { GcPolicy::Greedy };
+    OpenOptions { gc_policy, gc_hot_cold: (seed / 8).is_multiple_of(2), ..o }
+}
+
 fn manual(o: OpenOptions, entropy: &Entropy) -> OpenOptions {
     OpenOptions { background: Background::Manual, recovery_threads: 1, entropy: entropy.clone(), ..o }
 }
@@ -211,11 +224,14 @@ fn run_seed(seed: u64) -> SeedRun {
     // Cache mode on a fuller device (more keys, less room), so GC evicts.
     let (keys, size) = if evict { (KEYS * 8, 3 << 19) } else { (KEYS, 3 << 20) };
     let dev = Arc::new(FaultDevice::new(size, seed));
+    // One seed in three is a block device: GC discards what it frees
+    // (`Discard::Auto`), and the discarded ranges read as zeros.
+    dev.act_as_block_device(seed % 3 == 1);
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
     let now = Arc::new(AtomicU32::new(1_000));
     dev.record_trace();
     let entropy = Entropy::seeded(seed);
-    let opts = |evict| manual(open_opts_evict(durability, &now, evict), &entropy);
+    let opts = |evict| with_gc_policy(manual(open_opts_evict(durability, &now, evict), &entropy), seed);
     let mut store = Some(Store::create(dev.clone(), &create, &opts(evict)).unwrap());
     let mut model: HashMap<u64, Want> = HashMap::new();
     // The operation cut short by the crash: its key and what it tried.
@@ -658,7 +674,7 @@ fn crash_loop_seed(seed: u64, evict: bool) -> (u64, u64, u64) {
     let dev = Arc::new(FaultDevice::new((1 << 20) + 16 * (64 << 10), seed));
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
     let now = Arc::new(AtomicU32::new(1_000));
-    let opts = manual(open_opts_evict(durability, &now, evict), &Entropy::seeded(seed));
+    let opts = with_gc_policy(manual(open_opts_evict(durability, &now, evict), &Entropy::seeded(seed)), seed);
     let mut store = Store::create(dev.clone(), &create, &opts).unwrap();
     let mut model: HashMap<u64, Want> = HashMap::new();
     let mut version = 0;

@@ -1,0 +1,361 @@
+//! An emulated zoned block device (host-managed, as NVMe ZNS or SMR):
+//! the rules of the Linux zoned block device interface, enforced, on
+//! DRAM, for testing code that writes to zones on a machine without one.
+//!
+//! Owns an in-memory image cut into equal zones, each with a write
+//! pointer and a condition (empty, implicitly or explicitly open, closed,
+//! full). Invariants, checked on every operation (a violation fails the
+//! operation with `InvalidInput`, leaves the zone unchanged and is
+//! counted in [`ZonedDevice::violations`], so a test can require none):
+//! - a write lies within one zone and starts at its write pointer, which
+//!   it advances; a full zone takes no write;
+//! - writing to an empty or closed zone opens it (implicitly); at most
+//!   `max_open` zones are open and at most `max_active` (open or closed)
+//!   at once. Where a real device would close an implicitly open zone to
+//!   make room, the emulation refuses instead: stricter, so code that
+//!   passes here stays within the limits on any device;
+//! - a zone is rewritten only after a reset (`BLKRESETZONE`), which
+//!   empties it (it reads as zeros); finishing (`BLKFINISHZONE`) makes it
+//!   full; `BLKOPENZONE`/`BLKCLOSEZONE` open and close it explicitly.
+//!
+//! Reads are free anywhere; beyond a write pointer they return zeros.
+//! [`Device::discard`] of whole zones resets them. Not used by the store
+//! yet: no zoned store mode exists (docs/ARCHITECTURE.md, "Known limits").
+
+use crate::{check_range, AlignedBuf, Device, IoCounters, IoResult};
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard};
+
+/// The condition of a zone (the kernel's `BLK_ZONE_COND_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZoneCond {
+    Empty,
+    ImplicitOpen,
+    ExplicitOpen,
+    Closed,
+    Full,
+}
+
+impl ZoneCond {
+    fn open(self) -> bool {
+        matches!(self, ZoneCond::ImplicitOpen | ZoneCond::ExplicitOpen)
+    }
+    fn active(self) -> bool {
+        self.open() || self == ZoneCond::Closed
+    }
+}
+
+/// One zone as a zone report gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Zone {
+    /// Write pointer, in bytes from the zone's start.
+    pub wp: u64,
+    pub cond: ZoneCond,
+}
+
+struct State {
+    bytes: Vec<u8>,
+    zones: Vec<Zone>,
+}
+
+/// See the module doc.
+pub struct ZonedDevice {
+    state: Mutex<State>,
+    zone_bytes: u64,
+    max_open: usize,
+    max_active: usize,
+    violations: AtomicU64,
+    resets: AtomicU64,
+    counters: IoCounters,
+}
+
+fn violation(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, format!("zone rule violated: {what}"))
+}
+
+impl ZonedDevice {
+    /// `zones` zones of `zone_bytes` (a multiple of 4096), empty, with at
+    /// most `max_open` open and `max_active` active zones.
+    pub fn new(zones: usize, zone_bytes: u64, max_open: usize, max_active: usize) -> ZonedDevice {
+        assert!(zone_bytes > 0 && zone_bytes.is_multiple_of(4096) && zones > 0);
+        assert!(max_open >= 1 && max_active >= max_open);
+        ZonedDevice {
+            state: Mutex::new(State {
+                bytes: vec![0; zones * zone_bytes as usize],
+                zones: vec![Zone { wp: 0, cond: ZoneCond::Empty }; zones],
+            }),
+            zone_bytes,
+            max_open,
+            max_active,
+            violations: AtomicU64::new(0),
+            resets: AtomicU64::new(0),
+            counters: IoCounters::default(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn zone_bytes(&self) -> u64 {
+        self.zone_bytes
+    }
+
+    /// Operations refused for breaking a zone rule so far.
+    pub fn violations(&self) -> u64 {
+        self.violations.load(Relaxed)
+    }
+
+    /// Zone resets so far.
+    pub fn resets(&self) -> u64 {
+        self.resets.load(Relaxed)
+    }
+
+    /// The zone report (`BLKREPORTZONE`).
+    pub fn report(&self) -> Vec<Zone> {
+        self.lock().zones.clone()
+    }
+
+    fn refuse<T>(&self, what: String) -> io::Result<T> {
+        self.violations.fetch_add(1, Relaxed);
+        Err(violation(what))
+    }
+
+    fn counts(zones: &[Zone]) -> (usize, usize) {
+        let open = zones.iter().filter(|z| z.cond.open()).count();
+        let active = zones.iter().filter(|z| z.cond.active()).count();
+        (open, active)
+    }
+
+    /// Whether zone `z` (now `cond`) may become open.
+    fn may_open(&self, zones: &[Zone], cond: ZoneCond) -> Result<(), String> {
+        let (open, active) = Self::counts(zones);
+        if open >= self.max_open {
+            return Err(format!("{open} zones open already (max {})", self.max_open));
+        }
+        if cond == ZoneCond::Empty && active >= self.max_active {
+            return Err(format!("{active} zones active already (max {})", self.max_active));
+        }
+        Ok(())
+    }
+
+    fn zone_index(&self, z: usize, zones: usize) -> io::Result<usize> {
+        if z >= zones {
+            return self.refuse(format!("zone {z} does not exist ({zones} zones)"));
+        }
+        Ok(z)
+    }
+
+    /// `BLKRESETZONE`: empty zone `z` (its write pointer back to 0).
+    pub fn reset_zone(&self, z: usize) -> io::Result<()> {
+        let mut st = self.lock();
+        let z = self.zone_index(z, st.zones.len())?;
+        let start = z * self.zone_bytes as usize;
+        st.bytes[start..start + self.zone_bytes as usize].fill(0);
+        st.zones[z] = Zone { wp: 0, cond: ZoneCond::Empty };
+        self.resets.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// `BLKFINISHZONE`: zone `z` becomes full (no more writes until reset).
+    pub fn finish_zone(&self, z: usize) -> io::Result<()> {
+        let mut st = self.lock();
+        let z = self.zone_index(z, st.zones.len())?;
+        st.zones[z] = Zone { wp: self.zone_bytes, cond: ZoneCond::Full };
+        Ok(())
+    }
+
+    /// `BLKOPENZONE`: open zone `z` explicitly.
+    pub fn open_zone(&self, z: usize) -> io::Result<()> {
+        let mut st = self.lock();
+        let z = self.zone_index(z, st.zones.len())?;
+        match st.zones[z].cond {
+            ZoneCond::ExplicitOpen => Ok(()),
+            ZoneCond::ImplicitOpen => {
+                st.zones[z].cond = ZoneCond::ExplicitOpen;
+                Ok(())
+            }
+            ZoneCond::Full => self.refuse(format!("zone {z} is full")),
+            cond => match self.may_open(&st.zones, cond) {
+                Ok(()) => {
+                    st.zones[z].cond = ZoneCond::ExplicitOpen;
+                    Ok(())
+                }
+                Err(e) => self.refuse(format!("opening zone {z}: {e}")),
+            },
+        }
+    }
+
+    /// `BLKCLOSEZONE`: close open zone `z` (it stays active unless empty).
+    pub fn close_zone(&self, z: usize) -> io::Result<()> {
+        let mut st = self.lock();
+        let z = self.zone_index(z, st.zones.len())?;
+        let zone = st.zones[z];
+        if zone.cond.open() {
+            st.zones[z].cond = if zone.wp == 0 { ZoneCond::Empty } else { ZoneCond::Closed };
+        }
+        Ok(())
+    }
+}
+
+impl Device for ZonedDevice {
+    fn read_at(&self, mut buf: AlignedBuf, offset: u64) -> IoResult {
+        if let Err(e) = check_range(self, buf.len(), offset) {
+            return (buf, Err(e));
+        }
+        let st = self.lock();
+        let o = offset as usize;
+        let n = buf.len();
+        buf.copy_from_slice(&st.bytes[o..o + n]);
+        drop(st);
+        self.counters.count_read(n);
+        (buf, Ok(()))
+    }
+
+    fn write_at(&self, buf: AlignedBuf, offset: u64) -> IoResult {
+        if let Err(e) = check_range(self, buf.len(), offset) {
+            return (buf, Err(e));
+        }
+        let n = buf.len() as u64;
+        let z = (offset / self.zone_bytes) as usize;
+        let mut st = self.lock();
+        let zone = st.zones[z];
+        let start = z as u64 * self.zone_bytes;
+        let refused = if offset + n > start + self.zone_bytes {
+            Some(format!("write of {n} bytes at {offset} crosses the end of zone {z}"))
+        } else if zone.cond == ZoneCond::Full {
+            Some(format!("write at {offset} into full zone {z}"))
+        } else if offset != start + zone.wp {
+            Some(format!("write at {offset}, zone {z}'s write pointer is at {}", start + zone.wp))
+        } else if !zone.cond.open() {
+            self.may_open(&st.zones, zone.cond).err().map(|e| format!("write opening zone {z}: {e}"))
+        } else {
+            None
+        };
+        if let Some(what) = refused {
+            drop(st);
+            return (buf, self.refuse(what));
+        }
+        st.bytes[offset as usize..(offset + n) as usize].copy_from_slice(&buf);
+        let wp = zone.wp + n;
+        let cond = if wp == self.zone_bytes {
+            ZoneCond::Full
+        } else if zone.cond.open() {
+            zone.cond
+        } else {
+            ZoneCond::ImplicitOpen
+        };
+        st.zones[z] = Zone { wp, cond };
+        drop(st);
+        self.counters.count_write(n as usize);
+        (buf, Ok(()))
+    }
+
+    /// Whole zones only: each is reset.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        if !offset.is_multiple_of(self.zone_bytes) || !len.is_multiple_of(self.zone_bytes) {
+            return self.refuse(format!("discard of {len} bytes at {offset} is not whole zones"));
+        }
+        let first = (offset / self.zone_bytes) as usize;
+        for z in first..first + (len / self.zone_bytes) as usize {
+            self.reset_zone(z)?;
+        }
+        self.counters.discard(len);
+        Ok(())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.counters.flushes.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.lock().zones.len() as u64 * self.zone_bytes
+    }
+
+    fn block_bytes(&self) -> u32 {
+        4096
+    }
+
+    fn counters(&self) -> &IoCounters {
+        &self.counters
+    }
+
+    fn describe(&self) -> String {
+        format!("emulated zoned device ({} MiB zones)", self.zone_bytes >> 20)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ZONE: u64 = 64 << 10;
+
+    fn block(v: u8) -> AlignedBuf {
+        let mut b = AlignedBuf::zeroed(4096);
+        b.fill(v);
+        b
+    }
+
+    #[test]
+    fn writes_go_at_the_write_pointer_and_fill_the_zone() {
+        let d = ZonedDevice::new(4, ZONE, 2, 3);
+        d.write_at(block(1), 0).1.unwrap();
+        d.write_at(block(2), 4096).1.unwrap();
+        assert_eq!(d.report()[0], Zone { wp: 8192, cond: ZoneCond::ImplicitOpen });
+        // Not at the write pointer: behind it, or ahead of it.
+        assert!(d.write_at(block(3), 0).1.is_err());
+        assert!(d.write_at(block(3), 12288).1.is_err());
+        assert_eq!(d.violations(), 2);
+        let (r, res) = d.read_at(AlignedBuf::zeroed(8192), 0);
+        res.unwrap();
+        assert!(r[..4096].iter().all(|&b| b == 1) && r[4096..].iter().all(|&b| b == 2));
+        for i in 2..ZONE / 4096 {
+            d.write_at(block(4), i * 4096).1.unwrap();
+        }
+        assert_eq!(d.report()[0].cond, ZoneCond::Full);
+        assert!(d.write_at(block(5), ZONE - 4096).1.is_err(), "a full zone takes no write");
+        // A write crossing into the next zone is refused.
+        assert!(d.write_at(AlignedBuf::zeroed(8192), 2 * ZONE - 4096).1.is_err());
+    }
+
+    #[test]
+    fn open_and_active_limits_are_enforced() {
+        let d = ZonedDevice::new(4, ZONE, 2, 3);
+        d.write_at(block(1), 0).1.unwrap();
+        d.write_at(block(1), ZONE).1.unwrap();
+        let e = d.write_at(block(1), 2 * ZONE).1.unwrap_err();
+        assert!(e.to_string().contains("open already"), "{e}");
+        d.close_zone(0).unwrap();
+        assert_eq!(d.report()[0].cond, ZoneCond::Closed);
+        d.write_at(block(1), 2 * ZONE).1.unwrap();
+        // Three active (one closed, two open): a fourth may not open.
+        d.close_zone(1).unwrap();
+        let e = d.write_at(block(1), 3 * ZONE).1.unwrap_err();
+        assert!(e.to_string().contains("active already"), "{e}");
+        // Finishing one frees an active slot.
+        d.finish_zone(0).unwrap();
+        d.write_at(block(1), 3 * ZONE).1.unwrap();
+        assert_eq!(d.violations(), 2);
+    }
+
+    #[test]
+    fn reset_empties_a_zone_for_rewriting_and_discard_resets_whole_zones() {
+        let d = ZonedDevice::new(2, ZONE, 2, 2);
+        d.write_at(block(9), 0).1.unwrap();
+        d.reset_zone(0).unwrap();
+        assert_eq!(d.report()[0], Zone { wp: 0, cond: ZoneCond::Empty });
+        let (r, _) = d.read_at(AlignedBuf::zeroed(4096), 0);
+        assert!(r.iter().all(|&b| b == 0));
+        d.write_at(block(7), 0).1.unwrap();
+        d.discard(0, ZONE).unwrap();
+        assert_eq!(d.report()[0].wp, 0);
+        assert!(d.discard(4096, 4096).is_err(), "part of a zone");
+        assert_eq!((d.resets(), d.violations()), (2, 1));
+        d.open_zone(1).unwrap();
+        assert_eq!(d.report()[1].cond, ZoneCond::ExplicitOpen);
+        assert!(d.reset_zone(5).is_err());
+    }
+}
