@@ -67,6 +67,9 @@ pub struct McBenchOptions {
     pub rate: Option<f64>,
     /// Memory given to memcached and to memcached+extstore (MiB).
     pub memory_mib: u64,
+    /// Granary's DRAM tier (its `-m`, MiB); None: a tenth of the data set
+    /// ([`McBenchOptions::granary_dram_mib`]).
+    pub granary_mib: Option<u64>,
     /// Size of Granary's data file and of extstore's file.
     pub disk_bytes: u64,
     /// Where the data files go (on the disk under test).
@@ -92,6 +95,7 @@ impl Default for McBenchOptions {
             secs: 10.0,
             rate: None,
             memory_mib: 1024,
+            granary_mib: None,
             disk_bytes: 4 << 30,
             dir: PathBuf::from("granary-data"),
             server_threads: 2,
@@ -99,6 +103,17 @@ impl Default for McBenchOptions {
             device_ref: true,
             seed: 1,
         }
+    }
+}
+
+impl McBenchOptions {
+    /// The `-m` Granary is given: as asked, else a tenth of the data set
+    /// (keys and values), rounded up to a MiB.
+    pub fn granary_dram_mib(&self) -> u64 {
+        self.granary_mib.unwrap_or_else(|| {
+            let data = self.keys.saturating_mul(key(0).len() as u64 + self.value_bytes as u64);
+            (data / 10).div_ceil(1 << 20).max(1)
+        })
     }
 }
 
@@ -136,6 +151,10 @@ pub struct PeerResult {
     /// (resident memory plus the page cache of its files), MiB.
     pub server_peak_rss_mib: Option<f64>,
     pub cgroup_peak_mib: Option<f64>,
+    /// Granary's DRAM tier over the measured phase: the share of GETs it
+    /// served (`granary_dram_hits` over hits and misses, from `stats`);
+    /// None for peers without one.
+    pub dram_hit_ratio: Option<f64>,
 }
 
 impl PeerResult {
@@ -453,6 +472,7 @@ fn start_peer(name: &str, o: &McBenchOptions) -> Result<Peer, String> {
             let mut c = Command::new(granary_exe()?);
             c.args(["serve", "--data"]).arg(&data).args(["--size", &o.disk_bytes.to_string()]);
             c.args(["-p", &port.to_string(), "-t", &threads, "-c", "4096", "--no-native", "--no-resp"]);
+            c.args(["-m", &o.granary_dram_mib().to_string()]);
             (c, vec![data])
         }
         "memcached" | "extstore" | "extstore-capped" => {
@@ -824,7 +844,14 @@ fn run_peers(o: &McBenchOptions) -> Result<Vec<PeerResult>, String> {
         let pid = peer.server.pid();
         let (cpu0, sw0) = (pid.and_then(cpu_secs), pid.and_then(switches));
         let busy0 = machine_busy_secs();
+        let dram0 = dram_counts(peer.addr);
         let (m, secs) = drive(peer.addr, o, &value).map_err(|e| peer.failed(name, e))?;
+        let dram_hit_ratio = match (dram_counts(peer.addr), dram0) {
+            (Some((h1, m1)), Some((h0, m0))) if h1 + m1 > h0 + m0 => {
+                Some((h1 - h0) as f64 / ((h1 - h0) + (m1 - m0)) as f64)
+            }
+            _ => None,
+        };
         let machine_cpu_us_per_op = match (machine_busy_secs(), busy0) {
             (Some(b), Some(a)) if m.ops > 0 => Some((b - a) * 1e6 / m.ops as f64),
             _ => None,
@@ -862,9 +889,32 @@ fn run_peers(o: &McBenchOptions) -> Result<Vec<PeerResult>, String> {
             machine_cpu_us_per_op,
             server_peak_rss_mib,
             cgroup_peak_mib,
+            dram_hit_ratio,
         });
     }
     Ok(results)
+}
+
+/// `granary_dram_hits` and `granary_dram_misses` from a server's `stats`
+/// (None: not Granary, or no answer).
+fn dram_counts(addr: SocketAddr) -> Option<(u64, u64)> {
+    let mut c = Conn::new(addr).ok()?;
+    c.w.write_all(b"stats\r\n").ok()?;
+    let (mut hits, mut misses) = (None, None);
+    loop {
+        let line = c.read_line().ok()?;
+        if line == "END" {
+            break;
+        }
+        let mut f = line.split(' ');
+        match (f.next(), f.next(), f.next()) {
+            (Some("STAT"), Some("granary_dram_hits"), Some(v)) => hits = v.parse().ok(),
+            (Some("STAT"), Some("granary_dram_misses"), Some(v)) => misses = v.parse().ok(),
+            (Some("STAT"), _, _) => {}
+            _ => return None,
+        }
+    }
+    Some((hits?, misses?))
 }
 
 pub fn render(o: &McBenchOptions, report: &McReport) -> String {
@@ -880,6 +930,13 @@ pub fn render(o: &McBenchOptions, report: &McReport) -> String {
         o.rate.map_or("closed loop".to_string(), |r| format!("open loop {r:.0}/s")),
         o.secs
     );
+    if o.peers.iter().any(|p| p == "granary") {
+        s += &format!(
+            "granary: -m {} (MiB of DRAM tier); memcached and extstore: -m {}\n",
+            o.granary_dram_mib(),
+            o.memory_mib
+        );
+    }
     s += &format!(
         "{:<15} {:>10} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8} {:>11}\n",
         "peer",
@@ -915,6 +972,11 @@ pub fn render(o: &McBenchOptions, report: &McReport) -> String {
             p.memcaslap_ops.map_or("-".into(), |v| format!("{v:.0}")),
         );
     }
+    for p in r {
+        if let Some(h) = p.dram_hit_ratio {
+            s += &format!("{}: {:.1}% of GETs served from its DRAM tier\n", p.peer, 100.0 * h);
+        }
+    }
     if let Some(d) = report.device {
         s += &format!(
             "device reference (fio, 4 KiB direct random reads, depth {DEVICE_REF_DEPTH}): {:.0} reads/s, {:.1} us of machine CPU per read\n",
@@ -935,7 +997,7 @@ pub fn to_json(o: &McBenchOptions, report: &McReport) -> serde_json::Value {
         "benchmark": "memcache",
         "keys": o.keys, "value_bytes": o.value_bytes, "get_percent": o.get_percent,
         "dist": format!("{:?}", o.dist), "conns": o.conns, "secs": o.secs, "rate": o.rate,
-        "memory_mib": o.memory_mib, "server_threads": o.server_threads,
+        "memory_mib": o.memory_mib, "granary_mib": o.granary_dram_mib(), "server_threads": o.server_threads,
         "peers": r.iter().map(|p| serde_json::json!({
             "peer": p.peer, "ops_per_sec": p.ops_per_sec(), "ops": p.ops, "gets": p.gets, "hits": p.hits,
             "hit_ratio": p.hit_ratio(), "errors": p.errors, "load_secs": p.load_secs,
@@ -947,6 +1009,7 @@ pub fn to_json(o: &McBenchOptions, report: &McReport) -> serde_json::Value {
             "machine_cpu_us_per_op": p.machine_cpu_us_per_op,
             "server_peak_rss_mib": p.server_peak_rss_mib,
             "cgroup_peak_mib": p.cgroup_peak_mib,
+            "dram_hit_ratio": p.dram_hit_ratio,
         })).collect::<Vec<_>>(),
         "device_ref": report.device.map(|d| serde_json::json!({
             "depth": DEVICE_REF_DEPTH, "reads_per_sec": d.reads_per_sec,

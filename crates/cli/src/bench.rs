@@ -151,6 +151,10 @@ struct MemcacheBenchArgs {
     /// Memory of memcached and of memcached+extstore, MiB.
     #[arg(long, default_value_t = 1024)]
     memory_mib: u64,
+    /// Granary's DRAM tier of hot values (its -m), MiB [default: a tenth
+    /// of the data set, keys and values].
+    #[arg(long)]
+    granary_mib: Option<u64>,
     /// Size of Granary's data file and of extstore's file.
     #[arg(long, default_value = "4G", value_parser = size::parse)]
     disk: u64,
@@ -568,6 +572,7 @@ fn run(cmd: BenchCmd) -> Result<ExitCode, String> {
                 secs: a.secs,
                 rate: a.rate.filter(|r| *r > 0.0),
                 memory_mib: a.memory_mib,
+                granary_mib: a.granary_mib,
                 disk_bytes: a.disk,
                 dir: a.dir,
                 server_threads: a.server_threads,

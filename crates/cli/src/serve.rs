@@ -73,6 +73,8 @@ pub struct Config {
     /// The Memcache `shutdown` command stops the server (memcached's `-A`).
     pub enable_shutdown: bool,
     pub blind_overwrite_mem: u64,
+    /// MiB of the DRAM tier (memcached's `-m`); 0: off.
+    pub memory_limit: u64,
     pub io_spin_us: u64,
     pub io_submit_early: bool,
     pub metrics: Option<SocketAddr>,
@@ -144,6 +146,7 @@ impl Config {
             memcache_namespace: granary_store::DEFAULT_NAMESPACE.into(),
             enable_shutdown: false,
             blind_overwrite_mem: granary_store::BLIND_OVERWRITE_BYTES_DEFAULT as u64,
+            memory_limit: 64,
             io_spin_us: granary_rt::SPIN_IO_US_DEFAULT,
             io_submit_early: true,
             metrics: None,
@@ -332,6 +335,7 @@ fn run(a: Config) -> Result<(), String> {
         // Meta flags h, l and the win token (W/Z): 4 bytes per index slot.
         track_access: true,
         blind_overwrite_bytes: Some(usize::try_from(a.blind_overwrite_mem).unwrap_or(usize::MAX)),
+        dram_tier_bytes: a.memory_limit << 20,
         ..OpenOptions::default()
     };
     let p = open_or_create(&a, signals, &opts)?;

@@ -425,6 +425,17 @@ pub const SETTINGS: &[Setting] = &[
         apply: |c, v| c.blind_overwrite_mem = v.int(),
     },
     Setting {
+        key: "memory_limit",
+        long: "memory-limit",
+        short: Some('m'),
+        kind: Kind::Int { name: "MEGABYTES", min: 0, max: 1 << 30 },
+        help: "MiB of DRAM for a tier of hot values in front of the device (memcached's -m); 0 = off",
+        default: "`64`",
+        meaning: "DRAM tier of hot values in front of the device, in MiB (memcached's `-m`): a GET it serves reads nothing from the device; values are admitted on GET misses and evicted by S3-FIFO, and a write replaces or drops the key's copy, so it never serves a value older than the device's; counted as key + value + 256 bytes per item; starts empty at every start; `0` turns it off (docs/ARCHITECTURE.md, \"DRAM tier\"; `stats`' `granary_dram_*`)",
+        value: |c| Some(c.memory_limit.to_string()),
+        apply: |c, v| c.memory_limit = v.int(),
+    },
+    Setting {
         key: "io_spin_us",
         long: "io-spin-us",
         short: None,

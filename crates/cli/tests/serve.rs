@@ -332,6 +332,11 @@ fn bench_memcache_drives_granary_serve_and_reports_json() {
     assert!(machine > 0.0 && machine >= p["server_cpu_us_per_op"].as_f64().unwrap() * 0.5, "{p}");
     assert!(v["device_ref"].is_null() && v["ceiling_vs_memcached"].is_null(), "--no-device-ref");
     assert!(String::from_utf8_lossy(&out.stdout).contains("granary"));
+    // Granary's DRAM tier is a tenth of the data set, at least 1 MiB, and
+    // serves some of the Zipfian GETs.
+    assert!(v["granary_mib"].as_u64().unwrap() >= 1, "{v}");
+    assert!(p["dram_hit_ratio"].as_f64().is_some_and(|h| h > 0.0 && h <= 1.0), "{p}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("granary: -m {} ", v["granary_mib"])));
     // The data file is removed afterwards.
     assert!(!dir.path().join("bench-memcache-granary.db").exists());
 }
@@ -1128,4 +1133,35 @@ fn bench_ycsb_runs_go_ycsb_and_redis_benchmark_against_redis_and_granary() {
     // The servers' data folders are removed; their logs are kept.
     assert!(!dir.path().join("ycsb-redis-none").exists());
     assert!(dir.path().join("ycsb-redis-none.log").exists());
+}
+
+/// `-m` sizes the DRAM tier: repeated GETs of a key are its hits, a SET is
+/// seen by the next GET, and its figures are in `stats` (`granary_dram_*`)
+/// and on /metrics.
+#[test]
+fn dram_tier_serves_repeated_gets_and_reports_its_figures() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("tier.db");
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let s = Serve::start_with(&data, &["-m", "8", "--metrics", &metrics]);
+    let num = |name: &str| stat(&s, name).parse::<u64>().unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(num("granary_dram_limit_bytes"), 8 << 20);
+    assert_eq!(s.call(b"set k 0 0 5\r\nhello\r\n"), b"STORED\r\n");
+    let (hits, reads) = (num("granary_dram_hits"), num("granary_io_reads"));
+    for _ in 0..5 {
+        assert_eq!(s.call(b"get k\r\n"), b"VALUE k 0 5\r\nhello\r\nEND\r\n");
+    }
+    // The first GET reads the device and admits the value; the rest hit.
+    assert_eq!(num("granary_dram_hits"), hits + 4);
+    assert_eq!(num("granary_io_reads"), reads + 1);
+    assert_eq!(num("granary_dram_items"), 1);
+    assert!(num("granary_dram_admissions") >= 1 && num("granary_dram_misses") >= 1);
+    assert!(num("granary_dram_bytes") > 6);
+    assert_eq!(num("granary_dram_evictions"), 0);
+    assert_eq!(s.call(b"set k 0 0 3\r\nnew\r\nget k\r\n"), b"STORED\r\nVALUE k 0 3\r\nnew\r\nEND\r\n");
+    let (_, page) = http_get(&metrics, "/metrics");
+    assert!(sample(&page, "granary_dram_hits_total") >= 4.0);
+    assert_eq!(sample(&page, "granary_dram_limit_bytes"), (8 << 20) as f64);
+    assert!(page.contains("# TYPE granary_dram_bytes gauge"));
+    assert_eq!(s.signal(SIGTERM).code(), Some(0));
 }

@@ -60,6 +60,14 @@ impl Core {
         Ok(state)
     }
 
+    /// Let go of the DRAM tier's items of namespace id `id` (dropped, or
+    /// truncated away): nothing can read them again.
+    fn drop_tier_items(&self, id: u32) {
+        if let Some(t) = &self.keys.tier {
+            t.drop_keys(|k| crate::nskey::owner(k) == crate::nskey::Owner::Ns(id));
+        }
+    }
+
     /// Drop namespace `name`: its keys are gone at once; GC frees their
     /// space as it meets them.
     pub(crate) async fn drop_namespace(&self, name: &str) -> Result<()> {
@@ -80,6 +88,7 @@ impl Core {
         self.publish(&cat);
         self.space.request_sweep();
         self.counters.ns.write().unwrap_or_else(|e| e.into_inner()).remove(&gone.id);
+        self.drop_tier_items(gone.id);
         tracing::debug!(namespace = name, id = gone.id, "namespace dropped");
         Ok(())
     }
@@ -114,6 +123,7 @@ impl Core {
         self.publish(&cat);
         self.space.request_sweep();
         self.counters.ns.write().unwrap_or_else(|e| e.into_inner()).remove(&old);
+        self.drop_tier_items(old);
         tracing::debug!(namespace = name, old, id, "namespace truncated");
         Ok(id)
     }

@@ -120,6 +120,19 @@ impl Stats {
             "DRAM held by unsettled blind-overwrite links.",
             st.link_bytes,
         );
+        let d = &st.dram;
+        r.gauge(
+            "dram.limit_bytes",
+            "granary_dram_limit_bytes",
+            "Bound of the DRAM tier of hot values (0: off).",
+            d.limit_bytes,
+        )
+        .gauge("dram.bytes", "granary_dram_bytes", "DRAM the tier's items hold (keys, values, overhead).", d.bytes)
+        .gauge("dram.items", "granary_dram_items", "Items in the DRAM tier.", d.items)
+        .counter("dram.hits", "granary_dram_hits_total", "GETs served from the DRAM tier.", d.hits)
+        .counter("dram.misses", "granary_dram_misses_total", "GETs the DRAM tier could not serve.", d.misses)
+        .counter("dram.admissions", "granary_dram_admissions_total", "Values the DRAM tier took in.", d.admissions)
+        .counter("dram.evictions", "granary_dram_evictions_total", "Items the DRAM tier evicted.", d.evictions);
         let gc = &st.gc;
         r.counter("gc.victims", "granary_gc_victims_total", "Segments reclaimed by GC.", gc.victims)
             .counter(

@@ -345,6 +345,7 @@ pub(crate) fn drop_value(gc: Gc<'_>, v: u32, key: &[u8], pba: u64, what: Counted
     if !gc.keys.index.remove(h, pba) {
         return Ok(false);
     }
+    gc.keys.invalidate(key, h);
     // Until `v` is free on the device this version is still there: a new
     // value of the key written meanwhile must carry the supersedes flag,
     // and a delete must write a tombstone.

@@ -44,10 +44,13 @@ pub(crate) struct Keys {
     pub ns: crate::nskey::NsTable,
     /// Atomic batches being made visible (`crate::batch`).
     pub publishing: Publishing,
+    /// The DRAM tier of hot values, when on ([`crate::tier`]): a key's
+    /// item is dropped under its stripe whenever its index entry changes.
+    pub tier: Option<crate::tier::Tier>,
 }
 
 impl Keys {
-    pub(crate) fn new(index: Index, links: crate::links::Links) -> Keys {
+    pub(crate) fn new(index: Index, links: crate::links::Links, tier: Option<crate::tier::Tier>) -> Keys {
         Keys {
             index,
             stripes: (0..KEY_STRIPES).map(|_| async_lock::Mutex::new(())).collect(),
@@ -56,6 +59,7 @@ impl Keys {
             watch: SparseWatch::new(),
             ns: crate::nskey::NsTable::new(),
             publishing: Publishing::default(),
+            tier,
         }
     }
 
@@ -79,6 +83,14 @@ impl Keys {
     /// Take stripe `i`, yielding the executor while it waits.
     pub(crate) async fn stripe_at(&self, i: usize) -> async_lock::MutexGuard<'_, ()> {
         self.stripes[i].lock().await
+    }
+
+    /// Drop `key`'s DRAM tier item (its index entry changed); the caller
+    /// holds its stripe.
+    pub(crate) fn invalidate(&self, key: &[u8], h: u64) {
+        if let Some(t) = &self.tier {
+            t.invalidate(key, h);
+        }
     }
 
     /// Take the stripe of hash `h`, yielding the executor while it waits.

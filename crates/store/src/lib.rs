@@ -31,6 +31,9 @@
 //!   [`Cond`], [`Change`], [`Stats`], ...).
 //! - `open`: creating and opening a store, starting its background threads.
 //! - `read`: the read path (GETs, finding a key's current version).
+//! - `tier`: the DRAM tier of hot values in front of the device (off by
+//!   default: [`OpenOptions::dram_tier_bytes`]), and its freshness rule;
+//!   `tier_policy`: its admission and eviction policy (S3-FIFO).
 //! - `write`: the write path (PUTs, updates, DELETEs, `flush_all`).
 //! - `scan`: key scans (Redis SCAN, KEYS, RANDOMKEY): pages of one
 //!   namespace's keys under a cursor in home-slot space.
@@ -54,7 +57,7 @@
 //!
 //! Layers (a module uses only those below it; `tests/layers.rs` checks
 //! that no module cycle exists): `error`, `options`, `types`, `access`,
-//! `zerocopy`; `space`; `log`; `links`, `keys`; `counters`; `parts`;
+//! `tier_policy`, `tier`, `zerocopy`; `space`; `log`; `links`, `keys`; `counters`; `parts`;
 //! `settle`; `gc`, `checkpoint`; `recover`, `verify`, `coalesce`; and at
 //! the top the engine itself: `store` with its `open`, `read`, `write`
 //! and `scan`.
@@ -85,6 +88,8 @@ mod scan;
 mod settle;
 mod space;
 mod store;
+mod tier;
+mod tier_policy;
 mod types;
 mod verify;
 mod write;
@@ -104,9 +109,10 @@ pub use options::{
 };
 pub use provision::{provision, IfPresent, NewStore, Provisioned, Site, Undo};
 pub use store::{Namespace, Store};
+pub use tier::ITEM_OVERHEAD_BYTES as TIER_ITEM_OVERHEAD_BYTES;
 pub use types::{
-    Change, CheckpointStats, Cond, GcPause, GcStats, Item, ItemMeta, PutMode, PutOutcome, RecoveryReport, ScanPage,
-    Stats, RESERVED_KEY_PREFIX,
+    Change, CheckpointStats, Cond, DramStats, GcPause, GcStats, Item, ItemMeta, PutMode, PutOutcome, RecoveryReport,
+    ScanPage, Stats, RESERVED_KEY_PREFIX,
 };
 pub use verify::VerifyReport;
 pub use zerocopy::{PutBuf, ReceiveEnd, ValueBuf};
@@ -117,3 +123,5 @@ pub use granary_io as io;
 mod cache_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tier_tests;

@@ -400,8 +400,14 @@ impl Log {
     /// expiry or by a flush (`flush_all` of the default namespace: the
     /// floor hides its keys only).
     pub(crate) fn hidden(&self, hdr: &RecordHeader, key: &[u8], now: u32) -> bool {
-        hdr.expired_at(now)
-            || (hdr.seq <= self.flush_floor.load(Relaxed)
+        self.hidden_at(hdr.seq, hdr.expires, key, now)
+    }
+
+    /// [`Log::hidden`] of a record of sequence number `seq` and expiry
+    /// time `expires` (a DRAM tier item's).
+    pub(crate) fn hidden_at(&self, seq: u64, expires: u32, key: &[u8], now: u32) -> bool {
+        (expires != 0 && expires <= now)
+            || (seq <= self.flush_floor.load(Relaxed)
                 && crate::nskey::owner(key) == crate::nskey::Owner::Ns(crate::nskey::DEFAULT_NS))
     }
 

@@ -176,7 +176,7 @@ impl Store {
                     },
                 },
             ),
-            keys: Keys::new(Index::new(index_cfg), links),
+            keys: Keys::new(Index::new(index_cfg), links, crate::tier::Tier::new(opts.dram_tier_bytes)),
             counters,
             recovery: Mutex::new(RecoveryReport::default()),
             gc_counters: Default::default(),

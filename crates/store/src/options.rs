@@ -333,6 +333,13 @@ pub struct OpenOptions {
     pub gc_watermark: Watermark,
     /// Discard each segment GC frees (its records, not its header).
     pub discard: Discard,
+    /// DRAM for a tier of hot values in front of the device
+    /// ([`crate::TIER_ITEM_OVERHEAD_BYTES`] plus key and value per item,
+    /// admitted and evicted by S3-FIFO): a GET it serves reads nothing from
+    /// the device, and it never serves a value older than the device's.
+    /// 0 (the default): off. `granary serve -m` sets it (64 MiB by default
+    /// there). Starts empty at every open.
+    pub dram_tier_bytes: u64,
 }
 
 impl Default for OpenOptions {
@@ -356,6 +363,7 @@ impl Default for OpenOptions {
             gc_hot_cold: false,
             gc_watermark: Watermark::default(),
             discard: Discard::default(),
+            dram_tier_bytes: 0,
         }
     }
 }

@@ -13,17 +13,54 @@
 //! Every record read back is checked against its checksums, its segment's
 //! stamp and the size its index entry gives (`Log::read_record`); a
 //! record that fails is corruption, never a value.
+//!
+//! With the DRAM tier on ([`crate::tier`]), a GET first asks it: an item
+//! still current by the tier's freshness rule is served with no device
+//! read; a miss reads the device and offers the live value it found to the
+//! tier (not one found through a blind overwrite's link, whose location
+//! the index does not hold).
 
 use crate::access::{Clock0, ItemAccess};
 use crate::error::{Error, Result};
 use crate::namespace::NsState;
 use crate::store::{Core, Found};
+use crate::tier::Hot;
 use crate::types::{Item, ItemMeta};
-use crate::zerocopy::ValueBuf;
+use crate::zerocopy::{Bytes, ValueBuf};
 use granary_format::hash::key_hash;
 use granary_format::record::{self};
 use granary_index::Entry;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// A GET's live version of a key: read from the device, or held by the
+/// DRAM tier.
+pub(crate) enum Live {
+    Dev(Found),
+    Hot(Arc<Hot>),
+}
+
+impl Live {
+    /// Where its record lies.
+    fn pba(&self) -> u64 {
+        match self {
+            Live::Dev(f) => f.entry.pba(),
+            Live::Hot(h) => h.pba,
+        }
+    }
+
+    /// Found through a blind overwrite's link (no index entry of its own).
+    fn linked(&self) -> bool {
+        matches!(self, Live::Dev(f) if f.via.is_some())
+    }
+
+    fn item(&self) -> Item {
+        match self {
+            Live::Dev(f) => Core::item_of(f),
+            Live::Hot(h) => Item { value: h.value.to_vec(), meta: h.meta, cas: h.cas },
+        }
+    }
+}
 
 impl Core {
     /// Find the current version of `key`, reading the whole record with
@@ -173,20 +210,74 @@ impl Core {
         let (key, c) = self.scoped(ns, key)?;
         let found = self.read_live(&key, true).await?;
         c.got(found.is_some());
-        Ok(found.as_ref().map(Self::item_of))
+        Ok(found.as_ref().map(Live::item))
     }
 
-    /// [`Core::get_item`] without the reserved-namespace check.
+    /// [`Core::get_item`] without the reserved-namespace check (the
+    /// engine's own keys: never through the DRAM tier).
     pub(crate) async fn read_item(&self, key: &[u8]) -> Result<Option<Item>> {
-        Ok(self.read_live(key, true).await?.as_ref().map(Self::item_of))
+        self.counters.gets.fetch_add(1, Relaxed);
+        Ok(self.read_dev(key, key_hash(key), true).await?.as_ref().map(Self::item_of))
     }
 
-    /// A GET's lookup: the whole record of `key`'s live value, counted
-    /// and (cache mode) touching its segment; with `bump` (and access
-    /// tracking), marked as read now.
-    async fn read_live(&self, key: &[u8], bump: bool) -> Result<Option<Found>> {
+    /// A GET's lookup: `key`'s live value, from the DRAM tier or else the
+    /// whole record from the device, counted and (cache mode) touching its
+    /// segment; with `bump` (and access tracking), marked as read now.
+    async fn read_live(&self, key: &[u8], bump: bool) -> Result<Option<Live>> {
         self.counters.gets.fetch_add(1, Relaxed);
         let h = key_hash(key);
+        let Some(tier) = &self.keys.tier else {
+            return Ok(self.read_dev(key, h, bump).await?.map(Live::Dev));
+        };
+        if let Some(hot) = tier.get(key, h) {
+            // The freshness rule (`crate::tier`): the index still points at
+            // the item's location, and then (so a reuse of the segment
+            // that a newer version of the key could land in is seen) the
+            // segment there is still the one the record was read from.
+            let seg = self.log.sb.segment_of(hot.pba);
+            let indexed = self.keys.index.contains(h, hot.pba);
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+            if indexed && self.space.stamp(seg) == hot.stamp {
+                let now = if hot.meta.expires != 0 || (bump && self.track_access) { self.clock.now() } else { 0 };
+                if self.log.hidden_at(hot.seq, hot.meta.expires, key, now) {
+                    tier.drop_item(h, &hot);
+                    tier.counters.misses.fetch_add(1, Relaxed);
+                    return Ok(None);
+                }
+                tier.counters.hits.fetch_add(1, Relaxed);
+                self.counters.get_hits.fetch_add(1, Relaxed);
+                if self.evict {
+                    self.space.touch(seg);
+                }
+                if bump && self.track_access {
+                    let c = self.access_clock;
+                    self.keys.index.access(h, hot.pba, |w| c.bumped(w, now));
+                }
+                return Ok(Some(Live::Hot(hot)));
+            }
+            tier.drop_item(h, &hot);
+        }
+        tier.counters.misses.fetch_add(1, Relaxed);
+        let Some(f) = self.read_dev(key, h, bump).await? else { return Ok(None) };
+        if f.via.is_none() {
+            tier.admit(
+                h,
+                Hot {
+                    key: key.into(),
+                    value: record::value_of(&f.hdr, &f.buf).into(),
+                    meta: ItemMeta { flags: f.hdr.user_flags, expires: f.hdr.expires, stale: f.hdr.stale },
+                    cas: record::cas_of(&f.hdr, &f.buf),
+                    seq: f.hdr.seq,
+                    pba: f.entry.pba(),
+                    stamp: f.hdr.seg_stamp,
+                },
+            );
+        }
+        Ok(Some(Live::Dev(f)))
+    }
+
+    /// [`Core::read_live`] from the device.
+    async fn read_dev(&self, key: &[u8], h: u64, bump: bool) -> Result<Option<Found>> {
         let Some(f) = self.find(key, h, true, true).await? else { return Ok(None) };
         if f.hdr.batch {
             // Its batch may be half visible still: read once all of it is.
@@ -226,17 +317,17 @@ impl Core {
         let found = self.read_live(&key, false).await?;
         c.got(found.is_some());
         let Some(f) = found else { return Ok(None) };
-        let item = Self::item_of(&f);
+        let item = f.item();
         let want = want_win(&item);
         let now = self.clock.now();
         let fresh = crate::Access { fetched: false, last_access: now, win_sent: false };
         // Found through a blind overwrite's link, it has no index entry (so
         // no access word) until the link is settled: read as untracked.
-        if !self.track_access || f.via.is_some() {
+        if !self.track_access || f.linked() {
             return Ok(Some(ItemAccess { item, prior: fresh, won: want }));
         }
         let c = self.access_clock;
-        let old = self.keys.index.access(key_hash(&key), f.entry.pba(), |w| {
+        let old = self.keys.index.access(key_hash(&key), f.pba(), |w| {
             let w2 = if bump { c.bumped(w, now) } else { w };
             if want && !Clock0::is_won(w) {
                 Clock0::won(w2)
@@ -257,13 +348,20 @@ impl Core {
         let (key, c) = self.scoped(ns, key)?;
         let found = self.read_live(&key, true).await?;
         c.got(found.is_some());
-        let Some(f) = found else { return Ok(None) };
+        let f = match found {
+            None => return Ok(None),
+            Some(Live::Hot(hot)) => {
+                let (len, meta, cas) = (hot.value.len(), hot.meta, hot.cas);
+                return Ok(Some(ValueBuf { buf: Bytes::Hot(hot), start: 0, len, meta, cas }));
+            }
+            Some(Live::Dev(f)) => f,
+        };
         Ok(Some(ValueBuf {
             start: f.hdr.value_start(),
             len: f.hdr.user_value_len() as usize,
             meta: ItemMeta { flags: f.hdr.user_flags, expires: f.hdr.expires, stale: f.hdr.stale },
             cas: record::cas_of(&f.hdr, &f.buf),
-            buf: f.buf,
+            buf: Bytes::Record(f.buf),
         }))
     }
 

@@ -258,6 +258,7 @@ impl Core {
             blind_overwrites: c.blind.load(Relaxed),
             unsettled_links: links.0,
             link_bytes: links.1,
+            dram: self.keys.tier.as_ref().map(|t| t.stats()).unwrap_or_default(),
         }
     }
 

@@ -186,6 +186,26 @@ pub struct Stats {
     /// their links hold.
     pub unsettled_links: u64,
     pub link_bytes: u64,
+    /// The DRAM tier of hot values ([`OpenOptions::dram_tier_bytes`](crate::OpenOptions::dram_tier_bytes)).
+    pub dram: DramStats,
+}
+
+/// Figures of the DRAM tier (all 0 when it is off).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DramStats {
+    /// The configured bound.
+    pub limit_bytes: u64,
+    /// DRAM its items hold: keys, values and per-item overhead.
+    pub bytes: u64,
+    pub items: u64,
+    /// GETs served from it, and GETs it could not serve (absent, or no
+    /// longer current).
+    pub hits: u64,
+    pub misses: u64,
+    /// Values it took in (read on a miss, or written over an item it
+    /// held), and items its policy evicted.
+    pub admissions: u64,
+    pub evictions: u64,
 }
 
 impl Stats {

@@ -376,6 +376,14 @@ impl Core {
         let Version { meta, cas, policy } = v;
         let seq = self.log.next_seq.fetch_add(1, Relaxed);
         let value_len = value.value_len();
+        // A key the DRAM tier holds keeps its item, with the new value
+        // (a hot key that is also written would otherwise miss after each
+        // write): a slice's value is at hand; a record buffer's (large
+        // values) is not copied, and the write just drops the item.
+        let refresh = match (&self.keys.tier, &value) {
+            (Some(t), Payload::Slice(v)) if t.holds(key, h) => Some(*v),
+            _ => None,
+        };
         let with_cas;
         let (payload, hdr) = match (cas, value) {
             (Some(c), Payload::Slice(v)) => {
@@ -398,6 +406,7 @@ impl Core {
                 let committed = self.commit_blind(key, h, e, loc, policy).await;
                 self.space.done(loc.seg);
                 committed?;
+                self.refresh_tier(key, h, refresh, meta, cas.unwrap_or(seq), seq, loc);
                 self.counters.puts.fetch_add(1, Relaxed);
                 self.counters.user_bytes.fetch_add(key.len() as u64 + value_len, Relaxed);
                 return Ok(cas.unwrap_or(seq));
@@ -418,9 +427,22 @@ impl Core {
         let committed = self.commit(key, h, existing, loc, false, policy).await;
         self.space.done(loc.seg);
         committed?;
+        self.refresh_tier(key, h, refresh, meta, cas.unwrap_or(seq), seq, loc);
         self.counters.puts.fetch_add(1, Relaxed);
         self.counters.user_bytes.fetch_add(key.len() as u64 + value_len, Relaxed);
         Ok(cas.unwrap_or(seq))
+    }
+
+    /// After a write of `key` committed at `loc` (under its stripe): the
+    /// DRAM tier's item becomes the new version, when `value` is given
+    /// (the tier held the key before the write).
+    // The new version's fields, as `write_value` has them.
+    #[allow(clippy::too_many_arguments)]
+    fn refresh_tier(&self, key: &[u8], h: u64, value: Option<&[u8]>, meta: ItemMeta, cas: u64, seq: u64, loc: Loc) {
+        let (Some(t), Some(value)) = (&self.keys.tier, value) else { return };
+        let hot =
+            crate::tier::Hot { key: key.into(), value: value.into(), meta, cas, seq, pba: loc.pba, stamp: loc.stamp };
+        t.refresh(h, hot);
     }
 
     /// Write a tombstone for `key` (under its stripe) replacing `existing`
@@ -658,6 +680,7 @@ impl Core {
             }
         }
         self.space.add_live(loc.seg, loc.grains * g);
+        self.keys.invalidate(key, h);
         Ok(())
     }
 
@@ -712,6 +735,7 @@ impl Core {
         // another key's, settling its link counts this key as added then.
         let old = Counted::new(false, e.kv_size() as u64 * g);
         self.counters.replaced(key, old, Counted::new(false, loc.grains * g));
+        self.keys.invalidate(key, h);
         Ok(())
     }
 }

@@ -80,9 +80,15 @@ proptest! {
 }
 
 /// Blind overwrites on whatever the device (the in-memory one leaves them
-/// off by default), so that colliding keys displace each other.
+/// off by default), so that colliding keys displace each other; and the
+/// DRAM tier on, so that GETs between those writes are served from it
+/// (and must still match the model).
 fn opts() -> OpenOptions {
-    OpenOptions { blind_overwrite_bytes: Some(granary_store::BLIND_OVERWRITE_BYTES_DEFAULT), ..OpenOptions::default() }
+    OpenOptions {
+        blind_overwrite_bytes: Some(granary_store::BLIND_OVERWRITE_BYTES_DEFAULT),
+        dram_tier_bytes: 4 << 20,
+        ..OpenOptions::default()
+    }
 }
 
 fn run_model(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
