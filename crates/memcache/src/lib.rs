@@ -29,6 +29,8 @@ mod binary;
 mod conn;
 mod context;
 mod exec;
+#[doc(hidden)]
+pub mod fuzzing;
 mod parse;
 mod stats;
 

@@ -784,7 +784,7 @@ pub(crate) fn b64_encode(b: &[u8]) -> Vec<u8> {
 }
 
 /// Standard base64 with padding; None for anything else.
-fn b64_decode(s: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn b64_decode(s: &[u8]) -> Option<Vec<u8>> {
     if s.is_empty() || !s.len().is_multiple_of(4) {
         return None;
     }

@@ -32,6 +32,8 @@ pub mod limits;
 
 mod conn;
 mod exec;
+#[doc(hidden)]
+pub mod fuzzing;
 mod parse;
 mod server;
 mod stats;

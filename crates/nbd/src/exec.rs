@@ -47,7 +47,7 @@ fn flags_allowed(kind: u16) -> u16 {
 }
 
 /// Why a request is refused before it runs: the error value of its reply.
-fn check<E>(t: &Target<E>, r: &Request) -> Result<(), u32> {
+pub(crate) fn check<E>(t: &Target<E>, r: &Request) -> Result<(), u32> {
     if r.flags & !flags_allowed(r.kind) != 0 {
         return Err(EINVAL);
     }

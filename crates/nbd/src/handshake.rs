@@ -119,7 +119,7 @@ async fn read_option(stream: &TcpStream, stats: &NbdStats, deadline: Instant) ->
 
 /// An `NBD_OPT_INFO` or `NBD_OPT_GO` request: the name and the information
 /// asked for; None if malformed.
-fn parse_info(data: &[u8]) -> Option<(&[u8], Vec<u16>)> {
+pub(crate) fn parse_info(data: &[u8]) -> Option<(&[u8], Vec<u16>)> {
     let name_len = be32(data.get(..4)?) as usize;
     let rest = &data[4..];
     let name = rest.get(..name_len)?;
@@ -137,7 +137,7 @@ type Opened<E> = (Arc<E>, Geometry, String);
 
 /// The export `name` and its geometry, or the option error to answer
 /// (reply type, message).
-fn open<X: Exports>(exports: &X, name: &[u8]) -> Result<Opened<X::Export>, (u32, String)> {
+pub(crate) fn open<X: Exports>(exports: &X, name: &[u8]) -> Result<Opened<X::Export>, (u32, String)> {
     let shown = String::from_utf8_lossy(name);
     let unknown = || (REP_ERR_UNKNOWN, format!("no export named {shown:?}"));
     let name = std::str::from_utf8(name).map_err(|_| unknown())?;
@@ -157,7 +157,7 @@ fn open<X: Exports>(exports: &X, name: &[u8]) -> Result<Opened<X::Export>, (u32,
 
 /// The replies to a successful `NBD_OPT_INFO` or `NBD_OPT_GO`: the
 /// export's info, the information asked for, the ACK.
-fn info_replies<E: Export>(out: &mut Vec<u8>, option: u32, e: &E, g: &Geometry, name: &str, asked: &[u16]) {
+pub(crate) fn info_replies<E: Export>(out: &mut Vec<u8>, option: u32, e: &E, g: &Geometry, name: &str, asked: &[u16]) {
     let mut export = INFO_EXPORT.to_be_bytes().to_vec();
     export.extend_from_slice(&g.size_bytes.to_be_bytes());
     export.extend_from_slice(&TRANSMISSION_FLAGS.to_be_bytes());

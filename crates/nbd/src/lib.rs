@@ -40,6 +40,8 @@ pub mod proto;
 
 mod conn;
 mod exec;
+#[doc(hidden)]
+pub mod fuzzing;
 mod handshake;
 mod server;
 mod stats;

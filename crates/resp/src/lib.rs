@@ -28,6 +28,8 @@ pub mod limits;
 mod conn;
 mod exec;
 mod float;
+#[doc(hidden)]
+pub mod fuzzing;
 mod glob;
 mod keys;
 mod parse;

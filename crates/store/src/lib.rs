@@ -71,6 +71,8 @@ mod coalesce;
 mod counters;
 pub mod error;
 mod figures;
+#[doc(hidden)]
+pub mod fuzzing;
 mod gc;
 mod keys;
 mod links;

@@ -1,0 +1,83 @@
+//! Entry points for the fuzz targets (`crates/fuzz`, `fuzz/`): the request
+//! decoders run over untrusted bytes as a connection runs them, with the
+//! invariants they promise checked. Not part of the crate's API.
+//!
+//! Invariants checked: no decoder panics; a frame never claims more bytes
+//! than the input holds; a whole request is incomplete without its last
+//! byte; a refused line skips no more than the input holds.
+
+use crate::binary;
+use crate::limits::{ITEM_BYTES_DEFAULT, LINE_BYTES_MAX};
+use crate::parse::{self, Frame};
+
+/// Text and meta requests: frame lines, parse each, and take its data
+/// block (if any) as the connection does.
+pub fn text(data: &[u8]) {
+    let mut buf = data;
+    while !buf.is_empty() {
+        let (line, used) = match parse::frame(buf) {
+            Frame::Line(line, used) => (line, used),
+            Frame::Incomplete => {
+                assert!(buf.len() <= LINE_BYTES_MAX);
+                return;
+            }
+            Frame::TooLong => {
+                assert!(buf.len() > LINE_BYTES_MAX);
+                return;
+            }
+        };
+        assert!(used <= buf.len() && line.len() < used);
+        buf = &buf[used..];
+        let p = parse::parse(line);
+        if p.request.is_err() {
+            assert!(p.skip == 0 || p.cmd == Some(&b"ms"[..]));
+        }
+        let block = match &p.request {
+            Ok(r) => r.data_len(),
+            Err(_) if p.skip > 0 => Some(p.skip.saturating_sub(2)),
+            Err(_) => None,
+        };
+        if let Some(len) = block {
+            // The data block and its "\r\n".
+            let Some(need) = len.checked_add(2) else { return };
+            if buf.len() < need {
+                return;
+            }
+            let _ = parse::value(&buf[..need]);
+            buf = &buf[need..];
+        }
+    }
+}
+
+/// Standard base64 as meta commands decode keys (the `b` flag): what
+/// decodes has the length its padding says.
+pub fn base64(data: &[u8]) {
+    if let Some(v) = parse::b64_decode(data) {
+        let pad = data.iter().rev().take_while(|&&x| x == b'=').count();
+        assert_eq!(v.len(), data.len() / 4 * 3 - pad);
+    }
+}
+
+/// Binary requests: frame packets one after another (values of at most
+/// `item_bytes_max`) as the connection does.
+pub fn binary(data: &[u8]) {
+    let mut buf = data;
+    // A small item limit reaches the "value too large" path with short inputs.
+    let item_max = if data.first().is_some_and(|b| b & 1 == 1) { 64 } else { ITEM_BYTES_DEFAULT };
+    loop {
+        match binary::frame(buf, item_max) {
+            binary::Frame::Request(p, total) => {
+                assert!(total <= buf.len() && total >= binary::HEADER_BYTES);
+                assert_eq!(p.extras.len() + p.key.len() + p.value.len() + binary::HEADER_BYTES, total);
+                assert_eq!(binary::frame(&buf[..total - 1], item_max), binary::Frame::Incomplete);
+                buf = &buf[total..];
+            }
+            binary::Frame::Skip { consumed, skip, key, .. } => {
+                assert!(consumed <= buf.len() && key.len() <= consumed);
+                let rest = &buf[consumed..];
+                buf = &rest[skip.min(rest.len())..];
+            }
+            binary::Frame::Incomplete | binary::Frame::Close { .. } => return,
+        }
+    }
+}
