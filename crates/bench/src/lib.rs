@@ -37,5 +37,6 @@ pub mod nbd;
 pub mod progress;
 pub mod recovery;
 pub mod report;
+pub mod soak;
 pub mod txn;
 pub mod ycsb;

@@ -43,6 +43,10 @@ enum BenchCmd {
     /// GET/PUT at queue depths 1..128 on a real file, sync and io_uring
     /// backends, against fio on the same file in the same run.
     Device(DeviceBenchArgs),
+    /// Memcache, RESP and native clients against `granary serve` (store
+    /// mode), SIGKILLed and restarted every few seconds; every key checked
+    /// against a model of the acknowledged writes after each restart.
+    Soak(SoakArgs),
     /// The native protocol over loopback against the embedded engine on
     /// the same store, at several pipeline depths.
     Native(NativeBenchArgs),
@@ -737,6 +741,37 @@ fn run(cmd: BenchCmd) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        BenchCmd::Soak(a) => {
+            let secs = a.seconds.unwrap_or(a.minutes * 60.0);
+            if !(secs > 0.0 && secs.is_finite() && a.kill_every_secs > 0.0) {
+                return Err("--minutes/--seconds and --kill-every-secs must be positive".into());
+            }
+            let granary = match a.granary {
+                Some(g) => g,
+                None => std::env::current_exe().map_err(|e| e.to_string())?.with_file_name("granary"),
+            };
+            let seed = a.seed.unwrap_or_else(|| {
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+            });
+            let o = granary_bench::soak::SoakOptions {
+                granary,
+                dir: a.dir,
+                duration: std::time::Duration::from_secs_f64(secs),
+                kill_every: std::time::Duration::from_secs_f64(a.kill_every_secs),
+                keys: a.keys,
+                seed,
+            };
+            let r = granary_bench::soak::run(&o).map_err(|e| format!("soak (seed {seed}): {e}"))?;
+            println!("{}", serde_json::to_string_pretty(&granary_bench::soak::to_json(&o, &r)).unwrap_or_default());
+            print!("{}", granary_bench::soak::render(&o, &r));
+            if let Some(path) = a.json {
+                write_json(&path, &granary_bench::soak::to_json(&o, &r))?;
+            }
+            if !r.lost.is_empty() {
+                return Err(format!("soak (seed {seed}): acknowledged writes lost or changed:\n{}", r.lost.join("\n")));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         BenchCmd::Device(a) => {
             if a.depths.is_empty() || a.depths.contains(&0) || a.depths.iter().any(|&d| d > 1024) {
                 return Err("--depths needs queue depths between 1 and 1024, e.g. 1,8,128".into());
@@ -777,6 +812,34 @@ fn run(cmd: BenchCmd) -> Result<ExitCode, String> {
 }
 
 /// Write a benchmark's JSON result and say where.
+#[derive(clap::Args)]
+struct SoakArgs {
+    /// How long to run.
+    #[arg(long, default_value_t = 30.0)]
+    minutes: f64,
+    /// How long to run, in seconds (overrides --minutes; for short runs).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Mean time between SIGKILLs (each seeded within half to 1.5 times it).
+    #[arg(long, default_value_t = 10.0)]
+    kill_every_secs: f64,
+    /// Keys per protocol.
+    #[arg(long, default_value_t = 2000)]
+    keys: u64,
+    /// Where the store file goes (removed at the end).
+    #[arg(long, default_value = "granary-soak")]
+    dir: PathBuf,
+    /// The `granary` binary (default: beside this one).
+    #[arg(long)]
+    granary: Option<PathBuf>,
+    /// The workload's seed (default: from the clock; printed either way).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
 fn write_json(path: &std::path::Path, v: &serde_json::Value) -> Result<(), String> {
     let text = serde_json::to_string_pretty(v).map_err(|e| e.to_string())?;
     std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;

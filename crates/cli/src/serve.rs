@@ -300,7 +300,7 @@ fn open_or_create(a: &Config, signals: libc::sigset_t, opts: &OpenOptions) -> Re
         Io::Sync => IoBackend::Sync,
     };
     let at = |e: granary_store::Error| format!("{}: {e}", a.data.display());
-    let site = Site::inspect(&a.data, IfPresent::Open).map_err(at)?;
+    let site = fault_injection(Site::inspect(&a.data, IfPresent::Open).map_err(at)?)?;
     if site.removed_unfinished() {
         tracing::warn!(data = %a.data.display(),
             "an earlier creation was interrupted before the store was written (it held nothing): removed, creating it again");
@@ -323,6 +323,20 @@ fn open_or_create(a: &Config, signals: libc::sigset_t, opts: &OpenOptions) -> Re
     let p = site.create(mode, backend, &new, opts).map_err(at)?;
     tracing::info!(data = %a.data.display(), size = %size::human(a.size), "store open: created");
     Ok(p)
+}
+
+/// For tests only: with [`granary_store::io::inject::CONTROL_VAR`] set to
+/// a path, the device is wrapped in a fault-injecting one whose faults are
+/// set through a Unix socket made at that path (docs/FAULTS.md).
+fn fault_injection(site: Site) -> Result<Site, String> {
+    use granary_store::io::inject::{self, Controls, InjectDevice};
+    let Some(path) = std::env::var_os(inject::CONTROL_VAR) else { return Ok(site) };
+    let path = PathBuf::from(path);
+    let controls = Arc::new(Controls::new());
+    inject::serve_control(&path, controls.clone())
+        .map_err(|e| format!("fault injection: control socket {}: {e}", path.display()))?;
+    tracing::warn!(control = %path.display(), "fault injection enabled (for tests only)");
+    Ok(site.wrap_device(Box::new(move |dev| Arc::new(InjectDevice::with_controls(dev, controls)))))
 }
 
 fn run(a: Config) -> Result<(), String> {

@@ -29,6 +29,7 @@
 pub mod buf;
 pub mod fault;
 pub mod file;
+pub mod inject;
 pub mod memory;
 pub mod spec;
 pub mod stripe;
@@ -38,6 +39,7 @@ pub mod zoned;
 pub use buf::AlignedBuf;
 pub use fault::{CrashKind, FaultDevice, OpKind, SimRng, TraceEvent};
 pub use file::{FileDevice, IoBackend, OpenMode};
+pub use inject::InjectDevice;
 pub use memory::MemDevice;
 pub use spec::DeviceSpec;
 pub use stripe::StripedDevice;

@@ -124,7 +124,9 @@ impl<'a, S: Sink> Exec<'a, S> {
                 // Device trouble is the operator's business; a request the
                 // store refuses (a reserved key, say) is only the client's,
                 // and must not let a client flood the log.
-                if matches!(e, Error::Io { .. } | Error::Corruption { .. } | Error::Poisoned { .. }) {
+                // A read-only store (`Poisoned`) logged its cause once: its
+                // refusals are not logged again per request.
+                if matches!(e, Error::Io { .. } | Error::Corruption { .. }) {
                     tracing::warn!(error = %e, "request failed in the store");
                 } else {
                     tracing::debug!(error = %e, "request refused by the store");

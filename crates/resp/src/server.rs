@@ -176,7 +176,7 @@ pub(crate) fn info(ctx: &Ctx, _client: &Client, sections: &[&[u8]]) -> String {
             "total_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
              total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\n\
              total_error_replies:{}\r\ngranary_protocol_errors:{}\r\ngranary_txn_commits:{}\r\n\
-             granary_txn_retries:{}\r\ngranary_txn_watch_aborts:{}\r\n",
+             granary_txn_retries:{}\r\ngranary_txn_watch_aborts:{}\r\ngranary_read_only:{}\r\n",
             st.listener.total_connections.load(Relaxed),
             st.commands.load(Relaxed),
             st.listener.rejected_connections.load(Relaxed),
@@ -189,6 +189,7 @@ pub(crate) fn info(ctx: &Ctx, _client: &Client, sections: &[&[u8]]) -> String {
             st.txn_commits.load(Relaxed),
             st.txn_retries.load(Relaxed),
             st.txn_aborts.load(Relaxed),
+            u8::from(store.read_only.is_some()),
         );
     });
     section("keyspace", "Keyspace", &mut |o| {

@@ -41,7 +41,13 @@ impl Stats {
                 st.tombstones,
             )
             .gauge("live_bytes", "granary_store_live_bytes", "Bytes of the records the index points at.", st.live_bytes)
-            .info("value_bytes_max", "Largest value the store holds (with a short key).", st.value_bytes_max);
+            .info("value_bytes_max", "Largest value the store holds (with a short key).", st.value_bytes_max)
+            .gauge(
+                "read_only",
+                "granary_store_read_only",
+                "1 once a device write or flush failed: writes are refused until the store is reopened.",
+                u64::from(st.read_only.is_some()),
+            );
         let ops = [
             ("gets", "get", st.gets),
             ("get_hits", "get_hit", st.get_hits),

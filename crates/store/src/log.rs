@@ -420,10 +420,18 @@ impl Log {
     }
 
     /// A device operation failed: refuse writes from now on; returns `err`.
+    /// Logged once: the first failure that poisons the store (later ones
+    /// are the same device's trouble, and come back to their callers).
     pub(crate) fn poison(&self, err: Error) -> Error {
-        let _ = self.poisoned.set(err.to_string());
-        tracing::error!(error = %err, "device failure: the store now refuses writes until reopened");
+        if self.poisoned.set(err.to_string()).is_ok() {
+            tracing::error!(error = %err, "device failure: the store is read-only until reopened (reads continue)");
+        }
         err
+    }
+
+    /// Why the store refuses writes, once poisoned.
+    pub(crate) fn poisoned(&self) -> Option<String> {
+        self.poisoned.get().cloned()
     }
 
     /// Flush the device, in `Flush` mode only; `offset` is the write the

@@ -14,9 +14,10 @@
 //!   start never leaves a new file behind.
 
 use crate::{CreateOptions, Error, OpenOptions, Result, Store};
-use granary_io::{DeviceSpec, IoBackend, OpenMode};
+use granary_io::{Device, DeviceSpec, IoBackend, OpenMode};
 use std::io;
 use std::path::Path;
+use std::sync::Arc;
 
 /// What to do when the path already holds something.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,7 +94,12 @@ pub struct Site {
     spec: DeviceSpec,
     holds_store: bool,
     removed_unfinished: bool,
+    /// What the opened device is wrapped in before the store uses it.
+    wrap: Option<DeviceWrapper>,
 }
+
+/// A wrapper for the device a [`Site`] opens (fault injection in tests).
+pub type DeviceWrapper = Box<dyn FnOnce(Arc<dyn Device>) -> Arc<dyn Device>>;
 
 impl Site {
     /// Look at `path`. With [`IfPresent::Open`], an interrupted creation is
@@ -113,7 +119,7 @@ impl Site {
                 (false, false)
             }
         };
-        Ok(Site { spec, holds_store, removed_unfinished })
+        Ok(Site { spec, holds_store, removed_unfinished, wrap: None })
     }
 
     /// Whether a store (or at least something to open as one) is there.
@@ -126,9 +132,28 @@ impl Site {
         self.removed_unfinished
     }
 
+    /// Hand the device to `wrap` once it is opened or created, and the
+    /// store what it returns (`granary serve`'s fault injection for tests).
+    pub fn wrap_device(mut self, wrap: DeviceWrapper) -> Site {
+        self.wrap = Some(wrap);
+        self
+    }
+
+    fn wrapped(wrap: Option<DeviceWrapper>, dev: Arc<dyn Device>) -> Arc<dyn Device> {
+        match wrap {
+            Some(w) => w(dev),
+            None => dev,
+        }
+    }
+
     /// Open the store that is there.
     pub fn open(self, mode: OpenMode, backend: IoBackend, opts: &OpenOptions) -> Result<Provisioned> {
-        let store = self.spec.open(mode, backend).map_err(Error::Device).and_then(|d| Store::open(d, opts))?;
+        let wrap = self.wrap;
+        let store = self
+            .spec
+            .open(mode, backend)
+            .map_err(Error::Device)
+            .and_then(|d| Store::open(Site::wrapped(wrap, d), opts))?;
         Ok(Provisioned { store, created: false, removed_unfinished: self.removed_unfinished, spec: self.spec })
     }
 
@@ -150,6 +175,7 @@ impl Site {
         let dev = spec
             .create_with_progress(new.size_bytes, new.stripe_bytes, mode, backend, new.fill_progress)
             .map_err(Error::Device)?;
+        let dev = Site::wrapped(self.wrap, dev);
         let store = Store::create(dev, &new.create, opts).inspect_err(|_| spec.remove_files())?;
         Ok(Provisioned { store, created: true, removed_unfinished: self.removed_unfinished, spec })
     }

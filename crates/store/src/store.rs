@@ -259,6 +259,7 @@ impl Core {
             unsettled_links: links.0,
             link_bytes: links.1,
             dram: self.keys.tier.as_ref().map(|t| t.stats()).unwrap_or_default(),
+            read_only: self.log.poisoned(),
         }
     }
 

@@ -399,14 +399,19 @@ fn full_device_returns_no_space_and_keeps_data() {
 fn failed_write_poisons_until_reopen() {
     let (dev, s) = mem_store(16 << 20, 1 << 20, 512);
     s.put(b"a", b"1").unwrap();
+    assert_eq!(s.stats().read_only, None);
     dev.fail_writes(true);
     assert!(matches!(s.put(b"b", b"2"), Err(Error::Io { .. })));
+    let cause = s.stats().read_only.expect("read-only after a failed write");
+    assert!(cause.contains("write failed"), "{cause}");
+    assert!(s.stats().registry().pairs().contains(&("read_only".into(), "1".into())));
     dev.fail_writes(false);
     let err = s.put(b"c", b"3").unwrap_err();
     assert!(matches!(err, Error::Poisoned { .. }), "{err}");
     assert!(matches!(s.delete(b"a"), Err(Error::Poisoned { .. })));
     assert_eq!(s.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
     let s = reopen(&dev, s);
+    assert_eq!(s.stats().read_only, None);
     s.put(b"c", b"3").unwrap();
     assert_eq!(s.get(b"b").unwrap(), None);
 }

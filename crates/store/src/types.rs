@@ -188,6 +188,9 @@ pub struct Stats {
     pub link_bytes: u64,
     /// The DRAM tier of hot values ([`OpenOptions::dram_tier_bytes`](crate::OpenOptions::dram_tier_bytes)).
     pub dram: DramStats,
+    /// Why the store refuses writes (read-only until reopened), once a
+    /// device write or flush failed; None while it is writable.
+    pub read_only: Option<String>,
 }
 
 /// Figures of the DRAM tier (all 0 when it is off).

@@ -73,7 +73,9 @@ impl<S: Sink> Exec<'_, S> {
                 status::E2BIG
             }
             e => {
-                if matches!(e, Error::Io { .. } | Error::Corruption { .. } | Error::Poisoned { .. }) {
+                // A read-only store (`Poisoned`) logged its cause once: its
+                // refusals are not logged again per request.
+                if matches!(e, Error::Io { .. } | Error::Corruption { .. }) {
                     tracing::warn!(error = %e, "request failed in the store");
                 } else {
                     tracing::debug!(error = %e, "request refused by the store");
