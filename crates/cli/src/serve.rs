@@ -3,7 +3,7 @@
 //! index checkpoint, so the next start reads no log).
 
 use crate::settings::{self, SettingFlags};
-use granary_cli::{progress, signals, size};
+use granary_cli::{fdlimit, progress, signals, size};
 use granary_memcache::{limits, Server, ServerConfig};
 use granary_native::NativeConfig;
 use granary_resp::RespConfig;
@@ -341,6 +341,12 @@ fn fault_injection(site: Site) -> Result<Site, String> {
 
 fn run(a: Config) -> Result<(), String> {
     let signals = signals::block_stop_signals();
+    // Every listener may hold conn_limit connections: the descriptors for
+    // them, or a clear refusal now rather than EMFILE on accept later.
+    let serving = 1 + usize::from(a.native) + usize::from(a.resp) + usize::from(a.nbd_port != 0);
+    let fds = fdlimit::raise_to(fdlimit::fds_needed(a.conn_limit, serving))
+        .map_err(|e| format!("conn_limit = {} on {serving} listeners: {e}", a.conn_limit))?;
+    tracing::debug!(fds, "file descriptor limit");
     let listeners = Listeners::bind(&a)?;
     let opts = OpenOptions {
         durability: if a.flush { Durability::Flush } else { Durability::Direct },

@@ -296,11 +296,10 @@ async fn receive_value(session: &Session, pb: PutBuf) -> Option<PutBuf> {
 /// One connection's request loop, until the client closes, a send fails,
 /// `quit`, a line too long, the idle timeout or a drain.
 pub(crate) async fn serve(session: &Session, ctx: &Ctx) {
-    let out = Output { ctx, stream: session.stream(), buf: Vec::with_capacity(4096), dead: false, input_bytes: 0 };
+    // Buffers grow with what comes and go while the client is idle.
+    let out = Output { ctx, stream: session.stream(), buf: Vec::new(), dead: false, input_bytes: 0 };
     let mut conn = Conn { ctx, out, swallow: 0, receiving: None, binary: None };
-    let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
-    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
-    conn.out.input_bytes = input.capacity() + chunk.len();
+    let mut input: Vec<u8> = Vec::new();
     loop {
         let mut pos = 0;
         let mut close = false;
@@ -346,14 +345,13 @@ pub(crate) async fn serve(session: &Session, ctx: &Ctx) {
         }
         // Ends the session once the listener drains: what was read is
         // done; read no more.
-        match session.recv(chunk).await {
-            Ok((n, c)) => {
-                input.extend_from_slice(&c[..n]);
-                chunk = c;
-                conn.out.input_bytes = input.capacity() + chunk.len();
-                conn.out.account();
-            }
-            Err(_) => return,
+        if conn.out.buf.capacity() > granary_server::OUTPUT_KEEP_BYTES {
+            conn.out.buf = Vec::new();
         }
+        if session.recv_into(&mut input).await.is_err() {
+            return;
+        }
+        conn.out.input_bytes = input.capacity() + granary_server::READ_CHUNK_BYTES;
+        conn.out.account();
     }
 }

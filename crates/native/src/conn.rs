@@ -254,10 +254,11 @@ async fn start_request(conn: &Rc<Conn>, ctx: &Arc<Ctx>, h: Header, job: Job, fli
 /// ends or a frame is malformed.
 async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
     let session = &conn.session;
-    let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
-    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    // The input grows with what comes and goes while the client is idle.
+    let mut input: Vec<u8> = Vec::new();
+    let chunk_bytes = granary_server::READ_CHUNK_BYTES;
     let mut seq = 0u64;
-    conn.input_bytes.set(input.capacity() + chunk.len());
+    conn.input_bytes.set(chunk_bytes);
     loop {
         // Start every complete request in the input.
         let mut pos = 0;
@@ -297,7 +298,7 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
             }
             let (job, flight) = match put {
                 Some(mut p) => {
-                    conn.input_bytes.set(input.capacity() + chunk.len() + p.pb.value_len());
+                    conn.input_bytes.set(input.capacity() + chunk_bytes + p.pb.value_len());
                     let Some(pb) = receive_into(session, p.pb).await else { return };
                     p.pb = pb;
                     let flight = Flight::put(&p.name, &p.key, seq, p.pb.value_len());
@@ -321,10 +322,10 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
         input.drain(..pos);
         // Ends the loop once the client closes, the idle timeout passes or
         // the listener drains (what was read is done; nothing more is).
-        let Ok((n, c)) = session.recv(chunk).await else { return };
-        chunk = c;
-        input.extend_from_slice(&chunk[..n]);
-        conn.input_bytes.set(input.capacity() + chunk.len());
+        if session.recv_into(&mut input).await.is_err() {
+            return;
+        }
+        conn.input_bytes.set(input.capacity() + chunk_bytes);
         conn.account(&ctx.stats);
     }
 }

@@ -43,9 +43,9 @@ pub(crate) async fn serve(session: &Session, ctx: &Ctx) {
     let id = ctx.stats.next_client_id.fetch_add(1, Relaxed) + 1;
     let mut client = Client::new(id);
     let mut parser = Parser::default();
-    let mut input: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
-    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
-    let mut out: Vec<u8> = Vec::with_capacity(4096);
+    // Buffers grow with what comes and go while the client is idle.
+    let mut input: Vec<u8> = Vec::new();
+    let mut out: Vec<u8> = Vec::new();
     let stream = session.stream();
     loop {
         let mut pos = 0;
@@ -85,12 +85,11 @@ pub(crate) async fn serve(session: &Session, ctx: &Ctx) {
         if !send(ctx, stream, &mut out).await || close {
             return;
         }
-        match session.recv(chunk).await {
-            Ok((n, c)) => {
-                input.extend_from_slice(&c[..n]);
-                chunk = c;
-            }
-            Err(_) => return,
+        if out.capacity() > granary_server::OUTPUT_KEEP_BYTES {
+            out = Vec::new();
+        }
+        if session.recv_into(&mut input).await.is_err() {
+            return;
         }
     }
 }

@@ -2,6 +2,9 @@
 //! operations owning their buffers (see `op.rs`); and [`Connections`], a
 //! listener's registry of open connections for a draining shutdown. Sockets are ordinary
 //! blocking-mode descriptors; io_uring waits for readiness internally.
+//! A connection that should hold no buffer while it waits polls for
+//! readability ([`TcpStream::readable`]) and then reads what came without
+//! blocking ([`TcpStream::try_recv`]).
 //! Only usable on an executor thread.
 
 use std::collections::HashSet;
@@ -273,6 +276,31 @@ impl TcpStream {
         // SAFETY: the SQE points into buf's heap memory, owned by the Op.
         let (res, buf) = unsafe { Op::submit(sqe, buf) }.await;
         (result(res), buf)
+    }
+
+    /// Wait until the socket has data to read, its peer closed or reset
+    /// it, or it was shut down for reading. Holds no buffer while it
+    /// waits: a connection that waits here costs no read buffer (then
+    /// [`TcpStream::try_recv`] reads what came).
+    pub async fn readable(&self) -> io::Result<()> {
+        let events = (libc::POLLIN | libc::POLLRDHUP) as u32;
+        let sqe = opcode::PollAdd::new(types::Fd(self.inner.as_raw_fd()), events).build();
+        // SAFETY: a poll SQE points into no memory.
+        let (res, ()) = unsafe { Op::submit(sqe, ()) }.await;
+        result(res).map(|_| ())
+    }
+
+    /// Receive what the socket holds now into `buf`, without waiting (a
+    /// direct `recv(2)` with MSG_DONTWAIT): the count, 0 at end of stream,
+    /// or `WouldBlock`.
+    pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: buf is valid for writes of buf.len() bytes for the call.
+        let n = unsafe { libc::recv(self.inner.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
     }
 
     /// [`TcpStream::recv`] that gives up after `idle` (if given) without

@@ -40,6 +40,27 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// ENOBUFS) before it tries again: the failure is logged, not spun on.
 pub const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 
+/// Bytes read from a socket at a time by [`Session::recv_into`], into one
+/// chunk per executor thread (shared by its connections: a read never
+/// waits while it holds the chunk).
+pub const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Input buffer a connection keeps while it waits for its client with
+/// nothing left to process: a larger one is freed (an idle connection
+/// holds no read buffer to speak of).
+pub const INPUT_KEEP_BYTES: usize = 4096;
+
+/// Reply buffer a connection keeps while it waits for its client, for the
+/// protocols to apply the same rule to their output as
+/// [`INPUT_KEEP_BYTES`] to their input.
+pub const OUTPUT_KEEP_BYTES: usize = 4096;
+
+thread_local! {
+    /// The executor thread's read chunk ([`Session::recv_into`]).
+    static READ_CHUNK: std::cell::RefCell<Box<[u8]>> =
+        std::cell::RefCell::new(vec![0u8; READ_CHUNK_BYTES].into_boxed_slice());
+}
+
 /// What the lifecycle enforces for one listener.
 #[derive(Debug, Clone)]
 pub struct ListenerConfig {
@@ -114,6 +135,9 @@ pub struct Session {
     stream: Rc<TcpStream>,
     idle_timeout: Option<Duration>,
     stats: Arc<ListenerStats>,
+    /// The last read filled the chunk (or none was made yet): more is
+    /// likely waiting, so [`Session::recv_into`] reads before it polls.
+    read_first: std::cell::Cell<bool>,
 }
 
 /// How a [`Session::recv`] ended without data.
@@ -153,6 +177,72 @@ impl Session {
     /// Count an idle timeout met outside [`Session::recv`].
     pub fn count_idle_kick(&self) {
         self.stats.idle_kicks.fetch_add(1, Relaxed);
+    }
+
+    /// Receive what the client sent, appended to `input`: `Ok(n)` with
+    /// `n > 0` bytes, or how the connection ended. A draining listener
+    /// ends the session here, before it reads more.
+    ///
+    /// No buffer is held while the client sends nothing: the socket is
+    /// read directly into the executor's [`READ_CHUNK_BYTES`] chunk when
+    /// it has data, and only what came is copied into `input`. Before
+    /// waiting, an `input` with nothing left in it gives back an
+    /// allocation over [`INPUT_KEEP_BYTES`], so an idle connection's
+    /// memory is its state, not its buffers (docs/MEMCACHE.md,
+    /// "Connections and memory").
+    ///
+    /// A client that answers each reply with its next request has sent
+    /// nothing yet when its connection comes here: it polls first (a read
+    /// now would only find nothing). After a read that filled the chunk,
+    /// more is likely waiting: it reads first.
+    pub async fn recv_into(&self, input: &mut Vec<u8>) -> Result<usize, RecvEnd> {
+        let mut poll_first = !self.read_first.get();
+        loop {
+            if self.stopping() {
+                return Err(RecvEnd::Closed);
+            }
+            if std::mem::take(&mut poll_first) {
+                if input.is_empty() && input.capacity() > INPUT_KEEP_BYTES {
+                    *input = Vec::new();
+                }
+                self.wait_readable().await?;
+                continue;
+            }
+            let got = READ_CHUNK.with(|c| {
+                let mut c = c.borrow_mut();
+                let r = self.stream.try_recv(&mut c);
+                if let Ok(n) = r {
+                    input.extend_from_slice(&c[..n]);
+                }
+                r
+            });
+            match got {
+                Ok(0) => return Err(RecvEnd::Closed),
+                Ok(n) => {
+                    self.count_read(n);
+                    self.read_first.set(n == READ_CHUNK_BYTES);
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => poll_first = true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(RecvEnd::Error(e)),
+            }
+        }
+    }
+
+    /// Wait until the socket is readable, within the idle timeout.
+    async fn wait_readable(&self) -> Result<(), RecvEnd> {
+        let waited = match self.idle_timeout {
+            None => self.stream.readable().await,
+            Some(d) => match granary_rt::timeout(d, self.stream.readable()).await {
+                Ok(r) => r,
+                Err(_) => {
+                    self.count_idle_kick();
+                    return Err(RecvEnd::Idle);
+                }
+            },
+        };
+        waited.map_err(RecvEnd::Error)
     }
 
     /// Receive into `buf` (its whole length): `Ok((n, buf))` with `n > 0`
@@ -319,7 +409,8 @@ impl<P: Protocol> ConnectionTask<P> {
         stats.total_connections.fetch_add(1, Relaxed);
         // A shutdown that ran before the registration missed this one.
         if !stats.connections.stopping() {
-            protocol.serve(Session { stream: stream.clone(), idle_timeout, stats }).await;
+            let read_first = std::cell::Cell::new(true);
+            protocol.serve(Session { stream: stream.clone(), idle_timeout, stats, read_first }).await;
         }
     }
 }
