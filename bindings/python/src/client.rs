@@ -76,7 +76,7 @@ fn config(timeout: f64, connections: i64) -> Result<ClientConfig> {
         Ok(n) if n > 0 => n,
         _ => return Err(Fail::Invalid(format!("connections must be positive, got {connections}"))),
     };
-    Ok(ClientConfig { timeout: Duration::from_secs_f64(timeout), connections })
+    Ok(ClientConfig { timeout: Duration::from_secs_f64(timeout), connections, ..ClientConfig::default() })
 }
 
 /// A client's construction failed: an address that does not resolve

@@ -175,7 +175,7 @@ fn bulk(r: &mut BufReader<TcpStream>, n: usize) -> Result<Vec<u8>, String> {
 impl Conn {
     fn open(proto: usize, port: u16) -> Result<Conn, String> {
         if proto == 2 {
-            let cfg = granary_client::ClientConfig { timeout: IO_LIMIT, connections: 1 };
+            let cfg = granary_client::ClientConfig { timeout: IO_LIMIT, connections: 1, ..Default::default() };
             return granary_client::Client::connect(("127.0.0.1", port), cfg).map(Conn::Native).map_err(io);
         }
         let s = TcpStream::connect(("127.0.0.1", port)).map_err(io)?;

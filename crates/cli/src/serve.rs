@@ -65,6 +65,12 @@ pub struct Config {
     pub resp_port: u16,
     /// 0: no NBD listener.
     pub nbd_port: u16,
+    /// The Redis protocol's `requirepass`.
+    pub requirepass: Option<String>,
+    /// The Memcache listener's auth file (memcached's `-Y`).
+    pub auth_file: Option<PathBuf>,
+    /// The token the native protocol's hello must carry.
+    pub native_token: Option<String>,
     pub threads: usize,
     pub conn_limit: usize,
     pub max_item_size: u64,
@@ -139,6 +145,9 @@ impl Config {
             resp: true,
             resp_port: granary_resp::limits::DEFAULT_PORT,
             nbd_port: 0,
+            requirepass: None,
+            auth_file: None,
+            native_token: None,
             threads: 0,
             conn_limit: limits::CONNECTIONS_DEFAULT,
             max_item_size: 1 << 20,
@@ -348,6 +357,12 @@ fn run(a: Config) -> Result<(), String> {
         .map_err(|e| format!("conn_limit = {} on {serving} listeners: {e}", a.conn_limit))?;
     tracing::debug!(fds, "file descriptor limit");
     let listeners = Listeners::bind(&a)?;
+    // Read before the store is opened or created: a bad file fails the
+    // start with nothing to undo.
+    let users = match &a.auth_file {
+        Some(p) => Some(Arc::new(granary_server::auth::UserFile::read(p).map_err(|e| format!("auth file: {e}"))?)),
+        None => None,
+    };
     let opts = OpenOptions {
         durability: if a.flush { Durability::Flush } else { Durability::Direct },
         evict: a.evict,
@@ -368,7 +383,7 @@ fn run(a: Config) -> Result<(), String> {
         tracing::info!(data = %a.data.display(), keys = store.stats().keys, clean_shutdown = rec.clean_shutdown,
             segments_replayed = rec.segments_scanned, millis = rec.millis, "store open");
     }
-    let served = match start(&a, store.clone(), listeners) {
+    let served = match start(&a, store.clone(), listeners, users) {
         Ok(s) => s,
         Err(e) => {
             // A start that fails after the store was made leaves no file.
@@ -417,7 +432,12 @@ struct Served {
 
 /// Start every server on one runtime (one executor per core); prints one
 /// line per listener once it is up, the native one last.
-fn start(a: &Config, store: Arc<Store>, l: Listeners) -> Result<Served, String> {
+fn start(
+    a: &Config,
+    store: Arc<Store>,
+    l: Listeners,
+    users: Option<Arc<granary_server::auth::UserFile>>,
+) -> Result<Served, String> {
     let idle_timeout = (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout));
     let cfg = ServerConfig {
         listen: SocketAddr::new(a.listen, a.port),
@@ -427,6 +447,7 @@ fn start(a: &Config, store: Arc<Store>, l: Listeners) -> Result<Served, String> 
         idle_timeout,
         namespace: a.memcache_namespace.clone(),
         shutdown: a.enable_shutdown.then_some(signals::request_stop as fn()),
+        auth: users,
     };
     let rc = RuntimeConfig {
         spin_io: std::time::Duration::from_micros(a.io_spin_us),
@@ -447,6 +468,7 @@ fn start(a: &Config, store: Arc<Store>, l: Listeners) -> Result<Served, String> 
                 max_connections: a.conn_limit,
                 value_bytes_max: u32::try_from(a.max_item_size).unwrap_or(u32::MAX),
                 idle_timeout,
+                token: a.native_token.as_ref().map(|t| t.as_bytes().to_vec()),
             };
             let n = granary_native::Server::start_with_listener(store.clone(), ncfg, rt.clone(), listen(listener)?)
                 .map_err(|e| e.to_string())?;
@@ -463,6 +485,7 @@ fn start(a: &Config, store: Arc<Store>, l: Listeners) -> Result<Served, String> 
                 value_bytes_max: u32::try_from(a.max_item_size).unwrap_or(u32::MAX),
                 idle_timeout,
                 databases: granary_resp::limits::DATABASES_DEFAULT,
+                requirepass: a.requirepass.as_ref().map(|p| p.as_bytes().to_vec()),
             };
             let r = granary_resp::Server::start_with_listener(store.clone(), rcfg, rt.clone(), listen(listener)?)
                 .map_err(|e| format!("redis protocol: {e}"))?;
@@ -483,6 +506,8 @@ fn start(a: &Config, store: Arc<Store>, l: Listeners) -> Result<Served, String> 
             let exports = Arc::new(granary_nbd::store_export::StoreExports::new(store.clone()));
             let b = granary_nbd::Server::start_with_listener(exports, bcfg, rt.clone(), listen(listener)?)
                 .map_err(|e| format!("nbd: {e}"))?;
+            // NBD has no authentication of its own (docs/SECURITY.md).
+            granary_server::auth::warn_if_exposed("nbd", b.local_addr(), false);
             eprintln!("granary: serving block exports over NBD on {}", b.local_addr());
             Some(b)
         }

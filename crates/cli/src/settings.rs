@@ -71,6 +71,9 @@ pub enum Kind {
     /// One of `choices` (a string in the file); `name` stands for it in
     /// `--help`.
     Choice { name: &'static str, choices: &'static [&'static str] },
+    /// A password or token: any string without control characters, `""`
+    /// for none (a string in the file).
+    Secret,
 }
 
 /// A value read for a setting; which variant depends on its [`Kind`].
@@ -152,6 +155,7 @@ impl Kind {
             Kind::Path => "PATH",
             Kind::Ip | Kind::Addr => "ADDR",
             Kind::Name => "NAME",
+            Kind::Secret => "SECRET",
             Kind::Switch { .. } => "",
         }
     }
@@ -166,6 +170,7 @@ impl Kind {
             Kind::Ip => "an IP address (a string)".into(),
             Kind::Addr => "an address (a string such as \"127.0.0.1:9121\", or \"\" for none)".into(),
             Kind::Name => "a namespace name (a string)".into(),
+            Kind::Secret => "a string (\"\" for none)".into(),
             Kind::Choice { choices, .. } => format!("one of {}", quoted(choices)),
         }
     }
@@ -193,6 +198,11 @@ impl Kind {
             Kind::Name => {
                 granary_store::namespace::check_name(s).map(|()| Value::Text(s.into())).map_err(|e| e.to_string())
             }
+            Kind::Secret if s.chars().any(|c| c.is_control()) => Err("cannot hold control characters".into()),
+            Kind::Secret if s.len() > granary_proto::HELLO_TOKEN_BYTES_MAX => {
+                Err(format!("longer than {} bytes", granary_proto::HELLO_TOKEN_BYTES_MAX))
+            }
+            Kind::Secret => Ok(Value::Text(s.into())),
             Kind::Choice { choices, .. } if choices.contains(&s) => Ok(Value::Choice(s.to_string())),
             Kind::Choice { choices, .. } => Err(format!("{s:?} is not one of {}", quoted(choices))),
         }
@@ -205,7 +215,13 @@ impl Kind {
             (Kind::Int { min, max, .. }, toml::Value::Integer(n)) => in_range(*n, *min, *max),
             (Kind::Size { min }, toml::Value::Integer(n)) => in_range(*n, *min, u64::MAX),
             (
-                Kind::Size { .. } | Kind::Path | Kind::Ip | Kind::Addr | Kind::Name | Kind::Choice { .. },
+                Kind::Size { .. }
+                | Kind::Path
+                | Kind::Ip
+                | Kind::Addr
+                | Kind::Name
+                | Kind::Secret
+                | Kind::Choice { .. },
                 toml::Value::String(s),
             ) => self.parse(s),
             (_, toml::Value::Table(_) | toml::Value::Array(_)) => {
@@ -346,6 +362,39 @@ pub const SETTINGS: &[Setting] = &[
         meaning: "NBD listener for block exports (docs/NBD.md); NBD's IANA port is 10809",
         value: |c| Some(c.nbd_port.to_string()),
         apply: |c, v| c.nbd_port = v.int(),
+    },
+    Setting {
+        key: "requirepass",
+        long: "requirepass",
+        short: None,
+        kind: Kind::Secret,
+        help: "Password of the Redis protocol's `default` user: clients must AUTH first (Redis's requirepass; docs/SECURITY.md)",
+        default: "none (`\"\"`)",
+        meaning: "password of the Redis protocol listener's `default` user (Redis's `requirepass`): before `AUTH password`, `AUTH default password` or `HELLO 3 AUTH default password` every command but AUTH, HELLO and QUIT is answered `NOAUTH Authentication required.` (docs/SECURITY.md)",
+        value: |c| Some(q(c.requirepass.as_deref().unwrap_or(""))),
+        apply: |c, v| c.requirepass = Some(v.text()).filter(|t| !t.is_empty()),
+    },
+    Setting {
+        key: "auth_file",
+        long: "auth-file",
+        short: Some('Y'),
+        kind: Kind::Path,
+        help: "Memcache authentication: a file of user:password lines; clients authenticate with a set first, and the binary protocol is off (memcached's -Y; docs/SECURITY.md)",
+        default: "none (`\"\"`)",
+        meaning: "the Memcache listener requires authentication as memcached 1.6 with `-Y`: a file of `user:password` lines, read at start (an unreadable or empty file refuses the start); a connection's first command must be `set <any key> 0 0 <len>` with data `<user> <password>` (answered `STORED`), every other command before it is answered `CLIENT_ERROR unauthenticated`; the binary protocol is not served (docs/SECURITY.md)",
+        value: |c| Some(q(&c.auth_file.as_ref().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default())),
+        apply: |c, v| c.auth_file = Some(v.path()).filter(|p| !p.as_os_str().is_empty()),
+    },
+    Setting {
+        key: "native_token",
+        long: "native-token",
+        short: None,
+        kind: Kind::Secret,
+        help: "Token the native protocol's hello must carry (granary-client's ClientConfig::token; docs/SECURITY.md)",
+        default: "none (`\"\"`)",
+        meaning: "the native protocol listener requires this token in every hello; a hello without it or with another is answered `UNAUTHORIZED` and closed (docs/PROTOCOL.md, \"Handshake\"; docs/SECURITY.md)",
+        value: |c| Some(q(c.native_token.as_deref().unwrap_or(""))),
+        apply: |c, v| c.native_token = Some(v.text()).filter(|t| !t.is_empty()),
     },
     Setting {
         key: "threads",
@@ -698,6 +747,7 @@ mod tests {
             Kind::Ip => Some("10.1.2.3".to_string()),
             Kind::Addr => Some("127.0.0.1:9".to_string()),
             Kind::Name => Some("users".to_string()),
+            Kind::Secret => Some("s3cret pass".to_string()),
             Kind::Choice { choices, .. } => Some(choices[choices.len() - 1].to_string()),
         };
         let names = std::iter::once(format!("--{}", s.long)).chain(s.short.map(|c| format!("-{c}")));
@@ -877,6 +927,8 @@ mod tests {
             assert_eq!((s.value)(&c), (s.value)(&defaults), "docs/CONFIG.md gives {}'s default as {doc}", s.key);
             checked += 1;
         }
-        assert!(checked >= SETTINGS.len() - 3, "only {checked} defaults checked");
+        // The others: size and segment_size (computed), metrics and the
+        // three secrets and auth file (none: `""`).
+        assert!(checked >= SETTINGS.len() - 6, "only {checked} defaults checked");
     }
 }

@@ -653,7 +653,7 @@ fn a_device_that_stops_answering_holds_requests_until_released() {
     let held_put = std::thread::spawn(move || {
         let c = granary_client::Client::connect(
             ("127.0.0.1", native_port),
-            granary_client::ClientConfig { timeout: IO_LIMIT, connections: 1 },
+            granary_client::ClientConfig { timeout: IO_LIMIT, connections: 1, ..Default::default() },
         )
         .unwrap();
         c.put(b"written-while-hung", b"late").and_then(|()| c.get(b"nv-2"))

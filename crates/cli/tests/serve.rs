@@ -973,7 +973,8 @@ fn sigkill_during_concurrent_transactions_leaves_each_whole() {
             .map(|c| {
                 let (stop, port, first) = (stop.clone(), s.native_port, sent[c] + 1);
                 std::thread::spawn(move || {
-                    let cfg = ClientConfig { timeout: Duration::from_secs(5), connections: 1 };
+                    let cfg =
+                        ClientConfig { timeout: Duration::from_secs(5), connections: 1, ..ClientConfig::default() };
                     let client = Client::connect(format!("127.0.0.1:{port}").as_str(), cfg).unwrap();
                     let (mut done, mut tried) = (first - 1, first - 1);
                     for v in first.. {

@@ -132,11 +132,43 @@ impl Connection {
     /// `max_version: 1` to speak as a version 1 client; within what this
     /// build speaks).
     pub fn connect_with(addr: SocketAddr, timeout: Duration, offer: ClientHello) -> Result<Connection, Error> {
+        Connection::connect_offering(addr, timeout, offer, None)
+    }
+
+    /// [`Connection::connect`] with the token a server started with
+    /// `--native-token` requires (docs/PROTOCOL.md, "Handshake"); a
+    /// server that requires none ignores it.
+    pub fn connect_with_token(addr: SocketAddr, timeout: Duration, token: &[u8]) -> Result<Connection, Error> {
+        Connection::connect_offering(addr, timeout, ClientHello::default(), Some(token))
+    }
+
+    /// [`Connection::connect_with`], with a token if `token` is Some (1 to
+    /// [`proto::HELLO_TOKEN_BYTES_MAX`] bytes).
+    pub fn connect_offering(
+        addr: SocketAddr,
+        timeout: Duration,
+        offer: ClientHello,
+        token: Option<&[u8]>,
+    ) -> Result<Connection, Error> {
+        if let Some(t) = token {
+            if !(1..=proto::HELLO_TOKEN_BYTES_MAX).contains(&t.len()) {
+                return Err(Error::Handshake(format!(
+                    "a token is 1 to {} bytes, not {}",
+                    proto::HELLO_TOKEN_BYTES_MAX,
+                    t.len()
+                )));
+            }
+        }
         let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| Error::Connect(addr, e))?;
         s.set_nodelay(true).map_err(Error::Io)?;
         s.set_read_timeout(Some(timeout)).map_err(Error::Io)?;
         s.set_write_timeout(Some(timeout)).map_err(Error::Io)?;
-        s.write_all(&offer.encode()).map_err(|e| Error::Connect(addr, e))?;
+        let mut hello_bytes = match token {
+            Some(t) => offer.encode_with_token(t.len()).to_vec(),
+            None => offer.encode().to_vec(),
+        };
+        hello_bytes.extend_from_slice(token.unwrap_or_default());
+        s.write_all(&hello_bytes).map_err(|e| Error::Connect(addr, e))?;
         let b = read_server_hello(&mut s, addr)?;
         let hello = ServerHello::decode(&b).map_err(|e| Error::Handshake(format!("{addr}: {e}")))?;
         let offered = offer.min_version.max(proto::VERSION_MIN)..=offer.max_version.min(proto::VERSION);
@@ -144,6 +176,12 @@ impl Connection {
             Status::Ok if offered.contains(&hello.version) => {}
             Status::Ok => return Err(Error::Handshake(format!("{addr} chose unknown version {}", hello.version))),
             Status::Busy => return Err(Error::Handshake(format!("{addr} is at its connection limit"))),
+            Status::Unauthorized if token.is_none() => {
+                return Err(Error::Handshake(format!(
+                    "{addr} requires a token (ClientConfig::token, granary --native-token)"
+                )))
+            }
+            Status::Unauthorized => return Err(Error::Handshake(format!("{addr} refused the token"))),
             s => return Err(Error::Handshake(format!("{addr} refused the handshake: {s}"))),
         }
         s.set_read_timeout(Some(TICK)).map_err(Error::Io)?;

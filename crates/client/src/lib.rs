@@ -110,17 +110,39 @@ impl std::error::Error for Error {}
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Client settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClientConfig {
     /// Bound on connecting, the handshake, and each request.
     pub timeout: Duration,
     /// Connections per server; requests are spread over them in turn.
     pub connections: usize,
+    /// The token every hello carries, for a server started with
+    /// `--native-token` (docs/SECURITY.md); None: none is sent.
+    pub token: Option<Vec<u8>>,
 }
 
 impl Default for ClientConfig {
     fn default() -> Self {
-        ClientConfig { timeout: Duration::from_secs(5), connections: 1 }
+        ClientConfig { timeout: Duration::from_secs(5), connections: 1, token: None }
+    }
+}
+
+impl ClientConfig {
+    /// These settings, sending `token` in every hello.
+    pub fn with_token(mut self, token: impl Into<Vec<u8>>) -> ClientConfig {
+        self.token = Some(token.into());
+        self
+    }
+}
+
+impl std::fmt::Debug for ClientConfig {
+    // Never the token itself.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("timeout", &self.timeout)
+            .field("connections", &self.connections)
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .finish()
     }
 }
 
@@ -311,7 +333,12 @@ impl Client {
         if let Some(c) = slot.as_ref().filter(|c| c.is_alive()) {
             return Ok(c.clone());
         }
-        let c = Arc::new(Connection::connect(self.addr, self.cfg.timeout)?);
+        let c = Arc::new(Connection::connect_offering(
+            self.addr,
+            self.cfg.timeout,
+            ClientHello::default(),
+            self.cfg.token.as_deref(),
+        )?);
         *slot = Some(c.clone());
         Ok(c)
     }

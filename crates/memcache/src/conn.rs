@@ -12,6 +12,10 @@
 //! once the input holds no further complete request (or the reply buffer
 //! passes [`OUT_FLUSH_BYTES`]).
 //!
+//! With an auth file (memcached's `-Y`) a connection speaks only the text
+//! protocol, and runs nothing before its authentication `set` is accepted
+//! (`Conn::step_auth`).
+//!
 //! Invariants:
 //! - its memory stays within one request line, one value and the reply
 //!   buffer ([`crate::limits::connection_bytes_bound`]), tracked in
@@ -171,6 +175,13 @@ struct Conn<'a> {
     /// The connection's protocol, chosen by its first byte: binary if it
     /// is [`binary::MAGIC_REQUEST`] (memcached's negotiation), and kept.
     binary: Option<bool>,
+    /// Whether the connection may run commands: true from the start
+    /// without an auth file, else once its authentication `set` is
+    /// accepted.
+    authenticated: bool,
+    /// The length of the data block (with its "\r\n") of an
+    /// authentication `set` whose line was read.
+    auth_pending: Option<usize>,
 }
 
 impl Conn<'_> {
@@ -190,6 +201,9 @@ impl Conn<'_> {
             Exec::new(self.ctx, &mut self.out, noreply).finish_put(put, &buf[..2]).await;
             self.ctx.stats.latency[cmd].since(started);
             return self.unless_gone(Step::Consumed(2));
+        }
+        if !self.authenticated {
+            return self.step_auth(buf);
         }
         if *self.binary.get_or_insert(buf[0] == binary::MAGIC_REQUEST) {
             return self.step_binary(buf).await;
@@ -273,6 +287,71 @@ impl Conn<'_> {
         self.unless_gone(step)
     }
 
+    /// The next step of a connection that has not authenticated, as
+    /// memcached 1.6 with `-Y`: a line of at least five words whose first
+    /// is `set` and fifth a length announces a data block `<user> <pass>`
+    /// (more words are ignored) answered `STORED` if the auth file lists
+    /// that pair; any other line is answered `CLIENT_ERROR
+    /// unauthenticated` (and dropped, its data block too, if it has one,
+    /// being read as lines).
+    fn step_auth(&mut self, buf: &[u8]) -> Step {
+        let reply = |c: &mut Self, msg: &str| {
+            c.out.buf.extend_from_slice(msg.as_bytes());
+            c.out.buf.extend_from_slice(b"\r\n");
+        };
+        if let Some(need) = self.auth_pending {
+            if buf.len() < need {
+                return Step::NeedMore;
+            }
+            self.auth_pending = None;
+            let stats = &self.ctx.stats;
+            if &buf[need - 2..need] != b"\r\n" {
+                stats.protocol_errors.fetch_add(1, Relaxed);
+                reply(self, "CLIENT_ERROR bad command line termination");
+                return Step::Consumed(need);
+            }
+            let mut words = buf[..need - 2].split(|&b| b == b' ').filter(|w| !w.is_empty());
+            let (Some(user), Some(pass)) = (words.next(), words.next()) else {
+                stats.protocol_errors.fetch_add(1, Relaxed);
+                reply(self, "CLIENT_ERROR bad authentication token format");
+                return Step::Consumed(need);
+            };
+            stats.auth_cmds.fetch_add(1, Relaxed);
+            let users = self.ctx.cfg.auth.as_ref().expect("unauthenticated only with an auth file");
+            if users.check(user, pass) {
+                self.authenticated = true;
+                reply(self, "STORED");
+            } else {
+                stats.auth_errors.fetch_add(1, Relaxed);
+                tracing::debug!("memcache authentication refused");
+                reply(self, "CLIENT_ERROR authentication failure");
+            }
+            return Step::Consumed(need);
+        }
+        let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
+            return if buf.len() > AUTH_LINE_BYTES_MAX { Step::Close } else { Step::NeedMore };
+        };
+        let line = &buf[..nl];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let words: Vec<&[u8]> = line.split(|&b| b == b' ').filter(|w| !w.is_empty()).take(5).collect();
+        let len = words.get(4).and_then(|w| std::str::from_utf8(w).ok()).and_then(|w| w.parse::<u32>().ok());
+        match len {
+            Some(len) if words.len() == 5 && words[0] == b"set" => {
+                if len as usize > AUTH_TOKEN_BYTES_MAX {
+                    self.ctx.stats.protocol_errors.fetch_add(1, Relaxed);
+                    reply(self, "CLIENT_ERROR bad authentication token format");
+                    return Step::Close;
+                }
+                self.auth_pending = Some(len as usize + 2);
+            }
+            _ => {
+                self.ctx.stats.protocol_errors.fetch_add(1, Relaxed);
+                reply(self, "CLIENT_ERROR unauthenticated");
+            }
+        }
+        Step::Consumed(nl + 1)
+    }
+
     /// `step`, or Close if a send failed meanwhile.
     fn unless_gone(&self, step: Step) -> Step {
         if self.out.dead {
@@ -298,7 +377,18 @@ async fn receive_value(session: &Session, pb: PutBuf) -> Option<PutBuf> {
 pub(crate) async fn serve(session: &Session, ctx: &Ctx) {
     // Buffers grow with what comes and go while the client is idle.
     let out = Output { ctx, stream: session.stream(), buf: Vec::new(), dead: false, input_bytes: 0 };
-    let mut conn = Conn { ctx, out, swallow: 0, receiving: None, binary: None };
+    // With an auth file the connection speaks only the text protocol, as
+    // memcached with `-Y`.
+    let auth = ctx.cfg.auth.is_some();
+    let mut conn = Conn {
+        ctx,
+        out,
+        swallow: 0,
+        receiving: None,
+        binary: auth.then_some(false),
+        authenticated: !auth,
+        auth_pending: None,
+    };
     let mut input: Vec<u8> = Vec::new();
     loop {
         let mut pos = 0;

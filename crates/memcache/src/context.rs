@@ -41,6 +41,10 @@ pub struct ServerConfig {
     /// (`granary serve` raises SIGTERM, its ordinary clean stop). None:
     /// `shutdown` is refused with `ERROR: shutdown not enabled`.
     pub shutdown: Option<fn()>,
+    /// memcached's `-Y` auth file: set, a connection must authenticate
+    /// (a `set` whose data is `<user> <pass>`) before any other command,
+    /// and the binary protocol is not served (docs/SECURITY.md).
+    pub auth: Option<Arc<granary_server::auth::UserFile>>,
 }
 
 impl Default for ServerConfig {
@@ -53,6 +57,7 @@ impl Default for ServerConfig {
             idle_timeout: None,
             namespace: granary_store::DEFAULT_NAMESPACE.into(),
             shutdown: None,
+            auth: None,
         }
     }
 }
@@ -84,6 +89,10 @@ pub struct ServerStats {
     pub touch_misses: AtomicU64,
     pub bytes_written: AtomicU64,
     pub protocol_errors: AtomicU64,
+    /// Authentication attempts, and those refused (memcached's
+    /// `auth_cmds`, `auth_errors`).
+    pub auth_cmds: AtomicU64,
+    pub auth_errors: AtomicU64,
     pub total_items: AtomicU64,
     /// Stores refused as larger than the item size limit (`SERVER_ERROR
     /// object too large for cache`).

@@ -15,6 +15,16 @@ pub const ITEM_BYTES_LIMIT: usize = 1 << 30;
 /// connection is closed. Large enough for a multi-get of 256 full keys.
 pub const LINE_BYTES_MAX: usize = 64 * 1024;
 
+/// Largest data block of the authentication `set` (`<user> <pass>`) a
+/// connection that has not authenticated may announce; a larger one gets
+/// `CLIENT_ERROR bad authentication token format` and the connection is
+/// closed (memcached would read it whole).
+pub const AUTH_TOKEN_BYTES_MAX: usize = 4096;
+
+/// Longest line a connection that has not authenticated may send without
+/// a newline before it is closed (memcached's 2048-byte rule).
+pub const AUTH_LINE_BYTES_MAX: usize = 2048;
+
 /// Default maximum of simultaneous connections (memcached's `-c` default).
 pub const CONNECTIONS_DEFAULT: usize = 1024;
 

@@ -94,6 +94,7 @@ impl Server {
                 ),
             ));
         }
+        granary_server::auth::warn_if_exposed("memcache", std_listener.local_addr()?, cfg.auth.is_some());
         let threads = rt.cores();
         let now = store.now();
         let evicting = store.evicts();

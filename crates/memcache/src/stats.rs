@@ -91,12 +91,25 @@ impl ServerStats {
                 v.into(),
             );
         }
-        r.counter("total_items", "granary_memcache_items_stored_total", "Items stored.", g(&self.total_items)).counter(
-            "protocol_errors",
-            "granary_memcache_protocol_errors_total",
-            "Memcache protocol errors.",
-            g(&self.protocol_errors),
-        );
+        r.counter("total_items", "granary_memcache_items_stored_total", "Items stored.", g(&self.total_items))
+            .counter(
+                "protocol_errors",
+                "granary_memcache_protocol_errors_total",
+                "Memcache protocol errors.",
+                g(&self.protocol_errors),
+            )
+            .counter(
+                "auth_cmds",
+                "granary_memcache_auth_commands_total",
+                "Authentication attempts (the auth file's set).",
+                g(&self.auth_cmds),
+            )
+            .counter(
+                "auth_errors",
+                "granary_memcache_auth_errors_total",
+                "Authentication attempts refused.",
+                g(&self.auth_errors),
+            );
         for (name, reason, v) in [
             ("store_too_large", "too_large", &self.store_too_large),
             ("store_no_memory", "no_memory", &self.store_no_memory),

@@ -36,41 +36,67 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Read the client's hello and answer with `status` (or
-/// `UnsupportedVersion`): the highest version both speak. Ok(Some(that
-/// version)) if the connection goes on. A refused connection is answered
-/// here too, with `Busy`.
-pub(crate) async fn hello(stream: &TcpStream, ctx: &Ctx, status: Status) -> io::Result<Option<u16>> {
-    let mut got = Vec::with_capacity(proto::CLIENT_HELLO_BYTES);
-    let read = async {
-        while got.len() < proto::CLIENT_HELLO_BYTES {
-            let (r, b) = stream.recv(vec![0u8; proto::CLIENT_HELLO_BYTES - got.len()]).await;
-            match r? {
-                0 => return Ok(false),
-                n => got.extend_from_slice(&b[..n]),
-            }
+/// Read `n` bytes (None: the client closed first).
+async fn read_exact(stream: &TcpStream, n: usize) -> io::Result<Option<Vec<u8>>> {
+    let mut got = Vec::with_capacity(n);
+    while got.len() < n {
+        let (r, b) = stream.recv(vec![0u8; n - got.len()]).await;
+        match r? {
+            0 => return Ok(None),
+            k => got.extend_from_slice(&b[..k]),
         }
-        Ok::<bool, io::Error>(true)
+    }
+    Ok(Some(got))
+}
+
+/// Read the client's hello (and the token it carries, if any) and answer
+/// with `status` (or `UnsupportedVersion`, or `Unauthorized` when the
+/// server requires a token and the hello carried none or another): the
+/// highest version both speak. Ok(Some(that version)) if the connection
+/// goes on. A refused connection is answered here too, with `Busy`.
+pub(crate) async fn hello(stream: &TcpStream, ctx: &Ctx, status: Status) -> io::Result<Option<u16>> {
+    let read = async {
+        let Some(got) = read_exact(stream, proto::CLIENT_HELLO_BYTES).await? else {
+            return Ok(None);
+        };
+        let mut arr = [0u8; proto::CLIENT_HELLO_BYTES];
+        arr.copy_from_slice(&got);
+        let (client, token_len) = match ClientHello::decode_with_token(&arr) {
+            Ok(c) => c,
+            Err(e) => return Ok(Some(Err(e))),
+        };
+        let token = if token_len > 0 {
+            match read_exact(stream, token_len).await? {
+                Some(t) => Some(t),
+                None => return Ok(None),
+            }
+        } else {
+            None
+        };
+        Ok::<_, io::Error>(Some(Ok((client, token))))
     };
-    match granary_rt::timeout(HELLO_TIMEOUT, read).await {
-        Ok(Ok(true)) => {}
+    let (client, token) = match granary_rt::timeout(HELLO_TIMEOUT, read).await {
+        Ok(Ok(Some(Ok(h)))) => h,
+        Ok(Ok(Some(Err(e)))) => {
+            ctx.stats.bad_frames.fetch_add(1, Relaxed);
+            tracing::info!(error = %e, "native connection closed: bad hello");
+            return Ok(None);
+        }
         Ok(r) => return r.map(|_| None),
         Err(_) => {
             tracing::info!("native connection closed: no hello within {HELLO_TIMEOUT:?}");
             return Ok(None);
         }
-    }
-    let mut arr = [0u8; proto::CLIENT_HELLO_BYTES];
-    arr.copy_from_slice(&got);
-    let client = match ClientHello::decode(&arr) {
-        Ok(c) => c,
-        Err(e) => {
-            ctx.stats.bad_frames.fetch_add(1, Relaxed);
-            tracing::info!(error = %e, "native connection closed: bad hello");
-            return Ok(None);
-        }
     };
+    let authorized = match (&ctx.token, &token) {
+        (None, _) => true,
+        (Some(want), Some(got)) => granary_server::auth::secret_eq(want, got),
+        (Some(_), None) => false,
+    };
+    // An unauthorized client learns nothing else (not even whether its
+    // versions would do).
     let (version, status) = match (client.agree(), status) {
+        (_, Status::Ok) if !authorized => (0, Status::Unauthorized),
         (Some(v), s) => (v, s),
         (None, _) => (0, Status::UnsupportedVersion),
     };
@@ -83,12 +109,17 @@ pub(crate) async fn hello(stream: &TcpStream, ctx: &Ctx, status: Status) -> io::
     };
     let (r, _) = stream.send_all(sh.encode().to_vec()).await;
     r?;
-    if status == Status::UnsupportedVersion {
-        tracing::info!(
+    match status {
+        Status::UnsupportedVersion => tracing::info!(
             min = client.min_version,
             max = client.max_version,
             "native connection closed: no common version"
-        );
+        ),
+        Status::Unauthorized => {
+            ctx.stats.auth_failures.fetch_add(1, Relaxed);
+            tracing::info!(token = token.is_some(), "native connection closed: missing or wrong token");
+        }
+        _ => {}
     }
     Ok((status == Status::Ok).then_some(version))
 }

@@ -45,6 +45,8 @@ pub(crate) struct Ctx {
     pub stats: Arc<NativeStats>,
     /// When the server started (STATS `uptime`).
     pub started: Instant,
+    /// The token a hello must carry (`NativeConfig::token`).
+    pub token: Option<Vec<u8>>,
 }
 
 /// Responses waiting to be sent: bytes, with large values spliced in at

@@ -61,6 +61,11 @@ pub struct NativeConfig {
     pub value_bytes_max: u32,
     /// Close a connection that sends nothing for this long; None = never.
     pub idle_timeout: Option<Duration>,
+    /// The token every hello must carry (docs/PROTOCOL.md, "Handshake");
+    /// a hello without it, or with another, is answered `UNAUTHORIZED` and
+    /// the connection closed. None: no token is required (one sent is
+    /// ignored).
+    pub token: Option<Vec<u8>>,
 }
 
 impl Default for NativeConfig {
@@ -71,6 +76,7 @@ impl Default for NativeConfig {
             max_connections: CONNECTIONS_DEFAULT,
             value_bytes_max: VALUE_BYTES_DEFAULT,
             idle_timeout: None,
+            token: None,
         }
     }
 }
@@ -84,6 +90,8 @@ pub struct NativeStats {
     pub listener: Arc<ListenerStats>,
     /// Connections closed for a malformed or oversized frame (or hello).
     pub bad_frames: AtomicU64,
+    /// Hellos refused `UNAUTHORIZED` (no token, or a wrong one).
+    pub auth_failures: AtomicU64,
     pub gets: AtomicU64,
     pub get_hits: AtomicU64,
     pub puts: AtomicU64,

@@ -84,6 +84,7 @@ impl Server {
                 ),
             ));
         }
+        granary_server::auth::warn_if_exposed("native", listener.local_addr()?, cfg.token.is_some());
         let stats = Arc::new(NativeStats::default());
         let ctx = Arc::new(Ctx {
             store,
@@ -93,6 +94,7 @@ impl Server {
             },
             stats: stats.clone(),
             started: Instant::now(),
+            token: cfg.token.clone(),
         });
         let lc =
             ListenerConfig { max_connections: cfg.max_connections, idle_timeout: cfg.idle_timeout, name: "native" };

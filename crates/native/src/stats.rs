@@ -27,6 +27,12 @@ impl NativeStats {
             "granary_native_bad_frames_total",
             "Native connections closed for a malformed frame.",
             g(&self.bad_frames),
+        )
+        .counter(
+            "auth_failures",
+            "granary_native_auth_failures_total",
+            "Native hellos refused for a missing or wrong token.",
+            g(&self.auth_failures),
         );
         for (name, op, v) in [
             ("cmd_get", "get", &self.gets),

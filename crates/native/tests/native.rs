@@ -488,7 +488,7 @@ fn timeouts_and_reconnects() {
             while matches!(s.read(&mut b), Ok(n) if n > 0) {}
         });
     });
-    let cfg = ClientConfig { timeout: Duration::from_millis(200), connections: 1 };
+    let cfg = ClientConfig { timeout: Duration::from_millis(200), connections: 1, ..ClientConfig::default() };
     let c = Client::connect(silent, cfg.clone()).unwrap();
     assert!(matches!(c.get(b"k"), Err(Error::Timeout)));
     let err = granary_rt::block_on(c.get_async(b"k")).unwrap_err();

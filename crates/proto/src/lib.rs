@@ -42,6 +42,10 @@ pub const VERSION_MIN: u16 = 1;
 pub const VERSION_NAMESPACES: u16 = 2;
 /// Bytes of the client's hello.
 pub const CLIENT_HELLO_BYTES: usize = 16;
+/// Longest token a client hello may carry ([`ClientHello::decode_with_token`]).
+pub const HELLO_TOKEN_BYTES_MAX: usize = 1024;
+/// The client hello's flag (byte 8) saying a token follows it.
+pub const HELLO_FLAG_TOKEN: u8 = 1;
 /// Bytes of the server's hello.
 pub const SERVER_HELLO_BYTES: usize = 24;
 /// Bytes of every frame header, requests and responses alike.
@@ -255,6 +259,9 @@ pub enum Status {
     /// A TXN the engine does not take (a key twice, records larger than a
     /// segment); nothing was applied.
     BadBatch = 18,
+    /// Hello only: the server requires a token and the hello carried none,
+    /// or another one (docs/SECURITY.md).
+    Unauthorized = 19,
 }
 
 impl Status {
@@ -279,6 +286,7 @@ impl Status {
             16 => Status::BadNamespace,
             17 => Status::QuotaExceeded,
             18 => Status::BadBatch,
+            19 => Status::Unauthorized,
             _ => return err(format!("unknown status {b}")),
         })
     }
@@ -307,12 +315,15 @@ impl Status {
             Status::BadNamespace => "BAD_NAMESPACE",
             Status::QuotaExceeded => "QUOTA_EXCEEDED",
             Status::BadBatch => "BAD_BATCH",
+            Status::Unauthorized => "UNAUTHORIZED",
         }
     }
     /// The first protocol version with this status code (a server never
     /// sends a later one on an older connection).
     pub fn since(self) -> u16 {
-        if (self as u8) < Status::NoSuchNamespace as u8 {
+        // UNAUTHORIZED is a hello's status, sent before any version is
+        // chosen.
+        if (self as u8) < Status::NoSuchNamespace as u8 || self == Status::Unauthorized {
             1
         } else {
             VERSION_NAMESPACES
@@ -482,18 +493,42 @@ impl ClientHello {
         b[6..8].copy_from_slice(&self.max_version.to_le_bytes());
         b
     }
+    /// The hello announcing a token of `token_len` bytes (1 to
+    /// [`HELLO_TOKEN_BYTES_MAX`]), sent right after it: flag
+    /// [`HELLO_FLAG_TOKEN`] in byte 8, the length (u16) at bytes 10..12.
+    pub fn encode_with_token(&self, token_len: usize) -> [u8; CLIENT_HELLO_BYTES] {
+        assert!((1..=HELLO_TOKEN_BYTES_MAX).contains(&token_len), "a hello token is 1 to 1024 bytes");
+        let mut b = self.encode();
+        b[8] = HELLO_FLAG_TOKEN;
+        b[10..12].copy_from_slice(&(token_len as u16).to_le_bytes());
+        b
+    }
+    /// A hello without a token ([`ClientHello::decode_with_token`] reads
+    /// one with).
     pub fn decode(b: &[u8; CLIENT_HELLO_BYTES]) -> Result<ClientHello, ProtoError> {
+        match ClientHello::decode_with_token(b)? {
+            (h, 0) => Ok(h),
+            _ => err("client hello: a token where none is expected"),
+        }
+    }
+    /// A hello and the length of the token that follows it (0: none).
+    pub fn decode_with_token(b: &[u8; CLIENT_HELLO_BYTES]) -> Result<(ClientHello, usize), ProtoError> {
         if b[0..4] != MAGIC {
             return err("not a Granary native protocol client (bad magic)");
         }
-        if b[8..].iter().any(|&x| x != 0) {
+        let token = b[8] == HELLO_FLAG_TOKEN;
+        let token_len = get_u16(b, 10) as usize;
+        if (b[8] != 0 && !token) || b[9] != 0 || b[12..].iter().any(|&x| x != 0) || (!token && token_len != 0) {
             return err("client hello: reserved bytes are not zero");
+        }
+        if token && !(1..=HELLO_TOKEN_BYTES_MAX).contains(&token_len) {
+            return err(format!("client hello: token of {token_len} bytes (1 to {HELLO_TOKEN_BYTES_MAX})"));
         }
         let h = ClientHello { min_version: get_u16(b, 4), max_version: get_u16(b, 6) };
         if h.min_version == 0 || h.min_version > h.max_version {
             return err(format!("client hello: bad version range {}..={}", h.min_version, h.max_version));
         }
-        Ok(h)
+        Ok((h, token_len))
     }
     /// The highest version both sides speak, if any (this build speaks
     /// [`VERSION_MIN`]..=[`VERSION`]).
@@ -507,7 +542,8 @@ impl ClientHello {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerHello {
     pub version: u16,
-    /// `Ok`, `UnsupportedVersion` or `Busy`; the server closes unless `Ok`.
+    /// `Ok`, `UnsupportedVersion`, `Busy` or `Unauthorized`; the server
+    /// closes unless `Ok`.
     pub status: Status,
     pub key_bytes_max: u32,
     pub value_bytes_max: u32,

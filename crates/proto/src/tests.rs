@@ -588,17 +588,44 @@ fn frame_limit_covers_the_largest_put() {
 }
 
 #[test]
+fn a_hello_carries_a_token_length_only_when_flagged() {
+    let c = ClientHello::default();
+    assert_eq!(ClientHello::decode_with_token(&c.encode()).unwrap(), (c, 0));
+    let t = c.encode_with_token(5);
+    assert_eq!(ClientHello::decode_with_token(&t).unwrap(), (c, 5));
+    assert_eq!(t[8], HELLO_FLAG_TOKEN);
+    // A server without tokens (decode) refuses it as it refused any
+    // reserved byte before tokens existed.
+    assert!(ClientHello::decode(&t).is_err());
+    let max = c.encode_with_token(HELLO_TOKEN_BYTES_MAX);
+    assert_eq!(ClientHello::decode_with_token(&max).unwrap().1, HELLO_TOKEN_BYTES_MAX);
+    let mut zero = t;
+    zero[10..12].copy_from_slice(&0u16.to_le_bytes());
+    assert!(ClientHello::decode_with_token(&zero).unwrap_err().0.contains("token of 0 bytes"));
+    let mut long = t;
+    long[10..12].copy_from_slice(&1025u16.to_le_bytes());
+    assert!(ClientHello::decode_with_token(&long).is_err());
+    let mut len_without_flag = c.encode();
+    len_without_flag[10] = 3;
+    assert!(ClientHello::decode_with_token(&len_without_flag).is_err());
+    let mut other_flag = t;
+    other_flag[8] = 2;
+    assert!(ClientHello::decode_with_token(&other_flag).is_err());
+}
+
+#[test]
 fn status_codes_round_trip() {
     for b in 0..=255u8 {
         if let Ok(s) = Status::from_u8(b) {
             assert_eq!(s as u8, b);
             assert_eq!(s.is_error(), b >= 3);
-            assert_eq!(s.since(), if b >= 14 { 2 } else { 1 });
+            assert_eq!(s.since(), if b >= 14 && s != Status::Unauthorized { 2 } else { 1 });
         }
     }
     assert_eq!(Status::from_u8(18), Ok(Status::BadBatch));
     assert!(Status::BadBatch.is_error());
-    assert!(Status::from_u8(19).is_err());
+    assert_eq!(Status::from_u8(19), Ok(Status::Unauthorized));
+    assert!(Status::from_u8(20).is_err());
     for b in 0..=255u8 {
         if let Ok(o) = Op::from_u8(b) {
             assert_eq!(o as u8, b);

@@ -1,10 +1,12 @@
 //! One connection: its input and reply buffers, the request loop (read,
 //! frame every whole command in the input, run each in order, send the
 //! replies once no whole command is left: pipelining), and the commands
-//! that act on the connection itself: QUIT, HELLO, MULTI, EXEC, DISCARD,
-//! WATCH, UNWATCH.
+//! that act on the connection itself: QUIT, HELLO, AUTH, MULTI, EXEC,
+//! DISCARD, WATCH, UNWATCH.
 //!
 //! Invariants:
+//! - with a `requirepass`, a connection runs only the commands flagged
+//!   `no_auth` (AUTH, HELLO, QUIT) until AUTH or HELLO ... AUTH succeeds;
 //! - commands run one at a time, in the order sent, and each reply is
 //!   written in that order;
 //! - between MULTI and EXEC a command is checked (known, arity) and queued;
@@ -42,6 +44,7 @@ async fn send(ctx: &Ctx, stream: &TcpStream, buf: &mut Vec<u8>) -> bool {
 pub(crate) async fn serve(session: &Session, ctx: &Ctx) {
     let id = ctx.stats.next_client_id.fetch_add(1, Relaxed) + 1;
     let mut client = Client::new(id);
+    client.authenticated = ctx.cfg.requirepass.is_none();
     let mut parser = Parser::default();
     // Buffers grow with what comes and go while the client is idle.
     let mut input: Vec<u8> = Vec::new();
@@ -124,10 +127,15 @@ async fn command(ctx: &Ctx, client: &mut Client, args: &[&[u8]], out: &mut Vec<u
     if let Err(e) = exec::check_subcommand(spec, args) {
         return fail(client, out, e.as_ref(), true);
     }
+    // As Redis: after the command's existence and arity, before anything
+    // else, only the commands flagged `no_auth` run unauthenticated.
+    if !client.authenticated && !spec.flags.contains(&"no_auth") {
+        return fail(client, out, b"NOAUTH Authentication required.", true);
+    }
     let queue =
         client.multi.is_some() && !matches!(spec.cmd, Cmd::Exec | Cmd::Discard | Cmd::Multi | Cmd::Watch | Cmd::Quit);
     if queue {
-        if matches!(spec.cmd, Cmd::Flushdb | Cmd::Flushall | Cmd::Hello) {
+        if matches!(spec.cmd, Cmd::Flushdb | Cmd::Flushall | Cmd::Hello | Cmd::Auth) {
             let msg = format!("ERR {} inside MULTI is not supported (docs/RESP.md)", spec.name.to_ascii_uppercase());
             return fail(client, out, msg.as_bytes(), true);
         }
@@ -150,6 +158,10 @@ async fn command(ctx: &Ctx, client: &mut Client, args: &[&[u8]], out: &mut Vec<u
                 fail(client, out, e.as_ref(), false);
             }
         }
+        Cmd::Auth => match auth(ctx, client, args) {
+            Ok(()) => r.ok(),
+            Err(e) => fail(client, out, e.as_ref(), false),
+        },
         Cmd::Multi => {
             if client.multi.is_some() {
                 return fail(client, out, b"ERR MULTI calls can not be nested", false);
@@ -214,11 +226,7 @@ fn hello(ctx: &Ctx, client: &mut Client, a: &[&[u8]], out: &mut Vec<u8>) -> Resu
     while j < a.len() {
         let more = a.len() - j - 1;
         if a[j].eq_ignore_ascii_case(b"auth") && more >= 2 {
-            // No password is set (Redis's default user, `nopass`): any
-            // password of the user "default" is accepted, as Redis does.
-            if a[j + 1] != b"default" {
-                return Err("WRONGPASS invalid username-password pair or user is disabled.".into());
-            }
+            check_user(ctx, client, a[j + 1], a[j + 2])?;
             j += 3;
         } else if a[j].eq_ignore_ascii_case(b"setname") && more >= 1 {
             client.name = exec::client_name(a[j + 1])?;
@@ -226,6 +234,12 @@ fn hello(ctx: &Ctx, client: &mut Client, a: &[&[u8]], out: &mut Vec<u8>) -> Resu
         } else {
             return Err([&b"ERR Syntax error in HELLO option '"[..], cstr(a[j]), b"'"].concat().into());
         }
+    }
+    if !client.authenticated {
+        return Err("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO \
+                    AUTH <user> <pass> option can be used to authenticate the client and select the RESP \
+                    protocol version at the same time"
+            .into());
     }
     if proto == 3 && !client.resp3 {
         ctx.stats.resp3_connections.fetch_add(1, Relaxed);
@@ -248,6 +262,37 @@ fn hello(ctx: &Ctx, client: &mut Client, a: &[&[u8]], out: &mut Vec<u8>) -> Resu
     r.bulk(b"modules");
     r.array(0);
     Ok(())
+}
+
+/// Redis's reply to a wrong user or password.
+const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+
+/// Authenticate `client` as `user` with `pass`. The only user is Redis's
+/// `default`: with `requirepass` set its password is that; without, it
+/// is `nopass` (any password is accepted, as Redis does). A refusal
+/// leaves the connection as it was (authenticated or not), as Redis.
+fn check_user(ctx: &Ctx, client: &mut Client, user: &[u8], pass: &[u8]) -> Result<(), Fail> {
+    let ok = user == b"default"
+        && ctx.cfg.requirepass.as_deref().is_none_or(|want| granary_server::auth::secret_eq(want, pass));
+    if !ok {
+        ctx.stats.auth_failures.fetch_add(1, Relaxed);
+        tracing::debug!(client = client.id, "RESP authentication refused");
+        return Err(WRONGPASS.into());
+    }
+    client.authenticated = true;
+    Ok(())
+}
+
+/// AUTH [username] password.
+fn auth(ctx: &Ctx, client: &mut Client, a: &[&[u8]]) -> Result<(), Fail> {
+    match a.len() {
+        2 if ctx.cfg.requirepass.is_none() => Err("ERR AUTH <password> called without any password configured for \
+                                                  the default user. Are you sure your configuration is correct?"
+            .into()),
+        2 => check_user(ctx, client, b"default", a[1]),
+        3 => check_user(ctx, client, a[1], a[2]),
+        _ => Err("ERR syntax error".into()),
+    }
 }
 
 /// EXEC: the queued commands as one transaction.

@@ -70,6 +70,7 @@ pub(crate) enum Cmd {
     Quit,
     Select,
     Hello,
+    Auth,
     Client,
     Dbsize,
     Flushdb,
@@ -186,6 +187,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
     spec!("quit", -1, NA, K0, "connection", Quit, "Closes the connection."),
     spec!("select", 2, LSF, K0, "connection", Select, "Changes the selected database."),
     spec!("hello", -1, NA, K0, "connection", Hello, "Handshakes with the server."),
+    spec!("auth", -2, NA, K0, "connection", Auth, "Authenticates the connection."),
     spec!("client", -2, &[], K0, "connection", Client, "A container for client connection commands."),
     spec!("dbsize", 1, R, K0, "server", Dbsize, "Returns the number of keys in the database."),
     spec!("flushdb", -1, WS, K0, "server", Flushdb, "Removes all keys from the current database."),
@@ -414,6 +416,8 @@ pub(crate) struct Client {
     pub watch_dirty: bool,
     /// QUIT: close once the reply is sent.
     pub quit: bool,
+    /// AUTH (or HELLO ... AUTH) succeeded, or no password is required.
+    pub authenticated: bool,
 }
 
 impl Client {
@@ -429,6 +433,7 @@ impl Client {
             watched: vec![],
             watch_dirty: false,
             quit: false,
+            authenticated: false,
         }
     }
 
@@ -1235,7 +1240,7 @@ impl<K: Keys> Cx<'_, K> {
                 self.r.int(n);
             }
             // The connection runs these itself (conn.rs); they never get here.
-            Cmd::Quit | Cmd::Hello | Cmd::Multi | Cmd::Exec | Cmd::Discard | Cmd::Watch | Cmd::Unwatch => {
+            Cmd::Quit | Cmd::Hello | Cmd::Auth | Cmd::Multi | Cmd::Exec | Cmd::Discard | Cmd::Watch | Cmd::Unwatch => {
                 unreachable!("{} is run by the connection", spec.name)
             }
         }

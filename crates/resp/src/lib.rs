@@ -60,6 +60,11 @@ pub struct RespConfig {
     pub idle_timeout: Option<Duration>,
     /// Databases SELECT accepts.
     pub databases: usize,
+    /// Redis's `requirepass`: the password of the user `default`. Set, a
+    /// connection must `AUTH` (or `HELLO ... AUTH`) before any other
+    /// command (docs/SECURITY.md); None: every connection is the
+    /// `default` user, as Redis without a password.
+    pub requirepass: Option<Vec<u8>>,
 }
 
 impl Default for RespConfig {
@@ -71,6 +76,7 @@ impl Default for RespConfig {
             value_bytes_max: 1 << 20,
             idle_timeout: None,
             databases: limits::DATABASES_DEFAULT,
+            requirepass: None,
         }
     }
 }
@@ -99,6 +105,8 @@ pub struct RespStats {
     pub resp3_connections: AtomicU64,
     /// Connection ids (CLIENT ID) handed out.
     pub next_client_id: AtomicU64,
+    /// AUTH and HELLO ... AUTH refused for a wrong user or password.
+    pub auth_failures: AtomicU64,
 }
 
 impl RespStats {
@@ -151,6 +159,12 @@ impl RespStats {
             "granary_resp_txn_watch_aborts_total",
             "EXECs aborted by WATCH.",
             g(&self.txn_aborts),
+        )
+        .counter(
+            "granary_auth_failures",
+            "granary_resp_auth_failures_total",
+            "AUTH and HELLO AUTH refused for a wrong user or password.",
+            g(&self.auth_failures),
         )
         .counter(
             "total_net_output_bytes",

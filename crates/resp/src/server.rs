@@ -72,6 +72,7 @@ impl Server {
         if cfg.databases == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "databases must be at least 1"));
         }
+        granary_server::auth::warn_if_exposed("resp", listener.local_addr()?, cfg.requirepass.is_some());
         let stats = Arc::new(RespStats::default());
         let lc = ListenerConfig { max_connections: cfg.max_connections, idle_timeout: cfg.idle_timeout, name: "resp" };
         let ctx = Arc::new(Ctx::new(store, stats.clone(), cfg));
@@ -176,7 +177,7 @@ pub(crate) fn info(ctx: &Ctx, _client: &Client, sections: &[&[u8]]) -> String {
             "total_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\n\
              total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\n\
              total_error_replies:{}\r\ngranary_protocol_errors:{}\r\ngranary_txn_commits:{}\r\n\
-             granary_txn_retries:{}\r\ngranary_txn_watch_aborts:{}\r\ngranary_read_only:{}\r\n",
+             granary_txn_retries:{}\r\ngranary_txn_watch_aborts:{}\r\ngranary_read_only:{}\r\ngranary_auth_failures:{}\r\n",
             st.listener.total_connections.load(Relaxed),
             st.commands.load(Relaxed),
             st.listener.rejected_connections.load(Relaxed),
@@ -190,6 +191,7 @@ pub(crate) fn info(ctx: &Ctx, _client: &Client, sections: &[&[u8]]) -> String {
             st.txn_retries.load(Relaxed),
             st.txn_aborts.load(Relaxed),
             u8::from(store.read_only.is_some()),
+            st.auth_failures.load(Relaxed),
         );
     });
     section("keyspace", "Keyspace", &mut |o| {

@@ -9,7 +9,8 @@
 //! admitted connection, and how to tell one over the limit why it is
 //! refused. Everything else (accept errors, connection counting and
 //! registration, the order of admission, the spread over executors, the
-//! drain) is here, once.
+//! drain) is here, once; and [`auth`], the credentials every protocol
+//! checks.
 //!
 //! Invariants:
 //! - a connection is counted and registered before its task starts and
@@ -19,6 +20,8 @@
 //!   (admission happens in accept order, on the accepting executor);
 //! - once stopping, the accept loop ends and a session reads no more: what
 //!   a connection has read is executed and answered, then it closes.
+
+pub mod auth;
 
 use granary_rt::metrics::Registry;
 use granary_rt::net::{Admitted, Connections, TcpListener, TcpStream};

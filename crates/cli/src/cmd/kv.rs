@@ -36,8 +36,11 @@ enum Target {
 pub(super) fn connect(server: &str, timeout_ms: u64) -> Result<granary_client::Client, String> {
     let addr =
         if server.contains(':') { server.to_string() } else { format!("{server}:{}", granary_proto::DEFAULT_PORT) };
-    let cfg =
-        granary_client::ClientConfig { timeout: std::time::Duration::from_millis(timeout_ms.max(1)), connections: 1 };
+    let cfg = granary_client::ClientConfig {
+        timeout: std::time::Duration::from_millis(timeout_ms.max(1)),
+        connections: 1,
+        ..Default::default()
+    };
     granary_client::Client::connect(addr.as_str(), cfg).map_err(|e| format!("{addr}: {e}"))
 }
 

@@ -1,0 +1,116 @@
+//! `granary serve` with authentication on every listener
+//! (docs/SECURITY.md): `--requirepass` on the Redis protocol, `--auth-file`
+//! (memcached's `-Y`) on Memcache, `--native-token` on the native
+//! protocol; each refuses a client without the credential and serves one
+//! with it. An unreadable or empty auth file refuses the start, before a
+//! data file is created.
+
+use granary_client::{Client, ClientConfig};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+struct Serve {
+    child: Child,
+    mc: u16,
+    native: u16,
+    resp: u16,
+}
+
+impl Serve {
+    fn start(dir: &std::path::Path, auth_file: &std::path::Path) -> Serve {
+        let port = || granary_rt::net::free_low_port().unwrap();
+        let (mc, native, resp) = (port(), port(), port());
+        let data = dir.join("g.db");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_granary"))
+            .args(["serve", "--data", data.to_str().unwrap(), "--size", "64M", "-t", "2"])
+            .args(["-p", &mc.to_string(), "--native-port", &native.to_string(), "--resp-port", &resp.to_string()])
+            .args(["--requirepass", "rpass", "--native-token", "ntoken", "--auth-file"])
+            .arg(auth_file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut log = String::new();
+        loop {
+            let mut line = String::new();
+            if err.read_line(&mut line).unwrap() == 0 {
+                panic!("granary serve exited early: {}\n{log}", child.wait().unwrap());
+            }
+            log.push_str(&line);
+            // The native listener's line comes last, once every one is up.
+            if line.contains("serving the native protocol") {
+                break;
+            }
+        }
+        std::thread::spawn(move || for _ in err.lines() {});
+        Serve { child, mc, native, resp }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+    }
+}
+
+/// Send `req` on a fresh connection and read `n` bytes of reply.
+fn ask(port: u16, req: &[u8], n: usize) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(req).unwrap();
+    let mut b = vec![0u8; n];
+    s.read_exact(&mut b).unwrap();
+    String::from_utf8_lossy(&b).into_owned()
+}
+
+#[test]
+fn every_listener_requires_its_credential() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let users = dir.path().join("users");
+    std::fs::write(&users, "app:apppass\n").unwrap();
+    let s = Serve::start(dir.path(), &users);
+
+    let unauth = "CLIENT_ERROR unauthenticated\r\n";
+    assert_eq!(ask(s.mc, b"get k\r\n", unauth.len()), unauth);
+    let stored = "STORED\r\nSTORED\r\nVALUE k 0 1\r\nv\r\nEND\r\n";
+    assert_eq!(ask(s.mc, b"set a 0 0 11\r\napp apppass\r\nset k 0 0 1\r\nv\r\nget k\r\n", stored.len()), stored);
+
+    let noauth = "-NOAUTH Authentication required.\r\n";
+    assert_eq!(ask(s.resp, b"GET k\r\n", noauth.len()), noauth);
+    // (The Redis protocol's database 0 is a namespace of its own.)
+    assert_eq!(ask(s.resp, b"AUTH rpass\r\nGET k\r\n", 10), "+OK\r\n$-1\r\n");
+
+    let addr = ("127.0.0.1", s.native);
+    let e = Client::connect(addr, ClientConfig::default()).err().expect("refused without a token");
+    assert!(e.to_string().contains("requires a token"), "{e}");
+    let c = Client::connect(addr, ClientConfig::default().with_token("ntoken")).unwrap();
+    c.put(b"n", b"w").unwrap();
+    assert_eq!(c.get(b"n").unwrap().as_deref(), Some(&b"w"[..]));
+}
+
+#[test]
+fn a_bad_auth_file_refuses_the_start() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("g.db");
+    for (content, why) in [(None, "cannot read"), (Some("\n"), "no user:password line"), (Some("x\n"), "line 1")] {
+        let file = dir.path().join("users");
+        let _ = std::fs::remove_file(&file);
+        if let Some(c) = content {
+            std::fs::write(&file, c).unwrap();
+        }
+        let o = Command::new(env!("CARGO_BIN_EXE_granary"))
+            .args(["serve", "--data", data.to_str().unwrap(), "--size", "64M", "-t", "1"])
+            .args(["-p", &granary_rt::net::free_low_port().unwrap().to_string(), "--no-native", "--no-resp"])
+            .arg("-Y")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("auth file") && err.contains(why), "{content:?}: {err}");
+        assert!(!data.exists(), "no data file is created");
+    }
+}

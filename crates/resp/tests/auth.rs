@@ -1,0 +1,217 @@
+//! RESP authentication (`RespConfig::requirepass`, Redis's
+//! `requirepass`): AUTH, HELLO ... AUTH, the NOAUTH gate, and the replies
+//! compared byte for byte with a redis-server 7.0 started here with the
+//! same password; redis-cli's `-a` and `--user`/`--pass` against Granary.
+//! Without redis-server or redis-cli the comparisons are skipped, unless
+//! `GRANARY_REQUIRE_PEERS` is set (scripts/test.sh), when they fail.
+
+mod common;
+
+use common::{peer, Client, Fixture, Value};
+use granary_resp::RespConfig;
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PASS: &str = "s3cret";
+const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+const NOAUTH: &str = "NOAUTH Authentication required.";
+
+fn with_password() -> Fixture {
+    Fixture::new(RespConfig { threads: 2, requirepass: Some(PASS.into()), ..RespConfig::default() })
+}
+
+#[test]
+fn before_auth_only_auth_hello_and_quit_run() {
+    let f = with_password();
+    let mut c = f.client();
+    for cmd in ["PING", "GET a", "SET a 1", "CLIENT ID", "MULTI", "SELECT 1", "COMMAND COUNT", "INFO", "ECHO x"] {
+        assert_eq!(c.cmd(cmd), Value::err(NOAUTH), "{cmd}");
+    }
+    // Existence and arity are checked first, as Redis does.
+    assert!(matches!(c.cmd("NOSUCH x"), Value::Error(e) if e.starts_with("ERR unknown command")));
+    assert_eq!(c.cmd("GET"), Value::err("ERR wrong number of arguments for 'get' command"));
+    assert_eq!(c.cmd("AUTH"), Value::err("ERR wrong number of arguments for 'auth' command"));
+    assert_eq!(c.cmd("AUTH a b c"), Value::err("ERR syntax error"));
+    assert_eq!(c.cmd("AUTH wrong"), Value::err(WRONGPASS));
+    assert_eq!(c.cmd("AUTH someone s3cret"), Value::err(WRONGPASS));
+    assert_eq!(c.cmd("PING"), Value::err(NOAUTH), "a refused AUTH leaves the connection unauthenticated");
+    assert!(matches!(c.cmd("HELLO 3"), Value::Error(e) if e.starts_with("NOAUTH HELLO must be called")));
+    assert_eq!(c.cmd("AUTH s3cret"), Value::ok());
+    assert_eq!(c.cmd("PING"), Value::Simple("PONG".into()));
+    assert_eq!(c.cmd("SET a 1"), Value::ok());
+    assert_eq!(c.cmd("AUTH wrong"), Value::err(WRONGPASS));
+    assert_eq!(c.cmd("GET a"), Value::bulk("1"), "a refused AUTH keeps an authenticated connection so");
+    assert_eq!(c.cmd("MULTI"), Value::ok());
+    assert!(matches!(c.cmd("AUTH s3cret"), Value::Error(e) if e.contains("inside MULTI is not supported")));
+    assert!(matches!(c.cmd("EXEC"), Value::Error(e) if e.starts_with("EXECABORT")));
+    let mut q = f.client();
+    assert_eq!(q.cmd("QUIT"), Value::ok());
+    assert_eq!(q.try_read(), None);
+}
+
+#[test]
+fn auth_with_the_default_user_and_hello_auth() {
+    let f = with_password();
+    let mut c = f.client();
+    assert_eq!(c.cmd("AUTH default s3cret"), Value::ok());
+    assert_eq!(c.cmd("DBSIZE"), Value::Int(0));
+    let mut h = f.client();
+    assert_eq!(h.cmd("HELLO 3 AUTH default wrong"), Value::err(WRONGPASS));
+    let Value::Map(m) = h.cmd("HELLO 3 AUTH default s3cret SETNAME app") else { panic!("a map") };
+    assert!(m.contains(&(Value::bulk("proto"), Value::Int(3))));
+    assert_eq!(h.cmd("CLIENT GETNAME"), Value::bulk("app"));
+    let (Value::Bulk(info) | Value::Verbatim(_, info)) = h.cmd("INFO stats") else { panic!() };
+    let info = String::from_utf8(info).unwrap();
+    assert!(info.contains("granary_auth_failures:1\r\n"), "{info}");
+    let stats = f.server.as_ref().unwrap().stats();
+    assert_eq!(stats.auth_failures.load(std::sync::atomic::Ordering::Relaxed), 1);
+}
+
+#[test]
+fn without_a_password_auth_answers_as_redis_does() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    assert_eq!(c.cmd("PING"), Value::Simple("PONG".into()));
+    assert!(
+        matches!(c.cmd("AUTH x"), Value::Error(e) if e.starts_with("ERR AUTH <password> called without any password"))
+    );
+    assert_eq!(c.cmd("AUTH default anything"), Value::ok());
+    assert_eq!(c.cmd("AUTH bob anything"), Value::err(WRONGPASS));
+    let Value::Array(info) = c.cmd("COMMAND INFO auth") else { panic!() };
+    let Value::Array(spec) = &info[0] else { panic!("{info:?}") };
+    assert_eq!((&spec[0], &spec[1]), (&Value::bulk("auth"), &Value::Int(-2)));
+    assert!(matches!(&spec[2], Value::Set(f) | Value::Array(f) if f.contains(&Value::Simple("no_auth".into()))));
+}
+
+/// A redis-server 7.0 child with `--requirepass`, on a free low port;
+/// killed on drop.
+struct Redis {
+    child: Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Redis {
+    fn start() -> Option<Redis> {
+        let bin = peer("redis-server")?;
+        for _ in 0..5 {
+            let port = granary_rt::net::free_low_port().unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let child = Command::new(&bin)
+                .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1", "--port", &port.to_string()])
+                .args(["--requirepass", PASS])
+                .arg("--dir")
+                .arg(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut r = Redis { child, addr: ([127, 0, 0, 1], port).into(), _dir: dir };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if r.child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                if TcpStream::connect(r.addr).is_ok() {
+                    // The server answering is this child (and is 7.0).
+                    let mut c = Client::connect(r.addr);
+                    assert_eq!(c.cmd(&format!("AUTH {PASS}")), Value::ok());
+                    let Value::Bulk(info) = c.cmd("INFO server") else { break };
+                    let info = String::from_utf8_lossy(&info).into_owned();
+                    if !info.lines().any(|l| l == format!("process_id:{}", r.child.id())) {
+                        break;
+                    }
+                    if !info.contains("redis_version:7.0.") {
+                        assert!(!common::require_peers(), "redis-server is not 7.0");
+                        eprintln!("skipped: redis-server is not 7.0");
+                        return None;
+                    }
+                    return Some(r);
+                }
+                assert!(Instant::now() < deadline, "redis-server did not start listening on {}", r.addr);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("redis-server did not start on any of 5 free ports");
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// HELLO's map, with `id` and `version` (each server's own) blanked.
+fn normalize(v: Value) -> Value {
+    let blank = |k: &Value| matches!(k, Value::Bulk(b) if b == b"id" || b == b"version");
+    match v {
+        Value::Map(m) => {
+            Value::Map(m.into_iter().map(|(k, v)| if blank(&k) { (k, Value::Nil) } else { (k, v) }).collect())
+        }
+        Value::Array(a) if a.len() == 14 => {
+            let mut out = a.clone();
+            for i in (0..a.len()).step_by(2) {
+                if blank(&a[i]) {
+                    out[i + 1] = Value::Nil;
+                }
+            }
+            Value::Array(out)
+        }
+        v => v,
+    }
+}
+
+/// The same sequences on fresh connections to both servers: every reply
+/// (errors byte for byte) must be Redis's.
+#[test]
+fn replies_are_redis_7_0s_with_requirepass() {
+    let Some(redis) = Redis::start() else { return };
+    let f = with_password();
+    let sequences: &[&[&str]] = &[
+        &["PING", "GET a", "SET a 1", "NOSUCH", "GET", "AUTH", "AUTH a b c", "AUTH wrong", "AUTH default wrong"],
+        &["AUTH bob s3cret", "HELLO 3", "HELLO 2 SETNAME x", "HELLO 3 AUTH default wrong", "CLIENT ID", "MULTI"],
+        &["AUTH s3cret", "PING", "SET a 1", "GET a", "AUTH wrong", "GET a", "DEL a"],
+        &["AUTH default s3cret", "PING", "AUTH x y", "PING"],
+        &["HELLO 2 AUTH default s3cret", "PING", "HELLO 3", "PING"],
+        &["HELLO 3 AUTH default s3cret SETNAME n", "CLIENT GETNAME"],
+        &["HELLO 4 AUTH default s3cret", "HELLO x", "HELLO 3 AUTH default", "PING"],
+        &["ping", "auth S3CRET", "Auth s3cret", "ping"],
+        &["QUIT"],
+    ];
+    for seq in sequences {
+        let mut g = Client::connect(f.addr);
+        let mut r = Client::connect(redis.addr);
+        for cmd in *seq {
+            let args: Vec<&[u8]> = cmd.split(' ').map(|s| s.as_bytes()).collect();
+            let want = normalize(r.call(&args));
+            let got = normalize(g.call(&args));
+            assert_eq!(got, want, "{cmd:?} in {seq:?}");
+        }
+    }
+}
+
+/// redis-cli authenticates with `-a` (AUTH password) and with `--user`
+/// and `--pass` (AUTH user password); without, it gets NOAUTH.
+#[test]
+fn redis_cli_authenticates() {
+    let Some(cli) = peer("redis-cli") else { return };
+    let f = with_password();
+    let port = f.addr.port().to_string();
+    let run = |extra: &[&str], cmd: &[&str]| {
+        let o = Command::new(&cli)
+            .args(["-h", "127.0.0.1", "-p", &port, "--no-auth-warning"])
+            .args(extra)
+            .args(cmd)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string() + &String::from_utf8_lossy(&o.stderr)
+    };
+    assert_eq!(run(&[], &["SET", "k", "v"]), NOAUTH);
+    assert_eq!(run(&["-a", PASS], &["SET", "k", "v"]), "OK");
+    assert_eq!(run(&["--user", "default", "--pass", PASS], &["GET", "k"]), "v");
+    assert!(run(&["-a", "wrong"], &["GET", "k"]).contains("WRONGPASS"));
+    assert!(run(&["-3", "-a", PASS], &["HELLO"]).contains("proto"));
+}
