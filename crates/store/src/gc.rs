@@ -186,6 +186,23 @@ pub(crate) fn poll(gc: Gc<'_>) -> bool {
     }
 }
 
+/// At close, GC stopped: reclaim up to `n` segments on the caller's
+/// thread, ignoring the age gate (a short-lived process may close no
+/// segment, so none has aged), for a clean checkpoint that found no free
+/// segment. How many were reclaimed.
+pub(crate) fn reclaim_at_close(gc: Gc<'_>, n: usize) -> usize {
+    let mut done = 0;
+    while done < n && gc.log.check_writable().is_ok() {
+        let Some((victim, evict)) = gc.space.pick_victim(0, gc.evict) else { break };
+        if let Err(e) = reclaim(gc, victim, evict) {
+            tracing::debug!(victim, error = %e, "reclaim at close stopped");
+            break;
+        }
+        done += 1;
+    }
+    done
+}
+
 /// One reclaim, answering writers' requests up to `req` if it finds
 /// nothing to reclaim.
 fn step(gc: Gc<'_>, req: u64) {

@@ -656,7 +656,26 @@ impl Store {
         self.stop_gc();
         // A checkpoint that cannot be written (no free segment, IO error)
         // is logged by `write`; the next open replays more log instead.
-        let ckpt = if self.checkpoint_on_close && self.core.log.check_writable().is_ok() {
+        // With no free segment, GC (stopped now) reclaims one or two here
+        // and the checkpoint is tried once more.
+        let mut ckpt = self.close_checkpoint();
+        if matches!(ckpt, Err(Error::NoSpace { .. })) {
+            self.core.space.writes_after_gc();
+            if crate::gc::reclaim_at_close(self.core.collector(), 2) > 0 {
+                ckpt = self.close_checkpoint();
+            }
+        }
+        self.core.log.dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })?;
+        match ckpt {
+            Err(e @ Error::Io { .. }) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// The clean checkpoint `close` writes (with the namespaces' totals
+    /// first), unless disabled or the store refuses writes.
+    fn close_checkpoint(&self) -> Result<()> {
+        if self.checkpoint_on_close && self.core.log.check_writable().is_ok() {
             // Every namespace's counts, for the open that loads this
             // checkpoint (`catalog::restore_totals`); without them the
             // next open of a store with namespaces scans the log.
@@ -681,11 +700,6 @@ impl Store {
             }
         } else {
             Ok(())
-        };
-        self.core.log.dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })?;
-        match ckpt {
-            Err(e @ Error::Io { .. }) => Err(e),
-            _ => Ok(()),
         }
     }
 }
