@@ -61,6 +61,25 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Data<'a> {
     }
 }
 
+/// A batch's `__exit__` (`Batch`, `ClientBatch`): commit if the `with`
+/// block ended normally and the batch is still open (`done`: committed or
+/// discarded in the block), discard if the block raised. Returns false: the
+/// exception, if any, goes on.
+pub(crate) fn exit_batch<B>(
+    raised: bool,
+    done: bool,
+    batch: &mut B,
+    commit: impl FnOnce(&mut B) -> PyResult<Vec<u64>>,
+    discard: impl FnOnce(&mut B),
+) -> PyResult<bool> {
+    if raised {
+        discard(batch);
+    } else if !done {
+        commit(batch)?;
+    }
+    Ok(false)
+}
+
 /// Copies of a sequence of keys (for the calls taking many).
 pub(crate) fn keys_of(keys: &Bound<'_, PyAny>) -> PyResult<Vec<Vec<u8>>> {
     if keys.is_instance_of::<PyBytes>() || keys.is_instance_of::<PyString>() {

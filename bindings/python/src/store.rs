@@ -722,14 +722,7 @@ impl Batch {
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        match exc_type {
-            None if !self.done => self.commit(py).map(|_| false),
-            None => Ok(false),
-            Some(_) => {
-                self.discard();
-                Ok(false)
-            }
-        }
+        crate::exit_batch(exc_type.is_some(), self.done, self, |b| b.commit(py), Self::discard)
     }
 }
 

@@ -13,6 +13,7 @@
 //! for each policy of GC's low watermark.
 
 use granary_store::io::{Device, MemDevice, OpenMode, SimRng};
+use granary_store::loadgen;
 use granary_store::{CreateOptions, GcPolicy, OpenOptions, Store, Watermark};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -91,43 +92,25 @@ impl Default for GcChoice {
     }
 }
 
-/// YCSB's Zipfian generator (Gray et al., "Quickly generating billion-record
-/// synthetic databases"), scrambled: item ranks are hashed over the keys,
-/// so the hot keys are not the first ones written.
-struct Zipf {
-    n: u64,
-    theta: f64,
-    alpha: f64,
-    zetan: f64,
-    eta: f64,
-}
+/// YCSB's scrambled Zipfian: ranks from [`loadgen::Zipf`] hashed over the
+/// keys, so the hot keys are not the first ones written.
+struct Zipf(loadgen::Zipf);
 
 impl Zipf {
     fn new(n: u64, theta: f64) -> Zipf {
-        let zeta = |n: u64| (1..=n).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
-        let (zetan, zeta2) = (zeta(n), zeta(2));
-        let eta = (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan);
-        Zipf { n, theta, alpha: 1.0 / (1.0 - theta), zetan, eta }
+        Zipf(loadgen::Zipf::new(n, theta))
     }
 
     /// A rank in 0..n (0 the most frequent).
     fn rank(&self, rng: &mut SimRng) -> u64 {
-        let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-        let uz = u * self.zetan;
-        if uz < 1.0 {
-            return 0;
-        }
-        if uz < 1.0 + 0.5f64.powf(self.theta) {
-            return 1.min(self.n - 1);
-        }
-        ((self.n as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64).min(self.n - 1)
+        self.0.rank((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64)
     }
 
     fn key(&self, rng: &mut SimRng) -> u64 {
         let mut x = self.rank(rng).wrapping_add(0x9E37_79B9_7F4A_7C15);
         x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (x ^ (x >> 31)) % self.n
+        (x ^ (x >> 31)) % self.0.n()
     }
 }
 
@@ -797,7 +780,7 @@ mod tests {
         // Rank 0 is drawn about 1/zeta(1000) of the time (13%), and twice
         // as often as rank 1 (2^0.99).
         let p0 = counts[0] as f64 / 100_000.0;
-        assert!((p0 - 1.0 / z.zetan).abs() < 0.01, "{p0} vs {}", 1.0 / z.zetan);
+        assert!((p0 - 1.0 / z.0.zetan()).abs() < 0.01, "{p0} vs {}", 1.0 / z.0.zetan());
         assert!(counts[0] > counts[1] && counts[1] > counts[10] && counts[10] > counts[500], "{:?}", &counts[..12]);
         let mut seen = std::collections::HashSet::new();
         for _ in 0..10_000 {

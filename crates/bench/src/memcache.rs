@@ -30,6 +30,7 @@
 //! divided by that plus one device read per GET.
 
 use crate::child::{cpu_secs, parse_status_kib, tail, ChildServer};
+use granary_store::loadgen;
 use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
@@ -166,37 +167,18 @@ impl PeerResult {
     }
 }
 
-/// Zipfian ranks (Gray et al., as in YCSB) scattered over the key space.
-struct Zipf {
-    n: u64,
-    theta: f64,
-    alpha: f64,
-    zetan: f64,
-    eta: f64,
-}
+/// Zipfian ranks ([`loadgen::Zipf`]) scattered over the key space.
+struct Zipf(loadgen::Zipf);
 
 impl Zipf {
     fn new(n: u64, theta: f64) -> Zipf {
-        let zeta = |n: u64| (1..=n).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
-        let zetan = zeta(n);
-        let zeta2 = zeta(2.min(n));
-        let alpha = 1.0 / (1.0 - theta);
-        let eta = (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan);
-        Zipf { n, theta, alpha, zetan, eta }
+        Zipf(loadgen::Zipf::new(n, theta))
     }
 
     fn sample(&self, u: f64) -> u64 {
-        let uz = u * self.zetan;
-        let rank = if uz < 1.0 {
-            0
-        } else if uz < 1.0 + 0.5f64.powf(self.theta) {
-            1
-        } else {
-            ((self.n as f64) * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64
-        };
         // Scatter ranks so hot keys are not neighbours (a multiplicative
         // hash of the rank, not a generator).
-        rank.min(self.n - 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) % self.n
+        self.0.rank(u).wrapping_mul(0x9E37_79B9_7F4A_7C15) % self.0.n()
     }
 }
 

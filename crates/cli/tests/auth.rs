@@ -6,10 +6,12 @@
 //! data file is created.
 
 use granary_client::{Client, ClientConfig};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
+
+mod common;
 
 struct Serve {
     child: Child,
@@ -23,29 +25,14 @@ impl Serve {
         let port = || granary_rt::net::free_low_port().unwrap();
         let (mc, native, resp) = (port(), port(), port());
         let data = dir.join("g.db");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_granary"))
-            .args(["serve", "--data", data.to_str().unwrap(), "--size", "64M", "-t", "2"])
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_granary"));
+        cmd.args(["serve", "--data", data.to_str().unwrap(), "--size", "64M", "-t", "2"])
             .args(["-p", &mc.to_string(), "--native-port", &native.to_string(), "--resp-port", &resp.to_string()])
             .args(["--requirepass", "rpass", "--native-token", "ntoken", "--auth-file"])
-            .arg(auth_file)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut log = String::new();
-        loop {
-            let mut line = String::new();
-            if err.read_line(&mut line).unwrap() == 0 {
-                panic!("granary serve exited early: {}\n{log}", child.wait().unwrap());
-            }
-            log.push_str(&line);
-            // The native listener's line comes last, once every one is up.
-            if line.contains("serving the native protocol") {
-                break;
-            }
-        }
-        std::thread::spawn(move || for _ in err.lines() {});
+            .arg(auth_file);
+        // The native listener's line comes last, once every one is up.
+        let ready = |line: &str| line.contains("serving the native protocol");
+        let child = common::start_or_panic(&mut cmd, ready, common::START_LIMIT).child;
         Serve { child, mc, native, resp }
     }
 }

@@ -14,12 +14,14 @@
 //! -- --nocapture` is the full run.
 
 use granary_proto::{ClientHello, PutMode, Request, ServerHello, Status, HEADER_BYTES, SERVER_HELLO_BYTES};
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
+
+mod common;
 
 /// A read or write that takes this long fails the test (a stalled server).
 const IO_TIMEOUT: Duration = Duration::from_secs(60);
@@ -69,29 +71,9 @@ impl Server {
             "-c",
             &c,
         ];
-        let mut child = Command::new(env!("CARGO_BIN_EXE_granary"))
-            .args(args)
-            .env("GRANARY_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut log = String::new();
-        loop {
-            let mut line = String::new();
-            if err.read_line(&mut line).unwrap() == 0 {
-                let status = child.wait().unwrap();
-                panic!("granary serve exited early ({status}):\n{log}");
-            }
-            log.push_str(&line);
-            // The native line comes last: every listener is up.
-            if line.contains("serving the native protocol") {
-                break;
-            }
-        }
-        // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in err.lines() {});
+        // The native line comes last: every listener is up.
+        let ready = |line: &str| line.contains("serving the native protocol");
+        let child = common::start_or_panic(&mut common::granary(&args), ready, common::START_LIMIT).child;
         Server { child, memcache, native, resp, metrics }
     }
 

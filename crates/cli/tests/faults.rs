@@ -20,8 +20,10 @@ use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+mod common;
 
 const START_LIMIT: Duration = Duration::from_secs(90);
 const IO_LIMIT: Duration = Duration::from_secs(30);
@@ -57,17 +59,9 @@ impl Drop for Seed {
     }
 }
 
-/// splitmix64.
-struct Rng(u64);
+use common::Rng;
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
     /// A printable value of 1 to `max` bytes.
     fn value(&mut self, max: u64) -> Vec<u8> {
         let n = 1 + self.next() % max;
@@ -110,44 +104,20 @@ impl Serve {
     fn try_start(data: &Path, dir: &Path, faults: bool) -> Result<Serve, String> {
         let (mc, resp, native, nbd, metrics) = (port(), port(), port(), port(), port());
         let control = dir.join("fault.sock");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_granary"));
+        let mut cmd = common::granary(&[]);
         // `-m 0`: no DRAM tier, so every GET reads the device and meets
         // the faults this test injects (a tier would serve hot keys).
         cmd.args(["serve", "--data", data.to_str().unwrap(), "-t", "2", "--max-item-size", "65536", "-m", "0"])
             .args(["-p", &mc.to_string(), "--resp-port", &resp.to_string()])
             .args(["--native-port", &native.to_string(), "--nbd-port", &nbd.to_string()])
             .args(["--metrics", &format!("127.0.0.1:{metrics}")])
-            .env("GRANARY_LOG", "info")
             .env_remove("GRANARY_FAULT_SOCKET")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+            .stdin(Stdio::null());
         if faults {
             cmd.env("GRANARY_FAULT_SOCKET", &control);
         }
-        let mut child = cmd.spawn().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let err = BufReader::new(child.stderr.take().unwrap());
-        let log2 = log.clone();
-        std::thread::spawn(move || {
-            for line in err.lines() {
-                let Ok(line) = line else { break };
-                let up = line.contains("serving the native protocol");
-                let mut l = log2.lock().unwrap();
-                l.push_str(&line);
-                l.push('\n');
-                if up {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        if rx.recv_timeout(START_LIMIT).is_err() {
-            let _ = child.kill();
-            let _ = child.wait();
-            let log = log.lock().unwrap().clone();
-            return Err(log);
-        }
+        let ready = |line: &str| line.contains("serving the native protocol");
+        let common::Started { child, all: log, .. } = common::start(&mut cmd, ready, START_LIMIT)?;
         Ok(Serve { child, mc, resp, native, nbd, metrics, control, log })
     }
 
@@ -440,24 +410,51 @@ fn fill(s: &Serve, rng: &mut Rng, n: usize, m: &mut Model) {
     }
 }
 
-/// Every acknowledged write reads back, on its own protocol.
+/// Every acknowledged write reads back, on its own protocol, over new
+/// connections.
 fn verify(s: &Serve, m: &Model) {
-    let mut mc = Mc::connect(s.mc);
+    let native = s.native();
+    check(&mut Mc::connect(s.mc), &mut Resp::connect(s.resp), &native, &mut Nbd::connect(s.nbd, "blocks"), m);
+}
+
+/// Every acknowledged write reads back over these connections.
+fn check(mc: &mut Mc, resp: &mut Resp, native: &granary_client::Client, nbd: &mut Nbd, m: &Model) {
     for (k, v) in &m.mc {
         assert_eq!(mc.get(k).unwrap().as_ref(), Some(v), "memcache {k}");
     }
-    let mut resp = Resp::connect(s.resp);
     for (k, v) in &m.resp {
         assert_eq!(resp.call(&[b"GET", k.as_bytes()]), Reply::Bulk(Some(v.clone())), "resp {k}");
     }
-    let native = s.native();
     for (k, v) in &m.native {
         assert_eq!(native.get(k.as_bytes()).unwrap().as_ref(), Some(v), "native {k}");
     }
-    let mut nbd = Nbd::connect(s.nbd, "blocks");
     for (b, v) in &m.nbd {
         assert!(nbd.read(*b).unwrap() == *v, "nbd block {b}");
     }
+}
+
+/// A test's state besides its server: the seed (printed on failure), its
+/// generator, the store file and the model of acknowledged writes.
+struct Fixture {
+    seed: Seed,
+    rng: Rng,
+    dir: tempfile::TempDir,
+    data: PathBuf,
+    m: Model,
+}
+
+/// A new store served with faults injectable, and `n` keys (and blocks)
+/// written per protocol.
+fn start_filled(n: usize) -> (Fixture, Serve) {
+    let seed = Seed::new();
+    let mut rng = Rng(seed.0);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("g.db");
+    new_store(&data);
+    let s = Serve::start(&data, dir.path(), true);
+    let mut m = Model::default();
+    fill(&s, &mut rng, n, &mut m);
+    (Fixture { seed, rng, dir, data, m }, s)
 }
 
 fn server_status(e: granary_client::Error) -> granary_client::Status {
@@ -472,14 +469,7 @@ fn server_status(e: granary_client::Error) -> granary_client::Status {
 
 #[test]
 fn a_read_error_fails_that_request_and_the_connection_goes_on() {
-    let seed = Seed::new();
-    let mut rng = Rng(seed.0);
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("g.db");
-    new_store(&data);
-    let s = Serve::start(&data, dir.path(), true);
-    let mut m = Model::default();
-    fill(&s, &mut rng, 8, &mut m);
+    let (Fixture { seed: _seed, mut rng, dir: _dir, data: _data, m }, s) = start_filled(8);
     // The records of these keys (and the NBD block tagged so) are the bad
     // sectors: only reads that meet them fail.
     let mut mc = Mc::connect(s.mc);
@@ -503,18 +493,7 @@ fn a_read_error_fails_that_request_and_the_connection_goes_on() {
     assert_eq!(server_status(native.get(b"victim-nv").unwrap_err()), granary_client::Status::IoError);
     assert_eq!(nbd.read(100), Err(EIO));
     // The same connections read every other key.
-    for (k, v) in &m.mc {
-        assert_eq!(mc.get(k).unwrap().as_ref(), Some(v), "memcache {k}");
-    }
-    for (k, v) in &m.resp {
-        assert_eq!(resp.call(&[b"GET", k.as_bytes()]), Reply::Bulk(Some(v.clone())), "resp {k}");
-    }
-    for (k, v) in &m.native {
-        assert_eq!(native.get(k.as_bytes()).unwrap().as_ref(), Some(v), "native {k}");
-    }
-    for (b, v) in &m.nbd {
-        assert!(nbd.read(*b).unwrap() == *v, "nbd block {b}");
-    }
+    check(&mut mc, &mut resp, &native, &mut nbd, &m);
     // A read error does not make the store read-only.
     assert_eq!(mc.stat("granary_read_only"), "0");
     assert_eq!(mc.set("after-read-error", b"x"), "STORED");
@@ -539,14 +518,7 @@ fn a_read_error_fails_that_request_and_the_connection_goes_on() {
 
 #[test]
 fn a_write_error_makes_the_store_read_only_and_a_restart_recovers_every_acknowledged_write() {
-    let seed = Seed::new();
-    let mut rng = Rng(seed.0);
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("g.db");
-    new_store(&data);
-    let s = Serve::start(&data, dir.path(), true);
-    let mut m = Model::default();
-    fill(&s, &mut rng, 12, &mut m);
+    let (Fixture { seed: _seed, mut rng, dir, data, m }, s) = start_filled(12);
     let mut mc = Mc::connect(s.mc);
     let mut resp = Resp::connect(s.resp);
     let native = s.native();
@@ -569,18 +541,7 @@ fn a_write_error_makes_the_store_read_only_and_a_restart_recovers_every_acknowle
     assert_eq!(server_status(native.put(b"refused-nv", b"never").unwrap_err()), granary_client::Status::ReadOnly);
     assert_eq!(nbd.write(0, &nbd_block("refused-nbd", &mut rng)), Err(EIO));
     // Reads are served, on the same connections.
-    for (k, v) in &m.mc {
-        assert_eq!(mc.get(k).unwrap().as_ref(), Some(v), "memcache {k}");
-    }
-    for (k, v) in &m.resp {
-        assert_eq!(resp.call(&[b"GET", k.as_bytes()]), Reply::Bulk(Some(v.clone())), "resp {k}");
-    }
-    for (k, v) in &m.native {
-        assert_eq!(native.get(k.as_bytes()).unwrap().as_ref(), Some(v), "native {k}");
-    }
-    for (b, v) in &m.nbd {
-        assert!(nbd.read(*b).unwrap() == *v, "nbd block {b}");
-    }
+    check(&mut mc, &mut resp, &native, &mut nbd, &m);
     assert_eq!(mc.get("refused-mc").unwrap(), None);
     // The state is visible: memcache stats, native stats, /metrics; and
     // logged once.
@@ -614,14 +575,7 @@ fn a_write_error_makes_the_store_read_only_and_a_restart_recovers_every_acknowle
 
 #[test]
 fn a_write_error_then_sigkill_loses_nothing_acknowledged() {
-    let seed = Seed::new();
-    let mut rng = Rng(seed.0);
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("g.db");
-    new_store(&data);
-    let s = Serve::start(&data, dir.path(), true);
-    let mut m = Model::default();
-    fill(&s, &mut rng, 10, &mut m);
+    let (Fixture { seed: _seed, rng: _rng, dir, data, m }, s) = start_filled(10);
     s.fault("write-eio on");
     let mut mc = Mc::connect(s.mc);
     for i in 0..4 {
@@ -636,14 +590,7 @@ fn a_write_error_then_sigkill_loses_nothing_acknowledged() {
 
 #[test]
 fn a_device_that_stops_answering_holds_requests_until_released() {
-    let seed = Seed::new();
-    let mut rng = Rng(seed.0);
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("g.db");
-    new_store(&data);
-    let s = Serve::start(&data, dir.path(), true);
-    let mut m = Model::default();
-    fill(&s, &mut rng, 4, &mut m);
+    let (Fixture { seed: _seed, rng: _rng, dir, data, mut m }, s) = start_filled(4);
 
     s.fault("hang");
     let (mc_port, native_port) = (s.mc, s.native);

@@ -34,6 +34,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod common;
+
 /// Time limit of one tool run (mkfs, fsck, nbdcopy, ...).
 const TOOL_LIMIT: Duration = Duration::from_secs(90);
 /// Time limit of a server start (a start after a crash scans the log).
@@ -213,49 +215,13 @@ impl Serve {
     fn try_start(data: &Path, deadline: Instant) -> Result<Serve, String> {
         let port = granary_rt::net::free_low_port().unwrap();
         let mc = granary_rt::net::free_low_port().unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_granary"))
-            .args(["serve", "--data", data.to_str().unwrap(), "-t", "2", "--no-native", "--no-resp"])
-            .args(["-p", &mc.to_string(), "--nbd-port", &port.to_string()])
-            .env("GRANARY_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // Keep draining stderr (so the server never blocks on a full pipe)
-        // into the log, and say when the NBD line came.
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let err = BufReader::new(child.stderr.take().unwrap());
-        let log2 = log.clone();
-        std::thread::spawn(move || {
-            for line in err.lines() {
-                let Ok(line) = line else { break };
-                let serving = line.contains("serving block exports over NBD on");
-                let mut l = log2.lock().unwrap();
-                l.push_str(&line);
-                l.push('\n');
-                if serving {
-                    let _ = tx.send(());
-                }
-            }
-        });
+        let mut cmd =
+            common::granary(&["serve", "--data", data.to_str().unwrap(), "-t", "2", "--no-native", "--no-resp"]);
+        cmd.args(["-p", &mc.to_string(), "--nbd-port", &port.to_string()]).stdin(Stdio::null());
+        let ready = |line: &str| line.contains("serving block exports over NBD on");
         let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(()) => Ok(Serve { child, port, log }),
-            Err(e) => {
-                let exited = match e {
-                    // stderr closed: it exited; reap it.
-                    mpsc::RecvTimeoutError::Disconnected => child.wait().map(|s| s.to_string()).unwrap_or_default(),
-                    mpsc::RecvTimeoutError::Timeout => {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        format!("no NBD line within {START_LIMIT:?}: killed")
-                    }
-                };
-                Err(format!("{exited}\n{}", log.lock().unwrap()))
-            }
-        }
+        let s = common::start(&mut cmd, ready, left)?;
+        Ok(Serve { child: s.child, port, log: s.all })
     }
 
     fn uri(&self, export: &str) -> String {
@@ -330,18 +296,9 @@ impl Drop for Seed {
     }
 }
 
-/// splitmix64.
-struct Rng(u64);
+use common::Rng;
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }

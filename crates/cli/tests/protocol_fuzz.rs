@@ -21,11 +21,13 @@ use granary_proto::{self as proto, BatchOp, ClientHello, PutMode, Request, Statu
 use rand::{Rng, RngCore, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod common;
 
 /// How long a session's connection may go without a byte or a close after
 /// the client half-closed it.
@@ -75,28 +77,11 @@ impl Server {
         let port = || granary_rt::net::free_low_port().unwrap();
         let (memcache, native, resp, nbd) = (port(), port(), port(), port());
         let ports = [memcache, native, resp, nbd].map(|p| p.to_string());
-        let mut child = Command::new(env!("CARGO_BIN_EXE_granary"))
-            .args(["serve", "--data", p, "-t", "2", "-p", &ports[0], "--native-port", &ports[1]])
-            .args(["--resp-port", &ports[2], "--nbd-port", &ports[3], "--max-item-size", "512k"])
-            .env("GRANARY_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut log = String::new();
+        let mut cmd = common::granary(&["serve", "--data", p, "-t", "2", "-p", &ports[0], "--native-port", &ports[1]]);
+        cmd.args(["--resp-port", &ports[2], "--nbd-port", &ports[3], "--max-item-size", "512k"]).stdin(Stdio::null());
         // The native listener starts last.
-        while !log.contains("serving the native protocol") {
-            let mut line = String::new();
-            if err.read_line(&mut line).unwrap() == 0 {
-                let status = child.wait().unwrap();
-                panic!("granary serve exited early ({status}):\n{log}");
-            }
-            log.push_str(&line);
-        }
-        // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in err.lines() {});
+        let ready = |line: &str| line.contains("serving the native protocol");
+        let child = common::start_or_panic(&mut cmd, ready, common::START_LIMIT).child;
         Server { child, memcache, native, resp, nbd }
     }
 

@@ -5,9 +5,11 @@
 //! redis-tools and python3-redis; without them these tests are skipped
 //! unless GRANARY_REQUIRE_PEERS is set.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+
+mod common;
 
 fn on_path(tool: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
@@ -46,27 +48,15 @@ impl Serve {
         let port = granary_rt::net::free_low_port().unwrap();
         let mc = granary_rt::net::free_low_port().unwrap();
         let data = dir.join("g.db");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_granary"))
-            .args(["serve", "--data", data.to_str().unwrap(), "--size", "64M", "-t", "2", "--no-native"])
-            .args(["-p", &mc.to_string(), "--resp-port", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut log = String::new();
-        loop {
-            let mut line = String::new();
-            if err.read_line(&mut line).unwrap() == 0 {
-                panic!("granary serve exited early: {}\n{log}", child.wait().unwrap());
-            }
-            log.push_str(&line);
-            if line.contains("serving the Redis protocol") {
-                break;
-            }
-        }
-        // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in err.lines() {});
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_granary"));
+        cmd.args(["serve", "--data", data.to_str().unwrap(), "--size", "64M", "-t", "2", "--no-native"]).args([
+            "-p",
+            &mc.to_string(),
+            "--resp-port",
+            &port.to_string(),
+        ]);
+        let ready = |line: &str| line.contains("serving the Redis protocol");
+        let child = common::start_or_panic(&mut cmd, ready, common::START_LIMIT).child;
         Serve { child, port }
     }
 

@@ -3,11 +3,13 @@
 //! that reads no log), and after SIGKILL comes back with every
 //! acknowledged write (warm restart after a crash).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+
+mod common;
 
 struct Serve {
     child: Child,
@@ -46,10 +48,10 @@ impl Serve {
         args.extend(extra);
         // Every listener is up: the native line comes last (or the memcache
         // line, with --no-native).
-        let (child, err, log) = spawn_until(&args, |line| {
+        let common::Started { child, log, later, .. } = spawn_until(&args, |line| {
             line.contains("serving the native protocol") || (line.contains("serving") && extra.contains(&"--no-native"))
         });
-        Serve { child, port, native_port, resp_port, log, later: drain(err) }
+        Serve { child, port, native_port, resp_port, log, later }
     }
 
     /// Wait (60 s at most) for a stderr line containing `pat`.
@@ -99,46 +101,10 @@ impl Serve {
     }
 }
 
-/// Start `granary ARGS` (log level info) and read its stderr up to the
-/// first line for which `until` holds: the child, the rest of its stderr
-/// and the lines read.
-// The child goes back to the caller, which reaps it (Serve's Drop, or a
-// bounded wait).
-#[allow(clippy::zombie_processes)]
-fn spawn_until(args: &[&str], until: impl Fn(&str) -> bool) -> (Child, BufReader<std::process::ChildStderr>, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_granary"))
-        .args(args)
-        .env("GRANARY_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut log = String::new();
-    loop {
-        let mut line = String::new();
-        if err.read_line(&mut line).unwrap() == 0 {
-            let status = child.wait().unwrap();
-            panic!("granary {args:?} exited early ({status}):\n{log}");
-        }
-        log.push_str(&line);
-        if until(&line) {
-            return (child, err, log);
-        }
-    }
-}
-
-/// Keep draining a server's stderr so it never blocks on a full pipe; the
-/// lines come out of the receiver.
-fn drain(err: BufReader<std::process::ChildStderr>) -> std::sync::mpsc::Receiver<String> {
-    let (tx, later) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in err.lines() {
-            let Ok(line) = line else { break };
-            let _ = tx.send(line);
-        }
-    });
-    later
+/// Start `granary ARGS` (log level info) and wait (bounded) for the first
+/// stderr line for which `until` holds.
+fn spawn_until(args: &[&str], until: impl Fn(&str) -> bool) -> common::Started {
+    common::start_or_panic(&mut common::granary(args), until, common::START_LIMIT)
 }
 
 /// A failed test must not leave its server running.
@@ -451,7 +417,7 @@ fn a_stop_signal_during_the_zero_fill_removes_the_new_file() {
     let serve = ["serve", "--data", d, "--size", "4G", "-p", &port, "-t", "1", "--no-native", "--no-resp"];
     let create = ["create", d, "--size", "4G"];
     for (args, sig, name) in [(&serve[..], SIGTERM, "SIGTERM"), (&create[..], SIGINT, "SIGINT")] {
-        let (mut child, mut err, mut log) =
+        let common::Started { mut child, mut log, later, .. } =
             spawn_until(args, |line| line.contains("writing zeros over the new data file"));
         if name == "SIGTERM" {
             // The port is taken (bound) but not listened on until the
@@ -477,7 +443,7 @@ fn a_stop_signal_during_the_zero_fill_removes_the_new_file() {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        err.read_to_string(&mut log).unwrap();
+        log.push_str(&common::rest(&later, common::START_LIMIT));
         // An error exit (not death by the signal), after the clean-up.
         assert_eq!(status.code(), Some(2), "{args:?}: {log}");
         assert!(log.contains(&format!("creation stopped by {name} while writing zeros")), "{args:?}: {log}");
@@ -489,20 +455,13 @@ fn a_stop_signal_during_the_zero_fill_removes_the_new_file() {
     std::fs::remove_file(&data).unwrap();
     // SIGKILL cannot be caught: the file stays, marked as an unfinished
     // creation, and the next start removes it and creates it again.
-    let (mut child, _err, _log) = spawn_until(&serve, |line| line.contains("writing zeros over the new data file"));
+    let mut child = spawn_until(&serve, |line| line.contains("writing zeros over the new data file")).child;
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(data.exists(), "a kill -9 leaves the file");
-    let (child, err, log) = spawn_until(&serve, |l| l.contains("serving"));
+    let common::Started { child, log, later, .. } = spawn_until(&serve, |l| l.contains("serving"));
     assert!(log.contains("an earlier creation was interrupted"), "{log}");
-    let s = Serve {
-        child,
-        port: port.parse().unwrap(),
-        native_port: 0,
-        resp_port: 0,
-        log: String::new(),
-        later: drain(err),
-    };
+    let s = Serve { child, port: port.parse().unwrap(), native_port: 0, resp_port: 0, log: String::new(), later };
     assert_eq!(s.call(b"set k 0 0 1\r\nv\r\n"), b"STORED\r\n");
     assert_eq!(s.signal(SIGTERM).code(), Some(0));
 }
@@ -516,15 +475,8 @@ fn a_stop_signal_during_recovery_stops_and_the_next_start_recovers() {
     let d = data.to_str().unwrap();
     let port = free_port().to_string();
     let serve = ["serve", "--data", d, "--size", "1G", "-p", &port, "-t", "2", "--no-native", "--no-resp"];
-    let (child, err, _) = spawn_until(&serve, |l| l.contains("serving"));
-    let s = Serve {
-        child,
-        port: port.parse().unwrap(),
-        native_port: 0,
-        resp_port: 0,
-        log: String::new(),
-        later: drain(err),
-    };
+    let common::Started { child, later, .. } = spawn_until(&serve, |l| l.contains("serving"));
+    let s = Serve { child, port: port.parse().unwrap(), native_port: 0, resp_port: 0, log: String::new(), later };
     // ~600 MB of records, so the log scan after the crash takes a while
     // (tenths of a second) and the signal lands inside it.
     let value = "v".repeat(4000);
@@ -537,19 +489,20 @@ fn a_stop_signal_during_recovery_stops_and_the_next_start_recovers() {
     }
     assert!(!s.signal(SIGKILL).success());
 
-    let (mut child, mut err, mut log) = spawn_until(&serve, |l| l.contains("recovery: log scan started"));
+    let common::Started { mut child, mut log, later, .. } =
+        spawn_until(&serve, |l| l.contains("recovery: log scan started"));
     // SAFETY: kill with a pid of our own child.
     unsafe { libc_kill(child.id() as i32, SIGINT) };
     let status = child.wait().unwrap();
-    err.read_to_string(&mut log).unwrap();
+    log.push_str(&common::rest(&later, common::START_LIMIT));
     assert_eq!(status.code(), Some(2), "{log}");
     assert!(log.contains("stopped by SIGINT while opening the store"), "{log}");
     assert!(!log.contains("store open"), "the signal landed after the recovery: {log}");
 
-    let (child, err, log) = spawn_until(&serve, |l| l.contains("serving"));
+    let common::Started { child, log, later, .. } = spawn_until(&serve, |l| l.contains("serving"));
     // How long the whole scan took (the window the signal had).
     eprintln!("{}", log.lines().filter(|l| l.contains("recovered index")).collect::<Vec<_>>().join("\n"));
-    let s = Serve { child, port: port.parse().unwrap(), native_port: 0, resp_port: 0, log, later: drain(err) };
+    let s = Serve { child, port: port.parse().unwrap(), native_port: 0, resp_port: 0, log, later };
     assert_eq!(stat(&s, "curr_items"), "150000");
     assert_eq!(s.call(b"get rec-149999\r\n"), format!("VALUE rec-149999 0 4000\r\n{value}\r\nEND\r\n").as_bytes());
     assert_eq!(s.signal(SIGTERM).code(), Some(0));

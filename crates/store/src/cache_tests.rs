@@ -4,39 +4,10 @@
 
 use crate::*;
 use granary_io::MemDevice;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-struct Fixture {
-    dev: Arc<granary_io::TestDevice>,
-    now: Arc<AtomicU32>,
-}
-
-impl Fixture {
-    fn new(size: u64) -> Fixture {
-        Fixture { dev: crate::tests::test_device(size), now: Arc::new(AtomicU32::new(1_000_000)) }
-    }
-
-    fn opts(&self, gc: bool, evict: bool) -> OpenOptions {
-        let now = self.now.clone();
-        OpenOptions { gc, evict, clock: Clock(Arc::new(move || now.load(Relaxed))), ..OpenOptions::default() }
-    }
-
-    fn create(&self, segment: u64, gc: bool, evict: bool) -> Store {
-        let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(segment), index_table_homes: Some(256) };
-        Store::create(self.dev.clone(), &c, &self.opts(gc, evict)).unwrap()
-    }
-
-    fn reopen(&self, s: Store, scan: bool) -> Store {
-        drop(s); // a crash: no close, no checkpoint
-        let o = OpenOptions { use_checkpoint: !scan, ..self.opts(false, false) };
-        Store::open(self.dev.clone(), &o).unwrap()
-    }
-
-    fn advance(&self, secs: u32) {
-        self.now.fetch_add(secs, Relaxed);
-    }
-}
+use crate::tests::ClockFixture as Fixture;
 
 fn meta(flags: u32, expires: u32) -> ItemMeta {
     ItemMeta::new(flags, expires)

@@ -16,6 +16,55 @@ pub(crate) fn test_device(size: u64) -> Arc<TestDevice> {
     Arc::new(TestDevice::new(size, std::path::Path::new(env!("CARGO_MANIFEST_DIR"))))
 }
 
+/// A test device and a manual clock (seconds, starting at 1,000,000) that
+/// the stores opened with [`ClockFixture::opts`] read: the cache and tier
+/// suites move time by hand, never sleeping.
+pub(crate) struct ClockFixture {
+    pub dev: Arc<TestDevice>,
+    pub now: Arc<std::sync::atomic::AtomicU32>,
+    /// The DRAM tier of the stores opened (`OpenOptions::dram_tier_bytes`).
+    pub tier_bytes: u64,
+}
+
+impl ClockFixture {
+    pub fn new(size: u64) -> ClockFixture {
+        ClockFixture {
+            dev: test_device(size),
+            now: Arc::new(std::sync::atomic::AtomicU32::new(1_000_000)),
+            tier_bytes: OpenOptions::default().dram_tier_bytes,
+        }
+    }
+
+    /// Default options but for the clock, the tier and these switches.
+    pub fn opts(&self, gc: bool, evict: bool) -> OpenOptions {
+        let now = self.now.clone();
+        OpenOptions {
+            gc,
+            evict,
+            clock: Clock(Arc::new(move || now.load(std::sync::atomic::Ordering::Relaxed))),
+            dram_tier_bytes: self.tier_bytes,
+            ..OpenOptions::default()
+        }
+    }
+
+    /// A new store of 512-byte grains and `segment`-byte segments.
+    pub fn create(&self, segment: u64, gc: bool, evict: bool) -> Store {
+        let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(segment), index_table_homes: Some(256) };
+        Store::create(self.dev.clone(), &c, &self.opts(gc, evict)).unwrap()
+    }
+
+    /// Open again after a crash (no close, no checkpoint written).
+    pub fn reopen(&self, s: Store, scan: bool) -> Store {
+        drop(s);
+        let o = OpenOptions { use_checkpoint: !scan, ..self.opts(false, false) };
+        Store::open(self.dev.clone(), &o).unwrap()
+    }
+
+    pub fn advance(&self, secs: u32) {
+        self.now.fetch_add(secs, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 pub(crate) fn mem_store(size: u64, segment: u64, grain: u32) -> (Arc<TestDevice>, Store) {
     mem_store_gc(size, segment, grain, true)
 }

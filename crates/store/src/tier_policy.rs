@@ -410,6 +410,7 @@ impl<V> Sieve<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::loadgen::Zipf;
 
     /// xorshift64*: the tests' seeded generator.
     struct Rng(u64);
@@ -425,37 +426,10 @@ mod tests {
         }
     }
 
-    /// YCSB's Zipfian generator (Gray et al.) over `0..n` with constant
-    /// `theta`; item 0 is the most popular, and items are scattered over
-    /// the key space by a hash, as YCSB's scrambled Zipfian does.
-    struct Zipf {
-        n: u64,
-        theta: f64,
-        alpha: f64,
-        zetan: f64,
-        eta: f64,
-    }
-    impl Zipf {
-        fn new(n: u64, theta: f64) -> Zipf {
-            let zeta = |k: u64| (1..=k).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
-            let (zetan, zeta2) = (zeta(n), zeta(2));
-            let eta = (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan);
-            Zipf { n, theta, alpha: 1.0 / (1.0 - theta), zetan, eta }
-        }
-        fn rank(&self, rng: &mut Rng) -> u64 {
-            let u = rng.unit();
-            let uz = u * self.zetan;
-            if uz < 1.0 {
-                return 0;
-            }
-            if uz < 1.0 + 0.5f64.powf(self.theta) {
-                return 1;
-            }
-            ((self.n as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64).min(self.n - 1)
-        }
-        fn key(&self, rng: &mut Rng) -> u64 {
-            self.rank(rng).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5555
-        }
+    /// Scrambled Zipfian keys: ranks from [`Zipf`] scattered over the
+    /// key space by a hash, as YCSB's scrambled Zipfian does.
+    fn zipf_key(z: &Zipf, rng: &mut Rng) -> u64 {
+        z.rank(rng.unit()).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5555
     }
 
     /// A cache under test: get, and insert on a miss.
@@ -514,7 +488,7 @@ mod tests {
         let (mut hits, mut counted, mut mid_hits, mut mid) = (0u64, 0u64, 0u64, 0u64);
         for r in 0..requests {
             let middle = (requests / 4..3 * requests / 4).contains(&r);
-            let hit = c.access(z.key(&mut rng), 1024);
+            let hit = c.access(zipf_key(&z, &mut rng), 1024);
             if middle && scan {
                 c.access(u64::MAX - r, 1024);
             }

@@ -5,34 +5,14 @@
 //! including under concurrent writers, readers and GC.
 
 use crate::*;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-struct Fixture {
-    dev: Arc<granary_io::TestDevice>,
-    now: Arc<AtomicU32>,
-}
+use crate::tests::ClockFixture as Fixture;
 
-impl Fixture {
-    fn new(size: u64) -> Fixture {
-        Fixture { dev: crate::tests::test_device(size), now: Arc::new(AtomicU32::new(1_000_000)) }
-    }
-
-    fn opts(&self, gc: bool, evict: bool) -> OpenOptions {
-        let now = self.now.clone();
-        OpenOptions {
-            gc,
-            evict,
-            clock: Clock(Arc::new(move || now.load(Relaxed))),
-            dram_tier_bytes: 1 << 20,
-            ..OpenOptions::default()
-        }
-    }
-
-    fn create(&self, gc: bool, evict: bool) -> Store {
-        let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(256 << 10), index_table_homes: Some(256) };
-        Store::create(self.dev.clone(), &c, &self.opts(gc, evict)).unwrap()
-    }
+/// This suite's fixture: stores with a 1 MiB tier.
+fn fixture(size: u64) -> Fixture {
+    Fixture { tier_bytes: 1 << 20, ..Fixture::new(size) }
 }
 
 /// Read `key` twice, the second time from the tier; returns the value.
@@ -61,8 +41,8 @@ fn roll(s: &Store, tag: &str) {
 
 #[test]
 fn hits_skip_the_device_and_every_write_is_seen() {
-    let f = Fixture::new(8 << 20);
-    let s = f.create(true, false);
+    let f = fixture(8 << 20);
+    let s = f.create(256 << 10, true, false);
     s.put(b"k", b"v1").unwrap();
     assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v1"[..]));
     let reads = s.stats().io.reads;
@@ -122,8 +102,8 @@ fn hits_skip_the_device_and_every_write_is_seen() {
 
 #[test]
 fn expiry_and_flush_all_hide_held_values() {
-    let f = Fixture::new(8 << 20);
-    let s = f.create(true, false);
+    let f = fixture(8 << 20);
+    let s = f.create(256 << 10, true, false);
     let t0 = s.now();
     s.put_item(b"ttl", b"soon gone", ItemMeta::new(0, t0 + 5), Cond::Always).unwrap();
     s.put(b"kept", b"forever").unwrap();
@@ -141,8 +121,8 @@ fn expiry_and_flush_all_hide_held_values() {
 
 #[test]
 fn namespace_truncate_and_drop_leave_nothing_to_serve() {
-    let f = Fixture::new(8 << 20);
-    let s = f.create(true, false);
+    let f = fixture(8 << 20);
+    let s = f.create(256 << 10, true, false);
     let ns = s.create_namespace("n", NamespaceOptions::default()).unwrap();
     ns.put(b"k", b"in n").unwrap();
     s.put(b"k", b"in default").unwrap();
@@ -169,8 +149,8 @@ fn namespace_truncate_and_drop_leave_nothing_to_serve() {
 #[test]
 fn gc_relocation_and_eviction_are_seen() {
     // Store mode: relocation moves a held value; it reads the same.
-    let f = Fixture::new(16 << 20);
-    let s = f.create(false, false);
+    let f = fixture(16 << 20);
+    let s = f.create(256 << 10, false, false);
     s.put(b"moved", b"value").unwrap();
     warm(&s, b"moved");
     let v = segment_of(&s, b"moved");
@@ -183,8 +163,8 @@ fn gc_relocation_and_eviction_are_seen() {
     s.close().unwrap();
 
     // Cache mode: eviction drops a held value; it reads as absent.
-    let f = Fixture::new(16 << 20);
-    let s = f.create(false, true);
+    let f = fixture(16 << 20);
+    let s = f.create(256 << 10, false, true);
     s.put(b"evicted", b"value").unwrap();
     warm(&s, b"evicted");
     let v = segment_of(&s, b"evicted");
@@ -200,8 +180,8 @@ fn gc_relocation_and_eviction_are_seen() {
 
 #[test]
 fn a_restart_starts_empty_with_everything_readable() {
-    let f = Fixture::new(8 << 20);
-    let s = f.create(true, false);
+    let f = fixture(8 << 20);
+    let s = f.create(256 << 10, true, false);
     for i in 0..200u32 {
         s.put(format!("k{i}").as_bytes(), &i.to_le_bytes()).unwrap();
     }
@@ -250,7 +230,7 @@ fn concurrent_readers_never_see_an_older_version() {
     let seed = std::env::var("TIER_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
     });
-    let f = Fixture::new(8 << 20);
+    let f = fixture(8 << 20);
     let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(256 << 10), index_table_homes: Some(256) };
     // 16 KiB per shard (items up to 2 KiB): the churn keys' reads evict.
     let opts = OpenOptions { dram_tier_bytes: 1 << 20, ..f.opts(true, false) };

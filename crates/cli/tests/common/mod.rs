@@ -1,0 +1,129 @@
+//! What the CLI's integration tests share: starting `granary` as a child
+//! process, and a seeded generator. `start` spawns the child with stderr
+//! piped, drains stderr on a thread (so the child never blocks on a full
+//! pipe), and waits, bounded in time, for the line that says it is ready
+//! (usually a "serving ..." line).
+//!
+//! Invariant: once `start` returns `Ok`, a thread owns the child's stderr
+//! and reads it to its end; every line lands in `Started::all` and, after
+//! the awaited one, in `Started::later`. On `Err` the child is reaped.
+
+// Each test file includes this module; not all of them use every item.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a test waits for a server's ready line by default.
+pub const START_LIMIT: Duration = Duration::from_secs(90);
+
+/// A started child.
+pub struct Started {
+    pub child: Child,
+    /// stderr up to and including the awaited line.
+    pub log: String,
+    /// stderr lines after the awaited one (without their newline), as they
+    /// are read; disconnected once stderr closes.
+    pub later: Receiver<String>,
+    /// All of stderr read so far (the drain thread keeps appending).
+    pub all: Arc<Mutex<String>>,
+}
+
+/// The lines left in `later` up to the end of stderr (the child has exited
+/// or is about to), waiting at most `limit`.
+pub fn rest(later: &Receiver<String>, limit: Duration) -> String {
+    let deadline = Instant::now() + limit;
+    let mut out = String::new();
+    loop {
+        match later.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => {
+                out.push_str(&line);
+                out.push('\n');
+            }
+            Err(RecvTimeoutError::Disconnected) => return out,
+            Err(RecvTimeoutError::Timeout) => panic!("stderr still open after {limit:?}:\n{out}"),
+        }
+    }
+}
+
+/// `granary` with `args` and log level info; the caller adds env, stdin.
+pub fn granary(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_granary"));
+    cmd.args(args).env("GRANARY_LOG", "info");
+    cmd
+}
+
+/// Spawn `cmd` (stdout to null, stderr piped) and wait at most `limit` for
+/// a stderr line for which `until` holds. `Err` says why not (exit status,
+/// or killed at the limit) followed by the stderr read.
+// The child goes back to the caller, which reaps it.
+#[allow(clippy::zombie_processes)]
+pub fn start(cmd: &mut Command, until: impl Fn(&str) -> bool, limit: Duration) -> Result<Started, String> {
+    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let err = BufReader::new(child.stderr.take().unwrap());
+    let all = Arc::new(Mutex::new(String::new()));
+    let (tx, rx) = mpsc::channel();
+    let all2 = all.clone();
+    std::thread::spawn(move || {
+        for line in err.lines() {
+            let Ok(line) = line else { break };
+            {
+                let mut a = all2.lock().unwrap();
+                a.push_str(&line);
+                a.push('\n');
+            }
+            // Nobody may listen any more: keep draining regardless.
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + limit;
+    let mut log = String::new();
+    loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => {
+                log.push_str(&line);
+                log.push('\n');
+                if until(&line) {
+                    return Ok(Started { child, log, later: rx, all });
+                }
+            }
+            Err(e) => {
+                let why = match e {
+                    // stderr closed: it exited; reap it.
+                    RecvTimeoutError::Disconnected => match child.wait() {
+                        Ok(st) => format!("exited early ({st})"),
+                        Err(e) => format!("exited early ({e})"),
+                    },
+                    RecvTimeoutError::Timeout => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        format!("no ready line within {limit:?}: killed")
+                    }
+                };
+                return Err(format!("{why}\n{}", all.lock().unwrap()));
+            }
+        }
+    }
+}
+
+/// `start`, panicking with the log when the child does not get ready.
+pub fn start_or_panic(cmd: &mut Command, until: impl Fn(&str) -> bool, limit: Duration) -> Started {
+    let what = format!("{cmd:?}");
+    start(cmd, until, limit).unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// splitmix64: the tests' seeded generator.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
