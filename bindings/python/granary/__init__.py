@@ -16,22 +16,8 @@ See docs/PYTHON.md.
 """
 
 from granary._granary import Batch, Client, ClientBatch, ClientNamespace, Namespace, ShardedClient, Store
-from granary.errors import (
-    Closed,
-    ConditionFailed,
-    ConnectionFailed,
-    Corrupt,
-    DeviceError,
-    Error,
-    Exists,
-    InvalidArgument,
-    NoSpace,
-    NotFound,
-    Poisoned,
-    ProtocolError,
-    ServerError,
-    Timeout,
-)
+from granary import errors
+from granary.errors import *  # noqa: F403 (every exception, as errors.__all__ names them)
 
 __all__ = [
     "Store",
@@ -41,18 +27,5 @@ __all__ = [
     "ShardedClient",
     "ClientNamespace",
     "ClientBatch",
-    "Error",
-    "InvalidArgument",
-    "NotFound",
-    "Exists",
-    "NoSpace",
-    "Corrupt",
-    "DeviceError",
-    "Poisoned",
-    "Closed",
-    "ConditionFailed",
-    "ConnectionFailed",
-    "Timeout",
-    "ServerError",
-    "ProtocolError",
+    *errors.__all__,
 ]
