@@ -67,6 +67,8 @@ pub struct Config {
     pub nbd_port: u16,
     /// The Redis protocol's `requirepass`.
     pub requirepass: Option<String>,
+    /// The Redis protocol's ACL file (Redis's `aclfile`).
+    pub aclfile: Option<PathBuf>,
     /// The Memcache listener's auth file (memcached's `-Y`).
     pub auth_file: Option<PathBuf>,
     /// The token the native protocol's hello must carry.
@@ -146,6 +148,7 @@ impl Config {
             resp_port: granary_resp::limits::DEFAULT_PORT,
             nbd_port: 0,
             requirepass: None,
+            aclfile: None,
             auth_file: None,
             native_token: None,
             threads: 0,
@@ -363,6 +366,15 @@ fn run(a: Config) -> Result<(), String> {
         Some(p) => Some(Arc::new(granary_server::auth::UserFile::read(p).map_err(|e| format!("auth file: {e}"))?)),
         None => None,
     };
+    if a.requirepass.is_some() && a.aclfile.is_some() {
+        return Err("requirepass and aclfile cannot both be set: give the default user its password in the ACL file \
+                    (`user default on >PASSWORD ~* +@all`)"
+            .into());
+    }
+    let acl = match &a.aclfile {
+        Some(p) => Some(Arc::new(granary_resp::acl::Acl::read(p).map_err(|e| format!("aclfile: {e}"))?)),
+        None => None,
+    };
     let opts = OpenOptions {
         durability: if a.flush { Durability::Flush } else { Durability::Direct },
         evict: a.evict,
@@ -383,7 +395,7 @@ fn run(a: Config) -> Result<(), String> {
         tracing::info!(data = %a.data.display(), keys = store.stats().keys, clean_shutdown = rec.clean_shutdown,
             segments_replayed = rec.segments_scanned, millis = rec.millis, "store open");
     }
-    let served = match start(&a, store.clone(), listeners, users) {
+    let served = match start(&a, store.clone(), listeners, users, acl) {
         Ok(s) => s,
         Err(e) => {
             // A start that fails after the store was made leaves no file.
@@ -437,6 +449,7 @@ fn start(
     store: Arc<Store>,
     l: Listeners,
     users: Option<Arc<granary_server::auth::UserFile>>,
+    acl: Option<Arc<granary_resp::acl::Acl>>,
 ) -> Result<Served, String> {
     let idle_timeout = (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout));
     let cfg = ServerConfig {
@@ -486,6 +499,7 @@ fn start(
                 idle_timeout,
                 databases: granary_resp::limits::DATABASES_DEFAULT,
                 requirepass: a.requirepass.as_ref().map(|p| p.as_bytes().to_vec()),
+                acl,
             };
             let r = granary_resp::Server::start_with_listener(store.clone(), rcfg, rt.clone(), listen(listener)?)
                 .map_err(|e| format!("redis protocol: {e}"))?;

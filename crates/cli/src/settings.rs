@@ -375,6 +375,17 @@ pub const SETTINGS: &[Setting] = &[
         apply: |c, v| c.requirepass = Some(v.text()).filter(|t| !t.is_empty()),
     },
     Setting {
+        key: "aclfile",
+        long: "aclfile",
+        short: None,
+        kind: Kind::Path,
+        help: "Users of the Redis protocol: Redis's ACL file (a subset: on/off, >password, #sha256, nopass; every key and command or none); not with --requirepass (docs/SECURITY.md)",
+        default: "none (`\"\"`)",
+        meaning: "the Redis protocol listener's users, from an ACL file in Redis's syntax (`user <name> on >password ~* &* +@all`; also `off`, `#<sha256 hex>`, `nopass`): clients `AUTH <user> <password>` or `HELLO 3 AUTH <user> <password>`; a user has every key and command (`~* +@all`) or none; any other permission rule, or an unreadable file, refuses the start naming the line; the `default` user, when the file does not name it, is `on nopass ~* +@all`; cannot be set with `requirepass` (docs/RESP.md, docs/SECURITY.md)",
+        value: |c| Some(q(&c.aclfile.as_ref().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default())),
+        apply: |c, v| c.aclfile = Some(v.path()).filter(|p| !p.as_os_str().is_empty()),
+    },
+    Setting {
         key: "auth_file",
         long: "auth-file",
         short: Some('Y'),
@@ -927,8 +938,8 @@ mod tests {
             assert_eq!((s.value)(&c), (s.value)(&defaults), "docs/CONFIG.md gives {}'s default as {doc}", s.key);
             checked += 1;
         }
-        // The others: size and segment_size (computed), metrics and the
-        // three secrets and auth file (none: `""`).
-        assert!(checked >= SETTINGS.len() - 6, "only {checked} defaults checked");
+        // The others: size and segment_size (computed), metrics, the
+        // secrets and the auth and ACL files (none: `""`).
+        assert!(checked >= SETTINGS.len() - 7, "only {checked} defaults checked");
     }
 }

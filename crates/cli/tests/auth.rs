@@ -101,3 +101,60 @@ fn a_bad_auth_file_refuses_the_start() {
         assert!(!data.exists(), "no data file is created");
     }
 }
+
+#[test]
+fn an_acl_file_gives_the_redis_protocol_its_users() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let users = dir.path().join("users.acl");
+    std::fs::write(&users, "user default off nopass ~* +@all\nuser app on >apppass ~* +@all\nuser guest on nopass\n")
+        .unwrap();
+    let resp = granary_rt::net::free_low_port().unwrap();
+    let data = dir.path().join("g.db");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_granary"));
+    cmd.args(["serve", "--data", data.to_str().unwrap(), "--size", "64M", "-t", "1", "--no-native"])
+        .args(["-p", &granary_rt::net::free_low_port().unwrap().to_string(), "--resp-port", &resp.to_string()])
+        .arg("--aclfile")
+        .arg(&users);
+    let ready = |line: &str| line.contains("serving the Redis protocol");
+    let child = common::start_or_panic(&mut cmd, ready, common::START_LIMIT).child;
+    let _s = Serve { child, mc: 0, native: 0, resp };
+
+    let noauth = "-NOAUTH Authentication required.\r\n";
+    assert_eq!(ask(resp, b"GET k\r\n", noauth.len()), noauth);
+    let wrong = "-WRONGPASS invalid username-password pair or user is disabled.\r\n";
+    assert_eq!(ask(resp, b"AUTH app nope\r\n", wrong.len()), wrong);
+    assert_eq!(ask(resp, b"AUTH app apppass\r\nSET k v\r\nACL WHOAMI\r\n", 19), "+OK\r\n+OK\r\n$3\r\napp\r\n");
+    let noperm = "+OK\r\n-NOPERM this user has no permissions to run the 'get' command\r\n";
+    assert_eq!(ask(resp, b"AUTH guest x\r\nGET k\r\n", noperm.len()), noperm);
+}
+
+#[test]
+fn a_bad_acl_file_refuses_the_start() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("g.db");
+    let file = dir.path().join("users.acl");
+    let cases: [(Option<&str>, &[&str], &[&str]); 4] = [
+        (None, &[], &["aclfile", "cannot read"]),
+        (Some("user a on >p ~* +@all\nuser b on >p ~app:* +@all\n"), &[], &["aclfile", "users.acl:2:", "'~app:*'"]),
+        (Some("user a on >p ~* +@all -flushall\n"), &[], &["users.acl:1:", "'-flushall' is not supported"]),
+        (Some("user a on >p ~* +@all\n"), &["--requirepass", "x"], &["cannot both be set"]),
+    ];
+    for (content, extra, why) in cases {
+        let _ = std::fs::remove_file(&file);
+        if let Some(c) = content {
+            std::fs::write(&file, c).unwrap();
+        }
+        let o = Command::new(env!("CARGO_BIN_EXE_granary"))
+            .args(["serve", "--data", data.to_str().unwrap(), "--size", "64M", "-t", "1", "--no-native"])
+            .args(["-p", &granary_rt::net::free_low_port().unwrap().to_string()])
+            .args(["--resp-port", &granary_rt::net::free_low_port().unwrap().to_string()])
+            .arg("--aclfile")
+            .arg(&file)
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && why.iter().all(|w| err.contains(w)), "{content:?}: {err}");
+        assert!(!data.exists(), "no data file is created");
+    }
+}

@@ -20,6 +20,7 @@ use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -89,9 +90,14 @@ impl Serve {
     /// A start just after a SIGKILL may find the store's lock still held
     /// for a moment (the old process's io_uring teardown): tried again.
     fn start(data: &Path, dir: &Path, faults: bool) -> Serve {
+        Serve::start_with(data, dir, faults, &[])
+    }
+
+    /// `start`, with `extra` arguments for `granary serve`.
+    fn start_with(data: &Path, dir: &Path, faults: bool, extra: &[&str]) -> Serve {
         let deadline = Instant::now() + START_LIMIT;
         loop {
-            match Serve::try_start(data, dir, faults) {
+            match Serve::try_start(data, dir, faults, extra) {
                 Ok(s) => return s,
                 Err(log) if log.contains("in use by another process") && Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(50))
@@ -101,7 +107,7 @@ impl Serve {
         }
     }
 
-    fn try_start(data: &Path, dir: &Path, faults: bool) -> Result<Serve, String> {
+    fn try_start(data: &Path, dir: &Path, faults: bool, extra: &[&str]) -> Result<Serve, String> {
         let (mc, resp, native, nbd, metrics) = (port(), port(), port(), port(), port());
         let control = dir.join("fault.sock");
         let mut cmd = common::granary(&[]);
@@ -111,6 +117,7 @@ impl Serve {
             .args(["-p", &mc.to_string(), "--resp-port", &resp.to_string()])
             .args(["--native-port", &native.to_string(), "--nbd-port", &nbd.to_string()])
             .args(["--metrics", &format!("127.0.0.1:{metrics}")])
+            .args(extra)
             .env_remove("GRANARY_FAULT_SOCKET")
             .stdin(Stdio::null());
         if faults {
@@ -123,13 +130,7 @@ impl Serve {
 
     /// One control command; panics unless the reply is "ok...".
     fn fault(&self, cmd: &str) -> String {
-        let mut s = UnixStream::connect(&self.control).unwrap();
-        s.set_read_timeout(Some(IO_LIMIT)).unwrap();
-        writeln!(s, "{cmd}").unwrap();
-        let mut line = String::new();
-        BufReader::new(s).read_line(&mut line).unwrap();
-        assert!(line.starts_with("ok"), "fault {cmd:?}: {line}");
-        line.trim_end().to_string()
+        fault_at(&self.control, cmd)
     }
 
     fn log(&self) -> String {
@@ -162,6 +163,18 @@ impl Serve {
     fn native(&self) -> granary_client::Client {
         granary_client::Client::connect(("127.0.0.1", self.native), granary_client::ClientConfig::default()).unwrap()
     }
+}
+
+/// One command to the control socket at `control`; panics unless the
+/// reply is "ok...".
+fn fault_at(control: &Path, cmd: &str) -> String {
+    let mut s = UnixStream::connect(control).unwrap();
+    s.set_read_timeout(Some(IO_LIMIT)).unwrap();
+    writeln!(s, "{cmd}").unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    assert!(line.starts_with("ok"), "fault {cmd:?}: {line}");
+    line.trim_end().to_string()
 }
 
 impl Drop for Serve {
@@ -225,6 +238,33 @@ impl Mc {
         assert_eq!(self.line(), "END");
         Ok(Some(v))
     }
+    /// A meta `ms` (base64 off, no flags but the size): its reply line.
+    fn ms(&mut self, k: &str, v: &[u8]) -> String {
+        let mut req = format!("ms {k} {}\r\n", v.len()).into_bytes();
+        req.extend_from_slice(v);
+        req.extend_from_slice(b"\r\n");
+        self.send(&req);
+        self.line()
+    }
+    /// A meta `mg k v`: the value, None on a miss (`EN`), Err(line) on an
+    /// error reply.
+    fn mg(&mut self, k: &str) -> Result<Option<Vec<u8>>, String> {
+        self.send(format!("mg {k} v\r\n").as_bytes());
+        let l = self.line();
+        if l == "EN" {
+            return Ok(None);
+        }
+        let Some(n) = l.strip_prefix("VA ") else { return Err(l) };
+        let mut v = vec![0; n.parse::<usize>().unwrap() + 2];
+        self.r.read_exact(&mut v).unwrap();
+        v.truncate(v.len() - 2);
+        Ok(Some(v))
+    }
+    /// A meta `md`: its reply line.
+    fn md(&mut self, k: &str) -> String {
+        self.send(format!("md {k}\r\n").as_bytes());
+        self.line()
+    }
     fn stat(&mut self, name: &str) -> String {
         self.send(b"stats\r\n");
         let mut found = None;
@@ -238,6 +278,68 @@ impl Mc {
             }
         }
         found.unwrap_or_else(|| panic!("no stat {name}"))
+    }
+}
+
+/// The memcache binary protocol over one connection (memcached's
+/// protocol_binary.h: 24-byte headers, magic 0x80 / 0x81).
+struct Bin {
+    s: TcpStream,
+    opaque: u32,
+}
+
+/// Binary opcodes used here.
+const BIN_GET: u8 = 0x00;
+const BIN_SET: u8 = 0x01;
+const BIN_DELETE: u8 = 0x04;
+const BIN_NOOP: u8 = 0x0a;
+/// Binary statuses: success, not found, memcached's internal error (the
+/// store failed: device trouble or a read-only store).
+const BIN_OK: u16 = 0x0000;
+const BIN_KEY_ENOENT: u16 = 0x0001;
+const BIN_EINTERNAL: u16 = 0x0084;
+
+impl Bin {
+    fn connect(port: u16) -> Bin {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(IO_LIMIT)).unwrap();
+        Bin { s, opaque: 0 }
+    }
+    /// One request; the response's status and value (extras skipped).
+    fn call(&mut self, op: u8, extras: &[u8], key: &[u8], value: &[u8]) -> (u16, Vec<u8>) {
+        self.opaque += 1;
+        let mut b = vec![0x80, op];
+        b.extend_from_slice(&(key.len() as u16).to_be_bytes());
+        b.push(extras.len() as u8);
+        b.extend_from_slice(&[0, 0, 0]);
+        b.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
+        b.extend_from_slice(&self.opaque.to_be_bytes());
+        b.extend_from_slice(&0u64.to_be_bytes());
+        b.extend_from_slice(extras);
+        b.extend_from_slice(key);
+        b.extend_from_slice(value);
+        self.s.write_all(&b).unwrap();
+        let mut h = [0u8; 24];
+        self.s.read_exact(&mut h).unwrap();
+        assert_eq!((h[0], h[1]), (0x81, op), "binary response header {h:?}");
+        assert_eq!(u32::from_be_bytes(h[12..16].try_into().unwrap()), self.opaque);
+        let status = u16::from_be_bytes([h[6], h[7]]);
+        let (key_len, extras_len) = (u16::from_be_bytes([h[2], h[3]]) as usize, h[4] as usize);
+        let mut body = vec![0; u32::from_be_bytes(h[8..12].try_into().unwrap()) as usize];
+        self.s.read_exact(&mut body).unwrap();
+        (status, body.split_off(extras_len + key_len))
+    }
+    /// The value, None on a miss, Err((status, text)) on another status.
+    fn get(&mut self, k: &str) -> Result<Option<Vec<u8>>, (u16, String)> {
+        match self.call(BIN_GET, &[], k.as_bytes(), &[]) {
+            (BIN_OK, v) => Ok(Some(v)),
+            (BIN_KEY_ENOENT, _) => Ok(None),
+            (st, text) => Err((st, String::from_utf8_lossy(&text).into_owned())),
+        }
+    }
+    /// `set` (flags 0, no expiry): its status.
+    fn set(&mut self, k: &str, v: &[u8]) -> u16 {
+        self.call(BIN_SET, &[0; 8], k.as_bytes(), v).0
     }
 }
 
@@ -383,6 +485,10 @@ const EIO: u32 = 5;
 #[derive(Default)]
 struct Model {
     mc: BTreeMap<String, Vec<u8>>,
+    /// Written with meta `ms`, read with `mg`.
+    meta: BTreeMap<String, Vec<u8>>,
+    /// Written and read over the binary protocol.
+    bin: BTreeMap<String, Vec<u8>>,
     resp: BTreeMap<String, Vec<u8>>,
     native: BTreeMap<String, Vec<u8>>,
     nbd: BTreeMap<u64, Vec<u8>>,
@@ -390,34 +496,80 @@ struct Model {
 
 /// Write `n` keys per protocol (and `n` NBD blocks) with seeded values.
 fn fill(s: &Serve, rng: &mut Rng, n: usize, m: &mut Model) {
+    fill_tagged(s, rng, "", 0, n, m)
+}
+
+/// Write `n` keys per protocol named with `tag`, and NBD blocks `first..first + n`.
+fn fill_tagged(s: &Serve, rng: &mut Rng, tag: &str, first: u64, n: usize, m: &mut Model) {
     let mut mc = Mc::connect(s.mc);
+    let mut bin = Bin::connect(s.mc);
     let mut resp = Resp::connect(s.resp);
     let native = s.native();
     let mut nbd = Nbd::connect(s.nbd, "blocks");
     for i in 0..n {
-        let (k, v) = (format!("mc-{i}"), rng.value(3000));
+        let (k, v) = (format!("{tag}mc-{i}"), rng.value(3000));
         assert_eq!(mc.set(&k, &v), "STORED");
         m.mc.insert(k, v);
-        let (k, v) = (format!("rs-{i}"), rng.value(3000));
+        let (k, v) = (format!("{tag}meta-{i}"), rng.value(3000));
+        assert_eq!(mc.ms(&k, &v), "HD");
+        m.meta.insert(k, v);
+        let (k, v) = (format!("{tag}bin-{i}"), rng.value(3000));
+        assert_eq!(bin.set(&k, &v), BIN_OK);
+        m.bin.insert(k, v);
+        let (k, v) = (format!("{tag}rs-{i}"), rng.value(3000));
         assert_eq!(resp.call(&[b"SET", k.as_bytes(), &v]), Reply::Simple("OK".into()));
         m.resp.insert(k, v);
-        let (k, v) = (format!("nv-{i}"), rng.value(3000));
+        let (k, v) = (format!("{tag}nv-{i}"), rng.value(3000));
         native.put(k.as_bytes(), &v).unwrap();
         m.native.insert(k, v);
-        let b = nbd_block(&format!("block-{i}"), rng);
-        nbd.write(i as u64, &b).unwrap();
-        m.nbd.insert(i as u64, b);
+        let (block, b) = (first + i as u64, nbd_block(&format!("block-{tag}{i}"), rng));
+        nbd.write(block, &b).unwrap();
+        m.nbd.insert(block, b);
     }
 }
 
 /// Every acknowledged write reads back, on its own protocol, over new
 /// connections.
 fn verify(s: &Serve, m: &Model) {
-    let native = s.native();
-    check(&mut Mc::connect(s.mc), &mut Resp::connect(s.resp), &native, &mut Nbd::connect(s.nbd, "blocks"), m);
+    Conns::new(s).check(m);
 }
 
-/// Every acknowledged write reads back over these connections.
+/// One connection per protocol.
+struct Conns {
+    mc: Mc,
+    bin: Bin,
+    resp: Resp,
+    native: granary_client::Client,
+    nbd: Nbd,
+}
+
+impl Conns {
+    fn new(s: &Serve) -> Conns {
+        Conns {
+            mc: Mc::connect(s.mc),
+            bin: Bin::connect(s.mc),
+            resp: Resp::connect(s.resp),
+            native: s.native(),
+            nbd: Nbd::connect(s.nbd, "blocks"),
+        }
+    }
+    /// Every acknowledged write reads back over these connections.
+    fn check(&mut self, m: &Model) {
+        check(&mut self.mc, &mut self.resp, &self.native, &mut self.nbd, m);
+        self.check_meta_bin(m);
+    }
+    /// The meta and binary keys read back (meta over the text connection).
+    fn check_meta_bin(&mut self, m: &Model) {
+        for (k, v) in &m.meta {
+            assert_eq!(self.mc.mg(k).unwrap().as_ref(), Some(v), "meta {k}");
+        }
+        for (k, v) in &m.bin {
+            assert_eq!(self.bin.get(k).unwrap().as_ref(), Some(v), "binary {k}");
+        }
+    }
+}
+
+/// The text, RESP, native and NBD writes read back over these connections.
 fn check(mc: &mut Mc, resp: &mut Resp, native: &granary_client::Client, nbd: &mut Nbd, m: &Model) {
     for (k, v) in &m.mc {
         assert_eq!(mc.get(k).unwrap().as_ref(), Some(v), "memcache {k}");
@@ -467,88 +619,125 @@ fn server_status(e: granary_client::Error) -> granary_client::Status {
 // ---------------------------------------------------------------------
 // Tests
 
+/// `msg` is a memcache text or meta protocol's server error saying `what`.
+fn assert_server_error(msg: &str, what: &str) {
+    assert!(msg.starts_with("SERVER_ERROR") && msg.contains(what), "expected SERVER_ERROR ... {what} ...: {msg:?}");
+}
+
+/// `r` is a RESP error saying `what`.
+fn assert_resp_error(r: Reply, what: &str) {
+    match r {
+        Reply::Error(e) => assert!(e.starts_with("ERR") && e.contains(what), "expected -ERR ... {what} ...: {e:?}"),
+        r => panic!("expected a RESP error ({what}), got {r:?}"),
+    }
+}
+
 #[test]
 fn a_read_error_fails_that_request_and_the_connection_goes_on() {
-    let (Fixture { seed: _seed, mut rng, dir: _dir, data: _data, m }, s) = start_filled(8);
+    let (Fixture { seed: _seed, mut rng, dir, data, mut m }, s) = start_filled(8);
     // The records of these keys (and the NBD block tagged so) are the bad
     // sectors: only reads that meet them fail.
-    let mut mc = Mc::connect(s.mc);
-    let mut resp = Resp::connect(s.resp);
-    let native = s.native();
-    let mut nbd = Nbd::connect(s.nbd, "blocks");
-    assert_eq!(mc.set("victim-mc", b"lost-for-now"), "STORED");
-    assert_eq!(resp.call(&[b"SET", b"victim-rs", b"lost-for-now"]), Reply::Simple("OK".into()));
-    native.put(b"victim-nv", b"lost-for-now").unwrap();
+    let mut c = Conns::new(&s);
+    let victim = b"lost-for-now".to_vec();
+    assert_eq!(c.mc.set("victim-mc", &victim), "STORED");
+    assert_eq!(c.mc.ms("victim-meta", &victim), "HD");
+    assert_eq!(c.bin.set("victim-bin", &victim), BIN_OK);
+    assert_eq!(c.resp.call(&[b"SET", b"victim-rs", &victim]), Reply::Simple("OK".into()));
+    c.native.put(b"victim-nv", &victim).unwrap();
     let bad = nbd_block("victim-nbd", &mut rng);
-    nbd.write(100, &bad).unwrap();
+    c.nbd.write(100, &bad).unwrap();
     s.fault("read-eio match victim-");
 
-    let e = mc.get("victim-mc").unwrap_err();
-    assert!(e.starts_with("SERVER_ERROR") && e.contains("read failed"), "{e}");
-    let e = match resp.call(&[b"GET", b"victim-rs"]) {
-        Reply::Error(e) => e,
-        r => panic!("RESP GET of a bad record: {r:?}"),
-    };
-    assert!(e.starts_with("ERR") && e.contains("read failed"), "{e}");
-    assert_eq!(server_status(native.get(b"victim-nv").unwrap_err()), granary_client::Status::IoError);
-    assert_eq!(nbd.read(100), Err(EIO));
+    assert_server_error(&c.mc.get("victim-mc").unwrap_err(), "read failed");
+    assert_server_error(&c.mc.mg("victim-meta").unwrap_err(), "read failed");
+    assert_eq!(c.bin.get("victim-bin").unwrap_err(), (BIN_EINTERNAL, "Internal error".to_string()));
+    assert_resp_error(c.resp.call(&[b"GET", b"victim-rs"]), "read failed");
+    assert_eq!(server_status(c.native.get(b"victim-nv").unwrap_err()), granary_client::Status::IoError);
+    assert_eq!(c.nbd.read(100), Err(EIO));
     // The same connections read every other key.
-    check(&mut mc, &mut resp, &native, &mut nbd, &m);
+    c.check(&m);
     // A read error does not make the store read-only.
-    assert_eq!(mc.stat("granary_read_only"), "0");
-    assert_eq!(mc.set("after-read-error", b"x"), "STORED");
+    assert_eq!(c.mc.stat("granary_read_only"), "0");
+    assert_eq!(c.mc.set("after-read-error", b"x"), "STORED");
+    m.mc.insert("after-read-error".into(), b"x".to_vec());
     assert!(s.fault("status").contains("failed_writes=0"));
 
     // The sectors answer again: the records were never damaged.
     s.fault("read-eio off");
-    assert_eq!(mc.get("victim-mc").unwrap().as_deref(), Some(&b"lost-for-now"[..]));
-    assert_eq!(resp.call(&[b"GET", b"victim-rs"]), Reply::Bulk(Some(b"lost-for-now".to_vec())));
-    assert_eq!(native.get(b"victim-nv").unwrap().as_deref(), Some(&b"lost-for-now"[..]));
-    assert!(nbd.read(100).unwrap() == bad);
+    assert_eq!(c.mc.get("victim-mc").unwrap().as_ref(), Some(&victim));
+    m.mc.insert("victim-mc".into(), victim.clone());
+    assert_eq!(c.mc.mg("victim-meta").unwrap().as_ref(), Some(&victim));
+    m.meta.insert("victim-meta".into(), victim.clone());
+    assert_eq!(c.bin.get("victim-bin").unwrap().as_ref(), Some(&victim));
+    m.bin.insert("victim-bin".into(), victim.clone());
+    assert_eq!(c.resp.call(&[b"GET", b"victim-rs"]), Reply::Bulk(Some(victim.clone())));
+    m.resp.insert("victim-rs".into(), victim.clone());
+    assert_eq!(c.native.get(b"victim-nv").unwrap().as_ref(), Some(&victim));
+    m.native.insert("victim-nv".into(), victim.clone());
+    assert!(c.nbd.read(100).unwrap() == bad);
+    m.nbd.insert(100, bad);
     // Every read fails: the server answers each with an error and stays up.
     s.fault("read-eio all");
-    assert!(mc.get("mc-0").unwrap_err().starts_with("SERVER_ERROR"));
-    assert!(matches!(resp.call(&[b"GET", b"rs-0"]), Reply::Error(_)));
-    assert_eq!(nbd.read(0), Err(EIO));
+    assert!(c.mc.get("mc-0").unwrap_err().starts_with("SERVER_ERROR"));
+    assert!(c.mc.mg("meta-0").unwrap_err().starts_with("SERVER_ERROR"));
+    assert_eq!(c.bin.get("bin-0").unwrap_err().0, BIN_EINTERNAL);
+    assert!(matches!(c.resp.call(&[b"GET", b"rs-0"]), Reply::Error(_)));
+    assert_eq!(server_status(c.native.get(b"nv-0").unwrap_err()), granary_client::Status::IoError);
+    assert_eq!(c.nbd.read(0), Err(EIO));
     s.fault("read-eio off");
+    c.check(&m);
+    drop(c);
+    verify(&s, &m);
+    let st = s.signal(15);
+    assert!(st.success(), "SIGTERM: {st}");
+    // A restart on a healthy device finds every acknowledged write.
+    let s = Serve::start(&data, dir.path(), false);
     verify(&s, &m);
     let st = s.signal(15);
     assert!(st.success(), "SIGTERM: {st}");
 }
 
+/// Every protocol's writes are refused by a read-only store, each with its
+/// protocol's error, and the connections go on.
+fn refuses_writes(c: &mut Conns, rng: &mut Rng) {
+    assert_server_error(&c.mc.set("refused-mc", b"never"), "refuses writes");
+    assert_server_error(&c.mc.ms("refused-meta", b"never"), "refuses writes");
+    assert_server_error(&c.mc.md("meta-0"), "refuses writes");
+    assert_eq!(c.bin.set("refused-bin", b"never"), BIN_EINTERNAL);
+    assert_eq!(c.bin.call(BIN_DELETE, &[], b"bin-0", &[]), (BIN_EINTERNAL, b"Internal error".to_vec()));
+    assert_resp_error(c.resp.call(&[b"SET", b"refused-rs", b"never"]), "refuses writes");
+    assert!(matches!(c.resp.call(&[b"DEL", b"rs-0"]), Reply::Error(_)));
+    assert_eq!(server_status(c.native.put(b"refused-nv", b"never").unwrap_err()), granary_client::Status::ReadOnly);
+    assert_eq!(c.nbd.write(0, &nbd_block("refused-nbd", rng)), Err(EIO));
+    // The refused writes left nothing.
+    assert_eq!(c.mc.get("refused-mc").unwrap(), None);
+    assert_eq!(c.mc.mg("refused-meta").unwrap(), None);
+    assert_eq!(c.bin.get("refused-bin").unwrap(), None);
+    assert_eq!(c.resp.call(&[b"GET", b"refused-rs"]), Reply::Bulk(None));
+    assert_eq!(c.native.get(b"refused-nv").unwrap(), None);
+}
+
 #[test]
 fn a_write_error_makes_the_store_read_only_and_a_restart_recovers_every_acknowledged_write() {
     let (Fixture { seed: _seed, mut rng, dir, data, m }, s) = start_filled(12);
-    let mut mc = Mc::connect(s.mc);
-    let mut resp = Resp::connect(s.resp);
-    let native = s.native();
-    let mut nbd = Nbd::connect(s.nbd, "blocks");
-    assert_eq!(mc.stat("granary_read_only"), "0");
+    let mut c = Conns::new(&s);
+    assert_eq!(c.mc.stat("granary_read_only"), "0");
 
     s.fault("write-eio on");
     // The first write meets the failure; every later one is refused by
     // the read-only store, the device's trouble over or not.
-    let e = mc.set("refused-mc", b"never");
+    let e = c.mc.set("refused-mc", b"never");
     assert!(e.starts_with("SERVER_ERROR"), "{e}");
     s.fault("write-eio off");
-    let e = mc.set("refused-mc", b"never");
-    assert!(e.starts_with("SERVER_ERROR") && e.contains("refuses writes"), "{e}");
-    match resp.call(&[b"SET", b"refused-rs", b"never"]) {
-        Reply::Error(e) => assert!(e.starts_with("ERR") && e.contains("refuses writes"), "{e}"),
-        r => panic!("RESP SET on a read-only store: {r:?}"),
-    }
-    assert!(matches!(resp.call(&[b"DEL", b"rs-0"]), Reply::Error(_)));
-    assert_eq!(server_status(native.put(b"refused-nv", b"never").unwrap_err()), granary_client::Status::ReadOnly);
-    assert_eq!(nbd.write(0, &nbd_block("refused-nbd", &mut rng)), Err(EIO));
+    refuses_writes(&mut c, &mut rng);
     // Reads are served, on the same connections.
-    check(&mut mc, &mut resp, &native, &mut nbd, &m);
-    assert_eq!(mc.get("refused-mc").unwrap(), None);
+    c.check(&m);
     // The state is visible: memcache stats, native stats, /metrics; and
     // logged once.
-    assert_eq!(mc.stat("granary_read_only"), "1");
-    let ro = native.stats().unwrap().into_iter().find(|(k, _)| k == "read_only").map(|(_, v)| v);
+    assert_eq!(c.mc.stat("granary_read_only"), "1");
+    let ro = c.native.stats().unwrap().into_iter().find(|(k, _)| k == "read_only").map(|(_, v)| v);
     assert_eq!(ro.as_deref(), Some("1"));
-    match resp.call(&[b"INFO", b"stats"]) {
+    match c.resp.call(&[b"INFO", b"stats"]) {
         Reply::Bulk(Some(info)) => {
             let info = String::from_utf8(info).unwrap();
             assert!(info.contains("granary_read_only:1\r\n"), "{info}");
@@ -559,7 +748,7 @@ fn a_write_error_makes_the_store_read_only_and_a_restart_recovers_every_acknowle
     assert!(metrics.lines().any(|l| l == "granary_store_read_only 1"), "{metrics}");
     let log = s.log();
     assert_eq!(log.matches("the store is read-only until reopened").count(), 1, "{log}");
-    drop((mc, resp, native, nbd));
+    drop(c);
 
     // A stop of a read-only server ends (its checkpoint cannot be written).
     let _ = s.signal(15);
@@ -586,6 +775,108 @@ fn a_write_error_then_sigkill_loses_nothing_acknowledged() {
     verify(&s, &m);
     let st = s.signal(15);
     assert!(st.success(), "SIGTERM: {st}");
+}
+
+/// Which protocol's write meets the failing device first.
+#[derive(Clone, Copy, Debug)]
+enum Writer {
+    Text,
+    Meta,
+    Binary,
+    Resp,
+    Native,
+    Nbd,
+}
+
+/// One round on the store of `fx`: serve it (with `extra` arguments and
+/// faults injectable), check that everything acknowledged so far reads
+/// back, write more on every protocol, then fail the device's writes and
+/// let `first` meet the failure with its protocol's error. The store is
+/// then read-only on every protocol and serves every read; the server is
+/// stopped with `sig` (SIGTERM: its checkpoint fails; SIGKILL).
+fn write_error_round(fx: &mut Fixture, round: u64, first: Writer, extra: &[&str], sig: i32) {
+    let s = Serve::start_with(&fx.data, fx.dir.path(), true, extra);
+    verify(&s, &fx.m);
+    fill_tagged(&s, &mut fx.rng, &format!("r{round}-"), 20 + 4 * round, 3, &mut fx.m);
+    let mut c = Conns::new(&s);
+    s.fault("write-eio on");
+    // A background write (GC, a checkpoint) may meet the failure first:
+    // then this request is refused by the read-only store, with the same
+    // error form.
+    let what = format!("round {round}: {first:?} write on {extra:?}");
+    let either = |e: &str| e.contains("write failed") || e.contains("refuses writes");
+    match first {
+        Writer::Text => {
+            let e = c.mc.set("refused", b"never");
+            assert!(e.starts_with("SERVER_ERROR") && either(&e), "{what}: {e}");
+        }
+        Writer::Meta => {
+            let e = c.mc.ms("refused", b"never");
+            assert!(e.starts_with("SERVER_ERROR") && either(&e), "{what}: {e}");
+        }
+        Writer::Binary => {
+            assert_eq!(c.bin.call(BIN_SET, &[0; 8], b"refused", b"never"), (BIN_EINTERNAL, b"Internal error".to_vec()))
+        }
+        Writer::Resp => match c.resp.call(&[b"SET", b"refused", b"never"]) {
+            Reply::Error(e) => assert!(e.starts_with("ERR") && either(&e), "{what}: {e}"),
+            r => panic!("{what}: {r:?}"),
+        },
+        Writer::Native => {
+            let st = server_status(c.native.put(b"refused", b"never").unwrap_err());
+            assert!(matches!(st, granary_client::Status::IoError | granary_client::Status::ReadOnly), "{what}: {st:?}");
+        }
+        Writer::Nbd => assert_eq!(c.nbd.write(250, &nbd_block("refused", &mut fx.rng)), Err(EIO), "{what}"),
+    }
+    s.fault("write-eio off");
+    assert!(!s.fault("status").contains("failed_writes=0"), "{what}");
+    refuses_writes(&mut c, &mut fx.rng);
+    c.check(&fx.m);
+    assert_eq!(c.mc.get("refused").unwrap(), None, "{what}");
+    assert_eq!(c.mc.stat("granary_read_only"), "1", "{what}");
+    let log = s.log();
+    assert_eq!(log.matches("the store is read-only until reopened").count(), 1, "{what}: {log}");
+    drop(c);
+    let _ = s.signal(sig);
+}
+
+/// A store filled on every protocol by a server that is then stopped.
+fn stopped_fixture(n: usize) -> Fixture {
+    let (fx, s) = start_filled(n);
+    let st = s.signal(15);
+    assert!(st.success(), "SIGTERM: {st}");
+    fx
+}
+
+/// After the rounds: a healthy device, every acknowledged write there.
+fn healthy_restart(fx: &Fixture, extra: &[&str]) {
+    let s = Serve::start_with(&fx.data, fx.dir.path(), false, extra);
+    verify(&s, &fx.m);
+    let mut mc = Mc::connect(s.mc);
+    assert_eq!(mc.stat("granary_read_only"), "0");
+    assert_eq!(mc.get("refused").unwrap(), None);
+    assert_eq!(mc.ms("after-restart", b"ok"), "HD");
+    let st = s.signal(15);
+    assert!(st.success(), "SIGTERM: {st}");
+}
+
+#[test]
+fn a_write_error_met_by_each_protocol_makes_the_store_read_only_and_loses_nothing() {
+    let mut fx = stopped_fixture(4);
+    let firsts = [Writer::Meta, Writer::Binary, Writer::Resp, Writer::Native, Writer::Nbd];
+    for (round, first) in firsts.into_iter().enumerate() {
+        write_error_round(&mut fx, round as u64, first, &[], if round % 2 == 0 { 9 } else { 15 });
+    }
+    healthy_restart(&fx, &[]);
+}
+
+#[test]
+fn the_sync_io_backend_turns_read_only_on_a_write_error_too() {
+    let mut fx = stopped_fixture(4);
+    let sync = ["--io", "sync"];
+    for (round, first) in [Writer::Text, Writer::Binary, Writer::Nbd].into_iter().enumerate() {
+        write_error_round(&mut fx, round as u64, first, &sync, if round % 2 == 0 { 15 } else { 9 });
+    }
+    healthy_restart(&fx, &sync);
 }
 
 #[test]
@@ -617,15 +908,88 @@ fn a_device_that_stops_answering_holds_requests_until_released() {
     assert_eq!(held_get.join().unwrap().unwrap(), Some(want_mc));
     assert_eq!(held_put.join().unwrap().unwrap(), Some(want_nv));
     assert_eq!(held_resp.join().unwrap(), Reply::Bulk(Some(want_rs)));
-
-    // Slow device: answers come, late.
-    s.fault("delay-ms 20");
-    assert_eq!(other.get("mc-3").unwrap().as_ref(), Some(&m.mc["mc-3"]));
-    assert_eq!(other.set("written-slowly", b"slow"), "STORED");
-    s.fault("delay-ms 0");
-    m.mc.insert("written-slowly".into(), b"slow".to_vec());
     m.native.insert("written-while-hung".into(), b"late".to_vec());
     verify(&s, &m);
+    let st = s.signal(15);
+    assert!(st.success(), "SIGTERM: {st}");
+    let s = Serve::start(&data, dir.path(), false);
+    verify(&s, &m);
+    let st = s.signal(15);
+    assert!(st.success(), "SIGTERM: {st}");
+}
+
+#[test]
+fn nbd_requests_wait_for_a_device_that_stops_answering_while_other_requests_are_answered() {
+    let (Fixture { seed: _seed, mut rng, dir, data, mut m }, s) = start_filled(4);
+    // Connections made before the hang: the held requests, and the ones
+    // that must still be answered.
+    let mut reader = Nbd::connect(s.nbd, "blocks");
+    let mut writer = Nbd::connect(s.nbd, "blocks");
+    let mut meta = Mc::connect(s.mc);
+    let mut c = Conns::new(&s);
+    let late = nbd_block("written-while-hung", &mut rng);
+
+    s.fault("hang");
+    let held_read = std::thread::spawn(move || reader.read(1));
+    let block = late.clone();
+    let held_write = std::thread::spawn(move || writer.write(200, &block));
+    let held_meta = std::thread::spawn(move || meta.mg("meta-2"));
+    assert_eq!(s.fault("wait-held 3"), "ok");
+    // Requests that need no device IO are answered on every protocol, and
+    // a new NBD client completes its handshake.
+    c.mc.send(b"version\r\n");
+    assert!(c.mc.line().starts_with("VERSION"));
+    assert_eq!(c.bin.call(BIN_NOOP, &[], &[], &[]).0, BIN_OK);
+    assert_eq!(c.resp.call(&[b"PING"]), Reply::Simple("PONG".into()));
+    c.native.ping().unwrap();
+    drop(Nbd::connect(s.nbd, "blocks"));
+    // Still held: nothing was answered from a device that does not answer.
+    assert!(!held_read.is_finished() && !held_write.is_finished() && !held_meta.is_finished());
+
+    s.fault("release");
+    assert!(held_read.join().unwrap().unwrap() == m.nbd[&1]);
+    assert_eq!(held_write.join().unwrap(), Ok(()));
+    m.nbd.insert(200, late);
+    assert_eq!(held_meta.join().unwrap().unwrap().as_ref(), Some(&m.meta["meta-2"]));
+    // The connections go on.
+    c.check(&m);
+    drop(c);
+    let st = s.signal(15);
+    assert!(st.success(), "SIGTERM: {st}");
+    let s = Serve::start(&data, dir.path(), false);
+    verify(&s, &m);
+    let st = s.signal(15);
+    assert!(st.success(), "SIGTERM: {st}");
+}
+
+#[test]
+fn injected_latency_slows_requests_but_never_fails_them() {
+    let (Fixture { seed: _seed, mut rng, dir, data, mut m }, s) = start_filled(2);
+    // Spikes: a thread sets a new delay (none, or 1 to 50 ms per device
+    // operation) every few milliseconds until told to stop (bounded).
+    let stop = Arc::new(AtomicBool::new(false));
+    let (control, stop2, spike_seed) = (s.control.clone(), stop.clone(), rng.next());
+    let spiker = std::thread::spawn(move || {
+        let mut rng = Rng(spike_seed);
+        let mut spikes = 0;
+        while !stop2.load(SeqCst) && spikes < 10_000 {
+            let ms = [0, 0, 1, 5, 20, 50][(rng.next() % 6) as usize];
+            fault_at(&control, &format!("delay-ms {ms}"));
+            // Pacing only: how long each delay setting lasts.
+            std::thread::sleep(Duration::from_millis(10));
+            spikes += 1;
+        }
+        spikes
+    });
+    // Writes and reads on every protocol all succeed (fill and check
+    // assert every reply), only later.
+    fill_tagged(&s, &mut rng, "slow-", 40, 12, &mut m);
+    verify(&s, &m);
+    stop.store(true, SeqCst);
+    assert!(spiker.join().unwrap() > 0);
+    s.fault("delay-ms 0");
+    assert!(s.fault("status").contains("failed_reads=0 failed_writes=0"));
+    assert_eq!(Mc::connect(s.mc).stat("granary_read_only"), "0");
     let st = s.signal(15);
     assert!(st.success(), "SIGTERM: {st}");
     let s = Serve::start(&data, dir.path(), false);

@@ -5,8 +5,10 @@
 //! DISCARD, WATCH, UNWATCH.
 //!
 //! Invariants:
-//! - with a `requirepass`, a connection runs only the commands flagged
+//! - with a `requirepass` (or an ACL file whose `default` user needs a
+//!   password or is off), a connection runs only the commands flagged
 //!   `no_auth` (AUTH, HELLO, QUIT) until AUTH or HELLO ... AUTH succeeds;
+//!   a user without permissions (`crate::acl`) runs only those, ever;
 //! - commands run one at a time, in the order sent, and each reply is
 //!   written in that order;
 //! - between MULTI and EXEC a command is checked (known, arity) and queued;
@@ -44,7 +46,11 @@ async fn send(ctx: &Ctx, stream: &TcpStream, buf: &mut Vec<u8>) -> bool {
 pub(crate) async fn serve(session: &Session, ctx: &Ctx) {
     let id = ctx.stats.next_client_id.fetch_add(1, Relaxed) + 1;
     let mut client = Client::new(id);
-    client.authenticated = ctx.cfg.requirepass.is_none();
+    // As Redis: a connection is the `default` user, authenticated when
+    // that user is `on` and `nopass`.
+    let default = ctx.users.default_user();
+    client.authenticated = default.needs_no_auth();
+    client.permitted = default.permitted();
     let mut parser = Parser::default();
     // Buffers grow with what comes and go while the client is idle.
     let mut input: Vec<u8> = Vec::new();
@@ -131,6 +137,11 @@ async fn command(ctx: &Ctx, client: &mut Client, args: &[&[u8]], out: &mut Vec<u
     // else, only the commands flagged `no_auth` run unauthenticated.
     if !client.authenticated && !spec.flags.contains(&"no_auth") {
         return fail(client, out, b"NOAUTH Authentication required.", true);
+    }
+    // Then the user's permissions: all or none (crate::acl).
+    if !client.permitted && !spec.flags.contains(&"no_auth") {
+        let msg = format!("NOPERM this user has no permissions to run the '{}' command", exec::full_name(spec, args));
+        return fail(client, out, msg.as_bytes(), true);
     }
     let queue =
         client.multi.is_some() && !matches!(spec.cmd, Cmd::Exec | Cmd::Discard | Cmd::Multi | Cmd::Watch | Cmd::Quit);
@@ -267,28 +278,32 @@ fn hello(ctx: &Ctx, client: &mut Client, a: &[&[u8]], out: &mut Vec<u8>) -> Resu
 /// Redis's reply to a wrong user or password.
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
-/// Authenticate `client` as `user` with `pass`. The only user is Redis's
-/// `default`: with `requirepass` set its password is that; without, it
-/// is `nopass` (any password is accepted, as Redis does). A refusal
-/// leaves the connection as it was (authenticated or not), as Redis.
+/// Authenticate `client` as `user` with `pass` (`Ctx::users`: the ACL
+/// file's users, or `default` with `requirepass` as its password, or
+/// `nopass` without: any password is accepted, as Redis does). A refusal
+/// leaves the connection as it was (authenticated or not, as the user it
+/// was), as Redis.
 fn check_user(ctx: &Ctx, client: &mut Client, user: &[u8], pass: &[u8]) -> Result<(), Fail> {
-    let ok = user == b"default"
-        && ctx.cfg.requirepass.as_deref().is_none_or(|want| granary_server::auth::secret_eq(want, pass));
-    if !ok {
+    let Some(u) = ctx.users.check(user, pass) else {
         ctx.stats.auth_failures.fetch_add(1, Relaxed);
         tracing::debug!(client = client.id, "RESP authentication refused");
         return Err(WRONGPASS.into());
-    }
+    };
     client.authenticated = true;
+    client.user = u;
+    client.permitted = ctx.users.user(u).permitted();
     Ok(())
 }
 
 /// AUTH [username] password.
 fn auth(ctx: &Ctx, client: &mut Client, a: &[&[u8]]) -> Result<(), Fail> {
     match a.len() {
-        2 if ctx.cfg.requirepass.is_none() => Err("ERR AUTH <password> called without any password configured for \
-                                                  the default user. Are you sure your configuration is correct?"
-            .into()),
+        // As Redis: the one-argument form needs a password on `default`.
+        2 if ctx.users.default_user().nopass() => {
+            Err("ERR AUTH <password> called without any password configured for \
+                 the default user. Are you sure your configuration is correct?"
+                .into())
+        }
         2 => check_user(ctx, client, b"default", a[1]),
         3 => check_user(ctx, client, a[1], a[2]),
         _ => Err("ERR syntax error".into()),

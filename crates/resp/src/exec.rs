@@ -8,6 +8,7 @@
 //! nothing; a command's writes are atomic (one key under its lock, several
 //! keys as one batch).
 
+use crate::acl::Acl;
 use crate::glob;
 use crate::keys::{Commit, Direct, Keys, Overlay, Txn, Write};
 use crate::limits::*;
@@ -78,6 +79,7 @@ pub(crate) enum Cmd {
     Info,
     Config,
     Command,
+    Acl,
     Time,
     // strings
     Get,
@@ -211,6 +213,7 @@ pub(crate) static COMMANDS: &[Spec] = &[
         Command,
         "Returns detailed information about all commands."
     ),
+    spec!("acl", -2, &[], K0, "server", Acl, "A container for Access List Control commands."),
     spec!("time", 1, LSF, K0, "server", Time, "Returns the server time."),
     spec!("get", 2, R, K1, "string", Get, "Returns the string value of a key."),
     spec!("set", -3, W, K1, "string", Set, "Sets the string value of a key, ignoring its type."),
@@ -349,15 +352,17 @@ pub(crate) struct Ctx {
     pub store: Arc<Store>,
     pub stats: Arc<RespStats>,
     pub cfg: RespConfig,
+    /// Who may AUTH (`cfg.acl`, or `default` with `cfg.requirepass`).
+    pub users: Arc<Acl>,
     /// Handles on the databases used so far (index = database number).
     dbs: Vec<Mutex<Option<Namespace>>>,
     pub started: Instant,
 }
 
 impl Ctx {
-    pub(crate) fn new(store: Arc<Store>, stats: Arc<RespStats>, cfg: RespConfig) -> Ctx {
+    pub(crate) fn new(store: Arc<Store>, stats: Arc<RespStats>, cfg: RespConfig, users: Arc<Acl>) -> Ctx {
         let dbs = (0..cfg.databases).map(|_| Mutex::new(None)).collect();
-        Ctx { store, stats, cfg, dbs, started: Instant::now() }
+        Ctx { store, stats, cfg, users, dbs, started: Instant::now() }
     }
 
     /// The largest string or hash.
@@ -418,6 +423,11 @@ pub(crate) struct Client {
     pub quit: bool,
     /// AUTH (or HELLO ... AUTH) succeeded, or no password is required.
     pub authenticated: bool,
+    /// The user it runs as (`Acl::user`; 0: `default`), and whether that
+    /// user may run every command (else NOPERM for all but AUTH, HELLO
+    /// and QUIT).
+    pub user: usize,
+    pub permitted: bool,
 }
 
 impl Client {
@@ -434,6 +444,8 @@ impl Client {
             watch_dirty: false,
             quit: false,
             authenticated: false,
+            user: 0,
+            permitted: false,
         }
     }
 
@@ -502,6 +514,7 @@ static SUBCOMMANDS: &[(Cmd, &str, i32)] = &[
     (Cmd::Command, "list", -2),
     (Cmd::Command, "info", -2),
     (Cmd::Command, "docs", -2),
+    (Cmd::Acl, "whoami", 2),
 ];
 
 /// Redis's checks of a container command's subcommand (CLIENT, CONFIG,
@@ -509,7 +522,7 @@ static SUBCOMMANDS: &[(Cmd, &str, i32)] = &[
 /// queued, as Redis makes them (so a refusal aborts MULTI): an unknown
 /// subcommand, then its arity (`'client|id'`).
 pub(crate) fn check_subcommand(spec: &Spec, args: &[&[u8]]) -> Res {
-    if args.len() < 2 || !matches!(spec.cmd, Cmd::Client | Cmd::Config | Cmd::Command) {
+    if args.len() < 2 || !matches!(spec.cmd, Cmd::Client | Cmd::Config | Cmd::Command | Cmd::Acl) {
         return Ok(());
     }
     let Some(&(_, name, arity)) = SUBCOMMANDS.iter().find(|(c, n, _)| *c == spec.cmd && is(args[1], n)) else {
@@ -519,6 +532,16 @@ pub(crate) fn check_subcommand(spec: &Spec, args: &[&[u8]]) -> Res {
         return Err(arity_error(&format!("{}|{name}", spec.name)).into());
     }
     Ok(())
+}
+
+/// The name Redis gives a command in its errors: a container's with its
+/// subcommand (`'client|id'`), lowercase; `args` passed
+/// [`check_subcommand`].
+pub(crate) fn full_name(spec: &Spec, args: &[&[u8]]) -> String {
+    match SUBCOMMANDS.iter().find(|(c, n, _)| *c == spec.cmd && args.len() >= 2 && is(args[1], n)) {
+        Some((_, sub, _)) => format!("{}|{sub}", spec.name),
+        None => spec.name.to_string(),
+    }
 }
 
 pub(crate) fn arity_error(name: &str) -> String {
@@ -662,7 +685,15 @@ pub(crate) async fn run_direct(ctx: &Ctx, client: &mut Client, spec: &Spec, args
     // handle, which they never use.
     let needs_db = !matches!(
         spec.cmd,
-        Cmd::Ping | Cmd::Echo | Cmd::Time | Cmd::Info | Cmd::Config | Cmd::Command | Cmd::Client | Cmd::Select
+        Cmd::Ping
+            | Cmd::Echo
+            | Cmd::Time
+            | Cmd::Info
+            | Cmd::Config
+            | Cmd::Command
+            | Cmd::Client
+            | Cmd::Acl
+            | Cmd::Select
     );
     let ns = match needs_db {
         true => ctx.db(client.db).await,
@@ -788,6 +819,11 @@ impl<K: Keys> Cx<'_, K> {
             Cmd::Config => self.config(a)?,
             Cmd::Command => self.command(a)?,
             Cmd::Client => self.client_cmd(a)?,
+            Cmd::Acl => {
+                // check_subcommand let only WHOAMI through (arity checked).
+                let name = self.ctx.users.user(self.client.user).name();
+                self.r.bulk(name.as_bytes());
+            }
             Cmd::Get => {
                 let r = self.read(a[1]).await?;
                 self.r.bulk_or_null(string_of(r.as_ref())?);

@@ -20,11 +20,14 @@
 //!   patterns; `float`: INCRBYFLOAT's arithmetic, bit for bit as Redis
 //!   computes it (x87 80-bit long double); [`limits`]: every bound, named.
 //!
+//! [`acl`]: the users AUTH checks (an ACL file, or `requirepass`).
+//!
 //! Databases: `SELECT n` addresses the namespace `db<n>`, created on first
 //! use; a connection starts in database 0.
 
 pub mod limits;
 
+pub mod acl;
 mod conn;
 mod exec;
 mod float;
@@ -65,6 +68,10 @@ pub struct RespConfig {
     /// command (docs/SECURITY.md); None: every connection is the
     /// `default` user, as Redis without a password.
     pub requirepass: Option<Vec<u8>>,
+    /// Redis's `aclfile`, read ([`acl::Acl::read`]): its users replace
+    /// `requirepass` (the two cannot both be set; the server refuses to
+    /// start). None: the `default` user only.
+    pub acl: Option<Arc<acl::Acl>>,
 }
 
 impl Default for RespConfig {
@@ -77,6 +84,7 @@ impl Default for RespConfig {
             idle_timeout: None,
             databases: limits::DATABASES_DEFAULT,
             requirepass: None,
+            acl: None,
         }
     }
 }

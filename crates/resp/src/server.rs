@@ -5,6 +5,7 @@
 //! of clients reached` and is closed; a running server's
 //! `proto-max-bulk-len` fits what the store's segments hold.
 
+use crate::acl::Acl;
 use crate::conn;
 use crate::exec::{Client, Ctx};
 use crate::{RespConfig, RespStats, DRAIN_TIMEOUT};
@@ -72,10 +73,19 @@ impl Server {
         if cfg.databases == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "databases must be at least 1"));
         }
-        granary_server::auth::warn_if_exposed("resp", listener.local_addr()?, cfg.requirepass.is_some());
+        if cfg.requirepass.is_some() && cfg.acl.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "requirepass and an ACL file cannot both be set: give the default user its password in the ACL file",
+            ));
+        }
+        let users = cfg.acl.clone().unwrap_or_else(|| Arc::new(Acl::with_requirepass(cfg.requirepass.as_deref())));
+        // Open to everyone unless the default user needs a password (or is off).
+        let authenticated = !users.default_user().needs_no_auth();
+        granary_server::auth::warn_if_exposed("resp", listener.local_addr()?, authenticated);
         let stats = Arc::new(RespStats::default());
         let lc = ListenerConfig { max_connections: cfg.max_connections, idle_timeout: cfg.idle_timeout, name: "resp" };
-        let ctx = Arc::new(Ctx::new(store, stats.clone(), cfg));
+        let ctx = Arc::new(Ctx::new(store, stats.clone(), cfg, users));
         let listener = Listener::start(rt, listener, lc, Arc::new(Resp { ctx }), stats.listener.clone())?;
         Ok(Server { listener, stats })
     }

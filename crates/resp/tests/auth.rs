@@ -7,11 +7,9 @@
 
 mod common;
 
-use common::{peer, Client, Fixture, Value};
+use common::{normalize, peer, Client, Fixture, Redis, Value};
 use granary_resp::RespConfig;
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 const PASS: &str = "s3cret";
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
@@ -84,91 +82,11 @@ fn without_a_password_auth_answers_as_redis_does() {
     assert!(matches!(&spec[2], Value::Set(f) | Value::Array(f) if f.contains(&Value::Simple("no_auth".into()))));
 }
 
-/// A redis-server 7.0 child with `--requirepass`, on a free low port;
-/// killed on drop.
-struct Redis {
-    child: Child,
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-impl Redis {
-    fn start() -> Option<Redis> {
-        let bin = peer("redis-server")?;
-        for _ in 0..5 {
-            let port = granary_rt::net::free_low_port().unwrap();
-            let dir = tempfile::tempdir().unwrap();
-            let child = Command::new(&bin)
-                .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1", "--port", &port.to_string()])
-                .args(["--requirepass", PASS])
-                .arg("--dir")
-                .arg(dir.path())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            let mut r = Redis { child, addr: ([127, 0, 0, 1], port).into(), _dir: dir };
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                if r.child.try_wait().unwrap().is_some() {
-                    break;
-                }
-                if TcpStream::connect(r.addr).is_ok() {
-                    // The server answering is this child (and is 7.0).
-                    let mut c = Client::connect(r.addr);
-                    assert_eq!(c.cmd(&format!("AUTH {PASS}")), Value::ok());
-                    let Value::Bulk(info) = c.cmd("INFO server") else { break };
-                    let info = String::from_utf8_lossy(&info).into_owned();
-                    if !info.lines().any(|l| l == format!("process_id:{}", r.child.id())) {
-                        break;
-                    }
-                    if !info.contains("redis_version:7.0.") {
-                        assert!(!common::require_peers(), "redis-server is not 7.0");
-                        eprintln!("skipped: redis-server is not 7.0");
-                        return None;
-                    }
-                    return Some(r);
-                }
-                assert!(Instant::now() < deadline, "redis-server did not start listening on {}", r.addr);
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        panic!("redis-server did not start on any of 5 free ports");
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// HELLO's map, with `id` and `version` (each server's own) blanked.
-fn normalize(v: Value) -> Value {
-    let blank = |k: &Value| matches!(k, Value::Bulk(b) if b == b"id" || b == b"version");
-    match v {
-        Value::Map(m) => {
-            Value::Map(m.into_iter().map(|(k, v)| if blank(&k) { (k, Value::Nil) } else { (k, v) }).collect())
-        }
-        Value::Array(a) if a.len() == 14 => {
-            let mut out = a.clone();
-            for i in (0..a.len()).step_by(2) {
-                if blank(&a[i]) {
-                    out[i + 1] = Value::Nil;
-                }
-            }
-            Value::Array(out)
-        }
-        v => v,
-    }
-}
-
 /// The same sequences on fresh connections to both servers: every reply
 /// (errors byte for byte) must be Redis's.
 #[test]
 fn replies_are_redis_7_0s_with_requirepass() {
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = Redis::start(&["--requirepass", PASS], &format!("AUTH {PASS}")) else { return };
     let f = with_password();
     let sequences: &[&[&str]] = &[
         &["PING", "GET a", "SET a 1", "NOSUCH", "GET", "AUTH", "AUTH a b c", "AUTH wrong", "AUTH default wrong"],

@@ -9,8 +9,9 @@ use granary_store::io::MemDevice;
 use granary_store::{CreateOptions, OpenOptions, Store};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub struct Fixture {
     pub server: Option<Server>,
@@ -196,5 +197,91 @@ pub fn peer(tool: &str) -> Option<std::path::PathBuf> {
             eprintln!("skipped: {tool} is not installed (scripts/test.sh installs it)");
             None
         }
+    }
+}
+
+/// A redis-server 7.0 child with `args` (authentication), on a free low
+/// port; killed on drop.
+pub struct Redis {
+    child: Child,
+    pub addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Redis {
+    /// Started with `args`; `login` (a command, split at spaces, answered
+    /// `+OK`) authenticates the check that the server answering is this
+    /// child (`""`: none needed). None: no redis-server 7.0 here and peers
+    /// are optional.
+    pub fn start(args: &[&str], login: &str) -> Option<Redis> {
+        let bin = peer("redis-server")?;
+        for _ in 0..5 {
+            let port = granary_rt::net::free_low_port().unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let child = Command::new(&bin)
+                .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1", "--port", &port.to_string()])
+                .args(args)
+                .arg("--dir")
+                .arg(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut r = Redis { child, addr: ([127, 0, 0, 1], port).into(), _dir: dir };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if r.child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                if TcpStream::connect(r.addr).is_ok() {
+                    // The server answering is this child (and is 7.0).
+                    let mut c = Client::connect(r.addr);
+                    if !login.is_empty() {
+                        assert_eq!(c.cmd(login), Value::ok());
+                    }
+                    let Value::Bulk(info) = c.cmd("INFO server") else { break };
+                    let info = String::from_utf8_lossy(&info).into_owned();
+                    if !info.lines().any(|l| l == format!("process_id:{}", r.child.id())) {
+                        break;
+                    }
+                    if !info.contains("redis_version:7.0.") {
+                        assert!(!require_peers(), "redis-server is not 7.0");
+                        eprintln!("skipped: redis-server is not 7.0");
+                        return None;
+                    }
+                    return Some(r);
+                }
+                assert!(Instant::now() < deadline, "redis-server did not start listening on {}", r.addr);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("redis-server did not start on any of 5 free ports");
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// HELLO's map, with `id` and `version` (each server's own) blanked.
+pub fn normalize(v: Value) -> Value {
+    let blank = |k: &Value| matches!(k, Value::Bulk(b) if b == b"id" || b == b"version");
+    match v {
+        Value::Map(m) => {
+            Value::Map(m.into_iter().map(|(k, v)| if blank(&k) { (k, Value::Nil) } else { (k, v) }).collect())
+        }
+        Value::Array(a) if a.len() == 14 => {
+            let mut out = a.clone();
+            for i in (0..a.len()).step_by(2) {
+                if blank(&a[i]) {
+                    out[i + 1] = Value::Nil;
+                }
+            }
+            Value::Array(out)
+        }
+        v => v,
     }
 }
