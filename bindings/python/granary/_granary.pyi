@@ -127,7 +127,11 @@ class Batch:
 class _ClientCalls:
     def get(self, key: _Bytes) -> Optional[bytes]: ...
     def get_many(self, keys: Iterable[_Bytes]) -> List[Optional[bytes]]: ...
-    def put(self, key: _Bytes, value: _Bytes, *, mode: Optional[_Mode] = None) -> bool: ...
+    def put(self, key: _Bytes, value: _Bytes, *, mode: Optional[_Mode] = None, cas: Optional[int] = None) -> bool:
+        """Write ``value`` under ``key``; returns whether it wrote. ``mode``
+        as for ``Store.put``; ``cas`` (mode "set" only): only if the value
+        still has this CAS value (one a batch commit returned), sent as a
+        one-operation transaction."""
     def delete(self, key: _Bytes) -> bool: ...
     def __contains__(self, key: _Bytes, /) -> bool: ...
     def __getitem__(self, key: _Bytes, /) -> bytes: ...
@@ -152,7 +156,22 @@ class Client(_ClientCalls):
 class ShardedClient(_ClientCalls):
     """Clients of several servers, keys placed by ketama."""
 
-    def __new__(cls, servers: List[str], *, timeout: float = 5.0, connections: int = 1) -> "ShardedClient": ...
+    def __new__(
+        cls,
+        servers: List[str],
+        *,
+        ring: Literal["ketama", "twemproxy"] = "ketama",
+        pool: Optional[List[str]] = None,
+        hash_tag: Optional[str] = None,
+        timeout: float = 5.0,
+        connections: int = 1,
+    ) -> "ShardedClient":
+        """``servers``: native addresses ("host:port"). ``ring="ketama"``:
+        libketama's placement over them. ``ring="twemproxy"``: a nutcracker
+        pool's (``distribution: ketama``, ``hash: md5``), ``pool`` being its
+        ``servers:`` lines ("host:port:weight [name]") in order and
+        ``servers[i]`` the native address of the pool's server ``i``;
+        ``hash_tag`` the pool's ``hash_tag`` (two characters)."""
     def server_of(self, key: _Bytes) -> int: ...
 
 @final
@@ -174,6 +193,7 @@ class ClientBatch:
         *,
         namespace: Union["ClientNamespace", str, None] = None,
         mode: Optional[_Mode] = None,
+        cas: Optional[int] = None,
     ) -> None: ...
     def delete(self, key: _Bytes, *, namespace: Union["ClientNamespace", str, None] = None) -> None: ...
     def commit(self) -> List[int]:

@@ -1,15 +1,20 @@
 //! The native-protocol client from Python: `Client` (one server),
 //! `ShardedClient` (keys spread over servers by the Rust client's ketama
-//! ring) and `ClientNamespace` (either one's key calls in a namespace).
+//! ring: libketama's, or a twemproxy pool's) and `ClientNamespace` (either
+//! one's key calls in a namespace).
 //!
 //! All three hold the same two things, an [`Remote`] shared between the
 //! handles made from one client and the namespace name (empty: the default
 //! namespace), and have the same key calls as the embedded `Store`, each
 //! made with the interpreter released; and `ClientBatch`, an atomic batch
-//! sent as one transaction (TXN) when it commits. CAS writes and CAS reads
-//! are the embedded store's only.
+//! sent as one transaction (TXN) when it commits. CAS writes (`put(...,
+//! cas=)`, a batch's `put(..., cas=)`) go as a TXN's cas operation, the
+//! native protocol's only CAS condition; the protocol returns CAS values
+//! from TXN commits only, so reads with a CAS value (`get_cas`) and deletes
+//! by CAS value are the embedded store's only.
 
 use crate::{keys_of, Data, Fail, Mode, Result};
+use granary_client::ketama::Ketama;
 use granary_client::{ClientConfig, NamespaceOptions, NamespaceStats, PutMode, TxnOp, TxnOutcome};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
@@ -97,6 +102,24 @@ fn put_mode(mode: Option<&str>) -> Result<PutMode> {
     })
 }
 
+/// What a put's `mode` and `cas` ask for.
+enum PutCond {
+    /// A PUT in this mode.
+    Mode(PutMode),
+    /// A CAS write over this CAS value (a TXN's cas operation).
+    Cas(u64),
+}
+
+/// `put`'s `mode` and `cas`, as `Store.put` takes them (`cas` with mode
+/// "set" only).
+fn put_cond(mode: Option<&str>, cas: Option<u64>) -> Result<PutCond> {
+    match (put_mode(mode)?, cas) {
+        (PutMode::Upsert, Some(c)) => Ok(PutCond::Cas(c)),
+        (_, Some(_)) => Err(Fail::Invalid("cas= is given with mode \"set\" only".into())),
+        (m, None) => Ok(PutCond::Mode(m)),
+    }
+}
+
 /// The key calls of the three classes (each has `remote` and `ns`), and
 /// each class's own methods (`$extra`).
 macro_rules! client_methods {
@@ -131,13 +154,28 @@ macro_rules! client_methods {
                 PyList::new(py, vs.iter().map(|v| v.as_ref().map(|v| PyBytes::new(py, v))))
             }
 
-            /// Write `value` under `key`; `mode` as for `Store.put` ("set",
-            /// "add", "replace"). Returns whether it wrote.
-            #[pyo3(signature = (key, value, *, mode = None))]
-            fn put(&self, py: Python<'_>, key: Data<'_>, value: Data<'_>, mode: Option<String>) -> PyResult<bool> {
-                let mode = put_mode(mode.as_deref())?;
+            /// Write `value` under `key`; `mode` and `cas` as for
+            /// `Store.put` ("set", "add", "replace"; `cas`: only if the
+            /// key's value still has this CAS value, as a batch's commit
+            /// returned it). Returns whether it wrote.
+            #[pyo3(signature = (key, value, *, mode = None, cas = None))]
+            fn put(
+                &self,
+                py: Python<'_>,
+                key: Data<'_>,
+                value: Data<'_>,
+                mode: Option<String>,
+                cas: Option<u64>,
+            ) -> PyResult<bool> {
                 let (k, v): (&[u8], &[u8]) = (&key, &value);
-                Ok(self.run(py, |r, ns| on!(r, ns, |c| c.put_with(k, v, mode)))?)
+                match put_cond(mode.as_deref(), cas)? {
+                    PutCond::Mode(mode) => Ok(self.run(py, |r, ns| on!(r, ns, |c| c.put_with(k, v, mode)))?),
+                    PutCond::Cas(cas) => {
+                        // A TXN of one cas operation: the protocol's CAS write.
+                        let out = self.run(py, |r, ns| r.txn(&[TxnOp::cas(ns, k, cas, v)]))?;
+                        Ok(matches!(out, TxnOutcome::Committed { .. }))
+                    }
+                }
             }
 
             /// Delete `key`; returns whether it held a value.
@@ -270,25 +308,74 @@ client_methods!(Client, {
 });
 
 /// Clients of several servers, each key on the server the Rust client's
-/// ketama ring (libketama's placement) gives it:
-/// `ShardedClient(["host:port", ...])`. Connections are made on first use.
+/// ketama ring gives it: `ShardedClient(["host:port", ...])` places keys as
+/// libketama does, `ShardedClient(native, ring="twemproxy", pool=lines)`
+/// as a nutcracker pool with those `servers:` lines does. Connections are
+/// made on first use.
 #[pyclass(module = "granary", frozen)]
 pub struct ShardedClient {
     remote: Arc<Remote>,
     ns: String,
 }
 
+/// The ring `ShardedClient(..., ring=, pool=, hash_tag=)` asks for, for
+/// `servers` servers: None for libketama's (the default).
+fn ring_of(servers: usize, ring: &str, pool: Option<Vec<String>>, hash_tag: Option<String>) -> Result<Option<Ketama>> {
+    match (ring, pool) {
+        ("ketama", None) if hash_tag.is_none() => Ok(None),
+        ("ketama", _) => Err(Fail::Invalid("pool= and hash_tag= are for ring=\"twemproxy\"".into())),
+        ("twemproxy", None) => Err(Fail::Invalid(
+            "ring=\"twemproxy\" needs pool=: the nutcracker pool's servers: lines, \"host:port:weight [name]\"".into(),
+        )),
+        ("twemproxy", Some(pool)) => {
+            if pool.len() != servers {
+                return Err(Fail::Invalid(format!(
+                    "{servers} servers for a pool of {}: give each pool server's native address, in the pool's order",
+                    pool.len()
+                )));
+            }
+            let mut k = Ketama::twemproxy_lines(&pool).map_err(Fail::Invalid)?;
+            if let Some(tag) = hash_tag {
+                let t: [u8; 2] = tag
+                    .as_bytes()
+                    .try_into()
+                    .map_err(|_| Fail::Invalid(format!("hash_tag {tag:?}: two ASCII characters, such as \"{{}}\"")))?;
+                k = k.with_hash_tag(t);
+            }
+            Ok(Some(k))
+        }
+        (r, _) => Err(Fail::Invalid(format!("ring {r:?}: expected \"ketama\" or \"twemproxy\""))),
+    }
+}
+
 client_methods!(ShardedClient, {
+    /// `servers`: the native addresses ("host:port"). `ring`: "ketama"
+    /// (libketama's placement over the addresses, the default) or
+    /// "twemproxy" (a nutcracker pool's: `pool` is its `servers:` lines,
+    /// "host:port:weight [name]", in order, `servers[i]` being the native
+    /// address of the pool's server `i`; `hash_tag` its `hash_tag`).
     #[new]
-    #[pyo3(signature = (servers, *, timeout = 5.0, connections = 1))]
-    fn new(py: Python<'_>, servers: Vec<String>, timeout: f64, connections: i64) -> PyResult<ShardedClient> {
+    #[pyo3(signature = (servers, *, ring = "ketama", pool = None, hash_tag = None, timeout = 5.0, connections = 1))]
+    fn new(
+        py: Python<'_>,
+        servers: Vec<String>,
+        ring: &str,
+        pool: Option<Vec<String>>,
+        hash_tag: Option<String>,
+        timeout: f64,
+        connections: i64,
+    ) -> PyResult<ShardedClient> {
         let cfg = config(timeout, connections)?;
         if servers.is_empty() {
             return Err(Fail::Invalid("no servers given".into()).into());
         }
+        let ring = ring_of(servers.len(), ring, pool, hash_tag)?;
         // Resolving the names may wait for DNS.
         let c = py
-            .detach(|| granary_client::ShardedClient::new(&servers, cfg))
+            .detach(|| match ring {
+                None => granary_client::ShardedClient::new(&servers, cfg),
+                Some(k) => granary_client::ShardedClient::with_ring(&servers, k, cfg),
+            })
             .map_err(|e| bad_address(&servers.join(","), e))?;
         Ok(ShardedClient { remote: Arc::new(Remote::Sharded(c)), ns: String::new() })
     }
@@ -334,6 +421,8 @@ client_methods!(ClientNamespace, {
 /// What a client batch's operation writes.
 enum TxnKind {
     Put(PutMode, Vec<u8>),
+    /// Only over this CAS value.
+    Cas(u64, Vec<u8>),
     Delete,
 }
 
@@ -371,19 +460,23 @@ impl ClientBatch {
 
 #[pymethods]
 impl ClientBatch {
-    /// Add a put (`mode` as for `put`; a condition that fails at the
-    /// commit fails the whole batch with `granary.ConditionFailed`).
-    #[pyo3(signature = (key, value, *, namespace = None, mode = None))]
+    /// Add a put (`mode` and `cas` as for `put`; a condition that fails at
+    /// the commit fails the whole batch with `granary.ConditionFailed`).
+    #[pyo3(signature = (key, value, *, namespace = None, mode = None, cas = None))]
     fn put(
         &mut self,
         key: Data<'_>,
         value: Data<'_>,
         namespace: Option<&Bound<'_, PyAny>>,
         mode: Option<String>,
+        cas: Option<u64>,
     ) -> PyResult<()> {
-        let mode = put_mode(mode.as_deref())?;
+        let kind = match put_cond(mode.as_deref(), cas)? {
+            PutCond::Mode(mode) => TxnKind::Put(mode, value.to_vec()),
+            PutCond::Cas(cas) => TxnKind::Cas(cas, value.to_vec()),
+        };
         let ns = self.target(namespace)?;
-        Ok(self.push(ns, &key, TxnKind::Put(mode, value.to_vec()))?)
+        Ok(self.push(ns, &key, kind)?)
     }
 
     /// Add a delete (nothing to do if the key holds no value).
@@ -413,6 +506,7 @@ impl ClientBatch {
                         TxnKind::Put(PutMode::Upsert, v) => TxnOp::put(ns, key, v),
                         TxnKind::Put(PutMode::CreateOnly, v) => TxnOp::put_absent(ns, key, v),
                         TxnKind::Put(PutMode::ReplaceOnly, v) => TxnOp::put_present(ns, key, v),
+                        TxnKind::Cas(cas, v) => TxnOp::cas(ns, key, *cas, v),
                         TxnKind::Delete => TxnOp::delete(ns, key),
                     })
                     .collect();
@@ -423,7 +517,7 @@ impl ClientBatch {
             TxnOutcome::Committed { cas } => Ok(cas),
             TxnOutcome::ConditionFailed { op, status } => {
                 let detail = match status {
-                    granary_client::Status::Exists => "found the key holding a value",
+                    granary_client::Status::Exists => "found the key holding a value (or one of another CAS value)",
                     _ => "found the key holding no value",
                 };
                 Err(Fail::Condition { op, detail: detail.into() }.into())

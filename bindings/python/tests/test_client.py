@@ -67,6 +67,73 @@ def test_client_batches(server):
     assert ns.get(b"twice") is None
 
 
+def test_client_cas_writes(server):
+    c = granary.Client(server.address)
+    ns = c.namespace("casns")
+    b = c.batch()
+    b.put(b"cas-k", b"v1")
+    b.put(b"cas-k", b"n1", namespace=ns)
+    b.delete(b"cas-none")
+    cas = b.commit()
+    assert len(cas) == 3 and cas[0] != 0 and cas[1] != 0 and cas[0] != cas[1] and cas[2] == 0
+    # The CAS value of the write: a CAS write over it goes ahead, once.
+    assert c.put(b"cas-k", b"v2", cas=cas[0]) is True
+    assert c.get(b"cas-k") == b"v2"
+    assert c.put(b"cas-k", b"v3", cas=cas[0]) is False
+    assert c.get(b"cas-k") == b"v2"
+    # No value: refused too.
+    assert c.put(b"cas-missing", b"x", cas=cas[0]) is False
+    assert c.get(b"cas-missing") is None
+    # In a namespace, with its own CAS values.
+    assert ns.put(b"cas-k", b"n2", cas=cas[0]) is False
+    assert ns.put(b"cas-k", b"n2", cas=cas[1]) is True
+    assert ns.get(b"cas-k") == b"n2"
+    # In a batch: a stale CAS value fails the whole batch.
+    b = c.batch()
+    b.put(b"cas-other", b"x")
+    b.put(b"cas-k", b"v4", cas=cas[0])
+    with pytest.raises(granary.ConditionFailed) as e:
+        b.commit()
+    assert e.value.op == 1
+    assert (c.get(b"cas-other"), c.get(b"cas-k")) == (None, b"v2")
+    # A chain of CAS writes, each over the CAS value the last one returned.
+    with_cas = c.batch()
+    with_cas.put(b"cas-chain", b"0")
+    last = with_cas.commit()[0]
+    for i in range(1, 5):
+        b = c.batch()
+        b.put(b"cas-chain", str(i).encode(), cas=last)
+        (new,) = b.commit()
+        assert new != last
+        last = new
+    assert c.get(b"cas-chain") == b"4"
+    # cas= goes with mode "set" only, as Store.put's.
+    with pytest.raises(granary.InvalidArgument):
+        c.put(b"cas-k", b"x", mode="add", cas=1)
+    with pytest.raises(granary.InvalidArgument):
+        c.batch().put(b"cas-k", b"x", mode="replace", cas=1)
+    with pytest.raises(OverflowError):
+        c.put(b"cas-k", b"x", cas=-1)
+
+
+def test_sharded_client_cas_writes(server, tmp_path):
+    second = Server(tmp_path / "second.db")
+    try:
+        sharded = granary.ShardedClient([server.address, second.address])
+        keys = [f"scas-{i}".encode() for i in range(20)]
+        owners = {sharded.server_of(k) for k in keys}
+        assert owners == {0, 1}
+        for k in keys:
+            b = sharded.batch()
+            b.put(k, b"1")
+            (cas,) = b.commit()
+            assert sharded.put(k, b"2", cas=cas) is True
+            assert sharded.put(k, b"3", cas=cas) is False
+            assert sharded.get(k) == b"2"
+    finally:
+        second.stop()
+
+
 def test_client_errors(server):
     c = granary.Client(server.address)
     with pytest.raises(granary.InvalidArgument):

@@ -98,6 +98,12 @@ typedef enum granary_put_mode {
   // Only if the key holds a value, else `GRANARY_ENOTFOUND` (memcache
   // `replace`).
   GRANARY_PUT_REPLACE_ONLY = 2,
+  // Only if the key holds a value whose CAS value is the `cas` of the
+  // `granary_item` given (memcache `cas`): else `GRANARY_EEXISTS` (it
+  // holds another) or `GRANARY_ENOTFOUND` (it holds none). Only for the
+  // calls that take a `granary_item` (`granary_put_item`,
+  // `granary_batch_put_item`); `GRANARY_EINVAL` elsewhere.
+  GRANARY_PUT_CAS = 3,
 } granary_put_mode;
 
 // When a write is acknowledged (`granary_options.durability`).
@@ -136,6 +142,13 @@ typedef struct granary_batch granary_batch;
 // number of threads at once, except `granary_ns_close`, which must be
 // the last call on the handle.
 typedef struct granary_ns granary_ns;
+
+// A scan of the keys of one namespace (`granary_scan_open`,
+// `granary_ns_scan_open`), freed by `granary_scan_close`.
+//
+// Thread safety: one call at a time on a scan (it may move between
+// threads); other threads may use the store meanwhile, writes included.
+typedef struct granary_scan granary_scan;
 
 // An open store. Made by `granary_create`, `granary_create_memory` or
 // `granary_open`; freed by `granary_close`.
@@ -220,6 +233,21 @@ typedef struct granary_verify_report {
   uint64_t errors;
 } granary_verify_report;
 
+// A value's metadata: what `granary_get_item` reads with the value, and
+// what `granary_put_item` writes with it.
+typedef struct granary_item {
+  // Opaque to the store (memcache's client flags); 0 by default.
+  uint32_t flags;
+  // When the value expires, in Unix seconds (from then on it reads as
+  // absent); 0: never (a put with 0 in a namespace with a default TTL
+  // gets that TTL).
+  uint32_t expires;
+  // Read: the value's CAS value, unique in the store and changed by
+  // every write of the key. Put: the CAS value the key must hold, with
+  // mode `GRANARY_PUT_CAS` (ignored with other modes).
+  uint64_t cas;
+} granary_item;
+
 // Options of a new namespace (`granary_ns_create`), fixed at creation.
 // All zeros is the default.
 typedef struct granary_ns_options {
@@ -257,6 +285,11 @@ typedef struct granary_ns_info {
   uint64_t hits;
   uint64_t sets;
   uint64_t deletes;
+  // An export (a namespace of kind block, `granary_export_create`): the
+  // size of its block device and of its blocks, in bytes. 0 and 0 for
+  // a namespace of keys and values.
+  uint64_t export_bytes;
+  uint32_t block_bytes;
 } granary_ns_info;
 
 // Called by `granary_ns_list` with each namespace; `info` (and its name)
@@ -494,6 +527,71 @@ enum granary_status granary_delete(const struct granary_store *store,
                                    const uint8_t *key,
                                    size_t key_len);
 
+// `granary_get`, and the value's metadata (flags, expiry, CAS value) in
+// `*item`, written with `GRANARY_OK` and `GRANARY_ETOOSMALL` (the value
+// was found) and untouched otherwise.
+//
+// # Safety
+//
+// As for `granary_get`; `item` points to a writable `granary_item`
+// (NULL: `GRANARY_EINVAL`).
+enum granary_status granary_get_item(const struct granary_store *store,
+                                     const uint8_t *key,
+                                     size_t key_len,
+                                     uint8_t *buf,
+                                     size_t *len,
+                                     struct granary_item *item);
+
+// `granary_get_alloc`, and the value's metadata (flags, expiry, CAS
+// value) in `*item`, written with `GRANARY_OK` only.
+//
+// # Safety
+//
+// As for `granary_get_alloc`; `item` points to a writable
+// `granary_item` (NULL: `GRANARY_EINVAL`).
+enum granary_status granary_get_item_alloc(const struct granary_store *store,
+                                           const uint8_t *key,
+                                           size_t key_len,
+                                           uint8_t **value,
+                                           size_t *value_len,
+                                           struct granary_item *item);
+
+// `granary_put` with metadata and CAS: the value is stored with
+// `item->flags` and `item->expires` (`item` NULL: flags 0, no expiry),
+// as `mode` says; with `GRANARY_PUT_CAS`, only if the key holds a value
+// whose CAS value is `item->cas` (`GRANARY_EEXISTS` if it holds another,
+// `GRANARY_ENOTFOUND` if none; `item` NULL: `GRANARY_EINVAL`). On
+// `GRANARY_OK`, `*cas_out` (unless NULL) is the new value's CAS value;
+// it is untouched otherwise. An expiry in the past stores a value that
+// reads as absent at once. Thread-safe; CAS checks and writes of one key
+// are atomic with respect to each other.
+//
+// # Safety
+//
+// As for `granary_put`; `item` is NULL or points to a `granary_item`;
+// `cas_out` is NULL or points to a writable `uint64_t`.
+enum granary_status granary_put_item(const struct granary_store *store,
+                                     const uint8_t *key,
+                                     size_t key_len,
+                                     const uint8_t *value,
+                                     size_t value_len,
+                                     uint32_t mode,
+                                     const struct granary_item *item,
+                                     uint64_t *cas_out);
+
+// Delete `key` from the default namespace only if it holds a value whose
+// CAS value is `cas`: `GRANARY_OK` if deleted, `GRANARY_EEXISTS` if it
+// holds a value of another CAS value, `GRANARY_ENOTFOUND` if it holds
+// none (nothing deleted). Thread-safe.
+//
+// # Safety
+//
+// As for `granary_delete`.
+enum granary_status granary_delete_cas(const struct granary_store *store,
+                                       const uint8_t *key,
+                                       size_t key_len,
+                                       uint64_t cas);
+
 // Open a handle on namespace `name` (`name_len` bytes, not
 // NUL-terminated; `"default"` is the namespace of the plain data calls):
 // `GRANARY_ENONAMESPACE` if there is none. On `GRANARY_OK`, `*out` is the
@@ -629,6 +727,87 @@ enum granary_status granary_ns_delete(const struct granary_ns *ns,
                                       const uint8_t *key,
                                       size_t key_len);
 
+// `granary_get_item` in the handle's namespace.
+//
+// # Safety
+//
+// As for `granary_get_item`, with `ns` NULL or a live namespace handle.
+enum granary_status granary_ns_get_item(const struct granary_ns *ns,
+                                        const uint8_t *key,
+                                        size_t key_len,
+                                        uint8_t *buf,
+                                        size_t *len,
+                                        struct granary_item *item);
+
+// `granary_get_item_alloc` in the handle's namespace (free the value with
+// `granary_free`).
+//
+// # Safety
+//
+// As for `granary_get_item_alloc`, with `ns` NULL or a live namespace
+// handle.
+enum granary_status granary_ns_get_item_alloc(const struct granary_ns *ns,
+                                              const uint8_t *key,
+                                              size_t key_len,
+                                              uint8_t **value,
+                                              size_t *value_len,
+                                              struct granary_item *item);
+
+// `granary_put_item` in the handle's namespace (its quotas apply, and its
+// default TTL to an item whose `expires` is 0).
+//
+// # Safety
+//
+// As for `granary_put_item`, with `ns` NULL or a live namespace handle.
+enum granary_status granary_ns_put_item(const struct granary_ns *ns,
+                                        const uint8_t *key,
+                                        size_t key_len,
+                                        const uint8_t *value,
+                                        size_t value_len,
+                                        uint32_t mode,
+                                        const struct granary_item *item,
+                                        uint64_t *cas_out);
+
+// `granary_delete_cas` in the handle's namespace.
+//
+// # Safety
+//
+// As for `granary_delete_cas`, with `ns` NULL or a live namespace handle.
+enum granary_status granary_ns_delete_cas(const struct granary_ns *ns,
+                                          const uint8_t *key,
+                                          size_t key_len,
+                                          uint64_t cas);
+
+// Create export `name` (a namespace of kind block: a block device of
+// `size_bytes` in blocks of `block_bytes`, as `granary serve --nbd-port`
+// serves it; mode store, no quota, no TTL), and open a handle on it in
+// `*out` (NULL on failure). `GRANARY_EBADNAMESPACE` unless the block size
+// is a power of two from 512 to 65536 that one value of the store holds
+// and the size a positive multiple of it; `GRANARY_ENAMESPACEEXISTS` if a
+// namespace of that name exists. Dropped and truncated as any namespace
+// (`granary_ns_drop`, `granary_ns_truncate`). Thread-safe.
+//
+// # Safety
+//
+// As for `granary_ns_create`, without the options.
+enum granary_status granary_export_create(const struct granary_store *store,
+                                          const uint8_t *name,
+                                          size_t name_len,
+                                          uint64_t size_bytes,
+                                          uint32_t block_bytes,
+                                          struct granary_ns **out);
+
+// Call `visit(ctx, info)` with every export of the store (the
+// namespaces of kind block, whose `info->export_bytes` is not 0), by
+// name, on this thread, until it returns nonzero. Thread-safe.
+//
+// # Safety
+//
+// As for `granary_ns_list`.
+enum granary_status granary_export_list(const struct granary_store *store,
+                                        granary_ns_visitor visit,
+                                        void *ctx);
+
 // Begin an empty batch on `store`: on `GRANARY_OK`, `*out` is the batch;
 // otherwise NULL. Nothing is written until `granary_batch_commit`.
 // Thread-safe (each thread may build batches of its own).
@@ -679,6 +858,66 @@ enum granary_status granary_batch_delete(struct granary_batch *batch,
 // `batch` is NULL or a live batch used by no other call now.
 size_t granary_batch_len(const struct granary_batch *batch);
 
+// Add a put of `key` = `value` in namespace `ns` (NULL: the default
+// namespace) with `item`'s flags and expiry (NULL: none), as `mode` says:
+// `granary_batch_put`'s modes, and `GRANARY_PUT_CAS`, the condition that
+// the key holds a value whose CAS value is `item->cas` (`item` NULL:
+// `GRANARY_EINVAL`). Conditions are checked at commit.
+//
+// # Safety
+//
+// As for `granary_batch_put`; `item` is NULL or points to a
+// `granary_item`.
+enum granary_status granary_batch_put_item(struct granary_batch *batch,
+                                           const struct granary_ns *ns,
+                                           const uint8_t *key,
+                                           size_t key_len,
+                                           const uint8_t *value,
+                                           size_t value_len,
+                                           uint32_t mode,
+                                           const struct granary_item *item);
+
+// Add a delete of `key` in namespace `ns` (NULL: the default namespace)
+// under the condition that it holds a value whose CAS value is `cas`
+// (checked at commit: a key holding another CAS value, or none, fails
+// the commit with `GRANARY_ECONFLICT`).
+//
+// # Safety
+//
+// As for `granary_batch_delete`.
+enum granary_status granary_batch_delete_cas(struct granary_batch *batch,
+                                             const struct granary_ns *ns,
+                                             const uint8_t *key,
+                                             size_t key_len,
+                                             uint64_t cas);
+
+// Add a condition alone, writing nothing, on `key` in namespace `ns`
+// (NULL: the default namespace): at commit, the key holds a value whose
+// CAS value is `cas`, else the commit fails with `GRANARY_ECONFLICT` and
+// applies nothing (Redis WATCH). The key cannot be written by the same
+// batch (a key appears once per batch).
+//
+// # Safety
+//
+// As for `granary_batch_delete`.
+enum granary_status granary_batch_check_cas(struct granary_batch *batch,
+                                            const struct granary_ns *ns,
+                                            const uint8_t *key,
+                                            size_t key_len,
+                                            uint64_t cas);
+
+// Add a condition alone, writing nothing: at commit, `key` in namespace
+// `ns` (NULL: the default namespace) holds no value, else the commit
+// fails with `GRANARY_ECONFLICT` and applies nothing.
+//
+// # Safety
+//
+// As for `granary_batch_delete`.
+enum granary_status granary_batch_check_absent(struct granary_batch *batch,
+                                               const struct granary_ns *ns,
+                                               const uint8_t *key,
+                                               size_t key_len);
+
 // Commit the batch: every operation applied, or none. `GRANARY_OK`: all
 // applied, durable as the store's durability option says, and no reader
 // sees some of them without the others. `GRANARY_ECONFLICT`: the
@@ -695,6 +934,20 @@ size_t granary_batch_len(const struct granary_batch *batch);
 enum granary_status granary_batch_commit(struct granary_batch *batch,
                                          size_t *failed_op);
 
+// `granary_batch_commit`, and on `GRANARY_OK` each operation's new CAS
+// value: `cas[i]` for operation `i` (counted from 0 in the order added)
+// while `i < cas_len`; 0 for a delete or a condition alone. `cas` is
+// untouched by any other status.
+//
+// # Safety
+//
+// As for `granary_batch_commit`; `cas` points to `cas_len` writable
+// `uint64_t` (NULL only with `cas_len` 0).
+enum granary_status granary_batch_commit_cas(struct granary_batch *batch,
+                                             uint64_t *cas,
+                                             size_t cas_len,
+                                             size_t *failed_op);
+
 // Discard the batch: nothing of it is applied, and it is freed. NULL is
 // ignored.
 //
@@ -703,6 +956,55 @@ enum granary_status granary_batch_commit(struct granary_batch *batch,
 // `batch` is NULL or a live batch used by no other call now, and not
 // used after this call.
 void granary_batch_abort(struct granary_batch *batch);
+
+// Begin a scan of the keys of the store's default namespace: on
+// `GRANARY_OK`, `*out` is the scan (read it with `granary_scan_next`,
+// free it with `granary_scan_close`); otherwise NULL. Nothing is read
+// until the first `granary_scan_next`. Thread-safe.
+//
+// # Safety
+//
+// `store` is NULL or a live handle; `out` points to a writable
+// `granary_scan *`. NULL for either: `GRANARY_EINVAL`.
+enum granary_status granary_scan_open(const struct granary_store *store,
+                                      struct granary_scan **out);
+
+// `granary_scan_open` over the keys of the handle's namespace. The scan
+// does not need the namespace handle afterwards (it may be closed first).
+//
+// # Safety
+//
+// `ns` is NULL or a live namespace handle; `out` as for
+// `granary_scan_open`.
+enum granary_status granary_ns_scan_open(const struct granary_ns *ns,
+                                         struct granary_scan **out);
+
+// The scan's next key: `GRANARY_OK` with `*key` pointing to its
+// `*key_len` bytes, which belong to the scan and stay valid until the
+// scan's next call (`granary_scan_next` or `granary_scan_close`): copy
+// them to keep them. `GRANARY_ENOTFOUND` once every key has come (and on
+// every call after), with `*key` NULL and `*key_len` 0. Keys come in no
+// particular order; every key present for the whole scan comes exactly
+// once, a key that comes was live when checked, and keys written or
+// deleted during the scan may come or not. `GRANARY_ECLOSED` once the
+// store is closed, `GRANARY_ENONAMESPACE` once the namespace is dropped.
+//
+// # Safety
+//
+// `scan` is NULL or a live scan used by no other call now; `key` and
+// `key_len` point to writable objects of their types. A NULL that breaks
+// these rules is `GRANARY_EINVAL`.
+enum granary_status granary_scan_next(struct granary_scan *scan,
+                                      const uint8_t **key,
+                                      size_t *key_len);
+
+// Free a scan (whether complete or not). NULL is ignored. No other call
+// on it may run during this one or start after it.
+//
+// # Safety
+//
+// `scan` is NULL or a live scan.
+void granary_scan_close(struct granary_scan *scan);
 
 #ifdef __cplusplus
 }  // extern "C"

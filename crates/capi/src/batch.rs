@@ -1,5 +1,6 @@
-//! Atomic batches: puts and deletes over keys of any namespaces of one
-//! store, committed all or nothing.
+//! Atomic batches: puts (with modes, metadata and CAS conditions), deletes
+//! (plain or by CAS value) and conditions alone over keys of any
+//! namespaces of one store, committed all or nothing.
 //!
 //! A `granary_batch` gathers its operations itself (copies of the keys and
 //! values, and engine namespace handles) and gives them to the engine's
@@ -9,11 +10,11 @@
 //! otherwise). Commit and abort free it.
 
 use crate::args;
-use crate::kv::put_mode;
+use crate::kv::{granary_item, put_cond, put_mode};
 use crate::ns::granary_ns;
 use crate::status::{granary_status, guard, guard_void, Fail, Res};
 use crate::store::{granary_store, Shared};
-use ::granary_store::{BatchOp, BatchOutcome, ItemMeta, Namespace, PutMode, PutOutcome, BATCH_OPS_MAX};
+use ::granary_store::{BatchOp, BatchOutcome, Cond, ItemMeta, Namespace, PutMode, PutOutcome, BATCH_OPS_MAX};
 use std::sync::Arc;
 
 /// An atomic batch being built (`granary_batch_begin`), freed by
@@ -147,6 +148,131 @@ pub unsafe extern "C" fn granary_batch_len(batch: *const granary_batch) -> usize
     unsafe { batch.as_ref() }.map_or(0, |b| b.ops.len())
 }
 
+/// Add a put of `key` = `value` in namespace `ns` (NULL: the default
+/// namespace) with `item`'s flags and expiry (NULL: none), as `mode` says:
+/// `granary_batch_put`'s modes, and `GRANARY_PUT_CAS`, the condition that
+/// the key holds a value whose CAS value is `item->cas` (`item` NULL:
+/// `GRANARY_EINVAL`). Conditions are checked at commit.
+///
+/// # Safety
+///
+/// As for `granary_batch_put`; `item` is NULL or points to a
+/// `granary_item`.
+#[no_mangle]
+// The arguments of the C call, one by one.
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn granary_batch_put_item(
+    batch: *mut granary_batch,
+    ns: *const granary_ns,
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    mode: u32,
+    item: *const granary_item,
+) -> granary_status {
+    guard(|| {
+        // SAFETY: each pointer as the caller promised (see # Safety).
+        let (b, ns, key, value, item) = unsafe {
+            (
+                args::handle_mut(batch, "batch")?,
+                ns.as_ref(),
+                args::bytes(key, key_len, "key")?,
+                args::bytes(value, value_len, "value")?,
+                item.as_ref(),
+            )
+        };
+        let it = item.copied().unwrap_or_default();
+        let cond = put_cond(mode, item.map(|i| i.cas))?;
+        let ns = b.namespace(ns)?;
+        let (value, meta) = (value.to_vec(), ItemMeta::new(it.flags, it.expires));
+        let op = match cond {
+            Cond::Always => BatchOp::Put { value, meta },
+            Cond::Absent => BatchOp::PutAbsent { value, meta },
+            Cond::Present => BatchOp::PutPresent { value, meta },
+            Cond::Cas(cas) => BatchOp::Cas { cas, value, meta },
+        };
+        b.push(ns, key, op)
+    })
+}
+
+/// Add a delete of `key` in namespace `ns` (NULL: the default namespace)
+/// under the condition that it holds a value whose CAS value is `cas`
+/// (checked at commit: a key holding another CAS value, or none, fails
+/// the commit with `GRANARY_ECONFLICT`).
+///
+/// # Safety
+///
+/// As for `granary_batch_delete`.
+#[no_mangle]
+pub unsafe extern "C" fn granary_batch_delete_cas(
+    batch: *mut granary_batch,
+    ns: *const granary_ns,
+    key: *const u8,
+    key_len: usize,
+    cas: u64,
+) -> granary_status {
+    // SAFETY: the caller's promises, passed on.
+    guard(|| unsafe { push_key_op(batch, ns, key, key_len, BatchOp::DeleteCas { cas }) })
+}
+
+/// Add a condition alone, writing nothing, on `key` in namespace `ns`
+/// (NULL: the default namespace): at commit, the key holds a value whose
+/// CAS value is `cas`, else the commit fails with `GRANARY_ECONFLICT` and
+/// applies nothing (Redis WATCH). The key cannot be written by the same
+/// batch (a key appears once per batch).
+///
+/// # Safety
+///
+/// As for `granary_batch_delete`.
+#[no_mangle]
+pub unsafe extern "C" fn granary_batch_check_cas(
+    batch: *mut granary_batch,
+    ns: *const granary_ns,
+    key: *const u8,
+    key_len: usize,
+    cas: u64,
+) -> granary_status {
+    // SAFETY: the caller's promises, passed on.
+    guard(|| unsafe { push_key_op(batch, ns, key, key_len, BatchOp::Check { cas: Some(cas) }) })
+}
+
+/// Add a condition alone, writing nothing: at commit, `key` in namespace
+/// `ns` (NULL: the default namespace) holds no value, else the commit
+/// fails with `GRANARY_ECONFLICT` and applies nothing.
+///
+/// # Safety
+///
+/// As for `granary_batch_delete`.
+#[no_mangle]
+pub unsafe extern "C" fn granary_batch_check_absent(
+    batch: *mut granary_batch,
+    ns: *const granary_ns,
+    key: *const u8,
+    key_len: usize,
+) -> granary_status {
+    // SAFETY: the caller's promises, passed on.
+    guard(|| unsafe { push_key_op(batch, ns, key, key_len, BatchOp::Check { cas: None }) })
+}
+
+/// Add `op` of `key` in `ns` (NULL: the default namespace) to `batch`.
+///
+/// # Safety
+///
+/// As for `granary_batch_delete`.
+unsafe fn push_key_op(
+    batch: *mut granary_batch,
+    ns: *const granary_ns,
+    key: *const u8,
+    key_len: usize,
+    op: BatchOp,
+) -> Res {
+    // SAFETY: each pointer as the caller promised.
+    let (b, ns, key) = unsafe { (args::handle_mut(batch, "batch")?, ns.as_ref(), args::bytes(key, key_len, "key")?) };
+    let ns = b.namespace(ns)?;
+    b.push(ns, key, op)
+}
+
 /// Commit the batch: every operation applied, or none. `GRANARY_OK`: all
 /// applied, durable as the store's durability option says, and no reader
 /// sees some of them without the others. `GRANARY_ECONFLICT`: the
@@ -162,32 +288,76 @@ pub unsafe extern "C" fn granary_batch_len(batch: *const granary_batch) -> usize
 /// `size_t`, written only with `GRANARY_ECONFLICT`.
 #[no_mangle]
 pub unsafe extern "C" fn granary_batch_commit(batch: *mut granary_batch, failed_op: *mut usize) -> granary_status {
-    guard(|| {
-        if batch.is_null() {
-            return Err(Fail::inval("batch is NULL"));
-        }
-        // SAFETY: made by `Box::into_raw` in `granary_batch_begin`, live,
-        // and not used again, as the caller promised.
-        let granary_batch { shared, ops } = *unsafe { Box::from_raw(batch) };
-        let mut b = shared.store.batch();
-        for (ns, key, op) in ops {
-            b.op(&ns, &key, op);
-        }
-        match b.commit()? {
-            BatchOutcome::Committed { .. } => Ok(()),
-            BatchOutcome::ConditionFailed { op, outcome } => {
-                // SAFETY: NULL or writable, by the caller's promise.
-                unsafe { args::set_opt(failed_op, op) };
-                let why = match outcome {
-                    PutOutcome::Exists => "its key holds a value",
-                    PutOutcome::NotFound => "its key holds no value",
-                    PutOutcome::Stored => "its condition failed",
-                };
-                let msg = format!("operation {op} of the batch was refused ({why}): nothing was applied");
-                Err(Fail::new(granary_status::GRANARY_ECONFLICT, msg))
+    // SAFETY: the caller's promises, passed on.
+    guard(|| unsafe { commit(batch, std::ptr::null_mut(), 0, failed_op) })
+}
+
+/// `granary_batch_commit`, and on `GRANARY_OK` each operation's new CAS
+/// value: `cas[i]` for operation `i` (counted from 0 in the order added)
+/// while `i < cas_len`; 0 for a delete or a condition alone. `cas` is
+/// untouched by any other status.
+///
+/// # Safety
+///
+/// As for `granary_batch_commit`; `cas` points to `cas_len` writable
+/// `uint64_t` (NULL only with `cas_len` 0).
+#[no_mangle]
+pub unsafe extern "C" fn granary_batch_commit_cas(
+    batch: *mut granary_batch,
+    cas: *mut u64,
+    cas_len: usize,
+    failed_op: *mut usize,
+) -> granary_status {
+    // SAFETY: the caller's promises, passed on.
+    guard(|| unsafe { commit(batch, cas, cas_len, failed_op) })
+}
+
+/// Commit `batch` (freeing it), its CAS values to `cas[..cas_len]`.
+///
+/// # Safety
+///
+/// As for `granary_batch_commit_cas`.
+unsafe fn commit(batch: *mut granary_batch, cas: *mut u64, cas_len: usize, failed_op: *mut usize) -> Res {
+    if batch.is_null() {
+        return Err(Fail::inval("batch is NULL"));
+    }
+    // SAFETY: made by `Box::into_raw` in `granary_batch_begin`, live,
+    // and not used again, as the caller promised.
+    let granary_batch { shared, ops } = *unsafe { Box::from_raw(batch) };
+    if cas.is_null() && cas_len != 0 {
+        return Err(Fail::inval(format!("cas is NULL but its length is {cas_len}")));
+    }
+    if cas_len > isize::MAX as usize / 8 {
+        return Err(Fail::inval(format!("the length of cas ({cas_len}) is larger than any array")));
+    }
+    let mut b = shared.store.batch();
+    for (ns, key, op) in ops {
+        b.op(&ns, &key, op);
+    }
+    match b.commit()? {
+        BatchOutcome::Committed { cas: values } => {
+            if cas_len > 0 {
+                // SAFETY: non-NULL and in range (checked above), writable
+                // for `cas_len` values by the caller's promise.
+                let out = unsafe { std::slice::from_raw_parts_mut(cas, cas_len) };
+                for (o, v) in out.iter_mut().zip(values) {
+                    *o = v;
+                }
             }
+            Ok(())
         }
-    })
+        BatchOutcome::ConditionFailed { op, outcome } => {
+            // SAFETY: NULL or writable, by the caller's promise.
+            unsafe { args::set_opt(failed_op, op) };
+            let why = match outcome {
+                PutOutcome::Exists => "its key holds a value (or one of another CAS value)",
+                PutOutcome::NotFound => "its key holds no value",
+                PutOutcome::Stored => "its condition failed",
+            };
+            let msg = format!("operation {op} of the batch was refused ({why}): nothing was applied");
+            Err(Fail::new(granary_status::GRANARY_ECONFLICT, msg))
+        }
+    }
 }
 
 /// Discard the batch: nothing of it is applied, and it is freed. NULL is

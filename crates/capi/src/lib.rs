@@ -10,9 +10,12 @@
 //! - `args`: checking pointers, lengths, names and handles from C.
 //! - `store`: the store handle: options, create, open, close, sync, stats,
 //!   verify.
-//! - `kv`: get, put and delete on the default namespace.
-//! - `ns`: namespace handles, create/drop/list, and the data calls on them.
-//! - `batch`: atomic batches.
+//! - `kv`: get, put and delete on the default namespace, plain and with
+//!   an item's flags, expiry and CAS value.
+//! - `ns`: namespace handles, create/drop/list, exports, and the data
+//!   calls on them.
+//! - `batch`: atomic batches, with CAS conditions.
+//! - `scan`: cursors over the keys of a namespace.
 //!
 //! Rules every exported function keeps:
 //! - No panic crosses into C: `status::guard` catches it and returns
@@ -24,7 +27,7 @@
 //! - What the library allocates, it frees: handles by their close, commit
 //!   or abort call, values of `granary_get_alloc` by `granary_free`.
 //! - A store handle and namespace handles may be used from many threads at
-//!   once; a batch by one thread at a time; each handle's last call is the
+//!   once; a batch or a scan by one thread at a time; each handle's last call is the
 //!   one that frees it.
 
 // In the order the header lists their functions (cbindgen follows it).
@@ -38,11 +41,14 @@ pub mod ns;
 
 pub mod batch;
 
+pub mod scan;
+
 mod args;
 
 pub use batch::granary_batch;
-pub use kv::granary_put_mode;
+pub use kv::{granary_item, granary_put_mode};
 pub use ns::{granary_ns, granary_ns_info, granary_ns_mode, granary_ns_options};
+pub use scan::granary_scan;
 pub use status::granary_status;
 pub use store::{granary_durability, granary_options, granary_stats, granary_store, granary_verify_report};
 
@@ -55,4 +61,5 @@ const _: fn() = || {
     shared_between_threads::<granary_store>();
     shared_between_threads::<granary_ns>();
     moved_between_threads::<granary_batch>();
+    moved_between_threads::<granary_scan>();
 };

@@ -1,5 +1,6 @@
 //! Namespaces: handles on one namespace of a store (open, create, close),
-//! dropping and listing them, and the data calls on a handle.
+//! dropping and listing them, exports (namespaces of kind block: create
+//! and list), and the data calls on a handle.
 //!
 //! A `granary_ns` holds the engine's namespace handle, which keeps the
 //! engine state alive and refuses calls once its store is closed
@@ -10,7 +11,7 @@ use crate::args;
 use crate::kv;
 use crate::status::{granary_status, guard, guard_void, Fail, Res};
 use crate::store::granary_store;
-use ::granary_store::{Namespace, NamespaceMode, NamespaceOptions, NamespaceStats};
+use ::granary_store::{Namespace, NamespaceKind, NamespaceMode, NamespaceOptions, NamespaceStats};
 use std::ffi::c_void;
 
 /// A handle on one namespace of a store (`granary_ns_open`,
@@ -83,6 +84,11 @@ pub struct granary_ns_info {
     pub hits: u64,
     pub sets: u64,
     pub deletes: u64,
+    /// An export (a namespace of kind block, `granary_export_create`): the
+    /// size of its block device and of its blocks, in bytes. 0 and 0 for
+    /// a namespace of keys and values.
+    pub export_bytes: u64,
+    pub block_bytes: u32,
 }
 
 fn info(s: &NamespaceStats, name: &str) -> granary_ns_info {
@@ -103,6 +109,14 @@ fn info(s: &NamespaceStats, name: &str) -> granary_ns_info {
         hits: s.hits,
         sets: s.sets,
         deletes: s.deletes,
+        export_bytes: match o.kind {
+            NamespaceKind::Block { size_bytes, .. } => size_bytes,
+            NamespaceKind::Kv => 0,
+        },
+        block_bytes: match o.kind {
+            NamespaceKind::Block { block_bytes, .. } => block_bytes,
+            NamespaceKind::Kv => 0,
+        },
     }
 }
 
@@ -320,7 +334,7 @@ pub unsafe extern "C" fn granary_ns_get(
     len: *mut usize,
 ) -> granary_status {
     // SAFETY: the caller's promises, passed on.
-    guard(|| unsafe { kv::get(handle(ns)?, key, key_len, buf, len) })
+    guard(|| unsafe { kv::get(handle(ns)?, key, key_len, buf, len, std::ptr::null_mut()) })
 }
 
 /// `granary_get_alloc` in the handle's namespace (free the value with
@@ -338,7 +352,7 @@ pub unsafe extern "C" fn granary_ns_get_alloc(
     value_len: *mut usize,
 ) -> granary_status {
     // SAFETY: the caller's promises, passed on.
-    guard(|| unsafe { kv::get_alloc(handle(ns)?, key, key_len, value, value_len) })
+    guard(|| unsafe { kv::get_alloc(handle(ns)?, key, key_len, value, value_len, std::ptr::null_mut()) })
 }
 
 /// `granary_put` in the handle's namespace (its quotas and default TTL
@@ -369,4 +383,150 @@ pub unsafe extern "C" fn granary_ns_put(
 pub unsafe extern "C" fn granary_ns_delete(ns: *const granary_ns, key: *const u8, key_len: usize) -> granary_status {
     // SAFETY: the caller's promises, passed on.
     guard(|| unsafe { kv::delete(handle(ns)?, key, key_len) })
+}
+
+/// `granary_get_item` in the handle's namespace.
+///
+/// # Safety
+///
+/// As for `granary_get_item`, with `ns` NULL or a live namespace handle.
+#[no_mangle]
+pub unsafe extern "C" fn granary_ns_get_item(
+    ns: *const granary_ns,
+    key: *const u8,
+    key_len: usize,
+    buf: *mut u8,
+    len: *mut usize,
+    item: *mut kv::granary_item,
+) -> granary_status {
+    guard(|| {
+        // SAFETY: the caller's promises, passed on.
+        let item = unsafe { args::out(item, "item") }?;
+        // SAFETY: as above.
+        unsafe { kv::get(handle(ns)?, key, key_len, buf, len, item) }
+    })
+}
+
+/// `granary_get_item_alloc` in the handle's namespace (free the value with
+/// `granary_free`).
+///
+/// # Safety
+///
+/// As for `granary_get_item_alloc`, with `ns` NULL or a live namespace
+/// handle.
+#[no_mangle]
+pub unsafe extern "C" fn granary_ns_get_item_alloc(
+    ns: *const granary_ns,
+    key: *const u8,
+    key_len: usize,
+    value: *mut *mut u8,
+    value_len: *mut usize,
+    item: *mut kv::granary_item,
+) -> granary_status {
+    guard(|| {
+        // SAFETY: the caller's promises, passed on.
+        let item = unsafe { args::out(item, "item") }?;
+        // SAFETY: as above.
+        unsafe { kv::get_alloc(handle(ns)?, key, key_len, value, value_len, item) }
+    })
+}
+
+/// `granary_put_item` in the handle's namespace (its quotas apply, and its
+/// default TTL to an item whose `expires` is 0).
+///
+/// # Safety
+///
+/// As for `granary_put_item`, with `ns` NULL or a live namespace handle.
+#[no_mangle]
+// The arguments of the C call, one by one.
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn granary_ns_put_item(
+    ns: *const granary_ns,
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    mode: u32,
+    item: *const kv::granary_item,
+    cas_out: *mut u64,
+) -> granary_status {
+    // SAFETY: the caller's promises, passed on.
+    guard(|| unsafe { kv::put_item(handle(ns)?, key, key_len, value, value_len, mode, item, cas_out) })
+}
+
+/// `granary_delete_cas` in the handle's namespace.
+///
+/// # Safety
+///
+/// As for `granary_delete_cas`, with `ns` NULL or a live namespace handle.
+#[no_mangle]
+pub unsafe extern "C" fn granary_ns_delete_cas(
+    ns: *const granary_ns,
+    key: *const u8,
+    key_len: usize,
+    cas: u64,
+) -> granary_status {
+    // SAFETY: the caller's promises, passed on.
+    guard(|| unsafe { kv::delete_cas(handle(ns)?, key, key_len, cas) })
+}
+
+/// Create export `name` (a namespace of kind block: a block device of
+/// `size_bytes` in blocks of `block_bytes`, as `granary serve --nbd-port`
+/// serves it; mode store, no quota, no TTL), and open a handle on it in
+/// `*out` (NULL on failure). `GRANARY_EBADNAMESPACE` unless the block size
+/// is a power of two from 512 to 65536 that one value of the store holds
+/// and the size a positive multiple of it; `GRANARY_ENAMESPACEEXISTS` if a
+/// namespace of that name exists. Dropped and truncated as any namespace
+/// (`granary_ns_drop`, `granary_ns_truncate`). Thread-safe.
+///
+/// # Safety
+///
+/// As for `granary_ns_create`, without the options.
+#[no_mangle]
+pub unsafe extern "C" fn granary_export_create(
+    store: *const granary_store,
+    name: *const u8,
+    name_len: usize,
+    size_bytes: u64,
+    block_bytes: u32,
+    out: *mut *mut granary_ns,
+) -> granary_status {
+    guard(|| {
+        // SAFETY: each pointer as the caller promised (see # Safety).
+        let out = unsafe { args::out_handle(out, "out") }?;
+        // SAFETY: as above.
+        let (s, name) = unsafe { (args::handle(store, "store")?, args::name(name, name_len)?) };
+        let ns = s.shared.store.create_export(name, size_bytes, block_bytes)?;
+        *out = Box::into_raw(Box::new(granary_ns { ns, store_id: s.shared.id }));
+        Ok(())
+    })
+}
+
+/// Call `visit(ctx, info)` with every export of the store (the
+/// namespaces of kind block, whose `info->export_bytes` is not 0), by
+/// name, on this thread, until it returns nonzero. Thread-safe.
+///
+/// # Safety
+///
+/// As for `granary_ns_list`.
+#[no_mangle]
+pub unsafe extern "C" fn granary_export_list(
+    store: *const granary_store,
+    visit: granary_ns_visitor,
+    ctx: *mut c_void,
+) -> granary_status {
+    guard(|| {
+        // SAFETY: NULL or live, by the caller's promise.
+        let s = unsafe { args::handle(store, "store") }?;
+        let visit = visit.ok_or_else(|| Fail::inval("visit is NULL"))?;
+        for st in s.shared.store.exports() {
+            let i = info(&st, &st.name);
+            // SAFETY: the visitor is the caller's function of this type;
+            // `i` and the name it points to outlive the call.
+            if unsafe { visit(ctx, &i) } != 0 {
+                break;
+            }
+        }
+        Ok(())
+    })
 }

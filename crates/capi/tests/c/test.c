@@ -8,7 +8,9 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int passed, failed;
 
@@ -349,6 +351,369 @@ static void test_batches(granary_store *s) {
     granary_ns_close(ns);
 }
 
+/* Flags, expiry and CAS values on single operations. */
+static void test_items(granary_store *s) {
+    granary_item in = {0}, out = {0};
+    uint64_t cas1 = 0, cas2 = 0;
+    char buf[64];
+    size_t len = sizeof buf;
+    uint32_t later = (uint32_t)time(NULL) + 3600;
+
+    in.flags = 0xdeadbeef;
+    in.expires = later;
+    EXPECT(granary_put_item(s, S("item"), S("one"), GRANARY_PUT_UPSERT, &in, &cas1), GRANARY_OK);
+    CHECK(cas1 != 0);
+    EXPECT(granary_get_item(s, S("item"), (uint8_t *)buf, &len, &out), GRANARY_OK);
+    CHECK(len == 3 && memcmp(buf, "one", 3) == 0);
+    CHECK(out.flags == 0xdeadbeef && out.expires == later && out.cas == cas1);
+    /* The plain calls see the same value. */
+    CHECK(holds(s, "item", "one"));
+    /* A buffer too small still tells the metadata. */
+    memset(&out, 0, sizeof out);
+    len = 1;
+    EXPECT(granary_get_item(s, S("item"), (uint8_t *)buf, &len, &out), GRANARY_ETOOSMALL);
+    CHECK(len == 3 && out.cas == cas1 && out.flags == 0xdeadbeef);
+
+    /* CAS: the right value writes (and changes the CAS value), a stale
+       one is refused with EEXISTS, a missing key with ENOTFOUND. */
+    in.flags = 7;
+    in.expires = 0;
+    in.cas = cas1;
+    EXPECT(granary_put_item(s, S("item"), S("two"), GRANARY_PUT_CAS, &in, &cas2), GRANARY_OK);
+    CHECK(cas2 != 0 && cas2 != cas1);
+    uint64_t untouched = 12345;
+    EXPECT(granary_put_item(s, S("item"), S("three"), GRANARY_PUT_CAS, &in, &untouched), GRANARY_EEXISTS);
+    CHECK(untouched == 12345 && last_error_contains("CAS"));
+    CHECK(holds(s, "item", "two"));
+    EXPECT(granary_put_item(s, S("no-such-item"), S("x"), GRANARY_PUT_CAS, &in, NULL), GRANARY_ENOTFOUND);
+    /* GRANARY_PUT_CAS needs an item (its cas); the plain put has none. */
+    EXPECT(granary_put_item(s, S("item"), S("x"), GRANARY_PUT_CAS, NULL, NULL), GRANARY_EINVAL);
+    EXPECT(granary_put(s, S("item"), S("x"), GRANARY_PUT_CAS), GRANARY_EINVAL);
+    EXPECT(granary_put_item(s, S("item"), S("x"), 4, &in, NULL), GRANARY_EINVAL);
+    CHECK(holds(s, "item", "two"));
+
+    /* The other modes with an item; NULL item: flags 0, no expiry. */
+    EXPECT(granary_put_item(s, S("item"), S("x"), GRANARY_PUT_CREATE_ONLY, &in, NULL), GRANARY_EEXISTS);
+    EXPECT(granary_put_item(s, S("item-new"), S("x"), GRANARY_PUT_REPLACE_ONLY, NULL, NULL), GRANARY_ENOTFOUND);
+    EXPECT(granary_put_item(s, S("item-new"), S("x"), GRANARY_PUT_CREATE_ONLY, NULL, &cas1), GRANARY_OK);
+    uint8_t *v = NULL;
+    memset(&out, 0xff, sizeof out);
+    EXPECT(granary_get_item_alloc(s, S("item-new"), &v, &len, &out), GRANARY_OK);
+    CHECK(v != NULL && len == 1 && v[0] == 'x');
+    CHECK(out.flags == 0 && out.expires == 0 && out.cas == cas1);
+    granary_free(v);
+    /* granary_put also gives flags 0. */
+    EXPECT(granary_put(s, S("item-new"), S("y"), GRANARY_PUT_UPSERT), GRANARY_OK);
+    len = 0;
+    EXPECT(granary_get_item(s, S("item-new"), NULL, &len, &out), GRANARY_ETOOSMALL);
+    CHECK(out.flags == 0 && out.cas != cas1);
+
+    /* An expiry in the past: stored, but reads as absent at once. */
+    in.expires = 1;
+    EXPECT(granary_put_item(s, S("expired"), S("x"), GRANARY_PUT_UPSERT, &in, NULL), GRANARY_OK);
+    len = sizeof buf;
+    EXPECT(granary_get_item(s, S("expired"), (uint8_t *)buf, &len, &out), GRANARY_ENOTFOUND);
+    CHECK(len == sizeof buf);
+    /* ... and counts as absent for the conditions. */
+    EXPECT(granary_put_item(s, S("expired"), S("y"), GRANARY_PUT_CREATE_ONLY, NULL, NULL), GRANARY_OK);
+    CHECK(holds(s, "expired", "y"));
+
+    /* Delete by CAS value. */
+    EXPECT(granary_get_item(s, S("item"), (uint8_t *)buf, &len, &out), GRANARY_OK);
+    EXPECT(granary_delete_cas(s, S("item"), out.cas + 1), GRANARY_EEXISTS);
+    CHECK(holds(s, "item", "two"));
+    EXPECT(granary_delete_cas(s, S("item"), out.cas), GRANARY_OK);
+    CHECK(!holds(s, "item", "two"));
+    EXPECT(granary_delete_cas(s, S("item"), out.cas), GRANARY_ENOTFOUND);
+
+    /* Bad arguments. */
+    EXPECT(granary_get_item(s, S("item-new"), NULL, &len, NULL), GRANARY_EINVAL);
+    EXPECT(granary_get_item_alloc(s, S("item-new"), &v, &len, NULL), GRANARY_EINVAL);
+    EXPECT(granary_get_item(NULL, S("k"), NULL, &len, &out), GRANARY_EINVAL);
+    EXPECT(granary_put_item(NULL, S("k"), S("v"), GRANARY_PUT_UPSERT, NULL, NULL), GRANARY_EINVAL);
+    EXPECT(granary_delete_cas(NULL, S("k"), 1), GRANARY_EINVAL);
+    EXPECT(granary_put_item(s, NULL, 0, S("v"), GRANARY_PUT_UPSERT, NULL, NULL), GRANARY_EKEY);
+
+    /* The same calls on a namespace handle, whose default TTL applies to
+       items without an expiry. */
+    granary_ns_options o = {0};
+    o.default_ttl_secs = 3600;
+    granary_ns *ns = NULL;
+    EXPECT(granary_ns_create(s, S("items"), &o, &ns), GRANARY_OK);
+    in.flags = 42;
+    in.expires = 0;
+    uint32_t before = (uint32_t)time(NULL);
+    EXPECT(granary_ns_put_item(ns, S("k"), S("v"), GRANARY_PUT_UPSERT, &in, &cas1), GRANARY_OK);
+    len = sizeof buf;
+    EXPECT(granary_ns_get_item(ns, S("k"), (uint8_t *)buf, &len, &out), GRANARY_OK);
+    CHECK(len == 1 && out.flags == 42 && out.cas == cas1);
+    CHECK(out.expires >= before + 3600 && out.expires <= (uint32_t)time(NULL) + 3600);
+    in.cas = cas1;
+    EXPECT(granary_ns_put_item(ns, S("k"), S("w"), GRANARY_PUT_CAS, &in, &cas2), GRANARY_OK);
+    EXPECT(granary_ns_get_item_alloc(ns, S("k"), &v, &len, &out), GRANARY_OK);
+    CHECK(len == 1 && v[0] == 'w' && out.cas == cas2);
+    granary_free(v);
+    /* The key is the namespace's only. */
+    len = sizeof buf;
+    EXPECT(granary_get(s, S("k"), (uint8_t *)buf, &len), GRANARY_ENOTFOUND);
+    EXPECT(granary_ns_delete_cas(ns, S("k"), cas1), GRANARY_EEXISTS);
+    EXPECT(granary_ns_delete_cas(ns, S("k"), cas2), GRANARY_OK);
+    EXPECT(granary_ns_drop(s, S("items")), GRANARY_OK);
+    granary_ns_close(ns);
+}
+
+/* CAS conditions in batches, and the CAS values a commit gives. */
+static void test_cas_batches(granary_store *s) {
+    granary_ns *ns = NULL;
+    EXPECT(granary_ns_create(s, S("accounts"), NULL, &ns), GRANARY_OK);
+    granary_batch *b = NULL;
+    granary_item it = {0};
+    uint64_t cas[4] = {0};
+
+    EXPECT(granary_batch_begin(s, &b), GRANARY_OK);
+    it.flags = 9;
+    EXPECT(granary_batch_put_item(b, ns, S("alice"), S("100"), GRANARY_PUT_CREATE_ONLY, &it), GRANARY_OK);
+    EXPECT(granary_batch_put_item(b, ns, S("bob"), S("50"), GRANARY_PUT_UPSERT, NULL), GRANARY_OK);
+    EXPECT(granary_batch_check_absent(b, ns, S("carol")), GRANARY_OK);
+    EXPECT(granary_batch_commit_cas(b, cas, 4, NULL), GRANARY_OK);
+    CHECK(cas[0] != 0 && cas[1] != 0 && cas[0] != cas[1] && cas[2] == 0);
+    granary_item out = {0};
+    char buf[16];
+    size_t len = sizeof buf;
+    EXPECT(granary_ns_get_item(ns, S("alice"), (uint8_t *)buf, &len, &out), GRANARY_OK);
+    CHECK(len == 3 && out.cas == cas[0] && out.flags == 9);
+    uint64_t alice = cas[0], bob = cas[1];
+
+    /* A transfer under CAS conditions: applied when both still hold the
+       CAS values read. */
+    EXPECT(granary_batch_begin(s, &b), GRANARY_OK);
+    it.cas = alice;
+    EXPECT(granary_batch_put_item(b, ns, S("alice"), S("90"), GRANARY_PUT_CAS, &it), GRANARY_OK);
+    it.cas = bob;
+    EXPECT(granary_batch_put_item(b, ns, S("bob"), S("60"), GRANARY_PUT_CAS, &it), GRANARY_OK);
+    uint64_t two[2] = {0};
+    EXPECT(granary_batch_commit_cas(b, two, 2, NULL), GRANARY_OK);
+    CHECK(two[0] != alice && two[1] != bob);
+
+    /* The same transfer again: stale CAS values, nothing applied. */
+    EXPECT(granary_batch_begin(s, &b), GRANARY_OK);
+    it.cas = two[0];
+    EXPECT(granary_batch_put_item(b, ns, S("alice"), S("80"), GRANARY_PUT_CAS, &it), GRANARY_OK);
+    it.cas = bob;
+    EXPECT(granary_batch_put_item(b, ns, S("bob"), S("70"), GRANARY_PUT_CAS, &it), GRANARY_OK);
+    size_t failed_op = 99;
+    uint64_t kept[2] = {5, 5};
+    EXPECT(granary_batch_commit_cas(b, kept, 2, &failed_op), GRANARY_ECONFLICT);
+    CHECK(failed_op == 1 && kept[0] == 5 && kept[1] == 5);
+    len = sizeof buf;
+    EXPECT(granary_ns_get(ns, S("alice"), (uint8_t *)buf, &len), GRANARY_OK);
+    CHECK(len == 2 && memcmp(buf, "90", 2) == 0);
+
+    /* A check alone fails a batch; a delete by CAS value. */
+    EXPECT(granary_batch_begin(s, &b), GRANARY_OK);
+    EXPECT(granary_batch_check_cas(b, ns, S("bob"), bob), GRANARY_OK);
+    EXPECT(granary_batch_delete(b, ns, S("alice")), GRANARY_OK);
+    EXPECT(granary_batch_commit(b, &failed_op), GRANARY_ECONFLICT);
+    CHECK(failed_op == 0);
+    EXPECT(granary_batch_begin(s, &b), GRANARY_OK);
+    EXPECT(granary_batch_check_absent(b, ns, S("bob")), GRANARY_OK);
+    EXPECT(granary_batch_commit(b, &failed_op), GRANARY_ECONFLICT);
+    EXPECT(granary_batch_begin(s, &b), GRANARY_OK);
+    EXPECT(granary_batch_check_cas(b, ns, S("bob"), two[1]), GRANARY_OK);
+    EXPECT(granary_batch_delete_cas(b, ns, S("alice"), two[0]), GRANARY_OK);
+    /* A short cas array gets the first values only. */
+    uint64_t one[1] = {7};
+    EXPECT(granary_batch_commit_cas(b, one, 1, NULL), GRANARY_OK);
+    CHECK(one[0] == 0);
+    len = sizeof buf;
+    EXPECT(granary_ns_get(ns, S("alice"), (uint8_t *)buf, &len), GRANARY_ENOTFOUND);
+    EXPECT(granary_batch_begin(s, &b), GRANARY_OK);
+    EXPECT(granary_batch_delete_cas(b, ns, S("bob"), bob), GRANARY_OK);
+    EXPECT(granary_batch_commit(b, &failed_op), GRANARY_ECONFLICT);
+
+    /* Bad arguments. */
+    EXPECT(granary_batch_begin(s, &b), GRANARY_OK);
+    EXPECT(granary_batch_put_item(b, ns, S("k"), S("v"), GRANARY_PUT_CAS, NULL), GRANARY_EINVAL);
+    EXPECT(granary_batch_put(b, ns, S("k"), S("v"), GRANARY_PUT_CAS), GRANARY_EINVAL);
+    EXPECT(granary_batch_check_cas(NULL, ns, S("k"), 1), GRANARY_EINVAL);
+    EXPECT(granary_batch_check_absent(b, ns, NULL, 2), GRANARY_EINVAL);
+    CHECK(granary_batch_len(b) == 0);
+    EXPECT(granary_batch_put(b, ns, S("k"), S("v"), GRANARY_PUT_UPSERT), GRANARY_OK);
+    EXPECT(granary_batch_commit_cas(b, NULL, 1, NULL), GRANARY_EINVAL);
+    EXPECT(granary_batch_commit_cas(NULL, cas, 4, NULL), GRANARY_EINVAL);
+
+    EXPECT(granary_ns_drop(s, S("accounts")), GRANARY_OK);
+    granary_ns_close(ns);
+}
+
+/* Whether the scan gives every key named `prefix`N (N < n) exactly once
+   and no key named `other`...; `*total` counts every key it gives. */
+static int scan_gives(granary_scan *sc, const char *prefix, int n, const char *other, int *total) {
+    char *seen = calloc((size_t)n, 1);
+    const uint8_t *k = (const uint8_t *)"x";
+    size_t klen = 99;
+    int ok = seen != NULL, steps = 0;
+    size_t plen = strlen(prefix), olen = strlen(other);
+    granary_status st;
+    *total = 0;
+    /* Bounded: a scan gives each key once. */
+    while ((st = granary_scan_next(sc, &k, &klen)) == GRANARY_OK && ++steps < 1000000) {
+        ++*total;
+        if (olen > 0 && klen >= olen && memcmp(k, other, olen) == 0) ok = 0;
+        if (klen > plen && klen < plen + 16 && memcmp(k, prefix, plen) == 0) {
+            char digits[16] = {0};
+            memcpy(digits, k + plen, klen - plen);
+            int i = atoi(digits);
+            if (ok && i >= 0 && i < n) {
+                if (seen[i]) ok = 0;
+                seen[i] = 1;
+            }
+        }
+    }
+    if (st != GRANARY_ENOTFOUND || k != NULL || klen != 0) ok = 0;
+    for (int i = 0; ok && i < n; i++)
+        if (!seen[i]) ok = 0;
+    free(seen);
+    return ok;
+}
+
+static void test_scans(granary_store *s) {
+    enum { N = 1500 };
+    granary_ns *ns = NULL;
+    EXPECT(granary_ns_create(s, S("scanned"), NULL, &ns), GRANARY_OK);
+    char key[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof key, "scan-d-%d", i);
+        EXPECT(granary_put(s, S(key), S("v"), GRANARY_PUT_UPSERT), GRANARY_OK);
+        snprintf(key, sizeof key, "scan-n-%d", i);
+        EXPECT(granary_ns_put(ns, S(key), S("v"), GRANARY_PUT_UPSERT), GRANARY_OK);
+    }
+    /* Deleted keys do not come. */
+    EXPECT(granary_ns_put(ns, S("scan-gone"), S("v"), GRANARY_PUT_UPSERT), GRANARY_OK);
+    EXPECT(granary_ns_delete(ns, S("scan-gone")), GRANARY_OK);
+
+    granary_scan *sc = NULL;
+    int total = 0;
+    EXPECT(granary_ns_scan_open(ns, &sc), GRANARY_OK);
+    CHECK(scan_gives(sc, "scan-n-", N, "scan-gone", &total));
+    CHECK(total == N);
+    /* A complete scan stays complete. */
+    const uint8_t *k = NULL;
+    size_t klen = 0;
+    EXPECT(granary_scan_next(sc, &k, &klen), GRANARY_ENOTFOUND);
+    CHECK(last_error_contains("no more keys"));
+    granary_scan_close(sc);
+
+    /* The default namespace's scan: its keys, none of the namespace's. */
+    EXPECT(granary_scan_open(s, &sc), GRANARY_OK);
+    CHECK(scan_gives(sc, "scan-d-", N, "scan-n-", &total));
+    CHECK(total >= N);
+    granary_scan_close(sc);
+
+    /* A scan outlives its namespace handle, not its namespace. */
+    EXPECT(granary_ns_scan_open(ns, &sc), GRANARY_OK);
+    granary_ns_close(ns);
+    EXPECT(granary_scan_next(sc, &k, &klen), GRANARY_OK);
+    CHECK(klen > 7 && memcmp(k, "scan-n-", 7) == 0);
+    EXPECT(granary_ns_drop(s, S("scanned")), GRANARY_OK);
+    granary_status st = granary_scan_next(sc, &k, &klen);
+    /* Keys of the page read before the drop may still come. */
+    for (int i = 0; st == GRANARY_OK && i < N; i++) st = granary_scan_next(sc, &k, &klen);
+    CHECK(st == GRANARY_ENONAMESPACE);
+    granary_scan_close(sc);
+    granary_scan_close(NULL);
+
+    /* An empty namespace. */
+    EXPECT(granary_ns_create(s, S("empty"), NULL, &ns), GRANARY_OK);
+    EXPECT(granary_ns_scan_open(ns, &sc), GRANARY_OK);
+    EXPECT(granary_scan_next(sc, &k, &klen), GRANARY_ENOTFOUND);
+    CHECK(k == NULL && klen == 0);
+    granary_scan_close(sc);
+    EXPECT(granary_ns_drop(s, S("empty")), GRANARY_OK);
+    granary_ns_close(ns);
+
+    /* Bad arguments. */
+    sc = (granary_scan *)1;
+    EXPECT(granary_scan_open(NULL, &sc), GRANARY_EINVAL);
+    CHECK(sc == NULL);
+    EXPECT(granary_scan_open(s, NULL), GRANARY_EINVAL);
+    EXPECT(granary_ns_scan_open(NULL, &sc), GRANARY_EINVAL);
+    EXPECT(granary_scan_next(NULL, &k, &klen), GRANARY_EINVAL);
+    EXPECT(granary_scan_open(s, &sc), GRANARY_OK);
+    EXPECT(granary_scan_next(sc, NULL, &klen), GRANARY_EINVAL);
+    EXPECT(granary_scan_next(sc, &k, NULL), GRANARY_EINVAL);
+    granary_scan_close(sc);
+
+    /* A scan outliving its store: GRANARY_ECLOSED. */
+    granary_store *other = NULL;
+    EXPECT(granary_create_memory(16 << 20, NULL, &other), GRANARY_OK);
+    EXPECT(granary_put(other, S("k"), S("v"), GRANARY_PUT_UPSERT), GRANARY_OK);
+    EXPECT(granary_scan_open(other, &sc), GRANARY_OK);
+    EXPECT(granary_close(other), GRANARY_OK);
+    EXPECT(granary_scan_next(sc, &k, &klen), GRANARY_ECLOSED);
+    granary_scan_close(sc);
+}
+
+struct exports {
+    int count, saw_disk;
+};
+
+static int32_t visit_export(void *ctx, const granary_ns_info *info) {
+    struct exports *e = ctx;
+    e->count++;
+    if (info->name_len == 4 && memcmp(info->name, "disk", 4) == 0 && info->export_bytes == (1 << 20) &&
+        info->block_bytes == 4096 && info->mode == GRANARY_NS_STORE)
+        e->saw_disk = 1;
+    return 0;
+}
+
+static int32_t visit_kinds(void *ctx, const granary_ns_info *info) {
+    /* Namespaces of keys and values have no export size. */
+    if (!(info->name_len == 4 && memcmp(info->name, "disk", 4) == 0) && (info->export_bytes || info->block_bytes))
+        ++*(int *)ctx;
+    return 0;
+}
+
+static void test_exports(granary_store *s) {
+    struct exports e = {0};
+    EXPECT(granary_export_list(s, visit_export, &e), GRANARY_OK);
+    CHECK(e.count == 0);
+    granary_ns *disk = NULL;
+    EXPECT(granary_export_create(s, S("disk"), 1 << 20, 4096, &disk), GRANARY_OK);
+    CHECK(disk != NULL);
+    granary_ns *plain = NULL;
+    EXPECT(granary_ns_create(s, S("plain"), NULL, &plain), GRANARY_OK);
+    EXPECT(granary_export_list(s, visit_export, &e), GRANARY_OK);
+    CHECK(e.count == 1 && e.saw_disk);
+    int wrong = 0;
+    EXPECT(granary_ns_list(s, visit_kinds, &wrong), GRANARY_OK);
+    CHECK(wrong == 0);
+    granary_ns_info info;
+    EXPECT(granary_ns_stats(disk, &info), GRANARY_OK);
+    CHECK(info.export_bytes == (1 << 20) && info.block_bytes == 4096);
+    EXPECT(granary_ns_stats(plain, &info), GRANARY_OK);
+    CHECK(info.export_bytes == 0 && info.block_bytes == 0);
+
+    /* Refused: a block size that is not a power of two, a size that is
+       not a multiple of it, a name taken. */
+    granary_ns *bad = (granary_ns *)1;
+    EXPECT(granary_export_create(s, S("bad"), 1 << 20, 1000, &bad), GRANARY_EBADNAMESPACE);
+    CHECK(bad == NULL);
+    EXPECT(granary_export_create(s, S("bad"), 5000, 4096, &bad), GRANARY_EBADNAMESPACE);
+    EXPECT(granary_export_create(s, S("disk"), 1 << 20, 4096, &bad), GRANARY_ENAMESPACEEXISTS);
+    EXPECT(granary_export_create(NULL, S("x"), 1 << 20, 4096, &bad), GRANARY_EINVAL);
+    EXPECT(granary_export_list(s, NULL, NULL), GRANARY_EINVAL);
+
+    /* Dropped as any namespace. */
+    EXPECT(granary_ns_drop(s, S("disk")), GRANARY_OK);
+    EXPECT(granary_ns_drop(s, S("plain")), GRANARY_OK);
+    e.count = 0;
+    EXPECT(granary_export_list(s, visit_export, &e), GRANARY_OK);
+    CHECK(e.count == 0);
+    granary_ns_close(disk);
+    granary_ns_close(plain);
+}
+
 /* A namespace handle of one store is refused by another store's batch. */
 static void test_foreign_namespace(granary_store *s) {
     granary_store *other = NULL;
@@ -541,6 +906,10 @@ int main(int argc, char **argv) {
     test_namespaces(s);
     test_batches(s);
     test_foreign_namespace(s);
+    test_items(s);
+    test_cas_batches(s);
+    test_scans(s);
+    test_exports(s);
     test_threads(s);
     test_stats_and_verify(s);
     EXPECT(granary_close(s), GRANARY_OK);
