@@ -12,7 +12,7 @@
 //! is the burst workload: SETs in bursts between quiet periods on a cache,
 //! for each policy of GC's low watermark.
 
-use granary_store::io::{Device, MemDevice, OpenMode, SimRng};
+use granary_store::io::{Device, MemDevice, OpenMode, SimRng, ZonedDevice};
 use granary_store::loadgen;
 use granary_store::{CreateOptions, GcPolicy, OpenOptions, Store, Watermark};
 use std::collections::HashMap;
@@ -43,6 +43,12 @@ pub struct ChurnOptions {
     pub dist: Dist,
     /// GC's victim choice and hot/cold separation.
     pub gc: GcChoice,
+    /// On the emulated zoned device (`granary_io::ZonedDevice`, in
+    /// memory): zones of a segment each, the store in zoned mode, GC
+    /// freeing by zone resets.
+    pub zoned: bool,
+    /// Grain size (None: the device's block size, at least 512).
+    pub grain_bytes: Option<u32>,
 }
 
 /// How churn picks the key of each operation.
@@ -149,6 +155,8 @@ impl Default for ChurnOptions {
             progress: true,
             dist: Dist::Uniform,
             gc: GcChoice::default(),
+            zoned: false,
+            grain_bytes: None,
         }
     }
 }
@@ -177,6 +185,8 @@ pub struct ChurnReport {
     pub write_amplification: f64,
     pub gc: granary_store::GcStats,
     pub samples: Vec<Sample>,
+    /// Zone resets during the churn (zoned runs).
+    pub zone_resets: Option<u64>,
     /// Keys whose value did not read back as written (must be 0).
     pub mismatches: u64,
 }
@@ -209,17 +219,39 @@ pub fn run(o: &ChurnOptions) -> Result<ChurnReport, String> {
             return Err(format!("zipf constant {t} is outside (0, 1)"));
         }
     }
-    let create = CreateOptions { grain_bytes: None, segment_bytes: Some(o.segment_bytes), index_table_homes: None };
+    let create =
+        CreateOptions { grain_bytes: o.grain_bytes, segment_bytes: Some(o.segment_bytes), index_table_homes: None };
     let opts = OpenOptions { gc_policy: o.gc.policy, gc_hot_cold: o.gc.hot_cold, ..OpenOptions::default() };
+    let mut zoned = None;
     let store = match &o.path {
+        Some(_) if o.zoned => return Err("the zoned device is emulated in memory: no --path".into()),
         Some(p) => Store::create_path(p, o.size_bytes, OpenMode::Direct, &create, &opts),
+        None if o.zoned => {
+            // Zones of a segment; the ones before the first segment (1 MiB)
+            // conventional, for the superblocks.
+            let z = o.segment_bytes;
+            if z == 0 || !(1u64 << 20).is_multiple_of(z) {
+                return Err(format!("--zoned needs a segment size dividing 1 MiB, not {z}"));
+            }
+            let lead = ((1 << 20) / z) as usize;
+            let dev = Arc::new(ZonedDevice::new((o.size_bytes / z) as usize, z, 8, 8).with_conventional(lead));
+            zoned = Some(dev.clone());
+            Store::create(dev, &create, &opts)
+        }
         None => {
             let dev: Arc<dyn Device> = Arc::new(MemDevice::new(o.size_bytes));
             Store::create(dev, &create, &opts)
         }
     }
     .map_err(|e| e.to_string())?;
-    let result = churn(&store, o);
+    let resets_before = zoned.as_ref().map_or(0, |d| d.resets());
+    let mut result = churn(&store, o);
+    if let (Some(d), Ok(r)) = (&zoned, &mut result) {
+        r.zone_resets = Some(d.resets() - resets_before);
+        if d.violations() > 0 {
+            return Err(format!("{} writes broke a zone rule", d.violations()));
+        }
+    }
     drop(store);
     if let Some(p) = &o.path {
         let _ = std::fs::remove_file(p);
@@ -333,6 +365,7 @@ fn churn(store: &Store, o: &ChurnOptions) -> Result<ChurnReport, String> {
             namespace_records_dropped: st.gc.namespace_records_dropped - base.gc.namespace_records_dropped,
         },
         samples,
+        zone_resets: None,
         mismatches,
     })
 }
@@ -342,9 +375,9 @@ pub fn render(o: &ChurnOptions, r: &ChurnReport) -> String {
     format!(
         "churn on {} of {} MiB ({} MiB segments), {:.0}% live, {:.1}x overwritten, {} keys, GC {}\n\
          keys {}  ops {}  {:.0} ops/s  {:.1} MB/s user  write amplification {:.2}\n\
-         GC: {} segments reclaimed, {} records ({} MiB) relocated, {} tombstones dropped\n\
+         GC: {} segments reclaimed, {} records ({} MiB) relocated, {} tombstones dropped{}\n\
          check: {} of {} keys wrong\n",
-        if o.path.is_some() { "a file" } else { "memory" },
+        device_name(o),
         o.size_bytes >> 20,
         o.segment_bytes >> 20,
         o.utilization * 100.0,
@@ -360,9 +393,21 @@ pub fn render(o: &ChurnOptions, r: &ChurnReport) -> String {
         r.gc.records_relocated,
         r.gc.bytes_relocated >> 20,
         r.gc.tombstones_dropped,
+        r.zone_resets.map_or(String::new(), |z| format!(
+            ", {z} zone resets ({:.0} per user GB)",
+            z as f64 / (r.churn_user_bytes.max(1) as f64 / 1e9)
+        )),
         r.mismatches,
         r.keys
     )
+}
+
+fn device_name(o: &ChurnOptions) -> &'static str {
+    match (&o.path, o.zoned) {
+        (Some(_), _) => "a file",
+        (None, true) => "the emulated zoned device",
+        (None, false) => "memory",
+    }
 }
 
 /// Machine-readable results.
@@ -379,7 +424,13 @@ pub fn to_json(o: &ChurnOptions, r: &ChurnReport) -> serde_json::Value {
         .collect();
     serde_json::json!({
         "benchmark": "churn",
-        "device": if o.path.is_some() { "file" } else { "memory" },
+        "device": match (&o.path, o.zoned) {
+            (Some(_), _) => "file",
+            (None, true) => "zoned",
+            (None, false) => "memory",
+        },
+        "zone_resets": r.zone_resets,
+        "grain_bytes": o.grain_bytes,
         "size_bytes": o.size_bytes,
         "segment_bytes": o.segment_bytes,
         "utilization": o.utilization,
@@ -413,14 +464,26 @@ pub struct MatrixRun {
 /// seed, so the same operations), in that order.
 pub fn run_matrix(base: &ChurnOptions, utils: &[f64], gcs: &[GcChoice]) -> Result<Vec<MatrixRun>, String> {
     let mut out = Vec::new();
+    // With --zoned each configuration runs on memory, then zoned, both
+    // with the emulated device's 4 KiB blocks as grains (like for like).
+    let devices: &[bool] = if base.zoned { &[false, true] } else { &[false] };
+    let grain_bytes = if base.zoned { Some(base.grain_bytes.unwrap_or(4096)) } else { base.grain_bytes };
     for &utilization in utils {
         for &gc in gcs {
-            let options = ChurnOptions { utilization, gc, ..base.clone() };
-            if base.progress {
-                eprintln!("churn: {:.0}% live, {} keys, GC {}", utilization * 100.0, base.dist.name(), gc.name());
+            for &zoned in devices {
+                let options = ChurnOptions { utilization, gc, zoned, grain_bytes, ..base.clone() };
+                if base.progress {
+                    eprintln!(
+                        "churn: {:.0}% live, {} keys, GC {}{}",
+                        utilization * 100.0,
+                        base.dist.name(),
+                        gc.name(),
+                        if zoned { ", zoned" } else { "" }
+                    );
+                }
+                let report = run(&options)?;
+                out.push(MatrixRun { options, report });
             }
-            let report = run(&options)?;
-            out.push(MatrixRun { options, report });
         }
     }
     Ok(out)
@@ -433,7 +496,13 @@ pub fn render_matrix(runs: &[MatrixRun]) -> String {
     let o = &first.options;
     let mut s = format!(
         "churn on {} of {} MiB ({} MiB segments), {:.1}x overwritten, {} keys, {}% deletes\n",
-        if o.path.is_some() { "a file" } else { "memory" },
+        if o.path.is_some() {
+            "a file"
+        } else if o.zoned {
+            "memory and the emulated zoned device"
+        } else {
+            "memory"
+        },
         o.size_bytes >> 20,
         o.segment_bytes >> 20,
         o.overwrite,
@@ -441,20 +510,24 @@ pub fn render_matrix(runs: &[MatrixRun]) -> String {
         o.delete_percent
     );
     s += &format!(
-        "{:>5}  {:<24} {:>7} {:>9} {:>10} {:>9} {:>9}  {}\n",
-        "live", "GC", "WA", "vs first", "ops/s", "MB/s", "victims", "check"
+        "{:>5}  {:<24} {:>7} {:>9} {:>10} {:>9} {:>9} {:>13}  {}\n",
+        "live", "GC", "WA", "vs first", "ops/s", "MB/s", "victims", "resets/userGB", "check"
     );
     for r in runs {
         let same_util = runs.iter().find(|x| x.options.utilization == r.options.utilization).expect("r itself");
         s += &format!(
-            "{:>4.0}%  {:<24} {:>7.2} {:>8.2}x {:>10.0} {:>9.1} {:>9}  {}\n",
+            "{:>4.0}%  {:<24} {:>7.2} {:>8.2}x {:>10.0} {:>9.1} {:>9} {:>13}  {}\n",
             r.options.utilization * 100.0,
-            r.options.gc.name(),
+            r.options.gc.name() + if r.options.zoned { " zoned" } else { "" },
             r.report.write_amplification,
             r.report.write_amplification / same_util.report.write_amplification,
             r.report.churn_ops as f64 / r.report.churn_secs,
             r.report.churn_user_bytes as f64 / r.report.churn_secs / 1e6,
             r.report.gc.victims,
+            r.report.zone_resets.map_or("-".to_string(), |z| format!(
+                "{:.0}",
+                z as f64 / (r.report.churn_user_bytes.max(1) as f64 / 1e9)
+            )),
             if r.report.mismatches == 0 { "ok".to_string() } else { format!("{} wrong", r.report.mismatches) }
         );
     }
@@ -740,6 +813,34 @@ mod tests {
         assert!(r.write_amplification > 1.0, "{}", r.write_amplification);
         assert!(render(&o, &r).contains("write amplification"));
         assert_eq!(to_json(&o, &r)["mismatches"], 0);
+    }
+
+    /// `--zoned`: each configuration on memory, then on the emulated
+    /// zoned device, where GC frees by zone resets and no write breaks a
+    /// zone rule (a violation fails the run).
+    #[test]
+    fn zoned_runs_beside_conventional_ones_and_count_resets() {
+        let o = ChurnOptions {
+            size_bytes: 16 << 20,
+            segment_bytes: 256 << 10,
+            overwrite: 2.0,
+            value_max: 8000,
+            interval: Duration::from_millis(20),
+            progress: false,
+            zoned: true,
+            ..ChurnOptions::default()
+        };
+        let runs = run_matrix(&o, &[0.8], &[GcChoice::default()]).unwrap();
+        assert_eq!(runs.iter().map(|r| r.options.zoned).collect::<Vec<_>>(), [false, true]);
+        let (mem, zoned) = (&runs[0].report, &runs[1].report);
+        assert_eq!((mem.mismatches, zoned.mismatches), (0, 0));
+        assert_eq!(mem.zone_resets, None);
+        let resets = zoned.zone_resets.unwrap();
+        assert!(resets >= zoned.gc.victims && zoned.gc.victims > 0, "{resets} resets, {:?}", zoned.gc);
+        assert!(render_matrix(&runs).contains("cost-benefit zoned"));
+        assert_eq!(to_json(&runs[1].options, zoned)["device"], "zoned");
+        let bad = ChurnOptions { segment_bytes: 3 << 20, ..o.clone() };
+        assert!(run(&bad).unwrap_err().contains("dividing 1 MiB"));
     }
 
     #[test]

@@ -458,6 +458,11 @@ struct ChurnArgs {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Run each configuration on memory and then on the emulated zoned
+    /// device (zones of a segment; the store in zoned mode): write
+    /// amplification and zone resets per user GB side by side.
+    #[arg(long)]
+    zoned: bool,
 }
 
 fn run(cmd: BenchCmd) -> Result<ExitCode, String> {
@@ -540,6 +545,8 @@ fn run(cmd: BenchCmd) -> Result<ExitCode, String> {
                 progress: true,
                 dist,
                 gc: gcs[0],
+                zoned: a.zoned,
+                grain_bytes: None,
             };
             let runs = granary_bench::churn::run_matrix(&o, &a.util, &gcs)?;
             for r in &runs {

@@ -10,7 +10,9 @@ use granary_resp::RespConfig;
 use granary_rt::net::BoundSocket;
 use granary_rt::{Runtime, RuntimeConfig};
 use granary_store::io::{IoBackend, OpenMode};
-use granary_store::{CreateOptions, Durability, IfPresent, NewStore, OpenOptions, Provisioned, Site, Store};
+use granary_store::{
+    CreateOptions, Discard, Durability, GcPolicy, IfPresent, NewStore, OpenOptions, Provisioned, Site, Store, Watermark,
+};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -87,6 +89,10 @@ pub struct Config {
     pub io_submit_early: bool,
     pub metrics: Option<SocketAddr>,
     pub evict: bool,
+    pub gc_policy: GcPolicy,
+    pub gc_hot_cold: bool,
+    pub gc_watermark: Watermark,
+    pub discard: Discard,
     pub flush: bool,
     pub buffered: bool,
     pub io: Io,
@@ -163,6 +169,10 @@ impl Config {
             io_submit_early: true,
             metrics: None,
             evict: true,
+            gc_policy: GcPolicy::default(),
+            gc_hot_cold: false,
+            gc_watermark: Watermark::default(),
+            discard: Discard::default(),
             flush: false,
             buffered: false,
             io: Io::Uring,
@@ -383,6 +393,10 @@ fn run(a: Config) -> Result<(), String> {
         track_access: true,
         blind_overwrite_bytes: Some(usize::try_from(a.blind_overwrite_mem).unwrap_or(usize::MAX)),
         dram_tier_bytes: a.memory_limit << 20,
+        gc_policy: a.gc_policy,
+        gc_hot_cold: a.gc_hot_cold,
+        gc_watermark: a.gc_watermark,
+        discard: a.discard,
         ..OpenOptions::default()
     };
     let p = open_or_create(&a, signals, &opts)?;

@@ -21,6 +21,7 @@
 use crate::serve::{Config, Io, LogFormat};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use granary_cli::size;
+use granary_store::{Discard, GcPolicy, Watermark};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
@@ -540,6 +541,50 @@ pub const SETTINGS: &[Setting] = &[
         apply: |c, v| c.evict = v.bool(),
     },
     Setting {
+        key: "gc_policy",
+        long: "gc-policy",
+        short: None,
+        kind: Kind::Choice { name: "POLICY", choices: &["cost-benefit", "greedy"] },
+        help: "GC's victim choice: cost-benefit (LFS's, age-weighted) or greedy (fewest live bytes)",
+        default: "`cost-benefit`",
+        meaning: "which segment GC reclaims: `cost-benefit` (LFS's `(1 - u) * age / (1 + u)`: old cold segments are collected fuller than young ones whose data is still dying) or `greedy` (the fewest live bytes; best for uniform overwrites) (docs/ARCHITECTURE.md, \"Victim policy and hot/cold separation\"; `stats`' `granary_gc_policy`)",
+        value: |c| Some(q(c.gc_policy.name())),
+        apply: |c, v| c.gc_policy = GcPolicy::parse(&v.choice()).expect("a choice of the table"),
+    },
+    Setting {
+        key: "gc_hot_cold",
+        long: "gc-hot-cold",
+        short: None,
+        kind: Kind::Switch { sets: true },
+        help: "GC relocates records that outlived an average key's lifetime to a segment stream of their own (hot/cold separation)",
+        default: "`false`",
+        meaning: "hot/cold separation of GC's relocations: records older than the store has records go to a third segment stream, apart from younger survivors; it gained 1-2% under Zipfian overwrites and cost 3-5% under uniform ones (docs/BENCHMARKS.md, \"Garbage collection\"; `stats`' `granary_gc_hot_cold`)",
+        value: |c| Some(c.gc_hot_cold.to_string()),
+        apply: |c, v| c.gc_hot_cold = v.bool(),
+    },
+    Setting {
+        key: "gc_watermark",
+        long: "gc-watermark",
+        short: None,
+        kind: Kind::Choice { name: "MODE", choices: &["fixed", "queue", "doubling"] },
+        help: "GC's low watermark (free segments kept ahead of writers): fixed, queue (DIDACache's M/M/1 model of the write rate) or doubling (DIDACache's feedback heuristic)",
+        default: "`fixed`",
+        meaning: "how GC's low watermark (the free segments below which it starts) is set: `fixed` (segments/32, 4 to 64), `queue` (DIDACache's M/M/1 model, `lambda / (mu - lambda)` from the measured fill and reclaim rates) or `doubling` (doubled when a writer waits for GC, lowered by one when GC catches up) (docs/ARCHITECTURE.md, \"Adaptive low watermark\"; `stats`' `granary_gc_watermark`, `granary_gc_low_watermark`)",
+        value: |c| Some(q(c.gc_watermark.name())),
+        apply: |c, v| c.gc_watermark = Watermark::parse(&v.choice()).expect("a choice of the table"),
+    },
+    Setting {
+        key: "discard",
+        long: "discard",
+        short: None,
+        kind: Kind::Choice { name: "WHEN", choices: &["auto", "on", "off"] },
+        help: "Discard the segments GC frees (BLKDISCARD on a block device, a punched hole in a file): auto (block devices only), on or off",
+        default: "`auto`",
+        meaning: "tell the device which segments GC freed: BLKDISCARD on a block device (its own GC stops copying them), a punched hole in a file (on every member of a stripe set); `auto` discards on block devices only, because a direct write into a hole in a file costs an extent conversion; the first discard that fails turns them off with a warning (docs/ARCHITECTURE.md, \"Discard\"; `stats`' `granary_gc_discard`)",
+        value: |c| Some(q(c.discard.name())),
+        apply: |c, v| c.discard = Discard::parse(&v.choice()).expect("a choice of the table"),
+    },
+    Setting {
         key: "flush",
         long: "flush",
         short: None,
@@ -885,6 +930,13 @@ mod tests {
             ("conn_limit = 0", "line 1: conn_limit: 0 is out of range (at least 1)"),
             ("io_spin_us = 1000001", "line 1: io_spin_us: 1000001 is out of range (0 to 1000000)"),
             ("io = \"fast\"", "line 1: io: \"fast\" is not one of \"uring\", \"sync\""),
+            ("gc_policy = \"lru\"", "line 1: gc_policy: \"lru\" is not one of \"cost-benefit\", \"greedy\""),
+            (
+                "gc_watermark = \"adaptive\"",
+                "line 1: gc_watermark: \"adaptive\" is not one of \"fixed\", \"queue\", \"doubling\"",
+            ),
+            ("discard = true", "line 1: discard: expected one of \"auto\", \"on\", \"off\", found boolean true"),
+            ("gc_hot_cold = \"yes\"", "line 1: gc_hot_cold: expected true or false, found string \"yes\""),
             ("listen = \"1.2.3\"", "line 1: listen: \"1.2.3\" is not an IP address like 127.0.0.1 or ::1"),
             ("metrics = \"nope\"", "line 1: metrics: \"nope\" is not an address like 127.0.0.1:9121"),
             ("data = 5", "line 1: data: expected a path (a string), found integer 5"),
@@ -906,6 +958,10 @@ mod tests {
             (&["--metrics", "nope"], "metrics: \"nope\" is not an address"),
             (&["-l", "1.2.3"], "listen: \"1.2.3\" is not an IP address"),
             (&["--io", "fast"], "[possible values: uring, sync]"),
+            (&["--gc-policy", "lru"], "[possible values: cost-benefit, greedy]"),
+            (&["--gc-watermark", "adaptive"], "[possible values: fixed, queue, doubling]"),
+            (&["--discard", "yes"], "[possible values: auto, on, off]"),
+            (&["--gc-hot-cold=true"], "unexpected value 'true' for '--gc-hot-cold'"),
             (&["--no-native=true"], "unexpected value 'true' for '--no-native'"),
             (&["-p", "1", "-p", "2"], "cannot be used multiple times"),
         ] {

@@ -230,6 +230,31 @@ fn the_sync_io_backend_serves_too() {
     assert!(s.signal(SIGTERM).success());
 }
 
+/// GC's settings reach the store: the defaults, then each flag, then the
+/// same from a `--config` file, as `stats` reports them
+/// (`granary_gc_policy`, `granary_gc_hot_cold`, `granary_gc_watermark`,
+/// `granary_gc_discard`: `discard auto` resolves to off on a file).
+#[test]
+fn gc_settings_reach_the_store_and_stats_report_them() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("gc.db");
+    let gc_stats = |s: &Serve| {
+        ["granary_gc_policy", "granary_gc_hot_cold", "granary_gc_watermark", "granary_gc_discard"].map(|n| stat(s, n))
+    };
+    let s = Serve::start(&data);
+    assert_eq!(gc_stats(&s), ["cost-benefit", "0", "fixed", "0"]);
+    assert!(s.signal(SIGTERM).success());
+    let flags = ["--gc-policy", "greedy", "--gc-hot-cold", "--gc-watermark", "doubling", "--discard", "on"];
+    let s = Serve::start_with(&data, &flags);
+    assert_eq!(gc_stats(&s), ["greedy", "1", "doubling", "1"]);
+    assert!(s.signal(SIGTERM).success());
+    let file = dir.path().join("gc.toml");
+    std::fs::write(&file, "gc_policy = \"greedy\"\ngc_watermark = \"queue\"\ndiscard = \"off\"\n").unwrap();
+    let s = Serve::start_with(&data, &["--config", file.to_str().unwrap()]);
+    assert_eq!(gc_stats(&s), ["greedy", "0", "queue", "0"]);
+    assert!(s.signal(SIGTERM).success());
+}
+
 /// `--data a,b` serves from a RAID-0 stripe set (the files created half
 /// the size each), and after SIGKILL a restart with the members named the
 /// other way round brings back every acknowledged value, also one that

@@ -46,6 +46,26 @@ pub use stripe::StripedDevice;
 pub use testdev::{TestBackend, TestDevice};
 pub use zoned::{Zone, ZoneCond, ZonedDevice};
 
+/// The zone geometry of a zoned block device ([`Device::zones`]): equal
+/// zones from offset 0, the first `conventional_bytes` of them
+/// conventional (written anywhere, as a plain device), the others
+/// sequential-write-required (written only at their write pointer, made
+/// writable again by a reset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZoneGeometry {
+    pub zone_bytes: u64,
+    /// Bytes of conventional zones at the start (a multiple of `zone_bytes`).
+    pub conventional_bytes: u64,
+    /// Most zones open (implicitly or explicitly) at once.
+    pub max_open: usize,
+    /// Most zones open or closed (partly written) at once.
+    pub max_active: usize,
+}
+
+fn not_zoned(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::Unsupported, format!("{what} is not a zoned device"))
+}
+
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -144,6 +164,30 @@ pub trait Device: Send + Sync + 'static {
     /// file's holes cost a later direct write its extent conversion.
     fn discards_by_default(&self) -> bool {
         false
+    }
+    /// The zone geometry of a zoned device (None: not zoned, the default).
+    /// On a zoned device every write to a sequential zone must start at
+    /// that zone's write pointer.
+    fn zones(&self) -> Option<ZoneGeometry> {
+        None
+    }
+    /// Reset the sequential zones of `len` bytes at `offset` (whole zones;
+    /// `BLKRESETZONE`): empty, their write pointers back at their starts.
+    fn reset_zones(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Err(not_zoned(self.describe()))
+    }
+    /// Finish the sequential zones of `len` bytes at `offset` (whole zones;
+    /// `BLKFINISHZONE`): full, no longer open or active.
+    fn finish_zones(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Err(not_zoned(self.describe()))
+    }
+    /// The write pointer (a device offset) of the sequential zone holding
+    /// `offset` (`BLKREPORTZONE`).
+    fn write_pointer(&self, offset: u64) -> io::Result<u64> {
+        let _ = offset;
+        Err(not_zoned(self.describe()))
     }
     /// Usable size in bytes.
     fn size_bytes(&self) -> u64;

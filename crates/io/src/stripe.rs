@@ -21,7 +21,8 @@
 //! Opening checks the labels: members may be named in any order; a missing
 //! member, a duplicate, a member of another set, a label of an unknown
 //! version or a damaged label is refused with an error naming the member.
-//! `flush` flushes every member.
+//! `flush` flushes every member; `discard` reaches every member's share of
+//! the range (a file member's punched hole, a block member's BLKDISCARD).
 
 use crate::{check_range, AlignedBuf, Device, IoCounters, IoFuture, IoResult};
 use std::future::Future;
@@ -457,6 +458,44 @@ impl Device for StripedDevice {
         self.op_async(true, buf, offset)
     }
 
+    /// Every member's share of the range, each as few discards as it
+    /// takes: a member's pieces of consecutive stripes are adjacent on it
+    /// (rows follow each other), so a range of whole stripe rows is one
+    /// discard per member. Each member is tried, even after one fails; the
+    /// first error is returned (discard is advisory: what a failed member
+    /// keeps is only space, not data anyone reads).
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        check_range(self, len as usize, offset)?;
+        let mut ranges: Vec<Vec<(u64, u64)>> = vec![Vec::new(); self.members.len()];
+        for p in self.pieces(offset, len as usize) {
+            let r = &mut ranges[p.member];
+            match r.last_mut() {
+                Some((at, n)) if *at + *n == p.offset => *n += p.len as u64,
+                _ => r.push((p.offset, p.len as u64)),
+            }
+        }
+        let mut res = Ok(());
+        for (m, rs) in self.members.iter().zip(ranges) {
+            for (at, n) in rs {
+                if let Err(e) = m.discard(at, n) {
+                    if res.is_ok() {
+                        res = Err(io::Error::new(e.kind(), format!("discard on {}: {e}", m.describe())));
+                    }
+                    break;
+                }
+            }
+        }
+        if res.is_ok() {
+            self.counters.discard(len);
+        }
+        res
+    }
+
+    /// As its members: all of them must discard by default.
+    fn discards_by_default(&self) -> bool {
+        self.members.iter().all(|m| m.discards_by_default())
+    }
+
     /// Flushes every member (all of them, even after one fails); the first
     /// error is returned.
     fn flush(&self) -> io::Result<()> {
@@ -627,6 +666,89 @@ mod tests {
         let (_, two) = mems(2, 1 << 20);
         assert!(StripedDevice::create(two.clone(), 3 * 4096).is_err());
         assert!(StripedDevice::create(two, 2 << 20).is_err());
+    }
+
+    #[test]
+    fn discard_reaches_every_members_share_and_nothing_else() {
+        let (raw, devs) = mems(3, LABEL_BYTES + 8 * 4096);
+        let d = StripedDevice::create(devs, 4096).unwrap();
+        let size = d.size_bytes() as usize;
+        let (_, r) = d.write_at(pattern(size, 5), 0);
+        r.unwrap();
+        // From the middle of stripe 1 to the middle of stripe 8: every
+        // member, rows 0..3, partial stripes at both ends.
+        let (at, len) = (4096 + 1024, 7 * 4096);
+        d.discard(at as u64, len as u64).unwrap();
+        let (b, r) = d.read_at(AlignedBuf::zeroed(size), 0);
+        r.unwrap();
+        let want = pattern(size, 5);
+        for (i, (&got, &w)) in b.iter().zip(want.iter()).enumerate() {
+            let expect = if (at..at + len).contains(&i) { 0 } else { w };
+            assert_eq!(got, expect, "logical byte {i}");
+        }
+        // One discard per member: its pieces of consecutive stripes are adjacent.
+        let per_member: Vec<(u64, u64)> = raw
+            .iter()
+            .map(|m| {
+                let c = m.counters().snapshot();
+                (c.discards, c.discarded_bytes)
+            })
+            .collect();
+        assert_eq!(per_member.iter().map(|c| c.0).collect::<Vec<_>>(), [1, 1, 1]);
+        assert_eq!(per_member.iter().map(|c| c.1).sum::<u64>(), len as u64);
+        let c = d.counters().snapshot();
+        assert_eq!((c.discards, c.discarded_bytes), (1, len as u64));
+        assert!(!d.discards_by_default(), "memory members do not discard by default");
+        assert!(d.discard(100, 512).is_err(), "misaligned");
+        assert!(d.discard(size as u64 - 4096, 8192).is_err(), "past the end");
+    }
+
+    /// On files each member's share becomes a hole: its allocated blocks
+    /// (`st_blocks`) drop by that share, and the rest reads back intact.
+    #[test]
+    fn discard_punches_holes_in_every_member_file() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let stripe = 64 * 1024;
+        let member_bytes = LABEL_BYTES + 16 * stripe;
+        let paths: Vec<_> = (0..3).map(|i| dir.path().join(format!("m{i}"))).collect();
+        let members: Vec<Arc<dyn Device>> = paths
+            .iter()
+            .map(|p| {
+                Arc::new(crate::FileDevice::create(p, member_bytes, crate::OpenMode::Direct).unwrap())
+                    as Arc<dyn Device>
+            })
+            .collect();
+        let d = StripedDevice::create(members, stripe as u32).unwrap();
+        let size = d.size_bytes() as usize;
+        let (_, r) = d.write_at(pattern(size, 9), 0);
+        r.unwrap();
+        d.flush().unwrap();
+        let blocks = |p: &std::path::Path| std::fs::metadata(p).unwrap().blocks();
+        let before: Vec<u64> = paths.iter().map(|p| blocks(p)).collect();
+        // Six whole stripes from stripe 3: rows 1 and 2 of every member.
+        let (at, len) = (3 * stripe as usize, 6 * stripe as usize);
+        match d.discard(at as u64, len as u64) {
+            Ok(()) => {}
+            // A filesystem without hole punching says so.
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}");
+                return;
+            }
+        }
+        for (p, b) in paths.iter().zip(&before) {
+            let after = blocks(p);
+            assert_eq!(b - after, 2 * stripe / 512, "{}: {b} blocks before, {after} after", p.display());
+            assert_eq!(std::fs::metadata(p).unwrap().len(), member_bytes, "the size is kept");
+        }
+        let (b, r) = d.read_at(AlignedBuf::zeroed(size), 0);
+        r.unwrap();
+        let want = pattern(size, 9);
+        assert!(b[..at] == want[..at] && b[at + len..] == want[at + len..], "outside the range intact");
+        assert!(b[at..at + len].iter().all(|&x| x == 0), "the holes read as zeros");
+        for m in d.members() {
+            assert_eq!(m.counters().snapshot().discarded_bytes, 2 * stripe, "{}", m.describe());
+        }
     }
 
     #[test]

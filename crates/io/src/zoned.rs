@@ -19,10 +19,23 @@
 //!   full; `BLKOPENZONE`/`BLKCLOSEZONE` open and close it explicitly.
 //!
 //! Reads are free anywhere; beyond a write pointer they return zeros.
-//! [`Device::discard`] of whole zones resets them. Not used by the store
-//! yet: no zoned store mode exists (docs/ARCHITECTURE.md, "Known limits").
+//! [`Device::discard`] of whole zones resets them.
+//!
+//! As real ZNS drives, it may start with conventional zones
+//! ([`ZonedDevice::with_conventional`]): written anywhere, never reset,
+//! outside the open/active accounting (the store keeps its superblocks
+//! there). The store's zoned mode runs on it (docs/ARCHITECTURE.md,
+//! "Zoned mode").
+//!
+//! **Crash model** ([`ZonedDevice::plan_crash`]): a process crash after a
+//! given number of writes. The write at the crash lands a prefix of its
+//! blocks (seeded: none to all), its zone's write pointer advanced by that
+//! prefix, as a drive that writes a zone in order would leave it; every
+//! operation after it fails (the process is gone) until
+//! [`ZonedDevice::restart`]. Completed writes stay (the default `Direct`
+//! durability's guarantee across a process crash).
 
-use crate::{check_range, AlignedBuf, Device, IoCounters, IoResult};
+use crate::{check_range, AlignedBuf, Device, IoCounters, IoResult, SimRng, ZoneGeometry};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
@@ -35,6 +48,8 @@ pub enum ZoneCond {
     ExplicitOpen,
     Closed,
     Full,
+    /// A conventional zone (no write pointer: `BLK_ZONE_COND_NOT_WP`).
+    NotWp,
 }
 
 impl ZoneCond {
@@ -57,12 +72,18 @@ pub struct Zone {
 struct State {
     bytes: Vec<u8>,
     zones: Vec<Zone>,
+    /// Writes left before the planned crash, and its generator.
+    plan: Option<(u64, SimRng)>,
+    /// The crash happened: every operation fails until a restart.
+    crashed: bool,
 }
 
 /// See the module doc.
 pub struct ZonedDevice {
     state: Mutex<State>,
     zone_bytes: u64,
+    /// Zones `0..conventional` are conventional.
+    conventional: usize,
     max_open: usize,
     max_active: usize,
     violations: AtomicU64,
@@ -84,8 +105,11 @@ impl ZonedDevice {
             state: Mutex::new(State {
                 bytes: vec![0; zones * zone_bytes as usize],
                 zones: vec![Zone { wp: 0, cond: ZoneCond::Empty }; zones],
+                plan: None,
+                crashed: false,
             }),
             zone_bytes,
+            conventional: 0,
             max_open,
             max_active,
             violations: AtomicU64::new(0),
@@ -94,8 +118,48 @@ impl ZonedDevice {
         }
     }
 
+    /// The first `n` zones conventional (written anywhere, never reset).
+    pub fn with_conventional(mut self, n: usize) -> ZonedDevice {
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        assert!(n < st.zones.len(), "at least one sequential zone");
+        for z in &mut st.zones[..n] {
+            *z = Zone { wp: 0, cond: ZoneCond::NotWp };
+        }
+        self.conventional = n;
+        self
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Crash after `writes` more writes (see the module doc); the torn
+    /// prefix is drawn from `seed`.
+    pub fn plan_crash(&self, writes: u64, seed: u64) {
+        self.lock().plan = Some((writes, SimRng::new(seed)));
+    }
+
+    /// Whether the planned crash happened.
+    pub fn crashed(&self) -> bool {
+        self.lock().crashed
+    }
+
+    /// After a crash (or none): the next process opens the device. Its
+    /// zones stay as the crash left them (open zones stay open, as across
+    /// a process restart); a planned crash that did not come is cancelled.
+    pub fn restart(&self) {
+        let mut st = self.lock();
+        st.crashed = false;
+        st.plan = None;
+    }
+
+    fn dead(&self) -> io::Error {
+        io::Error::other("the emulated zoned device is gone (simulated crash)")
+    }
+
+    /// Zones open and active now.
+    pub fn open_and_active(&self) -> (usize, usize) {
+        Self::counts(&self.lock().zones)
     }
 
     pub fn zone_bytes(&self) -> u64 {
@@ -140,17 +204,36 @@ impl ZonedDevice {
         Ok(())
     }
 
-    fn zone_index(&self, z: usize, zones: usize) -> io::Result<usize> {
+    /// `z`, if it is a sequential zone.
+    fn sequential(&self, z: usize, zones: usize) -> io::Result<usize> {
         if z >= zones {
             return self.refuse(format!("zone {z} does not exist ({zones} zones)"));
+        }
+        if z < self.conventional {
+            return self.refuse(format!("zone {z} is conventional"));
         }
         Ok(z)
     }
 
+    /// Whole sequential zones `offset..offset + len`, for `op`.
+    fn whole_zones(&self, op: &str, offset: u64, len: u64) -> io::Result<std::ops::Range<usize>> {
+        if !offset.is_multiple_of(self.zone_bytes) || !len.is_multiple_of(self.zone_bytes) {
+            return self.refuse(format!("{op} of {len} bytes at {offset} is not whole zones"));
+        }
+        Ok((offset / self.zone_bytes) as usize..((offset + len) / self.zone_bytes) as usize)
+    }
+
     /// `BLKRESETZONE`: empty zone `z` (its write pointer back to 0).
+    /// Resetting an empty zone does nothing and is not counted.
     pub fn reset_zone(&self, z: usize) -> io::Result<()> {
         let mut st = self.lock();
-        let z = self.zone_index(z, st.zones.len())?;
+        if st.crashed {
+            return Err(self.dead());
+        }
+        let z = self.sequential(z, st.zones.len())?;
+        if st.zones[z].cond == ZoneCond::Empty {
+            return Ok(());
+        }
         let start = z * self.zone_bytes as usize;
         st.bytes[start..start + self.zone_bytes as usize].fill(0);
         st.zones[z] = Zone { wp: 0, cond: ZoneCond::Empty };
@@ -161,7 +244,10 @@ impl ZonedDevice {
     /// `BLKFINISHZONE`: zone `z` becomes full (no more writes until reset).
     pub fn finish_zone(&self, z: usize) -> io::Result<()> {
         let mut st = self.lock();
-        let z = self.zone_index(z, st.zones.len())?;
+        if st.crashed {
+            return Err(self.dead());
+        }
+        let z = self.sequential(z, st.zones.len())?;
         st.zones[z] = Zone { wp: self.zone_bytes, cond: ZoneCond::Full };
         Ok(())
     }
@@ -169,7 +255,7 @@ impl ZonedDevice {
     /// `BLKOPENZONE`: open zone `z` explicitly.
     pub fn open_zone(&self, z: usize) -> io::Result<()> {
         let mut st = self.lock();
-        let z = self.zone_index(z, st.zones.len())?;
+        let z = self.sequential(z, st.zones.len())?;
         match st.zones[z].cond {
             ZoneCond::ExplicitOpen => Ok(()),
             ZoneCond::ImplicitOpen => {
@@ -190,7 +276,7 @@ impl ZonedDevice {
     /// `BLKCLOSEZONE`: close open zone `z` (it stays active unless empty).
     pub fn close_zone(&self, z: usize) -> io::Result<()> {
         let mut st = self.lock();
-        let z = self.zone_index(z, st.zones.len())?;
+        let z = self.sequential(z, st.zones.len())?;
         let zone = st.zones[z];
         if zone.cond.open() {
             st.zones[z].cond = if zone.wp == 0 { ZoneCond::Empty } else { ZoneCond::Closed };
@@ -205,6 +291,10 @@ impl Device for ZonedDevice {
             return (buf, Err(e));
         }
         let st = self.lock();
+        if st.crashed {
+            drop(st);
+            return (buf, Err(self.dead()));
+        }
         let o = offset as usize;
         let n = buf.len();
         buf.copy_from_slice(&st.bytes[o..o + n]);
@@ -220,52 +310,119 @@ impl Device for ZonedDevice {
         let n = buf.len() as u64;
         let z = (offset / self.zone_bytes) as usize;
         let mut st = self.lock();
-        let zone = st.zones[z];
-        let start = z as u64 * self.zone_bytes;
-        let refused = if offset + n > start + self.zone_bytes {
-            Some(format!("write of {n} bytes at {offset} crosses the end of zone {z}"))
-        } else if zone.cond == ZoneCond::Full {
-            Some(format!("write at {offset} into full zone {z}"))
-        } else if offset != start + zone.wp {
-            Some(format!("write at {offset}, zone {z}'s write pointer is at {}", start + zone.wp))
-        } else if !zone.cond.open() {
-            self.may_open(&st.zones, zone.cond).err().map(|e| format!("write opening zone {z}: {e}"))
-        } else {
-            None
-        };
-        if let Some(what) = refused {
+        if st.crashed {
             drop(st);
-            return (buf, self.refuse(what));
+            return (buf, Err(self.dead()));
         }
-        st.bytes[offset as usize..(offset + n) as usize].copy_from_slice(&buf);
-        let wp = zone.wp + n;
-        let cond = if wp == self.zone_bytes {
-            ZoneCond::Full
-        } else if zone.cond.open() {
-            zone.cond
+        // The planned crash: this write lands a prefix of its blocks.
+        // (Even all of it: the process is gone before the write returns.)
+        let (mut land, mut crash) = (n, false);
+        if let Some((left, rng)) = &mut st.plan {
+            if *left == 0 {
+                land = rng.below(n / 4096 + 1) * 4096;
+                crash = true;
+            } else {
+                *left -= 1;
+            }
+        }
+        if z < self.conventional {
+            if offset + n > self.conventional as u64 * self.zone_bytes {
+                drop(st);
+                return (buf, self.refuse(format!("write of {n} bytes at {offset} crosses into the sequential zones")));
+            }
+            st.bytes[offset as usize..(offset + land) as usize].copy_from_slice(&buf[..land as usize]);
         } else {
-            ZoneCond::ImplicitOpen
-        };
-        st.zones[z] = Zone { wp, cond };
+            let zone = st.zones[z];
+            let start = z as u64 * self.zone_bytes;
+            let refused = if offset + n > start + self.zone_bytes {
+                Some(format!("write of {n} bytes at {offset} crosses the end of zone {z}"))
+            } else if zone.cond == ZoneCond::Full {
+                Some(format!("write at {offset} into full zone {z}"))
+            } else if offset != start + zone.wp {
+                Some(format!("write at {offset}, zone {z}'s write pointer is at {}", start + zone.wp))
+            } else if !zone.cond.open() {
+                self.may_open(&st.zones, zone.cond).err().map(|e| format!("write opening zone {z}: {e}"))
+            } else {
+                None
+            };
+            if let Some(what) = refused {
+                drop(st);
+                return (buf, self.refuse(what));
+            }
+            st.bytes[offset as usize..(offset + land) as usize].copy_from_slice(&buf[..land as usize]);
+            let wp = zone.wp + land;
+            let cond = if wp == self.zone_bytes {
+                ZoneCond::Full
+            } else if zone.cond.open() {
+                zone.cond
+            } else if wp == 0 {
+                ZoneCond::Empty
+            } else {
+                ZoneCond::ImplicitOpen
+            };
+            st.zones[z] = Zone { wp, cond };
+        }
+        if crash {
+            st.crashed = true;
+            st.plan = None;
+            drop(st);
+            return (buf, Err(self.dead()));
+        }
         drop(st);
         self.counters.count_write(n as usize);
         (buf, Ok(()))
     }
 
-    /// Whole zones only: each is reset.
+    /// Whole sequential zones only: each is reset.
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
-        if !offset.is_multiple_of(self.zone_bytes) || !len.is_multiple_of(self.zone_bytes) {
-            return self.refuse(format!("discard of {len} bytes at {offset} is not whole zones"));
-        }
-        let first = (offset / self.zone_bytes) as usize;
-        for z in first..first + (len / self.zone_bytes) as usize {
-            self.reset_zone(z)?;
-        }
+        self.reset_zones(offset, len)?;
         self.counters.discard(len);
         Ok(())
     }
 
+    /// Reads are copies out of DRAM, as the memory device's (the store
+    /// then defaults to no blind overwrites, as there: zoned and
+    /// conventional runs in memory compare like for like).
+    fn in_memory(&self) -> bool {
+        true
+    }
+
+    fn zones(&self) -> Option<ZoneGeometry> {
+        Some(ZoneGeometry {
+            zone_bytes: self.zone_bytes,
+            conventional_bytes: self.conventional as u64 * self.zone_bytes,
+            max_open: self.max_open,
+            max_active: self.max_active,
+        })
+    }
+
+    fn reset_zones(&self, offset: u64, len: u64) -> io::Result<()> {
+        for z in self.whole_zones("reset", offset, len)? {
+            self.reset_zone(z)?;
+        }
+        Ok(())
+    }
+
+    fn finish_zones(&self, offset: u64, len: u64) -> io::Result<()> {
+        for z in self.whole_zones("finish", offset, len)? {
+            self.finish_zone(z)?;
+        }
+        Ok(())
+    }
+
+    fn write_pointer(&self, offset: u64) -> io::Result<u64> {
+        let st = self.lock();
+        if st.crashed {
+            return Err(self.dead());
+        }
+        let z = self.sequential((offset / self.zone_bytes) as usize, st.zones.len())?;
+        Ok(z as u64 * self.zone_bytes + st.zones[z].wp)
+    }
+
     fn flush(&self) -> io::Result<()> {
+        if self.lock().crashed {
+            return Err(self.dead());
+        }
         self.counters.flushes.fetch_add(1, Relaxed);
         Ok(())
     }
@@ -357,5 +514,57 @@ mod tests {
         d.open_zone(1).unwrap();
         assert_eq!(d.report()[1].cond, ZoneCond::ExplicitOpen);
         assert!(d.reset_zone(5).is_err());
+        // Resetting an empty zone is no reset.
+        d.reset_zone(0).unwrap();
+        assert_eq!(d.resets(), 2);
+    }
+
+    #[test]
+    fn conventional_zones_take_writes_anywhere_and_no_zone_commands() {
+        let d = ZonedDevice::new(4, ZONE, 1, 1).with_conventional(2);
+        d.write_at(block(1), 4096).1.unwrap();
+        d.write_at(block(2), 0).1.unwrap();
+        d.write_at(block(3), 4096).1.unwrap();
+        d.write_at(block(4), ZONE + 8192).1.unwrap();
+        let (r, _) = d.read_at(AlignedBuf::zeroed(8192), 0);
+        assert!(r[..4096].iter().all(|&b| b == 2) && r[4096..].iter().all(|&b| b == 3));
+        assert_eq!(d.open_and_active(), (0, 0), "conventional zones are never open");
+        assert!(d.write_at(AlignedBuf::zeroed(8192), 2 * ZONE - 4096).1.is_err(), "into a sequential zone");
+        assert!(d.reset_zone(1).is_err() && d.finish_zones(0, ZONE).is_err());
+        assert!(d.write_pointer(0).is_err());
+        assert_eq!(d.write_pointer(2 * ZONE).unwrap(), 2 * ZONE);
+        d.write_at(block(5), 2 * ZONE).1.unwrap();
+        assert_eq!(d.write_pointer(2 * ZONE + 100).unwrap(), 2 * ZONE + 4096);
+        let g = d.zones().unwrap();
+        assert_eq!((g.zone_bytes, g.conventional_bytes, g.max_open, g.max_active), (ZONE, 2 * ZONE, 1, 1));
+        d.finish_zones(2 * ZONE, ZONE).unwrap();
+        assert_eq!(d.report()[2].cond, ZoneCond::Full);
+        d.reset_zones(2 * ZONE, 2 * ZONE).unwrap();
+        assert_eq!(d.report()[2], Zone { wp: 0, cond: ZoneCond::Empty });
+    }
+
+    /// The planned crash lands a prefix of the write, keeps the writes
+    /// before it, fails everything after it until the restart.
+    #[test]
+    fn a_crash_tears_the_write_at_the_write_pointer_and_stops_the_device() {
+        for seed in 0..20 {
+            let d = ZonedDevice::new(2, ZONE, 2, 2);
+            d.plan_crash(2, seed);
+            d.write_at(block(1), 0).1.unwrap();
+            d.write_at(block(2), 4096).1.unwrap();
+            let mut big = AlignedBuf::zeroed(4 * 4096);
+            big.fill(3);
+            assert!(d.write_at(big, 8192).1.is_err(), "seed {seed}: the crash");
+            assert!(d.crashed());
+            assert!(d.read_at(AlignedBuf::zeroed(4096), 0).1.is_err() && d.flush().is_err());
+            d.restart();
+            let wp = d.write_pointer(0).unwrap();
+            assert!((8192..=8192 + 4 * 4096).contains(&wp) && wp.is_multiple_of(4096), "seed {seed}: {wp}");
+            let (r, _) = d.read_at(AlignedBuf::zeroed(ZONE as usize), 0);
+            assert!(r[..4096].iter().all(|&b| b == 1) && r[4096..8192].iter().all(|&b| b == 2));
+            assert!(r[8192..wp as usize].iter().all(|&b| b == 3) && r[wp as usize..].iter().all(|&b| b == 0));
+            d.write_at(block(4), wp).1.unwrap();
+            assert_eq!(d.violations(), 0);
+        }
     }
 }

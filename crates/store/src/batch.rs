@@ -196,6 +196,11 @@ impl Core {
         if ops.is_empty() {
             return Ok(BatchOutcome::Committed { cas: Vec::new() });
         }
+        if self.space.zoned() {
+            // A batch is one write beside the coalescer's ordered groups,
+            // which could land ahead of the user stream's write pointer.
+            return Err(Error::InvalidOptions("atomic batches are not supported in zoned mode".into()));
+        }
         if ops.len() > BATCH_OPS_MAX {
             return Err(Error::BadBatch(format!("{} operations; a batch holds at most {BATCH_OPS_MAX}", ops.len())));
         }

@@ -17,6 +17,10 @@
 //! A crash tears at most the group in flight: every record in it is
 //! unacknowledged and carries its own checksums (FORMAT.md, "torn records").
 //!
+//! In zoned mode ([`Coalescer::ordered`]) groups are written in the order
+//! their grains were allocated, so each write lands at its zone's write
+//! pointer: a leader waits until the groups before it are written.
+//!
 //! Limits: a leader whose future is dropped (cancelled) fails its members,
 //! which poisons the store until it is reopened (the server only cancels
 //! requests still running after its drain timeout, just before it closes);
@@ -69,6 +73,9 @@ struct Inner {
     busy: bool,
     /// Groups not yet written, per segment.
     pending: std::collections::HashMap<u32, usize>,
+    /// With [`Coalescer::ordered`]: the groups not yet written, in the
+    /// order their first grains were allocated; only the first may write.
+    queue: std::collections::VecDeque<Arc<Group>>,
 }
 
 impl Inner {
@@ -97,6 +104,10 @@ pub(crate) struct Coalescer {
     /// Group writes issued and records written by them (stats).
     pub groups: std::sync::atomic::AtomicU64,
     pub records: std::sync::atomic::AtomicU64,
+    /// Groups are written in allocation order, one at a time (zoned mode:
+    /// each write must land at its zone's write pointer). Otherwise the
+    /// first leader to find the stream idle writes.
+    pub ordered: std::sync::atomic::AtomicBool,
 }
 
 impl Coalescer {
@@ -228,6 +239,9 @@ impl Coalescer {
         // A group in its own buffer takes no one; the open group (if any)
         // no longer ends where the next record starts either.
         inner.open = joinable.then(|| g.clone());
+        if self.ordered.load(std::sync::atomic::Ordering::Relaxed) {
+            inner.queue.push_back(g.clone());
+        }
         *inner.pending.entry(loc.seg).or_default() += 1;
         Placed::Done(Ok((g, true, loc)))
     }
@@ -253,6 +267,7 @@ impl Coalescer {
                 if self.busy {
                     inner.busy = false;
                 }
+                inner.queue.retain(|g| !Arc::ptr_eq(g, self.group));
                 inner.finished(self.group.seg);
                 drop(inner);
                 let cancelled = ("write", std::io::ErrorKind::Interrupted, "the leading write was cancelled".into());
@@ -266,7 +281,8 @@ impl Coalescer {
         let bytes = loop {
             let listener = {
                 let mut inner = self.lock();
-                if !inner.busy {
+                let first = inner.queue.front().is_none_or(|g| Arc::ptr_eq(g, group));
+                if !inner.busy && first {
                     inner.busy = true;
                     guard.busy = true;
                     if inner.open.as_ref().is_some_and(|g| Arc::ptr_eq(g, group)) {

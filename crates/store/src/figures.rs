@@ -180,7 +180,23 @@ impl Stats {
                 gc.evicted_values,
             )
             .info("gc.low_watermark", "GC starts below this many free segments.", st.gc_watermarks.0 as u64)
-            .info("gc.high_watermark", "GC stops at this many free segments.", st.gc_watermarks.1 as u64);
+            .info("gc.high_watermark", "GC stops at this many free segments.", st.gc_watermarks.1 as u64)
+            .info("gc.policy", "GC's victim choice (gc_policy).", st.gc_settings.policy.name().to_string())
+            .info(
+                "gc.hot_cold",
+                "1 if GC keeps hot and cold relocations apart (gc_hot_cold).",
+                u64::from(st.gc_settings.hot_cold),
+            )
+            .info(
+                "gc.watermark",
+                "How GC's low watermark is set (gc_watermark).",
+                st.gc_settings.watermark.name().to_string(),
+            )
+            .info(
+                "gc.discard",
+                "1 if freed segments are discarded (discard, resolved for the device).",
+                u64::from(st.gc_settings.discard),
+            );
         let ix = &st.index;
         let occupancy = if ix.slots == 0 { 0.0 } else { ix.entries as f64 / ix.slots as f64 };
         r.gauge("index.entries", "granary_index_entries", "Index entries.", ix.entries)

@@ -113,8 +113,8 @@ pub use provision::{provision, IfPresent, NewStore, Provisioned, Site, Undo};
 pub use store::{Namespace, Store};
 pub use tier::ITEM_OVERHEAD_BYTES as TIER_ITEM_OVERHEAD_BYTES;
 pub use types::{
-    Change, CheckpointStats, Cond, DramStats, GcPause, GcStats, Item, ItemMeta, PutMode, PutOutcome, RecoveryReport,
-    ScanPage, Stats, RESERVED_KEY_PREFIX,
+    Change, CheckpointStats, Cond, DramStats, GcPause, GcSettings, GcStats, Item, ItemMeta, PutMode, PutOutcome,
+    RecoveryReport, ScanPage, Stats, RESERVED_KEY_PREFIX,
 };
 pub use verify::VerifyReport;
 pub use zerocopy::{PutBuf, ReceiveEnd, ValueBuf};

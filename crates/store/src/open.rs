@@ -39,6 +39,7 @@ impl Store {
     /// Format `dev` as a new, empty store and open it.
     pub fn create(dev: Arc<dyn Device>, opts: &CreateOptions, open: &OpenOptions) -> Result<Store> {
         let sb = Self::geometry(dev.as_ref(), opts, open)?;
+        Self::check_zones(dev.as_ref(), &sb, open)?;
         crate::log::write_superblocks(dev.as_ref(), &sb)?;
         tracing::debug!(device = %dev.describe(), segments = sb.segment_count, segment_bytes = sb.segment_bytes,
             grain_bytes = sb.grain_bytes, "created store");
@@ -82,6 +83,46 @@ impl Store {
         Ok(sb)
     }
 
+    /// Zoned mode (a zoned device, [`Device::zones`]): whether the store's
+    /// geometry fits the device's zones. A segment must be one zone, the
+    /// superblocks in conventional zones, and
+    /// the device must allow two open (and active) zones per segment
+    /// stream: a stream's closed segment stays open until its last write
+    /// lands, beside the stream's next one. docs/ARCHITECTURE.md, "Zoned
+    /// mode".
+    fn check_zones(dev: &dyn Device, sb: &Superblock, opts: &OpenOptions) -> Result<bool> {
+        let Some(z) = dev.zones() else { return Ok(false) };
+        let bad = |s: String| Err(Error::InvalidOptions(format!("zoned device {}: {s}", dev.describe())));
+        let first = sb.segment_offset(0);
+        // One zone per segment: a write (a group, a relocation run) never
+        // crosses a zone boundary, which a zoned device refuses.
+        if !first.is_multiple_of(z.zone_bytes) || sb.segment_bytes != z.zone_bytes {
+            return bad(format!(
+                "segments of {} bytes from offset {first} are not one zone of {} bytes each",
+                sb.segment_bytes, z.zone_bytes
+            ));
+        }
+        // Both superblock copies, 4 KiB each.
+        let superblocks_end = SUPERBLOCK_OFFSETS[1] + 4096;
+        if z.conventional_bytes < superblocks_end || z.conventional_bytes > first {
+            return bad(format!(
+                "its conventional zones ({} bytes) must hold the two superblocks ({} bytes) and end by the \
+                 first segment (offset {first})",
+                z.conventional_bytes, superblocks_end
+            ));
+        }
+        let streams = if opts.gc_hot_cold { 3 } else { 2 };
+        if z.max_open < 2 * streams || z.max_active < 2 * streams {
+            return bad(format!(
+                "{} open and {} active zones at most; the store needs {} (two per segment stream)",
+                z.max_open,
+                z.max_active,
+                2 * streams
+            ));
+        }
+        Ok(true)
+    }
+
     /// Open an existing store and rebuild its index from the log.
     pub fn open(dev: Arc<dyn Device>, opts: &OpenOptions) -> Result<Store> {
         let core = match Self::open_core(dev.clone(), opts, opts.use_checkpoint)? {
@@ -97,6 +138,18 @@ impl Store {
             }
         };
         let core = Arc::new(core);
+        if core.space.zoned() {
+            // Torn records recovery could not clear in place: their
+            // segments are reclaimed now, before writes start.
+            for seg in core.space.take_torn() {
+                match crate::gc::reclaim(core.collector(), seg, false) {
+                    Ok(()) => tracing::info!(segment = seg, "reclaimed a segment holding a torn record"),
+                    Err(e) => {
+                        tracing::warn!(segment = seg, error = %e, "could not reclaim a segment holding a torn record")
+                    }
+                }
+            }
+        }
         let threads = opts.background == crate::Background::Threads;
         let gc = if opts.gc && threads {
             let c = core.clone();
@@ -108,7 +161,8 @@ impl Store {
         } else {
             None
         };
-        let checkpointer = match opts.checkpoint_interval.filter(|_| threads) {
+        // No index checkpoints in zoned mode (`Core::write_checkpoint`).
+        let checkpointer = match opts.checkpoint_interval.filter(|_| threads && !core.space.zoned()) {
             Some(every) => {
                 let stop = Arc::new((Mutex::new(false), Condvar::new()));
                 let (c, st) = (core.clone(), stop.clone());
@@ -128,6 +182,7 @@ impl Store {
     /// has namespaces and the checkpoint loaded does not give their counts.
     fn open_core(dev: Arc<dyn Device>, opts: &OpenOptions, use_checkpoint: bool) -> Result<Option<Core>> {
         let sb = Self::read_superblock(dev.as_ref())?;
+        let zoned = Self::check_zones(dev.as_ref(), &sb, opts)?;
         if sb.device_bytes > dev.size_bytes() {
             return Err(Error::InvalidOptions(format!(
                 "the store was created on {} bytes but the device has only {}",
@@ -185,7 +240,9 @@ impl Store {
             clock: opts.clock.clone(),
             evict: opts.evict,
             flush_lock: async_lock::Mutex::new(()),
-            coalesce: opts.coalesce_writes,
+            // Zoned mode writes the user stream in allocation order, which
+            // the coalescer's ordered groups give (`Coalescer::ordered`).
+            coalesce: opts.coalesce_writes || zoned,
             manual: opts.background == crate::Background::Manual,
             coalescer: Default::default(),
             track_access: opts.track_access,
@@ -195,7 +252,9 @@ impl Store {
             closed: AtomicBool::new(false),
             features: Mutex::new(sb.flags),
         };
+        core.coalescer.ordered.store(zoned, Relaxed);
         let report = crate::recover::Rebuild(core.parts()).run(&core.checkpoints, headers, loaded, floor, opts)?;
+        core.space.settle_zones()?;
         let from_checkpoint = report.checkpoint_id != 0;
         *core.recovery.lock().unwrap_or_else(|e| e.into_inner()) = report;
         if let Some(f) = block_on(core.read_item(FLUSH_FLOOR_KEY))? {

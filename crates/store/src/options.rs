@@ -222,7 +222,7 @@ pub enum Watermark {
 }
 
 impl Watermark {
-    /// The name `--watermark` takes.
+    /// The name `--gc-watermark` takes.
     pub fn name(self) -> &'static str {
         match self {
             Watermark::Fixed => "fixed",
@@ -256,6 +256,15 @@ pub enum Discard {
 }
 
 impl Discard {
+    /// The name `--discard` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Discard::Auto => "auto",
+            Discard::On => "on",
+            Discard::Off => "off",
+        }
+    }
+
     /// Parse `auto`, `on` or `off`.
     pub fn parse(s: &str) -> Option<Discard> {
         match s {

@@ -587,14 +587,36 @@ impl Rebuild<'_> {
             if !replay.contains(&i) || s.alloc_seq < floor || end == 0 || end >= self.log.sb.segment_grains() {
                 continue;
             }
+            if self.space.zoned() && !self.zoned_tail_writable(s.seg, end) {
+                continue;
+            }
             self.space.reopen(s.seg, stream, end);
             tracing::debug!(segment = s.seg, ?stream, grain = end, "writes resume in the tail of the newest segment");
         }
     }
 
+    /// Zoned mode: whether writes may resume in `seg` at grain `end`: no
+    /// torn record in it (the open reclaims such a segment) and its write
+    /// pointer there (a torn write's prefix may lie beyond).
+    fn zoned_tail_writable(&self, seg: u32, end: u64) -> bool {
+        if self.space.is_torn(seg) {
+            return false;
+        }
+        let at = self.space.pba(seg, end) * self.log.grain();
+        matches!(self.log.dev.write_pointer(at), Ok(wp) if wp == at)
+    }
+
     /// Zero the first grain of a torn record so later scans skip it too,
-    /// even once its segment is no longer among the newest.
+    /// even once its segment is no longer among the newest. Zoned mode
+    /// cannot write behind a write pointer: the segment is noted instead,
+    /// and the open reclaims it (`Store::open`), so the torn record is
+    /// gone before its segment leaves the newest of its stream.
     fn neutralise_torn(&self, seg: u32, grain: u64) -> Result<()> {
+        if self.space.zoned() {
+            tracing::warn!(segment = seg, grain, "torn record ignored; its segment is reclaimed (zoned mode)");
+            self.space.note_torn(seg);
+            return Ok(());
+        }
         let pba = self.space.pba(seg, grain);
         let offset = pba * self.log.grain();
         tracing::warn!(segment = seg, grain, offset, "torn record ignored and cleared");

@@ -18,7 +18,10 @@
 //! - A writer that needs space does not hold a key stripe while it waits
 //!   ([`Space::await_room`]), because GC takes stripes to relocate.
 //! - A segment goes back to the free list only after its header was
-//!   rewritten as free (kept alloc_seq) on the device.
+//!   rewritten as free (kept alloc_seq) on the device; in zoned mode, only
+//!   after its zones were reset (a free segment's zones are empty, so its
+//!   header lands at the write pointer), and a closed segment's zones are
+//!   finished once no write to it is in flight.
 
 use crate::error::{Error, Result};
 use crate::options::{Durability, GcPolicy, Watermark};
@@ -169,6 +172,13 @@ pub(crate) struct Space {
     /// Discard freed segments; cleared at the first discard that fails
     /// (a device or filesystem without discard says so once).
     discard: std::sync::atomic::AtomicBool,
+    /// Zoned mode (the device is zoned): each segment is whole zones, a
+    /// closed segment's zones are finished once its writes are done, a
+    /// freed one's reset (docs/ARCHITECTURE.md, "Zoned mode").
+    zoned: Option<granary_io::ZoneGeometry>,
+    /// Zoned mode: segments recovery found a torn record in, which it
+    /// cannot clear in place; the open reclaims them.
+    torn: Mutex<Vec<u32>>,
 }
 
 /// How good a victim a segment is under `policy` (higher is better):
@@ -345,6 +355,7 @@ impl Space {
         let n = sb.segment_count as usize;
         let low = (n / 32).clamp(RESERVED_SEGMENTS + 2, 64);
         let provision = Provision::new(cfg.watermark, n, low);
+        let zoned = dev.zones();
         Space {
             dev,
             durability,
@@ -380,9 +391,80 @@ impl Space {
             reserve: if n >= 8 { RESERVED_SEGMENTS } else { 1 },
             policy: cfg.policy,
             hot_cold: cfg.hot_cold,
-            discard: cfg.discard.into(),
+            // A zone reset is the discard in zoned mode.
+            discard: (cfg.discard && zoned.is_none()).into(),
+            zoned,
+            torn: Mutex::new(Vec::new()),
             sb,
         }
+    }
+
+    /// Whether the store runs in zoned mode.
+    pub(crate) fn zoned(&self) -> bool {
+        self.zoned.is_some()
+    }
+
+    /// Zoned mode: recovery found a torn record in `seg`.
+    pub(crate) fn note_torn(&self, seg: u32) {
+        let mut t = self.torn.lock().unwrap_or_else(|e| e.into_inner());
+        if !t.contains(&seg) {
+            t.push(seg);
+        }
+    }
+
+    /// Zoned mode: whether recovery found a torn record in `seg`.
+    pub(crate) fn is_torn(&self, seg: u32) -> bool {
+        self.torn.lock().unwrap_or_else(|e| e.into_inner()).contains(&seg)
+    }
+
+    /// Zoned mode: the segments recovery found torn records in.
+    pub(crate) fn take_torn(&self) -> Vec<u32> {
+        std::mem::take(&mut *self.torn.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Zoned mode: finish `seg`'s zones (closed, its writes done), so it
+    /// no longer counts against the device's open and active zones. A
+    /// failure is logged: it costs an open zone, not data.
+    fn finish_zones_of(&self, seg: u32) {
+        let offset = self.sb.segment_offset(seg);
+        if let Err(e) = self.dev.finish_zones(offset, self.sb.segment_bytes) {
+            tracing::warn!(segment = seg, error = %e, "finishing a closed segment's zones failed");
+        }
+    }
+
+    /// Zoned mode: reset `seg`'s zones unless its first zone is empty
+    /// (what a free segment must be before its header is written).
+    fn reset_zones_of(&self, seg: u32) -> Result<()> {
+        let offset = self.sb.segment_offset(seg);
+        let io = |source| Error::Io { op: "zone reset", offset, source };
+        let z = self.zoned.map_or(self.sb.segment_bytes, |z| z.zone_bytes);
+        let wps = (0..self.sb.segment_bytes / z)
+            .map(|i| self.dev.write_pointer(offset + i * z).map(|wp| wp != offset + i * z))
+            .collect::<std::io::Result<Vec<bool>>>()
+            .map_err(io)?;
+        if wps.into_iter().any(|written| written) {
+            self.dev.reset_zones(offset, self.sb.segment_bytes).map_err(io)?;
+        }
+        Ok(())
+    }
+
+    /// Zoned mode, at open (recovery done, tails resumed): free segments
+    /// are reset (a header a crash left, a torn write), used ones that are
+    /// not open finished (zones a crash left open), so the open writes at
+    /// write pointers within the device's zone limits.
+    pub(crate) fn settle_zones(&self) -> Result<()> {
+        if self.zoned.is_none() {
+            return Ok(());
+        }
+        let inner = self.lock();
+        for (i, st) in inner.state.iter().enumerate() {
+            match st {
+                SegState::Free => self.reset_zones_of(i as u32)?,
+                SegState::Closed | SegState::Index => self.finish_zones_of(i as u32),
+                SegState::Open => {}
+            }
+        }
+        Ok(())
     }
 
     fn wake_all(&self) {
@@ -572,6 +654,23 @@ impl Space {
     pub(crate) fn done(&self, seg: u32) {
         let prev = self.inflight[seg as usize].fetch_sub(1, Release);
         debug_assert!(prev > 0, "done without an allocation in segment {seg}");
+        if prev == 1 && self.zoned.is_some() {
+            // The last write of a segment closed meanwhile: finish it.
+            let inner = self.lock();
+            self.finish_if_done(&inner, seg);
+        }
+    }
+
+    /// Zoned mode: finish `seg` if it is closed with no write in flight
+    /// (checked under `inner`: a closed segment takes no new allocation).
+    /// Finishing twice (by `close` and by `done`) is harmless.
+    fn finish_if_done(&self, inner: &Inner, seg: u32) {
+        if self.zoned.is_some()
+            && inner.state[seg as usize] == SegState::Closed
+            && self.inflight[seg as usize].load(Acquire) == 0
+        {
+            self.finish_zones_of(seg);
+        }
     }
 
     fn close(&self, inner: &mut Inner, seg: u32) {
@@ -581,6 +680,7 @@ impl Space {
         self.tick.store(inner.closes, Relaxed);
         self.touched[seg as usize].store(inner.closes, Relaxed);
         inner.stuck = false; // a new candidate for GC
+        self.finish_if_done(inner, seg);
     }
 
     /// Cache mode: a value in `seg` was read (segment-level LRU).
@@ -626,14 +726,26 @@ impl Space {
     /// [`Store::sync`](crate::Store::sync) had made durable (or bringing a
     /// deleted one back). One flush per reclaimed segment; in `Flush` mode
     /// all of those were flushed as they were written.
+    ///
+    /// Zoned mode: the flush, then a reset of the segment's zones instead
+    /// of the free header and the discard (it reads as zeros: free).
     pub(crate) fn free_segment(&self, seg: u32) -> Result<()> {
-        if self.durability == Durability::Direct {
+        if self.durability == Durability::Direct || self.zoned.is_some() {
             let offset = self.sb.segment_offset(seg);
             self.dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
         }
-        let alloc_seq = self.alloc_seqs[seg as usize].load(Relaxed);
-        self.write_header(seg, SegmentKind::Free, Stream::User, alloc_seq, 0)?;
-        self.discard_records(seg);
+        if self.zoned.is_some() {
+            let offset = self.sb.segment_offset(seg);
+            self.dev.reset_zones(offset, self.sb.segment_bytes).map_err(|source| Error::Io {
+                op: "zone reset",
+                offset,
+                source,
+            })?;
+        } else {
+            let alloc_seq = self.alloc_seqs[seg as usize].load(Relaxed);
+            self.write_header(seg, SegmentKind::Free, Stream::User, alloc_seq, 0)?;
+            self.discard_records(seg);
+        }
         let mut inner = self.lock();
         debug_assert_eq!(inner.state[seg as usize], SegState::Closed);
         inner.state[seg as usize] = SegState::Free;
@@ -1012,6 +1124,16 @@ impl Space {
         }
         self.wake_all();
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// GC's configuration in effect.
+    pub(crate) fn settings(&self) -> crate::GcSettings {
+        crate::GcSettings {
+            policy: self.policy,
+            hot_cold: self.hot_cold,
+            watermark: self.lock().provision.mode,
+            discard: self.discard.load(Relaxed),
+        }
     }
 
     /// (low, high) free-segment watermarks of GC.

@@ -215,7 +215,15 @@ impl Core {
     }
 
     /// Write a checkpoint of the index now (see [`Checkpoints::write`]).
+    ///
+    /// Zoned mode writes none: a checkpoint's manifest is written after
+    /// its body, behind its zone's write pointer; an open scans the log.
     pub(crate) fn write_checkpoint(&self, clean: bool) -> Result<crate::types::CheckpointStats> {
+        if self.space.zoned() {
+            return Err(Error::InvalidOptions(
+                "index checkpoints are not written in zoned mode (an open scans the log)".into(),
+            ));
+        }
         self.checkpoints.write(self.parts(), &self.clock, clean)
     }
 
@@ -251,6 +259,7 @@ impl Core {
             segments_opened: self.space.horizon(),
             gc_watermarks: self.space.watermarks(),
             gc_rates: self.space.rates(),
+            gc_settings: self.space.settings(),
             checkpoints: self.checkpoints.stats(),
             session: self.checkpoints.session,
             write_groups: self.coalescer.groups.load(Relaxed),
@@ -675,7 +684,7 @@ impl Store {
     /// The clean checkpoint `close` writes (with the namespaces' totals
     /// first), unless disabled or the store refuses writes.
     fn close_checkpoint(&self) -> Result<()> {
-        if self.checkpoint_on_close && self.core.log.check_writable().is_ok() {
+        if self.checkpoint_on_close && self.core.log.check_writable().is_ok() && !self.core.space.zoned() {
             // Every namespace's counts, for the open that loads this
             // checkpoint (`catalog::restore_totals`); without them the
             // next open of a store with namespaces scans the log.

@@ -172,6 +172,8 @@ pub struct Stats {
     /// Segments user writes fill and GC reclaims per second, averaged
     /// (what [`crate::Watermark::Queue`] follows); None until measured.
     pub gc_rates: Option<(f64, f64)>,
+    /// GC's configuration as this open runs it.
+    pub gc_settings: GcSettings,
     pub checkpoints: CheckpointStats,
     /// Random id of this open session (written into its checkpoints).
     pub session: u64,
@@ -191,6 +193,19 @@ pub struct Stats {
     /// Why the store refuses writes (read-only until reopened), once a
     /// device write or flush failed; None while it is writable.
     pub read_only: Option<String>,
+}
+
+/// GC's configuration in effect ([`crate::OpenOptions`]'s `gc_policy`,
+/// `gc_hot_cold`, `gc_watermark` and `discard`, the last resolved for the
+/// device).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GcSettings {
+    pub policy: crate::GcPolicy,
+    pub hot_cold: bool,
+    pub watermark: crate::Watermark,
+    /// Whether freed segments are discarded now: `Discard::Auto` resolved
+    /// for the device, and false once a discard failed.
+    pub discard: bool,
 }
 
 /// Figures of the DRAM tier (all 0 when it is off).
