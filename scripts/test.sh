@@ -36,6 +36,10 @@ PATH="$PATH:/usr/sbin:/sbin" command -v mkfs.ext4 >/dev/null || missing+=(e2fspr
 PATH="$PATH:/usr/sbin:/sbin" command -v losetup >/dev/null || missing+=(mount)
 # The C API's tests (crates/capi/tests/c_api.rs) compile C with cc (which
 # Rust's linking needs anyway) and the header as C++ with c++.
+# The TLS tests (crates/cli/tests/tls.rs): openssl makes their certificates
+# and is a client (s_client); pymemcache is a memcache client over TLS.
+command -v openssl >/dev/null || missing+=(openssl)
+/usr/bin/python3 -c 'import pymemcache' 2>/dev/null || missing+=(python3-pymemcache)
 command -v cc >/dev/null || missing+=(gcc)
 command -v c++ >/dev/null || missing+=(g++)
 if ((${#missing[@]})); then

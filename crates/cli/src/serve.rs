@@ -75,6 +75,12 @@ pub struct Config {
     pub auth_file: Option<PathBuf>,
     /// The token the native protocol's hello must carry.
     pub native_token: Option<String>,
+    /// TLS on the memcache, RESP and native listeners: the certificate
+    /// chain and its key (both or neither), and the CA bundle client
+    /// certificates must chain to (None: none is asked for).
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_ca: Option<PathBuf>,
     pub threads: usize,
     pub conn_limit: usize,
     pub max_item_size: u64,
@@ -157,6 +163,9 @@ impl Config {
             aclfile: None,
             auth_file: None,
             native_token: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
             threads: 0,
             conn_limit: limits::CONNECTIONS_DEFAULT,
             max_item_size: 1 << 20,
@@ -385,6 +394,7 @@ fn run(a: Config) -> Result<(), String> {
         Some(p) => Some(Arc::new(granary_resp::acl::Acl::read(p).map_err(|e| format!("aclfile: {e}"))?)),
         None => None,
     };
+    let tls = tls_config(&a)?;
     let opts = OpenOptions {
         durability: if a.flush { Durability::Flush } else { Durability::Direct },
         evict: a.evict,
@@ -409,7 +419,7 @@ fn run(a: Config) -> Result<(), String> {
         tracing::info!(data = %a.data.display(), keys = store.stats().keys, clean_shutdown = rec.clean_shutdown,
             segments_replayed = rec.segments_scanned, millis = rec.millis, "store open");
     }
-    let served = match start(&a, store.clone(), listeners, users, acl) {
+    let served = match start(&a, store.clone(), listeners, users, acl, tls) {
         Ok(s) => s,
         Err(e) => {
             // A start that fails after the store was made leaves no file.
@@ -448,6 +458,25 @@ fn run(a: Config) -> Result<(), String> {
     Ok(())
 }
 
+/// The TLS settings of the memcache, RESP and native listeners, read and
+/// checked now (before the store is opened: a bad file fails the start
+/// with nothing to undo); None without `tls_cert`.
+fn tls_config(a: &Config) -> Result<Option<granary_server::tls::TlsConfig>, String> {
+    let (cert, key) = match (&a.tls_cert, &a.tls_key) {
+        (None, None) if a.tls_ca.is_some() => {
+            return Err("tls_ca needs tls_cert and tls_key (the server's certificate and key)".into())
+        }
+        (None, None) => return Ok(None),
+        (Some(c), Some(k)) => (c, k),
+        (Some(_), None) => return Err("tls_cert needs tls_key (the certificate's private key)".into()),
+        (None, Some(_)) => return Err("tls_key needs tls_cert (the certificate chain)".into()),
+    };
+    let config = granary_server::tls::server_config(cert, key, a.tls_ca.as_deref())?;
+    let clients = if a.tls_ca.is_some() { "client certificates required" } else { "no client certificates" };
+    eprintln!("granary: TLS on the memcache, RESP and native listeners ({clients})");
+    Ok(Some(config))
+}
+
 /// The running servers.
 struct Served {
     memcache: Server,
@@ -464,6 +493,7 @@ fn start(
     l: Listeners,
     users: Option<Arc<granary_server::auth::UserFile>>,
     acl: Option<Arc<granary_resp::acl::Acl>>,
+    tls: Option<granary_server::tls::TlsConfig>,
 ) -> Result<Served, String> {
     let idle_timeout = (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout));
     let cfg = ServerConfig {
@@ -475,6 +505,7 @@ fn start(
         namespace: a.memcache_namespace.clone(),
         shutdown: a.enable_shutdown.then_some(signals::request_stop as fn()),
         auth: users,
+        tls: tls.clone(),
     };
     let rc = RuntimeConfig {
         spin_io: std::time::Duration::from_micros(a.io_spin_us),
@@ -496,6 +527,7 @@ fn start(
                 value_bytes_max: u32::try_from(a.max_item_size).unwrap_or(u32::MAX),
                 idle_timeout,
                 token: a.native_token.as_ref().map(|t| t.as_bytes().to_vec()),
+                tls: tls.clone(),
             };
             let n = granary_native::Server::start_with_listener(store.clone(), ncfg, rt.clone(), listen(listener)?)
                 .map_err(|e| e.to_string())?;
@@ -514,6 +546,7 @@ fn start(
                 databases: granary_resp::limits::DATABASES_DEFAULT,
                 requirepass: a.requirepass.as_ref().map(|p| p.as_bytes().to_vec()),
                 acl,
+                tls: tls.clone(),
             };
             let r = granary_resp::Server::start_with_listener(store.clone(), rcfg, rt.clone(), listen(listener)?)
                 .map_err(|e| format!("redis protocol: {e}"))?;

@@ -409,6 +409,39 @@ pub const SETTINGS: &[Setting] = &[
         apply: |c, v| c.native_token = Some(v.text()).filter(|t| !t.is_empty()),
     },
     Setting {
+        key: "tls_cert",
+        long: "tls-cert",
+        short: None,
+        kind: Kind::Path,
+        help: "TLS: the server's certificate chain (PEM); with --tls-key, the memcache, RESP and native listeners speak only TLS (docs/SECURITY.md)",
+        default: "none (`\"\"`)",
+        meaning: "with `tls_key`, the memcache, RESP and native listeners speak only TLS (rustls: TLS 1.2 and 1.3), presenting this PEM certificate chain (the server's certificate first); NBD and the metrics endpoint stay plain; an unreadable or invalid file refuses the start (docs/SECURITY.md)",
+        value: |c| Some(q(&c.tls_cert.as_ref().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default())),
+        apply: |c, v| c.tls_cert = Some(v.path()).filter(|p| !p.as_os_str().is_empty()),
+    },
+    Setting {
+        key: "tls_key",
+        long: "tls-key",
+        short: None,
+        kind: Kind::Path,
+        help: "TLS: the private key of --tls-cert (PEM: PKCS#8, PKCS#1 RSA or SEC1 EC)",
+        default: "none (`\"\"`)",
+        meaning: "the private key of `tls_cert` (a PEM `PRIVATE KEY`, `RSA PRIVATE KEY` or `EC PRIVATE KEY` block); required with `tls_cert`, and it must match the certificate (docs/SECURITY.md)",
+        value: |c| Some(q(&c.tls_key.as_ref().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default())),
+        apply: |c, v| c.tls_key = Some(v.path()).filter(|p| !p.as_os_str().is_empty()),
+    },
+    Setting {
+        key: "tls_ca",
+        long: "tls-ca",
+        short: None,
+        kind: Kind::Path,
+        help: "TLS: CA certificates (PEM); given, every TLS client must present a certificate they signed",
+        default: "none (`\"\"`)",
+        meaning: "client certificates are required and verified: a TLS client must present a certificate chaining to one of these PEM CA certificates, else its handshake fails and it is closed; needs `tls_cert` and `tls_key` (docs/SECURITY.md)",
+        value: |c| Some(q(&c.tls_ca.as_ref().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default())),
+        apply: |c, v| c.tls_ca = Some(v.path()).filter(|p| !p.as_os_str().is_empty()),
+    },
+    Setting {
         key: "threads",
         long: "threads",
         short: Some('t'),
@@ -995,7 +1028,7 @@ mod tests {
             checked += 1;
         }
         // The others: size and segment_size (computed), metrics, the
-        // secrets and the auth and ACL files (none: `""`).
-        assert!(checked >= SETTINGS.len() - 7, "only {checked} defaults checked");
+        // three secrets, the auth and ACL files and the three TLS files (none: `""`).
+        assert!(checked >= SETTINGS.len() - 10, "only {checked} defaults checked");
     }
 }

@@ -60,9 +60,46 @@ struct Table {
     dead: Option<String>,
 }
 
+/// The sending half of a connection: the socket, or TLS over it.
+enum Wire {
+    Plain(TcpStream),
+    Tls(crate::tls::WriteHalf),
+}
+
+impl Wire {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Wire::Plain(s) => s,
+            Wire::Tls(t) => t.tcp(),
+        }
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self {
+            Wire::Plain(s) => s.write_all(buf),
+            Wire::Tls(t) => t.write_all(buf),
+        }
+    }
+}
+
+/// The receiving half of a connection.
+enum ReadWire {
+    Plain(TcpStream),
+    Tls(crate::tls::ReadHalf),
+}
+
+impl Read for ReadWire {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            ReadWire::Plain(s) => s.read(buf),
+            ReadWire::Tls(t) => t.read(buf),
+        }
+    }
+}
+
 struct Shared {
     addr: SocketAddr,
-    writer: Mutex<(TcpStream, Vec<u8>)>,
+    writer: Mutex<(Wire, Vec<u8>)>,
     table: Mutex<Table>,
     hello: ServerHello,
     timeout: Duration,
@@ -94,7 +131,7 @@ pub struct Connection {
 /// Read the server's hello, failing at once (not at the timeout) when its
 /// first bytes are not the protocol's magic: a foreign server (memcached,
 /// Redis, HTTP) answers the client's hello with an error line and waits.
-fn read_server_hello(s: &mut TcpStream, addr: SocketAddr) -> Result<[u8; proto::SERVER_HELLO_BYTES], Error> {
+fn read_server_hello(s: &mut impl Read, addr: SocketAddr) -> Result<[u8; proto::SERVER_HELLO_BYTES], Error> {
     let mut b = [0u8; proto::SERVER_HELLO_BYTES];
     let mut got = 0;
     while got < b.len() {
@@ -150,6 +187,18 @@ impl Connection {
         offer: ClientHello,
         token: Option<&[u8]>,
     ) -> Result<Connection, Error> {
+        Connection::connect_over(addr, timeout, offer, token, None)
+    }
+
+    /// [`Connection::connect_offering`], over TLS when `tls` is Some (a
+    /// server started with `--tls-cert`; docs/SECURITY.md).
+    pub fn connect_over(
+        addr: SocketAddr,
+        timeout: Duration,
+        offer: ClientHello,
+        token: Option<&[u8]>,
+        tls: Option<&crate::Tls>,
+    ) -> Result<Connection, Error> {
         if let Some(t) = token {
             if !(1..=proto::HELLO_TOKEN_BYTES_MAX).contains(&t.len()) {
                 return Err(Error::Handshake(format!(
@@ -159,17 +208,27 @@ impl Connection {
                 )));
             }
         }
-        let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| Error::Connect(addr, e))?;
+        let s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| Error::Connect(addr, e))?;
         s.set_nodelay(true).map_err(Error::Io)?;
         s.set_read_timeout(Some(timeout)).map_err(Error::Io)?;
         s.set_write_timeout(Some(timeout)).map_err(Error::Io)?;
+        let (mut s, mut rs) = match tls {
+            None => {
+                let rs = s.try_clone().map_err(Error::Io)?;
+                (Wire::Plain(s), ReadWire::Plain(rs))
+            }
+            Some(t) => {
+                let (w, r) = t.connect(addr, s)?;
+                (Wire::Tls(w), ReadWire::Tls(r))
+            }
+        };
         let mut hello_bytes = match token {
             Some(t) => offer.encode_with_token(t.len()).to_vec(),
             None => offer.encode().to_vec(),
         };
         hello_bytes.extend_from_slice(token.unwrap_or_default());
         s.write_all(&hello_bytes).map_err(|e| Error::Connect(addr, e))?;
-        let b = read_server_hello(&mut s, addr)?;
+        let b = read_server_hello(&mut rs, addr)?;
         let hello = ServerHello::decode(&b).map_err(|e| Error::Handshake(format!("{addr}: {e}")))?;
         let offered = offer.min_version.max(proto::VERSION_MIN)..=offer.max_version.min(proto::VERSION);
         match hello.status {
@@ -184,8 +243,8 @@ impl Connection {
             Status::Unauthorized => return Err(Error::Handshake(format!("{addr} refused the token"))),
             s => return Err(Error::Handshake(format!("{addr} refused the handshake: {s}"))),
         }
-        s.set_read_timeout(Some(TICK)).map_err(Error::Io)?;
-        let rs = s.try_clone().map_err(Error::Io)?;
+        // The read half's clone shares the socket's options.
+        s.tcp().set_read_timeout(Some(TICK)).map_err(Error::Io)?;
         let shared = Arc::new(Shared {
             addr,
             writer: Mutex::new((s, Vec::new())),
@@ -373,7 +432,7 @@ impl Drop for Connection {
     fn drop(&mut self) {
         self.shared.closing.store(true, Relaxed);
         let w = self.shared.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = w.0.shutdown(std::net::Shutdown::Both);
+        let _ = w.0.tcp().shutdown(std::net::Shutdown::Both);
         drop(w);
         self.shared.kill("connection closed by the client".into());
         if let Some(r) = self.reader.take() {
@@ -412,7 +471,7 @@ impl Future for Pending {
     }
 }
 
-fn read_loop(mut s: TcpStream, sh: Arc<Shared>) {
+fn read_loop(mut s: ReadWire, sh: Arc<Shared>) {
     let why = match read_frames(&mut s, &sh) {
         Ok(()) => "the server closed the connection".to_string(),
         Err(e) => e,
@@ -424,7 +483,7 @@ fn read_loop(mut s: TcpStream, sh: Arc<Shared>) {
 }
 
 /// Read responses until the stream ends (Ok) or fails (the reason).
-fn read_frames(s: &mut TcpStream, sh: &Shared) -> Result<(), String> {
+fn read_frames(s: &mut ReadWire, sh: &Shared) -> Result<(), String> {
     let frame_max = sh.hello.frame_bytes_max;
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];

@@ -28,6 +28,7 @@
 mod conn;
 pub mod ketama;
 mod sharded;
+pub mod tls;
 
 pub use conn::{Connection, Pending, TICK};
 pub use granary_proto::{
@@ -35,6 +36,7 @@ pub use granary_proto::{
     Status, TxnOp, TxnOutcome, TxnWrite, DEFAULT_NAMESPACE, TXN_OPS_MAX,
 };
 pub use sharded::{ShardedClient, ShardedNamespace};
+pub use tls::Tls;
 
 use granary_proto::Op;
 use std::fmt;
@@ -119,11 +121,14 @@ pub struct ClientConfig {
     /// The token every hello carries, for a server started with
     /// `--native-token` (docs/SECURITY.md); None: none is sent.
     pub token: Option<Vec<u8>>,
+    /// Speak TLS with these settings, for a server started with
+    /// `--tls-cert` (docs/SECURITY.md); None: plain TCP.
+    pub tls: Option<Tls>,
 }
 
 impl Default for ClientConfig {
     fn default() -> Self {
-        ClientConfig { timeout: Duration::from_secs(5), connections: 1, token: None }
+        ClientConfig { timeout: Duration::from_secs(5), connections: 1, token: None, tls: None }
     }
 }
 
@@ -131,6 +136,12 @@ impl ClientConfig {
     /// These settings, sending `token` in every hello.
     pub fn with_token(mut self, token: impl Into<Vec<u8>>) -> ClientConfig {
         self.token = Some(token.into());
+        self
+    }
+
+    /// These settings, over TLS.
+    pub fn with_tls(mut self, tls: Tls) -> ClientConfig {
+        self.tls = Some(tls);
         self
     }
 }
@@ -142,6 +153,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("timeout", &self.timeout)
             .field("connections", &self.connections)
             .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("tls", &self.tls.is_some())
             .finish()
     }
 }
@@ -333,11 +345,12 @@ impl Client {
         if let Some(c) = slot.as_ref().filter(|c| c.is_alive()) {
             return Ok(c.clone());
         }
-        let c = Arc::new(Connection::connect_offering(
+        let c = Arc::new(Connection::connect_over(
             self.addr,
             self.cfg.timeout,
             ClientHello::default(),
             self.cfg.token.as_deref(),
+            self.cfg.tls.as_ref(),
         )?);
         *slot = Some(c.clone());
         Ok(c)

@@ -33,8 +33,7 @@ use crate::context::{command_index, Ctx};
 use crate::exec::{Exec, PendingPut, Sink};
 use crate::limits::*;
 use crate::parse::{self, Frame, ParseError};
-use granary_rt::net::TcpStream;
-use granary_server::Session;
+use granary_server::{Session, Stream};
 use granary_store::{PutBuf, ReceiveEnd, ValueBuf};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
@@ -64,7 +63,7 @@ struct Receiving {
 /// The reply buffer and the socket it is sent on: the executor's [`Sink`].
 struct Output<'a> {
     ctx: &'a Ctx,
-    stream: &'a TcpStream,
+    stream: &'a Stream,
     buf: Vec<u8>,
     /// A send failed: the connection is gone.
     dead: bool,

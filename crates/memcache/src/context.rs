@@ -45,6 +45,8 @@ pub struct ServerConfig {
     /// (a `set` whose data is `<user> <pass>`) before any other command,
     /// and the binary protocol is not served (docs/SECURITY.md).
     pub auth: Option<Arc<granary_server::auth::UserFile>>,
+    /// Speak TLS with these settings (docs/SECURITY.md); None: plain TCP.
+    pub tls: Option<granary_server::tls::TlsConfig>,
 }
 
 impl Default for ServerConfig {
@@ -58,6 +60,7 @@ impl Default for ServerConfig {
             namespace: granary_store::DEFAULT_NAMESPACE.into(),
             shutdown: None,
             auth: None,
+            tls: None,
         }
     }
 }

@@ -11,9 +11,8 @@
 use crate::conn;
 use crate::context::Ctx;
 use crate::limits::*;
-use granary_rt::net::TcpStream;
 use granary_rt::{Runtime, RuntimeConfig};
-use granary_server::{Listener, ListenerConfig, Protocol, Session};
+use granary_server::{Listener, ListenerConfig, Protocol, Session, Stream};
 use granary_store::Store;
 use std::io;
 use std::net::SocketAddr;
@@ -39,7 +38,7 @@ impl Protocol for Memcache {
         conn::serve(&session, &self.ctx).await
     }
 
-    async fn refuse(self: Arc<Self>, stream: Rc<TcpStream>) {
+    async fn refuse(self: Arc<Self>, stream: Rc<Stream>) {
         let _ = stream.send_all(REFUSED.to_vec()).await;
     }
 }
@@ -98,8 +97,12 @@ impl Server {
         let threads = rt.cores();
         let now = store.now();
         let evicting = store.evicts();
-        let lcfg =
-            ListenerConfig { max_connections: cfg.max_connections, idle_timeout: cfg.idle_timeout, name: "memcache" };
+        let lcfg = ListenerConfig {
+            max_connections: cfg.max_connections,
+            idle_timeout: cfg.idle_timeout,
+            name: "memcache",
+            tls: cfg.tls.clone(),
+        };
         let ctx = Arc::new(Ctx {
             store,
             ns,

@@ -25,9 +25,9 @@ use crate::limits::*;
 use crate::parse::{self, FrameError, LargePut};
 use crate::NativeStats;
 use granary_proto::{self as proto, ClientHello, Header, Op, ServerHello, Status};
-use granary_rt::net::{GaugeHold, TcpStream};
+use granary_rt::net::GaugeHold;
 use granary_rt::sync::Notify;
-use granary_server::Session;
+use granary_server::{Session, Stream};
 use granary_store::{PutBuf, ReceiveEnd, ValueBuf};
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Read `n` bytes (None: the client closed first).
-async fn read_exact(stream: &TcpStream, n: usize) -> io::Result<Option<Vec<u8>>> {
+async fn read_exact(stream: &Stream, n: usize) -> io::Result<Option<Vec<u8>>> {
     let mut got = Vec::with_capacity(n);
     while got.len() < n {
         let (r, b) = stream.recv(vec![0u8; n - got.len()]).await;
@@ -54,7 +54,7 @@ async fn read_exact(stream: &TcpStream, n: usize) -> io::Result<Option<Vec<u8>>>
 /// server requires a token and the hello carried none or another): the
 /// highest version both speak. Ok(Some(that version)) if the connection
 /// goes on. A refused connection is answered here too, with `Busy`.
-pub(crate) async fn hello(stream: &TcpStream, ctx: &Ctx, status: Status) -> io::Result<Option<u16>> {
+pub(crate) async fn hello(stream: &Stream, ctx: &Ctx, status: Status) -> io::Result<Option<u16>> {
     let read = async {
         let Some(got) = read_exact(stream, proto::CLIENT_HELLO_BYTES).await? else {
             return Ok(None);
@@ -187,7 +187,7 @@ struct Conn {
 }
 
 impl Conn {
-    fn stream(&self) -> &TcpStream {
+    fn stream(&self) -> &Stream {
         self.session.stream()
     }
     /// Note the connection's buffer memory in the high-water mark.

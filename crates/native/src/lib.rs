@@ -66,6 +66,8 @@ pub struct NativeConfig {
     /// the connection closed. None: no token is required (one sent is
     /// ignored).
     pub token: Option<Vec<u8>>,
+    /// Speak TLS with these settings (docs/SECURITY.md); None: plain TCP.
+    pub tls: Option<granary_server::tls::TlsConfig>,
 }
 
 impl Default for NativeConfig {
@@ -77,6 +79,7 @@ impl Default for NativeConfig {
             value_bytes_max: VALUE_BYTES_DEFAULT,
             idle_timeout: None,
             token: None,
+            tls: None,
         }
     }
 }

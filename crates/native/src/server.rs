@@ -13,9 +13,8 @@ use crate::exec::Ctx;
 use crate::parse::Limits;
 use crate::{NativeConfig, NativeStats, DRAIN_TIMEOUT};
 use granary_proto::{self as proto, Status};
-use granary_rt::net::TcpStream;
 use granary_rt::{Runtime, RuntimeConfig};
-use granary_server::{Listener, ListenerConfig, Protocol, Session};
+use granary_server::{Listener, ListenerConfig, Protocol, Session, Stream};
 use granary_store::Store;
 use std::future::Future;
 use std::io;
@@ -34,7 +33,7 @@ impl Protocol for Native {
         conn::serve(session, self.ctx.clone())
     }
 
-    async fn refuse(self: Arc<Self>, stream: Rc<TcpStream>) {
+    async fn refuse(self: Arc<Self>, stream: Rc<Stream>) {
         let _ = conn::hello(&stream, &self.ctx, Status::Busy).await;
     }
 }
@@ -96,8 +95,12 @@ impl Server {
             started: Instant::now(),
             token: cfg.token.clone(),
         });
-        let lc =
-            ListenerConfig { max_connections: cfg.max_connections, idle_timeout: cfg.idle_timeout, name: "native" };
+        let lc = ListenerConfig {
+            max_connections: cfg.max_connections,
+            idle_timeout: cfg.idle_timeout,
+            name: "native",
+            tls: cfg.tls.clone(),
+        };
         let listener = Listener::start(rt, listener, lc, Arc::new(Native { ctx }), stats.listener.clone())?;
         Ok(Server { listener, stats })
     }

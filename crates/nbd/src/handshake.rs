@@ -26,8 +26,7 @@ use crate::export::{Export, Exports, Geometry};
 use crate::limits::*;
 use crate::proto::*;
 use crate::NbdStats;
-use granary_rt::net::TcpStream;
-use granary_server::Session;
+use granary_server::{Session, Stream};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
@@ -51,7 +50,7 @@ enum Opt {
 
 /// Exactly `n` bytes from `stream`, within `deadline`; the bytes are
 /// counted as received.
-async fn read_exact(stream: &TcpStream, stats: &NbdStats, n: usize, deadline: Instant) -> Result<Vec<u8>, End> {
+async fn read_exact(stream: &Stream, stats: &NbdStats, n: usize, deadline: Instant) -> Result<Vec<u8>, End> {
     let mut got = Vec::with_capacity(n);
     while got.len() < n {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -70,7 +69,7 @@ async fn read_exact(stream: &TcpStream, stats: &NbdStats, n: usize, deadline: In
     Ok(got)
 }
 
-async fn send(stream: &TcpStream, stats: &NbdStats, bytes: Vec<u8>) -> Result<(), End> {
+async fn send(stream: &Stream, stats: &NbdStats, bytes: Vec<u8>) -> Result<(), End> {
     let n = bytes.len();
     match stream.send_all(bytes).await.0 {
         Ok(()) => {
@@ -83,7 +82,7 @@ async fn send(stream: &TcpStream, stats: &NbdStats, bytes: Vec<u8>) -> Result<()
 
 /// Send the greeting and read the client's flags: whether it asked for no
 /// zeroes after an `NBD_OPT_EXPORT_NAME` reply.
-async fn greet(stream: &TcpStream, stats: &NbdStats, deadline: Instant) -> Result<bool, End> {
+async fn greet(stream: &Stream, stats: &NbdStats, deadline: Instant) -> Result<bool, End> {
     send(stream, stats, greeting().to_vec()).await?;
     let flags = be32(&read_exact(stream, stats, CLIENT_FLAGS_BYTES, deadline).await?);
     // Unknown flags close the connection, as the specification demands. A
@@ -96,7 +95,7 @@ async fn greet(stream: &TcpStream, stats: &NbdStats, deadline: Instant) -> Resul
 }
 
 /// The next option, its data read (or dropped when too big).
-async fn read_option(stream: &TcpStream, stats: &NbdStats, deadline: Instant) -> Result<Opt, End> {
+async fn read_option(stream: &Stream, stats: &NbdStats, deadline: Instant) -> Result<Opt, End> {
     let h = read_exact(stream, stats, OPTION_HEADER_BYTES, deadline).await?;
     let h = OptionHeader::decode(h[..].try_into().expect("header"));
     if h.magic != IHAVEOPT {
@@ -291,7 +290,7 @@ pub(crate) async fn negotiate<X: Exports>(
 /// sends is answered `NBD_REP_ERR_POLICY` (an ABORT with its ACK; an
 /// EXPORT_NAME, which has no error reply, by closing), for at most
 /// [`REFUSED_OPTIONS_MAX`] options and [`REFUSED_TIMEOUT`].
-pub(crate) async fn refuse(stream: &TcpStream, stats: &NbdStats) {
+pub(crate) async fn refuse(stream: &Stream, stats: &NbdStats) {
     let deadline = Instant::now() + REFUSED_TIMEOUT;
     let run = async {
         greet(stream, stats, deadline).await?;

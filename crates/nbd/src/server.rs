@@ -12,9 +12,8 @@ use crate::conn;
 use crate::export::Exports;
 use crate::handshake::{self, End};
 use crate::{NbdConfig, NbdStats, DRAIN_TIMEOUT};
-use granary_rt::net::TcpStream;
 use granary_rt::{Runtime, RuntimeConfig};
-use granary_server::{Listener, ListenerConfig, Protocol, Session};
+use granary_server::{Listener, ListenerConfig, Protocol, Session, Stream};
 use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -43,7 +42,7 @@ impl<X: Exports> Protocol for Nbd<X> {
         conn::transmit(session, target, self.stats.clone()).await
     }
 
-    async fn refuse(self: Arc<Self>, stream: Rc<TcpStream>) {
+    async fn refuse(self: Arc<Self>, stream: Rc<Stream>) {
         handshake::refuse(&stream, &self.stats).await
     }
 }
@@ -77,7 +76,13 @@ impl Server {
         listener: std::net::TcpListener,
     ) -> io::Result<Server> {
         let stats = Arc::new(NbdStats::default());
-        let lc = ListenerConfig { max_connections: cfg.max_connections, idle_timeout: cfg.idle_timeout, name: "nbd" };
+        let lc = ListenerConfig {
+            max_connections: cfg.max_connections,
+            idle_timeout: cfg.idle_timeout,
+            name: "nbd",
+            // NBD stays plain TCP (docs/SECURITY.md).
+            tls: None,
+        };
         let protocol = Arc::new(Nbd { exports, stats: stats.clone() });
         let listener = Listener::start(rt, listener, lc, protocol, stats.listener.clone())?;
         tracing::debug!(addr = %listener.local_addr(), "NBD server listening");

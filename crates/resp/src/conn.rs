@@ -26,14 +26,13 @@ use crate::keys::{Commit, Overlay, Txn};
 use crate::limits::*;
 use crate::parse::{parse_i64, Frame, Parser};
 use crate::reply::Reply;
-use granary_rt::net::TcpStream;
-use granary_server::Session;
+use granary_server::{Session, Stream};
 use granary_store::BATCH_OPS_MAX;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Send `buf` whole, counted in `bytes_written`; false if the connection
 /// is gone. Its allocation is kept up to four flushes' worth.
-async fn send(ctx: &Ctx, stream: &TcpStream, buf: &mut Vec<u8>) -> bool {
+async fn send(ctx: &Ctx, stream: &Stream, buf: &mut Vec<u8>) -> bool {
     if buf.is_empty() {
         return true;
     }

@@ -72,6 +72,8 @@ pub struct RespConfig {
     /// `requirepass` (the two cannot both be set; the server refuses to
     /// start). None: the `default` user only.
     pub acl: Option<Arc<acl::Acl>>,
+    /// Speak TLS with these settings (docs/SECURITY.md); None: plain TCP.
+    pub tls: Option<granary_server::tls::TlsConfig>,
 }
 
 impl Default for RespConfig {
@@ -85,6 +87,7 @@ impl Default for RespConfig {
             databases: limits::DATABASES_DEFAULT,
             requirepass: None,
             acl: None,
+            tls: None,
         }
     }
 }

@@ -9,9 +9,8 @@ use crate::acl::Acl;
 use crate::conn;
 use crate::exec::{Client, Ctx};
 use crate::{RespConfig, RespStats, DRAIN_TIMEOUT};
-use granary_rt::net::TcpStream;
 use granary_rt::{Runtime, RuntimeConfig};
-use granary_server::{Listener, ListenerConfig, Protocol, Session};
+use granary_server::{Listener, ListenerConfig, Protocol, Session, Stream};
 use granary_store::Store;
 use std::fmt::Write as _;
 use std::io;
@@ -33,7 +32,7 @@ impl Protocol for Resp {
         conn::serve(&session, &self.ctx).await
     }
 
-    async fn refuse(self: Arc<Self>, stream: Rc<TcpStream>) {
+    async fn refuse(self: Arc<Self>, stream: Rc<Stream>) {
         let _ = stream.send_all(REFUSED.to_vec()).await;
     }
 }
@@ -84,7 +83,12 @@ impl Server {
         let authenticated = !users.default_user().needs_no_auth();
         granary_server::auth::warn_if_exposed("resp", listener.local_addr()?, authenticated);
         let stats = Arc::new(RespStats::default());
-        let lc = ListenerConfig { max_connections: cfg.max_connections, idle_timeout: cfg.idle_timeout, name: "resp" };
+        let lc = ListenerConfig {
+            max_connections: cfg.max_connections,
+            idle_timeout: cfg.idle_timeout,
+            name: "resp",
+            tls: cfg.tls.clone(),
+        };
         let ctx = Arc::new(Ctx::new(store, stats.clone(), cfg, users));
         let listener = Listener::start(rt, listener, lc, Arc::new(Resp { ctx }), stats.listener.clone())?;
         Ok(Server { listener, stats })

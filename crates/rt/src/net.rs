@@ -411,6 +411,39 @@ impl TcpStream {
     }
 }
 
+/// A stream a receive into an owned buffer can fill within an idle
+/// timeout: [`TcpStream`], or a transport over one (the server's TLS), for
+/// the zero-copy receives that take either.
+pub trait RecvWithin {
+    /// Receive into `buf` (its whole length), giving up after `idle` (if
+    /// given) without data ([`TcpStream::recv_within`]).
+    fn recv_within<B: IoBuf>(
+        &self,
+        buf: B,
+        idle: Option<Duration>,
+    ) -> impl std::future::Future<Output = Result<(io::Result<usize>, B), crate::Elapsed>>;
+}
+
+impl<T: RecvWithin> RecvWithin for std::rc::Rc<T> {
+    fn recv_within<B: IoBuf>(
+        &self,
+        buf: B,
+        idle: Option<Duration>,
+    ) -> impl std::future::Future<Output = Result<(io::Result<usize>, B), crate::Elapsed>> {
+        (**self).recv_within(buf, idle)
+    }
+}
+
+impl RecvWithin for TcpStream {
+    fn recv_within<B: IoBuf>(
+        &self,
+        buf: B,
+        idle: Option<Duration>,
+    ) -> impl std::future::Future<Output = Result<(io::Result<usize>, B), crate::Elapsed>> {
+        TcpStream::recv_within(self, buf, idle)
+    }
+}
+
 /// Raise a high-water mark to `v` (one load when it is not higher).
 pub fn raise_high_water(mark: &AtomicU64, v: u64) {
     if v > mark.load(Relaxed) {

@@ -2,8 +2,10 @@
 //! (memcache, native, and the ones that follow): a [`Listener`] accepts on
 //! one executor, admits connections in the order they came, refuses those
 //! over the connection limit, hands the rest to the executors in turn, and
-//! on shutdown drains them; a [`Session`] is one connection's socket with
-//! the idle timeout and the lifecycle counters applied.
+//! on shutdown drains them; a [`Session`] is one connection's transport
+//! ([`Stream`]: plain TCP, or TLS when the listener has a [`tls`]
+//! configuration, its handshake done before the protocol sees the
+//! connection) with the idle timeout and the lifecycle counters applied.
 //!
 //! A protocol plugs in by implementing [`Protocol`]: how to serve one
 //! admitted connection, and how to tell one over the limit why it is
@@ -22,6 +24,10 @@
 //!   a connection has read is executed and answered, then it closes.
 
 pub mod auth;
+mod stream;
+pub mod tls;
+
+pub use stream::Stream;
 
 use granary_rt::metrics::Registry;
 use granary_rt::net::{Admitted, Connections, TcpListener, TcpStream};
@@ -73,6 +79,8 @@ pub struct ListenerConfig {
     pub idle_timeout: Option<Duration>,
     /// The protocol's name in logs ("memcache", "native").
     pub name: &'static str,
+    /// Speak TLS with these settings (docs/SECURITY.md); None: plain TCP.
+    pub tls: Option<tls::TlsConfig>,
 }
 
 /// The lifecycle's counters of one listener.
@@ -88,14 +96,17 @@ pub struct ListenerStats {
     pub idle_kicks: AtomicU64,
     /// Bytes received from clients.
     pub bytes_read: AtomicU64,
+    /// TLS handshakes that failed or timed out (the connection was closed).
+    pub tls_handshake_errors: AtomicU64,
 }
 
 impl ListenerStats {
     /// The lifecycle's figures, with memcached's `stats` names, exported
     /// to Prometheus as `granary_<protocol>_connections`,
     /// `..._connections_total`, `..._rejected_connections_total` and
-    /// `..._idle_kicks_total` (bytes read go with each protocol's bytes
-    /// written).
+    /// `..._idle_kicks_total`, and `ssl_handshake_errors` (memcached's
+    /// name) as `..._tls_handshake_errors_total` (bytes read go with each
+    /// protocol's bytes written).
     pub fn register(&self, protocol: &str, r: &mut Registry) {
         let family = |f: &str| format!("granary_{protocol}_{f}");
         r.gauge("curr_connections", family("connections"), "Open connections.", self.connections.open() as u64)
@@ -116,6 +127,12 @@ impl ListenerStats {
                 family("idle_kicks_total"),
                 "Connections closed by the idle timeout.",
                 self.idle_kicks.load(Relaxed),
+            )
+            .counter(
+                "ssl_handshake_errors",
+                family("tls_handshake_errors_total"),
+                "TLS handshakes that failed or timed out.",
+                self.tls_handshake_errors.load(Relaxed),
             );
     }
 }
@@ -128,14 +145,14 @@ pub trait Protocol: Send + Sync + 'static {
     fn serve(self: Arc<Self>, session: Session) -> impl Future<Output = ()> + 'static;
 
     /// Tell a connection over the limit why it is refused (it is closed
-    /// after).
-    fn refuse(self: Arc<Self>, stream: Rc<TcpStream>) -> impl Future<Output = ()> + 'static;
+    /// after; under TLS the handshake was done first).
+    fn refuse(self: Arc<Self>, stream: Rc<Stream>) -> impl Future<Output = ()> + 'static;
 }
 
 /// One connection: its socket, shared with the protocol's tasks, and the
 /// lifecycle rules for reading it.
 pub struct Session {
-    stream: Rc<TcpStream>,
+    stream: Rc<Stream>,
     idle_timeout: Option<Duration>,
     stats: Arc<ListenerStats>,
     /// The last read filled the chunk (or none was made yet): more is
@@ -155,9 +172,9 @@ pub enum RecvEnd {
 }
 
 impl Session {
-    /// The socket, to send on (and for zero-copy receives into a record
-    /// buffer: see [`Session::idle_timeout`]).
-    pub fn stream(&self) -> &Rc<TcpStream> {
+    /// The transport, to send on (and for zero-copy receives into a
+    /// record buffer: see [`Session::idle_timeout`]).
+    pub fn stream(&self) -> &Rc<Stream> {
         &self.stream
     }
 
@@ -367,6 +384,8 @@ async fn accept_loop<P: Protocol>(
             stream,
             over_limit: n > cfg.max_connections,
             idle_timeout: cfg.idle_timeout,
+            tls: cfg.tls.clone(),
+            name: cfg.name,
             protocol: protocol.clone(),
             stats: stats.clone(),
         };
@@ -392,18 +411,33 @@ struct ConnectionTask<P> {
     stream: TcpStream,
     over_limit: bool,
     idle_timeout: Option<Duration>,
+    tls: Option<tls::TlsConfig>,
+    name: &'static str,
     protocol: Arc<P>,
     stats: Arc<ListenerStats>,
 }
 
 impl<P: Protocol> ConnectionTask<P> {
     async fn run(self) {
-        let ConnectionTask { admitted, stream, over_limit, idle_timeout, protocol, stats } = self;
+        let ConnectionTask { admitted, stream, over_limit, idle_timeout, tls, name, protocol, stats } = self;
         // Locals drop in reverse order: the registration goes before this
         // last reference to the socket closes it (the protocol's clones are
         // gone once its future has ended).
+        let registered = admitted;
+        let stream = match tls {
+            None => Stream::Plain(stream),
+            Some(config) => match tls::TlsStream::accept(stream, &config).await {
+                (t, Ok(())) => Stream::Tls(Box::new(t)),
+                (t, Err(e)) => {
+                    stats.tls_handshake_errors.fetch_add(1, Relaxed);
+                    tracing::debug!(error = %e, protocol = name, "TLS handshake failed; connection closed");
+                    drop(registered);
+                    drop(t);
+                    return;
+                }
+            },
+        };
         let stream = Rc::new(stream);
-        let _admitted = admitted;
         if over_limit {
             stats.rejected_connections.fetch_add(1, Relaxed);
             protocol.refuse(stream.clone()).await;

@@ -2,9 +2,8 @@
 //! refuses the newest connection, the idle timeout closes a silent one,
 //! and a drain lets a connection finish what it read, then closes it.
 
-use granary_rt::net::TcpStream;
 use granary_rt::{Runtime, RuntimeConfig};
-use granary_server::{Listener, ListenerConfig, ListenerStats, Protocol, RecvEnd, Session};
+use granary_server::{Listener, ListenerConfig, ListenerStats, Protocol, RecvEnd, Session, Stream};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -30,7 +29,7 @@ impl Protocol for Echo {
         }
     }
 
-    async fn refuse(self: Arc<Self>, stream: Rc<TcpStream>) {
+    async fn refuse(self: Arc<Self>, stream: Rc<Stream>) {
         let _ = stream.send_all(b"BUSY\n".to_vec()).await;
     }
 }
@@ -38,7 +37,7 @@ impl Protocol for Echo {
 fn start(max_connections: usize, idle_timeout: Option<Duration>) -> (Listener, std::net::SocketAddr) {
     let rt = Arc::new(Runtime::new(RuntimeConfig { threads: 2, ..RuntimeConfig::default() }).unwrap());
     let socket = granary_rt::net::bind_low_port([127, 0, 0, 1].into()).unwrap();
-    let cfg = ListenerConfig { max_connections, idle_timeout, name: "echo" };
+    let cfg = ListenerConfig { max_connections, idle_timeout, name: "echo", tls: None };
     let l = Listener::start(rt, socket, cfg, Arc::new(Echo), Arc::new(ListenerStats::default())).unwrap();
     let addr = l.local_addr();
     (l, addr)

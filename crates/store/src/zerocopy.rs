@@ -193,12 +193,12 @@ pub enum ReceiveEnd {
 
 impl PutBuf {
     /// Receive the rest of the value from `stream` straight into this
-    /// buffer (through the executor's ring), waiting at most `idle` for each
-    /// chunk; `received(n)` is told the size of every chunk. On an executor
-    /// thread only.
+    /// buffer (through the executor's ring; under TLS, decrypted into it),
+    /// waiting at most `idle` for each chunk; `received(n)` is told the
+    /// size of every chunk. On an executor thread only.
     pub async fn receive(
         mut self,
-        stream: &granary_rt::net::TcpStream,
+        stream: &impl granary_rt::net::RecvWithin,
         idle: Option<std::time::Duration>,
         mut received: impl FnMut(usize),
     ) -> Result<PutBuf, ReceiveEnd> {
