@@ -26,8 +26,9 @@ class _KeyCalls:
         """Write ``value`` under ``key``; returns whether it wrote. ``mode``:
         "set" (default), "add" (only if absent), "replace" (only if
         present); ``cas``: only if the value still has this CAS value."""
-    def delete(self, key: _Bytes) -> bool:
-        """Delete ``key``; returns whether it held a value."""
+    def delete(self, key: _Bytes, *, cas: Optional[int] = None) -> bool:
+        """Delete ``key``; returns whether it deleted a value. ``cas``: only
+        if the value still has this CAS value (``get_cas``)."""
     def keys(self) -> List[bytes]:
         """Every key, in no particular order."""
     def max_value_size(self, key_len: int = 16) -> int:
@@ -126,13 +127,19 @@ class Batch:
 
 class _ClientCalls:
     def get(self, key: _Bytes) -> Optional[bytes]: ...
+    def get_cas(self, key: _Bytes) -> Optional[Tuple[bytes, int]]:
+        """The value of ``key`` and its CAS value, or None (a GETS: protocol
+        version 3)."""
     def get_many(self, keys: Iterable[_Bytes]) -> List[Optional[bytes]]: ...
     def put(self, key: _Bytes, value: _Bytes, *, mode: Optional[_Mode] = None, cas: Optional[int] = None) -> bool:
         """Write ``value`` under ``key``; returns whether it wrote. ``mode``
         as for ``Store.put``; ``cas`` (mode "set" only): only if the value
         still has this CAS value (one a batch commit returned), sent as a
         one-operation transaction."""
-    def delete(self, key: _Bytes) -> bool: ...
+    def delete(self, key: _Bytes, *, cas: Optional[int] = None) -> bool:
+        """Delete ``key``; returns whether it deleted a value. ``cas``: only
+        if the value still has this CAS value (``get_cas``; a DELETE_CAS:
+        protocol version 3)."""
     def __contains__(self, key: _Bytes, /) -> bool: ...
     def __getitem__(self, key: _Bytes, /) -> bytes: ...
     def __setitem__(self, key: _Bytes, value: _Bytes, /) -> None: ...

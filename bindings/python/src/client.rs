@@ -8,10 +8,11 @@
 //! namespace), and have the same key calls as the embedded `Store`, each
 //! made with the interpreter released; and `ClientBatch`, an atomic batch
 //! sent as one transaction (TXN) when it commits. CAS writes (`put(...,
-//! cas=)`, a batch's `put(..., cas=)`) go as a TXN's cas operation, the
-//! native protocol's only CAS condition; the protocol returns CAS values
-//! from TXN commits only, so reads with a CAS value (`get_cas`) and deletes
-//! by CAS value are the embedded store's only.
+//! cas=)`, a batch's `put(..., cas=)`) go as a TXN's cas operation;
+//! `get_cas` is a GETS and `delete(..., cas=)` a DELETE_CAS, both of
+//! protocol version 3 (a server that speaks an older version has them
+//! refused by the Rust client before anything is sent, raised as
+//! `granary.ProtocolError`).
 
 use crate::{keys_of, Data, Fail, Mode, Result};
 use granary_client::ketama::Ketama;
@@ -143,6 +144,14 @@ macro_rules! client_methods {
                 Ok(v.map(|v| PyBytes::new(py, &v)))
             }
 
+            /// The value of `key` and its CAS value (which changes with
+            /// every write of the key), or None if it holds none.
+            fn get_cas<'py>(&self, py: Python<'py>, key: Data<'_>) -> PyResult<Option<(Bound<'py, PyBytes>, u64)>> {
+                let k: &[u8] = &key;
+                let v = self.run(py, |r, ns| on!(r, ns, |c| c.get_cas(k)))?;
+                Ok(v.map(|it| (PyBytes::new(py, &it.value), it.cas)))
+            }
+
             /// The values of several keys, in order (None where a key holds
             /// none): one request per server involved.
             fn get_many<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
@@ -178,10 +187,16 @@ macro_rules! client_methods {
                 }
             }
 
-            /// Delete `key`; returns whether it held a value.
-            fn delete(&self, py: Python<'_>, key: Data<'_>) -> PyResult<bool> {
+            /// Delete `key`; returns whether it deleted a value. With `cas`,
+            /// only if the key's value still has this CAS value (`get_cas`):
+            /// False if it holds no value or another one.
+            #[pyo3(signature = (key, *, cas = None))]
+            fn delete(&self, py: Python<'_>, key: Data<'_>, cas: Option<u64>) -> PyResult<bool> {
                 let k: &[u8] = &key;
-                Ok(self.run(py, |r, ns| on!(r, ns, |c| c.delete(k)))?)
+                Ok(match cas {
+                    None => self.run(py, |r, ns| on!(r, ns, |c| c.delete(k)))?,
+                    Some(cas) => self.run(py, |r, ns| on!(r, ns, |c| c.delete_cas(k, cas)))?,
+                })
             }
 
             fn __contains__(&self, py: Python<'_>, key: Data<'_>) -> PyResult<bool> {

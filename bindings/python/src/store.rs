@@ -99,10 +99,23 @@ macro_rules! key_methods {
                 Ok(stored)
             }
 
-            /// Delete `key`; returns whether it held a value.
-            fn delete(&self, py: Python<'_>, key: Data<'_>) -> PyResult<bool> {
+            /// Delete `key`; returns whether it deleted a value. With `cas`,
+            /// only if the key's value still has this CAS value (`get_cas`):
+            /// False if it holds no value or another one.
+            #[pyo3(signature = (key, *, cas = None))]
+            fn delete(&self, py: Python<'_>, key: Data<'_>, cas: Option<u64>) -> PyResult<bool> {
                 let k: &[u8] = &key;
-                Ok(self.run(py, |s| s.delete(k))?)
+                Ok(match cas {
+                    None => self.run(py, |s| s.delete(k))?,
+                    // Checked and deleted under the key's lock.
+                    Some(cas) => self.run(py, |s| {
+                        s.update(k, |it| match it {
+                            Some(it) if it.cas == cas => (granary_store::Change::Delete, true),
+                            _ => (granary_store::Change::Keep, false),
+                        })
+                        .map(|(deleted, _)| deleted)
+                    })?,
+                })
             }
 
             /// Every key (as `bytes`, in no particular order). Keys

@@ -1,5 +1,9 @@
 """The native-protocol client against `granary serve` started here."""
 
+import socket
+import struct
+import threading
+
 import pytest
 
 import granary
@@ -114,6 +118,117 @@ def test_client_cas_writes(server):
         c.batch().put(b"cas-k", b"x", mode="replace", cas=1)
     with pytest.raises(OverflowError):
         c.put(b"cas-k", b"x", cas=-1)
+
+
+def test_client_get_cas_and_delete_by_cas(server):
+    """The same calls as Store's: get_cas, then a write or a delete only
+    while the CAS value is current."""
+    c = granary.Client(server.address)
+    assert c.get_cas(b"gc-missing") is None
+    c.put(b"gc-k", b"v1")
+    value, cas = c.get_cas(b"gc-k")
+    assert value == b"v1" and cas != 0
+    assert c.get_cas(b"gc-k") == (b"v1", cas), "a read keeps the CAS value"
+    # The CAS value GETS reads is the one a CAS write checks, and the one a
+    # batch commit returns.
+    assert c.put(b"gc-k", b"v2", cas=cas) is True
+    value, cas2 = c.get_cas(b"gc-k")
+    assert value == b"v2" and cas2 != cas
+    b = c.batch()
+    b.put(b"gc-k", b"v3", cas=cas2)
+    (cas3,) = b.commit()
+    assert c.get_cas(b"gc-k") == (b"v3", cas3)
+    # Delete by CAS value: a stale one deletes nothing, the current one
+    # deletes, and then there is nothing to delete.
+    assert c.delete(b"gc-k", cas=cas2) is False
+    assert c.get(b"gc-k") == b"v3"
+    assert c.delete(b"gc-k", cas=cas3) is True
+    assert c.get(b"gc-k") is None
+    assert c.delete(b"gc-k", cas=cas3) is False
+    # In a namespace, with its own keys.
+    ns = c.namespace("gcns")
+    ns.put(b"gc-k", b"n")
+    assert c.get_cas(b"gc-k") is None
+    value, ncas = ns.get_cas(b"gc-k")
+    assert value == b"n"
+    assert c.delete(b"gc-k", cas=ncas) is False
+    assert ns.delete(b"gc-k", cas=ncas) is True
+    assert ns.get(b"gc-k") is None
+    # A large value (the server's zero-copy path) and its CAS value.
+    big = bytes(range(256)) * 1000
+    c.put(b"gc-big", big)
+    value, bcas = c.get_cas(b"gc-big")
+    assert value == big
+    assert c.delete(b"gc-big", cas=bcas) is True
+    # Bad arguments, as Store's.
+    with pytest.raises(OverflowError):
+        c.delete(b"gc-k", cas=-1)
+    with pytest.raises(granary.InvalidArgument):
+        c.get_cas(b"")
+    with pytest.raises(TypeError):
+        c.get_cas(5)
+
+
+def test_a_server_without_gets_is_refused_before_sending():
+    """A server that speaks protocol version 2 (no GETS, no DELETE_CAS):
+    get_cas and delete(cas=) raise ProtocolError and send nothing; the next
+    request on the connection is the GET sent after them."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", free_low_port()))
+    listener.listen(1)
+    listener.settimeout(30)
+    seen = []
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(30)
+            hello = conn.recv(16, socket.MSG_WAITALL)
+            seen.append(hello[:4])
+            # magic, version 2, status OK, limits, reserved.
+            conn.sendall(b"GRNY" + struct.pack("<HBBIIII", 2, 0, 0, 65536, 1 << 20, 16 << 20, 0))
+            header = conn.recv(16, socket.MSG_WAITALL)
+            length, op, _flags, _ns, _r, rid = struct.unpack("<IBBBBQ", header)
+            conn.recv(length, socket.MSG_WAITALL)
+            seen.append(op)
+            # NOT_FOUND (status 1), empty body.
+            conn.sendall(struct.pack("<IBBBBQ", 0, op, 1, 0, 0, rid))
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        c = granary.Client("127.0.0.1:%d" % listener.getsockname()[1], timeout=30)
+        with pytest.raises(granary.ProtocolError, match="needs version 3"):
+            c.get_cas(b"k")
+        with pytest.raises(granary.ProtocolError, match="needs version 3"):
+            c.delete(b"k", cas=7)
+        assert c.get(b"k") is None
+        t.join(30)
+        assert seen == [b"GRNY", 1], "the first frame after the hello is the GET (opcode 1)"
+    finally:
+        listener.close()
+
+
+def test_sharded_client_get_cas_and_delete_by_cas(server, tmp_path):
+    second = Server(tmp_path / "second.db")
+    try:
+        sharded = granary.ShardedClient([server.address, second.address])
+        singles = [granary.Client(server.address), granary.Client(second.address)]
+        ns = sharded.namespace("sgc")
+        keys = [f"sgc-{i}".encode() for i in range(20)]
+        assert {sharded.server_of(k) for k in keys} == {0, 1}
+        for k in keys:
+            sharded.put(k, b"1")
+            ns.put(k, b"n")
+            value, cas = sharded.get_cas(k)
+            assert (value, cas) == singles[sharded.server_of(k)].get_cas(k)
+            assert sharded.delete(k, cas=cas + 1) is False
+            assert sharded.delete(k, cas=cas) is True
+            _, ncas = ns.get_cas(k)
+            assert ns.delete(k, cas=ncas) is True
+            assert (sharded.get(k), ns.get(k)) == (None, None)
+    finally:
+        second.stop()
 
 
 def test_sharded_client_cas_writes(server, tmp_path):

@@ -47,6 +47,17 @@ def test_cas(store):
     assert store.get(b"k") == b"b"
     assert store.get_cas(b"missing") is None
     assert store.put(b"missing", b"x", cas=cas) is False
+    # A delete by CAS value: refused for a stale one or no value.
+    value, cas = store.get_cas(b"k")
+    assert store.delete(b"k", cas=cas + 1) is False
+    assert store.get(b"k") == b"b"
+    assert store.delete(b"k", cas=cas) is True
+    assert store.get(b"k") is None
+    assert store.delete(b"k", cas=cas) is False
+    ns = store.namespace("casdel")
+    ns.put(b"k", b"n")
+    _, ncas = ns.get_cas(b"k")
+    assert ns.delete(b"k", cas=ncas) is True and ns.get(b"k") is None
 
 
 def test_get_many_and_mapping(store):

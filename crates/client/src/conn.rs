@@ -291,6 +291,15 @@ impl Connection {
     fn check(&self, ns: &[u8], req: &Request) -> Result<(), Error> {
         let h = &self.shared.hello;
         let op = req.op();
+        if op.since() > proto::VERSION_NAMESPACES && op.since() > h.version {
+            return Err(Error::Protocol(format!(
+                "{} speaks protocol version {}, and {} needs version {}",
+                self.shared.addr,
+                h.version,
+                op.name(),
+                op.since()
+            )));
+        }
         if op.since() > h.version || (!ns.is_empty() && h.version < proto::VERSION_NAMESPACES) {
             return Err(Error::Protocol(format!(
                 "{} speaks protocol version {}, which has no namespaces ({} needs version {})",
@@ -311,8 +320,8 @@ impl Connection {
             return Err(Error::TooLarge { what: "namespace name", len: ns.len(), max: proto::NAMESPACE_NAME_MAX });
         }
         let keys: Vec<&[u8]> = match req {
-            Request::Get(k) | Request::Delete(k) => vec![k],
-            Request::Put { key, .. } => vec![key],
+            Request::Get(k) | Request::Delete(k) | Request::Gets(k) => vec![k],
+            Request::Put { key, .. } | Request::DeleteCas { key, .. } => vec![key],
             Request::MultiGet(ks) => ks.clone(),
             Request::Batch(ops) => ops.iter().map(|o| o.key()).collect(),
             Request::Txn(ops) => ops.iter().map(|o| o.key).collect(),

@@ -22,6 +22,12 @@
 //!   [`ShardedClient::txn`] sends one to the server owning all its keys and
 //!   refuses one whose keys span servers ([`Error::CrossServerTxn`]).
 //!
+//! - One key's CAS value (protocol version 3): [`Client::get_cas`] reads a
+//!   value with its CAS value, flags and expiry ([`Item`]);
+//!   [`Client::delete_cas`] deletes only if the CAS value is still the
+//!   one read, and `TxnOp::cas` writes only then. On a connection to an
+//!   older server they fail with [`Error::Protocol`] before sending.
+//!
 //! Every request has a timeout ([`ClientConfig::timeout`]); errors say
 //! what failed ([`Error`]). A broken connection is replaced on next use.
 
@@ -32,8 +38,8 @@ pub mod tls;
 
 pub use conn::{Connection, Pending, TICK};
 pub use granary_proto::{
-    BatchOp, ClientHello, NamespaceKind, NamespaceMode, NamespaceOptions, NamespaceStats, PutMode, Request, Response,
-    Status, TxnOp, TxnOutcome, TxnWrite, DEFAULT_NAMESPACE, TXN_OPS_MAX,
+    BatchOp, ClientHello, ItemInfo, NamespaceKind, NamespaceMode, NamespaceOptions, NamespaceStats, PutMode, Request,
+    Response, Status, TxnOp, TxnOutcome, TxnWrite, DEFAULT_NAMESPACE, TXN_OPS_MAX,
 };
 pub use sharded::{ShardedClient, ShardedNamespace};
 pub use tls::Tls;
@@ -171,6 +177,20 @@ pub enum BatchResult {
     Failed(Error),
 }
 
+/// A value with its CAS value and metadata ([`Client::get_cas`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    pub value: Vec<u8>,
+    /// The value's CAS value: new at every write of the key (give it to
+    /// [`Client::delete_cas`] or `TxnOp::cas`).
+    pub cas: u64,
+    /// The Memcache flags stored with it (0 when written over the native
+    /// protocol).
+    pub flags: u32,
+    /// Unix seconds from which it reads as absent; 0: never.
+    pub expires: u32,
+}
+
 fn server_error(r: &Response) -> Error {
     Error::Server { status: r.status, message: String::from_utf8_lossy(&r.body).into_owned() }
 }
@@ -187,6 +207,29 @@ pub(crate) fn as_value(r: Response) -> Result<Option<Vec<u8>>> {
     match r.status {
         Status::Ok => Ok(Some(r.body)),
         Status::NotFound => Ok(None),
+        _ => Err(server_error(&r)),
+    }
+}
+
+pub(crate) fn as_item(r: Response) -> Result<Option<Item>> {
+    expect_op(&r, Op::Gets)?;
+    match r.status {
+        Status::Ok => {
+            let (info, value) = ItemInfo::decode_reply(&r.body).map_err(|e| Error::Protocol(e.0))?;
+            Ok(Some(Item { value: value.to_vec(), cas: info.cas, flags: info.flags, expires: info.expires }))
+        }
+        Status::NotFound => Ok(None),
+        _ => Err(server_error(&r)),
+    }
+}
+
+/// DELETE_CAS: deleted (true), or its condition failed (false: no value,
+/// or another CAS value).
+pub(crate) fn as_deleted_cas(r: Response) -> Result<bool> {
+    expect_op(&r, Op::DeleteCas)?;
+    match r.status {
+        Status::Ok => Ok(true),
+        Status::NotFound | Status::Exists => Ok(false),
         _ => Err(server_error(&r)),
     }
 }
@@ -393,6 +436,16 @@ impl Client {
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
         self.default_ns().delete(key)
     }
+    /// The value with its CAS value, flags and expiry, or None (protocol
+    /// version 3: GETS).
+    pub fn get_cas(&self, key: &[u8]) -> Result<Option<Item>> {
+        self.default_ns().get_cas(key)
+    }
+    /// Delete only if the value's CAS value is `cas` (protocol version 3:
+    /// DELETE_CAS); false if the key holds no value or another CAS value.
+    pub fn delete_cas(&self, key: &[u8], cas: u64) -> Result<bool> {
+        self.default_ns().delete_cas(key, cas)
+    }
     /// Values of several keys, in order.
     pub fn mget(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
         self.default_ns().mget(keys)
@@ -436,6 +489,12 @@ impl Client {
     }
     pub async fn delete_async(&self, key: &[u8]) -> Result<bool> {
         self.default_ns().delete_async(key).await
+    }
+    pub async fn get_cas_async(&self, key: &[u8]) -> Result<Option<Item>> {
+        self.default_ns().get_cas_async(key).await
+    }
+    pub async fn delete_cas_async(&self, key: &[u8], cas: u64) -> Result<bool> {
+        self.default_ns().delete_cas_async(key, cas).await
     }
     pub async fn mget_async(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
         self.default_ns().mget_async(keys).await
@@ -542,6 +601,14 @@ impl<'a> Namespace<'a> {
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
         as_deleted(self.send(&Request::Delete(key))?.wait()?)
     }
+    /// [`Client::get_cas`] in this namespace.
+    pub fn get_cas(&self, key: &[u8]) -> Result<Option<Item>> {
+        as_item(self.send(&Request::Gets(key))?.wait()?)
+    }
+    /// [`Client::delete_cas`] in this namespace.
+    pub fn delete_cas(&self, key: &[u8], cas: u64) -> Result<bool> {
+        as_deleted_cas(self.send(&Request::DeleteCas { key, cas })?.wait()?)
+    }
     /// Values of several keys, in order.
     pub fn mget(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
         as_values(self.send(&Request::MultiGet(keys.to_vec()))?.wait()?, keys.len())
@@ -566,6 +633,12 @@ impl<'a> Namespace<'a> {
     }
     pub async fn delete_async(&self, key: &[u8]) -> Result<bool> {
         as_deleted(self.send(&Request::Delete(key))?.await?)
+    }
+    pub async fn get_cas_async(&self, key: &[u8]) -> Result<Option<Item>> {
+        as_item(self.send(&Request::Gets(key))?.await?)
+    }
+    pub async fn delete_cas_async(&self, key: &[u8], cas: u64) -> Result<bool> {
+        as_deleted_cas(self.send(&Request::DeleteCas { key, cas })?.await?)
     }
     pub async fn mget_async(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
         as_values(self.send(&Request::MultiGet(keys.to_vec()))?.await?, keys.len())

@@ -4,8 +4,8 @@
 use crate::ketama::Ketama;
 use crate::{as_batch, as_deleted, as_done, as_ns_list, as_ns_stats, as_stored, as_value, as_values};
 use crate::{
-    BatchOp, BatchResult, Client, ClientConfig, Error, NamespaceOptions, NamespaceStats, Pending, PutMode, Request,
-    Response, Result, TxnOp, TxnOutcome, DEFAULT_NAMESPACE,
+    BatchOp, BatchResult, Client, ClientConfig, Error, Item, NamespaceOptions, NamespaceStats, Pending, PutMode,
+    Request, Response, Result, TxnOp, TxnOutcome, DEFAULT_NAMESPACE,
 };
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -136,6 +136,20 @@ impl ShardedClient {
     }
     pub async fn delete_async(&self, key: &[u8]) -> Result<bool> {
         self.default_ns().delete_async(key).await
+    }
+    /// [`Client::get_cas`] on the key's server.
+    pub fn get_cas(&self, key: &[u8]) -> Result<Option<Item>> {
+        self.default_ns().get_cas(key)
+    }
+    /// [`Client::delete_cas`] on the key's server.
+    pub fn delete_cas(&self, key: &[u8], cas: u64) -> Result<bool> {
+        self.default_ns().delete_cas(key, cas)
+    }
+    pub async fn get_cas_async(&self, key: &[u8]) -> Result<Option<Item>> {
+        self.default_ns().get_cas_async(key).await
+    }
+    pub async fn delete_cas_async(&self, key: &[u8], cas: u64) -> Result<bool> {
+        self.default_ns().delete_cas_async(key, cas).await
     }
 
     /// Positions of `keys` grouped by server.
@@ -328,6 +342,18 @@ impl<'a> ShardedNamespace<'a> {
     }
     pub async fn delete_async(&self, key: &[u8]) -> Result<bool> {
         self.client(key).delete_async(key).await
+    }
+    pub fn get_cas(&self, key: &[u8]) -> Result<Option<Item>> {
+        self.client(key).get_cas(key)
+    }
+    pub fn delete_cas(&self, key: &[u8], cas: u64) -> Result<bool> {
+        self.client(key).delete_cas(key, cas)
+    }
+    pub async fn get_cas_async(&self, key: &[u8]) -> Result<Option<Item>> {
+        self.client(key).get_cas_async(key).await
+    }
+    pub async fn delete_cas_async(&self, key: &[u8], cas: u64) -> Result<bool> {
+        self.client(key).delete_cas_async(key, cas).await
     }
 
     /// [`ShardedClient::mget`] in this namespace.

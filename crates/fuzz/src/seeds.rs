@@ -162,6 +162,7 @@ fn native_frames() -> Vec<(&'static str, Vec<u8>)> {
             ),
         ),
         ("export", native(b"disk", &[Request::NsCreate(NamespaceOptions::export(1 << 20, 4096))])),
+        ("cas", native(b"users", &[Request::Gets(b"k"), Request::DeleteCas { key: b"k", cas: 0x0102_0304_0506_0708 }])),
     ]
 }
 
@@ -188,6 +189,9 @@ fn native_replies() -> Vec<(&'static str, Vec<u8>)> {
     };
     let mut response = Vec::new();
     proto::encode_response(&mut response, proto::Op::Get, proto::Status::Ok, 7, b"value");
+    let mut gets = Vec::new();
+    proto::ItemInfo { cas: 9, flags: 3, expires: 1_700_000_000 }.encode(&mut gets);
+    gets.extend_from_slice(b"value");
     vec![
         ("entries", [&[0u8][..], &entries].concat()),
         ("stats", [&[1u8][..], &stats].concat()),
@@ -196,6 +200,7 @@ fn native_replies() -> Vec<(&'static str, Vec<u8>)> {
         ("txn", [&[4u8][..], &txn].concat()),
         ("hello", [&[1u8][..], &hello.encode()[..]].concat()),
         ("response", [&[0u8][..], &response].concat()),
+        ("gets", [&[0u8][..], &gets].concat()),
     ]
 }
 

@@ -36,7 +36,7 @@ pub fn native_frames(data: &[u8]) {
 /// What the native client reads from a server: the server hello, a
 /// response header, and the response bodies it decodes (MGET/BATCH
 /// entries, STATS, NS_STATS, NS_LIST, TXN outcomes). The first byte picks
-/// the body's decoder.
+/// the body's decoder; a GETS reply's is tried on every input.
 pub fn native_replies(data: &[u8]) {
     let Some((&pick, body)) = data.split_first() else { return };
     if let Some(b) = body.get(..proto::SERVER_HELLO_BYTES) {
@@ -48,6 +48,12 @@ pub fn native_replies(data: &[u8]) {
         let mut out = Vec::new();
         proto::encode_response_header(&mut out, h.op, status, h.id, h.len as usize);
         assert_eq!(Response::decode_header(&out, proto::FRAME_BYTES_FLOOR), Ok((h, status)));
+    }
+    if let Ok((info, value)) = proto::ItemInfo::decode_reply(body) {
+        let mut out = Vec::new();
+        info.encode(&mut out);
+        out.extend_from_slice(value);
+        assert_eq!(out, body);
     }
     match pick % 5 {
         0 => {

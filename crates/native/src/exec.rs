@@ -163,9 +163,9 @@ impl Flight {
         let tag = ns_tag(ns);
         let h = |k: &[u8]| key_hash(k) ^ tag;
         let (keys, write, barrier) = match req {
-            Request::Get(k) => (vec![h(k)], false, false),
+            Request::Get(k) | Request::Gets(k) => (vec![h(k)], false, false),
             Request::Put { key, .. } => (vec![h(key)], true, false),
-            Request::Delete(k) => (vec![h(k)], true, false),
+            Request::Delete(k) | Request::DeleteCas { key: k, .. } => (vec![h(k)], true, false),
             Request::MultiGet(ks) => (ks.iter().map(|k| h(k)).collect(), false, false),
             Request::Batch(ops) => (ops.iter().map(|o| h(o.key())).collect(), ops.iter().any(|o| o.is_write()), false),
             // Ordered per key, as PUTs are: each key in its operation's
@@ -365,6 +365,21 @@ async fn do_delete(ctx: &Ctx, scope: &Scope, ns: &Namespace, key: &[u8]) -> Outc
     }
 }
 
+/// DELETE_CAS: delete only if the value's CAS value is `cas`, as a
+/// one-operation engine batch (the engine checks the CAS value under the
+/// key's lock, with the delete).
+async fn do_delete_cas(ctx: &Ctx, scope: &Scope, ns: &Namespace, key: &[u8], cas: u64) -> Outcome {
+    ctx.stats.deletes.fetch_add(1, Relaxed);
+    let mut batch = ctx.store.batch();
+    batch.delete_cas(ns, key, cas);
+    match batch.commit_async().await {
+        Ok(BatchOutcome::Committed { .. }) => (Status::Ok, Vec::new()),
+        Ok(BatchOutcome::ConditionFailed { outcome: PutOutcome::NotFound, .. }) => (Status::NotFound, Vec::new()),
+        Ok(BatchOutcome::ConditionFailed { .. }) => (Status::Exists, Vec::new()),
+        Err(e) => failed(ctx, scope, e),
+    }
+}
+
 /// Run a TXN: every operation's namespace resolved (now, so the namespace
 /// changes sent before it are seen) and value checked against the
 /// server's limit, then one atomic engine batch. Its status and body
@@ -538,9 +553,9 @@ async fn namespace_op(ctx: &Ctx, scope: &Scope, req: &Request<'_>, name: &[u8]) 
 /// resolve) under its opcode.
 fn count_op(s: &NativeStats, req: &Request) {
     let c = match req {
-        Request::Get(_) => &s.gets,
+        Request::Get(_) | Request::Gets(_) => &s.gets,
         Request::Put { .. } => &s.puts,
-        Request::Delete(_) => &s.deletes,
+        Request::Delete(_) | Request::DeleteCas { .. } => &s.deletes,
         Request::MultiGet(_) => &s.multi_gets,
         Request::Batch(_) => &s.batches,
         _ => return,
@@ -581,19 +596,29 @@ async fn execute(ctx: &Ctx, scope: &Scope, h: Header, body: &[u8], resp: &mut Ou
     };
     let ns = ns.as_deref().unwrap_or(&scope.default);
     match req {
-        Request::Get(k) => {
+        Request::Get(k) | Request::Gets(k) => {
             // The value is sent from the buffer it was read into when it
-            // is large enough for that to beat a copy.
+            // is large enough for that to beat a copy. GETS puts its
+            // ItemInfo before it.
             ctx.stats.gets.fetch_add(1, Relaxed);
             match ns.get_buf_async(k).await {
                 Ok(Some(v)) => {
                     ctx.stats.get_hits.fetch_add(1, Relaxed);
+                    let info = (h.op == proto::Op::Gets).then_some(proto::ItemInfo {
+                        cas: v.cas,
+                        flags: v.meta.flags,
+                        expires: v.meta.expires,
+                    });
+                    let info_len = if info.is_some() { proto::ITEM_INFO_BYTES } else { 0 };
+                    proto::encode_response_header(&mut resp.bytes, h.op, Status::Ok, h.id, info_len + v.len());
+                    if let Some(info) = info {
+                        info.encode(&mut resp.bytes);
+                    }
                     if v.len() >= ZERO_COPY_MIN_BYTES {
-                        proto::encode_response_header(&mut resp.bytes, h.op, Status::Ok, h.id, v.len());
                         resp.push_value(v);
                         ctx.stats.zero_copy_gets.fetch_add(1, Relaxed);
                     } else {
-                        proto::encode_response(&mut resp.bytes, h.op, Status::Ok, h.id, v.value());
+                        resp.bytes.extend_from_slice(v.value());
                     }
                 }
                 Ok(None) => single(&mut resp.bytes, (Status::NotFound, Vec::new())),
@@ -602,6 +627,7 @@ async fn execute(ctx: &Ctx, scope: &Scope, h: Header, body: &[u8], resp: &mut Ou
         }
         Request::Put { key, value, mode } => single(&mut resp.bytes, do_put(ctx, scope, ns, key, value, mode).await),
         Request::Delete(k) => single(&mut resp.bytes, do_delete(ctx, scope, ns, k).await),
+        Request::DeleteCas { key, cas } => single(&mut resp.bytes, do_delete_cas(ctx, scope, ns, key, cas).await),
         Request::MultiGet(keys) => {
             ctx.stats.multi_gets.fetch_add(1, Relaxed);
             let mut b = Vec::new();

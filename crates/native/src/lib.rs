@@ -137,7 +137,7 @@ pub struct NativeStats {
 }
 
 /// Every opcode, in the order of [`NativeStats::latency`].
-pub const OPS: [Op; 13] = Op::ALL;
+pub const OPS: [Op; Op::ALL.len()] = Op::ALL;
 
 // The protocol's namespace limits are the engine's.
 const _: () = assert!(proto::NAMESPACE_NAME_MAX == granary_store::namespace::NAMESPACE_NAME_MAX);

@@ -186,6 +186,8 @@ mod tests {
                 proto::TxnOp::cas("", b"b", 7, b"2"),
                 proto::TxnOp::delete("default", b"c"),
             ]),
+            Request::Gets(b"k"),
+            Request::DeleteCas { key: b"k", cas: 77 },
         ];
         // In the default namespace, then (where the opcode names one) in
         // "users", pipelined.
@@ -224,6 +226,14 @@ mod tests {
             let e = error_v(&encode(&r, 5), 1);
             assert_eq!((e.status, e.id), (Status::BadFrame, 5));
             assert!(e.reason.contains("needs protocol version 2"), "{}", e.reason);
+        }
+        // GETS and DELETE_CAS are version 3's: malformed on versions 1 and 2.
+        for v in [1, 2] {
+            for r in [Request::Gets(b"k"), Request::DeleteCas { key: b"k", cas: 1 }] {
+                let e = error_v(&encode(&r, 7), v);
+                assert_eq!((e.status, e.id), (Status::BadFrame, 7));
+                assert!(e.reason.contains("needs protocol version 3"), "{}", e.reason);
+            }
         }
         // Version 2: a name over the limit; a name on an opcode that takes none.
         let mut f = encode(&Request::Get(&[b'k'; 100]), 6);
@@ -270,8 +280,8 @@ mod tests {
         let e = bad(7, 1);
         assert_eq!((e.status, e.id), (Status::BadFrame, 77));
         assert!(e.reason.contains("reserved"), "{}", e.reason);
-        let e = bad(4, 14);
-        assert!(e.reason.contains("unknown opcode 14"), "{}", e.reason);
+        let e = bad(4, 16);
+        assert!(e.reason.contains("unknown opcode 16"), "{}", e.reason);
         // Over the limit, from the header alone; the length is checked
         // first, so it wins over a bad opcode too.
         for len in [limits().frame_max + 1, u32::MAX] {

@@ -739,7 +739,7 @@ fn server_error(r: Result<impl std::fmt::Debug, Error>) -> (Status, String) {
 fn namespaces_keep_keys_apart_and_are_managed_over_the_wire() {
     let srv = server();
     let c = client(&srv);
-    assert_eq!(c.conn().unwrap().version(), 2);
+    assert_eq!(c.conn().unwrap().version(), proto::VERSION);
     let opts = NamespaceOptions {
         mode: NamespaceMode::Store,
         default_ttl_secs: 3600,
@@ -1036,7 +1036,7 @@ fn a_version_1_client_works_in_the_default_namespace() {
         ClientHello { min_version: 1, max_version: 9 },
     )
     .unwrap();
-    assert_eq!(conn.version(), 2);
+    assert_eq!(conn.version(), proto::VERSION);
     assert_eq!(srv.stats().bad_frames.load(Relaxed), 2);
 }
 

@@ -10,7 +10,7 @@
 //! with a [`ProtoError`] naming the field; they never panic and never
 //! allocate more than the bytes they were given justify.
 //!
-//! Versions: this build speaks 1 and 2 ([`VERSION_MIN`]..=[`VERSION`]).
+//! Versions: this build speaks 1 to 3 ([`VERSION_MIN`]..=[`VERSION`]).
 //! Version 2 is version 1 plus namespaces: a request frame names its
 //! namespace (header byte 6, [`Header::ns_len`], then the name at the start
 //! of the body; none = the default namespace, so a version 1 frame is a
@@ -18,6 +18,11 @@
 //! their status codes, and the atomic `TXN` ([`Request::Txn`]: operations
 //! over keys of any namespaces, committed all or none). A header is decoded
 //! for the version its connection negotiated ([`Header::decode`]).
+//! Version 3 is version 2 plus two opcodes for optimistic concurrency on
+//! one key: GETS ([`Request::Gets`]: a GET whose reply carries the value's
+//! CAS value, flags and expiry, [`ItemInfo`]) and DELETE_CAS
+//! ([`Request::DeleteCas`]: a delete only if the value still has a CAS
+//! value); every version 2 frame is unchanged.
 //!
 //! Namespace kinds (a key space, or an export: a block device) live inside
 //! version 2, laid out so that a key space's frames are the ones a version
@@ -33,13 +38,20 @@ use std::num::NonZeroU64;
 /// First bytes of both hellos.
 pub const MAGIC: [u8; 4] = *b"GRNY";
 /// The highest protocol version this build speaks.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// The lowest protocol version this build speaks: a server speaks every
 /// version from this one to [`VERSION`].
 pub const VERSION_MIN: u16 = 1;
 /// The first version whose requests name a namespace, with the `NS_*`
 /// opcodes.
 pub const VERSION_NAMESPACES: u16 = 2;
+/// The first version with GETS and DELETE_CAS (a key's CAS value over the
+/// wire outside TXN).
+pub const VERSION_CAS: u16 = 3;
+/// Bytes of a GETS reply's [`ItemInfo`], before the value.
+pub const ITEM_INFO_BYTES: usize = 16;
+/// Bytes of DELETE_CAS's body before the key: the expected CAS value.
+pub const DELETE_CAS_BYTES: usize = 8;
 /// Bytes of the client's hello.
 pub const CLIENT_HELLO_BYTES: usize = 16;
 /// Longest token a client hello may carry ([`ClientHello::decode_with_token`]).
@@ -118,11 +130,16 @@ pub enum Op {
     NsStats = 12,
     /// Version 2 on: an atomic transaction over keys of any namespaces.
     Txn = 13,
+    /// Version 3 on: a GET whose reply carries the value's CAS value,
+    /// flags and expiry ([`ItemInfo`]) before it.
+    Gets = 14,
+    /// Version 3 on: delete only if the value's CAS value is the one given.
+    DeleteCas = 15,
 }
 
 impl Op {
     /// Every opcode, in numeric order.
-    pub const ALL: [Op; 13] = [
+    pub const ALL: [Op; 15] = [
         Op::Get,
         Op::Put,
         Op::Delete,
@@ -136,6 +153,8 @@ impl Op {
         Op::NsList,
         Op::NsStats,
         Op::Txn,
+        Op::Gets,
+        Op::DeleteCas,
     ];
 
     pub fn from_u8(b: u8) -> Result<Op, ProtoError> {
@@ -153,6 +172,8 @@ impl Op {
             11 => Op::NsList,
             12 => Op::NsStats,
             13 => Op::Txn,
+            14 => Op::Gets,
+            15 => Op::DeleteCas,
             _ => return err(format!("unknown opcode {b}")),
         })
     }
@@ -171,14 +192,18 @@ impl Op {
             Op::NsList => "NS_LIST",
             Op::NsStats => "NS_STATS",
             Op::Txn => "TXN",
+            Op::Gets => "GETS",
+            Op::DeleteCas => "DELETE_CAS",
         }
     }
     /// The first protocol version with this opcode.
     pub fn since(self) -> u16 {
         if (self as u8) < Op::NsCreate as u8 {
             1
-        } else {
+        } else if (self as u8) < Op::Gets as u8 {
             VERSION_NAMESPACES
+        } else {
+            VERSION_CAS
         }
     }
     /// Whether the frame's namespace may be named (every opcode but NOP,
@@ -800,6 +825,15 @@ pub enum Request<'a> {
     /// Version 2: operations over keys of any namespaces (each names its
     /// own; the frame names none), committed atomically: all or none.
     Txn(Vec<TxnOp<'a>>),
+    /// Version 3: the key's value with its [`ItemInfo`] (the reply's body:
+    /// the info, then the value).
+    Gets(&'a [u8]),
+    /// Version 3: delete the key only if its value's CAS value is `cas`
+    /// (`EXISTS`: another CAS value; `NOT_FOUND`: no value).
+    DeleteCas {
+        key: &'a [u8],
+        cas: u64,
+    },
 }
 
 fn check_key(k: &[u8], what: &str) -> Result<(), ProtoError> {
@@ -897,6 +931,8 @@ impl<'a> Request<'a> {
             Request::NsList => Op::NsList,
             Request::NsStats => Op::NsStats,
             Request::Txn(_) => Op::Txn,
+            Request::Gets(_) => Op::Gets,
+            Request::DeleteCas { .. } => Op::DeleteCas,
         }
     }
 
@@ -904,7 +940,8 @@ impl<'a> Request<'a> {
     /// [`Request::encode_in`], the namespace name's bytes come on top).
     pub fn body_len(&self) -> usize {
         match self {
-            Request::Get(k) | Request::Delete(k) => k.len(),
+            Request::Get(k) | Request::Delete(k) | Request::Gets(k) => k.len(),
+            Request::DeleteCas { key, .. } => DELETE_CAS_BYTES + key.len(),
             Request::Put { key, value, .. } => 4 + key.len() + value.len(),
             Request::MultiGet(keys) => 4 + keys.iter().map(|k| 4 + k.len()).sum::<usize>(),
             Request::Batch(ops) => {
@@ -955,7 +992,11 @@ impl<'a> Request<'a> {
         Header { len, op: self.op(), flags, ns_len: ns.len() as u8, id }.encode(out);
         out.extend_from_slice(ns);
         match self {
-            Request::Get(k) | Request::Delete(k) => out.extend_from_slice(k),
+            Request::Get(k) | Request::Delete(k) | Request::Gets(k) => out.extend_from_slice(k),
+            Request::DeleteCas { key, cas } => {
+                out.extend_from_slice(&cas.to_le_bytes());
+                out.extend_from_slice(key);
+            }
             Request::Put { key, value, .. } => {
                 put_u32(out, len32(key.len()));
                 out.extend_from_slice(key);
@@ -1041,6 +1082,11 @@ impl<'a> Request<'a> {
         let req = match h.op {
             Op::Get => Request::Get(r.rest()),
             Op::Delete => Request::Delete(r.rest()),
+            Op::Gets => Request::Gets(r.rest()),
+            Op::DeleteCas => {
+                let cas = r.u64()?;
+                Request::DeleteCas { key: r.rest(), cas }
+            }
             Op::Put => {
                 let mode = PutMode::from_u8(h.flags)?;
                 let kl = r.u32()? as usize;
@@ -1104,7 +1150,11 @@ impl<'a> Request<'a> {
         };
         r.end()?;
         match &req {
-            Request::Get(k) | Request::Delete(k) | Request::Put { key: k, .. } => check_key(k, what)?,
+            Request::Get(k)
+            | Request::Delete(k)
+            | Request::Gets(k)
+            | Request::DeleteCas { key: k, .. }
+            | Request::Put { key: k, .. } => check_key(k, what)?,
             Request::MultiGet(keys) => keys.iter().try_for_each(|k| check_key(k, "MGET"))?,
             Request::Batch(ops) => ops.iter().try_for_each(|o| check_key(o.key(), "BATCH"))?,
             Request::Txn(ops) => ops.iter().try_for_each(|o| check_key(o.key, "TXN"))?,
@@ -1278,6 +1328,42 @@ impl TxnOutcome {
         };
         r.end()?;
         Ok(o)
+    }
+}
+
+/// A value's CAS value and metadata: what a GETS reply carries before the
+/// value (status `OK`; `NOT_FOUND` carries nothing).
+///
+/// ```text
+/// 0   u64 cas       the value's CAS value (unique in the store, new at
+///                   every write of the key)
+/// 8   u32 flags     the Memcache flags stored with it (0 from a native PUT)
+/// 12  u32 expires   Unix seconds from which it reads as absent; 0: never
+/// 16  the value (the rest of the body)
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct ItemInfo {
+    pub cas: u64,
+    pub flags: u32,
+    pub expires: u32,
+}
+
+impl ItemInfo {
+    /// Append the info (the value follows it in the body).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.cas.to_le_bytes());
+        put_u32(out, self.flags);
+        put_u32(out, self.expires);
+    }
+
+    /// Decode the body of a GETS reply of status `OK`: the info and the
+    /// value.
+    pub fn decode_reply(body: &[u8]) -> Result<(ItemInfo, &[u8]), ProtoError> {
+        let mut r = Rd { b: body, at: 0, what: "GETS response" };
+        let cas = r.u64()?;
+        let flags = r.u32()?;
+        let expires = r.u32()?;
+        Ok((ItemInfo { cas, flags, expires }, r.rest()))
     }
 }
 

@@ -36,6 +36,9 @@ fn roundtrip_in(ns: &[u8], req: &Request) {
     // version 1 header decoder takes it if its opcode is version 1's.
     let v1 = Header::decode(&f, BIG, 1);
     assert_eq!(v1.is_ok(), ns.is_empty() && req.op().since() == 1, "{req:?} in {ns:?}");
+    // A version 2 header decoder takes every frame but version 3's opcodes.
+    let v2 = Header::decode(&f, BIG, 2);
+    assert_eq!(v2.is_ok(), req.op().since() <= 2, "{req:?} in {ns:?}");
 }
 
 fn key() -> impl Strategy<Value = Vec<u8>> {
@@ -152,6 +155,8 @@ proptest! {
     #[test]
     fn single_key_requests_round_trip(k in key(), v in val(), m in mode()) {
         roundtrip(&Request::Get(&k));
+        roundtrip(&Request::Gets(&k));
+        roundtrip(&Request::DeleteCas { key: &k, cas: v.len() as u64 * 0x0101_0101_0101 });
         roundtrip(&Request::Delete(&k));
         roundtrip(&Request::Put { key: &k, value: &v, mode: m });
     }
@@ -363,13 +368,50 @@ fn version_1_knows_no_namespace_opcodes() {
         Header { len: 0, op, flags: 0, ns_len: 0, id: 9 }.encode(&mut f);
         assert!(Header::decode(&f, BIG, VERSION).is_ok());
         let v1 = Header::decode(&f, BIG, 1);
+        let v2 = Header::decode(&f, BIG, 2);
         if (op as u8) < 8 {
             assert!(v1.is_ok(), "{op:?}");
-        } else {
+        } else if (op as u8) < 14 {
             let e = v1.unwrap_err().0;
             assert!(e.contains("needs protocol version 2"), "{e}");
             assert_eq!(op.since(), 2);
+            assert!(v2.is_ok(), "{op:?}");
+        } else {
+            assert_eq!(op.since(), 3);
+            for e in [v1.unwrap_err().0, v2.unwrap_err().0] {
+                assert!(e.contains("needs protocol version 3"), "{e}");
+            }
         }
+    }
+}
+
+/// GETS and DELETE_CAS (version 3): their layouts, and what their
+/// decoders refuse.
+#[test]
+fn gets_and_delete_cas_are_as_documented() {
+    let mut f = Vec::new();
+    Request::DeleteCas { key: b"k", cas: 0x0102_0304_0506_0708 }.encode_in(b"ns", 3, &mut f);
+    assert_eq!(f[4], 15);
+    assert_eq!(&f[HEADER_BYTES..], b"ns\x08\x07\x06\x05\x04\x03\x02\x01k");
+    let h = |op: Op, flags, len: usize| Header { len: len as u32, op, flags, ns_len: 0, id: 1 };
+    // A CAS value shorter than 8 bytes, flags, an empty or oversized key.
+    assert!(Request::decode(&h(Op::DeleteCas, 0, 7), &[0; 7]).unwrap_err().0.contains("overruns"));
+    assert!(Request::decode(&h(Op::DeleteCas, 1, 9), &[0; 9]).unwrap_err().0.contains("flags"));
+    assert!(Request::decode(&h(Op::Gets, 1, 1), b"k").unwrap_err().0.contains("flags"));
+    assert_eq!(Request::decode(&h(Op::DeleteCas, 0, 8), &[0; 8]).unwrap().1, Request::DeleteCas { key: b"", cas: 0 });
+    let long = vec![b'k'; KEY_BYTES_MAX + 1];
+    assert!(Request::decode(&h(Op::Gets, 0, long.len()), &long).unwrap_err().0.contains("exceeds"));
+    // The reply: cas, flags, expires, then the value.
+    let info = ItemInfo { cas: 9, flags: 0xdead_beef, expires: 1_700_000_000 };
+    let mut b = Vec::new();
+    info.encode(&mut b);
+    assert_eq!(b.len(), ITEM_INFO_BYTES);
+    assert_eq!(&b[..12], &[9, 0, 0, 0, 0, 0, 0, 0, 0xef, 0xbe, 0xad, 0xde]);
+    b.extend_from_slice(b"value");
+    assert_eq!(ItemInfo::decode_reply(&b), Ok((info, &b"value"[..])));
+    assert_eq!(ItemInfo::decode_reply(&b[..ITEM_INFO_BYTES]), Ok((info, &b""[..])));
+    for cut in 0..ITEM_INFO_BYTES {
+        assert!(ItemInfo::decode_reply(&b[..cut]).unwrap_err().0.contains("GETS response"));
     }
 }
 
@@ -545,7 +587,7 @@ fn requests_reject_bad_fields() {
 fn hellos() {
     let c = ClientHello::default();
     assert_eq!(ClientHello::decode(&c.encode()).unwrap(), c);
-    assert_eq!((c.min_version, c.max_version), (1, 2));
+    assert_eq!((c.min_version, c.max_version), (1, 3));
     assert_eq!(c.agree(), Some(VERSION));
     let future = ClientHello { min_version: VERSION + 1, max_version: VERSION + 3 };
     assert_eq!(ClientHello::decode(&future.encode()).unwrap().agree(), None);
@@ -554,9 +596,11 @@ fn hellos() {
     assert_eq!(agree(1, 1), Some(1));
     assert_eq!(agree(1, 2), Some(2));
     assert_eq!(agree(2, 2), Some(2));
-    assert_eq!(agree(1, 9), Some(2));
-    assert_eq!(agree(2, 9), Some(2));
-    assert_eq!(agree(3, 9), None);
+    assert_eq!(agree(1, 3), Some(3));
+    assert_eq!(agree(1, 9), Some(3));
+    assert_eq!(agree(2, 9), Some(3));
+    assert_eq!(agree(3, 9), Some(3));
+    assert_eq!(agree(4, 9), None);
     let mut bad = c.encode();
     bad[0] = b'X';
     assert!(ClientHello::decode(&bad).unwrap_err().0.contains("magic"));
