@@ -22,6 +22,7 @@
 #   --store                            granary nodes in store mode (--no-evict)
 #   --size S                           each granary node's data file (default 256M)
 #   --memory-mib M                     each memcached node's memory (default 256)
+#   --dram-mib M                       each granary node's DRAM tier, its -m (default granary's, 64)
 #   --threads T                        executor threads per node (default 1)
 #   --mc-port P --resp-port P --native-port P
 #                                      the nodes' ports, the same on every node's address
@@ -32,6 +33,8 @@
 #   --stats-port P                     nutcracker's stats (default 22222, on 127.0.0.1)
 #   --retry-ms MS --failure-limit N    server_retry_timeout and server_failure_limit
 #                                      (defaults 1000 and 2)
+#   --timeout-ms MS                    the pools' timeout: a reply slower than this is
+#                                      a SERVER_ERROR to the client (default 5000)
 # The granary binary: $GRANARY_BIN, else target/release/granary (built when missing).
 set -euo pipefail
 # Debian installs nutcracker in /usr/sbin.
@@ -58,17 +61,17 @@ down | status) ;;
 esac
 
 DIR=${GRANARY_CLUSTER_DIR:-$ROOT/target/cluster}
-ENGINE=granary WEIGHTS= NAMES=1 STORE=0 SIZE=256M MEMORY_MIB=256 THREADS=1
+ENGINE=granary WEIGHTS= NAMES=1 STORE=0 SIZE=256M MEMORY_MIB=256 DRAM_MIB= THREADS=1
 MC_PORT=11211 RESP_PORT=6380 NATIVE_PORT=43345
 PROXY_MC_PORT=22121 PROXY_RESP_PORT=22122 PROXY_STORE_PORT=22123 STATS_PORT=22222
-RETRY_MS=1000 FAILURE_LIMIT=2
+RETRY_MS=1000 FAILURE_LIMIT=2 TIMEOUT_MS=5000
 while (($#)); do
     o=$1
     case "$o" in
     --no-names) NAMES=0 ;;
     --store) STORE=1 ;;
-    --dir | --engine | --weights | --size | --memory-mib | --threads | --mc-port | --resp-port | --native-port | \
-        --proxy-mc-port | --proxy-resp-port | --proxy-store-port | --stats-port | --retry-ms | --failure-limit)
+    --dir | --engine | --weights | --size | --memory-mib | --dram-mib | --threads | --mc-port | --resp-port | --native-port | \
+        --proxy-mc-port | --proxy-resp-port | --proxy-store-port | --stats-port | --retry-ms | --failure-limit | --timeout-ms)
         (($# >= 2)) || die "$o needs a value"
         v=$2
         shift
@@ -78,6 +81,7 @@ while (($#)); do
         --weights) WEIGHTS=$v ;;
         --size) SIZE=$v ;;
         --memory-mib) MEMORY_MIB=$v ;;
+        --dram-mib) DRAM_MIB=$v ;;
         --threads) THREADS=$v ;;
         --mc-port) MC_PORT=$v ;;
         --resp-port) RESP_PORT=$v ;;
@@ -88,6 +92,7 @@ while (($#)); do
         --stats-port) STATS_PORT=$v ;;
         --retry-ms) RETRY_MS=$v ;;
         --failure-limit) FAILURE_LIMIT=$v ;;
+        --timeout-ms) TIMEOUT_MS=$v ;;
         esac
         ;;
     *) die "unknown option $o" ;;
@@ -111,10 +116,11 @@ if [ "$cmd" = up ]; then
     ((${#ws[@]} == N)) || die "--weights needs $N weights"
     for w in "${ws[@]}"; do [[ "$w" =~ ^[1-9][0-9]*$ ]] || die "bad weight $w"; done
     for v in "$MEMORY_MIB" "$THREADS" "$MC_PORT" "$RESP_PORT" "$NATIVE_PORT" "$PROXY_MC_PORT" "$PROXY_RESP_PORT" \
-        "$PROXY_STORE_PORT" "$STATS_PORT" "$RETRY_MS" "$FAILURE_LIMIT"; do
+        "$PROXY_STORE_PORT" "$STATS_PORT" "$RETRY_MS" "$FAILURE_LIMIT" "$TIMEOUT_MS"; do
         [[ "$v" =~ ^[0-9]+$ ]] || die "not a number: $v"
     done
     [[ "$SIZE" =~ ^[0-9]+[A-Za-z]*$ ]] || die "bad --size $SIZE"
+    [[ "$DRAM_MIB" =~ ^[0-9]*$ ]] || die "not a number: $DRAM_MIB"
     BIN=
     if [ "$ENGINE" = granary ]; then
         BIN=${GRANARY_BIN:-$ROOT/target/release/granary}
@@ -133,6 +139,7 @@ NAMES=$NAMES
 STORE=$STORE
 SIZE=$SIZE
 MEMORY_MIB=$MEMORY_MIB
+DRAM_MIB=$DRAM_MIB
 THREADS=$THREADS
 MC_PORT=$MC_PORT
 RESP_PORT=$RESP_PORT
@@ -143,6 +150,7 @@ PROXY_STORE_PORT=$PROXY_STORE_PORT
 STATS_PORT=$STATS_PORT
 RETRY_MS=$RETRY_MS
 FAILURE_LIMIT=$FAILURE_LIMIT
+TIMEOUT_MS=$TIMEOUT_MS
 EOF
 else
     [ -f "$ENV_FILE" ] || die "no cluster in $DIR (no cluster.env)"
@@ -208,6 +216,7 @@ start_node() {
     granary)
         local extra=()
         ((STORE)) && extra+=(--no-evict)
+        [ -z "$DRAM_MIB" ] || extra+=(-m "$DRAM_MIB")
         # Nodes share the machine's cores: executors sleep when idle.
         GRANARY_LOG=${GRANARY_LOG:-info} setsid "$BIN" serve --data "$d/granary.db" --size "$SIZE" -l "$ip" \
             -p "$MC_PORT" --resp-port "$RESP_PORT" --native-port "$NATIVE_PORT" -t "$THREADS" --io-spin-us 0 \
@@ -271,7 +280,7 @@ $name:
   auto_eject_hosts: $eject
   server_retry_timeout: $RETRY_MS
   server_failure_limit: $FAILURE_LIMIT
-  timeout: 5000
+  timeout: $TIMEOUT_MS
   preconnect: true
   servers:
 $(server_lines "$port")

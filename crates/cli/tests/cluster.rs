@@ -9,7 +9,10 @@
 //!   `server_failure_limit` failures, only its keys miss meanwhile, and it
 //!   rejoins warm (every write acknowledged before the kill is back);
 //! - a rolling restart of every node under a write load through the pool
-//!   without ejection (store mode) loses no acknowledged write.
+//!   without ejection (store mode) loses no acknowledged write;
+//! - `MODE=4x scripts/bench-cluster.sh` (granary against memcached nodes on
+//!   a preloaded data set that fits their memory and one 4x it) runs end to
+//!   end on tiny sizes.
 //!
 //! scripts/test.sh installs nutcracker; without it these tests are skipped
 //! unless GRANARY_REQUIRE_PEERS is set. Keys carry a seed printed at the start (`GRANARY_CLUSTER_SEED=S` reruns
@@ -593,4 +596,79 @@ fn rolling_restart_under_load_loses_no_acknowledged_write() {
         checked += 1;
     }
     assert!(checked > ks.len() / 2, "seed {seed}: only {checked} keys acknowledged");
+}
+
+/// `MODE=4x scripts/bench-cluster.sh` on tiny sizes: 2 memcached nodes of
+/// 4 MiB and 2 granary nodes behind nutcracker, a data set of half their
+/// memory and one of 4x it, each preloaded through the proxy and driven
+/// for a second. Its JSON has both cases and engines; granary (whose data
+/// files hold the whole data set) hits every GET, memcached at most about a
+/// quarter of them in the 4x case, since its memory holds that much.
+#[test]
+fn bench_mode_4x_runs_end_to_end() {
+    if !have_nutcracker() {
+        return;
+    }
+    let memcached =
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).any(|d| d.join("memcached").is_file());
+    if !memcached {
+        assert!(std::env::var_os("GRANARY_REQUIRE_PEERS").is_none(), "memcached is missing");
+        eprintln!("skipped: memcached is missing");
+        return;
+    }
+    let n = 2;
+    let ips: Vec<Ipv4Addr> = (0..=n).map(node_ip).collect();
+    let out = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let mut cmd = Command::new("bash");
+    cmd.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/bench-cluster.sh"));
+    let vars =
+        ["MC_PORT", "RESP_PORT", "NATIVE_PORT", "PROXY_MC_PORT", "PROXY_RESP_PORT", "PROXY_STORE_PORT", "STATS_PORT"];
+    let mut ports = Vec::new();
+    for _ in 0..1000 {
+        let p = port_free_on(&ips);
+        if !ports.contains(&p) {
+            ports.push(p);
+        }
+        if ports.len() == vars.len() {
+            break;
+        }
+    }
+    assert_eq!(ports.len(), vars.len(), "no {} distinct free ports", vars.len());
+    for (var, port) in vars.iter().zip(&ports) {
+        cmd.env(var, port.to_string());
+    }
+    let out_dir = out.path().to_str().unwrap();
+    let json = out.path().join("4x.json");
+    let run = cmd
+        .envs([("MODE", "4x"), ("NODES", "2"), ("MEM_MIB", "4"), ("SECS", "1"), ("CONC", "4"), ("OUT", out_dir)])
+        .env("JSON", &json)
+        .env("GRANARY_BIN", env!("CARGO_BIN_EXE_granary"))
+        .env("BENCH_BIN", env!("CARGO_BIN_EXE_granary-bench"))
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    assert!(run.status.success(), "bench-cluster.sh MODE=4x: {}\n{text}", run.status);
+    eprintln!("{text}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let cases = v["cases"].as_array().unwrap();
+    assert_eq!(cases.iter().map(|c| c["case"].as_str().unwrap()).collect::<Vec<_>>(), ["fit", "4x"], "{v}");
+    for c in cases {
+        for engine in ["memcached", "granary"] {
+            let p = &c["engines"][engine];
+            assert!(p["ops"].as_u64().unwrap() > 0, "{engine} served nothing: {c}");
+            let ratio = p["hit_ratio"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&ratio), "{c}");
+        }
+        let granary = &c["engines"]["granary"];
+        assert!(granary["hit_ratio"].as_f64().unwrap() > 0.99, "granary missed: {c}");
+        assert_eq!(granary["errors"].as_u64(), Some(0), "{c}");
+        assert!(c["ops_ratio"].as_f64().unwrap() > 0.0 && c["hits_ratio"].as_f64().unwrap() > 0.0, "{c}");
+    }
+    let m4x = cases[1]["engines"]["memcached"]["hit_ratio"].as_f64().unwrap();
+    assert!(m4x < 0.5, "memcached holds at most about a quarter of a data set 4x its memory, hit {m4x}");
+    // Every process the run started was stopped.
+    let pids: Vec<_> = std::fs::read_dir(out.path().join("cluster")).unwrap().flatten().collect();
+    for e in pids.iter().filter(|e| e.path().is_dir()) {
+        assert!(!e.path().join("pid").exists(), "{:?} still has a pid file", e.path());
+    }
 }
