@@ -536,7 +536,7 @@ pub const SETTINGS: &[Setting] = &[
         kind: Kind::Int { name: "N", min: 0, max: 1_000_000 },
         help: "Microseconds an executor polls for completions before sleeping while device IO it submitted is in flight; 0 sleeps at once (shared machines), at most 1000000",
         default: "`200`",
-        meaning: "microseconds an executor polls for completions before sleeping in the kernel while device IO it submitted is in flight (a completion is then due within a device latency; sleeping adds a wake-up to each IO); 0 sleeps at once, which spares CPU on a machine shared with other work; at most 1,000,000. With no device IO in flight it polls 20 µs. An executor spins for IO only while at least half of its recent idle periods with IO in flight ended within this time (docs/ARCHITECTURE.md, \"Choices measured\").",
+        meaning: "microseconds an executor polls for completions before sleeping in the kernel while device IO it submitted is in flight (a completion is then due within a device latency; sleeping adds a wake-up to each IO); 0 sleeps at once, which spares CPU on a machine shared with other work; at most 1,000,000. With no device IO in flight it polls 20 µs. An executor spins for IO only while at least half of its recent idle periods with IO in flight ended within this time, and neither spin runs while other tasks wait for the CPUs (`/proc/pressure/cpu`) or after a spin was preempted (docs/ARCHITECTURE.md, \"Choices measured\").",
         value: |c| Some(c.io_spin_us.to_string()),
         apply: |c, v| c.io_spin_us = v.int(),
     },

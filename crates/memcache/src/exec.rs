@@ -218,6 +218,7 @@ impl<'a, S: Sink> Exec<'a, S> {
             // Accepted and ignored: logging is configured with GRANARY_LOG.
             Request::Verbosity => self.reply("OK"),
             Request::Stats(StatsKind::CacheDump { class, limit }) => self.cachedump(*class, *limit).await,
+            Request::Stats(StatsKind::CacheDumpDram { limit }) => self.cachedump_dram(*limit).await,
             Request::Stats(kind) => self.stats(*kind),
             Request::LruCrawler(Crawler::Metadump { all }) => self.metadump(*all).await,
             Request::LruCrawler(Crawler::Ok) => self.reply("OK"),
@@ -513,7 +514,7 @@ impl<'a, S: Sink> Exec<'a, S> {
             // `-D`): on and off are accepted, and a dump is empty.
             StatsKind::DetailSet => return self.reply("OK"),
             StatsKind::DetailDump => return self.reply("END"),
-            StatsKind::CacheDump { .. } => unreachable!("run() dumps"),
+            StatsKind::CacheDump { .. } | StatsKind::CacheDumpDram { .. } => unreachable!("run() dumps"),
         };
         for (k, v) in lines {
             self.reply(&format!("STAT {k} {v}"));

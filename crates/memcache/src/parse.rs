@@ -196,6 +196,11 @@ pub(crate) enum StatsKind {
         class: u32,
         limit: u32,
     },
+    /// `stats cachedump dram <limit>` (Granary's): the keys the DRAM tier
+    /// holds, in the same format; `limit` 0 = up to the reply cap.
+    CacheDumpDram {
+        limit: u32,
+    },
     /// `stats detail on|off`: `OK`, nothing recorded.
     DetailSet,
     /// `stats detail dump`: nothing recorded, so `END` alone.
@@ -571,6 +576,12 @@ fn stats<'a>(args: &[&[u8]]) -> Result<Request<'a>, ParseError> {
         [b"reset"] => StatsKind::Reset,
         [b"cachedump"] | [b"cachedump", _] => return Err(ParseError::BadCommandLine),
         // Tokens after the limit are ignored, as memcached does.
+        [b"cachedump", b"dram", limit, ..] => {
+            let Some(limit) = number::<u32>(limit) else {
+                return Err(ParseError::BadFormat);
+            };
+            StatsKind::CacheDumpDram { limit }
+        }
         [b"cachedump", class, limit, ..] => {
             let (Some(class), Some(limit)) = (number::<u32>(class), number::<u32>(limit)) else {
                 return Err(ParseError::BadFormat);

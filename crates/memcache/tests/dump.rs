@@ -111,6 +111,48 @@ fn cachedump_and_metadump_list_every_key_once_with_its_expiry() {
 }
 
 #[test]
+fn cachedump_dram_lists_the_keys_the_dram_tier_holds() {
+    let f = Fixture::with_dram_tier(4 << 20);
+    let mut c = f.client();
+    let now = f.store().now() as u64;
+    let keys: Vec<String> = (0..100).map(|i| format!("key:{i}")).collect();
+    set_all(&mut c, &keys);
+    // Reads from the device offer their items to the tier.
+    let mut hot = HashMap::new();
+    for (i, k) in keys.iter().enumerate().take(20) {
+        assert_eq!(
+            text(c.call(format!("get {k}\r\n").as_bytes())),
+            format!("VALUE {k} 0 {0}\r\nv{i}\r\nEND\r\n", format!("v{i}").len())
+        );
+        hot.insert(k.clone(), (format!("v{i}").len(), 0));
+    }
+    assert_eq!(text(c.call(b"set exp 0 100 3\r\nxyz\r\nget exp\r\n")), "STORED\r\nVALUE exp 0 3\r\nxyz\r\nEND\r\n");
+    hot.insert("exp".into(), (3, now + 100));
+    assert_eq!(cachedump(&mut c, "dram 0"), hot);
+    let some = cachedump(&mut c, "dram 5");
+    assert_eq!(some.len(), 5);
+    assert!(some.iter().all(|(k, v)| hot.get(k) == Some(v)));
+
+    // Deleted and expired items are not listed.
+    assert_eq!(c.call(b"delete key:3\r\n"), b"DELETED\r\n");
+    f.advance(101);
+    let dump = cachedump(&mut c, "dram 0");
+    assert_eq!(dump.len(), 19);
+    assert!(!dump.contains_key("key:3") && !dump.contains_key("exp"));
+    assert_eq!(c.call(b"stats cachedump dram x\r\n"), b"CLIENT_ERROR bad command line format\r\n");
+    // Class 1 still lists every key (its walk reads them, as GETs that
+    // the tier may admit: last).
+    assert_eq!(cachedump(&mut c, "1 0").len(), 99);
+
+    // Without a tier the dump is empty.
+    let g = Fixture::default();
+    let mut c = g.client();
+    set_all(&mut c, &keys[..3]);
+    assert_eq!(c.call(b"get key:0\r\n"), b"VALUE key:0 0 2\r\nv0\r\nEND\r\n");
+    assert!(cachedump(&mut c, "dram 0").is_empty());
+}
+
+#[test]
 fn cachedump_stops_at_its_limit_and_at_memcached_s_reply_cap() {
     let f = Fixture::default();
     let mut c = f.client();

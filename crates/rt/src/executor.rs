@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use io_uring::{opcode, types, IoUring};
 
 use crate::op::{self, OpSlot};
+use crate::pressure::CpuPressure;
 use crate::slab::{Key, Slab};
 use crate::time::Timers;
 
@@ -72,7 +73,23 @@ impl SpinPolicy {
         let hit = if gap <= self.budget { Self::ONE } else { 0 };
         self.hits = self.hits - self.hits / SPIN_IO_WINDOW + hit / SPIN_IO_WINDOW;
     }
+
+    /// The spin lost its core to another thread ([`SPIN_PREEMPTED_GAP`]):
+    /// other threads want the CPU it burns (on a machine whose clients
+    /// share the executors' cores, the very threads whose requests it
+    /// waits for). It stops until about [`SPIN_IO_WINDOW`] / 2 + 3
+    /// periods in a row end within the budget again, so under contention
+    /// the executor spins in about one idle period in twelve; on a core of
+    /// its own it is never preempted and spins as before.
+    pub fn preempted(&mut self) {
+        self.hits = 0;
+    }
 }
+
+/// A spin whose consecutive polls are this far apart was preempted (a poll
+/// of the rings and queues takes well under a microsecond; an interrupt's
+/// handling, tens): see [`SpinPolicy::preempted`].
+pub const SPIN_PREEMPTED_GAP: Duration = Duration::from_micros(50);
 
 /// Mid-round submission while the executor is busy: the file reads and
 /// writes its tasks queue go to the kernel as soon as they are at least
@@ -98,6 +115,10 @@ pub struct RuntimeConfig {
     pub ring_entries: u32,
     /// How long an executor with nothing ready polls its completion and
     /// cross-core queues before blocking in the kernel. Zero blocks at once.
+    /// Adaptive, as `spin_io`: it spins while at least half of its recent
+    /// idle periods ended within this time and no recent spin was
+    /// preempted ([`SpinPolicy::preempted`]). Neither spin runs while
+    /// other tasks wait for the machine's CPUs (`crate::pressure`).
     pub spin: Duration,
     /// How long it polls instead when file IO it submitted is in flight:
     /// a completion is then due within a device latency, and sleeping in
@@ -297,6 +318,11 @@ pub(crate) struct Executor {
     rounds_since_idle: Cell<u32>,
     /// Whether to spin while file IO is in flight ([`SPIN_IO_WINDOW`]).
     io_spin: Cell<SpinPolicy>,
+    /// Whether the idle spin (no file IO in flight) pays: the same rule
+    /// as `io_spin`, with [`RuntimeConfig::spin`] as the budget.
+    idle_spin: Cell<SpinPolicy>,
+    /// No spin while other tasks wait for the machine's CPUs.
+    pressure: RefCell<CpuPressure>,
 }
 
 /// Counts one file read or write in flight on this executor while alive
@@ -698,7 +724,7 @@ impl Executor {
         }
     }
 
-    fn run(&self, idle_spin: Duration) -> io::Result<()> {
+    fn run(&self) -> io::Result<()> {
         self.arm_eventfd();
         loop {
             self.drain_remote();
@@ -713,28 +739,36 @@ impl Executor {
                 continue;
             }
             let io = self.shared.counters.file_ios.load(Relaxed) > 0;
-            let policy = self.io_spin.get();
-            let spin = match (io, policy.spin()) {
-                (true, true) => policy.budget(),
+            // The policy of this idle period's spin: for IO in flight, or
+            // for the next request (`RuntimeConfig::spin` as its budget).
+            let policy_cell = if io { &self.io_spin } else { &self.idle_spin };
+            let policy = policy_cell.get();
+            let idle_from = Instant::now();
+            let contended = self.pressure.borrow_mut().contended(idle_from);
+            let spin = match (io, policy.spin() && !contended) {
+                (_, true) => policy.budget(),
                 (true, false) => {
                     self.shared.counters.io_spins_skipped.fetch_add(1, Relaxed);
                     Duration::ZERO
                 }
-                (false, _) => idle_spin,
+                (false, false) => Duration::ZERO,
             };
             // The executor waits for work: the next rounds submit file IO
             // at once (see `run_ready`).
             self.rounds_since_idle.set(0);
-            let idle_from = Instant::now();
-            let record = |ex: &Executor| {
-                if io {
-                    let mut p = ex.io_spin.get();
+            let record = |preempted: bool| {
+                let mut p = policy_cell.get();
+                if preempted {
+                    p.preempted();
+                } else {
                     p.record(idle_from.elapsed());
-                    ex.io_spin.set(p);
                 }
+                policy_cell.set(p);
             };
+            let mut preempted = false;
             if !spin.is_zero() {
                 let until = idle_from + spin;
+                let mut last = idle_from;
                 loop {
                     if self.ring.borrow_mut().submission().taskrun() {
                         self.submit_and_reap()?;
@@ -742,19 +776,23 @@ impl Executor {
                         self.reap();
                     }
                     let now = Instant::now();
-                    if self.has_work() || self.timers.borrow().due(now) || now >= until {
+                    if now.saturating_duration_since(last) >= SPIN_PREEMPTED_GAP {
+                        preempted = true;
+                    }
+                    last = now;
+                    if preempted || self.has_work() || self.timers.borrow().due(now) || now >= until {
                         break;
                     }
                     std::hint::spin_loop();
                 }
                 if self.has_work() {
-                    record(self);
+                    record(preempted);
                     continue;
                 }
             }
             self.sleep()?;
             self.reap();
-            record(self);
+            record(preempted);
         }
     }
 
@@ -885,11 +923,13 @@ impl Runtime {
                     // An idle period with IO in flight spins at least as
                     // long as one without.
                     io_spin: Cell::new(SpinPolicy::new(cfg.spin_io.max(cfg.spin))),
+                    idle_spin: Cell::new(SpinPolicy::new(cfg.spin)),
+                    pressure: RefCell::new(CpuPressure::open()),
                 });
                 ex.register_arena(arena);
                 CTX.with(|c| *c.borrow_mut() = Some(ex.clone()));
                 let _ = tx.send(Ok(()));
-                if let Err(e) = ex.run(cfg.spin) {
+                if let Err(e) = ex.run() {
                     tracing::error!(core = id, error = %e, "executor stopped on an io_uring error");
                 }
                 ex.teardown();
@@ -1059,6 +1099,23 @@ mod tests {
             fast += 1;
             assert!(fast <= SPIN_IO_WINDOW, "a fast device brings the spin back");
         }
+    }
+
+    /// A preempted spin stops the spin at once; it comes back only after a
+    /// run of periods within the budget, so under contention the executor
+    /// spins in a small share of its idle periods.
+    #[test]
+    fn a_preempted_spin_stops_spinning_for_a_run_of_periods() {
+        let mut p = SpinPolicy::new(BUDGET);
+        p.preempted();
+        assert!(!p.spin(), "preempted: no spin");
+        let mut fast = 0;
+        while !p.spin() {
+            p.record(Duration::from_micros(40));
+            fast += 1;
+            assert!(fast <= SPIN_IO_WINDOW, "periods within the budget bring the spin back");
+        }
+        assert!(fast >= SPIN_IO_WINDOW / 2, "not at the next short period: {fast}");
     }
 
     /// Mixed periods: the spin stays on while at least half end within it.

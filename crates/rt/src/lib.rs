@@ -37,6 +37,7 @@ pub mod latency;
 pub mod metrics;
 pub mod net;
 mod op;
+mod pressure;
 mod slab;
 pub mod sync;
 pub mod sync_ring;
@@ -45,7 +46,9 @@ mod time;
 pub use blocking::block_on;
 pub use executor::{
     current_core, on_runtime, spawn, yield_now, JoinError, JoinHandle, Runtime, RuntimeConfig, RuntimeStats, Spawner,
-    SpinPolicy, StatsReader, SPIN_IO_US_DEFAULT, SPIN_IO_WINDOW, SUBMIT_AT_ONCE_ROUNDS, SUBMIT_EARLY_DIVISOR,
+    SpinPolicy, StatsReader, SPIN_IO_US_DEFAULT, SPIN_IO_WINDOW, SPIN_PREEMPTED_GAP, SUBMIT_AT_ONCE_ROUNDS,
+    SUBMIT_EARLY_DIVISOR,
 };
 pub use op::{read_at, write_at, IoBuf};
+pub use pressure::{CONTENDED_STALL_PCT, PRESSURE_PERIOD};
 pub use time::{sleep, sleep_until, timeout, Elapsed};

@@ -532,6 +532,27 @@ impl Namespace {
         self.state.is_dropped()
     }
 
+    /// Hand `f` each of its keys whose values the DRAM tier holds, with
+    /// its item's value length and expiry time (0: none), in no particular
+    /// order, until `f` returns false; none with the tier off. Not counted
+    /// as reads. Items expired or flushed are left out; a key written
+    /// meanwhile may come or not (the tier holds only current versions: a
+    /// write drops or replaces its key's item). `f` runs under a tier
+    /// shard's lock, which GETs of that shard wait for: it must be quick.
+    pub fn visit_dram(&self, mut f: impl FnMut(&[u8], usize, u32) -> bool) -> Result<()> {
+        let (id, _) = self.state.current_ref()?;
+        let Some(tier) = &self.core.keys.tier else { return Ok(()) };
+        let now = self.core.clock.now();
+        tier.visit(|hot| {
+            let mine = crate::nskey::owner(&hot.key) == crate::nskey::Owner::Ns(id);
+            if !mine || self.core.log.hidden_at(hot.seq, hot.meta.expires, &hot.key, now) {
+                return true;
+            }
+            f(crate::nskey::user_key(id, &hot.key), hot.value.len(), hot.meta.expires)
+        });
+        Ok(())
+    }
+
     /// Largest value it accepts with a key of `key_len` bytes.
     pub fn value_bytes_max(&self, key_len: usize) -> u64 {
         let overhead = match self.state.current() {

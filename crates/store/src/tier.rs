@@ -171,6 +171,16 @@ impl Tier {
         }
     }
 
+    /// Hand `f` each item held, a shard at a time under its lock (so `f`
+    /// must be quick), until it returns false. Not counted as reads.
+    pub(crate) fn visit(&self, mut f: impl FnMut(&Hot) -> bool) {
+        for s in self.shards.iter() {
+            if !s.lock().unwrap_or_else(|e| e.into_inner()).items.visit(|hot| f(hot)) {
+                return;
+            }
+        }
+    }
+
     /// Drop every item whose stored key `gone` says so (a namespace
     /// dropped or truncated).
     pub(crate) fn drop_keys(&self, gone: impl Fn(&[u8]) -> bool) {
@@ -259,6 +269,12 @@ mod tests {
         // `held` is no longer the item: dropping it leaves the new one.
         t.drop_item(h, &held);
         assert_eq!(t.get(b"a", h).unwrap().seq, 7);
+        let mut seen = Vec::new();
+        t.visit(|hot| {
+            seen.push(hot.key.to_vec());
+            true
+        });
+        assert_eq!(seen, [b"a".to_vec()]);
         t.drop_keys(|k| k == b"a");
         assert_eq!(t.usage(), (0, 0));
     }

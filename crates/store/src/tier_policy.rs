@@ -172,6 +172,12 @@ impl<V> S3Fifo<V> {
         Some(v)
     }
 
+    /// Hand `f` each item held (none counted as read), in no particular
+    /// order, until it returns false; false if it did.
+    pub(crate) fn visit(&self, mut f: impl FnMut(&V) -> bool) -> bool {
+        self.map.values().filter_map(|&i| self.slots[i as usize].val.as_ref()).all(&mut f)
+    }
+
     /// Drop every item `keep` refuses; returns how many went.
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&V) -> bool) -> usize {
         let gone: Vec<u64> = self

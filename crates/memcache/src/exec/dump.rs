@@ -1,12 +1,15 @@
 //! Key dumps over the engine's key scan: `stats cachedump` and
-//! `lru_crawler metadump`, in memcached 1.6.18's formats. Granary has no
+//! `lru_crawler metadump`, in memcached 1.6.18's formats, and the DRAM
+//! tier's keys (`stats cachedump dram`, Granary's). Granary has no
 //! slab classes: every key is in class [`ITEM_CLASS`], the one `stats
 //! items` reports; other valid classes are empty.
 //!
 //! Invariants:
 //! - a dump holds at most one scan page of keys ([`DUMP_SCAN_KEYS`]) and
 //!   sends the reply buffer once it passes [`OUT_FLUSH_BYTES`], so its
-//!   memory is bounded whatever the namespace holds;
+//!   memory is bounded whatever the namespace holds; a dump of the DRAM
+//!   tier's keys (`stats cachedump dram`) holds no keys, only its reply,
+//!   which is at most [`CACHEDUMP_BYTES_MAX`] bytes;
 //! - a full dump lists every key present for its whole walk exactly once,
 //!   and no key that was never present (the scan's guarantees); a key
 //!   deleted between its page and its read is left out;
@@ -95,6 +98,32 @@ impl<S: Sink> Exec<'_, S> {
             })
             .await;
         self.dump_end(walked);
+    }
+
+    /// `stats cachedump dram <limit>`: the keys the DRAM tier holds (the
+    /// hot items; none with the tier off), as [`Self::cachedump`] lists
+    /// them, up to `limit` (0: no count limit) within
+    /// [`CACHEDUMP_BYTES_MAX`] bytes, in no particular order. The lines
+    /// are written while the tier is walked (a shard's lock held for
+    /// each of its keys' lines), so the reply cap bounds the memory and
+    /// the walk both.
+    pub(super) async fn cachedump_dram(&mut self, limit: u32) {
+        let (mut shown, mut bytes) = (0u32, END.len());
+        let out = self.io.out();
+        let walked = self.ctx.ns.visit_dram(|key, value_len, expires| {
+            let tail = format!(" [{value_len} b; {expires} s]\r\n");
+            let len = 5 + key.len() + tail.len();
+            if (limit != 0 && shown >= limit) || bytes + len > CACHEDUMP_BYTES_MAX {
+                return false;
+            }
+            out.extend_from_slice(b"ITEM ");
+            out.extend_from_slice(key);
+            out.extend_from_slice(tail.as_bytes());
+            shown += 1;
+            bytes += len;
+            true
+        });
+        self.dump_end(walked.map(|()| true));
     }
 
     /// `lru_crawler metadump`: for every key when `all`, `key=<uri-encoded

@@ -39,6 +39,18 @@ impl Fixture {
         f
     }
 
+    /// [`Fixture::default`] with a DRAM tier of `bytes`.
+    pub fn with_dram_tier(bytes: u64) -> Fixture {
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        let now = Arc::new(AtomicU32::new(1_800_000_000));
+        let c = CreateOptions { segment_bytes: Some(2 << 20), grain_bytes: Some(512), ..CreateOptions::default() };
+        let o = OpenOptions { dram_tier_bytes: bytes, ..opts(&now, true) };
+        let store = Arc::new(Store::create(dev.clone(), &c, &o).unwrap());
+        let mut f = Fixture { dev, now, server: None, store: None, addr: "127.0.0.1:0".parse().unwrap() };
+        f.serve(store, ServerConfig { threads: 2, ..ServerConfig::default() });
+        f
+    }
+
     pub fn default() -> Fixture {
         Fixture::new(64 << 20, true, ServerConfig { threads: 2, ..ServerConfig::default() })
     }
