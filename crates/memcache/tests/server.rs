@@ -947,3 +947,36 @@ fn a_listener_serves_its_namespace() {
     let err = granary_memcache::Server::start(store, cfg("nope")).err().expect("no such namespace");
     assert!(err.to_string().contains("no namespace \"nope\""), "{err}");
 }
+
+/// In a cache-mode server, a listener's `cache` namespace at its quota
+/// evicts its own oldest values: every set is stored, the namespace stays
+/// within its limit, the newest key reads back, the oldest is gone, and
+/// `stats` counts the evictions; the default namespace keeps its keys.
+#[test]
+fn a_namespace_at_its_quota_evicts_its_own_values() {
+    let f = Fixture::default();
+    let o = granary_store::NamespaceOptions { max_keys: Some(8), ..Default::default() };
+    f.store().create_namespace("small", o).unwrap();
+    let cfg = ServerConfig {
+        threads: 1,
+        listen: ([127, 0, 0, 1], granary_rt::net::free_low_port().unwrap()).into(),
+        namespace: "small".into(),
+        ..ServerConfig::default()
+    };
+    let small = granary_memcache::Server::start(f.store.clone().unwrap(), cfg).unwrap();
+    let mut c = Client::connect(small.local_addr());
+    let mut d = f.client();
+    assert_eq!(d.call(b"set mine 0 0 1\r\nd\r\n"), b"STORED\r\n");
+    for i in 0..50 {
+        assert_eq!(c.call(format!("set k{i} 0 0 1\r\nx\r\n").as_bytes()), b"STORED\r\n", "key {i}");
+    }
+    let st = f.store().namespace("small").unwrap().stats().unwrap();
+    assert!(st.keys <= 8 && st.evictions >= 42, "{st:?}");
+    assert_eq!(c.call(b"get k49\r\n"), b"VALUE k49 0 1\r\nx\r\nEND\r\n");
+    assert_eq!(c.call(b"get k0\r\n"), b"END\r\n");
+    let stats = String::from_utf8(c.call(b"stats\r\n")).unwrap();
+    assert!(stats.contains(&format!("STAT curr_items {}\r\n", st.keys)), "{stats}");
+    assert!(stats.contains(&format!("STAT evictions {}\r\n", st.evictions)), "{stats}");
+    assert_eq!(d.call(b"get mine\r\n"), b"VALUE mine 0 1\r\nd\r\nEND\r\n");
+    small.shutdown();
+}

@@ -28,6 +28,11 @@
 //!    records waits until the entry is gone, that is until every key of the
 //!    batch points at its new version. So no reader sees one key of a
 //!    committed batch and afterwards the old value of another.
+//!    Blind overwrites ([`crate::links`]) are decided for the whole batch
+//!    with one look at the links' table, and their links added or carried
+//!    with one lock before the index moves and one after, not a few locks
+//!    per key. A namespace that evicts at its quota ([`crate::quota`]) makes
+//!    room for the batch before step 1.
 //!
 //! GC relocates a batch's records as it does any record, clearing the
 //! batch mark on the copy (its batch is committed: only committed records
@@ -38,7 +43,9 @@
 
 use crate::counters::NsCounters;
 use crate::error::{Error, Result};
+use crate::links::{BlindStep, Link};
 use crate::namespace::NsState;
+use crate::nskey::{owner, user_key, Owner};
 use crate::space::{Loc, Purpose};
 use crate::store::{Core, Namespace, Store};
 use crate::types::{ItemMeta, PutOutcome};
@@ -48,8 +55,10 @@ use granary_format::hash::key_hash;
 use granary_format::limits::{grains_for, record_bytes};
 use granary_format::record::{self, RecordHeader};
 use granary_format::superblock::FLAG_BATCHES;
+use granary_index::Entry;
 use granary_io::AlignedBuf;
 use granary_rt::block_on;
+use std::borrow::Cow;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -205,14 +214,14 @@ impl Core {
             return Err(Error::BadBatch(format!("{} operations; a batch holds at most {BATCH_OPS_MAX}", ops.len())));
         }
         let mut resolved = Vec::with_capacity(ops.len());
-        let mut seen = std::collections::HashSet::new();
         for (ns, key, op) in ops {
-            let stored = self.scoped(&ns, &key)?.0.into_owned();
+            // A key of the default namespace is stored as it is.
+            let scoped = match self.scoped(&ns, &key)?.0 {
+                Cow::Borrowed(_) => None,
+                Cow::Owned(stored) => Some(stored),
+            };
+            let stored = scoped.unwrap_or(key);
             let counters = ns.current()?.1;
-            if !seen.insert(stored.clone()) {
-                let key = key.escape_ascii();
-                return Err(Error::BadBatch(format!("key \"{key}\" of namespace {:?} appears twice", ns.name)));
-            }
             let op = match op {
                 BatchOp::Put { value, meta } => BatchOp::Put { value, meta: self.with_default_ttl(&ns, meta) },
                 BatchOp::PutAbsent { value, meta } => {
@@ -227,6 +236,18 @@ impl Core {
                 op @ (BatchOp::Delete | BatchOp::DeleteCas { .. } | BatchOp::Check { .. }) => op,
             };
             resolved.push(Resolved { h: key_hash(&stored), key: stored, ns, counters, op });
+        }
+        // Each key once: sorted by hash, a key twice lies side by side.
+        let mut order: Vec<usize> = (0..resolved.len()).collect();
+        order.sort_unstable_by(|&a, &b| (resolved[a].h, &resolved[a].key).cmp(&(resolved[b].h, &resolved[b].key)));
+        if let Some(w) = order.windows(2).find(|w| resolved[w[0]].key == resolved[w[1]].key) {
+            let r = &resolved[w[1]];
+            let key = match owner(&r.key) {
+                Owner::Ns(id) => user_key(id, &r.key),
+                Owner::Engine => &r.key[..],
+            };
+            let key = key.escape_ascii();
+            return Err(Error::BadBatch(format!("key \"{key}\" of namespace {:?} appears twice", r.ns.name)));
         }
         // Every record's grains (a delete's tombstone counted, though it may
         // write none; a check has none), and the commit record's.
@@ -253,6 +274,9 @@ impl Core {
         if may_write {
             self.enable_feature(FLAG_BATCHES)?;
         }
+        // A namespace that evicts at its quota makes room for the batch
+        // before its stripes are taken (`crate::quota`).
+        self.evict_for_batch(&resolved, &grains).await?;
         loop {
             if may_write {
                 self.log.check_writable()?;
@@ -273,6 +297,33 @@ impl Core {
         }
     }
 
+    /// For each namespace that evicts at its quota ([`Core::evicts_at_quota`])
+    /// and would pass it if every value the batch writes there were new:
+    /// evict its own values to make room for them all.
+    async fn evict_for_batch(&self, ops: &[Resolved], grains: &[u64]) -> Result<()> {
+        let g = self.log.grain();
+        let mut need: Vec<(&Resolved, u64, u64)> = Vec::new();
+        for (r, &gr) in ops.iter().zip(grains) {
+            if r.value().is_none() || !self.evicts_at_quota(&r.ns) {
+                continue;
+            }
+            match need.iter_mut().find(|(o, ..)| Arc::ptr_eq(&o.counters, &r.counters)) {
+                Some(n) => (n.1, n.2) = (n.1 + 1, n.2 + gr * g),
+                None => need.push((r, 1, gr * g)),
+            }
+        }
+        for (r, keys, bytes) in need {
+            let (max_keys, max_bytes) = (r.ns.options.max_keys, r.ns.options.max_bytes);
+            let c = &r.counters;
+            if max_keys.is_some_and(|m| c.keys.load(Relaxed) + keys > m)
+                || max_bytes.is_some_and(|m| c.value_bytes.load(Relaxed) + bytes > m)
+            {
+                self.evict_for_quota(&r.ns, c, keys, bytes).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Steps 2 to 4 of a commit, the stripes of every key held.
     async fn commit_locked(&self, ops: &[Resolved], grains: &[u64], commit_grains: u64) -> Result<BatchOutcome> {
         let now = self.clock.now();
@@ -286,20 +337,44 @@ impl Core {
         // every one added its record (an overwrite adds less).
         let mut ahead: std::collections::HashMap<*const NsCounters, (u64, u64)> = Default::default();
         let g = self.log.grain();
+        // Unconditional writes: what the index holds for each key, as for a
+        // single write, with the blind overwrites decided for the whole
+        // batch in one pass over the links' table (`own_link`: the key's
+        // one candidate heads the key's own link, which moves on).
+        let mut looked: Vec<Option<Prior>> = Vec::with_capacity(ops.len());
+        let mut own_link = vec![false; ops.len()];
+        let (mut cands, mut cand_of) = (Vec::new(), Vec::new());
         for (i, r) in ops.iter().enumerate() {
-            let conditional = !matches!(r.op, BatchOp::Put { .. } | BatchOp::Delete);
+            if !matches!(r.op, BatchOp::Put { .. } | BatchOp::Delete) {
+                looked.push(None);
+                continue;
+            }
+            looked.push(Some(match self.keys.index.lookup(r.h).as_slice() {
+                [] => Prior::Known(None),
+                &[e] if r.value().is_some() && self.blind_candidate(e) => {
+                    cands.push((e.pba(), &r.key[..]));
+                    cand_of.push(i);
+                    Prior::Blind(e)
+                }
+                _ => Prior::Unread,
+            }));
+        }
+        if !cands.is_empty() {
+            for (ok, &i) in self.keys.links.blind_ok_all(&cands).into_iter().zip(&cand_of) {
+                match ok {
+                    Some(own) => own_link[i] = own,
+                    None => looked[i] = Some(Prior::Unread),
+                }
+            }
+        }
+        for (i, (r, looked)) in ops.iter().zip(looked).enumerate() {
             let quota = |prior_known_absent: bool| {
                 let before = ahead.get(&Arc::as_ptr(&r.counters)).copied().unwrap_or((0, 0));
                 let added = (u64::from(prior_known_absent), grains[i] * g);
                 (before, added)
             };
-            if !conditional {
-                let p = match self.keys.index.lookup(r.h).as_slice() {
-                    [] => Prior::Known(None),
-                    &[e] if r.value().is_some() && self.blind_ok(e, &r.key) => Prior::Blind(e),
-                    _ => Prior::Unread,
-                };
-                if r.value().is_some() {
+            if let Some(p) = looked {
+                if r.value().is_some() && r.ns.options.has_quota() {
                     let (before, added) = quota(matches!(p, Prior::Known(None)));
                     self.check_quota_after(&r.ns, &r.counters, &r.key, grains[i], before).await?;
                     ahead.insert(Arc::as_ptr(&r.counters), (before.0 + added.0, before.1 + added.1));
@@ -327,7 +402,7 @@ impl Core {
             if let Some(outcome) = failed {
                 return Ok(BatchOutcome::ConditionFailed { op: i, outcome });
             }
-            if r.value().is_some() {
+            if r.value().is_some() && r.ns.options.has_quota() {
                 let (before, added) = quota(live.is_none());
                 self.check_quota_after(&r.ns, &r.counters, &r.key, grains[i], before).await?;
                 ahead.insert(Arc::as_ptr(&r.counters), (before.0 + added.0, before.1 + added.1));
@@ -356,8 +431,10 @@ impl Core {
             e => e,
         })?;
         // Encode every record, then the commit record, into one buffer.
+        // Encoding writes every byte of it (each record's padding and the
+        // commit record's to the end), so the buffer is not cleared first.
         let g = self.log.grain();
-        let mut buf = AlignedBuf::zeroed((total * g) as usize);
+        let mut buf = AlignedBuf::for_read((total * g) as usize);
         let (mut at, mut seq) = (0u64, first);
         let mut placed: Vec<Option<(Loc, u64)>> = Vec::with_capacity(ops.len());
         let mut header_crcs = Vec::with_capacity(n as usize);
@@ -404,7 +481,7 @@ impl Core {
         // Durable: point the index at every record, readers of them waiting
         // until all are.
         self.keys.publishing.start(first, seq);
-        let published = self.publish_batch(ops, prior, placed).await;
+        let published = self.publish_batch(ops, prior, &own_link, placed).await;
         self.keys.publishing.end(first);
         self.space.done(loc.seg);
         Ok(BatchOutcome::Committed { cas: published? })
@@ -412,50 +489,137 @@ impl Core {
 
     /// Point the index at each record written (`placed`) over what its
     /// key held (`prior`); each one's CAS value (0 for a delete or an
-    /// operation that wrote nothing).
+    /// operation that wrote nothing). The blind overwrites go first, all at
+    /// once ([`Core::publish_blind`]); the order is no reader's business,
+    /// the batch's [`Publishing`](crate::keys::Publishing) entry covering
+    /// them all.
     async fn publish_batch(
         &self,
         ops: &[Resolved],
         prior: Vec<Prior>,
+        own_link: &[bool],
         placed: Vec<Option<(Loc, u64)>>,
     ) -> Result<Vec<u64>> {
-        let mut cas = Vec::with_capacity(ops.len());
-        for ((r, p), placed) in ops.iter().zip(prior).zip(placed) {
-            let Some((l, s)) = placed else {
-                cas.push(0);
-                continue;
-            };
+        let mut cas = vec![0; ops.len()];
+        let mut first = true;
+        let blind: Vec<(usize, Entry)> = prior
+            .iter()
+            .enumerate()
+            .filter_map(|(n, p)| match p {
+                Prior::Blind(e) if placed[n].is_some() => Some((n, *e)),
+                _ => None,
+            })
+            .collect();
+        if !blind.is_empty() {
+            self.publish_blind(ops, &blind, own_link, &placed, &mut first).await?;
+            for &(n, _) in &blind {
+                cas[n] = self.published(&ops[n], placed[n]);
+            }
+        }
+        for (n, (r, p)) in ops.iter().zip(prior).enumerate() {
+            let Some((l, _)) = placed[n] else { continue };
             let tombstone = r.value().is_none();
-            let policy = match r.value() {
-                Some((_, meta)) => crate::access::Policy::new_item(&meta),
-                None => crate::access::Policy::Fresh,
-            };
+            let policy = Self::policy_of(r);
             match p {
-                Prior::Blind(e) => self.commit_blind(&r.key, r.h, e, l, policy).await?,
+                Prior::Blind(_) => continue, // published above
                 Prior::Known(existing) => self.commit(&r.key, r.h, existing, l, tombstone, policy).await?,
                 Prior::Unread => {
                     let existing = self.find(&r.key, r.h, false, false).await?;
                     self.commit(&r.key, r.h, existing, l, tombstone, policy).await?
                 }
             }
-            cas.push(if tombstone { 0 } else { s });
-            #[cfg(test)]
-            if cas.len() == 1 {
-                AFTER_FIRST_PUBLISHED.with(|h| h.take().map(|f| f()));
-            }
-            match r.value() {
-                Some((v, _)) => {
-                    self.counters.puts.fetch_add(1, Relaxed);
-                    self.counters.user_bytes.fetch_add((r.key.len() + v.len()) as u64, Relaxed);
-                    r.counters.stored(PutOutcome::Stored);
-                }
-                None => {
-                    self.counters.deletes.fetch_add(1, Relaxed);
-                    r.counters.deletes.fetch_add(1, Relaxed);
-                }
-            }
+            Self::after_published(&mut first);
+            cas[n] = self.published(r, placed[n]);
         }
         Ok(cas)
+    }
+
+    /// The access policy of an operation's new record.
+    fn policy_of(r: &Resolved) -> crate::access::Policy {
+        match r.value() {
+            Some((_, meta)) => crate::access::Policy::new_item(&meta),
+            None => crate::access::Policy::Fresh,
+        }
+    }
+
+    /// Runs the test hook after the batch's first key is published.
+    fn after_published(first: &mut bool) {
+        if std::mem::take(first) {
+            #[cfg(test)]
+            AFTER_FIRST_PUBLISHED.with(|h| h.take().map(|f| f()));
+        }
+    }
+
+    /// The blind overwrites of a batch (`blind`: the operation and the
+    /// entry its record replaces), as [`Core::commit_blind`] does each but
+    /// with the links' table locked twice for them all, not a few times
+    /// each: every new link added and every carried one aliased, then the
+    /// index moved, then each link settled at its new head. The stripes of
+    /// every key are held, so no link of these heads changes meanwhile.
+    async fn publish_blind(
+        &self,
+        ops: &[Resolved],
+        blind: &[(usize, Entry)],
+        own_link: &[bool],
+        placed: &[Option<(Loc, u64)>],
+        first: &mut bool,
+    ) -> Result<()> {
+        let loc = |n: usize| placed[n].expect("a blind overwrite wrote a record").0;
+        let steps: Vec<BlindStep> = blind
+            .iter()
+            .map(|&(n, e)| BlindStep {
+                from: e.pba(),
+                to: loc(n).pba,
+                new: (!own_link[n])
+                    .then(|| Arc::new(Link { old: e, key: ops[n].key.as_slice().into(), aux: Default::default() })),
+            })
+            .collect();
+        let aliased = self.keys.links.start_blind(&steps);
+        let (c, now) = (self.access_clock, self.clock.now());
+        let mut done = Vec::with_capacity(blind.len());
+        let mut aux = vec![0u32; blind.len()];
+        for (k, &(n, e)) in blind.iter().enumerate() {
+            let (r, l, policy) = (&ops[n], loc(n), Self::policy_of(&ops[n]));
+            let old_aux = &mut aux[k];
+            done.push(self.keys.index.replace_with(r.h, e.pba(), l.grains, l.pba, |w| {
+                *old_aux = w;
+                c.apply(policy, w, now)
+            }));
+            if done[k] {
+                Self::after_published(first);
+            }
+        }
+        self.keys.links.finish_blind(&steps, &aliased, &done, &aux);
+        for (k, &(n, e)) in blind.iter().enumerate() {
+            let r = &ops[n];
+            if done[k] {
+                self.blindly_replaced(&r.key, r.h, e, loc(n));
+            } else {
+                // Not expected under the stripe; the careful way then.
+                let existing = self.find(&r.key, r.h, false, false).await?;
+                self.commit(&r.key, r.h, existing, loc(n), false, Self::policy_of(r)).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Count operation `r`, its record published at `placed`; its CAS
+    /// value (0 for a delete).
+    fn published(&self, r: &Resolved, placed: Option<(Loc, u64)>) -> u64 {
+        let Some((_, seq)) = placed else { return 0 };
+        match r.value() {
+            Some((v, _)) => {
+                self.counters.puts.fetch_add(1, Relaxed);
+                self.counters.user_bytes.fetch_add((r.key.len() + v.len()) as u64, Relaxed);
+                r.counters.stored(PutOutcome::Stored);
+                seq
+            }
+            None => {
+                self.counters.deletes.fetch_add(1, Relaxed);
+                r.counters.deletes.fetch_add(1, Relaxed);
+                0
+            }
+        }
     }
 }
 

@@ -375,7 +375,7 @@ pub(crate) fn drop_value(gc: Gc<'_>, v: u32, key: &[u8], pba: u64, what: Counted
 }
 
 /// Count a value of `key` that left the index: expired, or evicted.
-fn count_leaving(gc: Gc<'_>, key: &[u8], expired: bool) {
+pub(crate) fn count_leaving(gc: Gc<'_>, key: &[u8], expired: bool) {
     let c = if expired { &gc.stats.expired } else { &gc.stats.evicted_values };
     c.fetch_add(1, Relaxed);
     gc.counters.with_ns(key, |n| {

@@ -84,6 +84,7 @@ mod open;
 pub mod options;
 mod parts;
 pub mod provision;
+mod quota;
 mod read;
 mod recover;
 mod scan;

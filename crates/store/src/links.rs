@@ -87,6 +87,41 @@ struct Inner {
     bytes: usize,
 }
 
+impl Inner {
+    /// [`Links::insert`], the lock held.
+    fn add(&mut self, head: u64, link: LinkRef) {
+        self.bytes += cost(&link);
+        self.by_old.insert(link.old.pba(), head);
+        if let Some(prev) = self.by_head.insert(head, link) {
+            // A location is reused only after GC freed its segment, which
+            // removed or moved every link of a head in it.
+            self.bytes -= cost(&prev);
+            debug_assert!(false, "a link replaced another at head {head}");
+        }
+    }
+
+    /// [`Links::remove`], the lock held.
+    fn drop_head(&mut self, head: u64) -> Option<LinkRef> {
+        let link = self.by_head.remove(&head)?;
+        // Not an alias in the middle of a move (`carry`): the link goes.
+        if self.by_old.get(&link.old.pba()) == Some(&head) {
+            self.by_old.remove(&link.old.pba());
+            self.bytes -= cost(&link);
+        }
+        Some(link)
+    }
+}
+
+/// One blind overwrite of a batch ([`Links::start_blind`]): the index
+/// moves from `from` (the key's one candidate) to `to` (its new record).
+pub(crate) struct BlindStep {
+    pub from: u64,
+    pub to: u64,
+    /// The link to add at `to` (`from` heads no link); None: `from` heads
+    /// this key's own link, which moves to `to`.
+    pub new: Option<LinkRef>,
+}
+
 /// The links of one store.
 pub(crate) struct Links {
     inner: Mutex<Inner>,
@@ -150,14 +185,7 @@ impl Links {
     /// the index at `head` after this).
     pub(crate) fn insert(&self, head: u64, link: LinkRef) {
         let mut i = self.lock();
-        i.bytes += cost(&link);
-        i.by_old.insert(link.old.pba(), head);
-        if let Some(prev) = i.by_head.insert(head, link) {
-            // A location is reused only after GC freed its segment, which
-            // removed or moved every link of a head in it.
-            i.bytes -= cost(&prev);
-            debug_assert!(false, "a link replaced another at head {head}");
-        }
+        i.add(head, link);
         self.len.store(i.by_old.len(), Relaxed);
     }
 
@@ -167,14 +195,9 @@ impl Links {
             return None;
         }
         let mut i = self.lock();
-        let link = i.by_head.remove(&head)?;
-        // Not an alias in the middle of a move (`carry`): the link goes.
-        if i.by_old.get(&link.old.pba()) == Some(&head) {
-            i.by_old.remove(&link.old.pba());
-            i.bytes -= cost(&link);
-        }
+        let link = i.drop_head(head);
         self.len.store(i.by_old.len(), Relaxed);
-        Some(link)
+        link
     }
 
     /// The links whose displaced record lies in grains `lo..hi`.
@@ -218,6 +241,83 @@ impl Links {
         if let Some(l) = self.lock().by_head.get(&head) {
             l.aux.store(aux, Relaxed);
         }
+    }
+
+    /// For each blind overwrite a batch may make, `(head, key)`, under one
+    /// lock for the whole batch: whether it may replace `head` without
+    /// reading it (`Core::blind_ok`), and how. `Some(true)`: `head` heads a
+    /// link of this very key, which moves on; `Some(false)`: `head` heads
+    /// none, and the batch's new links so far leave room for this one;
+    /// None: not blindly.
+    pub(crate) fn blind_ok_all(&self, cands: &[(u64, &[u8])]) -> Vec<Option<bool>> {
+        let i = self.lock();
+        let mut bytes = i.bytes;
+        cands
+            .iter()
+            .map(|&(head, key)| match i.by_head.get(&head) {
+                Some(l) => (*l.key == *key).then_some(true),
+                None if self.enabled() && bytes + key.len() + LINK_OVERHEAD_BYTES <= self.cap_bytes => {
+                    bytes += key.len() + LINK_OVERHEAD_BYTES;
+                    Some(false)
+                }
+                None => None,
+            })
+            .collect()
+    }
+
+    /// A batch's blind overwrites, before the index moves from each step's
+    /// `from` to its `to`, under one lock: a step with a new link adds it
+    /// at `to` ([`Links::insert`]); one without carries `from`'s link, if
+    /// any, to `to` as a second head ([`Links::alias`]; false where there
+    /// was none). The caller holds every key's stripe.
+    pub(crate) fn start_blind(&self, steps: &[BlindStep]) -> Vec<bool> {
+        let mut i = self.lock();
+        let aliased = steps
+            .iter()
+            .map(|s| match &s.new {
+                Some(link) => {
+                    i.add(s.to, link.clone());
+                    false
+                }
+                None => match i.by_head.get(&s.from).cloned() {
+                    Some(link) => {
+                        let prev = i.by_head.insert(s.to, link);
+                        debug_assert!(prev.is_none(), "a link replaced another at head {}", s.to);
+                        true
+                    }
+                    None => false,
+                },
+            })
+            .collect();
+        self.len.store(i.by_old.len(), Relaxed);
+        aliased
+    }
+
+    /// After the index moved (`done[n]`) or not for each step of
+    /// [`Links::start_blind`], under one lock: a new link gets the displaced
+    /// entry's access word, or goes if its head was not indexed; a carried
+    /// link stays at `to` alone ([`Links::moved`]), or at `from` alone
+    /// ([`Links::unalias`]).
+    pub(crate) fn finish_blind(&self, steps: &[BlindStep], aliased: &[bool], done: &[bool], aux: &[u32]) {
+        let mut i = self.lock();
+        for (n, s) in steps.iter().enumerate() {
+            match (&s.new, done[n]) {
+                (Some(link), true) => link.aux.store(aux[n], Relaxed),
+                (Some(_), false) => {
+                    i.drop_head(s.to);
+                }
+                (None, true) if aliased[n] => {
+                    if let Some(link) = i.by_head.remove(&s.from) {
+                        i.by_old.insert(link.old.pba(), s.to);
+                    }
+                }
+                (None, false) if aliased[n] => {
+                    i.by_head.remove(&s.to);
+                }
+                (None, _) => {}
+            }
+        }
+        self.len.store(i.by_old.len(), Relaxed);
     }
 
     /// Every link, for [`crate::settle::resolve_all`].

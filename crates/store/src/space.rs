@@ -793,6 +793,23 @@ impl Space {
         c.into_iter().map(|(_, _, i)| i).collect()
     }
 
+    /// Every segment holding records (open or closed, not pinned) with its
+    /// alloc_seq, in the order a namespace at its quota evicts from them
+    /// (`crate::quota`): the closed ones least recently touched first, as
+    /// [`Space::eviction_order`] has them, then the open ones.
+    pub(crate) fn quota_eviction_order(&self) -> Vec<(u32, u64)> {
+        let inner = self.lock();
+        let mut c: Vec<(bool, u64, u64, u32)> = (0..inner.state.len())
+            .filter(|&i| matches!(inner.state[i], SegState::Open | SegState::Closed) && !inner.pinned[i])
+            .map(|i| {
+                let open = inner.state[i] == SegState::Open;
+                (open, self.touched[i].load(Relaxed), inner.closed_at[i], i as u32)
+            })
+            .collect();
+        c.sort_unstable();
+        c.into_iter().map(|(_, _, _, i)| (i, self.alloc_seq(i))).collect()
+    }
+
     /// GC's victim and whether to evict it (cache mode) rather than
     /// relocate its live data.
     ///

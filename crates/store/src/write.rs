@@ -19,9 +19,9 @@
 
 use crate::access::Policy;
 use crate::coalesce::Payload;
-use crate::counters::{Counted, NsCounters};
+use crate::counters::Counted;
 use crate::error::{Error, Result};
-use crate::namespace::{NamespaceOptions, NsState};
+use crate::namespace::NsState;
 use crate::nskey::{owner, user_key, Owner, DEFAULT_NS};
 use crate::space::{Loc, Purpose};
 use crate::store::{Core, Found, FLUSH_FLOOR_KEY};
@@ -243,54 +243,6 @@ impl Core {
         meta
     }
 
-    /// Refuse a value of `grains` for `key` (stored form) that would take
-    /// `ns` past a quota. Checked before the write, with no lock: writes
-    /// running at once may each pass it by one value.
-    pub(crate) async fn check_quota(&self, ns: &NsState, c: &NsCounters, key: &[u8], grains: u64) -> Result<()> {
-        self.check_quota_after(ns, c, key, grains, (0, 0)).await
-    }
-
-    /// [`Core::check_quota`] as if `ahead` (values, bytes) were added to
-    /// the namespace first (the earlier writes of the same batch).
-    pub(crate) async fn check_quota_after(
-        &self,
-        ns: &NsState,
-        c: &NsCounters,
-        key: &[u8],
-        grains: u64,
-        ahead: (u64, u64),
-    ) -> Result<()> {
-        let NamespaceOptions { max_keys, max_bytes, .. } = ns.options;
-        if max_keys.is_none() && max_bytes.is_none() {
-            return Ok(());
-        }
-        let new_bytes = grains * self.log.grain();
-        let (keys, bytes) = (c.keys.load(Relaxed) + ahead.0, c.value_bytes.load(Relaxed) + ahead.1);
-        let fits = |keys: u64, bytes: u64| {
-            if max_keys.is_some_and(|m| keys > m) {
-                Some(("keys", max_keys.unwrap_or(0)))
-            } else if max_bytes.is_some_and(|m| bytes > m) {
-                Some(("bytes", max_bytes.unwrap_or(0)))
-            } else {
-                None
-            }
-        };
-        if fits(keys + 1, bytes + new_bytes).is_none() {
-            return Ok(());
-        }
-        // At the limit: an overwrite replaces what its key holds now.
-        let h = key_hash(key);
-        let now = self.clock.now();
-        let (old_keys, old_bytes) = match self.find(key, h, false, false).await? {
-            Some(f) if self.is_live(&f, now) => (1, f.hdr.grains(self.log.sb.grain_bytes) * self.log.grain()),
-            _ => (0, 0),
-        };
-        match fits(keys + 1 - old_keys, (bytes + new_bytes).saturating_sub(old_bytes)) {
-            Some((what, limit)) => Err(Error::QuotaExceeded { name: ns.name.clone(), what, limit }),
-            None => Ok(()),
-        }
-    }
-
     /// [`Core::put_item`] giving the new version the CAS value `cas`
     /// instead of its sequence number (memcache `ms ... E<cas>`).
     pub async fn put_item_with_cas(
@@ -447,7 +399,7 @@ impl Core {
 
     /// Write a tombstone for `key` (under its stripe) replacing `existing`
     /// (None: the key has no indexed version, but one is still on the device).
-    async fn write_tombstone(&self, key: &[u8], h: u64, existing: Option<Found>) -> Result<()> {
+    pub(crate) async fn write_tombstone(&self, key: &[u8], h: u64, existing: Option<Found>) -> Result<()> {
         let seq = self.log.next_seq.fetch_add(1, Relaxed);
         // Under the stripe no relocation of this key can run, so every
         // older version of it lies in a segment at or below the horizon.
@@ -689,7 +641,7 @@ impl Core {
     /// known size, either the head of a link of this very key (then known
     /// to be its current version) or unlinked with room for a new link.
     pub(crate) fn blind_ok(&self, e: Entry, key: &[u8]) -> bool {
-        if !self.keys.links.enabled() || e.is_tombstone() || e.kv_size() == KV_SIZE_GRAINS_MAX {
+        if !self.blind_candidate(e) {
             return false;
         }
         match self.keys.links.of_head(e.pba()) {
@@ -698,10 +650,29 @@ impl Core {
         }
     }
 
+    /// What [`Core::blind_ok`] asks of the entry alone: blind overwrites
+    /// are on, and `e` is a value of exactly known size.
+    pub(crate) fn blind_candidate(&self, e: Entry) -> bool {
+        self.keys.links.enabled() && !e.is_tombstone() && e.kv_size() != KV_SIZE_GRAINS_MAX
+    }
+
+    /// The accounting of a blind overwrite of `key` whose index entry moved
+    /// from `e` to the record at `loc` (under its stripe).
+    pub(crate) fn blindly_replaced(&self, key: &[u8], h: u64, e: Entry, loc: Loc) {
+        let g = self.log.grain();
+        self.space.sub_live(self.log.sb.segment_of(e.pba()), e.kv_size() as u64 * g);
+        self.space.add_live(loc.seg, loc.grains * g);
+        self.counters.blind.fetch_add(1, Relaxed);
+        // Counted as a replacement of this key's version; if `e` was
+        // another key's, settling its link counts this key as added then.
+        let old = Counted::new(false, e.kv_size() as u64 * g);
+        self.counters.replaced(key, old, Counted::new(false, loc.grains * g));
+        self.keys.invalidate(key, h);
+    }
+
     /// Point the index at a record just written over `e` without reading
     /// it, linking the two (under the key's stripe: `e` cannot change).
     pub(crate) async fn commit_blind(&self, key: &[u8], h: u64, e: Entry, loc: Loc, policy: Policy) -> Result<()> {
-        let g = self.log.grain();
         let (c, now) = (self.access_clock, self.clock.now());
         let replace = || self.keys.index.replace_with(h, e.pba(), loc.grains, loc.pba, |w| c.apply(policy, w, now));
         let replaced = if self.keys.links.of_head(e.pba()).is_some() {
@@ -728,14 +699,7 @@ impl Core {
             let existing = self.find(key, h, false, false).await?;
             return self.commit(key, h, existing, loc, false, policy).await;
         }
-        self.space.sub_live(self.log.sb.segment_of(e.pba()), e.kv_size() as u64 * g);
-        self.space.add_live(loc.seg, loc.grains * g);
-        self.counters.blind.fetch_add(1, Relaxed);
-        // Counted as a replacement of this key's version; if `e` was
-        // another key's, settling its link counts this key as added then.
-        let old = Counted::new(false, e.kv_size() as u64 * g);
-        self.counters.replaced(key, old, Counted::new(false, loc.grains * g));
-        self.keys.invalidate(key, h);
+        self.blindly_replaced(key, h, e, loc);
         Ok(())
     }
 }

@@ -639,3 +639,85 @@ fn one_crash(seed: u64) {
     }
     s.verify().unwrap_or_else(|e| panic!("seed {seed}: verify: {e}"));
 }
+
+/// In a store that evicts, a namespace in mode `cache` at its quota evicts
+/// its own oldest values so that the write goes through, and leaves other
+/// namespaces alone; one in mode `store` keeps refusing. After a crash no
+/// key reads an older value than it had (an overwritten key evicted is
+/// replaced by a tombstone), and no key present before is lost.
+#[test]
+fn a_cache_namespace_at_its_quota_evicts_its_own_values() {
+    let now = clock();
+    let dev = Arc::new(MemDevice::new(8 << 20));
+    let s = Store::create(dev.clone(), &create_opts(), &opts(&now, true)).unwrap();
+    let q = s.create_namespace("q", NamespaceOptions { max_keys: Some(64), ..Default::default() }).unwrap();
+    let bytes = s.create_namespace("b", NamespaceOptions { max_bytes: Some(40 * 512), ..Default::default() }).unwrap();
+    let other = s.create_namespace("other", NamespaceOptions::default()).unwrap();
+    let strict = NamespaceOptions { mode: NamespaceMode::Store, max_keys: Some(64), ..Default::default() };
+    let strict = s.create_namespace("strict", strict).unwrap();
+    // Key 0 is overwritten: its last version supersedes the first.
+    q.put(&load_key(0), b"first").unwrap();
+    for i in 0..400u64 {
+        q.put(&load_key(i), &load_value(i, 1, 300)).unwrap();
+        // One to three grains a value.
+        bytes.put(&load_key(i), &load_value(i, 1, 100 + (i as usize % 3) * 512)).unwrap();
+        other.put(&load_key(i), b"o").unwrap();
+        if i < 64 {
+            strict.put(&load_key(i), b"s").unwrap();
+        }
+        let (qs, bs) = (q.stats().unwrap(), bytes.stats().unwrap());
+        assert!(qs.keys <= 64, "{i}: {qs:?}");
+        assert!(bs.value_bytes <= 40 * 512, "{i}: {bs:?}");
+    }
+    let err = strict.put(&load_key(64), b"s").unwrap_err();
+    assert!(matches!(err, Error::QuotaExceeded { what: "keys", limit: 64, .. }), "{err}");
+    let present = |s: &Store, name: &str, value: &dyn Fn(u64) -> Vec<u8>| -> Vec<u64> {
+        let ns = s.namespace(name).unwrap();
+        (0..400u64)
+            .filter(|&i| match ns.get(&load_key(i)).unwrap() {
+                Some(v) => {
+                    assert_eq!(v, value(i), "{name} key {i}");
+                    true
+                }
+                None => false,
+            })
+            .collect()
+    };
+    let q_value = |i| load_value(i, 1, 300);
+    let b_value = |i| load_value(i, 1, 100 + (i as usize % 3) * 512);
+    let in_q = present(&s, "q", &q_value);
+    let in_b = present(&s, "b", &b_value);
+    let qs = q.stats().unwrap();
+    assert_eq!(in_q.len() as u64, qs.keys);
+    assert!(
+        in_q.contains(&399) && !in_q.contains(&0) && !in_q.contains(&1),
+        "the newest kept, the oldest evicted: {in_q:?}"
+    );
+    assert!(in_b.contains(&399) && !in_b.contains(&0), "{in_b:?}");
+    assert!(qs.evictions >= 400 - 64, "{qs:?}");
+    assert_eq!(present(&s, "other", &|_| b"o".to_vec()).len(), 400);
+    assert_eq!(strict.stats().unwrap().keys, 64);
+    // A batch into the full namespace makes room for itself too.
+    let mut batch = s.batch();
+    for i in 1000..1010 {
+        batch.put(&q, &load_key(i), b"batch");
+    }
+    assert!(matches!(batch.commit().unwrap(), granary_store::BatchOutcome::Committed { .. }));
+    assert!(q.stats().unwrap().keys <= 64);
+    assert_eq!(q.get(&load_key(1009)).unwrap().unwrap(), b"batch");
+    let in_q = present(&s, "q", &q_value);
+    // A crash: values evicted with no IO may come back (they were their
+    // keys' only versions), nothing older than what was read comes back.
+    drop((q, bytes, other, strict));
+    drop(s);
+    let s = Store::open(dev, &opts(&now, true)).unwrap();
+    let after = present(&s, "q", &q_value);
+    assert!(in_q.iter().all(|i| after.contains(i)), "{in_q:?} then {after:?}");
+    assert!(!after.contains(&0), "key 0's eviction was a tombstone");
+    assert_eq!(present(&s, "other", &|_| b"o".to_vec()).len(), 400);
+    // A write evicts what came back.
+    let q = s.namespace("q").unwrap();
+    q.put(b"again", b"x").unwrap();
+    assert!(q.stats().unwrap().keys <= 64);
+    s.close().unwrap();
+}

@@ -1,0 +1,228 @@
+//! A namespace's quotas (values, bytes): writes are checked against them,
+//! and at the limit a namespace in mode `cache`, in a store that evicts
+//! ([`crate::OpenOptions::evict`]), evicts its own values to make room,
+//! where one in mode `store`, or in a store that does not evict, refuses
+//! the write ([`Error::QuotaExceeded`]).
+//!
+//! **Checking.** A quota is checked before the write, with no lock, from
+//! the namespace's counters: writes running at once may each pass it by
+//! one value. At the limit, an overwrite counts as replacing what its key
+//! holds now (one read of it). A batch is checked at its commit point,
+//! each write counting the batch's earlier ones (`Core::check_quota_after`).
+//!
+//! **Evicting at the quota.** The index keeps no keys, so a namespace's
+//! values are found on the device: segments are read one at a time in the
+//! order GC's eviction takes them (least recently touched first, as
+//! [`Space::eviction_order`](crate::space::Space::eviction_order) has
+//! them; the open segments last), and each value of the namespace that
+//! the index still points at leaves it as GC's eviction makes values
+//! leave: dropped with no IO when it is its key's only version on the
+//! device (and listed in [`DroppedKeys`](crate::keys::DroppedKeys) until
+//! its segment is free, so a later write of the key supersedes it and a
+//! delete writes a tombstone), replaced by a tombstone when an older
+//! version may remain (its `supersedes` flag), so none comes back after a
+//! crash. Each value is taken under its key's stripe, awaited: a writer
+//! evicts before it takes its own stripes (a batch before its commit
+//! point), so it never waits for itself. A value heading a blind
+//! overwrite's link is left alone (settling the link takes a read; GC
+//! does it). Values of other namespaces are never touched. One pass goes
+//! on until the namespace is 1/[`EVICT_SLACK`] of its quota below the
+//! limit besides the new value(s), so that a namespace written at its
+//! quota reads the log once per that share of its quota, not at every
+//! write. A pass that finds nothing more to evict leaves the write
+//! refused.
+//!
+//! The segments are read on the writer's thread (blocking reads, as GC's
+//! scans are): the cost of keeping no key in DRAM.
+
+use crate::counters::{Counted, NsCounters};
+use crate::error::{Error, Result};
+use crate::log::SegmentScanner;
+use crate::namespace::{NamespaceMode, NamespaceOptions, NsState};
+use crate::nskey::{owner, Owner};
+use crate::store::{Core, Found};
+use granary_format::hash::key_hash;
+use granary_format::record::{self, RecordHeader};
+use granary_io::AlignedBuf;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// A pass of eviction at a quota frees this share (1/N) of the quota
+/// beyond what the write needs.
+pub(crate) const EVICT_SLACK: u64 = 32;
+
+/// A value of the namespace found in a segment: where, its stored key, its
+/// header.
+struct Candidate {
+    pba: u64,
+    key: Vec<u8>,
+    hdr: RecordHeader,
+}
+
+impl Core {
+    /// Refuse a value of `grains` for `key` (stored form) that would take
+    /// `ns` past a quota; in a cache, evict `ns`'s own values first (see
+    /// the module doc). The caller holds no stripe.
+    pub(crate) async fn check_quota(&self, ns: &NsState, c: &NsCounters, key: &[u8], grains: u64) -> Result<()> {
+        match self.check_quota_after(ns, c, key, grains, (0, 0)).await {
+            Err(Error::QuotaExceeded { .. }) if self.evicts_at_quota(ns) => {
+                self.evict_for_quota(ns, c, 1, grains * self.log.grain()).await?;
+                self.check_quota_after(ns, c, key, grains, (0, 0)).await
+            }
+            r => r,
+        }
+    }
+
+    /// Whether `ns` evicts its own values at its quota rather than refuse
+    /// writes: mode `cache` in a store that evicts.
+    pub(crate) fn evicts_at_quota(&self, ns: &NsState) -> bool {
+        self.evict && ns.options.mode == NamespaceMode::Cache && ns.options.has_quota()
+    }
+
+    /// [`Core::check_quota`] as if `ahead` (values, bytes) were added to
+    /// the namespace first (the earlier writes of the same batch), with no
+    /// eviction (a batch checks under its stripes).
+    pub(crate) async fn check_quota_after(
+        &self,
+        ns: &NsState,
+        c: &NsCounters,
+        key: &[u8],
+        grains: u64,
+        ahead: (u64, u64),
+    ) -> Result<()> {
+        let NamespaceOptions { max_keys, max_bytes, .. } = ns.options;
+        if max_keys.is_none() && max_bytes.is_none() {
+            return Ok(());
+        }
+        let new_bytes = grains * self.log.grain();
+        let (keys, bytes) = (c.keys.load(Relaxed) + ahead.0, c.value_bytes.load(Relaxed) + ahead.1);
+        let fits = |keys: u64, bytes: u64| {
+            if max_keys.is_some_and(|m| keys > m) {
+                Some(("keys", max_keys.unwrap_or(0)))
+            } else if max_bytes.is_some_and(|m| bytes > m) {
+                Some(("bytes", max_bytes.unwrap_or(0)))
+            } else {
+                None
+            }
+        };
+        if fits(keys + 1, bytes + new_bytes).is_none() {
+            return Ok(());
+        }
+        // At the limit: an overwrite replaces what its key holds now.
+        let h = key_hash(key);
+        let now = self.clock.now();
+        let (old_keys, old_bytes) = match self.find(key, h, false, false).await? {
+            Some(f) if self.is_live(&f, now) => (1, f.hdr.grains(self.log.sb.grain_bytes) * self.log.grain()),
+            _ => (0, 0),
+        };
+        match fits(keys + 1 - old_keys, (bytes + new_bytes).saturating_sub(old_bytes)) {
+            Some((what, limit)) => Err(Error::QuotaExceeded { name: ns.name.clone(), what, limit }),
+            None => Ok(()),
+        }
+    }
+
+    /// Evict `ns`'s own values until `keys` more values of `bytes` more
+    /// bytes fit under its quotas with 1/[`EVICT_SLACK`] of them to spare,
+    /// or nothing more is found; returns the values evicted. The caller
+    /// holds no stripe.
+    pub(crate) async fn evict_for_quota(&self, ns: &NsState, c: &NsCounters, keys: u64, bytes: u64) -> Result<u64> {
+        let (id, _) = ns.current()?;
+        let NamespaceOptions { max_keys, max_bytes, .. } = ns.options;
+        let target = |max: Option<u64>, need: u64| max.map(|m| m.saturating_sub(need + m / EVICT_SLACK));
+        let (keys_at, bytes_at) = (target(max_keys, keys), target(max_bytes, bytes));
+        let done = || {
+            keys_at.is_none_or(|t| c.keys.load(Relaxed) <= t)
+                && bytes_at.is_none_or(|t| c.value_bytes.load(Relaxed) <= t)
+        };
+        let mut evicted = 0;
+        for (seg, alloc) in self.space.quota_eviction_order() {
+            if done() {
+                break;
+            }
+            let stamp = self.space.stamp(seg);
+            let Some(found) = self.values_of_in(id, seg, alloc, stamp) else { continue };
+            for v in found {
+                if done() {
+                    break;
+                }
+                match self.evict_one(seg, stamp, v).await {
+                    Ok(true) => evicted += 1,
+                    Ok(false) => {}
+                    // No room for a tombstone: what was evicted stays so,
+                    // and the write is refused if still past the quota.
+                    Err(Error::NoSpace { .. }) => return Ok(evicted),
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if evicted > 0 {
+            tracing::debug!(namespace = %ns.name, evicted, "evicted at the namespace's quota");
+        }
+        Ok(evicted)
+    }
+
+    /// The values of namespace `id` in segment `seg` (if it still holds
+    /// what it held at `alloc`) that the index points at, in log order;
+    /// None if the segment is gone or cannot be read (a read error is
+    /// GC's to report).
+    fn values_of_in(&self, id: u32, seg: u32, alloc: u64, stamp: u32) -> Option<Vec<Candidate>> {
+        if !self.space.holds(seg, alloc) {
+            return None;
+        }
+        let mut scan = SegmentScanner::new(self.log.dev.as_ref(), &self.log.sb, self.log.seed, seg, stamp);
+        let mut found = Vec::new();
+        loop {
+            let rec = match scan.next_record() {
+                Ok(Some(rec)) => rec,
+                Ok(None) => return Some(found),
+                // What was found before stays worth evicting.
+                Err(_) => return Some(found),
+            };
+            if rec.hdr.is_tombstone() || !rec.intact {
+                continue;
+            }
+            let key = record::key_of(&rec.hdr, scan.bytes_at(rec.grain));
+            let pba = self.space.pba(seg, rec.grain);
+            if owner(key) == Owner::Ns(id) && self.keys.index.contains(key_hash(key), pba) {
+                found.push(Candidate { pba, key: key.to_vec(), hdr: rec.hdr });
+            }
+        }
+    }
+
+    /// Evict value `v` of segment `seg` (stamp `stamp` when it was read),
+    /// under its key's stripe, if the index still points at it; whether
+    /// it left the index.
+    async fn evict_one(&self, seg: u32, stamp: u32, v: Candidate) -> Result<bool> {
+        let (key, h) = (&v.key[..], key_hash(&v.key));
+        let _stripe = self.keys.stripe(h).await;
+        // Under the stripe neither a write nor GC moves the key's entry, so
+        // an index that points at `pba` of an unchanged segment points at
+        // the record read.
+        if self.space.stamp(seg) != stamp || !self.keys.index.contains(h, v.pba) {
+            return Ok(false);
+        }
+        if self.keys.links.of_head(v.pba).is_some() {
+            return Ok(false);
+        }
+        let bytes = v.hdr.grains(self.log.sb.grain_bytes) * self.log.grain();
+        if v.hdr.supersedes {
+            // An older version may remain on the device: a tombstone
+            // stands for this one.
+            let Some(&entry) = self.keys.index.lookup(h).as_slice().iter().find(|e| e.pba() == v.pba) else {
+                return Ok(false);
+            };
+            let f = Found { entry, hdr: v.hdr, buf: AlignedBuf::zeroed(0), via: None };
+            self.write_tombstone(key, h, Some(f)).await?;
+        } else {
+            if !self.keys.index.remove(h, v.pba) {
+                return Ok(false);
+            }
+            self.keys.invalidate(key, h);
+            // Until `seg` is free on the device this version is still there.
+            self.keys.dropped.insert(seg, h);
+            self.space.sub_live(seg, bytes);
+            self.counters.removed(key, Counted::new(false, bytes));
+        }
+        crate::gc::count_leaving(self.collector(), key, false);
+        Ok(true)
+    }
+}
