@@ -1,12 +1,15 @@
 //! One transmission request run against its export: checked as the
 //! specification asks, split into block operations that run concurrently
-//! ([`BLOCK_OPS_PER_REQUEST`] at a time), and answered with a simple reply.
+//! (a READ's or WRITE's whole blocks as runs of at most [`RUN_BYTES_MAX`],
+//! [`RUNS_PER_REQUEST`] at a time; single blocks [`BLOCK_OPS_PER_REQUEST`]
+//! at a time), and answered with a simple reply.
 //!
 //! Invariants:
 //! - a request that fails its checks touches no data and is answered with
 //!   the error the specification names (`NBD_EINVAL`; `NBD_ENOSPC` for a
 //!   WRITE or WRITE_ZEROES past the end);
-//! - a WRITE writes whole blocks directly and its partial edge blocks by
+//! - a WRITE writes whole blocks directly (a run of them with one
+//!   [`Export::write_blocks`]) and its partial edge blocks by
 //!   read-modify-write under the block's lock ([`Export::update_block`]);
 //!   WRITE_ZEROES trims whole blocks (they read as zeroes) and zeroes the
 //!   edges the same way; TRIM trims only the whole blocks in its range (the
@@ -15,8 +18,8 @@
 //!   has ended, so no reply claims a write the export has not
 //!   acknowledged; with FUA the export's sync ran after them.
 
-use crate::export::{spans, Export, Geometry, Span};
-use crate::limits::{BLOCK_OPS_PER_REQUEST, MIN_BLOCK_BYTES, PAYLOAD_BYTES_MAX};
+use crate::export::{parts, spans, Export, Geometry, Part, Span};
+use crate::limits::{BLOCK_OPS_PER_REQUEST, MIN_BLOCK_BYTES, PAYLOAD_BYTES_MAX, RUNS_PER_REQUEST, RUN_BYTES_MAX};
 use crate::proto::*;
 use crate::NbdStats;
 use std::future::Future;
@@ -157,29 +160,39 @@ async fn sync<E: Export>(t: &Target<E>, stats: &NbdStats) -> io::Result<()> {
     t.export.sync().await
 }
 
-/// A READ: the blocks read concurrently into the reply after its header.
+/// A READ: its runs of whole blocks and its edge blocks read concurrently
+/// into the reply after its header.
 async fn read<E: Export>(t: &Target<E>, stats: &NbdStats, req: Request) -> Vec<u8> {
     let len = req.len as usize;
+    let b = t.geometry.block_bytes;
     let mut reply = vec![0u8; REPLY_BYTES + len];
     reply[..REPLY_BYTES].copy_from_slice(&reply_header(0, req.cookie));
-    let mut parts: Vec<(Span, &mut [u8])> = Vec::new();
+    let mut runs: Vec<(u64, &mut [u8])> = Vec::new();
+    let mut edges: Vec<(Span, &mut [u8])> = Vec::new();
     let mut rest = &mut reply[REPLY_BYTES..];
-    for s in spans(req.offset, len as u64, t.geometry.block_bytes) {
-        let (part, tail) = rest.split_at_mut(s.len);
-        parts.push((s, part));
+    for p in parts(req.offset, len as u64, b, RUN_BYTES_MAX) {
+        let (part, tail) = rest.split_at_mut(p.len(b));
+        match p {
+            Part::Run { first, .. } => runs.push((first, part)),
+            Part::Edge(s) => edges.push((s, part)),
+        }
         rest = tail;
     }
     let export = &*t.export;
-    let r = each_concurrent(parts.into_iter(), BLOCK_OPS_PER_REQUEST, |(s, out)| async move {
-        // The buffer is zeroes already: a block reading as absent, or the
-        // part of a short value past its end, stays so.
+    // The buffer is zeroes already: a block reading as absent, or the part
+    // of a short value past its end, stays so.
+    let runs = each_concurrent(runs.into_iter(), RUNS_PER_REQUEST, |(first, out)| export.read_blocks(first, out));
+    let edges = each_concurrent(edges.into_iter(), BLOCK_OPS_PER_REQUEST, |(s, out)| async move {
         if let Some(v) = export.read_block(s.block).await? {
             let have = v.len().saturating_sub(s.at).min(s.len);
             out[..have].copy_from_slice(&v[s.at..s.at + have]);
         }
         Ok(())
-    })
-    .await;
+    });
+    let r = match join2(runs, edges).await {
+        (Err(e), _) | (_, Err(e)) => Err(e),
+        _ => Ok(()),
+    };
     match r {
         Ok(()) => {
             stats.read_bytes.fetch_add(len as u64, Relaxed);
@@ -193,22 +206,47 @@ async fn read<E: Export>(t: &Target<E>, stats: &NbdStats, req: Request) -> Vec<u
     }
 }
 
-/// A WRITE: whole blocks written, edge blocks read-modify-written.
+/// A WRITE: runs of whole blocks written, edge blocks read-modify-written.
 async fn write<E: Export>(t: &Target<E>, stats: &NbdStats, req: &Request, data: &[u8]) -> io::Result<()> {
     let b = t.geometry.block_bytes;
     let export = &*t.export;
-    each_concurrent(spans(req.offset, data.len() as u64, b), BLOCK_OPS_PER_REQUEST, |s| async move {
-        let part = &data[s.from..s.from + s.len];
-        if s.whole(b) {
-            export.write_block(s.block, part).await
-        } else {
-            stats.partial_blocks.fetch_add(1, Relaxed);
-            export.update_block(s.block, s.at, part).await
+    each_concurrent(parts(req.offset, data.len() as u64, b, RUN_BYTES_MAX), RUNS_PER_REQUEST, |p| async move {
+        match p {
+            Part::Run { first, count, from } => {
+                export.write_blocks(first, &data[from..from + count * b as usize]).await
+            }
+            Part::Edge(s) => {
+                stats.partial_blocks.fetch_add(1, Relaxed);
+                export.update_block(s.block, s.at, &data[s.from..s.from + s.len]).await
+            }
         }
     })
     .await?;
     stats.written_bytes.fetch_add(data.len() as u64, Relaxed);
     Ok(())
+}
+
+/// Run two futures on this task at once; both outputs when both are done.
+async fn join2<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
+    let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
+    let (mut ra, mut rb) = (None, None);
+    std::future::poll_fn(|cx| {
+        if ra.is_none() {
+            if let Poll::Ready(v) = a.as_mut().poll(cx) {
+                ra = Some(v);
+            }
+        }
+        if rb.is_none() {
+            if let Poll::Ready(v) = b.as_mut().poll(cx) {
+                rb = Some(v);
+            }
+        }
+        match (ra.is_some(), rb.is_some()) {
+            (true, true) => Poll::Ready((ra.take().expect("ready"), rb.take().expect("ready"))),
+            _ => Poll::Pending,
+        }
+    })
+    .await
 }
 
 /// A TRIM: the whole blocks in the range trimmed; the edges are left (a

@@ -74,6 +74,40 @@ pub trait Export: 'static {
     /// Replace block `n` with `data` (exactly one block).
     fn write_block(&self, n: u64, data: &[u8]) -> impl Future<Output = io::Result<()>>;
 
+    /// Blocks `first .. first + out.len() / block_bytes` into `out` (a
+    /// whole number of blocks, zeroes on entry), each block as
+    /// [`Export::read_block`] reads it; a block reading as absent, and the
+    /// part of a short value past its end, are left zeroes. One call may
+    /// share device reads between the blocks (a request's run of whole
+    /// blocks is one call); the default reads one block after another.
+    fn read_blocks(&self, first: u64, out: &mut [u8]) -> impl Future<Output = io::Result<()>> {
+        async move {
+            let b = self.block_bytes() as usize;
+            for (i, o) in out.chunks_mut(b).enumerate() {
+                if let Some(v) = self.read_block(first + i as u64).await? {
+                    let n = v.len().min(o.len());
+                    o[..n].copy_from_slice(&v[..n]);
+                }
+            }
+            Ok(())
+        }
+    }
+
+    /// Replace blocks `first .. first + data.len() / block_bytes` with
+    /// `data` (a whole number of blocks), each block's write atomic as
+    /// [`Export::write_block`]'s; the blocks together are not (after an
+    /// error some may hold the new data). One call may share device writes
+    /// between the blocks; the default writes one block after another.
+    fn write_blocks(&self, first: u64, data: &[u8]) -> impl Future<Output = io::Result<()>> {
+        async move {
+            let b = self.block_bytes() as usize;
+            for (i, d) in data.chunks(b).enumerate() {
+                self.write_block(first + i as u64, d).await?;
+            }
+            Ok(())
+        }
+    }
+
     /// Replace bytes `at .. at + data.len()` of block `n` with `data`, the
     /// others kept (zeroes if the block reads as absent), as one atomic
     /// read-modify-write under the block's lock. An implementation may
@@ -130,6 +164,47 @@ impl Span {
     }
 }
 
+/// A request's range as the server runs it: runs of whole blocks, each at
+/// most `run_bytes` (and at least one block), and the partial blocks at
+/// its edges, one by one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part {
+    /// Blocks `first .. first + count`: bytes `from .. from + count * block_bytes`
+    /// of the range.
+    Run { first: u64, count: usize, from: usize },
+    /// A block written or read partially.
+    Edge(Span),
+}
+
+impl Part {
+    /// Bytes of the range it covers.
+    pub fn len(&self, block_bytes: u32) -> usize {
+        match self {
+            Part::Run { count, .. } => count * block_bytes as usize,
+            Part::Edge(s) => s.len,
+        }
+    }
+}
+
+/// The parts of `offset .. offset + len` in blocks of `block_bytes`, in
+/// order (see [`Part`]).
+pub(crate) fn parts(offset: u64, len: u64, block_bytes: u32, run_bytes: usize) -> impl Iterator<Item = Part> {
+    let most = (run_bytes / block_bytes as usize).max(1);
+    let mut spans = spans(offset, len, block_bytes).peekable();
+    std::iter::from_fn(move || {
+        let s = spans.next()?;
+        if !s.whole(block_bytes) {
+            return Some(Part::Edge(s));
+        }
+        let mut count = 1;
+        while count < most && spans.peek().is_some_and(|n| n.whole(block_bytes)) {
+            spans.next();
+            count += 1;
+        }
+        Some(Part::Run { first: s.block, count, from: s.from })
+    })
+}
+
 /// The spans of `offset .. offset + len` in blocks of `block_bytes`, in
 /// order. The range must be within `u64` (the caller checked it against
 /// the export's size).
@@ -169,5 +244,27 @@ mod tests {
         assert_eq!(spans(8192, 8192, 4096).count(), 2);
         assert_eq!(spans(5, 0, 4096).count(), 0);
         assert_eq!(spans(4095, 2, 4096).map(|s| s.len).collect::<Vec<_>>(), vec![1, 1]);
+    }
+
+    #[test]
+    fn parts_group_whole_blocks_into_runs() {
+        let all: Vec<Part> = parts(1000, 5 * 4096, 4096, 8192).collect();
+        assert_eq!(
+            all,
+            vec![
+                Part::Edge(Span { block: 0, at: 1000, len: 3096, from: 0 }),
+                Part::Run { first: 1, count: 2, from: 3096 },
+                Part::Run { first: 3, count: 2, from: 3096 + 8192 },
+                Part::Edge(Span { block: 5, at: 0, len: 1000, from: 3096 + 16384 }),
+            ]
+        );
+        assert_eq!(all.iter().map(|p| p.len(4096)).sum::<usize>(), 5 * 4096);
+        // A run holds at least one block, whatever its limit.
+        assert_eq!(parts(0, 3 * 4096, 4096, 100).count(), 3);
+        assert_eq!(
+            parts(0, 1 << 20, 4096, 1 << 20).collect::<Vec<_>>(),
+            vec![Part::Run { first: 0, count: 256, from: 0 }]
+        );
+        assert_eq!(parts(512, 512, 4096, 1 << 20).count(), 1);
     }
 }

@@ -8,7 +8,8 @@
 //! [`INFLIGHT_BYTES_MAX`] together (or one request of at most
 //! [`PAYLOAD_BYTES_MAX`] alone), held from admission until the reply has
 //! been handed to the socket, plus, per request, the blocks being read or
-//! rewritten ([`BLOCK_OPS_PER_REQUEST`] at a time), and the writer's buffer
+//! rewritten ([`RUNS_PER_REQUEST`] runs of at most [`RUN_BYTES_MAX`], and
+//! [`BLOCK_OPS_PER_REQUEST`] single blocks at a time), and the writer's buffer
 //! of small replies (at most [`INFLIGHT_MAX`] of [`REPLY_COPY_BYTES_MAX`]).
 
 use std::time::Duration;
@@ -45,9 +46,18 @@ pub const INFLIGHT_MAX: usize = 64;
 /// admitted requests; a single larger request still runs, alone.
 pub const INFLIGHT_BYTES_MAX: usize = 64 << 20;
 
-/// Block operations of one request running at once: a request spanning
-/// many blocks reaches the device with this many reads or writes together.
+/// Single-block operations of one request running at once (a TRIM's or
+/// WRITE_ZEROES' blocks, the partial edge blocks of a READ or WRITE): a
+/// request spanning many blocks reaches the device with this many together.
 pub const BLOCK_OPS_PER_REQUEST: usize = 32;
+
+/// Most bytes of one run of whole blocks ([`crate::Export::read_blocks`],
+/// [`crate::Export::write_blocks`]): a READ or WRITE is split into runs of
+/// at most this, which the export may serve with one device IO each.
+pub const RUN_BYTES_MAX: usize = 256 * 1024;
+
+/// Runs of one request running at once.
+pub const RUNS_PER_REQUEST: usize = 8;
 
 /// Bytes read from a socket at a time in transmission.
 pub const READ_CHUNK_BYTES: usize = 64 * 1024;

@@ -169,6 +169,32 @@ impl Export for MemExport {
         Ok(())
     }
 
+    /// One device operation for the whole run, as a device reads it.
+    async fn read_blocks(&self, first: u64, out: &mut [u8]) -> io::Result<()> {
+        let _io = self.io().await;
+        let blocks = self.blocks();
+        for (i, o) in out.chunks_mut(self.block_bytes as usize).enumerate() {
+            if let Some(v) = blocks.get(&(first + i as u64)) {
+                let n = v.len().min(o.len());
+                o[..n].copy_from_slice(&v[..n]);
+            }
+        }
+        Ok(())
+    }
+
+    /// One device operation for the whole run, as a device writes it.
+    async fn write_blocks(&self, first: u64, data: &[u8]) -> io::Result<()> {
+        let b = self.block_bytes as usize;
+        debug_assert_eq!(data.len() % b, 0);
+        let _io = self.io().await;
+        self.block_writes.fetch_add((data.len() / b) as u64, Relaxed);
+        let mut blocks = self.blocks();
+        for (i, d) in data.chunks(b).enumerate() {
+            blocks.insert(first + i as u64, d.to_vec());
+        }
+        Ok(())
+    }
+
     async fn update_block(&self, n: u64, at: usize, data: &[u8]) -> io::Result<()> {
         let _io = self.io().await;
         self.block_writes.fetch_add(1, Relaxed);

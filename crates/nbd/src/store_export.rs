@@ -5,8 +5,11 @@
 //! key and reads as zeroes without touching the device.
 //!
 //! Invariants:
-//! - every block operation is one engine call on one key, so it is atomic
-//!   against every other write of the block (the engine's stripe lock),
+//! - every block operation is one engine call on one key, or a run of
+//!   blocks one call on their keys (`put_many`, `get_many`: one device IO
+//!   for the run's records, each key written or read as a single call
+//!   would), so it is atomic against every other write of the block (the
+//!   engine's stripe lock),
 //!   and a partial write is one `update` (read-modify-write under that
 //!   lock): two partial writes of one block both land;
 //! - an operation returns when the engine acknowledged it, i.e. durable
@@ -17,7 +20,7 @@
 //!   the next handshake no longer finds it.
 
 use crate::export::{Export, ExportInfo, Exports};
-use granary_store::block::block_key;
+use granary_store::block::{block_key, BLOCK_KEY_BYTES};
 use granary_store::{Change, Error, Item, ItemMeta, Namespace, NamespaceKind, Store};
 use std::io;
 use std::sync::Arc;
@@ -103,6 +106,27 @@ impl Export for StoreExport {
 
     async fn write_block(&self, n: u64, data: &[u8]) -> io::Result<()> {
         self.ns.put_async(&block_key(n), data).await.map_err(io_error)
+    }
+
+    async fn read_blocks(&self, first: u64, out: &mut [u8]) -> io::Result<()> {
+        let b = self.block_bytes as usize;
+        let keys: Vec<[u8; BLOCK_KEY_BYTES]> = (0..(out.len() / b) as u64).map(|i| block_key(first + i)).collect();
+        let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        self.ns
+            .get_many_async(&refs, |i, v| {
+                let o = &mut out[i * b..(i + 1) * b];
+                let n = v.len().min(b);
+                o[..n].copy_from_slice(&v[..n]);
+            })
+            .await
+            .map_err(io_error)
+    }
+
+    async fn write_blocks(&self, first: u64, data: &[u8]) -> io::Result<()> {
+        let b = self.block_bytes as usize;
+        let keys: Vec<[u8; BLOCK_KEY_BYTES]> = (0..(data.len() / b) as u64).map(|i| block_key(first + i)).collect();
+        let items: Vec<(&[u8], &[u8])> = keys.iter().zip(data.chunks(b)).map(|(k, d)| (&k[..], d)).collect();
+        self.ns.put_many_async(&items).await.map_err(io_error)
     }
 
     async fn update_block(&self, n: u64, at: usize, data: &[u8]) -> io::Result<()> {

@@ -126,6 +126,8 @@ fn fio_random_writes_verified_at_iodepth_32() {
             "--size=8M",
             "--verify=crc32c",
             "--do_verify=1",
+            // No verify state file left in the working directory.
+            "--verify_state_save=0",
         ]),
         TOOL_LIMIT,
     );

@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use granary_nbd::limits::{INFLIGHT_MAX, PAYLOAD_BYTES_MAX};
+use granary_nbd::limits::{INFLIGHT_MAX, PAYLOAD_BYTES_MAX, RUNS_PER_REQUEST, RUN_BYTES_MAX};
 use granary_nbd::proto::*;
 use granary_nbd::NbdConfig;
 use std::collections::HashSet;
@@ -427,19 +427,31 @@ fn requests_run_concurrently_and_replies_come_as_they_complete() {
     assert!(took < delay * 8, "32 reads took {took:?}");
     assert!(f.server().stats().inflight_max.load(Relaxed) >= 32);
 
-    // A request spanning 64 blocks runs 32 of them at a time: 2 delays.
+    // A request of more runs than run at once (each run is one export
+    // operation, RUNS_PER_REQUEST of them together): two delays.
+    let long = (RUNS_PER_REQUEST + 1) * RUN_BYTES_MAX;
     let t = Instant::now();
-    assert_eq!(r.call(0, CMD_WRITE, 0, 64 * 4096, &vec![5u8; 64 * 4096]).0, 0);
-    assert!(t.elapsed() < delay * 8, "a 64-block write took {:?}", t.elapsed());
+    assert_eq!(r.call(0, CMD_WRITE, 0, long as u32, &vec![5u8; long]).0, 0);
+    assert!(t.elapsed() < delay * 8, "a write of {long} bytes took {:?}", t.elapsed());
 
-    // Out of order: a long read sent first, a short one after; the short
-    // one is answered first.
-    r.request(0, CMD_READ, 100, 0, 64 * 4096, &[]);
+    // Out of order: a long read sent first (two delays), a short one after
+    // (one); the short one is answered first.
+    r.request(0, CMD_READ, 100, 0, long as u32, &[]);
     r.request(0, CMD_READ, 101, 0, 4096, &[]);
     assert_eq!(r.reply(), (0, 101));
     assert_eq!(r.read(4096), vec![5u8; 4096]);
     assert_eq!(r.reply(), (0, 100));
-    assert_eq!(r.read(64 * 4096), vec![5u8; 64 * 4096]);
+    assert_eq!(r.read(long), vec![5u8; long]);
+
+    // A request of several runs runs them together, and reads them so.
+    let t = Instant::now();
+    let runs = RUNS_PER_REQUEST * RUN_BYTES_MAX;
+    assert_eq!(r.call(0, CMD_WRITE, 0, runs as u32, &vec![6u8; runs]).0, 0);
+    assert_eq!(f.disk.read_range(0, runs), vec![6u8; runs]);
+    r.request(0, CMD_READ, 102, 0, runs as u32, &[]);
+    assert_eq!(r.reply(), (0, 102));
+    assert_eq!(r.read(runs), vec![6u8; runs]);
+    assert!(t.elapsed() < delay * 8, "{RUNS_PER_REQUEST} runs written and read in {:?}", t.elapsed());
 }
 
 #[test]

@@ -87,6 +87,7 @@ pub mod provision;
 mod quota;
 mod read;
 mod recover;
+pub mod run;
 mod scan;
 mod settle;
 mod space;

@@ -28,7 +28,7 @@ use crate::tier::Hot;
 use crate::types::{Item, ItemMeta};
 use crate::zerocopy::{Bytes, ValueBuf};
 use granary_format::hash::key_hash;
-use granary_format::record::{self};
+use granary_format::record::{self, RecordHeader};
 use granary_index::Entry;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -54,7 +54,7 @@ impl Live {
         matches!(self, Live::Dev(f) if f.via.is_some())
     }
 
-    fn item(&self) -> Item {
+    pub(crate) fn item(&self) -> Item {
         match self {
             Live::Dev(f) => Core::item_of(f),
             Live::Hot(h) => Item { value: h.value.to_vec(), meta: h.meta, cas: h.cas },
@@ -223,57 +223,87 @@ impl Core {
     /// A GET's lookup: `key`'s live value, from the DRAM tier or else the
     /// whole record from the device, counted and (cache mode) touching its
     /// segment; with `bump` (and access tracking), marked as read now.
-    async fn read_live(&self, key: &[u8], bump: bool) -> Result<Option<Live>> {
+    pub(crate) async fn read_live(&self, key: &[u8], bump: bool) -> Result<Option<Live>> {
         self.counters.gets.fetch_add(1, Relaxed);
         let h = key_hash(key);
         let Some(tier) = &self.keys.tier else {
             return Ok(self.read_dev(key, h, bump).await?.map(Live::Dev));
         };
-        if let Some(hot) = tier.get(key, h) {
-            // The freshness rule (`crate::tier`): the index still points at
-            // the item's location, and then (so a reuse of the segment
-            // that a newer version of the key could land in is seen) the
-            // segment there is still the one the record was read from.
-            let seg = self.log.sb.segment_of(hot.pba);
-            let indexed = self.keys.index.contains(h, hot.pba);
-            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
-            if indexed && self.space.stamp(seg) == hot.stamp {
-                let now = if hot.meta.expires != 0 || (bump && self.track_access) { self.clock.now() } else { 0 };
-                if self.log.hidden_at(hot.seq, hot.meta.expires, key, now) {
-                    tier.drop_item(h, &hot);
-                    tier.counters.misses.fetch_add(1, Relaxed);
-                    return Ok(None);
-                }
-                tier.counters.hits.fetch_add(1, Relaxed);
-                self.counters.get_hits.fetch_add(1, Relaxed);
-                if self.evict {
-                    self.space.touch(seg);
-                }
-                if bump && self.track_access {
-                    let c = self.access_clock;
-                    self.keys.index.access(h, hot.pba, |w| c.bumped(w, now));
-                }
-                return Ok(Some(Live::Hot(hot)));
-            }
-            tier.drop_item(h, &hot);
+        if let Some(hot) = self.read_hot(tier, key, h, bump) {
+            return Ok(hot.map(Live::Hot));
         }
         tier.counters.misses.fetch_add(1, Relaxed);
         let Some(f) = self.read_dev(key, h, bump).await? else { return Ok(None) };
         if f.via.is_none() {
-            tier.admit(
-                h,
-                Hot {
-                    key: key.into(),
-                    value: record::value_of(&f.hdr, &f.buf).into(),
-                    meta: ItemMeta { flags: f.hdr.user_flags, expires: f.hdr.expires, stale: f.hdr.stale },
-                    cas: record::cas_of(&f.hdr, &f.buf),
-                    seq: f.hdr.seq,
-                    pba: f.entry.pba(),
-                    stamp: f.hdr.seg_stamp,
-                },
-            );
+            self.offer_hot(tier, key, h, &f.hdr, &f.buf, f.entry.pba());
         }
         Ok(Some(Live::Dev(f)))
+    }
+
+    /// A GET's answer from the DRAM tier: `Some(Some(item))` for an item
+    /// still current by the freshness rule, `Some(None)` for one that has
+    /// expired (absent), None when the tier has nothing current (the
+    /// caller counts the miss and reads the device).
+    pub(crate) fn read_hot(
+        &self,
+        tier: &crate::tier::Tier,
+        key: &[u8],
+        h: u64,
+        bump: bool,
+    ) -> Option<Option<Arc<Hot>>> {
+        let hot = tier.get(key, h)?;
+        // The freshness rule (`crate::tier`): the index still points at
+        // the item's location, and then (so a reuse of the segment
+        // that a newer version of the key could land in is seen) the
+        // segment there is still the one the record was read from.
+        let seg = self.log.sb.segment_of(hot.pba);
+        let indexed = self.keys.index.contains(h, hot.pba);
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        if !(indexed && self.space.stamp(seg) == hot.stamp) {
+            tier.drop_item(h, &hot);
+            return None;
+        }
+        let now = if hot.meta.expires != 0 || (bump && self.track_access) { self.clock.now() } else { 0 };
+        if self.log.hidden_at(hot.seq, hot.meta.expires, key, now) {
+            tier.drop_item(h, &hot);
+            tier.counters.misses.fetch_add(1, Relaxed);
+            return Some(None);
+        }
+        tier.counters.hits.fetch_add(1, Relaxed);
+        self.counters.get_hits.fetch_add(1, Relaxed);
+        if self.evict {
+            self.space.touch(seg);
+        }
+        if bump && self.track_access {
+            let c = self.access_clock;
+            self.keys.index.access(h, hot.pba, |w| c.bumped(w, now));
+        }
+        Some(Some(hot))
+    }
+
+    /// Offer the DRAM tier the live record `buf` of `key` just read from
+    /// the device at `pba` (indexed there, not found through a link).
+    pub(crate) fn offer_hot(
+        &self,
+        tier: &crate::tier::Tier,
+        key: &[u8],
+        h: u64,
+        hdr: &RecordHeader,
+        buf: &[u8],
+        pba: u64,
+    ) {
+        tier.admit(
+            h,
+            Hot {
+                key: key.into(),
+                value: record::value_of(hdr, buf).into(),
+                meta: ItemMeta { flags: hdr.user_flags, expires: hdr.expires, stale: hdr.stale },
+                cas: record::cas_of(hdr, buf),
+                seq: hdr.seq,
+                pba,
+                stamp: hdr.seg_stamp,
+            },
+        );
     }
 
     /// [`Core::read_live`] from the device.

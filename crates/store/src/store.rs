@@ -97,6 +97,11 @@ pub(crate) struct Core {
     pub(crate) manual: bool,
     /// Serialises `flush_all`s, so the floor stored last is the highest.
     pub(crate) flush_lock: async_lock::Mutex<()>,
+    /// Held by a run's write ([`Core::put_many`]) from its allocation to
+    /// its index update: one run piece in flight at a time, as one group
+    /// write is, so the writes a crash can tear stay within the user
+    /// stream's newest segments (recovery's torn-record rule).
+    pub(crate) run_gate: async_lock::Mutex<()>,
     /// Group commit of user writes
     /// ([`OpenOptions::coalesce_writes`](crate::OpenOptions::coalesce_writes)).
     pub(crate) coalesce: bool,
@@ -286,6 +291,14 @@ engine_calls! {
 
     /// Insert or overwrite.
     fn put / put_async(&self, key: &[u8], value: &[u8]) -> Result<()> = put;
+
+    /// Unconditional PUTs of distinct keys, sharing device writes
+    /// ([`crate::run`]); not atomic.
+    fn put_many / put_many_async(&self, items: &[(&[u8], &[u8])]) -> Result<()> = put_many;
+
+    /// GETs sharing device reads ([`crate::run`]): `each(i, value)` for
+    /// every `keys[i]` that holds a value, in no particular order.
+    fn get_many / get_many_async(&self, keys: &[&[u8]], each: impl FnMut(usize, &[u8])) -> Result<()> = get_many;
 
     /// PUT with a mode; returns whether it stored.
     fn put_with / put_with_async(&self, key: &[u8], value: &[u8], mode: PutMode) -> Result<PutOutcome> = put_with;

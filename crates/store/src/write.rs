@@ -390,7 +390,16 @@ impl Core {
     /// (the tier held the key before the write).
     // The new version's fields, as `write_value` has them.
     #[allow(clippy::too_many_arguments)]
-    fn refresh_tier(&self, key: &[u8], h: u64, value: Option<&[u8]>, meta: ItemMeta, cas: u64, seq: u64, loc: Loc) {
+    pub(crate) fn refresh_tier(
+        &self,
+        key: &[u8],
+        h: u64,
+        value: Option<&[u8]>,
+        meta: ItemMeta,
+        cas: u64,
+        seq: u64,
+        loc: Loc,
+    ) {
         let (Some(t), Some(value)) = (&self.keys.tier, value) else { return };
         let hot =
             crate::tier::Hot { key: key.into(), value: value.into(), meta, cas, seq, pba: loc.pba, stamp: loc.stamp };
