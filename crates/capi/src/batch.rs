@@ -10,11 +10,11 @@
 //! otherwise). Commit and abort free it.
 
 use crate::args;
-use crate::kv::{granary_item, put_cond, put_mode};
+use crate::kv::{granary_item, put_cond};
 use crate::ns::granary_ns;
 use crate::status::{granary_status, guard, guard_void, Fail, Res};
 use crate::store::{granary_store, Shared};
-use ::granary_store::{BatchOp, BatchOutcome, Cond, ItemMeta, Namespace, PutMode, PutOutcome, BATCH_OPS_MAX};
+use ::granary_store::{BatchOp, BatchOutcome, Cond, ItemMeta, Namespace, PutOutcome, BATCH_OPS_MAX};
 use std::sync::Arc;
 
 /// An atomic batch being built (`granary_batch_begin`), freed by
@@ -94,25 +94,9 @@ pub unsafe extern "C" fn granary_batch_put(
     value_len: usize,
     mode: u32,
 ) -> granary_status {
-    guard(|| {
-        // SAFETY: each pointer as the caller promised (see # Safety).
-        let (b, ns, key, value) = unsafe {
-            (
-                args::handle_mut(batch, "batch")?,
-                ns.as_ref(),
-                args::bytes(key, key_len, "key")?,
-                args::bytes(value, value_len, "value")?,
-            )
-        };
-        let ns = b.namespace(ns)?;
-        let (value, meta) = (value.to_vec(), ItemMeta::default());
-        let op = match put_mode(mode)? {
-            PutMode::Upsert => BatchOp::Put { value, meta },
-            PutMode::CreateOnly => BatchOp::PutAbsent { value, meta },
-            PutMode::ReplaceOnly => BatchOp::PutPresent { value, meta },
-        };
-        b.push(ns, key, op)
-    })
+    // SAFETY: the caller's promises, passed on (no item: flags 0, no
+    // expiry, and mode GRANARY_PUT_CAS refused).
+    unsafe { granary_batch_put_item(batch, ns, key, key_len, value, value_len, mode, std::ptr::null()) }
 }
 
 /// Add a delete of `key` in namespace `ns` (NULL: the default namespace)

@@ -393,12 +393,8 @@ pub unsafe extern "C" fn granary_get_item(
     len: *mut usize,
     item: *mut granary_item,
 ) -> granary_status {
-    guard(|| {
-        // SAFETY: the caller's promises, passed on.
-        let item = unsafe { args::out(item, "item") }?;
-        // SAFETY: as above.
-        unsafe { get(default_ns(store)?, key, key_len, buf, len, item) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    guard(|| unsafe { get(default_ns(store)?, key, key_len, buf, len, args::out(item, "item")?) })
 }
 
 /// `granary_get_alloc`, and the value's metadata (flags, expiry, CAS
@@ -417,12 +413,8 @@ pub unsafe extern "C" fn granary_get_item_alloc(
     value_len: *mut usize,
     item: *mut granary_item,
 ) -> granary_status {
-    guard(|| {
-        // SAFETY: the caller's promises, passed on.
-        let item = unsafe { args::out(item, "item") }?;
-        // SAFETY: as above.
-        unsafe { get_alloc(default_ns(store)?, key, key_len, value, value_len, item) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    guard(|| unsafe { get_alloc(default_ns(store)?, key, key_len, value, value_len, args::out(item, "item")?) })
 }
 
 /// `granary_put` with metadata and CAS: the value is stored with

@@ -153,15 +153,8 @@ pub unsafe extern "C" fn granary_ns_open(
     name_len: usize,
     out: *mut *mut granary_ns,
 ) -> granary_status {
-    guard(|| {
-        // SAFETY: each pointer as the caller promised (see # Safety).
-        let out = unsafe { args::out_handle(out, "out") }?;
-        // SAFETY: as above.
-        let (s, name) = unsafe { (args::handle(store, "store")?, args::name(name, name_len)?) };
-        let ns = s.shared.store.namespace(name)?;
-        *out = Box::into_raw(Box::new(granary_ns { ns, store_id: s.shared.id }));
-        Ok(())
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { hand_out_ns(store, name, name_len, out, |s, name| Ok(s.namespace(name)?)) }
 }
 
 /// Create namespace `name` (1 to 64 bytes of ASCII letters, digits, `_`,
@@ -182,15 +175,10 @@ pub unsafe extern "C" fn granary_ns_create(
     options: *const granary_ns_options,
     out: *mut *mut granary_ns,
 ) -> granary_status {
-    guard(|| {
-        // SAFETY: each pointer as the caller promised (see # Safety).
-        let out = unsafe { args::out_handle(out, "out") }?;
-        // SAFETY: as above.
-        let (s, name, o) = unsafe { (args::handle(store, "store")?, args::name(name, name_len)?, options.as_ref()) };
-        let ns = s.shared.store.create_namespace(name, ns_options(o)?)?;
-        *out = Box::into_raw(Box::new(granary_ns { ns, store_id: s.shared.id }));
-        Ok(())
-    })
+    // SAFETY: NULL or readable, by the caller's promise.
+    let o = unsafe { options.as_ref() };
+    // SAFETY: the caller's promises, passed on.
+    unsafe { hand_out_ns(store, name, name_len, out, |s, name| Ok(s.create_namespace(name, ns_options(o)?)?)) }
 }
 
 /// Drop namespace `name` with all its keys, in constant time (its space is
@@ -242,6 +230,35 @@ pub unsafe extern "C" fn granary_ns_truncate(
 #[allow(non_camel_case_types)]
 pub type granary_ns_visitor = Option<unsafe extern "C" fn(ctx: *mut c_void, info: *const granary_ns_info) -> i32>;
 
+/// `visit(ctx, info)` with each namespace `list` gives of the store, on
+/// this thread, until it returns nonzero: `granary_ns_list`'s and
+/// `granary_export_list`'s work.
+///
+/// # Safety
+///
+/// As for `granary_ns_list`.
+unsafe fn visit_each(
+    store: *const granary_store,
+    visit: granary_ns_visitor,
+    ctx: *mut c_void,
+    list: fn(&::granary_store::Store) -> Vec<NamespaceStats>,
+) -> granary_status {
+    guard(|| {
+        // SAFETY: NULL or live, by the caller's promise.
+        let s = unsafe { args::handle(store, "store") }?;
+        let visit = visit.ok_or_else(|| Fail::inval("visit is NULL"))?;
+        for st in list(&s.shared.store) {
+            let i = info(&st, &st.name);
+            // SAFETY: the visitor is the caller's function of this type;
+            // `i` and the name it points to outlive the call.
+            if unsafe { visit(ctx, &i) } != 0 {
+                break;
+            }
+        }
+        Ok(())
+    })
+}
+
 /// Call `visit(ctx, info)` with every namespace of the store (the default
 /// one first, then by name), on this thread, until it returns nonzero.
 /// Thread-safe.
@@ -257,20 +274,8 @@ pub unsafe extern "C" fn granary_ns_list(
     visit: granary_ns_visitor,
     ctx: *mut c_void,
 ) -> granary_status {
-    guard(|| {
-        // SAFETY: NULL or live, by the caller's promise.
-        let s = unsafe { args::handle(store, "store") }?;
-        let visit = visit.ok_or_else(|| Fail::inval("visit is NULL"))?;
-        for st in s.shared.store.namespaces() {
-            let i = info(&st, &st.name);
-            // SAFETY: the visitor is the caller's function of this type;
-            // `i` and the name it points to outlive the call.
-            if unsafe { visit(ctx, &i) } != 0 {
-                break;
-            }
-        }
-        Ok(())
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { visit_each(store, visit, ctx, ::granary_store::Store::namespaces) }
 }
 
 /// Fill `*out` with the options and figures of the handle's namespace; its
@@ -399,12 +404,8 @@ pub unsafe extern "C" fn granary_ns_get_item(
     len: *mut usize,
     item: *mut kv::granary_item,
 ) -> granary_status {
-    guard(|| {
-        // SAFETY: the caller's promises, passed on.
-        let item = unsafe { args::out(item, "item") }?;
-        // SAFETY: as above.
-        unsafe { kv::get(handle(ns)?, key, key_len, buf, len, item) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    guard(|| unsafe { kv::get(handle(ns)?, key, key_len, buf, len, args::out(item, "item")?) })
 }
 
 /// `granary_get_item_alloc` in the handle's namespace (free the value with
@@ -423,12 +424,8 @@ pub unsafe extern "C" fn granary_ns_get_item_alloc(
     value_len: *mut usize,
     item: *mut kv::granary_item,
 ) -> granary_status {
-    guard(|| {
-        // SAFETY: the caller's promises, passed on.
-        let item = unsafe { args::out(item, "item") }?;
-        // SAFETY: as above.
-        unsafe { kv::get_alloc(handle(ns)?, key, key_len, value, value_len, item) }
-    })
+    // SAFETY: the caller's promises, passed on.
+    guard(|| unsafe { kv::get_alloc(handle(ns)?, key, key_len, value, value_len, args::out(item, "item")?) })
 }
 
 /// `granary_put_item` in the handle's namespace (its quotas apply, and its
@@ -491,15 +488,8 @@ pub unsafe extern "C" fn granary_export_create(
     block_bytes: u32,
     out: *mut *mut granary_ns,
 ) -> granary_status {
-    guard(|| {
-        // SAFETY: each pointer as the caller promised (see # Safety).
-        let out = unsafe { args::out_handle(out, "out") }?;
-        // SAFETY: as above.
-        let (s, name) = unsafe { (args::handle(store, "store")?, args::name(name, name_len)?) };
-        let ns = s.shared.store.create_export(name, size_bytes, block_bytes)?;
-        *out = Box::into_raw(Box::new(granary_ns { ns, store_id: s.shared.id }));
-        Ok(())
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { hand_out_ns(store, name, name_len, out, |s, name| Ok(s.create_export(name, size_bytes, block_bytes)?)) }
 }
 
 /// Call `visit(ctx, info)` with every export of the store (the
@@ -515,18 +505,31 @@ pub unsafe extern "C" fn granary_export_list(
     visit: granary_ns_visitor,
     ctx: *mut c_void,
 ) -> granary_status {
+    // SAFETY: the caller's promises, passed on.
+    unsafe { visit_each(store, visit, ctx, ::granary_store::Store::exports) }
+}
+
+/// A handle in `*out` on the namespace `open` opens or creates by the name
+/// `name`: the work of the calls that hand out a namespace handle.
+///
+/// # Safety
+///
+/// `store` is NULL or a live handle; `name` as [`args::name`]; `out` is
+/// NULL or writable (NULL `store` or `out`: `GRANARY_EINVAL`).
+unsafe fn hand_out_ns(
+    store: *const granary_store,
+    name: *const u8,
+    name_len: usize,
+    out: *mut *mut granary_ns,
+    open: impl FnOnce(&::granary_store::Store, &str) -> Res<Namespace>,
+) -> granary_status {
     guard(|| {
-        // SAFETY: NULL or live, by the caller's promise.
-        let s = unsafe { args::handle(store, "store") }?;
-        let visit = visit.ok_or_else(|| Fail::inval("visit is NULL"))?;
-        for st in s.shared.store.exports() {
-            let i = info(&st, &st.name);
-            // SAFETY: the visitor is the caller's function of this type;
-            // `i` and the name it points to outlive the call.
-            if unsafe { visit(ctx, &i) } != 0 {
-                break;
-            }
-        }
+        // SAFETY: each pointer as the caller promised (see # Safety).
+        let out = unsafe { args::out_handle(out, "out") }?;
+        // SAFETY: as above.
+        let (s, name) = unsafe { (args::handle(store, "store")?, args::name(name, name_len)?) };
+        let ns = open(&s.shared.store, name)?;
+        *out = Box::into_raw(Box::new(granary_ns { ns, store_id: s.shared.id }));
         Ok(())
     })
 }

@@ -216,49 +216,50 @@ impl Mc {
     fn send(&mut self, b: &[u8]) {
         self.r.get_mut().write_all(b).unwrap();
     }
-    /// `set`'s reply line.
-    fn set(&mut self, k: &str, v: &[u8]) -> String {
-        let mut req = format!("set {k} 0 0 {}\r\n", v.len()).into_bytes();
+    /// A storage command `head` (its line, without the end) with the data
+    /// block `v`: its reply line.
+    fn store(&mut self, head: String, v: &[u8]) -> String {
+        let mut req = format!("{head}\r\n").into_bytes();
         req.extend_from_slice(v);
         req.extend_from_slice(b"\r\n");
         self.send(&req);
         self.line()
     }
-    /// The value, None on a miss, Err(line) on an error reply.
-    fn get(&mut self, k: &str) -> Result<Option<Vec<u8>>, String> {
-        self.send(format!("get {k}\r\n").as_bytes());
+    /// Send the retrieval command `req`: the value, None when its reply
+    /// line is `miss`, Err(line) when the line does not start with
+    /// `found` (followed by the value's size).
+    fn fetch(&mut self, req: String, miss: &str, found: &str) -> Result<Option<Vec<u8>>, String> {
+        self.send(req.as_bytes());
         let l = self.line();
-        if l == "END" {
+        if l == miss {
             return Ok(None);
         }
-        let Some(n) = l.strip_prefix(&format!("VALUE {k} 0 ")) else { return Err(l) };
+        let Some(n) = l.strip_prefix(found) else { return Err(l) };
         let mut v = vec![0; n.parse::<usize>().unwrap() + 2];
         self.r.read_exact(&mut v).unwrap();
         v.truncate(v.len() - 2);
-        assert_eq!(self.line(), "END");
         Ok(Some(v))
+    }
+    /// `set`'s reply line.
+    fn set(&mut self, k: &str, v: &[u8]) -> String {
+        self.store(format!("set {k} 0 0 {}", v.len()), v)
+    }
+    /// The value, None on a miss, Err(line) on an error reply.
+    fn get(&mut self, k: &str) -> Result<Option<Vec<u8>>, String> {
+        let v = self.fetch(format!("get {k}\r\n"), "END", &format!("VALUE {k} 0 "))?;
+        if v.is_some() {
+            assert_eq!(self.line(), "END");
+        }
+        Ok(v)
     }
     /// A meta `ms` (base64 off, no flags but the size): its reply line.
     fn ms(&mut self, k: &str, v: &[u8]) -> String {
-        let mut req = format!("ms {k} {}\r\n", v.len()).into_bytes();
-        req.extend_from_slice(v);
-        req.extend_from_slice(b"\r\n");
-        self.send(&req);
-        self.line()
+        self.store(format!("ms {k} {}", v.len()), v)
     }
     /// A meta `mg k v`: the value, None on a miss (`EN`), Err(line) on an
     /// error reply.
     fn mg(&mut self, k: &str) -> Result<Option<Vec<u8>>, String> {
-        self.send(format!("mg {k} v\r\n").as_bytes());
-        let l = self.line();
-        if l == "EN" {
-            return Ok(None);
-        }
-        let Some(n) = l.strip_prefix("VA ") else { return Err(l) };
-        let mut v = vec![0; n.parse::<usize>().unwrap() + 2];
-        self.r.read_exact(&mut v).unwrap();
-        v.truncate(v.len() - 2);
-        Ok(Some(v))
+        self.fetch(format!("mg {k} v\r\n"), "EN", "VA ")
     }
     /// A meta `md`: its reply line.
     fn md(&mut self, k: &str) -> String {
@@ -534,6 +535,18 @@ fn verify(s: &Serve, m: &Model) {
     Conns::new(s).check(m);
 }
 
+/// Stop `s` cleanly (SIGTERM), then serve `data` again on a healthy
+/// device: every acknowledged write reads back ([`verify`]), and that
+/// server stops cleanly too.
+fn restart_and_verify(s: Serve, data: &Path, dir: &Path, m: &Model) {
+    let st = s.signal(15);
+    assert!(st.success(), "SIGTERM: {st}");
+    let s = Serve::start(data, dir, false);
+    verify(&s, m);
+    let st = s.signal(15);
+    assert!(st.success(), "SIGTERM: {st}");
+}
+
 /// One connection per protocol.
 struct Conns {
     mc: Mc,
@@ -688,13 +701,7 @@ fn a_read_error_fails_that_request_and_the_connection_goes_on() {
     c.check(&m);
     drop(c);
     verify(&s, &m);
-    let st = s.signal(15);
-    assert!(st.success(), "SIGTERM: {st}");
-    // A restart on a healthy device finds every acknowledged write.
-    let s = Serve::start(&data, dir.path(), false);
-    verify(&s, &m);
-    let st = s.signal(15);
-    assert!(st.success(), "SIGTERM: {st}");
+    restart_and_verify(s, &data, dir.path(), &m);
 }
 
 /// Every protocol's writes are refused by a read-only store, each with its
@@ -910,12 +917,7 @@ fn a_device_that_stops_answering_holds_requests_until_released() {
     assert_eq!(held_resp.join().unwrap(), Reply::Bulk(Some(want_rs)));
     m.native.insert("written-while-hung".into(), b"late".to_vec());
     verify(&s, &m);
-    let st = s.signal(15);
-    assert!(st.success(), "SIGTERM: {st}");
-    let s = Serve::start(&data, dir.path(), false);
-    verify(&s, &m);
-    let st = s.signal(15);
-    assert!(st.success(), "SIGTERM: {st}");
+    restart_and_verify(s, &data, dir.path(), &m);
 }
 
 #[test]
@@ -954,12 +956,7 @@ fn nbd_requests_wait_for_a_device_that_stops_answering_while_other_requests_are_
     // The connections go on.
     c.check(&m);
     drop(c);
-    let st = s.signal(15);
-    assert!(st.success(), "SIGTERM: {st}");
-    let s = Serve::start(&data, dir.path(), false);
-    verify(&s, &m);
-    let st = s.signal(15);
-    assert!(st.success(), "SIGTERM: {st}");
+    restart_and_verify(s, &data, dir.path(), &m);
 }
 
 #[test]
@@ -990,10 +987,5 @@ fn injected_latency_slows_requests_but_never_fails_them() {
     s.fault("delay-ms 0");
     assert!(s.fault("status").contains("failed_reads=0 failed_writes=0"));
     assert_eq!(Mc::connect(s.mc).stat("granary_read_only"), "0");
-    let st = s.signal(15);
-    assert!(st.success(), "SIGTERM: {st}");
-    let s = Serve::start(&data, dir.path(), false);
-    verify(&s, &m);
-    let st = s.signal(15);
-    assert!(st.success(), "SIGTERM: {st}");
+    restart_and_verify(s, &data, dir.path(), &m);
 }

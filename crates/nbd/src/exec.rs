@@ -22,6 +22,7 @@ use crate::export::{parts, spans, Export, Geometry, Part, Span};
 use crate::limits::{BLOCK_OPS_PER_REQUEST, MIN_BLOCK_BYTES, PAYLOAD_BYTES_MAX, RUNS_PER_REQUEST, RUN_BYTES_MAX};
 use crate::proto::*;
 use crate::NbdStats;
+use granary_rt::sync::join2;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -224,29 +225,6 @@ async fn write<E: Export>(t: &Target<E>, stats: &NbdStats, req: &Request, data: 
     .await?;
     stats.written_bytes.fetch_add(data.len() as u64, Relaxed);
     Ok(())
-}
-
-/// Run two futures on this task at once; both outputs when both are done.
-async fn join2<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
-    let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
-    let (mut ra, mut rb) = (None, None);
-    std::future::poll_fn(|cx| {
-        if ra.is_none() {
-            if let Poll::Ready(v) = a.as_mut().poll(cx) {
-                ra = Some(v);
-            }
-        }
-        if rb.is_none() {
-            if let Poll::Ready(v) = b.as_mut().poll(cx) {
-                rb = Some(v);
-            }
-        }
-        match (ra.is_some(), rb.is_some()) {
-            (true, true) => Poll::Ready((ra.take().expect("ready"), rb.take().expect("ready"))),
-            _ => Poll::Pending,
-        }
-    })
-    .await
 }
 
 /// A TRIM: the whole blocks in the range trimmed; the edges are left (a

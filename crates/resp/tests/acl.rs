@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{normalize, Client, Fixture, Redis, Value};
+use common::{Fixture, Redis, Value};
 use granary_resp::acl::Acl;
 use granary_resp::RespConfig;
 use std::sync::Arc;
@@ -147,16 +147,7 @@ fn replies_are_redis_7_0s_with_the_same_acl_file() {
         &["AUTH alice wonderland", "MULTI", "ACL WHOAMI", "EXEC", "MULTI", "ACL FOO", "EXEC"],
         &["AUTH dave x", "QUIT"],
     ];
-    for seq in sequences {
-        let mut g = Client::connect(f.addr);
-        let mut r = Client::connect(redis.addr);
-        for cmd in *seq {
-            let args: Vec<&[u8]> = cmd.split(' ').map(|s| s.as_bytes()).collect();
-            let want = normalize(r.call(&args));
-            let got = normalize(g.call(&args));
-            assert_eq!(got, want, "{cmd:?} in {seq:?}");
-        }
-    }
+    common::same_replies(f.addr, redis.addr, sequences);
 }
 
 /// redis-cli authenticates as an ACL user with `--user` and `--pass`.
@@ -164,16 +155,7 @@ fn replies_are_redis_7_0s_with_the_same_acl_file() {
 fn redis_cli_authenticates_as_a_user() {
     let Some(cli) = common::peer("redis-cli") else { return };
     let f = with_acl(USERS);
-    let port = f.addr.port().to_string();
-    let run = |extra: &[&str], cmd: &[&str]| {
-        let o = std::process::Command::new(&cli)
-            .args(["-h", "127.0.0.1", "-p", &port, "--no-auth-warning"])
-            .args(extra)
-            .args(cmd)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).trim().to_string() + &String::from_utf8_lossy(&o.stderr)
-    };
+    let run = |extra: &[&str], cmd: &[&str]| common::redis_cli(&cli, f.addr, extra, cmd);
     assert_eq!(run(&[], &["GET", "k"]), NOAUTH);
     assert_eq!(run(&["--user", "alice", "--pass", "wonderland"], &["SET", "k", "v"]), "OK");
     assert_eq!(run(&["--user", "bob", "--pass", "test"], &["ACL", "WHOAMI"]), "bob");

@@ -7,9 +7,8 @@
 
 mod common;
 
-use common::{normalize, peer, Client, Fixture, Redis, Value};
+use common::{peer, Fixture, Redis, Value};
 use granary_resp::RespConfig;
-use std::process::Command;
 
 const PASS: &str = "s3cret";
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
@@ -99,16 +98,7 @@ fn replies_are_redis_7_0s_with_requirepass() {
         &["ping", "auth S3CRET", "Auth s3cret", "ping"],
         &["QUIT"],
     ];
-    for seq in sequences {
-        let mut g = Client::connect(f.addr);
-        let mut r = Client::connect(redis.addr);
-        for cmd in *seq {
-            let args: Vec<&[u8]> = cmd.split(' ').map(|s| s.as_bytes()).collect();
-            let want = normalize(r.call(&args));
-            let got = normalize(g.call(&args));
-            assert_eq!(got, want, "{cmd:?} in {seq:?}");
-        }
-    }
+    common::same_replies(f.addr, redis.addr, sequences);
 }
 
 /// redis-cli authenticates with `-a` (AUTH password) and with `--user`
@@ -117,16 +107,7 @@ fn replies_are_redis_7_0s_with_requirepass() {
 fn redis_cli_authenticates() {
     let Some(cli) = peer("redis-cli") else { return };
     let f = with_password();
-    let port = f.addr.port().to_string();
-    let run = |extra: &[&str], cmd: &[&str]| {
-        let o = Command::new(&cli)
-            .args(["-h", "127.0.0.1", "-p", &port, "--no-auth-warning"])
-            .args(extra)
-            .args(cmd)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).trim().to_string() + &String::from_utf8_lossy(&o.stderr)
-    };
+    let run = |extra: &[&str], cmd: &[&str]| common::redis_cli(&cli, f.addr, extra, cmd);
     assert_eq!(run(&[], &["SET", "k", "v"]), NOAUTH);
     assert_eq!(run(&["-a", PASS], &["SET", "k", "v"]), "OK");
     assert_eq!(run(&["--user", "default", "--pass", PASS], &["GET", "k"]), "v");

@@ -23,15 +23,14 @@
 
 mod common;
 
-use common::{encode, peer, require_peers, Client, Fixture, Value};
+use common::{encode, Client, Fixture, Redis, Value};
 use num_bigint::BigUint;
 use rand::{Rng as _, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 use std::collections::{BTreeSet, HashSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Granary's default `proto-max-bulk-len` (RespConfig::value_bytes_max):
 /// redis-server is started with the same, so both refuse the same bulks
@@ -39,82 +38,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 const BULK_MAX: usize = 1 << 20;
 
 /// A redis-server 7.0 child on a free loopback port below the ephemeral
-/// range, killed and waited for on drop (every path, panics included).
-struct Redis {
-    child: Child,
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-impl Redis {
-    fn start() -> Option<Redis> {
-        let bin = peer("redis-server")?;
-        // A port free when picked may be taken before redis-server binds it
-        // (tests run beside other servers): then it exits, or another
-        // server answers there; try another port.
-        for _ in 0..5 {
-            if let Some(r) = Redis::start_on(&bin, granary_rt::net::free_low_port().unwrap()) {
-                return r.check_version();
-            }
-        }
-        panic!("redis-server did not start on any of 5 free ports");
-    }
-
-    /// redis-server on `port`, once it answers there (None if it exited).
-    fn start_on(bin: &std::path::Path, port: u16) -> Option<Redis> {
-        let dir = tempfile::tempdir().unwrap();
-        let child = Command::new(bin)
-            .args(["--save", "", "--appendonly", "no", "--bind", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--proto-max-bulk-len", &BULK_MAX.to_string()])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        // Owned by the guard from here.
-        let mut r = Redis { child, addr: ([127, 0, 0, 1], port).into(), _dir: dir };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if r.child.try_wait().unwrap().is_some() {
-                return None;
-            }
-            if TcpStream::connect(r.addr).is_ok() {
-                // The server answering is this child.
-                let pid = format!("process_id:{}", r.child.id());
-                return r.info().lines().any(|l| l == pid).then_some(r);
-            }
-            assert!(Instant::now() < deadline, "redis-server did not start listening on {}", r.addr);
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn info(&self) -> String {
-        match Client::connect(self.addr).call(&[b"INFO", b"server"]) {
-            Value::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
-            other => panic!("INFO: {other:?}"),
-        }
-    }
-
-    /// The replies compared are Redis 7.0's: another version differs on
-    /// purpose (7.2 changed error texts and added commands).
-    fn check_version(self) -> Option<Redis> {
-        let info = self.info();
-        let version = info.lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("?").to_string();
-        if !version.starts_with("7.0.") {
-            assert!(!require_peers(), "redis-server {version} is not 7.0, which the differential test compares with");
-            eprintln!("skipped: redis-server {version} is not 7.0");
-            return None;
-        }
-        Some(self)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// range ([`Redis::start`]), refusing bulks as Granary does.
+fn start_redis() -> Option<Redis> {
+    Redis::start(&["--proto-max-bulk-len", &BULK_MAX.to_string()], "")
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -1849,7 +1775,7 @@ fn show_value(v: &Option<Value>) -> String {
 /// The differential test (see the module's comment).
 #[test]
 fn random_commands_get_redis_s_replies() {
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = start_redis() else { return };
     let seeds: Vec<u64> = match env_u64("GRANARY_FUZZ_SEED") {
         Some(s) => vec![s],
         None => (1..=env_u64("GRANARY_FUZZ_CASES").unwrap_or(20)).collect(),
@@ -1940,7 +1866,7 @@ fn read_to_close(s: &mut TcpStream) -> (Vec<u8>, bool) {
 /// must close the connection.
 #[test]
 fn protocol_errors_get_redis_s_replies_and_close() {
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = start_redis() else { return };
     let f = Fixture::default();
     let big = granary_resp::limits::INLINE_BYTES_MAX + 100;
     let cases: Vec<(&str, Vec<u8>)> = vec![
@@ -2001,7 +1927,7 @@ fn protocol_errors_get_redis_s_replies_and_close() {
 /// Granary's), and a WATCHed key expiring before EXEC (Redis aborts it).
 #[test]
 fn expired_keys_get_redis_s_replies() {
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = start_redis() else { return };
     let f = Fixture::default();
     let (mut g, mut r) = (Side::connect("Granary", f.addr), Side::connect("Redis", redis.addr));
     assert_eq!(r.call(&[b"FLUSHALL"]), Value::ok());
@@ -2095,7 +2021,7 @@ fn expired_keys_get_redis_s_replies() {
 /// script on an empty database, every reply compared.
 #[test]
 fn edge_cases_get_redis_s_replies() {
-    let Some(redis) = Redis::start() else { return };
+    let Some(redis) = start_redis() else { return };
     let f = Fixture::default();
     let scripts: &[&[&str]] = &[
         &["SET k v EX 1000 EX 2000", "TTL k", "SET k v PX 100 EX 10", "SET k v EX 10 PXAT 1", "SET k v GET GET"],

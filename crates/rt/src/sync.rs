@@ -39,6 +39,30 @@ impl Notify {
     }
 }
 
+/// Run two futures on this task at once; both outputs when both are done.
+/// Neither is polled again once it is ready.
+pub async fn join2<A: std::future::Future, B: std::future::Future>(a: A, b: B) -> (A::Output, B::Output) {
+    let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
+    let (mut ra, mut rb) = (None, None);
+    std::future::poll_fn(|cx| {
+        if ra.is_none() {
+            if let Poll::Ready(v) = a.as_mut().poll(cx) {
+                ra = Some(v);
+            }
+        }
+        if rb.is_none() {
+            if let Poll::Ready(v) = b.as_mut().poll(cx) {
+                rb = Some(v);
+            }
+        }
+        match (ra.is_some(), rb.is_some()) {
+            (true, true) => Poll::Ready((ra.take().expect("ready"), rb.take().expect("ready"))),
+            _ => Poll::Pending,
+        }
+    })
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -426,10 +426,7 @@ impl Core {
         let total =
             ops.iter().zip(grains).zip(&writes).filter(|(_, &w)| w).map(|((_, &g), _)| g).sum::<u64>() + commit_grains;
         let first = self.log.next_seq.fetch_add(n + 1, Relaxed);
-        let loc = self.space.alloc(Purpose::Put, total, self.log.next_seq.load(Relaxed)).map_err(|e| match e {
-            Error::Io { .. } => self.log.poison(e),
-            e => e,
-        })?;
+        let loc = self.alloc_records(Purpose::Put, total)?;
         // Encode every record, then the commit record, into one buffer.
         // Encoding writes every byte of it (each record's padding and the
         // commit record's to the end), so the buffer is not cleared first.
@@ -469,15 +466,7 @@ impl Core {
         let commit = Commit { records: n as u32, first_seq: first, members_crc: members_crc(header_crcs) };
         let hdr = RecordHeader::value(COMMIT_KEY.len(), COMMIT_BYTES as u64, seq, loc.stamp);
         hdr.encode(self.log.seed, COMMIT_KEY, &commit.encode(), &mut buf[(at * g) as usize..]);
-        let offset = loc.pba * g;
-        let (_, r) = self.log.dev.write_at_async(buf, offset).await;
-        let written = r
-            .map_err(|source| Error::Io { op: "batch write", offset, source })
-            .and_then(|()| self.log.flush_if_durable(offset));
-        if let Err(e) = written {
-            self.space.done(loc.seg);
-            return Err(self.log.poison(e));
-        }
+        self.write_records("batch write", buf, &loc).await.1?;
         // Durable: point the index at every record, readers of them waiting
         // until all are.
         self.keys.publishing.start(first, seq);

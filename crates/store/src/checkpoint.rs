@@ -270,10 +270,7 @@ fn write_locked(p: Parts<'_>, session: u64, clock: &Clock, cur: &mut Current, cl
     if let Err(e) = written {
         p.space.release_index_segments(&segs).ok();
         // A failed write or flush means the device is failing: refuse writes.
-        return Err(match e {
-            e @ Error::Io { .. } => p.log.poison(e),
-            e => e,
-        });
+        return Err(p.log.poison_io(e));
     }
     let old = std::mem::replace(cur, Current { id, segs, next_seq, next_alloc_seq: next_alloc_after });
     if let Err(e) = p.space.release_index_segments(&old.segs) {

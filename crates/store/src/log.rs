@@ -429,6 +429,15 @@ impl Log {
         err
     }
 
+    /// [`Log::poison`] for a device error (`Error::Io`); any other error
+    /// comes back as it is.
+    pub(crate) fn poison_io(&self, err: Error) -> Error {
+        match err {
+            Error::Io { .. } => self.poison(err),
+            e => e,
+        }
+    }
+
     /// Why the store refuses writes, once poisoned.
     pub(crate) fn poisoned(&self) -> Option<String> {
         self.poisoned.get().cloned()

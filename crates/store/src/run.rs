@@ -70,6 +70,16 @@ struct Key<'k> {
     h: u64,
 }
 
+/// One IO's worth of a run of PUTs ([`Core::put_many`]): `keys` with
+/// `values`, of `grains` each and `total` together.
+struct Piece<'a, 'k> {
+    keys: &'a [Key<'k>],
+    values: &'a [&'a [u8]],
+    grains: &'a [u64],
+    total: u64,
+    meta: ItemMeta,
+}
+
 /// Run every future at once on this task; their outputs in order.
 async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
     let mut futs: Vec<Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
@@ -132,7 +142,8 @@ impl Core {
                 end += 1;
             }
             let values: Vec<&[u8]> = items[start..end].iter().map(|&(_, v)| v).collect();
-            self.put_piece(&keys[start..end], &values, &grains[start..end], total, meta).await?;
+            let piece = Piece { keys: &keys[start..end], values: &values, grains: &grains[start..end], total, meta };
+            self.put_piece(&piece).await?;
             let (_, c) = ns.current_ref()?;
             for (k, v) in keys[start..end].iter().zip(&values) {
                 self.counters.puts.fetch_add(1, Relaxed);
@@ -144,22 +155,14 @@ impl Core {
         Ok(())
     }
 
-    /// One IO of [`Core::put_many`]: `keys` with `values`, of `grains`
-    /// each and `total` together.
-    async fn put_piece(
-        &self,
-        keys: &[Key<'_>],
-        values: &[&[u8]],
-        grains: &[u64],
-        total: u64,
-        meta: ItemMeta,
-    ) -> Result<()> {
-        let mut stripes: Vec<usize> = keys.iter().map(|k| self.keys.stripe_of(k.h)).collect();
+    /// One IO of [`Core::put_many`].
+    async fn put_piece(&self, piece: &Piece<'_, '_>) -> Result<()> {
+        let mut stripes: Vec<usize> = piece.keys.iter().map(|k| self.keys.stripe_of(k.h)).collect();
         stripes.sort_unstable();
         stripes.dedup();
         loop {
             self.log.check_writable()?;
-            let room = self.await_room(Purpose::Put, total).await;
+            let room = self.await_room(Purpose::Put, piece.total).await;
             room.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
             let mut _held = Vec::with_capacity(stripes.len());
             for &i in &stripes {
@@ -167,7 +170,7 @@ impl Core {
             }
             // Taken last: nobody waits for a stripe while holding it.
             let _gate = self.run_gate.lock().await;
-            match self.put_piece_locked(keys, values, grains, total, meta).await {
+            match self.put_piece_locked(piece).await {
                 Err(Error::NoSpace { .. }) => continue, // raced for the last room: wait again
                 r => return r,
             }
@@ -175,14 +178,8 @@ impl Core {
     }
 
     /// [`Core::put_piece`] with every key's stripe held.
-    async fn put_piece_locked(
-        &self,
-        keys: &[Key<'_>],
-        values: &[&[u8]],
-        grains: &[u64],
-        total: u64,
-        meta: ItemMeta,
-    ) -> Result<()> {
+    async fn put_piece_locked(&self, piece: &Piece<'_, '_>) -> Result<()> {
+        let &Piece { keys, values, grains, total, meta } = piece;
         let prior: Vec<Prior> = keys
             .iter()
             .map(|k| match self.keys.index.lookup(k.h).as_slice() {
@@ -193,10 +190,7 @@ impl Core {
             .collect();
         let n = keys.len() as u64;
         let first = self.log.next_seq.fetch_add(n, Relaxed);
-        let loc = self.space.alloc(Purpose::Put, total, self.log.next_seq.load(Relaxed)).map_err(|e| match e {
-            Error::Io { .. } => self.log.poison(e),
-            e => e,
-        })?;
+        let loc = self.alloc_records(Purpose::Put, total)?;
         let g = self.log.grain();
         // Not zeroed: the records cover it whole, and encoding a record
         // writes each of its bytes (the padding after its value zeroed).
@@ -214,15 +208,7 @@ impl Core {
             locs.push(Loc { pba: loc.pba + at, seg: loc.seg, stamp: loc.stamp, grains: gr });
             at += gr;
         }
-        let offset = loc.pba * g;
-        let (_, r) = self.log.dev.write_at_async(buf, offset).await;
-        let written = r
-            .map_err(|source| Error::Io { op: "write", offset, source })
-            .and_then(|()| self.log.flush_if_durable(offset));
-        if let Err(e) = written {
-            self.space.done(loc.seg);
-            return Err(self.log.poison(e));
-        }
+        self.write_records("write", buf, &loc).await.1?;
         let published = self.publish_piece(keys, values, prior, &locs, first, meta).await;
         self.space.done(loc.seg);
         published

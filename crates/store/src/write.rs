@@ -34,6 +34,7 @@ use granary_index::Entry;
 use granary_io::AlignedBuf;
 #[cfg(test)]
 use granary_rt::block_on;
+use granary_rt::sync::join2;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// What a new version of a key carries besides its value.
@@ -54,30 +55,6 @@ pub(crate) enum Prior {
     /// Not read at all: the key's one candidate, replaced blindly and
     /// linked ([`crate::links`]).
     Blind(Entry),
-}
-
-/// Run two futures on this task at once; both outputs when both are done.
-async fn join2<A: std::future::Future, B: std::future::Future>(a: A, b: B) -> (A::Output, B::Output) {
-    use std::task::Poll;
-    let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
-    let (mut ra, mut rb) = (None, None);
-    std::future::poll_fn(|cx| {
-        if ra.is_none() {
-            if let Poll::Ready(v) = a.as_mut().poll(cx) {
-                ra = Some(v);
-            }
-        }
-        if rb.is_none() {
-            if let Poll::Ready(v) = b.as_mut().poll(cx) {
-                rb = Some(v);
-            }
-        }
-        match (ra.is_some(), rb.is_some()) {
-            (true, true) => Poll::Ready((ra.take().unwrap(), rb.take().unwrap())),
-            _ => Poll::Pending,
-        }
-    })
-    .await
 }
 
 /// The access policy of tombstones and of internal writes.
@@ -549,16 +526,10 @@ impl Core {
                 .coalescer
                 .write(&self.space, dev, self.log.durability, purpose, self.log.seed, g, next_seq, hdr, key, value)
                 .await;
-            return r.map_err(|e| match e {
-                Error::Io { .. } => self.log.poison(e),
-                e => e,
-            });
+            return r.map_err(|e| self.log.poison_io(e));
         }
         let grains = hdr.grains(self.log.sb.grain_bytes);
-        let loc = self.space.alloc(purpose, grains, self.log.next_seq.load(Relaxed)).map_err(|e| match e {
-            Error::Io { .. } => self.log.poison(e),
-            e => e,
-        })?;
+        let loc = self.alloc_records(purpose, grains)?;
         hdr.seg_stamp = loc.stamp;
         let (buf, owned) = match value {
             Payload::Slice(value) => {
@@ -572,19 +543,34 @@ impl Core {
                 (b, Some(buf))
             }
         };
-        let offset = loc.pba * self.log.grain();
-        let (buf, r) = self.log.dev.write_at_async(buf, offset).await;
+        let (buf, written) = self.write_records("write", buf, &loc).await;
         if let Some(slot) = owned {
             *slot = Some(buf);
         }
-        let written = r
-            .map_err(|source| Error::Io { op: "write", offset, source })
-            .and_then(|()| self.log.flush_if_durable(offset));
+        written.map(|()| loc)
+    }
+
+    /// Grains for records of `purpose`, `grains` of them, in one piece of
+    /// the log; a device error poisons the store.
+    pub(crate) fn alloc_records(&self, purpose: Purpose, grains: u64) -> Result<Loc> {
+        self.space.alloc(purpose, grains, self.log.next_seq.load(Relaxed)).map_err(|e| self.log.poison_io(e))
+    }
+
+    /// Write `buf`, the records encoded for `loc` (from
+    /// [`Core::alloc_records`]), and flush it in `Flush` mode; `op` names
+    /// the write in the error. On failure the store is poisoned and `loc`'s
+    /// segment released (`space.done`); on success the caller indexes the
+    /// records and then releases it. The buffer comes back either way.
+    pub(crate) async fn write_records(&self, op: &'static str, buf: AlignedBuf, loc: &Loc) -> (AlignedBuf, Result<()>) {
+        let offset = loc.pba * self.log.grain();
+        let (buf, r) = self.log.dev.write_at_async(buf, offset).await;
+        let written =
+            r.map_err(|source| Error::Io { op, offset, source }).and_then(|()| self.log.flush_if_durable(offset));
         if let Err(e) = written {
             self.space.done(loc.seg);
-            return Err(self.log.poison(e));
+            return (buf, Err(self.log.poison(e)));
         }
-        Ok(loc)
+        (buf, Ok(()))
     }
 
     /// Point the index at a record just written, replacing `existing`.

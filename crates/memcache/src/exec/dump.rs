@@ -25,6 +25,43 @@ use granary_store::{Error, ItemAccess};
 /// The line that ends a dump.
 const END: &[u8] = b"END\r\n";
 
+/// The `ITEM <key> [<bytes> b; <exp> s]` lines of a `stats cachedump`
+/// reply: at most `limit` of them (0: no count limit), the reply with its
+/// `END` at most [`CACHEDUMP_BYTES_MAX`] bytes.
+struct ItemLines {
+    limit: u32,
+    shown: u32,
+    bytes: usize,
+}
+
+impl ItemLines {
+    fn new(limit: u32) -> ItemLines {
+        ItemLines { limit, shown: 0, bytes: END.len() }
+    }
+
+    /// Append `key`'s line to `out`; false, with nothing written, once the
+    /// reply is full.
+    fn push(
+        &mut self,
+        out: &mut Vec<u8>,
+        key: &[u8],
+        value_len: impl std::fmt::Display,
+        expires: impl std::fmt::Display,
+    ) -> bool {
+        let tail = format!(" [{value_len} b; {expires} s]\r\n");
+        let len = 5 + key.len() + tail.len();
+        if (self.limit != 0 && self.shown >= self.limit) || self.bytes + len > CACHEDUMP_BYTES_MAX {
+            return false;
+        }
+        out.extend_from_slice(b"ITEM ");
+        out.extend_from_slice(key);
+        out.extend_from_slice(tail.as_bytes());
+        self.shown += 1;
+        self.bytes += len;
+        true
+    }
+}
+
 /// A key as memcached's metadump writes it: bytes other than unreserved
 /// URI characters (`A-Z a-z 0-9 - . _ ~`) as `%XX` (upper-case hex).
 pub(crate) fn uri_encode(key: &[u8], out: &mut Vec<u8>) {
@@ -81,22 +118,8 @@ impl<S: Sink> Exec<'_, S> {
         if class != ITEM_CLASS {
             return self.io.out().extend_from_slice(END);
         }
-        let (mut shown, mut bytes) = (0u32, END.len());
-        let walked = self
-            .walk(|out, key, ia| {
-                let tail = format!(" [{} b; {} s]\r\n", ia.item.value.len(), ia.item.meta.expires);
-                let len = 5 + key.len() + tail.len();
-                if (limit != 0 && shown >= limit) || bytes + len > CACHEDUMP_BYTES_MAX {
-                    return false;
-                }
-                out.extend_from_slice(b"ITEM ");
-                out.extend_from_slice(key);
-                out.extend_from_slice(tail.as_bytes());
-                shown += 1;
-                bytes += len;
-                true
-            })
-            .await;
+        let mut lines = ItemLines::new(limit);
+        let walked = self.walk(|out, key, ia| lines.push(out, key, ia.item.value.len(), ia.item.meta.expires)).await;
         self.dump_end(walked);
     }
 
@@ -108,21 +131,9 @@ impl<S: Sink> Exec<'_, S> {
     /// each of its keys' lines), so the reply cap bounds the memory and
     /// the walk both.
     pub(super) async fn cachedump_dram(&mut self, limit: u32) {
-        let (mut shown, mut bytes) = (0u32, END.len());
+        let mut lines = ItemLines::new(limit);
         let out = self.io.out();
-        let walked = self.ctx.ns.visit_dram(|key, value_len, expires| {
-            let tail = format!(" [{value_len} b; {expires} s]\r\n");
-            let len = 5 + key.len() + tail.len();
-            if (limit != 0 && shown >= limit) || bytes + len > CACHEDUMP_BYTES_MAX {
-                return false;
-            }
-            out.extend_from_slice(b"ITEM ");
-            out.extend_from_slice(key);
-            out.extend_from_slice(tail.as_bytes());
-            shown += 1;
-            bytes += len;
-            true
-        });
+        let walked = self.ctx.ns.visit_dram(|key, value_len, expires| lines.push(out, key, value_len, expires));
         self.dump_end(walked.map(|()| true));
     }
 

@@ -285,3 +285,31 @@ pub fn normalize(v: Value) -> Value {
         v => v,
     }
 }
+
+/// Each sequence of commands (split at spaces) on a fresh connection to
+/// Granary at `granary` and one to redis-server at `redis`: the replies,
+/// [`normalize`]d, must be the same.
+pub fn same_replies(granary: SocketAddr, redis: SocketAddr, sequences: &[&[&str]]) {
+    for seq in sequences {
+        let mut g = Client::connect(granary);
+        let mut r = Client::connect(redis);
+        for cmd in *seq {
+            let args: Vec<&[u8]> = cmd.split(' ').map(|s| s.as_bytes()).collect();
+            let want = normalize(r.call(&args));
+            let got = normalize(g.call(&args));
+            assert_eq!(got, want, "{cmd:?} in {seq:?}");
+        }
+    }
+}
+
+/// redis-cli (`cli`) run against the server at `addr` with the options
+/// `extra` and the command `cmd`: its output, stdout trimmed then stderr.
+pub fn redis_cli(cli: &std::path::Path, addr: SocketAddr, extra: &[&str], cmd: &[&str]) -> String {
+    let o = Command::new(cli)
+        .args(["-h", "127.0.0.1", "-p", &addr.port().to_string(), "--no-auth-warning"])
+        .args(extra)
+        .args(cmd)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string() + &String::from_utf8_lossy(&o.stderr)
+}
