@@ -202,7 +202,11 @@ class ClientBatch:
         mode: Optional[_Mode] = None,
         cas: Optional[int] = None,
     ) -> None: ...
-    def delete(self, key: _Bytes, *, namespace: Union["ClientNamespace", str, None] = None) -> None: ...
+    def delete(
+        self, key: _Bytes, *, namespace: Union["ClientNamespace", str, None] = None, cas: Optional[int] = None
+    ) -> None:
+        """Add a delete; ``cas``: only if the value still has this CAS value
+        (else the whole batch fails with ``ConditionFailed``)."""
     def commit(self) -> List[int]:
         """Apply all or nothing; each operation's new CAS value."""
     def discard(self) -> None: ...

@@ -9,9 +9,10 @@
 //! made with the interpreter released; and `ClientBatch`, an atomic batch
 //! sent as one transaction (TXN) when it commits. CAS writes (`put(...,
 //! cas=)`, a batch's `put(..., cas=)`) go as a TXN's cas operation;
-//! `get_cas` is a GETS and `delete(..., cas=)` a DELETE_CAS, both of
-//! protocol version 3 (a server that speaks an older version has them
-//! refused by the Rust client before anything is sent, raised as
+//! `get_cas` is a GETS, `delete(..., cas=)` a DELETE_CAS and a batch's
+//! `delete(..., cas=)` a TXN's delete_cas operation, all three of protocol
+//! version 3 (a server that speaks an older version has them refused by
+//! the Rust client before anything is sent, raised as
 //! `granary.ProtocolError`).
 
 use crate::{keys_of, Data, Fail, Mode, Result};
@@ -439,6 +440,8 @@ enum TxnKind {
     /// Only over this CAS value.
     Cas(u64, Vec<u8>),
     Delete,
+    /// A delete only of a value of this CAS value.
+    DeleteCas(u64),
 }
 
 /// An atomic batch on a client's server (`client.batch()`): puts and
@@ -494,11 +497,18 @@ impl ClientBatch {
         Ok(self.push(ns, &key, kind)?)
     }
 
-    /// Add a delete (nothing to do if the key holds no value).
-    #[pyo3(signature = (key, *, namespace = None))]
-    fn delete(&mut self, key: Data<'_>, namespace: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    /// Add a delete (nothing to do if the key holds no value). With `cas`,
+    /// only if the key's value still has this CAS value (`get_cas`): else
+    /// the whole batch fails with `granary.ConditionFailed` (a TXN's
+    /// delete_cas operation, protocol version 3).
+    #[pyo3(signature = (key, *, namespace = None, cas = None))]
+    fn delete(&mut self, key: Data<'_>, namespace: Option<&Bound<'_, PyAny>>, cas: Option<u64>) -> PyResult<()> {
         let ns = self.target(namespace)?;
-        Ok(self.push(ns, &key, TxnKind::Delete)?)
+        let kind = match cas {
+            None => TxnKind::Delete,
+            Some(cas) => TxnKind::DeleteCas(cas),
+        };
+        Ok(self.push(ns, &key, kind)?)
     }
 
     fn __len__(&self) -> usize {
@@ -523,6 +533,7 @@ impl ClientBatch {
                         TxnKind::Put(PutMode::ReplaceOnly, v) => TxnOp::put_present(ns, key, v),
                         TxnKind::Cas(cas, v) => TxnOp::cas(ns, key, *cas, v),
                         TxnKind::Delete => TxnOp::delete(ns, key),
+                        TxnKind::DeleteCas(cas) => TxnOp::delete_cas(ns, key, *cas),
                     })
                     .collect();
                 self.remote.txn(&txn)

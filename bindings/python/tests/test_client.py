@@ -169,9 +169,52 @@ def test_client_get_cas_and_delete_by_cas(server):
         c.get_cas(5)
 
 
+def test_client_batch_delete_by_cas(server):
+    """A batch's delete(cas=) (a TXN's delete_cas): a stale CAS value, or a
+    key holding no value, fails the whole batch with nothing applied; the
+    value's CAS value deletes it, as the embedded Batch.delete(cas=) does."""
+    c = granary.Client(server.address)
+    ns = c.namespace("dcns")
+    b = c.batch()
+    b.put(b"dc-k", b"v")
+    b.put(b"dc-k", b"n", namespace=ns)
+    k_cas, n_cas = b.commit()
+    # Stale: ConditionFailed at that operation; the put before it and the
+    # delete after it are not applied.
+    b = c.batch()
+    b.put(b"dc-other", b"x")
+    b.delete(b"dc-k", cas=k_cas + 1)
+    b.delete(b"dc-k", namespace=ns, cas=n_cas)
+    with pytest.raises(granary.ConditionFailed) as e:
+        b.commit()
+    assert e.value.op == 1
+    assert (c.get(b"dc-other"), c.get(b"dc-k"), ns.get(b"dc-k")) == (None, b"v", b"n")
+    # A key holding no value.
+    b = c.batch()
+    b.delete(b"dc-none", cas=k_cas)
+    with pytest.raises(granary.ConditionFailed) as e:
+        b.commit()
+    assert e.value.op == 0
+    # The right CAS values: applied together, 0 for each delete.
+    with c.batch() as b:
+        b.put(b"dc-other", b"x")
+        b.delete(b"dc-k", cas=k_cas)
+        b.delete(b"dc-k", namespace=ns, cas=n_cas)
+    assert (c.get(b"dc-other"), c.get(b"dc-k"), ns.get(b"dc-k")) == (b"x", None, None)
+    value, cas = c.get_cas(b"dc-other")
+    b = ns.batch()
+    b.delete(b"dc-other", namespace="default", cas=cas)
+    assert b.commit() == [0]
+    assert c.get(b"dc-other") is None
+    # The same keyword as the embedded store's batch; a CAS value is a u64.
+    with pytest.raises(OverflowError):
+        c.batch().delete(b"dc-k", cas=-1)
+
+
 def test_a_server_without_gets_is_refused_before_sending():
-    """A server that speaks protocol version 2 (no GETS, no DELETE_CAS):
-    get_cas and delete(cas=) raise ProtocolError and send nothing; the next
+    """A server that speaks protocol version 2 (no GETS, no DELETE_CAS, no
+    TXN delete_cas): get_cas, delete(cas=) and a batch with a delete(cas=)
+    raise ProtocolError and send nothing; the next
     request on the connection is the GET sent after them."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", free_low_port()))
@@ -202,6 +245,11 @@ def test_a_server_without_gets_is_refused_before_sending():
             c.get_cas(b"k")
         with pytest.raises(granary.ProtocolError, match="needs version 3"):
             c.delete(b"k", cas=7)
+        b = c.batch()
+        b.put(b"a", b"v")
+        b.delete(b"k", cas=7)
+        with pytest.raises(granary.ProtocolError, match="delete_cas.*needs version 3"):
+            b.commit()
         assert c.get(b"k") is None
         t.join(30)
         assert seen == [b"GRNY", 1], "the first frame after the hello is the GET (opcode 1)"

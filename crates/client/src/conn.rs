@@ -291,13 +291,22 @@ impl Connection {
     fn check(&self, ns: &[u8], req: &Request) -> Result<(), Error> {
         let h = &self.shared.hello;
         let op = req.op();
-        if op.since() > proto::VERSION_NAMESPACES && op.since() > h.version {
+        // A later version's opcode, or TXN operation kind (delete_cas).
+        if req.since() > proto::VERSION_NAMESPACES && req.since() > h.version {
+            let what = match req {
+                Request::Txn(ops) if op.since() <= h.version => {
+                    match ops.iter().position(|o| o.write.since() > h.version) {
+                        Some(i) => format!("TXN operation {i} ({})", ops[i].write.name()),
+                        None => op.name().to_string(),
+                    }
+                }
+                _ => op.name().to_string(),
+            };
             return Err(Error::Protocol(format!(
-                "{} speaks protocol version {}, and {} needs version {}",
+                "{} speaks protocol version {}, and {what} needs version {}",
                 self.shared.addr,
                 h.version,
-                op.name(),
-                op.since()
+                req.since()
             )));
         }
         if op.since() > h.version || (!ns.is_empty() && h.version < proto::VERSION_NAMESPACES) {

@@ -163,6 +163,7 @@ fn native_frames() -> Vec<(&'static str, Vec<u8>)> {
         ),
         ("export", native(b"disk", &[Request::NsCreate(NamespaceOptions::export(1 << 20, 4096))])),
         ("cas", native(b"users", &[Request::Gets(b"k"), Request::DeleteCas { key: b"k", cas: 0x0102_0304_0506_0708 }])),
+        ("txn-delete-cas", native(b"", &[Request::Txn(vec![TxnOp::delete_cas("users", b"k", 0x0102_0304_0506_0708)])])),
     ]
 }
 

@@ -335,7 +335,7 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
                     let flight = Flight::put(&p.name, &p.key, seq, p.pb.value_len());
                     (Job::Put(p), flight)
                 }
-                None => match parse::request(&h, rest) {
+                None => match parse::request(&h, rest, conn.scope.version) {
                     Ok(Some((ns, req, body))) => {
                         let flight = Flight::of(&req, ns, seq, body.len());
                         pos += parse::frame_len(&h);

@@ -413,6 +413,7 @@ async fn do_txn(ctx: &Ctx, scope: &Scope, ops: &[proto::TxnOp<'_>]) -> Outcome {
             TxnWrite::PutPresent(v) => StoreBatchOp::PutPresent { value: v.to_vec(), meta },
             TxnWrite::Cas { cas, value } => StoreBatchOp::Cas { cas, value: value.to_vec(), meta },
             TxnWrite::Delete => StoreBatchOp::Delete,
+            TxnWrite::DeleteCas(cas) => StoreBatchOp::DeleteCas { cas },
         };
         batch.op(&ns, o.key, op);
     }

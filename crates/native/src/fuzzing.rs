@@ -50,10 +50,10 @@ pub fn frames(data: &[u8]) {
             LargePut::No => {}
         }
         let total = parse::frame_len(&h);
-        match parse::request(&h, buf) {
+        match parse::request(&h, buf, version) {
             Ok(Some((ns, req, body))) => {
                 assert_eq!(body.len() + proto::HEADER_BYTES, total);
-                assert_eq!(parse::request(&h, &buf[..total - 1]), Ok(None));
+                assert_eq!(parse::request(&h, &buf[..total - 1], version), Ok(None));
                 round_trip(ns, &req, h.id, version, &limits);
                 buf = &buf[total..];
             }
@@ -71,4 +71,5 @@ fn round_trip(ns: &[u8], req: &Request<'_>, id: u64, version: u16, limits: &Limi
     assert_eq!(h.len as usize + proto::HEADER_BYTES, out.len());
     let (ns2, req2) = Request::decode(&h, &out[proto::HEADER_BYTES..]).expect("an encoded request decodes");
     assert_eq!((ns2, &req2), (ns, req));
+    assert_eq!(req.check_version(version), Ok(()), "a decoded request is of its connection's version");
 }

@@ -62,19 +62,22 @@ pub(crate) fn frame_len(h: &Header) -> usize {
 /// one), the request, and the whole body it borrows from.
 pub(crate) type Parsed<'a> = (&'a [u8], Request<'a>, &'a [u8]);
 
-/// The request of the frame at the front of `input`, whose header is `h`;
-/// None until the whole frame is in (the input grows as the body arrives,
-/// never ahead of it).
-pub(crate) fn request<'a>(h: &Header, input: &'a [u8]) -> Result<Option<Parsed<'a>>, FrameError> {
+/// The request of the frame at the front of `input`, whose header is `h`,
+/// on a connection of protocol `version` (a TXN operation of a later
+/// version's kind is malformed, as a later opcode is); None until the
+/// whole frame is in (the input grows as the body arrives, never ahead
+/// of it).
+pub(crate) fn request<'a>(h: &Header, input: &'a [u8], version: u16) -> Result<Option<Parsed<'a>>, FrameError> {
     let total = frame_len(h);
     if input.len() < total {
         return Ok(None);
     }
     let body = &input[proto::HEADER_BYTES..total];
-    match Request::decode(h, body) {
-        Ok((ns, req)) => Ok(Some((ns, req, body))),
-        Err(e) => Err(FrameError { status: Status::BadFrame, id: h.id, reason: format!("{}: {}", h.op.name(), e.0) }),
-    }
+    let bad = |e: proto::ProtoError| FrameError { status: Status::BadFrame, id: h.id, reason: e.0 };
+    let (ns, req) =
+        Request::decode(h, body).map_err(|e| bad(proto::ProtoError(format!("{}: {}", h.op.name(), e.0))))?;
+    req.check_version(version).map_err(bad)?;
+    Ok(Some((ns, req, body)))
 }
 
 /// Whether the frame at the front of `input` (header `h`) is a PUT whose
@@ -144,7 +147,7 @@ mod tests {
     type Frame<'a> = (Header, &'a [u8], Request<'a>, usize);
     fn parse_v(input: &[u8], version: u16) -> Result<Option<Frame<'_>>, FrameError> {
         let Some(h) = header(input, &limits(), version)? else { return Ok(None) };
-        Ok(request(&h, input)?.map(|(ns, r, body)| (h, ns, r, proto::HEADER_BYTES + body.len())))
+        Ok(request(&h, input, version)?.map(|(ns, r, body)| (h, ns, r, proto::HEADER_BYTES + body.len())))
     }
 
     fn parse(input: &[u8]) -> Result<Option<Frame<'_>>, FrameError> {
@@ -235,6 +238,15 @@ mod tests {
                 assert!(e.reason.contains("needs protocol version 3"), "{}", e.reason);
             }
         }
+        // A TXN's delete_cas (kind 6) is version 3's too.
+        let f =
+            encode(&Request::Txn(vec![proto::TxnOp::put("", b"a", b"v"), proto::TxnOp::delete_cas("", b"k", 1)]), 8);
+        for v in [1, 2] {
+            let e = error_v(&f, v);
+            assert_eq!((e.status, e.id), (Status::BadFrame, 8));
+            assert!(e.reason.contains(&format!("needs protocol version {}", v + 1)), "{}", e.reason);
+        }
+        assert!(parse_v(&f, 3).unwrap().is_some());
         // Version 2: a name over the limit; a name on an opcode that takes none.
         let mut f = encode(&Request::Get(&[b'k'; 100]), 6);
         f[6] = proto::NAMESPACE_NAME_MAX as u8 + 1;

@@ -1,9 +1,9 @@
 //! GETS and DELETE_CAS (protocol version 3) over loopback: a key's CAS
 //! value, flags and expiry read back through the client, on the zero-copy
 //! path too, deletes conditioned on the CAS value, in a namespace and on a
-//! sharded client; and the version rules: a version 2 connection never
-//! sends them (the client refuses before sending) and a server answers
-//! them `BAD_FRAME` on one.
+//! sharded client, and as a TXN's delete_cas operation (kind 6); and the
+//! version rules: a version 2 connection never sends them (the client
+//! refuses before sending) and a server answers them `BAD_FRAME` on one.
 
 use granary_client::{Client, ClientConfig, Connection, Error, Item, NamespaceOptions, Request, ShardedClient, Status};
 use granary_client::{TxnOp, TxnOutcome};
@@ -103,6 +103,48 @@ fn get_cas_reads_the_cas_value_and_delete_cas_obeys_it() {
     assert!(s.gets.load(Relaxed) >= 10 && s.deletes.load(Relaxed) >= 7);
 }
 
+/// A key's value read over a fresh connection.
+fn srv_get(srv: &Server, key: &[u8]) -> Option<Vec<u8>> {
+    client(srv).get(key).unwrap()
+}
+
+#[test]
+fn a_txn_delete_cas_deletes_only_at_its_cas_value() {
+    let srv = server_on(store());
+    let c = client(&srv);
+    c.ns_create("users", NamespaceOptions::default()).unwrap();
+    c.put(b"k", b"v").unwrap();
+    c.ns("users").put(b"u", b"x").unwrap();
+    let k = c.get_cas(b"k").unwrap().unwrap().cas;
+    let u = c.ns("users").get_cas(b"u").unwrap().unwrap().cas;
+
+    // A stale CAS value: the whole TXN fails EXISTS at that operation, and
+    // nothing is applied (the put before it, the delete_cas of u after).
+    let stale = [TxnOp::put("", b"new", b"1"), TxnOp::delete_cas("", b"k", k + 1), TxnOp::delete_cas("users", b"u", u)];
+    assert_eq!(c.txn(&stale).unwrap(), TxnOutcome::ConditionFailed { op: 1, status: Status::Exists });
+    assert_eq!(c.get(b"new").unwrap(), None);
+    assert_eq!(c.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    assert_eq!(c.ns("users").get(b"u").unwrap().as_deref(), Some(&b"x"[..]));
+    // A key holding no value: NOT_FOUND.
+    let absent = [TxnOp::delete_cas("", b"none", k)];
+    assert_eq!(c.txn(&absent).unwrap(), TxnOutcome::ConditionFailed { op: 0, status: Status::NotFound });
+
+    // The right CAS values: both deleted, with the put, atomically.
+    let right = [TxnOp::put("", b"new", b"1"), TxnOp::delete_cas("", b"k", k), TxnOp::delete_cas("users", b"u", u)];
+    let TxnOutcome::Committed { cas } = c.txn(&right).unwrap() else { panic!("not committed") };
+    assert_eq!((cas.len(), cas[1], cas[2]), (3, 0, 0));
+    assert_ne!(cas[0], 0);
+    assert_eq!(c.get(b"k").unwrap(), None);
+    assert_eq!(c.ns("users").get(b"u").unwrap(), None);
+    assert_eq!(c.get_cas(b"new").unwrap().unwrap().cas, cas[0]);
+    // Once deleted, the same delete_cas finds no value.
+    assert_eq!(c.txn(&right[1..2]).unwrap(), TxnOutcome::ConditionFailed { op: 0, status: Status::NotFound });
+    // Async too.
+    let n = c.get_cas(b"new").unwrap().unwrap().cas;
+    let op = [TxnOp::delete_cas("", b"new", n)];
+    assert_eq!(granary_rt::block_on(c.txn_async(&op)).unwrap(), TxnOutcome::Committed { cas: vec![0] });
+}
+
 #[test]
 fn a_version_2_connection_has_no_gets_or_delete_cas() {
     let srv = server_on(store());
@@ -111,7 +153,8 @@ fn a_version_2_connection_has_no_gets_or_delete_cas() {
     let v2 = ClientHello { min_version: 1, max_version: 2 };
     let conn = Connection::connect_with(srv.local_addr(), Duration::from_secs(5), v2).unwrap();
     assert_eq!(conn.version(), 2);
-    for r in [Request::Gets(b"k"), Request::DeleteCas { key: b"k", cas: 1 }] {
+    let txn = Request::Txn(vec![TxnOp::put("", b"a", b"v"), TxnOp::delete_cas("", b"k", 1)]);
+    for r in [Request::Gets(b"k"), Request::DeleteCas { key: b"k", cas: 1 }, txn.clone()] {
         match conn.send(&r) {
             Err(Error::Protocol(m)) => assert!(m.contains("needs version 3"), "{m}"),
             Err(e) => panic!("{:?}: {e}", r.op()),
@@ -119,10 +162,16 @@ fn a_version_2_connection_has_no_gets_or_delete_cas() {
         }
     }
     assert!(conn.call(&Request::Get(b"k")).is_ok(), "the connection goes on");
+    // A TXN without delete_cas is version 2's, and sent.
+    let plain = Request::Txn(vec![TxnOp::delete("", b"k")]);
+    assert_eq!(conn.call(&plain).unwrap().status, Status::Ok);
 
-    // On the wire: a version 2 connection's GETS frame is malformed (the
-    // server closes the connection); a version 3 one is answered.
-    for (version, ok) in [(2, false), (3, true)] {
+    // On the wire: a version 2 connection's GETS frame, or TXN with a
+    // delete_cas, is malformed (the server closes the connection, nothing
+    // applied); a version 3 one is answered.
+    for (version, ok, req) in
+        [(2, false, &Request::Gets(b"k")), (3, true, &Request::Gets(b"k")), (2, false, &txn), (3, true, &txn)]
+    {
         let mut s = TcpStream::connect(srv.local_addr()).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         s.write_all(&ClientHello { min_version: 1, max_version: version }.encode()).unwrap();
@@ -130,18 +179,22 @@ fn a_version_2_connection_has_no_gets_or_delete_cas() {
         s.read_exact(&mut b).unwrap();
         assert_eq!(ServerHello::decode(&b).unwrap().version, version);
         let mut f = Vec::new();
-        Request::Gets(b"k").encode(5, &mut f);
+        req.encode(5, &mut f);
         s.write_all(&f).unwrap();
         let mut h = [0u8; proto::HEADER_BYTES];
         s.read_exact(&mut h).unwrap();
         let (hd, st) = proto::Response::decode_header(&h, u32::MAX).unwrap();
         let mut body = vec![0u8; hd.len as usize];
         s.read_exact(&mut body).unwrap();
-        if ok {
+        if ok && req.op() == proto::Op::Txn {
+            // The delete_cas (operation 1) of a key holding no value.
+            assert_eq!((hd.id, st, body.as_slice()), (5, Status::NotFound, &[1, 0, 0, 0][..]));
+        } else if ok {
             assert_eq!((hd.id, st, body.len()), (5, Status::NotFound, 0));
         } else {
             assert_eq!((hd.id, st), (5, Status::BadFrame));
             assert!(String::from_utf8_lossy(&body).contains("needs protocol version 3"));
+            assert_eq!(srv_get(&srv, b"a"), None, "nothing applied");
             let mut one = [0u8; 1];
             assert!(matches!(s.read(&mut one), Ok(0) | Err(_)), "the connection is closed");
         }

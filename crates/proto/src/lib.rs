@@ -22,7 +22,9 @@
 //! one key: GETS ([`Request::Gets`]: a GET whose reply carries the value's
 //! CAS value, flags and expiry, [`ItemInfo`]) and DELETE_CAS
 //! ([`Request::DeleteCas`]: a delete only if the value still has a CAS
-//! value); every version 2 frame is unchanged.
+//! value), and the same delete as a TXN operation ([`TxnWrite::DeleteCas`],
+//! kind 6; a server checks a decoded request's version with
+//! [`Request::check_version`]); every version 2 frame is unchanged.
 //!
 //! Namespace kinds (a key space, or an export: a block device) live inside
 //! version 2, laid out so that a key space's frames are the ones a version
@@ -720,6 +722,10 @@ pub enum TxnWrite<'a> {
     Cas { cas: u64, value: &'a [u8] },
     /// Delete; no condition (nothing to do if the key holds nothing) (kind 5).
     Delete,
+    /// Delete only if the key holds a value whose CAS value is `cas`; else
+    /// the TXN fails `NOT_FOUND` (no value) or `EXISTS` (another CAS
+    /// value) (kind 6, protocol version 3: [`VERSION_CAS`]).
+    DeleteCas(u64),
 }
 
 impl<'a> TxnWrite<'a> {
@@ -731,23 +737,31 @@ impl<'a> TxnWrite<'a> {
             TxnWrite::PutPresent(_) => 3,
             TxnWrite::Cas { .. } => 4,
             TxnWrite::Delete => 5,
+            TxnWrite::DeleteCas(_) => 6,
+        }
+    }
+    /// The first protocol version with this kind.
+    pub fn since(&self) -> u16 {
+        match self {
+            TxnWrite::DeleteCas(_) => VERSION_CAS,
+            _ => VERSION_NAMESPACES,
         }
     }
     /// The value written (empty for a delete).
     pub fn value(&self) -> &'a [u8] {
         match self {
             TxnWrite::Put(v) | TxnWrite::PutAbsent(v) | TxnWrite::PutPresent(v) | TxnWrite::Cas { value: v, .. } => v,
-            TxnWrite::Delete => &[],
+            TxnWrite::Delete | TxnWrite::DeleteCas(_) => &[],
         }
     }
-    /// The expected CAS value (0 unless `Cas`).
+    /// The expected CAS value (0 unless `Cas` or `DeleteCas`).
     pub fn cas(&self) -> u64 {
         match self {
-            TxnWrite::Cas { cas, .. } => *cas,
+            TxnWrite::Cas { cas, .. } | TxnWrite::DeleteCas(cas) => *cas,
             _ => 0,
         }
     }
-    /// `put`, `put_absent`, `put_present`, `cas` or `delete`.
+    /// `put`, `put_absent`, `put_present`, `cas`, `delete` or `delete_cas`.
     pub fn name(&self) -> &'static str {
         match self {
             TxnWrite::Put(_) => "put",
@@ -755,6 +769,7 @@ impl<'a> TxnWrite<'a> {
             TxnWrite::PutPresent(_) => "put_present",
             TxnWrite::Cas { .. } => "cas",
             TxnWrite::Delete => "delete",
+            TxnWrite::DeleteCas(_) => "delete_cas",
         }
     }
 }
@@ -788,6 +803,11 @@ impl<'a> TxnOp<'a> {
     /// Delete `key`.
     pub fn delete(ns: &'a str, key: &'a [u8]) -> TxnOp<'a> {
         TxnOp { ns: ns.as_bytes(), key, write: TxnWrite::Delete }
+    }
+    /// Delete `key` only if it holds a value whose CAS value is `cas`
+    /// (protocol version 3).
+    pub fn delete_cas(ns: &'a str, key: &'a [u8], cas: u64) -> TxnOp<'a> {
+        TxnOp { ns: ns.as_bytes(), key, write: TxnWrite::DeleteCas(cas) }
     }
     /// Bytes of the operation in a TXN body.
     pub fn encoded_len(&self) -> usize {
@@ -934,6 +954,38 @@ impl<'a> Request<'a> {
             Request::Gets(_) => Op::Gets,
             Request::DeleteCas { .. } => Op::DeleteCas,
         }
+    }
+
+    /// The first protocol version with this request: its opcode's, or a
+    /// later one for a TXN with an operation of a later kind (delete_cas).
+    pub fn since(&self) -> u16 {
+        match self {
+            Request::Txn(ops) => ops.iter().map(|o| o.write.since()).fold(self.op().since(), u16::max),
+            _ => self.op().since(),
+        }
+    }
+
+    /// Whether a connection of protocol `version` carries this request:
+    /// an error naming what needs a later version (the opcode, or a TXN
+    /// operation's kind) if not. [`Header::decode`] checks the opcode; a
+    /// server checks the rest with this once the body is decoded, and a
+    /// client before sending.
+    pub fn check_version(&self, version: u16) -> Result<(), ProtoError> {
+        let op = self.op();
+        if op.since() > version {
+            return err(format!("opcode {} ({}) needs protocol version {}", op as u8, op.name(), op.since()));
+        }
+        if let Request::Txn(ops) = self {
+            if let Some((i, w)) = ops.iter().map(|o| o.write).enumerate().find(|(_, w)| w.since() > version) {
+                return err(format!(
+                    "TXN: operation {i}: kind {} ({}) needs protocol version {}",
+                    w.kind(),
+                    w.name(),
+                    w.since()
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Bytes of the body [`Request::encode`] writes (with
@@ -1186,12 +1238,14 @@ fn decode_kind_section(r: &mut Rd) -> Result<NamespaceKind, ProtoError> {
 /// One TXN operation (the `i`th):
 ///
 /// ```text
-/// 0   u8  kind       1 put, 2 put_absent, 3 put_present, 4 cas, 5 delete
+/// 0   u8  kind       1 put, 2 put_absent, 3 put_present, 4 cas, 5 delete,
+///                    6 delete_cas (version 3: [`Request::since`])
 /// 1   u8  ns_len     0..=64 (0: the default namespace)
 /// 2   u16 0          reserved
 /// 4   u32 key_len
-/// 8   u32 value_len  0 for a delete
-/// 12  u64 cas        the expected CAS value of a cas; 0 for the others
+/// 8   u32 value_len  0 for a delete or delete_cas
+/// 12  u64 cas        the expected CAS value of a cas or delete_cas; 0 for
+///                    the others
 /// 20  ns_len bytes of namespace name, key_len of key, value_len of value
 /// ```
 fn decode_txn_op<'a>(r: &mut Rd<'a>, i: usize) -> Result<TxnOp<'a>, ProtoError> {
@@ -1216,9 +1270,11 @@ fn decode_txn_op<'a>(r: &mut Rd<'a>, i: usize) -> Result<TxnOp<'a>, ProtoError> 
         4 => TxnWrite::Cas { cas, value },
         5 if vl != 0 => return err(format!("TXN: operation {i}: a delete with a value")),
         5 => TxnWrite::Delete,
+        6 if vl != 0 => return err(format!("TXN: operation {i}: a delete_cas with a value")),
+        6 => TxnWrite::DeleteCas(cas),
         _ => return err(format!("TXN: operation {i}: unknown kind {kind}")),
     };
-    if kind != 4 && cas != 0 {
+    if !matches!(kind, 4 | 6) && cas != 0 {
         return err(format!("TXN: operation {i}: a CAS value on a {}", write.name()));
     }
     Ok(TxnOp { ns, key, write })

@@ -90,12 +90,12 @@ fn txn_op() -> impl Strategy<Value = OwnedTxnOp> {
         Just(b"default".to_vec()),
         Just(vec![b'n'; NAMESPACE_NAME_MAX]),
     ];
-    (ns, key(), 1u8..=5, any::<u64>(), val()).prop_map(|(ns, key, kind, cas, value)| OwnedTxnOp {
+    (ns, key(), 1u8..=6, any::<u64>(), val()).prop_map(|(ns, key, kind, cas, value)| OwnedTxnOp {
         ns,
         key,
         kind,
-        cas: if kind == 4 { cas } else { 0 },
-        value: if kind == 5 { Vec::new() } else { value },
+        cas: if matches!(kind, 4 | 6) { cas } else { 0 },
+        value: if matches!(kind, 5 | 6) { Vec::new() } else { value },
     })
 }
 
@@ -105,6 +105,7 @@ fn borrow_txn(o: &OwnedTxnOp) -> TxnOp<'_> {
         2 => TxnWrite::PutAbsent(&o.value),
         3 => TxnWrite::PutPresent(&o.value),
         4 => TxnWrite::Cas { cas: o.cas, value: &o.value },
+        6 => TxnWrite::DeleteCas(o.cas),
         _ => TxnWrite::Delete,
     };
     TxnOp { ns: &o.ns, key: &o.key, write }
@@ -738,11 +739,12 @@ fn malformed_txns_are_rejected() {
     named.extend_from_slice(&ok);
     assert!(Request::decode(&h(0, 5, named.len()), &named).unwrap_err().0.contains("TXN: names no namespace"));
     // Unknown kinds; a delete with a value; a CAS value on another kind.
-    for kind in [0u8, 6, 255] {
+    for kind in [0u8, 7, 255] {
         let e = bad(&txn_body(&[(kind, b"", b"k", 0, b"v")]));
         assert!(e.contains(&format!("operation 0: unknown kind {kind}")), "{e}");
     }
     assert!(bad(&txn_body(&[(5, b"", b"k", 0, b"v")])).contains("a delete with a value"));
+    assert!(bad(&txn_body(&[(6, b"", b"k", 0, b"v")])).contains("a delete_cas with a value"));
     for kind in [1u8, 2, 3, 5] {
         let e = bad(&txn_body(&[(1, b"", b"a", 0, b""), (kind, b"", b"k", 1, b"")]));
         assert!(e.contains("operation 1: a CAS value on a"), "{e}");
@@ -782,4 +784,41 @@ fn malformed_txns_are_rejected() {
     let mut b = (TXN_OPS_MAX as u32 + 1).to_le_bytes().to_vec();
     b.resize(4 + (TXN_OPS_MAX + 1) * 8, 0);
     assert!(TxnOutcome::decode(Status::Ok, &b).unwrap_err().0.contains("limit"));
+}
+
+/// A TXN's delete_cas (kind 6, version 3): its layout, what its decoder
+/// refuses, and the version a request of one needs.
+#[test]
+fn txn_delete_cas_is_as_documented() {
+    let ops = vec![TxnOp::delete_cas("users", b"k", 0x0102), TxnOp::delete("", b"d")];
+    let req = Request::Txn(ops.clone());
+    let mut f = Vec::new();
+    req.encode(9, &mut f);
+    let body = &f[HEADER_BYTES..];
+    assert_eq!(&body[..4], &[2, 0, 0, 0]);
+    assert_eq!(&body[4..24], &[6, 5, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(&body[24..30], b"usersk");
+    let h = Header { len: body.len() as u32, op: Op::Txn, flags: 0, ns_len: 0, id: 9 };
+    assert_eq!(Request::decode(&h, body).unwrap().1, req);
+    // A value on a delete_cas; a CAS value of 0 is a CAS value.
+    let mut b = body.to_vec();
+    b[12] = 1;
+    b.insert(30, b'v');
+    let h1 = Header { len: b.len() as u32, ..h };
+    assert!(Request::decode(&h1, &b).unwrap_err().0.contains("a delete_cas with a value"));
+    let zero = Request::Txn(vec![TxnOp::delete_cas("", b"k", 0)]);
+    roundtrip(&zero);
+    // Version 3's, while a TXN of the other kinds is version 2's.
+    assert_eq!((req.since(), Request::Txn(vec![ops[1]]).since(), Request::Txn(vec![]).since()), (3, 2, 2));
+    assert_eq!(req.check_version(3), Ok(()));
+    for v in [1, 2] {
+        let e = Request::Txn(vec![ops[1], ops[0]]).check_version(v).unwrap_err().0;
+        let want = if v == 1 {
+            "opcode 13 (TXN) needs protocol version 2"
+        } else {
+            "TXN: operation 1: kind 6 (delete_cas) needs protocol version 3"
+        };
+        assert_eq!(e, want);
+    }
+    assert_eq!(Request::Gets(b"k").check_version(2).unwrap_err().0, "opcode 14 (GETS) needs protocol version 3");
 }
