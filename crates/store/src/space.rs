@@ -13,8 +13,9 @@
 //!   it, so a record on the device always sits in a segment whose header is
 //!   there already.
 //! - With GC on, user PUTs never take the last [`RESERVED_SEGMENTS`] free
-//!   segments (GC needs somewhere to relocate live data to), and DELETEs
-//!   never take the very last one (see [`Purpose`]).
+//!   segments (one more with hot/cold relocation, whose two GC streams may
+//!   each need a fresh segment: GC needs somewhere to relocate live data
+//!   to), and DELETEs never take the very last one (see [`Purpose`]).
 //! - A writer that needs space does not hold a key stripe while it waits
 //!   ([`Space::await_room`]), because GC takes stripes to relocate.
 //! - A segment goes back to the free list only after its header was
@@ -388,7 +389,9 @@ impl Space {
             cond: Condvar::new(),
             room: event_listener::Event::new(),
             low_watermark: low,
-            reserve: if n >= 8 { RESERVED_SEGMENTS } else { 1 },
+            // GC relocating into two streams (hot/cold) may need a fresh
+            // segment in each at once: one more segment is kept for it.
+            reserve: if n >= 8 { RESERVED_SEGMENTS + usize::from(cfg.hot_cold) } else { 1 },
             policy: cfg.policy,
             hot_cold: cfg.hot_cold,
             // A zone reset is the discard in zoned mode.
