@@ -11,31 +11,6 @@ use std::process::{Child, Command, Stdio};
 
 mod common;
 
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-}
-
-/// Whether the tools are here; panics if they are required and missing.
-fn have(tools: &[&str], python_redis: bool) -> bool {
-    let mut missing: Vec<String> = tools.iter().filter(|t| !on_path(t)).map(|t| t.to_string()).collect();
-    if python_redis {
-        let ok =
-            Command::new("/usr/bin/python3").args(["-c", "import redis"]).output().is_ok_and(|o| o.status.success());
-        if !ok {
-            missing.push("python3-redis".into());
-        }
-    }
-    if missing.is_empty() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("GRANARY_REQUIRE_PEERS").is_none(),
-        "missing (scripts/test.sh installs them): {missing:?}"
-    );
-    eprintln!("skipped: missing {missing:?}");
-    false
-}
-
 /// A `granary serve` with only its RESP listener on a free port; stopped
 /// (by its PID) when dropped.
 struct Serve {
@@ -93,7 +68,7 @@ impl Drop for Serve {
 
 #[test]
 fn redis_cli_as_users_run_it() {
-    if !have(&["redis-cli"], false) {
+    if !common::have_peers(&["redis-cli"], &[]) {
         return;
     }
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -127,7 +102,7 @@ fn redis_cli_as_users_run_it() {
 
 #[test]
 fn redis_benchmark_runs_unchanged() {
-    if !have(&["redis-benchmark"], false) {
+    if !common::have_peers(&["redis-benchmark"], &[]) {
         return;
     }
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -151,7 +126,7 @@ fn redis_benchmark_runs_unchanged() {
 
 #[test]
 fn redis_py_works_unchanged() {
-    if !have(&[], true) {
+    if !common::have_peers(&[], &[("redis", "python3-redis")]) {
         return;
     }
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();

@@ -25,34 +25,6 @@ mod common;
 /// How long a client tool may run.
 const TOOL_LIMIT: Duration = Duration::from_secs(30);
 
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-}
-
-/// Whether the tools (and, if asked, pymemcache) are here; panics if they
-/// are required and missing.
-fn have(tools: &[&str], pymemcache: bool) -> bool {
-    let mut missing: Vec<String> = tools.iter().filter(|t| !on_path(t)).map(|t| t.to_string()).collect();
-    if pymemcache {
-        let ok = Command::new("/usr/bin/python3")
-            .args(["-c", "import pymemcache"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !ok {
-            missing.push("python3-pymemcache".into());
-        }
-    }
-    if missing.is_empty() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("GRANARY_REQUIRE_PEERS").is_none(),
-        "missing (scripts/test.sh installs them): {missing:?}"
-    );
-    eprintln!("skipped: missing {missing:?}");
-    false
-}
-
 /// Run `cmd` with `input` on its stdin; killed after [`TOOL_LIMIT`].
 fn run(cmd: &mut Command, input: &[u8]) -> Output {
     let what = format!("{cmd:?}");
@@ -218,7 +190,7 @@ fn tls_client(certs: &Certs, identity: bool) -> ClientConfig {
 
 #[test]
 fn every_tls_listener_serves_real_clients() {
-    if !have(&["openssl", "redis-cli"], true) {
+    if !common::have_peers(&["openssl", "redis-cli"], &[("pymemcache", "python3-pymemcache")]) {
         return;
     }
     let dir = tempdir();
@@ -255,7 +227,7 @@ fn every_tls_listener_serves_real_clients() {
 
 #[test]
 fn with_a_ca_only_clients_with_a_certificate_it_signed_are_served() {
-    if !have(&["openssl", "redis-cli"], false) {
+    if !common::have_peers(&["openssl", "redis-cli"], &[]) {
         return;
     }
     let dir = tempdir();
@@ -281,7 +253,7 @@ fn with_a_ca_only_clients_with_a_certificate_it_signed_are_served() {
 
 #[test]
 fn a_plain_client_on_a_tls_port_is_closed_and_the_server_keeps_serving() {
-    if !have(&["openssl"], false) {
+    if !common::have_peers(&["openssl"], &[]) {
         return;
     }
     let dir = tempdir();
@@ -311,7 +283,7 @@ fn a_plain_client_on_a_tls_port_is_closed_and_the_server_keeps_serving() {
 
 #[test]
 fn the_connection_limit_refuses_over_tls() {
-    if !have(&["openssl"], false) {
+    if !common::have_peers(&["openssl"], &[]) {
         return;
     }
     let dir = tempdir();
@@ -338,7 +310,7 @@ fn the_connection_limit_refuses_over_tls() {
 
 #[test]
 fn bad_tls_files_refuse_the_start() {
-    if !have(&["openssl"], false) {
+    if !common::have_peers(&["openssl"], &[]) {
         return;
     }
     let dir = tempdir();
@@ -383,7 +355,7 @@ fn bad_tls_files_refuse_the_start() {
 
 #[test]
 fn the_tls_settings_come_from_the_config_file_too() {
-    if !have(&["openssl"], false) {
+    if !common::have_peers(&["openssl"], &[]) {
         return;
     }
     let dir = tempdir();

@@ -127,3 +127,31 @@ impl Rng {
         z ^ (z >> 31)
     }
 }
+
+/// Whether `tools` are on PATH and Debian's Python (`/usr/bin/python3`)
+/// imports each `(module, package)`; a test skips (with the reason
+/// printed) when not, and panics instead when GRANARY_REQUIRE_PEERS is set
+/// (scripts/test.sh installs them all).
+pub fn have_peers(tools: &[&str], python_modules: &[(&str, &str)]) -> bool {
+    let on_path =
+        |t: &str| std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(t).is_file()));
+    let mut missing: Vec<String> = tools.iter().filter(|t| !on_path(t)).map(|t| t.to_string()).collect();
+    for &(module, package) in python_modules {
+        let ok = std::process::Command::new("/usr/bin/python3")
+            .args(["-c", &format!("import {module}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ok {
+            missing.push(package.into());
+        }
+    }
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("GRANARY_REQUIRE_PEERS").is_none(),
+        "missing (scripts/test.sh installs them): {missing:?}"
+    );
+    eprintln!("skipped: missing {missing:?}");
+    false
+}
