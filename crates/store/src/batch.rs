@@ -20,7 +20,9 @@
 //! 3. The records (each marked as a batch's, record version 5) and one
 //!    commit record after them ([`granary_format::batch`]) are placed
 //!    contiguously in one segment and written with one IO (flushed in
-//!    `Flush` mode). Only then is the batch durable; a crash before leaves
+//!    `Flush` mode; `Core::write_encoded`: in zoned mode a group of its own
+//!    in the coalescer's allocation order, so it lands at its zone's write
+//!    pointer). Only then is the batch durable; a crash before leaves
 //!    records with no commit record after them, which recovery drops.
 //! 4. The index is pointed at every record while a
 //!    [`Publishing`](crate::keys::Publishing) entry
@@ -204,11 +206,6 @@ impl Core {
     pub(crate) async fn commit_batch(&self, ops: Vec<(Arc<NsState>, Vec<u8>, BatchOp)>) -> Result<BatchOutcome> {
         if ops.is_empty() {
             return Ok(BatchOutcome::Committed { cas: Vec::new() });
-        }
-        if self.space.zoned() {
-            // A batch is one write beside the coalescer's ordered groups,
-            // which could land ahead of the user stream's write pointer.
-            return Err(Error::InvalidOptions("atomic batches are not supported in zoned mode".into()));
         }
         if ops.len() > BATCH_OPS_MAX {
             return Err(Error::BadBatch(format!("{} operations; a batch holds at most {BATCH_OPS_MAX}", ops.len())));
@@ -426,47 +423,50 @@ impl Core {
         let total =
             ops.iter().zip(grains).zip(&writes).filter(|(_, &w)| w).map(|((_, &g), _)| g).sum::<u64>() + commit_grains;
         let first = self.log.next_seq.fetch_add(n + 1, Relaxed);
-        let loc = self.alloc_records(Purpose::Put, total)?;
         // Encode every record, then the commit record, into one buffer.
         // Encoding writes every byte of it (each record's padding and the
         // commit record's to the end), so the buffer is not cleared first.
         let g = self.log.grain();
-        let mut buf = AlignedBuf::for_read((total * g) as usize);
-        let (mut at, mut seq) = (0u64, first);
         let mut placed: Vec<Option<(Loc, u64)>> = Vec::with_capacity(ops.len());
-        let mut header_crcs = Vec::with_capacity(n as usize);
+        let mut seq = first;
         let horizon = self.space.horizon();
-        for ((r, p), (&w, &gr)) in ops.iter().zip(&prior).zip(writes.iter().zip(grains)) {
-            if !w {
-                placed.push(None);
-                continue;
-            }
-            let out = &mut buf[(at * g) as usize..((at + gr) * g) as usize];
-            match r.value() {
-                Some((value, meta)) => {
-                    // An unread prior counts as present, as for single writes.
-                    let supersedes = !matches!(p, Prior::Known(None)) || self.keys.dropped.contains(r.h);
-                    let hdr = RecordHeader::value(r.key.len(), value.len() as u64, seq, loc.stamp)
-                        .with_meta(meta.flags, meta.expires)
-                        .with_stale(meta.stale)
-                        .with_supersedes(supersedes)
-                        .in_batch();
-                    hdr.encode(self.log.seed, &r.key, value, out);
+        let encode = |loc: &Loc| {
+            let mut buf = AlignedBuf::for_read((total * g) as usize);
+            let mut at = 0u64;
+            let mut header_crcs = Vec::with_capacity(n as usize);
+            for ((r, p), (&w, &gr)) in ops.iter().zip(&prior).zip(writes.iter().zip(grains)) {
+                if !w {
+                    placed.push(None);
+                    continue;
                 }
-                None => {
-                    let hdr = RecordHeader::tombstone(r.key.len(), seq, loc.stamp, horizon).in_batch();
-                    hdr.encode(self.log.seed, &r.key, &[], out);
+                let out = &mut buf[(at * g) as usize..((at + gr) * g) as usize];
+                match r.value() {
+                    Some((value, meta)) => {
+                        // An unread prior counts as present, as for single writes.
+                        let supersedes = !matches!(p, Prior::Known(None)) || self.keys.dropped.contains(r.h);
+                        let hdr = RecordHeader::value(r.key.len(), value.len() as u64, seq, loc.stamp)
+                            .with_meta(meta.flags, meta.expires)
+                            .with_stale(meta.stale)
+                            .with_supersedes(supersedes)
+                            .in_batch();
+                        hdr.encode(self.log.seed, &r.key, value, out);
+                    }
+                    None => {
+                        let hdr = RecordHeader::tombstone(r.key.len(), seq, loc.stamp, horizon).in_batch();
+                        hdr.encode(self.log.seed, &r.key, &[], out);
+                    }
                 }
+                header_crcs.push(record::stored_header_crc(out));
+                placed.push(Some((Loc { pba: loc.pba + at, seg: loc.seg, stamp: loc.stamp, grains: gr }, seq)));
+                at += gr;
+                seq += 1;
             }
-            header_crcs.push(record::stored_header_crc(out));
-            placed.push(Some((Loc { pba: loc.pba + at, seg: loc.seg, stamp: loc.stamp, grains: gr }, seq)));
-            at += gr;
-            seq += 1;
-        }
-        let commit = Commit { records: n as u32, first_seq: first, members_crc: members_crc(header_crcs) };
-        let hdr = RecordHeader::value(COMMIT_KEY.len(), COMMIT_BYTES as u64, seq, loc.stamp);
-        hdr.encode(self.log.seed, COMMIT_KEY, &commit.encode(), &mut buf[(at * g) as usize..]);
-        self.write_records("batch write", buf, &loc).await.1?;
+            let commit = Commit { records: n as u32, first_seq: first, members_crc: members_crc(header_crcs) };
+            let hdr = RecordHeader::value(COMMIT_KEY.len(), COMMIT_BYTES as u64, seq, loc.stamp);
+            hdr.encode(self.log.seed, COMMIT_KEY, &commit.encode(), &mut buf[(at * g) as usize..]);
+            buf
+        };
+        let loc = self.write_encoded(Purpose::Put, total, "batch write", encode).await?;
         // Durable: point the index at every record, readers of them waiting
         // until all are.
         self.keys.publishing.start(first, seq);

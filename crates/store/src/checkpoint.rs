@@ -9,7 +9,10 @@
 //! take free segments (never GC's reserve) and write the items, flush,
 //! write the manifest, flush again, and only then free the previous
 //! checkpoint's segments. A crash at any point leaves the previous
-//! checkpoint valid, or the new one.
+//! checkpoint valid, or the new one. Zoned mode writes the manifest
+//! before the body instead, each segment in order at its zone's write
+//! pointer (`write_zoned`); a manifest whose body is incomplete fails
+//! the body checksum (or misses a segment) and is not loaded.
 //!
 //! **Why a fuzzy walk is enough.** Every record in a segment below
 //! `replay_from` was indexed before the walk began, so the walk sees it or
@@ -31,6 +34,7 @@ use crate::error::{Error, Result};
 use crate::log::{Headers, Log};
 use crate::options::Clock;
 use crate::parts::Parts;
+use crate::space::Space;
 use crate::types::CheckpointStats;
 use granary_format::checkpoint::{Item, Manifest, ITEM_BYTES};
 use granary_format::checksum::{crc32c, crc32c_append};
@@ -252,7 +256,7 @@ fn write_locked(p: Parts<'_>, session: u64, clock: &Clock, cur: &mut Current, cl
     let next_alloc_after = p.space.horizon() + 1;
     let segs: Vec<u32> = taken.iter().map(|t| t.0).collect();
     let id = taken[0].1;
-    let written = write_body_and_manifest(p.log, &segs, &items, |body_crc| Manifest {
+    let manifest = |body_crc| Manifest {
         clean,
         id,
         session,
@@ -266,7 +270,11 @@ fn write_locked(p: Parts<'_>, session: u64, clock: &Clock, cur: &mut Current, cl
         body_crc,
         body_segments: segs.clone(),
         seg_alloc: seg_alloc.clone(),
-    });
+    };
+    let written = match p.space.zoned() {
+        true => write_zoned(p.space, p.log, &taken, &items, manifest),
+        false => write_body_and_manifest(p.log, &segs, &items, manifest),
+    };
     if let Err(e) = written {
         p.space.release_index_segments(&segs).ok();
         // A failed write or flush means the device is failing: refuse writes.
@@ -279,49 +287,123 @@ fn write_locked(p: Parts<'_>, session: u64, clock: &Clock, cur: &mut Current, cl
     Ok((items.len() as u64, body_bytes + manifest_grains(sb) * g))
 }
 
+/// Encodes a checkpoint's items in order and writes them, run by run.
+#[derive(Default)]
+struct BodyWriter {
+    /// Next item to encode.
+    next: usize,
+    /// Encoded bytes not yet written.
+    pending: Vec<u8>,
+    /// Checksum of the bytes written so far.
+    crc: u32,
+}
+
+impl BodyWriter {
+    /// Write the next `len` bytes of the body at `offset`, in IOs of at
+    /// most [`CHECKPOINT_IO_BYTES`], in order.
+    fn write_run(&mut self, log: &Log, items: &[Item], offset: u64, len: u64) -> Result<()> {
+        let sb = &log.sb;
+        let g = sb.grain_bytes as u64;
+        let mut done = 0u64;
+        while done < len {
+            let chunk = (len - done).min(CHECKPOINT_IO_BYTES as u64) as usize;
+            while self.pending.len() < chunk && self.next < items.len() {
+                let mut b = [0u8; ITEM_BYTES];
+                items[self.next].encode(&mut b);
+                self.pending.extend_from_slice(&b);
+                self.next += 1;
+            }
+            let padded = grains_for(chunk as u64, sb.grain_bytes) * g;
+            let mut buf = AlignedBuf::zeroed(padded as usize);
+            buf[..chunk].copy_from_slice(&self.pending[..chunk]);
+            self.crc = crc32c_append(self.crc, &self.pending[..chunk]);
+            self.pending.drain(..chunk);
+            let at = offset + done;
+            let (_, r) = log.dev.write_at(buf, at);
+            r.map_err(|source| Error::Io { op: "checkpoint write", offset: at, source })?;
+            done += chunk as u64;
+        }
+        Ok(())
+    }
+}
+
+/// Write the manifest (`mg` grains) into the first grains after the
+/// header of `seg`, the checkpoint's first segment.
+fn write_manifest(log: &Log, seg: u32, mg: u64, m: Manifest) -> Result<()> {
+    let g = log.sb.grain_bytes as u64;
+    let mut buf = AlignedBuf::zeroed((mg * g) as usize);
+    m.encode(&mut buf);
+    let at = log.sb.segment_offset(seg) + g;
+    let (_, r) = log.dev.write_at(buf, at);
+    r.map_err(|source| Error::Io { op: "checkpoint manifest write", offset: at, source })
+}
+
+fn flush(log: &Log) -> Result<()> {
+    log.dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })
+}
+
 fn write_body_and_manifest(
     log: &Log,
     segs: &[u32],
     items: &[Item],
     manifest: impl FnOnce(u32) -> Manifest,
 ) -> Result<()> {
+    let mg = manifest_grains(&log.sb);
+    let body_bytes = (items.len() * ITEM_BYTES) as u64;
+    let mut body = BodyWriter::default();
+    for (offset, len) in body_runs(&log.sb, segs, mg, body_bytes) {
+        body.write_run(log, items, offset, len)?;
+    }
+    flush(log)?;
+    write_manifest(log, segs[0], mg, manifest(body.crc))?;
+    flush(log)
+}
+
+/// Zoned mode: the checkpoint's segments (`taken`: segment and alloc_seq,
+/// headers not yet written) written one after another, each in order from
+/// its header, at its zone's write pointer, and finished before the next
+/// (so a checkpoint holds one open zone at a time): the first segment's
+/// header, the manifest, the body. The manifest cannot follow the body
+/// here (it lies before it, behind the write pointer once the body is
+/// written), so it is written first, its body checksum computed from the
+/// items beforehand; a crash before the body is complete leaves a
+/// manifest whose body fails that checksum, or whose later segments carry
+/// no header of the checkpoint, and the loader falls back to the previous
+/// checkpoint (not freed until this one is complete) or a log scan.
+fn write_zoned(
+    space: &Space,
+    log: &Log,
+    taken: &[(u32, u64)],
+    items: &[Item],
+    manifest: impl FnOnce(u32) -> Manifest,
+) -> Result<()> {
     let sb = &log.sb;
-    let g = sb.grain_bytes as u64;
-    let dev = log.dev.as_ref();
     let mg = manifest_grains(sb);
     let body_bytes = (items.len() * ITEM_BYTES) as u64;
     let mut crc = 0u32;
-    let mut next = 0usize; // next item to encode
-    let mut pending: Vec<u8> = Vec::new(); // encoded bytes not yet written
-    for (offset, len) in body_runs(sb, segs, mg, body_bytes) {
-        let mut done = 0u64;
-        while done < len {
-            let chunk = (len - done).min(CHECKPOINT_IO_BYTES as u64) as usize;
-            while pending.len() < chunk && next < items.len() {
-                let mut b = [0u8; ITEM_BYTES];
-                items[next].encode(&mut b);
-                pending.extend_from_slice(&b);
-                next += 1;
-            }
-            let padded = grains_for(chunk as u64, sb.grain_bytes) * g;
-            let mut buf = AlignedBuf::zeroed(padded as usize);
-            buf[..chunk].copy_from_slice(&pending[..chunk]);
-            crc = crc32c_append(crc, &pending[..chunk]);
-            pending.drain(..chunk);
-            let at = offset + done;
-            let (_, r) = dev.write_at(buf, at);
-            r.map_err(|source| Error::Io { op: "checkpoint write", offset: at, source })?;
-            done += chunk as u64;
-        }
+    let mut b = [0u8; ITEM_BYTES];
+    for it in items {
+        it.encode(&mut b);
+        crc = crc32c_append(crc, &b);
     }
-    dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })?;
-    let m = manifest(crc);
-    let mut buf = AlignedBuf::zeroed((mg * g) as usize);
-    m.encode(&mut buf);
-    let at = sb.segment_offset(segs[0]) + g;
-    let (_, r) = dev.write_at(buf, at);
-    r.map_err(|source| Error::Io { op: "checkpoint manifest write", offset: at, source })?;
-    dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })
+    let segs: Vec<u32> = taken.iter().map(|t| t.0).collect();
+    let runs = body_runs(sb, &segs, mg, body_bytes);
+    let id = taken[0].1;
+    let mut manifest = Some(manifest);
+    let mut body = BodyWriter::default();
+    for &(seg, alloc_seq) in taken {
+        space.write_index_header(seg, alloc_seq, id)?;
+        if let Some(m) = manifest.take() {
+            write_manifest(log, seg, mg, m(crc))?;
+        }
+        let (start, end) = (sb.segment_offset(seg), sb.segment_offset(seg) + sb.segment_bytes);
+        for &(offset, len) in runs.iter().filter(|r| (start..end).contains(&r.0)) {
+            body.write_run(log, items, offset, len)?;
+        }
+        space.finish_index_segment(seg);
+    }
+    debug_assert_eq!(body.crc, crc);
+    flush(log)
 }
 
 /// A checkpoint read back and checked.

@@ -19,7 +19,10 @@
 //!
 //! In zoned mode ([`Coalescer::ordered`]) groups are written in the order
 //! their grains were allocated, so each write lands at its zone's write
-//! pointer: a leader waits until the groups before it are written.
+//! pointer: a leader waits until the groups before it are written. Atomic
+//! batches and runs of PUTs, which encode their own records, are allocated
+//! and queued here too, each as a group of its own
+//! ([`Coalescer::write_own`]).
 //!
 //! Limits: a leader whose future is dropped (cancelled) fails its members,
 //! which poisons the store until it is reopened (the server only cancels
@@ -239,6 +242,75 @@ impl Coalescer {
         // A group in its own buffer takes no one; the open group (if any)
         // no longer ends where the next record starts either.
         inner.open = joinable.then(|| g.clone());
+        if self.ordered.load(std::sync::atomic::Ordering::Relaxed) {
+            inner.queue.push_back(g.clone());
+        }
+        *inner.pending.entry(loc.seg).or_default() += 1;
+        Placed::Done(Ok((g, true, loc)))
+    }
+
+    /// Allocate `grains` for records a caller encodes itself (`encode`,
+    /// given their place: an atomic batch, a run of PUTs), and write them
+    /// as a group of their own, which no one joins; returns once it is
+    /// written. The allocation is made under the coalescer's lock and the
+    /// group queued as any other, so in ordered (zoned) mode it is written
+    /// in allocation order among the single writes' groups, at its zone's
+    /// write pointer. On success the caller indexes the records and then
+    /// calls `space.done`; on failure `space.done` was called.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn write_own(
+        &self,
+        space: &Space,
+        dev: &dyn Device,
+        durability: Durability,
+        purpose: Purpose,
+        grain: u64,
+        next_seq: u64,
+        grains: u64,
+        encode: impl FnOnce(&Loc) -> AlignedBuf,
+    ) -> Result<Loc> {
+        let (group, loc) = loop {
+            let wait = match self.place_own(space, purpose, grains, next_seq) {
+                Placed::Done(r) => break r.map(|(g, _, loc)| (g, loc))?,
+                Placed::Wait(l) => l,
+            };
+            wait.await;
+        };
+        // No await between the placement and `lead`, which fails the group
+        // if dropped: the queued group always gets its bytes or a result.
+        let buf = encode(&loc);
+        *group.bytes.lock().unwrap_or_else(|e| e.into_inner()) = Some(Bytes::Owned(buf));
+        self.lead(&group, dev, durability, grain).await;
+        match group.result.get().expect("set by the leader") {
+            Ok(()) => Ok(loc),
+            Err((op, kind, msg)) => {
+                space.done(loc.seg);
+                Err(Error::Io { op, offset: group.start * grain, source: std::io::Error::new(*kind, msg.clone()) })
+            }
+        }
+    }
+
+    /// [`Coalescer::place`] for [`Coalescer::write_own`]: the group is
+    /// queued with no bytes yet (its leader fills them before leading).
+    fn place_own(&self, space: &Space, purpose: Purpose, grains: u64, next_seq: u64) -> Placed {
+        let mut inner = self.lock();
+        if let Some(open_seg) = space.would_roll(purpose, grains) {
+            if inner.pending.keys().any(|&s| s != open_seg) {
+                return Placed::Wait(self.idle.listen());
+            }
+        }
+        let loc = match space.alloc(purpose, grains, next_seq) {
+            Ok(loc) => loc,
+            Err(e) => return Placed::Done(Err(e)),
+        };
+        let g = Arc::new(Group {
+            seg: loc.seg,
+            start: loc.pba,
+            bytes: Mutex::new(None),
+            result: OnceLock::new(),
+            done: event_listener::Event::new(),
+        });
+        inner.open = None;
         if self.ordered.load(std::sync::atomic::Ordering::Relaxed) {
             inner.queue.push_back(g.clone());
         }

@@ -161,8 +161,10 @@ impl Store {
         } else {
             None
         };
-        // No index checkpoints in zoned mode (`Core::write_checkpoint`).
-        let checkpointer = match opts.checkpoint_interval.filter(|_| threads && !core.space.zoned()) {
+        // No index checkpoints in zoned mode on a device without an open
+        // zone to spare for them (`Core::write_checkpoint`).
+        let ckpts = core.space.checkpoints_refused().is_none();
+        let checkpointer = match opts.checkpoint_interval.filter(|_| threads && ckpts) {
             Some(every) => {
                 let stop = Arc::new((Mutex::new(false), Condvar::new()));
                 let (c, st) = (core.clone(), stop.clone());

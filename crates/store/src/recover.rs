@@ -127,16 +127,25 @@ impl PendingBatch {
         self.header_crcs.push(header_crc);
     }
 
-    /// The held records, if `commit` vouches for exactly them: their count,
-    /// their sequence numbers (consecutive from its first) and their header
-    /// checksums.
-    fn vouched(self, commit: Option<Commit>) -> Option<PendingBatch> {
-        let c = commit?;
+    /// The held records `commit` vouches for: the last of them, as many as
+    /// it counts, if their sequence numbers follow from its first and their
+    /// header checksums match. Records held before those belong to a batch
+    /// a crash cut short (its records written, its commit record not) that
+    /// writes resumed after: they are dropped (the bool says so).
+    fn vouched(mut self, commit: Option<Commit>) -> (Option<PendingBatch>, bool) {
+        let Some(c) = commit else { return (None, false) };
+        let before = self.records.len().saturating_sub(c.records as usize);
+        self.records.drain(..before);
+        self.header_crcs.drain(..before);
+        let ok = self.vouches(c);
+        (ok.then_some(self), before > 0)
+    }
+
+    fn vouches(&self, c: Commit) -> bool {
         let seqs_follow = self.records.iter().enumerate().all(|(i, (r, _))| r.hdr.seq == c.first_seq + i as u64);
-        (self.records.len() as u64 == c.records as u64
+        self.records.len() as u64 == c.records as u64
             && seqs_follow
-            && members_crc(self.header_crcs.iter().copied()) == c.members_crc)
-            .then_some(self)
+            && members_crc(self.header_crcs.iter().copied()) == c.members_crc
     }
 }
 
@@ -343,7 +352,11 @@ impl Rebuild<'_> {
                                 let commit = Commit::decode(record::value_of(&rec.hdr, bytes));
                                 let held = std::mem::take(&mut txn);
                                 let had = !held.records.is_empty();
-                                if let Some(members) = held.vouched(commit.ok()) {
+                                let (vouched, cut_short) = held.vouched(commit.ok());
+                                if cut_short {
+                                    mine.batches_dropped += 1;
+                                }
+                                if let Some(members) = vouched {
                                     // Applied in log order: what the scan
                                     // gathered before the batch, then it.
                                     for (rec, key, h) in batch.drain(..) {

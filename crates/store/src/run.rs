@@ -26,7 +26,9 @@
 //! smaller than a segment, so the user writes a crash can tear lie in the
 //! user stream's newest segments, where recovery's torn-record rule
 //! ignores them. Pieces of many connections queue for the gate; each is
-//! one large IO, so the device still sees large writes.
+//! one large IO, so the device still sees large writes. In zoned mode a
+//! piece is also queued behind the single writes' groups
+//! (`Core::write_encoded`), to land at its zone's write pointer.
 //!
 //! **Reads.** Each key's one index candidate is planned as a read of the
 //! record's size; records lying next to each other in one segment are
@@ -190,25 +192,27 @@ impl Core {
             .collect();
         let n = keys.len() as u64;
         let first = self.log.next_seq.fetch_add(n, Relaxed);
-        let loc = self.alloc_records(Purpose::Put, total)?;
         let g = self.log.grain();
-        // Not zeroed: the records cover it whole, and encoding a record
-        // writes each of its bytes (the padding after its value zeroed).
-        let mut buf = AlignedBuf::for_read((total * g) as usize);
-        let mut at = 0u64;
         let mut locs = Vec::with_capacity(keys.len());
-        for (i, ((k, &v), (&gr, p))) in keys.iter().zip(values).zip(grains.iter().zip(&prior)).enumerate() {
-            // An unread prior counts as present, as for single writes.
-            let supersedes = !matches!(p, Prior::Known(None)) || self.keys.dropped.contains(k.h);
-            let hdr = RecordHeader::value(k.key.len(), v.len() as u64, first + i as u64, loc.stamp)
-                .with_meta(meta.flags, meta.expires)
-                .with_stale(meta.stale)
-                .with_supersedes(supersedes);
-            hdr.encode(self.log.seed, &k.key, v, &mut buf[(at * g) as usize..((at + gr) * g) as usize]);
-            locs.push(Loc { pba: loc.pba + at, seg: loc.seg, stamp: loc.stamp, grains: gr });
-            at += gr;
-        }
-        self.write_records("write", buf, &loc).await.1?;
+        let encode = |loc: &Loc| {
+            // Not zeroed: the records cover it whole, and encoding a record
+            // writes each of its bytes (the padding after its value zeroed).
+            let mut buf = AlignedBuf::for_read((total * g) as usize);
+            let mut at = 0u64;
+            for (i, ((k, &v), (&gr, p))) in keys.iter().zip(values).zip(grains.iter().zip(&prior)).enumerate() {
+                // An unread prior counts as present, as for single writes.
+                let supersedes = !matches!(p, Prior::Known(None)) || self.keys.dropped.contains(k.h);
+                let hdr = RecordHeader::value(k.key.len(), v.len() as u64, first + i as u64, loc.stamp)
+                    .with_meta(meta.flags, meta.expires)
+                    .with_stale(meta.stale)
+                    .with_supersedes(supersedes);
+                hdr.encode(self.log.seed, &k.key, v, &mut buf[(at * g) as usize..((at + gr) * g) as usize]);
+                locs.push(Loc { pba: loc.pba + at, seg: loc.seg, stamp: loc.stamp, grains: gr });
+                at += gr;
+            }
+            buf
+        };
+        let loc = self.write_encoded(Purpose::Put, total, "write", encode).await?;
         let published = self.publish_piece(keys, values, prior, &locs, first, meta).await;
         self.space.done(loc.seg);
         published

@@ -425,6 +425,29 @@ impl Space {
         std::mem::take(&mut *self.torn.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// Zoned mode: why index checkpoints are not written, if they are
+    /// not. A checkpoint writes its segments one at a time, each finished
+    /// before the next (`checkpoint::write_zoned`), so it needs one open
+    /// and active zone beyond the two per segment stream
+    /// (`Store::check_zones`), which writers may hold meanwhile.
+    pub(crate) fn checkpoints_refused(&self) -> Option<String> {
+        let z = self.zoned?;
+        let need = 2 * if self.hot_cold { 3 } else { 2 } + 1;
+        (z.max_open < need || z.max_active < need).then(|| {
+            format!(
+                "index checkpoints are not written in zoned mode on a device allowing {} open and {} active \
+                 zones: they need {need}, one beyond the two per segment stream (an open scans the log)",
+                z.max_open, z.max_active
+            )
+        })
+    }
+
+    /// Zoned mode: finish a checkpoint's segment once written, so that it
+    /// no longer counts against the device's open and active zones.
+    pub(crate) fn finish_index_segment(&self, seg: u32) {
+        self.finish_zones_of(seg);
+    }
+
     /// Zoned mode: finish `seg`'s zones (closed, its writes done), so it
     /// no longer counts against the device's open and active zones. A
     /// failure is logged: it costs an open zone, not data.
@@ -1113,6 +1136,11 @@ impl Space {
             taken.push((seg, alloc_seq));
         }
         drop(inner);
+        if self.zoned.is_some() {
+            // Each header is written just before its segment's body, at
+            // its zone's write pointer (`write_index_header`).
+            return Ok(taken);
+        }
         for &(seg, alloc_seq) in &taken {
             if let Err(e) = self.write_header(seg, SegmentKind::Index, Stream::User, alloc_seq, id) {
                 self.release_index_segments(&taken.iter().map(|t| t.0).collect::<Vec<_>>()).ok();
@@ -1122,15 +1150,26 @@ impl Space {
         Ok(taken)
     }
 
+    /// Zoned mode: the header of a checkpoint's segment taken by
+    /// [`Space::take_index_segments`] (`id`: the checkpoint's id).
+    pub(crate) fn write_index_header(&self, seg: u32, alloc_seq: u64, id: u64) -> Result<()> {
+        self.write_header(seg, SegmentKind::Index, Stream::User, alloc_seq, id)
+    }
+
     /// Give segments of a checkpoint no longer needed back: a free header
-    /// on the device first, then the free list.
+    /// on the device first (zoned mode: a reset of their zones, after
+    /// which they read as zeros, free), then the free list.
     pub(crate) fn release_index_segments(&self, segs: &[u32]) -> Result<()> {
         let mut first_err = None;
         for &seg in segs {
             // The alloc_seq of a free header only has to be at most the
             // highest one handed out; keep allocation sequences growing.
             let alloc_seq = self.horizon();
-            match self.write_header(seg, SegmentKind::Free, Stream::User, alloc_seq, 0) {
+            let freed = match self.zoned {
+                Some(_) => self.reset_zones_of(seg),
+                None => self.write_header(seg, SegmentKind::Free, Stream::User, alloc_seq, 0),
+            };
+            match freed {
                 Ok(()) => {
                     let mut inner = self.lock();
                     debug_assert_eq!(inner.state[seg as usize], SegState::Index);

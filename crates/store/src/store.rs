@@ -221,13 +221,13 @@ impl Core {
 
     /// Write a checkpoint of the index now (see [`Checkpoints::write`]).
     ///
-    /// Zoned mode writes none: a checkpoint's manifest is written after
-    /// its body, behind its zone's write pointer; an open scans the log.
+    /// Zoned mode writes them only where the device allows one more open
+    /// zone than the segment streams need ([`Space::checkpoints_refused`]).
+    ///
+    /// [`Space::checkpoints_refused`]: crate::space::Space::checkpoints_refused
     pub(crate) fn write_checkpoint(&self, clean: bool) -> Result<crate::types::CheckpointStats> {
-        if self.space.zoned() {
-            return Err(Error::InvalidOptions(
-                "index checkpoints are not written in zoned mode (an open scans the log)".into(),
-            ));
+        if let Some(why) = self.space.checkpoints_refused() {
+            return Err(Error::InvalidOptions(why));
         }
         self.checkpoints.write(self.parts(), &self.clock, clean)
     }
@@ -685,7 +685,9 @@ impl Store {
     }
 
     /// Write an index checkpoint now (writers go on meanwhile). Recovery
-    /// then loads it and replays only the log written since.
+    /// then loads it and replays only the log written since. In zoned mode
+    /// `InvalidOptions` where the device allows no open and active zone
+    /// beyond two per segment stream (docs/ARCHITECTURE.md, "Zoned mode").
     pub fn checkpoint(&self) -> Result<crate::types::CheckpointStats> {
         self.core.write_checkpoint(false)
     }
@@ -718,7 +720,10 @@ impl Store {
     /// The clean checkpoint `close` writes (with the namespaces' totals
     /// first), unless disabled or the store refuses writes.
     fn close_checkpoint(&self) -> Result<()> {
-        if self.checkpoint_on_close && self.core.log.check_writable().is_ok() && !self.core.space.zoned() {
+        if self.checkpoint_on_close
+            && self.core.log.check_writable().is_ok()
+            && self.core.space.checkpoints_refused().is_none()
+        {
             // Every namespace's counts, for the open that loads this
             // checkpoint (`catalog::restore_totals`); without them the
             // next open of a store with namespaces scans the log.

@@ -546,3 +546,109 @@ fn one_crash(seed: u64) -> u64 {
     s.verify().unwrap_or_else(|e| panic!("seed {seed}: verify: {e}"));
     s.stats().recovery.batches_applied
 }
+
+/// Repeated process crashes on one device among batches and single
+/// writes: a crash can leave a batch's records whole with no commit record
+/// after them, and writes then resume right after those records, so the
+/// next batch's records follow them in the log. After each restart every
+/// acknowledged batch is whole (its commit record vouches for its own
+/// records, not the cut one's before them), the cut batch whole or absent.
+#[test]
+fn batches_after_a_batch_cut_short_survive_later_crashes() {
+    let seeds: u64 = std::env::var("GRANARY_BATCH_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000) / 20;
+    let (mut applied, mut dropped) = (0, 0);
+    for seed in 0..seeds.max(1) {
+        match std::panic::catch_unwind(|| crash_cycles(seed)) {
+            Ok((a, d)) => (applied, dropped) = (applied + a, dropped + d),
+            Err(e) => {
+                eprintln!(
+                    "batch crash cycles failed with seed {seed} (rerun: GRANARY_BATCH_SEEDS={} \
+                     cargo test -p granary-store --test batch batches_after_a_batch_cut_short)",
+                    (seed + 1) * 20
+                );
+                std::panic::resume_unwind(e);
+            }
+        }
+    }
+    assert!(applied > seeds && dropped > 0, "{applied} batches applied, {dropped} dropped in {seeds} seeds");
+}
+
+/// One seed: six crashes in a row; (batches applied, batches dropped) by
+/// the recoveries.
+fn crash_cycles(seed: u64) -> (u64, u64) {
+    const KEYS: u64 = 16;
+    let mut rng = SimRng::new(seed ^ 0xba7c);
+    let dev = Arc::new(FaultDevice::new(4 << 20, seed));
+    let mut s = Store::create(dev.clone(), &create_opts(), &opts(Durability::Direct)).unwrap();
+    let mut model: Model = HashMap::new();
+    let (mut version, mut applied, mut dropped) = (0, 0, 0);
+    for cycle in 0..6 {
+        let ctx = format!("seed {seed} cycle {cycle}");
+        dev.plan_crash(rng.below(40), CrashKind::Process);
+        let mut cut: Vec<(u64, Option<u64>)> = Vec::new();
+        for _ in 0..60 {
+            version += 1;
+            let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
+            if rng.below(4) == 0 {
+                let k = rng.below(KEYS);
+                match s.put(&key(k), &value(k, version)) {
+                    Ok(()) => {
+                        model.insert(k, Some(version));
+                    }
+                    Err(Error::Io { .. } | Error::Poisoned { .. }) => {
+                        cut = vec![(k, Some(version))];
+                        break;
+                    }
+                    Err(e) => panic!("{ctx}: {e}"),
+                }
+                continue;
+            }
+            let mut b = s.batch();
+            let mut want: Vec<(u64, Option<u64>)> = Vec::new();
+            for _ in 0..1 + rng.below(5) {
+                let k = rng.below(KEYS);
+                if want.iter().any(|&(o, _)| o == k) {
+                    continue;
+                }
+                if rng.below(5) == 0 {
+                    b.delete(&d, &key(k));
+                    want.push((k, None));
+                } else {
+                    b.put(&d, &key(k), &value(k, version));
+                    want.push((k, Some(version)));
+                }
+            }
+            match b.commit() {
+                Ok(BatchOutcome::Committed { .. }) => model.extend(want),
+                Ok(o) => panic!("{ctx}: {o:?}"),
+                Err(Error::Io { .. } | Error::Poisoned { .. }) => {
+                    cut = want;
+                    break;
+                }
+                Err(e) => panic!("{ctx}: {e}"),
+            }
+        }
+        drop(s);
+        dev.restart();
+        s = Store::open(dev.clone(), &opts(Durability::Direct)).unwrap_or_else(|e| panic!("{ctx}: reopen: {e}"));
+        let rec = s.stats().recovery;
+        (applied, dropped) = (applied + rec.batches_applied, dropped + rec.batches_dropped);
+        let read = |k: u64| {
+            let v = s.get(&key(k)).unwrap_or_else(|e| panic!("{ctx}: key {k}: {e}"));
+            v.map(|v| u64::from_le_bytes(v[..8].try_into().unwrap()))
+        };
+        // The cut writes that change their key: all landed or none.
+        let changed: Vec<(u64, Option<u64>)> =
+            cut.iter().copied().filter(|&(k, v)| v != model.get(&k).copied().flatten()).collect();
+        let landed = changed.iter().filter(|&&(k, v)| read(k) == v).count();
+        assert!(landed == 0 || landed == changed.len(), "{ctx}: half of the cut writes {changed:?} landed");
+        if landed > 0 {
+            model.extend(changed);
+        }
+        for k in 0..KEYS {
+            assert_eq!(read(k), model.get(&k).copied().flatten(), "{ctx}: key {k} (cut: {cut:?})");
+        }
+    }
+    s.verify().unwrap_or_else(|e| panic!("seed {seed}: verify: {e}"));
+    (applied, dropped)
+}
