@@ -24,20 +24,19 @@ use crate::access::{Clock0, ItemAccess};
 use crate::error::{Error, Result};
 use crate::namespace::NsState;
 use crate::store::{Core, Found};
-use crate::tier::Hot;
+use crate::tier::{Hit, Hot};
 use crate::types::{Item, ItemMeta};
 use crate::zerocopy::{Bytes, ValueBuf};
 use granary_format::hash::key_hash;
 use granary_format::record::{self, RecordHeader};
 use granary_index::Entry;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 
-/// A GET's live version of a key: read from the device, or held by the
-/// DRAM tier.
+/// A GET's live version of a key: read from the device, or copied from
+/// the DRAM tier.
 pub(crate) enum Live {
     Dev(Found),
-    Hot(Arc<Hot>),
+    Hot(Hit),
 }
 
 impl Live {
@@ -54,10 +53,19 @@ impl Live {
         matches!(self, Live::Dev(f) if f.via.is_some())
     }
 
-    pub(crate) fn item(&self) -> Item {
+    /// Its item (a tier hit's copy is kept, not copied again).
+    pub(crate) fn into_item(self) -> Item {
         match self {
-            Live::Dev(f) => Core::item_of(f),
-            Live::Hot(h) => Item { value: h.value.to_vec(), meta: h.meta, cas: h.cas },
+            Live::Dev(f) => Core::item_of(&f),
+            Live::Hot(h) => Item { value: h.value, meta: h.meta, cas: h.cas },
+        }
+    }
+
+    /// The value's bytes.
+    pub(crate) fn value(&self) -> &[u8] {
+        match self {
+            Live::Dev(f) => record::value_of(&f.hdr, &f.buf),
+            Live::Hot(h) => &h.value,
         }
     }
 }
@@ -210,7 +218,7 @@ impl Core {
         let (key, c) = self.scoped(ns, key)?;
         let found = self.read_live(&key, true).await?;
         c.got(found.is_some());
-        Ok(found.as_ref().map(Live::item))
+        Ok(found.map(Live::into_item))
     }
 
     /// [`Core::get_item`] without the reserved-namespace check (the
@@ -244,13 +252,7 @@ impl Core {
     /// still current by the freshness rule, `Some(None)` for one that has
     /// expired (absent), None when the tier has nothing current (the
     /// caller counts the miss and reads the device).
-    pub(crate) fn read_hot(
-        &self,
-        tier: &crate::tier::Tier,
-        key: &[u8],
-        h: u64,
-        bump: bool,
-    ) -> Option<Option<Arc<Hot>>> {
+    pub(crate) fn read_hot(&self, tier: &crate::tier::Tier, key: &[u8], h: u64, bump: bool) -> Option<Option<Hit>> {
         let hot = tier.get(key, h)?;
         // The freshness rule (`crate::tier`): the index still points at
         // the item's location, and then (so a reuse of the segment
@@ -347,17 +349,18 @@ impl Core {
         let found = self.read_live(&key, false).await?;
         c.got(found.is_some());
         let Some(f) = found else { return Ok(None) };
-        let item = f.item();
+        let (pba, linked) = (f.pba(), f.linked());
+        let item = f.into_item();
         let want = want_win(&item);
         let now = self.clock.now();
         let fresh = crate::Access { fetched: false, last_access: now, win_sent: false };
         // Found through a blind overwrite's link, it has no index entry (so
         // no access word) until the link is settled: read as untracked.
-        if !self.track_access || f.linked() {
+        if !self.track_access || linked {
             return Ok(Some(ItemAccess { item, prior: fresh, won: want }));
         }
         let c = self.access_clock;
-        let old = self.keys.index.access(key_hash(&key), f.pba(), |w| {
+        let old = self.keys.index.access(key_hash(&key), pba, |w| {
             let w2 = if bump { c.bumped(w, now) } else { w };
             if want && !Clock0::is_won(w) {
                 Clock0::won(w2)
@@ -382,7 +385,8 @@ impl Core {
             None => return Ok(None),
             Some(Live::Hot(hot)) => {
                 let (len, meta, cas) = (hot.value.len(), hot.meta, hot.cas);
-                return Ok(Some(ValueBuf { buf: Bytes::Hot(hot), start: 0, len, meta, cas }));
+                let buf = Bytes::Owned(hot.value.into_boxed_slice());
+                return Ok(Some(ValueBuf { buf, start: 0, len, meta, cas }));
             }
             Some(Live::Dev(f)) => f,
         };

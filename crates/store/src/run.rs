@@ -360,7 +360,7 @@ impl Core {
         for i in slow {
             if let Some(live) = self.read_live(&resolved[i].key, true).await? {
                 hits += 1;
-                each(i, &live.item().value);
+                each(i, live.value());
             }
         }
         let (_, c) = ns.current_ref()?;

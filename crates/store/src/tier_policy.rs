@@ -14,6 +14,13 @@
 //!   between them (`tier_policy::tests::hit_ratios`, numbers in
 //!   docs/ARCHITECTURE.md, "DRAM tier").
 //!
+//! [`S3Fifo::get`] takes `&self`, so that readers of one tier shard share
+//! its lock: an item's access count is an atomic byte, written only when
+//! it changes (it saturates at [`FREQ_MAX`], so a hot item's hits only read
+//! it). Racing readers may lose increments, which only leaves a count
+//! lower than the reads it saw: a count is a hint of reuse, never a
+//! bound, and eviction (under the write lock) reads it exactly.
+//!
 //! Invariants (both): `bytes()` is the sum of the sizes of the items held
 //! and, after every `insert`, at most the capacity; an item larger than the
 //! capacity is never held; a hash is held at most once (`insert` replaces).
@@ -22,6 +29,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 /// The policy the tier uses, chosen by measurement (module docs).
 pub(crate) type Policy<V> = S3Fifo<V>;
@@ -57,7 +65,8 @@ struct Slot<V> {
     /// Bumped every time the slot is freed: queue positions of an item
     /// removed meanwhile are recognised and skipped.
     gen: u32,
-    freq: u8,
+    /// The access count (module docs: written by readers too).
+    freq: AtomicU8,
     main: bool,
     val: Option<V>,
 }
@@ -106,12 +115,16 @@ impl<V> S3Fifo<V> {
         self.map.len()
     }
 
-    /// The item of `h`, counted as read.
-    pub(crate) fn get(&mut self, h: u64) -> Option<&mut V> {
+    /// The item of `h`, counted as read: its count is raised unless it
+    /// is at [`FREQ_MAX`] already (no write then).
+    pub(crate) fn get(&self, h: u64) -> Option<&V> {
         let &i = self.map.get(&h)?;
-        let s = &mut self.slots[i as usize];
-        s.freq = (s.freq + 1).min(FREQ_MAX);
-        s.val.as_mut()
+        let s = &self.slots[i as usize];
+        let f = s.freq.load(Relaxed);
+        if f < FREQ_MAX {
+            s.freq.store(f + 1, Relaxed);
+        }
+        s.val.as_ref()
     }
 
     /// The item of `h`, not counted as read.
@@ -136,12 +149,12 @@ impl<V> S3Fifo<V> {
         let i = match self.free.pop() {
             Some(i) => i,
             None => {
-                self.slots.push(Slot { h: 0, bytes: 0, gen: 0, freq: 0, main: false, val: None });
+                self.slots.push(Slot { h: 0, bytes: 0, gen: 0, freq: AtomicU8::new(0), main: false, val: None });
                 (self.slots.len() - 1) as u32
             }
         };
         let s = &mut self.slots[i as usize];
-        (s.h, s.bytes, s.freq, s.main, s.val) = (h, bytes, 0, to_main, Some(v));
+        (s.h, s.bytes, *s.freq.get_mut(), s.main, s.val) = (h, bytes, 0, to_main, Some(v));
         let pos = (i, s.gen);
         if to_main {
             self.main.push_back(pos);
@@ -219,9 +232,9 @@ impl<V> S3Fifo<V> {
                 return None;
             }
             let s = &mut self.slots[pos.0 as usize];
-            if s.freq > 0 {
+            if *s.freq.get_mut() > 0 {
                 // Read while in the small FIFO: into the main one.
-                (s.freq, s.main) = (0, true);
+                (*s.freq.get_mut(), s.main) = (0, true);
                 let b = s.bytes;
                 self.small_bytes -= b;
                 self.main_bytes += b;
@@ -239,8 +252,8 @@ impl<V> S3Fifo<V> {
                 return None;
             }
             let s = &mut self.slots[pos.0 as usize];
-            if s.freq > 0 {
-                s.freq -= 1;
+            if *s.freq.get_mut() > 0 {
+                *s.freq.get_mut() -= 1;
                 self.main.push_back(pos);
                 return None;
             }
@@ -610,6 +623,39 @@ mod tests {
             c.insert(h, h, 100, |_| {});
         }
         assert!(c.bytes() <= 1_000);
+    }
+
+    /// Reads through a shared reference, from several threads at once,
+    /// count as reads: the items read survive a scan, the others do not;
+    /// a count saturates at `FREQ_MAX`.
+    #[test]
+    fn s3fifo_reads_through_a_shared_reference_count() {
+        let mut c = S3Fifo::<u64>::new(1_000);
+        for h in 0..10 {
+            assert!(c.insert(h, h, 100, |_| panic!("room for ten")));
+        }
+        std::thread::scope(|sc| {
+            for _ in 0..3 {
+                sc.spawn(|| {
+                    for _ in 0..1_000 {
+                        for h in (0..10).step_by(2) {
+                            assert_eq!(c.get(h), Some(&h));
+                        }
+                    }
+                });
+            }
+        });
+        for h in 0..10 {
+            let f = c.slots[c.map[&h] as usize].freq.load(Relaxed);
+            assert_eq!(f, if h % 2 == 0 { FREQ_MAX } else { 0 }, "item {h}");
+        }
+        let mut out = Vec::new();
+        for h in 100..130 {
+            c.insert(h, h, 100, |v| out.push(v));
+        }
+        for h in 0..10 {
+            assert_eq!(c.contains(h), h % 2 == 0, "item {h}: evicted {out:?}");
+        }
     }
 
     #[test]

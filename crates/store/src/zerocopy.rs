@@ -4,12 +4,11 @@
 //!
 //! - [`ValueBuf`]: a value as read by [`crate::Store::get_buf`]: the
 //!   record's buffer, exposing the value's bytes (no copy), or, for a value
-//!   the DRAM tier held ([`crate::tier`]), the tier's item, shared. It
-//!   implements [`granary_rt::IoBuf`] over the value, so the ring can send
-//!   it (a tier item is copied out first: the ring's memory is the
-//!   operation's alone, and the tier's copy is shared with other readers;
-//!   a server sends directly from [`ValueBuf::value`] when the socket takes
-//!   it, and needs the ring only for the rest).
+//!   the DRAM tier held ([`crate::tier`]), the copy taken of it under the
+//!   tier's lock (the tier hands out no shared references: module docs
+//!   there). It implements [`granary_rt::IoBuf`] over the value, so the
+//!   ring can send it; a server sends directly from [`ValueBuf::value`]
+//!   when the socket takes it, and needs the ring only for the rest.
 //! - [`PutBuf`]: a record being built by [`crate::Store::new_put_buf`]: an
 //!   aligned buffer of the record's size with the key in place and room for
 //!   the value, which the caller fills ([`PutBuf::value_mut`], or a receive
@@ -20,19 +19,16 @@
 //!   joins a group under way is copied into the group's buffer instead:
 //!   one copy of a few KiB costs less than a device write of its own).
 
-use crate::tier::Hot;
 use crate::types::ItemMeta;
 use granary_format::limits::RECORD_HEADER_BYTES;
 use granary_io::AlignedBuf;
-use std::sync::Arc;
 
 /// Where a [`ValueBuf`]'s bytes are.
 pub(crate) enum Bytes {
     /// The record's buffer as read from the device.
     Record(AlignedBuf),
-    /// The DRAM tier's item, shared (`start` is 0).
-    Hot(Arc<Hot>),
-    /// A copy of a tier item's value, this buffer's own (`start` is 0).
+    /// A copy of a DRAM tier item's value, this buffer's own (`start` is
+    /// 0).
     Owned(Box<[u8]>),
 }
 
@@ -52,7 +48,6 @@ impl ValueBuf {
     pub fn value(&self) -> &[u8] {
         match &self.buf {
             Bytes::Record(b) => &b[self.start..self.start + self.len],
-            Bytes::Hot(hot) => &hot.value,
             Bytes::Owned(b) => b,
         }
     }
@@ -79,19 +74,15 @@ impl std::fmt::Debug for ValueBuf {
 
 // SAFETY: the value lies within the AlignedBuf (start + len <= buf.len(),
 // set by the store from a checked record header), or is the whole of an
-// owned copy (a shared tier item is copied into one first, so the memory
-// handed out is this ValueBuf's alone); either heap allocation does not
-// move when the ValueBuf moves and lives until it is dropped.
+// owned copy of a tier item's value (the memory handed out is this
+// ValueBuf's alone); either heap allocation does not move when the
+// ValueBuf moves and lives until it is dropped.
 unsafe impl granary_rt::IoBuf for ValueBuf {
     fn stable_ptr(&mut self) -> *mut u8 {
-        if let Bytes::Hot(hot) = &self.buf {
-            self.buf = Bytes::Owned(hot.value.clone());
-        }
         let start = self.start;
         match &mut self.buf {
             Bytes::Record(b) => b[start..].as_mut_ptr(),
             Bytes::Owned(b) => b.as_mut_ptr(),
-            Bytes::Hot(_) => unreachable!("copied out above"),
         }
     }
     fn buf_len(&self) -> usize {
