@@ -47,6 +47,7 @@
 
 use granary_index::Entry;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -77,10 +78,39 @@ pub(crate) struct Link {
 /// A link as the map holds it: shared, so that a lookup copies no key.
 pub(crate) type LinkRef = Arc<Link>;
 
+/// The hash of a head location for [`Inner::by_head`]: its grain number
+/// mixed (the SplitMix64 finaliser), a few cycles where the default
+/// SipHash takes tens on each of the few look-ups a write makes. The
+/// locations are the store's own, not chosen by a client, so a keyed hash
+/// buys nothing here.
+#[derive(Default)]
+struct LocHasher(u64);
+
+impl Hasher for LocHasher {
+    fn finish(&self) -> u64 {
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are hashed (`write_u64`); any other input still
+        // hashes, byte by byte.
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3).rotate_left(5);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 ^= n;
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     /// Head location to its link.
-    by_head: HashMap<u64, LinkRef>,
+    by_head: HashMap<u64, LinkRef, BuildHasherDefault<LocHasher>>,
     /// Displaced location to its head, in location order (GC asks for
     /// the links into one segment).
     by_old: BTreeMap<u64, u64>,

@@ -271,6 +271,40 @@ fn delete_cas_deletes_only_the_version_named() {
     assert!(s.verify().unwrap().is_clean());
 }
 
+/// Batches of shrinking and growing sizes on one thread (each encoded
+/// into the buffer the last one left, bytes of the larger ones still in
+/// it): every batch reads back, and recovery by log scan finds each whole.
+#[test]
+fn batches_of_varying_size_on_one_thread_recover_whole() {
+    let dev = Arc::new(MemDevice::new(8 << 20));
+    let s = Store::create(dev.clone(), &create_opts(), &opts(Durability::Direct)).unwrap();
+    let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
+    let mut want: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+    // Sizes in grains per record: large, then small, then large again.
+    for (round, (keys, value_bytes)) in
+        [(12u64, 3000usize), (3, 10), (1, 700), (12, 1500), (2, 4000)].into_iter().enumerate()
+    {
+        let mut b = s.batch();
+        for k in 0..keys {
+            let key = format!("r{round}-k{k}").into_bytes();
+            let v = [b'a' + (round as u8), value_bytes.max(1) as u8].repeat(value_bytes / 2 + 1);
+            b.put(&d, &key, &v);
+            want.insert(key, v);
+        }
+        committed(b.commit().unwrap());
+        for (k, v) in &want {
+            assert_eq!(s.get(k).unwrap().as_ref(), Some(v), "round {round}: key {}", k.escape_ascii());
+        }
+    }
+    drop(d);
+    drop(s);
+    let s = Store::open(dev, &OpenOptions { use_checkpoint: false, ..opts(Durability::Direct) }).unwrap();
+    for (k, v) in &want {
+        assert_eq!(s.get(k).unwrap().as_ref(), Some(v), "after recovery: key {}", k.escape_ascii());
+    }
+    assert!(s.verify().unwrap().is_clean());
+}
+
 /// WATCH over MULTI/EXEC: a write between the read and the commit fails
 /// the batch (the key changed, was created, or was deleted).
 #[test]
