@@ -22,7 +22,8 @@
 //! - `granary-lru4x`: `granary` run in a memory cgroup of the DRAM
 //!   `redis-lru4x` is given (its `maxmemory`) plus
 //!   [`crate::memcache::CGROUP_SLACK_MIB`]: the flash scenario, where the
-//!   data set is 4x the memory.
+//!   data set is 4x the memory. Its DRAM tier (`-m`) is half of that
+//!   share and its blind-overwrite budget a quarter.
 //! - `redis-always`: redis-server, `appendonly yes`, `appendfsync always`.
 //! - `redis-everysec`: `appendonly yes`, `appendfsync everysec`.
 //! - `redis-none`: no persistence (`appendonly no`, `save ""`).
@@ -770,6 +771,12 @@ fn start_server(name: &str, o: &YcsbOptions, tools: &Tools, dt: Datatype) -> Res
             c.args(["-t", &o.server_threads.to_string()]);
         }
         if is_lru(name) {
+            // Its DRAM tier (`-m`) takes half of the data's share and its
+            // blind-overwrite budget a quarter, so that the process stays
+            // within the cgroup: their defaults (64 MiB each) exceed the
+            // share of a small data set, and the cgroup would kill it.
+            let mib = (o.lru_bytes(dt) >> 20).max(4);
+            c.args(["-m", &(mib / 2).to_string(), "--blind-overwrite-mem", &format!("{}m", mib / 4)]);
             let cg = MemCgroup::create(name, o.lru_bytes(dt) + (CGROUP_SLACK_MIB << 20))?;
             let procs = cg.procs()?;
             use std::os::unix::process::CommandExt;

@@ -186,7 +186,7 @@ struct YcsbBenchArgs {
     /// Peers, comma-separated, each started fresh for each datatype:
     /// granary (`serve --no-evict`), granary-flush (and `--flush`),
     /// granary-lru4x (granary in a memory cgroup of a quarter of the data
-    /// set and 64 MiB more; needs root), redis-always (appendonly,
+    /// set and 64 MiB more, its -m half that quarter; needs root), redis-always (appendonly,
     /// appendfsync always), redis-everysec (appendfsync everysec),
     /// redis-none (no persistence), redis-lru4x (no persistence, maxmemory
     /// a quarter of the data set beyond its empty use, allkeys-lru); or
