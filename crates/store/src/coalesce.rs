@@ -180,19 +180,9 @@ impl Coalescer {
         let grains = hdr.grains(grain as u32);
         let bytes = (grains * grain) as usize;
         let mut inner = self.lock();
-        // Writes may be pending only in the two newest segments of the
-        // stream (recovery forgives torn records there and reports them as
-        // corruption elsewhere): a writer that would open a new segment
-        // waits while a segment older than the open one still has a group
-        // to write.
-        if let Some(open_seg) = space.would_roll(purpose, grains) {
-            if inner.pending.keys().any(|&s| s != open_seg) {
-                return Placed::Wait(self.idle.listen());
-            }
-        }
-        let loc = match space.alloc(purpose, grains, next_seq) {
+        let loc = match self.alloc_locked(&inner, space, purpose, grains, next_seq) {
             Ok(loc) => loc,
-            Err(e) => return Placed::Done(Err(e)),
+            Err(placed) => return placed,
         };
         hdr.seg_stamp = loc.stamp;
         let joins = match &value {
@@ -290,18 +280,35 @@ impl Coalescer {
         }
     }
 
+    /// Space for `grains` in `purpose`'s stream, allocated under the
+    /// coalescer's lock (`inner`), or what the placing writer returns
+    /// instead. Writes may be pending only in the two newest segments of
+    /// the stream (recovery forgives torn records there and reports them as
+    /// corruption elsewhere): a writer that would open a new segment waits
+    /// while a segment older than the open one still has a group to write.
+    fn alloc_locked(
+        &self,
+        inner: &Inner,
+        space: &Space,
+        purpose: Purpose,
+        grains: u64,
+        next_seq: u64,
+    ) -> std::result::Result<Loc, Placed> {
+        if let Some(open_seg) = space.would_roll(purpose, grains) {
+            if inner.pending.keys().any(|&s| s != open_seg) {
+                return Err(Placed::Wait(self.idle.listen()));
+            }
+        }
+        space.alloc(purpose, grains, next_seq).map_err(|e| Placed::Done(Err(e)))
+    }
+
     /// [`Coalescer::place`] for [`Coalescer::write_own`]: the group is
     /// queued with no bytes yet (its leader fills them before leading).
     fn place_own(&self, space: &Space, purpose: Purpose, grains: u64, next_seq: u64) -> Placed {
         let mut inner = self.lock();
-        if let Some(open_seg) = space.would_roll(purpose, grains) {
-            if inner.pending.keys().any(|&s| s != open_seg) {
-                return Placed::Wait(self.idle.listen());
-            }
-        }
-        let loc = match space.alloc(purpose, grains, next_seq) {
+        let loc = match self.alloc_locked(&inner, space, purpose, grains, next_seq) {
             Ok(loc) => loc,
-            Err(e) => return Placed::Done(Err(e)),
+            Err(placed) => return placed,
         };
         let g = Arc::new(Group {
             seg: loc.seg,

@@ -183,6 +183,20 @@ fn seeds() -> std::ops::Range<u64> {
     0x7a6f_6e65..0x7a6f_6e65 + n
 }
 
+/// The options of a crash simulation's seed: manual GC (so the seed
+/// replays exactly), and the seed picks the victim policy and hot/cold
+/// relocation.
+fn sim_opts(seed: u64) -> OpenOptions {
+    OpenOptions {
+        background: Background::Manual,
+        entropy: Entropy::seeded(seed),
+        gc_policy: if seed.is_multiple_of(2) { GcPolicy::CostBenefit } else { GcPolicy::Greedy },
+        gc_hot_cold: seed % 4 < 2,
+        recovery_threads: 1,
+        ..OpenOptions::default()
+    }
+}
+
 /// One seed: a store on the emulated zoned device crashed six times in a
 /// row, at a random write, under overwrites and deletes that keep GC busy
 /// (manual GC, so the seed replays exactly). After each restart every key
@@ -192,14 +206,7 @@ fn crash_seed(seed: u64) -> (u64, u64) {
     const KEYS: u64 = 120;
     let mut rng = SimRng::new(seed);
     let dev = zoned(32, 6);
-    let opts = OpenOptions {
-        background: Background::Manual,
-        entropy: Entropy::seeded(seed),
-        gc_policy: if seed.is_multiple_of(2) { GcPolicy::CostBenefit } else { GcPolicy::Greedy },
-        gc_hot_cold: seed % 4 < 2,
-        recovery_threads: 1,
-        ..OpenOptions::default()
-    };
+    let opts = sim_opts(seed);
     let mut store = Store::create(dev.clone(), &create_opts(), &opts).unwrap();
     let mut model: HashMap<u64, Want> = HashMap::new();
     let (mut version, mut victims, mut torn) = (0, 0, 0);
@@ -468,14 +475,7 @@ fn batch_crash_seed(seed: u64) -> (u64, u64, u64) {
     const KEYS: u64 = 120;
     let mut rng = SimRng::new(seed);
     let dev = zoned(64, 7);
-    let opts = OpenOptions {
-        background: Background::Manual,
-        entropy: Entropy::seeded(seed),
-        gc_policy: if seed.is_multiple_of(2) { GcPolicy::CostBenefit } else { GcPolicy::Greedy },
-        gc_hot_cold: seed % 4 < 2,
-        recovery_threads: 1,
-        ..OpenOptions::default()
-    };
+    let opts = sim_opts(seed);
     let mut store = Store::create(dev.clone(), &create_opts(), &opts).unwrap();
     let mut model: HashMap<u64, Want> = HashMap::new();
     let (mut version, mut applied, mut dropped, mut loaded) = (0, 0, 0, 0);
