@@ -73,20 +73,32 @@ impl Dist {
 pub struct GcChoice {
     pub policy: GcPolicy,
     pub hot_cold: bool,
+    /// SepBIT placement of user writes (`OpenOptions::gc_sepbit`, which
+    /// implies the hot/cold relocation streams).
+    pub sepbit: bool,
 }
 
 impl GcChoice {
-    /// `greedy`, `cost-benefit`, each with an optional `+hot-cold`.
+    /// `greedy`, `cost-benefit`, each with an optional `+hot-cold` or
+    /// `+sepbit`.
     pub fn parse(s: &str) -> Option<GcChoice> {
-        let (p, hot_cold) = match s.strip_suffix("+hot-cold") {
-            Some(p) => (p, true),
-            None => (s, false),
+        let (p, hot_cold, sepbit) = if let Some(p) = s.strip_suffix("+hot-cold") {
+            (p, true, false)
+        } else if let Some(p) = s.strip_suffix("+sepbit") {
+            (p, false, true)
+        } else {
+            (s, false, false)
         };
-        Some(GcChoice { policy: GcPolicy::parse(p)?, hot_cold })
+        Some(GcChoice { policy: GcPolicy::parse(p)?, hot_cold, sepbit })
     }
 
     pub fn name(self) -> String {
-        format!("{}{}", self.policy.name(), if self.hot_cold { "+hot-cold" } else { "" })
+        let suffix = match (self.hot_cold, self.sepbit) {
+            (_, true) => "+sepbit",
+            (true, false) => "+hot-cold",
+            (false, false) => "",
+        };
+        format!("{}{suffix}", self.policy.name())
     }
 }
 
@@ -94,7 +106,7 @@ impl Default for GcChoice {
     /// The store's defaults.
     fn default() -> Self {
         let o = OpenOptions::default();
-        GcChoice { policy: o.gc_policy, hot_cold: o.gc_hot_cold }
+        GcChoice { policy: o.gc_policy, hot_cold: o.gc_hot_cold, sepbit: o.gc_sepbit }
     }
 }
 
@@ -221,7 +233,12 @@ pub fn run(o: &ChurnOptions) -> Result<ChurnReport, String> {
     }
     let create =
         CreateOptions { grain_bytes: o.grain_bytes, segment_bytes: Some(o.segment_bytes), index_table_homes: None };
-    let opts = OpenOptions { gc_policy: o.gc.policy, gc_hot_cold: o.gc.hot_cold, ..OpenOptions::default() };
+    let opts = OpenOptions {
+        gc_policy: o.gc.policy,
+        gc_hot_cold: o.gc.hot_cold,
+        gc_sepbit: o.gc.sepbit,
+        ..OpenOptions::default()
+    };
     let mut zoned = None;
     let store = match &o.path {
         Some(_) if o.zoned => return Err("the zoned device is emulated in memory: no --path".into()),
@@ -438,6 +455,7 @@ pub fn to_json(o: &ChurnOptions, r: &ChurnReport) -> serde_json::Value {
         "dist": o.dist.name(),
         "gc_policy": o.gc.policy.name(),
         "gc_hot_cold": o.gc.hot_cold,
+        "gc_sepbit": o.gc.sepbit,
         "keys": r.keys,
         "churn_ops": r.churn_ops,
         "churn_secs": r.churn_secs,

@@ -420,8 +420,8 @@ struct ChurnArgs {
     #[arg(long, default_value_t = 0.99)]
     zipf_theta: f64,
     /// GC configurations to compare, each a run at every `--util`:
-    /// greedy or cost-benefit, each optionally +hot-cold (the store's
-    /// default: cost-benefit).
+    /// greedy or cost-benefit, each optionally +hot-cold or +sepbit (the
+    /// store's default: cost-benefit).
     #[arg(long, value_delimiter = ',', default_value = "greedy,cost-benefit,cost-benefit+hot-cold")]
     gc: Vec<String>,
     /// The burst workload instead: a cache (GC evicts) gets bursts of SETs
@@ -523,11 +523,13 @@ fn run(cmd: BenchCmd) -> Result<ExitCode, String> {
                 "zipf" => Dist::Zipf(a.zipf_theta),
                 d => return Err(format!("--dist {d:?}: uniform or zipf")),
             };
-            let gcs = a
-                .gc
-                .iter()
-                .map(|g| GcChoice::parse(g).ok_or(format!("--gc {g:?}: greedy or cost-benefit, optionally +hot-cold")))
-                .collect::<Result<Vec<_>, _>>()?;
+            let gcs =
+                a.gc.iter()
+                    .map(|g| {
+                        GcChoice::parse(g)
+                            .ok_or(format!("--gc {g:?}: greedy or cost-benefit, optionally +hot-cold or +sepbit"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
             if gcs.is_empty() || a.util.is_empty() {
                 return Err("--gc and --util need at least one value".into());
             }

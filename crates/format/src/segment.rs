@@ -69,11 +69,27 @@ pub enum Stream {
     /// (they survived two collections: cold data), kept apart from those
     /// relocated for the first time.
     Cold = 2,
+    /// User PUTs expected to die young (SepBIT placement): overwrites of a
+    /// version that itself lived shorter than a recent segment's lifetime.
+    /// The other user writes stay in [`Stream::User`].
+    UserShort = 3,
+    /// SepBIT placement: records GC relocates out of a segment that is not
+    /// short-lived user writes, aged between 4 and 16 times the short-lived
+    /// stream's segment lifetime (younger ones go to [`Stream::Cold`]).
+    Older = 4,
+    /// SepBIT placement: such records older than that.
+    Oldest = 5,
 }
 
 impl Stream {
     /// Every stream, in their numbers' order.
-    pub const ALL: [Stream; 3] = [Stream::User, Stream::Relocation, Stream::Cold];
+    pub const ALL: [Stream; 6] =
+        [Stream::User, Stream::Relocation, Stream::Cold, Stream::UserShort, Stream::Older, Stream::Oldest];
+
+    /// Whether user writes (rather than GC) append to the stream.
+    pub fn is_user(self) -> bool {
+        matches!(self, Stream::User | Stream::UserShort)
+    }
 }
 
 /// The decoded segment header.
@@ -148,6 +164,9 @@ impl SegmentHeader {
             0 => Stream::User,
             1 => Stream::Relocation,
             2 => Stream::Cold,
+            3 => Stream::UserShort,
+            4 => Stream::Older,
+            5 => Stream::Oldest,
             s => return Err(FormatError::BadField { what: W, field: "stream", value: s as u64 }),
         };
         if u32_at(b, OFF_RESERVED) != 0 {
@@ -203,7 +222,7 @@ mod tests {
         }
         let mut b = [0u8; 512];
         sample().encode(&mut b);
-        b[OFF_STREAM] = 3;
+        b[OFF_STREAM] = Stream::ALL.len() as u8;
         let crc = crc32c(&b[..OFF_CRC]);
         put_u32(&mut b, OFF_CRC, crc);
         assert!(matches!(SegmentHeader::decode(&b), Err(FormatError::BadField { field: "stream", .. })));

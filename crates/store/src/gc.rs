@@ -32,7 +32,10 @@
 //! hot/cold separation (`OpenOptions::gc_hot_cold`), a record older than [`cold_after`]
 //! (in sequence numbers, which copies keep) goes to a third stream, the
 //! cold one: data that has outlived an average key's lifetime is not
-//! mixed with younger survivors, which still die sooner.
+//! mixed with younger survivors, which still die sooner. With SepBIT
+//! placement (`OpenOptions::gc_sepbit`) the stream comes from
+//! [`Space::relocation_stream`](crate::space::Space::relocation_stream)
+//! instead: by the victim's stream and the record's age.
 //!
 //! **Tombstones.** A tombstone is dropped instead of copied when no older
 //! version of its key can be left on the device: its `tomb_horizon` (the
@@ -752,8 +755,10 @@ impl<'a> Victim<'a> {
         self.batch_bytes += bytes.len();
         let evicted = leaving && !expired;
         let age = gc.log.next_seq.load(Relaxed).saturating_sub(hdr.seq);
-        let stream = match self.cold_after {
-            Some(t) if !leaving && age > t => Stream::Cold,
+        let stream = match (gc.space.relocation_stream(self.v, hdr.seq), self.cold_after) {
+            _ if leaving || self.evict => Stream::Relocation,
+            (Some(s), _) => s,
+            (None, Some(t)) if age > t => Stream::Cold,
             _ => Stream::Relocation,
         };
         self.batch.push(Pending { h, old_pba, old_len: len as u64, hdr, bytes, damaged, expired, evicted, stream });
@@ -836,7 +841,7 @@ fn relocate(gc: Gc<'_>, v: u32, purpose: Purpose, batch: &mut Vec<Pending>) -> R
         } else {
             gc.stats.records_relocated.fetch_add(1, Relaxed);
             gc.stats.bytes_relocated.fetch_add(p.bytes.len() as u64, Relaxed);
-            if p.stream == Stream::Cold {
+            if matches!(p.stream, Stream::Cold | Stream::Older | Stream::Oldest) {
                 gc.stats.bytes_relocated_cold.fetch_add(p.bytes.len() as u64, Relaxed);
             }
         }

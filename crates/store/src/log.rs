@@ -344,7 +344,10 @@ pub(crate) fn read_segment_headers(dev: &dyn Device, sb: &Superblock) -> Result<
                     });
                 }
                 match h.kind {
-                    SegmentKind::Kv => used.push((SegmentFound { seg, alloc_seq: h.alloc_seq, stream: h.stream }, h)),
+                    SegmentKind::Kv => used.push((
+                        SegmentFound { seg, alloc_seq: h.alloc_seq, stream: h.stream, first_seq: h.first_seq },
+                        h,
+                    )),
                     SegmentKind::Index => index.push((seg, h)),
                     // A reclaimed segment holds nothing current.
                     SegmentKind::Free => {}

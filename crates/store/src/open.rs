@@ -225,6 +225,7 @@ impl Store {
                     gc: opts.gc,
                     policy: opts.gc_policy,
                     hot_cold: opts.gc_hot_cold,
+                    sepbit: opts.gc_sepbit,
                     watermark: opts.gc_watermark,
                     discard: match opts.discard {
                         crate::Discard::Auto => dev.discards_by_default(),

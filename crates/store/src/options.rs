@@ -338,6 +338,13 @@ pub struct OpenOptions {
     /// Zipfian overwrites and cost a few percent under uniform ones
     /// (docs/BENCHMARKS.md, "Garbage collection").
     pub gc_hot_cold: bool,
+    /// SepBIT placement (Wang et al., FAST '22): a user PUT that replaces
+    /// a version younger than a recent short-lived segment's lifetime goes
+    /// to a user stream of its own (such keys are likely rewritten soon
+    /// again), and GC's relocations are separated by age as with
+    /// `gc_hot_cold`, which it implies. Ignored in zoned mode (its open
+    /// zones). Off by default (docs/BENCHMARKS.md, "Garbage collection").
+    pub gc_sepbit: bool,
     /// How GC's low watermark is set.
     pub gc_watermark: Watermark,
     /// Discard each segment GC frees (its records, not its header).
@@ -370,6 +377,7 @@ impl Default for OpenOptions {
             blind_overwrite_bytes: None,
             gc_policy: GcPolicy::default(),
             gc_hot_cold: false,
+            gc_sepbit: false,
             gc_watermark: Watermark::default(),
             discard: Discard::default(),
             dram_tier_bytes: 0,

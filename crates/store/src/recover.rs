@@ -260,8 +260,10 @@ impl Rebuild<'_> {
     ) -> Result<RecoveryReport> {
         let started = Instant::now();
         let Headers { kv: used, index: _, max_alloc } = headers;
-        let found: Vec<SegmentFound> =
-            used.iter().map(|(s, _)| SegmentFound { seg: s.seg, alloc_seq: s.alloc_seq, stream: s.stream }).collect();
+        let found: Vec<SegmentFound> = used
+            .iter()
+            .map(|(s, _)| SegmentFound { seg: s.seg, alloc_seq: s.alloc_seq, stream: s.stream, first_seq: s.first_seq })
+            .collect();
         let ckpt_segs: Vec<u32> = loaded.as_ref().map(|l| l.manifest.body_segments.clone()).unwrap_or_default();
         self.space.install(&found, &ckpt_segs, max_alloc);
         let threads = match opts.recovery_threads {

@@ -14,8 +14,8 @@
 //!   there already.
 //! - With GC on, user PUTs never take the last [`RESERVED_SEGMENTS`] free
 //!   segments (one more with hot/cold relocation, whose two GC streams may
-//!   each need a fresh segment: GC needs somewhere to relocate live data
-//!   to), and DELETEs never take the very last one (see [`Purpose`]).
+//!   each need a fresh segment, three more with SepBIT placement's four:
+//!   GC needs somewhere to relocate live data to), and DELETEs never take the very last one (see [`Purpose`]).
 //! - A writer that needs space does not hold a key stripe while it waits
 //!   ([`Space::await_room`]), because GC takes stripes to relocate.
 //! - A segment goes back to the free list only after its header was
@@ -30,12 +30,16 @@ use granary_format::segment::{SegmentHeader, SegmentKind, Stream};
 use granary_format::Superblock;
 use granary_io::{AlignedBuf, Device};
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// A GC victim must free at least this fraction (1/N) of a segment.
 pub const GC_MIN_GAIN_DIVISOR: u64 = 16;
+
+/// SepBIT's lifetime threshold averages about this many of the latest
+/// reclaimed short-lived segments (an exponential average, weight 1/N).
+const SHORT_LIFETIME_WINDOW: u64 = 16;
 
 /// Free segments only GC may take (see the module invariants); stores of
 /// fewer than 8 segments reserve one.
@@ -73,6 +77,9 @@ struct OpenSeg {
 pub(crate) enum Purpose {
     /// User PUTs: never touch the reserve.
     Put,
+    /// User PUTs expected to die young ([`Space::put_purpose`]): as
+    /// `Put`, in the short-lived user stream.
+    PutShort,
     /// User DELETEs: may use all of the reserve but one segment, so a store
     /// full of live data can still be emptied (each delete makes garbage
     /// that GC then reclaims with the last reserved segment).
@@ -93,6 +100,7 @@ impl Purpose {
     pub(crate) fn stream(self) -> Stream {
         match self {
             Purpose::Put | Purpose::Delete => Stream::User,
+            Purpose::PutShort => Stream::UserShort,
             Purpose::Relocate | Purpose::Clean => Stream::Relocation,
         }
     }
@@ -114,7 +122,7 @@ struct Inner {
     closed_at: Vec<u64>,
     closes: u64,
     free: BTreeSet<u32>,
-    open: [Option<OpenSeg>; 3],
+    open: [Option<OpenSeg>; 6],
     /// The stream each segment in use was opened for.
     stream: Vec<Stream>,
     next_alloc_seq: u64,
@@ -170,6 +178,22 @@ pub(crate) struct Space {
     reserve: usize,
     policy: GcPolicy,
     hot_cold: bool,
+    sepbit: bool,
+    /// SepBIT's clock: the highest next sequence number an allocation
+    /// was made at (sequence numbers count user writes).
+    seq_clock: AtomicU64,
+    /// The next sequence number when each segment in use was opened
+    /// (its header's `first_seq`).
+    first_seqs: Box<[AtomicU64]>,
+    /// `Inner::stream` of each segment (its [`stream_index`]), readable
+    /// without the lock.
+    seg_streams: Box<[AtomicU8]>,
+    /// SepBIT's lifetime threshold, in sequence numbers: the average
+    /// lifetime (opened to freed) of the short-lived user stream's segments
+    /// GC reclaimed lately; `u64::MAX` until one was.
+    short_lifetime: AtomicU64,
+    /// Segments opened for the short-lived user stream.
+    short_opened: AtomicU64,
     /// Discard freed segments; cleared at the first discard that fails
     /// (a device or filesystem without discard says so once).
     discard: std::sync::atomic::AtomicBool,
@@ -211,6 +235,8 @@ pub(crate) struct SegmentFound {
     pub seg: u32,
     pub alloc_seq: u64,
     pub stream: Stream,
+    /// Its header's `first_seq`.
+    pub first_seq: u64,
 }
 
 fn stream_index(s: Stream) -> usize {
@@ -218,6 +244,9 @@ fn stream_index(s: Stream) -> usize {
         Stream::User => 0,
         Stream::Relocation => 1,
         Stream::Cold => 2,
+        Stream::UserShort => 3,
+        Stream::Older => 4,
+        Stream::Oldest => 5,
     }
 }
 
@@ -228,6 +257,9 @@ pub(crate) struct GcConfig {
     pub policy: GcPolicy,
     /// Old records GC relocates go to the cold stream.
     pub hot_cold: bool,
+    /// User PUTs expected to die young go to the short-lived user stream
+    /// (SepBIT placement, [`Space::put_purpose`]).
+    pub sepbit: bool,
     pub watermark: Watermark,
     /// Discard the records of each segment freed.
     pub discard: bool,
@@ -357,6 +389,10 @@ impl Space {
         let low = (n / 32).clamp(RESERVED_SEGMENTS + 2, 64);
         let provision = Provision::new(cfg.watermark, n, low);
         let zoned = dev.zones();
+        // Zoned mode keeps to three streams (the device's open zones).
+        let sepbit = cfg.sepbit && zoned.is_none();
+        // SepBIT separates GC's relocations by age too.
+        let hot_cold = cfg.hot_cold || sepbit;
         Space {
             dev,
             durability,
@@ -371,7 +407,7 @@ impl Space {
                 closed_at: vec![0; n],
                 closes: 0,
                 free: (0..n as u32).collect(),
-                open: [None, None, None],
+                open: Default::default(),
                 stream: vec![Stream::User; n],
                 next_alloc_seq: 1,
                 gc,
@@ -391,9 +427,20 @@ impl Space {
             low_watermark: low,
             // GC relocating into two streams (hot/cold) may need a fresh
             // segment in each at once: one more segment is kept for it.
-            reserve: if n >= 8 { RESERVED_SEGMENTS + usize::from(cfg.hot_cold) } else { 1 },
+            // SepBIT's four GC streams, one more each.
+            reserve: match (n >= 8, sepbit) {
+                (false, _) => 1,
+                (true, true) => RESERVED_SEGMENTS + 3,
+                (true, false) => RESERVED_SEGMENTS + usize::from(hot_cold),
+            },
             policy: cfg.policy,
-            hot_cold: cfg.hot_cold,
+            hot_cold,
+            sepbit,
+            seq_clock: AtomicU64::new(0),
+            first_seqs: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            seg_streams: (0..n).map(|_| AtomicU8::new(0)).collect(),
+            short_lifetime: AtomicU64::new(u64::MAX),
+            short_opened: AtomicU64::new(0),
             // A zone reset is the discard in zoned mode.
             discard: (cfg.discard && zoned.is_none()).into(),
             zoned,
@@ -519,10 +566,13 @@ impl Space {
             inner.closes += 1;
             inner.closed_at[i] = inner.closes;
             inner.stream[i] = s.stream;
+            self.seg_streams[i].store(stream_index(s.stream) as u8, Relaxed);
             self.touched[i].store(inner.closes, Relaxed);
             self.tick.store(inner.closes, Relaxed);
             self.stamps[i].store(s.alloc_seq as u32, Relaxed);
             self.alloc_seqs[i].store(s.alloc_seq, Relaxed);
+            self.first_seqs[i].store(s.first_seq, Relaxed);
+            self.seq_clock.fetch_max(s.first_seq, Relaxed);
         }
         inner.next_alloc_seq = inner.next_alloc_seq.max(max_alloc_seq + 1);
     }
@@ -536,6 +586,7 @@ impl Space {
         debug_assert!(next >= 1 && next < self.sb.segment_grains());
         inner.state[seg as usize] = SegState::Open;
         inner.stream[seg as usize] = stream;
+        self.seg_streams[seg as usize].store(stream_index(stream) as u8, Relaxed);
         inner.open[si] = Some(OpenSeg { seg, next, stamp: self.stamps[seg as usize].load(Relaxed) });
     }
 
@@ -577,7 +628,9 @@ impl Space {
         if inner.shutdown {
             return Some(Err(Error::Poisoned { cause: "the store is closing".into() }));
         }
-        let open_room = inner.open[0].as_ref().is_some_and(|o| o.next + grains <= self.sb.segment_grains());
+        let open_room = inner.open[stream_index(purpose.stream())]
+            .as_ref()
+            .is_some_and(|o| o.next + grains <= self.sb.segment_grains());
         if open_room || inner.free.len() > self.reserve_for(inner, purpose) {
             return Some(Ok(()));
         }
@@ -616,9 +669,12 @@ impl Space {
     pub(crate) fn alloc_in(&self, purpose: Purpose, stream: Stream, grains: u64, next_seq: u64) -> Result<Loc> {
         let seg_grains = self.sb.segment_grains();
         assert!(grains >= 1 && grains < seg_grains, "record larger than a segment reached the allocator");
-        debug_assert!((stream == Stream::User) == (purpose.stream() == Stream::User));
+        debug_assert!(stream.is_user() == purpose.stream().is_user());
         let si = stream_index(stream);
         let mut inner = self.lock();
+        if self.seq_clock.load(Relaxed) < next_seq {
+            self.seq_clock.store(next_seq, Relaxed); // under the lock: no lost update
+        }
         if let Some(open) = &mut inner.open[si] {
             if open.next + grains <= seg_grains {
                 let loc = Loc { pba: self.pba(open.seg, open.next), seg: open.seg, stamp: open.stamp, grains };
@@ -643,13 +699,18 @@ impl Space {
         let stamp = alloc_seq as u32;
         self.stamps[seg as usize].store(stamp, Relaxed);
         self.alloc_seqs[seg as usize].store(alloc_seq, Relaxed);
+        self.first_seqs[seg as usize].store(next_seq, Relaxed);
         self.live[seg as usize].store(0, Relaxed);
         inner.state[seg as usize] = SegState::Open;
         inner.stream[seg as usize] = stream;
+        self.seg_streams[seg as usize].store(stream_index(stream) as u8, Relaxed);
         inner.open[si] = Some(OpenSeg { seg, next: 1 + grains, stamp });
         self.inflight[seg as usize].fetch_add(1, Relaxed);
-        if stream == Stream::User {
+        if stream.is_user() {
             inner.provision.filled(Instant::now());
+        }
+        if stream == Stream::UserShort {
+            self.short_opened.fetch_add(1, Relaxed);
         }
         if inner.free.len() < inner.provision.low() {
             self.wake_all(); // wake GC
@@ -670,7 +731,7 @@ impl Space {
         match (inner.gc, purpose) {
             (false, _) | (_, Purpose::Relocate) => 0,
             (true, Purpose::Clean) => 1,
-            (true, Purpose::Put) => self.reserve,
+            (true, Purpose::Put | Purpose::PutShort) => self.reserve,
             // Never the very last segment, even when the reserve is one.
             (true, Purpose::Delete) => (self.reserve - 1).max(1),
         }
@@ -774,6 +835,14 @@ impl Space {
         }
         let mut inner = self.lock();
         debug_assert_eq!(inner.state[seg as usize], SegState::Closed);
+        if self.sepbit && inner.stream[seg as usize] == Stream::UserShort {
+            let lived = self.seq_clock.load(Relaxed).saturating_sub(self.first_seqs[seg as usize].load(Relaxed));
+            let avg = match self.short_lifetime.load(Relaxed) {
+                u64::MAX => lived,
+                l => l - l / SHORT_LIFETIME_WINDOW + lived / SHORT_LIFETIME_WINDOW,
+            };
+            self.short_lifetime.store(avg, Relaxed);
+        }
         inner.state[seg as usize] = SegState::Free;
         inner.free.insert(seg);
         self.alloc_seqs[seg as usize].store(0, Relaxed);
@@ -888,6 +957,66 @@ impl Space {
     /// Whether GC keeps cold relocations apart (the cold stream).
     pub(crate) fn hot_cold(&self) -> bool {
         self.hot_cold
+    }
+
+    /// Segments opened for the short-lived user stream so far.
+    pub(crate) fn short_segments_opened(&self) -> u64 {
+        self.short_opened.load(Relaxed)
+    }
+
+    /// The purpose of a user PUT replacing the version at `prior` (its
+    /// pba, or the index's candidates for it; none for a new key):
+    /// SepBIT's placement (Wang et al., FAST '22). A key's next version is
+    /// likely to live about as long as the one it replaces, so an
+    /// overwrite of a version younger than the short-lived stream's recent
+    /// segment lifetime goes to that stream ([`Purpose::PutShort`]); a new
+    /// key, or an older version's replacement, to the user stream. The
+    /// version's age is taken from its segment without reading it: user
+    /// writes since the segment was opened. A version GC relocated has
+    /// outlived a collection: old. Without `sepbit`: `Put`.
+    pub(crate) fn put_purpose(&self, prior: impl IntoIterator<Item = u64>) -> Purpose {
+        if !self.sepbit {
+            return Purpose::Put;
+        }
+        let threshold = self.short_lifetime.load(Relaxed);
+        let now = self.seq_clock.load(Relaxed);
+        // Of several candidates (rare: a fingerprint collision), the youngest.
+        let young = prior.into_iter().any(|pba| {
+            let seg = self.sb.segment_of(pba) as usize;
+            let user = self.seg_streams.get(seg).is_some_and(|s| {
+                let s = s.load(Relaxed) as usize;
+                s == stream_index(Stream::User) || s == stream_index(Stream::UserShort)
+            });
+            user && now.saturating_sub(self.first_seqs[seg].load(Relaxed)) < threshold
+        });
+        if young {
+            Purpose::PutShort
+        } else {
+            Purpose::Put
+        }
+    }
+
+    /// SepBIT's stream for a record of sequence number `seq` that GC
+    /// relocates out of `victim` (None without `sepbit`): survivors of
+    /// short-lived user segments to the relocation stream; others by age,
+    /// in multiples of the short-lived segments' lifetime: under 4 to the
+    /// cold stream, under 16 to the older one, else the oldest.
+    pub(crate) fn relocation_stream(&self, victim: u32, seq: u64) -> Option<Stream> {
+        if !self.sepbit {
+            return None;
+        }
+        if self.seg_streams[victim as usize].load(Relaxed) as usize == stream_index(Stream::UserShort) {
+            return Some(Stream::Relocation);
+        }
+        let l = self.short_lifetime.load(Relaxed);
+        let age = self.seq_clock.load(Relaxed).saturating_sub(seq);
+        Some(if age < l.saturating_mul(4) {
+            Stream::Cold
+        } else if age < l.saturating_mul(16) {
+            Stream::Older
+        } else {
+            Stream::Oldest
+        })
     }
 
     /// GC thread: wait for work. Work starts when free segments fall below
@@ -1190,6 +1319,7 @@ impl Space {
         crate::GcSettings {
             policy: self.policy,
             hot_cold: self.hot_cold,
+            sepbit: self.sepbit,
             watermark: self.lock().provision.mode,
             discard: self.discard.load(Relaxed),
         }

@@ -262,6 +262,7 @@ impl Core {
             value_bytes_max: self.value_bytes_max(1),
             gc: self.gc_counters.snapshot(),
             segments_opened: self.space.horizon(),
+            short_segments_opened: self.space.short_segments_opened(),
             gc_watermarks: self.space.watermarks(),
             gc_rates: self.space.rates(),
             gc_settings: self.space.settings(),

@@ -166,6 +166,9 @@ pub struct Stats {
     /// Segments opened for writing since the store was created (each wrote
     /// a header).
     pub segments_opened: u64,
+    /// Of those, segments of the short-lived user stream opened since the
+    /// store was opened (SepBIT placement, `OpenOptions::gc_sepbit`).
+    pub short_segments_opened: u64,
     /// GC starts below `.0` free segments and stops at `.1` (now: the
     /// adaptive watermarks move, [`crate::Watermark`]).
     pub gc_watermarks: (usize, usize),
@@ -202,6 +205,8 @@ pub struct Stats {
 pub struct GcSettings {
     pub policy: crate::GcPolicy,
     pub hot_cold: bool,
+    /// SepBIT placement of user writes (`gc_sepbit`; off in zoned mode).
+    pub sepbit: bool,
     pub watermark: crate::Watermark,
     /// Whether freed segments are discarded now: `Discard::Auto` resolved
     /// for the device, and false once a discard failed.
@@ -310,7 +315,8 @@ pub struct GcStats {
     pub victims: u64,
     pub records_relocated: u64,
     pub bytes_relocated: u64,
-    /// Of those, bytes relocated to the cold stream (hot/cold separation).
+    /// Of those, bytes relocated to the cold streams (hot/cold separation;
+    /// with SepBIT placement, the streams by age).
     pub bytes_relocated_cold: u64,
     pub tombstones_dropped: u64,
     /// Times GC was asked for space and found no segment worth reclaiming.

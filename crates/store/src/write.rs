@@ -265,19 +265,25 @@ impl Core {
     ) -> Result<(PutOutcome, u64)> {
         let grains = self.value_grains(key, value.value_len(), v.cas)?;
         let h = key_hash(key);
+        // The stream the write goes to is known only under the stripe: a
+        // write refused for room waits for room in that stream's segment.
+        let mut room_for = Purpose::Put;
         loop {
             self.log.check_writable()?;
-            self.await_room(Purpose::Put, grains).await.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
+            self.await_room(room_for, grains).await.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
             let _stripe = self.keys.stripe(h).await;
-            let prior = if cond == Cond::Always {
+            let (prior, purpose) = if cond == Cond::Always {
                 // An unconditional PUT needs the current version only to
                 // replace its entry: it is read while the new one is
                 // written, if the index has a candidate for it at all.
-                match self.keys.index.lookup(h).as_slice() {
+                let candidates = self.keys.index.lookup(h);
+                let purpose = self.space.put_purpose(candidates.as_slice().iter().map(|e| e.pba()));
+                let prior = match candidates.as_slice() {
                     [] => Prior::Known(None),
                     &[e] if self.blind_ok(e, key) => Prior::Blind(e),
                     _ => Prior::Unread,
-                }
+                };
+                (prior, purpose)
             } else {
                 let existing = self.find(key, h, false, false).await?;
                 let live = existing.as_ref().filter(|f| self.is_live(f, self.clock.now()));
@@ -289,10 +295,11 @@ impl Core {
                     }
                     _ => {}
                 }
-                Prior::Known(existing)
+                let purpose = self.space.put_purpose(existing.as_ref().map(|f| f.entry.pba()));
+                (Prior::Known(existing), purpose)
             };
-            match self.write_value(key, h, value.reborrow(), prior, v).await {
-                Err(Error::NoSpace { .. }) => continue, // raced for the last room: wait again
+            match self.write_value(key, h, value.reborrow(), prior, purpose, v).await {
+                Err(Error::NoSpace { .. }) => room_for = purpose, // raced for the last room: wait again
                 r => return r.map(|cas| (PutOutcome::Stored, cas)),
             }
         }
@@ -301,7 +308,16 @@ impl Core {
     /// Write a new version of `key` (under its stripe) replacing its
     /// current one, `prior`; returns its CAS value: `v.cas` when given
     /// (stored in the record before the value), else its sequence number.
-    async fn write_value(&self, key: &[u8], h: u64, value: Payload<'_>, prior: Prior, v: Version) -> Result<u64> {
+    /// `purpose` is `Put` or `PutShort` ([`crate::space::Space::put_purpose`]).
+    async fn write_value(
+        &self,
+        key: &[u8],
+        h: u64,
+        value: Payload<'_>,
+        prior: Prior,
+        purpose: Purpose,
+        v: Version,
+    ) -> Result<u64> {
         let Version { meta, cas, policy } = v;
         let seq = self.log.next_seq.fetch_add(1, Relaxed);
         let value_len = value.value_len();
@@ -327,7 +343,7 @@ impl Core {
         // a rare fingerprint collision, and the flag is then only cautious.
         let supersedes = !matches!(prior, Prior::Known(None)) || self.keys.dropped.contains(h);
         let hdr = hdr.with_meta(meta.flags, meta.expires).with_stale(meta.stale).with_supersedes(supersedes);
-        let write = self.write_record_async(Purpose::Put, hdr, key, payload);
+        let write = self.write_record_async(purpose, hdr, key, payload);
         let (loc, existing) = match prior {
             Prior::Known(existing) => (write.await?, existing),
             Prior::Blind(e) => {
@@ -414,11 +430,14 @@ impl Core {
         let key = &key[..];
         let h = key_hash(key);
         let mut need = 1;
+        // As in `write_item`: a write refused for room waits for its stream.
+        let mut room_for = Purpose::Put;
         loop {
             self.log.check_writable()?;
-            self.await_room(Purpose::Put, need).await.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
+            self.await_room(room_for, need).await.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
             let _stripe = self.keys.stripe(h).await;
             let existing = self.find(key, h, true, true).await?;
+            let purpose = self.space.put_purpose(existing.as_ref().map(|f| f.entry.pba()));
             let item = existing.as_ref().filter(|x| self.is_live(x, self.clock.now())).map(Self::item_of);
             let (change, r) = f(item.as_ref());
             let policy = match &change {
@@ -433,17 +452,17 @@ impl Core {
                 Change::Put { value, meta } | Change::Invalidate { value, meta } => {
                     need = self.value_grains(key, value.len() as u64, None)?;
                     let v = Version { meta, cas: None, policy };
-                    self.write_value(key, h, Payload::Slice(&value), Prior::Known(existing), v).await.map(Some)
+                    self.write_value(key, h, Payload::Slice(&value), Prior::Known(existing), purpose, v).await.map(Some)
                 }
                 Change::Rewrite { value, meta, cas } => {
                     need = self.value_grains(key, value.len() as u64, cas)?;
                     let v = Version { meta, cas, policy };
-                    self.write_value(key, h, Payload::Slice(&value), Prior::Known(existing), v).await.map(Some)
+                    self.write_value(key, h, Payload::Slice(&value), Prior::Known(existing), purpose, v).await.map(Some)
                 }
                 Change::PutCas { value, meta, cas } | Change::Touch { value, meta, cas, .. } => {
                     need = self.value_grains(key, value.len() as u64, Some(cas))?;
                     let v = Version { meta, cas: Some(cas), policy };
-                    self.write_value(key, h, Payload::Slice(&value), Prior::Known(existing), v).await.map(Some)
+                    self.write_value(key, h, Payload::Slice(&value), Prior::Known(existing), purpose, v).await.map(Some)
                 }
                 Change::Delete => match existing {
                     Some(x) if !x.hdr.is_tombstone() => {
@@ -454,7 +473,7 @@ impl Core {
                 },
             };
             match written {
-                Err(Error::NoSpace { .. }) => continue,
+                Err(Error::NoSpace { .. }) => room_for = purpose,
                 Ok(Some(cas)) => {
                     c.stored(PutOutcome::Stored);
                     return Ok((r, Some(cas)));
@@ -519,7 +538,7 @@ impl Core {
         key: &[u8],
         value: Payload<'_>,
     ) -> Result<Loc> {
-        if self.coalesce && matches!(purpose, Purpose::Put | Purpose::Delete) {
+        if self.coalesce && matches!(purpose, Purpose::Put | Purpose::PutShort | Purpose::Delete) {
             let next_seq = self.log.next_seq.load(Relaxed);
             let (dev, g) = (self.log.dev.as_ref(), self.log.grain());
             let r = self

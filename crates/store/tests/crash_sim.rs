@@ -12,7 +12,7 @@
 //! to relocate anything.)
 //!
 //! Seeds cycle through GC's victim policies (`OpenOptions::gc_policy`),
-//! with and without hot/cold separation; one in three acts as a block
+//! with and without hot/cold separation and SepBIT placement; one in three acts as a block
 //! device, so GC discards the segments it frees.
 //!
 //! One seed in four runs in cache mode (`OpenOptions::evict`) on a fuller
@@ -203,10 +203,11 @@ struct SeedRun {
 /// drawn from the seed (`entropy`, shared by every open of one run), and
 /// one recovery thread, so a clean reopen writes in a fixed order.
 /// Seeds cycle through GC's victim policies, with and without hot/cold
-/// separation (its cold stream is one more open segment to recover).
+/// separation (its cold stream is one more open segment to recover) and
+/// SepBIT placement (three more: a user stream and two GC ones).
 fn with_gc_policy(o: OpenOptions, seed: u64) -> OpenOptions {
     let gc_policy = if (seed / 4).is_multiple_of(2) { GcPolicy::CostBenefit } else { GcPolicy::Greedy };
-    OpenOptions { gc_policy, gc_hot_cold: (seed / 8).is_multiple_of(2), ..o }
+    OpenOptions { gc_policy, gc_hot_cold: (seed / 8).is_multiple_of(2), gc_sepbit: (seed / 16) % 2 == 1, ..o }
 }
 
 fn manual(o: OpenOptions, entropy: &Entropy) -> OpenOptions {
