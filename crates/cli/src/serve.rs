@@ -97,6 +97,7 @@ pub struct Config {
     pub evict: bool,
     pub gc_policy: GcPolicy,
     pub gc_hot_cold: bool,
+    pub gc_sepbit: bool,
     pub gc_watermark: Watermark,
     pub discard: Discard,
     pub flush: bool,
@@ -180,6 +181,7 @@ impl Config {
             evict: true,
             gc_policy: GcPolicy::default(),
             gc_hot_cold: false,
+            gc_sepbit: false,
             gc_watermark: Watermark::default(),
             discard: Discard::default(),
             flush: false,
@@ -405,6 +407,7 @@ fn run(a: Config) -> Result<(), String> {
         dram_tier_bytes: a.memory_limit << 20,
         gc_policy: a.gc_policy,
         gc_hot_cold: a.gc_hot_cold,
+        gc_sepbit: a.gc_sepbit,
         gc_watermark: a.gc_watermark,
         discard: a.discard,
         ..OpenOptions::default()

@@ -596,6 +596,17 @@ pub const SETTINGS: &[Setting] = &[
         apply: |c, v| c.gc_hot_cold = v.bool(),
     },
     Setting {
+        key: "gc_sepbit",
+        long: "gc-sepbit",
+        short: None,
+        kind: Kind::Switch { sets: true },
+        help: "Place writes by expected lifetime (SepBIT): an overwrite of a young version goes to a short-lived stream, GC's survivors to streams by age",
+        default: "`false`",
+        meaning: "SepBIT placement: an overwrite of a version younger than recently reclaimed short-lived segments lived goes to a short-lived user stream, and GC splits its survivors by age into three more streams (implies hot/cold relocation; ignored in zoned mode); 0.85x greedy's write amplification under Zipfian overwrites at 80% live against cost-benefit+hot-cold's 0.91x, and 1.06x under uniform ones (docs/BENCHMARKS.md, \"Garbage collection\"; `stats`' `granary_gc_sepbit`). A store written with it needs a build that knows its segment streams",
+        value: |c| Some(c.gc_sepbit.to_string()),
+        apply: |c, v| c.gc_sepbit = v.bool(),
+    },
+    Setting {
         key: "gc_watermark",
         long: "gc-watermark",
         short: None,

@@ -239,19 +239,25 @@ fn gc_settings_reach_the_store_and_stats_report_them() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let data = dir.path().join("gc.db");
     let gc_stats = |s: &Serve| {
-        ["granary_gc_policy", "granary_gc_hot_cold", "granary_gc_watermark", "granary_gc_discard"].map(|n| stat(s, n))
+        ["granary_gc_policy", "granary_gc_hot_cold", "granary_gc_sepbit", "granary_gc_watermark", "granary_gc_discard"]
+            .map(|n| stat(s, n))
     };
     let s = Serve::start(&data);
-    assert_eq!(gc_stats(&s), ["cost-benefit", "0", "fixed", "0"]);
+    assert_eq!(gc_stats(&s), ["cost-benefit", "0", "0", "fixed", "0"]);
     assert!(s.signal(SIGTERM).success());
     let flags = ["--gc-policy", "greedy", "--gc-hot-cold", "--gc-watermark", "doubling", "--discard", "on"];
     let s = Serve::start_with(&data, &flags);
-    assert_eq!(gc_stats(&s), ["greedy", "1", "doubling", "1"]);
+    assert_eq!(gc_stats(&s), ["greedy", "1", "0", "doubling", "1"]);
+    assert!(s.signal(SIGTERM).success());
+    // SepBIT implies hot/cold relocation.
+    let s = Serve::start_with(&data, &["--gc-sepbit"]);
+    assert_eq!(gc_stats(&s), ["cost-benefit", "1", "1", "fixed", "0"]);
     assert!(s.signal(SIGTERM).success());
     let file = dir.path().join("gc.toml");
-    std::fs::write(&file, "gc_policy = \"greedy\"\ngc_watermark = \"queue\"\ndiscard = \"off\"\n").unwrap();
+    std::fs::write(&file, "gc_policy = \"greedy\"\ngc_sepbit = true\ngc_watermark = \"queue\"\ndiscard = \"off\"\n")
+        .unwrap();
     let s = Serve::start_with(&data, &["--config", file.to_str().unwrap()]);
-    assert_eq!(gc_stats(&s), ["greedy", "0", "queue", "0"]);
+    assert_eq!(gc_stats(&s), ["greedy", "1", "1", "queue", "0"]);
     assert!(s.signal(SIGTERM).success());
 }
 

@@ -188,6 +188,11 @@ impl Stats {
                 u64::from(st.gc_settings.hot_cold),
             )
             .info(
+                "gc.sepbit",
+                "1 if user writes and GC's relocations are placed by expected lifetime, SepBIT's way (gc_sepbit; off in zoned mode).",
+                u64::from(st.gc_settings.sepbit),
+            )
+            .info(
                 "gc.watermark",
                 "How GC's low watermark is set (gc_watermark).",
                 st.gc_settings.watermark.name().to_string(),
