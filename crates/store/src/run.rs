@@ -395,6 +395,7 @@ impl Core {
 mod tests {
     use crate::tests::{colliding_keys, mem_store, test_device};
     use crate::{CreateOptions, Error, OpenOptions, Store};
+    use granary_io::SimRng;
     use std::collections::HashMap;
 
     /// What `get_many` hands out, by key index; each key at most once.
@@ -402,21 +403,6 @@ mod tests {
         let mut got = HashMap::new();
         s.get_many(keys, |i, v| assert!(got.insert(i, v.to_vec()).is_none(), "key {i} handed out twice")).unwrap();
         got
-    }
-
-    /// A small generator for the randomized test (xorshift64*).
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
     }
 
     /// Runs of PUTs and GETs mixed with single PUTs and DELETEs read back
@@ -432,7 +418,7 @@ mod tests {
             let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(segment), index_table_homes: Some(64) };
             let o = OpenOptions { dram_tier_bytes: tier, ..OpenOptions::default() };
             let s = Store::create(dev.clone(), &c, &o).unwrap();
-            let mut rng = Rng(seed);
+            let mut rng = SimRng::new(seed);
             let mut keys: Vec<Vec<u8>> = (0..300u32).map(|i| format!("block-{i}").into_bytes()).collect();
             keys.extend(colliding_keys(4));
             let mut model: HashMap<usize, Vec<u8>> = HashMap::new();

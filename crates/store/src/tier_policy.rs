@@ -430,25 +430,17 @@ impl<V> Sieve<V> {
 mod tests {
     use super::*;
     use crate::loadgen::Zipf;
+    use granary_io::SimRng;
 
-    /// xorshift64*: the tests' seeded generator.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn unit(&mut self) -> f64 {
-            (self.next() >> 11) as f64 / (1u64 << 53) as f64
-        }
+    /// Uniform in [0, 1) from the seeded generator.
+    fn unit(rng: &mut SimRng) -> f64 {
+        (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
     /// Scrambled Zipfian keys: ranks from [`Zipf`] scattered over the
     /// key space by a hash, as YCSB's scrambled Zipfian does.
-    fn zipf_key(z: &Zipf, rng: &mut Rng) -> u64 {
-        z.rank(rng.unit()).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5555
+    fn zipf_key(z: &Zipf, rng: &mut SimRng) -> u64 {
+        z.rank(unit(rng)).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5555
     }
 
     /// A cache under test: get, and insert on a miss.
@@ -503,7 +495,7 @@ mod tests {
     /// and of those in the middle half alone.
     fn replay(c: &mut impl Sim, seed: u64, keys: u64, requests: u64, scan: bool) -> (f64, f64) {
         let z = Zipf::new(keys, 0.99);
-        let mut rng = Rng(seed | 1);
+        let mut rng = SimRng::new(seed);
         let (mut hits, mut counted, mut mid_hits, mut mid) = (0u64, 0u64, 0u64, 0u64);
         for r in 0..requests {
             let middle = (requests / 4..3 * requests / 4).contains(&r);
@@ -550,14 +542,14 @@ mod tests {
     #[test]
     fn both_bound_their_bytes_and_drop_what_does_not_fit() {
         let seed = 0x51ee_d5ee_d000 ^ std::process::id() as u64;
-        let mut rng = Rng(seed | 1);
+        let mut rng = SimRng::new(seed);
         let mut s3 = S3Fifo::<u64>::new(10_000);
         let mut sv = Sieve::<u64>::new(10_000);
         let (mut held3, mut heldv) = (std::collections::HashMap::new(), std::collections::HashMap::new());
         for _ in 0..20_000 {
-            let h = rng.next() % 500;
-            let b = 1 + rng.next() % 700;
-            match rng.next() % 4 {
+            let h = rng.below(500);
+            let b = 1 + rng.below(700);
+            match rng.below(4) {
                 0 => {
                     assert_eq!(s3.remove(h).is_some(), held3.remove(&h).is_some(), "seed {seed}");
                     assert_eq!(sv.remove(h).is_some(), heldv.remove(&h).is_some(), "seed {seed}");
