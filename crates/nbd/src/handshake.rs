@@ -27,6 +27,7 @@ use crate::limits::*;
 use crate::proto::*;
 use crate::NbdStats;
 use granary_server::{Session, Stream};
+use std::io::ErrorKind;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
@@ -59,7 +60,13 @@ async fn read_exact(stream: &Stream, stats: &NbdStats, n: usize, deadline: Insta
             Err(_) => return Err(End::Protocol("handshake timed out")),
         };
         match r {
-            Ok(0) | Err(_) => return Err(End::Closed),
+            Ok(0) => return Err(End::Closed),
+            // A receive interrupted before it took anything is tried again.
+            Err(e) if matches!(e.kind(), ErrorKind::Interrupted | ErrorKind::WouldBlock) => continue,
+            Err(e) => {
+                tracing::debug!(error = %e, "NBD handshake: receive failed; closing");
+                return Err(End::Closed);
+            }
             Ok(k) => {
                 stats.listener.bytes_read.fetch_add(k as u64, Relaxed);
                 got.extend_from_slice(&b[..k]);
@@ -76,7 +83,10 @@ async fn send(stream: &Stream, stats: &NbdStats, bytes: Vec<u8>) -> Result<(), E
             stats.bytes_sent.fetch_add(n as u64, Relaxed);
             Ok(())
         }
-        Err(_) => Err(End::Closed),
+        Err(e) => {
+            tracing::debug!(error = %e, "NBD handshake: send failed; closing");
+            Err(End::Closed)
+        }
     }
 }
 
