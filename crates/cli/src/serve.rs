@@ -567,7 +567,8 @@ fn start(
                 // A mounted file system may send nothing for hours.
                 idle_timeout: None,
             };
-            let exports = Arc::new(granary_nbd::store_export::StoreExports::new(store.clone()));
+            let exports =
+                Arc::new(granary_nbd::store_export::StoreExports::new(store.clone()).with_spawner(rt.spawner()));
             let b = granary_nbd::Server::start_with_listener(exports, bcfg, rt.clone(), listen(listener)?)
                 .map_err(|e| format!("nbd: {e}"))?;
             // NBD has no authentication of its own (docs/SECURITY.md).

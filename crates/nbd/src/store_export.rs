@@ -17,22 +17,54 @@
 //!   [`Export::sync`] is the store's fdatasync barrier, which covers every
 //!   write acknowledged before it, on any namespace;
 //! - a namespace dropped while served fails its operations (`NBD_EIO`);
-//!   the next handshake no longer finds it.
+//!   the next handshake no longer finds it;
+//! - with the runtime's [`Spawner`] ([`StoreExports::with_spawner`]), the
+//!   runs of blocks a connection reads are spread over the executors in
+//!   turn (a connection's requests otherwise all run on its one
+//!   executor): a run read elsewhere fills a buffer of its own, copied
+//!   into the reply once it has ended, so nothing the connection owns is
+//!   lent to another thread. Writes stay on the connection's executor: the
+//!   store writes one run piece at a time (`Core::put_many`), so another
+//!   executor would only wait for the same turn.
 
 use crate::export::{Export, ExportInfo, Exports};
+use granary_rt::Spawner;
 use granary_store::block::{block_key, BLOCK_KEY_BYTES};
 use granary_store::{Change, Error, Item, ItemMeta, Namespace, NamespaceKind, Store};
 use std::io;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// The block namespaces of a store, as exports.
 pub struct StoreExports {
     store: Arc<Store>,
+    spread: Option<Arc<Spread>>,
+}
+
+/// The executors the runs of a read are spread over.
+struct Spread {
+    spawner: Spawner,
+    /// The executor the next run goes to, modulo their count.
+    next: AtomicUsize,
+    /// Runs read on an executor other than the caller's.
+    elsewhere: AtomicU64,
 }
 
 impl StoreExports {
     pub fn new(store: Arc<Store>) -> StoreExports {
-        StoreExports { store }
+        StoreExports { store, spread: None }
+    }
+
+    /// Spread the runs of blocks that reads ask for over `spawner`'s
+    /// executors (the runtime the exports are served on).
+    pub fn with_spawner(mut self, spawner: Spawner) -> StoreExports {
+        self.spread = Some(Arc::new(Spread { spawner, next: AtomicUsize::new(0), elsewhere: AtomicU64::new(0) }));
+        self
+    }
+
+    /// Runs of blocks read on an executor other than their connection's.
+    pub fn runs_read_elsewhere(&self) -> u64 {
+        self.spread.as_ref().map_or(0, |s| s.elsewhere.load(Relaxed))
     }
 }
 
@@ -61,7 +93,13 @@ impl Exports for StoreExports {
             NamespaceKind::Block { size_bytes, block_bytes } => (size_bytes, block_bytes),
             _ => return None,
         };
-        Some(Arc::new(StoreExport { store: self.store.clone(), ns, size_bytes, block_bytes }))
+        Some(Arc::new(StoreExport {
+            store: self.store.clone(),
+            ns,
+            size_bytes,
+            block_bytes,
+            spread: self.spread.clone(),
+        }))
     }
 }
 
@@ -71,6 +109,22 @@ pub struct StoreExport {
     ns: Namespace,
     size_bytes: u64,
     block_bytes: u32,
+    spread: Option<Arc<Spread>>,
+}
+
+/// Read the blocks from `first` into `out` (whole blocks) with one engine
+/// call; blocks never written stay as `out` has them.
+async fn read_run(ns: &Namespace, block_bytes: usize, first: u64, out: &mut [u8]) -> io::Result<()> {
+    let b = block_bytes;
+    let keys: Vec<[u8; BLOCK_KEY_BYTES]> = (0..(out.len() / b) as u64).map(|i| block_key(first + i)).collect();
+    let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+    ns.get_many_async(&refs, |i, v| {
+        let o = &mut out[i * b..(i + 1) * b];
+        let n = v.len().min(b);
+        o[..n].copy_from_slice(&v[..n]);
+    })
+    .await
+    .map_err(io_error)
 }
 
 /// An engine error as an IO error whose errno the server maps to the
@@ -110,16 +164,25 @@ impl Export for StoreExport {
 
     async fn read_blocks(&self, first: u64, out: &mut [u8]) -> io::Result<()> {
         let b = self.block_bytes as usize;
-        let keys: Vec<[u8; BLOCK_KEY_BYTES]> = (0..(out.len() / b) as u64).map(|i| block_key(first + i)).collect();
-        let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-        self.ns
-            .get_many_async(&refs, |i, v| {
-                let o = &mut out[i * b..(i + 1) * b];
-                let n = v.len().min(b);
-                o[..n].copy_from_slice(&v[..n]);
-            })
-            .await
-            .map_err(io_error)
+        if let Some(sp) = &self.spread {
+            let core = sp.next.fetch_add(1, Relaxed) % sp.spawner.cores();
+            if granary_rt::current_core().is_some_and(|c| c != core) {
+                let (ns, len) = (self.ns.clone(), out.len());
+                let run = async move {
+                    // Zeroes, as the caller's buffer: blocks never written
+                    // read so.
+                    let mut buf = vec![0u8; len];
+                    let r = read_run(&ns, b, first, &mut buf).await;
+                    (r, buf)
+                };
+                let (r, buf) = sp.spawner.spawn_on(core, run).await.map_err(io::Error::other)?;
+                r?;
+                sp.elsewhere.fetch_add(1, Relaxed);
+                out.copy_from_slice(&buf);
+                return Ok(());
+            }
+        }
+        read_run(&self.ns, b, first, out).await
     }
 
     async fn write_blocks(&self, first: u64, data: &[u8]) -> io::Result<()> {
@@ -152,5 +215,62 @@ impl Export for StoreExport {
 
     async fn sync(&self) -> io::Result<()> {
         self.store.sync_async().await.map_err(io_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use granary_rt::{Runtime, RuntimeConfig};
+    use granary_store::io::{MemDevice, SimRng};
+    use granary_store::{CreateOptions, OpenOptions};
+
+    /// Runs read on either executor return what was written (and zeroes
+    /// for blocks never written), and some were read on the other one.
+    #[test]
+    fn runs_read_on_other_executors_return_the_written_blocks() {
+        let seed = 0x5eed_0001;
+        let store = Arc::new(
+            Store::create(Arc::new(MemDevice::new(32 << 20)), &CreateOptions::default(), &OpenOptions::default())
+                .unwrap(),
+        );
+        store.create_export("disk", 4 << 20, 4096).unwrap();
+        let rt = Runtime::new(RuntimeConfig { threads: 2, pin: false, ..Default::default() }).unwrap();
+        let exports = Arc::new(StoreExports::new(store.clone()).with_spawner(rt.spawner()));
+        let disk = exports.open("disk").unwrap();
+        let mut rng = SimRng::new(seed);
+        // Blocks 0..1024: every third one left unwritten.
+        let mut want = vec![0u8; 4 << 20];
+        for run in 0..16u64 {
+            let mut data = vec![0u8; 64 * 4096];
+            for w in data.chunks_mut(8) {
+                w.copy_from_slice(&rng.next_u64().to_le_bytes());
+            }
+            let first = run * 64;
+            for (i, blk) in data.chunks(4096).enumerate() {
+                if !(first + i as u64).is_multiple_of(3) {
+                    rt.block_on({
+                        let (d, blk) = (disk.clone(), blk.to_vec());
+                        async move { d.write_block(first + i as u64, &blk).await }
+                    })
+                    .unwrap()
+                    .unwrap();
+                    want[((first as usize + i) * 4096)..][..4096].copy_from_slice(blk);
+                }
+            }
+        }
+        for round in 0..4 {
+            let (d, want) = (disk.clone(), want.clone());
+            rt.block_on(async move {
+                for run in 0..16u64 {
+                    let mut out = vec![0u8; 64 * 4096];
+                    d.read_blocks(run * 64, &mut out).await.unwrap();
+                    let at = (run * 64 * 4096) as usize;
+                    assert!(out == want[at..at + out.len()], "seed {seed:#x}: round {round}, run {run} differs");
+                }
+            })
+            .unwrap();
+        }
+        assert!(exports.runs_read_elsewhere() > 0, "no run was read on the other executor");
     }
 }

@@ -38,8 +38,12 @@
 //! the index still points at it afterwards. Anything else (no simple
 //! candidate, another key's record, a record moved or damaged meanwhile)
 //! is read by the single GET's path, which handles every case. With the
-//! DRAM tier on, each key asks it first, and a record read from the device
-//! is offered to it, as a single GET does.
+//! DRAM tier on, each key asks it first; a record a run reads from the
+//! device is not offered to it: a run is a scan (a block device's
+//! sequential pass reads each block once), and admitting its records would
+//! spend a copy and an admission per key to push out what single GETs keep
+//! hot. (Keys a run hands to the single GET's path are offered as any
+//! single GET's are.)
 
 use crate::access::Policy;
 use crate::error::{Error, Result};
@@ -349,9 +353,6 @@ impl Core {
                 if self.track_access {
                     let c = self.access_clock;
                     self.keys.index.access(k.h, pba, |w| c.bumped(w, now));
-                }
-                if let Some(t) = tier {
-                    self.offer_hot(t, &k.key, k.h, &hdr, rec, pba);
                 }
                 each(i, record::value_of(&hdr, rec));
             }
