@@ -19,13 +19,13 @@
 //! - a namespace dropped while served fails its operations (`NBD_EIO`);
 //!   the next handshake no longer finds it;
 //! - with the runtime's [`Spawner`] ([`StoreExports::with_spawner`]), the
-//!   runs of blocks a connection reads are spread over the executors in
-//!   turn (a connection's requests otherwise all run on its one
-//!   executor): a run read elsewhere fills a buffer of its own, copied
-//!   into the reply once it has ended, so nothing the connection owns is
-//!   lent to another thread. Writes stay on the connection's executor: the
-//!   store writes one run piece at a time (`Core::put_many`), so another
-//!   executor would only wait for the same turn.
+//!   runs of blocks a connection reads or writes are spread over the
+//!   executors in turn (a connection's requests otherwise all run on its
+//!   one executor): a run read elsewhere fills a buffer of its own, copied
+//!   into the reply once it has ended, and a run written elsewhere writes
+//!   a copy of its data, so nothing the connection owns is lent to another
+//!   thread. The store serialises only the device writes of runs; their
+//!   records' encoding and indexing run on the executors in parallel.
 
 use crate::export::{Export, ExportInfo, Exports};
 use granary_rt::Spawner;
@@ -62,9 +62,18 @@ impl StoreExports {
         self
     }
 
-    /// Runs of blocks read on an executor other than their connection's.
-    pub fn runs_read_elsewhere(&self) -> u64 {
+    /// Runs of blocks read or written on an executor other than their
+    /// connection's.
+    pub fn runs_elsewhere(&self) -> u64 {
         self.spread.as_ref().map_or(0, |s| s.elsewhere.load(Relaxed))
+    }
+}
+
+impl Spread {
+    /// The executor the next run goes to, if not the caller's own.
+    fn elsewhere(&self) -> Option<usize> {
+        let core = self.next.fetch_add(1, Relaxed) % self.spawner.cores();
+        granary_rt::current_core().is_some_and(|c| c != core).then_some(core)
     }
 }
 
@@ -110,6 +119,15 @@ pub struct StoreExport {
     size_bytes: u64,
     block_bytes: u32,
     spread: Option<Arc<Spread>>,
+}
+
+/// Write `data` (whole blocks) to the blocks from `first` with one engine
+/// call.
+async fn write_run(ns: &Namespace, block_bytes: usize, first: u64, data: &[u8]) -> io::Result<()> {
+    let b = block_bytes;
+    let keys: Vec<[u8; BLOCK_KEY_BYTES]> = (0..(data.len() / b) as u64).map(|i| block_key(first + i)).collect();
+    let items: Vec<(&[u8], &[u8])> = keys.iter().zip(data.chunks(b)).map(|(k, d)| (&k[..], d)).collect();
+    ns.put_many_async(&items).await.map_err(io_error)
 }
 
 /// Read the blocks from `first` into `out` (whole blocks) with one engine
@@ -165,8 +183,7 @@ impl Export for StoreExport {
     async fn read_blocks(&self, first: u64, out: &mut [u8]) -> io::Result<()> {
         let b = self.block_bytes as usize;
         if let Some(sp) = &self.spread {
-            let core = sp.next.fetch_add(1, Relaxed) % sp.spawner.cores();
-            if granary_rt::current_core().is_some_and(|c| c != core) {
+            if let Some(core) = sp.elsewhere() {
                 let (ns, len) = (self.ns.clone(), out.len());
                 let run = async move {
                     // Zeroes, as the caller's buffer: blocks never written
@@ -187,9 +204,16 @@ impl Export for StoreExport {
 
     async fn write_blocks(&self, first: u64, data: &[u8]) -> io::Result<()> {
         let b = self.block_bytes as usize;
-        let keys: Vec<[u8; BLOCK_KEY_BYTES]> = (0..(data.len() / b) as u64).map(|i| block_key(first + i)).collect();
-        let items: Vec<(&[u8], &[u8])> = keys.iter().zip(data.chunks(b)).map(|(k, d)| (&k[..], d)).collect();
-        self.ns.put_many_async(&items).await.map_err(io_error)
+        if let Some(sp) = &self.spread {
+            if let Some(core) = sp.elsewhere() {
+                let (ns, data) = (self.ns.clone(), data.to_vec());
+                let run = async move { write_run(&ns, b, first, &data).await };
+                sp.spawner.spawn_on(core, run).await.map_err(io::Error::other)??;
+                sp.elsewhere.fetch_add(1, Relaxed);
+                return Ok(());
+            }
+        }
+        write_run(&self.ns, b, first, data).await
     }
 
     async fn update_block(&self, n: u64, at: usize, data: &[u8]) -> io::Result<()> {
@@ -225,10 +249,11 @@ mod tests {
     use granary_store::io::{MemDevice, SimRng};
     use granary_store::{CreateOptions, OpenOptions};
 
-    /// Runs read on either executor return what was written (and zeroes
-    /// for blocks never written), and some were read on the other one.
+    /// Runs written and read on either executor: reads return what was
+    /// written (and zeroes for blocks never written), and some runs ran on
+    /// the other executor.
     #[test]
-    fn runs_read_on_other_executors_return_the_written_blocks() {
+    fn runs_on_other_executors_write_and_read_the_blocks() {
         let seed = 0x5eed_0001;
         let store = Arc::new(
             Store::create(Arc::new(MemDevice::new(32 << 20)), &CreateOptions::default(), &OpenOptions::default())
@@ -247,6 +272,13 @@ mod tests {
                 w.copy_from_slice(&rng.next_u64().to_le_bytes());
             }
             let first = run * 64;
+            if run % 2 == 0 {
+                // A run of blocks: written on either executor.
+                let (d, copy) = (disk.clone(), data.clone());
+                rt.block_on(async move { d.write_blocks(first, &copy).await }).unwrap().unwrap();
+                want[(first as usize * 4096)..][..data.len()].copy_from_slice(&data);
+                continue;
+            }
             for (i, blk) in data.chunks(4096).enumerate() {
                 if !(first + i as u64).is_multiple_of(3) {
                     rt.block_on({
@@ -271,6 +303,6 @@ mod tests {
             })
             .unwrap();
         }
-        assert!(exports.runs_read_elsewhere() > 0, "no run was read on the other executor");
+        assert!(exports.runs_elsewhere() > 0, "no run ran on the other executor");
     }
 }

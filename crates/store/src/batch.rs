@@ -471,7 +471,7 @@ impl Core {
             hdr.encode(self.log.seed, COMMIT_KEY, &commit.encode(), &mut buf[(at * g) as usize..]);
             buf
         };
-        let loc = self.write_encoded(Purpose::Put, total, "batch write", encode).await?;
+        let loc = self.write_encoded(Purpose::Put, total, encode).await?;
         // Durable: point the index at every record, readers of them waiting
         // until all are.
         self.keys.publishing.start(first, seq);

@@ -243,7 +243,6 @@ impl Store {
             clock: opts.clock.clone(),
             evict: opts.evict,
             flush_lock: async_lock::Mutex::new(()),
-            run_gate: async_lock::Mutex::new(()),
             // Zoned mode writes the user stream in allocation order, which
             // the coalescer's ordered groups give (`Coalescer::ordered`).
             coalesce: opts.coalesce_writes || zoned,

@@ -20,15 +20,15 @@
 //! write in flight. A run larger than [`RUN_WRITE_BYTES_MAX`] is written
 //! as several such pieces, one after another.
 //!
-//! One run piece is in flight at a time, store-wide (`Core::run_gate`,
-//! held from the piece's allocation to its index update, after its
-//! stripes), as one group write of coalesced single writes is: a piece is
-//! smaller than a segment, so the user writes a crash can tear lie in the
-//! user stream's newest segments, where recovery's torn-record rule
-//! ignores them. Pieces of many connections queue for the gate; each is
-//! one large IO, so the device still sees large writes. In zoned mode a
-//! piece is also queued behind the single writes' groups
-//! (`Core::write_encoded`), to land at its zone's write pointer.
+//! A piece is written through the coalescer as a group of its own
+//! (`Core::write_encoded`): one user-stream write is in flight at a time,
+//! and none opens a segment while an older one still has a write to
+//! finish, so the writes a crash can tear lie in the user stream's newest
+//! segments, where recovery's torn-record rule ignores them (in zoned
+//! mode, too, at its zone's write pointer). Only the device write is
+//! serialised: pieces of many connections (on several executors) encode
+//! their records while another piece's write is in flight, and index
+//! theirs after it.
 //!
 //! **Reads.** Each key's one index candidate is planned as a read of the
 //! record's size; records lying next to each other in one segment are
@@ -174,8 +174,6 @@ impl Core {
             for &i in &stripes {
                 _held.push(self.keys.stripe_at(i).await);
             }
-            // Taken last: nobody waits for a stripe while holding it.
-            let _gate = self.run_gate.lock().await;
             match self.put_piece_locked(piece).await {
                 Err(Error::NoSpace { .. }) => continue, // raced for the last room: wait again
                 r => return r,
@@ -216,7 +214,7 @@ impl Core {
             }
             buf
         };
-        let loc = self.write_encoded(Purpose::Put, total, "write", encode).await?;
+        let loc = self.write_encoded(Purpose::Put, total, encode).await?;
         let published = self.publish_piece(keys, values, prior, &locs, first, meta).await;
         self.space.done(loc.seg);
         published

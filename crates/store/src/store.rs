@@ -97,11 +97,6 @@ pub(crate) struct Core {
     pub(crate) manual: bool,
     /// Serialises `flush_all`s, so the floor stored last is the highest.
     pub(crate) flush_lock: async_lock::Mutex<()>,
-    /// Held by a run's write ([`Core::put_many`]) from its allocation to
-    /// its index update: one run piece in flight at a time, as one group
-    /// write is, so the writes a crash can tear stay within the user
-    /// stream's newest segments (recovery's torn-record rule).
-    pub(crate) run_gate: async_lock::Mutex<()>,
     /// Group commit of user writes
     /// ([`OpenOptions::coalesce_writes`](crate::OpenOptions::coalesce_writes)).
     pub(crate) coalesce: bool,

@@ -577,34 +577,28 @@ impl Core {
 
     /// Allocate `grains` for records of `purpose` that `encode` encodes
     /// (given their place) into one buffer, and write it with one IO
-    /// (flushed in `Flush` mode): an atomic batch, a run of PUTs. In zoned
-    /// mode through the coalescer ([`Coalescer::write_own`]), so that the
-    /// write lands at its zone's write pointer, in allocation order among
-    /// the user stream's groups; otherwise beside them. On success the
-    /// caller indexes the records and then calls `space.done`; a device
-    /// error poisons the store (and releases the segment).
+    /// (flushed in `Flush` mode): an atomic batch, a run of PUTs. Through
+    /// the coalescer ([`Coalescer::write_own`]), as a group of its own
+    /// among the single writes' groups: it is counted as pending in its
+    /// segment, so no writer opens a segment past it while it is in flight
+    /// (the writes a crash can tear stay in the stream's newest segments),
+    /// and in zoned mode it is written in allocation order, at its zone's
+    /// write pointer. On success the caller indexes the records and then
+    /// calls `space.done`; a device error poisons the store (and releases
+    /// the segment).
     ///
     /// [`Coalescer::write_own`]: crate::coalesce::Coalescer::write_own
     pub(crate) async fn write_encoded(
         &self,
         purpose: Purpose,
         grains: u64,
-        op: &'static str,
         encode: impl FnOnce(&Loc) -> AlignedBuf,
     ) -> Result<Loc> {
-        if self.coalescer.ordered.load(Relaxed) {
-            let (dev, g) = (self.log.dev.as_ref(), self.log.grain());
-            let next_seq = self.log.next_seq.load(Relaxed);
-            let r = self
-                .coalescer
-                .write_own(&self.space, dev, self.log.durability, purpose, g, next_seq, grains, encode)
-                .await;
-            return r.map_err(|e| self.log.poison_io(e));
-        }
-        let loc = self.alloc_records(purpose, grains)?;
-        let buf = encode(&loc);
-        self.write_records(op, buf, &loc).await.1?;
-        Ok(loc)
+        let (dev, g) = (self.log.dev.as_ref(), self.log.grain());
+        let next_seq = self.log.next_seq.load(Relaxed);
+        let r =
+            self.coalescer.write_own(&self.space, dev, self.log.durability, purpose, g, next_seq, grains, encode).await;
+        r.map_err(|e| self.log.poison_io(e))
     }
 
     /// Write `buf`, the records encoded for `loc` (from
