@@ -7,28 +7,54 @@
 //!   io_uring backend, in a fresh directory under the directory the test
 //!   names (removed on drop). The synchronous API's IO then goes through
 //!   the calling thread's private ring (`granary_rt::sync_ring`), the async
-//!   API's through its executor's ring.
+//!   API's through its executor's ring;
+//! - `GRANARY_TEST_BACKEND=zoned`: an emulated zoned device
+//!   ([`ZonedDevice`], in memory) with one conventional zone at the start
+//!   (the store's superblocks), 512-byte blocks and [`ZONED_MAX_OPEN`]
+//!   open and active zones at most. Its zones are the store's segments:
+//!   a test names the segment size with [`TestDevice::shape_zones`]
+//!   before the device's first use (without it, zones of
+//!   [`ZONED_DEFAULT_ZONE_BYTES`]). The store then opens in zoned mode.
+//!   Every operation the emulation refuses for breaking a zone rule is
+//!   printed, and the device's drop fails the test if there was one
+//!   ([`TestDevice::zone_violations`]).
 //!
-//! Either way the test can corrupt bytes ([`TestDevice::with_bytes_mut`])
+//! Any way the test can corrupt bytes ([`TestDevice::with_bytes_mut`])
 //! and make writes fail ([`TestDevice::fail_writes`]). Crash points (torn
 //! and lost writes) belong to the simulated devices ([`MemDevice`],
 //! [`crate::FaultDevice`]); [`TestDevice::mem`] gives the memory device
 //! when there is one.
 
-use crate::{AlignedBuf, Device, FileDevice, IoBackend, IoCounters, IoFuture, IoResult, MemDevice, OpenMode};
+use crate::{
+    AlignedBuf, Device, FileDevice, IoBackend, IoCounters, IoFuture, IoResult, MemDevice, OpenMode, ZoneGeometry,
+    ZonedDevice,
+};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The environment variable that picks the backend.
 pub const BACKEND_VAR: &str = "GRANARY_TEST_BACKEND";
+
+/// The zoned backend's limit on open and on active zones: the most the
+/// store ever needs (two per segment stream with hot/cold separation's
+/// three streams, one more for an index checkpoint), so a zone it opens
+/// beyond its own accounting is refused. Drives allow as many or more
+/// (Western Digital's ZN540 ZNS SSD: 14).
+pub const ZONED_MAX_OPEN: usize = 7;
+
+/// The zoned backend's zone size when the test names none
+/// ([`TestDevice::shape_zones`]): the store's first segment starts at
+/// 1 MiB, so zones of 1 MiB or less divide it.
+pub const ZONED_DEFAULT_ZONE_BYTES: u64 = 1 << 20;
 
 /// Which backend [`TestDevice::new`] builds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TestBackend {
     Sync,
     Uring,
+    Zoned,
 }
 
 impl TestBackend {
@@ -38,20 +64,34 @@ impl TestBackend {
         match std::env::var(BACKEND_VAR).as_deref() {
             Err(_) | Ok("") | Ok("sync") => TestBackend::Sync,
             Ok("uring") => TestBackend::Uring,
-            Ok(other) => panic!("{BACKEND_VAR}={other:?}: expected sync or uring"),
+            Ok("zoned") => TestBackend::Zoned,
+            Ok(other) => panic!("{BACKEND_VAR}={other:?}: expected sync, uring or zoned"),
         }
     }
 }
 
 enum Inner {
     Mem(Arc<MemDevice>),
-    File { dev: Box<FileDevice>, path: PathBuf, dir: PathBuf },
+    File {
+        dev: Box<FileDevice>,
+        path: PathBuf,
+        dir: PathBuf,
+    },
+    /// Built at its first use, with the zone size named by then.
+    Zoned {
+        dev: Box<OnceLock<ZonedDevice>>,
+        size: u64,
+        zone_bytes: OnceLock<u64>,
+    },
 }
 
 /// A test's device. See the module doc.
 pub struct TestDevice {
     inner: Inner,
     fail_writes: AtomicBool,
+    /// The first zone rule broken (the zoned backend), for the drop's
+    /// failure.
+    violation: Mutex<Option<String>>,
 }
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -77,23 +117,81 @@ impl TestDevice {
                     .with_backend(IoBackend::Uring);
                 Inner::File { dev: Box::new(dev), path, dir: sub }
             }
+            TestBackend::Zoned => {
+                Inner::Zoned { dev: Box::new(OnceLock::new()), size: size_bytes, zone_bytes: OnceLock::new() }
+            }
         };
-        TestDevice { inner, fail_writes: AtomicBool::new(false) }
+        TestDevice { inner, fail_writes: AtomicBool::new(false), violation: Mutex::new(None) }
     }
 
     pub fn backend(&self) -> TestBackend {
         match self.inner {
             Inner::Mem(_) => TestBackend::Sync,
             Inner::File { .. } => TestBackend::Uring,
+            Inner::Zoned { .. } => TestBackend::Zoned,
         }
+    }
+
+    /// The zoned backend: its zones are `zone_bytes` each (the segment
+    /// size of the store the test creates). Call before the device's first
+    /// use; nothing on the other backends. Panics if the device was built
+    /// with another zone size already.
+    pub fn shape_zones(&self, zone_bytes: u64) -> &Self {
+        if let Inner::Zoned { zone_bytes: z, .. } = &self.inner {
+            let set = *z.get_or_init(|| zone_bytes);
+            assert_eq!(set, zone_bytes, "the zoned test device was built with {set}-byte zones already");
+        }
+        self
     }
 
     /// The memory device, for crash-point tests.
     pub fn mem(&self) -> Option<&Arc<MemDevice>> {
         match &self.inner {
             Inner::Mem(m) => Some(m),
-            Inner::File { .. } => None,
+            Inner::File { .. } | Inner::Zoned { .. } => None,
         }
+    }
+
+    /// The emulated zoned device (the zoned backend).
+    pub fn zoned(&self) -> Option<&ZonedDevice> {
+        match &self.inner {
+            Inner::Zoned { .. } => Some(self.zoned_dev()),
+            _ => None,
+        }
+    }
+
+    /// Operations the zoned backend refused for breaking a zone rule (0
+    /// on the other backends).
+    pub fn zone_violations(&self) -> u64 {
+        self.zoned().map_or(0, ZonedDevice::violations)
+    }
+
+    fn zoned_dev(&self) -> &ZonedDevice {
+        let Inner::Zoned { dev, size, zone_bytes } = &self.inner else { unreachable!("not the zoned backend") };
+        dev.get_or_init(|| {
+            let zone = *zone_bytes.get_or_init(|| ZONED_DEFAULT_ZONE_BYTES);
+            let zones = (*size / zone) as usize;
+            assert!(zones >= 2, "a zoned test device of {size} bytes holds fewer than two {zone}-byte zones");
+            // 512-byte blocks, as the memory device's: the suite's stores
+            // have 512-byte grains.
+            ZonedDevice::new(zones, zone, ZONED_MAX_OPEN, ZONED_MAX_OPEN).with_conventional(1).with_block_bytes(512)
+        })
+    }
+
+    /// A zone rule broken (the emulation's `InvalidInput` refusal): printed
+    /// at once, the first kept for the drop's failure.
+    fn note<T>(&self, r: io::Result<T>) -> io::Result<T> {
+        if let Err(e) = &r {
+            let msg = e.to_string();
+            // The prefix of the emulation's refusals (`zoned::violation`).
+            if matches!(self.inner, Inner::Zoned { .. }) && msg.starts_with("zone rule violated") {
+                // Straight to stderr, past the test harness's capture.
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "zoned test device: {msg}");
+                self.violation.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(msg);
+            }
+        }
+        r
     }
 
     /// Run `f` on the device's bytes; changes are kept (for a file: read
@@ -102,6 +200,7 @@ impl TestDevice {
     pub fn with_bytes_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
         match &self.inner {
             Inner::Mem(m) => m.with_bytes_mut(f),
+            Inner::Zoned { .. } => self.zoned_dev().with_bytes_mut(f),
             Inner::File { path, dev, .. } => {
                 let mut bytes = std::fs::read(path).expect("read the test device");
                 bytes.truncate(dev.size_bytes() as usize);
@@ -132,6 +231,7 @@ impl TestDevice {
         match &self.inner {
             Inner::Mem(m) => m.as_ref(),
             Inner::File { dev, .. } => dev.as_ref(),
+            Inner::Zoned { .. } => self.zoned_dev(),
         }
     }
 
@@ -145,6 +245,13 @@ impl Drop for TestDevice {
         if let Inner::File { dir, .. } = &self.inner {
             let _ = std::fs::remove_dir_all(dir);
         }
+        if let Inner::Zoned { dev, .. } = &self.inner {
+            let n = dev.get().map_or(0, ZonedDevice::violations);
+            if n > 0 && !std::thread::panicking() {
+                let first = self.violation.get_mut().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_default();
+                panic!("the zoned test device refused {n} operations for breaking a zone rule; the first: {first}");
+            }
+        }
     }
 }
 
@@ -156,7 +263,8 @@ impl Device for TestDevice {
         if let Some(e) = self.injected() {
             return (buf, Err(e));
         }
-        self.dev().write_at(buf, offset)
+        let (buf, r) = self.dev().write_at(buf, offset);
+        (buf, self.note(r))
     }
     fn read_at_async(&self, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
         self.dev().read_at_async(buf, offset)
@@ -164,6 +272,10 @@ impl Device for TestDevice {
     fn write_at_async(&self, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
         if let Some(e) = self.injected() {
             return IoFuture::ready((buf, Err(e)));
+        }
+        if matches!(self.inner, Inner::Zoned { .. }) {
+            // The emulation is synchronous: its refusal is seen here.
+            return IoFuture::ready(self.write_at(buf, offset));
         }
         self.dev().write_at_async(buf, offset)
     }
@@ -174,10 +286,22 @@ impl Device for TestDevice {
         self.dev().flush()
     }
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.dev().discard(offset, len)
+        self.note(self.dev().discard(offset, len))
     }
     fn discards_by_default(&self) -> bool {
         self.dev().discards_by_default()
+    }
+    fn zones(&self) -> Option<ZoneGeometry> {
+        self.dev().zones()
+    }
+    fn reset_zones(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.note(self.dev().reset_zones(offset, len))
+    }
+    fn finish_zones(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.note(self.dev().finish_zones(offset, len))
+    }
+    fn write_pointer(&self, offset: u64) -> io::Result<u64> {
+        self.note(self.dev().write_pointer(offset))
     }
     fn size_bytes(&self) -> u64 {
         self.dev().size_bytes()
@@ -189,6 +313,7 @@ impl Device for TestDevice {
         match &self.inner {
             Inner::Mem(m) => m.counters(),
             Inner::File { dev, .. } => dev.counters(),
+            Inner::Zoned { .. } => self.zoned_dev().counters(),
         }
     }
     fn describe(&self) -> String {
@@ -218,6 +343,31 @@ mod tests {
             d.fail_writes(false);
             assert_eq!(d.mem().is_some(), backend == TestBackend::Sync);
         }
+    }
+
+    #[test]
+    fn zoned_backend_takes_its_zone_size_and_fails_on_a_broken_rule() {
+        let d = TestDevice::with_backend(TestBackend::Zoned, 1 << 20, Path::new(env!("CARGO_MANIFEST_DIR")));
+        d.shape_zones(64 << 10);
+        let g = d.zones().unwrap();
+        assert_eq!((g.zone_bytes, g.conventional_bytes, g.max_open), (64 << 10, 64 << 10, ZONED_MAX_OPEN));
+        d.write_at(AlignedBuf::zeroed(4096), 4096).1.unwrap();
+        d.write_at(AlignedBuf::zeroed(4096), 64 << 10).1.unwrap();
+        d.with_bytes_mut(|b| b[(64 << 10) + 1] = 7);
+        let (b, r) = d.read_at(AlignedBuf::zeroed(4096), 64 << 10);
+        r.unwrap();
+        assert_eq!(b[1], 7);
+        assert_eq!(d.zone_violations(), 0);
+        // Behind the write pointer: refused, counted, and the drop fails.
+        assert!(d.write_at(AlignedBuf::zeroed(4096), 64 << 10).1.is_err());
+        assert_eq!(d.zone_violations(), 1);
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(d)));
+        let e = dropped.unwrap_err();
+        let msg = e.downcast_ref::<String>().unwrap();
+        assert!(msg.contains("write pointer"), "{msg}");
+        // Unshaped: zones of the default size.
+        let d = TestDevice::with_backend(TestBackend::Zoned, 4 << 20, Path::new(env!("CARGO_MANIFEST_DIR")));
+        assert_eq!(d.zones().unwrap().zone_bytes, ZONED_DEFAULT_ZONE_BYTES);
     }
 
     #[test]

@@ -29,7 +29,7 @@
 //!
 //! **Crash model** ([`ZonedDevice::plan_crash`]): a process crash after a
 //! given number of writes. The write at the crash lands a prefix of its
-//! blocks (seeded: none to all), its zone's write pointer advanced by that
+//! logical blocks (seeded: none to all), its zone's write pointer advanced by that
 //! prefix, as a drive that writes a zone in order would leave it; every
 //! operation after it fails (the process is gone) until
 //! [`ZonedDevice::restart`]. Completed writes stay (the default `Direct`
@@ -86,6 +86,8 @@ pub struct ZonedDevice {
     conventional: usize,
     max_open: usize,
     max_active: usize,
+    /// The logical block (4096, or 512 with [`ZonedDevice::with_block_bytes`]).
+    block_bytes: u32,
     violations: AtomicU64,
     resets: AtomicU64,
     counters: IoCounters,
@@ -112,6 +114,7 @@ impl ZonedDevice {
             conventional: 0,
             max_open,
             max_active,
+            block_bytes: 4096,
             violations: AtomicU64::new(0),
             resets: AtomicU64::new(0),
             counters: IoCounters::default(),
@@ -126,6 +129,14 @@ impl ZonedDevice {
             *z = Zone { wp: 0, cond: ZoneCond::NotWp };
         }
         self.conventional = n;
+        self
+    }
+
+    /// Logical blocks of `bytes` (512 or 4096), as a ZNS namespace
+    /// formatted with 512-byte LBAs: writes are then whole 512-byte blocks.
+    pub fn with_block_bytes(mut self, bytes: u32) -> ZonedDevice {
+        assert!(bytes == 512 || bytes == 4096, "{bytes}-byte blocks");
+        self.block_bytes = bytes;
         self
     }
 
@@ -174,6 +185,13 @@ impl ZonedDevice {
     /// Zone resets so far.
     pub fn resets(&self) -> u64 {
         self.resets.load(Relaxed)
+    }
+
+    /// Run `f` on the device's bytes (to corrupt or inspect them, as
+    /// [`crate::MemDevice::with_bytes_mut`]); changes are kept, the zones'
+    /// write pointers and conditions are not touched.
+    pub fn with_bytes_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        f(&mut self.lock().bytes)
     }
 
     /// The zone report (`BLKREPORTZONE`).
@@ -319,7 +337,8 @@ impl Device for ZonedDevice {
         let (mut land, mut crash) = (n, false);
         if let Some((left, rng)) = &mut st.plan {
             if *left == 0 {
-                land = rng.below(n / 4096 + 1) * 4096;
+                let block = self.block_bytes as u64;
+                land = rng.below(n / block + 1) * block;
                 crash = true;
             } else {
                 *left -= 1;
@@ -432,7 +451,7 @@ impl Device for ZonedDevice {
     }
 
     fn block_bytes(&self) -> u32 {
-        4096
+        self.block_bytes
     }
 
     fn counters(&self) -> &IoCounters {

@@ -621,14 +621,15 @@ impl Core {
 mod tests {
     use super::*;
     use crate::{CreateOptions, OpenOptions, DEFAULT_NAMESPACE};
-    use granary_io::MemDevice;
 
     /// A reader that reads the batch's first key while the second is not
     /// published yet waits, and then reads the second key's new value too.
     #[test]
     fn a_reader_of_a_half_published_batch_waits_for_the_rest() {
         let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), ..Default::default() };
-        let s = Arc::new(Store::create(Arc::new(MemDevice::new(8 << 20)), &c, &OpenOptions::default()).unwrap());
+        let dev = crate::tests::test_device(8 << 20);
+        dev.shape_zones(64 << 10);
+        let s = Arc::new(Store::create(dev, &c, &OpenOptions::default()).unwrap());
         let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
         s.put(b"a", b"old").unwrap();
         s.put(b"b", b"old").unwrap();

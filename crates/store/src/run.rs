@@ -414,6 +414,7 @@ mod tests {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64) | 1;
         for (segment, tier) in [(64 << 10, 0), (1 << 20, 0), (1 << 20, 1 << 20)] {
             let dev = test_device(48 << 20);
+            dev.shape_zones(segment);
             let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(segment), index_table_homes: Some(64) };
             let o = OpenOptions { dram_tier_bytes: tier, ..OpenOptions::default() };
             let s = Store::create(dev.clone(), &c, &o).unwrap();
@@ -477,6 +478,11 @@ mod tests {
     /// read per run, and every key is found.
     #[test]
     fn a_run_written_together_is_read_with_few_ios() {
+        if crate::tests::skip_zoned(
+            "4 MiB segments (a 1 MiB run in one): they start at 1 MiB, which 4 MiB zones do not divide",
+        ) {
+            return;
+        }
         let (_dev, s) = mem_store(32 << 20, 4 << 20, 512);
         let keys: Vec<[u8; 8]> = (0..256u64).map(|n| n.to_be_bytes()).collect();
         let values: Vec<Vec<u8>> = (0..256).map(|i| vec![i as u8; 4096]).collect();

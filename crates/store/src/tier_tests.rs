@@ -234,6 +234,7 @@ fn concurrent_readers_never_see_an_older_version() {
     let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(256 << 10), index_table_homes: Some(256) };
     // 16 KiB per shard (items up to 2 KiB): the churn keys' reads evict.
     let opts = OpenOptions { dram_tier_bytes: 1 << 20, ..f.opts(true, false) };
+    f.dev.shape_zones(256 << 10);
     let s = Arc::new(Store::create(f.dev.clone(), &c, &opts).unwrap());
     const KEYS: usize = 8;
     const WRITERS: usize = 2;

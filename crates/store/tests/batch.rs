@@ -3,7 +3,9 @@
 //! crash anywhere (torn and lost writes included) leaving every batch
 //! whole or absent.
 
-use granary_store::io::{CrashKind, FaultDevice, MemDevice, SimRng};
+mod common;
+
+use granary_store::io::{CrashKind, FaultDevice, SimRng};
 use granary_store::{
     Background, BatchOp, BatchOutcome, Clock, CreateOptions, Durability, Entropy, Error, ItemMeta, NamespaceOptions,
     OpenOptions, PutOutcome, Store, BATCH_OPS_MAX, DEFAULT_NAMESPACE,
@@ -11,6 +13,13 @@ use granary_store::{
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
+
+/// A device for a store of [`create_opts`]'s segments: in memory, or the
+/// emulated zoned device with `GRANARY_TEST_BACKEND=zoned` (the crash
+/// cases keep their simulated devices).
+fn device(size: u64) -> Arc<granary_store::io::TestDevice> {
+    common::test_device(size, create_opts().segment_bytes.unwrap())
+}
 
 fn create_opts() -> CreateOptions {
     CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(256) }
@@ -33,7 +42,7 @@ fn opts(durability: Durability) -> OpenOptions {
 
 #[test]
 fn a_batch_applies_every_operation_or_none() {
-    let s = Store::create(Arc::new(MemDevice::new(8 << 20)), &create_opts(), &opts(Durability::Direct)).unwrap();
+    let s = Store::create(device(8 << 20), &create_opts(), &opts(Durability::Direct)).unwrap();
     let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
     let u = s.create_namespace("users", NamespaceOptions::default()).unwrap();
     s.put(b"gone", b"x").unwrap();
@@ -72,7 +81,7 @@ fn a_batch_applies_every_operation_or_none() {
 
 #[test]
 fn limits_are_refused_with_nothing_applied() {
-    let s = Store::create(Arc::new(MemDevice::new(8 << 20)), &create_opts(), &opts(Durability::Direct)).unwrap();
+    let s = Store::create(device(8 << 20), &create_opts(), &opts(Durability::Direct)).unwrap();
     let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
     let mut b = s.batch();
     b.put(&d, b"k", b"1").put(&d, b"k", b"2");
@@ -95,7 +104,7 @@ fn limits_are_refused_with_nothing_applied() {
 /// A namespace's quota counts a batch's earlier writes for its later ones.
 #[test]
 fn a_batch_is_held_to_its_namespaces_quotas() {
-    let s = Store::create(Arc::new(MemDevice::new(8 << 20)), &create_opts(), &opts(Durability::Direct)).unwrap();
+    let s = Store::create(device(8 << 20), &create_opts(), &opts(Durability::Direct)).unwrap();
     let q = s.create_namespace("q", NamespaceOptions { max_keys: Some(2), ..Default::default() }).unwrap();
     let mut b = s.batch();
     b.put(&q, b"a", b"1").put(&q, b"b", b"2").put(&q, b"c", b"3");
@@ -116,8 +125,7 @@ fn a_batch_is_held_to_its_namespaces_quotas() {
 /// another key of it afterwards.
 #[test]
 fn readers_never_see_half_a_batch() {
-    let s =
-        Arc::new(Store::create(Arc::new(MemDevice::new(32 << 20)), &create_opts(), &opts(Durability::Direct)).unwrap());
+    let s = Arc::new(Store::create(device(32 << 20), &create_opts(), &opts(Durability::Direct)).unwrap());
     let stop = Arc::new(AtomicBool::new(false));
     let reader = {
         let (s, stop) = (s.clone(), stop.clone());
@@ -157,7 +165,7 @@ fn store_with_clock() -> (Store, Arc<AtomicU32>) {
         Clock(Arc::new(move || now.load(Relaxed)))
     };
     let o = OpenOptions { clock, ..opts(Durability::Direct) };
-    (Store::create(Arc::new(MemDevice::new(8 << 20)), &create_opts(), &o).unwrap(), now)
+    (Store::create(device(8 << 20), &create_opts(), &o).unwrap(), now)
 }
 
 fn committed(o: BatchOutcome) -> Vec<u64> {
@@ -255,7 +263,7 @@ fn delete_cas_deletes_only_the_version_named() {
     assert_eq!(b.commit().unwrap(), BatchOutcome::ConditionFailed { op: 0, outcome: PutOutcome::NotFound });
     s.verify().unwrap();
     // The delete is durable: a crash and recovery keep it.
-    let dev = Arc::new(MemDevice::new(8 << 20));
+    let dev = device(8 << 20);
     let s = Store::create(dev.clone(), &create_opts(), &opts(Durability::Direct)).unwrap();
     let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
     s.put(b"k", b"v").unwrap();
@@ -276,7 +284,7 @@ fn delete_cas_deletes_only_the_version_named() {
 /// it): every batch reads back, and recovery by log scan finds each whole.
 #[test]
 fn batches_of_varying_size_on_one_thread_recover_whole() {
-    let dev = Arc::new(MemDevice::new(8 << 20));
+    let dev = device(8 << 20);
     let s = Store::create(dev.clone(), &create_opts(), &opts(Durability::Direct)).unwrap();
     let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
     let mut want: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
@@ -342,8 +350,7 @@ fn a_write_between_read_and_commit_fails_the_batch() {
 /// stripe, so exactly one commits and one key stays on.
 #[test]
 fn concurrent_checks_prevent_write_skew() {
-    let s =
-        Arc::new(Store::create(Arc::new(MemDevice::new(8 << 20)), &create_opts(), &opts(Durability::Direct)).unwrap());
+    let s = Arc::new(Store::create(device(8 << 20), &create_opts(), &opts(Durability::Direct)).unwrap());
     let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
     let keys: [&[u8]; 2] = [b"alice", b"bob"];
     for round in 0..200 {

@@ -36,7 +36,7 @@ const OPS_PER_WRITER: u64 = 6000;
 
 /// One seeded case; returns the checkpoints written while the writers ran.
 fn run(seed: u64) -> u64 {
-    let dev = Arc::new(granary_io::MemDevice::new(DEVICE_BYTES));
+    let dev = common::test_device(DEVICE_BYTES, 64 << 10);
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
     let crashy = OpenOptions {
         blind_overwrite_bytes: BLIND,

@@ -2,7 +2,9 @@
 //! sequences against a `HashMap`, on an in-memory device, with keys that
 //! collide in home slot and tag, empty values and values large enough to
 //! need the index's second read. Every reply and the final state must match.
-//! Runs on both IO backends, and on a stripe set (see `common`).
+//! Runs on both IO backends, on a stripe set, and in zoned mode on the
+//! emulated zoned device (see `common`; there segments are 1 MiB zones, so
+//! values stay below the second read's size).
 
 mod common;
 
@@ -42,12 +44,19 @@ fn value(len: usize, fill: u8) -> Vec<u8> {
     (0..len).map(|i| fill.wrapping_add(i as u8)).collect()
 }
 
-fn op_strategy(nkeys: usize) -> impl Strategy<Value = Op> {
+/// `large`: the range of the largest values.
+/// Values needing the index's second read: > 2047 grains of 512 B with
+/// their header.
+const LARGE: std::ops::Range<usize> = 1_048_000..1_100_000;
+/// The largest values in zoned mode, where a value fits one 1 MiB segment.
+const ZONED_LARGE: std::ops::Range<usize> = 200_000..900_000;
+
+fn op_strategy(nkeys: usize, large: std::ops::Range<usize>) -> impl Strategy<Value = Op> {
     let len = prop_oneof![
         4 => Just(0usize),
         10 => 1usize..200,
         3 => 400usize..5000,
-        1 => 1_048_000usize..1_100_000, // > 2047 grains of 512 B with its header
+        1 => large,
     ];
     let mode = prop_oneof![6 => Just(PutMode::Upsert), 1 => Just(PutMode::CreateOnly), 1 => Just(PutMode::ReplaceOnly)];
     prop_oneof![
@@ -64,18 +73,23 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     #[test]
-    fn store_matches_model_sync(ops in proptest::collection::vec(op_strategy(17), 1..60)) {
+    fn store_matches_model_sync(ops in proptest::collection::vec(op_strategy(17, LARGE), 1..60)) {
         run_model(Backend::Sync, ops)?;
     }
 
     #[test]
-    fn store_matches_model_uring(ops in proptest::collection::vec(op_strategy(17), 1..60)) {
+    fn store_matches_model_uring(ops in proptest::collection::vec(op_strategy(17, LARGE), 1..60)) {
         run_model(Backend::Uring, ops)?;
     }
 
     #[test]
-    fn store_matches_model_striped(ops in proptest::collection::vec(op_strategy(17), 1..60)) {
+    fn store_matches_model_striped(ops in proptest::collection::vec(op_strategy(17, LARGE), 1..60)) {
         run_model(Backend::Striped, ops)?;
+    }
+
+    #[test]
+    fn store_matches_model_zoned(ops in proptest::collection::vec(op_strategy(17, ZONED_LARGE), 1..60)) {
+        run_model(Backend::Zoned, ops)?;
     }
 }
 
@@ -96,7 +110,9 @@ fn run_model(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let keys = key_pool();
     prop_assert_eq!(keys.len(), 17);
     let dev = h.device(96 << 20);
-    let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(2 << 20), index_table_homes: Some(64) };
+    // Zoned mode: a segment is one of the device's 1 MiB zones.
+    let segment = if backend == Backend::Zoned { 1 << 20 } else { 2 << 20 };
+    let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(segment), index_table_homes: Some(64) };
     let mut store = Arc::new(Store::create(dev.clone(), &create, &opts()).unwrap());
     let mut model: HashMap<usize, Vec<u8>> = HashMap::new();
     for op in ops {
@@ -151,7 +167,7 @@ fn run_model(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
     drop(store);
     let store = Arc::new(Store::open(dev.clone(), &opts()).unwrap());
     check(&store)?;
-    if backend != Backend::Sync {
+    if matches!(backend, Backend::Uring | Backend::Striped) {
         prop_assert!(h.ring_sqes() > 0, "the io_uring path was used");
     }
     Ok(())

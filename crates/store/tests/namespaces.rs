@@ -5,8 +5,10 @@
 //! their kind kept across restarts and crashes, bad geometry refused,
 //! never evicted, unwritten blocks read with no IO.
 
+mod common;
+
 use granary_store::block::block_key;
-use granary_store::io::{CrashKind, FaultDevice, MemDevice, SimRng};
+use granary_store::io::{CrashKind, FaultDevice, SimRng};
 use granary_store::loadgen::{load_key, load_value};
 use granary_store::{
     Background, Clock, CreateOptions, Durability, Entropy, Error, ItemMeta, NamespaceKind, NamespaceMode,
@@ -15,6 +17,13 @@ use granary_store::{
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
+
+/// A device for a store of [`create_opts`]'s segments: in memory, or the
+/// emulated zoned device with `GRANARY_TEST_BACKEND=zoned` (the crash
+/// cases keep their simulated devices).
+fn device(size: u64) -> Arc<granary_store::io::TestDevice> {
+    common::test_device(size, create_opts().segment_bytes.unwrap())
+}
 
 fn create_opts() -> CreateOptions {
     CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(256) }
@@ -39,7 +48,7 @@ fn clock() -> Arc<AtomicU32> {
 #[test]
 fn a_key_is_its_namespace_and_its_bytes() {
     let now = clock();
-    let s = Store::create(Arc::new(MemDevice::new(8 << 20)), &create_opts(), &opts(&now, false)).unwrap();
+    let s = Store::create(device(8 << 20), &create_opts(), &opts(&now, false)).unwrap();
     let a = s.create_namespace("a", NamespaceOptions::default()).unwrap();
     let b = s.create_namespace("b", NamespaceOptions::default()).unwrap();
     s.put(b"k", b"default").unwrap();
@@ -74,7 +83,7 @@ fn a_key_is_its_namespace_and_its_bytes() {
 #[test]
 fn drop_writes_only_the_catalog_and_its_keys_never_come_back() {
     let now = clock();
-    let dev = Arc::new(MemDevice::new(16 << 20));
+    let dev = device(16 << 20);
     let s = Store::create(dev.clone(), &create_opts(), &opts(&now, false)).unwrap();
     let ns = s.create_namespace("gone", NamespaceOptions::default()).unwrap();
     for i in 0..2_000 {
@@ -118,7 +127,7 @@ fn drop_writes_only_the_catalog_and_its_keys_never_come_back() {
 #[test]
 fn gc_frees_a_dropped_namespace_without_relocating_it() {
     let now = clock();
-    let dev = Arc::new(MemDevice::new(4 << 20));
+    let dev = device(4 << 20);
     let s = Store::create(dev.clone(), &create_opts(), &opts(&now, false)).unwrap();
     let ns = s.create_namespace("big", NamespaceOptions::default()).unwrap();
     let mut n = 0;
@@ -156,7 +165,7 @@ fn gc_frees_a_dropped_namespace_without_relocating_it() {
 #[test]
 fn truncate_empties_a_namespace_and_keeps_its_options() {
     let now = clock();
-    let dev = Arc::new(MemDevice::new(8 << 20));
+    let dev = device(8 << 20);
     let s = Store::create(dev.clone(), &create_opts(), &opts(&now, false)).unwrap();
     let o =
         NamespaceOptions { mode: NamespaceMode::Store, default_ttl_secs: 50, max_keys: Some(10), ..Default::default() };
@@ -190,7 +199,7 @@ fn truncate_empties_a_namespace_and_keeps_its_options() {
 #[test]
 fn quotas_refuse_what_does_not_fit_and_default_ttl_expires() {
     let now = clock();
-    let s = Store::create(Arc::new(MemDevice::new(8 << 20)), &create_opts(), &opts(&now, false)).unwrap();
+    let s = Store::create(device(8 << 20), &create_opts(), &opts(&now, false)).unwrap();
     let o = NamespaceOptions { max_keys: Some(3), max_bytes: Some(4 * 512), ..Default::default() };
     let ns = s.create_namespace("q", o).unwrap();
     for k in [b"a", b"b", b"c"] {
@@ -220,7 +229,7 @@ fn quotas_refuse_what_does_not_fit_and_default_ttl_expires() {
 #[test]
 fn a_store_mode_namespace_is_never_evicted() {
     let now = clock();
-    let s = Store::create(Arc::new(MemDevice::new(3 << 20)), &create_opts(), &opts(&now, true)).unwrap();
+    let s = Store::create(device(3 << 20), &create_opts(), &opts(&now, true)).unwrap();
     let kept =
         s.create_namespace("kept", NamespaceOptions { mode: NamespaceMode::Store, ..Default::default() }).unwrap();
     let cache = s.create_namespace("cache", NamespaceOptions::default()).unwrap();
@@ -251,7 +260,7 @@ fn a_store_mode_namespace_is_never_evicted() {
 #[test]
 fn an_export_keeps_its_kind_across_a_restart_and_a_crash() {
     let now = clock();
-    let dev = Arc::new(MemDevice::new(8 << 20));
+    let dev = device(8 << 20);
     let s = Store::create(dev.clone(), &create_opts(), &opts(&now, false)).unwrap();
     let kind = NamespaceKind::Block { size_bytes: 1 << 20, block_bytes: 4096 };
     let disk = s.create_export("disk", 1 << 20, 4096).unwrap();
@@ -309,7 +318,7 @@ fn an_export_keeps_its_kind_across_a_restart_and_a_crash() {
 #[test]
 fn bad_export_geometry_and_options_are_refused() {
     let now = clock();
-    let s = Store::create(Arc::new(MemDevice::new(8 << 20)), &create_opts(), &opts(&now, false)).unwrap();
+    let s = Store::create(device(8 << 20), &create_opts(), &opts(&now, false)).unwrap();
     let refused = |r: Result<granary_store::Namespace, Error>, why: &str| match r {
         Err(Error::BadNamespace { why: got, .. }) => assert!(got.contains(why), "{got:?} lacks {why:?}"),
         Err(e) => panic!("{e}"),
@@ -351,7 +360,7 @@ fn bad_export_geometry_and_options_are_refused() {
 #[test]
 fn an_export_is_never_evicted() {
     let now = clock();
-    let s = Store::create(Arc::new(MemDevice::new(3 << 20)), &create_opts(), &opts(&now, true)).unwrap();
+    let s = Store::create(device(3 << 20), &create_opts(), &opts(&now, true)).unwrap();
     let disk = s.create_export("disk", 100 * 512, 512).unwrap();
     let cache = s.create_namespace("cache", NamespaceOptions::default()).unwrap();
     for n in 0..100 {
@@ -379,7 +388,7 @@ fn an_export_is_never_evicted() {
 #[test]
 fn an_unwritten_block_reads_as_absent_with_no_io() {
     let now = clock();
-    let s = Store::create(Arc::new(MemDevice::new(8 << 20)), &create_opts(), &opts(&now, false)).unwrap();
+    let s = Store::create(device(8 << 20), &create_opts(), &opts(&now, false)).unwrap();
     let disk = s.create_export("disk", 1 << 30, 4096).unwrap();
     for n in 0..64 {
         disk.put(&block_key(n * 2), &load_value(n, 1, 4096)).unwrap();
@@ -403,7 +412,7 @@ fn an_unwritten_block_reads_as_absent_with_no_io() {
 #[test]
 fn counts_hold_across_a_clean_restart_and_a_crash() {
     let now = clock();
-    let dev = Arc::new(MemDevice::new(16 << 20));
+    let dev = device(16 << 20);
     let s = Store::create(dev.clone(), &create_opts(), &opts(&now, false)).unwrap();
     let a = s.create_namespace("a", NamespaceOptions::default()).unwrap();
     let b = s.create_namespace("b", NamespaceOptions::default()).unwrap();
@@ -450,7 +459,7 @@ fn counts_hold_across_a_clean_restart_and_a_crash() {
 fn a_store_from_before_namespaces_opens_unchanged() {
     let text = include_str!("fixtures/v1-store.hex");
     let size: u64 = text.lines().find_map(|l| l.strip_prefix("# size ")).unwrap().parse().unwrap();
-    let dev = Arc::new(MemDevice::new(size));
+    let dev = device(size);
     dev.with_bytes_mut(|bytes| {
         for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
             let (off, hex) = line.split_once(' ').unwrap();
@@ -502,7 +511,7 @@ fn granary_format_flag_namespaces() -> u32 {
 #[test]
 fn a_handle_outliving_its_store_is_refused() {
     let now = clock();
-    let s = Store::create(Arc::new(MemDevice::new(8 << 20)), &create_opts(), &opts(&now, false)).unwrap();
+    let s = Store::create(device(8 << 20), &create_opts(), &opts(&now, false)).unwrap();
     let ns = s.create_namespace("n", NamespaceOptions::default()).unwrap();
     s.close().unwrap();
     assert!(matches!(ns.put(b"k", b"v"), Err(Error::Closed)));
@@ -648,7 +657,7 @@ fn one_crash(seed: u64) {
 #[test]
 fn a_cache_namespace_at_its_quota_evicts_its_own_values() {
     let now = clock();
-    let dev = Arc::new(MemDevice::new(8 << 20));
+    let dev = device(8 << 20);
     let s = Store::create(dev.clone(), &create_opts(), &opts(&now, true)).unwrap();
     let q = s.create_namespace("q", NamespaceOptions { max_keys: Some(64), ..Default::default() }).unwrap();
     let bytes = s.create_namespace("b", NamespaceOptions { max_bytes: Some(40 * 512), ..Default::default() }).unwrap();

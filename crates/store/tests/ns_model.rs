@@ -4,13 +4,13 @@
 //! holding maps; after every step each key of each namespace reads as the
 //! model says, and each namespace's key count matches.
 
-use granary_store::io::MemDevice;
+mod common;
+
 use granary_store::{
     Background, BatchOutcome, CreateOptions, Error, NamespaceOptions, OpenOptions, PutOutcome, Store, DEFAULT_NAMESPACE,
 };
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 const NAMES: [&str; 3] = ["default", "a", "b"];
 const KEYS: u8 = 6;
@@ -95,8 +95,10 @@ fn check(s: &Store, m: &Model, flushed: bool) -> Result<(), TestCaseError> {
 }
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let dev = Arc::new(MemDevice::new(8 << 20));
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
+    // In memory, or the emulated zoned device (zones of the segment size)
+    // with `GRANARY_TEST_BACKEND=zoned`.
+    let dev = common::test_device(8 << 20, create.segment_bytes.unwrap());
     let mut s = Some(Store::create(dev.clone(), &create, &open_opts()).unwrap());
     let mut m: Model = NAMES.iter().map(|&n| (n, (n == DEFAULT_NAMESPACE).then(HashMap::new))).collect();
     let mut flushed = false;

@@ -5,7 +5,7 @@
 
 mod common;
 
-use granary_io::{MemDevice, SimRng};
+use granary_io::SimRng;
 use granary_store::{
     Background, Clock, Cond, CreateOptions, Entropy, Error, ItemMeta, Namespace, NamespaceOptions, OpenOptions,
     ScanPage, Store, DEFAULT_NAMESPACE,
@@ -66,7 +66,7 @@ fn store_with_clock(dev_bytes: u64, create: &CreateOptions) -> (Store, Arc<Atomi
         Clock(Arc::new(move || now.load(Relaxed)))
     };
     let open = OpenOptions { clock, entropy: Entropy::seeded(1), ..OpenOptions::default() };
-    (Store::create(Arc::new(MemDevice::new(dev_bytes)), create, &open).unwrap(), now)
+    (Store::create(common::test_device(dev_bytes, create.segment_bytes.unwrap()), create, &open).unwrap(), now)
 }
 
 fn small_grains() -> CreateOptions {
@@ -185,7 +185,7 @@ fn keys_written_during_a_scan_do_not_break_it() {
         blind_overwrite_bytes: Some(granary_store::BLIND_OVERWRITE_BYTES_DEFAULT),
         ..OpenOptions::default()
     };
-    let s = Store::create(Arc::new(MemDevice::new(8 << 20)), &create, &open).unwrap();
+    let s = Store::create(common::test_device(8 << 20, create.segment_bytes.unwrap()), &create, &open).unwrap();
     let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
     let stable = keys("stable-", 3000);
     let deleted = keys("deleted-", 500);
@@ -248,7 +248,7 @@ fn keys_overwritten_throughout_a_scan_are_each_returned() {
         blind_overwrite_bytes: Some(granary_store::BLIND_OVERWRITE_BYTES_DEFAULT),
         ..OpenOptions::default()
     };
-    let s = Store::create(Arc::new(MemDevice::new(4 << 20)), &create, &open).unwrap();
+    let s = Store::create(common::test_device(4 << 20, create.segment_bytes.unwrap()), &create, &open).unwrap();
     let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
     let hot: Vec<Vec<u8>> = keys("hot-", 64).into_iter().collect();
     let cold: Vec<Vec<u8>> = keys("cold-", 200).into_iter().collect();
@@ -298,7 +298,7 @@ fn a_scan_survives_gc_and_index_growth() {
         checkpoint_interval: None,
         ..OpenOptions::default()
     };
-    let s = Store::create(Arc::new(MemDevice::new(8 << 20)), &create, &open).unwrap();
+    let s = Store::create(common::test_device(8 << 20, create.segment_bytes.unwrap()), &create, &open).unwrap();
     let stable: Vec<Vec<u8>> = (0..2000).map(|i| format!("stable-{i}").into_bytes()).collect();
     for k in &stable {
         s.put(k, &[0u8; 200]).unwrap();
@@ -355,7 +355,7 @@ fn keys_displaced_by_blind_overwrites_are_returned() {
         checkpoint_interval: None,
         ..OpenOptions::default()
     };
-    let s = Store::create(Arc::new(MemDevice::new(16 << 20)), &create, &open).unwrap();
+    let s = Store::create(common::test_device(16 << 20, create.segment_bytes.unwrap()), &create, &open).unwrap();
     let groups = common::colliding_groups("blind-", 6, 2);
     // Each group's first key, then its second: the second's one candidate
     // is the first's entry, which it displaces blindly.

@@ -1,7 +1,8 @@
 //! Runs engine tests on either IO backend: synchronous calls on the
 //! in-memory device, or the async API on a `granary-rt` executor over a real
 //! O_DIRECT file whose operations go through the executor's io_uring; and
-//! that again over a RAID-0 stripe set of three such files.
+//! that again over a RAID-0 stripe set of three such files; and
+//! synchronous calls on the emulated zoned device (zoned mode).
 
 #![allow(dead_code)]
 
@@ -17,6 +18,38 @@ pub enum Backend {
     /// io_uring over a stripe set of three files with 64 KiB stripes
     /// (records, group writes and segment scans cross members).
     Striped,
+    /// Synchronous calls on the emulated zoned device
+    /// (`granary_io::testdev`'s zoned backend) of 1 MiB zones: the store
+    /// must have 1 MiB segments, and runs in zoned mode.
+    Zoned,
+}
+
+/// A device of `size` bytes for a store of `segment`-byte segments: the
+/// emulated zoned device of `segment`-byte zones with
+/// `GRANARY_TEST_BACKEND=zoned` (`granary_io::testdev`), else in memory.
+/// (The tests using it expect a device in memory, as the store's defaults
+/// for one, so they do not run on the io_uring backend.)
+pub fn test_device(size: u64, segment: u64) -> Arc<granary_io::TestDevice> {
+    use granary_io::{TestBackend, TestDevice};
+    let backend = match TestBackend::from_env() {
+        TestBackend::Zoned => TestBackend::Zoned,
+        TestBackend::Sync | TestBackend::Uring => TestBackend::Sync,
+    };
+    let dev = TestDevice::with_backend(backend, size, std::path::Path::new(env!("CARGO_TARGET_TMPDIR")));
+    dev.shape_zones(segment);
+    Arc::new(dev)
+}
+
+/// Whether the suite runs on the zoned test backend
+/// (`GRANARY_TEST_BACKEND=zoned`, `granary_io::testdev`), where a test that
+/// cannot apply skips, saying why on stderr (past the harness's capture).
+pub fn skip_zoned(why: &str) -> bool {
+    let zoned = granary_io::TestBackend::from_env() == granary_io::TestBackend::Zoned;
+    if zoned {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "skipped on the zoned test backend: {why}");
+    }
+    zoned
 }
 
 pub struct Harness {
@@ -27,7 +60,7 @@ pub struct Harness {
 
 impl Harness {
     pub fn new(backend: Backend) -> Harness {
-        let rt = (backend != Backend::Sync)
+        let rt = matches!(backend, Backend::Uring | Backend::Striped)
             .then(|| Runtime::new(RuntimeConfig { threads: 2, pin: false, ..Default::default() }).unwrap());
         Harness { backend, rt, _dir: None }
     }
@@ -36,6 +69,12 @@ impl Harness {
     pub fn device(&mut self, size: u64) -> Arc<dyn Device> {
         match self.backend {
             Backend::Sync => Arc::new(MemDevice::new(size)),
+            Backend::Zoned => {
+                let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+                let dev = granary_io::TestDevice::with_backend(granary_io::TestBackend::Zoned, size, dir);
+                dev.shape_zones(1 << 20);
+                Arc::new(dev)
+            }
             Backend::Uring => {
                 let dir = tempfile::tempdir().unwrap();
                 let dev = FileDevice::create(&dir.path().join("dev"), size, OpenMode::Direct)
@@ -65,7 +104,7 @@ impl Harness {
 
     pub fn get(&self, s: &Arc<Store>, k: &[u8]) -> Result<Option<Vec<u8>>> {
         match self.backend {
-            Backend::Sync => s.get(k),
+            Backend::Sync | Backend::Zoned => s.get(k),
             Backend::Uring | Backend::Striped => {
                 let (s, k) = (s.clone(), k.to_vec());
                 self.run(async move { s.get_async(&k).await })
@@ -75,7 +114,7 @@ impl Harness {
 
     pub fn put_with(&self, s: &Arc<Store>, k: &[u8], v: &[u8], mode: PutMode) -> Result<PutOutcome> {
         match self.backend {
-            Backend::Sync => s.put_with(k, v, mode),
+            Backend::Sync | Backend::Zoned => s.put_with(k, v, mode),
             Backend::Uring | Backend::Striped => {
                 let (s, k, v) = (s.clone(), k.to_vec(), v.to_vec());
                 self.run(async move { s.put_with_async(&k, &v, mode).await })
@@ -85,7 +124,7 @@ impl Harness {
 
     pub fn delete(&self, s: &Arc<Store>, k: &[u8]) -> Result<bool> {
         match self.backend {
-            Backend::Sync => s.delete(k),
+            Backend::Sync | Backend::Zoned => s.delete(k),
             Backend::Uring | Backend::Striped => {
                 let (s, k) = (s.clone(), k.to_vec());
                 self.run(async move { s.delete_async(&k).await })
