@@ -19,13 +19,12 @@
 //! - a namespace dropped while served fails its operations (`NBD_EIO`);
 //!   the next handshake no longer finds it;
 //! - with the runtime's [`Spawner`] ([`StoreExports::with_spawner`]), the
-//!   runs of blocks a connection reads or writes are spread over the
-//!   executors in turn (a connection's requests otherwise all run on its
-//!   one executor): a run read elsewhere fills a buffer of its own, copied
-//!   into the reply once it has ended, and a run written elsewhere writes
-//!   a copy of its data, so nothing the connection owns is lent to another
-//!   thread. The store serialises only the device writes of runs; their
-//!   records' encoding and indexing run on the executors in parallel.
+//!   runs of blocks a connection reads are spread over the executors in
+//!   turn (a connection's requests otherwise all run on its one
+//!   executor): a run read elsewhere fills a buffer of its own, copied
+//!   into the reply once it has ended, so nothing the connection owns is
+//!   lent to another thread. Writes stay on the connection's executor
+//!   (see `write_blocks`).
 
 use crate::export::{Export, ExportInfo, Exports};
 use granary_rt::Spawner;
@@ -62,8 +61,7 @@ impl StoreExports {
         self
     }
 
-    /// Runs of blocks read or written on an executor other than their
-    /// connection's.
+    /// Runs of blocks read on an executor other than their connection's.
     pub fn runs_elsewhere(&self) -> u64 {
         self.spread.as_ref().map_or(0, |s| s.elsewhere.load(Relaxed))
     }
@@ -203,17 +201,12 @@ impl Export for StoreExport {
     }
 
     async fn write_blocks(&self, first: u64, data: &[u8]) -> io::Result<()> {
-        let b = self.block_bytes as usize;
-        if let Some(sp) = &self.spread {
-            if let Some(core) = sp.elsewhere() {
-                let (ns, data) = (self.ns.clone(), data.to_vec());
-                let run = async move { write_run(&ns, b, first, &data).await };
-                sp.spawner.spawn_on(core, run).await.map_err(io::Error::other)??;
-                sp.elsewhere.fetch_add(1, Relaxed);
-                return Ok(());
-            }
-        }
-        write_run(&self.ns, b, first, data).await
+        // On the caller's executor: a run holds its blocks' key stripes
+        // while its records are encoded, written and indexed, and the 64
+        // blocks of one run and of another share some of the store's 1,024
+        // stripes almost always, so runs elsewhere would wait for each
+        // other and only add a copy of their data.
+        write_run(&self.ns, self.block_bytes as usize, first, data).await
     }
 
     async fn update_block(&self, n: u64, at: usize, data: &[u8]) -> io::Result<()> {
@@ -249,11 +242,11 @@ mod tests {
     use granary_store::io::{MemDevice, SimRng};
     use granary_store::{CreateOptions, OpenOptions};
 
-    /// Runs written and read on either executor: reads return what was
-    /// written (and zeroes for blocks never written), and some runs ran on
-    /// the other executor.
+    /// Runs read on either executor return what was written (by runs and
+    /// by single blocks; zeroes for blocks never written), and some runs
+    /// were read on the other executor.
     #[test]
-    fn runs_on_other_executors_write_and_read_the_blocks() {
+    fn runs_read_on_other_executors_return_the_written_blocks() {
         let seed = 0x5eed_0001;
         let store = Arc::new(
             Store::create(Arc::new(MemDevice::new(32 << 20)), &CreateOptions::default(), &OpenOptions::default())
@@ -273,7 +266,7 @@ mod tests {
             }
             let first = run * 64;
             if run % 2 == 0 {
-                // A run of blocks: written on either executor.
+                // A run of blocks.
                 let (d, copy) = (disk.clone(), data.clone());
                 rt.block_on(async move { d.write_blocks(first, &copy).await }).unwrap().unwrap();
                 want[(first as usize * 4096)..][..data.len()].copy_from_slice(&data);
@@ -303,6 +296,6 @@ mod tests {
             })
             .unwrap();
         }
-        assert!(exports.runs_elsewhere() > 0, "no run ran on the other executor");
+        assert!(exports.runs_elsewhere() > 0, "no run was read on the other executor");
     }
 }
