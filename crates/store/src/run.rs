@@ -396,6 +396,7 @@ mod tests {
     use crate::{CreateOptions, Error, OpenOptions, Store};
     use granary_io::SimRng;
     use std::collections::HashMap;
+    use std::sync::Arc;
 
     /// What `get_many` hands out, by key index; each key at most once.
     fn get_all(s: &Store, keys: &[&[u8]]) -> HashMap<usize, Vec<u8>> {
@@ -507,5 +508,98 @@ mod tests {
         assert!(matches!(r, Err(Error::BadBatch(_))), "{r:?}");
         assert_eq!(s.get(b"a").unwrap(), None);
         assert_eq!(s.get(b"b").unwrap(), None);
+    }
+
+    /// A device that holds the first large write (a run's piece) until
+    /// two segments have been opened after it, or a second has passed,
+    /// and counts the segments opened (their header writes) meanwhile.
+    struct HoldFirstPiece {
+        inner: granary_io::MemDevice,
+        segment: u64,
+        state: std::sync::Mutex<(u8, u32)>, // (0 none, 1 holding, 2 released; segments opened while holding)
+        cond: std::sync::Condvar,
+    }
+
+    impl granary_io::Device for HoldFirstPiece {
+        fn read_at(&self, buf: granary_io::AlignedBuf, offset: u64) -> granary_io::IoResult {
+            self.inner.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: granary_io::AlignedBuf, offset: u64) -> granary_io::IoResult {
+            let mut st = self.state.lock().unwrap();
+            if st.0 == 0 && buf.len() >= 32 << 10 {
+                st.0 = 1;
+                self.cond.notify_all();
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+                while st.1 < 2 {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    st = self.cond.wait_timeout(st, left).unwrap().0;
+                }
+                st.0 = 2;
+            } else if st.0 == 1 && offset >= 1 << 20 && offset.is_multiple_of(self.segment) {
+                st.1 += 1;
+                self.cond.notify_all();
+            }
+            drop(st);
+            self.inner.write_at(buf, offset)
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            self.inner.flush()
+        }
+        fn size_bytes(&self) -> u64 {
+            self.inner.size_bytes()
+        }
+        fn block_bytes(&self) -> u32 {
+            self.inner.block_bytes()
+        }
+        fn counters(&self) -> &granary_io::IoCounters {
+            self.inner.counters()
+        }
+        fn describe(&self) -> String {
+            "memory, holding the first run piece".into()
+        }
+    }
+
+    /// While a run's piece is being written, single writes open no
+    /// segment past the next one: a crash then tears writes only in the
+    /// user stream's two newest segments, where recovery forgives them
+    /// (a piece written beside the coalescer's groups let them run on).
+    #[test]
+    fn no_segment_is_opened_past_a_run_piece_in_flight() {
+        let segment = 64u64 << 10;
+        let dev = Arc::new(HoldFirstPiece {
+            inner: granary_io::MemDevice::new(16 << 20),
+            segment,
+            state: std::sync::Mutex::new((0, 0)),
+            cond: std::sync::Condvar::new(),
+        });
+        let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(segment), index_table_homes: Some(64) };
+        let s = Arc::new(Store::create(dev.clone(), &c, &OpenOptions { gc: false, ..OpenOptions::default() }).unwrap());
+        let keys: Vec<[u8; 8]> = (0..10u64).map(|n| n.to_be_bytes()).collect();
+        let value = vec![7u8; 4096];
+        std::thread::scope(|sc| {
+            let run = sc.spawn(|| {
+                let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &value[..])).collect();
+                s.put_many(&items)
+            });
+            {
+                let mut st = dev.state.lock().unwrap();
+                while st.0 == 0 {
+                    st = dev.cond.wait_timeout(st, std::time::Duration::from_secs(10)).unwrap().0;
+                    assert!(st.0 != 0 || !run.is_finished(), "the run was written without a piece of 32 KiB or more");
+                }
+            }
+            // Enough single writes to fill three segments.
+            let singles = sc.spawn(|| (0..45u32).try_for_each(|i| s.put(format!("single-{i}").as_bytes(), &value)));
+            run.join().unwrap().unwrap();
+            singles.join().unwrap().unwrap();
+        });
+        let opened = dev.state.lock().unwrap().1;
+        assert!(opened <= 1, "{opened} segments opened while a run piece was in flight");
+        for k in &keys {
+            assert_eq!(s.get(k).unwrap().as_deref(), Some(&value[..]));
+        }
     }
 }
