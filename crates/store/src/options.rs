@@ -309,7 +309,13 @@ pub struct OpenOptions {
     pub clock: Clock,
     /// Write coalescing (default on): concurrent PUTs and DELETEs that land
     /// next to each other share one device write (and one flush in `Flush`
-    /// mode); each is acknowledged when that write completes.
+    /// mode); each is acknowledged when that write completes. Off, each
+    /// write is its own IO and many may be in flight at once; nothing then
+    /// keeps them within the user stream's two newest segments, so a crash
+    /// during heavy concurrent writing can leave an unacknowledged record
+    /// torn in an older segment, which recovery reports as damaged (its key
+    /// reads as corrupt instead of as its previous value). Keep it on
+    /// unless writes are issued one at a time.
     pub coalesce_writes: bool,
     /// Keep each item's access state (read since written, last access
     /// time, win token: [`crate::Access`]) in DRAM beside its index entry,
