@@ -174,6 +174,40 @@ thread_local! {
     static AFTER_FIRST_PUBLISHED: std::cell::Cell<Option<Box<dyn FnOnce()>>> = const { std::cell::Cell::new(None) };
 }
 
+/// Largest record buffer a thread keeps for its next batch.
+const SPARE_BYTES_MAX: usize = 256 << 10;
+
+thread_local! {
+    /// The record buffer of this thread's last batch (a heap buffer of at
+    /// most [`SPARE_BYTES_MAX`]), reused by its next one: a new buffer of
+    /// more than a block is cleared by the allocator, which the encoding
+    /// then overwrites anyway.
+    static SPARE: std::cell::RefCell<Option<AlignedBuf>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A buffer of `len` bytes for a batch's records, which encoding
+/// overwrites whole (so what it held before never reaches the device, as
+/// with [`AlignedBuf::for_read`]): the thread's spare if it is large enough
+/// and no arena of registered memory exists (its chunks come first),
+/// else [`AlignedBuf::for_read`]'s.
+fn batch_buf(len: usize) -> AlignedBuf {
+    if granary_rt::arena::get().is_none() {
+        let spare = SPARE.try_with(|s| s.borrow_mut().take()).ok().flatten();
+        if let Some(mut b) = spare.filter(|b| b.capacity() >= len) {
+            b.set_len(len);
+            return b;
+        }
+    }
+    AlignedBuf::for_read(len)
+}
+
+/// Keep `buf`, a batch's record buffer written, as the thread's spare.
+fn keep_spare(buf: AlignedBuf) {
+    if !buf.is_registered() && buf.capacity() <= SPARE_BYTES_MAX {
+        let _ = SPARE.try_with(|s| *s.borrow_mut() = Some(buf));
+    }
+}
+
 /// One operation, resolved: its stored key and what it writes.
 struct Resolved {
     ns: Arc<NsState>,
@@ -340,13 +374,13 @@ impl Core {
         // one candidate heads the key's own link, which moves on).
         let mut looked: Vec<Option<Prior>> = Vec::with_capacity(ops.len());
         let mut own_link = vec![false; ops.len()];
-        let (mut cands, mut cand_of) = (Vec::new(), Vec::new());
+        let mut cands = Vec::with_capacity(ops.len());
         // The keys' index slots are fetched together, so that their cache
         // misses overlap instead of following one another.
         for r in ops.iter().filter(|r| matches!(r.op, BatchOp::Put { .. } | BatchOp::Delete)) {
             self.keys.index.prefetch(r.h);
         }
-        for (i, r) in ops.iter().enumerate() {
+        for r in ops {
             if !matches!(r.op, BatchOp::Put { .. } | BatchOp::Delete) {
                 looked.push(None);
                 continue;
@@ -355,17 +389,18 @@ impl Core {
                 [] => Prior::Known(None),
                 &[e] if r.value().is_some() && self.blind_candidate(e) => {
                     cands.push((e.pba(), &r.key[..]));
-                    cand_of.push(i);
                     Prior::Blind(e)
                 }
                 _ => Prior::Unread,
             }));
         }
         if !cands.is_empty() {
-            for (ok, &i) in self.keys.links.blind_ok_all(&cands).into_iter().zip(&cand_of) {
+            // The candidates in operation order, as `cands` holds them.
+            let blind = looked.iter_mut().zip(&mut own_link).filter(|(p, _)| matches!(p, Some(Prior::Blind(_))));
+            for (ok, (p, own)) in self.keys.links.blind_ok_all(&cands).into_iter().zip(blind) {
                 match ok {
-                    Some(own) => own_link[i] = own,
-                    None => looked[i] = Some(Prior::Unread),
+                    Some(o) => *own = o,
+                    None => *p = Some(Prior::Unread),
                 }
             }
         }
@@ -436,7 +471,7 @@ impl Core {
         let mut seq = first;
         let horizon = self.space.horizon();
         let encode = |loc: &Loc| {
-            let mut buf = AlignedBuf::for_read((total * g) as usize);
+            let mut buf = batch_buf((total * g) as usize);
             let mut at = 0u64;
             let mut header_crcs = Vec::with_capacity(n as usize);
             for ((r, p), (&w, &gr)) in ops.iter().zip(&prior).zip(writes.iter().zip(grains)) {
@@ -471,7 +506,10 @@ impl Core {
             hdr.encode(self.log.seed, COMMIT_KEY, &commit.encode(), &mut buf[(at * g) as usize..]);
             buf
         };
-        let loc = self.write_encoded(Purpose::Put, total, encode).await?;
+        let (loc, buf) = self.write_encoded(Purpose::Put, total, encode).await?;
+        if let Some(buf) = buf {
+            keep_spare(buf);
+        }
         // Durable: point the index at every record, readers of them waiting
         // until all are.
         self.keys.publishing.start(first, seq);
@@ -486,7 +524,8 @@ impl Core {
     /// operation that wrote nothing). The blind overwrites go first, all at
     /// once ([`Core::publish_blind`]); the order is no reader's business,
     /// the batch's [`Publishing`](crate::keys::Publishing) entry covering
-    /// them all.
+    /// them all. The counters take what was published once for the batch,
+    /// not once per key (an error midway still counts the keys published).
     async fn publish_batch(
         &self,
         ops: &[Resolved],
@@ -494,20 +533,35 @@ impl Core {
         own_link: &[bool],
         placed: Vec<Option<(Loc, u64)>>,
     ) -> Result<Vec<u64>> {
+        let mut tally = Tally::default();
+        let r = self.publish_counted(ops, prior, own_link, &placed, &mut tally).await;
+        tally.add_to(self);
+        r
+    }
+
+    /// [`Core::publish_batch`], counting into `tally`.
+    async fn publish_counted<'a>(
+        &self,
+        ops: &'a [Resolved],
+        prior: Vec<Prior>,
+        own_link: &[bool],
+        placed: &[Option<(Loc, u64)>],
+        tally: &mut Tally<'a>,
+    ) -> Result<Vec<u64>> {
         let mut cas = vec![0; ops.len()];
         let mut first = true;
-        let blind: Vec<(usize, Entry)> = prior
-            .iter()
-            .enumerate()
-            .filter_map(|(n, p)| match p {
-                Prior::Blind(e) if placed[n].is_some() => Some((n, *e)),
-                _ => None,
-            })
-            .collect();
+        let mut blind: Vec<(usize, Entry)> = Vec::with_capacity(ops.len());
+        for (n, p) in prior.iter().enumerate() {
+            if let Prior::Blind(e) = p {
+                if placed[n].is_some() {
+                    blind.push((n, *e));
+                }
+            }
+        }
         if !blind.is_empty() {
-            self.publish_blind(ops, &blind, own_link, &placed, &mut first).await?;
+            self.publish_blind(ops, &blind, own_link, placed, &mut first).await?;
             for &(n, _) in &blind {
-                cas[n] = self.published(&ops[n], placed[n]);
+                cas[n] = tally.published(&ops[n], placed[n]);
             }
         }
         for (n, (r, p)) in ops.iter().zip(prior).enumerate() {
@@ -523,7 +577,7 @@ impl Core {
                 }
             }
             Self::after_published(&mut first);
-            cas[n] = self.published(r, placed[n]);
+            cas[n] = tally.published(r, placed[n]);
         }
         Ok(cas)
     }
@@ -584,35 +638,82 @@ impl Core {
             }
         }
         self.keys.links.finish_blind(&steps, &aliased, &done, &aux);
+        // The batch's records share one segment: their live bytes and the
+        // count of blind overwrites are added once.
+        let (mut moved, mut grains, mut seg) = (0u64, 0u64, None);
         for (k, &(n, e)) in blind.iter().enumerate() {
             let r = &ops[n];
             if done[k] {
-                self.blindly_replaced(&r.key, r.h, e, loc(n));
+                let l = loc(n);
+                debug_assert!(seg.is_none_or(|s| s == l.seg), "a batch's records lie in one segment");
+                (moved, grains, seg) = (moved + 1, grains + l.grains, Some(l.seg));
+                self.blindly_replaced_key(&r.key, r.h, e, l);
             } else {
                 // Not expected under the stripe; the careful way then.
                 let existing = self.find(&r.key, r.h, false, false).await?;
                 self.commit(&r.key, r.h, existing, loc(n), false, Self::policy_of(r)).await?;
             }
         }
+        if let Some(seg) = seg {
+            self.space.add_live(seg, grains * self.log.grain());
+            self.counters.blind.fetch_add(moved, Relaxed);
+        }
         Ok(())
     }
+}
 
+/// What a batch published, for the counters, added to them once
+/// ([`Tally::add_to`]) instead of once per key.
+#[derive(Default)]
+struct Tally<'a> {
+    puts: u64,
+    deletes: u64,
+    user_bytes: u64,
+    /// Per namespace (by its counters; a batch seldom spans more than
+    /// one): sets and deletes.
+    ns: Vec<(&'a NsCounters, u64, u64)>,
+}
+
+impl<'a> Tally<'a> {
     /// Count operation `r`, its record published at `placed`; its CAS
     /// value (0 for a delete).
-    fn published(&self, r: &Resolved, placed: Option<(Loc, u64)>) -> u64 {
+    fn published(&mut self, r: &'a Resolved, placed: Option<(Loc, u64)>) -> u64 {
         let Some((_, seq)) = placed else { return 0 };
+        let c: &'a NsCounters = &r.counters;
+        let at = match self.ns.iter().position(|&(o, ..)| std::ptr::eq(o, c)) {
+            Some(at) => at,
+            None => {
+                self.ns.push((c, 0, 0));
+                self.ns.len() - 1
+            }
+        };
         match r.value() {
             Some((v, _)) => {
-                self.counters.puts.fetch_add(1, Relaxed);
-                self.counters.user_bytes.fetch_add((r.key.len() + v.len()) as u64, Relaxed);
-                r.counters.stored(PutOutcome::Stored);
+                self.puts += 1;
+                self.user_bytes += (r.key.len() + v.len()) as u64;
+                self.ns[at].1 += 1;
                 seq
             }
             None => {
-                self.counters.deletes.fetch_add(1, Relaxed);
-                r.counters.deletes.fetch_add(1, Relaxed);
+                self.deletes += 1;
+                self.ns[at].2 += 1;
                 0
             }
+        }
+    }
+
+    fn add_to(&self, core: &Core) {
+        let add = |c: &std::sync::atomic::AtomicU64, n: u64| {
+            if n > 0 {
+                c.fetch_add(n, Relaxed);
+            }
+        };
+        add(&core.counters.puts, self.puts);
+        add(&core.counters.user_bytes, self.user_bytes);
+        add(&core.counters.deletes, self.deletes);
+        for &(c, sets, deletes) in &self.ns {
+            add(&c.sets, sets);
+            add(&c.deletes, deletes);
         }
     }
 }

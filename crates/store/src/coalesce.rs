@@ -246,7 +246,8 @@ impl Coalescer {
     /// group queued as any other, so in ordered (zoned) mode it is written
     /// in allocation order among the single writes' groups, at its zone's
     /// write pointer. On success the caller indexes the records and then
-    /// calls `space.done`; on failure `space.done` was called.
+    /// calls `space.done`, and has the buffer back to reuse; on failure
+    /// `space.done` was called.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn write_own(
         &self,
@@ -258,7 +259,7 @@ impl Coalescer {
         next_seq: u64,
         grains: u64,
         encode: impl FnOnce(&Loc) -> AlignedBuf,
-    ) -> Result<Loc> {
+    ) -> Result<(Loc, Option<AlignedBuf>)> {
         let (group, loc) = loop {
             let wait = match self.place_own(space, purpose, grains, next_seq) {
                 Placed::Done(r) => break r.map(|(g, _, loc)| (g, loc))?,
@@ -272,7 +273,13 @@ impl Coalescer {
         *group.bytes.lock().unwrap_or_else(|e| e.into_inner()) = Some(Bytes::Owned(buf));
         self.lead(&group, dev, durability, grain).await;
         match group.result.get().expect("set by the leader") {
-            Ok(()) => Ok(loc),
+            Ok(()) => {
+                let buf = match group.bytes.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    Some(Bytes::Owned(b)) => Some(b),
+                    _ => None,
+                };
+                Ok((loc, buf))
+            }
             Err((op, kind, msg)) => {
                 space.done(loc.seg);
                 Err(Error::Io { op, offset: group.start * grain, source: std::io::Error::new(*kind, msg.clone()) })
@@ -373,16 +380,21 @@ impl Coalescer {
             };
             listener.await;
         };
-        let buf = match bytes {
+        let (buf, owned) = match bytes {
             Bytes::Shared(v) => {
                 let mut buf = AlignedBuf::zeroed(v.len());
                 buf.copy_from_slice(&v);
-                buf
+                (buf, false)
             }
-            Bytes::Owned(b) => b,
+            Bytes::Owned(b) => (b, true),
         };
         let offset = group.start * grain;
-        let (_, r) = dev.write_at_async(buf, offset).await;
+        let (buf, r) = dev.write_at_async(buf, offset).await;
+        if owned {
+            // Back to its owner (`write_own`'s caller may reuse it); a
+            // sealed group is never read again.
+            *group.bytes.lock().unwrap_or_else(|e| e.into_inner()) = Some(Bytes::Owned(buf));
+        }
         let r = r.map_err(|e| ("write", e.kind(), e.to_string())).and_then(|()| match durability {
             Durability::Flush => dev.flush().map_err(|e| ("flush", e.kind(), e.to_string())),
             Durability::Direct => Ok(()),

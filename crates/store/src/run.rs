@@ -214,7 +214,7 @@ impl Core {
             }
             buf
         };
-        let loc = self.write_encoded(Purpose::Put, total, encode).await?;
+        let (loc, _) = self.write_encoded(Purpose::Put, total, encode).await?;
         let published = self.publish_piece(keys, values, prior, &locs, first, meta).await;
         self.space.done(loc.seg);
         published

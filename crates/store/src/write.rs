@@ -585,7 +585,8 @@ impl Core {
     /// and in zoned mode it is written in allocation order, at its zone's
     /// write pointer. On success the caller indexes the records and then
     /// calls `space.done`; a device error poisons the store (and releases
-    /// the segment).
+    /// the segment). The buffer comes back once written, for the caller to
+    /// reuse.
     ///
     /// [`Coalescer::write_own`]: crate::coalesce::Coalescer::write_own
     pub(crate) async fn write_encoded(
@@ -593,7 +594,7 @@ impl Core {
         purpose: Purpose,
         grains: u64,
         encode: impl FnOnce(&Loc) -> AlignedBuf,
-    ) -> Result<Loc> {
+    ) -> Result<(Loc, Option<AlignedBuf>)> {
         let (dev, g) = (self.log.dev.as_ref(), self.log.grain());
         let next_seq = self.log.next_seq.load(Relaxed);
         let r =
@@ -699,10 +700,17 @@ impl Core {
     /// The accounting of a blind overwrite of `key` whose index entry moved
     /// from `e` to the record at `loc` (under its stripe).
     pub(crate) fn blindly_replaced(&self, key: &[u8], h: u64, e: Entry, loc: Loc) {
+        self.blindly_replaced_key(key, h, e, loc);
+        self.space.add_live(loc.seg, loc.grains * self.log.grain());
+        self.counters.blind.fetch_add(1, Relaxed);
+    }
+
+    /// [`Core::blindly_replaced`] but for the new record's live bytes and
+    /// the count of blind overwrites, which a batch adds once for all its
+    /// records (they share one segment).
+    pub(crate) fn blindly_replaced_key(&self, key: &[u8], h: u64, e: Entry, loc: Loc) {
         let g = self.log.grain();
         self.space.sub_live(self.log.sb.segment_of(e.pba()), e.kv_size() as u64 * g);
-        self.space.add_live(loc.seg, loc.grains * g);
-        self.counters.blind.fetch_add(1, Relaxed);
         // Counted as a replacement of this key's version; if `e` was
         // another key's, settling its link counts this key as added then.
         let old = Counted::new(false, e.kv_size() as u64 * g);
