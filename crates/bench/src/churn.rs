@@ -378,6 +378,7 @@ fn churn(store: &Store, o: &ChurnOptions) -> Result<ChurnReport, String> {
             evicted_segments: st.gc.evicted_segments - base.gc.evicted_segments,
             evicted_values: st.gc.evicted_values - base.gc.evicted_values,
             sparse_victims: st.gc.sparse_victims - base.gc.sparse_victims,
+            compacted: st.gc.compacted - base.gc.compacted,
             sparse_fallbacks: st.gc.sparse_fallbacks - base.gc.sparse_fallbacks,
             namespace_records_dropped: st.gc.namespace_records_dropped - base.gc.namespace_records_dropped,
         },
@@ -636,6 +637,11 @@ pub struct BurstReport {
     /// (the last ones).
     pub low_after_burst: usize,
     pub low_after_quiet: usize,
+    /// Bytes written to the device over the bursts and quiet periods per
+    /// byte SET (GC's relocations and headers included).
+    pub write_amplification: f64,
+    /// Free segments when a burst began (mean over the bursts).
+    pub free_before_burst: f64,
 }
 
 fn percentile(sorted: &[u64], p: f64) -> f64 {
@@ -690,17 +696,21 @@ fn bursts(store: &Store, o: &BurstOptions, watermark: Watermark) -> Result<Burst
         written += set(&mut rng, k)?;
     }
     let base = store.stats();
+    let (mut user_bytes, mut free_before) = (0u64, 0u64);
     let mut lat = Vec::new();
     let (mut gets, mut hits, mut burst_secs) = (0u64, 0u64, 0.0);
     let (mut low_after_burst, mut low_after_quiet) = (0, 0);
     let per_burst = (o.size_bytes as f64 * o.burst_share) as u64;
     for b in 0..o.bursts {
+        free_before += store.stats().segments_free;
         let started = Instant::now();
         let mut bytes = 0;
         while bytes < per_burst {
             let k = zipf.key(&mut rng);
             let t = Instant::now();
-            bytes += set(&mut rng, k)?;
+            let n = set(&mut rng, k)?;
+            bytes += n;
+            user_bytes += n;
             lat.push(t.elapsed().as_nanos() as u64);
         }
         burst_secs += started.elapsed().as_secs_f64();
@@ -747,6 +757,8 @@ fn bursts(store: &Store, o: &BurstOptions, watermark: Watermark) -> Result<Burst
         evicted_segments: st.gc.evicted_segments - base.gc.evicted_segments,
         low_after_burst,
         low_after_quiet,
+        write_amplification: (st.io.written_bytes - base.io.written_bytes) as f64 / user_bytes.max(1) as f64,
+        free_before_burst: free_before as f64 / o.bursts as f64,
     })
 }
 
@@ -765,13 +777,23 @@ pub fn render_burst(o: &BurstOptions, rs: &[BurstReport]) -> String {
         o.theta
     );
     s += &format!(
-        "{:<10} {:>9} {:>9} {:>10} {:>10} {:>9} {:>10} {:>9} {:>12}\n",
-        "watermark", "SET p50", "SET p99", "p99 vs 1st", "SET p99.9", "hit ratio", "evictions", "SETs/s", "low b/q"
+        "{:<10} {:>9} {:>9} {:>10} {:>10} {:>9} {:>10} {:>9} {:>12} {:>10} {:>5}\n",
+        "watermark",
+        "SET p50",
+        "SET p99",
+        "p99 vs 1st",
+        "SET p99.9",
+        "hit ratio",
+        "evictions",
+        "SETs/s",
+        "low b/q",
+        "free start",
+        "WA"
     );
     let first = rs.first().map_or(1.0, |r| r.set_p99_us.max(1e-9));
     for r in rs {
         s += &format!(
-            "{:<10} {:>7.1}us {:>7.1}us {:>9.2}x {:>8.1}us {:>8.1}% {:>10} {:>9.0} {:>12}\n",
+            "{:<10} {:>7.1}us {:>7.1}us {:>9.2}x {:>8.1}us {:>8.1}% {:>10} {:>9.0} {:>12} {:>10.1} {:>5.2}\n",
             r.watermark.name(),
             r.set_p50_us,
             r.set_p99_us,
@@ -780,7 +802,9 @@ pub fn render_burst(o: &BurstOptions, rs: &[BurstReport]) -> String {
             100.0 * r.hits as f64 / r.gets.max(1) as f64,
             r.evicted_values,
             r.sets as f64 / r.burst_secs.max(1e-9),
-            format!("{}/{}", r.low_after_burst, r.low_after_quiet)
+            format!("{}/{}", r.low_after_burst, r.low_after_quiet),
+            r.free_before_burst,
+            r.write_amplification
         );
     }
     s
@@ -797,7 +821,8 @@ pub fn burst_to_json(o: &BurstOptions, rs: &[BurstReport]) -> serde_json::Value 
                 "sets_per_s": r.sets as f64 / r.burst_secs.max(1e-9), "gets": r.gets, "hits": r.hits,
                 "hit_ratio": r.hits as f64 / r.gets.max(1) as f64, "evicted_values": r.evicted_values,
                 "evicted_segments": r.evicted_segments, "low_after_burst": r.low_after_burst,
-                "low_after_quiet": r.low_after_quiet,
+                "low_after_quiet": r.low_after_quiet, "free_before_burst": r.free_before_burst,
+                "write_amplification": r.write_amplification,
             })
         })
         .collect();
@@ -932,15 +957,19 @@ mod tests {
             progress: false,
             ..BurstOptions::default()
         };
-        let rs = run_burst(&o, &[Watermark::Fixed, Watermark::Queue, Watermark::Doubling]).unwrap();
-        assert_eq!(rs.len(), 3);
+        let marks = [Watermark::Fixed, Watermark::Queue, Watermark::Doubling, Watermark::Compact];
+        let rs = run_burst(&o, &marks).unwrap();
+        assert_eq!(rs.len(), 4);
         for r in &rs {
             assert!(r.sets > 0 && r.gets == 600, "{r:?}");
-            assert!(r.evicted_segments > 0, "a cache past its size evicts: {r:?}");
+            // Compaction may make the bursts' room from garbage alone.
+            assert!(r.evicted_segments > 0 || r.watermark == Watermark::Compact, "a cache past its size evicts: {r:?}");
             assert!(r.set_p50_us <= r.set_p99_us && r.set_p99_us <= r.set_max_us, "{r:?}");
+            assert!(r.write_amplification >= 1.0, "records are written whole: {r:?}");
         }
-        assert!(render_burst(&o, &rs).contains("doubling"));
-        assert_eq!(burst_to_json(&o, &rs)["runs"].as_array().unwrap().len(), 3);
+        let table = render_burst(&o, &rs);
+        assert!(table.contains("doubling") && table.contains("compact"), "{table}");
+        assert_eq!(burst_to_json(&o, &rs)["runs"].as_array().unwrap().len(), 4);
     }
 
     #[test]

@@ -430,8 +430,8 @@ struct ChurnArgs {
     #[arg(long)]
     burst: bool,
     /// With --burst: GC low watermark policies to compare (fixed, queue,
-    /// doubling).
-    #[arg(long, value_delimiter = ',', default_value = "fixed,queue,doubling")]
+    /// doubling, compact).
+    #[arg(long, value_delimiter = ',', default_value = "fixed,queue,doubling,compact")]
     watermark: Vec<String>,
     /// With --burst: number of bursts.
     #[arg(long, default_value_t = 20)]
@@ -493,7 +493,8 @@ fn run(cmd: BenchCmd) -> Result<ExitCode, String> {
                 .watermark
                 .iter()
                 .map(|w| {
-                    granary_store::Watermark::parse(w).ok_or(format!("--watermark {w:?}: fixed, queue or doubling"))
+                    granary_store::Watermark::parse(w)
+                        .ok_or(format!("--watermark {w:?}: fixed, queue, doubling or compact"))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let o = granary_bench::churn::BurstOptions {

@@ -761,3 +761,64 @@ fn access_state_survives_a_colliding_blind_overwrite() {
     let r = read(a, false);
     assert_eq!(r.prior, Access { fetched: true, last_access: t0 + 3, win_sent: false }, "a's access state was lost");
 }
+
+/// `Watermark::Compact` between bursts: GC reclaims segments holding
+/// garbage by relocating their live values, evicting none, so every key
+/// keeps its latest value while free space grows; the fixed watermark
+/// leaves the same store alone (it is above its low watermark).
+#[test]
+fn compaction_makes_room_from_garbage_and_evicts_nothing() {
+    let seed = 7;
+    let value = |k: u64, v: u64| -> Vec<u8> {
+        let mut b = format!("{k}/{v}/").into_bytes();
+        b.resize(3000, (k + v) as u8);
+        b
+    };
+    for mark in [Watermark::Fixed, Watermark::Compact] {
+        let dev = Arc::new(MemDevice::new(16 << 20));
+        let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(256 << 10), index_table_homes: Some(256) };
+        let o =
+            OpenOptions { evict: true, background: Background::Manual, gc_watermark: mark, ..OpenOptions::default() };
+        let s = Store::create(dev, &c, &o).unwrap();
+        let mut rng = granary_io::SimRng::new(seed);
+        let mut version = vec![0u64; 1000];
+        for (k, &v) in version.iter().enumerate() {
+            s.put(format!("key-{k}").as_bytes(), &value(k as u64, v)).unwrap();
+        }
+        // Overwrite random keys until few segments are free (fewer than
+        // any target compaction may have), but not below the low
+        // watermark: no GC has run.
+        let mut n = 0;
+        while s.stats().segments_free > 6 {
+            let k = rng.below(1000);
+            version[k as usize] += 1;
+            s.put(format!("key-{k}").as_bytes(), &value(k, version[k as usize])).unwrap();
+            n += 1;
+            assert!(n < 100_000, "seed {seed}: the store never filled");
+        }
+        let before = s.stats();
+        assert_eq!(before.gc.victims, 0, "seed {seed}: {:?}", before.gc);
+        s.core.space.end_burst();
+        let mut steps = 0;
+        while s.gc_step() {
+            steps += 1;
+            assert!(steps < 10_000, "seed {seed}: {mark:?}: GC never stops");
+        }
+        let after = s.stats();
+        for (k, &v) in version.iter().enumerate() {
+            let got = s.get(format!("key-{k}").as_bytes()).unwrap();
+            assert_eq!(got, Some(value(k as u64, v)), "seed {seed}: {mark:?}: key {k}");
+        }
+        assert_eq!((after.gc.evicted_values, after.gc.evicted_segments), (0, 0), "seed {seed}: {mark:?}");
+        if mark == Watermark::Compact {
+            assert!(after.gc.compacted > 0 && after.gc.compacted == after.gc.victims, "seed {seed}: {:?}", after.gc);
+            assert!(after.gc.records_relocated > 0, "seed {seed}: {:?}", after.gc);
+            assert!(after.segments_free > before.segments_free, "seed {seed}: {before:?} {after:?}");
+            assert!(after.segments_free <= after.segments / 2, "seed {seed}: at most half: {after:?}");
+        } else {
+            assert_eq!(steps, 0, "seed {seed}: the fixed watermark waits for its low watermark");
+            assert_eq!(after.segments_free, before.segments_free);
+        }
+        assert!(s.verify().unwrap().is_clean(), "seed {seed}: {mark:?}");
+    }
+}

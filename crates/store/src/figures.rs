@@ -148,6 +148,12 @@ impl Stats {
                 gc.sparse_victims,
             )
             .counter(
+                "gc.compacted",
+                "granary_gc_compacted_total",
+                "Segments GC reclaimed ahead of need by compacting (gc_watermark compact).",
+                gc.compacted,
+            )
+            .counter(
                 "gc.records_relocated",
                 "granary_gc_relocated_records_total",
                 "Records GC moved.",

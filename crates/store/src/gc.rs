@@ -5,6 +5,9 @@
 //! the low watermark and stops at the high one (`Space::gc_wait`), and
 //! whenever a writer finds no room and asks. Writers wait for space rather
 //! than fail; they get `NoSpace` only when GC finds nothing to reclaim.
+//! With [`crate::Watermark::Compact`] it also compacts between bursts of
+//! writes ([`compact`]): relocating, never evicting, until there is room
+//! for the next burst.
 //!
 //! **Victim.** Among closed segments, all but the [`age`] most recently
 //! closed ones, whose reclaim gains at least 1/16 of a segment, the best
@@ -131,6 +134,7 @@ pub(crate) struct GcCounters {
     sparse_victims: AtomicU64,
     sparse_fallbacks: AtomicU64,
     namespace_records_dropped: AtomicU64,
+    compacted: AtomicU64,
 }
 
 impl GcCounters {
@@ -148,6 +152,7 @@ impl GcCounters {
             sparse_victims: self.sparse_victims.load(Relaxed),
             sparse_fallbacks: self.sparse_fallbacks.load(Relaxed),
             namespace_records_dropped: self.namespace_records_dropped.load(Relaxed),
+            compacted: self.compacted.load(Relaxed),
         }
     }
 }
@@ -168,6 +173,7 @@ pub(crate) fn run(gc: Gc<'_>) {
             GcWork::Exit => return,
             GcWork::Reclaim(req) => step(gc, req),
             GcWork::Sweep(seg, alloc) => sweep(gc, seg, alloc),
+            GcWork::Compact => compact(gc),
         }
     }
 }
@@ -183,6 +189,10 @@ pub(crate) fn poll(gc: Gc<'_>) -> bool {
         }
         Some(GcWork::Reclaim(req)) => {
             step(gc, req);
+            true
+        }
+        Some(GcWork::Compact) => {
+            compact(gc);
             true
         }
         Some(GcWork::Exit) | None => false,
@@ -267,6 +277,39 @@ fn step(gc: Gc<'_>, req: u64) {
             // This segment cannot be reclaimed; others may be.
             tracing::error!(segment, error = %e, "GC leaves a segment it cannot reclaim in place");
             gc.space.pin(segment);
+        }
+    }
+}
+
+/// One reclaim of [`crate::Watermark::Compact`]'s compaction: a victim at
+/// most 4/5 live, its live data relocated (never evicted), so the free
+/// space it makes costs no item. Nothing to do (no such victim, no room
+/// to relocate, the store read-only) waits for a segment to close.
+fn compact(gc: Gc<'_>) {
+    if gc.log.check_writable().is_err() {
+        gc.space.compact_found_nothing();
+        return;
+    }
+    let _no_verify = gc.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(victim) = gc.space.pick_compaction_victim(age(gc.log.sb.segment_count)) else {
+        gc.space.compact_found_nothing();
+        return;
+    };
+    let started = std::time::Instant::now();
+    match reclaim(gc, victim, false) {
+        Ok(()) => {
+            gc.stats.compacted.fetch_add(1, Relaxed);
+            gc.space.reclaimed(started.elapsed().as_secs_f64())
+        }
+        Err(Error::NoSpace { .. }) => gc.space.compact_found_nothing(),
+        Err(e @ Error::Io { .. }) => {
+            let e = gc.log.poison(e);
+            tracing::error!(segment = victim, error = %e, "GC failed");
+            gc.space.compact_found_nothing();
+        }
+        Err(e) => {
+            tracing::error!(segment = victim, error = %e, "GC leaves a segment it cannot reclaim in place");
+            gc.space.pin(victim);
         }
     }
 }

@@ -219,6 +219,15 @@ pub enum Watermark {
     /// wait for GC, lowered by one each time GC reaches the high watermark
     /// with no writer waiting; between the same bounds.
     Doubling,
+    /// The fixed low watermark, and between bursts of writes GC
+    /// compacts: it reclaims segments at most 4/5 live by relocating
+    /// their live data (never evicting) until as many segments are free
+    /// as the high watermark plus the largest burst of late (at most half
+    /// of the segments), so the next burst finds its room made from
+    /// garbage, at no cost in items, and while it lasts meets no GC.
+    /// Costs relocation writes (docs/ARCHITECTURE.md, "Adaptive low
+    /// watermark").
+    Compact,
 }
 
 impl Watermark {
@@ -228,6 +237,7 @@ impl Watermark {
             Watermark::Fixed => "fixed",
             Watermark::Queue => "queue",
             Watermark::Doubling => "doubling",
+            Watermark::Compact => "compact",
         }
     }
 
@@ -237,6 +247,7 @@ impl Watermark {
             "fixed" => Some(Watermark::Fixed),
             "queue" => Some(Watermark::Queue),
             "doubling" => Some(Watermark::Doubling),
+            "compact" => Some(Watermark::Compact),
             _ => None,
         }
     }

@@ -41,6 +41,15 @@ pub const GC_MIN_GAIN_DIVISOR: u64 = 16;
 /// reclaimed short-lived segments (an exponential average, weight 1/N).
 const SHORT_LIFETIME_WINDOW: u64 = 16;
 
+/// [`Watermark::Compact`] compacts only segments at most this share
+/// live (4/5): each reclaim frees at least a fifth of a segment, so the
+/// room it makes costs at most four segments relocated per segment freed
+/// (on `granary-bench churn --burst`, compacting segments up to 15/16
+/// live wrote about a third more for no lower latency, and up to half
+/// live left too little room).
+pub const COMPACT_LIVE_NUMERATOR: u64 = 4;
+pub const COMPACT_LIVE_DENOMINATOR: u64 = 5;
+
 /// Free segments only GC may take (see the module invariants); stores of
 /// fewer than 8 segments reserve one.
 pub const RESERVED_SEGMENTS: usize = 2;
@@ -113,6 +122,10 @@ pub(crate) enum GcWork {
     /// Sweep one segment (its alloc_seq when queued) for the records of
     /// dropped namespaces ([`Space::request_sweep`]).
     Sweep(u32, u64),
+    /// [`Watermark::Compact`]: reclaim a segment at most 4/5 live by
+    /// relocating its live data, never evicting (free space is below the
+    /// compaction target and no burst is on).
+    Compact,
     Exit,
 }
 
@@ -142,6 +155,9 @@ struct Inner {
     stuck: bool,
     /// GC is between its low and high watermark.
     collecting: bool,
+    /// [`Watermark::Compact`]: compaction found no victim (or no room to
+    /// relocate to) and no segment closed since.
+    compact_stuck: bool,
     /// Segments GC failed on and leaves alone.
     pinned: Vec<bool>,
     /// Where the watermarks are.
@@ -274,6 +290,15 @@ const RATE_EWMA: f64 = 0.2;
 /// The fill rate is counted over windows of this many seconds at least.
 const FILL_TICK: f64 = 1.0;
 
+/// User writes that open a segment at least every this many reclaims'
+/// time are a burst ([`Provision::bursting`])...
+const BURST_RECLAIMS: f64 = 4.0;
+
+/// ...or at least every this many seconds: a burst on a disk whose
+/// writes stall now and then (a few milliseconds) is one burst, not
+/// several with compaction's IO between them.
+const BURST_GAP_MIN: f64 = 0.05;
+
 /// GC's watermarks: fixed, or following the write rate ([`Watermark`]).
 /// Time is passed in, so the model is tested with made-up clocks.
 #[derive(Debug)]
@@ -290,6 +315,15 @@ pub(crate) struct Provision {
     reclaim_secs: Option<f64>,
     /// A writer waited for GC since GC last reached the high watermark.
     waited: bool,
+    /// When user writes last opened a segment ([`Provision::bursting`]).
+    last_fill: Option<Instant>,
+    /// Segments user writes opened in the current run (each less than
+    /// [`Provision::burst_gap`] after the one before), and the largest
+    /// run of late (each new run's end weighs it down by a quarter).
+    run: usize,
+    peak: Option<usize>,
+    /// [`Watermark::Compact`]'s largest target: half of the segments.
+    ceiling: usize,
 }
 
 impl Provision {
@@ -297,8 +331,21 @@ impl Provision {
     pub(crate) fn new(mode: Watermark, segments: usize, fixed: usize) -> Provision {
         let min = (RESERVED_SEGMENTS + 2).min(fixed);
         let max = (segments / 4).max(fixed);
-        let low = if mode == Watermark::Fixed { fixed } else { min };
-        Provision { mode, min, max, low, lambda: None, window: None, reclaim_secs: None, waited: false }
+        let low = if matches!(mode, Watermark::Fixed | Watermark::Compact) { fixed } else { min };
+        Provision {
+            mode,
+            min,
+            max,
+            low,
+            lambda: None,
+            window: None,
+            reclaim_secs: None,
+            waited: false,
+            last_fill: None,
+            run: 0,
+            peak: None,
+            ceiling: (segments / 2).max(fixed),
+        }
     }
 
     pub(crate) fn low(&self) -> usize {
@@ -311,9 +358,66 @@ impl Provision {
         self.low + (self.low / 2).max(2)
     }
 
-    /// User writes opened a new segment at `now`.
+    /// [`Watermark::Compact`]: GC compacts (reclaims segments by
+    /// relocating, never evicting) while fewer than this many segments
+    /// are free: none during a burst ([`Provision::bursting`]), else the
+    /// high watermark plus the largest burst of late (a quarter of the
+    /// segments before any), so the next burst finds its room free; at
+    /// most half of the segments. Zero (never) for the other policies.
+    pub(crate) fn compact_target(&self, now: Instant) -> usize {
+        if self.mode != Watermark::Compact || self.bursting(now) {
+            return 0;
+        }
+        let burst = match self.peak {
+            Some(p) => p.max(self.run),
+            None if self.run >= 2 => self.run,
+            None => self.max,
+        };
+        (self.high() + burst).min(self.ceiling)
+    }
+
+    /// The longest time between two segments user writes open that still
+    /// counts as a burst: [`BURST_RECLAIMS`] reclaims (writes that fill
+    /// segments faster than that would meet compaction's IO on most of
+    /// their segments), at least [`BURST_GAP_MIN`].
+    fn burst_gap(&self) -> f64 {
+        self.reclaim_secs.map_or(BURST_GAP_MIN, |r| (r * BURST_RECLAIMS).max(BURST_GAP_MIN))
+    }
+
+    /// Whether user writes are in a burst at `now`: they opened a segment
+    /// less than [`Provision::burst_gap`] ago (a burst ends as soon as that
+    /// much time passes with no segment filled).
+    pub(crate) fn bursting(&self, now: Instant) -> bool {
+        let Some(last) = self.last_fill else { return false };
+        now.saturating_duration_since(last).as_secs_f64() < self.burst_gap()
+    }
+
+    /// While a burst holds compaction off: how long until it ends if no
+    /// segment is filled meanwhile (GC looks again then).
+    pub(crate) fn burst_ends_in(&self, now: Instant) -> Option<Duration> {
+        if self.mode != Watermark::Compact || !self.bursting(now) {
+            return None;
+        }
+        let since = now.saturating_duration_since(self.last_fill?).as_secs_f64();
+        Some(Duration::from_secs_f64((self.burst_gap() - since).max(0.0)))
+    }
+
+    /// User writes opened a new segment at `now`: counted in the fill
+    /// rate, and in the current burst if the last one was opened less than
+    /// [`Provision::burst_gap`] ago (else that burst has ended: it becomes
+    /// the largest of late if it is larger than that one, weighed down).
     pub(crate) fn filled(&mut self, now: Instant) {
         self.tick(now);
+        if self.bursting(now) {
+            self.run += 1;
+        } else {
+            if self.run >= 2 {
+                let decayed = self.peak.map_or(0, |p| p - p / 4);
+                self.peak = Some(self.run.max(decayed));
+            }
+            self.run = 1;
+        }
+        self.last_fill = Some(now);
         match &mut self.window {
             Some((_, n)) => *n += 1,
             None => self.window = Some((now, 1)),
@@ -417,6 +521,7 @@ impl Space {
                 gave_up: 0,
                 stuck: false,
                 collecting: false,
+                compact_stuck: false,
                 pinned: vec![false; n],
                 provision,
                 shutdown: false,
@@ -767,6 +872,7 @@ impl Space {
         self.tick.store(inner.closes, Relaxed);
         self.touched[seg as usize].store(inner.closes, Relaxed);
         inner.stuck = false; // a new candidate for GC
+        inner.compact_stuck = false;
         self.finish_if_done(inner, seg);
     }
 
@@ -920,9 +1026,27 @@ impl Space {
     /// space-based cleaning); otherwise the least recently used of the same
     /// candidates is evicted whole (its quick clean), with no minimum gain.
     pub(crate) fn pick_victim(&self, age: u64, evict: bool) -> Option<(u32, bool)> {
+        self.pick(age, evict, false)
+    }
+
+    /// The victim of [`Watermark::Compact`]'s compaction: among the
+    /// candidates of [`Space::pick_victim`] at most
+    /// [`COMPACT_LIVE_NUMERATOR`]/[`COMPACT_LIVE_DENOMINATOR`] live, the
+    /// best by the policy. Compaction relocates it, never evicts.
+    pub(crate) fn pick_compaction_victim(&self, age: u64) -> Option<u32> {
+        self.pick(age, false, true).map(|(v, _)| v)
+    }
+
+    fn pick(&self, age: u64, evict: bool, compacting: bool) -> Option<(u32, bool)> {
         let inner = self.lock();
         let usable = (self.sb.segment_grains() - 1) * self.sb.grain_bytes as u64;
         let min_gain = (usable / GC_MIN_GAIN_DIVISOR).max(self.sb.grain_bytes as u64);
+        // Compaction's victims free a fifth of a segment or more.
+        let max_live = if compacting {
+            usable * COMPACT_LIVE_NUMERATOR / COMPACT_LIVE_DENOMINATOR
+        } else {
+            usable.saturating_sub(min_gain)
+        };
         let candidates = || {
             (0..inner.state.len())
                 .filter(|&i| {
@@ -933,14 +1057,14 @@ impl Space {
         };
         let best = candidates()
             .map(|i| (self.live[i].load(Relaxed), inner.closed_at[i], i as u32))
-            .filter(|&(live, _, _)| live.saturating_add(min_gain) <= usable)
+            .filter(|&(live, _, _)| live <= max_live)
             .map(|(live, closed_at, i)| {
                 let score = victim_score(self.policy, live, usable, inner.closes - closed_at);
                 (score, std::cmp::Reverse(closed_at), live, i)
             })
             .max_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
             .map(|(_, _, live, i)| (live, i));
-        if !evict {
+        if !evict || compacting {
             return best.map(|(_, i)| (i, false));
         }
         if let Some((live, i)) = best {
@@ -1028,7 +1152,10 @@ impl Space {
             if let Some(work) = self.gc_work(&mut inner) {
                 return work;
             }
-            inner = self.cond.wait_timeout(inner, Duration::from_millis(500)).unwrap_or_else(|e| e.into_inner()).0;
+            // Compaction held off by a burst resumes when it ends.
+            let wait = Duration::from_millis(500);
+            let wait = inner.provision.burst_ends_in(Instant::now()).map_or(wait, |d| d.min(wait));
+            inner = self.cond.wait_timeout(inner, wait).unwrap_or_else(|e| e.into_inner()).0;
         }
     }
 
@@ -1060,7 +1187,23 @@ impl Space {
         if inner.requested > inner.served || (inner.collecting && !inner.stuck) {
             return Some(GcWork::Reclaim(inner.requested));
         }
-        inner.sweep.pop_front().map(|(seg, alloc)| GcWork::Sweep(seg, alloc))
+        if let Some((seg, alloc)) = inner.sweep.pop_front() {
+            return Some(GcWork::Sweep(seg, alloc));
+        }
+        let target = inner.provision.compact_target(Instant::now());
+        (free < target && !inner.compact_stuck && !inner.stuck).then_some(GcWork::Compact)
+    }
+
+    /// Tests: the burst is over, whatever the clock says.
+    #[cfg(test)]
+    pub(crate) fn end_burst(&self) {
+        self.lock().provision.last_fill = None;
+    }
+
+    /// [`Watermark::Compact`]: compaction found no victim; it waits for a
+    /// segment to close.
+    pub(crate) fn compact_found_nothing(&self) {
+        self.lock().compact_stuck = true;
     }
 
     /// Queue every segment holding records (open or closed) for GC to
@@ -1426,6 +1569,65 @@ mod provision_tests {
             p.reached_high();
         }
         assert_eq!(p.low(), 4);
+    }
+
+    #[test]
+    fn compact_holds_off_during_bursts_and_aims_above_the_largest_of_late() {
+        let base = Instant::now();
+        let mut p = Provision::new(Watermark::Compact, 1024, 32);
+        // The fixed watermarks; before any burst, a quarter of the
+        // segments above the high one.
+        assert_eq!((p.update(base), p.high()), (32, 48));
+        assert_eq!(p.compact_target(base), 48 + 256);
+        p.reclaimed(0.02); // a burst: segments closer than 4 reclaims (80 ms)
+        let t = fill(&mut p, base, 1000, 2, 40);
+        assert!(p.bursting(at(base, t + 2)));
+        assert_eq!(p.compact_target(at(base, t + 2)), 0, "no compaction during a burst");
+        let left = p.burst_ends_in(at(base, t + 2)).unwrap();
+        assert!(left > Duration::from_millis(77) && left <= Duration::from_millis(78), "{left:?}");
+        // 80 ms with no segment filled: over; room for a burst as large.
+        assert!(!p.bursting(at(base, t + 81)));
+        assert_eq!(p.burst_ends_in(at(base, t + 81)), None);
+        assert_eq!(p.compact_target(at(base, t + 81)), 48 + 40);
+        // A smaller burst: the larger one is still remembered...
+        let t = fill(&mut p, base, 5000, 2, 10);
+        assert_eq!(p.compact_target(at(base, t + 100)), 48 + 40);
+        // ...and weighs less after each burst that follows.
+        let t = fill(&mut p, base, 8000, 2, 10);
+        assert_eq!(p.compact_target(at(base, t + 100)), 48 + 30);
+        // A trickle (a segment every 100 ms) is no burst: compaction goes
+        // on (the third burst ended at its first segment: 30 - 30/4).
+        let t = fill(&mut p, base, 10_000, 100, 50);
+        assert!(!p.bursting(at(base, t + 90)));
+        assert_eq!(p.compact_target(at(base, t + 90)), 48 + 23);
+        // At most half of the segments.
+        let t = fill(&mut p, base, 20_000, 1, 1000);
+        assert_eq!(p.compact_target(at(base, t + 100)), 512);
+        assert_eq!(p.update(at(base, t + 100)), 32, "the low watermark stays fixed");
+    }
+
+    /// Reclaims faster than a disk's stalls: a burst is still one burst
+    /// while segments come less than [`BURST_GAP_MIN`] apart.
+    #[test]
+    fn a_burst_outlasts_short_stalls() {
+        let base = Instant::now();
+        let mut p = Provision::new(Watermark::Compact, 1024, 32);
+        p.reclaimed(0.001);
+        let t = fill(&mut p, base, 0, 40, 10);
+        assert!(p.bursting(at(base, t + 40)));
+        assert!(!p.bursting(at(base, t + 51)));
+        assert_eq!(p.compact_target(at(base, t + 51)), 48 + 10, "one burst of 10 segments");
+    }
+
+    #[test]
+    fn only_compact_compacts() {
+        let base = Instant::now();
+        for mode in [Watermark::Fixed, Watermark::Queue, Watermark::Doubling] {
+            let mut p = Provision::new(mode, 1024, 32);
+            let t = fill(&mut p, base, 0, 2, 40);
+            assert_eq!(p.burst_ends_in(at(base, t + 2)), None, "{mode:?}");
+            assert_eq!(p.compact_target(at(base, t + 1000)), 0, "{mode:?}");
+        }
     }
 
     #[test]

@@ -332,6 +332,9 @@ pub struct GcStats {
     pub sparse_victims: u64,
     /// Sparse reclaims that found something changed and scanned after all.
     pub sparse_fallbacks: u64,
+    /// Of the victims, segments [`crate::Watermark::Compact`]'s compaction
+    /// reclaimed ahead of need (at most 4/5 live, relocated, never evicted).
+    pub compacted: u64,
     /// Records of dropped or truncated namespaces GC let go (never
     /// relocated).
     pub namespace_records_dropped: u64,

@@ -98,11 +98,12 @@ fn churn_with_skewed_keys_keeps_every_key_under_hot_cold() {
     churn_case(8, GcPolicy::Greedy, true, true);
 }
 
-/// The adaptive low watermarks move GC's start under the same churn; no
-/// key may be lost, and the watermarks reported stay within their bounds.
+/// The adaptive low watermarks move GC's start under the same churn, and
+/// compaction relocates between bursts; no key may be lost, and the
+/// watermarks reported stay within their bounds.
 #[test]
 fn churn_keeps_every_key_under_adaptive_watermarks() {
-    for (seed, w) in [(9, Watermark::Queue), (10, Watermark::Doubling)] {
+    for (seed, w) in [(9, Watermark::Queue), (10, Watermark::Doubling), (11, Watermark::Compact)] {
         let st = churn_with(seed, GcPolicy::CostBenefit, false, true, w);
         let (low, high) = st.gc_watermarks;
         assert!((4..=16).contains(&low) && high > low, "seed {seed}: {w:?}: {low} {high}");
