@@ -300,19 +300,17 @@ fn eviction_never_drops_the_flush_floor() {
     assert_eq!(s.get(b"old").unwrap(), None, "the flush floor was evicted: a flushed key came back");
 }
 
-/// A memory device whose writes wait at a gate while it is closed.
-struct Gated {
-    inner: MemDevice,
+/// A gate the writes of a [`crate::tests::HookedDevice`] wait at while
+/// it is closed.
+#[derive(Default)]
+struct Gate {
     closed: std::sync::Mutex<bool>,
     cv: std::sync::Condvar,
     waiting: std::sync::atomic::AtomicUsize,
 }
 
-impl granary_io::Device for Gated {
-    fn read_at(&self, buf: granary_io::AlignedBuf, offset: u64) -> granary_io::IoResult {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: granary_io::AlignedBuf, offset: u64) -> granary_io::IoResult {
+impl Gate {
+    fn pass(&self) {
         self.waiting.fetch_add(1, Relaxed);
         let mut c = self.closed.lock().unwrap();
         while *c {
@@ -320,22 +318,6 @@ impl granary_io::Device for Gated {
         }
         drop(c);
         self.waiting.fetch_sub(1, Relaxed);
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn block_bytes(&self) -> u32 {
-        self.inner.block_bytes()
-    }
-    fn counters(&self) -> &granary_io::IoCounters {
-        self.inner.counters()
-    }
-    fn describe(&self) -> String {
-        "gated memory".into()
     }
 }
 
@@ -349,17 +331,15 @@ fn concurrent_puts_share_one_device_write() {
 }
 
 fn concurrent_puts_share_one_device_write_with(zero_copy: bool) {
-    let dev = Arc::new(Gated {
-        inner: MemDevice::new(8 << 20),
-        closed: std::sync::Mutex::new(false),
-        cv: std::sync::Condvar::new(),
-        waiting: Default::default(),
-    });
+    let gate = Arc::new(Gate::default());
+    let g = gate.clone();
+    let dev =
+        Arc::new(crate::tests::HookedDevice { inner: MemDevice::new(8 << 20), before_write: move |_, _| g.pass() });
     let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(256) };
     let s = Arc::new(Store::create(dev.clone(), &c, &OpenOptions { gc: false, ..OpenOptions::default() }).unwrap());
     s.put(b"warm", b"up").unwrap(); // opens the segment
     let base = s.stats();
-    *dev.closed.lock().unwrap() = true;
+    *gate.closed.lock().unwrap() = true;
     let put = |k: &'static str| {
         let s = s.clone();
         std::thread::spawn(move || {
@@ -383,11 +363,11 @@ fn concurrent_puts_share_one_device_write_with(zero_copy: bool) {
         }
         panic!("{what} never happened");
     };
-    wait_for("the first write at the gate", &|| dev.waiting.load(Relaxed) == 1);
+    wait_for("the first write at the gate", &|| gate.waiting.load(Relaxed) == 1);
     let others: Vec<_> = ["a", "b", "c", "d"].into_iter().map(put).collect();
     wait_for("four records in the next group", &|| s.stats().grouped_records == base.grouped_records + 5);
-    *dev.closed.lock().unwrap() = false;
-    dev.cv.notify_all();
+    *gate.closed.lock().unwrap() = false;
+    gate.cv.notify_all();
     first.join().unwrap();
     for t in others {
         t.join().unwrap();

@@ -510,23 +510,19 @@ mod tests {
         assert_eq!(s.get(b"b").unwrap(), None);
     }
 
-    /// A device that holds the first large write (a run's piece) until
-    /// two segments have been opened after it, or a second has passed,
-    /// and counts the segments opened (their header writes) meanwhile.
+    /// Holds the first large write (a run's piece) until two segments
+    /// have been opened after it, or a second has passed, and counts the
+    /// segments opened (their header writes) meanwhile.
     struct HoldFirstPiece {
-        inner: granary_io::MemDevice,
         segment: u64,
         state: std::sync::Mutex<(u8, u32)>, // (0 none, 1 holding, 2 released; segments opened while holding)
         cond: std::sync::Condvar,
     }
 
-    impl granary_io::Device for HoldFirstPiece {
-        fn read_at(&self, buf: granary_io::AlignedBuf, offset: u64) -> granary_io::IoResult {
-            self.inner.read_at(buf, offset)
-        }
-        fn write_at(&self, buf: granary_io::AlignedBuf, offset: u64) -> granary_io::IoResult {
+    impl HoldFirstPiece {
+        fn before_write(&self, len: usize, offset: u64) {
             let mut st = self.state.lock().unwrap();
-            if st.0 == 0 && buf.len() >= 32 << 10 {
+            if st.0 == 0 && len >= 32 << 10 {
                 st.0 = 1;
                 self.cond.notify_all();
                 let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
@@ -542,23 +538,6 @@ mod tests {
                 st.1 += 1;
                 self.cond.notify_all();
             }
-            drop(st);
-            self.inner.write_at(buf, offset)
-        }
-        fn flush(&self) -> std::io::Result<()> {
-            self.inner.flush()
-        }
-        fn size_bytes(&self) -> u64 {
-            self.inner.size_bytes()
-        }
-        fn block_bytes(&self) -> u32 {
-            self.inner.block_bytes()
-        }
-        fn counters(&self) -> &granary_io::IoCounters {
-            self.inner.counters()
-        }
-        fn describe(&self) -> String {
-            "memory, holding the first run piece".into()
         }
     }
 
@@ -569,11 +548,12 @@ mod tests {
     #[test]
     fn no_segment_is_opened_past_a_run_piece_in_flight() {
         let segment = 64u64 << 10;
-        let dev = Arc::new(HoldFirstPiece {
+        let hold =
+            Arc::new(HoldFirstPiece { segment, state: std::sync::Mutex::new((0, 0)), cond: std::sync::Condvar::new() });
+        let h = hold.clone();
+        let dev = Arc::new(crate::tests::HookedDevice {
             inner: granary_io::MemDevice::new(16 << 20),
-            segment,
-            state: std::sync::Mutex::new((0, 0)),
-            cond: std::sync::Condvar::new(),
+            before_write: move |len, offset| h.before_write(len, offset),
         });
         let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(segment), index_table_homes: Some(64) };
         let s = Arc::new(Store::create(dev.clone(), &c, &OpenOptions { gc: false, ..OpenOptions::default() }).unwrap());
@@ -585,9 +565,9 @@ mod tests {
                 s.put_many(&items)
             });
             {
-                let mut st = dev.state.lock().unwrap();
+                let mut st = hold.state.lock().unwrap();
                 while st.0 == 0 {
-                    st = dev.cond.wait_timeout(st, std::time::Duration::from_secs(10)).unwrap().0;
+                    st = hold.cond.wait_timeout(st, std::time::Duration::from_secs(10)).unwrap().0;
                     assert!(st.0 != 0 || !run.is_finished(), "the run was written without a piece of 32 KiB or more");
                 }
             }
@@ -596,7 +576,7 @@ mod tests {
             run.join().unwrap().unwrap();
             singles.join().unwrap().unwrap();
         });
-        let opened = dev.state.lock().unwrap().1;
+        let opened = hold.state.lock().unwrap().1;
         assert!(opened <= 1, "{opened} segments opened while a run piece was in flight");
         for k in &keys {
             assert_eq!(s.get(k).unwrap().as_deref(), Some(&value[..]));

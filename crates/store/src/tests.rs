@@ -95,6 +95,39 @@ fn reopen(dev: &Arc<TestDevice>, s: Store) -> Store {
     Store::open(dev.clone(), &OpenOptions::default()).unwrap()
 }
 
+/// An in-memory device that calls `before_write(len, offset)` before each
+/// of its synchronous writes (a test's gate or probe, which may block),
+/// all else as the memory device does.
+pub(crate) struct HookedDevice<F> {
+    pub inner: granary_io::MemDevice,
+    pub before_write: F,
+}
+
+impl<F: Fn(usize, u64) + Send + Sync + 'static> Device for HookedDevice<F> {
+    fn read_at(&self, buf: granary_io::AlignedBuf, offset: u64) -> granary_io::IoResult {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: granary_io::AlignedBuf, offset: u64) -> granary_io::IoResult {
+        (self.before_write)(buf.len(), offset);
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn block_bytes(&self) -> u32 {
+        self.inner.block_bytes()
+    }
+    fn counters(&self) -> &granary_io::IoCounters {
+        self.inner.counters()
+    }
+    fn describe(&self) -> String {
+        format!("hooked {}", self.inner.describe())
+    }
+}
+
 /// Keys sharing home slot and key tag in a store with 64-slot tables.
 pub(crate) fn colliding_keys(n: usize) -> Vec<Vec<u8>> {
     let mut by_fp: std::collections::HashMap<(usize, u16), Vec<Vec<u8>>> = Default::default();
