@@ -802,3 +802,23 @@ fn compaction_makes_room_from_garbage_and_evicts_nothing() {
         assert!(s.verify().unwrap().is_clean(), "seed {seed}: {mark:?}");
     }
 }
+
+/// A write that finds no room waits for GC (with `Background::Manual`,
+/// runs it) and is counted, with the time it waited; a store that has
+/// room counts none.
+#[test]
+fn writes_that_wait_for_room_are_counted() {
+    let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(256 << 10), index_table_homes: Some(256) };
+    let o = OpenOptions { evict: true, background: Background::Manual, ..OpenOptions::default() };
+    let s = Store::create(Arc::new(MemDevice::new(8 << 20)), &c, &o).unwrap();
+    let v = vec![1u8; 3000];
+    s.put(b"first", &v).unwrap();
+    assert_eq!(s.stats().room_waits, 0);
+    // 20,000 values of 3 KB: eight times the device.
+    let waited = (0..20_000u32).find(|i| {
+        s.put(format!("k{i}").as_bytes(), &v).unwrap();
+        s.stats().room_waits > 0
+    });
+    assert!(waited.is_some(), "an 8 MiB cache took 60 MB and no write waited for room");
+    assert!(s.stats().gc.victims > 0);
+}

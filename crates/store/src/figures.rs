@@ -185,6 +185,18 @@ impl Stats {
                 "Values evicted (cache mode).",
                 gc.evicted_values,
             )
+            .counter(
+                "gc.room_waits",
+                "granary_gc_room_waits_total",
+                "User writes that waited for GC to free room.",
+                st.room_waits,
+            )
+            .counter(
+                "gc.room_wait_us",
+                "granary_gc_room_wait_microseconds_total",
+                "Microseconds user writes waited for GC to free room, together.",
+                st.room_wait_us,
+            )
             .info("gc.low_watermark", "GC starts below this many free segments.", st.gc_watermarks.0 as u64)
             .info("gc.high_watermark", "GC stops at this many free segments.", st.gc_watermarks.1 as u64)
             .info("gc.policy", "GC's victim choice (gc_policy).", st.gc_settings.policy.name().to_string())

@@ -210,6 +210,10 @@ pub(crate) struct Space {
     short_lifetime: AtomicU64,
     /// Segments opened for the short-lived user stream.
     short_opened: AtomicU64,
+    /// User writes that waited for GC to make room, and the microseconds
+    /// they waited, together.
+    room_waits: AtomicU64,
+    room_wait_us: AtomicU64,
     /// Discard freed segments; cleared at the first discard that fails
     /// (a device or filesystem without discard says so once).
     discard: std::sync::atomic::AtomicBool,
@@ -546,6 +550,8 @@ impl Space {
             seg_streams: (0..n).map(|_| AtomicU8::new(0)).collect(),
             short_lifetime: AtomicU64::new(u64::MAX),
             short_opened: AtomicU64::new(0),
+            room_waits: AtomicU64::new(0),
+            room_wait_us: AtomicU64::new(0),
             // A zone reset is the discard in zoned mode.
             discard: (cfg.discard && zoned.is_none()).into(),
             zoned,
@@ -701,17 +707,34 @@ impl Space {
     /// `NoSpace` once GC has nothing left to reclaim.
     pub(crate) async fn await_room(&self, purpose: Purpose, grains: u64) -> Result<()> {
         let mut asked = None;
+        let mut since: Option<Instant> = None;
         loop {
             let listener = {
                 let mut inner = self.lock();
                 if let Some(r) = self.room_or_ask(&mut inner, purpose, grains, &mut asked) {
+                    if let Some(t) = since {
+                        self.waited_for_room(t);
+                    }
                     return r;
                 }
                 // Registered under the lock: no wake-up can slip in between.
                 self.room.listen()
             };
+            since.get_or_insert_with(Instant::now);
             listener.await;
         }
+    }
+
+    /// A user write waited for GC's room from `since` until now.
+    pub(crate) fn waited_for_room(&self, since: Instant) {
+        self.room_waits.fetch_add(1, Relaxed);
+        self.room_wait_us.fetch_add(since.elapsed().as_micros() as u64, Relaxed);
+    }
+
+    /// User writes that waited for GC's room so far, and the microseconds
+    /// they waited together.
+    pub(crate) fn room_waits(&self) -> (u64, u64) {
+        (self.room_waits.load(Relaxed), self.room_wait_us.load(Relaxed))
     }
 
     /// [`Space::await_room`] without the wait, for a writer that runs GC

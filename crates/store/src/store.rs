@@ -258,6 +258,8 @@ impl Core {
             gc: self.gc_counters.snapshot(),
             segments_opened: self.space.horizon(),
             short_segments_opened: self.space.short_segments_opened(),
+            room_waits: self.space.room_waits().0,
+            room_wait_us: self.space.room_waits().1,
             gc_watermarks: self.space.watermarks(),
             gc_rates: self.space.rates(),
             gc_settings: self.space.settings(),

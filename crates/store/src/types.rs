@@ -169,6 +169,11 @@ pub struct Stats {
     /// Of those, segments of the short-lived user stream opened since the
     /// store was opened (SepBIT placement, `OpenOptions::gc_sepbit`).
     pub short_segments_opened: u64,
+    /// User writes that waited for GC to free room since the store was
+    /// opened (with `Background::Manual`: that ran GC for it), and the
+    /// microseconds they waited together.
+    pub room_waits: u64,
+    pub room_wait_us: u64,
     /// GC starts below `.0` free segments and stops at `.1` (now: the
     /// adaptive watermarks move, [`crate::Watermark`]).
     pub gc_watermarks: (usize, usize),

@@ -73,16 +73,26 @@ impl Core {
             return self.space.await_room(purpose, grains).await;
         }
         let mut asked = None;
+        // Counted as a wait for room, as the GC thread's would be.
+        let mut since = None;
+        let done = |since: Option<std::time::Instant>, r| {
+            if let Some(t) = since {
+                self.space.waited_for_room(t);
+            }
+            r
+        };
         loop {
             if let Some(r) = self.space.room_now(purpose, grains, &mut asked) {
-                return r;
+                return done(since, r);
             }
+            since.get_or_insert_with(std::time::Instant::now);
             if !crate::gc::poll(self.collector()) {
                 // Asked, and GC has nothing to do: no room will come.
-                return self.space.room_now(purpose, grains, &mut asked).unwrap_or(Err(Error::NoSpace {
+                let r = self.space.room_now(purpose, grains, &mut asked).unwrap_or(Err(Error::NoSpace {
                     needed_bytes: grains * self.log.sb.grain_bytes as u64,
                     segments: self.log.sb.segment_count,
                 }));
+                return done(since, r);
             }
         }
     }
