@@ -119,15 +119,6 @@ pub struct StoreExport {
     spread: Option<Arc<Spread>>,
 }
 
-/// Write `data` (whole blocks) to the blocks from `first` with one engine
-/// call.
-async fn write_run(ns: &Namespace, block_bytes: usize, first: u64, data: &[u8]) -> io::Result<()> {
-    let b = block_bytes;
-    let keys: Vec<[u8; BLOCK_KEY_BYTES]> = (0..(data.len() / b) as u64).map(|i| block_key(first + i)).collect();
-    let items: Vec<(&[u8], &[u8])> = keys.iter().zip(data.chunks(b)).map(|(k, d)| (&k[..], d)).collect();
-    ns.put_many_async(&items).await.map_err(io_error)
-}
-
 /// Read the blocks from `first` into `out` (whole blocks) with one engine
 /// call; blocks never written stay as `out` has them.
 async fn read_run(ns: &Namespace, block_bytes: usize, first: u64, out: &mut [u8]) -> io::Result<()> {
@@ -206,7 +197,10 @@ impl Export for StoreExport {
         // blocks of one run and of another share some of the store's 1,024
         // stripes almost always, so runs elsewhere would wait for each
         // other and only add a copy of their data.
-        write_run(&self.ns, self.block_bytes as usize, first, data).await
+        let b = self.block_bytes as usize;
+        let keys: Vec<[u8; BLOCK_KEY_BYTES]> = (0..(data.len() / b) as u64).map(|i| block_key(first + i)).collect();
+        let items: Vec<(&[u8], &[u8])> = keys.iter().zip(data.chunks(b)).map(|(k, d)| (&k[..], d)).collect();
+        self.ns.put_many_async(&items).await.map_err(io_error)
     }
 
     async fn update_block(&self, n: u64, at: usize, data: &[u8]) -> io::Result<()> {

@@ -231,6 +231,7 @@ impl Core {
     pub fn stats(&self) -> Stats {
         let (free, open, closed, index_segs) = self.space.counts();
         let links = self.keys.links.usage();
+        let (room_waits, room_wait_us) = self.space.room_waits();
         let c = &self.counters;
         Stats {
             device: self.log.dev.describe(),
@@ -258,8 +259,8 @@ impl Core {
             gc: self.gc_counters.snapshot(),
             segments_opened: self.space.horizon(),
             short_segments_opened: self.space.short_segments_opened(),
-            room_waits: self.space.room_waits().0,
-            room_wait_us: self.space.room_waits().1,
+            room_waits,
+            room_wait_us,
             gc_watermarks: self.space.watermarks(),
             gc_rates: self.space.rates(),
             gc_settings: self.space.settings(),
