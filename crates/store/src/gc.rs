@@ -448,6 +448,8 @@ fn settle_displaced(gc: Gc<'_>, h: u64, pba: u64, key: &[u8]) -> Result<bool> {
 thread_local! {
     /// Runs once, on this thread, after a sparse reclaim's reads (tests).
     pub(crate) static AFTER_SPARSE_READS: std::cell::Cell<Option<Box<dyn FnOnce()>>> = const { std::cell::Cell::new(None) };
+    /// Runs once, on this thread, after a reclaim's scan (tests).
+    pub(crate) static AFTER_SCAN: std::cell::Cell<Option<Box<dyn FnOnce()>>> = const { std::cell::Cell::new(None) };
 }
 
 /// A sparse reclaim reads at most this share (1/N) of a victim's bytes.
@@ -512,20 +514,23 @@ pub(crate) fn reclaim_with(gc: Gc<'_>, v: u32, evict: bool, mode: ReadMode) -> R
             #[cfg(test)]
             AFTER_SPARSE_READS.with(|h| h.take().map(|f| f()));
         }
-        None => std::thread::scope(|sc| {
-            // A helper thread reads the next window while this one is parsed.
-            let mut ahead = crate::log::ReadAhead::start(sc, gc.log.dev.as_ref());
-            w.scan(&mut ahead)
-        })?,
+        None => {
+            std::thread::scope(|sc| {
+                // A helper thread reads the next window while this one is parsed.
+                let mut ahead = crate::log::ReadAhead::start(sc, gc.log.dev.as_ref());
+                w.scan(&mut ahead)
+            })?;
+            #[cfg(test)]
+            AFTER_SCAN.with(|h| h.take().map(|f| f()));
+        }
     }
-    let Victim { mut batch, purpose, evicted, .. } = w;
+    let Victim { mut batch, purpose, evicted, dead_links, .. } = w;
     relocate(gc, v, purpose, &mut batch)?;
     // A writer that replaced an entry pointing into `v` subtracts the old
     // record's bytes from `v` after updating the index, under its stripe:
-    // wait for all such writers, so the live bytes are settled.
-    for i in 0..crate::keys::KEY_STRIPES {
-        drop(gc.keys.lock_stripe(i));
-    }
+    // wait for all such writers, so the live bytes are settled. The links
+    // of the records found dead by their own key's overwrite go on the way.
+    forget_dead_links(gc, dead_links);
     let lo = gc.space.pba(v, 0);
     let leftover = gc.keys.links.displacing_in(lo, lo + gc.log.sb.segment_grains());
     let left = gc.space.live_of(v);
@@ -574,6 +579,26 @@ pub(crate) fn reclaim_with(gc: Gc<'_>, v: u32, evict: bool, mode: ReadMode) -> R
         tracing::debug!(segment = v, values = evicted, "evicted segment");
     }
     Ok(())
+}
+
+/// Take every key stripe once, in order (see [`reclaim_with`]), and
+/// under each remove the links of `dead` (stripe, displaced location) in
+/// it: records a victim's scan found displaced by a blind overwrite of
+/// their own key. Such a link is settled (its record dead) but still in
+/// the table; the location it names is this victim's, which GC alone
+/// frees, so the link found there now is the same one, whatever head it
+/// moved to since.
+fn forget_dead_links(gc: Gc<'_>, mut dead: Vec<(usize, u64)>) {
+    dead.sort_unstable();
+    let mut dead = dead.into_iter().peekable();
+    for i in 0..crate::keys::KEY_STRIPES {
+        let _stripe = gc.keys.lock_stripe(i);
+        while let Some((_, old)) = dead.next_if(|d| d.0 == i) {
+            if let Some((head, _)) = gc.keys.links.of_old(old) {
+                gc.keys.links.remove(head);
+            }
+        }
+    }
 }
 
 /// The records of victim `v` a sparse reclaim reads (location, grains to
@@ -665,6 +690,10 @@ struct Victim<'a> {
     batch: Vec<Pending>,
     batch_bytes: usize,
     evicted: u64,
+    /// Records found dead by a link of their own key, as (stripe,
+    /// location): their links go in the stripe sweep after the scan
+    /// ([`forget_dead_links`]).
+    dead_links: Vec<(usize, u64)>,
 }
 
 impl<'a> Victim<'a> {
@@ -681,6 +710,7 @@ impl<'a> Victim<'a> {
             batch: Vec::new(),
             batch_bytes: 0,
             evicted: 0,
+            dead_links: Vec::new(),
         }
     }
 
@@ -740,8 +770,20 @@ impl<'a> Victim<'a> {
             // another key displaced it (`crate::links`). Not indexed, then
             // not linked, then still not indexed is garbage: a displaced
             // record is linked before it leaves the index, and indexed
-            // again before its link goes. Otherwise asked under the stripe.
-            let garbage = gc.keys.links.of_old(old_pba).is_none() && !points_at(gc, h, old_pba);
+            // again before its link goes. Displaced by a write of its own
+            // key (the link's key is the record's): garbage too, decided
+            // without the stripe, since such a record is never indexed
+            // again and its link stays until GC removes it; the link goes
+            // in the sweep after the scan, under its stripe (a sequential
+            // overwrite leaves whole victims of these, and writers hold
+            // the very stripes of the keys they overwrite). Otherwise
+            // asked under the stripe.
+            let link = gc.keys.links.of_old(old_pba);
+            if link.as_ref().is_some_and(|(_, l)| *l.key == *key) {
+                self.dead_links.push((gc.keys.stripe_of(h), old_pba));
+                return Ok(());
+            }
+            let garbage = link.is_none() && !points_at(gc, h, old_pba);
             if garbage || !settle_displaced(gc, h, old_pba, key)? {
                 return Ok(());
             }

@@ -1355,6 +1355,65 @@ fn a_sparse_reclaim_and_a_scan_leave_the_same_store() {
     assert_eq!(outcomes[0], outcomes[1], "a sparse reclaim and a scan differ");
 }
 
+/// A victim's records displaced by blind overwrites of their own keys are
+/// found dead without their keys' stripes, so a writer holding one (as a
+/// run of PUTs does while its write is in flight) does not hold up the
+/// scan; their links go in the stripe sweep after it, and every key keeps
+/// its new value.
+#[test]
+fn a_victim_overwritten_by_its_own_keys_is_scanned_without_their_stripes() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let (dev, s) = blind_store(64 << 10);
+    let keys: Vec<Vec<u8>> = (0..20).map(|i| format!("own-{i}").into_bytes()).collect();
+    for k in &keys {
+        s.put(k, &[1u8; 900]).unwrap();
+    }
+    let v = s.core.log.sb.segment_of(s.core.keys.index.lookup(key_hash(&keys[0])).as_slice()[0].pba());
+    roll_segment(&s);
+    for k in &keys {
+        s.put(k, &[2u8; 900]).unwrap();
+    }
+    let lo = s.core.space.pba(v, 0);
+    let into_v = || s.core.keys.links.displacing_in(lo, lo + s.core.log.sb.segment_grains());
+    let held = into_v().first().map(|l| l.key.to_vec()).expect("a blind overwrite displaced a record of the victim");
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let released = Arc::new(AtomicBool::new(false));
+    let scanned_while_held = Arc::new(AtomicBool::new(false));
+    std::thread::scope(|sc| {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (s, held, rel) = (&s, &held, released.clone());
+        sc.spawn(move || {
+            let _stripe = s.core.keys.lock_key(key_hash(held));
+            ready_tx.send(()).unwrap();
+            // Bounded: a scan that waits for this stripe (the failure)
+            // gets it after 10 s.
+            let _ = rx.recv_timeout(std::time::Duration::from_secs(10));
+            rel.store(true, SeqCst);
+        });
+        ready_rx.recv().unwrap();
+        let (flag, rel) = (scanned_while_held.clone(), released.clone());
+        crate::gc::AFTER_SCAN.with(|h| {
+            h.set(Some(Box::new(move || {
+                flag.store(!rel.load(SeqCst), SeqCst);
+                let _ = tx.send(());
+            })))
+        });
+        crate::gc::reclaim_with(s.core.collector(), v, false, crate::gc::ReadMode::Scan).unwrap();
+    });
+    assert!(scanned_while_held.load(SeqCst), "the scan waited for a stripe a writer held");
+    assert!(into_v().is_empty(), "links into the freed victim are left");
+    assert_eq!(s.stats().unsettled_links, 0);
+    for k in &keys {
+        assert_eq!(s.get(k).unwrap(), Some(vec![2u8; 900]), "{}", String::from_utf8_lossy(k));
+    }
+    assert!(s.verify().unwrap().is_clean());
+    drop(s);
+    let s = Store::open(dev.clone(), &blind_opts()).unwrap();
+    for k in &keys {
+        assert_eq!(s.get(k).unwrap(), Some(vec![2u8; 900]), "after a crash");
+    }
+}
+
 /// A record of a victim put back in the index while a sparse reclaim reads
 /// (a colliding key's blind overwrite displaced it, a checkpoint settled
 /// the link) makes the reclaim scan the victim after all; the displaced key
