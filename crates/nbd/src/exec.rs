@@ -1,7 +1,7 @@
 //! One transmission request run against its export: checked as the
 //! specification asks, split into block operations that run concurrently
-//! (a READ's or WRITE's whole blocks as runs of at most [`RUN_BYTES_MAX`],
-//! [`RUNS_PER_REQUEST`] at a time; single blocks [`BLOCK_OPS_PER_REQUEST`]
+//! (a READ's whole blocks as runs of at most [`RUN_BYTES_MAX`], a WRITE's
+//! of at most [`WRITE_RUN_BYTES_MAX`], [`RUNS_PER_REQUEST`] at a time; single blocks [`BLOCK_OPS_PER_REQUEST`]
 //! at a time), and answered with a simple reply.
 //!
 //! Invariants:
@@ -19,7 +19,9 @@
 //!   acknowledged; with FUA the export's sync ran after them.
 
 use crate::export::{parts, spans, Export, Geometry, Part, Span};
-use crate::limits::{BLOCK_OPS_PER_REQUEST, MIN_BLOCK_BYTES, PAYLOAD_BYTES_MAX, RUNS_PER_REQUEST, RUN_BYTES_MAX};
+use crate::limits::{
+    BLOCK_OPS_PER_REQUEST, MIN_BLOCK_BYTES, PAYLOAD_BYTES_MAX, RUNS_PER_REQUEST, RUN_BYTES_MAX, WRITE_RUN_BYTES_MAX,
+};
 use crate::proto::*;
 use crate::NbdStats;
 use granary_rt::sync::join2;
@@ -211,7 +213,7 @@ async fn read<E: Export>(t: &Target<E>, stats: &NbdStats, req: Request) -> Vec<u
 async fn write<E: Export>(t: &Target<E>, stats: &NbdStats, req: &Request, data: &[u8]) -> io::Result<()> {
     let b = t.geometry.block_bytes;
     let export = &*t.export;
-    each_concurrent(parts(req.offset, data.len() as u64, b, RUN_BYTES_MAX), RUNS_PER_REQUEST, |p| async move {
+    each_concurrent(parts(req.offset, data.len() as u64, b, WRITE_RUN_BYTES_MAX), RUNS_PER_REQUEST, |p| async move {
         match p {
             Part::Run { first, count, from } => {
                 export.write_blocks(first, &data[from..from + count * b as usize]).await

@@ -8,7 +8,8 @@
 //! [`INFLIGHT_BYTES_MAX`] together (or one request of at most
 //! [`PAYLOAD_BYTES_MAX`] alone), held from admission until the reply has
 //! been handed to the socket, plus, per request, the blocks being read or
-//! rewritten ([`RUNS_PER_REQUEST`] runs of at most [`RUN_BYTES_MAX`], and
+//! rewritten ([`RUNS_PER_REQUEST`] runs of at most [`RUN_BYTES_MAX`] or
+//! [`WRITE_RUN_BYTES_MAX`], and
 //! [`BLOCK_OPS_PER_REQUEST`] single blocks at a time), and the writer's buffer
 //! of small replies (at most [`INFLIGHT_MAX`] of [`REPLY_COPY_BYTES_MAX`]).
 
@@ -51,10 +52,19 @@ pub const INFLIGHT_BYTES_MAX: usize = 64 << 20;
 /// request spanning many blocks reaches the device with this many together.
 pub const BLOCK_OPS_PER_REQUEST: usize = 32;
 
-/// Most bytes of one run of whole blocks ([`crate::Export::read_blocks`],
-/// [`crate::Export::write_blocks`]): a READ or WRITE is split into runs of
-/// at most this, which the export may serve with one device IO each.
+/// Most bytes of one run of whole blocks a READ reads
+/// ([`crate::Export::read_blocks`]): a READ is split into runs of at most
+/// this, which the export may serve with one device IO each.
 pub const RUN_BYTES_MAX: usize = 256 * 1024;
+
+/// Most bytes of one run of whole blocks a WRITE writes
+/// ([`crate::Export::write_blocks`]), one device write each. Smaller than
+/// a read's: the store holds a run's key stripes (blocks hash to 1,024 and
+/// more) from its look-ups across its write to its publishing, so runs
+/// that share a stripe go one after the other; 16 blocks of 4 KiB share
+/// none with another run's about four times in five, 64 almost never
+/// (docs/BENCHMARKS.md, "Where a 1 MiB write waits, timed").
+pub const WRITE_RUN_BYTES_MAX: usize = 64 * 1024;
 
 /// Runs of one request running at once.
 pub const RUNS_PER_REQUEST: usize = 8;

@@ -2,20 +2,33 @@
 //! DELETEs that land next to each other in the open user segment share one
 //! device write, and in `Flush` mode one fdatasync.
 //!
-//! At most one group write of the user stream is in flight. A writer
-//! allocates its grains and encodes its record into the *open group* when
-//! its grains follow the group's last ones; otherwise it starts a new group
-//! and leads it. A leader waits until no group write is in flight, seals
-//! its group (nothing joins after that), writes it with one IO (and one
-//! flush in `Flush` mode), and wakes the members. Every writer returns only
-//! once the write holding its record has completed, so a record is on the
-//! device before it is indexed and acknowledged, as without coalescing.
+//! At most one write of a joinable group of the user stream is in flight.
+//! A writer allocates its grains and encodes its record into the *open
+//! group* when its grains follow the group's last ones; otherwise it starts
+//! a new group and leads it. A leader waits until no such write is in
+//! flight, seals its group (nothing joins after that), writes it with one
+//! IO (and one flush in `Flush` mode), and wakes the members. Every writer
+//! returns only once the write holding its record has completed, so a
+//! record is on the device before it is indexed and acknowledged, as
+//! without coalescing.
 //!
 //! Under light load a group holds one record and costs what a direct write
 //! does; under load, records arriving while a write is in flight form the
 //! next group, so the IO count falls as the load rises, with no timer.
-//! A crash tears at most the group in flight: every record in it is
-//! unacknowledged and carries its own checksums (FORMAT.md, "torn records").
+//!
+//! A group of its own (an atomic batch, a run's piece, a record built in
+//! its own buffer; nothing can join it, so waiting would merge nothing) is
+//! written as soon as its leader has it, beside the writes in flight
+//! (except in ordered mode, below): a run of many pieces keeps several
+//! device writes in flight instead of one.
+//!
+//! A crash tears what was in flight: every record there is unacknowledged
+//! and carries its own checksums (FORMAT.md, "torn records"). Writes are
+//! pending only in the two newest segments of the stream (a writer that
+//! would open a segment waits while an older one than the open one has a
+//! group to write), where recovery forgives torn records, and its scan
+//! steps over a torn or unwritten record to the intact ones after it, so
+//! writes in flight together may complete in any order.
 //!
 //! In zoned mode ([`Coalescer::ordered`]) groups are written in the order
 //! their grains were allocated, so each write lands at its zone's write
@@ -72,7 +85,8 @@ struct Group {
 struct Inner {
     /// The group new writers may join.
     open: Option<Arc<Group>>,
-    /// A group write is in flight.
+    /// A write of a joinable group (in ordered mode: of any group) is in
+    /// flight.
     busy: bool,
     /// Groups not yet written, per segment.
     pending: std::collections::HashMap<u32, usize>,
@@ -332,10 +346,11 @@ impl Coalescer {
         Placed::Done(Ok((g, true, loc)))
     }
 
-    /// Wait for the stream to be idle, seal `group`, write it, wake its
-    /// members. If this future is dropped before the write completes, the
-    /// members are told the write failed (they were not acknowledged) and
-    /// the stream is released.
+    /// Wait for the stream to be idle (a group of its own, unordered: not
+    /// even that), seal `group`, write it, wake its members. If this future
+    /// is dropped before the write completes, the members are told the
+    /// write failed (they were not acknowledged) and the stream is
+    /// released.
     async fn lead(&self, group: &Arc<Group>, dev: &dyn Device, durability: Durability, grain: u64) {
         struct Abandon<'a> {
             c: &'a Coalescer,
@@ -368,9 +383,16 @@ impl Coalescer {
             let listener = {
                 let mut inner = self.lock();
                 let first = inner.queue.front().is_none_or(|g| Arc::ptr_eq(g, group));
-                if !inner.busy && first {
-                    inner.busy = true;
-                    guard.busy = true;
+                // A group of its own holds no joiners to wait for; in
+                // ordered mode it still waits its turn (`first`) and for
+                // the write before it to end.
+                let own = !self.ordered.load(std::sync::atomic::Ordering::Relaxed)
+                    && matches!(group.bytes.lock().unwrap_or_else(|e| e.into_inner()).as_ref(), Some(Bytes::Owned(_)));
+                if (own || !inner.busy) && first {
+                    if !own {
+                        inner.busy = true;
+                        guard.busy = true;
+                    }
                     if inner.open.as_ref().is_some_and(|g| Arc::ptr_eq(g, group)) {
                         inner.open = None;
                     }

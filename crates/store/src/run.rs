@@ -582,4 +582,58 @@ mod tests {
             assert_eq!(s.get(k).unwrap().as_deref(), Some(&value[..]));
         }
     }
+
+    /// Runs' pieces are groups of their own, written beside the writes in
+    /// flight: a second run's piece reaches the device while the first's
+    /// write is still held there, and both runs land.
+    #[test]
+    fn a_run_piece_is_written_beside_another_in_flight() {
+        // (pieces of 32 KiB or more seen, the first is held, the second came while it was)
+        let state = Arc::new((std::sync::Mutex::new((0u32, false, false)), std::sync::Condvar::new()));
+        let st = state.clone();
+        let dev = Arc::new(crate::tests::HookedDevice {
+            inner: granary_io::MemDevice::new(16 << 20),
+            before_write: move |len: usize, _offset: u64| {
+                if len < 32 << 10 {
+                    return;
+                }
+                let (m, c) = &*st;
+                let mut g = m.lock().unwrap();
+                g.0 += 1;
+                if g.0 == 1 {
+                    // Hold the first piece until the second arrives (bounded:
+                    // on failure the second waits for this one, for 10 s).
+                    g.1 = true;
+                    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                    while g.0 < 2 && std::time::Instant::now() < deadline {
+                        g = c.wait_timeout(g, std::time::Duration::from_millis(100)).unwrap().0;
+                    }
+                    g.1 = false;
+                } else if g.0 == 2 {
+                    g.2 = g.1;
+                    c.notify_all();
+                }
+            },
+        });
+        let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: None };
+        let s = Store::create(dev.clone(), &c, &OpenOptions { gc: false, ..OpenOptions::default() }).unwrap();
+        let value = vec![7u8; 4096];
+        let keys: Vec<Vec<[u8; 8]>> =
+            (0..2u64).map(|r| (0..10u64).map(|n| (r * 100 + n).to_be_bytes()).collect()).collect();
+        std::thread::scope(|sc| {
+            for ks in &keys {
+                let (s, value) = (&s, &value);
+                sc.spawn(move || {
+                    let items: Vec<(&[u8], &[u8])> = ks.iter().map(|k| (&k[..], &value[..])).collect();
+                    s.put_many(&items).unwrap();
+                });
+            }
+        });
+        let (pieces, _, beside) = *state.0.lock().unwrap();
+        assert_eq!(pieces, 2, "each run was written with one piece");
+        assert!(beside, "the second piece waited for the first one's write");
+        for k in keys.iter().flatten() {
+            assert_eq!(s.get(k).unwrap().as_deref(), Some(&value[..]));
+        }
+    }
 }
