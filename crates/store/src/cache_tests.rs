@@ -333,8 +333,13 @@ fn concurrent_puts_share_one_device_write() {
 fn concurrent_puts_share_one_device_write_with(zero_copy: bool) {
     let gate = Arc::new(Gate::default());
     let g = gate.clone();
-    let dev =
-        Arc::new(crate::tests::HookedDevice { inner: MemDevice::new(8 << 20), before_write: move |_, _| g.pass() });
+    let dev = Arc::new(crate::tests::HookedDevice {
+        inner: MemDevice::new(8 << 20),
+        before_write: move |_, _| {
+            g.pass();
+            None
+        },
+    });
     let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(256) };
     let s = Arc::new(Store::create(dev.clone(), &c, &OpenOptions { gc: false, ..OpenOptions::default() }).unwrap());
     s.put(b"warm", b"up").unwrap(); // opens the segment

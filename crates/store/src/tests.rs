@@ -97,19 +97,28 @@ fn reopen(dev: &Arc<TestDevice>, s: Store) -> Store {
 
 /// An in-memory device that calls `before_write(len, offset)` before each
 /// of its synchronous writes (a test's gate or probe, which may block),
-/// all else as the memory device does.
+/// all else as the memory device does. The hook returns None to let the
+/// write through whole, or `Some(n)` to write only its first `n` bytes
+/// (a multiple of 512) and fail it, as a crash during the write would
+/// leave the device.
 pub(crate) struct HookedDevice<F> {
     pub inner: granary_io::MemDevice,
     pub before_write: F,
 }
 
-impl<F: Fn(usize, u64) + Send + Sync + 'static> Device for HookedDevice<F> {
+impl<F: Fn(usize, u64) -> Option<usize> + Send + Sync + 'static> Device for HookedDevice<F> {
     fn read_at(&self, buf: granary_io::AlignedBuf, offset: u64) -> granary_io::IoResult {
         self.inner.read_at(buf, offset)
     }
     fn write_at(&self, buf: granary_io::AlignedBuf, offset: u64) -> granary_io::IoResult {
-        (self.before_write)(buf.len(), offset);
-        self.inner.write_at(buf, offset)
+        let Some(n) = (self.before_write)(buf.len(), offset) else { return self.inner.write_at(buf, offset) };
+        if n > 0 {
+            let mut part = granary_io::AlignedBuf::zeroed(n);
+            part.copy_from_slice(&buf[..n]);
+            let (_, r) = self.inner.write_at(part, offset);
+            r.expect("the torn prefix of a write");
+        }
+        (buf, Err(std::io::Error::other("write torn by the test device")))
     }
     fn flush(&self) -> std::io::Result<()> {
         self.inner.flush()
