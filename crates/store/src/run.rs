@@ -21,14 +21,14 @@
 //! as several such pieces, one after another.
 //!
 //! A piece is written through the coalescer as a group of its own
-//! (`Core::write_encoded`): one user-stream write is in flight at a time,
-//! and none opens a segment while an older one still has a write to
-//! finish, so the writes a crash can tear lie in the user stream's newest
-//! segments, where recovery's torn-record rule ignores them (in zoned
-//! mode, too, at its zone's write pointer). Only the device write is
-//! serialised: pieces of many connections (on several executors) encode
-//! their records while another piece's write is in flight, and index
-//! theirs after it.
+//! (`Core::write_encoded`): as soon as it is encoded, beside the other
+//! writes in flight (in zoned mode in allocation order, one at a time, at
+//! its zone's write pointer), and none opens a segment while an older one
+//! still has a write to finish, so the writes a crash can tear lie in the
+//! user stream's two newest segments, where recovery's torn-record rule
+//! ignores them and its scan finds the intact records after them. What
+//! serialises pieces is their keys' stripes, held from their look-ups to
+//! their publishing.
 //!
 //! **Reads.** Each key's one index candidate is planned as a read of the
 //! record's size; records lying next to each other in one segment are
