@@ -1,8 +1,9 @@
 //! One transmission request run against its export: checked as the
 //! specification asks, split into block operations that run concurrently
 //! (a READ's whole blocks as runs of at most [`RUN_BYTES_MAX`], a WRITE's
-//! of at most [`WRITE_RUN_BYTES_MAX`], [`RUNS_PER_REQUEST`] at a time; single blocks [`BLOCK_OPS_PER_REQUEST`]
-//! at a time), and answered with a simple reply.
+//! of at most [`WRITE_RUN_BYTES_MAX`], [`RUNS_PER_REQUEST`] at a time;
+//! single blocks [`BLOCK_OPS_PER_REQUEST`] at a time), and answered with a
+//! simple reply.
 //!
 //! Invariants:
 //! - a request that fails its checks touches no data and is answered with

@@ -59,10 +59,10 @@ pub const RUN_BYTES_MAX: usize = 256 * 1024;
 
 /// Most bytes of one run of whole blocks a WRITE writes
 /// ([`crate::Export::write_blocks`]), one device write each. Smaller than
-/// a read's: the store holds a run's key stripes (blocks hash to 1,024 and
-/// more) from its look-ups across its write to its publishing, so runs
-/// that share a stripe go one after the other; 16 blocks of 4 KiB share
-/// none with another run's about four times in five, 64 almost never
+/// a read's: the store holds a run's key stripes (of its 1,024) from its
+/// look-ups across its write to its publishing, so runs that share a
+/// stripe go one after the other; a run of 16 blocks shares none with
+/// another about four times in five, one of 64 almost never
 /// (docs/BENCHMARKS.md, "Where a 1 MiB write waits, timed").
 pub const WRITE_RUN_BYTES_MAX: usize = 64 * 1024;
 

@@ -773,8 +773,9 @@ impl<'a> Victim<'a> {
             // again before its link goes. Displaced by a write of its own
             // key (the link's key is the record's): garbage too, decided
             // without the stripe, since such a record is never indexed
-            // again and its link stays until GC removes it; the link goes
-            // in the sweep after the scan, under its stripe (a sequential
+            // again (a checkpoint settling its link first only removes
+            // the link); the link goes in the sweep after the scan, under
+            // its stripe (a sequential
             // overwrite leaves whole victims of these, and writers hold
             // the very stripes of the keys they overwrite). Otherwise
             // asked under the stripe.
