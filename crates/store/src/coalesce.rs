@@ -379,15 +379,16 @@ impl Coalescer {
             }
         }
         let mut guard = Abandon { c: self, group, busy: false };
+        // A group of its own (its bytes, set before it is led, are its
+        // record's own buffer) holds no joiners to wait for; in ordered
+        // mode it still waits its turn (`first`) and for the write before
+        // it to end.
+        let own = !self.ordered.load(std::sync::atomic::Ordering::Relaxed)
+            && matches!(group.bytes.lock().unwrap_or_else(|e| e.into_inner()).as_ref(), Some(Bytes::Owned(_)));
         let bytes = loop {
             let listener = {
                 let mut inner = self.lock();
                 let first = inner.queue.front().is_none_or(|g| Arc::ptr_eq(g, group));
-                // A group of its own holds no joiners to wait for; in
-                // ordered mode it still waits its turn (`first`) and for
-                // the write before it to end.
-                let own = !self.ordered.load(std::sync::atomic::Ordering::Relaxed)
-                    && matches!(group.bytes.lock().unwrap_or_else(|e| e.into_inner()).as_ref(), Some(Bytes::Owned(_)));
                 if (own || !inner.busy) && first {
                     if !own {
                         inner.busy = true;

@@ -586,6 +586,12 @@ mod tests {
         }
     }
 
+    /// The keys of two runs of ten, none shared (each run one piece of
+    /// 45 KiB with 4 KiB values and 512-byte grains).
+    fn two_runs_of_keys() -> Vec<Vec<[u8; 8]>> {
+        (0..2u64).map(|r| (0..10u64).map(|n| (r * 100 + n).to_be_bytes()).collect()).collect()
+    }
+
     /// Runs' pieces are groups of their own, written beside the writes in
     /// flight: a second run's piece reaches the device while the first's
     /// write is still held there, and both runs land.
@@ -622,8 +628,7 @@ mod tests {
         let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: None };
         let s = Store::create(dev.clone(), &c, &OpenOptions { gc: false, ..OpenOptions::default() }).unwrap();
         let value = vec![7u8; 4096];
-        let keys: Vec<Vec<[u8; 8]>> =
-            (0..2u64).map(|r| (0..10u64).map(|n| (r * 100 + n).to_be_bytes()).collect()).collect();
+        let keys = two_runs_of_keys();
         std::thread::scope(|sc| {
             for ks in &keys {
                 let (s, value) = (&s, &value);
@@ -678,8 +683,7 @@ mod tests {
         let o =
             OpenOptions { gc: false, checkpoint_on_close: false, checkpoint_interval: None, ..OpenOptions::default() };
         let s = Store::create(dev.clone(), &c, &o).unwrap();
-        let runs: Vec<Vec<[u8; 8]>> =
-            (0..2u64).map(|r| (0..10u64).map(|n| (r * 100 + n).to_be_bytes()).collect()).collect();
+        let runs = two_runs_of_keys();
         let values = [vec![1u8; 4096], vec![2u8; 4096]];
         let items = |r: usize| -> Vec<(&[u8], &[u8])> { runs[r].iter().map(|k| (&k[..], &values[r][..])).collect() };
         std::thread::scope(|sc| {
