@@ -4,14 +4,17 @@
 //! (queue depth 1), batches of 1, 4, 16 and 64 puts of 1 KiB values over
 //! 100,000 keys, for a few seconds each: commits/s and the median and 99th
 //! percentile commit latency; the same puts one by one (the latency of one
-//! put); and in the same run RocksDB's WriteBatch with sync (its
+//! put). The keys are written once first, so every put overwrites, alone
+//! or in a batch; the points take turns in slices of a quarter second, so
+//! the disk's drift during a run weighs on each alike. And in the same run RocksDB's WriteBatch with sync (its
 //! write-ahead log fsynced at each commit), built from the C peer in
 //! `crates/bench/peers` against Debian's librocksdb (installed with apt-get
 //! when missing) on the same filesystem. Granary runs in `Flush` mode
 //! (fdatasync at each commit: RocksDB's durability) and in its default
 //! `Direct` mode (a commit is durable when its write completes on a device
 //! without a volatile cache). With `--new-keys` every put inserts a key
-//! never written before (no blind overwrite, no candidate in the index).
+//! never written before (no blind overwrite, no candidate in the index;
+//! nothing is loaded first).
 //!
 //! **Dropping a namespace** that holds N keys (default 1 M,
 //! 100-byte values) in a store on a file with direct IO: how long
@@ -65,10 +68,21 @@ impl Default for TxnBenchOptions {
     }
 }
 
-/// Keys the batches write over.
+/// Keys the batches write over, at most.
 const BATCH_KEYS: u64 = 100_000;
+
+/// Keys the batches write over: [`BATCH_KEYS`], or fewer on a data file
+/// too small to hold them loaded four times over (the log's room for the
+/// overwrites until GC reclaims), 1,536 bytes a record of a 1 KiB value.
+fn batch_keys(o: &TxnBenchOptions) -> u64 {
+    BATCH_KEYS.min(o.size_bytes / (4 * 1536)).max(1)
+}
 /// Value size of the batches' puts.
 const BATCH_VALUE_BYTES: usize = 1024;
+/// Puts per batch when the keys are loaded before the points.
+const LOAD_BATCH: u64 = 64;
+/// The points' turns (`granary_batches`): each runs this long at a time.
+const SLICE_SECS: f64 = 0.25;
 
 /// One batch point: commits/s and latency percentiles.
 fn point(system: &str, what: &str, batch: usize, commits: u64, secs: f64, p50: f64, p99: f64) -> serde_json::Value {
@@ -96,7 +110,8 @@ fn granary_batches(o: &TxnBenchOptions, durability: Durability) -> Result<Vec<se
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
     let (new_keys, mut fresh) = (o.new_keys, 0u64);
     // Inserts take the next unused keys (a batch of n the next n); else a
-    // random one of BATCH_KEYS (a batch of n the n after it).
+    // random one of the batch keys (a batch of n the n after it).
+    let keys = batch_keys(o);
     let mut next_key = move |n: u64| {
         if new_keys {
             fresh += n;
@@ -105,40 +120,61 @@ fn granary_batches(o: &TxnBenchOptions, durability: Durability) -> Result<Vec<se
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        rng % BATCH_KEYS
+        rng % keys
     };
-    let mut out = Vec::new();
-    let measure = |f: &mut dyn FnMut() -> Result<(), String>| -> Result<(u64, f64, f64, f64), String> {
-        let mut h = hdrhistogram::Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
-        let started = Instant::now();
-        let until = started + Duration::from_secs_f64(o.secs);
-        while Instant::now() < until {
-            let t = Instant::now();
-            f()?;
-            h.record(t.elapsed().as_nanos() as u64).map_err(|e| e.to_string())?;
-        }
-        let secs = started.elapsed().as_secs_f64();
-        Ok((h.len(), secs, h.value_at_quantile(0.5) as f64 / 1e3, h.value_at_quantile(0.99) as f64 / 1e3))
-    };
-    let (n, secs, p50, p99) = measure(&mut || {
-        let k = next_key(1);
-        store.put(&load_key(k), &value).map_err(|e| e.to_string())
-    })?;
-    out.push(point("granary", &format!("{mode} put"), 1, n, secs, p50, p99));
-    for &size in &o.batches {
-        let (n, secs, p50, p99) = measure(&mut || {
-            let start = next_key(size as u64);
+    if !new_keys {
+        // Every key written once first, so single puts and batches alike
+        // overwrite (a put of a key never written takes no blind
+        // overwrite's link and is cheaper).
+        for start in (0..keys).step_by(LOAD_BATCH as usize) {
             let mut b = store.batch();
-            for i in 0..size as u64 {
-                let k = if new_keys { start + i } else { (start + i) % BATCH_KEYS };
+            for k in start..(start + LOAD_BATCH).min(keys) {
                 b.put(&ns, &load_key(k), &value);
             }
-            match b.commit().map_err(|e| e.to_string())? {
-                BatchOutcome::Committed { .. } => Ok(()),
-                o => Err(format!("batch not committed: {o:?}")),
+            b.commit().map_err(|e| e.to_string())?;
+        }
+    }
+    // One put, then each batch size: the points take turns, a slice of
+    // `SLICE_SECS` each, until each has had `secs`, so that a drift of the
+    // disk's speed during the run weighs on all of them alike.
+    let sizes: Vec<usize> = std::iter::once(1).chain(o.batches.iter().copied()).collect();
+    let mut hists = Vec::new();
+    for _ in &sizes {
+        hists.push(hdrhistogram::Histogram::<u64>::new(3).map_err(|e| e.to_string())?);
+    }
+    let mut spent = vec![0f64; sizes.len()];
+    let rounds = (o.secs / SLICE_SECS).ceil().max(1.0) as usize;
+    let slice = Duration::from_secs_f64(o.secs / rounds as f64);
+    for _ in 0..rounds {
+        for (p, &size) in sizes.iter().enumerate() {
+            let started = Instant::now();
+            let until = started + slice;
+            while Instant::now() < until {
+                let t = Instant::now();
+                if p == 0 {
+                    store.put(&load_key(next_key(1)), &value).map_err(|e| e.to_string())?;
+                } else {
+                    let start = next_key(size as u64);
+                    let mut b = store.batch();
+                    for i in 0..size as u64 {
+                        let k = if new_keys { start + i } else { (start + i) % keys };
+                        b.put(&ns, &load_key(k), &value);
+                    }
+                    match b.commit().map_err(|e| e.to_string())? {
+                        BatchOutcome::Committed { .. } => {}
+                        o => return Err(format!("batch not committed: {o:?}")),
+                    }
+                }
+                hists[p].record(t.elapsed().as_nanos() as u64).map_err(|e| e.to_string())?;
             }
-        })?;
-        out.push(point("granary", &format!("{mode} batch"), size, n, secs, p50, p99));
+            spent[p] += started.elapsed().as_secs_f64();
+        }
+    }
+    let mut out = Vec::new();
+    for ((&size, h), secs) in sizes.iter().zip(&hists).zip(spent) {
+        let what = if out.is_empty() { format!("{mode} put") } else { format!("{mode} batch") };
+        let (p50, p99) = (h.value_at_quantile(0.5) as f64 / 1e3, h.value_at_quantile(0.99) as f64 / 1e3);
+        out.push(point("granary", &what, size, h.len(), secs, p50, p99));
     }
     drop(store);
     let _ = std::fs::remove_file(&o.path);
@@ -179,7 +215,7 @@ fn rocksdb_batches(o: &TxnBenchOptions) -> Result<Vec<serde_json::Value>, String
         let _ = std::fs::remove_dir_all(&dir);
         let run = std::process::Command::new(&bin)
             .arg(&dir)
-            .args([size.to_string(), BATCH_VALUE_BYTES.to_string(), o.secs.to_string(), BATCH_KEYS.to_string()])
+            .args([size.to_string(), BATCH_VALUE_BYTES.to_string(), o.secs.to_string(), batch_keys(o).to_string()])
             .output()
             .map_err(|e| format!("cannot run the RocksDB peer: {e}"))?;
         if !run.status.success() {
@@ -250,7 +286,7 @@ pub fn run(o: &TxnBenchOptions) -> Result<serde_json::Value, String> {
     if let Some(parent) = o.path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
     }
-    println!("atomic batches of {BATCH_VALUE_BYTES}-byte puts over {BATCH_KEYS} keys, one commit at a time:");
+    println!("atomic batches of {BATCH_VALUE_BYTES}-byte puts over {} keys, one commit at a time:", batch_keys(o));
     let mut batches = granary_batches(o, Durability::Flush)?;
     batches.extend(granary_batches(o, Durability::Direct)?);
     if o.rocksdb {

@@ -618,8 +618,7 @@ impl Core {
             .map(|&(n, e)| BlindStep {
                 from: e.pba(),
                 to: loc(n).pba,
-                new: (!own_link[n])
-                    .then(|| Arc::new(Link { old: e, key: ops[n].key.as_slice().into(), aux: Default::default() })),
+                new: (!own_link[n]).then(|| Arc::new(Link::new(e, &ops[n].key))),
             })
             .collect();
         let aliased = self.keys.links.start_blind(&steps);

@@ -48,15 +48,15 @@
 use granary_index::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// DRAM a link costs besides its key: a hash-map slot (head to link, with
 /// its control byte and spare capacity), a B-tree slot (displaced location
-/// to head, with node slack), the shared link, and the allocator's
+/// to link, with node slack), the shared link, and the allocator's
 /// overhead on the link's and the key's blocks. Measured by
-/// `tests/link_memory.rs` at 142-153 bytes with 24-byte keys (glibc),
-/// rounded up.
+/// `tests/link_memory.rs` at 137-147 bytes with 24-byte keys (glibc's
+/// chunk sizes counted), rounded up.
 pub const LINK_OVERHEAD_BYTES: usize = 160;
 
 /// Default of [`crate::OpenOptions::blind_overwrite_bytes`]: 64 MiB, about
@@ -73,6 +73,23 @@ pub(crate) struct Link {
     /// The displaced entry's access word (`OpenOptions::track_access`),
     /// given back to it if it is indexed again.
     pub aux: AtomicU32,
+    /// The head the table files the link under for its displaced
+    /// location ([`Links::of_old`]): set by the table, under its lock, as
+    /// the link is added or moves on; while a move is under way the link
+    /// has a second head (an alias) that this does not name.
+    head: AtomicU64,
+}
+
+impl Link {
+    /// A link to add: `old` displaced by a record of `key`.
+    pub(crate) fn new(old: Entry, key: &[u8]) -> Link {
+        Link { old, key: key.into(), aux: AtomicU32::new(0), head: AtomicU64::new(0) }
+    }
+
+    /// The head it is filed under for its displaced location.
+    fn head(&self) -> u64 {
+        self.head.load(Relaxed)
+    }
 }
 
 /// A link as the map holds it: shared, so that a lookup copies no key.
@@ -111,9 +128,11 @@ impl Hasher for LocHasher {
 struct Inner {
     /// Head location to its link.
     by_head: HashMap<u64, LinkRef, BuildHasherDefault<LocHasher>>,
-    /// Displaced location to its head, in location order (GC asks for
-    /// the links into one segment).
-    by_old: BTreeMap<u64, u64>,
+    /// Displaced location to its link, in location order (GC asks for
+    /// the links into one segment). The link names its head
+    /// ([`Link::head`]), so a link moving on to a new head changes a
+    /// field, not this tree.
+    by_old: BTreeMap<u64, LinkRef>,
     bytes: usize,
 }
 
@@ -121,7 +140,8 @@ impl Inner {
     /// [`Links::insert`], the lock held.
     fn add(&mut self, head: u64, link: LinkRef) {
         self.bytes += cost(&link);
-        self.by_old.insert(link.old.pba(), head);
+        link.head.store(head, Relaxed);
+        self.by_old.insert(link.old.pba(), link.clone());
         if let Some(prev) = self.by_head.insert(head, link) {
             // A location is reused only after GC freed its segment, which
             // removed or moved every link of a head in it.
@@ -134,7 +154,7 @@ impl Inner {
     fn drop_head(&mut self, head: u64) -> Option<LinkRef> {
         let link = self.by_head.remove(&head)?;
         // Not an alias in the middle of a move (`carry`): the link goes.
-        if self.by_old.get(&link.old.pba()) == Some(&head) {
+        if link.head() == head {
             self.by_old.remove(&link.old.pba());
             self.bytes -= cost(&link);
         }
@@ -219,9 +239,8 @@ impl Links {
         if self.is_empty() {
             return None;
         }
-        let i = self.lock();
-        let head = *i.by_old.get(&old)?;
-        Some((head, i.by_head[&head].clone()))
+        let link = self.lock().by_old.get(&old)?.clone();
+        Some((link.head(), link))
     }
 
     /// Add `link` for head `head` (the caller holds the stripe and points
@@ -249,7 +268,7 @@ impl Links {
             return Vec::new();
         }
         let i = self.lock();
-        i.by_old.range(lo..hi).map(|(_, head)| i.by_head[head].clone()).collect()
+        i.by_old.range(lo..hi).map(|(_, link)| link.clone()).collect()
     }
 
     /// Make `to` a second head of `from`'s link (before the index moves
@@ -270,7 +289,7 @@ impl Links {
     pub(crate) fn moved(&self, from: u64, to: u64) {
         let mut i = self.lock();
         if let Some(link) = i.by_head.remove(&from) {
-            i.by_old.insert(link.old.pba(), to);
+            link.head.store(to, Relaxed);
         }
     }
 
@@ -361,7 +380,7 @@ impl Links {
                 }
                 (None, true) if aliased[n] => {
                     if let Some(link) = i.by_head.remove(&s.from) {
-                        i.by_old.insert(link.old.pba(), s.to);
+                        link.head.store(s.to, Relaxed);
                     }
                 }
                 (None, false) if aliased[n] => {
@@ -376,6 +395,6 @@ impl Links {
     /// Every link, for [`crate::settle::resolve_all`].
     pub(crate) fn snapshot(&self) -> Vec<(u64, LinkRef)> {
         let i = self.lock();
-        i.by_old.values().map(|h| (*h, i.by_head[h].clone())).collect()
+        i.by_old.values().map(|l| (l.head(), l.clone())).collect()
     }
 }

@@ -738,7 +738,7 @@ impl Core {
             // key's version, and the link moves on to the new head.
             crate::settle::carry(self.parts(), e.pba(), loc.pba, replace)
         } else {
-            let link = crate::links::Link { old: e, key: key.into(), aux: Default::default() };
+            let link = crate::links::Link::new(e, key);
             self.keys.links.insert(loc.pba, std::sync::Arc::new(link));
             let mut old_aux = 0;
             let done = self.keys.index.replace_with(h, e.pba(), loc.grains, loc.pba, |w| {
