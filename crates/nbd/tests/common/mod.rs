@@ -126,11 +126,18 @@ impl Raw {
     }
 
     pub fn option(&mut self, option: u32, data: &[u8]) {
-        let mut b = IHAVEOPT.to_be_bytes().to_vec();
-        b.extend_from_slice(&option.to_be_bytes());
-        b.extend_from_slice(&(data.len() as u32).to_be_bytes());
-        b.extend_from_slice(data);
-        self.send(&b);
+        self.send(&option_bytes(option, data));
+    }
+
+    /// [`Raw::option`] for an option the server may close the connection
+    /// on before reading all of it: a write that meets the closed
+    /// connection (EPIPE, ECONNRESET) is not an error here.
+    pub fn option_may_close(&mut self, option: u32, data: &[u8]) {
+        match self.s.write_all(&option_bytes(option, data)) {
+            Ok(()) => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset) => {}
+            Err(e) => panic!("sending option {option}: {e}"),
+        }
     }
 
     /// One option reply: (reply type, data); checks the magic and option.
@@ -200,6 +207,15 @@ impl Raw {
             Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
         }
     }
+}
+
+/// An option request as the client sends it.
+fn option_bytes(option: u32, data: &[u8]) -> Vec<u8> {
+    let mut b = IHAVEOPT.to_be_bytes().to_vec();
+    b.extend_from_slice(&option.to_be_bytes());
+    b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    b.extend_from_slice(data);
+    b
 }
 
 /// Bytes `len` of a pattern seeded by `seed` (xorshift; reproducible).
