@@ -2,14 +2,15 @@
 //!
 //! **Batches**: on a store in a file with direct IO, one commit at a time
 //! (queue depth 1), batches of 1, 4, 16 and 64 puts of 1 KiB values over
-//! 100,000 keys, for a few seconds each: commits/s and the median and 99th
+//! 100,000 keys (fewer on a small data file), for a few seconds each: commits/s and the median and 99th
 //! percentile commit latency; the same puts one by one (the latency of one
 //! put). The keys are written once first, so every put overwrites, alone
 //! or in a batch; the points take turns in slices of a quarter second, so
-//! the disk's drift during a run weighs on each alike. And in the same run RocksDB's WriteBatch with sync (its
-//! write-ahead log fsynced at each commit), built from the C peer in
-//! `crates/bench/peers` against Debian's librocksdb (installed with apt-get
-//! when missing) on the same filesystem. Granary runs in `Flush` mode
+//! the disk's drift during a run weighs on each alike. And in the same run
+//! RocksDB's WriteBatch with sync (its write-ahead log fsynced at each
+//! commit), built from the C peer in `crates/bench/peers` against Debian's
+//! librocksdb (installed with apt-get when missing) on the same
+//! filesystem. Granary runs in `Flush` mode
 //! (fdatasync at each commit: RocksDB's durability) and in its default
 //! `Direct` mode (a commit is durable when its write completes on a device
 //! without a volatile cache). With `--new-keys` every put inserts a key
@@ -77,6 +78,7 @@ const BATCH_KEYS: u64 = 100_000;
 fn batch_keys(o: &TxnBenchOptions) -> u64 {
     BATCH_KEYS.min(o.size_bytes / (4 * 1536)).max(1)
 }
+
 /// Value size of the batches' puts.
 const BATCH_VALUE_BYTES: usize = 1024;
 /// Puts per batch when the keys are loaded before the points.
