@@ -581,6 +581,19 @@ impl Device for FileDevice {
         r
     }
 
+    fn flush_async(&self) -> crate::FlushFuture<'_> {
+        if !self.uring() {
+            return Box::pin(std::future::ready(self.flush()));
+        }
+        let fd = self.file.as_raw_fd();
+        Box::pin(async move {
+            let start = Instant::now();
+            let r = granary_rt::fdatasync(fd).await;
+            self.counters.flush(start);
+            r
+        })
+    }
+
     fn size_bytes(&self) -> u64 {
         self.size
     }
@@ -832,6 +845,51 @@ mod tests {
         let (b, r) = granary_rt::block_on(fut);
         r.unwrap();
         assert_eq!(b[1], 1);
+    }
+
+    /// A flush on an executor goes through its ring: while it is in flight
+    /// the executor runs another task (a synchronous fdatasync would hold
+    /// it until the flush returned). A task that yields in a loop counts
+    /// its turns; the flush must see it run.
+    #[test]
+    fn uring_flush_lets_the_executor_run_other_tasks() {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let dev = Arc::new(
+            FileDevice::create(&dir.path().join("dev"), 1 << 20, OpenMode::Direct)
+                .unwrap()
+                .with_backend(IoBackend::Uring),
+        );
+        let cfg = granary_rt::RuntimeConfig { threads: 1, pin: false, ..Default::default() };
+        let rt = granary_rt::Runtime::new(cfg).unwrap();
+        let (turns, stop) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
+        let d = dev.clone();
+        let (before, after) = rt
+            .block_on(async move {
+                let (t, s) = (turns.clone(), stop.clone());
+                let spinner = granary_rt::spawn(async move {
+                    while !s.load(SeqCst) {
+                        t.fetch_add(1, SeqCst);
+                        granary_rt::yield_now().await;
+                    }
+                });
+                granary_rt::yield_now().await; // the spinner is running
+                let (_, r) = d.write_at_async(AlignedBuf::zeroed(4096), 0).await;
+                r.unwrap();
+                let before = turns.load(SeqCst);
+                d.flush_async().await.unwrap();
+                let after = turns.load(SeqCst);
+                stop.store(true, SeqCst);
+                spinner.await.unwrap();
+                (before, after)
+            })
+            .unwrap();
+        assert!(after > before, "the executor ran nothing while the flush was in flight ({before} turns both times)");
+        assert_eq!(dev.counters().snapshot().flushes, 1);
+        // Off an executor the same call is the synchronous flush.
+        granary_rt::block_on(dev.flush_async()).unwrap();
+        assert_eq!(dev.counters().snapshot().flushes, 2);
     }
 
     /// Reads into arena chunks, dropped while the kernel still performs them,

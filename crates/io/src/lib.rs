@@ -78,6 +78,9 @@ use granary_rt::latency::{self, Histogram};
 /// Result of an operation: the buffer comes back whatever happened.
 pub type IoResult = (AlignedBuf, io::Result<()>);
 
+/// A flush in progress ([`Device::flush_async`]).
+pub type FlushFuture<'a> = Pin<Box<dyn Future<Output = io::Result<()>> + Send + 'a>>;
+
 /// An operation in progress: either already done (synchronous backends),
 /// waiting for its completion on the current executor's ring, or a
 /// synchronous read run after one yield to the executor.
@@ -151,6 +154,12 @@ pub trait Device: Send + Sync + 'static {
     }
     /// Make every completed write durable (fdatasync).
     fn flush(&self) -> io::Result<()>;
+    /// [`Device::flush`] as a future: through an executor's ring where the
+    /// backend submits there (the executor runs its other tasks while the
+    /// device flushes), else the synchronous call.
+    fn flush_async(&self) -> FlushFuture<'_> {
+        Box::pin(std::future::ready(self.flush()))
+    }
     /// Tell the device that `len` bytes at `offset` (block-aligned) hold
     /// nothing any more: a TRIM (BLKDISCARD) on a block device, a punched
     /// hole in a file, zeros in memory. What they read afterwards is

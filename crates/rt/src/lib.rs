@@ -49,6 +49,6 @@ pub use executor::{
     SpinPolicy, StatsReader, SPIN_IO_US_DEFAULT, SPIN_IO_WINDOW, SPIN_PREEMPTED_GAP, SUBMIT_AT_ONCE_ROUNDS,
     SUBMIT_EARLY_DIVISOR,
 };
-pub use op::{read_at, write_at, IoBuf};
+pub use op::{fdatasync, read_at, write_at, IoBuf};
 pub use pressure::{CONTENDED_STALL_PCT, PRESSURE_PERIOD};
 pub use time::{sleep, sleep_until, timeout, Elapsed};

@@ -10,7 +10,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use granary_rt::net::{TcpListener, TcpStream};
-use granary_rt::{read_at, sleep, spawn, timeout, write_at, yield_now, JoinError, Runtime, RuntimeConfig};
+use granary_rt::{fdatasync, read_at, sleep, spawn, timeout, write_at, yield_now, JoinError, Runtime, RuntimeConfig};
 
 fn rt(threads: usize) -> Runtime {
     Runtime::new(RuntimeConfig { threads, pin: false, ..Default::default() }).expect("io_uring runtime")
@@ -80,6 +80,31 @@ fn many_tasks_run_to_completion_on_every_core() {
     assert_eq!(count.load(Relaxed), 8_000);
     let stats = rt.stats();
     assert!(stats.iter().all(|s| s.spawned > 0), "tasks were spread over both executors: {stats:?}");
+}
+
+/// `fdatasync` through the ring: Ok on a file written through it, the
+/// kernel's error (EINVAL) on a pipe, which cannot be synced.
+#[test]
+fn fdatasync_syncs_a_file_and_reports_the_kernels_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = std::fs::File::create(dir.path().join("f")).unwrap();
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe() fills the two-element array with fresh descriptors.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    use std::os::fd::FromRawFd;
+    // SAFETY: both descriptors are fresh and owned here only.
+    let (rd, wr) = unsafe { (std::os::fd::OwnedFd::from_raw_fd(fds[0]), std::os::fd::OwnedFd::from_raw_fd(fds[1])) };
+    let (ffd, pfd) = (file.as_raw_fd(), rd.as_raw_fd());
+    let (ok, pipe) = rt(1)
+        .block_on(async move {
+            let (r, _) = write_at(ffd, vec![1u8; 4096], 0).await;
+            assert_eq!(r.unwrap(), 4096);
+            (fdatasync(ffd).await, fdatasync(pfd).await)
+        })
+        .unwrap();
+    ok.unwrap();
+    assert_eq!(pipe.unwrap_err().raw_os_error(), Some(libc::EINVAL));
+    drop((rd, wr, file));
 }
 
 #[test]

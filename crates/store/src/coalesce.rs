@@ -418,10 +418,13 @@ impl Coalescer {
             // sealed group is never read again.
             *group.bytes.lock().unwrap_or_else(|e| e.into_inner()) = Some(Bytes::Owned(buf));
         }
-        let r = r.map_err(|e| ("write", e.kind(), e.to_string())).and_then(|()| match durability {
-            Durability::Flush => dev.flush().map_err(|e| ("flush", e.kind(), e.to_string())),
-            Durability::Direct => Ok(()),
-        });
+        let r = match (r, durability) {
+            (Err(e), _) => Err(("write", e.kind(), e.to_string())),
+            // On an executor the flush goes through its ring: the
+            // executor serves its other tasks meanwhile.
+            (Ok(()), Durability::Flush) => dev.flush_async().await.map_err(|e| ("flush", e.kind(), e.to_string())),
+            (Ok(()), Durability::Direct) => Ok(()),
+        };
         let _ = group.result.set(r);
         group.done.notify(usize::MAX);
         self.groups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

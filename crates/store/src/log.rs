@@ -455,6 +455,14 @@ impl Log {
         Ok(())
     }
 
+    /// [`Log::flush_if_durable`] as a future ([`Device::flush_async`]).
+    pub(crate) async fn flush_if_durable_async(&self, offset: u64) -> Result<()> {
+        if self.durability == Durability::Flush {
+            self.dev.flush_async().await.map_err(|source| Error::Io { op: "flush", offset, source })?;
+        }
+        Ok(())
+    }
+
     async fn io_read(&self, grains: u64, pba: u64) -> Result<AlignedBuf> {
         let offset = pba * self.grain();
         let (buf, r) = self.dev.read_at_async(AlignedBuf::for_read((grains * self.grain()) as usize), offset).await;

@@ -492,11 +492,11 @@ impl Store {
         self.core.sync()
     }
 
-    /// [`Store::sync`] as a future. The flush runs on the calling thread,
-    /// as group commit's flushes do in `Flush` mode: on an executor it
-    /// holds that executor for the flush's duration.
+    /// [`Store::sync`] as a future. On an executor with the io_uring
+    /// backend the flush goes through its ring, as group commit's flushes
+    /// do in `Flush` mode: the executor serves its other tasks meanwhile.
     pub async fn sync_async(&self) -> Result<()> {
-        self.core.sync()
+        self.core.sync_async().await
     }
 }
 

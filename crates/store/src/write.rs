@@ -117,6 +117,12 @@ impl Core {
         self.log.dev.flush().map_err(|source| self.log.poison(Error::Io { op: "flush", offset: 0, source }))
     }
 
+    /// [`Core::sync`] as a future ([`granary_io::Device::flush_async`]).
+    pub(crate) async fn sync_async(&self) -> Result<()> {
+        self.log.check_writable()?;
+        self.log.dev.flush_async().await.map_err(|source| self.log.poison(Error::Io { op: "flush", offset: 0, source }))
+    }
+
     /// `flush_all` of the default namespace: a new floor, stored.
     pub(crate) async fn raise_flush_floor(&self) -> Result<u64> {
         let _one_at_a_time = self.flush_lock.lock().await;
@@ -620,8 +626,10 @@ impl Core {
     pub(crate) async fn write_records(&self, op: &'static str, buf: AlignedBuf, loc: &Loc) -> (AlignedBuf, Result<()>) {
         let offset = loc.pba * self.log.grain();
         let (buf, r) = self.log.dev.write_at_async(buf, offset).await;
-        let written =
-            r.map_err(|source| Error::Io { op, offset, source }).and_then(|()| self.log.flush_if_durable(offset));
+        let written = match r {
+            Ok(()) => self.log.flush_if_durable_async(offset).await,
+            Err(source) => Err(Error::Io { op, offset, source }),
+        };
         if let Err(e) = written {
             self.space.done(loc.seg);
             return (buf, Err(self.log.poison(e)));
