@@ -406,21 +406,24 @@ impl StripedDevice {
 }
 
 /// Wait for every future; results in the futures' order.
-struct JoinAll<'a> {
-    futs: Vec<Option<IoFuture<'a>>>,
-    out: Vec<Option<IoResult>>,
+struct JoinAll<F: Future + Unpin> {
+    futs: Vec<Option<F>>,
+    out: Vec<Option<F::Output>>,
 }
 
-impl<'a> JoinAll<'a> {
-    fn new(futs: Vec<IoFuture<'a>>) -> Self {
+impl<F: Future + Unpin> JoinAll<F> {
+    fn new(futs: Vec<F>) -> Self {
         let out = futs.iter().map(|_| None).collect();
         JoinAll { futs: futs.into_iter().map(Some).collect(), out }
     }
 }
 
-impl Future for JoinAll<'_> {
-    type Output = Vec<IoResult>;
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<IoResult>> {
+impl<F: Future + Unpin> Future for JoinAll<F>
+where
+    F::Output: Unpin,
+{
+    type Output = Vec<F::Output>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<F::Output>> {
         let me = self.get_mut();
         let mut pending = false;
         for (f, o) in me.futs.iter_mut().zip(me.out.iter_mut()) {
@@ -438,29 +441,6 @@ impl Future for JoinAll<'_> {
             return Poll::Pending;
         }
         Poll::Ready(me.out.iter_mut().map(|o| o.take().expect("each future completed once")).collect())
-    }
-}
-
-/// Polls every member's flush until all are done; their results in
-/// member order.
-struct AllFlushed<'a>(Vec<(crate::FlushFuture<'a>, Option<io::Result<()>>)>);
-
-impl std::future::Future for AllFlushed<'_> {
-    type Output = Vec<io::Result<()>>;
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
-        let mut pending = false;
-        for (f, r) in self.0.iter_mut() {
-            if r.is_none() {
-                match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(x) => *r = Some(x),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            return std::task::Poll::Pending;
-        }
-        std::task::Poll::Ready(self.0.iter_mut().map(|(_, r)| r.take().expect("every flush done")).collect())
     }
 }
 
@@ -539,10 +519,9 @@ impl Device for StripedDevice {
     /// where its backend submits there), the first error reported.
     fn flush_async(&self) -> crate::FlushFuture<'_> {
         let start = Instant::now();
-        let flushes: Vec<(crate::FlushFuture<'_>, Option<io::Result<()>>)> =
-            self.members.iter().map(|m| (m.flush_async(), None)).collect();
+        let flushes = JoinAll::new(self.members.iter().map(|m| m.flush_async()).collect());
         Box::pin(async move {
-            let done = AllFlushed(flushes).await;
+            let done = flushes.await;
             self.counters.flush(start);
             let failed = self.members.iter().zip(done).find_map(|(m, r)| r.err().map(|e| (m, e)));
             match failed {
