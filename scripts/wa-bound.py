@@ -16,9 +16,9 @@ WA), by handing it out in small steps to whichever class gains the most
 
 --calibrate W first finds the utilisation at which one class (no
 separation) gives W, the write amplification `granary-bench churn`
-measured for greedy under uniform writes in the same setting (its deletes
-and reserve make its effective utilisation lower than --util), and models
-that utilisation instead. Standard library only.
+measured for greedy under uniform writes in the same setting (the
+utilisation found is lower than the run's --util; its deletes and reserve
+may account for that, not measured), and models that utilisation instead. Standard library only.
 """
 
 import argparse
