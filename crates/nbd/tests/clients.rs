@@ -20,11 +20,16 @@ const TOOL_LIMIT: Duration = Duration::from_secs(120);
 fn libnbd_python_client() {
     let Some(py) = python_nbd() else { return };
     let f = Fixture::new();
+    // The script's 64 writes in flight are the only requests on 8..9 MiB:
+    // the first one waits until a second runs beside it, so a server that
+    // ran them one at a time fails here however fast the machine is.
+    f.disk.hold_until_together(8 << 20..9 << 20, 2, TOOL_LIMIT / 4);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scripts/libnbd_client.py");
     let out = run_ok(Command::new(py).arg(script).arg(f.port().to_string()), TOOL_LIMIT);
     assert!(out.contains("libnbd checks passed"), "{out}");
     let st = f.server().stats();
-    assert!(st.inflight_max.load(Relaxed) > 1, "libnbd's requests in flight together ran one at a time");
+    assert!(f.disk.hold_met(), "libnbd's requests in flight together ran one at a time");
+    assert!(st.inflight_max.load(Relaxed) > 1);
     assert_eq!(st.protocol_errors.load(Relaxed), 0);
 }
 
@@ -114,6 +119,8 @@ fn nbdinfo_lists_and_describes_exports() {
 fn fio_random_writes_verified_at_iodepth_32() {
     let Some(fio) = peer("fio") else { return };
     let f = Fixture::new();
+    // fio's first requests wait until 16 of them run at once.
+    f.disk.hold_until_together(0..DISK_BYTES, 16, TOOL_LIMIT / 4);
     let out = run_ok(
         Command::new(fio).args([
             "--name=nbd",
@@ -133,7 +140,8 @@ fn fio_random_writes_verified_at_iodepth_32() {
     );
     assert!(out.contains("err= 0"), "{out}");
     let st = f.server().stats();
-    assert!(st.inflight_max.load(Relaxed) >= 16, "fio's queue ran {} deep", st.inflight_max.load(Relaxed));
+    assert!(f.disk.hold_met(), "fio's queue ran {} deep", st.inflight_max.load(Relaxed));
+    assert!(st.inflight_max.load(Relaxed) >= 16);
     assert!(st.partial_blocks.load(Relaxed) > 0);
     assert_eq!(st.errors.load(Relaxed), 0);
 }

@@ -14,7 +14,7 @@ use granary_nbd::proto::*;
 use granary_nbd::NbdConfig;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[test]
 fn unknown_client_flags_close_the_connection() {
@@ -408,12 +408,11 @@ fn malformed_requests_close_the_connection_without_touching_data() {
 #[test]
 fn requests_run_concurrently_and_replies_come_as_they_complete() {
     let f = Fixture::new();
-    let delay = Duration::from_millis(100);
-    f.disk.set_delay(Some(delay));
+    let limit = Duration::from_secs(30);
     let mut r = f.go(DISK, true);
-    // 32 one-block reads at once (fio's iodepth=32): about one delay, not
-    // 32 of them.
-    let t = Instant::now();
+    // 32 one-block reads at once (fio's iodepth=32) all run together: each
+    // waits until the 32 run at once.
+    f.disk.hold_until_together(0..32 * 4096, 32, limit);
     for c in 0..32u64 {
         r.request(0, CMD_READ, c, c * 4096, 4096, &[]);
     }
@@ -424,35 +423,37 @@ fn requests_run_concurrently_and_replies_come_as_they_complete() {
         r.read(4096);
         assert!(seen.insert(c));
     }
-    let took = t.elapsed();
-    assert!(took < delay * 8, "32 reads took {took:?}");
+    assert!(f.disk.hold_met(), "32 reads in flight did not run together");
     assert!(f.server().stats().inflight_max.load(Relaxed) >= 32);
 
     // A request of more runs than run at once (each run is one export
-    // operation, RUNS_PER_REQUEST of them together): two delays.
+    // operation): RUNS_PER_REQUEST of them run together.
     let long = (RUNS_PER_REQUEST + 1) * RUN_BYTES_MAX;
-    let t = Instant::now();
+    f.disk.hold_until_together(0..long as u64, RUNS_PER_REQUEST as u64, limit);
     assert_eq!(r.call(0, CMD_WRITE, 0, long as u32, &vec![5u8; long]).0, 0);
-    assert!(t.elapsed() < delay * 8, "a write of {long} bytes took {:?}", t.elapsed());
+    assert!(f.disk.hold_met(), "the runs of one write did not run together");
+    assert_eq!(f.disk.read_range(0, long), vec![5u8; long]);
 
-    // Out of order: a long read sent first (two delays), a short one after
-    // (one); the short one is answered first.
+    // Out of order: a long read sent first, its last run paused, and a
+    // short one after; the short one is answered first.
+    f.disk.pause(RUNS_PER_REQUEST as u64 * RUN_BYTES_MAX as u64..long as u64);
     r.request(0, CMD_READ, 100, 0, long as u32, &[]);
     r.request(0, CMD_READ, 101, 0, 4096, &[]);
     assert_eq!(r.reply(), (0, 101));
     assert_eq!(r.read(4096), vec![5u8; 4096]);
+    f.disk.resume();
     assert_eq!(r.reply(), (0, 100));
     assert_eq!(r.read(long), vec![5u8; long]);
 
-    // A request of several runs runs them together, and reads them so.
-    let t = Instant::now();
+    // A request of several runs reads them together too.
     let runs = RUNS_PER_REQUEST * RUN_BYTES_MAX;
     assert_eq!(r.call(0, CMD_WRITE, 0, runs as u32, &vec![6u8; runs]).0, 0);
     assert_eq!(f.disk.read_range(0, runs), vec![6u8; runs]);
+    f.disk.hold_until_together(0..runs as u64, RUNS_PER_REQUEST as u64, limit);
     r.request(0, CMD_READ, 102, 0, runs as u32, &[]);
     assert_eq!(r.reply(), (0, 102));
     assert_eq!(r.read(runs), vec![6u8; runs]);
-    assert!(t.elapsed() < delay * 8, "{RUNS_PER_REQUEST} runs written and read in {:?}", t.elapsed());
+    assert!(f.disk.hold_met(), "the runs of one read did not run together");
 }
 
 #[test]
