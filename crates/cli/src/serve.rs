@@ -360,12 +360,18 @@ fn open_or_create(a: &Config, signals: libc::sigset_t, opts: &OpenOptions) -> Re
 
 /// For tests only: with [`granary_store::io::inject::CONTROL_VAR`] set to
 /// a path, the device is wrapped in a fault-injecting one whose faults are
-/// set through a Unix socket made at that path (docs/FAULTS.md).
+/// set through a Unix socket made at that path, and first by the commands
+/// of [`granary_store::io::inject::INIT_VAR`] (docs/FAULTS.md).
 fn fault_injection(site: Site) -> Result<Site, String> {
     use granary_store::io::inject::{self, Controls, InjectDevice};
     let Some(path) = std::env::var_os(inject::CONTROL_VAR) else { return Ok(site) };
     let path = PathBuf::from(path);
     let controls = Arc::new(Controls::new());
+    if let Some(init) = std::env::var_os(inject::INIT_VAR) {
+        controls
+            .apply_all(&init.to_string_lossy())
+            .map_err(|e| format!("fault injection: {}: {e}", inject::INIT_VAR))?;
+    }
     inject::serve_control(&path, controls.clone())
         .map_err(|e| format!("fault injection: control socket {}: {e}", path.display()))?;
     tracing::warn!(control = %path.display(), "fault injection enabled (for tests only)");

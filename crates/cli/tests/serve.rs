@@ -3,7 +3,7 @@
 //! that reads no log), and after SIGKILL comes back with every
 //! acknowledged write (warm restart after a crash).
 
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -508,8 +508,7 @@ fn a_stop_signal_during_recovery_stops_and_the_next_start_recovers() {
     let serve = ["serve", "--data", d, "--size", "1G", "-p", &port, "-t", "2", "--no-native", "--no-resp"];
     let common::Started { child, later, .. } = spawn_until(&serve, |l| l.contains("serving"));
     let s = Serve { child, port: port.parse().unwrap(), native_port: 0, resp_port: 0, log: String::new(), later };
-    // ~600 MB of records, so the log scan after the crash takes a while
-    // (tenths of a second) and the signal lands inside it.
+    // ~600 MB of records: the log scan after the crash reads many times.
     let value = "v".repeat(4000);
     for chunk in 0..30 {
         let mut req = Vec::new();
@@ -520,8 +519,21 @@ fn a_stop_signal_during_recovery_stops_and_the_next_start_recovers() {
     }
     assert!(!s.signal(SIGKILL).success());
 
+    // The restart's device waits 20 ms per operation from the first (so
+    // the scan takes seconds), and once the scan has started its next read
+    // is held: the signal lands inside the scan whatever the machine's speed.
+    let control = dir.path().join("fault.sock");
+    let mut cmd = common::granary(&serve);
+    cmd.env("GRANARY_FAULT_SOCKET", &control).env("GRANARY_FAULT_INIT", "delay-ms 20");
     let common::Started { mut child, mut log, later, .. } =
-        spawn_until(&serve, |l| l.contains("recovery: log scan started"));
+        common::start_or_panic(&mut cmd, |l| l.contains("recovery: log scan started"), common::START_LIMIT);
+    for c in ["hang", "wait-held 1"] {
+        let mut sock = std::os::unix::net::UnixStream::connect(&control).unwrap();
+        writeln!(sock, "{c}").unwrap();
+        let mut reply = String::new();
+        std::io::BufReader::new(sock).read_line(&mut reply).unwrap();
+        assert!(reply.starts_with("ok"), "{c}: {reply}");
+    }
     // SAFETY: kill with a pid of our own child.
     unsafe { libc_kill(child.id() as i32, SIGINT) };
     let status = child.wait().unwrap();
@@ -928,7 +940,7 @@ fn a_start_that_fails_after_creating_the_file_removes_it() {
 fn sigkill_during_concurrent_transactions_leaves_each_whole() {
     use granary_client::{Client, ClientConfig};
     use granary_proto::{TxnOp, TxnOutcome};
-    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
     use std::sync::Arc;
     const CLIENTS: usize = 3;
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -953,9 +965,12 @@ fn sigkill_during_concurrent_transactions_leaves_each_whole() {
     for cycle in 0..3u64 {
         let s = Serve::start_with(&data, &["--no-evict"]);
         let stop = Arc::new(AtomicBool::new(false));
+        // Commits this cycle, per client.
+        let commits: Arc<Vec<AtomicU64>> = Arc::new((0..CLIENTS).map(|_| AtomicU64::new(0)).collect());
         let threads: Vec<_> = (0..CLIENTS)
             .map(|c| {
                 let (stop, port, first) = (stop.clone(), s.native_port, sent[c] + 1);
+                let commits = commits.clone();
                 std::thread::spawn(move || {
                     let cfg =
                         ClientConfig { timeout: Duration::from_secs(5), connections: 1, ..ClientConfig::default() };
@@ -970,7 +985,10 @@ fn sigkill_during_concurrent_transactions_leaves_each_whole() {
                         let ops: Vec<TxnOp> = (0..4).map(|i| TxnOp::put(ns_of(i), &keys[i], &val)).collect();
                         tried = v;
                         match client.txn(&ops) {
-                            Ok(TxnOutcome::Committed { .. }) => done = v,
+                            Ok(TxnOutcome::Committed { .. }) => {
+                                done = v;
+                                commits[c].fetch_add(1, Relaxed);
+                            }
                             Ok(o) => panic!("client {c}: {o:?}"),
                             Err(_) => break, // the server is gone
                         }
@@ -979,7 +997,14 @@ fn sigkill_during_concurrent_transactions_leaves_each_whole() {
                 })
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(150 + 100 * cycle));
+        // The kill comes after every client has committed (however slow
+        // the start), then a while longer, so transactions are in flight.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while commits.iter().any(|n| n.load(Relaxed) == 0) {
+            assert!(std::time::Instant::now() < deadline, "cycle {cycle}: a client committed nothing in 60 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(50 + 100 * cycle));
         s.signal(9);
         stop.store(true, Relaxed);
         for (c, t) in threads.into_iter().enumerate() {

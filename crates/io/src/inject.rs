@@ -38,6 +38,10 @@ use std::time::{Duration, Instant};
 /// made at that path. Meant for tests; unset in production.
 pub const CONTROL_VAR: &str = "GRANARY_FAULT_SOCKET";
 
+/// Beside [`CONTROL_VAR`]: control commands, separated by `;`, applied
+/// before the device is first used ([`Controls::apply_all`]).
+pub const INIT_VAR: &str = "GRANARY_FAULT_INIT";
+
 /// Which reads fail with EIO.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReadFault {
@@ -195,6 +199,18 @@ impl Controls {
             self.failed_writes.fetch_add(1, SeqCst);
         }
         fails
+    }
+
+    /// Run the commands of `list`, separated by `;` (blank ones skipped);
+    /// the first reply that is not "ok" is the error.
+    pub fn apply_all(&self, list: &str) -> Result<(), String> {
+        for cmd in list.split(';').map(str::trim).filter(|c| !c.is_empty()) {
+            let reply = self.command(cmd);
+            if !reply.starts_with("ok") {
+                return Err(format!("{cmd:?}: {reply}"));
+            }
+        }
+        Ok(())
     }
 
     /// Run one command line of the control protocol (docs/FAULTS.md);
@@ -516,5 +532,17 @@ mod tests {
         assert!(c.command("explode").starts_with("error"));
         assert!(c.command("delay-ms x").starts_with("error"));
         assert_eq!(c.command("delay-ms 0"), "ok");
+    }
+
+    #[test]
+    fn a_list_of_commands_applies_each_and_stops_at_the_first_error() {
+        let (_, c) = dev();
+        c.apply_all(" delay-ms 7 ; ;write-eio on").unwrap();
+        assert_eq!(c.before(), (Duration::from_millis(7), false));
+        assert!(c.write_fails());
+        let e = c.apply_all("write-eio off; explode; hang").unwrap_err();
+        assert!(e.contains("explode"), "{e}");
+        assert!(!c.write_fails(), "the command before the error was not applied");
+        assert_eq!(c.before(), (Duration::from_millis(7), false), "a command after the error was applied");
     }
 }

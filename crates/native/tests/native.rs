@@ -389,7 +389,9 @@ fn connection_limit_is_enforced() {
 /// silent connection and one stalled inside a zero-copy PUT's value.
 #[test]
 fn idle_connections_are_closed_and_stats_keeps_its_names() {
-    let srv = server_with(NativeConfig { idle_timeout: Some(Duration::from_millis(300)), ..NativeConfig::default() });
+    // A second: long enough that the STATS clients, which send at once, are
+    // not kicked when the machine is loaded.
+    let srv = server_with(NativeConfig { idle_timeout: Some(Duration::from_secs(1)), ..NativeConfig::default() });
     let stats = |srv: &Server| -> std::collections::HashMap<String, String> {
         client(srv).stats().unwrap().into_iter().collect()
     };
@@ -503,7 +505,9 @@ fn timeouts_and_reconnects() {
         n.fetch_add(1, Relaxed);
         drop(s);
     });
-    let c = Client::connect(closer, cfg).unwrap();
+    // A long timeout: a closer preempted before it drops the socket must
+    // not make the request time out.
+    let c = Client::connect(closer, ClientConfig { timeout: Duration::from_secs(30), ..cfg }).unwrap();
     let first = c.conn().unwrap();
     match c.get(b"k") {
         Err(Error::Disconnected(_)) => {}

@@ -459,7 +459,8 @@ fn requests_run_concurrently_and_replies_come_as_they_complete() {
 #[test]
 fn a_connection_admits_at_most_its_inflight_limit() {
     let f = Fixture::new();
-    f.disk.set_delay(Some(Duration::from_millis(20)));
+    // The first requests wait until the limit's worth run at once.
+    f.disk.hold_until_together(0..4096, INFLIGHT_MAX as u64, Duration::from_secs(30));
     let mut r = f.go(DISK, true);
     let n = INFLIGHT_MAX * 3;
     let mut b = Vec::new();
@@ -471,6 +472,7 @@ fn a_connection_admits_at_most_its_inflight_limit() {
     r.send(&b);
     let cookies: HashSet<u64> = (0..n).map(|_| r.reply()).map(|(e, c)| (assert_eq!(e, 0), c).1).collect();
     assert_eq!(cookies.len(), n);
+    assert!(f.disk.hold_met(), "the connection never ran {INFLIGHT_MAX} requests at once");
     assert_eq!(f.server().stats().inflight_max.load(Relaxed), INFLIGHT_MAX as u64);
 }
 

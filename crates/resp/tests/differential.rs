@@ -1923,7 +1923,9 @@ fn protocol_errors_get_redis_s_replies_and_close() {
 }
 
 /// Expiry as time passes, which the random sequences keep away from: keys
-/// set to expire in 200 ms, read a second later (Redis's lazy expiry, as
+/// set to expire in a second (long enough that the set-up's commands to
+/// the two servers all come before it on a loaded machine), read 2.2 s
+/// after (Redis's lazy expiry, as
 /// Granary's), and a WATCHed key expiring before EXEC (Redis aborts it).
 #[test]
 fn expired_keys_get_redis_s_replies() {
@@ -1940,23 +1942,23 @@ fn expired_keys_get_redis_s_replies() {
         b
     };
     for line in [
-        "SET w v PX 300",
+        "SET w v PX 1100",
         "WATCH w",
-        "SET x 1 PX 200",
-        "SET y 1 PX 200",
-        "SET z 1 PX 200",
-        "SET q 1 PX 200",
+        "SET x 1 PX 1000",
+        "SET y 1 PX 1000",
+        "SET z 1 PX 1000",
+        "SET q 1 PX 1000",
         "SET g v",
-        "GETEX g PX 200",
-        "SET k v PX 200",
+        "GETEX g PX 1000",
+        "SET k v PX 1000",
         "SET k w KEEPTTL",
         "HSET h f v",
-        "PEXPIRE h 200",
+        "PEXPIRE h 1000",
         "SET keep v EX 1000",
     ] {
         both(line, Cmp::Exact);
     }
-    std::thread::sleep(Duration::from_millis(1200));
+    std::thread::sleep(Duration::from_millis(2200));
     for (line, cmp) in [
         // The WATCHed key expired: EXEC aborts.
         ("MULTI", Cmp::Exact),

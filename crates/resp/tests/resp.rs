@@ -102,10 +102,13 @@ fn keys_expiry_and_rename() {
     assert_eq!(c.cmd("SET k v"), Value::ok());
     assert_eq!(c.cmd("TTL k"), Value::Int(-1));
     assert_eq!(c.cmd("TTL nokey"), Value::Int(-2));
+    // TTLs are read on the real clock: a loaded machine may take seconds
+    // between two commands, so a TTL of 100 reads as 95 to 100.
+    let ttl_near_100 = |got: Value| matches!(got, Value::Int(95..=100));
     assert_eq!(c.cmd("EXPIRE k 100"), Value::Int(1));
-    assert_eq!(c.cmd("TTL k"), Value::Int(100));
+    assert!(ttl_near_100(c.cmd("TTL k")));
     let Value::Int(pttl) = c.cmd("PTTL k") else { panic!() };
-    assert!((99_000..=100_000).contains(&pttl), "{pttl}");
+    assert!((95_000..=100_000).contains(&pttl), "{pttl}");
     assert_eq!(c.cmd("EXPIRE k 50 GT"), Value::Int(0));
     assert_eq!(c.cmd("EXPIRE k 50 LT"), Value::Int(1));
     assert_eq!(c.cmd("EXPIRE k 50 NX"), Value::Int(0));
@@ -136,12 +139,12 @@ fn keys_expiry_and_rename() {
     assert_eq!(c.cmd("SET a 1 EX 100"), Value::ok());
     assert_eq!(c.cmd("RENAME a b"), Value::ok());
     assert_eq!(c.cmd("GET b"), Value::bulk("1"));
-    assert_eq!(c.cmd("TTL b"), Value::Int(100), "RENAME keeps the expiry");
+    assert!(ttl_near_100(c.cmd("TTL b")), "RENAME keeps the expiry");
     assert_eq!(c.cmd("RENAME a b"), Value::err("ERR no such key"));
     assert_eq!(c.cmd("DEL b e nokey"), Value::Int(2));
     assert_eq!(c.cmd("SET k v EX 100"), Value::ok());
     assert_eq!(c.cmd("SET k w KEEPTTL"), Value::ok());
-    assert_eq!(c.cmd("TTL k"), Value::Int(100));
+    assert!(ttl_near_100(c.cmd("TTL k")));
     assert_eq!(c.cmd("GETEX k PERSIST"), Value::bulk("w"));
     assert_eq!(c.cmd("TTL k"), Value::Int(-1));
     assert_eq!(c.cmd("GETEX k NX"), Value::err("ERR syntax error"));

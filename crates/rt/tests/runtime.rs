@@ -113,12 +113,15 @@ fn timers_fire_in_deadline_order_and_timeout_cancels() {
     let order = rt
         .block_on(async {
             let order = Arc::new(Mutex::new(Vec::new()));
+            // Deadlines from one instant, so that a stall between the tasks'
+            // first polls cannot reorder them.
+            let base = std::time::Instant::now();
             let hs: Vec<_> = [30u64, 10, 20, 0]
                 .into_iter()
                 .map(|ms| {
                     let order = order.clone();
                     spawn(async move {
-                        sleep(Duration::from_millis(ms)).await;
+                        granary_rt::sleep_until(base + Duration::from_millis(ms)).await;
                         order.lock().unwrap().push(ms);
                     })
                 })

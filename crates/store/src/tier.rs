@@ -361,16 +361,20 @@ mod tests {
                     sc.spawn(|| {
                         let (mut last, mut hits) = (0u64, 0u64);
                         // Bounded: the writer's end, or a read count far past it.
+                        // The end is checked after a read, so each reader
+                        // reads at least once after the last version.
                         for _ in 0..50_000_000u64 {
-                            if done.load(Relaxed) == 1 {
+                            let end = done.load(Relaxed) == 1;
+                            if let Some(hit) = t.get(key, h) {
+                                hits += 1;
+                                assert_eq!(hit.value, *version(hit.seq).value, "a torn copy of {}", hit.seq);
+                                assert_eq!((hit.cas, hit.pba), (hit.seq, hit.seq));
+                                assert!(hit.seq >= last, "version {} after {last}", hit.seq);
+                                last = hit.seq;
+                            }
+                            if end {
                                 break;
                             }
-                            let Some(hit) = t.get(key, h) else { continue };
-                            hits += 1;
-                            assert_eq!(hit.value, *version(hit.seq).value, "a torn copy of {}", hit.seq);
-                            assert_eq!((hit.cas, hit.pba), (hit.seq, hit.seq));
-                            assert!(hit.seq >= last, "version {} after {last}", hit.seq);
-                            last = hit.seq;
                         }
                         hits
                     })

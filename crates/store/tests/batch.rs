@@ -127,8 +127,9 @@ fn a_batch_is_held_to_its_namespaces_quotas() {
 fn readers_never_see_half_a_batch() {
     let s = Arc::new(Store::create(device(32 << 20), &create_opts(), &opts(Durability::Direct)).unwrap());
     let stop = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(AtomicBool::new(false));
     let reader = {
-        let (s, stop) = (s.clone(), stop.clone());
+        let (s, stop, started) = (s.clone(), stop.clone(), started.clone());
         std::thread::spawn(move || {
             let mut checks = 0u64;
             while !stop.load(Relaxed) {
@@ -138,10 +139,17 @@ fn readers_never_see_half_a_batch() {
                 let b = version(b"b");
                 assert!(b >= a, "read a at version {a}, then b at the older {b}");
                 checks += 1;
+                started.store(true, Relaxed);
             }
             checks
         })
     };
+    // The batches start once the reader reads (bounded), however the
+    // threads are scheduled.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !started.load(Relaxed) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
     for v in 1..=3_000u64 {
         let mut b = s.batch();

@@ -13,7 +13,7 @@ mod common;
 use granary_io::SimRng;
 use granary_store::{CreateOptions, OpenOptions, Store};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// Blind overwrites on (the in-memory device leaves them off by default).
@@ -33,6 +33,8 @@ fn key_of_value(v: &[u8]) -> &[u8] {
 const WRITERS: usize = 2;
 const DEVICE_BYTES: u64 = 8 << 20;
 const OPS_PER_WRITER: u64 = 6000;
+/// Checkpoints the checkpointer thread tries, at most, per seed.
+const CHECKPOINT_ATTEMPTS: u64 = 200;
 
 /// One seeded case; returns the checkpoints written while the writers ran.
 fn run(seed: u64) -> u64 {
@@ -50,17 +52,33 @@ fn run(seed: u64) -> u64 {
     keys.extend((0..16).map(|i| format!("plain-{i}").into_bytes()));
     let keys = Arc::new(keys);
     let done = Arc::new(AtomicBool::new(false));
+    // Checkpoint attempts ended so far (the checkpointer makes at most
+    // CHECKPOINT_ATTEMPTS).
+    let attempts = Arc::new(AtomicU64::new(0));
     let mut finals: HashMap<usize, Option<Vec<u8>>> = HashMap::new();
     let mut written = 0;
     std::thread::scope(|sc| {
         let writers: Vec<_> = (0..WRITERS)
             .map(|w| {
-                let (store, keys) = (store.clone(), keys.clone());
+                let (store, keys, attempts) = (store.clone(), keys.clone(), attempts.clone());
                 sc.spawn(move || {
                     let mut rng = SimRng::new(seed ^ (w as u64 + 1).wrapping_mul(0x5851_F42D_4C95_7F2D));
                     let mine: Vec<usize> = (0..keys.len()).filter(|i| i % WRITERS == w).collect();
                     let mut last: HashMap<usize, Option<Vec<u8>>> = HashMap::new();
                     for version in 1..=OPS_PER_WRITER {
+                        if version == OPS_PER_WRITER / 2 {
+                            // Halfway, until a checkpoint attempt began and
+                            // ended since (bounded), so that checkpoints run
+                            // among the writes however the threads are
+                            // scheduled.
+                            let seen = attempts.load(Relaxed);
+                            let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                            while attempts.load(Relaxed) < (seen + 2).min(CHECKPOINT_ATTEMPTS)
+                                && std::time::Instant::now() < end
+                            {
+                                std::thread::sleep(std::time::Duration::from_millis(1));
+                            }
+                        }
                         let i = mine[rng.below(mine.len() as u64) as usize];
                         if rng.below(12) == 0 {
                             store.delete(&keys[i]).unwrap();
@@ -78,10 +96,10 @@ fn run(seed: u64) -> u64 {
             })
             .collect();
         // Checkpoints settle links while the writers run.
-        let (st, dn) = (store.clone(), done.clone());
+        let (st, dn, attempts) = (store.clone(), done.clone(), attempts.clone());
         let checkpointer = sc.spawn(move || {
             let (mut n, mut written) = (0, 0);
-            while !dn.load(Relaxed) && n < 200 {
+            while !dn.load(Relaxed) && n < CHECKPOINT_ATTEMPTS {
                 match st.checkpoint() {
                     Ok(_) => written += 1,
                     // No free segment for it just now: recovery replays more.
@@ -89,7 +107,9 @@ fn run(seed: u64) -> u64 {
                     Err(e) => panic!("seed {seed}: checkpoint: {e}"),
                 }
                 n += 1;
+                attempts.store(n, Relaxed);
             }
+            attempts.store(CHECKPOINT_ATTEMPTS, Relaxed);
             written
         });
         // A reader: a key's read is one of that key's versions, or absent.

@@ -131,13 +131,29 @@ fn checkpoints_run_beside_writers_and_gc() {
     let s = Arc::new(Store::create(dev.clone(), &create_opts(), &opts()).unwrap());
     let threads = 3u64;
     let per = 400u64;
+    // Checkpoints written so far: the writers wait for the first before
+    // their fifth round and the second before their ninth (bounded), so
+    // checkpoints fall between writes however the threads are scheduled.
+    let written = std::sync::atomic::AtomicU64::new(0);
     let models: Vec<HashMap<u64, u64>> = std::thread::scope(|sc| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
                 let s = s.clone();
+                let written = &written;
                 sc.spawn(move || {
                     let mut m = HashMap::new();
                     for v in 1..=12u64 {
+                        let want = match v {
+                            5 => 1,
+                            9 => 2,
+                            _ => 0,
+                        };
+                        let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                        while written.load(std::sync::atomic::Ordering::SeqCst) < want
+                            && std::time::Instant::now() < end
+                        {
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                        }
                         for j in 0..per {
                             let i = t * per + j;
                             if (i + v).is_multiple_of(5) {
@@ -153,14 +169,14 @@ fn checkpoints_run_beside_writers_and_gc() {
                 })
             })
             .collect();
-        let mut written = 0;
         while hs.iter().any(|h| !h.is_finished()) {
             match s.checkpoint() {
-                Ok(_) => written += 1,
+                Ok(_) => _ = written.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
                 Err(Error::NoSpace { .. }) => {}
                 Err(e) => panic!("checkpoint: {e}"),
             }
         }
+        let written = written.load(std::sync::atomic::Ordering::SeqCst);
         assert!(written >= 2, "checkpoints ran during the writes: {written}");
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });

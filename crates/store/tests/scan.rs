@@ -11,8 +11,13 @@ use granary_store::{
     ScanPage, Store, DEFAULT_NAMESPACE,
 };
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a test scans, at most, waiting for its writer and GC to have
+/// done what it checks.
+const LIMIT: Duration = Duration::from_secs(60);
 
 /// Every page of a full scan by `page` (from cursor 0 until cursor 0),
 /// each checked for duplicates within it.
@@ -196,6 +201,7 @@ fn keys_written_during_a_scan_do_not_break_it() {
         s.delete(k).unwrap();
     }
     let stop = AtomicBool::new(false);
+    let rounds = AtomicU64::new(0);
     let relocated = s.stats().gc.records_relocated;
     std::thread::scope(|sc| {
         let writer = sc.spawn(|| {
@@ -210,13 +216,21 @@ fn keys_written_during_a_scan_do_not_break_it() {
                     s.delete(format!("new-{}", i - 1000).as_bytes()).unwrap();
                 }
                 i += 1;
+                rounds.store(i, Relaxed);
             }
             i
         });
         let stopper = StopOnDrop(&stop);
-        // Scans until GC has relocated records under them (a few at least).
+        // Scans until GC has relocated records and the writer overwritten
+        // keys under them (a few scans at least; bounded in time, not in
+        // scans, so a writer or GC thread slow to be scheduled still gets
+        // there).
+        let started = Instant::now();
         let mut scans = 0;
-        while scans < 3 || (s.stats().gc.records_relocated == relocated && scans < 200) {
+        while scans < 3
+            || ((s.stats().gc.records_relocated == relocated || s.stats().blind_overwrites == 0)
+                && started.elapsed() < LIMIT)
+        {
             let got = scan_all(&d, 20);
             let missing = stable.difference(&got).count();
             assert_eq!(missing, 0, "scan {scans}: {missing} stable keys missing");
@@ -257,6 +271,7 @@ fn keys_overwritten_throughout_a_scan_are_each_returned() {
     }
     let all: HashSet<Vec<u8>> = hot.iter().chain(&cold).cloned().collect();
     let stop = AtomicBool::new(false);
+    let rounds = AtomicU64::new(0);
     std::thread::scope(|sc| {
         let writer = sc.spawn(|| {
             let mut n = 0u64;
@@ -267,12 +282,18 @@ fn keys_overwritten_throughout_a_scan_are_each_returned() {
                 // A live record in most segments, for GC to relocate.
                 s.put(&cold[n as usize % cold.len()], &n.to_le_bytes()).unwrap();
                 n += 1;
+                rounds.store(n, Relaxed);
             }
             n
         });
         let stopper = StopOnDrop(&stop);
+        // 2,000 scans at least, and on until GC has relocated records and
+        // the writer has gone round a few times (bounded in time).
+        let started = Instant::now();
         let mut scans = 0;
-        while scans < 2000 || (s.stats().gc.records_relocated == 0 && scans < 5000) {
+        while scans < 2000
+            || ((s.stats().gc.records_relocated == 0 || rounds.load(Relaxed) < 10) && started.elapsed() < LIMIT)
+        {
             let got = scan_all(&d, 8);
             let missing: Vec<_> = all.difference(&got).map(|k| String::from_utf8_lossy(k).into_owned()).collect();
             assert!(missing.is_empty() && got.len() == all.len(), "scan {scans}: missing {missing:?}");
