@@ -581,22 +581,43 @@ pub(crate) fn reclaim_with(gc: Gc<'_>, v: u32, evict: bool, mode: ReadMode) -> R
     Ok(())
 }
 
-/// Take every key stripe once, in order (see [`reclaim_with`]), and
-/// under each remove the links of `dead` (stripe, displaced location) in
-/// it: records a victim's scan found displaced by a blind overwrite of
-/// their own key. Such a link is settled (its record dead) but still in
-/// the table; the location it names is this victim's, which GC alone
-/// frees, so the link found there now is the same one, whatever head it
-/// moved to since.
+/// Take every key stripe once (see [`reclaim_with`]), and under each
+/// remove the links of `dead` (stripe, displaced location) in it: records
+/// a victim's scan found displaced by a blind overwrite of their own key.
+/// Such a link is settled (its record dead) but still in the table; the
+/// location it names is this victim's, which GC alone frees, so the link
+/// found there now is the same one, whatever head it moved to since.
+///
+/// What matters is that each stripe is taken once after the scan, not the
+/// order (GC holds one at a time): the free stripes are taken first and
+/// the busy ones come back round, so the sweep waits only for stripes
+/// still busy when nothing else is free, not for each writer in stripe
+/// order (a run's pieces hold many stripes across their device writes).
 fn forget_dead_links(gc: Gc<'_>, mut dead: Vec<(usize, u64)>) {
     dead.sort_unstable();
-    let mut dead = dead.into_iter().peekable();
-    for i in 0..crate::keys::KEY_STRIPES {
-        let _stripe = gc.keys.lock_stripe(i);
-        while let Some((_, old)) = dead.next_if(|d| d.0 == i) {
+    let forget = |i: usize| {
+        let from = dead.partition_point(|d| d.0 < i);
+        for &(_, old) in dead[from..].iter().take_while(|d| d.0 == i) {
             if let Some((head, _)) = gc.keys.links.of_old(old) {
                 gc.keys.links.remove(head);
             }
+        }
+    };
+    let mut busy: Vec<usize> = (0..crate::keys::KEY_STRIPES).collect();
+    while !busy.is_empty() {
+        let before = busy.len();
+        busy.retain(|&i| match gc.keys.try_lock_stripe(i) {
+            Some(_stripe) => {
+                forget(i);
+                false
+            }
+            None => true,
+        });
+        if busy.len() == before {
+            // None came free: wait for the first.
+            let i = busy.remove(0);
+            let _stripe = gc.keys.lock_stripe(i);
+            forget(i);
         }
     }
 }

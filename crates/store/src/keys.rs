@@ -75,6 +75,11 @@ impl Keys {
         self.stripes[i].try_lock().unwrap_or_else(|| self.stripes[i].lock_blocking())
     }
 
+    /// Take stripe `i` if it is free now.
+    pub(crate) fn try_lock_stripe(&self, i: usize) -> Option<async_lock::MutexGuard<'_, ()>> {
+        self.stripes[i].try_lock()
+    }
+
     /// Take the stripe of hash `h`, blocking the thread (off any executor).
     pub(crate) fn lock_key(&self, h: u64) -> async_lock::MutexGuard<'_, ()> {
         self.lock_stripe(self.stripe_of(h))

@@ -1423,6 +1423,52 @@ fn a_victim_overwritten_by_its_own_keys_is_scanned_without_their_stripes() {
     }
 }
 
+/// The stripe sweep after a scan takes the free stripes first: a writer
+/// holding one stripe (a run of PUTs across its device write) does not
+/// hold up the removal of the links under the stripes after it, only its
+/// own, which goes once the stripe is released.
+#[test]
+fn the_sweep_after_a_scan_does_not_wait_in_stripe_order() {
+    let (_dev, s) = blind_store(64 << 10);
+    let keys: Vec<Vec<u8>> = (0..40).map(|i| format!("sweep-{i}").into_bytes()).collect();
+    for k in &keys {
+        s.put(k, &[1u8; 900]).unwrap();
+    }
+    let v = s.core.log.sb.segment_of(s.core.keys.index.lookup(key_hash(&keys[0])).as_slice()[0].pba());
+    roll_segment(&s);
+    for k in &keys {
+        s.put(k, &[2u8; 900]).unwrap();
+    }
+    let lo = s.core.space.pba(v, 0);
+    let into_v = || s.core.keys.links.displacing_in(lo, lo + s.core.log.sb.segment_grains());
+    // Two displaced records of the victim: the held key's stripe before the
+    // other's.
+    let mut links: Vec<_> = into_v().iter().map(|l| (s.core.keys.stripe_of(key_hash(&l.key)), l.old.pba())).collect();
+    links.sort_unstable();
+    links.dedup_by_key(|l| l.0);
+    assert!(links.len() >= 2, "blind overwrites displaced records under two stripes: {links:?}");
+    let ((held, held_old), (_, later_old)) = (links[0], links[links.len() - 1]);
+    std::thread::scope(|sc| {
+        let stripe = s.core.keys.lock_stripe(held);
+        let gc = sc.spawn(|| crate::gc::reclaim_with(s.core.collector(), v, false, crate::gc::ReadMode::Scan));
+        // Bounded: a sweep in stripe order never gets past the held stripe.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while s.core.keys.links.of_old(later_old).is_some() {
+            assert!(std::time::Instant::now() < deadline, "the sweep waited for the held stripe {held} first");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(s.core.keys.links.of_old(held_old).is_some(), "a link went without its stripe");
+        assert!(!gc.is_finished(), "the reclaim ended without the held stripe");
+        drop(stripe);
+        gc.join().unwrap().unwrap();
+    });
+    assert!(into_v().is_empty(), "links into the freed victim are left");
+    for k in &keys {
+        assert_eq!(s.get(k).unwrap(), Some(vec![2u8; 900]), "{}", String::from_utf8_lossy(k));
+    }
+    assert!(s.verify().unwrap().is_clean());
+}
+
 /// A record of a victim put back in the index while a sparse reclaim reads
 /// (a colliding key's blind overwrite displaced it, a checkpoint settled
 /// the link) makes the reclaim scan the victim after all; the displaced key
