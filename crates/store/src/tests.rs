@@ -1364,16 +1364,13 @@ fn a_sparse_reclaim_and_a_scan_leave_the_same_store() {
     assert_eq!(outcomes[0], outcomes[1], "a sparse reclaim and a scan differ");
 }
 
-/// A victim's records displaced by blind overwrites of their own keys are
-/// found dead without their keys' stripes, so a writer holding one (as a
-/// run of PUTs does while its write is in flight) does not hold up the
-/// scan; their links go in the stripe sweep after it, and every key keeps
-/// its new value.
-#[test]
-fn a_victim_overwritten_by_its_own_keys_is_scanned_without_their_stripes() {
-    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+/// A blind store where `n` keys of 900 bytes were written into segment
+/// `v`, which was then rolled, and then overwritten blindly elsewhere:
+/// (device, store, keys, v); `v`'s records are each displaced by a link
+/// of its own key.
+fn victim_of_own_key_overwrites(prefix: &str, n: usize) -> (Arc<TestDevice>, Store, Vec<Vec<u8>>, u32) {
     let (dev, s) = blind_store(64 << 10);
-    let keys: Vec<Vec<u8>> = (0..20).map(|i| format!("own-{i}").into_bytes()).collect();
+    let keys: Vec<Vec<u8>> = (0..n).map(|i| format!("{prefix}{i}").into_bytes()).collect();
     for k in &keys {
         s.put(k, &[1u8; 900]).unwrap();
     }
@@ -1382,6 +1379,18 @@ fn a_victim_overwritten_by_its_own_keys_is_scanned_without_their_stripes() {
     for k in &keys {
         s.put(k, &[2u8; 900]).unwrap();
     }
+    (dev, s, keys, v)
+}
+
+/// A victim's records displaced by blind overwrites of their own keys are
+/// found dead without their keys' stripes, so a writer holding one (as a
+/// run of PUTs does while its write is in flight) does not hold up the
+/// scan; their links go in the stripe sweep after it, and every key keeps
+/// its new value.
+#[test]
+fn a_victim_overwritten_by_its_own_keys_is_scanned_without_their_stripes() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let (dev, s, keys, v) = victim_of_own_key_overwrites("own-", 20);
     let lo = s.core.space.pba(v, 0);
     let into_v = || s.core.keys.links.displacing_in(lo, lo + s.core.log.sb.segment_grains());
     let held = into_v().first().map(|l| l.key.to_vec()).expect("a blind overwrite displaced a record of the victim");
@@ -1429,16 +1438,7 @@ fn a_victim_overwritten_by_its_own_keys_is_scanned_without_their_stripes() {
 /// own, which goes once the stripe is released.
 #[test]
 fn the_sweep_after_a_scan_does_not_wait_in_stripe_order() {
-    let (_dev, s) = blind_store(64 << 10);
-    let keys: Vec<Vec<u8>> = (0..40).map(|i| format!("sweep-{i}").into_bytes()).collect();
-    for k in &keys {
-        s.put(k, &[1u8; 900]).unwrap();
-    }
-    let v = s.core.log.sb.segment_of(s.core.keys.index.lookup(key_hash(&keys[0])).as_slice()[0].pba());
-    roll_segment(&s);
-    for k in &keys {
-        s.put(k, &[2u8; 900]).unwrap();
-    }
+    let (_dev, s, keys, v) = victim_of_own_key_overwrites("sweep-", 40);
     let lo = s.core.space.pba(v, 0);
     let into_v = || s.core.keys.links.displacing_in(lo, lo + s.core.log.sb.segment_grains());
     // Two displaced records of the victim: the held key's stripe before the
