@@ -125,6 +125,8 @@ extern "C" {
 const SIGKILL: i32 = 9;
 const SIGTERM: i32 = 15;
 const SIGINT: i32 = 2;
+const SIGCONT: i32 = 18;
+const SIGSTOP: i32 = 19;
 
 fn stat(s: &Serve, name: &str) -> String {
     let out = String::from_utf8(s.call(b"stats\r\n")).unwrap();
@@ -443,13 +445,18 @@ fn a_stop_signal_during_the_zero_fill_removes_the_new_file() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let data = dir.path().join("big.db");
     let d = data.to_str().unwrap();
-    // 4 GiB: long enough to write that the signal lands inside the fill.
+    // 4 GiB: seconds of writing, so the stop below lands inside the fill.
     let port = free_port().to_string();
     let serve = ["serve", "--data", d, "--size", "4G", "-p", &port, "-t", "1", "--no-native", "--no-resp"];
     let create = ["create", d, "--size", "4G"];
     for (args, sig, name) in [(&serve[..], SIGTERM, "SIGTERM"), (&create[..], SIGINT, "SIGINT")] {
         let common::Started { mut child, mut log, later, .. } =
             spawn_until(args, |line| line.contains("writing zeros over the new data file"));
+        // Stopped at once (the fill takes seconds), so the checks below and
+        // the signal all come inside the fill, however long they take;
+        // continued after the signal, which it finds pending.
+        // SAFETY: kill with a pid of our own child.
+        unsafe { libc_kill(child.id() as i32, SIGSTOP) };
         if name == "SIGTERM" {
             // The port is taken (bound) but not listened on until the
             // store is ready: a client is refused, not left waiting.
@@ -460,7 +467,10 @@ fn a_stop_signal_during_the_zero_fill_removes_the_new_file() {
             assert!(!second.status.success() && text.contains("in use by another process"), "{text}");
         }
         // SAFETY: kill with a pid of our own child.
-        unsafe { libc_kill(child.id() as i32, sig) };
+        unsafe {
+            libc_kill(child.id() as i32, sig);
+            libc_kill(child.id() as i32, SIGCONT);
+        }
         // Bounded: a fill that ignored the signal would go on serving.
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         let status = loop {
@@ -487,6 +497,8 @@ fn a_stop_signal_during_the_zero_fill_removes_the_new_file() {
     // SIGKILL cannot be caught: the file stays, marked as an unfinished
     // creation, and the next start removes it and creates it again.
     let mut child = spawn_until(&serve, |line| line.contains("writing zeros over the new data file")).child;
+    // SAFETY: kill with a pid of our own child.
+    unsafe { libc_kill(child.id() as i32, SIGSTOP) };
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(data.exists(), "a kill -9 leaves the file");
