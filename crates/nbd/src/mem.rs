@@ -129,7 +129,8 @@ impl MemExport {
     /// [`MemExport::hold_met`] is true and all go on) or until `limit`
     /// after the first of them started (then they go on and it stays
     /// false). A server that never runs `together` such requests at once
-    /// leaves it false, however fast or slow the machine.
+    /// leaves it false, however fast or slow the machine. A sync names no
+    /// block: neither the hold nor the pause applies to it.
     pub fn hold_until_together(&self, bytes: Range<u64>, together: u64, limit: Duration) {
         let blocks = self.blocks_of(bytes);
         let mut hold = self.hold.lock().unwrap_or_else(|e| e.into_inner());
