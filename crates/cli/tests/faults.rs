@@ -17,7 +17,6 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -140,14 +139,8 @@ impl Serve {
     /// The log once it holds `text` (its stderr is read by another thread,
     /// which may lag behind the server); waits at most `IO_LIMIT`.
     fn log_with(&self, text: &str) -> String {
-        let deadline = Instant::now() + IO_LIMIT;
-        loop {
-            let log = self.log();
-            if log.contains(text) || Instant::now() > deadline {
-                return log;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        common::wait_until(IO_LIMIT, || self.log().contains(text));
+        self.log()
     }
 
     /// Send `sig` and wait (bounded) for the exit.
@@ -181,13 +174,7 @@ impl Serve {
 /// One command to the control socket at `control`; panics unless the
 /// reply is "ok...".
 fn fault_at(control: &Path, cmd: &str) -> String {
-    let mut s = UnixStream::connect(control).unwrap();
-    s.set_read_timeout(Some(IO_LIMIT)).unwrap();
-    writeln!(s, "{cmd}").unwrap();
-    let mut line = String::new();
-    BufReader::new(s).read_line(&mut line).unwrap();
-    assert!(line.starts_with("ok"), "fault {cmd:?}: {line}");
-    line.trim_end().to_string()
+    common::fault_at(control, cmd, IO_LIMIT)
 }
 
 impl Drop for Serve {

@@ -3,7 +3,7 @@
 //! that reads no log), and after SIGKILL comes back with every
 //! acknowledged write (warm restart after a crash).
 
-use std::io::{BufRead, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -540,11 +540,7 @@ fn a_stop_signal_during_recovery_stops_and_the_next_start_recovers() {
     let common::Started { mut child, mut log, later, .. } =
         common::start_or_panic(&mut cmd, |l| l.contains("recovery: log scan started"), common::START_LIMIT);
     for c in ["hang", "wait-held 1"] {
-        let mut sock = std::os::unix::net::UnixStream::connect(&control).unwrap();
-        writeln!(sock, "{c}").unwrap();
-        let mut reply = String::new();
-        std::io::BufReader::new(sock).read_line(&mut reply).unwrap();
-        assert!(reply.starts_with("ok"), "{c}: {reply}");
+        common::fault_at(&control, c, common::START_LIMIT);
     }
     // SAFETY: kill with a pid of our own child.
     unsafe { libc_kill(child.id() as i32, SIGINT) };
@@ -1011,11 +1007,8 @@ fn sigkill_during_concurrent_transactions_leaves_each_whole() {
             .collect();
         // The kill comes after every client has committed (however slow
         // the start), then a while longer, so transactions are in flight.
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while commits.iter().any(|n| n.load(Relaxed) == 0) {
-            assert!(std::time::Instant::now() < deadline, "cycle {cycle}: a client committed nothing in 60 s");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        let all_committed = common::wait_until(Duration::from_secs(60), || commits.iter().all(|n| n.load(Relaxed) > 0));
+        assert!(all_committed, "cycle {cycle}: a client committed nothing in 60 s");
         std::thread::sleep(Duration::from_millis(50 + 100 * cycle));
         s.signal(9);
         stop.store(true, Relaxed);

@@ -146,10 +146,7 @@ fn readers_never_see_half_a_batch() {
     };
     // The batches start once the reader reads (bounded), however the
     // threads are scheduled.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !started.load(Relaxed) && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
+    common::wait_until(|| started.load(Relaxed));
     let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
     for v in 1..=3_000u64 {
         let mut b = s.batch();

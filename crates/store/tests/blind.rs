@@ -72,12 +72,7 @@ fn run(seed: u64) -> u64 {
                             // among the writes however the threads are
                             // scheduled.
                             let seen = attempts.load(Relaxed);
-                            let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
-                            while attempts.load(Relaxed) < (seen + 2).min(CHECKPOINT_ATTEMPTS)
-                                && std::time::Instant::now() < end
-                            {
-                                std::thread::sleep(std::time::Duration::from_millis(1));
-                            }
+                            common::wait_until(|| attempts.load(Relaxed) >= (seen + 2).min(CHECKPOINT_ATTEMPTS));
                         }
                         let i = mine[rng.below(mine.len() as u64) as usize];
                         if rng.below(12) == 0 {

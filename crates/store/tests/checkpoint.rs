@@ -148,12 +148,7 @@ fn checkpoints_run_beside_writers_and_gc() {
                             9 => 2,
                             _ => 0,
                         };
-                        let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
-                        while written.load(std::sync::atomic::Ordering::SeqCst) < want
-                            && std::time::Instant::now() < end
-                        {
-                            std::thread::sleep(std::time::Duration::from_millis(1));
-                        }
+                        common::wait_until(|| written.load(std::sync::atomic::Ordering::SeqCst) >= want);
                         for j in 0..per {
                             let i = t * per + j;
                             if (i + v).is_multiple_of(5) {

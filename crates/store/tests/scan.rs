@@ -13,11 +13,7 @@ use granary_store::{
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// How long a test scans, at most, waiting for its writer and GC to have
-/// done what it checks.
-const LIMIT: Duration = Duration::from_secs(60);
+use std::time::Instant;
 
 /// Every page of a full scan by `page` (from cursor 0 until cursor 0),
 /// each checked for duplicates within it.
@@ -229,7 +225,7 @@ fn keys_written_during_a_scan_do_not_break_it() {
         let mut scans = 0;
         while scans < 3
             || ((s.stats().gc.records_relocated == relocated || s.stats().blind_overwrites == 0)
-                && started.elapsed() < LIMIT)
+                && started.elapsed() < common::WAIT_LIMIT)
         {
             let got = scan_all(&d, 20);
             let missing = stable.difference(&got).count();
@@ -292,7 +288,8 @@ fn keys_overwritten_throughout_a_scan_are_each_returned() {
         let started = Instant::now();
         let mut scans = 0;
         while scans < 2000
-            || ((s.stats().gc.records_relocated == 0 || rounds.load(Relaxed) < 10) && started.elapsed() < LIMIT)
+            || ((s.stats().gc.records_relocated == 0 || rounds.load(Relaxed) < 10)
+                && started.elapsed() < common::WAIT_LIMIT)
         {
             let got = scan_all(&d, 8);
             let missing: Vec<_> = all.difference(&got).map(|k| String::from_utf8_lossy(k).into_owned()).collect();

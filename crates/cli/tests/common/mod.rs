@@ -11,7 +11,7 @@
 // Each test file includes this module; not all of them use every item.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -154,4 +154,32 @@ pub fn have_peers(tools: &[&str], python_modules: &[(&str, &str)]) -> bool {
     );
     eprintln!("skipped: missing {missing:?}");
     false
+}
+
+/// One command to the fault-injection control socket at `control`
+/// (`GRANARY_FAULT_SOCKET`, docs/FAULTS.md), waiting at most `limit` for
+/// the reply; panics unless it is "ok...".
+pub fn fault_at(control: &std::path::Path, cmd: &str, limit: Duration) -> String {
+    let mut s = std::os::unix::net::UnixStream::connect(control).unwrap();
+    s.set_read_timeout(Some(limit)).unwrap();
+    writeln!(s, "{cmd}").unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    assert!(line.starts_with("ok"), "fault {cmd:?}: {line}");
+    line.trim_end().to_string()
+}
+
+/// Poll `cond` every few milliseconds until it holds or `limit` passes;
+/// whether it held.
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }

@@ -10,6 +10,27 @@ use granary_io::{Device, FileDevice, IoBackend, MemDevice, OpenMode, StripedDevi
 use granary_rt::{Runtime, RuntimeConfig};
 use granary_store::{PutMode, PutOutcome, Result, Store};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a test waits, at most, for another thread to get somewhere.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(60);
+
+/// Poll `cond` every millisecond until it holds or [`WAIT_LIMIT`] passes;
+/// whether it held. For a test that needs another thread to have done
+/// something, whatever the scheduling (not a timing: it returns as soon as
+/// the thing is done).
+pub fn wait_until(mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + WAIT_LIMIT;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
