@@ -37,7 +37,8 @@
 # "1 2 3"; MODE=4x: one number, default 3), GRANARY_BIN (default
 # target/release/granary, built if missing), BENCH_BIN (MODE=4x; default
 # target/release/granary-bench, built if missing), MEM_MIB (MODE=4x,
-# default 64), the ports MC_PORT, RESP_PORT, NATIVE_PORT (the nodes'),
+# default 64), SERVER_CONNS (the proxy's connections to each node, its
+# server_connections; default 1), the ports MC_PORT, RESP_PORT, NATIVE_PORT (the nodes'),
 # PROXY_MC_PORT, PROXY_RESP_PORT, PROXY_STORE_PORT and STATS_PORT
 # (nutcracker's; cluster.sh's defaults but 22121, 22122, 22123, 22222).
 # Writes the table to target/bench-cluster/results.txt (MODE=4x:
@@ -61,7 +62,7 @@ if ((${#missing[@]})); then
 fi
 export GRANARY_BIN=${GRANARY_BIN:-$PWD/target/release/granary}
 [ -x "$GRANARY_BIN" ] || cargo build --release -p granary-cli --bin granary
-SECS=${SECS:-10} REQS=${REQS:-100000} CONC=${CONC:-16}
+SECS=${SECS:-10} REQS=${REQS:-100000} CONC=${CONC:-16} SERVER_CONNS=${SERVER_CONNS:-1}
 MC_PORT=${MC_PORT:-11211} RESP_PORT=${RESP_PORT:-6380} NATIVE_PORT=${NATIVE_PORT:-43345}
 PROXY_MC_PORT=${PROXY_MC_PORT:-22121} PROXY_RESP_PORT=${PROXY_RESP_PORT:-22122}
 PROXY_STORE_PORT=${PROXY_STORE_PORT:-22123} STATS_PORT=${STATS_PORT:-22222}
@@ -104,7 +105,8 @@ up() {
     rm -rf "$D"
     scripts/cluster.sh up "$n" --dir "$D" --engine "$engine" --mc-port "$MC_PORT" --resp-port "$RESP_PORT" \
         --native-port "$NATIVE_PORT" --proxy-mc-port "$PROXY_MC_PORT" --proxy-resp-port "$PROXY_RESP_PORT" \
-        --proxy-store-port "$PROXY_STORE_PORT" --stats-port "$STATS_PORT" --size 512M "$@" >/dev/null
+        --proxy-store-port "$PROXY_STORE_PORT" --stats-port "$STATS_PORT" --server-connections "$SERVER_CONNS" \
+        --size 512M "$@" >/dev/null
 }
 
 trap 'scripts/cluster.sh down --dir "$D" >/dev/null 2>&1 || true' EXIT
@@ -161,7 +163,7 @@ if [ "$MODE" = 4x ]; then
     done
     META="{\"date\": \"$started\", \"cores\": $(nproc), \"load_average\": \"$load\", \"nodes\": $N,
         \"mem_mib_per_node\": $MEM_MIB, \"value_bytes\": $VALUE, \"get_percent\": $GET_PERCENT, \"dist\": \"$DIST\",
-        \"conns\": $CONC, \"secs\": $SECS, \"granary_bin\": \"$GRANARY_BIN\"}"
+        \"conns\": $CONC, \"server_connections\": $SERVER_CONNS, \"secs\": $SECS, \"granary_bin\": \"$GRANARY_BIN\"}"
     /usr/bin/python3 - "$JSON" "$META" "${runs[@]}" <<'PY' | tee "$RESULTS"
 import json, sys
 out, meta, runs = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3:]

@@ -35,6 +35,8 @@
 #                                      (defaults 1000 and 2)
 #   --timeout-ms MS                    the pools' timeout: a reply slower than this is
 #                                      a SERVER_ERROR to the client (default 5000)
+#   --server-connections C             the proxy's connections to each node, its
+#                                      server_connections (default 1, nutcracker's)
 # The granary binary: $GRANARY_BIN, else target/release/granary (built when missing).
 set -euo pipefail
 # Debian installs nutcracker in /usr/sbin.
@@ -64,14 +66,15 @@ DIR=${GRANARY_CLUSTER_DIR:-$ROOT/target/cluster}
 ENGINE=granary WEIGHTS= NAMES=1 STORE=0 SIZE=256M MEMORY_MIB=256 DRAM_MIB= THREADS=1
 MC_PORT=11211 RESP_PORT=6380 NATIVE_PORT=43345
 PROXY_MC_PORT=22121 PROXY_RESP_PORT=22122 PROXY_STORE_PORT=22123 STATS_PORT=22222
-RETRY_MS=1000 FAILURE_LIMIT=2 TIMEOUT_MS=5000
+RETRY_MS=1000 FAILURE_LIMIT=2 TIMEOUT_MS=5000 SERVER_CONNS=1
 while (($#)); do
     o=$1
     case "$o" in
     --no-names) NAMES=0 ;;
     --store) STORE=1 ;;
     --dir | --engine | --weights | --size | --memory-mib | --dram-mib | --threads | --mc-port | --resp-port | --native-port | \
-        --proxy-mc-port | --proxy-resp-port | --proxy-store-port | --stats-port | --retry-ms | --failure-limit | --timeout-ms)
+        --proxy-mc-port | --proxy-resp-port | --proxy-store-port | --stats-port | --retry-ms | --failure-limit | --timeout-ms | \
+        --server-connections)
         (($# >= 2)) || die "$o needs a value"
         v=$2
         shift
@@ -93,6 +96,7 @@ while (($#)); do
         --retry-ms) RETRY_MS=$v ;;
         --failure-limit) FAILURE_LIMIT=$v ;;
         --timeout-ms) TIMEOUT_MS=$v ;;
+        --server-connections) SERVER_CONNS=$v ;;
         esac
         ;;
     *) die "unknown option $o" ;;
@@ -116,10 +120,11 @@ if [ "$cmd" = up ]; then
     ((${#ws[@]} == N)) || die "--weights needs $N weights"
     for w in "${ws[@]}"; do [[ "$w" =~ ^[1-9][0-9]*$ ]] || die "bad weight $w"; done
     for v in "$MEMORY_MIB" "$THREADS" "$MC_PORT" "$RESP_PORT" "$NATIVE_PORT" "$PROXY_MC_PORT" "$PROXY_RESP_PORT" \
-        "$PROXY_STORE_PORT" "$STATS_PORT" "$RETRY_MS" "$FAILURE_LIMIT" "$TIMEOUT_MS"; do
+        "$PROXY_STORE_PORT" "$STATS_PORT" "$RETRY_MS" "$FAILURE_LIMIT" "$TIMEOUT_MS" "$SERVER_CONNS"; do
         [[ "$v" =~ ^[0-9]+$ ]] || die "not a number: $v"
     done
     [[ "$SIZE" =~ ^[0-9]+[A-Za-z]*$ ]] || die "bad --size $SIZE"
+    ((SERVER_CONNS >= 1)) || die "--server-connections must be at least 1"
     [[ "$DRAM_MIB" =~ ^[0-9]*$ ]] || die "not a number: $DRAM_MIB"
     BIN=
     if [ "$ENGINE" = granary ]; then
@@ -151,6 +156,7 @@ STATS_PORT=$STATS_PORT
 RETRY_MS=$RETRY_MS
 FAILURE_LIMIT=$FAILURE_LIMIT
 TIMEOUT_MS=$TIMEOUT_MS
+SERVER_CONNS=$SERVER_CONNS
 EOF
 else
     [ -f "$ENV_FILE" ] || die "no cluster in $DIR (no cluster.env)"
@@ -282,6 +288,7 @@ $name:
   server_failure_limit: $FAILURE_LIMIT
   timeout: $TIMEOUT_MS
   preconnect: true
+  server_connections: $SERVER_CONNS
   servers:
 $(server_lines "$port")
 EOF

@@ -88,8 +88,9 @@ fn have_nutcracker() -> bool {
 }
 
 impl Cluster {
-    /// None (the test is skipped) without nutcracker.
-    fn up(n: usize, weights: &[u32], names: bool) -> Option<Cluster> {
+    /// None (the test is skipped) without nutcracker. `server_conns`: the
+    /// proxy's connections to each node (`--server-connections`).
+    fn up(n: usize, weights: &[u32], names: bool, server_conns: usize) -> Option<Cluster> {
         if !have_nutcracker() {
             return None;
         }
@@ -124,6 +125,7 @@ impl Cluster {
         }
         args.extend(["--store", "--size", "64M", "--retry-ms", &RETRY_MS.to_string()].map(String::from));
         args.extend(["--failure-limit".to_string(), FAILURE_LIMIT.to_string()]);
+        args.extend(["--server-connections".to_string(), server_conns.to_string()]);
         if !names {
             args.push("--no-names".into());
         }
@@ -340,9 +342,12 @@ fn keys(seed: u64, n: usize) -> Vec<String> {
 /// Every key written through the proxy is on the node the client's ring
 /// names and on no other; the sharded client finds it too, and what the
 /// client writes reads back through the proxy.
-fn placement(n: usize, weights: &[u32], names: bool) {
+fn placement(n: usize, weights: &[u32], names: bool, server_conns: usize) {
     let seed = seed();
-    let Some(c) = Cluster::up(n, weights, names) else { return };
+    let Some(c) = Cluster::up(n, weights, names, server_conns) else { return };
+    let conf = std::fs::read_to_string(c.dir.path().join("nutcracker.yml")).unwrap();
+    let line = format!("  server_connections: {server_conns}");
+    assert_eq!(conf.lines().filter(|l| *l == line).count(), 3, "every pool has {line:?}:\n{conf}");
     let ring = c.ring("granary_mc");
     let mut per = vec![0usize; n];
     let mut proxy = Mc::new(c.proxy_mc);
@@ -390,12 +395,12 @@ fn placement(n: usize, weights: &[u32], names: bool) {
 
 #[test]
 fn keys_through_the_proxy_are_where_the_client_ring_says_3_named_nodes() {
-    placement(3, &[1, 2, 1], true);
+    placement(3, &[1, 2, 1], true, 1);
 }
 
 #[test]
-fn keys_through_the_proxy_are_where_the_client_ring_says_5_unnamed_nodes() {
-    placement(5, &[2, 1, 3, 1, 1], false);
+fn keys_through_the_proxy_are_where_the_client_ring_says_5_unnamed_nodes_3_connections_each() {
+    placement(5, &[2, 1, 3, 1, 1], false, 3);
 }
 
 /// The ejecting pool: a SIGKILLed node is ejected after
@@ -406,7 +411,7 @@ fn keys_through_the_proxy_are_where_the_client_ring_says_5_unnamed_nodes() {
 fn a_killed_node_is_ejected_then_rejoins_warm() {
     let seed = seed();
     let n = 3;
-    let Some(c) = Cluster::up(n, &[1, 1, 1], true) else { return };
+    let Some(c) = Cluster::up(n, &[1, 1, 1], true, 1) else { return };
     let ring = c.ring("granary_mc");
     let mut proxy = Mc::new(c.proxy_mc);
     let ks = keys(seed, 300);
@@ -508,7 +513,7 @@ struct Acked {
 fn rolling_restart_under_load_loses_no_acknowledged_write() {
     let seed = seed();
     let n = 3;
-    let Some(c) = Cluster::up(n, &[1, 1, 1], true) else { return };
+    let Some(c) = Cluster::up(n, &[1, 1, 1], true, 1) else { return };
     let c = Arc::new(c);
     let ring = c.ring("granary_store");
     let ks = Arc::new(keys(seed, 600));
