@@ -355,6 +355,7 @@ enum Reply {
     Error(String),
     Bulk(Option<Vec<u8>>),
     Int(i64),
+    Array(Vec<Reply>),
 }
 
 impl Resp {
@@ -371,11 +372,15 @@ impl Resp {
             req.extend_from_slice(b"\r\n");
         }
         self.r.get_mut().write_all(&req).unwrap();
+        self.reply()
+    }
+    fn reply(&mut self) -> Reply {
         let mut l = String::new();
         self.r.read_line(&mut l).unwrap();
         let l = l.trim_end();
         let (t, rest) = l.split_at(1);
         match t {
+            "*" => Reply::Array((0..rest.parse::<usize>().unwrap()).map(|_| self.reply()).collect()),
             "+" => Reply::Simple(rest.into()),
             "-" => Reply::Error(rest.into()),
             ":" => Reply::Int(rest.parse().unwrap()),
@@ -918,6 +923,74 @@ fn a_device_that_stops_answering_holds_requests_until_released() {
     m.native.insert("written-while-hung".into(), b"late".to_vec());
     verify(&s, &m);
     restart_and_verify(s, &data, dir.path(), &m);
+}
+
+/// A multi-key read keeps its keys' reads in flight together: with the
+/// device hung, one text `get` (then `gets`), one RESP MGET and one native
+/// multi-get of 20 keys and a missing 18th each hold 16 reads at once (the
+/// protocols' MULTI_GET_READS; read one by one, they would hold one), and
+/// once released each answers every key in its order.
+#[test]
+fn a_multi_get_holds_its_reads_in_flight_together_and_answers_in_key_order() {
+    let (Fixture { seed: _seed, m, dir: _dir, .. }, s) = start_filled(20);
+    let keys = |prefix: &str| {
+        let mut k: Vec<String> = (0..20).map(|i| format!("{prefix}-{i}")).collect();
+        // Past the first 16: a key with no index entry needs no read.
+        k.insert(17, format!("{prefix}-absent"));
+        k
+    };
+    let held = |what: &str, run: Box<dyn FnOnce() + Send>| {
+        s.fault("hang");
+        let t = std::thread::spawn(run);
+        assert_eq!(s.fault("wait-held 16"), "ok", "{what}: 16 reads in flight together");
+        s.fault("release");
+        t.join().unwrap_or_else(|_| panic!("{what}: the reply was wrong (above)"));
+    };
+    for cmd in ["get", "gets"] {
+        let (ks, port) = (keys("mc"), s.mc);
+        let want: Vec<(String, Vec<u8>)> =
+            ks.iter().filter_map(|k| m.mc.get(k).map(|v| (k.clone(), v.clone()))).collect();
+        held(
+            cmd,
+            Box::new(move || {
+                let mut c = Mc::connect(port);
+                c.send(format!("{cmd} {}\r\n", ks.join(" ")).as_bytes());
+                let mut got = Vec::new();
+                loop {
+                    let l = c.line();
+                    if l == "END" {
+                        break;
+                    }
+                    let f: Vec<&str> = l.split(' ').collect();
+                    assert!(f[0] == "VALUE" && f.len() == if cmd == "gets" { 5 } else { 4 }, "{cmd}: {l:?}");
+                    let mut v = vec![0; f[3].parse::<usize>().unwrap() + 2];
+                    c.r.read_exact(&mut v).unwrap();
+                    v.truncate(v.len() - 2);
+                    got.push((f[1].to_string(), v));
+                }
+                assert_eq!(got, want, "{cmd}: every value, in key order");
+            }),
+        );
+    }
+    let (ks, port) = (keys("rs"), s.resp);
+    let want = Reply::Array(ks.iter().map(|k| Reply::Bulk(m.resp.get(k).cloned())).collect());
+    held(
+        "MGET",
+        Box::new(move || {
+            let mut args: Vec<&[u8]> = vec![b"MGET"];
+            args.extend(ks.iter().map(|k| k.as_bytes()));
+            assert_eq!(Resp::connect(port).call(&args), want, "MGET: every value, in key order");
+        }),
+    );
+    let (ks, native) = (keys("nv"), s.native());
+    let want: Vec<Option<Vec<u8>>> = ks.iter().map(|k| m.native.get(k).cloned()).collect();
+    held(
+        "native multi-get",
+        Box::new(move || {
+            let ks: Vec<&[u8]> = ks.iter().map(|k| k.as_bytes()).collect();
+            assert_eq!(native.mget(&ks).unwrap(), want, "native multi-get: every value, in key order");
+        }),
+    );
 }
 
 #[test]

@@ -247,6 +247,9 @@ impl<'a, S: Sink> Exec<'a, S> {
     }
 
     async fn get(&mut self, keys: &[&[u8]], with_cas: bool, touch: Option<i64>, bad_key: bool) {
+        if keys.len() > 1 && touch.is_none() {
+            return self.multi_get(keys, with_cas, bad_key).await;
+        }
         let expires = touch.map(|e| self.expires(e));
         for &key in keys {
             self.ctx.stats.cmd_get.fetch_add(1, Relaxed);
@@ -285,6 +288,50 @@ impl<'a, S: Sink> Exec<'a, S> {
                 Ok(None) => {
                     self.ctx.stats.get_misses.fetch_add(1, Relaxed);
                     self.ctx.stats.touch_misses.fetch_add(1, Relaxed);
+                }
+                Err(e) => return self.server_error(&e),
+            }
+        }
+        if bad_key {
+            return self.refuse(ParseError::BadFormat);
+        }
+        self.reply("END");
+    }
+
+    /// `get`/`gets` of several keys: their reads run together, up to
+    /// [`MULTI_GET_READS`] at once and [`multi_get_bytes`] of records
+    /// (sized by the index), and the replies go out in key order; a read
+    /// that fails ends the reply as a single key's failure does.
+    async fn multi_get(&mut self, keys: &[&[u8]], with_cas: bool, bad_key: bool) {
+        let ctx = self.ctx;
+        let mut reads = granary_rt::Window::new(MULTI_GET_READS, multi_get_bytes(ctx.cfg.item_bytes_max));
+        let mut queued = keys.iter();
+        let mut next = queued.next();
+        loop {
+            while let Some(&key) = next {
+                // A key the store refuses is asked anyway: its read
+                // answers with the error a single GET gets.
+                let hint = ctx.ns.value_size_hint(key).unwrap_or(0);
+                if !reads.has_room(hint) {
+                    break;
+                }
+                reads.push(async move { (key, ctx.ns.get_buf_async(key).await) }, hint);
+                next = queued.next();
+            }
+            let Some((key, got)) = reads.next().await else { break };
+            ctx.stats.cmd_get.fetch_add(1, Relaxed);
+            match got {
+                Ok(Some(vb)) => {
+                    ctx.stats.get_hits.fetch_add(1, Relaxed);
+                    if !self.value_buf(key, vb, with_cas).await {
+                        return;
+                    }
+                    if self.out().len() >= OUT_FLUSH_BYTES && !self.io.flush().await {
+                        return;
+                    }
+                }
+                Ok(None) => {
+                    ctx.stats.get_misses.fetch_add(1, Relaxed);
                 }
                 Err(e) => return self.server_error(&e),
             }

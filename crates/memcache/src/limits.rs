@@ -54,12 +54,35 @@ pub const REPLY_HEADER_BYTES_MAX: usize = 1024;
 /// once it passes [`OUT_FLUSH_BYTES`], so holds at most that plus one
 /// reply (twice, for the same reason). Memory held by the engine for the
 /// value being read or written is not included (a value of at least
-/// [`ZERO_COPY_MIN_BYTES`] lives only there: the bound is then loose). With the default 1 MiB
+/// [`ZERO_COPY_MIN_BYTES`] lives only there: the bound is then loose), nor
+/// are the values a multi-get's reads hold ([`multi_get_bytes`]). With the default 1 MiB
 /// items it is about 4.9 MiB.
 pub const fn connection_bytes_bound(item_bytes_max: usize) -> usize {
     READ_CHUNK_BYTES
         + 2 * (LINE_BYTES_MAX + 2 + item_bytes_max + READ_CHUNK_BYTES)
         + 2 * (OUT_FLUSH_BYTES + REPLY_HEADER_BYTES_MAX + item_bytes_max)
+}
+
+/// Reads a multi-get (`get` or `gets` of several keys) keeps in flight at
+/// once: its keys are read together, as a device serves many reads in about
+/// the time of one, and answered in their order.
+pub const MULTI_GET_READS: usize = 16;
+
+/// The records a multi-get's reads hold together (their sizes as the index
+/// gives them) stay within this, or within the largest item allowed if
+/// that is larger; a record larger than the budget is read alone. So a
+/// multi-get holds, beside the connection's buffers, at most one largest
+/// item's worth of values, or 256 KiB of small ones.
+pub const MULTI_GET_BYTES_MIN: usize = 256 * 1024;
+
+/// The byte budget of a multi-get's reads with items of at most
+/// `item_bytes_max` bytes.
+pub const fn multi_get_bytes(item_bytes_max: usize) -> u64 {
+    if item_bytes_max > MULTI_GET_BYTES_MIN {
+        item_bytes_max as u64
+    } else {
+        MULTI_GET_BYTES_MIN as u64
+    }
 }
 
 /// Seconds: an exptime above this is an absolute unix time, at or below a

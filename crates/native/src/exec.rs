@@ -22,7 +22,7 @@
 //! - a TXN is one engine batch (`granary_store::Batch`): all of it is
 //!   applied, durably, before `OK` is answered, or none of it.
 
-use crate::limits::{NS_HANDLES_MAX, ZERO_COPY_MIN_BYTES};
+use crate::limits::{MULTI_GET_READS, NS_HANDLES_MAX, ZERO_COPY_MIN_BYTES};
 use crate::parse::Limits;
 use crate::{stats, NativeStats};
 use granary_proto::{self as proto, Header, PutMode, Request, Status, TxnOutcome, TxnWrite};
@@ -634,9 +634,23 @@ async fn execute(ctx: &Ctx, scope: &Scope, h: Header, body: &[u8], resp: &mut Ou
             let mut b = Vec::new();
             proto::encode_count(&mut b, keys.len());
             let n = keys.len();
-            for (i, k) in keys.into_iter().enumerate() {
-                let (s, v) = do_get(ctx, scope, ns, k).await;
-                push_entry(ctx, &mut b, s, &v, n - i - 1);
+            // The keys' reads run together (MULTI_GET_READS), answered in order.
+            let mut reads = granary_rt::Window::new(MULTI_GET_READS, ctx.limits.frame_max as u64);
+            let mut queued = keys.into_iter();
+            let mut next = queued.next();
+            let mut answered = 0;
+            loop {
+                while let Some(k) = next {
+                    let hint = ns.value_size_hint(k).unwrap_or(0);
+                    if !reads.has_room(hint) {
+                        break;
+                    }
+                    reads.push(do_get(ctx, scope, ns, k), hint);
+                    next = queued.next();
+                }
+                let Some((s, v)) = reads.next().await else { break };
+                answered += 1;
+                push_entry(ctx, &mut b, s, &v, n - answered);
             }
             proto::encode_response(&mut resp.bytes, h.op, Status::Ok, h.id, &b);
         }

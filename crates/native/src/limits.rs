@@ -36,6 +36,12 @@ pub const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10
 /// ones are copied, which costs less than the extra send or receive.
 pub const ZERO_COPY_MIN_BYTES: usize = 16 * 1024;
 
+/// Reads one MULTI_GET keeps in flight at once (its keys are read
+/// together and answered in their order), within a budget of the
+/// response's frame limit in records (their sizes as the index gives
+/// them; a larger one is read alone).
+pub const MULTI_GET_READS: usize = 16;
+
 /// Namespace handles one connection keeps by name (`exec::Scope`); past
 /// this many it forgets them all and looks names up again. A handle is a
 /// few dozen bytes and its name at most 64.

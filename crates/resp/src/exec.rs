@@ -904,12 +904,32 @@ impl<K: Keys> Cx<'_, K> {
             }
             Cmd::Mget => {
                 self.r.array(a.len() - 1);
-                for key in &a[1..] {
-                    let r = self.read(key).await?;
-                    match r {
-                        Some(r) if r.kind == Kind::String => self.r.bulk(&r.value),
-                        _ => self.r.null(),
+                let Some(ns) = self.k.reads_direct().cloned() else {
+                    // In a transaction: through its overlay, one by one.
+                    for key in &a[1..] {
+                        let r = self.read(key).await?;
+                        self.mget_reply(r.as_ref());
                     }
+                    return Ok(());
+                };
+                // The keys' reads run together, answered in order.
+                let mut reads = granary_rt::Window::new(MULTI_GET_READS, MULTI_GET_BYTES);
+                let mut queued = a[1..].iter();
+                let mut next = queued.next();
+                loop {
+                    while let Some(key) = next {
+                        let hint = ns.value_size_hint(key).unwrap_or(0);
+                        if !reads.has_room(hint) {
+                            break;
+                        }
+                        reads.push(crate::keys::read_direct(&ns, key), hint);
+                        next = queued.next();
+                    }
+                    let Some(r) = reads.next().await else { break };
+                    let r = r.map_err(store_err)?;
+                    let st = &self.ctx.stats;
+                    (if r.is_some() { &st.keyspace_hits } else { &st.keyspace_misses }).fetch_add(1, Relaxed);
+                    self.mget_reply(r.as_ref());
                 }
             }
             Cmd::Mset | Cmd::Msetnx => {
@@ -1293,6 +1313,14 @@ impl<K: Keys> Cx<'_, K> {
 
     /// A read of one key by a read command, counted in `keyspace_hits` or
     /// `keyspace_misses` (writes are not, as in Redis).
+    /// One MGET element: the value of a string, else nil.
+    fn mget_reply(&mut self, r: Option<&Rec>) {
+        match r {
+            Some(r) if r.kind == Kind::String => self.r.bulk(&r.value),
+            _ => self.r.null(),
+        }
+    }
+
     async fn read(&mut self, key: &[u8]) -> Res<Option<Rec>> {
         let r = self.k.get(key).await.map_err(store_err)?;
         let st = &self.ctx.stats;

@@ -33,6 +33,11 @@ pub(crate) trait Keys {
     fn db(&self) -> &Namespace;
     /// Address another database (SELECT).
     fn use_db(&mut self, ns: Namespace);
+    /// The database, when reads go straight to it (no transaction's
+    /// overlay in between), so several may run at once.
+    fn reads_direct(&self) -> Option<&Namespace> {
+        None
+    }
     /// The live value of `key`.
     async fn get(&mut self, key: &[u8]) -> Result<Option<Rec>, Error>;
     /// Read-modify-write of `key`: `f` sees its live value and decides.
@@ -44,6 +49,12 @@ pub(crate) trait Keys {
     async fn del(&mut self, key: &[u8]) -> Result<bool, Error> {
         self.update(key, |r| (Write::Delete, r.is_some())).await
     }
+}
+
+/// The live value of `key` in `ns`, read from the engine.
+pub(crate) async fn read_direct(ns: &Namespace, key: &[u8]) -> Result<Option<Rec>, Error> {
+    let item = ns.get_item_async(key).await?;
+    Ok(item.map(Rec::from_item).filter(|r| !r.expired(now_ms())))
 }
 
 /// One database of the engine, each call on its own.
@@ -63,9 +74,12 @@ impl Keys for Direct {
         self.ns = ns;
     }
 
+    fn reads_direct(&self) -> Option<&Namespace> {
+        Some(&self.ns)
+    }
+
     async fn get(&mut self, key: &[u8]) -> Result<Option<Rec>, Error> {
-        let item = self.ns.get_item_async(key).await?;
-        Ok(item.map(Rec::from_item).filter(|r| !r.expired(now_ms())))
+        read_direct(&self.ns, key).await
     }
 
     async fn update<R>(&mut self, key: &[u8], mut f: impl FnMut(Option<&Rec>) -> (Write, R)) -> Result<R, Error> {

@@ -68,3 +68,12 @@ pub const SCAN_COUNT_MAX: usize = 100_000;
 pub const fn connection_bytes_bound(value_bytes_max: usize) -> usize {
     READ_CHUNK_BYTES + 2 * (COMMAND_BYTES_MAX + READ_CHUNK_BYTES) + 2 * (OUT_FLUSH_BYTES + 2 * value_bytes_max)
 }
+
+/// Reads one MGET keeps in flight at once outside a transaction (its keys
+/// are read together and answered in their order); inside MULTI they are
+/// read one by one, through the transaction's view.
+pub const MULTI_GET_READS: usize = 16;
+
+/// The records an MGET's reads hold together (their sizes as the index
+/// gives them); a larger record is read alone.
+pub const MULTI_GET_BYTES: u64 = 256 * 1024;

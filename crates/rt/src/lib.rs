@@ -42,6 +42,7 @@ mod slab;
 pub mod sync;
 pub mod sync_ring;
 mod time;
+pub mod window;
 
 pub use blocking::block_on;
 pub use executor::{
@@ -52,3 +53,4 @@ pub use executor::{
 pub use op::{fdatasync, read_at, write_at, IoBuf};
 pub use pressure::{CONTENDED_STALL_PCT, PRESSURE_PERIOD};
 pub use time::{sleep, sleep_until, timeout, Elapsed};
+pub use window::Window;

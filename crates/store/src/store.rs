@@ -182,6 +182,21 @@ impl Core {
         Ok((Cow::Owned(stored), c))
     }
 
+    /// The bytes a read of `key`'s record will hold, from the index alone
+    /// (no IO): its largest candidate's size, 0 without one. A hint (a
+    /// candidate may be another key's, and the key may change before a
+    /// read), for callers that bound the reads they keep in flight.
+    pub(crate) fn size_hint(&self, ns: &NsState, key: &[u8]) -> Result<u64> {
+        let (key, _) = self.scoped(ns, key)?;
+        let h = granary_format::hash::key_hash(&key);
+        let grains = self.keys.index.lookup(h).as_slice().iter().map(|e| e.kv_size()).max().unwrap_or(0);
+        if grains == KV_SIZE_GRAINS_MAX {
+            // Too large for the entry's size field: at most a segment.
+            return Ok(self.log.sb.segment_grains() * self.log.grain());
+        }
+        Ok(grains as u64 * self.log.grain())
+    }
+
     /// Largest value this store accepts with a key of `key_len` bytes.
     pub fn value_bytes_max(&self, key_len: usize) -> u64 {
         let record_max = (self.log.sb.segment_grains() - 1) * self.log.sb.grain_bytes as u64;
@@ -565,6 +580,12 @@ impl Namespace {
         Ok(())
     }
 
+    /// [`Store::value_size_hint`] for a key of this namespace.
+    pub fn value_size_hint(&self, key: &[u8]) -> Result<u64> {
+        self.check_open()?;
+        self.core.size_hint(&self.state, key)
+    }
+
     /// Largest value it accepts with a key of `key_len` bytes.
     pub fn value_bytes_max(&self, key_len: usize) -> u64 {
         let overhead = match self.state.current() {
@@ -620,6 +641,16 @@ impl Store {
     /// Largest value this store accepts with a key of `key_len` bytes.
     pub fn value_bytes_max(&self, key_len: usize) -> u64 {
         self.core.value_bytes_max(key_len)
+    }
+
+    /// The bytes a read of `key`'s record will hold in DRAM (key, value and
+    /// header, in whole grains), from the index alone: no device IO, 0 when
+    /// the index has no entry that may be the key's. A hint, not a promise
+    /// (another key's entry may share its fingerprint; a write may change
+    /// it before a read): servers use it to bound the reads one request
+    /// keeps in flight. In the default namespace.
+    pub fn value_size_hint(&self, key: &[u8]) -> Result<u64> {
+        self.core.size_hint(&self.core.namespaces.default, key)
     }
 
     /// Check every index entry against its record and scan every segment.

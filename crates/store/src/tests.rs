@@ -193,6 +193,31 @@ fn basic_modes_and_empty_values() {
     assert!(s.verify().unwrap().is_clean());
 }
 
+/// The size hint is the record's size in whole grains, from the index
+/// alone: 0 for a key never written, the value's new size after an
+/// overwrite, and per namespace (the same user key elsewhere is another
+/// record).
+#[test]
+fn the_size_hint_is_the_records_grains_without_io() {
+    let (_dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    assert_eq!(s.value_size_hint(b"k").unwrap(), 0);
+    let hint = |len: usize| {
+        let record = (granary_format::limits::RECORD_HEADER_BYTES + 1 + len) as u64;
+        record.div_ceil(512) * 512
+    };
+    s.put(b"k", &[7; 3000]).unwrap();
+    assert_eq!(s.value_size_hint(b"k").unwrap(), hint(3000));
+    s.put(b"k", &[7; 100]).unwrap();
+    assert_eq!(s.value_size_hint(b"k").unwrap(), hint(100), "the overwrite's record");
+    let ns = s.create_namespace("n", NamespaceOptions::default()).unwrap();
+    assert_eq!(ns.value_size_hint(b"k").unwrap(), 0, "another namespace's key");
+    ns.put(b"k", &[1; 5000]).unwrap();
+    let in_ns = ns.value_size_hint(b"k").unwrap();
+    assert!(in_ns >= hint(5000) && in_ns <= hint(5000 + 16), "{in_ns}: the stored key is longer");
+    assert_eq!(s.value_size_hint(b"k").unwrap(), hint(100));
+    assert!(s.value_size_hint(b"").is_err(), "a key the store refuses is refused here too");
+}
+
 /// A deleted key stays deleted after a crash: its tombstone never comes back
 /// as a live empty value.
 #[test]
