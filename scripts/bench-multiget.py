@@ -5,7 +5,9 @@ Loads KEYS keys of 1000-byte values (`set ... noreply`, then `version` to
 know they landed), then for SECS seconds each of CONNS connections sends
 `get` of PER random keys and waits for its whole reply (closed loop),
 checking every key was found. Prints one summary line and, with --json, a
-JSON object. Run it against two servers (or two builds, one after the
+JSON object. With --pipeline, each of the PER keys is a `get` of its own,
+the PER requests sent in one write (as a proxy or a pipelining client
+sends them). Run it against two servers (or two builds, one after the
 other on the same data) to compare them; docs/BENCHMARKS.md, "Multi-key
 reads", has the commands used there.
 
@@ -47,7 +49,7 @@ def load(port, keys):
         sys.exit(f"load failed: {reply[:200]!r}")
 
 
-def run(port, keys, per, conns, secs):
+def run(port, keys, per, conns, secs, pipeline):
     lat, errors, lock = [], [], threading.Lock()
     stop = time.monotonic() + secs
 
@@ -55,11 +57,15 @@ def run(port, keys, per, conns, secs):
         rng, s, mine = random.Random(seed), connect(port), []
         try:
             while time.monotonic() < stop:
-                req = "get " + " ".join(f"key:{rng.randrange(keys)}" for _ in range(per)) + "\r\n"
+                ks = [f"key:{rng.randrange(keys)}" for _ in range(per)]
+                if pipeline:
+                    req, ends = "".join(f"get {k}\r\n" for k in ks), per
+                else:
+                    req, ends = "get " + " ".join(ks) + "\r\n", 1
                 t = time.perf_counter()
                 s.sendall(req.encode())
                 reply = b""
-                while not reply.endswith(b"END\r\n"):
+                while not (reply.endswith(b"END\r\n") and reply.count(b"END\r\n") == ends):
                     chunk = s.recv(1 << 20)
                     if not chunk:
                         raise RuntimeError("connection closed")
@@ -83,6 +89,7 @@ def run(port, keys, per, conns, secs):
     lat.sort()
     n = len(lat)
     return {
+        "pipeline": pipeline,
         "per": per,
         "conns": conns,
         "secs": secs,
@@ -101,15 +108,17 @@ def main():
     p.add_argument("--per", type=int, default=16, help="keys per get")
     p.add_argument("--conns", type=int, default=1)
     p.add_argument("--secs", type=float, default=5)
+    p.add_argument("--pipeline", action="store_true", help="one get per key, pipelined in one write")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     if a.load:
         load(a.port, a.keys)
         print(f"loaded {a.keys} keys")
         return
-    r = run(a.port, a.keys, a.per, a.conns, a.secs)
+    r = run(a.port, a.keys, a.per, a.conns, a.secs, a.pipeline)
+    what = f"{r['per']} pipelined gets" if a.pipeline else f"get of {r['per']} keys"
     print(
-        f"get of {r['per']} keys, {r['conns']} connections: {r['multi_gets_per_sec']:.0f} multi-gets/s "
+        f"{what}, {r['conns']} connections: {r['multi_gets_per_sec']:.0f} multi-gets/s "
         f"({r['keys_per_sec']:.0f} keys/s), p50 {r['p50_us']:.0f} us, p99 {r['p99_us']:.0f} us"
     )
     if a.json:

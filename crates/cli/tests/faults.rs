@@ -230,6 +230,10 @@ impl Mc {
     /// `found` (followed by the value's size).
     fn fetch(&mut self, req: String, miss: &str, found: &str) -> Result<Option<Vec<u8>>, String> {
         self.send(req.as_bytes());
+        self.fetch_reply(miss, found)
+    }
+    /// [`Mc::fetch`]'s reading of the reply.
+    fn fetch_reply(&mut self, miss: &str, found: &str) -> Result<Option<Vec<u8>>, String> {
         let l = self.line();
         if l == miss {
             return Ok(None);
@@ -246,7 +250,12 @@ impl Mc {
     }
     /// The value, None on a miss, Err(line) on an error reply.
     fn get(&mut self, k: &str) -> Result<Option<Vec<u8>>, String> {
-        let v = self.fetch(format!("get {k}\r\n"), "END", &format!("VALUE {k} 0 "))?;
+        self.send(format!("get {k}\r\n").as_bytes());
+        self.get_reply(k)
+    }
+    /// The reply to a `get` of `k` already sent.
+    fn get_reply(&mut self, k: &str) -> Result<Option<Vec<u8>>, String> {
+        let v = self.fetch_reply("END", &format!("VALUE {k} 0 "))?;
         if v.is_some() {
             assert_eq!(self.line(), "END");
         }
@@ -926,10 +935,11 @@ fn a_device_that_stops_answering_holds_requests_until_released() {
 }
 
 /// A multi-key read keeps its keys' reads in flight together: with the
-/// device hung, one text `get` (then `gets`), one RESP MGET and one native
-/// multi-get of 20 keys and a missing 18th each hold 16 reads at once (the
-/// protocols' MULTI_GET_READS; read one by one, they would hold one), and
-/// once released each answers every key in its order.
+/// device hung, one text `get` (then `gets`), 21 `get`s of one key
+/// pipelined in one write, one RESP MGET and one native multi-get of 20
+/// keys and a missing 18th each hold 16 reads at once (the protocols'
+/// MULTI_GET_READS; read one by one, they would hold one), and once
+/// released each answers every key in its order.
 #[test]
 fn a_multi_get_holds_its_reads_in_flight_together_and_answers_in_key_order() {
     let (Fixture { seed: _seed, m, dir: _dir, .. }, s) = start_filled(20);
@@ -972,6 +982,19 @@ fn a_multi_get_holds_its_reads_in_flight_together_and_answers_in_key_order() {
             }),
         );
     }
+    // The same keys, one `get` each, pipelined in one write.
+    let (ks, port) = (keys("mc"), s.mc);
+    let want: Vec<Option<Vec<u8>>> = ks.iter().map(|k| m.mc.get(k).cloned()).collect();
+    held(
+        "pipelined gets",
+        Box::new(move || {
+            let mut c = Mc::connect(port);
+            let req: String = ks.iter().map(|k| format!("get {k}\r\n")).collect();
+            c.send(req.as_bytes());
+            let got: Vec<Option<Vec<u8>>> = ks.iter().map(|k| c.get_reply(k).unwrap()).collect();
+            assert_eq!(got, want, "pipelined gets: every value, in request order");
+        }),
+    );
     let (ks, port) = (keys("rs"), s.resp);
     let want = Reply::Array(ks.iter().map(|k| Reply::Bulk(m.resp.get(k).cloned())).collect());
     held(

@@ -30,9 +30,9 @@
 
 use crate::binary;
 use crate::context::{command_index, Ctx};
-use crate::exec::{Exec, PendingPut, Sink};
+use crate::exec::{Exec, GetReq, PendingPut, Sink};
 use crate::limits::*;
-use crate::parse::{self, Frame, ParseError};
+use crate::parse::{self, Frame, ParseError, Request};
 use granary_server::{Session, Stream};
 use granary_store::{PutBuf, ReceiveEnd, ValueBuf};
 use std::sync::atomic::Ordering::Relaxed;
@@ -216,6 +216,11 @@ impl Conn<'_> {
             }
         };
         let parsed = parse::parse(line);
+        if matches!(parsed.request, Ok(Request::Get { touch: None, .. })) {
+            if let Some(n) = self.pipelined_gets(buf, &parsed, line_len).await {
+                return self.unless_gone(Step::Consumed(n));
+            }
+        }
         let rest = &buf[line_len..];
         let started = Instant::now();
         let mut exec = Exec::new(self.ctx, &mut self.out, parsed.noreply);
@@ -252,6 +257,37 @@ impl Conn<'_> {
             self.ctx.stats.latency[command_index(cmd)].since(started);
         }
         self.unless_gone(step)
+    }
+
+    /// When plain retrievals (`get`/`gets`, no touch) follow `first` (the
+    /// first `first_len` bytes of `buf`) as complete lines, answer them all
+    /// as one group ([`Exec::get_group`]: their reads together, their
+    /// replies in order), and return the bytes they took; None when
+    /// `first` is alone.
+    async fn pipelined_gets(&mut self, buf: &[u8], first: &parse::Parsed<'_>, first_len: usize) -> Option<usize> {
+        let mut used = first_len;
+        let mut more = Vec::new();
+        while let Frame::Line(line, n) = parse::frame(&buf[used..]) {
+            let p = parse::parse(line);
+            if !matches!(p.request, Ok(Request::Get { touch: None, .. })) {
+                break;
+            }
+            more.push(p);
+            used += n;
+        }
+        if more.is_empty() {
+            return None;
+        }
+        let reqs: Vec<GetReq<'_>> = std::iter::once(first)
+            .chain(more.iter())
+            .map(|p| match &p.request {
+                Ok(Request::Get { keys, cas, bad_key, .. }) => GetReq { keys, with_cas: *cas, bad_key: *bad_key },
+                _ => unreachable!("only plain retrievals are grouped"),
+            })
+            .collect();
+        self.ctx.stats.pipelined_gets.fetch_add(reqs.len() as u64, Relaxed);
+        Exec::new(self.ctx, &mut self.out, false).get_group(&reqs, Some(Instant::now())).await;
+        Some(used)
     }
 
     /// Execute the next binary request in `buf` (no zero-copy path: a

@@ -20,12 +20,13 @@
 //! - a reply buffer past [`OUT_FLUSH_BYTES`] is sent before the next value
 //!   of a multi-get is added, so it holds at most that plus one value.
 
-use crate::context::Ctx;
+use crate::context::{command_index, Ctx};
 use crate::limits::*;
 use crate::parse::{self, Crawler, ParseError, Request, StatsKind, Storage};
 use crate::stats;
 use granary_store::{Change, Cond, Error, Item, ItemMeta, PutBuf, PutOutcome, ValueBuf};
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
 
 mod binary;
 mod dump;
@@ -60,6 +61,15 @@ pub(crate) struct PendingPut {
 
 /// One request's execution: what the server shares, where the replies go,
 /// and whether they are suppressed.
+/// One plain retrieval of a group ([`Exec::get_group`]).
+pub(crate) struct GetReq<'k> {
+    pub keys: &'k [&'k [u8]],
+    /// `gets`: the replies carry CAS values.
+    pub with_cas: bool,
+    /// A key over the limit followed `keys` (see `parse::Request::Get`).
+    pub bad_key: bool,
+}
+
 pub(crate) struct Exec<'a, S> {
     ctx: &'a Ctx,
     io: &'a mut S,
@@ -298,32 +308,67 @@ impl<'a, S: Sink> Exec<'a, S> {
         self.reply("END");
     }
 
-    /// `get`/`gets` of several keys: their reads run together, up to
-    /// [`MULTI_GET_READS`] at once and [`multi_get_bytes`] of records
-    /// (sized by the index), and the replies go out in key order; a read
-    /// that fails ends the reply as a single key's failure does.
+    /// `get`/`gets` of several keys: [`Exec::get_group`] of one request.
     async fn multi_get(&mut self, keys: &[&[u8]], with_cas: bool, bad_key: bool) {
+        self.get_group(&[GetReq { keys, with_cas, bad_key }], None).await;
+    }
+
+    /// Plain retrievals (`get`/`gets`, no touch) answered together, as one
+    /// multi-get or a run of them pipelined one after another: their keys'
+    /// reads run together, up to [`MULTI_GET_READS`] at once and
+    /// [`multi_get_bytes`] of records (sized by the index), and each
+    /// request's replies go out in its keys' order, the requests in theirs.
+    /// Only reads are grouped: no write of this connection comes between
+    /// them, so starting a read before the replies ahead of it are sent
+    /// changes nothing a client can tell. A read that fails ends its request
+    /// with the error a single GET gets; the next requests are answered.
+    /// With `started`, each request's latency is counted when it is
+    /// answered (the caller counts a request on its own).
+    pub async fn get_group(&mut self, reqs: &[GetReq<'_>], started: Option<Instant>) {
         let ctx = self.ctx;
         let mut reads = granary_rt::Window::new(MULTI_GET_READS, multi_get_bytes(ctx.cfg.item_bytes_max));
-        let mut queued = keys.iter();
+        let mut queued = reqs.iter().enumerate().flat_map(|(r, q)| q.keys.iter().map(move |&k| (r, k)));
         let mut next = queued.next();
+        // Per request: keys not answered yet, and whether a read failed.
+        let mut left: Vec<usize> = reqs.iter().map(|q| q.keys.len()).collect();
+        let mut failed = vec![false; reqs.len()];
+        let mut answered = 0;
         loop {
-            while let Some(&key) = next {
+            while answered < reqs.len() && left[answered] == 0 {
+                let q = &reqs[answered];
+                if failed[answered] {
+                    // Its error was its last line.
+                } else if q.bad_key {
+                    self.refuse(ParseError::BadFormat);
+                } else {
+                    self.reply("END");
+                }
+                if let Some(t) = started {
+                    let name: &[u8] = if q.with_cas { b"gets" } else { b"get" };
+                    ctx.stats.latency[command_index(name)].since(t);
+                }
+                answered += 1;
+            }
+            while let Some((r, key)) = next {
                 // A key the store refuses is asked anyway: its read
                 // answers with the error a single GET gets.
                 let hint = ctx.ns.value_size_hint(key).unwrap_or(0);
                 if !reads.has_room(hint) {
                     break;
                 }
-                reads.push(async move { (key, ctx.ns.get_buf_async(key).await) }, hint);
+                reads.push(async move { (r, key, ctx.ns.get_buf_async(key).await) }, hint);
                 next = queued.next();
             }
-            let Some((key, got)) = reads.next().await else { break };
+            let Some((r, key, got)) = reads.next().await else { break };
+            left[r] -= 1;
+            if failed[r] {
+                continue;
+            }
             ctx.stats.cmd_get.fetch_add(1, Relaxed);
             match got {
                 Ok(Some(vb)) => {
                     ctx.stats.get_hits.fetch_add(1, Relaxed);
-                    if !self.value_buf(key, vb, with_cas).await {
+                    if !self.value_buf(key, vb, reqs[r].with_cas).await {
                         return;
                     }
                     if self.out().len() >= OUT_FLUSH_BYTES && !self.io.flush().await {
@@ -333,13 +378,14 @@ impl<'a, S: Sink> Exec<'a, S> {
                 Ok(None) => {
                     ctx.stats.get_misses.fetch_add(1, Relaxed);
                 }
-                Err(e) => return self.server_error(&e),
+                Err(e) => {
+                    // Every earlier request is answered (outputs come in
+                    // order), so the error lands in this one's place.
+                    self.server_error(&e);
+                    failed[r] = true;
+                }
             }
         }
-        if bad_key {
-            return self.refuse(ParseError::BadFormat);
-        }
-        self.reply("END");
     }
 
     /// A `VALUE` reply from the read buffer: copied into the reply buffer,

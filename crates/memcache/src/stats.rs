@@ -99,6 +99,12 @@ impl ServerStats {
                 g(&self.protocol_errors),
             )
             .counter(
+                "granary_pipelined_gets",
+                "granary_memcache_pipelined_gets_total",
+                "get/gets requests answered together with the ones pipelined after them (their reads in flight together).",
+                g(&self.pipelined_gets),
+            )
+            .counter(
                 "auth_cmds",
                 "granary_memcache_auth_commands_total",
                 "Authentication attempts (the auth file's set).",

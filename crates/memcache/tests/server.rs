@@ -14,6 +14,17 @@ use std::io::Write;
 const CASES: &[(&str, &str)] = &[
     ("set a 5 0 3\r\nabc\r\nget a\r\n", "STORED\r\nVALUE a 5 3\r\nabc\r\nEND\r\n"),
     ("get a b c\r\n", "END\r\n"),
+    // Pipelined retrievals (answered as one group, their reads together):
+    // each request's replies in its keys' order, the requests in theirs.
+    (
+        "set a 0 0 1\r\n1\r\nset b 5 0 2\r\n22\r\nget a\r\nget b zz a\r\ngets zz\r\nget a\r\n",
+        "STORED\r\nSTORED\r\nVALUE a 0 1\r\n1\r\nEND\r\nVALUE b 5 2\r\n22\r\nVALUE a 0 1\r\n1\r\nEND\r\nEND\r\nVALUE a 0 1\r\n1\r\nEND\r\n",
+    ),
+    // A write ends the group: the gets after it see it.
+    (
+        "set a 0 0 1\r\n1\r\nget a\r\nget a\r\nset a 0 0 1\r\n9\r\nget a\r\nget zz a\r\n",
+        "STORED\r\nVALUE a 0 1\r\n1\r\nEND\r\nVALUE a 0 1\r\n1\r\nEND\r\nSTORED\r\nVALUE a 0 1\r\n9\r\nEND\r\nVALUE a 0 1\r\n9\r\nEND\r\n",
+    ),
     (
         "set \x10\x10ctl\tkey 1 0 1\r\nx\r\nget \x10\x10ctl\tkey\r\n",
         "STORED\r\nVALUE \x10\x10ctl\tkey 1 1\r\nx\r\nEND\r\n",
@@ -662,6 +673,26 @@ fn large_values_skip_the_connection_buffers() {
     let stats = String::from_utf8(c.call(b"stats\r\n")).unwrap();
     assert!(stats.contains("STAT granary_zero_copy_gets 1\r\n"), "{stats}");
     assert!(stats.contains("STAT granary_zero_copy_sets "), "{stats}");
+}
+
+/// Retrievals pipelined in one write are answered as one group (their
+/// reads together): a refused key ends its own request's reply only, a
+/// `gets` carries the CAS value a lone `gets` gives, and the requests keep
+/// their order; `granary_pipelined_gets` counts them.
+#[test]
+fn pipelined_retrievals_are_answered_together_in_order() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    assert_eq!(c.call(b"set a 3 0 1\r\n1\r\nset b 0 0 2\r\n22\r\n"), b"STORED\r\nSTORED\r\n");
+    let lone = String::from_utf8(c.call(b"gets a\r\n")).unwrap();
+    assert!(lone.starts_with("VALUE a 3 1 ") && lone.ends_with("\r\n1\r\nEND\r\n"), "{lone:?}");
+    let long = "k".repeat(251);
+    let req = format!("get a {long} b\r\ngets a\r\nget zz b\r\n");
+    let want =
+        format!("VALUE a 3 1\r\n1\r\nCLIENT_ERROR bad command line format\r\n{lone}VALUE b 0 2\r\n22\r\nEND\r\n");
+    assert_eq!(String::from_utf8(c.call(req.as_bytes())).unwrap(), want);
+    let stats = String::from_utf8(c.call(b"stats\r\n")).unwrap();
+    assert!(stats.contains("STAT granary_pipelined_gets 3\r\n"), "{stats}");
 }
 
 #[test]
