@@ -59,8 +59,6 @@ pub(crate) struct PendingPut {
     pub noreply: bool,
 }
 
-/// One request's execution: what the server shares, where the replies go,
-/// and whether they are suppressed.
 /// One plain retrieval of a group ([`Exec::get_group`]).
 pub(crate) struct GetReq<'k> {
     pub keys: &'k [&'k [u8]],
@@ -70,6 +68,8 @@ pub(crate) struct GetReq<'k> {
     pub bad_key: bool,
 }
 
+/// One request's execution: what the server shares, where the replies go,
+/// and whether they are suppressed.
 pub(crate) struct Exec<'a, S> {
     ctx: &'a Ctx,
     io: &'a mut S,
