@@ -1311,8 +1311,6 @@ impl<K: Keys> Cx<'_, K> {
         Ok(item.map(Rec::from_item).filter(|r| !r.expired(now_ms())))
     }
 
-    /// A read of one key by a read command, counted in `keyspace_hits` or
-    /// `keyspace_misses` (writes are not, as in Redis).
     /// One MGET element: the value of a string, else nil.
     fn mget_reply(&mut self, r: Option<&Rec>) {
         match r {
@@ -1321,6 +1319,8 @@ impl<K: Keys> Cx<'_, K> {
         }
     }
 
+    /// A read of one key by a read command, counted in `keyspace_hits` or
+    /// `keyspace_misses` (writes are not, as in Redis).
     async fn read(&mut self, key: &[u8]) -> Res<Option<Rec>> {
         let r = self.k.get(key).await.map_err(store_err)?;
         let st = &self.ctx.stats;
