@@ -268,6 +268,11 @@ impl Conn<'_> {
         let mut used = first_len;
         let mut more = Vec::new();
         while let Frame::Line(line, n) = parse::frame(&buf[used..]) {
+            // Anything but a retrieval ends the group unparsed (the next
+            // step parses it).
+            if !(line.starts_with(b"get ") || line.starts_with(b"gets ")) {
+                break;
+            }
             let p = parse::parse(line);
             if !matches!(p.request, Ok(Request::Get { touch: None, .. })) {
                 break;
