@@ -303,6 +303,7 @@ const BIN_GET: u8 = 0x00;
 const BIN_SET: u8 = 0x01;
 const BIN_DELETE: u8 = 0x04;
 const BIN_NOOP: u8 = 0x0a;
+const BIN_GETK: u8 = 0x0c;
 /// Binary statuses: success, not found, memcached's internal error (the
 /// store failed: device trouble or a read-only store).
 const BIN_OK: u16 = 0x0000;
@@ -318,26 +319,37 @@ impl Bin {
     /// One request; the response's status and value (extras skipped).
     fn call(&mut self, op: u8, extras: &[u8], key: &[u8], value: &[u8]) -> (u16, Vec<u8>) {
         self.opaque += 1;
+        self.s.write_all(&Bin::request(op, extras, key, value, self.opaque)).unwrap();
+        let (status, opaque, _key, value) = self.response(op);
+        assert_eq!(opaque, self.opaque);
+        (status, value)
+    }
+    /// A request's bytes.
+    fn request(op: u8, extras: &[u8], key: &[u8], value: &[u8], opaque: u32) -> Vec<u8> {
         let mut b = vec![0x80, op];
         b.extend_from_slice(&(key.len() as u16).to_be_bytes());
         b.push(extras.len() as u8);
         b.extend_from_slice(&[0, 0, 0]);
         b.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
-        b.extend_from_slice(&self.opaque.to_be_bytes());
+        b.extend_from_slice(&opaque.to_be_bytes());
         b.extend_from_slice(&0u64.to_be_bytes());
         b.extend_from_slice(extras);
         b.extend_from_slice(key);
         b.extend_from_slice(value);
-        self.s.write_all(&b).unwrap();
+        b
+    }
+    /// The next response, to opcode `op`: its status, opaque, key and value.
+    fn response(&mut self, op: u8) -> (u16, u32, Vec<u8>, Vec<u8>) {
         let mut h = [0u8; 24];
         self.s.read_exact(&mut h).unwrap();
         assert_eq!((h[0], h[1]), (0x81, op), "binary response header {h:?}");
-        assert_eq!(u32::from_be_bytes(h[12..16].try_into().unwrap()), self.opaque);
         let status = u16::from_be_bytes([h[6], h[7]]);
+        let opaque = u32::from_be_bytes(h[12..16].try_into().unwrap());
         let (key_len, extras_len) = (u16::from_be_bytes([h[2], h[3]]) as usize, h[4] as usize);
         let mut body = vec![0; u32::from_be_bytes(h[8..12].try_into().unwrap()) as usize];
         self.s.read_exact(&mut body).unwrap();
-        (status, body.split_off(extras_len + key_len))
+        let value = body.split_off(extras_len + key_len);
+        (status, opaque, body.split_off(extras_len), value)
     }
     /// The value, None on a miss, Err((status, text)) on another status.
     fn get(&mut self, k: &str) -> Result<Option<Vec<u8>>, (u16, String)> {
@@ -935,8 +947,8 @@ fn a_device_that_stops_answering_holds_requests_until_released() {
 }
 
 /// A multi-key read keeps its keys' reads in flight together: with the
-/// device hung, one text `get` (then `gets`), 21 `get`s of one key
-/// pipelined in one write, one RESP MGET and one native multi-get of 20
+/// device hung, one text `get` (then `gets`), 21 binary `getk`s and 21
+/// text `get`s of one key pipelined in one write, one RESP MGET and one native multi-get of 20
 /// keys and a missing 18th each hold 16 reads at once (the protocols'
 /// MULTI_GET_READS; read one by one, they would hold one), and once
 /// released each answers every key in its order.
@@ -982,6 +994,35 @@ fn a_multi_get_holds_its_reads_in_flight_together_and_answers_in_key_order() {
             }),
         );
     }
+    // Binary getk requests of the binary keys, pipelined in one write.
+    let (ks, port) = (keys("bin"), s.mc);
+    let want: Vec<(u16, Vec<u8>, Vec<u8>)> = ks
+        .iter()
+        .map(|k| match m.bin.get(k) {
+            Some(v) => (BIN_OK, k.as_bytes().to_vec(), v.clone()),
+            None => (BIN_KEY_ENOENT, k.as_bytes().to_vec(), Vec::new()),
+        })
+        .collect();
+    held(
+        "pipelined binary getk",
+        Box::new(move || {
+            let mut c = Bin::connect(port);
+            let reqs: Vec<u8> = ks
+                .iter()
+                .enumerate()
+                .flat_map(|(i, k)| Bin::request(BIN_GETK, &[], k.as_bytes(), &[], i as u32))
+                .collect();
+            c.s.write_all(&reqs).unwrap();
+            let got: Vec<(u16, Vec<u8>, Vec<u8>)> = (0..ks.len())
+                .map(|i| {
+                    let (status, opaque, key, value) = c.response(BIN_GETK);
+                    assert_eq!(opaque, i as u32, "responses in request order");
+                    (status, key, if status == BIN_OK { value } else { Vec::new() })
+                })
+                .collect();
+            assert_eq!(got, want, "pipelined binary getk: every key, in request order");
+        }),
+    );
     // The same keys, one `get` each, pipelined in one write.
     let (ks, port) = (keys("mc"), s.mc);
     let want: Vec<Option<Vec<u8>>> = ks.iter().map(|k| m.mc.get(k).cloned()).collect();

@@ -303,6 +303,27 @@ impl Conn<'_> {
         let mut exec = Exec::new(self.ctx, &mut self.out, false);
         let step = match binary::frame(buf, self.ctx.cfg.item_bytes_max) {
             binary::Frame::Incomplete => return Step::NeedMore,
+            binary::Frame::Request(p, n) if matches!(p.op, binary::Op::Get { .. }) => {
+                // Gets pipelined right after this one are answered with it.
+                let mut gets = vec![p];
+                let mut used = n;
+                while let binary::Frame::Request(q, m) = binary::frame(&buf[used..], self.ctx.cfg.item_bytes_max) {
+                    if !matches!(q.op, binary::Op::Get { .. }) {
+                        break;
+                    }
+                    gets.push(q);
+                    used += m;
+                }
+                if gets.len() > 1 {
+                    self.ctx.stats.pipelined_gets.fetch_add(gets.len() as u64, Relaxed);
+                    exec.bin_get_group(&gets, started).await;
+                    Step::Consumed(used)
+                } else {
+                    exec.binary(&gets[0]).await;
+                    self.ctx.stats.latency[command_index(gets[0].op.command_name().as_bytes())].since(started);
+                    Step::Consumed(n)
+                }
+            }
             binary::Frame::Request(p, n) => {
                 let go = exec.binary(&p).await;
                 self.ctx.stats.latency[command_index(p.op.command_name().as_bytes())].since(started);

@@ -118,8 +118,9 @@ pub struct ServerStats {
     /// ([`ZERO_COPY_MIN_BYTES`] and more).
     pub zero_copy_sets: AtomicU64,
     pub zero_copy_gets: AtomicU64,
-    /// `get`/`gets` requests answered in a group with the ones pipelined
-    /// right after them (their reads together: `Exec::get_group`).
+    /// Retrievals answered in a group with the ones pipelined right after
+    /// them (their reads together): text `get`/`gets` (`Exec::get_group`)
+    /// and binary gets (`Exec::bin_get_group`).
     pub pipelined_gets: AtomicU64,
 }
 

@@ -101,7 +101,7 @@ impl ServerStats {
             .counter(
                 "granary_pipelined_gets",
                 "granary_memcache_pipelined_gets_total",
-                "get/gets requests answered together with the ones pipelined after them (their reads in flight together).",
+                "Retrievals (text get/gets, binary gets) answered together with the ones pipelined after them (their reads in flight together).",
                 g(&self.pipelined_gets),
             )
             .counter(

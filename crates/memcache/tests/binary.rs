@@ -347,6 +347,40 @@ fn pipelined_getkq_and_noop_return_the_hits_in_order() {
     }
 }
 
+/// Gets of every kind pipelined in one write are answered together, in
+/// order, each as alone (a quiet miss says nothing, getk names its key);
+/// a write ends the group, and the get after it sees the write.
+#[test]
+fn pipelined_gets_of_every_kind_answer_in_order_and_a_write_ends_the_group() {
+    let f = Fixture::default();
+    let mut c = Bin::connect(f.addr);
+    ok(&c.one(SET, &set_extras(7, 0), b"a", b"1", 0));
+    let mut reqs = Vec::new();
+    reqs.extend(req(GET, b"", b"a", b"", 0, 1));
+    reqs.extend(req(GETQ, b"", b"b", b"", 0, 2));
+    reqs.extend(req(GETK, b"", b"b", b"", 0, 3));
+    reqs.extend(req(GETKQ, b"", b"a", b"", 0, 4));
+    reqs.extend(req(SETQ, &set_extras(8, 0), b"a", b"2", 0, 5));
+    reqs.extend(req(GETK, b"", b"a", b"", 0, 6));
+    reqs.extend(req(GET, b"", b"a", b"", 0, 7));
+    let got = c.call(&reqs);
+    // Opcode, status, opaque, key, value.
+    type Brief<'r> = (u8, u16, u32, &'r [u8], &'r [u8]);
+    let brief: Vec<Brief<'_>> = got.iter().map(|r| (r.op, r.status, r.opaque, &r.key[..], &r.value[..])).collect();
+    assert_eq!(
+        brief,
+        vec![
+            (GET, 0, 1, &b""[..], &b"1"[..]),
+            (GETK, 1, 3, &b"b"[..], &b""[..]),
+            (GETKQ, 0, 4, &b"a"[..], &b"1"[..]),
+            (GETK, 0, 6, &b"a"[..], &b"2"[..]),
+            (GET, 0, 7, &b""[..], &b"2"[..]),
+        ]
+    );
+    assert_eq!(got[0].extras, 7u32.to_be_bytes(), "a get's flags");
+    assert_eq!(got[3].extras, 8u32.to_be_bytes());
+}
+
 #[test]
 fn large_values_and_values_over_the_limit() {
     let f = Fixture::default();

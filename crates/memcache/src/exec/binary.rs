@@ -13,10 +13,12 @@
 
 use super::{arith, touch_item, Arith, Exec, Sink};
 use crate::binary::{self, status, Header, Op, Packet, StoreKind};
-use crate::limits::ZERO_COPY_MIN_BYTES;
+use crate::context::command_index;
+use crate::limits::{multi_get_bytes, MULTI_GET_READS, OUT_FLUSH_BYTES, ZERO_COPY_MIN_BYTES};
 use crate::stats;
-use granary_store::{Change, Cond, Error, ItemMeta, PutOutcome};
+use granary_store::{Change, Cond, Error, ItemMeta, PutOutcome, ValueBuf};
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
 
 /// A big-endian u32 of `b` at `at` (the caller checked the length).
 fn be32(b: &[u8], at: usize) -> u32 {
@@ -121,8 +123,51 @@ impl<S: Sink> Exec<'_, S> {
     }
 
     async fn bin_get(&mut self, h: &Header, key: &[u8], quiet: bool, with_key: bool) {
+        let got = self.ctx.ns.get_buf_async(key).await;
+        self.bin_get_reply(h, key, quiet, with_key, got).await;
+    }
+
+    /// Gets (get, getq, getk, getkq) pipelined one after another, answered
+    /// together: their reads run together ([`MULTI_GET_READS`] at once,
+    /// within [`multi_get_bytes`] of records sized by the index) and their
+    /// responses go out in order, as `Exec::get_group` does for the text
+    /// protocol (a client's quiet multi-get: getkq per key, then a noop).
+    /// Each request's latency is counted when it is answered.
+    pub async fn bin_get_group(&mut self, reqs: &[Packet<'_>], started: Instant) {
+        let ctx = self.ctx;
+        let mut reads = granary_rt::Window::new(MULTI_GET_READS, multi_get_bytes(ctx.cfg.item_bytes_max));
+        let mut queued = reqs.iter();
+        let mut next = queued.next();
+        loop {
+            while let Some(p) = next {
+                let hint = ctx.ns.value_size_hint(p.key).unwrap_or(0);
+                if !reads.has_room(hint) {
+                    break;
+                }
+                reads.push(async move { (p, ctx.ns.get_buf_async(p.key).await) }, hint);
+                next = queued.next();
+            }
+            let Some((p, got)) = reads.next().await else { break };
+            let Op::Get { quiet, with_key } = p.op else { unreachable!("only gets are grouped") };
+            self.bin_get_reply(&p.h, p.key, quiet, with_key, got).await;
+            ctx.stats.latency[command_index(p.op.command_name().as_bytes())].since(started);
+            if self.out().len() >= OUT_FLUSH_BYTES && !self.io.flush().await {
+                return;
+            }
+        }
+    }
+
+    /// A get's response, from what its read found.
+    async fn bin_get_reply(
+        &mut self,
+        h: &Header,
+        key: &[u8],
+        quiet: bool,
+        with_key: bool,
+        got: Result<Option<ValueBuf>, Error>,
+    ) {
         self.ctx.stats.cmd_get.fetch_add(1, Relaxed);
-        match self.ctx.ns.get_buf_async(key).await {
+        match got {
             Ok(Some(vb)) => {
                 self.ctx.stats.get_hits.fetch_add(1, Relaxed);
                 let k: &[u8] = if with_key { key } else { b"" };
