@@ -303,26 +303,20 @@ impl Conn<'_> {
         let mut exec = Exec::new(self.ctx, &mut self.out, false);
         let step = match binary::frame(buf, self.ctx.cfg.item_bytes_max) {
             binary::Frame::Incomplete => return Step::NeedMore,
-            binary::Frame::Request(p, n) if matches!(p.op, binary::Op::Get { .. }) => {
+            binary::Frame::Request(p, n) if is_get(&p) && get_follows(&buf[n..], self.ctx.cfg.item_bytes_max) => {
                 // Gets pipelined right after this one are answered with it.
                 let mut gets = vec![p];
                 let mut used = n;
                 while let binary::Frame::Request(q, m) = binary::frame(&buf[used..], self.ctx.cfg.item_bytes_max) {
-                    if !matches!(q.op, binary::Op::Get { .. }) {
+                    if !is_get(&q) {
                         break;
                     }
                     gets.push(q);
                     used += m;
                 }
-                if gets.len() > 1 {
-                    self.ctx.stats.pipelined_gets.fetch_add(gets.len() as u64, Relaxed);
-                    exec.bin_get_group(&gets, started).await;
-                    Step::Consumed(used)
-                } else {
-                    exec.binary(&gets[0]).await;
-                    self.ctx.stats.latency[command_index(gets[0].op.command_name().as_bytes())].since(started);
-                    Step::Consumed(n)
-                }
+                self.ctx.stats.pipelined_gets.fetch_add(gets.len() as u64, Relaxed);
+                exec.bin_get_group(&gets, started).await;
+                Step::Consumed(used)
             }
             binary::Frame::Request(p, n) => {
                 let go = exec.binary(&p).await;
@@ -505,4 +499,15 @@ pub(crate) async fn serve(session: &Session, ctx: &Ctx) {
         conn.out.input_bytes = input.capacity() + granary_server::READ_CHUNK_BYTES;
         conn.out.account();
     }
+}
+
+/// Whether a binary request is a get (get, getq, getk, getkq).
+fn is_get(p: &binary::Packet<'_>) -> bool {
+    matches!(p.op, binary::Op::Get { .. })
+}
+
+/// Whether `buf` starts with a whole binary get (values of at most
+/// `item_bytes_max` bytes allowed, as the connection frames them).
+fn get_follows(buf: &[u8], item_bytes_max: usize) -> bool {
+    matches!(binary::frame(buf, item_bytes_max), binary::Frame::Request(q, _) if is_get(&q))
 }
