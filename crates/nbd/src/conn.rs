@@ -215,20 +215,29 @@ async fn read_loop<E: Export>(conn: &Rc<Conn<E>>) -> Result<(), &'static str> {
     }
 }
 
-/// The end of a buffer from `from`, as a buffer the ring can receive into.
+/// The part of a buffer's capacity from `from` to `want`, as a buffer
+/// the ring can receive into. On a plain socket it is spare capacity,
+/// never zeroed (a WRITE's payload is up to 32 MiB); on TLS, whose
+/// receive makes a slice of it, initialised bytes.
 struct Tail {
     buf: Vec<u8>,
     from: usize,
+    want: usize,
 }
 
-// SAFETY: from <= buf.len() (checked by `receive_rest`); the Vec's heap
-// buffer does not move with the Tail.
+// SAFETY: from <= want <= buf.capacity() (`receive_rest` reserves the
+// capacity and only moves `from` by what a receive wrote); the pointer is
+// into the Vec's heap buffer, which does not move with the Tail (it is not
+// reallocated while a receive is in flight). Bytes past the Vec's length
+// are uninitialised: a Tail has them only on a plain socket, whose receive
+// the kernel writes and nothing reads; on TLS `receive_rest` zeroes the
+// whole payload first.
 unsafe impl granary_rt::IoBuf for Tail {
     fn stable_ptr(&mut self) -> *mut u8 {
-        self.buf[self.from..].as_mut_ptr()
+        self.buf.as_mut_ptr().wrapping_add(self.from)
     }
     fn buf_len(&self) -> usize {
-        self.buf.len() - self.from
+        self.want - self.from
     }
 }
 
@@ -238,18 +247,28 @@ unsafe impl granary_rt::IoBuf for Tail {
 /// as [`Session::recv`] counts them.
 async fn receive_rest(session: &Session, mut payload: Vec<u8>, len: usize) -> Option<Vec<u8>> {
     let mut have = payload.len();
-    payload.resize(len, 0);
+    if session.stream().is_tls() {
+        payload.resize(len, 0);
+    } else {
+        payload.reserve_exact(len - have);
+    }
     while have < len {
-        let tail = Tail { buf: payload, from: have };
+        let tail = Tail { buf: payload, from: have, want: len };
         match session.stream().recv_within(tail, session.idle_timeout()).await {
             Err(_) => {
                 session.count_idle_kick();
                 return None;
             }
             Ok((Ok(0), _)) => return None,
-            Ok((Ok(n), t)) => {
+            Ok((Ok(n), mut t)) => {
                 session.count_read(n);
-                have += n;
+                have += n.min(len - have);
+                if t.buf.len() < have {
+                    // SAFETY: the receive wrote bytes `from..have` (at most
+                    // the tail's length, within the capacity), and the
+                    // bytes before `from` were initialised already.
+                    unsafe { t.buf.set_len(have) };
+                }
                 payload = t.buf;
             }
             Ok((Err(e), t)) if e.kind() == io::ErrorKind::Interrupted => payload = t.buf,

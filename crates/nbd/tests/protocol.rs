@@ -248,6 +248,38 @@ fn reads_and_writes_round_trip_with_fua_and_flush() {
     assert_eq!(st.errors.load(Relaxed), 0);
 }
 
+/// A WRITE's data that reaches the server in many small pieces, the next
+/// request's header sent right behind its last piece: every byte lands in
+/// its place (the data past what the first receive held goes straight
+/// into the payload), and the request after it is read from the right
+/// byte on.
+#[test]
+fn a_write_sent_in_small_pieces_lands_whole_and_the_next_request_follows() {
+    let f = Fixture::new();
+    let mut r = f.go(DISK, true);
+    let first = pattern(3, 384 * 1024 + 512);
+    let second = pattern(4, 8192);
+    let mut stream =
+        Request { magic: REQUEST_MAGIC, flags: 0, kind: CMD_WRITE, cookie: 1, offset: 0, len: first.len() as u32 }
+            .encode()
+            .to_vec();
+    stream.extend_from_slice(&first);
+    stream.extend_from_slice(
+        &Request { magic: REQUEST_MAGIC, flags: 0, kind: CMD_WRITE, cookie: 2, offset: 1 << 20, len: 8192 }.encode(),
+    );
+    stream.extend_from_slice(&second);
+    // Pieces of an odd size, so no piece ends on a block or a header.
+    for piece in stream.chunks(1_001) {
+        r.send(piece);
+    }
+    let mut cookies: Vec<(u32, u64)> = vec![r.reply(), r.reply()];
+    cookies.sort_by_key(|c| c.1);
+    assert_eq!(cookies, vec![(0, 1), (0, 2)]);
+    assert_eq!(r.read_at(0, first.len() as u32), first);
+    assert_eq!(r.read_at(1 << 20, 8192), second);
+    assert_eq!(f.disk.read_range(0, first.len()), first);
+}
+
 #[test]
 fn unaligned_writes_read_modify_write_their_edge_blocks() {
     let f = Fixture::new();
