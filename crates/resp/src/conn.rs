@@ -369,10 +369,7 @@ async fn exec_queue(ctx: &Ctx, client: &mut Client, out: &mut Vec<u8>) {
                     cx.r.ok();
                     continue;
                 }
-                if let Err(e) = cx.run(spec, &argv).await {
-                    ctx.stats.errors.fetch_add(1, Relaxed);
-                    cx.r.error(&e);
-                }
+                cx.run_replying(spec, &argv).await;
             }
         }
         if overlay.len() > BATCH_OPS_MAX {

@@ -714,10 +714,7 @@ pub(crate) async fn run_direct(ctx: &Ctx, client: &mut Client, spec: &Spec, args
     if !atomic {
         let wrote = track.then(Vec::new);
         let mut cx = Cx { ctx, client, k: Direct { ns, wrote }, r: Reply { buf: out, resp3 } };
-        if let Err(e) = cx.run(spec, args).await {
-            cx.r.error(&e);
-            ctx.stats.errors.fetch_add(1, Relaxed);
-        }
+        cx.run_replying(spec, args).await;
         let db = cx.client.db;
         for key in cx.k.wrote.take().unwrap_or_default() {
             cx.client.touch(db, &key);
@@ -734,9 +731,7 @@ pub(crate) async fn run_direct(ctx: &Ctx, client: &mut Client, spec: &Spec, args
             k: Txn { overlay: &mut overlay, ns: ns.clone() },
             r: Reply { buf: &mut *out, resp3 },
         };
-        if let Err(e) = cx.run(spec, args).await {
-            cx.r.error(&e);
-            ctx.stats.errors.fetch_add(1, Relaxed);
+        if cx.run_replying(spec, args).await {
             return;
         }
         match overlay.commit(&ctx.store).await {
@@ -765,6 +760,24 @@ pub(crate) async fn run_direct(ctx: &Ctx, client: &mut Client, spec: &Spec, args
 }
 
 impl<K: Keys> Cx<'_, K> {
+    /// Run one command (arity checked) and write its reply; on an error the
+    /// reply is the error alone: whatever the command wrote before it
+    /// failed (an array's header, its first elements: MGET's keys before
+    /// one a read failed for) is taken back, so the client still reads
+    /// one well-formed reply. True if it failed.
+    pub(crate) async fn run_replying(&mut self, spec: &Spec, a: &[&[u8]]) -> bool {
+        let mark = self.r.buf.len();
+        match self.run(spec, a).await {
+            Ok(()) => false,
+            Err(e) => {
+                self.r.buf.truncate(mark);
+                self.r.error(&e);
+                self.ctx.stats.errors.fetch_add(1, Relaxed);
+                true
+            }
+        }
+    }
+
     /// Run one command (arity checked). Errors are returned, not written.
     pub(crate) async fn run(&mut self, spec: &Spec, a: &[&[u8]]) -> Res {
         self.ctx.stats.commands.fetch_add(1, Relaxed);

@@ -302,6 +302,36 @@ fn pipelining_and_inline_commands() {
     assert_eq!(c.cmd("CLIENT FOO"), Value::err("ERR unknown subcommand 'FOO'. Try CLIENT HELP."));
 }
 
+/// A command that fails after it began its reply (MGET of a key the engine
+/// refuses, after keys it read) answers with the error alone, directly and
+/// inside EXEC, and the replies after it stay in step.
+#[test]
+fn a_command_failing_midway_answers_with_its_error_alone() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    assert_eq!(c.cmd("SET a 1"), Value::ok());
+    let long = vec![b'k'; 70_000];
+    let mut batch = encode(&[b"MGET", b"a", b"a", &long, b"a"]);
+    batch.extend(encode(&[b"GET", b"a"]));
+    c.send_raw(&batch);
+    let Value::Error(e) = c.read() else { panic!("MGET with a refused key must answer an error") };
+    assert!(e.starts_with("ERR key of 70000 bytes rejected"), "{e}");
+    assert_eq!(c.read(), Value::bulk("1"), "the next reply is the GET's");
+
+    assert_eq!(c.cmd("MULTI"), Value::ok());
+    assert_eq!(c.call(&[b"MGET", b"a", &long]), Value::Simple("QUEUED".into()));
+    assert_eq!(c.cmd("GET a"), Value::Simple("QUEUED".into()));
+    match c.cmd("EXEC") {
+        Value::Array(v) => {
+            assert_eq!(v.len(), 2, "{v:?}");
+            assert!(matches!(&v[0], Value::Error(e) if e.starts_with("ERR key of 70000 bytes rejected")), "{v:?}");
+            assert_eq!(v[1], Value::bulk("1"));
+        }
+        other => panic!("EXEC: {other:?}"),
+    }
+    assert_eq!(c.cmd("PING"), Value::Simple("PONG".into()));
+}
+
 #[test]
 fn protocol_errors_close_the_connection_after_the_replies_before() {
     let f = Fixture::default();
