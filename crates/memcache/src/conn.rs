@@ -267,16 +267,22 @@ impl Conn<'_> {
     async fn pipelined_gets(&mut self, buf: &[u8], first: &parse::Parsed<'_>, first_len: usize) -> Option<usize> {
         let mut used = first_len;
         let mut more = Vec::new();
+        let mut keys = match &first.request {
+            Ok(Request::Get { keys, .. }) => keys.len(),
+            _ => 0,
+        };
         while let Frame::Line(line, n) = parse::frame(&buf[used..]) {
+            if 1 + more.len() >= PIPELINED_GETS_MAX || keys >= PIPELINED_GET_KEYS_MAX {
+                break;
+            }
             // Anything but a retrieval ends the group unparsed (the next
             // step parses it).
             if !(line.starts_with(b"get ") || line.starts_with(b"gets ")) {
                 break;
             }
             let p = parse::parse(line);
-            if !matches!(p.request, Ok(Request::Get { touch: None, .. })) {
-                break;
-            }
+            let Ok(Request::Get { touch: None, keys: k, .. }) = &p.request else { break };
+            keys += k.len();
             more.push(p);
             used += n;
         }
@@ -308,7 +314,7 @@ impl Conn<'_> {
                 let mut gets = vec![p];
                 let mut used = n;
                 while let binary::Frame::Request(q, m) = binary::frame(&buf[used..], self.ctx.cfg.item_bytes_max) {
-                    if !is_get(&q) {
+                    if !is_get(&q) || gets.len() >= PIPELINED_GETS_MAX {
                         break;
                     }
                     gets.push(q);

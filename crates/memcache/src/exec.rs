@@ -349,6 +349,11 @@ impl<'a, S: Sink> Exec<'a, S> {
                 }
                 answered += 1;
             }
+            // Misses' ENDs and errors count too: a group of many requests
+            // may answer without a hit for long.
+            if self.out().len() >= OUT_FLUSH_BYTES && !self.io.flush().await {
+                return;
+            }
             while let Some((r, key)) = next {
                 // A key the store refuses is asked anyway: its read
                 // answers with the error a single GET gets.
@@ -369,9 +374,6 @@ impl<'a, S: Sink> Exec<'a, S> {
                 Ok(Some(vb)) => {
                     ctx.stats.get_hits.fetch_add(1, Relaxed);
                     if !self.value_buf(key, vb, reqs[r].with_cas).await {
-                        return;
-                    }
-                    if self.out().len() >= OUT_FLUSH_BYTES && !self.io.flush().await {
                         return;
                     }
                 }

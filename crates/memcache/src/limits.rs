@@ -69,10 +69,12 @@ pub const fn connection_bytes_bound(item_bytes_max: usize) -> usize {
 pub const MULTI_GET_READS: usize = 16;
 
 /// The records a multi-get's reads hold together (their sizes as the index
-/// gives them) stay within this, or within the largest item allowed if
-/// that is larger; a record larger than the budget is read alone. So a
-/// multi-get holds, beside the connection's buffers, at most one largest
-/// item's worth of values, or 256 KiB of small ones.
+/// gives them when each read starts) stay within this, or within the
+/// largest item allowed if that is larger; a record larger than the budget
+/// is read alone. So a multi-get holds, beside the connection's buffers,
+/// about the budget's worth of values: it is a bound on the sizes the
+/// index gave, and a value rewritten larger while its read is queued is
+/// read at its new size.
 pub const MULTI_GET_BYTES_MIN: usize = 256 * 1024;
 
 /// The byte budget of a multi-get's reads with items of at most
@@ -84,6 +86,17 @@ pub const fn multi_get_bytes(item_bytes_max: usize) -> u64 {
         MULTI_GET_BYTES_MIN as u64
     }
 }
+
+/// Requests pipelined one after another that are answered as one group
+/// (plain `get`/`gets` lines, or binary gets): at most this many, and a
+/// text group takes no further line once it holds [`PIPELINED_GET_KEYS_MAX`]
+/// keys (its first line is always taken whole). The rest of the pipeline
+/// forms the next group, so what one group holds beside the input buffer
+/// (its parsed requests) stays small however long the pipeline.
+pub const PIPELINED_GETS_MAX: usize = 64;
+
+/// Keys a text group of pipelined gets takes more lines up to.
+pub const PIPELINED_GET_KEYS_MAX: usize = 1024;
 
 /// Seconds: an exptime above this is an absolute unix time, at or below a
 /// relative one (memcached's REALTIME_MAXDELTA, 30 days).

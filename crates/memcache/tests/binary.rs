@@ -381,6 +381,25 @@ fn pipelined_gets_of_every_kind_answer_in_order_and_a_write_ends_the_group() {
     assert_eq!(got[3].extras, 8u32.to_be_bytes());
 }
 
+/// One more pipelined get than a group takes: all are answered in order,
+/// the last one alone (not counted as grouped).
+#[test]
+fn a_long_pipeline_of_binary_gets_is_answered_in_bounded_groups() {
+    use granary_memcache::limits::PIPELINED_GETS_MAX;
+    let f = Fixture::default();
+    let mut c = Bin::connect(f.addr);
+    ok(&c.one(SET, &set_extras(0, 0), b"a", b"1", 0));
+    let n = PIPELINED_GETS_MAX + 1;
+    let reqs: Vec<u8> = (1..=n as u32).flat_map(|i| req(GETK, b"", b"a", b"", 0, i)).collect();
+    let got = c.call(&reqs);
+    let opaques: Vec<u32> = got.iter().map(|r| r.opaque).collect();
+    assert_eq!(opaques, (1..=n as u32).collect::<Vec<_>>());
+    assert!(got.iter().all(|r| r.status == 0 && r.value == b"1"));
+    let mut t = f.client();
+    let stats = String::from_utf8(t.call(b"stats\r\n")).unwrap();
+    assert!(stats.contains(&format!("STAT granary_pipelined_gets {PIPELINED_GETS_MAX}\r\n")), "{stats}");
+}
+
 #[test]
 fn large_values_and_values_over_the_limit() {
     let f = Fixture::default();

@@ -695,6 +695,32 @@ fn pipelined_retrievals_are_answered_together_in_order() {
     assert!(stats.contains("STAT granary_pipelined_gets 3\r\n"), "{stats}");
 }
 
+/// A long pipeline of gets is answered in groups of at most
+/// `PIPELINED_GETS_MAX` requests, and a text group takes no more lines
+/// once it holds `PIPELINED_GET_KEYS_MAX` keys: every reply comes, in order,
+/// and the requests answered alone (not in a group) show in the count.
+#[test]
+fn a_long_pipeline_of_gets_is_answered_in_bounded_groups() {
+    use granary_memcache::limits::{PIPELINED_GETS_MAX, PIPELINED_GET_KEYS_MAX};
+    let f = Fixture::default();
+    let mut c = f.client();
+    assert_eq!(c.call(b"set a 0 0 1\r\n1\r\n"), b"STORED\r\n");
+    // One more than a group: the last is answered alone.
+    let n = PIPELINED_GETS_MAX + 1;
+    let got = c.call("get a\r\n".repeat(n).as_bytes());
+    assert_eq!(String::from_utf8(got).unwrap(), "VALUE a 0 1\r\n1\r\nEND\r\n".repeat(n));
+    // A first line holding the key bound takes no other line; the two
+    // after it form a group of their own.
+    let first = format!("get{}\r\n", " a".repeat(PIPELINED_GET_KEYS_MAX));
+    let req = format!("{first}get a\r\nget zz\r\n");
+    let want =
+        format!("{}END\r\nVALUE a 0 1\r\n1\r\nEND\r\nEND\r\n", "VALUE a 0 1\r\n1\r\n".repeat(PIPELINED_GET_KEYS_MAX));
+    assert_eq!(String::from_utf8(c.call(req.as_bytes())).unwrap(), want);
+    let stats = String::from_utf8(c.call(b"stats\r\n")).unwrap();
+    let grouped = PIPELINED_GETS_MAX + 2;
+    assert!(stats.contains(&format!("STAT granary_pipelined_gets {grouped}\r\n")), "{stats}");
+}
+
 #[test]
 fn a_multi_get_of_large_items_is_sent_as_it_goes() {
     let f = Fixture::default();
