@@ -327,19 +327,26 @@ async fn exec_queue(ctx: &Ctx, client: &mut Client, out: &mut Vec<u8>) {
         return Reply { buf: out, resp3 }.null_array();
     }
     let mark = out.len();
-    let fail = |out: &mut Vec<u8>, msg: &str| {
+    // What the queued commands may change of the connection (SELECT,
+    // CLIENT SETNAME/SETINFO, HELLO): put back whenever EXEC does not
+    // commit, as if nothing had run (Redis runs nothing then).
+    let before = (client.db, client.name.clone(), client.lib_name.clone(), client.lib_ver.clone(), client.resp3);
+    let restore = |client: &mut Client| {
+        (client.db, client.name, client.lib_name, client.lib_ver, client.resp3) = before.clone();
+    };
+    let fail = |client: &mut Client, out: &mut Vec<u8>, msg: &str| {
+        restore(client);
         out.truncate(mark);
         ctx.stats.errors.fetch_add(1, Relaxed);
         Reply { buf: out, resp3 }.error(msg);
     };
     for _ in 0..TXN_RETRIES_MAX {
         out.truncate(mark);
-        let db_before = client.db;
         let mut overlay = Overlay::default();
         for (db, key, cas) in &watched {
             match ctx.db(*db).await {
                 Ok(ns) => overlay.watch(&ns, key, *cas),
-                Err(e) => return fail(out, &format!("ERR {e}")),
+                Err(e) => return fail(client, out, &format!("ERR {e}")),
             }
         }
         match overlay.watched_changed().await {
@@ -348,11 +355,11 @@ async fn exec_queue(ctx: &Ctx, client: &mut Client, out: &mut Vec<u8>) {
                 ctx.stats.txn_aborts.fetch_add(1, Relaxed);
                 return Reply { buf: out, resp3 }.null_array();
             }
-            Err(e) => return fail(out, &format!("ERR {e}")),
+            Err(e) => return fail(client, out, &format!("ERR {e}")),
         }
         let ns = match ctx.db(client.db).await {
             Ok(ns) => ns,
-            Err(e) => return fail(out, &format!("ERR {e}")),
+            Err(e) => return fail(client, out, &format!("ERR {e}")),
         };
         {
             let mut cx = Cx {
@@ -374,6 +381,7 @@ async fn exec_queue(ctx: &Ctx, client: &mut Client, out: &mut Vec<u8>) {
         }
         if overlay.len() > BATCH_OPS_MAX {
             return fail(
+                client,
                 out,
                 &format!("ERR EXEC touches {} keys; one transaction holds at most {BATCH_OPS_MAX}", overlay.len()),
             );
@@ -385,15 +393,16 @@ async fn exec_queue(ctx: &Ctx, client: &mut Client, out: &mut Vec<u8>) {
             }
             Ok(Commit::Aborted) => {
                 ctx.stats.txn_aborts.fetch_add(1, Relaxed);
+                restore(client);
                 out.truncate(mark);
                 return Reply { buf: out, resp3 }.null_array();
             }
             Ok(Commit::Retry) => {
                 ctx.stats.txn_retries.fetch_add(1, Relaxed);
-                client.db = db_before;
+                restore(client);
             }
-            Err(e) => return fail(out, &format!("ERR {e}")),
+            Err(e) => return fail(client, out, &format!("ERR {e}")),
         }
     }
-    fail(out, "ERR the keys this transaction read kept changing; try again")
+    fail(client, out, "ERR the keys this transaction read kept changing; try again")
 }

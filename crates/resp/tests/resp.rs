@@ -302,6 +302,31 @@ fn pipelining_and_inline_commands() {
     assert_eq!(c.cmd("CLIENT FOO"), Value::err("ERR unknown subcommand 'FOO'. Try CLIENT HELP."));
 }
 
+/// An EXEC that does not commit leaves the connection as it was: a SELECT
+/// or CLIENT SETNAME queued in it does not stay in effect.
+#[test]
+fn an_exec_that_fails_keeps_the_connections_database_and_name() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    assert_eq!(c.cmd("MULTI"), Value::ok());
+    assert_eq!(c.cmd("SELECT 1"), Value::Simple("QUEUED".into()));
+    assert_eq!(c.cmd("CLIENT SETNAME inside"), Value::Simple("QUEUED".into()));
+    // More keys than one transaction holds: EXEC fails as a whole.
+    let mut mset: Vec<Vec<u8>> = vec![b"MSET".to_vec()];
+    for i in 0..=granary_store::BATCH_OPS_MAX {
+        mset.push(format!("k{i}").into_bytes());
+        mset.push(b"v".to_vec());
+    }
+    let args: Vec<&[u8]> = mset.iter().map(|a| &a[..]).collect();
+    assert_eq!(c.call(&args), Value::Simple("QUEUED".into()));
+    let Value::Error(e) = c.cmd("EXEC") else { panic!("EXEC over the key limit must fail") };
+    assert!(e.contains("one transaction holds at most"), "{e}");
+    assert_eq!(c.cmd("CLIENT GETNAME"), Value::Nil);
+    assert_eq!(c.cmd("SET probe here"), Value::ok());
+    let mut d = f.client();
+    assert_eq!(d.cmd("GET probe"), Value::bulk("here"), "the SET after the failed EXEC went to db 0");
+}
+
 /// A command that fails after it began its reply (MGET of a key the engine
 /// refuses, after keys it read) answers with the error alone, directly and
 /// inside EXEC, and the replies after it stay in step.
