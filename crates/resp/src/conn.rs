@@ -60,6 +60,7 @@ pub(crate) async fn serve(session: &Session, ctx: &Ctx) {
         let mut close = false;
         while pos < input.len() {
             let buf = &input[pos..];
+            parser.unauthenticated = !client.authenticated;
             match parser.next(buf, ctx.bulk_max()) {
                 Frame::Incomplete => break,
                 Frame::Empty(n) => pos += n,

@@ -24,6 +24,18 @@ pub const MULTIBULK_MAX: usize = 1024 * 1024;
 /// connection after `ERR Protocol error: command too large`.
 pub const COMMAND_BYTES_MAX: usize = 64 * 1024 * 1024;
 
+/// Most arguments of a command from a connection that has not
+/// authenticated while a password is required (Redis 6.2.6 and later): a
+/// larger multibulk header gets `ERR Protocol error: unauthenticated
+/// multibulk length` and the connection closes, so a client that has not
+/// logged in cannot make the server hold much.
+pub const UNAUTH_MULTIBULK_MAX: usize = 10;
+
+/// Longest argument from such a connection (as Redis): a longer bulk gets
+/// `ERR Protocol error: unauthenticated bulk length` and the connection
+/// closes.
+pub const UNAUTH_BULK_MAX: usize = 16 * 1024;
+
 /// Longest header line of a multibulk or bulk (Redis answers "too big
 /// mbulk count string" / "too big bulk count string" past 32 KiB).
 pub const HEADER_LINE_MAX: usize = 32 * 1024;
@@ -61,10 +73,13 @@ pub const RANDOMKEY_PICKS: u64 = 8;
 /// Largest SCAN COUNT honoured per call (a larger hint is capped).
 pub const SCAN_COUNT_MAX: usize = 100_000;
 
-/// The most bytes one connection's buffers hold: the read chunk, the input
-/// buffer (one command of at most [`COMMAND_BYTES_MAX`] plus a chunk, up to
-/// twice that for a `Vec`'s growth) and the reply buffer (sent past
-/// [`OUT_FLUSH_BYTES`], plus one reply of at most a value or a hash).
+/// The most bytes one connection's buffers hold beside the reply being
+/// built: the read chunk, the input buffer (one command of at most
+/// [`COMMAND_BYTES_MAX`] plus a chunk, up to twice that for a `Vec`'s
+/// growth) and the replies waiting (sent past [`OUT_FLUSH_BYTES`]). One
+/// command's reply is built whole before it is sent, so it adds what the
+/// command answers: a value or a hash for most, every value asked for an
+/// MGET (docs/RESP.md, "Limits").
 pub const fn connection_bytes_bound(value_bytes_max: usize) -> usize {
     READ_CHUNK_BYTES + 2 * (COMMAND_BYTES_MAX + READ_CHUNK_BYTES) + 2 * (OUT_FLUSH_BYTES + 2 * value_bytes_max)
 }

@@ -48,6 +48,9 @@ struct Multi {
 #[derive(Debug, Default)]
 pub(crate) struct Parser {
     multi: Option<Multi>,
+    /// The connection has not authenticated and must: multibulks and bulks
+    /// are held to [`UNAUTH_MULTIBULK_MAX`] and [`UNAUTH_BULK_MAX`].
+    pub(crate) unauthenticated: bool,
 }
 
 /// The line that starts at `from`, without its "\r\n": (end of its text,
@@ -111,6 +114,9 @@ impl Parser {
                 if n <= 0 {
                     return Frame::Empty(next);
                 }
+                if self.unauthenticated && n as usize > UNAUTH_MULTIBULK_MAX {
+                    return Frame::Error(b"unauthenticated multibulk length"[..].into());
+                }
                 Multi { count: n as usize, args: Vec::with_capacity((n as usize).min(1024)), pos: next }
             }
         };
@@ -132,6 +138,9 @@ impl Parser {
                 Some(n) if n >= 0 && n as u64 <= bulk_max as u64 => n as usize,
                 _ => return Frame::Error(b"invalid bulk length"[..].into()),
             };
+            if self.unauthenticated && len > UNAUTH_BULK_MAX {
+                return Frame::Error(b"unauthenticated bulk length"[..].into());
+            }
             if next + len + 2 > COMMAND_BYTES_MAX {
                 return Frame::Error(b"command too large"[..].into());
             }

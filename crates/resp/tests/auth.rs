@@ -101,6 +101,49 @@ fn replies_are_redis_7_0s_with_requirepass() {
     common::same_replies(f.addr, redis.addr, sequences);
 }
 
+/// Before it authenticates, a connection may send at most 10 arguments of
+/// at most 16 KiB each (Redis 6.2.6 on): past either it gets Redis's
+/// protocol error and is closed; at the bounds, and after AUTH, commands
+/// are read as usual. The same bytes to a redis-server 7.0 (when there is
+/// one) get the same replies and the same closes.
+#[test]
+fn an_unauthenticated_connection_is_held_to_small_commands() {
+    use common::encode;
+    use granary_resp::limits::{UNAUTH_BULK_MAX, UNAUTH_MULTIBULK_MAX};
+    let f = with_password();
+    let redis = Redis::start(&["--requirepass", PASS], &format!("AUTH {PASS}"));
+    let many: Vec<&[u8]> =
+        std::iter::once(&b"DEL"[..]).chain(std::iter::repeat_n(&b"k"[..], UNAUTH_MULTIBULK_MAX)).collect();
+    let big = vec![b'x'; UNAUTH_BULK_MAX + 1];
+    let fits = vec![b'x'; UNAUTH_BULK_MAX];
+    // (bytes sent, the reply, whether the connection closes after it)
+    let cases: Vec<(Vec<u8>, Value, bool)> = vec![
+        (encode(&many), Value::err("ERR Protocol error: unauthenticated multibulk length"), true),
+        (encode(&many[..UNAUTH_MULTIBULK_MAX]), Value::err(NOAUTH), false),
+        (encode(&[b"ECHO", &big]), Value::err("ERR Protocol error: unauthenticated bulk length"), true),
+        (encode(&[b"ECHO", &fits]), Value::err(NOAUTH), false),
+    ];
+    let mut addrs = vec![f.addr];
+    addrs.extend(redis.as_ref().map(|r| r.addr));
+    for addr in addrs {
+        for (bytes, want, closes) in &cases {
+            let mut c = common::Client::connect(addr);
+            c.send_raw(bytes);
+            assert_eq!(&c.read(), want, "{addr}");
+            if *closes {
+                assert_eq!(c.try_read(), None, "{addr}: closed after {want:?}");
+            } else {
+                assert_eq!(c.cmd("PING"), Value::err(NOAUTH), "{addr}");
+            }
+        }
+        // Authenticated, the same commands are read.
+        let mut c = common::Client::connect(addr);
+        assert_eq!(c.cmd(&format!("AUTH {PASS}")), Value::ok());
+        assert_eq!(c.call(&many), Value::Int(0), "{addr}");
+        assert_eq!(c.call(&[b"ECHO", &big]), Value::Bulk(big.clone()), "{addr}");
+    }
+}
+
 /// redis-cli authenticates with `-a` (AUTH password) and with `--user`
 /// and `--pass` (AUTH user password); without, it gets NOAUTH.
 #[test]
