@@ -16,7 +16,7 @@ use crate::parse::parse_i64;
 use crate::reply::Reply;
 use crate::value::{now_ms, Hash, Kind, Rec, EXPIRE_MS_MAX};
 use crate::{RespConfig, RespStats};
-use granary_store::{Error, Namespace, NamespaceOptions, Store};
+use granary_store::{Error, Namespace, NamespaceOptions, Store, BATCH_OPS_MAX};
 use std::borrow::Cow;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
@@ -705,7 +705,8 @@ pub(crate) async fn run_direct(ctx: &Ctx, client: &mut Client, spec: &Spec, args
     };
     let atomic = match spec.cmd {
         Cmd::Mset | Cmd::Msetnx | Cmd::Rename => true,
-        Cmd::Del | Cmd::Unlink => args.len() > 2,
+        // More keys than one engine batch holds are deleted one by one.
+        Cmd::Del | Cmd::Unlink => (3..=BATCH_OPS_MAX + 1).contains(&args.len()),
         _ => false,
     };
     // A connection's own writes of keys it WATCHes abort its EXEC, as in

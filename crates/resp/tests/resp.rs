@@ -302,6 +302,34 @@ fn pipelining_and_inline_commands() {
     assert_eq!(c.cmd("CLIENT FOO"), Value::err("ERR unknown subcommand 'FOO'. Try CLIENT HELP."));
 }
 
+/// DEL and UNLINK of more keys than one engine batch holds delete them all
+/// (one by one) and count them; MSET of that many is refused whole, with
+/// the limit named.
+#[test]
+fn del_of_more_keys_than_a_batch_holds_deletes_them_all() {
+    let n = granary_store::BATCH_OPS_MAX + 500;
+    let f = Fixture::default();
+    let mut c = f.client();
+    let keys: Vec<Vec<u8>> = (0..n).map(|i| format!("d{i}").into_bytes()).collect();
+    for k in keys.iter().step_by(2) {
+        assert_eq!(c.call(&[b"SET", k, b"v"]), Value::ok());
+    }
+    for cmd in [&b"DEL"[..], b"UNLINK"] {
+        let args: Vec<&[u8]> = std::iter::once(cmd).chain(keys.iter().map(|k| &k[..])).collect();
+        let want = if cmd == b"DEL" { n.div_ceil(2) as i64 } else { 0 };
+        assert_eq!(c.call(&args), Value::Int(want), "{}", String::from_utf8_lossy(cmd));
+    }
+    assert_eq!(c.cmd("DBSIZE"), Value::Int(0));
+    let mut mset: Vec<&[u8]> = vec![b"MSET"];
+    for k in &keys {
+        mset.push(k);
+        mset.push(b"v");
+    }
+    let Value::Error(e) = c.call(&mset) else { panic!("MSET over the batch limit must be refused") };
+    assert!(e.contains(&format!("at most {}", granary_store::BATCH_OPS_MAX)), "{e}");
+    assert_eq!(c.cmd("DBSIZE"), Value::Int(0), "nothing applied");
+}
+
 /// An EXEC that does not commit leaves the connection as it was: a SELECT
 /// or CLIENT SETNAME queued in it does not stay in effect.
 #[test]
