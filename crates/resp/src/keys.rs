@@ -90,13 +90,15 @@ impl Keys for Direct {
                 let rec = item.map(Rec::of_item);
                 let stale = rec.as_ref().is_some_and(|r| r.expired(now));
                 let (w, r) = f(rec.as_ref().filter(|_| !stale));
-                let change = match w {
-                    Write::Set(rec) => Change::Put { meta: rec.meta(), value: rec.value },
-                    Write::Delete if item.is_some() => Change::Delete,
-                    Write::Keep if stale => Change::Delete,
-                    Write::Delete | Write::Keep => Change::Keep,
+                // Removing a record whose expiry has passed changes nothing a
+                // client can see (it read as absent already): it does not
+                // count as a write of the key for WATCH, as in Redis.
+                let (change, changed) = match w {
+                    Write::Set(rec) => (Change::Put { meta: rec.meta(), value: rec.value }, true),
+                    Write::Delete if item.is_some() => (Change::Delete, !stale),
+                    Write::Keep if stale => (Change::Delete, false),
+                    Write::Delete | Write::Keep => (Change::Keep, false),
                 };
-                let changed = !matches!(change, Change::Keep);
                 (change, (r, changed))
             })
             .await?;

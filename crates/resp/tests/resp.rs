@@ -302,6 +302,36 @@ fn pipelining_and_inline_commands() {
     assert_eq!(c.cmd("CLIENT FOO"), Value::err("ERR unknown subcommand 'FOO'. Try CLIENT HELP."));
 }
 
+/// A key already expired when it was WATCHed, whose record a command of
+/// the same connection then removes (PERSIST meets it: `:0`), was not
+/// changed: EXEC runs, as in Redis 7.0. (The engine keeps an expired
+/// record until the end of its second; the expiry is set 1 ms past a
+/// second, so that is most of a second after it.)
+#[test]
+fn removing_an_expired_watched_key_does_not_abort_exec() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    let at = (now_ms() / 1000 + 2) * 1000 + 1;
+    assert_eq!(c.cmd(&format!("SET w v PXAT {at}")), Value::ok());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while now_ms() <= at {
+        assert!(std::time::Instant::now() < deadline, "the clock did not reach the expiry");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(c.cmd("WATCH w"), Value::ok());
+    assert_eq!(c.cmd("PERSIST w"), Value::Int(0));
+    assert_eq!(c.cmd("MULTI"), Value::ok());
+    assert_eq!(c.cmd("PING"), Value::Simple("QUEUED".into()));
+    assert_eq!(c.cmd("EXEC"), Value::Array(vec![Value::Simple("PONG".into())]));
+    // A key live when WATCHed and then written still aborts.
+    assert_eq!(c.cmd("SET w2 a"), Value::ok());
+    assert_eq!(c.cmd("WATCH w2"), Value::ok());
+    assert_eq!(c.cmd("DEL w2"), Value::Int(1));
+    assert_eq!(c.cmd("MULTI"), Value::ok());
+    assert_eq!(c.cmd("PING"), Value::Simple("QUEUED".into()));
+    assert_eq!(c.cmd("EXEC"), Value::NilArray);
+}
+
 /// DEL and UNLINK of more keys than one engine batch holds delete them all
 /// (one by one) and count them; MSET of that many is refused whole, with
 /// the limit named.
