@@ -180,6 +180,10 @@ pub(crate) struct Ctx {
     pub threads: usize,
     /// The store evicts when full (cache mode); shown by `stats settings`.
     pub evicting: bool,
+    /// Counts `flush_all` requests: a delayed flush happens only if none
+    /// came after it (memcached keeps one flush time, which the last
+    /// `flush_all` sets).
+    pub flushes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Ctx {

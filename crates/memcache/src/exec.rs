@@ -579,14 +579,25 @@ impl<'a, S: Sink> Exec<'a, S> {
     }
 
     /// Flush the namespace now, or (`delay` > 0, an exptime) then; counted.
+    /// As memcached keeps one flush time, each `flush_all` replaces a
+    /// delayed one still pending (from any connection), and an absolute
+    /// time already past flushes nothing.
     async fn flush_after(&mut self, delay: i64) -> Result<(), Error> {
         self.ctx.stats.cmd_flush.fetch_add(1, Relaxed);
+        let this = self.ctx.flushes.fetch_add(1, Relaxed) + 1;
         if delay > 0 {
             let at = self.expires(delay) as i64;
-            let wait = (at - self.ctx.store.now() as i64).max(0) as u64;
-            let ns = self.ctx.ns.clone();
+            let now = self.ctx.store.now() as i64;
+            if delay > RELATIVE_EXPTIME_MAX && at <= now {
+                return Ok(());
+            }
+            let wait = (at - now).max(0) as u64;
+            let (flushes, ns) = (self.ctx.flushes.clone(), self.ctx.ns.clone());
             granary_rt::spawn(async move {
                 granary_rt::sleep(std::time::Duration::from_secs(wait)).await;
+                if flushes.load(Relaxed) != this {
+                    return; // a later flush_all replaced it
+                }
                 if let Err(e) = ns.flush_all_async().await {
                     tracing::warn!(error = %e, "delayed flush_all failed");
                 }

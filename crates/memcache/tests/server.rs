@@ -695,6 +695,34 @@ fn pipelined_retrievals_are_answered_together_in_order() {
     assert!(stats.contains("STAT granary_pipelined_gets 3\r\n"), "{stats}");
 }
 
+/// A delayed `flush_all` happens when its time comes unless a later one
+/// replaced it (memcached keeps one flush time): `flush_all 1` then
+/// `flush_all` leaves what is set after them; `flush_all 1` alone flushes
+/// them a second later; an absolute time already past flushes nothing.
+#[test]
+fn a_later_flush_all_replaces_a_delayed_one() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    // Past the replaced flush's time, with room for its timer to fire.
+    let wait_past = |secs: u64| {
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(secs * 1000 + 2500);
+        while std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    assert_eq!(c.call(b"flush_all 1\r\nflush_all\r\nset kept 0 0 1\r\nx\r\n"), b"OK\r\nOK\r\nSTORED\r\n");
+    assert_eq!(c.call(b"flush_all 1000000000\r\nset past 0 0 1\r\ny\r\n"), b"OK\r\nSTORED\r\n");
+    wait_past(1);
+    assert_eq!(c.call(b"get kept past\r\n"), b"VALUE kept 0 1\r\nx\r\nVALUE past 0 1\r\ny\r\nEND\r\n");
+    // Not replaced, it flushes (within a bound).
+    assert_eq!(c.call(b"flush_all 1\r\n"), b"OK\r\n");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while c.call(b"get kept\r\n") != b"END\r\n" {
+        assert!(std::time::Instant::now() < deadline, "the delayed flush did not happen");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// A long pipeline of gets is answered in groups of at most
 /// `PIPELINED_GETS_MAX` requests, and a text group takes no more lines
 /// once it holds `PIPELINED_GET_KEYS_MAX` keys: every reply comes, in order,
