@@ -143,10 +143,15 @@ pub(crate) async fn serve(session: Session, ctx: Arc<Ctx>) {
         sending_bytes: Cell::new(0),
     });
     let writer = granary_rt::spawn(write_loop(conn.clone(), ctx.clone()));
-    read_loop(&conn, &ctx).await;
-    // Let started requests finish, then the writer sends what is left.
+    let bad = read_loop(&conn, &ctx).await;
+    // Let started requests finish, then the writer sends what is left: a
+    // malformed frame's error comes after the responses to every request
+    // before it.
     while !conn.flights.borrow().is_empty() {
         conn.reader.wait().await;
+    }
+    if let Some(e) = bad {
+        bad_frame(&conn, &ctx, e);
     }
     conn.ending.set(true);
     conn.writer.notify();
@@ -282,8 +287,9 @@ async fn start_request(conn: &Rc<Conn>, ctx: &Arc<Ctx>, h: Header, job: Job, fli
 }
 
 /// Read frames and start their requests, in order, until the connection
-/// ends or a frame is malformed.
-async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
+/// ends or a frame is malformed (returned, for its error frame to follow
+/// the responses to the requests before it).
+async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) -> Option<FrameError> {
     let session = &conn.session;
     // The input grows with what comes and goes while the client is idle.
     let mut input: Vec<u8> = Vec::new();
@@ -298,7 +304,7 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
             let h = match parse::header(rest, &ctx.limits, conn.scope.version) {
                 Ok(Some(h)) => h,
                 Ok(None) => break,
-                Err(e) => return bad_frame(conn, ctx, e),
+                Err(e) => return Some(e),
             };
             let started = Instant::now();
             // A large PUT: its value goes from the socket into the record
@@ -330,7 +336,7 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
             let (job, flight) = match put {
                 Some(mut p) => {
                     conn.input_bytes.set(input.capacity() + chunk_bytes + p.pb.value_len());
-                    let Some(pb) = receive_into(session, p.pb).await else { return };
+                    let pb = receive_into(session, p.pb).await?; // the connection ended
                     p.pb = pb;
                     let flight = Flight::put(&p.name, &p.key, seq, p.pb.value_len());
                     (Job::Put(p), flight)
@@ -342,11 +348,11 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
                         (Job::Frame(body.to_vec()), flight)
                     }
                     Ok(None) => break,
-                    Err(e) => return bad_frame(conn, ctx, e),
+                    Err(e) => return Some(e),
                 },
             };
             if !start_request(conn, ctx, h, job, flight, started).await {
-                return;
+                return None;
             }
             seq += 1;
         }
@@ -354,7 +360,7 @@ async fn read_loop(conn: &Rc<Conn>, ctx: &Arc<Ctx>) {
         // Ends the loop once the client closes, the idle timeout passes or
         // the listener drains (what was read is done; nothing more is).
         if session.recv_into(&mut input).await.is_err() {
-            return;
+            return None;
         }
         conn.input_bytes.set(input.capacity() + chunk_bytes);
         conn.account(&ctx.stats);

@@ -6,8 +6,10 @@
 //! - every request gets exactly one response frame, with its opcode and
 //!   id; a store error becomes the response's status and message, never a
 //!   closed connection;
-//! - a response never exceeds the frame limit: an MGET/BATCH entry that
-//!   would take it past is replaced by a `VALUE_TOO_LARGE` entry;
+//! - a response never exceeds the frame limit: a GET/GETS of a value
+//!   larger than a frame (written under a larger limit) is answered
+//!   `VALUE_TOO_LARGE`, and an MGET/BATCH entry that would take it past is
+//!   replaced by a `VALUE_TOO_LARGE` entry;
 //! - two requests conflict when one writes a key the other touches (a key
 //!   is its namespace and itself; a TXN touches the key of each of its
 //!   operations, in the namespace each names), or either is a barrier (NOP,
@@ -611,6 +613,17 @@ async fn execute(ctx: &Ctx, scope: &Scope, h: Header, body: &[u8], resp: &mut Ou
                         expires: v.meta.expires,
                     });
                     let info_len = if info.is_some() { proto::ITEM_INFO_BYTES } else { 0 };
+                    let max = ctx.limits.frame_max as usize;
+                    if info_len + v.len() > max {
+                        // Written under a larger limit (or by the embedded
+                        // API): more than one response frame may carry.
+                        ctx.stats.errors.fetch_add(1, Relaxed);
+                        let msg = format!(
+                            "the value of {} bytes is larger than a response frame ({max} bytes); serve with a larger --max-item-size to read it",
+                            v.len()
+                        );
+                        return single(&mut resp.bytes, (Status::ValueTooLarge, msg.into_bytes()));
+                    }
                     proto::encode_response_header(&mut resp.bytes, h.op, Status::Ok, h.id, info_len + v.len());
                     if let Some(info) = info {
                         info.encode(&mut resp.bytes);

@@ -249,6 +249,59 @@ fn many_requests_in_flight_on_one_connection() {
     assert_eq!(conn.in_flight(), 0);
 }
 
+/// A malformed frame behind requests still running: their responses come
+/// first, then its error frame, then the close (a client that treats the
+/// error as fatal has every earlier answer by then).
+#[test]
+fn a_malformed_frame_is_answered_after_the_requests_before_it() {
+    let srv = server();
+    let mut s = raw(srv.local_addr());
+    let mut f = Vec::new();
+    Request::Put { key: b"first", value: b"1", mode: PutMode::Upsert }.encode(1, &mut f);
+    Request::Get(b"first").encode(2, &mut f);
+    let mut bad = Vec::new();
+    Request::Get(b"k").encode(3, &mut bad);
+    bad[4] = 200;
+    f.extend_from_slice(&bad);
+    s.write_all(&f).unwrap();
+    let order: Vec<(u64, Status)> = (0..3).map(|_| read_frame(&mut s).map(|(h, st, _)| (h.id, st)).unwrap()).collect();
+    assert_eq!(order, vec![(1, Status::Ok), (2, Status::Ok), (3, Status::BadFrame)]);
+    assert!(closed(&mut s));
+    assert_eq!(client(&srv).get(b"first").unwrap().as_deref(), Some(&b"1"[..]), "the PUT was applied");
+}
+
+/// A value larger than a response frame (written under a larger limit, or
+/// by the embedded API) is answered VALUE_TOO_LARGE, never with a frame the
+/// client must refuse; the connection goes on.
+#[test]
+fn a_value_larger_than_a_frame_is_refused_not_sent() {
+    // Past the 16 MiB floor of the frame limit, in segments that hold it.
+    let dev = Arc::new(MemDevice::new(160 << 20));
+    let c = CreateOptions { segment_bytes: Some(32 << 20), grain_bytes: Some(512), ..CreateOptions::default() };
+    let st = Arc::new(Store::create(dev, &c, &OpenOptions::default()).unwrap());
+    let big = vec![7u8; 17 << 20];
+    st.put(b"big", &big).unwrap();
+    st.put(b"small", b"s").unwrap();
+    let cfg = NativeConfig {
+        listen: ([127, 0, 0, 1], granary_rt::net::free_low_port().unwrap()).into(),
+        threads: 2,
+        value_bytes_max: 1 << 20,
+        ..NativeConfig::default()
+    };
+    assert!(proto::frame_bytes_max(1 << 20) < big.len() as u32, "the frame limit is below the value");
+    let srv = Server::start(st, cfg).unwrap();
+    let c = client(&srv);
+    for r in [c.get(b"big").map(|_| ()), c.get_cas(b"big").map(|_| ())] {
+        match r {
+            Err(Error::Server { status: Status::ValueTooLarge, message }) => {
+                assert!(message.contains("larger than a response frame"), "{message}")
+            }
+            other => panic!("GET of a value past the frame limit: {other:?}"),
+        }
+    }
+    assert_eq!(c.get(b"small").unwrap().as_deref(), Some(&b"s"[..]), "the connection goes on");
+}
+
 #[test]
 fn malformed_frames_close_the_connection_and_nothing_else() {
     let srv = server_with(NativeConfig { value_bytes_max: 1 << 20, ..NativeConfig::default() });
