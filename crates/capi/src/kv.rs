@@ -140,22 +140,26 @@ pub(crate) unsafe fn get(
 }
 
 /// Read `key` into a new allocation (`granary_free` frees it), and its
-/// metadata into `*item` when `item` is not NULL.
+/// metadata into `*item` when `item` is not NULL. `ns` and `item` are the
+/// caller's checks of its handle and its item pointer: taken after the
+/// outputs are cleared, so `*value` is NULL and `*value_len` 0 on any
+/// error, as the header promises, a bad handle's included.
 ///
 /// # Safety
 ///
 /// `key` as [`args::bytes`]; `value`, `len` and `item` NULL or writable.
-pub(crate) unsafe fn get_alloc(
-    ns: &Namespace,
+pub(crate) unsafe fn get_alloc<'n>(
+    ns: impl FnOnce() -> Res<&'n Namespace>,
     key: *const u8,
     key_len: usize,
     value: *mut *mut u8,
     len: *mut usize,
-    item: *mut granary_item,
+    item: impl FnOnce() -> Res<*mut granary_item>,
 ) -> Res {
     // SAFETY: each pointer as the caller promised.
     let (value, len) = unsafe { (args::out_handle(value, "value")?, args::out(len, "len")?) };
     *len = 0;
+    let (ns, item) = (ns()?, item()?);
     // SAFETY: as the caller promised.
     let key = unsafe { args::bytes(key, key_len, "key") }?;
     let v = ns.get_buf(key)?.ok_or_else(not_found)?;
@@ -321,7 +325,7 @@ pub unsafe extern "C" fn granary_get_alloc(
     value_len: *mut usize,
 ) -> granary_status {
     // SAFETY: the caller's promises, passed on.
-    guard(|| unsafe { get_alloc(default_ns(store)?, key, key_len, value, value_len, std::ptr::null_mut()) })
+    guard(|| unsafe { get_alloc(|| default_ns(store), key, key_len, value, value_len, || Ok(std::ptr::null_mut())) })
 }
 
 /// Free a value `granary_get_alloc` or `granary_ns_get_alloc` returned.
@@ -414,7 +418,9 @@ pub unsafe extern "C" fn granary_get_item_alloc(
     item: *mut granary_item,
 ) -> granary_status {
     // SAFETY: the caller's promises, passed on.
-    guard(|| unsafe { get_alloc(default_ns(store)?, key, key_len, value, value_len, args::out(item, "item")?) })
+    guard(|| unsafe {
+        get_alloc(|| default_ns(store), key, key_len, value, value_len, || Ok(args::out(item, "item")? as *mut _))
+    })
 }
 
 /// `granary_put` with metadata and CAS: the value is stored with

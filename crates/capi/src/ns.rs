@@ -357,7 +357,7 @@ pub unsafe extern "C" fn granary_ns_get_alloc(
     value_len: *mut usize,
 ) -> granary_status {
     // SAFETY: the caller's promises, passed on.
-    guard(|| unsafe { kv::get_alloc(handle(ns)?, key, key_len, value, value_len, std::ptr::null_mut()) })
+    guard(|| unsafe { kv::get_alloc(|| handle(ns), key, key_len, value, value_len, || Ok(std::ptr::null_mut())) })
 }
 
 /// `granary_put` in the handle's namespace (its quotas and default TTL
@@ -425,7 +425,9 @@ pub unsafe extern "C" fn granary_ns_get_item_alloc(
     item: *mut kv::granary_item,
 ) -> granary_status {
     // SAFETY: the caller's promises, passed on.
-    guard(|| unsafe { kv::get_alloc(handle(ns)?, key, key_len, value, value_len, args::out(item, "item")?) })
+    guard(|| unsafe {
+        kv::get_alloc(|| handle(ns), key, key_len, value, value_len, || Ok(args::out(item, "item")? as *mut _))
+    })
 }
 
 /// `granary_put_item` in the handle's namespace (its quotas apply, and its

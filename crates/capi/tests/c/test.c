@@ -428,7 +428,24 @@ static void test_items(granary_store *s) {
 
     /* Bad arguments. */
     EXPECT(granary_get_item(s, S("item-new"), NULL, &len, NULL), GRANARY_EINVAL);
+    /* The outputs are cleared on every error, a bad handle's or item's too,
+       so freeing *value after any call is safe. */
+    v = (uint8_t *)&len;
+    len = 99;
     EXPECT(granary_get_item_alloc(s, S("item-new"), &v, &len, NULL), GRANARY_EINVAL);
+    CHECK(v == NULL && len == 0);
+    v = (uint8_t *)&len;
+    len = 99;
+    EXPECT(granary_get_alloc(NULL, S("item-new"), &v, &len), GRANARY_EINVAL);
+    CHECK(v == NULL && len == 0);
+    v = (uint8_t *)&len;
+    len = 99;
+    EXPECT(granary_ns_get_alloc(NULL, S("item-new"), &v, &len), GRANARY_EINVAL);
+    CHECK(v == NULL && len == 0);
+    v = (uint8_t *)&len;
+    len = 99;
+    EXPECT(granary_ns_get_item_alloc(NULL, S("item-new"), &v, &len, &out), GRANARY_EINVAL);
+    CHECK(v == NULL && len == 0);
     EXPECT(granary_get_item(NULL, S("k"), NULL, &len, &out), GRANARY_EINVAL);
     EXPECT(granary_put_item(NULL, S("k"), S("v"), GRANARY_PUT_UPSERT, NULL, NULL), GRANARY_EINVAL);
     EXPECT(granary_delete_cas(NULL, S("k"), 1), GRANARY_EINVAL);
