@@ -530,10 +530,11 @@ fn delete<'a>(t: &[&'a [u8]], noreply: bool) -> Result<Request<'a>, ParseError> 
     Ok(Request::Delete { key: args[0] })
 }
 
-/// The key and argument of `<cmd> <key> <arg> [noreply]`.
+/// The key and argument of `<cmd> <key> <arg> [noreply]` (incr, decr,
+/// touch). As memcached, a fourth token is accepted whatever it is (it
+/// means noreply only if it is `noreply`).
 fn key_and_arg<'a>(t: &[&'a [u8]]) -> Result<(&'a [u8], &'a [u8]), ParseError> {
-    let noreply = t.len() == 4 && t[3] == b"noreply";
-    if t.len() != 3 && !noreply {
+    if t.len() != 3 && t.len() != 4 {
         return Err(ParseError::Error);
     }
     if !key_ok(t[1]) {

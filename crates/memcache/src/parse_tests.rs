@@ -428,7 +428,8 @@ fn delete_lines_with_bad_arguments() {
 
 #[test]
 fn arithmetic_and_touch_lines_with_bad_arguments() {
-    for line in ["incr", "incr n", "decr n 1 2", "incr n 1 x", "touch", "touch a", "touch a 1 2 3"] {
+    // A fourth token is ignored, as memcached does; a fifth is an error.
+    for line in ["incr", "incr n", "incr n 1 x y", "touch", "touch a", "touch a 1 2 3"] {
         assert_eq!(err(line), ParseError::Error, "{line}");
     }
     for line in ["incr n -1", "incr n abc", "decr n 18446744073709551616", "incr n 1.5"] {

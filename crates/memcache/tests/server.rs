@@ -80,6 +80,7 @@ const CASES: &[(&str, &str)] = &[
     ("gat 10\r\ngats abc\r\n", "END\r\nCLIENT_ERROR invalid exptime argument\r\n"),
     ("set a 7 0 2\r\nhi\r\ngat 0 a\r\n", "STORED\r\nVALUE a 7 2\r\nhi\r\nEND\r\n"),
     ("set n 0 0 1\r\n1\r\nflush_all 0\r\nget n\r\n", "STORED\r\nOK\r\nEND\r\n"),
+    ("set n 0 0 1\r\n5\r\nincr n 1 x\r\ntouch n 10 x\r\ndecr n 2 y\r\nincr n 1 x y\r\n", "STORED\r\n6\r\nTOUCHED\r\n4\r\nERROR\r\n"),
     ("flush_all abc\r\n", "CLIENT_ERROR invalid exptime argument\r\n"),
     ("flush_all 1 2 3\r\n", "ERROR\r\n"),
     ("flush_all noreply\r\n", ""),
