@@ -417,7 +417,14 @@ fn large_values_and_values_over_the_limit() {
     err(&c.one(APPEND, b"", b"small", &huge, 0), 3, "Too large.");
     // An append past the limit too.
     ok(&c.one(SET, &set_extras(0, 0), b"half", &vec![b'h'; 600_000], 0));
-    err(&c.one(APPEND, b"", b"half", &vec![b'h'; 600_000], 0), 3, "Too large.");
+    err(&c.one(APPEND, b"", b"half", &vec![b'h'; 600_000], 0), 5, "Not stored.");
+    assert_eq!(c.one(GET, b"", b"half", b"", 0).value.len(), 600_000, "kept as it was");
+    // A binary touch marks the item fetched, as a text touch does.
+    ok(&c.one(SET, &set_extras(0, 0), b"touched", b"t", 0));
+    ok(&c.one(SET, &set_extras(0, 0), b"untouched", b"u", 0));
+    ok(&c.one(TOUCH, &100u32.to_be_bytes(), b"touched", b"", 0));
+    let mut t = f.client();
+    assert_eq!(t.call(b"mg touched h\r\nmg untouched h\r\n"), b"HD h1\r\nHD h0\r\n");
     assert_eq!(c.one(GET, b"", b"small", b"", 0).value, b"1");
 }
 

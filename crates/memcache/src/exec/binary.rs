@@ -208,7 +208,9 @@ impl<S: Sink> Exec<'_, S> {
             self.ctx.stats.cmd_get.fetch_add(1, Relaxed);
         }
         self.ctx.stats.cmd_touch.fetch_add(1, Relaxed);
-        match touch_item(self.ctx, p.key, exp, None, value).await {
+        // A touch marks the item fetched, as memcached's does (and the
+        // text touch).
+        match touch_item(self.ctx, p.key, exp, None, true).await {
             Ok(Some(it)) => {
                 if value {
                     self.ctx.stats.get_hits.fetch_add(1, Relaxed);
@@ -256,8 +258,8 @@ impl<S: Sink> Exec<'_, S> {
         }
     }
 
-    /// append, prepend: a missing key is "Not stored."; a CAS value in the
-    /// header must match.
+    /// append, prepend: a missing key, or a result over the item size
+    /// limit, is "Not stored."; a CAS value in the header must match.
     async fn bin_concat(&mut self, h: &Header, p: &Packet<'_>, append: bool, quiet: bool) {
         self.ctx.stats.cmd_set.fetch_add(1, Relaxed);
         let (max, data, cas) = (self.ctx.cfg.item_bytes_max, p.value, h.cas);
@@ -267,7 +269,8 @@ impl<S: Sink> Exec<'_, S> {
             .update_async(p.key, |it| match it {
                 None => (Change::Keep, status::NOT_STORED),
                 Some(it) if cas != 0 && cas != it.cas => (Change::Keep, status::KEY_EEXISTS),
-                Some(it) if it.value.len() + data.len() > max => (Change::Keep, status::E2BIG),
+                // memcached cannot allocate the new item: "Not stored."
+                Some(it) if it.value.len() + data.len() > max => (Change::Keep, status::NOT_STORED),
                 Some(it) => {
                     let v = if append { [&it.value[..], data].concat() } else { [data, &it.value[..]].concat() };
                     // A new item to memcached: flags and expiry kept, a
