@@ -723,6 +723,12 @@ fn mg<'a>(raw_key: &'a [u8], t: &[&'a [u8]]) -> Result<Request<'a>, ParseError> 
 /// `ms <key> <datalen> <flags>*`: once the data length is read, a refused
 /// line has its data block skipped (`skip`).
 fn ms<'a>(raw_key: &'a [u8], t: &[&'a [u8]], skip: &mut usize) -> Result<Request<'a>, ParseError> {
+    // A key token over the limit is refused before the data length is
+    // read, so its data line is not skipped (memcached's order: the line
+    // after is then read as a command).
+    if raw_key.len() > KEY_BYTES_MAX {
+        return Err(ParseError::BadFormat);
+    }
     let len = t.first().and_then(|x| data_len(x)).ok_or(ParseError::BadFormat)?;
     // (memcached checks the count after the flags, and then leaves the
     // data line to be read as a command; it is skipped here, as after the

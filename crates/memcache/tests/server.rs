@@ -95,6 +95,7 @@ const CASES: &[(&str, &str)] = &[
     ("ms ae 1 ME C99\r\nx\r\nms ae 1 ME C99\r\nx\r\n", "HD\r\nNS\r\n"),
     ("ms n 1\r\n5\r\nma n T30 t v\r\nmg n t\r\n", "HD\r\nVA 1 t30\r\n6\r\nHD t30\r\n"),
     ("ms k -1\r\n", "CLIENT_ERROR bad command line format\r\n"),
+    ("ms kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk 2\r\nhi\r\n", "CLIENT_ERROR bad command line format\r\nERROR\r\n"),
     ("mg missing v q\r\n", ""),
     ("ms mk 2\r\nhi\r\nmg mk q\r\n", "HD\r\nHD\r\n"),
     ("ms mk 2\r\nhi\r\nms mk 2 MA\r\nyo\r\nms mk 2 MP\r\nab\r\nmg mk v\r\n", "HD\r\nHD\r\nHD\r\nVA 6\r\nabhiyo\r\n"),
