@@ -77,6 +77,24 @@ fn every_listener_requires_its_credential() {
     let c = Client::connect(addr, ClientConfig::default().with_token("ntoken")).unwrap();
     c.put(b"n", b"w").unwrap();
     assert_eq!(c.get(b"n").unwrap().as_deref(), Some(&b"w"[..]));
+
+    // The command line: --token-file (a trailing newline is not part of it).
+    let server = format!("127.0.0.1:{}", s.native);
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_granary")).args(args).args(["--server", server.as_str()]).output().unwrap()
+    };
+    let o = cli(&["get", "n"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("requires a token"), "{o:?}");
+    let token = dir.path().join("token");
+    std::fs::write(&token, "ntoken\n").unwrap();
+    let t = token.to_str().unwrap();
+    let o = cli(&["put", "--token-file", t, "c", "from-the-cli"]);
+    assert!(o.status.success(), "{o:?}");
+    let o = cli(&["get", "--token-file", t, "c"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "from-the-cli", "{o:?}");
+    std::fs::write(&token, "wrong").unwrap();
+    let o = cli(&["get", "--token-file", t, "c"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("refused the token"), "{o:?}");
 }
 
 #[test]

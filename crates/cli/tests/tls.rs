@@ -223,6 +223,19 @@ fn every_tls_listener_serves_real_clients() {
     c.put(b"nk", &big).unwrap();
     assert_eq!(c.get(b"nk").unwrap().as_deref(), Some(&big[..]));
     assert_eq!(s.metric("granary_memcache_tls_handshake_errors_total"), 0);
+
+    // The command line over TLS (--tls-ca), and refused without it.
+    let server = format!("127.0.0.1:{}", s.native);
+    let cli = |args: &[&str]| {
+        run(Command::new(env!("CARGO_BIN_EXE_granary")).args(args).args(["--server", server.as_str()]), b"")
+    };
+    let ca = certs.ca.to_str().unwrap();
+    let put = cli(&["put", "--tls-ca", ca, "ck", "over-tls"]);
+    assert!(put.status.success(), "{put:?}");
+    let get = cli(&["get", "--tls-ca", ca, "ck"]);
+    assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), "over-tls", "{get:?}");
+    let plain = cli(&["get", "ck"]);
+    assert!(!plain.status.success(), "a plain client on the TLS port: {plain:?}");
 }
 
 #[test]

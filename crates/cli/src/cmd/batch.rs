@@ -306,12 +306,12 @@ pub fn run(a: BatchArgs) -> Result<ExitCode, String> {
     let mut input = Vec::new();
     std::io::stdin().read_to_end(&mut input).map_err(|e| format!("cannot read the operations from stdin: {e}"))?;
     let ops = parse(&input)?;
-    let outcome = match (a.path, a.conn.server) {
+    let outcome = match (a.path, a.conn.server.clone()) {
         (Some(path), _) => {
             let dev = DeviceArgs { path, buffered: a.conn.buffered, no_checkpoint: a.conn.no_checkpoint };
             commit_local(&dev, a.flush, &ops)?
         }
-        (None, Some(server)) => commit_remote(&server, a.conn.timeout_ms, &ops)?,
+        (None, Some(server)) => commit_remote(&server, &a.conn, &ops)?,
         (None, None) => unreachable!("checked above"),
     };
     match outcome {
@@ -362,8 +362,8 @@ fn commit_local(dev: &DeviceArgs, flush: bool, ops: &[Op]) -> Result<Outcome, St
 }
 
 /// Commit as one TXN on a server.
-fn commit_remote(server: &str, timeout_ms: u64, ops: &[Op]) -> Result<Outcome, String> {
-    let client = connect(server, timeout_ms)?;
+fn commit_remote(server: &str, conn: &super::ConnArgs, ops: &[Op]) -> Result<Outcome, String> {
+    let client = connect(server, conn)?;
     let txn: Vec<TxnOp> = ops.iter().map(Op::txn_op).collect();
     // An error the server blames on one operation names its line.
     let named = |e: granary_client::Error| {

@@ -32,15 +32,39 @@ enum Target {
 }
 
 /// A client of the server at `server` (HOST:PORT, or HOST for the default
-/// port), one connection, requests timing out after `timeout_ms`.
-pub(super) fn connect(server: &str, timeout_ms: u64) -> Result<granary_client::Client, String> {
+/// port), one connection, requests timing out after `--timeout-ms`, with
+/// the token and TLS settings `conn` names.
+pub(super) fn connect(server: &str, conn: &super::ConnArgs) -> Result<granary_client::Client, String> {
     let addr =
         if server.contains(':') { server.to_string() } else { format!("{server}:{}", granary_proto::DEFAULT_PORT) };
-    let cfg = granary_client::ClientConfig {
-        timeout: std::time::Duration::from_millis(timeout_ms.max(1)),
+    let mut cfg = granary_client::ClientConfig {
+        timeout: std::time::Duration::from_millis(conn.timeout_ms.max(1)),
         connections: 1,
         ..Default::default()
     };
+    if let Some(f) = &conn.token_file {
+        let mut token = std::fs::read(f).map_err(|e| format!("--token-file {}: {e}", f.display()))?;
+        while token.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+            token.pop();
+        }
+        if token.is_empty() {
+            return Err(format!("--token-file {}: the file is empty", f.display()));
+        }
+        cfg = cfg.with_token(token);
+    }
+    match (&conn.tls_ca, &conn.tls_name) {
+        (Some(ca), name) => {
+            let id = conn.tls_cert.as_deref().zip(conn.tls_key.as_deref());
+            let mut tls = granary_client::Tls::from_pem(ca, id).map_err(|e| e.to_string())?;
+            if let Some(n) = name {
+                tls = tls.with_server_name(n.clone());
+            }
+            cfg = cfg.with_tls(tls);
+        }
+        (None, Some(_)) => return Err("--tls-name needs --tls-ca".into()),
+        (None, None) if conn.tls_cert.is_some() => return Err("--tls-cert needs --tls-ca".into()),
+        (None, None) => {}
+    }
     granary_client::Client::connect(addr.as_str(), cfg).map_err(|e| format!("{addr}: {e}"))
 }
 
@@ -49,7 +73,7 @@ impl TargetArgs {
     /// arguments after PATH (or after `--server`).
     fn resolve(self, mut args: Vec<OsString>, min: usize, max: usize) -> Result<(Target, Vec<OsString>), String> {
         let usage = |form: &str| format!("expected {form}");
-        match self.conn.server {
+        match self.conn.server.clone() {
             Some(s) => {
                 if args.len() < min || args.len() > max {
                     return Err(usage("KEY [VALUE] after --server HOST:PORT"));
@@ -57,7 +81,7 @@ impl TargetArgs {
                 if self.conn.buffered || self.conn.no_checkpoint {
                     return Err("--buffered and --no-checkpoint apply to a local store, not --server".into());
                 }
-                let client = connect(&s, self.conn.timeout_ms)?;
+                let client = connect(&s, &self.conn)?;
                 Ok((Target::Remote { client, ns: self.ns.unwrap_or_default() }, args))
             }
             None => {

@@ -43,6 +43,26 @@ pub struct ConnArgs {
     /// Request timeout in milliseconds with --server.
     #[arg(long, default_value_t = 5000)]
     pub timeout_ms: u64,
+    /// With --server: a file holding the token of a server started with
+    /// --native-token (its bytes, less a trailing newline; a file rather
+    /// than an argument, which other users could read in the process list).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<std::path::PathBuf>,
+    /// With --server: speak TLS, trusting the CA certificates in FILE (PEM),
+    /// for a server started with --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// With --tls-ca: present this client certificate (PEM; with
+    /// --tls-key), for a server started with --tls-ca.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// With --tls-ca: the name the server's certificate must carry (default:
+    /// the address connected to).
+    #[arg(long, value_name = "NAME")]
+    pub tls_name: Option<String>,
     /// Use the page cache instead of direct IO (local store only).
     #[arg(long)]
     pub buffered: bool,
