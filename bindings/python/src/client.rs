@@ -75,7 +75,19 @@ impl Remote {
     }
 }
 
-fn config(timeout: f64, connections: i64) -> Result<ClientConfig> {
+/// How a client proves itself and encrypts: the constructors' `token`
+/// (for a server with `--native-token`) and `tls_ca`, `tls_cert`,
+/// `tls_key`, `tls_name` (for a server with `--tls-cert`).
+#[derive(Default)]
+struct Secure {
+    token: Option<Vec<u8>>,
+    tls_ca: Option<std::path::PathBuf>,
+    tls_cert: Option<std::path::PathBuf>,
+    tls_key: Option<std::path::PathBuf>,
+    tls_name: Option<String>,
+}
+
+fn config(timeout: f64, connections: i64, secure: Secure) -> Result<ClientConfig> {
     if !(timeout.is_finite() && timeout > 0.0) {
         return Err(Fail::Invalid(format!("timeout must be a positive number of seconds, got {timeout}")));
     }
@@ -83,7 +95,31 @@ fn config(timeout: f64, connections: i64) -> Result<ClientConfig> {
         Ok(n) if n > 0 => n,
         _ => return Err(Fail::Invalid(format!("connections must be positive, got {connections}"))),
     };
-    Ok(ClientConfig { timeout: Duration::from_secs_f64(timeout), connections, ..ClientConfig::default() })
+    let mut cfg = ClientConfig { timeout: Duration::from_secs_f64(timeout), connections, ..ClientConfig::default() };
+    if let Some(t) = secure.token {
+        // Its length (1 to 1024 bytes) is checked when connecting.
+        cfg = cfg.with_token(t);
+    }
+    let id = match (secure.tls_cert, secure.tls_key) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        _ => return Err(Fail::Invalid("tls_cert and tls_key go together".into())),
+    };
+    match secure.tls_ca {
+        Some(ca) => {
+            let id = id.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+            let mut tls = granary_client::Tls::from_pem(&ca, id).map_err(|e| Fail::Invalid(e.to_string()))?;
+            if let Some(n) = secure.tls_name {
+                tls = tls.with_server_name(n);
+            }
+            cfg = cfg.with_tls(tls);
+        }
+        None if id.is_some() || secure.tls_name.is_some() => {
+            return Err(Fail::Invalid("tls_cert, tls_key and tls_name need tls_ca".into()))
+        }
+        None => {}
+    }
+    Ok(cfg)
 }
 
 /// A client's construction failed: an address that does not resolve
@@ -293,9 +329,21 @@ client_methods!(Client, {
     /// Connect to `address` ("host:port") now, so a bad address or a
     /// refused handshake is raised here.
     #[new]
-    #[pyo3(signature = (address, *, timeout = 5.0, connections = 1))]
-    fn new(py: Python<'_>, address: String, timeout: f64, connections: i64) -> PyResult<Client> {
-        let cfg = config(timeout, connections)?;
+    #[pyo3(signature = (address, *, timeout = 5.0, connections = 1, token = None, tls_ca = None, tls_cert = None, tls_key = None, tls_name = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        address: String,
+        timeout: f64,
+        connections: i64,
+        token: Option<Data<'_>>,
+        tls_ca: Option<std::path::PathBuf>,
+        tls_cert: Option<std::path::PathBuf>,
+        tls_key: Option<std::path::PathBuf>,
+        tls_name: Option<String>,
+    ) -> PyResult<Client> {
+        let secure = Secure { token: token.map(|t| t.to_vec()), tls_ca, tls_cert, tls_key, tls_name };
+        let cfg = config(timeout, connections, secure)?;
         let c = py
             .detach(|| granary_client::Client::connect(address.as_str(), cfg))
             .map_err(|e| bad_address(&address, e))?;
@@ -371,7 +419,8 @@ client_methods!(ShardedClient, {
     /// "host:port:weight [name]", in order, `servers[i]` being the native
     /// address of the pool's server `i`; `hash_tag` its `hash_tag`).
     #[new]
-    #[pyo3(signature = (servers, *, ring = "ketama", pool = None, hash_tag = None, timeout = 5.0, connections = 1))]
+    #[pyo3(signature = (servers, *, ring = "ketama", pool = None, hash_tag = None, timeout = 5.0, connections = 1, token = None, tls_ca = None, tls_cert = None, tls_key = None, tls_name = None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         servers: Vec<String>,
@@ -380,8 +429,14 @@ client_methods!(ShardedClient, {
         hash_tag: Option<String>,
         timeout: f64,
         connections: i64,
+        token: Option<Data<'_>>,
+        tls_ca: Option<std::path::PathBuf>,
+        tls_cert: Option<std::path::PathBuf>,
+        tls_key: Option<std::path::PathBuf>,
+        tls_name: Option<String>,
     ) -> PyResult<ShardedClient> {
-        let cfg = config(timeout, connections)?;
+        let secure = Secure { token: token.map(|t| t.to_vec()), tls_ca, tls_cert, tls_key, tls_name };
+        let cfg = config(timeout, connections, secure)?;
         if servers.is_empty() {
             return Err(Fail::Invalid("no servers given".into()).into());
         }

@@ -55,7 +55,7 @@ def granary_binary() -> Path:
 class Server:
     """`granary serve` on 127.0.0.1, native protocol only; stopped by PID."""
 
-    def __init__(self, data: Path, wait_s: float = 60.0):
+    def __init__(self, data: Path, wait_s: float = 60.0, extra: tuple = ()):
         exe = granary_binary()
         if not exe.exists():
             msg = f"{exe} is missing: build it with `cargo build -p granary-cli` (or set GRANARY_BIN)"
@@ -65,7 +65,7 @@ class Server:
         self.port = free_low_port()
         memcache_port = free_low_port()
         args = [str(exe), "serve", "--data", str(data), "--size", "64M", "-l", "127.0.0.1",
-                "-p", str(memcache_port), "--native-port", str(self.port), "--no-resp", "-t", "1"]
+                "-p", str(memcache_port), "--native-port", str(self.port), "--no-resp", "-t", "1", *extra]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, "GRANARY_LOG": "info"})
         self.log: list[str] = []
