@@ -226,9 +226,22 @@ impl ShardedClient {
     }
 
     /// Every server's answer to a namespace change: Ok if all did it, else
-    /// the first error.
+    /// the first error, preferring one that is not "exists" or "no such
+    /// namespace" (a caller may take those for done: a server that failed
+    /// must not hide behind another that had the change already).
     fn changed(&self, name: &str, req: &Request) -> Result<()> {
-        self.broadcast(name, req).into_iter().try_for_each(|r| as_done(r?, req.op()))
+        let benign = |e: &Error| {
+            matches!(e, Error::Server { status: crate::Status::NamespaceExists | crate::Status::NoSuchNamespace, .. })
+        };
+        let mut first: Option<Error> = None;
+        for r in self.broadcast(name, req) {
+            if let Err(e) = r.and_then(|r| as_done(r, req.op())) {
+                if first.as_ref().is_none_or(|f| benign(f) && !benign(&e)) {
+                    first = Some(e);
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     /// Create namespace `name` on every server.

@@ -1169,6 +1169,17 @@ fn sharded_client_namespaces() {
     sc.ns_drop("users").unwrap();
     assert_eq!(server_error(users.get(b"u1")).0, Status::NoSuchNamespace);
     assert_eq!(server_error(sc.ns_stats("users")).0, Status::NoSuchNamespace);
+    // A server that fails is reported, not hidden behind another's
+    // "exists" (which a caller may take for done).
+    direct[0].ns_create("half", NamespaceOptions::default()).unwrap();
+    let mut servers = servers;
+    drop(servers.pop());
+    match sc.ns_create("half", NamespaceOptions::default()) {
+        Err(Error::Server { status: Status::NamespaceExists, .. }) | Ok(()) => {
+            panic!("the stopped server's failure was hidden")
+        }
+        Err(_) => {}
+    }
 }
 
 /// A TXN's answer, which must be an outcome (not an error).
