@@ -50,8 +50,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How the native server runs.
-#[derive(Debug, Clone)]
+/// How the native server runs. Its `Debug` never shows the token.
+#[derive(Clone)]
 pub struct NativeConfig {
     pub listen: SocketAddr,
     /// Executor threads when the server makes its own runtime; 0 = one per core.
@@ -68,6 +68,20 @@ pub struct NativeConfig {
     pub token: Option<Vec<u8>>,
     /// Speak TLS with these settings (docs/SECURITY.md); None: plain TCP.
     pub tls: Option<granary_server::tls::TlsConfig>,
+}
+
+impl std::fmt::Debug for NativeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeConfig")
+            .field("listen", &self.listen)
+            .field("threads", &self.threads)
+            .field("max_connections", &self.max_connections)
+            .field("value_bytes_max", &self.value_bytes_max)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
 }
 
 impl Default for NativeConfig {

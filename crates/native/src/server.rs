@@ -83,6 +83,14 @@ impl Server {
                 ),
             ));
         }
+        if let Some(t) = &cfg.token {
+            if t.is_empty() || t.len() > proto::HELLO_TOKEN_BYTES_MAX {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("the token is {} bytes; a hello carries 1 to {}", t.len(), proto::HELLO_TOKEN_BYTES_MAX),
+                ));
+            }
+        }
         granary_server::auth::warn_if_exposed("native", listener.local_addr()?, cfg.token.is_some());
         let stats = Arc::new(NativeStats::default());
         let ctx = Arc::new(Ctx {

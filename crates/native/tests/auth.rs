@@ -87,6 +87,27 @@ fn the_right_token_is_served() {
     assert!(!format!("{:?}", ClientConfig::default().with_token(TOKEN)).contains("t0ken"), "Debug hides it");
 }
 
+/// A token no hello can carry (empty, or over 1024 bytes) refuses the
+/// start, and the configuration's Debug form never shows the token.
+#[test]
+fn a_token_no_hello_can_carry_refuses_the_start() {
+    for t in [vec![], vec![b'x'; 1025]] {
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        let c = CreateOptions { segment_bytes: Some(4 << 20), grain_bytes: Some(512), ..CreateOptions::default() };
+        let store = Arc::new(Store::create(dev, &c, &OpenOptions::default()).unwrap());
+        let cfg = NativeConfig {
+            listen: ([127, 0, 0, 1], granary_rt::net::free_low_port().unwrap()).into(),
+            threads: 1,
+            token: Some(t.clone()),
+            ..NativeConfig::default()
+        };
+        let e = Server::start(store, cfg).err().expect("refused");
+        assert!(e.to_string().contains("a hello carries 1 to 1024"), "{e}");
+    }
+    let shown = format!("{:?}", NativeConfig { token: Some(TOKEN.to_vec()), ..NativeConfig::default() });
+    assert!(!shown.contains("t0ken") && shown.contains("<set>"), "{shown}");
+}
+
 #[test]
 fn a_server_without_a_token_serves_every_hello() {
     let srv = server(None);
