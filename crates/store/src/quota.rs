@@ -124,9 +124,17 @@ impl Core {
     /// bytes fit under its quotas with 1/[`EVICT_SLACK`] of them to spare,
     /// or nothing more is found; returns the values evicted. The caller
     /// holds no stripe.
+    /// Values that could not fit even in an empty namespace (more than its
+    /// quotas on their own) are refused at once, evicting nothing.
     pub(crate) async fn evict_for_quota(&self, ns: &NsState, c: &NsCounters, keys: u64, bytes: u64) -> Result<u64> {
         let (id, _) = ns.current()?;
         let NamespaceOptions { max_keys, max_bytes, .. } = ns.options;
+        if let Some(m) = max_keys.filter(|&m| keys > m) {
+            return Err(Error::QuotaExceeded { name: ns.name.clone(), what: "keys", limit: m });
+        }
+        if let Some(m) = max_bytes.filter(|&m| bytes > m) {
+            return Err(Error::QuotaExceeded { name: ns.name.clone(), what: "bytes", limit: m });
+        }
         let target = |max: Option<u64>, need: u64| max.map(|m| m.saturating_sub(need + m / EVICT_SLACK));
         let (keys_at, bytes_at) = (target(max_keys, keys), target(max_bytes, bytes));
         let done = || {

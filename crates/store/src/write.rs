@@ -451,11 +451,45 @@ impl Core {
         loop {
             self.log.check_writable()?;
             self.await_room(room_for, need).await.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
-            let _stripe = self.keys.stripe(h).await;
+            let stripe = self.keys.stripe(h).await;
             let existing = self.find(key, h, true, true).await?;
             let purpose = self.space.put_purpose(existing.as_ref().map(|f| f.entry.pba()));
             let item = existing.as_ref().filter(|x| self.is_live(x, self.clock.now())).map(Self::item_of);
             let (change, r) = f(item.as_ref());
+            // A new value gets the namespace's default TTL and is held to
+            // its quota, as a put is (a touch or rewrite keeps the item's
+            // own expiry and size).
+            let change = match change {
+                Change::Put { value, meta } => Change::Put { value, meta: self.with_default_ttl(ns, meta) },
+                Change::Invalidate { value, meta } => {
+                    Change::Invalidate { value, meta: self.with_default_ttl(ns, meta) }
+                }
+                Change::PutCas { value, meta, cas } => {
+                    Change::PutCas { value, meta: self.with_default_ttl(ns, meta), cas }
+                }
+                other => other,
+            };
+            let new_grains = match &change {
+                Change::Put { value, .. } | Change::Invalidate { value, .. } => {
+                    Some(self.value_grains(key, value.len() as u64, None)?)
+                }
+                Change::PutCas { value, cas, .. } => Some(self.value_grains(key, value.len() as u64, Some(*cas))?),
+                Change::Rewrite { value, cas, .. } => Some(self.value_grains(key, value.len() as u64, *cas)?),
+                _ => None,
+            };
+            if let (Some(grains), true) = (new_grains, ns.options.has_quota()) {
+                match self.check_quota_after(ns, &c, key, grains, (0, 0)).await {
+                    Err(Error::QuotaExceeded { .. }) if self.evicts_at_quota(ns) => {
+                        // Eviction takes stripes: this one is let go first,
+                        // and `f` runs again on what the key then holds.
+                        drop(stripe);
+                        self.evict_for_quota(ns, &c, 1, grains * self.log.grain()).await?;
+                        self.check_quota_after(ns, &c, key, grains, (0, 0)).await?;
+                        continue;
+                    }
+                    r => r?,
+                }
+            }
             let policy = match &change {
                 Change::Touch { fetch, .. } => Policy::Touch { fetch: *fetch },
                 Change::Rewrite { .. } => Policy::Touch { fetch: false },

@@ -11,7 +11,7 @@ use granary_store::block::block_key;
 use granary_store::io::{CrashKind, FaultDevice, SimRng};
 use granary_store::loadgen::{load_key, load_value};
 use granary_store::{
-    Background, Clock, CreateOptions, Durability, Entropy, Error, ItemMeta, NamespaceKind, NamespaceMode,
+    Background, Change, Clock, CreateOptions, Durability, Entropy, Error, ItemMeta, NamespaceKind, NamespaceMode,
     NamespaceOptions, OpenOptions, PutMode, Store, DEFAULT_NAMESPACE,
 };
 use std::collections::HashMap;
@@ -224,6 +224,52 @@ fn quotas_refuse_what_does_not_fit_and_default_ttl_expires() {
     now.fetch_add(11, Relaxed);
     assert_eq!(t.get(b"k").unwrap(), None, "the default TTL expired it");
     assert_eq!(t.get(b"own").unwrap().unwrap(), b"v", "its own expiry time wins");
+}
+
+/// A read-modify-write (`update`) that writes a new value is held to the
+/// namespace's quota and gets its default TTL, as a put is.
+#[test]
+fn update_is_held_to_the_quota_and_gets_the_default_ttl() {
+    let now = clock();
+    let s = Store::create(device(8 << 20), &create_opts(), &opts(&now, false)).unwrap();
+    let o = NamespaceOptions { max_keys: Some(3), default_ttl_secs: 60, ..Default::default() };
+    let ns = s.create_namespace("u", o).unwrap();
+    for k in [b"a", b"b", b"c"] {
+        ns.put(k, b"v").unwrap();
+    }
+    let put = |_: Option<&granary_store::Item>| (Change::Put { value: b"new".to_vec(), meta: ItemMeta::default() }, ());
+    let err = ns.update(b"d", put).unwrap_err();
+    assert!(matches!(err, Error::QuotaExceeded { what: "keys", limit: 3, .. }), "{err}");
+    assert_eq!(ns.get(b"d").unwrap(), None);
+    // An overwrite fits, and expires with the default TTL.
+    ns.update(b"a", put).unwrap();
+    assert_eq!(ns.get(b"a").unwrap().unwrap(), b"new");
+    now.fetch_add(61, Relaxed);
+    assert_eq!(ns.get(b"a").unwrap(), None, "the default TTL expired the updated value");
+}
+
+/// A value larger than a cache namespace's whole byte quota (or a batch of
+/// them) is refused at once: nothing of the namespace is evicted for it.
+#[test]
+fn a_value_larger_than_the_quota_is_refused_without_evicting() {
+    let now = clock();
+    let s = Store::create(device(8 << 20), &create_opts(), &opts(&now, true)).unwrap();
+    let o = NamespaceOptions { mode: NamespaceMode::Cache, max_bytes: Some(8 * 512), ..Default::default() };
+    let ns = s.create_namespace("c", o).unwrap();
+    for i in 0..5u64 {
+        ns.put(&load_key(i), b"small").unwrap();
+    }
+    let err = ns.put(b"big", &[7u8; 16 * 512]).unwrap_err();
+    assert!(matches!(err, Error::QuotaExceeded { what: "bytes", .. }), "{err}");
+    let mut batch = s.batch();
+    for i in 100..120u64 {
+        batch.put(&ns, &load_key(i), &[1u8; 400]);
+    }
+    assert!(matches!(batch.commit(), Err(Error::QuotaExceeded { what: "bytes", .. })));
+    for i in 0..5u64 {
+        assert_eq!(ns.get(&load_key(i)).unwrap().as_deref(), Some(&b"small"[..]), "key {i} kept");
+    }
+    assert_eq!(ns.stats().unwrap().evictions, 0);
 }
 
 #[test]
