@@ -385,8 +385,10 @@ fn a_key_over_250_bytes_is_a_bad_command_line() {
     ] {
         assert_eq!(err(&line), ParseError::BadFormat, "{}", &line[..10]);
     }
+    // ms refuses the key before it reads the data length, so its data line
+    // is not skipped (memcached's order: it is read as a command next).
     let p = parse(format!("ms {long} 2").as_bytes()).skip;
-    assert_eq!(p, 4, "ms skips its data");
+    assert_eq!(p, 0, "ms leaves its data line");
 }
 
 #[test]
