@@ -220,6 +220,64 @@ fn corruption_in_the_file_is_detected() {
     assert_eq!(o.stdout, filler);
 }
 
+/// On a block device (a loop device over a file here), `create` writes
+/// only over a blank head: `--if-absent` makes the store on a blank device
+/// and opens it again after; without it, a device holding a store, or
+/// anything else (a filesystem's bytes), is refused, left as it was.
+/// Needs root and a free loop device; else skipped, saying why.
+#[test]
+fn create_on_a_block_device_writes_only_over_a_blank_head() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("create_on_a_block_device_writes_only_over_a_blank_head: skipped: not root (losetup needs it)");
+        return;
+    }
+    let dir = workdir();
+    let backing = dir.path().join("disk.img");
+    std::fs::File::create(&backing).unwrap().set_len(64 << 20).unwrap();
+    let attach = Command::new("losetup").args(["-f", "--show"]).arg(&backing).output();
+    let dev = match attach {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        other => {
+            eprintln!("create_on_a_block_device_writes_only_over_a_blank_head: skipped: no loop device: {other:?}");
+            return;
+        }
+    };
+    struct Detach(String);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            let _ = Command::new("losetup").args(["-d", &self.0]).status();
+        }
+    }
+    let _detach = Detach(dev.clone());
+    let d = dev.as_str();
+    // Blank: --if-absent makes the store, then opens it.
+    let o = run(&["create", d, "--if-absent"]);
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(code(&run(&["put", d, "k", "on the device"])), 0);
+    assert_eq!(code(&run(&["create", d, "--if-absent"])), 0, "an existing store is accepted");
+    assert_eq!(run(&["get", d, "k"]).stdout, b"on the device");
+    // Without --if-absent: refused, the store left as it was.
+    assert_one_line_error(&run(&["create", d]), "already holds a Granary store");
+    assert_eq!(run(&["get", d, "k"]).stdout, b"on the device");
+    // Something else in its head (as a filesystem leaves its superblock at
+    // 1 KiB): refused, with or without --if-absent (it is no store to open).
+    let other = dir.path().join("fs.img");
+    let mut img = vec![0u8; 4096];
+    img[1024..1035].copy_from_slice(b"not a store");
+    std::fs::write(&other, &img).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&other).unwrap().set_len(64 << 20).unwrap();
+    let attach = Command::new("losetup").args(["-f", "--show"]).arg(&other).output().unwrap();
+    assert!(attach.status.success(), "{attach:?}");
+    let _detach_other = Detach(String::from_utf8_lossy(&attach.stdout).trim().to_string());
+    let o2 = _detach_other.0.as_str();
+    assert_one_line_error(&run(&["create", o2]), "holds data");
+    assert_ne!(code(&run(&["create", o2, "--if-absent"])), 0);
+    let mut head = vec![0u8; 2048];
+    std::io::Read::read_exact(&mut std::fs::File::open(o2).unwrap(), &mut head).unwrap();
+    assert_eq!(&head[1024..1035], b"not a store", "not overwritten");
+}
+
 /// The README's first command works on a fresh directory, and again.
 #[test]
 fn create_makes_parent_directories_and_if_absent_is_repeatable() {

@@ -110,7 +110,10 @@ impl Site {
         let (holds_store, removed_unfinished) = match if_present {
             IfPresent::Open => {
                 let removed = spec.remove_unfinished().map_err(Error::Device)?;
-                (spec.exists().map_err(Error::Device)?, removed)
+                // Block devices whose heads are all zeros hold nothing yet:
+                // the store is made on them.
+                let blank = spec.paths().iter().all(|p| is_block_device(p) && blank_head(p).unwrap_or(false));
+                (spec.exists().map_err(Error::Device)? && !blank, removed)
             }
             IfPresent::Refuse => {
                 // A stripe set with members missing is an error of its own.
@@ -211,6 +214,26 @@ fn is_block_device(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.file_type().is_block_device())
 }
 
+/// Bytes at the start of a block device that must all be zero for
+/// `granary create` to write over it: a store's superblock, a stripe
+/// label, and the signatures of partition tables and filesystems (ext4's
+/// superblock at 1 KiB, XFS's at 0, a GPT header at 512 bytes...) lie
+/// in them.
+pub const DEVICE_HEAD_BYTES: usize = 64 * 1024;
+
+/// The first [`DEVICE_HEAD_BYTES`] of `p` (fewer if it is smaller).
+fn device_head(p: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(DEVICE_HEAD_BYTES);
+    std::fs::File::open(p)?.take(DEVICE_HEAD_BYTES as u64).read_to_end(&mut head)?;
+    Ok(head)
+}
+
+/// Whether `p`'s head is all zeros.
+fn blank_head(p: &Path) -> io::Result<bool> {
+    Ok(device_head(p)?.iter().all(|&b| b == 0))
+}
+
 /// Creating over a file that exists: say what is there and what to do,
 /// instead of the system's bare "File exists". Block devices (and links
 /// to them) pass; anything else that is not a regular file is refused
@@ -220,10 +243,33 @@ fn refuse_existing(spec: &DeviceSpec) -> Result<()> {
     for p in spec.paths() {
         // Follows links, as the device code does.
         let Ok(meta) = std::fs::metadata(p) else { continue };
-        if is_block_device(p) {
-            continue;
-        }
         let refuse = |what: String| Err(Error::Device(io::Error::new(io::ErrorKind::AlreadyExists, what)));
+        if is_block_device(p) {
+            // Written over only when its head is all zeros: a store, a
+            // filesystem or a partition table there is never destroyed by
+            // a mistyped path.
+            let head = device_head(p).map_err(|e| {
+                Error::Device(io::Error::new(e.kind(), format!("{}: cannot read the device: {e}", p.display())))
+            })?;
+            if head.iter().all(|&b| b == 0) {
+                continue;
+            }
+            let store = head.len() >= 8
+                && (head[..8] == granary_format::superblock::SUPERBLOCK_MAGIC.to_le_bytes()
+                    || head[..8] == granary_io::stripe::LABEL_MAGIC);
+            let what = if store {
+                "already holds a Granary store: left as it is (`--if-absent` accepts an existing store)"
+            } else {
+                "holds data (a filesystem, a partition table or another store?): not overwritten"
+            };
+            return refuse(format!(
+                "{}: {what}; to use the device anyway, zero its first {} KiB first (`dd if=/dev/zero of={} \
+                 bs=64K count=1`)",
+                p.display(),
+                DEVICE_HEAD_BYTES / 1024,
+                p.display()
+            ));
+        }
         if !meta.is_file() {
             return refuse(format!("{}: exists and is not a regular file or a block device", p.display()));
         }
