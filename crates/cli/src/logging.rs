@@ -25,8 +25,34 @@ pub fn init(json: bool) {
 /// Report an internal error (a panic) as one line naming the program.
 pub fn one_line_panics(program: &'static str) {
     std::panic::set_hook(Box::new(move |info| {
+        if is_closed_stdout(info.payload()) {
+            return; // `| head` stopped reading: not an error to report
+        }
         eprintln!("{program}: internal error: {info}; please report this");
     }));
+}
+
+/// Whether a panic is `print!`'s on a standard output whose reader has
+/// gone (a closed pipe): the command stops there, its store closed as the
+/// panic unwinds, and exits quietly ([`quiet_on_closed_stdout`]).
+pub fn is_closed_stdout(payload: &(dyn std::any::Any + Send)) -> bool {
+    let msg = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("");
+    msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe")
+}
+
+/// Run `f`; if it panicked only because its standard output was closed
+/// (`granary verify ... | head`), exit 0 as a filter does when its reader
+/// has what it wanted; any other panic goes on as before.
+pub fn quiet_on_closed_stdout(f: impl FnOnce() -> ExitCode) -> ExitCode {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(code) => code,
+        Err(p) if is_closed_stdout(&*p) => ExitCode::SUCCESS,
+        Err(p) => std::panic::resume_unwind(p),
+    }
 }
 
 /// The exit of a command: its code, or its error on one line and exit 2.
@@ -37,5 +63,21 @@ pub fn finish(program: &str, r: Result<ExitCode, String>) -> ExitCode {
             eprintln!("{program}: error: {msg}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod closed_stdout_tests {
+    use super::*;
+
+    /// print!'s panic on a closed pipe ends the command quietly with exit
+    /// 0; any other panic still propagates.
+    #[test]
+    fn a_closed_stdout_ends_quietly_and_other_panics_go_on() {
+        let code = quiet_on_closed_stdout(|| panic!("failed printing to stdout: Broken pipe (os error 32)"));
+        assert_eq!(code, ExitCode::SUCCESS);
+        let other = std::panic::catch_unwind(|| quiet_on_closed_stdout(|| panic!("index out of bounds")));
+        assert!(other.is_err(), "another panic is not swallowed");
+        assert!(!is_closed_stdout(&"failed printing to stdout: Permission denied"));
     }
 }

@@ -92,20 +92,25 @@ fn main() -> ExitCode {
         },
         cmd => {
             logging::init(json_logs);
-            match cmd {
-                Cmd::Create(a) => cmd::create::run(a),
-                Cmd::Put(a) => cmd::kv::put(a),
-                Cmd::Get(a) => cmd::kv::get(a),
-                Cmd::Del(a) => cmd::kv::del(a),
-                Cmd::Batch(a) => cmd::batch::run(a),
-                Cmd::Stat(a) => cmd::stat::run(a),
-                Cmd::Verify(a) => cmd::verify::run(a),
-                Cmd::Load(a) => cmd::load::run(a),
-                Cmd::Ns(a) => cmd::ns::run(a),
-                Cmd::Export(a) => cmd::export::run(a),
-                Cmd::Serve(_) => unreachable!("matched above"),
-            }
+            return logging::quiet_on_closed_stdout(|| logging::finish("granary", run_local(cmd)));
         }
     };
     logging::finish("granary", r)
+}
+
+/// Every command but `serve`.
+fn run_local(cmd: Cmd) -> Result<ExitCode, String> {
+    match cmd {
+        Cmd::Create(a) => cmd::create::run(a),
+        Cmd::Put(a) => cmd::kv::put(a),
+        Cmd::Get(a) => cmd::kv::get(a),
+        Cmd::Del(a) => cmd::kv::del(a),
+        Cmd::Batch(a) => cmd::batch::run(a),
+        Cmd::Stat(a) => cmd::stat::run(a),
+        Cmd::Verify(a) => cmd::verify::run(a),
+        Cmd::Load(a) => cmd::load::run(a),
+        Cmd::Ns(a) => cmd::ns::run(a),
+        Cmd::Export(a) => cmd::export::run(a),
+        Cmd::Serve(_) => unreachable!("matched above"),
+    }
 }
