@@ -478,7 +478,8 @@ pub const SETTINGS: &[Setting] = &[
         key: "idle_timeout",
         long: "idle-timeout",
         short: None,
-        kind: Kind::Int { name: "SECS", min: 0, max: u64::MAX },
+        // Ten years: past it a deadline would overflow the clock.
+        kind: Kind::Int { name: "SECS", min: 0, max: 315_360_000 },
         help: "Close connections idle (nothing received) for this many seconds; 0 = never (memcached's idle_timeout)",
         default: "`0` (never)",
         meaning: "close a connection that sends nothing for this long (memcached's `idle_timeout`; counted as `idle_kicks`)",
@@ -973,6 +974,8 @@ mod tests {
             ("threads = -1", "line 1: threads: -1 is out of range (at least 0)"),
             ("conn_limit = 0", "line 1: conn_limit: 0 is out of range (at least 1)"),
             ("io_spin_us = 1000001", "line 1: io_spin_us: 1000001 is out of range (0 to 1000000)"),
+            // Past ten years a connection's deadline would overflow the clock.
+            ("idle_timeout = 315360001", "line 1: idle_timeout: 315360001 is out of range (0 to 315360000)"),
             ("io = \"fast\"", "line 1: io: \"fast\" is not one of \"uring\", \"sync\""),
             ("gc_policy = \"lru\"", "line 1: gc_policy: \"lru\" is not one of \"cost-benefit\", \"greedy\""),
             (
