@@ -210,7 +210,37 @@ impl Config {
         }
         c.print = a.print_config;
         c.print_settings_table = a.print_settings_table;
+        c.check_ports()?;
         Ok(c)
+    }
+
+    /// Two listeners on one port are refused here, before any store is
+    /// opened or created: their sockets may both bind (they do not listen
+    /// until the store is open), so the clash would show only after a
+    /// zero fill or a recovery.
+    fn check_ports(&self) -> Result<(), String> {
+        let mut used: Vec<(&str, IpAddr, u16)> = vec![("the memcache port (-p)", self.listen, self.port)];
+        if self.native {
+            used.push(("--native-port", self.listen, self.native_port));
+        }
+        if self.resp {
+            used.push(("--resp-port", self.listen, self.resp_port));
+        }
+        if self.nbd_port != 0 {
+            used.push(("--nbd-port", self.listen, self.nbd_port));
+        }
+        if let Some(m) = self.metrics {
+            used.push(("--metrics", m.ip(), m.port()));
+        }
+        for (i, &(a, ip_a, port)) in used.iter().enumerate() {
+            for &(b, ip_b, other) in &used[i + 1..] {
+                let overlap = ip_a == ip_b || ip_a.is_unspecified() || ip_b.is_unspecified();
+                if port != 0 && port == other && overlap {
+                    return Err(format!("{a} and {b} are both port {port}: give each listener a port of its own"));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The configuration as TOML (what --print-config shows; it reads back

@@ -433,6 +433,29 @@ fn granary(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_granary")).args(args).output().unwrap()
 }
 
+/// Two listeners given one port are refused before the data file is
+/// created (their sockets could both bind; only listening would clash).
+#[test]
+fn two_listeners_on_one_port_are_refused_before_the_store() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("g.db");
+    let d = data.to_str().unwrap();
+    let p = free_port().to_string();
+    let metrics = format!("127.0.0.1:{p}");
+    for (extra, want) in [
+        (vec!["-p", &p, "--native-port", &p], "the memcache port (-p) and --native-port are both port"),
+        (vec!["--native-port", &p, "--resp-port", &p], "--native-port and --resp-port are both port"),
+        (vec!["-p", &p, "--metrics", &metrics], "the memcache port (-p) and --metrics are both port"),
+    ] {
+        let mut args = vec!["serve", "--data", d, "--size", "64M"];
+        args.extend(extra.iter().copied());
+        let o = granary(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(want), "{args:?}: {err}");
+        assert!(!data.exists(), "no data file is created");
+    }
+}
+
 /// A stop signal during the zero fill of a new data file (seconds per
 /// GiB-sized file, minutes for a large one) stops the creation and removes
 /// the file, for `granary serve` (SIGTERM) and `granary create` (SIGINT,
