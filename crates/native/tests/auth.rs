@@ -17,6 +17,11 @@ use std::time::Duration;
 const TOKEN: &[u8] = b"t0ken with spaces";
 
 fn server(token: Option<&[u8]>) -> Server {
+    start(token).unwrap()
+}
+
+/// A server on a new in-memory store requiring `token` (None: none).
+fn start(token: Option<&[u8]>) -> std::io::Result<Server> {
     let dev = Arc::new(MemDevice::new(64 << 20));
     let c = CreateOptions { segment_bytes: Some(4 << 20), grain_bytes: Some(512), ..CreateOptions::default() };
     let store = Arc::new(Store::create(dev, &c, &OpenOptions::default()).unwrap());
@@ -26,7 +31,7 @@ fn server(token: Option<&[u8]>) -> Server {
         token: token.map(|t| t.to_vec()),
         ..NativeConfig::default()
     };
-    Server::start(store, cfg).unwrap()
+    Server::start(store, cfg)
 }
 
 /// The server's hello to `hello` (and `token` after it), and for a
@@ -92,16 +97,7 @@ fn the_right_token_is_served() {
 #[test]
 fn a_token_no_hello_can_carry_refuses_the_start() {
     for t in [vec![], vec![b'x'; 1025]] {
-        let dev = Arc::new(MemDevice::new(64 << 20));
-        let c = CreateOptions { segment_bytes: Some(4 << 20), grain_bytes: Some(512), ..CreateOptions::default() };
-        let store = Arc::new(Store::create(dev, &c, &OpenOptions::default()).unwrap());
-        let cfg = NativeConfig {
-            listen: ([127, 0, 0, 1], granary_rt::net::free_low_port().unwrap()).into(),
-            threads: 1,
-            token: Some(t.clone()),
-            ..NativeConfig::default()
-        };
-        let e = Server::start(store, cfg).err().expect("refused");
+        let e = start(Some(&t)).err().expect("refused");
         assert!(e.to_string().contains("a hello carries 1 to 1024"), "{e}");
     }
     let shown = format!("{:?}", NativeConfig { token: Some(TOKEN.to_vec()), ..NativeConfig::default() });
