@@ -57,7 +57,10 @@ pub struct Sleep {
 
 /// Sleep for `d`.
 pub fn sleep(d: Duration) -> Sleep {
-    sleep_until(Instant::now() + d)
+    let now = Instant::now();
+    // A duration past what the clock can count (years on end) is a sleep
+    // that does not end: a century from now, instead of an overflow.
+    sleep_until(now.checked_add(d).unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400)))
 }
 
 /// Sleep until `at`.

@@ -133,6 +133,12 @@ fn timers_fire_in_deadline_order_and_timeout_cancels() {
             assert!(slow.is_err());
             let fast = timeout(Duration::from_secs(3600), async { 7 }).await;
             assert_eq!(fast, Ok(7));
+            // A duration past the clock's range (an idle timeout of u64::MAX
+            // seconds) is a sleep that does not end, not an overflow panic.
+            let never = timeout(Duration::from_millis(5), sleep(Duration::MAX)).await;
+            assert!(never.is_err());
+            let fast = timeout(Duration::MAX, async { 8 }).await;
+            assert_eq!(fast, Ok(8));
             let v = order.lock().unwrap().clone();
             v
         })
