@@ -260,11 +260,13 @@ fn create_on_a_block_device_writes_only_over_a_blank_head() {
     // Without --if-absent: refused, the store left as it was.
     assert_one_line_error(&run(&["create", d]), "already holds a Granary store");
     assert_eq!(run(&["get", d, "k"]).stdout, b"on the device");
-    // Something else in its head (as a filesystem leaves its superblock at
-    // 1 KiB): refused, with or without --if-absent (it is no store to open).
+    // Something else in its head (as a filesystem leaves its superblock,
+    // here at 64 KiB as btrfs does): refused, with or without --if-absent
+    // (it is no store to open).
     let other = dir.path().join("fs.img");
-    let mut img = vec![0u8; 4096];
-    img[1024..1035].copy_from_slice(b"not a store");
+    // Only where btrfs keeps its superblock, 64 KiB in.
+    let mut img = vec![0u8; 70_000];
+    img[65_600..65_611].copy_from_slice(b"not a store");
     std::fs::write(&other, &img).unwrap();
     std::fs::OpenOptions::new().write(true).open(&other).unwrap().set_len(64 << 20).unwrap();
     let attach = Command::new("losetup").args(["-f", "--show"]).arg(&other).output().unwrap();
@@ -273,9 +275,9 @@ fn create_on_a_block_device_writes_only_over_a_blank_head() {
     let o2 = _detach_other.0.as_str();
     assert_one_line_error(&run(&["create", o2]), "holds data");
     assert_ne!(code(&run(&["create", o2, "--if-absent"])), 0);
-    let mut head = vec![0u8; 2048];
+    let mut head = vec![0u8; 70_000];
     std::io::Read::read_exact(&mut std::fs::File::open(o2).unwrap(), &mut head).unwrap();
-    assert_eq!(&head[1024..1035], b"not a store", "not overwritten");
+    assert_eq!(&head[65_600..65_611], b"not a store", "not overwritten");
 }
 
 /// The README's first command works on a fresh directory, and again.

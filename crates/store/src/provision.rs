@@ -217,9 +217,9 @@ fn is_block_device(p: &Path) -> bool {
 /// Bytes at the start of a block device that must all be zero for
 /// `granary create` to write over it: a store's superblock, a stripe
 /// label, and the signatures of partition tables and filesystems (ext4's
-/// superblock at 1 KiB, XFS's at 0, a GPT header at 512 bytes...) lie
-/// in them.
-pub const DEVICE_HEAD_BYTES: usize = 64 * 1024;
+/// superblock at 1 KiB, XFS's at 0, a GPT header at 512 bytes, btrfs's and
+/// reiserfs's at 64 KiB...) lie in them, as in what `wipefs` probes.
+pub const DEVICE_HEAD_BYTES: usize = 1024 * 1024;
 
 /// The first [`DEVICE_HEAD_BYTES`] of `p` (fewer if it is smaller).
 fn device_head(p: &Path) -> io::Result<Vec<u8>> {
@@ -264,7 +264,7 @@ fn refuse_existing(spec: &DeviceSpec) -> Result<()> {
             };
             return refuse(format!(
                 "{}: {what}; to use the device anyway, zero its first {} KiB first (`dd if=/dev/zero of={} \
-                 bs=64K count=1`)",
+                 bs=1M count=1`)",
                 p.display(),
                 DEVICE_HEAD_BYTES / 1024,
                 p.display()

@@ -124,6 +124,7 @@ impl Core {
     /// bytes fit under its quotas with 1/[`EVICT_SLACK`] of them to spare,
     /// or nothing more is found; returns the values evicted. The caller
     /// holds no stripe.
+    ///
     /// Values that could not fit even in an empty namespace (more than its
     /// quotas on their own) are refused at once, evicting nothing.
     pub(crate) async fn evict_for_quota(&self, ns: &NsState, c: &NsCounters, keys: u64, bytes: u64) -> Result<u64> {

@@ -456,9 +456,9 @@ impl Core {
             let purpose = self.space.put_purpose(existing.as_ref().map(|f| f.entry.pba()));
             let item = existing.as_ref().filter(|x| self.is_live(x, self.clock.now())).map(Self::item_of);
             let (change, r) = f(item.as_ref());
-            // A new value gets the namespace's default TTL and is held to
-            // its quota, as a put is (a touch or rewrite keeps the item's
-            // own expiry and size).
+            // A new value gets the namespace's default TTL, as a put does
+            // (a touch or a rewrite keeps the item's own expiry); every
+            // value written is held to the quota.
             let change = match change {
                 Change::Put { value, meta } => Change::Put { value, meta: self.with_default_ttl(ns, meta) },
                 Change::Invalidate { value, meta } => {
@@ -481,10 +481,10 @@ impl Core {
                 match self.check_quota_after(ns, &c, key, grains, (0, 0)).await {
                     Err(Error::QuotaExceeded { .. }) if self.evicts_at_quota(ns) => {
                         // Eviction takes stripes: this one is let go first,
-                        // and `f` runs again on what the key then holds.
+                        // and `f` runs again on what the key then holds (an
+                        // eviction may have taken the key itself).
                         drop(stripe);
-                        self.evict_for_quota(ns, &c, 1, grains * self.log.grain()).await?;
-                        self.check_quota_after(ns, &c, key, grains, (0, 0)).await?;
+                        self.check_quota(ns, &c, key, grains).await?;
                         continue;
                     }
                     r => r?,

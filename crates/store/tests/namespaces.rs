@@ -270,6 +270,16 @@ fn a_value_larger_than_the_quota_is_refused_without_evicting() {
         assert_eq!(ns.get(&load_key(i)).unwrap().as_deref(), Some(&b"small"[..]), "key {i} kept");
     }
     assert_eq!(ns.stats().unwrap().evictions, 0);
+    // An update past the quota makes room as a put does: the namespace
+    // evicts its own oldest values and the write goes through.
+    for i in 200..220u64 {
+        let put =
+            |_: Option<&granary_store::Item>| (Change::Put { value: vec![3u8; 400], meta: ItemMeta::default() }, ());
+        ns.update(&load_key(i), put).unwrap();
+        assert!(ns.stats().unwrap().value_bytes <= 8 * 512, "{i}: {:?}", ns.stats().unwrap());
+    }
+    assert_eq!(ns.get(&load_key(219)).unwrap().unwrap(), vec![3u8; 400]);
+    assert!(ns.stats().unwrap().evictions > 0);
 }
 
 #[test]
