@@ -44,13 +44,18 @@ pub fn is_closed_stdout(payload: &(dyn std::any::Any + Send)) -> bool {
     msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe")
 }
 
+/// The exit status of a command whose standard output was closed: what a
+/// shell reports for a process SIGPIPE ended (128 + 13), so `set -o
+/// pipefail` still sees that the command did not finish.
+pub const CLOSED_STDOUT_EXIT: u8 = 141;
+
 /// Run `f`; if it panicked only because its standard output was closed
-/// (`granary verify ... | head`), exit 0 as a filter does when its reader
-/// has what it wanted; any other panic goes on as before.
+/// (`granary verify ... | head`), exit quietly with [`CLOSED_STDOUT_EXIT`]
+/// instead of reporting an internal error; any other panic goes on.
 pub fn quiet_on_closed_stdout(f: impl FnOnce() -> ExitCode) -> ExitCode {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(code) => code,
-        Err(p) if is_closed_stdout(&*p) => ExitCode::SUCCESS,
+        Err(p) if is_closed_stdout(&*p) => ExitCode::from(CLOSED_STDOUT_EXIT),
         Err(p) => std::panic::resume_unwind(p),
     }
 }
@@ -71,11 +76,11 @@ mod closed_stdout_tests {
     use super::*;
 
     /// print!'s panic on a closed pipe ends the command quietly with exit
-    /// 0; any other panic still propagates.
+    /// 141; any other panic still propagates.
     #[test]
     fn a_closed_stdout_ends_quietly_and_other_panics_go_on() {
         let code = quiet_on_closed_stdout(|| panic!("failed printing to stdout: Broken pipe (os error 32)"));
-        assert_eq!(code, ExitCode::SUCCESS);
+        assert_eq!(code, ExitCode::from(CLOSED_STDOUT_EXIT));
         let other = std::panic::catch_unwind(|| quiet_on_closed_stdout(|| panic!("index out of bounds")));
         assert!(other.is_err(), "another panic is not swallowed");
         assert!(!is_closed_stdout(&"failed printing to stdout: Permission denied"));

@@ -78,6 +78,11 @@ enum Cmd {
 
 fn main() -> ExitCode {
     logging::one_line_panics("granary");
+    logging::quiet_on_closed_stdout(run)
+}
+
+/// The command line's command, run.
+fn run() -> ExitCode {
     let cli = Cli::parse();
     let json_logs = std::env::var("GRANARY_LOG_FORMAT").is_ok_and(|v| v == "json");
     let r = match cli.cmd {
@@ -92,7 +97,7 @@ fn main() -> ExitCode {
         },
         cmd => {
             logging::init(json_logs);
-            return logging::quiet_on_closed_stdout(|| logging::finish("granary", run_local(cmd)));
+            run_local(cmd)
         }
     };
     logging::finish("granary", r)

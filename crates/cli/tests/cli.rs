@@ -220,6 +220,19 @@ fn corruption_in_the_file_is_detected() {
     assert_eq!(o.stdout, filler);
 }
 
+/// A command whose standard output has no reader (`| head` that has
+/// stopped) ends quietly with the status a shell gives a process SIGPIPE
+/// ended (141), not an internal error: here `serve --print-config` into a
+/// pipe whose read end is already closed.
+#[test]
+fn a_closed_stdout_ends_the_command_quietly_with_141() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = bin().args(["serve", "--print-config"]).stdout(writer).stderr(Stdio::piped()).output().unwrap();
+    assert_eq!(o.status.code(), Some(141), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.stderr.is_empty(), "nothing said: {}", String::from_utf8_lossy(&o.stderr));
+}
+
 /// On a block device (a loop device over a file here), `create` writes
 /// only over a blank head: `--if-absent` makes the store on a blank device
 /// and opens it again after; without it, a device holding a store, or
