@@ -321,6 +321,9 @@ fn create_makes_parent_directories_and_if_absent_is_repeatable() {
     assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains("interrupted"), "{o:?}");
     assert_eq!(code(&run(&["put", k, "hello", "again"])), 0);
+    // Options of a server connection are refused on a local store.
+    assert_one_line_error(&run(&["get", k, "hello", "--token-file", "/dev/null"]), "only with --server");
+    assert_one_line_error(&run(&["put", k, "hello", "x", "--tls-ca", "/dev/null"]), "only with --server");
     assert_eq!(run(&["get", k, "hello"]).stdout, b"again");
     assert_one_line_error(&run(&["create", k, "--size", "64M"]), "already holds a Granary store");
     assert_eq!(run(&["get", k, "hello"]).stdout, b"again", "left as it is");

@@ -581,15 +581,16 @@ impl<'a, S: Sink> Exec<'a, S> {
     /// Flush the namespace now, or (`delay` > 0, an exptime) then; counted.
     /// As memcached keeps one flush time, each `flush_all` replaces a
     /// delayed one still pending (from any connection), and an absolute
-    /// time already past flushes nothing.
+    /// time before the server started flushes nothing (memcached's flush
+    /// time is then before every item; one since then flushes now).
     async fn flush_after(&mut self, delay: i64) -> Result<(), Error> {
         self.ctx.stats.cmd_flush.fetch_add(1, Relaxed);
         let this = self.ctx.flushes.fetch_add(1, Relaxed) + 1;
         if delay > 0 {
             let at = self.expires(delay) as i64;
             let now = self.ctx.store.now() as i64;
-            if delay > RELATIVE_EXPTIME_MAX && at <= now {
-                return Ok(());
+            if delay > RELATIVE_EXPTIME_MAX && at == 1 {
+                return Ok(()); // `expires`: before the start
             }
             let wait = (at - now).max(0) as u64;
             let (flushes, ns) = (self.ctx.flushes.clone(), self.ctx.ns.clone());

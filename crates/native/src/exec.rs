@@ -606,7 +606,6 @@ async fn execute(ctx: &Ctx, scope: &Scope, h: Header, body: &[u8], resp: &mut Ou
             ctx.stats.gets.fetch_add(1, Relaxed);
             match ns.get_buf_async(k).await {
                 Ok(Some(v)) => {
-                    ctx.stats.get_hits.fetch_add(1, Relaxed);
                     let info = (h.op == proto::Op::Gets).then_some(proto::ItemInfo {
                         cas: v.cas,
                         flags: v.meta.flags,
@@ -624,6 +623,7 @@ async fn execute(ctx: &Ctx, scope: &Scope, h: Header, body: &[u8], resp: &mut Ou
                         );
                         return single(&mut resp.bytes, (Status::ValueTooLarge, msg.into_bytes()));
                     }
+                    ctx.stats.get_hits.fetch_add(1, Relaxed);
                     proto::encode_response_header(&mut resp.bytes, h.op, Status::Ok, h.id, info_len + v.len());
                     if let Some(info) = info {
                         info.encode(&mut resp.bytes);

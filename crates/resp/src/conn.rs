@@ -329,11 +329,12 @@ async fn exec_queue(ctx: &Ctx, client: &mut Client, out: &mut Vec<u8>) {
     }
     let mark = out.len();
     // What the queued commands may change of the connection (SELECT,
-    // CLIENT SETNAME/SETINFO, HELLO): put back whenever EXEC does not
-    // commit, as if nothing had run (Redis runs nothing then).
-    let before = (client.db, client.name.clone(), client.lib_name.clone(), client.lib_ver.clone(), client.resp3);
+    // CLIENT SETNAME/SETINFO; HELLO and AUTH cannot be queued): put back
+    // whenever EXEC does not commit, as if nothing had run (Redis runs
+    // nothing then).
+    let before = (client.db, client.name.clone(), client.lib_name.clone(), client.lib_ver.clone());
     let restore = |client: &mut Client| {
-        (client.db, client.name, client.lib_name, client.lib_ver, client.resp3) = before.clone();
+        (client.db, client.name, client.lib_name, client.lib_ver) = before.clone();
     };
     let fail = |client: &mut Client, out: &mut Vec<u8>, msg: &str| {
         restore(client);

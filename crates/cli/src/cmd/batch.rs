@@ -303,6 +303,9 @@ pub fn run(a: BatchArgs) -> Result<ExitCode, String> {
     if !local && (a.conn.buffered || a.conn.no_checkpoint || a.flush) {
         return Err("--buffered, --no-checkpoint and --flush apply to a local store, not --server".into());
     }
+    if local {
+        a.conn.remote_only_given()?;
+    }
     let mut input = Vec::new();
     std::io::stdin().read_to_end(&mut input).map_err(|e| format!("cannot read the operations from stdin: {e}"))?;
     let ops = parse(&input)?;

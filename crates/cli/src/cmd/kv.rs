@@ -88,6 +88,7 @@ impl TargetArgs {
                 if args.len() < min + 1 || args.len() > max + 1 {
                     return Err(usage("PATH KEY [VALUE] (or --server HOST:PORT KEY [VALUE])"));
                 }
+                self.conn.remote_only_given()?;
                 let path = PathBuf::from(args.remove(0));
                 let dev = DeviceArgs { path, buffered: self.conn.buffered, no_checkpoint: self.conn.no_checkpoint };
                 let ns = self.ns.unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());

@@ -71,6 +71,27 @@ pub struct ConnArgs {
     pub no_checkpoint: bool,
 }
 
+impl ConnArgs {
+    /// The options that only a server connection uses, when given without
+    /// `--server` (they would be ignored): an error naming them.
+    pub fn remote_only_given(&self) -> Result<(), String> {
+        let given: Vec<&str> = [
+            (self.token_file.is_some(), "--token-file"),
+            (self.tls_ca.is_some(), "--tls-ca"),
+            (self.tls_cert.is_some(), "--tls-cert"),
+            (self.tls_key.is_some(), "--tls-key"),
+            (self.tls_name.is_some(), "--tls-name"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
+        match given.is_empty() {
+            true => Ok(()),
+            false => Err(format!("{}: only with --server (a local store has no token or TLS)", given.join(", "))),
+        }
+    }
+}
+
 /// Direct IO unless `--buffered`.
 pub fn mode(buffered: bool) -> OpenMode {
     if buffered {
