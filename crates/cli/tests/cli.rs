@@ -231,6 +231,17 @@ fn a_closed_stdout_ends_the_command_quietly_with_141() {
     let o = bin().args(["serve", "--print-config"]).stdout(writer).stderr(Stdio::piped()).output().unwrap();
     assert_eq!(o.status.code(), Some(141), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(o.stderr.is_empty(), "nothing said: {}", String::from_utf8_lossy(&o.stderr));
+    // `get` writes its value itself: the same.
+    let dir = workdir();
+    let p = dir.path().join("s.db");
+    let p = p.to_str().unwrap();
+    assert_eq!(code(&run(&["create", p, "--size", "64M"])), 0);
+    assert_eq!(code(&run(&["put", p, "k", "value"])), 0);
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = bin().args(["get", p, "k"]).stdout(writer).stderr(Stdio::piped()).output().unwrap();
+    assert_eq!(o.status.code(), Some(141), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.stderr.is_empty(), "nothing said: {}", String::from_utf8_lossy(&o.stderr));
 }
 
 /// On a block device (a loop device over a file here), `create` writes

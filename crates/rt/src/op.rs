@@ -35,7 +35,11 @@ pub(crate) enum OpSlot {
 /// `stable_ptr` must return a pointer valid for reads and writes of
 /// `buf_len()` bytes for as long as the value lives, and the same pointer
 /// after the value is moved (heap memory owned by the value). While an
-/// operation owns the value nothing else can reach it.
+/// operation owns the value nothing else can reach it. The bytes may be
+/// uninitialised only when the value goes to an operation the kernel
+/// writes and nothing reads (a receive on a plain socket, a file read);
+/// code that reads them or makes a slice of them (a send, a TLS receive)
+/// must be given initialised memory.
 pub unsafe trait IoBuf: Unpin + 'static {
     fn stable_ptr(&mut self) -> *mut u8;
     fn buf_len(&self) -> usize;

@@ -219,8 +219,15 @@ pub fn get(a: GetArgs) -> Result<ExitCode, String> {
     match v {
         Some(v) => {
             let mut out = std::io::stdout().lock();
-            out.write_all(&v).and_then(|_| out.flush()).map_err(|e| format!("cannot write to stdout: {e}"))?;
-            Ok(ExitCode::SUCCESS)
+            match out.write_all(&v).and_then(|_| out.flush()) {
+                Ok(()) => Ok(ExitCode::SUCCESS),
+                // Its reader stopped (`| head -c 100`): quietly, as any
+                // command whose output is closed.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                    Ok(ExitCode::from(granary_cli::logging::CLOSED_STDOUT_EXIT))
+                }
+                Err(e) => Err(format!("cannot write to stdout: {e}")),
+            }
         }
         None => Ok(not_found(key)),
     }
