@@ -592,12 +592,21 @@ impl<'a, S: Sink> Exec<'a, S> {
             if delay > RELATIVE_EXPTIME_MAX && at == 1 {
                 return Ok(()); // `expires`: before the start
             }
-            let wait = (at - now).max(0) as u64;
+            let due = std::time::Instant::now() + std::time::Duration::from_secs((at - now).max(0) as u64);
             let (flushes, ns) = (self.ctx.flushes.clone(), self.ctx.ns.clone());
             granary_rt::spawn(async move {
-                granary_rt::sleep(std::time::Duration::from_secs(wait)).await;
-                if flushes.load(Relaxed) != this {
-                    return; // a later flush_all replaced it
+                // Wakes at least every minute to see whether a later
+                // flush_all replaced it, so a replaced timer (up to 30 days
+                // long) does not stay behind holding its task.
+                loop {
+                    if flushes.load(Relaxed) != this {
+                        return; // a later flush_all replaced it
+                    }
+                    let left = due.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    granary_rt::sleep(left.min(std::time::Duration::from_secs(60))).await;
                 }
                 if let Err(e) = ns.flush_all_async().await {
                     tracing::warn!(error = %e, "delayed flush_all failed");
