@@ -469,7 +469,9 @@ impl Core {
                 }
                 other => other,
             };
+            // (Sized only with a quota: the write below sizes it again.)
             let new_grains = match &change {
+                _ if !ns.options.has_quota() => None,
                 Change::Put { value, .. } | Change::Invalidate { value, .. } => {
                     Some(self.value_grains(key, value.len() as u64, None)?)
                 }
@@ -477,7 +479,7 @@ impl Core {
                 Change::Rewrite { value, cas, .. } => Some(self.value_grains(key, value.len() as u64, *cas)?),
                 _ => None,
             };
-            if let (Some(grains), true) = (new_grains, ns.options.has_quota()) {
+            if let Some(grains) = new_grains {
                 match self.check_quota_after(ns, &c, key, grains, (0, 0)).await {
                     Err(Error::QuotaExceeded { .. }) if self.evicts_at_quota(ns) => {
                         // Eviction takes stripes: this one is let go first,
