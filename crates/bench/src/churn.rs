@@ -378,6 +378,7 @@ fn churn(store: &Store, o: &ChurnOptions) -> Result<ChurnReport, String> {
             evicted_segments: st.gc.evicted_segments - base.gc.evicted_segments,
             evicted_values: st.gc.evicted_values - base.gc.evicted_values,
             sparse_victims: st.gc.sparse_victims - base.gc.sparse_victims,
+            summary_victims: st.gc.summary_victims - base.gc.summary_victims,
             compacted: st.gc.compacted - base.gc.compacted,
             sparse_fallbacks: st.gc.sparse_fallbacks - base.gc.sparse_fallbacks,
             namespace_records_dropped: st.gc.namespace_records_dropped - base.gc.namespace_records_dropped,

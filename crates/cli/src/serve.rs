@@ -98,6 +98,7 @@ pub struct Config {
     pub gc_policy: GcPolicy,
     pub gc_hot_cold: bool,
     pub gc_sepbit: bool,
+    pub segment_summaries: bool,
     pub gc_watermark: Watermark,
     pub discard: Discard,
     pub flush: bool,
@@ -182,6 +183,7 @@ impl Config {
             gc_policy: GcPolicy::default(),
             gc_hot_cold: false,
             gc_sepbit: false,
+            segment_summaries: true,
             gc_watermark: Watermark::default(),
             discard: Discard::default(),
             flush: false,
@@ -444,6 +446,7 @@ fn run(a: Config) -> Result<(), String> {
         gc_policy: a.gc_policy,
         gc_hot_cold: a.gc_hot_cold,
         gc_sepbit: a.gc_sepbit,
+        segment_summaries: a.segment_summaries,
         gc_watermark: a.gc_watermark,
         discard: a.discard,
         ..OpenOptions::default()

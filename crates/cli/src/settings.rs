@@ -608,6 +608,17 @@ pub const SETTINGS: &[Setting] = &[
         apply: |c, v| c.gc_sepbit = v.bool(),
     },
     Setting {
+        key: "segment_summaries",
+        long: "no-segment-summaries",
+        short: None,
+        kind: Kind::Switch { sets: false },
+        help: "Write no segment summaries (the keys of a full segment's records, at its end, which let GC skip reading records that blind overwrites of their own keys made dead); keeps a store that has none openable by builds older than summaries",
+        default: "`true`",
+        meaning: "write a summary of its records' keys at the end of each full segment (at most 1/64 of it), so GC settles blind overwrites' links without reading the records they displaced (docs/FORMAT.md, \"Segment summary\"; `stats`' `granary_gc_summary_victims_total`); false writes none, and a store that never had one stays openable by builds older than summaries. Ignored in zoned mode",
+        value: |c| Some(c.segment_summaries.to_string()),
+        apply: |c, v| c.segment_summaries = v.bool(),
+    },
+    Setting {
         key: "gc_watermark",
         long: "gc-watermark",
         short: None,

@@ -2,7 +2,7 @@
 //!
 //! This crate owns every byte layout that reaches the device: the
 //! [`superblock`], the [`segment`] header, the [`record`] codec, index
-//! [`checkpoint`] manifests and items, the
+//! [`checkpoint`] manifests and items, segment [`summary`] regions, the
 //! [`checksum`] and the key [`hash`], and the [`limits`] that bound them.
 //! `docs/FORMAT.md` is the prose version of this crate; offsets in code are
 //! built from the previous offset so the two read alike.
@@ -20,6 +20,7 @@ pub mod hash;
 pub mod limits;
 pub mod record;
 pub mod segment;
+pub mod summary;
 pub mod superblock;
 
 pub use error::FormatError;

@@ -51,8 +51,13 @@ pub const FLAG_NAMESPACES: u32 = 1;
 /// Feature flag: atomic batches (version 2): record version 5 and commit
 /// records ([`crate::batch`]) may be on the device.
 pub const FLAG_BATCHES: u32 = 2;
+/// Feature flag: segment summaries ([`crate::summary`]) may be in the
+/// last grains of KV segments. A build without them would take a
+/// segment's tail for unused room and could write records there under a
+/// summary that no longer tells them.
+pub const FLAG_SUMMARIES: u32 = 4;
 /// Every flag this build knows.
-const FLAGS_KNOWN: u32 = FLAG_NAMESPACES | FLAG_BATCHES;
+const FLAGS_KNOWN: u32 = FLAG_NAMESPACES | FLAG_BATCHES | FLAG_SUMMARIES;
 
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = OFF_MAGIC + 8;
@@ -279,8 +284,10 @@ mod tests {
         assert!(matches!(err, FormatError::BadField { field: "flags", .. }), "{err}");
         let v2 = Superblock::decode(&with(&buf, 2, FLAG_NAMESPACES)).unwrap();
         assert_eq!(v2.flags, FLAG_NAMESPACES);
-        let err = Superblock::decode(&with(&buf, 2, 4)).unwrap_err();
-        assert!(matches!(err, FormatError::BadField { field: "flags", value: 4, .. }), "{err}");
+        let v2 = Superblock::decode(&with(&buf, 2, FLAG_SUMMARIES)).unwrap();
+        assert_eq!(v2.flags, FLAG_SUMMARIES);
+        let err = Superblock::decode(&with(&buf, 2, 8)).unwrap_err();
+        assert!(matches!(err, FormatError::BadField { field: "flags", value: 8, .. }), "{err}");
     }
 
     #[test]

@@ -506,7 +506,9 @@ impl Core {
             hdr.encode(self.log.seed, COMMIT_KEY, &commit.encode(), &mut buf[(at * g) as usize..]);
             buf
         };
-        let (loc, buf) = self.write_encoded(Purpose::Put, total, encode).await?;
+        let written = ops.iter().zip(&writes).filter(|(_, &w)| w).map(|(r, _)| &r.key[..]);
+        let listed = crate::space::listed_bytes(written.chain([COMMIT_KEY]));
+        let (loc, buf) = self.write_encoded(Purpose::Put, total, listed, encode).await?;
         if let Some(buf) = buf {
             keep_spare(buf);
         }

@@ -542,7 +542,7 @@ fn a_caches_cleaning_leaves_the_last_free_segment_to_evictions() {
     // Spend the free segments down to one (relocation space nobody writes).
     let grains = s.core.log.sb.segment_grains() - 1;
     while s.stats().segments_free > 1 {
-        let loc = s.core.space.alloc(crate::space::Purpose::Relocate, grains, 1).unwrap();
+        let loc = s.core.space.alloc(crate::space::Purpose::Relocate, grains, 0, 1).unwrap();
         s.core.space.done(loc.seg);
     }
     assert!(

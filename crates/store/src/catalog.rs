@@ -19,7 +19,7 @@ use crate::namespace::{
 use crate::nskey::{DEFAULT_NS, NS_KEY_OVERHEAD};
 use crate::store::Core;
 use crate::types::{Cond, ItemMeta};
-use granary_format::superblock::{FLAG_NAMESPACES, SUPERBLOCK_VERSION};
+use granary_format::superblock::FLAG_NAMESPACES;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -148,26 +148,15 @@ impl Core {
 
     /// Whether superblock feature `flag` is on.
     pub(crate) fn has_feature(&self, flag: u32) -> bool {
-        *self.features.lock().unwrap_or_else(|e| e.into_inner()) & flag != 0
+        self.space.has_feature(flag)
     }
 
-    /// Turn on a superblock feature flag (once): copy A, flush, copy B,
-    /// flush. A crash in between leaves copy A, which readers take first,
-    /// with the flag. Serialised by the features lock; the flags written
-    /// are every one turned on so far.
+    /// Turn on a superblock feature flag (once, [`Space::enable_feature`]);
+    /// a failure poisons the store.
+    ///
+    /// [`Space::enable_feature`]: crate::space::Space::enable_feature
     pub(crate) fn enable_feature(&self, flag: u32) -> Result<()> {
-        let mut on = self.features.lock().unwrap_or_else(|e| e.into_inner());
-        if *on & flag == flag {
-            return Ok(());
-        }
-        let mut sb = self.log.sb.clone();
-        sb.version = SUPERBLOCK_VERSION;
-        sb.flags = *on | flag;
-        crate::log::write_superblocks(self.log.dev.as_ref(), &sb).map_err(|e| self.log.poison(e))?;
-        *on |= flag;
-        let what = if flag == FLAG_NAMESPACES { "namespaces" } else { "atomic batches" };
-        tracing::info!("{what} turned on: this store now needs a build that knows them");
-        Ok(())
+        self.space.enable_feature(flag).map_err(|e| self.log.poison(e))
     }
 
     /// Read the catalog at open (after recovery, before any GC), and make

@@ -45,7 +45,7 @@
 
 use crate::error::{Error, Result};
 use crate::options::Durability;
-use crate::space::{Loc, Purpose, Space};
+use crate::space::{listed_bytes, Loc, Purpose, Space};
 use granary_format::record::RecordHeader;
 use granary_io::{AlignedBuf, Device};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -159,7 +159,7 @@ impl Coalescer {
         };
         self.records.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if leader {
-            self.lead(&group, dev, durability, grain).await;
+            self.lead(&group, space, dev, durability, grain).await;
         } else {
             loop {
                 let l = group.done.listen();
@@ -194,7 +194,7 @@ impl Coalescer {
         let grains = hdr.grains(grain as u32);
         let bytes = (grains * grain) as usize;
         let mut inner = self.lock();
-        let loc = match self.alloc_locked(&inner, space, purpose, grains, next_seq) {
+        let loc = match self.alloc_locked(&inner, space, purpose, grains, listed_bytes([key]), next_seq) {
             Ok(loc) => loc,
             Err(placed) => return placed,
         };
@@ -272,10 +272,11 @@ impl Coalescer {
         grain: u64,
         next_seq: u64,
         grains: u64,
+        listed: u64,
         encode: impl FnOnce(&Loc) -> AlignedBuf,
     ) -> Result<(Loc, Option<AlignedBuf>)> {
         let (group, loc) = loop {
-            let wait = match self.place_own(space, purpose, grains, next_seq) {
+            let wait = match self.place_own(space, purpose, grains, listed, next_seq) {
                 Placed::Done(r) => break r.map(|(g, _, loc)| (g, loc))?,
                 Placed::Wait(l) => l,
             };
@@ -285,7 +286,7 @@ impl Coalescer {
         // if dropped: the queued group always gets its bytes or a result.
         let buf = encode(&loc);
         *group.bytes.lock().unwrap_or_else(|e| e.into_inner()) = Some(Bytes::Owned(buf));
-        self.lead(&group, dev, durability, grain).await;
+        self.lead(&group, space, dev, durability, grain).await;
         match group.result.get().expect("set by the leader") {
             Ok(()) => {
                 let buf = match group.bytes.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -313,21 +314,22 @@ impl Coalescer {
         space: &Space,
         purpose: Purpose,
         grains: u64,
+        listed: u64,
         next_seq: u64,
     ) -> std::result::Result<Loc, Placed> {
-        if let Some(open_seg) = space.would_roll(purpose, grains) {
+        if let Some(open_seg) = space.would_roll(purpose, grains, listed) {
             if inner.pending.keys().any(|&s| s != open_seg) {
                 return Err(Placed::Wait(self.idle.listen()));
             }
         }
-        space.alloc(purpose, grains, next_seq).map_err(|e| Placed::Done(Err(e)))
+        space.alloc(purpose, grains, listed, next_seq).map_err(|e| Placed::Done(Err(e)))
     }
 
     /// [`Coalescer::place`] for [`Coalescer::write_own`]: the group is
     /// queued with no bytes yet (its leader fills them before leading).
-    fn place_own(&self, space: &Space, purpose: Purpose, grains: u64, next_seq: u64) -> Placed {
+    fn place_own(&self, space: &Space, purpose: Purpose, grains: u64, listed: u64, next_seq: u64) -> Placed {
         let mut inner = self.lock();
-        let loc = match self.alloc_locked(&inner, space, purpose, grains, next_seq) {
+        let loc = match self.alloc_locked(&inner, space, purpose, grains, listed, next_seq) {
             Ok(loc) => loc,
             Err(placed) => return placed,
         };
@@ -351,7 +353,7 @@ impl Coalescer {
     /// is dropped before the write completes, the members are told the
     /// write failed (they were not acknowledged) and the stream is
     /// released.
-    async fn lead(&self, group: &Arc<Group>, dev: &dyn Device, durability: Durability, grain: u64) {
+    async fn lead(&self, group: &Arc<Group>, space: &Space, dev: &dyn Device, durability: Durability, grain: u64) {
         struct Abandon<'a> {
             c: &'a Coalescer,
             group: &'a Arc<Group>,
@@ -412,6 +414,7 @@ impl Coalescer {
             Bytes::Owned(b) => (b, true),
         };
         let offset = group.start * grain;
+        space.summarize(group.start, &buf);
         let (buf, r) = dev.write_at_async(buf, offset).await;
         if owned {
             // Back to its owner (`write_own`'s caller may reuse it); a

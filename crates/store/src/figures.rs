@@ -148,6 +148,24 @@ impl Stats {
                 gc.sparse_victims,
             )
             .counter(
+                "gc.summary_victims",
+                "granary_gc_summary_victims_total",
+                "Segments GC reclaimed by their summary: reading only what is live or may be.",
+                gc.summary_victims,
+            )
+            .counter(
+                "summaries_written",
+                "granary_segment_summaries_written_total",
+                "Segment summaries (the keys of a full segment's records) written since open.",
+                st.summaries_written,
+            )
+            .counter(
+                "summary_bytes_written",
+                "granary_segment_summary_bytes_written_total",
+                "Bytes of segment summaries written since open.",
+                st.summary_bytes_written,
+            )
+            .counter(
                 "gc.compacted",
                 "granary_gc_compacted_total",
                 "Segments GC reclaimed ahead of need by compacting (gc_watermark compact).",

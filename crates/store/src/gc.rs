@@ -81,11 +81,13 @@ use crate::nskey::Fate;
 use crate::options::Clock;
 use crate::parts::Parts;
 use crate::settle;
-use crate::space::{GcWork, Purpose, Space};
+use crate::space::{listed_bytes, GcWork, Purpose, Space};
 use crate::types::GcStats;
 use granary_format::hash::key_hash;
 use granary_format::record::{self, RecordHeader};
 use granary_format::segment::Stream;
+use granary_format::summary;
+use granary_format::superblock::FLAG_SUMMARIES;
 use granary_io::AlignedBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -132,6 +134,7 @@ pub(crate) struct GcCounters {
     evicted_segments: AtomicU64,
     evicted_values: AtomicU64,
     sparse_victims: AtomicU64,
+    summary_victims: AtomicU64,
     sparse_fallbacks: AtomicU64,
     namespace_records_dropped: AtomicU64,
     compacted: AtomicU64,
@@ -150,6 +153,7 @@ impl GcCounters {
             evicted_segments: self.evicted_segments.load(Relaxed),
             evicted_values: self.evicted_values.load(Relaxed),
             sparse_victims: self.sparse_victims.load(Relaxed),
+            summary_victims: self.summary_victims.load(Relaxed),
             sparse_fallbacks: self.sparse_fallbacks.load(Relaxed),
             namespace_records_dropped: self.namespace_records_dropped.load(Relaxed),
             compacted: self.compacted.load(Relaxed),
@@ -460,6 +464,59 @@ const SPARSE_SHARE: u64 = 16;
 /// reads each byte of the segment once).
 const SPARSE_BYTES_PER_SLOT: u64 = 4;
 
+/// What a summary reclaim of victim `v` reads (location, grains: the
+/// records its summary lists that the index points at, or that a link
+/// displaced for another key), and the records it finds dead without
+/// reading (displaced by a link of their own key, as (stripe, location)
+/// for [`forget_dead_links`]); None where `v` has no summary, or (unless
+/// `force`) where its reads would cost more than a scan.
+///
+/// Each entry is asked the link first, then the index: a displaced record
+/// indexed again is in the index before its link goes. What appears
+/// after it was asked (a new link, an entry indexed again) is left
+/// behind, which the checks after relocation see ([`reclaim_with`]).
+#[allow(clippy::type_complexity)]
+fn summary_targets(gc: Gc<'_>, v: u32, force: bool) -> Option<(Vec<(u64, u64)>, Vec<(usize, u64)>)> {
+    if !gc.space.has_feature(FLAG_SUMMARIES) {
+        return None;
+    }
+    let (region, block) = gc.log.read_summary(v, gc.space.stamp(v))?;
+    let entries = match summary::decode(gc.log.seed, &block, &region) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::warn!(victim = v, error = %e, "a segment summary does not decode: scanning");
+            return None;
+        }
+    };
+    let lo = gc.space.pba(v, 0);
+    let (mut targets, mut dead) = (Vec::new(), Vec::new());
+    let mut bytes = 0;
+    for (i, e) in entries.iter().enumerate() {
+        let pba = lo + e.grain as u64;
+        // The record's grains: up to the next one's start.
+        let grains = entries.get(i + 1).map_or(block.records_end, |n| n.grain) as u64 - e.grain as u64;
+        let h = key_hash(e.key);
+        let wanted = match gc.keys.links.of_old(pba) {
+            Some((_, link)) if *link.key == *e.key => {
+                dead.push((gc.keys.stripe_of(h), pba));
+                false
+            }
+            Some(_) => true,
+            None => points_at(gc, h, pba),
+        };
+        if wanted {
+            targets.push((pba, grains));
+            bytes += grains * gc.log.grain();
+        }
+    }
+    let seg_bytes = gc.log.sb.segment_bytes;
+    let costly = bytes * SPARSE_SHARE > seg_bytes || targets.len() as u64 * SPARSE_SHARE * SPARSE_IO_BYTES > seg_bytes;
+    if costly && !force {
+        return None;
+    }
+    Some((targets, dead))
+}
+
 /// What one read of a sparse reclaim is counted as, in bytes of a scan.
 const SPARSE_IO_BYTES: u64 = 4096;
 
@@ -476,6 +533,10 @@ pub(crate) enum ReadMode {
     /// Only the records the index or a link points at.
     #[cfg(test)]
     Sparse,
+    /// Only the records its summary says are live or may be (another
+    /// key's record displaced by a link); the summary must be there.
+    #[cfg(test)]
+    Summary,
 }
 
 /// Reclaim segment `v`: relocate what is live (or, with `evict`, drop its
@@ -499,11 +560,26 @@ pub(crate) fn reclaim_with(gc: Gc<'_>, v: u32, evict: bool, mode: ReadMode) -> R
     // until the final check (see [`SparseWatch`]).
     let watch = (mode != ReadMode::Scan).then(|| gc.keys.watch.start(v));
     let mut w = Victim::new(gc, v, evict);
-    let sparse = match mode {
-        ReadMode::Scan => None,
-        ReadMode::Choose => sparse_targets(gc, v, false),
+    let summed = match mode {
+        ReadMode::Choose => summary_targets(gc, v, false),
         #[cfg(test)]
-        ReadMode::Sparse => sparse_targets(gc, v, true),
+        ReadMode::Summary => Some(summary_targets(gc, v, true).expect("the victim has a summary")),
+        _ => None,
+    };
+    let from_summary = summed.is_some();
+    let sparse = match (mode, summed) {
+        (_, Some((targets, dead))) => {
+            // Displaced by their own key's overwrite: dead, and their
+            // links go in the sweep after relocation, as a scan decides.
+            w.dead_links = dead;
+            Some(targets)
+        }
+        (ReadMode::Scan, None) => None,
+        (ReadMode::Choose, None) => sparse_targets(gc, v, false),
+        #[cfg(test)]
+        (ReadMode::Sparse, None) => sparse_targets(gc, v, true),
+        #[cfg(test)]
+        (ReadMode::Summary, None) => unreachable!("checked above"),
     };
     let was_sparse = sparse.is_some();
     // A scan needs no watch.
@@ -571,7 +647,9 @@ pub(crate) fn reclaim_with(gc: Gc<'_>, v: u32, evict: bool, mode: ReadMode) -> R
     // stay listed until a later reclaim of `v` gets here.
     gc.keys.dropped.freed(v);
     gc.stats.victims.fetch_add(1, Relaxed);
-    if was_sparse {
+    if from_summary {
+        gc.stats.summary_victims.fetch_add(1, Relaxed);
+    } else if was_sparse {
         gc.stats.sparse_victims.fetch_add(1, Relaxed);
     }
     if evict {
@@ -912,7 +990,9 @@ fn relocate(gc: Gc<'_>, v: u32, purpose: Purpose, batch: &mut Vec<Pending>) -> R
     let mut alloc_err = None;
     for p in batch.iter_mut() {
         let grains = p.bytes.len() as u64 / g;
-        let loc = match gc.space.alloc_in(purpose, p.stream, grains, gc.log.next_seq.load(Relaxed)) {
+        let key = record::key_of(&p.hdr, &p.bytes);
+        let loc = match gc.space.alloc_in(purpose, p.stream, grains, listed_bytes([key]), gc.log.next_seq.load(Relaxed))
+        {
             Ok(loc) => loc,
             Err(e) => {
                 alloc_err = Some(e);
@@ -967,6 +1047,7 @@ fn write_runs(gc: Gc<'_>, runs: Vec<(u64, Vec<u8>)>) -> Result<()> {
         let mut buf = AlignedBuf::zeroed(bytes.len());
         buf.copy_from_slice(&bytes);
         let offset = pba * g;
+        gc.space.summarize(pba, &buf);
         let (_, r) = gc.log.dev.write_at(buf, offset);
         r.map_err(|source| Error::Io { op: "GC relocation write", offset, source })?;
     }

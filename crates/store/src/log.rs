@@ -30,6 +30,7 @@ use crate::space::{SegmentFound, Space};
 use granary_format::limits::*;
 use granary_format::record::{self, RecordHeader};
 use granary_format::segment::{SegmentHeader, SegmentKind};
+use granary_format::summary;
 use granary_format::{FormatError, Superblock};
 use granary_index::Entry;
 use granary_io::{AlignedBuf, Device};
@@ -117,6 +118,9 @@ pub(crate) struct SegmentScanner<'a> {
     win_grains: u64,
     pos: u64,
     pub skipped_grains: u64,
+    /// Where the scan met the segment's summary (the records end before
+    /// it), if it did.
+    pub summary_at: Option<u64>,
     pub bytes_read: u64,
     pub windows_read_ahead: u64,
     /// Do not read the rest of a value that does not fit in the window: its
@@ -151,6 +155,7 @@ impl<'a> SegmentScanner<'a> {
             win_grains: 0,
             pos: 1,
             skipped_grains: 0,
+            summary_at: None,
             bytes_read: 0,
             windows_read_ahead: 0,
             skip_values: false,
@@ -270,6 +275,13 @@ impl<'a> SegmentScanner<'a> {
         (start >= self.win_start && start + grains <= self.win_start + self.win_grains).then(|| self.bytes_at(start))
     }
 
+    /// Whether the segment's summary starts at grain `pos` (in the window).
+    fn summary_starts(&self, pos: u64) -> bool {
+        let b = self.bytes_at(pos);
+        b.starts_with(b"GSUM")
+            && summary::Block::decode(self.seed, b).is_ok_and(|s| s.heads(self.stamp, pos, self.sb.segment_grains()))
+    }
+
     /// The next record, or None at the end of the segment.
     pub(crate) fn next_record(&mut self) -> Result<Option<Scanned>> {
         let seg_grains = self.sb.segment_grains();
@@ -279,6 +291,12 @@ impl<'a> SegmentScanner<'a> {
             self.ensure(pos, 1)?;
             let hdr = match RecordHeader::decode(self.bytes_at(pos)) {
                 Ok(h) if h.seg_stamp == self.stamp && pos + h.grains(g) <= seg_grains => h,
+                _ if self.summary_starts(pos) => {
+                    // Nothing after it is a record.
+                    self.summary_at = Some(pos);
+                    self.pos = seg_grains;
+                    return Ok(None);
+                }
                 _ => {
                     self.pos += 1;
                     self.skipped_grains += 1;
@@ -441,6 +459,27 @@ impl Log {
         }
     }
 
+    /// The summary at the end of segment `seg` (stamp `stamp`), if it has
+    /// one whose last block holds: the region's bytes and that block (the
+    /// caller decodes the entries, `summary::decode`). A read that fails
+    /// is no summary (the caller reads the records instead).
+    pub(crate) fn read_summary(&self, seg: u32, stamp: u32) -> Option<(AlignedBuf, summary::Block)> {
+        let g = self.sb.grain_bytes as u64;
+        let seg_grains = self.sb.segment_grains();
+        let read = |grains: u64| {
+            let offset = self.sb.segment_offset(seg) + (seg_grains - grains) * g;
+            let (buf, r) = self.dev.read_at(AlignedBuf::for_read((grains * g) as usize), offset);
+            r.map(|()| buf).map_err(|e| tracing::debug!(segment = seg, error = %e, "a summary read failed"))
+        };
+        let last = read(1).ok()?;
+        let block = summary::trailer(self.seed, stamp, seg_grains, &last).ok()?;
+        let region = match block.region_grains {
+            1 => last,
+            n => read(n as u64).ok()?,
+        };
+        Some((region, block))
+    }
+
     /// Why the store refuses writes, once poisoned.
     pub(crate) fn poisoned(&self) -> Option<String> {
         self.poisoned.get().cloned()
@@ -536,18 +575,4 @@ impl Log {
         }
         Ok((hdr, buf))
     }
-}
-
-/// Write both superblock copies of `sb`: copy A, flush, copy B, flush. A
-/// crash in between leaves copy A, which readers take first.
-pub(crate) fn write_superblocks(dev: &dyn Device, sb: &Superblock) -> Result<()> {
-    let mut buf = AlignedBuf::zeroed(4096);
-    sb.encode(&mut buf);
-    for &offset in &SUPERBLOCK_OFFSETS {
-        let (b, r) = dev.write_at(buf, offset);
-        r.map_err(|source| Error::Io { op: "write of the superblock", offset, source })?;
-        buf = b;
-        dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
-    }
-    Ok(())
 }

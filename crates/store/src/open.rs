@@ -40,7 +40,7 @@ impl Store {
     pub fn create(dev: Arc<dyn Device>, opts: &CreateOptions, open: &OpenOptions) -> Result<Store> {
         let sb = Self::geometry(dev.as_ref(), opts, open)?;
         Self::check_zones(dev.as_ref(), &sb, open)?;
-        crate::log::write_superblocks(dev.as_ref(), &sb)?;
+        crate::space::write_superblocks(dev.as_ref(), &sb)?;
         tracing::debug!(device = %dev.describe(), segments = sb.segment_count, segment_bytes = sb.segment_bytes,
             grain_bytes = sb.grain_bytes, "created store");
         Self::open(dev, open)
@@ -67,7 +67,13 @@ impl Store {
         }
         let sb = Superblock {
             version: granary_format::superblock::SUPERBLOCK_VERSION,
-            flags: 0,
+            // A new store that will have summaries says so from the start
+            // (an older one gets the flag with its first summary).
+            flags: if open.segment_summaries && dev.zones().is_none() {
+                granary_format::superblock::FLAG_SUMMARIES
+            } else {
+                0
+            },
             uuid: open.entropy.draw().map_err(Error::Device)?,
             grain_bytes: grain,
             hash_algo: KEY_HASH_ALGO_XXH3_64,
@@ -220,6 +226,7 @@ impl Store {
             space: Space::new(
                 dev.clone(),
                 sb.clone(),
+                record_seed(&sb.uuid),
                 opts.durability,
                 crate::space::GcConfig {
                     gc: opts.gc,
@@ -232,6 +239,7 @@ impl Store {
                         crate::Discard::On => true,
                         crate::Discard::Off => false,
                     },
+                    summaries: opts.segment_summaries,
                 },
             ),
             keys: Keys::new(Index::new(index_cfg), links, crate::tier::Tier::new(opts.dram_tier_bytes)),
@@ -253,7 +261,6 @@ impl Store {
             log: Log::new(dev, sb.clone(), record_seed(&sb.uuid), opts.durability),
             namespaces: Namespaces::new(default_mode, default_counters),
             closed: AtomicBool::new(false),
-            features: Mutex::new(sb.flags),
         };
         core.coalescer.ordered.store(zoned, Relaxed);
         let report = crate::recover::Rebuild(core.parts()).run(&core.checkpoints, headers, loaded, floor, opts)?;

@@ -364,6 +364,14 @@ pub struct OpenOptions {
     pub gc_sepbit: bool,
     /// How GC's low watermark is set.
     pub gc_watermark: Watermark,
+    /// Write a summary (the key of each record) at the end of each KV
+    /// segment once it is full (docs/FORMAT.md, "Segment summary"), so GC
+    /// settles blind overwrites' links without reading the records they
+    /// displaced. A summary takes at most 1/64 of its segment; a segment
+    /// whose keys would need more gets none. On by default; ignored in
+    /// zoned mode. Turning it on once marks the store as needing a build
+    /// that knows summaries.
+    pub segment_summaries: bool,
     /// Discard each segment GC frees (its records, not its header).
     pub discard: Discard,
     /// DRAM for a tier of hot values in front of the device
@@ -396,6 +404,7 @@ impl Default for OpenOptions {
             gc_hot_cold: false,
             gc_sepbit: false,
             gc_watermark: Watermark::default(),
+            segment_summaries: true,
             discard: Discard::default(),
             dram_tier_bytes: 0,
         }

@@ -405,6 +405,9 @@ impl Rebuild<'_> {
                     keys.clear();
                 }
                 max_seq_seen.fetch_max(seg_max_seq, Relaxed);
+                // A segment with a summary was full: writes never resume
+                // there (what they wrote would not be in its summary).
+                let end = if scan.summary_at.is_some() { self.log.sb.segment_grains() } else { end };
                 ends[i].store(end, Relaxed);
                 added.flush(self, s.seg);
                 mine.segments_scanned += 1;

@@ -214,7 +214,8 @@ impl Core {
             }
             buf
         };
-        let (loc, _) = self.write_encoded(Purpose::Put, total, encode).await?;
+        let listed = crate::space::listed_bytes(keys.iter().map(|k| &k.key[..]));
+        let (loc, _) = self.write_encoded(Purpose::Put, total, listed, encode).await?;
         let published = self.publish_piece(keys, values, prior, &locs, first, meta).await;
         self.space.done(loc.seg);
         published

@@ -26,11 +26,13 @@
 
 use crate::error::{Error, Result};
 use crate::options::{Durability, GcPolicy, Watermark};
+use granary_format::limits::SUPERBLOCK_OFFSETS;
 use granary_format::segment::{SegmentHeader, SegmentKind, Stream};
+use granary_format::summary;
 use granary_format::Superblock;
 use granary_io::{AlignedBuf, Device};
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -78,6 +80,22 @@ struct OpenSeg {
     /// Next free grain, counted from the segment's start (grain 0 is the header).
     next: u64,
     stamp: u32,
+    /// Bytes of summary entries the records allocated so far need (room
+    /// for the summary is kept at the segment's end), or None: this
+    /// segment gets no summary.
+    listed: Option<u64>,
+}
+
+/// The summary of a segment being written: the entries of the records
+/// written into it, in the order they were written ([`Space::summarize`]).
+struct Gather {
+    stamp: u32,
+    /// Encoded entries (`granary_format::summary` layout), unsorted.
+    entries: Vec<u8>,
+    /// Where its records end, once the segment is closed.
+    end: Option<u64>,
+    /// A written buffer did not parse as records: no summary.
+    spoiled: bool,
 }
 
 /// Why space is allocated: decides the stream and how much of GC's reserve
@@ -224,6 +242,31 @@ pub(crate) struct Space {
     /// Zoned mode: segments recovery found a torn record in, which it
     /// cannot clear in place; the open reclaims them.
     torn: Mutex<Vec<u32>>,
+    /// The record checksum seed (summaries are checksummed with it).
+    seed: u32,
+    /// Superblock feature flags turned on ([`Space::enable_feature`]).
+    features: Mutex<u32>,
+    /// Summaries being gathered, by segment: open segments, and closed
+    /// ones with writes in flight. None: summaries are off.
+    summaries: Option<Mutex<std::collections::HashMap<u32, Gather>>>,
+    /// Set when a segment with a summary being gathered closes (see
+    /// [`Space::done`]).
+    closing: Box<[std::sync::atomic::AtomicBool]>,
+    /// Whether a summary is being gathered for each segment (the map
+    /// holds it): writers to a segment without one skip the parse.
+    gathering: Box<[std::sync::atomic::AtomicBool]>,
+    /// The largest summary region, in grains.
+    summary_max: u64,
+    /// Summaries written, and their bytes.
+    summaries_written: AtomicU64,
+    summary_bytes: AtomicU64,
+}
+
+/// Bytes of the summary entries of records with `keys`: what
+/// [`Space::alloc`] keeps room for. A key no summary can list counts as
+/// more than any summary holds, so its segment gets none.
+pub(crate) fn listed_bytes<'k>(keys: impl IntoIterator<Item = &'k [u8]>) -> u64 {
+    keys.into_iter().map(|k| summary::entry_bytes(k.len()).unwrap_or(u64::MAX)).fold(0, u64::saturating_add)
 }
 
 /// How good a victim a segment is under `policy` (higher is better):
@@ -283,6 +326,9 @@ pub(crate) struct GcConfig {
     pub watermark: Watermark,
     /// Discard the records of each segment freed.
     pub discard: bool,
+    /// Write a summary at the end of each KV segment
+    /// ([`granary_format::summary`]).
+    pub summaries: bool,
 }
 
 /// Weight of each new sample in the averaged rates of [`Provision`]: of
@@ -491,7 +537,7 @@ impl Provision {
 
 impl Space {
     /// Space with every segment free, `next_alloc_seq` 1.
-    pub(crate) fn new(dev: Arc<dyn Device>, sb: Superblock, durability: Durability, cfg: GcConfig) -> Space {
+    pub(crate) fn new(dev: Arc<dyn Device>, sb: Superblock, seed: u32, durability: Durability, cfg: GcConfig) -> Space {
         let gc = cfg.gc;
         let n = sb.segment_count as usize;
         let low = (n / 32).clamp(RESERVED_SEGMENTS + 2, 64);
@@ -554,10 +600,48 @@ impl Space {
             room_wait_us: AtomicU64::new(0),
             // A zone reset is the discard in zoned mode.
             discard: (cfg.discard && zoned.is_none()).into(),
+            // Zoned mode writes each zone in order, so a summary could not
+            // be put at a segment's end after its records.
+            summaries: (cfg.summaries && zoned.is_none()).then(Default::default),
             zoned,
             torn: Mutex::new(Vec::new()),
+            seed,
+            features: Mutex::new(sb.flags),
+            closing: (0..n).map(|_| Default::default()).collect(),
+            gathering: (0..n).map(|_| Default::default()).collect(),
+            summary_max: summary::region_grains_max(sb.segment_bytes, sb.grain_bytes),
+            summaries_written: AtomicU64::new(0),
+            summary_bytes: AtomicU64::new(0),
             sb,
         }
+    }
+
+    /// Whether superblock feature `flag` is on.
+    pub(crate) fn has_feature(&self, flag: u32) -> bool {
+        *self.features.lock().unwrap_or_else(|e| e.into_inner()) & flag != 0
+    }
+
+    /// Turn on a superblock feature flag (once): copy A, flush, copy B,
+    /// flush. A crash in between leaves copy A, which readers take first,
+    /// with the flag. Serialised by the features lock; the flags written
+    /// are every one turned on so far.
+    pub(crate) fn enable_feature(&self, flag: u32) -> Result<()> {
+        let mut on = self.features.lock().unwrap_or_else(|e| e.into_inner());
+        if *on & flag == flag {
+            return Ok(());
+        }
+        let mut sb = self.sb.clone();
+        sb.version = granary_format::superblock::SUPERBLOCK_VERSION;
+        sb.flags = *on | flag;
+        write_superblocks(self.dev.as_ref(), &sb)?;
+        *on |= flag;
+        let what = match flag {
+            granary_format::superblock::FLAG_NAMESPACES => "namespaces",
+            granary_format::superblock::FLAG_BATCHES => "atomic batches",
+            _ => "segment summaries",
+        };
+        tracing::info!("{what} turned on: this store now needs a build that knows them");
+        Ok(())
     }
 
     /// Whether the store runs in zoned mode.
@@ -698,7 +782,8 @@ impl Space {
         inner.state[seg as usize] = SegState::Open;
         inner.stream[seg as usize] = stream;
         self.seg_streams[seg as usize].store(stream_index(stream) as u8, Relaxed);
-        inner.open[si] = Some(OpenSeg { seg, next, stamp: self.stamps[seg as usize].load(Relaxed) });
+        // Its records before the crash are not in a summary being gathered.
+        inner.open[si] = Some(OpenSeg { seg, next, stamp: self.stamps[seg as usize].load(Relaxed), listed: None });
     }
 
     /// Wait (with no key stripe held) until a user write of `grains` is
@@ -785,16 +870,42 @@ impl Space {
 
     /// Allocate `grains` contiguous grains in `stream`'s open segment,
     /// opening a new one (and writing its header) when it is too full.
-    /// Every successful allocation must be followed by [`Space::done`] once
-    /// its record is written and indexed (or has failed).
+    /// `listed`: bytes of the summary entries of the records they will
+    /// hold ([`listed_bytes`]), for which room is kept at the segment's
+    /// end. Every successful allocation must be followed by
+    /// [`Space::done`] once its record is written and indexed (or has
+    /// failed), and the records by [`Space::summarize`] before that.
     /// Never waits: `NoSpace` when no segment may be taken (a user writer
     /// then drops its stripe and calls [`Self::await_room`] again).
-    pub(crate) fn alloc(&self, purpose: Purpose, grains: u64, next_seq: u64) -> Result<Loc> {
-        self.alloc_in(purpose, purpose.stream(), grains, next_seq)
+    pub(crate) fn alloc(&self, purpose: Purpose, grains: u64, listed: u64, next_seq: u64) -> Result<Loc> {
+        self.alloc_in(purpose, purpose.stream(), grains, listed, next_seq)
+    }
+
+    /// Whether `grains` more grains, with `listed` bytes of summary
+    /// entries, fit in `open`, and what its summary then needs (None:
+    /// past [`summary::SUMMARY_SHARE`] of the segment, it gets none and
+    /// its records may use the whole segment).
+    fn room_in(&self, open: &OpenSeg, grains: u64, listed: u64) -> (bool, Option<u64>) {
+        let seg_grains = self.sb.segment_grains();
+        let end = open.next + grains;
+        let Some(have) = open.listed else { return (end <= seg_grains, None) };
+        let want = have.saturating_add(listed);
+        let region = summary::region_grains(want, self.sb.grain_bytes);
+        if region > self.summary_max {
+            return (end <= seg_grains, None);
+        }
+        (end + region <= seg_grains, Some(want))
     }
 
     /// [`Space::alloc`] in `stream` (GC puts old records in the cold one).
-    pub(crate) fn alloc_in(&self, purpose: Purpose, stream: Stream, grains: u64, next_seq: u64) -> Result<Loc> {
+    pub(crate) fn alloc_in(
+        &self,
+        purpose: Purpose,
+        stream: Stream,
+        grains: u64,
+        listed: u64,
+        next_seq: u64,
+    ) -> Result<Loc> {
         let seg_grains = self.sb.segment_grains();
         assert!(grains >= 1 && grains < seg_grains, "record larger than a segment reached the allocator");
         debug_assert!(stream.is_user() == purpose.stream().is_user());
@@ -803,11 +914,25 @@ impl Space {
         if self.seq_clock.load(Relaxed) < next_seq {
             self.seq_clock.store(next_seq, Relaxed); // under the lock: no lost update
         }
-        if let Some(open) = &mut inner.open[si] {
-            if open.next + grains <= seg_grains {
+        if let Some(open) = &inner.open[si] {
+            let mut room = self.room_in(open, grains, listed);
+            if !room.0 && open.next + grains <= seg_grains && inner.free.len() <= self.reserve_for(&inner, purpose) {
+                // No segment may be opened, and the record fits if the
+                // segment goes without a summary: it does (as
+                // `room_or_ask` counts room, so a writer it lets through
+                // finds it).
+                room = (true, None);
+            }
+            if let (true, now_listed) = room {
+                let (seg, dropped) = (open.seg, open.listed.is_some() && now_listed.is_none());
+                let open = inner.open[si].as_mut().expect("checked above");
                 let loc = Loc { pba: self.pba(open.seg, open.next), seg: open.seg, stamp: open.stamp, grains };
                 open.next += grains;
+                open.listed = now_listed;
                 self.inflight[loc.seg as usize].fetch_add(1, Relaxed);
+                if dropped {
+                    self.forget_summary(seg);
+                }
                 return Ok(loc);
             }
         }
@@ -815,7 +940,7 @@ impl Space {
             return Err(self.no_space(grains));
         }
         if let Some(open) = inner.open[si].take() {
-            self.close(&mut inner, open.seg);
+            self.close(&mut inner, &open);
         }
         let seg = inner.free.pop_first().expect("checked above");
         let alloc_seq = inner.next_alloc_seq;
@@ -832,7 +957,18 @@ impl Space {
         inner.state[seg as usize] = SegState::Open;
         inner.stream[seg as usize] = stream;
         self.seg_streams[seg as usize].store(stream_index(stream) as u8, Relaxed);
-        inner.open[si] = Some(OpenSeg { seg, next: 1 + grains, stamp });
+        let mut open = OpenSeg { seg, next: 1, stamp, listed: self.summaries.is_some().then_some(0) };
+        let (fits, listed) = self.room_in(&open, grains, listed);
+        debug_assert!(fits, "a record smaller than a segment fits in an empty one");
+        open.next += grains;
+        open.listed = listed;
+        if let (Some(s), Some(_)) = (&self.summaries, listed) {
+            self.closing[seg as usize].store(false, SeqCst);
+            let gather = Gather { stamp, entries: Vec::new(), end: None, spoiled: false };
+            s.lock().unwrap_or_else(|e| e.into_inner()).insert(seg, gather);
+            self.gathering[seg as usize].store(true, Relaxed);
+        }
+        inner.open[si] = Some(open);
         self.inflight[seg as usize].fetch_add(1, Relaxed);
         if stream.is_user() {
             inner.provision.filled(Instant::now());
@@ -846,12 +982,13 @@ impl Space {
         Ok(Loc { pba: self.pba(seg, 1), seg, stamp, grains })
     }
 
-    /// If an allocation of `grains` for `purpose` now would close the open
-    /// segment of its stream and open another: that open segment.
-    pub(crate) fn would_roll(&self, purpose: Purpose, grains: u64) -> Option<u32> {
+    /// If an allocation of `grains` (and `listed`, see [`Space::alloc`])
+    /// for `purpose` now would close the open segment of its stream and
+    /// open another: that open segment.
+    pub(crate) fn would_roll(&self, purpose: Purpose, grains: u64, listed: u64) -> Option<u32> {
         let inner = self.lock();
         let open = inner.open[stream_index(purpose.stream())].as_ref()?;
-        (open.next + grains > self.sb.segment_grains()).then_some(open.seg)
+        (!self.room_in(open, grains, listed).0).then_some(open.seg)
     }
 
     /// Free segments `purpose` must leave to GC.
@@ -867,13 +1004,130 @@ impl Space {
 
     /// The allocation in `seg` is written and indexed (or abandoned).
     pub(crate) fn done(&self, seg: u32) {
-        let prev = self.inflight[seg as usize].fetch_sub(1, Release);
+        // SeqCst with `close`'s store of `closing` and its load of
+        // `inflight`: of a last write ending and the segment closing, at
+        // least one sees the other, and so writes the summary.
+        let prev = self.inflight[seg as usize].fetch_sub(1, SeqCst);
         debug_assert!(prev > 0, "done without an allocation in segment {seg}");
         if prev == 1 && self.zoned.is_some() {
             // The last write of a segment closed meanwhile: finish it.
             let inner = self.lock();
             self.finish_if_done(&inner, seg);
         }
+        if prev == 1 && self.closing[seg as usize].load(SeqCst) {
+            self.write_summary(seg);
+        }
+    }
+
+    /// Drop the summary being gathered for `seg` (it will have none).
+    fn forget_summary(&self, seg: u32) {
+        if let Some(s) = &self.summaries {
+            self.gathering[seg as usize].store(false, Relaxed);
+            s.lock().unwrap_or_else(|e| e.into_inner()).remove(&seg);
+        }
+    }
+
+    /// Note the records of `bytes`, about to be written at grain address
+    /// `pba` (whole records, one after the other), in the summary of
+    /// their segment. Called between their allocation and its
+    /// [`Space::done`].
+    pub(crate) fn summarize(&self, pba: u64, bytes: &[u8]) {
+        let Some(s) = &self.summaries else { return };
+        let g = self.sb.grain_bytes as u64;
+        let seg = self.sb.segment_of(pba);
+        if !self.gathering[seg as usize].load(Relaxed) {
+            return;
+        }
+        let first = pba - self.pba(seg, 0);
+        let mut entries = Vec::new();
+        let mut at = 0usize;
+        let mut spoiled = false;
+        while at < bytes.len() {
+            let Ok(h) = granary_format::RecordHeader::decode(&bytes[at..]) else {
+                spoiled = true;
+                break;
+            };
+            let key = granary_format::record::key_of(&h, &bytes[at..]);
+            let grain = first + at as u64 / g;
+            if summary::entry_bytes(key.len()).is_none() || grain > u32::MAX as u64 {
+                spoiled = true;
+                break;
+            }
+            entries.extend_from_slice(&(grain as u32).to_le_bytes());
+            entries.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            entries.extend_from_slice(key);
+            at += (h.grains(self.sb.grain_bytes) * g) as usize;
+        }
+        let mut map = s.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(gather) = map.get_mut(&seg) {
+            debug_assert_eq!(gather.stamp, self.stamps[seg as usize].load(Relaxed));
+            gather.entries.extend_from_slice(&entries);
+            gather.spoiled |= spoiled;
+        }
+    }
+
+    /// Write the summary of closed segment `seg` if its last write has
+    /// ended (or is ending) and no one has written it yet. A summary is a
+    /// hint: one that cannot be written is left out, with a warning.
+    fn write_summary(&self, seg: u32) {
+        let Some(s) = &self.summaries else { return };
+        let gather = {
+            let mut map = s.lock().unwrap_or_else(|e| e.into_inner());
+            match map.get(&seg) {
+                Some(gth) if gth.end.is_some() && self.inflight[seg as usize].load(SeqCst) == 0 => {
+                    self.gathering[seg as usize].store(false, Relaxed);
+                    map.remove(&seg)
+                }
+                _ => None,
+            }
+        };
+        let Some(gather) = gather else { return };
+        let end = gather.end.expect("checked above");
+        if gather.spoiled {
+            return;
+        }
+        // Entries in grain order.
+        let mut at = Vec::new();
+        let mut i = 0;
+        let e = &gather.entries;
+        while i < e.len() {
+            let grain = u32::from_le_bytes(e[i..i + 4].try_into().expect("4 bytes"));
+            let len = u16::from_le_bytes(e[i + 4..i + 6].try_into().expect("2 bytes")) as usize;
+            at.push((grain, i + 6, len));
+            i += 6 + len;
+        }
+        at.sort_unstable_by_key(|a| a.0);
+        let entries: Vec<summary::Entry<'_>> =
+            at.iter().map(|&(grain, from, len)| summary::Entry { grain, key: &e[from..from + len] }).collect();
+        let g = self.sb.grain_bytes;
+        let seg_grains = self.sb.segment_grains();
+        let region = summary::encode(self.seed, gather.stamp, end as u32, &entries, g);
+        let region_grains = region.len() as u64 / g as u64;
+        if end + region_grains > seg_grains || entries.windows(2).any(|w| w[0].grain == w[1].grain) {
+            debug_assert!(false, "the summary of segment {seg} does not fit where room was kept");
+            return;
+        }
+        if let Err(e) = self.enable_feature(granary_format::superblock::FLAG_SUMMARIES) {
+            tracing::warn!(segment = seg, error = %e, "segment summaries could not be turned on");
+            return;
+        }
+        let offset = self.sb.segment_offset(seg) + (seg_grains - region_grains) * g as u64;
+        let mut buf = AlignedBuf::zeroed(region.len());
+        buf.copy_from_slice(&region);
+        match self.dev.write_at(buf, offset) {
+            (_, Ok(())) => {
+                self.summaries_written.fetch_add(1, Relaxed);
+                self.summary_bytes.fetch_add(region.len() as u64, Relaxed);
+            }
+            (_, Err(e)) => {
+                tracing::warn!(segment = seg, error = %e, "the summary of a segment could not be written; GC reads its records instead");
+            }
+        }
+    }
+
+    /// Summaries written since open, and their bytes.
+    pub(crate) fn summaries_written(&self) -> (u64, u64) {
+        (self.summaries_written.load(Relaxed), self.summary_bytes.load(Relaxed))
     }
 
     /// Zoned mode: finish `seg` if it is closed with no write in flight
@@ -888,7 +1142,17 @@ impl Space {
         }
     }
 
-    fn close(&self, inner: &mut Inner, seg: u32) {
+    fn close(&self, inner: &mut Inner, open: &OpenSeg) {
+        let seg = open.seg;
+        if let (Some(s), Some(_)) = (&self.summaries, open.listed) {
+            if let Some(gather) = s.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&seg) {
+                gather.end = Some(open.next);
+            }
+            self.closing[seg as usize].store(true, SeqCst);
+            if self.inflight[seg as usize].load(SeqCst) == 0 {
+                self.write_summary(seg);
+            }
+        }
         inner.state[seg as usize] = SegState::Closed;
         inner.closes += 1;
         inner.closed_at[seg as usize] = inner.closes;
@@ -1507,6 +1771,20 @@ impl Space {
     pub(crate) fn rates(&self) -> Option<(f64, f64)> {
         self.lock().provision.rates()
     }
+}
+
+/// Write both superblock copies of `sb`: copy A, flush, copy B, flush. A
+/// crash in between leaves copy A, which readers take first.
+pub(crate) fn write_superblocks(dev: &dyn Device, sb: &Superblock) -> Result<()> {
+    let mut buf = AlignedBuf::zeroed(4096);
+    sb.encode(&mut buf);
+    for &offset in &SUPERBLOCK_OFFSETS {
+        let (b, r) = dev.write_at(buf, offset);
+        r.map_err(|source| Error::Io { op: "write of the superblock", offset, source })?;
+        buf = b;
+        dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

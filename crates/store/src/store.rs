@@ -111,8 +111,6 @@ pub(crate) struct Core {
     /// Set when the store is closed or dropped: a [`Namespace`] handle
     /// that outlives it refuses calls.
     pub(crate) closed: AtomicBool,
-    /// The superblock's feature flags on now (`catalog::enable_feature`).
-    pub(crate) features: Mutex<u32>,
 }
 
 /// The engine's calls that do IO, each declared once: the declaration
@@ -274,6 +272,8 @@ impl Core {
             gc: self.gc_counters.snapshot(),
             segments_opened: self.space.horizon(),
             short_segments_opened: self.space.short_segments_opened(),
+            summaries_written: self.space.summaries_written().0,
+            summary_bytes_written: self.space.summaries_written().1,
             room_waits,
             room_wait_us,
             gc_watermarks: self.space.watermarks(),

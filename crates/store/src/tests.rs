@@ -1326,16 +1326,22 @@ fn an_unreadable_displaced_record_reports_and_never_blocks_checkpoints() {
 }
 
 /// GC reads a mostly dead victim sparsely (only what the index or a link
-/// points at) or scans it whole, with the same outcome: live values moved,
-/// a colliding key displaced by a blind overwrite indexed again and moved,
+/// points at), by its summary (only what the summary says is live or may
+/// be: the colliding key's record, not those displaced by their own key)
+/// or scans it whole, with the same outcome: live values moved, a
+/// colliding key displaced by a blind overwrite indexed again and moved,
 /// tombstones kept, nothing else copied; the same after a restart.
 #[test]
-fn a_sparse_reclaim_and_a_scan_leave_the_same_store() {
+fn a_sparse_reclaim_a_summary_reclaim_and_a_scan_leave_the_same_store() {
     use crate::gc::ReadMode;
     let keys = colliding_keys(2);
     let (a, b) = (&keys[0][..], &keys[1][..]);
     let mut outcomes = Vec::new();
-    for mode in [ReadMode::Sparse, ReadMode::Scan] {
+    let mut modes = vec![ReadMode::Sparse, ReadMode::Scan];
+    if !skip_zoned("zoned mode writes no summaries: no summary reclaim") {
+        modes.insert(1, ReadMode::Summary);
+    }
+    for mode in modes.iter().copied() {
         let (dev, s) = blind_store(64 << 10);
         let open = blind_opts();
         // The victim: 30 values (3 stay, the rest are overwritten or
@@ -1363,6 +1369,7 @@ fn a_sparse_reclaim_and_a_scan_leave_the_same_store() {
         crate::gc::reclaim_with(s.core.collector(), v, false, mode).unwrap();
         let st = s.stats();
         assert_eq!(st.gc.sparse_victims, u64::from(mode == ReadMode::Sparse), "{mode:?}");
+        assert_eq!(st.gc.summary_victims, u64::from(mode == ReadMode::Summary), "{mode:?}");
         let lo = s.core.space.pba(v, 0);
         let left = s.core.keys.links.displacing_in(lo, lo + s.core.log.sb.segment_grains());
         assert!(left.is_empty(), "{mode:?}: links into the victim were not settled: {left:?}");
@@ -1386,7 +1393,9 @@ fn a_sparse_reclaim_and_a_scan_leave_the_same_store() {
         let s = Store::open(dev.clone(), &open).unwrap();
         check(&s);
     }
-    assert_eq!(outcomes[0], outcomes[1], "a sparse reclaim and a scan differ");
+    for (mode, outcome) in modes.iter().zip(&outcomes) {
+        assert_eq!(outcome, outcomes.last().unwrap(), "a {mode:?} reclaim and a scan differ");
+    }
 }
 
 /// A blind store where `n` keys of 900 bytes were written into segment
@@ -1454,6 +1463,129 @@ fn a_victim_overwritten_by_its_own_keys_is_scanned_without_their_stripes() {
     let s = Store::open(dev.clone(), &blind_opts()).unwrap();
     for k in &keys {
         assert_eq!(s.get(k).unwrap(), Some(vec![2u8; 900]), "after a crash");
+    }
+}
+
+/// A store created without summaries (as by an older build) has no
+/// summaries flag; opened by a build that writes them, it gets the flag
+/// on the device with its first summary, not before.
+#[test]
+fn a_store_without_summaries_gets_the_flag_with_its_first_summary() {
+    use granary_format::superblock::FLAG_SUMMARIES;
+    if skip_zoned("zoned mode writes no summaries") {
+        return;
+    }
+    let dev = test_device(16 << 20);
+    dev.shape_zones(64 << 10);
+    let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: None };
+    let off = OpenOptions { segment_summaries: false, ..blind_opts() };
+    let s = Store::create(dev.clone(), &create, &off).unwrap();
+    s.put(b"k", b"v").unwrap();
+    drop(s);
+    let flags = || granary_format::Superblock::decode(&dev.with_bytes_mut(|m| m[..4096].to_vec())).unwrap().flags;
+    assert_eq!(flags() & FLAG_SUMMARIES, 0);
+    let s = Store::open(dev.clone(), &blind_opts()).unwrap();
+    assert!(!s.core.space.has_feature(FLAG_SUMMARIES));
+    s.put(b"k2", b"v2").unwrap();
+    assert_eq!(flags() & FLAG_SUMMARIES, 0, "turned on before any summary was written");
+    roll_segment(&s);
+    roll_segment(&s);
+    assert!(s.stats().summaries_written > 0);
+    assert_ne!(flags() & FLAG_SUMMARIES, 0, "a summary was written but the superblock does not say so");
+    assert!(s.verify().unwrap().summaries > 0);
+}
+
+/// A summary whose bytes changed (bit rot, or a write a crash tore) is
+/// counted by `verify` as unusable (not an error: nothing uses it) and
+/// never trusted by GC, which reads the victim's records instead.
+#[test]
+fn a_damaged_summary_is_reported_and_never_trusted() {
+    use crate::gc::ReadMode;
+    if skip_zoned("zoned mode writes no summaries") {
+        return;
+    }
+    let (dev, s, keys, v) = victim_of_own_key_overwrites("rot", 30);
+    // A byte of the first entry's key, in the summary at the victim's end.
+    let seg_end = s.core.log.sb.segment_offset(v) + s.core.log.sb.segment_bytes;
+    let region = s.core.log.read_summary(v, s.core.space.stamp(v)).expect("the victim has a summary").0;
+    let off = (seg_end - region.len() as u64) as usize + granary_format::summary::SUMMARY_BLOCK_BYTES + 6;
+    dev.with_bytes_mut(|m| m[off] ^= 0x01);
+    let report = s.verify().unwrap();
+    assert_eq!(report.summaries_unusable, 1);
+    assert!(report.is_clean(), "{:?}", report.errors);
+    crate::gc::reclaim_with(s.core.collector(), v, false, ReadMode::Choose).unwrap();
+    assert_eq!(s.stats().gc.summary_victims, 0, "a damaged summary was used");
+    for k in &keys {
+        assert_eq!(s.get(k).unwrap(), Some(vec![2u8; 900]));
+    }
+}
+
+/// A victim whose every record a blind overwrite of its own key displaced
+/// (what a sequential overwrite of an export leaves) is reclaimed by its
+/// summary: the summary is read, none of the records, nothing is copied,
+/// the links go, and every key keeps its new value, after a restart too.
+/// Without summaries the same victim costs a read of each record.
+#[test]
+fn a_victim_of_own_key_overwrites_is_reclaimed_by_its_summary_without_reading_its_records() {
+    use crate::gc::ReadMode;
+    if skip_zoned("zoned mode writes no summaries") {
+        return;
+    }
+    for summaries in [true, false] {
+        let (dev, s) = {
+            let (dev, _) = (test_device(16 << 20), ());
+            dev.shape_zones(64 << 10);
+            let create =
+                CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
+            let open = OpenOptions { segment_summaries: summaries, ..blind_opts() };
+            let s = Store::create(dev.clone(), &create, &open).unwrap();
+            (dev, s)
+        };
+        let keys: Vec<Vec<u8>> = (0..40).map(|i| format!("seq{i}").into_bytes()).collect();
+        for k in &keys {
+            s.put(k, &[1u8; 900]).unwrap();
+        }
+        let v = s.core.log.sb.segment_of(s.core.keys.index.lookup(key_hash(&keys[0])).as_slice()[0].pba());
+        roll_segment(&s);
+        // The fillers that closed the victim are overwritten too: nothing
+        // in it stays live.
+        let fillers: Vec<Vec<u8>> =
+            (0..).map(|i| format!("filler-{i}").into_bytes()).take_while(|k| s.get(k).unwrap().is_some()).collect();
+        for k in keys.iter().chain(&fillers) {
+            s.put(k, &[2u8; 900]).unwrap();
+        }
+        assert_eq!(s.stats().unsettled_links, 40 + fillers.len() as u64);
+        let before = dev.counters().snapshot();
+        crate::gc::reclaim_with(s.core.collector(), v, false, ReadMode::Choose).unwrap();
+        let read = dev.counters().snapshot().read_bytes - before.read_bytes;
+        let st = s.stats();
+        assert_eq!(st.gc.records_relocated, 0, "summaries {summaries}");
+        let lo = s.core.space.pba(v, 0);
+        let left = s.core.keys.links.displacing_in(lo, lo + s.core.log.sb.segment_grains());
+        assert!(left.is_empty(), "summaries {summaries}: links into the victim were left: {left:?}");
+        if summaries {
+            assert_eq!(st.gc.summary_victims, 1);
+            // The summary: its last grain, then its region (40 entries of
+            // 10 bytes, a few of 14 and two blocks of 40: two grains).
+            assert!(read <= 3 * 512, "the summary reclaim read {read} bytes");
+        } else {
+            assert_eq!(st.gc.summary_victims, 0);
+            assert!(read >= 40 * 1024, "without a summary the victim's 40 records cost only {read} bytes of reads");
+        }
+        for k in &keys {
+            assert_eq!(s.get(k).unwrap(), Some(vec![2u8; 900]), "summaries {summaries}");
+        }
+        // The segment of the new values closes too (with its summary).
+        roll_segment(&s);
+        let report = s.verify().unwrap();
+        assert!(report.is_clean(), "{:?}", report.errors);
+        assert_eq!(report.summaries > 0, summaries, "verify checked {} summaries", report.summaries);
+        drop(s);
+        let s = Store::open(dev.clone(), &OpenOptions { segment_summaries: summaries, ..blind_opts() }).unwrap();
+        for k in &keys {
+            assert_eq!(s.get(k).unwrap(), Some(vec![2u8; 900]), "summaries {summaries}, after a restart");
+        }
+        assert_eq!(s.core.space.has_feature(granary_format::superblock::FLAG_SUMMARIES), summaries);
     }
 }
 

@@ -169,6 +169,10 @@ pub struct Stats {
     /// Of those, segments of the short-lived user stream opened since the
     /// store was opened (SepBIT placement, `OpenOptions::gc_sepbit`).
     pub short_segments_opened: u64,
+    /// Segment summaries written since the store was opened, and their
+    /// bytes (counted in `io.written_bytes` too).
+    pub summaries_written: u64,
+    pub summary_bytes_written: u64,
     /// User writes that waited for GC to free room since the store was
     /// opened (with `Background::Manual`: that ran GC for it), and the
     /// microseconds they waited together.
@@ -335,6 +339,10 @@ pub struct GcStats {
     /// Victims read sparsely (only the records the index or a link points
     /// at) instead of scanned whole.
     pub sparse_victims: u64,
+    /// Victims read by their segment summary: only the records it says
+    /// are live or may be, none of those displaced by their own key's
+    /// overwrite (not counted in `sparse_victims`).
+    pub summary_victims: u64,
     /// Sparse reclaims that found something changed and scanned after all.
     pub sparse_fallbacks: u64,
     /// Of the victims, segments [`crate::Watermark::Compact`]'s compaction

@@ -5,7 +5,11 @@
 //! the key and tombstone counts and per-segment live bytes agree with the
 //! index; every record in every used segment is intact (a record whose
 //! header holds but whose body does not is damaged data, whether or not it
-//! is still current).
+//! is still current); every segment summary that decodes names each
+//! record the scan finds there, at its grain, with its key (it may list
+//! more: a record a power loss took after the summary was written). A
+//! summary that does not decode (torn by a crash, or damaged) is counted,
+//! not an error: nothing trusts it (GC reads that segment's records).
 
 use crate::error::Result;
 use crate::log::{read_segment_headers, SegmentScanner};
@@ -29,6 +33,12 @@ pub struct VerifyReport {
     pub records_scanned: u64,
     pub damaged_records: u64,
     pub skipped_grains: u64,
+    /// Segments with a summary, checked against their records.
+    pub summaries: u64,
+    /// Segments whose summary starts where their records end but does not
+    /// decode (a crash tore its write, or its bytes were damaged): unused,
+    /// so not an error.
+    pub summaries_unusable: u64,
     pub error_count: u64,
     /// The first errors, one line each.
     pub errors: Vec<String>,
@@ -44,6 +54,31 @@ impl VerifyReport {
         self.error_count += 1;
         if self.errors.len() < VERIFY_ERRORS_LISTED_MAX {
             self.errors.push(msg);
+        }
+    }
+}
+
+/// Check the summary of segment `seg` (stamp `stamp`), where a scan met
+/// it, against the records the scan `found` (grain, key).
+fn check_summary(p: Parts<'_>, seg: u32, stamp: u32, found: &[(u64, Vec<u8>)], r: &mut VerifyReport) {
+    let Some((region, block)) = p.log.read_summary(seg, stamp) else {
+        r.summaries_unusable += 1;
+        return;
+    };
+    let entries = match granary_format::summary::decode(p.log.seed, &block, &region) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::info!(segment = seg, error = %e, "verify: a segment summary does not decode (unused)");
+            r.summaries_unusable += 1;
+            return;
+        }
+    };
+    r.summaries += 1;
+    for (grain, key) in found {
+        match entries.binary_search_by_key(grain, |e| e.grain as u64) {
+            Ok(i) if entries[i].key == &key[..] => {}
+            Ok(_) => r.error(format!("segment {seg}: the summary names the record at grain {grain} by another key")),
+            Err(_) => r.error(format!("segment {seg}: the summary leaves out the record at grain {grain}")),
         }
     }
 }
@@ -121,8 +156,10 @@ pub(crate) fn verify(p: Parts<'_>, progress: Option<&ProgressHook>) -> Result<Ve
 
     for (i, (s, _)) in segments.into_iter().enumerate() {
         let mut scan = SegmentScanner::new(p.log.dev.as_ref(), &p.log.sb, p.log.seed, s.seg, s.alloc_seq as u32);
+        let mut found: Vec<(u64, Vec<u8>)> = Vec::new();
         while let Some(rec) = scan.next_record()? {
             r.records_scanned += 1;
+            found.push((rec.grain, record::key_of(&rec.hdr, scan.bytes_at(rec.grain)).to_vec()));
             if !rec.intact || rec.hdr.damaged_copy {
                 r.damaged_records += 1;
                 r.error(format!(
@@ -131,6 +168,9 @@ pub(crate) fn verify(p: Parts<'_>, progress: Option<&ProgressHook>) -> Result<Ve
                     s.seg, rec.grain, rec.hdr.seq
                 ));
             }
+        }
+        if scan.summary_at.is_some() {
+            check_summary(p, s.seg, s.alloc_seq as u32, &found, &mut r);
         }
         r.segments_scanned += 1;
         r.skipped_grains += scan.skipped_grains;

@@ -600,7 +600,7 @@ impl Core {
             return r.map_err(|e| self.log.poison_io(e));
         }
         let grains = hdr.grains(self.log.sb.grain_bytes);
-        let loc = self.alloc_records(purpose, grains)?;
+        let loc = self.alloc_records(purpose, grains, crate::space::listed_bytes([key]))?;
         hdr.seg_stamp = loc.stamp;
         let (buf, owned) = match value {
             Payload::Slice(value) => {
@@ -621,10 +621,11 @@ impl Core {
         written.map(|()| loc)
     }
 
-    /// Grains for records of `purpose`, `grains` of them, in one piece of
-    /// the log; a device error poisons the store.
-    pub(crate) fn alloc_records(&self, purpose: Purpose, grains: u64) -> Result<Loc> {
-        self.space.alloc(purpose, grains, self.log.next_seq.load(Relaxed)).map_err(|e| self.log.poison_io(e))
+    /// Grains for records of `purpose`, `grains` of them (`listed`: their
+    /// summary entries' bytes, `space::listed_bytes`), in one piece of the
+    /// log; a device error poisons the store.
+    pub(crate) fn alloc_records(&self, purpose: Purpose, grains: u64, listed: u64) -> Result<Loc> {
+        self.space.alloc(purpose, grains, listed, self.log.next_seq.load(Relaxed)).map_err(|e| self.log.poison_io(e))
     }
 
     /// Allocate `grains` for records of `purpose` that `encode` encodes
@@ -645,12 +646,15 @@ impl Core {
         &self,
         purpose: Purpose,
         grains: u64,
+        listed: u64,
         encode: impl FnOnce(&Loc) -> AlignedBuf,
     ) -> Result<(Loc, Option<AlignedBuf>)> {
         let (dev, g) = (self.log.dev.as_ref(), self.log.grain());
         let next_seq = self.log.next_seq.load(Relaxed);
-        let r =
-            self.coalescer.write_own(&self.space, dev, self.log.durability, purpose, g, next_seq, grains, encode).await;
+        let r = self
+            .coalescer
+            .write_own(&self.space, dev, self.log.durability, purpose, g, next_seq, grains, listed, encode)
+            .await;
         r.map_err(|e| self.log.poison_io(e))
     }
 
@@ -661,6 +665,7 @@ impl Core {
     /// records and then releases it. The buffer comes back either way.
     pub(crate) async fn write_records(&self, op: &'static str, buf: AlignedBuf, loc: &Loc) -> (AlignedBuf, Result<()>) {
         let offset = loc.pba * self.log.grain();
+        self.space.summarize(loc.pba, &buf);
         let (buf, r) = self.log.dev.write_at_async(buf, offset).await;
         let written = match r {
             Ok(()) => self.log.flush_if_durable_async(offset).await,

@@ -547,7 +547,8 @@ fn run_concurrent_seed(seed: u64) -> u64 {
     let store =
         Store::open(dev.clone(), &open_opts(durability, &now)).unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
     check_writers(&store, &models, seed, kind);
-    assert!(store.verify().unwrap().is_clean(), "seed {seed}");
+    let report = store.verify().unwrap();
+    assert!(report.is_clean(), "seed {seed}: {:?}", report.errors);
     grouped
 }
 
@@ -612,7 +613,8 @@ fn run_concurrent_seed_in_turn(seed: u64) -> (Vec<TraceEvent>, u64) {
     let store =
         Store::open(dev.clone(), &open_opts(durability, &now)).unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
     check_writers(&store, &models, seed, kind);
-    assert!(store.verify().unwrap().is_clean(), "seed {seed}");
+    let report = store.verify().unwrap();
+    assert!(report.is_clean(), "seed {seed}: {:?}", report.errors);
     (trace, grouped)
 }
 
@@ -869,7 +871,8 @@ fn concurrent_crash_loop_seed(seed: u64) -> u64 {
         }
         first_version += 300;
     }
-    assert!(store.verify().unwrap().is_clean(), "seed {seed}");
+    let report = store.verify().unwrap();
+    assert!(report.is_clean(), "seed {seed}: {:?}", report.errors);
     grouped
 }
 

@@ -198,7 +198,12 @@ fn churn_opts(seed: u64, opts: &OpenOptions, skewed: bool) -> Stats {
     // records and relocated records.
     let freed_headers = if zoned { 0 } else { st.gc.victims };
     let headers = (st.segments_opened + freed_headers) * 512;
-    assert_eq!(st.io.written_bytes, 2 * 4096 + headers + user_record_bytes + st.gc.bytes_relocated, "{st:?}");
+    let summaries = st.summary_bytes_written;
+    assert_eq!(
+        st.io.written_bytes,
+        2 * 4096 + headers + user_record_bytes + st.gc.bytes_relocated + summaries,
+        "{st:?}"
+    );
     let wa = st.write_amplification();
     assert!(wa > 1.0 && wa.is_finite(), "write amplification {wa}");
     let report = store.verify().unwrap();
