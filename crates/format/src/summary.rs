@@ -230,7 +230,8 @@ pub fn decode<'a>(seed: u32, trailer: &Block, region: &'a [u8]) -> Result<Vec<En
     if computed != head.entries_crc {
         return Err(FormatError::Checksum { what: W, stored: head.entries_crc, computed });
     }
-    let mut out = Vec::with_capacity(head.count as usize);
+    // At most one entry per 7 bytes, whatever `count` says.
+    let mut out = Vec::with_capacity((head.count as usize).min(body.len() / 7));
     let mut at = 0;
     let mut last = 0u32;
     while at < body.len() {

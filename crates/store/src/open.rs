@@ -67,13 +67,10 @@ impl Store {
         }
         let sb = Superblock {
             version: granary_format::superblock::SUPERBLOCK_VERSION,
-            // A new store that will have summaries says so from the start
-            // (an older one gets the flag with its first summary).
-            flags: if open.segment_summaries && dev.zones().is_none() {
-                granary_format::superblock::FLAG_SUMMARIES
-            } else {
-                0
-            },
+            // Feature flags are turned on with their first use
+            // (`Space::enable_feature`), so a store that never used one
+            // stays readable by builds without it.
+            flags: 0,
             uuid: open.entropy.draw().map_err(Error::Device)?,
             grain_bytes: grain,
             hash_algo: KEY_HASH_ALGO_XXH3_64,

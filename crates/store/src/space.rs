@@ -891,7 +891,10 @@ impl Space {
         let Some(have) = open.listed else { return (end <= seg_grains, None) };
         let want = have.saturating_add(listed);
         let region = summary::region_grains(want, self.sb.grain_bytes);
-        if region > self.summary_max {
+        // Past the share, or records so large that even an empty segment
+        // could not hold them and their summary.
+        let alone = 1 + grains + summary::region_grains(listed, self.sb.grain_bytes);
+        if region > self.summary_max || alone > seg_grains {
             return (end <= seg_grains, None);
         }
         (end + region <= seg_grains, Some(want))
@@ -1015,6 +1018,11 @@ impl Space {
             self.finish_if_done(&inner, seg);
         }
         if prev == 1 && self.closing[seg as usize].load(SeqCst) {
+            // Under `inner`, as `close` writes it: GC frees a segment and a
+            // writer reopens it only under `inner` too, so the region is
+            // written before the segment can be reused (a reopened
+            // segment's new gather, with its new stamp, is not taken).
+            let _inner = self.lock();
             self.write_summary(seg);
         }
     }
@@ -1067,14 +1075,20 @@ impl Space {
     }
 
     /// Write the summary of closed segment `seg` if its last write has
-    /// ended (or is ending) and no one has written it yet. A summary is a
-    /// hint: one that cannot be written is left out, with a warning.
+    /// ended and no one has written it yet. The caller holds `inner`. A
+    /// summary is a hint: one that cannot be written is left out, with a
+    /// warning.
     fn write_summary(&self, seg: u32) {
         let Some(s) = &self.summaries else { return };
         let gather = {
             let mut map = s.lock().unwrap_or_else(|e| e.into_inner());
+            let i = seg as usize;
             match map.get(&seg) {
-                Some(gth) if gth.end.is_some() && self.inflight[seg as usize].load(SeqCst) == 0 => {
+                Some(gth)
+                    if gth.end.is_some()
+                        && gth.stamp == self.stamps[i].load(Relaxed)
+                        && self.inflight[i].load(SeqCst) == 0 =>
+                {
                     self.gathering[seg as usize].store(false, Relaxed);
                     map.remove(&seg)
                 }

@@ -1466,6 +1466,29 @@ fn a_victim_overwritten_by_its_own_keys_is_scanned_without_their_stripes() {
     }
 }
 
+/// A value of the largest size a segment holds leaves no room for a
+/// summary: its segment goes without one (no debug assertion, no summary
+/// that does not fit), and the segments around it keep theirs.
+#[test]
+fn the_largest_value_leaves_its_segment_without_a_summary() {
+    if skip_zoned("zoned mode writes no summaries") {
+        return;
+    }
+    let (_dev, s) = blind_store(64 << 10);
+    let max = s.stats().value_bytes_max as usize;
+    s.put(b"small", b"v").unwrap();
+    // (The largest value is for a key of one byte.)
+    s.put(b"h", &vec![7u8; max]).unwrap();
+    s.put(b"i", &vec![8u8; max]).unwrap();
+    roll_segment(&s);
+    roll_segment(&s);
+    assert_eq!(s.get(b"h").unwrap(), Some(vec![7u8; max]));
+    assert_eq!(s.get(b"i").unwrap(), Some(vec![8u8; max]));
+    let report = s.verify().unwrap();
+    assert!(report.is_clean(), "{:?}", report.errors);
+    assert!(report.summaries > 0, "the segments of small records lost their summaries");
+}
+
 /// A store created without summaries (as by an older build) has no
 /// summaries flag; opened by a build that writes them, it gets the flag
 /// on the device with its first summary, not before.
