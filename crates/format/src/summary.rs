@@ -70,9 +70,10 @@ pub fn entry_bytes(key_len: usize) -> Option<u64> {
     (1..=u16::MAX as usize).contains(&key_len).then_some(SUMMARY_ENTRY_OVERHEAD + key_len as u64)
 }
 
-/// Grains of a region holding `entries_bytes` of entries.
+/// Grains of a region holding `entries_bytes` of entries (saturating: a
+/// caller counts a key no summary can list as `u64::MAX` bytes).
 pub fn region_grains(entries_bytes: u64, grain_bytes: u32) -> u64 {
-    (2 * SUMMARY_BLOCK_BYTES as u64 + entries_bytes).div_ceil(grain_bytes as u64)
+    (2 * SUMMARY_BLOCK_BYTES as u64).saturating_add(entries_bytes).div_ceil(grain_bytes as u64)
 }
 
 /// The largest region a segment of `segment_bytes` may have, in grains.
@@ -340,5 +341,6 @@ mod tests {
         assert_eq!(region_grains(512 - 80, 512), 1);
         assert_eq!(region_grains(512 - 79, 512), 2);
         assert_eq!(region_grains_max(1 << 20, 4096), 4);
+        assert_eq!(region_grains(u64::MAX, 512), u64::MAX / 512 + 1, "saturates");
     }
 }

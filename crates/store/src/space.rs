@@ -893,11 +893,11 @@ impl Space {
         let region = summary::region_grains(want, self.sb.grain_bytes);
         // Past the share, or records so large that even an empty segment
         // could not hold them and their summary.
-        let alone = 1 + grains + summary::region_grains(listed, self.sb.grain_bytes);
+        let alone = (1 + grains).saturating_add(summary::region_grains(listed, self.sb.grain_bytes));
         if region > self.summary_max || alone > seg_grains {
             return (end <= seg_grains, None);
         }
-        (end + region <= seg_grains, Some(want))
+        (end.saturating_add(region) <= seg_grains, Some(want))
     }
 
     /// [`Space::alloc`] in `stream` (GC puts old records in the cold one).
