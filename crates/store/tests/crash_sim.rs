@@ -794,7 +794,9 @@ fn a_cache_crash_loop_keeps_room_to_write() {
 /// writer threads (so group writes carry several records), crashed five
 /// times in a row, each key checked after every restart against what was
 /// acknowledged and attempted since the last check.
-fn concurrent_crash_loop_seed(seed: u64) -> u64 {
+/// Returns (records that shared a group write, segment summaries written,
+/// victims GC reclaimed by their summary).
+fn concurrent_crash_loop_seed(seed: u64) -> (u64, u64, u64) {
     const THREADS: u64 = 4;
     const PER_THREAD_KEYS: u64 = 16;
     let mut rng = SimRng::new(seed);
@@ -805,7 +807,7 @@ fn concurrent_crash_loop_seed(seed: u64) -> u64 {
     let mut store = Arc::new(Store::create(dev.clone(), &create, &open_opts(durability, &now)).unwrap());
     // Per key: the version it holds for sure (0: none yet).
     let mut held = vec![0u64; (THREADS * PER_THREAD_KEYS) as usize];
-    let mut grouped = 0;
+    let (mut grouped, mut summaries, mut summary_victims) = (0, 0, 0);
     let mut first_version = 1u64;
     for cycle in 0..5u64 {
         dev.plan_crash(100 + rng.below(400), kind);
@@ -832,7 +834,10 @@ fn concurrent_crash_loop_seed(seed: u64) -> u64 {
             })
             .collect();
         let models: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
-        grouped += store.stats().grouped_records - store.stats().write_groups;
+        let st = store.stats();
+        grouped += st.grouped_records - st.write_groups;
+        summaries += st.summaries_written;
+        summary_victims += st.gc.summary_victims;
         drop(Arc::try_unwrap(store).ok().expect("workers are done"));
         dev.restart();
         store = Arc::new(
@@ -873,17 +878,23 @@ fn concurrent_crash_loop_seed(seed: u64) -> u64 {
     }
     let report = store.verify().unwrap();
     assert!(report.is_clean(), "seed {seed}: {:?}", report.errors);
-    grouped
+    (grouped, summaries, summary_victims)
 }
 
 #[test]
 fn a_crash_loop_with_concurrent_writers_tears_no_acknowledged_write() {
     let seeds: u64 = std::env::var("GRANARY_CRASH_SEEDS").ok().and_then(|s| s.parse().ok()).map_or(40, |n: u64| n / 50);
     let base = 0x6c63_6f6e;
-    let mut grouped = 0;
+    let (mut grouped, mut summaries, mut summary_victims) = (0, 0, 0);
     for seed in seed_range(base, seeds) {
-        grouped += with_seed(seed, concurrent_crash_loop_seed);
+        let (g, s, v) = with_seed(seed, concurrent_crash_loop_seed);
+        (grouped, summaries, summary_victims) = (grouped + g, summaries + s, summary_victims + v);
     }
-    eprintln!("{seeds} concurrent crash-loop seeds: {grouped} records shared a group write");
+    eprintln!(
+        "{seeds} concurrent crash-loop seeds: {grouped} records shared a group write; \
+         {summaries} segment summaries written, {summary_victims} victims reclaimed by theirs"
+    );
     assert!(grouped > 0, "no write was ever coalesced: the test does not exercise group writes");
+    assert!(summaries > 0, "no segment summary was written: the test does not exercise them");
+    assert!(summary_victims > 0, "GC never reclaimed a victim by its summary: the test does not exercise that");
 }
