@@ -186,7 +186,7 @@ impl Kind {
                 in_range(n, min, max)
             }
             // size::parse refuses 0, which only a setting with `min` 0 takes.
-            Kind::Size { min } => in_range(if s.trim() == "0" { 0 } else { size::parse(s)? }, min, u64::MAX),
+            Kind::Size { min } => in_range(size::parse_or_zero(s)?, min, u64::MAX),
             Kind::Path => Ok(Value::Path(PathBuf::from(s))),
             Kind::Ip => {
                 s.parse().map(Value::Ip).map_err(|_| format!("{s:?} is not an IP address like 127.0.0.1 or ::1"))

@@ -1,9 +1,18 @@
 //! Byte sizes and counts on the command line: sizes as `4096`, `64K`,
-//! `64KiB`, `1G`, `1.5GiB` (binary units: K = 1024); counts as `1000`,
-//! `100K`, `50M` (decimal units: K = 1000).
+//! `64KiB`, `1G`, `1.5GiB` (binary units: K = 1024; a fraction of a unit
+//! rounds down to whole bytes, a fraction of a byte is refused); counts
+//! as `1000`, `100K`, `50M` (decimal units: K = 1000).
 
-/// Parse a size; a clear message on bad input.
+/// Parse a size of at least one byte; a clear message on bad input.
 pub fn parse(s: &str) -> Result<u64, String> {
+    match parse_or_zero(s)? {
+        0 => Err(format!("size {s:?} is out of range")),
+        n => Ok(n),
+    }
+}
+
+/// [`parse`], where zero (`0`, `0M`, ...) is a size too.
+pub fn parse_or_zero(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
@@ -17,8 +26,13 @@ pub fn parse(s: &str) -> Result<u64, String> {
     };
     let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a size (examples: 4096, 64M, 1G)"))?;
     let bytes = n * mult as f64;
-    if !(bytes.is_finite() && bytes >= 1.0 && bytes < u64::MAX as f64) {
+    if !(bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64) {
         return Err(format!("size {s:?} is out of range"));
+    }
+    // A fraction of a unit is rounded down to whole bytes (0.1G); a
+    // fraction of a byte is a mistake (1.9 meant 1.9 of some unit).
+    if mult == 1 && bytes.fract() != 0.0 {
+        return Err(format!("size {s:?} is not a whole number of bytes (add a unit: K, M, G or T)"));
     }
     Ok(bytes as u64)
 }
@@ -67,6 +81,12 @@ mod tests {
         assert!(parse("12Q").unwrap_err().contains("unknown size unit"));
         assert!(parse("").is_err());
         assert!(parse("0").is_err());
+        assert!(parse("0M").is_err());
+        assert_eq!(parse_or_zero("0M"), Ok(0));
+        assert_eq!(parse_or_zero("0"), Ok(0));
+        assert!(parse("1.9").unwrap_err().contains("whole number of bytes"));
+        assert_eq!(parse("0.3K"), Ok(307), "a fraction of a unit rounds down");
+        assert_eq!(parse("0.5K"), Ok(512));
         assert_eq!(human(1536), "1.5 KiB");
         assert_eq!(human(10), "10 B");
         assert_eq!(count("50M"), Ok(50_000_000));
