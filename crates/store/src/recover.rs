@@ -333,7 +333,11 @@ impl Rebuild<'_> {
                                 mine.records += 1;
                             } else if in_tail[i] {
                                 mine.torn_records += 1;
-                                self.neutralise_torn(s.seg, rec.grain)?;
+                                if opts.clear_torn {
+                                    self.neutralise_torn(s.seg, rec.grain)?;
+                                } else {
+                                    self.space.keep_torn(s.seg, rec.grain);
+                                }
                                 continue;
                             } else {
                                 mine.damaged_records += 1;

@@ -242,6 +242,9 @@ pub(crate) struct Space {
     /// Zoned mode: segments recovery found a torn record in, which it
     /// cannot clear in place; the open reclaims them.
     torn: Mutex<Vec<u32>>,
+    /// Torn records recovery left in place (`OpenOptions::clear_torn`
+    /// off), as (segment, grain): `verify` counts them as torn.
+    kept_torn: Mutex<Vec<(u32, u64)>>,
     /// The record checksum seed (summaries are checksummed with it).
     seed: u32,
     /// Superblock feature flags turned on ([`Space::enable_feature`]).
@@ -605,6 +608,7 @@ impl Space {
             summaries: (cfg.summaries && zoned.is_none()).then(Default::default),
             zoned,
             torn: Mutex::new(Vec::new()),
+            kept_torn: Mutex::new(Vec::new()),
             seed,
             features: Mutex::new(sb.flags),
             closing: (0..n).map(|_| Default::default()).collect(),
@@ -647,6 +651,16 @@ impl Space {
     /// Whether the store runs in zoned mode.
     pub(crate) fn zoned(&self) -> bool {
         self.zoned.is_some()
+    }
+
+    /// Recovery left the torn record at `grain` of `seg` in place.
+    pub(crate) fn keep_torn(&self, seg: u32, grain: u64) {
+        self.kept_torn.lock().unwrap_or_else(|e| e.into_inner()).push((seg, grain));
+    }
+
+    /// Whether recovery left a torn record at `grain` of `seg` in place.
+    pub(crate) fn is_kept_torn(&self, seg: u32, grain: u64) -> bool {
+        self.kept_torn.lock().unwrap_or_else(|e| e.into_inner()).contains(&(seg, grain))
     }
 
     /// Zoned mode: recovery found a torn record in `seg`.

@@ -328,6 +328,38 @@ fn corruption_in_an_old_segment_is_reported_after_reopen() {
     assert!(!s.verify().unwrap().is_clean());
 }
 
+/// Opened with `clear_torn` off (what `granary verify`, `stat` and `get`
+/// do), recovery ignores a torn record without writing: its bytes stay on
+/// the device, `verify` counts it as torn (not damaged, not an error),
+/// and the next ordinary open clears it.
+#[test]
+fn an_inspection_leaves_a_torn_record_in_place_and_verify_counts_it() {
+    if skip_zoned("zoned mode reclaims a torn record's segment at open") {
+        return;
+    }
+    let (dev, s) = mem_store(16 << 20, 64 << 10, 512);
+    s.put(b"k", b"acknowledged").unwrap();
+    s.put(b"k", &[7u8; 2000]).unwrap(); // pretend this write was torn
+    let torn = s.core.keys.index.lookup(key_hash(b"k")).as_slice()[0].pba();
+    flip_byte_of(&dev, &s, b"k", 1500);
+    drop(s);
+    let off = (torn * 512) as usize;
+    let before = dev.with_bytes_mut(|b| b[off..off + 512].to_vec());
+    let s = Store::open(dev.clone(), &OpenOptions { clear_torn: false, gc: false, ..OpenOptions::default() }).unwrap();
+    assert_eq!(s.stats().recovery.torn_records, 1);
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"acknowledged"[..]));
+    let report = s.verify().unwrap();
+    assert!(report.is_clean(), "{:?}", report.errors);
+    assert_eq!((report.torn_records, report.damaged_records), (1, 0));
+    drop(s);
+    assert_eq!(dev.with_bytes_mut(|b| b[off..off + 512].to_vec()), before, "the inspection wrote over the torn record");
+    // An ordinary open clears it.
+    let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
+    assert_eq!(s.stats().recovery.torn_records, 1);
+    assert!(dev.with_bytes_mut(|b| b[off..off + 512].iter().all(|&x| x == 0)));
+    assert_eq!(s.verify().unwrap().torn_records, 0);
+}
+
 /// A record torn by a crash in the newest segment was never acknowledged:
 /// recovery ignores it (the older value stays), and keeps ignoring it later.
 #[test]

@@ -32,6 +32,10 @@ pub struct VerifyReport {
     pub segments_scanned: u64,
     pub records_scanned: u64,
     pub damaged_records: u64,
+    /// Records torn by a crash that recovery left in place (opened with
+    /// `OpenOptions::clear_torn` off): never acknowledged, ignored, not
+    /// errors.
+    pub torn_records: u64,
     pub skipped_grains: u64,
     /// Segments with a summary, checked against their records.
     pub summaries: u64,
@@ -160,7 +164,9 @@ pub(crate) fn verify(p: Parts<'_>, progress: Option<&ProgressHook>) -> Result<Ve
         while let Some(rec) = scan.next_record()? {
             r.records_scanned += 1;
             found.push((rec.grain, record::key_of(&rec.hdr, scan.bytes_at(rec.grain)).to_vec()));
-            if !rec.intact || rec.hdr.damaged_copy {
+            if !rec.intact && p.space.is_kept_torn(s.seg, rec.grain) {
+                r.torn_records += 1;
+            } else if !rec.intact || rec.hdr.damaged_copy {
                 r.damaged_records += 1;
                 r.error(format!(
                     "damaged record in segment {} at grain {} (seq {}): body checksum mismatch \

@@ -116,6 +116,9 @@ pub fn open_options(dev: &DeviceArgs, flush: bool, read_only: bool) -> OpenOptio
     if read_only {
         opts.checkpoint_interval = None;
         opts.checkpoint_on_close = false;
+        // Inspections leave the device as it is: torn records stay (and
+        // are ignored), so verify never erases what it should report.
+        opts.clear_torn = false;
     }
     opts
 }

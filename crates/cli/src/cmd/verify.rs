@@ -21,6 +21,12 @@ pub fn run(a: VerifyArgs) -> Result<ExitCode, String> {
         "checked {} index entries ({} values, {} tombstones) and {} records in {} segments in {} ms",
         r.entries_checked, r.values, r.tombstones, r.records_scanned, r.segments_scanned, r.millis
     );
+    if r.torn_records > 0 {
+        println!(
+            "{} records torn by a crash in the newest segments (never acknowledged): ignored, and cleared by the next `granary serve`",
+            r.torn_records
+        );
+    }
     if r.summaries + r.summaries_unusable > 0 {
         println!(
             "{} segment summaries checked against their records, {} unusable (torn by a crash or damaged: GC reads those segments' records)",
