@@ -47,15 +47,33 @@ impl Store {
     }
 
     fn geometry(dev: &dyn Device, opts: &CreateOptions, open: &OpenOptions) -> Result<Superblock> {
+        let uuid = || open.entropy.draw().map_err(Error::Device);
+        Self::geometry_of(dev.size_bytes(), dev.block_bytes(), opts, open, uuid)
+    }
+
+    /// Refuse `opts` for a new store of `size` bytes before any file is
+    /// made or filled, where [`Store::create`] would refuse them after:
+    /// the same checks, for a device of 512-byte blocks (a device with
+    /// larger ones may still refuse a grain at creation).
+    pub(crate) fn check_geometry(size: u64, opts: &CreateOptions, open: &OpenOptions) -> Result<()> {
+        Self::geometry_of(size, 512, opts, open, || Ok([0; 16])).map(|_| ())
+    }
+
+    fn geometry_of(
+        size: u64,
+        block_bytes: u32,
+        opts: &CreateOptions,
+        open: &OpenOptions,
+        uuid: impl FnOnce() -> Result<[u8; 16]>,
+    ) -> Result<Superblock> {
         let bad = |s: String| Err(Error::InvalidOptions(s));
-        let grain = opts.grain_bytes.unwrap_or(dev.block_bytes().max(512));
+        let grain = opts.grain_bytes.unwrap_or(block_bytes.max(512));
         if !GRAIN_BYTES_ALLOWED.contains(&grain) {
             return bad(format!("grain size {grain} is not one of {GRAIN_BYTES_ALLOWED:?}"));
         }
-        if grain < dev.block_bytes() {
-            return bad(format!("grain size {grain} is smaller than the device's {}-byte blocks", dev.block_bytes()));
+        if grain < block_bytes {
+            return bad(format!("grain size {grain} is smaller than the device's {block_bytes}-byte blocks"));
         }
-        let size = dev.size_bytes();
         let data = size.saturating_sub(DATA_OFFSET_BYTES);
         let segment_bytes = opts.segment_bytes.unwrap_or_else(|| default_segment_bytes(data));
         let segment_count = data / segment_bytes.max(1);
@@ -71,7 +89,7 @@ impl Store {
             // (`Space::enable_feature`), so a store that never used one
             // stays readable by builds without it.
             flags: 0,
-            uuid: open.entropy.draw().map_err(Error::Device)?,
+            uuid: uuid()?,
             grain_bytes: grain,
             hash_algo: KEY_HASH_ALGO_XXH3_64,
             segment_bytes,

@@ -168,6 +168,11 @@ impl Site {
         if new.size_bytes == 0 && !all_block {
             return Err(Error::InvalidOptions("a size is needed to create a store in a file (`--size`)".into()));
         }
+        if !all_block {
+            // Settings the store would refuse are refused before the files
+            // are made and zero-filled (which takes a while on a large one).
+            Store::check_geometry(new.size_bytes, &new.create, opts)?;
+        }
         for p in spec.paths() {
             if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir).map_err(|e| {
@@ -355,6 +360,32 @@ mod tests {
         let e = provision_at(&path, IfPresent::Open, Some(&new_store(0))).err().unwrap();
         assert!(e.to_string().contains("a size is needed"), "{e}");
         assert!(!path.exists());
+    }
+
+    /// Settings the store refuses are refused before any file is made or
+    /// zero-filled.
+    #[test]
+    fn bad_settings_are_refused_before_the_zero_fill() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let path = dir.path().join("s.db");
+        let filled = std::sync::atomic::AtomicU64::new(0);
+        let count = |done: u64, _: u64| {
+            filled.store(done, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        };
+        let o = OpenOptions::default();
+        for (create, what) in [
+            (CreateOptions { segment_bytes: Some(3 << 20), ..CreateOptions::default() }, "segment_bytes"),
+            (CreateOptions { segment_bytes: Some(16 << 20), ..CreateOptions::default() }, "fewer than two segments"),
+            (CreateOptions { grain_bytes: Some(1000), ..CreateOptions::default() }, "grain size"),
+        ] {
+            let new = NewStore { create, fill_progress: &count, ..new_store(16 << 20) };
+            let r = provision(&path, OpenMode::Direct, IoBackend::Sync, IfPresent::Open, Some(&new), &o, &o);
+            let e = r.err().expect("refused").to_string();
+            assert!(e.contains(what), "{e}");
+            assert_eq!(filled.load(std::sync::atomic::Ordering::Relaxed), 0, "{what}: zero-filled first");
+            assert!(!path.exists());
+        }
     }
 
     #[test]
