@@ -35,8 +35,7 @@ enum Target {
 /// port), one connection, requests timing out after `--timeout-ms`, with
 /// the token and TLS settings `conn` names.
 pub(super) fn connect(server: &str, conn: &super::ConnArgs) -> Result<granary_client::Client, String> {
-    let addr =
-        if server.contains(':') { server.to_string() } else { format!("{server}:{}", granary_proto::DEFAULT_PORT) };
+    let addr = server_addr(server);
     let mut cfg = granary_client::ClientConfig {
         timeout: std::time::Duration::from_millis(conn.timeout_ms.max(1)),
         connections: 1,
@@ -244,4 +243,36 @@ pub fn del(a: DelArgs) -> Result<ExitCode, String> {
         Target::Remote { client, ns } => client.ns(&ns).delete(key.as_bytes()).map_err(|e| e.to_string())?,
     };
     Ok(if existed { ExitCode::SUCCESS } else { not_found(key) })
+}
+
+/// `--server`'s address with the native protocol's port where it names
+/// none: `host`, `1.2.3.4`, `::1` and `[::1]` get it; `host:port`,
+/// `1.2.3.4:port` and `[::1]:port` keep theirs.
+fn server_addr(server: &str) -> String {
+    let port = granary_proto::DEFAULT_PORT;
+    if let Ok(ip) = server.parse::<std::net::IpAddr>() {
+        return std::net::SocketAddr::new(ip, port).to_string();
+    }
+    match server.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
+        Some(inner) => format!("[{inner}]:{port}"),
+        None if server.contains(':') => server.to_string(),
+        None => format!("{server}:{port}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::server_addr;
+
+    #[test]
+    fn a_server_without_a_port_gets_the_native_one() {
+        let p = granary_proto::DEFAULT_PORT;
+        assert_eq!(server_addr("localhost"), format!("localhost:{p}"));
+        assert_eq!(server_addr("10.0.0.1"), format!("10.0.0.1:{p}"));
+        assert_eq!(server_addr("::1"), format!("[::1]:{p}"));
+        assert_eq!(server_addr("[::1]"), format!("[::1]:{p}"));
+        assert_eq!(server_addr("[::1]:7000"), "[::1]:7000");
+        assert_eq!(server_addr("host:7000"), "host:7000");
+        assert_eq!(server_addr("10.0.0.1:7000"), "10.0.0.1:7000");
+    }
 }

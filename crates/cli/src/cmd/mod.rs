@@ -37,7 +37,8 @@ pub struct DeviceArgs {
 /// as these flags say.
 #[derive(clap::Args, Clone)]
 pub struct ConnArgs {
-    /// A server's native protocol address (HOST:PORT, default port 43345).
+    /// A server's native protocol address (HOST:PORT, IP:PORT or [IPv6]:PORT;
+    /// the port defaults to 43345: HOST, IP, IPv6 or [IPv6] alone).
     #[arg(long, value_name = "HOST:PORT")]
     pub server: Option<String>,
     /// Request timeout in milliseconds with --server.
