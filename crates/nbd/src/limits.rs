@@ -59,11 +59,11 @@ pub const RUN_BYTES_MAX: usize = 256 * 1024;
 
 /// Most bytes of one run of whole blocks a WRITE writes
 /// ([`crate::Export::write_blocks`]), one device write each. Smaller than
-/// a read's: the store holds a run's key stripes (of its 1,024) from its
+/// a read's: the store holds a run's key stripes (of its 16,384) from its
 /// look-ups across its write to its publishing, so runs that share a
 /// stripe go one after the other; a run of 16 blocks shares none with
-/// another about four times in five, one of 64 almost never
-/// (docs/BENCHMARKS.md, "Where a 1 MiB write waits, timed").
+/// another about 98 times in 100 (docs/BENCHMARKS.md, "Where a 1 MiB
+/// write waits, timed", and "The 1 MiB write on 16 cores").
 pub const WRITE_RUN_BYTES_MAX: usize = 64 * 1024;
 
 /// Runs of one request running at once.

@@ -311,7 +311,9 @@ impl Core {
         loop {
             if may_write {
                 self.log.check_writable()?;
-                let room = self.await_room(Purpose::Put, most).await;
+                // At most every key and the commit record are listed.
+                let listed = crate::space::listed_bytes(resolved.iter().map(|r| &r.key[..]).chain([COMMIT_KEY]));
+                let room = self.await_room(Purpose::Put, most, listed).await;
                 room.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
             }
             let mut stripes: Vec<usize> = resolved.iter().map(|r| self.keys.stripe_of(r.h)).collect();

@@ -168,7 +168,8 @@ impl Core {
         stripes.dedup();
         loop {
             self.log.check_writable()?;
-            let room = self.await_room(Purpose::Put, piece.total).await;
+            let listed = crate::space::listed_bytes(piece.keys.iter().map(|k| &k.key[..]));
+            let room = self.await_room(Purpose::Put, piece.total, listed).await;
             room.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
             let mut _held = Vec::with_capacity(stripes.len());
             for &i in &stripes {

@@ -800,17 +800,19 @@ impl Space {
         inner.open[si] = Some(OpenSeg { seg, next, stamp: self.stamps[seg as usize].load(Relaxed), listed: None });
     }
 
-    /// Wait (with no key stripe held) until a user write of `grains` is
-    /// likely to find room: the open user segment has room, or a free
-    /// segment beyond the reserve exists. Asks GC for space and fails with
-    /// `NoSpace` once GC has nothing left to reclaim.
-    pub(crate) async fn await_room(&self, purpose: Purpose, grains: u64) -> Result<()> {
+    /// Wait (with no key stripe held) until a user write of `grains`
+    /// (`listed`: its summary entries' bytes, [`listed_bytes`]) is likely
+    /// to find room: the open user segment has room with its summary's
+    /// room kept (or may give that up, [`Space::may_take_summary_room`]),
+    /// or a free segment beyond the reserve exists. Asks GC for space and
+    /// fails with `NoSpace` once GC has nothing left to reclaim.
+    pub(crate) async fn await_room(&self, purpose: Purpose, grains: u64, listed: u64) -> Result<()> {
         let mut asked = None;
         let mut since: Option<Instant> = None;
         loop {
             let listener = {
                 let mut inner = self.lock();
-                if let Some(r) = self.room_or_ask(&mut inner, purpose, grains, &mut asked) {
+                if let Some(r) = self.room_or_ask(&mut inner, purpose, grains, listed, &mut asked) {
                     if let Some(t) = since {
                         self.waited_for_room(t);
                     }
@@ -839,8 +841,14 @@ impl Space {
     /// [`Space::await_room`] without the wait, for a writer that runs GC
     /// itself ([`crate::Background::Manual`]): `Some` when done, else GC
     /// has been asked for room and the caller runs it, then asks again.
-    pub(crate) fn room_now(&self, purpose: Purpose, grains: u64, asked: &mut Option<u64>) -> Option<Result<()>> {
-        self.room_or_ask(&mut self.lock(), purpose, grains, asked)
+    pub(crate) fn room_now(
+        &self,
+        purpose: Purpose,
+        grains: u64,
+        listed: u64,
+        asked: &mut Option<u64>,
+    ) -> Option<Result<()>> {
+        self.room_or_ask(&mut self.lock(), purpose, grains, listed, asked)
     }
 
     /// One check of [`Space::await_room`]: `Some` when done, else the caller
@@ -850,14 +858,18 @@ impl Space {
         inner: &mut Inner,
         purpose: Purpose,
         grains: u64,
+        listed: u64,
         asked: &mut Option<u64>,
     ) -> Option<Result<()>> {
         if inner.shutdown {
             return Some(Err(Error::Poisoned { cause: "the store is closing".into() }));
         }
-        let open_room = inner.open[stream_index(purpose.stream())]
-            .as_ref()
-            .is_some_and(|o| o.next + grains <= self.sb.segment_grains());
+        // As `alloc_in` decides: room with the open segment's summary
+        // room kept, or taking it where that is allowed.
+        let open_room = inner.open[stream_index(purpose.stream())].as_ref().is_some_and(|o| {
+            self.room_in(o, grains, listed).0
+                || (o.next + grains <= self.sb.segment_grains() && self.may_take_summary_room(inner, purpose))
+        });
         if open_room || inner.free.len() > self.reserve_for(inner, purpose) {
             return Some(Ok(()));
         }
@@ -933,7 +945,11 @@ impl Space {
         }
         if let Some(open) = &inner.open[si] {
             let mut room = self.room_in(open, grains, listed);
-            if !room.0 && open.next + grains <= seg_grains && inner.free.len() <= self.reserve_for(&inner, purpose) {
+            if !room.0
+                && open.next + grains <= seg_grains
+                && inner.free.len() <= self.reserve_for(&inner, purpose)
+                && self.may_take_summary_room(&inner, purpose)
+            {
                 // No segment may be opened, and the record fits if the
                 // segment goes without a summary: it does (as
                 // `room_or_ask` counts room, so a writer it lets through
@@ -1006,6 +1022,18 @@ impl Space {
         let inner = self.lock();
         let open = inner.open[stream_index(purpose.stream())].as_ref()?;
         (!self.room_in(open, grains, listed).0).then_some(open.seg)
+    }
+
+    /// Whether a write of `purpose` that finds no segment it may open can
+    /// take the room kept for the open segment's summary (the segment then
+    /// gets none): GC's own writes can (they must not wait for
+    /// themselves), a user write only when GC cannot make room (it is off,
+    /// or found nothing to reclaim). While GC can, the writer waits for it
+    /// instead: a segment without a summary costs its reclaim a read of
+    /// every record, so giving summaries up whenever writers outpace GC
+    /// would slow GC down further just when it is behind.
+    fn may_take_summary_room(&self, inner: &Inner, purpose: Purpose) -> bool {
+        !purpose.stream().is_user() || !inner.gc || inner.stuck
     }
 
     /// Free segments `purpose` must leave to GC.

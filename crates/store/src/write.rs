@@ -65,12 +65,13 @@ pub(crate) fn engine_version(meta: ItemMeta) -> Version {
     Version { meta, cas: None, policy: FRESH }
 }
 impl Core {
-    /// Wait (with no key stripe held) until a write of `grains` is likely
+    /// Wait (with no key stripe held) until a write of `grains` (with
+    /// `listed` bytes of summary entries, `space::listed_bytes`) is likely
     /// to find room: GC's thread makes it, or, with
     /// [`crate::Background::Manual`], this writer runs GC itself.
-    pub(crate) async fn await_room(&self, purpose: Purpose, grains: u64) -> Result<()> {
+    pub(crate) async fn await_room(&self, purpose: Purpose, grains: u64, listed: u64) -> Result<()> {
         if !self.manual {
-            return self.space.await_room(purpose, grains).await;
+            return self.space.await_room(purpose, grains, listed).await;
         }
         let mut asked = None;
         // Counted as a wait for room, as the GC thread's would be.
@@ -82,13 +83,13 @@ impl Core {
             r
         };
         loop {
-            if let Some(r) = self.space.room_now(purpose, grains, &mut asked) {
+            if let Some(r) = self.space.room_now(purpose, grains, listed, &mut asked) {
                 return done(since, r);
             }
             since.get_or_insert_with(std::time::Instant::now);
             if !crate::gc::poll(self.collector()) {
                 // Asked, and GC has nothing to do: no room will come.
-                let r = self.space.room_now(purpose, grains, &mut asked).unwrap_or(Err(Error::NoSpace {
+                let r = self.space.room_now(purpose, grains, listed, &mut asked).unwrap_or(Err(Error::NoSpace {
                     needed_bytes: grains * self.log.sb.grain_bytes as u64,
                     segments: self.log.sb.segment_count,
                 }));
@@ -286,7 +287,10 @@ impl Core {
         let mut room_for = Purpose::Put;
         loop {
             self.log.check_writable()?;
-            self.await_room(room_for, grains).await.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
+            let listed = crate::space::listed_bytes([key]);
+            self.await_room(room_for, grains, listed)
+                .await
+                .map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
             let _stripe = self.keys.stripe(h).await;
             let (prior, purpose) = if cond == Cond::Always {
                 // An unconditional PUT needs the current version only to
@@ -450,7 +454,8 @@ impl Core {
         let mut room_for = Purpose::Put;
         loop {
             self.log.check_writable()?;
-            self.await_room(room_for, need).await.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
+            let listed = crate::space::listed_bytes([key]);
+            self.await_room(room_for, need, listed).await.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
             let stripe = self.keys.stripe(h).await;
             let existing = self.find(key, h, true, true).await?;
             let purpose = self.space.put_purpose(existing.as_ref().map(|f| f.entry.pba()));
@@ -549,7 +554,10 @@ impl Core {
         let grains = grains_for(record_bytes(key.len(), 0), self.log.sb.grain_bytes);
         loop {
             self.log.check_writable()?;
-            self.await_room(Purpose::Delete, grains).await.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
+            let listed = crate::space::listed_bytes([key]);
+            self.await_room(Purpose::Delete, grains, listed)
+                .await
+                .map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
             let _stripe = self.keys.stripe(h).await;
             let (existing, live) = match self.find(key, h, false, false).await? {
                 Some(f) if f.hdr.is_tombstone() => return Ok(false),
