@@ -242,6 +242,15 @@ fn a_closed_stdout_ends_the_command_quietly_with_141() {
     let o = bin().args(["get", p, "k"]).stdout(writer).stderr(Stdio::piped()).output().unwrap();
     assert_eq!(o.status.code(), Some(141), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(o.stderr.is_empty(), "nothing said: {}", String::from_utf8_lossy(&o.stderr));
+    // `load --ack` stops at the first acknowledgement nobody reads, and
+    // closes the store: the write made is there, the rest never made.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = bin().args(["load", p, "--keys", "100", "--ack"]).stdout(writer).stderr(Stdio::piped()).output().unwrap();
+    assert_eq!(o.status.code(), Some(141), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.stderr.is_empty(), "nothing said: {}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(code(&run(&["get", p, "key-000000000000"])), 0);
+    assert_eq!(code(&run(&["get", p, "key-000000000099"])), 1, "the load went on past its reader");
 }
 
 /// On a block device (a loop device over a file here), `create` writes

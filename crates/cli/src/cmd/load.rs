@@ -12,7 +12,9 @@ use std::process::ExitCode;
 /// `key-000000000042`) with a value that names i and r (`42:r:42:r:...`),
 /// so a read shows which write it came from. Prints what it wrote at the
 /// end; with --ack, each acknowledged write is printed to stdout as
-/// "<round> <i>" once it is on the device.
+/// "<round> <i>" once it is on the device (a reader that goes away stops
+/// the load: the store is closed and the exit status is 141, as for any
+/// command whose output has no reader).
 #[derive(clap::Args)]
 pub struct LoadArgs {
     #[command(flatten)]
@@ -56,6 +58,9 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
     let closed = store.close().map_err(|e| e.to_string());
     let done = loaded?;
     closed?;
+    if done.2 {
+        return Ok(ExitCode::from(granary_cli::logging::CLOSED_STDOUT_EXIT));
+    }
     let secs = started.elapsed().as_secs_f64();
     let bytes = done.1;
     eprintln!(
@@ -70,9 +75,10 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The writes; returns (writes, value bytes). Progress as a bar on a
-/// terminal, else a log line every few seconds.
-fn load(store: &Store, a: &LoadArgs) -> Result<(u64, u64), String> {
+/// The writes; returns (writes, value bytes, whether --ack's reader went
+/// away, which ends them). Progress as a bar on a terminal, else a log
+/// line every few seconds.
+fn load(store: &Store, a: &LoadArgs) -> Result<(u64, u64, bool), String> {
     use std::io::IsTerminal;
     let total = a.keys.saturating_mul(a.rounds);
     let bar = (std::io::stderr().is_terminal() && !a.ack).then(|| indicatif::ProgressBar::new(total));
@@ -84,7 +90,14 @@ fn load(store: &Store, a: &LoadArgs) -> Result<(u64, u64), String> {
             let (k, v) = (load_key(i), load_value(i, round, a.value_bytes));
             store.put(&k, &v).map_err(|e| format!("after {done} writes: {e}"))?;
             if a.ack {
-                writeln!(out, "{round} {i}").and_then(|()| out.flush()).map_err(|e| format!("stdout: {e}"))?;
+                match writeln!(out, "{round} {i}").and_then(|()| out.flush()) {
+                    Ok(()) => {}
+                    // (No bar with --ack.)
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                        return Ok((done + 1, bytes + v.len() as u64, true));
+                    }
+                    Err(e) => return Err(format!("stdout: {e}")),
+                }
             }
             done += 1;
             bytes += v.len() as u64;
@@ -101,5 +114,5 @@ fn load(store: &Store, a: &LoadArgs) -> Result<(u64, u64), String> {
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    Ok((done, bytes))
+    Ok((done, bytes, false))
 }
