@@ -17,10 +17,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 
 /// Number of key stripe locks serialising mutations of one key. A run of
-/// PUTs holds its keys' stripes across its device write, so this many
-/// that runs of 16 keys in flight together rarely share one (two share
-/// none about 98% of the time; with 1,024 stripes 78%, and the runs
-/// waiting for each other formed a convoy behind the one being written).
+/// PUTs holds its keys' stripes across its device write, and takes them
+/// in order, holding those it has while it waits for the next: so this
+/// many that runs of 16 keys in flight together rarely share one (two
+/// share none about 98% of the time; with 1,024 stripes 78%, and a run
+/// waiting for one stripe holds up every run waiting for those it holds).
 /// 16 bytes each, 256 KiB in all.
 pub(crate) const KEY_STRIPES: usize = 16384;
 

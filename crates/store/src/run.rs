@@ -503,8 +503,8 @@ mod tests {
         assert!(reads <= 4, "{reads} device reads for one run");
     }
 
-    /// In a namespace with a quota too (whose runs are written one key
-    /// at a time): it wrote them, the last value winning.
+    /// In a namespace with a quota too, whose runs are written one key at
+    /// a time: the keys are checked before any is.
     #[test]
     fn a_run_with_a_key_twice_writes_nothing() {
         let (_dev, s) = mem_store(8 << 20, 1 << 20, 512);

@@ -1876,7 +1876,7 @@ mod room_tests {
     /// `room_kept` admits, `room_in` fits it with its summary's room kept.
     /// `room_in` itself is not such a check: past the summary's share it
     /// admits what a smaller allocation within the share does not fit (a
-    /// batch was let through and refused in turn without GC being asked).
+    /// batch would be let through and refused in turn without GC being asked).
     #[test]
     fn room_kept_admits_only_what_every_smaller_allocation_fits() {
         let dev = Arc::new(granary_io::MemDevice::new(8 << 20));
