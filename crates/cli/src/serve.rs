@@ -213,7 +213,35 @@ impl Config {
         c.print = a.print_config;
         c.print_settings_table = a.print_settings_table;
         c.check_ports()?;
+        c.check_effects()?;
         Ok(c)
+    }
+
+    /// A setting for a listener that is off would do nothing: refused, so
+    /// that a token or password meant to guard a listener, or a port meant
+    /// for it, is never silently ignored. Judged by the values (a port
+    /// other than its default, a token, password or file set), so that
+    /// `--print-config`'s output, which names every key, reads back.
+    fn check_effects(&self) -> Result<(), String> {
+        let native = [
+            ("native_port", self.native_port != granary_proto::DEFAULT_PORT),
+            ("native_token", self.native_token.is_some()),
+        ];
+        let resp = [
+            ("resp_port", self.resp_port != granary_resp::limits::DEFAULT_PORT),
+            ("requirepass", self.requirepass.is_some()),
+            ("aclfile", self.aclfile.is_some()),
+        ];
+        let off = [
+            (self.native, "--no-native", "the native listener", &native[..]),
+            (self.resp, "--no-resp", "the RESP listener", &resp[..]),
+        ];
+        for (on, flag, what, set) in off {
+            if let Some((k, _)) = set.iter().find(|&&(_, set)| !on && set) {
+                return Err(format!("{k} has no effect with {what} off ({flag}): leave one of them out"));
+            }
+        }
+        Ok(())
     }
 
     /// Two listeners on one port are refused here, before any store is

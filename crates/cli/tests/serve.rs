@@ -39,7 +39,9 @@ impl Serve {
         let port_s = port.to_string();
         let mut args = vec!["serve", "--data", data.to_str().unwrap(), "--size", "64M", "-p", &port_s, "-t", "2"];
         let native_s = native_port.to_string();
-        args.extend(["--native-port", &native_s]);
+        if !extra.contains(&"--no-native") {
+            args.extend(["--native-port", &native_s]);
+        }
         let resp_port = free_port();
         let resp_s = resp_port.to_string();
         if !extra.contains(&"--no-resp") {
@@ -453,6 +455,39 @@ fn two_listeners_on_one_port_are_refused_before_the_store() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success() && err.contains(want), "{args:?}: {err}");
         assert!(!data.exists(), "no data file is created");
+    }
+}
+
+/// A setting for a listener that is off is refused, naming both, before
+/// the data file is created: it would do nothing (a token or password
+/// meant to guard a listener never silently ignored).
+#[test]
+fn settings_for_a_listener_that_is_off_are_refused() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("g.db");
+    let d = data.to_str().unwrap();
+    for (extra, want) in [
+        (
+            &["--no-native", "--native-token", "t0ken"][..],
+            "native_token has no effect with the native listener off (--no-native)",
+        ),
+        (&["--no-native", "--native-port", "12000"], "native_port has no effect with the native listener off"),
+        (&["--no-resp", "--requirepass", "pw"], "requirepass has no effect with the RESP listener off (--no-resp)"),
+        (&["--no-resp", "--resp-port", "12001"], "resp_port has no effect with the RESP listener off"),
+    ] {
+        let mut args = vec!["serve", "--data", d, "--size", "64M"];
+        args.extend(extra.iter().copied());
+        let o = granary(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(want), "{args:?}: {err}");
+        assert!(!data.exists(), "no data file is created");
+    }
+    // Either alone is fine: the configuration prints.
+    for extra in [&["--no-native"][..], &["--native-token", "t0ken"], &["--no-resp"], &["--requirepass", "pw"]] {
+        let mut args = vec!["serve", "--data", d, "--print-config"];
+        args.extend(extra.iter().copied());
+        let o = granary(&args);
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
     }
 }
 
