@@ -223,22 +223,28 @@ impl Config {
     /// other than its default, a token, password or file set), so that
     /// `--print-config`'s output, which names every key, reads back.
     fn check_effects(&self) -> Result<(), String> {
+        // (key, whether set, the flag that unsets it: for a file shared by
+        // servers some of which turn the listener off).
+        let native_port = format!("--native-port {}", granary_proto::DEFAULT_PORT);
+        let resp_port = format!("--resp-port {}", granary_resp::limits::DEFAULT_PORT);
         let native = [
-            ("native_port", self.native_port != granary_proto::DEFAULT_PORT),
-            ("native_token", self.native_token.is_some()),
+            ("native_port", self.native_port != granary_proto::DEFAULT_PORT, native_port.as_str()),
+            ("native_token", self.native_token.is_some(), "--native-token \"\""),
         ];
         let resp = [
-            ("resp_port", self.resp_port != granary_resp::limits::DEFAULT_PORT),
-            ("requirepass", self.requirepass.is_some()),
-            ("aclfile", self.aclfile.is_some()),
+            ("resp_port", self.resp_port != granary_resp::limits::DEFAULT_PORT, resp_port.as_str()),
+            ("requirepass", self.requirepass.is_some(), "--requirepass \"\""),
+            ("aclfile", self.aclfile.is_some(), "--aclfile \"\""),
         ];
         let off = [
-            (self.native, "--no-native", "the native listener", &native[..]),
-            (self.resp, "--no-resp", "the RESP listener", &resp[..]),
+            (self.native, "native = false, --no-native", "the native listener", &native[..]),
+            (self.resp, "resp = false, --no-resp", "the RESP listener", &resp[..]),
         ];
-        for (on, flag, what, set) in off {
-            if let Some((k, _)) = set.iter().find(|&&(_, set)| !on && set) {
-                return Err(format!("{k} has no effect with {what} off ({flag}): leave one of them out"));
+        for (on, how, what, set) in off {
+            if let Some((k, _, unset)) = set.iter().find(|s| !on && s.1) {
+                return Err(format!(
+                    "{k} has no effect with {what} off ({how}): leave one of them out (`{unset}` unsets a file's {k})"
+                ));
             }
         }
         Ok(())

@@ -469,11 +469,15 @@ fn settings_for_a_listener_that_is_off_are_refused() {
     for (extra, want) in [
         (
             &["--no-native", "--native-token", "t0ken"][..],
-            "native_token has no effect with the native listener off (--no-native)",
+            "native_token has no effect with the native listener off (native = false, --no-native)",
         ),
         (&["--no-native", "--native-port", "12000"], "native_port has no effect with the native listener off"),
-        (&["--no-resp", "--requirepass", "pw"], "requirepass has no effect with the RESP listener off (--no-resp)"),
+        (
+            &["--no-resp", "--requirepass", "pw"],
+            "requirepass has no effect with the RESP listener off (resp = false, --no-resp)",
+        ),
         (&["--no-resp", "--resp-port", "12001"], "resp_port has no effect with the RESP listener off"),
+        (&["--no-resp", "--aclfile", "/nonexistent"], "aclfile has no effect with the RESP listener off"),
     ] {
         let mut args = vec!["serve", "--data", d, "--size", "64M"];
         args.extend(extra.iter().copied());
@@ -482,8 +486,21 @@ fn settings_for_a_listener_that_is_off_are_refused() {
         assert!(!o.status.success() && err.contains(want), "{args:?}: {err}");
         assert!(!data.exists(), "no data file is created");
     }
-    // Either alone is fine: the configuration prints.
-    for extra in [&["--no-native"][..], &["--native-token", "t0ken"], &["--no-resp"], &["--requirepass", "pw"]] {
+    // Either alone is fine: the configuration prints; and a flag unsets
+    // a file's value, as the error says.
+    let shared = dir.path().join("shared.toml");
+    std::fs::write(&shared, "requirepass = \"pw\"\nnative_token = \"t0ken\"\n").unwrap();
+    let s = shared.to_str().unwrap();
+    let o = granary(&["serve", "--data", d, "--config", s, "--no-resp", "--print-config"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("`--requirepass \"\"` unsets a file's requirepass"), "{err}");
+    for extra in [
+        &["--no-native"][..],
+        &["--native-token", "t0ken"],
+        &["--no-resp"],
+        &["--requirepass", "pw"],
+        &["--config", s, "--no-resp", "--requirepass", "", "--no-native", "--native-token", ""],
+    ] {
         let mut args = vec!["serve", "--data", d, "--print-config"];
         args.extend(extra.iter().copied());
         let o = granary(&args);
