@@ -435,13 +435,23 @@ fn granary(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_granary")).args(args).output().unwrap()
 }
 
+/// `granary serve --data DATA --size 64M EXTRA..` fails saying `want`,
+/// and no data file is created.
+fn refused_before_the_store(data: &Path, extra: &[&str], want: &str) {
+    let mut args = vec!["serve", "--data", data.to_str().unwrap(), "--size", "64M"];
+    args.extend(extra.iter().copied());
+    let o = granary(&args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains(want), "{args:?}: {err}");
+    assert!(!data.exists(), "no data file is created");
+}
+
 /// Two listeners given one port are refused before the data file is
 /// created (their sockets could both bind; only listening would clash).
 #[test]
 fn two_listeners_on_one_port_are_refused_before_the_store() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let data = dir.path().join("g.db");
-    let d = data.to_str().unwrap();
     let p = free_port().to_string();
     let metrics = format!("127.0.0.1:{p}");
     for (extra, want) in [
@@ -449,12 +459,7 @@ fn two_listeners_on_one_port_are_refused_before_the_store() {
         (vec!["--native-port", &p, "--resp-port", &p], "--native-port and --resp-port are both port"),
         (vec!["-p", &p, "--metrics", &metrics], "the memcache port (-p) and --metrics are both port"),
     ] {
-        let mut args = vec!["serve", "--data", d, "--size", "64M"];
-        args.extend(extra.iter().copied());
-        let o = granary(&args);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success() && err.contains(want), "{args:?}: {err}");
-        assert!(!data.exists(), "no data file is created");
+        refused_before_the_store(&data, &extra, want);
     }
 }
 
@@ -479,12 +484,7 @@ fn settings_for_a_listener_that_is_off_are_refused() {
         (&["--no-resp", "--resp-port", "12001"], "resp_port has no effect with the RESP listener off"),
         (&["--no-resp", "--aclfile", "/nonexistent"], "aclfile has no effect with the RESP listener off"),
     ] {
-        let mut args = vec!["serve", "--data", d, "--size", "64M"];
-        args.extend(extra.iter().copied());
-        let o = granary(&args);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success() && err.contains(want), "{args:?}: {err}");
-        assert!(!data.exists(), "no data file is created");
+        refused_before_the_store(&data, extra, want);
     }
     // Either alone is fine: the configuration prints; and a flag unsets
     // a file's value, as the error says.
