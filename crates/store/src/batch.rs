@@ -45,13 +45,12 @@
 
 use crate::counters::NsCounters;
 use crate::error::{Error, Result};
-use crate::links::{BlindStep, Link};
 use crate::namespace::NsState;
 use crate::nskey::{owner, user_key, Owner};
 use crate::space::{Loc, Purpose};
 use crate::store::{Core, Namespace, Store};
 use crate::types::{ItemMeta, PutOutcome};
-use crate::write::Prior;
+use crate::write::{BlindWrite, Prior};
 use granary_format::batch::{members_crc, Commit, COMMIT_BYTES, COMMIT_KEY};
 use granary_format::hash::key_hash;
 use granary_format::limits::{grains_for, record_bytes};
@@ -374,38 +373,13 @@ impl Core {
         // single write, with the blind overwrites decided for the whole
         // batch in one pass over the links' table (`own_link`: the key's
         // one candidate heads the key's own link, which moves on).
-        let mut looked: Vec<Option<Prior>> = Vec::with_capacity(ops.len());
-        let mut own_link = vec![false; ops.len()];
-        let mut cands = Vec::with_capacity(ops.len());
-        // The keys' index slots are fetched together, so that their cache
-        // misses overlap instead of following one another.
-        for r in ops.iter().filter(|r| matches!(r.op, BatchOp::Put { .. } | BatchOp::Delete)) {
-            self.keys.index.prefetch(r.h);
-        }
-        for r in ops {
-            if !matches!(r.op, BatchOp::Put { .. } | BatchOp::Delete) {
-                looked.push(None);
-                continue;
-            }
-            looked.push(Some(match self.keys.index.lookup(r.h).as_slice() {
-                [] => Prior::Known(None),
-                &[e] if r.value().is_some() && self.blind_candidate(e) => {
-                    cands.push((e.pba(), &r.key[..]));
-                    Prior::Blind(e)
-                }
-                _ => Prior::Unread,
-            }));
-        }
-        if !cands.is_empty() {
-            // The candidates in operation order, as `cands` holds them.
-            let blind = looked.iter_mut().zip(&mut own_link).filter(|(p, _)| matches!(p, Some(Prior::Blind(_))));
-            for (ok, (p, own)) in self.keys.links.blind_ok_all(&cands).into_iter().zip(blind) {
-                match ok {
-                    Some(o) => *own = o,
-                    None => *p = Some(Prior::Unread),
-                }
-            }
-        }
+        let unconditional: Vec<Option<(u64, &[u8], bool)>> = ops
+            .iter()
+            .map(|r| {
+                matches!(r.op, BatchOp::Put { .. } | BatchOp::Delete).then(|| (r.h, &r.key[..], r.value().is_some()))
+            })
+            .collect();
+        let (looked, own_link) = self.look_up_all(&unconditional);
         for (i, (r, looked)) in ops.iter().zip(looked).enumerate() {
             let quota = |prior_known_absent: bool| {
                 let before = ahead.get(&Arc::as_ptr(&r.counters)).copied().unwrap_or((0, 0));
@@ -603,11 +577,7 @@ impl Core {
     }
 
     /// The blind overwrites of a batch (`blind`: the operation and the
-    /// entry its record replaces), as [`Core::commit_blind`] does each but
-    /// with the links' table locked twice for them all, not a few times
-    /// each: every new link added and every carried one aliased, then the
-    /// index moved, then each link settled at its new head. The stripes of
-    /// every key are held, so no link of these heads changes meanwhile.
+    /// entry its record replaces), all at once ([`Core::commit_blind_all`]).
     async fn publish_blind(
         &self,
         ops: &[Resolved],
@@ -616,52 +586,18 @@ impl Core {
         placed: &[Option<(Loc, u64)>],
         first: &mut bool,
     ) -> Result<()> {
-        let loc = |n: usize| placed[n].expect("a blind overwrite wrote a record").0;
-        let steps: Vec<BlindStep> = blind
+        let writes: Vec<BlindWrite> = blind
             .iter()
-            .map(|&(n, e)| BlindStep {
-                from: e.pba(),
-                to: loc(n).pba,
-                new: (!own_link[n]).then(|| Arc::new(Link::new(e, &ops[n].key))),
+            .map(|&(n, e)| BlindWrite {
+                key: &ops[n].key,
+                h: ops[n].h,
+                e,
+                loc: placed[n].expect("a blind overwrite wrote a record").0,
+                policy: Self::policy_of(&ops[n]),
+                own_link: own_link[n],
             })
             .collect();
-        let aliased = self.keys.links.start_blind(&steps);
-        let (c, now) = (self.access_clock, self.clock.now());
-        let mut done = Vec::with_capacity(blind.len());
-        let mut aux = vec![0u32; blind.len()];
-        for (k, &(n, e)) in blind.iter().enumerate() {
-            let (r, l, policy) = (&ops[n], loc(n), Self::policy_of(&ops[n]));
-            let old_aux = &mut aux[k];
-            done.push(self.keys.index.replace_with(r.h, e.pba(), l.grains, l.pba, |w| {
-                *old_aux = w;
-                c.apply(policy, w, now)
-            }));
-            if done[k] {
-                Self::after_published(first);
-            }
-        }
-        self.keys.links.finish_blind(&steps, &aliased, &done, &aux);
-        // The batch's records share one segment: their live bytes and the
-        // count of blind overwrites are added once.
-        let (mut moved, mut grains, mut seg) = (0u64, 0u64, None);
-        for (k, &(n, e)) in blind.iter().enumerate() {
-            let r = &ops[n];
-            if done[k] {
-                let l = loc(n);
-                debug_assert!(seg.is_none_or(|s| s == l.seg), "a batch's records lie in one segment");
-                (moved, grains, seg) = (moved + 1, grains + l.grains, Some(l.seg));
-                self.blindly_replaced_key(&r.key, r.h, e, l);
-            } else {
-                // Not expected under the stripe; the careful way then.
-                let existing = self.find(&r.key, r.h, false, false).await?;
-                self.commit(&r.key, r.h, existing, loc(n), false, Self::policy_of(r)).await?;
-            }
-        }
-        if let Some(seg) = seg {
-            self.space.add_live(seg, grains * self.log.grain());
-            self.counters.blind.fetch_add(moved, Relaxed);
-        }
-        Ok(())
+        self.commit_blind_all(&writes, |_| Self::after_published(first)).await
     }
 }
 

@@ -491,13 +491,18 @@ fn summary_targets(gc: Gc<'_>, v: u32, force: bool) -> Option<(Vec<(u64, u64)>, 
     let lo = gc.space.pba(v, 0);
     let (mut targets, mut dead) = (Vec::new(), Vec::new());
     let mut bytes = 0;
+    // Every link into the victim, asked once (in location order, as the
+    // entries are) before any entry is looked up in the index.
+    let links = gc.keys.links.displacing_in(lo, lo + gc.log.sb.segment_grains());
+    let mut links = links.iter().peekable();
     for (i, e) in entries.iter().enumerate() {
         let pba = lo + e.grain as u64;
         // The record's grains: up to the next one's start.
         let grains = entries.get(i + 1).map_or(block.records_end, |n| n.grain) as u64 - e.grain as u64;
         let h = key_hash(e.key);
-        let wanted = match gc.keys.links.of_old(pba) {
-            Some((_, link)) if *link.key == *e.key => {
+        while links.next_if(|l| l.old.pba() < pba).is_some() {}
+        let wanted = match links.next_if(|l| l.old.pba() == pba) {
+            Some(link) if *link.key == *e.key => {
                 dead.push((gc.keys.stripe_of(h), pba));
                 false
             }
@@ -675,10 +680,9 @@ fn forget_dead_links(gc: Gc<'_>, mut dead: Vec<(usize, u64)>) {
     dead.sort_unstable();
     let forget = |i: usize| {
         let from = dead.partition_point(|d| d.0 < i);
-        for &(_, old) in dead[from..].iter().take_while(|d| d.0 == i) {
-            if let Some((head, _)) = gc.keys.links.of_old(old) {
-                gc.keys.links.remove(head);
-            }
+        let mine = dead[from..].iter().take_while(|d| d.0 == i);
+        if mine.clone().next().is_some() {
+            gc.keys.links.forget_displaced(mine.map(|&(_, old)| old));
         }
     };
     let mut busy: Vec<usize> = (0..crate::keys::KEY_STRIPES).collect();

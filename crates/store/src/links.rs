@@ -262,6 +262,22 @@ impl Links {
         link
     }
 
+    /// Remove the links of displaced locations `olds` (records known dead:
+    /// whatever head each link moved to since), under one lock. The caller
+    /// holds the stripes of their keys.
+    pub(crate) fn forget_displaced(&self, olds: impl IntoIterator<Item = u64>) {
+        if self.is_empty() {
+            return;
+        }
+        let mut i = self.lock();
+        for old in olds {
+            if let Some(head) = i.by_old.get(&old).map(|l| l.head()) {
+                i.drop_head(head);
+            }
+        }
+        self.len.store(i.by_old.len(), Relaxed);
+    }
+
     /// The links whose displaced record lies in grains `lo..hi`.
     pub(crate) fn displacing_in(&self, lo: u64, hi: u64) -> Vec<LinkRef> {
         if self.is_empty() {

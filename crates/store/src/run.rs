@@ -14,7 +14,8 @@
 //! the records are encoded one after another into one buffer and written
 //! with one IO to grains allocated together, then each key's entry is
 //! pointed at its record as a single unconditional PUT does (blindly where
-//! `blind_ok` allows). A run's records are ordinary records: a crash
+//! the links' table allows, asked once for the whole piece as for a batch:
+//! `Core::look_up_all`, `Core::commit_blind_all`). A run's records are ordinary records: a crash
 //! during its IO leaves some of them whole and some torn, none of them
 //! acknowledged, which recovery's torn-record rule covers as for any
 //! write in flight. A run larger than [`RUN_WRITE_BYTES_MAX`] is written
@@ -51,7 +52,7 @@ use crate::namespace::NsState;
 use crate::space::{Loc, Purpose};
 use crate::store::Core;
 use crate::types::{ItemMeta, PutOutcome};
-use crate::write::Prior;
+use crate::write::{BlindWrite, Prior};
 use granary_format::hash::key_hash;
 use granary_format::limits::KV_SIZE_GRAINS_MAX;
 use granary_format::record::{self, RecordHeader};
@@ -185,14 +186,11 @@ impl Core {
     /// [`Core::put_piece`] with every key's stripe held.
     async fn put_piece_locked(&self, piece: &Piece<'_, '_>) -> Result<()> {
         let &Piece { keys, values, grains, total, meta } = piece;
-        let prior: Vec<Prior> = keys
-            .iter()
-            .map(|k| match self.keys.index.lookup(k.h).as_slice() {
-                [] => Prior::Known(None),
-                &[e] if self.blind_ok(e, &k.key) => Prior::Blind(e),
-                _ => Prior::Unread,
-            })
-            .collect();
+        // The blind overwrites decided for the whole piece in one pass over
+        // the links' table, as a batch's are.
+        let (looked, own_link) =
+            self.look_up_all(&keys.iter().map(|k| Some((k.h, &k.key[..], true))).collect::<Vec<_>>());
+        let prior: Vec<Prior> = looked.into_iter().map(|p| p.expect("every key of a run is looked up")).collect();
         let n = keys.len() as u64;
         let first = self.log.next_seq.fetch_add(n, Relaxed);
         let g = self.log.grain();
@@ -217,36 +215,58 @@ impl Core {
         };
         let listed = crate::space::listed_bytes(keys.iter().map(|k| &k.key[..]));
         let (loc, _) = self.write_encoded(Purpose::Put, total, listed, encode).await?;
-        let published = self.publish_piece(keys, values, prior, &locs, first, meta).await;
+        let published = self.publish_piece(piece, prior, &own_link, &locs, first).await;
         self.space.done(loc.seg);
         published
     }
 
-    /// Point each key's entry at its record just written.
+    /// Point each key's entry at its record just written: the blind
+    /// overwrites all at once ([`Core::commit_blind_all`]), then the others
+    /// one by one; a key whose value the DRAM tier holds gets its copy
+    /// refreshed once its entry moved.
     async fn publish_piece(
         &self,
-        keys: &[Key<'_>],
-        values: &[&[u8]],
+        piece: &Piece<'_, '_>,
         prior: Vec<Prior>,
+        own_link: &[bool],
         locs: &[Loc],
         first: u64,
-        meta: ItemMeta,
     ) -> Result<()> {
+        let &Piece { keys, values, meta, .. } = piece;
         let policy = Policy::new_item(&meta);
+        let refresh = |i: usize| {
+            let seq = first + i as u64;
+            self.refresh_tier(&keys[i].key, keys[i].h, Some(values[i]), meta, seq, seq, locs[i]);
+        };
+        let tier = self.keys.tier.as_ref();
+        let held: Vec<bool> = keys.iter().map(|k| tier.is_some_and(|t| t.holds(&k.key, k.h))).collect();
+        let mut blind = Vec::with_capacity(keys.len());
+        let mut which = Vec::with_capacity(keys.len());
+        for (i, p) in prior.iter().enumerate() {
+            if let &Prior::Blind(e) = p {
+                let (key, h, loc) = (&keys[i].key[..], keys[i].h, locs[i]);
+                blind.push(BlindWrite { key, h, e, loc, policy, own_link: own_link[i] });
+                which.push(i);
+            }
+        }
+        if !blind.is_empty() {
+            self.commit_blind_all(&blind, |_| {}).await?;
+            for &i in which.iter().filter(|&&i| held[i]) {
+                refresh(i);
+            }
+        }
         for (i, ((k, p), &l)) in keys.iter().zip(prior).zip(locs).enumerate() {
             let (key, h) = (&k.key[..], k.h);
-            let refresh = self.keys.tier.as_ref().is_some_and(|t| t.holds(key, h));
             match p {
-                Prior::Blind(e) => self.commit_blind(key, h, e, l, policy).await?,
+                Prior::Blind(_) => continue, // published above
                 Prior::Known(existing) => self.commit(key, h, existing, l, false, policy).await?,
                 Prior::Unread => {
                     let existing = self.find(key, h, false, false).await?;
                     self.commit(key, h, existing, l, false, policy).await?
                 }
             }
-            if refresh {
-                let seq = first + i as u64;
-                self.refresh_tier(key, h, Some(values[i]), meta, seq, seq, l);
+            if held[i] {
+                refresh(i);
             }
         }
         Ok(())
@@ -501,6 +521,50 @@ mod tests {
         }
         // 256 records of 4.5 KiB: 1.15 MiB, in reads of at most 1 MiB.
         assert!(reads <= 4, "{reads} device reads for one run");
+    }
+
+    /// A run overwrites its keys blindly as single PUTs do (no read; one
+    /// link each, which a further overwrite moves on), up to the links'
+    /// cap, past which it reads the old versions; every value reads back
+    /// and `verify` finds nothing wrong.
+    #[test]
+    fn a_run_overwrites_blindly_up_to_the_link_cap() {
+        let keys: Vec<String> = (0..8).map(|i| format!("key-{i}")).collect();
+        let put_all = |s: &Store, round: usize| {
+            let values: Vec<String> = keys.iter().map(|k| format!("{k}-{round}")).collect();
+            let items: Vec<(&[u8], &[u8])> =
+                keys.iter().zip(&values).map(|(k, v)| (k.as_bytes(), v.as_bytes())).collect();
+            s.put_many(&items).unwrap();
+        };
+        for (cap, links) in [(crate::tests::BLIND, 8), (Some(3 * (crate::LINK_OVERHEAD_BYTES + 5)), 3)] {
+            let dev = test_device(16 << 20);
+            let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
+            let o = OpenOptions { gc: false, blind_overwrite_bytes: cap, ..OpenOptions::default() };
+            let s = Store::create(dev.clone(), &c, &o).unwrap();
+            put_all(&s, 1);
+            let reads = s.stats().io.reads;
+            put_all(&s, 2);
+            let st = s.stats();
+            assert_eq!((st.blind_overwrites, st.unsettled_links), (links, links), "cap {cap:?}: second run");
+            assert_eq!(s.stats().io.reads - reads, 8 - links, "cap {cap:?}: reads of the second run");
+            let reads = s.stats().io.reads;
+            put_all(&s, 3);
+            let st = s.stats();
+            // Every key is the one candidate of its neighbourhood: a key
+            // heading its own link overwrites blindly again (the link moves).
+            assert_eq!(st.unsettled_links, links, "cap {cap:?}: third run");
+            assert_eq!(st.blind_overwrites, 2 * links, "cap {cap:?}: third run");
+            assert_eq!(s.stats().io.reads - reads, 8 - links, "cap {cap:?}: reads of the third run");
+            for k in &keys {
+                assert_eq!(s.get(k.as_bytes()).unwrap(), Some(format!("{k}-3").into_bytes()), "cap {cap:?}");
+            }
+            assert!(s.verify().unwrap().is_clean(), "cap {cap:?}");
+            drop(s);
+            let s = Store::open(dev.clone(), &o).unwrap();
+            for k in &keys {
+                assert_eq!(s.get(k.as_bytes()).unwrap(), Some(format!("{k}-3").into_bytes()), "cap {cap:?}: reopened");
+            }
+        }
     }
 
     /// In a namespace with a quota too, whose runs are written one key at

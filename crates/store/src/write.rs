@@ -13,14 +13,16 @@
 //! the same way when it fails.
 //!
 //! Invariants: a record is on the device before its index entry points at
-//! it (`commit`, `commit_blind`); an unconditional PUT replaces its key's
-//! one candidate without reading it only where `blind_ok` allows, and then
-//! links the entry it displaces ([`crate::links`]).
+//! it (`commit`, `commit_blind`, `commit_blind_all`); an unconditional PUT
+//! replaces its key's one candidate without reading it only where
+//! `blind_ok` (or, for a batch or a run's piece, `look_up_all`) allows, and
+//! then links the entry it displaces ([`crate::links`]).
 
 use crate::access::Policy;
 use crate::coalesce::Payload;
 use crate::counters::Counted;
 use crate::error::{Error, Result};
+use crate::links::BlindStep;
 use crate::namespace::NsState;
 use crate::nskey::{owner, user_key, Owner, DEFAULT_NS};
 use crate::space::{Loc, Purpose};
@@ -55,6 +57,21 @@ pub(crate) enum Prior {
     /// Not read at all: the key's one candidate, replaced blindly and
     /// linked ([`crate::links`]).
     Blind(Entry),
+}
+
+/// One of the blind overwrites of [`Core::commit_blind_all`].
+pub(crate) struct BlindWrite<'a> {
+    pub key: &'a [u8],
+    pub h: u64,
+    /// The entry replaced: the key's one candidate, not read.
+    pub e: Entry,
+    /// The new record, on the device.
+    pub loc: Loc,
+    /// The new entry's access word follows it.
+    pub policy: Policy,
+    /// `e` heads this key's own link, which moves on to the new record
+    /// ([`Core::look_up_all`]); else a new link is added.
+    pub own_link: bool,
 }
 
 /// The access policy of tombstones and of internal writes.
@@ -783,6 +800,106 @@ impl Core {
         let old = Counted::new(false, e.kv_size() as u64 * g);
         self.counters.replaced(key, old, Counted::new(false, loc.grains * g));
         self.keys.invalidate(key, h);
+    }
+
+    /// What the index holds for each key of a group of writes about to be
+    /// written together (a batch, a run's piece), `None` where `keys`
+    /// gives none (not an unconditional write), and for each whether its
+    /// one candidate heads the key's own link (which then moves on). A
+    /// key of `(h, key, may_be_blind)` with exactly one candidate that may
+    /// be replaced blindly is [`Prior::Blind`] where the links' table,
+    /// asked once for the whole group ([`crate::links::Links::blind_ok_all`]),
+    /// allows it, else [`Prior::Unread`]. The keys' index slots are fetched
+    /// first, so that their cache misses overlap instead of following one
+    /// another.
+    pub(crate) fn look_up_all(&self, keys: &[Option<(u64, &[u8], bool)>]) -> (Vec<Option<Prior>>, Vec<bool>) {
+        for &(h, _, _) in keys.iter().flatten() {
+            self.keys.index.prefetch(h);
+        }
+        let mut own_link = vec![false; keys.len()];
+        let mut cands = Vec::with_capacity(keys.len());
+        let mut looked: Vec<Option<Prior>> = keys
+            .iter()
+            .map(|k| {
+                let &(h, key, may_be_blind) = k.as_ref()?;
+                Some(match self.keys.index.lookup(h).as_slice() {
+                    [] => Prior::Known(None),
+                    &[e] if may_be_blind && self.blind_candidate(e) => {
+                        cands.push((e.pba(), key));
+                        Prior::Blind(e)
+                    }
+                    _ => Prior::Unread,
+                })
+            })
+            .collect();
+        if !cands.is_empty() {
+            // The candidates in key order, as `cands` holds them.
+            let blind = looked.iter_mut().zip(&mut own_link).filter(|(p, _)| matches!(p, Some(Prior::Blind(_))));
+            for (ok, (p, own)) in self.keys.links.blind_ok_all(&cands).into_iter().zip(blind) {
+                match ok {
+                    Some(o) => *own = o,
+                    None => *p = Some(Prior::Unread),
+                }
+            }
+        }
+        (looked, own_link)
+    }
+
+    /// Blind overwrites whose records share one segment, as
+    /// [`Core::commit_blind`] does each but with the links' table locked
+    /// twice for them all, not a few times each: every new link added and
+    /// every carried one aliased, then the index moved, then each link
+    /// settled at its new head. The caller holds every key's stripe, so no
+    /// link of these heads changes meanwhile. `published(k)` runs as the
+    /// index moves to `writes[k]`'s record.
+    pub(crate) async fn commit_blind_all(
+        &self,
+        writes: &[BlindWrite<'_>],
+        mut published: impl FnMut(usize),
+    ) -> Result<()> {
+        let steps: Vec<BlindStep> = writes
+            .iter()
+            .map(|w| BlindStep {
+                from: w.e.pba(),
+                to: w.loc.pba,
+                new: (!w.own_link).then(|| std::sync::Arc::new(crate::links::Link::new(w.e, w.key))),
+            })
+            .collect();
+        let aliased = self.keys.links.start_blind(&steps);
+        let (c, now) = (self.access_clock, self.clock.now());
+        let mut done = Vec::with_capacity(writes.len());
+        let mut aux = vec![0u32; writes.len()];
+        for (k, w) in writes.iter().enumerate() {
+            let old_aux = &mut aux[k];
+            done.push(self.keys.index.replace_with(w.h, w.e.pba(), w.loc.grains, w.loc.pba, |a| {
+                *old_aux = a;
+                c.apply(w.policy, a, now)
+            }));
+            if done[k] {
+                published(k);
+            }
+        }
+        self.keys.links.finish_blind(&steps, &aliased, &done, &aux);
+        // The records share one segment: their live bytes and the count of
+        // blind overwrites are added once.
+        let (mut moved, mut grains, mut seg) = (0u64, 0u64, None);
+        for (k, w) in writes.iter().enumerate() {
+            if done[k] {
+                debug_assert!(seg.is_none_or(|s| s == w.loc.seg), "blind writes committed together lie in one segment");
+                (moved, grains, seg) = (moved + 1, grains + w.loc.grains, Some(w.loc.seg));
+                self.blindly_replaced_key(w.key, w.h, w.e, w.loc);
+            } else {
+                // Not expected under the stripe; the careful way then.
+                let existing = self.find(w.key, w.h, false, false).await?;
+                self.commit(w.key, w.h, existing, w.loc, false, w.policy).await?;
+                published(k);
+            }
+        }
+        if let Some(seg) = seg {
+            self.space.add_live(seg, grains * self.log.grain());
+            self.counters.blind.fetch_add(moved, Relaxed);
+        }
+        Ok(())
     }
 
     /// Point the index at a record just written over `e` without reading
