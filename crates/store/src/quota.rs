@@ -41,6 +41,7 @@ use crate::log::SegmentScanner;
 use crate::namespace::{NamespaceMode, NamespaceOptions, NsState};
 use crate::nskey::{owner, Owner};
 use crate::store::{Core, Found};
+use crate::types::Cond;
 use granary_format::hash::key_hash;
 use granary_format::record::{self, RecordHeader};
 use granary_io::AlignedBuf;
@@ -61,15 +62,36 @@ struct Candidate {
 impl Core {
     /// Refuse a value of `grains` for `key` (stored form) that would take
     /// `ns` past a quota; in a cache, evict `ns`'s own values first (see
-    /// the module doc). The caller holds no stripe.
-    pub(crate) async fn check_quota(&self, ns: &NsState, c: &NsCounters, key: &[u8], grains: u64) -> Result<()> {
+    /// the module doc). A write whose condition `cond` fails on what the
+    /// key holds is let through (it writes nothing: the write's own check
+    /// answers `Exists` or `NotFound`, as without a quota), and evicts
+    /// nothing. The caller holds no stripe.
+    pub(crate) async fn check_quota(
+        &self,
+        ns: &NsState,
+        c: &NsCounters,
+        key: &[u8],
+        grains: u64,
+        cond: Cond,
+    ) -> Result<()> {
         match self.check_quota_after(ns, c, key, grains, (0, 0)).await {
+            Err(Error::QuotaExceeded { .. }) if cond != Cond::Always && self.condition_fails(key, cond).await? => {
+                Ok(())
+            }
             Err(Error::QuotaExceeded { .. }) if self.evicts_at_quota(ns) => {
                 self.evict_for_quota(ns, c, 1, grains * self.log.grain()).await?;
                 self.check_quota_after(ns, c, key, grains, (0, 0)).await
             }
             r => r,
         }
+    }
+
+    /// Whether a write of `key` (stored form) on condition `cond` would
+    /// find it unmet now ([`Core::unmet`]).
+    async fn condition_fails(&self, key: &[u8], cond: Cond) -> Result<bool> {
+        let existing = self.find(key, key_hash(key), false, false).await?;
+        let live = existing.as_ref().filter(|f| self.is_live(f, self.clock.now()));
+        Ok(Self::unmet(cond, live).is_some())
     }
 
     /// Whether `ns` evicts its own values at its quota rather than refuse

@@ -184,7 +184,7 @@ impl Core {
         let meta = self.with_default_ttl(ns, meta);
         let v = Version { meta, cas: None, policy: Policy::new_item(&meta) };
         if ns.options.has_quota() {
-            self.check_quota(ns, &c, &key, self.value_grains(&key, value_len, None)?).await?;
+            self.check_quota(ns, &c, &key, self.value_grains(&key, value_len, None)?, cond).await?;
         }
         let r = self.write_item(&key, Payload::Owned { buf: &mut pb.buf, value_len }, v, cond).await?;
         c.stored(r.0);
@@ -238,7 +238,7 @@ impl Core {
         let (key, c) = self.scoped(ns, key)?;
         v.meta = self.with_default_ttl(ns, v.meta);
         if ns.options.has_quota() {
-            self.check_quota(ns, &c, &key, self.value_grains(&key, value.len() as u64, v.cas)?).await?;
+            self.check_quota(ns, &c, &key, self.value_grains(&key, value.len() as u64, v.cas)?, cond).await?;
         }
         let r = self.write_item(&key, Payload::Slice(value), v, cond).await?;
         c.stored(r.0);
@@ -324,13 +324,8 @@ impl Core {
             } else {
                 let existing = self.find(key, h, false, false).await?;
                 let live = existing.as_ref().filter(|f| self.is_live(f, self.clock.now()));
-                match (cond, live) {
-                    (Cond::Absent, Some(_)) => return Ok((PutOutcome::Exists, 0)),
-                    (Cond::Present | Cond::Cas(_), None) => return Ok((PutOutcome::NotFound, 0)),
-                    (Cond::Cas(c), Some(f)) if record::cas_of(&f.hdr, &f.buf) != c => {
-                        return Ok((PutOutcome::Exists, 0))
-                    }
-                    _ => {}
+                if let Some(outcome) = Self::unmet(cond, live) {
+                    return Ok((outcome, 0));
                 }
                 let purpose = self.space.put_purpose(existing.as_ref().map(|f| f.entry.pba()));
                 (Prior::Known(existing), purpose)
@@ -339,6 +334,17 @@ impl Core {
                 Err(Error::NoSpace { .. }) => room_for = purpose, // raced for the last room: wait again
                 r => return r.map(|cas| (PutOutcome::Stored, cas)),
             }
+        }
+    }
+
+    /// What a write on condition `cond` answers when `live` (the key's
+    /// live version, if any) does not meet it; None if it does.
+    pub(crate) fn unmet(cond: Cond, live: Option<&Found>) -> Option<PutOutcome> {
+        match (cond, live) {
+            (Cond::Absent, Some(_)) => Some(PutOutcome::Exists),
+            (Cond::Present | Cond::Cas(_), None) => Some(PutOutcome::NotFound),
+            (Cond::Cas(c), Some(f)) if record::cas_of(&f.hdr, &f.buf) != c => Some(PutOutcome::Exists),
+            _ => None,
         }
     }
 
@@ -508,7 +514,7 @@ impl Core {
                         // and `f` runs again on what the key then holds (an
                         // eviction may have taken the key itself).
                         drop(stripe);
-                        self.check_quota(ns, &c, key, grains).await?;
+                        self.check_quota(ns, &c, key, grains, Cond::Always).await?;
                         continue;
                     }
                     r => r?,

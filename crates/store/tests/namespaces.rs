@@ -11,8 +11,8 @@ use granary_store::block::block_key;
 use granary_store::io::{CrashKind, FaultDevice, SimRng};
 use granary_store::loadgen::{load_key, load_value};
 use granary_store::{
-    Background, Change, Clock, CreateOptions, Durability, Entropy, Error, ItemMeta, NamespaceKind, NamespaceMode,
-    NamespaceOptions, OpenOptions, PutMode, Store, DEFAULT_NAMESPACE,
+    Background, Change, Clock, Cond, CreateOptions, Durability, Entropy, Error, ItemMeta, NamespaceKind, NamespaceMode,
+    NamespaceOptions, OpenOptions, PutMode, PutOutcome, Store, DEFAULT_NAMESPACE,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
@@ -224,6 +224,47 @@ fn quotas_refuse_what_does_not_fit_and_default_ttl_expires() {
     now.fetch_add(11, Relaxed);
     assert_eq!(t.get(b"k").unwrap(), None, "the default TTL expired it");
     assert_eq!(t.get(b"own").unwrap().unwrap(), b"v", "its own expiry time wins");
+}
+
+/// At a quota, a conditional write whose condition fails answers as it
+/// would without a quota (`Exists`, `NotFound`: memcache's NOT_STORED and
+/// EXISTS), not `QuotaExceeded`, and a cache namespace evicts nothing for it.
+#[test]
+fn a_write_whose_condition_fails_at_the_quota_answers_the_condition() {
+    let now = clock();
+    let s = Store::create(device(8 << 20), &create_opts(), &opts(&now, true)).unwrap();
+    for mode in [NamespaceMode::Store, NamespaceMode::Cache] {
+        let o = NamespaceOptions { mode, max_keys: Some(3), max_bytes: Some(4 * 512), ..Default::default() };
+        let ns = s.create_namespace(&format!("{mode:?}"), o).unwrap();
+        for k in [b"a", b"b", b"c"] {
+            ns.put(k, b"small").unwrap();
+        }
+        let big = [1u8; 1200];
+        let cond_put = |key: &[u8], value: &[u8], cond: Cond| ns.put_item(key, value, ItemMeta::default(), cond);
+        // Past the keys quota, on a key that is not there.
+        assert_eq!(cond_put(b"d", b"small", Cond::Present).unwrap().0, PutOutcome::NotFound, "{mode:?}");
+        assert_eq!(cond_put(b"d", b"small", Cond::Cas(1)).unwrap().0, PutOutcome::NotFound, "{mode:?}");
+        // Past the bytes quota, on a key that is there.
+        assert_eq!(cond_put(b"a", &big, Cond::Absent).unwrap().0, PutOutcome::Exists, "{mode:?}");
+        let (_, cas) = ns.get_item(b"a").unwrap().map(|i| ((), i.cas)).unwrap();
+        assert_eq!(cond_put(b"a", &big, Cond::Cas(cas + 1)).unwrap().0, PutOutcome::Exists, "{mode:?}");
+        let st = ns.stats().unwrap();
+        assert_eq!((st.keys, st.evictions), (3, 0), "{mode:?}: nothing written or evicted");
+        for k in [b"a", b"b", b"c"] {
+            assert_eq!(ns.get(k).unwrap().as_deref(), Some(&b"small"[..]), "{mode:?}");
+        }
+        // A write whose condition holds is still held to the quota.
+        match mode {
+            NamespaceMode::Store => {
+                let r = cond_put(b"a", &big, Cond::Cas(cas));
+                assert!(matches!(r, Err(Error::QuotaExceeded { what: "bytes", .. })), "{r:?}");
+            }
+            _ => {
+                assert_eq!(cond_put(b"e", &big, Cond::Absent).unwrap().0, PutOutcome::Stored);
+                assert!(ns.stats().unwrap().evictions > 0, "a cache evicts for a write that happens");
+            }
+        }
+    }
 }
 
 /// A read-modify-write (`update`) that writes a new value is held to the
