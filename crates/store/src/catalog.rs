@@ -171,12 +171,22 @@ impl Core {
                 by_name.insert(name.clone(), Arc::new(NsState::new(name, e.id, e.options, self.counters.ns_of(e.id))));
             }
         }
-        // Ids a recovery counted that the catalog no longer has.
+        // Ids a recovery counted that the catalog no longer has: values of
+        // a dropped (or truncated) namespace, indexed again by a recovery
+        // that met their records still on the device (a sweep had taken
+        // them out of the index, but GC had not reclaimed their segments
+        // yet), must be swept again.
         let live: std::collections::HashSet<u32> = cat.entries.values().map(|e| e.id).collect();
-        self.counters.ns.write().unwrap_or_else(|e| e.into_inner()).retain(|id, _| live.contains(id));
+        let mut indexed_dead = false;
+        self.counters.ns.write().unwrap_or_else(|e| e.into_inner()).retain(|id, c| {
+            let keep = live.contains(id);
+            indexed_dead |= !keep && c.keys.load(Relaxed) > 0;
+            keep
+        });
         self.publish(&cat);
-        if cat.sweep_pending {
-            // The last sweep did not finish before the store closed.
+        if cat.sweep_pending || indexed_dead {
+            // The last sweep did not finish before the store closed, or its
+            // work came back.
             self.space.request_sweep();
         }
         *self.namespaces.change.lock().await = cat;

@@ -450,14 +450,16 @@ fn manifests(dev: &dyn Device, sb: &Superblock, headers: &Headers, quiet: bool) 
 
 /// Read the checkpoint manifests on the device once, for an open: with
 /// `load`, the newest checkpoint whose manifest, segments and body all
-/// check out. Also the *replay floor*: the lowest `replay_from` of every
+/// check out. Also the *replay floor*: the highest `replay_from` of every
 /// checkpoint some open could load (0 if there is none), or `None` if a
 /// manifest could not be read. Whichever checkpoint a later open loads, it
 /// replays every KV segment whose alloc_seq is at least the floor:
 /// recovery resumes writing in such a segment's tail only (see `recover`).
+/// (The lowest would not do: an older checkpoint still on the device, its
+/// release lost, replays from further back than the newest one does.)
 pub(crate) fn find(dev: &dyn Device, sb: &Superblock, headers: &Headers, load: bool) -> (Option<Loaded>, Option<u64>) {
     let (candidates, unreadable) = manifests(dev, sb, headers, !load);
-    let floor = (!unreadable).then(|| candidates.iter().map(|m| m.replay_from).min().unwrap_or(0));
+    let floor = (!unreadable).then(|| candidates.iter().map(|m| m.replay_from).max().unwrap_or(0));
     if !load {
         return (None, floor);
     }

@@ -452,6 +452,9 @@ fn settle_displaced(gc: Gc<'_>, h: u64, pba: u64, key: &[u8]) -> Result<bool> {
 thread_local! {
     /// Runs once, on this thread, after a sparse reclaim's reads (tests).
     pub(crate) static AFTER_SPARSE_READS: std::cell::Cell<Option<Box<dyn FnOnce()>>> = const { std::cell::Cell::new(None) };
+    /// Runs once, on this thread, after a summary reclaim asked for the
+    /// links into its victim and before it looks at the entries (tests).
+    pub(crate) static AFTER_LINKS_ASKED: std::cell::Cell<Option<Box<dyn FnOnce()>>> = const { std::cell::Cell::new(None) };
     /// Runs once, on this thread, after a reclaim's scan (tests).
     pub(crate) static AFTER_SCAN: std::cell::Cell<Option<Box<dyn FnOnce()>>> = const { std::cell::Cell::new(None) };
 }
@@ -491,14 +494,18 @@ fn summary_targets(gc: Gc<'_>, v: u32, force: bool) -> Option<(Vec<(u64, u64)>, 
     let lo = gc.space.pba(v, 0);
     let (mut targets, mut dead) = (Vec::new(), Vec::new());
     let mut bytes = 0;
+    let hi = lo + gc.log.sb.segment_grains();
+    // The record's grains: up to the next one's start.
+    let grains_of =
+        |i: usize| entries.get(i + 1).map_or(block.records_end, |n| n.grain) as u64 - entries[i].grain as u64;
     // Every link into the victim, asked once (in location order, as the
     // entries are) before any entry is looked up in the index.
-    let links = gc.keys.links.displacing_in(lo, lo + gc.log.sb.segment_grains());
-    let mut links = links.iter().peekable();
+    let asked = gc.keys.links.displacing_in(lo, hi);
+    #[cfg(test)]
+    AFTER_LINKS_ASKED.with(|h| h.take().map(|f| f()));
+    let mut links = asked.iter().peekable();
     for (i, e) in entries.iter().enumerate() {
         let pba = lo + e.grain as u64;
-        // The record's grains: up to the next one's start.
-        let grains = entries.get(i + 1).map_or(block.records_end, |n| n.grain) as u64 - e.grain as u64;
         let h = key_hash(e.key);
         while links.next_if(|l| l.old.pba() < pba).is_some() {}
         let wanted = match links.next_if(|l| l.old.pba() == pba) {
@@ -510,8 +517,27 @@ fn summary_targets(gc: Gc<'_>, v: u32, force: bool) -> Option<(Vec<(u64, u64)>, 
             None => points_at(gc, h, pba),
         };
         if wanted {
-            targets.push((pba, grains));
-            bytes += grains * gc.log.grain();
+            targets.push((pba, grains_of(i)));
+            bytes += grains_of(i) * gc.log.grain();
+        }
+    }
+    // A record whose key was overwritten blindly while the loop ran (its
+    // link not asked above, the index no longer at it) is neither: decided
+    // now from its new link, as above, rather than left for the check
+    // after relocation to fall back to a scan over.
+    for link in gc.keys.links.displacing_in(lo, hi) {
+        let pba = link.old.pba();
+        let new = asked.binary_search_by_key(&pba, |l| l.old.pba()).is_err();
+        let Ok(i) = entries.binary_search_by_key(&pba, |e| lo + e.grain as u64) else { continue };
+        if !new || targets.binary_search_by_key(&pba, |t| t.0).is_ok() {
+            continue;
+        }
+        if *link.key == *entries[i].key {
+            dead.push((gc.keys.stripe_of(key_hash(entries[i].key)), pba));
+        } else {
+            let at = targets.partition_point(|t| t.0 < pba);
+            targets.insert(at, (pba, grains_of(i)));
+            bytes += grains_of(i) * gc.log.grain();
         }
     }
     let seg_bytes = gc.log.sb.segment_bytes;
@@ -1027,6 +1053,10 @@ fn relocate(gc: Gc<'_>, v: u32, purpose: Purpose, batch: &mut Vec<Pending>) -> R
         gc.space.done(loc.seg);
         if p.expired || p.evicted {
             let key = record::key_of(&p.hdr, &p.bytes);
+            // Its value is gone: so is the DRAM tier's copy (the stripe is
+            // held), as `drop_value` does for a value dropped without a
+            // tombstone.
+            gc.keys.invalidate(key, p.h);
             gc.counters.replaced(key, Counted::new(false, p.old_len), Counted::new(true, p.bytes.len() as u64));
             count_leaving(gc, key, p.expired);
         } else {

@@ -141,7 +141,8 @@ impl Inner {
     fn add(&mut self, head: u64, link: LinkRef) {
         self.bytes += cost(&link);
         link.head.store(head, Relaxed);
-        self.by_old.insert(link.old.pba(), link.clone());
+        let displaced = self.by_old.insert(link.old.pba(), link.clone());
+        debug_assert!(displaced.is_none(), "two links of one displaced record at {}", link.old.pba());
         if let Some(prev) = self.by_head.insert(head, link) {
             // A location is reused only after GC freed its segment, which
             // removed or moved every link of a head in it.
@@ -339,16 +340,30 @@ impl Links {
         for l in found.iter().flatten() {
             prefetch(l.key.as_ptr());
         }
+        // Each head is replaced blindly once at most: two keys of one
+        // neighbourhood in the group (one of them new) both see it as their
+        // one candidate, and two links of one displaced record would leave
+        // one orphaned. The later key is read instead.
+        let mut claimed: Vec<u64> = Vec::new();
         cands
             .iter()
             .zip(found)
-            .map(|(&(_, key), l)| match l {
-                Some(l) => (*l.key == *key).then_some(true),
-                None if self.enabled() && bytes + key.len() + LINK_OVERHEAD_BYTES <= self.cap_bytes => {
-                    bytes += key.len() + LINK_OVERHEAD_BYTES;
-                    Some(false)
+            .map(|(&(head, key), l)| {
+                if claimed.contains(&head) {
+                    return None;
                 }
-                None => None,
+                let ok = match l {
+                    Some(l) => (*l.key == *key).then_some(true),
+                    None if self.enabled() && bytes + key.len() + LINK_OVERHEAD_BYTES <= self.cap_bytes => {
+                        bytes += key.len() + LINK_OVERHEAD_BYTES;
+                        Some(false)
+                    }
+                    None => None,
+                };
+                if ok.is_some() {
+                    claimed.push(head);
+                }
+                ok
             })
             .collect()
     }

@@ -254,17 +254,11 @@ impl Core {
     /// caller counts the miss and reads the device).
     pub(crate) fn read_hot(&self, tier: &crate::tier::Tier, key: &[u8], h: u64, bump: bool) -> Option<Option<Hit>> {
         let hot = tier.get(key, h)?;
-        // The freshness rule (`crate::tier`): the index still points at
-        // the item's location, and then (so a reuse of the segment
-        // that a newer version of the key could land in is seen) the
-        // segment there is still the one the record was read from.
-        let seg = self.log.sb.segment_of(hot.pba);
-        let indexed = self.keys.index.contains(h, hot.pba);
-        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
-        if !(indexed && self.space.stamp(seg) == hot.stamp) {
+        if !self.is_current(h, hot.pba, hot.stamp) {
             tier.drop_item(h, &hot);
             return None;
         }
+        let seg = self.log.sb.segment_of(hot.pba);
         let now = if hot.meta.expires != 0 || (bump && self.track_access) { self.clock.now() } else { 0 };
         if self.log.hidden_at(hot.seq, hot.meta.expires, key, now) {
             tier.drop_item(h, &hot);
@@ -281,6 +275,17 @@ impl Core {
             self.keys.index.access(h, hot.pba, |w| c.bumped(w, now));
         }
         Some(Some(hot))
+    }
+
+    /// The DRAM tier's freshness rule (`crate::tier`) for an item of key
+    /// hash `h` read from `pba` when its segment had stamp `stamp`: the index
+    /// still points there, and then (so a reuse of the segment that a newer
+    /// version of the key could land in is seen) the segment there is still
+    /// the one the record was read from.
+    pub(crate) fn is_current(&self, h: u64, pba: u64, stamp: u32) -> bool {
+        let indexed = self.keys.index.contains(h, pba);
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        indexed && self.space.stamp(self.log.sb.segment_of(pba)) == stamp
     }
 
     /// Offer the DRAM tier the live record `buf` of `key` just read from

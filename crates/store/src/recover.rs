@@ -692,11 +692,24 @@ impl Rebuild<'_> {
             });
             let (chdr, ckey_match) = match in_window {
                 Some(x) => x,
-                None => {
-                    let (ch, buf) = self.read_record(e, false)?;
-                    let m = record::key_of(&ch, &buf) == key;
-                    (ch, m)
-                }
+                None => match self.read_record(e, false) {
+                    Ok((ch, buf)) => {
+                        let m = record::key_of(&ch, &buf) == key;
+                        (ch, m)
+                    }
+                    // A checkpoint's entry (this recovery checked every
+                    // other candidate) whose record has since become
+                    // unreadable: its key is unknown, so it is taken for
+                    // another key's and kept, as loading it kept it;
+                    // lookups pass over it and `verify` reports it. The
+                    // store opens rather than refuse over one damaged
+                    // record.
+                    Err(err @ Error::Corruption { .. }) => {
+                        tracing::warn!(error = %err, "an index candidate's record is unreadable: taken for another key's");
+                        continue;
+                    }
+                    Err(err) => return Err(err),
+                },
             };
             if !ckey_match {
                 continue;

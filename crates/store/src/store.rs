@@ -562,17 +562,22 @@ impl Namespace {
     /// Hand `f` each of its keys whose values the DRAM tier holds, with
     /// its item's value length and expiry time (0: none), in no particular
     /// order, until `f` returns false; none with the tier off. Not counted
-    /// as reads. Items expired or flushed are left out; a key written
-    /// meanwhile may come or not (the tier holds only current versions: a
-    /// write drops or replaces its key's item). `f` runs under a tier
-    /// shard's lock, which GETs of that shard wait for: it must be quick.
+    /// as reads. Items expired or flushed, and items no longer current (a
+    /// GET would drop them: their key was written, deleted or evicted since)
+    /// are left out; a key written meanwhile may come or not. `f` runs
+    /// under a tier shard's read lock, which writers of that shard wait
+    /// for: it must be quick, and must not call the store (a GET of a key
+    /// of the same shard could wait for that lock).
     pub fn visit_dram(&self, mut f: impl FnMut(&[u8], usize, u32) -> bool) -> Result<()> {
         let (id, _) = self.state.current_ref()?;
         let Some(tier) = &self.core.keys.tier else { return Ok(()) };
         let now = self.core.clock.now();
         tier.visit(|hot| {
             let mine = crate::nskey::owner(&hot.key) == crate::nskey::Owner::Ns(id);
-            if !mine || self.core.log.hidden_at(hot.seq, hot.meta.expires, &hot.key, now) {
+            if !mine
+                || self.core.log.hidden_at(hot.seq, hot.meta.expires, &hot.key, now)
+                || !self.core.is_current(granary_format::hash::key_hash(&hot.key), hot.pba, hot.stamp)
+            {
                 return true;
             }
             f(crate::nskey::user_key(id, &hot.key), hot.value.len(), hot.meta.expires)

@@ -473,6 +473,71 @@ fn writes_never_resume_below_a_checkpoint_still_on_the_device() {
     assert_eq!(s.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
 }
 
+/// Writes resume in a segment's tail only if every checkpoint on the
+/// device replays it: here an older checkpoint (a periodic one whose
+/// release never reached the device) replays from below the user segment
+/// and the newest (a clean close's) replays nothing. A scan-based open
+/// that then resumed in the tail would have its write skipped by the next
+/// open, which loads the newest checkpoint.
+#[test]
+fn writes_resume_in_a_tail_only_if_every_checkpoint_replays_it() {
+    let (dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    s.put(b"a", b"1").unwrap();
+    let old = s.checkpoint().unwrap().current_id;
+    let sb = s.core.log.sb.clone();
+    // The older checkpoint's segments (kind 2, alloc_seq its id), as the
+    // device holds them now.
+    let kept: Vec<(usize, Vec<u8>)> = dev.with_bytes_mut(|b| {
+        (0..sb.segment_count as u32)
+            .map(|i| sb.segment_offset(i) as usize)
+            .filter(|&o| {
+                b[o..o + 4] == *b"GSEG"
+                    && b[o + 6] == 2
+                    && u64::from_le_bytes(b[o + 8..o + 16].try_into().unwrap()) == old
+            })
+            .map(|o| (o, b[o..o + sb.segment_bytes as usize].to_vec()))
+            .collect()
+    });
+    assert!(!kept.is_empty(), "found the older checkpoint");
+    s.put(b"c", b"3").unwrap();
+    s.close().unwrap();
+    // The close's checkpoint released the older one; that release is lost.
+    dev.with_bytes_mut(|b| {
+        for (o, seg) in &kept {
+            b[*o..*o + seg.len()].copy_from_slice(seg);
+        }
+    });
+    let scan = OpenOptions { use_checkpoint: false, ..OpenOptions::default() };
+    let s = Store::open(dev.clone(), &scan).unwrap();
+    s.put(b"b", b"2").unwrap();
+    drop(s); // a crash
+    let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
+    assert_eq!(s.get(b"b").unwrap().as_deref(), Some(&b"2"[..]), "the write after the scan-based open was lost");
+    assert_eq!(s.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+    assert_eq!(s.get(b"c").unwrap().as_deref(), Some(&b"3"[..]));
+}
+
+/// A checkpoint's entry whose record became unreadable (bit rot in its
+/// header) does not stop recovery from replaying a newer version of its
+/// key: the store opens and reads the newer version; `verify` reports the
+/// damaged record.
+#[test]
+fn a_damaged_record_a_checkpoint_lists_does_not_stop_a_replay() {
+    let (dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    s.put(b"k", b"v1").unwrap();
+    let v1 = s.core.keys.index.lookup(key_hash(b"k")).as_slice()[0].pba();
+    roll_segment(&s);
+    s.checkpoint().unwrap();
+    s.put(b"k", b"v2").unwrap();
+    let grain = s.core.log.grain() as usize;
+    drop(s); // a crash
+    dev.with_bytes_mut(|b| b[v1 as usize * grain + 20] ^= 0xFF);
+    let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
+    assert!(s.stats().recovery.checkpoint_id > 0, "the checkpoint was loaded");
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v2"[..]));
+    assert!(!s.verify().unwrap().is_clean(), "the damaged record was not reported");
+}
+
 /// A clean close's checkpoint leaves GC's reserve alone although GC has
 /// already stopped: taking the last free segments left the next open's GC
 /// nowhere to write (a cache then refused writes: crash simulation seed
@@ -1177,6 +1242,63 @@ fn blind_store(segment: u64) -> (Arc<TestDevice>, Store) {
     (dev, s)
 }
 
+/// Two keys of one neighbourhood written together (a run or a batch), one
+/// of them new: both see the other's record as their one candidate, but
+/// only one may replace it blindly (two links of one displaced record
+/// would orphan one). In either order, by a run and by a batch, the links'
+/// bytes match their count, every key reads its latest value (with other
+/// links about, which lookups then follow), a delete stays deleted, and
+/// `verify` is clean, before and after a crash.
+#[test]
+fn two_keys_of_one_neighbourhood_written_together_do_not_share_a_displaced_record() {
+    let ck = colliding_keys(2);
+    for (order, via_batch) in [(0, false), (1, false), (0, true), (1, true)] {
+        let (dev, s) = blind_store(1 << 20);
+        let (a, b) = (&ck[0][..], &ck[1][..]);
+        let how = format!("order {order}, batch {via_batch}");
+        s.put(a, b"a1").unwrap();
+        let mut items: Vec<(&[u8], &[u8])> = vec![(b, b"b1"), (a, b"a2")];
+        if order == 1 {
+            items.reverse();
+        }
+        if via_batch {
+            let ns = s.namespace(DEFAULT_NAMESPACE).unwrap();
+            let mut batch = s.batch();
+            for &(k, v) in &items {
+                batch.put(&ns, k, v);
+            }
+            batch.commit().unwrap();
+        } else {
+            s.put_many(&items).unwrap();
+        }
+        let links_ok = |s: &Store, when: &str| {
+            // Keys a and b have the same length, x is one byte.
+            let st = s.stats();
+            let (lo, hi) = ((LINK_OVERHEAD_BYTES + 1) as u64, (LINK_OVERHEAD_BYTES + a.len()) as u64);
+            let fits = (st.unsettled_links * lo..=st.unsettled_links * hi).contains(&st.link_bytes);
+            assert!(fits, "{how}, {when}: {} link bytes for {} links", st.link_bytes, st.unsettled_links);
+        };
+        links_ok(&s, "after the pair");
+        // Other links about: a lookup that meets a head of another key
+        // follows its link.
+        s.put(b"x", b"x1").unwrap();
+        s.put(b"x", b"x2").unwrap();
+        assert_eq!(s.get(a).unwrap().as_deref(), Some(&b"a2"[..]), "{how}");
+        assert_eq!(s.get(b).unwrap().as_deref(), Some(&b"b1"[..]), "{how}");
+        s.put(a, b"a3").unwrap();
+        assert!(s.delete(a).unwrap(), "{how}");
+        assert_eq!(s.get(a).unwrap(), None, "{how}: the delete did not hold");
+        assert_eq!(s.get(b).unwrap().as_deref(), Some(&b"b1"[..]), "{how}");
+        links_ok(&s, "after the delete");
+        assert!(s.verify().unwrap().is_clean(), "{how}");
+        drop(s);
+        let s = Store::open(dev.clone(), &blind_opts()).unwrap();
+        assert_eq!(s.get(a).unwrap(), None, "{how}: after a crash");
+        assert_eq!(s.get(b).unwrap().as_deref(), Some(&b"b1"[..]), "{how}: after a crash");
+        assert_eq!(s.get(b"x").unwrap().as_deref(), Some(&b"x2"[..]), "{how}: after a crash");
+    }
+}
+
 /// Blind overwrites ([`crate::links`]): an overwrite of a key whose
 /// neighbourhood holds one candidate reads nothing; a key written again and
 /// again holds one link; `verify` settles it; the latest value survives a
@@ -1720,6 +1842,56 @@ fn the_sweep_after_a_scan_does_not_wait_in_stripe_order() {
         assert_eq!(s.get(k).unwrap(), Some(vec![2u8; 900]), "{}", String::from_utf8_lossy(k));
     }
     assert!(s.verify().unwrap().is_clean());
+}
+
+/// Keys of a summary reclaim's victim overwritten blindly while it looks
+/// at the summary's entries (after it asked for the links into the victim)
+/// are decided from their new links: the reclaim needs no scan, and every
+/// key reads its latest value, before and after a crash.
+#[test]
+fn keys_overwritten_while_a_summary_reclaim_looks_need_no_scan() {
+    if skip_zoned("zoned mode writes no summaries: no summary reclaim") {
+        return;
+    }
+    let (dev, s) = blind_store(64 << 10);
+    let s = Arc::new(s);
+    for i in 0..30 {
+        s.put(format!("k{i}").as_bytes(), &[i as u8; 900]).unwrap();
+    }
+    let v = s.core.log.sb.segment_of(s.core.keys.index.lookup(key_hash(b"k0")).as_slice()[0].pba());
+    roll_segment(&s);
+    for i in 5..30 {
+        s.put(format!("k{i}").as_bytes(), b"new").unwrap();
+    }
+    roll_segment(&s);
+    let s2 = s.clone();
+    crate::gc::AFTER_LINKS_ASKED.with(|h| {
+        h.set(Some(Box::new(move || {
+            for i in 0..2 {
+                s2.put(format!("k{i}").as_bytes(), b"during").unwrap();
+            }
+        })))
+    });
+    crate::gc::reclaim_with(s.core.collector(), v, false, crate::gc::ReadMode::Summary).unwrap();
+    let st = s.stats();
+    assert_eq!((st.gc.summary_victims, st.gc.sparse_fallbacks), (1, 0), "the victim was scanned after all");
+    let lo = s.core.space.pba(v, 0);
+    let left = s.core.keys.links.displacing_in(lo, lo + s.core.log.sb.segment_grains());
+    assert!(left.is_empty(), "links into the victim were left: {left:?}");
+    let want = |i: usize| match i {
+        0..2 => b"during".to_vec(),
+        2..5 => vec![i as u8; 900],
+        _ => b"new".to_vec(),
+    };
+    for i in 0..30 {
+        assert_eq!(s.get(format!("k{i}").as_bytes()).unwrap(), Some(want(i)), "k{i}");
+    }
+    assert!(s.verify().unwrap().is_clean());
+    drop(s);
+    let s = Store::open(dev.clone(), &blind_opts()).unwrap();
+    for i in 0..30 {
+        assert_eq!(s.get(format!("k{i}").as_bytes()).unwrap(), Some(want(i)), "after a crash: k{i}");
+    }
 }
 
 /// A record of a victim put back in the index while a sparse reclaim reads

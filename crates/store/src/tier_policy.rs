@@ -24,6 +24,9 @@
 //! Invariants (both): `bytes()` is the sum of the sizes of the items held
 //! and, after every `insert`, at most the capacity; an item larger than the
 //! capacity is never held; a hash is held at most once (`insert` replaces).
+//! S3-FIFO's queues hold at most about twice as many positions as items
+//! (a removed item's position is dropped when eviction reaches it, or by
+//! compacting the queues when removals left too many).
 //! Callers hash keys well (the tier passes the engine's key hash); the maps
 //! use the hash as it is.
 
@@ -182,6 +185,13 @@ impl<V> S3Fifo<V> {
         if main {
             self.push_ghost(h);
         }
+        // The item's queue position stays until eviction pops it, which a
+        // cache under its capacity never does: bound the positions left.
+        if self.small.len() + self.main.len() > 2 * self.map.len() + 32 {
+            let slots = &self.slots;
+            self.small.retain(|&pos| Self::current_in(slots, pos));
+            self.main.retain(|&pos| Self::current_in(slots, pos));
+        }
         Some(v)
     }
 
@@ -218,8 +228,12 @@ impl<V> S3Fifo<V> {
     }
 
     /// Whether a queue position is still its item's.
-    fn current(&self, (i, gen): (u32, u32)) -> bool {
-        let s = &self.slots[i as usize];
+    fn current(&self, pos: (u32, u32)) -> bool {
+        Self::current_in(&self.slots, pos)
+    }
+
+    fn current_in(slots: &[Slot<V>], (i, gen): (u32, u32)) -> bool {
+        let s = &slots[i as usize];
         s.gen == gen && s.val.is_some()
     }
 
@@ -615,6 +629,40 @@ mod tests {
             c.insert(h, h, 100, |_| {});
         }
         assert!(c.bytes() <= 1_000);
+    }
+
+    /// Items replaced or removed while the cache is under its capacity
+    /// (a hot set that fits, written again and again) leave no queue
+    /// positions behind without bound: the queues stay within a few times
+    /// the items held, in the small FIFO and the main one alike.
+    #[test]
+    fn s3fifo_queues_stay_bounded_by_the_items_held() {
+        let mut c = S3Fifo::<u64>::new(1 << 20);
+        for h in 0..10 {
+            c.insert(h, h, 100, |_| {});
+        }
+        // Into the main FIFO: read in the small one, then pushed out of it
+        // by large items, which then go, leaving the cache under its
+        // capacity (where nothing pops the queues).
+        c.get(5);
+        for h in 10..22 {
+            c.insert(h, h, 100_000, |_| {});
+        }
+        assert!(c.in_main(5));
+        for h in 10..22 {
+            c.remove(h);
+        }
+        for n in 0..100_000u64 {
+            let h = [1, 5, n % 10][(n % 3) as usize];
+            c.insert(h, n, 100, |_| {});
+            if n % 7 == 0 && ![1, 5].contains(&(n % 10)) {
+                c.remove(n % 10);
+            }
+            let queued = c.small.len() + c.main.len();
+            assert!(queued <= 4 * c.len() + 64, "{queued} queue positions for {} items after {n} writes", c.len());
+        }
+        assert!(c.bytes() <= 1 << 20);
+        assert_eq!((c.peek(1), c.peek(5)), (Some(&99_999), Some(&99_997)), "the latest writes");
     }
 
     /// Reads through a shared reference, from several threads at once,

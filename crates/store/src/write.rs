@@ -887,23 +887,22 @@ impl Core {
         }
         self.keys.links.finish_blind(&steps, &aliased, &done, &aux);
         // The records share one segment: their live bytes and the count of
-        // blind overwrites are added once.
+        // blind overwrites are added once, before anything below can fail.
         let (mut moved, mut grains, mut seg) = (0u64, 0u64, None);
-        for (k, w) in writes.iter().enumerate() {
-            if done[k] {
-                debug_assert!(seg.is_none_or(|s| s == w.loc.seg), "blind writes committed together lie in one segment");
-                (moved, grains, seg) = (moved + 1, grains + w.loc.grains, Some(w.loc.seg));
-                self.blindly_replaced_key(w.key, w.h, w.e, w.loc);
-            } else {
-                // Not expected under the stripe; the careful way then.
-                let existing = self.find(w.key, w.h, false, false).await?;
-                self.commit(w.key, w.h, existing, w.loc, false, w.policy).await?;
-                published(k);
-            }
+        for w in writes.iter().zip(&done).filter_map(|(w, &d)| d.then_some(w)) {
+            debug_assert!(seg.is_none_or(|s| s == w.loc.seg), "blind writes committed together lie in one segment");
+            (moved, grains, seg) = (moved + 1, grains + w.loc.grains, Some(w.loc.seg));
+            self.blindly_replaced_key(w.key, w.h, w.e, w.loc);
         }
         if let Some(seg) = seg {
             self.space.add_live(seg, grains * self.log.grain());
             self.counters.blind.fetch_add(moved, Relaxed);
+        }
+        for (k, w) in writes.iter().enumerate().filter(|&(k, _)| !done[k]) {
+            // Not expected under the stripe; the careful way then.
+            let existing = self.find(w.key, w.h, false, false).await?;
+            self.commit(w.key, w.h, existing, w.loc, false, w.policy).await?;
+            published(k);
         }
         Ok(())
     }
