@@ -412,6 +412,20 @@ fn open_or_create(a: &Config, signals: libc::sigset_t, opts: &OpenOptions) -> Re
     // segment header): at least the next power of two above it.
     let need = (a.max_item_size + 64 * 1024).next_power_of_two();
     let seg = a.segment_size.unwrap_or_else(|| granary_store::options::default_segment_bytes(a.size).max(need));
+    // Refused before the file is made and filled (which takes a while on a
+    // large one) if the memcache listener's check after it would refuse
+    // for certain: its most lenient form (the smallest grain, the default
+    // namespace) still cannot hold an item of the largest size.
+    let most = granary_store::options::value_bytes_max_for(seg, 512, granary_memcache::limits::KEY_BYTES_MAX);
+    if a.max_item_size > most {
+        return Err(format!(
+            "max item size {} exceeds what segments of {} hold ({most} bytes); give a --segment-size of at least {} \
+             or a smaller -I (--max-item-size)",
+            a.max_item_size,
+            size::human(seg),
+            size::human(need)
+        ));
+    }
     let fill = progress::zero_fill();
     let new = NewStore {
         size_bytes: a.size,

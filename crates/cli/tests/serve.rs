@@ -987,6 +987,41 @@ fn a_start_that_fails_after_creating_the_file_removes_it() {
     let data = dir.path().join("new.db");
     let d = data.to_str().unwrap();
     let port = free_port().to_string();
+    // The memcache listener's namespace is looked up once the store is open.
+    let args = [
+        "serve",
+        "--data",
+        d,
+        "--size",
+        "64M",
+        "--memcache-namespace",
+        "nosuch",
+        "-p",
+        &port,
+        "--no-native",
+        "--no-resp",
+    ];
+    let o = granary(&args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("nosuch") && err.contains("granary ns create"), "{err}");
+    assert!(!data.exists(), "the failed start left {d} behind: {err}");
+    // The same failure over an existing store leaves the store alone.
+    assert!(granary(&["create", d, "--size", "64M"]).status.success());
+    let o = granary(&args);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(data.exists(), "an existing store was removed");
+}
+
+/// An item size that segments of the size asked for cannot hold is refused
+/// before a new store's file is made (and filled); over an existing store
+/// whose segments are too small, once it is open, leaving it alone.
+#[test]
+fn an_item_size_the_segments_cannot_hold_is_refused() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("new.db");
+    let d = data.to_str().unwrap();
+    let port = free_port().to_string();
     let args = [
         "serve",
         "--data",
@@ -1005,12 +1040,14 @@ fn a_start_that_fails_after_creating_the_file_removes_it() {
     let o = granary(&args);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("exceeds what this store's segments hold"), "{err}");
-    assert!(!data.exists(), "the failed start left {d} behind: {err}");
-    // The same failure over an existing store leaves the store alone.
+    assert!(err.contains("give a --segment-size of at least 8.0 MiB"), "{err}");
+    assert!(!data.exists(), "the refused start left {d} behind: {err}");
     assert!(granary(&["create", d, "--size", "64M", "--segment-size", "1M"]).status.success());
+    let args = ["serve", "--data", d, "-I", "4m", "-p", &port, "--no-native", "--no-resp"];
     let o = granary(&args);
-    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("exceeds what this store's segments hold"), "{err}");
     assert!(data.exists(), "an existing store was removed");
 }
 

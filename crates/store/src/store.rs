@@ -197,8 +197,7 @@ impl Core {
 
     /// Largest value this store accepts with a key of `key_len` bytes.
     pub fn value_bytes_max(&self, key_len: usize) -> u64 {
-        let record_max = (self.log.sb.segment_grains() - 1) * self.log.sb.grain_bytes as u64;
-        (record_max - RECORD_HEADER_BYTES as u64 - key_len as u64).min(VALUE_BYTES_MAX)
+        crate::options::value_bytes_max_for(self.log.sb.segment_bytes, self.log.sb.grain_bytes, key_len)
     }
 
     fn check_key(key: &[u8]) -> Result<()> {
