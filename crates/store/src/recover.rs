@@ -556,9 +556,10 @@ impl Rebuild<'_> {
                         self.counters.tombstones.fetch_add(tombs, Relaxed);
                         // The items do not say their namespace: counted as
                         // the default one's, which a store without
-                        // namespaces is right about (one with namespaces
-                        // sets every namespace's counts from the totals of
-                        // its clean close: see `namespace`).
+                        // namespaces is right about but for the flush
+                        // floor, an engine key the open takes back out (one
+                        // with namespaces sets every namespace's counts from
+                        // the totals of its clean close: see `namespace`).
                         self.counters.default_ns.keys.fetch_add(values, Relaxed);
                         self.counters.default_ns.value_bytes.fetch_add(value_bytes, Relaxed);
                         kept.fetch_add(n, Relaxed);

@@ -538,6 +538,29 @@ fn a_damaged_record_a_checkpoint_lists_does_not_stop_a_replay() {
     assert!(!s.verify().unwrap().is_clean(), "the damaged record was not reported");
 }
 
+/// The default namespace's counts after an open from a checkpoint leave
+/// the engine's own keys (the flush floor `flush_all` writes) out, as a
+/// log scan's do.
+#[test]
+fn a_checkpoint_load_counts_no_engine_key_as_a_value() {
+    let (dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    s.put(b"old", b"gone").unwrap();
+    s.flush_all().unwrap();
+    s.put(b"k", b"v").unwrap();
+    s.close().unwrap();
+    let counts = |s: &Store| {
+        let st = s.namespace(DEFAULT_NAMESPACE).unwrap().stats().unwrap();
+        (st.keys, st.value_bytes)
+    };
+    let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
+    assert!(s.stats().recovery.checkpoint_id > 0, "the checkpoint was loaded");
+    let loaded = counts(&s);
+    s.close().unwrap();
+    let scan = OpenOptions { use_checkpoint: false, ..OpenOptions::default() };
+    let s = Store::open(dev.clone(), &scan).unwrap();
+    assert_eq!(loaded, counts(&s), "a checkpoint load and a scan count differently");
+}
+
 /// A clean close's checkpoint leaves GC's reserve alone although GC has
 /// already stopped: taking the last free segments left the next open's GC
 /// nowhere to write (a cache then refused writes: crash simulation seed
