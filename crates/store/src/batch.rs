@@ -245,13 +245,15 @@ impl Core {
         }
         let mut resolved = Vec::with_capacity(ops.len());
         for (ns, key, op) in ops {
-            // A key of the default namespace is stored as it is.
-            let scoped = match self.scoped(&ns, &key)?.0 {
+            // A key of the default namespace is stored as it is. The key's
+            // id and the counters are of one generation of the namespace
+            // (a truncate meanwhile gives it new ones).
+            let (id, counters) = ns.current()?;
+            let scoped = match self.stored_as(id, &key)? {
                 Cow::Borrowed(_) => None,
                 Cow::Owned(stored) => Some(stored),
             };
             let stored = scoped.unwrap_or(key);
-            let counters = ns.current()?.1;
             let op = match op {
                 BatchOp::Put { value, meta } => BatchOp::Put { value, meta: self.with_default_ttl(&ns, meta) },
                 BatchOp::PutAbsent { value, meta } => {
@@ -350,7 +352,7 @@ impl Core {
             if max_keys.is_some_and(|m| c.keys.load(Relaxed) + keys > m)
                 || max_bytes.is_some_and(|m| c.value_bytes.load(Relaxed) + bytes > m)
             {
-                self.evict_for_quota(&r.ns, c, keys, bytes).await?;
+                self.evict_for_quota(&r.ns, crate::quota::id_of(&r.key), c, keys, bytes).await?;
             }
         }
         Ok(())

@@ -59,6 +59,14 @@ struct Candidate {
     hdr: RecordHeader,
 }
 
+/// The namespace id a stored key belongs to (engine keys: the default's).
+pub(crate) fn id_of(stored: &[u8]) -> u32 {
+    match owner(stored) {
+        Owner::Ns(id) => id,
+        Owner::Engine => crate::nskey::DEFAULT_NS,
+    }
+}
+
 impl Core {
     /// Refuse a value of `grains` for `key` (stored form) that would take
     /// `ns` past a quota; in a cache, evict `ns`'s own values first (see
@@ -79,7 +87,7 @@ impl Core {
                 Ok(())
             }
             Err(Error::QuotaExceeded { .. }) if self.evicts_at_quota(ns) => {
-                self.evict_for_quota(ns, c, 1, grains * self.log.grain()).await?;
+                self.evict_for_quota(ns, id_of(key), c, 1, grains * self.log.grain()).await?;
                 self.check_quota_after(ns, c, key, grains, (0, 0)).await
             }
             r => r,
@@ -149,8 +157,18 @@ impl Core {
     ///
     /// Values that could not fit even in an empty namespace (more than its
     /// quotas on their own) are refused at once, evicting nothing.
-    pub(crate) async fn evict_for_quota(&self, ns: &NsState, c: &NsCounters, keys: u64, bytes: u64) -> Result<u64> {
-        let (id, _) = ns.current()?;
+    /// `id` and `c` are the namespace's id and counters as the write that
+    /// asks took them (a truncate meanwhile gives the namespace a new id
+    /// and counters: the old generation's values are not evicted for, nor
+    /// the new one's by, a write of the old one).
+    pub(crate) async fn evict_for_quota(
+        &self,
+        ns: &NsState,
+        id: u32,
+        c: &NsCounters,
+        keys: u64,
+        bytes: u64,
+    ) -> Result<u64> {
         let NamespaceOptions { max_keys, max_bytes, .. } = ns.options;
         if let Some(m) = max_keys.filter(|&m| keys > m) {
             return Err(Error::QuotaExceeded { name: ns.name.clone(), what: "keys", limit: m });

@@ -168,16 +168,21 @@ impl Core {
     /// counters of `ns`'s current id.
     pub(crate) fn scoped<'k, 'n>(&self, ns: &'n NsState, key: &'k [u8]) -> Result<(Cow<'k, [u8]>, NsRef<'n>)> {
         let (id, c) = ns.current_ref()?;
+        Ok((self.stored_as(id, key)?, c))
+    }
+
+    /// The stored form of user key `key` in the namespace of id `id`.
+    pub(crate) fn stored_as<'k>(&self, id: u32, key: &'k [u8]) -> Result<Cow<'k, [u8]>> {
         if id == DEFAULT_NS {
             Self::check_user_key(key)?;
-            return Ok((Cow::Borrowed(key), c));
+            return Ok(Cow::Borrowed(key));
         }
         let stored = stored_key(id, key);
         if key.is_empty() || stored.len() > KEY_BYTES_MAX {
             let max = KEY_BYTES_MAX - NS_KEY_OVERHEAD;
             return Err(Error::KeyLength { len: key.len(), min: KEY_BYTES_MIN, max });
         }
-        Ok((Cow::Owned(stored), c))
+        Ok(Cow::Owned(stored))
     }
 
     /// The bytes a read of `key`'s record will hold, from the index alone
@@ -523,7 +528,7 @@ impl Store {
 #[derive(Clone)]
 pub struct Namespace {
     core: Arc<Core>,
-    state: Arc<NsState>,
+    pub(crate) state: Arc<NsState>,
 }
 
 impl Namespace {

@@ -561,6 +561,36 @@ fn a_checkpoint_load_counts_no_engine_key_as_a_value() {
     assert_eq!(loaded, counts(&s), "a checkpoint load and a scan count differently");
 }
 
+/// A write of a cache namespace at its quota that took the namespace's id
+/// and counters before a truncate evicts for that generation only: the
+/// truncated namespace's new values stay (it evicted every one of them,
+/// reading the whole log, when it took the new id).
+#[test]
+fn a_write_at_the_quota_from_before_a_truncate_evicts_nothing_of_the_new_generation() {
+    use crate::namespace::{NamespaceMode, NamespaceOptions};
+    let dev = test_device(16 << 20);
+    let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
+    let s = Store::create(dev, &c, &OpenOptions { evict: true, gc: false, ..OpenOptions::default() }).unwrap();
+    let o = NamespaceOptions { mode: NamespaceMode::Cache, max_keys: Some(64), ..Default::default() };
+    let ns = s.create_namespace("c", o).unwrap();
+    for i in 0..64 {
+        ns.put(format!("old-{i}").as_bytes(), b"v").unwrap();
+    }
+    // What a writer of key `late` took before the truncate.
+    let (old_id, old_c) = ns.state.current().unwrap();
+    let late = crate::nskey::stored_key(old_id, b"late");
+    s.truncate("c").unwrap();
+    for i in 0..10 {
+        ns.put(format!("new-{i}").as_bytes(), b"v").unwrap();
+    }
+    let grains = s.core.value_grains(&late, 1, None).unwrap();
+    let _ = granary_rt::block_on(s.core.check_quota(&ns.state, &old_c, &late, grains, Cond::Always));
+    assert_eq!(ns.stats().unwrap().keys, 10, "the new generation's values were evicted");
+    for i in 0..10 {
+        assert_eq!(ns.get(format!("new-{i}").as_bytes()).unwrap().as_deref(), Some(&b"v"[..]), "new-{i}");
+    }
+}
+
 /// A clean close's checkpoint leaves GC's reserve alone although GC has
 /// already stopped: taking the last free segments left the next open's GC
 /// nowhere to write (a cache then refused writes: crash simulation seed
