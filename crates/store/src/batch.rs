@@ -363,8 +363,8 @@ impl Core {
         let now = self.clock.now();
         // What each key holds: read for a condition; for an unconditional
         // write only what the index says, as a single write does (no read
-        // unless the key's neighbourhood has several candidates, and then
-        // after the batch is written).
+        // unless the key's neighbourhood has several candidates or the
+        // links' cap is reached, and then before the batch is written).
         let mut prior: Vec<Prior> = Vec::with_capacity(ops.len());
         // Values and bytes the batch's earlier writes add to each namespace
         // (by its counters), for the quota checks of the later ones: as if
@@ -389,6 +389,16 @@ impl Core {
                 (before, added)
             };
             if let Some(p) = looked {
+                // A key the index cannot settle without a read is read now,
+                // before the batch is written: a read that fails then fails
+                // the batch with nothing written, where after the write it
+                // would leave the batch half published (its records durable
+                // and whole after a restart, but some of its keys' old
+                // values served until then).
+                let p = match p {
+                    Prior::Unread => Prior::Known(self.find(&r.key, r.h, false, false).await?),
+                    p => p,
+                };
                 if r.value().is_some() && r.ns.options.has_quota() {
                     let (before, added) = quota(matches!(p, Prior::Known(None)));
                     self.check_quota_after(&r.ns, &r.counters, &r.key, grains[i], before).await?;

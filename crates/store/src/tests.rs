@@ -1270,6 +1270,38 @@ fn an_overwrite_whose_read_fails_keeps_the_old_version() {
     assert!(s.verify().unwrap().is_clean());
 }
 
+/// A batch reads what it must read of its keys' old versions before it
+/// writes: a read that fails then fails the batch with nothing written, so
+/// no reader sees part of it (its first key's new value beside its
+/// second's old one), and no restart brings it back.
+#[test]
+fn a_batch_whose_read_fails_writes_nothing() {
+    let dev = Arc::new(granary_io::FaultDevice::new(16 << 20, 7));
+    let opts = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
+    let no_blind = OpenOptions { gc: false, blind_overwrite_bytes: Some(0), ..OpenOptions::default() };
+    let s = Store::create(dev.clone(), &opts, &no_blind).unwrap();
+    s.put(b"k", b"old").unwrap();
+    let ns = s.namespace(DEFAULT_NAMESPACE).unwrap();
+    // The first batch turns the store's batches feature on (a write).
+    let mut b = s.batch();
+    b.put(&ns, b"first", b"batch");
+    b.commit().unwrap();
+    let writes = dev.counters().snapshot().writes;
+    dev.fail_nth(granary_io::OpKind::Read, 0, false);
+    let mut b = s.batch();
+    b.put(&ns, b"a", b"new").put(&ns, b"k", b"new");
+    let r = b.commit();
+    assert!(matches!(r, Err(Error::Io { op: "read", .. })), "{r:?}");
+    assert_eq!(dev.counters().snapshot().writes, writes, "the batch was written");
+    assert_eq!(s.get(b"a").unwrap(), None, "half of the batch is visible");
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"old"[..]));
+    let mut b = s.batch();
+    b.put(&ns, b"a", b"new").put(&ns, b"k", b"new");
+    b.commit().unwrap();
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"new"[..]));
+    assert!(s.verify().unwrap().is_clean());
+}
+
 /// Blind overwrites on: the in-memory test device leaves them off by default.
 pub(crate) const BLIND: Option<usize> = Some(crate::BLIND_OVERWRITE_BYTES_DEFAULT);
 
