@@ -303,6 +303,8 @@ impl Core {
         }
         // Checks alone write nothing: no feature flag, no room needed.
         let may_write = resolved.iter().any(Resolved::may_write);
+        // Deletes alone may take the reserve a DELETE may.
+        let purpose = if resolved.iter().any(|r| r.value().is_some()) { Purpose::Put } else { Purpose::Delete };
         if may_write {
             self.enable_feature(FLAG_BATCHES)?;
         }
@@ -314,7 +316,7 @@ impl Core {
                 self.log.check_writable()?;
                 // At most every key and the commit record are listed.
                 let listed = crate::space::listed_bytes(resolved.iter().map(|r| &r.key[..]).chain([COMMIT_KEY]));
-                let room = self.await_room(Purpose::Put, most, listed).await;
+                let room = self.await_room(purpose, most, listed).await;
                 room.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
             }
             let mut stripes: Vec<usize> = resolved.iter().map(|r| self.keys.stripe_of(r.h)).collect();
@@ -324,7 +326,7 @@ impl Core {
             for &i in &stripes {
                 _held.push(self.keys.stripe_at(i).await);
             }
-            match self.commit_locked(&resolved, &grains, commit_grains).await {
+            match self.commit_locked(&resolved, &grains, commit_grains, purpose).await {
                 Err(Error::NoSpace { .. }) => continue, // raced for the last room: wait again
                 r => return r,
             }
@@ -359,7 +361,13 @@ impl Core {
     }
 
     /// Steps 2 to 4 of a commit, the stripes of every key held.
-    async fn commit_locked(&self, ops: &[Resolved], grains: &[u64], commit_grains: u64) -> Result<BatchOutcome> {
+    async fn commit_locked(
+        &self,
+        ops: &[Resolved],
+        grains: &[u64],
+        commit_grains: u64,
+        purpose: Purpose,
+    ) -> Result<BatchOutcome> {
         let now = self.clock.now();
         // What each key holds: read for a condition; for an unconditional
         // write only what the index says, as a single write does (no read
@@ -496,7 +504,7 @@ impl Core {
         };
         let written = ops.iter().zip(&writes).filter(|(_, &w)| w).map(|(r, _)| &r.key[..]);
         let listed = crate::space::listed_bytes(written.chain([COMMIT_KEY]));
-        let (loc, buf) = self.write_encoded(Purpose::Put, total, listed, encode).await?;
+        let (loc, buf) = self.write_encoded(purpose, total, listed, encode).await?;
         if let Some(buf) = buf {
             keep_spare(buf);
         }

@@ -691,6 +691,33 @@ fn full_device_returns_no_space_and_keeps_data() {
     assert!(matches!(s.put(b"more", &[1u8; 10_000]), Err(Error::NoSpace { .. })));
 }
 
+/// A store full of live data can still be emptied through every delete:
+/// a read-modify-write that deletes (memcache's CAS delete, an export's
+/// trim) and a batch of deletes only may take the reserve a DELETE may.
+#[test]
+fn a_full_store_takes_deletes_of_every_kind() {
+    // Enough segments for a reserve of two (a DELETE may take one of them).
+    let (_dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    let mut stored = 0;
+    for len in [10_000, 1_000, 1] {
+        while s.put(format!("key-{stored}").as_bytes(), &vec![1u8; len]).is_ok() {
+            stored += 1;
+        }
+    }
+    assert!(matches!(s.put(b"more", b"x"), Err(Error::NoSpace { .. })));
+    let ns = s.namespace(DEFAULT_NAMESPACE).unwrap();
+    let mut b = s.batch();
+    b.delete(&ns, b"key-2").delete(&ns, b"key-3");
+    b.commit().unwrap();
+    let (gone, _) = s.update(b"key-1", |it| (Change::Delete, it.is_some())).unwrap();
+    assert!(gone, "key-1 was there");
+    assert!(s.delete(b"key-0").unwrap());
+    for i in 0..4 {
+        assert_eq!(s.get(format!("key-{i}").as_bytes()).unwrap(), None, "key-{i}");
+    }
+    assert!(s.get(format!("key-{}", stored - 1).as_bytes()).unwrap().is_some());
+}
+
 #[test]
 fn failed_write_poisons_until_reopen() {
     let (dev, s) = mem_store(16 << 20, 1 << 20, 512);

@@ -474,7 +474,10 @@ impl Core {
         let h = key_hash(key);
         let mut need = 1;
         // As in `write_item`: a write refused for room waits for its stream.
-        let mut room_for = Purpose::Put;
+        // Until `f` has said what it writes, the room a DELETE may take (the
+        // reserve too: a store full of live data can still be emptied); a
+        // value then refused room waits for a PUT's.
+        let mut room_for = Purpose::Delete;
         loop {
             self.log.check_writable()?;
             let listed = crate::space::listed_bytes([key]);
@@ -527,6 +530,7 @@ impl Core {
                 Change::Put { meta, .. } | Change::PutCas { meta, .. } => Policy::new_item(meta),
                 Change::Keep | Change::Delete => FRESH,
             };
+            let deleting = matches!(change, Change::Delete);
             let written = match change {
                 Change::Keep => return Ok((r, None)),
                 Change::Put { value, meta } | Change::Invalidate { value, meta } => {
@@ -553,7 +557,7 @@ impl Core {
                 },
             };
             match written {
-                Err(Error::NoSpace { .. }) => room_for = purpose,
+                Err(Error::NoSpace { .. }) => room_for = if deleting { Purpose::Delete } else { purpose },
                 Ok(Some(cas)) => {
                     c.stored(PutOutcome::Stored);
                     return Ok((r, Some(cas)));
