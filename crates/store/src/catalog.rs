@@ -46,11 +46,27 @@ impl Core {
             let why = "every namespace id was given out".to_string();
             return Err(Error::BadNamespace { name: name.into(), why });
         };
-        self.enable_feature(FLAG_NAMESPACES)?;
         let mut next = cat.clone();
         let id = next.next_id;
         next.next_id = after;
         next.entries.insert(name.into(), CatalogEntry { id, options, created_unix_ms: self.clock.unix_ms() });
+        // The catalog, and the totals a clean close writes (one entry a
+        // namespace, the default's too), are one record each: on a store
+        // of small segments they stop fitting before NAMESPACES_MAX.
+        let n = next.entries.len() + 1;
+        let totals = Totals { session: 0, counts: vec![(0, 0, 0); n] }.encode().len();
+        let catalog = next.encode().len();
+        let max = |key: &[u8]| self.value_bytes_max(key.len()) as usize;
+        if catalog > max(CATALOG_KEY) || totals > max(TOTALS_KEY) {
+            let why = format!(
+                "{} namespaces no longer fit one record of this store's segments ({} bytes); drop one, or use \
+                 larger segments",
+                next.entries.len(),
+                self.log.sb.segment_bytes
+            );
+            return Err(Error::BadNamespace { name: name.into(), why });
+        }
+        self.enable_feature(FLAG_NAMESPACES)?;
         self.write_catalog(&next).await?;
         *cat = next;
         let state = Arc::new(NsState::new(name, id, options, self.counters.ns_of(id)));

@@ -199,6 +199,32 @@ fn a_crash_after_a_finished_sweep_sweeps_again() {
     s.verify().unwrap();
 }
 
+/// On a store of small segments the catalog (one record) stops fitting
+/// before the namespace limit: a create past that point is refused as a
+/// bad namespace saying why, every namespace made before stays, and the
+/// clean close (whose totals record grows with them too) and a reopen work.
+#[test]
+fn namespaces_past_what_one_record_holds_are_refused_with_the_reason() {
+    let now = clock();
+    let dev = device(32 << 20);
+    let s = Store::create(dev.clone(), &create_opts(), &opts(&now, false)).unwrap();
+    let name = |i: usize| format!("{i:04}-{}", "n".repeat(59));
+    let mut made = 0;
+    let err = loop {
+        match s.create_namespace(&name(made), NamespaceOptions::default()) {
+            Ok(_) => made += 1,
+            Err(e) => break e,
+        }
+        assert!(made < 4096, "64 KiB segments held every namespace");
+    };
+    assert!(matches!(&err, Error::BadNamespace { why, .. } if why.contains("no longer fit")), "{err}");
+    assert!(made > 100, "{made}");
+    s.close().unwrap();
+    let s = Store::open(dev.clone(), &opts(&now, false)).unwrap();
+    assert_eq!(s.namespaces().len(), made + 1, "the default namespace and every one made");
+    s.namespace(&name(made - 1)).unwrap().put(b"k", b"v").unwrap();
+}
+
 #[test]
 fn truncate_empties_a_namespace_and_keeps_its_options() {
     let now = clock();
