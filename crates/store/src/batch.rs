@@ -383,13 +383,16 @@ impl Core {
         // single write, with the blind overwrites decided for the whole
         // batch in one pass over the links' table (`own_link`: the key's
         // one candidate heads the key's own link, which moves on).
-        let unconditional: Vec<Option<(u64, &[u8], bool)>> = ops
+        // The other operations' keys are looked up too, so that none is
+        // the one candidate a blind overwrite of another key would replace.
+        let keys: Vec<(u64, &[u8], Option<bool>)> = ops
             .iter()
             .map(|r| {
-                matches!(r.op, BatchOp::Put { .. } | BatchOp::Delete).then(|| (r.h, &r.key[..], r.value().is_some()))
+                let unconditional = matches!(r.op, BatchOp::Put { .. } | BatchOp::Delete);
+                (r.h, &r.key[..], unconditional.then(|| r.value().is_some()))
             })
             .collect();
-        let (looked, own_link) = self.look_up_all(&unconditional);
+        let (looked, own_link) = self.look_up_all(&keys);
         for (i, (r, looked)) in ops.iter().zip(looked).enumerate() {
             let quota = |prior_known_absent: bool| {
                 let before = ahead.get(&Arc::as_ptr(&r.counters)).copied().unwrap_or((0, 0));
@@ -570,6 +573,8 @@ impl Core {
                 Prior::Blind(_) => continue, // published above
                 Prior::Known(existing) => self.commit(&r.key, r.h, existing, l, tombstone, policy).await?,
                 Prior::Unread => {
+                    // Not met: a batch reads before it writes (`commit_locked`).
+                    debug_assert!(false, "a batch's prior was left unread");
                     let existing = self.find(&r.key, r.h, false, false).await?;
                     self.commit(&r.key, r.h, existing, l, tombstone, policy).await?
                 }

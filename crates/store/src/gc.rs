@@ -474,10 +474,12 @@ const SPARSE_BYTES_PER_SLOT: u64 = 4;
 /// for [`forget_dead_links`]); None where `v` has no summary, or (unless
 /// `force`) where its reads would cost more than a scan.
 ///
-/// Each entry is asked the link first, then the index: a displaced record
-/// indexed again is in the index before its link goes. What appears
-/// after it was asked (a new link, an entry indexed again) is left
-/// behind, which the checks after relocation see ([`reclaim_with`]).
+/// The links into the victim are asked first (all at once), then each
+/// entry the index: a displaced record indexed again is in the index
+/// before its link goes. A link made while the entries are looked at is
+/// decided after them (a second ask); what appears later (a link after
+/// that, an entry indexed again) is left behind, which the checks after
+/// relocation see ([`reclaim_with`]).
 #[allow(clippy::type_complexity)]
 fn summary_targets(gc: Gc<'_>, v: u32, force: bool) -> Option<(Vec<(u64, u64)>, Vec<(usize, u64)>)> {
     if !gc.space.has_feature(FLAG_SUMMARIES) {

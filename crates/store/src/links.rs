@@ -322,13 +322,22 @@ impl Links {
         }
     }
 
-    /// For each blind overwrite a batch may make, `(head, key)`, under one
-    /// lock for the whole batch: whether it may replace `head` without
+    /// For each blind overwrite a batch may make, `(head, key)` (each head
+    /// once: `Core::look_up_all` leaves a head two keys share out), under
+    /// one lock for the whole batch: whether it may replace `head` without
     /// reading it (`Core::blind_ok`), and how. `Some(true)`: `head` heads a
     /// link of this very key, which moves on; `Some(false)`: `head` heads
     /// none, and the batch's new links so far leave room for this one;
     /// None: not blindly.
     pub(crate) fn blind_ok_all(&self, cands: &[(u64, &[u8])]) -> Vec<Option<bool>> {
+        debug_assert!(
+            {
+                let mut heads: Vec<u64> = cands.iter().map(|c| c.0).collect();
+                heads.sort_unstable();
+                heads.windows(2).all(|w| w[0] != w[1])
+            },
+            "a head twice in one group"
+        );
         let i = self.lock();
         let mut bytes = i.bytes;
         // Every head's link is found, and its key's first bytes asked for,
@@ -340,30 +349,16 @@ impl Links {
         for l in found.iter().flatten() {
             prefetch(l.key.as_ptr());
         }
-        // Each head is replaced blindly once at most: two keys of one
-        // neighbourhood in the group (one of them new) both see it as their
-        // one candidate, and two links of one displaced record would leave
-        // one orphaned. The later key is read instead.
-        let mut claimed: Vec<u64> = Vec::new();
         cands
             .iter()
             .zip(found)
-            .map(|(&(head, key), l)| {
-                if claimed.contains(&head) {
-                    return None;
+            .map(|(&(_, key), l)| match l {
+                Some(l) => (*l.key == *key).then_some(true),
+                None if self.enabled() && bytes + key.len() + LINK_OVERHEAD_BYTES <= self.cap_bytes => {
+                    bytes += key.len() + LINK_OVERHEAD_BYTES;
+                    Some(false)
                 }
-                let ok = match l {
-                    Some(l) => (*l.key == *key).then_some(true),
-                    None if self.enabled() && bytes + key.len() + LINK_OVERHEAD_BYTES <= self.cap_bytes => {
-                        bytes += key.len() + LINK_OVERHEAD_BYTES;
-                        Some(false)
-                    }
-                    None => None,
-                };
-                if ok.is_some() {
-                    claimed.push(head);
-                }
-                ok
+                None => None,
             })
             .collect()
     }

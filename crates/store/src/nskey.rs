@@ -31,6 +31,10 @@ pub(crate) enum Owner {
     Engine,
 }
 
+/// The reserved key holding the flush floor (see `Store::flush_all`), one
+/// of the engine's own keys.
+pub(crate) const FLUSH_FLOOR_KEY: &[u8] = b"\0granary.flush_floor";
+
 /// The owner of a stored key.
 pub(crate) fn owner(stored: &[u8]) -> Owner {
     // The usual case, a default-namespace key, is decided by its first byte.

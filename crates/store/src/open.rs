@@ -285,14 +285,6 @@ impl Store {
         if let Some(f) = block_on(core.read_item(FLUSH_FLOOR_KEY))? {
             let floor = f.value.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
             core.log.flush_floor.store(floor.unwrap_or(0), Relaxed);
-            if from_checkpoint && !core.has_feature(FLAG_NAMESPACES) {
-                // A checkpoint's items do not say their owner: its load
-                // counted this engine key as a value of the default
-                // namespace, which a log scan does not.
-                let bytes = core.value_grains(FLUSH_FLOOR_KEY, f.value.len() as u64, None)? * core.log.grain();
-                core.counters.default_ns.keys.fetch_sub(1, Relaxed);
-                core.counters.default_ns.value_bytes.fetch_sub(bytes, Relaxed);
-            }
         }
         if core.has_feature(FLAG_NAMESPACES) && from_checkpoint && !block_on(core.restore_totals())? {
             return Ok(None);

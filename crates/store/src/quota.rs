@@ -169,6 +169,11 @@ impl Core {
         keys: u64,
         bytes: u64,
     ) -> Result<u64> {
+        if ns.current()?.0 != id {
+            // Truncated since: the old generation's values are on their way
+            // out (a sweep), and the new one's are not the writer's to evict.
+            return Ok(0);
+        }
         let NamespaceOptions { max_keys, max_bytes, .. } = ns.options;
         if let Some(m) = max_keys.filter(|&m| keys > m) {
             return Err(Error::QuotaExceeded { name: ns.name.clone(), what: "keys", limit: m });

@@ -276,6 +276,7 @@ impl Rebuild<'_> {
         if let Some(l) = &loaded {
             self.load_checkpoint(l, &used, threads, &mut report)?;
             max_seq = max_seq.max(l.manifest.next_seq.saturating_sub(1));
+            self.uncount_loaded_floor();
         }
         // The newest TORN_TAIL_SEGMENTS of each stream may hold torn writes.
         let mut in_tail = vec![false; used.len()];
@@ -490,6 +491,27 @@ impl Rebuild<'_> {
 
     /// Put a checkpoint's items into the (empty) index: those whose segment
     /// is still the KV segment the checkpoint saw and is not replayed.
+    /// A checkpoint's items do not say their owner: its load counted them
+    /// all as the default namespace's values, the flush floor (an engine
+    /// key, which a log scan leaves out) too if it was among them. Taken
+    /// back out here, before the replay (which counts engine keys as
+    /// nothing, whatever version it meets).
+    fn uncount_loaded_floor(&self) {
+        let g = self.log.grain();
+        for e in self.keys.index.lookup(key_hash(crate::nskey::FLUSH_FLOOR_KEY)).as_slice() {
+            if e.is_tombstone() {
+                continue;
+            }
+            let Ok((hdr, buf)) = self.read_record(*e, false) else { continue };
+            if record::key_of(&hdr, &buf) == crate::nskey::FLUSH_FLOOR_KEY {
+                let c = &self.counters.default_ns;
+                c.keys.fetch_sub(1, Relaxed);
+                c.value_bytes.fetch_sub(hdr.grains(self.log.sb.grain_bytes) * g, Relaxed);
+                return;
+            }
+        }
+    }
+
     fn load_checkpoint(
         &self,
         l: &Loaded,
@@ -557,7 +579,7 @@ impl Rebuild<'_> {
                         // The items do not say their namespace: counted as
                         // the default one's, which a store without
                         // namespaces is right about but for the flush
-                        // floor, an engine key the open takes back out (one
+                        // floor, an engine key taken back out after (one
                         // with namespaces sets every namespace's counts from
                         // the totals of its clean close: see `namespace`).
                         self.counters.default_ns.keys.fetch_add(values, Relaxed);
@@ -693,24 +715,17 @@ impl Rebuild<'_> {
             });
             let (chdr, ckey_match) = match in_window {
                 Some(x) => x,
-                None => match self.read_record(e, false) {
-                    Ok((ch, buf)) => {
-                        let m = record::key_of(&ch, &buf) == key;
-                        (ch, m)
-                    }
-                    // A checkpoint's entry (this recovery checked every
-                    // other candidate) whose record has since become
-                    // unreadable: its key is unknown, so it is taken for
-                    // another key's and kept, as loading it kept it;
-                    // lookups pass over it and `verify` reports it. The
-                    // store opens rather than refuse over one damaged
-                    // record.
-                    Err(err @ Error::Corruption { .. }) => {
-                        tracing::warn!(error = %err, "an index candidate's record is unreadable: taken for another key's");
-                        continue;
-                    }
-                    Err(err) => return Err(err),
-                },
+                None => {
+                    // A checkpoint's entry whose record became unreadable
+                    // fails the open: its key and sequence number are
+                    // unknown, so neither keeping both nor replacing it is
+                    // sure to keep the newer version (a GC copy replayed
+                    // here keeps its old sequence number). `--no-checkpoint`
+                    // (a log scan) opens such a store.
+                    let (ch, buf) = self.read_record(e, false)?;
+                    let m = record::key_of(&ch, &buf) == key;
+                    (ch, m)
+                }
             };
             if !ckey_match {
                 continue;

@@ -189,7 +189,7 @@ impl Core {
         // The blind overwrites decided for the whole piece in one pass over
         // the links' table, as a batch's are.
         let (looked, own_link) =
-            self.look_up_all(&keys.iter().map(|k| Some((k.h, &k.key[..], true))).collect::<Vec<_>>());
+            self.look_up_all(&keys.iter().map(|k| (k.h, &k.key[..], Some(true))).collect::<Vec<_>>());
         let prior: Vec<Prior> = looked.into_iter().map(|p| p.expect("every key of a run is looked up")).collect();
         let n = keys.len() as u64;
         let first = self.log.next_seq.fetch_add(n, Relaxed);

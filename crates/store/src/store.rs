@@ -50,8 +50,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-/// The reserved key holding the flush floor (see [`Store::flush_all`]).
-pub(crate) const FLUSH_FLOOR_KEY: &[u8] = b"\0granary.flush_floor";
+pub(crate) use crate::nskey::FLUSH_FLOOR_KEY;
 
 /// The current version of a key found on the device.
 pub(crate) struct Found {

@@ -517,80 +517,6 @@ fn writes_resume_in_a_tail_only_if_every_checkpoint_replays_it() {
     assert_eq!(s.get(b"c").unwrap().as_deref(), Some(&b"3"[..]));
 }
 
-/// A checkpoint's entry whose record became unreadable (bit rot in its
-/// header) does not stop recovery from replaying a newer version of its
-/// key: the store opens and reads the newer version; `verify` reports the
-/// damaged record.
-#[test]
-fn a_damaged_record_a_checkpoint_lists_does_not_stop_a_replay() {
-    let (dev, s) = mem_store(16 << 20, 1 << 20, 512);
-    s.put(b"k", b"v1").unwrap();
-    let v1 = s.core.keys.index.lookup(key_hash(b"k")).as_slice()[0].pba();
-    roll_segment(&s);
-    s.checkpoint().unwrap();
-    s.put(b"k", b"v2").unwrap();
-    let grain = s.core.log.grain() as usize;
-    drop(s); // a crash
-    dev.with_bytes_mut(|b| b[v1 as usize * grain + 20] ^= 0xFF);
-    let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
-    assert!(s.stats().recovery.checkpoint_id > 0, "the checkpoint was loaded");
-    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v2"[..]));
-    assert!(!s.verify().unwrap().is_clean(), "the damaged record was not reported");
-}
-
-/// The default namespace's counts after an open from a checkpoint leave
-/// the engine's own keys (the flush floor `flush_all` writes) out, as a
-/// log scan's do.
-#[test]
-fn a_checkpoint_load_counts_no_engine_key_as_a_value() {
-    let (dev, s) = mem_store(16 << 20, 1 << 20, 512);
-    s.put(b"old", b"gone").unwrap();
-    s.flush_all().unwrap();
-    s.put(b"k", b"v").unwrap();
-    s.close().unwrap();
-    let counts = |s: &Store| {
-        let st = s.namespace(DEFAULT_NAMESPACE).unwrap().stats().unwrap();
-        (st.keys, st.value_bytes)
-    };
-    let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
-    assert!(s.stats().recovery.checkpoint_id > 0, "the checkpoint was loaded");
-    let loaded = counts(&s);
-    s.close().unwrap();
-    let scan = OpenOptions { use_checkpoint: false, ..OpenOptions::default() };
-    let s = Store::open(dev.clone(), &scan).unwrap();
-    assert_eq!(loaded, counts(&s), "a checkpoint load and a scan count differently");
-}
-
-/// A write of a cache namespace at its quota that took the namespace's id
-/// and counters before a truncate evicts for that generation only: the
-/// truncated namespace's new values stay (it evicted every one of them,
-/// reading the whole log, when it took the new id).
-#[test]
-fn a_write_at_the_quota_from_before_a_truncate_evicts_nothing_of_the_new_generation() {
-    use crate::namespace::{NamespaceMode, NamespaceOptions};
-    let dev = test_device(16 << 20);
-    let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
-    let s = Store::create(dev, &c, &OpenOptions { evict: true, gc: false, ..OpenOptions::default() }).unwrap();
-    let o = NamespaceOptions { mode: NamespaceMode::Cache, max_keys: Some(64), ..Default::default() };
-    let ns = s.create_namespace("c", o).unwrap();
-    for i in 0..64 {
-        ns.put(format!("old-{i}").as_bytes(), b"v").unwrap();
-    }
-    // What a writer of key `late` took before the truncate.
-    let (old_id, old_c) = ns.state.current().unwrap();
-    let late = crate::nskey::stored_key(old_id, b"late");
-    s.truncate("c").unwrap();
-    for i in 0..10 {
-        ns.put(format!("new-{i}").as_bytes(), b"v").unwrap();
-    }
-    let grains = s.core.value_grains(&late, 1, None).unwrap();
-    let _ = granary_rt::block_on(s.core.check_quota(&ns.state, &old_c, &late, grains, Cond::Always));
-    assert_eq!(ns.stats().unwrap().keys, 10, "the new generation's values were evicted");
-    for i in 0..10 {
-        assert_eq!(ns.get(format!("new-{i}").as_bytes()).unwrap().as_deref(), Some(&b"v"[..]), "new-{i}");
-    }
-}
-
 /// A clean close's checkpoint leaves GC's reserve alone although GC has
 /// already stopped: taking the last free segments left the next open's GC
 /// nowhere to write (a cache then refused writes: crash simulation seed
@@ -1329,6 +1255,44 @@ fn a_batch_whose_read_fails_writes_nothing() {
     assert!(s.verify().unwrap().is_clean());
 }
 
+/// A batch of two keys of one neighbourhood (one new, one that has the
+/// other's one candidate as its own) reads both before it writes, so a
+/// failed read leaves either all of the batch visible or none of it, in
+/// whichever order the keys come and whichever read fails.
+#[test]
+fn a_batch_of_two_keys_of_one_neighbourhood_is_all_or_nothing_when_a_read_fails() {
+    let ck = colliding_keys(2);
+    let (a, b) = (&ck[0][..], &ck[1][..]);
+    for order in 0..2 {
+        for failing in 0..4 {
+            let dev = Arc::new(granary_io::FaultDevice::new(16 << 20, 7));
+            let opts =
+                CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
+            let s = Store::create(dev.clone(), &opts, &blind_opts()).unwrap();
+            s.put(a, b"old").unwrap();
+            let ns = s.namespace(DEFAULT_NAMESPACE).unwrap();
+            let mut first = s.batch();
+            first.put(&ns, b"first", b"batch");
+            first.commit().unwrap();
+            dev.fail_nth(granary_io::OpKind::Read, failing, false);
+            let mut batch = s.batch();
+            if order == 0 {
+                batch.put(&ns, b, b"new").put(&ns, a, b"new");
+            } else {
+                batch.put(&ns, a, b"new").put(&ns, b, b"new");
+            }
+            let r = batch.commit();
+            // A failure the batch did not reach fires on a read here once.
+            let get = |k: &[u8]| s.get(k).or_else(|_| s.get(k)).unwrap();
+            let seen = (get(a), get(b));
+            let none = (Some(b"old".to_vec()), None);
+            let all = (Some(b"new".to_vec()), Some(b"new".to_vec()));
+            assert!(seen == none || seen == all, "order {order}, read {failing} failing ({r:?}): {seen:?}");
+            assert_eq!(r.is_ok(), seen == all, "order {order}, read {failing}: {r:?}");
+        }
+    }
+}
+
 /// Blind overwrites on: the in-memory test device leaves them off by default.
 pub(crate) const BLIND: Option<usize> = Some(crate::BLIND_OVERWRITE_BYTES_DEFAULT);
 
@@ -1965,23 +1929,28 @@ fn keys_overwritten_while_a_summary_reclaim_looks_need_no_scan() {
     if skip_zoned("zoned mode writes no summaries: no summary reclaim") {
         return;
     }
+    let ck = colliding_keys(2);
+    let (a, b) = (ck[0].clone(), ck[1].clone());
     let (dev, s) = blind_store(64 << 10);
     let s = Arc::new(s);
     for i in 0..30 {
         s.put(format!("k{i}").as_bytes(), &[i as u8; 900]).unwrap();
     }
+    s.put(&a, b"a1").unwrap();
     let v = s.core.log.sb.segment_of(s.core.keys.index.lookup(key_hash(b"k0")).as_slice()[0].pba());
     roll_segment(&s);
     for i in 5..30 {
         s.put(format!("k{i}").as_bytes(), b"new").unwrap();
     }
     roll_segment(&s);
-    let s2 = s.clone();
+    let (s2, b2) = (s.clone(), b.clone());
     crate::gc::AFTER_LINKS_ASKED.with(|h| {
         h.set(Some(Box::new(move || {
             for i in 0..2 {
                 s2.put(format!("k{i}").as_bytes(), b"during").unwrap();
             }
+            // Another key displaces a's record, blindly: a stays live.
+            s2.put(&b2, b"b1").unwrap();
         })))
     });
     crate::gc::reclaim_with(s.core.collector(), v, false, crate::gc::ReadMode::Summary).unwrap();
@@ -1998,12 +1967,15 @@ fn keys_overwritten_while_a_summary_reclaim_looks_need_no_scan() {
     for i in 0..30 {
         assert_eq!(s.get(format!("k{i}").as_bytes()).unwrap(), Some(want(i)), "k{i}");
     }
+    assert_eq!(s.get(&a).unwrap().as_deref(), Some(&b"a1"[..]), "the displaced key was lost");
+    assert_eq!(s.get(&b).unwrap().as_deref(), Some(&b"b1"[..]));
     assert!(s.verify().unwrap().is_clean());
     drop(s);
     let s = Store::open(dev.clone(), &blind_opts()).unwrap();
     for i in 0..30 {
         assert_eq!(s.get(format!("k{i}").as_bytes()).unwrap(), Some(want(i)), "after a crash: k{i}");
     }
+    assert_eq!(s.get(&a).unwrap().as_deref(), Some(&b"a1"[..]), "after a crash");
 }
 
 /// A record of a victim put back in the index while a sparse reclaim reads

@@ -813,28 +813,37 @@ impl Core {
     }
 
     /// What the index holds for each key of a group of writes about to be
-    /// written together (a batch, a run's piece), `None` where `keys`
-    /// gives none (not an unconditional write), and for each whether its
-    /// one candidate heads the key's own link (which then moves on). A
-    /// key of `(h, key, may_be_blind)` with exactly one candidate that may
-    /// be replaced blindly is [`Prior::Blind`] where the links' table,
-    /// asked once for the whole group ([`crate::links::Links::blind_ok_all`]),
-    /// allows it, else [`Prior::Unread`]. The keys' index slots are fetched
-    /// first, so that their cache misses overlap instead of following one
-    /// another.
-    pub(crate) fn look_up_all(&self, keys: &[Option<(u64, &[u8], bool)>]) -> (Vec<Option<Prior>>, Vec<bool>) {
-        for &(h, _, _) in keys.iter().flatten() {
+    /// written together (a batch, a run's piece), and for each whether its
+    /// one candidate heads the key's own link (which then moves on). A key
+    /// is `(h, key, look)`: `look` None for one whose prior the caller
+    /// finds itself (a condition), answered None; Some(may_be_blind) for an
+    /// unconditional write. One of those with exactly one candidate that
+    /// may be replaced blindly is [`Prior::Blind`] where the links' table,
+    /// asked once for the whole group
+    /// ([`crate::links::Links::blind_ok_all`]), allows it and no other key
+    /// of the group has that candidate too (two keys of one neighbourhood:
+    /// replacing it for one would move it under the other), else
+    /// [`Prior::Unread`]. The keys' index slots are fetched first, so that
+    /// their cache misses overlap instead of following one another.
+    pub(crate) fn look_up_all(&self, keys: &[(u64, &[u8], Option<bool>)]) -> (Vec<Option<Prior>>, Vec<bool>) {
+        for &(h, _, _) in keys {
             self.keys.index.prefetch(h);
         }
+        let found: Vec<_> = keys.iter().map(|&(h, _, _)| self.keys.index.lookup(h)).collect();
+        // Every candidate of the group, to tell one no other key shares.
+        let mut all: Vec<u64> = found.iter().flat_map(|c| c.as_slice().iter().map(|e| e.pba())).collect();
+        all.sort_unstable();
+        let shared = |pba: u64| all.partition_point(|&p| p <= pba) - all.partition_point(|&p| p < pba) > 1;
         let mut own_link = vec![false; keys.len()];
         let mut cands = Vec::with_capacity(keys.len());
         let mut looked: Vec<Option<Prior>> = keys
             .iter()
-            .map(|k| {
-                let &(h, key, may_be_blind) = k.as_ref()?;
-                Some(match self.keys.index.lookup(h).as_slice() {
+            .zip(&found)
+            .map(|(&(_, key, look), c)| {
+                let may_be_blind = look?;
+                Some(match c.as_slice() {
                     [] => Prior::Known(None),
-                    &[e] if may_be_blind && self.blind_candidate(e) => {
+                    &[e] if may_be_blind && self.blind_candidate(e) && !shared(e.pba()) => {
                         cands.push((e.pba(), key));
                         Prior::Blind(e)
                     }
