@@ -978,29 +978,25 @@ fn a_port_in_use_fails_the_start_before_any_file_is_made() {
     }
 }
 
-/// A start that fails after it created the data file (here: items larger
-/// than the new store's segments hold, found when the Memcache server
-/// starts) removes the file; an existing store is left as it was.
+/// `serve` of a new 64 MiB store at `d` with memcache alone on `port`,
+/// and `extra` flags.
+fn serve_new<'a>(d: &'a str, port: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["serve", "--data", d, "--size", "64M"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["-p", port, "--no-native", "--no-resp"]);
+    args
+}
+
+/// A start that fails after it created the data file (here: the memcache
+/// listener's namespace does not exist, found once the store is open)
+/// removes the file; an existing store is left as it was.
 #[test]
 fn a_start_that_fails_after_creating_the_file_removes_it() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let data = dir.path().join("new.db");
     let d = data.to_str().unwrap();
     let port = free_port().to_string();
-    // The memcache listener's namespace is looked up once the store is open.
-    let args = [
-        "serve",
-        "--data",
-        d,
-        "--size",
-        "64M",
-        "--memcache-namespace",
-        "nosuch",
-        "-p",
-        &port,
-        "--no-native",
-        "--no-resp",
-    ];
+    let args = serve_new(d, &port, &["--memcache-namespace", "nosuch"]);
     let o = granary(&args);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
@@ -1022,21 +1018,7 @@ fn an_item_size_the_segments_cannot_hold_is_refused() {
     let data = dir.path().join("new.db");
     let d = data.to_str().unwrap();
     let port = free_port().to_string();
-    let args = [
-        "serve",
-        "--data",
-        d,
-        "--size",
-        "64M",
-        "--segment-size",
-        "1M",
-        "-I",
-        "4m",
-        "-p",
-        &port,
-        "--no-native",
-        "--no-resp",
-    ];
+    let args = serve_new(d, &port, &["--segment-size", "1M", "-I", "4m"]);
     let o = granary(&args);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
