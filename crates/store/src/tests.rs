@@ -1164,7 +1164,7 @@ fn an_overwrite_reads_the_old_version_while_it_writes_the_new() {
         overlaps: Default::default(),
     });
     let opts = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
-    let no_blind = OpenOptions { gc: false, blind_overwrite_bytes: Some(0), ..OpenOptions::default() };
+    let no_blind = no_blind_opts();
     let s = Store::create(dev.clone(), &opts, &no_blind).unwrap();
     let keys = colliding_keys(3);
     let put = |k: &[u8], v: &[u8]| granary_rt::block_on(s.put_async(k, v)).unwrap();
@@ -1201,15 +1201,26 @@ fn an_overwrite_reads_the_old_version_while_it_writes_the_new() {
     check(&s);
 }
 
+/// A 16 MiB store on a fault-injecting device (512 B grains, 1 MiB
+/// segments, 64-slot tables so `colliding_keys` collide), opened with `open`.
+fn fault_store(open: &OpenOptions) -> (Arc<granary_io::FaultDevice>, Store) {
+    let dev = Arc::new(granary_io::FaultDevice::new(16 << 20, 7));
+    let opts = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
+    let s = Store::create(dev.clone(), &opts, open).unwrap();
+    (dev, s)
+}
+
+/// Blind overwrites off: an overwrite reads the key's old version.
+fn no_blind_opts() -> OpenOptions {
+    OpenOptions { gc: false, blind_overwrite_bytes: Some(0), ..OpenOptions::default() }
+}
+
 /// The read of an overwrite (blind overwrites off) fails after its write
 /// went out: the PUT reports the error, the running store keeps serving
 /// the old version, stays writable, and a later PUT of the key replaces it.
 #[test]
 fn an_overwrite_whose_read_fails_keeps_the_old_version() {
-    let dev = Arc::new(granary_io::FaultDevice::new(16 << 20, 7));
-    let opts = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
-    let no_blind = OpenOptions { gc: false, blind_overwrite_bytes: Some(0), ..OpenOptions::default() };
-    let s = Store::create(dev.clone(), &opts, &no_blind).unwrap();
+    let (dev, s) = fault_store(&no_blind_opts());
     s.put(b"k", b"old").unwrap();
     let writes = dev.counters().snapshot().writes;
     dev.fail_nth(granary_io::OpKind::Read, 0, false);
@@ -1229,10 +1240,7 @@ fn an_overwrite_whose_read_fails_keeps_the_old_version() {
 /// second's old one), and no restart brings it back.
 #[test]
 fn a_batch_whose_read_fails_writes_nothing() {
-    let dev = Arc::new(granary_io::FaultDevice::new(16 << 20, 7));
-    let opts = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
-    let no_blind = OpenOptions { gc: false, blind_overwrite_bytes: Some(0), ..OpenOptions::default() };
-    let s = Store::create(dev.clone(), &opts, &no_blind).unwrap();
+    let (dev, s) = fault_store(&no_blind_opts());
     s.put(b"k", b"old").unwrap();
     let ns = s.namespace(DEFAULT_NAMESPACE).unwrap();
     // The first batch turns the store's batches feature on (a write).
@@ -1248,6 +1256,13 @@ fn a_batch_whose_read_fails_writes_nothing() {
     assert_eq!(dev.counters().snapshot().writes, writes, "the batch was written");
     assert_eq!(s.get(b"a").unwrap(), None, "half of the batch is visible");
     assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"old"[..]));
+    // Nor after a crash.
+    drop(ns);
+    drop(s);
+    let s = Store::open(dev.clone(), &no_blind_opts()).unwrap();
+    assert_eq!(s.get(b"a").unwrap(), None, "the failed batch came back after a crash");
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"old"[..]));
+    let ns = s.namespace(DEFAULT_NAMESPACE).unwrap();
     let mut b = s.batch();
     b.put(&ns, b"a", b"new").put(&ns, b"k", b"new");
     b.commit().unwrap();
@@ -1265,10 +1280,7 @@ fn a_batch_of_two_keys_of_one_neighbourhood_is_all_or_nothing_when_a_read_fails(
     let (a, b) = (&ck[0][..], &ck[1][..]);
     for order in 0..2 {
         for failing in 0..4 {
-            let dev = Arc::new(granary_io::FaultDevice::new(16 << 20, 7));
-            let opts =
-                CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
-            let s = Store::create(dev.clone(), &opts, &blind_opts()).unwrap();
+            let (dev, s) = fault_store(&blind_opts());
             s.put(a, b"old").unwrap();
             let ns = s.namespace(DEFAULT_NAMESPACE).unwrap();
             let mut first = s.batch();
