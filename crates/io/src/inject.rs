@@ -11,8 +11,8 @@
 //! - **read EIO**: every read, or every read whose bytes contain a chosen
 //!   pattern (a key, so that one record's sectors are "bad" while the
 //!   rest of the device answers), fails with EIO. The data is not changed.
-//! - **write EIO**: every write and flush fails with EIO; nothing of a
-//!   failed write reaches the inner device.
+//! - **write EIO**: every write, flush, discard and zone reset or finish
+//!   fails with EIO; nothing of a failed write reaches the inner device.
 //! - **delay**: every operation waits this long before it starts, on the
 //!   calling thread (a latency spike: an executor that issued it stalls,
 //!   as it would on a synchronous device).
@@ -20,9 +20,11 @@
 //!   inner device, until released; the synchronous forms block their
 //!   thread, the asynchronous ones stay pending (their task yields).
 //!
-//! Invariant: with no fault set, every call goes straight to the inner
-//! device (one atomic load more), so a wrapped device that is never told
-//! anything behaves as the device itself.
+//! Invariant: with no fault set, every call of [`Device`] goes straight
+//! to the inner device (one atomic load more), so a wrapped device that is
+//! never told anything behaves as the device itself: its asynchronous
+//! flush, discards and zones included (every method of the trait is
+//! passed on, none left to the trait's defaults).
 
 use crate::{AlignedBuf, Device, IoCounters, IoFuture, IoResult};
 use std::future::Future;
@@ -282,6 +284,18 @@ impl InjectDevice {
         }
     }
 
+    /// [`InjectDevice::gate_sync`] for an operation that changes the
+    /// device (a flush, a discard, a zone reset): EIO if writes fail.
+    fn gate_write_sync(&self) -> io::Result<()> {
+        if self.faulty() {
+            self.gate_sync();
+            if self.controls.write_fails() {
+                return Err(eio());
+            }
+        }
+        Ok(())
+    }
+
     /// The delay, then a future that waits for a release (asynchronous forms).
     fn gate_async(&self) -> Release<'_> {
         let (delay, _) = self.controls.before();
@@ -314,7 +328,10 @@ impl Future for Release<'_> {
             }
             return Poll::Ready(());
         }
-        g.waiters.push(cx.waker().clone());
+        // Polled again while hung (a spurious wake-up): one waker each.
+        if !g.waiters.iter().any(|w| w.will_wake(cx.waker())) {
+            g.waiters.push(cx.waker().clone());
+        }
         drop(g);
         if !self.counted {
             self.counted = true;
@@ -391,13 +408,52 @@ impl Device for InjectDevice {
     }
 
     fn flush(&self) -> io::Result<()> {
-        if self.faulty() {
-            self.gate_sync();
+        self.gate_write_sync()?;
+        self.inner.flush()
+    }
+
+    fn flush_async(&self) -> crate::FlushFuture<'_> {
+        if !self.faulty() {
+            return self.inner.flush_async();
+        }
+        let release = self.gate_async();
+        Box::pin(async move {
+            release.await;
             if self.controls.write_fails() {
                 return Err(eio());
             }
+            self.inner.flush_async().await
+        })
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.gate_write_sync()?;
+        self.inner.discard(offset, len)
+    }
+
+    fn discards_by_default(&self) -> bool {
+        self.inner.discards_by_default()
+    }
+
+    fn zones(&self) -> Option<crate::ZoneGeometry> {
+        self.inner.zones()
+    }
+
+    fn reset_zones(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.gate_write_sync()?;
+        self.inner.reset_zones(offset, len)
+    }
+
+    fn finish_zones(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.gate_write_sync()?;
+        self.inner.finish_zones(offset, len)
+    }
+
+    fn write_pointer(&self, offset: u64) -> io::Result<u64> {
+        if self.faulty() {
+            self.gate_sync();
         }
-        self.inner.flush()
+        self.inner.write_pointer(offset)
     }
 
     fn size_bytes(&self) -> u64 {
@@ -523,6 +579,45 @@ mod tests {
             Poll::Ready((_, r)) => r.unwrap(),
             Poll::Pending => panic!("still pending after the release"),
         }
+        assert_eq!(c.held(), 0);
+    }
+
+    #[test]
+    fn every_call_reaches_the_inner_device_when_no_fault_is_set() {
+        let (d, c) = dev();
+        d.write_at(block(&[0x55; 8]), 0).1.unwrap();
+        d.discard(0, 4096).unwrap();
+        let (b, r) = d.read_at(AlignedBuf::zeroed(4096), 0);
+        r.unwrap();
+        assert_eq!(&b[..8], &[0; 8], "the discard reached the memory device");
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let before = d.counters().snapshot().flushes;
+        assert!(matches!(d.flush_async().as_mut().poll(&mut cx), Poll::Ready(Ok(()))));
+        assert_eq!(d.counters().snapshot().flushes, before + 1);
+        let zoned = InjectDevice::new(Arc::new(crate::ZonedDevice::new(4, 1 << 20, 2, 2)));
+        assert!(zoned.zones().is_some(), "a zoned device stays zoned when wrapped");
+        assert_eq!(zoned.write_pointer(1 << 20).unwrap(), 1 << 20);
+        c.set_write_eio(true);
+        assert!(d.discard(0, 4096).is_err());
+        assert!(matches!(d.flush_async().as_mut().poll(&mut cx), Poll::Ready(Err(_))));
+        assert_eq!(c.failed(), (0, 2));
+    }
+
+    #[test]
+    fn a_hung_async_flush_stays_pending_and_its_polls_keep_one_waker() {
+        let (d, c) = dev();
+        c.set_hung(true);
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let mut f = d.flush_async();
+        for _ in 0..3 {
+            assert!(f.as_mut().poll(&mut cx).is_pending());
+        }
+        assert_eq!(c.held(), 1);
+        assert_eq!(c.lock().waiters.len(), 1);
+        c.set_hung(false);
+        assert!(matches!(f.as_mut().poll(&mut cx), Poll::Ready(Ok(()))));
         assert_eq!(c.held(), 0);
     }
 

@@ -285,6 +285,9 @@ impl Device for TestDevice {
     fn flush(&self) -> io::Result<()> {
         self.dev().flush()
     }
+    fn flush_async(&self) -> crate::FlushFuture<'_> {
+        self.dev().flush_async()
+    }
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         self.note(self.dev().discard(offset, len))
     }
