@@ -19,7 +19,9 @@
 //! ```
 //!
 //! A segment with no valid header (zeroed, torn, another store's UUID) is
-//! free. Records carry the low 32 bits of their segment's `alloc_seq` (the
+//! free; one whose magic and checksum hold but which names a version,
+//! kind or stream this build does not know is a newer build's, and the
+//! store refuses to open (the caller tells it by [`uuid_field`]). Records carry the low 32 bits of their segment's `alloc_seq` (the
 //! *stamp*), so records left from an earlier use of the same segment are
 //! never mistaken for current ones.
 
@@ -46,6 +48,16 @@ const OFF_FIRST_SEQ: usize = OFF_SEGMENT_BYTES + 8;
 const OFF_RESERVED: usize = OFF_FIRST_SEQ + 8;
 const OFF_CRC: usize = OFF_RESERVED + 4;
 const _: () = assert!(OFF_CRC + 4 == SEGMENT_HEADER_BYTES);
+
+/// The store UUID at its place in a segment header `b` (at least
+/// [`SEGMENT_HEADER_BYTES`]), whether or not the header decodes: tells a
+/// header of this store that names what this build does not know from
+/// another store's leftovers.
+pub fn uuid_field(b: &[u8]) -> [u8; 16] {
+    let mut uuid = [0u8; 16];
+    uuid.copy_from_slice(&b[OFF_UUID..OFF_UUID + 16]);
+    uuid
+}
 
 /// What a segment holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

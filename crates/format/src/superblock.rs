@@ -56,8 +56,12 @@ pub const FLAG_BATCHES: u32 = 2;
 /// segment's tail for unused room and could write records there under a
 /// summary that no longer tells them.
 pub const FLAG_SUMMARIES: u32 = 4;
+/// Feature flag: segment headers may name SepBIT's streams (3 to 5,
+/// [`crate::segment::Stream::UserShort`] and the older relocation
+/// streams). A build without them would not decode those headers.
+pub const FLAG_STREAMS: u32 = 8;
 /// Every flag this build knows.
-const FLAGS_KNOWN: u32 = FLAG_NAMESPACES | FLAG_BATCHES | FLAG_SUMMARIES;
+const FLAGS_KNOWN: u32 = FLAG_NAMESPACES | FLAG_BATCHES | FLAG_SUMMARIES | FLAG_STREAMS;
 
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = OFF_MAGIC + 8;
@@ -286,8 +290,10 @@ mod tests {
         assert_eq!(v2.flags, FLAG_NAMESPACES);
         let v2 = Superblock::decode(&with(&buf, 2, FLAG_SUMMARIES)).unwrap();
         assert_eq!(v2.flags, FLAG_SUMMARIES);
-        let err = Superblock::decode(&with(&buf, 2, 8)).unwrap_err();
-        assert!(matches!(err, FormatError::BadField { field: "flags", value: 8, .. }), "{err}");
+        let v2 = Superblock::decode(&with(&buf, 2, FLAG_STREAMS)).unwrap();
+        assert_eq!(v2.flags, FLAG_STREAMS);
+        let err = Superblock::decode(&with(&buf, 2, 16)).unwrap_err();
+        assert!(matches!(err, FormatError::BadField { field: "flags", value: 16, .. }), "{err}");
     }
 
     #[test]

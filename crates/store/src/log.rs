@@ -373,6 +373,21 @@ pub(crate) fn read_segment_headers(dev: &dyn Device, sb: &Superblock) -> Result<
             }
             Ok(_) => {} // another store's leftovers
             Err(FormatError::BadMagic { found: 0, .. }) => {}
+            // Magic and checksum hold (they are checked first) but the
+            // header names a version, kind or stream this build does not
+            // know: a newer build's segment of this store. Taking it for
+            // free would lose its records and reuse it.
+            Err(e @ (FormatError::UnsupportedVersion { .. } | FormatError::BadField { .. }))
+                if granary_format::segment::uuid_field(&buf) == sb.uuid =>
+            {
+                return Err(Error::Corruption {
+                    offset,
+                    detail: format!(
+                        "segment header of segment {seg}: {e}; written by a newer build? \
+                         Refusing to open rather than treat the segment as free"
+                    ),
+                });
+            }
             Err(e) => {
                 // A header whose write never completed: no record in the
                 // segment was ever acknowledged (headers go first).

@@ -642,6 +642,7 @@ impl Space {
         let what = match flag {
             granary_format::superblock::FLAG_NAMESPACES => "namespaces",
             granary_format::superblock::FLAG_BATCHES => "atomic batches",
+            granary_format::superblock::FLAG_STREAMS => "SepBIT's segment streams",
             _ => "segment summaries",
         };
         tracing::info!("{what} turned on: this store now needs a build that knows them");
@@ -1251,6 +1252,12 @@ impl Space {
     }
 
     fn write_header(&self, seg: u32, kind: SegmentKind, stream: Stream, alloc_seq: u64, first_seq: u64) -> Result<()> {
+        if matches!(stream, Stream::UserShort | Stream::Older | Stream::Oldest) {
+            // Before the first header that names one: a build without
+            // these streams then refuses the store instead of taking such
+            // a segment for free.
+            self.enable_feature(granary_format::superblock::FLAG_STREAMS)?;
+        }
         let g = self.sb.grain_bytes as usize;
         let mut buf = AlignedBuf::zeroed(g);
         SegmentHeader {

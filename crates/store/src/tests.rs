@@ -1760,6 +1760,60 @@ fn a_store_without_summaries_gets_the_flag_with_its_first_summary() {
     assert!(s.verify().unwrap().summaries > 0);
 }
 
+/// SepBIT's streams turn on the superblock's streams flag before the
+/// first segment header that names one is written (an older build then
+/// refuses the store); a store that never used them stays without it.
+#[test]
+fn the_first_short_lived_segment_turns_the_streams_flag_on() {
+    use granary_format::superblock::FLAG_STREAMS;
+    if skip_zoned("zoned mode ignores SepBIT placement") {
+        return;
+    }
+    let dev = test_device(16 << 20);
+    let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: None };
+    let flags = || granary_format::Superblock::decode(&dev.with_bytes_mut(|m| m[..4096].to_vec())).unwrap().flags;
+    let s = Store::create(dev.clone(), &create, &OpenOptions::default()).unwrap();
+    s.put(b"k", b"v1").unwrap();
+    s.put(b"k", b"v2").unwrap();
+    drop(s);
+    assert_eq!(flags() & FLAG_STREAMS, 0, "no SepBIT placement, no short-lived segment");
+    let s = Store::open(dev.clone(), &OpenOptions { gc_sepbit: true, ..OpenOptions::default() }).unwrap();
+    s.put(b"k", b"v3").unwrap();
+    assert_eq!(s.stats().short_segments_opened, 1, "a young version's overwrite goes to the short-lived stream");
+    assert_ne!(flags() & FLAG_STREAMS, 0, "a short-lived segment was opened but the superblock does not say so");
+    drop(s);
+    let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v3"[..]));
+}
+
+/// A segment header whose magic and checksum hold but which names a
+/// stream this build does not know (a newer build's) fails the open,
+/// naming the field, instead of being taken for a free segment (which
+/// would lose its records).
+#[test]
+fn a_segment_header_of_a_newer_build_fails_the_open() {
+    use granary_format::limits::SEGMENT_HEADER_BYTES;
+    let dev = test_device(16 << 20);
+    let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: None };
+    let s =
+        Store::create(dev.clone(), &create, &OpenOptions { use_checkpoint: false, ..OpenOptions::default() }).unwrap();
+    s.put(b"k", b"v").unwrap();
+    let seg = s.core.space.used_segments()[0];
+    let at = s.core.log.sb.segment_offset(seg) as usize;
+    drop(s);
+    dev.with_bytes_mut(|m| {
+        let h = &mut m[at..at + SEGMENT_HEADER_BYTES];
+        assert!(granary_format::segment::SegmentHeader::decode(h).is_ok());
+        h[7] = 6; // the stream byte
+        let crc = granary_format::checksum::crc32c(&h[..SEGMENT_HEADER_BYTES - 4]);
+        h[SEGMENT_HEADER_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
+    });
+    let e = Store::open(dev.clone(), &OpenOptions { use_checkpoint: false, ..OpenOptions::default() })
+        .err()
+        .expect("the open must fail");
+    assert!(matches!(e, Error::Corruption { .. }) && e.to_string().contains("stream"), "{e}");
+}
+
 /// A summary whose bytes changed (bit rot, or a write a crash tore) is
 /// counted by `verify` as unusable (not an error: nothing uses it) and
 /// never trusted by GC, which reads the victim's records instead.
