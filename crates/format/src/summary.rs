@@ -202,8 +202,11 @@ pub fn trailer(seed: u32, stamp: u32, segment_grains: u64, last_grain: &[u8]) ->
     }
     let block = Block::decode(seed, &last_grain[last_grain.len() - SUMMARY_BLOCK_BYTES..])?;
     let at = segment_grains.checked_sub(block.region_grains as u64);
+    // Never more than a writer may write: a block whose checksum holds
+    // but which names a larger region is refused before it is read.
+    let max = region_grains_max(segment_grains.saturating_mul(last_grain.len() as u64), last_grain.len() as u32);
     match at {
-        Some(at) if block.heads(stamp, at, segment_grains) && at >= 1 => Ok(block),
+        Some(at) if block.heads(stamp, at, segment_grains) && at >= 1 && block.region_grains as u64 <= max => Ok(block),
         _ if block.stamp != stamp => Err(FormatError::BadField { what: W, field: "stamp", value: block.stamp as u64 }),
         _ => Err(FormatError::BadField { what: W, field: "region_grains", value: block.region_grains as u64 }),
     }
@@ -293,7 +296,7 @@ mod tests {
     fn an_empty_summary_is_a_summary() {
         let r = encode(SEED, 7, 1, &[], 4096);
         assert_eq!(r.len(), 4096);
-        let t = trailer(SEED, 7, 16, &r).unwrap();
+        let t = trailer(SEED, 7, 64, &r).unwrap();
         assert!(decode(SEED, &t, &r).unwrap().is_empty());
     }
 
@@ -307,6 +310,16 @@ mod tests {
         assert!(matches!(trailer(SEED, 41, 128, &last(&r)), Err(FormatError::BadField { field: "stamp", .. })));
         assert!(matches!(trailer(SEED + 1, 42, 128, &last(&r)), Err(FormatError::Checksum { .. })));
         assert!(trailer(SEED, 42, t.region_grains as u64, &last(&r)).is_err());
+        // A region larger than a 64th of the segment (no writer writes
+        // one), its checksums holding.
+        let keys: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 60]).collect();
+        let many: Vec<Entry<'_>> =
+            keys.iter().enumerate().map(|(i, k)| Entry { grain: 1 + i as u32, key: k }).collect();
+        let big = encode(SEED, 42, 50, &many, 512);
+        assert!(big.len() / 512 > 2);
+        let e = trailer(SEED, 42, 128, &last(&big)).unwrap_err();
+        assert!(matches!(e, FormatError::BadField { field: "region_grains", .. }), "{e}");
+        assert!(trailer(SEED, 42, 128 * 4, &last(&big)).is_ok(), "a 64th of a larger segment");
         // Any byte of the entries, or of the leading block.
         for i in [SUMMARY_BLOCK_BYTES, SUMMARY_BLOCK_BYTES + 5, 2] {
             let mut b = r.clone();
