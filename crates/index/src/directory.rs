@@ -1112,12 +1112,16 @@ impl Index {
             return items.iter().try_for_each(|&(home, e)| self.restore(home, e));
         }
         let mask = st.cur.tables.len() - 1;
+        let homes = self.cfg.table_homes as usize;
+        // A home past the table's (a damaged checkpoint) is in the last
+        // region's run and goes to the checked path, never to its slot.
+        let region_of = |home: usize| self.region(home.min(homes - 1));
         let mut rest = Vec::new();
         let mut i = 0;
         while i < items.len() {
             let (home, e) = items[i];
             let t = e.tag() as usize & mask;
-            let r = self.region(home.min(self.cfg.table_homes as usize - 1));
+            let r = region_of(home);
             let held = self.lock_regions(t, r, (r + 1).min(self.regions - 1));
             // A grow since the pin: leave the run to the checked path. (A
             // grow after this check migrates these regions only once we
@@ -1127,11 +1131,11 @@ impl Index {
             let mut placed = 0;
             while i < items.len() {
                 let (home, e) = items[i];
-                if e.tag() as usize & mask != t || self.region(home) != r {
+                if e.tag() as usize & mask != t || region_of(home) != r {
                     break;
                 }
                 let slot = home + e.neigh_off() as usize;
-                if same && slot < held.span.hi && table.get(slot).is_free() {
+                if same && home < homes && slot < held.span.hi && table.get(slot).is_free() {
                     table.put(slot, e, 0);
                     placed += 1;
                 } else {

@@ -1234,3 +1234,25 @@ fn walks_of_home_ranges_under_concurrent_writers_and_grows() {
     }
     assert!(grown > 0, "no grow during the walks ({walks} walks)");
 }
+
+/// A checkpoint entry at a home past the table's (a damaged checkpoint;
+/// the store refuses such a checkpoint first) neither hangs a batch
+/// restore nor lands in a slot no hash reaches: it goes through the
+/// checked path like any entry that cannot take its slot.
+#[test]
+fn a_restored_home_past_the_table_neither_hangs_nor_hides() {
+    for homes in [128u32, 100] {
+        let idx = std::sync::Arc::new(Index::new(IndexConfig { region_log2: 5, ..IndexConfig::new(homes) }));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let e = Entry::new(0, 0x090, 1, 7);
+        let bad = homes as usize + 10;
+        let i2 = idx.clone();
+        // A thread of its own: one that never returns is left behind and
+        // the test fails.
+        std::thread::spawn(move || tx.send(i2.restore_batch(&[(3, Entry::new(0, 0x091, 1, 8)), (bad, e)])));
+        let r = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("restore_batch returned");
+        r.unwrap();
+        assert_eq!(idx.entries(), 2);
+        idx.for_each(|home, _| assert!(home < homes as usize, "{homes} homes: an entry at home {home}"));
+    }
+}

@@ -514,6 +514,14 @@ fn load(dev: &dyn Device, sb: &Superblock, headers: &Headers, m: Manifest) -> Re
             m.id, it.entry
         )));
     }
+    // No hash reaches a home past the table's: such an entry could never
+    // be found (and the index's placement assumes its homes exist).
+    if let Some(it) = items.iter().find(|it| it.home as u64 >= m.table_homes as u64) {
+        return Err(bad(format!(
+            "checkpoint {} holds an index entry at home {} of a table of {} homes",
+            m.id, it.home, m.table_homes
+        )));
+    }
     Ok(Loaded { manifest: m, items, bytes_read: body_bytes })
 }
 

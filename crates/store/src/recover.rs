@@ -142,7 +142,8 @@ impl PendingBatch {
     }
 
     fn vouches(&self, c: Commit) -> bool {
-        let seqs_follow = self.records.iter().enumerate().all(|(i, (r, _))| r.hdr.seq == c.first_seq + i as u64);
+        let seqs_follow =
+            self.records.iter().enumerate().all(|(i, (r, _))| c.first_seq.checked_add(i as u64) == Some(r.hdr.seq));
         self.records.len() as u64 == c.records as u64
             && seqs_follow
             && members_crc(self.header_crcs.iter().copied()) == c.members_crc
@@ -542,7 +543,9 @@ impl Rebuild<'_> {
                         let mut keep = Vec::with_capacity(items.len());
                         for it in items {
                             let e = Entry(it.entry);
-                            if e.is_free() || e.pba() > PBA_MAX {
+                            // Nothing of a record lies before the first
+                            // segment (a damaged item would wrap segment_of).
+                            if e.is_free() || e.pba() > PBA_MAX || e.pba() * (g as u64) < DATA_OFFSET_BYTES {
                                 continue;
                             }
                             let seg = self.log.sb.segment_of(e.pba());
