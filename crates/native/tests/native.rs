@@ -533,6 +533,61 @@ fn fake_server(then: impl Fn(TcpStream) + Send + 'static) -> SocketAddr {
     addr
 }
 
+/// A send that fails partway through its frame (the server stopped
+/// reading; the socket's send timeout) closes the stream before any other
+/// frame can follow the part, and a request that was failed meanwhile
+/// (here by that failure) is never sent afterwards: the server sees A's
+/// partial frame and then the end of the stream, never B's frame spliced
+/// into what it takes for A's value.
+#[test]
+fn a_send_that_fails_partway_closes_the_stream_before_another_frame() {
+    const BIG: usize = 48 << 20;
+    let l = granary_rt::net::bind_low_port([127, 0, 0, 1].into()).unwrap();
+    let addr = l.local_addr().unwrap();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (got_tx, got_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut b = [0u8; proto::CLIENT_HELLO_BYTES];
+        s.read_exact(&mut b).unwrap();
+        let h = ServerHello {
+            version: proto::VERSION,
+            status: proto::Status::Ok,
+            key_bytes_max: 100,
+            value_bytes_max: BIG as u32 * 2,
+            frame_bytes_max: BIG as u32 * 2,
+        };
+        s.write_all(&h.encode()).unwrap();
+        // Read nothing until told, then everything until the end (or 5 s
+        // of nothing: a stream left open).
+        go_rx.recv().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut got = Vec::new();
+        let mut b = vec![0u8; 1 << 20];
+        while let Ok(n @ 1..) = s.read(&mut b) {
+            got.extend_from_slice(&b[..n]);
+        }
+        got_tx.send(got).unwrap();
+    });
+    let cfg = ClientConfig { timeout: Duration::from_millis(300), connections: 1, ..ClientConfig::default() };
+    let c = Arc::new(Client::connect(addr, cfg).unwrap());
+    let conn = c.conn().unwrap();
+    let c2 = c.clone();
+    let a = std::thread::spawn(move || c2.put(b"A-key", &vec![b'a'; BIG]));
+    while conn.in_flight() == 0 {
+        std::thread::yield_now();
+    }
+    let c3 = c.clone();
+    let b = std::thread::spawn(move || c3.put(b"B-key", b"B-MARKER"));
+    assert!(a.join().unwrap().is_err(), "the server read nothing of a 48 MiB frame");
+    go_tx.send(()).unwrap();
+    let _ = b.join().unwrap();
+    let got = got_rx.recv().unwrap();
+    let at = got.windows(64).position(|w| w.iter().all(|&x| x == b'a')).expect("A's value began");
+    assert!(got.len() - at < BIG, "A's frame was cut short");
+    assert!(got[at..].iter().all(|&x| x == b'a'), "another frame followed A's partial frame");
+}
+
 #[test]
 fn timeouts_and_reconnects() {
     // Never answers: the request times out; the connection stays usable.
