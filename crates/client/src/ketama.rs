@@ -9,7 +9,8 @@
 //!   ketama` with `hash: md5`, so a client places keys exactly as a
 //!   nutcracker pool does for the same `servers:` list. A server is named
 //!   by the name its line gives, else "host:port" (just "host" when the
-//!   port is 11211, as libmemcached did); it gets
+//!   port is 11211, as libmemcached did; a unix socket by its path and
+//!   the colon after it, "/path:", as nutcracker's parser leaves it); it gets
 //!   `4 * floor(weight / total_weight * 40 * servers)` points, computed in
 //!   single precision as nutcracker does, from the digests of "name-0",
 //!   "name-1", ... An empty key hashes to 0, and a `hash_tag` (two
@@ -34,6 +35,12 @@ pub const GROUPS_PER_SERVER: u32 = 40;
 /// nutcracker's default memcached port, left out of the names of servers
 /// that listen on it (libmemcached compatibility).
 pub const TWEMPROXY_UNNAMED_PORT: u16 = 11211;
+
+/// The longest server name whose points nutcracker computes as its ring
+/// says: it formats "name-i" into an 86-byte buffer and hashes the
+/// untruncated length, so a longer "name-i" is undefined there. 80 leaves
+/// room for "-9999".
+pub const TWEMPROXY_NAME_MAX: usize = 80;
 
 /// The ring: points sorted, each naming a server by index.
 #[derive(Debug, Clone)]
@@ -67,7 +74,11 @@ impl TwemproxyServer {
 
     /// A line of a nutcracker pool's `servers:` list, "host:port:weight"
     /// or "host:port:weight name" (a unix socket, "/path:weight [name]",
-    /// is named by its path unless named).
+    /// is named "/path:" unless named: nutcracker takes the name's length
+    /// as the path's plus a colon and an empty port). Refused as
+    /// nutcracker refuses them, or where its ring is not defined: a
+    /// weight of 0 or above `i32::MAX`, a name longer than
+    /// [`TWEMPROXY_NAME_MAX`].
     pub fn parse(line: &str) -> Result<TwemproxyServer, String> {
         let line = line.trim();
         let bad = |why: &str| format!("{line:?}: {why} (want \"host:port:weight [name]\")");
@@ -76,20 +87,26 @@ impl TwemproxyServer {
             _ => (line, None),
         };
         let (rest, weight) = addr.rsplit_once(':').ok_or_else(|| bad("no weight"))?;
-        let weight: u32 = weight.parse().map_err(|_| bad("bad weight"))?;
+        let weight: u32 = weight.parse().ok().filter(|&w| w <= i32::MAX as u32).ok_or_else(|| bad("bad weight"))?;
         if weight == 0 {
             return Err(bad("zero weight"));
         }
-        if rest.starts_with('/') {
-            let name = name.unwrap_or(rest);
-            return Ok(TwemproxyServer { name: name.to_string(), weight });
+        let server = if rest.starts_with('/') {
+            TwemproxyServer { name: name.map_or_else(|| format!("{rest}:"), str::to_string), weight }
+        } else {
+            let (host, port) = rest.rsplit_once(':').ok_or_else(|| bad("no port"))?;
+            let port: u16 = port.parse().ok().filter(|&p| p != 0).ok_or_else(|| bad("bad port"))?;
+            if host.is_empty() {
+                return Err(bad("no host"));
+            }
+            TwemproxyServer::new(host, port, weight, name)
+        };
+        if server.name.len() > TWEMPROXY_NAME_MAX {
+            return Err(bad(&format!(
+                "a server name over {TWEMPROXY_NAME_MAX} bytes (nutcracker's ring hashes past its buffer)"
+            )));
         }
-        let (host, port) = rest.rsplit_once(':').ok_or_else(|| bad("no port"))?;
-        let port: u16 = port.parse().ok().filter(|&p| p != 0).ok_or_else(|| bad("bad port"))?;
-        if host.is_empty() {
-            return Err(bad("no host"));
-        }
-        Ok(TwemproxyServer::new(host, port, weight, name))
+        Ok(server)
     }
 }
 
@@ -152,7 +169,9 @@ impl Ketama {
     /// whose `servers:` list is `servers`, in its order; a server's index
     /// is its position there.
     pub fn twemproxy(servers: &[TwemproxyServer]) -> Ketama {
-        let total: u32 = servers.iter().map(|s| s.weight).sum();
+        // nutcracker's total is a u32 that wraps ([`Ketama::twemproxy_lines`]
+        // refuses lists whose total does).
+        let total = servers.iter().fold(0u32, |t, s| t.wrapping_add(s.weight));
         let mut points = Vec::new();
         for (i, s) in servers.iter().enumerate() {
             let n = twemproxy_points(s.weight, total, servers.len() as u32);
@@ -171,8 +190,11 @@ impl Ketama {
     /// [`Ketama::twemproxy`] of nutcracker `servers:` lines
     /// ([`TwemproxyServer::parse`]).
     pub fn twemproxy_lines<S: AsRef<str>>(lines: &[S]) -> Result<Ketama, String> {
-        let servers: Result<Vec<_>, _> = lines.iter().map(|l| TwemproxyServer::parse(l.as_ref())).collect();
-        Ok(Ketama::twemproxy(&servers?))
+        let servers: Vec<_> = lines.iter().map(|l| TwemproxyServer::parse(l.as_ref())).collect::<Result<_, _>>()?;
+        if servers.iter().try_fold(0u32, |t, s| t.checked_add(s.weight)).is_none() {
+            return Err("the servers' weights add up to more than 2^32 - 1".to_string());
+        }
+        Ok(Ketama::twemproxy(&servers))
     }
 
     /// This ring with a pool's `hash_tag` (two characters, e.g. `b"{}"`).
@@ -311,12 +333,25 @@ mod tests {
         assert_eq!(p("127.0.0.2:11211:1"), TwemproxyServer { name: "127.0.0.2".into(), weight: 1 });
         assert_eq!(p("127.0.0.3:22122:2"), TwemproxyServer { name: "127.0.0.3:22122".into(), weight: 2 });
         assert_eq!(p(" cache-1.example:11211:3 alpha "), TwemproxyServer { name: "alpha".into(), weight: 3 });
-        assert_eq!(p("/run/granary.sock:2"), TwemproxyServer { name: "/run/granary.sock".into(), weight: 2 });
+        assert_eq!(p("/run/granary.sock:2"), TwemproxyServer { name: "/run/granary.sock:".into(), weight: 2 });
         assert_eq!(p("/run/granary.sock:2 s1"), TwemproxyServer { name: "s1".into(), weight: 2 });
-        for bad in ["127.0.0.1:11211", "127.0.0.1:11211:0", "127.0.0.1:0:1", "127.0.0.1:x:1", ":11211:1", "", "h:1:-1"]
-        {
+        let long = format!("{}:1", "h".repeat(TWEMPROXY_NAME_MAX + 1));
+        for bad in [
+            "127.0.0.1:11211",
+            "127.0.0.1:11211:0",
+            "127.0.0.1:0:1",
+            "127.0.0.1:x:1",
+            ":11211:1",
+            "",
+            "h:1:-1",
+            "h:1:2147483648",
+            &format!("/{}", "s".repeat(TWEMPROXY_NAME_MAX)),
+            &long,
+        ] {
             assert!(TwemproxyServer::parse(bad).is_err(), "{bad:?} parsed");
         }
+        let e = Ketama::twemproxy_lines(&["a:1:2147483647", "b:1:2147483647", "c:1:2"]).unwrap_err();
+        assert!(e.contains("weights"), "{e}");
         assert_eq!(TwemproxyServer::new("h", 11211, 1, None).name, "h");
         assert_eq!(TwemproxyServer::new("h", 11212, 1, None).name, "h:11212");
     }
