@@ -13,7 +13,7 @@
 //! installs openssl, redis-tools and python3-pymemcache; without them these
 //! tests are skipped unless GRANARY_REQUIRE_PEERS is set.
 
-use granary_client::{Client, ClientConfig, Tls};
+use granary_client::{Client, ClientConfig, Request, Tls};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -262,6 +262,38 @@ fn with_a_ca_only_clients_with_a_certificate_it_signed_are_served() {
     let out = s_client(s.mc, &certs, true, b"version\r\nquit\r\n");
     assert!(out.starts_with("VERSION "), "s_client with a certificate: {out:?}");
     assert!(s.metric("granary_native_tls_handshake_errors_total") >= 1);
+}
+
+/// Pipelined responses of mixed sizes, some larger than a TLS record (a
+/// full 16 KiB record then short ones), arrive several records to a socket
+/// read; the client hands rustls its ciphertext as its plaintext is read
+/// (rustls refuses more once 16 KiB of plaintext wait: the connection was
+/// lost with "received plaintext buffer full"), so every response comes
+/// back and the connection stays up.
+#[test]
+fn pipelined_values_larger_than_a_record_all_come_back_over_tls() {
+    if !common::have_peers(&["openssl"], &[]) {
+        return;
+    }
+    let dir = tempdir();
+    let certs = make_certs(dir.path());
+    let s = Serve::start(dir.path(), &certs, &[]);
+    let c = Client::connect(("127.0.0.1", s.native), tls_client(&certs, false)).unwrap();
+    let sizes = [20 * 1024, 100, 16 * 1024 - 30, 3000, 40 * 1024, 7];
+    for (k, &n) in sizes.iter().enumerate() {
+        let value: Vec<u8> = (0..n as u32).map(|i| (i % 253) as u8).collect();
+        c.put(format!("v{k}").as_bytes(), &value).unwrap();
+    }
+    let conn = c.conn().unwrap();
+    for round in 0..8 {
+        let keys: Vec<String> = (0..60).map(|i| format!("v{}", (i * 7 + round) % sizes.len())).collect();
+        let sent: Vec<_> = keys.iter().map(|k| conn.send(&Request::Get(k.as_bytes())).unwrap()).collect();
+        for (i, p) in sent.into_iter().enumerate() {
+            let r = p.wait().unwrap_or_else(|e| panic!("round {round}, get {i}: {e}"));
+            assert_eq!(r.body.len(), sizes[(i * 7 + round) % sizes.len()], "round {round}, get {i}");
+        }
+    }
+    assert!(conn.is_alive());
 }
 
 #[test]

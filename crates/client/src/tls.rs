@@ -101,7 +101,10 @@ impl Tls {
         }
         let rs = tcp.try_clone().map_err(Error::Io)?;
         let conn = Arc::new(Mutex::new(conn));
-        Ok((WriteHalf { conn: conn.clone(), tcp, out: Vec::new() }, ReadHalf { conn, tcp: rs, eof: false }))
+        Ok((
+            WriteHalf { conn: conn.clone(), tcp, out: Vec::new() },
+            ReadHalf { conn, tcp: rs, pending: Vec::new(), at: 0, eof: false },
+        ))
     }
 }
 
@@ -151,12 +154,20 @@ impl Write for WriteHalf {
 pub(crate) struct ReadHalf {
     conn: Arc<Mutex<ClientConnection>>,
     tcp: TcpStream,
+    /// Ciphertext read from the socket that rustls has not taken yet.
+    pending: Vec<u8>,
+    /// Where `pending`'s untaken bytes start.
+    at: usize,
     eof: bool,
 }
 
 impl Read for ReadHalf {
-    /// Decrypted bytes: what rustls holds, else one read of the socket
-    /// (so the socket's read timeout applies as to a plain one).
+    /// Decrypted bytes: what rustls holds; else rustls is given more of
+    /// the ciphertext read before, one piece at a time (it refuses more
+    /// while 16 KiB of plaintext wait to be read, so a piece goes in only
+    /// once the plaintext before it was taken); else one read of the
+    /// socket, outside the lock the sending half takes (so the socket's
+    /// read timeout applies as to a plain one).
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
             {
@@ -167,23 +178,26 @@ impl Read for ReadHalf {
                     Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
                     Err(e) => return Err(e),
                 }
+                if self.at < self.pending.len() {
+                    let mut rest = &self.pending[self.at..];
+                    let before = rest.len();
+                    conn.read_tls(&mut rest)?;
+                    self.at += before - rest.len();
+                    conn.process_new_packets().map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                    continue;
+                }
+                if self.eof {
+                    return Ok(0);
+                }
             }
-            if self.eof {
-                return Ok(0);
-            }
-            let mut chunk = [0u8; 16 * 1024];
-            let n = self.tcp.read(&mut chunk)?;
-            let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+            self.pending.resize(16 * 1024, 0);
+            self.at = 0;
+            let n = self.tcp.read(&mut self.pending)?;
+            self.pending.truncate(n);
             if n == 0 {
                 self.eof = true;
                 // Lets rustls tell a close_notify from a cut connection.
-                let _ = conn.read_tls(&mut &[][..]);
-                continue;
-            }
-            let mut rest = &chunk[..n];
-            while !rest.is_empty() {
-                conn.read_tls(&mut rest)?;
-                conn.process_new_packets().map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                let _ = self.conn.lock().unwrap_or_else(|e| e.into_inner()).read_tls(&mut &[][..]);
             }
         }
     }
