@@ -225,6 +225,9 @@ type LocalTask = Pin<Box<dyn Future<Output = ()>>>;
 struct Remote {
     wakes: Vec<Key>,
     spawns: Vec<SendTask>,
+    /// The executor stopped (its teardown began): a task spawned now is
+    /// dropped unpolled at once, its JoinHandle answering `Cancelled`.
+    closed: bool,
 }
 
 /// The part of an executor other threads may touch.
@@ -298,7 +301,13 @@ struct Task {
 }
 
 /// The executor of the current thread (thread-local, single-threaded).
+/// The next [`Executor::serial`].
+static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
+
 pub(crate) struct Executor {
+    /// Unique among every executor this process made: tells an operation
+    /// whether it is on the executor whose ring it was submitted to.
+    pub(crate) serial: u64,
     pub(crate) shared: Arc<Shared>,
     tasks: RefCell<Slab<Task>>,
     ready: RefCell<VecDeque<Key>>,
@@ -640,7 +649,7 @@ impl Executor {
             self.shared.counters.enters.fetch_add(1, Relaxed);
             match ring.submit() {
                 Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) || e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) if op::retryable(&e) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -719,7 +728,7 @@ impl Executor {
         self.shared.sleeping.store(false, Relaxed);
         match r {
             Ok(_) => Ok(()),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ETIME) || op::retryable(&e) => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -801,6 +810,14 @@ impl Executor {
     fn teardown(&self) {
         let tasks = self.tasks.borrow_mut().drain();
         drop(tasks);
+        // Tasks sent here and not yet taken, and from now on none: each
+        // dropped unpolled (its JoinHandle answers `Cancelled`).
+        let spawned = {
+            let mut r = self.shared.remote.lock().unwrap_or_else(|e| e.into_inner());
+            r.closed = true;
+            std::mem::take(&mut r.spawns)
+        };
+        drop(spawned);
         self.ready.borrow_mut().clear();
         self.timers.borrow_mut().clear();
         let cancel = opcode::AsyncCancel::new(EFD_USER_DATA).build().user_data(CANCEL_USER_DATA);
@@ -809,15 +826,24 @@ impl Executor {
             unsafe { op::push_sqe(self, &cancel) };
         }
         op::cancel_all(self);
+        // Completed operations whose futures live elsewhere (sent to
+        // another thread, which leaks their buffers) are never polled
+        // again: they hold nothing of the kernel's.
+        op::forget_done(self);
         let deadline = Instant::now() + Duration::from_secs(30);
         while (self.ops.borrow().len() > 0 || self.efd_armed.get()) && Instant::now() < deadline {
-            let r = self.ring.borrow().submitter().submit_and_wait(1);
+            // Bounded, so that an operation that never completes (a read
+            // of a stuck device cannot be cancelled) ends at the deadline.
+            let ts = types::Timespec::new().nsec(100_000_000);
+            let args = types::SubmitArgs::new().timespec(&ts);
+            let r = self.ring.borrow().submitter().submit_with_args(1, &args);
             if let Err(e) = r {
-                if !matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::ETIME)) {
+                if !(e.raw_os_error() == Some(libc::ETIME) || op::retryable(&e)) {
                     break;
                 }
             }
             self.reap();
+            op::forget_done(self);
             if self.efd_armed.get() {
                 // Make the eventfd read complete if the cancel did not.
                 self.shared.notify();
@@ -908,6 +934,7 @@ impl Runtime {
                     }
                 };
                 let ex = Rc::new(Executor {
+                    serial: NEXT_SERIAL.fetch_add(1, Relaxed),
                     shared: s,
                     tasks: RefCell::new(Slab::new()),
                     ready: RefCell::new(VecDeque::new()),
@@ -1022,7 +1049,17 @@ impl Spawner {
     {
         let (task, handle) = wrap(fut);
         let task: SendTask = Box::pin(task);
-        self.shared[core % self.shared.len()].push_remote(move |r| r.spawns.push(task));
+        let shared = &self.shared[core % self.shared.len()];
+        let mut refused = None;
+        shared.push_remote(|r| {
+            if r.closed {
+                refused = Some(task);
+            } else {
+                r.spawns.push(task);
+            }
+        });
+        // Dropped outside the lock (a task's drop may spawn).
+        drop(refused);
         handle
     }
 }

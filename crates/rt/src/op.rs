@@ -66,6 +66,14 @@ unsafe impl IoBuf for Box<[u8]> {
     }
 }
 
+/// Whether an `io_uring_enter` error only says "not now": the completion
+/// queue is full (EBUSY), a signal came (EINTR), or the kernel lacked
+/// memory or request slots for the moment (EAGAIN). The SQEs stay queued;
+/// reaping and entering again goes on.
+pub(crate) fn retryable(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EBUSY) | Some(libc::EINTR) | Some(libc::EAGAIN))
+}
+
 /// Queue an SQE on `ex`'s ring, submitting first if the queue is full.
 ///
 /// # Safety
@@ -83,7 +91,7 @@ pub(crate) unsafe fn push_sqe(ex: &Executor, sqe: &squeue::Entry) {
             ex.shared.counters.enters.fetch_add(1, Relaxed);
             match ring.submit() {
                 Ok(_) => continue,
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY) | Some(libc::EINTR)) => {}
+                Err(e) if retryable(&e) => {}
                 Err(e) => panic!("io_uring submit failed: {e}"),
             }
         }
@@ -117,6 +125,18 @@ pub(crate) fn complete(ex: &Executor, key: Key, res: i32) {
     }
 }
 
+/// Drop the slots of completed operations (shutdown, once every task was
+/// dropped: a completed operation still held is one whose future went to
+/// another thread, and will never be polled here).
+pub(crate) fn forget_done(ex: &Executor) {
+    let mut ops = ex.ops.borrow_mut();
+    for k in ops.keys() {
+        if matches!(ops.get_mut(k), Some(OpSlot::Done(_))) {
+            ops.remove(k);
+        }
+    }
+}
+
 /// Ask the kernel to cancel every operation in flight (shutdown).
 pub(crate) fn cancel_all(ex: &Executor) {
     let keys = ex.ops.borrow().keys();
@@ -128,9 +148,14 @@ pub(crate) fn cancel_all(ex: &Executor) {
 }
 
 /// An operation in flight owning `T` (its buffers). Must be polled on the
-/// executor that created it (tasks never migrate).
+/// executor that created it (tasks never migrate): polled on another it
+/// panics; dropped on another thread (a future sent elsewhere) it leaks
+/// its buffers, since only its own executor can cancel it and the kernel
+/// may still write into them.
 pub(crate) struct Op<T: 'static> {
     key: Option<Key>,
+    /// [`Executor::serial`] of the executor whose ring has it.
+    owner: u64,
     data: Option<T>,
 }
 
@@ -142,15 +167,15 @@ impl<T: 'static> Op<T> {
     /// Every pointer in `sqe` must point into heap memory owned by `data`
     /// (or be null/zero-length). Panics off a runtime thread.
     pub(crate) unsafe fn submit(sqe: squeue::Entry, data: T) -> Op<T> {
-        let key = with_executor(|ex| {
+        let (key, owner) = with_executor(|ex| {
             let key = ex.ops.borrow_mut().insert(OpSlot::Waiting(None));
             // SAFETY: the pointers live in `data`, which the Op (or, once
             // orphaned, its slot) keeps until the completion is reaped.
             unsafe { push_sqe(ex, &sqe.user_data(key.to_u64())) };
-            key
+            (key, ex.serial)
         })
         .expect("io_uring operation submitted outside a runtime thread");
-        Op { key: Some(key), data: Some(data) }
+        Op { key: Some(key), owner, data: Some(data) }
     }
 }
 
@@ -158,7 +183,11 @@ impl<T: Unpin + 'static> Future for Op<T> {
     type Output = (i32, T);
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<(i32, T)> {
         let key = self.key.expect("Op polled after completion");
+        let owner = self.owner;
         let res = with_executor(|ex| {
+            // Another executor's slab may hold the same key for another
+            // operation: never look there.
+            assert_eq!(ex.serial, owner, "io_uring operation polled on another executor");
             let mut ops = ex.ops.borrow_mut();
             match ops.get_mut(key) {
                 Some(OpSlot::Done(res)) => {
@@ -190,7 +219,11 @@ impl<T: 'static> Drop for Op<T> {
     fn drop(&mut self) {
         let Some(key) = self.key.take() else { return };
         let mut data = Some(self.data.take());
+        let owner = self.owner;
         let handled = with_executor(|ex| {
+            if ex.serial != owner {
+                return false;
+            }
             let mut ops = ex.ops.borrow_mut();
             match ops.get_mut(key) {
                 Some(OpSlot::Done(_)) => {
@@ -205,12 +238,14 @@ impl<T: 'static> Drop for Op<T> {
                 }
                 _ => {}
             }
+            true
         });
-        if handled.is_none() {
+        if handled != Some(true) {
             std::mem::forget(data.take());
-            // No executor to hand the buffer to (thread-local teardown): the
-            // kernel may still use it, so it must never be freed.
-            tracing::error!("io_uring operation dropped without its executor; leaking its buffer");
+            // Not on its executor (thread-local teardown, or a future sent
+            // to another thread): the kernel may still use the buffer, so
+            // it must never be freed.
+            tracing::error!("io_uring operation dropped off its executor; leaking its buffer");
         }
     }
 }
@@ -280,4 +315,19 @@ pub async fn fdatasync(fd: RawFd) -> io::Result<()> {
     // SAFETY: an fsync SQE carries no buffer.
     let (res, ()) = unsafe { Op::submit(sqe, ()) }.await;
     result(res).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_not_now_errors_are_retried() {
+        for e in [libc::EBUSY, libc::EINTR, libc::EAGAIN] {
+            assert!(retryable(&io::Error::from_raw_os_error(e)), "{e}");
+        }
+        for e in [libc::EINVAL, libc::EBADF, libc::EFAULT, libc::ENXIO] {
+            assert!(!retryable(&io::Error::from_raw_os_error(e)), "{e}");
+        }
+    }
 }

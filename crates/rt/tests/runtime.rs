@@ -377,6 +377,21 @@ fn shutdown_cancels_pending_operations_and_reports_cancelled() {
     drop(peer);
 }
 
+/// A task spawned through a `Spawner` after its runtime stopped is
+/// dropped unpolled and its handle answers `Cancelled` (it used to wait in
+/// the stopped executor's queue, and `join` never returned).
+#[test]
+fn a_task_spawned_after_shutdown_is_cancelled() {
+    let rt = rt(2);
+    let sp = rt.spawner();
+    assert_eq!(sp.spawn_on(1, async { 7 }).join().unwrap(), 7);
+    drop(rt);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(sp.spawn_on(1, async { 8 }).join()));
+    let r = rx.recv_timeout(Duration::from_secs(20)).expect("join returned");
+    assert_eq!(r.unwrap_err(), JoinError::Cancelled);
+}
+
 #[test]
 fn a_panicking_task_is_reported_and_the_executor_goes_on() {
     let rt = rt(1);
