@@ -8,16 +8,18 @@
 //!
 //! **Locks.** A fixed array of region locks, one per (table mod `L0`,
 //! region), where `L0` is the number of tables the index started with and a
-//! region is `2^region_log2` consecutive slots (by default sized so a table
-//! has at least ~64 regions, between 128 and 8192 slots). Table `t` and the
+//! region is `2^region_log2` consecutive slots (by default sized for about
+//! [`LOCKS_TARGET`] locks in all, between 128 and 8192 slots a region).
+//! Table `t` and the
 //! two tables it splits into, `t` and `t + n`, share the lock of every
 //! region, so the same lock guards a region before, during and after a
 //! resize. A writer locks the region of its home `b` and the next one: at
 //! most two locks, always in increasing order, and it touches only slots in
 //! the regions it holds. A region lock is a mutex plus a version (a
 //! seqlock): writers make the version odd while they hold the mutex, and a
-//! lookup takes no lock at all: it reads the regions of `b` and `b + H - 1`
-//! and retries if either version was odd or changed meanwhile.
+//! lookup takes no region lock: it reads the regions of `b` and `b + H - 1`
+//! and retries if either version was odd or changed meanwhile (it takes the
+//! table's stash mutex only when its region has stashed entries).
 //!
 //! **Resize.** The first insert that finds no room starts a grow: a new
 //! directory of `2n` tables is published together with a *migration*
@@ -39,8 +41,8 @@
 //! the index lives: a grow only adds tables. What a grow replaces is the
 //! small state record (the directory's table list and the migration's
 //! flags, about a byte per region); replaced states are kept, unused, until
-//! the index is dropped (at most two per grow, 16 in all, a few hundred KiB
-//! at most). So a reader needs no protection at all for what it reads: no
+//! the index is dropped (at most two per grow, 16 in all: a few MiB at
+//! most, for the largest tables' many regions). So a reader needs no protection at all for what it reads: no
 //! epoch pin, no hazard pointer, no reference count. (An epoch pin per
 //! lookup, `crossbeam-epoch`'s, costs about as much as an isolated lookup
 //! itself; see docs/BENCHMARKS-HISTORY.md.) A state's address
@@ -348,8 +350,14 @@ impl Counter {
         0
     }
 
+    /// The stripes' total; never below 0: an insert counts its entry only
+    /// after releasing its locks, so a remove of that entry on another
+    /// stripe may be counted first, and the wrapped total would read as
+    /// about 2^64 for a moment (a debug build's `loaded` check overflowed
+    /// on it, a release build grew the index for nothing).
     fn sum(&self) -> u64 {
-        self.stripes.iter().fold(0u64, |a, s| a.wrapping_add(s.0.load(Relaxed)))
+        let total = self.stripes.iter().fold(0u64, |a, s| a.wrapping_add(s.0.load(Relaxed)));
+        (total as i64).max(0) as u64
     }
 }
 
@@ -1243,5 +1251,23 @@ impl Index {
         let (_, st) = self.load_state();
         let p = self.place(st.cur.log2, h);
         st.cur.tables[p.table].hint(p.home)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod counter_tests {
+    use super::*;
+
+    #[test]
+    fn a_remove_counted_before_its_insert_reads_as_zero() {
+        let c = Counter { stripes: Default::default() };
+        // The remove on this thread's stripe, the insert on another's not
+        // yet counted.
+        c.add(u64::MAX);
+        assert_eq!(c.sum(), 0);
+        c.stripes[(Counter::stripe() + 1) % COUNTER_STRIPES].0.fetch_add(1, Relaxed);
+        assert_eq!(c.sum(), 0);
+        c.add(5);
+        assert_eq!(c.sum(), 5);
     }
 }

@@ -5,10 +5,13 @@
 //! - An entry at slot `s` with offset `o` has home slot `s - o`, `o < H`.
 //!   The table has `H - 1` extra slots past the last home, so neighbourhoods
 //!   never wrap around.
-//! - Every read or write of a slot happens under the lock of the region that
-//!   holds it (the caller's job, see `directory`); so `Relaxed` atomics
-//!   suffice, the mutexes order them. Slots are atomics only to be shared
-//!   between threads without `unsafe` on every access.
+//! - Every write of a slot happens under the lock of the region that holds
+//!   it (the caller's job, see `directory`), between the two version bumps
+//!   of that region's seqlock. Writers' reads are under the lock too;
+//!   lookups read without it and are ordered by the seqlock (an acquire
+//!   load of the versions, a fence, the slot loads, a re-check) together
+//!   with each slot being one 8-byte atomic, so a slot is never torn.
+//!   Slots are atomics so that those lock-free reads need no `unsafe`.
 //! - Slots are stored XOR [`Entry::FREE`], so an all-zero slot is free and a
 //!   new table is a zeroed allocation: the kernel hands out zero pages
 //!   lazily, so allocating even a large table costs almost nothing until it
@@ -816,7 +819,9 @@ pub(crate) fn aligned_16_byte_loads_are_atomic() -> bool {
 pub(crate) fn hinted_mask(slots: &[AtomicU64], home: usize, ktag: u16) -> u32 {
     #[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
     if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked just above).
+        // SAFETY: the CPU has AVX2 (checked just above), and `slots` starts
+        // on a 64-byte line (this function's contract, which every caller
+        // keeps by passing a table's slots).
         return unsafe { hinted_mask_avx2(slots, home, ktag) };
     }
     hinted_mask_scalar(slots, home, ktag)
@@ -835,7 +840,8 @@ pub(crate) fn hinted_mask_scalar(slots: &[AtomicU64], home: usize, ktag: u16) ->
 /// [`hinted_mask_scalar`] in two 32-byte vector loads and compares per line.
 ///
 /// # Safety
-/// The CPU must support AVX2.
+/// The CPU must support AVX2, and `slots` must start on a 64-byte line
+/// (its lines are loaded aligned: a table's slots always do).
 #[cfg(all(target_arch = "x86_64", not(miri), not(loom)))]
 #[target_feature(enable = "avx2")]
 unsafe fn hinted_mask_avx2(slots: &[AtomicU64], home: usize, ktag: u16) -> u32 {
