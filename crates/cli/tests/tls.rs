@@ -296,6 +296,28 @@ fn pipelined_values_larger_than_a_record_all_come_back_over_tls() {
     assert!(conn.is_alive());
 }
 
+/// The client's reader wakes every tick (its socket's read timeout) to
+/// time requests out; a wake with nothing read must leave the TLS stream
+/// as it was (it handed rustls a buffer of zeros as ciphertext, and the
+/// connection was lost after its first idle tick).
+#[test]
+fn a_tls_connection_idle_past_its_read_tick_stays_up() {
+    if !common::have_peers(&["openssl"], &[]) {
+        return;
+    }
+    let dir = tempdir();
+    let certs = make_certs(dir.path());
+    let s = Serve::start(dir.path(), &certs, &[]);
+    let c = Client::connect(("127.0.0.1", s.native), tls_client(&certs, false)).unwrap();
+    c.put(b"idle", b"still here").unwrap();
+    let conn = c.conn().unwrap();
+    // Idle for several of the reader's ticks (no response is awaited
+    // meanwhile: this waits for idleness, not for an event).
+    std::thread::sleep(granary_client::TICK * 10);
+    assert!(conn.is_alive(), "the connection died while idle");
+    assert_eq!(c.get(b"idle").unwrap().as_deref(), Some(&b"still here"[..]));
+}
+
 #[test]
 fn a_plain_client_on_a_tls_port_is_closed_and_the_server_keeps_serving() {
     if !common::have_peers(&["openssl"], &[]) {

@@ -423,8 +423,10 @@ impl Connection {
         let mut w = self.shared.writer.lock().unwrap_or_else(|e| e.into_inner());
         // While this waited for the writer, the request may have been
         // failed (timed out by the sweep, or disconnected by another
-        // send's failure): a request reported as failed is never sent
-        // afterwards (a later write of the same key would be undone by it).
+        // send's failure): such a request is not sent afterwards (a later
+        // write of the same key would be undone by it). One that times out
+        // during its own write may still reach the server, as any request
+        // that times out may have run.
         if !self.shared.table.lock().unwrap_or_else(|e| e.into_inner()).slots.contains_key(&id) {
             return Ok(Pending { slot });
         }
@@ -434,14 +436,16 @@ impl Connection {
         if let Err(e) = stream.write_all(buf) {
             // A partly written frame leaves the stream unusable: shut it
             // while holding the writer, so that no other frame follows
-            // the part (the server would take it for the rest).
-            let _ = stream.tcp().shutdown(std::net::Shutdown::Both);
-            drop(w);
+            // the part (the server would take it for the rest). Killed
+            // first, so that waiting requests learn this reason rather
+            // than the reader's end of stream.
             let why = match e.kind() {
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => "send timed out".to_string(),
                 _ => format!("send failed: {e}"),
             };
             self.shared.kill(why.clone());
+            let _ = stream.tcp().shutdown(std::net::Shutdown::Both);
+            drop(w);
             return Err(Error::Disconnected(why));
         }
         if buf.capacity() > 1 << 20 {

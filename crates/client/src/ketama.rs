@@ -36,11 +36,10 @@ pub const GROUPS_PER_SERVER: u32 = 40;
 /// that listen on it (libmemcached compatibility).
 pub const TWEMPROXY_UNNAMED_PORT: u16 = 11211;
 
-/// The longest server name whose points nutcracker computes as its ring
-/// says: it formats "name-i" into an 86-byte buffer and hashes the
-/// untruncated length, so a longer "name-i" is undefined there. 80 leaves
-/// room for "-9999".
-pub const TWEMPROXY_NAME_MAX: usize = 80;
+/// The longest "name-i" nutcracker hashes as its ring says: it formats
+/// it into an 86-byte buffer (its NUL included) and hashes the untruncated
+/// length, so a longer one reads past the buffer.
+pub const TWEMPROXY_POINT_NAME_MAX: usize = 85;
 
 /// The ring: points sorted, each naming a server by index.
 #[derive(Debug, Clone)]
@@ -76,9 +75,7 @@ impl TwemproxyServer {
     /// or "host:port:weight name" (a unix socket, "/path:weight [name]",
     /// is named "/path:" unless named: nutcracker takes the name's length
     /// as the path's plus a colon and an empty port). Refused as
-    /// nutcracker refuses them, or where its ring is not defined: a
-    /// weight of 0 or above `i32::MAX`, a name longer than
-    /// [`TWEMPROXY_NAME_MAX`].
+    /// nutcracker refuses them: a weight of 0 or above `i32::MAX`.
     pub fn parse(line: &str) -> Result<TwemproxyServer, String> {
         let line = line.trim();
         let bad = |why: &str| format!("{line:?}: {why} (want \"host:port:weight [name]\")");
@@ -91,22 +88,15 @@ impl TwemproxyServer {
         if weight == 0 {
             return Err(bad("zero weight"));
         }
-        let server = if rest.starts_with('/') {
-            TwemproxyServer { name: name.map_or_else(|| format!("{rest}:"), str::to_string), weight }
-        } else {
-            let (host, port) = rest.rsplit_once(':').ok_or_else(|| bad("no port"))?;
-            let port: u16 = port.parse().ok().filter(|&p| p != 0).ok_or_else(|| bad("bad port"))?;
-            if host.is_empty() {
-                return Err(bad("no host"));
-            }
-            TwemproxyServer::new(host, port, weight, name)
-        };
-        if server.name.len() > TWEMPROXY_NAME_MAX {
-            return Err(bad(&format!(
-                "a server name over {TWEMPROXY_NAME_MAX} bytes (nutcracker's ring hashes past its buffer)"
-            )));
+        if rest.starts_with('/') {
+            return Ok(TwemproxyServer { name: name.map_or_else(|| format!("{rest}:"), str::to_string), weight });
         }
-        Ok(server)
+        let (host, port) = rest.rsplit_once(':').ok_or_else(|| bad("no port"))?;
+        let port: u16 = port.parse().ok().filter(|&p| p != 0).ok_or_else(|| bad("bad port"))?;
+        if host.is_empty() {
+            return Err(bad("no host"));
+        }
+        Ok(TwemproxyServer::new(host, port, weight, name))
     }
 }
 
@@ -191,8 +181,21 @@ impl Ketama {
     /// ([`TwemproxyServer::parse`]).
     pub fn twemproxy_lines<S: AsRef<str>>(lines: &[S]) -> Result<Ketama, String> {
         let servers: Vec<_> = lines.iter().map(|l| TwemproxyServer::parse(l.as_ref())).collect::<Result<_, _>>()?;
-        if servers.iter().try_fold(0u32, |t, s| t.checked_add(s.weight)).is_none() {
+        let Some(total) = servers.iter().try_fold(0u32, |t, s| t.checked_add(s.weight)) else {
             return Err("the servers' weights add up to more than 2^32 - 1".to_string());
+        };
+        for s in &servers {
+            let groups = twemproxy_points(s.weight, total, servers.len() as u32) / 4;
+            let longest = s.name.len() + 1 + groups.saturating_sub(1).to_string().len();
+            if groups > 0 && longest > TWEMPROXY_POINT_NAME_MAX {
+                return Err(format!(
+                    "server name {:?}: \"{}-{}\" is {longest} bytes, over the {TWEMPROXY_POINT_NAME_MAX} \
+                     nutcracker's ring hashes correctly",
+                    s.name,
+                    s.name,
+                    groups - 1
+                ));
+            }
         }
         Ok(Ketama::twemproxy(&servers))
     }
@@ -335,7 +338,6 @@ mod tests {
         assert_eq!(p(" cache-1.example:11211:3 alpha "), TwemproxyServer { name: "alpha".into(), weight: 3 });
         assert_eq!(p("/run/granary.sock:2"), TwemproxyServer { name: "/run/granary.sock:".into(), weight: 2 });
         assert_eq!(p("/run/granary.sock:2 s1"), TwemproxyServer { name: "s1".into(), weight: 2 });
-        let long = format!("{}:1", "h".repeat(TWEMPROXY_NAME_MAX + 1));
         for bad in [
             "127.0.0.1:11211",
             "127.0.0.1:11211:0",
@@ -345,13 +347,19 @@ mod tests {
             "",
             "h:1:-1",
             "h:1:2147483648",
-            &format!("/{}", "s".repeat(TWEMPROXY_NAME_MAX)),
-            &long,
         ] {
             assert!(TwemproxyServer::parse(bad).is_err(), "{bad:?} parsed");
         }
         let e = Ketama::twemproxy_lines(&["a:1:2147483647", "b:1:2147483647", "c:1:2"]).unwrap_err();
         assert!(e.contains("weights"), "{e}");
+        // Three equal servers: groups 0..=39, so "name-39" takes the name's
+        // length and 3 bytes; 85 at most.
+        let ring = |a: &str| Ketama::twemproxy_lines(&[a, "b:11212:1", "c:11212:1"]);
+        ring(&format!("{}:11212:1", "h".repeat(76))).unwrap();
+        let e = ring(&format!("{}:11212:1", "h".repeat(77))).unwrap_err();
+        assert!(e.contains("86 bytes"), "{e}");
+        ring(&format!("/{}:1", "s".repeat(80))).unwrap();
+        assert!(ring(&format!("/{}:1", "s".repeat(81))).is_err(), "the socket's name is its path and a colon");
         assert_eq!(TwemproxyServer::new("h", 11211, 1, None).name, "h");
         assert_eq!(TwemproxyServer::new("h", 11212, 1, None).name, "h:11212");
     }

@@ -192,8 +192,11 @@ impl Read for ReadHalf {
             }
             self.pending.resize(16 * 1024, 0);
             self.at = 0;
-            let n = self.tcp.read(&mut self.pending)?;
-            self.pending.truncate(n);
+            let r = self.tcp.read(&mut self.pending);
+            // Nothing read (the read timeout every idle tick, EINTR)
+            // leaves nothing pending: those bytes are not ciphertext.
+            self.pending.truncate(*r.as_ref().unwrap_or(&0));
+            let n = r?;
             if n == 0 {
                 self.eof = true;
                 // Lets rustls tell a close_notify from a cut connection.

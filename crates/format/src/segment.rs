@@ -20,8 +20,9 @@
 //!
 //! A segment with no valid header (zeroed, torn, another store's UUID) is
 //! free; one whose magic and checksum hold but which names a version,
-//! kind or stream this build does not know is a newer build's, and the
-//! store refuses to open (the caller tells it by [`uuid_field`]). Records carry the low 32 bits of their segment's `alloc_seq` (the
+//! kind or stream this build does not know (or a non-zero reserved field)
+//! is a newer build's, and the store refuses to open (the caller tells it
+//! by [`uuid_field`]). Records carry the low 32 bits of their segment's `alloc_seq` (the
 //! *stamp*), so records left from an earlier use of the same segment are
 //! never mistaken for current ones.
 

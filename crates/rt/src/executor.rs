@@ -300,10 +300,10 @@ struct Task {
     waker: Option<Arc<TaskWaker>>,
 }
 
-/// The executor of the current thread (thread-local, single-threaded).
 /// The next [`Executor::serial`].
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 
+/// The executor of the current thread (thread-local, single-threaded).
 pub(crate) struct Executor {
     /// Unique among every executor this process made: tells an operation
     /// whether it is on the executor whose ring it was submitted to.

@@ -357,6 +357,65 @@ fn dropped_operations_never_release_buffers_the_kernel_still_owns() {
     assert!(intact, "a freed receive buffer was written by the kernel");
 }
 
+/// A receive polled on one executor, sent to another and dropped there
+/// cannot be cancelled from there (only its own ring can): its buffer must
+/// be leaked, never freed, or a later allocation of that memory (a
+/// sentinel here) is written by the kernel when the data arrives. The
+/// receives cannot complete before the peers write, so the drop always
+/// comes first.
+#[test]
+fn a_receive_dropped_on_another_executor_leaks_its_buffer() {
+    const CONNS: usize = 16;
+    const BUF: usize = 32 * 1024;
+    let rt = rt(2);
+    let listener = granary_rt::net::bind_low_port([127, 0, 0, 1].into()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accept = std::thread::spawn(move || (0..CONNS).map(|_| listener.accept().unwrap().0).collect::<Vec<_>>());
+    let streams: Vec<TcpStream> = rt
+        .spawn_on(0, async move {
+            let mut v = Vec::new();
+            for _ in 0..CONNS {
+                v.push(TcpStream::connect(addr).await.unwrap());
+            }
+            v
+        })
+        .join()
+        .unwrap();
+    // 'static: the futures borrow them and outlive the task that polled them.
+    let streams: &'static [TcpStream] = Box::leak(streams.into_boxed_slice());
+    let mut peers = accept.join().unwrap();
+    let futs = rt
+        .spawn_on(0, async move {
+            let mut v = Vec::new();
+            for s in streams {
+                let mut fut = Box::pin(s.recv(vec![0u8; BUF]));
+                let waker = std::task::Waker::noop();
+                assert!(fut.as_mut().poll(&mut Context::from_waker(waker)).is_pending());
+                v.push(fut);
+            }
+            v
+        })
+        .join()
+        .unwrap();
+    rt.spawn_on(1, async move { drop(futs) }).join().unwrap();
+    // Freed chunks go back to the arena they came from: executor 0's.
+    let sentinels = rt.spawn_on(0, async { (0..CONNS * 2).map(|_| vec![0xAAu8; BUF]).collect::<Vec<_>>() });
+    let sentinels = sentinels.join().unwrap();
+    for p in &mut peers {
+        p.write_all(&[0x55u8; BUF]).unwrap();
+    }
+    // Bounded: the receives complete on executor 0 once the data is there.
+    let mut intact = true;
+    for _ in 0..200 {
+        intact = sentinels.iter().all(|s| s.iter().all(|&b| b == 0xAA));
+        if !intact {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(intact, "a receive buffer freed on another executor was written by the kernel");
+}
+
 #[test]
 fn shutdown_cancels_pending_operations_and_reports_cancelled() {
     let rt = rt(2);

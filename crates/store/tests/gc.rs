@@ -198,11 +198,13 @@ fn churn_opts(seed: u64, opts: &OpenOptions, skewed: bool) -> Stats {
     // records and relocated records.
     let freed_headers = if zoned { 0 } else { st.gc.victims };
     let headers = (st.segments_opened + freed_headers) * 512;
-    // Summaries, and the superblock rewrite that turned them on.
+    // Summaries, and the superblock rewrite that turned them on; SepBIT's
+    // streams turn their flag on with one more.
     let summaries = st.summary_bytes_written + if st.summaries_written > 0 { 2 * 4096 } else { 0 };
+    let streams_flag = if opts.gc_sepbit && !zoned { 2 * 4096 } else { 0 };
     assert_eq!(
         st.io.written_bytes,
-        2 * 4096 + headers + user_record_bytes + st.gc.bytes_relocated + summaries,
+        2 * 4096 + headers + user_record_bytes + st.gc.bytes_relocated + summaries + streams_flag,
         "{st:?}"
     );
     let wa = st.write_amplification();
