@@ -179,6 +179,11 @@ pub fn home_of(h: u64, homes: u32) -> usize {
 pub enum IndexError {
     /// The directory is at its largest and the key's neighbourhood is full.
     Full { tables: usize, entries: u64 },
+    /// [`H`] entries already share the key's home slot and key tag (its
+    /// 39-bit fingerprint): no grow separates them, and a lookup's
+    /// candidates hold no more. Keys chosen to collide get here; random
+    /// ones practically never do.
+    Crowded,
 }
 
 impl fmt::Display for IndexError {
@@ -188,6 +193,11 @@ impl fmt::Display for IndexError {
                 f,
                 "index full: {tables} tables hold {entries} entries and a key's neighbourhood has no \
                  free slot; recreate the store with a larger index (more home slots per table)"
+            ),
+            IndexError::Crowded => write!(
+                f,
+                "index: {H} keys already share this key's 39-bit hash fingerprint (home slot and key tag), \
+                 the most one fingerprint may hold; keys chosen to collide?"
             ),
         }
     }
@@ -392,6 +402,8 @@ enum Insert {
     Found(Box<Candidates>),
     Grow,
     Full,
+    /// The key's fingerprint already has [`H`] entries.
+    Crowded,
 }
 
 impl Index {
@@ -878,6 +890,10 @@ impl Index {
                 let loaded = || self.entries.sum() * 100 >= slots * self.cfg.grow_load_percent;
                 let outcome = if table.insert(held.span, p.home, e, aux) {
                     Insert::Done
+                } else if table.group_len(p.home, p.ktag) >= H {
+                    // No grow would help (the group stays together), and
+                    // growing for it would fault in every new table.
+                    Insert::Crowded
                 } else if can_grow && loaded() {
                     Insert::Grow
                 } else if table.stash_push(p.home, e, aux) {
@@ -900,6 +916,7 @@ impl Index {
                 }
                 Insert::Found(c) => return Ok(Some(*c)),
                 Insert::Grow => self.grow(seen)?,
+                Insert::Crowded => return Err(IndexError::Crowded),
                 Insert::Full => {
                     let entries = self.entries.sum();
                     return Err(IndexError::Full { tables: 1 << TABLES_LOG2_MAX, entries });

@@ -329,16 +329,26 @@ impl Table {
     /// Stash `e` (home `home`); false when the stash is full, or when its
     /// home and key tag already have `H` entries (a lookup returns at most `H`).
     pub(crate) fn stash_push(&self, home: usize, e: Entry, aux: u32) -> bool {
-        let mut same = 0;
-        self.matches(home, e.key_tag(), |_, _| same += 1);
+        if self.group_len(home, e.key_tag()) >= H {
+            return false;
+        }
         let mut st = self.stash();
-        same += st.iter().filter(|(h, x, _)| *h == home && x.key_tag() == e.key_tag()).count();
-        if st.len() >= STASH_ENTRIES_MAX || same >= H {
+        if st.len() >= STASH_ENTRIES_MAX {
             return false;
         }
         st.push((home, e.with_neigh_off(0), aux));
         self.stashed[home >> self.region_log2].fetch_add(1, Relaxed);
         true
+    }
+
+    /// Entries of home `home` and key tag `ktag`, in the table and its
+    /// stash (under the home's region lock): at most [`H`], the most a
+    /// lookup's candidates hold. Growing never separates them (they share
+    /// every tag bit, so they stay in one table, and their home).
+    pub(crate) fn group_len(&self, home: usize, ktag: u16) -> usize {
+        let mut same = 0;
+        self.matches(home, ktag, |_, _| same += 1);
+        same + self.stash().iter().filter(|(h, x, _)| *h == home && x.key_tag() == ktag).count()
     }
 
     /// Stash `e` even past the limit (migration must not lose entries).

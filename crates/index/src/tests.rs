@@ -130,19 +130,41 @@ fn displacement_crosses_one_region_boundary() {
     idx.check_hints();
 }
 
+/// 33 keys of one fingerprint (home and key tag) can never be told apart
+/// by the index: the 33rd is refused as Crowded at once, without growing
+/// (a grow keeps them in one table at one home; growing for them used to
+/// run the directory to 256 tables, faulting all of them in, for keys
+/// chosen to collide). Keys of the same home and tag but other fp bits
+/// still grow the directory to 256 tables (they too keep one table),
+/// then fill the stash, then Full.
 #[test]
-fn full_neighbourhood_grows_then_reports_full_at_max_directory() {
+fn a_crowded_fingerprint_is_refused_without_growing_and_full_comes_at_the_largest_directory() {
     let idx = small(5);
-    // 33 keys with one home and one tag can never share a neighbourhood,
-    // whatever the directory size: growth runs to 256 tables, then Full.
     for i in 0..32 {
         idx.insert(h(5, 9), 1, i).unwrap();
     }
     let err = idx.insert(h(5, 9), 1, 99).unwrap_err();
+    assert!(matches!(err, IndexError::Crowded), "{err}");
+    assert!(err.to_string().contains("fingerprint"), "{err}");
+    assert_eq!((idx.stats().tables, idx.stats().grows), (1, 0), "no grow for a crowded fingerprint");
+    assert_eq!(pbas(&idx, h(5, 9)).len(), 32);
+    let mut stored = 0;
+    let err = (0..32 * 15)
+        .find_map(|i| {
+            let fp = 1 + (i % 15) as u64;
+            match idx.insert(h(5, 9) | (fp << (SLOT_BITS + 8)), 1, 1000 + i as u64) {
+                Ok(_) => {
+                    stored += 1;
+                    None
+                }
+                Err(e) => Some(e),
+            }
+        })
+        .expect("the stash fills");
     assert!(matches!(err, IndexError::Full { tables: 256, .. }), "{err}");
     assert!(err.to_string().contains("index full"));
-    let st = idx.stats();
-    assert_eq!((st.tables, st.grows), (256, 8));
+    assert_eq!((idx.stats().tables, idx.stats().grows), (256, 8));
+    assert_eq!(stored, 256, "the largest directory's stash took its 256");
     assert_eq!(pbas(&idx, h(5, 9)).len(), 32);
 }
 

@@ -2085,3 +2085,71 @@ fn a_victim_touched_during_a_sparse_reclaim_is_scanned() {
     let s = Store::open(dev.clone(), &open).unwrap();
     assert_eq!(s.get(&a).unwrap().as_deref(), Some(&b"a1"[..]));
 }
+
+/// Keys found to share one fingerprint (home slot and key tag) of a
+/// 64-home table, from "crowd-{i}": the first `n` whose hash matches the
+/// first's. About 2^18 hashes each.
+fn crowd(n: usize) -> Vec<Vec<u8>> {
+    let fp = |k: &[u8]| {
+        let h = granary_format::hash::key_hash(k);
+        (granary_index::home_of(h, 64), granary_format::hash::key_tag(h))
+    };
+    let first = fp(b"crowd-0");
+    let mut keys = vec![b"crowd-0".to_vec()];
+    let mut i = 1u64;
+    while keys.len() < n {
+        let k = format!("crowd-{i}").into_bytes();
+        if fp(&k) == first {
+            keys.push(k);
+        }
+        i += 1;
+    }
+    keys
+}
+
+/// Keys chosen to collide: once as many keys share a fingerprint as the
+/// index keeps of one, a new key of it is refused before anything is
+/// written (a single put, a conditional put, a read-modify-write, a
+/// batch), the store stays writable and reopens, and the keys already
+/// there are still read and overwritten. Before, the record was written,
+/// its index insert failed after growing the directory to its largest,
+/// the store was poisoned, and its replay failed every later open.
+#[test]
+fn a_new_key_of_a_crowded_fingerprint_is_refused_before_it_is_written() {
+    let dev = test_device(16 << 20);
+    dev.shape_zones(1 << 20);
+    let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
+    let s = Store::create(dev.clone(), &create, &no_blind_opts()).unwrap();
+    let keys = crowd(granary_index::NEIGHBOURHOOD + 1);
+    let (members, extra) = keys.split_at(granary_index::NEIGHBOURHOOD);
+    for k in members {
+        s.put(k, k).unwrap();
+    }
+    let ns = s.namespace(DEFAULT_NAMESPACE).unwrap();
+    // The first batch turns the store's batches feature on (a write).
+    let mut b = s.batch();
+    b.put(&ns, b"first", b"batch");
+    b.commit().unwrap();
+    let writes = dev.counters().snapshot().writes;
+    let crowded = |r: Result<()>| matches!(r, Err(Error::IndexFull(granary_index::IndexError::Crowded)));
+    assert!(crowded(s.put(&extra[0], b"x")), "a put");
+    assert!(crowded(s.put_with(&extra[0], b"x", PutMode::CreateOnly).map(|_| ())), "an add");
+    assert!(crowded(
+        s.update(&extra[0], |_| (Change::Put { value: b"x".to_vec(), meta: ItemMeta::default() }, ())).map(|_| ())
+    ));
+    let mut b = s.batch();
+    b.put(&ns, b"plain", b"p").put(&ns, &extra[0], b"x");
+    assert!(crowded(b.commit().map(|_| ())), "a batch");
+    assert_eq!(dev.counters().snapshot().writes, writes, "something was written");
+    // Still writable; the members are read and overwritten.
+    s.put(b"plain", b"p").unwrap();
+    s.put(&members[3], b"again").unwrap();
+    drop(ns);
+    drop(s);
+    let s = Store::open(dev.clone(), &no_blind_opts()).unwrap();
+    assert_eq!(s.get(&members[3]).unwrap().as_deref(), Some(&b"again"[..]));
+    for k in &members[4..] {
+        assert_eq!(s.get(k).unwrap().as_deref(), Some(&k[..]));
+    }
+    assert_eq!(s.get(&extra[0]).unwrap(), None);
+}

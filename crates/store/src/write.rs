@@ -32,7 +32,7 @@ use crate::zerocopy::PutBuf;
 use granary_format::hash::key_hash;
 use granary_format::limits::*;
 use granary_format::record::{self, RecordHeader};
-use granary_index::Entry;
+use granary_index::{Entry, IndexError, NEIGHBOURHOOD};
 use granary_io::AlignedBuf;
 #[cfg(test)]
 use granary_rt::block_on;
@@ -318,6 +318,13 @@ impl Core {
                 let prior = match candidates.as_slice() {
                     [] => Prior::Known(None),
                     &[e] if self.blind_ok(e, key) => Prior::Blind(e),
+                    c if c.len() >= NEIGHBOURHOOD => {
+                        // A crowded fingerprint: only a key already among
+                        // its entries may be written (read first, rare).
+                        let existing = self.find(key, h, false, false).await?;
+                        self.refuse_crowded(h, existing.as_ref())?;
+                        Prior::Known(existing)
+                    }
                     _ => Prior::Unread,
                 };
                 (prior, purpose)
@@ -327,6 +334,7 @@ impl Core {
                 if let Some(outcome) = Self::unmet(cond, live) {
                     return Ok((outcome, 0));
                 }
+                self.refuse_crowded(h, existing.as_ref())?;
                 let purpose = self.space.put_purpose(existing.as_ref().map(|f| f.entry.pba()));
                 (Prior::Known(existing), purpose)
             };
@@ -335,6 +343,20 @@ impl Core {
                 r => return r.map(|cas| (PutOutcome::Stored, cas)),
             }
         }
+    }
+
+    /// Refuse, before anything is written, a new key (`existing` None)
+    /// whose fingerprint already has as many entries as the index keeps of
+    /// one ([`IndexError::Crowded`]): its record could never be indexed,
+    /// and a record written but not indexed poisons the store (and its
+    /// replay would fail the next open). Under the key's stripe, which
+    /// every key of one fingerprint shares, so no other new key of it can
+    /// be added meanwhile. Only keys chosen to collide get here.
+    pub(crate) fn refuse_crowded(&self, h: u64, existing: Option<&Found>) -> Result<()> {
+        if existing.is_none() && self.keys.index.lookup(h).as_slice().len() >= NEIGHBOURHOOD {
+            return Err(Error::IndexFull(IndexError::Crowded));
+        }
+        Ok(())
     }
 
     /// What a write on condition `cond` answers when `live` (the key's
@@ -531,6 +553,9 @@ impl Core {
                 Change::Keep | Change::Delete => FRESH,
             };
             let deleting = matches!(change, Change::Delete);
+            if !matches!(change, Change::Keep | Change::Delete) {
+                self.refuse_crowded(h, existing.as_ref())?;
+            }
             let written = match change {
                 Change::Keep => return Ok((r, None)),
                 Change::Put { value, meta } | Change::Invalidate { value, meta } => {
