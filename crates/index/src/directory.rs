@@ -888,9 +888,15 @@ impl Index {
                 let slots = (st.cur.tables.len() * st.cur.tables[0].len()) as u64;
                 // Summed only when the neighbourhood is full (rare).
                 let loaded = || self.entries.sum() * 100 >= slots * self.cfg.grow_load_percent;
-                let outcome = if table.insert(held.span, p.home, e, aux) {
+                // With stashed entries in the region, a group may be full
+                // while its neighbourhood has a free slot: checked first,
+                // so that no group ever holds more than a lookup returns.
+                let crowded = || table.group_len(p.home, p.ktag) >= H;
+                let outcome = if table.has_stashed(p.home) && crowded() {
+                    Insert::Crowded
+                } else if table.insert(held.span, p.home, e, aux) {
                     Insert::Done
-                } else if table.group_len(p.home, p.ktag) >= H {
+                } else if crowded() {
                     // No grow would help (the group stays together), and
                     // growing for it would fault in every new table.
                     Insert::Crowded

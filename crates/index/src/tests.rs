@@ -1278,3 +1278,29 @@ fn a_restored_home_past_the_table_neither_hangs_nor_hides() {
         idx.for_each(|home, _| assert!(home < homes as usize, "{homes} homes: an entry at home {home}"));
     }
 }
+
+/// A group of one fingerprint that is full with some of its entries in the
+/// stash stays full when a slot of its neighbourhood frees: the next
+/// insert of it is Crowded, not placed (a 33rd entry would be one no
+/// lookup returns, hiding a live key).
+#[test]
+fn a_full_group_with_stashed_entries_takes_no_more_when_a_slot_frees() {
+    let idx = small_aux(100);
+    let (a, b) = (h(5, 9), h(5, 10));
+    for i in 0..20 {
+        idx.insert(a, 1, i).unwrap();
+    }
+    for i in 0..12 {
+        idx.insert(b, 1, 100 + i).unwrap();
+    }
+    for i in 20..32 {
+        idx.insert(a, 1, i).unwrap(); // to the stash: the neighbourhood is full
+    }
+    assert_eq!(idx.stats().grows, 0);
+    assert_eq!(pbas(&idx, a).len(), 32);
+    assert!(idx.remove(b, 100), "a slot of the neighbourhood frees");
+    let err = idx.insert(a, 1, 99).unwrap_err();
+    assert!(matches!(err, IndexError::Crowded), "{err}");
+    assert_eq!(pbas(&idx, a).len(), 32);
+    idx.insert(b, 1, 200).unwrap();
+}

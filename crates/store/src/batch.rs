@@ -456,19 +456,11 @@ impl Core {
             })
             .collect();
         // A new key of a crowded fingerprint is refused before anything is
-        // written, as a single write's is (`Core::refuse_crowded`),
-        // counting the batch's own new keys of one fingerprint.
-        let mut adding: std::collections::HashMap<(usize, u16), usize> = Default::default();
-        for ((r, p), _) in ops.iter().zip(&prior).zip(&writes).filter(|(_, &w)| w) {
-            if matches!(p, Prior::Known(None)) {
-                let fp = (self.keys.index.home(r.h), granary_format::hash::key_tag(r.h));
-                let n = adding.entry(fp).or_insert_with(|| self.keys.index.lookup(r.h).as_slice().len());
-                if *n >= granary_index::NEIGHBOURHOOD {
-                    return Err(Error::IndexFull(granary_index::IndexError::Crowded));
-                }
-                *n += 1;
-            }
-        }
+        // written, as a single write's is.
+        let written: Vec<(u64, &[u8])> =
+            ops.iter().zip(&writes).filter(|(_, &w)| w).map(|(r, _)| (r.h, &r.key[..])).collect();
+        let mut priors: Vec<&mut Prior> = prior.iter_mut().zip(&writes).filter(|(_, &w)| w).map(|(p, _)| p).collect();
+        self.refuse_crowded(&written, &mut priors).await?;
         let n = writes.iter().filter(|&&w| w).count() as u64;
         if n == 0 {
             return Ok(BatchOutcome::Committed { cas: vec![0; ops.len()] });

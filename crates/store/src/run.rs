@@ -190,7 +190,11 @@ impl Core {
         // the links' table, as a batch's are.
         let (looked, own_link) =
             self.look_up_all(&keys.iter().map(|k| (k.h, &k.key[..], Some(true))).collect::<Vec<_>>());
-        let prior: Vec<Prior> = looked.into_iter().map(|p| p.expect("every key of a run is looked up")).collect();
+        let mut prior: Vec<Prior> = looked.into_iter().map(|p| p.expect("every key of a run is looked up")).collect();
+        // New keys of a crowded fingerprint are refused before anything is
+        // written, as a single write's are.
+        let hashed: Vec<(u64, &[u8])> = keys.iter().map(|k| (k.h, &k.key[..])).collect();
+        self.refuse_crowded(&hashed, &mut prior.iter_mut().collect::<Vec<_>>()).await?;
         let n = keys.len() as u64;
         let first = self.log.next_seq.fetch_add(n, Relaxed);
         let g = self.log.grain();

@@ -2153,3 +2153,45 @@ fn a_new_key_of_a_crowded_fingerprint_is_refused_before_it_is_written() {
     }
     assert_eq!(s.get(&extra[0]).unwrap(), None);
 }
+
+/// The same with blind overwrites on: a key a blind
+/// overwrite displaced lives in a link, not in the index, and still counts
+/// as a key of its fingerprint (it goes back in the index when the link
+/// settles); runs of many keys (`put_many`) are refused as single writes
+/// are. Before, the 33rd key was taken (the index showed 31 entries), and
+/// settling the displaced key's link failed its insert and poisoned the
+/// store.
+#[test]
+fn keys_displaced_by_blind_overwrites_count_toward_a_crowded_fingerprint() {
+    let dev = test_device(16 << 20);
+    dev.shape_zones(1 << 20);
+    let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
+    let opts = blind_opts();
+    let s = Store::create(dev.clone(), &create, &opts).unwrap();
+    let keys = crowd(granary_index::NEIGHBOURHOOD + 2);
+    let (members, extra) = keys.split_at(granary_index::NEIGHBOURHOOD);
+    s.put(&members[0], &members[0]).unwrap();
+    // The only candidate, replaced blindly: members[0] goes to a link.
+    s.put(&members[1], &members[1]).unwrap();
+    assert_eq!(s.stats().blind_overwrites, 1, "{:?}", s.stats());
+    for k in &members[2..] {
+        s.put(k, k).unwrap();
+    }
+    let crowded = |r: Result<()>| matches!(r, Err(Error::IndexFull(granary_index::IndexError::Crowded)));
+    assert!(crowded(s.put(&extra[0], b"x")), "a put");
+    let items: Vec<(&[u8], &[u8])> = vec![(b"plain-run", b"r"), (&extra[1], b"x")];
+    assert!(crowded(s.put_many(&items)), "a run");
+    // The displaced key goes back in the index; everything is still there.
+    assert!(s.settle_links().unwrap() >= 1);
+    s.put(b"plain", b"p").unwrap();
+    for k in members {
+        assert_eq!(s.get(k).unwrap().as_deref(), Some(&k[..]));
+    }
+    drop(s);
+    let s = Store::open(dev.clone(), &opts).unwrap();
+    for k in members {
+        assert_eq!(s.get(k).unwrap().as_deref(), Some(&k[..]));
+    }
+    assert_eq!(s.get(&extra[0]).unwrap(), None);
+    assert_eq!(s.get(b"plain-run").unwrap(), None, "the refused run wrote nothing");
+}

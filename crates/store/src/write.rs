@@ -315,18 +315,15 @@ impl Core {
                 // written, if the index has a candidate for it at all.
                 let candidates = self.keys.index.lookup(h);
                 let purpose = self.space.put_purpose(candidates.as_slice().iter().map(|e| e.pba()));
-                let prior = match candidates.as_slice() {
+                let mut prior = match candidates.as_slice() {
                     [] => Prior::Known(None),
                     &[e] if self.blind_ok(e, key) => Prior::Blind(e),
-                    c if c.len() >= NEIGHBOURHOOD => {
-                        // A crowded fingerprint: only a key already among
-                        // its entries may be written (read first, rare).
-                        let existing = self.find(key, h, false, false).await?;
-                        self.refuse_crowded(h, existing.as_ref())?;
-                        Prior::Known(existing)
-                    }
                     _ => Prior::Unread,
                 };
+                // (Links can at most double what the candidates count.)
+                if candidates.as_slice().len() >= NEIGHBOURHOOD / 2 {
+                    self.refuse_crowded(&[(h, key)], &mut [&mut prior]).await?;
+                }
                 (prior, purpose)
             } else {
                 let existing = self.find(key, h, false, false).await?;
@@ -334,7 +331,7 @@ impl Core {
                 if let Some(outcome) = Self::unmet(cond, live) {
                     return Ok((outcome, 0));
                 }
-                self.refuse_crowded(h, existing.as_ref())?;
+                let existing = self.refuse_crowded_known(h, key, existing).await?;
                 let purpose = self.space.put_purpose(existing.as_ref().map(|f| f.entry.pba()));
                 (Prior::Known(existing), purpose)
             };
@@ -345,18 +342,71 @@ impl Core {
         }
     }
 
-    /// Refuse, before anything is written, a new key (`existing` None)
-    /// whose fingerprint already has as many entries as the index keeps of
-    /// one ([`IndexError::Crowded`]): its record could never be indexed,
-    /// and a record written but not indexed poisons the store (and its
-    /// replay would fail the next open). Under the key's stripe, which
-    /// every key of one fingerprint shares, so no other new key of it can
-    /// be added meanwhile. Only keys chosen to collide get here.
-    pub(crate) fn refuse_crowded(&self, h: u64, existing: Option<&Found>) -> Result<()> {
-        if existing.is_none() && self.keys.index.lookup(h).as_slice().len() >= NEIGHBOURHOOD {
-            return Err(Error::IndexFull(IndexError::Crowded));
+    /// Keys of hash `h`'s fingerprint (home slot and key tag) the index
+    /// holds or will hold again: its candidates, and one more for each
+    /// that heads a blind overwrite's link (the key it displaced shares
+    /// the fingerprint and goes back in the index when the link settles;
+    /// a head displaces one key at most).
+    pub(crate) fn fingerprint_members(&self, h: u64) -> usize {
+        let c = self.keys.index.lookup(h);
+        c.as_slice().len() + c.as_slice().iter().filter(|e| self.keys.links.of_head(e.pba()).is_some()).count()
+    }
+
+    /// Refuse, before anything is written, any of `keys` (hash, stored
+    /// key; under their stripes) that would add an index entry to a
+    /// fingerprint already holding as many keys as the index keeps of one
+    /// ([`IndexError::Crowded`]): its record could never be indexed, and a
+    /// record written but not indexed poisons the store (and its replay
+    /// would fail the next open). `priors` are the keys' priors: a known
+    /// version adds nothing, nor is a blind overwrite checked (it replaces
+    /// a fingerprint's only candidate: never one near full); an unread one of a
+    /// crowded fingerprint is read now (a key already there may be
+    /// written); keys of one fingerprint in `keys` count together. Every
+    /// key of one fingerprint shares one stripe, so no other new key of it
+    /// is added meanwhile. Only keys chosen to collide get refused.
+    pub(crate) async fn refuse_crowded(&self, keys: &[(u64, &[u8])], priors: &mut [&mut Prior]) -> Result<()> {
+        // Keys of one fingerprint together (a single key needs no map).
+        let mut members: std::collections::HashMap<(usize, u16), usize> = Default::default();
+        let mut alone;
+        for (&(h, key), p) in keys.iter().zip(priors.iter_mut()) {
+            let p: &mut Prior = p;
+            if matches!(p, Prior::Blind(_) | Prior::Known(Some(_))) {
+                continue;
+            }
+            let n = if keys.len() == 1 {
+                alone = self.fingerprint_members(h);
+                &mut alone
+            } else {
+                let fp = (self.keys.index.home(h), granary_format::hash::key_tag(h));
+                members.entry(fp).or_insert_with(|| self.fingerprint_members(h))
+            };
+            if *n >= NEIGHBOURHOOD {
+                if matches!(p, Prior::Unread) {
+                    *p = Prior::Known(self.find(key, h, false, false).await?);
+                }
+                if matches!(p, Prior::Known(None)) {
+                    return Err(Error::IndexFull(IndexError::Crowded));
+                }
+                continue;
+            }
+            // An unread prior may be a key already there: counted as new
+            // (cautious; it matters only for a fingerprint about full).
+            *n += 1;
         }
         Ok(())
+    }
+
+    /// [`Core::refuse_crowded`] of one key whose version is known.
+    pub(crate) async fn refuse_crowded_known(
+        &self,
+        h: u64,
+        key: &[u8],
+        existing: Option<Found>,
+    ) -> Result<Option<Found>> {
+        if existing.is_none() {
+            self.refuse_crowded(&[(h, key)], &mut [&mut Prior::Known(None)]).await?;
+        }
+        Ok(existing)
     }
 
     /// What a write on condition `cond` answers when `live` (the key's
@@ -553,9 +603,11 @@ impl Core {
                 Change::Keep | Change::Delete => FRESH,
             };
             let deleting = matches!(change, Change::Delete);
-            if !matches!(change, Change::Keep | Change::Delete) {
-                self.refuse_crowded(h, existing.as_ref())?;
-            }
+            let existing = if matches!(change, Change::Keep | Change::Delete) {
+                existing
+            } else {
+                self.refuse_crowded_known(h, key, existing).await?
+            };
             let written = match change {
                 Change::Keep => return Ok((r, None)),
                 Change::Put { value, meta } | Change::Invalidate { value, meta } => {
@@ -620,7 +672,7 @@ impl Core {
                 // GC is dropping the key's value from a segment not yet
                 // free on the device: without a tombstone that value would
                 // come back after a crash.
-                None if self.keys.dropped.contains(h) => (None, false),
+                None if self.keys.dropped.contains(h) => (self.refuse_crowded_known(h, key, None).await?, false),
                 None => return Ok(false),
             };
             match self.write_tombstone(key, h, existing).await {
