@@ -1794,6 +1794,7 @@ fn the_first_short_lived_segment_turns_the_streams_flag_on() {
 fn a_segment_header_of_a_newer_build_fails_the_open() {
     use granary_format::limits::SEGMENT_HEADER_BYTES;
     let dev = test_device(16 << 20);
+    dev.shape_zones(64 << 10);
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: None };
     let s =
         Store::create(dev.clone(), &create, &OpenOptions { use_checkpoint: false, ..OpenOptions::default() }).unwrap();

@@ -297,12 +297,9 @@ fn store_on_a_stripe_set_by_path() {
     assert!(e.contains("missing member(s) 2"), "{e}");
 }
 
-/// A checkpoint of an older version (2: index entries whose hop-hint bits
-/// were record-size bits) is refused by name, even with a valid checksum,
-/// and the store rebuilds its index by a log scan with every value.
-#[test]
-fn an_older_checkpoint_version_is_refused_and_the_log_is_scanned() {
-    use granary_format::checksum::{crc32c, crc32c_append};
+/// A store of 1,200 keys closed cleanly, opened once from its checkpoint:
+/// the device, the model of its values, the checkpoint's id.
+fn checkpointed_store() -> (Arc<TestDevice>, HashMap<u64, u64>, u64) {
     let dev = test_device(32 << 20);
     let s = Store::create(dev.clone(), &create_opts(), &opts()).unwrap();
     let mut model = HashMap::new();
@@ -314,19 +311,24 @@ fn an_older_checkpoint_version_is_refused_and_the_log_is_scanned() {
     let s = Store::open(dev.clone(), &opts()).unwrap();
     let id = s.stats().recovery.checkpoint_id;
     assert!(id != 0 && s.stats().recovery.segments_scanned == 0);
-    let seg = s.stats().segment_bytes;
-    drop(s);
+    (dev, model, id)
+}
+
+/// Run `patch` on the device's bytes with the offsets of checkpoint
+/// `id`'s first segment and of its manifest (grain 1), then seal the
+/// manifest's CRC again (at 124, over 0..124 and 128..its length, which is
+/// at 84); exactly one manifest must be found.
+fn patch_checkpoint(dev: &TestDevice, id: u64, mut patch: impl FnMut(&mut [u8], usize, usize)) {
+    use granary_format::checksum::{crc32c, crc32c_append};
+    let seg = create_opts().segment_bytes.unwrap();
     let mut patched = 0;
     dev.with_bytes_mut(|b| {
         for i in 0..b.len() as u64 / seg - 4 {
             let o = ((1u64 << 20) + i * seg) as usize;
             let alloc = u64::from_le_bytes(b[o + 8..o + 16].try_into().unwrap());
             if b[o..o + 4] == *b"GSEG" && b[o + 6] == 2 && alloc == id {
-                // The manifest at grain 1: version at 4, its length at 84,
-                // the CRC at 124 over 0..124 and 128..length.
                 let m = o + 512;
-                assert_eq!(u16::from_le_bytes([b[m + 4], b[m + 5]]), 3, "this build writes version 3");
-                b[m + 4..m + 6].copy_from_slice(&2u16.to_le_bytes());
+                patch(b, o, m);
                 let len = u32::from_le_bytes(b[m + 84..m + 88].try_into().unwrap()) as usize;
                 let crc = crc32c_append(crc32c(&b[m..m + 124]), &b[m + 128..m + len]);
                 b[m + 124..m + 128].copy_from_slice(&crc.to_le_bytes());
@@ -335,10 +337,33 @@ fn an_older_checkpoint_version_is_refused_and_the_log_is_scanned() {
         }
     });
     assert_eq!(patched, 1, "found the checkpoint's manifest");
-    let s = Store::open(dev.clone(), &opts()).unwrap();
+}
+
+/// Open `dev` (on a thread of its own: an open that never returns fails
+/// the test) and expect checkpoint `id` refused, the log scanned, and every
+/// value of `model` there.
+fn assert_refused_and_scanned(dev: &Arc<TestDevice>, id: u64, model: &HashMap<u64, u64>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let d = dev.clone();
+    std::thread::spawn(move || tx.send(Store::open(d, &opts()).map_err(|e| e.to_string())));
+    let s = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("the open returned").unwrap();
     let r = s.stats().recovery;
-    assert!(r.checkpoint_id != id && r.segments_scanned > 0, "the old checkpoint was not used: {r:?}");
-    check(&s, &model, 1200);
+    assert!(r.checkpoint_id != id && r.segments_scanned > 0, "the damaged checkpoint was not used: {r:?}");
+    check(&s, model, 1200);
+}
+
+/// A checkpoint of an older version (2: index entries whose hop-hint bits
+/// were record-size bits) is refused by name, even with a valid checksum,
+/// and the store rebuilds its index by a log scan with every value.
+#[test]
+fn an_older_checkpoint_version_is_refused_and_the_log_is_scanned() {
+    let (dev, model, id) = checkpointed_store();
+    // The manifest's version at 4.
+    patch_checkpoint(&dev, id, |b, _, m| {
+        assert_eq!(u16::from_le_bytes([b[m + 4], b[m + 5]]), 3, "this build writes version 3");
+        b[m + 4..m + 6].copy_from_slice(&2u16.to_le_bytes());
+    });
+    assert_refused_and_scanned(&dev, id, &model);
 }
 
 /// A checkpoint whose checksums hold but one of whose entries names a home
@@ -347,55 +372,22 @@ fn an_older_checkpoint_version_is_refused_and_the_log_is_scanned() {
 /// load spun forever placing that entry.
 #[test]
 fn a_checkpoint_entry_past_the_table_is_refused_and_the_log_is_scanned() {
-    use granary_format::checksum::{crc32c, crc32c_append};
-    let dev = test_device(32 << 20);
-    let s = Store::create(dev.clone(), &create_opts(), &opts()).unwrap();
-    let mut model = HashMap::new();
-    for i in 0..1200 {
-        s.put(&key(i), &val(i, 1)).unwrap();
-        model.insert(i, 1);
-    }
-    s.close().unwrap();
-    let s = Store::open(dev.clone(), &opts()).unwrap();
-    let id = s.stats().recovery.checkpoint_id;
-    assert!(id != 0 && s.stats().recovery.segments_scanned == 0);
-    let seg = s.stats().segment_bytes;
-    drop(s);
-    let mut patched = 0;
-    dev.with_bytes_mut(|b| {
-        for i in 0..b.len() as u64 / seg - 4 {
-            let o = ((1u64 << 20) + i * seg) as usize;
-            let alloc = u64::from_le_bytes(b[o + 8..o + 16].try_into().unwrap());
-            if b[o..o + 4] == *b"GSEG" && b[o + 6] == 2 && alloc == id {
-                // The manifest at grain 1 (entries at 56, body_crc at 80,
-                // segment_count at 76, its length at 84, its CRC at 124);
-                // the body after the grains a manifest of every segment
-                // may take.
-                let m = o + 512;
-                let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
-                let entries = u64::from_le_bytes(b[m + 56..m + 64].try_into().unwrap()) as usize;
-                let segments = u32_at(b, m + 76) as usize;
-                let body = o + 512 * (1 + (128 + 12 * segments).div_ceil(512));
-                let body_end = body + 16 * entries;
-                assert!(body_end <= o + seg as usize, "the body lies in the first segment");
-                assert_eq!(crc32c(&b[body..body_end]), u32_at(b, m + 80), "found the body");
-                b[body + 8..body + 12].copy_from_slice(&0xFFFF_0000u32.to_le_bytes()); // the first item's home
-                let crc = crc32c(&b[body..body_end]);
-                b[m + 80..m + 84].copy_from_slice(&crc.to_le_bytes());
-                let len = u32_at(b, m + 84) as usize;
-                let crc = crc32c_append(crc32c(&b[m..m + 124]), &b[m + 128..m + len]);
-                b[m + 124..m + 128].copy_from_slice(&crc.to_le_bytes());
-                patched += 1;
-            }
-        }
+    use granary_format::checksum::crc32c;
+    let (dev, model, id) = checkpointed_store();
+    let seg = create_opts().segment_bytes.unwrap() as usize;
+    patch_checkpoint(&dev, id, |b, o, m| {
+        // Entries at 56, segment_count at 76, body_crc at 80; the body
+        // after the grains a manifest of every segment may take.
+        let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+        let entries = u64::from_le_bytes(b[m + 56..m + 64].try_into().unwrap()) as usize;
+        let segments = u32_at(b, m + 76) as usize;
+        let body = o + 512 * (1 + (128 + 12 * segments).div_ceil(512));
+        let body_end = body + 16 * entries;
+        assert!(body_end <= o + seg, "the body lies in the first segment");
+        assert_eq!(crc32c(&b[body..body_end]), u32_at(b, m + 80), "found the body");
+        b[body + 8..body + 12].copy_from_slice(&0xFFFF_0000u32.to_le_bytes()); // the first item's home
+        let crc = crc32c(&b[body..body_end]);
+        b[m + 80..m + 84].copy_from_slice(&crc.to_le_bytes());
     });
-    assert_eq!(patched, 1, "found the checkpoint's manifest");
-    // On a thread of its own: an open that never returns fails the test.
-    let (tx, rx) = std::sync::mpsc::channel();
-    let d = dev.clone();
-    std::thread::spawn(move || tx.send(Store::open(d, &opts()).map_err(|e| e.to_string())));
-    let s = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("the open returned").unwrap();
-    let r = s.stats().recovery;
-    assert!(r.checkpoint_id != id && r.segments_scanned > 0, "the damaged checkpoint was not used: {r:?}");
-    check(&s, &model, 1200);
+    assert_refused_and_scanned(&dev, id, &model);
 }
