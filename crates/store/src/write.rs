@@ -365,8 +365,28 @@ impl Core {
     /// key of one fingerprint shares one stripe, so no other new key of it
     /// is added meanwhile. Only keys chosen to collide get refused.
     pub(crate) async fn refuse_crowded(&self, keys: &[(u64, &[u8])], priors: &mut [&mut Prior]) -> Result<()> {
+        let fingerprint = |h: u64| ((self.keys.index.home(h) as u64) << 16) | granary_format::hash::key_tag(h) as u64;
+        // The common case, cheaply: a fingerprint holds at most twice its
+        // candidates (each may head one link), and this call adds at most
+        // its own keys of one fingerprint; well below the bound, done.
+        let (mut most_candidates, mut adding) = (0, 0);
+        let mut fps = Vec::new(); // (none allocated for a single key)
+        for (&(h, _), p) in keys.iter().zip(priors.iter()) {
+            if !matches!(**p, Prior::Blind(_) | Prior::Known(Some(_))) {
+                most_candidates = most_candidates.max(self.keys.index.lookup(h).as_slice().len());
+                adding += 1;
+                if keys.len() > 1 {
+                    fps.push(fingerprint(h));
+                }
+            }
+        }
+        fps.sort_unstable();
+        let most_added = fps.chunk_by(|a, b| a == b).map(<[u64]>::len).max().unwrap_or(adding);
+        if most_added == 0 || 2 * most_candidates + most_added < NEIGHBOURHOOD {
+            return Ok(());
+        }
         // Keys of one fingerprint together (a single key needs no map).
-        let mut members: std::collections::HashMap<(usize, u16), usize> = Default::default();
+        let mut members: std::collections::HashMap<u64, usize> = Default::default();
         let mut alone;
         for (&(h, key), p) in keys.iter().zip(priors.iter_mut()) {
             let p: &mut Prior = p;
@@ -377,8 +397,7 @@ impl Core {
                 alone = self.fingerprint_members(h);
                 &mut alone
             } else {
-                let fp = (self.keys.index.home(h), granary_format::hash::key_tag(h));
-                members.entry(fp).or_insert_with(|| self.fingerprint_members(h))
+                members.entry(fingerprint(h)).or_insert_with(|| self.fingerprint_members(h))
             };
             if *n >= NEIGHBOURHOOD {
                 if matches!(p, Prior::Unread) {
