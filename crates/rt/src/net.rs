@@ -229,7 +229,7 @@ impl TcpListener {
         .flags(libc::SOCK_CLOEXEC)
         .build();
         // SAFETY: the SQE points into `addr`, a box owned by the Op.
-        let (res, addr) = unsafe { Op::submit(sqe, addr) }.await;
+        let (res, addr) = unsafe { Op::submit_fd(sqe, addr) }.await;
         let fd = result(res)?;
         // SAFETY: accept returned a new descriptor that we now own.
         let owned = unsafe { OwnedFd::from_raw_fd(fd as i32) };

@@ -25,7 +25,10 @@ use crate::slab::Key;
 pub(crate) enum OpSlot {
     Waiting(Option<Waker>),
     Done(i32),
-    Orphaned(#[allow(dead_code)] Box<dyn Any>),
+    /// Its future was dropped: the memory it lent the kernel, kept until
+    /// the completion, and whether that completion's result is a new
+    /// descriptor (an accept's), which nobody will take and is closed.
+    Orphaned(#[allow(dead_code)] Box<dyn Any>, bool),
 }
 
 /// Memory an operation may hand to the kernel.
@@ -111,7 +114,12 @@ pub(crate) fn complete(ex: &Executor, key: Key, res: i32) {
                     *slot = OpSlot::Done(res);
                     w
                 }
-                OpSlot::Orphaned(_) => {
+                OpSlot::Orphaned(_, gives_fd) => {
+                    if *gives_fd && res >= 0 {
+                        // SAFETY: the kernel made this descriptor for the
+                        // dropped operation; nothing else has it.
+                        unsafe { libc::close(res) };
+                    }
                     ops.remove(key);
                     None
                 }
@@ -156,6 +164,8 @@ pub(crate) struct Op<T: 'static> {
     key: Option<Key>,
     /// [`Executor::serial`] of the executor whose ring has it.
     owner: u64,
+    /// Its result is a new descriptor ([`Op::submit_fd`]).
+    gives_fd: bool,
     data: Option<T>,
 }
 
@@ -175,7 +185,21 @@ impl<T: 'static> Op<T> {
             (key, ex.serial)
         })
         .expect("io_uring operation submitted outside a runtime thread");
-        Op { key: Some(key), owner, data: Some(data) }
+        Op { key: Some(key), owner, gives_fd: false, data: Some(data) }
+    }
+
+    /// [`Op::submit`] of an operation whose result is a new descriptor
+    /// (an accept): if the future is dropped and the operation completes
+    /// anyway, the descriptor is closed, not leaked.
+    ///
+    /// # Safety
+    ///
+    /// As [`Op::submit`].
+    pub(crate) unsafe fn submit_fd(sqe: squeue::Entry, data: T) -> Op<T> {
+        // SAFETY: forwarded to the caller.
+        let mut op = unsafe { Op::submit(sqe, data) };
+        op.gives_fd = true;
+        op
     }
 }
 
@@ -230,7 +254,7 @@ impl<T: 'static> Drop for Op<T> {
                     ops.remove(key);
                 }
                 Some(slot @ OpSlot::Waiting(_)) => {
-                    *slot = OpSlot::Orphaned(Box::new(data.take()));
+                    *slot = OpSlot::Orphaned(Box::new(data.take()), self.gives_fd);
                     drop(ops);
                     let sqe = opcode::AsyncCancel::new(key.to_u64()).build().user_data(CANCEL_USER_DATA);
                     // SAFETY: a cancel SQE carries no buffer.

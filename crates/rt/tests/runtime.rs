@@ -416,6 +416,34 @@ fn a_receive_dropped_on_another_executor_leaks_its_buffer() {
     assert!(intact, "a receive buffer freed on another executor was written by the kernel");
 }
 
+/// An accept dropped while the connection it takes is already waiting:
+/// its SQE goes out before its cancel, so it completes anyway, and the
+/// descriptor it made is closed (it leaked before: the client's
+/// connection stayed open with nobody at the other end).
+#[test]
+fn an_accept_dropped_as_it_completes_closes_the_connection() {
+    let rt = rt(1);
+    let listener = granary_rt::net::bind_low_port([127, 0, 0, 1].into()).unwrap();
+    let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    rt.block_on(async move {
+        let l = granary_rt::net::TcpListener::from_std(listener);
+        let mut accept = Box::pin(l.accept());
+        let waker = std::task::Waker::noop();
+        assert!(accept.as_mut().poll(&mut Context::from_waker(waker)).is_pending());
+        drop(accept);
+        // Let the executor submit both and reap the completions.
+        for _ in 0..5 {
+            sleep(Duration::from_millis(2)).await;
+        }
+        drop(l);
+    })
+    .unwrap();
+    client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut b = [0u8; 16];
+    let r = std::io::Read::read(&mut client, &mut b);
+    assert!(matches!(r, Ok(0)), "the accepted connection was not closed: {r:?}");
+}
+
 #[test]
 fn shutdown_cancels_pending_operations_and_reports_cancelled() {
     let rt = rt(2);
