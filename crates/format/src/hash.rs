@@ -1,8 +1,19 @@
 //! The key hash and the fingerprint derived from it.
 //!
-//! The hash is xxh3-64 with the fixed seed [`KEY_HASH_SEED`]. Its output is
-//! frozen: index checkpoints and the placement of every key depend on it, so
-//! changing it is a format change. [`tests::golden_values`] pins it.
+//! The hash is xxh3-64 with a seed the store keeps in its superblock
+//! ([`KeyHasher`]): a random secret drawn at creation (hash algorithm 2,
+//! [`KEY_HASH_ALGO_XXH3_64_SECRET`]), or, in stores created before secret
+//! seeds, the fixed public [`KEY_HASH_SEED`] (algorithm 1). A client that
+//! does not know the seed cannot compute keys of one fingerprint offline,
+//! so it cannot crowd one (docs/SECURITY.md). Within a store the hash is
+//! frozen: index checkpoints and the placement of every key depend on it,
+//! so changing the function is a format change. [`tests::golden_values`]
+//! pins it.
+//!
+//! xxh3 is not a keyed pseudo-random function: the secret seed defends
+//! against keys chosen in advance, not against an attacker who can learn
+//! the seed (it never leaves the store's device: no protocol, statistic
+//! or log shows it).
 //!
 //! Bits of the hash, from the least significant (docs/ARCHITECTURE.md,
 //! "The index"):
@@ -21,9 +32,12 @@
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-/// Identifier of the key hash algorithm stored in the superblock.
+/// Key hash algorithm 1 in the superblock: xxh3-64 with the public
+/// [`KEY_HASH_SEED`] (stores created before secret seeds).
 pub const KEY_HASH_ALGO_XXH3_64: u32 = 1;
-/// The seed of the key hash. Never change it: it is part of the format.
+/// Key hash algorithm 2: xxh3-64 with the superblock's secret `hash_seed`.
+pub const KEY_HASH_ALGO_XXH3_64_SECRET: u32 = 2;
+/// The seed of algorithm 1. Never change it: it is part of the format.
 pub const KEY_HASH_SEED: u64 = 0x6772_616e_6172_7931; // "granary1"
 /// Number of hash bits used for the home slot inside one table.
 pub const SLOT_BITS: u32 = 27;
@@ -32,9 +46,45 @@ pub const TAG_BITS: u32 = 8;
 /// Number of extra fingerprint bits above the tag.
 pub const FP_BITS: u32 = crate::limits::FP_BITS;
 
-/// Hash a key.
+/// A store's key hash: xxh3-64 with its seed (module docs). Its `Debug`
+/// does not show the seed, so logging it keeps the secret.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct KeyHasher {
+    seed: u64,
+}
+
+impl KeyHasher {
+    /// Algorithm 1's hash, with the public seed.
+    pub const PUBLIC: KeyHasher = KeyHasher { seed: KEY_HASH_SEED };
+
+    /// Algorithm 2's hash with `seed`.
+    pub const fn seeded(seed: u64) -> KeyHasher {
+        KeyHasher { seed }
+    }
+
+    /// Hash a key.
+    #[inline]
+    pub fn hash(&self, key: &[u8]) -> u64 {
+        xxh3_64_with_seed(key, self.seed)
+    }
+
+    /// The seed, to write into a superblock.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+}
+
+impl std::fmt::Debug for KeyHasher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if *self == Self::PUBLIC { "KeyHasher(public seed)" } else { "KeyHasher(secret seed)" })
+    }
+}
+
+/// Hash a key with the public seed (algorithm 1). A store hashes with its
+/// own [`KeyHasher`]; this is for what must hash alike everywhere and
+/// places nothing on a device (request conflict maps, benchmarks).
 pub fn key_hash(key: &[u8]) -> u64 {
-    xxh3_64_with_seed(key, KEY_HASH_SEED)
+    KeyHasher::PUBLIC.hash(key)
 }
 
 /// The 27 slot bits of a hash.
@@ -82,6 +132,21 @@ mod tests {
         for (key, want) in golden {
             assert_eq!(key_hash(key), want, "hash of {:?}", String::from_utf8_lossy(key));
         }
+    }
+
+    /// A seeded hasher is xxh3-64 with that seed, and its Debug keeps the
+    /// seed out.
+    #[test]
+    fn a_seeded_hasher_hashes_with_its_seed_and_does_not_show_it() {
+        let h = KeyHasher::seeded(0x0123_4567_89ab_cdef);
+        assert_eq!(h.hash(b"granary"), xxh3_64_with_seed(b"granary", 0x0123_4567_89ab_cdef));
+        assert_ne!(h.hash(b"granary"), key_hash(b"granary"));
+        assert_eq!(KeyHasher::seeded(KEY_HASH_SEED), KeyHasher::PUBLIC);
+        let shown = format!("{h:?}");
+        assert!(
+            !shown.contains("123456789abcdef") && !shown.contains(&0x0123_4567_89ab_cdefu64.to_string()),
+            "{shown}"
+        );
     }
 
     #[test]

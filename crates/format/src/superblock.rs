@@ -10,14 +10,16 @@
 //!                           (version 1: all zero)
 //!  16   16 uuid             random, identifies the device
 //!  32    4 grain_bytes      512 or 4096
-//!  36    4 hash_algo        1 = xxh3-64, seed KEY_HASH_SEED
+//!  36    4 hash_algo        1 = xxh3-64 with seed KEY_HASH_SEED,
+//!                           2 = xxh3-64 with seed hash_seed
 //!  40    8 segment_bytes    power of two
 //!  48    8 segment_count
 //!  56    8 device_bytes     size of the device at creation
 //!  64    4 index_table_homes home slots per index table
 //!  68    4 reserved         0
 //!  72    8 created_unix_ms
-//!  80   44 reserved         0
+//!  80    8 hash_seed        algorithm 2: random, secret; algorithm 1: 0
+//!  88   36 reserved         0
 //! 124    4 crc32c           over bytes 0..124
 //! ```
 //!
@@ -33,11 +35,14 @@
 //! holds (or held) namespaces besides the default one, whose keys and
 //! catalog an older build would take for the engine's own keys; such a
 //! build refuses the store by its version.
+//!
+//! A store created with a secret hash seed (hash algorithm 2) is refused
+//! by builds before it by its `hash_algo`; they could not place its keys.
 
 use crate::bytes::*;
 use crate::checksum::crc32c;
 use crate::error::FormatError;
-use crate::hash::KEY_HASH_ALGO_XXH3_64;
+use crate::hash::{KeyHasher, KEY_HASH_ALGO_XXH3_64, KEY_HASH_ALGO_XXH3_64_SECRET};
 use crate::limits::*;
 
 /// "GRANARY\0" as a little-endian u64.
@@ -75,17 +80,18 @@ const OFF_DEVICE_BYTES: usize = OFF_SEGMENT_COUNT + 8;
 const OFF_TABLE_HOMES: usize = OFF_DEVICE_BYTES + 8;
 const OFF_RESERVED0: usize = OFF_TABLE_HOMES + 4;
 const OFF_CREATED: usize = OFF_RESERVED0 + 4;
-const OFF_RESERVED1: usize = OFF_CREATED + 8;
+const OFF_HASH_SEED: usize = OFF_CREATED + 8;
+const OFF_RESERVED1: usize = OFF_HASH_SEED + 8;
 const OFF_CRC: usize = SUPERBLOCK_BYTES - 4;
-const _: () = assert!(OFF_RESERVED1 == 80 && OFF_CRC == 124);
+const _: () = assert!(OFF_HASH_SEED == 80 && OFF_RESERVED1 == 88 && OFF_CRC == 124);
 
 /// Fewest home slots per index table.
 pub const INDEX_TABLE_HOMES_MIN: u32 = 64;
 /// Most home slots per index table: the 27 slot bits of the hash.
 pub const INDEX_TABLE_HOMES_MAX: u32 = 1 << crate::hash::SLOT_BITS;
 
-/// The decoded superblock.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The decoded superblock (its `Debug` leaves the hash seed out).
+#[derive(Clone, PartialEq, Eq)]
 pub struct Superblock {
     /// The version it was read as or will be written as: 1 for a store
     /// written before feature flags existed (and not changed since),
@@ -95,12 +101,34 @@ pub struct Superblock {
     pub flags: u32,
     pub uuid: [u8; 16],
     pub grain_bytes: u32,
+    /// [`KEY_HASH_ALGO_XXH3_64`] or [`KEY_HASH_ALGO_XXH3_64_SECRET`].
     pub hash_algo: u32,
+    /// The key hash's seed under algorithm 2 (a secret: never shown); 0
+    /// under algorithm 1.
+    pub hash_seed: u64,
     pub segment_bytes: u64,
     pub segment_count: u64,
     pub device_bytes: u64,
     pub index_table_homes: u32,
     pub created_unix_ms: u64,
+}
+
+impl std::fmt::Debug for Superblock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Superblock")
+            .field("version", &self.version)
+            .field("flags", &self.flags)
+            .field("uuid", &self.uuid)
+            .field("grain_bytes", &self.grain_bytes)
+            .field("hash_algo", &self.hash_algo)
+            .field("hash_seed", &if self.hash_seed == 0 { "0" } else { "(secret)" })
+            .field("segment_bytes", &self.segment_bytes)
+            .field("segment_count", &self.segment_count)
+            .field("device_bytes", &self.device_bytes)
+            .field("index_table_homes", &self.index_table_homes)
+            .field("created_unix_ms", &self.created_unix_ms)
+            .finish()
+    }
 }
 
 impl Superblock {
@@ -121,6 +149,7 @@ impl Superblock {
         put_u64(b, OFF_DEVICE_BYTES, self.device_bytes);
         put_u32(b, OFF_TABLE_HOMES, self.index_table_homes);
         put_u64(b, OFF_CREATED, self.created_unix_ms);
+        put_u64(b, OFF_HASH_SEED, self.hash_seed);
         let crc = crc32c(&b[..OFF_CRC]);
         put_u32(b, OFF_CRC, crc);
     }
@@ -161,6 +190,7 @@ impl Superblock {
             uuid,
             grain_bytes: u32_at(b, OFF_GRAIN),
             hash_algo: u32_at(b, OFF_HASH),
+            hash_seed: u64_at(b, OFF_HASH_SEED),
             segment_bytes: u64_at(b, OFF_SEGMENT_BYTES),
             segment_count: u64_at(b, OFF_SEGMENT_COUNT),
             device_bytes: u64_at(b, OFF_DEVICE_BYTES),
@@ -178,8 +208,11 @@ impl Superblock {
         if !GRAIN_BYTES_ALLOWED.contains(&self.grain_bytes) {
             return Err(("grain_bytes", self.grain_bytes as u64));
         }
-        if self.hash_algo != KEY_HASH_ALGO_XXH3_64 {
-            return Err(("hash_algo", self.hash_algo as u64));
+        match self.hash_algo {
+            // Algorithm 1's superblocks had these bytes reserved.
+            KEY_HASH_ALGO_XXH3_64 if self.hash_seed != 0 => return Err(("hash_seed", 1)),
+            KEY_HASH_ALGO_XXH3_64 | KEY_HASH_ALGO_XXH3_64_SECRET => {}
+            other => return Err(("hash_algo", other as u64)),
         }
         if !self.segment_bytes.is_power_of_two()
             || !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&self.segment_bytes)
@@ -202,6 +235,14 @@ impl Superblock {
             return Err(("index_table_homes", self.index_table_homes as u64));
         }
         Ok(())
+    }
+
+    /// The store's key hash (its algorithm and seed).
+    pub fn key_hasher(&self) -> KeyHasher {
+        match self.hash_algo {
+            KEY_HASH_ALGO_XXH3_64_SECRET => KeyHasher::seeded(self.hash_seed),
+            _ => KeyHasher::PUBLIC,
+        }
     }
 
     /// Device offset of segment `seg`.
@@ -230,7 +271,8 @@ mod tests {
             flags: 0,
             uuid: [7; 16],
             grain_bytes: 512,
-            hash_algo: KEY_HASH_ALGO_XXH3_64,
+            hash_algo: KEY_HASH_ALGO_XXH3_64_SECRET,
+            hash_seed: 0x5eed_5eed_5eed_5eed,
             segment_bytes: 1 << 20,
             segment_count: 63,
             device_bytes: 64 << 20,
@@ -294,6 +336,30 @@ mod tests {
         assert_eq!(v2.flags, FLAG_STREAMS);
         let err = Superblock::decode(&with(&buf, 2, 16)).unwrap_err();
         assert!(matches!(err, FormatError::BadField { field: "flags", value: 16, .. }), "{err}");
+    }
+
+    /// Algorithm 2 hashes with the seed it stores; algorithm 1 with the
+    /// public one, and its seed bytes must be zero (they were reserved);
+    /// an algorithm this build does not know is refused by name. The seed
+    /// is not in the superblock's Debug.
+    #[test]
+    fn the_hash_seed_goes_with_its_algorithm() {
+        let sb = sample();
+        assert_eq!(sb.key_hasher(), KeyHasher::seeded(0x5eed_5eed_5eed_5eed));
+        assert!(!format!("{sb:?}").contains(&0x5eed_5eed_5eed_5eedu64.to_string()));
+        assert!(!format!("{sb:?}").to_lowercase().contains("5eed"));
+        let mut public = sample();
+        public.hash_algo = KEY_HASH_ALGO_XXH3_64;
+        assert_eq!(public.validate(), Err(("hash_seed", 1)));
+        public.hash_seed = 0;
+        let mut buf = [0u8; 512];
+        public.encode(&mut buf);
+        assert_eq!(Superblock::decode(&buf).unwrap().key_hasher(), KeyHasher::PUBLIC);
+        let mut unknown = sample();
+        unknown.hash_algo = 3;
+        unknown.encode(&mut buf);
+        let err = Superblock::decode(&buf).unwrap_err();
+        assert!(matches!(err, FormatError::BadField { field: "hash_algo", value: 3, .. }), "{err}");
     }
 
     #[test]

@@ -341,6 +341,7 @@ fn superblocks() -> Vec<(&'static str, Vec<u8>)> {
         uuid: [9; 16],
         grain_bytes: 4096,
         hash_algo: KEY_HASH_ALGO_XXH3_64,
+        hash_seed: 0,
         segment_bytes: 1 << 20,
         segment_count: 62,
         device_bytes: 64 << 20,

@@ -52,7 +52,6 @@ use crate::store::{Core, Namespace, Store};
 use crate::types::{ItemMeta, PutOutcome};
 use crate::write::{BlindWrite, Prior};
 use granary_format::batch::{members_crc, Commit, COMMIT_BYTES, COMMIT_KEY};
-use granary_format::hash::key_hash;
 use granary_format::limits::{grains_for, record_bytes};
 use granary_format::record::{self, RecordHeader};
 use granary_format::superblock::FLAG_BATCHES;
@@ -267,7 +266,7 @@ impl Core {
                 }
                 op @ (BatchOp::Delete | BatchOp::DeleteCas { .. } | BatchOp::Check { .. }) => op,
             };
-            resolved.push(Resolved { h: key_hash(&stored), key: stored, ns, counters, op });
+            resolved.push(Resolved { h: self.keys.hash(&stored), key: stored, ns, counters, op });
         }
         // Each key once: sorted by hash, a key twice lies side by side.
         let mut order: Vec<usize> = (0..resolved.len()).collect();

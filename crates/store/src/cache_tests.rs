@@ -79,7 +79,7 @@ fn explicit_cas_values_are_kept_everywhere() {
     drop(s);
     let s = Store::open(f.dev.clone(), &f.opts(true, false)).unwrap();
     // Churn until GC has relocated both records.
-    let pba_of = |s: &Store, k: &[u8]| s.core.keys.index.lookup(granary_format::hash::key_hash(k)).as_slice()[0].pba();
+    let pba_of = |s: &Store, k: &[u8]| s.core.keys.index.lookup(s.core.keys.hash(k)).as_slice()[0].pba();
     let before = (pba_of(&s, b"k"), pba_of(&s, b"big"));
     let mut i = 0u64;
     let mut rng = granary_io::SimRng::new(1);
@@ -165,7 +165,7 @@ fn roll(s: &Store, tag: &str) {
 
 /// The indexed version of `key` (any key, reserved ones included).
 fn found(s: &Store, key: &[u8]) -> crate::store::Found {
-    granary_rt::block_on(s.core.find(key, granary_format::hash::key_hash(key), false, true)).unwrap().expect("indexed")
+    granary_rt::block_on(s.core.find(key, s.core.keys.hash(key), false, true)).unwrap().expect("indexed")
 }
 
 fn segment_of(s: &Store, key: &[u8]) -> u32 {
@@ -565,7 +565,8 @@ fn cache_with_one_value(f: &Fixture) -> (Store, u64, crate::store::Found, u32, u
     s.put(b"k", b"value").unwrap();
     let first = found(&s, b"k");
     let (v, len) = (s.core.log.sb.segment_of(first.entry.pba()), first.hdr.grains(512) * 512);
-    (s, granary_format::hash::key_hash(b"k"), first, v, len)
+    let h = s.core.keys.hash(b"k");
+    (s, h, first, v, len)
 }
 
 /// A delete while GC is dropping the key's value (its segment not yet
@@ -730,7 +731,7 @@ fn access_state_survives_a_colliding_blind_overwrite() {
     };
     f.dev.shape_zones(256 << 10);
     let s = Store::create(f.dev.clone(), &c, &o).unwrap();
-    let keys = crate::tests::colliding_keys(2);
+    let keys = crate::tests::colliding_keys(s.core.keys.hasher, 2);
     let (a, b) = (&keys[0][..], &keys[1][..]);
     let t0 = s.now();
     s.put(a, b"a1").unwrap();

@@ -83,7 +83,6 @@ use crate::parts::Parts;
 use crate::settle;
 use crate::space::{listed_bytes, GcWork, Purpose, Space};
 use crate::types::GcStats;
-use granary_format::hash::key_hash;
 use granary_format::record::{self, RecordHeader};
 use granary_format::segment::Stream;
 use granary_format::summary;
@@ -389,7 +388,7 @@ fn cold_after(gc: Gc<'_>) -> u64 {
 /// [`DroppedKeys`](crate::keys::DroppedKeys) until `v` is free (not needed
 /// for a dropped namespace's keys, which nothing reads or writes again).
 pub(crate) fn drop_value(gc: Gc<'_>, v: u32, key: &[u8], pba: u64, what: Counted, listed: bool) -> Result<bool> {
-    let h = key_hash(key);
+    let h = gc.keys.hash(key);
     let _stripe = gc.keys.lock_key(h);
     if !gc.keys.index.contains(h, pba) {
         // A blind overwrite may have displaced it since the scan: settled
@@ -407,7 +406,7 @@ pub(crate) fn drop_value(gc: Gc<'_>, v: u32, key: &[u8], pba: u64, what: Counted
     if let Some(link) = gc.keys.links.of_head(pba) {
         let (hdr, buf) = gc.read_record(link.old, false)?;
         let key = record::key_of(&hdr, &buf);
-        settle::settle(gc.parts, pba, &link, key, key_hash(key))?;
+        settle::settle(gc.parts, pba, &link, key, gc.keys.hash(key))?;
     }
     if !gc.keys.index.remove(h, pba) {
         return Ok(false);
@@ -508,7 +507,7 @@ fn summary_targets(gc: Gc<'_>, v: u32, force: bool) -> Option<(Vec<(u64, u64)>, 
     let mut links = asked.iter().peekable();
     for (i, e) in entries.iter().enumerate() {
         let pba = lo + e.grain as u64;
-        let h = key_hash(e.key);
+        let h = gc.keys.hash(e.key);
         while links.next_if(|l| l.old.pba() < pba).is_some() {}
         let wanted = match links.next_if(|l| l.old.pba() == pba) {
             Some(link) if *link.key == *e.key => {
@@ -535,7 +534,7 @@ fn summary_targets(gc: Gc<'_>, v: u32, force: bool) -> Option<(Vec<(u64, u64)>, 
             continue;
         }
         if *link.key == *entries[i].key {
-            dead.push((gc.keys.stripe_of(key_hash(entries[i].key)), pba));
+            dead.push((gc.keys.stripe_of(gc.keys.hash(entries[i].key)), pba));
         } else {
             let at = targets.partition_point(|t| t.0 < pba);
             targets.insert(at, (pba, grains_of(i)));
@@ -895,7 +894,7 @@ impl<'a> Victim<'a> {
         let g = gc.log.sb.grain_bytes as u64;
         let len = bytes.len();
         let key = record::key_of(hdr, bytes);
-        let h = key_hash(key);
+        let h = gc.keys.hash(key);
         if !points_at(gc, h, old_pba) {
             // Superseded or deleted: garbage, unless a blind overwrite of
             // another key displaced it (`crate::links`). Not indexed, then

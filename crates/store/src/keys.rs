@@ -36,6 +36,9 @@ pub(crate) fn stripe_for(home: usize, h: u64) -> usize {
 
 /// The key-side state of an open store.
 pub(crate) struct Keys {
+    /// The store's key hash (its superblock's algorithm and seed): every
+    /// key is hashed with it, never with the public seed.
+    pub hasher: granary_format::hash::KeyHasher,
     pub index: Index,
     stripes: Box<[async_lock::Mutex<()>]>,
     /// Entries displaced by blind overwrites, not yet settled.
@@ -56,8 +59,14 @@ pub(crate) struct Keys {
 }
 
 impl Keys {
-    pub(crate) fn new(index: Index, links: crate::links::Links, tier: Option<crate::tier::Tier>) -> Keys {
+    pub(crate) fn new(
+        hasher: granary_format::hash::KeyHasher,
+        index: Index,
+        links: crate::links::Links,
+        tier: Option<crate::tier::Tier>,
+    ) -> Keys {
         Keys {
+            hasher,
             index,
             stripes: (0..KEY_STRIPES).map(|_| async_lock::Mutex::new(())).collect(),
             links,
@@ -67,6 +76,12 @@ impl Keys {
             publishing: Publishing::default(),
             tier,
         }
+    }
+
+    /// `key`'s hash in this store.
+    #[inline]
+    pub(crate) fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash(key)
     }
 
     /// The stripe lock index of hash `h`: keys that are candidates of

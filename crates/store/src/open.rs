@@ -23,7 +23,7 @@ use crate::space::Space;
 use crate::store::{Core, StopSignal, Store, FLUSH_FLOOR_KEY};
 use crate::types::RecoveryReport;
 use granary_format::checksum::record_seed;
-use granary_format::hash::KEY_HASH_ALGO_XXH3_64;
+use granary_format::hash::KEY_HASH_ALGO_XXH3_64_SECRET;
 use granary_format::limits::*;
 use granary_format::superblock::FLAG_NAMESPACES;
 use granary_format::{FormatError, Superblock};
@@ -47,8 +47,8 @@ impl Store {
     }
 
     fn geometry(dev: &dyn Device, opts: &CreateOptions, open: &OpenOptions) -> Result<Superblock> {
-        let uuid = || open.entropy.draw().map_err(Error::Device);
-        Self::geometry_of(dev.size_bytes(), dev.block_bytes(), opts, open, uuid)
+        let draw = || open.entropy.draw().map_err(Error::Device);
+        Self::geometry_of(dev.size_bytes(), dev.block_bytes(), opts, open, draw)
     }
 
     /// Refuse `opts` for a new store of `size` bytes before any file is
@@ -64,7 +64,7 @@ impl Store {
         block_bytes: u32,
         opts: &CreateOptions,
         open: &OpenOptions,
-        uuid: impl FnOnce() -> Result<[u8; 16]>,
+        mut draw: impl FnMut() -> Result<[u8; 16]>,
     ) -> Result<Superblock> {
         let bad = |s: String| Err(Error::InvalidOptions(s));
         let grain = opts.grain_bytes.unwrap_or(block_bytes.max(512));
@@ -89,9 +89,12 @@ impl Store {
             // (`Space::enable_feature`), so a store that never used one
             // stays readable by builds without it.
             flags: 0,
-            uuid: uuid()?,
+            uuid: draw()?,
             grain_bytes: grain,
-            hash_algo: KEY_HASH_ALGO_XXH3_64,
+            // A secret seed: keys chosen to share a fingerprint cannot be
+            // computed without it (docs/SECURITY.md).
+            hash_algo: KEY_HASH_ALGO_XXH3_64_SECRET,
+            hash_seed: u64::from_le_bytes(draw()?[..8].try_into().expect("8 bytes")),
             segment_bytes,
             segment_count,
             device_bytes: size,
@@ -257,7 +260,12 @@ impl Store {
                     summaries: opts.segment_summaries,
                 },
             ),
-            keys: Keys::new(Index::new(index_cfg), links, crate::tier::Tier::new(opts.dram_tier_bytes)),
+            keys: Keys::new(
+                sb.key_hasher(),
+                Index::new(index_cfg),
+                links,
+                crate::tier::Tier::new(opts.dram_tier_bytes),
+            ),
             counters,
             recovery: Mutex::new(RecoveryReport::default()),
             gc_counters: Default::default(),

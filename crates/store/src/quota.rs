@@ -42,7 +42,6 @@ use crate::namespace::{NamespaceMode, NamespaceOptions, NsState};
 use crate::nskey::{owner, Owner};
 use crate::store::{Core, Found};
 use crate::types::Cond;
-use granary_format::hash::key_hash;
 use granary_format::record::{self, RecordHeader};
 use granary_io::AlignedBuf;
 use std::sync::atomic::Ordering::Relaxed;
@@ -97,7 +96,7 @@ impl Core {
     /// Whether a write of `key` (stored form) on condition `cond` would
     /// find it unmet now ([`Core::unmet`]).
     async fn condition_fails(&self, key: &[u8], cond: Cond) -> Result<bool> {
-        let existing = self.find(key, key_hash(key), false, false).await?;
+        let existing = self.find(key, self.keys.hash(key), false, false).await?;
         let live = existing.as_ref().filter(|f| self.is_live(f, self.clock.now()));
         Ok(Self::unmet(cond, live).is_some())
     }
@@ -138,7 +137,7 @@ impl Core {
             return Ok(());
         }
         // At the limit: an overwrite replaces what its key holds now.
-        let h = key_hash(key);
+        let h = self.keys.hash(key);
         let now = self.clock.now();
         let (old_keys, old_bytes) = match self.find(key, h, false, false).await? {
             Some(f) if self.is_live(&f, now) => (1, f.hdr.grains(self.log.sb.grain_bytes) * self.log.grain()),
@@ -236,7 +235,7 @@ impl Core {
             }
             let key = record::key_of(&rec.hdr, scan.bytes_at(rec.grain));
             let pba = self.space.pba(seg, rec.grain);
-            if owner(key) == Owner::Ns(id) && self.keys.index.contains(key_hash(key), pba) {
+            if owner(key) == Owner::Ns(id) && self.keys.index.contains(self.keys.hash(key), pba) {
                 found.push(Candidate { pba, key: key.to_vec(), hdr: rec.hdr });
             }
         }
@@ -246,7 +245,7 @@ impl Core {
     /// under its key's stripe, if the index still points at it; whether
     /// it left the index.
     async fn evict_one(&self, seg: u32, stamp: u32, v: Candidate) -> Result<bool> {
-        let (key, h) = (&v.key[..], key_hash(&v.key));
+        let (key, h) = (&v.key[..], self.keys.hash(&v.key));
         let _stripe = self.keys.stripe(h).await;
         // Under the stripe neither a write nor GC moves the key's entry, so
         // an index that points at `pba` of an unchanged segment points at

@@ -27,7 +27,6 @@ use crate::store::{Core, Found};
 use crate::tier::{Hit, Hot};
 use crate::types::{Item, ItemMeta};
 use crate::zerocopy::{Bytes, ValueBuf};
-use granary_format::hash::key_hash;
 use granary_format::record::{self, RecordHeader};
 use granary_index::Entry;
 use std::sync::atomic::Ordering::Relaxed;
@@ -225,7 +224,7 @@ impl Core {
     /// engine's own keys: never through the DRAM tier).
     pub(crate) async fn read_item(&self, key: &[u8]) -> Result<Option<Item>> {
         self.counters.gets.fetch_add(1, Relaxed);
-        Ok(self.read_dev(key, key_hash(key), true).await?.as_ref().map(Self::item_of))
+        Ok(self.read_dev(key, self.keys.hash(key), true).await?.as_ref().map(Self::item_of))
     }
 
     /// A GET's lookup: `key`'s live value, from the DRAM tier or else the
@@ -233,7 +232,7 @@ impl Core {
     /// segment; with `bump` (and access tracking), marked as read now.
     pub(crate) async fn read_live(&self, key: &[u8], bump: bool) -> Result<Option<Live>> {
         self.counters.gets.fetch_add(1, Relaxed);
-        let h = key_hash(key);
+        let h = self.keys.hash(key);
         let Some(tier) = &self.keys.tier else {
             return Ok(self.read_dev(key, h, bump).await?.map(Live::Dev));
         };
@@ -365,7 +364,7 @@ impl Core {
             return Ok(Some(ItemAccess { item, prior: fresh, won: want }));
         }
         let c = self.access_clock;
-        let old = self.keys.index.access(key_hash(&key), pba, |w| {
+        let old = self.keys.index.access(self.keys.hash(&key), pba, |w| {
             let w2 = if bump { c.bumped(w, now) } else { w };
             if want && !Clock0::is_won(w) {
                 Clock0::won(w2)

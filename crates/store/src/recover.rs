@@ -42,7 +42,6 @@ use crate::parts::Parts;
 use crate::space::SegmentFound;
 use crate::types::RecoveryReport;
 use granary_format::batch::{members_crc, Commit, COMMIT_KEY};
-use granary_format::hash::key_hash;
 use granary_format::limits::*;
 use granary_format::record::{self, RecordHeader};
 use granary_format::segment::{SegmentHeader, Stream};
@@ -374,7 +373,7 @@ impl Rebuild<'_> {
                                     keys.clear();
                                     for (rec, range) in &members.records {
                                         let key = &members.keys[range.clone()];
-                                        let k = Applied { key, h: key_hash(key), seg: s.seg };
+                                        let k = Applied { key, h: self.keys.hash(key), seg: s.seg };
                                         self.apply(&scan, rec, k, &hashes, &mut added, &stripes)?;
                                     }
                                     mine.batches_applied += 1;
@@ -388,7 +387,7 @@ impl Rebuild<'_> {
                                 txn = PendingBatch::default();
                                 mine.batches_dropped += 1;
                             }
-                            let h = key_hash(key);
+                            let h = self.keys.hash(key);
                             self.keys.index.prefetch(h);
                             batch.push((rec, keys.len()..keys.len() + key.len(), h));
                             keys.extend_from_slice(key);
@@ -499,7 +498,7 @@ impl Rebuild<'_> {
     /// nothing, whatever version it meets).
     fn uncount_loaded_floor(&self) {
         let g = self.log.grain();
-        for e in self.keys.index.lookup(key_hash(crate::nskey::FLUSH_FLOOR_KEY)).as_slice() {
+        for e in self.keys.index.lookup(self.keys.hash(crate::nskey::FLUSH_FLOOR_KEY)).as_slice() {
             if e.is_tombstone() {
                 continue;
             }

@@ -53,7 +53,6 @@ use crate::space::{Loc, Purpose};
 use crate::store::Core;
 use crate::types::{ItemMeta, PutOutcome};
 use crate::write::{BlindWrite, Prior};
-use granary_format::hash::key_hash;
 use granary_format::limits::KV_SIZE_GRAINS_MAX;
 use granary_format::record::{self, RecordHeader};
 use granary_index::Entry;
@@ -120,7 +119,7 @@ impl Core {
         let mut keys = Vec::with_capacity(items.len());
         for &(k, _) in items {
             let (key, _) = self.scoped(ns, k)?;
-            keys.push(Key { h: key_hash(&key), key });
+            keys.push(Key { h: self.keys.hash(&key), key });
         }
         let mut order: Vec<usize> = (0..keys.len()).collect();
         order.sort_unstable_by(|&a, &b| (keys[a].h, &keys[a].key).cmp(&(keys[b].h, &keys[b].key)));
@@ -283,7 +282,7 @@ impl Core {
         let mut resolved = Vec::with_capacity(keys.len());
         for &k in keys {
             let (key, _) = self.scoped(ns, k)?;
-            resolved.push(Key { h: key_hash(&key), key });
+            resolved.push(Key { h: self.keys.hash(&key), key });
         }
         // (pba, grains, key's index, the entry) of each simple candidate.
         let mut plan: Vec<(u64, u64, usize, Entry)> = Vec::with_capacity(keys.len());
@@ -447,7 +446,7 @@ mod tests {
             let s = Store::create(dev.clone(), &c, &o).unwrap();
             let mut rng = SimRng::new(seed);
             let mut keys: Vec<Vec<u8>> = (0..300u32).map(|i| format!("block-{i}").into_bytes()).collect();
-            keys.extend(colliding_keys(4));
+            keys.extend(colliding_keys(s.core.keys.hasher, 4));
             let mut model: HashMap<usize, Vec<u8>> = HashMap::new();
             for step in 0..400 {
                 let what = rng.below(10);

@@ -48,7 +48,6 @@ use crate::namespace::NsState;
 use crate::nskey::{owner, user_key, Owner};
 use crate::store::Core;
 use crate::types::ScanPage;
-use granary_format::hash::key_hash;
 use granary_format::record;
 use granary_index::Entry;
 use std::collections::HashSet;
@@ -196,7 +195,7 @@ impl Core {
     /// `now`, looked up as a GET looks it up (a version of a batch still
     /// being published waited for, as a GET waits).
     async fn is_live_key(&self, key: &[u8], now: u32) -> Result<bool> {
-        let Some(f) = self.find(key, key_hash(key), false, false).await? else { return Ok(false) };
+        let Some(f) = self.find(key, self.keys.hash(key), false, false).await? else { return Ok(false) };
         if f.hdr.batch {
             self.keys.publishing.wait(f.hdr.seq).await;
         }

@@ -12,7 +12,6 @@ use crate::counters::Counted;
 use crate::error::{Error, Result};
 use crate::links::Link;
 use crate::parts::Parts;
-use granary_format::hash::key_hash;
 use granary_format::record;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -130,7 +129,7 @@ pub(crate) fn resolve_one(p: Parts<'_>, link: &Link) -> Result<bool> {
     // have been settled, and its segment reused, meanwhile).
     let early = p.read_record(link.old, false).ok();
     // The head's stripe is the displaced key's too (see the module doc).
-    let _stripe = p.keys.lock_key(key_hash(&link.key));
+    let _stripe = p.keys.lock_key(p.keys.hash(&link.key));
     // The link now: GC may have settled it, or moved its head meanwhile.
     let Some((now_head, now)) = p.keys.links.of_old(link.old.pba()) else { return Ok(false) };
     // What was read is still the record there if its segment was not
@@ -141,5 +140,5 @@ pub(crate) fn resolve_one(p: Parts<'_>, link: &Link) -> Result<bool> {
         _ => p.read_record(now.old, false)?,
     };
     let key = record::key_of(&hdr, &buf);
-    settle(p, now_head, &now, key, key_hash(key))
+    settle(p, now_head, &now, key, p.keys.hash(key))
 }

@@ -190,7 +190,7 @@ impl Core {
     /// read), for callers that bound the reads they keep in flight.
     pub(crate) fn size_hint(&self, ns: &NsState, key: &[u8]) -> Result<u64> {
         let (key, _) = self.scoped(ns, key)?;
-        let h = granary_format::hash::key_hash(&key);
+        let h = self.keys.hash(&key);
         let grains = self.keys.index.lookup(h).as_slice().iter().map(|e| e.kv_size()).max().unwrap_or(0);
         if grains == KV_SIZE_GRAINS_MAX {
             // Too large for the entry's size field: at most a segment.
@@ -579,7 +579,7 @@ impl Namespace {
             let mine = crate::nskey::owner(&hot.key) == crate::nskey::Owner::Ns(id);
             if !mine
                 || self.core.log.hidden_at(hot.seq, hot.meta.expires, &hot.key, now)
-                || !self.core.is_current(granary_format::hash::key_hash(&hot.key), hot.pba, hot.stamp)
+                || !self.core.is_current(self.core.keys.hash(&hot.key), hot.pba, hot.stamp)
             {
                 return true;
             }

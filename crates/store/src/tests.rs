@@ -3,7 +3,7 @@
 //! tails, limits, poisoning, concurrency.
 
 use crate::*;
-use granary_format::hash::{key_hash, key_tag};
+use granary_format::hash::{key_tag, KeyHasher};
 use granary_format::limits::KEY_BYTES_MAX;
 use granary_format::record::RecordHeader;
 use granary_io::{Device, TestDevice};
@@ -137,12 +137,13 @@ impl<F: Fn(usize, u64) -> Option<usize> + Send + Sync + 'static> Device for Hook
     }
 }
 
-/// Keys sharing home slot and key tag in a store with 64-slot tables.
-pub(crate) fn colliding_keys(n: usize) -> Vec<Vec<u8>> {
+/// Keys sharing home slot and key tag in a store with 64-slot tables whose
+/// keys hash with `hasher` (its `core.keys.hasher`).
+pub(crate) fn colliding_keys(hasher: KeyHasher, n: usize) -> Vec<Vec<u8>> {
     let mut by_fp: std::collections::HashMap<(usize, u16), Vec<Vec<u8>>> = Default::default();
     for i in 0.. {
         let k = format!("collide-{i}").into_bytes();
-        let h = key_hash(&k);
+        let h = hasher.hash(&k);
         let v = by_fp.entry((granary_index::home_of(h, 64), key_tag(h))).or_default();
         v.push(k);
         if v.len() == n {
@@ -246,8 +247,8 @@ fn regression_empty_value_survives_reopen_as_empty_value() {
 /// deleting keys never hides another key of the same neighbourhood.
 #[test]
 fn regression_delete_never_hides_a_key_sharing_its_neighbourhood() {
-    let keys = colliding_keys(4);
     let (dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    let keys = colliding_keys(s.core.keys.hasher, 4);
     for (i, k) in keys.iter().enumerate() {
         s.put(k, format!("v{i}").as_bytes()).unwrap();
     }
@@ -292,7 +293,7 @@ fn regression_tombstone_beats_older_value_scanned_later() {
 }
 
 fn flip_byte_of(dev: &TestDevice, s: &Store, key: &[u8], at: usize) {
-    let e = s.core.keys.index.lookup(key_hash(key)).as_slice()[0];
+    let e = s.core.keys.index.lookup(s.core.keys.hash(key)).as_slice()[0];
     let off = (e.pba() * s.core.log.grain()) as usize + at;
     dev.with_bytes_mut(|b| b[off] ^= 0x20);
 }
@@ -340,7 +341,7 @@ fn an_inspection_leaves_a_torn_record_in_place_and_verify_counts_it() {
     let (dev, s) = mem_store(16 << 20, 64 << 10, 512);
     s.put(b"k", b"acknowledged").unwrap();
     s.put(b"k", &[7u8; 2000]).unwrap(); // pretend this write was torn
-    let torn = s.core.keys.index.lookup(key_hash(b"k")).as_slice()[0].pba();
+    let torn = s.core.keys.index.lookup(s.core.keys.hash(b"k")).as_slice()[0].pba();
     flip_byte_of(&dev, &s, b"k", 1500);
     drop(s);
     let off = (torn * 512) as usize;
@@ -381,7 +382,7 @@ fn torn_tail_record_is_ignored_and_stays_ignored() {
 }
 
 fn pba_of_key(s: &Store, key: &[u8]) -> u64 {
-    s.core.keys.index.lookup(key_hash(key)).as_slice()[0].pba()
+    s.core.keys.index.lookup(s.core.keys.hash(key)).as_slice()[0].pba()
 }
 
 /// After a crash, writes resume in the tail of the segment that was open,
@@ -582,10 +583,10 @@ fn sixteen_mib_value_round_trips_across_reopen() {
     let edge = |g: usize| g * 512 - 48 - 4;
     for (k, g) in [(b"e510", 510), (b"e511", 511), (b"e512", 512)] {
         s.put(k, &value[..edge(g)]).unwrap();
-        let e = s.core.keys.index.lookup(key_hash(k)).as_slice()[0];
+        let e = s.core.keys.index.lookup(s.core.keys.hash(k)).as_slice()[0];
         assert_eq!(e.kv_size(), (g as u32).min(granary_format::limits::KV_SIZE_GRAINS_MAX), "{g} grains");
     }
-    let e = s.core.keys.index.lookup(key_hash(b"big")).as_slice()[0];
+    let e = s.core.keys.index.lookup(s.core.keys.hash(b"big")).as_slice()[0];
     assert_eq!(e.kv_size(), granary_format::limits::KV_SIZE_GRAINS_MAX);
     assert_eq!(s.get(b"big").unwrap().as_deref(), Some(&value[..]));
     let s = reopen(&dev, s);
@@ -781,7 +782,7 @@ fn store_without_gc(segment: u64) -> (Arc<TestDevice>, Store) {
 }
 
 fn segment_of_key(s: &Store, key: &[u8]) -> u32 {
-    let e = s.core.keys.index.lookup(key_hash(key)).as_slice()[0];
+    let e = s.core.keys.index.lookup(s.core.keys.hash(key)).as_slice()[0];
     s.core.log.sb.segment_of(e.pba())
 }
 
@@ -844,7 +845,7 @@ fn reads_survive_relocation_and_segment_reuse() {
     let (_dev, s) = store_without_gc(64 << 10);
     s.put(b"k", b"value").unwrap();
     let seg = segment_of_key(&s, b"k");
-    let stale = s.core.keys.index.lookup(key_hash(b"k")).as_slice()[0];
+    let stale = s.core.keys.index.lookup(s.core.keys.hash(b"k")).as_slice()[0];
     roll_segment(&s);
     crate::gc::reclaim(s.core.collector(), seg, false).unwrap();
     // Reuse every free segment, the reclaimed one included.
@@ -1015,8 +1016,8 @@ fn the_suite_runs_on_the_backend_the_environment_names() {
 /// threads; its counts and live bytes agree with the index (verify).
 #[test]
 fn log_scan_sorts_out_colliding_keys_and_overwrites() {
-    let keys = colliding_keys(6);
     let (dev, s) = mem_store_gc(32 << 20, 64 << 10, 512, false);
+    let keys = colliding_keys(s.core.keys.hasher, 6);
     for round in 0..3 {
         for (i, k) in keys.iter().enumerate() {
             s.put(k, format!("r{round}-{i}").as_bytes()).unwrap();
@@ -1166,7 +1167,7 @@ fn an_overwrite_reads_the_old_version_while_it_writes_the_new() {
     let opts = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
     let no_blind = no_blind_opts();
     let s = Store::create(dev.clone(), &opts, &no_blind).unwrap();
-    let keys = colliding_keys(3);
+    let keys = colliding_keys(s.core.keys.hasher, 3);
     let put = |k: &[u8], v: &[u8]| granary_rt::block_on(s.put_async(k, v)).unwrap();
     // New keys: the first has no candidate (nothing to read); the others
     // have one that is not them.
@@ -1276,11 +1277,11 @@ fn a_batch_whose_read_fails_writes_nothing() {
 /// whichever order the keys come and whichever read fails.
 #[test]
 fn a_batch_of_two_keys_of_one_neighbourhood_is_all_or_nothing_when_a_read_fails() {
-    let ck = colliding_keys(2);
-    let (a, b) = (&ck[0][..], &ck[1][..]);
     for order in 0..2 {
         for failing in 0..4 {
             let (dev, s) = fault_store(&blind_opts());
+            let ck = colliding_keys(s.core.keys.hasher, 2);
+            let (a, b) = (&ck[0][..], &ck[1][..]);
             s.put(a, b"old").unwrap();
             let ns = s.namespace(DEFAULT_NAMESPACE).unwrap();
             let mut first = s.batch();
@@ -1339,9 +1340,9 @@ fn blind_store(segment: u64) -> (Arc<TestDevice>, Store) {
 /// `verify` is clean, before and after a crash.
 #[test]
 fn two_keys_of_one_neighbourhood_written_together_do_not_share_a_displaced_record() {
-    let ck = colliding_keys(2);
     for (order, via_batch) in [(0, false), (1, false), (0, true), (1, true)] {
         let (dev, s) = blind_store(1 << 20);
+        let ck = colliding_keys(s.core.keys.hasher, 2);
         let (a, b) = (&ck[0][..], &ck[1][..]);
         let how = format!("order {order}, batch {via_batch}");
         s.put(a, b"a1").unwrap();
@@ -1467,7 +1468,7 @@ fn a_blind_overwrite_of_a_colliding_key_loses_nothing() {
     for how in [Get, Gc, Checkpoint, CheckpointThenCrash, Crash, Delete, ReplaceOnly, BlindAgain] {
         let (dev, s) = blind_store(64 << 10);
         let crashy = blind_opts();
-        let keys = colliding_keys(2);
+        let keys = colliding_keys(s.core.keys.hasher, 2);
         let (a, b) = (&keys[0][..], &keys[1][..]);
         if matches!(how, CheckpointThenCrash) {
             s.put(b"before", b"x").unwrap();
@@ -1484,7 +1485,7 @@ fn a_blind_overwrite_of_a_colliding_key_loses_nothing() {
         let s = match how {
             Get => s,
             Gc => {
-                let f = granary_rt::block_on(s.core.find(a, key_hash(a), false, true)).unwrap().unwrap();
+                let f = granary_rt::block_on(s.core.find(a, s.core.keys.hash(a), false, true)).unwrap().unwrap();
                 assert!(f.via.is_some(), "a was not found through the link");
                 roll_segment(&s);
                 let keys_before = s.stats().keys;
@@ -1546,10 +1547,10 @@ fn a_blind_overwrite_of_a_colliding_key_loses_nothing() {
 fn an_unreadable_displaced_record_reports_and_never_blocks_checkpoints() {
     let (dev, s) = blind_store(1 << 20);
     let open = blind_opts();
-    let keys = colliding_keys(2);
+    let keys = colliding_keys(s.core.keys.hasher, 2);
     let (a, b) = (&keys[0][..], &keys[1][..]);
     s.put(a, b"a1").unwrap();
-    let a_pba = s.core.keys.index.lookup(key_hash(a)).as_slice()[0].pba();
+    let a_pba = s.core.keys.index.lookup(s.core.keys.hash(a)).as_slice()[0].pba();
     s.put(b, b"b1").unwrap();
     assert_eq!(s.stats().unsettled_links, 1);
     // Damage a's record header (its checksum no longer matches).
@@ -1576,8 +1577,6 @@ fn an_unreadable_displaced_record_reports_and_never_blocks_checkpoints() {
 #[test]
 fn a_sparse_reclaim_a_summary_reclaim_and_a_scan_leave_the_same_store() {
     use crate::gc::ReadMode;
-    let keys = colliding_keys(2);
-    let (a, b) = (&keys[0][..], &keys[1][..]);
     let mut outcomes = Vec::new();
     let mut modes = vec![ReadMode::Sparse, ReadMode::Scan];
     if !skip_zoned("zoned mode writes no summaries: no summary reclaim") {
@@ -1586,6 +1585,8 @@ fn a_sparse_reclaim_a_summary_reclaim_and_a_scan_leave_the_same_store() {
     for mode in modes.iter().copied() {
         let (dev, s) = blind_store(64 << 10);
         let open = blind_opts();
+        let keys = colliding_keys(s.core.keys.hasher, 2);
+        let (a, b) = (&keys[0][..], &keys[1][..]);
         // The victim: 30 values (3 stay, the rest are overwritten or
         // deleted later), a key another key's blind overwrite displaces,
         // and a tombstone.
@@ -1595,7 +1596,7 @@ fn a_sparse_reclaim_a_summary_reclaim_and_a_scan_leave_the_same_store() {
         s.put(a, b"a1").unwrap();
         s.put(b"gone", b"x").unwrap();
         s.delete(b"gone").unwrap();
-        let v = s.core.log.sb.segment_of(s.core.keys.index.lookup(key_hash(b"k0")).as_slice()[0].pba());
+        let v = s.core.log.sb.segment_of(s.core.keys.index.lookup(s.core.keys.hash(b"k0")).as_slice()[0].pba());
         roll_segment(&s);
         for i in 3..30 {
             if i % 5 == 0 {
@@ -1650,7 +1651,7 @@ fn victim_of_own_key_overwrites(prefix: &str, n: usize) -> (Arc<TestDevice>, Sto
     for k in &keys {
         s.put(k, &[1u8; 900]).unwrap();
     }
-    let v = s.core.log.sb.segment_of(s.core.keys.index.lookup(key_hash(&keys[0])).as_slice()[0].pba());
+    let v = s.core.log.sb.segment_of(s.core.keys.index.lookup(s.core.keys.hash(&keys[0])).as_slice()[0].pba());
     roll_segment(&s);
     for k in &keys {
         s.put(k, &[2u8; 900]).unwrap();
@@ -1677,7 +1678,7 @@ fn a_victim_overwritten_by_its_own_keys_is_scanned_without_their_stripes() {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (s, held, rel) = (&s, &held, released.clone());
         sc.spawn(move || {
-            let _stripe = s.core.keys.lock_key(key_hash(held));
+            let _stripe = s.core.keys.lock_key(s.core.keys.hash(held));
             ready_tx.send(()).unwrap();
             // Bounded: a scan that waits for this stripe (the failure)
             // gets it after 10 s.
@@ -1865,7 +1866,7 @@ fn a_victim_of_own_key_overwrites_is_reclaimed_by_its_summary_without_reading_it
         for k in &keys {
             s.put(k, &[1u8; 900]).unwrap();
         }
-        let v = s.core.log.sb.segment_of(s.core.keys.index.lookup(key_hash(&keys[0])).as_slice()[0].pba());
+        let v = s.core.log.sb.segment_of(s.core.keys.index.lookup(s.core.keys.hash(&keys[0])).as_slice()[0].pba());
         roll_segment(&s);
         // The fillers that closed the victim are overwritten too: nothing
         // in it stays live.
@@ -1961,7 +1962,8 @@ fn the_sweep_after_a_scan_does_not_wait_in_stripe_order() {
     let into_v = || s.core.keys.links.displacing_in(lo, lo + s.core.log.sb.segment_grains());
     // Two displaced records of the victim: the held key's stripe before the
     // other's.
-    let mut links: Vec<_> = into_v().iter().map(|l| (s.core.keys.stripe_of(key_hash(&l.key)), l.old.pba())).collect();
+    let mut links: Vec<_> =
+        into_v().iter().map(|l| (s.core.keys.stripe_of(s.core.keys.hash(&l.key)), l.old.pba())).collect();
     links.sort_unstable();
     links.dedup_by_key(|l| l.0);
     assert!(links.len() >= 2, "blind overwrites displaced records under two stripes: {links:?}");
@@ -1996,15 +1998,15 @@ fn keys_overwritten_while_a_summary_reclaim_looks_need_no_scan() {
     if skip_zoned("zoned mode writes no summaries: no summary reclaim") {
         return;
     }
-    let ck = colliding_keys(2);
-    let (a, b) = (ck[0].clone(), ck[1].clone());
     let (dev, s) = blind_store(64 << 10);
+    let ck = colliding_keys(s.core.keys.hasher, 2);
+    let (a, b) = (ck[0].clone(), ck[1].clone());
     let s = Arc::new(s);
     for i in 0..30 {
         s.put(format!("k{i}").as_bytes(), &[i as u8; 900]).unwrap();
     }
     s.put(&a, b"a1").unwrap();
-    let v = s.core.log.sb.segment_of(s.core.keys.index.lookup(key_hash(b"k0")).as_slice()[0].pba());
+    let v = s.core.log.sb.segment_of(s.core.keys.index.lookup(s.core.keys.hash(b"k0")).as_slice()[0].pba());
     roll_segment(&s);
     for i in 5..30 {
         s.put(format!("k{i}").as_bytes(), b"new").unwrap();
@@ -2051,13 +2053,13 @@ fn keys_overwritten_while_a_summary_reclaim_looks_need_no_scan() {
 /// is kept.
 #[test]
 fn a_victim_touched_during_a_sparse_reclaim_is_scanned() {
-    let keys = colliding_keys(2);
-    let (a, b) = (keys[0].clone(), keys[1].clone());
     let (dev, s) = blind_store(64 << 10);
+    let keys = colliding_keys(s.core.keys.hasher, 2);
+    let (a, b) = (keys[0].clone(), keys[1].clone());
     let open = blind_opts();
     let s = Arc::new(s);
     s.put(&a, b"a1").unwrap();
-    let v = s.core.log.sb.segment_of(s.core.keys.index.lookup(key_hash(&a)).as_slice()[0].pba());
+    let v = s.core.log.sb.segment_of(s.core.keys.index.lookup(s.core.keys.hash(&a)).as_slice()[0].pba());
     roll_segment(&s);
     for i in 0..200 {
         s.put(format!("filler-{i}").as_bytes(), b"dead").unwrap(); // the fillers of v die
@@ -2089,10 +2091,10 @@ fn a_victim_touched_during_a_sparse_reclaim_is_scanned() {
 
 /// Keys found to share one fingerprint (home slot and key tag) of a
 /// 64-home table, from "crowd-{i}": the first `n` whose hash matches the
-/// first's. About 2^18 hashes each.
-fn crowd(n: usize) -> Vec<Vec<u8>> {
+/// first's, hashed with `hasher`. About 2^18 hashes each.
+fn crowd(hasher: KeyHasher, n: usize) -> Vec<Vec<u8>> {
     let fp = |k: &[u8]| {
-        let h = granary_format::hash::key_hash(k);
+        let h = hasher.hash(k);
         (granary_index::home_of(h, 64), granary_format::hash::key_tag(h))
     };
     let first = fp(b"crowd-0");
@@ -2121,7 +2123,7 @@ fn a_new_key_of_a_crowded_fingerprint_is_refused_before_it_is_written() {
     dev.shape_zones(1 << 20);
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
     let s = Store::create(dev.clone(), &create, &no_blind_opts()).unwrap();
-    let keys = crowd(granary_index::NEIGHBOURHOOD + 1);
+    let keys = crowd(s.core.keys.hasher, granary_index::NEIGHBOURHOOD + 1);
     let (members, extra) = keys.split_at(granary_index::NEIGHBOURHOOD);
     for k in members {
         s.put(k, k).unwrap();
@@ -2169,7 +2171,7 @@ fn keys_displaced_by_blind_overwrites_count_toward_a_crowded_fingerprint() {
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
     let opts = blind_opts();
     let s = Store::create(dev.clone(), &create, &opts).unwrap();
-    let keys = crowd(granary_index::NEIGHBOURHOOD + 2);
+    let keys = crowd(s.core.keys.hasher, granary_index::NEIGHBOURHOOD + 2);
     let (members, extra) = keys.split_at(granary_index::NEIGHBOURHOOD);
     s.put(&members[0], &members[0]).unwrap();
     // The only candidate, replaced blindly: members[0] goes to a link.
@@ -2195,4 +2197,52 @@ fn keys_displaced_by_blind_overwrites_count_toward_a_crowded_fingerprint() {
     }
     assert_eq!(s.get(&extra[0]).unwrap(), None);
     assert_eq!(s.get(b"plain-run").unwrap(), None, "the refused run wrote nothing");
+}
+
+/// A new store hashes keys with a secret seed of its own (hash algorithm
+/// 2, the seed in its superblock): keys computed offline to share one
+/// fingerprint under the public seed (what a client could find before,
+/// and which the index refused past 32) are ordinary keys to it, and the
+/// seed stays with the store across a clean reopen (index from its
+/// checkpoint) and a crash (index from a log scan). Two stores get two
+/// seeds.
+#[test]
+fn a_new_store_hashes_with_a_secret_seed_of_its_own() {
+    let dev = test_device(16 << 20);
+    dev.shape_zones(1 << 20);
+    let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(1 << 20), index_table_homes: Some(64) };
+    // Opened so that a drop is a crash; the OS's random numbers, as a
+    // store outside the unit tests draws them.
+    let crashy = OpenOptions {
+        checkpoint_on_close: false,
+        checkpoint_interval: None,
+        entropy: crate::Entropy::system(),
+        ..no_blind_opts()
+    };
+    let s = Store::create(dev.clone(), &create, &crashy).unwrap();
+    let sb = s.superblock().clone();
+    assert_eq!(sb.hash_algo, granary_format::hash::KEY_HASH_ALGO_XXH3_64_SECRET);
+    assert_ne!(s.core.keys.hasher, KeyHasher::PUBLIC);
+    let other = Store::create(test_device(16 << 20), &create, &crashy).unwrap();
+    assert_ne!(other.superblock().hash_seed, sb.hash_seed, "two stores drew one seed");
+    let keys = crowd(KeyHasher::PUBLIC, granary_index::NEIGHBOURHOOD + 4);
+    for k in &keys {
+        s.put(k, k).unwrap();
+    }
+    let all_there = |s: &Store| {
+        for k in &keys {
+            assert_eq!(s.get(k).unwrap().as_deref(), Some(&k[..]));
+        }
+    };
+    all_there(&s);
+    drop(s);
+    let s = Store::open(dev.clone(), &no_blind_opts()).unwrap();
+    assert_eq!(s.stats().recovery.checkpoint_id, 0, "a log scan");
+    assert_eq!(s.superblock().key_hasher(), sb.key_hasher());
+    all_there(&s);
+    s.close().unwrap();
+    let s = Store::open(dev.clone(), &no_blind_opts()).unwrap();
+    assert_ne!(s.stats().recovery.checkpoint_id, 0, "the index came from the checkpoint");
+    all_there(&s);
+    s.verify().unwrap();
 }

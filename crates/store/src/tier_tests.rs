@@ -25,7 +25,7 @@ fn warm(s: &Store, key: &[u8]) -> Vec<u8> {
 }
 
 fn segment_of(s: &Store, key: &[u8]) -> u32 {
-    let f = granary_rt::block_on(s.core.find(key, granary_format::hash::key_hash(key), false, true)).unwrap().unwrap();
+    let f = granary_rt::block_on(s.core.find(key, s.core.keys.hash(key), false, true)).unwrap().unwrap();
     s.core.log.sb.segment_of(f.entry.pba())
 }
 

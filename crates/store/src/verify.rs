@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::log::{read_segment_headers, SegmentScanner};
 use crate::options::ProgressHook;
 use crate::parts::Parts;
-use granary_format::hash::{key_hash, key_tag};
+use granary_format::hash::key_tag;
 use granary_format::record;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -116,7 +116,7 @@ pub(crate) fn verify(p: Parts<'_>, progress: Option<&ProgressHook>) -> Result<Ve
         r.entries_checked += 1;
         match p.read_record(*e, true) {
             Ok((hdr, buf)) => {
-                let h = key_hash(record::key_of(&hdr, &buf));
+                let h = p.keys.hash(record::key_of(&hdr, &buf));
                 if p.keys.index.home(h) != *home || key_tag(h) != e.key_tag() {
                     r.error(format!("index entry {e:?} sits at home {home} but its key hashes elsewhere"));
                 }

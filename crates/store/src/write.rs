@@ -29,7 +29,6 @@ use crate::space::{Loc, Purpose};
 use crate::store::{Core, Found, FLUSH_FLOOR_KEY};
 use crate::types::{Change, Cond, Item, ItemMeta, PutMode, PutOutcome};
 use crate::zerocopy::PutBuf;
-use granary_format::hash::key_hash;
 use granary_format::limits::*;
 use granary_format::record::{self, RecordHeader};
 use granary_index::{Entry, IndexError, NEIGHBOURHOOD};
@@ -298,7 +297,7 @@ impl Core {
         cond: Cond,
     ) -> Result<(PutOutcome, u64)> {
         let grains = self.value_grains(key, value.value_len(), v.cas)?;
-        let h = key_hash(key);
+        let h = self.keys.hash(key);
         // The stream the write goes to is known only under the stripe: a
         // write refused for room waits for room in that stream's segment.
         let mut room_for = Purpose::Put;
@@ -562,7 +561,7 @@ impl Core {
     ) -> Result<(R, Option<u64>)> {
         let (key, c) = self.scoped(ns, key)?;
         let key = &key[..];
-        let h = key_hash(key);
+        let h = self.keys.hash(key);
         let mut need = 1;
         // As in `write_item`: a write refused for room waits for its stream.
         // Until `f` has said what it writes, the room a DELETE may take (the
@@ -673,7 +672,7 @@ impl Core {
     pub async fn delete(&self, ns: &NsState, key: &[u8]) -> Result<bool> {
         let (key, c) = self.scoped(ns, key)?;
         let key = &key[..];
-        let h = key_hash(key);
+        let h = self.keys.hash(key);
         let grains = grains_for(record_bytes(key.len(), 0), self.log.sb.grain_bytes);
         loop {
             self.log.check_writable()?;

@@ -48,7 +48,7 @@ fn run(seed: u64) -> u64 {
     };
     let store = Arc::new(Store::create(dev.clone(), &create, &crashy).unwrap());
     // Each writer owns every other key: the last write of a key is known.
-    let mut keys = common::colliding_groups("blind-", 6, 4);
+    let mut keys = common::colliding_groups(store.superblock().key_hasher(), "blind-", 6, 4);
     keys.extend((0..16).map(|i| format!("plain-{i}").into_bytes()));
     let keys = Arc::new(keys);
     let done = Arc::new(AtomicBool::new(false));

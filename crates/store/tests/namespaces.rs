@@ -632,6 +632,11 @@ fn a_store_from_before_namespaces_opens_unchanged() {
     let now = clock();
     let s = Store::open(dev.clone(), &opts(&now, false)).unwrap();
     assert_eq!((s.superblock().version, s.superblock().flags), (1, 0));
+    // Written before secret seeds: its keys hash with the public seed, as
+    // the index its checkpoint holds placed them (a lookup under any other
+    // seed would miss).
+    assert_eq!(s.superblock().key_hasher(), granary_format::hash::KeyHasher::PUBLIC);
+    assert_ne!(s.stats().recovery.checkpoint_id, 0, "the fixture's index came from its checkpoint");
     let check = |s: &Store| {
         for i in 0..40 {
             let want = match i {

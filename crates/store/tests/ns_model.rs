@@ -7,7 +7,8 @@
 mod common;
 
 use granary_store::{
-    Background, BatchOutcome, CreateOptions, Error, NamespaceOptions, OpenOptions, PutOutcome, Store, DEFAULT_NAMESPACE,
+    Background, BatchOutcome, CreateOptions, Entropy, Error, NamespaceOptions, OpenOptions, PutOutcome, Store,
+    DEFAULT_NAMESPACE,
 };
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap};
@@ -68,8 +69,15 @@ fn value(v: u8, k: u8) -> Vec<u8> {
 /// Each namespace (None: does not exist) and its keys.
 type Model = BTreeMap<&'static str, Option<HashMap<u8, u8>>>;
 
-fn open_opts() -> OpenOptions {
-    OpenOptions { background: Background::Manual, blind_overwrite_bytes: Some(1 << 20), ..OpenOptions::default() }
+/// `seed` picks the store's random numbers, its key hash's seed among
+/// them: which keys share an index neighbourhood is part of a case.
+fn open_opts(seed: u64) -> OpenOptions {
+    OpenOptions {
+        background: Background::Manual,
+        blind_overwrite_bytes: Some(1 << 20),
+        entropy: Entropy::seeded(seed),
+        ..OpenOptions::default()
+    }
 }
 
 /// `flushed`: the default namespace was emptied by a flush, whose values
@@ -86,7 +94,20 @@ fn check(s: &Store, m: &Model, flushed: bool) -> Result<(), TestCaseError> {
                     prop_assert_eq!(ns.get(&key(k)).unwrap(), want, "{}/{}", name, k);
                 }
                 if !(flushed && *name == DEFAULT_NAMESPACE) {
-                    prop_assert_eq!(ns.stats().unwrap().keys, keys.len() as u64, "{} keys", name);
+                    // A blind overwrite of another key of one fingerprint
+                    // counts as an overwrite until its link is settled
+                    // (docs/ARCHITECTURE.md, "Counting"): one key short per
+                    // unsettled link at most.
+                    let (counted, want) = (ns.stats().unwrap().keys, keys.len() as u64);
+                    let unsettled = s.stats().unsettled_links;
+                    prop_assert!(
+                        counted <= want && counted + unsettled >= want,
+                        "{} keys: {} counted, {} in the model, {} unsettled links",
+                        name,
+                        counted,
+                        want,
+                        unsettled
+                    );
                 }
             }
         }
@@ -94,12 +115,12 @@ fn check(s: &Store, m: &Model, flushed: bool) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
+fn run(seed: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
     // In memory, or the emulated zoned device (zones of the segment size)
     // with `GRANARY_TEST_BACKEND=zoned`.
     let dev = common::test_device(8 << 20, create.segment_bytes.unwrap());
-    let mut s = Some(Store::create(dev.clone(), &create, &open_opts()).unwrap());
+    let mut s = Some(Store::create(dev.clone(), &create, &open_opts(seed)).unwrap());
     let mut m: Model = NAMES.iter().map(|&n| (n, (n == DEFAULT_NAMESPACE).then(HashMap::new))).collect();
     let mut flushed = false;
     for op in ops {
@@ -201,11 +222,11 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Crash => {
                 drop(s.take());
-                s = Some(Store::open(dev.clone(), &open_opts()).unwrap());
+                s = Some(Store::open(dev.clone(), &open_opts(seed)).unwrap());
             }
             Op::Restart => {
                 s.take().unwrap().close().unwrap();
-                s = Some(Store::open(dev.clone(), &open_opts()).unwrap());
+                s = Some(Store::open(dev.clone(), &open_opts(seed)).unwrap());
             }
         }
         check(s.as_ref().unwrap(), &m, flushed)?;
@@ -218,7 +239,18 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn namespaces_and_batches_match_the_model(ops in proptest::collection::vec(op_strategy(), 1..50)) {
-        run(ops)?;
+    fn namespaces_and_batches_match_the_model(seed in any::<u64>(), ops in proptest::collection::vec(op_strategy(), 1..50)) {
+        run(seed, ops)?;
     }
+}
+
+/// A case the model found once keys hashed with a seed of their own store:
+/// under this seed `k2` and `k4` share a fingerprint, and the batch's
+/// blind overwrite of `k4` over `k2`'s entry counted as an overwrite (the
+/// namespace one key short until the link settles, as documented; the
+/// model compared counts exactly before).
+#[test]
+fn a_batch_that_blindly_displaces_a_tag_mate_matches_the_model() {
+    let ops = vec![Op::Create(2), Op::Put(2, 2, 0), Op::Batch(vec![BOp::Put(2, 4, 0)])];
+    run(978_135_340_292_899_393, ops).unwrap();
 }

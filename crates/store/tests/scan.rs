@@ -374,7 +374,7 @@ fn keys_displaced_by_blind_overwrites_are_returned() {
         ..OpenOptions::default()
     };
     let s = Store::create(common::test_device(16 << 20, create.segment_bytes.unwrap()), &create, &open).unwrap();
-    let groups = common::colliding_groups("blind-", 6, 2);
+    let groups = common::colliding_groups(s.superblock().key_hasher(), "blind-", 6, 2);
     // Each group's first key, then its second: the second's one candidate
     // is the first's entry, which it displaces blindly.
     for k in groups.iter().step_by(2).chain(groups.iter().skip(1).step_by(2)) {

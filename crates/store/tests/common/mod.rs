@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+use granary_format::hash::KeyHasher;
 use granary_io::{Device, FileDevice, IoBackend, MemDevice, OpenMode, StripedDevice};
 use granary_rt::{Runtime, RuntimeConfig};
 use granary_store::{PutMode, PutOutcome, Result, Store};
@@ -161,14 +162,15 @@ impl Harness {
 
 /// `groups` groups of `per` keys named `{prefix}{i}` that share home slot
 /// and key tag in a store with 64-slot tables (each other's index
-/// candidates), group after group.
-pub fn colliding_groups(prefix: &str, groups: usize, per: usize) -> Vec<Vec<u8>> {
-    use granary_format::hash::{key_hash, key_tag};
+/// candidates) whose keys hash with `hasher` (its superblock's
+/// `key_hasher()`), group after group.
+pub fn colliding_groups(hasher: KeyHasher, prefix: &str, groups: usize, per: usize) -> Vec<Vec<u8>> {
+    use granary_format::hash::key_tag;
     let mut by_fp: std::collections::HashMap<(usize, u16), Vec<Vec<u8>>> = Default::default();
     let mut out = Vec::new();
     for i in 0.. {
         let k = format!("{prefix}{i}").into_bytes();
-        let h = key_hash(&k);
+        let h = hasher.hash(&k);
         let g = by_fp.entry((granary_index::home_of(h, 64), key_tag(h))).or_default();
         g.push(k);
         if g.len() == per {
