@@ -5,12 +5,20 @@
 //! On an executor thread `block_on` blocks the executor: ring operations
 //! cannot complete meanwhile, so [`crate::on_runtime`] answers false inside
 //! it and IO backends use synchronous system calls instead.
+//!
+//! Timers: a [`crate::Sleep`] polled inside `block_on` asks for the thread
+//! to be unparked by its deadline ([`wake_by`]) and stays pending, so the
+//! future it is part of (a [`crate::timeout`]) is polled again when either
+//! the deadline passes or something else wakes it. A deadline is kept
+//! until it passes (a sleep dropped before then costs one spurious poll).
 
+use std::cell::Cell;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
+use std::time::Instant;
 
 use crate::executor::BLOCK_DEPTH;
 
@@ -37,6 +45,22 @@ thread_local! {
     };
 }
 
+thread_local! {
+    /// The earliest deadline a sleep inside the innermost `block_on` of
+    /// this thread asked to be woken by.
+    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Inside [`block_on`]: unpark this thread by `at` (if it is parked then)
+/// and return true; false outside it (nothing would poll again).
+pub(crate) fn wake_by(at: Instant) -> bool {
+    if BLOCK_DEPTH.with(|d| d.get()) == 0 {
+        return false;
+    }
+    DEADLINE.with(|d| d.set(Some(d.get().map_or(at, |x| x.min(at)))));
+    true
+}
+
 struct DepthGuard;
 
 impl DepthGuard {
@@ -55,16 +79,32 @@ impl Drop for DepthGuard {
 /// Poll `fut` on this thread until it completes.
 pub fn block_on<F: Future>(fut: F) -> F::Output {
     let _depth = DepthGuard::enter();
+    // A block_on nested in a future an outer one polls: the outer's
+    // deadline is its own, given back when this one returns.
+    let outer = DEADLINE.take();
     let mut fut = std::pin::pin!(fut);
-    WAKER.with(|(tw, waker)| {
+    let v = WAKER.with(|(tw, waker)| {
         let mut cx = Context::from_waker(waker);
         loop {
             if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
                 return v;
             }
             while !tw.woken.swap(false, Acquire) {
-                std::thread::park();
+                match DEADLINE.get() {
+                    None => std::thread::park(),
+                    Some(at) => {
+                        let now = Instant::now();
+                        if now >= at {
+                            // Due: poll again (the sleep then completes).
+                            DEADLINE.set(None);
+                            break;
+                        }
+                        std::thread::park_timeout(at - now);
+                    }
+                }
             }
         }
-    })
+    });
+    DEADLINE.set(outer);
+    v
 }

@@ -49,7 +49,9 @@ impl Timers {
 }
 
 /// Completes at `at`. On an executor thread it uses the executor's timers;
-/// elsewhere (inside [`crate::block_on`]) it parks the thread.
+/// inside [`crate::block_on`] it has `block_on` unpark the thread by `at`
+/// (so a [`timeout`] there ends when its future does); polled anywhere
+/// else it sleeps the thread until `at`.
 pub struct Sleep {
     at: Instant,
     reg: Option<(Instant, u64)>,
@@ -92,8 +94,10 @@ impl Future for Sleep {
                 self.reg = Some(k);
                 Poll::Pending
             }
+            None if crate::blocking::wake_by(at) => Poll::Pending,
             None => {
-                // Not on an executor: nothing will fire a timer, so wait here.
+                // Neither on an executor nor in block_on: nothing will
+                // poll again by `at`, so wait here.
                 std::thread::sleep(at - now);
                 Poll::Ready(())
             }

@@ -673,3 +673,64 @@ fn mid_round_probe(submit_early: bool, idle_first: bool) -> (u64, u64, Vec<u64>,
     drop(rd);
     (before, low, seen, waited)
 }
+
+/// A future another thread completes, and the waker it leaves.
+#[derive(Default)]
+struct Flag(Mutex<(bool, Option<Waker>)>);
+
+impl Flag {
+    fn set(&self) {
+        let mut g = self.0.lock().unwrap();
+        g.0 = true;
+        if let Some(w) = g.1.take() {
+            w.wake();
+        }
+    }
+    fn wait(self: &Arc<Self>) -> impl Future<Output = ()> {
+        let me = self.clone();
+        std::future::poll_fn(move |cx| {
+            let mut g = me.0.lock().unwrap();
+            if g.0 {
+                return Poll::Ready(());
+            }
+            g.1 = Some(cx.waker().clone());
+            Poll::Pending
+        })
+    }
+}
+
+/// Off any executor (`block_on`), a timeout ends when its future does,
+/// not at its deadline, and ends at its deadline when the future never
+/// does; a sleep there ends on time, also inside a nested block_on. Before,
+/// the timer slept the thread for the whole duration at its first poll, so
+/// the timeout below took its hour and then answered Elapsed.
+#[test]
+fn a_timeout_in_block_on_ends_with_its_future() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let flag = Arc::new(Flag::default());
+        let setter = flag.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            setter.set();
+        });
+        let done = granary_rt::block_on(timeout(Duration::from_secs(3600), flag.wait()));
+        let never = granary_rt::block_on(timeout(Duration::from_millis(20), std::future::pending::<()>()));
+        // The outer timeout's sleep is polled, then a block_on runs inside
+        // the same poll: the outer deadline outlives the inner one.
+        let mut outer = Box::pin(timeout(Duration::from_millis(30), std::future::pending::<()>()));
+        let mut inner = None;
+        let nested = granary_rt::block_on(std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = outer.as_mut().poll(cx) {
+                return Poll::Ready((inner.take().expect("the inner ran"), r));
+            }
+            inner = Some(granary_rt::block_on(timeout(Duration::from_millis(10), std::future::pending::<()>())));
+            Poll::Pending
+        }));
+        tx.send((done, never, nested)).unwrap();
+    });
+    let (done, never, nested) = rx.recv_timeout(Duration::from_secs(60)).expect("block_on(timeout) hung");
+    assert_eq!(done, Ok(()));
+    assert!(never.is_err());
+    assert!(nested.0.is_err() && nested.1.is_err());
+}
