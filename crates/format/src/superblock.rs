@@ -37,7 +37,8 @@
 //! build refuses the store by its version.
 //!
 //! A store created with a secret hash seed (hash algorithm 2) is refused
-//! by builds before it by its `hash_algo`; they could not place its keys.
+//! by builds before it (its seed is in bytes they read as reserved, and
+//! they know only algorithm 1); they could not place its keys.
 
 use crate::bytes::*;
 use crate::checksum::crc32c;

@@ -93,10 +93,12 @@ impl fmt::Debug for Clock {
     }
 }
 
-/// Where the store's random ids come from: the device's UUID at creation
-/// and each open's session id. The OS by default; a seeded generator,
-/// shared by every open that is given a clone of it, makes them the same
-/// on every run (deterministic simulation).
+/// Where the store's random numbers come from: the device's UUID and the
+/// key hash's secret seed at creation, and each open's session id. The OS
+/// by default; a seeded generator, shared by every open that is given a
+/// clone of it, makes them the same on every run (deterministic
+/// simulation). A seeded store's hash seed is as predictable as its seed:
+/// never seed a store that untrusted clients write to.
 #[derive(Clone, Default)]
 pub struct Entropy(Option<Arc<std::sync::Mutex<granary_io::SimRng>>>);
 
@@ -293,7 +295,8 @@ pub struct OpenOptions {
     pub durability: Durability,
     /// Background threads, or work driven by the caller (deterministic).
     pub background: Background,
-    /// The source of the store's random ids (the OS, or a seed).
+    /// The source of the store's random numbers (the OS, or a seed;
+    /// [`Entropy`]).
     pub entropy: Entropy,
     /// Run garbage collection in a background thread (default). Without it,
     /// overwritten space is never reclaimed and a full device is `NoSpace`.

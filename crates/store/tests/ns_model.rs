@@ -254,3 +254,11 @@ fn a_batch_that_blindly_displaces_a_tag_mate_matches_the_model() {
     let ops = vec![Op::Create(2), Op::Put(2, 2, 0), Op::Batch(vec![BOp::Put(2, 4, 0)])];
     run(978_135_340_292_899_393, ops).unwrap();
 }
+
+/// A case saved before cases carried a seed (proptest keeps only the seed
+/// that drew a case, which now draws another): a truncate of the default
+/// namespace right after a write to it.
+#[test]
+fn a_truncate_of_the_default_namespace_after_a_put_matches_the_model() {
+    run(0, vec![Op::Put(0, 0, 0), Op::Truncate(0)]).unwrap();
+}
