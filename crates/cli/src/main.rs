@@ -58,6 +58,10 @@ enum Cmd {
     Stat(cmd::stat::StatArgs),
     /// Check every record and the index; exit 1 if anything is wrong.
     Verify(cmd::verify::VerifyArgs),
+    /// Give a store created before secret key hash seeds a secret one of
+    /// its own, offline (its checkpoints are dropped and its index rebuilt
+    /// by a log scan); a store that has one is left as it is.
+    Rekey(cmd::rekey::RekeyArgs),
     /// Write generated keys key-<i> (12 digits, e.g. key-000000000042) with
     /// values naming i and the round, for drills and benchmarks; prints what
     /// it wrote. With --ack, each acknowledged write is printed to stdout as
@@ -113,6 +117,7 @@ fn run_local(cmd: Cmd) -> Result<ExitCode, String> {
         Cmd::Batch(a) => cmd::batch::run(a),
         Cmd::Stat(a) => cmd::stat::run(a),
         Cmd::Verify(a) => cmd::verify::run(a),
+        Cmd::Rekey(a) => cmd::rekey::run(a),
         Cmd::Load(a) => cmd::load::run(a),
         Cmd::Ns(a) => cmd::ns::run(a),
         Cmd::Export(a) => cmd::export::run(a),

@@ -212,7 +212,9 @@ impl Superblock {
         match self.hash_algo {
             // Algorithm 1's superblocks had these bytes reserved.
             KEY_HASH_ALGO_XXH3_64 if self.hash_seed != 0 => return Err(("hash_seed", 1)),
-            KEY_HASH_ALGO_XXH3_64 | KEY_HASH_ALGO_XXH3_64_SECRET => {}
+            KEY_HASH_ALGO_XXH3_64 => {}
+            // Secret seeds came after version 2: no version 1 store has one.
+            KEY_HASH_ALGO_XXH3_64_SECRET if self.version >= 2 => {}
             other => return Err(("hash_algo", other as u64)),
         }
         if !self.segment_bytes.is_power_of_two()
@@ -318,8 +320,10 @@ mod tests {
 
     #[test]
     fn version_1_reads_with_no_flags_and_flags_need_version_2() {
+        // Version 1 knows only the public seed (algorithm 1).
+        let public = Superblock { hash_algo: KEY_HASH_ALGO_XXH3_64, hash_seed: 0, ..sample() };
         let mut buf = [0u8; 512];
-        sample().encode(&mut buf);
+        public.encode(&mut buf);
         let v1 = Superblock::decode(&with(&buf, 1, 0)).unwrap();
         assert_eq!((v1.version, v1.flags), (1, 0));
         // Written back as it was read.
@@ -337,6 +341,11 @@ mod tests {
         assert_eq!(v2.flags, FLAG_STREAMS);
         let err = Superblock::decode(&with(&buf, 2, 16)).unwrap_err();
         assert!(matches!(err, FormatError::BadField { field: "flags", value: 16, .. }), "{err}");
+        // A secret seed came after version 2: version 1 with it is refused.
+        let mut secret = [0u8; 512];
+        sample().encode(&mut secret);
+        let err = Superblock::decode(&with(&secret, 1, 0)).unwrap_err();
+        assert!(matches!(err, FormatError::BadField { field: "hash_algo", value: 2, .. }), "{err}");
     }
 
     /// Algorithm 2 hashes with the seed it stores; algorithm 1 with the

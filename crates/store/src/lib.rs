@@ -87,6 +87,7 @@ pub mod provision;
 mod quota;
 mod read;
 mod recover;
+mod rekey;
 pub mod run;
 mod scan;
 mod settle;
@@ -112,6 +113,7 @@ pub use options::{
     Background, Clock, CreateOptions, Discard, Durability, Entropy, GcPolicy, OpenOptions, ProgressHook, Watermark,
 };
 pub use provision::{provision, IfPresent, NewStore, Provisioned, Site, Undo};
+pub use rekey::Rekeyed;
 pub use store::{Namespace, Store};
 pub use tier::ITEM_OVERHEAD_BYTES as TIER_ITEM_OVERHEAD_BYTES;
 pub use types::{

@@ -301,7 +301,7 @@ impl Store {
         Ok(Some(core))
     }
 
-    fn read_superblock(dev: &dyn Device) -> Result<Superblock> {
+    pub(crate) fn read_superblock(dev: &dyn Device) -> Result<Superblock> {
         let mut first_err = None;
         for (i, &offset) in SUPERBLOCK_OFFSETS.iter().enumerate() {
             let (buf, r) = dev.read_at(AlignedBuf::zeroed(4096), offset);

@@ -1258,19 +1258,7 @@ impl Space {
             // a segment for free.
             self.enable_feature(granary_format::superblock::FLAG_STREAMS)?;
         }
-        let g = self.sb.grain_bytes as usize;
-        let mut buf = AlignedBuf::zeroed(g);
-        SegmentHeader {
-            kind,
-            stream,
-            alloc_seq,
-            uuid: self.sb.uuid,
-            grain_bytes: self.sb.grain_bytes,
-            segment_index: seg,
-            segment_bytes: self.sb.segment_bytes,
-            first_seq,
-        }
-        .encode(&mut buf);
+        let buf = header_buf(&self.sb, seg, kind, stream, alloc_seq, first_seq);
         let offset = self.sb.segment_offset(seg);
         let (_, r) = self.dev.write_at(buf, offset);
         r.map_err(|source| Error::Io { op: "write of a segment header", offset, source })?;
@@ -1856,6 +1844,30 @@ impl Space {
     pub(crate) fn rates(&self) -> Option<(f64, f64)> {
         self.lock().provision.rates()
     }
+}
+
+/// The header grain of segment `seg` of the store `sb` describes.
+pub(crate) fn header_buf(
+    sb: &Superblock,
+    seg: u32,
+    kind: SegmentKind,
+    stream: Stream,
+    alloc_seq: u64,
+    first_seq: u64,
+) -> AlignedBuf {
+    let mut buf = AlignedBuf::zeroed(sb.grain_bytes as usize);
+    SegmentHeader {
+        kind,
+        stream,
+        alloc_seq,
+        uuid: sb.uuid,
+        grain_bytes: sb.grain_bytes,
+        segment_index: seg,
+        segment_bytes: sb.segment_bytes,
+        first_seq,
+    }
+    .encode(&mut buf);
+    buf
 }
 
 /// Write both superblock copies of `sb`: copy A, flush, copy B, flush. A

@@ -12,6 +12,7 @@ pub mod export;
 pub mod kv;
 pub mod load;
 pub mod ns;
+pub mod rekey;
 pub mod stat;
 pub mod verify;
 

@@ -1,0 +1,114 @@
+//! Moving a store created before secret hash seeds (superblock hash
+//! algorithm 1, the public seed) to a secret seed of its own
+//! ([`Store::rekey`]), offline.
+//!
+//! Only the index's checkpoints depend on the key hash on the device (they
+//! place entries by it; records, summaries and segment headers hold keys,
+//! not hashes). So a re-key drops every checkpoint, then rewrites the
+//! superblock with algorithm 2 and a new seed, then opens the store, which
+//! rebuilds its index by a log scan under the new seed, and closes it,
+//! which writes a checkpoint placed by it.
+//!
+//! Invariant (crash safety): no open ever loads a checkpoint placed by
+//! another seed than its superblock names. The checkpoints are freed and
+//! flushed before the superblock changes (a crash before that leaves the
+//! old seed with some or none of its own checkpoints, each still whole or
+//! refused by its segments' headers); the superblock is rewritten copy A,
+//! flush, copy B, flush, as a feature flag is (a crash between leaves copy
+//! A, which readers take first, or copy B whole if A is torn); and until
+//! the closing checkpoint no checkpoint exists. Each step is safe to
+//! repeat: a re-key that failed midway is run again, and one that finds
+//! copy A with a secret seed and copy B without it (a crash between the
+//! two) writes copy B again before anything else.
+
+use crate::error::{Error, Result};
+use crate::options::OpenOptions;
+use crate::store::Store;
+use granary_format::hash::KEY_HASH_ALGO_XXH3_64_SECRET;
+use granary_format::limits::SUPERBLOCK_OFFSETS;
+use granary_format::segment::{SegmentKind, Stream};
+use granary_format::Superblock;
+use granary_io::{AlignedBuf, Device};
+use std::sync::Arc;
+
+/// The superblock copy at `offset`, if it decodes.
+fn read_copy(dev: &dyn Device, offset: u64) -> Result<Option<Superblock>> {
+    let (buf, r) = dev.read_at(AlignedBuf::zeroed(4096), offset);
+    r.map_err(|source| Error::Io { op: "read of the superblock", offset, source })?;
+    Ok(Superblock::decode(&buf).ok())
+}
+
+/// What [`Store::rekey`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rekeyed {
+    /// The store had a secret seed already; nothing was written.
+    Already,
+    /// The store now hashes with a secret seed: `checkpoints` segments of
+    /// checkpoints were freed, and the log scan that rebuilt the index
+    /// found `keys` keys.
+    Done { checkpoint_segments: usize, keys: u64 },
+}
+
+impl Store {
+    /// Give a store created before secret hash seeds a secret one (module
+    /// docs), offline: nothing else may have the device open. `open` is
+    /// used for the scan's open (its progress hook shows the scan) and its
+    /// entropy draws the seed. The store is closed again on return.
+    pub fn rekey(dev: Arc<dyn Device>, open: &OpenOptions) -> Result<Rekeyed> {
+        let sb = Self::read_superblock(dev.as_ref())?;
+        if sb.hash_algo == KEY_HASH_ALGO_XXH3_64_SECRET {
+            // A re-key cut short between the superblock's copies: copy B
+            // still names the public seed. Make it copy A's.
+            if read_copy(dev.as_ref(), SUPERBLOCK_OFFSETS[1])?.as_ref() != Some(&sb) {
+                tracing::warn!("the superblock's second copy lagged behind a re-key; rewritten");
+                crate::space::write_superblocks(dev.as_ref(), &sb)?;
+            }
+            return Ok(Rekeyed::Already);
+        }
+        let headers = crate::log::read_segment_headers(dev.as_ref(), &sb)?;
+        let zoned = dev.zones().is_some();
+        for &(seg, _) in &headers.index {
+            let offset = sb.segment_offset(seg);
+            if zoned {
+                // A reset zone reads as zeros: free, as GC leaves it.
+                dev.reset_zones(offset, sb.segment_bytes).map_err(|source| Error::Io {
+                    op: "zone reset",
+                    offset,
+                    source,
+                })?;
+            } else {
+                // A free header, as a released checkpoint's segment gets
+                // (its alloc_seq at most the highest handed out).
+                let buf = crate::space::header_buf(&sb, seg, SegmentKind::Free, Stream::User, headers.max_alloc, 0);
+                let (_, r) = dev.write_at(buf, offset);
+                r.map_err(|source| Error::Io { op: "write of a segment header", offset, source })?;
+            }
+        }
+        dev.flush().map_err(|source| Error::Io { op: "flush", offset: 0, source })?;
+        let mut new = sb.clone();
+        new.version = granary_format::superblock::SUPERBLOCK_VERSION;
+        new.hash_algo = KEY_HASH_ALGO_XXH3_64_SECRET;
+        new.hash_seed =
+            u64::from_le_bytes(open.entropy.draw().map_err(Error::Device)?[..8].try_into().expect("8 bytes"));
+        crate::space::write_superblocks(dev.as_ref(), &new)?;
+        tracing::info!(
+            checkpoint_segments = headers.index.len(),
+            "the store's key hash now has a secret seed; rebuilding its index by a log scan"
+        );
+        let opened = OpenOptions { use_checkpoint: true, checkpoint_on_close: true, ..open.clone() };
+        let store = Store::open(dev, &opened)?;
+        let keys = store.stats().keys;
+        store.close()?;
+        Ok(Rekeyed::Done { checkpoint_segments: headers.index.len(), keys })
+    }
+
+    /// [`Store::rekey`] of the store at `path` (a file, a block device, or
+    /// a stripe set's members separated by commas, as for
+    /// [`Store::open_path`]).
+    pub fn rekey_path(path: &std::path::Path, mode: granary_io::OpenMode, open: &OpenOptions) -> Result<Rekeyed> {
+        let dev = granary_io::DeviceSpec::parse(path)
+            .and_then(|s| s.open(mode, granary_io::IoBackend::Sync))
+            .map_err(Error::Device)?;
+        Self::rekey(dev, open)
+    }
+}
