@@ -29,7 +29,11 @@
 //!  76    4 segment_count  the store's segment count
 //!  80    4 body_crc       CRC32C of the body bytes
 //!  84    4 manifest_bytes 128 + 4 n + 8 segment_count
-//!  88   36 reserved       0
+//!  88    8 hash_check     the key hash the entries were placed by
+//!                         (`Superblock::hash_check`): 0 under the public
+//!                         seed, else a hash of a fixed key with the
+//!                         store's seed (never 0)
+//!  96   28 reserved       0
 //! 124    4 crc32c         over bytes 0..124 and 128..manifest_bytes
 //! 128  4 n body segment indexes (u32), first one first
 //! ...  8 s alloc_seq of every segment when the checkpoint began (0 = not
@@ -76,7 +80,8 @@ const OFF_BODY_SEGS: usize = 72;
 const OFF_SEG_COUNT: usize = 76;
 const OFF_BODY_CRC: usize = 80;
 const OFF_MANIFEST_BYTES: usize = 84;
-const OFF_RESERVED: usize = 88;
+const OFF_HASH_CHECK: usize = 88;
+const OFF_RESERVED: usize = 96;
 const OFF_CRC: usize = 124;
 const _: () = assert!(OFF_CRC + 4 == MANIFEST_FIXED_BYTES);
 
@@ -94,6 +99,9 @@ pub struct Manifest {
     pub tables_log2: u32,
     pub table_homes: u32,
     pub body_crc: u32,
+    /// Which key hash placed the entries ([`crate::Superblock::hash_check`]):
+    /// a loader refuses a checkpoint whose value is not its superblock's.
+    pub hash_check: u64,
     /// Segments holding the body, the first (manifest) segment first.
     pub body_segments: Vec<u32>,
     /// alloc_seq of every KV segment in use when the checkpoint began.
@@ -132,6 +140,7 @@ impl Manifest {
         put_u32(b, OFF_SEG_COUNT, self.seg_alloc.len() as u32);
         put_u32(b, OFF_BODY_CRC, self.body_crc);
         put_u32(b, OFF_MANIFEST_BYTES, len as u32);
+        put_u64(b, OFF_HASH_CHECK, self.hash_check);
         let mut off = MANIFEST_FIXED_BYTES;
         for &s in &self.body_segments {
             put_u32(b, off, s);
@@ -213,6 +222,7 @@ impl Manifest {
             tables_log2,
             table_homes: u32_at(b, OFF_HOMES),
             body_crc: u32_at(b, OFF_BODY_CRC),
+            hash_check: u64_at(b, OFF_HASH_CHECK),
             body_segments,
             seg_alloc,
         })
@@ -256,6 +266,7 @@ mod tests {
             tables_log2: 3,
             table_homes: 9638,
             body_crc: 0xabcd,
+            hash_check: 0x1234_5679,
             body_segments: vec![5, 9, 2],
             seg_alloc: vec![0, 3, 4, 0, 70, 0, 0, 71, 0, 0],
         }

@@ -24,7 +24,8 @@
 //! ```
 //!
 //! The superblock is written at creation, both copies identical, and
-//! rewritten only to turn on a feature (copy A, flush, copy B, flush). A
+//! rewritten only to turn on a feature or to re-key (`granary rekey`) (copy
+//! A, flush, copy B, flush). A
 //! reader accepts the first copy that decodes, so one torn or rotten copy
 //! never bricks the store, and a crash during a rewrite leaves the feature
 //! on or off, never half of it.
@@ -245,6 +246,17 @@ impl Superblock {
         match self.hash_algo {
             KEY_HASH_ALGO_XXH3_64_SECRET => KeyHasher::seeded(self.hash_seed),
             _ => KeyHasher::PUBLIC,
+        }
+    }
+
+    /// What a checkpoint placed by this store's key hash records
+    /// (`Manifest::hash_check`): 0 under the public seed (as checkpoints
+    /// written before the field), else the hash of a fixed key with the
+    /// secret seed, never 0. On the device only, as the seed is.
+    pub fn hash_check(&self) -> u64 {
+        match self.hash_algo {
+            KEY_HASH_ALGO_XXH3_64_SECRET => self.key_hasher().hash(b"granary: checkpoint hash check") | 1,
+            _ => 0,
         }
     }
 

@@ -372,6 +372,7 @@ fn checkpoints() -> Vec<(&'static str, Vec<u8>)> {
         tables_log2: 1,
         table_homes: 1024,
         body_crc: 0x1234_5678,
+        hash_check: 0,
         body_segments: vec![5, 6],
         seg_alloc: vec![1, 2, 3],
     };

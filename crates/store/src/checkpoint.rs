@@ -268,6 +268,7 @@ fn write_locked(p: Parts<'_>, session: u64, clock: &Clock, cur: &mut Current, cl
         tables_log2,
         table_homes: sb.index_table_homes,
         body_crc,
+        hash_check: sb.hash_check(),
         body_segments: segs.clone(),
         seg_alloc: seg_alloc.clone(),
     };
@@ -476,6 +477,11 @@ fn load(dev: &dyn Device, sb: &Superblock, headers: &Headers, m: Manifest) -> Re
     let bad = |detail: String| Error::Corruption { offset: sb.segment_offset(m.body_segments[0]), detail };
     if m.table_homes != sb.index_table_homes || m.seg_alloc.len() as u64 != sb.segment_count {
         return Err(bad(format!("checkpoint {} was written for another geometry", m.id)));
+    }
+    // Its entries sit where a key hash placed them: another seed's (a
+    // superblock copy that lagged behind a re-key) would misplace every key.
+    if m.hash_check != sb.hash_check() {
+        return Err(bad(format!("checkpoint {} was placed by another key hash than the superblock names", m.id)));
     }
     for &seg in &m.body_segments {
         let ok = headers.index.iter().any(|(s, h)| *s == seg && h.first_seq == m.id);

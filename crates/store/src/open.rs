@@ -107,6 +107,27 @@ impl Store {
         Ok(sb)
     }
 
+    /// Whether `dev` can hold the store `sb` describes, opened with `opts`:
+    /// its size, its blocks, its zones. Returns whether it runs zoned.
+    pub(crate) fn check_device(dev: &dyn Device, sb: &Superblock, opts: &OpenOptions) -> Result<bool> {
+        let zoned = Self::check_zones(dev, sb, opts)?;
+        if sb.device_bytes > dev.size_bytes() {
+            return Err(Error::InvalidOptions(format!(
+                "the store was created on {} bytes but the device has only {}",
+                sb.device_bytes,
+                dev.size_bytes()
+            )));
+        }
+        if sb.grain_bytes < dev.block_bytes() {
+            return Err(Error::InvalidOptions(format!(
+                "the store's {}-byte grains are smaller than this device's {}-byte blocks",
+                sb.grain_bytes,
+                dev.block_bytes()
+            )));
+        }
+        Ok(zoned)
+    }
+
     /// Zoned mode (a zoned device, [`Device::zones`]): whether the store's
     /// geometry fits the device's zones. A segment must be one zone, the
     /// superblocks in conventional zones, and
@@ -208,21 +229,7 @@ impl Store {
     /// has namespaces and the checkpoint loaded does not give their counts.
     fn open_core(dev: Arc<dyn Device>, opts: &OpenOptions, use_checkpoint: bool) -> Result<Option<Core>> {
         let sb = Self::read_superblock(dev.as_ref())?;
-        let zoned = Self::check_zones(dev.as_ref(), &sb, opts)?;
-        if sb.device_bytes > dev.size_bytes() {
-            return Err(Error::InvalidOptions(format!(
-                "the store was created on {} bytes but the device has only {}",
-                sb.device_bytes,
-                dev.size_bytes()
-            )));
-        }
-        if sb.grain_bytes < dev.block_bytes() {
-            return Err(Error::InvalidOptions(format!(
-                "the store's {}-byte grains are smaller than this device's {}-byte blocks",
-                sb.grain_bytes,
-                dev.block_bytes()
-            )));
-        }
+        let zoned = Self::check_device(dev.as_ref(), &sb, opts)?;
         let headers = crate::log::read_segment_headers(dev.as_ref(), &sb)?;
         let (loaded, floor) = crate::checkpoint::find(dev.as_ref(), &sb, &headers, use_checkpoint);
         let mut index_cfg = match &loaded {

@@ -10,16 +10,20 @@
 //! which writes a checkpoint placed by it.
 //!
 //! Invariant (crash safety): no open ever loads a checkpoint placed by
-//! another seed than its superblock names. The checkpoints are freed and
-//! flushed before the superblock changes (a crash before that leaves the
-//! old seed with some or none of its own checkpoints, each still whole or
-//! refused by its segments' headers); the superblock is rewritten copy A,
-//! flush, copy B, flush, as a feature flag is (a crash between leaves copy
-//! A, which readers take first, or copy B whole if A is torn); and until
-//! the closing checkpoint no checkpoint exists. Each step is safe to
-//! repeat: a re-key that failed midway is run again, and one that finds
-//! copy A with a secret seed and copy B without it (a crash between the
-//! two) writes copy B again before anything else.
+//! another seed than the superblock copy it reads names. Every checkpoint
+//! records which hash placed it (`Manifest::hash_check`) and a loader
+//! refuses one of another (it scans instead), which covers a superblock
+//! copy B that a crash left naming the old seed while copy A names the new
+//! one, should copy A later be unreadable. Beyond that, the checkpoints
+//! are freed and flushed before the superblock changes (a crash before
+//! that leaves the old seed with some or none of its own checkpoints,
+//! each still whole or refused by its segments' headers), and the
+//! superblock is rewritten copy A, flush, copy B, flush (a crash between
+//! leaves copy A, which readers take first, or copy B whole if A is
+//! torn). Each step is safe to repeat: a re-key that failed midway is run
+//! again, and one that finds copy A with a secret seed and copy B without
+//! it writes copy B alone. The device is checked as an open checks it
+//! (size, blocks, zones) before anything is written.
 
 use crate::error::{Error, Result};
 use crate::options::OpenOptions;
@@ -43,9 +47,9 @@ fn read_copy(dev: &dyn Device, offset: u64) -> Result<Option<Superblock>> {
 pub enum Rekeyed {
     /// The store had a secret seed already; nothing was written.
     Already,
-    /// The store now hashes with a secret seed: `checkpoints` segments of
-    /// checkpoints were freed, and the log scan that rebuilt the index
-    /// found `keys` keys.
+    /// The store now hashes with a secret seed: `checkpoint_segments`
+    /// segments of checkpoints were freed, and the log scan that rebuilt
+    /// the index found `keys` keys.
     Done { checkpoint_segments: usize, keys: u64 },
 }
 
@@ -59,14 +63,19 @@ impl Store {
         if sb.hash_algo == KEY_HASH_ALGO_XXH3_64_SECRET {
             // A re-key cut short between the superblock's copies: copy B
             // still names the public seed. Make it copy A's.
-            if read_copy(dev.as_ref(), SUPERBLOCK_OFFSETS[1])?.as_ref() != Some(&sb) {
+            let offset = SUPERBLOCK_OFFSETS[1];
+            if read_copy(dev.as_ref(), offset)?.as_ref() != Some(&sb) {
                 tracing::warn!("the superblock's second copy lagged behind a re-key; rewritten");
-                crate::space::write_superblocks(dev.as_ref(), &sb)?;
+                let mut buf = AlignedBuf::zeroed(4096);
+                sb.encode(&mut buf);
+                let (_, r) = dev.write_at(buf, offset);
+                r.map_err(|source| Error::Io { op: "write of the superblock", offset, source })?;
+                dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
             }
             return Ok(Rekeyed::Already);
         }
         let headers = crate::log::read_segment_headers(dev.as_ref(), &sb)?;
-        let zoned = dev.zones().is_some();
+        let zoned = Self::check_device(dev.as_ref(), &sb, open)?;
         for &(seg, _) in &headers.index {
             let offset = sb.segment_offset(seg);
             if zoned {

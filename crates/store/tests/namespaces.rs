@@ -716,6 +716,56 @@ fn a_store_from_before_secret_seeds_is_rekeyed() {
     assert_eq!(Store::rekey(dev.clone(), &opts(&now, false)).unwrap(), Rekeyed::Already);
     let (a, b) = dev.with_bytes_mut(|bytes| (bytes[..4096].to_vec(), bytes[4096..8192].to_vec()));
     assert_eq!(a, b, "copy B was not rewritten");
+    // Copy B left behind and copy A then lost: the store opens under the
+    // public seed, and the checkpoint the new seed placed is not loaded.
+    dev.with_bytes_mut(|bytes| {
+        bytes[4096..8192].copy_from_slice(&fixture[4096..8192]);
+        bytes[..4096].fill(0);
+    });
+    let s = Store::open(dev.clone(), &opts(&now, false)).unwrap();
+    assert_eq!(s.superblock().key_hasher(), granary_format::hash::KeyHasher::PUBLIC);
+    assert_eq!(s.stats().recovery.checkpoint_id, 0, "a checkpoint of the other seed was loaded");
+    check_v1_fixture(&s);
+}
+
+/// A checkpoint is loaded only under the key hash that placed it: with
+/// the superblock's seed changed (another secret one, or the public one)
+/// the open scans the log instead, finds every key, and its own next
+/// checkpoint loads. Before checkpoints recorded their hash, the other
+/// seed's lookups missed every key.
+#[test]
+fn a_checkpoint_placed_by_another_key_hash_is_not_loaded() {
+    let now = clock();
+    for public in [false, true] {
+        let dev = device(8 << 20);
+        let s = Store::create(dev.clone(), &create_opts(), &opts(&now, false)).unwrap();
+        for i in 0..200 {
+            s.put(&load_key(i), &load_value(i, 1, 100)).unwrap();
+        }
+        s.close().unwrap();
+        let s = Store::open(dev.clone(), &opts(&now, false)).unwrap();
+        assert_ne!(s.stats().recovery.checkpoint_id, 0, "public {public}: the close's checkpoint");
+        s.close().unwrap();
+        dev.with_bytes_mut(|bytes| {
+            let mut sb = granary_format::Superblock::decode(&bytes[..4096]).unwrap();
+            (sb.hash_algo, sb.hash_seed) = match public {
+                true => (granary_format::hash::KEY_HASH_ALGO_XXH3_64, 0),
+                false => (sb.hash_algo, sb.hash_seed ^ 1),
+            };
+            for off in [0, 4096] {
+                sb.encode(&mut bytes[off..off + 4096]);
+            }
+        });
+        let s = Store::open(dev.clone(), &opts(&now, false)).unwrap();
+        assert_eq!(s.stats().recovery.checkpoint_id, 0, "public {public}: the checkpoint was loaded");
+        for i in 0..200 {
+            assert_eq!(s.get(&load_key(i)).unwrap(), Some(load_value(i, 1, 100)), "public {public}: key {i}");
+        }
+        s.close().unwrap();
+        let s = Store::open(dev.clone(), &opts(&now, false)).unwrap();
+        assert_ne!(s.stats().recovery.checkpoint_id, 0, "public {public}: its own checkpoint");
+        assert!(s.verify().unwrap().is_clean());
+    }
 }
 
 /// The same on this backend (the emulated zoned device with
@@ -777,7 +827,8 @@ fn a_rekey_cut_short_by_a_crash_loses_nothing() {
             check_v1_fixture(&s);
             assert!(s.verify().unwrap().is_clean(), "writes {writes}, {kind:?}");
             drop(s);
-            Store::rekey(dev.clone(), &opts(&now, false)).unwrap();
+            // Another seed than the first run's would draw.
+            Store::rekey(dev.clone(), &OpenOptions { entropy: Entropy::seeded(8), ..opts(&now, false) }).unwrap();
             // Both superblock copies name the secret seed (a crash between
             // them left copy B behind: the second re-key rewrote it).
             let (a, b) = dev.with_bytes_mut(|bytes| (bytes[..128].to_vec(), bytes[4096..4096 + 128].to_vec()));
