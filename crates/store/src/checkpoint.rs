@@ -465,6 +465,18 @@ pub(crate) fn find(dev: &dyn Device, sb: &Superblock, headers: &Headers, load: b
         return (None, floor);
     }
     for m in candidates {
+        // Placed by another key hash than the superblock names (a copy
+        // that lagged behind a re-key, or a build between): the view of
+        // the seed changed since, and an older checkpoint of this hash is
+        // no safer (a build that could not read this one did not keep the
+        // older one's floor). Scan.
+        if m.hash_check != sb.hash_check() {
+            tracing::warn!(
+                checkpoint = m.id,
+                "checkpoint placed by another key hash than the superblock names; scanning the log"
+            );
+            return (None, floor);
+        }
         match self::load(dev, sb, headers, m) {
             Ok(l) => return (Some(l), floor),
             Err(e) => tracing::warn!(error = %e, "checkpoint rejected; trying an older one or a log scan"),
@@ -477,11 +489,6 @@ fn load(dev: &dyn Device, sb: &Superblock, headers: &Headers, m: Manifest) -> Re
     let bad = |detail: String| Error::Corruption { offset: sb.segment_offset(m.body_segments[0]), detail };
     if m.table_homes != sb.index_table_homes || m.seg_alloc.len() as u64 != sb.segment_count {
         return Err(bad(format!("checkpoint {} was written for another geometry", m.id)));
-    }
-    // Its entries sit where a key hash placed them: another seed's (a
-    // superblock copy that lagged behind a re-key) would misplace every key.
-    if m.hash_check != sb.hash_check() {
-        return Err(bad(format!("checkpoint {} was placed by another key hash than the superblock names", m.id)));
     }
     for &seg in &m.body_segments {
         let ok = headers.index.iter().any(|(s, h)| *s == seg && h.first_seq == m.id);

@@ -6,13 +6,15 @@
 //! place entries by it; records, summaries and segment headers hold keys,
 //! not hashes). So a re-key drops every checkpoint, then rewrites the
 //! superblock with algorithm 2 and a new seed, then opens the store, which
-//! rebuilds its index by a log scan under the new seed, and closes it,
-//! which writes a checkpoint placed by it.
+//! rebuilds its index by a log scan under the new seed, and closes it
+//! (with a checkpoint placed by it, where the store may write one: a full
+//! store or a zoned device without a spare zone closes without).
 //!
 //! Invariant (crash safety): no open ever loads a checkpoint placed by
 //! another seed than the superblock copy it reads names. Every checkpoint
-//! records which hash placed it (`Manifest::hash_check`) and a loader
-//! refuses one of another (it scans instead), which covers a superblock
+//! records which hash placed it (`Manifest::hash_check`), and an open
+//! that meets one of another hash scans the log (older checkpoints
+//! included: none is trusted then), which covers a superblock
 //! copy B that a crash left naming the old seed while copy A names the new
 //! one, should copy A later be unreadable. Beyond that, the checkpoints
 //! are freed and flushed before the superblock changes (a crash before
@@ -22,8 +24,9 @@
 //! leaves copy A, which readers take first, or copy B whole if A is
 //! torn). Each step is safe to repeat: a re-key that failed midway is run
 //! again, and one that finds copy A with a secret seed and copy B without
-//! it writes copy B alone. The device is checked as an open checks it
-//! (size, blocks, zones) before anything is written.
+//! it writes copy B alone (the one write made before the device check).
+//! Otherwise the device is checked as an open checks it (size, blocks,
+//! zones) before anything is written.
 
 use crate::error::{Error, Result};
 use crate::options::OpenOptions;
@@ -74,8 +77,8 @@ impl Store {
             }
             return Ok(Rekeyed::Already);
         }
-        let headers = crate::log::read_segment_headers(dev.as_ref(), &sb)?;
         let zoned = Self::check_device(dev.as_ref(), &sb, open)?;
+        let headers = crate::log::read_segment_headers(dev.as_ref(), &sb)?;
         for &(seg, _) in &headers.index {
             let offset = sb.segment_offset(seg);
             if zoned {

@@ -391,3 +391,35 @@ fn a_checkpoint_entry_past_the_table_is_refused_and_the_log_is_scanned() {
     });
     assert_refused_and_scanned(&dev, id, &model);
 }
+
+/// A checkpoint placed by another key hash than the superblock names ends
+/// the search for one: with an older checkpoint of this hash still on the
+/// device (its release lost), the open scans the log rather than load the
+/// older one (whatever wrote the newer one did not keep the older one's
+/// replay floor), and every value is there. Before, the older one loaded.
+#[test]
+fn a_checkpoint_of_another_hash_makes_the_open_scan_not_load_an_older_one() {
+    let (dev, mut model, id) = checkpointed_store();
+    let seg = create_opts().segment_bytes.unwrap() as usize;
+    let mut kept = None;
+    patch_checkpoint(&dev, id, |b, o, _| kept = Some((o, b[o..o + seg].to_vec())));
+    let s = Store::open(dev.clone(), &opts()).unwrap();
+    for i in 0..50 {
+        s.put(&key(i), &val(i, 2)).unwrap();
+        model.insert(i, 2);
+    }
+    s.close().unwrap();
+    // Opened to read its id, closed without another.
+    let look = OpenOptions { checkpoint_on_close: false, ..opts() };
+    let newer = Store::open(dev.clone(), &look).unwrap().stats().recovery.checkpoint_id;
+    assert!(newer > id, "a newer checkpoint ({newer} after {id})");
+    // The older checkpoint back, as if its release had been lost; the
+    // newer one's hash check another store's.
+    let (o, bytes) = kept.unwrap();
+    dev.with_bytes_mut(|b| b[o..o + seg].copy_from_slice(&bytes));
+    patch_checkpoint(&dev, newer, |b, _, m| b[m + 88] ^= 2);
+    let s = Store::open(dev.clone(), &opts()).unwrap();
+    let r = s.stats().recovery;
+    assert!(r.checkpoint_id == 0 && r.segments_scanned > 0, "a checkpoint was loaded: {r:?}");
+    check(&s, &model, 1200);
+}
