@@ -746,15 +746,9 @@ fn a_checkpoint_placed_by_another_key_hash_is_not_loaded() {
         let s = Store::open(dev.clone(), &opts(&now, false)).unwrap();
         assert_ne!(s.stats().recovery.checkpoint_id, 0, "public {public}: the close's checkpoint");
         s.close().unwrap();
-        dev.with_bytes_mut(|bytes| {
-            let mut sb = granary_format::Superblock::decode(&bytes[..4096]).unwrap();
-            (sb.hash_algo, sb.hash_seed) = match public {
-                true => (granary_format::hash::KEY_HASH_ALGO_XXH3_64, 0),
-                false => (sb.hash_algo, sb.hash_seed ^ 1),
-            };
-            for off in [0, 4096] {
-                sb.encode(&mut bytes[off..off + 4096]);
-            }
+        patch_superblock(&dev, |sb| match public {
+            true => (sb.hash_algo, sb.hash_seed) = (granary_format::hash::KEY_HASH_ALGO_XXH3_64, 0),
+            false => sb.hash_seed ^= 1,
         });
         let s = Store::open(dev.clone(), &opts(&now, false)).unwrap();
         assert_eq!(s.stats().recovery.checkpoint_id, 0, "public {public}: the checkpoint was loaded");
@@ -782,15 +776,16 @@ fn a_store_patched_to_the_public_seed_is_rekeyed_on_its_backend() {
         s.put(&load_key(i), &load_value(i, 1, 100)).unwrap();
     }
     s.close().unwrap();
-    let old = dev.with_bytes_mut(|bytes| {
-        let mut sb = granary_format::Superblock::decode(&bytes[..4096]).unwrap();
-        let old = sb.hash_seed;
-        (sb.hash_algo, sb.hash_seed) = (granary_format::hash::KEY_HASH_ALGO_XXH3_64, 0);
-        for off in [0, 4096] {
-            sb.encode(&mut bytes[off..off + 4096]);
-        }
-        old
-    });
+    let old = seed_of(&dev);
+    patch_superblock(&dev, |sb| (sb.hash_algo, sb.hash_seed) = (granary_format::hash::KEY_HASH_ALGO_XXH3_64, 0));
+    // A device that cannot hold the store (its superblock says it was made
+    // on a larger one) is refused before anything is written.
+    patch_superblock(&dev, |sb| sb.device_bytes += 1 << 20);
+    let before = dev.with_bytes_mut(|bytes| bytes.to_vec());
+    let refused = Store::rekey(dev.clone(), &opts(&now, false));
+    assert!(matches!(refused, Err(Error::InvalidOptions(_))), "{refused:?}");
+    assert!(dev.with_bytes_mut(|bytes| *bytes == before[..]), "a refused re-key wrote");
+    patch_superblock(&dev, |sb| sb.device_bytes -= 1 << 20);
     let done = Store::rekey(dev.clone(), &opts(&now, false)).unwrap();
     assert!(matches!(done, Rekeyed::Done { checkpoint_segments: 1.., keys: 200 }), "{done:?}");
     let s = Store::open(dev.clone(), &opts(&now, false)).unwrap();
@@ -801,6 +796,22 @@ fn a_store_patched_to_the_public_seed_is_rekeyed_on_its_backend() {
         assert_eq!(s.get(&load_key(i)).unwrap(), Some(load_value(i, 1, 100)), "key {i}");
     }
     assert!(s.verify().unwrap().is_clean());
+}
+
+/// Change both superblock copies of the store on `dev` with `f`.
+fn patch_superblock(dev: &granary_store::io::TestDevice, f: impl Fn(&mut granary_format::Superblock)) {
+    dev.with_bytes_mut(|bytes| {
+        let mut sb = granary_format::Superblock::decode(&bytes[..4096]).unwrap();
+        f(&mut sb);
+        for off in [0, 4096] {
+            sb.encode(&mut bytes[off..off + 4096]);
+        }
+    });
+}
+
+/// The key hash seed of the store on `dev`.
+fn seed_of(dev: &granary_store::io::TestDevice) -> u64 {
+    dev.with_bytes_mut(|bytes| granary_format::Superblock::decode(&bytes[..4096]).unwrap().hash_seed)
 }
 
 /// A re-key cut short by a crash at any of its writes (a process crash
