@@ -237,8 +237,7 @@ impl Store {
             None => IndexConfig::new(sb.index_table_homes),
         };
         index_cfg.access_words = opts.track_access;
-        let mut session = [0u8; 8];
-        session.copy_from_slice(&opts.entropy.draw().map_err(Error::Device)?[..8]);
+        let session = opts.entropy.draw_u64().map_err(Error::Device)?;
         let default_mode = if opts.evict { NamespaceMode::Cache } else { NamespaceMode::Store };
         let counters = Counters::default();
         let default_counters = counters.default_ns.clone();
@@ -277,7 +276,7 @@ impl Store {
             recovery: Mutex::new(RecoveryReport::default()),
             gc_counters: Default::default(),
             gc_lock: Mutex::new(()),
-            checkpoints: Checkpoints::new(u64::from_le_bytes(session)),
+            checkpoints: Checkpoints::new(session),
             clock: opts.clock.clone(),
             evict: opts.evict,
             flush_lock: async_lock::Mutex::new(()),

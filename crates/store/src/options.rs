@@ -114,6 +114,11 @@ impl Entropy {
         Entropy(Some(Arc::new(std::sync::Mutex::new(granary_io::SimRng::new(seed)))))
     }
 
+    /// A random u64: the first 8 bytes of a [`Entropy::draw`].
+    pub(crate) fn draw_u64(&self) -> std::io::Result<u64> {
+        Ok(u64::from_le_bytes(self.draw()?[..8].try_into().expect("8 bytes")))
+    }
+
     /// 16 random bytes.
     pub(crate) fn draw(&self) -> std::io::Result<[u8; 16]> {
         let mut u = [0u8; 16];

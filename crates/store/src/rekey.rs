@@ -48,7 +48,8 @@ fn read_copy(dev: &dyn Device, offset: u64) -> Result<Option<Superblock>> {
 /// What [`Store::rekey`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Rekeyed {
-    /// The store had a secret seed already; nothing was written.
+    /// The store had a secret seed already; nothing was written but, where
+    /// a crash had left it behind, the superblock's second copy.
     Already,
     /// The store now hashes with a secret seed: `checkpoint_segments`
     /// segments of checkpoints were freed, and the log scan that rebuilt
@@ -69,11 +70,7 @@ impl Store {
             let offset = SUPERBLOCK_OFFSETS[1];
             if read_copy(dev.as_ref(), offset)?.as_ref() != Some(&sb) {
                 tracing::warn!("the superblock's second copy lagged behind a re-key; rewritten");
-                let mut buf = AlignedBuf::zeroed(4096);
-                sb.encode(&mut buf);
-                let (_, r) = dev.write_at(buf, offset);
-                r.map_err(|source| Error::Io { op: "write of the superblock", offset, source })?;
-                dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
+                crate::space::write_superblock_at(dev.as_ref(), &sb, offset)?;
             }
             return Ok(Rekeyed::Already);
         }
@@ -100,8 +97,7 @@ impl Store {
         let mut new = sb.clone();
         new.version = granary_format::superblock::SUPERBLOCK_VERSION;
         new.hash_algo = KEY_HASH_ALGO_XXH3_64_SECRET;
-        new.hash_seed =
-            u64::from_le_bytes(open.entropy.draw().map_err(Error::Device)?[..8].try_into().expect("8 bytes"));
+        new.hash_seed = open.entropy.draw_u64().map_err(Error::Device)?;
         crate::space::write_superblocks(dev.as_ref(), &new)?;
         tracing::info!(
             checkpoint_segments = headers.index.len(),

@@ -1873,15 +1873,16 @@ pub(crate) fn header_buf(
 /// Write both superblock copies of `sb`: copy A, flush, copy B, flush. A
 /// crash in between leaves copy A, which readers take first.
 pub(crate) fn write_superblocks(dev: &dyn Device, sb: &Superblock) -> Result<()> {
+    SUPERBLOCK_OFFSETS.iter().try_for_each(|&offset| write_superblock_at(dev, sb, offset))
+}
+
+/// Write the superblock copy of `sb` at `offset`, then flush.
+pub(crate) fn write_superblock_at(dev: &dyn Device, sb: &Superblock, offset: u64) -> Result<()> {
     let mut buf = AlignedBuf::zeroed(4096);
     sb.encode(&mut buf);
-    for &offset in &SUPERBLOCK_OFFSETS {
-        let (b, r) = dev.write_at(buf, offset);
-        r.map_err(|source| Error::Io { op: "write of the superblock", offset, source })?;
-        buf = b;
-        dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
-    }
-    Ok(())
+    let (_, r) = dev.write_at(buf, offset);
+    r.map_err(|source| Error::Io { op: "write of the superblock", offset, source })?;
+    dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })
 }
 
 #[cfg(test)]
