@@ -332,6 +332,9 @@ pub(crate) struct Executor {
     idle_spin: Cell<SpinPolicy>,
     /// No spin while other tasks wait for the machine's CPUs.
     pressure: RefCell<CpuPressure>,
+    /// The teardown began: a task spawned now (by a task being dropped)
+    /// is dropped at once, while the ring can still cancel its IO.
+    closing: Cell<bool>,
 }
 
 /// Counts one file read or write in flight on this executor while alive
@@ -553,6 +556,10 @@ impl Executor {
     }
 
     fn spawn_local(&self, fut: LocalTask) {
+        if self.closing.get() {
+            drop(fut); // its JoinHandle answers `Cancelled`
+            return;
+        }
         self.shared.counters.spawned.fetch_add(1, Relaxed);
         let key = self.tasks.borrow_mut().insert(Task { fut: Some(fut), waker: None });
         let waker = Arc::new(TaskWaker { shared: self.shared.clone(), key, queued: AtomicBool::new(true) });
@@ -808,6 +815,7 @@ impl Executor {
     /// Drop every task (their operations become orphans), cancel what is in
     /// flight, and wait until the kernel has returned every buffer.
     fn teardown(&self) {
+        self.closing.set(true);
         let tasks = self.tasks.borrow_mut().drain();
         drop(tasks);
         // Tasks sent here and not yet taken, and from now on none: each
@@ -952,6 +960,7 @@ impl Runtime {
                     io_spin: Cell::new(SpinPolicy::new(cfg.spin_io.max(cfg.spin))),
                     idle_spin: Cell::new(SpinPolicy::new(cfg.spin)),
                     pressure: RefCell::new(CpuPressure::open()),
+                    closing: Cell::new(false),
                 });
                 ex.register_arena(arena);
                 CTX.with(|c| *c.borrow_mut() = Some(ex.clone()));

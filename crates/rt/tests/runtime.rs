@@ -4,13 +4,15 @@
 use std::future::Future;
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use granary_rt::net::{TcpListener, TcpStream};
-use granary_rt::{fdatasync, read_at, sleep, spawn, timeout, write_at, yield_now, JoinError, Runtime, RuntimeConfig};
+use granary_rt::{
+    fdatasync, read_at, sleep, spawn, timeout, write_at, yield_now, JoinError, JoinHandle, Runtime, RuntimeConfig,
+};
 
 fn rt(threads: usize) -> Runtime {
     Runtime::new(RuntimeConfig { threads, pin: false, ..Default::default() }).expect("io_uring runtime")
@@ -477,6 +479,44 @@ fn a_task_spawned_after_shutdown_is_cancelled() {
     std::thread::spawn(move || tx.send(sp.spawn_on(1, async { 8 }).join()));
     let r = rx.recv_timeout(Duration::from_secs(20)).expect("join returned");
     assert_eq!(r.unwrap_err(), JoinError::Cancelled);
+}
+
+/// A task spawned while its executor tears down (a task dropped there
+/// spawns one from its `Drop`, as a write handed on does) is dropped at
+/// once, while the executor is still there to cancel its IO; it used to
+/// wait in the drained executor until its thread ended.
+#[test]
+fn a_task_spawned_during_teardown_is_dropped_at_once() {
+    struct SpawnOnDrop(std::sync::mpsc::Sender<(JoinHandle<()>, Arc<AtomicBool>)>);
+    struct Late(Arc<AtomicBool>);
+    impl Drop for Late {
+        fn drop(&mut self) {
+            // On the executor's thread: still in its context.
+            self.0.store(granary_rt::current_core().is_some(), SeqCst);
+        }
+    }
+    impl Drop for SpawnOnDrop {
+        fn drop(&mut self) {
+            let seen = Arc::new(AtomicBool::new(false));
+            let late = Late(seen.clone());
+            let h = granary_rt::spawn(async move {
+                let _late = late;
+                std::future::pending::<()>().await
+            });
+            let _ = self.0.send((h, seen));
+        }
+    }
+    let rt = rt(1);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let parked = rt.spawn_on(0, async move {
+        let _guard = SpawnOnDrop(tx);
+        std::future::pending::<()>().await
+    });
+    drop(rt);
+    assert_eq!(parked.join().unwrap_err(), JoinError::Cancelled);
+    let (late, seen) = rx.recv_timeout(Duration::from_secs(20)).expect("the dropped task spawned one");
+    assert_eq!(late.join().unwrap_err(), JoinError::Cancelled);
+    assert!(seen.load(SeqCst), "the task spawned during teardown was dropped after its executor was gone");
 }
 
 #[test]

@@ -159,9 +159,14 @@ impl Batch<'_> {
         block_on(self.store.core.commit_batch(self.ops))
     }
 
-    /// [`Batch::commit`] as a future.
+    /// [`Batch::commit`] as a future. Once polled, the commit runs to its
+    /// end even if this future is dropped (a caller's timeout): the batch
+    /// is then committed or not, as a whole, and only its outcome is lost.
     pub async fn commit_async(self) -> Result<BatchOutcome> {
-        self.store.core.commit_batch(self.ops).await
+        let Batch { store, ops } = self;
+        let core = store.core.clone();
+        let work = async move { core.commit_batch(ops).await };
+        crate::detach::Finish::new(&*store.core, Box::pin(work), None).await
     }
 }
 
@@ -375,8 +380,9 @@ impl Core {
         let mut prior: Vec<Prior> = Vec::with_capacity(ops.len());
         // Values and bytes the batch's earlier writes add to each namespace
         // (by its counters), for the quota checks of the later ones: as if
-        // every one added its record (an overwrite adds less).
-        let mut ahead: std::collections::HashMap<*const NsCounters, (u64, u64)> = Default::default();
+        // every one added its record (an overwrite adds less). Keyed by the
+        // counters' address (as a number: the commit's future stays `Send`).
+        let mut ahead: std::collections::HashMap<usize, (u64, u64)> = Default::default();
         let g = self.log.grain();
         // Unconditional writes: what the index holds for each key, as for a
         // single write, with the blind overwrites decided for the whole
@@ -394,7 +400,7 @@ impl Core {
         let (looked, own_link) = self.look_up_all(&keys);
         for (i, (r, looked)) in ops.iter().zip(looked).enumerate() {
             let quota = |prior_known_absent: bool| {
-                let before = ahead.get(&Arc::as_ptr(&r.counters)).copied().unwrap_or((0, 0));
+                let before = ahead.get(&(Arc::as_ptr(&r.counters) as usize)).copied().unwrap_or((0, 0));
                 let added = (u64::from(prior_known_absent), grains[i] * g);
                 (before, added)
             };
@@ -412,7 +418,7 @@ impl Core {
                 if r.value().is_some() && r.ns.options.has_quota() {
                     let (before, added) = quota(matches!(p, Prior::Known(None)));
                     self.check_quota_after(&r.ns, &r.counters, &r.key, grains[i], before).await?;
-                    ahead.insert(Arc::as_ptr(&r.counters), (before.0 + added.0, before.1 + added.1));
+                    ahead.insert(Arc::as_ptr(&r.counters) as usize, (before.0 + added.0, before.1 + added.1));
                 }
                 prior.push(p);
                 continue;
@@ -440,7 +446,7 @@ impl Core {
             if r.value().is_some() && r.ns.options.has_quota() {
                 let (before, added) = quota(live.is_none());
                 self.check_quota_after(&r.ns, &r.counters, &r.key, grains[i], before).await?;
-                ahead.insert(Arc::as_ptr(&r.counters), (before.0 + added.0, before.1 + added.1));
+                ahead.insert(Arc::as_ptr(&r.counters) as usize, (before.0 + added.0, before.1 + added.1));
             }
             prior.push(Prior::Known(existing));
         }
@@ -512,16 +518,16 @@ impl Core {
         };
         let written = ops.iter().zip(&writes).filter(|(_, &w)| w).map(|(r, _)| &r.key[..]);
         let listed = crate::space::listed_bytes(written.chain([COMMIT_KEY]));
-        let (loc, buf) = self.write_encoded(purpose, total, listed, encode).await?;
+        let (held, buf) = self.write_encoded(purpose, total, listed, encode).await?;
         if let Some(buf) = buf {
             keep_spare(buf);
         }
         // Durable: point the index at every record, readers of them waiting
         // until all are.
-        self.keys.publishing.start(first, seq);
+        let publishing = self.keys.publishing.start(first, seq);
         let published = self.publish_batch(ops, prior, &own_link, placed).await;
-        self.keys.publishing.end(first);
-        self.space.done(loc.seg);
+        drop(publishing);
+        drop(held);
         Ok(BatchOutcome::Committed { cas: published? })
     }
 

@@ -39,15 +39,20 @@
 //! and queued here too, each as a group of its own
 //! ([`Coalescer::write_own`]).
 //!
-//! Limits: a leader whose future is dropped (cancelled) fails its members,
-//! which poisons the store until it is reopened (the server only cancels
-//! requests still running after its drain timeout, just before it closes);
-//! the sync API must not be called on an executor thread (as everywhere in
-//! the engine: it blocks the executor, and here other writers with it).
+//! A group, once placed, is always written: a leader whose future is
+//! dropped hands its write on ([`crate::detach`]), and a member whose
+//! future is dropped leaves its allocation to the group, which releases it
+//! once written (`Group::orphan`). Only a lead dropped itself (a runtime
+//! shutting down drops what was handed to it) fails its members.
+//!
+//! Limits: the sync API must not be called on an executor thread (as
+//! everywhere in the engine: it blocks the executor, and here other
+//! writers with it).
 
+use crate::detach::{Finish, Shared};
 use crate::error::{Error, Result};
 use crate::options::Durability;
-use crate::space::{listed_bytes, Loc, Purpose, Space};
+use crate::space::{listed_bytes, Held, Loc, Purpose, Space};
 use granary_format::record::RecordHeader;
 use granary_io::{AlignedBuf, Device};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -81,6 +86,74 @@ struct Group {
     /// each member turns into its own `Error::Io`.
     result: OnceLock<std::result::Result<(), Failure>>,
     done: event_listener::Event,
+    /// Members whose futures were dropped before the outcome was known:
+    /// their allocations are released once it is (`Group::finish`).
+    orphans: Mutex<u32>,
+}
+
+impl Group {
+    fn new(seg: u32, start: u64, bytes: Option<Bytes>) -> Group {
+        Group {
+            seg,
+            start,
+            bytes: Mutex::new(bytes),
+            result: OnceLock::new(),
+            done: event_listener::Event::new(),
+            orphans: Mutex::new(0),
+        }
+    }
+
+    /// Set the write's outcome (the first one set stands), wake the
+    /// members and release the allocations of those no longer waiting.
+    fn finish(&self, r: std::result::Result<(), Failure>, space: &Space) {
+        if self.result.set(r).is_err() {
+            return;
+        }
+        self.done.notify(usize::MAX);
+        // After the outcome is set: a member that leaves later sees it.
+        let n = std::mem::take(&mut *self.orphans.lock().unwrap_or_else(|e| e.into_inner()));
+        for _ in 0..n {
+            space.done(self.seg);
+        }
+    }
+
+    /// A member's future was dropped: its allocation is released now if
+    /// the outcome is known, else by [`Group::finish`] (the group's write
+    /// goes on: its records may land, so the grains stay held until then).
+    fn orphan(&self, space: &Space) {
+        let mut n = self.orphans.lock().unwrap_or_else(|e| e.into_inner());
+        if self.result.get().is_some() {
+            drop(n);
+            space.done(self.seg);
+        } else {
+            *n += 1;
+        }
+    }
+}
+
+/// A writer's hold on its record in a group until it has the group's
+/// outcome; dropped before (its future was), [`Group::orphan`].
+struct Claim<'a> {
+    group: &'a Group,
+    space: &'a Space,
+    waiting: bool,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if self.waiting {
+            self.group.orphan(self.space);
+        }
+    }
+}
+
+/// What a group write needs of the engine that owns the coalescer
+/// (`store::Core`).
+pub(crate) trait Owner: Shared {
+    fn coalescer(&self) -> &Coalescer;
+    fn space(&self) -> &Space;
+    fn device(&self) -> &dyn Device;
+    fn durability(&self) -> Durability;
 }
 
 #[derive(Default)]
@@ -135,13 +208,17 @@ impl Coalescer {
     }
 
     /// Allocate and encode one user record, then return once the group
-    /// write holding it has completed. `hdr.seg_stamp` is set here.
+    /// write holding it has completed, with its allocation (released when
+    /// the caller is done with it). `hdr.seg_stamp` is set here. `self` is
+    /// `core`'s coalescer.
+    ///
+    /// Dropped midway, the write still ends (the group is written, its
+    /// leader's part handed on: [`crate::detach`]); the record may then
+    /// land or not, and its allocation is released once the group is.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn write(
+    pub(crate) async fn write<'s, E: Owner>(
         &self,
-        space: &Space,
-        dev: &dyn Device,
-        durability: Durability,
+        core: &'s E,
         purpose: Purpose,
         seed: u32,
         grain: u64,
@@ -149,7 +226,8 @@ impl Coalescer {
         mut hdr: RecordHeader,
         key: &[u8],
         mut value: Payload<'_>,
-    ) -> Result<Loc> {
+    ) -> Result<Held<'s>> {
+        let space = core.space();
         let (group, leader, loc) = loop {
             // Either the placed record, or a listener to wait on (the lock
             // is released before waiting).
@@ -159,9 +237,10 @@ impl Coalescer {
             };
             wait.await;
         };
+        let mut claim = Claim { group: &group, space, waiting: true };
         self.records.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if leader {
-            self.lead(&group, space, dev, durability, grain).await;
+            lead_to_end(core, &group, grain).await;
         } else {
             loop {
                 let l = group.done.listen();
@@ -171,8 +250,9 @@ impl Coalescer {
                 l.await;
             }
         }
+        claim.waiting = false;
         match group.result.get().expect("set by the leader") {
-            Ok(()) => Ok(loc),
+            Ok(()) => Ok(Held::new(space, loc)),
             Err((op, kind, msg)) => {
                 space.done(loc.seg);
                 Err(Error::Io { op, offset: group.start * grain, source: std::io::Error::new(*kind, msg.clone()) })
@@ -238,13 +318,7 @@ impl Coalescer {
                 (Bytes::Shared(v), true)
             }
         };
-        let g = Arc::new(Group {
-            seg: loc.seg,
-            start: loc.pba,
-            bytes: Mutex::new(Some(b)),
-            result: OnceLock::new(),
-            done: event_listener::Event::new(),
-        });
+        let g = Arc::new(Group::new(loc.seg, loc.pba, Some(b)));
         // A group in its own buffer takes no one; the open group (if any)
         // no longer ends where the next record starts either.
         inner.open = joinable.then(|| g.clone());
@@ -261,22 +335,22 @@ impl Coalescer {
     /// written. The allocation is made under the coalescer's lock and the
     /// group queued as any other, so in ordered (zoned) mode it is written
     /// in allocation order among the single writes' groups, at its zone's
-    /// write pointer. On success the caller indexes the records and then
-    /// calls `space.done`, and has the buffer back to reuse; on failure
-    /// `space.done` was called.
+    /// write pointer. On success the caller indexes the records, holding
+    /// the allocation (released when it is dropped), and has the buffer
+    /// back to reuse; on failure the allocation was released. Dropped
+    /// midway, the write still ends, as [`Coalescer::write`]'s does.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn write_own(
+    pub(crate) async fn write_own<'s, E: Owner>(
         &self,
-        space: &Space,
-        dev: &dyn Device,
-        durability: Durability,
+        core: &'s E,
         purpose: Purpose,
         grain: u64,
         next_seq: u64,
         grains: u64,
         listed: u64,
         encode: impl FnOnce(&Loc) -> AlignedBuf,
-    ) -> Result<(Loc, Option<AlignedBuf>)> {
+    ) -> Result<(Held<'s>, Option<AlignedBuf>)> {
+        let space = core.space();
         let (group, loc) = loop {
             let wait = match self.place_own(space, purpose, grains, listed, next_seq) {
                 Placed::Done(r) => break r.map(|(g, _, loc)| (g, loc))?,
@@ -284,18 +358,20 @@ impl Coalescer {
             };
             wait.await;
         };
-        // No await between the placement and `lead`, which fails the group
-        // if dropped: the queued group always gets its bytes or a result.
+        // No await between the placement and `lead`, which writes the group
+        // to its end: the queued group always gets its bytes and a result.
+        let mut claim = Claim { group: &group, space, waiting: true };
         let buf = encode(&loc);
         *group.bytes.lock().unwrap_or_else(|e| e.into_inner()) = Some(Bytes::Owned(buf));
-        self.lead(&group, space, dev, durability, grain).await;
+        lead_to_end(core, &group, grain).await;
+        claim.waiting = false;
         match group.result.get().expect("set by the leader") {
             Ok(()) => {
                 let buf = match group.bytes.lock().unwrap_or_else(|e| e.into_inner()).take() {
                     Some(Bytes::Owned(b)) => Some(b),
                     _ => None,
                 };
-                Ok((loc, buf))
+                Ok((Held::new(space, loc), buf))
             }
             Err((op, kind, msg)) => {
                 space.done(loc.seg);
@@ -335,13 +411,7 @@ impl Coalescer {
             Ok(loc) => loc,
             Err(placed) => return placed,
         };
-        let g = Arc::new(Group {
-            seg: loc.seg,
-            start: loc.pba,
-            bytes: Mutex::new(None),
-            result: OnceLock::new(),
-            done: event_listener::Event::new(),
-        });
+        let g = Arc::new(Group::new(loc.seg, loc.pba, None));
         inner.open = None;
         if self.ordered.load(std::sync::atomic::Ordering::Relaxed) {
             inner.queue.push_back(g.clone());
@@ -349,92 +419,102 @@ impl Coalescer {
         *inner.pending.entry(loc.seg).or_default() += 1;
         Placed::Done(Ok((g, true, loc)))
     }
+}
 
-    /// Wait for the stream to be idle (a group of its own, unordered: not
-    /// even that), seal `group`, write it, wake its members. If this future
-    /// is dropped before the write completes, the members are told the
-    /// write failed (they were not acknowledged) and the stream is
-    /// released.
-    async fn lead(&self, group: &Arc<Group>, space: &Space, dev: &dyn Device, durability: Durability, grain: u64) {
-        struct Abandon<'a> {
-            c: &'a Coalescer,
-            group: &'a Arc<Group>,
-            busy: bool,
+/// Lead `group`'s write ([`lead`]) to its end, even if this future is
+/// dropped: the write is then handed on ([`crate::detach`]).
+async fn lead_to_end<E: Owner>(core: &E, group: &Arc<Group>, grain: u64) {
+    match core.shared() {
+        Some(shared) => Finish::new(core, Box::pin(lead(shared, group.clone(), grain)), None).await,
+        None => lead(core, group.clone(), grain).await,
+    }
+}
+
+/// Wait for the stream to be idle (a group of its own, unordered: not even
+/// that), seal `group`, write it, wake its members. If this future itself
+/// is dropped before the write completes (a runtime shutting down drops a
+/// handed-on lead), the members are told the write failed (they were not
+/// acknowledged) and the stream is released.
+async fn lead<E: Owner, C: std::ops::Deref<Target = E>>(core: C, group: Arc<Group>, grain: u64) {
+    struct Abandon<'a> {
+        c: &'a Coalescer,
+        group: &'a Arc<Group>,
+        space: &'a Space,
+        busy: bool,
+    }
+    impl Drop for Abandon<'_> {
+        fn drop(&mut self) {
+            // First close the group to joiners (under the lock that
+            // joining takes), then fail whoever joined before (nothing if
+            // the write ended: its outcome was set).
+            let mut inner = self.c.lock();
+            if inner.open.as_ref().is_some_and(|g| Arc::ptr_eq(g, self.group)) {
+                inner.open = None;
+            }
+            if self.busy {
+                inner.busy = false;
+            }
+            inner.queue.retain(|g| !Arc::ptr_eq(g, self.group));
+            inner.finished(self.group.seg);
+            drop(inner);
+            let cancelled = ("write", std::io::ErrorKind::Interrupted, "the leading write was cancelled".into());
+            self.group.finish(Err(cancelled), self.space);
+            self.c.idle.notify(usize::MAX);
         }
-        impl Drop for Abandon<'_> {
-            fn drop(&mut self) {
-                // First close the group to joiners (under the lock that
-                // joining takes), then fail whoever joined before.
-                let mut inner = self.c.lock();
-                if inner.open.as_ref().is_some_and(|g| Arc::ptr_eq(g, self.group)) {
+    }
+    let (c, space, dev, durability) = (core.coalescer(), core.space(), core.device(), core.durability());
+    let group = &group;
+    let mut guard = Abandon { c, group, space, busy: false };
+    // A group of its own (its bytes, set before it is led, are its
+    // record's own buffer) holds no joiners to wait for; in ordered
+    // mode it still waits its turn (`first`) and for the write before
+    // it to end.
+    let own = !c.ordered.load(std::sync::atomic::Ordering::Relaxed)
+        && matches!(group.bytes.lock().unwrap_or_else(|e| e.into_inner()).as_ref(), Some(Bytes::Owned(_)));
+    let bytes = loop {
+        let listener = {
+            let mut inner = c.lock();
+            let first = inner.queue.front().is_none_or(|g| Arc::ptr_eq(g, group));
+            if (own || !inner.busy) && first {
+                if !own {
+                    inner.busy = true;
+                    guard.busy = true;
+                }
+                if inner.open.as_ref().is_some_and(|g| Arc::ptr_eq(g, group)) {
                     inner.open = None;
                 }
-                if self.busy {
-                    inner.busy = false;
-                }
-                inner.queue.retain(|g| !Arc::ptr_eq(g, self.group));
-                inner.finished(self.group.seg);
-                drop(inner);
-                let cancelled = ("write", std::io::ErrorKind::Interrupted, "the leading write was cancelled".into());
-                if self.group.result.set(Err(cancelled)).is_ok() {
-                    self.group.done.notify(usize::MAX);
-                }
-                self.c.idle.notify(usize::MAX);
+                break group.bytes.lock().unwrap_or_else(|e| e.into_inner()).take().expect("sealed once");
             }
+            c.idle.listen()
+        };
+        listener.await;
+    };
+    let (buf, owned) = match bytes {
+        Bytes::Shared(v) => {
+            let mut buf = AlignedBuf::zeroed(v.len());
+            buf.copy_from_slice(&v);
+            (buf, false)
         }
-        let mut guard = Abandon { c: self, group, busy: false };
-        // A group of its own (its bytes, set before it is led, are its
-        // record's own buffer) holds no joiners to wait for; in ordered
-        // mode it still waits its turn (`first`) and for the write before
-        // it to end.
-        let own = !self.ordered.load(std::sync::atomic::Ordering::Relaxed)
-            && matches!(group.bytes.lock().unwrap_or_else(|e| e.into_inner()).as_ref(), Some(Bytes::Owned(_)));
-        let bytes = loop {
-            let listener = {
-                let mut inner = self.lock();
-                let first = inner.queue.front().is_none_or(|g| Arc::ptr_eq(g, group));
-                if (own || !inner.busy) && first {
-                    if !own {
-                        inner.busy = true;
-                        guard.busy = true;
-                    }
-                    if inner.open.as_ref().is_some_and(|g| Arc::ptr_eq(g, group)) {
-                        inner.open = None;
-                    }
-                    break group.bytes.lock().unwrap_or_else(|e| e.into_inner()).take().expect("sealed once");
-                }
-                self.idle.listen()
-            };
-            listener.await;
-        };
-        let (buf, owned) = match bytes {
-            Bytes::Shared(v) => {
-                let mut buf = AlignedBuf::zeroed(v.len());
-                buf.copy_from_slice(&v);
-                (buf, false)
-            }
-            Bytes::Owned(b) => (b, true),
-        };
-        let offset = group.start * grain;
-        space.summarize(group.start, &buf);
-        let (buf, r) = dev.write_at_async(buf, offset).await;
-        if owned {
-            // Back to its owner (`write_own`'s caller may reuse it); a
-            // sealed group is never read again.
-            *group.bytes.lock().unwrap_or_else(|e| e.into_inner()) = Some(Bytes::Owned(buf));
-        }
-        let r = match (r, durability) {
-            (Err(e), _) => Err(("write", e.kind(), e.to_string())),
-            // On an executor the flush goes through its ring: the
-            // executor serves its other tasks meanwhile.
-            (Ok(()), Durability::Flush) => dev.flush_async().await.map_err(|e| ("flush", e.kind(), e.to_string())),
-            (Ok(()), Durability::Direct) => Ok(()),
-        };
-        let _ = group.result.set(r);
-        group.done.notify(usize::MAX);
-        self.groups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        drop(guard); // releases the stream
+        Bytes::Owned(b) => (b, true),
+    };
+    let offset = group.start * grain;
+    space.summarize(group.start, &buf);
+    let (buf, r) = dev.write_at_async(buf, offset).await;
+    if owned {
+        // Back to its owner (`write_own`'s caller may reuse it); a
+        // sealed group is never read again.
+        *group.bytes.lock().unwrap_or_else(|e| e.into_inner()) = Some(Bytes::Owned(buf));
     }
+    let r = match (r, durability) {
+        (Err(e), _) => Err(("write", e.kind(), e.to_string())),
+        // On an executor the flush goes through its ring: the
+        // executor serves its other tasks meanwhile.
+        (Ok(()), Durability::Flush) => dev.flush_async().await.map_err(|e| ("flush", e.kind(), e.to_string())),
+        (Ok(()), Durability::Direct) => Ok(()),
+    };
+    group.finish(r, space);
+    c.groups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    drop(guard); // releases the stream
 }
 
 /// Encode a record into `out` (a group's buffer): from its parts, or by

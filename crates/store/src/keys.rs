@@ -273,14 +273,27 @@ pub(crate) struct Publishing {
     len: AtomicUsize,
 }
 
+/// A batch being published ([`Publishing::start`]): its entry is removed
+/// when this is dropped, also if the commit's future is (no reader waits
+/// for it forever).
+#[must_use]
+pub(crate) struct Published<'a>(&'a Publishing, u64);
+
+impl Drop for Published<'_> {
+    fn drop(&mut self) {
+        self.0.end(self.1);
+    }
+}
+
 impl Publishing {
-    pub(crate) fn start(&self, first: u64, last: u64) {
+    pub(crate) fn start(&self, first: u64, last: u64) -> Published<'_> {
         let mut r = self.ranges.lock().unwrap_or_else(|e| e.into_inner());
         r.push((first, last));
         self.len.store(r.len(), Relaxed);
+        Published(self, first)
     }
 
-    pub(crate) fn end(&self, first: u64) {
+    fn end(&self, first: u64) {
         let mut r = self.ranges.lock().unwrap_or_else(|e| e.into_inner());
         r.retain(|&(f, _)| f != first);
         self.len.store(r.len(), std::sync::atomic::Ordering::Release);

@@ -24,6 +24,8 @@
 //!   close; finding the newest valid one.
 //! - `gc`: reclaiming segments: victims, relocation, tombstones.
 //! - `coalesce`: write coalescing (group commit) of user writes.
+//! - `detach`: work that runs to its end once started, even if the future
+//!   awaiting it is dropped (a group write, a batch).
 //! - `store`: the [`Store`] handle (its sync and async API) and the engine
 //!   state it shares with the background threads (`Core`: the parts, plus
 //!   the write path's and the background work's own state).
@@ -48,6 +50,16 @@
 //! - `figures`: [`Stats::registry`], the store's figures declared once for
 //!   `granary stat`, `/metrics` and memcache `stats`.
 //!
+//! **Dropped futures.** An async call's future may be dropped before it
+//! completes (a caller's timeout): a read then simply stops; a write that
+//! has begun runs to its end anyway (its device IO is never dropped midway)
+//! and releases what it holds. A dropped [`Batch::commit_async`] commits or
+//! not as a whole; a dropped single write (PUT, DELETE, update, a run, a
+//! namespace's creation or drop, which write the catalog) may have written
+//! its record without the running store applying it, so its outcome is
+//! unknown: do it again (docs/ARCHITECTURE.md, "Writes whose futures are
+//! dropped").
+//!
 //! Invariants the engine keeps (and where): a record is on the device before
 //! its index entry points at it (`write::commit`); mutations of one key are
 //! serialised by a striped key lock and get increasing sequence numbers, and
@@ -56,7 +68,7 @@
 //! the size its index entry gives (`log::Log::read_record`).
 //!
 //! Layers (a module uses only those below it; `tests/layers.rs` checks
-//! that no module cycle exists): `error`, `options`, `types`, `access`,
+//! that no module cycle exists): `error`, `options`, `types`, `detach`, `access`,
 //! `tier_policy`, `tier`, `zerocopy`; `space`; `log`; `links`, `keys`; `counters`; `parts`;
 //! `settle`; `gc`, `checkpoint`; `recover`, `verify`, `coalesce`; and at
 //! the top the engine itself: `store` with its `open`, `read`, `write`
@@ -69,6 +81,7 @@ mod catalog;
 mod checkpoint;
 mod coalesce;
 mod counters;
+mod detach;
 pub mod error;
 mod figures;
 #[doc(hidden)]

@@ -183,6 +183,7 @@ impl Store {
             }
         };
         let core = Arc::new(core);
+        let _ = core.me.set(Arc::downgrade(&core));
         if core.space.zoned() {
             // Torn records recovery could not clear in place: their
             // segments are reclaimed now, before writes start.
@@ -290,6 +291,8 @@ impl Store {
             log: Log::new(dev, sb.clone(), record_seed(&sb.uuid), opts.durability),
             namespaces: Namespaces::new(default_mode, default_counters),
             closed: AtomicBool::new(false),
+            me: Default::default(),
+            detached: Default::default(),
         };
         core.coalescer.ordered.store(zoned, Relaxed);
         let report = crate::recover::Rebuild(core.parts()).run(&core.checkpoints, headers, loaded, floor, opts)?;

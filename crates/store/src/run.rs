@@ -217,9 +217,9 @@ impl Core {
             buf
         };
         let listed = crate::space::listed_bytes(keys.iter().map(|k| &k.key[..]));
-        let (loc, _) = self.write_encoded(Purpose::Put, total, listed, encode).await?;
+        let (held, _) = self.write_encoded(Purpose::Put, total, listed, encode).await?;
         let published = self.publish_piece(piece, prior, &own_link, &locs, first).await;
-        self.space.done(loc.seg);
+        drop(held);
         published
     }
 

@@ -74,6 +74,40 @@ pub(crate) struct Loc {
     pub grains: u64,
 }
 
+/// An allocation whose write has ended (or is left to its group write):
+/// released with [`Space::done`] when dropped, so a write whose future is
+/// dropped while it indexes its records still releases its segment.
+#[must_use]
+pub(crate) struct Held<'a> {
+    space: &'a Space,
+    loc: Loc,
+}
+
+impl<'a> Held<'a> {
+    pub(crate) fn new(space: &'a Space, loc: Loc) -> Held<'a> {
+        Held { space, loc }
+    }
+
+    pub(crate) fn loc(&self) -> Loc {
+        self.loc
+    }
+
+    /// The allocation, no longer released by this guard: the caller calls
+    /// [`Space::done`] itself (tests that place records by hand).
+    #[cfg(test)]
+    pub(crate) fn keep(self) -> Loc {
+        let loc = self.loc;
+        std::mem::forget(self);
+        loc
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.space.done(self.loc.seg);
+    }
+}
+
 #[derive(Debug)]
 struct OpenSeg {
     seg: u32,

@@ -110,6 +110,11 @@ pub(crate) struct Core {
     /// Set when the store is closed or dropped: a [`Namespace`] handle
     /// that outlives it refuses calls.
     pub(crate) closed: AtomicBool,
+    /// This engine, as the `Arc` its store holds (set once it is shared):
+    /// for work that must outlive the future that started it.
+    pub(crate) me: std::sync::OnceLock<std::sync::Weak<Core>>,
+    /// Such work still running ([`crate::detach`]).
+    pub(crate) detached: crate::detach::Detached,
 }
 
 /// The engine's calls that do IO, each declared once: the declaration
@@ -160,6 +165,34 @@ macro_rules! engine_calls {
             )*
         }
     };
+}
+
+impl crate::detach::Shared for Core {
+    fn shared(&self) -> Option<Arc<Core>> {
+        self.me.get().and_then(std::sync::Weak::upgrade)
+    }
+
+    fn detached(&self) -> &crate::detach::Detached {
+        &self.detached
+    }
+}
+
+impl crate::coalesce::Owner for Core {
+    fn coalescer(&self) -> &crate::coalesce::Coalescer {
+        &self.coalescer
+    }
+
+    fn space(&self) -> &crate::space::Space {
+        &self.space
+    }
+
+    fn device(&self) -> &dyn granary_io::Device {
+        self.log.dev.as_ref()
+    }
+
+    fn durability(&self) -> crate::options::Durability {
+        self.log.durability
+    }
 }
 
 impl Core {
@@ -682,6 +715,12 @@ impl Store {
 
     fn stop_gc(&mut self) {
         self.core.closed.store(true, Relaxed);
+        // Writes whose callers dropped them midway end first
+        // ([`crate::detach`]); an executor thread cannot wait for those
+        // handed to it, which run on after.
+        if !granary_rt::on_runtime() {
+            self.core.detached.wait_idle();
+        }
         if let Some((stop, h)) = self.checkpointer.take() {
             *stop.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
             stop.1.notify_all();

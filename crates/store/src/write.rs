@@ -21,11 +21,12 @@
 use crate::access::Policy;
 use crate::coalesce::Payload;
 use crate::counters::Counted;
+use crate::detach::{Finish, Orphaned, Shared};
 use crate::error::{Error, Result};
 use crate::links::BlindStep;
 use crate::namespace::NsState;
 use crate::nskey::{owner, user_key, Owner, DEFAULT_NS};
-use crate::space::{Loc, Purpose};
+use crate::space::{Held, Loc, Purpose};
 use crate::store::{Core, Found, FLUSH_FLOOR_KEY};
 use crate::types::{Change, Cond, Item, ItemMeta, PutMode, PutOutcome};
 use crate::zerocopy::PutBuf;
@@ -477,12 +478,13 @@ impl Core {
         let supersedes = !matches!(prior, Prior::Known(None)) || self.keys.dropped.contains(h);
         let hdr = hdr.with_meta(meta.flags, meta.expires).with_stale(meta.stale).with_supersedes(supersedes);
         let write = self.write_record_async(purpose, hdr, key, payload);
-        let (loc, existing) = match prior {
+        let (held, existing) = match prior {
             Prior::Known(existing) => (write.await?, existing),
             Prior::Blind(e) => {
-                let loc = write.await?;
+                let held = write.await?;
+                let loc = held.loc();
                 let committed = self.commit_blind(key, h, e, loc, policy).await;
-                self.space.done(loc.seg);
+                drop(held);
                 committed?;
                 self.refresh_tier(key, h, refresh, meta, cas.unwrap_or(seq), seq, loc);
                 self.counters.puts.fetch_add(1, Relaxed);
@@ -490,20 +492,18 @@ impl Core {
                 return Ok(cas.unwrap_or(seq));
             }
             Prior::Unread => match join2(write, self.find(key, h, false, false)).await {
-                (Ok(loc), Ok(existing)) => (loc, existing),
-                (Ok(loc), Err(e)) => {
-                    // Written but not indexed: the running store keeps the
-                    // old version; the PUT reports the error (after a crash
-                    // the new one may be what recovery finds, as with any
-                    // write that failed midway).
-                    self.space.done(loc.seg);
-                    return Err(e);
-                }
-                (Err(e), _) => return Err(e),
+                (Ok(held), Ok(existing)) => (held, existing),
+                // Written but not indexed (its allocation released as
+                // `held` drops): the running store keeps the old version;
+                // the PUT reports the error (after a crash the new one may
+                // be what recovery finds, as with any write that failed
+                // midway).
+                (Ok(_), Err(e)) | (Err(e), _) => return Err(e),
             },
         };
+        let loc = held.loc();
         let committed = self.commit(key, h, existing, loc, false, policy).await;
-        self.space.done(loc.seg);
+        drop(held);
         committed?;
         self.refresh_tier(key, h, refresh, meta, cas.unwrap_or(seq), seq, loc);
         self.counters.puts.fetch_add(1, Relaxed);
@@ -539,9 +539,9 @@ impl Core {
         // Under the stripe no relocation of this key can run, so every
         // older version of it lies in a segment at or below the horizon.
         let hdr = RecordHeader::tombstone(key.len(), seq, 0, self.space.horizon());
-        let loc = self.write_record_async(Purpose::Delete, hdr, key, Payload::Slice(&[])).await?;
-        let committed = self.commit(key, h, existing, loc, true, FRESH).await;
-        self.space.done(loc.seg);
+        let held = self.write_record_async(Purpose::Delete, hdr, key, Payload::Slice(&[])).await?;
+        let committed = self.commit(key, h, existing, held.loc(), true, FRESH).await;
+        drop(held);
         committed?;
         self.counters.deletes.fetch_add(1, Relaxed);
         self.counters.user_bytes.fetch_add(key.len() as u64, Relaxed);
@@ -709,24 +709,24 @@ impl Core {
     /// On success the caller indexes it and then calls `space.done`.
     #[cfg(test)]
     pub(crate) fn write_record(&self, purpose: Purpose, hdr: RecordHeader, key: &[u8], value: &[u8]) -> Result<Loc> {
-        block_on(self.write_record_async(purpose, hdr, key, Payload::Slice(value)))
+        block_on(self.write_record_async(purpose, hdr, key, Payload::Slice(value))).map(Held::keep)
     }
 
-    /// `Core::write_record`, asynchronously.
+    /// Allocate, encode (with the segment's stamp) and write one record;
+    /// on success the caller indexes it, holding its allocation (released
+    /// when dropped). Dropped midway, the write still ends
+    /// ([`crate::detach`]) and its allocation is released after it.
     pub(crate) async fn write_record_async(
         &self,
         purpose: Purpose,
         mut hdr: RecordHeader,
         key: &[u8],
         value: Payload<'_>,
-    ) -> Result<Loc> {
+    ) -> Result<Held<'_>> {
         if self.coalesce && matches!(purpose, Purpose::Put | Purpose::PutShort | Purpose::Delete) {
             let next_seq = self.log.next_seq.load(Relaxed);
-            let (dev, g) = (self.log.dev.as_ref(), self.log.grain());
-            let r = self
-                .coalescer
-                .write(&self.space, dev, self.log.durability, purpose, self.log.seed, g, next_seq, hdr, key, value)
-                .await;
+            let r =
+                self.coalescer.write(self, purpose, self.log.seed, self.log.grain(), next_seq, hdr, key, value).await;
             return r.map_err(|e| self.log.poison_io(e));
         }
         let grains = hdr.grains(self.log.sb.grain_bytes);
@@ -744,11 +744,28 @@ impl Core {
                 (b, Some(buf))
             }
         };
-        let (buf, written) = self.write_records("write", buf, &loc).await;
+        let (buf, written) = match self.shared() {
+            Some(core) => {
+                let work = async move {
+                    let (buf, r) = core.write_records("write", buf, &loc).await;
+                    (buf, r, loc)
+                };
+                // Handed on, a written record's allocation is released once
+                // the IO has ended (`write_records` released a failed one).
+                let orphaned: Orphaned<Core, (AlignedBuf, Result<()>, Loc)> = |core, (_, r, loc)| {
+                    if r.is_ok() {
+                        core.space.done(loc.seg);
+                    }
+                };
+                let (buf, r, _) = Finish::new(self, Box::pin(work), Some(orphaned)).await;
+                (buf, r)
+            }
+            None => self.write_records("write", buf, &loc).await,
+        };
         if let Some(slot) = owned {
             *slot = Some(buf);
         }
-        written.map(|()| loc)
+        written.map(|()| Held::new(&self.space, loc))
     }
 
     /// Grains for records of `purpose`, `grains` of them (`listed`: their
@@ -778,13 +795,9 @@ impl Core {
         grains: u64,
         listed: u64,
         encode: impl FnOnce(&Loc) -> AlignedBuf,
-    ) -> Result<(Loc, Option<AlignedBuf>)> {
-        let (dev, g) = (self.log.dev.as_ref(), self.log.grain());
+    ) -> Result<(Held<'_>, Option<AlignedBuf>)> {
         let next_seq = self.log.next_seq.load(Relaxed);
-        let r = self
-            .coalescer
-            .write_own(&self.space, dev, self.log.durability, purpose, g, next_seq, grains, listed, encode)
-            .await;
+        let r = self.coalescer.write_own(self, purpose, self.log.grain(), next_seq, grains, listed, encode).await;
         r.map_err(|e| self.log.poison_io(e))
     }
 

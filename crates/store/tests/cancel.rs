@@ -1,0 +1,369 @@
+//! Writes whose futures are dropped midway (a caller's timeout): the write
+//! runs to its end anyway (its group written, its segment released after),
+//! a batch commits or not as a whole, no member of a group is failed for
+//! its leader's sake, and nothing leaks: a store holding a few keys takes
+//! hundreds of dropped writes without running out of room.
+//!
+//! The device holds each async write while its gate is shut, as a slow
+//! device would: the dropped futures are dropped with their IO in flight.
+//! Runs on the backend `GRANARY_TEST_BACKEND` picks (the gate in front).
+
+use granary_rt::{timeout, Runtime, RuntimeConfig};
+use granary_store::io::{AlignedBuf, Device, IoCounters, IoFuture, IoResult, TestDevice, ZoneGeometry};
+use granary_store::{CreateOptions, Entropy, Error, OpenOptions, Store};
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+const SEGMENT: u64 = 64 << 10;
+
+/// A device whose async writes wait while its gate is shut.
+struct Gate {
+    inner: TestDevice,
+    shut: AtomicBool,
+    /// Polls of held writes that found the gate shut.
+    held_polls: AtomicU64,
+    wakers: Mutex<Vec<Waker>>,
+}
+
+impl Gate {
+    fn new(size: u64) -> Arc<Gate> {
+        let inner = TestDevice::new(size, std::path::Path::new(env!("CARGO_TARGET_TMPDIR")));
+        inner.shape_zones(SEGMENT);
+        Arc::new(Gate {
+            inner,
+            shut: AtomicBool::new(false),
+            held_polls: AtomicU64::new(0),
+            wakers: Mutex::new(vec![]),
+        })
+    }
+
+    fn shut(&self) {
+        self.shut.store(true, SeqCst);
+    }
+
+    fn open(&self) {
+        self.shut.store(false, SeqCst);
+        for w in self.wakers.lock().unwrap().drain(..) {
+            w.wake();
+        }
+    }
+}
+
+struct Held<'a> {
+    gate: &'a Gate,
+    buf: Option<AlignedBuf>,
+    offset: u64,
+}
+
+impl Future for Held<'_> {
+    type Output = IoResult;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<IoResult> {
+        if self.gate.shut.load(SeqCst) {
+            self.gate.wakers.lock().unwrap().push(cx.waker().clone());
+            if self.gate.shut.load(SeqCst) {
+                self.gate.held_polls.fetch_add(1, SeqCst);
+                return Poll::Pending;
+            }
+        }
+        let buf = self.buf.take().expect("polled after completion");
+        Poll::Ready(self.gate.inner.write_at(buf, self.offset))
+    }
+}
+
+impl Device for Gate {
+    fn read_at(&self, buf: AlignedBuf, offset: u64) -> IoResult {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: AlignedBuf, offset: u64) -> IoResult {
+        self.inner.write_at(buf, offset)
+    }
+    fn read_at_async(&self, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
+        self.inner.read_at_async(buf, offset)
+    }
+    fn write_at_async(&self, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
+        IoFuture::Pending(Box::pin(Held { gate: self, buf: Some(buf), offset }))
+    }
+    fn in_memory(&self) -> bool {
+        self.inner.in_memory()
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.discard(offset, len)
+    }
+    fn zones(&self) -> Option<ZoneGeometry> {
+        self.inner.zones()
+    }
+    fn reset_zones(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.reset_zones(offset, len)
+    }
+    fn finish_zones(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.finish_zones(offset, len)
+    }
+    fn write_pointer(&self, offset: u64) -> std::io::Result<u64> {
+        self.inner.write_pointer(offset)
+    }
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn block_bytes(&self) -> u32 {
+        self.inner.block_bytes()
+    }
+    fn counters(&self) -> &IoCounters {
+        self.inner.counters()
+    }
+    fn describe(&self) -> String {
+        format!("gate in front of {}", self.inner.describe())
+    }
+}
+
+/// A 4 MiB store of 64 KiB segments (48 of them for records).
+fn store(gate: &Arc<Gate>) -> Store {
+    store_with(gate, opts())
+}
+
+fn store_with(gate: &Arc<Gate>, opts: OpenOptions) -> Store {
+    let co = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(SEGMENT), index_table_homes: Some(256) };
+    Store::create(gate.clone(), &co, &opts).unwrap()
+}
+
+fn opts() -> OpenOptions {
+    OpenOptions { entropy: Entropy::seeded(5), ..Default::default() }
+}
+
+fn runtime() -> Runtime {
+    Runtime::new(RuntimeConfig { threads: 1, pin: false, ..Default::default() }).unwrap()
+}
+
+/// Poll `f` once (it must wait).
+async fn poll_once<F: Future>(f: Pin<&mut F>) {
+    let mut f = Some(f);
+    poll_fn(|cx| {
+        assert!(f.take().unwrap().poll(cx).is_pending(), "the write was expected to wait");
+        Poll::Ready(())
+    })
+    .await;
+}
+
+/// Yield to the executor until `done` holds, at most `n` times.
+async fn until(n: usize, mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..n {
+        if done() {
+            return true;
+        }
+        granary_rt::yield_now().await;
+    }
+    done()
+}
+
+fn value(round: u32) -> Vec<u8> {
+    vec![round as u8; 4000]
+}
+
+/// 20 keys of 4 KB rewritten after each dropped write: each round fills
+/// more than a segment, so a segment a dropped write kept would never be
+/// reclaimed, and 48 such would leave no room.
+async fn rewrite(s: &Store, round: u32) {
+    for k in 0..20u32 {
+        if let Err(e) = s.put_async(&k.to_le_bytes(), &value(round)).await {
+            let st = s.stats();
+            panic!("round {round}: {e} (free segments {}, GC victims {})", st.segments_free, st.gc.victims);
+        }
+    }
+}
+
+#[test]
+fn a_dropped_write_still_ends_and_its_segment_is_reclaimed() {
+    dropped_writes(opts());
+}
+
+/// The same without write coalescing (each write its own IO; the zoned
+/// backend coalesces regardless).
+#[test]
+fn a_dropped_write_of_its_own_still_ends_and_its_segment_is_reclaimed() {
+    dropped_writes(OpenOptions { coalesce_writes: false, ..opts() });
+}
+
+fn dropped_writes(opts: OpenOptions) {
+    let gate = Gate::new(4 << 20);
+    let s = Arc::new(store_with(&gate, opts.clone()));
+    s.put(b"a", b"first").unwrap();
+    let rt = runtime();
+    let s2 = s.clone();
+    let g2 = gate.clone();
+    rt.block_on(async move {
+        let (s, gate) = (s2, g2);
+        for round in 0..200u32 {
+            gate.shut();
+            let r = timeout(Duration::from_millis(1), s.put_async(b"a", &round.to_le_bytes())).await;
+            assert!(r.is_err(), "round {round}: the write was held by the gate");
+            gate.open();
+            rewrite(&s, round).await;
+            // The dropped write was never applied to the running store.
+            assert_eq!(s.get_async(b"a").await.unwrap().as_deref(), Some(&b"first"[..]), "round {round}");
+        }
+    })
+    .unwrap();
+    let s = Arc::into_inner(s).unwrap();
+    assert!(s.stats().gc.victims > 0);
+    s.close().unwrap();
+    let s = Store::open(gate.clone(), &opts).unwrap();
+    // Recovery may find a dropped write's record: its outcome was unknown.
+    assert!(s.get(b"a").unwrap().is_some());
+    assert_eq!(s.get(&7u32.to_le_bytes()).unwrap().unwrap(), value(199));
+}
+
+/// A group's leader waits for the write ahead of it (held at the gate); a
+/// second writer joins its group. One of the two futures is dropped.
+fn leader_and_member(drop_leader: bool) {
+    let gate = Gate::new(4 << 20);
+    let s = Arc::new(store(&gate));
+    let rt = runtime();
+    let (s2, g2) = (s.clone(), gate.clone());
+    rt.block_on(async move {
+        let (s, gate) = (s2, g2);
+        for round in 0..120u32 {
+            gate.shut();
+            let v = round.to_le_bytes();
+            let mut ahead = Box::pin(s.put_async(b"ahead", b"x"));
+            poll_once(ahead.as_mut()).await;
+            let mut leader = Box::pin(s.put_async(b"leader", &v));
+            poll_once(leader.as_mut()).await;
+            let mut member = Box::pin(s.put_async(b"member", &v));
+            poll_once(member.as_mut()).await;
+            let kept = if drop_leader {
+                drop(leader);
+                member
+            } else {
+                drop(member);
+                leader
+            };
+            gate.open();
+            ahead.await.unwrap();
+            // Not failed for the dropped one's sake (which would poison
+            // the store).
+            kept.await.unwrap_or_else(|e| panic!("round {round}: {e}"));
+            rewrite(&s, round).await;
+        }
+        let kept: &[u8] = if drop_leader { b"member" } else { b"leader" };
+        assert_eq!(s.get_async(kept).await.unwrap().unwrap(), 119u32.to_le_bytes());
+    })
+    .unwrap();
+    Arc::into_inner(s).unwrap().close().unwrap();
+}
+
+#[test]
+fn a_group_whose_leader_is_dropped_is_written_for_its_member() {
+    leader_and_member(true);
+}
+
+#[test]
+fn a_member_dropped_from_a_group_is_released_after_its_write() {
+    leader_and_member(false);
+}
+
+#[test]
+fn a_dropped_batch_commits_as_a_whole() {
+    let gate = Gate::new(4 << 20);
+    let s = Arc::new(store(&gate));
+    let rt = runtime();
+    let (s2, g2) = (s.clone(), gate.clone());
+    rt.block_on(async move {
+        let (s, gate) = (s2, g2);
+        let ns = s.namespace("default").unwrap();
+        for round in 0..60u32 {
+            let mut b = s.batch();
+            b.put(&ns, b"x", &round.to_le_bytes()).put(&ns, b"y", &round.to_le_bytes());
+            gate.shut();
+            assert!(timeout(Duration::from_millis(1), b.commit_async()).await.is_err());
+            gate.open();
+            let want = round.to_le_bytes();
+            let both = || s.get(b"x").unwrap().as_deref() == Some(&want[..]);
+            assert!(until(10_000, both).await, "round {round}: the dropped batch did not commit");
+            assert_eq!(s.get_async(b"y").await.unwrap().unwrap(), want, "round {round}: half a batch");
+            rewrite(&s, round).await;
+        }
+    })
+    .unwrap();
+    Arc::into_inner(s).unwrap().close().unwrap();
+}
+
+/// Off an executor (a `block_on` on a plain thread) a dropped write is
+/// handed to a thread of its own, which runs it to its end: a thread opens
+/// the gate once the dropped write is polled again there.
+#[test]
+fn off_an_executor_a_dropped_write_ends_on_a_thread_of_its_own() {
+    let gate = Gate::new(4 << 20);
+    let s = store(&gate);
+    let dropping = Arc::new(AtomicBool::new(false));
+    for round in 0..20u32 {
+        gate.shut();
+        dropping.store(false, SeqCst);
+        let polls = gate.held_polls.load(SeqCst);
+        let opener = {
+            let (gate, dropping) = (gate.clone(), dropping.clone());
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while !dropping.load(SeqCst) || gate.held_polls.load(SeqCst) < polls + 2 {
+                    if Instant::now() > deadline {
+                        gate.open(); // let the test end, and fail
+                        return false;
+                    }
+                    std::thread::yield_now();
+                }
+                gate.open();
+                true
+            })
+        };
+        let mut put = Box::pin(s.put_async(b"a", b"v"));
+        granary_rt::block_on(poll_once(put.as_mut()));
+        assert_eq!(gate.held_polls.load(SeqCst), polls + 1);
+        dropping.store(true, SeqCst);
+        drop(put);
+        assert!(opener.join().unwrap(), "round {round}: the dropped write was not polled again");
+        for k in 0..20u32 {
+            s.put(&k.to_le_bytes(), &value(round)).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        }
+    }
+    assert!(!matches!(s.put(b"b", b"v"), Err(Error::Poisoned { .. })));
+    s.close().unwrap();
+}
+
+/// Off an executor, a dropped batch waiting for a key's lock that another
+/// write of the same `block_on` holds (its group held at the gate) is not
+/// run in its drop, which would wait for that write forever: dropped first,
+/// the batch waits on its own thread until the other write, dropped next,
+/// lets the key go.
+#[test]
+fn off_an_executor_a_dropped_batch_never_waits_in_its_drop() {
+    let gate = Gate::new(4 << 20);
+    // Leaked: the batch's future, borrowing it, goes to another thread.
+    let s: &'static Store = Box::leak(Box::new(store(&gate)));
+    let ns = s.namespace("default").unwrap();
+    gate.shut();
+    let mut put = Box::pin(s.put_async(b"x", b"put"));
+    granary_rt::block_on(poll_once(put.as_mut()));
+    let mut b = s.batch();
+    b.put(&ns, b"x", b"batch").put(&ns, b"y", b"batch");
+    let mut batch = Box::pin(b.commit_async());
+    granary_rt::block_on(poll_once(batch.as_mut()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(batch);
+        let _ = tx.send(());
+    });
+    assert!(rx.recv_timeout(Duration::from_secs(20)).is_ok(), "the batch's drop waited for the put");
+    drop(put);
+    gate.open();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while s.get(b"y").unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the dropped batch did not commit");
+        std::thread::yield_now();
+    }
+    assert_eq!(s.get(b"x").unwrap().unwrap(), b"batch");
+}
