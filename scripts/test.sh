@@ -58,13 +58,13 @@ cargo test --workspace --all-targets
 # The engine's suite again on the io_uring backend (O_DIRECT files; the
 # synchronous API through private rings): granary_io::testdev. The crash
 # simulation and the model tests choose their devices themselves.
-GRANARY_TEST_BACKEND=uring cargo test -p granary-store --lib --test checkpoint --test gc
+GRANARY_TEST_BACKEND=uring cargo test -p granary-store --lib --test checkpoint --test gc --test cancel
 # And in zoned mode, on the emulated zoned device (zones of the test's
 # segment size; a zone rule broken fails the test): granary_io::testdev,
 # docs/ARCHITECTURE.md "Zoned mode". The crash cases keep their own
 # simulated devices (zoned crashes: tests/zoned.rs), so they are skipped.
 GRANARY_TEST_BACKEND=zoned cargo test -p granary-store --lib --test checkpoint --test gc --test batch \
-    --test namespaces --test blind --test scan --test ns_model -- --skip crashes_ --skip batches_after_a_batch_cut_short
+    --test namespaces --test blind --test scan --test ns_model --test cancel -- --skip crashes_ --skip batches_after_a_batch_cut_short
 # The index's concurrency protocol under loom's model checker.
 ./scripts/loom.sh
 # The Python binding (bindings/python, a Cargo workspace of its own): its

@@ -154,6 +154,8 @@ pub(crate) trait Owner: Shared {
     fn space(&self) -> &Space;
     fn device(&self) -> &dyn Device;
     fn durability(&self) -> Durability;
+    /// Refuse writes from now on (a write's outcome is unknown).
+    fn poison(&self, err: Error);
 }
 
 #[derive(Default)]
@@ -434,20 +436,30 @@ async fn lead_to_end<E: Owner>(core: &E, group: &Arc<Group>, grain: u64) {
 /// that), seal `group`, write it, wake its members. If this future itself
 /// is dropped before the write completes (a runtime shutting down drops a
 /// handed-on lead), the members are told the write failed (they were not
-/// acknowledged) and the stream is released.
+/// acknowledged) and the stream is released; dropped with its IO in
+/// flight, it first poisons the store: that IO may still land, so no
+/// segment it writes may be reused (a poisoned store allocates nothing and
+/// GC stops).
 async fn lead<E: Owner, C: std::ops::Deref<Target = E>>(core: C, group: Arc<Group>, grain: u64) {
-    struct Abandon<'a> {
-        c: &'a Coalescer,
+    struct Abandon<'a, E: Owner> {
+        core: &'a E,
         group: &'a Arc<Group>,
-        space: &'a Space,
         busy: bool,
+        /// Its IO was submitted, at this offset.
+        in_flight: Option<u64>,
     }
-    impl Drop for Abandon<'_> {
+    impl<E: Owner> Drop for Abandon<'_, E> {
         fn drop(&mut self) {
+            let (c, space) = (self.core.coalescer(), self.core.space());
+            if let Some(offset) = self.in_flight.filter(|_| self.group.result.get().is_none()) {
+                let what = "a group write was dropped in flight (its runtime shut down): its outcome is unknown";
+                let source = std::io::Error::new(std::io::ErrorKind::Interrupted, what);
+                self.core.poison(Error::Io { op: "write", offset, source });
+            }
             // First close the group to joiners (under the lock that
             // joining takes), then fail whoever joined before (nothing if
             // the write ended: its outcome was set).
-            let mut inner = self.c.lock();
+            let mut inner = c.lock();
             if inner.open.as_ref().is_some_and(|g| Arc::ptr_eq(g, self.group)) {
                 inner.open = None;
             }
@@ -458,13 +470,13 @@ async fn lead<E: Owner, C: std::ops::Deref<Target = E>>(core: C, group: Arc<Grou
             inner.finished(self.group.seg);
             drop(inner);
             let cancelled = ("write", std::io::ErrorKind::Interrupted, "the leading write was cancelled".into());
-            self.group.finish(Err(cancelled), self.space);
-            self.c.idle.notify(usize::MAX);
+            self.group.finish(Err(cancelled), space);
+            c.idle.notify(usize::MAX);
         }
     }
     let (c, space, dev, durability) = (core.coalescer(), core.space(), core.device(), core.durability());
     let group = &group;
-    let mut guard = Abandon { c, group, space, busy: false };
+    let mut guard = Abandon { core: &*core, group, busy: false, in_flight: None };
     // A group of its own (its bytes, set before it is led, are its
     // record's own buffer) holds no joiners to wait for; in ordered
     // mode it still waits its turn (`first`) and for the write before
@@ -499,6 +511,7 @@ async fn lead<E: Owner, C: std::ops::Deref<Target = E>>(core: C, group: Arc<Grou
     };
     let offset = group.start * grain;
     space.summarize(group.start, &buf);
+    guard.in_flight = Some(offset);
     let (buf, r) = dev.write_at_async(buf, offset).await;
     if owned {
         // Back to its owner (`write_own`'s caller may reuse it); a

@@ -6,8 +6,9 @@
 //! `Arc` of the engine, its buffers). Polled, it is that future. Dropped
 //! before the work has ended, it hands the work on:
 //!
-//! - on an executor ([`granary_rt::on_runtime`]), to a task of its own on
-//!   that executor (its IO is on that executor's ring);
+//! - on an executor's thread ([`granary_rt::current_core`], also inside a
+//!   `block_on` there), to a task of its own on that executor (its IO is on
+//!   that executor's ring);
 //! - elsewhere (a `block_on` on a plain thread), to a thread of its own.
 //!   Off an executor every device IO is synchronous (it completes within
 //!   the poll that makes it), so the work holds no IO of this thread's;
@@ -20,16 +21,21 @@
 //! given a function for that ([`Finish::new`]'s `orphaned`).
 //!
 //! Each hand-off is counted in [`Detached`]; closing or dropping the store
-//! waits until every handed-off work has ended, so no write of a store
-//! lands on its device after the store is gone (see `Store::stop_gc`).
+//! off an executor's thread waits until every handed-off work has ended, so
+//! no write of a store lands on its device after the store is gone (see
+//! `Store::stop_gc`). On an executor's thread it cannot wait (the works
+//! handed to that executor run only once the thread is back in its loop):
+//! those run on after the close.
 //!
 //! Invariants: the engine never drops a device IO of its own midway (a
 //! dropped io_uring operation may still complete: the allocation it writes
 //! could not be released safely, nor its outcome told). A work polled on
 //! an executor is handed on only on that executor's thread (its IO belongs
 //! to that thread's ring); a [`Finish`] dropped on another thread drops the
-//! work, whose own last guard then runs (a group write fails its members).
-//! A runtime that shuts down drops the tasks it still holds the same way.
+//! work, whose own last guard then runs. A runtime that shuts down drops
+//! the tasks it still holds the same way. A work dropped with its IO in
+//! flight poisons the store (no segment that IO writes may be reused); a
+//! group write dropped before its IO fails its members.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -113,7 +119,7 @@ impl<E: Shared, T: Send + 'static> Drop for Finish<'_, E, T> {
                 f(&running.0, out);
             }
         };
-        if granary_rt::on_runtime() {
+        if granary_rt::current_core().is_some() {
             drop(granary_rt::spawn(run)); // detached: the task runs on
             return;
         }

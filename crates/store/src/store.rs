@@ -193,6 +193,10 @@ impl crate::coalesce::Owner for Core {
     fn durability(&self) -> crate::options::Durability {
         self.log.durability
     }
+
+    fn poison(&self, err: Error) {
+        self.log.poison(err);
+    }
 }
 
 impl Core {
@@ -716,9 +720,9 @@ impl Store {
     fn stop_gc(&mut self) {
         self.core.closed.store(true, Relaxed);
         // Writes whose callers dropped them midway end first
-        // ([`crate::detach`]); an executor thread cannot wait for those
-        // handed to it, which run on after.
-        if !granary_rt::on_runtime() {
+        // ([`crate::detach`]); an executor thread (even in a `block_on`)
+        // cannot wait for those handed to it, which run on after.
+        if granary_rt::current_core().is_none() {
             self.core.detached.wait_idle();
         }
         if let Some((stop, h)) = self.checkpointer.take() {

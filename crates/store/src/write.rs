@@ -74,6 +74,24 @@ pub(crate) struct BlindWrite<'a> {
     pub own_link: bool,
 }
 
+/// A record's write handed on with its IO in flight: dropped before that
+/// IO ends (a runtime shutting down drops what was handed to it), the
+/// store is poisoned, and the allocation kept: the IO may still land, so
+/// its segment must not be reused (a poisoned store allocates nothing and
+/// GC stops).
+struct InFlight<'a> {
+    log: &'a crate::log::Log,
+    offset: u64,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let what = "a write was dropped in flight (its runtime shut down): its outcome is unknown";
+        let source = std::io::Error::new(std::io::ErrorKind::Interrupted, what);
+        self.log.poison(Error::Io { op: "write", offset: self.offset, source });
+    }
+}
+
 /// The access policy of tombstones and of internal writes.
 const FRESH: Policy = Policy::Fresh;
 
@@ -747,7 +765,10 @@ impl Core {
         let (buf, written) = match self.shared() {
             Some(core) => {
                 let work = async move {
+                    let offset = loc.pba * core.log.grain();
+                    let in_flight = InFlight { log: &core.log, offset };
                     let (buf, r) = core.write_records("write", buf, &loc).await;
+                    std::mem::forget(in_flight);
                     (buf, r, loc)
                 };
                 // Handed on, a written record's allocation is released once
@@ -783,10 +804,10 @@ impl Core {
     /// segment, so no writer opens a segment past it while it is in flight
     /// (the writes a crash can tear stay in the stream's newest segments),
     /// and in zoned mode it is written in allocation order, at its zone's
-    /// write pointer. On success the caller indexes the records and then
-    /// calls `space.done`; a device error poisons the store (and releases
-    /// the segment). The buffer comes back once written, for the caller to
-    /// reuse.
+    /// write pointer. On success the caller indexes the records, holding
+    /// the allocation (released when dropped); a device error poisons the
+    /// store (and releases the segment). The buffer comes back once
+    /// written, for the caller to reuse.
     ///
     /// [`Coalescer::write_own`]: crate::coalesce::Coalescer::write_own
     pub(crate) async fn write_encoded(

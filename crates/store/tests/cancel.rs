@@ -27,6 +27,8 @@ struct Gate {
     /// Polls of held writes that found the gate shut.
     held_polls: AtomicU64,
     wakers: Mutex<Vec<Waker>>,
+    /// The threads that completed held writes, by name.
+    completed_on: Mutex<Vec<String>>,
 }
 
 impl Gate {
@@ -38,6 +40,7 @@ impl Gate {
             shut: AtomicBool::new(false),
             held_polls: AtomicU64::new(0),
             wakers: Mutex::new(vec![]),
+            completed_on: Mutex::new(vec![]),
         })
     }
 
@@ -70,6 +73,8 @@ impl Future for Held<'_> {
             }
         }
         let buf = self.buf.take().expect("polled after completion");
+        let thread = std::thread::current().name().unwrap_or("unnamed").to_string();
+        self.gate.completed_on.lock().unwrap().push(thread);
         Poll::Ready(self.gate.inner.write_at(buf, self.offset))
     }
 }
@@ -150,15 +155,18 @@ async fn poll_once<F: Future>(f: Pin<&mut F>) {
     .await;
 }
 
-/// Yield to the executor until `done` holds, at most `n` times.
-async fn until(n: usize, mut done: impl FnMut() -> bool) -> bool {
-    for _ in 0..n {
-        if done() {
+/// Yield to the executor until `key` holds `want`, for at most 20 s.
+async fn until_holds(s: &Store, key: &[u8], want: &[u8]) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if s.get_async(key).await.unwrap().as_deref() == Some(want) {
             return true;
+        }
+        if Instant::now() > deadline {
+            return false;
         }
         granary_rt::yield_now().await;
     }
-    done()
 }
 
 fn value(round: u32) -> Vec<u8> {
@@ -283,8 +291,7 @@ fn a_dropped_batch_commits_as_a_whole() {
             assert!(timeout(Duration::from_millis(1), b.commit_async()).await.is_err());
             gate.open();
             let want = round.to_le_bytes();
-            let both = || s.get(b"x").unwrap().as_deref() == Some(&want[..]);
-            assert!(until(10_000, both).await, "round {round}: the dropped batch did not commit");
+            assert!(until_holds(&s, b"x", &want).await, "round {round}: the dropped batch did not commit");
             assert_eq!(s.get_async(b"y").await.unwrap().unwrap(), want, "round {round}: half a batch");
             rewrite(&s, round).await;
         }
@@ -366,4 +373,59 @@ fn off_an_executor_a_dropped_batch_never_waits_in_its_drop() {
         std::thread::yield_now();
     }
     assert_eq!(s.get(b"x").unwrap().unwrap(), b"batch");
+}
+
+/// A runtime shutting down drops the writes handed to it: one dropped with
+/// its IO in flight poisons the store (that IO may still land, so nothing
+/// may reuse what it writes), with and without write coalescing.
+#[test]
+fn a_write_dropped_in_flight_by_its_runtime_shutting_down_poisons_the_store() {
+    for coalesce_writes in [true, false] {
+        let gate = Gate::new(4 << 20);
+        let s = Arc::new(store_with(&gate, OpenOptions { coalesce_writes, ..opts() }));
+        s.put(b"before", b"v").unwrap();
+        let rt = runtime();
+        gate.shut();
+        let polls = gate.held_polls.load(SeqCst);
+        let s2 = s.clone();
+        let put = rt.spawn_on(0, async move { s2.put_async(b"k", b"v").await.is_ok() });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while gate.held_polls.load(SeqCst) == polls {
+            assert!(Instant::now() < deadline, "the write never reached the device");
+            std::thread::yield_now();
+        }
+        drop(rt);
+        assert!(put.join().is_err(), "the write was dropped with its runtime");
+        gate.open();
+        let r = s.put(b"after", b"v");
+        assert!(matches!(r, Err(Error::Poisoned { .. })), "coalesce_writes {coalesce_writes}: {r:?}");
+        assert_eq!(s.get(b"before").unwrap().unwrap(), b"v");
+    }
+}
+
+/// A write polled on an executor and dropped inside a `block_on` on that
+/// executor's thread (where `granary_rt::on_runtime` is false) is handed
+/// to that executor, whose ring holds its IO, not to another thread.
+#[test]
+fn a_write_dropped_in_a_block_on_on_its_executor_stays_on_its_ring() {
+    let gate = Gate::new(4 << 20);
+    let s = Arc::new(store(&gate));
+    let rt = runtime();
+    let (s2, g2) = (s.clone(), gate.clone());
+    rt.block_on(async move {
+        let (s, gate) = (s2, g2);
+        for round in 0..60u32 {
+            gate.shut();
+            let mut put = Box::pin(s.put_async(b"a", b"v"));
+            poll_once(put.as_mut()).await;
+            granary_rt::block_on(async move { drop(put) });
+            gate.open();
+            rewrite(&s, round).await;
+        }
+    })
+    .unwrap();
+    Arc::into_inner(s).unwrap().close().unwrap();
+    let on = gate.completed_on.lock().unwrap();
+    let off: Vec<&String> = on.iter().filter(|t| !t.starts_with("granary-rt-")).collect();
+    assert!(off.is_empty(), "{} of {} writes written off the executor, on {:?}", off.len(), on.len(), off[0]);
 }
