@@ -468,6 +468,10 @@ impl Drop for GaugeHold<'_> {
     }
 }
 
+/// How long [`Connections::drain`] waits, after its timeout shut the
+/// connections left down, for them to end.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(1);
+
 /// The open connections of a listener, for a draining shutdown: their
 /// count and descriptors, and whether the listener is stopping. Servers
 /// keep one per listener and read their `curr_connections` from it.
@@ -536,18 +540,25 @@ impl Connections {
     /// its input once it has read what was sent, finishes, and closes. Waits
     /// at most `timeout`, then shuts down both directions of the
     /// connections left (a send blocked on a client that does not read
-    /// fails). Returns how many were left.
+    /// fails) and waits at most [`DRAIN_GRACE`] more for them to end: one
+    /// inside a store write finishes it (its IO is on its way) rather than
+    /// be dropped midway with its runtime. Returns how many were left at
+    /// `timeout`.
     pub fn drain(&self, listener: RawFd, timeout: Duration) -> usize {
         self.stop_accepting(listener);
         self.shutdown_all(libc::SHUT_RD);
-        let deadline = Instant::now() + timeout;
-        while self.open() > 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        self.wait_closed(Instant::now() + timeout);
         let left = self.open();
         if left > 0 {
             self.shutdown_all(libc::SHUT_RDWR);
+            self.wait_closed(Instant::now() + DRAIN_GRACE);
         }
         left
+    }
+
+    fn wait_closed(&self, deadline: Instant) {
+        while self.open() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 }

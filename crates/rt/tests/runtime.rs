@@ -519,6 +519,50 @@ fn a_task_spawned_during_teardown_is_dropped_at_once() {
     assert!(seen.load(SeqCst), "the task spawned during teardown was dropped after its executor was gone");
 }
 
+/// Connections still open at the drain's timeout are shut down, and the
+/// drain waits a grace for them to end: a connection then finishing a
+/// store write is not dropped midway with its runtime, which would poison
+/// the store and skip its clean checkpoint.
+#[test]
+fn a_drain_waits_for_the_connections_it_shuts_down_at_its_timeout() {
+    let listener = granary_rt::net::bind_low_port([127, 0, 0, 1].into()).unwrap();
+    let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (mut served, _) = listener.accept().unwrap();
+    let conns = Arc::new(granary_rt::net::Connections::default());
+    let (admitted, _) = conns.admit(served.as_raw_fd());
+    let shut = Arc::new(AtomicBool::new(false));
+    let connection = {
+        let shut = shut.clone();
+        std::thread::spawn(move || {
+            // Busy sending to a client that reads nothing until the
+            // shutdown fails the send, then a moment's work (as a store
+            // write finishing), then it closes.
+            let chunk = vec![0u8; 64 << 10];
+            while served.write_all(&chunk).is_ok() {}
+            shut.store(true, SeqCst);
+            while shut.load(SeqCst) {
+                std::thread::yield_now();
+            }
+            drop(admitted);
+        })
+    };
+    let finisher = {
+        let shut = shut.clone();
+        std::thread::spawn(move || {
+            while !shut.load(SeqCst) {
+                std::thread::yield_now();
+            }
+            shut.store(false, SeqCst);
+        })
+    };
+    let left = conns.drain(listener.as_raw_fd(), Duration::from_millis(1));
+    assert_eq!(left, 1, "the connection was busy at the timeout");
+    assert_eq!(conns.open(), 0, "the drain returned before the connection it shut down had ended");
+    connection.join().unwrap();
+    finisher.join().unwrap();
+    drop(client);
+}
+
 #[test]
 fn a_panicking_task_is_reported_and_the_executor_goes_on() {
     let rt = rt(1);

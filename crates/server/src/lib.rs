@@ -329,8 +329,9 @@ impl Listener {
     /// Stop and drain: no new connections; every connection finishes the
     /// requests it has read (their replies are sent), then sees the end of
     /// its input and closes. Waits at most `timeout`; connections still
-    /// open then are shut down (a write cancelled with them was never
-    /// acknowledged). Returns how many were left.
+    /// open then are shut down and given [`granary_rt::net::DRAIN_GRACE`]
+    /// more to end (a write cancelled with them after that was never
+    /// acknowledged). Returns how many were left at `timeout`.
     pub fn shutdown(mut self, timeout: Duration) -> usize {
         let left = self.stats.connections.drain(self.socket.as_raw_fd(), timeout);
         if left > 0 {

@@ -39,11 +39,14 @@
 //! and queued here too, each as a group of its own
 //! ([`Coalescer::write_own`]).
 //!
-//! A group, once placed, is always written: a leader whose future is
-//! dropped hands its write on ([`crate::detach`]), and a member whose
-//! future is dropped leaves its allocation to the group, which releases it
-//! once written (`Group::orphan`). Only a lead dropped itself (a runtime
-//! shutting down drops what was handed to it) fails its members.
+//! A group, once placed, is written even if futures waiting for it are
+//! dropped: a leader whose future is dropped hands its write on
+//! ([`crate::detach`]), and a member whose future is dropped leaves its
+//! allocation to the group, which releases it once written
+//! (`Group::orphan`). Only a runtime shutting down, which drops what was
+//! handed to it, stops a group unwritten: its members still waiting fail,
+//! and the store is poisoned where the group's IO was in flight or, in
+//! zoned mode, where its unwritten grains leave a hole in the zone.
 //!
 //! Limits: the sync API must not be called on an executor thread (as
 //! everywhere in the engine: it blocks the executor, and here other
@@ -439,22 +442,35 @@ async fn lead_to_end<E: Owner>(core: &E, group: &Arc<Group>, grain: u64) {
 /// acknowledged) and the stream is released; dropped with its IO in
 /// flight, it first poisons the store: that IO may still land, so no
 /// segment it writes may be reused (a poisoned store allocates nothing and
-/// GC stops).
+/// GC stops). In ordered (zoned) mode a group dropped before its IO
+/// poisons it too: its grains, never written, leave a hole before the
+/// zone's write pointer, which every later write of the stream would meet.
 async fn lead<E: Owner, C: std::ops::Deref<Target = E>>(core: C, group: Arc<Group>, grain: u64) {
     struct Abandon<'a, E: Owner> {
         core: &'a E,
         group: &'a Arc<Group>,
+        grain: u64,
         busy: bool,
-        /// Its IO was submitted, at this offset.
-        in_flight: Option<u64>,
+        /// Its IO was submitted.
+        in_flight: bool,
     }
     impl<E: Owner> Drop for Abandon<'_, E> {
         fn drop(&mut self) {
             let (c, space) = (self.core.coalescer(), self.core.space());
-            if let Some(offset) = self.in_flight.filter(|_| self.group.result.get().is_none()) {
-                let what = "a group write was dropped in flight (its runtime shut down): its outcome is unknown";
-                let source = std::io::Error::new(std::io::ErrorKind::Interrupted, what);
-                self.core.poison(Error::Io { op: "write", offset, source });
+            if self.group.result.get().is_none() {
+                let what = match (self.in_flight, c.ordered.load(std::sync::atomic::Ordering::Relaxed)) {
+                    (true, _) => {
+                        Some("a group write was dropped in flight (its runtime shut down): its outcome is unknown")
+                    }
+                    (false, true) => Some(
+                        "a zoned group write was dropped before its IO (its runtime shut down): its zone holds a hole",
+                    ),
+                    (false, false) => None,
+                };
+                if let Some(what) = what {
+                    let source = std::io::Error::new(std::io::ErrorKind::Interrupted, what);
+                    self.core.poison(Error::Io { op: "write", offset: self.group.start * self.grain, source });
+                }
             }
             // First close the group to joiners (under the lock that
             // joining takes), then fail whoever joined before (nothing if
@@ -476,7 +492,7 @@ async fn lead<E: Owner, C: std::ops::Deref<Target = E>>(core: C, group: Arc<Grou
     }
     let (c, space, dev, durability) = (core.coalescer(), core.space(), core.device(), core.durability());
     let group = &group;
-    let mut guard = Abandon { core: &*core, group, busy: false, in_flight: None };
+    let mut guard = Abandon { core: &*core, group, grain, busy: false, in_flight: false };
     // A group of its own (its bytes, set before it is led, are its
     // record's own buffer) holds no joiners to wait for; in ordered
     // mode it still waits its turn (`first`) and for the write before
@@ -511,7 +527,7 @@ async fn lead<E: Owner, C: std::ops::Deref<Target = E>>(core: C, group: Arc<Grou
     };
     let offset = group.start * grain;
     space.summarize(group.start, &buf);
-    guard.in_flight = Some(offset);
+    guard.in_flight = true;
     let (buf, r) = dev.write_at_async(buf, offset).await;
     if owned {
         // Back to its owner (`write_own`'s caller may reuse it); a

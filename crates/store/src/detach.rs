@@ -22,17 +22,19 @@
 //!
 //! Each hand-off is counted in [`Detached`]; closing or dropping the store
 //! off an executor's thread waits until every handed-off work has ended, so
-//! no write of a store lands on its device after the store is gone (see
-//! `Store::stop_gc`). On an executor's thread it cannot wait (the works
+//! none lands on its device after the store is gone (see `Store::stop_gc`;
+//! a [`crate::Namespace`]'s calls still running then are the caller's to
+//! finish first). On an executor's thread it waits for none (the works
 //! handed to that executor run only once the thread is back in its loop):
-//! those run on after the close.
+//! they run on after the close.
 //!
 //! Invariants: the engine never drops a device IO of its own midway (a
 //! dropped io_uring operation may still complete: the allocation it writes
 //! could not be released safely, nor its outcome told). A work polled on
-//! an executor is handed on only on that executor's thread (its IO belongs
-//! to that thread's ring); a [`Finish`] dropped on another thread drops the
-//! work, whose own last guard then runs. A runtime that shuts down drops
+//! an executor (outside a `block_on`, where its IO goes through the ring)
+//! is handed on only on that executor's thread (the IO belongs to that
+//! thread's ring); a [`Finish`] dropped on another thread drops the work,
+//! whose own last guard then runs. A runtime that shuts down drops
 //! the tasks it still holds the same way. A work dropped with its IO in
 //! flight poisons the store (no segment that IO writes may be reused); a
 //! group write dropped before its IO fails its members.

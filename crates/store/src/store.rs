@@ -775,9 +775,12 @@ impl Store {
 
     /// Stop GC, write a clean checkpoint (unless disabled in the open
     /// options), flush and close. Callers must have finished their
-    /// operations (`close` takes the store by value, so none can start).
-    /// Dropping a store without calling this is a crash as far as the
-    /// device is concerned, which recovery handles.
+    /// operations (`close` takes the store by value, so none can start;
+    /// a [`Namespace`] handle's calls still running must end or be dropped
+    /// first). Writes whose futures were dropped midway end first
+    /// (docs/ARCHITECTURE.md, "Writes whose futures are dropped"), except
+    /// on an executor's thread. Dropping a store without calling this is a
+    /// crash as far as the device is concerned, which recovery handles.
     pub fn close(mut self) -> Result<()> {
         self.stop_gc();
         // A checkpoint that cannot be written (no free segment, IO error)
