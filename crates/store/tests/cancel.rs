@@ -145,6 +145,23 @@ fn runtime() -> Runtime {
     Runtime::new(RuntimeConfig { threads: 1, pin: false, ..Default::default() }).unwrap()
 }
 
+/// A store (opened with `opts`) on a gated device; `body` runs with both
+/// on a one-executor runtime, then the store is closed (waiting for the
+/// writes handed to that runtime) before the runtime goes. The device is
+/// handed back.
+fn on_a_runtime<Fut>(opts: OpenOptions, body: impl FnOnce(Arc<Store>, Arc<Gate>) -> Fut) -> Arc<Gate>
+where
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let gate = Gate::new(4 << 20);
+    let s = Arc::new(store_with(&gate, opts));
+    let rt = runtime();
+    rt.block_on(body(s.clone(), gate.clone())).unwrap();
+    Arc::into_inner(s).unwrap().close().unwrap();
+    drop(rt);
+    gate
+}
+
 /// Poll `f` once (it must wait).
 async fn poll_once<F: Future>(f: Pin<&mut F>) {
     let mut f = Some(f);
@@ -198,14 +215,8 @@ fn a_dropped_write_of_its_own_still_ends_and_its_segment_is_reclaimed() {
 }
 
 fn dropped_writes(opts: OpenOptions) {
-    let gate = Gate::new(4 << 20);
-    let s = Arc::new(store_with(&gate, opts.clone()));
-    s.put(b"a", b"first").unwrap();
-    let rt = runtime();
-    let s2 = s.clone();
-    let g2 = gate.clone();
-    rt.block_on(async move {
-        let (s, gate) = (s2, g2);
+    let gate = on_a_runtime(opts.clone(), |s, gate| async move {
+        s.put_async(b"a", b"first").await.unwrap();
         for round in 0..200u32 {
             gate.shut();
             let written = gate.completed_on.lock().unwrap().len();
@@ -222,12 +233,9 @@ fn dropped_writes(opts: OpenOptions) {
             // The dropped write was never applied to the running store.
             assert_eq!(s.get_async(b"a").await.unwrap().as_deref(), Some(&b"first"[..]), "round {round}");
         }
-    })
-    .unwrap();
-    let s = Arc::into_inner(s).unwrap();
-    assert!(s.stats().gc.victims > 0);
-    s.close().unwrap();
-    let s = Store::open(gate.clone(), &opts).unwrap();
+        assert!(s.stats().gc.victims > 0);
+    });
+    let s = Store::open(gate, &opts).unwrap();
     // Recovery may find a dropped write's record: its outcome was unknown.
     assert!(s.get(b"a").unwrap().is_some());
     assert_eq!(s.get(&7u32.to_le_bytes()).unwrap().unwrap(), value(199));
@@ -236,12 +244,7 @@ fn dropped_writes(opts: OpenOptions) {
 /// A group's leader waits for the write ahead of it (held at the gate); a
 /// second writer joins its group. One of the two futures is dropped.
 fn leader_and_member(drop_leader: bool) {
-    let gate = Gate::new(4 << 20);
-    let s = Arc::new(store(&gate));
-    let rt = runtime();
-    let (s2, g2) = (s.clone(), gate.clone());
-    rt.block_on(async move {
-        let (s, gate) = (s2, g2);
+    on_a_runtime(opts(), |s, gate| async move {
         for round in 0..120u32 {
             gate.shut();
             let v = round.to_le_bytes();
@@ -267,9 +270,7 @@ fn leader_and_member(drop_leader: bool) {
         }
         let kept: &[u8] = if drop_leader { b"member" } else { b"leader" };
         assert_eq!(s.get_async(kept).await.unwrap().unwrap(), 119u32.to_le_bytes());
-    })
-    .unwrap();
-    Arc::into_inner(s).unwrap().close().unwrap();
+    });
 }
 
 #[test]
@@ -284,12 +285,7 @@ fn a_member_dropped_from_a_group_is_released_after_its_write() {
 
 #[test]
 fn a_dropped_batch_commits_as_a_whole() {
-    let gate = Gate::new(4 << 20);
-    let s = Arc::new(store(&gate));
-    let rt = runtime();
-    let (s2, g2) = (s.clone(), gate.clone());
-    rt.block_on(async move {
-        let (s, gate) = (s2, g2);
+    on_a_runtime(opts(), |s, gate| async move {
         let ns = s.namespace("default").unwrap();
         for round in 0..60u32 {
             let mut b = s.batch();
@@ -302,9 +298,7 @@ fn a_dropped_batch_commits_as_a_whole() {
             assert_eq!(s.get_async(b"y").await.unwrap().unwrap(), want, "round {round}: half a batch");
             rewrite(&s, round).await;
         }
-    })
-    .unwrap();
-    Arc::into_inner(s).unwrap().close().unwrap();
+    });
 }
 
 /// Off an executor (a `block_on` on a plain thread) a dropped write is
@@ -415,12 +409,7 @@ fn a_write_dropped_in_flight_by_its_runtime_shutting_down_poisons_the_store() {
 /// to that executor, whose ring holds its IO, not to another thread.
 #[test]
 fn a_write_dropped_in_a_block_on_on_its_executor_stays_on_its_ring() {
-    let gate = Gate::new(4 << 20);
-    let s = Arc::new(store(&gate));
-    let rt = runtime();
-    let (s2, g2) = (s.clone(), gate.clone());
-    rt.block_on(async move {
-        let (s, gate) = (s2, g2);
+    let gate = on_a_runtime(opts(), |s, gate| async move {
         for round in 0..60u32 {
             gate.shut();
             let mut put = Box::pin(s.put_async(b"a", b"v"));
@@ -429,9 +418,7 @@ fn a_write_dropped_in_a_block_on_on_its_executor_stays_on_its_ring() {
             gate.open();
             rewrite(&s, round).await;
         }
-    })
-    .unwrap();
-    Arc::into_inner(s).unwrap().close().unwrap();
+    });
     let on = gate.completed_on.lock().unwrap();
     let off: Vec<&String> = on.iter().filter(|t| !t.starts_with("granary-rt-")).collect();
     assert!(off.is_empty(), "{} of {} writes written off the executor, on {:?}", off.len(), on.len(), off[0]);
