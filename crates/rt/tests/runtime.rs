@@ -483,8 +483,8 @@ fn a_task_spawned_after_shutdown_is_cancelled() {
 
 /// A task spawned while its executor tears down (a task dropped there
 /// spawns one from its `Drop`, as a write handed on does) is dropped at
-/// once, while the executor is still there to cancel its IO; it used to
-/// wait in the drained executor until its thread ended.
+/// once, while the executor is still there to cancel its IO, not left in
+/// the drained executor until its thread ends.
 #[test]
 fn a_task_spawned_during_teardown_is_dropped_at_once() {
     struct SpawnOnDrop(std::sync::mpsc::Sender<(JoinHandle<()>, Arc<AtomicBool>)>);
@@ -546,6 +546,9 @@ fn a_drain_waits_for_the_connections_it_shuts_down_at_its_timeout() {
             drop(admitted);
         })
     };
+    // The connection's last step waits for another thread's turn, as a
+    // store write finishing would: a drain that does not wait for it
+    // returns while the connection is still open.
     let finisher = {
         let shut = shut.clone();
         std::thread::spawn(move || {

@@ -44,6 +44,7 @@
 //! must fit in one segment (`BadBatch`, nothing applied, past either).
 
 use crate::counters::NsCounters;
+use crate::detach::Finish;
 use crate::error::{Error, Result};
 use crate::namespace::NsState;
 use crate::nskey::{owner, user_key, Owner};
@@ -166,7 +167,7 @@ impl Batch<'_> {
         let Batch { store, ops } = self;
         let core = store.core.clone();
         let work = async move { core.commit_batch(ops).await };
-        crate::detach::Finish::new(&*store.core, Box::pin(work), None).await
+        Finish::new(&*store.core, Box::pin(work), None).await
     }
 }
 

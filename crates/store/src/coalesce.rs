@@ -120,6 +120,19 @@ impl Group {
         }
     }
 
+    /// A writer's part of the group's outcome (set): its allocation, held
+    /// while it indexes its record, or the write's error (the allocation
+    /// released).
+    fn outcome<'s>(&self, space: &'s Space, loc: Loc, grain: u64) -> Result<Held<'s>> {
+        match self.result.get().expect("set by the leader") {
+            Ok(()) => Ok(Held::new(space, loc)),
+            Err((op, kind, msg)) => {
+                space.done(loc.seg);
+                Err(Error::Io { op, offset: self.start * grain, source: std::io::Error::new(*kind, msg.clone()) })
+            }
+        }
+    }
+
     /// A member's future was dropped: its allocation is released now if
     /// the outcome is known, else by [`Group::finish`] (the group's write
     /// goes on: its records may land, so the grains stay held until then).
@@ -151,8 +164,9 @@ impl Drop for Claim<'_> {
 }
 
 /// What a group write needs of the engine that owns the coalescer
-/// (`store::Core`).
-pub(crate) trait Owner: Shared {
+/// (`store::Core`). A trait because `coalesce` lies below `store` in the
+/// crate's layers, and a handed-on lead owns the engine by an `Arc`.
+pub(crate) trait WriteEngine: Shared {
     fn coalescer(&self) -> &Coalescer;
     fn space(&self) -> &Space;
     fn device(&self) -> &dyn Device;
@@ -221,7 +235,7 @@ impl Coalescer {
     /// leader's part handed on: [`crate::detach`]); the record may then
     /// land or not, and its allocation is released once the group is.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn write<'s, E: Owner>(
+    pub(crate) async fn write<'s, E: WriteEngine>(
         &self,
         core: &'s E,
         purpose: Purpose,
@@ -256,13 +270,7 @@ impl Coalescer {
             }
         }
         claim.waiting = false;
-        match group.result.get().expect("set by the leader") {
-            Ok(()) => Ok(Held::new(space, loc)),
-            Err((op, kind, msg)) => {
-                space.done(loc.seg);
-                Err(Error::Io { op, offset: group.start * grain, source: std::io::Error::new(*kind, msg.clone()) })
-            }
-        }
+        group.outcome(space, loc, grain)
     }
 
     /// One attempt to allocate and encode a record under the lock.
@@ -345,7 +353,7 @@ impl Coalescer {
     /// back to reuse; on failure the allocation was released. Dropped
     /// midway, the write still ends, as [`Coalescer::write`]'s does.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn write_own<'s, E: Owner>(
+    pub(crate) async fn write_own<'s, E: WriteEngine>(
         &self,
         core: &'s E,
         purpose: Purpose,
@@ -363,26 +371,20 @@ impl Coalescer {
             };
             wait.await;
         };
-        // No await between the placement and `lead`, which writes the group
-        // to its end: the queued group always gets its bytes and a result.
+        // No await between the placement and `lead_to_end`, which writes the
+        // group to its end: the queued group always gets its bytes and a
+        // result.
         let mut claim = Claim { group: &group, space, waiting: true };
         let buf = encode(&loc);
         *group.bytes.lock().unwrap_or_else(|e| e.into_inner()) = Some(Bytes::Owned(buf));
         lead_to_end(core, &group, grain).await;
         claim.waiting = false;
-        match group.result.get().expect("set by the leader") {
-            Ok(()) => {
-                let buf = match group.bytes.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                    Some(Bytes::Owned(b)) => Some(b),
-                    _ => None,
-                };
-                Ok((Held::new(space, loc), buf))
-            }
-            Err((op, kind, msg)) => {
-                space.done(loc.seg);
-                Err(Error::Io { op, offset: group.start * grain, source: std::io::Error::new(*kind, msg.clone()) })
-            }
-        }
+        let held = group.outcome(space, loc, grain)?;
+        let buf = match group.bytes.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(Bytes::Owned(b)) => Some(b),
+            _ => None,
+        };
+        Ok((held, buf))
     }
 
     /// Space for `grains` in `purpose`'s stream, allocated under the
@@ -428,7 +430,7 @@ impl Coalescer {
 
 /// Lead `group`'s write ([`lead`]) to its end, even if this future is
 /// dropped: the write is then handed on ([`crate::detach`]).
-async fn lead_to_end<E: Owner>(core: &E, group: &Arc<Group>, grain: u64) {
+async fn lead_to_end<E: WriteEngine>(core: &E, group: &Arc<Group>, grain: u64) {
     match core.shared() {
         Some(shared) => Finish::new(core, Box::pin(lead(shared, group.clone(), grain)), None).await,
         None => lead(core, group.clone(), grain).await,
@@ -445,8 +447,8 @@ async fn lead_to_end<E: Owner>(core: &E, group: &Arc<Group>, grain: u64) {
 /// GC stops). In ordered (zoned) mode a group dropped before its IO
 /// poisons it too: its grains, never written, leave a hole before the
 /// zone's write pointer, which every later write of the stream would meet.
-async fn lead<E: Owner, C: std::ops::Deref<Target = E>>(core: C, group: Arc<Group>, grain: u64) {
-    struct Abandon<'a, E: Owner> {
+async fn lead<E: WriteEngine, C: std::ops::Deref<Target = E>>(core: C, group: Arc<Group>, grain: u64) {
+    struct Abandon<'a, E: WriteEngine> {
         core: &'a E,
         group: &'a Arc<Group>,
         grain: u64,
@@ -454,7 +456,7 @@ async fn lead<E: Owner, C: std::ops::Deref<Target = E>>(core: C, group: Arc<Grou
         /// Its IO was submitted.
         in_flight: bool,
     }
-    impl<E: Owner> Drop for Abandon<'_, E> {
+    impl<E: WriteEngine> Drop for Abandon<'_, E> {
         fn drop(&mut self) {
             let (c, space) = (self.core.coalescer(), self.core.space());
             if self.group.result.get().is_none() {
@@ -468,8 +470,7 @@ async fn lead<E: Owner, C: std::ops::Deref<Target = E>>(core: C, group: Arc<Grou
                     (false, false) => None,
                 };
                 if let Some(what) = what {
-                    let source = std::io::Error::new(std::io::ErrorKind::Interrupted, what);
-                    self.core.poison(Error::Io { op: "write", offset: self.group.start * self.grain, source });
+                    self.core.poison(crate::detach::dropped(self.group.start * self.grain, what));
                 }
             }
             // First close the group to joiners (under the lock that

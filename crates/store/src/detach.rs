@@ -1,6 +1,7 @@
 //! Work that, once started, runs to its end even if the future waiting for
 //! it is dropped (a caller's timeout or `select!`): a group write with its
 //! flush, a record's write outside the coalescer, an atomic batch.
+//! Dropped, such work is *handed on*; this module says to whom.
 //!
 //! [`Finish`] holds such work as a boxed future that owns what it needs (an
 //! `Arc` of the engine, its buffers). Polled, it is that future. Dropped
@@ -20,13 +21,13 @@
 //! allocation a write holds, released once its IO has ended), the work is
 //! given a function for that ([`Finish::new`]'s `orphaned`).
 //!
-//! Each hand-off is counted in [`Detached`]; closing or dropping the store
-//! off an executor's thread waits until every handed-off work has ended, so
-//! none lands on its device after the store is gone (see `Store::stop_gc`;
-//! a [`crate::Namespace`]'s calls still running then are the caller's to
-//! finish first). On an executor's thread it waits for none (the works
-//! handed to that executor run only once the thread is back in its loop):
-//! they run on after the close.
+//! Each hand-off is counted in [`Detached`] until the work ends. Closing
+//! or dropping the store off an executor's thread waits until every
+//! handed-on work has ended, so none lands on its device after the store
+//! is gone (see `Store::stop_gc`; a [`crate::Namespace`]'s calls still
+//! running then are the caller's to finish first). On an executor's
+//! thread it waits for none (the works handed to that executor run only
+//! once the thread is back in its loop): they run on after the close.
 //!
 //! Invariants: the engine never drops a device IO of its own midway (a
 //! dropped io_uring operation may still complete: the allocation it writes
@@ -34,11 +35,17 @@
 //! an executor (outside a `block_on`, where its IO goes through the ring)
 //! is handed on only on that executor's thread (the IO belongs to that
 //! thread's ring); a [`Finish`] dropped on another thread drops the work,
-//! whose own last guard then runs. A runtime that shuts down drops
-//! the tasks it still holds the same way. A work dropped with its IO in
-//! flight poisons the store (no segment that IO writes may be reused); a
-//! group write dropped before its IO fails its members.
+//! whose own last guard then runs. A runtime that shuts down drops the
+//! tasks it still holds the same way. A work dropped with its IO in
+//! flight poisons the store, as does, in zoned mode, a group write dropped
+//! before its IO (its unwritten grains are a hole before the zone's write
+//! pointer); one dropped before its IO otherwise fails its members still
+//! waiting. Once the store is poisoned, releasing the allocations such
+//! work held is harmless (nothing allocates and GC stops): a group's
+//! members release theirs as on any failed write, while a write outside
+//! the coalescer keeps its own.
 
+use crate::error::Error;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex};
@@ -48,12 +55,18 @@ use std::task::{Context, Poll};
 /// may outlive them).
 pub(crate) type Work<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
-/// What becomes of a handed-off work's output: the engine's part of it
+/// The error that poisons a store whose work was dropped unfinished at
+/// `offset` (`what` says how).
+pub(crate) fn dropped(offset: u64, what: &'static str) -> Error {
+    Error::Io { op: "write", offset, source: std::io::Error::new(std::io::ErrorKind::Interrupted, what) }
+}
+
+/// What becomes of a handed-on work's output: the engine's part of it
 /// (an allocation to release), as its caller would have done.
 pub(crate) type Orphaned<E, T> = fn(&E, T);
 
 /// The engine a work belongs to (`store::Core`): shared by an `Arc`, and
-/// counting its handed-off works.
+/// counting its handed-on works.
 pub(crate) trait Shared: Send + Sync + 'static {
     /// Its `Arc` (None before it is shared: during its open).
     fn shared(&self) -> Option<Arc<Self>>;
@@ -125,8 +138,8 @@ impl<E: Shared, T: Send + 'static> Drop for Finish<'_, E, T> {
             drop(granary_rt::spawn(run)); // detached: the task runs on
             return;
         }
-        // Sent once the thread runs, so a thread that cannot be made leaves
-        // the work here, to run in the drop after all.
+        // Sent once the thread exists, so a thread that cannot be made
+        // leaves the work here, to run in the drop after all.
         let (tx, rx) = std::sync::mpsc::sync_channel::<Work<()>>(1);
         let thread = std::thread::Builder::new().name("granary-finish".into()).spawn(move || {
             if let Ok(run) = rx.recv() {
@@ -147,7 +160,7 @@ impl<E: Shared, T: Send + 'static> Drop for Finish<'_, E, T> {
     }
 }
 
-/// A handed-off work in progress, counted in its engine's [`Detached`]
+/// A handed-on work in progress, counted in its engine's [`Detached`]
 /// from its hand-off until it ends or is dropped.
 struct Running<E: Shared>(Arc<E>);
 
@@ -169,7 +182,7 @@ impl<E: Shared> Drop for Running<E> {
     }
 }
 
-/// The handed-off works of one engine still running.
+/// The handed-on works of one engine still running.
 #[derive(Default)]
 pub(crate) struct Detached {
     n: Mutex<usize>,
@@ -177,7 +190,7 @@ pub(crate) struct Detached {
 }
 
 impl Detached {
-    /// Block until no handed-off work is running. Not on an executor
+    /// Block until no handed-on work is running. Not on an executor
     /// thread: a work handed to that executor could not run meanwhile.
     pub(crate) fn wait_idle(&self) {
         let mut n = self.n.lock().unwrap_or_else(|e| e.into_inner());

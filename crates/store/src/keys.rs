@@ -277,20 +277,20 @@ pub(crate) struct Publishing {
 /// when this is dropped, also if the commit's future is (no reader waits
 /// for it forever).
 #[must_use]
-pub(crate) struct Published<'a>(&'a Publishing, u64);
+pub(crate) struct PublishingEntry<'a>(&'a Publishing, u64);
 
-impl Drop for Published<'_> {
+impl Drop for PublishingEntry<'_> {
     fn drop(&mut self) {
         self.0.end(self.1);
     }
 }
 
 impl Publishing {
-    pub(crate) fn start(&self, first: u64, last: u64) -> Published<'_> {
+    pub(crate) fn start(&self, first: u64, last: u64) -> PublishingEntry<'_> {
         let mut r = self.ranges.lock().unwrap_or_else(|e| e.into_inner());
         r.push((first, last));
         self.len.store(r.len(), Relaxed);
-        Published(self, first)
+        PublishingEntry(self, first)
     }
 
     fn end(&self, first: u64) {

@@ -25,7 +25,8 @@
 //! - `gc`: reclaiming segments: victims, relocation, tombstones.
 //! - `coalesce`: write coalescing (group commit) of user writes.
 //! - `detach`: work that runs to its end once started, even if the future
-//!   awaiting it is dropped (a group write, a batch).
+//!   awaiting it is dropped (a group write, a record's write outside the
+//!   coalescer, a batch).
 //! - `store`: the [`Store`] handle (its sync and async API) and the engine
 //!   state it shares with the background threads (`Core`: the parts, plus
 //!   the write path's and the background work's own state).
@@ -54,11 +55,12 @@
 //! completes (a caller's timeout): a read then simply stops; a write that
 //! has begun runs to its end anyway (its device IO is never dropped midway)
 //! and releases what it holds. A dropped [`Batch::commit_async`] commits or
-//! not as a whole; a dropped single write (PUT, DELETE, update, a run, a
+//! not as a whole; a dropped single write (PUT, DELETE, update, a
 //! namespace's creation or drop, which write the catalog) may have written
-//! its record without the running store applying it, so its outcome is
-//! unknown: do it again (docs/ARCHITECTURE.md, "Writes whose futures are
-//! dropped").
+//! its record without the running store applying it, and a dropped run
+//! (`put_many`) may have applied some of its keys and not others, so their
+//! outcome is unknown: do it again (docs/ARCHITECTURE.md, "Writes whose
+//! futures are dropped").
 //!
 //! Invariants the engine keeps (and where): a record is on the device before
 //! its index entry points at it (`write::commit`); mutations of one key are

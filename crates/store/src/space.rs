@@ -74,9 +74,9 @@ pub(crate) struct Loc {
     pub grains: u64,
 }
 
-/// An allocation whose write has ended (or is left to its group write):
-/// released with [`Space::done`] when dropped, so a write whose future is
-/// dropped while it indexes its records still releases its segment.
+/// An allocation whose write has ended: released with [`Space::done`] when
+/// dropped, so a write whose future is dropped while it indexes its
+/// records still releases its segment.
 #[must_use]
 pub(crate) struct Held<'a> {
     space: &'a Space,

@@ -177,7 +177,7 @@ impl crate::detach::Shared for Core {
     }
 }
 
-impl crate::coalesce::Owner for Core {
+impl crate::coalesce::WriteEngine for Core {
     fn coalescer(&self) -> &crate::coalesce::Coalescer {
         &self.coalescer
     }

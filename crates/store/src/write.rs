@@ -87,8 +87,7 @@ struct InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         let what = "a write was dropped in flight (its runtime shut down): its outcome is unknown";
-        let source = std::io::Error::new(std::io::ErrorKind::Interrupted, what);
-        self.log.poison(Error::Io { op: "write", offset: self.offset, source });
+        self.log.poison(crate::detach::dropped(self.offset, what));
     }
 }
 
