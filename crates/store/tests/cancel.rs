@@ -7,6 +7,10 @@
 //! The device holds each async write while its gate is shut, as a slow
 //! device would: the dropped futures are dropped with their IO in flight.
 //! Runs on the backend `GRANARY_TEST_BACKEND` picks (the gate in front).
+//! Not `granary_io::InjectDevice`'s hang, which holds reads and the
+//! synchronous calls too: here reads go on while writes wait, and the gate
+//! counts each poll of a held write and names the thread that completes
+//! it, which tell where a dropped write went on.
 
 use granary_rt::{timeout, Runtime, RuntimeConfig};
 use granary_store::io::{AlignedBuf, Device, IoCounters, IoFuture, IoResult, TestBackend, TestDevice, ZoneGeometry};
