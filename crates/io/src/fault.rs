@@ -15,11 +15,24 @@
 //!     on the media, plus the torn prefix.
 //!   - [`CrashKind::Power`] (power loss on a drive with a volatile write
 //!     cache): the media holds what the last successful flush covered; of
-//!     the writes completed since, each one independently survives or is
-//!     dropped (seeded), which is what a drive that reorders its write-back
-//!     may leave; the torn prefix may survive too. With
-//!     `CrashKind::Power` and a seed that drops them all, this is "every
-//!     write not yet flushed is lost".
+//!     the writes completed since, and the torn write's prefix, each one
+//!     independently (seeded) survives whole, is dropped, or leaves an
+//!     arbitrary subset of its sectors, which is what a drive that
+//!     reorders its write-back may leave: a drive promises a sector (its
+//!     atomic unit) whole, nothing about a multi-sector write. Where
+//!     several unflushed writes cover one sector, the media holds the
+//!     sector as the last one that left it wrote it (so any of their
+//!     versions, or the flushed one). With a seed that drops them all,
+//!     this is "every write not yet flushed is lost".
+//! - **Writes in flight at the crash.** An async write submitted before
+//!   the crash point that completes after it (with
+//!   [`FaultDevice::reorder`], a write takes effect some polls after its
+//!   submission) was in the device's queue when the process died: it lands
+//!   whole, as a seeded prefix of its sectors, or not at all (seeded), and
+//!   its caller sees EIO, as the dead process would have seen nothing. It
+//!   then survives the restart as a completed write would (a power cut may
+//!   drop it or keep part of it, as above). A write submitted after the
+//!   crash fails with nothing written.
 //! - **EIO on chosen operations.** [`FaultDevice::fail_nth`] makes the n-th
 //!   read, write or flush from now fail with EIO (once, or from then on),
 //!   without a crash.
@@ -102,6 +115,8 @@ struct State {
     discards: Vec<(u64, u64)>,
     /// Answer [`Device::discards_by_default`] as a block device would.
     block_like: bool,
+    /// Writes in flight at the crash that landed, whole or in part.
+    landed_in_flight: u64,
 }
 
 impl State {
@@ -197,6 +212,7 @@ impl FaultDevice {
                 trace: None,
                 discards: Vec::new(),
                 block_like: false,
+                landed_in_flight: 0,
             }),
             size: size_bytes,
             counters: IoCounters::default(),
@@ -221,6 +237,12 @@ impl FaultDevice {
     /// with EIO; with `sticky`, every later one too.
     pub fn fail_nth(&self, op: OpKind, n: u64, sticky: bool) {
         self.lock().failures.push(Failure { op, left: n, sticky, fired: false });
+    }
+
+    /// How many writes in flight at the crash landed, whole or in part
+    /// (see the module doc).
+    pub fn landed_in_flight(&self) -> u64 {
+        self.lock().landed_in_flight
     }
 
     /// Start recording every write and flush (see [`TraceEvent`]), from
@@ -262,14 +284,23 @@ impl FaultDevice {
             }
             Some((CrashKind::Power, torn_at, torn)) => {
                 let mut media = std::mem::take(&mut st.durable);
-                let writes = std::mem::take(&mut st.unflushed);
+                let mut writes = std::mem::take(&mut st.unflushed);
+                writes.push((torn_at, torn));
                 for (off, bytes) in writes {
-                    if st.next() & 1 == 1 {
-                        media[off as usize..off as usize + bytes.len()].copy_from_slice(&bytes);
+                    let at = off as usize;
+                    match st.below(4) {
+                        // Survives whole (half the writes), or is dropped.
+                        0 | 1 => media[at..at + bytes.len()].copy_from_slice(&bytes),
+                        2 => {}
+                        // Some of its sectors reached the media, others not.
+                        _ => {
+                            for (i, sector) in bytes.chunks(512).enumerate() {
+                                if st.next() & 1 == 1 {
+                                    media[at + i * 512..at + i * 512 + sector.len()].copy_from_slice(sector);
+                                }
+                            }
+                        }
                     }
-                }
-                if st.next() & 1 == 1 {
-                    media[torn_at as usize..torn_at as usize + torn.len()].copy_from_slice(&torn);
                 }
                 st.current.clone_from(&media);
                 st.durable = media;
@@ -288,6 +319,31 @@ impl FaultDevice {
         st.durable = cur;
         st.unflushed.clear();
         r
+    }
+
+    /// A write submitted before the crash: if the crash has come since, it
+    /// was in the queue then, and lands whole, as a prefix, or not at all
+    /// (see the module doc), its caller seeing EIO; else an ordinary write.
+    fn write_in_flight(&self, buf: AlignedBuf, offset: u64) -> IoResult {
+        let mut st = self.lock();
+        if st.crashed.is_none() || check_range(self, buf.len(), offset).is_err() {
+            drop(st);
+            return self.write_at(buf, offset);
+        }
+        let sectors = (buf.len() / 512) as u64;
+        let keep = match st.below(3) {
+            0 => buf.len(),
+            1 => st.below(sectors + 1) as usize * 512,
+            _ => 0,
+        };
+        if keep > 0 {
+            st.landed_in_flight += 1;
+            let o = offset as usize;
+            st.current[o..o + keep].copy_from_slice(&buf[..keep]);
+            st.traced(OpKind::Write, offset, &buf[..keep]);
+            st.unflushed.push((offset, buf[..keep].to_vec()));
+        }
+        (buf, Err(eio()))
     }
 
     fn delay(&self) -> u32 {
@@ -360,11 +416,16 @@ impl Device for FaultDevice {
     }
 
     fn write_at_async(&self, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
+        let submitted_alive = self.lock().crashed.is_none();
         match self.delay() {
             0 => IoFuture::ready(self.write_at(buf, offset)),
             n => IoFuture::Pending(Box::pin(async move {
                 Yields(n).await;
-                self.write_at(buf, offset)
+                if submitted_alive {
+                    self.write_in_flight(buf, offset)
+                } else {
+                    self.write_at(buf, offset)
+                }
             })),
         }
     }
@@ -491,6 +552,77 @@ mod tests {
             outcomes.insert(got);
         }
         assert_eq!(outcomes.len(), 4, "every subset of unflushed writes occurs: {outcomes:?}");
+    }
+
+    #[test]
+    fn power_loss_may_keep_any_subset_of_a_writes_sectors() {
+        let (mut whole, mut none, mut scattered) = (0, 0, 0);
+        for seed in 0..64 {
+            let dev = FaultDevice::new(1 << 16, seed);
+            write(&dev, 7, 0, 8 * 512).unwrap();
+            dev.plan_crash(0, CrashKind::Power);
+            assert!(write(&dev, 9, 1 << 15, 512).is_err());
+            dev.restart();
+            let kept: Vec<bool> = (0..8).map(|i| bytes(&dev, i * 512, 512).iter().all(|&x| x == 7)).collect();
+            for i in 0..8 {
+                let sector = bytes(&dev, i * 512, 512);
+                assert!(
+                    sector.iter().all(|&x| x == 7) || sector.iter().all(|&x| x == 0),
+                    "seed {seed}: sector {i} whole"
+                );
+            }
+            match kept.iter().filter(|&&k| k).count() {
+                8 => whole += 1,
+                0 => none += 1,
+                _ if kept.windows(2).any(|w| !w[0] && w[1]) => scattered += 1,
+                _ => {}
+            }
+        }
+        assert!(whole > 0 && none > 0 && scattered > 0, "whole {whole}, none {none}, not a prefix {scattered}");
+    }
+
+    /// Polls `f` to its end (the device's futures only yield).
+    fn finish<T>(f: impl Future<Output = T>) -> T {
+        let mut f = std::pin::pin!(f);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        loop {
+            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                return v;
+            }
+        }
+    }
+
+    #[test]
+    fn a_write_in_flight_at_the_crash_lands_whole_in_part_or_not_at_all() {
+        let mut outcomes = std::collections::BTreeSet::new();
+        for seed in 0..64 {
+            let dev = FaultDevice::new(1 << 16, seed);
+            dev.reorder(true);
+            let mut b = AlignedBuf::zeroed(4096);
+            b.fill(0xAA);
+            let in_flight = dev.write_at_async(b, 0);
+            dev.plan_crash(0, CrashKind::Process);
+            assert!(write(&dev, 0xCC, 8192, 512).is_err(), "seed {seed}: the crash");
+            let mut b = AlignedBuf::zeroed(512);
+            b.fill(0xDD);
+            let late = dev.write_at_async(b, 16384);
+            let landed_early = finish(in_flight).1.is_ok();
+            assert!(finish(late).1.is_err(), "seed {seed}: a write submitted after the crash fails");
+            dev.restart();
+            assert!(bytes(&dev, 16384, 512).iter().all(|&x| x == 0), "seed {seed}: nothing of it is written");
+            if landed_early {
+                continue; // It took effect at submission, before the crash.
+            }
+            let a = bytes(&dev, 0, 4096);
+            let kept = a.iter().take_while(|&&x| x == 0xAA).count();
+            assert!(a[kept..].iter().all(|&x| x == 0) && kept % 512 == 0, "seed {seed}: a prefix of sectors");
+            outcomes.insert(match kept {
+                0 => "none",
+                4096 => "whole",
+                _ => "part",
+            });
+        }
+        assert_eq!(outcomes.len(), 3, "seeds land it whole, in part and not at all: {outcomes:?}");
     }
 
     #[test]
