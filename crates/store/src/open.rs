@@ -178,10 +178,13 @@ impl Store {
                 // close, or the store changed since): a log scan counts
                 // them exactly.
                 tracing::info!("namespace counts are not in the checkpoint: rebuilding the index by a log scan");
-                let scanned = Self::open_core(dev, opts, false)?;
+                let scanned = Self::open_core(dev.clone(), opts, false)?;
                 scanned.ok_or_else(|| Error::InvalidOptions("a log scan left namespace counts unknown".into()))?
             }
         };
+        if opts.clear_torn {
+            Self::mend_superblocks(dev.as_ref());
+        }
         let core = Arc::new(core);
         let _ = core.me.set(Arc::downgrade(&core));
         if core.space.zoned() {
@@ -328,6 +331,38 @@ impl Store {
             }
         }
         Err(Error::NotAStore(first_err.unwrap_or(FormatError::BadMagic { what: "superblock", found: 0 })))
+    }
+
+    /// Make both superblock copies the one an open reads (the first that
+    /// decodes; docs/FORMAT.md, "Superblock"), once the open has
+    /// succeeded: copy B that a crash between the copies' writes left
+    /// behind copy A (copy A is written and flushed first, so A is the
+    /// newer), and a copy that fails its checksum or magic (rot, or a
+    /// stray write) is rewritten from it, so the store has two good copies
+    /// again. A copy of a version or with fields this build does not know
+    /// is a newer build's, and is left alone. Best effort: a failed
+    /// rewrite is logged, and the open goes on with the copy it read.
+    fn mend_superblocks(dev: &dyn Device) {
+        let copies: Vec<std::result::Result<Superblock, FormatError>> = SUPERBLOCK_OFFSETS
+            .iter()
+            .map(|&offset| match dev.read_at(AlignedBuf::zeroed(4096), offset) {
+                (buf, Ok(())) => Superblock::decode(&buf),
+                (_, Err(_)) => Err(FormatError::Truncated { what: "superblock", need: 4096, have: 0 }),
+            })
+            .collect();
+        let Some(read) = copies.iter().find_map(|c| c.as_ref().ok()).cloned() else { return };
+        for (copy, &offset) in copies.iter().zip(SUPERBLOCK_OFFSETS.iter()) {
+            let why = match copy {
+                Ok(sb) if *sb == read => continue,
+                Ok(_) => "it lagged behind the other (a crash between their writes)".to_string(),
+                Err(e @ (FormatError::Checksum { .. } | FormatError::BadMagic { .. })) => e.to_string(),
+                Err(_) => continue,
+            };
+            match crate::space::write_superblock_at(dev, &read, offset) {
+                Ok(()) => tracing::warn!(offset, "superblock copy rewritten from the other: {why}"),
+                Err(e) => tracing::warn!(offset, error = %e, "could not rewrite a superblock copy ({why})"),
+            }
+        }
     }
 
     /// Create a store in a new file of `size_bytes` (preallocated), or on a

@@ -314,12 +314,15 @@ pub struct OpenOptions {
     pub checkpoint_interval: Option<Duration>,
     /// Write a checkpoint at close, for a fast clean restart (default).
     pub checkpoint_on_close: bool,
-    /// Clear the torn records recovery finds in the newest segments (zero
-    /// their first grain, so later scans ignore them too: the default).
-    /// False leaves the device as it was, for inspections that must not
-    /// write (`granary verify`, `stat`, `get`): the records are ignored
-    /// all the same, and `verify` counts them as torn
-    /// ([`crate::VerifyReport::torn_records`]) rather than damaged.
+    /// Mend what a crash left at open (the default): clear the torn
+    /// records recovery finds in the newest segments (zero their first
+    /// grain, so later scans ignore them too), and rewrite a superblock
+    /// copy that lags behind the other or fails its checksum
+    /// (docs/FORMAT.md, "Superblock"). False leaves the device as it was,
+    /// for inspections that must not write (`granary verify`, `stat`,
+    /// `get`): torn records are ignored all the same, and `verify` counts
+    /// them as torn ([`crate::VerifyReport::torn_records`]) rather than
+    /// damaged.
     pub clear_torn: bool,
     /// Threads that load the checkpoint and scan the log (0: one per core,
     /// at most 16).

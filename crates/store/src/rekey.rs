@@ -24,7 +24,8 @@
 //! leaves copy A, which readers take first, or copy B whole if A is
 //! torn). Each step is safe to repeat: a re-key that failed midway is run
 //! again, and one that finds copy A with a secret seed and copy B without
-//! it writes copy B alone (the one write made before the device check).
+//! it writes copy B alone (the one write made before the device check), as
+//! any open for writing does too (`Store::open`, `OpenOptions::clear_torn`).
 //! Otherwise the device is checked as an open checks it (size, blocks,
 //! zones) before anything is written.
 

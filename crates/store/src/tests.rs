@@ -697,10 +697,29 @@ fn open_rejects_a_device_without_a_store_and_survives_one_bad_superblock() {
     let (dev, s) = mem_store(8 << 20, 1 << 20, 512);
     s.put(b"k", b"v").unwrap();
     drop(s);
+    let copies = || dev.with_bytes_mut(|b| (b[..4096].to_vec(), b[4096..8192].to_vec()));
+    let good = copies().0;
     dev.with_bytes_mut(|b| b[20] ^= 0xff); // first copy's uuid
+                                           // An inspection (`clear_torn` off) reads copy B and writes nothing.
+    let s = Store::open(dev.clone(), &OpenOptions { clear_torn: false, gc: false, ..OpenOptions::default() }).unwrap();
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    drop(s);
+    assert_ne!(copies().0, good, "an inspection mended copy A");
+    // An open for writing rewrites copy A from copy B.
     let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
     assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
     drop(s);
+    assert_eq!(copies(), (good.clone(), good.clone()), "copy A was not mended");
+    // A copy of a version this build does not know (a newer build's) is
+    // left alone.
+    dev.with_bytes_mut(|b| {
+        b[8..12].copy_from_slice(&99u32.to_le_bytes());
+        let crc = granary_format::checksum::crc32c(&b[..124]);
+        b[124..128].copy_from_slice(&crc.to_le_bytes());
+    });
+    let newer = copies().0;
+    drop(Store::open(dev.clone(), &OpenOptions::default()).unwrap());
+    assert_eq!(copies(), (newer, good), "a newer build's copy was overwritten");
     dev.with_bytes_mut(|b| b[4096 + 20] ^= 0xff);
     let err = Store::open(dev.clone(), &OpenOptions::default()).err().unwrap();
     assert!(matches!(err, Error::NotAStore(_)), "{err}");

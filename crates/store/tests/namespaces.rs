@@ -840,10 +840,12 @@ fn a_rekey_cut_short_by_a_crash_loses_nothing() {
             check_v1_fixture(&s);
             assert!(s.verify().unwrap().is_clean(), "writes {writes}, variant {variant}, {kind:?}");
             drop(s);
+            // The open made copy B copy A's where the crash came between them.
+            let (a, b) = dev.with_bytes_mut(|bytes| (bytes[..128].to_vec(), bytes[4096..4096 + 128].to_vec()));
+            assert_eq!(a, b, "writes {writes}, variant {variant}, {kind:?}: the open left copy B behind");
             // Another seed than the first run's would draw.
             Store::rekey(dev.clone(), &OpenOptions { entropy: Entropy::seeded(8), ..opts(&now, false) }).unwrap();
-            // Both superblock copies name the secret seed (a crash between
-            // them left copy B behind: the second re-key rewrote it).
+            // Both superblock copies name the secret seed.
             let (a, b) = dev.with_bytes_mut(|bytes| (bytes[..128].to_vec(), bytes[4096..4096 + 128].to_vec()));
             assert_eq!(a, b, "writes {writes}, variant {variant}, {kind:?}: the superblock copies differ");
             let s = Store::open(dev.clone(), &opts(&now, false)).unwrap();

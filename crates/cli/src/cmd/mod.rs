@@ -119,7 +119,8 @@ pub fn open_options(dev: &DeviceArgs, flush: bool, read_only: bool) -> OpenOptio
         opts.checkpoint_interval = None;
         opts.checkpoint_on_close = false;
         // Inspections leave the device as it is: torn records stay (and
-        // are ignored), so verify never erases what it should report.
+        // are ignored), so verify never erases what it should report, and
+        // a lagging or damaged superblock copy is not rewritten.
         opts.clear_torn = false;
     }
     opts
