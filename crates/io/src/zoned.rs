@@ -28,7 +28,7 @@
 //! "Zoned mode").
 //!
 //! **Crash model** ([`ZonedDevice::plan_crash`]): a process crash after a
-//! given number of writes. The write at the crash lands a prefix of its
+//! given number of writes (writes the device refuses are not counted). The write at the crash lands a prefix of its
 //! logical blocks (seeded: none to all), its zone's write pointer advanced by that
 //! prefix, as a drive that writes a zone in order would leave it; every
 //! operation after it fails (the process is gone) until
@@ -332,6 +332,29 @@ impl Device for ZonedDevice {
             drop(st);
             return (buf, Err(self.dead()));
         }
+        let conventional = z < self.conventional;
+        let start = z as u64 * self.zone_bytes;
+        let zone = st.zones[z];
+        let refused = if conventional {
+            (offset + n > self.conventional as u64 * self.zone_bytes)
+                .then(|| format!("write of {n} bytes at {offset} crosses into the sequential zones"))
+        } else if offset + n > start + self.zone_bytes {
+            Some(format!("write of {n} bytes at {offset} crosses the end of zone {z}"))
+        } else if zone.cond == ZoneCond::Full {
+            Some(format!("write at {offset} into full zone {z}"))
+        } else if offset != start + zone.wp {
+            Some(format!("write at {offset}, zone {z}'s write pointer is at {}", start + zone.wp))
+        } else if !zone.cond.open() {
+            self.may_open(&st.zones, zone.cond).err().map(|e| format!("write opening zone {z}: {e}"))
+        } else {
+            None
+        };
+        if let Some(what) = refused {
+            // Refused before it reaches the media: not counted toward the
+            // planned crash.
+            drop(st);
+            return (buf, self.refuse(what));
+        }
         // The planned crash: this write lands a prefix of its blocks.
         // (Even all of it: the process is gone before the write returns.)
         let (mut land, mut crash) = (n, false);
@@ -344,31 +367,8 @@ impl Device for ZonedDevice {
                 *left -= 1;
             }
         }
-        if z < self.conventional {
-            if offset + n > self.conventional as u64 * self.zone_bytes {
-                drop(st);
-                return (buf, self.refuse(format!("write of {n} bytes at {offset} crosses into the sequential zones")));
-            }
-            st.bytes[offset as usize..(offset + land) as usize].copy_from_slice(&buf[..land as usize]);
-        } else {
-            let zone = st.zones[z];
-            let start = z as u64 * self.zone_bytes;
-            let refused = if offset + n > start + self.zone_bytes {
-                Some(format!("write of {n} bytes at {offset} crosses the end of zone {z}"))
-            } else if zone.cond == ZoneCond::Full {
-                Some(format!("write at {offset} into full zone {z}"))
-            } else if offset != start + zone.wp {
-                Some(format!("write at {offset}, zone {z}'s write pointer is at {}", start + zone.wp))
-            } else if !zone.cond.open() {
-                self.may_open(&st.zones, zone.cond).err().map(|e| format!("write opening zone {z}: {e}"))
-            } else {
-                None
-            };
-            if let Some(what) = refused {
-                drop(st);
-                return (buf, self.refuse(what));
-            }
-            st.bytes[offset as usize..(offset + land) as usize].copy_from_slice(&buf[..land as usize]);
+        st.bytes[offset as usize..(offset + land) as usize].copy_from_slice(&buf[..land as usize]);
+        if !conventional {
             let wp = zone.wp + land;
             let cond = if wp == self.zone_bytes {
                 ZoneCond::Full
@@ -585,5 +585,18 @@ mod tests {
             d.write_at(block(4), wp).1.unwrap();
             assert_eq!(d.violations(), 0);
         }
+    }
+
+    /// A write the device refuses (here: not at the write pointer) never
+    /// reaches the media, so it does not count toward a planned crash.
+    #[test]
+    fn a_refused_write_does_not_count_toward_the_planned_crash() {
+        let d = ZonedDevice::new(4, ZONE, 4, 4);
+        d.plan_crash(1, 5);
+        assert!(d.write_at(block(9), 4096).1.is_err(), "not at the write pointer");
+        assert!(!d.crashed(), "a refused write is not the crash");
+        d.write_at(block(1), 0).1.unwrap();
+        assert!(d.write_at(block(2), 4096).1.is_err() && d.crashed(), "the crash comes at the second write");
+        assert_eq!(d.violations(), 1);
     }
 }
