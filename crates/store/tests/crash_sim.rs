@@ -335,8 +335,8 @@ fn run_seed(seed: u64) -> SeedRun {
     }
     let trace = dev.trace();
     dev.restart();
-    let store =
-        Store::open(dev.clone(), &open_opts(durability, &now)).unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
+    let store = Store::open(dev.clone(), &OpenOptions { entropy: entropy.clone(), ..open_opts(durability, &now) })
+        .unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
     let t = now.load(Relaxed);
     let ctx = format!("seed {seed} ({kind:?})");
     for k in 0..keys {
@@ -359,7 +359,7 @@ fn run_seed(seed: u64) -> SeedRun {
     // so a cache seed writes after reopening as a cache, which evicts.
     let store = if evict {
         store.close().unwrap_or_else(|e| panic!("seed {seed}: close after the check: {e}"));
-        Store::open(dev.clone(), &open_opts_evict(durability, &now, true))
+        Store::open(dev.clone(), &OpenOptions { entropy: entropy.clone(), ..open_opts_evict(durability, &now, true) })
             .unwrap_or_else(|e| panic!("seed {seed}: reopen as a cache: {e}"))
     } else {
         store
@@ -545,7 +545,10 @@ fn run_concurrent_seed(seed: u64) -> u64 {
     let dev = Arc::new(FaultDevice::new(8 << 20, seed));
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(256 << 10), index_table_homes: Some(256) };
     let now = Arc::new(AtomicU32::new(1_000));
-    let store = Arc::new(Store::create(dev.clone(), &create, &open_opts(durability, &now)).unwrap());
+    // Ids and the key hash's seed from the seed, shared by the run's opens.
+    let entropy = Entropy::seeded(seed);
+    let opts = || OpenOptions { entropy: entropy.clone(), ..open_opts(durability, &now) };
+    let store = Arc::new(Store::create(dev.clone(), &create, &opts()).unwrap());
     dev.plan_crash(200 + rng.below(600), kind);
     let workers: Vec<_> = (0..WRITERS)
         .map(|t| {
@@ -557,8 +560,7 @@ fn run_concurrent_seed(seed: u64) -> u64 {
     let grouped = store.stats().grouped_records - store.stats().write_groups;
     drop(Arc::try_unwrap(store).ok().expect("workers are done"));
     dev.restart();
-    let store =
-        Store::open(dev.clone(), &open_opts(durability, &now)).unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
+    let store = Store::open(dev.clone(), &opts()).unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
     check_writers(&store, &models, seed, kind);
     let report = store.verify().unwrap();
     assert!(report.is_clean(), "seed {seed}: {:?}", report.errors);
@@ -631,8 +633,8 @@ fn run_concurrent_seed_in_turn_landing(seed: u64) -> (Vec<TraceEvent>, u64, u64)
     let trace = dev.trace();
     let landed = dev.landed_in_flight();
     dev.restart();
-    let store =
-        Store::open(dev.clone(), &open_opts(durability, &now)).unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
+    let store = Store::open(dev.clone(), &OpenOptions { background: Background::Threads, recovery_threads: 2, ..opts })
+        .unwrap_or_else(|e| panic!("seed {seed}: reopen: {e}"));
     check_writers(&store, &models, seed, kind);
     let report = store.verify().unwrap();
     assert!(report.is_clean(), "seed {seed}: {:?}", report.errors);
@@ -842,7 +844,9 @@ fn concurrent_crash_loop_seed(seed: u64) -> (u64, u64, u64) {
     let dev = Arc::new(FaultDevice::new((1 << 20) + 16 * (64 << 10), seed));
     let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
     let now = Arc::new(AtomicU32::new(1_000));
-    let mut store = Arc::new(Store::create(dev.clone(), &create, &open_opts(durability, &now)).unwrap());
+    let entropy = Entropy::seeded(seed);
+    let opts = || OpenOptions { entropy: entropy.clone(), ..open_opts(durability, &now) };
+    let mut store = Arc::new(Store::create(dev.clone(), &create, &opts()).unwrap());
     // Per key: the version it holds for sure (0: none yet).
     let mut held = vec![0u64; (THREADS * PER_THREAD_KEYS) as usize];
     let (mut grouped, mut summaries, mut summary_victims) = (0, 0, 0);
@@ -879,8 +883,7 @@ fn concurrent_crash_loop_seed(seed: u64) -> (u64, u64, u64) {
         drop(Arc::try_unwrap(store).ok().expect("workers are done"));
         dev.restart();
         store = Arc::new(
-            Store::open(dev.clone(), &open_opts(durability, &now))
-                .unwrap_or_else(|e| panic!("seed {seed} cycle {cycle}: reopen: {e}")),
+            Store::open(dev.clone(), &opts()).unwrap_or_else(|e| panic!("seed {seed} cycle {cycle}: reopen: {e}")),
         );
         for (t, (acked, tried)) in models.iter().enumerate() {
             for i in 0..PER_THREAD_KEYS as usize {

@@ -7,7 +7,7 @@
 mod common;
 
 use granary_io::{Device, FaultDevice, MemDevice, SimRng};
-use granary_store::{CreateOptions, Discard, Error, GcPolicy, OpenOptions, Stats, Store, Watermark};
+use granary_store::{CreateOptions, Discard, Entropy, Error, GcPolicy, OpenOptions, Stats, Store, Watermark};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -148,7 +148,8 @@ fn churn_opts(seed: u64, opts: &OpenOptions, skewed: bool) -> Stats {
     // Zoned mode ignores SepBIT (and the separation it implies).
     let zoned = dev.zones().is_some();
     let gc_hot_cold = opts.gc_hot_cold || (opts.gc_sepbit && !zoned);
-    let store = create_with(&dev, MIB, opts);
+    // Ids and the key hash's seed drawn from the seed, as the workload.
+    let store = create_with(&dev, MIB, &OpenOptions { entropy: Entropy::seeded(seed), ..opts.clone() });
     let mut rng = SimRng::new(seed);
     let mut model = Model::new();
     let mut user_record_bytes = 0;
@@ -256,7 +257,8 @@ fn crashes_during_gc_lose_nothing_acknowledged() {
 /// One seeded case; returns whether GC had reclaimed segments before the crash.
 fn crash_case(seed: u64) -> bool {
     let dev = Arc::new(MemDevice::new(16 * MIB));
-    let store = create(&dev, 256 * 1024);
+    let opts = OpenOptions { entropy: Entropy::seeded(seed), ..OpenOptions::default() };
+    let store = create_with(&dev, 256 * 1024, &opts);
     let mut rng = SimRng::new(seed);
     let keys = 300u64;
     let mut model = Model::new();
@@ -299,7 +301,7 @@ fn crash_case(seed: u64) -> bool {
     let gc_ran = store.stats().gc.victims > 0;
     drop(store);
     dev.restart();
-    let store = open(&dev);
+    let store = Store::open(dev.clone(), &opts).unwrap();
     for k in 0..keys {
         let got = store.get(&key(k)).unwrap_or_else(|e| panic!("seed {seed}: get {k}: {e}"));
         let acked = model.get(&k).map(|&(v, l)| value(k, v, l));
