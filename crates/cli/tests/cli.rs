@@ -220,6 +220,31 @@ fn corruption_in_the_file_is_detected() {
     assert_eq!(o.stdout, filler);
 }
 
+/// A rotten superblock copy A: `verify` says so (not a failure: the store
+/// reads copy B) and writes nothing; the next command that opens the store
+/// for writing (`put`) rewrites it, and `verify` no longer lists it.
+#[test]
+fn verify_lists_a_bad_superblock_copy_and_a_write_mends_it() {
+    let dir = workdir();
+    let path = db(dir.path());
+    let p = path.to_str().unwrap();
+    assert_eq!(code(&run(&["create", p, "--size", "8M"])), 0);
+    assert_eq!(code(&run(&["put", p, "k", "v"])), 0);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let good = bytes[..4096].to_vec();
+    bytes[20] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    let o = run(&["verify", p]);
+    assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("superblock copy at offset 0") && out.contains("checksum") && out.contains("ok"), "{out}");
+    assert_ne!(std::fs::read(&path).unwrap()[..4096], good[..], "verify wrote the copy");
+    assert_eq!(code(&run(&["put", p, "k2", "v2"])), 0);
+    assert_eq!(std::fs::read(&path).unwrap()[..4096], good[..], "not mended");
+    let o = run(&["verify", p]);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("superblock"), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
 /// A command whose standard output has no reader (`| head` that has
 /// stopped) ends quietly with the status a shell gives a process SIGPIPE
 /// ended (141), not an internal error: here `serve --print-config` into a

@@ -24,9 +24,10 @@
 //! ```
 //!
 //! The superblock is written at creation, both copies identical, and
-//! rewritten only to turn on a feature or to re-key (`granary rekey`) (copy
-//! A, flush, copy B, flush; a re-key that finds copy B behind copy A
-//! writes B alone). A
+//! rewritten to turn on a feature or to re-key (`granary rekey`) (copy A,
+//! flush, copy B, flush; a re-key that finds copy B behind copy A writes B
+//! alone), and by an open for writing that finds one copy behind the other
+//! or failing its checksum (rewritten from the one it read). A
 //! reader accepts the first copy that decodes, so one torn or rotten copy
 //! never bricks the store, and a crash during a rewrite leaves the feature
 //! on or off, never half of it.

@@ -5,7 +5,10 @@
 //!
 //! Invariants: `create` writes every superblock copy and flushes before it
 //! opens the store; `open` uses the first copy that decodes and refuses a
-//! device smaller than the store or with blocks larger than its grains. The
+//! device smaller than the store or with blocks larger than its grains;
+//! an open that mends what a crash left (`OpenOptions::clear_torn`) then
+//! rewrites a copy that lags behind or fails its checksum from the one it
+//! uses, never a copy that may be a newer build's. The
 //! flush floor ([`Store::flush_all`]) is read back before the store is
 //! handed out, so values flushed before a restart stay hidden. Background
 //! threads run only with [`crate::Background::Threads`]; `Store::close` and
@@ -183,7 +186,7 @@ impl Store {
             }
         };
         if opts.clear_torn {
-            Self::mend_superblocks(dev.as_ref());
+            Self::mend_superblocks(dev.as_ref(), &core.log.sb);
         }
         let core = Arc::new(core);
         let _ = core.me.set(Arc::downgrade(&core));
@@ -333,32 +336,53 @@ impl Store {
         Err(Error::NotAStore(first_err.unwrap_or(FormatError::BadMagic { what: "superblock", found: 0 })))
     }
 
-    /// Make both superblock copies the one an open reads (the first that
-    /// decodes; docs/FORMAT.md, "Superblock"), once the open has
-    /// succeeded: copy B that a crash between the copies' writes left
-    /// behind copy A (copy A is written and flushed first, so A is the
-    /// newer), and a copy that fails its checksum or magic (rot, or a
-    /// stray write) is rewritten from it, so the store has two good copies
-    /// again. A copy of a version or with fields this build does not know
-    /// is a newer build's, and is left alone. Best effort: a failed
-    /// rewrite is logged, and the open goes on with the copy it read.
-    fn mend_superblocks(dev: &dyn Device) {
-        let copies: Vec<std::result::Result<Superblock, FormatError>> = SUPERBLOCK_OFFSETS
-            .iter()
-            .map(|&offset| match dev.read_at(AlignedBuf::zeroed(4096), offset) {
-                (buf, Ok(())) => Superblock::decode(&buf),
-                (_, Err(_)) => Err(FormatError::Truncated { what: "superblock", need: 4096, have: 0 }),
-            })
-            .collect();
-        let Some(read) = copies.iter().find_map(|c| c.as_ref().ok()).cloned() else { return };
-        for (copy, &offset) in copies.iter().zip(SUPERBLOCK_OFFSETS.iter()) {
-            let why = match copy {
-                Ok(sb) if *sb == read => continue,
-                Ok(_) => "it lagged behind the other (a crash between their writes)".to_string(),
-                Err(e @ (FormatError::Checksum { .. } | FormatError::BadMagic { .. })) => e.to_string(),
+    /// The superblock copies an open for writing rewrites from `read`, the
+    /// copy it read and runs on (docs/FORMAT.md, "Superblock"), with why:
+    /// a copy that decodes but differs (copy B that a crash between the
+    /// copies' writes left behind copy A: A is written and flushed first,
+    /// so it is the newer), or that fails its checksum or magic in two
+    /// reads (rot, a stray write). A copy of a version or with fields this
+    /// build does not know, or whose version field (checksummed or not) is
+    /// newer than this build's, may be a newer build's: never listed. None
+    /// when the first copy that decodes now is not `read` (the open's read
+    /// of it was not the device's last word).
+    pub(crate) fn stale_superblock_copies(dev: &dyn Device, read: &Superblock) -> Vec<(u64, String)> {
+        let copy = |offset: u64| match dev.read_at(AlignedBuf::zeroed(4096), offset) {
+            (buf, Ok(())) => {
+                let version = u32::from_le_bytes(buf[8..12].try_into().expect("4 bytes"));
+                (Superblock::decode(&buf), version)
+            }
+            (_, Err(_)) => (Err(FormatError::Truncated { what: "superblock", need: 4096, have: 0 }), 0),
+        };
+        let copies: Vec<_> = SUPERBLOCK_OFFSETS.iter().map(|&offset| copy(offset)).collect();
+        if copies.iter().find_map(|(c, _)| c.as_ref().ok()) != Some(read) {
+            return Vec::new();
+        }
+        let newest = granary_format::superblock::SUPERBLOCK_VERSION;
+        let mut stale = Vec::new();
+        for ((copy_now, version), &offset) in copies.iter().zip(SUPERBLOCK_OFFSETS.iter()) {
+            let why = match copy_now {
+                Ok(sb) if sb == read => continue,
+                Ok(_) => "it lags behind the other (a crash between their writes)".to_string(),
+                Err(FormatError::Checksum { .. } | FormatError::BadMagic { .. }) if *version <= newest => {
+                    match copy(offset) {
+                        (Err(e @ (FormatError::Checksum { .. } | FormatError::BadMagic { .. })), _) => e.to_string(),
+                        _ => continue,
+                    }
+                }
                 Err(_) => continue,
             };
-            match crate::space::write_superblock_at(dev, &read, offset) {
+            stale.push((offset, why));
+        }
+        stale
+    }
+
+    /// Rewrite the copies [`Store::stale_superblock_copies`] lists from
+    /// `read`, each flushed, so the store has two good copies again. Best
+    /// effort: a failed rewrite is logged, and the open goes on.
+    fn mend_superblocks(dev: &dyn Device, read: &Superblock) {
+        for (offset, why) in Self::stale_superblock_copies(dev, read) {
+            match crate::space::write_superblock_at(dev, read, offset) {
                 Ok(()) => tracing::warn!(offset, "superblock copy rewritten from the other: {why}"),
                 Err(e) => tracing::warn!(offset, error = %e, "could not rewrite a superblock copy ({why})"),
             }

@@ -317,12 +317,12 @@ pub struct OpenOptions {
     /// Mend what a crash left at open (the default): clear the torn
     /// records recovery finds in the newest segments (zero their first
     /// grain, so later scans ignore them too), and rewrite a superblock
-    /// copy that lags behind the other or fails its checksum
-    /// (docs/FORMAT.md, "Superblock"). False leaves the device as it was,
-    /// for inspections that must not write (`granary verify`, `stat`,
-    /// `get`): torn records are ignored all the same, and `verify` counts
-    /// them as torn ([`crate::VerifyReport::torn_records`]) rather than
-    /// damaged.
+    /// copy that lags behind the other or fails its checksum or magic
+    /// (docs/FORMAT.md, "Superblock"). False mends nothing, for
+    /// inspections that must not write (`granary verify`, `stat`, `get`,
+    /// which also turn GC and checkpoints off): torn records are ignored
+    /// all the same, and `verify` counts them as torn
+    /// ([`crate::VerifyReport::torn_records`]) rather than damaged.
     pub clear_torn: bool,
     /// Threads that load the checkpoint and scan the log (0: one per core,
     /// at most 16).

@@ -697,33 +697,78 @@ fn open_rejects_a_device_without_a_store_and_survives_one_bad_superblock() {
     let (dev, s) = mem_store(8 << 20, 1 << 20, 512);
     s.put(b"k", b"v").unwrap();
     drop(s);
-    let copies = || dev.with_bytes_mut(|b| (b[..4096].to_vec(), b[4096..8192].to_vec()));
-    let good = copies().0;
     dev.with_bytes_mut(|b| b[20] ^= 0xff); // first copy's uuid
-                                           // An inspection (`clear_torn` off) reads copy B and writes nothing.
-    let s = Store::open(dev.clone(), &OpenOptions { clear_torn: false, gc: false, ..OpenOptions::default() }).unwrap();
+                                           // An inspection: the open for writing would mend copy A.
+    let s = Store::open(dev.clone(), &inspection()).unwrap();
     assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
     drop(s);
-    assert_ne!(copies().0, good, "an inspection mended copy A");
-    // An open for writing rewrites copy A from copy B.
-    let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
-    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
-    drop(s);
-    assert_eq!(copies(), (good.clone(), good.clone()), "copy A was not mended");
-    // A copy of a version this build does not know (a newer build's) is
-    // left alone.
-    dev.with_bytes_mut(|b| {
-        b[8..12].copy_from_slice(&99u32.to_le_bytes());
-        let crc = granary_format::checksum::crc32c(&b[..124]);
-        b[124..128].copy_from_slice(&crc.to_le_bytes());
-    });
-    let newer = copies().0;
-    drop(Store::open(dev.clone(), &OpenOptions::default()).unwrap());
-    assert_eq!(copies(), (newer, good), "a newer build's copy was overwritten");
     dev.with_bytes_mut(|b| b[4096 + 20] ^= 0xff);
     let err = Store::open(dev.clone(), &OpenOptions::default()).err().unwrap();
     assert!(matches!(err, Error::NotAStore(_)), "{err}");
     assert!(!err.to_string().contains("zeros"), "a damaged store is not called zeros: {err}");
+}
+
+/// Options of an inspection (`granary verify`, `stat`, `get`): nothing
+/// written.
+fn inspection() -> OpenOptions {
+    OpenOptions { clear_torn: false, gc: false, checkpoint_on_close: false, ..OpenOptions::default() }
+}
+
+/// An open for writing makes both superblock copies the one it reads: a
+/// rotten or zeroed copy A, a copy B left behind by a crash between the
+/// copies' writes. An inspection writes neither; a copy that may be a
+/// newer build's (a version this build does not know, checksummed or not)
+/// is left alone.
+#[test]
+fn an_open_for_writing_mends_the_superblock_copies() {
+    let (dev, s) = mem_store(8 << 20, 1 << 20, 512);
+    s.put(b"k", b"v").unwrap();
+    drop(s);
+    let copies = || dev.with_bytes_mut(|b| (b[..4096].to_vec(), b[4096..8192].to_vec()));
+    let good = copies().0;
+    // Opens, reads the key back, and returns what verify lists.
+    let open_checks = |opts: &OpenOptions| {
+        let s = Store::open(dev.clone(), opts).unwrap();
+        assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+        let r = s.verify().unwrap();
+        assert!(r.is_clean(), "{:?}", r.errors);
+        r.superblock_copies
+    };
+    type Damage = (&'static str, fn(&mut [u8]));
+    let damages: [Damage; 3] = [
+        ("copy A rotten", |b| b[20] ^= 0xff),
+        ("copy A zeroed", |b| b[..4096].fill(0)),
+        ("copy B left behind", |b| {
+            let mut sb = granary_format::Superblock::decode(&b[..4096]).unwrap();
+            sb.created_unix_ms += 1000;
+            sb.encode(&mut b[4096..8192]);
+        }),
+    ];
+    for (what, damage) in damages {
+        dev.with_bytes_mut(damage);
+        let damaged = copies();
+        assert_ne!(damaged, (good.clone(), good.clone()), "{what}");
+        let listed = open_checks(&inspection());
+        assert_eq!(copies(), damaged, "{what}: an inspection wrote a superblock copy");
+        assert_eq!(listed.len(), 1, "{what}: verify lists the copy: {listed:?}");
+        assert!(open_checks(&OpenOptions::default()).is_empty(), "{what}: verify after the mend");
+        assert_eq!(copies(), (good.clone(), good.clone()), "{what}: not mended");
+    }
+    // Copy A of a version this build does not know: checksummed (a newer
+    // build's), or not (its checksum may be a newer format's).
+    for checksummed in [true, false] {
+        dev.with_bytes_mut(|b| {
+            b[8..12].copy_from_slice(&99u32.to_le_bytes());
+            let crc = granary_format::checksum::crc32c(&b[..124]) ^ u32::from(!checksummed);
+            b[124..128].copy_from_slice(&crc.to_le_bytes());
+        });
+        let newer = copies().0;
+        assert!(
+            open_checks(&OpenOptions::default()).is_empty(),
+            "checksummed {checksummed}: verify lists a newer copy"
+        );
+        assert_eq!(copies(), (newer, good.clone()), "checksummed {checksummed}: a newer build's copy was overwritten");
+    }
 }
 
 /// A file whose creation was killed before the store was written (it still

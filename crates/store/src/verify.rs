@@ -10,6 +10,8 @@
 //! more: a record a power loss took after the summary was written). A
 //! summary that does not decode (torn by a crash, or damaged) is counted,
 //! not an error: nothing trusts it (GC reads that segment's records).
+//! Nor is a superblock copy behind the other or failing its checksum
+//! (listed: the next open for writing rewrites it).
 
 use crate::error::Result;
 use crate::log::{read_segment_headers, SegmentScanner};
@@ -43,6 +45,11 @@ pub struct VerifyReport {
     /// decode (a crash tore its write, or its bytes were damaged): unused,
     /// so not an error.
     pub summaries_unusable: u64,
+    /// Superblock copies that an open for writing would rewrite from the
+    /// one in use (docs/FORMAT.md, "Superblock"), one line each: a copy a
+    /// crash left behind, or one failing its checksum. Not errors: the
+    /// store reads the other.
+    pub superblock_copies: Vec<String>,
     pub error_count: u64,
     /// The first errors, one line each.
     pub errors: Vec<String>,
@@ -93,6 +100,10 @@ pub(crate) fn verify(p: Parts<'_>, progress: Option<&ProgressHook>) -> Result<Ve
     let started = Instant::now();
     let mut r = VerifyReport::default();
     let g = p.log.sb.grain_bytes;
+    r.superblock_copies = crate::Store::stale_superblock_copies(p.log.dev.as_ref(), &p.log.sb)
+        .into_iter()
+        .map(|(offset, why)| format!("superblock copy at offset {offset}: {why}"))
+        .collect();
 
     // Entries displaced by blind overwrites are settled first, so that the
     // index alone holds every live version.

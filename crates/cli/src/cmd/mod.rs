@@ -104,9 +104,9 @@ pub fn mode(buffered: bool) -> OpenMode {
 }
 
 /// Options to open a store for writing (`flush`: durability mode; GC runs
-/// so a full store can make room) or, with `read_only`, without GC and
-/// without checkpoints (reads must not set off background writes; recovery
-/// may still clear torn records).
+/// so a full store can make room) or, with `read_only`, for an inspection
+/// that writes nothing: no GC, no checkpoints, and recovery mends nothing
+/// (torn records and superblock copies stay as they are).
 pub fn open_options(dev: &DeviceArgs, flush: bool, read_only: bool) -> OpenOptions {
     let mut opts = OpenOptions {
         durability: if flush { Durability::Flush } else { Durability::Direct },
