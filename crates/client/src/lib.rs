@@ -30,6 +30,8 @@
 //!
 //! Every request has a timeout ([`ClientConfig::timeout`]); errors say
 //! what failed ([`Error`]). A broken connection is replaced on next use.
+//! A write that timed out or whose connection broke after it was sent has
+//! an unknown outcome: the server may have executed it.
 
 mod conn;
 pub mod ketama;
@@ -58,7 +60,11 @@ pub enum Error {
     Connect(SocketAddr, std::io::Error),
     /// The server's hello was refused or not understood.
     Handshake(String),
-    /// No response within the timeout.
+    /// No response within the timeout. A request sent before it expired
+    /// may still be executed by the server (as with any network store): a
+    /// write's outcome is unknown. Read the key back, or retry where the
+    /// write is idempotent; a read-modify-write uses a CAS value so a
+    /// retry cannot apply twice.
     Timeout,
     /// The connection broke (the reason); the request may or may not have
     /// been executed.

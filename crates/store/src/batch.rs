@@ -519,7 +519,7 @@ impl Core {
         };
         let written = ops.iter().zip(&writes).filter(|(_, &w)| w).map(|(r, _)| &r.key[..]);
         let listed = crate::space::listed_bytes(written.chain([COMMIT_KEY]));
-        let (held, buf) = self.write_encoded(purpose, total, listed, encode).await?;
+        let (held, buf) = self.write_encoded(purpose, total, listed, n, encode).await?;
         if let Some(buf) = buf {
             keep_spare(buf);
         }

@@ -343,9 +343,9 @@ impl Coalescer {
     }
 
     /// Allocate `grains` for records a caller encodes itself (`encode`,
-    /// given their place: an atomic batch, a run of PUTs), and write them
-    /// as a group of their own, which no one joins; returns once it is
-    /// written. The allocation is made under the coalescer's lock and the
+    /// given their place: an atomic batch, a run of PUTs; `records` user
+    /// records, counted as a group's), and write them as a group of their
+    /// own, which no one joins; returns once it is written. The allocation is made under the coalescer's lock and the
     /// group queued as any other, so in ordered (zoned) mode it is written
     /// in allocation order among the single writes' groups, at its zone's
     /// write pointer. On success the caller indexes the records, holding
@@ -361,6 +361,7 @@ impl Coalescer {
         next_seq: u64,
         grains: u64,
         listed: u64,
+        records: u64,
         encode: impl FnOnce(&Loc) -> AlignedBuf,
     ) -> Result<(Held<'s>, Option<AlignedBuf>)> {
         let space = core.space();
@@ -375,6 +376,7 @@ impl Coalescer {
         // group to its end: the queued group always gets its bytes and a
         // result.
         let mut claim = Claim { group: &group, space, waiting: true };
+        self.records.fetch_add(records, std::sync::atomic::Ordering::Relaxed);
         let buf = encode(&loc);
         *group.bytes.lock().unwrap_or_else(|e| e.into_inner()) = Some(Bytes::Owned(buf));
         lead_to_end(core, &group, grain).await;

@@ -217,7 +217,7 @@ impl Core {
             buf
         };
         let listed = crate::space::listed_bytes(keys.iter().map(|k| &k.key[..]));
-        let (held, _) = self.write_encoded(Purpose::Put, total, listed, encode).await?;
+        let (held, _) = self.write_encoded(Purpose::Put, total, listed, n, encode).await?;
         let published = self.publish_piece(piece, prior, &own_link, &locs, first).await;
         drop(held);
         published

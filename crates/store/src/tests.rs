@@ -1299,6 +1299,28 @@ fn an_overwrite_whose_read_fails_keeps_the_old_version() {
     assert!(s.verify().unwrap().is_clean());
 }
 
+/// Group-write statistics count every group and every user record it
+/// carried: a single PUT, an atomic batch's records (not its commit
+/// record) and a run's keys, each written as one group.
+#[test]
+fn group_statistics_count_the_records_of_batches_and_runs() {
+    let (_dev, s) = mem_store(8 << 20, 1 << 20, 512);
+    let ns = s.namespace(DEFAULT_NAMESPACE).unwrap();
+    let counts = || {
+        let st = s.stats();
+        (st.write_groups, st.grouped_records)
+    };
+    let (g0, r0) = counts();
+    s.put(b"single", b"v").unwrap();
+    let mut b = s.batch();
+    b.put(&ns, b"a", b"1").put(&ns, b"b", b"2").put(&ns, b"c", b"3");
+    b.commit().unwrap();
+    let items: Vec<(&[u8], &[u8])> = vec![(b"r1", b"x"), (b"r2", b"y"), (b"r3", b"z"), (b"r4", b"w")];
+    s.put_many(&items).unwrap();
+    let (g, r) = counts();
+    assert_eq!((g - g0, r - r0), (3, 1 + 3 + 4), "groups and their records");
+}
+
 /// A batch reads what it must read of its keys' old versions before it
 /// writes: a read that fails then fails the batch with nothing written, so
 /// no reader sees part of it (its first key's new value beside its

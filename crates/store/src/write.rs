@@ -814,10 +814,12 @@ impl Core {
         purpose: Purpose,
         grains: u64,
         listed: u64,
+        records: u64,
         encode: impl FnOnce(&Loc) -> AlignedBuf,
     ) -> Result<(Held<'_>, Option<AlignedBuf>)> {
         let next_seq = self.log.next_seq.load(Relaxed);
-        let r = self.coalescer.write_own(self, purpose, self.log.grain(), next_seq, grains, listed, encode).await;
+        let r =
+            self.coalescer.write_own(self, purpose, self.log.grain(), next_seq, grains, listed, records, encode).await;
         r.map_err(|e| self.log.poison_io(e))
     }
 

@@ -29,8 +29,9 @@
 //! Another runs the four writers as futures on one thread, the device
 //! completing each IO some polls after its submission, so that the crash
 //! meets several writes in flight (every tenth value is large, written from
-//! its own buffer beside the group in flight), which land whole, in part or
-//! not at all (200 seeds).
+//! its own buffer beside the group in flight, and one write in ten is a run
+//! of three keys, `put_many`, also an IO of its own), which land whole, in
+//! part or not at all (200 seeds).
 //!
 //! A third crashes the same store eight times in a row (a crash loop) under
 //! a churn of overwrites and deletes that keeps GC busy (and an index
@@ -490,14 +491,32 @@ fn is_large(version: u64) -> bool {
 /// Writer `t` of the concurrent tests: `versions` puts over its own keys,
 /// every third through the zero-copy API (its small records join the
 /// groups of the others), every tenth a large value through it (written
-/// from its own buffer, beside the others' groups), until the crash.
-/// Returns, per key, the last acknowledged and the last attempted version.
+/// from its own buffer, beside the others' groups), and one in ten a run
+/// of three keys (`put_many`: one IO of its own, not atomic), until the
+/// crash. Returns, per key, the last acknowledged and the last attempted
+/// version.
 async fn writer(s: &Store, t: u64, versions: u64, seed: u64) -> (Vec<u64>, Vec<u64>) {
     let mut acked = vec![0u64; PER_WRITER_KEYS as usize];
     let mut tried = acked.clone();
     for version in 1..=versions {
         let i = (version * 7 + t) % PER_WRITER_KEYS;
         let k = t * PER_WRITER_KEYS + i;
+        if version % 10 == 4 {
+            let run: Vec<u64> = (0..3).map(|j| (i + 5 * j) % PER_WRITER_KEYS).collect();
+            let items: Vec<(Vec<u8>, Vec<u8>)> = run
+                .iter()
+                .map(|&i| (key(t * PER_WRITER_KEYS + i), writer_value(t * PER_WRITER_KEYS + i, version)))
+                .collect();
+            let refs: Vec<(&[u8], &[u8])> = items.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+            run.iter().for_each(|&i| tried[i as usize] = version);
+            match s.put_many_async(&refs).await {
+                Ok(()) => run.iter().for_each(|&i| acked[i as usize] = version),
+                Err(Error::Io { .. } | Error::Poisoned { .. }) => break,
+                Err(Error::NoSpace { .. }) => {}
+                Err(e) => panic!("seed {seed}: put_many: {e}"),
+            }
+            continue;
+        }
         tried[i as usize] = version;
         let v = writer_value(k, version);
         let r = if version % 3 == 0 || is_large(version) {
