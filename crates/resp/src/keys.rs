@@ -128,6 +128,8 @@ struct Entry {
     /// Some(None) if the key held nothing; Some(Some(cas)) if it held the
     /// version `cas` (live, or expired to the millisecond but still held).
     read: Option<Option<u64>>,
+    /// What it read was a live value (not nothing, nor an expired record).
+    read_live: bool,
     /// The key's value as the transaction sees it now.
     now: Option<Rec>,
     written: bool,
@@ -162,9 +164,13 @@ impl Overlay {
     }
 
     /// The keys the transaction changes: written, and not left absent
-    /// where it read them absent.
+    /// where it read them absent (holding nothing, or an expired record
+    /// that removing changes nothing a client can see, as in Redis).
     pub(crate) fn changed(&self) -> impl Iterator<Item = &[u8]> {
-        self.entries.iter().filter(|e| e.written && (e.now.is_some() || e.read != Some(None))).map(|e| &e.key[..])
+        self.entries
+            .iter()
+            .filter(|e| e.written && (e.now.is_some() || e.read.is_none() || e.read_live))
+            .map(|e| &e.key[..])
     }
 
     /// Read `key` into the overlay (once); its entry's index.
@@ -181,6 +187,7 @@ impl Overlay {
             Some(i) => {
                 let e = &mut self.entries[i];
                 e.read = read;
+                e.read_live = now.is_some();
                 e.now = now;
                 i
             }
@@ -189,6 +196,7 @@ impl Overlay {
                     ns: ns.clone(),
                     key: key.to_vec(),
                     read,
+                    read_live: now.is_some(),
                     now,
                     written: false,
                     watched: false,
@@ -213,6 +221,7 @@ impl Overlay {
                 ns: ns.clone(),
                 key: key.to_vec(),
                 read: Some(cas),
+                read_live: cas.is_some(),
                 now: None,
                 written: false,
                 watched: true,
@@ -233,6 +242,7 @@ impl Overlay {
             // The commit is conditioned on the record as it is now.
             e.read = Some(item.as_ref().map(|i| i.cas));
             e.now = item.as_ref().map(Rec::of_item).filter(|r| !r.expired(now_ms()));
+            e.read_live = e.now.is_some();
         }
         Ok(false)
     }
@@ -317,6 +327,7 @@ impl Keys for Txn<'_> {
                 ns,
                 key: key.to_vec(),
                 read: None,
+                read_live: false,
                 now: Some(rec),
                 written: true,
                 watched: false,

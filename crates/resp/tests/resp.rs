@@ -303,8 +303,9 @@ fn pipelining_and_inline_commands() {
 }
 
 /// A key already expired when it was WATCHed, whose record a command of
-/// the same connection then removes (PERSIST meets it: `:0`), was not
-/// changed: EXEC runs, as in Redis 7.0. (The engine keeps an expired
+/// the same connection then removes (PERSIST meets it: `:0`; so does a DEL
+/// of several keys, one atomic batch), was not changed: EXEC runs, as in
+/// Redis 7.0. (The engine keeps an expired
 /// record until the end of its second; the expiry is set 1 ms past a
 /// second, so that is most of a second after it.)
 #[test]
@@ -313,6 +314,7 @@ fn removing_an_expired_watched_key_does_not_abort_exec() {
     let mut c = f.client();
     let at = (now_ms() / 1000 + 2) * 1000 + 1;
     assert_eq!(c.cmd(&format!("SET w v PXAT {at}")), Value::ok());
+    assert_eq!(c.cmd(&format!("SET wd v PXAT {at}")), Value::ok());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while now_ms() <= at {
         assert!(std::time::Instant::now() < deadline, "the clock did not reach the expiry");
@@ -323,6 +325,11 @@ fn removing_an_expired_watched_key_does_not_abort_exec() {
     assert_eq!(c.cmd("MULTI"), Value::ok());
     assert_eq!(c.cmd("PING"), Value::Simple("QUEUED".into()));
     assert_eq!(c.cmd("EXEC"), Value::Array(vec![Value::Simple("PONG".into())]));
+    assert_eq!(c.cmd("WATCH wd"), Value::ok());
+    assert_eq!(c.cmd("DEL wd x"), Value::Int(0));
+    assert_eq!(c.cmd("MULTI"), Value::ok());
+    assert_eq!(c.cmd("PING"), Value::Simple("QUEUED".into()));
+    assert_eq!(c.cmd("EXEC"), Value::Array(vec![Value::Simple("PONG".into())]), "a multi-key DEL");
     // A key live when WATCHed and then written still aborts.
     assert_eq!(c.cmd("SET w2 a"), Value::ok());
     assert_eq!(c.cmd("WATCH w2"), Value::ok());
