@@ -35,7 +35,12 @@
 //! place). Anything else is a miss, and the item is dropped. Writers and GC
 //! also drop a key's item under its stripe after changing its index entry
 //! (`invalidate`), and a namespace's items go when it is dropped or
-//! truncated, so DRAM is not held by items that can no longer be served.
+//! truncated, so DRAM is not held by items that can no longer be served;
+//! the exception is an operation in flight across the drop or truncate,
+//! which resolved the old namespace before it and may admit or refresh an
+//! item of it after: that item is served only to operations still on the
+//! old namespace (which the device would answer the same), and the policy
+//! evicts it as it evicts any item no longer read.
 //! Expiry and `flush_all` are checked on every hit from the item's
 //! expiry time and sequence number, as for a record read from the device.
 //!
