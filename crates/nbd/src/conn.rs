@@ -144,10 +144,39 @@ fn start<E: Export>(conn: &Rc<Conn<E>>, req: Request, payload: Option<Vec<u8>>, 
     let c = conn.clone();
     granary_rt::spawn(async move {
         let _running = Running(&c);
+        let mut unanswered = Unanswered { conn: &c, charge, armed: true };
         let bytes = exec::execute(&c.target, &c.stats, req, payload).await;
+        unanswered.armed = false;
         c.out.borrow_mut().push_back(Reply { bytes, charge });
         c.writer.notify();
     });
+}
+
+/// A request task that ends without its reply (it panicked, a bug the
+/// executor contains, or its runtime stopped) must not leave its client
+/// waiting for that reply: the connection ends (the client sees the end
+/// of the stream, and the reader's receive ends) and the request's
+/// admission is released.
+struct Unanswered<'a, E> {
+    conn: &'a Conn<E>,
+    charge: usize,
+    armed: bool,
+}
+
+impl<E> Drop for Unanswered<'_, E> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let c = self.conn;
+        tracing::warn!(
+            "an NBD request ended without its reply (its task panicked, or the server stopped): closing its connection"
+        );
+        c.broken.set(true);
+        let _ = c.session.stream().tcp().shutdown_both();
+        c.release(1, self.charge);
+        c.writer.notify();
+    }
 }
 
 /// Read requests and start them until the connection ends (`Ok`) or a

@@ -188,8 +188,13 @@ async fn read<E: Export>(t: &Target<E>, stats: &NbdStats, req: Request) -> Vec<u
     let runs = each_concurrent(runs.into_iter(), RUNS_PER_REQUEST, |(first, out)| export.read_blocks(first, out));
     let edges = each_concurrent(edges.into_iter(), BLOCK_OPS_PER_REQUEST, |(s, out)| async move {
         if let Some(v) = export.read_block(s.block).await? {
-            let have = v.len().saturating_sub(s.at).min(s.len);
-            out[..have].copy_from_slice(&v[s.at..s.at + have]);
+            // A value shorter than the block (stored by another client of
+            // the engine) reads as zeroes past its end, even from before
+            // the span's start.
+            if let Some(held) = v.get(s.at..) {
+                let have = held.len().min(s.len);
+                out[..have].copy_from_slice(&held[..have]);
+            }
         }
         Ok(())
     });

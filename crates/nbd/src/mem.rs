@@ -78,6 +78,8 @@ pub struct MemExport {
     hold_met: AtomicBool,
     /// Blocks whose operations wait until [`MemExport::resume`].
     paused: Mutex<Option<Range<u64>>>,
+    /// A read of this block panics (`u64::MAX`: none).
+    panic_block: AtomicU64,
 }
 
 /// A one-shot barrier: operations on `blocks` wait until `together` of
@@ -121,7 +123,26 @@ impl MemExport {
             held_running: AtomicU64::new(0),
             hold_met: AtomicBool::new(false),
             paused: Mutex::new(None),
+            panic_block: AtomicU64::new(u64::MAX),
         }
+    }
+
+    /// Make a read of block `n` panic (tests: a request whose task dies
+    /// without its reply must not leave its client waiting).
+    pub fn panic_on_reading(&self, n: u64) {
+        self.panic_block.store(n, Relaxed);
+    }
+
+    fn check_panic(&self, blocks: Range<u64>) {
+        let n = self.panic_block.load(Relaxed);
+        assert!(!blocks.contains(&n), "injected panic: a read of block {n}");
+    }
+
+    /// Store `value` as block `n` as it is, shorter than a block or not, as
+    /// another client of a store's export may (it reads as zeroes past its
+    /// end).
+    pub fn put_raw_block(&self, n: u64, value: &[u8]) {
+        self.blocks().insert(n, value.to_vec());
     }
 
     /// Arm a one-shot barrier on the blocks holding bytes `bytes`:
@@ -249,6 +270,7 @@ impl Export for MemExport {
     }
 
     async fn read_block(&self, n: u64) -> io::Result<Option<Vec<u8>>> {
+        self.check_panic(n..n + 1);
         let _io = self.io(n..n + 1).await;
         Ok(self.blocks().get(&n).cloned())
     }
@@ -263,6 +285,7 @@ impl Export for MemExport {
 
     /// One device operation for the whole run, as a device reads it.
     async fn read_blocks(&self, first: u64, out: &mut [u8]) -> io::Result<()> {
+        self.check_panic(first..first + (out.len() as u64).div_ceil(u64::from(self.block_bytes)));
         let _io = self.io(first..first + (out.len() as u64).div_ceil(u64::from(self.block_bytes))).await;
         let blocks = self.blocks();
         for (i, o) in out.chunks_mut(self.block_bytes as usize).enumerate() {

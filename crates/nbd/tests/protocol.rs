@@ -311,6 +311,45 @@ fn unaligned_writes_read_modify_write_their_edge_blocks() {
     assert_eq!(r.read_at(8190, 4), vec![want[8190], 0xaa, 0xbb, want[8193]]);
 }
 
+/// A block value shorter than the block (another client of a store's
+/// export may write one) reads as zeroes past its end: in part from
+/// inside it, in part from past its end (the server's task panicked on
+/// the slice, and the READ was never answered), and whole.
+#[test]
+fn a_block_shorter_than_the_block_size_reads_as_zeroes_past_its_end() {
+    let f = Fixture::new();
+    f.disk.put_raw_block(1, &[7, 8, 9]);
+    let mut r = f.go(DISK, true);
+    assert_eq!(r.read_at(4096 + 512, 512), vec![0; 512], "a span past the value's end");
+    let mut want = vec![0u8; 512];
+    want[..3].copy_from_slice(&[7, 8, 9]);
+    assert_eq!(r.read_at(4096, 512), want, "a span over its end");
+    let mut whole = vec![0u8; 8192];
+    whole[4096..4099].copy_from_slice(&[7, 8, 9]);
+    assert_eq!(r.read_at(0, 8192), whole, "whole blocks");
+    // Any byte alignment without the agreed minimum (EXPORT_NAME).
+    let mut r = f.raw(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES);
+    r.option(OPT_EXPORT_NAME, DISK.as_bytes());
+    r.read(10);
+    assert_eq!(r.read_at(4097, 1), vec![8], "one byte");
+    assert_eq!(r.read_at(4100, 1), vec![0], "the byte after its end");
+}
+
+/// A request whose task panics (a server bug the executor contains) ends
+/// its connection, so its client sees the end of the stream instead of
+/// waiting for a reply forever; the server serves the next connection.
+#[test]
+fn a_request_that_dies_without_its_reply_ends_its_connection() {
+    let f = Fixture::new();
+    f.disk.panic_on_reading(3);
+    let mut r = f.go(DISK, true);
+    assert_eq!(r.write(0, &[1u8; 4096]), 0);
+    r.request(0, CMD_READ, 9, 3 * 4096, 4096, &[]);
+    assert!(r.closed(), "the connection ends");
+    let mut r = f.go(DISK, true);
+    assert_eq!(r.read_at(0, 4096), vec![1u8; 4096], "the next connection is served");
+}
+
 #[test]
 fn concurrent_partial_writes_of_one_block_all_land() {
     let f = Fixture::new();

@@ -409,6 +409,12 @@ impl TcpStream {
     pub fn shutdown_write(&self) -> io::Result<()> {
         self.inner.shutdown(std::net::Shutdown::Write)
     }
+
+    /// Shut down both directions: the peer sees end of stream, and a
+    /// receive waiting here ends.
+    pub fn shutdown_both(&self) -> io::Result<()> {
+        self.inner.shutdown(std::net::Shutdown::Both)
+    }
 }
 
 /// A stream a receive into an owned buffer can fill within an idle
