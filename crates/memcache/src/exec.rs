@@ -268,7 +268,9 @@ impl<'a, S: Sink> Exec<'a, S> {
                 match self.ctx.ns.get_buf_async(key).await {
                     Ok(Some(vb)) => {
                         self.ctx.stats.get_hits.fetch_add(1, Relaxed);
-                        if !self.value_buf(key, vb, with_cas).await {
+                        // A request with a refused key answers its error
+                        // alone, as memcached does.
+                        if !bad_key && !self.value_buf(key, vb, with_cas).await {
                             return;
                         }
                         if self.out().len() >= OUT_FLUSH_BYTES && !self.io.flush().await {
@@ -288,7 +290,9 @@ impl<'a, S: Sink> Exec<'a, S> {
                 Ok(Some(it)) => {
                     self.ctx.stats.get_hits.fetch_add(1, Relaxed);
                     self.ctx.stats.touch_hits.fetch_add(1, Relaxed);
-                    self.value_line(key, &it, with_cas);
+                    if !bad_key {
+                        self.value_line(key, &it, with_cas);
+                    }
                     // A multi-get of large items sends as it goes, so its
                     // reply never holds more than OUT_FLUSH_BYTES + one item.
                     if self.out().len() >= OUT_FLUSH_BYTES && !self.io.flush().await {
@@ -373,7 +377,7 @@ impl<'a, S: Sink> Exec<'a, S> {
             match got {
                 Ok(Some(vb)) => {
                     ctx.stats.get_hits.fetch_add(1, Relaxed);
-                    if !self.value_buf(key, vb, reqs[r].with_cas).await {
+                    if !reqs[r].bad_key && !self.value_buf(key, vb, reqs[r].with_cas).await {
                         return;
                     }
                 }

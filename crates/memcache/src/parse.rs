@@ -272,9 +272,10 @@ pub(crate) enum Request<'a> {
         keys: Vec<&'a [u8]>,
         cas: bool,
         touch: Option<i64>,
-        /// A key over 250 bytes followed `keys`: memcached answers the keys
-        /// before it, then `CLIENT_ERROR bad command line format` instead
-        /// of `END`.
+        /// A key over 250 bytes followed `keys`: as memcached, the keys
+        /// before it are read (and touched), but the request answers only
+        /// `CLIENT_ERROR bad command line format` (memcached 1.6 drops the
+        /// `VALUE`s it had built).
         bad_key: bool,
     },
     /// set, add, replace, append, prepend, cas (`cas` is 0 but for cas);
@@ -428,7 +429,10 @@ pub(crate) fn parse(line: &[u8]) -> Parsed<'_> {
     let Some(&cmd) = t.first() else {
         return Parsed { cmd: None, noreply: false, request: Err(ParseError::Error), skip: 0 };
     };
-    let noreply = t.len() > 1 && t.last() == Some(&&b"noreply"[..]) && NOREPLY_CMDS.contains(&cmd);
+    // A last token `noreply`, as memcached reads it: not the key of a bare
+    // `delete noreply` (memcached looks for it only past the key there).
+    let min_tokens = if cmd == b"delete" { 3 } else { 2 };
+    let noreply = t.len() >= min_tokens && t.last() == Some(&&b"noreply"[..]) && NOREPLY_CMDS.contains(&cmd);
     let mut skip = 0;
     let request = match cmd {
         b"get" => get(&t[1..], false, None),
@@ -474,6 +478,9 @@ pub(crate) fn parse(line: &[u8]) -> Parsed<'_> {
         // Unknown commands, and gat/gats without an argument.
         _ => Err(ParseError::Error),
     };
+    // A wrong number of tokens is answered `ERROR` before memcached looks
+    // for `noreply`: never suppressed.
+    let noreply = noreply && request != Err(ParseError::Error);
     Parsed { cmd: Some(cmd), noreply, request, skip }
 }
 
@@ -512,7 +519,7 @@ fn storage<'a>(kind: Storage, t: &[&'a [u8]]) -> Result<Request<'a>, ParseError>
 
 /// `delete <key> [0] [noreply]` (the 0 is memcached's legacy hold time).
 fn delete<'a>(t: &[&'a [u8]], noreply: bool) -> Result<Request<'a>, ParseError> {
-    if t.len() < 2 {
+    if !(2..=4).contains(&t.len()) {
         return Err(ParseError::Error);
     }
     let args = &t[1..t.len() - noreply as usize];

@@ -177,6 +177,32 @@ fn delete_takes_a_key_an_optional_zero_and_noreply() {
     for line in ["delete a", "delete a 0", "delete a noreply", "delete a 0 noreply"] {
         assert_eq!(req(line), Request::Delete { key: b"a" }, "{line}");
     }
+    // The key `noreply`, answered (memcached looks for noreply past the key).
+    assert_eq!(req("delete noreply"), Request::Delete { key: b"noreply" });
+    assert!(!noreply("delete noreply"));
+    // A hold time other than 0: the usage error, suppressed by noreply.
+    assert_eq!(err("delete a 1 noreply"), ParseError::DeleteUsage);
+    assert!(noreply("delete a 1 noreply"));
+}
+
+/// A line with the wrong number of tokens is answered `ERROR` even when it
+/// ends with `noreply`: memcached counts the tokens before it looks for it
+/// (memcached 1.6.18 answers each of these `ERROR`; `cas k 0 0 1 noreply`
+/// has its count, and its bad CAS value's error is suppressed).
+#[test]
+fn a_wrong_token_count_is_answered_despite_noreply() {
+    for line in [
+        "incr noreply",
+        "touch noreply",
+        "set k 0 noreply",
+        "set k 0 0 1 x noreply",
+        "flush_all 1 2 noreply",
+        "verbosity 1 2 noreply",
+        "delete k 0 2 noreply",
+    ] {
+        assert_eq!(err(line), ParseError::Error, "{line}");
+        assert!(!noreply(line), "{line}: the ERROR is suppressed");
+    }
 }
 
 #[test]
@@ -423,9 +449,9 @@ fn delete_lines_with_bad_arguments() {
     assert_eq!(err("delete a 1"), ParseError::DeleteUsage);
     assert_eq!(err("delete a 0 0"), ParseError::DeleteUsage);
     assert_eq!(err("delete a x noreply"), ParseError::DeleteUsage);
-    // `delete noreply`: the key is the noreply (refused, and suppressed).
-    let p = parsed(b"delete noreply");
-    assert_eq!((p.noreply, p.request), (true, Err(ParseError::DeleteUsage)));
+    // A delete of more tokens than memcached takes: ERROR, not suppressed.
+    let p = parsed(b"delete a 0 0 noreply");
+    assert_eq!((p.noreply, p.request), (false, Err(ParseError::Error)));
 }
 
 #[test]
