@@ -408,7 +408,7 @@ impl Connection {
         let slot = Arc::new(Slot {
             state: Mutex::new(SlotState { result: None, waker: None }),
             cond: Condvar::new(),
-            deadline: Instant::now() + self.shared.timeout,
+            deadline: deadline_after(self.shared.timeout),
         });
         let id = {
             let mut t = self.shared.table.lock().unwrap_or_else(|e| e.into_inner());
@@ -556,6 +556,13 @@ fn read_frames(s: &mut ReadWire, sh: &Shared) -> Result<(), String> {
             Err(e) => return Err(format!("receive failed: {e}")),
         }
     }
+}
+
+/// `now + timeout`; a timeout past what an `Instant` holds (as
+/// `Duration::MAX`, meaning no timeout) is a century.
+fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout).or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 86_400))).unwrap_or(now)
 }
 
 /// Fail requests past their deadline.

@@ -126,7 +126,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Client settings.
 #[derive(Clone)]
 pub struct ClientConfig {
-    /// Bound on connecting, the handshake, and each request.
+    /// Bound on connecting, the handshake, and each request
+    /// (`Duration::MAX`: in effect none, a century).
     pub timeout: Duration,
     /// Connections per server; requests are spread over them in turn.
     pub connections: usize,

@@ -27,7 +27,10 @@
 //! rewritten to turn on a feature or to re-key (`granary rekey`) (copy A,
 //! flush, copy B, flush; a re-key that finds copy B behind copy A writes B
 //! alone), and by an open for writing that finds one copy behind the other
-//! or failing its checksum (rewritten from the one it read). A
+//! or failing its checksum or magic (rewritten from the one it read). Every
+//! version keeps the magic at bytes 0..8, the version at 8..12 and the
+//! CRC32C at 124..128 over the bytes before it, so a build can tell a
+//! damaged copy from a newer one ([`version_field`]). A
 //! reader accepts the first copy that decodes, so one torn or rotten copy
 //! never bricks the store, and a crash during a rewrite leaves the feature
 //! on or off, never half of it.
@@ -133,6 +136,13 @@ impl std::fmt::Debug for Superblock {
             .field("created_unix_ms", &self.created_unix_ms)
             .finish()
     }
+}
+
+/// The version field of a superblock copy, whether or not the copy
+/// decodes (every version keeps it at bytes 8..12): a copy that fails its
+/// checksum but names a newer version may be a newer build's format.
+pub fn version_field(b: &[u8]) -> u32 {
+    u32_at(b, OFF_VERSION)
 }
 
 impl Superblock {

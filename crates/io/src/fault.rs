@@ -7,8 +7,9 @@
 //!   the process (or the machine) dies. That write is *torn*: a seeded
 //!   prefix of its 512-byte sectors reaches the media, the rest does not.
 //!   It and every later write and flush fail with EIO (the process is
-//!   dead); reads keep answering from what was written, so a dying process
-//!   can finish its bookkeeping without seeing impossible data.
+//!   dead; an async write submitted before it may still land, below);
+//!   reads keep answering from what was written, so a dying process can
+//!   finish its bookkeeping without seeing impossible data.
 //! - **What survives** is decided at [`FaultDevice::restart`]:
 //!   - [`CrashKind::Process`] (the process was killed, the kernel and the
 //!     drive went on): every write that completed before the crash point is
@@ -656,6 +657,9 @@ mod tests {
             let sector = bytes(&dev, 0, 512);
             assert!(sector.iter().all(|&x| x == sector[0]) && matches!(sector[0], 1..=3), "seed {seed}: {sector:?}");
             outcomes.insert(sector[0]);
+            // The second sector only the 1024-byte write covered.
+            let second = bytes(&dev, 512, 512);
+            assert!(second.iter().all(|&x| x == second[0]) && matches!(second[0], 0 | 2), "seed {seed}: {second:?}");
         }
         assert_eq!(outcomes.len(), 3, "the flushed version and either later one: {outcomes:?}");
     }

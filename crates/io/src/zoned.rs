@@ -28,7 +28,8 @@
 //! "Zoned mode").
 //!
 //! **Crash model** ([`ZonedDevice::plan_crash`]): a process crash after a
-//! given number of writes (writes the device refuses are not counted). The write at the crash lands a prefix of its
+//! given number of writes (writes the device refuses are not counted).
+//! The write at the crash lands a prefix of its
 //! logical blocks (seeded: none to all), its zone's write pointer advanced by that
 //! prefix, as a drive that writes a zone in order would leave it; every
 //! operation after it fails (the process is gone) until

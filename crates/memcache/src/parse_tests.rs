@@ -203,6 +203,8 @@ fn a_wrong_token_count_is_answered_despite_noreply() {
         assert_eq!(err(line), ParseError::Error, "{line}");
         assert!(!noreply(line), "{line}: the ERROR is suppressed");
     }
+    assert_eq!(err("cas k 0 0 1 noreply"), ParseError::BadFormat);
+    assert!(noreply("cas k 0 0 1 noreply"), "its count holds: the bad CAS value's error is suppressed");
 }
 
 #[test]

@@ -588,6 +588,17 @@ fn a_send_that_fails_partway_closes_the_stream_before_another_frame() {
     assert!(got[at..].iter().all(|&x| x == b'a'), "another frame followed A's partial frame");
 }
 
+/// A timeout past what an `Instant` holds (`Duration::MAX`: none) is a
+/// century, not a panic on the first request.
+#[test]
+fn a_client_without_a_timeout_serves_requests() {
+    let s = server();
+    let cfg = ClientConfig { timeout: Duration::MAX, ..ClientConfig::default() };
+    let c = Client::connect(s.local_addr(), cfg).unwrap();
+    c.put(b"k", b"v").unwrap();
+    assert_eq!(c.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+}
+
 #[test]
 fn timeouts_and_reconnects() {
     // Never answers: the request times out; the connection stays usable.

@@ -22,7 +22,9 @@
 //!   checks, is answered with an error and the connection goes on;
 //! - at the end (`NBD_CMD_DISC`, the client closing, an error, the idle
 //!   timeout, a drain) every started request runs to its end and its reply
-//!   is sent before the connection closes, unless sending failed.
+//!   is sent before the connection closes, unless sending failed or a
+//!   request task ended without its reply (it panicked: the connection is
+//!   then closed at once, so its client is not left waiting).
 
 use crate::exec::{self, Target};
 use crate::export::Export;
@@ -65,7 +67,8 @@ struct Conn<E> {
     /// The reader is done and every request has ended: the writer exits
     /// once the replies are sent.
     ending: Cell<bool>,
-    /// Sending failed; nothing more is sent or admitted.
+    /// Sending failed, or a request ended without its reply; nothing more
+    /// is sent or admitted.
     broken: Cell<bool>,
 }
 
@@ -169,9 +172,11 @@ impl<E> Drop for Unanswered<'_, E> {
             return;
         }
         let c = self.conn;
-        tracing::warn!(
-            "an NBD request ended without its reply (its task panicked, or the server stopped): closing its connection"
-        );
+        // Dropped while unwinding: the task panicked (a bug). Otherwise its
+        // runtime is stopping, which ends the connection anyway.
+        if std::thread::panicking() {
+            tracing::warn!("an NBD request's task panicked before its reply: closing its connection");
+        }
         c.broken.set(true);
         let _ = c.session.stream().tcp().shutdown_both();
         c.release(1, self.charge);

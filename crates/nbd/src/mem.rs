@@ -129,6 +129,7 @@ impl MemExport {
 
     /// Make a read of block `n` panic (tests: a request whose task dies
     /// without its reply must not leave its client waiting).
+    #[doc(hidden)]
     pub fn panic_on_reading(&self, n: u64) {
         self.panic_block.store(n, Relaxed);
     }

@@ -312,9 +312,8 @@ fn unaligned_writes_read_modify_write_their_edge_blocks() {
 }
 
 /// A block value shorter than the block (another client of a store's
-/// export may write one) reads as zeroes past its end: in part from
-/// inside it, in part from past its end (the server's task panicked on
-/// the slice, and the READ was never answered), and whole.
+/// export may write one) reads as zeroes past its end: a span past its
+/// end, a span over its end, whole blocks, single bytes.
 #[test]
 fn a_block_shorter_than_the_block_size_reads_as_zeroes_past_its_end() {
     let f = Fixture::new();

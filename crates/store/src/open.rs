@@ -343,15 +343,13 @@ impl Store {
     /// so it is the newer), or that fails its checksum or magic in two
     /// reads (rot, a stray write). A copy of a version or with fields this
     /// build does not know, or whose version field (checksummed or not) is
-    /// newer than this build's, may be a newer build's: never listed. None
-    /// when the first copy that decodes now is not `read` (the open's read
-    /// of it was not the device's last word).
-    pub(crate) fn stale_superblock_copies(dev: &dyn Device, read: &Superblock) -> Vec<(u64, String)> {
+    /// newer than this build's, may be a newer build's: never listed.
+    /// Nothing is listed when the first copy that decodes is not `read`:
+    /// the device no longer holds what `read` was read from, and no rewrite
+    /// from it is safe.
+    pub(crate) fn superblock_copies_to_mend(dev: &dyn Device, read: &Superblock) -> Vec<(u64, String)> {
         let copy = |offset: u64| match dev.read_at(AlignedBuf::zeroed(4096), offset) {
-            (buf, Ok(())) => {
-                let version = u32::from_le_bytes(buf[8..12].try_into().expect("4 bytes"));
-                (Superblock::decode(&buf), version)
-            }
+            (buf, Ok(())) => (Superblock::decode(&buf), granary_format::superblock::version_field(&buf)),
             (_, Err(_)) => (Err(FormatError::Truncated { what: "superblock", need: 4096, have: 0 }), 0),
         };
         let copies: Vec<_> = SUPERBLOCK_OFFSETS.iter().map(|&offset| copy(offset)).collect();
@@ -359,7 +357,7 @@ impl Store {
             return Vec::new();
         }
         let newest = granary_format::superblock::SUPERBLOCK_VERSION;
-        let mut stale = Vec::new();
+        let mut mend = Vec::new();
         for ((copy_now, version), &offset) in copies.iter().zip(SUPERBLOCK_OFFSETS.iter()) {
             let why = match copy_now {
                 Ok(sb) if sb == read => continue,
@@ -372,16 +370,16 @@ impl Store {
                 }
                 Err(_) => continue,
             };
-            stale.push((offset, why));
+            mend.push((offset, why));
         }
-        stale
+        mend
     }
 
-    /// Rewrite the copies [`Store::stale_superblock_copies`] lists from
+    /// Rewrite the copies [`Store::superblock_copies_to_mend`] lists from
     /// `read`, each flushed, so the store has two good copies again. Best
-    /// effort: a failed rewrite is logged, and the open goes on.
-    fn mend_superblocks(dev: &dyn Device, read: &Superblock) {
-        for (offset, why) in Self::stale_superblock_copies(dev, read) {
+    /// effort: a failed rewrite is logged, and the caller goes on.
+    pub(crate) fn mend_superblocks(dev: &dyn Device, read: &Superblock) {
+        for (offset, why) in Self::superblock_copies_to_mend(dev, read) {
             match crate::space::write_superblock_at(dev, read, offset) {
                 Ok(()) => tracing::warn!(offset, "superblock copy rewritten from the other: {why}"),
                 Err(e) => tracing::warn!(offset, error = %e, "could not rewrite a superblock copy ({why})"),

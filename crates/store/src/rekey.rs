@@ -24,8 +24,9 @@
 //! leaves copy A, which readers take first, or copy B whole if A is
 //! torn). Each step is safe to repeat: a re-key that failed midway is run
 //! again, and one that finds copy A with a secret seed and copy B without
-//! it writes copy B alone (the one write made before the device check), as
-//! any open for writing does too (`Store::open`, `OpenOptions::clear_torn`).
+//! it writes copy B alone (the one write made before the device check), by
+//! the rules any open for writing mends copies by (`Store::open`,
+//! `OpenOptions::clear_torn`).
 //! Otherwise the device is checked as an open checks it (size, blocks,
 //! zones) before anything is written.
 
@@ -33,18 +34,9 @@ use crate::error::{Error, Result};
 use crate::options::OpenOptions;
 use crate::store::Store;
 use granary_format::hash::KEY_HASH_ALGO_XXH3_64_SECRET;
-use granary_format::limits::SUPERBLOCK_OFFSETS;
 use granary_format::segment::{SegmentKind, Stream};
-use granary_format::Superblock;
-use granary_io::{AlignedBuf, Device};
+use granary_io::Device;
 use std::sync::Arc;
-
-/// The superblock copy at `offset`, if it decodes.
-fn read_copy(dev: &dyn Device, offset: u64) -> Result<Option<Superblock>> {
-    let (buf, r) = dev.read_at(AlignedBuf::zeroed(4096), offset);
-    r.map_err(|source| Error::Io { op: "read of the superblock", offset, source })?;
-    Ok(Superblock::decode(&buf).ok())
-}
 
 /// What [`Store::rekey`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,12 +59,9 @@ impl Store {
         let sb = Self::read_superblock(dev.as_ref())?;
         if sb.hash_algo == KEY_HASH_ALGO_XXH3_64_SECRET {
             // A re-key cut short between the superblock's copies: copy B
-            // still names the public seed. Make it copy A's.
-            let offset = SUPERBLOCK_OFFSETS[1];
-            if read_copy(dev.as_ref(), offset)?.as_ref() != Some(&sb) {
-                tracing::warn!("the superblock's second copy lagged behind a re-key; rewritten");
-                crate::space::write_superblock_at(dev.as_ref(), &sb, offset)?;
-            }
+            // still names the public seed. Make it copy A's, by the rules
+            // an open for writing mends copies by.
+            Self::mend_superblocks(dev.as_ref(), &sb);
             return Ok(Rekeyed::Already);
         }
         let zoned = Self::check_device(dev.as_ref(), &sb, open)?;

@@ -659,6 +659,25 @@ impl Space {
         *self.features.lock().unwrap_or_else(|e| e.into_inner()) & flag != 0
     }
 
+    /// The superblock as the device holds it now: the one the store opened
+    /// with, or, once a feature was turned on, that one rewritten with the
+    /// flags turned on so far.
+    pub(crate) fn superblock_now(&self) -> Superblock {
+        let on = *self.features.lock().unwrap_or_else(|e| e.into_inner());
+        match on == self.sb.flags {
+            true => self.sb.clone(),
+            false => self.superblock_with(on),
+        }
+    }
+
+    /// The superblock rewritten with feature `flags` (version 2).
+    fn superblock_with(&self, flags: u32) -> Superblock {
+        let mut sb = self.sb.clone();
+        sb.version = granary_format::superblock::SUPERBLOCK_VERSION;
+        sb.flags = flags;
+        sb
+    }
+
     /// Turn on a superblock feature flag (once): copy A, flush, copy B,
     /// flush. A crash in between leaves copy A, which readers take first,
     /// with the flag. Serialised by the features lock; the flags written
@@ -668,10 +687,7 @@ impl Space {
         if *on & flag == flag {
             return Ok(());
         }
-        let mut sb = self.sb.clone();
-        sb.version = granary_format::superblock::SUPERBLOCK_VERSION;
-        sb.flags = *on | flag;
-        write_superblocks(self.dev.as_ref(), &sb)?;
+        write_superblocks(self.dev.as_ref(), &self.superblock_with(*on | flag))?;
         *on |= flag;
         let what = match flag {
             granary_format::superblock::FLAG_NAMESPACES => "namespaces",

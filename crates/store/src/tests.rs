@@ -697,8 +697,9 @@ fn open_rejects_a_device_without_a_store_and_survives_one_bad_superblock() {
     let (dev, s) = mem_store(8 << 20, 1 << 20, 512);
     s.put(b"k", b"v").unwrap();
     drop(s);
-    dev.with_bytes_mut(|b| b[20] ^= 0xff); // first copy's uuid
-                                           // An inspection: the open for writing would mend copy A.
+    // Copy A's uuid damaged; an inspection (an open for writing would
+    // mend copy A).
+    dev.with_bytes_mut(|b| b[20] ^= 0xff);
     let s = Store::open(dev.clone(), &inspection()).unwrap();
     assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
     drop(s);
@@ -708,10 +709,16 @@ fn open_rejects_a_device_without_a_store_and_survives_one_bad_superblock() {
     assert!(!err.to_string().contains("zeros"), "a damaged store is not called zeros: {err}");
 }
 
-/// Options of an inspection (`granary verify`, `stat`, `get`): nothing
-/// written.
+/// Options of an inspection, as `granary verify`, `stat` and `get` open a
+/// store: nothing written.
 fn inspection() -> OpenOptions {
-    OpenOptions { clear_torn: false, gc: false, checkpoint_on_close: false, ..OpenOptions::default() }
+    OpenOptions {
+        clear_torn: false,
+        gc: false,
+        checkpoint_interval: None,
+        checkpoint_on_close: false,
+        ..OpenOptions::default()
+    }
 }
 
 /// An open for writing makes both superblock copies the one it reads: a
@@ -732,7 +739,7 @@ fn an_open_for_writing_mends_the_superblock_copies() {
         assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
         let r = s.verify().unwrap();
         assert!(r.is_clean(), "{:?}", r.errors);
-        r.superblock_copies
+        r.superblock_copies_to_mend
     };
     type Damage = (&'static str, fn(&mut [u8]));
     let damages: [Damage; 3] = [
@@ -769,6 +776,34 @@ fn an_open_for_writing_mends_the_superblock_copies() {
         );
         assert_eq!(copies(), (newer, good.clone()), "checksummed {checksummed}: a newer build's copy was overwritten");
     }
+}
+
+/// The mend is best effort: a rewrite that fails leaves the open going on
+/// with the copy it read (and the next open mends); and a running store's
+/// verify compares the copies with the superblock as the device holds it
+/// now, a feature turned on since the open included.
+#[test]
+fn a_failed_superblock_mend_is_not_fatal_and_verify_follows_features() {
+    let (dev, s) = fault_store(&OpenOptions::default());
+    s.put(b"k", b"v").unwrap();
+    drop(s);
+    let good = dev.with_bytes_mut(|b| b[..128].to_vec());
+    dev.with_bytes_mut(|b| b[20] ^= 0xff);
+    dev.fail_nth(granary_io::OpKind::Write, 0, false);
+    let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    drop(s);
+    assert_ne!(dev.with_bytes_mut(|b| b[..128].to_vec()), good, "the failed write was the mend's");
+    let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
+    assert_eq!(dev.with_bytes_mut(|b| b[..128].to_vec()), good, "the next open mends");
+    // A feature turned on by this store (namespaces: a superblock rewrite),
+    // then copy B damaged: verify lists it.
+    s.create_namespace("n", NamespaceOptions::default()).unwrap();
+    assert!(s.verify().unwrap().superblock_copies_to_mend.is_empty());
+    dev.with_bytes_mut(|b| b[4096 + 20] ^= 0xff);
+    let listed = s.verify().unwrap().superblock_copies_to_mend;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(listed[0].contains("offset 4096"), "{listed:?}");
 }
 
 /// A file whose creation was killed before the store was written (it still

@@ -49,7 +49,7 @@ pub struct VerifyReport {
     /// one in use (docs/FORMAT.md, "Superblock"), one line each: a copy a
     /// crash left behind, or one failing its checksum. Not errors: the
     /// store reads the other.
-    pub superblock_copies: Vec<String>,
+    pub superblock_copies_to_mend: Vec<String>,
     pub error_count: u64,
     /// The first errors, one line each.
     pub errors: Vec<String>,
@@ -100,10 +100,11 @@ pub(crate) fn verify(p: Parts<'_>, progress: Option<&ProgressHook>) -> Result<Ve
     let started = Instant::now();
     let mut r = VerifyReport::default();
     let g = p.log.sb.grain_bytes;
-    r.superblock_copies = crate::Store::stale_superblock_copies(p.log.dev.as_ref(), &p.log.sb)
-        .into_iter()
-        .map(|(offset, why)| format!("superblock copy at offset {offset}: {why}"))
-        .collect();
+    r.superblock_copies_to_mend =
+        crate::Store::superblock_copies_to_mend(p.log.dev.as_ref(), &p.space.superblock_now())
+            .into_iter()
+            .map(|(offset, why)| format!("superblock copy at offset {offset}: {why}"))
+            .collect();
 
     // Entries displaced by blind overwrites are settled first, so that the
     // index alone holds every live version.

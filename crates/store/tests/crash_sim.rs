@@ -25,15 +25,15 @@
 //! part, a seeded subset of its sectors).
 //!
 //! A second test runs four writer threads at once, so coalesced group
-//! writes carry several records and the crash tears one of them (200 seeds).
-//! Another runs the four writers as futures on one thread, the device
-//! completing each IO some polls after its submission, so that the crash
-//! meets several writes in flight (every tenth value is large, written from
-//! its own buffer beside the group in flight, and one write in ten is a run
-//! of three keys, `put_many`, also an IO of its own), which land whole, in
-//! part or not at all (200 seeds).
+//! writes carry several records and the crash tears one of them (every
+//! tenth value is large, written from its own buffer beside the groups;
+//! 200 seeds). A third runs the four writers as futures on one thread, the
+//! device completing each IO some polls after its submission, so that the
+//! crash meets several writes in flight (one write in ten is also a run of
+//! three keys, `put_many`, an IO of its own), which land whole, in part or
+//! not at all (200 seeds).
 //!
-//! A third crashes the same store eight times in a row (a crash loop) under
+//! A fourth crashes the same store eight times in a row (a crash loop) under
 //! a churn of overwrites and deletes that keeps GC busy (and an index
 //! checkpoint now and then), checking after each restart, and requires that
 //! no write is ever refused for want of space (100 seeds in store mode, 100
@@ -491,17 +491,18 @@ fn is_large(version: u64) -> bool {
 /// Writer `t` of the concurrent tests: `versions` puts over its own keys,
 /// every third through the zero-copy API (its small records join the
 /// groups of the others), every tenth a large value through it (written
-/// from its own buffer, beside the others' groups), and one in ten a run
-/// of three keys (`put_many`: one IO of its own, not atomic), until the
-/// crash. Returns, per key, the last acknowledged and the last attempted
-/// version.
-async fn writer(s: &Store, t: u64, versions: u64, seed: u64) -> (Vec<u64>, Vec<u64>) {
+/// from its own buffer, beside the others' groups), and, with `runs`, one
+/// in ten a run of three keys (`put_many`: one IO of its own, not atomic;
+/// its records count as sharing a group write, so the tests that require
+/// coalescing leave runs out), until the crash. Returns, per key, the last
+/// acknowledged and the last attempted version.
+async fn writer(s: &Store, t: u64, versions: u64, seed: u64, runs: bool) -> (Vec<u64>, Vec<u64>) {
     let mut acked = vec![0u64; PER_WRITER_KEYS as usize];
     let mut tried = acked.clone();
     for version in 1..=versions {
         let i = (version * 7 + t) % PER_WRITER_KEYS;
         let k = t * PER_WRITER_KEYS + i;
-        if version % 10 == 4 {
+        if runs && version % 10 == 4 {
             let run: Vec<u64> = (0..3).map(|j| (i + 5 * j) % PER_WRITER_KEYS).collect();
             let items: Vec<(Vec<u8>, Vec<u8>)> = run
                 .iter()
@@ -573,7 +574,7 @@ fn run_concurrent_seed(seed: u64) -> u64 {
     let workers: Vec<_> = (0..WRITERS)
         .map(|t| {
             let s = store.clone();
-            std::thread::spawn(move || granary_rt::block_on(writer(&s, t, 400, seed)))
+            std::thread::spawn(move || granary_rt::block_on(writer(&s, t, 400, seed, false)))
         })
         .collect();
     let models: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
@@ -624,18 +625,9 @@ fn run_in_turn<T>(mut futs: Vec<Task<'_, T>>) -> Vec<T> {
 /// ([`run_in_turn`]), the device completing each IO after a seeded number
 /// of polls (`FaultDevice::reorder`), in `Background::Manual`: writers
 /// overlap and share group writes (group commit), yet the whole run is a
-/// function of the seed. Returns the device's trace (to the crash, and
-/// the writes in flight then that landed) and the records that shared a
-/// group write; checks every acknowledged write
-/// after the restart.
-fn run_concurrent_seed_in_turn(seed: u64) -> (Vec<TraceEvent>, u64) {
-    let (trace, grouped, _) = run_concurrent_seed_in_turn_landing(seed);
-    (trace, grouped)
-}
-
-/// [`run_concurrent_seed_in_turn`], also returning how many writes in
-/// flight at the crash landed (whole or in part).
-fn run_concurrent_seed_in_turn_landing(seed: u64) -> (Vec<TraceEvent>, u64, u64) {
+/// function of the seed. With `runs`, the writers write runs of keys too
+/// (see [`writer`]). Checks every acknowledged write after the restart.
+fn run_concurrent_seed_in_turn(seed: u64, runs: bool) -> InTurn {
     let mut rng = SimRng::new(seed);
     let (kind, durability) = crash_kind(seed);
     let dev = Arc::new(FaultDevice::new(8 << 20, seed));
@@ -647,7 +639,7 @@ fn run_concurrent_seed_in_turn_landing(seed: u64) -> (Vec<TraceEvent>, u64, u64)
     let store = Store::create(dev.clone(), &create, &opts).unwrap();
     dev.plan_crash(200 + rng.below(600), kind);
     let writers: Vec<Task<'_, (Vec<u64>, Vec<u64>)>> =
-        (0..WRITERS).map(|t| Box::pin(writer(&store, t, 200, seed)) as Task<'_, _>).collect();
+        (0..WRITERS).map(|t| Box::pin(writer(&store, t, 200, seed, runs)) as Task<'_, _>).collect();
     let models = run_in_turn(writers);
     let grouped = store.stats().grouped_records - store.stats().write_groups;
     drop(store);
@@ -659,7 +651,18 @@ fn run_concurrent_seed_in_turn_landing(seed: u64) -> (Vec<TraceEvent>, u64, u64)
     check_writers(&store, &models, seed, kind);
     let report = store.verify().unwrap();
     assert!(report.is_clean(), "seed {seed}: {:?}", report.errors);
-    (trace, grouped, landed)
+    InTurn { trace, grouped, landed }
+}
+
+/// What [`run_concurrent_seed_in_turn`] saw.
+struct InTurn {
+    /// The device's trace: to the crash, and the writes in flight then
+    /// that landed.
+    trace: Vec<TraceEvent>,
+    /// Records that shared a group write.
+    grouped: u64,
+    /// Writes in flight at the crash that landed, whole or in part.
+    landed: u64,
 }
 
 /// Group commit driven step by step: concurrent writers on one thread
@@ -670,8 +673,8 @@ fn run_concurrent_seed_in_turn_landing(seed: u64) -> (Vec<TraceEvent>, u64, u64)
 fn concurrent_writers_in_turn_replay_exactly() {
     let (mut grouped, mut events) = (0, 0);
     for seed in seed_range(0x7475_726e, 20) {
-        let (a, g) = with_seed(seed, run_concurrent_seed_in_turn);
-        let (b, _) = with_seed(seed, run_concurrent_seed_in_turn);
+        let InTurn { trace: a, grouped: g, .. } = with_seed(seed, |s| run_concurrent_seed_in_turn(s, false));
+        let b = with_seed(seed, |s| run_concurrent_seed_in_turn(s, false)).trace;
         if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
             with_seed(seed, |_| {
                 panic!("seed {seed} does not replay: device event {i}: {:?} against {:?}", a.get(i), b.get(i))
@@ -695,7 +698,7 @@ fn writes_in_flight_at_a_crash_may_land_in_any_order() {
         std::env::var("GRANARY_CRASH_SEEDS").ok().and_then(|s| s.parse().ok()).map_or(200, |n: u64| n / 10);
     let mut landed = 0;
     for seed in seed_range(0x666c_6967, seeds) {
-        landed += with_seed(seed, run_concurrent_seed_in_turn_landing).2;
+        landed += with_seed(seed, |s| run_concurrent_seed_in_turn(s, true)).landed;
     }
     eprintln!("{seeds} seeds: {landed} writes in flight at the crash landed");
     // Too few seeds may land none by chance.

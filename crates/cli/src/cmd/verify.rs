@@ -33,7 +33,7 @@ pub fn run(a: VerifyArgs) -> Result<ExitCode, String> {
             r.summaries, r.summaries_unusable
         );
     }
-    for s in &r.superblock_copies {
+    for s in &r.superblock_copies_to_mend {
         println!("{s}: the store reads the other copy, and the next open for writing (`granary serve`) rewrites it");
     }
     for e in &r.errors {
