@@ -15,8 +15,8 @@ use std::net::{SocketAddr, ToSocketAddrs};
 /// servers are named by the "host:port" text they were given, so every
 /// client given the same list places keys alike, as other libketama
 /// clients do (in any order too, but for the rare key on a ring point two
-/// servers share: it goes to the one listed first). [`ShardedClient::twemproxy`] places keys as a
-/// nutcracker pool does (its `servers:` lines, in order), so the client and
+/// servers share: it goes to the one listed first).
+/// [`ShardedClient::twemproxy`] places keys as a nutcracker pool does (its `servers:` lines, in order), so the client and
 /// the proxy address one set of nodes: a key written through the proxy is
 /// read here from the node that holds it, and the reverse.
 ///

@@ -141,8 +141,9 @@ impl std::fmt::Debug for Superblock {
 /// The version field of a superblock copy, whether or not the copy
 /// decodes (every version keeps it at bytes 8..12): a copy that fails its
 /// checksum but names a newer version may be a newer build's format.
+/// 0 for fewer than 12 bytes.
 pub fn version_field(b: &[u8]) -> u32 {
-    u32_at(b, OFF_VERSION)
+    b.get(OFF_VERSION..OFF_VERSION + 4).map_or(0, |_| u32_at(b, OFF_VERSION))
 }
 
 impl Superblock {

@@ -346,9 +346,9 @@ impl Coalescer {
     /// given their place: an atomic batch, a run of PUTs; `records` user
     /// records, counted as a group's), and write them as a group of their
     /// own, which no one joins; returns once it is written. The allocation
-    /// is made under the coalescer's lock and the group queued as any other, so in ordered (zoned) mode it is written
-    /// in allocation order among the single writes' groups, at its zone's
-    /// write pointer. On success the caller indexes the records, holding
+    /// is made under the coalescer's lock and the group queued as any
+    /// other, so in ordered (zoned) mode it is written in allocation order
+    /// among the single writes' groups, at its zone's write pointer. On success the caller indexes the records, holding
     /// the allocation (released when it is dropped), and has the buffer
     /// back to reuse; on failure the allocation was released. Dropped
     /// midway, the write still ends, as [`Coalescer::write`]'s does.

@@ -186,7 +186,9 @@ impl Store {
             }
         };
         if opts.clear_torn {
-            Self::mend_superblocks(dev.as_ref(), &core.log.sb);
+            if let Err(e) = Self::mend_superblocks(dev.as_ref(), &core.log.sb) {
+                tracing::warn!(error = %e, "could not rewrite a superblock copy: the store runs on the other");
+            }
         }
         let core = Arc::new(core);
         let _ = core.me.set(Arc::downgrade(&core));
@@ -376,15 +378,20 @@ impl Store {
     }
 
     /// Rewrite the copies [`Store::superblock_copies_to_mend`] lists from
-    /// `read`, each flushed, so the store has two good copies again. Best
-    /// effort: a failed rewrite is logged, and the caller goes on.
-    pub(crate) fn mend_superblocks(dev: &dyn Device, read: &Superblock) {
+    /// `read`, each flushed, so the store has two good copies again. Each
+    /// is tried; the first failure is returned (an open logs it and goes
+    /// on with the copy it read; `granary rekey` fails with it).
+    pub(crate) fn mend_superblocks(dev: &dyn Device, read: &Superblock) -> Result<()> {
+        let mut first_err = None;
         for (offset, why) in Self::superblock_copies_to_mend(dev, read) {
             match crate::space::write_superblock_at(dev, read, offset) {
                 Ok(()) => tracing::warn!(offset, "superblock copy rewritten from the other: {why}"),
-                Err(e) => tracing::warn!(offset, error = %e, "could not rewrite a superblock copy ({why})"),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
             }
         }
+        first_err.map_or(Ok(()), Err)
     }
 
     /// Create a store in a new file of `size_bytes` (preallocated), or on a

@@ -41,8 +41,9 @@ use std::sync::Arc;
 /// What [`Store::rekey`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Rekeyed {
-    /// The store had a secret seed already; nothing was written but, where
-    /// a crash had left it behind, the superblock's second copy.
+    /// The store had a secret seed already; nothing was written but a
+    /// superblock copy to mend (copy B a crash left behind, or a damaged
+    /// copy: the rules of an open for writing).
     Already,
     /// The store now hashes with a secret seed: `checkpoint_segments`
     /// segments of checkpoints were freed, and the log scan that rebuilt
@@ -61,7 +62,7 @@ impl Store {
             // A re-key cut short between the superblock's copies: copy B
             // still names the public seed. Make it copy A's, by the rules
             // an open for writing mends copies by.
-            Self::mend_superblocks(dev.as_ref(), &sb);
+            Self::mend_superblocks(dev.as_ref(), &sb)?;
             return Ok(Rekeyed::Already);
         }
         let zoned = Self::check_device(dev.as_ref(), &sb, open)?;

@@ -659,14 +659,15 @@ impl Space {
         *self.features.lock().unwrap_or_else(|e| e.into_inner()) & flag != 0
     }
 
-    /// The superblock as the device holds it now: the one the store opened
-    /// with, or, once a feature was turned on, that one rewritten with the
-    /// flags turned on so far.
-    pub(crate) fn superblock_now(&self) -> Superblock {
-        let on = *self.features.lock().unwrap_or_else(|e| e.into_inner());
-        match on == self.sb.flags {
-            true => self.sb.clone(),
-            false => self.superblock_with(on),
+    /// Run `f` on the superblock as the device holds it now (the one the
+    /// store opened with, or, once a feature was turned on, that one
+    /// rewritten with the flags turned on so far), no feature being turned
+    /// on meanwhile (`f` may read the copies).
+    pub(crate) fn with_superblock_now<R>(&self, f: impl FnOnce(&Superblock) -> R) -> R {
+        let on = self.features.lock().unwrap_or_else(|e| e.into_inner());
+        match *on == self.sb.flags {
+            true => f(&self.sb),
+            false => f(&self.superblock_with(*on)),
         }
     }
 

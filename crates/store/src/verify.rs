@@ -47,8 +47,8 @@ pub struct VerifyReport {
     pub summaries_unusable: u64,
     /// Superblock copies that an open for writing would rewrite from the
     /// one in use (docs/FORMAT.md, "Superblock"), one line each: a copy a
-    /// crash left behind, or one failing its checksum. Not errors: the
-    /// store reads the other.
+    /// crash left behind, or one failing its checksum or magic. Not errors:
+    /// the store reads the other.
     pub superblock_copies_to_mend: Vec<String>,
     pub error_count: u64,
     /// The first errors, one line each.
@@ -100,11 +100,12 @@ pub(crate) fn verify(p: Parts<'_>, progress: Option<&ProgressHook>) -> Result<Ve
     let started = Instant::now();
     let mut r = VerifyReport::default();
     let g = p.log.sb.grain_bytes;
-    r.superblock_copies_to_mend =
-        crate::Store::superblock_copies_to_mend(p.log.dev.as_ref(), &p.space.superblock_now())
-            .into_iter()
-            .map(|(offset, why)| format!("superblock copy at offset {offset}: {why}"))
-            .collect();
+    r.superblock_copies_to_mend = p
+        .space
+        .with_superblock_now(|sb| crate::Store::superblock_copies_to_mend(p.log.dev.as_ref(), sb))
+        .into_iter()
+        .map(|(offset, why)| format!("superblock copy at offset {offset}: {why}"))
+        .collect();
 
     // Entries displaced by blind overwrites are settled first, so that the
     // index alone holds every live version.

@@ -28,10 +28,11 @@
 //! writes carry several records and the crash tears one of them (every
 //! tenth value is large, written from its own buffer beside the groups;
 //! 200 seeds). A third runs the four writers as futures on one thread, the
-//! device completing each IO some polls after its submission, so that the
-//! crash meets several writes in flight (one write in ten is also a run of
-//! three keys, `put_many`, an IO of its own), which land whole, in part or
-//! not at all (200 seeds).
+//! device completing each IO some polls after its submission, replayed
+//! exactly (20 seeds, run twice); and again, with one write in ten a run of
+//! three keys (`put_many`, an IO of its own), so that the crash meets
+//! several writes in flight, which land whole, in part or not at all (200
+//! seeds).
 //!
 //! A fourth crashes the same store eight times in a row (a crash loop) under
 //! a churn of overwrites and deletes that keeps GC busy (and an index

@@ -713,6 +713,9 @@ fn a_store_from_before_secret_seeds_is_rekeyed() {
     let mut fixture = vec![0u8; V1_FIXTURE_BYTES as usize];
     write_v1_fixture(&mut fixture);
     dev.with_bytes_mut(|bytes| bytes[4096..8192].copy_from_slice(&fixture[4096..8192]));
+    // A rewrite that fails fails the re-key (its exit status says so).
+    dev.fail_nth(granary_store::io::OpKind::Write, 0, false);
+    assert!(Store::rekey(dev.clone(), &opts(&now, false)).is_err(), "a failed copy-B rewrite was not reported");
     assert_eq!(Store::rekey(dev.clone(), &opts(&now, false)).unwrap(), Rekeyed::Already);
     let (a, b) = dev.with_bytes_mut(|bytes| (bytes[..4096].to_vec(), bytes[4096..8192].to_vec()));
     assert_eq!(a, b, "copy B was not rewritten");

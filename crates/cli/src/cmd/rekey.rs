@@ -18,7 +18,9 @@ pub fn run(a: RekeyArgs) -> Result<ExitCode, String> {
     }
     let opts = open_options(&a.dev, false, false);
     match Store::rekey_path(&a.dev.path, mode(a.dev.buffered), &opts).map_err(|e| e.to_string())? {
-        Rekeyed::Already => println!("the store's key hash has a secret seed already: nothing changed"),
+        Rekeyed::Already => println!(
+            "the store's key hash has a secret seed already: nothing changed (beyond a superblock copy to mend, if any)"
+        ),
         Rekeyed::Done { checkpoint_segments, keys } => println!(
             "the store's key hash has a secret seed now: {checkpoint_segments} checkpoint segments dropped, \
              the index rebuilt by a log scan ({keys} keys)"
