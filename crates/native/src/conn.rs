@@ -13,6 +13,10 @@
 //!   client that does not read (the connection counts in `conns_paused`);
 //! - a malformed frame is answered with an error frame, after the
 //!   responses of the requests before it, and the connection closes;
+//! - a request whose task ends without its response (a panic, which the
+//!   executor contains) is never left for the client to wait on: nothing
+//!   more starts, the responses of the requests running are sent, and
+//!   the connection closes;
 //! - at the end (client closed, error, idle timeout, drain) every started
 //!   request finishes and its response is sent before the connection
 //!   closes, unless sending failed;
@@ -139,6 +143,7 @@ pub(crate) async fn serve(session: Session, ctx: Arc<Ctx>) {
         writer: Notify::default(),
         ending: Cell::new(false),
         broken: Cell::new(false),
+        stopped: Cell::new(false),
         input_bytes: Cell::new(0),
         sending_bytes: Cell::new(0),
     });
@@ -185,6 +190,11 @@ struct Conn {
     ending: Cell<bool>,
     /// Sending failed; nothing more is sent.
     broken: Cell<bool>,
+    /// A request's task ended without its response (it panicked: a bug
+    /// the executor contains): nothing more starts, the requests running
+    /// finish and their responses are sent, then the connection closes,
+    /// so that the client sees the end of the stream rather than wait.
+    stopped: Cell<bool>,
     /// Bytes the reader holds (input buffer and read chunk).
     input_bytes: Cell<usize>,
     /// Capacity of the buffer the writer is sending.
@@ -255,29 +265,42 @@ async fn receive_into(session: &Session, pb: PutBuf) -> Option<PutBuf> {
 async fn start_request(conn: &Rc<Conn>, ctx: &Arc<Ctx>, h: Header, job: Job, flight: Flight, started: Instant) -> bool {
     loop {
         let admit = conn.admit(&flight);
-        if admit == Admit::Start || conn.broken.get() {
+        if admit == Admit::Start || conn.broken.get() || conn.stopped.get() {
             break;
         }
         let _paused = (admit == Admit::Paused).then(|| GaugeHold::new(&ctx.stats.conns_paused));
         conn.reader.wait().await;
     }
-    if conn.broken.get() {
+    if conn.broken.get() || conn.stopped.get() {
         return false;
     }
     let seq = flight.seq;
     conn.flights.borrow_mut().push(flight);
     let (c, x) = (conn.clone(), ctx.clone());
     granary_rt::spawn(async move {
-        // Ends the flight however the task ends.
-        struct Done(Rc<Conn>, u64);
+        // Ends the flight however the task ends; one that ends without
+        // its response stops the connection (`Conn::stopped`).
+        struct Done(Rc<Conn>, u64, bool);
         impl Drop for Done {
             fn drop(&mut self) {
-                self.0.finish(self.1);
+                let c = &self.0;
+                if !self.2 {
+                    // Dropped while unwinding: the task panicked. Otherwise
+                    // its runtime is stopping, which ends the connection.
+                    if std::thread::panicking() {
+                        tracing::warn!("a native request's task panicked before its response: closing its connection");
+                    }
+                    c.stopped.set(true);
+                    // Ends a receive the reader waits in.
+                    let _ = c.stream().tcp().shutdown_read();
+                }
+                c.finish(self.1);
             }
         }
-        let done = Done(c, seq);
+        let mut done = Done(c, seq, false);
         let mut resp = Out::default();
         exec::run(&x, &done.0.scope, h, job, &mut resp).await;
+        done.2 = true;
         done.0.out.borrow_mut().append(resp);
         x.stats.op_latency(h.op).since(started);
         done.0.account(&x.stats);

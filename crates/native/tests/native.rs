@@ -1469,3 +1469,82 @@ fn sharded_client_txn_on_one_server_only() {
     let st: std::collections::HashMap<String, String> = direct.stats().unwrap().into_iter().collect();
     assert_eq!(st["cmd_txn"], "2");
 }
+
+/// A memory device whose reads panic while armed and the bytes read hold
+/// `MARK`: a bug inside a request's task, for the test below.
+struct PanickingDevice {
+    inner: MemDevice,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+const MARK: &[u8] = b"a value whose reading panics";
+
+impl granary_store::io::Device for PanickingDevice {
+    fn read_at(&self, buf: granary_store::io::AlignedBuf, offset: u64) -> granary_store::io::IoResult {
+        let (buf, r) = self.inner.read_at(buf, offset);
+        if self.armed.load(Relaxed) && buf.windows(MARK.len()).any(|w| w == MARK) {
+            panic!("reading the marked value (a test's planted bug)");
+        }
+        (buf, r)
+    }
+    fn write_at(&self, buf: granary_store::io::AlignedBuf, offset: u64) -> granary_store::io::IoResult {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn block_bytes(&self) -> u32 {
+        self.inner.block_bytes()
+    }
+    fn counters(&self) -> &granary_store::io::IoCounters {
+        self.inner.counters()
+    }
+    fn describe(&self) -> String {
+        "a memory device that panics on reading a marked value".into()
+    }
+}
+
+#[test]
+fn a_request_whose_task_panics_closes_its_connection_after_the_others_responses() {
+    let dev = Arc::new(PanickingDevice { inner: MemDevice::new(64 << 20), armed: false.into() });
+    let c = CreateOptions { segment_bytes: Some(4 << 20), grain_bytes: Some(512), ..CreateOptions::default() };
+    let st = Arc::new(Store::create(dev.clone(), &c, &OpenOptions::default()).unwrap());
+    let cfg = NativeConfig {
+        listen: ([127, 0, 0, 1], granary_rt::net::free_low_port().unwrap()).into(),
+        threads: 1,
+        ..NativeConfig::default()
+    };
+    let srv = Server::start(st, cfg).unwrap();
+    let cl = client(&srv);
+    cl.put(b"bad", MARK).unwrap();
+    cl.put(b"good", b"fine").unwrap();
+    dev.armed.store(true, Relaxed);
+    // A PUT, the GET that panics, and a request sent after it, in one
+    // write: the PUT is answered, the GET never is, and the connection
+    // ends rather than leave the client waiting.
+    let mut s = raw(srv.local_addr());
+    let mut f = Vec::new();
+    Request::Put { key: b"before", value: b"1", mode: PutMode::Upsert }.encode(1, &mut f);
+    Request::Get(b"bad").encode(2, &mut f);
+    s.write_all(&f).unwrap();
+    // The PUT's response, then the end of the stream (not the read
+    // timeout: a client left waiting).
+    let (h, st, _) = read_frame(&mut s).expect("the PUT's response");
+    assert_eq!((h.id, st), (1, Status::Ok));
+    let mut b = [0u8; 1];
+    match s.read(&mut b) {
+        Ok(0) => {}
+        Ok(_) => panic!("a response after the PUT's"),
+        Err(e) => panic!("the stream did not end ({e}): the client is left waiting"),
+    }
+    // The server and its other connections go on.
+    dev.armed.store(false, Relaxed);
+    let cl = client(&srv);
+    assert_eq!(cl.get(b"good").unwrap().as_deref(), Some(&b"fine"[..]));
+    assert_eq!(cl.get(b"before").unwrap().as_deref(), Some(&b"1"[..]));
+    assert_eq!(cl.get(b"bad").unwrap().as_deref(), Some(MARK));
+    srv.shutdown();
+}

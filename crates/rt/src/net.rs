@@ -410,6 +410,12 @@ impl TcpStream {
         self.inner.shutdown(std::net::Shutdown::Write)
     }
 
+    /// Shut down the reading half: a receive waiting here ends (it reads
+    /// end of stream), and so does every later one.
+    pub fn shutdown_read(&self) -> io::Result<()> {
+        self.inner.shutdown(std::net::Shutdown::Read)
+    }
+
     /// Shut down both directions: the peer sees end of stream, and a
     /// receive waiting here ends.
     pub fn shutdown_both(&self) -> io::Result<()> {
