@@ -108,8 +108,8 @@ async fn command(ctx: &Ctx, client: &mut Client, args: &[&[u8]], out: &mut Vec<u
     let resp3 = client.resp3;
     let fail = |client: &mut Client, out: &mut Vec<u8>, msg: &[u8], abort: bool| {
         if abort {
-            if let Some((_, bad)) = client.multi.as_mut() {
-                *bad = true;
+            if let Some(m) = client.multi.as_mut() {
+                m.refused = true;
             }
         }
         ctx.stats.errors.fetch_add(1, Relaxed);
@@ -150,11 +150,29 @@ async fn command(ctx: &Ctx, client: &mut Client, args: &[&[u8]], out: &mut Vec<u
             let msg = format!("ERR {} inside MULTI is not supported (docs/RESP.md)", spec.name.to_ascii_uppercase());
             return fail(client, out, msg.as_bytes(), true);
         }
-        let (q, _) = client.multi.as_mut().expect("in MULTI");
-        if q.len() >= MULTI_QUEUE_MAX {
+        let m = client.multi.as_mut().expect("in MULTI");
+        if m.refused {
+            // EXEC will abort: answered as Redis does, and not kept.
+            Reply { buf: out, resp3 }.simple("QUEUED");
+            return;
+        }
+        if m.queue.len() >= MULTI_QUEUE_MAX {
             return fail(client, out, format!("ERR MULTI queues at most {MULTI_QUEUE_MAX} commands").as_bytes(), true);
         }
-        q.push(args.iter().map(|a| a.to_vec()).collect());
+        let bytes = exec::queued_bytes(args);
+        if m.bytes + bytes > MULTI_QUEUE_BYTES_MAX {
+            let msg = format!(
+                "ERR MULTI queues at most {MULTI_QUEUE_BYTES_MAX} bytes of commands ({} queued, this one {bytes})",
+                m.bytes
+            );
+            // The queue is dropped now: EXEC aborts anyway, and the memory
+            // is not held until it comes.
+            m.queue = Vec::new();
+            m.bytes = 0;
+            return fail(client, out, msg.as_bytes(), true);
+        }
+        m.bytes += bytes;
+        m.queue.push(args.iter().map(|a| a.to_vec()).collect());
         Reply { buf: out, resp3 }.simple("QUEUED");
         return;
     }
@@ -177,7 +195,7 @@ async fn command(ctx: &Ctx, client: &mut Client, args: &[&[u8]], out: &mut Vec<u
             if client.multi.is_some() {
                 return fail(client, out, b"ERR MULTI calls can not be nested", false);
             }
-            client.multi = Some((Vec::new(), false));
+            client.multi = Some(exec::Multi::default());
             r.ok();
         }
         Cmd::Discard => {
@@ -313,7 +331,7 @@ fn auth(ctx: &Ctx, client: &mut Client, a: &[&[u8]]) -> Result<(), Fail> {
 /// EXEC: the queued commands as one transaction.
 async fn exec_queue(ctx: &Ctx, client: &mut Client, out: &mut Vec<u8>) {
     let resp3 = client.resp3;
-    let Some((queue, bad)) = client.multi.take() else {
+    let Some(exec::Multi { queue, refused: bad, .. }) = client.multi.take() else {
         ctx.stats.errors.fetch_add(1, Relaxed);
         return Reply { buf: out, resp3 }.error("ERR EXEC without MULTI");
     };

@@ -402,6 +402,25 @@ impl Ctx {
 }
 
 /// A connection's state that commands read and change.
+/// The commands a connection queued since MULTI.
+#[derive(Default)]
+pub(crate) struct Multi {
+    /// Each command's arguments, in order.
+    pub queue: Vec<Vec<Vec<u8>>>,
+    /// A command was refused while queuing: EXEC aborts.
+    pub refused: bool,
+    /// The memory the queue holds, as [`queued_bytes`] counts it: at most
+    /// `MULTI_QUEUE_BYTES_MAX`.
+    pub bytes: usize,
+}
+
+/// What a queued command holds: its arguments' bytes and a `Vec` header
+/// for each and for the command.
+pub(crate) fn queued_bytes(args: &[&[u8]]) -> usize {
+    let header = std::mem::size_of::<Vec<u8>>();
+    header + args.iter().map(|a| a.len() + header).sum::<usize>()
+}
+
 pub(crate) struct Client {
     pub id: u64,
     pub name: Option<Vec<u8>>,
@@ -409,9 +428,8 @@ pub(crate) struct Client {
     pub lib_ver: Option<Vec<u8>>,
     pub resp3: bool,
     pub db: usize,
-    /// Between MULTI and EXEC: the commands queued, and whether one was
-    /// refused (EXEC then aborts).
-    pub multi: Option<(Vec<Vec<Vec<u8>>>, bool)>,
+    /// Between MULTI and EXEC: the commands queued.
+    pub multi: Option<Multi>,
     /// WATCHed keys: database, key, the version read (None: absent or
     /// expired; `Overlay::live_version`).
     pub watched: Vec<(usize, Vec<u8>, Option<u64>)>,

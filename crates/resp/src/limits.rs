@@ -54,6 +54,12 @@ pub const CONNECTIONS_DEFAULT: usize = 10_000;
 /// which holds at most `granary_store::BATCH_OPS_MAX` keys.
 pub const MULTI_QUEUE_MAX: usize = 4096;
 
+/// Bytes the commands queued between MULTI and EXEC may hold (their
+/// arguments and a `Vec` header each, `exec::queued_bytes`): as much as
+/// one command may. A command past it is refused and the transaction
+/// aborts (its queue is dropped at once).
+pub const MULTI_QUEUE_BYTES_MAX: usize = COMMAND_BYTES_MAX;
+
 /// Keys a connection may WATCH at once.
 pub const WATCH_KEYS_MAX: usize = 1024;
 
@@ -76,12 +82,16 @@ pub const SCAN_COUNT_MAX: usize = 100_000;
 /// The most bytes one connection's buffers hold beside the reply being
 /// built: the read chunk, the input buffer (one command of at most
 /// [`COMMAND_BYTES_MAX`] plus a chunk, up to twice that for a `Vec`'s
-/// growth) and the replies waiting (sent past [`OUT_FLUSH_BYTES`]). One
+/// growth), the commands queued by MULTI ([`MULTI_QUEUE_BYTES_MAX`]) and
+/// the replies waiting (sent past [`OUT_FLUSH_BYTES`]). One
 /// command's reply is built whole before it is sent, so it adds what the
 /// command answers: a value or a hash for most, every value asked for an
 /// MGET (docs/RESP.md, "Limits").
 pub const fn connection_bytes_bound(value_bytes_max: usize) -> usize {
-    READ_CHUNK_BYTES + 2 * (COMMAND_BYTES_MAX + READ_CHUNK_BYTES) + 2 * (OUT_FLUSH_BYTES + 2 * value_bytes_max)
+    READ_CHUNK_BYTES
+        + 2 * (COMMAND_BYTES_MAX + READ_CHUNK_BYTES)
+        + MULTI_QUEUE_BYTES_MAX
+        + 2 * (OUT_FLUSH_BYTES + 2 * value_bytes_max)
 }
 
 /// Reads one MGET keeps in flight at once outside a transaction (its keys

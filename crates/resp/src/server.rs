@@ -123,7 +123,7 @@ pub(crate) fn client_line(c: &Client) -> String {
         c.id,
         s(&c.name),
         c.db,
-        c.multi.as_ref().map_or(-1, |(q, _)| q.len() as i64),
+        c.multi.as_ref().map_or(-1, |m| m.queue.len() as i64),
         c.watched.len(),
         if c.resp3 { 3 } else { 2 },
         s(&c.lib_name),

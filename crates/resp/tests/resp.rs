@@ -252,6 +252,58 @@ fn transactions() {
     assert_eq!(c.cmd("DISCARD"), Value::ok());
 }
 
+/// MULTI's queue is bounded in commands and in bytes: the command past
+/// either bound is refused, the transaction aborts, and the connection
+/// goes on.
+#[test]
+fn multi_queues_within_its_bounds() {
+    use granary_resp::limits::{MULTI_QUEUE_BYTES_MAX, MULTI_QUEUE_MAX};
+    let f = Fixture::default();
+    let mut c = f.client();
+    let queued = Value::Simple("QUEUED".into());
+    // Commands: MULTI_QUEUE_MAX are queued, one more is refused.
+    let mut b = encode(&[b"MULTI"]);
+    for _ in 0..=MULTI_QUEUE_MAX {
+        b.extend(encode(&[b"INCR", b"n"]));
+    }
+    c.send_raw(&b);
+    assert_eq!(c.read(), Value::ok());
+    for _ in 0..MULTI_QUEUE_MAX {
+        assert_eq!(c.read(), queued);
+    }
+    assert_eq!(c.read(), Value::err(&format!("ERR MULTI queues at most {MULTI_QUEUE_MAX} commands")));
+    assert_eq!(c.cmd("EXEC"), Value::err("EXECABORT Transaction discarded because of previous errors."));
+    assert_eq!(c.cmd("GET n"), Value::Nil);
+    // Bytes: SETs of values just under the item limit, as many as fit.
+    let value = vec![b'v'; (1 << 20) - 4096];
+    let one = 4 * 24 + 3 + 1 + value.len(); // a Vec header each for the command and its three arguments
+    let fit = MULTI_QUEUE_BYTES_MAX / one;
+    assert!(fit < MULTI_QUEUE_MAX);
+    let mut b = encode(&[b"MULTI"]);
+    for _ in 0..=fit {
+        b.extend(encode(&[b"SET", b"k", &value]));
+    }
+    c.send_raw(&b);
+    assert_eq!(c.read(), Value::ok());
+    for _ in 0..fit {
+        assert_eq!(c.read(), queued);
+    }
+    let msg = format!(
+        "ERR MULTI queues at most {MULTI_QUEUE_BYTES_MAX} bytes of commands ({} queued, this one {one})",
+        fit * one
+    );
+    assert_eq!(c.read(), Value::err(&msg));
+    // Later commands are answered QUEUED (and not kept); EXEC aborts.
+    assert_eq!(c.cmd("SET k small"), queued);
+    assert_eq!(c.cmd("EXEC"), Value::err("EXECABORT Transaction discarded because of previous errors."));
+    assert_eq!(c.cmd("GET k"), Value::Nil);
+    // The connection goes on, and a transaction within the bounds runs.
+    assert_eq!(c.cmd("MULTI"), Value::ok());
+    assert_eq!(c.call(&[b"SET", b"k", &value]), queued);
+    assert_eq!(c.cmd("EXEC"), Value::Array(vec![Value::ok()]));
+    assert_eq!(c.call(&[b"STRLEN", b"k"]), Value::Int(value.len() as i64));
+}
+
 /// Concurrent INCRs by EXEC from several connections lose none: each
 /// EXEC reads and writes as one atomic batch, run again on a conflict.
 #[test]
