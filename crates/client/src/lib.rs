@@ -41,7 +41,7 @@ pub mod tls;
 pub use conn::{Connection, Pending, TICK};
 pub use granary_proto::{
     BatchOp, ClientHello, ItemInfo, NamespaceKind, NamespaceMode, NamespaceOptions, NamespaceStats, PutMode, Request,
-    Response, Status, TxnOp, TxnOutcome, TxnWrite, DEFAULT_NAMESPACE, TXN_OPS_MAX,
+    Response, Status, TxnOp, TxnOutcome, TxnWrite, DEFAULT_NAMESPACE, HELLO_TOKEN_BYTES_MAX, TXN_OPS_MAX,
 };
 pub use sharded::{ShardedClient, ShardedNamespace};
 pub use tls::Tls;

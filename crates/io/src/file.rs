@@ -606,6 +606,11 @@ impl Device for FileDevice {
         &self.counters
     }
 
+    fn release(&self) {
+        // SAFETY: flock on the device's own open fd with constant flags.
+        unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
+    }
+
     fn describe(&self) -> String {
         let kind = if self.is_block_device { "block device" } else { "file" };
         let mode = match self.mode {

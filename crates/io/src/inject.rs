@@ -471,6 +471,10 @@ impl Device for InjectDevice {
     fn describe(&self) -> String {
         format!("{} (fault injection)", self.inner.describe())
     }
+
+    fn release(&self) {
+        self.inner.release()
+    }
 }
 
 /// Take commands for `controls` on a Unix socket made at `path` (an old

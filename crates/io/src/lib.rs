@@ -206,6 +206,12 @@ pub trait Device: Send + Sync + 'static {
     fn counters(&self) -> &IoCounters;
     /// A short description for logs and errors (path, mode).
     fn describe(&self) -> String;
+    /// The store using it has closed: give up what keeps another open
+    /// of the same device out (a file's `flock`), though handles on the
+    /// closed store may still hold the device itself. Its operations keep
+    /// working (the file stays open), so a call that raced the close stays
+    /// memory-safe; the store refuses new ones. Default: nothing.
+    fn release(&self) {}
 }
 
 /// Counters every backend keeps: operations and bytes that completed, and

@@ -70,6 +70,28 @@ impl MemDevice {
         MemDevice::with_block(size_bytes, 512)
     }
 
+    /// [`MemDevice::new`] for a size a user gave, refusing what `new`
+    /// panics or aborts on: a size that is zero, not a multiple of 512 or
+    /// more than an address space holds (`InvalidInput`), or more memory
+    /// than the allocator grants (`OutOfMemory`; `vec!` would abort the
+    /// process). The probe allocates without touching a page, so it costs
+    /// no memory; the allocator may still overcommit, as for any `vec!`.
+    pub fn try_new(size_bytes: u64) -> io::Result<MemDevice> {
+        if size_bytes == 0 || !size_bytes.is_multiple_of(512) || size_bytes > isize::MAX as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("an in-memory store's size is a positive multiple of 512, not {size_bytes}"),
+            ));
+        }
+        if Vec::<u8>::new().try_reserve_exact(size_bytes as usize).is_err() {
+            return Err(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("cannot allocate an in-memory store of {size_bytes} bytes"),
+            ));
+        }
+        Ok(MemDevice::new(size_bytes))
+    }
+
     pub fn with_block(size_bytes: u64, block: u32) -> MemDevice {
         assert!(size_bytes.is_multiple_of(block as u64));
         MemDevice {

@@ -543,6 +543,12 @@ impl Device for StripedDevice {
         &self.counters
     }
 
+    fn release(&self) {
+        for m in &self.members {
+            m.release();
+        }
+    }
+
     fn describe(&self) -> String {
         let members: Vec<String> = self.members.iter().map(|m| m.describe()).collect();
         format!("RAID-0 of {} members, {} KiB stripes: {}", self.members.len(), self.stripe / 1024, members.join("; "))

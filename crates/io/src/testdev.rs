@@ -322,6 +322,9 @@ impl Device for TestDevice {
     fn describe(&self) -> String {
         format!("test device: {}", self.dev().describe())
     }
+    fn release(&self) {
+        self.dev().release()
+    }
 }
 
 #[cfg(test)]

@@ -84,15 +84,28 @@ impl Core {
         }
     }
 
-    /// Drop namespace `name`: its keys are gone at once; GC frees their
-    /// space as it meets them.
-    pub(crate) async fn drop_namespace(&self, name: &str) -> Result<()> {
+    /// Whether `name` is still the namespace `only` (when given) is the
+    /// state of: a handle's drop or truncate must not reach a namespace
+    /// created since under its name. Checked under the catalog's lock.
+    fn is_still(&self, name: &str, only: Option<&NsState>) -> Result<()> {
+        let Some(only) = only else { return Ok(()) };
+        let by_name = self.namespaces.by_name.read().unwrap_or_else(|e| e.into_inner());
+        match by_name.get(name) {
+            Some(s) if std::ptr::eq(Arc::as_ptr(s), only) && !only.is_dropped() => Ok(()),
+            _ => Err(Error::NoSuchNamespace { name: name.into() }),
+        }
+    }
+
+    /// Drop namespace `name` (only if it is still `only`'s, when given):
+    /// its keys are gone at once; GC frees their space as it meets them.
+    pub(crate) async fn drop_namespace(&self, name: &str, only: Option<&NsState>) -> Result<()> {
         if name == DEFAULT_NAMESPACE {
             let why = "the default namespace cannot be dropped (truncate empties it)".to_string();
             return Err(Error::BadNamespace { name: name.into(), why });
         }
         let mut cat = self.namespaces.change.lock().await;
         self.log.check_writable()?;
+        self.is_still(name, only)?;
         let mut next = cat.clone();
         let Some(gone) = next.entries.remove(name) else { return Err(Error::NoSuchNamespace { name: name.into() }) };
         next.sweep_pending = true;
@@ -109,16 +122,18 @@ impl Core {
         Ok(())
     }
 
-    /// Empty namespace `name`, keeping its options: it gets a new id. The
-    /// default namespace is emptied by `flush_all`. Returns the new id (the
-    /// default namespace's flush floor).
-    pub(crate) async fn truncate_namespace(&self, name: &str) -> Result<u32> {
+    /// Empty namespace `name` (only if it is still `only`'s, when given),
+    /// keeping its options: it gets a new id. The default namespace is
+    /// emptied by `flush_all`. Returns the new id (the default namespace's
+    /// flush floor).
+    pub(crate) async fn truncate_namespace(&self, name: &str, only: Option<&NsState>) -> Result<u32> {
         if name == DEFAULT_NAMESPACE {
             let floor = self.raise_flush_floor().await?;
             return Ok(floor.min(u32::MAX as u64) as u32);
         }
         let mut cat = self.namespaces.change.lock().await;
         self.log.check_writable()?;
+        self.is_still(name, only)?;
         let Some(after) = cat.next_id.checked_add(1) else {
             let why = "every namespace id was given out".to_string();
             return Err(Error::BadNamespace { name: name.into(), why });

@@ -437,11 +437,12 @@ impl Default for OpenOptions {
 
 /// The largest value a store of `segment_bytes` segments in grains of
 /// `grain_bytes` holds for a key of `key_len` bytes (stored form): a record
-/// fills at most a segment less its header grain.
+/// fills at most a segment less its header grain. 0 for a key no record
+/// holds.
 pub fn value_bytes_max_for(segment_bytes: u64, grain_bytes: u32, key_len: usize) -> u64 {
     use granary_format::limits::{RECORD_HEADER_BYTES, VALUE_BYTES_MAX};
     let record_max = (segment_bytes / grain_bytes as u64).saturating_sub(1) * grain_bytes as u64;
-    record_max.saturating_sub((RECORD_HEADER_BYTES + key_len) as u64).min(VALUE_BYTES_MAX)
+    record_max.saturating_sub((RECORD_HEADER_BYTES as u64).saturating_add(key_len as u64)).min(VALUE_BYTES_MAX)
 }
 
 /// Default segment size for a data area of `data_bytes`.

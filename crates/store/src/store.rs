@@ -486,18 +486,18 @@ impl Store {
     /// `NoSuchNamespace`), and GC frees their space as it meets them. A
     /// namespace created later with the same name is empty.
     pub fn drop_namespace(&self, name: &str) -> Result<()> {
-        block_on(self.core.drop_namespace(name))
+        block_on(self.core.drop_namespace(name, None))
     }
 
     /// [`Store::drop_namespace`] as a future.
     pub async fn drop_namespace_async(&self, name: &str) -> Result<()> {
-        self.core.drop_namespace(name).await
+        self.core.drop_namespace(name, None).await
     }
 
     /// Empty namespace `name`, in O(1) like a drop, keeping it and its
     /// options (the default namespace: `flush_all`).
     pub fn truncate(&self, name: &str) -> Result<()> {
-        block_on(self.core.truncate_namespace(name)).map(|_| ())
+        block_on(self.core.truncate_namespace(name, None)).map(|_| ())
     }
 
     /// Create export `name`: a namespace of kind
@@ -589,7 +589,23 @@ impl Namespace {
 
     /// Its figures now.
     pub fn stats(&self) -> Result<NamespaceStats> {
+        self.check_open()?;
         self.state.stats()
+    }
+
+    /// Drop its namespace ([`Store::drop_namespace`]); `NoSuchNamespace`
+    /// if it was dropped already, even when a namespace of its name was
+    /// created since (that one is left alone).
+    pub fn drop_namespace(&self) -> Result<()> {
+        self.check_open()?;
+        block_on(self.core.drop_namespace(&self.state.name, Some(&self.state)))
+    }
+
+    /// Empty its namespace ([`Store::truncate`]; the handle stays valid),
+    /// with [`Namespace::drop_namespace`]'s check.
+    pub fn truncate(&self) -> Result<()> {
+        self.check_open()?;
+        block_on(self.core.truncate_namespace(&self.state.name, Some(&self.state))).map(|_| ())
     }
 
     /// Whether its namespace was dropped (its calls fail with
@@ -637,7 +653,7 @@ impl Namespace {
             Ok((DEFAULT_NS, _)) => 0,
             _ => NS_KEY_OVERHEAD,
         };
-        self.core.value_bytes_max(key_len + overhead)
+        self.core.value_bytes_max(key_len.saturating_add(overhead))
     }
 
     /// [`Store::new_put_buf`] for a key of this namespace.
@@ -781,6 +797,8 @@ impl Store {
     /// (docs/ARCHITECTURE.md, "Writes whose futures are dropped"), except
     /// on an executor's thread. Dropping a store without calling this is a
     /// crash as far as the device is concerned, which recovery handles.
+    /// Either way the device's lock is let go ([`granary_io::Device::release`];
+    /// not on an executor's thread) even while handles remain.
     pub fn close(mut self) -> Result<()> {
         self.stop_gc();
         // A checkpoint that cannot be written (no free segment, IO error)
@@ -837,7 +855,15 @@ impl Store {
 }
 
 impl Drop for Store {
+    /// After `close` (or in place of it: a crash as far as the device is
+    /// concerned), another open of the device may begin even while
+    /// [`Namespace`] handles keep this store's memory: their calls fail
+    /// with `Closed`. On an executor's thread writes handed to it may
+    /// still run (`stop_gc`), so the device stays held there.
     fn drop(&mut self) {
         self.stop_gc();
+        if granary_rt::current_core().is_none() {
+            self.core.log.dev.release();
+        }
     }
 }

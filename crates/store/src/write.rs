@@ -140,7 +140,7 @@ impl Core {
     pub async fn flush_all(&self, ns: &NsState) -> Result<u64> {
         let (id, _) = ns.current()?;
         if id != DEFAULT_NS {
-            return self.truncate_namespace(&ns.name).await.map(u64::from);
+            return self.truncate_namespace(&ns.name, Some(ns)).await.map(u64::from);
         }
         self.raise_flush_floor().await
     }

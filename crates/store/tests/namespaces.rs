@@ -225,6 +225,43 @@ fn namespaces_past_what_one_record_holds_are_refused_with_the_reason() {
     s.namespace(&name(made - 1)).unwrap().put(b"k", b"v").unwrap();
 }
 
+/// A handle's own drop, truncate and flush_all act on its namespace only:
+/// once it is dropped they fail with `NoSuchNamespace`, and a namespace
+/// created since under the same name is left alone.
+#[test]
+fn a_handles_drop_and_truncate_never_reach_a_namespace_made_since_under_its_name() {
+    let now = clock();
+    let s = Store::create(device(8 << 20), &create_opts(), &opts(&now, false)).unwrap();
+    let old = s.create_namespace("n", NamespaceOptions::default()).unwrap();
+    old.put(b"k", b"old").unwrap();
+    old.truncate().unwrap();
+    assert_eq!(old.get(b"k").unwrap(), None, "a truncate through the handle empties it");
+    old.put(b"k", b"old").unwrap();
+    old.drop_namespace().unwrap();
+    let new = s.create_namespace("n", NamespaceOptions::default()).unwrap();
+    new.put(b"k", b"new").unwrap();
+    let gone = |r: Result<(), Error>| matches!(r, Err(Error::NoSuchNamespace { .. }));
+    assert!(gone(old.drop_namespace()), "the old handle's drop");
+    assert!(gone(old.truncate()), "the old handle's truncate");
+    assert!(gone(old.flush_all().map(|_| ())), "the old handle's flush_all");
+    assert!(matches!(old.get(b"k"), Err(Error::NoSuchNamespace { .. })));
+    assert_eq!(new.get(b"k").unwrap().unwrap(), b"new", "the new namespace is untouched");
+    assert_eq!(s.namespace("n").unwrap().stats().unwrap().keys, 1);
+    // The default namespace's handle truncates (flush) but never drops.
+    let d = s.namespace(DEFAULT_NAMESPACE).unwrap();
+    s.put(b"k", b"d").unwrap();
+    assert!(matches!(d.drop_namespace(), Err(Error::BadNamespace { .. })));
+    d.truncate().unwrap();
+    assert_eq!(s.get(b"k").unwrap(), None);
+    // A key length no record holds has room for no value (no overflow).
+    assert_eq!(new.value_bytes_max(usize::MAX), 0);
+    assert_eq!(s.value_bytes_max(usize::MAX), 0);
+    // After the store closes, a handle's calls say so.
+    s.close().unwrap();
+    assert!(matches!(new.stats(), Err(Error::Closed)));
+    assert!(matches!(new.drop_namespace(), Err(Error::Closed)));
+}
+
 #[test]
 fn truncate_empties_a_namespace_and_keeps_its_options() {
     let now = clock();
