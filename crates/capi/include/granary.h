@@ -159,8 +159,10 @@ typedef struct granary_scan granary_scan;
 typedef struct granary_store granary_store;
 
 // Options of `granary_create`, `granary_create_memory` and `granary_open`.
-// Fill one with `granary_options_init`, then change the fields you need:
-// later versions may add fields, which `granary_options_init` sets.
+// Fill one with `granary_options_init`, then change the fields you need.
+// Its layout, as every struct's here, is this version's: a program runs
+// with the library of the header it was compiled against (docs/C.md,
+// "Versions").
 typedef struct granary_options {
   // A `granary_durability`.
   uint32_t durability;
@@ -389,9 +391,12 @@ enum granary_status granary_open(const uint8_t *path,
 // `GRANARY_EBUSY` while a batch of the store is open (commit or abort it
 // first): the store then stays open and the handle valid. Otherwise the
 // handle is freed whatever the status (an IO error at close is reported,
-// and the next open recovers from the log). Namespace handles of the
-// store stay to be freed with `granary_ns_close`; their calls return
-// `GRANARY_ECLOSED`.
+// and the next open recovers from the log). Calls on the store's
+// namespace handles and scans under way on other threads end first;
+// the handles stay to be freed with `granary_ns_close` and
+// `granary_scan_close`, and their later calls return `GRANARY_ECLOSED`.
+// The device's lock is let go when this returns (another open may
+// begin), whatever handles are left.
 //
 // Thread safety: no other call on this handle may run during this one or
 // start after it.

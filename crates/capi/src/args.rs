@@ -41,15 +41,22 @@ pub(crate) unsafe fn bytes_mut<'a>(p: *mut u8, len: usize, what: &str) -> Res<&'
     if len == 0 {
         return Ok(&mut []);
     }
-    if p.is_null() {
+    check_mut(p, len, what)?;
+    // SAFETY: non-NULL, in range, writable and unaliased by the caller's
+    // promise.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
+}
+
+/// [`bytes_mut`]'s checks alone, for a buffer whose slice is made later
+/// (after what else may lie in the same bytes was read).
+pub(crate) fn check_mut(p: *mut u8, len: usize, what: &str) -> Res<()> {
+    if len > 0 && p.is_null() {
         return Err(Fail::inval(format!("{what} is NULL but its length is {len}")));
     }
     if len > isize::MAX as usize {
         return Err(Fail::inval(format!("the length of {what} ({len}) is larger than any object")));
     }
-    // SAFETY: non-NULL, in range, writable and unaliased by the caller's
-    // promise.
-    Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
+    Ok(())
 }
 
 /// A name (a namespace's) given as bytes and a length: UTF-8, not

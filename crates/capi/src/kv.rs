@@ -124,9 +124,12 @@ pub(crate) unsafe fn get(
 ) -> Res {
     // SAFETY: each pointer as the caller promised.
     let (key, len) = unsafe { (args::bytes(key, key_len, "key")?, args::out(len, "len")?) };
-    // SAFETY: as the caller promised.
-    let dst = unsafe { args::bytes_mut(buf, *len, "buf") }?;
+    // The buffer may hold the key (a caller reusing one for both): its
+    // `&mut` slice is made only once the key has been read.
+    args::check_mut(buf, *len, "buf")?;
     let v = ns.get_buf(key)?.ok_or_else(not_found)?;
+    // SAFETY: as the caller promised; the key is no longer read.
+    let dst = unsafe { args::bytes_mut(buf, *len, "buf") }?;
     // SAFETY: NULL or writable, as the caller promised.
     unsafe { args::set_opt(item, item_of(&v)) };
     let value = v.value();
@@ -148,8 +151,8 @@ pub(crate) unsafe fn get(
 /// # Safety
 ///
 /// `key` as [`args::bytes`]; `value`, `len` and `item` NULL or writable.
-pub(crate) unsafe fn get_alloc<'n>(
-    ns: impl FnOnce() -> Res<&'n Namespace>,
+pub(crate) unsafe fn get_alloc<N: std::ops::Deref<Target = Namespace>>(
+    ns: impl FnOnce() -> Res<N>,
     key: *const u8,
     key_len: usize,
     value: *mut *mut u8,
@@ -157,8 +160,10 @@ pub(crate) unsafe fn get_alloc<'n>(
     item: impl FnOnce() -> Res<*mut granary_item>,
 ) -> Res {
     // SAFETY: each pointer as the caller promised.
-    let (value, len) = unsafe { (args::out_handle(value, "value")?, args::out(len, "len")?) };
+    let len = unsafe { args::out(len, "len")? };
     *len = 0;
+    // SAFETY: as the caller promised.
+    let value = unsafe { args::out_handle(value, "value")? };
     let (ns, item) = (ns()?, item()?);
     // SAFETY: as the caller promised.
     let key = unsafe { args::bytes(key, key_len, "key") }?;

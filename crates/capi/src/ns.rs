@@ -10,9 +10,10 @@
 use crate::args;
 use crate::kv;
 use crate::status::{granary_status, guard, guard_void, Fail, Res};
-use crate::store::granary_store;
+use crate::store::{granary_store, Gate, Held};
 use ::granary_store::{Namespace, NamespaceKind, NamespaceMode, NamespaceOptions, NamespaceStats};
 use std::ffi::c_void;
+use std::sync::Arc;
 
 /// A handle on one namespace of a store (`granary_ns_open`,
 /// `granary_ns_create`), freed by `granary_ns_close`. It may outlive its
@@ -28,6 +29,8 @@ pub struct granary_ns {
     pub(crate) ns: Namespace,
     /// The id of the store it was opened on (`store::Shared::id`).
     pub(crate) store_id: u64,
+    /// The store's (`store::Shared::gate`).
+    pub(crate) gate: Arc<Gate>,
 }
 
 /// What a namespace does when it or the store is full
@@ -291,7 +294,7 @@ pub unsafe extern "C" fn granary_ns_stats(ns: *const granary_ns, out: *mut grana
     guard(|| {
         // SAFETY: each pointer as the caller promised (see # Safety).
         let (h, out) = unsafe { (args::handle(ns, "ns")?, args::out(out, "out")?) };
-        let st = h.ns.stats()?;
+        let st = h.gate.call(&h.ns).stats()?;
         *out = info(&st, h.ns.name());
         Ok(())
     })
@@ -315,14 +318,15 @@ pub unsafe extern "C" fn granary_ns_close(ns: *mut granary_ns) {
     })
 }
 
-/// The engine handle behind `ns`.
+/// The engine handle behind `ns`, for one call.
 ///
 /// # Safety
 ///
 /// `ns` is NULL or a live handle.
-unsafe fn handle<'a>(ns: *const granary_ns) -> Res<&'a Namespace> {
+unsafe fn handle<'a>(ns: *const granary_ns) -> Res<Held<'a>> {
     // SAFETY: as the caller promised.
-    Ok(&unsafe { args::handle(ns, "ns") }?.ns)
+    let h = unsafe { args::handle(ns, "ns") }?;
+    Ok(h.gate.call(&h.ns))
 }
 
 /// `granary_get` in the handle's namespace.
@@ -339,7 +343,7 @@ pub unsafe extern "C" fn granary_ns_get(
     len: *mut usize,
 ) -> granary_status {
     // SAFETY: the caller's promises, passed on.
-    guard(|| unsafe { kv::get(handle(ns)?, key, key_len, buf, len, std::ptr::null_mut()) })
+    guard(|| unsafe { kv::get(&*handle(ns)?, key, key_len, buf, len, std::ptr::null_mut()) })
 }
 
 /// `granary_get_alloc` in the handle's namespace (free the value with
@@ -376,7 +380,7 @@ pub unsafe extern "C" fn granary_ns_put(
     mode: u32,
 ) -> granary_status {
     // SAFETY: the caller's promises, passed on.
-    guard(|| unsafe { kv::put(handle(ns)?, key, key_len, value, value_len, mode) })
+    guard(|| unsafe { kv::put(&*handle(ns)?, key, key_len, value, value_len, mode) })
 }
 
 /// `granary_delete` in the handle's namespace.
@@ -387,7 +391,7 @@ pub unsafe extern "C" fn granary_ns_put(
 #[no_mangle]
 pub unsafe extern "C" fn granary_ns_delete(ns: *const granary_ns, key: *const u8, key_len: usize) -> granary_status {
     // SAFETY: the caller's promises, passed on.
-    guard(|| unsafe { kv::delete(handle(ns)?, key, key_len) })
+    guard(|| unsafe { kv::delete(&*handle(ns)?, key, key_len) })
 }
 
 /// `granary_get_item` in the handle's namespace.
@@ -405,7 +409,7 @@ pub unsafe extern "C" fn granary_ns_get_item(
     item: *mut kv::granary_item,
 ) -> granary_status {
     // SAFETY: the caller's promises, passed on.
-    guard(|| unsafe { kv::get(handle(ns)?, key, key_len, buf, len, args::out(item, "item")?) })
+    guard(|| unsafe { kv::get(&*handle(ns)?, key, key_len, buf, len, args::out(item, "item")?) })
 }
 
 /// `granary_get_item_alloc` in the handle's namespace (free the value with
@@ -450,7 +454,7 @@ pub unsafe extern "C" fn granary_ns_put_item(
     cas_out: *mut u64,
 ) -> granary_status {
     // SAFETY: the caller's promises, passed on.
-    guard(|| unsafe { kv::put_item(handle(ns)?, key, key_len, value, value_len, mode, item, cas_out) })
+    guard(|| unsafe { kv::put_item(&*handle(ns)?, key, key_len, value, value_len, mode, item, cas_out) })
 }
 
 /// `granary_delete_cas` in the handle's namespace.
@@ -466,7 +470,7 @@ pub unsafe extern "C" fn granary_ns_delete_cas(
     cas: u64,
 ) -> granary_status {
     // SAFETY: the caller's promises, passed on.
-    guard(|| unsafe { kv::delete_cas(handle(ns)?, key, key_len, cas) })
+    guard(|| unsafe { kv::delete_cas(&*handle(ns)?, key, key_len, cas) })
 }
 
 /// Create export `name` (a namespace of kind block: a block device of
@@ -531,7 +535,7 @@ unsafe fn hand_out_ns(
         // SAFETY: as above.
         let (s, name) = unsafe { (args::handle(store, "store")?, args::name(name, name_len)?) };
         let ns = open(&s.shared.store, name)?;
-        *out = Box::into_raw(Box::new(granary_ns { ns, store_id: s.shared.id }));
+        *out = Box::into_raw(Box::new(granary_ns { ns, store_id: s.shared.id, gate: s.shared.gate.clone() }));
         Ok(())
     })
 }

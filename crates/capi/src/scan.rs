@@ -14,8 +14,9 @@
 use crate::args;
 use crate::ns::granary_ns;
 use crate::status::{granary_status, guard, guard_void, Fail, Res};
-use crate::store::granary_store;
+use crate::store::{granary_store, Gate};
 use ::granary_store::Namespace;
+use std::sync::Arc;
 
 /// Keys a page of a scan aims for: enough to amortize a page's walk,
 /// few enough that a page's copies stay small.
@@ -29,6 +30,8 @@ const PAGE_KEYS: usize = 256;
 #[allow(non_camel_case_types)]
 pub struct granary_scan {
     ns: Namespace,
+    /// The store's (`store::Shared::gate`).
+    gate: Arc<Gate>,
     /// The keys of the page read last, and how many were handed out.
     page: Vec<Vec<u8>>,
     at: usize,
@@ -39,8 +42,8 @@ pub struct granary_scan {
 }
 
 impl granary_scan {
-    fn new(ns: Namespace) -> granary_scan {
-        granary_scan { ns, page: Vec::new(), at: 0, cursor: 0, last_page: false }
+    fn new(ns: Namespace, gate: Arc<Gate>) -> granary_scan {
+        granary_scan { ns, gate, page: Vec::new(), at: 0, cursor: 0, last_page: false }
     }
 
     /// The next key, or None once the scan is complete.
@@ -51,7 +54,7 @@ impl granary_scan {
             if self.last_page {
                 return Ok(None);
             }
-            let page = self.ns.scan(self.cursor, PAGE_KEYS)?;
+            let page = self.gate.call(&self.ns).scan(self.cursor, PAGE_KEYS)?;
             self.page = page.keys;
             self.at = 0;
             self.cursor = page.cursor;
@@ -76,7 +79,7 @@ pub unsafe extern "C" fn granary_scan_open(store: *const granary_store, out: *mu
     guard(|| {
         // SAFETY: each pointer as the caller promised (see # Safety).
         let (out, s) = unsafe { (args::out_handle(out, "out")?, args::handle(store, "store")?) };
-        *out = Box::into_raw(Box::new(granary_scan::new(s.shared.default_ns.clone())));
+        *out = Box::into_raw(Box::new(granary_scan::new(s.shared.default_ns.clone(), s.shared.gate.clone())));
         Ok(())
     })
 }
@@ -93,7 +96,7 @@ pub unsafe extern "C" fn granary_ns_scan_open(ns: *const granary_ns, out: *mut *
     guard(|| {
         // SAFETY: each pointer as the caller promised (see # Safety).
         let (out, h) = unsafe { (args::out_handle(out, "out")?, args::handle(ns, "ns")?) };
-        *out = Box::into_raw(Box::new(granary_scan::new(h.ns.clone())));
+        *out = Box::into_raw(Box::new(granary_scan::new(h.ns.clone(), h.gate.clone())));
         Ok(())
     })
 }

@@ -39,6 +39,35 @@ pub(crate) struct Shared {
     pub default_ns: Namespace,
     /// Unique among the stores this process opened.
     pub id: u64,
+    /// Held by the calls of the store's namespace handles and scans,
+    /// which may run on other threads while `granary_close` runs: the
+    /// close waits for those under way (the engine's close requires that
+    /// none runs) and later ones find the store closed.
+    pub gate: Arc<Gate>,
+}
+
+/// See [`Shared::gate`].
+#[derive(Default)]
+pub(crate) struct Gate(std::sync::RwLock<()>);
+
+impl Gate {
+    /// Hold the gate for one call on `ns`.
+    pub(crate) fn call<'a>(&'a self, ns: &'a Namespace) -> Held<'a> {
+        Held { ns, _call: self.0.read().unwrap_or_else(|e| e.into_inner()) }
+    }
+}
+
+/// A namespace for the length of one call, the store's close held off.
+pub(crate) struct Held<'a> {
+    ns: &'a Namespace,
+    _call: std::sync::RwLockReadGuard<'a, ()>,
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = Namespace;
+    fn deref(&self) -> &Namespace {
+        self.ns
+    }
 }
 
 static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
@@ -55,8 +84,10 @@ pub enum granary_durability {
 }
 
 /// Options of `granary_create`, `granary_create_memory` and `granary_open`.
-/// Fill one with `granary_options_init`, then change the fields you need:
-/// later versions may add fields, which `granary_options_init` sets.
+/// Fill one with `granary_options_init`, then change the fields you need.
+/// Its layout, as every struct's here, is this version's: a program runs
+/// with the library of the header it was compiled against (docs/C.md,
+/// "Versions").
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -101,7 +132,7 @@ fn engine_options(o: Option<&granary_options>) -> Res<(OpenMode, CreateOptions, 
 fn hand_out(store: Store, out: &mut *mut granary_store) -> Res {
     let default_ns = store.namespace(DEFAULT_NAMESPACE)?;
     let id = NEXT_STORE_ID.fetch_add(1, Relaxed);
-    let shared = Arc::new(Shared { store, default_ns, id });
+    let shared = Arc::new(Shared { store, default_ns, id, gate: Arc::default() });
     *out = Box::into_raw(Box::new(granary_store { shared }));
     Ok(())
 }
@@ -180,19 +211,11 @@ pub unsafe extern "C" fn granary_create_memory(
         // SAFETY: each pointer as the caller promised (see # Safety).
         let (out, o) = unsafe { (args::out_handle(out, "out")?, options.as_ref()) };
         let (_, create, open) = engine_options(o)?;
-        if size_bytes == 0 || !size_bytes.is_multiple_of(512) || size_bytes > isize::MAX as u64 {
-            return Err(Fail::inval(format!(
-                "an in-memory store's size is a positive multiple of 512, not {size_bytes}"
-            )));
-        }
-        // The device allocates with `vec!`, which aborts the process when
-        // memory is short: ask first, where a refusal is an error (the
-        // probe touches no page, so it costs no memory).
-        if Vec::<u8>::new().try_reserve_exact(size_bytes as usize).is_err() {
-            let msg = format!("cannot allocate an in-memory store of {size_bytes} bytes");
-            return Err(Fail::new(granary_status::GRANARY_ENOSPACE, msg));
-        }
-        let store = Store::create(Arc::new(MemDevice::new(size_bytes)), &create, &open)?;
+        let dev = MemDevice::try_new(size_bytes).map_err(|e| match e.kind() {
+            std::io::ErrorKind::OutOfMemory => Fail::new(granary_status::GRANARY_ENOSPACE, e.to_string()),
+            _ => Fail::inval(e.to_string()),
+        })?;
+        let store = Store::create(Arc::new(dev), &create, &open)?;
         hand_out(store, out)
     })
 }
@@ -239,9 +262,12 @@ pub unsafe extern "C" fn granary_open(
 /// `GRANARY_EBUSY` while a batch of the store is open (commit or abort it
 /// first): the store then stays open and the handle valid. Otherwise the
 /// handle is freed whatever the status (an IO error at close is reported,
-/// and the next open recovers from the log). Namespace handles of the
-/// store stay to be freed with `granary_ns_close`; their calls return
-/// `GRANARY_ECLOSED`.
+/// and the next open recovers from the log). Calls on the store's
+/// namespace handles and scans under way on other threads end first;
+/// the handles stay to be freed with `granary_ns_close` and
+/// `granary_scan_close`, and their later calls return `GRANARY_ECLOSED`.
+/// The device's lock is let go when this returns (another open may
+/// begin), whatever handles are left.
 ///
 /// Thread safety: no other call on this handle may run during this one or
 /// start after it.
@@ -266,6 +292,9 @@ pub unsafe extern "C" fn granary_close(store: *mut granary_store) -> granary_sta
         match Arc::try_unwrap(s.shared) {
             Ok(shared) => {
                 drop(shared.default_ns);
+                // Namespace and scan calls under way end first.
+                let gate = shared.gate.clone();
+                let _closing = gate.0.write().unwrap_or_else(|e| e.into_inner());
                 shared.store.close()?;
                 Ok(())
             }
