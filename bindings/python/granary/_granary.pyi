@@ -156,7 +156,18 @@ class _ClientCalls:
 class Client(_ClientCalls):
     """A client of one server's native protocol."""
 
-    def __new__(cls, address: str, *, timeout: float = 5.0, connections: int = 1) -> "Client": ...
+    def __new__(
+        cls,
+        address: str,
+        *,
+        timeout: float = 5.0,
+        connections: int = 1,
+        token: Optional[_Bytes] = None,
+        tls_ca: Optional[_StrPath] = None,
+        tls_cert: Optional[_StrPath] = None,
+        tls_key: Optional[_StrPath] = None,
+        tls_name: Optional[str] = None,
+    ) -> "Client": ...
     def stats(self) -> Dict[str, str]: ...
 
 @final
@@ -172,6 +183,11 @@ class ShardedClient(_ClientCalls):
         hash_tag: Optional[str] = None,
         timeout: float = 5.0,
         connections: int = 1,
+        token: Optional[_Bytes] = None,
+        tls_ca: Optional[_StrPath] = None,
+        tls_cert: Optional[_StrPath] = None,
+        tls_key: Optional[_StrPath] = None,
+        tls_name: Optional[str] = None,
     ) -> "ShardedClient":
         """``servers``: native addresses ("host:port"). ``ring="ketama"``:
         libketama's placement over them. ``ring="twemproxy"``: a nutcracker

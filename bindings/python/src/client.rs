@@ -87,17 +87,28 @@ struct Secure {
     tls_name: Option<String>,
 }
 
+/// Most connections a client keeps to each server (its pool is made up
+/// front).
+const CONNECTIONS_MAX: usize = 1024;
+
 fn config(timeout: f64, connections: i64, secure: Secure) -> Result<ClientConfig> {
-    if !(timeout.is_finite() && timeout > 0.0) {
-        return Err(Fail::Invalid(format!("timeout must be a positive number of seconds, got {timeout}")));
-    }
-    let connections = match usize::try_from(connections) {
-        Ok(n) if n > 0 => n,
-        _ => return Err(Fail::Invalid(format!("connections must be positive, got {connections}"))),
+    // A timeout past what a Duration holds is none in effect (the client
+    // takes Duration::MAX as a century); one under a nanosecond is zero.
+    let timeout = match Duration::try_from_secs_f64(timeout) {
+        Ok(d) if !d.is_zero() => d,
+        Err(_) if timeout.is_infinite() || (timeout.is_finite() && timeout > 0.0) => Duration::MAX,
+        _ => return Err(Fail::Invalid(format!("timeout must be a positive number of seconds, got {timeout}"))),
     };
-    let mut cfg = ClientConfig { timeout: Duration::from_secs_f64(timeout), connections, ..ClientConfig::default() };
+    let connections = match usize::try_from(connections) {
+        Ok(n) if (1..=CONNECTIONS_MAX).contains(&n) => n,
+        _ => return Err(Fail::Invalid(format!("connections must be 1 to {CONNECTIONS_MAX}, got {connections}"))),
+    };
+    let mut cfg = ClientConfig { timeout, connections, ..ClientConfig::default() };
     if let Some(t) = secure.token {
-        // Its length (1 to 1024 bytes) is checked when connecting.
+        if !(1..=granary_client::HELLO_TOKEN_BYTES_MAX).contains(&t.len()) {
+            let max = granary_client::HELLO_TOKEN_BYTES_MAX;
+            return Err(Fail::Invalid(format!("a token is 1 to {max} bytes, not {}", t.len())));
+        }
         cfg = cfg.with_token(t);
     }
     let id = match (secure.tls_cert, secure.tls_key) {

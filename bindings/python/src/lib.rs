@@ -97,6 +97,10 @@ pub(crate) enum Fail {
     Closed,
     /// A bad argument, found here.
     Invalid(String),
+    /// Memory the allocator refused (raised as `MemoryError`).
+    NoMemory(String),
+    /// A store used in a process forked from the one that opened it.
+    Forked,
     /// Operation `op` of a batch failed its condition.
     Condition {
         op: usize,
@@ -184,6 +188,12 @@ impl From<Fail> for PyErr {
             Fail::Client(e) => raise(py, client_class(&e), e.to_string()),
             Fail::Closed => raise(py, "Closed", "the store was closed".into()),
             Fail::Invalid(m) => raise(py, "InvalidArgument", m),
+            Fail::NoMemory(m) => pyo3::exceptions::PyMemoryError::new_err(m),
+            Fail::Forked => raise(
+                py,
+                "Closed",
+                "the store was opened by the process this one was forked from: a forked child cannot use it".into(),
+            ),
             Fail::Condition { op, detail } => {
                 let err = raise(py, "ConditionFailed", format!("batch operation {op} {detail}; nothing was applied"));
                 if let Err(e) = err.value(py).setattr("op", op) {

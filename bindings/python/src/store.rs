@@ -28,6 +28,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple, PyType};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 
 /// Keys a `keys()` scan page aims for.
@@ -184,7 +185,14 @@ macro_rules! key_methods {
 #[pyclass(module = "granary", frozen)]
 pub struct Store {
     inner: RwLock<Option<Open>>,
+    /// `close` has taken the store (read without waiting for the lock,
+    /// which a close holds while it waits for calls under way).
+    closed: AtomicBool,
     path: String,
+    /// The process that opened it: a child made by `fork` shares its
+    /// device but not its threads (GC, checkpoints), so there it is
+    /// neither used nor closed.
+    pid: u32,
 }
 
 /// An open store and the engine's handles on its namespaces, by name (the
@@ -195,10 +203,13 @@ struct Open {
 }
 
 impl Open {
-    /// The engine's handle on namespace `name`.
+    /// The engine's handle on namespace `name` (the one of that name now:
+    /// a remembered handle whose namespace was dropped is looked up again).
     fn namespace(&self, name: &str) -> granary_store::Result<granary_store::Namespace> {
         if let Some(ns) = self.namespaces.read().unwrap_or_else(|e| e.into_inner()).get(name) {
-            return Ok(ns.clone());
+            if !ns.is_dropped() {
+                return Ok(ns.clone());
+            }
         }
         let ns = self.store.namespace(name)?;
         self.remember(ns.clone());
@@ -223,6 +234,9 @@ impl Store {
     /// `f` on the open store and its namespaces, with the interpreter
     /// released.
     fn run_open<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&Open) -> granary_store::Result<R> + Send) -> Result<R> {
+        if std::process::id() != self.pid {
+            return Err(Fail::Forked);
+        }
         py.detach(|| {
             let g = self.inner.read().unwrap_or_else(|e| e.into_inner());
             f(g.as_ref().ok_or(Fail::Closed)?).map_err(Fail::Store)
@@ -230,7 +244,8 @@ impl Store {
     }
 
     fn new(store: granary_store::Store, path: String) -> Store {
-        Store { inner: RwLock::new(Some(Open { store, namespaces: RwLock::default() })), path }
+        let open = Open { store, namespaces: RwLock::default() };
+        Store { inner: RwLock::new(Some(open)), closed: AtomicBool::new(false), path, pid: std::process::id() }
     }
 }
 
@@ -360,7 +375,10 @@ key_methods!(Store, {
         let size = positive("size", size)?;
         let segment_bytes = segment_size.map(|s| positive("segment_size", s)).transpose()?;
         let store = py.detach(|| {
-            let dev = Arc::new(MemDevice::new(size));
+            let dev = Arc::new(MemDevice::try_new(size).map_err(|e| match e.kind() {
+                std::io::ErrorKind::OutOfMemory => Fail::NoMemory(e.to_string()),
+                _ => Fail::Invalid(e.to_string()),
+            })?);
             let create = CreateOptions { segment_bytes, ..CreateOptions::default() };
             granary_store::Store::create(dev, &create, &OpenOptions::default()).map_err(Fail::Store)
         })?;
@@ -371,7 +389,11 @@ key_methods!(Store, {
     /// the next open is fast) and flush. Later calls raise
     /// `granary.Closed`; closing again does nothing.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if std::process::id() != self.pid {
+            return Err(Fail::Forked.into());
+        }
         let store = py.detach(|| self.inner.write().unwrap_or_else(|e| e.into_inner()).take());
+        self.closed.store(true, Relaxed);
         match store {
             Some(o) => Ok(py.detach(|| o.store.close()).map_err(Fail::Store)?),
             None => Ok(()),
@@ -381,7 +403,7 @@ key_methods!(Store, {
     /// Whether `close` was called.
     #[getter]
     fn closed(&self) -> bool {
-        self.inner.read().unwrap_or_else(|e| e.into_inner()).is_none()
+        self.closed.load(Relaxed)
     }
 
     /// The path it was opened on (":memory:" for `Store.memory`).
@@ -410,7 +432,7 @@ key_methods!(Store, {
     /// store's own keys. A namespace created here is durable at once.
     #[pyo3(signature = (name, *, create = true))]
     fn namespace(slf: &Bound<'_, Self>, py: Python<'_>, name: String, create: bool) -> PyResult<Namespace> {
-        slf.get().run_open(py, |o| {
+        let handle = slf.get().run_open(py, |o| {
             let s = &o.store;
             let ns = match s.namespace(&name) {
                 Err(granary_store::Error::NoSuchNamespace { .. }) if create => {
@@ -422,10 +444,10 @@ key_methods!(Store, {
                 }
                 r => r,
             }?;
-            o.remember(ns);
-            Ok(())
+            o.remember(ns.clone());
+            Ok(ns)
         })?;
-        Ok(Namespace { store: slf.clone().unbind(), name })
+        Ok(Namespace { store: slf.clone().unbind(), name, handle })
     }
 
     /// The names of the namespaces ("default" first).
@@ -529,11 +551,22 @@ impl Drop for Store {
     /// A store dropped without `close` (a forgotten context manager) is
     /// closed here, so the next open does not recover it.
     fn drop(&mut self) {
-        if let Some(o) = self.inner.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
-            if let Err(e) = o.store.close() {
-                warn_close_failed(&e);
-            }
+        let Some(o) = self.inner.get_mut().unwrap_or_else(|e| e.into_inner()).take() else { return };
+        if std::process::id() != self.pid {
+            // A forked child's copy: closing would wait for threads the
+            // child does not have and write into its parent's store.
+            std::mem::forget(o);
+            return;
         }
+        // The close (a checkpoint, a flush) runs with the interpreter
+        // released, as every call's engine work does.
+        Python::attach(|py| {
+            py.detach(|| {
+                if let Err(e) = o.store.close() {
+                    warn_close_failed(&e);
+                }
+            })
+        });
     }
 }
 
@@ -549,6 +582,9 @@ fn warn_close_failed(e: &granary_store::Error) {
 pub struct Namespace {
     store: Py<Store>,
     name: String,
+    /// The engine's handle: on this namespace, not on one created later
+    /// under its name (its calls then raise `granary.NotFound`).
+    handle: granary_store::Namespace,
 }
 
 impl Namespace {
@@ -559,7 +595,7 @@ impl Namespace {
         py: Python<'_>,
         f: impl FnOnce(&granary_store::Namespace) -> granary_store::Result<R> + Send,
     ) -> Result<R> {
-        self.store.get().run_open(py, |o| f(&o.namespace(&self.name)?))
+        self.store.get().run_open(py, |_| f(&self.handle))
     }
 }
 
@@ -576,20 +612,33 @@ key_methods!(Namespace, {
         namespace_dict(py, &s)
     }
 
-    /// Drop it and every key in it (`Store.drop_namespace`).
+    /// Drop it and every key in it (`Store.drop_namespace`);
+    /// `granary.NotFound` if it was dropped already (a namespace created
+    /// since under its name is another one, left alone).
     fn drop(&self, py: Python<'_>) -> PyResult<()> {
-        Ok(self.store.get().run(py, |s| s.drop_namespace(&self.name))?)
+        Ok(self.run(py, |n| n.drop_namespace())?)
     }
 
     /// Delete every key in it, at once, keeping the namespace.
     fn truncate(&self, py: Python<'_>) -> PyResult<()> {
-        Ok(self.store.get().run(py, |s| s.truncate(&self.name))?)
+        Ok(self.run(py, |n| n.truncate())?)
     }
 
     fn __repr__(&self) -> String {
         format!("<granary.Namespace {:?} of {:?}>", self.name, self.store.get().path)
     }
 });
+
+/// The namespace of a batch's operation.
+enum Target {
+    /// The store's own keys.
+    Default,
+    /// The namespace of that name at the commit.
+    Name(String),
+    /// A `Namespace`'s: that namespace (the commit raises
+    /// `granary.NotFound` if it was dropped).
+    Handle(granary_store::Namespace),
+}
 
 /// An atomic batch (`Store.batch`): puts and deletes over keys of any
 /// namespaces of one store, committed all or nothing, durable when the
@@ -598,9 +647,8 @@ key_methods!(Namespace, {
 #[pyclass(module = "granary")]
 pub struct Batch {
     store: Py<Store>,
-    /// Each operation's namespace (None: the default one), key and
-    /// operation.
-    ops: Vec<(Option<String>, Vec<u8>, BatchOp)>,
+    /// Each operation's namespace, key and operation.
+    ops: Vec<(Target, Vec<u8>, BatchOp)>,
     /// Committed or discarded: it takes no more operations.
     done: bool,
 }
@@ -608,19 +656,19 @@ pub struct Batch {
 impl Batch {
     /// The namespace an operation names: a `Namespace` of this store, a
     /// name, or None for the default one.
-    fn target(&self, ns: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
-        let Some(ns) = ns else { return Ok(None) };
+    fn target(&self, ns: Option<&Bound<'_, PyAny>>) -> PyResult<Target> {
+        let Some(ns) = ns else { return Ok(Target::Default) };
         if let Ok(n) = ns.cast::<Namespace>() {
             let n = n.get();
             if !n.store.is(&self.store) {
                 return Err(Fail::Invalid("the namespace belongs to another store".into()).into());
             }
-            return Ok(Some(n.name.clone()));
+            return Ok(Target::Handle(n.handle.clone()));
         }
-        Ok(Some(ns.extract()?))
+        Ok(Target::Name(ns.extract()?))
     }
 
-    fn push(&mut self, ns: Option<String>, key: &[u8], op: BatchOp) -> Result<()> {
+    fn push(&mut self, ns: Target, key: &[u8], op: BatchOp) -> Result<()> {
         if self.done {
             return Err(Fail::Invalid("the batch was committed or discarded already".into()));
         }
@@ -695,9 +743,10 @@ impl Batch {
             let default = o.namespace(DEFAULT_NAMESPACE)?;
             let mut b = o.store.batch();
             for (ns, key, op) in ops {
-                let handle = match &ns {
-                    Some(name) => o.namespace(name)?,
-                    None => default.clone(),
+                let handle = match ns {
+                    Target::Handle(h) => h,
+                    Target::Name(name) => o.namespace(&name)?,
+                    Target::Default => default.clone(),
                 };
                 b.op(&handle, &key, op);
             }

@@ -309,6 +309,15 @@ def test_client_errors(server):
         granary.Client(f"127.0.0.1:{free_low_port()}", timeout=5)
     with pytest.raises(ValueError):
         granary.Client(server.address, timeout=-1)
+    # Settings past what a client holds are refused before connecting
+    # (they panicked, or aborted the process allocating the pool).
+    for bad in (dict(connections=2**62), dict(connections=0), dict(token=b"x" * 2000), dict(timeout=1e-12)):
+        with pytest.raises(granary.InvalidArgument):
+            granary.Client(server.address, **bad)
+    # A timeout too long to hold is none, in effect.
+    forever = granary.Client(server.address, timeout=1e20)
+    forever.put(b"k", b"v")
+    assert forever.get(b"k") == b"v"
     with pytest.raises(granary.InvalidArgument):
         granary.Client("no-port-here")
     with pytest.raises(granary.InvalidArgument):

@@ -82,4 +82,11 @@ def test_bad_values(store, tmp_path):
     assert not (tmp_path / "a.db").exists(), "a failed creation leaves no file"
     with pytest.raises(ValueError):
         granary.Store.memory(-5)
+    # Sizes the device cannot take: an error, not a panic or an abort.
+    with pytest.raises(granary.InvalidArgument, match="multiple of 512"):
+        granary.Store.memory(10**8)
+    with pytest.raises(MemoryError):
+        granary.Store.memory(1 << 62)
+    with granary.Store.memory(16 << 20) as s:
+        assert s.max_value_size(2**64 - 1) == 0, "a key no record holds leaves no room"
     assert isinstance(granary.InvalidArgument("x"), ValueError)

@@ -50,6 +50,26 @@ def test_drop_and_truncate(store):
     assert "t" in store.list_namespaces()
 
 
+def test_a_handle_never_reaches_a_namespace_made_again_under_its_name(store):
+    old = store.namespace("n")
+    old.put(b"k", b"old")
+    old.drop()
+    new = store.namespace("n")
+    new.put(b"k", b"new")
+    for call in (lambda: old.get(b"k"), old.drop, old.truncate, old.stats):
+        with pytest.raises(granary.NotFound):
+            call()
+    with pytest.raises(granary.NotFound):
+        with store.batch() as b:
+            b.put(b"k2", b"v", namespace=old)
+    # By name, a batch reaches the namespace of that name now.
+    with store.batch() as b:
+        b.put(b"k2", b"v", namespace="n")
+    assert new.get(b"k") == b"new", "the new namespace is left alone"
+    assert new.get(b"k2") == b"v"
+    assert new.stats()["keys"] == 2
+
+
 def test_bad_namespace_name(store):
     with pytest.raises(granary.InvalidArgument):
         store.namespace("no spaces allowed " * 10)

@@ -145,3 +145,45 @@ def test_dropping_an_unclosed_store_closes_it(tmp_path):
     with granary.Store.open(path) as s:
         assert s.get(b"a") == b"1"
         assert s.stats()["clean_shutdown"]
+
+
+def test_a_forked_child_neither_uses_nor_closes_its_parents_store(tmp_path):
+    import os
+    import time
+
+    path = tmp_path / "s.db"
+    s = granary.Store.create(path, size=32 << 20)
+    s.put(b"k", b"v")
+    pid = os.fork()
+    if pid == 0:
+        # The child: every call is refused, and exiting (which finalizes
+        # the store) neither waits for the parent's threads nor writes.
+        code = 1
+        try:
+            s.get(b"k")
+        except granary.Closed:
+            code = 0
+        except BaseException:
+            code = 2
+        del s
+        import gc
+
+        gc.collect()
+        os._exit(code)
+    deadline = time.monotonic() + 30
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung finalizing its copy of the store")
+        time.sleep(0.01)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status}"
+    assert s.get(b"k") == b"v"
+    s.put(b"k2", b"w")
+    s.close()
+    with granary.Store.open(path) as s:
+        assert s.verify()["clean"]
+        assert s.get(b"k2") == b"w"
