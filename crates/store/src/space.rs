@@ -1311,6 +1311,16 @@ impl Space {
         }
         let buf = header_buf(&self.sb, seg, kind, stream, alloc_seq, first_seq);
         let offset = self.sb.segment_offset(seg);
+        if self.durability == Durability::Direct {
+            // What was written before the stream moves on reaches the
+            // media first: a write never flushed then lies only in its
+            // stream's two newest segments, the ones recovery reads a
+            // record that fails its checksum in as torn (ignored). A power
+            // cut could otherwise tear one in an older segment, where it is
+            // taken for damage and indexed over the version `Store::sync`
+            // made durable. One flush per segment.
+            self.dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
+        }
         let (_, r) = self.dev.write_at(buf, offset);
         r.map_err(|source| Error::Io { op: "write of a segment header", offset, source })?;
         if self.durability == Durability::Flush {
