@@ -583,6 +583,20 @@ fn a_delete_during_the_drop_of_its_value_leaves_a_tombstone() {
     assert_eq!(s.get(b"k").unwrap(), None, "a deleted key came back");
 }
 
+/// The same through `update`: a change to Delete of a key whose value GC
+/// is dropping (the closure sees it absent) writes the tombstone too.
+#[test]
+fn an_update_deleting_during_the_drop_of_its_value_leaves_a_tombstone() {
+    let f = Fixture::new(8 << 20);
+    let (s, _, first, v, len) = cache_with_one_value(&f);
+    assert!(drop_k(&s, v, first.entry.pba(), len));
+    let (seen, cas) = s.update(b"k", |it| (Change::Delete, it.is_some())).unwrap();
+    assert!(!seen && cas.is_none(), "the value was already gone");
+    assert_eq!(s.stats().tombstones, 1);
+    let s = f.reopen(s, true);
+    assert_eq!(s.get(b"k").unwrap(), None, "a deleted key came back");
+}
+
 /// The access state (with `track_access`) follows an item through GC
 /// relocation and a touch, starts over with a new value, and the win token
 /// goes to one reader; the stale mark is in the record, so it survives a

@@ -3,9 +3,11 @@
 //! clean close leaves for the next open.
 //!
 //! A change holds the catalog lock, writes the new catalog (one record,
-//! under the engine's reserved key), and only then changes what readers,
-//! writers and GC see: a crash before the record is on the device leaves
-//! the old catalog, one after it the new one. The first namespace created
+//! under the engine's reserved key, flushed whatever the durability), and
+//! only then changes what readers, writers and GC see: a crash before the
+//! record is on the device leaves the old catalog, one after it the new
+//! one, and no write under a namespace id outlives the record that gave
+//! the id out. The first namespace created
 //! in a store turns on the superblock's namespaces flag first, so a build
 //! that does not know namespaces refuses the store instead of taking its
 //! namespaced keys for the engine's own.
@@ -42,13 +44,11 @@ impl Core {
             let why = format!("this store holds {NAMESPACES_MAX} namespaces already; drop one first");
             return Err(Error::BadNamespace { name: name.into(), why });
         }
-        let Some(after) = cat.next_id.checked_add(1) else {
+        let mut next = cat.clone();
+        let Some(id) = next.take_id() else {
             let why = "every namespace id was given out".to_string();
             return Err(Error::BadNamespace { name: name.into(), why });
         };
-        let mut next = cat.clone();
-        let id = next.next_id;
-        next.next_id = after;
         next.entries.insert(name.into(), CatalogEntry { id, options, created_unix_ms: self.clock.unix_ms() });
         // The catalog, and the totals a clean close writes (one entry a
         // namespace, the default's too), are one record each: on a store
@@ -134,17 +134,16 @@ impl Core {
         let mut cat = self.namespaces.change.lock().await;
         self.log.check_writable()?;
         self.is_still(name, only)?;
-        let Some(after) = cat.next_id.checked_add(1) else {
+        let mut next = cat.clone();
+        if !next.entries.contains_key(name) {
+            return Err(Error::NoSuchNamespace { name: name.into() });
+        }
+        let Some(id) = next.take_id() else {
             let why = "every namespace id was given out".to_string();
             return Err(Error::BadNamespace { name: name.into(), why });
         };
-        let mut next = cat.clone();
-        let Some(entry) = next.entries.get_mut(name) else {
-            return Err(Error::NoSuchNamespace { name: name.into() });
-        };
-        let (old, id) = (entry.id, next.next_id);
-        entry.id = id;
-        next.next_id = after;
+        let entry = next.entries.get_mut(name).expect("checked above");
+        let old = std::mem::replace(&mut entry.id, id);
         next.sweep_pending = true;
         self.write_catalog(&next).await?;
         *cat = next;
@@ -159,9 +158,17 @@ impl Core {
         Ok(id)
     }
 
-    /// Write `cat` as the catalog record.
+    /// Write `cat` as the catalog record, and flush it whatever the
+    /// durability: no write under an id it gives out may survive a power
+    /// cut that the catalog does not (with its record lost, the next open
+    /// would give that id to another namespace, which would read those
+    /// keys). The writes come after this returns, so after the flush.
     async fn write_catalog(&self, cat: &Catalog) -> Result<()> {
-        self.write_engine_key(CATALOG_KEY, &cat.encode()).await
+        self.write_engine_key(CATALOG_KEY, &cat.encode()).await?;
+        if self.log.durability != crate::options::Durability::Flush {
+            self.sync_async().await?;
+        }
+        Ok(())
     }
 
     /// Write one of the engine's own keys.

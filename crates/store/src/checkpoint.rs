@@ -539,8 +539,11 @@ fn load(dev: &dyn Device, sb: &Superblock, headers: &Headers, m: Manifest) -> Re
 }
 
 /// [`body_runs`], or None if the segments cannot hold the body.
-fn body_runs_checked(sb: &Superblock, segs: &[u32], mg: u64, body_bytes: u64) -> Option<Vec<(u64, u64)>> {
+pub(crate) fn body_runs_checked(sb: &Superblock, segs: &[u32], mg: u64, body_bytes: u64) -> Option<Vec<(u64, u64)>> {
     let g = sb.grain_bytes as u64;
     let room = (sb.segment_grains() - 1) * g * segs.len() as u64;
-    (mg * g < (sb.segment_grains() - 1) * g && body_bytes + mg * g <= room).then(|| body_runs(sb, segs, mg, body_bytes))
+    // Checked: a manifest's entry count is the device's word (its checksum
+    // holds for whatever wrote it), and a sum that wrapped would pass.
+    let fits = body_bytes.checked_add(mg * g).is_some_and(|total| total <= room);
+    (mg * g < (sb.segment_grains() - 1) * g && fits).then(|| body_runs(sb, segs, mg, body_bytes))
 }

@@ -24,7 +24,7 @@
 //! never be read again, whatever is still on the device or in the index.
 //! Truncating gives the namespace a new id. GC drops the records of an id
 //! no longer in the catalog instead of relocating them
-//! ([`crate::nskey::NsTable::is_dead`]), which frees their space and their
+//! ([`crate::nskey::NsTable::fate`]), which frees their space and their
 //! index entries; until then they cost space, not correctness. The default
 //! namespace (id 0, the keys of stores written before namespaces) cannot be
 //! dropped; truncating it is `flush_all`.
@@ -273,6 +273,24 @@ pub(crate) struct Catalog {
     /// for its records since (an open sweeps again).
     pub sweep_pending: bool,
 }
+
+impl Catalog {
+    /// Give out the next id, skipping [`RESERVED_ID`]; None once every id
+    /// was given out.
+    pub(crate) fn take_id(&mut self) -> Option<u32> {
+        let mut id = self.next_id;
+        if id == RESERVED_ID {
+            id = id.checked_add(1)?;
+        }
+        self.next_id = id.checked_add(1)?;
+        Some(id)
+    }
+}
+
+/// The id never given out: its stored keys' prefix is [`TOTALS_KEY`]'s
+/// start (`"\0granary.n"` then `"s_to"`), so one of its keys could be the
+/// engine's own record. `nskey::owner` takes that key for the engine's.
+pub(crate) const RESERVED_ID: u32 = u32::from_le_bytes(*b"s_to");
 
 impl Default for Catalog {
     fn default() -> Catalog {
@@ -614,6 +632,19 @@ impl Namespaces {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_are_given_out_in_turn_skipping_the_reserved_one() {
+        let mut c = Catalog::default();
+        assert_eq!((c.take_id(), c.take_id(), c.next_id), (Some(1), Some(2), 3));
+        c.next_id = RESERVED_ID - 1;
+        assert_eq!(
+            (c.take_id(), c.take_id(), c.next_id),
+            (Some(RESERVED_ID - 1), Some(RESERVED_ID + 1), RESERVED_ID + 2)
+        );
+        c.next_id = u32::MAX - 1;
+        assert_eq!((c.take_id(), c.take_id(), c.next_id), (Some(u32::MAX - 1), None, u32::MAX));
+    }
 
     fn sample() -> Catalog {
         let mut c = Catalog { next_id: 9, entries: BTreeMap::new(), sweep_pending: true };

@@ -41,6 +41,11 @@ pub(crate) fn owner(stored: &[u8]) -> Owner {
     if stored.first() != Some(&0) || !stored.starts_with(RESERVED_KEY_PREFIX) {
         return Owner::Ns(DEFAULT_NS);
     }
+    // It starts as a key of namespace `RESERVED_ID` would, an id never
+    // given out.
+    if stored == crate::namespace::TOTALS_KEY {
+        return Owner::Engine;
+    }
     match stored.strip_prefix(NS_KEY_PREFIX) {
         Some(rest) if rest.len() >= 4 => {
             let id = u32::from_le_bytes(rest[..4].try_into().expect("four bytes"));
@@ -137,6 +142,12 @@ mod tests {
         assert_eq!(owner(b"\0granary.flush_floor"), Owner::Engine);
         assert_eq!(owner(b"\0granary.catalog"), Owner::Engine);
         assert_eq!(owner(b"\0granary.n\x01\0"), Owner::Engine, "too short for an id");
+        assert_eq!(owner(crate::namespace::TOTALS_KEY), Owner::Engine, "the totals record");
+        assert_eq!(
+            &stored_key(crate::namespace::RESERVED_ID, b"tals")[..],
+            crate::namespace::TOTALS_KEY,
+            "why that id is never given out"
+        );
         let k = stored_key(7, b"abc");
         assert_eq!(owner(&k), Owner::Ns(7));
         assert_eq!(user_key(7, &k), b"abc");

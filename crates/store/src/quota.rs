@@ -136,11 +136,11 @@ impl Core {
         if fits(keys + 1, bytes + new_bytes).is_none() {
             return Ok(());
         }
-        // At the limit: an overwrite replaces what its key holds now.
+        // At the limit: an overwrite replaces what its key holds now, as
+        // the counters count it (any value indexed, expired ones too).
         let h = self.keys.hash(key);
-        let now = self.clock.now();
         let (old_keys, old_bytes) = match self.find(key, h, false, false).await? {
-            Some(f) if self.is_live(&f, now) => (1, f.hdr.grains(self.log.sb.grain_bytes) * self.log.grain()),
+            Some(f) if !f.hdr.is_tombstone() => (1, f.hdr.grains(self.log.sb.grain_bytes) * self.log.grain()),
             _ => (0, 0),
         };
         match fits(keys + 1 - old_keys, (bytes + new_bytes).saturating_sub(old_bytes)) {

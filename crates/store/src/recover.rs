@@ -41,7 +41,7 @@ use crate::options::OpenOptions;
 use crate::parts::Parts;
 use crate::space::SegmentFound;
 use crate::types::RecoveryReport;
-use granary_format::batch::{members_crc, Commit, COMMIT_KEY};
+use granary_format::batch::{members_crc, Commit, COMMIT_BYTES, COMMIT_KEY};
 use granary_format::limits::*;
 use granary_format::record::{self, RecordHeader};
 use granary_format::segment::{SegmentHeader, Stream};
@@ -356,10 +356,17 @@ impl Rebuild<'_> {
                                 continue;
                             }
                             if key == COMMIT_KEY {
-                                let commit = Commit::decode(record::value_of(&rec.hdr, bytes));
+                                // A commit record is one grain; a longer
+                                // value (not one this engine wrote) may run
+                                // past the bytes read: no commit.
+                                let start = rec.hdr.value_start();
+                                let commit = bytes
+                                    .get(start..start + rec.hdr.user_value_len() as usize)
+                                    .filter(|v| v.len() == COMMIT_BYTES)
+                                    .and_then(|v| Commit::decode(v).ok());
                                 let held = std::mem::take(&mut txn);
                                 let had = !held.records.is_empty();
-                                let (vouched, cut_short) = held.vouched(commit.ok());
+                                let (vouched, cut_short) = held.vouched(commit);
                                 if cut_short {
                                     mine.batches_dropped += 1;
                                 }

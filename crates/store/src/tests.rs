@@ -2367,3 +2367,15 @@ fn a_new_store_hashes_with_a_secret_seed_of_its_own() {
     all_there(&s);
     s.verify().unwrap();
 }
+
+/// A manifest's entry count comes from the device: a body size near
+/// u64::MAX (its sum with the manifest's grains wrapped past the room
+/// check) is refused, so the open scans instead of allocating it.
+#[test]
+fn a_checkpoint_body_whose_size_wraps_is_refused() {
+    let (_dev, s) = mem_store(8 << 20, 64 << 10, 512);
+    let sb = &s.core.log.sb;
+    assert!(crate::checkpoint::body_runs_checked(sb, &[1, 2], 1, 512).is_some());
+    assert!(crate::checkpoint::body_runs_checked(sb, &[1, 2], 1, u64::MAX - 100).is_none());
+    assert!(crate::checkpoint::body_runs_checked(sb, &[1, 2], 1, u64::MAX).is_none());
+}

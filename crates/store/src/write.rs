@@ -638,6 +638,8 @@ impl Core {
                 Change::Keep | Change::Delete => FRESH,
             };
             let deleting = matches!(change, Change::Delete);
+            // A delete of a value that was not live is not counted.
+            let mut was_live = true;
             let existing = if matches!(change, Change::Keep | Change::Delete) {
                 existing
             } else {
@@ -665,6 +667,16 @@ impl Core {
                         need = grains_for(record_bytes(key.len(), 0), self.log.sb.grain_bytes);
                         self.write_tombstone(key, h, Some(x)).await.map(|()| None)
                     }
+                    // As `delete`: GC is dropping the key's value from a
+                    // segment not yet free on the device, which would come
+                    // back after a crash without a tombstone (nothing was
+                    // live: no delete is counted).
+                    None if self.keys.dropped.contains(h) => {
+                        need = grains_for(record_bytes(key.len(), 0), self.log.sb.grain_bytes);
+                        was_live = false;
+                        let known = self.refuse_crowded_known(h, key, None).await?;
+                        self.write_tombstone(key, h, known).await.map(|()| None)
+                    }
                     _ => return Ok((r, None)),
                 },
             };
@@ -675,7 +687,9 @@ impl Core {
                     return Ok((r, Some(cas)));
                 }
                 Ok(None) => {
-                    c.deletes.fetch_add(1, Relaxed);
+                    if was_live {
+                        c.deletes.fetch_add(1, Relaxed);
+                    }
                     return Ok((r, None));
                 }
                 Err(e) => return Err(e),
