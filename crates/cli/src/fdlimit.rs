@@ -1,7 +1,8 @@
 //! The process's file-descriptor limit (RLIMIT_NOFILE) against what the
 //! server's connection limits need: `granary serve` raises its soft limit
-//! at start-up to cover every listener's `conn_limit` connections plus
-//! [`FDS_RESERVED`], up to the hard limit, and refuses to start when the
+//! at start-up to cover every listener's `conn_limit` connections,
+//! [`FDS_PER_EXECUTOR`] for each executor thread and [`FDS_RESERVED`], up
+//! to the hard limit, and refuses to start when the
 //! hard limit is lower (a connection limit the process could not honour
 //! would fail later, on accept, with EMFILE, while clients wait).
 //!
@@ -11,16 +12,23 @@
 
 use std::fmt;
 
-/// Descriptors kept for everything but client connections: the listening
-/// sockets (two each: one accepts, one stops the accept loop), the data
-/// files, one io_uring instance per executor and per GC or checkpoint
-/// thread, the metrics endpoint and its scrapes, stdio and logs.
+/// Descriptors kept for everything but client connections and executors:
+/// the listening sockets (two each: one accepts, one stops the accept
+/// loop), the data files, the io_uring instances of the GC and checkpoint
+/// threads, the metrics endpoint and its scrapes, stdio and logs.
 pub const FDS_RESERVED: u64 = 256;
 
+/// Descriptors each executor thread holds: its io_uring instance, the
+/// eventfd that wakes it and its CPU pressure file.
+pub const FDS_PER_EXECUTOR: u64 = 3;
+
 /// Descriptors needed by `listeners` listeners of `conn_limit` connections
-/// each, the reserve included.
-pub fn fds_needed(conn_limit: usize, listeners: usize) -> u64 {
-    (conn_limit as u64).saturating_mul(listeners as u64).saturating_add(FDS_RESERVED)
+/// each on `executors` executor threads, the reserve included.
+pub fn fds_needed(conn_limit: usize, listeners: usize, executors: usize) -> u64 {
+    (conn_limit as u64)
+        .saturating_mul(listeners as u64)
+        .saturating_add(FDS_PER_EXECUTOR.saturating_mul(executors as u64))
+        .saturating_add(FDS_RESERVED)
 }
 
 /// The soft and hard RLIMIT_NOFILE (`RLIM_INFINITY` as `u64::MAX`).
@@ -84,8 +92,9 @@ mod tests {
 
     #[test]
     fn the_need_counts_every_listener_and_the_reserve() {
-        assert_eq!(fds_needed(1024, 3), 3 * 1024 + FDS_RESERVED);
-        assert_eq!(fds_needed(usize::MAX, 4), u64::MAX);
+        assert_eq!(fds_needed(1024, 3, 2), 3 * 1024 + 2 * FDS_PER_EXECUTOR + FDS_RESERVED);
+        assert_eq!(fds_needed(1024, 3, 128), 3 * 1024 + 384 + FDS_RESERVED);
+        assert_eq!(fds_needed(usize::MAX, 4, 1), u64::MAX);
     }
 
     #[test]

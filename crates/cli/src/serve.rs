@@ -463,7 +463,12 @@ fn run(a: Config) -> Result<(), String> {
     // Every listener may hold conn_limit connections: the descriptors for
     // them, or a clear refusal now rather than EMFILE on accept later.
     let serving = 1 + usize::from(a.native) + usize::from(a.resp) + usize::from(a.nbd_port != 0);
-    let fds = fdlimit::raise_to(fdlimit::fds_needed(a.conn_limit, serving))
+    // `threads` 0 is one executor per core, as the runtime counts them.
+    let executors = match a.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let fds = fdlimit::raise_to(fdlimit::fds_needed(a.conn_limit, serving, executors))
         .map_err(|e| format!("conn_limit = {} on {serving} listeners: {e}", a.conn_limit))?;
     tracing::debug!(fds, "file descriptor limit");
     let listeners = Listeners::bind(&a)?;

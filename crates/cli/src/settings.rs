@@ -58,9 +58,9 @@ pub enum Kind {
     /// A whole number from `min` to `max` (an integer in the file); `name`
     /// stands for it in `--help` and the docs.
     Int { name: &'static str, min: u64, max: u64 },
-    /// Bytes, at least `min`: `64M`, `1GiB`, `4096` (`0` where `min` is 0);
-    /// in the file a string like those or an integer.
-    Size { min: u64 },
+    /// Bytes, from `min` to `max`: `64M`, `1GiB`, `4096` (`0` where `min`
+    /// is 0); in the file a string like those or an integer.
+    Size { min: u64, max: u64 },
     /// A path (a string in the file).
     Path,
     /// An IP address (a string in the file).
@@ -186,7 +186,7 @@ impl Kind {
                 in_range(n, min, max)
             }
             // size::parse refuses 0, which only a setting with `min` 0 takes.
-            Kind::Size { min } => in_range(size::parse_or_zero(s)?, min, u64::MAX),
+            Kind::Size { min, max } => in_range(size::parse_or_zero(s)?, min, max),
             Kind::Path => Ok(Value::Path(PathBuf::from(s))),
             Kind::Ip => {
                 s.parse().map(Value::Ip).map_err(|_| format!("{s:?} is not an IP address like 127.0.0.1 or ::1"))
@@ -214,7 +214,7 @@ impl Kind {
         match (self, v) {
             (Kind::Switch { .. }, toml::Value::Boolean(b)) => Ok(Value::Bool(*b)),
             (Kind::Int { min, max, .. }, toml::Value::Integer(n)) => in_range(*n, *min, *max),
-            (Kind::Size { min }, toml::Value::Integer(n)) => in_range(*n, *min, u64::MAX),
+            (Kind::Size { min, max }, toml::Value::Integer(n)) => in_range(*n, *min, *max),
             (
                 Kind::Size { .. }
                 | Kind::Path
@@ -225,7 +225,8 @@ impl Kind {
                 | Kind::Choice { .. },
                 toml::Value::String(s),
             ) => self.parse(s),
-            (_, toml::Value::Table(_) | toml::Value::Array(_)) => {
+            (_, toml::Value::Table(_) | toml::Value::Array(_)) | (Kind::Secret, _) => {
+                // (A secret's value is never echoed: errors reach logs.)
                 Err(format!("expected {}, found {}", self.expects(), v.type_str()))
             }
             _ => Err(format!("expected {}, found {} {v}", self.expects(), v.type_str())),
@@ -252,6 +253,11 @@ fn q(s: &str) -> String {
     format!("{s:?}")
 }
 
+/// Most executor threads `threads` takes (each holds a ring, an eventfd
+/// and a pressure file, and its buffers: a number past any machine's cores
+/// is a typo, refused before the store is opened).
+pub const THREADS_MAX: usize = 4096;
+
 /// Every setting, in the docs' order.
 pub const SETTINGS: &[Setting] = &[
     Setting {
@@ -269,7 +275,7 @@ pub const SETTINGS: &[Setting] = &[
         key: "size",
         long: "size",
         short: None,
-        kind: Kind::Size { min: 1 },
+        kind: Kind::Size { min: 1, max: u64::MAX },
         help: "Size of a new data file, e.g. 1G, 64G",
         default: "a quarter of the free space where the file goes, at least 64 MiB, at most 1 GiB",
         meaning: "size of a new data file (`1G`, `64GiB`, or bytes), preallocated and written once with zeros at creation (direct IO, progress shown: a filesystem such as ext4 converts a never-written extent at its first direct write under an exclusive lock, which stalls the file's other IO; docs/BENCHMARKS-HISTORY.md, \"A new data file is written once at creation\"; SIGINT/SIGTERM during it removes the file; after a SIGKILL during it the next start removes the file and creates it again); ignored for an existing store",
@@ -280,7 +286,7 @@ pub const SETTINGS: &[Setting] = &[
         key: "segment_size",
         long: "segment-size",
         short: None,
-        kind: Kind::Size { min: 1 },
+        kind: Kind::Size { min: 1, max: u64::MAX },
         help: "Segment size of a new store",
         default: "1/64 of the device (1 MiB..1 GiB), and at least the next power of two above the largest item + 64 KiB",
         meaning: "segment size of a new store",
@@ -445,7 +451,7 @@ pub const SETTINGS: &[Setting] = &[
         key: "threads",
         long: "threads",
         short: Some('t'),
-        kind: Kind::Int { name: "N", min: 0, max: usize::MAX as u64 },
+        kind: Kind::Int { name: "N", min: 0, max: THREADS_MAX as u64 },
         help: "Executor threads (memcached's -t); 0 = one per core",
         default: "`0` (one per core)",
         meaning: "executor threads, shared by all listeners",
@@ -467,7 +473,7 @@ pub const SETTINGS: &[Setting] = &[
         key: "max_item_size",
         long: "max-item-size",
         short: Some('I'),
-        kind: Kind::Size { min: 1 },
+        kind: Kind::Size { min: 1, max: granary_memcache::limits::ITEM_BYTES_LIMIT as u64 },
         help: "Largest item value (memcached's -I), e.g. 1m, 64m",
         default: "`1m`",
         meaning: "largest value, every protocol (the RESP listener's `proto-max-bulk-len`; up to 1 GiB; the store's segments must hold it)",
@@ -512,7 +518,7 @@ pub const SETTINGS: &[Setting] = &[
         key: "blind_overwrite_mem",
         long: "blind-overwrite-mem",
         short: None,
-        kind: Kind::Size { min: 0 },
+        kind: Kind::Size { min: 0, max: u64::MAX },
         help: "DRAM for blind overwrites (sets that replace a key's one index candidate without reading its old record), e.g. 64m; 0 = off, every overwrite reads first",
         default: "`64m`",
         meaning: "DRAM for blind overwrites: a set of a key whose index neighbourhood holds one candidate replaces it without first reading the old record (one device read saved per overwrite), keeping the displaced index entry and the key in DRAM (the key plus 160 bytes) until GC, a checkpoint or a reader settles it (docs/ARCHITECTURE.md, \"Blind overwrites\"); past this, overwrites read the old record first; `0` turns them off",
@@ -982,7 +988,11 @@ mod tests {
             ("size = \"12Q\"", "line 1: size: unknown size unit \"q\" in \"12Q\" (use K, M, G or T)"),
             ("size = 0", "line 1: size: 0 is out of range (at least 1)"),
             ("port = 70000", "line 1: port: 70000 is out of range (0 to 65535)"),
-            ("threads = -1", "line 1: threads: -1 is out of range (at least 0)"),
+            ("threads = -1", "line 1: threads: -1 is out of range (0 to 4096)"),
+            ("threads = 1000000", "line 1: threads: 1000000 is out of range (0 to 4096)"),
+            ("max_item_size = \"2G\"", "line 1: max_item_size: 2147483648 is out of range (1 to 1073741824)"),
+            // A secret's value is never echoed.
+            ("requirepass = 12345678", "line 1: requirepass: expected a string (\"\" for none), found integer"),
             ("conn_limit = 0", "line 1: conn_limit: 0 is out of range (at least 1)"),
             ("io_spin_us = 1000001", "line 1: io_spin_us: 1000001 is out of range (0 to 1000000)"),
             // Past ten years a connection's deadline would overflow the clock.

@@ -58,6 +58,12 @@ pub fn wait(set: &libc::sigset_t) -> i32 {
 /// thread, so it stays pending until the main thread's [`wait`] takes it
 /// and runs the ordinary clean stop.
 pub fn request_stop() {
+    // Once: a second SIGTERM is the "stop now" signal (exit without the
+    // clean stop), which a second `shutdown` must not send.
+    static SENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SENT.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     // SAFETY: kill with this process's own id and a valid signal number
     // has no memory effects.
     unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };

@@ -175,6 +175,8 @@ fn sigterm_is_a_clean_stop_and_sigkill_loses_nothing_acknowledged() {
 
 /// With `-A`, the Memcache `shutdown` command stops the server as SIGTERM
 /// does: exit 0, "stopped cleanly", and a clean restart with every value.
+/// A second `shutdown` (another connection's) changes nothing: it must not
+/// be the second SIGTERM that means "stop now, uncleanly".
 #[test]
 fn memcache_shutdown_with_a_stops_cleanly() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -183,7 +185,9 @@ fn memcache_shutdown_with_a_stops_cleanly() {
     assert_eq!(s.call(b"set k 3 0 2\r\nhi\r\n"), b"STORED\r\n");
     let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut again = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
     c.write_all(b"shutdown\r\n").unwrap();
+    let _ = again.write_all(b"shutdown\r\n");
     s.wait_for_line("stopped cleanly");
     assert!(s.child.wait().unwrap().success(), "shutdown exits 0");
     // No reply, as memcached: the connection is closed.

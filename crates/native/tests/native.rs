@@ -437,6 +437,36 @@ fn connection_limit_is_enforced() {
     assert!(ok, "no connection accepted after one closed");
 }
 
+/// Connections over the limit that say nothing (a native refusal waits for
+/// the client's hello, seconds): past `REFUSING_MAX` of them at once the
+/// rest are closed without waiting, so a flood holds no descriptors.
+#[test]
+fn a_flood_past_the_limit_is_closed_at_once_past_the_refusals_under_way() {
+    use granary_server::REFUSING_MAX;
+    let srv = server_with(NativeConfig { max_connections: 1, ..NativeConfig::default() });
+    let held = client(&srv);
+    held.ping().unwrap();
+    let extra = REFUSING_MAX as usize + 16;
+    let mut silent: Vec<TcpStream> = (0..extra).map(|_| TcpStream::connect(srv.local_addr()).unwrap()).collect();
+    // In accept order: the first REFUSING_MAX wait for a hello that never
+    // comes (the first of them is checked); the others are closed at once,
+    // long before the hello timeout.
+    let mut b = [0u8; 1];
+    for (i, s) in silent.iter_mut().enumerate().skip(REFUSING_MAX as usize) {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        match s.read(&mut b) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("connection {i} past the refusals under way: {other:?}"),
+        }
+    }
+    silent[0].set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let waiting = silent[0].read(&mut b).unwrap_err();
+    assert!(matches!(waiting.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut), "{waiting}");
+    assert_eq!(srv.stats().listener.rejected_connections.load(Relaxed), extra as u64, "every one is counted");
+    held.ping().unwrap();
+}
+
 /// The lifecycle (granary-server) keeps the connection counters; STATS
 /// still reports them under their names, and the idle timeout closes a
 /// silent connection and one stalled inside a zero-copy PUT's value.

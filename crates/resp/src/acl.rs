@@ -134,10 +134,18 @@ impl User {
             "#" => self.add_password(hex_digest(arg)?),
             "!" => self.remove_password(&hex_digest(arg)?, rule)?,
             _ => {
+                // A word that is no rule's shape may be a password missing
+                // its '>': errors go to logs, so it is not echoed.
+                let what = if rule.starts_with(['~', '%', '+', '-', '&', '(', '@']) {
+                    format!("rule '{rule}'")
+                } else {
+                    let n = rule.chars().count();
+                    format!("a rule of {n} characters (not shown: it may be a password missing its '>')")
+                };
                 return Err(format!(
-                    "rule '{rule}' is not supported: Granary grants a user every key and every command \
+                    "{what} is not supported: Granary grants a user every key and every command \
                      (`~* +@all`) or no command at all, nothing in between (docs/RESP.md)"
-                ))
+                ));
             }
         }
         Ok(())
@@ -154,8 +162,10 @@ impl User {
         let before = self.passwords.len();
         self.passwords.retain(|p| p != d);
         if self.passwords.len() == before {
-            // As Redis: removing a password the user does not have.
-            return Err(format!("rule '{rule}' removes a password the user does not have"));
+            // As Redis: removing a password the user does not have (the
+            // rule holds a password or its digest: not echoed).
+            let op = &rule[..rule.chars().next().map_or(0, char::len_utf8)];
+            return Err(format!("a '{op}' rule removes a password the user does not have"));
         }
         Ok(())
     }
@@ -214,8 +224,9 @@ impl Acl {
             if words[0] != "user" || words.len() < 2 {
                 return Err(at("should start with user keyword followed by the username".into()));
             }
-            if let Some(w) = words.iter().find(|w| w.contains(['"', '\''])) {
-                return Err(at(format!("quoted arguments are not supported ({w})")));
+            if let Some(i) = words.iter().position(|w| w.contains(['"', '\''])) {
+                // The word may hold a password: named by its place only.
+                return Err(at(format!("quoted arguments are not supported (word {})", i + 1)));
             }
             let name = words[1];
             if users.iter().any(|u| u.name == name) {
@@ -347,10 +358,20 @@ mod tests {
             ("user alice on >a ~* +@all\nuser alice on\n", "line 2: duplicate user 'alice'"),
             ("user alice on #ABC ~* +@all\n", "64 lowercase hexadecimal"),
             ("user alice on <nope ~* +@all\n", "removes a password the user does not have"),
-            ("user alice on \">a b\" ~* +@all\n", "quoted arguments are not supported"),
+            ("user alice on \">a b\" ~* +@all\n", "quoted arguments are not supported (word 4)"),
+            ("user alice on s3cret ~* +@all\n", "a rule of 6 characters (not shown"),
         ] {
             let e = Acl::parse(text).unwrap_err();
             assert!(e.contains(want), "{text:?}: {e}");
+        }
+        // What may be a password is never echoed (errors reach logs).
+        for (text, secret) in [
+            ("user alice on s3cret ~* +@all\n", "s3cret"),
+            ("user alice on <nope ~* +@all\n", "nope"),
+            ("user alice on \">s3cret x\" ~* +@all\n", "s3cret"),
+        ] {
+            let e = Acl::parse(text).unwrap_err();
+            assert!(!e.contains(secret), "{text:?}: {e}");
         }
     }
 }

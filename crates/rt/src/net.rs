@@ -505,6 +505,14 @@ pub struct Admitted {
 
 impl Drop for Admitted {
     fn drop(&mut self) {
+        // The order this type asks for: its descriptor is still open (else
+        // a shutdown could meet the number given to another socket since).
+        // SAFETY: F_GETFD reads a descriptor's flags; on a closed one it
+        // fails with EBADF, touching nothing.
+        debug_assert!(
+            unsafe { libc::fcntl(self.fd, libc::F_GETFD) } != -1,
+            "a connection's socket closed before it was deregistered"
+        );
         self.set.fds.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.fd);
         self.set.open.fetch_sub(1, Relaxed);
     }

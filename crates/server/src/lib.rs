@@ -49,6 +49,12 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// ENOBUFS) before it tries again: the failure is logged, not spun on.
 pub const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 
+/// Connections over the limit a listener refuses at once with its
+/// protocol's words (which may wait for a TLS handshake or the client's
+/// hello, seconds): more are closed without a word, so a flood of them
+/// holds no more descriptors than the limit and this.
+pub const REFUSING_MAX: u64 = 64;
+
 /// Bytes read from a socket at a time by [`Session::recv_into`], into one
 /// chunk per executor thread (shared by its connections: a read never
 /// waits while it holds the chunk).
@@ -98,6 +104,8 @@ pub struct ListenerStats {
     pub bytes_read: AtomicU64,
     /// TLS handshakes that failed or timed out (the connection was closed).
     pub tls_handshake_errors: AtomicU64,
+    /// Connections over the limit being told so now ([`REFUSING_MAX`]).
+    pub refusing: AtomicU64,
 }
 
 impl ListenerStats {
@@ -380,10 +388,24 @@ async fn accept_loop<P: Protocol>(
             }
         };
         let (admitted, n) = stats.connections.admit(stream.raw_fd());
+        let refusal = match n > cfg.max_connections {
+            false => None,
+            true => match Refusal::take(&stats) {
+                Some(r) => Some(r),
+                None => {
+                    // Closed at once, without a word (the registration
+                    // first).
+                    stats.rejected_connections.fetch_add(1, Relaxed);
+                    drop(admitted);
+                    drop(stream);
+                    continue;
+                }
+            },
+        };
         let task = ConnectionTask {
             admitted,
             stream,
-            over_limit: n > cfg.max_connections,
+            over_limit: refusal,
             idle_timeout: cfg.idle_timeout,
             tls: cfg.tls.clone(),
             name: cfg.name,
@@ -410,7 +432,8 @@ struct ConnectionTask<P> {
     // also when the task is dropped unpolled by a stopping runtime.
     admitted: Admitted,
     stream: TcpStream,
-    over_limit: bool,
+    /// Over the limit: to be refused (the refusal counted while it runs).
+    over_limit: Option<Refusal>,
     idle_timeout: Option<Duration>,
     tls: Option<tls::TlsConfig>,
     name: &'static str,
@@ -421,10 +444,6 @@ struct ConnectionTask<P> {
 impl<P: Protocol> ConnectionTask<P> {
     async fn run(self) {
         let ConnectionTask { admitted, stream, over_limit, idle_timeout, tls, name, protocol, stats } = self;
-        // Locals drop in reverse order: the registration goes before this
-        // last reference to the socket closes it (the protocol's clones are
-        // gone once its future has ended).
-        let registered = admitted;
         let stream = match tls {
             None => Stream::Plain(stream),
             Some(config) => match tls::TlsStream::accept(stream, &config).await {
@@ -432,23 +451,55 @@ impl<P: Protocol> ConnectionTask<P> {
                 (t, Err(e)) => {
                     stats.tls_handshake_errors.fetch_add(1, Relaxed);
                     tracing::debug!(error = %e, protocol = name, "TLS handshake failed; connection closed");
-                    drop(registered);
+                    drop(admitted);
                     drop(t);
                     return;
                 }
             },
         };
-        let stream = Rc::new(stream);
-        if over_limit {
+        // However the task ends (the protocol's clones of the stream are
+        // gone once its future has), the registration goes first.
+        let held = Held { _registered: admitted, stream: Rc::new(stream) };
+        if let Some(_refusal) = over_limit {
             stats.rejected_connections.fetch_add(1, Relaxed);
-            protocol.refuse(stream.clone()).await;
+            protocol.refuse(held.stream.clone()).await;
             return;
         }
         stats.total_connections.fetch_add(1, Relaxed);
         // A shutdown that ran before the registration missed this one.
         if !stats.connections.stopping() {
             let read_first = std::cell::Cell::new(true);
-            protocol.serve(Session { stream: stream.clone(), idle_timeout, stats, read_first }).await;
+            protocol.serve(Session { stream: held.stream.clone(), idle_timeout, stats, read_first }).await;
         }
     }
+}
+
+/// One of the [`REFUSING_MAX`] refusals a listener runs at once, counted
+/// in [`ListenerStats::refusing`] until it ends.
+struct Refusal(Arc<ListenerStats>);
+
+impl Refusal {
+    /// Taken by the accept loop (in accept order); None at the cap.
+    fn take(stats: &Arc<ListenerStats>) -> Option<Refusal> {
+        if stats.refusing.fetch_add(1, Relaxed) >= REFUSING_MAX {
+            stats.refusing.fetch_sub(1, Relaxed);
+            return None;
+        }
+        Some(Refusal(stats.clone()))
+    }
+}
+
+impl Drop for Refusal {
+    fn drop(&mut self) {
+        self.0.refusing.fetch_sub(1, Relaxed);
+    }
+}
+
+/// A served connection's registration and its socket. Fields drop in
+/// declaration order: the registration goes before the last reference to
+/// the socket closes it (a shutdown meanwhile never meets a descriptor
+/// number the kernel may have given to another connection).
+struct Held {
+    _registered: Admitted,
+    stream: Rc<Stream>,
 }
