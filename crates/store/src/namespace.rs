@@ -40,14 +40,13 @@
 use crate::counters::NsCounters;
 use crate::error::{Error, Result};
 use crate::nskey::DEFAULT_NS;
+pub(crate) use crate::nskey::{RESERVED_ID, TOTALS_KEY};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 
 /// The reserved key holding the catalog.
 pub(crate) const CATALOG_KEY: &[u8] = b"\0granary.catalog";
-/// The reserved key holding the counts written at a clean close.
-pub(crate) const TOTALS_KEY: &[u8] = b"\0granary.ns_totals";
 
 /// The default namespace's name.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -286,11 +285,6 @@ impl Catalog {
         Some(id)
     }
 }
-
-/// The id never given out: its stored keys' prefix is [`TOTALS_KEY`]'s
-/// start (`"\0granary.n"` then `"s_to"`), so one of its keys could be the
-/// engine's own record. `nskey::owner` takes that key for the engine's.
-pub(crate) const RESERVED_ID: u32 = u32::from_le_bytes(*b"s_to");
 
 impl Default for Catalog {
     fn default() -> Catalog {

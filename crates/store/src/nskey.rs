@@ -35,6 +35,15 @@ pub(crate) enum Owner {
 /// of the engine's own keys.
 pub(crate) const FLUSH_FLOOR_KEY: &[u8] = b"\0granary.flush_floor";
 
+/// The reserved key holding the namespaces' counts written at a clean
+/// close (`crate::catalog`), one of the engine's own keys.
+pub(crate) const TOTALS_KEY: &[u8] = b"\0granary.ns_totals";
+
+/// The id never given out: its stored keys' prefix is [`TOTALS_KEY`]'s
+/// start (`"\0granary.n"` then `"s_to"`), so one of its keys could be the
+/// engine's own record. [`owner`] takes that key for the engine's.
+pub(crate) const RESERVED_ID: u32 = u32::from_le_bytes(*b"s_to");
+
 /// The owner of a stored key.
 pub(crate) fn owner(stored: &[u8]) -> Owner {
     // The usual case, a default-namespace key, is decided by its first byte.
@@ -43,7 +52,7 @@ pub(crate) fn owner(stored: &[u8]) -> Owner {
     }
     // It starts as a key of namespace `RESERVED_ID` would, an id never
     // given out.
-    if stored == crate::namespace::TOTALS_KEY {
+    if stored == TOTALS_KEY {
         return Owner::Engine;
     }
     match stored.strip_prefix(NS_KEY_PREFIX) {
@@ -142,12 +151,8 @@ mod tests {
         assert_eq!(owner(b"\0granary.flush_floor"), Owner::Engine);
         assert_eq!(owner(b"\0granary.catalog"), Owner::Engine);
         assert_eq!(owner(b"\0granary.n\x01\0"), Owner::Engine, "too short for an id");
-        assert_eq!(owner(crate::namespace::TOTALS_KEY), Owner::Engine, "the totals record");
-        assert_eq!(
-            &stored_key(crate::namespace::RESERVED_ID, b"tals")[..],
-            crate::namespace::TOTALS_KEY,
-            "why that id is never given out"
-        );
+        assert_eq!(owner(TOTALS_KEY), Owner::Engine, "the totals record");
+        assert_eq!(&stored_key(RESERVED_ID, b"tals")[..], TOTALS_KEY, "why that id is never given out");
         let k = stored_key(7, b"abc");
         assert_eq!(owner(&k), Owner::Ns(7));
         assert_eq!(user_key(7, &k), b"abc");

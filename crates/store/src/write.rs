@@ -665,6 +665,7 @@ impl Core {
                 Change::Delete => match existing {
                     Some(x) if !x.hdr.is_tombstone() => {
                         need = grains_for(record_bytes(key.len(), 0), self.log.sb.grain_bytes);
+                        was_live = self.is_live(&x, self.clock.now());
                         self.write_tombstone(key, h, Some(x)).await.map(|()| None)
                     }
                     // As `delete`: GC is dropping the key's value from a
