@@ -13,6 +13,7 @@ use granary_rt::Runtime;
 use granary_store::Store;
 use std::fmt::Write;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +21,11 @@ use std::time::Duration;
 pub const REQUEST_HEAD_MAX: usize = 8 * 1024;
 /// A client that has not sent its request head by then is disconnected.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once (each may wait [`REQUEST_TIMEOUT`] for its
+/// request, and each page is rendered on the executor that accepts every
+/// listener's connections): more are closed at once, so a flood of them
+/// holds neither descriptors nor that executor.
+pub const SCRAPES_MAX: usize = 16;
 
 /// What the endpoint reports.
 #[derive(Clone)]
@@ -38,13 +44,27 @@ pub fn serve(l: std::net::TcpListener, src: Sources, rt: &Runtime) -> std::io::R
     let bound = l.local_addr()?;
     let listener = TcpListener::from_std(l);
     rt.spawn_on(0, async move {
+        let serving = Arc::new(AtomicUsize::new(0));
         loop {
             let Ok((s, _)) = listener.accept().await else {
                 granary_rt::sleep(Duration::from_millis(10)).await;
                 continue;
             };
-            let src = src.clone();
+            if serving.load(Relaxed) >= SCRAPES_MAX {
+                drop(s);
+                continue;
+            }
+            serving.fetch_add(1, Relaxed);
+            let (src, serving) = (src.clone(), serving.clone());
             granary_rt::spawn(async move {
+                // Counted down however the task ends.
+                struct Served(Arc<AtomicUsize>);
+                impl Drop for Served {
+                    fn drop(&mut self) {
+                        self.0.fetch_sub(1, Relaxed);
+                    }
+                }
+                let _served = Served(serving);
                 let _ = granary_rt::timeout(REQUEST_TIMEOUT, answer(&s, &src)).await;
             });
         }

@@ -565,7 +565,7 @@ pub const SETTINGS: &[Setting] = &[
         kind: Kind::Addr,
         help: "Serve Prometheus metrics over HTTP at this address (GET /metrics), e.g. 127.0.0.1:9121",
         default: "off (`\"\"`)",
-        meaning: "serve Prometheus metrics at `http://ADDR/metrics`",
+        meaning: "serve Prometheus metrics at `http://ADDR/metrics` (plain HTTP; 16 connections at once, more are closed at once; a request head of at most 8 KiB within 10 s)",
         value: |c| Some(q(&c.metrics.map(|m| m.to_string()).unwrap_or_default())),
         apply: |c, v| c.metrics = v.addr(),
     },

@@ -893,6 +893,29 @@ fn config_file_flags_metrics_limits_and_clean_restart() {
     assert_eq!(stat(&s, "cmd_set"), (sets0 as u64 + 2).to_string());
     assert_eq!(stat(&s, "granary_index_memory_bytes"), sample(&page, "granary_index_memory_bytes").to_string());
     assert_eq!(http_get(&metrics, "/nope").0, "HTTP/1.1 404 Not Found");
+    // Connections that send nothing: the endpoint serves 16 at once and
+    // closes the others at once (not after the 10 s request timeout).
+    let silent: Vec<TcpStream> = (0..20).map(|_| TcpStream::connect(&metrics).unwrap()).collect();
+    let mut b = [0u8; 1];
+    let mut extra = TcpStream::connect(&metrics).unwrap();
+    extra.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert!(matches!(extra.read(&mut b), Ok(0)), "a scrape past the 16 served at once was kept waiting");
+    drop(silent);
+    // Those gone, scrapes are served again (the count drops as the
+    // endpoint sees them close: a bounded retry).
+    let served = (0..200).any(|_| {
+        let mut c = TcpStream::connect(&metrics).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.write_all(b"GET /nope HTTP/1.1\r\n\r\n").unwrap();
+        let mut got = Vec::new();
+        let _ = c.read_to_end(&mut got);
+        let ok = got.starts_with(b"HTTP/1.1 404");
+        if !ok {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ok
+    });
+    assert!(served, "no scrape served after the silent connections closed");
     // A value of 16 KiB and more is sent from the engine's read buffer.
     let zc0 = sample(&http_get(&metrics, "/metrics").1, "granary_memcache_zero_copy_total{dir=\"get\"}");
     let mut big = b"set big 0 0 20000\r\n".to_vec();

@@ -622,7 +622,11 @@ impl Rebuild<'_> {
     /// during GC could run out of free segments. Records
     /// appended get new sequence numbers, so versions still order by
     /// sequence number; the segment stays the newest of its stream, so the
-    /// torn-write rule still covers the writes in flight at a crash.
+    /// torn-write rule still covers the writes in flight at a crash. Only
+    /// streams this open writes to (the options may have changed since):
+    /// a tail reopened in another would stay open for good, pinning every
+    /// checkpoint's replay floor and the tombstone horizon, and GC never
+    /// reclaims an open segment.
     fn resume_tails(
         &self,
         used: &[(SegmentFound, SegmentHeader)],
@@ -634,7 +638,7 @@ impl Rebuild<'_> {
             tracing::info!("a checkpoint manifest could not be read: writes start new segments");
             return;
         };
-        for stream in Stream::ALL {
+        for stream in Stream::ALL.into_iter().filter(|&s| self.space.writes_to(s)) {
             let Some(i) = (0..used.len()).rev().find(|&i| used[i].1.stream == stream) else { continue };
             let (s, _) = &used[i];
             let end = ends[i].load(Relaxed);

@@ -1504,6 +1504,17 @@ impl Space {
         self.hot_cold
     }
 
+    /// Whether this open writes to `stream`: users and GC's relocations
+    /// always; the cold stream with hot/cold separation or SepBIT; the
+    /// short-lived, older and oldest streams with SepBIT.
+    pub(crate) fn writes_to(&self, stream: Stream) -> bool {
+        match stream {
+            Stream::User | Stream::Relocation => true,
+            Stream::Cold => self.hot_cold || self.sepbit,
+            Stream::UserShort | Stream::Older | Stream::Oldest => self.sepbit,
+        }
+    }
+
     /// Segments opened for the short-lived user stream so far.
     pub(crate) fn short_segments_opened(&self) -> u64 {
         self.short_opened.load(Relaxed)

@@ -1908,6 +1908,32 @@ fn the_first_short_lived_segment_turns_the_streams_flag_on() {
     assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v3"[..]));
 }
 
+/// After a crash, writes resume in the tail of each stream's newest
+/// segment, but only in streams the open writes to: a short-lived
+/// segment's tail reopened by an open without SepBIT would stay open for
+/// good (pinning every checkpoint's replay floor and the tombstone horizon,
+/// never reclaimed).
+#[test]
+fn a_crash_resumes_tails_only_in_streams_the_open_writes_to() {
+    if skip_zoned("zoned mode ignores SepBIT placement") {
+        return;
+    }
+    let dev = test_device(16 << 20);
+    let create = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: None };
+    let sepbit = OpenOptions { gc_sepbit: true, ..OpenOptions::default() };
+    let s = Store::create(dev.clone(), &create, &sepbit).unwrap();
+    s.put(b"k", b"v1").unwrap();
+    s.put(b"k", b"v2").unwrap();
+    assert_eq!(s.stats().short_segments_opened, 1);
+    drop(s); // a crash
+    let s = Store::open(dev.clone(), &sepbit).unwrap();
+    assert_eq!(s.core.space.counts().1, 2, "both tails resume with SepBIT");
+    drop(s); // a crash again
+    let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
+    assert_eq!(s.core.space.counts().1, 1, "only the user stream's tail resumes without SepBIT");
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v2"[..]));
+}
+
 /// A segment header whose magic and checksum hold but which names a
 /// stream this build does not know (a newer build's) fails the open,
 /// naming the field, instead of being taken for a free segment (which
