@@ -51,7 +51,7 @@ use crate::nskey::{owner, user_key, Owner};
 use crate::space::{Loc, Purpose};
 use crate::store::{Core, Namespace, Store};
 use crate::types::{ItemMeta, PutOutcome};
-use crate::write::{BlindWrite, Prior};
+use crate::write::{BlindWrite, Prior, Unindexed};
 use granary_format::batch::{members_crc, Commit, COMMIT_BYTES, COMMIT_KEY};
 use granary_format::limits::{grains_for, record_bytes};
 use granary_format::record::{self, RecordHeader};
@@ -519,7 +519,12 @@ impl Core {
         };
         let written = ops.iter().zip(&writes).filter(|(_, &w)| w).map(|(r, _)| &r.key[..]);
         let listed = crate::space::listed_bytes(written.chain([COMMIT_KEY]));
-        let (held, buf) = self.write_encoded(purpose, total, listed, n, encode).await?;
+        // Records that may land unindexed (with their commit record, a
+        // recovery applies them) are listed ([`Unindexed`]).
+        let hs: Vec<u64> = ops.iter().zip(&writes).filter(|(_, &w)| w).map(|(r, _)| r.h).collect();
+        let list = |seg: u32| self.keys.dropped.insert_all(seg, hs.iter().copied());
+        let (held, buf) = self.write_encoded(purpose, total, listed, n, encode, Some(&list)).await?;
+        let mut unindexed = Unindexed { stray: Some(&list), seg: Some(held.loc().seg) };
         if let Some(buf) = buf {
             keep_spare(buf);
         }
@@ -529,6 +534,9 @@ impl Core {
         let published = self.publish_batch(ops, prior, &own_link, placed).await;
         drop(publishing);
         drop(held);
+        if published.is_ok() {
+            unindexed.seg = None;
+        }
         Ok(BatchOutcome::Committed { cas: published? })
     }
 

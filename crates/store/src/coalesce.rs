@@ -148,20 +148,31 @@ impl Group {
 }
 
 /// A writer's hold on its record in a group until it has the group's
-/// outcome; dropped before (its future was), [`Group::orphan`].
+/// outcome; dropped before (its future was), [`Group::orphan`], and the
+/// writer's [`Stray`] is told the segment its record may land in.
 struct Claim<'a> {
     group: &'a Group,
     space: &'a Space,
     waiting: bool,
+    stray: Stray<'a>,
 }
 
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
         if self.waiting {
+            if let Some(list) = self.stray {
+                list(self.group.seg);
+            }
             self.group.orphan(self.space);
         }
     }
 }
+
+/// What a writer does with the segment its records may land in without
+/// being indexed (its future dropped while they are written): list them
+/// as versions of their keys the index does not point at (under the
+/// keys' stripes, which the writer still holds as its future drops).
+pub(crate) type Stray<'a> = Option<&'a (dyn Fn(u32) + Sync)>;
 
 /// What a group write needs of the engine that owns the coalescer
 /// (`store::Core`). A trait because `coalesce` lies below `store` in the
@@ -245,6 +256,7 @@ impl Coalescer {
         mut hdr: RecordHeader,
         key: &[u8],
         mut value: Payload<'_>,
+        stray: Stray<'_>,
     ) -> Result<Held<'s>> {
         let space = core.space();
         let (group, leader, loc) = loop {
@@ -256,7 +268,7 @@ impl Coalescer {
             };
             wait.await;
         };
-        let mut claim = Claim { group: &group, space, waiting: true };
+        let mut claim = Claim { group: &group, space, waiting: true, stray };
         self.records.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if leader {
             lead_to_end(core, &group, grain).await;
@@ -363,6 +375,7 @@ impl Coalescer {
         listed: u64,
         records: u64,
         encode: impl FnOnce(&Loc) -> AlignedBuf,
+        stray: Stray<'_>,
     ) -> Result<(Held<'s>, Option<AlignedBuf>)> {
         let space = core.space();
         let (group, loc) = loop {
@@ -375,7 +388,7 @@ impl Coalescer {
         // No await between the placement and `lead_to_end`, which writes the
         // group to its end: the queued group always gets its bytes and a
         // result.
-        let mut claim = Claim { group: &group, space, waiting: true };
+        let mut claim = Claim { group: &group, space, waiting: true, stray };
         self.records.fetch_add(records, std::sync::atomic::Ordering::Relaxed);
         let buf = encode(&loc);
         *group.bytes.lock().unwrap_or_else(|e| e.into_inner()) = Some(Bytes::Owned(buf));
@@ -405,7 +418,11 @@ impl Coalescer {
         next_seq: u64,
     ) -> std::result::Result<Loc, Placed> {
         if let Some(open_seg) = space.would_roll(purpose, grains, listed) {
-            if inner.pending.keys().any(|&s| s != open_seg) {
+            // The rule is per stream (recovery's torn-write rule is): a
+            // group pending in another stream's segment (SepBIT's two user
+            // streams share this coalescer) does not hold this one back.
+            let stream = purpose.stream();
+            if inner.pending.keys().any(|&s| s != open_seg && space.is_of_stream(s, stream)) {
                 return Err(Placed::Wait(self.idle.listen()));
             }
         }
@@ -582,6 +599,46 @@ impl Payload<'_> {
         match self {
             Payload::Slice(v) => Payload::Slice(v),
             Payload::Owned { buf, value_len } => Payload::Owned { buf, value_len: *value_len },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Background, CreateOptions, OpenOptions, Store};
+
+    /// SepBIT's two user streams share the coalescer: a group pending in
+    /// the short-lived stream's segment must not hold back a user write
+    /// that opens the user stream's next segment (the wait before a roll
+    /// is for the writer's own stream). Before, it waited, and under steady
+    /// short-lived load the user stream's writers starved.
+    #[test]
+    fn a_group_pending_in_one_stream_does_not_hold_back_a_roll_of_another() {
+        let dev = std::sync::Arc::new(granary_io::MemDevice::new(8 << 20));
+        let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
+        let o = OpenOptions { gc_sepbit: true, background: Background::Manual, ..OpenOptions::default() };
+        let s = Store::create(dev, &c, &o).unwrap();
+        s.put(b"k", b"v1").unwrap();
+        s.put(b"k", b"v2").unwrap();
+        assert_eq!(s.stats().short_segments_opened, 1, "the overwrite went to the short-lived stream");
+        let (core, space) = (&s.core, &s.core.space);
+        let next_seq = core.log.next_seq.load(std::sync::atomic::Ordering::Relaxed);
+        // A short-lived group placed and not yet written: pending.
+        let Placed::Done(Ok((_short, _, at))) = core.coalescer.place_own(space, Purpose::PutShort, 1, 0, next_seq)
+        else {
+            panic!("the short-lived group is placed")
+        };
+        assert!(space.is_of_stream(at.seg, granary_format::segment::Stream::UserShort));
+        // A user write of a whole segment: the user stream must roll.
+        let whole = core.log.sb.segment_grains() - 1;
+        assert!(space.would_roll(Purpose::Put, whole, 0).is_some());
+        match core.coalescer.place_own(space, Purpose::Put, whole, 0, next_seq) {
+            Placed::Done(Ok((_, _, loc))) => {
+                assert!(space.is_of_stream(loc.seg, granary_format::segment::Stream::User))
+            }
+            Placed::Done(Err(e)) => panic!("{e}"),
+            Placed::Wait(_) => panic!("the user stream's roll waited for the short-lived stream's group"),
         }
     }
 }

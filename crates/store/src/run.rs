@@ -52,7 +52,7 @@ use crate::namespace::NsState;
 use crate::space::{Loc, Purpose};
 use crate::store::Core;
 use crate::types::{ItemMeta, PutOutcome};
-use crate::write::{BlindWrite, Prior};
+use crate::write::{BlindWrite, Prior, Unindexed};
 use granary_format::limits::KV_SIZE_GRAINS_MAX;
 use granary_format::record::{self, RecordHeader};
 use granary_index::Entry;
@@ -217,9 +217,15 @@ impl Core {
             buf
         };
         let listed = crate::space::listed_bytes(keys.iter().map(|k| &k.key[..]));
-        let (held, _) = self.write_encoded(Purpose::Put, total, listed, n, encode).await?;
+        // Records that may land unindexed are listed ([`Unindexed`]).
+        let list = |seg: u32| self.keys.dropped.insert_all(seg, keys.iter().map(|k| k.h));
+        let (held, _) = self.write_encoded(Purpose::Put, total, listed, n, encode, Some(&list)).await?;
+        let mut unindexed = Unindexed { stray: Some(&list), seg: Some(held.loc().seg) };
         let published = self.publish_piece(piece, prior, &own_link, &locs, first).await;
         drop(held);
+        if published.is_ok() {
+            unindexed.seg = None;
+        }
         published
     }
 

@@ -1504,6 +1504,11 @@ impl Space {
         self.hot_cold
     }
 
+    /// Whether segment `seg` was last opened for `stream`.
+    pub(crate) fn is_of_stream(&self, seg: u32, stream: Stream) -> bool {
+        self.seg_streams[seg as usize].load(Relaxed) as usize == stream_index(stream)
+    }
+
     /// Whether this open writes to `stream`: users and GC's relocations
     /// always; the cold stream with hot/cold separation or SepBIT; the
     /// short-lived, older and oldest streams with SepBIT.

@@ -2405,3 +2405,69 @@ fn a_checkpoint_body_whose_size_wraps_is_refused() {
     assert!(crate::checkpoint::body_runs_checked(sb, &[1, 2], 1, u64::MAX - 100).is_none());
     assert!(crate::checkpoint::body_runs_checked(sb, &[1, 2], 1, u64::MAX).is_none());
 }
+
+/// A memory device whose async writes wait one poll before they take
+/// effect: a future polled once and dropped has its write in flight.
+struct WritesWaitAPoll(granary_io::MemDevice);
+
+impl Device for WritesWaitAPoll {
+    fn read_at(&self, buf: granary_io::AlignedBuf, offset: u64) -> granary_io::IoResult {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: granary_io::AlignedBuf, offset: u64) -> granary_io::IoResult {
+        self.0.write_at(buf, offset)
+    }
+    fn write_at_async(&self, buf: granary_io::AlignedBuf, offset: u64) -> granary_io::IoFuture<'_> {
+        let (mut buf, mut polled) = (Some(buf), false);
+        granary_io::IoFuture::Pending(Box::pin(std::future::poll_fn(move |cx| {
+            if !std::mem::replace(&mut polled, true) {
+                cx.waker().wake_by_ref();
+                return std::task::Poll::Pending;
+            }
+            std::task::Poll::Ready(self.0.write_at(buf.take().expect("polled once more"), offset))
+        })))
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+    fn size_bytes(&self) -> u64 {
+        self.0.size_bytes()
+    }
+    fn block_bytes(&self) -> u32 {
+        self.0.block_bytes()
+    }
+    fn counters(&self) -> &granary_io::IoCounters {
+        self.0.counters()
+    }
+    fn describe(&self) -> String {
+        "a memory device whose writes wait a poll".into()
+    }
+}
+
+/// A PUT whose future is dropped while its record is written (a caller's
+/// timeout) may still land, unindexed: it is listed as a version of its
+/// key the index does not point at, so the key's next value carries the
+/// supersedes flag. Without it that value, expired or evicted, left the
+/// index with no tombstone, and a crash before the stray record's segment
+/// was reclaimed brought the older value back. Coalesced and not.
+#[test]
+fn a_put_dropped_while_written_lists_its_record_until_its_segment_is_free() {
+    for coalesce_writes in [true, false] {
+        let dev = Arc::new(WritesWaitAPoll(granary_io::MemDevice::new(8 << 20)));
+        let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
+        let o = OpenOptions { coalesce_writes, background: Background::Manual, ..OpenOptions::default() };
+        let s = Store::create(dev.clone(), &c, &o).unwrap();
+        let h = s.core.keys.hash(b"k");
+        let mut put = Box::pin(s.put_async(b"k", b"old"));
+        let waker = std::task::Waker::noop();
+        let polled = std::future::Future::poll(put.as_mut(), &mut std::task::Context::from_waker(waker));
+        assert!(polled.is_pending(), "coalesce {coalesce_writes}: the write waits a poll");
+        drop(put);
+        assert!(s.core.keys.dropped.contains(h), "coalesce {coalesce_writes}: the stray record is not listed");
+        s.put(b"k", b"new").unwrap();
+        let new = granary_rt::block_on(s.core.find(b"k", h, false, true)).unwrap().expect("indexed");
+        assert!(new.hdr.supersedes, "coalesce {coalesce_writes}");
+        assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"new"[..]));
+        s.close().unwrap();
+    }
+}

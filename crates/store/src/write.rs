@@ -19,7 +19,7 @@
 //! then links the entry it displaces ([`crate::links`]).
 
 use crate::access::Policy;
-use crate::coalesce::Payload;
+use crate::coalesce::{Payload, Stray};
 use crate::counters::Counted;
 use crate::detach::{Finish, Orphaned, Shared};
 use crate::error::{Error, Result};
@@ -494,15 +494,24 @@ impl Core {
         // a rare fingerprint collision, and the flag is then only cautious.
         let supersedes = !matches!(prior, Prior::Known(None)) || self.keys.dropped.contains(h);
         let hdr = hdr.with_meta(meta.flags, meta.expires).with_stale(meta.stale).with_supersedes(supersedes);
-        let write = self.write_record_async(purpose, hdr, key, payload);
+        // A record that may land without being indexed (this future dropped
+        // while it is written or indexed, or an error between the two) is
+        // listed as a version of the key the index does not point at: the
+        // key's next value then carries the supersedes flag, so it never
+        // leaves the index with no tombstone while this one may come back.
+        let list = |seg: u32| self.keys.dropped.insert(seg, h);
+        let mut unindexed = Unindexed { stray: Some(&list), seg: None };
+        let write = self.write_record_async(purpose, hdr, key, payload, Some(&list));
         let (held, existing) = match prior {
             Prior::Known(existing) => (write.await?, existing),
             Prior::Blind(e) => {
                 let held = write.await?;
                 let loc = held.loc();
+                unindexed.seg = Some(loc.seg);
                 let committed = self.commit_blind(key, h, e, loc, policy).await;
                 drop(held);
                 committed?;
+                unindexed.seg = None;
                 self.refresh_tier(key, h, refresh, meta, cas.unwrap_or(seq), seq, loc);
                 self.counters.puts.fetch_add(1, Relaxed);
                 self.counters.user_bytes.fetch_add(key.len() as u64 + value_len, Relaxed);
@@ -515,13 +524,19 @@ impl Core {
                 // the PUT reports the error (after a crash the new one may
                 // be what recovery finds, as with any write that failed
                 // midway).
-                (Ok(_), Err(e)) | (Err(e), _) => return Err(e),
+                (Ok(held), Err(e)) => {
+                    unindexed.seg = Some(held.loc().seg);
+                    return Err(e);
+                }
+                (Err(e), _) => return Err(e),
             },
         };
         let loc = held.loc();
+        unindexed.seg = Some(loc.seg);
         let committed = self.commit(key, h, existing, loc, false, policy).await;
         drop(held);
         committed?;
+        unindexed.seg = None;
         self.refresh_tier(key, h, refresh, meta, cas.unwrap_or(seq), seq, loc);
         self.counters.puts.fetch_add(1, Relaxed);
         self.counters.user_bytes.fetch_add(key.len() as u64 + value_len, Relaxed);
@@ -556,7 +571,8 @@ impl Core {
         // Under the stripe no relocation of this key can run, so every
         // older version of it lies in a segment at or below the horizon.
         let hdr = RecordHeader::tombstone(key.len(), seq, 0, self.space.horizon());
-        let held = self.write_record_async(Purpose::Delete, hdr, key, Payload::Slice(&[])).await?;
+        // (A tombstone that lands unindexed hides nothing newer.)
+        let held = self.write_record_async(Purpose::Delete, hdr, key, Payload::Slice(&[]), None).await?;
         let committed = self.commit(key, h, existing, held.loc(), true, FRESH).await;
         drop(held);
         committed?;
@@ -741,7 +757,7 @@ impl Core {
     /// On success the caller indexes it and then calls `space.done`.
     #[cfg(test)]
     pub(crate) fn write_record(&self, purpose: Purpose, hdr: RecordHeader, key: &[u8], value: &[u8]) -> Result<Loc> {
-        block_on(self.write_record_async(purpose, hdr, key, Payload::Slice(value))).map(Held::keep)
+        block_on(self.write_record_async(purpose, hdr, key, Payload::Slice(value), None)).map(Held::keep)
     }
 
     /// Allocate, encode (with the segment's stamp) and write one record;
@@ -754,15 +770,18 @@ impl Core {
         mut hdr: RecordHeader,
         key: &[u8],
         value: Payload<'_>,
+        stray: Stray<'_>,
     ) -> Result<Held<'_>> {
         if self.coalesce && matches!(purpose, Purpose::Put | Purpose::PutShort | Purpose::Delete) {
             let next_seq = self.log.next_seq.load(Relaxed);
-            let r =
-                self.coalescer.write(self, purpose, self.log.seed, self.log.grain(), next_seq, hdr, key, value).await;
+            let (seed, grain) = (self.log.seed, self.log.grain());
+            let r = self.coalescer.write(self, purpose, seed, grain, next_seq, hdr, key, value, stray).await;
             return r.map_err(|e| self.log.poison_io(e));
         }
         let grains = hdr.grains(self.log.sb.grain_bytes);
         let loc = self.alloc_records(purpose, grains, crate::space::listed_bytes([key]))?;
+        // Dropped before the write has ended, the record may still land.
+        let mut unindexed = Unindexed { stray, seg: Some(loc.seg) };
         hdr.seg_stamp = loc.stamp;
         let (buf, owned) = match value {
             Payload::Slice(value) => {
@@ -800,6 +819,7 @@ impl Core {
         if let Some(slot) = owned {
             *slot = Some(buf);
         }
+        unindexed.seg = None;
         written.map(|()| Held::new(&self.space, loc))
     }
 
@@ -824,6 +844,7 @@ impl Core {
     /// written, for the caller to reuse.
     ///
     /// [`Coalescer::write_own`]: crate::coalesce::Coalescer::write_own
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn write_encoded(
         &self,
         purpose: Purpose,
@@ -831,10 +852,11 @@ impl Core {
         listed: u64,
         records: u64,
         encode: impl FnOnce(&Loc) -> AlignedBuf,
+        stray: Stray<'_>,
     ) -> Result<(Held<'_>, Option<AlignedBuf>)> {
         let next_seq = self.log.next_seq.load(Relaxed);
-        let r =
-            self.coalescer.write_own(self, purpose, self.log.grain(), next_seq, grains, listed, records, encode).await;
+        let grain = self.log.grain();
+        let r = self.coalescer.write_own(self, purpose, grain, next_seq, grains, listed, records, encode, stray).await;
         r.map_err(|e| self.log.poison_io(e))
     }
 
@@ -1096,5 +1118,21 @@ impl Core {
         }
         self.blindly_replaced(key, h, e, loc);
         Ok(())
+    }
+}
+
+/// A write's records that may lie on the device without the index
+/// pointing at them: while `seg` is set, dropping this lists them through
+/// `stray` ([`Stray`]; the writer still holds their keys' stripes).
+pub(crate) struct Unindexed<'a> {
+    pub stray: Stray<'a>,
+    pub seg: Option<u32>,
+}
+
+impl Drop for Unindexed<'_> {
+    fn drop(&mut self) {
+        if let (Some(list), Some(seg)) = (self.stray, self.seg) {
+            list(seg);
+        }
     }
 }
