@@ -14,9 +14,10 @@
 //!   extras and a key of [`KEY_BYTES_MAX`] fails its shape check first;
 //! - the checks are memcached 1.6's, in its order: a wrong magic closes
 //!   the connection without a reply, a key and extras longer than the body
-//!   get "Unknown command" and close it, a body of the wrong shape for its
-//!   opcode gets "Invalid arguments" and closes it, an unknown opcode gets
-//!   "Unknown command" and the connection goes on.
+//!   get "Unknown command" and close it, a key longer than
+//!   [`KEY_BYTES_MAX`] (whatever the opcode) or a body of the wrong shape
+//!   for its opcode gets "Invalid arguments" and closes it, an unknown
+//!   opcode gets "Unknown command" and the connection goes on.
 
 use crate::limits::KEY_BYTES_MAX;
 
@@ -276,6 +277,10 @@ pub(crate) fn frame(buf: &[u8], item_bytes_max: usize) -> Frame<'_> {
     if h.key_len + h.extras_len > h.body_len {
         return Frame::Close { h, status: Some(status::UNKNOWN_COMMAND) };
     }
+    // Before the opcode is looked at, as memcached checks it.
+    if h.key_len > KEY_BYTES_MAX {
+        return Frame::Close { h, status: Some(status::EINVAL) };
+    }
     let Some(op) = Op::from_code(h.opcode) else {
         return Frame::Skip {
             h,
@@ -390,6 +395,8 @@ mod tests {
         }
         let long = vec![b'k'; KEY_BYTES_MAX + 1];
         assert!(matches!(frame(&req(0x00, b"", &long, b""), 100), Frame::Close { status: Some(status::EINVAL), .. }));
+        // Also for an unknown opcode: the key's length is checked first.
+        assert!(matches!(frame(&req(0x40, b"", &long, b""), 100), Frame::Close { status: Some(status::EINVAL), .. }));
         // A value over the limit: skipped before it is read.
         let mut b = req(0x01, &[0; 8], b"k", b"");
         b[8..12].copy_from_slice(&(9u32 + 1000).to_be_bytes());

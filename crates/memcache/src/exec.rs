@@ -740,7 +740,7 @@ pub(crate) async fn arith(
 
 /// The number a value holds for incr, decr and ma, read as memcached reads
 /// it (C's `strtoull` in its `safe_strtoull`): leading white space, an
-/// optional sign, decimal digits, then the value's end or white space
+/// optional sign, decimal digits, then the value's end, white space or a NUL
 /// (whatever follows that is ignored: memcached pads a shrunk counter with
 /// spaces). A value that overflows 64 bits is not a number; a `-` is
 /// refused unless the negated number is below 2^63 (`-0` is 0).
@@ -753,7 +753,9 @@ pub(crate) fn counter_value(v: &[u8]) -> Option<u64> {
         _ => (false, v),
     };
     let end = v.iter().position(|b| !b.is_ascii_digit()).unwrap_or(v.len());
-    if end == 0 || matches!(v.get(end), Some(b) if !space(b)) {
+    // A NUL ends the number too (memcached's strtoull stops there: a C
+    // client storing strlen + 1 bytes).
+    if end == 0 || matches!(v.get(end), Some(b) if !space(b) && *b != 0) {
         return None;
     }
     let n: u64 = std::str::from_utf8(&v[..end]).ok()?.parse().ok()?;
@@ -786,6 +788,9 @@ mod tests {
             (b"0x10", None),
             (b"+", None),
             (b"- 5", None),
+            (b"5\0", Some(5)),
+            (b"5\0ab", Some(5)),
+            (b"\x005", None),
         ];
         for &(v, want) in cases {
             assert_eq!(counter_value(v), want, "value {:?}", String::from_utf8_lossy(v));

@@ -755,13 +755,15 @@ fn ms<'a>(raw_key: &'a [u8], t: &[&'a [u8]], skip: &mut usize) -> Result<Request
             return Err(e);
         }
     };
-    let mode = match m.flags.tok(b'M').and_then(|t| t.first().copied()).unwrap_or(b'S').to_ascii_uppercase() {
-        b'S' => Ok(MsMode::Set),
-        b'E' => Ok(MsMode::Add),
-        b'R' => Ok(MsMode::Replace),
-        b'A' => Ok(MsMode::Append),
-        b'P' => Ok(MsMode::Prepend),
-        _ => Err(ParseError::InvalidMsMode),
+    // One upper-case letter, as memcached 1.6.18 takes it (an M token of
+    // another length is refused with the flags).
+    let mode = match m.flags.tok(b'M') {
+        None | Some(b"S") => Ok(MsMode::Set),
+        Some(b"E") => Ok(MsMode::Add),
+        Some(b"R") => Ok(MsMode::Replace),
+        Some(b"A") => Ok(MsMode::Append),
+        Some(b"P") => Ok(MsMode::Prepend),
+        Some(_) => Err(ParseError::InvalidMsMode),
     };
     // memcached parses flags as an unsigned long and keeps 32 bits (as the
     // text commands do).
@@ -779,9 +781,11 @@ fn md<'a>(raw_key: &'a [u8], t: &[&'a [u8]]) -> Result<Request<'a>, ParseError> 
 
 fn ma<'a>(raw_key: &'a [u8], t: &[&'a [u8]]) -> Result<Request<'a>, ParseError> {
     let m = meta(raw_key, t, b"bcCENJDTMqOtvk", ParseError::FlagsTooLong, Some(ParseError::InvalidOrDuplicateFlag))?;
-    let incr = match m.flags.tok(b'M').and_then(|m| m.first().copied()) {
-        None | Some(b'I' | b'i' | b'+') => true,
-        Some(b'D' | b'd' | b'-') => false,
+    // One upper-case letter or sign, as memcached 1.6.18 takes it (an M
+    // token of another length is refused with the flags).
+    let incr = match m.flags.tok(b'M') {
+        None | Some(b"I" | b"+") => true,
+        Some(b"D" | b"-") => false,
         Some(_) => return Err(ParseError::InvalidMaMode),
     };
     let f = &m.flags;

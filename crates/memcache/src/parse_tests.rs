@@ -286,20 +286,21 @@ fn ms_takes_a_length_flags_and_a_mode() {
     let Request::Ms { len, mode, user_flags, ttl, cas, new_cas, .. } = r else { panic!() };
     assert_eq!((len, mode, user_flags, ttl, cas, new_cas), (2, Ok(MsMode::Set), 3, Some(0), Some(7), Some(8)));
     for (m, want) in [
-        ("MS", MsMode::Set),
-        ("Ms", MsMode::Set),
-        ("ME", MsMode::Add),
-        ("Me", MsMode::Add),
-        ("MA", MsMode::Append),
-        ("Ma", MsMode::Append),
-        ("MP", MsMode::Prepend),
-        ("Mp", MsMode::Prepend),
-        ("MR", MsMode::Replace),
-        ("Mr", MsMode::Replace),
+        ("MS", Ok(MsMode::Set)),
+        ("ME", Ok(MsMode::Add)),
+        ("MA", Ok(MsMode::Append)),
+        ("MP", Ok(MsMode::Prepend)),
+        ("MR", Ok(MsMode::Replace)),
+        // memcached 1.6.18 takes upper case only, and one letter.
+        ("Ms", Err(ParseError::InvalidMsMode)),
+        ("Me", Err(ParseError::InvalidMsMode)),
+        ("Mr", Err(ParseError::InvalidMsMode)),
     ] {
         let line = format!("ms k 1 {m}");
-        assert!(matches!(req(&line), Request::Ms { mode: Ok(got), .. } if got == want), "{line}");
+        assert!(matches!(req(&line), Request::Ms { mode, .. } if mode == want), "{line}");
     }
+    assert_eq!(err("ms k 1 M"), ParseError::MTokenLength);
+    assert_eq!(err("ms k 1 MSet"), ParseError::MTokenLength);
     // F keeps 32 bits of an unsigned long.
     assert!(matches!(req("ms f 1 F4294967297"), Request::Ms { user_flags: 1, .. }));
     // Letters ms has no use for (v, s, t, N, h, l, u, P, L) are dropped.
@@ -328,9 +329,20 @@ fn md_and_ma_parse_their_flags() {
         (incr, delta, initial, vivify, ttl, cas, new_cas),
         (true, Some(10), Some(5), Some(0), Some(30), Some(3), Some(4))
     );
-    for (m, want) in [("MI", true), ("Mi", true), ("M+", true), ("MD", false), ("Md", false), ("M-", false)] {
+    for (m, want) in [("MI", true), ("M+", true), ("MD", false), ("M-", false)] {
         let line = format!("ma k {m}");
         assert!(matches!(req(&line), Request::Ma { incr, .. } if incr == want), "{line}");
+    }
+    // memcached 1.6.18 takes upper case only; a token of other than one
+    // character is a flag error.
+    for (m, want) in [
+        ("Mi", ParseError::InvalidMaMode),
+        ("Md", ParseError::InvalidMaMode),
+        ("M", ParseError::InvalidOrDuplicateFlag),
+        ("MIncr", ParseError::InvalidOrDuplicateFlag),
+    ] {
+        let line = format!("ma k {m}");
+        assert_eq!(err(&line), want, "{line}");
     }
     let Request::Ma { delta, initial, .. } = req("ma k") else { panic!() };
     assert_eq!((delta, initial), (None, None));

@@ -265,6 +265,21 @@ fn every_opcode_answers_as_memcached() {
     assert!(s.iter().any(|r| r.key == b"item_size_max"));
     assert_eq!(c.call(&req(STAT, b"", b"reset", b"", 0, 9)).len(), 1);
     err(&c.one(STAT, b"", b"bogus", b"", 0), 1, "Not found");
+    // The groups as memcached 1.6.18 answers them (checked against it):
+    // prefixes of reset and settings, detail's forms, sizes.
+    let mut kv = |group: &[u8]| -> Vec<(Vec<u8>, Vec<u8>)> {
+        c.call(&req(STAT, b"", group, b"", 0, 9)).into_iter().map(|r| (r.key, r.value)).collect()
+    };
+    let end = (Vec::new(), Vec::new());
+    assert_eq!(kv(b"resetX"), std::slice::from_ref(&end));
+    assert!(kv(b"settingsX").iter().any(|(k, _)| k == b"item_size_max"));
+    assert_eq!(kv(b"detail on"), std::slice::from_ref(&end));
+    assert_eq!(kv(b"detail off"), std::slice::from_ref(&end));
+    let dump = (b"detailed".to_vec(), b"END\r\n".to_vec());
+    assert_eq!(kv(b"detail dump"), [dump.clone(), end.clone()]);
+    assert_eq!(kv(b"detail"), [dump, end.clone()]);
+    assert_eq!(kv(b"sizes"), [(b"sizes_status".to_vec(), b"disabled".to_vec()), end]);
+    err(&c.one(STAT, b"", b"detailX", b"", 0), 1, "Not found");
 
     // flush, with and without an expiration.
     ok(&c.one(SET, &set_extras(0, 0), b"f", b"1", 0));

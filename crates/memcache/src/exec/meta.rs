@@ -171,13 +171,14 @@ impl<S: Sink> Exec<'_, S> {
         let (fl, key, raw_key, cas, new_cas) = (&m.flags, &m.key[..], m.raw_key, *cas, *new_cas);
         self.ctx.stats.cmd_set.fetch_add(1, Relaxed);
         self.ctx.stats.cmd_meta.fetch_add(1, Relaxed);
-        let data = match parse::value(block) {
-            Ok(data) => data,
-            Err(e) => return self.refuse(e),
-        };
-        // memcached checks the mode only once the data is read.
+        // memcached checks the mode once the data block is read, before
+        // its line end.
         let mode = match *mode {
             Ok(mode) => mode,
+            Err(e) => return self.refuse(e),
+        };
+        let data = match parse::value(block) {
+            Ok(data) => data,
             Err(e) => return self.refuse(e),
         };
         let meta = ItemMeta::new(*user_flags, self.expires(ttl.unwrap_or(0)));
