@@ -15,6 +15,7 @@ use std::io::{self, Seek, SeekFrom};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Instant;
 
 /// How the file is opened.
@@ -54,6 +55,29 @@ pub struct FileDevice {
     block: u32,
     is_block_device: bool,
     counters: IoCounters,
+    /// Operations under way, and [`RELEASED`] once [`Device::release`]
+    /// has begun: no operation starts after it, and the lock goes only
+    /// when those under way have ended.
+    uses: AtomicU64,
+    /// The process that opened it (a child made by `fork` shares the
+    /// lock: its release must not let go of its parent's).
+    pid: u32,
+}
+
+/// [`FileDevice::uses`]' flag: released.
+const RELEASED: u64 = 1 << 63;
+
+/// How long [`Device::release`] waits for a [`FileDevice`]'s operations
+/// under way to end before it lets go of the lock anyway.
+pub const RELEASE_WAIT_MS: u64 = 5000;
+
+/// One operation of a [`FileDevice`] under way ([`FileDevice::enter`]).
+struct Use<'a>(&'a AtomicU64);
+
+impl Drop for Use<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, SeqCst);
+    }
 }
 
 fn annotate(e: io::Error, what: &str, path: &Path) -> io::Error {
@@ -261,6 +285,8 @@ impl FileDevice {
             block: 512,
             is_block_device,
             counters: IoCounters::default(),
+            uses: AtomicU64::new(0),
+            pid: std::process::id(),
         };
         dev.block = dev.probe_block_size()?;
         dev.size -= dev.size % dev.block as u64;
@@ -349,6 +375,19 @@ async fn uring_full(dir: Dir, fd: i32, buf: AlignedBuf, offset: u64) -> IoResult
 }
 
 impl FileDevice {
+    /// Count an operation under way; refused once the device is released
+    /// (its store closed: another process may own the file now).
+    fn enter(&self) -> io::Result<Use<'_>> {
+        if self.uses.fetch_add(1, SeqCst) & RELEASED != 0 {
+            self.uses.fetch_sub(1, SeqCst);
+            return Err(io::Error::other(format!(
+                "{}: its store was closed (the device was let go)",
+                self.path.display()
+            )));
+        }
+        Ok(Use(&self.uses))
+    }
+
     /// The async form of an operation: through the ring on an executor with
     /// the io_uring backend, else the synchronous call.
     fn async_op(&self, dir: Dir, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
@@ -361,9 +400,16 @@ impl FileDevice {
         if let Err(e) = check_range(self, buf.len(), offset) {
             return IoFuture::ready((buf, Err(e)));
         }
+        let u = match self.enter() {
+            Ok(u) => u,
+            Err(e) => return IoFuture::ready((buf, Err(e))),
+        };
         let fd = self.file.as_raw_fd();
         let start = Instant::now();
         IoFuture::Pending(Box::pin(async move {
+            // Counted until the operation ends (or its future is dropped:
+            // the engine hands on what it drops, `detach`).
+            let _use = u;
             let (buf, r) = uring_full(dir, fd, buf, offset).await;
             if r.is_ok() {
                 match dir {
@@ -511,6 +557,10 @@ impl Device for FileDevice {
         if let Err(e) = check_range(self, buf.len(), offset) {
             return (buf, Err(e));
         }
+        let _use = match self.enter() {
+            Ok(u) => u,
+            Err(e) => return (buf, Err(e)),
+        };
         let start = Instant::now();
         let r = read_full(&self.file, &mut buf, offset, self.backend == IoBackend::Uring);
         if r.is_ok() {
@@ -523,6 +573,10 @@ impl Device for FileDevice {
         if let Err(e) = check_range(self, buf.len(), offset) {
             return (buf, Err(e));
         }
+        let _use = match self.enter() {
+            Ok(u) => u,
+            Err(e) => return (buf, Err(e)),
+        };
         let start = Instant::now();
         let r = write_full(&self.file, &buf, offset, self.backend == IoBackend::Uring);
         if r.is_ok() {
@@ -546,6 +600,7 @@ impl Device for FileDevice {
         if offset + len > self.size {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "discard past the end of the device"));
         }
+        let _use = self.enter()?;
         let fd = self.file.as_raw_fd();
         let rc = if self.is_block_device {
             let range: [u64; 2] = [offset, len];
@@ -575,6 +630,7 @@ impl Device for FileDevice {
     }
 
     fn flush(&self) -> io::Result<()> {
+        let _use = self.enter()?;
         let start = Instant::now();
         let r = self.file.sync_data();
         self.counters.flush(start);
@@ -586,7 +642,12 @@ impl Device for FileDevice {
             return Box::pin(std::future::ready(self.flush()));
         }
         let fd = self.file.as_raw_fd();
+        let u = match self.enter() {
+            Ok(u) => u,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
         Box::pin(async move {
+            let _use = u;
             let start = Instant::now();
             let r = granary_rt::fdatasync(fd).await;
             self.counters.flush(start);
@@ -606,9 +667,41 @@ impl Device for FileDevice {
         &self.counters
     }
 
+    /// No operation starts from now on (they fail); once those under way
+    /// have ended, the lock goes, so another process opening the file
+    /// never meets a write of this one. The wait is bounded by
+    /// [`RELEASE_WAIT_MS`] (an operation of a future this thread holds
+    /// unpolled would never end): past it the lock goes all the same,
+    /// with a warning. Not in a child made by `fork`, which shares its
+    /// parent's lock.
     fn release(&self) {
+        self.uses.fetch_or(RELEASED, SeqCst);
+        let deadline = Instant::now() + std::time::Duration::from_millis(RELEASE_WAIT_MS);
+        loop {
+            let under_way = self.uses.load(SeqCst) & !RELEASED;
+            if under_way == 0 {
+                break;
+            }
+            if Instant::now() > deadline {
+                tracing::warn!(path = %self.path.display(), under_way, "letting go of the device's lock with operations still under way");
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        if std::process::id() != self.pid {
+            return;
+        }
         // SAFETY: flock on the device's own open fd with constant flags.
         unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
+    }
+
+    fn claim(&self) -> io::Result<()> {
+        if self.uses.load(SeqCst) & RELEASED == 0 {
+            return Ok(());
+        }
+        lock_exclusive(&self.file, &self.path)?;
+        self.uses.fetch_and(!RELEASED, SeqCst);
+        Ok(())
     }
 
     fn describe(&self) -> String {
@@ -970,6 +1063,31 @@ mod tests {
         assert!(err.to_string().contains("in use by another process"), "{err}");
         drop(first);
         FileDevice::open(&path, OpenMode::Direct).unwrap();
+    }
+
+    /// A released device refuses new operations and lets the lock go (a
+    /// second open succeeds while the first device lives); claimed back
+    /// (its lock free again), it works again; a claim while another holds
+    /// the lock is refused.
+    #[test]
+    fn a_released_device_refuses_operations_and_lets_its_lock_go() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let path = dir.path().join("dev");
+        let first = FileDevice::create(&path, 1 << 16, OpenMode::Direct).unwrap();
+        first.release();
+        let (_, r) = first.write_at(AlignedBuf::zeroed(4096), 0);
+        assert!(r.unwrap_err().to_string().contains("let go"));
+        assert!(first.flush().is_err());
+        let second = FileDevice::open(&path, OpenMode::Direct).unwrap();
+        let err = first.claim().unwrap_err();
+        assert!(err.to_string().contains("in use by another process"), "{err}");
+        drop(second);
+        first.claim().unwrap();
+        let (_, r) = first.write_at(AlignedBuf::zeroed(4096), 0);
+        r.unwrap();
+        first.flush().unwrap();
+        let err = FileDevice::open(&path, OpenMode::Direct).err().unwrap();
+        assert!(err.to_string().contains("in use by another process"), "{err}");
     }
 
     #[test]

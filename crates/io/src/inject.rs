@@ -475,6 +475,10 @@ impl Device for InjectDevice {
     fn release(&self) {
         self.inner.release()
     }
+
+    fn claim(&self) -> io::Result<()> {
+        self.inner.claim()
+    }
 }
 
 /// Take commands for `controls` on a Unix socket made at `path` (an old

@@ -212,6 +212,12 @@ pub trait Device: Send + Sync + 'static {
     /// working (the file stays open), so a call that raced the close stays
     /// memory-safe; the store refuses new ones. Default: nothing.
     fn release(&self) {}
+    /// Take the device back after a [`Device::release`] (a store opened on
+    /// it again): its lock again, or an error if another process holds it
+    /// now. Default, and for a device never released: nothing.
+    fn claim(&self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Counters every backend keeps: operations and bytes that completed, and

@@ -549,6 +549,10 @@ impl Device for StripedDevice {
         }
     }
 
+    fn claim(&self) -> io::Result<()> {
+        self.members.iter().try_for_each(|m| m.claim())
+    }
+
     fn describe(&self) -> String {
         let members: Vec<String> = self.members.iter().map(|m| m.describe()).collect();
         format!("RAID-0 of {} members, {} KiB stripes: {}", self.members.len(), self.stripe / 1024, members.join("; "))

@@ -325,6 +325,9 @@ impl Device for TestDevice {
     fn release(&self) {
         self.dev().release()
     }
+    fn claim(&self) -> io::Result<()> {
+        self.dev().claim()
+    }
 }
 
 #[cfg(test)]

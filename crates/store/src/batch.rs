@@ -524,7 +524,8 @@ impl Core {
         let hs: Vec<u64> = ops.iter().zip(&writes).filter(|(_, &w)| w).map(|(r, _)| r.h).collect();
         let list = |seg: u32| self.keys.dropped.insert_all(seg, hs.iter().copied());
         let (held, buf) = self.write_encoded(purpose, total, listed, n, encode, Some(&list)).await?;
-        let mut unindexed = Unindexed { stray: Some(&list), seg: Some(held.loc().seg) };
+        let mut unindexed = Unindexed::new(Some(&list));
+        unindexed.hold(held);
         if let Some(buf) = buf {
             keep_spare(buf);
         }
@@ -533,10 +534,7 @@ impl Core {
         let publishing = self.keys.publishing.start(first, seq);
         let published = self.publish_batch(ops, prior, &own_link, placed).await;
         drop(publishing);
-        drop(held);
-        if published.is_ok() {
-            unindexed.seg = None;
-        }
+        unindexed.end(published.is_ok());
         Ok(BatchOutcome::Committed { cas: published? })
     }
 

@@ -611,8 +611,8 @@ mod tests {
     /// SepBIT's two user streams share the coalescer: a group pending in
     /// the short-lived stream's segment must not hold back a user write
     /// that opens the user stream's next segment (the wait before a roll
-    /// is for the writer's own stream). Before, it waited, and under steady
-    /// short-lived load the user stream's writers starved.
+    /// is for the writer's own stream; waiting for the other would starve
+    /// the user stream under steady short-lived load).
     #[test]
     fn a_group_pending_in_one_stream_does_not_hold_back_a_roll_of_another() {
         let dev = std::sync::Arc::new(granary_io::MemDevice::new(8 << 20));

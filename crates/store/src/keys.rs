@@ -129,23 +129,45 @@ impl Keys {
 /// longer points at, per segment, until that segment is free on the
 /// device: values GC dropped from a victim (see `gc::drop_value`), values it
 /// copied out of a victim (the original stays beside the copy, with the
-/// same sequence number, until the victim is freed), and copies of one
+/// same sequence number, until the victim is freed), copies of one
 /// record that recovery found twice (a crash between a copy and the
-/// victim's free). Such a version could come back after a crash, so a new
+/// victim's free), and records a write may have left unindexed (its
+/// future dropped while they were written or indexed:
+/// `write::Unindexed`). Such a version could come back after a crash, so a new
 /// value of the key carries the supersedes flag and a delete writes a
 /// tombstone even when the index holds nothing for the key; and index
 /// checkpoints replay these segments (`checkpoint::write`), so the next
 /// recovery finds the versions again. A victim whose reclaim failed (no
 /// room to relocate, an IO error) keeps its entries until a later reclaim
 /// frees it. Writers check it on every write, so the empty case is one
-/// atomic load.
-#[derive(Default)]
+/// atomic load, and a key none of whose hash's slot is listed too (the
+/// list can hold a write's strays for long: no lock is taken for keys
+/// not in it).
 pub(crate) struct DroppedKeys {
     sets: std::sync::Mutex<std::collections::HashMap<u32, std::collections::HashSet<u64>>>,
     len: std::sync::atomic::AtomicUsize,
+    /// Listed (segment, hash) pairs by [`DroppedKeys::slot`] of the hash.
+    slots: Box<[std::sync::atomic::AtomicU32]>,
+}
+
+/// Slots of [`DroppedKeys::slots`].
+const DROPPED_SLOTS: usize = 1024;
+
+impl Default for DroppedKeys {
+    fn default() -> DroppedKeys {
+        DroppedKeys {
+            sets: Default::default(),
+            len: Default::default(),
+            slots: (0..DROPPED_SLOTS).map(|_| Default::default()).collect(),
+        }
+    }
 }
 
 impl DroppedKeys {
+    fn slot(&self, h: u64) -> &std::sync::atomic::AtomicU32 {
+        &self.slots[(h >> 40) as usize % DROPPED_SLOTS]
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u32, std::collections::HashSet<u64>>> {
         self.sets.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -159,7 +181,12 @@ impl DroppedKeys {
 
     pub(crate) fn insert_all(&self, v: u32, hs: impl IntoIterator<Item = u64>) {
         let mut s = self.lock();
-        s.entry(v).or_default().extend(hs);
+        let set = s.entry(v).or_default();
+        for h in hs {
+            if set.insert(h) {
+                self.slot(h).fetch_add(1, Relaxed);
+            }
+        }
         self.len.store(s.values().map(|x| x.len()).sum(), Relaxed);
     }
 
@@ -171,13 +198,17 @@ impl DroppedKeys {
     /// Whether `h` was dropped from a victim not yet free; the caller holds
     /// its key's stripe, which orders this after the insert made under it.
     pub(crate) fn contains(&self, h: u64) -> bool {
-        self.len.load(Relaxed) != 0 && self.lock().values().any(|x| x.contains(&h))
+        self.len.load(Relaxed) != 0 && self.slot(h).load(Relaxed) != 0 && self.lock().values().any(|x| x.contains(&h))
     }
 
     /// Victim `v` is free on the device: its dropped values are gone.
     pub(crate) fn freed(&self, v: u32) {
         let mut s = self.lock();
-        s.remove(&v);
+        if let Some(gone) = s.remove(&v) {
+            for h in gone {
+                self.slot(h).fetch_sub(1, Relaxed);
+            }
+        }
         self.len.store(s.values().map(|x| x.len()).sum(), Relaxed);
     }
 

@@ -41,6 +41,7 @@ use std::sync::{Arc, Condvar, Mutex};
 impl Store {
     /// Format `dev` as a new, empty store and open it.
     pub fn create(dev: Arc<dyn Device>, opts: &CreateOptions, open: &OpenOptions) -> Result<Store> {
+        dev.claim().map_err(Error::Device)?;
         let sb = Self::geometry(dev.as_ref(), opts, open)?;
         Self::check_zones(dev.as_ref(), &sb, open)?;
         crate::space::write_superblocks(dev.as_ref(), &sb)?;
@@ -173,6 +174,8 @@ impl Store {
 
     /// Open an existing store and rebuild its index from the log.
     pub fn open(dev: Arc<dyn Device>, opts: &OpenOptions) -> Result<Store> {
+        // A device a store dropped before let go (`Device::release`).
+        dev.claim().map_err(Error::Device)?;
         let core = match Self::open_core(dev.clone(), opts, opts.use_checkpoint)? {
             Some(core) => core,
             None => {

@@ -57,6 +57,7 @@ impl Store {
     /// used for the scan's open (its progress hook shows the scan) and its
     /// entropy draws the seed. The store is closed again on return.
     pub fn rekey(dev: Arc<dyn Device>, open: &OpenOptions) -> Result<Rekeyed> {
+        dev.claim().map_err(Error::Device)?;
         let sb = Self::read_superblock(dev.as_ref())?;
         if sb.hash_algo == KEY_HASH_ALGO_XXH3_64_SECRET {
             // A re-key cut short between the superblock's copies: copy B

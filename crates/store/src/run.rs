@@ -220,12 +220,10 @@ impl Core {
         // Records that may land unindexed are listed ([`Unindexed`]).
         let list = |seg: u32| self.keys.dropped.insert_all(seg, keys.iter().map(|k| k.h));
         let (held, _) = self.write_encoded(Purpose::Put, total, listed, n, encode, Some(&list)).await?;
-        let mut unindexed = Unindexed { stray: Some(&list), seg: Some(held.loc().seg) };
+        let mut unindexed = Unindexed::new(Some(&list));
+        unindexed.hold(held);
         let published = self.publish_piece(piece, prior, &own_link, &locs, first).await;
-        drop(held);
-        if published.is_ok() {
-            unindexed.seg = None;
-        }
+        unindexed.end(published.is_ok());
         published
     }
 

@@ -1311,14 +1311,15 @@ impl Space {
         }
         let buf = header_buf(&self.sb, seg, kind, stream, alloc_seq, first_seq);
         let offset = self.sb.segment_offset(seg);
-        if self.durability == Durability::Direct {
+        if self.durability == Durability::Direct && kind == SegmentKind::Kv {
             // What was written before the stream moves on reaches the
             // media first: a write never flushed then lies only in its
             // stream's two newest segments, the ones recovery reads a
             // record that fails its checksum in as torn (ignored). A power
             // cut could otherwise tear one in an older segment, where it is
             // taken for damage and indexed over the version `Store::sync`
-            // made durable. One flush per segment.
+            // made durable. One flush per KV segment opened, under the
+            // allocation's lock (writers that need a segment wait for it).
             self.dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
         }
         let (_, r) = self.dev.write_at(buf, offset);

@@ -2447,11 +2447,11 @@ impl Device for WritesWaitAPoll {
 /// A PUT whose future is dropped while its record is written (a caller's
 /// timeout) may still land, unindexed: it is listed as a version of its
 /// key the index does not point at, so the key's next value carries the
-/// supersedes flag. Without it that value, expired or evicted, left the
+/// supersedes flag (else that value, expired or evicted, would leave the
 /// index with no tombstone, and a crash before the stray record's segment
-/// was reclaimed brought the older value back. Coalesced and not.
+/// is reclaimed would bring the older value back). Coalesced and not.
 #[test]
-fn a_put_dropped_while_written_lists_its_record_until_its_segment_is_free() {
+fn a_put_dropped_while_written_lists_its_record() {
     for coalesce_writes in [true, false] {
         let dev = Arc::new(WritesWaitAPoll(granary_io::MemDevice::new(8 << 20)));
         let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };

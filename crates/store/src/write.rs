@@ -500,18 +500,17 @@ impl Core {
         // key's next value then carries the supersedes flag, so it never
         // leaves the index with no tombstone while this one may come back.
         let list = |seg: u32| self.keys.dropped.insert(seg, h);
-        let mut unindexed = Unindexed { stray: Some(&list), seg: None };
+        let mut unindexed = Unindexed::new(Some(&list));
         let write = self.write_record_async(purpose, hdr, key, payload, Some(&list));
         let (held, existing) = match prior {
             Prior::Known(existing) => (write.await?, existing),
             Prior::Blind(e) => {
                 let held = write.await?;
                 let loc = held.loc();
-                unindexed.seg = Some(loc.seg);
+                unindexed.hold(held);
                 let committed = self.commit_blind(key, h, e, loc, policy).await;
-                drop(held);
+                unindexed.end(committed.is_ok());
                 committed?;
-                unindexed.seg = None;
                 self.refresh_tier(key, h, refresh, meta, cas.unwrap_or(seq), seq, loc);
                 self.counters.puts.fetch_add(1, Relaxed);
                 self.counters.user_bytes.fetch_add(key.len() as u64 + value_len, Relaxed);
@@ -525,18 +524,17 @@ impl Core {
                 // be what recovery finds, as with any write that failed
                 // midway).
                 (Ok(held), Err(e)) => {
-                    unindexed.seg = Some(held.loc().seg);
+                    unindexed.hold(held);
                     return Err(e);
                 }
                 (Err(e), _) => return Err(e),
             },
         };
         let loc = held.loc();
-        unindexed.seg = Some(loc.seg);
+        unindexed.hold(held);
         let committed = self.commit(key, h, existing, loc, false, policy).await;
-        drop(held);
+        unindexed.end(committed.is_ok());
         committed?;
-        unindexed.seg = None;
         self.refresh_tier(key, h, refresh, meta, cas.unwrap_or(seq), seq, loc);
         self.counters.puts.fetch_add(1, Relaxed);
         self.counters.user_bytes.fetch_add(key.len() as u64 + value_len, Relaxed);
@@ -781,7 +779,8 @@ impl Core {
         let grains = hdr.grains(self.log.sb.grain_bytes);
         let loc = self.alloc_records(purpose, grains, crate::space::listed_bytes([key]))?;
         // Dropped before the write has ended, the record may still land.
-        let mut unindexed = Unindexed { stray, seg: Some(loc.seg) };
+        let mut unindexed = Unindexed::new(stray);
+        unindexed.seg = Some(loc.seg);
         hdr.seg_stamp = loc.stamp;
         let (buf, owned) = match value {
             Payload::Slice(value) => {
@@ -1123,10 +1122,32 @@ impl Core {
 
 /// A write's records that may lie on the device without the index
 /// pointing at them: while `seg` is set, dropping this lists them through
-/// `stray` ([`Stray`]; the writer still holds their keys' stripes).
+/// `stray` ([`Stray`]; the writer still holds their keys' stripes), and
+/// only then releases their allocation (`held`), so GC cannot free the
+/// segment before they are listed.
 pub(crate) struct Unindexed<'a> {
-    pub stray: Stray<'a>,
-    pub seg: Option<u32>,
+    stray: Stray<'a>,
+    seg: Option<u32>,
+    held: Option<Held<'a>>,
+}
+
+impl<'a> Unindexed<'a> {
+    pub(crate) fn new(stray: Stray<'a>) -> Unindexed<'a> {
+        Unindexed { stray, seg: None, held: None }
+    }
+
+    /// The records are written (at `held`), not yet indexed.
+    pub(crate) fn hold(&mut self, held: Held<'a>) {
+        self.seg = Some(held.loc().seg);
+        self.held = Some(held);
+    }
+
+    /// Their indexing ended: listed unless `indexed`, then released.
+    pub(crate) fn end(mut self, indexed: bool) {
+        if indexed {
+            self.seg = None;
+        }
+    }
 }
 
 impl Drop for Unindexed<'_> {
@@ -1134,5 +1155,6 @@ impl Drop for Unindexed<'_> {
         if let (Some(list), Some(seg)) = (self.stray, self.seg) {
             list(seg);
         }
+        // `held` drops after: the allocation is released once listed.
     }
 }

@@ -971,9 +971,8 @@ fn a_crash_loop_with_concurrent_writers_tears_no_acknowledged_write() {
 /// ignores a record that fails its checksum only in its stream's two
 /// newest segments (where a crash can leave writes in flight); the store
 /// flushes before each new segment in direct mode, so no unflushed write
-/// lies further back. Before, a torn overwrite three segments back was
-/// taken for damage and indexed over the synced version: the key read as
-/// corrupt.
+/// lies further back (a torn overwrite there would be taken for damage
+/// and indexed over the synced version: the key would read as corrupt).
 #[test]
 fn a_power_cut_in_direct_mode_keeps_what_sync_made_durable() {
     for seed in seed_range(0, 40) {
