@@ -1,6 +1,7 @@
 //! The process's file-descriptor limit (RLIMIT_NOFILE) against what the
 //! server's connection limits need: `granary serve` raises its soft limit
-//! at start-up to cover every listener's `conn_limit` connections,
+//! at start-up to cover every listener's `conn_limit` connections (and
+//! the over-limit connections it may be refusing),
 //! [`FDS_PER_EXECUTOR`] for each executor thread and [`FDS_RESERVED`], up
 //! to the hard limit, and refuses to start when the
 //! hard limit is lower (a connection limit the process could not honour
@@ -23,9 +24,12 @@ pub const FDS_RESERVED: u64 = 256;
 pub const FDS_PER_EXECUTOR: u64 = 3;
 
 /// Descriptors needed by `listeners` listeners of `conn_limit` connections
-/// each on `executors` executor threads, the reserve included.
+/// each (and the connections over the limit each may be refusing at once,
+/// `granary_server::REFUSING_MAX`, and the one it closes at once) on
+/// `executors` executor threads, the reserve included.
 pub fn fds_needed(conn_limit: usize, listeners: usize, executors: usize) -> u64 {
-    (conn_limit as u64)
+    let per_listener = (conn_limit as u64).saturating_add(granary_server::REFUSING_MAX + 1);
+    per_listener
         .saturating_mul(listeners as u64)
         .saturating_add(FDS_PER_EXECUTOR.saturating_mul(executors as u64))
         .saturating_add(FDS_RESERVED)
@@ -92,8 +96,9 @@ mod tests {
 
     #[test]
     fn the_need_counts_every_listener_and_the_reserve() {
-        assert_eq!(fds_needed(1024, 3, 2), 3 * 1024 + 2 * FDS_PER_EXECUTOR + FDS_RESERVED);
-        assert_eq!(fds_needed(1024, 3, 128), 3 * 1024 + 384 + FDS_RESERVED);
+        let refusing = granary_server::REFUSING_MAX + 1;
+        assert_eq!(fds_needed(1024, 3, 2), 3 * (1024 + refusing) + 2 * FDS_PER_EXECUTOR + FDS_RESERVED);
+        assert_eq!(fds_needed(1024, 3, 128), 3 * (1024 + refusing) + 384 + FDS_RESERVED);
         assert_eq!(fds_needed(usize::MAX, 4, 1), u64::MAX);
     }
 

@@ -54,22 +54,26 @@ pub fn serve(l: std::net::TcpListener, src: Sources, rt: &Runtime) -> std::io::R
                 drop(s);
                 continue;
             }
+            // Counted down however the task ends (dropped unpolled too).
             serving.fetch_add(1, Relaxed);
-            let (src, serving) = (src.clone(), serving.clone());
+            let served = Served(serving.clone());
+            let src = src.clone();
             granary_rt::spawn(async move {
-                // Counted down however the task ends.
-                struct Served(Arc<AtomicUsize>);
-                impl Drop for Served {
-                    fn drop(&mut self) {
-                        self.0.fetch_sub(1, Relaxed);
-                    }
-                }
-                let _served = Served(serving);
+                let _served = served;
                 let _ = granary_rt::timeout(REQUEST_TIMEOUT, answer(&s, &src)).await;
             });
         }
     });
     Ok(bound)
+}
+
+/// A connection the endpoint serves, counted while it lives.
+struct Served(Arc<AtomicUsize>);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
 }
 
 async fn answer(s: &TcpStream, src: &Sources) {

@@ -1552,13 +1552,15 @@ fn a_request_whose_task_panics_closes_its_connection_after_the_others_responses(
     cl.put(b"bad", MARK).unwrap();
     cl.put(b"good", b"fine").unwrap();
     dev.armed.store(true, Relaxed);
-    // A PUT, the GET that panics, and a request sent after it, in one
-    // write: the PUT is answered, the GET never is, and the connection
-    // ends rather than leave the client waiting.
+    // A PUT, the GET that panics, and a PUT of the same key sent after it
+    // (it waits for the GET it conflicts with), in one write: the first
+    // PUT is answered, the GET never is, the last PUT never starts, and
+    // the connection ends rather than leave the client waiting.
     let mut s = raw(srv.local_addr());
     let mut f = Vec::new();
     Request::Put { key: b"before", value: b"1", mode: PutMode::Upsert }.encode(1, &mut f);
     Request::Get(b"bad").encode(2, &mut f);
+    Request::Put { key: b"bad", value: b"after", mode: PutMode::Upsert }.encode(3, &mut f);
     s.write_all(&f).unwrap();
     // The PUT's response, then the end of the stream (not the read
     // timeout: a client left waiting).
@@ -1575,6 +1577,6 @@ fn a_request_whose_task_panics_closes_its_connection_after_the_others_responses(
     let cl = client(&srv);
     assert_eq!(cl.get(b"good").unwrap().as_deref(), Some(&b"fine"[..]));
     assert_eq!(cl.get(b"before").unwrap().as_deref(), Some(&b"1"[..]));
-    assert_eq!(cl.get(b"bad").unwrap().as_deref(), Some(MARK));
+    assert_eq!(cl.get(b"bad").unwrap().as_deref(), Some(MARK), "the PUT after the panic never ran");
     srv.shutdown();
 }

@@ -135,8 +135,19 @@ impl User {
             "!" => self.remove_password(&hex_digest(arg)?, rule)?,
             _ => {
                 // A word that is no rule's shape may be a password missing
-                // its '>': errors go to logs, so it is not echoed.
-                let what = if rule.starts_with(['~', '%', '+', '-', '&', '(', '@']) {
+                // its '>': errors go to logs, so it is not echoed. Shown:
+                // key, channel and selector patterns, categories, and
+                // commands this server knows.
+                let command = |r: &str| {
+                    r.strip_prefix(['+', '-'])
+                        .map(|c| c.split('|').next().unwrap_or(""))
+                        .is_some_and(|c| crate::exec::lookup(c.as_bytes()).is_some())
+                };
+                let what = if rule.starts_with(['~', '%', '&', '('])
+                    || rule.starts_with("+@")
+                    || rule.starts_with("-@")
+                    || command(rule)
+                {
                     format!("rule '{rule}'")
                 } else {
                     let n = rule.chars().count();
@@ -367,6 +378,8 @@ mod tests {
         // What may be a password is never echoed (errors reach logs).
         for (text, secret) in [
             ("user alice on s3cret ~* +@all\n", "s3cret"),
+            ("user alice on +hunter2 ~* +@all\n", "hunter2"),
+            ("user alice on -Secret ~* +@all\n", "Secret"),
             ("user alice on <nope ~* +@all\n", "nope"),
             ("user alice on \">s3cret x\" ~* +@all\n", "s3cret"),
         ] {

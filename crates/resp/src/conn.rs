@@ -108,8 +108,9 @@ async fn command(ctx: &Ctx, client: &mut Client, args: &[&[u8]], out: &mut Vec<u
     let resp3 = client.resp3;
     let fail = |client: &mut Client, out: &mut Vec<u8>, msg: &[u8], abort: bool| {
         if abort {
+            // EXEC aborts: the queue is let go now, not held until then.
             if let Some(m) = client.multi.as_mut() {
-                m.refused = true;
+                *m = exec::Multi { refused: true, ..Default::default() };
             }
         }
         ctx.stats.errors.fetch_add(1, Relaxed);
@@ -165,10 +166,6 @@ async fn command(ctx: &Ctx, client: &mut Client, args: &[&[u8]], out: &mut Vec<u
                 "ERR MULTI queues at most {MULTI_QUEUE_BYTES_MAX} bytes of commands ({} queued, this one {bytes})",
                 m.bytes
             );
-            // The queue is dropped now: EXEC aborts anyway, and the memory
-            // is not held until it comes.
-            m.queue = Vec::new();
-            m.bytes = 0;
             return fail(client, out, msg.as_bytes(), true);
         }
         m.bytes += bytes;

@@ -401,7 +401,6 @@ impl Ctx {
     }
 }
 
-/// A connection's state that commands read and change.
 /// The commands a connection queued since MULTI.
 #[derive(Default)]
 pub(crate) struct Multi {
@@ -421,6 +420,7 @@ pub(crate) fn queued_bytes(args: &[&[u8]]) -> usize {
     header + args.iter().map(|a| a.len() + header).sum::<usize>()
 }
 
+/// A connection's state that commands read and change.
 pub(crate) struct Client {
     pub id: u64,
     pub name: Option<Vec<u8>>,

@@ -444,18 +444,27 @@ struct ConnectionTask<P> {
 impl<P: Protocol> ConnectionTask<P> {
     async fn run(self) {
         let ConnectionTask { admitted, stream, over_limit, idle_timeout, tls, name, protocol, stats } = self;
-        let stream = match tls {
-            None => Stream::Plain(stream),
-            Some(config) => match tls::TlsStream::accept(stream, &config).await {
-                (t, Ok(())) => Stream::Tls(Box::new(t)),
-                (t, Err(e)) => {
-                    stats.tls_handshake_errors.fetch_add(1, Relaxed);
-                    tracing::debug!(error = %e, protocol = name, "TLS handshake failed; connection closed");
-                    drop(admitted);
-                    drop(t);
-                    return;
+        let (admitted, stream) = match tls {
+            None => (admitted, Stream::Plain(stream)),
+            Some(config) => {
+                // The handshake owns the socket: it holds the registration
+                // too, so that dropped midway (a runtime torn down) the
+                // registration goes first.
+                let mut hs =
+                    Handshake { registered: Some(admitted), fut: Box::pin(tls::TlsStream::accept(stream, &config)) };
+                let (t, r) = (&mut hs).await;
+                let admitted = hs.registered.take().expect("held until the handshake ends");
+                match r {
+                    Ok(()) => (admitted, Stream::Tls(Box::new(t))),
+                    Err(e) => {
+                        stats.tls_handshake_errors.fetch_add(1, Relaxed);
+                        tracing::debug!(error = %e, protocol = name, "TLS handshake failed; connection closed");
+                        drop(admitted);
+                        drop(t);
+                        return;
+                    }
                 }
-            },
+            }
         };
         // However the task ends (the protocol's clones of the stream are
         // gone once its future has), the registration goes first.
@@ -492,6 +501,27 @@ impl Refusal {
 impl Drop for Refusal {
     fn drop(&mut self) {
         self.0.refusing.fetch_sub(1, Relaxed);
+    }
+}
+
+/// A TLS handshake with the registration of the connection whose socket it
+/// owns: dropped before it ends, the registration goes first (`drop` runs
+/// before the fields drop).
+struct Handshake<'a> {
+    registered: Option<Admitted>,
+    fut: std::pin::Pin<Box<dyn std::future::Future<Output = (tls::TlsStream, std::io::Result<()>)> + 'a>>,
+}
+
+impl std::future::Future for Handshake<'_> {
+    type Output = (tls::TlsStream, std::io::Result<()>);
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        self.fut.as_mut().poll(cx)
+    }
+}
+
+impl Drop for Handshake<'_> {
+    fn drop(&mut self) {
+        self.registered.take();
     }
 }
 
