@@ -527,6 +527,10 @@ impl ClientBatch {
         match ns {
             None => Ok(self.ns.clone()),
             Some(n) => match n.cast::<ClientNamespace>() {
+                // Another client's namespace may live on other servers.
+                Ok(n) if !Arc::ptr_eq(&n.get().remote, &self.remote) => {
+                    Err(Fail::Invalid("the namespace belongs to another client".into()).into())
+                }
                 Ok(n) => Ok(n.get().ns.clone()),
                 Err(_) => Ok(n.extract()?),
             },

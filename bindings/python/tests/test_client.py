@@ -69,6 +69,11 @@ def test_client_batches(server):
             b.put(b"twice", b"1")
             b.put(b"twice", b"2")
     assert ns.get(b"twice") is None
+    # Another client's namespace (it may name other servers) is refused.
+    other = granary.Client(server.address).namespace("bns")
+    b = c.batch()
+    with pytest.raises(granary.InvalidArgument, match="another client"):
+        b.put(b"b-f", b"6", namespace=other)
 
 
 def test_client_cas_writes(server):

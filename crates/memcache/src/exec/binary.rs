@@ -366,8 +366,8 @@ impl<S: Sink> Exec<'_, S> {
     /// stat: each line as a response with its name as key, then one with
     /// an empty key; an unknown group "Not found". As memcached 1.6.18:
     /// `reset`, `settings` and `detail` match as prefixes (`resetX` is a
-    /// reset), `detail on`/`off` answer the end alone, `detail` and
-    /// `detail dump` an empty dump, `sizes` that the histogram is off.
+    /// reset), `detail on`/`off` answer the end alone, `detail dump` an
+    /// empty dump, `sizes` that the histogram is off.
     fn bin_stat(&mut self, h: &Header, group: &[u8]) {
         let lines = match group {
             b"" => stats::general(self.ctx),
@@ -375,7 +375,7 @@ impl<S: Sink> Exec<'_, S> {
             g if g.starts_with(b"settings") => stats::settings(self.ctx),
             g if g.starts_with(b"detail") => match &g[b"detail".len()..] {
                 r if r.starts_with(b" on") || r.starts_with(b" off") => Vec::new(),
-                r if r.is_empty() || r.starts_with(b" dump") => vec![("detailed".to_string(), "END\r\n".to_string())],
+                r if r.starts_with(b" dump") => vec![("detailed".to_string(), "END\r\n".to_string())],
                 _ => return self.bin_error(h, status::KEY_ENOENT),
             },
             b"sizes" => vec![("sizes_status".to_string(), "disabled".to_string())],
