@@ -392,9 +392,10 @@ enum granary_status granary_open(const uint8_t *path,
 // first): the store then stays open and the handle valid. Otherwise the
 // handle is freed whatever the status (an IO error at close is reported,
 // and the next open recovers from the log). Calls on the store's
-// namespace handles and scans under way on other threads end first;
-// the handles stay to be freed with `granary_ns_close` and
-// `granary_scan_close`, and their later calls return `GRANARY_ECLOSED`.
+// namespace handles and scans under way on other threads end first (and
+// those starting meanwhile wait for the close); the handles stay to be
+// freed with `granary_ns_close` and `granary_scan_close`, and their calls
+// then return `GRANARY_ECLOSED`.
 // The device's lock is let go when this returns (another open may
 // begin), whatever handles are left.
 //

@@ -62,6 +62,10 @@ pub struct FileDevice {
     /// The process that opened it (a child made by `fork` shares the
     /// lock: its release must not let go of its parent's).
     pid: u32,
+    /// Held by a release (its wait and its unlock) and a claim: a store
+    /// opened on the device while an earlier one lets go of it waits, and
+    /// is never left running without the lock.
+    turn: std::sync::Mutex<()>,
 }
 
 /// [`FileDevice::uses`]' flag: released.
@@ -287,6 +291,7 @@ impl FileDevice {
             counters: IoCounters::default(),
             uses: AtomicU64::new(0),
             pid: std::process::id(),
+            turn: std::sync::Mutex::new(()),
         };
         dev.block = dev.probe_block_size()?;
         dev.size -= dev.size % dev.block as u64;
@@ -407,8 +412,10 @@ impl FileDevice {
         let fd = self.file.as_raw_fd();
         let start = Instant::now();
         IoFuture::Pending(Box::pin(async move {
-            // Counted until the operation ends (or its future is dropped:
-            // the engine hands on what it drops, `detach`).
+            // Counted until the operation ends, or its future is dropped:
+            // the engine hands on the writes it drops (`detach`), but a
+            // ring operation dropped by a runtime shutting down may still
+            // complete after the count has let a release go on.
             let _use = u;
             let (buf, r) = uring_full(dir, fd, buf, offset).await;
             if r.is_ok() {
@@ -675,6 +682,7 @@ impl Device for FileDevice {
     /// with a warning. Not in a child made by `fork`, which shares its
     /// parent's lock.
     fn release(&self) {
+        let _turn = self.turn.lock().unwrap_or_else(|e| e.into_inner());
         self.uses.fetch_or(RELEASED, SeqCst);
         let deadline = Instant::now() + std::time::Duration::from_millis(RELEASE_WAIT_MS);
         loop {
@@ -696,6 +704,7 @@ impl Device for FileDevice {
     }
 
     fn claim(&self) -> io::Result<()> {
+        let _turn = self.turn.lock().unwrap_or_else(|e| e.into_inner());
         if self.uses.load(SeqCst) & RELEASED == 0 {
             return Ok(());
         }

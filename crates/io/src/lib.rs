@@ -208,9 +208,10 @@ pub trait Device: Send + Sync + 'static {
     fn describe(&self) -> String;
     /// The store using it has closed: give up what keeps another open
     /// of the same device out (a file's `flock`), though handles on the
-    /// closed store may still hold the device itself. Its operations keep
-    /// working (the file stays open), so a call that raced the close stays
-    /// memory-safe; the store refuses new ones. Default: nothing.
+    /// closed store may still hold the device itself. A file device then
+    /// refuses new operations (a call that raced the close fails) and
+    /// unlocks once those under way have ended; [`Device::claim`] undoes
+    /// it. Default: nothing.
     fn release(&self) {}
     /// Take the device back after a [`Device::release`] (a store opened on
     /// it again): its lock again, or an error if another process holds it

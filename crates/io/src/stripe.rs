@@ -549,8 +549,16 @@ impl Device for StripedDevice {
         }
     }
 
+    /// Every member, or none: those claimed before one that fails are
+    /// released again.
     fn claim(&self) -> io::Result<()> {
-        self.members.iter().try_for_each(|m| m.claim())
+        for (i, m) in self.members.iter().enumerate() {
+            if let Err(e) = m.claim() {
+                self.members[..i].iter().for_each(|m| m.release());
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     fn describe(&self) -> String {
