@@ -200,9 +200,34 @@ impl Core {
     /// Read the catalog at open (after recovery, before any GC), and make
     /// it what readers, writers and GC see. A catalog that cannot be read is
     /// an error: guessing would drop namespaces or bring dropped ones back.
-    pub(crate) async fn load_catalog(&self) -> Result<()> {
-        let Some(item) = self.read_item(CATALOG_KEY).await? else { return Ok(()) };
-        let cat = Catalog::decode(&item.value)?;
+    ///
+    /// Ids a recovery counted at or past the catalog's `next_id` were given
+    /// out by a catalog record that was lost (a power cut in direct mode,
+    /// by a build that did not flush catalogs): `next_id` is raised past
+    /// them, so that no namespace is given one again (it would read their
+    /// keys) and they are swept as dropped; with `repair` (an open that
+    /// may write) the raised catalog is written.
+    pub(crate) async fn load_catalog(&self, repair: bool) -> Result<()> {
+        let counted_max = self.counters.ns.read().unwrap_or_else(|e| e.into_inner()).keys().copied().max();
+        let mut cat = match self.read_item(CATALOG_KEY).await? {
+            Some(item) => Catalog::decode(&item.value)?,
+            None if counted_max.is_none() => return Ok(()),
+            None => Catalog::default(),
+        };
+        if let Some(max) = counted_max.filter(|&m| m >= cat.next_id) {
+            tracing::warn!(
+                next_id = cat.next_id,
+                max,
+                "the log holds values of namespace ids its catalog never gave out (a lost catalog record): \
+                 they are swept, and those ids not given out again"
+            );
+            cat.next_id = max;
+            cat.take_id().ok_or_else(|| Error::InvalidOptions("every namespace id was given out".into()))?;
+            cat.sweep_pending = true;
+            if repair && self.log.check_writable().is_ok() {
+                self.write_catalog(&cat).await?;
+            }
+        }
         {
             let mut by_name = self.namespaces.by_name.write().unwrap_or_else(|e| e.into_inner());
             for (name, e) in &cat.entries {
@@ -288,5 +313,40 @@ impl Core {
             set(&self.counters.ns_of(id), keys, bytes);
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Background, CreateOptions, NamespaceOptions, OpenOptions, Store};
+
+    /// A catalog record lost while the keys written under the id it gave
+    /// out survived (a power cut in direct mode, by a build that did not
+    /// flush catalogs; here the older catalog is written again over it):
+    /// the next open raises `next_id` past the ids the log holds, so a new
+    /// namespace never gets one of them (it read their keys), and writes
+    /// the raised catalog, so a later open does too.
+    #[test]
+    fn an_open_never_gives_out_again_an_id_whose_catalog_record_was_lost() {
+        let dev = std::sync::Arc::new(granary_io::MemDevice::new(8 << 20));
+        let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), index_table_homes: Some(64) };
+        let o = OpenOptions { background: Background::Manual, ..OpenOptions::default() };
+        let s = Store::create(dev.clone(), &c, &o).unwrap();
+        let before = granary_rt::block_on(s.core.namespaces.change.lock()).clone();
+        let a = s.create_namespace("a", NamespaceOptions::default()).unwrap();
+        a.put(b"k", b"secret").unwrap();
+        granary_rt::block_on(s.core.write_catalog(&before)).unwrap();
+        drop((a, s)); // a crash: the next open scans the log
+        let s = Store::open(dev.clone(), &o).unwrap();
+        assert!(s.namespace("a").is_err(), "the lost catalog record's namespace is not there");
+        let b = s.create_namespace("b", NamespaceOptions::default()).unwrap();
+        assert_eq!(b.get(b"k").unwrap(), None, "a new namespace read a lost one's key");
+        assert!(b.stats().unwrap().id > 1);
+        b.put(b"mine", b"1").unwrap();
+        drop((b, s));
+        let s = Store::open(dev.clone(), &o).unwrap();
+        let c2 = s.create_namespace("c", NamespaceOptions::default()).unwrap();
+        assert_eq!(c2.get(b"k").unwrap(), None);
+        assert_eq!(s.namespace("b").unwrap().get(b"mine").unwrap().as_deref(), Some(&b"1"[..]));
     }
 }

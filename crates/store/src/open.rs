@@ -317,7 +317,7 @@ impl Store {
         if core.has_feature(FLAG_NAMESPACES) && from_checkpoint && !block_on(core.restore_totals())? {
             return Ok(None);
         }
-        block_on(core.load_catalog())?;
+        block_on(core.load_catalog(opts.clear_torn))?;
         Ok(Some(core))
     }
 
