@@ -83,10 +83,17 @@ pub fn block_on<F: Future>(fut: F) -> F::Output {
     // deadline is its own, given back when this one returns.
     let outer = DEADLINE.take();
     let mut fut = std::pin::pin!(fut);
+    let nested = BLOCK_DEPTH.with(|d| d.get()) > 1;
     let v = WAKER.with(|(tw, waker)| {
         let mut cx = Context::from_waker(waker);
         loop {
             if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+                // Nested: every depth shares the thread's waker, and a
+                // wake-up this loop took may have been the outer future's:
+                // the outer one polls again rather than park on it.
+                if nested {
+                    tw.woken.store(true, Release);
+                }
                 return v;
             }
             while !tw.woken.swap(false, Acquire) {

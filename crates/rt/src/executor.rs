@@ -648,7 +648,7 @@ impl Executor {
 
     /// Submit the queued SQEs (one enter), if any or if task work is
     /// pending; no reaping.
-    fn submit(&self) -> io::Result<()> {
+    pub(crate) fn submit(&self) -> io::Result<()> {
         self.file_queued.set(0);
         let mut ring = self.ring.borrow_mut();
         let pending = ring.submission().len();
@@ -862,6 +862,24 @@ impl Executor {
             // Their buffers must outlive the kernel's use: leak them.
             tracing::error!(left, "io_uring operations still in flight at shutdown; leaking their buffers");
             std::mem::forget(self.ops.borrow_mut().drain());
+        }
+    }
+}
+
+impl Drop for Executor {
+    /// Dropped without its teardown (the thread unwound from a panic
+    /// outside a task, or in a task's drop), the ring closes before the
+    /// operations' buffers would be freed, while the kernel may still
+    /// write into them: they are leaked instead, as the teardown leaks
+    /// what it could not cancel.
+    fn drop(&mut self) {
+        let left = self.ops.get_mut().len();
+        if left > 0 {
+            tracing::error!(left, "executor dropped with io_uring operations in flight; leaking their buffers");
+            std::mem::forget(self.ops.get_mut().drain());
+        }
+        if self.efd_armed.get() {
+            std::mem::forget(std::mem::replace(&mut self.efd_buf, Box::new(Cell::new(0))));
         }
     }
 }

@@ -250,7 +250,13 @@ impl<T: 'static> Drop for Op<T> {
             }
             let mut ops = ex.ops.borrow_mut();
             match ops.get_mut(key) {
-                Some(OpSlot::Done(_)) => {
+                Some(OpSlot::Done(res)) => {
+                    // A new descriptor no one will take: closed, not leaked.
+                    if self.gives_fd && *res >= 0 {
+                        // SAFETY: the completed operation's descriptor is
+                        // this slot's alone; nothing else holds it.
+                        unsafe { libc::close(*res) };
+                    }
                     ops.remove(key);
                 }
                 Some(slot @ OpSlot::Waiting(_)) => {
@@ -259,6 +265,13 @@ impl<T: 'static> Drop for Op<T> {
                     let sqe = opcode::AsyncCancel::new(key.to_u64()).build().user_data(CANCEL_USER_DATA);
                     // SAFETY: a cancel SQE carries no buffer.
                     unsafe { push_sqe(ex, &sqe) };
+                    // Submitted now, the operation has its file before the
+                    // caller can close the descriptor it named: queued
+                    // until the next round, it would run on whatever the
+                    // kernel gave that number to meanwhile.
+                    if let Err(e) = ex.submit() {
+                        tracing::warn!(error = %e, "io_uring submit of a dropped operation failed");
+                    }
                 }
                 _ => {}
             }

@@ -48,15 +48,21 @@ unsafe fn run(sqe: io_uring::squeue::Entry) -> io::Result<usize> {
         loop {
             match ring.submit_and_wait(1) {
                 Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                // Transient (EINTR, EAGAIN, EBUSY): the operation stays
+                // queued or in flight; wait again.
+                Err(e) if crate::op::retryable(&e) => {}
                 Err(e) => {
                     // The operation may still be queued or running: the
-                    // buffer cannot be released. Without a working ring
-                    // there is no safe way on; stop here.
-                    panic!("private io_uring wait failed with an operation in flight: {e}");
+                    // buffer cannot be released, and a panic would unwind
+                    // and free it (a caught panic would go on with the
+                    // kernel writing into freed memory). No safe way on.
+                    eprintln!("granary: private io_uring wait failed with an operation in flight: {e}");
+                    std::process::abort();
                 }
             }
             if let Some(cqe) = ring.completion().next() {
+                // One operation at a time: its completion (user data 1).
+                debug_assert_eq!(cqe.user_data(), 1);
                 OPS.fetch_add(1, Relaxed);
                 let res = cqe.result();
                 return if res < 0 { Err(io::Error::from_raw_os_error(-res)) } else { Ok(res as usize) };

@@ -821,3 +821,84 @@ fn a_timeout_in_block_on_ends_with_its_future() {
     assert!(never.is_err());
     assert!(nested.0.is_err() && nested.1.is_err());
 }
+
+/// A send whose future is dropped before the executor's next submission,
+/// its stream closed at once: the operation is submitted as it is dropped,
+/// so it has its socket before the descriptor number can be given to
+/// another file; it never writes into whatever gets that number.
+#[test]
+fn a_send_dropped_before_its_submission_never_reaches_a_reused_descriptor() {
+    let rt = rt(1);
+    let listener = granary_rt::net::bind_low_port([127, 0, 0, 1].into()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accept = std::thread::spawn(move || listener.accept().unwrap().0);
+    let leaked = rt
+        .block_on(async move {
+            let s = TcpStream::connect(addr).await.unwrap();
+            let fd = s.raw_fd();
+            let mut send = Box::pin(s.send_from(vec![b'X'; 64], 0));
+            assert!(send.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
+            drop(send);
+            drop(s);
+            // The lowest free number: the stream's, now closed.
+            let (c, d) = std::os::unix::net::UnixStream::pair().unwrap();
+            assert!(c.as_raw_fd() == fd || d.as_raw_fd() == fd, "the pair did not reuse the number");
+            for _ in 0..5 {
+                sleep(Duration::from_millis(2)).await;
+            }
+            let mut leaked = 0;
+            for end in [&c, &d] {
+                end.set_nonblocking(true).unwrap();
+                let mut b = [0u8; 128];
+                if let Ok(n) = std::io::Read::read(&mut &*end, &mut b) {
+                    leaked += n;
+                }
+            }
+            leaked
+        })
+        .unwrap();
+    assert_eq!(leaked, 0, "a dropped send wrote into the descriptor's next owner");
+    drop(accept.join().unwrap());
+}
+
+/// A `block_on` nested in a future an outer `block_on` polls shares the
+/// thread's waker: a wake-up meant for the outer future that comes while
+/// the inner one waits is not lost (the outer would park for good).
+#[test]
+fn a_nested_block_on_keeps_the_outer_futures_wake_up() {
+    let flag = Arc::new(AtomicBool::new(false));
+    let waker: Arc<Mutex<Option<Waker>>> = Arc::default();
+    let (f, w) = (flag.clone(), waker.clone());
+    let setter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(10));
+        f.store(true, SeqCst);
+        if let Some(w) = w.lock().unwrap().take() {
+            w.wake();
+        }
+    });
+    let ready = std::future::poll_fn(|cx| {
+        *waker.lock().unwrap() = Some(cx.waker().clone());
+        if flag.load(SeqCst) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    });
+    let inner = async { granary_rt::block_on(sleep(Duration::from_millis(50))) };
+    let (done, watchdog) = (Arc::new(AtomicBool::new(false)), std::time::Instant::now());
+    let d = done.clone();
+    let dog = std::thread::spawn(move || {
+        while !d.load(SeqCst) {
+            if watchdog.elapsed() > Duration::from_secs(20) {
+                // The test's thread is parked for good: end the run.
+                eprintln!("a_nested_block_on_keeps_the_outer_futures_wake_up: the outer block_on never woke");
+                std::process::abort();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+    granary_rt::block_on(granary_rt::sync::join2(ready, inner));
+    done.store(true, SeqCst);
+    setter.join().unwrap();
+    dog.join().unwrap();
+}
