@@ -380,10 +380,10 @@ pub struct Index {
     /// The current state: never null, never freed before the index.
     state: AtomicPtr<State>,
     /// Every state replaced so far, kept until the index is dropped (see
-    /// "Reclamation" above). Boxed: readers may still point into these
-    /// very allocations, which must not move.
-    #[allow(clippy::vec_box)]
-    retired: Mutex<Vec<Box<State>>>,
+    /// "Reclamation" above). Raw pointers from `Box::into_raw`, made boxes
+    /// again only in the index's drop: readers may still hold shared
+    /// references into them, which a `Box` (unique) must not claim.
+    retired: Mutex<Vec<Retired>>,
     entries: Counter,
     grows: AtomicU64,
     /// Serialises starting a grow and whole-index walks.
@@ -456,11 +456,9 @@ impl Index {
         let next = Box::into_raw(Box::new(next));
         let swapped = self.state.compare_exchange(sp, next, AcqRel, Acquire);
         assert!(swapped.is_ok(), "states change only under the grow lock or by the last migrator");
-        // SAFETY: `sp` came from `Box::into_raw` (in `new` or here) and is
-        // no longer the current state; it is kept, not freed, so readers
-        // still holding it stay valid.
-        let old = unsafe { Box::from_raw(sp) };
-        self.retired.lock().unwrap_or_else(|e| e.into_inner()).push(old);
+        // `sp` is no longer the current state; it is kept, not freed (nor
+        // made a box), so readers still holding it stay valid.
+        self.retired.lock().unwrap_or_else(|e| e.into_inner()).push(Retired(sp));
     }
 
     /// Home slot of a hash in this index.
@@ -1209,10 +1207,24 @@ impl Drop for Index {
     fn drop(&mut self) {
         // SAFETY: `&mut self`: no other thread uses the index, so no borrow
         // of the current state is left; it came from `Box::into_raw` and is
-        // freed once. Replaced states are freed with `retired`.
+        // freed once.
         drop(unsafe { Box::from_raw(crate::sync::take_ptr(&mut self.state)) });
+        let retired = std::mem::take(&mut *self.retired.lock().unwrap_or_else(|e| e.into_inner()));
+        for Retired(sp) in retired {
+            // SAFETY: as above: each replaced state came from
+            // `Box::into_raw`, is listed once, and no borrow of it is left.
+            drop(unsafe { Box::from_raw(sp) });
+        }
     }
 }
+
+/// A replaced state ([`Index::retired`]).
+struct Retired(*mut State);
+
+// SAFETY: a retired state is only read (through shared references readers
+// took while it was current) until the index's drop frees it, on one
+// thread; `State` is itself Send and Sync.
+unsafe impl Send for Retired {}
 
 #[cfg(all(test, loom))]
 impl Index {

@@ -83,6 +83,12 @@ impl Entry {
         assert!(neigh_off < 32);
         Entry((self.0 & !(0x1f << OFF_SHIFT)) | ((neigh_off as u64) << OFF_SHIFT))
     }
+    /// Whether `other` is this entry, wherever it sits from its home (an
+    /// insert or a grow may have moved it since it was read): the same
+    /// record, key tag and size.
+    pub fn same_record(self, other: Entry) -> bool {
+        self.with_neigh_off(0) == other.with_neigh_off(0)
+    }
 }
 
 impl std::fmt::Debug for Entry {
@@ -104,6 +110,15 @@ impl std::fmt::Debug for Entry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_moved_from_its_home_is_the_same_record() {
+        let e = Entry::new(3, 0xABC, 10, 77);
+        assert!(e.same_record(e.with_neigh_off(9)));
+        assert!(!e.same_record(Entry::new(3, 0xABC, 10, 78)));
+        assert!(!e.same_record(Entry::new(3, 0xABD, 10, 77)));
+        assert!(!e.same_record(Entry::new(3, 0xABC, 11, 77)));
+    }
 
     #[test]
     fn fields_round_trip() {

@@ -120,6 +120,47 @@ fn writes_racing_the_start_of_a_grow_lose_nothing() {
     });
 }
 
+/// A lookup racing the start of a grow and the migration of its home's
+/// regions (an odd tag: the entry moves to the new table). A lookup that
+/// read the state before the grow and its regions' versions after the
+/// migration would scan the old table alone and miss the entry: the
+/// state's check makes it look again.
+#[test]
+fn a_lookup_racing_the_start_of_a_grow_finds_the_entry_it_moved() {
+    model(|| {
+        let idx = tiny(&[(0, 3, 1003)]);
+        let grower = {
+            let idx = idx.clone();
+            loom::thread::spawn(move || {
+                idx.start_grow();
+                idx.insert(h(0, 9), 1, 2009).unwrap();
+            })
+        };
+        assert_eq!(pbas(&idx, h(0, 3)), vec![1003]);
+        grower.join().unwrap();
+    });
+}
+
+/// A lookup of home 20, whose entry sits in slot 32 (region 1; slots 20
+/// to 31 are taken), racing a writer homed at 40 that holds regions 1 and
+/// 2 only and migrates them, moving that entry to the new table. Only the
+/// second region's version tells the lookup to look again.
+#[test]
+fn a_lookup_racing_a_migration_of_its_second_region_finds_the_entry() {
+    model(|| {
+        let mut entries: Vec<(u64, u8, u64)> = (20..32).map(|home| (home, 2, 100 + home)).collect();
+        entries.push((20, 1, 777));
+        let idx = tiny(&entries);
+        idx.start_grow();
+        let writer = {
+            let idx = idx.clone();
+            loom::thread::spawn(move || idx.insert(h(40, 2), 1, 4002).unwrap())
+        };
+        assert_eq!(pbas(&idx, h(20, 1)), vec![777]);
+        writer.join().unwrap();
+    });
+}
+
 /// Two writers sharing region 1 during a migration, each migrating the
 /// regions it locks: a replace of an entry that moves, and an insert homed
 /// in the regions before. Both land once, in the table the tag picks, and

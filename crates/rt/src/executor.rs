@@ -895,13 +895,33 @@ fn build_ring(cfg: &RuntimeConfig) -> io::Result<IoUring> {
     b.build(cfg.ring_entries)
 }
 
-fn pin_to(cpu: usize) {
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+/// The CPUs this thread may run on (its affinity, which a cpuset or
+/// `taskset` narrows: not always 0..n), in order.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes within
+    // it; CPU_ISSET reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+    }
+}
+
+/// Pin this thread to the `id`-th of the CPUs it may run on (modulo
+/// their number).
+fn pin_to(id: usize) {
+    let allowed = allowed_cpus();
+    let cpu = match allowed.len() {
+        0 => id % std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        n => allowed[id % n],
+    };
     // SAFETY: cpu_set_t is plain data; CPU_SET writes within it; the call
     // only reads the set.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu % cpus, &mut set);
+        libc::CPU_SET(cpu, &mut set);
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
             tracing::warn!(cpu, error = %io::Error::last_os_error(), "could not pin executor thread");
         }
@@ -1138,6 +1158,28 @@ mod tests {
     use super::*;
 
     const BUDGET: Duration = Duration::from_micros(200);
+
+    /// Executor `id` pins to the `id`-th CPU its thread may run on, not to
+    /// CPU `id`: in a thread narrowed to the last allowed CPU, executor 0
+    /// stays there (it pinned to CPU 0 before, outside the narrowed set).
+    #[test]
+    fn executors_pin_to_the_cpus_their_thread_may_use() {
+        let all = allowed_cpus();
+        let Some(&last) = all.last().filter(|_| all.len() > 1) else { return };
+        let pinned = std::thread::spawn(move || {
+            // SAFETY: as in `pin_to`.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(last, &mut set);
+                assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0);
+            }
+            pin_to(0);
+            allowed_cpus()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(pinned, vec![last]);
+    }
 
     /// A fast device keeps the spin on; one slower than the spin turns it
     /// off within about a window of periods, and it comes back once the

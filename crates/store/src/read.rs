@@ -167,7 +167,8 @@ impl Core {
     /// Whether `h`'s candidates are exactly `cands` (in any order).
     pub(crate) fn same_candidates(&self, h: u64, cands: &[Entry]) -> bool {
         let now = self.keys.index.lookup(h);
-        now.as_slice().len() == cands.len() && cands.iter().all(|e| now.as_slice().contains(e))
+        // (An entry an insert displaced since is the same candidate.)
+        now.as_slice().len() == cands.len() && cands.iter().all(|e| now.as_slice().iter().any(|n| n.same_record(*e)))
     }
 
     /// Whether a found version is still where it was found: in the index,
@@ -197,7 +198,7 @@ impl Core {
             [e] => self.keys.index.contains(h, e.pba()),
             _ => {
                 let now = self.keys.index.lookup(h);
-                entries.iter().all(|e| now.as_slice().contains(e))
+                entries.iter().all(|e| now.as_slice().iter().any(|n| n.same_record(*e)))
             }
         }
     }
