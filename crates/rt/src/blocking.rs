@@ -86,17 +86,22 @@ pub fn block_on<F: Future>(fut: F) -> F::Output {
     let nested = BLOCK_DEPTH.with(|d| d.get()) > 1;
     let v = WAKER.with(|(tw, waker)| {
         let mut cx = Context::from_waker(waker);
+        // A wake-up this loop took: nested, it may have been the outer
+        // future's (every depth shares the thread's waker), which then
+        // polls again rather than park on it.
+        let mut took = false;
         loop {
             if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-                // Nested: every depth shares the thread's waker, and a
-                // wake-up this loop took may have been the outer future's:
-                // the outer one polls again rather than park on it.
-                if nested {
+                if nested && took {
                     tw.woken.store(true, Release);
                 }
                 return v;
             }
-            while !tw.woken.swap(false, Acquire) {
+            loop {
+                if tw.woken.swap(false, Acquire) {
+                    took = true;
+                    break;
+                }
                 match DEADLINE.get() {
                     None => std::thread::park(),
                     Some(at) => {

@@ -836,16 +836,21 @@ fn a_send_dropped_before_its_submission_never_reaches_a_reused_descriptor() {
         .block_on(async move {
             let s = TcpStream::connect(addr).await.unwrap();
             let fd = s.raw_fd();
+            let (c, d) = std::os::unix::net::UnixStream::pair().unwrap();
             let mut send = Box::pin(s.send_from(vec![b'X'; 64], 0));
             assert!(send.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
             drop(send);
-            drop(s);
-            // The lowest free number: the stream's, now closed.
-            let (c, d) = std::os::unix::net::UnixStream::pair().unwrap();
-            assert!(c.as_raw_fd() == fd || d.as_raw_fd() == fd, "the pair did not reuse the number");
+            // The stream's number now names another socket, in one step
+            // (tests running beside this one open files too): as if the
+            // stream had closed and the number been given out again.
+            // SAFETY: both are open descriptors of this process; the
+            // stream's (closed by it when dropped below) becomes a copy of
+            // `c`'s.
+            assert_eq!(unsafe { libc::dup2(c.as_raw_fd(), fd) }, fd);
             for _ in 0..5 {
                 sleep(Duration::from_millis(2)).await;
             }
+            drop(s);
             let mut leaked = 0;
             for end in [&c, &d] {
                 end.set_nonblocking(true).unwrap();

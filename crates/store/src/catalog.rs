@@ -205,9 +205,10 @@ impl Core {
     /// out by a catalog record that was lost (a power cut in direct mode,
     /// by a build that did not flush catalogs): `next_id` is raised past
     /// them, so that no namespace is given one again (it would read their
-    /// keys) and they are swept as dropped; with `repair` (an open that
-    /// may write) the raised catalog is written.
-    pub(crate) async fn load_catalog(&self, repair: bool) -> Result<()> {
+    /// keys) and they are swept as dropped. The raised catalog is written
+    /// once the store runs ([`Core::write_repaired_catalog`]): not here,
+    /// before GC, where a write that needs room could wait for good.
+    pub(crate) async fn load_catalog(&self) -> Result<()> {
         let counted_max = self.counters.ns.read().unwrap_or_else(|e| e.into_inner()).keys().copied().max();
         let mut cat = match self.read_item(CATALOG_KEY).await? {
             Some(item) => Catalog::decode(&item.value)?,
@@ -222,11 +223,13 @@ impl Core {
                  they are swept, and those ids not given out again"
             );
             cat.next_id = max;
-            cat.take_id().ok_or_else(|| Error::InvalidOptions("every namespace id was given out".into()))?;
-            cat.sweep_pending = true;
-            if repair && self.log.check_writable().is_ok() {
-                self.write_catalog(&cat).await?;
+            if cat.take_id().is_none() {
+                // Past the last id: none is given out again (creates are
+                // refused, saying so).
+                cat.next_id = u32::MAX;
             }
+            cat.sweep_pending = true;
+            self.namespaces.repair_pending.store(true, Relaxed);
         }
         {
             let mut by_name = self.namespaces.by_name.write().unwrap_or_else(|e| e.into_inner());
@@ -254,6 +257,19 @@ impl Core {
         }
         *self.namespaces.change.lock().await = cat;
         Ok(())
+    }
+
+    /// Write the catalog an open repaired ([`Core::load_catalog`]), once the
+    /// store runs (GC can make room); a failure is logged, and the next open
+    /// repairs it again from the log.
+    pub(crate) async fn write_repaired_catalog(&self) {
+        if !self.namespaces.repair_pending.swap(false, Relaxed) {
+            return;
+        }
+        let cat = self.namespaces.change.lock().await;
+        if let Err(e) = self.write_catalog(&cat).await {
+            tracing::warn!(error = %e, "could not write the repaired namespace catalog");
+        }
     }
 
     /// At a clean close: record in the catalog that no sweep is pending,
@@ -318,6 +334,7 @@ impl Core {
 
 #[cfg(test)]
 mod tests {
+    use super::CATALOG_KEY;
     use crate::{Background, CreateOptions, NamespaceOptions, OpenOptions, Store};
 
     /// A catalog record lost while the keys written under the id it gave
@@ -339,6 +356,10 @@ mod tests {
         drop((a, s)); // a crash: the next open scans the log
         let s = Store::open(dev.clone(), &o).unwrap();
         assert!(s.namespace("a").is_err(), "the lost catalog record's namespace is not there");
+        // The raised catalog is on the device once the open returns.
+        let stored = granary_rt::block_on(s.core.read_item(CATALOG_KEY)).unwrap().expect("a catalog");
+        let stored = crate::namespace::Catalog::decode(&stored.value).unwrap();
+        assert!(stored.next_id > 1 && stored.sweep_pending, "the repaired catalog was not written");
         let b = s.create_namespace("b", NamespaceOptions::default()).unwrap();
         assert_eq!(b.get(b"k").unwrap(), None, "a new namespace read a lost one's key");
         assert!(b.stats().unwrap().id > 1);

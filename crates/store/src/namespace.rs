@@ -599,6 +599,10 @@ pub(crate) struct Namespaces {
     /// Every namespace by name, the default one included.
     pub by_name: RwLock<BTreeMap<String, Arc<NsState>>>,
     pub default: Arc<NsState>,
+    /// The catalog held is not the one on the device: the open raised its
+    /// `next_id` past ids a lost record gave out (`Core::load_catalog`),
+    /// to be written once the store runs (`Core::write_repaired_catalog`).
+    pub repair_pending: AtomicBool,
 }
 
 impl Namespaces {
@@ -606,7 +610,12 @@ impl Namespaces {
         let options = NamespaceOptions { mode: default_mode, ..Default::default() };
         let default = Arc::new(NsState::new(DEFAULT_NAMESPACE, DEFAULT_NS, options, counters));
         let by_name = RwLock::new(BTreeMap::from([(DEFAULT_NAMESPACE.to_string(), default.clone())]));
-        Namespaces { change: async_lock::Mutex::new(Catalog::default()), by_name, default }
+        Namespaces {
+            change: async_lock::Mutex::new(Catalog::default()),
+            by_name,
+            default,
+            repair_pending: AtomicBool::new(false),
+        }
     }
 
     pub(crate) fn get(&self, name: &str) -> Result<Arc<NsState>> {

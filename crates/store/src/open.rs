@@ -233,6 +233,9 @@ impl Store {
             }
             None => None,
         };
+        if opts.clear_torn {
+            block_on(core.write_repaired_catalog());
+        }
         Ok(Store { core, gc, checkpointer, checkpoint_on_close: opts.checkpoint_on_close })
     }
 
@@ -317,7 +320,7 @@ impl Store {
         if core.has_feature(FLAG_NAMESPACES) && from_checkpoint && !block_on(core.restore_totals())? {
             return Ok(None);
         }
-        block_on(core.load_catalog(opts.clear_torn))?;
+        block_on(core.load_catalog())?;
         Ok(Some(core))
     }
 
