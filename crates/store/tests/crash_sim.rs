@@ -496,10 +496,11 @@ fn is_large(version: u64) -> bool {
 /// in ten a run of three keys (`put_many`: one IO of its own, not atomic;
 /// its records count as sharing a group write, so the tests that require
 /// coalescing leave runs out), until the crash. Returns, per key, the last
-/// acknowledged and the last attempted version.
-async fn writer(s: &Store, t: u64, versions: u64, seed: u64, runs: bool) -> (Vec<u64>, Vec<u64>) {
+/// acknowledged and the last attempted version, and the runs acknowledged.
+async fn writer(s: &Store, t: u64, versions: u64, seed: u64, runs: bool) -> Writer {
     let mut acked = vec![0u64; PER_WRITER_KEYS as usize];
     let mut tried = acked.clone();
+    let mut runs_acked = 0;
     for version in 1..=versions {
         let i = (version * 7 + t) % PER_WRITER_KEYS;
         let k = t * PER_WRITER_KEYS + i;
@@ -512,7 +513,10 @@ async fn writer(s: &Store, t: u64, versions: u64, seed: u64, runs: bool) -> (Vec
             let refs: Vec<(&[u8], &[u8])> = items.iter().map(|(k, v)| (&k[..], &v[..])).collect();
             run.iter().for_each(|&i| tried[i as usize] = version);
             match s.put_many_async(&refs).await {
-                Ok(()) => run.iter().for_each(|&i| acked[i as usize] = version),
+                Ok(()) => {
+                    run.iter().for_each(|&i| acked[i as usize] = version);
+                    runs_acked += 1;
+                }
                 Err(Error::Io { .. } | Error::Poisoned { .. }) => break,
                 Err(Error::NoSpace { .. }) => {}
                 Err(e) => panic!("seed {seed}: put_many: {e}"),
@@ -539,13 +543,23 @@ async fn writer(s: &Store, t: u64, versions: u64, seed: u64, runs: bool) -> (Vec
             Err(e) => panic!("seed {seed}: put: {e}"),
         }
     }
-    (acked, tried)
+    Writer { acked, tried, runs_acked }
+}
+
+/// What one [`writer`] did before the crash.
+struct Writer {
+    /// Per key, the last acknowledged version (0: none).
+    acked: Vec<u64>,
+    /// Per key, the last attempted version.
+    tried: Vec<u64>,
+    /// Runs (`put_many`) acknowledged.
+    runs_acked: u64,
 }
 
 /// After the restart, each writer's key holds nothing if no version was
 /// acknowledged, else the acknowledged version or a later attempted one.
-fn check_writers(store: &Store, models: &[(Vec<u64>, Vec<u64>)], seed: u64, kind: CrashKind) {
-    for (t, (acked, tried)) in models.iter().enumerate() {
+fn check_writers(store: &Store, models: &[Writer], seed: u64, kind: CrashKind) {
+    for (t, Writer { acked, tried, .. }) in models.iter().enumerate() {
         for i in 0..PER_WRITER_KEYS as usize {
             let k = t as u64 * PER_WRITER_KEYS + i as u64;
             let got = store.get(&key(k)).unwrap_or_else(|e| panic!("seed {seed}: get {k}: {e}"));
@@ -561,7 +575,9 @@ fn check_writers(store: &Store, models: &[(Vec<u64>, Vec<u64>)], seed: u64, kind
 /// Concurrent writers, so coalesced group writes carry several records, and
 /// a crash tears one of them: per key, what survives is the last
 /// acknowledged version or a later one that was attempted, never older.
-fn run_concurrent_seed(seed: u64) -> u64 {
+/// With `runs`, the writers write runs of keys too (see [`writer`]).
+/// Returns the records that shared a group write and the runs acknowledged.
+fn run_concurrent_seed(seed: u64, runs: bool) -> (u64, u64) {
     let mut rng = SimRng::new(seed);
     let (kind, durability) = crash_kind(seed);
     let dev = Arc::new(FaultDevice::new(8 << 20, seed));
@@ -575,7 +591,7 @@ fn run_concurrent_seed(seed: u64) -> u64 {
     let workers: Vec<_> = (0..WRITERS)
         .map(|t| {
             let s = store.clone();
-            std::thread::spawn(move || granary_rt::block_on(writer(&s, t, 400, seed, false)))
+            std::thread::spawn(move || granary_rt::block_on(writer(&s, t, 400, seed, runs)))
         })
         .collect();
     let models: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
@@ -586,7 +602,7 @@ fn run_concurrent_seed(seed: u64) -> u64 {
     check_writers(&store, &models, seed, kind);
     let report = store.verify().unwrap();
     assert!(report.is_clean(), "seed {seed}: {:?}", report.errors);
-    grouped
+    (grouped, models.iter().map(|w| w.runs_acked).sum())
 }
 
 /// A future run by [`run_in_turn`].
@@ -639,7 +655,7 @@ fn run_concurrent_seed_in_turn(seed: u64, runs: bool) -> InTurn {
     let opts = manual(open_opts(durability, &now), &Entropy::seeded(seed));
     let store = Store::create(dev.clone(), &create, &opts).unwrap();
     dev.plan_crash(200 + rng.below(600), kind);
-    let writers: Vec<Task<'_, (Vec<u64>, Vec<u64>)>> =
+    let writers: Vec<Task<'_, Writer>> =
         (0..WRITERS).map(|t| Box::pin(writer(&store, t, 200, seed, runs)) as Task<'_, _>).collect();
     let models = run_in_turn(writers);
     let grouped = store.stats().grouped_records - store.stats().write_groups;
@@ -713,10 +729,26 @@ fn crash_with_concurrent_writers_tears_no_acknowledged_write() {
     let base = 0x636f_6e63;
     let mut grouped = 0;
     for seed in seed_range(base, seeds) {
-        grouped += with_seed(seed, run_concurrent_seed);
+        grouped += with_seed(seed, |s| run_concurrent_seed(s, false)).0;
     }
     eprintln!("{seeds} concurrent seeds: {grouped} records shared a group write");
     assert!(grouped > 0, "no write was ever coalesced: the test does not exercise group writes");
+}
+
+/// The same with runs of keys (`put_many`, one IO of its own) among the
+/// writers' threads' puts: a run torn by the crash may leave any of its
+/// keys at the run's version or before it, never older than acknowledged.
+#[test]
+fn crash_with_threaded_writers_and_runs_tears_no_acknowledged_write() {
+    let seeds: u64 =
+        std::env::var("GRANARY_CRASH_SEEDS").ok().and_then(|s| s.parse().ok()).map_or(200, |n: u64| n / 10);
+    let base = 0x7275_6e73;
+    let mut runs = 0;
+    for seed in seed_range(base, seeds) {
+        runs += with_seed(seed, |s| run_concurrent_seed(s, true)).1;
+    }
+    eprintln!("{seeds} threaded seeds: {runs} runs acknowledged before their crash");
+    assert!(runs > 0, "no run was ever acknowledged: the test does not exercise runs");
 }
 
 /// Crashes in a row (a crash loop): a store-mode workload of overwrites
