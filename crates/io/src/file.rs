@@ -187,12 +187,23 @@ impl FileDevice {
             .create_new(true)
             .open(path)
             .map_err(|e| annotate(e, "cannot create", path))?;
+        // A second descriptor of the same open file shares its lock: it
+        // keeps the lock held until a failed file is removed, so no other
+        // process can lock the file in between and then lose it.
+        let held = match file.try_clone() {
+            Ok(held) => held,
+            Err(e) => {
+                let _ = std::fs::remove_file(path);
+                return Err(annotate(e, "cannot create", path));
+            }
+        };
         let made = lock_exclusive(&file, path)
             .and_then(|()| Self::prepare(&file, path, size_bytes, mode, progress))
             .and_then(|()| FileDevice::from_locked(file, path, mode, false));
         if made.is_err() {
             let _ = std::fs::remove_file(path);
         }
+        drop(held);
         made
     }
 

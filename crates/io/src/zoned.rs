@@ -234,12 +234,21 @@ impl ZonedDevice {
         Ok(z)
     }
 
-    /// Whole sequential zones `offset..offset + len`, for `op`.
+    /// Whole sequential zones `offset..offset + len`, for `op`: the whole
+    /// range is checked before any zone is touched (as Linux's zone
+    /// management does), so a refused range changes nothing.
     fn whole_zones(&self, op: &str, offset: u64, len: u64) -> io::Result<std::ops::Range<usize>> {
-        if !offset.is_multiple_of(self.zone_bytes) || !len.is_multiple_of(self.zone_bytes) {
+        if len == 0 || !offset.is_multiple_of(self.zone_bytes) || !len.is_multiple_of(self.zone_bytes) {
             return self.refuse(format!("{op} of {len} bytes at {offset} is not whole zones"));
         }
-        Ok((offset / self.zone_bytes) as usize..((offset + len) / self.zone_bytes) as usize)
+        let zones = self.lock().zones.len();
+        let end = offset.checked_add(len).map(|e| e / self.zone_bytes).filter(|&e| e <= zones as u64);
+        let Some(end) = end else {
+            return self.refuse(format!("{op} of {len} bytes at {offset} runs past the last zone ({zones} zones)"));
+        };
+        let first = (offset / self.zone_bytes) as usize;
+        self.sequential(first, zones)?;
+        Ok(first..end as usize)
     }
 
     /// `BLKRESETZONE`: empty zone `z` (its write pointer back to 0).
@@ -327,6 +336,11 @@ impl Device for ZonedDevice {
             return (buf, Err(e));
         }
         let n = buf.len() as u64;
+        if n == 0 {
+            // Nothing to write (even at the device's end, past the last
+            // zone), as the other devices.
+            return (buf, Ok(()));
+        }
         let z = (offset / self.zone_bytes) as usize;
         let mut st = self.lock();
         if st.crashed {
@@ -537,6 +551,35 @@ mod tests {
         // Resetting an empty zone is no reset.
         d.reset_zone(0).unwrap();
         assert_eq!(d.resets(), 2);
+    }
+
+    /// A zone command over a range that is empty, runs past the last zone
+    /// or starts in a conventional zone is refused before any zone is
+    /// touched (a reset running past the end emptied the zones before it).
+    #[test]
+    fn zone_ranges_are_checked_before_any_zone_changes() {
+        let d = ZonedDevice::new(4, ZONE, 2, 2).with_conventional(1);
+        d.write_at(block(3), 2 * ZONE).1.unwrap();
+        let before = d.report();
+        assert!(d.reset_zones(2 * ZONE, 4 * ZONE).is_err(), "past the last zone");
+        assert!(d.finish_zones(2 * ZONE, 4 * ZONE).is_err(), "past the last zone");
+        assert!(d.reset_zones(2 * ZONE, u64::MAX - ZONE + 1).is_err(), "an end that wraps");
+        assert!(d.reset_zones(0, 3 * ZONE).is_err(), "from a conventional zone");
+        assert!(d.reset_zones(2 * ZONE, 0).is_err(), "no zone");
+        assert_eq!(d.report(), before, "nothing changed");
+        assert_eq!(d.violations(), 5);
+        d.reset_zones(2 * ZONE, 2 * ZONE).unwrap();
+        assert_eq!(d.report()[2], Zone { wp: 0, cond: ZoneCond::Empty });
+    }
+
+    /// A write of no bytes at the device's end (past the last zone) does
+    /// nothing, as on the other devices (it indexed one zone too far).
+    #[test]
+    fn an_empty_write_at_the_end_does_nothing() {
+        let d = ZonedDevice::new(2, ZONE, 2, 2);
+        d.write_at(AlignedBuf::zeroed(0), 2 * ZONE).1.unwrap();
+        d.write_at(AlignedBuf::zeroed(0), ZONE).1.unwrap();
+        assert_eq!(d.report(), vec![Zone { wp: 0, cond: ZoneCond::Empty }; 2]);
     }
 
     #[test]
