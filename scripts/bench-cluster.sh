@@ -219,7 +219,7 @@ for n in $NODES; do
         esac
         nodes=("$D"/node-*/pid)
         n0=$(ticks "${nodes[@]}") p0=$(ticks "$D/nutcracker.pid") t0=$(now_ms)
-        log=$(memcaslap -s 127.0.0.1:22121 -T 2 -c "$CONC" -t "${SECS}s" -X 1000 2>&1)
+        log=$(memcaslap -s "127.0.0.1:$PROXY_MC_PORT" -T 2 -c "$CONC" -t "${SECS}s" -X 1000 2>&1)
         t1=$(now_ms) n1=$(ticks "${nodes[@]}") p1=$(ticks "$D/nutcracker.pid")
         ops=$(sed -n 's/.*Run time: .* Ops: \([0-9]*\) .*/\1/p' <<<"$log" | tail -1)
         gets=$(sed -n 's/^cmd_get: \([0-9]*\)/\1/p' <<<"$log" | tail -1)
@@ -236,7 +236,7 @@ for n in $NODES; do
         nodes=("$D"/node-*/pid)
         n0=$(ticks "${nodes[@]}") p0=$(ticks "$D/nutcracker.pid") t0=$(now_ms)
         # nutcracker refuses CONFIG: redis-benchmark warns and goes on.
-        redis-benchmark -h 127.0.0.1 -p 22122 -t set,get -n "$REQS" -c "$CONC" -r 100000 -d 1000 -q >/dev/null 2>&1
+        redis-benchmark -h 127.0.0.1 -p "$PROXY_RESP_PORT" -t set,get -n "$REQS" -c "$CONC" -r 100000 -d 1000 -q >/dev/null 2>&1
         t1=$(now_ms) n1=$(ticks "${nodes[@]}") p1=$(ticks "$D/nutcracker.pid")
         report redis-benchmark "$engine" "$n" $((2 * REQS)) $((t1 - t0)) $((n1 - n0)) $((p1 - p0)) -
     done

@@ -181,12 +181,37 @@ live_pid() {
     echo "$pid"
 }
 
-# Wait (bounded) until something accepts connections on $1:$2, or process $3 exits.
+# Whether something accepts connections on $1:$2.
+accepting() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+# Refuse to start a server on an address:port another process serves: the
+# new one would fail to bind while its waits met the other's listener
+# (a second cluster on the same ports measured the first one).
+need_free() {
+    local ip=$1 port
+    shift
+    for port in "$@"; do
+        ! accepting "$ip" "$port" || die "$ip:$port is served by another process already (another cluster? see --*-port)"
+    done
+}
+
+# Whether process $1 runs (not exited, not a zombie).
+running() {
+    kill -0 "$1" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
+# Wait (bounded) until something accepts connections on $1:$2 while
+# process $3 runs; fails if it exits.
 wait_port() {
     local ip=$1 port=$2 pid=$3 i
     for ((i = 0; i < 600; i++)); do
-        if (exec 3<>"/dev/tcp/$ip/$port") 2>/dev/null; then return 0; fi
-        kill -0 "$pid" 2>/dev/null || return 1
+        running "$pid" || return 1
+        if accepting "$ip" "$port"; then
+            # The listener is its (the ports were free before it started),
+            # unless it failed to bind another of its ports and is exiting.
+            running "$pid" || return 1
+            return 0
+        fi
         sleep 0.1
     done
     return 1
@@ -218,6 +243,11 @@ start_node() {
     d=$(node_dir "$i")
     mkdir -p "$d"
     if pid=$(live_pid "$d/pid" "$(node_mark "$i")"); then die "node $i is running (pid $pid)"; fi
+    case "$ENGINE" in
+    granary) need_free "$ip" "$MC_PORT" "$RESP_PORT" "$NATIVE_PORT" ;;
+    memcached) need_free "$ip" "$MC_PORT" ;;
+    redis) need_free "$ip" "$RESP_PORT" ;;
+    esac
     case "$ENGINE" in
     granary)
         local extra=()
@@ -308,6 +338,9 @@ write_config() {
 }
 
 start_proxy() {
+    [ "$ENGINE" = redis ] || need_free 127.0.0.1 "$PROXY_MC_PORT" "$PROXY_STORE_PORT"
+    [ "$ENGINE" = memcached ] || need_free 127.0.0.1 "$PROXY_RESP_PORT"
+    need_free 127.0.0.1 "$STATS_PORT"
     write_config
     nutcracker -t -c "$DIR/nutcracker.yml" >/dev/null 2>"$DIR/nutcracker-test.log" || {
         cat "$DIR/nutcracker-test.log" >&2

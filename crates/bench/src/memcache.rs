@@ -691,10 +691,14 @@ fn drive(addr: SocketAddr, o: &McBenchOptions, value: &[u8]) -> Result<(Measured
                 let mut rng = Pcg64Mcg::seed_from_u64(o.seed ^ (t as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
                 let mut m = Measured::new();
                 let mut req = Vec::with_capacity(value.len() + 64);
-                while Instant::now() < start {
-                    std::hint::spin_loop();
+                // Sleep, not spin, to the start: the machine's CPU per
+                // operation counts from before the threads start.
+                if let Some(wait) = start.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
                 }
-                let mut next = start;
+                // Open loop: connections spread their sends over the
+                // interval rather than sending together.
+                let mut next = start + interval.map_or(Duration::ZERO, |iv| iv * t as u32 / o.conns.max(1) as u32);
                 loop {
                     let sent_at = match interval {
                         Some(iv) => {
@@ -732,7 +736,10 @@ fn drive(addr: SocketAddr, o: &McBenchOptions, value: &[u8]) -> Result<(Measured
                         req.extend_from_slice(b"\r\n");
                         c.w.write_all(&req)?;
                         if !c.set_reply()? {
+                            // Refused: an error, not a served operation
+                            // (neither counted nor timed).
                             m.errors += 1;
+                            continue;
                         }
                     }
                     let us = sent_at.elapsed().as_micros() as u64;
@@ -745,8 +752,15 @@ fn drive(addr: SocketAddr, o: &McBenchOptions, value: &[u8]) -> Result<(Measured
         })
         .collect();
     let mut total = Measured::new();
+    let mut joined = Vec::with_capacity(threads.len());
     for t in threads {
-        let m = t.join().map_err(|_| "client thread panicked")?.map_err(|e| format!("client: {e}"))?;
+        joined.push(t.join().map_err(|_| "client thread panicked")?.map_err(|e| format!("client: {e}"))?);
+    }
+    // The time the operations took: an open loop whose server falls
+    // behind runs past `secs`, and its rate is what was served, not what
+    // was offered.
+    let secs = start.elapsed().as_secs_f64().max(o.secs);
+    for m in joined {
         total.ops += m.ops;
         total.gets += m.gets;
         total.hits += m.hits;
@@ -754,7 +768,7 @@ fn drive(addr: SocketAddr, o: &McBenchOptions, value: &[u8]) -> Result<(Measured
         total.get.add(&m.get).map_err(|e| e.to_string())?;
         total.set.add(&m.set).map_err(|e| e.to_string())?;
     }
-    Ok((total, o.secs))
+    Ok((total, secs))
 }
 
 fn pcts(h: &Histogram<u64>) -> [f64; 4] {
@@ -1064,6 +1078,62 @@ mod tests {
         // A test binary holds at least a few hundred KiB, far less than 1 TiB.
         assert!(mib > 0.1 && mib < 1e6, "{mib}");
         assert_eq!(peak_rss_mib(u32::MAX), None);
+    }
+
+    /// A stand-in memcache server for one connection: every GET answered
+    /// `END` after `delay`, every SET `SERVER_ERROR`; ends when the
+    /// client closes.
+    fn fake_server(delay: Duration) -> (SocketAddr, std::thread::JoinHandle<()>) {
+        let port = free_port().unwrap();
+        let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let mut w = s.try_clone().unwrap();
+            let mut r = BufReader::new(s);
+            let mut line = String::new();
+            while r.read_line(&mut line).is_ok_and(|n| n > 0) {
+                let reply: &[u8] = if line.starts_with("get ") {
+                    std::thread::sleep(delay);
+                    b"END\r\n"
+                } else {
+                    let mut data = String::new();
+                    let _ = r.read_line(&mut data);
+                    b"SERVER_ERROR out of memory storing object\r\n"
+                };
+                if w.write_all(reply).is_err() {
+                    break;
+                }
+                line.clear();
+            }
+        });
+        (addr, t)
+    }
+
+    /// An open loop (`--rate`) whose server falls behind reports what was
+    /// served: the time the operations took, not the offered rate (5,000
+    /// GETs offered in 0.1 s to a server taking 2 ms each were reported
+    /// as 5,000 ops/s).
+    #[test]
+    fn an_open_loop_reports_what_was_served() {
+        let (addr, server) = fake_server(Duration::from_millis(2));
+        let o = McBenchOptions { conns: 1, rate: Some(5_000.0), secs: 0.1, get_percent: 100, ..Default::default() };
+        let (m, secs) = drive(addr, &o, b"v").unwrap();
+        server.join().unwrap();
+        assert_eq!(m.ops, 500, "every operation offered in the window is sent");
+        let rate = m.ops as f64 / secs;
+        assert!(rate < 600.0, "{rate} ops/s from a server serving 500/s at most ({secs} s)");
+    }
+
+    /// A refused SET is an error, not a served operation.
+    #[test]
+    fn refused_sets_are_errors_not_operations() {
+        let (addr, server) = fake_server(Duration::ZERO);
+        let o = McBenchOptions { conns: 1, secs: 0.05, get_percent: 0, ..Default::default() };
+        let (m, _) = drive(addr, &o, b"v").unwrap();
+        server.join().unwrap();
+        assert!(m.errors > 0);
+        assert_eq!((m.ops, m.set.len()), (0, 0), "{} errors", m.errors);
     }
 
     #[test]

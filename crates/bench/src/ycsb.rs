@@ -885,12 +885,21 @@ fn go_ycsb(
             // Run for `secs`, then SIGINT: go-ycsb cancels its workers and
             // prints its summary.
             let stop = Instant::now() + Duration::from_secs_f64(secs);
-            while Instant::now() < stop && child.try_wait().map_err(|e| e.to_string())?.is_none() {
+            let mut ended = child.try_wait().map_err(|e| e.to_string())?;
+            while Instant::now() < stop && ended.is_none() {
                 std::thread::sleep(Duration::from_millis(20));
+                ended = child.try_wait().map_err(|e| e.to_string())?;
             }
-            // SAFETY: kill(2) of our own child's PID, not yet reaped.
-            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
-            wait_until(&mut child, Instant::now() + Duration::from_secs(60))
+            match ended {
+                // Ended by itself (reaped: its PID may be another's now).
+                Some(status) => Ok(status),
+                None => {
+                    // SAFETY: kill(2) of our own child's PID, not yet
+                    // reaped (its last try_wait found it running).
+                    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+                    wait_until(&mut child, Instant::now() + Duration::from_secs(60))
+                }
+            }
         }
         _ => child.wait().map_err(|e| e.to_string()),
     }

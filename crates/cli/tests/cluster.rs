@@ -91,6 +91,13 @@ impl Cluster {
     /// None (the test is skipped) without nutcracker. `server_conns`: the
     /// proxy's connections to each node (`--server-connections`).
     fn up(n: usize, weights: &[u32], names: bool, server_conns: usize) -> Option<Cluster> {
+        let (c, args) = Cluster::planned(n, weights, names, server_conns)?;
+        c.script(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        Some(c)
+    }
+
+    /// A cluster's ports and `cluster.sh up` arguments, not started yet.
+    fn planned(n: usize, weights: &[u32], names: bool, server_conns: usize) -> Option<(Cluster, Vec<String>)> {
         if !have_nutcracker() {
             return None;
         }
@@ -129,20 +136,24 @@ impl Cluster {
         if !names {
             args.push("--no-names".into());
         }
-        c.script(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        Some(c)
+        Some((c, args))
     }
 
-    /// Run `cluster.sh ARGS --dir DIR`; panics on failure.
-    fn script(&self, args: &[&str]) {
-        let out = Command::new("bash")
+    /// Run `cluster.sh ARGS --dir DIR`.
+    fn try_script(&self, args: &[&str]) -> std::process::Output {
+        Command::new("bash")
             .arg(SCRIPT)
             .args(args)
             .arg("--dir")
             .arg(self.dir.path())
             .env("GRANARY_BIN", env!("CARGO_BIN_EXE_granary"))
             .output()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// Run `cluster.sh ARGS --dir DIR`; panics on failure.
+    fn script(&self, args: &[&str]) {
+        let out = self.try_script(args);
         assert!(
             out.status.success(),
             "cluster.sh {args:?}: {}\n{}{}",
@@ -407,6 +418,44 @@ fn keys_through_the_proxy_are_where_the_client_ring_says_5_unnamed_nodes_3_conne
 /// `server_failure_limit` failed requests; meanwhile only its keys miss
 /// and writes of its keys go to the node the ring without it names; after
 /// its restart, it rejoins warm.
+/// `up` refuses a port another process serves already, a node's or the
+/// proxy's, and leaves nothing running: it waited for the port to accept
+/// connections, met the other process's listener and reported a cluster
+/// whose server had failed to bind.
+#[test]
+fn up_refuses_a_port_another_process_serves() {
+    let Some((c, args)) = Cluster::planned(1, &[1], true, 1) else { return };
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    for taken in [c.proxy_mc, c.node_mc(0)] {
+        let other = TcpListener::bind(taken).unwrap();
+        let out = c.try_script(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "up with {taken} taken: {stderr}");
+        assert!(stderr.contains(&format!("{taken} is served by another process")), "{stderr}");
+        drop(other);
+        let pids: Vec<_> =
+            walk_files(c.dir.path()).into_iter().filter(|p| p.extension().is_some_and(|e| e == "pid")).collect();
+        assert!(pids.is_empty(), "{pids:?} left after a failed up");
+    }
+    // With the ports free again, it starts.
+    c.script(&args);
+    assert_eq!(Mc::new(c.proxy_mc).set("k", b"v"), Ok(()));
+}
+
+/// Every file under `dir`.
+fn walk_files(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
 #[test]
 fn a_killed_node_is_ejected_then_rejoins_warm() {
     let seed = seed();

@@ -83,20 +83,35 @@ impl TwemproxyServer {
             Some((a, n)) if !n.is_empty() => (a.trim_end(), Some(n)),
             _ => (line, None),
         };
+        // Digits only, as nutcracker's number parser (Rust's takes a '+').
+        fn number(t: &str) -> Option<&str> {
+            Some(t).filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+        }
         let (rest, weight) = addr.rsplit_once(':').ok_or_else(|| bad("no weight"))?;
-        let weight: u32 = weight.parse().ok().filter(|&w| w <= i32::MAX as u32).ok_or_else(|| bad("bad weight"))?;
+        let weight: u32 = number(weight)
+            .and_then(|w| w.parse().ok())
+            .filter(|&w| w <= i32::MAX as u32)
+            .ok_or_else(|| bad("bad weight"))?;
         if weight == 0 {
             return Err(bad("zero weight"));
         }
         if rest.starts_with('/') {
             return Ok(TwemproxyServer { name: name.map_or_else(|| format!("{rest}:"), str::to_string), weight });
         }
-        let (host, port) = rest.rsplit_once(':').ok_or_else(|| bad("no port"))?;
-        let port: u16 = port.parse().ok().filter(|&p| p != 0).ok_or_else(|| bad("bad port"))?;
+        let (host, port_text) = rest.rsplit_once(':').ok_or_else(|| bad("no port"))?;
+        let port: u16 =
+            number(port_text).and_then(|p| p.parse().ok()).filter(|&p| p != 0).ok_or_else(|| bad("bad port"))?;
         if host.is_empty() {
             return Err(bad("no host"));
         }
-        Ok(TwemproxyServer::new(host, port, weight, name))
+        // An unnamed server is named by the line's own text, "host:port"
+        // as written (a port written "06380" hashes as such), but for
+        // the port nutcracker leaves out (compared as a number).
+        let server = TwemproxyServer::new(host, port, weight, name);
+        Ok(match name {
+            None if port != TWEMPROXY_UNNAMED_PORT => TwemproxyServer { name: rest.to_string(), ..server },
+            _ => server,
+        })
     }
 }
 
@@ -338,7 +353,13 @@ mod tests {
         assert_eq!(p(" cache-1.example:11211:3 alpha "), TwemproxyServer { name: "alpha".into(), weight: 3 });
         assert_eq!(p("/run/granary.sock:2"), TwemproxyServer { name: "/run/granary.sock:".into(), weight: 2 });
         assert_eq!(p("/run/granary.sock:2 s1"), TwemproxyServer { name: "s1".into(), weight: 2 });
+        // The port as written names the server (nutcracker hashes the
+        // line's text), but the left-out port is compared as a number.
+        assert_eq!(p("127.0.0.2:06380:1"), TwemproxyServer { name: "127.0.0.2:06380".into(), weight: 1 });
+        assert_eq!(p("127.0.0.2:011211:1"), TwemproxyServer { name: "127.0.0.2".into(), weight: 1 });
         for bad in [
+            "h:1:+1",
+            "h:+1:1",
             "127.0.0.1:11211",
             "127.0.0.1:11211:0",
             "127.0.0.1:0:1",
@@ -501,11 +522,11 @@ mod tests {
     }
 
     /// nutcracker rebuilds its ring without an ejected server: with equal
-    /// weights the others keep their points, so only the ejected server's
-    /// keys move (and come back when it returns).
+    /// weights and up to 24 servers the others keep their points, so only
+    /// the ejected server's keys move (and come back when it returns).
     #[test]
     fn ejecting_a_server_moves_only_its_keys() {
-        for n in [3usize, 5] {
+        for n in [3usize, 5, 24] {
             let lines: Vec<String> = (0..n).map(|i| format!("127.0.0.{}:11211:1", i + 2)).collect();
             let all = Ketama::twemproxy_lines(&lines).unwrap();
             for gone in 0..n {
@@ -527,5 +548,25 @@ mod tests {
                 assert!((5000 / (2 * n)..5000 * 2 / n).contains(&moved), "{moved} keys on server {gone} of {n}");
             }
         }
+    }
+
+    /// From 25 equal servers on, nutcracker's single-precision point
+    /// count gives each fewer points than a ring one server smaller does
+    /// (156 against 160 for 25 and 24), so ejecting one moves some keys
+    /// between the servers left in place too (docs/CLUSTER.md says so).
+    #[test]
+    fn ejecting_one_of_25_equal_servers_moves_other_keys_too() {
+        assert_eq!((twemproxy_points(1, 24, 24), twemproxy_points(1, 25, 25)), (160, 156));
+        let lines: Vec<String> = (0..25).map(|i| format!("127.0.0.{}:11211:1", i + 2)).collect();
+        let all = Ketama::twemproxy_lines(&lines).unwrap();
+        let ejected = Ketama::twemproxy_lines(&lines[1..]).unwrap();
+        let moved_between_live = (0..20_000)
+            .map(|i| format!("k{i}"))
+            .filter(|k| {
+                let before = all.server_of(k.as_bytes()).unwrap();
+                before != 0 && ejected.server_of(k.as_bytes()).unwrap() + 1 != before
+            })
+            .count();
+        assert!(moved_between_live > 0, "no key of a live server moved");
     }
 }
