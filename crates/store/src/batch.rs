@@ -102,20 +102,35 @@ pub enum BatchOutcome {
 pub struct Batch<'s> {
     store: &'s Store,
     ops: Vec<(Arc<NsState>, Vec<u8>, BatchOp)>,
+    /// The first namespace handle added that is another store's: the
+    /// commit refuses the batch (its id means another namespace here).
+    foreign: Option<String>,
 }
 
 impl Store {
     /// A new, empty atomic batch on this store.
     pub fn batch(&self) -> Batch<'_> {
-        Batch { store: self, ops: Vec::new() }
+        Batch { store: self, ops: Vec::new(), foreign: None }
     }
 }
 
 impl Batch<'_> {
-    /// Add `op` on `key` of namespace `ns`.
+    /// Add `op` on `key` of namespace `ns` (a handle of this batch's
+    /// store: one of another store makes the commit fail with
+    /// [`Error::BadBatch`]).
     pub fn op(&mut self, ns: &Namespace, key: &[u8], op: BatchOp) -> &mut Self {
+        if self.foreign.is_none() && !ns.is_of(&self.store.core) {
+            self.foreign = Some(ns.name().to_string());
+        }
         self.ops.push((ns.state(), key.to_vec(), op));
         self
+    }
+
+    fn refuse_foreign(&self) -> Result<()> {
+        match &self.foreign {
+            Some(name) => Err(Error::BadBatch(format!("namespace {name:?} is a handle of another store"))),
+            None => Ok(()),
+        }
     }
 
     pub fn put(&mut self, ns: &Namespace, key: &[u8], value: &[u8]) -> &mut Self {
@@ -157,6 +172,7 @@ impl Batch<'_> {
     /// Commit every operation or none; durable when it returns
     /// `Committed`.
     pub fn commit(self) -> Result<BatchOutcome> {
+        self.refuse_foreign()?;
         block_on(self.store.core.commit_batch(self.ops))
     }
 
@@ -164,7 +180,8 @@ impl Batch<'_> {
     /// end even if this future is dropped (a caller's timeout): the batch
     /// is then committed or not, as a whole, and only its outcome is lost.
     pub async fn commit_async(self) -> Result<BatchOutcome> {
-        let Batch { store, ops } = self;
+        self.refuse_foreign()?;
+        let Batch { store, ops, .. } = self;
         let core = store.core.clone();
         let work = async move { core.commit_batch(ops).await };
         Finish::new(&*store.core, Box::pin(work), None).await

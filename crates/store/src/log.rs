@@ -340,6 +340,13 @@ pub(crate) struct Headers {
     /// The highest alloc_seq of any header (free ones included, so
     /// allocation sequences never repeat).
     pub max_alloc: u64,
+    /// Segments whose header is this store's (magic and UUID) but fails
+    /// its checksum, with the error: damaged on the media (a header fits
+    /// one sector, which a crash leaves whole or unwritten, so no crash
+    /// tears one). Such a segment is taken for free: whatever it held is
+    /// not indexed, and it is written over when next allocated, so
+    /// `verify` reports each.
+    pub damaged: Vec<(u32, String)>,
 }
 
 /// Read and classify every segment header.
@@ -348,6 +355,7 @@ pub(crate) fn read_segment_headers(dev: &dyn Device, sb: &Superblock) -> Result<
     let mut used = Vec::new();
     let mut index = Vec::new();
     let mut max_alloc = 0;
+    let mut damaged = Vec::new();
     for seg in 0..sb.segment_count as u32 {
         let offset = sb.segment_offset(seg);
         let (buf, r) = dev.read_at(AlignedBuf::zeroed(g), offset);
@@ -389,14 +397,19 @@ pub(crate) fn read_segment_headers(dev: &dyn Device, sb: &Superblock) -> Result<
                 });
             }
             Err(e) => {
-                // A header whose write never completed: no record in the
-                // segment was ever acknowledged (headers go first).
+                // Not this store's header (garbage, or a header's write
+                // that never reached the media: nothing in the segment
+                // was acknowledged, headers go first), or this store's,
+                // damaged (listed).
+                if granary_format::segment::uuid_field(&buf) == sb.uuid && matches!(e, FormatError::Checksum { .. }) {
+                    damaged.push((seg, e.to_string()));
+                }
                 tracing::warn!(segment = seg, error = %e, "unreadable segment header; treating the segment as free");
             }
         }
     }
     used.sort_by_key(|(s, _)| s.alloc_seq);
-    Ok(Headers { kv: used, index, max_alloc })
+    Ok(Headers { kv: used, index, max_alloc, damaged })
 }
 
 /// The log of an open store: where records go and how they are read back.

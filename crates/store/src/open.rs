@@ -195,7 +195,7 @@ impl Store {
         }
         let core = Arc::new(core);
         let _ = core.me.set(Arc::downgrade(&core));
-        if core.space.zoned() {
+        if core.space.zoned() && opts.clear_torn {
             // Torn records recovery could not clear in place: their
             // segments are reclaimed now, before writes start.
             for seg in core.space.take_torn() {
@@ -310,7 +310,11 @@ impl Store {
         };
         core.coalescer.ordered.store(zoned, Relaxed);
         let report = crate::recover::Rebuild(core.parts()).run(&core.checkpoints, headers, loaded, floor, opts)?;
-        core.space.settle_zones()?;
+        // An open that must not write (`clear_torn` off) leaves the zones
+        // as they are: nothing is written through them.
+        if opts.clear_torn {
+            core.space.settle_zones()?;
+        }
         let from_checkpoint = report.checkpoint_id != 0;
         *core.recovery.lock().unwrap_or_else(|e| e.into_inner()) = report;
         if let Some(f) = block_on(core.read_item(FLUSH_FLOOR_KEY))? {

@@ -259,7 +259,7 @@ impl Rebuild<'_> {
         opts: &OpenOptions,
     ) -> Result<RecoveryReport> {
         let started = Instant::now();
-        let Headers { kv: used, index: _, max_alloc } = headers;
+        let Headers { kv: used, index: _, max_alloc, damaged: _ } = headers;
         let found: Vec<SegmentFound> = used
             .iter()
             .map(|(s, _)| SegmentFound { seg: s.seg, alloc_seq: s.alloc_seq, stream: s.stream, first_seq: s.first_seq })

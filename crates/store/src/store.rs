@@ -573,6 +573,11 @@ impl Namespace {
         &self.state.name
     }
 
+    /// Whether it is a namespace of the store `core` runs.
+    pub(crate) fn is_of(&self, core: &Arc<Core>) -> bool {
+        Arc::ptr_eq(&self.core, core)
+    }
+
     /// Its options.
     pub fn options(&self) -> NamespaceOptions {
         self.state.options

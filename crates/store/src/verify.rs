@@ -11,7 +11,9 @@
 //! summary that does not decode (torn by a crash, or damaged) is counted,
 //! not an error: nothing trusts it (GC reads that segment's records).
 //! Nor is a superblock copy behind the other or failing its checksum
-//! (listed: the next open for writing rewrites it).
+//! (listed: the next open for writing rewrites it). A segment header of
+//! this store that fails its checksum is an error: no crash tears one (it
+//! fits one sector), and the store takes its segment for free.
 
 use crate::error::Result;
 use crate::log::{read_segment_headers, SegmentScanner};
@@ -114,7 +116,14 @@ pub(crate) fn verify(p: Parts<'_>, progress: Option<&ProgressHook>) -> Result<Ve
     }
     let mut entries = Vec::new();
     p.keys.index.for_each(|home, e| entries.push((home, e)));
-    let segments = read_segment_headers(p.log.dev.as_ref(), &p.log.sb)?.kv;
+    let headers = read_segment_headers(p.log.dev.as_ref(), &p.log.sb)?;
+    for (seg, why) in &headers.damaged {
+        r.error(format!(
+            "segment {seg}: its header fails its checksum ({why}): damaged; the store takes the segment \
+             for free, so records in it are not indexed and are written over when it is reused"
+        ));
+    }
+    let segments = headers.kv;
     let steps = (entries.len() + segments.len()) as u64;
     let report = |done: u64| {
         if let Some(p) = progress {

@@ -40,6 +40,28 @@ fn opts(durability: Durability) -> OpenOptions {
     }
 }
 
+/// A namespace handle of another store is refused, nothing applied: its
+/// id names another namespace here (two stores' first namespaces share
+/// id 1: the key landed in this store's namespace).
+#[test]
+fn a_batch_refuses_a_namespace_of_another_store() {
+    let s1 = Store::create(device(8 << 20), &create_opts(), &opts(Durability::Direct)).unwrap();
+    let s2 = Store::create(device(8 << 20), &create_opts(), &opts(Durability::Direct)).unwrap();
+    let a = s1.create_namespace("a", NamespaceOptions::default()).unwrap();
+    let b = s2.create_namespace("b", NamespaceOptions::default()).unwrap();
+    let d2 = s2.namespace(DEFAULT_NAMESPACE).unwrap();
+    let mut batch = s2.batch();
+    batch.put(&d2, b"mine", b"1").put(&a, b"k", b"v");
+    let e = batch.commit().unwrap_err();
+    assert!(matches!(e, Error::BadBatch(_)) && e.to_string().contains("another store"), "{e}");
+    let mut batch = s2.batch();
+    batch.put(&a, b"k", b"v");
+    assert!(matches!(granary_rt::block_on(batch.commit_async()), Err(Error::BadBatch(_))));
+    assert_eq!(b.get(b"k").unwrap(), None);
+    assert_eq!(s2.get(b"mine").unwrap(), None);
+    assert_eq!(a.get(b"k").unwrap(), None);
+}
+
 #[test]
 fn a_batch_applies_every_operation_or_none() {
     let s = Store::create(device(8 << 20), &create_opts(), &opts(Durability::Direct)).unwrap();
