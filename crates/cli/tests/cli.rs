@@ -186,6 +186,9 @@ fn bad_input_gives_one_line_errors() {
     std::fs::write(p, vec![0u8; 1 << 20]).unwrap();
     assert_one_line_error(&run(&["get", p, "k"]), "not a usable Granary store");
     assert_one_line_error(&run(&["create", p, "--size", "8M"]), "exists and is not a Granary store");
+    let one = dir.path().join("one.db").display().to_string();
+    assert_one_line_error(&run(&["create", &one, "--size", "8M", "--stripe-size", "64K"]), "for a stripe set");
+    assert!(!Path::new(&one).exists());
 }
 
 /// Flip one byte of a value in a closed segment of the file: `get` of that
@@ -520,6 +523,10 @@ fn load_leaves_a_clean_checkpoint_that_stat_reports() {
     let p = db(dir.path());
     let p = p.to_str().unwrap();
     assert_eq!(code(&run(&["create", p, "--size", "64M"])), 0);
+    // A value the store could not take is refused before any is made
+    // (8 GB were allocated for each write).
+    let o = run(&["load", p, "--keys", "3000", "--value-bytes", "8000000000"]);
+    assert_one_line_error(&o, "this store takes values up to");
     let o = run(&["load", p, "--keys", "3000", "--value-bytes", "50", "--rounds", "2"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     // It says what it did: writes, keys x rounds, bytes, rate.

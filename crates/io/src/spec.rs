@@ -117,6 +117,9 @@ impl DeviceSpec {
         backend: IoBackend,
         progress: &dyn Fn(u64, u64) -> io::Result<()>,
     ) -> io::Result<Arc<dyn Device>> {
+        if let DeviceSpec::Striped(ms) = self {
+            crate::stripe::check_settings(ms.len(), stripe_bytes)?;
+        }
         let files: Vec<&Path> = self.paths().into_iter().filter(|p| !is_block_device(p)).collect();
         let per = match self {
             DeviceSpec::Single(_) => size_bytes,

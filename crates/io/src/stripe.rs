@@ -40,6 +40,26 @@ pub const LABEL_BYTES: u64 = 4096;
 pub const STRIPE_BYTES_DEFAULT: u32 = 128 * 1024;
 /// Most members in one set.
 pub const MEMBERS_MAX: usize = 64;
+
+/// Refuse a stripe set of `members` members and a `stripe_bytes` unit
+/// that [`StripedDevice::create`] would refuse, before any member is made
+/// (a new file's zero fill takes a while): 2 to [`MEMBERS_MAX`] members,
+/// a power of two of at least 4096 bytes.
+pub fn check_settings(members: usize, stripe_bytes: u32) -> io::Result<()> {
+    if !(2..=MEMBERS_MAX).contains(&members) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a stripe set has 2 to {MEMBERS_MAX} members, not {members} (use a single device directly)"),
+        ));
+    }
+    if !stripe_bytes.is_power_of_two() || stripe_bytes < 4096 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("stripe unit {stripe_bytes} must be a power of two of at least 4096 bytes"),
+        ));
+    }
+    Ok(())
+}
 /// The label's version this code writes and reads.
 pub const LABEL_VERSION: u32 = 1;
 /// The first 8 bytes of a stripe member (its label).
@@ -151,17 +171,12 @@ impl StripedDevice {
     /// count times the smallest member's data bytes.
     pub fn create(members: Vec<Arc<dyn Device>>, stripe_bytes: u32) -> io::Result<StripedDevice> {
         let n = members.len();
-        if !(2..=MEMBERS_MAX).contains(&n) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("a stripe set has 2 to {MEMBERS_MAX} members, not {n} (use a single device directly)"),
-            ));
-        }
+        check_settings(n, stripe_bytes)?;
         let block = members.iter().map(|m| m.block_bytes()).max().unwrap_or(512);
-        if !stripe_bytes.is_power_of_two() || stripe_bytes < 4096 || !stripe_bytes.is_multiple_of(block) {
+        if !stripe_bytes.is_multiple_of(block) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("stripe unit {stripe_bytes} must be a power of two of at least 4096 bytes"),
+                format!("stripe unit {stripe_bytes} is not a multiple of the members' {block}-byte blocks"),
             ));
         }
         let smallest = members.iter().map(|m| m.size_bytes()).min().unwrap_or(0);

@@ -386,6 +386,17 @@ mod tests {
             assert_eq!(filled.load(std::sync::atomic::Ordering::Relaxed), 0, "{what}: zero-filled first");
             assert!(!path.exists());
         }
+        // A stripe set's unit and member count, too.
+        let (a, b) = (dir.path().join("a.db"), dir.path().join("b.db"));
+        let set = dir.path().join("a.db,b.db");
+        for (stripe_bytes, what) in [(100 << 10, "power of two"), (2048, "at least 4096")] {
+            let new = NewStore { stripe_bytes, fill_progress: &count, ..new_store(16 << 20) };
+            let r = provision(&set, OpenMode::Direct, IoBackend::Sync, IfPresent::Open, Some(&new), &o, &o);
+            let e = r.err().expect("refused").to_string();
+            assert!(e.contains(what), "{e}");
+            assert_eq!(filled.load(std::sync::atomic::Ordering::Relaxed), 0, "{what}: zero-filled first");
+            assert!(!a.exists() && !b.exists());
+        }
     }
 
     #[test]

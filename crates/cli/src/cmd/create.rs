@@ -36,6 +36,12 @@ pub fn run(a: CreateArgs) -> Result<ExitCode, String> {
         None => granary_store::io::stripe::STRIPE_BYTES_DEFAULT,
         Some(s) => u32::try_from(s).map_err(|_| format!("--stripe-size {s} is too large"))?,
     };
+    if a.stripe_size.is_some() && !a.dev.path.as_os_str().as_encoded_bytes().contains(&b',') {
+        return Err(format!(
+            "--stripe-size is for a stripe set (PATH a comma-separated list); {} is one device",
+            a.dev.path.display()
+        ));
+    }
     let if_present = if a.if_absent { IfPresent::Open } else { IfPresent::Refuse };
     let site = Site::inspect(&a.dev.path, if_present).map_err(|e| e.to_string())?;
     if site.removed_unfinished() {

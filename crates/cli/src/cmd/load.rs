@@ -22,7 +22,8 @@ pub struct LoadArgs {
     /// Keys per round (e.g. 100K).
     #[arg(long, default_value = "100K", value_parser = size::count)]
     keys: u64,
-    /// Value size in bytes.
+    /// Value size in bytes (at least the value's tag, "<i>:<round>:"; at
+    /// most the store's largest value).
     #[arg(long, default_value_t = 100)]
     value_bytes: usize,
     /// Rounds: each overwrites every key with the round's value.
@@ -51,6 +52,16 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, String> {
         ..OpenOptions::default()
     };
     let store = Store::open_path(&a.dev.path, mode(a.dev.buffered), &opts).map_err(|e| e.to_string())?;
+    // Refused before a value is made (a typo could ask for gigabytes).
+    let max = store.value_bytes_max(load_key(a.keys.saturating_sub(1)).len());
+    if a.value_bytes as u64 > max {
+        let _ = store.close();
+        return Err(format!(
+            "--value-bytes {}: this store takes values up to {} ({max} bytes)",
+            a.value_bytes,
+            size::human(max)
+        ));
+    }
     let started = std::time::Instant::now();
     let loaded = load(&store, &a);
     // A failed load still closes the store: what was acknowledged gets a
