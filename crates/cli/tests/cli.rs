@@ -787,7 +787,8 @@ fn namespace_key_quota_refuses_a_second_key() {
 
 /// `granary export` create, list and drop: an export's geometry is printed
 /// and listed (with `ns list`'s kind column and `ns stat`'s options too);
-/// its blocks are keys of its namespace (`put --ns` of an 8-byte key here);
+/// its blocks are keys of its namespace (a batch's put of block 0 here;
+/// other keys and partial blocks are refused);
 /// bad sizes and block sizes, a name taken, and a drop of a plain
 /// namespace are one-line errors, exit 2, that create or drop nothing.
 #[test]
@@ -832,8 +833,15 @@ fn exports_create_list_drop() {
     );
     assert_one_line_error(&run(&["export", "create", p, "a b", "--size", "1M"]), "a name holds only ASCII letters");
 
-    // Block 0 of disk, written as its namespace's key.
-    assert_eq!(code(&run_stdin(&["put", "--ns", "disk", p, "blockkey"], &[7u8; 4096])), 0);
+    // Block 0 of disk, written as its namespace's key; a key that is no
+    // block's, or a partial block, is refused (the block server would not
+    // see it, or read a partial block).
+    let line = format!("put disk {} {}\n", "\\x00".repeat(8), "x".repeat(4096));
+    let o = run_stdin(&["batch", p], line.as_bytes());
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_one_line_error(&run_stdin(&["put", "--ns", "disk", p, "blockkey"], &[7u8; 4096]), "an export takes only");
+    let line = format!("put disk {} x\n", "\\x00".repeat(8));
+    assert_one_line_error(&run_stdin(&["batch", p], line.as_bytes()), "whole 4096-byte blocks");
     let o = run(&["export", "list", p]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);

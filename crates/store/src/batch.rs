@@ -271,6 +271,14 @@ impl Core {
             // id and the counters are of one generation of the namespace
             // (a truncate meanwhile gives it new ones).
             let (id, counters) = ns.current()?;
+            ns.check_block_key(&key)?;
+            match &op {
+                BatchOp::Put { value, .. }
+                | BatchOp::PutAbsent { value, .. }
+                | BatchOp::PutPresent { value, .. }
+                | BatchOp::Cas { value, .. } => ns.check_block_value(value.len())?,
+                _ => {}
+            }
             let scoped = match self.stored_as(id, &key)? {
                 Cow::Borrowed(_) => None,
                 Cow::Owned(stored) => Some(stored),

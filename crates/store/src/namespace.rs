@@ -532,6 +532,36 @@ impl std::ops::Deref for NsRef<'_> {
 }
 
 impl NsState {
+    /// In an export (a block namespace), a key must be a block's
+    /// ([`crate::block::block_key`] of a block below the export's count):
+    /// a key written through a KV protocol would sit in the export unseen
+    /// by its block server.
+    pub(crate) fn check_block_key(&self, key: &[u8]) -> Result<()> {
+        let kind = self.options.kind;
+        if !kind.is_block() || crate::block::block_of(key).is_some_and(|n| n < kind.blocks()) {
+            return Ok(());
+        }
+        Err(Error::BadNamespace {
+            name: self.name.clone(),
+            why: format!(
+                "an export takes only its blocks' keys (8 bytes, a block number below {}), not a key of {} bytes",
+                kind.blocks(),
+                key.len()
+            ),
+        })
+    }
+
+    /// In an export, a value must be a whole block.
+    pub(crate) fn check_block_value(&self, len: usize) -> Result<()> {
+        match self.options.kind {
+            NamespaceKind::Block { block_bytes, .. } if len != block_bytes as usize => Err(Error::BadNamespace {
+                name: self.name.clone(),
+                why: format!("an export's values are whole {block_bytes}-byte blocks, not {len} bytes"),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     pub(crate) fn new(name: &str, id: u32, options: NamespaceOptions, counters: Arc<NsCounters>) -> NsState {
         let fixed = (id == DEFAULT_NS).then(|| counters.clone());
         NsState {

@@ -117,8 +117,9 @@ impl Core {
     /// Keys must be distinct (`BadBatch` otherwise, nothing written).
     pub async fn put_many(&self, ns: &NsState, items: &[(&[u8], &[u8])]) -> Result<()> {
         let mut keys = Vec::with_capacity(items.len());
-        for &(k, _) in items {
+        for &(k, v) in items {
             let (key, _) = self.scoped(ns, k)?;
+            ns.check_block_value(v.len())?;
             keys.push(Key { h: self.keys.hash(&key), key });
         }
         let mut order: Vec<usize> = (0..keys.len()).collect();

@@ -204,6 +204,7 @@ impl Core {
     /// counters of `ns`'s current id.
     pub(crate) fn scoped<'k, 'n>(&self, ns: &'n NsState, key: &'k [u8]) -> Result<(Cow<'k, [u8]>, NsRef<'n>)> {
         let (id, c) = ns.current_ref()?;
+        ns.check_block_key(key)?;
         Ok((self.stored_as(id, key)?, c))
     }
 

@@ -174,6 +174,7 @@ impl Core {
     /// bytes, to fill and then write with [`Core::put_buf`].
     pub fn new_put_buf(&self, ns: &NsState, key: &[u8], value_len: usize) -> Result<PutBuf> {
         let (key, _) = self.scoped(ns, key)?;
+        ns.check_block_value(value_len)?;
         let key = &key[..];
         let max = self.value_bytes_max(key.len());
         if value_len as u64 > max {
@@ -253,6 +254,7 @@ impl Core {
         cond: Cond,
     ) -> Result<(PutOutcome, u64)> {
         let (key, c) = self.scoped(ns, key)?;
+        ns.check_block_value(value.len())?;
         v.meta = self.with_default_ttl(ns, v.meta);
         if ns.options.has_quota() {
             self.check_quota(ns, &c, &key, self.value_grains(&key, value.len() as u64, v.cas)?, cond).await?;
@@ -621,6 +623,14 @@ impl Core {
                 }
                 other => other,
             };
+            match &change {
+                Change::Put { value, .. }
+                | Change::Invalidate { value, .. }
+                | Change::PutCas { value, .. }
+                | Change::Rewrite { value, .. }
+                | Change::Touch { value, .. } => ns.check_block_value(value.len())?,
+                _ => {}
+            }
             // (Sized only with a quota: the write below sizes it again.)
             let new_grains = match &change {
                 _ if !ns.options.has_quota() => None,

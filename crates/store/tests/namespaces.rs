@@ -523,6 +523,49 @@ fn an_export_keeps_its_kind_across_a_restart_and_a_crash() {
     assert_eq!(s.namespaces().len(), 2);
 }
 
+/// An export holds only whole blocks under its blocks' keys: a write
+/// through any KV path (put, update, put_many, a batch, a zero-copy
+/// buffer) of another key or of a partial block is refused with
+/// `BadNamespace` and writes nothing (a 2-byte value under block 0's key
+/// was stored, and the block server read it as a partial block).
+#[test]
+fn an_export_takes_only_whole_blocks_under_block_keys() {
+    let now = clock();
+    let s = Store::create(device(8 << 20), &create_opts(), &opts(&now, false)).unwrap();
+    let disk = s.create_export("disk", 1 << 20, 4096).unwrap();
+    let refused = |r: Result<(), Error>, why: &str| match r {
+        Err(Error::BadNamespace { name, why: got }) => {
+            assert_eq!(name, "disk");
+            assert!(got.contains(why), "{got:?} lacks {why:?}")
+        }
+        r => panic!("{r:?}"),
+    };
+    let block = vec![7u8; 4096];
+    refused(disk.put(b"k", &block), "not a key of 1 bytes");
+    refused(disk.put(&block_key(256), &block), "below 256");
+    refused(disk.put(&block_key(0), b"hi"), "not 2 bytes");
+    refused(disk.put_many(&[(&block_key(1)[..], &block[..]), (&block_key(2)[..], b"hi")]), "not 2 bytes");
+    refused(
+        disk.update(&block_key(0), |_| (Change::Put { value: b"hi".to_vec(), meta: ItemMeta::default() }, ()))
+            .map(|_| ()),
+        "not 2 bytes",
+    );
+    refused(disk.new_put_buf(&block_key(0), 100).map(|_| ()), "not 100 bytes");
+    let mut b = s.batch();
+    b.put(&disk, &block_key(3), b"hi");
+    refused(b.commit().map(|_| ()), "not 2 bytes");
+    let mut b = s.batch();
+    b.delete(&disk, b"name");
+    refused(b.commit().map(|_| ()), "not a key of 4 bytes");
+    refused(disk.get(b"k").map(|_| ()), "not a key of 1 bytes");
+    assert_eq!(s.exports()[0].keys, 0, "nothing was written");
+    // Whole blocks are taken, by every path.
+    disk.put(&block_key(255), &block).unwrap();
+    disk.put_many(&[(&block_key(1)[..], &block[..])]).unwrap();
+    disk.delete(&block_key(1)).unwrap();
+    assert_eq!(disk.get(&block_key(255)).unwrap(), Some(block));
+}
+
 /// Geometry an export cannot have, and options it cannot take, are
 /// refused with `BadNamespace` saying why, and create nothing.
 #[test]
