@@ -227,7 +227,16 @@ fn step(gc: Gc<'_>, req: u64) {
         return;
     }
     let _no_verify = gc.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let Some((victim, evict)) = gc.space.pick_victim(age(gc.log.sb.segment_count), gc.evict) else {
+    // The age gate leaves the newest segments out (their garbage is still
+    // growing). But while writers wait for room no segment closes, so the
+    // gate never moves: garbage among the newest (overwrites of a few keys
+    // on a store full of live data) would stay out of reach and every
+    // write get NoSpace. Writers waiting, GC takes those too.
+    let picked = gc
+        .space
+        .pick_victim(age(gc.log.sb.segment_count), gc.evict)
+        .or_else(|| gc.space.writers_waiting().then(|| gc.space.pick_victim(0, gc.evict)).flatten());
+    let Some((victim, evict)) = picked else {
         gc.stats.nothing_to_reclaim.fetch_add(1, Relaxed);
         gc.space.gc_found_nothing(req);
         return;

@@ -195,9 +195,11 @@ impl<'a> SegmentScanner<'a> {
         // The window read ahead, when it serves this request: as the new
         // window if it holds [start, start + n), or joined to the tail of
         // the current one when a record runs from one into the other.
-        let ahead = self.ahead.as_ref().and_then(|ra| ra.pending()).map(|(off, len)| {
-            let a = (off - seg_off) / g;
-            (a, a + len as u64 / g)
+        // (A read ahead for another segment, left by the scan of the one
+        // before, serves nothing here: it may lie before this one.)
+        let ahead = self.ahead.as_ref().and_then(|ra| ra.pending()).and_then(|(off, len)| {
+            let a = off.checked_sub(seg_off)? / g;
+            (a < seg_grains).then(|| (a, a + len as u64 / g))
         });
         if let Some((a, a_end)) = ahead {
             let inside = start >= a && start + n <= a_end;

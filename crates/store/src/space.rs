@@ -414,9 +414,11 @@ pub(crate) struct Provision {
 }
 
 impl Provision {
-    /// Watermarks for a store of `segments` (the fixed low one: `fixed`).
-    pub(crate) fn new(mode: Watermark, segments: usize, fixed: usize) -> Provision {
-        let min = (RESERVED_SEGMENTS + 2).min(fixed);
+    /// Watermarks for a store of `segments` (the fixed low one: `fixed`)
+    /// whose writers keep `reserve` segments for GC: the low watermark
+    /// stays two above the reserve, so GC starts before writers wait.
+    pub(crate) fn new(mode: Watermark, segments: usize, fixed: usize, reserve: usize) -> Provision {
+        let min = (reserve + 2).min(fixed);
         let max = (segments / 4).max(fixed);
         let low = if matches!(mode, Watermark::Fixed | Watermark::Compact) { fixed } else { min };
         Provision {
@@ -577,13 +579,23 @@ impl Space {
     pub(crate) fn new(dev: Arc<dyn Device>, sb: Superblock, seed: u32, durability: Durability, cfg: GcConfig) -> Space {
         let gc = cfg.gc;
         let n = sb.segment_count as usize;
-        let low = (n / 32).clamp(RESERVED_SEGMENTS + 2, 64);
-        let provision = Provision::new(cfg.watermark, n, low);
         let zoned = dev.zones();
         // Zoned mode keeps to three streams (the device's open zones).
         let sepbit = cfg.sepbit && zoned.is_none();
         // SepBIT separates GC's relocations by age too.
         let hot_cold = cfg.hot_cold || sepbit;
+        // GC relocating into two streams (hot/cold) may need a fresh
+        // segment in each at once: one more segment is kept for it.
+        // SepBIT's four GC streams, one more each.
+        let reserve = match (n >= 8, sepbit) {
+            (false, _) => 1,
+            (true, true) => RESERVED_SEGMENTS + 3,
+            (true, false) => RESERVED_SEGMENTS + usize::from(hot_cold),
+        };
+        // GC starts two segments above the reserve (a PUT opens a segment
+        // only above it: a watermark at or below it is never reached).
+        let low = (n / 32).clamp(RESERVED_SEGMENTS + 2, 64).max(reserve + 2);
+        let provision = Provision::new(cfg.watermark, n, low, reserve);
         Space {
             dev,
             durability,
@@ -617,14 +629,7 @@ impl Space {
             cond: Condvar::new(),
             room: event_listener::Event::new(),
             low_watermark: low,
-            // GC relocating into two streams (hot/cold) may need a fresh
-            // segment in each at once: one more segment is kept for it.
-            // SepBIT's four GC streams, one more each.
-            reserve: match (n >= 8, sepbit) {
-                (false, _) => 1,
-                (true, true) => RESERVED_SEGMENTS + 3,
-                (true, false) => RESERVED_SEGMENTS + usize::from(hot_cold),
-            },
+            reserve,
             policy: cfg.policy,
             hot_cold,
             sepbit,
@@ -1678,6 +1683,12 @@ impl Space {
         self.lock().pinned[seg as usize] = true;
     }
 
+    /// Whether a writer waits for GC to make room.
+    pub(crate) fn writers_waiting(&self) -> bool {
+        let inner = self.lock();
+        inner.requested > inner.served
+    }
+
     /// GC found nothing to reclaim: give up on writers' requests up to `req`.
     pub(crate) fn gc_found_nothing(&self, req: u64) {
         let mut inner = self.lock();
@@ -2005,6 +2016,37 @@ mod room_tests {
         }
         assert!(room_in_wrong, "room_in, as the check, admits no allocation it then refuses: the test shows nothing");
     }
+
+    /// GC's low watermark stays two segments above the writers' reserve,
+    /// whatever the streams and watermark mode: a PUT opens a segment only
+    /// above the reserve, so a watermark at or below it (SepBIT's reserve
+    /// of 5 against a low watermark of 4 on 64 segments) is never reached
+    /// and GC never works ahead of writers.
+    #[test]
+    fn the_low_watermark_is_above_the_reserve() {
+        for (hot_cold, sepbit) in [(false, false), (true, false), (false, true)] {
+            for watermark in [crate::Watermark::Fixed, crate::Watermark::Queue, crate::Watermark::Doubling] {
+                let dev = Arc::new(granary_io::MemDevice::new((1 << 20) + (64 << 16)));
+                let create =
+                    CreateOptions { grain_bytes: Some(512), segment_bytes: Some(64 << 10), ..CreateOptions::default() };
+                let opts = OpenOptions {
+                    gc_hot_cold: hot_cold,
+                    gc_sepbit: sepbit,
+                    gc_watermark: watermark,
+                    ..OpenOptions::default()
+                };
+                let s = Store::create(dev, &create, &opts).unwrap();
+                let sp = &s.core.space;
+                let low = sp.lock().provision.low();
+                assert!(
+                    sp.low_watermark >= sp.reserve + 2 && low >= sp.reserve + 2,
+                    "hot/cold {hot_cold}, SepBIT {sepbit}, {watermark:?}: low {} (now {low}), reserve {}",
+                    sp.low_watermark,
+                    sp.reserve
+                );
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -2027,7 +2069,7 @@ mod provision_tests {
     #[test]
     fn fixed_never_moves() {
         let base = Instant::now();
-        let mut p = Provision::new(Watermark::Fixed, 1024, 32);
+        let mut p = Provision::new(Watermark::Fixed, 1024, 32, RESERVED_SEGMENTS);
         let t = fill(&mut p, base, 0, 1, 3000);
         p.reclaimed(0.5);
         p.writer_waited();
@@ -2037,7 +2079,7 @@ mod provision_tests {
     #[test]
     fn queue_follows_lambda_over_mu_minus_lambda() {
         let base = Instant::now();
-        let mut p = Provision::new(Watermark::Queue, 1024, 32);
+        let mut p = Provision::new(Watermark::Queue, 1024, 32, RESERVED_SEGMENTS);
         // Nothing measured yet: the minimum.
         assert_eq!(p.update(base), RESERVED_SEGMENTS + 2);
         // 100 segments/s filled for 5 s, 117.6 reclaimed: lambda/(mu-lambda)
@@ -2055,7 +2097,7 @@ mod provision_tests {
     #[test]
     fn queue_is_capped_when_writes_outrun_gc_and_drops_to_the_minimum_when_quiet() {
         let base = Instant::now();
-        let mut p = Provision::new(Watermark::Queue, 1024, 32);
+        let mut p = Provision::new(Watermark::Queue, 1024, 32, RESERVED_SEGMENTS);
         let t = fill(&mut p, base, 0, 5, 1001);
         p.reclaimed(0.01); // mu 100 < lambda 200
         assert_eq!(p.update(at(base, t)), 256, "a quarter of the segments");
@@ -2069,7 +2111,7 @@ mod provision_tests {
 
     #[test]
     fn doubling_doubles_on_waits_and_steps_down_when_quiet() {
-        let mut p = Provision::new(Watermark::Doubling, 1024, 32);
+        let mut p = Provision::new(Watermark::Doubling, 1024, 32, RESERVED_SEGMENTS);
         assert_eq!(p.low(), 4);
         p.writer_waited();
         assert_eq!(p.low(), 8);
@@ -2095,7 +2137,7 @@ mod provision_tests {
     #[test]
     fn compact_holds_off_during_bursts_and_aims_above_the_largest_of_late() {
         let base = Instant::now();
-        let mut p = Provision::new(Watermark::Compact, 1024, 32);
+        let mut p = Provision::new(Watermark::Compact, 1024, 32, RESERVED_SEGMENTS);
         // The fixed watermarks; before any burst, a quarter of the
         // segments above the high one.
         assert_eq!((p.update(base), p.high()), (32, 48));
@@ -2132,7 +2174,7 @@ mod provision_tests {
     #[test]
     fn a_burst_outlasts_short_stalls() {
         let base = Instant::now();
-        let mut p = Provision::new(Watermark::Compact, 1024, 32);
+        let mut p = Provision::new(Watermark::Compact, 1024, 32, RESERVED_SEGMENTS);
         p.reclaimed(0.001);
         let t = fill(&mut p, base, 0, 40, 10);
         assert!(p.bursting(at(base, t + 40)));
@@ -2144,7 +2186,7 @@ mod provision_tests {
     fn only_compact_compacts() {
         let base = Instant::now();
         for mode in [Watermark::Fixed, Watermark::Queue, Watermark::Doubling] {
-            let mut p = Provision::new(mode, 1024, 32);
+            let mut p = Provision::new(mode, 1024, 32, RESERVED_SEGMENTS);
             let t = fill(&mut p, base, 0, 2, 40);
             assert_eq!(p.burst_ends_in(at(base, t + 2)), None, "{mode:?}");
             assert_eq!(p.compact_target(at(base, t + 1000)), 0, "{mode:?}");
@@ -2153,7 +2195,7 @@ mod provision_tests {
 
     #[test]
     fn small_stores_keep_their_fixed_bounds() {
-        let p = Provision::new(Watermark::Queue, 16, 4);
+        let p = Provision::new(Watermark::Queue, 16, 4, RESERVED_SEGMENTS);
         assert_eq!((p.min, p.max, p.low), (4, 4, 4));
     }
 }
