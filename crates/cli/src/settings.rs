@@ -248,9 +248,10 @@ fn quoted(names: &[&str]) -> String {
     names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ")
 }
 
-/// A TOML string.
+/// A TOML string (TOML's escapes: Rust's debug format writes `\u{ad}`,
+/// which TOML refuses).
 fn q(s: &str) -> String {
-    format!("{s:?}")
+    toml::Value::String(s.to_owned()).to_string()
 }
 
 /// Most executor threads `threads` takes (each holds a ring, an eventfd
@@ -865,7 +866,8 @@ mod tests {
             Kind::Ip => Some("10.1.2.3".to_string()),
             Kind::Addr => Some("127.0.0.1:9".to_string()),
             Kind::Name => Some("users".to_string()),
-            Kind::Secret => Some("s3cret pass".to_string()),
+            // Characters TOML and Rust's debug format escape differently.
+            Kind::Secret => Some("s3cret pass \u{ad}\"\\".to_string()),
             Kind::Choice { choices, .. } => Some(choices[choices.len() - 1].to_string()),
         };
         let names = std::iter::once(format!("--{}", s.long)).chain(s.short.map(|c| format!("-{c}")));

@@ -477,13 +477,20 @@ impl Core {
             prior.push(Prior::Known(existing));
         }
         // A check writes nothing, nor does a delete of a key with no version
-        // anywhere (a `DeleteCas` that passed found a live value).
+        // anywhere or whose version is a tombstone already, as a single
+        // delete (a `DeleteCas` that passed found a live value), unless GC
+        // is dropping the key's value (without a tombstone it would come
+        // back after a crash).
         let writes: Vec<bool> = ops
             .iter()
             .zip(&prior)
             .map(|(r, p)| {
-                r.may_write()
-                    && (r.value().is_some() || !matches!(p, Prior::Known(None)) || self.keys.dropped.contains(r.h))
+                let nothing = match p {
+                    Prior::Known(None) => true,
+                    Prior::Known(Some(f)) => f.hdr.is_tombstone(),
+                    Prior::Unread | Prior::Blind(_) => false,
+                };
+                r.may_write() && (r.value().is_some() || !nothing || self.keys.dropped.contains(r.h))
             })
             .collect();
         // A new key of a crowded fingerprint is refused before anything is
@@ -605,12 +612,21 @@ impl Core {
         if !blind.is_empty() {
             self.publish_blind(ops, &blind, own_link, placed, &mut first).await?;
             for &(n, _) in &blind {
-                cas[n] = tally.published(&ops[n], placed[n]);
+                // (Not read: counted as live, as it most likely is.)
+                cas[n] = tally.published(&ops[n], placed[n], true);
             }
         }
+        let now = self.clock.now();
         for (n, (r, p)) in ops.iter().zip(prior).enumerate() {
             let Some((l, _)) = placed[n] else { continue };
             let tombstone = r.value().is_none();
+            // A namespace counts the deletes of live values, as a single
+            // delete (not of an expired one, nor of one GC dropped).
+            let was_live = match &p {
+                Prior::Known(Some(f)) => self.is_live(f, now),
+                Prior::Known(None) => false,
+                Prior::Unread | Prior::Blind(_) => true,
+            };
             let policy = Self::policy_of(r);
             match p {
                 Prior::Blind(_) => continue, // published above
@@ -623,7 +639,7 @@ impl Core {
                 }
             }
             Self::after_published(&mut first);
-            cas[n] = tally.published(r, placed[n]);
+            cas[n] = tally.published(r, placed[n], was_live);
         }
         Ok(cas)
     }
@@ -682,9 +698,11 @@ struct Tally<'a> {
 }
 
 impl<'a> Tally<'a> {
-    /// Count operation `r`, its record published at `placed`; its CAS
-    /// value (0 for a delete).
-    fn published(&mut self, r: &'a Resolved, placed: Option<(Loc, u64)>) -> u64 {
+    /// Count operation `r`, its record published at `placed` (a delete of
+    /// a value that was live if `was_live`); its CAS value (0 for a
+    /// delete). The store counts every tombstone written, a namespace the
+    /// deletes of live values (as single deletes do).
+    fn published(&mut self, r: &'a Resolved, placed: Option<(Loc, u64)>, was_live: bool) -> u64 {
         let Some((_, seq)) = placed else { return 0 };
         let c: &'a NsCounters = &r.counters;
         let at = match self.ns.iter().position(|&(o, ..)| std::ptr::eq(o, c)) {
@@ -703,7 +721,7 @@ impl<'a> Tally<'a> {
             }
             None => {
                 self.deletes += 1;
-                self.ns[at].2 += 1;
+                self.ns[at].2 += u64::from(was_live);
                 0
             }
         }

@@ -241,6 +241,18 @@ impl Core {
             return Ok(hot.map(Live::Hot));
         }
         tier.counters.misses.fetch_add(1, Relaxed);
+        self.read_dev_offered(tier, key, h, bump).await
+    }
+
+    /// After the DRAM tier missed `key` (counted): its live record from
+    /// the device, offered to the tier.
+    pub(crate) async fn read_dev_offered(
+        &self,
+        tier: &crate::tier::Tier,
+        key: &[u8],
+        h: u64,
+        bump: bool,
+    ) -> Result<Option<Live>> {
         let Some(f) = self.read_dev(key, h, bump).await? else { return Ok(None) };
         if f.via.is_none() {
             self.offer_hot(tier, key, h, &f.hdr, &f.buf, f.entry.pba());

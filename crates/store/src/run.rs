@@ -385,9 +385,18 @@ impl Core {
                 each(i, record::value_of(&hdr, rec));
             }
         }
-        // The keys the plan could not serve, by the single GET's path.
+        // The keys the plan could not serve, by the single GET's path (past
+        // the tier, whose miss is counted already).
         for i in slow {
-            if let Some(live) = self.read_live(&resolved[i].key, true).await? {
+            let k = &resolved[i];
+            let live = match tier {
+                Some(t) => {
+                    self.counters.gets.fetch_add(1, Relaxed);
+                    self.read_dev_offered(t, &k.key, k.h, true).await?
+                }
+                None => self.read_live(&k.key, true).await?,
+            };
+            if let Some(live) = live {
                 hits += 1;
                 each(i, live.value());
             }

@@ -39,6 +39,23 @@ fn roll(s: &Store, tag: &str) {
     }
 }
 
+/// `get_many` counts one tier miss per key it reads from the device, the
+/// keys its plan leaves to the single GET's path too (a deleted key's
+/// tombstone here; it counted two).
+#[test]
+fn get_many_counts_one_miss_per_key() {
+    let f = fixture(8 << 20);
+    let s = f.create(256 << 10, true, false);
+    s.put(b"gone", b"v").unwrap();
+    assert!(s.delete(b"gone").unwrap());
+    s.put(b"here", b"v").unwrap();
+    let (misses, gets) = (s.stats().dram.misses, s.stats().gets);
+    let mut got = Vec::new();
+    s.get_many(&[b"gone", b"here"], |i, v| got.push((i, v.to_vec()))).unwrap();
+    assert_eq!(got, [(1, b"v".to_vec())]);
+    assert_eq!((s.stats().dram.misses, s.stats().gets), (misses + 2, gets + 2));
+}
+
 #[test]
 fn hits_skip_the_device_and_every_write_is_seen() {
     let f = fixture(8 << 20);

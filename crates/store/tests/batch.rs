@@ -7,8 +7,8 @@ mod common;
 
 use granary_store::io::{CrashKind, FaultDevice, SimRng};
 use granary_store::{
-    Background, BatchOp, BatchOutcome, Clock, CreateOptions, Durability, Entropy, Error, ItemMeta, NamespaceOptions,
-    OpenOptions, PutOutcome, Store, BATCH_OPS_MAX, DEFAULT_NAMESPACE,
+    Background, BatchOp, BatchOutcome, Clock, Cond, CreateOptions, Durability, Entropy, Error, ItemMeta,
+    NamespaceOptions, OpenOptions, PutOutcome, Store, BATCH_OPS_MAX, DEFAULT_NAMESPACE,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
@@ -38,6 +38,42 @@ fn opts(durability: Durability) -> OpenOptions {
         blind_overwrite_bytes: Some(1 << 20),
         ..Default::default()
     }
+}
+
+/// A batch's delete of a key already deleted (its version a tombstone)
+/// writes nothing and counts no delete, as a single delete (with blind
+/// overwrites off: a blind one writes without reading); one of an
+/// expired value writes its tombstone but is not a namespace's delete.
+/// (It wrote a second tombstone and counted a delete each time.)
+#[test]
+fn a_batch_delete_of_a_deleted_key_writes_nothing() {
+    let now = Arc::new(AtomicU32::new(1_000_000));
+    let clock = now.clone();
+    // Reads before writing (a blind delete writes without knowing).
+    let o = OpenOptions {
+        clock: Clock(Arc::new(move || clock.load(Relaxed))),
+        blind_overwrite_bytes: Some(0),
+        ..opts(Durability::Direct)
+    };
+    let s = Store::create(device(8 << 20), &create_opts(), &o).unwrap();
+    let u = s.create_namespace("u", NamespaceOptions::default()).unwrap();
+    u.put(b"k", b"v").unwrap();
+    assert!(u.delete(b"k").unwrap());
+    let deletes = |s: &Store| s.namespaces().into_iter().find(|n| n.name == "u").unwrap().deletes;
+    let before = (s.stats().deletes, deletes(&s), s.stats().tombstones);
+    assert_eq!(before.1, 1);
+    let mut b = s.batch();
+    b.delete(&u, b"k").put(&u, b"other", b"x");
+    assert!(matches!(b.commit().unwrap(), BatchOutcome::Committed { .. }));
+    assert_eq!((s.stats().deletes, deletes(&s), s.stats().tombstones), before, "a second tombstone");
+    // An expired value: its tombstone is written, no namespace delete counted.
+    u.put_item(b"e", b"v", ItemMeta { expires: 1_000_010, ..ItemMeta::default() }, Cond::Always).unwrap();
+    now.store(1_000_020, Relaxed);
+    let mut b = s.batch();
+    b.delete(&u, b"e");
+    assert!(matches!(b.commit().unwrap(), BatchOutcome::Committed { .. }));
+    assert_eq!((s.stats().deletes, deletes(&s)), (before.0 + 1, 1));
+    assert_eq!(u.get(b"e").unwrap(), None);
 }
 
 /// A namespace handle of another store is refused, nothing applied: its
