@@ -191,6 +191,39 @@ fn bad_input_gives_one_line_errors() {
     assert!(!Path::new(&one).exists());
 }
 
+/// Inspections (`get`, `stat`, `verify`, `ns list`) open the store for
+/// reading only under a shared lock: they run while another reader holds
+/// the file's lock shared (they took it exclusively and failed as "in
+/// use"), and a writer is still kept out (and keeps them out).
+#[test]
+fn inspections_share_the_lock_and_writers_do_not() {
+    use std::os::fd::AsRawFd;
+    let dir = workdir();
+    let path = db(dir.path());
+    let p = path.to_str().unwrap();
+    assert_eq!(code(&run(&["create", p, "--size", "8M"])), 0);
+    assert_eq!(code(&run(&["put", p, "k", "v"])), 0);
+    let flock = |how: i32| {
+        let f = std::fs::File::open(&path).unwrap();
+        // SAFETY: flock on a descriptor this function owns.
+        assert_eq!(unsafe { libc::flock(f.as_raw_fd(), how | libc::LOCK_NB) }, 0);
+        f
+    };
+    let reader = flock(libc::LOCK_SH);
+    let o = run(&["get", p, "k"]);
+    assert_eq!((code(&o), o.stdout.as_slice()), (0, &b"v"[..]), "{}", stderr(&o));
+    for args in [&["stat", p][..], &["verify", p], &["ns", "list", p]] {
+        let o = run(args);
+        assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+    }
+    assert_one_line_error(&run(&["put", p, "k", "w"]), "in use by another process");
+    drop(reader);
+    let writer = flock(libc::LOCK_EX);
+    assert_one_line_error(&run(&["get", p, "k"]), "in use by another process");
+    drop(writer);
+    assert_eq!(run(&["get", p, "k"]).stdout, b"v");
+}
+
 /// Flip one byte of a value in a closed segment of the file: `get` of that
 /// key reports corruption (not a wrong value), `verify` fails, others work.
 #[test]

@@ -66,6 +66,9 @@ pub struct FileDevice {
     /// opened on the device while an earlier one lets go of it waits, and
     /// is never left running without the lock.
     turn: std::sync::Mutex<()>,
+    /// Opened for reading only ([`FileDevice::open_read_only`]): the file
+    /// descriptor cannot write, and the lock is shared.
+    read_only: bool,
 }
 
 /// [`FileDevice::uses`]' flag: released.
@@ -264,6 +267,20 @@ impl FileDevice {
 
     /// Open an existing file or block device.
     pub fn open(path: &Path, mode: OpenMode) -> io::Result<FileDevice> {
+        Self::open_as(path, mode, false)
+    }
+
+    /// Open an existing file or block device for reading only (inspections:
+    /// `granary stat`, `verify`, `get`): a read-only descriptor, so a file
+    /// on a read-only mount or without write permission opens, and a
+    /// shared lock, so inspections run side by side while a writer (which
+    /// takes the lock exclusively) still keeps them out, and they it.
+    /// Writes and discards fail; a flush does nothing.
+    pub fn open_read_only(path: &Path, mode: OpenMode) -> io::Result<FileDevice> {
+        Self::open_as(path, mode, true)
+    }
+
+    fn open_as(path: &Path, mode: OpenMode, read_only: bool) -> io::Result<FileDevice> {
         let meta = std::fs::metadata(path).map_err(|e| annotate(e, "cannot open", path))?;
         let is_block_device = meta.file_type().is_block_device();
         if !is_block_device && !meta.is_file() {
@@ -273,7 +290,7 @@ impl FileDevice {
             ));
         }
         let mut opts = OpenOptions::new();
-        opts.read(true).write(true);
+        opts.read(true).write(!read_only);
         if mode == OpenMode::Direct {
             opts.custom_flags(libc::O_DIRECT);
         }
@@ -284,8 +301,10 @@ impl FileDevice {
             }
             Err(e) => return Err(annotate(e, "cannot open", path)),
         };
-        lock_settled(&file, path)?;
-        Self::from_locked(file, path, mode, is_block_device)
+        lock_settled(&file, path, !read_only)?;
+        let mut dev = Self::from_locked(file, path, mode, is_block_device)?;
+        dev.read_only = read_only;
+        Ok(dev)
     }
 
     /// The device on `file`, opened in `mode` and locked by this process.
@@ -303,6 +322,7 @@ impl FileDevice {
             uses: AtomicU64::new(0),
             pid: std::process::id(),
             turn: std::sync::Mutex::new(()),
+            read_only: false,
         };
         dev.block = dev.probe_block_size()?;
         dev.size -= dev.size % dev.block as u64;
@@ -391,6 +411,17 @@ async fn uring_full(dir: Dir, fd: i32, buf: AlignedBuf, offset: u64) -> IoResult
 }
 
 impl FileDevice {
+    /// A write or discard: refused on a device opened read-only.
+    fn check_writable(&self) -> io::Result<()> {
+        if self.read_only {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{} is open for reading only", self.path.display()),
+            ));
+        }
+        Ok(())
+    }
+
     /// Count an operation under way; refused once the device is released
     /// (its store closed: another process may own the file now).
     fn enter(&self) -> io::Result<Use<'_>> {
@@ -415,6 +446,11 @@ impl FileDevice {
         }
         if let Err(e) = check_range(self, buf.len(), offset) {
             return IoFuture::ready((buf, Err(e)));
+        }
+        if dir == Dir::Write {
+            if let Err(e) = self.check_writable() {
+                return IoFuture::ready((buf, Err(e)));
+            }
         }
         let u = match self.enter() {
             Ok(u) => u,
@@ -451,10 +487,10 @@ pub const OPEN_LOCK_WAIT_MS: u64 = 1000;
 /// keeps the file, and so its lock, open until it is cancelled. A restart
 /// right after such an exit waits for that instead of failing as "in use";
 /// a store really in use is reported a second later.
-fn lock_settled(file: &File, path: &Path) -> io::Result<()> {
+fn lock_settled(file: &File, path: &Path, exclusive: bool) -> io::Result<()> {
     let deadline = Instant::now() + std::time::Duration::from_millis(OPEN_LOCK_WAIT_MS);
     loop {
-        match lock_exclusive(file, path) {
+        match lock(file, path, exclusive) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
@@ -466,8 +502,15 @@ fn lock_settled(file: &File, path: &Path) -> io::Result<()> {
 /// One process at a time: a second opener would corrupt the log. The lock
 /// belongs to `file`'s open file description and goes with it.
 pub(crate) fn lock_exclusive(file: &File, path: &Path) -> io::Result<()> {
+    lock(file, path, true)
+}
+
+/// `flock` exclusively (a writer) or shared (readers, which keep writers
+/// out but not each other).
+fn lock(file: &File, path: &Path, exclusive: bool) -> io::Result<()> {
+    let how = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
     // SAFETY: flock on a valid fd with constant flags.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    if unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) } != 0 {
         let e = io::Error::last_os_error();
         if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
             return Err(io::Error::new(
@@ -588,7 +631,7 @@ impl Device for FileDevice {
     }
 
     fn write_at(&self, buf: AlignedBuf, offset: u64) -> IoResult {
-        if let Err(e) = check_range(self, buf.len(), offset) {
+        if let Err(e) = check_range(self, buf.len(), offset).and_then(|()| self.check_writable()) {
             return (buf, Err(e));
         }
         let _use = match self.enter() {
@@ -618,6 +661,7 @@ impl Device for FileDevice {
         if offset + len > self.size {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "discard past the end of the device"));
         }
+        self.check_writable()?;
         let _use = self.enter()?;
         let fd = self.file.as_raw_fd();
         let rc = if self.is_block_device {
@@ -648,6 +692,10 @@ impl Device for FileDevice {
     }
 
     fn flush(&self) -> io::Result<()> {
+        if self.read_only {
+            // Nothing was written through it.
+            return Ok(());
+        }
         let _use = self.enter()?;
         let start = Instant::now();
         let r = self.file.sync_data();
@@ -656,7 +704,7 @@ impl Device for FileDevice {
     }
 
     fn flush_async(&self) -> crate::FlushFuture<'_> {
-        if !self.uring() {
+        if !self.uring() || self.read_only {
             return Box::pin(std::future::ready(self.flush()));
         }
         let fd = self.file.as_raw_fd();
@@ -719,7 +767,7 @@ impl Device for FileDevice {
         if self.uses.load(SeqCst) & RELEASED == 0 {
             return Ok(());
         }
-        lock_exclusive(&self.file, &self.path)?;
+        lock(&self.file, &self.path, !self.read_only)?;
         self.uses.fetch_and(!RELEASED, SeqCst);
         Ok(())
     }
@@ -1082,6 +1130,37 @@ mod tests {
         let err = FileDevice::open(&path, OpenMode::Direct).err().unwrap();
         assert!(err.to_string().contains("in use by another process"), "{err}");
         drop(first);
+        FileDevice::open(&path, OpenMode::Direct).unwrap();
+    }
+
+    /// Read-only opens share the lock with each other, not with a writer;
+    /// they read, refuse writes and discards (before the kernel would),
+    /// and their flush does nothing.
+    #[test]
+    fn read_only_opens_share_the_lock_and_refuse_writes() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let path = dir.path().join("dev");
+        let w = FileDevice::create(&path, 1 << 16, OpenMode::Direct).unwrap();
+        let mut b = AlignedBuf::zeroed(4096);
+        b.fill(7);
+        w.write_at(b, 4096).1.unwrap();
+        let err = FileDevice::open_read_only(&path, OpenMode::Direct).err().unwrap();
+        assert!(err.to_string().contains("in use by another process"), "{err}");
+        drop(w);
+        let a = FileDevice::open_read_only(&path, OpenMode::Direct).unwrap();
+        let b = FileDevice::open_read_only(&path, OpenMode::Buffered).unwrap();
+        let (r, res) = a.read_at(AlignedBuf::zeroed(4096), 4096);
+        res.unwrap();
+        assert!(r.iter().all(|&x| x == 7));
+        let (_, res) = b.write_at(AlignedBuf::zeroed(4096), 0);
+        let e = res.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
+        assert!(e.to_string().contains("for reading only"), "{e}");
+        assert_eq!(a.discard(0, 4096).unwrap_err().kind(), io::ErrorKind::PermissionDenied);
+        a.flush().unwrap();
+        let err = FileDevice::open(&path, OpenMode::Direct).err().unwrap();
+        assert!(err.to_string().contains("in use by another process"), "{err}");
+        drop((a, b));
         FileDevice::open(&path, OpenMode::Direct).unwrap();
     }
 

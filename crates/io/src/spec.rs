@@ -79,8 +79,18 @@ impl DeviceSpec {
 
     /// Open an existing device.
     pub fn open(&self, mode: OpenMode, backend: IoBackend) -> io::Result<Arc<dyn Device>> {
+        self.open_as(mode, backend, false)
+    }
+
+    /// [`DeviceSpec::open`] for reading only ([`FileDevice::open_read_only`]).
+    pub fn open_read_only(&self, mode: OpenMode, backend: IoBackend) -> io::Result<Arc<dyn Device>> {
+        self.open_as(mode, backend, true)
+    }
+
+    fn open_as(&self, mode: OpenMode, backend: IoBackend, read_only: bool) -> io::Result<Arc<dyn Device>> {
         let open_one = |p: &Path| -> io::Result<Arc<dyn Device>> {
-            Ok(Arc::new(FileDevice::open(p, mode)?.with_backend(backend)))
+            let d = if read_only { FileDevice::open_read_only(p, mode)? } else { FileDevice::open(p, mode)? };
+            Ok(Arc::new(d.with_backend(backend)))
         };
         match self {
             DeviceSpec::Single(p) => open_one(p),

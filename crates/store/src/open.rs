@@ -428,6 +428,24 @@ impl Store {
         let dev = DeviceSpec::parse(path).and_then(|s| s.open(mode, IoBackend::Sync)).map_err(Error::Device)?;
         Self::open(dev, open)
     }
+
+    /// [`Store::open_path`] for an inspection (`granary stat`, `verify`,
+    /// `get`): the device is opened for reading only, under a shared lock
+    /// ([`granary_io::FileDevice::open_read_only`]), so a store on a
+    /// read-only mount or a file without write permission opens, and
+    /// inspections run side by side. `open` must write nothing: no GC, no
+    /// checkpoints, `clear_torn` off (refused otherwise); a write through
+    /// the store fails.
+    pub fn open_path_read_only(path: &Path, mode: OpenMode, open: &OpenOptions) -> Result<Store> {
+        if open.gc || open.clear_torn || open.checkpoint_on_close || open.checkpoint_interval.is_some() {
+            return Err(Error::InvalidOptions(
+                "a read-only open takes no GC, no checkpoints and clear_torn off (it writes nothing)".into(),
+            ));
+        }
+        let dev =
+            DeviceSpec::parse(path).and_then(|s| s.open_read_only(mode, IoBackend::Sync)).map_err(Error::Device)?;
+        Self::open(dev, open)
+    }
 }
 
 /// The background checkpoint thread: a checkpoint every `every` while the

@@ -126,9 +126,13 @@ pub fn open_options(dev: &DeviceArgs, flush: bool, read_only: bool) -> OpenOptio
     opts
 }
 
-/// Open the store at `dev` (see [`open_options`]).
+/// Open the store at `dev` (see [`open_options`]); with `read_only`, the
+/// device for reading only, under a shared lock (inspections run side by
+/// side, and on a file they may not write).
 pub fn open_store(dev: &DeviceArgs, flush: bool, read_only: bool) -> Result<Store, String> {
-    Store::open_path(&dev.path, mode(dev.buffered), &open_options(dev, flush, read_only)).map_err(|e| e.to_string())
+    let opts = open_options(dev, flush, read_only);
+    let open = if read_only { Store::open_path_read_only } else { Store::open_path };
+    open(&dev.path, mode(dev.buffered), &opts).map_err(|e| e.to_string())
 }
 
 /// Open the store at `dev` for writing, run `f` on it, and close it
