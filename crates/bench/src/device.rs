@@ -1,4 +1,5 @@
-//! `granary-bench device`: the engine against the raw device (uDepot §6.1).
+//! `granary-bench device`: the engine against the raw device (as the uDepot
+//! paper measures its engine against what the device delivers).
 //!
 //! Loads N random 8–32 byte keys with V-byte values into a store on a real
 //! O_DIRECT file, then measures random GETs and random PUTs (overwrites of

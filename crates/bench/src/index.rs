@@ -1,7 +1,8 @@
 //! `granary-bench index`: the DRAM index against its peers.
 //!
-//! Workload (uDepot §6.1 style): `items` random keys of 8–32 bytes, hashed
-//! with Granary's key hash; insert them all, then look each one up in a
+//! Workload (in the style of the uDepot paper's evaluation): `items`
+//! random keys of 8–32 bytes, hashed with Granary's key hash; insert them
+//! all, then look each one up in a
 //! shuffled order (the hashes laid out in that order beforehand, so that,
 //! as for the inserts, the structure's are the only random reads), with 1
 //! and 2 threads, once into a structure pre-sized for all items and once

@@ -6,9 +6,10 @@
 //! One module per command (`cmd/`, `serve.rs`); the benchmarks are a
 //! separate binary, `granary-bench`.
 //!
-//! Exit codes: 0 success; 1 the key is absent (`get`, `del`), a `batch`'s
-//! condition failed, or `verify` found problems; 2 an error (bad arguments, IO, corruption), printed as one
-//! line on stderr.
+//! Exit codes: 0 success; 1 the key is absent (`get`, `del`), `put --mode`
+//! did not store, a `batch`'s condition failed, or `verify` found problems;
+//! 2 an error (bad arguments, IO, corruption), printed as one line on
+//! stderr.
 
 mod cmd;
 mod metrics;
@@ -74,9 +75,10 @@ enum Cmd {
     /// `export create|list|drop PATH ...`. An export is a namespace of kind
     /// block: `ns list` shows it, `ns truncate` zeroes it.
     Export(cmd::export::ExportArgs),
-    /// Serve a store over the Memcache protocol (text and meta commands)
-    /// and the native protocol until SIGTERM/SIGINT; a missing data file is
-    /// created.
+    /// Serve a store until SIGTERM/SIGINT over the Memcache protocol (text,
+    /// meta and binary), the native protocol and the Redis protocol (RESP;
+    /// --no-native and --no-resp turn those two off), and over NBD with
+    /// --nbd-port; a missing data file is created.
     Serve(serve::ServeArgs),
 }
 

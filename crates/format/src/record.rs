@@ -5,9 +5,11 @@
 //! ```text
 //! off size field
 //!   0    4 magic         "GREC"
-//!   4    1 version       2 (1 is read too: see below)
+//!   4    1 version       5 in a record of an atomic batch, else 4 (1 ..= 5 are read: see below)
 //!   5    1 flags         bit 0 = tombstone; bit 1 = damaged copy; bit 2 = supersedes
-//!                        (values: older versions of the key may remain); others zero
+//!                        (values: older versions of the key may remain); bit 3 =
+//!                        explicit CAS (values); bit 4 = stale (values); bit 5 =
+//!                        batch; others zero
 //!   6    2 reserved      0
 //!   8    4 key_len       1 ..= 65536
 //!  12    4 seg_stamp     low 32 bits of the alloc_seq of the segment holding this copy
@@ -30,9 +32,12 @@
 //! corruption) from grains that are not a record at all (skip them).
 //!
 //! Version 1 wrote zeros at bytes 32..40 of a value record, which version 2
-//! reads as no flags and no expiry, so both are accepted; this build writes 2.
-//! A reader that only knows version 1 rejects version 2 records instead of
-//! silently dropping their flags and expiry.
+//! reads as no flags and no expiry, so both are accepted. Each later version
+//! only adds a flag bit (3: explicit CAS, 4: stale, 5: batch), so every
+//! version from 1 to 5 is accepted; this build writes 5 for a record of an
+//! atomic batch and 4 for any other. A reader that only knows an older
+//! version rejects newer records instead of silently dropping what they
+//! carry.
 //!
 //! An empty value is a value (`flags` bit 0 clear, `value_len` 0); only the
 //! tombstone bit makes a delete.

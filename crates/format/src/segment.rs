@@ -7,7 +7,9 @@
 //!   0    4 magic          "GSEG"
 //!   4    2 version        1
 //!   6    1 kind           1 = KV log, 2 = index checkpoint, 3 = free (reclaimed)
-//!   7    1 stream         0 = user writes, 1 = GC relocation
+//!   7    1 stream         0 = user writes, 1 = GC relocation, 2 = cold (relocated
+//!                         again), 3 = short-lived user writes, 4 = older and
+//!                         5 = oldest relocated (3 to 5: SepBIT placement)
 //!   8    8 alloc_seq      store-wide counter, +1 each time a segment is opened
 //!  16   16 uuid           the device UUID (from the superblock)
 //!  32    4 grain_bytes

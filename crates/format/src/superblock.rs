@@ -6,8 +6,9 @@
 //! off size field
 //!   0    8 magic            "GRANARY\0"
 //!   8    4 format_version   2 (1 is read too: see below)
-//!  12    4 flags            bit 0 = namespaces, bit 1 = batches; others zero
-//!                           (version 1: all zero)
+//!  12    4 flags            bit 0 = namespaces, bit 1 = batches, bit 2 =
+//!                           segment summaries, bit 3 = SepBIT streams; others
+//!                           zero (version 1: all zero)
 //!  16   16 uuid             random, identifies the device
 //!  32    4 grain_bytes      512 or 4096
 //!  36    4 hash_algo        1 = xxh3-64 with seed KEY_HASH_SEED,

@@ -1,5 +1,7 @@
 //! The directory of tables, key placement, region locks and the online,
-//! incremental resize of uDepot §4.3.
+//! incremental resize uDepot describes (the directory doubles its tables,
+//! and entries move over one lock region at a time while lookups and
+//! writes go on).
 //!
 //! **Placement.** A key's hash gives its tag (8 bits) and its home slot: the
 //! 27 slot bits scaled to the table size (`(bits * homes) >> 27`), so tables

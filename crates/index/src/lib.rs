@@ -1,4 +1,5 @@
-//! The DRAM index (docs/ARCHITECTURE.md, "The index"; uDepot §4.2–4.3).
+//! The DRAM index (docs/ARCHITECTURE.md, "The index"): uDepot's design, key
+//! fingerprints in hopscotch hash tables that grow online, incrementally.
 //!
 //! [`entry`] owns the 8-byte entry encoding; [`table`] owns one hopscotch
 //! table and its lock regions; [`directory`] owns the array of tables, the

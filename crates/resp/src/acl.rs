@@ -1,6 +1,7 @@
 //! The users of the RESP listener: Redis's ACL file (`aclfile`, a subset
-//! of its syntax, docs/RESP.md "Authentication"), or `requirepass` as the
-//! `default` user's password, and the check of AUTH's credentials.
+//! of its syntax, docs/SECURITY.md "Redis protocol: `--aclfile`"), or
+//! `requirepass` as the `default` user's password, and the check of AUTH's
+//! credentials.
 //!
 //! Invariants:
 //! - permissions are all or nothing: a user has every key and every

@@ -1,5 +1,7 @@
-//! Index checkpoints (uDepot §4.4): writing them while the store runs, and
-//! finding the newest valid one on open.
+//! Index checkpoints (the DRAM index saved on the device, so an open
+//! replays only the log written after one instead of scanning it all):
+//! writing them while the store runs, and finding the newest valid one on
+//! open.
 //!
 //! **Writing** ([`Checkpoints::write`]). Record what the checkpoint covers
 //! (`Space::capture_for_checkpoint`: the alloc_seq from which KV segments

@@ -23,14 +23,15 @@
 //! device writes in flight instead of one.
 //!
 //! A crash tears what was in flight: every record there is unacknowledged
-//! and carries its own checksums (FORMAT.md, "torn records"). Record writes
-//! are pending only in the two newest segments of the stream (a writer that
-//! would open a segment waits while an older one than the open one has a
-//! group to write; a segment summary, written once its segment's last write
-//! ended, may be in flight in an older one, but a torn summary fails its
-//! checks and is never used), where recovery forgives torn records, and its scan
-//! steps over a torn or unwritten record to the intact ones after it, so
-//! writes in flight together may complete in any order.
+//! and carries its own checksums (docs/FORMAT.md, "Recovery", on torn and
+//! damaged records). Record writes are pending only in the two newest
+//! segments of the stream (a writer that would open a segment waits while
+//! an older one than the open one has a group to write; a segment summary,
+//! written once its segment's last write ended, may be in flight in an
+//! older one, but a torn summary fails its checks and is never used), where
+//! recovery forgives torn records, and its scan steps over a torn or
+//! unwritten record to the intact ones after it, so writes in flight
+//! together may complete in any order.
 //!
 //! In zoned mode ([`Coalescer::ordered`]) groups are written in the order
 //! their grains were allocated, so each write lands at its zone's write

@@ -1,5 +1,6 @@
 //! Garbage collection: reclaim segments whose records were overwritten or
-//! deleted (uDepot §4.1, SALSA), without ever losing or resurrecting data.
+//! deleted (log-structured cleaning, as in uDepot and SALSA), without ever
+//! losing or resurrecting data.
 //!
 //! **When.** A background thread collects when free segments fall below
 //! the low watermark and stops at the high one (`Space::gc_wait`), and
@@ -56,7 +57,8 @@
 //! sequence number, written to the relocation stream with the batch), so no
 //! older version comes back after a crash; otherwise it is dropped.
 //!
-//! **Eviction** (cache mode, uDepot §4.8, DIDACache's quick clean): when
+//! **Eviction** (cache mode; merged with GC, as in uDepot's cache and
+//! DIDACache's quick clean): when
 //! `Space::pick_victim` chooses to evict, the victim's live values leave
 //! the index by the same rule: a value that is its key's only version on
 //! the device is dropped with no IO at all; one that superseded an older

@@ -1,9 +1,9 @@
 //! Blind overwrites: index entries an unconditional PUT displaced without
 //! reading them, kept in DRAM until they are known dead or restored.
 //!
-//! **Why.** The index keeps fingerprints, not keys (uDepot §4.2), so an
+//! **Why.** The index keeps fingerprints, not keys (as uDepot's does), so an
 //! overwrite must tell the key's current version from another key that
-//! shares its fingerprint: uDepot reads the candidate's record first (§4.5).
+//! shares its fingerprint: uDepot reads the candidate's record first.
 //! That is one random read per overwrite, and on a device whose reads and
 //! writes share one budget of IOs per second it caps overwrites at the
 //! read rate. A blind overwrite skips the read: when the key's

@@ -209,8 +209,9 @@ impl GcPolicy {
 }
 
 /// Where GC's low watermark (the free segments below which it starts)
-/// sits: the over-provisioning kept free ahead of writers (DIDACache §3.4;
-/// docs/ARCHITECTURE.md, "Garbage collection").
+/// sits: the over-provisioning kept free ahead of writers, which DIDACache
+/// sizes to the write load (docs/ARCHITECTURE.md, "Adaptive low
+/// watermark").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Watermark {
     /// A fixed share of the segments: clamp(segments/32, 4, 64).
