@@ -194,8 +194,8 @@ fn write_locked(p: Parts<'_>, session: u64, clock: &Clock, cur: &mut Current, cl
     // Entries displaced by blind overwrites are settled by reading them, so
     // that the walk finds every live version in the index. Links made
     // after this (heads written after the capture) are handled below.
-    // One whose displaced record cannot be read stays, and is written as
-    // below.
+    // One whose displaced record cannot be read stays: its segment is
+    // replayed (below).
     let resolved = crate::settle::resolve_all(p)?;
     if resolved.live != 0 || !resolved.unreadable.is_empty() {
         tracing::info!(
@@ -212,10 +212,22 @@ fn write_locked(p: Parts<'_>, session: u64, clock: &Clock, cur: &mut Current, cl
         // item of its own, and the head's segment is replayed, so that
         // recovery reads both and keeps the newer version of each key.
         if let Some(link) = p.keys.links.of_head(e.pba()) {
-            walked.push((home, link.old));
-            let a = p.space.alloc_seq(p.log.sb.segment_of(e.pba()));
-            if a != 0 {
-                replay_from = replay_from.min(a);
+            // (One whose displaced record cannot be read: no item, which
+            // a recovery would read to compare and fail on; its segment is
+            // replayed instead, and the scan skips it as a log scan does.)
+            let unreadable = resolved.unreadable_at.contains(&link.old.pba());
+            if !unreadable {
+                walked.push((home, link.old));
+            }
+            let mut segs = vec![p.log.sb.segment_of(e.pba())];
+            if unreadable {
+                segs.push(p.log.sb.segment_of(link.old.pba()));
+            }
+            for seg in segs {
+                let a = p.space.alloc_seq(seg);
+                if a != 0 {
+                    replay_from = replay_from.min(a);
+                }
             }
         }
     });

@@ -352,6 +352,7 @@ impl Coalescer {
             inner.queue.push_back(g.clone());
         }
         *inner.pending.entry(loc.seg).or_default() += 1;
+        space.group_placed(loc.seg);
         Placed::Done(Ok((g, true, loc)))
     }
 
@@ -444,6 +445,7 @@ impl Coalescer {
             inner.queue.push_back(g.clone());
         }
         *inner.pending.entry(loc.seg).or_default() += 1;
+        space.group_placed(loc.seg);
         Placed::Done(Ok((g, true, loc)))
     }
 }
@@ -506,6 +508,7 @@ async fn lead<E: WriteEngine, C: std::ops::Deref<Target = E>>(core: C, group: Ar
             inner.queue.retain(|g| !Arc::ptr_eq(g, self.group));
             inner.finished(self.group.seg);
             drop(inner);
+            space.group_written(self.group.seg);
             let cancelled = ("write", std::io::ErrorKind::Interrupted, "the leading write was cancelled".into());
             self.group.finish(Err(cancelled), space);
             c.idle.notify(usize::MAX);

@@ -163,3 +163,15 @@ impl Counters {
         }
     }
 }
+
+/// A wrapping counter read as a count: one past `i64::MAX` is briefly
+/// below zero, read as 0. (A blind overwrite that displaced another
+/// namespace's value counts that value out of the writer's namespace until
+/// its link settles and counts it back.)
+pub(crate) fn not_below_zero(v: u64) -> u64 {
+    if v > i64::MAX as u64 {
+        0
+    } else {
+        v
+    }
+}

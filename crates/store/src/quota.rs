@@ -123,7 +123,13 @@ impl Core {
             return Ok(());
         }
         let new_bytes = grains * self.log.grain();
-        let (keys, bytes) = (c.keys.load(Relaxed) + ahead.0, c.value_bytes.load(Relaxed) + ahead.1);
+        // The counters wrap: a blind overwrite that displaced another
+        // namespace's value counts its bytes out of this one until its
+        // link settles, which may take it below zero for a while.
+        let (keys, bytes) = (
+            crate::counters::not_below_zero(c.keys.load(Relaxed)).saturating_add(ahead.0),
+            crate::counters::not_below_zero(c.value_bytes.load(Relaxed)).saturating_add(ahead.1),
+        );
         let fits = |keys: u64, bytes: u64| {
             if max_keys.is_some_and(|m| keys > m) {
                 Some(("keys", max_keys.unwrap_or(0)))
@@ -133,7 +139,7 @@ impl Core {
                 None
             }
         };
-        if fits(keys + 1, bytes + new_bytes).is_none() {
+        if fits(keys.saturating_add(1), bytes.saturating_add(new_bytes)).is_none() {
             return Ok(());
         }
         // At the limit: an overwrite replaces what its key holds now, as
@@ -143,7 +149,10 @@ impl Core {
             Some(f) if !f.hdr.is_tombstone() => (1, f.hdr.grains(self.log.sb.grain_bytes) * self.log.grain()),
             _ => (0, 0),
         };
-        match fits(keys + 1 - old_keys, (bytes + new_bytes).saturating_sub(old_bytes)) {
+        match fits(
+            keys.saturating_add(1).saturating_sub(old_keys),
+            bytes.saturating_add(new_bytes).saturating_sub(old_bytes),
+        ) {
             Some((what, limit)) => Err(Error::QuotaExceeded { name: ns.name.clone(), what, limit }),
             None => Ok(()),
         }
@@ -183,8 +192,8 @@ impl Core {
         let target = |max: Option<u64>, need: u64| max.map(|m| m.saturating_sub(need + m / EVICT_SLACK));
         let (keys_at, bytes_at) = (target(max_keys, keys), target(max_bytes, bytes));
         let done = || {
-            keys_at.is_none_or(|t| c.keys.load(Relaxed) <= t)
-                && bytes_at.is_none_or(|t| c.value_bytes.load(Relaxed) <= t)
+            keys_at.is_none_or(|t| crate::counters::not_below_zero(c.keys.load(Relaxed)) <= t)
+                && bytes_at.is_none_or(|t| crate::counters::not_below_zero(c.value_bytes.load(Relaxed)) <= t)
         };
         let mut evicted = 0;
         for (seg, alloc) in self.space.quota_eviction_order() {

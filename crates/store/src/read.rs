@@ -111,6 +111,11 @@ impl Core {
                 // overwrite may have displaced it ([`crate::links`]).
                 other_key = true;
                 let Some(link) = self.keys.links.of_head(entry.pba()) else { continue };
+                if *link.key == *key {
+                    // The head is this key's (an unreadable one): what it
+                    // displaced is this key's older version, dead.
+                    continue;
+                }
                 match self.log.read_record_async(&self.space, link.old, false).await {
                     Ok((hdr, buf)) if record::key_of(&hdr, &buf) == key => {
                         found = Some(Found { entry: link.old, hdr, buf, via: Some(entry.pba()) });

@@ -65,10 +65,14 @@ pub(crate) struct Resolved {
     /// Displaced records that were another key's, indexed again.
     pub live: u64,
     /// Links left in place because their displaced record could not be
-    /// read (a corrupt header): what was wrong with each. A checkpoint
-    /// writes their entries as items of their own (see
-    /// `checkpoint::write`); `verify` reports them.
+    /// read (a corrupt header): what was wrong with each; `verify` reports
+    /// them.
     pub unreadable: Vec<String>,
+    /// Those links' displaced records (their block addresses): a
+    /// checkpoint replays their segments instead of writing them as items
+    /// (an item a recovery must read to compare fails the open; a replay
+    /// skips the record as a log scan does).
+    pub unreadable_at: Vec<u64>,
 }
 
 /// Resolve every link by reading its displaced record's key (checkpoints
@@ -82,7 +86,7 @@ pub(crate) fn resolve_all(p: Parts<'_>) -> Result<Resolved> {
     let live = AtomicUsize::new(0);
     let next = AtomicUsize::new(0);
     let first_err = Mutex::new(None);
-    let unreadable = Mutex::new(Vec::new());
+    let unreadable = Mutex::new((Vec::new(), Vec::new()));
     // Reads are independent: several threads keep the device busy.
     let threads = p.threads(RESOLVE_THREADS).min(links.len());
     std::thread::scope(|s| {
@@ -97,7 +101,9 @@ pub(crate) fn resolve_all(p: Parts<'_>) -> Result<Resolved> {
                     Ok(false) => {}
                     Err(e @ Error::Corruption { .. }) => {
                         tracing::warn!(error = %e, "the record a blind overwrite displaced cannot be read; its link stays");
-                        unreadable.lock().unwrap_or_else(|e| e.into_inner()).push(e.to_string());
+                        let mut u = unreadable.lock().unwrap_or_else(|e| e.into_inner());
+                        u.0.push(e.to_string());
+                        u.1.push(link.old.pba());
                     }
                     Err(e) => {
                         first_err.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
@@ -117,7 +123,8 @@ pub(crate) fn resolve_all(p: Parts<'_>) -> Result<Resolved> {
         millis = started.elapsed().as_millis() as u64,
         "blind overwrites resolved"
     );
-    Ok(Resolved { live, unreadable: unreadable.into_inner().unwrap_or_else(|e| e.into_inner()) })
+    let (unreadable, unreadable_at) = unreadable.into_inner().unwrap_or_else(|e| e.into_inner());
+    Ok(Resolved { live, unreadable, unreadable_at })
 }
 
 /// Threads [`resolve_all`] reads with.

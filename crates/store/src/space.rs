@@ -32,7 +32,9 @@ use granary_format::summary;
 use granary_format::Superblock;
 use granary_io::{AlignedBuf, Device};
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Acquire, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicU32, AtomicU64, AtomicU8, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed, Ordering::SeqCst,
+};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -230,6 +232,14 @@ pub(crate) struct Space {
     /// Allocations in each segment whose record is not yet written and
     /// indexed ([`Space::done`]); GC never picks a segment with any.
     inflight: Box<[AtomicU32]>,
+    /// Zoned mode: per segment, the write coalescer's groups placed in it
+    /// whose device write has not ended ([`Space::group_placed`]). A
+    /// closed segment of a coalesced stream whose groups are all written
+    /// takes no more writes: its zones are finished then, not once its
+    /// records are indexed too (which may take a while, and the stream
+    /// meanwhile opens further zones: three open in one stream went past
+    /// the two per stream the store asks of the device).
+    writing: Box<[AtomicU32]>,
     /// Cache mode's LRU clock: the close counter when each segment was last
     /// read from (or closed). `tick` mirrors `Inner::closes` for lock-free
     /// reads, so a hit costs a load and at most one store.
@@ -603,6 +613,7 @@ impl Space {
             stamps: (0..n).map(|_| AtomicU32::new(0)).collect(),
             alloc_seqs: (0..n).map(|_| AtomicU64::new(0)).collect(),
             inflight: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            writing: (0..n).map(|_| AtomicU32::new(0)).collect(),
             touched: (0..n).map(|_| AtomicU64::new(0)).collect(),
             tick: AtomicU64::new(0),
             inner: Mutex::new(Inner {
@@ -1267,13 +1278,38 @@ impl Space {
 
     /// Zoned mode: finish `seg` if it is closed with no write in flight
     /// (checked under `inner`: a closed segment takes no new allocation).
-    /// Finishing twice (by `close` and by `done`) is harmless.
+    /// Finishing twice (by `close` and by `done`) is harmless. A segment
+    /// of a coalesced (user) stream is done once its groups are written
+    /// (every write into it goes through the coalescer); others once
+    /// their allocations are indexed.
     fn finish_if_done(&self, inner: &Inner, seg: u32) {
-        if self.zoned.is_some()
-            && inner.state[seg as usize] == SegState::Closed
-            && self.inflight[seg as usize].load(Acquire) == 0
-        {
-            self.finish_zones_of(seg);
+        if self.zoned.is_some() && inner.state[seg as usize] == SegState::Closed {
+            let coalesced = inner.stream[seg as usize].is_user();
+            let done = if coalesced {
+                self.writing[seg as usize].load(Acquire) == 0
+            } else {
+                self.inflight[seg as usize].load(Acquire) == 0
+            };
+            if done {
+                self.finish_zones_of(seg);
+            }
+        }
+    }
+
+    /// Zoned mode: the coalescer placed a group in `seg` (under its lock,
+    /// as the allocation that may close the segment).
+    pub(crate) fn group_placed(&self, seg: u32) {
+        if self.zoned.is_some() {
+            self.writing[seg as usize].fetch_add(1, AcqRel);
+        }
+    }
+
+    /// Zoned mode: a group placed in `seg` has ended its device write (or
+    /// was abandoned); the last of a closed segment finishes its zones.
+    pub(crate) fn group_written(&self, seg: u32) {
+        if self.zoned.is_some() && self.writing[seg as usize].fetch_sub(1, AcqRel) == 1 {
+            let inner = self.lock();
+            self.finish_if_done(&inner, seg);
         }
     }
 

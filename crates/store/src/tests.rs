@@ -1463,6 +1463,26 @@ pub(crate) const BLIND: Option<usize> = Some(crate::BLIND_OVERWRITE_BYTES_DEFAUL
 
 /// Options of the blind-overwrite tests: blind overwrites on, no GC thread,
 /// no background checkpoint and none at close (a drop is a crash).
+/// A blind overwrite's head that is unreadable (damaged) is corruption,
+/// not a cue to read what it displaced: that is the key's own older
+/// version (a link moves only to newer versions of its key), and a GET
+/// returned it, or brought back a deleted key.
+#[test]
+fn a_damaged_blind_head_is_corruption_not_the_older_version() {
+    for delete in [false, true] {
+        let (dev, s) = blind_store(1 << 20);
+        s.put(b"k", b"v1").unwrap();
+        s.put(b"k", b"v2").unwrap();
+        if delete {
+            assert!(s.delete(b"k").unwrap());
+        }
+        assert!(s.stats().unsettled_links > 0, "the overwrite went blind");
+        flip_byte_of(&dev, &s, b"k", 20);
+        let got = s.get(b"k");
+        assert!(matches!(&got, Err(e) if e.is_corruption()), "delete {delete}: {got:?}");
+    }
+}
+
 fn blind_opts() -> OpenOptions {
     OpenOptions {
         blind_overwrite_bytes: BLIND,
@@ -1718,6 +1738,72 @@ fn an_unreadable_displaced_record_reports_and_never_blocks_checkpoints() {
     drop(s);
     let s = Store::open(dev.clone(), &open).unwrap();
     assert_eq!(s.get(b).unwrap().as_deref(), Some(&b"b1"[..]));
+}
+
+/// The same with the displaced record in an older segment than its head
+/// (a key's own older version, dead): the checkpoint replays that segment
+/// instead of writing the record as an item, which the recovery read to
+/// compare and failed the open on (after a crash or a close).
+#[test]
+fn an_unreadable_displaced_record_in_an_older_segment_never_fails_an_open() {
+    for clean in [false, true] {
+        let (dev, s) = blind_store(64 << 10);
+        let open = blind_opts();
+        s.put(b"k", b"v1").unwrap();
+        let old = s.core.keys.index.lookup(s.core.keys.hash(b"k")).as_slice()[0].pba();
+        roll_segment(&s);
+        s.put(b"k", b"v2").unwrap();
+        assert_eq!(s.stats().unsettled_links, 1, "the overwrite went blind");
+        let off = (old * s.core.log.grain()) as usize + 20;
+        dev.with_bytes_mut(|m| m[off] ^= 0x20);
+        s.checkpoint().unwrap();
+        if clean {
+            s.close().unwrap();
+        } else {
+            drop(s);
+        }
+        let s = Store::open(dev.clone(), &open).unwrap_or_else(|e| panic!("clean {clean}: {e}"));
+        assert!(s.stats().recovery.checkpoint_id != 0, "from the checkpoint");
+        assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"v2"[..]));
+    }
+}
+
+/// A blind overwrite in namespace B that displaced a value of namespace A
+/// (their stored keys share a fingerprint) counts that value out of B
+/// until its link settles: B's counters go below zero for a while. B's
+/// stats read 0 then, and its quota still takes writes (they read as
+/// about 2^64 bytes, and B refused every write, or panicked in a debug
+/// build).
+#[test]
+fn a_namespace_briefly_below_zero_reads_as_empty() {
+    let (_dev, s) = blind_store(1 << 20);
+    let a = s.create_namespace("a", NamespaceOptions::default()).unwrap();
+    let quota = NamespaceOptions { max_bytes: Some(64 << 10), ..NamespaceOptions::default() };
+    let b = s.create_namespace("b", quota).unwrap();
+    let (ida, idb) = (a.stats().unwrap().id, b.stats().unwrap().id);
+    // A user key of each whose stored forms share a fingerprint.
+    let hasher = s.core.keys.hasher;
+    let fp = |id: u32, k: &[u8]| {
+        let h = hasher.hash(&crate::nskey::stored_key(id, k));
+        (granary_index::home_of(h, 64), key_tag(h))
+    };
+    let mut seen = std::collections::HashMap::new();
+    let (ka, kb) = (0..)
+        .find_map(|i| {
+            let k = format!("k{i}").into_bytes();
+            seen.insert(fp(ida, &k), k.clone());
+            seen.get(&fp(idb, &k)).map(|other| (other.clone(), k))
+        })
+        .unwrap();
+    a.put(&ka, &[0u8; 8000]).unwrap();
+    let links = s.stats().unsettled_links;
+    b.put(&kb, b"x").unwrap();
+    assert_eq!(s.stats().unsettled_links, links + 1, "b's write went blind over a's value");
+    let st = b.stats().unwrap();
+    assert!(st.value_bytes <= 1024 && st.keys <= 1, "{st:?}");
+    b.put(b"more", b"y").unwrap();
+    assert_eq!(b.get(&kb).unwrap().as_deref(), Some(&b"x"[..]));
+    assert_eq!(a.get(&ka).unwrap().as_deref(), Some(&[0u8; 8000][..]));
 }
 
 /// GC reads a mostly dead victim sparsely (only what the index or a link
@@ -2501,4 +2587,37 @@ fn a_put_dropped_while_written_lists_its_record() {
         assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"new"[..]));
         s.close().unwrap();
     }
+}
+
+/// Zoned mode: a segment of the user stream closed while a record of it is
+/// written but not yet indexed (held here for good) has its zones
+/// finished once its writes have ended, not once that record is indexed:
+/// the stream rolled through segment after segment meanwhile, each left
+/// open, until the device refused to open another zone (its open-zone
+/// limit is the two per stream the store asks for) and the store was
+/// poisoned.
+#[test]
+fn zoned_segments_closed_with_records_unindexed_are_finished() {
+    const ZONE: u64 = 64 << 10;
+    // Segments start at 1 MiB: 16 zones before them, the first conventional.
+    let dev = Arc::new(granary_io::zoned::ZonedDevice::new(16 + 24, ZONE, 4, 4).with_conventional(1));
+    let create = CreateOptions { grain_bytes: Some(4096), segment_bytes: Some(ZONE), index_table_homes: Some(64) };
+    let opts = OpenOptions { background: Background::Manual, ..OpenOptions::default() };
+    let s = Store::create(dev.clone(), &create, &opts).unwrap();
+    let big = vec![7u8; 40 << 10];
+    for round in 0..6u64 {
+        // A record written and never indexed: its allocation stays in flight.
+        let key = format!("held-{round}");
+        let hdr = RecordHeader::value(key.len(), 1, 1_000_000 + round, 0);
+        s.core.write_record(crate::space::Purpose::Put, hdr, key.as_bytes(), b"v").unwrap();
+        let before = s.core.space.used_segments().len();
+        let mut i = 0;
+        while s.core.space.used_segments().len() == before {
+            s.put(format!("big-{round}-{i}").as_bytes(), &big).unwrap_or_else(|e| panic!("round {round}: {e}"));
+            i += 1;
+        }
+        let (open, active) = dev.open_and_active();
+        assert!(open <= 4 && active <= 4, "round {round}: {open} open, {active} active");
+    }
+    assert_eq!(dev.violations(), 0, "a zone rule was broken");
 }
