@@ -131,6 +131,19 @@ impl PendingBatch {
     /// header checksums match. Records held before those belong to a batch
     /// a crash cut short (its records written, its commit record not) that
     /// writes resumed after: they are dropped (the bool says so).
+    /// Whether `c` vouches for the last of the held records (as
+    /// [`PendingBatch::vouched`] would take them).
+    fn vouches_last(&self, c: Commit) -> bool {
+        let before = self.records.len().saturating_sub(c.records as usize);
+        let seqs_follow = self.records[before..]
+            .iter()
+            .enumerate()
+            .all(|(i, (r, _))| c.first_seq.checked_add(i as u64) == Some(r.hdr.seq));
+        self.records.len() - before == c.records as usize
+            && seqs_follow
+            && members_crc(self.header_crcs[before..].iter().copied()) == c.members_crc
+    }
+
     fn vouched(mut self, commit: Option<Commit>) -> (Option<PendingBatch>, bool) {
         let Some(c) = commit else { return (None, false) };
         let before = self.records.len().saturating_sub(c.records as usize);
@@ -138,6 +151,25 @@ impl PendingBatch {
         self.header_crcs.drain(..before);
         let ok = self.vouches(c);
         (ok.then_some(self), before > 0)
+    }
+
+    /// For a commit record whose value is damaged (its header, whose
+    /// checksum holds, names it a commit record of sequence number
+    /// `commit_seq`: the batch was committed), the held records its value
+    /// cannot vouch for: the last of them whose sequence numbers run up to
+    /// `commit_seq - 1` one by one, as a batch's do. Dropping them would
+    /// silently take back an acknowledged batch; records held before
+    /// belong to a batch a crash cut short (the bool says so).
+    fn by_seq(mut self, commit_seq: u64) -> (Option<PendingBatch>, bool) {
+        let n = self.records.len();
+        let run = (0..n)
+            .rev()
+            .take_while(|&j| self.records[j].0.hdr.seq.checked_add((n - j) as u64) == Some(commit_seq))
+            .count();
+        let before = n - run;
+        self.records.drain(..before);
+        self.header_crcs.drain(..before);
+        ((run > 0).then_some(self), before > 0)
     }
 
     fn vouches(&self, c: Commit) -> bool {
@@ -366,7 +398,21 @@ impl Rebuild<'_> {
                                     .and_then(|v| Commit::decode(v).ok());
                                 let held = std::mem::take(&mut txn);
                                 let had = !held.records.is_empty();
-                                let (vouched, cut_short) = held.vouched(commit);
+                                let vouches = commit.is_some_and(|c| held.vouches_last(c));
+                                let (vouched, cut_short) = if !rec.intact && !vouches {
+                                    // Damaged where no crash tears (outside
+                                    // the tail): the batch was committed.
+                                    tracing::error!(
+                                        segment = s.seg,
+                                        grain = rec.grain,
+                                        seq = rec.hdr.seq,
+                                        "a commit record's value is damaged: its batch is applied by the \
+                                         sequence numbers of the records before it"
+                                    );
+                                    held.by_seq(rec.hdr.seq)
+                                } else {
+                                    held.vouched(commit)
+                                };
                                 if cut_short {
                                     mine.batches_dropped += 1;
                                 }
