@@ -16,6 +16,7 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// How the file is opened.
@@ -58,7 +59,7 @@ pub struct FileDevice {
     /// Operations under way, and [`RELEASED`] once [`Device::release`]
     /// has begun: no operation starts after it, and the lock goes only
     /// when those under way have ended.
-    uses: AtomicU64,
+    uses: Arc<AtomicU64>,
     /// The process that opened it (a child made by `fork` shares the
     /// lock: its release must not let go of its parent's).
     pid: u32,
@@ -84,6 +85,33 @@ struct Use<'a>(&'a AtomicU64);
 impl Drop for Use<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, SeqCst);
+    }
+}
+
+/// [`Use`] that owns its count: it travels with a ring operation's
+/// buffer, which the runtime keeps until the kernel completes the
+/// operation even when its future is dropped, so a release waits for a
+/// dropped write that may still land.
+struct OwnedUse(Arc<AtomicU64>);
+
+impl Drop for OwnedUse {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, SeqCst);
+    }
+}
+
+/// A ring operation's buffer with the count of its operation (held, not
+/// read: dropped with the buffer).
+struct Counted(Tail, #[allow(dead_code)] OwnedUse);
+
+// SAFETY: delegates to `Tail`, whose pointer is stable while it lives; the
+// count beside it holds no memory the kernel uses.
+unsafe impl granary_rt::IoBuf for Counted {
+    fn stable_ptr(&mut self) -> *mut u8 {
+        granary_rt::IoBuf::stable_ptr(&mut self.0)
+    }
+    fn buf_len(&self) -> usize {
+        granary_rt::IoBuf::buf_len(&self.0)
     }
 }
 
@@ -319,7 +347,7 @@ impl FileDevice {
             block: 512,
             is_block_device,
             counters: IoCounters::default(),
-            uses: AtomicU64::new(0),
+            uses: Arc::new(AtomicU64::new(0)),
             pid: std::process::id(),
             turn: std::sync::Mutex::new(()),
             read_only: false,
@@ -383,29 +411,31 @@ enum Dir {
 
 /// Transfer all of `buf` at `offset` through the executor's ring,
 /// continuing short transfers and retrying EINTR/EAGAIN.
-async fn uring_full(dir: Dir, fd: i32, buf: AlignedBuf, offset: u64) -> IoResult {
-    let mut tail = Tail::new(buf, 0);
+async fn uring_full(dir: Dir, fd: i32, buf: AlignedBuf, offset: u64, u: OwnedUse) -> IoResult {
+    let mut op = Counted(Tail::new(buf, 0), u);
     loop {
+        let tail = &op.0;
         if tail.1 == tail.0.len() {
-            return (tail.0, Ok(()));
+            return (op.0 .0, Ok(()));
         }
         let at = offset + tail.1 as u64;
-        let (r, t) = match dir {
-            Dir::Read => granary_rt::read_at(fd, tail, at).await,
-            Dir::Write => granary_rt::write_at(fd, tail, at).await,
+        let (r, o) = match dir {
+            Dir::Read => granary_rt::read_at(fd, op, at).await,
+            Dir::Write => granary_rt::write_at(fd, op, at).await,
         };
-        tail = t;
+        op = o;
+        let tail = &mut op.0;
         match r {
             Ok(0) => {
                 let e = match dir {
                     Dir::Read => io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the device"),
                     Dir::Write => io::Error::new(io::ErrorKind::WriteZero, "device accepted no bytes"),
                 };
-                return (tail.0, Err(e));
+                return (op.0 .0, Err(e));
             }
             Ok(n) => tail.1 += n,
             Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) => {}
-            Err(e) => return (tail.0, Err(e)),
+            Err(e) => return (op.0 .0, Err(e)),
         }
     }
 }
@@ -435,6 +465,19 @@ impl FileDevice {
         Ok(Use(&self.uses))
     }
 
+    /// [`FileDevice::enter`] for a ring operation ([`OwnedUse`]).
+    fn enter_owned(&self) -> io::Result<OwnedUse> {
+        let u = self.enter()?;
+        std::mem::forget(u);
+        Ok(OwnedUse(self.uses.clone()))
+    }
+
+    /// Operations under way (tests).
+    #[cfg(test)]
+    fn under_way(&self) -> u64 {
+        self.uses.load(SeqCst) & !RELEASED
+    }
+
     /// The async form of an operation: through the ring on an executor with
     /// the io_uring backend, else the synchronous call.
     fn async_op(&self, dir: Dir, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
@@ -452,19 +495,19 @@ impl FileDevice {
                 return IoFuture::ready((buf, Err(e)));
             }
         }
-        let u = match self.enter() {
+        let u = match self.enter_owned() {
             Ok(u) => u,
             Err(e) => return IoFuture::ready((buf, Err(e))),
         };
         let fd = self.file.as_raw_fd();
         let start = Instant::now();
         IoFuture::Pending(Box::pin(async move {
-            // Counted until the operation ends, or its future is dropped:
-            // the engine hands on the writes it drops (`detach`), but a
-            // ring operation dropped by a runtime shutting down may still
-            // complete after the count has let a release go on.
-            let _use = u;
-            let (buf, r) = uring_full(dir, fd, buf, offset).await;
+            // Counted until the kernel completes the operation, even if
+            // this future is dropped first (the count travels with the
+            // buffer the runtime keeps): a release waits for it. (An
+            // executor torn down by a panic leaks such buffers, and their
+            // counts: a release then waits out its bound.)
+            let (buf, r) = uring_full(dir, fd, buf, offset, u).await;
             if r.is_ok() {
                 match dir {
                     Dir::Read => self.counters.read(buf.len(), start),
@@ -1110,6 +1153,47 @@ mod tests {
         assert_eq!(pending, READS, "every read was in flight when dropped");
         assert_eq!(registered, READS, "the buffers were arena chunks");
         assert!(intact, "an arena chunk was reused while the kernel still wrote into it");
+    }
+
+    /// A ring write whose future is dropped in flight stays counted until
+    /// the kernel completes it (the count travels with the buffer the
+    /// runtime keeps), so a release waits for it: it was uncounted at the
+    /// drop, and the lock could go while the write might still land.
+    #[test]
+    fn a_dropped_ring_write_stays_counted_until_it_completes() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let dev = std::sync::Arc::new(
+            FileDevice::create(&dir.path().join("dev"), 8 << 20, OpenMode::Direct)
+                .unwrap()
+                .with_backend(IoBackend::Uring),
+        );
+        let cfg = granary_rt::RuntimeConfig { threads: 1, pin: false, ..Default::default() };
+        let rt = granary_rt::Runtime::new(cfg).unwrap();
+        let d = dev.clone();
+        let (at_drop, settled) = rt
+            .block_on(async move {
+                let mut fut = Box::pin(d.write_at_async(AlignedBuf::zeroed_heap(4 << 20), 0));
+                let waker = std::task::Waker::noop();
+                let pending =
+                    std::future::Future::poll(fut.as_mut(), &mut std::task::Context::from_waker(waker)).is_pending();
+                assert!(pending, "a ring write is in flight once polled");
+                drop(fut);
+                // This task has not yielded: the executor has not reaped
+                // the write's completion yet.
+                let at_drop = d.under_way();
+                let mut settled = false;
+                for _ in 0..5000 {
+                    granary_rt::sleep(std::time::Duration::from_millis(1)).await;
+                    if d.under_way() == 0 {
+                        settled = true;
+                        break;
+                    }
+                }
+                (at_drop, settled)
+            })
+            .unwrap();
+        assert_eq!(at_drop, 1, "the dropped write is still counted");
+        assert!(settled, "the count ends when the write completes");
     }
 
     #[test]
