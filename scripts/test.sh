@@ -42,10 +42,15 @@ command -v openssl >/dev/null || missing+=(openssl)
 /usr/bin/python3 -c 'import pymemcache' 2>/dev/null || missing+=(python3-pymemcache)
 command -v cc >/dev/null || missing+=(gcc)
 command -v c++ >/dev/null || missing+=(g++)
+if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
 if ((${#missing[@]})); then
     echo "installing ${missing[*]} (needed by the peer tests: memcache and Redis conformance, benchmarks, NBD clients and mounts)"
-    if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
     $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# (A fresh machine's package lists were empty when nbdfuse's package was
+# looked for above: where it is a package of its own, it is one now.)
+if ! command -v nbdfuse >/dev/null && apt-cache show nbdfuse >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nbdfuse >/dev/null
 fi
 # go-ycsb (a Go module, built once into target/go-ycsb) for the YCSB
 # benchmark's test; that test is skipped if it cannot be built here.
@@ -73,9 +78,10 @@ GRANARY_TEST_BACKEND=zoned cargo test -p granary-store --lib --test checkpoint -
 (
     export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
     (cd bindings/python && cargo fmt -- --check && cargo clippy --all-targets -- -D warnings)
-    cargo build -p granary-cli
+    # (The test profile's build, which `cargo test` made: no second build.)
+    cargo build --profile test -p granary-cli
     [ -x target/pyenv/bin/python ] || /usr/bin/python3 -m venv target/pyenv
-    target/pyenv/bin/pip install -q maturin pytest
+    target/pyenv/bin/pip install -q 'maturin>=1.5,<2' pytest
     PATH="$PWD/target/pyenv/bin:$PATH" target/pyenv/bin/pip install -q --no-build-isolation --force-reinstall --no-deps ./bindings/python
     target/pyenv/bin/pytest -q bindings/python/tests
     # The abi3 wheel on the oldest CPython it is built for (3.9), when pyenv

@@ -60,9 +60,7 @@ impl Serve {
 
 impl Drop for Serve {
     fn drop(&mut self) {
-        // SIGTERM: a clean stop.
-        let _ = Command::new("kill").arg(self.child.id().to_string()).status();
-        let _ = self.child.wait();
+        common::stop(&mut self.child);
     }
 }
 

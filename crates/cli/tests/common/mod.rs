@@ -183,3 +183,15 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// Stop a server this test started: SIGTERM (a clean stop), waited for up
+/// to a minute, then SIGKILL. (By its PID with kill(2): the `kill` command
+/// is not on every fresh machine, and a failed spawn left `wait` blocked.)
+pub fn stop(child: &mut std::process::Child) {
+    // SAFETY: kill(2) of this test's own child, not yet reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    if !wait_until(Duration::from_secs(60), || child.try_wait().is_ok_and(|s| s.is_some())) {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
