@@ -188,10 +188,17 @@ accepting() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 # new one would fail to bind while its waits met the other's listener
 # (a second cluster on the same ports measured the first one).
 need_free() {
-    local ip=$1 port
+    local ip=$1 port i
     shift
     for port in "$@"; do
-        ! accepting "$ip" "$port" || die "$ip:$port is served by another process already (another cluster? see --*-port)"
+        # A node this script just stopped may keep its listener a moment
+        # while the kernel tears its io_uring down (as `serve` retries a
+        # bind): waited for, bounded.
+        for ((i = 0; i < 30; i++)); do
+            accepting "$ip" "$port" || continue 2
+            sleep 0.1
+        done
+        die "$ip:$port is served by another process already (another cluster? see --*-port)"
     done
 }
 

@@ -78,7 +78,8 @@ GRANARY_TEST_BACKEND=zoned cargo test -p granary-store --lib --test checkpoint -
 (
     export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
     (cd bindings/python && cargo fmt -- --check && cargo clippy --all-targets -- -D warnings)
-    # (The test profile's build, which `cargo test` made: no second build.)
+    # (The test profile, which `cargo test` built the binary with: not a
+    # second build of the tree at another optimisation level.)
     cargo build --profile test -p granary-cli
     [ -x target/pyenv/bin/python ] || /usr/bin/python3 -m venv target/pyenv
     target/pyenv/bin/pip install -q 'maturin>=1.5,<2' pytest

@@ -1084,8 +1084,7 @@ mod tests {
     /// `END` after `delay`, every SET `SERVER_ERROR`; ends when the
     /// client closes.
     fn fake_server(delay: Duration) -> (SocketAddr, std::thread::JoinHandle<()>) {
-        let port = free_port().unwrap();
-        let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let l = granary_rt::net::bind_low_port([127, 0, 0, 1].into()).unwrap();
         let addr = l.local_addr().unwrap();
         let t = std::thread::spawn(move || {
             let (s, _) = l.accept().unwrap();

@@ -191,7 +191,8 @@ fn bad_input_gives_one_line_errors() {
     assert!(!Path::new(&one).exists());
 }
 
-/// Inspections (`get`, `stat`, `verify`, `ns list`) open the store for
+/// Inspections (`get`, `stat`, `verify`, `ns list`, `ns stat`, `export
+/// list`) open the store for
 /// reading only under a shared lock: they run while another reader holds
 /// the file's lock shared (they took it exclusively and failed as "in
 /// use"), and a writer is still kept out (and keeps them out).
@@ -212,7 +213,9 @@ fn inspections_share_the_lock_and_writers_do_not() {
     let reader = flock(libc::LOCK_SH);
     let o = run(&["get", p, "k"]);
     assert_eq!((code(&o), o.stdout.as_slice()), (0, &b"v"[..]), "{}", stderr(&o));
-    for args in [&["stat", p][..], &["verify", p], &["ns", "list", p]] {
+    for args in
+        [&["stat", p][..], &["verify", p], &["ns", "list", p], &["ns", "stat", p, "default"], &["export", "list", p]]
+    {
         let o = run(args);
         assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
     }

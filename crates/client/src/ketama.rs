@@ -550,9 +550,10 @@ mod tests {
         }
     }
 
-    /// From 25 equal servers on, nutcracker's single-precision point
-    /// count gives each fewer points than a ring one server smaller does
-    /// (156 against 160 for 25 and 24), so ejecting one moves some keys
+    /// At 25 equal servers (and some larger counts) nutcracker's
+    /// single-precision point count gives each another number of points
+    /// than a ring one server smaller does (156 against 160 for 25 and
+    /// 24), so ejecting one moves some keys
     /// between the servers left in place too (docs/CLUSTER.md says so).
     #[test]
     fn ejecting_one_of_25_equal_servers_moves_other_keys_too() {

@@ -504,9 +504,11 @@ impl FileDevice {
         IoFuture::Pending(Box::pin(async move {
             // Counted until the kernel completes the operation, even if
             // this future is dropped first (the count travels with the
-            // buffer the runtime keeps): a release waits for it. (An
-            // executor torn down by a panic leaks such buffers, and their
-            // counts: a release then waits out its bound.)
+            // buffer the runtime keeps): a release waits for it. Where the
+            // runtime cannot keep the buffer it leaks it, and the count
+            // with it (an operation dropped off its executor's thread, one
+            // still in flight past a runtime's teardown, an executor torn
+            // down by a panic): a release then waits out its bound.
             let (buf, r) = uring_full(dir, fd, buf, offset, u).await;
             if r.is_ok() {
                 match dir {

@@ -428,6 +428,10 @@ pub(crate) struct Log {
     pub flush_floor: AtomicU64,
     /// Why the store refuses writes, once a device operation failed.
     poisoned: OnceLock<String>,
+    /// Opened for an inspection (`OpenOptions::clear_torn` off): the open
+    /// mended nothing a crash left (torn records, zones), so writes are
+    /// refused.
+    inspecting: std::sync::atomic::AtomicBool,
 }
 
 impl Log {
@@ -440,6 +444,7 @@ impl Log {
             next_seq: AtomicU64::new(1),
             flush_floor: AtomicU64::new(0),
             poisoned: OnceLock::new(),
+            inspecting: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -464,10 +469,20 @@ impl Log {
 
     /// Err once the store is poisoned.
     pub(crate) fn check_writable(&self) -> Result<()> {
+        if self.inspecting.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(Error::InvalidOptions(
+                "the store was opened for an inspection (OpenOptions::clear_torn off): it takes no writes".into(),
+            ));
+        }
         match self.poisoned.get() {
             Some(cause) => Err(Error::Poisoned { cause: cause.clone() }),
             None => Ok(()),
         }
+    }
+
+    /// Refuse writes from now on: the store was opened for an inspection.
+    pub(crate) fn inspect_only(&self) {
+        self.inspecting.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// A device operation failed: refuse writes from now on; returns `err`.

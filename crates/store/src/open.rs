@@ -235,6 +235,10 @@ impl Store {
         };
         if opts.clear_torn {
             block_on(core.write_repaired_catalog());
+        } else {
+            // Nothing a crash left was mended (torn records, zones): a
+            // write could meet it.
+            core.log.inspect_only();
         }
         Ok(Store { core, gc, checkpointer, checkpoint_on_close: opts.checkpoint_on_close })
     }
@@ -429,8 +433,8 @@ impl Store {
         Self::open(dev, open)
     }
 
-    /// [`Store::open_path`] for an inspection (`granary stat`, `verify`,
-    /// `get`): the device is opened for reading only, under a shared lock
+    /// [`Store::open_path`] for an inspection (`granary get`, `stat`,
+    /// `verify`, `ns list`, `ns stat`, `export list`): the device is opened for reading only, under a shared lock
     /// ([`granary_io::FileDevice::open_read_only`]), so a store on a
     /// read-only mount or a file without write permission opens, and
     /// inspections run side by side. `open` must write nothing: no GC, no

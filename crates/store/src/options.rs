@@ -323,7 +323,9 @@ pub struct OpenOptions {
     /// inspections that must not write (`granary verify`, `stat`, `get`,
     /// which also turn GC and checkpoints off): torn records are ignored
     /// all the same, and `verify` counts them as torn
-    /// ([`crate::VerifyReport::torn_records`]) rather than damaged.
+    /// ([`crate::VerifyReport::torn_records`]) rather than damaged. Such
+    /// an open takes no writes (they fail with `InvalidOptions`): what a
+    /// crash left is still there for them to meet.
     pub clear_torn: bool,
     /// Threads that load the checkpoint and scan the log (0: one per core,
     /// at most 16).

@@ -126,11 +126,6 @@ impl PendingBatch {
         self.header_crcs.push(header_crc);
     }
 
-    /// The held records `commit` vouches for: the last of them, as many as
-    /// it counts, if their sequence numbers follow from its first and their
-    /// header checksums match. Records held before those belong to a batch
-    /// a crash cut short (its records written, its commit record not) that
-    /// writes resumed after: they are dropped (the bool says so).
     /// Whether `c` vouches for the last of the held records (as
     /// [`PendingBatch::vouched`] would take them).
     fn vouches_last(&self, c: Commit) -> bool {
@@ -144,6 +139,11 @@ impl PendingBatch {
             && members_crc(self.header_crcs[before..].iter().copied()) == c.members_crc
     }
 
+    /// The held records `commit` vouches for: the last of them, as many as
+    /// it counts, if their sequence numbers follow from its first and their
+    /// header checksums match. Records held before those belong to a batch
+    /// a crash cut short (its records written, its commit record not) that
+    /// writes resumed after: they are dropped (the bool says so).
     fn vouched(mut self, commit: Option<Commit>) -> (Option<PendingBatch>, bool) {
         let Some(c) = commit else { return (None, false) };
         let before = self.records.len().saturating_sub(c.records as usize);
@@ -157,9 +157,11 @@ impl PendingBatch {
     /// checksum holds, names it a commit record of sequence number
     /// `commit_seq`: the batch was committed), the held records its value
     /// cannot vouch for: the last of them whose sequence numbers run up to
-    /// `commit_seq - 1` one by one, as a batch's do. Dropping them would
-    /// silently take back an acknowledged batch; records held before
-    /// belong to a batch a crash cut short (the bool says so).
+    /// `commit_seq - 1` one by one, as a batch's do (every open leaves a
+    /// number unused, so such a run never reaches back into a batch a
+    /// crash cut short). Dropping them would silently take back an
+    /// acknowledged batch; records held before belong to a batch a crash
+    /// cut short (the bool says so).
     fn by_seq(mut self, commit_seq: u64) -> (Option<PendingBatch>, bool) {
         let n = self.records.len();
         let run = (0..n)
@@ -512,7 +514,12 @@ impl Rebuild<'_> {
         report.add(&scanned);
         report.scan_millis = scan_started.elapsed().as_millis() as u64;
         self.space.install(&found, &ckpt_segs, max_alloc);
-        self.log.next_seq.store(max_seq_seen.load(Relaxed) + 1, Relaxed);
+        // One sequence number left unused at every open: the records of a
+        // batch a crash cut short (its commit record never written) are
+        // never followed by numbers that continue theirs, so a run of
+        // numbers never crosses a crash (a damaged commit record's batch
+        // is taken by such a run: `PendingBatch::by_seq`).
+        self.log.next_seq.store(max_seq_seen.load(Relaxed) + 2, Relaxed);
         self.resume_tails(&used, &replay, &ends, floor);
         if let Some(l) = loaded {
             let m = &l.manifest;
