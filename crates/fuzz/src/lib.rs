@@ -2,8 +2,9 @@
 //! protocol servers' request decoders (memcache text, meta and binary;
 //! native frames and hellos, and the replies its client reads; RESP; NBD's
 //! handshake and requests), the on-device formats a corrupted device hands
-//! the store (records, segment headers, superblocks, checkpoint manifests,
-//! batch commits, the namespace catalog and totals), and the TOML
+//! the store (records, segment headers and summaries, superblocks,
+//! checkpoint manifests, batch commits, the namespace catalog and totals;
+//! not yet a stripe set's member label), and the TOML
 //! configuration file.
 //!
 //! Each target is a plain function of `&[u8]` ([`targets`], listed in
@@ -35,6 +36,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("nbd_requests", targets::nbd_requests),
     ("record", targets::record),
     ("segment_header", targets::segment_header),
+    ("summary", targets::summary),
     ("superblock", targets::superblock),
     ("checkpoint", targets::checkpoint),
     ("catalog", targets::catalog),

@@ -56,6 +56,12 @@ pub fn all() -> Vec<Seed> {
     let mut index = segment_header(SegmentKind::Index, Stream::User);
     index.alloc_seq = 7;
     add("segment_header", "index", fixed(encode_segment(&index)));
+    let entries = [
+        granary_format::summary::Entry { grain: 1, key: b"a" },
+        granary_format::summary::Entry { grain: 5, key: b"key" },
+    ];
+    add("summary", "two", [&[0u8][..], &granary_format::summary::encode(0, 7, 40, &entries, 512)].concat());
+    add("summary", "empty", fixed(granary_format::summary::encode(0, 7, 1, &[], 512)));
     for (name, b) in superblocks() {
         add("superblock", name, fixed(b));
     }
@@ -109,10 +115,12 @@ fn binary_request(opcode: u8, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8
     [b, extras.to_vec(), key.to_vec(), value.to_vec()].concat()
 }
 
+/// Each after the target's choice byte (0: the default item limit; 1:
+/// the small one).
 fn memcache_binary() -> Vec<(&'static str, Vec<u8>)> {
     let store = [0, 0, 0, 1, 0, 0, 0, 0];
     let arith = [0u8; 20];
-    vec![
+    let seeds = vec![
         ("get", [binary_request(0x00, &[], b"k", &[]), binary_request(0x0c, &[], b"k", &[])].concat()),
         ("set", [binary_request(0x01, &store, b"k", b"hello"), binary_request(0x11, &store, b"q", b"v")].concat()),
         ("delete", binary_request(0x04, &[], b"k", &[])),
@@ -121,12 +129,18 @@ fn memcache_binary() -> Vec<(&'static str, Vec<u8>)> {
         ("append", binary_request(0x0e, &[], b"k", b"tail")),
         ("touch", binary_request(0x1c, &[0, 0, 0, 9], b"k", &[])),
         ("unknown", binary_request(0x7f, &[], b"k", b"v")),
-    ]
+    ];
+    let mut seeds: Vec<_> = seeds.into_iter().map(|(n, b)| (n, [&[0u8][..], &b].concat())).collect();
+    let too_large = [binary_request(0x01, &store, b"k", &[7; 100]), binary_request(0x00, &[], b"k", &[])].concat();
+    seeds.push(("too-large", [&[1u8][..], &too_large].concat()));
+    seeds
 }
 
-/// Frames of `reqs` in namespace `ns` after a client hello.
+/// Frames of `reqs` in namespace `ns` after the target's choice byte (0)
+/// and a client hello.
 fn native(ns: &[u8], reqs: &[Request<'_>]) -> Vec<u8> {
-    let mut b = ClientHello::default().encode().to_vec();
+    let mut b = vec![0u8];
+    b.extend_from_slice(&ClientHello::default().encode());
     for (id, r) in reqs.iter().enumerate() {
         let names = r.op().names_namespace();
         r.encode_in(if names { ns } else { b"" }, id as u64 + 1, &mut b);
@@ -164,6 +178,14 @@ fn native_frames() -> Vec<(&'static str, Vec<u8>)> {
         ("export", native(b"disk", &[Request::NsCreate(NamespaceOptions::export(1 << 20, 4096))])),
         ("cas", native(b"users", &[Request::Gets(b"k"), Request::DeleteCas { key: b"k", cas: 0x0102_0304_0506_0708 }])),
         ("txn-delete-cas", native(b"", &[Request::Txn(vec![TxnOp::delete_cas("users", b"k", 0x0102_0304_0506_0708)])])),
+        ("token", {
+            // A hello with a token, and the large value limit.
+            let mut b = vec![2u8];
+            b.extend_from_slice(&ClientHello::default().encode_with_token(5));
+            b.extend_from_slice(b"s3cre");
+            Request::Get(b"k").encode_in(b"", 1, &mut b);
+            b
+        }),
     ]
 }
 

@@ -11,7 +11,7 @@
 use granary_format::checkpoint::{Item, Manifest, ITEM_BYTES, MANIFEST_FIXED_BYTES};
 use granary_format::checksum::{crc32c, crc32c_append};
 use granary_format::limits::{RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, SUPERBLOCK_BYTES};
-use granary_format::{batch, record, RecordHeader, SegmentHeader, Superblock};
+use granary_format::{batch, record, summary, RecordHeader, SegmentHeader, Superblock};
 use granary_proto::{self as proto, Response, ServerHello, Status, TxnOutcome};
 
 /// memcached's text protocol and its meta commands (one connection's input),
@@ -25,12 +25,12 @@ pub fn memcache_text(data: &[u8]) {
 
 /// memcached's binary protocol (one connection's input).
 pub fn memcache_binary(data: &[u8]) {
-    granary_memcache::fuzzing::binary(data);
+    let _ = granary_memcache::fuzzing::binary(data);
 }
 
 /// The native protocol's client hello and request frames.
 pub fn native_frames(data: &[u8]) {
-    granary_native::fuzzing::frames(data);
+    let _ = granary_native::fuzzing::frames(data);
 }
 
 /// What the native client reads from a server: the server hello, a
@@ -183,6 +183,60 @@ pub fn segment_header(data: &[u8]) {
         h.encode(&mut out);
         assert_eq!(&out[..], &b[..SEGMENT_HEADER_BYTES]);
     }
+}
+
+/// A segment summary's region (whole 512-byte grains) as GC and the log
+/// scan read it: its last grain's trailing block ([`summary::trailer`],
+/// for a segment of 64 times the region's grains), then the whole region
+/// ([`summary::decode`]). The first byte's low bit writes both blocks'
+/// and the entries' checksums (seed 0) first. Entries that decode encode
+/// to a region that decodes to the same entries.
+pub fn summary(data: &[u8]) {
+    let _ = summary_entries(data);
+}
+
+/// [`summary`]'s work; the entries decoded, if the region decoded.
+pub fn summary_entries(data: &[u8]) -> Option<usize> {
+    const GRAIN: usize = 512;
+    let (fix, mut b) = choice(data)?;
+    let grains = b.len() / GRAIN;
+    if grains == 0 {
+        return None;
+    }
+    b.truncate(grains * GRAIN);
+    let block = summary::SUMMARY_BLOCK_BYTES;
+    if fix && b.len() >= 2 * block {
+        // The entries' checksum (at 28) over what the block says they take,
+        // then the block's own (at 36), copied to the region's end.
+        let entries = u32::from_le_bytes(b[24..28].try_into().expect("4 bytes")) as usize;
+        if let Some(body) = b.get(block..block + entries) {
+            let crc = crc32c_append(0, body);
+            b[28..32].copy_from_slice(&crc.to_le_bytes());
+        }
+        let crc = crc32c_append(0, &b[..36]);
+        b[36..40].copy_from_slice(&crc.to_le_bytes());
+        let head = b[..block].to_vec();
+        let len = b.len();
+        b[len - block..].copy_from_slice(&head);
+    }
+    let _ = summary::Block::decode(0, &b);
+    let segment_grains = 64 * grains as u64;
+    let stamp = b.get(8..12).map_or(0, |s| u32::from_le_bytes(s.try_into().expect("4 bytes")));
+    let trailer = summary::trailer(0, stamp, segment_grains, &b[b.len() - GRAIN..]).ok()?;
+    // GC reads the region the trailer names, which ends the segment.
+    let region = &b[b.len().checked_sub(trailer.region_grains as usize * GRAIN)?..];
+    let entries = summary::decode(0, &trailer, region).ok()?;
+    assert_eq!(entries.len(), trailer.count as usize);
+    let again = summary::encode(0, trailer.stamp, trailer.records_end, &entries, GRAIN as u32);
+    let t = summary::trailer(
+        0,
+        trailer.stamp,
+        segment_grains.max(64 * (again.len() / GRAIN) as u64),
+        &again[again.len() - GRAIN..],
+    )
+    .expect("an encoded summary's trailer decodes");
+    assert_eq!(summary::decode(0, &t, &again).expect("an encoded summary decodes"), entries);
+    Some(entries.len())
 }
 
 /// A superblock copy; one that decodes encodes to the same bytes and has

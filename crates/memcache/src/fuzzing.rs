@@ -59,11 +59,14 @@ pub fn base64(data: &[u8]) {
 }
 
 /// Binary requests: frame packets one after another (values of at most
-/// `item_bytes_max`) as the connection does.
-pub fn binary(data: &[u8]) {
-    let mut buf = data;
-    // A small item limit reaches the "value too large" path with short inputs.
-    let item_max = if data.first().is_some_and(|b| b & 1 == 1) { 64 } else { ITEM_BYTES_DEFAULT };
+/// `item_bytes_max`) as the connection does. The first byte is a choice,
+/// not part of the input: an odd one picks a small item limit (64 bytes),
+/// which reaches the "value too large" path, and the packets after it,
+/// with short inputs. Returns the requests framed and the packets skipped.
+pub fn binary(data: &[u8]) -> (usize, usize) {
+    let Some((&choice, mut buf)) = data.split_first() else { return (0, 0) };
+    let item_max = if choice & 1 == 1 { 64 } else { ITEM_BYTES_DEFAULT };
+    let (mut requests, mut skips) = (0, 0);
     loop {
         match binary::frame(buf, item_max) {
             binary::Frame::Request(p, total) => {
@@ -71,13 +74,41 @@ pub fn binary(data: &[u8]) {
                 assert_eq!(p.extras.len() + p.key.len() + p.value.len() + binary::HEADER_BYTES, total);
                 assert_eq!(binary::frame(&buf[..total - 1], item_max), binary::Frame::Incomplete);
                 buf = &buf[total..];
+                requests += 1;
             }
             binary::Frame::Skip { consumed, skip, key, .. } => {
                 assert!(consumed <= buf.len() && key.len() <= consumed);
                 let rest = &buf[consumed..];
                 buf = &rest[skip.min(rest.len())..];
+                skips += 1;
             }
-            binary::Frame::Incomplete | binary::Frame::Close { .. } => return,
+            binary::Frame::Incomplete | binary::Frame::Close { .. } => return (requests, skips),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(opcode: u8, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
+        let mut b = vec![0x80, opcode];
+        b.extend_from_slice(&(key.len() as u16).to_be_bytes());
+        b.push(extras.len() as u8);
+        b.extend_from_slice(&[0, 0, 0]);
+        b.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
+        b.extend_from_slice(&[0; 12]);
+        [b, extras.to_vec(), key.to_vec(), value.to_vec()].concat()
+    }
+
+    /// The choice byte picks the small item limit: a SET of 100 bytes is
+    /// skipped as too large and the GET after it is framed (the limit was
+    /// picked by the packet's first byte, 0x80, even: never).
+    #[test]
+    fn the_small_limit_skips_a_large_value_and_frames_what_follows() {
+        let set = request(0x01, &[0, 0, 0, 1, 0, 0, 0, 0], b"k", &[7; 100]);
+        let get = request(0x00, &[], b"k", &[]);
+        assert_eq!(binary(&[&[1u8][..], &set, &get].concat()), (1, 1));
+        assert_eq!(binary(&[&[0u8][..], &set, &get].concat()), (2, 0));
     }
 }

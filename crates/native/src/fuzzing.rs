@@ -10,41 +10,49 @@
 use crate::parse::{self, LargePut, Limits};
 use granary_proto::{self as proto, ClientHello, Header, Request};
 
-/// A client hello (its first 16 bytes) and then request frames in the
-/// version it agrees on (or the one its first byte picks when it agrees on
-/// none).
-pub fn frames(data: &[u8]) {
-    let (version, mut buf) = match data.get(..proto::CLIENT_HELLO_BYTES) {
-        Some(h) => {
-            let hello = ClientHello::decode(h.try_into().expect("16 bytes"));
-            let agreed = hello.ok().and_then(|c| {
-                let again = ClientHello::decode(&c.encode()).expect("an encoded hello decodes");
-                assert_eq!(again, c);
-                c.agree()
-            });
-            let version = agreed.unwrap_or(if data[0] & 1 == 1 { proto::VERSION } else { proto::VERSION_MIN });
-            (version, &data[proto::CLIENT_HELLO_BYTES..])
+/// A choice byte, a client hello (16 bytes, and the token it announces)
+/// and then request frames in the version it agrees on. The choice byte is
+/// not part of the input: its bit 0 picks the version when the hello
+/// agrees on none (frames are parsed all the same, though a server closes
+/// such a connection), its bit 1 a large value limit (1 MiB) instead of a
+/// small one (64 KiB), which reaches the limits' paths with short inputs.
+/// Returns the frames taken.
+pub fn frames(data: &[u8]) -> usize {
+    let Some((&choice, data)) = data.split_first() else { return 0 };
+    let Some(h) = data.get(..proto::CLIENT_HELLO_BYTES) else { return 0 };
+    let mut buf = &data[proto::CLIENT_HELLO_BYTES..];
+    let hello = ClientHello::decode_with_token(h.try_into().expect("16 bytes"));
+    let agreed = match hello {
+        Ok((c, token_len)) => {
+            let again = ClientHello::decode(&c.encode()).expect("an encoded hello decodes");
+            assert_eq!(again, c);
+            // The token follows the hello, as the server reads it.
+            let Some(rest) = buf.get(token_len..) else { return 0 };
+            buf = rest;
+            c.agree()
         }
-        None => return,
+        Err(_) => None,
     };
+    let version = agreed.unwrap_or(if choice & 1 == 1 { proto::VERSION } else { proto::VERSION_MIN });
     assert!((proto::VERSION_MIN..=proto::VERSION).contains(&version));
-    // A small value limit reaches the limits' paths with short inputs.
-    let value_max = if data[1] & 1 == 1 { 1 << 20 } else { 64 << 10 };
+    let value_max = if choice & 2 == 2 { 1 << 20 } else { 64 << 10 };
     let limits = Limits { frame_max: proto::frame_bytes_max(value_max), value_bytes_max: value_max };
+    let mut taken = 0;
     loop {
         let h = match parse::header(buf, &limits, version) {
             Ok(Some(h)) => h,
-            Ok(None) | Err(_) => return,
+            Ok(None) | Err(_) => return taken,
         };
         assert!(h.len <= limits.frame_max);
         match parse::large_put(&h, buf, &limits) {
-            LargePut::Incomplete => return,
+            LargePut::Incomplete => return taken,
             LargePut::Yes { key, value_at, value_len, ns, .. } => {
                 assert!(value_at <= buf.len() && !key.is_empty() && ns.len() == h.ns_len as usize);
                 assert_eq!(value_at + value_len, parse::frame_len(&h));
                 // The value comes from the socket; the next frame follows it.
-                let Some(rest) = buf.get(value_at + value_len..) else { return };
+                let Some(rest) = buf.get(value_at + value_len..) else { return taken };
                 buf = rest;
+                taken += 1;
                 continue;
             }
             LargePut::No => {}
@@ -56,8 +64,9 @@ pub fn frames(data: &[u8]) {
                 assert_eq!(parse::request(&h, &buf[..total - 1], version), Ok(None));
                 round_trip(ns, &req, h.id, version, &limits);
                 buf = &buf[total..];
+                taken += 1;
             }
-            Ok(None) | Err(_) => return,
+            Ok(None) | Err(_) => return taken,
         }
     }
 }
@@ -72,4 +81,27 @@ fn round_trip(ns: &[u8], req: &Request<'_>, id: u64, version: u16, limits: &Limi
     let (ns2, req2) = Request::decode(&h, &out[proto::HEADER_BYTES..]).expect("an encoded request decodes");
     assert_eq!((ns2, &req2), (ns, req));
     assert_eq!(req.check_version(version), Ok(()), "a decoded request is of its connection's version");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The choice byte is the input's first and is not part of the hello;
+    /// a hello with a token is followed by its token, then the frames (the
+    /// token's bytes were parsed as frames, and the large value limit was
+    /// never picked by an input whose hello decoded).
+    #[test]
+    fn a_hello_with_a_token_then_frames() {
+        let mut input = vec![2u8];
+        input.extend_from_slice(&ClientHello::default().encode_with_token(5));
+        input.extend_from_slice(b"s3cre");
+        Request::Get(b"k").encode_in(b"", 1, &mut input);
+        Request::Nop.encode_in(b"", 2, &mut input);
+        assert_eq!(frames(&input), 2);
+        let mut plain = vec![0u8];
+        plain.extend_from_slice(&ClientHello::default().encode());
+        Request::Get(b"k").encode_in(b"", 1, &mut plain);
+        assert_eq!(frames(&plain), 1);
+    }
 }

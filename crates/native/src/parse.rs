@@ -97,7 +97,8 @@ pub(crate) enum LargePut<'a> {
 
 /// Classify the frame at the front of `input` (see [`LargePut`]): a PUT
 /// with a valid mode, a key of 1..=`KEY_BYTES_MAX` bytes, and a value of at
-/// least [`ZERO_COPY_MIN_BYTES`] within the server's value limit. The
+/// least [`ZERO_COPY_MIN_BYTES`] within the server's value limit, once the
+/// key and a 16th of the value (at least [`ZERO_COPY_MIN_BYTES`]) are in. The
 /// value is the frame's tail in both versions: after the header, the
 /// namespace name (`ns_len` bytes, version 2), the key's length and the key.
 pub(crate) fn large_put<'a>(h: &Header, input: &'a [u8], limits: &Limits) -> LargePut<'a> {
@@ -118,7 +119,12 @@ pub(crate) fn large_put<'a>(h: &Header, input: &'a [u8], limits: &Limits) -> Lar
     if value_len < ZERO_COPY_MIN_BYTES || value_len > limits.value_bytes_max as usize {
         return LargePut::No;
     }
-    if body.len() < nl + 4 + kl {
+    // The value's buffer is made only once part of the value has come
+    // (1/16 of it, at least ZERO_COPY_MIN_BYTES): a header alone never
+    // makes the server allocate the value it announces, and a peer must
+    // send 1 byte for every 16 it makes the server hold.
+    let need = value_len.min((value_len / 16).max(ZERO_COPY_MIN_BYTES));
+    if body.len() < nl + 4 + kl + need {
         return LargePut::Incomplete;
     }
     let key = &body[nl + 4..nl + 4 + kl];
@@ -396,7 +402,7 @@ mod tests {
     }
 
     #[test]
-    fn large_puts_are_recognised_once_their_key_is_in() {
+    fn large_puts_are_recognised_once_their_key_and_part_of_their_value_are_in() {
         let l = limits();
         let put = |key: &[u8], value_len: usize, mode: PutMode| {
             encode(&Request::Put { key, value: &vec![7u8; value_len], mode }, 3)
@@ -414,21 +420,26 @@ mod tests {
         };
         let f = put(b"key", ZERO_COPY_MIN_BYTES, PutMode::ReplaceOnly);
         let at = proto::HEADER_BYTES + 4 + 3;
-        for n in proto::HEADER_BYTES..at {
+        // Until the key and ZERO_COPY_MIN_BYTES of the value are in (here
+        // all of it): a header alone made the server allocate the value.
+        for n in proto::HEADER_BYTES..f.len() {
             assert_eq!(classify(&f, n), None, "{n} bytes");
         }
         let want = Some((b"key".to_vec(), PutMode::ReplaceOnly, at, ZERO_COPY_MIN_BYTES));
-        assert_eq!(classify(&f, at), want);
         assert_eq!(classify(&f, f.len()), want);
+        // A 1 MiB value: once 64 KiB of it are in.
+        let f = put(b"key", 1 << 20, PutMode::Upsert);
+        assert_eq!(classify(&f, at + (64 << 10) - 1), None);
+        assert_eq!(classify(&f, at + (64 << 10)), Some((b"key".to_vec(), PutMode::Upsert, at, 1 << 20)));
         // In a namespace: the value starts after the name too.
         let mut f = Vec::new();
         Request::Put { key: b"key", value: &[7u8; ZERO_COPY_MIN_BYTES], mode: PutMode::Upsert }
             .encode_in(b"users", 3, &mut f);
         let at = proto::HEADER_BYTES + 5 + 4 + 3;
-        for n in proto::HEADER_BYTES..at {
+        for n in proto::HEADER_BYTES..f.len() {
             assert_eq!(classify(&f, n), None, "{n} bytes");
         }
-        assert_eq!(classify(&f, at), Some((b"key".to_vec(), PutMode::Upsert, at, ZERO_COPY_MIN_BYTES)));
+        assert_eq!(classify(&f, f.len()), Some((b"key".to_vec(), PutMode::Upsert, at, ZERO_COPY_MIN_BYTES)));
         assert_eq!(&f[at..], &[7u8; ZERO_COPY_MIN_BYTES][..]);
         let no = |f: &[u8], why: &str| {
             let h = header(f, &l, proto::VERSION).unwrap().unwrap();

@@ -596,13 +596,23 @@ impl ServerHello {
         if b[7] != 0 || b[20..].iter().any(|&x| x != 0) {
             return err("server hello: reserved bytes are not zero");
         }
-        Ok(ServerHello {
+        let h = ServerHello {
             version: get_u16(b, 4),
             status: Status::from_u8(b[6])?,
             key_bytes_max: get_u32(b, 8),
             value_bytes_max: get_u32(b, 12),
             frame_bytes_max: get_u32(b, 16),
-        })
+        };
+        // Limits no server of this protocol announces are refused: a
+        // client sizes its buffers by them (a response's body is reserved
+        // from its header, up to the frame limit).
+        if h.key_bytes_max as usize > KEY_BYTES_MAX
+            || h.value_bytes_max > VALUE_BYTES_LIMIT
+            || !(FRAME_BYTES_FLOOR..=frame_bytes_max(VALUE_BYTES_LIMIT)).contains(&h.frame_bytes_max)
+        {
+            return err("server hello: limits out of range");
+        }
+        Ok(h)
     }
 }
 

@@ -621,6 +621,19 @@ fn hellos() {
     let mut bad = s.encode();
     bad[6] = 200;
     assert!(ServerHello::decode(&bad).unwrap_err().0.contains("unknown status"));
+    // Limits no server announces (a client reserved a response's body of
+    // up to the frame limit from its header alone).
+    for bad in [
+        ServerHello { frame_bytes_max: u32::MAX, ..s },
+        ServerHello { frame_bytes_max: FRAME_BYTES_FLOOR - 1, ..s },
+        ServerHello { value_bytes_max: VALUE_BYTES_LIMIT + 1, ..s },
+        ServerHello { key_bytes_max: KEY_BYTES_MAX as u32 + 1, ..s },
+    ] {
+        assert!(ServerHello::decode(&bad.encode()).unwrap_err().0.contains("limits"), "{bad:?}");
+    }
+    let most =
+        ServerHello { value_bytes_max: VALUE_BYTES_LIMIT, frame_bytes_max: frame_bytes_max(VALUE_BYTES_LIMIT), ..s };
+    assert_eq!(ServerHello::decode(&most.encode()).unwrap(), most);
 }
 
 #[test]
