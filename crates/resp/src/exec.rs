@@ -391,13 +391,26 @@ impl Ctx {
             }
             Err(e) => return Err(e),
         };
+        if ns.kind().is_block() {
+            // An export that happens to bear a database's name (`granary
+            // export create ... db3`) is not one: its blocks are not keys
+            // (the engine refuses them as such), and FLUSHDB would empty it.
+            return Err(Error::BadNamespace {
+                name,
+                why: "it is an export (a block device's namespace), not a database".into(),
+            });
+        }
         *self.dbs[n].lock().unwrap_or_else(|e| e.into_inner()) = Some(ns.clone());
         Ok(ns)
     }
 
-    /// The databases that exist now (without creating any).
+    /// The databases that exist now (without creating any; not an export
+    /// that bears a database's name).
     fn existing_dbs(&self) -> Vec<(usize, Namespace)> {
-        (0..self.cfg.databases).filter_map(|n| self.store.namespace(&Self::db_name(n)).ok().map(|ns| (n, ns))).collect()
+        (0..self.cfg.databases)
+            .filter_map(|n| self.store.namespace(&Self::db_name(n)).ok().map(|ns| (n, ns)))
+            .filter(|(_, ns)| !ns.kind().is_block())
+            .collect()
     }
 }
 

@@ -205,6 +205,29 @@ fn databases_are_namespaces() {
     assert_eq!(c.cmd("GET k"), Value::Nil);
 }
 
+/// An export that bears a database's name (`db3`) is not a database:
+/// SELECT refuses it, and FLUSHALL leaves its blocks (it emptied it).
+#[test]
+fn an_export_named_as_a_database_is_not_one() {
+    let f = Fixture::default();
+    let store = f.store.as_ref().unwrap();
+    let disk = store.create_export("db3", 1 << 20, 4096).unwrap();
+    disk.put(&granary_store::block::block_key(0), &[7u8; 4096]).unwrap();
+    let mut c = f.client();
+    match c.cmd("SELECT 3") {
+        Value::Error(e) => assert!(e.contains("an export"), "{e}"),
+        v => panic!("{v:?}"),
+    }
+    assert_eq!(c.cmd("SET k v"), Value::ok(), "still on db0");
+    assert_eq!(c.cmd("FLUSHALL"), Value::ok());
+    assert_eq!(
+        disk.get(&granary_store::block::block_key(0)).unwrap(),
+        Some(vec![7u8; 4096]),
+        "FLUSHALL emptied the export"
+    );
+    assert_eq!(c.cmd("GET k"), Value::Nil);
+}
+
 #[test]
 fn transactions() {
     let f = Fixture::default();
