@@ -16,6 +16,7 @@
 //! bounded by a session count and a time per port
 //! (`GRANARY_PROTO_FUZZ_SESSIONS`, `GRANARY_PROTO_FUZZ_SECS` to run longer).
 
+use granary_memcache::fuzzing::binary_request;
 use granary_nbd::proto as nbd;
 use granary_proto::{self as proto, BatchOp, ClientHello, PutMode, Request, Status};
 use rand::{Rng, RngCore, SeedableRng};
@@ -253,17 +254,6 @@ fn memcache_hostile(rng: &mut Pcg64Mcg) -> Vec<u8> {
         4 => format!("ms f1 {} b\r\n", rng.random::<u32>()).into(),
         _ => b"\r\n\r\n\0\0\0\xff\xfe\r\n".to_vec(),
     }
-}
-
-/// A binary request: header, extras, key, value.
-fn binary_request(opcode: u8, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
-    let mut b = vec![0x80, opcode];
-    b.extend_from_slice(&(key.len() as u16).to_be_bytes());
-    b.push(extras.len() as u8);
-    b.extend_from_slice(&[0, 0, 0]);
-    b.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
-    b.extend_from_slice(&[0; 12]);
-    [b, extras.to_vec(), key.to_vec(), value.to_vec()].concat()
 }
 
 fn binary_valid(rng: &mut Pcg64Mcg) -> Vec<u8> {

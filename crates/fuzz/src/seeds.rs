@@ -12,6 +12,7 @@ use granary_format::limits::{SEGMENT_HEADER_BYTES, SUPERBLOCK_BYTES};
 use granary_format::segment::Stream;
 use granary_format::superblock::{FLAG_NAMESPACES, SUPERBLOCK_VERSION};
 use granary_format::{batch, RecordHeader, SegmentHeader, SegmentKind, Superblock};
+use granary_memcache::fuzzing::binary_request;
 use granary_nbd::proto as nbd;
 use granary_proto::{self as proto, BatchOp, ClientHello, NamespaceOptions, PutMode, Request, TxnOp};
 
@@ -101,18 +102,6 @@ fn memcache_text() -> Vec<(&'static str, Vec<u8>)> {
         s("meta-b64", "mg a2V5 b v\r\nms a2V5 2 b MS\r\nhi\r\nme k\r\n"),
         s("bad", "get\r\nset k 0 0 -1\r\nbogus\r\nms k 2 Mz\r\nxx\r\nincr k x\r\n\r\n"),
     ]
-}
-
-/// A binary request: header, extras, key, value.
-fn binary_request(opcode: u8, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
-    let mut b = vec![0x80, opcode];
-    b.extend_from_slice(&(key.len() as u16).to_be_bytes());
-    b.push(extras.len() as u8);
-    b.extend_from_slice(&[0, 0, 0]);
-    b.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
-    b.extend_from_slice(&0xdead_beef_u32.to_be_bytes());
-    b.extend_from_slice(&0u64.to_be_bytes());
-    [b, extras.to_vec(), key.to_vec(), value.to_vec()].concat()
 }
 
 /// Each after the target's choice byte (0: the default item limit; 1:

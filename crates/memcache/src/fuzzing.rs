@@ -87,19 +87,23 @@ pub fn binary(data: &[u8]) -> (usize, usize) {
     }
 }
 
+/// A binary request packet (header, extras, key, value; opaque and CAS
+/// zero), for seeds and tests.
+pub fn binary_request(opcode: u8, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut b = vec![0x80, opcode];
+    b.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    b.push(extras.len() as u8);
+    b.extend_from_slice(&[0, 0, 0]);
+    b.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
+    b.extend_from_slice(&[0; 12]);
+    [b, extras.to_vec(), key.to_vec(), value.to_vec()].concat()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn request(opcode: u8, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
-        let mut b = vec![0x80, opcode];
-        b.extend_from_slice(&(key.len() as u16).to_be_bytes());
-        b.push(extras.len() as u8);
-        b.extend_from_slice(&[0, 0, 0]);
-        b.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
-        b.extend_from_slice(&[0; 12]);
-        [b, extras.to_vec(), key.to_vec(), value.to_vec()].concat()
-    }
+    use binary_request as request;
 
     /// The choice byte picks the small item limit: a SET of 100 bytes is
     /// skipped as too large and the GET after it is framed (the limit was

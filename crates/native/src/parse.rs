@@ -88,7 +88,8 @@ pub(crate) enum LargePut<'a> {
     /// No: the frame takes the ordinary path, which also answers every
     /// malformed case (a bad mode, a key length overrunning the body...).
     No,
-    /// Not known until the key (and its length) are in: read more.
+    /// Not known until the key (and its length), and a 16th of the value
+    /// (at least `ZERO_COPY_MIN_BYTES`), are in: read more.
     Incomplete,
     /// Yes: the namespace named (empty: the default one), the key, and
     /// where in `input` the value starts (some of it may already be there).

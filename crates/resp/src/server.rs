@@ -210,7 +210,10 @@ pub(crate) fn info(ctx: &Ctx, _client: &Client, sections: &[&[u8]]) -> String {
     });
     section("keyspace", "Keyspace", &mut |o| {
         for ns in ctx.store.namespaces() {
-            if let Some(n) = ns.name.strip_prefix("db").and_then(|n| n.parse::<usize>().ok()) {
+            // A database's namespace by its exact name (`db03` is not
+            // database 3), and not an export that bears one.
+            let n = ns.name.strip_prefix("db").and_then(|n| n.parse::<usize>().ok());
+            if let Some(n) = n.filter(|&n| ns.name == format!("db{n}") && !ns.options.kind.is_block()) {
                 if n < ctx.cfg.databases && ns.keys > 0 {
                     let _ = write!(o, "db{n}:keys={},expires=0,avg_ttl=0\r\n", ns.keys);
                 }

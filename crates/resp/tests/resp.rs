@@ -219,6 +219,13 @@ fn an_export_named_as_a_database_is_not_one() {
         v => panic!("{v:?}"),
     }
     assert_eq!(c.cmd("SET k v"), Value::ok(), "still on db0");
+    // A namespace whose name only parses as a database's is not one either.
+    store.create_namespace("db03", granary_store::NamespaceOptions::default()).unwrap().put(b"x", b"y").unwrap();
+    let info = match c.cmd("INFO keyspace") {
+        Value::Bulk(b) => String::from_utf8(b).unwrap(),
+        v => panic!("{v:?}"),
+    };
+    assert!(info.contains("db0:keys=1") && !info.contains("db3"), "{info}");
     assert_eq!(c.cmd("FLUSHALL"), Value::ok());
     assert_eq!(
         disk.get(&granary_store::block::block_key(0)).unwrap(),
