@@ -88,3 +88,34 @@ fn summary_seeds_decode() {
     assert_eq!(granary_fuzz::targets::summary_entries(&seed("two")), Some(2));
     assert_eq!(granary_fuzz::targets::summary_entries(&seed("empty")), Some(0));
 }
+
+/// Every target is a libFuzzer binary (`fuzz/Cargo.toml`'s `[[bin]]`, its
+/// driver in `fuzz/fuzz_targets/`) and every binary a target: a target on
+/// one side only is replayed here but never fuzzed (`scripts/fuzz.sh`
+/// runs `cargo fuzz list`), or fuzzed but never replayed.
+#[test]
+fn every_target_is_a_fuzz_binary_and_back() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
+    let manifest: toml::Table = std::fs::read_to_string(root.join("Cargo.toml")).unwrap().parse().unwrap();
+    let mut bins: Vec<String> = manifest["bin"]
+        .as_array()
+        .expect("[[bin]] entries")
+        .iter()
+        .map(|b| {
+            let name = b["name"].as_str().expect("a bin's name").to_string();
+            assert_eq!(b["path"].as_str(), Some(format!("fuzz_targets/{name}.rs").as_str()), "{name}'s driver");
+            assert!(root.join("fuzz_targets").join(format!("{name}.rs")).is_file(), "{name}: no driver file");
+            name
+        })
+        .collect();
+    let mut drivers: Vec<String> = std::fs::read_dir(root.join("fuzz_targets"))
+        .unwrap()
+        .map(|e| e.unwrap().path().file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    let mut targets: Vec<String> = TARGETS.iter().map(|(n, _)| n.to_string()).collect();
+    for v in [&mut bins, &mut drivers, &mut targets] {
+        v.sort();
+    }
+    assert_eq!(bins, targets, "fuzz/Cargo.toml's bins against granary_fuzz::TARGETS");
+    assert_eq!(drivers, targets, "fuzz/fuzz_targets/ against granary_fuzz::TARGETS");
+}
