@@ -7,18 +7,28 @@
 //! only then changes what readers, writers and GC see: a crash before the
 //! record is on the device leaves the old catalog, one after it the new
 //! one, and no write under a namespace id outlives the record that gave
-//! the id out. The first namespace created
+//! the id out. A change runs to its end even if the future awaiting it is
+//! dropped (a caller's timeout: [`crate::detach`]): its record and what
+//! DRAM holds never part (a record written but not applied would be taken
+//! by the next crash's recovery, emptying a namespace the running store
+//! kept acknowledging writes to). Changes that empty (drop, truncate, the
+//! default namespace's flush floor) may take the room kept for deletes,
+//! so a full store can still be emptied; a create may not.
+//!
+//! The first namespace created
 //! in a store turns on the superblock's namespaces flag first, so a build
 //! that does not know namespaces refuses the store instead of taking its
 //! namespaced keys for the engine's own.
 
 use crate::coalesce::Payload;
+use crate::detach::to_the_end;
 use crate::error::{Error, Result};
 use crate::namespace::{
     check_name, check_options, Catalog, CatalogEntry, NamespaceMode, NamespaceOptions, NsState, Totals, CATALOG_KEY,
     DEFAULT_NAMESPACE, NAMESPACES_MAX, TOTALS_KEY,
 };
 use crate::nskey::{DEFAULT_NS, NS_KEY_OVERHEAD};
+use crate::space::Purpose;
 use crate::store::Core;
 use crate::types::{Cond, ItemMeta};
 use granary_format::superblock::FLAG_NAMESPACES;
@@ -28,8 +38,13 @@ use std::sync::Arc;
 impl Core {
     /// Create namespace `name`, its options checked first
     /// ([`check_options`]; an export's block is one value under a block's
-    /// key in a namespace).
+    /// key in a namespace). Runs to its end once polled.
     pub(crate) async fn create_namespace(&self, name: &str, options: NamespaceOptions) -> Result<Arc<NsState>> {
+        let name = name.to_string();
+        to_the_end!(self, |core| core.create_namespace_now(&name, options))
+    }
+
+    async fn create_namespace_now(&self, name: &str, options: NamespaceOptions) -> Result<Arc<NsState>> {
         check_name(name)?;
         if name == DEFAULT_NAMESPACE {
             return Err(Error::NamespaceExists { name: name.into() });
@@ -67,7 +82,7 @@ impl Core {
             return Err(Error::BadNamespace { name: name.into(), why });
         }
         self.enable_feature(FLAG_NAMESPACES)?;
-        self.write_catalog(&next).await?;
+        self.write_catalog(&next, Purpose::Put).await?;
         *cat = next;
         let state = Arc::new(NsState::new(name, id, options, self.counters.ns_of(id)));
         self.namespaces.by_name.write().unwrap_or_else(|e| e.into_inner()).insert(name.into(), state.clone());
@@ -98,7 +113,13 @@ impl Core {
 
     /// Drop namespace `name` (only if it is still `only`'s, when given):
     /// its keys are gone at once; GC frees their space as it meets them.
-    pub(crate) async fn drop_namespace(&self, name: &str, only: Option<&NsState>) -> Result<()> {
+    /// Runs to its end once polled.
+    pub(crate) async fn drop_namespace(&self, name: &str, only: Option<&Arc<NsState>>) -> Result<()> {
+        let (name, only) = (name.to_string(), only.cloned());
+        to_the_end!(self, |core| core.drop_namespace_now(&name, only.as_deref()))
+    }
+
+    async fn drop_namespace_now(&self, name: &str, only: Option<&NsState>) -> Result<()> {
         if name == DEFAULT_NAMESPACE {
             let why = "the default namespace cannot be dropped (truncate empties it)".to_string();
             return Err(Error::BadNamespace { name: name.into(), why });
@@ -109,7 +130,7 @@ impl Core {
         let mut next = cat.clone();
         let Some(gone) = next.entries.remove(name) else { return Err(Error::NoSuchNamespace { name: name.into() }) };
         next.sweep_pending = true;
-        self.write_catalog(&next).await?;
+        self.write_catalog(&next, Purpose::Delete).await?;
         *cat = next;
         if let Some(state) = self.namespaces.by_name.write().unwrap_or_else(|e| e.into_inner()).remove(name) {
             state.mark_dropped();
@@ -125,8 +146,13 @@ impl Core {
     /// Empty namespace `name` (only if it is still `only`'s, when given),
     /// keeping its options: it gets a new id. The default namespace is
     /// emptied by `flush_all`. Returns the new id (the default namespace's
-    /// flush floor).
-    pub(crate) async fn truncate_namespace(&self, name: &str, only: Option<&NsState>) -> Result<u32> {
+    /// flush floor). Runs to its end once polled.
+    pub(crate) async fn truncate_namespace(&self, name: &str, only: Option<&Arc<NsState>>) -> Result<u32> {
+        let (name, only) = (name.to_string(), only.cloned());
+        to_the_end!(self, |core| core.truncate_namespace_now(&name, only.as_deref()))
+    }
+
+    async fn truncate_namespace_now(&self, name: &str, only: Option<&NsState>) -> Result<u32> {
         if name == DEFAULT_NAMESPACE {
             let floor = self.raise_flush_floor().await?;
             return Ok(floor.min(u32::MAX as u64) as u32);
@@ -145,7 +171,7 @@ impl Core {
         let entry = next.entries.get_mut(name).expect("checked above");
         let old = std::mem::replace(&mut entry.id, id);
         next.sweep_pending = true;
-        self.write_catalog(&next).await?;
+        self.write_catalog(&next, Purpose::Delete).await?;
         *cat = next;
         if let Ok(state) = self.namespaces.get(name) {
             state.set_current(id, self.counters.ns_of(id));
@@ -163,19 +189,21 @@ impl Core {
     /// cut that the catalog does not (with its record lost, the next open
     /// would give that id to another namespace, which would read those
     /// keys). The writes come after this returns, so after the flush.
-    async fn write_catalog(&self, cat: &Catalog) -> Result<()> {
-        self.write_engine_key(CATALOG_KEY, &cat.encode()).await?;
+    /// `room`: [`Purpose::Delete`] for a change that empties (it may take
+    /// the room kept for deletes), else [`Purpose::Put`].
+    async fn write_catalog(&self, cat: &Catalog, room: Purpose) -> Result<()> {
+        self.write_engine_key(CATALOG_KEY, &cat.encode(), room).await?;
         if self.log.durability != crate::options::Durability::Flush {
             self.sync_async().await?;
         }
         Ok(())
     }
 
-    /// Write one of the engine's own keys.
-    async fn write_engine_key(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.write_item(key, Payload::Slice(value), crate::write::engine_version(ItemMeta::default()), Cond::Always)
-            .await
-            .map(|_| ())
+    /// Write one of the engine's own keys, with the room of `room`
+    /// ([`Core::write_item`]).
+    async fn write_engine_key(&self, key: &[u8], value: &[u8], room: Purpose) -> Result<()> {
+        let v = crate::write::engine_version(ItemMeta::default());
+        self.write_item(key, Payload::Slice(value), v, Cond::Always, room).await.map(|_| ())
     }
 
     /// What GC sees: the live ids and whether each may be evicted.
@@ -267,7 +295,7 @@ impl Core {
             return;
         }
         let cat = self.namespaces.change.lock().await;
-        if let Err(e) = self.write_catalog(&cat).await {
+        if let Err(e) = self.write_catalog(&cat, Purpose::Delete).await {
             tracing::warn!(error = %e, "could not write the repaired namespace catalog");
         }
     }
@@ -281,7 +309,7 @@ impl Core {
         }
         let mut next = cat.clone();
         next.sweep_pending = false;
-        self.write_catalog(&next).await?;
+        self.write_catalog(&next, Purpose::Delete).await?;
         *cat = next;
         Ok(())
     }
@@ -290,7 +318,7 @@ impl Core {
     /// its clean checkpoint).
     pub(crate) async fn write_totals(&self) -> Result<()> {
         let t = Totals { session: self.checkpoints.session, counts: self.counts() };
-        self.write_engine_key(TOTALS_KEY, &t.encode()).await
+        self.write_engine_key(TOTALS_KEY, &t.encode(), Purpose::Delete).await
     }
 
     fn counts(&self) -> Vec<(u32, u64, u64)> {
@@ -352,7 +380,7 @@ mod tests {
         let before = granary_rt::block_on(s.core.namespaces.change.lock()).clone();
         let a = s.create_namespace("a", NamespaceOptions::default()).unwrap();
         a.put(b"k", b"secret").unwrap();
-        granary_rt::block_on(s.core.write_catalog(&before)).unwrap();
+        granary_rt::block_on(s.core.write_catalog(&before, crate::space::Purpose::Put)).unwrap();
         drop((a, s)); // a crash: the next open scans the log
         let s = Store::open(dev.clone(), &o).unwrap();
         assert!(s.namespace("a").is_err(), "the lost catalog record's namespace is not there");

@@ -1,6 +1,7 @@
 //! Work that, once started, runs to its end even if the future waiting for
 //! it is dropped (a caller's timeout or `select!`): a group write with its
-//! flush, a record's write outside the coalescer, an atomic batch.
+//! flush, a record's write outside the coalescer, an atomic batch, a
+//! namespace catalog change or flush floor (`catalog.rs`).
 //! Dropped, such work is *handed on*; this module says to whom.
 //!
 //! [`Finish`] holds such work as a boxed future that owns what it needs (an
@@ -72,6 +73,23 @@ pub(crate) trait Shared: Send + Sync + 'static {
     fn shared(&self) -> Option<Arc<Self>>;
     fn detached(&self) -> &Detached;
 }
+
+/// `$call` (an async call on `$core`, the engine `$me` shared) run to its
+/// end even if the future awaiting it is dropped ([`Finish`]), its
+/// captures moved into the work; before the engine is shared (its open)
+/// it runs inline.
+macro_rules! to_the_end {
+    ($me:expr, |$core:ident| $call:expr) => {
+        match $crate::detach::Shared::shared($me) {
+            Some($core) => $crate::detach::Finish::new($me, Box::pin(async move { $call.await }), None).await,
+            None => {
+                let $core = $me;
+                $call.await
+            }
+        }
+    };
+}
+pub(crate) use to_the_end;
 
 /// A work that runs to its end ([module docs](self)).
 pub(crate) struct Finish<'c, E: Shared, T: Send + 'static> {

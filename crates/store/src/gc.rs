@@ -1072,6 +1072,8 @@ fn relocate(gc: Gc<'_>, v: u32, purpose: Purpose, batch: &mut Vec<Pending>) -> R
             gc.counters.replaced(key, Counted::new(false, p.old_len), Counted::new(true, p.bytes.len() as u64));
             count_leaving(gc, key, p.expired);
         } else {
+            // The same version, moved: the tier's copy follows it.
+            gc.keys.moved(record::key_of(&p.hdr, &p.bytes), p.h, p.old_pba, loc.pba, loc.stamp);
             gc.stats.records_relocated.fetch_add(1, Relaxed);
             gc.stats.bytes_relocated.fetch_add(p.bytes.len() as u64, Relaxed);
             if matches!(p.stream, Stream::Cold | Stream::Older | Stream::Oldest) {

@@ -119,6 +119,15 @@ impl Keys {
         }
     }
 
+    /// GC moved `key`'s record from `from` to `to` (a segment of stamp
+    /// `stamp`): its DRAM tier item follows ([`crate::tier::Tier::moved`]);
+    /// the caller holds its stripe.
+    pub(crate) fn moved(&self, key: &[u8], h: u64, from: u64, to: u64, stamp: u32) {
+        if let Some(t) = &self.tier {
+            t.moved(key, h, from, to, stamp);
+        }
+    }
+
     /// Take the stripe of hash `h`, yielding the executor while it waits.
     pub(crate) async fn stripe(&self, h: u64) -> async_lock::MutexGuard<'_, ()> {
         self.stripes[self.stripe_of(h)].lock().await

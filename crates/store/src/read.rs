@@ -316,11 +316,15 @@ impl Core {
         buf: &[u8],
         pba: u64,
     ) {
+        let value = record::value_of(hdr, buf);
+        if !tier.fits(key.len(), value.len()) {
+            return;
+        }
         tier.admit(
             h,
             Hot {
                 key: key.into(),
-                value: record::value_of(hdr, buf).into(),
+                value: value.into(),
                 meta: ItemMeta { flags: hdr.user_flags, expires: hdr.expires, stale: hdr.stale },
                 cas: record::cas_of(hdr, buf),
                 seq: hdr.seq,

@@ -621,6 +621,11 @@ impl Namespace {
         self.state.is_dropped()
     }
 
+    /// Whether its store was closed (its calls fail with `Closed`).
+    pub fn is_closed(&self) -> bool {
+        self.check_open().is_err()
+    }
+
     /// Hand `f` each of its keys whose values the DRAM tier holds, with
     /// its item's value length and expiry time (0: none), in no particular
     /// order, until `f` returns false; none with the tier off. Not counted

@@ -676,6 +676,41 @@ fn a_full_store_takes_deletes_of_every_kind() {
     assert!(s.get(format!("key-{}", stored - 1).as_bytes()).unwrap().is_some());
 }
 
+/// A full store can still be emptied by a namespace's drop or truncate
+/// and by `flush_all`: each writes one record, which may take the room
+/// kept for deletes (as a PUT, each got `NoSpace`).
+#[test]
+fn a_full_store_can_be_emptied_by_drop_truncate_and_flush_all() {
+    for op in ["drop", "truncate", "flush_all"] {
+        let (_dev, s) = mem_store(16 << 20, 1 << 20, 512);
+        let n = s.create_namespace("n", NamespaceOptions::default()).unwrap();
+        let mut stored = 0;
+        for len in [10_000, 1_000, 1] {
+            while n.put(format!("key-{stored}").as_bytes(), &vec![1u8; len]).is_ok() {
+                stored += 1;
+            }
+        }
+        assert!(matches!(s.put(b"more", b"x"), Err(Error::NoSpace { .. })), "{op}: the store is full");
+        let r = match op {
+            "drop" => s.drop_namespace("n"),
+            "truncate" => s.truncate("n"),
+            _ => n.flush_all().map(|_| ()),
+        };
+        r.unwrap_or_else(|e| panic!("{op} of a full store: {e}"));
+        assert_eq!(s.namespace("n").map(|n| n.get(b"key-0").unwrap()).ok().flatten(), None, "{op}");
+    }
+    // The default namespace's floor, likewise.
+    let (_dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    let mut stored = 0;
+    for len in [10_000, 1_000, 1] {
+        while s.put(format!("key-{stored}").as_bytes(), &vec![1u8; len]).is_ok() {
+            stored += 1;
+        }
+    }
+    s.flush_all().unwrap();
+    assert_eq!(s.get(b"key-0").unwrap(), None);
+}
+
 #[test]
 fn failed_write_poisons_until_reopen() {
     let (dev, s) = mem_store(16 << 20, 1 << 20, 512);

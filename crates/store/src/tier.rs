@@ -34,7 +34,8 @@
 //! current version, which is the value held (records are never changed in
 //! place). Anything else is a miss, and the item is dropped. Writers and GC
 //! also drop a key's item under its stripe after changing its index entry
-//! (`invalidate`), and a namespace's items go when it is dropped or
+//! (`invalidate`; GC moving the same version moves the item with it:
+//! `moved`), and a namespace's items go when it is dropped or
 //! truncated, so DRAM is not held by items that can no longer be served;
 //! the exception is an operation in flight across the drop or truncate,
 //! which resolved the old namespace before it and may admit or refresh an
@@ -46,8 +47,10 @@
 //!
 //! Memory: an item counts its key, its value and [`ITEM_OVERHEAD_BYTES`]
 //! (the map slot, the queue positions, the item's header and allocations);
-//! each shard holds at most its share of the configured bytes, and an item
-//! larger than an eighth of that share is not admitted.
+//! each shard holds at most its share of the configured bytes (64 shards,
+//! fewer in a tier under 4 MiB: a share is at least 64 KiB, or the whole
+//! tier), and an item larger than an eighth of that share is not admitted
+//! (asked before the item, a copy of the value, is made: `fits`).
 
 use crate::tier_policy::Policy;
 use crate::types::ItemMeta;
@@ -61,8 +64,13 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 /// the key's and value's allocations' bookkeeping and rounding (about 48).
 pub const ITEM_OVERHEAD_BYTES: u64 = 256;
 
-/// Shards of the tier (a power of two).
+/// Shards of the tier at most (a power of two).
 const SHARDS: usize = 64;
+
+/// A shard's share of the bytes at least: a smaller tier has fewer shards
+/// (one below this), so that its items may be as large as a tier of its
+/// size can hold (an eighth of the whole tier below this size).
+const SHARD_BYTES_MIN: u64 = 64 << 10;
 
 /// An item may take at most this fraction of its shard's share (larger
 /// values are not admitted): one large value must not empty a shard of its
@@ -86,7 +94,11 @@ pub(crate) struct Hot {
 
 impl Hot {
     fn bytes(&self) -> u64 {
-        (self.key.len() + self.value.len()) as u64 + ITEM_OVERHEAD_BYTES
+        Self::bytes_of(self.key.len(), self.value.len())
+    }
+
+    fn bytes_of(key_len: usize, value_len: usize) -> u64 {
+        (key_len + value_len) as u64 + ITEM_OVERHEAD_BYTES
     }
 }
 
@@ -136,8 +148,10 @@ impl Tier {
         if limit == 0 {
             return None;
         }
-        let per = limit / SHARDS as u64;
-        let shards = (0..SHARDS).map(|_| Padded(RwLock::new(Shard { items: Policy::new(per) }))).collect();
+        // A power of two from 1 to SHARDS.
+        let n = (limit / SHARD_BYTES_MIN).clamp(1, SHARDS as u64).ilog2();
+        let per = limit >> n;
+        let shards = (0..1usize << n).map(|_| Padded(RwLock::new(Shard { items: Policy::new(per) }))).collect();
         Some(Tier { limit, item_max: per / ITEM_MAX_PER_SHARD, shards, counters: TierCounters::default() })
     }
 
@@ -147,7 +161,7 @@ impl Tier {
 
     fn lock(&self, h: u64) -> &RwLock<Shard> {
         // The high bits: the index's home slot uses the low ones.
-        &self.shards[(h >> 58) as usize % SHARDS].0
+        &self.shards[(h >> 58) as usize % self.shards.len()].0
     }
 
     /// `h`'s shard, to read (lookups; the policy's counts are atomic).
@@ -173,6 +187,13 @@ impl Tier {
             pba: hot.pba,
             stamp: hot.stamp,
         })
+    }
+
+    /// Whether an item of a key of `key_len` bytes and a value of
+    /// `value_len` is small enough to be admitted: asked before one is
+    /// made (a copy of the value).
+    pub(crate) fn fits(&self, key_len: usize, value_len: usize) -> bool {
+        Hot::bytes_of(key_len, value_len) <= self.item_max
     }
 
     /// Hold `hot` (read from the device as `key`'s current version) unless
@@ -222,6 +243,21 @@ impl Tier {
         let mut s = self.shard(h);
         if s.items.peek(h).is_some_and(|hot| *hot.key == *key) {
             s.items.remove(h);
+        }
+    }
+
+    /// GC moved `key`'s record from `from` to `to` (in a segment of stamp
+    /// `stamp`), the same version (called under its stripe): an item of
+    /// that record follows it, so it stays servable. An item of another
+    /// record is left (the freshness check judges it).
+    pub(crate) fn moved(&self, key: &[u8], h: u64, from: u64, to: u64, stamp: u32) {
+        if !self.holds(key, h) {
+            return;
+        }
+        let mut s = self.shard(h);
+        if let Some(hot) = s.items.peek_mut(h).filter(|hot| *hot.key == *key && hot.pba == from) {
+            hot.pba = to;
+            hot.stamp = stamp;
         }
     }
 
@@ -301,10 +337,17 @@ mod tests {
     fn off_at_zero_and_bounded_by_its_bytes() {
         assert!(Tier::new(0).is_none());
         let t = Tier::new(64 * 4096).unwrap();
-        // More than an eighth of a shard's 4096 bytes: not admitted.
-        t.admit(7, hot(b"big", 4096 / 8, 1));
+        // Four shards of 64 KiB: more than an eighth of one is not
+        // admitted, nor copied (`fits`).
+        assert_eq!(t.shards.len(), 4);
+        let big = (64 << 10) / 8 - ITEM_OVERHEAD_BYTES as usize - 3;
+        assert!(t.fits(3, big) && !t.fits(3, big + 1));
+        t.admit(7, hot(b"big", big + 1, 1));
         assert!(t.get(b"big", 7).is_none());
         assert_eq!(t.counters.admissions.load(Relaxed), 0);
+        t.admit(7, hot(b"big", big, 1));
+        assert!(t.get(b"big", 7).is_some());
+        t.invalidate(b"big", 7);
         for i in 0..10_000u64 {
             let k = i.to_le_bytes();
             let h = granary_format::hash::key_hash(&k);
@@ -315,7 +358,23 @@ mod tests {
         assert!(bytes <= t.limit(), "{bytes} > {}", t.limit());
         assert!(items > 0 && bytes == items * (8 + 100 + ITEM_OVERHEAD_BYTES));
         let c = &t.counters;
-        assert_eq!(c.admissions.load(Relaxed) - c.evictions.load(Relaxed), items);
+        assert_eq!(c.admissions.load(Relaxed) - 1 - c.evictions.load(Relaxed), items);
+    }
+
+    /// A tier too small for 64 shards of 64 KiB has fewer: its items may
+    /// be as large as an eighth of a shard of at least 64 KiB, or of the
+    /// whole tier below that (with 64 shards a 100 KB tier held nothing:
+    /// its shards' eighth was smaller than any item).
+    #[test]
+    fn a_small_tier_has_fewer_shards_and_holds_items_of_its_size() {
+        for (limit, shards) in [(100_000u64, 1usize), (1 << 20, 16), (3 << 20, 32), (64 << 20, 64)] {
+            let t = Tier::new(limit).unwrap();
+            assert_eq!(t.shards.len(), shards, "{limit}");
+            let value = (limit / shards as u64 / 8 - ITEM_OVERHEAD_BYTES - 1) as usize;
+            t.admit(9, hot(b"k", value, 1));
+            assert!(t.get(b"k", 9).is_some(), "{limit}: an item of {value} bytes");
+            assert!(t.usage().0 <= limit);
+        }
     }
 
     #[test]

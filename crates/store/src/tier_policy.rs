@@ -135,6 +135,13 @@ impl<V> S3Fifo<V> {
         self.map.get(&h).and_then(|&i| self.slots[i as usize].val.as_ref())
     }
 
+    /// The item of `h`, to change in place (its size unchanged), not
+    /// counted as read.
+    pub(crate) fn peek_mut(&mut self, h: u64) -> Option<&mut V> {
+        let &i = self.map.get(&h)?;
+        self.slots[i as usize].val.as_mut()
+    }
+
     #[cfg(test)]
     pub(crate) fn contains(&self, h: u64) -> bool {
         self.map.contains_key(&h)

@@ -175,7 +175,10 @@ fn gc_relocation_and_eviction_are_seen() {
     roll(&s, "b");
     crate::gc::reclaim(s.core.collector(), v, false).unwrap();
     assert_ne!(segment_of(&s, b"moved"), v);
+    // The tier's item followed the record: the next read is a hit.
+    let (hits, reads) = (s.stats().dram.hits, s.stats().io.reads);
     assert_eq!(s.get(b"moved").unwrap().as_deref(), Some(&b"value"[..]));
+    assert_eq!((s.stats().dram.hits, s.stats().io.reads), (hits + 1, reads), "a hit after the relocation");
     assert_eq!(warm(&s, b"moved"), b"value");
     s.close().unwrap();
 
@@ -266,8 +269,8 @@ fn concurrent_readers_never_see_an_older_version() {
     });
     let f = fixture(8 << 20);
     let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(256 << 10), index_table_homes: Some(256) };
-    // 16 KiB per shard (items up to 2 KiB): the churn keys' reads evict.
-    let opts = OpenOptions { dram_tier_bytes: 1 << 20, ..f.opts(true, false) };
+    // Four shards of 64 KiB, about 200 churn keys' items: their reads evict.
+    let opts = OpenOptions { dram_tier_bytes: 256 << 10, ..f.opts(true, false) };
     f.dev.shape_zones(256 << 10);
     let s = Arc::new(Store::create(f.dev.clone(), &c, &opts).unwrap());
     const KEYS: usize = 8;

@@ -38,6 +38,7 @@ use granary_io::AlignedBuf;
 use granary_rt::block_on;
 use granary_rt::sync::join2;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 /// What a new version of a key carries besides its value.
 #[derive(Clone, Copy)]
@@ -137,7 +138,7 @@ impl Core {
     /// a floor of sequence numbers, stored under a reserved key so it holds
     /// across restarts; returns the floor. In another namespace a truncate;
     /// returns its new id.
-    pub async fn flush_all(&self, ns: &NsState) -> Result<u64> {
+    pub async fn flush_all(&self, ns: &Arc<NsState>) -> Result<u64> {
         let (id, _) = ns.current()?;
         if id != DEFAULT_NS {
             return self.truncate_namespace(&ns.name, Some(ns)).await.map(u64::from);
@@ -158,14 +159,21 @@ impl Core {
         self.log.dev.flush_async().await.map_err(|source| self.log.poison(Error::Io { op: "flush", offset: 0, source }))
     }
 
-    /// `flush_all` of the default namespace: a new floor, stored.
+    /// `flush_all` of the default namespace: a new floor, stored. Runs to
+    /// its end once polled (as a catalog change: `catalog.rs`), and may
+    /// take the room kept for deletes.
     pub(crate) async fn raise_flush_floor(&self) -> Result<u64> {
+        crate::detach::to_the_end!(self, |core| core.raise_flush_floor_now())
+    }
+
+    async fn raise_flush_floor_now(&self) -> Result<u64> {
         let _one_at_a_time = self.flush_lock.lock().await;
         let floor = self.log.next_seq.fetch_add(1, Relaxed);
         // Stored first, then applied: until the new floor record is on the
         // device, the old one must not read as flushed (GC would drop it).
         let v = Version { meta: ItemMeta::default(), cas: None, policy: FRESH };
-        self.write_item(FLUSH_FLOOR_KEY, Payload::Slice(&floor.to_le_bytes()), v, Cond::Always).await?;
+        self.write_item(FLUSH_FLOOR_KEY, Payload::Slice(&floor.to_le_bytes()), v, Cond::Always, Purpose::Delete)
+            .await?;
         self.log.flush_floor.fetch_max(floor, Relaxed);
         Ok(floor)
     }
@@ -204,7 +212,7 @@ impl Core {
         if ns.options.has_quota() {
             self.check_quota(ns, &c, &key, self.value_grains(&key, value_len, None)?, cond).await?;
         }
-        let r = self.write_item(&key, Payload::Owned { buf: &mut pb.buf, value_len }, v, cond).await?;
+        let r = self.write_item(&key, Payload::Owned { buf: &mut pb.buf, value_len }, v, cond, Purpose::Put).await?;
         c.stored(r.0);
         Ok(r)
     }
@@ -259,7 +267,7 @@ impl Core {
         if ns.options.has_quota() {
             self.check_quota(ns, &c, &key, self.value_grains(&key, value.len() as u64, v.cas)?, cond).await?;
         }
-        let r = self.write_item(&key, Payload::Slice(value), v, cond).await?;
+        let r = self.write_item(&key, Payload::Slice(value), v, cond, Purpose::Put).await?;
         c.stored(r.0);
         Ok(r)
     }
@@ -308,19 +316,25 @@ impl Core {
         self.put_user_item(ns, key, value, Version { meta, cas, policy: Policy::Vivified { read } }, cond).await
     }
 
-    /// [`Core::put_item`] without the reserved-namespace check.
+    /// [`Core::put_item`] without the reserved-namespace check. `room`:
+    /// [`Purpose::Put`] for a write that adds (every user write), or
+    /// [`Purpose::Delete`] for an engine record that empties (a namespace's
+    /// drop or truncate, a flush floor: a full store can still be
+    /// emptied), which may take the room kept for deletes.
     pub(crate) async fn write_item(
         &self,
         key: &[u8],
         mut value: Payload<'_>,
         v: Version,
         cond: Cond,
+        room: Purpose,
     ) -> Result<(PutOutcome, u64)> {
         let grains = self.value_grains(key, value.value_len(), v.cas)?;
         let h = self.keys.hash(key);
+        let emptying = room == Purpose::Delete;
         // The stream the write goes to is known only under the stripe: a
         // write refused for room waits for room in that stream's segment.
-        let mut room_for = Purpose::Put;
+        let mut room_for = room;
         loop {
             self.log.check_writable()?;
             let listed = crate::space::listed_bytes([key]);
@@ -333,7 +347,11 @@ impl Core {
                 // replace its entry: it is read while the new one is
                 // written, if the index has a candidate for it at all.
                 let candidates = self.keys.index.lookup(h);
-                let purpose = self.space.put_purpose(candidates.as_slice().iter().map(|e| e.pba()));
+                let purpose = if emptying {
+                    Purpose::Delete
+                } else {
+                    self.space.put_purpose(candidates.as_slice().iter().map(|e| e.pba()))
+                };
                 let mut prior = match candidates.as_slice() {
                     [] => Prior::Known(None),
                     &[e] if self.blind_ok(e, key) => Prior::Blind(e),
@@ -351,7 +369,11 @@ impl Core {
                     return Ok((outcome, 0));
                 }
                 let existing = self.refuse_crowded_known(h, key, existing).await?;
-                let purpose = self.space.put_purpose(existing.as_ref().map(|f| f.entry.pba()));
+                let purpose = if emptying {
+                    Purpose::Delete
+                } else {
+                    self.space.put_purpose(existing.as_ref().map(|f| f.entry.pba()))
+                };
                 (Prior::Known(existing), purpose)
             };
             match self.write_value(key, h, value.reborrow(), prior, purpose, v).await {
@@ -559,6 +581,9 @@ impl Core {
         loc: Loc,
     ) {
         let (Some(t), Some(value)) = (&self.keys.tier, value) else { return };
+        if !t.fits(key.len(), value.len()) {
+            return; // as `refresh` would, without copying the value
+        }
         let hot =
             crate::tier::Hot { key: key.into(), value: value.into(), meta, cas, seq, pba: loc.pba, stamp: loc.stamp };
         t.refresh(h, hot);

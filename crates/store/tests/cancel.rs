@@ -320,6 +320,67 @@ fn a_dropped_batch_commits_as_a_whole() {
     });
 }
 
+/// Open the gate and yield until a held write completed.
+async fn until_written(gate: &Gate) {
+    gate.open();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while gate.completed_on.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the held write never ended");
+        granary_rt::yield_now().await;
+    }
+}
+
+/// A catalog change (drop, truncate, the default namespace's flush) whose
+/// future is dropped with its record's write in flight runs to its end:
+/// the running store applies what its record says (the record alone
+/// would be taken by the next crash's recovery, emptying a namespace the
+/// running store kept writing to).
+#[test]
+fn a_dropped_catalog_change_runs_to_its_end() {
+    let gate = on_a_runtime(opts(), |s, gate| async move {
+        let a = s.create_namespace_async("a", Default::default()).await.unwrap();
+        let b = s.create_namespace_async("b", Default::default()).await.unwrap();
+        a.put_async(b"k", b"v").await.unwrap();
+        b.put_async(b"k", b"v").await.unwrap();
+        s.put_async(b"k", b"v").await.unwrap();
+        gate.shut();
+        assert!(timeout(Duration::from_millis(1), s.drop_namespace_async("a")).await.is_err(), "the drop was held");
+        until_written(&gate).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while s.namespace("a").is_ok() {
+            assert!(Instant::now() < deadline, "the dropped drop was never applied");
+            granary_rt::yield_now().await;
+        }
+        assert!(matches!(a.get_async(b"k").await, Err(Error::NoSuchNamespace { .. })));
+        gate.completed_on.lock().unwrap().clear();
+        gate.shut();
+        assert!(timeout(Duration::from_millis(1), b.flush_all_async()).await.is_err(), "the truncate was held");
+        until_written(&gate).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while b.get_async(b"k").await.unwrap().is_some() {
+            assert!(Instant::now() < deadline, "the dropped truncate was never applied");
+            granary_rt::yield_now().await;
+        }
+        gate.completed_on.lock().unwrap().clear();
+        gate.shut();
+        assert!(timeout(Duration::from_millis(1), s.flush_all_async()).await.is_err(), "the flush was held");
+        until_written(&gate).await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while s.get_async(b"k").await.unwrap().is_some() {
+            assert!(Instant::now() < deadline, "the dropped flush was never applied");
+            granary_rt::yield_now().await;
+        }
+        // Written after the changes: kept across the reopen.
+        b.put_async(b"after", b"v").await.unwrap();
+        s.put_async(b"after", b"v").await.unwrap();
+    });
+    let s = Store::open(gate, &opts()).unwrap();
+    assert!(matches!(s.namespace("a"), Err(Error::NoSuchNamespace { .. })));
+    let b = s.namespace("b").unwrap();
+    assert_eq!((b.get(b"k").unwrap(), b.get(b"after").unwrap().as_deref()), (None, Some(&b"v"[..])));
+    assert_eq!((s.get(b"k").unwrap(), s.get(b"after").unwrap().as_deref()), (None, Some(&b"v"[..])));
+}
+
 /// Off an executor (a `block_on` on a plain thread) a dropped write is
 /// handed to a thread of its own, which runs it to its end: a thread opens
 /// the gate once the dropped write is polled again there.
