@@ -1189,11 +1189,15 @@ impl<K: Keys> Cx<'_, K> {
                 // The engine's pick is live to its whole second; one whose
                 // millisecond has passed is skipped, as Redis skips (and
                 // deletes) an expired pick: a few more picks, then the
-                // first live key of a full scan.
-                let mut found = None;
+                // first live key of a full scan. A pick that found none
+                // walked the whole index already: no scan follows it.
+                let (mut found, mut walked) = (None, false);
                 for i in 0..RANDOMKEY_PICKS {
                     match self.k.db().random_key_async(seed.wrapping_add(i)).await.map_err(store_err)? {
-                        None => break,
+                        None => {
+                            walked = true;
+                            break;
+                        }
                         Some(k) if self.stored(&k).await?.is_some() => {
                             found = Some(k);
                             break;
@@ -1201,7 +1205,7 @@ impl<K: Keys> Cx<'_, K> {
                         Some(_) => {}
                     }
                 }
-                if found.is_none() {
+                if found.is_none() && !walked {
                     let mut cursor = 0;
                     'scan: loop {
                         let page = self.k.db().scan_async(cursor, 1024).await.map_err(store_err)?;

@@ -185,6 +185,26 @@ fn scan_keys_randomkey_and_dbsize() {
     assert_eq!(c.cmd("SCAN 0 COUNT 0"), Value::err("ERR syntax error"));
 }
 
+/// RANDOMKEY in an empty database, beside another holding many keys,
+/// walks the store's index once: a pick that found none is not followed
+/// by a scan of it all again (each walk reads a record of every other
+/// database's key).
+#[test]
+fn randomkey_of_an_empty_database_walks_the_index_once() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    const N: u64 = 2000;
+    for i in 0..N {
+        assert_eq!(c.cmd(&format!("SET key:{i} v")), Value::ok());
+    }
+    assert_eq!(c.cmd("SELECT 1"), Value::ok());
+    let store = f.store.as_ref().unwrap();
+    let before = store.stats().io.reads;
+    assert_eq!(c.cmd("RANDOMKEY"), Value::Nil);
+    let reads = store.stats().io.reads - before;
+    assert!(reads < N * 3 / 2, "{reads} device reads for {N} keys of another database: more than one walk");
+}
+
 #[test]
 fn databases_are_namespaces() {
     let f = Fixture::default();
