@@ -89,7 +89,7 @@ pub(crate) fn check<E>(t: &Target<E>, r: &Request) -> Result<(), u32> {
 }
 
 /// The NBD error value of a failed export operation.
-fn error_value(e: &io::Error) -> u32 {
+pub(crate) fn error_value(e: &io::Error) -> u32 {
     match e.raw_os_error() {
         Some(libc::EPERM | libc::EACCES | libc::EROFS) => EPERM,
         Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG) => ENOSPC,
@@ -188,9 +188,9 @@ async fn read<E: Export>(t: &Target<E>, stats: &NbdStats, req: Request) -> Vec<u
     let runs = each_concurrent(runs.into_iter(), RUNS_PER_REQUEST, |(first, out)| export.read_blocks(first, out));
     let edges = each_concurrent(edges.into_iter(), BLOCK_OPS_PER_REQUEST, |(s, out)| async move {
         if let Some(v) = export.read_block(s.block).await? {
-            // A value shorter than the block (stored by another client of
-            // the engine) reads as zeroes past its end, even from before
-            // the span's start.
+            // A value shorter than the block (an in-memory export may hold
+            // one; a store's export holds whole blocks only) reads as
+            // zeroes past its end, even from before the span's start.
             if let Some(held) = v.get(s.at..) {
                 let have = held.len().min(s.len);
                 out[..have].copy_from_slice(&held[..have]);

@@ -136,14 +136,16 @@ async fn read_run(ns: &Namespace, block_bytes: usize, first: u64, out: &mut [u8]
 
 /// An engine error as an IO error whose errno the server maps to the
 /// protocol's error values: a full store or namespace is `ENOSPC` (a
-/// client's file system then reports a full disk), anything else `EIO`.
+/// client's file system then reports a full disk), anything else `EIO`: a
+/// device's own errno is not passed on (a full or read-only host file
+/// system failed the store's write, which poisons it: neither a full
+/// export, which a client may wait out, nor a request it may not make).
 fn io_error(e: Error) -> io::Error {
     match e {
         Error::NoSpace { .. } | Error::QuotaExceeded { .. } | Error::IndexFull(_) => {
             tracing::warn!(error = %e, "NBD write refused: the store is full");
             io::Error::from_raw_os_error(libc::ENOSPC)
         }
-        Error::Io { source, .. } => source,
         e => io::Error::other(e.to_string()),
     }
 }
@@ -193,10 +195,10 @@ impl Export for StoreExport {
 
     async fn write_blocks(&self, first: u64, data: &[u8]) -> io::Result<()> {
         // On the caller's executor: a run holds its blocks' key stripes
-        // while its records are encoded, written and indexed, and the 64
-        // blocks of one run and of another share some of the store's 1,024
-        // stripes almost always, so runs elsewhere would wait for each
-        // other and only add a copy of their data.
+        // while its records are encoded, written and indexed, and the
+        // blocks of one run (up to `WRITE_RUN_BYTES_MAX`) and of another
+        // may share stripes, so runs elsewhere could wait for each other
+        // and would add a copy of their data.
         let b = self.block_bytes as usize;
         let keys: Vec<[u8; BLOCK_KEY_BYTES]> = (0..(data.len() / b) as u64).map(|i| block_key(first + i)).collect();
         let items: Vec<(&[u8], &[u8])> = keys.iter().zip(data.chunks(b)).map(|(k, d)| (&k[..], d)).collect();
@@ -235,6 +237,18 @@ mod tests {
     use granary_rt::{Runtime, RuntimeConfig};
     use granary_store::io::{MemDevice, SimRng};
     use granary_store::{CreateOptions, OpenOptions};
+
+    /// A device's own errno (a read-only or full host file system) is an
+    /// IO error to the client, not the errno's own NBD error value.
+    #[test]
+    fn a_device_errno_is_an_io_error() {
+        for errno in [libc::EROFS, libc::ENOSPC, libc::EINVAL, libc::EPERM] {
+            let e = Error::Io { op: "write", offset: 0, source: io::Error::from_raw_os_error(errno) };
+            assert_eq!(crate::exec::error_value(&io_error(e)), crate::proto::EIO, "errno {errno}");
+        }
+        let full = Error::NoSpace { needed_bytes: 1, segments: 2 };
+        assert_eq!(crate::exec::error_value(&io_error(full)), crate::proto::ENOSPC);
+    }
 
     /// Runs read on either executor return what was written (by runs and
     /// by single blocks; zeroes for blocks never written), and some runs
