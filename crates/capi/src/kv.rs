@@ -159,9 +159,15 @@ pub(crate) unsafe fn get_alloc<N: std::ops::Deref<Target = Namespace>>(
     len: *mut usize,
     item: impl FnOnce() -> Res<*mut granary_item>,
 ) -> Res {
+    // Both outputs are cleared before either is checked: one NULL leaves
+    // the other cleared too.
+    // SAFETY: each pointer NULL or writable, as the caller promised.
+    unsafe {
+        args::set_opt(len, 0);
+        args::set_opt(value, std::ptr::null_mut());
+    }
     // SAFETY: each pointer as the caller promised.
     let len = unsafe { args::out(len, "len")? };
-    *len = 0;
     // SAFETY: as the caller promised.
     let value = unsafe { args::out_handle(value, "value")? };
     let (ns, item) = (ns()?, item()?);

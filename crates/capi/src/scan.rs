@@ -46,8 +46,19 @@ impl granary_scan {
         granary_scan { ns, gate, page: Vec::new(), at: 0, cursor: 0, last_page: false }
     }
 
-    /// The next key, or None once the scan is complete.
+    /// The next key, or None once the scan is complete; `Closed` once the
+    /// store is closed and `NoSuchNamespace` once the namespace is
+    /// dropped, even with keys of a page read before left.
     fn next(&mut self) -> Res<Option<&[u8]>> {
+        {
+            let ns = self.gate.call(&self.ns);
+            if ns.is_closed() {
+                return Err(::granary_store::Error::Closed.into());
+            }
+            if ns.is_dropped() {
+                return Err(::granary_store::Error::NoSuchNamespace { name: ns.name().into() }.into());
+            }
+        }
         // Each page walks homes the earlier ones did not, so the pages end
         // (an empty page with a cursor other than 0 only goes on).
         while self.at >= self.page.len() {

@@ -25,10 +25,13 @@ pub enum granary_status {
     /// Success.
     GRANARY_OK = 0,
     /// The key holds no value (absent, deleted or expired): a get, a
-    /// delete, or a put in mode `GRANARY_PUT_REPLACE_ONLY`. Nothing written.
+    /// delete (`granary_delete_cas` too), or a put in mode
+    /// `GRANARY_PUT_REPLACE_ONLY` or `GRANARY_PUT_CAS`. Nothing written.
+    /// Also a scan that gave every key (`granary_scan_next`).
     GRANARY_ENOTFOUND = 1,
-    /// A put in mode `GRANARY_PUT_CREATE_ONLY` found the key present.
-    /// Nothing written.
+    /// A put in mode `GRANARY_PUT_CREATE_ONLY` found the key present, or
+    /// a put in mode `GRANARY_PUT_CAS` or `granary_delete_cas` found
+    /// another CAS value. Nothing written.
     GRANARY_EEXISTS = 2,
     /// The caller's buffer is smaller than the value; the length it needs
     /// was written to the length argument and the buffer was not touched.
