@@ -64,7 +64,7 @@ class Store(_KeyCalls):
         """Open the store at ``path``, recovering it if needed."""
     @classmethod
     def memory(cls, size: int, *, segment_size: Optional[int] = None) -> "Store":
-        """A store in memory, gone when closed."""
+        """A store in memory, gone when closed and its namespaces are."""
     def close(self) -> None:
         """Close cleanly (a checkpoint, a flush); later calls raise Closed."""
     @property

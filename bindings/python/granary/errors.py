@@ -39,13 +39,13 @@ class NoSpace(Error):
 
 
 class Corrupt(Error):
-    """Data read back from the device failed its checks, or the path does
+    """Data read back from the device failed its checks, or the file does
     not hold a store this build can read."""
 
 
 class DeviceError(Error, OSError):
     """The device (file or block device) failed an operation, or could not
-    be opened or created."""
+    be opened (a path that does not exist) or created."""
 
 
 class Poisoned(DeviceError):

@@ -2,11 +2,12 @@
 //! process), `Namespace` (a handle on one of its namespaces, with the same
 //! key calls) and `Batch` (operations committed all or nothing).
 //!
-//! Invariants: the engine's store, and every engine handle on its
-//! namespaces, live in `Store::inner` until `close` takes them out (a
-//! Python `Namespace` or `Batch` names its namespace and holds no engine
-//! handle, so that a closed store lets go of its files even while Python
-//! objects that name it live on); every call, the store's and its
+//! Invariants: the engine's store lives in `Store::inner` until `close`
+//! takes it out. A Python `Namespace` (and a `Batch` operation given one)
+//! holds the engine's handle on its namespace, which keeps the engine's
+//! memory but not its device lock: a closed store lets go of its file's
+//! lock while such objects live on (its calls then raise `granary.Closed`),
+//! and an in-memory store's memory goes with the last of them. Every call, the store's and its
 //! namespaces' and batches', holds that lock's read side for its whole
 //! duration, so `close` (the write side) waits for calls under way and
 //! later calls fail with `granary.Closed`. The lock is taken with the
@@ -392,15 +393,21 @@ key_methods!(Store, {
         if std::process::id() != self.pid {
             return Err(Fail::Forked.into());
         }
-        let store = py.detach(|| self.inner.write().unwrap_or_else(|e| e.into_inner()).take());
-        self.closed.store(true, Relaxed);
-        match store {
-            Some(o) => Ok(py.detach(|| o.store.close()).map_err(Fail::Store)?),
-            None => Ok(()),
-        }
+        // The engine's close runs holding the lock: a second close (or a
+        // call) waits for it, and returns once the store is closed.
+        py.detach(|| {
+            let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+            let r = match inner.take() {
+                Some(o) => o.store.close().map_err(Fail::Store),
+                None => Ok(()),
+            };
+            self.closed.store(true, Relaxed);
+            r
+        })?;
+        Ok(())
     }
 
-    /// Whether `close` was called.
+    /// Whether the store is closed (a `close` under way: once it returns).
     #[getter]
     fn closed(&self) -> bool {
         self.closed.load(Relaxed)

@@ -100,7 +100,9 @@ def test_create_refuses_an_existing_path_and_open_a_missing_one(tmp_path):
     granary.Store.create(path, size=16 << 20).close()
     with pytest.raises(granary.Exists):
         granary.Store.create(path, size=16 << 20)
-    with pytest.raises(granary.Error):
+    # A path that does not exist cannot be opened; a file that is not a
+    # store fails the store's checks.
+    with pytest.raises(granary.DeviceError):
         granary.Store.open(tmp_path / "missing.db")
     other = tmp_path / "other"
     other.write_bytes(b"not a store" * 1000)

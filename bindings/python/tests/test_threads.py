@@ -1,5 +1,6 @@
 """Several threads on one store: every result checked."""
 
+import fcntl
 import random
 import threading
 
@@ -76,3 +77,37 @@ def test_close_waits_for_other_threads_and_then_refuses(tmp_path):
     th.join(60)
     stop.set()
     assert outcomes == ["closed"]
+
+
+def test_closed_and_a_second_close_mean_the_store_is_closed(tmp_path):
+    """`closed` turns true, and a second close returns, only once the
+    first close has ended: the store's file is unlocked by then."""
+    path = tmp_path / "s.db"
+
+    def unlocked():
+        with open(path, "rb") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return True
+
+    s = granary.Store.create(path, size=64 << 20)
+    for i in range(20_000):
+        s.put(f"k{i}", b"v")
+    assert not unlocked()
+    closer = threading.Thread(target=s.close)
+    closer.start()
+    for _ in range(100_000_000):
+        if s.closed:
+            break
+    assert s.closed and unlocked()
+    closer.join(60)
+    for _ in range(5):
+        s = granary.Store.open(path)
+        closer = threading.Thread(target=s.close)
+        closer.start()
+        s.close()
+        assert unlocked()
+        closer.join(60)
