@@ -1073,7 +1073,8 @@ fn relocate(gc: Gc<'_>, v: u32, purpose: Purpose, batch: &mut Vec<Pending>) -> R
             count_leaving(gc, key, p.expired);
         } else {
             // The same version, moved: the tier's copy follows it.
-            gc.keys.moved(record::key_of(&p.hdr, &p.bytes), p.h, p.old_pba, loc.pba, loc.stamp);
+            let key = record::key_of(&p.hdr, &p.bytes);
+            gc.keys.moved(key, p.h, p.hdr.seq, (p.old_pba, p.hdr.seg_stamp), (loc.pba, loc.stamp));
             gc.stats.records_relocated.fetch_add(1, Relaxed);
             gc.stats.bytes_relocated.fetch_add(p.bytes.len() as u64, Relaxed);
             if matches!(p.stream, Stream::Cold | Stream::Older | Stream::Oldest) {

@@ -119,12 +119,12 @@ impl Keys {
         }
     }
 
-    /// GC moved `key`'s record from `from` to `to` (a segment of stamp
-    /// `stamp`): its DRAM tier item follows ([`crate::tier::Tier::moved`]);
-    /// the caller holds its stripe.
-    pub(crate) fn moved(&self, key: &[u8], h: u64, from: u64, to: u64, stamp: u32) {
+    /// GC moved `key`'s record of sequence number `seq` from `from` to
+    /// `to` (locations with their segments' stamps): its DRAM tier item
+    /// follows ([`crate::tier::Tier::moved`]); the caller holds its stripe.
+    pub(crate) fn moved(&self, key: &[u8], h: u64, seq: u64, from: (u64, u32), to: (u64, u32)) {
         if let Some(t) = &self.tier {
-            t.moved(key, h, from, to, stamp);
+            t.moved(key, h, seq, from, to);
         }
     }
 

@@ -139,6 +139,8 @@ pub(crate) struct Tier {
     /// The largest item admitted (`ITEM_MAX_PER_SHARD`).
     item_max: u64,
     shards: Box<[Padded]>,
+    /// The shard count less one (a power of two: a hash's shard is a mask).
+    shard_mask: usize,
     pub counters: TierCounters,
 }
 
@@ -152,7 +154,8 @@ impl Tier {
         let n = (limit / SHARD_BYTES_MIN).clamp(1, SHARDS as u64).ilog2();
         let per = limit >> n;
         let shards = (0..1usize << n).map(|_| Padded(RwLock::new(Shard { items: Policy::new(per) }))).collect();
-        Some(Tier { limit, item_max: per / ITEM_MAX_PER_SHARD, shards, counters: TierCounters::default() })
+        let (item_max, shard_mask) = (per / ITEM_MAX_PER_SHARD, (1usize << n) - 1);
+        Some(Tier { limit, item_max, shards, shard_mask, counters: TierCounters::default() })
     }
 
     pub(crate) fn limit(&self) -> u64 {
@@ -161,7 +164,7 @@ impl Tier {
 
     fn lock(&self, h: u64) -> &RwLock<Shard> {
         // The high bits: the index's home slot uses the low ones.
-        &self.shards[(h >> 58) as usize % self.shards.len()].0
+        &self.shards[(h >> 58) as usize & self.shard_mask].0
     }
 
     /// `h`'s shard, to read (lookups; the policy's counts are atomic).
@@ -246,18 +249,21 @@ impl Tier {
         }
     }
 
-    /// GC moved `key`'s record from `from` to `to` (in a segment of stamp
-    /// `stamp`), the same version (called under its stripe): an item of
-    /// that record follows it, so it stays servable. An item of another
-    /// record is left (the freshness check judges it).
-    pub(crate) fn moved(&self, key: &[u8], h: u64, from: u64, to: u64, stamp: u32) {
+    /// GC moved `key`'s record of sequence number `seq` from `from` to
+    /// `to` (each a location and its segment's stamp), the same version
+    /// (called under its stripe): an item of that very record follows it,
+    /// so it stays servable. An item of any other record is left (the
+    /// freshness check judges it): one of an older version admitted late,
+    /// from a segment since reclaimed and reused, may lie at `from`'s
+    /// location too, and moved it would pass that check.
+    pub(crate) fn moved(&self, key: &[u8], h: u64, seq: u64, from: (u64, u32), to: (u64, u32)) {
         if !self.holds(key, h) {
             return;
         }
         let mut s = self.shard(h);
-        if let Some(hot) = s.items.peek_mut(h).filter(|hot| *hot.key == *key && hot.pba == from) {
-            hot.pba = to;
-            hot.stamp = stamp;
+        let same = |hot: &&mut Hot| *hot.key == *key && (hot.pba, hot.stamp, hot.seq) == (from.0, from.1, seq);
+        if let Some(hot) = s.items.peek_mut(h).filter(same) {
+            (hot.pba, hot.stamp) = to;
         }
     }
 
@@ -363,8 +369,8 @@ mod tests {
 
     /// A tier too small for 64 shards of 64 KiB has fewer: its items may
     /// be as large as an eighth of a shard of at least 64 KiB, or of the
-    /// whole tier below that (with 64 shards a 100 KB tier held nothing:
-    /// its shards' eighth was smaller than any item).
+    /// whole tier below that (an eighth of a 64th of a 100 KB tier is
+    /// smaller than any item).
     #[test]
     fn a_small_tier_has_fewer_shards_and_holds_items_of_its_size() {
         for (limit, shards) in [(100_000u64, 1usize), (1 << 20, 16), (3 << 20, 32), (64 << 20, 64)] {
@@ -375,6 +381,24 @@ mod tests {
             assert!(t.get(b"k", 9).is_some(), "{limit}: an item of {value} bytes");
             assert!(t.usage().0 <= limit);
         }
+    }
+
+    /// A GC move takes along only the item of the very record moved: not
+    /// one of another version, or of a record at the same location in an
+    /// earlier use of its segment (another stamp), which moved would pass
+    /// the freshness check at the new location.
+    #[test]
+    fn a_move_takes_only_the_item_of_the_record_moved() {
+        let t = Tier::new(1 << 20).unwrap();
+        let h = 42;
+        t.admit(h, hot(b"k", 10, 5)); // at location 5, stamp 1, seq 5
+        let at = |t: &Tier| t.get(b"k", h).map(|hit| (hit.pba, hit.stamp));
+        t.moved(b"k", h, 4, (5, 1), (9, 2));
+        t.moved(b"k", h, 5, (5, 7), (9, 2));
+        t.moved(b"other", h, 5, (5, 1), (9, 2));
+        assert_eq!(at(&t), Some((5, 1)), "another record's move left the item");
+        t.moved(b"k", h, 5, (5, 1), (9, 2));
+        assert_eq!(at(&t), Some((9, 2)));
     }
 
     #[test]
