@@ -49,7 +49,7 @@ use crate::error::{Error, Result};
 use crate::namespace::NsState;
 use crate::nskey::{owner, user_key, Owner};
 use crate::space::{Loc, Purpose};
-use crate::store::{Core, Namespace, Store};
+use crate::store::{Core, Found, Namespace, Store};
 use crate::types::{ItemMeta, PutOutcome};
 use crate::write::{BlindWrite, Prior, Unindexed};
 use granary_format::batch::{members_crc, Commit, COMMIT_BYTES, COMMIT_KEY};
@@ -364,8 +364,11 @@ impl Core {
     }
 
     /// For each namespace that evicts at its quota ([`Core::evicts_at_quota`])
-    /// and would pass it if every value the batch writes there were new:
-    /// evict its own values to make room for them all.
+    /// and would pass it if every value the batch writes there were new
+    /// (but those of writes that need the key present, `PutPresent` and
+    /// `Cas`, which add no key): evict its own values to make room for
+    /// them all. (A CAS write counted as a new key evicted values at the
+    /// quota that its single write would not, its own key among them.)
     async fn evict_for_batch(&self, ops: &[Resolved], grains: &[u64]) -> Result<()> {
         let g = self.log.grain();
         let mut need: Vec<(&Resolved, u64, u64)> = Vec::new();
@@ -373,9 +376,10 @@ impl Core {
             if r.value().is_none() || !self.evicts_at_quota(&r.ns) {
                 continue;
             }
+            let key = u64::from(!matches!(r.op, BatchOp::PutPresent { .. } | BatchOp::Cas { .. }));
             match need.iter_mut().find(|(o, ..)| Arc::ptr_eq(&o.counters, &r.counters)) {
-                Some(n) => (n.1, n.2) = (n.1 + 1, n.2 + gr * g),
-                None => need.push((r, 1, gr * g)),
+                Some(n) => (n.1, n.2) = (n.1 + key, n.2 + gr * g),
+                None => need.push((r, key, gr * g)),
             }
         }
         for (r, keys, bytes) in need {
@@ -405,9 +409,12 @@ impl Core {
         // links' cap is reached, and then before the batch is written).
         let mut prior: Vec<Prior> = Vec::with_capacity(ops.len());
         // Values and bytes the batch's earlier writes add to each namespace
-        // (by its counters), for the quota checks of the later ones: as if
-        // every one added its record (an overwrite adds less). Keyed by the
-        // counters' address (as a number: the commit's future stays `Send`).
+        // (by its counters), for the quota checks of the later ones: a key
+        // for each write of a key the counters count no value of (none
+        // indexed, or a tombstone; an expired value is counted until GC
+        // meets it), and each record's bytes less the value it replaces.
+        // Keyed by the counters' address (as a number: the commit's future
+        // stays `Send`).
         let mut ahead: std::collections::HashMap<usize, (u64, u64)> = Default::default();
         let g = self.log.grain();
         // Unconditional writes: what the index holds for each key, as for a
@@ -425,10 +432,16 @@ impl Core {
             .collect();
         let (looked, own_link) = self.look_up_all(&keys);
         for (i, (r, looked)) in ops.iter().zip(looked).enumerate() {
-            let quota = |prior_known_absent: bool| {
+            // `counted`: the value of the key the counters count (keys,
+            // bytes), which the write replaces.
+            let quota = |counted: (u64, u64)| {
                 let before = ahead.get(&(Arc::as_ptr(&r.counters) as usize)).copied().unwrap_or((0, 0));
-                let added = (u64::from(prior_known_absent), grains[i] * g);
+                let added = (1 - counted.0, (grains[i] * g).saturating_sub(counted.1));
                 (before, added)
+            };
+            let counted_of = |f: Option<&Found>| match f {
+                Some(f) if !f.hdr.is_tombstone() => (1, f.hdr.grains(self.log.sb.grain_bytes) * g),
+                _ => (0, 0),
             };
             if let Some(p) = looked {
                 // A key the index cannot settle without a read is read now,
@@ -442,7 +455,11 @@ impl Core {
                     p => p,
                 };
                 if r.value().is_some() && r.ns.options.has_quota() {
-                    let (before, added) = quota(matches!(p, Prior::Known(None)));
+                    let (before, added) = quota(match &p {
+                        Prior::Known(f) => counted_of(f.as_ref()),
+                        Prior::Blind(e) => (1, e.kv_size() as u64 * g),
+                        Prior::Unread => unreachable!("read above"),
+                    });
                     self.check_quota_after(&r.ns, &r.counters, &r.key, grains[i], before).await?;
                     ahead.insert(Arc::as_ptr(&r.counters) as usize, (before.0 + added.0, before.1 + added.1));
                 }
@@ -470,7 +487,7 @@ impl Core {
                 return Ok(BatchOutcome::ConditionFailed { op: i, outcome });
             }
             if r.value().is_some() && r.ns.options.has_quota() {
-                let (before, added) = quota(live.is_none());
+                let (before, added) = quota(counted_of(existing.as_ref()));
                 self.check_quota_after(&r.ns, &r.counters, &r.key, grains[i], before).await?;
                 ahead.insert(Arc::as_ptr(&r.counters) as usize, (before.0 + added.0, before.1 + added.1));
             }

@@ -179,6 +179,35 @@ fn a_batch_is_held_to_its_namespaces_quotas() {
     assert!(matches!(b.commit(), Err(Error::BadBatch(why)) if why.contains("\"twice\"")), "the key is named as text");
 }
 
+/// A batch's write of a key whose last version is a tombstone adds a key
+/// for the later writes' quota checks, as a single write counts it (each
+/// was taken for an overwrite: a batch passed `max_keys` by one key less
+/// than it held tombstones). Its overwrites of values, expired ones
+/// included, add none.
+#[test]
+fn a_batch_counts_writes_over_tombstones_as_new_keys() {
+    let s = Store::create(device(8 << 20), &create_opts(), &opts(Durability::Direct)).unwrap();
+    let q = s.create_namespace("q", NamespaceOptions { max_keys: Some(2), ..Default::default() }).unwrap();
+    for k in [&b"b"[..], b"c"] {
+        q.put(k, b"old").unwrap();
+        assert!(q.delete(k).unwrap());
+    }
+    q.put(b"a", b"1").unwrap();
+    let mut b = s.batch();
+    b.put(&q, b"b", b"2").put(&q, b"c", b"3");
+    assert!(matches!(b.commit(), Err(Error::QuotaExceeded { what: "keys", limit: 2, .. })));
+    let mut b = s.batch();
+    b.put_absent(&q, b"b", b"2").put_absent(&q, b"c", b"3");
+    assert!(matches!(b.commit(), Err(Error::QuotaExceeded { what: "keys", limit: 2, .. })));
+    assert_eq!(q.stats().unwrap().keys, 1, "nothing applied");
+    // Overwrites of values the counters count add no key.
+    q.put(b"b", b"2").unwrap();
+    let mut b = s.batch();
+    b.put(&q, b"a", b"x").put(&q, b"b", b"y");
+    assert!(matches!(b.commit().unwrap(), BatchOutcome::Committed { .. }));
+    assert_eq!(q.stats().unwrap().keys, 2);
+}
+
 /// A reader that saw one key of a batch never sees an older value of
 /// another key of it afterwards.
 #[test]
