@@ -398,7 +398,10 @@ engine_calls! {
 
     /// Write the record built in `pb` ([`Store::new_put_buf`]):
     /// [`Store::put_item`] without copying the value (bytes of the value
-    /// not filled are zeros).
+    /// not filled are zeros). A buffer made for this namespace before a
+    /// truncate is written into it as it is now; one made by another store
+    /// is refused (`InvalidOptions`), one made for another namespace (a
+    /// dropped one too) with `NoSuchNamespace`.
     fn put_buf / put_buf_async(&self, pb: PutBuf, meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> = put_buf;
 
     /// Conditional PUT with metadata: `Stored` with the new CAS value, or

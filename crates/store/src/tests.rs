@@ -678,7 +678,7 @@ fn a_full_store_takes_deletes_of_every_kind() {
 
 /// A full store can still be emptied by a namespace's drop or truncate
 /// and by `flush_all`: each writes one record, which may take the room
-/// kept for deletes (as a PUT, each got `NoSpace`).
+/// kept for deletes.
 #[test]
 fn a_full_store_can_be_emptied_by_drop_truncate_and_flush_all() {
     for op in ["drop", "truncate", "flush_all"] {
@@ -709,6 +709,33 @@ fn a_full_store_can_be_emptied_by_drop_truncate_and_flush_all() {
     }
     s.flush_all().unwrap();
     assert_eq!(s.get(b"key-0").unwrap(), None);
+}
+
+/// A record buffer made for a namespace before a truncate (a memcache
+/// `flush_all` while a large SET's value was arriving) is written into
+/// the namespace as it is now (it was refused: the server answered
+/// SERVER_ERROR); one of another store is refused (its grains sized it:
+/// written by a store of smaller grains it overran its allocation), as is
+/// one of another namespace.
+#[test]
+fn a_record_buffer_follows_its_namespace_and_stays_in_its_store() {
+    let (_dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    let n = s.create_namespace("n", NamespaceOptions::default()).unwrap();
+    let v = vec![7u8; 20_000];
+    let mut pb = n.new_put_buf(b"k", v.len()).unwrap();
+    pb.fill_from(&v);
+    n.truncate().unwrap();
+    n.put_buf(pb, ItemMeta::default(), Cond::Always).unwrap();
+    assert_eq!(n.get(b"k").unwrap().as_deref(), Some(&v[..]));
+    assert_eq!(n.stats().unwrap().keys, 1);
+    let m = s.create_namespace("m", NamespaceOptions::default()).unwrap();
+    let pb = n.new_put_buf(b"k", 3).unwrap();
+    assert!(matches!(m.put_buf(pb, ItemMeta::default(), Cond::Always), Err(Error::NoSuchNamespace { .. })));
+    let (_other_dev, other) = mem_store(16 << 20, 1 << 20, 4096);
+    let pb = other.new_put_buf(b"k", 20_000).unwrap();
+    let err = s.put_buf(pb, ItemMeta::default(), Cond::Always).unwrap_err();
+    assert!(matches!(err, Error::InvalidOptions(ref why) if why.contains("another store")), "{err}");
+    assert_eq!(s.get(b"k").unwrap(), None);
 }
 
 #[test]

@@ -180,7 +180,7 @@ impl Core {
 
     /// A record buffer for `key` with room for a value of `value_len`
     /// bytes, to fill and then write with [`Core::put_buf`].
-    pub fn new_put_buf(&self, ns: &NsState, key: &[u8], value_len: usize) -> Result<PutBuf> {
+    pub fn new_put_buf(&self, ns: &Arc<NsState>, key: &[u8], value_len: usize) -> Result<PutBuf> {
         let (key, _) = self.scoped(ns, key)?;
         ns.check_block_value(value_len)?;
         let key = &key[..];
@@ -191,16 +191,38 @@ impl Core {
         let grains = grains_for(record_bytes(key.len(), value_len as u64), self.log.sb.grain_bytes);
         let mut buf = AlignedBuf::zeroed((grains * self.log.grain()) as usize);
         buf[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + key.len()].copy_from_slice(key);
-        Ok(PutBuf::new(buf, key.len(), value_len))
+        let me: std::sync::Weak<dyn std::any::Any + Send + Sync> = match self.me.get() {
+            Some(me) => me.clone(),
+            None => std::sync::Weak::<()>::new(), // never this engine's address
+        };
+        Ok(PutBuf::new(buf, key.len(), value_len, me, ns.clone()))
     }
 
-    /// Write the record built in `pb` (its key, its value as filled).
+    /// Write the record built in `pb` (its key, its value as filled). A
+    /// buffer made for this namespace before a truncate gave it a new id
+    /// takes the new id (its key's id bytes are rewritten in place: the
+    /// value was received for the namespace, not for one of its
+    /// generations); one made by another store, or for another namespace
+    /// (a dropped one's included), is refused.
     pub async fn put_buf(&self, ns: &NsState, mut pb: PutBuf, meta: ItemMeta, cond: Cond) -> Result<(PutOutcome, u64)> {
-        let key = pb.key().to_vec();
+        if !std::ptr::addr_eq(pb.store.as_ptr(), self as *const Core) {
+            return Err(Error::InvalidOptions("a record buffer made by another store".into()));
+        }
         let (id, c) = ns.current()?;
+        if !std::ptr::eq(Arc::as_ptr(&pb.ns), ns) {
+            // Built for another namespace.
+            return Err(Error::NoSuchNamespace { name: ns.name.clone() });
+        }
+        if let Owner::Ns(of) = owner(pb.key()) {
+            if of != id && of != DEFAULT_NS && id != DEFAULT_NS {
+                let at = RECORD_HEADER_BYTES + crate::nskey::NS_KEY_PREFIX.len();
+                pb.buf.as_mut().expect("a PutBuf holds its buffer outside the store")[at..at + 4]
+                    .copy_from_slice(&id.to_le_bytes());
+            }
+        }
+        let key = pb.key().to_vec();
         let user = match owner(&key) {
             Owner::Ns(of) if of == id => user_key(id, &key),
-            // Built for another namespace, or by a truncated one's old id.
             _ => return Err(Error::NoSuchNamespace { name: ns.name.clone() }),
         };
         if id == DEFAULT_NS {
@@ -320,7 +342,9 @@ impl Core {
     /// [`Purpose::Put`] for a write that adds (every user write), or
     /// [`Purpose::Delete`] for an engine record that empties (a namespace's
     /// drop or truncate, a flush floor: a full store can still be
-    /// emptied), which may take the room kept for deletes.
+    /// emptied) or that a close or a repair writes (the catalog's sweep
+    /// note, the totals, a repaired catalog: small, and once), which may
+    /// take the room kept for deletes.
     pub(crate) async fn write_item(
         &self,
         key: &[u8],
@@ -483,7 +507,8 @@ impl Core {
     /// Write a new version of `key` (under its stripe) replacing its
     /// current one, `prior`; returns its CAS value: `v.cas` when given
     /// (stored in the record before the value), else its sequence number.
-    /// `purpose` is `Put` or `PutShort` ([`crate::space::Space::put_purpose`]).
+    /// `purpose` is `Put` or `PutShort` ([`crate::space::Space::put_purpose`]),
+    /// or `Delete` for an engine record [`Core::write_item`] writes so.
     async fn write_value(
         &self,
         key: &[u8],

@@ -97,11 +97,24 @@ pub struct PutBuf {
     pub(crate) key_len: usize,
     pub(crate) value_len: usize,
     filled: usize,
+    /// The engine that made it (kept allocated: its address is its
+    /// identity; as `Any`, so this module does not name it): its grains
+    /// size the buffer, so no other may write it.
+    pub(crate) store: std::sync::Weak<dyn std::any::Any + Send + Sync>,
+    /// The namespace it was made for (kept alive: its address is its
+    /// identity), whose id its key holds.
+    pub(crate) ns: std::sync::Arc<crate::namespace::NsState>,
 }
 
 impl PutBuf {
-    pub(crate) fn new(buf: AlignedBuf, key_len: usize, value_len: usize) -> PutBuf {
-        PutBuf { buf: Some(buf), key_len, value_len, filled: 0 }
+    pub(crate) fn new(
+        buf: AlignedBuf,
+        key_len: usize,
+        value_len: usize,
+        store: std::sync::Weak<dyn std::any::Any + Send + Sync>,
+        ns: std::sync::Arc<crate::namespace::NsState>,
+    ) -> PutBuf {
+        PutBuf { buf: Some(buf), key_len, value_len, filled: 0, store, ns }
     }
 
     fn bytes(&self) -> &AlignedBuf {
