@@ -29,6 +29,19 @@
 //! `OpenOptions::clear_torn`).
 //! Otherwise the device is checked as an open checks it (size, blocks,
 //! zones) before anything is written.
+//!
+//! Before the checkpoints go, two checks that change nothing the re-key
+//! depends on: the store is opened as usual and closed cleanly (a crash's
+//! torn records are cleared then, by the rules of any open for writing),
+//! then scanned whole by an open that writes nothing. A scan that fails (a
+//! read error in a part of the log a checkpoint's open never reads) would
+//! fail the re-key's own scan with every checkpoint already gone, leaving
+//! a store no open could read: the re-key is refused instead. A record
+//! failing its checksum in the log's newest segments, after that clean
+//! close, is damage, not a crash's torn write; the re-key's scan would
+//! clear it as torn (bringing back the key's older value, or dropping a
+//! batch its commit record vouched for), so the re-key is refused, naming
+//! `granary verify`.
 
 use crate::error::{Error, Result};
 use crate::options::OpenOptions;
@@ -67,6 +80,10 @@ impl Store {
             return Ok(Rekeyed::Already);
         }
         let zoned = Self::check_device(dev.as_ref(), &sb, open)?;
+        Self::rekey_checks(&dev, open)?;
+        // The checks' closes let the device go: take it back (an error if
+        // another process took it meanwhile; nothing was written).
+        dev.claim().map_err(Error::Device)?;
         let headers = crate::log::read_segment_headers(dev.as_ref(), &sb)?;
         for &(seg, _) in &headers.index {
             let offset = sb.segment_offset(seg);
@@ -100,6 +117,30 @@ impl Store {
         let keys = store.stats().keys;
         store.close()?;
         Ok(Rekeyed::Done { checkpoint_segments: headers.index.len(), keys })
+    }
+
+    /// The checks a re-key makes before it writes (module docs): the store
+    /// opens and closes cleanly, then a log scan that writes nothing reads
+    /// it whole and finds no record failing its checksum in the tail.
+    fn rekey_checks(dev: &Arc<dyn Device>, open: &OpenOptions) -> Result<()> {
+        let usual = OpenOptions { use_checkpoint: true, checkpoint_on_close: true, ..open.clone() };
+        Store::open(dev.clone(), &usual)?.close()?;
+        let scan = OpenOptions { use_checkpoint: false, clear_torn: false, checkpoint_on_close: false, ..open.clone() };
+        let scanned = Store::open(dev.clone(), &scan).map_err(|e| {
+            tracing::error!(error = %e, "the re-key's log scan would fail: nothing was changed");
+            e
+        })?;
+        let torn = scanned.stats().recovery.torn_records;
+        scanned.close()?;
+        if torn > 0 {
+            return Err(Error::Corruption {
+                offset: 0,
+                detail: format!(
+                    "{torn} records in the log's newest segments fail their checksums though the store was just                      closed cleanly: damage, which a re-key would clear as torn writes; nothing was changed                      (`granary verify` lists them)"
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// [`Store::rekey`] of the store at `path` (a file, a block device, or

@@ -824,6 +824,36 @@ fn a_store_from_before_secret_seeds_is_rekeyed() {
     check_v1_fixture(&s);
 }
 
+/// A re-key of a store closed cleanly whose newest segments hold a record
+/// failing its checksum (damage: no write was in flight) is refused with
+/// nothing changed: its log scan would clear the record as a crash's torn
+/// write, bringing back the key's older value. The key still reports the
+/// corruption, as `verify` does.
+#[test]
+fn a_rekey_refuses_a_store_with_a_damaged_record_in_its_tail() {
+    let dev = Arc::new(FaultDevice::new(V1_FIXTURE_BYTES, 1));
+    dev.with_bytes_mut(write_v1_fixture);
+    let now = clock();
+    // Key 3's second version (written last: in the newest user segment).
+    let value = load_value(3, 2, 40);
+    let (at, flipped) = dev.with_bytes_mut(|bytes| {
+        let at = bytes.windows(value.len()).rposition(|w| w == &value[..]).expect("key 3's value") + value.len() / 2;
+        bytes[at] ^= 0x40;
+        (at, bytes[at])
+    });
+    let refused = Store::rekey(dev.clone(), &opts(&now, false));
+    assert!(
+        matches!(&refused, Err(Error::Corruption { detail, .. }) if detail.contains("granary verify")),
+        "{refused:?}"
+    );
+    let s = Store::open(dev.clone(), &opts(&now, false)).unwrap();
+    assert_eq!(s.superblock().key_hasher(), granary_format::hash::KeyHasher::PUBLIC);
+    assert!(matches!(s.get(&load_key(3)), Err(Error::Corruption { .. })), "the damaged value was cleared");
+    assert!(!s.verify().unwrap().is_clean());
+    drop(s);
+    assert_eq!(dev.with_bytes_mut(|bytes| bytes[at]), flipped, "the damaged record was overwritten");
+}
+
 /// A checkpoint is loaded only under the key hash that placed it: with
 /// the superblock's seed changed (another secret one, or the public one)
 /// the open scans the log instead, finds every key, and its own next

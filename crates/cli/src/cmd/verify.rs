@@ -23,7 +23,7 @@ pub fn run(a: VerifyArgs) -> Result<ExitCode, String> {
     );
     if r.torn_records > 0 {
         println!(
-            "{} records torn by a crash in the newest segments (never acknowledged): ignored, and cleared by the next `granary serve`",
+            "{} records in the newest segments fail their checksums: taken for writes a crash tore (never acknowledged), ignored, and cleared by the next open for writing; had the store closed cleanly since its last crash, they are damage (`verify` without --no-checkpoint then reports them)",
             r.torn_records
         );
     }
