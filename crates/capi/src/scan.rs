@@ -46,10 +46,14 @@ impl granary_scan {
         granary_scan { ns, gate, page: Vec::new(), at: 0, cursor: 0, last_page: false }
     }
 
-    /// The next key, or None once the scan is complete; `Closed` once the
-    /// store is closed and `NoSuchNamespace` once the namespace is
-    /// dropped, even with keys of a page read before left.
+    /// The next key, or None once the scan is complete (and on every call
+    /// after); else `Closed` once the store is closed and
+    /// `NoSuchNamespace` once the namespace is dropped, even with keys of
+    /// a page read before left.
     fn next(&mut self) -> Res<Option<&[u8]>> {
+        if self.last_page && self.at >= self.page.len() {
+            return Ok(None);
+        }
         {
             let ns = self.gate.call(&self.ns);
             if ns.is_closed() {

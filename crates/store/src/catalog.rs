@@ -8,12 +8,15 @@
 //! record is on the device leaves the old catalog, one after it the new
 //! one, and no write under a namespace id outlives the record that gave
 //! the id out. A change runs to its end even if the future awaiting it is
-//! dropped (a caller's timeout: [`crate::detach`]): its record and what
+//! dropped (a caller's timeout; but as [`crate::detach`] says, not when
+//! dropped off its executor's thread or by a runtime shutting down): its record and what
 //! DRAM holds never part (a record written but not applied would be taken
 //! by the next crash's recovery, emptying a namespace the running store
 //! kept acknowledging writes to). Changes that empty (drop, truncate, the
 //! default namespace's flush floor) may take the room kept for deletes,
-//! so a full store can still be emptied; a create may not.
+//! so a full store can still be emptied, as may the few records a close or
+//! a repair writes (the sweep note, the totals, a repaired catalog); a
+//! create may not.
 //!
 //! The first namespace created
 //! in a store turns on the superblock's namespaces flag first, so a build

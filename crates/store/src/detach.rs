@@ -79,15 +79,16 @@ pub(crate) trait Shared: Send + Sync + 'static {
 /// captures moved into the work; before the engine is shared (its open)
 /// it runs inline.
 macro_rules! to_the_end {
-    ($me:expr, |$core:ident| $call:expr) => {
-        match $crate::detach::Shared::shared($me) {
-            Some($core) => $crate::detach::Finish::new($me, Box::pin(async move { $call.await }), None).await,
+    ($me:expr, |$core:ident| $call:expr) => {{
+        let me = $me;
+        match $crate::detach::Shared::shared(me) {
+            Some($core) => $crate::detach::Finish::new(me, Box::pin(async move { $call.await }), None).await,
             None => {
-                let $core = $me;
+                let $core = me;
                 $call.await
             }
         }
-    };
+    }};
 }
 pub(crate) use to_the_end;
 

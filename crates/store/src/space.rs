@@ -143,9 +143,12 @@ pub(crate) enum Purpose {
     /// User PUTs expected to die young ([`Space::put_purpose`]): as
     /// `Put`, in the short-lived user stream.
     PutShort,
-    /// User DELETEs: may use all of the reserve but one segment, so a store
-    /// full of live data can still be emptied (each delete makes garbage
-    /// that GC then reclaims with the last reserved segment).
+    /// User DELETEs, and the engine's records that empty a namespace (a
+    /// drop's or truncate's catalog, a flush floor) or that a close or a
+    /// repair writes (`Core::write_item`'s `room`): may use all of the
+    /// reserve but one segment, so a store full of live data can still be
+    /// emptied (each delete makes garbage that GC then reclaims with the
+    /// last reserved segment).
     Delete,
     /// GC relocation: may use everything.
     Relocate,
@@ -1115,8 +1118,9 @@ impl Space {
     /// Whether a write of `purpose` that finds no segment it may open can
     /// take the room kept for the open segment's summary (the segment then
     /// gets none): GC's own writes can (they must not wait for
-    /// themselves), and tombstones (deletes and a quota's evictions, which
-    /// free room and write without waiting for it); a user write only when
+    /// themselves), and writes of `Delete` (tombstones of deletes and of a
+    /// quota's evictions, which free room and write without waiting for it,
+    /// and the few engine records written so); a user write only when
     /// GC cannot make room (it is off, or found nothing to reclaim). While
     /// GC can, the writer waits for it instead: a segment without a
     /// summary costs its reclaim a read of every record, so giving

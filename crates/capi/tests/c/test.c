@@ -666,8 +666,16 @@ static void test_scans(granary_store *s) {
     EXPECT(granary_scan_next(sc, &k, NULL), GRANARY_EINVAL);
     granary_scan_close(sc);
 
-    /* A scan outliving its store: GRANARY_ECLOSED. */
+    /* A complete scan stays complete after its store is closed. */
     granary_store *other = NULL;
+    EXPECT(granary_create_memory(16 << 20, NULL, &other), GRANARY_OK);
+    EXPECT(granary_scan_open(other, &sc), GRANARY_OK);
+    EXPECT(granary_scan_next(sc, &k, &klen), GRANARY_ENOTFOUND);
+    EXPECT(granary_close(other), GRANARY_OK);
+    EXPECT(granary_scan_next(sc, &k, &klen), GRANARY_ENOTFOUND);
+    granary_scan_close(sc);
+
+    /* A scan outliving its store: GRANARY_ECLOSED. */
     EXPECT(granary_create_memory(16 << 20, NULL, &other), GRANARY_OK);
     EXPECT(granary_put(other, S("k"), S("v"), GRANARY_PUT_UPSERT), GRANARY_OK);
     EXPECT(granary_scan_open(other, &sc), GRANARY_OK);
