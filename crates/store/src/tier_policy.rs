@@ -179,6 +179,7 @@ impl<V> S3Fifo<V> {
                 evicted(v);
             }
         }
+        self.compact_if_sparse();
         true
     }
 
@@ -199,7 +200,60 @@ impl<V> S3Fifo<V> {
             self.small.retain(|&pos| Self::current_in(slots, pos));
             self.main.retain(|&pos| Self::current_in(slots, pos));
         }
+        self.compact_if_sparse();
         Some(v)
+    }
+
+    /// Give back the memory of the slots, map entries, queue positions and
+    /// ghost entries that fewer, larger items left unused (the bytes bound
+    /// counts an item's share of them, [`crate::tier::ITEM_OVERHEAD_BYTES`],
+    /// while it is held; a shard once full of small items kept their
+    /// slots and maps' capacity after larger ones replaced them), once
+    /// free slots are most of them: the live slots are renumbered in
+    /// order, and every structure shrinks to what it holds. Amortised: it
+    /// runs again only after as many slots are freed.
+    fn compact_if_sparse(&mut self) {
+        if self.free.len() <= 2 * self.map.len() + 64 {
+            return;
+        }
+        let mut renumber = vec![u32::MAX; self.slots.len()];
+        let mut n = 0u32;
+        for (i, s) in self.slots.iter().enumerate() {
+            if s.val.is_some() {
+                renumber[i] = n;
+                n += 1;
+            }
+        }
+        let slots = &self.slots;
+        let moved = |pos: &mut (u32, u32)| {
+            let keep = Self::current_in(slots, *pos);
+            pos.0 = renumber[pos.0 as usize];
+            keep
+        };
+        self.small.retain_mut(moved);
+        self.main.retain_mut(moved);
+        self.slots.retain(|s| s.val.is_some());
+        for i in self.map.values_mut() {
+            *i = renumber[*i as usize];
+        }
+        self.free = Vec::new();
+        // The ghost down to as many hashes as items held, oldest out first
+        // (as `push_ghost` keeps it; evictions from the main FIFO push
+        // none, so it may hold more until then).
+        while self.ghost_at.len() > self.map.len().max(16) {
+            let Some((old, n)) = self.ghost.pop_front() else { break };
+            if self.ghost_at.get(&old) == Some(&n) {
+                self.ghost_at.remove(&old);
+            }
+        }
+        let ghost_at = &self.ghost_at;
+        self.ghost.retain(|(h, n)| ghost_at.get(h) == Some(n));
+        self.slots.shrink_to_fit();
+        self.map.shrink_to_fit();
+        self.small.shrink_to_fit();
+        self.main.shrink_to_fit();
+        self.ghost.shrink_to_fit();
+        self.ghost_at.shrink_to_fit();
     }
 
     /// Hand `f` each item held (none counted as read), in no particular
@@ -462,6 +516,51 @@ mod tests {
     /// key space by a hash, as YCSB's scrambled Zipfian does.
     fn zipf_key(z: &Zipf, rng: &mut SimRng) -> u64 {
         z.rank(unit(rng)).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5555
+    }
+
+    /// A shard once full of small items, then of a few large ones, holds
+    /// slots, map entries, queue positions and ghost entries for about
+    /// as many items as it holds (it kept those of every small item: up to
+    /// about its capacity again in memory the bytes bound does not count).
+    #[test]
+    fn memory_follows_the_items_held() {
+        let mut c: S3Fifo<Box<[u8]>> = S3Fifo::new(1 << 20);
+        let add = |c: &mut S3Fifo<Box<[u8]>>, h: u64, len: usize, read: bool| {
+            c.insert(h, vec![h as u8; len].into(), len as u64 + 256, drop);
+            if read {
+                c.get(h);
+            }
+        };
+        // Twice as many small items as fit, one in three never read (so
+        // the small FIFO evicts them into the ghost).
+        for h in 0..8_000 {
+            add(&mut c, h, 1, h % 3 != 0);
+        }
+        assert!(c.len() > 3_000 && c.ghost_at.len() > 100, "{} items, {} ghosts", c.len(), c.ghost_at.len());
+        for h in 10_000..10_100 {
+            add(&mut c, h, 64 << 10, true);
+        }
+        let n = c.len();
+        assert!(n > 0 && n < 20, "{n} items");
+        // Free slots are at most twice the items held (and 64) after each
+        // change: with the items' own slots, three times.
+        let bound = 3 * n + 64;
+        assert!(c.slots.len() <= bound, "{} slots for {n} items", c.slots.len());
+        assert!(c.map.capacity() <= 2 * bound, "a map of {} for {n} items", c.map.capacity());
+        assert!(c.small.len() + c.main.len() <= 2 * bound);
+        assert!(c.ghost_at.len() <= n.max(16), "{} ghosts for {n} items", c.ghost_at.len());
+        assert!(c.ghost.capacity() <= 8 * bound && c.ghost_at.capacity() <= 2 * bound);
+        // Every item held still reads as itself.
+        for h in 10_000..10_100 {
+            if let Some(v) = c.peek(h) {
+                assert!(v.len() == 64 << 10 && v[0] == h as u8, "item {h}");
+            }
+        }
+        // Slots are taken again, in the renumbered order.
+        for h in 20_000..20_050 {
+            add(&mut c, h, 1, true);
+            assert_eq!(c.peek(h).map(|v| v[0]), Some(h as u8));
+        }
     }
 
     /// A cache under test: get, and insert on a miss.
