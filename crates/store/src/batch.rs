@@ -366,9 +366,8 @@ impl Core {
     /// For each namespace that evicts at its quota ([`Core::evicts_at_quota`])
     /// and would pass it if every value the batch writes there were new
     /// (but those of writes that need the key present, `PutPresent` and
-    /// `Cas`, which add no key): evict its own values to make room for
-    /// them all. (A CAS write counted as a new key evicted values at the
-    /// quota that its single write would not, its own key among them.)
+    /// `Cas`, which add no key, as their single writes count them): evict
+    /// its own values to make room for them all.
     async fn evict_for_batch(&self, ops: &[Resolved], grains: &[u64]) -> Result<()> {
         let g = self.log.grain();
         let mut need: Vec<(&Resolved, u64, u64)> = Vec::new();

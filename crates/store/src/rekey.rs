@@ -79,11 +79,18 @@ impl Store {
             Self::mend_superblocks(dev.as_ref(), &sb)?;
             return Ok(Rekeyed::Already);
         }
-        let zoned = Self::check_device(dev.as_ref(), &sb, open)?;
+        Self::check_device(dev.as_ref(), &sb, open)?;
         Self::rekey_checks(&dev, open)?;
         // The checks' closes let the device go: take it back (an error if
-        // another process took it meanwhile; nothing was written).
+        // another process took it meanwhile; nothing was written), and read
+        // the superblock again (the checks' open may have turned a feature
+        // flag on, which a rewrite of the copy read before would clear).
         dev.claim().map_err(Error::Device)?;
+        let sb = Self::read_superblock(dev.as_ref())?;
+        if sb.hash_algo == KEY_HASH_ALGO_XXH3_64_SECRET {
+            return Err(Error::InvalidOptions("the store was re-keyed by another process meanwhile".into()));
+        }
+        let zoned = Self::check_device(dev.as_ref(), &sb, open)?;
         let headers = crate::log::read_segment_headers(dev.as_ref(), &sb)?;
         for &(seg, _) in &headers.index {
             let offset = sb.segment_offset(seg);
@@ -125,7 +132,15 @@ impl Store {
     fn rekey_checks(dev: &Arc<dyn Device>, open: &OpenOptions) -> Result<()> {
         let usual = OpenOptions { use_checkpoint: true, checkpoint_on_close: true, ..open.clone() };
         Store::open(dev.clone(), &usual)?.close()?;
-        let scan = OpenOptions { use_checkpoint: false, clear_torn: false, checkpoint_on_close: false, ..open.clone() };
+        // Writes nothing: no GC, no checkpoints (periodic or at its close).
+        let scan = OpenOptions {
+            use_checkpoint: false,
+            clear_torn: false,
+            checkpoint_on_close: false,
+            gc: false,
+            checkpoint_interval: None,
+            ..open.clone()
+        };
         let scanned = Store::open(dev.clone(), &scan).map_err(|e| {
             tracing::error!(error = %e, "the re-key's log scan would fail: nothing was changed");
             e
@@ -136,7 +151,9 @@ impl Store {
             return Err(Error::Corruption {
                 offset: 0,
                 detail: format!(
-                    "{torn} records in the log's newest segments fail their checksums though the store was just                      closed cleanly: damage, which a re-key would clear as torn writes; nothing was changed                      (`granary verify` lists them)"
+                    "{torn} records in the log's newest segments fail their checksums though the store was just \
+                     closed cleanly: damage, which a re-key would clear as torn writes; nothing was changed \
+                     (`granary verify` lists them)"
                 ),
             });
         }

@@ -713,10 +713,9 @@ fn a_full_store_can_be_emptied_by_drop_truncate_and_flush_all() {
 
 /// A record buffer made for a namespace before a truncate (a memcache
 /// `flush_all` while a large SET's value was arriving) is written into
-/// the namespace as it is now (it was refused: the server answered
-/// SERVER_ERROR); one of another store is refused (its grains sized it:
-/// written by a store of smaller grains it overran its allocation), as is
-/// one of another namespace.
+/// the namespace as it is now; one of another store is refused (its
+/// grains sized it: a store of smaller grains would overrun its
+/// allocation with it), as is one of another namespace.
 #[test]
 fn a_record_buffer_follows_its_namespace_and_stays_in_its_store() {
     let (_dev, s) = mem_store(16 << 20, 1 << 20, 512);

@@ -208,6 +208,24 @@ fn a_batch_counts_writes_over_tombstones_as_new_keys() {
     assert_eq!(q.stats().unwrap().keys, 2);
 }
 
+/// In a cache namespace at its `max_keys` quota, a batch of writes that
+/// need their keys present (CAS, replace-only) adds no key, so evicts
+/// nothing before it commits, as their single writes would not (counted
+/// as new keys, they evicted the oldest value, their own CAS target).
+#[test]
+fn a_batch_of_cas_writes_at_a_cache_quota_evicts_nothing() {
+    let s = Store::create(device(8 << 20), &create_opts(), &OpenOptions { evict: true, ..opts(Durability::Direct) })
+        .unwrap();
+    let q = s.create_namespace("q", NamespaceOptions { max_keys: Some(2), ..Default::default() }).unwrap();
+    let (_, cas) = q.put_item(b"a", b"1", ItemMeta::default(), Cond::Always).unwrap();
+    q.put(b"b", b"2").unwrap();
+    let mut b = s.batch();
+    b.cas(&q, b"a", cas, b"x").op(&q, b"b", BatchOp::PutPresent { value: b"y".to_vec(), meta: ItemMeta::default() });
+    assert!(matches!(b.commit().unwrap(), BatchOutcome::Committed { .. }));
+    assert_eq!((q.get(b"a").unwrap().as_deref(), q.get(b"b").unwrap().as_deref()), (Some(&b"x"[..]), Some(&b"y"[..])));
+    assert_eq!(q.stats().unwrap().keys, 2);
+}
+
 /// A reader that saw one key of a batch never sees an older value of
 /// another key of it afterwards.
 #[test]

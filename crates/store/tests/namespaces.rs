@@ -891,8 +891,8 @@ fn a_checkpoint_placed_by_another_key_hash_is_not_loaded() {
 /// The same on this backend (the emulated zoned device with
 /// `GRANARY_TEST_BACKEND=zoned`, where the checkpoint's zones are reset): a
 /// store made now, its superblock copies patched to the public seed (its
-/// checkpoint, placed by its secret seed, would then be misread: the
-/// re-key drops it before anything reads it).
+/// checkpoint, placed by its secret seed, would then be misread: an open
+/// refuses it by the hash it records, and the re-key drops it).
 #[test]
 fn a_store_patched_to_the_public_seed_is_rekeyed_on_its_backend() {
     let now = clock();
