@@ -476,7 +476,12 @@ fn idle_connections_are_closed_and_stats_keeps_its_names() {
     // not kicked when the machine is loaded.
     let srv = server_with(NativeConfig { idle_timeout: Some(Duration::from_secs(1)), ..NativeConfig::default() });
     let stats = |srv: &Server| -> std::collections::HashMap<String, String> {
-        client(srv).stats().unwrap().into_iter().collect()
+        let pairs = client(srv).stats().unwrap();
+        let mut names: Vec<&String> = pairs.iter().map(|(k, _)| k).collect();
+        names.sort();
+        let twice: Vec<_> = names.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
+        assert!(twice.is_empty(), "STATS names {twice:?} twice (a client's map keeps one)");
+        pairs.into_iter().collect()
     };
     let st = stats(&srv);
     for name in [
@@ -519,6 +524,9 @@ fn idle_connections_are_closed_and_stats_keeps_its_names() {
     }
     assert_eq!((st["curr_connections"].as_str(), st["total_connections"].as_str()), ("1", "1"));
     assert_eq!(st["bytes_read"], proto::HEADER_BYTES.to_string(), "the STATS request itself");
+    // The server's own figures, not the store's of the same names.
+    assert_eq!(st["value_bytes_max"], NativeConfig::default().value_bytes_max.to_string());
+    assert_eq!(st["get_hits"], "0");
 
     // Silent after its hello.
     let mut s = raw(srv.local_addr());
