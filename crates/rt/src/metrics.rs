@@ -143,6 +143,29 @@ impl Registry {
     }
 
     /// (name, value) pairs, as the native protocol's STATS answers them.
+    /// Whether every dotted prefix's figures are next to each other (what
+    /// [`Registry::render_json`] needs).
+    pub fn prefixes_together(&self) -> bool {
+        let mut closed = std::collections::HashSet::new();
+        let mut open: Vec<&str> = Vec::new();
+        for m in &self.metrics {
+            let parts: Vec<&str> = m.name.split('.').collect();
+            let path = &parts[..parts.len() - 1];
+            let common = open.iter().zip(path).take_while(|(a, b)| a == b).count();
+            while open.len() > common {
+                closed.insert(open.join("."));
+                open.pop();
+            }
+            for p in &path[common..] {
+                open.push(p);
+                if closed.contains(&open.join(".")) {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
     pub fn pairs(&self) -> Vec<(String, String)> {
         self.metrics.iter().map(|m| (m.name.clone(), m.value.to_string())).collect()
     }
@@ -192,8 +215,11 @@ impl Registry {
 
     /// One JSON object; a dotted name nests (`recovery.millis` is
     /// `{"recovery": {"millis": ...}}`). Figures of one prefix must be
-    /// added next to each other.
+    /// added next to each other ([`Registry::prefixes_together`]: a prefix
+    /// met again would be a second object of its name, which JSON readers
+    /// take for the first's replacement).
     pub fn render_json(&self) -> String {
+        debug_assert!(self.prefixes_together(), "a dotted prefix's figures are apart");
         let mut out = String::from("{");
         let mut open: Vec<&str> = Vec::new();
         let mut first = true;
@@ -285,6 +311,21 @@ impl From<&str> for Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A prefix met again after another is apart; nested prefixes and a
+    /// prefix's figures together are not.
+    #[test]
+    fn prefixes_apart_are_found() {
+        let mut r = Registry::new();
+        r.counter("a.x", "a_x", ".", 1).counter("a.b.y", "a_b_y", ".", 1).counter("a.z", "a_z", ".", 1);
+        r.counter("c", "c", ".", 1);
+        assert!(r.prefixes_together());
+        r.counter("a.w", "a_w", ".", 1);
+        assert!(!r.prefixes_together());
+        let mut r = Registry::new();
+        r.counter("a.b.x", "a_b_x", ".", 1).counter("a.c", "a_c", ".", 1).counter("a.b.y", "a_b_y", ".", 1);
+        assert!(!r.prefixes_together());
+    }
 
     fn sample() -> Registry {
         let mut r = Registry::new();
