@@ -176,8 +176,12 @@ impl Core {
         next.sweep_pending = true;
         self.write_catalog(&next, Purpose::Delete).await?;
         *cat = next;
+        // The new generation's counters go on with the namespace's
+        // operation counts (its values and bytes start at none).
+        let counters = self.counters.ns_of(id);
+        counters.carry_operations(&self.counters.ns_of(old));
         if let Ok(state) = self.namespaces.get(name) {
-            state.set_current(id, self.counters.ns_of(id));
+            state.set_current(id, counters);
         }
         self.publish(&cat);
         self.space.request_sweep();

@@ -63,6 +63,22 @@ impl NsCounters {
         }
     }
 
+    /// Add `old`'s operation counts (not its values and bytes) to these: a
+    /// truncate's new generation goes on counting the namespace's
+    /// operations since the store was opened.
+    pub(crate) fn carry_operations(&self, old: &NsCounters) {
+        for (to, from) in [
+            (&self.gets, &old.gets),
+            (&self.hits, &old.hits),
+            (&self.sets, &old.sets),
+            (&self.deletes, &old.deletes),
+            (&self.evictions, &old.evictions),
+            (&self.expirations, &old.expirations),
+        ] {
+            to.fetch_add(from.load(Relaxed), Relaxed);
+        }
+    }
+
     /// A write's outcome.
     pub(crate) fn stored(&self, outcome: PutOutcome) {
         if outcome == PutOutcome::Stored {

@@ -711,6 +711,24 @@ fn a_full_store_can_be_emptied_by_drop_truncate_and_flush_all() {
     assert_eq!(s.get(b"key-0").unwrap(), None);
 }
 
+/// A truncate empties a namespace but keeps counting its operations since
+/// the store was opened (they started again from zero: memcache's
+/// `evictions` and the namespace's GETs went backwards).
+#[test]
+fn a_truncate_keeps_a_namespace_s_operation_counts() {
+    let (_dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    let n = s.create_namespace("n", NamespaceOptions::default()).unwrap();
+    n.put(b"k", b"v").unwrap();
+    assert!(n.get(b"k").unwrap().is_some());
+    assert!(n.delete(b"k").unwrap());
+    n.put(b"k", b"v").unwrap();
+    n.truncate().unwrap();
+    let st = n.stats().unwrap();
+    assert_eq!((st.keys, st.gets, st.hits, st.sets, st.deletes), (0, 1, 1, 2, 1));
+    assert!(n.get(b"k").unwrap().is_none());
+    assert_eq!((n.stats().unwrap().gets, n.stats().unwrap().hits), (2, 1));
+}
+
 /// A record buffer made for a namespace before a truncate (a memcache
 /// `flush_all` while a large SET's value was arriving) is written into
 /// the namespace as it is now; one of another store is refused (its
