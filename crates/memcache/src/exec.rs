@@ -261,9 +261,11 @@ impl<'a, S: Sink> Exec<'a, S> {
             return self.multi_get(keys, with_cas, bad_key).await;
         }
         let expires = touch.map(|e| self.expires(e));
+        // A touching get (gat, gats) counts as a touch only, as memcached
+        // counts it (`touch_cmds`, `touch_hits`, `touch_misses`).
         for &key in keys {
-            self.ctx.stats.cmd_get.fetch_add(1, Relaxed);
             let Some(exp) = expires else {
+                self.ctx.stats.cmd_get.fetch_add(1, Relaxed);
                 // Served from the buffer the device read the value into.
                 match self.ctx.ns.get_buf_async(key).await {
                     Ok(Some(vb)) => {
@@ -288,7 +290,6 @@ impl<'a, S: Sink> Exec<'a, S> {
             let got = touch_item(self.ctx, key, exp, None, true).await;
             match got {
                 Ok(Some(it)) => {
-                    self.ctx.stats.get_hits.fetch_add(1, Relaxed);
                     self.ctx.stats.touch_hits.fetch_add(1, Relaxed);
                     if !bad_key {
                         self.value_line(key, &it, with_cas);
@@ -300,7 +301,6 @@ impl<'a, S: Sink> Exec<'a, S> {
                     }
                 }
                 Ok(None) => {
-                    self.ctx.stats.get_misses.fetch_add(1, Relaxed);
                     self.ctx.stats.touch_misses.fetch_add(1, Relaxed);
                 }
                 Err(e) => return self.server_error(&e),

@@ -1086,3 +1086,26 @@ fn a_namespace_at_its_quota_evicts_its_own_values() {
     assert_eq!(d.call(b"get mine\r\n"), b"VALUE mine 0 1\r\nd\r\nEND\r\n");
     small.shutdown();
 }
+
+/// A touching get (text `gat`, binary GAT, meta `mg` with `T`) counts as a
+/// touch only, hit or miss, as memcached counts it: `cmd_touch` and
+/// `touch_hits`/`touch_misses`, never `cmd_get` nor `get_hits`/`get_misses`
+/// (a gat hit was counted as both, which exporters add up twice).
+#[test]
+fn touching_gets_count_as_touches_only() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    assert_eq!(c.call(b"set k 0 0 1\r\nv\r\n"), b"STORED\r\n");
+    assert_eq!(c.call(b"gat 0 k\r\n"), b"VALUE k 0 1\r\nv\r\nEND\r\n");
+    assert_eq!(c.call(b"gat 0 nope\r\n"), b"END\r\n");
+    assert_eq!(c.call(b"mg k v T10\r\n"), b"VA 1\r\nv\r\n");
+    assert_eq!(c.call(b"mg nope v T10\r\n"), b"EN\r\n");
+    let stats = String::from_utf8(c.call(b"stats\r\n")).unwrap();
+    let stat = |name: &str| -> String {
+        let line = stats.lines().find(|l| l.starts_with(&format!("STAT {name} "))).unwrap_or_else(|| panic!("{name}"));
+        line.rsplit(' ').next().unwrap().to_string()
+    };
+    let got: Vec<String> =
+        ["cmd_get", "get_hits", "get_misses", "cmd_touch", "touch_hits", "touch_misses"].map(stat).to_vec();
+    assert_eq!(got, ["0", "0", "0", "4", "2", "2"], "{stats}");
+}

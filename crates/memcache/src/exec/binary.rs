@@ -204,17 +204,12 @@ impl<S: Sink> Exec<'_, S> {
     /// gat, gatq, gatk, gatkq (`value`), and touch (no value).
     async fn bin_gat(&mut self, h: &Header, p: &Packet<'_>, quiet: bool, with_key: bool, value: bool) {
         let exp = self.expires(be32(p.extras, 0) as i64);
-        if value {
-            self.ctx.stats.cmd_get.fetch_add(1, Relaxed);
-        }
+        // Counted as a touch only, a gat too, as memcached counts it.
         self.ctx.stats.cmd_touch.fetch_add(1, Relaxed);
         // A touch marks the item fetched, as memcached's does (and the
         // text touch).
         match touch_item(self.ctx, p.key, exp, None, true).await {
             Ok(Some(it)) => {
-                if value {
-                    self.ctx.stats.get_hits.fetch_add(1, Relaxed);
-                }
                 self.ctx.stats.touch_hits.fetch_add(1, Relaxed);
                 // (A quiet gat hides only a miss, as a quiet get.)
                 let k: &[u8] = if with_key { p.key } else { b"" };
@@ -222,9 +217,6 @@ impl<S: Sink> Exec<'_, S> {
                 self.bin_ok(h, it.cas, &it.meta.flags.to_be_bytes(), k, v);
             }
             Ok(None) => {
-                if value {
-                    self.ctx.stats.get_misses.fetch_add(1, Relaxed);
-                }
                 self.ctx.stats.touch_misses.fetch_add(1, Relaxed);
                 self.bin_miss(h, p.key, quiet, with_key);
             }

@@ -105,7 +105,20 @@ impl<S: Sink> Exec<'_, S> {
     ) {
         self.ctx.stats.cmd_meta.fetch_add(1, Relaxed);
         let (fl, key, raw_key) = (&m.flags, &m.key[..], m.raw_key);
-        self.ctx.stats.cmd_get.fetch_add(1, Relaxed);
+        // With T a touch, counted as one only (memcached's counts).
+        let touching = ttl.is_some();
+        fn counter(s: &crate::ServerStats, touching: bool, hit: bool) -> &std::sync::atomic::AtomicU64 {
+            match (touching, hit) {
+                (true, true) => &s.touch_hits,
+                (true, false) => &s.touch_misses,
+                (false, true) => &s.get_hits,
+                (false, false) => &s.get_misses,
+            }
+        }
+        match touching {
+            true => self.ctx.stats.cmd_touch.fetch_add(1, Relaxed),
+            false => self.ctx.stats.cmd_get.fetch_add(1, Relaxed),
+        };
         // The win token goes to the first reader of a stale item, or (R) of
         // one with less than that many seconds to live.
         let now = self.ctx.store.now() as i64;
@@ -115,7 +128,6 @@ impl<S: Sink> Exec<'_, S> {
         let mut got = self.ctx.ns.get_item_access_async(key, !fl.has(b'u'), want_win).await;
         if let (Ok(Some(ia)), Some(ttl)) = (&mut got, ttl) {
             // T: touch after the read, keeping the access state it saw.
-            self.ctx.stats.cmd_touch.fetch_add(1, Relaxed);
             match touch_item(self.ctx, key, self.expires(ttl), new_cas, false).await {
                 Ok(Some(it)) => ia.item = it,
                 Ok(None) => got = Ok(None),
@@ -124,7 +136,7 @@ impl<S: Sink> Exec<'_, S> {
         }
         match got {
             Ok(Some(ia)) => {
-                self.ctx.stats.get_hits.fetch_add(1, Relaxed);
+                counter(&self.ctx.stats, touching, true).fetch_add(1, Relaxed);
                 // memcached's order: Z (a token was already sent), X
                 // (stale), W (this client won the token).
                 let mut extra = String::new();
@@ -140,7 +152,7 @@ impl<S: Sink> Exec<'_, S> {
                 self.meta_hit(fl, raw_key, &ia.item, Some(&ia.prior), &extra);
             }
             Ok(None) => {
-                self.ctx.stats.get_misses.fetch_add(1, Relaxed);
+                counter(&self.ctx.stats, touching, false).fetch_add(1, Relaxed);
                 if let Some(ttl) = vivify {
                     // Vivify: create an empty item; this client "wins" (W)
                     // and is expected to fill it; later readers see Z.
