@@ -676,7 +676,7 @@ pub const SETTINGS: &[Setting] = &[
         kind: Kind::Choice { name: "IO", choices: &["uring", "sync"] },
         help: "Device IO of requests: uring (through each executor's io_uring) or sync (pread/pwrite, blocking the executor thread)",
         default: "`uring`",
-        meaning: "device IO of requests: through each executor's io_uring, or blocking pread/pwrite",
+        meaning: "device IO of requests: through each executor's io_uring, or blocking pread/pwrite (the executors run on io_uring rings either way: Linux 6.0 or later)",
         value: |c| Some(q(if c.io == Io::Uring { "uring" } else { "sync" })),
         apply: |c, v| c.io = if v.choice() == "sync" { Io::Sync } else { Io::Uring },
     },
