@@ -402,6 +402,39 @@ impl Core {
         Ok(Some(ItemAccess { item, prior, won }))
     }
 
+    /// An inspection's read of `key` (a key dump, memcache `me`): its live
+    /// item with its access state, as [`Core::get_item_access`] gives it
+    /// without a bump or a token, but not counted as a GET (the store's,
+    /// the namespace's or the DRAM tier's), not touching its segment (a
+    /// cache's recency, which eviction follows) and not offered to the
+    /// tier (read from the device, whose version the tier's equals): an
+    /// inspection of every key leaves the figures and what eviction sees
+    /// as they were.
+    pub async fn peek_item_access(&self, ns: &NsState, key: &[u8]) -> Result<Option<ItemAccess>> {
+        let (key, _) = self.scoped(ns, key)?;
+        let h = self.keys.hash(&key);
+        let Some(f) = self.find(&key, h, true, true).await? else { return Ok(None) };
+        if f.hdr.batch {
+            self.keys.publishing.wait(f.hdr.seq).await;
+        }
+        let now = self.clock.now();
+        if !self.is_live(&f, now) {
+            return Ok(None);
+        }
+        let live = Live::Dev(f);
+        let (pba, linked) = (live.pba(), live.linked());
+        let item = live.into_item();
+        let fresh = crate::Access { fetched: false, last_access: now, win_sent: false };
+        if !self.track_access || linked {
+            return Ok(Some(ItemAccess { item, prior: fresh, won: false }));
+        }
+        let prior = match self.keys.index.access(h, pba, |w| w) {
+            Some(w) => self.access_clock.decode(w),
+            None => fresh,
+        };
+        Ok(Some(ItemAccess { item, prior, won: false }))
+    }
+
     /// The value of `key` in the buffer it was read into (zero-copy).
     pub async fn get_buf(&self, ns: &NsState, key: &[u8]) -> Result<Option<ValueBuf>> {
         let (key, c) = self.scoped(ns, key)?;

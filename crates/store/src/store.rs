@@ -377,6 +377,11 @@ engine_calls! {
         want_win: impl Fn(&Item) -> bool,
     ) -> Result<Option<ItemAccess>> = get_item_access;
 
+    /// The item of `key` with its access state, for an inspection (a key
+    /// dump, memcache `me`): not counted as a GET, not touching what cache
+    /// eviction follows, not offered to the DRAM tier, and marking nothing.
+    fn peek_item_access / peek_item_access_async(&self, key: &[u8]) -> Result<Option<ItemAccess>> = peek_item_access;
+
     /// [`Store::put_item`] (with a chosen CAS value when `cas` is given)
     /// whose new version starts with its win token handed out: memcache's
     /// vivify on miss, where the creator is the one to fill it; marked read

@@ -373,3 +373,34 @@ fn concurrent_readers_never_see_an_older_version() {
     assert!(st.dram.bytes <= st.dram.limit_bytes, "seed {seed}: {:?}", st.dram);
     Arc::try_unwrap(s).ok().expect("the only handle").close().unwrap();
 }
+
+/// An inspection's read (a key dump, memcache `me`) is not a GET: the
+/// store's, the namespace's and the DRAM tier's figures stay as they were
+/// and the tier is offered nothing (a dump of every key inflated the GET
+/// counts and filled the tier with cold items), while the item and its
+/// access state read as `get_item_access` gives them.
+#[test]
+fn a_peek_is_not_a_get() {
+    let f = fixture(16 << 20);
+    let s = f.create(256 << 10, false, true);
+    for i in 0..50u32 {
+        s.put(format!("k{i}").as_bytes(), &[i as u8; 100]).unwrap();
+    }
+    let ns = s.namespace(crate::DEFAULT_NAMESPACE).unwrap();
+    let figures = |s: &Store| {
+        let (st, n) = (s.stats(), ns.stats().unwrap());
+        (st.gets, st.get_hits, st.dram.misses, st.dram.admissions, st.dram.items, n.gets, n.hits)
+    };
+    let before = figures(&s);
+    for i in 0..50u32 {
+        let ia = s.peek_item_access(format!("k{i}").as_bytes()).unwrap().unwrap();
+        assert_eq!(ia.item.value, vec![i as u8; 100]);
+        assert!(!ia.won);
+    }
+    assert!(s.peek_item_access(b"absent").unwrap().is_none());
+    assert_eq!(figures(&s), before);
+    // A GET after it still counts, and is offered to the tier.
+    assert!(s.get(b"k1").unwrap().is_some());
+    assert_eq!(s.stats().gets, before.0 + 1);
+    assert_eq!(s.stats().dram.admissions, before.3 + 1);
+}

@@ -85,7 +85,7 @@ impl<S: Sink> Exec<'_, S> {
         loop {
             let page = self.ctx.ns.scan_async(cursor, DUMP_SCAN_KEYS).await?;
             for key in &page.keys {
-                let Some(ia) = self.ctx.ns.get_item_access_async(key, false, |_| false).await? else {
+                let Some(ia) = self.ctx.ns.peek_item_access_async(key).await? else {
                     continue;
                 };
                 if !line(self.io.out(), key, &ia) {

@@ -381,7 +381,7 @@ impl<S: Sink> Exec<'_, S> {
     /// me: the item's metadata; not counted as a read.
     pub(super) async fn me(&mut self, key: &[u8]) {
         self.ctx.stats.cmd_meta.fetch_add(1, Relaxed);
-        match self.ctx.ns.get_item_access_async(key, false, |_| false).await {
+        match self.ctx.ns.peek_item_access_async(key).await {
             Ok(Some(ia)) => {
                 let it = &ia.item;
                 let exp = ttl_left(self.ctx, &it.meta);
