@@ -273,7 +273,8 @@ impl Core {
                 return Ok(false);
             };
             let f = Found { entry, hdr: v.hdr, buf: AlignedBuf::zeroed(0), via: None };
-            self.write_tombstone(key, h, Some(f)).await?;
+            // The engine's write, not a user's delete (figures).
+            self.write_tombstone_of(key, h, Some(f), false).await?;
         } else {
             if !self.keys.index.remove(h, v.pba) {
                 return Ok(false);

@@ -615,8 +615,22 @@ impl Core {
     }
 
     /// Write a tombstone for `key` (under its stripe) replacing `existing`
-    /// (None: the key has no indexed version, but one is still on the device).
+    /// (None: the key has no indexed version, but one is still on the device),
+    /// counted as a user's delete.
     pub(crate) async fn write_tombstone(&self, key: &[u8], h: u64, existing: Option<Found>) -> Result<()> {
+        self.write_tombstone_of(key, h, existing, true).await
+    }
+
+    /// [`Core::write_tombstone`], counted as a user's delete (the store's
+    /// deletes and user bytes) only when `user`: an eviction's is the
+    /// engine's own.
+    pub(crate) async fn write_tombstone_of(
+        &self,
+        key: &[u8],
+        h: u64,
+        existing: Option<Found>,
+        user: bool,
+    ) -> Result<()> {
         let seq = self.log.next_seq.fetch_add(1, Relaxed);
         // Under the stripe no relocation of this key can run, so every
         // older version of it lies in a segment at or below the horizon.
@@ -626,8 +640,10 @@ impl Core {
         let committed = self.commit(key, h, existing, held.loc(), true, FRESH).await;
         drop(held);
         committed?;
-        self.counters.deletes.fetch_add(1, Relaxed);
-        self.counters.user_bytes.fetch_add(key.len() as u64, Relaxed);
+        if user {
+            self.counters.deletes.fetch_add(1, Relaxed);
+            self.counters.user_bytes.fetch_add(key.len() as u64, Relaxed);
+        }
         Ok(())
     }
 

@@ -1217,6 +1217,9 @@ fn a_cache_namespace_at_its_quota_evicts_its_own_values() {
     );
     assert!(in_b.contains(&399) && !in_b.contains(&0), "{in_b:?}");
     assert!(qs.evictions >= 400 - 64, "{qs:?}");
+    // An eviction's tombstone (key 0's: an older version is on the
+    // device) is the engine's write, not a user's delete.
+    assert_eq!(s.stats().deletes, 0);
     assert_eq!(present(&s, "other", &|_| b"o".to_vec()).len(), 400);
     assert_eq!(strict.stats().unwrap().keys, 64);
     // A batch into the full namespace makes room for itself too.
