@@ -468,7 +468,11 @@ impl<'a, S: Sink> Exec<'a, S> {
                     })
                     .await;
                 match r {
-                    Ok((Ok(true), _)) => Ok("STORED"),
+                    Ok((Ok(true), _)) => {
+                        // A new item linked, as memcached counts it.
+                        self.ctx.stats.total_items.fetch_add(1, Relaxed);
+                        Ok("STORED")
+                    }
                     Ok((Ok(false), _)) => Ok("NOT_STORED"),
                     Ok((Err(()), _)) => Err(Error::ValueTooLarge { len: 0, max: max as u64 }),
                     Err(e) => Err(e),

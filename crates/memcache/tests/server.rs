@@ -1109,3 +1109,18 @@ fn touching_gets_count_as_touches_only() {
         ["cmd_get", "get_hits", "get_misses", "cmd_touch", "touch_hits", "touch_misses"].map(stat).to_vec();
     assert_eq!(got, ["0", "0", "0", "4", "2", "2"], "{stats}");
 }
+
+/// An append or prepend stores a new item, counted in `total_items` as
+/// memcached counts it (and as the binary protocol's did).
+#[test]
+fn appends_count_as_items_stored() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    assert_eq!(
+        c.call(b"set k 0 0 1\r\nv\r\nappend k 0 0 1\r\nw\r\nprepend k 0 0 1\r\nu\r\n"),
+        b"STORED\r\nSTORED\r\nSTORED\r\n"
+    );
+    assert_eq!(c.call(b"append nope 0 0 1\r\nw\r\n"), b"NOT_STORED\r\n");
+    let stats = String::from_utf8(c.call(b"stats\r\n")).unwrap();
+    assert!(stats.contains("STAT total_items 3\r\n"), "{stats}");
+}
