@@ -262,7 +262,7 @@ impl<'a, S: Sink> Exec<'a, S> {
         }
         let expires = touch.map(|e| self.expires(e));
         // A touching get (gat, gats) counts as a touch only, as memcached
-        // counts it (`touch_cmds`, `touch_hits`, `touch_misses`).
+        // counts it (`cmd_touch`, `touch_hits`, `touch_misses`).
         for &key in keys {
             let Some(exp) = expires else {
                 self.ctx.stats.cmd_get.fetch_add(1, Relaxed);

@@ -105,19 +105,18 @@ impl<S: Sink> Exec<'_, S> {
     ) {
         self.ctx.stats.cmd_meta.fetch_add(1, Relaxed);
         let (fl, key, raw_key) = (&m.flags, &m.key[..], m.raw_key);
-        // With T a touch, counted as one only (memcached's counts).
+        // Counted as memcached counts an mg: a touch only (`cmd_touch`,
+        // `touch_hits`) when T found the item (or vivified it), else a GET
+        // (`cmd_get`, `get_hits` or `get_misses`; a miss with T too).
         let touching = ttl.is_some();
-        fn counter(s: &crate::ServerStats, touching: bool, hit: bool) -> &std::sync::atomic::AtomicU64 {
-            match (touching, hit) {
-                (true, true) => &s.touch_hits,
-                (true, false) => &s.touch_misses,
-                (false, true) => &s.get_hits,
-                (false, false) => &s.get_misses,
+        let count = |s: &crate::ServerStats, found: bool| {
+            if found && touching {
+                s.cmd_touch.fetch_add(1, Relaxed);
+                s.touch_hits.fetch_add(1, Relaxed);
+            } else {
+                s.cmd_get.fetch_add(1, Relaxed);
+                (if found { &s.get_hits } else { &s.get_misses }).fetch_add(1, Relaxed);
             }
-        }
-        match touching {
-            true => self.ctx.stats.cmd_touch.fetch_add(1, Relaxed),
-            false => self.ctx.stats.cmd_get.fetch_add(1, Relaxed),
         };
         // The win token goes to the first reader of a stale item, or (R) of
         // one with less than that many seconds to live.
@@ -136,7 +135,7 @@ impl<S: Sink> Exec<'_, S> {
         }
         match got {
             Ok(Some(ia)) => {
-                counter(&self.ctx.stats, touching, true).fetch_add(1, Relaxed);
+                count(&self.ctx.stats, true);
                 // memcached's order: Z (a token was already sent), X
                 // (stale), W (this client won the token).
                 let mut extra = String::new();
@@ -152,21 +151,25 @@ impl<S: Sink> Exec<'_, S> {
                 self.meta_hit(fl, raw_key, &ia.item, Some(&ia.prior), &extra);
             }
             Ok(None) => {
-                counter(&self.ctx.stats, touching, false).fetch_add(1, Relaxed);
                 if let Some(ttl) = vivify {
                     // Vivify: create an empty item; this client "wins" (W)
                     // and is expected to fill it; later readers see Z.
                     let meta = ItemMeta::new(0, self.expires(ttl));
                     match self.ctx.ns.put_item_won_async(key, b"", meta, Cond::Absent, new_cas, !fl.has(b'u')).await {
                         Ok((PutOutcome::Stored, cas)) => {
+                            count(&self.ctx.stats, true);
                             let it = Item { value: Vec::new(), meta, cas };
                             let acc = Access { fetched: false, last_access: self.ctx.store.now(), win_sent: false };
                             return self.meta_hit(fl, raw_key, &it, Some(&acc), " W");
                         }
                         Ok(_) => {}
-                        Err(e) => return self.server_error(&e),
+                        Err(e) => {
+                            count(&self.ctx.stats, false);
+                            return self.server_error(&e);
+                        }
                     }
                 }
+                count(&self.ctx.stats, false);
                 if !fl.has(b'q') {
                     self.meta_code("EN", fl, raw_key, None);
                 }
