@@ -120,10 +120,11 @@ impl NativeStats {
 /// What STATS reports, in order: the version and uptime, the server's
 /// counters ([`NativeStats::registry`]), the latency per opcode, the
 /// server's value limit, then every figure of the store
-/// ([`granary_store::Stats::registry`]) whose name the server's own do not
-/// take (`get_hits`: the server's GETs that hit, not the store's of every
-/// protocol; `value_bytes_max`: the server's limit): each name once, as
-/// clients fold the pairs into a map.
+/// ([`granary_store::Stats::registry`]), those whose names the server's own
+/// take prefixed `store_` (`get_hits` is the server's GETs that hit,
+/// `store_get_hits` the store's of every protocol; `value_bytes_max` the
+/// server's limit, `store_value_bytes_max` the store's): each name once,
+/// as clients fold the pairs into a map.
 pub(crate) fn pairs(s: &NativeStats, store: &Store, started: Instant, value_bytes_max: u32) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = vec![
         ("version".into(), env!("CARGO_PKG_VERSION").to_string()),
@@ -144,6 +145,7 @@ pub(crate) fn pairs(s: &NativeStats, store: &Store, started: Instant, value_byte
     add("value_bytes_max", value_bytes_max.to_string());
     add("evicting", (store.evicts() as u8).to_string());
     let taken: std::collections::HashSet<String> = v.iter().map(|(k, _)| k.clone()).collect();
-    v.extend(store.stats().registry().pairs().into_iter().filter(|(k, _)| !taken.contains(k)));
+    let store_pairs = store.stats().registry().pairs().into_iter();
+    v.extend(store_pairs.map(|(k, x)| if taken.contains(&k) { (format!("store_{k}"), x) } else { (k, x) }));
     v
 }
