@@ -142,7 +142,6 @@ impl Registry {
         }
     }
 
-    /// (name, value) pairs, as the native protocol's STATS answers them.
     /// Whether every dotted prefix's figures are next to each other (what
     /// [`Registry::render_json`] needs).
     pub fn prefixes_together(&self) -> bool {
@@ -166,6 +165,7 @@ impl Registry {
         true
     }
 
+    /// (name, value) pairs, as the native protocol's STATS answers them.
     pub fn pairs(&self) -> Vec<(String, String)> {
         self.metrics.iter().map(|m| (m.name.clone(), m.value.to_string())).collect()
     }

@@ -139,8 +139,8 @@ impl Stats {
         .counter("dram.misses", "granary_dram_misses_total", "GETs the DRAM tier could not serve.", d.misses)
         .counter("dram.admissions", "granary_dram_admissions_total", "Values the DRAM tier took in.", d.admissions)
         .counter("dram.evictions", "granary_dram_evictions_total", "Items the DRAM tier evicted.", d.evictions);
-        // (Not among GC's figures: a dotted prefix's figures stay together,
-        // as `granary stat --json` nests them.)
+        // Apart from GC's figures: a dotted prefix's figures stay together,
+        // as `granary stat --json` nests them.
         r.counter(
             "summaries_written",
             "granary_segment_summaries_written_total",

@@ -712,8 +712,8 @@ fn a_full_store_can_be_emptied_by_drop_truncate_and_flush_all() {
 }
 
 /// A truncate empties a namespace but keeps counting its operations since
-/// the store was opened (they started again from zero: memcache's
-/// `evictions` and the namespace's GETs went backwards).
+/// the store was opened (memcache's `evictions` and the namespace's GETs
+/// never go backwards).
 #[test]
 fn a_truncate_keeps_a_namespace_s_operation_counts() {
     let (_dev, s) = mem_store(16 << 20, 1 << 20, 512);

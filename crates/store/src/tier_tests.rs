@@ -376,9 +376,9 @@ fn concurrent_readers_never_see_an_older_version() {
 
 /// An inspection's read (a key dump, memcache `me`) is not a GET: the
 /// store's, the namespace's and the DRAM tier's figures stay as they were
-/// and the tier is offered nothing (a dump of every key inflated the GET
-/// counts and filled the tier with cold items), while the item and its
-/// access state read as `get_item_access` gives them.
+/// and the tier is offered nothing (a dump of every key must not fill it
+/// with cold items), while the item and its access state read as
+/// `get_item_access` gives them.
 #[test]
 fn a_peek_is_not_a_get() {
     let f = fixture(16 << 20);
@@ -399,6 +399,11 @@ fn a_peek_is_not_a_get() {
     }
     assert!(s.peek_item_access(b"absent").unwrap().is_none());
     assert_eq!(figures(&s), before);
+    // The access state a peek reads is what a read that marks nothing
+    // reads, and the peek left it as it was.
+    let peeked = s.peek_item_access(b"k2").unwrap().unwrap().prior;
+    assert_eq!(s.get_item_access(b"k2", false, |_| false).unwrap().unwrap().prior, peeked);
+    let before = figures(&s);
     // A GET after it still counts, and is offered to the tier.
     assert!(s.get(b"k1").unwrap().is_some());
     assert_eq!(s.stats().gets, before.0 + 1);
