@@ -196,8 +196,7 @@ impl Core {
     /// cut that the catalog does not (with its record lost, the next open
     /// would give that id to another namespace, which would read those
     /// keys). The writes come after this returns, so after the flush.
-    /// `room`: [`Purpose::Delete`] for a change that empties (it may take
-    /// the room kept for deletes), else [`Purpose::Put`].
+    /// `room`: as for [`Core::write_item`].
     async fn write_catalog(&self, cat: &Catalog, room: Purpose) -> Result<()> {
         self.write_engine_key(CATALOG_KEY, &cat.encode(), room).await?;
         if self.log.durability != crate::options::Durability::Flush {

@@ -375,6 +375,14 @@ impl Core {
         let found = self.read_live(&key, false).await?;
         c.got(found.is_some());
         let Some(f) = found else { return Ok(None) };
+        Ok(Some(self.with_access(self.keys.hash(&key), f, bump, want_win)))
+    }
+
+    /// The item `f` found under key hash `h`, with its access state before
+    /// this read: marked read when `bump`, and handed the item's win token
+    /// when `want_win(item)` and no reader had it yet (neither: nothing is
+    /// written).
+    fn with_access(&self, h: u64, f: Live, bump: bool, want_win: impl Fn(&Item) -> bool) -> ItemAccess {
         let (pba, linked) = (f.pba(), f.linked());
         let item = f.into_item();
         let want = want_win(&item);
@@ -383,10 +391,10 @@ impl Core {
         // Found through a blind overwrite's link, it has no index entry (so
         // no access word) until the link is settled: read as untracked.
         if !self.track_access || linked {
-            return Ok(Some(ItemAccess { item, prior: fresh, won: want }));
+            return ItemAccess { item, prior: fresh, won: want };
         }
         let c = self.access_clock;
-        let old = self.keys.index.access(self.keys.hash(&key), pba, |w| {
+        let old = self.keys.index.access(h, pba, |w| {
             let w2 = if bump { c.bumped(w, now) } else { w };
             if want && !Clock0::is_won(w) {
                 Clock0::won(w2)
@@ -399,7 +407,7 @@ impl Core {
             Some(w) => (c.decode(w), want && !Clock0::is_won(w)),
             None => (fresh, false),
         };
-        Ok(Some(ItemAccess { item, prior, won }))
+        ItemAccess { item, prior, won }
     }
 
     /// An inspection's read of `key` (a key dump, memcache `me`): its live
@@ -417,22 +425,10 @@ impl Core {
         if f.hdr.batch {
             self.keys.publishing.wait(f.hdr.seq).await;
         }
-        let now = self.clock.now();
-        if !self.is_live(&f, now) {
+        if !self.is_live(&f, self.clock.now()) {
             return Ok(None);
         }
-        let live = Live::Dev(f);
-        let (pba, linked) = (live.pba(), live.linked());
-        let item = live.into_item();
-        let fresh = crate::Access { fetched: false, last_access: now, win_sent: false };
-        if !self.track_access || linked {
-            return Ok(Some(ItemAccess { item, prior: fresh, won: false }));
-        }
-        let prior = match self.keys.index.access(h, pba, |w| w) {
-            Some(w) => self.access_clock.decode(w),
-            None => fresh,
-        };
-        Ok(Some(ItemAccess { item, prior, won: false }))
+        Ok(Some(self.with_access(h, Live::Dev(f), false, |_| false)))
     }
 
     /// The value of `key` in the buffer it was read into (zero-copy).

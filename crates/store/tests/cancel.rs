@@ -320,12 +320,26 @@ fn a_dropped_batch_commits_as_a_whole() {
     });
 }
 
-/// Open the gate and yield until a held write completed.
-async fn until_written(gate: &Gate) {
+/// Drop `change` held at the shut gate by a 1 ms timeout, then open the
+/// gate and yield until its held write completed.
+async fn drop_held<F: Future>(gate: &Gate, what: &str, change: F) {
+    gate.completed_on.lock().unwrap().clear();
+    gate.shut();
+    assert!(timeout(Duration::from_millis(1), change).await.is_err(), "the {what} was held");
     gate.open();
     let deadline = Instant::now() + Duration::from_secs(20);
     while gate.completed_on.lock().unwrap().is_empty() {
-        assert!(Instant::now() < deadline, "the held write never ended");
+        assert!(Instant::now() < deadline, "the {what}'s held write never ended");
+        granary_rt::yield_now().await;
+    }
+}
+
+/// Yield until `done`, for at most 20 s (failing, saying `what` did not
+/// happen).
+async fn until<F: Future<Output = bool>>(what: &str, mut done: impl FnMut() -> F) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done().await {
+        assert!(Instant::now() < deadline, "{what}");
         granary_rt::yield_now().await;
     }
 }
@@ -343,33 +357,22 @@ fn a_dropped_catalog_change_runs_to_its_end() {
         a.put_async(b"k", b"v").await.unwrap();
         b.put_async(b"k", b"v").await.unwrap();
         s.put_async(b"k", b"v").await.unwrap();
-        gate.shut();
-        assert!(timeout(Duration::from_millis(1), s.drop_namespace_async("a")).await.is_err(), "the drop was held");
-        until_written(&gate).await;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while s.namespace("a").is_ok() {
-            assert!(Instant::now() < deadline, "the dropped drop was never applied");
-            granary_rt::yield_now().await;
-        }
+        drop_held(&gate, "drop", s.drop_namespace_async("a")).await;
+        let (s_, b_) = (&s, &b);
+        until("the dropped drop was never applied", move || async move { s_.namespace("a").is_err() }).await;
         assert!(matches!(a.get_async(b"k").await, Err(Error::NoSuchNamespace { .. })));
-        gate.completed_on.lock().unwrap().clear();
-        gate.shut();
-        assert!(timeout(Duration::from_millis(1), b.flush_all_async()).await.is_err(), "the truncate was held");
-        until_written(&gate).await;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while b.get_async(b"k").await.unwrap().is_some() {
-            assert!(Instant::now() < deadline, "the dropped truncate was never applied");
-            granary_rt::yield_now().await;
-        }
-        gate.completed_on.lock().unwrap().clear();
-        gate.shut();
-        assert!(timeout(Duration::from_millis(1), s.flush_all_async()).await.is_err(), "the flush was held");
-        until_written(&gate).await;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while s.get_async(b"k").await.unwrap().is_some() {
-            assert!(Instant::now() < deadline, "the dropped flush was never applied");
-            granary_rt::yield_now().await;
-        }
+        drop_held(&gate, "truncate", b.flush_all_async()).await;
+        until(
+            "the dropped truncate was never applied",
+            move || async move { b_.get_async(b"k").await.unwrap().is_none() },
+        )
+        .await;
+        drop_held(&gate, "flush", s.flush_all_async()).await;
+        until(
+            "the dropped flush was never applied",
+            move || async move { s_.get_async(b"k").await.unwrap().is_none() },
+        )
+        .await;
         // Written after the changes: kept across the reopen.
         b.put_async(b"after", b"v").await.unwrap();
         s.put_async(b"after", b"v").await.unwrap();
