@@ -39,7 +39,7 @@ use crate::parts::Parts;
 use crate::space::Space;
 use crate::types::CheckpointStats;
 use granary_format::checkpoint::{Item, Manifest, ITEM_BYTES};
-use granary_format::checksum::{crc32c, crc32c_append};
+use granary_format::checksum::crc32c_append;
 use granary_format::limits::{grains_for, KV_SIZE_GRAINS_MAX};
 use granary_format::Superblock;
 use granary_index::Entry;
@@ -500,6 +500,41 @@ pub(crate) fn find(dev: &dyn Device, sb: &Superblock, headers: &Headers, load: b
 }
 
 fn load(dev: &dyn Device, sb: &Superblock, headers: &Headers, m: Manifest) -> Result<Loaded> {
+    let mut body = Vec::new();
+    let bytes_read = read_checked(dev, sb, headers, &m, |chunk| body.extend_from_slice(chunk))?;
+    let items: Vec<Item> = body.chunks_exact(ITEM_BYTES).map(Item::decode).collect();
+    Ok(Loaded { manifest: m, items, bytes_read })
+}
+
+/// For `verify`: the newest checkpoint an open would try first, checked
+/// as its load checks it (read a chunk at a time, not held), and why it
+/// fails: its id and the reason, or None where it would load, where there
+/// is none, or where the open would scan without trying it (placed by
+/// another key hash: a re-key's crash leaves that, not damage).
+pub(crate) fn check_newest(dev: &dyn Device, sb: &Superblock, headers: &Headers) -> Option<(u64, String)> {
+    let (candidates, _) = manifests(dev, sb, headers, true);
+    let m = candidates.into_iter().next()?;
+    if m.hash_check != sb.hash_check() {
+        return None;
+    }
+    let why = match read_checked(dev, sb, headers, &m, |_| {}).err()? {
+        Error::Corruption { detail, .. } => detail,
+        e => e.to_string(),
+    };
+    Some((m.id, why))
+}
+
+/// Check checkpoint `m` as a load must: its geometry, its segments, then
+/// its body read from the device a chunk at a time and handed to `take`,
+/// against its checksum and the rules every item keeps. Returns the
+/// body's length.
+fn read_checked(
+    dev: &dyn Device,
+    sb: &Superblock,
+    headers: &Headers,
+    m: &Manifest,
+    mut take: impl FnMut(&[u8]),
+) -> Result<u64> {
     let bad = |detail: String| Error::Corruption { offset: sb.segment_offset(m.body_segments[0]), detail };
     if m.table_homes != sb.index_table_homes || m.seg_alloc.len() as u64 != sb.segment_count {
         return Err(bad(format!("checkpoint {} was written for another geometry", m.id)));
@@ -514,7 +549,27 @@ fn load(dev: &dyn Device, sb: &Superblock, headers: &Headers, m: Manifest) -> Re
     let g = sb.grain_bytes as u64;
     let runs = body_runs_checked(sb, &m.body_segments, manifest_grains(sb), body_bytes)
         .ok_or_else(|| bad(format!("checkpoint {} claims more entries than its segments hold", m.id)))?;
-    let mut body = Vec::with_capacity(body_bytes as usize);
+    let mut crc = 0u32;
+    let mut item_error: Option<String> = None;
+    let mut check_item = |it: Item| {
+        if item_error.is_some() {
+            return;
+        }
+        if !Entry(it.entry).is_well_formed() {
+            item_error = Some(format!(
+                "checkpoint {} holds an index entry with its hop-hint bits set ({:#018x})",
+                m.id, it.entry
+            ));
+        } else if it.home as u64 >= m.table_homes as u64 {
+            // No hash reaches a home past the table's: such an entry could
+            // never be found (and the index's placement assumes its homes
+            // exist).
+            item_error = Some(format!(
+                "checkpoint {} holds an index entry at home {} of a table of {} homes",
+                m.id, it.home, m.table_homes
+            ));
+        }
+    };
     for (offset, len) in runs {
         let mut done = 0;
         while done < len {
@@ -523,33 +578,26 @@ fn load(dev: &dyn Device, sb: &Superblock, headers: &Headers, m: Manifest) -> Re
             let at = offset + done;
             let (buf, r) = dev.read_at(AlignedBuf::zeroed(padded as usize), at);
             r.map_err(|source| Error::Io { op: "checkpoint read", offset: at, source })?;
-            body.extend_from_slice(&buf[..chunk as usize]);
+            let bytes = &buf[..chunk as usize];
+            crc = crc32c_append(crc, bytes);
+            take(bytes);
+            // Whole items: a run is whole grains (of at least 512 bytes)
+            // or the body's end, and a chunk a MiB of it.
+            debug_assert_eq!(bytes.len() % ITEM_BYTES, 0);
+            bytes.chunks_exact(ITEM_BYTES).for_each(|b| check_item(Item::decode(b)));
             done += chunk;
         }
     }
-    let computed = crc32c(&body);
-    if computed != m.body_crc {
+    if crc != m.body_crc {
         return Err(bad(format!(
-            "checkpoint {} body checksum mismatch (stored {:#010x}, computed {computed:#010x})",
+            "checkpoint {} body checksum mismatch (stored {:#010x}, computed {crc:#010x})",
             m.id, m.body_crc
         )));
     }
-    let items: Vec<Item> = body.chunks_exact(ITEM_BYTES).map(Item::decode).collect();
-    if let Some(it) = items.iter().find(|it| !Entry(it.entry).is_well_formed()) {
-        return Err(bad(format!(
-            "checkpoint {} holds an index entry with its hop-hint bits set ({:#018x})",
-            m.id, it.entry
-        )));
+    match item_error {
+        Some(detail) => Err(bad(detail)),
+        None => Ok(body_bytes),
     }
-    // No hash reaches a home past the table's: such an entry could never
-    // be found (and the index's placement assumes its homes exist).
-    if let Some(it) = items.iter().find(|it| it.home as u64 >= m.table_homes as u64) {
-        return Err(bad(format!(
-            "checkpoint {} holds an index entry at home {} of a table of {} homes",
-            m.id, it.home, m.table_homes
-        )));
-    }
-    Ok(Loaded { manifest: m, items, bytes_read: body_bytes })
 }
 
 /// [`body_runs`], or None if the segments cannot hold the body.

@@ -13,7 +13,10 @@
 //! Nor is a superblock copy behind the other or failing its checksum
 //! (listed: the next open for writing rewrites it). A segment header of
 //! this store that fails its checksum is an error: no crash tears one (it
-//! fits one sector), and the store takes its segment for free.
+//! fits one sector), and the store takes its segment for free. So is the
+//! newest checkpoint failing its checks (its body is written and flushed
+//! before its manifest, so no crash leaves one): opens skip it; on a zoned
+//! device, where the manifest goes first, it is listed, not an error.
 
 use crate::error::Result;
 use crate::log::{read_segment_headers, SegmentScanner};
@@ -52,6 +55,10 @@ pub struct VerifyReport {
     /// crash left behind, or one failing its checksum or magic. Not errors:
     /// the store reads the other.
     pub superblock_copies_to_mend: Vec<String>,
+    /// On a zoned device, the newest checkpoint failing its checks (its
+    /// manifest is written before its body, so a crash leaves one): opens
+    /// skip it. Elsewhere no crash leaves one, and it is an error.
+    pub checkpoint_unusable: Option<String>,
     pub error_count: u64,
     /// The first errors, one line each.
     pub errors: Vec<String>,
@@ -122,6 +129,18 @@ pub(crate) fn verify(p: Parts<'_>, progress: Option<&ProgressHook>) -> Result<Ve
             "segment {seg}: its header fails its checksum ({why}): damaged; the store takes the segment \
              for free, so records in it are not indexed and are written over when it is reused"
         ));
+    }
+    if let Some((id, why)) = crate::checkpoint::check_newest(p.log.dev.as_ref(), &p.log.sb, &headers) {
+        if p.space.zoned() {
+            // Zoned checkpoints write their manifest before their body: a
+            // crash leaves a newest one whose body does not check out.
+            r.checkpoint_unusable = Some(format!("checkpoint {id}: {why}"));
+        } else {
+            r.error(format!(
+                "the newest checkpoint is damaged ({why}): opens skip it and read an older checkpoint \
+                 or scan the log (no data is lost by it)"
+            ));
+        }
     }
     let segments = headers.kv;
     let steps = (entries.len() + segments.len()) as u64;

@@ -36,6 +36,11 @@ pub fn run(a: VerifyArgs) -> Result<ExitCode, String> {
     for s in &r.superblock_copies_to_mend {
         println!("{s}: the store reads the other copy, and the next open for writing (`granary serve`) rewrites it");
     }
+    if let Some(c) = &r.checkpoint_unusable {
+        println!(
+            "{c}: the newest checkpoint does not check out (on a zoned device a crash while it was written leaves one): opens read an older one or scan the log"
+        );
+    }
     for e in &r.errors {
         println!("error: {e}");
     }
