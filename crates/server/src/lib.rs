@@ -21,7 +21,12 @@
 //! - a limit refuses the newest connections, never one accepted before them
 //!   (admission happens in accept order, on the accepting executor);
 //! - once stopping, the accept loop ends and a session reads no more: what
-//!   a connection has read is executed and answered, then it closes.
+//!   a connection has read is executed and answered, then it closes;
+//! - a connection that ends with input unread closes by a half-close, then
+//!   reads and drops what its client still sends (bounded: [`LINGER_TIME`],
+//!   [`LINGER_BYTES`]), so the replies it sent reach the client: closed
+//!   with input unread, the kernel would reset the connection and drop the
+//!   replies not yet delivered.
 
 pub mod auth;
 mod stream;
@@ -64,6 +69,14 @@ pub const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// nothing left to process: a larger one is freed (an idle connection
 /// holds no read buffer to speak of).
 pub const INPUT_KEEP_BYTES: usize = 4096;
+
+/// How long a connection that is closing keeps reading, and dropping,
+/// what its client still sends ([`linger`]), at most.
+pub const LINGER_TIME: Duration = Duration::from_secs(2);
+
+/// How much a closing connection reads and drops at most ([`linger`]):
+/// a client that sends more than this after its connection ends is reset.
+pub const LINGER_BYTES: usize = 1 << 20;
 
 /// Reply buffer a connection keeps while it waits for its client, for the
 /// protocols to apply the same rule to their output as
@@ -472,6 +485,7 @@ impl<P: Protocol> ConnectionTask<P> {
         if let Some(_refusal) = over_limit {
             stats.rejected_connections.fetch_add(1, Relaxed);
             protocol.refuse(held.stream.clone()).await;
+            linger(&held.stream).await;
             return;
         }
         stats.total_connections.fetch_add(1, Relaxed);
@@ -479,6 +493,45 @@ impl<P: Protocol> ConnectionTask<P> {
         if !stats.connections.stopping() {
             let read_first = std::cell::Cell::new(true);
             protocol.serve(Session { stream: held.stream.clone(), idle_timeout, stats, read_first }).await;
+        }
+        linger(&held.stream).await;
+    }
+}
+
+/// End a connection the way that keeps its replies: a socket closed with
+/// input it never read makes the kernel send a reset, and a reset drops
+/// what the client had not received yet (the replies before an error that
+/// ends the connection, a QUIT with more pipelined after it, a refusal
+/// sent to a client that spoke first). So where input is waiting unread:
+/// half-close (the client reads every reply, then the end), then read and
+/// drop what still comes until the client closes its side, for
+/// [`LINGER_TIME`] and [`LINGER_BYTES`] at most; the socket then closes
+/// with nothing unread, or resets a client that kept sending. Where
+/// nothing is waiting (a client that closed first, or one waiting for a
+/// reply) it closes at once: one read more.
+async fn linger(stream: &Stream) {
+    let drop_input = || READ_CHUNK.with(|c| stream.try_recv(&mut c.borrow_mut()));
+    let mut left = match drop_input() {
+        Ok(n) if n > 0 => LINGER_BYTES.saturating_sub(n),
+        _ => return,
+    };
+    if left == 0 || stream.shutdown_write().is_err() {
+        return;
+    }
+    let deadline = std::time::Instant::now() + LINGER_TIME;
+    loop {
+        match drop_input() {
+            Ok(0) => return,
+            Ok(n) if n >= left => return,
+            Ok(n) => left -= n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let rest = deadline.saturating_duration_since(std::time::Instant::now());
+                if rest.is_zero() || !matches!(granary_rt::timeout(rest, stream.readable()).await, Ok(Ok(()))) {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return,
         }
     }
 }
