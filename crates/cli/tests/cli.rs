@@ -379,6 +379,52 @@ fn create_on_a_block_device_writes_only_over_a_blank_head() {
     assert_eq!(&head[65_600..65_611], b"not a store", "not overwritten");
 }
 
+/// A stripe set of two block devices too small for a store: the creation
+/// fails after the set's labels were written, and takes them back (the
+/// heads are blank again), so a retry fails for the same reason. Before,
+/// the labels stayed and the retry said the set held no usable store.
+/// Needs root and two free loop devices; else skipped, saying why.
+#[test]
+fn a_failed_create_on_block_devices_leaves_their_heads_blank() {
+    const NAME: &str = "a_failed_create_on_block_devices_leaves_their_heads_blank";
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("{NAME}: skipped: not root (losetup needs it)");
+        return;
+    }
+    struct Detach(String);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            let _ = Command::new("losetup").args(["-d", &self.0]).status();
+        }
+    }
+    let dir = workdir();
+    let mut members = Vec::new();
+    for name in ["a.img", "b.img"] {
+        let backing = dir.path().join(name);
+        // Room for the labels and a set, not for two segments after the
+        // superblocks' megabyte.
+        std::fs::File::create(&backing).unwrap().set_len(1536 << 10).unwrap();
+        match Command::new("losetup").args(["-f", "--show"]).arg(&backing).output() {
+            Ok(o) if o.status.success() => members.push(Detach(String::from_utf8_lossy(&o.stdout).trim().to_string())),
+            other => {
+                eprintln!("{NAME}: skipped: no loop device: {other:?}");
+                return;
+            }
+        }
+    }
+    let set = format!("{},{}", members[0].0, members[1].0);
+    for attempt in 0..2 {
+        let o = run(&["create", &set, "--if-absent"]);
+        assert_one_line_error(&o, "fewer than two segments");
+        for m in &members {
+            let mut head = vec![0u8; 1 << 20];
+            std::io::Read::read_exact(&mut std::fs::File::open(&m.0).unwrap(), &mut head).unwrap();
+            assert!(head.iter().all(|&b| b == 0), "attempt {attempt}: {} keeps what the creation wrote", m.0);
+        }
+    }
+}
+
 /// The README's first command works on a fresh directory, and again.
 #[test]
 fn create_makes_parent_directories_and_if_absent_is_repeatable() {

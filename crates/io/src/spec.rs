@@ -20,6 +20,27 @@ pub enum DeviceSpec {
     Striped(Vec<PathBuf>),
 }
 
+/// The bytes at the start of a block device that must be zeros for a
+/// store to be made on it (a store's superblocks, a member's stripe label
+/// and the store's superblocks behind it, the signatures of partition
+/// tables and filesystems), and that a failed creation zeroes again.
+pub const BLANK_HEAD_BYTES: u64 = 1024 * 1024;
+
+/// Zero the head of block device `p` if it starts with a stripe label.
+fn blank_labelled(p: &Path) -> io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new().read(true).write(true).open(p)?;
+    let mut magic = [0u8; 8];
+    f.read_exact(&mut magic)?;
+    if magic != crate::stripe::LABEL_MAGIC {
+        return Ok(());
+    }
+    let len = f.seek(SeekFrom::End(0))?.min(BLANK_HEAD_BYTES);
+    f.seek(SeekFrom::Start(0))?;
+    f.write_all(&vec![0u8; len as usize])?;
+    f.sync_all()
+}
+
 fn is_block_device(p: &Path) -> bool {
     std::fs::metadata(p).map(|m| m.file_type().is_block_device()).unwrap_or(false)
 }
@@ -192,11 +213,29 @@ impl DeviceSpec {
         Ok(!files.is_empty())
     }
 
-    /// Remove the files a failed creation left (not block devices).
+    /// Undo a creation that made the device (the files, or the stripe
+    /// set's labels) and then failed: remove the files, and give each
+    /// block device of a stripe set that now starts with a stripe label
+    /// its blank head back ([`BLANK_HEAD_BYTES`] of zeros: a creation
+    /// writes on a block device only over a blank head), so the next try
+    /// makes the set again rather than find labels with no store behind
+    /// them. Best effort: a device that cannot be blanked is logged.
     pub fn remove_files(&self) {
         for p in self.paths() {
             if !is_block_device(p) {
                 let _ = std::fs::remove_file(p);
+            }
+        }
+        self.blank_labels();
+    }
+
+    /// Zero the head of each block device of a stripe set that starts with
+    /// a stripe label (see [`DeviceSpec::remove_files`]).
+    fn blank_labels(&self) {
+        let DeviceSpec::Striped(members) = self else { return };
+        for p in members.iter().filter(|p| is_block_device(p)) {
+            if let Err(e) = blank_labelled(p) {
+                tracing::warn!(device = %p.display(), error = %e, "cannot zero the stripe label a failed creation wrote");
             }
         }
     }

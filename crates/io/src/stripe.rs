@@ -188,13 +188,28 @@ impl StripedDevice {
             ));
         }
         let set_id = random_id();
+        // On a failure the labels written so far go (best effort), so the
+        // members are as they were for the next try.
+        let unlabel = |written: &[Arc<dyn Device>]| {
+            for w in written {
+                let _ = w.write_at(AlignedBuf::zeroed(LABEL_BYTES as usize), 0).1;
+            }
+        };
         for (i, m) in members.iter().enumerate() {
             let l = Label { set_id, index: i as u32, count: n as u32, stripe_bytes, member_data_bytes };
-            let (_, r) = m.write_at(l.encode(), 0);
-            r.map_err(|e| io::Error::new(e.kind(), format!("cannot write the stripe label of {}: {e}", m.describe())))?;
+            if let Err(e) = m.write_at(l.encode(), 0).1 {
+                unlabel(&members[..i]);
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("cannot write the stripe label of {}: {e}", m.describe()),
+                ));
+            }
         }
         for m in &members {
-            m.flush().map_err(|e| io::Error::new(e.kind(), format!("cannot flush {}: {e}", m.describe())))?;
+            if let Err(e) = m.flush() {
+                unlabel(&members);
+                return Err(io::Error::new(e.kind(), format!("cannot flush {}: {e}", m.describe())));
+            }
         }
         Ok(StripedDevice {
             members,
@@ -732,6 +747,25 @@ mod tests {
         let (_, plain) = mems(1, 1 << 20);
         let e = StripedDevice::open(plain).err().unwrap().to_string();
         assert!(e.contains("not a member of a stripe set"), "{e}");
+    }
+
+    /// A creation whose label write fails on a later member zeroes the
+    /// labels it wrote on the earlier ones, so the next try finds the
+    /// members as they were. Before, the first members kept their labels
+    /// (a retry over block devices said "already holds a Granary store").
+    #[test]
+    fn a_failed_creation_takes_back_the_labels_it_wrote() {
+        let (raw, mut devs) = mems(3, 1 << 20);
+        let failing = Arc::new(crate::InjectDevice::new(devs[2].clone()));
+        failing.controls().set_write_eio(true);
+        devs[2] = failing;
+        let e = StripedDevice::create(devs, 64 << 10).err().expect("the third label fails").to_string();
+        assert!(e.contains("cannot write the stripe label"), "{e}");
+        for (i, m) in raw.iter().enumerate() {
+            m.with_bytes_mut(|b| {
+                assert!(b[..LABEL_BYTES as usize].iter().all(|&x| x == 0), "member {i} keeps a label")
+            });
+        }
     }
 
     #[test]

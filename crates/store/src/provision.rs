@@ -224,7 +224,7 @@ fn is_block_device(p: &Path) -> bool {
 /// label, and the signatures of partition tables and filesystems (ext4's
 /// superblock at 1 KiB, XFS's at 0, a GPT header at 512 bytes, btrfs's and
 /// reiserfs's at 64 KiB...) lie in them, as in what `wipefs` probes.
-pub const DEVICE_HEAD_BYTES: usize = 1024 * 1024;
+pub const DEVICE_HEAD_BYTES: usize = granary_io::spec::BLANK_HEAD_BYTES as usize;
 
 /// The first [`DEVICE_HEAD_BYTES`] of `p` (fewer if it is smaller).
 fn device_head(p: &Path) -> io::Result<Vec<u8>> {
