@@ -7,6 +7,11 @@
 //! opened, with the way out (buffered mode), not at the first write.
 //! An open device holds an exclusive `flock`, so a second process (or a
 //! second open in one process) is refused instead of corrupting the store.
+//! A block device opened for writing is also opened with `O_EXCL`, the
+//! kernel's exclusive claim: a flock covers one device node, while the
+//! claim also keeps out a mount, `mkfs`, another claim through another
+//! node of the same device, and a claim of the whole disk while one of its
+//! partitions is held (or the other way round).
 
 use crate::buf::Tail;
 use crate::{check_range, AlignedBuf, Device, IoCounters, IoFuture, IoResult};
@@ -319,15 +324,33 @@ impl FileDevice {
         }
         let mut opts = OpenOptions::new();
         opts.read(true).write(!read_only);
-        if mode == OpenMode::Direct {
-            opts.custom_flags(libc::O_DIRECT);
-        }
-        let file = match opts.open(path) {
-            Ok(f) => f,
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && mode == OpenMode::Direct => {
-                return Err(refuses_direct(path))
+        let claim = if is_block_device && !read_only { libc::O_EXCL } else { 0 };
+        opts.custom_flags(claim | if mode == OpenMode::Direct { libc::O_DIRECT } else { 0 });
+        // A claim released by a process that just exited may linger as its
+        // lock does (see `lock_settled`): retried as long.
+        let deadline = Instant::now() + std::time::Duration::from_millis(OPEN_LOCK_WAIT_MS);
+        let file = loop {
+            match opts.open(path) {
+                Ok(f) => break f,
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && mode == OpenMode::Direct => {
+                    return Err(refuses_direct(path))
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && claim != 0 => {
+                    if Instant::now() < deadline {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                        continue;
+                    }
+                    return Err(io::Error::new(
+                        io::ErrorKind::WouldBlock,
+                        format!(
+                            "{} is in use: mounted, or held by another program (a store, a filesystem tool, \
+                             or a claim on the same disk through another partition or node)",
+                            path.display()
+                        ),
+                    ));
+                }
+                Err(e) => return Err(annotate(e, "cannot open", path)),
             }
-            Err(e) => return Err(annotate(e, "cannot open", path)),
         };
         lock_settled(&file, path, !read_only)?;
         let mut dev = Self::from_locked(file, path, mode, is_block_device)?;
@@ -834,6 +857,53 @@ impl Device for FileDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A block device opened for writing is claimed (`O_EXCL`): another
+    /// exclusive open of it, as `mount` and `mkfs` make, fails while the
+    /// device is open and succeeds once it is closed; a read-only open
+    /// (an inspection) makes no claim. Before, only the flock held it,
+    /// which those never ask for. Needs root and a free loop device; else
+    /// skipped, saying why.
+    #[test]
+    fn a_block_device_opened_for_writing_is_claimed() {
+        const NAME: &str = "a_block_device_opened_for_writing_is_claimed";
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("{NAME}: skipped: not root (losetup needs it)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let backing = dir.path().join("disk.img");
+        File::create(&backing).unwrap().set_len(4 << 20).unwrap();
+        let attach = std::process::Command::new("losetup").args(["-f", "--show"]).arg(&backing).output();
+        let node = match attach {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+            other => {
+                eprintln!("{NAME}: skipped: no loop device: {other:?}");
+                return;
+            }
+        };
+        struct Detach(String);
+        impl Drop for Detach {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("losetup").args(["-d", &self.0]).status();
+            }
+        }
+        let node = Detach(node);
+        let claim = || OpenOptions::new().read(true).write(true).custom_flags(libc::O_EXCL).open(&node.0);
+        let dev = FileDevice::open(Path::new(&node.0), OpenMode::Buffered).unwrap();
+        let e = claim().expect_err("claimed while the device is open");
+        assert_eq!(e.raw_os_error(), Some(libc::EBUSY), "{e}");
+        drop(dev);
+        let inspect = FileDevice::open_read_only(Path::new(&node.0), OpenMode::Buffered).unwrap();
+        drop(claim().expect("an inspection claims nothing, and the device's claim went with it"));
+        drop(inspect);
+        // Held by another claim (a mount, mkfs), the device is not opened.
+        let other = claim().unwrap();
+        let e = FileDevice::open(Path::new(&node.0), OpenMode::Buffered).err().expect("refused");
+        assert!(e.to_string().contains("is in use"), "{e}");
+        drop(other);
+    }
 
     /// The extents of `file` as (logical start, length, unwritten) from the
     /// FS_IOC_FIEMAP ioctl; None where the filesystem does not answer it.
