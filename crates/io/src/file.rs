@@ -7,10 +7,11 @@
 //! opened, with the way out (buffered mode), not at the first write.
 //! An open device holds an exclusive `flock`, so a second process (or a
 //! second open in one process) is refused instead of corrupting the store.
-//! A block device opened for writing is also opened with `O_EXCL`, the
-//! kernel's exclusive claim: a flock covers one device node, while the
-//! claim also keeps out a mount, `mkfs`, another claim through another
-//! node of the same device, and a claim of the whole disk while one of its
+//! A block device opened for writing also holds the kernel's exclusive
+//! claim (a descriptor opened with `O_EXCL`, kept beside the data one and
+//! let go with the lock): a flock covers one device node, while the claim
+//! also keeps out a mount, `mkfs`, another claim through another node of
+//! the same device, and a claim of the whole disk while one of its
 //! partitions is held (or the other way round).
 
 use crate::buf::Tail;
@@ -75,6 +76,12 @@ pub struct FileDevice {
     /// Opened for reading only ([`FileDevice::open_read_only`]): the file
     /// descriptor cannot write, and the lock is shared.
     read_only: bool,
+    /// A block device opened for writing: a descriptor of its own opened
+    /// with `O_EXCL`, the kernel's exclusive claim, held from the open to
+    /// [`Device::release`] and taken again by [`Device::claim`] (the
+    /// claim belongs to an open file, so it could not go with the data
+    /// descriptor while handles on a closed store keep that open).
+    exclusive: std::sync::Mutex<Option<File>>,
 }
 
 /// [`FileDevice::uses`]' flag: released.
@@ -322,39 +329,26 @@ impl FileDevice {
                 format!("{} is neither a regular file nor a block device", path.display()),
             ));
         }
+        let exclusive = match is_block_device && !read_only {
+            true => Some(claim_settled(path)?),
+            false => None,
+        };
         let mut opts = OpenOptions::new();
         opts.read(true).write(!read_only);
-        let claim = if is_block_device && !read_only { libc::O_EXCL } else { 0 };
-        opts.custom_flags(claim | if mode == OpenMode::Direct { libc::O_DIRECT } else { 0 });
-        // A claim released by a process that just exited may linger as its
-        // lock does (see `lock_settled`): retried as long.
-        let deadline = Instant::now() + std::time::Duration::from_millis(OPEN_LOCK_WAIT_MS);
-        let file = loop {
-            match opts.open(path) {
-                Ok(f) => break f,
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && mode == OpenMode::Direct => {
-                    return Err(refuses_direct(path))
-                }
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && claim != 0 => {
-                    if Instant::now() < deadline {
-                        std::thread::sleep(std::time::Duration::from_millis(10));
-                        continue;
-                    }
-                    return Err(io::Error::new(
-                        io::ErrorKind::WouldBlock,
-                        format!(
-                            "{} is in use: mounted, or held by another program (a store, a filesystem tool, \
-                             or a claim on the same disk through another partition or node)",
-                            path.display()
-                        ),
-                    ));
-                }
-                Err(e) => return Err(annotate(e, "cannot open", path)),
+        if mode == OpenMode::Direct {
+            opts.custom_flags(libc::O_DIRECT);
+        }
+        let file = match opts.open(path) {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && mode == OpenMode::Direct => {
+                return Err(refuses_direct(path))
             }
+            Err(e) => return Err(annotate(e, "cannot open", path)),
         };
         lock_settled(&file, path, !read_only)?;
         let mut dev = Self::from_locked(file, path, mode, is_block_device)?;
         dev.read_only = read_only;
+        dev.exclusive = std::sync::Mutex::new(exclusive);
         Ok(dev)
     }
 
@@ -374,6 +368,7 @@ impl FileDevice {
             pid: std::process::id(),
             turn: std::sync::Mutex::new(()),
             read_only: false,
+            exclusive: std::sync::Mutex::new(None),
         };
         dev.block = dev.probe_block_size()?;
         dev.size -= dev.size % dev.block as u64;
@@ -563,6 +558,35 @@ fn lock_settled(file: &File, path: &Path, exclusive: bool) -> io::Result<()> {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
             r => return r,
+        }
+    }
+}
+
+/// The kernel's exclusive claim on block device `path`: a descriptor
+/// opened with `O_EXCL` (read-only: the claim does not depend on the
+/// access mode). Retried for [`OPEN_LOCK_WAIT_MS`] as [`lock_settled`]
+/// is, since the claim of a process that just exited may linger as its
+/// lock does.
+fn claim_settled(path: &Path) -> io::Result<File> {
+    let deadline = Instant::now() + std::time::Duration::from_millis(OPEN_LOCK_WAIT_MS);
+    loop {
+        match OpenOptions::new().read(true).custom_flags(libc::O_EXCL).open(path) {
+            Ok(f) => return Ok(f),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                if Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    continue;
+                }
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!(
+                        "{} is in use: mounted, or held by another program (a store, a filesystem tool, or a \
+                         claim on the same disk through another partition or node)",
+                        path.display()
+                    ),
+                ));
+            }
+            Err(e) => return Err(annotate(e, "cannot open", path)),
         }
     }
 }
@@ -828,6 +852,7 @@ impl Device for FileDevice {
         }
         // SAFETY: flock on the device's own open fd with constant flags.
         unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
+        self.exclusive.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
     fn claim(&self) -> io::Result<()> {
@@ -835,7 +860,12 @@ impl Device for FileDevice {
         if self.uses.load(SeqCst) & RELEASED == 0 {
             return Ok(());
         }
+        let exclusive = match self.is_block_device && !self.read_only {
+            true => Some(claim_settled(&self.path)?),
+            false => None,
+        };
         lock(&self.file, &self.path, !self.read_only)?;
+        *self.exclusive.lock().unwrap_or_else(|e| e.into_inner()) = exclusive;
         self.uses.fetch_and(!RELEASED, SeqCst);
         Ok(())
     }
@@ -894,6 +924,12 @@ mod tests {
         let dev = FileDevice::open(Path::new(&node.0), OpenMode::Buffered).unwrap();
         let e = claim().expect_err("claimed while the device is open");
         assert_eq!(e.raw_os_error(), Some(libc::EBUSY), "{e}");
+        // A closed store's device lets the claim go with its lock, though
+        // handles may keep the device itself open, and takes it back.
+        dev.release();
+        drop(claim().expect("released"));
+        dev.claim().unwrap();
+        assert_eq!(claim().expect_err("claimed again").raw_os_error(), Some(libc::EBUSY));
         drop(dev);
         let inspect = FileDevice::open_read_only(Path::new(&node.0), OpenMode::Buffered).unwrap();
         drop(claim().expect("an inspection claims nothing, and the device's claim went with it"));

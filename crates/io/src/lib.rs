@@ -207,7 +207,8 @@ pub trait Device: Send + Sync + 'static {
     /// A short description for logs and errors (path, mode).
     fn describe(&self) -> String;
     /// The store using it has closed: give up what keeps another open
-    /// of the same device out (a file's `flock`), though handles on the
+    /// of the same device out (a file's `flock`, a block device's
+    /// exclusive claim), though handles on the
     /// closed store may still hold the device itself. A file device then
     /// refuses new operations (a call that raced the close fails) and
     /// unlocks once those under way have ended; [`Device::claim`] undoes

@@ -27,9 +27,16 @@ pub enum DeviceSpec {
 pub const BLANK_HEAD_BYTES: u64 = 1024 * 1024;
 
 /// Zero the head of block device `p` if it starts with a stripe label.
+/// Under the device's exclusive claim: one claimed meanwhile (another
+/// creation that found it blank and waited for this one's claim) is left
+/// alone.
 fn blank_labelled(p: &Path) -> io::Result<()> {
     use std::io::{Read, Seek, SeekFrom, Write};
-    let mut f = std::fs::OpenOptions::new().read(true).write(true).open(p)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = match std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_EXCL).open(p) {
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Ok(()),
+        f => f?,
+    };
     let mut magic = [0u8; 8];
     f.read_exact(&mut magic)?;
     if magic != crate::stripe::LABEL_MAGIC {
@@ -219,7 +226,8 @@ impl DeviceSpec {
     /// its blank head back ([`BLANK_HEAD_BYTES`] of zeros: a creation
     /// writes on a block device only over a blank head), so the next try
     /// makes the set again rather than find labels with no store behind
-    /// them. Best effort: a device that cannot be blanked is logged.
+    /// them. Best effort: a device that cannot be blanked is logged, and
+    /// one another process claims now is left alone.
     pub fn remove_files(&self) {
         for p in self.paths() {
             if !is_block_device(p) {

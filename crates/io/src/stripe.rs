@@ -192,7 +192,9 @@ impl StripedDevice {
         // members are as they were for the next try.
         let unlabel = |written: &[Arc<dyn Device>]| {
             for w in written {
-                let _ = w.write_at(AlignedBuf::zeroed(LABEL_BYTES as usize), 0).1;
+                if w.write_at(AlignedBuf::zeroed(LABEL_BYTES as usize), 0).1.is_ok() {
+                    let _ = w.flush();
+                }
             }
         };
         for (i, m) in members.iter().enumerate() {

@@ -134,7 +134,9 @@ impl Checkpoints {
         Checkpoints { session, ..Default::default() }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
+    /// The checkpoint in use, held: no checkpoint is written (nor an
+    /// older one's segments freed) meanwhile (`verify` reads the newest).
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
         self.current.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -501,27 +503,45 @@ pub(crate) fn find(dev: &dyn Device, sb: &Superblock, headers: &Headers, load: b
 
 fn load(dev: &dyn Device, sb: &Superblock, headers: &Headers, m: Manifest) -> Result<Loaded> {
     let mut body = Vec::new();
-    let bytes_read = read_checked(dev, sb, headers, &m, |chunk| body.extend_from_slice(chunk))?;
+    let bytes_read = read_checked(dev, sb, headers, &m, |chunk| {
+        // Called once the entry count is known to fit the segments.
+        if body.is_empty() {
+            body.reserve_exact(m.entries as usize * ITEM_BYTES);
+        }
+        body.extend_from_slice(chunk)
+    })?;
     let items: Vec<Item> = body.chunks_exact(ITEM_BYTES).map(Item::decode).collect();
     Ok(Loaded { manifest: m, items, bytes_read })
 }
 
+/// Why the newest checkpoint would not load ([`check_newest`]).
+pub(crate) struct Refused {
+    pub id: u64,
+    pub why: String,
+    /// Its body (or its items) failed their checks: damage, where the body
+    /// was flushed before the manifest. Otherwise (a body segment no
+    /// longer its own) it is unusable, not damaged.
+    pub body: bool,
+}
+
 /// For `verify`: the newest checkpoint an open would try first, checked
 /// as its load checks it (read a chunk at a time, not held), and why it
-/// fails: its id and the reason, or None where it would load, where there
-/// is none, or where the open would scan without trying it (placed by
-/// another key hash: a re-key's crash leaves that, not damage).
-pub(crate) fn check_newest(dev: &dyn Device, sb: &Superblock, headers: &Headers) -> Option<(u64, String)> {
+/// fails; None where it would load, where there is none, or where the open
+/// would scan without trying it (placed by another key hash: a re-key's
+/// crash leaves that, not damage). The caller holds the checkpoints
+/// ([`Checkpoints::lock`]), so none is written or freed meanwhile.
+pub(crate) fn check_newest(dev: &dyn Device, sb: &Superblock, headers: &Headers) -> Option<Refused> {
     let (candidates, _) = manifests(dev, sb, headers, true);
     let m = candidates.into_iter().next()?;
     if m.hash_check != sb.hash_check() {
         return None;
     }
-    let why = match read_checked(dev, sb, headers, &m, |_| {}).err()? {
+    let mut read_any = false;
+    let why = match read_checked(dev, sb, headers, &m, |_| read_any = true).err()? {
         Error::Corruption { detail, .. } => detail,
         e => e.to_string(),
     };
-    Some((m.id, why))
+    Some(Refused { id: m.id, why, body: read_any })
 }
 
 /// Check checkpoint `m` as a load must: its geometry, its segments, then

@@ -14,7 +14,7 @@
 //! (listed: the next open for writing rewrites it). A segment header of
 //! this store that fails its checksum is an error: no crash tears one (it
 //! fits one sector), and the store takes its segment for free. So is the
-//! newest checkpoint failing its checks (its body is written and flushed
+//! newest checkpoint's body failing its checks (it is written and flushed
 //! before its manifest, so no crash leaves one): opens skip it; on a zoned
 //! device, where the manifest goes first, it is listed, not an error.
 
@@ -55,9 +55,10 @@ pub struct VerifyReport {
     /// crash left behind, or one failing its checksum or magic. Not errors:
     /// the store reads the other.
     pub superblock_copies_to_mend: Vec<String>,
-    /// On a zoned device, the newest checkpoint failing its checks (its
-    /// manifest is written before its body, so a crash leaves one): opens
-    /// skip it. Elsewhere no crash leaves one, and it is an error.
+    /// The newest checkpoint failing its checks where that is no sign of
+    /// damage: on a zoned device (its manifest is written before its body,
+    /// so a crash leaves one), or a body segment no longer its own. Opens
+    /// skip it. A body failing its checks elsewhere is an error.
     pub checkpoint_unusable: Option<String>,
     pub error_count: u64,
     /// The first errors, one line each.
@@ -130,20 +131,7 @@ pub(crate) fn verify(p: Parts<'_>, progress: Option<&ProgressHook>) -> Result<Ve
              for free, so records in it are not indexed and are written over when it is reused"
         ));
     }
-    if let Some((id, why)) = crate::checkpoint::check_newest(p.log.dev.as_ref(), &p.log.sb, &headers) {
-        if p.space.zoned() {
-            // Zoned checkpoints write their manifest before their body: a
-            // crash leaves a newest one whose body does not check out.
-            r.checkpoint_unusable = Some(format!("checkpoint {id}: {why}"));
-        } else {
-            r.error(format!(
-                "the newest checkpoint is damaged ({why}): opens skip it and read an older checkpoint \
-                 or scan the log (no data is lost by it)"
-            ));
-        }
-    }
-    let segments = headers.kv;
-    let steps = (entries.len() + segments.len()) as u64;
+    let steps = (entries.len() + headers.kv.len()) as u64;
     let report = |done: u64| {
         if let Some(p) = progress {
             (p.0)(done, steps);
@@ -199,6 +187,20 @@ pub(crate) fn verify(p: Parts<'_>, progress: Option<&ProgressHook>) -> Result<Ve
         }
     }
 
+    if let Some(c) = crate::checkpoint::check_newest(p.log.dev.as_ref(), &p.log.sb, &headers) {
+        if c.body && !p.space.zoned() {
+            r.error(format!(
+                "the newest checkpoint is damaged ({}): opens skip it and read an older checkpoint or scan \
+                 the log (no data is lost by it)",
+                c.why
+            ));
+        } else {
+            // Zoned checkpoints write their manifest before their body: a
+            // crash leaves a newest one whose body does not check out.
+            r.checkpoint_unusable = Some(format!("checkpoint {}: {}", c.id, c.why));
+        }
+    }
+    let segments = headers.kv;
     for (i, (s, _)) in segments.into_iter().enumerate() {
         let mut scan = SegmentScanner::new(p.log.dev.as_ref(), &p.log.sb, p.log.seed, s.seg, s.alloc_seq as u32);
         let mut found: Vec<(u64, Vec<u8>)> = Vec::new();
