@@ -945,8 +945,13 @@ impl Runtime {
         let n = cfg.threads.max(1);
         let arena =
             if cfg.registered_buffer_bytes > 0 { crate::arena::init(cfg.registered_buffer_bytes) } else { None };
-        let mut shared = Vec::with_capacity(n);
-        let mut threads = Vec::with_capacity(n);
+        // Built as the executors start: a failure midway (an eventfd, a
+        // thread) drops it, which stops and joins those already running.
+        let mut rt = Runtime {
+            spawner: Spawner { shared: Vec::with_capacity(n) },
+            threads: Vec::with_capacity(n),
+            next: AtomicUsize::new(0),
+        };
         let mut ready = Vec::with_capacity(n);
         for id in 0..n {
             // SAFETY: eventfd returns a new descriptor or -1, checked below.
@@ -964,7 +969,7 @@ impl Runtime {
                 efd: unsafe { OwnedFd::from_raw_fd(fd) },
                 counters: Counters::default(),
             });
-            shared.push(s.clone());
+            rt.spawner.shared.push(s.clone());
             let cfg = cfg.clone();
             let (tx, rx) = std::sync::mpsc::channel();
             ready.push(rx);
@@ -1009,9 +1014,8 @@ impl Runtime {
                 ex.teardown();
                 CTX.with(|c| *c.borrow_mut() = None);
             })?;
-            threads.push(t);
+            rt.threads.push(t);
         }
-        let rt = Runtime { spawner: Spawner { shared }, threads, next: AtomicUsize::new(0) };
         for rx in ready {
             match rx.recv() {
                 Ok(Ok(())) => {}
