@@ -1,6 +1,7 @@
 //! The `granary` binary against real files with O_DIRECT: data round-trips
 //! across processes, exit codes, one-line errors, corruption detection.
 
+use granary_store::io::testdev::LoopDevice;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -326,30 +327,14 @@ fn a_closed_stdout_ends_the_command_quietly_with_141() {
 /// Needs root and a free loop device; else skipped, saying why.
 #[test]
 fn create_on_a_block_device_writes_only_over_a_blank_head() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("create_on_a_block_device_writes_only_over_a_blank_head: skipped: not root (losetup needs it)");
-        return;
-    }
     let dir = workdir();
     let backing = dir.path().join("disk.img");
     std::fs::File::create(&backing).unwrap().set_len(64 << 20).unwrap();
-    let attach = Command::new("losetup").args(["-f", "--show"]).arg(&backing).output();
-    let dev = match attach {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
-        other => {
-            eprintln!("create_on_a_block_device_writes_only_over_a_blank_head: skipped: no loop device: {other:?}");
-            return;
-        }
+    let dev = match LoopDevice::attach(&backing) {
+        Ok(d) => d,
+        Err(why) => return eprintln!("create_on_a_block_device_writes_only_over_a_blank_head: skipped: {why}"),
     };
-    struct Detach(String);
-    impl Drop for Detach {
-        fn drop(&mut self) {
-            let _ = Command::new("losetup").args(["-d", &self.0]).status();
-        }
-    }
-    let _detach = Detach(dev.clone());
-    let d = dev.as_str();
+    let d = dev.node();
     // Blank: --if-absent makes the store, then opens it.
     let o = run(&["create", d, "--if-absent"]);
     assert_eq!(code(&o), 0, "{}", String::from_utf8_lossy(&o.stderr));
@@ -368,10 +353,8 @@ fn create_on_a_block_device_writes_only_over_a_blank_head() {
     img[65_600..65_611].copy_from_slice(b"not a store");
     std::fs::write(&other, &img).unwrap();
     std::fs::OpenOptions::new().write(true).open(&other).unwrap().set_len(64 << 20).unwrap();
-    let attach = Command::new("losetup").args(["-f", "--show"]).arg(&other).output().unwrap();
-    assert!(attach.status.success(), "{attach:?}");
-    let _detach_other = Detach(String::from_utf8_lossy(&attach.stdout).trim().to_string());
-    let o2 = _detach_other.0.as_str();
+    let other = LoopDevice::attach(&other).unwrap();
+    let o2 = other.node();
     assert_one_line_error(&run(&["create", o2]), "holds data");
     assert_ne!(code(&run(&["create", o2, "--if-absent"])), 0);
     let mut head = vec![0u8; 70_000];
@@ -386,18 +369,6 @@ fn create_on_a_block_device_writes_only_over_a_blank_head() {
 /// Needs root and two free loop devices; else skipped, saying why.
 #[test]
 fn a_failed_create_on_block_devices_leaves_their_heads_blank() {
-    const NAME: &str = "a_failed_create_on_block_devices_leaves_their_heads_blank";
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("{NAME}: skipped: not root (losetup needs it)");
-        return;
-    }
-    struct Detach(String);
-    impl Drop for Detach {
-        fn drop(&mut self) {
-            let _ = Command::new("losetup").args(["-d", &self.0]).status();
-        }
-    }
     let dir = workdir();
     let mut members = Vec::new();
     for name in ["a.img", "b.img"] {
@@ -405,22 +376,19 @@ fn a_failed_create_on_block_devices_leaves_their_heads_blank() {
         // Room for the labels and a set, not for two segments after the
         // superblocks' megabyte.
         std::fs::File::create(&backing).unwrap().set_len(1536 << 10).unwrap();
-        match Command::new("losetup").args(["-f", "--show"]).arg(&backing).output() {
-            Ok(o) if o.status.success() => members.push(Detach(String::from_utf8_lossy(&o.stdout).trim().to_string())),
-            other => {
-                eprintln!("{NAME}: skipped: no loop device: {other:?}");
-                return;
-            }
+        match LoopDevice::attach(&backing) {
+            Ok(d) => members.push(d),
+            Err(why) => return eprintln!("a_failed_create_on_block_devices_leaves_their_heads_blank: skipped: {why}"),
         }
     }
-    let set = format!("{},{}", members[0].0, members[1].0);
+    let set = format!("{},{}", members[0].node(), members[1].node());
     for attempt in 0..2 {
         let o = run(&["create", &set, "--if-absent"]);
         assert_one_line_error(&o, "fewer than two segments");
         for m in &members {
             let mut head = vec![0u8; 1 << 20];
-            std::io::Read::read_exact(&mut std::fs::File::open(&m.0).unwrap(), &mut head).unwrap();
-            assert!(head.iter().all(|&b| b == 0), "attempt {attempt}: {} keeps what the creation wrote", m.0);
+            std::io::Read::read_exact(&mut std::fs::File::open(m.node()).unwrap(), &mut head).unwrap();
+            assert!(head.iter().all(|&b| b == 0), "attempt {attempt}: {} keeps what the creation wrote", m.node());
         }
     }
 }

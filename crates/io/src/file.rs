@@ -896,32 +896,16 @@ mod tests {
     /// skipped, saying why.
     #[test]
     fn a_block_device_opened_for_writing_is_claimed() {
-        const NAME: &str = "a_block_device_opened_for_writing_is_claimed";
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("{NAME}: skipped: not root (losetup needs it)");
-            return;
-        }
         let dir = tempfile::tempdir().unwrap();
         let backing = dir.path().join("disk.img");
         File::create(&backing).unwrap().set_len(4 << 20).unwrap();
-        let attach = std::process::Command::new("losetup").args(["-f", "--show"]).arg(&backing).output();
-        let node = match attach {
-            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
-            other => {
-                eprintln!("{NAME}: skipped: no loop device: {other:?}");
-                return;
-            }
+        let node = match crate::testdev::LoopDevice::attach(&backing) {
+            Ok(d) => d,
+            Err(why) => return eprintln!("a_block_device_opened_for_writing_is_claimed: skipped: {why}"),
         };
-        struct Detach(String);
-        impl Drop for Detach {
-            fn drop(&mut self) {
-                let _ = std::process::Command::new("losetup").args(["-d", &self.0]).status();
-            }
-        }
-        let node = Detach(node);
-        let claim = || OpenOptions::new().read(true).write(true).custom_flags(libc::O_EXCL).open(&node.0);
-        let dev = FileDevice::open(Path::new(&node.0), OpenMode::Buffered).unwrap();
+        let path = Path::new(node.node());
+        let claim = || OpenOptions::new().read(true).write(true).custom_flags(libc::O_EXCL).open(path);
+        let dev = FileDevice::open(path, OpenMode::Buffered).unwrap();
         let e = claim().expect_err("claimed while the device is open");
         assert_eq!(e.raw_os_error(), Some(libc::EBUSY), "{e}");
         // A closed store's device lets the claim go with its lock, though
@@ -931,12 +915,12 @@ mod tests {
         dev.claim().unwrap();
         assert_eq!(claim().expect_err("claimed again").raw_os_error(), Some(libc::EBUSY));
         drop(dev);
-        let inspect = FileDevice::open_read_only(Path::new(&node.0), OpenMode::Buffered).unwrap();
+        let inspect = FileDevice::open_read_only(path, OpenMode::Buffered).unwrap();
         drop(claim().expect("an inspection claims nothing, and the device's claim went with it"));
         drop(inspect);
         // Held by another claim (a mount, mkfs), the device is not opened.
         let other = claim().unwrap();
-        let e = FileDevice::open(Path::new(&node.0), OpenMode::Buffered).err().expect("refused");
+        let e = FileDevice::open(path, OpenMode::Buffered).err().expect("refused");
         assert!(e.to_string().contains("is in use"), "{e}");
         drop(other);
     }

@@ -19,6 +19,9 @@
 //!   printed, and the device's drop fails the test if there was one
 //!   ([`TestDevice::zone_violations`]).
 //!
+//! [`LoopDevice`] puts a file behind a block device for the tests of
+//! block devices.
+//!
 //! Any way the test can corrupt bytes ([`TestDevice::with_bytes_mut`])
 //! and make writes fail ([`TestDevice::fail_writes`]). Crash points (torn
 //! and lost writes) belong to the simulated devices ([`MemDevice`],
@@ -36,6 +39,36 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 /// The environment variable that picks the backend.
 pub const BACKEND_VAR: &str = "GRANARY_TEST_BACKEND";
+
+/// A loop device over a file (`losetup`), for tests of block devices;
+/// detached on drop.
+pub struct LoopDevice(String);
+
+impl LoopDevice {
+    /// Attach `backing` to a free loop device, or say why there is none
+    /// (not root, no free loop device), for the test to print and skip.
+    pub fn attach(backing: &Path) -> Result<LoopDevice, String> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("not root (losetup needs it)".into());
+        }
+        match std::process::Command::new("losetup").args(["-f", "--show"]).arg(backing).output() {
+            Ok(o) if o.status.success() => Ok(LoopDevice(String::from_utf8_lossy(&o.stdout).trim().to_string())),
+            other => Err(format!("no loop device: {other:?}")),
+        }
+    }
+
+    /// Its node (`/dev/loopN`).
+    pub fn node(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
 
 /// The zoned backend's limit on open and on active zones: the most the
 /// store ever needs (two per segment stream with hot/cold separation's
