@@ -38,6 +38,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("segment_header", targets::segment_header),
     ("summary", targets::summary),
     ("superblock", targets::superblock),
+    ("stripe_label", targets::stripe_label),
     ("checkpoint", targets::checkpoint),
     ("catalog", targets::catalog),
     ("config_toml", targets::config_toml),

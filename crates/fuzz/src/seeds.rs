@@ -66,6 +66,9 @@ pub fn all() -> Vec<Seed> {
     for (name, b) in superblocks() {
         add("superblock", name, fixed(b));
     }
+    for (name, b) in stripe_labels() {
+        add("stripe_label", name, fixed(b));
+    }
     for (name, b) in checkpoints() {
         add("checkpoint", name, fixed(b));
     }
@@ -343,6 +346,28 @@ fn encode_segment(h: &SegmentHeader) -> Vec<u8> {
 
 fn segment() -> Vec<u8> {
     encode_segment(&segment_header(SegmentKind::Kv, Stream::Relocation))
+}
+
+/// The labels of a stripe set's first and last members, as
+/// `StripedDevice::create` writes them (its set id is random: fixed here
+/// afterwards, with the checksum, so the seeds stay the same bytes).
+fn stripe_labels() -> Vec<(&'static str, Vec<u8>)> {
+    use granary_store::io::{AlignedBuf, Device, MemDevice, StripedDevice};
+    use std::sync::Arc;
+    let members: Vec<Arc<dyn Device>> = (0..3).map(|_| Arc::new(MemDevice::new(1 << 20)) as Arc<dyn Device>).collect();
+    StripedDevice::create(members.clone(), 64 << 10).expect("a stripe set");
+    [("first", 0), ("last", 2)]
+        .into_iter()
+        .map(|(name, i)| {
+            let (buf, r) = members[i].read_at(AlignedBuf::zeroed(4096), 0);
+            r.expect("a label");
+            let mut b = buf[..44].to_vec();
+            b[24..32].copy_from_slice(&0x5eed_u64.to_le_bytes());
+            let crc = granary_format::checksum::crc32c(&b[..40]);
+            b[40..44].copy_from_slice(&crc.to_le_bytes());
+            (name, b)
+        })
+        .collect()
 }
 
 fn superblocks() -> Vec<(&'static str, Vec<u8>)> {

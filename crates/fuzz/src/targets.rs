@@ -256,6 +256,19 @@ pub fn superblock(data: &[u8]) {
     }
 }
 
+/// A stripe set member's label as an open reads it; the first byte's low
+/// bit writes its checksum first. What decodes encodes to the same bytes.
+pub fn stripe_label(data: &[u8]) {
+    let Some((fix, mut b)) = choice(data) else { return };
+    if fix {
+        fix_crc(&mut b, STRIPE_LABEL_CRC_AT);
+    }
+    granary_store::io::stripe::fuzz_label(&b);
+}
+
+/// Where a stripe label's checksum lies (over the bytes before it).
+const STRIPE_LABEL_CRC_AT: usize = 40;
+
 /// A checkpoint manifest, the body items after it, and a batch's commit
 /// record; what decodes encodes to the same bytes.
 pub fn checkpoint(data: &[u8]) {

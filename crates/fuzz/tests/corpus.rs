@@ -70,6 +70,7 @@ fn format_and_catalog_seeds_decode() {
             }
             "segment_header" => SegmentHeader::decode(b).is_ok(),
             "superblock" => Superblock::decode(b).is_ok(),
+            "stripe_label" => granary_store::io::stripe::fuzz_label(b),
             "checkpoint" if s.name == "manifest" => Manifest::decode(b).is_ok(),
             "checkpoint" => granary_format::batch::Commit::decode(b).is_ok(),
             "catalog" if s.bytes[0] == 0 => granary_store::fuzzing::catalog(b),

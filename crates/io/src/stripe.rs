@@ -134,6 +134,25 @@ impl Label {
     }
 }
 
+/// The stripe label fuzz target's way in (granary-fuzz): decode `b` as a
+/// member's label (zeros after it, up to [`LABEL_BYTES`]; cut there) as an
+/// open reads one. A label that decodes encodes back to the same bytes
+/// (its fields and checksum, the first 44); a panic is a decoder's bug.
+/// Whether it decoded.
+#[doc(hidden)]
+pub fn fuzz_label(b: &[u8]) -> bool {
+    let mut buf = vec![0u8; LABEL_BYTES as usize];
+    let n = b.len().min(buf.len());
+    buf[..n].copy_from_slice(&b[..n]);
+    match Label::decode(&buf, "fuzz input") {
+        Ok(l) => {
+            assert_eq!(&l.encode()[..LABEL_CRC_AT + 4], &buf[..LABEL_CRC_AT + 4], "{l:?}");
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 /// A random set id, without a dependency: the standard library's hasher is
 /// seeded from the operating system's randomness.
 fn random_id() -> u64 {
