@@ -34,7 +34,10 @@ fn blank_labelled(p: &Path) -> io::Result<()> {
     use std::io::{Read, Seek, SeekFrom, Write};
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = match std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_EXCL).open(p) {
-        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+            tracing::warn!(device = %p.display(), "a failed creation's stripe label left as it is: the device is claimed by another program now");
+            return Ok(());
+        }
         f => f?,
     };
     let mut magic = [0u8; 8];

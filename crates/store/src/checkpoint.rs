@@ -135,7 +135,8 @@ impl Checkpoints {
     }
 
     /// The checkpoint in use, held: no checkpoint is written (nor an
-    /// older one's segments freed) meanwhile (`verify` reads the newest).
+    /// older one's segments freed) meanwhile (`verify`, while it reads the
+    /// segment headers and the newest checkpoint).
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
         self.current.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -518,10 +519,15 @@ fn load(dev: &dyn Device, sb: &Superblock, headers: &Headers, m: Manifest) -> Re
 pub(crate) struct Refused {
     pub id: u64,
     pub why: String,
-    /// Its body (or its items) failed their checks: damage, where the body
-    /// was flushed before the manifest. Otherwise (a body segment no
-    /// longer its own) it is unusable, not damaged.
-    pub body: bool,
+    /// Damage where the body is flushed before the manifest: every check
+    /// it fails (its geometry, its size, a read, its checksum, an item)
+    /// but a body segment no longer its own.
+    pub damage: bool,
+}
+
+/// A body segment of checkpoint `m` whose header no longer names it.
+fn foreign_segment(headers: &Headers, m: &Manifest) -> Option<u32> {
+    m.body_segments.iter().copied().find(|&seg| !headers.index.iter().any(|(s, h)| *s == seg && h.first_seq == m.id))
 }
 
 /// For `verify`: the newest checkpoint an open would try first, checked
@@ -529,19 +535,23 @@ pub(crate) struct Refused {
 /// fails; None where it would load, where there is none, or where the open
 /// would scan without trying it (placed by another key hash: a re-key's
 /// crash leaves that, not damage). The caller holds the checkpoints
-/// ([`Checkpoints::lock`]), so none is written or freed meanwhile.
+/// ([`Checkpoints::lock`]) from the reading of `headers` on, so none is
+/// written or freed meanwhile.
 pub(crate) fn check_newest(dev: &dyn Device, sb: &Superblock, headers: &Headers) -> Option<Refused> {
     let (candidates, _) = manifests(dev, sb, headers, true);
     let m = candidates.into_iter().next()?;
     if m.hash_check != sb.hash_check() {
         return None;
     }
-    let mut read_any = false;
-    let why = match read_checked(dev, sb, headers, &m, |_| read_any = true).err()? {
+    if let Some(seg) = foreign_segment(headers, &m) {
+        let why = format!("segment {seg} of checkpoint {} no longer belongs to it", m.id);
+        return Some(Refused { id: m.id, why, damage: false });
+    }
+    let why = match read_checked(dev, sb, headers, &m, |_| {}).err()? {
         Error::Corruption { detail, .. } => detail,
         e => e.to_string(),
     };
-    Some(Refused { id: m.id, why, body: read_any })
+    Some(Refused { id: m.id, why, damage: true })
 }
 
 /// Check checkpoint `m` as a load must: its geometry, its segments, then
@@ -559,11 +569,8 @@ fn read_checked(
     if m.table_homes != sb.index_table_homes || m.seg_alloc.len() as u64 != sb.segment_count {
         return Err(bad(format!("checkpoint {} was written for another geometry", m.id)));
     }
-    for &seg in &m.body_segments {
-        let ok = headers.index.iter().any(|(s, h)| *s == seg && h.first_seq == m.id);
-        if !ok {
-            return Err(bad(format!("segment {seg} of checkpoint {} no longer belongs to it", m.id)));
-        }
+    if let Some(seg) = foreign_segment(headers, m) {
+        return Err(bad(format!("segment {seg} of checkpoint {} no longer belongs to it", m.id)));
     }
     let body_bytes = m.entries.checked_mul(ITEM_BYTES as u64).ok_or_else(|| bad("entry count overflows".into()))?;
     let g = sb.grain_bytes as u64;

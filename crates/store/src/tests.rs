@@ -1193,6 +1193,30 @@ fn verify_reports_progress_up_to_every_step() {
     assert_eq!(seen.last(), Some(&(total, total)));
 }
 
+/// A progress hook may read the store's figures (which read the
+/// checkpoint in use) while verify runs: verify holds the checkpoints only
+/// while it reads the segment headers and the newest checkpoint. Held
+/// throughout, such a hook deadlocked (verify runs on a thread of its own
+/// here, so a deadlock fails the test instead of hanging it).
+#[test]
+fn a_verify_progress_hook_may_read_the_stats() {
+    let (_dev, s) = mem_store(16 << 20, 1 << 20, 512);
+    for i in 0..3000u32 {
+        s.put(format!("k{i}").as_bytes(), &[1u8; 700]).unwrap();
+    }
+    let s = Arc::new(s);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let verifier = s.clone();
+    std::thread::spawn(move || {
+        let reader = verifier.clone();
+        let hook = ProgressHook(Arc::new(move |_, _| drop(reader.stats())));
+        let r = verifier.verify_with_progress(&hook).map(|r| r.is_clean()).map_err(|e| e.to_string());
+        tx.send(r).unwrap();
+    });
+    let r = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("verify returned");
+    assert_eq!(r, Ok(true));
+}
+
 /// The suite's device is the backend the environment asks for: on the
 /// io_uring backend the synchronous API's IO really goes through a ring,
 /// on the zoned backend the store runs in zoned mode.

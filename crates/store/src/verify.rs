@@ -106,7 +106,11 @@ fn check_summary(p: Parts<'_>, seg: u32, stamp: u32, found: &[(u64, Vec<u8>)], r
 
 /// Check the store; `progress` is called with (steps done, steps) where a
 /// step is an index entry read or a segment scanned.
-pub(crate) fn verify(p: Parts<'_>, progress: Option<&ProgressHook>) -> Result<VerifyReport> {
+pub(crate) fn verify(
+    p: Parts<'_>,
+    checkpoints: &crate::checkpoint::Checkpoints,
+    progress: Option<&ProgressHook>,
+) -> Result<VerifyReport> {
     let started = Instant::now();
     let mut r = VerifyReport::default();
     let g = p.log.sb.grain_bytes;
@@ -124,7 +128,14 @@ pub(crate) fn verify(p: Parts<'_>, progress: Option<&ProgressHook>) -> Result<Ve
     }
     let mut entries = Vec::new();
     p.keys.index.for_each(|home, e| entries.push((home, e)));
-    let headers = read_segment_headers(p.log.dev.as_ref(), &p.log.sb)?;
+    let (headers, newest) = {
+        // No checkpoint is written meanwhile: a newer one frees the
+        // newest's segments, which writes may then reuse under the read.
+        let _held = checkpoints.lock();
+        let headers = read_segment_headers(p.log.dev.as_ref(), &p.log.sb)?;
+        let newest = crate::checkpoint::check_newest(p.log.dev.as_ref(), &p.log.sb, &headers);
+        (headers, newest)
+    };
     for (seg, why) in &headers.damaged {
         r.error(format!(
             "segment {seg}: its header fails its checksum ({why}): damaged; the store takes the segment \
@@ -187,8 +198,8 @@ pub(crate) fn verify(p: Parts<'_>, progress: Option<&ProgressHook>) -> Result<Ve
         }
     }
 
-    if let Some(c) = crate::checkpoint::check_newest(p.log.dev.as_ref(), &p.log.sb, &headers) {
-        if c.body && !p.space.zoned() {
+    if let Some(c) = newest {
+        if c.damage && !p.space.zoned() {
             r.error(format!(
                 "the newest checkpoint is damaged ({}): opens skip it and read an older checkpoint or scan \
                  the log (no data is lost by it)",

@@ -416,38 +416,47 @@ fn body_of(b: &[u8], o: usize, m: usize, seg: usize) -> (usize, usize) {
     (body, body_end)
 }
 
-/// `verify` reports the newest checkpoint when its body fails its
-/// checksum: damage, since the body is flushed before the manifest is
-/// written, which opens skip (scanning the log here); listed, not an
-/// error, on a zoned device, where the manifest goes first. Before, verify
-/// said nothing of it.
+/// `verify` reports the newest checkpoint when it fails its checks (a
+/// body byte flipped, so its checksum fails; a manifest of another
+/// geometry, its own checksum holding): damage, since the body is flushed
+/// before the manifest is written, which opens skip (scanning the log
+/// here); listed, not an error, on a zoned device, where the manifest goes
+/// first. Before, verify said nothing of it; then, for a while, a refusal
+/// before the body's first chunk was read (the geometry, a read error)
+/// was listed rather than reported.
 #[test]
 fn verify_reports_a_damaged_newest_checkpoint() {
-    let (dev, model, id) = checkpointed_store();
-    let seg = create_opts().segment_bytes.unwrap() as usize;
-    // Opened as `granary verify` opens it: nothing written.
-    let inspect = OpenOptions { clear_torn: false, gc: false, checkpoint_on_close: false, ..opts() };
-    let report = Store::open(dev.clone(), &inspect).unwrap().verify().unwrap();
-    assert!(report.is_clean(), "{:?}", report.errors);
-    patch_checkpoint(&dev, id, |b, o, m| {
+    type Damage = fn(&mut [u8], usize, usize, usize);
+    let flip_body: Damage = |b, o, m, seg| {
         let (body, _) = body_of(b, o, m, seg);
         b[body + 3] ^= 0x10; // an item's entry; the body's CRC left as it was
-    });
-    let s = Store::open(dev.clone(), &inspect).unwrap();
-    assert_ne!(s.stats().recovery.checkpoint_id, id, "the open skipped it");
-    let report = s.verify().unwrap();
-    let mismatch = format!("checkpoint {id} body checksum mismatch");
-    if dev.zoned().is_some() {
-        // Manifest first there: a crash leaves such a checkpoint, so it
-        // is listed, not an error.
+    };
+    let other_geometry: Damage = |b, _, m, _| b[m + 68] ^= 1; // table_homes
+    for (damage, says) in [(flip_body, "body checksum mismatch"), (other_geometry, "was written for another geometry")]
+    {
+        let (dev, model, id) = checkpointed_store();
+        let seg = create_opts().segment_bytes.unwrap() as usize;
+        // Opened as `granary verify` opens it: nothing written.
+        let inspect = OpenOptions { clear_torn: false, gc: false, checkpoint_on_close: false, ..opts() };
+        let report = Store::open(dev.clone(), &inspect).unwrap().verify().unwrap();
         assert!(report.is_clean(), "{:?}", report.errors);
-        assert!(report.checkpoint_unusable.as_ref().is_some_and(|c| c.contains(&mismatch)), "{report:?}");
-    } else {
-        assert!(!report.is_clean());
-        assert!(report.errors.iter().any(|e| e.contains(&mismatch)), "{:?}", report.errors);
-        assert_eq!(report.checkpoint_unusable, None);
+        patch_checkpoint(&dev, id, |b, o, m| damage(b, o, m, seg));
+        let s = Store::open(dev.clone(), &inspect).unwrap();
+        assert_ne!(s.stats().recovery.checkpoint_id, id, "the open skipped it");
+        let report = s.verify().unwrap();
+        let named = format!("checkpoint {id} {says}");
+        if dev.zoned().is_some() {
+            // Manifest first there: a crash leaves such a checkpoint, so it
+            // is listed, not an error.
+            assert!(report.is_clean(), "{:?}", report.errors);
+            assert!(report.checkpoint_unusable.as_ref().is_some_and(|c| c.contains(&named)), "{report:?}");
+        } else {
+            assert!(report.errors.iter().any(|e| e.contains(&named)), "{says}: {:?}", report.errors);
+            assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
+            assert_eq!(report.checkpoint_unusable, None);
+        }
+        check_values(&s, &model, 1200);
     }
-    check_values(&s, &model, 1200);
 }
 
 /// A checkpoint placed by another key hash than the superblock names ends
