@@ -114,6 +114,16 @@ pub struct Config {
 /// Default size of a new data file: a quarter of the free space of the
 /// filesystem that will hold it, at most 1 GiB, at least 64 MiB.
 pub const SIZE_DEFAULT_MAX: u64 = 1 << 30;
+
+/// The largest memcache item by default (`-I`, memcached's 1 MiB).
+pub const MAX_ITEM_SIZE_DEFAULT: u64 = 1 << 20;
+
+/// The smallest segments that hold an item of `item` bytes with its key,
+/// its header and the segment's header: the next power of two above it
+/// and 64 KiB.
+pub fn segment_bytes_for_item(item: u64) -> u64 {
+    (item + 64 * 1024).next_power_of_two()
+}
 const SIZE_DEFAULT_MIN: u64 = 64 << 20;
 
 fn free_bytes_near(path: &std::path::Path) -> Option<u64> {
@@ -170,7 +180,7 @@ impl Config {
             tls_ca: None,
             threads: 0,
             conn_limit: limits::CONNECTIONS_DEFAULT,
-            max_item_size: 1 << 20,
+            max_item_size: MAX_ITEM_SIZE_DEFAULT,
             idle_timeout: 0,
             memcache_namespace: granary_store::DEFAULT_NAMESPACE.into(),
             enable_shutdown: false,
@@ -409,8 +419,8 @@ fn open_or_create(a: &Config, signals: libc::sigset_t, opts: &OpenOptions) -> Re
         return site.open(mode, backend, opts).map_err(at);
     }
     // Segments must hold the largest item (with its key, header and the
-    // segment header): at least the next power of two above it.
-    let need = (a.max_item_size + 64 * 1024).next_power_of_two();
+    // segment header).
+    let need = segment_bytes_for_item(a.max_item_size);
     let seg = a.segment_size.unwrap_or_else(|| granary_store::options::default_segment_bytes(a.size).max(need));
     // Refused before the file is made and filled (which takes a while on a
     // large one) if the memcache listener's check after it would refuse

@@ -1060,6 +1060,25 @@ fn an_item_size_the_segments_cannot_hold_is_refused() {
     assert!(data.exists(), "an existing store was removed");
 }
 
+/// A store `granary create` makes in a small file with the defaults is
+/// served with the defaults: its segments hold the default 1 MiB items.
+/// Before, a file under 128 MiB got 1 MiB segments and serve refused its
+/// default -I ("exceeds what this store's segments hold").
+#[test]
+fn a_store_created_with_the_defaults_is_served_with_them() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("small.db");
+    let o = granary(&["create", data.to_str().unwrap(), "--size", "64M"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = Serve::start(&data);
+    let big = vec![b'v'; 1 << 20];
+    let mut req = format!("set big 0 0 {}\r\n", big.len()).into_bytes();
+    req.extend_from_slice(&big);
+    req.extend_from_slice(b"\r\n");
+    assert_eq!(s.call(&req), b"STORED\r\n");
+    assert_eq!(s.signal(SIGTERM).code(), Some(0));
+}
+
 /// SIGKILL while clients commit transactions over the native protocol:
 /// each client writes one version to its four keys (two in a namespace,
 /// two in the default one) per transaction; after every kill, each

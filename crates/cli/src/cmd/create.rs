@@ -16,7 +16,9 @@ pub struct CreateArgs {
     /// Size of a new file, e.g. 1G, 512MiB (ignored for block devices).
     #[arg(long, value_parser = size::parse)]
     size: Option<u64>,
-    /// Segment size, a power of two (default: 1/64 of the device, 1 MiB..1 GiB).
+    /// Segment size, a power of two (default: 1/64 of the device, 1 MiB..1
+    /// GiB; for a new file at least 2 MiB, so that `granary serve` takes
+    /// its default 1 MiB items).
     #[arg(long, value_parser = size::parse)]
     segment_size: Option<u64>,
     /// Grain size in bytes: 512 or 4096 (default: the device's block size).
@@ -58,10 +60,21 @@ pub fn run(a: CreateArgs) -> Result<ExitCode, String> {
         // Ctrl-C during the zero fill stops it and removes the file.
         granary_cli::signals::block_stop_signals();
         let fill = granary_cli::progress::zero_fill();
+        // A new file's segments hold `granary serve`'s largest item by
+        // default, as the segments serve makes do (smaller ones made the
+        // store refuse its default -I).
+        let files = granary_store::io::DeviceSpec::parse(&a.dev.path).is_ok_and(|spec| {
+            use std::os::unix::fs::FileTypeExt;
+            spec.paths().iter().all(|p| !std::fs::metadata(p).is_ok_and(|m| m.file_type().is_block_device()))
+        });
+        let segment_bytes = a.segment_size.or(a.size.filter(|_| files).map(|s| {
+            granary_store::options::default_segment_bytes(s)
+                .max(crate::serve::segment_bytes_for_item(crate::serve::MAX_ITEM_SIZE_DEFAULT))
+        }));
         let new = NewStore {
             size_bytes: a.size.unwrap_or(0),
             stripe_bytes,
-            create: CreateOptions { grain_bytes: a.grain, segment_bytes: a.segment_size, index_table_homes: None },
+            create: CreateOptions { grain_bytes: a.grain, segment_bytes, index_table_homes: None },
             fill_progress: &fill,
         };
         site.create(mode(a.dev.buffered), IoBackend::Sync, &new, &OpenOptions::default())
