@@ -748,15 +748,22 @@ fn sample(page: &str, name_and_labels: &str) -> f64 {
         .unwrap()
 }
 
+/// A memcache `set` of `key` to `value` (flags 0, no expiry), its line
+/// and its data block.
+fn set_request(key: &str, value: &[u8]) -> Vec<u8> {
+    let mut req = format!("set {key} 0 0 {}\r\n", value.len()).into_bytes();
+    req.extend_from_slice(value);
+    req.extend_from_slice(b"\r\n");
+    req
+}
+
 #[test]
 fn a_second_signal_during_the_drain_exits_at_once_and_loses_nothing_acknowledged() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let data = dir.path().join("twice.db");
     let s = Serve::start(&data);
     let big = vec![b'b'; 512 << 10];
-    let mut req = format!("set big 0 0 {}\r\n", big.len()).into_bytes();
-    req.extend_from_slice(&big);
-    req.extend_from_slice(b"\r\nset a 0 0 1\r\nx\r\n");
+    let req = [set_request("big", &big), set_request("a", b"x")].concat();
     assert_eq!(s.call(&req), b"STORED\r\nSTORED\r\n");
     // A client that reads none of its 200 MiB of replies keeps its
     // connection busy, so the drain would wait for it (5 s at most).
@@ -1071,11 +1078,7 @@ fn a_store_created_with_the_defaults_is_served_with_them() {
     let o = granary(&["create", data.to_str().unwrap(), "--size", "64M"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let s = Serve::start(&data);
-    let big = vec![b'v'; 1 << 20];
-    let mut req = format!("set big 0 0 {}\r\n", big.len()).into_bytes();
-    req.extend_from_slice(&big);
-    req.extend_from_slice(b"\r\n");
-    assert_eq!(s.call(&req), b"STORED\r\n");
+    assert_eq!(s.call(&set_request("big", &vec![b'v'; 1 << 20])), b"STORED\r\n");
     assert_eq!(s.signal(SIGTERM).code(), Some(0));
 }
 

@@ -1021,18 +1021,22 @@ fn connections_are_spread_over_the_executors() {
 
 /// A listener serves one namespace: its keys, its `stats`, its
 /// `flush_all`; the default listener does not see them.
+/// A one-thread listener's settings for `namespace`, on a free port.
+fn namespace_listener(namespace: &str) -> ServerConfig {
+    ServerConfig {
+        threads: 1,
+        listen: ([127, 0, 0, 1], granary_rt::net::free_low_port().unwrap()).into(),
+        namespace: namespace.into(),
+        ..ServerConfig::default()
+    }
+}
+
 #[test]
 fn a_listener_serves_its_namespace() {
     let f = Fixture::default();
     f.store().create_namespace("users", granary_store::NamespaceOptions::default()).unwrap();
     let store = f.store.clone().unwrap();
-    let cfg = |namespace: &str| ServerConfig {
-        threads: 1,
-        listen: ([127, 0, 0, 1], granary_rt::net::free_low_port().unwrap()).into(),
-        namespace: namespace.into(),
-        ..ServerConfig::default()
-    };
-    let users = granary_memcache::Server::start(store.clone(), cfg("users")).unwrap();
+    let users = granary_memcache::Server::start(store.clone(), namespace_listener("users")).unwrap();
     let mut u = Client::connect(users.local_addr());
     let mut d = f.client();
     assert_eq!(u.call(b"set k 0 0 5\r\nusers\r\n"), b"STORED\r\n");
@@ -1050,7 +1054,7 @@ fn a_listener_serves_its_namespace() {
     assert_eq!(u.call(b"get k k2\r\n"), b"END\r\n");
     assert_eq!(d.call(b"get k\r\n"), b"VALUE k 0 7\r\ndefault\r\nEND\r\n");
     users.shutdown();
-    let err = granary_memcache::Server::start(store, cfg("nope")).err().expect("no such namespace");
+    let err = granary_memcache::Server::start(store, namespace_listener("nope")).err().expect("no such namespace");
     assert!(err.to_string().contains("no namespace \"nope\""), "{err}");
 }
 
@@ -1063,13 +1067,7 @@ fn a_namespace_at_its_quota_evicts_its_own_values() {
     let f = Fixture::default();
     let o = granary_store::NamespaceOptions { max_keys: Some(8), ..Default::default() };
     f.store().create_namespace("small", o).unwrap();
-    let cfg = ServerConfig {
-        threads: 1,
-        listen: ([127, 0, 0, 1], granary_rt::net::free_low_port().unwrap()).into(),
-        namespace: "small".into(),
-        ..ServerConfig::default()
-    };
-    let small = granary_memcache::Server::start(f.store.clone().unwrap(), cfg).unwrap();
+    let small = granary_memcache::Server::start(f.store.clone().unwrap(), namespace_listener("small")).unwrap();
     let mut c = Client::connect(small.local_addr());
     let mut d = f.client();
     assert_eq!(d.call(b"set mine 0 0 1\r\nd\r\n"), b"STORED\r\n");
