@@ -84,6 +84,9 @@ pub struct Config {
     pub threads: usize,
     pub conn_limit: usize,
     pub max_item_size: u64,
+    /// Whether `max_item_size` was set (a flag or the file): one left at
+    /// its default shrinks to what an existing store's segments hold.
+    pub max_item_size_set: bool,
     pub idle_timeout: u64,
     pub memcache_namespace: String,
     /// The Memcache `shutdown` command stops the server (memcached's `-A`).
@@ -181,6 +184,7 @@ impl Config {
             threads: 0,
             conn_limit: limits::CONNECTIONS_DEFAULT,
             max_item_size: MAX_ITEM_SIZE_DEFAULT,
+            max_item_size_set: false,
             idle_timeout: 0,
             memcache_namespace: granary_store::DEFAULT_NAMESPACE.into(),
             enable_shutdown: false,
@@ -468,7 +472,32 @@ fn fault_injection(site: Site) -> Result<Site, String> {
     Ok(site.wrap_device(Box::new(move |dev| Arc::new(InjectDevice::with_controls(dev, controls)))))
 }
 
-fn run(a: Config) -> Result<(), String> {
+/// The largest item an existing store's segments hold for every listener
+/// (the memcache one's namespace and longest key, the strictest), when
+/// less than the default and `-I` was not set: a store made with 1 MiB
+/// segments (by the Python or C bindings, or on a small block device) is
+/// served with the defaults, its largest item said once in the log.
+fn fit_default_item_size(a: &mut Config, store: &Store) {
+    if a.max_item_size_set {
+        return;
+    }
+    let key = limits::KEY_BYTES_MAX;
+    let holds = match store.namespace(&a.memcache_namespace) {
+        Ok(ns) => ns.value_bytes_max(key),
+        // The memcache listener refuses to start, saying why.
+        Err(_) => return,
+    };
+    if holds < a.max_item_size {
+        tracing::info!(
+            max_item_size = holds,
+            segment_bytes = store.stats().segment_bytes,
+            "largest item: what this store's segments hold (less than the default 1 MiB; -I sets it)"
+        );
+        a.max_item_size = holds;
+    }
+}
+
+fn run(mut a: Config) -> Result<(), String> {
     let signals = signals::block_stop_signals();
     // Every listener may hold conn_limit connections: the descriptors for
     // them, or a clear refusal now rather than EMFILE on accept later.
@@ -518,6 +547,7 @@ fn run(a: Config) -> Result<(), String> {
     let created = p.created;
     // What a failed start removes from here on (a new store's files).
     let undo = p.undo();
+    fit_default_item_size(&mut a, &p.store);
     let store = Arc::new(p.store);
     let rec = store.stats().recovery;
     if !created {

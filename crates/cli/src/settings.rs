@@ -476,10 +476,13 @@ pub const SETTINGS: &[Setting] = &[
         short: Some('I'),
         kind: Kind::Size { min: 1, max: granary_memcache::limits::ITEM_BYTES_LIMIT as u64 },
         help: "Largest item value (memcached's -I), e.g. 1m, 64m",
-        default: "`1m`",
-        meaning: "largest value, every protocol (the RESP listener's `proto-max-bulk-len`; up to 1 GiB; the store's segments must hold it)",
+        default: "`1m`; when not set, less for an existing store whose segments hold less (a little under 1 MiB for 1 MiB segments)",
+        meaning: "largest value, every protocol (the RESP listener's `proto-max-bulk-len`; up to 1 GiB; the store's segments must hold it: a value set here that they do not hold is refused at start)",
         value: |c| Some(c.max_item_size.to_string()),
-        apply: |c, v| c.max_item_size = v.int(),
+        apply: |c, v| {
+            c.max_item_size = v.int();
+            c.max_item_size_set = true;
+        },
     },
     Setting {
         key: "idle_timeout",

@@ -1064,7 +1064,41 @@ fn an_item_size_the_segments_cannot_hold_is_refused() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("exceeds what this store's segments hold"), "{err}");
+    // -I set to the default is a choice too: refused the same way.
+    let args = ["serve", "--data", d, "-I", "1m", "-p", &port, "--no-native", "--no-resp"];
+    let o = granary(&args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("exceeds what this store's segments hold"), "{err}");
     assert!(data.exists(), "an existing store was removed");
+}
+
+/// A store with 1 MiB segments (as the Python and C bindings make) is
+/// served with the defaults: the largest item, not set, becomes what the
+/// segments hold, said in `stats settings` and the log; an item of that size is
+/// stored and one a byte larger is refused as too large.
+#[test]
+fn a_store_whose_segments_hold_less_than_the_default_item_is_served() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("small-segments.db");
+    let o = granary(&["create", data.to_str().unwrap(), "--size", "64M", "--segment-size", "1M"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = Serve::start(&data);
+    let stats = String::from_utf8(s.call(b"stats settings\r\n")).unwrap();
+    let max: usize = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("STAT item_size_max "))
+        .unwrap_or_else(|| panic!("no item_size_max: {stats}"))
+        .parse()
+        .unwrap();
+    assert!(max < 1 << 20 && max > 1000 * 1024, "item_size_max {max}");
+    assert_eq!(s.call(&set_request("fits", &vec![b'v'; max])), b"STORED\r\n");
+    let over = s.call(&set_request("over", &vec![b'v'; max + 1]));
+    assert!(over.starts_with(b"SERVER_ERROR object too large"), "{}", String::from_utf8_lossy(&over));
+    assert_eq!(s.call(b"get fits\r\n").len(), max + "VALUE fits 0 \r\n\r\nEND\r\n".len() + max.to_string().len());
+    let said = s.log.matches("largest item: what this store's segments hold").count();
+    assert_eq!(said, 1, "{}", s.log);
+    assert_eq!(s.signal(SIGTERM).code(), Some(0));
 }
 
 /// A store `granary create` makes in a small file with the defaults is
