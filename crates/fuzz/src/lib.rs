@@ -3,8 +3,8 @@
 //! native frames and hellos, and the replies its client reads; RESP; NBD's
 //! handshake and requests), the on-device formats a corrupted device hands
 //! the store (records, segment headers and summaries, superblocks,
-//! checkpoint manifests, batch commits, the namespace catalog and totals;
-//! not yet a stripe set's member label), and the TOML
+//! checkpoint manifests and their items, batch commits, the namespace
+//! catalog and totals, a stripe set's member labels), and the TOML
 //! configuration file.
 //!
 //! Each target is a plain function of `&[u8]` ([`targets`], listed in

@@ -231,6 +231,37 @@ fn eviction_takes_the_least_recently_used_segment_without_writing() {
     assert!(s.verify().unwrap().is_clean());
 }
 
+/// A read that does not bump (memcache `mg` with `u`) leaves its
+/// segment's recency as it was, from the device and from the DRAM tier;
+/// one that bumps makes it recent.
+#[test]
+fn a_read_without_bump_leaves_its_segment_least_recently_used() {
+    for tier in [0, 1 << 20] {
+        let mut f = Fixture::new(16 << 20);
+        f.tier_bytes = tier;
+        let s = f.create(256 << 10, false, true);
+        let mut segs = Vec::new();
+        for r in 0..4 {
+            s.put(format!("first-{r}").as_bytes(), b"v").unwrap();
+            segs.push(segment_of(&s, format!("first-{r}").as_bytes()));
+            roll(&s, &format!("r{r}"));
+        }
+        roll(&s, "tail");
+        roll(&s, "tail2");
+        let age = crate::gc::age(s.core.log.sb.segment_count);
+        let victim = || s.core.space.pick_victim(age, true).unwrap().0;
+        // Twice: the second read of a tier finds the item the first admitted.
+        for _ in 0..2 {
+            let got = s.get_item_access(b"first-0", false, |_| false).unwrap().unwrap();
+            assert_eq!(got.item.value, b"v");
+            assert_eq!(victim(), segs[0], "tier {tier}: a read without bump made its segment recent");
+        }
+        assert!(s.get_item_access(b"first-0", true, |_| false).unwrap().is_some());
+        assert_eq!(victim(), segs[1], "tier {tier}: a read with bump left its segment least recent");
+        s.close().unwrap();
+    }
+}
+
 #[test]
 fn cache_mode_never_runs_out_of_space_and_keeps_hot_keys() {
     let f = Fixture::new(8 << 20);

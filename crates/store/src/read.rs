@@ -31,6 +31,18 @@ use granary_format::record::{self, RecordHeader};
 use granary_index::Entry;
 use std::sync::atomic::Ordering::Relaxed;
 
+/// What a read records of its key's use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Use {
+    /// A GET: its item is marked read (with access tracking) and, in cache
+    /// mode, its segment recently used (eviction takes the least recent).
+    Read,
+    /// Its segment marked recently used only (the caller marks the item).
+    Segment,
+    /// Neither (memcache's `u` flag: the item's recency is left as it was).
+    Quiet,
+}
+
 /// A GET's live version of a key: read from the device, or copied from
 /// the DRAM tier.
 pub(crate) enum Live {
@@ -221,7 +233,7 @@ impl Core {
     /// The value of `key` in `ns` with its metadata and CAS value.
     pub async fn get_item(&self, ns: &NsState, key: &[u8]) -> Result<Option<Item>> {
         let (key, c) = self.scoped(ns, key)?;
-        let found = self.read_live(&key, true).await?;
+        let found = self.read_live(&key, Use::Read).await?;
         c.got(found.is_some());
         Ok(found.map(Live::into_item))
     }
@@ -230,23 +242,23 @@ impl Core {
     /// engine's own keys: never through the DRAM tier).
     pub(crate) async fn read_item(&self, key: &[u8]) -> Result<Option<Item>> {
         self.counters.gets.fetch_add(1, Relaxed);
-        Ok(self.read_dev(key, self.keys.hash(key), true).await?.as_ref().map(Self::item_of))
+        Ok(self.read_dev(key, self.keys.hash(key), Use::Read).await?.as_ref().map(Self::item_of))
     }
 
     /// A GET's lookup: `key`'s live value, from the DRAM tier or else the
-    /// whole record from the device, counted and (cache mode) touching its
-    /// segment; with `bump` (and access tracking), marked as read now.
-    pub(crate) async fn read_live(&self, key: &[u8], bump: bool) -> Result<Option<Live>> {
+    /// whole record from the device, counted, and recording the use that
+    /// `used` says.
+    pub(crate) async fn read_live(&self, key: &[u8], used: Use) -> Result<Option<Live>> {
         self.counters.gets.fetch_add(1, Relaxed);
         let h = self.keys.hash(key);
         let Some(tier) = &self.keys.tier else {
-            return Ok(self.read_dev(key, h, bump).await?.map(Live::Dev));
+            return Ok(self.read_dev(key, h, used).await?.map(Live::Dev));
         };
-        if let Some(hot) = self.read_hot(tier, key, h, bump) {
+        if let Some(hot) = self.read_hot(tier, key, h, used) {
             return Ok(hot.map(Live::Hot));
         }
         tier.counters.misses.fetch_add(1, Relaxed);
-        self.read_dev_offered(tier, key, h, bump).await
+        self.read_dev_offered(tier, key, h, used).await
     }
 
     /// After the DRAM tier missed `key` (counted): its live record from
@@ -256,9 +268,9 @@ impl Core {
         tier: &crate::tier::Tier,
         key: &[u8],
         h: u64,
-        bump: bool,
+        used: Use,
     ) -> Result<Option<Live>> {
-        let Some(f) = self.read_dev(key, h, bump).await? else { return Ok(None) };
+        let Some(f) = self.read_dev(key, h, used).await? else { return Ok(None) };
         if f.via.is_none() {
             self.offer_hot(tier, key, h, &f.hdr, &f.buf, f.entry.pba());
         }
@@ -269,7 +281,8 @@ impl Core {
     /// still current by the freshness rule, `Some(None)` for one that has
     /// expired (absent), None when the tier has nothing current (the
     /// caller counts the miss and reads the device).
-    pub(crate) fn read_hot(&self, tier: &crate::tier::Tier, key: &[u8], h: u64, bump: bool) -> Option<Option<Hit>> {
+    pub(crate) fn read_hot(&self, tier: &crate::tier::Tier, key: &[u8], h: u64, used: Use) -> Option<Option<Hit>> {
+        let bump = used == Use::Read;
         let hot = tier.get(key, h)?;
         if !self.is_current(h, hot.pba, hot.stamp) {
             tier.drop_item(h, &hot);
@@ -284,7 +297,7 @@ impl Core {
         }
         tier.counters.hits.fetch_add(1, Relaxed);
         self.counters.get_hits.fetch_add(1, Relaxed);
-        if self.evict {
+        if self.evict && used != Use::Quiet {
             self.space.touch(seg);
         }
         if bump && self.track_access {
@@ -335,7 +348,8 @@ impl Core {
     }
 
     /// [`Core::read_live`] from the device.
-    async fn read_dev(&self, key: &[u8], h: u64, bump: bool) -> Result<Option<Found>> {
+    async fn read_dev(&self, key: &[u8], h: u64, used: Use) -> Result<Option<Found>> {
+        let bump = used == Use::Read;
         let Some(f) = self.find(key, h, true, true).await? else { return Ok(None) };
         if f.hdr.batch {
             // Its batch may be half visible still: read once all of it is.
@@ -349,7 +363,7 @@ impl Core {
             return Ok(None);
         }
         self.counters.get_hits.fetch_add(1, Relaxed);
-        if self.evict {
+        if self.evict && used != Use::Quiet {
             self.space.touch(self.log.sb.segment_of(f.entry.pba()));
         }
         if bump && self.track_access {
@@ -360,7 +374,8 @@ impl Core {
     }
 
     /// The item of `key` with its access state before this read: marked
-    /// read unless `!bump` (memcache `u`), and handed the item's win token
+    /// read, and its segment (cache mode) recently used, unless `!bump`
+    /// (memcache `u`), and handed the item's win token
     /// when `want_win(item)` and no reader had it yet. Without access
     /// tracking the state reads "never read, accessed now, no token" and
     /// every reader that wants the token wins it.
@@ -372,7 +387,8 @@ impl Core {
         want_win: impl Fn(&Item) -> bool,
     ) -> Result<Option<ItemAccess>> {
         let (key, c) = self.scoped(ns, key)?;
-        let found = self.read_live(&key, false).await?;
+        // The item's access word is marked below, with its prior state read.
+        let found = self.read_live(&key, if bump { Use::Segment } else { Use::Quiet }).await?;
         c.got(found.is_some());
         let Some(f) = found else { return Ok(None) };
         Ok(Some(self.with_access(self.keys.hash(&key), f, bump, want_win)))
@@ -434,7 +450,7 @@ impl Core {
     /// The value of `key` in the buffer it was read into (zero-copy).
     pub async fn get_buf(&self, ns: &NsState, key: &[u8]) -> Result<Option<ValueBuf>> {
         let (key, c) = self.scoped(ns, key)?;
-        let found = self.read_live(&key, true).await?;
+        let found = self.read_live(&key, Use::Read).await?;
         c.got(found.is_some());
         let f = match found {
             None => return Ok(None),

@@ -49,6 +49,7 @@
 use crate::access::Policy;
 use crate::error::{Error, Result};
 use crate::namespace::NsState;
+use crate::read::Use;
 use crate::space::{Loc, Purpose};
 use crate::store::Core;
 use crate::types::{ItemMeta, PutOutcome};
@@ -297,7 +298,7 @@ impl Core {
         for (i, k) in resolved.iter().enumerate() {
             if let Some(t) = tier {
                 self.counters.gets.fetch_add(1, Relaxed);
-                match self.read_hot(t, &k.key, k.h, true) {
+                match self.read_hot(t, &k.key, k.h, Use::Read) {
                     Some(Some(hot)) => {
                         hits += 1;
                         each(i, &hot.value);
@@ -392,9 +393,9 @@ impl Core {
             let live = match tier {
                 Some(t) => {
                     self.counters.gets.fetch_add(1, Relaxed);
-                    self.read_dev_offered(t, &k.key, k.h, true).await?
+                    self.read_dev_offered(t, &k.key, k.h, Use::Read).await?
                 }
-                None => self.read_live(&k.key, true).await?,
+                None => self.read_live(&k.key, Use::Read).await?,
             };
             if let Some(live) = live {
                 hits += 1;

@@ -367,7 +367,8 @@ engine_calls! {
 
     /// The item of `key` with its access state before this read (memcache
     /// `h`, `l`, win token); see [`crate::OpenOptions::track_access`]. The
-    /// read marks the item read unless `!bump`; it is handed the item's win
+    /// read marks the item read, and in cache mode its segment recently
+    /// used, unless `!bump` (memcache's `u`); it is handed the item's win
     /// token (`won`) when `want_win(item)` holds and no earlier reader had
     /// it.
     fn get_item_access / get_item_access_async(
