@@ -188,7 +188,8 @@ pub(crate) fn general(ctx: &Ctx) -> Lines {
         ("curr_items".into(), ns.keys.to_string()),
         ("bytes".into(), ns.value_bytes.to_string()),
         ("evictions".into(), ns.evictions.to_string()),
-        ("expired_unfetched".into(), ns.expirations.to_string()),
+        ("expired_unfetched".into(), ns.expired_unfetched.to_string()),
+        ("evicted_unfetched".into(), ns.evicted_unfetched.to_string()),
         ("granary_namespace".into(), ns.name.clone()),
     ]);
     v.extend(
@@ -247,7 +248,8 @@ pub(crate) fn items(ctx: &Ctx) -> Lines {
     vec![
         ("items:1:number".into(), ns.keys.to_string()),
         ("items:1:evicted".into(), ns.evictions.to_string()),
-        ("items:1:expired_unfetched".into(), ns.expirations.to_string()),
+        ("items:1:evicted_unfetched".into(), ns.evicted_unfetched.to_string()),
+        ("items:1:expired_unfetched".into(), ns.expired_unfetched.to_string()),
     ]
 }
 
@@ -267,6 +269,8 @@ fn ns_stats(ctx: &Ctx) -> granary_store::NamespaceStats {
         deletes: 0,
         evictions: 0,
         expirations: 0,
+        evicted_unfetched: 0,
+        expired_unfetched: 0,
     })
 }
 

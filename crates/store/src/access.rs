@@ -69,6 +69,11 @@ impl Clock0 {
         w & WIN != 0
     }
 
+    /// Whether the version of word `w` was read since it was written.
+    pub fn is_fetched(w: u32) -> bool {
+        w & FETCHED != 0
+    }
+
     /// The word of a new version written at `now` replacing one whose
     /// word was `old` (0 for a new key).
     pub fn apply(self, p: Policy, old: u32, now: u32) -> u32 {

@@ -262,6 +262,53 @@ fn a_read_without_bump_leaves_its_segment_least_recently_used() {
     }
 }
 
+/// Of the values GC finds expired or evicts, those no read fetched since
+/// they were written are counted apart (memcache's `expired_unfetched`
+/// and `evicted_unfetched`): values dropped outright, values replaced by
+/// a tombstone (an older version is on the device), and an eviction.
+#[test]
+fn values_leaving_unread_are_counted_apart() {
+    let f = Fixture::new(16 << 20);
+    let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(256 << 10), index_table_homes: Some(256) };
+    let o = OpenOptions { track_access: true, ..f.opts(false, true) };
+    f.dev.shape_zones(256 << 10);
+    let s = Store::create(f.dev.clone(), &c, &o).unwrap();
+    let t0 = s.now();
+    // Older versions of the x- keys, so their expiry writes tombstones.
+    for k in ["x-read", "x-unread"] {
+        s.put(k.as_bytes(), b"old").unwrap();
+    }
+    roll(&s, "a");
+    for k in ["e-read", "e-unread", "x-read", "x-unread"] {
+        s.put_item(k.as_bytes(), b"expires", meta(0, t0 + 5), Cond::Always).unwrap();
+    }
+    let v = segment_of(&s, b"e-read");
+    assert_eq!(v, segment_of(&s, b"x-unread"));
+    for k in ["e-read", "x-read"] {
+        assert!(s.get(k.as_bytes()).unwrap().is_some());
+    }
+    roll(&s, "b");
+    roll(&s, "c");
+    f.advance(5);
+    crate::gc::reclaim(s.core.collector(), v, false).unwrap();
+    let ns = s.namespace(DEFAULT_NAMESPACE).unwrap().stats().unwrap();
+    assert_eq!((ns.expirations, ns.expired_unfetched), (4, 2), "{ns:?}");
+    assert_eq!((ns.evictions, ns.evicted_unfetched), (0, 0), "{ns:?}");
+    // An eviction of a segment with one value read.
+    s.put(b"kept-read", b"v").unwrap();
+    let w = segment_of(&s, b"kept-read");
+    assert!(s.get_item_access(b"kept-read", true, |_| false).unwrap().is_some());
+    roll(&s, "d");
+    roll(&s, "e");
+    roll(&s, "f");
+    crate::gc::reclaim(s.core.collector(), w, true).unwrap();
+    let ns = s.namespace(DEFAULT_NAMESPACE).unwrap().stats().unwrap();
+    assert!(ns.evictions > 10, "{ns:?}");
+    assert_eq!(ns.evicted_unfetched, ns.evictions - 1, "{ns:?}");
+    assert_eq!(s.get(b"kept-read").unwrap(), None);
+    s.close().unwrap();
+}
+
 #[test]
 fn cache_mode_never_runs_out_of_space_and_keeps_hot_keys() {
     let f = Fixture::new(8 << 20);

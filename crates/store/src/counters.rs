@@ -52,6 +52,10 @@ pub(crate) struct NsCounters {
     /// Values GC evicted (cache mode) or found expired.
     pub evictions: AtomicU64,
     pub expirations: AtomicU64,
+    /// Of those, the ones never read since they were written (or since
+    /// the store opened: read state is not persisted).
+    pub evicted_unfetched: AtomicU64,
+    pub expired_unfetched: AtomicU64,
 }
 
 impl NsCounters {
@@ -74,6 +78,8 @@ impl NsCounters {
             (&self.deletes, &old.deletes),
             (&self.evictions, &old.evictions),
             (&self.expirations, &old.expirations),
+            (&self.evicted_unfetched, &old.evicted_unfetched),
+            (&self.expired_unfetched, &old.expired_unfetched),
         ] {
             to.fetch_add(from.load(Relaxed), Relaxed);
         }

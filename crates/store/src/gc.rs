@@ -399,6 +399,19 @@ fn cold_after(gc: Gc<'_>) -> u64 {
 /// [`DroppedKeys`](crate::keys::DroppedKeys) until `v` is free (not needed
 /// for a dropped namespace's keys, which nothing reads or writes again).
 pub(crate) fn drop_value(gc: Gc<'_>, v: u32, key: &[u8], pba: u64, what: Counted, listed: bool) -> Result<bool> {
+    Ok(drop_value_read(gc, v, key, pba, what, listed)?.is_some())
+}
+
+/// [`drop_value`], saying of a value dropped whether it was read since it
+/// was written ([`read_since_written`]); None when it was not indexed.
+pub(crate) fn drop_value_read(
+    gc: Gc<'_>,
+    v: u32,
+    key: &[u8],
+    pba: u64,
+    what: Counted,
+    listed: bool,
+) -> Result<Option<bool>> {
     let h = gc.keys.hash(key);
     let _stripe = gc.keys.lock_key(h);
     if !gc.keys.index.contains(h, pba) {
@@ -409,7 +422,7 @@ pub(crate) fn drop_value(gc: Gc<'_>, v: u32, key: &[u8], pba: u64, what: Counted
             None => false,
         };
         if !live {
-            return Ok(false);
+            return Ok(None);
         }
     }
     // A head's link goes with it: the record it displaced is settled first
@@ -419,8 +432,9 @@ pub(crate) fn drop_value(gc: Gc<'_>, v: u32, key: &[u8], pba: u64, what: Counted
         let key = record::key_of(&hdr, &buf);
         settle::settle(gc.parts, pba, &link, key, gc.keys.hash(key))?;
     }
+    let fetched = read_since_written(gc.keys, h, pba);
     if !gc.keys.index.remove(h, pba) {
-        return Ok(false);
+        return Ok(None);
     }
     gc.keys.invalidate(key, h);
     // Until `v` is free on the device this version is still there: a new
@@ -431,17 +445,30 @@ pub(crate) fn drop_value(gc: Gc<'_>, v: u32, key: &[u8], pba: u64, what: Counted
     }
     gc.space.sub_live(v, what.bytes);
     gc.counters.removed(key, what);
-    Ok(true)
+    Ok(Some(fetched))
 }
 
-/// Count a value of `key` that left the index: expired, or evicted.
-pub(crate) fn count_leaving(gc: Gc<'_>, key: &[u8], expired: bool) {
+/// Count a value of `key` that left the index: expired, or evicted;
+/// `fetched`: read since it was written ([`read_since_written`]).
+pub(crate) fn count_leaving(gc: Gc<'_>, key: &[u8], expired: bool, fetched: bool) {
     let c = if expired { &gc.stats.expired } else { &gc.stats.evicted_values };
     c.fetch_add(1, Relaxed);
     gc.counters.with_ns(key, |n| {
         let c = if expired { &n.expirations } else { &n.evictions };
         c.fetch_add(1, Relaxed);
+        if !fetched {
+            let c = if expired { &n.expired_unfetched } else { &n.evicted_unfetched };
+            c.fetch_add(1, Relaxed);
+        }
     });
+}
+
+/// Whether the version of key hash `h` indexed at `pba` was read since it
+/// was written, by its access word (false without access tracking, or
+/// when no entry points there); asked under the key's stripe, before the
+/// entry leaves.
+pub(crate) fn read_since_written(keys: &crate::keys::Keys, h: u64, pba: u64) -> bool {
+    keys.index.access(h, pba, |w| w).is_some_and(crate::access::Clock0::is_fetched)
 }
 
 /// Whether the record at `pba` (key `key`, hash `h`) of a victim is live,
@@ -964,8 +991,8 @@ impl<'a> Victim<'a> {
         // back after a crash); if not, it is simply dropped: no IO.
         let leaving = !hdr.is_tombstone() && !reserved && (expired || (self.evict && evictable));
         if leaving && !hdr.supersedes {
-            if drop_value(gc, v, key, old_pba, Counted::new(false, len as u64), true)? {
-                count_leaving(gc, key, expired);
+            if let Some(fetched) = drop_value_read(gc, v, key, old_pba, Counted::new(false, len as u64), true)? {
+                count_leaving(gc, key, expired, fetched);
                 self.evicted += 1;
             }
             return Ok(());
@@ -1057,6 +1084,7 @@ fn relocate(gc: Gc<'_>, v: u32, purpose: Purpose, batch: &mut Vec<Pending>) -> R
     }
     for (p, loc) in batch.iter().zip(&placed) {
         let kv_size = if p.hdr.is_tombstone() { 0 } else { loc.grains };
+        let fetched = (p.expired || p.evicted) && read_since_written(gc.keys, p.h, p.old_pba);
         let moved =
             settle::carry(gc.parts, p.old_pba, loc.pba, || gc.keys.index.replace(p.h, p.old_pba, kv_size, loc.pba));
         assert!(moved, "a live record changed while its stripe was held");
@@ -1070,7 +1098,7 @@ fn relocate(gc: Gc<'_>, v: u32, purpose: Purpose, batch: &mut Vec<Pending>) -> R
             // tombstone.
             gc.keys.invalidate(key, p.h);
             gc.counters.replaced(key, Counted::new(false, p.old_len), Counted::new(true, p.bytes.len() as u64));
-            count_leaving(gc, key, p.expired);
+            count_leaving(gc, key, p.expired, fetched);
         } else {
             // The same version, moved: the tier's copy follows it.
             let key = record::key_of(&p.hdr, &p.bytes);

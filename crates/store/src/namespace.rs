@@ -197,6 +197,13 @@ pub struct NamespaceStats {
     /// Values GC evicted, and values it found expired.
     pub evictions: u64,
     pub expirations: u64,
+    /// Of the evicted and the expired values, those never read (a GET's
+    /// read, with access tracking: [`crate::OpenOptions::track_access`])
+    /// since they were written or the store was opened; without access
+    /// tracking every one counts (memcached's `evicted_unfetched` and
+    /// `expired_unfetched`).
+    pub evicted_unfetched: u64,
+    pub expired_unfetched: u64,
 }
 
 /// Check a namespace name: 1 to [`NAMESPACE_NAME_MAX`] bytes of ASCII
@@ -618,6 +625,8 @@ impl NsState {
             deletes: c.deletes.load(Relaxed),
             evictions: c.evictions.load(Relaxed),
             expirations: c.expirations.load(Relaxed),
+            evicted_unfetched: c.evicted_unfetched.load(Relaxed),
+            expired_unfetched: c.expired_unfetched.load(Relaxed),
         })
     }
 }

@@ -266,6 +266,7 @@ impl Core {
             return Ok(false);
         }
         let bytes = v.hdr.grains(self.log.sb.grain_bytes) * self.log.grain();
+        let fetched = crate::gc::read_since_written(&self.keys, h, v.pba);
         if v.hdr.supersedes {
             // An older version may remain on the device: a tombstone
             // stands for this one.
@@ -285,7 +286,7 @@ impl Core {
             self.space.sub_live(seg, bytes);
             self.counters.removed(key, Counted::new(false, bytes));
         }
-        crate::gc::count_leaving(self.collector(), key, false);
+        crate::gc::count_leaving(self.collector(), key, false, fetched);
         Ok(true)
     }
 }
