@@ -334,6 +334,52 @@ fn quiet_variants_answer_only_errors() {
     assert_eq!(c.one(GET, b"", b"n", b"", 0).status, 1);
 }
 
+/// Keys with the engine's reserved prefix (binary keys may hold any
+/// byte): a get, getq, getkq, gat or touch of one is a miss (the quiet ones
+/// answer nothing), a write is refused as invalid arguments; the
+/// connection goes on.
+#[test]
+fn reserved_keys_are_misses_and_refused_writes() {
+    let f = Fixture::default();
+    let mut c = Bin::connect(f.addr);
+    let key = b"\0granary.flush_floor";
+    err(&c.one(GET, b"", key, b"", 0), 1, "Not found");
+    assert_eq!(c.call(&[req(GETQ, b"", key, b"", 0, 1), req(GETKQ, b"", key, b"", 0, 2)].concat()), []);
+    err(&c.one(GAT, &0u32.to_be_bytes(), key, b"", 0), 1, "Not found");
+    assert_eq!(c.call(&req(GATQ, &0u32.to_be_bytes(), key, b"", 0, 3)), []);
+    err(&c.one(TOUCH, &0u32.to_be_bytes(), key, b"", 0), 1, "Not found");
+    err(&c.one(SET, &set_extras(0, 0), key, b"x", 0), 4, "Invalid arguments");
+    let quiet = c.call(&req(SETQ, &set_extras(0, 0), key, b"x", 0, 4));
+    assert_eq!(quiet.iter().map(|r| r.status).collect::<Vec<_>>(), [4], "{quiet:?}");
+    ok(&c.one(SET, &set_extras(0, 0), b"k", b"v", 0));
+    assert_eq!(c.one(GET, b"", b"k", b"", 0).value, b"v");
+}
+
+/// Counters as memcached keeps them: an increment that creates its
+/// counter is not a miss (one that may not create is), and a delete whose
+/// CAS value does not match is neither a hit nor a miss.
+#[test]
+fn creating_increments_and_cas_mismatched_deletes_are_not_misses() {
+    let f = Fixture::default();
+    let mut c = Bin::connect(f.addr);
+    let stat = |c: &mut Bin, name: &str| -> u64 {
+        let got = c.call(&req(STAT, b"", b"", b"", 0, 9));
+        let r = got.iter().find(|r| r.key == name.as_bytes()).unwrap_or_else(|| panic!("no {name}: {got:?}"));
+        String::from_utf8_lossy(&r.value).parse().unwrap()
+    };
+    assert_eq!(c.one(INCR, &arith_extras(1, 5, 0), b"n", b"", 0).value, 5u64.to_be_bytes());
+    assert_eq!(c.one(DECR, &arith_extras(1, 7, 0), b"m", b"", 0).value, 7u64.to_be_bytes());
+    assert_eq!((stat(&mut c, "incr_misses"), stat(&mut c, "decr_misses")), (0, 0));
+    err(&c.one(INCR, &arith_extras(1, 5, 0xffff_ffff), b"absent", b"", 0), 1, "Not found");
+    assert_eq!(stat(&mut c, "incr_misses"), 1);
+    let cas = c.one(GET, b"", b"n", b"", 0).cas;
+    err(&c.one(DELETE, b"", b"n", b"", cas + 1), 2, "Data exists for key.");
+    assert_eq!((stat(&mut c, "delete_misses"), stat(&mut c, "delete_hits")), (0, 0));
+    ok(&c.one(DELETE, b"", b"n", b"", cas));
+    err(&c.one(DELETE, b"", b"n", b"", 0), 1, "Not found");
+    assert_eq!((stat(&mut c, "delete_misses"), stat(&mut c, "delete_hits")), (1, 1));
+}
+
 #[test]
 fn pipelined_getkq_and_noop_return_the_hits_in_order() {
     let f = Fixture::default();

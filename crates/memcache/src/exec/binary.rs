@@ -74,6 +74,9 @@ impl<S: Sink> Exec<'_, S> {
                 self.ctx.stats.store_too_large.fetch_add(1, Relaxed);
                 status::E2BIG
             }
+            // The client's key (the engine's reserved prefix): memcached's
+            // status for a key it refuses.
+            Error::ReservedKey | Error::KeyLength { .. } => status::EINVAL,
             e => {
                 // A read-only store (`Poisoned`) logged its cause once: its
                 // refusals are not logged again per request.
@@ -183,7 +186,9 @@ impl<S: Sink> Exec<'_, S> {
                     self.io.send_value(vb).await;
                 }
             }
-            Ok(None) => {
+            // A reserved key holds no value of a client's: a miss, so a
+            // quiet get of one stays quiet.
+            Ok(None) | Err(Error::ReservedKey) => {
                 self.ctx.stats.get_misses.fetch_add(1, Relaxed);
                 self.bin_miss(h, key, quiet, with_key);
             }
@@ -216,7 +221,7 @@ impl<S: Sink> Exec<'_, S> {
                 let v: &[u8] = if value { &it.value } else { b"" };
                 self.bin_ok(h, it.cas, &it.meta.flags.to_be_bytes(), k, v);
             }
-            Ok(None) => {
+            Ok(None) | Err(Error::ReservedKey) => {
                 self.ctx.stats.touch_misses.fetch_add(1, Relaxed);
                 self.bin_miss(h, p.key, quiet, with_key);
             }
@@ -306,8 +311,12 @@ impl<S: Sink> Exec<'_, S> {
         };
         match r {
             Ok(st) => {
-                let c = if st == status::OK { &self.ctx.stats.delete_hits } else { &self.ctx.stats.delete_misses };
-                c.fetch_add(1, Relaxed);
+                // A CAS mismatch is neither (memcached counts it nowhere).
+                match st {
+                    status::OK => self.ctx.stats.delete_hits.fetch_add(1, Relaxed),
+                    status::KEY_ENOENT => self.ctx.stats.delete_misses.fetch_add(1, Relaxed),
+                    _ => 0,
+                };
                 match st {
                     status::OK if quiet => {}
                     status::OK => self.bin_ok(h, 0, b"", b"", b""),
@@ -326,9 +335,12 @@ impl<S: Sink> Exec<'_, S> {
         let cas = (h.cas != 0).then_some(h.cas);
         let mut r = arith(self.ctx, p.key, incr, delta, cas, None, None).await;
         if matches!(r, Ok(Arith::NotFound)) {
-            let miss = if incr { &self.ctx.stats.incr_misses } else { &self.ctx.stats.decr_misses };
-            miss.fetch_add(1, Relaxed);
-            if exptime != binary::ARITH_NO_CREATE {
+            // A miss only when not created (memcached counts a created
+            // counter as neither).
+            if exptime == binary::ARITH_NO_CREATE {
+                let miss = if incr { &self.ctx.stats.incr_misses } else { &self.ctx.stats.decr_misses };
+                miss.fetch_add(1, Relaxed);
+            } else {
                 let meta = ItemMeta::new(0, self.expires(exptime as i64));
                 let put = self.ctx.ns.put_item_async(p.key, initial.to_string().as_bytes(), meta, Cond::Absent).await;
                 r = match put {
