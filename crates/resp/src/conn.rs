@@ -119,17 +119,23 @@ async fn command(ctx: &Ctx, client: &mut Client, args: &[&[u8]], out: &mut Vec<u
     let Some(spec) = lookup(args[0]) else {
         return fail(client, out, &unknown_command(args), true);
     };
-    if !exec::arity_ok(spec.arity, args.len()) {
+    // A refusal of the command before it runs (`why`, without the `ERR`
+    // prefix of an error Redis formats). Redis discards the transaction
+    // (and the WATCHes) when it refuses EXEC itself, in MULTI or not, and
+    // says why after EXECABORT.
+    let refuse = |client: &mut Client, out: &mut Vec<u8>, why: &str, err_prefix: bool| {
         if spec.cmd == Cmd::Exec {
-            // Redis discards the transaction (and the WATCHes) when it
-            // refuses EXEC itself, in MULTI or not.
             client.multi = None;
             client.watched.clear();
             client.watch_dirty = false;
-            let msg = format!("EXECABORT Transaction discarded because of: {}", &arity_error(spec.name)[4..]);
+            let msg = format!("EXECABORT Transaction discarded because of: {why}");
             return fail(client, out, msg.as_bytes(), false);
         }
-        return fail(client, out, arity_error(spec.name).as_bytes(), true);
+        let msg = if err_prefix { format!("ERR {why}") } else { why.to_string() };
+        fail(client, out, msg.as_bytes(), true)
+    };
+    if !exec::arity_ok(spec.arity, args.len()) {
+        return refuse(client, out, &arity_error(spec.name)[4..], true);
     }
     if let Err(e) = exec::check_subcommand(spec, args) {
         return fail(client, out, e.as_ref(), true);
@@ -137,12 +143,12 @@ async fn command(ctx: &Ctx, client: &mut Client, args: &[&[u8]], out: &mut Vec<u
     // As Redis: after the command's existence and arity, before anything
     // else, only the commands flagged `no_auth` run unauthenticated.
     if !client.authenticated && !spec.flags.contains(&"no_auth") {
-        return fail(client, out, b"NOAUTH Authentication required.", true);
+        return refuse(client, out, "NOAUTH Authentication required.", false);
     }
     // Then the user's permissions: all or none (crate::acl).
     if !client.permitted && !spec.flags.contains(&"no_auth") {
         let msg = format!("NOPERM this user has no permissions to run the '{}' command", exec::full_name(spec, args));
-        return fail(client, out, msg.as_bytes(), true);
+        return refuse(client, out, &msg, false);
     }
     let queue =
         client.multi.is_some() && !matches!(spec.cmd, Cmd::Exec | Cmd::Discard | Cmd::Multi | Cmd::Watch | Cmd::Quit);

@@ -1233,7 +1233,7 @@ impl<K: Keys> Cx<'_, K> {
                     .k
                     .update(a[1], |cur| {
                         let mut h = match hash_of(cur) {
-                            Ok(h) => h.unwrap_or_default(),
+                            Ok(h) => h.unwrap_or_default().indexed(a.len() / 2 - 1),
                             Err(e) => return (Write::Keep, Err(e)),
                         };
                         if nx && h.get(a[2]).is_some() {
@@ -1265,7 +1265,7 @@ impl<K: Keys> Cx<'_, K> {
             }
             Cmd::Hmget => {
                 let r = self.read(a[1]).await?;
-                let h = hash_of(r.as_ref())?;
+                let h = hash_of(r.as_ref())?.map(|h| h.indexed(a.len() - 2));
                 self.r.array(a.len() - 2);
                 for f in &a[2..] {
                     self.r.bulk_or_null(h.as_ref().and_then(|h| h.get(f)));
@@ -1300,7 +1300,7 @@ impl<K: Keys> Cx<'_, K> {
                             Ok(None) => return (Write::Keep, Ok(0)),
                             Err(e) => return (Write::Keep, Err(e)),
                         };
-                        let n = a[2..].iter().filter(|f| h.remove(f)).count();
+                        let n = h.remove_all(&a[2..]);
                         let w = match (n, h.fields.is_empty()) {
                             (0, _) => Write::Keep,
                             (_, true) => Write::Delete,

@@ -65,8 +65,13 @@ fn one(p: &[u8], pi: usize, c: u8) -> Option<usize> {
                     }
                     // As Redis: `a-]` is a range up to ']', which then does
                     // not close the class.
+                    // Its ends and the byte compared as Redis compares them:
+                    // as C's `char`, signed on the machines it runs on, so
+                    // a range from ASCII to a byte of 0x80 or more is the
+                    // bytes outside it.
                     [a, b'-', z, ..] => {
-                        let (lo, hi) = if a <= z { (*a, *z) } else { (*z, *a) };
+                        let (a, z, c) = (*a as i8, *z as i8, c as i8);
+                        let (lo, hi) = if a <= z { (a, z) } else { (z, a) };
                         hit |= (lo..=hi).contains(&c);
                         q += 3;
                     }
@@ -113,6 +118,20 @@ mod tests {
             ("x[a-]", "x_", true),
         ] {
             assert_eq!(matches(p.as_bytes(), s.as_bytes()), want, "{p} {s}");
+        }
+        // Ranges compare signed bytes, as Redis's C does: [a-\xc3] is
+        // 0xc3..=0xff and 0x00..=b'a'.
+        for (p, s, want) in [
+            (&b"[a-\xc3]"[..], &b"b"[..], false),
+            (b"[a-\xc3]", b"a", true),
+            (b"[a-\xc3]", b"\0", true),
+            (b"[a-\xc3]", b"\xc3", true),
+            (b"[a-\xc3]", b"\xc2", false),
+            (b"[a-\xc3]", b"\xff", true),
+            (b"[\x80-\xff]", b"\x90", true),
+            (b"[\x80-\xff]", b"a", false),
+        ] {
+            assert_eq!(matches(p, s), want, "{p:?} {s:?}");
         }
     }
 }

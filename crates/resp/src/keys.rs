@@ -141,6 +141,10 @@ struct Entry {
 #[derive(Default)]
 pub(crate) struct Overlay {
     entries: Vec<Entry>,
+    /// Each entry's position by (database, key): an EXEC or MSET of many
+    /// keys finds each in constant time (it is refused past
+    /// `BATCH_OPS_MAX` keys only once it has run).
+    by_key: std::collections::HashMap<(String, Vec<u8>), usize>,
 }
 
 /// How a commit ended.
@@ -155,7 +159,17 @@ pub(crate) enum Commit {
 
 impl Overlay {
     fn find(&self, ns: &Namespace, key: &[u8]) -> Option<usize> {
-        self.entries.iter().position(|e| e.key == key && e.ns.name() == ns.name())
+        // (A lookup by a borrowed pair would need a key type of its own;
+        // the name and key are short.)
+        self.by_key.get(&(ns.name().to_string(), key.to_vec())).copied()
+    }
+
+    /// Add `e` (of a key not in the overlay); its index.
+    fn push(&mut self, e: Entry) -> usize {
+        let i = self.entries.len();
+        self.by_key.insert((e.ns.name().to_string(), e.key.clone()), i);
+        self.entries.push(e);
+        i
     }
 
     /// Keys touched so far.
@@ -191,18 +205,15 @@ impl Overlay {
                 e.now = now;
                 i
             }
-            None => {
-                self.entries.push(Entry {
-                    ns: ns.clone(),
-                    key: key.to_vec(),
-                    read,
-                    read_live: now.is_some(),
-                    now,
-                    written: false,
-                    watched: false,
-                });
-                self.entries.len() - 1
-            }
+            None => self.push(Entry {
+                ns: ns.clone(),
+                key: key.to_vec(),
+                read,
+                read_live: now.is_some(),
+                now,
+                written: false,
+                watched: false,
+            }),
         })
     }
 
@@ -217,15 +228,17 @@ impl Overlay {
     pub(crate) fn watch(&mut self, ns: &Namespace, key: &[u8], cas: Option<u64>) {
         match self.find(ns, key) {
             Some(i) => self.entries[i].watched = true,
-            None => self.entries.push(Entry {
-                ns: ns.clone(),
-                key: key.to_vec(),
-                read: Some(cas),
-                read_live: cas.is_some(),
-                now: None,
-                written: false,
-                watched: true,
-            }),
+            None => {
+                self.push(Entry {
+                    ns: ns.clone(),
+                    key: key.to_vec(),
+                    read: Some(cas),
+                    read_live: cas.is_some(),
+                    now: None,
+                    written: false,
+                    watched: true,
+                });
+            }
         }
     }
 
@@ -323,15 +336,17 @@ impl Keys for Txn<'_> {
                 e.now = Some(rec);
                 e.written = true;
             }
-            None => self.overlay.entries.push(Entry {
-                ns,
-                key: key.to_vec(),
-                read: None,
-                read_live: false,
-                now: Some(rec),
-                written: true,
-                watched: false,
-            }),
+            None => {
+                self.overlay.push(Entry {
+                    ns,
+                    key: key.to_vec(),
+                    read: None,
+                    read_live: false,
+                    now: Some(rec),
+                    written: true,
+                    watched: false,
+                });
+            }
         }
         Ok(())
     }

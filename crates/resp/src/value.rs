@@ -23,6 +23,7 @@
 //! encoding.
 
 use granary_store::{Item, ItemMeta};
+use std::collections::{HashMap, HashSet};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Top byte of the flags of a value the RESP server typed.
@@ -128,10 +129,30 @@ impl Rec {
 }
 
 /// A hash's fields in insertion order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// A lookup scans the fields, unless the hash was indexed
+/// ([`Hash::indexed`]): a command with many field arguments indexes it
+/// first, so that its cost stays linear in its arguments and the hash's
+/// fields (a scan per argument would let one HSET or HMGET of a few
+/// hundred thousand fields hold its key and its executor for minutes).
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Hash {
     pub fields: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Each field's position in `fields`, when indexed.
+    index: Option<HashMap<Vec<u8>, usize>>,
 }
+
+impl PartialEq for Hash {
+    fn eq(&self, other: &Hash) -> bool {
+        self.fields == other.fields
+    }
+}
+
+impl Eq for Hash {}
+
+/// Field arguments from which a command indexes its hash first: below,
+/// a scan per argument costs less than building the index.
+pub(crate) const INDEX_FROM_ARGS: usize = 8;
 
 /// Why a hash's encoding was refused.
 #[derive(Debug, PartialEq, Eq)]
@@ -155,7 +176,24 @@ impl Hash {
             let v = take(&mut rest)?;
             fields.push((f, v));
         }
-        Ok(Hash { fields })
+        Ok(Hash { fields, index: None })
+    }
+
+    /// This hash with its fields indexed when a command is to look up
+    /// `args` fields of it, at least [`INDEX_FROM_ARGS`].
+    pub(crate) fn indexed(mut self, args: usize) -> Hash {
+        if args >= INDEX_FROM_ARGS && self.index.is_none() {
+            let index = self.fields.iter().enumerate().map(|(i, (f, _))| (f.clone(), i)).collect();
+            self.index = Some(index);
+        }
+        self
+    }
+
+    fn position(&self, field: &[u8]) -> Option<usize> {
+        match &self.index {
+            Some(index) => index.get(field).copied(),
+            None => self.fields.iter().position(|(f, _)| f == field),
+        }
     }
 
     pub(crate) fn encode(&self) -> Vec<u8> {
@@ -177,32 +215,44 @@ impl Hash {
     }
 
     pub(crate) fn get(&self, field: &[u8]) -> Option<&[u8]> {
-        self.fields.iter().find(|(f, _)| f == field).map(|(_, v)| &v[..])
+        self.position(field).map(|i| &self.fields[i].1[..])
     }
 
     /// Set `field`; true if it is new.
     pub(crate) fn set(&mut self, field: &[u8], value: &[u8]) -> bool {
-        match self.fields.iter_mut().find(|(f, _)| f == field) {
-            Some((_, v)) => {
-                *v = value.to_vec();
+        match self.position(field) {
+            Some(i) => {
+                self.fields[i].1 = value.to_vec();
                 false
             }
             None => {
+                if let Some(index) = &mut self.index {
+                    index.insert(field.to_vec(), self.fields.len());
+                }
                 self.fields.push((field.to_vec(), value.to_vec()));
                 true
             }
         }
     }
 
-    /// Remove `field`; true if it was there.
-    pub(crate) fn remove(&mut self, field: &[u8]) -> bool {
-        match self.fields.iter().position(|(f, _)| f == field) {
-            Some(i) => {
-                self.fields.remove(i);
-                true
+    /// Remove every field of `fields` (each at most once); how many were
+    /// there. One pass over the hash for many fields, keeping the order of
+    /// those left.
+    pub(crate) fn remove_all(&mut self, fields: &[&[u8]]) -> usize {
+        let before = self.fields.len();
+        if fields.len() < INDEX_FROM_ARGS {
+            for f in fields {
+                if let Some(i) = self.position(f) {
+                    self.fields.remove(i);
+                    self.index = None;
+                }
             }
-            None => false,
+        } else {
+            let gone: HashSet<&[u8]> = fields.iter().copied().collect();
+            self.fields.retain(|(f, _)| !gone.contains(&f[..]));
+            self.index = None;
         }
+        before - self.fields.len()
     }
 }
 
@@ -245,7 +295,37 @@ mod tests {
         assert_eq!(Hash::decode(&e[..e.len() - 1]), Err(BadHash));
         assert_eq!(Hash::decode(&[2]), Err(BadHash));
         assert_eq!(Hash::decode(&[]), Err(BadHash));
-        assert!(h.remove(b"a") && !h.remove(b"a"));
+        assert_eq!(h.remove_all(&[b"a"]), 1);
+        assert_eq!(h.remove_all(&[b"a"]), 0);
         assert_eq!(h.get(b""), Some(&b""[..]));
+    }
+
+    /// An indexed hash answers as a scanned one: lookups, sets of new and
+    /// present fields, removals of many fields (duplicates counted once)
+    /// keeping the order of the rest.
+    #[test]
+    fn an_indexed_hash_answers_as_a_scanned_one() {
+        let names: Vec<Vec<u8>> = (0..40).map(|i| format!("f{i}").into_bytes()).collect();
+        let mut plain = Hash::default();
+        for (i, f) in names.iter().enumerate() {
+            plain.set(f, i.to_string().as_bytes());
+        }
+        let mut fast = Hash::decode(&plain.encode()).unwrap().indexed(INDEX_FROM_ARGS);
+        assert!(fast.index.is_some() && plain.index.is_none());
+        for h in [&mut plain, &mut fast] {
+            assert_eq!(h.get(b"f7"), Some(&b"7"[..]));
+            assert_eq!(h.get(b"nope"), None);
+            assert!(!h.set(b"f3", b"three"));
+            assert!(h.set(b"new", b"n"));
+            assert_eq!(h.get(b"new"), Some(&b"n"[..]));
+        }
+        assert_eq!(plain, fast);
+        let gone: Vec<&[u8]> = [&b"f1"[..], b"f2", b"f2", b"absent", b"f30", b"new", b"f0", b"f9", b"f10"].to_vec();
+        assert_eq!(plain.remove_all(&gone[..2]) + plain.remove_all(&gone[2..]), 7);
+        assert_eq!(fast.remove_all(&gone), 7);
+        assert_eq!(plain, fast);
+        assert_eq!(fast.fields.first().map(|(f, _)| &f[..]), Some(&b"f3"[..]));
+        let fast = fast.indexed(INDEX_FROM_ARGS);
+        assert_eq!((fast.get(b"f31"), fast.get(b"f30")), (Some(&b"31"[..]), None));
     }
 }

@@ -145,6 +145,18 @@ fn replies_are_redis_7_0s_with_the_same_acl_file() {
         &["AUTH dave x", "NOSUCH", "GET", "ACL FOO", "CLIENT FOO", "HELLO 3", "HELLO 2 AUTH dave y", "PING"],
         &["HELLO 2 AUTH dave y", "PING", "AUTH erin b", "PING", "ACL WHOAMI"],
         &["AUTH alice wonderland", "MULTI", "ACL WHOAMI", "EXEC", "MULTI", "ACL FOO", "EXEC"],
+        // A refused EXEC discards the WATCH of a key since changed.
+        &[
+            "AUTH alice wonderland",
+            "WATCH k",
+            "SET k 1",
+            "AUTH dave x",
+            "EXEC",
+            "AUTH alice wonderland",
+            "MULTI",
+            "EXEC",
+        ],
+        &["AUTH dave x", "EXEC", "EXEC x", "DEL k"],
         &["AUTH dave x", "QUIT"],
     ];
     common::same_replies(f.addr, redis.addr, sequences);

@@ -96,6 +96,7 @@ fn replies_are_redis_7_0s_with_requirepass() {
         &["HELLO 3 AUTH default s3cret SETNAME n", "CLIENT GETNAME"],
         &["HELLO 4 AUTH default s3cret", "HELLO x", "HELLO 3 AUTH default", "PING"],
         &["ping", "auth S3CRET", "Auth s3cret", "ping"],
+        &["EXEC", "EXEC x", "MULTI", "EXEC", "AUTH s3cret", "EXEC", "MULTI", "EXEC"],
         &["QUIT"],
     ];
     common::same_replies(f.addr, redis.addr, sequences);
