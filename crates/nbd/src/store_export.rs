@@ -214,8 +214,12 @@ impl Export for StoreExport {
             v.resize(b, 0);
             v[at..at + data.len()].copy_from_slice(data);
             if v.iter().all(|&x| x == 0) {
-                // All zeroes: no record needed to read so.
-                return (if item.is_some() { Change::Delete } else { Change::Keep }, ());
+                // All zeroes: no record needed to read so. A delete even
+                // of an absent block: the engine writes a tombstone only
+                // where a version it does not index may still be on the
+                // device (which would come back after a crash), else
+                // nothing.
+                return (Change::Delete, ());
             }
             (Change::Put { value: v, meta: ItemMeta::default() }, ())
         };
