@@ -831,9 +831,12 @@ enum granary_status granary_batch_begin(const struct granary_store *store,
 // Add a put of `key` = `value` in namespace `ns` (NULL: the default
 // namespace) to the batch, as `mode` (a `granary_put_mode`) says: the
 // mode's condition is checked at commit, and if it fails nothing of the
-// batch is applied. The bytes are copied. Keys and values are checked at
-// commit; a key may appear once per batch. `GRANARY_EBATCH` past the
-// batch's limit of operations (1024).
+// batch is applied. The bytes are copied. A value longer than the store
+// holds for the key is refused here (`GRANARY_ETOOLARGE`, as
+// `granary_put`), as is a key over 65,536 bytes (`GRANARY_EKEY`), before
+// anything is copied; the keys' other checks are the commit's. A key may
+// appear once per batch. `GRANARY_EBATCH` past the batch's limit of
+// operations (1024).
 //
 // # Safety
 //

@@ -45,9 +45,32 @@ impl granary_batch {
             let msg = format!("a batch holds at most {BATCH_OPS_MAX} operations");
             return Err(Fail::new(granary_status::GRANARY_EBATCH, msg));
         }
+        check_key_len(key)?;
         self.ops.push((ns, key.to_vec(), op));
         Ok(())
     }
+}
+
+/// A key longer than any the engine stores is refused before it is
+/// copied (a copy of a caller's huge length could exhaust memory, which
+/// aborts the process); the rest of the key's checks are the commit's.
+fn check_key_len(key: &[u8]) -> Res {
+    if key.len() > ::granary_store::KEY_BYTES_MAX {
+        let max = ::granary_store::KEY_BYTES_MAX;
+        return Err(::granary_store::Error::KeyLength { len: key.len(), min: 1, max }.into());
+    }
+    Ok(())
+}
+
+/// A value longer than the store holds for `key` in `ns` is refused before
+/// it is copied, as `granary_put` refuses it.
+fn check_value_len(ns: &Namespace, key: &[u8], value: &[u8]) -> Res {
+    check_key_len(key)?;
+    let max = ns.value_bytes_max(key.len());
+    if value.len() as u64 > max {
+        return Err(::granary_store::Error::ValueTooLarge { len: value.len() as u64, max }.into());
+    }
+    Ok(())
 }
 
 /// Begin an empty batch on `store`: on `GRANARY_OK`, `*out` is the batch;
@@ -74,9 +97,12 @@ pub unsafe extern "C" fn granary_batch_begin(
 /// Add a put of `key` = `value` in namespace `ns` (NULL: the default
 /// namespace) to the batch, as `mode` (a `granary_put_mode`) says: the
 /// mode's condition is checked at commit, and if it fails nothing of the
-/// batch is applied. The bytes are copied. Keys and values are checked at
-/// commit; a key may appear once per batch. `GRANARY_EBATCH` past the
-/// batch's limit of operations (1024).
+/// batch is applied. The bytes are copied. A value longer than the store
+/// holds for the key is refused here (`GRANARY_ETOOLARGE`, as
+/// `granary_put`), as is a key over 65,536 bytes (`GRANARY_EKEY`), before
+/// anything is copied; the keys' other checks are the commit's. A key may
+/// appear once per batch. `GRANARY_EBATCH` past the batch's limit of
+/// operations (1024).
 ///
 /// # Safety
 ///
@@ -169,6 +195,7 @@ pub unsafe extern "C" fn granary_batch_put_item(
         let it = item.copied().unwrap_or_default();
         let cond = put_cond(mode, item.map(|i| i.cas))?;
         let ns = b.namespace(ns)?;
+        check_value_len(&ns, key, value)?;
         let (value, meta) = (value.to_vec(), ItemMeta::new(it.flags, it.expires));
         let op = match cond {
             Cond::Always => BatchOp::Put { value, meta },

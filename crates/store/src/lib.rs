@@ -138,6 +138,10 @@ pub use types::{
 pub use verify::VerifyReport;
 pub use zerocopy::{PutBuf, ReceiveEnd, ValueBuf};
 
+/// The longest key the engine stores (a namespace's user keys are
+/// [`NS_KEY_OVERHEAD`] shorter).
+pub use granary_format::limits::KEY_BYTES_MAX;
+
 pub use granary_io as io;
 
 #[cfg(test)]

@@ -352,6 +352,20 @@ static void test_batches(granary_store *s) {
     EXPECT(granary_batch_put(b, NULL, NULL, 3, S("v"), GRANARY_PUT_UPSERT), GRANARY_EINVAL);
     EXPECT(granary_batch_put(b, NULL, S("k"), S("v"), 3), GRANARY_EINVAL);
     EXPECT(granary_batch_put(NULL, NULL, S("k"), S("v"), GRANARY_PUT_UPSERT), GRANARY_EINVAL);
+    /* Sizes past the store's are refused as the op is added, not copied. */
+    granary_stats st;
+    EXPECT(granary_stats_get(s, &st), GRANARY_OK);
+    size_t big_len = (size_t)st.value_bytes_max + 1, key_max = 65536;
+    uint8_t *big = calloc(1, big_len > key_max + 1 ? big_len : key_max + 1);
+    CHECK(big != NULL);
+    EXPECT(granary_batch_put(b, NULL, S("k"), big, big_len, GRANARY_PUT_UPSERT), GRANARY_ETOOLARGE);
+    EXPECT(granary_batch_put(b, NULL, big, key_max + 1, S("v"), GRANARY_PUT_UPSERT), GRANARY_EKEY);
+    EXPECT(granary_batch_delete(b, NULL, big, key_max + 1), GRANARY_EKEY);
+    EXPECT(granary_batch_put(b, NULL, S("k"), big, big_len - 100, GRANARY_PUT_UPSERT), GRANARY_OK);
+    CHECK(granary_batch_len(b) == 1);
+    free(big);
+    granary_batch_abort(b);
+    EXPECT(granary_batch_begin(s, &b), GRANARY_OK);
     CHECK(granary_batch_len(b) == 0);
     granary_batch_abort(b);
 
