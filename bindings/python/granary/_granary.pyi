@@ -2,7 +2,7 @@
 ``granary``)."""
 
 import os
-from typing import Dict, Iterable, List, Literal, Optional, Tuple, Union, final
+from typing import Dict, Iterable, Iterator, List, Literal, Optional, Tuple, Union, final
 
 from typing_extensions import Self
 
@@ -31,6 +31,8 @@ class _KeyCalls:
         if the value still has this CAS value (``get_cas``)."""
     def keys(self) -> List[bytes]:
         """Every key, in no particular order."""
+    def __iter__(self) -> Iterator[bytes]:
+        """The keys, as ``keys()`` lists them."""
     def max_value_size(self, key_len: int = 16) -> int:
         """The largest value a key of ``key_len`` bytes may hold."""
     def __contains__(self, key: _Bytes, /) -> bool: ...

@@ -330,7 +330,7 @@ macro_rules! client_methods {
 /// pool of `connections` connections (made on first use and replaced when
 /// they break); each request waits at most `timeout` seconds. Share it
 /// between threads freely.
-#[pyclass(module = "granary", frozen)]
+#[pyclass(module = "granary", frozen, mapping)]
 pub struct Client {
     remote: Arc<Remote>,
     ns: String,
@@ -387,7 +387,7 @@ client_methods!(Client, {
 /// libketama does, `ShardedClient(native, ring="twemproxy", pool=lines)`
 /// as a nutcracker pool with those `servers:` lines does. Connections are
 /// made on first use.
-#[pyclass(module = "granary", frozen)]
+#[pyclass(module = "granary", frozen, mapping)]
 pub struct ShardedClient {
     remote: Arc<Remote>,
     ns: String,
@@ -477,7 +477,7 @@ client_methods!(ShardedClient, {
 
 /// A namespace on the server(s) of a `Client` or `ShardedClient`
 /// (`client.namespace(name)`): the same key calls, on its keys.
-#[pyclass(module = "granary", frozen)]
+#[pyclass(module = "granary", frozen, mapping)]
 pub struct ClientNamespace {
     remote: Arc<Remote>,
     ns: String,

@@ -138,6 +138,12 @@ macro_rules! key_methods {
                 PyList::new(py, all.iter().map(|k| PyBytes::new(py, k)))
             }
 
+            /// Iterating gives the keys, as `keys()` lists them (read when
+            /// the iteration starts).
+            fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyIterator>> {
+                self.keys(py)?.try_iter()
+            }
+
             /// The largest value a key of `key_len` bytes may hold here.
             #[pyo3(signature = (key_len = 16))]
             fn max_value_size(&self, py: Python<'_>, key_len: usize) -> PyResult<u64> {
@@ -407,10 +413,11 @@ key_methods!(Store, {
         Ok(())
     }
 
-    /// Whether the store is closed (a `close` under way: once it returns).
+    /// Whether the store is closed (a `close` under way: once it returns),
+    /// or this is a forked child's copy, whose calls raise `Closed` too.
     #[getter]
     fn closed(&self) -> bool {
-        self.closed.load(Relaxed)
+        self.closed.load(Relaxed) || std::process::id() != self.pid
     }
 
     /// The path it was opened on (":memory:" for `Store.memory`).

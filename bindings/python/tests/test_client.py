@@ -26,6 +26,11 @@ def test_client_key_calls(server):
         assert c.delete(b"k") is True
         assert c.delete(b"k") is False
         assert isinstance(c.stats(), dict)
+        # A client cannot list keys: not iterable (not c[0], c[1], ...).
+        with pytest.raises(TypeError, match="not iterable"):
+            iter(c)
+        with pytest.raises(TypeError, match="not iterable"):
+            iter(c.namespace("it"))
 
 
 def test_client_namespaces(server):

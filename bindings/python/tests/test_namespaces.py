@@ -19,6 +19,7 @@ def test_namespaces_hold_their_own_keys(store):
     assert a.name == "a"
     assert b.stats()["keys"] == 1
     assert sorted(b.keys()) == [b"k"]
+    assert list(b) == [b"k"]
     assert store.namespace("default").get(b"k") == b"default"
 
 

@@ -73,6 +73,9 @@ def test_get_many_and_mapping(store):
     with pytest.raises(KeyError):
         del store[b"k4"]
     assert sorted(store.keys()) == sorted(f"k{i}".encode() for i in range(10) if i != 4)
+    # Iterating gives the keys, as a dict's iteration does.
+    assert sorted(store) == sorted(store.keys())
+    assert sorted(list(iter(store))) == sorted(store.keys())
 
 
 def test_close_and_reopen_keeps_everything(tmp_path):
@@ -164,7 +167,7 @@ def test_a_forked_child_neither_uses_nor_closes_its_parents_store(tmp_path):
         try:
             s.get(b"k")
         except granary.Closed:
-            code = 0
+            code = 0 if s.closed and "closed" in repr(s) else 3
         except BaseException:
             code = 2
         del s

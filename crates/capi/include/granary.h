@@ -983,6 +983,7 @@ enum granary_status granary_scan_open(const struct granary_store *store,
 
 // `granary_scan_open` over the keys of the handle's namespace. The scan
 // does not need the namespace handle afterwards (it may be closed first).
+// `GRANARY_ECLOSED` once the handle's store is closed.
 //
 // # Safety
 //

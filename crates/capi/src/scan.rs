@@ -101,6 +101,7 @@ pub unsafe extern "C" fn granary_scan_open(store: *const granary_store, out: *mu
 
 /// `granary_scan_open` over the keys of the handle's namespace. The scan
 /// does not need the namespace handle afterwards (it may be closed first).
+/// `GRANARY_ECLOSED` once the handle's store is closed.
 ///
 /// # Safety
 ///
@@ -111,6 +112,10 @@ pub unsafe extern "C" fn granary_ns_scan_open(ns: *const granary_ns, out: *mut *
     guard(|| {
         // SAFETY: each pointer as the caller promised (see # Safety).
         let (out, h) = unsafe { (args::out_handle(out, "out")?, args::handle(ns, "ns")?) };
+        // A handle that outlived its store answers as its other calls do.
+        if h.gate.call(&h.ns).is_closed() {
+            return Err(::granary_store::Error::Closed.into());
+        }
         *out = Box::into_raw(Box::new(granary_scan::new(h.ns.clone(), h.gate.clone())));
         Ok(())
     })

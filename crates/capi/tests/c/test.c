@@ -785,6 +785,9 @@ static void test_foreign_namespace(granary_store *s) {
     EXPECT(granary_ns_put(ns, S("k"), S("v"), GRANARY_PUT_UPSERT), GRANARY_ECLOSED);
     granary_ns_info info;
     EXPECT(granary_ns_stats(ns, &info), GRANARY_ECLOSED);
+    granary_scan *sc = (granary_scan *)&info;
+    EXPECT(granary_ns_scan_open(ns, &sc), GRANARY_ECLOSED);
+    CHECK(sc == NULL);
     granary_ns_close(ns);
 }
 
