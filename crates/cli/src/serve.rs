@@ -226,6 +226,9 @@ impl Config {
         }
         c.print = a.print_config;
         c.print_settings_table = a.print_settings_table;
+        if c.data.as_os_str().is_empty() {
+            return Err("data: the store's path is empty".into());
+        }
         c.check_ports()?;
         c.check_effects()?;
         Ok(c)

@@ -711,10 +711,12 @@ impl Setting {
             Kind::Choice { name, choices } => {
                 arg.value_name(name).value_parser(PossibleValuesParser::new(choices).map(Value::Choice))
             }
-            // Paths are not necessarily UTF-8.
+            // Paths are not necessarily UTF-8, and may be empty, as in the
+            // file: `--aclfile ""` unsets a file's aclfile (clap's path
+            // parser refuses an empty value).
             Kind::Path => arg
                 .value_name(kind.value_name())
-                .value_parser(clap::builder::PathBufValueParser::new().map(Value::Path)),
+                .value_parser(clap::builder::OsStringValueParser::new().map(|s| Value::Path(PathBuf::from(s)))),
             _ => arg
                 .value_name(kind.value_name())
                 .value_parser(move |s: &str| kind.parse(s).map_err(|e| format!("{key}: {e}"))),

@@ -498,6 +498,25 @@ fn settings_for_a_listener_that_is_off_are_refused() {
     let o = granary(&["serve", "--data", d, "--config", s, "--no-resp", "--print-config"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("`--requirepass \"\"` unsets a file's requirepass"), "{err}");
+    // The same for a path setting: its flag takes an empty path.
+    let acl = dir.path().join("acl.toml");
+    std::fs::write(&acl, "aclfile = \"/etc/granary/users.acl\"\n").unwrap();
+    let a = acl.to_str().unwrap();
+    let o = granary(&["serve", "--data", d, "--config", a, "--no-resp", "--print-config"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("`--aclfile \"\"` unsets a file's aclfile"), "{err}");
+    let o = granary(&["serve", "--data", d, "--config", a, "--no-resp", "--aclfile", "", "--print-config"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("aclfile = \"\"\n"), "{out}");
+    // An empty store path, from a flag or the file, is refused as such.
+    let empty = dir.path().join("empty.toml");
+    std::fs::write(&empty, "data = \"\"\n").unwrap();
+    for args in [&["serve", "--data", ""][..], &["serve", "--config", empty.to_str().unwrap()]] {
+        let o = granary(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("data: the store's path is empty"), "{args:?}: {err}");
+    }
     for extra in [
         &["--no-native"][..],
         &["--native-token", "t0ken"],
