@@ -1,7 +1,8 @@
 //! Ketama consistent-hash rings, in the two variants clients meet:
 //!
-//! - [`Ketama::new`]: last.fm's libketama as libmemcached, pylibmc and
-//!   uhashring implement it with equal weights. Each server, named
+//! - [`Ketama::new`]: last.fm's libketama as uhashring implements it with
+//!   equal weights (and libmemcached's weighted ketama, for servers on
+//!   ports other than 11211: it names one on 11211 "host"). Each server, named
 //!   "host:port", gets 160 points on a 32-bit circle: for `w` in 0..40, the
 //!   MD5 digest of "host:port-w" gives four points, each the little-endian
 //!   u32 of four digest bytes.

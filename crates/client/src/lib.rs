@@ -366,16 +366,20 @@ pub struct Client {
 
 impl Client {
     /// A client of `addr` ("host:port"); connects once now so a bad
-    /// address or a refused handshake is reported here.
+    /// address or a refused handshake is reported here. Each address the
+    /// name resolves to is tried in turn, as `TcpStream::connect` does
+    /// ("localhost" may give `::1` first to a server listening on
+    /// 127.0.0.1); the client keeps the first that answers.
     pub fn connect(addr: impl ToSocketAddrs, cfg: ClientConfig) -> Result<Client> {
-        let addr = addr
-            .to_socket_addrs()
-            .map_err(Error::Io)?
-            .next()
-            .ok_or_else(|| Error::Io(std::io::Error::other("address resolves to nothing")))?;
-        let c = Client::lazy(addr, cfg);
-        c.conn()?;
-        Ok(c)
+        let mut last = None;
+        for addr in addr.to_socket_addrs().map_err(Error::Io)? {
+            let c = Client::lazy(addr, cfg.clone());
+            match c.conn() {
+                Ok(_) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Io(std::io::Error::other("address resolves to nothing"))))
     }
 
     /// A client that connects on first use.

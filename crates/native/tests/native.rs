@@ -222,6 +222,20 @@ fn pipelined_requests_take_effect_in_order() {
     assert_eq!(seen, rounds as usize * reqs.len());
 }
 
+/// A name that resolves to several addresses is tried address by address
+/// (as "localhost" may give ::1 first to a server on 127.0.0.1): the
+/// client keeps the first that answers; none answering is the last error.
+#[test]
+fn connect_tries_each_address_the_name_resolves_to() {
+    let srv = server();
+    let closed: SocketAddr = ([127, 0, 0, 1], granary_rt::net::free_low_port().unwrap()).into();
+    let c = Client::connect(&[closed, srv.local_addr()][..], ClientConfig::default()).unwrap();
+    c.put(b"k", b"v").unwrap();
+    assert_eq!(c.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    assert!(Client::connect(&[closed][..], ClientConfig::default()).is_err());
+    assert!(Client::connect(&[][..], ClientConfig::default()).is_err());
+}
+
 #[test]
 fn many_requests_in_flight_on_one_connection() {
     let srv = server();
