@@ -439,6 +439,29 @@ fn create_makes_parent_directories_and_if_absent_is_repeatable() {
         &run(&["create", junk.to_str().unwrap(), "--size", "8M", "--if-absent"]),
         "not a usable Granary store",
     );
+    // A FIFO is refused, not opened (which waits for a writer), also by
+    // --if-absent's look for an interrupted creation.
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path for the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for extra in [&[][..], &["--if-absent"]] {
+        let mut child = bin()
+            .args(["create", fifo.to_str().unwrap(), "--size", "8M"])
+            .args(extra)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                child.kill().unwrap();
+                panic!("create {extra:?} of a FIFO still runs after 30 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_one_line_error(&child.wait_with_output().unwrap(), "a regular file");
+    }
 }
 
 #[test]

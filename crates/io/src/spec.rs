@@ -206,9 +206,13 @@ impl DeviceSpec {
     /// remove them and return true; otherwise touch nothing and return
     /// false. Each is locked first: a file another process holds (a
     /// creation still running, a store in use) is left alone, for the
-    /// open that follows to report. Block devices are never removed.
+    /// open that follows to report. Only regular files are looked at:
+    /// block devices are never removed, and anything else (a FIFO, whose
+    /// open would wait for a writer) is left for the open to refuse.
     pub fn remove_unfinished(&self) -> io::Result<bool> {
-        let files: Vec<&Path> = self.paths().into_iter().filter(|p| p.exists() && !is_block_device(p)).collect();
+        // Follows links, as the device code does.
+        let regular = |p: &&Path| std::fs::metadata(p).is_ok_and(|m| m.is_file());
+        let files: Vec<&Path> = self.paths().into_iter().filter(regular).collect();
         let mut held = Vec::with_capacity(files.len());
         for p in &files {
             match crate::file::lock_if_unfinished(p)? {
