@@ -100,6 +100,21 @@ fn round_trip_across_processes_with_direct_io() {
     let binary: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
     assert_eq!(code(&run_stdin(&["put", p, "blob", "-"], &binary)), 0);
     assert_eq!(code(&run_stdin(&["put", p, "empty"], b"")), 0);
+    // A value on stdin is read up to what the store holds, not whole: an
+    // endless one is refused.
+    let zero = bin()
+        .args(["put", p, "endless"])
+        .stdin(std::fs::File::open("/dev/zero").unwrap())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_one_line_error(&zero, "the value on stdin is longer than the");
+    assert_eq!(code(&run(&["get", p, "endless"])), 1);
+    // Each command's usage names what it takes.
+    assert_one_line_error(&run(&["get", p]), "expected PATH KEY (or --server HOST:PORT KEY)");
+    assert_one_line_error(&run(&["del", p]), "expected PATH KEY (or");
+    assert_one_line_error(&run(&["put", p]), "expected PATH KEY [VALUE] (or");
 
     let o = run(&["get", p, "greeting"]);
     assert_eq!((code(&o), &o.stdout[..]), (0, &b"hello"[..]));

@@ -71,11 +71,13 @@ impl TargetArgs {
     /// Split ARGS into the target and the rest: between `min` and `max`
     /// arguments after PATH (or after `--server`).
     fn resolve(self, mut args: Vec<OsString>, min: usize, max: usize) -> Result<(Target, Vec<OsString>), String> {
+        // `put` takes a value after the key; `get` and `del` do not.
+        let rest = if max > 1 { "KEY [VALUE]" } else { "KEY" };
         let usage = |form: &str| format!("expected {form}");
         match self.conn.server.clone() {
             Some(s) => {
                 if args.len() < min || args.len() > max {
-                    return Err(usage("KEY [VALUE] after --server HOST:PORT"));
+                    return Err(usage(&format!("{rest} after --server HOST:PORT")));
                 }
                 if self.conn.buffered || self.conn.no_checkpoint {
                     return Err("--buffered and --no-checkpoint apply to a local store, not --server".into());
@@ -85,7 +87,7 @@ impl TargetArgs {
             }
             None => {
                 if args.len() < min + 1 || args.len() > max + 1 {
-                    return Err(usage("PATH KEY [VALUE] (or --server HOST:PORT KEY [VALUE])"));
+                    return Err(usage(&format!("PATH {rest} (or --server HOST:PORT {rest})")));
                 }
                 self.conn.remote_only_given()?;
                 let path = PathBuf::from(args.remove(0));
@@ -153,6 +155,20 @@ fn local_only_flush(flush: bool, target: &Target) -> Result<(), String> {
     Ok(())
 }
 
+/// The value on stdin, at most `max` bytes (`whose`: the limit's owner,
+/// for the refusal).
+fn read_stdin_value(max: u64, whose: &str) -> Result<Vec<u8>, String> {
+    let mut buf = Vec::new();
+    std::io::stdin()
+        .take(max.saturating_add(1))
+        .read_to_end(&mut buf)
+        .map_err(|e| format!("cannot read the value from stdin: {e}"))?;
+    if buf.len() as u64 > max {
+        return Err(format!("the value on stdin is longer than the {max} bytes {whose}"));
+    }
+    Ok(buf)
+}
+
 fn not_found(key: &OsString) -> ExitCode {
     eprintln!("granary: key not found: {}", key.to_string_lossy());
     ExitCode::from(1)
@@ -162,13 +178,13 @@ pub fn put(a: PutArgs) -> Result<ExitCode, String> {
     let (target, mut args) = a.target.resolve(a.args, 1, 2)?;
     local_only_flush(a.flush, &target)?;
     let key = args.remove(0);
-    let value = match args.pop() {
-        Some(v) if v != "-" => v.as_bytes().to_vec(),
-        _ => {
-            let mut buf = Vec::new();
-            std::io::stdin().read_to_end(&mut buf).map_err(|e| format!("cannot read the value from stdin: {e}"))?;
-            buf
-        }
+    // A value on stdin is read up to what the target can hold and refused
+    // past it, not read whole (`granary put PATH k </dev/zero` would grow
+    // until the process is killed).
+    let given = args.pop().filter(|v| v != "-").map(|v| v.as_bytes().to_vec());
+    let value_for = |max: u64, whose: &str| match &given {
+        Some(v) => Ok(v.clone()),
+        None => read_stdin_value(max, whose),
     };
     let stored = match target {
         Target::Local { dev, ns } => {
@@ -178,7 +194,9 @@ pub fn put(a: PutArgs) -> Result<ExitCode, String> {
                 Mode::Replace => PutMode::ReplaceOnly,
             };
             let outcome = with_store(&dev, a.flush, |store| {
-                store.namespace(&ns).and_then(|ns| ns.put_with(key.as_bytes(), &value, pm)).map_err(|e| e.to_string())
+                let ns = store.namespace(&ns).map_err(|e| e.to_string())?;
+                let value = value_for(ns.value_bytes_max(key.len()), "this store holds for the key")?;
+                ns.put_with(key.as_bytes(), &value, pm).map_err(|e| e.to_string())
             })?;
             outcome == PutOutcome::Stored
         }
@@ -188,6 +206,7 @@ pub fn put(a: PutArgs) -> Result<ExitCode, String> {
                 Mode::Add => granary_client::PutMode::CreateOnly,
                 Mode::Replace => granary_client::PutMode::ReplaceOnly,
             };
+            let value = value_for(granary_proto::VALUE_BYTES_LIMIT as u64, "the native protocol carries")?;
             client.ns(&ns).put_with(key.as_bytes(), &value, pm).map_err(|e| e.to_string())?
         }
     };
