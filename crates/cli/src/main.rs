@@ -96,7 +96,7 @@ fn run() -> ExitCode {
         // logging starts once its configuration is read.
         Cmd::Serve(a) => match serve::Config::resolve(&a) {
             Ok(c) => {
-                logging::init(json_logs || c.log_format == serve::LogFormat::Json);
+                logging::init(c.log_format == serve::LogFormat::Json);
                 serve::main(c)
             }
             Err(msg) => Err(msg),

@@ -218,6 +218,11 @@ impl Config {
         };
         let given: Vec<_> = file.into_iter().chain(a.settings.0.iter().cloned()).collect();
         let mut c = Config::defaults();
+        // The environment's log format (every command's) is a default
+        // here: the file and the flag win over it.
+        if std::env::var("GRANARY_LOG_FORMAT").is_ok_and(|v| v == "json") {
+            c.log_format = LogFormat::Json;
+        }
         for (s, v) in &given {
             (s.apply)(&mut c, v.clone());
         }

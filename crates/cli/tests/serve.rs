@@ -851,6 +851,19 @@ fn config_file_flags_metrics_limits_and_clean_restart() {
     std::fs::write(&again, &printed).unwrap();
     let o = granary(&["serve", "--config", again.to_str().unwrap(), "--print-config"]);
     assert_eq!(String::from_utf8(o.stdout).unwrap(), printed);
+    // GRANARY_LOG_FORMAT stands in for the default: the flag and the file
+    // win over it.
+    let with_env = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_granary")).args(args).env("GRANARY_LOG_FORMAT", "json").output();
+        String::from_utf8(o.unwrap().stdout).unwrap()
+    };
+    let format = |printed: String| printed.lines().find(|l| l.starts_with("log_format")).unwrap_or("").to_string();
+    assert_eq!(format(with_env(&["serve", "--print-config"])), "log_format = \"json\"");
+    assert_eq!(format(with_env(&["serve", "--print-config", "--log-format", "text"])), "log_format = \"text\"");
+    let text = dir.path().join("text.toml");
+    std::fs::write(&text, "log_format = \"text\"\n").unwrap();
+    let from_file = with_env(&["serve", "--config", text.to_str().unwrap(), "--print-config"]);
+    assert_eq!(format(from_file), "log_format = \"text\"");
     // A bad file is one clear line.
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "port = 1\nbogus = true\n").unwrap();
