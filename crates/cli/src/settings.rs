@@ -706,7 +706,14 @@ impl Setting {
         let arg = clap::Arg::new(self.key).long(self.long).short(self.short).help(help);
         let (key, kind) = (self.key, self.kind);
         match kind {
-            Kind::Switch { .. } => arg.action(clap::ArgAction::SetTrue),
+            // `--flush` sets it; `--flush=false` sets it back (a file's
+            // `flush = true` is undone from the command line).
+            Kind::Switch { .. } => arg
+                .num_args(0..=1)
+                .require_equals(true)
+                .default_missing_value("true")
+                .value_name("BOOL")
+                .value_parser(clap::builder::BoolValueParser::new()),
             // clap lists the choices in --help and in the error for another.
             Kind::Choice { name, choices } => {
                 arg.value_name(name).value_parser(PossibleValuesParser::new(choices).map(Value::Choice))
@@ -726,7 +733,8 @@ impl Setting {
     /// Its value on the command line, if given there.
     fn given(&self, m: &clap::ArgMatches) -> Option<Value> {
         match self.kind {
-            Kind::Switch { sets } => m.get_flag(self.key).then_some(Value::Bool(sets)),
+            // `--no-native=false` is native = true.
+            Kind::Switch { sets } => m.get_one::<bool>(self.key).map(|&given| Value::Bool(given == sets)),
             _ => m.get_one::<Value>(self.key).cloned(),
         }
     }
@@ -735,8 +743,8 @@ impl Setting {
     fn flag_cell(&self) -> String {
         let short = self.short.map(|c| format!("`-{c}`, ")).unwrap_or_default();
         let long = match self.kind {
-            Kind::Switch { sets: true } => format!("`--{}`", self.long),
-            Kind::Switch { sets: false } => format!("`--{}` (sets false)", self.long),
+            Kind::Switch { sets: true } => format!("`--{}` (`--{0}=false` sets false)", self.long),
+            Kind::Switch { sets: false } => format!("`--{}` (sets false; `--{0}=false` sets true)", self.long),
             Kind::Choice { choices, .. } => format!("`--{} {}`", self.long, choices.join("\\|")),
             k => format!("`--{} {}`", self.long, k.value_name()),
         };
@@ -1036,13 +1044,32 @@ mod tests {
             (&["--gc-policy", "lru"], "[possible values: cost-benefit, greedy]"),
             (&["--gc-watermark", "adaptive"], "[possible values: fixed, queue, doubling, compact]"),
             (&["--discard", "yes"], "[possible values: auto, on, off]"),
-            (&["--gc-hot-cold=true"], "unexpected value 'true' for '--gc-hot-cold'"),
-            (&["--no-native=true"], "unexpected value 'true' for '--no-native'"),
+            (&["--gc-hot-cold=yes"], "invalid value 'yes' for '--gc-hot-cold[=<BOOL>]'"),
+            (&["--no-native=1"], "[possible values: true, false]"),
             (&["-p", "1", "-p", "2"], "cannot be used multiple times"),
         ] {
             let e = parse(args).map(|_| ()).unwrap_err();
             assert!(e.contains(want), "{args:?}: {e}");
         }
+    }
+
+    /// A switch's flag sets it, and with `=false` sets it back: a file's
+    /// switch is undone from the command line (and a flag that sets false,
+    /// `--no-X`, sets true with `=false`).
+    #[test]
+    fn a_switch_flag_undoes_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("on.toml");
+        std::fs::write(&file, "flush = true\nnative = false\nevict = false\n").unwrap();
+        let f = file.to_str().unwrap();
+        let c = parse(&["--config", f]).unwrap();
+        assert_eq!((c.flush, c.native, c.evict), (true, false, false));
+        let c = parse(&["--config", f, "--flush=false", "--no-native=false", "--no-evict=false"]).unwrap();
+        assert_eq!((c.flush, c.native, c.evict), (false, true, true));
+        let c = parse(&["--flush", "--no-native", "--flush=true"]);
+        assert!(c.unwrap_err().contains("cannot be used multiple times"));
+        let c = parse(&["--flush", "--no-native", "--buffered=true"]).unwrap();
+        assert_eq!((c.flush, c.native, c.buffered), (true, false, true));
     }
 
     /// A setting whose `0` means off takes it from a flag as from the file;
