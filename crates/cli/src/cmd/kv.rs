@@ -155,16 +155,16 @@ fn local_only_flush(flush: bool, target: &Target) -> Result<(), String> {
     Ok(())
 }
 
-/// The value on stdin, at most `max` bytes (`whose`: the limit's owner,
+/// The value on stdin, at most `max` bytes (`why`: the limit's reason,
 /// for the refusal).
-fn read_stdin_value(max: u64, whose: &str) -> Result<Vec<u8>, String> {
+fn read_stdin_value(max: u64, why: &str) -> Result<Vec<u8>, String> {
     let mut buf = Vec::new();
     std::io::stdin()
         .take(max.saturating_add(1))
         .read_to_end(&mut buf)
         .map_err(|e| format!("cannot read the value from stdin: {e}"))?;
     if buf.len() as u64 > max {
-        return Err(format!("the value on stdin is longer than the {max} bytes {whose}"));
+        return Err(format!("the value on stdin is over {max} bytes: {why}"));
     }
     Ok(buf)
 }
@@ -195,7 +195,8 @@ pub fn put(a: PutArgs) -> Result<ExitCode, String> {
             };
             let outcome = with_store(&dev, a.flush, |store| {
                 let ns = store.namespace(&ns).map_err(|e| e.to_string())?;
-                let value = value_for(ns.value_bytes_max(key.len()), "this store holds for the key")?;
+                let why = "this store holds values up to that for the key (a record must fit in one segment; use larger segments for larger values)";
+                let value = value_for(ns.value_bytes_max(key.len()), why)?;
                 ns.put_with(key.as_bytes(), &value, pm).map_err(|e| e.to_string())
             })?;
             outcome == PutOutcome::Stored
@@ -206,7 +207,8 @@ pub fn put(a: PutArgs) -> Result<ExitCode, String> {
                 Mode::Add => granary_client::PutMode::CreateOnly,
                 Mode::Replace => granary_client::PutMode::ReplaceOnly,
             };
-            let value = value_for(granary_proto::VALUE_BYTES_LIMIT as u64, "the native protocol carries")?;
+            let value =
+                value_for(granary_proto::VALUE_BYTES_LIMIT as u64, "the native protocol carries values up to that")?;
             client.ns(&ns).put_with(key.as_bytes(), &value, pm).map_err(|e| e.to_string())?
         }
     };
