@@ -1122,3 +1122,33 @@ fn appends_count_as_items_stored() {
     let stats = String::from_utf8(c.call(b"stats\r\n")).unwrap();
     assert!(stats.contains("STAT total_items 3\r\n"), "{stats}");
 }
+
+/// Clients racing to vivify one missing key (`mg k N30`): one creates it
+/// and wins (`W`); every other reads the item made (`Z`), none answers a
+/// miss, as memcached, which looks up and creates under one lock. Each
+/// thread asks for the same keys in the same order, so their requests for
+/// one key meet.
+#[test]
+fn a_vivify_that_loses_the_race_reads_the_item_made() {
+    const THREADS: usize = 4;
+    const KEYS: usize = 300;
+    let f = Fixture::default();
+    let start = std::sync::Arc::new(std::sync::Barrier::new(THREADS));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (mut c, start) = (f.client(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                (0..KEYS)
+                    .map(|i| String::from_utf8(c.call(format!("mg viv-{i} N30 s\r\n").as_bytes())).unwrap())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let replies: Vec<Vec<String>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    for i in 0..KEYS {
+        let of_key: Vec<&str> = replies.iter().map(|r| r[i].as_str()).collect();
+        assert_eq!(of_key.iter().filter(|r| **r == "HD s0 W\r\n").count(), 1, "key {i}: {of_key:?}");
+        assert!(of_key.iter().all(|r| *r == "HD s0 W\r\n" || *r == "HD s0 Z\r\n"), "key {i}: {of_key:?}");
+    }
+}

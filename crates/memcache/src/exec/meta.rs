@@ -14,8 +14,9 @@
 //!
 //! Invariants: return flags are written in the order the client gave
 //! them, with a base64 key's `b` last (memcached's order); `q` hides only
-//! the replies memcached hides (a hit of mg, HD of ms and md, a success of
-//! ma but for a created counter, EN of mg).
+//! the replies memcached hides (HD of ms and md, a success of ma but for
+//! a created counter, EN of mg; an mg hit is answered); an mg whose `N`
+//! loses the creation to another client answers the item that client made.
 
 use super::{arith, touch_item, Arith, Exec, Sink};
 use crate::context::Ctx;
@@ -124,57 +125,68 @@ impl<S: Sink> Exec<'_, S> {
         let want_win = |it: &Item| {
             it.meta.stale || recache.is_some_and(|r| it.meta.expires != 0 && (it.meta.expires as i64 - now) < r)
         };
-        let mut got = self.ctx.ns.get_item_access_async(key, !fl.has(b'u'), want_win).await;
-        if let (Ok(Some(ia)), Some(ttl)) = (&mut got, ttl) {
-            // T: touch after the read, keeping the access state it saw.
-            match touch_item(self.ctx, key, self.expires(ttl), new_cas, false).await {
-                Ok(Some(it)) => ia.item = it,
-                Ok(None) => got = Ok(None),
-                Err(e) => got = Err(e),
+        // Once more after a vivify that another client's creation beat:
+        // then the item it made is read and answered (memcached looks up
+        // and creates under one lock, so the loser sees the item, with Z).
+        let mut raced = false;
+        loop {
+            let mut got = self.ctx.ns.get_item_access_async(key, !fl.has(b'u'), &want_win).await;
+            if let (Ok(Some(ia)), Some(ttl)) = (&mut got, ttl) {
+                // T: touch after the read, keeping the access state it saw.
+                match touch_item(self.ctx, key, self.expires(ttl), new_cas, false).await {
+                    Ok(Some(it)) => ia.item = it,
+                    Ok(None) => got = Ok(None),
+                    Err(e) => got = Err(e),
+                }
             }
-        }
-        match got {
-            Ok(Some(ia)) => {
-                count(&self.ctx.stats, true);
-                // memcached's order: Z (a token was already sent), X
-                // (stale), W (this client won the token).
-                let mut extra = String::new();
-                if ia.prior.win_sent {
-                    extra.push_str(" Z");
+            match got {
+                Ok(Some(ia)) => {
+                    count(&self.ctx.stats, true);
+                    // memcached's order: Z (a token was already sent), X
+                    // (stale), W (this client won the token).
+                    let mut extra = String::new();
+                    if ia.prior.win_sent {
+                        extra.push_str(" Z");
+                    }
+                    if ia.item.meta.stale {
+                        extra.push_str(" X");
+                    }
+                    if ia.won {
+                        extra.push_str(" W");
+                    }
+                    return self.meta_hit(fl, raw_key, &ia.item, Some(&ia.prior), &extra);
                 }
-                if ia.item.meta.stale {
-                    extra.push_str(" X");
-                }
-                if ia.won {
-                    extra.push_str(" W");
-                }
-                self.meta_hit(fl, raw_key, &ia.item, Some(&ia.prior), &extra);
-            }
-            Ok(None) => {
-                if let Some(ttl) = vivify {
-                    // Vivify: create an empty item; this client "wins" (W)
-                    // and is expected to fill it; later readers see Z.
-                    let meta = ItemMeta::new(0, self.expires(ttl));
-                    match self.ctx.ns.put_item_won_async(key, b"", meta, Cond::Absent, new_cas, !fl.has(b'u')).await {
-                        Ok((PutOutcome::Stored, cas)) => {
-                            count(&self.ctx.stats, true);
-                            let it = Item { value: Vec::new(), meta, cas };
-                            let acc = Access { fetched: false, last_access: self.ctx.store.now(), win_sent: false };
-                            return self.meta_hit(fl, raw_key, &it, Some(&acc), " W");
-                        }
-                        Ok(_) => {}
-                        Err(e) => {
-                            count(&self.ctx.stats, false);
-                            return self.server_error(&e);
+                Ok(None) => {
+                    if let Some(ttl) = vivify.filter(|_| !raced) {
+                        // Vivify: create an empty item; this client "wins"
+                        // (W) and is expected to fill it; later readers see Z.
+                        let meta = ItemMeta::new(0, self.expires(ttl));
+                        let put = self.ctx.ns.put_item_won_async(key, b"", meta, Cond::Absent, new_cas, !fl.has(b'u'));
+                        match put.await {
+                            Ok((PutOutcome::Stored, cas)) => {
+                                count(&self.ctx.stats, true);
+                                let it = Item { value: Vec::new(), meta, cas };
+                                let acc = Access { fetched: false, last_access: self.ctx.store.now(), win_sent: false };
+                                return self.meta_hit(fl, raw_key, &it, Some(&acc), " W");
+                            }
+                            Ok(_) => {
+                                raced = true;
+                                continue;
+                            }
+                            Err(e) => {
+                                count(&self.ctx.stats, false);
+                                return self.server_error(&e);
+                            }
                         }
                     }
+                    count(&self.ctx.stats, false);
+                    if !fl.has(b'q') {
+                        self.meta_code("EN", fl, raw_key, None);
+                    }
+                    return;
                 }
-                count(&self.ctx.stats, false);
-                if !fl.has(b'q') {
-                    self.meta_code("EN", fl, raw_key, None);
-                }
+                Err(e) => return self.server_error(&e),
             }
-            Err(e) => self.server_error(&e),
         }
     }
 
