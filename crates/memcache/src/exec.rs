@@ -463,7 +463,8 @@ impl<'a, S: Sink> Exec<'a, S> {
                             }
                             // A new item to memcached: flags and expiry
                             // kept, a stale mark not.
-                            (Change::Put { value: v, meta: ItemMeta { stale: false, ..it.meta } }, Ok(true))
+                            let meta = ItemMeta { stale: false, ..it.meta };
+                            (Change::Derive { value: v, meta, cas: None }, Ok(true))
                         }
                     })
                     .await;
@@ -727,11 +728,7 @@ pub(crate) async fn arith(
                 // A longer result is a new item to memcached: flags and
                 // expiry kept, the stale mark and access state not.
                 let meta = ItemMeta { expires, stale: false, ..it.meta };
-                let change = match new_cas {
-                    Some(cas) => Change::PutCas { value: v, meta, cas },
-                    None => Change::Put { value: v, meta },
-                };
-                (change, meta)
+                (Change::Derive { value: v, meta, cas: new_cas }, meta)
             };
             (change, Arith::Done(n, 0, meta))
         })

@@ -1031,6 +1031,34 @@ fn namespace_listener(namespace: &str) -> ServerConfig {
     }
 }
 
+/// In a namespace with a default TTL, a new item gets it and an item's
+/// own expiry stays through what memcached makes a new item of (append,
+/// prepend, ms's append mode, an incr whose result is longer) and through
+/// md's invalidation: `touch k 0` (never expires) is not undone by them.
+#[test]
+fn a_namespace_default_ttl_goes_to_new_items_only() {
+    let f = Fixture::default();
+    let opts = granary_store::NamespaceOptions { default_ttl_secs: 100, ..Default::default() };
+    f.store().create_namespace("ttl", opts).unwrap();
+    let server = granary_memcache::Server::start(f.store.clone().unwrap(), namespace_listener("ttl")).unwrap();
+    let mut c = Client::connect(server.local_addr());
+    assert_eq!(c.call(b"set k 0 0 1\r\n9\r\nmg k t\r\n"), b"STORED\r\nHD t100\r\n");
+    assert_eq!(c.call(b"touch k 0\r\nmg k t\r\n"), b"TOUCHED\r\nHD t-1\r\n");
+    for (req, reply) in [
+        (&b"incr k 1\r\n"[..], &b"10\r\n"[..]),
+        (b"append k 0 0 1\r\nx\r\n", b"STORED\r\n"),
+        (b"prepend k 0 0 1\r\ny\r\n", b"STORED\r\n"),
+        (b"ms k 1 MA\r\nz\r\n", b"HD\r\n"),
+        (b"md k I\r\n", b"HD\r\n"),
+    ] {
+        assert_eq!(c.call(req), reply, "{}", String::from_utf8_lossy(req));
+        let got = String::from_utf8(c.call(b"mg k t\r\n")).unwrap();
+        assert!(got.starts_with("HD t-1"), "after {}: {got}", String::from_utf8_lossy(req));
+    }
+    assert_eq!(c.call(b"mg k v\r\n"), b"VA 5 Z X\r\ny10xz\r\n");
+    assert_eq!(c.call(b"set n 0 0 1\r\n1\r\nincr n 99\r\nmg n t\r\n"), b"STORED\r\n100\r\nHD t100\r\n");
+}
+
 #[test]
 fn a_listener_serves_its_namespace() {
     let f = Fixture::default();

@@ -103,6 +103,12 @@ pub enum Change {
     /// Write this value with this CAS value (chosen by the client); stored
     /// in the record (FORMAT.md, explicit CAS).
     PutCas { value: Vec<u8>, meta: ItemMeta, cas: u64 },
+    /// A new item made from the one read (memcache's append and prepend,
+    /// an incr or decr whose result is longer): written as `Put` (or as
+    /// `PutCas` with `cas`), but with `meta`'s expiry as given, 0 meaning
+    /// none, never the namespace's default TTL (`Put`'s 0): the item read
+    /// had an expiry of its own.
+    Derive { value: Vec<u8>, meta: ItemMeta, cas: Option<u64> },
     /// The same item with new metadata (a touch): written with its CAS
     /// value `cas` like `PutCas`, and keeping its access state
     /// ([`crate::Access`]); counted as a read when `fetch`.

@@ -677,16 +677,16 @@ impl Core {
             let item = existing.as_ref().filter(|x| self.is_live(x, self.clock.now())).map(Self::item_of);
             let (change, r) = f(item.as_ref());
             // A new value gets the namespace's default TTL, as a put does
-            // (a touch or a rewrite keeps the item's own expiry); every
-            // value written is held to the quota.
+            // (a touch, a rewrite, an invalidation or a value derived from
+            // the item keeps the item's own expiry); every value written is
+            // held to the quota.
             let change = match change {
                 Change::Put { value, meta } => Change::Put { value, meta: self.with_default_ttl(ns, meta) },
-                Change::Invalidate { value, meta } => {
-                    Change::Invalidate { value, meta: self.with_default_ttl(ns, meta) }
-                }
                 Change::PutCas { value, meta, cas } => {
                     Change::PutCas { value, meta: self.with_default_ttl(ns, meta), cas }
                 }
+                Change::Derive { value, meta, cas: None } => Change::Put { value, meta },
+                Change::Derive { value, meta, cas: Some(cas) } => Change::PutCas { value, meta, cas },
                 other => other,
             };
             match &change {
@@ -726,6 +726,7 @@ impl Core {
                 Change::Invalidate { .. } => Policy::Invalidate,
                 Change::Put { meta, .. } | Change::PutCas { meta, .. } => Policy::new_item(meta),
                 Change::Keep | Change::Delete => FRESH,
+                Change::Derive { .. } => unreachable!("a Derive is made a Put or PutCas above"),
             };
             let deleting = matches!(change, Change::Delete);
             // A delete of a value that was not live is not counted.
@@ -737,6 +738,7 @@ impl Core {
             };
             let written = match change {
                 Change::Keep => return Ok((r, None)),
+                Change::Derive { .. } => unreachable!("a Derive is made a Put or PutCas above"),
                 Change::Put { value, meta } | Change::Invalidate { value, meta } => {
                     need = self.value_grains(key, value.len() as u64, None)?;
                     let v = Version { meta, cas: None, policy };

@@ -272,7 +272,7 @@ impl<S: Sink> Exec<'_, S> {
                     let v = if append { [&it.value[..], data].concat() } else { [data, &it.value[..]].concat() };
                     // A new item to memcached: flags and expiry kept, a
                     // stale mark not.
-                    (Change::Put { value: v, meta: ItemMeta { stale: false, ..it.meta } }, status::OK)
+                    (Change::Derive { value: v, meta: ItemMeta { stale: false, ..it.meta }, cas: None }, status::OK)
                 }
             })
             .await;

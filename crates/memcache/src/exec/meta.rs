@@ -266,11 +266,7 @@ impl<S: Sink> Exec<'_, S> {
                                 if append { [&it.value[..], data].concat() } else { [data, &it.value[..]].concat() };
                             // A new item (memcached): not stale.
                             let meta = ItemMeta { stale: false, ..it.meta };
-                            let change = match new_cas {
-                                Some(cas) => Change::PutCas { value: v, meta, cas },
-                                None => Change::Put { value: v, meta },
-                            };
-                            (change, PutOutcome::Stored)
+                            (Change::Derive { value: v, meta, cas: new_cas }, PutOutcome::Stored)
                         }
                     })
                     .await
