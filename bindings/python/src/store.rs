@@ -189,7 +189,7 @@ macro_rules! key_methods {
 /// that was not is recovered from its log on the next open (nothing
 /// acknowledged is lost either way). Share it between threads freely:
 /// every call releases the interpreter while the engine works.
-#[pyclass(module = "granary", frozen)]
+#[pyclass(module = "granary", frozen, mapping)]
 pub struct Store {
     inner: RwLock<Option<Open>>,
     /// `close` has taken the store (read without waiting for the lock,
@@ -592,7 +592,7 @@ fn warn_close_failed(e: &granary_store::Error) {
 
 /// A namespace of a store: the store's key calls on its own keys
 /// (`Store.namespace`).
-#[pyclass(module = "granary", frozen)]
+#[pyclass(module = "granary", frozen, mapping)]
 pub struct Namespace {
     store: Py<Store>,
     name: String,

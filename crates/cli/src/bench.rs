@@ -860,6 +860,6 @@ fn write_json(path: &std::path::Path, v: &serde_json::Value) -> Result<(), Strin
 fn main() -> ExitCode {
     logging::one_line_panics("granary-bench");
     let cli = Cli::parse();
-    logging::init(std::env::var("GRANARY_LOG_FORMAT").is_ok_and(|v| v == "json"));
+    logging::init(logging::env_json());
     logging::finish("granary-bench", run(cli.cmd))
 }

@@ -4,6 +4,12 @@
 
 use std::process::ExitCode;
 
+/// Whether the environment asks for JSON logs (`GRANARY_LOG_FORMAT=json`:
+/// every command's; `granary serve`'s file and flag win over it).
+pub fn env_json() -> bool {
+    std::env::var("GRANARY_LOG_FORMAT").is_ok_and(|v| v == "json")
+}
+
 /// Logs on stderr: text (colored on a terminal) or one JSON object per
 /// line. `GRANARY_LOG` sets the filter; the default is quiet: warnings, and
 /// the progress of long work (recovery, verify, a new file's zero fill).

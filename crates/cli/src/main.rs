@@ -90,7 +90,7 @@ fn main() -> ExitCode {
 /// The command line's command, run.
 fn run() -> ExitCode {
     let cli = Cli::parse();
-    let json_logs = std::env::var("GRANARY_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let json_logs = logging::env_json();
     let r = match cli.cmd {
         // `serve` may ask for JSON logs (flag or configuration file), so
         // logging starts once its configuration is read.

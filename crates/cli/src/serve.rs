@@ -220,7 +220,7 @@ impl Config {
         let mut c = Config::defaults();
         // The environment's log format (every command's) is a default
         // here: the file and the flag win over it.
-        if std::env::var("GRANARY_LOG_FORMAT").is_ok_and(|v| v == "json") {
+        if granary_cli::logging::env_json() {
             c.log_format = LogFormat::Json;
         }
         for (s, v) in &given {
@@ -439,7 +439,8 @@ fn open_or_create(a: &Config, signals: libc::sigset_t, opts: &OpenOptions) -> Re
     // for certain: its most lenient form (the smallest grain, the default
     // namespace) still cannot hold an item of the largest size.
     let most = granary_store::options::value_bytes_max_for(seg, 512, granary_memcache::limits::KEY_BYTES_MAX);
-    if a.max_item_size > most {
+    // (A default -I is fitted to the segments once the store is made.)
+    if a.max_item_size > most && a.max_item_size_set {
         return Err(format!(
             "max item size {} exceeds what segments of {} hold ({most} bytes); give a --segment-size of at least {} \
              or a smaller -I (--max-item-size)",

@@ -476,9 +476,11 @@ pub const SETTINGS: &[Setting] = &[
         short: Some('I'),
         kind: Kind::Size { min: 1, max: granary_memcache::limits::ITEM_BYTES_LIMIT as u64 },
         help: "Largest item value (memcached's -I), e.g. 1m, 64m",
-        default: "`1m`; when not set, less for an existing store whose segments hold less (a little under 1 MiB for 1 MiB segments)",
+        default: "1 MiB, or less for an existing store whose segments hold less (a little under 1 MiB for 1 MiB segments)",
         meaning: "largest value, every protocol (the RESP listener's `proto-max-bulk-len`; up to 1 GiB; the store's segments must hold it: a value set here that they do not hold is refused at start)",
-        value: |c| Some(c.max_item_size.to_string()),
+        // Not printed when not set: read back, it would be set (and then
+        // refused where the default is lowered to fit the store).
+        value: |c| c.max_item_size_set.then(|| c.max_item_size.to_string()),
         apply: |c, v| {
             c.max_item_size = v.int();
             c.max_item_size_set = true;
@@ -826,7 +828,8 @@ pub fn to_toml(c: &Config) -> String {
     for s in SETTINGS {
         match (s.value)(c) {
             Some(v) => t += &format!("{} = {v}\n", s.key),
-            None => t += &format!("# {}: chosen when the store is created\n", s.key),
+            // Not set, and decided later: what decides it, as the docs say.
+            None => t += &format!("# {}: not set: {}\n", s.key, s.default.replace('`', "")),
         }
     }
     t
@@ -1096,8 +1099,9 @@ mod tests {
             assert_eq!((s.value)(&c), (s.value)(&defaults), "docs/CONFIG.md gives {}'s default as {doc}", s.key);
             checked += 1;
         }
-        // The others: size and segment_size (computed), metrics, the
-        // three secrets, the auth and ACL files and the three TLS files (none: `""`).
-        assert!(checked >= SETTINGS.len() - 10, "only {checked} defaults checked");
+        // The others: size, segment_size and max_item_size (computed),
+        // metrics, the three secrets, the auth and ACL files and the three
+        // TLS files (none: `""`).
+        assert!(checked >= SETTINGS.len() - 11, "only {checked} defaults checked");
     }
 }

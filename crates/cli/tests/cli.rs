@@ -105,17 +105,6 @@ fn round_trip_across_processes_with_direct_io() {
     let binary: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
     assert_eq!(code(&run_stdin(&["put", p, "blob", "-"], &binary)), 0);
     assert_eq!(code(&run_stdin(&["put", p, "empty"], b"")), 0);
-    // A value on stdin is read up to what the store holds, not whole: an
-    // endless one is refused.
-    let zero = bin()
-        .args(["put", p, "endless"])
-        .stdin(std::fs::File::open("/dev/zero").unwrap())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    assert_one_line_error(&zero, "the value on stdin is over");
-    assert_eq!(code(&run(&["get", p, "endless"])), 1);
     // Each command's usage names what it takes.
     assert_one_line_error(&run(&["get", p]), "expected PATH KEY (or --server HOST:PORT KEY)");
     assert_one_line_error(&run(&["del", p]), "expected PATH KEY (or");
@@ -440,6 +429,12 @@ fn create_makes_parent_directories_and_if_absent_is_repeatable() {
     std::fs::OpenOptions::new().write(true).open(&killed).unwrap().set_len(64 << 20).unwrap();
     let k = killed.to_str().unwrap();
     assert_eq!(code(&run(&["get", k, "hello"])), 2, "not a store yet");
+    // Without a size it is removed, and not said to be created again.
+    let sizeless = dir.path().join("sizeless.db");
+    std::fs::copy(&killed, &sizeless).unwrap();
+    let o = run(&["create", sizeless.to_str().unwrap(), "--if-absent"]);
+    assert_one_line_error(&o, "a size is needed");
+    assert!(stderr(&o).contains("removed") && !stderr(&o).contains("creating it again"), "{}", stderr(&o));
     // Without --if-absent, create says what is there and leaves it.
     assert_one_line_error(&run(&["create", k, "--size", "64M"]), "was interrupted");
     assert_eq!(std::fs::read(&killed).unwrap()[..8], granary_store::io::file::UNFINISHED_MAGIC);
@@ -449,6 +444,7 @@ fn create_makes_parent_directories_and_if_absent_is_repeatable() {
     assert_eq!(code(&run(&["put", k, "hello", "again"])), 0);
     // Options of a server connection are refused on a local store.
     assert_one_line_error(&run(&["get", k, "hello", "--token-file", "/dev/null"]), "only with --server");
+    assert_one_line_error(&run(&["get", k, "hello", "--timeout-ms", "10"]), "--timeout-ms: only with --server");
     assert_one_line_error(&run(&["put", k, "hello", "x", "--tls-ca", "/dev/null"]), "only with --server");
     assert_eq!(run(&["get", k, "hello"]).stdout, b"again");
     assert_one_line_error(&run(&["create", k, "--size", "64M"]), "already holds a Granary store");
@@ -466,23 +462,20 @@ fn create_makes_parent_directories_and_if_absent_is_repeatable() {
         "not a usable Granary store",
     );
     // A FIFO is refused, not opened (which waits for a writer), also by
-    // --if-absent's look for an interrupted creation.
+    // --if-absent's look for an interrupted creation and by serve's.
     let fifo = dir.path().join("fifo");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: `c` is a NUL-terminated path for the call.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    for extra in [&[][..], &["--if-absent"]] {
-        let mut child = bin()
-            .args(["create", fifo.to_str().unwrap(), "--size", "8M"])
-            .args(extra)
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+    let f = fifo.to_str().unwrap();
+    let serve = ["serve", "--data", f, "--size", "8M", "-p", "0", "--no-native", "--no-resp"];
+    for args in [&["create", f, "--size", "8M"][..], &["create", f, "--size", "8M", "--if-absent"], &serve] {
+        let mut child = bin().args(args).stderr(std::process::Stdio::piped()).spawn().unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while child.try_wait().unwrap().is_none() {
             if std::time::Instant::now() > deadline {
                 child.kill().unwrap();
-                panic!("create {extra:?} of a FIFO still runs after 30 s");
+                panic!("{args:?} of a FIFO still runs after 30 s");
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }

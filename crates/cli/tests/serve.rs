@@ -1131,6 +1131,20 @@ fn a_store_whose_segments_hold_less_than_the_default_item_is_served() {
     let said = s.log.matches("largest item: what this store's segments hold").count();
     assert_eq!(said, 1, "{}", s.log);
     assert_eq!(s.signal(SIGTERM).code(), Some(0));
+    // --print-config leaves it unset (a comment), so its output serves the
+    // same store too.
+    let o = granary(&["serve", "--data", data.to_str().unwrap(), "--print-config"]);
+    let printed = String::from_utf8(o.stdout).unwrap();
+    assert!(printed.contains("# max_item_size: not set") && !printed.contains("\nmax_item_size ="), "{printed}");
+    let file = dir.path().join("printed.toml");
+    std::fs::write(&file, &printed).unwrap();
+    let s = Serve::start_with(&data, &["--config", file.to_str().unwrap()]);
+    assert_eq!(s.signal(SIGTERM).code(), Some(0));
+    // A store serve creates with such segments is served the same way.
+    let new = dir.path().join("new-small-segments.db");
+    let s = Serve::start_with(&new, &["--segment-size", "1M"]);
+    assert_eq!(s.call(&set_request("fits", &vec![b'v'; max])), b"STORED\r\n");
+    assert_eq!(s.signal(SIGTERM).code(), Some(0));
 }
 
 /// A store `granary create` makes in a small file with the defaults is

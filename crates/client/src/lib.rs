@@ -358,7 +358,10 @@ pub(crate) fn as_ns_list(r: Response) -> Result<Vec<NamespaceStats>> {
 /// A client of one server: a pool of connections, made on first use and
 /// replaced when they break.
 pub struct Client {
-    addr: SocketAddr,
+    /// The server's addresses (a name may resolve to several), tried in
+    /// turn from the one that last accepted a connection (`at`).
+    addrs: Vec<SocketAddr>,
+    at: AtomicUsize,
     cfg: ClientConfig,
     pool: Vec<Mutex<Option<Arc<Connection>>>>,
     next: AtomicUsize,
@@ -369,27 +372,61 @@ impl Client {
     /// address or a refused handshake is reported here. Each address the
     /// name resolves to is tried in turn, as `TcpStream::connect` does
     /// ("localhost" may give `::1` first to a server listening on
-    /// 127.0.0.1); the client keeps the first that answers.
+    /// 127.0.0.1): the client keeps the first that accepts the connection,
+    /// and a server that answers but refuses (its handshake, token or TLS)
+    /// is reported as such.
     pub fn connect(addr: impl ToSocketAddrs, cfg: ClientConfig) -> Result<Client> {
-        let mut last = None;
-        for addr in addr.to_socket_addrs().map_err(Error::Io)? {
-            let c = Client::lazy(addr, cfg.clone());
-            match c.conn() {
-                Ok(_) => return Ok(c),
-                Err(e) => last = Some(e),
-            }
+        let c = Client::resolve(addr, cfg)?;
+        c.conn()?;
+        Ok(c)
+    }
+
+    /// A client of every address `addr` resolves to (tried in turn, as
+    /// [`Client::connect`] does) that connects on first use.
+    pub fn resolve(addr: impl ToSocketAddrs, cfg: ClientConfig) -> Result<Client> {
+        let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(Error::Io)?.collect();
+        if addrs.is_empty() {
+            return Err(Error::Io(std::io::Error::other("address resolves to nothing")));
         }
-        Err(last.unwrap_or_else(|| Error::Io(std::io::Error::other("address resolves to nothing"))))
+        Ok(Client::of(addrs, cfg))
     }
 
     /// A client that connects on first use.
     pub fn lazy(addr: SocketAddr, cfg: ClientConfig) -> Client {
-        let n = cfg.connections.max(1);
-        Client { addr, cfg, pool: (0..n).map(|_| Mutex::new(None)).collect(), next: AtomicUsize::new(0) }
+        Client::of(vec![addr], cfg)
     }
 
+    fn of(addrs: Vec<SocketAddr>, cfg: ClientConfig) -> Client {
+        let n = cfg.connections.max(1);
+        let pool = (0..n).map(|_| Mutex::new(None)).collect();
+        Client { addrs, at: AtomicUsize::new(0), cfg, pool, next: AtomicUsize::new(0) }
+    }
+
+    /// The address it connects to (the one that last accepted).
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.addrs[self.at.load(Relaxed) % self.addrs.len()]
+    }
+
+    /// A new connection: to each address in turn from the one that last
+    /// accepted, until one accepts; a server that accepts and then refuses
+    /// (its handshake, token or TLS) is reported as such.
+    fn connect_one(&self) -> Result<Connection> {
+        let first = self.at.load(Relaxed);
+        let mut last = None;
+        for k in 0..self.addrs.len() {
+            let i = (first + k) % self.addrs.len();
+            let hello = ClientHello::default();
+            let tls = self.cfg.tls.as_ref();
+            match Connection::connect_over(self.addrs[i], self.cfg.timeout, hello, self.cfg.token.as_deref(), tls) {
+                Ok(c) => {
+                    self.at.store(i, Relaxed);
+                    return Ok(c);
+                }
+                Err(e @ Error::Connect(..)) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.expect("a client has an address"))
     }
 
     /// A live connection of the pool (the next in turn).
@@ -399,13 +436,7 @@ impl Client {
         if let Some(c) = slot.as_ref().filter(|c| c.is_alive()) {
             return Ok(c.clone());
         }
-        let c = Arc::new(Connection::connect_over(
-            self.addr,
-            self.cfg.timeout,
-            ClientHello::default(),
-            self.cfg.token.as_deref(),
-            self.cfg.tls.as_ref(),
-        )?);
+        let c = Arc::new(self.connect_one()?);
         *slot = Some(c.clone());
         Ok(c)
     }

@@ -8,7 +8,6 @@ use crate::{
     Request, Response, Result, TxnOp, TxnOutcome, DEFAULT_NAMESPACE,
 };
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, ToSocketAddrs};
 
 /// A client of several servers: each key lives on the server the ketama
 /// ring ([`crate::ketama`]) names for it. With [`ShardedClient::new`]
@@ -51,13 +50,13 @@ impl ShardedClient {
         }
         let mut clients = Vec::with_capacity(servers.len());
         for s in servers {
-            let addr: SocketAddr = s
-                .as_ref()
-                .to_socket_addrs()
-                .map_err(Error::Io)?
-                .next()
-                .ok_or_else(|| Error::Io(std::io::Error::other(format!("{} resolves to nothing", s.as_ref()))))?;
-            clients.push(Client::lazy(addr, cfg.clone()));
+            // Connected on first use, to each address the name resolves to
+            // in turn (as Client::connect).
+            let c = Client::resolve(s.as_ref(), cfg.clone()).map_err(|e| match e {
+                Error::Io(e) => Error::Io(std::io::Error::new(e.kind(), format!("{}: {e}", s.as_ref()))),
+                e => e,
+            })?;
+            clients.push(c);
         }
         let names = servers.iter().map(|s| s.as_ref().to_string()).collect();
         Ok(ShardedClient { ring: Ketama::new(servers), servers: clients, names })

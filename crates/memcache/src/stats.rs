@@ -248,8 +248,8 @@ pub(crate) fn items(ctx: &Ctx) -> Lines {
     vec![
         ("items:1:number".into(), ns.keys.to_string()),
         ("items:1:evicted".into(), ns.evictions.to_string()),
-        ("items:1:evicted_unfetched".into(), ns.evicted_unfetched.to_string()),
         ("items:1:expired_unfetched".into(), ns.expired_unfetched.to_string()),
+        ("items:1:evicted_unfetched".into(), ns.evicted_unfetched.to_string()),
     ]
 }
 

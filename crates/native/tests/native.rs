@@ -228,12 +228,21 @@ fn pipelined_requests_take_effect_in_order() {
 #[test]
 fn connect_tries_each_address_the_name_resolves_to() {
     let srv = server();
-    let closed: SocketAddr = ([127, 0, 0, 1], granary_rt::net::free_low_port().unwrap()).into();
+    // Bound and not listening for the whole test: connections are refused
+    // (a port only found free could be taken by another test's server).
+    let held = granary_rt::net::BoundSocket::bind(([127, 0, 0, 1], 0).into()).unwrap();
+    let closed = held.local_addr();
     let c = Client::connect(&[closed, srv.local_addr()][..], ClientConfig::default()).unwrap();
     c.put(b"k", b"v").unwrap();
     assert_eq!(c.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
-    assert!(Client::connect(&[closed][..], ClientConfig::default()).is_err());
+    assert!(matches!(Client::connect(&[closed][..], ClientConfig::default()), Err(granary_client::Error::Connect(..))));
     assert!(Client::connect(&[][..], ClientConfig::default()).is_err());
+    // A server that answers and refuses is reported as such, not passed
+    // over for the next address.
+    let guarded = server_with(NativeConfig { token: Some(b"s3cret".to_vec()), ..NativeConfig::default() });
+    let e = Client::connect(&[guarded.local_addr(), srv.local_addr()][..], ClientConfig::default()).err();
+    assert!(matches!(e, Some(granary_client::Error::Handshake(_))), "{e:?}");
+    drop(held);
 }
 
 #[test]

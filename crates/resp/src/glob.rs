@@ -65,10 +65,10 @@ fn one(p: &[u8], pi: usize, c: u8) -> Option<usize> {
                     }
                     // As Redis: `a-]` is a range up to ']', which then does
                     // not close the class.
-                    // Its ends and the byte compared as Redis compares them:
-                    // as C's `char`, signed on the machines it runs on, so
-                    // a range from ASCII to a byte of 0x80 or more is the
-                    // bytes outside it.
+                    // Its ends and the byte compared as Redis on x86-64
+                    // compares them: as C's `char`, signed there, so a
+                    // range from ASCII to a byte of 0x80 or more is the
+                    // bytes outside it (docs/RESP.md).
                     [a, b'-', z, ..] => {
                         let (a, z, c) = (*a as i8, *z as i8, c as i8);
                         let (lo, hi) = if a <= z { (a, z) } else { (z, a) };

@@ -25,6 +25,9 @@ fn before_auth_only_auth_hello_and_quit_run() {
     for cmd in ["PING", "GET a", "SET a 1", "CLIENT ID", "MULTI", "SELECT 1", "COMMAND COUNT", "INFO", "ECHO x"] {
         assert_eq!(c.cmd(cmd), Value::err(NOAUTH), "{cmd}");
     }
+    // EXEC refused is the transaction discarded, saying why (Redis's
+    // execCommandAbort).
+    assert_eq!(c.cmd("EXEC"), Value::err(&format!("EXECABORT Transaction discarded because of: {NOAUTH}")));
     // Existence and arity are checked first, as Redis does.
     assert!(matches!(c.cmd("NOSUCH x"), Value::Error(e) if e.starts_with("ERR unknown command")));
     assert_eq!(c.cmd("GET"), Value::err("ERR wrong number of arguments for 'get' command"));

@@ -139,8 +139,9 @@ pub use verify::VerifyReport;
 pub use zerocopy::{PutBuf, ReceiveEnd, ValueBuf};
 
 /// The longest key the engine stores (a namespace's user keys are
-/// [`NS_KEY_OVERHEAD`] shorter).
-pub use granary_format::limits::KEY_BYTES_MAX;
+/// [`NS_KEY_OVERHEAD`] shorter), and the longest value of any store (a
+/// store holds what fits one of its segments: [`Store::value_bytes_max`]).
+pub use granary_format::limits::{KEY_BYTES_MAX, VALUE_BYTES_MAX};
 
 pub use granary_io as io;
 

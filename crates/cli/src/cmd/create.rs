@@ -47,9 +47,11 @@ pub fn run(a: CreateArgs) -> Result<ExitCode, String> {
     let if_present = if a.if_absent { IfPresent::Open } else { IfPresent::Refuse };
     let site = Site::inspect(&a.dev.path, if_present).map_err(|e| e.to_string())?;
     if site.removed_unfinished() {
+        // (Creating it again needs a size: without one, the creation below
+        // refuses, and says so.)
+        let again = if a.size.is_some() { ", creating it again" } else { "" };
         eprintln!(
-            "{}: an earlier creation was interrupted before the store was written (it held nothing): \
-             removed, creating it again",
+            "{}: an earlier creation was interrupted before the store was written (it held nothing): removed{again}",
             a.dev.path.display()
         );
     }

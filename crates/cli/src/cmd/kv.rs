@@ -37,7 +37,7 @@ enum Target {
 pub(super) fn connect(server: &str, conn: &super::ConnArgs) -> Result<granary_client::Client, String> {
     let addr = server_addr(server);
     let mut cfg = granary_client::ClientConfig {
-        timeout: std::time::Duration::from_millis(conn.timeout_ms.max(1)),
+        timeout: std::time::Duration::from_millis(conn.timeout_ms.unwrap_or(5000).max(1)),
         connections: 1,
         ..Default::default()
     };
@@ -155,11 +155,11 @@ fn local_only_flush(flush: bool, target: &Target) -> Result<(), String> {
     Ok(())
 }
 
-/// The value on stdin, at most `max` bytes (`why`: the limit's reason,
-/// for the refusal).
-fn read_stdin_value(max: u64, why: &str) -> Result<Vec<u8>, String> {
+/// The value on stdin (`input`), at most `max` bytes (`why`: the limit's
+/// reason, for the refusal).
+fn read_value(input: impl Read, max: u64, why: &str) -> Result<Vec<u8>, String> {
     let mut buf = Vec::new();
-    std::io::stdin()
+    input
         .take(max.saturating_add(1))
         .read_to_end(&mut buf)
         .map_err(|e| format!("cannot read the value from stdin: {e}"))?;
@@ -178,13 +178,23 @@ pub fn put(a: PutArgs) -> Result<ExitCode, String> {
     let (target, mut args) = a.target.resolve(a.args, 1, 2)?;
     local_only_flush(a.flush, &target)?;
     let key = args.remove(0);
-    // A value on stdin is read up to what the target can hold and refused
-    // past it, not read whole (`granary put PATH k </dev/zero` would grow
-    // until the process is killed).
-    let given = args.pop().filter(|v| v != "-").map(|v| v.as_bytes().to_vec());
-    let value_for = |max: u64, whose: &str| match &given {
-        Some(v) => Ok(v.clone()),
-        None => read_stdin_value(max, whose),
+    // A value on stdin is read before the store is opened (the command
+    // before it in a pipeline may hold it still: `granary get db a |
+    // granary put db b`), up to the most the target could hold, and
+    // refused past it rather than read whole (`</dev/zero` would grow
+    // until the process is killed); the store refuses what is over its own
+    // limit for the key.
+    let value = match args.pop().filter(|v| v != "-") {
+        Some(v) => v.as_bytes().to_vec(),
+        None => {
+            let (max, why) = match target {
+                Target::Local { .. } => (granary_store::VALUE_BYTES_MAX, "no store holds a longer value"),
+                Target::Remote { .. } => {
+                    (granary_proto::VALUE_BYTES_LIMIT as u64, "the native protocol carries values up to that")
+                }
+            };
+            read_value(std::io::stdin(), max, why)?
+        }
     };
     let stored = match target {
         Target::Local { dev, ns } => {
@@ -194,10 +204,7 @@ pub fn put(a: PutArgs) -> Result<ExitCode, String> {
                 Mode::Replace => PutMode::ReplaceOnly,
             };
             let outcome = with_store(&dev, a.flush, |store| {
-                let ns = store.namespace(&ns).map_err(|e| e.to_string())?;
-                let why = "this store holds values up to that for the key (a record must fit in one segment; use larger segments for larger values)";
-                let value = value_for(ns.value_bytes_max(key.len()), why)?;
-                ns.put_with(key.as_bytes(), &value, pm).map_err(|e| e.to_string())
+                store.namespace(&ns).and_then(|ns| ns.put_with(key.as_bytes(), &value, pm)).map_err(|e| e.to_string())
             })?;
             outcome == PutOutcome::Stored
         }
@@ -207,8 +214,6 @@ pub fn put(a: PutArgs) -> Result<ExitCode, String> {
                 Mode::Add => granary_client::PutMode::CreateOnly,
                 Mode::Replace => granary_client::PutMode::ReplaceOnly,
             };
-            let value =
-                value_for(granary_proto::VALUE_BYTES_LIMIT as u64, "the native protocol carries values up to that")?;
             client.ns(&ns).put_with(key.as_bytes(), &value, pm).map_err(|e| e.to_string())?
         }
     };
@@ -283,7 +288,18 @@ fn server_addr(server: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::server_addr;
+    use super::{read_value, server_addr};
+
+    /// A value is read up to its limit and refused one byte past it, not
+    /// read on (an endless input ends the read).
+    #[test]
+    fn a_value_is_read_up_to_its_limit() {
+        assert_eq!(read_value(&b"abc"[..], 3, "why").unwrap(), b"abc");
+        assert_eq!(read_value(&b""[..], 0, "why").unwrap(), b"");
+        let e = read_value(&b"abcd"[..], 3, "the limit").unwrap_err();
+        assert_eq!(e, "the value on stdin is over 3 bytes: the limit");
+        assert!(read_value(std::io::repeat(7), 1 << 20, "why").is_err());
+    }
 
     #[test]
     fn a_server_without_a_port_gets_the_native_one() {

@@ -42,9 +42,9 @@ pub struct ConnArgs {
     /// the port defaults to 43345: HOST, IP, IPv6 or [IPv6] alone).
     #[arg(long, value_name = "HOST:PORT")]
     pub server: Option<String>,
-    /// Request timeout in milliseconds with --server.
-    #[arg(long, default_value_t = 5000)]
-    pub timeout_ms: u64,
+    /// Request timeout in milliseconds with --server [default: 5000].
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
     /// With --server: a file holding the token of a server started with
     /// --native-token (its bytes, less a trailing newline; a file rather
     /// than an argument, which other users could read in the process list).
@@ -78,6 +78,7 @@ impl ConnArgs {
     /// `--server` (they would be ignored): an error naming them.
     pub fn remote_only_given(&self) -> Result<(), String> {
         let given: Vec<&str> = [
+            (self.timeout_ms.is_some(), "--timeout-ms"),
             (self.token_file.is_some(), "--token-file"),
             (self.tls_ca.is_some(), "--tls-ca"),
             (self.tls_cert.is_some(), "--tls-cert"),
@@ -89,7 +90,9 @@ impl ConnArgs {
         .collect();
         match given.is_empty() {
             true => Ok(()),
-            false => Err(format!("{}: only with --server (a local store has no token or TLS)", given.join(", "))),
+            false => {
+                Err(format!("{}: only with --server (a local store has no timeout, token or TLS)", given.join(", ")))
+            }
         }
     }
 }
