@@ -492,19 +492,22 @@ fn settings_for_a_listener_that_is_off_are_refused() {
     }
     // Either alone is fine: the configuration prints; and a flag unsets
     // a file's value, as the error says.
-    let shared = dir.path().join("shared.toml");
-    std::fs::write(&shared, "requirepass = \"pw\"\nnative_token = \"t0ken\"\n").unwrap();
+    // A file (named `name`, holding `text`) whose setting `--no-resp`
+    // leaves without effect: refused, with the flag that unsets it.
+    let refused_with_advice = |name: &str, text: &str, key: &str| {
+        let file = dir.path().join(name);
+        std::fs::write(&file, text).unwrap();
+        let o = granary(&["serve", "--data", d, "--config", file.to_str().unwrap(), "--no-resp", "--print-config"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        let advice = format!("`--{} \"\"` unsets a file's {key}", key.replace('_', "-"));
+        assert!(!o.status.success() && err.contains(&advice), "{err}");
+        file
+    };
+    let shared = refused_with_advice("shared.toml", "requirepass = \"pw\"\nnative_token = \"t0ken\"\n", "requirepass");
     let s = shared.to_str().unwrap();
-    let o = granary(&["serve", "--data", d, "--config", s, "--no-resp", "--print-config"]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("`--requirepass \"\"` unsets a file's requirepass"), "{err}");
     // The same for a path setting: its flag takes an empty path.
-    let acl = dir.path().join("acl.toml");
-    std::fs::write(&acl, "aclfile = \"/etc/granary/users.acl\"\n").unwrap();
+    let acl = refused_with_advice("acl.toml", "aclfile = \"/etc/granary/users.acl\"\n", "aclfile");
     let a = acl.to_str().unwrap();
-    let o = granary(&["serve", "--data", d, "--config", a, "--no-resp", "--print-config"]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("`--aclfile \"\"` unsets a file's aclfile"), "{err}");
     let o = granary(&["serve", "--data", d, "--config", a, "--no-resp", "--aclfile", "", "--print-config"]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

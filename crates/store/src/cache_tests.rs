@@ -168,6 +168,15 @@ fn found(s: &Store, key: &[u8]) -> crate::store::Found {
     granary_rt::block_on(s.core.find(key, s.core.keys.hash(key), false, true)).unwrap().expect("indexed")
 }
 
+/// A store of 256 KiB segments with access tracking (memcache's `h`, `l`,
+/// win token and fetched mark), GC by hand, evicting when `evict`.
+fn tracked(f: &Fixture, evict: bool) -> Store {
+    let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(256 << 10), index_table_homes: Some(256) };
+    let o = OpenOptions { track_access: true, ..f.opts(false, evict) };
+    f.dev.shape_zones(256 << 10);
+    Store::create(f.dev.clone(), &c, &o).unwrap()
+}
+
 fn segment_of(s: &Store, key: &[u8]) -> u32 {
     let f = found(s, key);
     assert!(!f.hdr.is_tombstone());
@@ -197,18 +206,26 @@ fn gc_replaces_expired_values_by_tombstones_so_no_older_version_returns() {
     assert!(s.verify().unwrap().is_clean());
 }
 
+/// Four closed segments, oldest first, each starting with the key
+/// `first-<n>`, then two more so that they are old enough for GC's age
+/// rule: the four segments.
+fn four_old_segments(s: &Store) -> Vec<u32> {
+    let mut segs = Vec::new();
+    for r in 0..4 {
+        s.put(format!("first-{r}").as_bytes(), b"v").unwrap();
+        segs.push(segment_of(s, format!("first-{r}").as_bytes()));
+        roll(s, &format!("r{r}"));
+    }
+    roll(s, "tail");
+    roll(s, "tail2");
+    segs
+}
+
 #[test]
 fn eviction_takes_the_least_recently_used_segment_without_writing() {
     let f = Fixture::new(16 << 20);
     let s = f.create(256 << 10, false, true);
-    let mut segs = Vec::new();
-    for r in 0..4 {
-        s.put(format!("first-{r}").as_bytes(), b"v").unwrap();
-        segs.push(segment_of(&s, format!("first-{r}").as_bytes()));
-        roll(&s, &format!("r{r}"));
-    }
-    roll(&s, "tail"); // leave the rolled segments old enough for GC's age rule
-    roll(&s, "tail2");
+    let segs = four_old_segments(&s);
     // Reading from the oldest segment makes the second oldest the LRU one.
     assert!(s.get(b"first-0").unwrap().is_some());
     let age = crate::gc::age(s.core.log.sb.segment_count);
@@ -240,14 +257,7 @@ fn a_read_without_bump_leaves_its_segment_least_recently_used() {
         let mut f = Fixture::new(16 << 20);
         f.tier_bytes = tier;
         let s = f.create(256 << 10, false, true);
-        let mut segs = Vec::new();
-        for r in 0..4 {
-            s.put(format!("first-{r}").as_bytes(), b"v").unwrap();
-            segs.push(segment_of(&s, format!("first-{r}").as_bytes()));
-            roll(&s, &format!("r{r}"));
-        }
-        roll(&s, "tail");
-        roll(&s, "tail2");
+        let segs = four_old_segments(&s);
         let age = crate::gc::age(s.core.log.sb.segment_count);
         let victim = || s.core.space.pick_victim(age, true).unwrap().0;
         // Twice: the second read of a tier finds the item the first admitted.
@@ -269,10 +279,7 @@ fn a_read_without_bump_leaves_its_segment_least_recently_used() {
 #[test]
 fn values_leaving_unread_are_counted_apart() {
     let f = Fixture::new(16 << 20);
-    let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(256 << 10), index_table_homes: Some(256) };
-    let o = OpenOptions { track_access: true, ..f.opts(false, true) };
-    f.dev.shape_zones(256 << 10);
-    let s = Store::create(f.dev.clone(), &c, &o).unwrap();
+    let s = tracked(&f, true);
     let t0 = s.now();
     // Older versions of the x- keys, so their expiry writes tombstones.
     for k in ["x-read", "x-unread"] {
@@ -682,10 +689,7 @@ fn an_update_deleting_during_the_drop_of_its_value_leaves_a_tombstone() {
 #[test]
 fn access_state_and_stale_marks_follow_items() {
     let f = Fixture::new(8 << 20);
-    let c = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(256 << 10), index_table_homes: Some(256) };
-    let o = OpenOptions { track_access: true, ..f.opts(false, false) };
-    f.dev.shape_zones(256 << 10);
-    let s = Store::create(f.dev.clone(), &c, &o).unwrap();
+    let s = tracked(&f, false);
     let t0 = s.now();
     let stale = ItemMeta { stale: true, ..meta(5, 0) };
     s.put_item(b"k", b"v", meta(1, 0), Cond::Always).unwrap();
