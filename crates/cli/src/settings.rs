@@ -476,7 +476,7 @@ pub const SETTINGS: &[Setting] = &[
         short: Some('I'),
         kind: Kind::Size { min: 1, max: granary_memcache::limits::ITEM_BYTES_LIMIT as u64 },
         help: "Largest item value (memcached's -I), e.g. 1m, 64m",
-        default: "1 MiB, or less for an existing store whose segments hold less (a little under 1 MiB for 1 MiB segments)",
+        default: "1 MiB, or less for a store whose segments hold less (a little under 1 MiB for 1 MiB segments)",
         meaning: "largest value, every protocol (the RESP listener's `proto-max-bulk-len`; up to 1 GiB; the store's segments must hold it: a value set here that they do not hold is refused at start)",
         // Not printed when not set: read back, it would be set (and then
         // refused where the default is lowered to fit the store).

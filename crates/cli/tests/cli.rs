@@ -105,6 +105,17 @@ fn round_trip_across_processes_with_direct_io() {
     let binary: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
     assert_eq!(code(&run_stdin(&["put", p, "blob", "-"], &binary)), 0);
     assert_eq!(code(&run_stdin(&["put", p, "empty"], b"")), 0);
+    // A value on stdin is read up to the store's device size, not whole:
+    // an endless one is refused.
+    let zero = bin()
+        .args(["put", p, "endless"])
+        .stdin(std::fs::File::open("/dev/zero").unwrap())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_one_line_error(&zero, "the store's device is no larger");
+    assert_eq!(code(&run(&["get", p, "endless"])), 1);
     // Each command's usage names what it takes.
     assert_one_line_error(&run(&["get", p]), "expected PATH KEY (or --server HOST:PORT KEY)");
     assert_one_line_error(&run(&["del", p]), "expected PATH KEY (or");
@@ -180,7 +191,10 @@ fn key_and_value_limits_give_clear_errors() {
     assert_eq!(run(&["get", p, &max_key]).stdout, b"v");
     let long_key = "k".repeat(65537);
     assert_one_line_error(&run(&["put", p, &long_key, "v"]), "keys must be 1 to 65536 bytes");
-    assert_one_line_error(&run_stdin(&["put", p, "huge"], &vec![0u8; 9 << 20]), "values up to");
+    // Over what a segment holds: the store's refusal; over the whole
+    // device: refused before it is read whole.
+    assert_one_line_error(&run_stdin(&["put", p, "huge"], &vec![0u8; 2 << 20]), "values up to");
+    assert_one_line_error(&run_stdin(&["put", p, "huge"], &vec![0u8; 9 << 20]), "the store's device is no larger");
     assert_one_line_error(&run(&["put", p, "", "v"]), "key of 0 bytes");
 }
 

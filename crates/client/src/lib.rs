@@ -408,8 +408,8 @@ impl Client {
     }
 
     /// A new connection: to each address in turn from the one that last
-    /// accepted, until one accepts; a server that accepts and then refuses
-    /// (its handshake, token or TLS) is reported as such.
+    /// accepted, until one answers; a server that answers and refuses (its
+    /// handshake, token or TLS) is reported as such.
     fn connect_one(&self) -> Result<Connection> {
         let first = self.at.load(Relaxed);
         let mut last = None;
@@ -422,7 +422,8 @@ impl Client {
                     self.at.store(i, Relaxed);
                     return Ok(c);
                 }
-                Err(e @ Error::Connect(..)) => last = Some(e),
+                // Refused, or accepted with no hello in time: the next one.
+                Err(e @ (Error::Connect(..) | Error::Timeout)) => last = Some(e),
                 Err(e) => return Err(e),
             }
         }

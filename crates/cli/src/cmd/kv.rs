@@ -155,6 +155,24 @@ fn local_only_flush(flush: bool, target: &Target) -> Result<(), String> {
     Ok(())
 }
 
+/// The size of the device at `path` (a stripe set's members summed), from
+/// each member's end, without opening the store (no lock taken); None when
+/// a member is missing or is neither a regular file nor a block device
+/// (a FIFO's open would wait for a writer).
+fn device_bytes(path: &std::path::Path) -> Option<u64> {
+    use std::io::{Seek, SeekFrom};
+    use std::os::unix::fs::FileTypeExt;
+    let spec = granary_store::io::DeviceSpec::parse(path).ok()?;
+    let member = |p: &std::path::Path| -> Option<u64> {
+        let kind = std::fs::metadata(p).ok()?.file_type();
+        if !kind.is_file() && !kind.is_block_device() {
+            return None;
+        }
+        std::fs::File::open(p).ok()?.seek(SeekFrom::End(0)).ok()
+    };
+    spec.paths().into_iter().map(member).sum()
+}
+
 /// The value on stdin (`input`), at most `max` bytes (`why`: the limit's
 /// reason, for the refusal).
 fn read_value(input: impl Read, max: u64, why: &str) -> Result<Vec<u8>, String> {
@@ -180,20 +198,30 @@ pub fn put(a: PutArgs) -> Result<ExitCode, String> {
     let key = args.remove(0);
     // A value on stdin is read before the store is opened (the command
     // before it in a pipeline may hold it still: `granary get db a |
-    // granary put db b`), up to the most the target could hold, and
-    // refused past it rather than read whole (`</dev/zero` would grow
-    // until the process is killed); the store refuses what is over its own
-    // limit for the key.
+    // granary put db b`), up to what the target could hold, and refused
+    // past it rather than read whole (`</dev/zero` would grow until the
+    // process is killed): a local store's device size (learned without
+    // opening the store), a server's largest value (its hello); the store
+    // refuses what is over its own limit for the key.
     let value = match args.pop().filter(|v| v != "-") {
         Some(v) => v.as_bytes().to_vec(),
         None => {
-            let (max, why) = match target {
-                Target::Local { .. } => (granary_store::VALUE_BYTES_MAX, "no store holds a longer value"),
-                Target::Remote { .. } => {
-                    (granary_proto::VALUE_BYTES_LIMIT as u64, "the native protocol carries values up to that")
+            let (max, why) = match &target {
+                Target::Local { dev, .. } => match device_bytes(&dev.path) {
+                    Some(n) => (n.min(granary_store::VALUE_BYTES_MAX), "the store's device is no larger".to_string()),
+                    // Missing, or neither a file nor a block device: the
+                    // open says which, before anything is read.
+                    None => {
+                        with_store(dev, false, |_| Ok(()))?;
+                        (granary_store::VALUE_BYTES_MAX, "no store holds a longer value".to_string())
+                    }
+                },
+                Target::Remote { client, .. } => {
+                    let max = client.conn().map_err(|e| e.to_string())?.server_hello().value_bytes_max;
+                    (max as u64, "the server takes values up to that".to_string())
                 }
             };
-            read_value(std::io::stdin(), max, why)?
+            read_value(std::io::stdin(), max, &why)?
         }
     };
     let stored = match target {
