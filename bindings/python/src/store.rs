@@ -526,6 +526,7 @@ key_methods!(Store, {
                 ("recovery_millis", s.recovery.millis),
                 ("write_groups", s.write_groups),
                 ("grouped_records", s.grouped_records),
+                ("combined_puts", s.combined_puts),
                 ("device_reads", s.io.reads),
                 ("device_writes", s.io.writes),
                 ("device_flushes", s.io.flushes),

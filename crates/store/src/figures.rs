@@ -109,6 +109,12 @@ impl Stats {
             st.grouped_records,
         )
         .counter(
+            "combined_puts",
+            "granary_combined_puts_total",
+            "PUTs of a hot key written by another PUT of the key that combined them into its record.",
+            st.combined_puts,
+        )
+        .counter(
             "blind_overwrites",
             "granary_blind_overwrites_total",
             "Overwrites that did not read the old record.",

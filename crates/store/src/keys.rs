@@ -4,7 +4,8 @@
 //! not point at ([`DroppedKeys`]) and the watch a sparse GC read keeps on
 //! its victim ([`SparseWatch`]) and the namespace ids that are live
 //! ([`crate::nskey::NsTable`]), and the atomic batches whose keys are being
-//! made visible ([`Publishing`]).
+//! made visible ([`Publishing`]), and the PUTs of one key waiting to be
+//! combined ([`crate::combine`]).
 //!
 //! Invariants: every change of a key's index entries, links or dropped
 //! versions is made under the key's stripe, and keys that can be
@@ -56,6 +57,9 @@ pub(crate) struct Keys {
     /// The DRAM tier of hot values, when on ([`crate::tier`]): a key's
     /// item is dropped under its stripe whenever its index entry changes.
     pub tier: Option<crate::tier::Tier>,
+    /// Unconditional PUTs waiting for their key's stripe, to be written
+    /// by the next writer of their key ([`crate::combine`]).
+    pub combine: crate::combine::Combiner,
 }
 
 impl Keys {
@@ -75,6 +79,7 @@ impl Keys {
             ns: crate::nskey::NsTable::new(),
             publishing: Publishing::default(),
             tier,
+            combine: Default::default(),
         }
     }
 

@@ -82,6 +82,7 @@ pub mod block;
 mod catalog;
 mod checkpoint;
 mod coalesce;
+mod combine;
 mod counters;
 mod detach;
 pub mod error;

@@ -199,6 +199,10 @@ pub struct Stats {
     /// carried (records per write = the second over the first).
     pub write_groups: u64,
     pub grouped_records: u64,
+    /// PUTs written by another PUT of their key that claimed them while
+    /// they waited for its stripe: one record for several
+    /// (`crate::combine`).
+    pub combined_puts: u64,
     /// Overwrites that replaced their key's one index candidate without
     /// reading it ([`OpenOptions::blind_overwrite_bytes`](crate::OpenOptions::blind_overwrite_bytes)).
     pub blind_overwrites: u64,

@@ -20,6 +20,7 @@
 
 use crate::access::Policy;
 use crate::coalesce::{Payload, Stray};
+use crate::combine::{Answer, Claimed, Waited};
 use crate::counters::Counted;
 use crate::detach::{Finish, Orphaned, Shared};
 use crate::error::{Error, Result};
@@ -359,13 +360,33 @@ impl Core {
         // The stream the write goes to is known only under the stripe: a
         // write refused for room waits for room in that stream's segment.
         let mut room_for = room;
+        // An unconditional PUT of a value slice may be combined with the
+        // others of its key queued for its stripe ([`crate::combine`]).
+        let combines = cond == Cond::Always
+            && room == Purpose::Put
+            && matches!(value, Payload::Slice(_))
+            && !matches!(v.policy, Policy::Vivified { .. });
         loop {
             self.log.check_writable()?;
             let listed = crate::space::listed_bytes([key]);
             self.await_room(room_for, grains, listed)
                 .await
                 .map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
-            let _stripe = self.keys.stripe(h).await;
+            let i = self.keys.stripe_of(h);
+            let combine = &self.keys.combine;
+            let _stripe = match (combines, &value) {
+                (true, Payload::Slice(val)) => match self.keys.try_lock_stripe(i) {
+                    Some(g) => g,
+                    None => match combine.wait(self.keys.stripe_at(i), i, h, key, val, v).await {
+                        Waited::Stripe(g) => g,
+                        Waited::Answered(Answer::Stored(cas)) => return Ok((PutOutcome::Stored, cas)),
+                        // The write that claimed it did not complete.
+                        Waited::Answered(Answer::Retry) => continue,
+                    },
+                },
+                _ => self.keys.stripe_at(i).await,
+            };
+            let mut claimed = if combines { combine.claim(i, h, key) } else { Claimed::none(combine) };
             let (prior, purpose) = if cond == Cond::Always {
                 // An unconditional PUT needs the current version only to
                 // replace its entry: it is read while the new one is
@@ -400,9 +421,33 @@ impl Core {
                 };
                 (Prior::Known(existing), purpose)
             };
-            match self.write_value(key, h, value.reborrow(), prior, purpose, v).await {
-                Err(Error::NoSpace { .. }) => room_for = purpose, // raced for the last room: wait again
-                r => return r.map(|cas| (PutOutcome::Stored, cas)),
+            if claimed.len() == 0 {
+                match self.write_value(key, h, value.reborrow(), prior, purpose, v).await {
+                    Err(Error::NoSpace { .. }) => room_for = purpose, // raced for the last room: wait again
+                    r => return r.map(|cas| (PutOutcome::Stored, cas)),
+                }
+                continue;
+            }
+            // This PUT and those claimed but the last are replaced at once:
+            // CAS values below the record's (`combine`'s "Order").
+            let seq = &self.log.next_seq;
+            let mut fresh = |v: &Version| v.cas.unwrap_or_else(|| seq.fetch_add(1, Relaxed));
+            let own = fresh(&v);
+            claimed.reserve(&mut fresh);
+            let last = claimed.last().expect("claimed one at least");
+            let (n, bytes) = (claimed.len() as u64, claimed.bytes());
+            let (val, last_v) = (Payload::Slice(&last.value), last.v);
+            match self.write_value(key, h, val, prior, purpose, last_v).await {
+                // Raced for the last room: wait again (those claimed write
+                // themselves).
+                Err(Error::NoSpace { .. }) => room_for = purpose,
+                Err(e) => return Err(e),
+                Ok(cas) => {
+                    claimed.stored(cas);
+                    self.counters.puts.fetch_add(n, Relaxed);
+                    self.counters.user_bytes.fetch_add(bytes, Relaxed);
+                    return Ok((PutOutcome::Stored, own));
+                }
             }
         }
     }

@@ -12,129 +12,18 @@
 //! counts each poll of a held write and names the thread that completes
 //! it, which tell where a dropped write went on.
 
+mod common;
+
+use common::gate::{poll_once, Gate};
 use granary_rt::{timeout, Runtime, RuntimeConfig};
-use granary_store::io::{AlignedBuf, Device, IoCounters, IoFuture, IoResult, TestBackend, TestDevice, ZoneGeometry};
+use granary_store::io::TestBackend;
 use granary_store::{CreateOptions, Entropy, Error, OpenOptions, Store};
-use std::future::{poll_fn, Future};
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const SEGMENT: u64 = 64 << 10;
-
-/// A device whose async writes wait while its gate is shut.
-struct Gate {
-    inner: TestDevice,
-    shut: AtomicBool,
-    /// Polls of held writes that found the gate shut.
-    held_polls: AtomicU64,
-    wakers: Mutex<Vec<Waker>>,
-    /// The threads that completed held writes, by name.
-    completed_on: Mutex<Vec<String>>,
-}
-
-impl Gate {
-    /// On the backend `GRANARY_TEST_BACKEND` picks.
-    fn new(size: u64) -> Arc<Gate> {
-        Gate::on(TestBackend::from_env(), size)
-    }
-
-    fn on(backend: TestBackend, size: u64) -> Arc<Gate> {
-        let inner = TestDevice::with_backend(backend, size, std::path::Path::new(env!("CARGO_TARGET_TMPDIR")));
-        inner.shape_zones(SEGMENT);
-        Arc::new(Gate {
-            inner,
-            shut: AtomicBool::new(false),
-            held_polls: AtomicU64::new(0),
-            wakers: Mutex::new(vec![]),
-            completed_on: Mutex::new(vec![]),
-        })
-    }
-
-    fn shut(&self) {
-        self.shut.store(true, SeqCst);
-    }
-
-    fn open(&self) {
-        self.shut.store(false, SeqCst);
-        for w in self.wakers.lock().unwrap().drain(..) {
-            w.wake();
-        }
-    }
-}
-
-struct HeldWrite<'a> {
-    gate: &'a Gate,
-    buf: Option<AlignedBuf>,
-    offset: u64,
-}
-
-impl Future for HeldWrite<'_> {
-    type Output = IoResult;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<IoResult> {
-        if self.gate.shut.load(SeqCst) {
-            self.gate.wakers.lock().unwrap().push(cx.waker().clone());
-            if self.gate.shut.load(SeqCst) {
-                self.gate.held_polls.fetch_add(1, SeqCst);
-                return Poll::Pending;
-            }
-        }
-        let buf = self.buf.take().expect("polled after completion");
-        let thread = std::thread::current().name().unwrap_or("unnamed").to_string();
-        self.gate.completed_on.lock().unwrap().push(thread);
-        Poll::Ready(self.gate.inner.write_at(buf, self.offset))
-    }
-}
-
-impl Device for Gate {
-    fn read_at(&self, buf: AlignedBuf, offset: u64) -> IoResult {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: AlignedBuf, offset: u64) -> IoResult {
-        self.inner.write_at(buf, offset)
-    }
-    fn read_at_async(&self, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
-        self.inner.read_at_async(buf, offset)
-    }
-    fn write_at_async(&self, buf: AlignedBuf, offset: u64) -> IoFuture<'_> {
-        IoFuture::Pending(Box::pin(HeldWrite { gate: self, buf: Some(buf), offset }))
-    }
-    fn in_memory(&self) -> bool {
-        self.inner.in_memory()
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn discard(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.inner.discard(offset, len)
-    }
-    fn zones(&self) -> Option<ZoneGeometry> {
-        self.inner.zones()
-    }
-    fn reset_zones(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.inner.reset_zones(offset, len)
-    }
-    fn finish_zones(&self, offset: u64, len: u64) -> std::io::Result<()> {
-        self.inner.finish_zones(offset, len)
-    }
-    fn write_pointer(&self, offset: u64) -> std::io::Result<u64> {
-        self.inner.write_pointer(offset)
-    }
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn block_bytes(&self) -> u32 {
-        self.inner.block_bytes()
-    }
-    fn counters(&self) -> &IoCounters {
-        self.inner.counters()
-    }
-    fn describe(&self) -> String {
-        format!("gate in front of {}", self.inner.describe())
-    }
-}
 
 /// A 4 MiB store of 64 KiB segments (48 of them for records).
 fn store(gate: &Arc<Gate>) -> Store {
@@ -162,23 +51,13 @@ fn on_a_runtime<Fut>(opts: OpenOptions, body: impl FnOnce(Arc<Store>, Arc<Gate>)
 where
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let gate = Gate::new(4 << 20);
+    let gate = Gate::new(4 << 20, SEGMENT);
     let s = Arc::new(store_with(&gate, opts));
     let rt = runtime();
     rt.block_on(body(s.clone(), gate.clone())).unwrap();
     Arc::into_inner(s).unwrap().close().unwrap();
     drop(rt);
     gate
-}
-
-/// Poll `f` once (it must wait).
-async fn poll_once<F: Future>(f: Pin<&mut F>) {
-    let mut f = Some(f);
-    poll_fn(|cx| {
-        assert!(f.take().unwrap().poll(cx).is_pending(), "the write was expected to wait");
-        Poll::Ready(())
-    })
-    .await;
 }
 
 /// Wait on this thread until `done` holds; fail, saying `what` did not
@@ -399,7 +278,7 @@ fn a_dropped_catalog_change_runs_to_its_end() {
 /// the gate once the dropped write is polled again there.
 #[test]
 fn off_an_executor_a_dropped_write_ends_on_a_thread_of_its_own() {
-    let gate = Gate::new(4 << 20);
+    let gate = Gate::new(4 << 20, SEGMENT);
     let s = store(&gate);
     let dropping = Arc::new(AtomicBool::new(false));
     for round in 0..20u32 {
@@ -442,7 +321,7 @@ fn off_an_executor_a_dropped_write_ends_on_a_thread_of_its_own() {
 /// lets the key go.
 #[test]
 fn off_an_executor_a_dropped_batch_never_waits_in_its_drop() {
-    let gate = Gate::new(4 << 20);
+    let gate = Gate::new(4 << 20, SEGMENT);
     // Leaked: the batch's future, borrowing it, goes to another thread.
     let s: &'static Store = Box::leak(Box::new(store(&gate)));
     let ns = s.namespace("default").unwrap();
@@ -471,7 +350,7 @@ fn off_an_executor_a_dropped_batch_never_waits_in_its_drop() {
 #[test]
 fn a_write_dropped_in_flight_by_its_runtime_shutting_down_poisons_the_store() {
     for coalesce_writes in [true, false] {
-        let gate = Gate::new(4 << 20);
+        let gate = Gate::new(4 << 20, SEGMENT);
         let s = Arc::new(store_with(&gate, OpenOptions { coalesce_writes, ..opts() }));
         s.put(b"before", b"v").unwrap();
         let rt = runtime();
@@ -517,7 +396,7 @@ fn a_write_dropped_in_a_block_on_on_its_executor_stays_on_its_ring() {
 /// record, which recovery steps over.)
 #[test]
 fn zoned_a_group_dropped_before_its_io_poisons_the_store() {
-    let gate = Gate::on(TestBackend::Zoned, 4 << 20);
+    let gate = Gate::on(TestBackend::Zoned, 4 << 20, SEGMENT);
     let s = Arc::new(store(&gate));
     gate.shut();
     let ahead = {

@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod gate;
+
 use granary_format::hash::KeyHasher;
 use granary_io::{Device, FileDevice, IoBackend, MemDevice, OpenMode, StripedDevice};
 use granary_rt::{Runtime, RuntimeConfig};

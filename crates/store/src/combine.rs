@@ -1,0 +1,255 @@
+//! Combining PUTs of one key that queue for its stripe: one record for all.
+//!
+//! A key's writes hold its stripe through their device write
+//! ([`crate::write`]), so writes of one hot key (a counter, redis-benchmark's
+//! one key, a session everyone updates) would run one device write at a
+//! time. Instead, an unconditional PUT of a value slice that finds its
+//! key's stripe taken waits in a list beside the stripe, holding a copy of
+//! its key and value. The next writer of that key to take the stripe with
+//! an unconditional PUT of its own claims every such PUT of the same key
+//! listed, writes one record, the value of the last one listed, and
+//! answers them all once that record is on the device and indexed. Under
+//! light load nothing waits and nothing changes; under load, the writes of
+//! one key per device write rise with the number waiting, with no timer.
+//!
+//! Order: the PUTs combined were all in progress together (none had
+//! returned), so any order of them is linearizable. The claiming writer's
+//! own PUT takes effect first, then the claimed ones in the order they were
+//! listed, each replaced by the next at once: the key's new version is the
+//! last one's value, metadata and CAS value. Each earlier one reports a
+//! CAS value of its own (its explicit one, else a fresh sequence number
+//! that no record carries, so a compare-and-swap on it fails as on any
+//! replaced version). A crash loses none of them: none was answered before
+//! the record holding the last value was on the device.
+//!
+//! Invariants:
+//! - An entry is in its shard's list only while nobody has taken it; it
+//!   leaves once, under the shard's lock: taken back by its own writer
+//!   (which won the stripe, or whose future was dropped) or claimed by
+//!   another writer of its key.
+//! - A claimed entry is answered exactly once: `Stored` after the record
+//!   carrying the last claimed value is indexed, or `Retry` when that
+//!   write failed or its future was dropped; its writer then writes it
+//!   itself, so an error it reports is its own.
+//! - Keys and values are copied into the entry: a claimed entry outlives
+//!   its writer's future (which may be dropped, as any write's may: the
+//!   PUT may then still take effect, its outcome unknown).
+
+use crate::write::Version;
+use std::future::{poll_fn, Future};
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
+
+/// Lists of waiting PUTs, by stripe modulo this: a list is locked only by
+/// a contended PUT and by the stripe's holders, briefly.
+const SHARDS: usize = 64;
+
+/// A PUT waiting for its key's stripe.
+pub(crate) struct Queued {
+    stripe: usize,
+    h: u64,
+    pub key: Box<[u8]>,
+    pub value: Box<[u8]>,
+    pub v: Version,
+    answer: Mutex<Option<Answer>>,
+    answered: event_listener::Event,
+}
+
+/// What a claimed PUT is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Its value was written (and replaced by the next one's, unless it
+    /// was the last): this is its CAS value.
+    Stored(u64),
+    /// The write that claimed it did not complete: write it yourself.
+    Retry,
+}
+
+/// How a waiting PUT ended.
+pub(crate) enum Waited<'a> {
+    /// It took the stripe itself, unclaimed.
+    Stripe(async_lock::MutexGuard<'a, ()>),
+    /// It was claimed and answered.
+    Answered(Answer),
+}
+
+/// The waiting PUTs of every stripe.
+pub(crate) struct Combiner {
+    shards: Box<[Mutex<Vec<Arc<Queued>>>]>,
+    /// PUTs answered `Stored` by another's write.
+    pub combined: AtomicU64,
+}
+
+impl Default for Combiner {
+    fn default() -> Combiner {
+        Combiner { shards: (0..SHARDS).map(|_| Mutex::new(Vec::new())).collect(), combined: AtomicU64::new(0) }
+    }
+}
+
+impl Combiner {
+    fn shard(&self, stripe: usize) -> MutexGuard<'_, Vec<Arc<Queued>>> {
+        // A panic while listing or claiming leaves the list whole.
+        self.shards[stripe % SHARDS].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Take `q` out of its list; false when it was claimed.
+    fn unlist(&self, q: &Arc<Queued>) -> bool {
+        let mut list = self.shard(q.stripe);
+        match list.iter().position(|e| Arc::ptr_eq(e, q)) {
+            Some(i) => {
+                list.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// List a PUT of `key` (hash `h`, stripe `stripe`) and wait until it
+    /// takes the stripe (`lock`, the stripe's lock future) or another
+    /// writer claims and answers it.
+    pub(crate) async fn wait<'a>(
+        &self,
+        lock: impl Future<Output = async_lock::MutexGuard<'a, ()>>,
+        stripe: usize,
+        h: u64,
+        key: &[u8],
+        value: &[u8],
+        v: Version,
+    ) -> Waited<'a> {
+        let q = Arc::new(Queued {
+            stripe,
+            h,
+            key: key.into(),
+            value: value.into(),
+            v,
+            answer: Mutex::new(None),
+            answered: event_listener::Event::new(),
+        });
+        self.shard(stripe).push(q.clone());
+        // Unlisted if this future is dropped while listed.
+        struct Listed<'c> {
+            combiner: &'c Combiner,
+            q: Option<Arc<Queued>>,
+        }
+        impl Drop for Listed<'_> {
+            fn drop(&mut self) {
+                if let Some(q) = self.q.take() {
+                    self.combiner.unlist(&q);
+                }
+            }
+        }
+        let mut listed = Listed { combiner: self, q: Some(q.clone()) };
+        let mut lock = pin!(lock);
+        let mut locked_out = false;
+        let mut listener: Option<event_listener::EventListener> = None;
+        poll_fn(|cx| loop {
+            if let Some(a) = *q.answer.lock().unwrap_or_else(|e| e.into_inner()) {
+                listed.q = None;
+                return Poll::Ready(Waited::Answered(a));
+            }
+            if !locked_out {
+                if let Poll::Ready(g) = lock.as_mut().poll(cx) {
+                    locked_out = true;
+                    listed.q = None;
+                    if self.unlist(&q) {
+                        return Poll::Ready(Waited::Stripe(g));
+                    }
+                    // Claimed: its claimer answers it (the stripe, let go
+                    // here, is what that claimer needed).
+                }
+            }
+            match listener.as_mut() {
+                // Listening before the answer is read again: an answer
+                // given in between is seen on the next turn.
+                None => listener = Some(q.answered.listen()),
+                Some(l) => match std::pin::Pin::new(l).poll(cx) {
+                    Poll::Ready(()) => listener = None,
+                    Poll::Pending => return Poll::Pending,
+                },
+            }
+        })
+        .await
+    }
+
+    /// Claim the PUTs of `key` (hash `h`) waiting for stripe `stripe`, in
+    /// the order they were listed; the caller holds the stripe and is
+    /// about to write `key` unconditionally.
+    pub(crate) fn claim(&self, stripe: usize, h: u64, key: &[u8]) -> Claimed<'_> {
+        let mut list = self.shard(stripe);
+        let mut qs = Vec::new();
+        if !list.is_empty() {
+            list.retain(|q| {
+                let mine = q.stripe == stripe && q.h == h && *q.key == *key;
+                if mine {
+                    qs.push(q.clone());
+                }
+                !mine
+            });
+        }
+        Claimed { combiner: self, qs, cas: Vec::new() }
+    }
+}
+
+/// PUTs claimed by a writer: each told `Retry` if dropped unanswered.
+pub(crate) struct Claimed<'a> {
+    combiner: &'a Combiner,
+    qs: Vec<Arc<Queued>>,
+    /// The CAS values of all but the last ([`Claimed::reserve`]).
+    cas: Vec<u64>,
+}
+
+impl Claimed<'_> {
+    /// Nothing claimed.
+    pub(crate) fn none(combiner: &Combiner) -> Claimed<'_> {
+        Claimed { combiner, qs: Vec::new(), cas: Vec::new() }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.qs.len()
+    }
+
+    /// The last PUT claimed: its value is the one written.
+    pub(crate) fn last(&self) -> Option<&Queued> {
+        self.qs.last().map(|q| &**q)
+    }
+
+    /// Key and value bytes of the PUTs claimed.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.qs.iter().map(|q| (q.key.len() + q.value.len()) as u64).sum()
+    }
+
+    /// Give each claimed PUT but the last its CAS value, `of(v)` (its
+    /// explicit one, or a fresh sequence number); taken before the
+    /// record's own sequence number, so below it and below every later
+    /// one, after a crash too.
+    pub(crate) fn reserve(&mut self, mut of: impl FnMut(&Version) -> u64) {
+        let early = self.qs.len().saturating_sub(1);
+        self.cas = self.qs[..early].iter().map(|q| of(&q.v)).collect();
+    }
+
+    /// Answer them all: the record carrying the last one's value, with
+    /// CAS value `last_cas`, is on the device and indexed.
+    pub(crate) fn stored(mut self, last_cas: u64) {
+        let n = self.qs.len();
+        let cas = std::mem::take(&mut self.cas);
+        for (i, q) in self.qs.drain(..).enumerate() {
+            answer(&q, Answer::Stored(cas.get(i).copied().unwrap_or(last_cas)));
+        }
+        self.combiner.combined.fetch_add(n as u64, Relaxed);
+    }
+}
+
+impl Drop for Claimed<'_> {
+    fn drop(&mut self) {
+        for q in self.qs.drain(..) {
+            answer(&q, Answer::Retry);
+        }
+    }
+}
+
+fn answer(q: &Queued, a: Answer) {
+    *q.answer.lock().unwrap_or_else(|e| e.into_inner()) = Some(a);
+    q.answered.notify(usize::MAX);
+}
