@@ -35,7 +35,8 @@
 //!   its writer's future (which may be dropped, as any write's may: the
 //!   PUT may then still take effect, its outcome unknown).
 
-use crate::write::Version;
+use crate::access::Policy;
+use crate::types::ItemMeta;
 use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -52,7 +53,10 @@ pub(crate) struct Queued {
     h: u64,
     pub key: Box<[u8]>,
     pub value: Box<[u8]>,
-    pub v: Version,
+    /// What its version carries besides the value (`write::Version`).
+    pub meta: ItemMeta,
+    pub cas: Option<u64>,
+    pub policy: Policy,
     answer: Mutex<Option<Answer>>,
     answered: event_listener::Event,
 }
@@ -116,14 +120,16 @@ impl Combiner {
         h: u64,
         key: &[u8],
         value: &[u8],
-        v: Version,
+        (meta, cas, policy): (ItemMeta, Option<u64>, Policy),
     ) -> Waited<'a> {
         let q = Arc::new(Queued {
             stripe,
             h,
             key: key.into(),
             value: value.into(),
-            v,
+            meta,
+            cas,
+            policy,
             answer: Mutex::new(None),
             answered: event_listener::Event::new(),
         });
@@ -220,13 +226,13 @@ impl Claimed<'_> {
         self.qs.iter().map(|q| (q.key.len() + q.value.len()) as u64).sum()
     }
 
-    /// Give each claimed PUT but the last its CAS value, `of(v)` (its
+    /// Give each claimed PUT but the last its CAS value, `of(cas)` (its
     /// explicit one, or a fresh sequence number); taken before the
     /// record's own sequence number, so below it and below every later
     /// one, after a crash too.
-    pub(crate) fn reserve(&mut self, mut of: impl FnMut(&Version) -> u64) {
+    pub(crate) fn reserve(&mut self, mut of: impl FnMut(Option<u64>) -> u64) {
         let early = self.qs.len().saturating_sub(1);
-        self.cas = self.qs[..early].iter().map(|q| of(&q.v)).collect();
+        self.cas = self.qs[..early].iter().map(|q| of(q.cas)).collect();
     }
 
     /// Answer them all: the record carrying the last one's value, with

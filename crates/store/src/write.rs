@@ -377,7 +377,8 @@ impl Core {
             let _stripe = match (combines, &value) {
                 (true, Payload::Slice(val)) => match self.keys.try_lock_stripe(i) {
                     Some(g) => g,
-                    None => match combine.wait(self.keys.stripe_at(i), i, h, key, val, v).await {
+                    None => match combine.wait(self.keys.stripe_at(i), i, h, key, val, (v.meta, v.cas, v.policy)).await
+                    {
                         Waited::Stripe(g) => g,
                         Waited::Answered(Answer::Stored(cas)) => return Ok((PutOutcome::Stored, cas)),
                         // The write that claimed it did not complete.
@@ -431,12 +432,13 @@ impl Core {
             // This PUT and those claimed but the last are replaced at once:
             // CAS values below the record's (`combine`'s "Order").
             let seq = &self.log.next_seq;
-            let mut fresh = |v: &Version| v.cas.unwrap_or_else(|| seq.fetch_add(1, Relaxed));
-            let own = fresh(&v);
+            let mut fresh = |cas: Option<u64>| cas.unwrap_or_else(|| seq.fetch_add(1, Relaxed));
+            let own = fresh(v.cas);
             claimed.reserve(&mut fresh);
             let last = claimed.last().expect("claimed one at least");
             let (n, bytes) = (claimed.len() as u64, claimed.bytes());
-            let (val, last_v) = (Payload::Slice(&last.value), last.v);
+            let last_v = Version { meta: last.meta, cas: last.cas, policy: last.policy };
+            let val = Payload::Slice(&last.value);
             match self.write_value(key, h, val, prior, purpose, last_v).await {
                 // Raced for the last room: wait again (those claimed write
                 // themselves).
