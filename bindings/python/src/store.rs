@@ -527,6 +527,7 @@ key_methods!(Store, {
                 ("write_groups", s.write_groups),
                 ("grouped_records", s.grouped_records),
                 ("combined_puts", s.combined_puts),
+                ("combined_updates", s.combined_updates),
                 ("device_reads", s.io.reads),
                 ("device_writes", s.io.writes),
                 ("device_flushes", s.io.flushes),

@@ -36,7 +36,7 @@
 //!   PUT may then still take effect, its outcome unknown).
 
 use crate::access::Policy;
-use crate::types::ItemMeta;
+use crate::types::{Change, Item, ItemMeta};
 use std::future::{poll_fn, Future};
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -79,28 +79,45 @@ pub(crate) enum Waited<'a> {
     Answered(Answer),
 }
 
-/// The waiting PUTs of every stripe.
-pub(crate) struct Combiner {
-    shards: Box<[Mutex<Vec<Arc<Queued>>>]>,
-    /// PUTs answered `Stored` by another's write.
-    pub combined: AtomicU64,
+/// Where a waiting write is listed: its stripe, and its key (and hash).
+trait Listed {
+    fn place(&self) -> (usize, u64, &[u8]);
 }
 
-impl Default for Combiner {
-    fn default() -> Combiner {
-        Combiner { shards: (0..SHARDS).map(|_| Mutex::new(Vec::new())).collect(), combined: AtomicU64::new(0) }
+impl Listed for Queued {
+    fn place(&self) -> (usize, u64, &[u8]) {
+        (self.stripe, self.h, &self.key)
     }
 }
 
-impl Combiner {
-    fn shard(&self, stripe: usize) -> MutexGuard<'_, Vec<Arc<Queued>>> {
+impl Listed for QueuedUpdate {
+    fn place(&self) -> (usize, u64, &[u8]) {
+        (self.stripe, self.h, &self.key)
+    }
+}
+
+/// Waiting writes of one kind, by stripe modulo [`SHARDS`].
+struct Lists<T> {
+    shards: Box<[Mutex<Vec<Arc<T>>>]>,
+}
+
+impl<T: Listed> Lists<T> {
+    fn new() -> Lists<T> {
+        Lists { shards: (0..SHARDS).map(|_| Mutex::new(Vec::new())).collect() }
+    }
+
+    fn shard(&self, stripe: usize) -> MutexGuard<'_, Vec<Arc<T>>> {
         // A panic while listing or claiming leaves the list whole.
         self.shards[stripe % SHARDS].lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn push(&self, q: Arc<T>) {
+        self.shard(q.place().0).push(q);
+    }
+
     /// Take `q` out of its list; false when it was claimed.
-    fn unlist(&self, q: &Arc<Queued>) -> bool {
-        let mut list = self.shard(q.stripe);
+    fn unlist(&self, q: &Arc<T>) -> bool {
+        let mut list = self.shard(q.place().0);
         match list.iter().position(|e| Arc::ptr_eq(e, q)) {
             Some(i) => {
                 list.remove(i);
@@ -110,6 +127,46 @@ impl Combiner {
         }
     }
 
+    /// Take every entry listed for `key` (hash `h`) at `stripe`, in the
+    /// order listed.
+    fn claim(&self, stripe: usize, h: u64, key: &[u8]) -> Vec<Arc<T>> {
+        let mut list = self.shard(stripe);
+        let mut qs = Vec::new();
+        if !list.is_empty() {
+            list.retain(|q| {
+                let mine = q.place() == (stripe, h, key);
+                if mine {
+                    qs.push(q.clone());
+                }
+                !mine
+            });
+        }
+        qs
+    }
+}
+
+/// The waiting writes of every stripe.
+pub(crate) struct Combiner {
+    puts: Lists<Queued>,
+    updates: Lists<QueuedUpdate>,
+    /// PUTs answered `Stored` by another's write.
+    pub combined: AtomicU64,
+    /// Read-modify-writes whose change another's write carried.
+    pub combined_updates: AtomicU64,
+}
+
+impl Default for Combiner {
+    fn default() -> Combiner {
+        Combiner {
+            puts: Lists::new(),
+            updates: Lists::new(),
+            combined: AtomicU64::new(0),
+            combined_updates: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Combiner {
     /// List a PUT of `key` (hash `h`, stripe `stripe`) and wait until it
     /// takes the stripe (`lock`, the stripe's lock future) or another
     /// writer claims and answers it.
@@ -133,20 +190,20 @@ impl Combiner {
             answer: Mutex::new(None),
             answered: event_listener::Event::new(),
         });
-        self.shard(stripe).push(q.clone());
+        self.puts.push(q.clone());
         // Unlisted if this future is dropped while listed.
-        struct Listed<'c> {
-            combiner: &'c Combiner,
+        struct Unlist<'c> {
+            lists: &'c Lists<Queued>,
             q: Option<Arc<Queued>>,
         }
-        impl Drop for Listed<'_> {
+        impl Drop for Unlist<'_> {
             fn drop(&mut self) {
                 if let Some(q) = self.q.take() {
-                    self.combiner.unlist(&q);
+                    self.lists.unlist(&q);
                 }
             }
         }
-        let mut listed = Listed { combiner: self, q: Some(q.clone()) };
+        let mut listed = Unlist { lists: &self.puts, q: Some(q.clone()) };
         let mut lock = pin!(lock);
         let mut locked_out = false;
         let mut listener: Option<event_listener::EventListener> = None;
@@ -159,7 +216,7 @@ impl Combiner {
                 if let Poll::Ready(g) = lock.as_mut().poll(cx) {
                     locked_out = true;
                     listed.q = None;
-                    if self.unlist(&q) {
+                    if self.puts.unlist(&q) {
                         return Poll::Ready(Waited::Stripe(g));
                     }
                     // Claimed: its claimer answers it (the stripe, let go
@@ -183,18 +240,7 @@ impl Combiner {
     /// the order they were listed; the caller holds the stripe and is
     /// about to write `key` unconditionally.
     pub(crate) fn claim(&self, stripe: usize, h: u64, key: &[u8]) -> Claimed<'_> {
-        let mut list = self.shard(stripe);
-        let mut qs = Vec::new();
-        if !list.is_empty() {
-            list.retain(|q| {
-                let mine = q.stripe == stripe && q.h == h && *q.key == *key;
-                if mine {
-                    qs.push(q.clone());
-                }
-                !mine
-            });
-        }
-        Claimed { combiner: self, qs, cas: Vec::new() }
+        Claimed { combiner: self, qs: self.puts.claim(stripe, h, key), cas: Vec::new() }
     }
 }
 
@@ -258,4 +304,238 @@ impl Drop for Claimed<'_> {
 fn answer(q: &Queued, a: Answer) {
     *q.answer.lock().unwrap_or_else(|e| e.into_inner()) = Some(a);
     q.answered.notify(usize::MAX);
+}
+
+/// A read-modify-write of one key waiting for its stripe. Its function
+/// stays with its own future: a claimer offers it the item as the writes
+/// before it left it, and it answers what it changes.
+pub(crate) struct QueuedUpdate {
+    stripe: usize,
+    h: u64,
+    key: Box<[u8]>,
+    step: Mutex<Step>,
+    /// Each move of `step`, for whichever side waits.
+    moved: event_listener::Event,
+}
+
+enum Step {
+    /// Listed; or claimed, not yet offered the item (or its change taken).
+    Waiting,
+    /// Claimed: the item as the writes before it left it, for its function.
+    Offered(Option<Item>),
+    /// What its function decided, for the claimer.
+    Decided(Change),
+    /// Its future was dropped before it decided: skipped.
+    Abandoned,
+    Answered(UpdateAnswer),
+}
+
+/// What a claimed read-modify-write is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UpdateAnswer {
+    /// Its change is on the device (carried by the record of the last
+    /// value): the CAS value of the value it wrote, if it wrote one.
+    Done(Option<u64>),
+    /// Not written: its function runs again, on its own.
+    Retry,
+}
+
+/// How a waiting read-modify-write ended.
+pub(crate) enum UpdateWaited<'a, R> {
+    /// It took the stripe itself, unclaimed.
+    Stripe(async_lock::MutexGuard<'a, ()>),
+    /// Claimed: its function's answer, and the CAS value of what it wrote.
+    Done(R, Option<u64>),
+    Retry,
+}
+
+impl QueuedUpdate {
+    fn step(&self) -> MutexGuard<'_, Step> {
+        self.step.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn answer(&self, a: UpdateAnswer) {
+        *self.step() = Step::Answered(a);
+        self.moved.notify(usize::MAX);
+    }
+}
+
+impl Combiner {
+    /// List a read-modify-write of `key` and wait until it takes the
+    /// stripe (`lock`) or a claimer has run `f` on the item it offered and
+    /// answered.
+    pub(crate) async fn wait_update<'a, R>(
+        &self,
+        lock: impl Future<Output = async_lock::MutexGuard<'a, ()>>,
+        stripe: usize,
+        h: u64,
+        key: &[u8],
+        f: &mut impl FnMut(Option<&Item>) -> (Change, R),
+    ) -> UpdateWaited<'a, R> {
+        let q = Arc::new(QueuedUpdate {
+            stripe,
+            h,
+            key: key.into(),
+            step: Mutex::new(Step::Waiting),
+            moved: event_listener::Event::new(),
+        });
+        self.updates.push(q.clone());
+        // Dropped while listed: unlisted; while claimed and undecided:
+        // abandoned, so its claimer goes on without it.
+        struct Leave<'c> {
+            lists: &'c Lists<QueuedUpdate>,
+            q: Arc<QueuedUpdate>,
+            listed: bool,
+            ended: bool,
+        }
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                if self.ended || (self.listed && self.lists.unlist(&self.q)) {
+                    return;
+                }
+                let mut step = self.q.step();
+                if matches!(*step, Step::Waiting | Step::Offered(_)) {
+                    *step = Step::Abandoned;
+                    drop(step);
+                    self.q.moved.notify(usize::MAX);
+                }
+            }
+        }
+        let mut leave = Leave { lists: &self.updates, q: q.clone(), listed: true, ended: false };
+        let mut lock = pin!(lock);
+        let mut r: Option<R> = None;
+        let mut listener: Option<event_listener::EventListener> = None;
+        poll_fn(|cx| loop {
+            let offered = {
+                let mut step = q.step();
+                match std::mem::replace(&mut *step, Step::Waiting) {
+                    Step::Offered(item) => Some(item),
+                    Step::Answered(a) => {
+                        leave.ended = true;
+                        return Poll::Ready(match a {
+                            UpdateAnswer::Done(cas) => {
+                                UpdateWaited::Done(r.take().expect("answered Done after deciding"), cas)
+                            }
+                            UpdateAnswer::Retry => UpdateWaited::Retry,
+                        });
+                    }
+                    other => {
+                        *step = other;
+                        None
+                    }
+                }
+            };
+            if let Some(item) = offered {
+                let (change, answer) = f(item.as_ref());
+                r = Some(answer);
+                let mut step = q.step();
+                // (A claimer dropped meanwhile has answered Retry.)
+                if matches!(*step, Step::Waiting) {
+                    *step = Step::Decided(change);
+                }
+                drop(step);
+                q.moved.notify(usize::MAX);
+                continue;
+            }
+            if leave.listed {
+                if let Poll::Ready(g) = lock.as_mut().poll(cx) {
+                    leave.listed = false;
+                    if self.updates.unlist(&q) {
+                        leave.ended = true;
+                        return Poll::Ready(UpdateWaited::Stripe(g));
+                    }
+                    // Claimed: the stripe is its claimer's to take.
+                }
+            }
+            match listener.as_mut() {
+                None => listener = Some(q.moved.listen()),
+                Some(l) => match std::pin::Pin::new(l).poll(cx) {
+                    Poll::Ready(()) => listener = None,
+                    Poll::Pending => return Poll::Pending,
+                },
+            }
+        })
+        .await
+    }
+
+    /// Claim the read-modify-writes of `key` waiting for stripe `stripe`,
+    /// in the order listed; the caller holds the stripe.
+    pub(crate) fn claim_updates(&self, stripe: usize, h: u64, key: &[u8]) -> ClaimedUpdates<'_> {
+        ClaimedUpdates {
+            combiner: self,
+            qs: self.updates.claim(stripe, h, key).into_iter().map(|q| (q, None)).collect(),
+        }
+    }
+}
+
+/// Read-modify-writes claimed by a writer, each with its outcome once its
+/// change is applied: each told `Retry` if dropped unanswered.
+pub(crate) struct ClaimedUpdates<'a> {
+    combiner: &'a Combiner,
+    qs: Vec<(Arc<QueuedUpdate>, Option<UpdateAnswer>)>,
+}
+
+impl ClaimedUpdates<'_> {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.qs.is_empty()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.qs.len()
+    }
+
+    /// Offer the `i`th claimed its item; its function's change, or None
+    /// when its future was dropped first.
+    pub(crate) async fn decide(&self, i: usize, item: Option<Item>) -> Option<Change> {
+        let q = &self.qs[i].0;
+        {
+            let mut step = q.step();
+            if !matches!(*step, Step::Waiting) {
+                return None;
+            }
+            *step = Step::Offered(item);
+        }
+        q.moved.notify(usize::MAX);
+        loop {
+            let l = q.moved.listen();
+            {
+                let mut step = q.step();
+                match std::mem::replace(&mut *step, Step::Waiting) {
+                    Step::Decided(c) => return Some(c),
+                    Step::Abandoned => {
+                        *step = Step::Abandoned;
+                        return None;
+                    }
+                    other => *step = other,
+                }
+            }
+            l.await;
+        }
+    }
+
+    /// Note the `i`th claimed's outcome, told once all are written.
+    pub(crate) fn settle(&mut self, i: usize, a: UpdateAnswer) {
+        self.qs[i].1 = Some(a);
+    }
+
+    /// The record carrying their changes is on the device: tell each its
+    /// outcome (those noted; the others, abandoned, need none).
+    pub(crate) fn written(mut self) {
+        for (q, a) in self.qs.drain(..) {
+            if let Some(a) = a {
+                if matches!(a, UpdateAnswer::Done(_)) {
+                    self.combiner.combined_updates.fetch_add(1, Relaxed);
+                }
+                q.answer(a);
+            }
+        }
+    }
+}
+
+impl Drop for ClaimedUpdates<'_> {
+    fn drop(&mut self) {
+        for (q, _) in self.qs.drain(..) {
+            q.answer(UpdateAnswer::Retry);
+        }
+    }
 }

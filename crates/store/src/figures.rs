@@ -115,6 +115,12 @@ impl Stats {
             st.combined_puts,
         )
         .counter(
+            "combined_updates",
+            "granary_combined_updates_total",
+            "Read-modify-writes of a hot key whose change another of the key carried in its record.",
+            st.combined_updates,
+        )
+        .counter(
             "blind_overwrites",
             "granary_blind_overwrites_total",
             "Overwrites that did not read the old record.",

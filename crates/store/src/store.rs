@@ -325,6 +325,7 @@ impl Core {
             write_groups: self.coalescer.groups.load(Relaxed),
             grouped_records: self.coalescer.records.load(Relaxed),
             combined_puts: self.keys.combine.combined.load(Relaxed),
+            combined_updates: self.keys.combine.combined_updates.load(Relaxed),
             blind_overwrites: c.blind.load(Relaxed),
             unsettled_links: links.0,
             link_bytes: links.1,

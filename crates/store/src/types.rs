@@ -203,6 +203,10 @@ pub struct Stats {
     /// they waited for its stripe: one record for several
     /// (`crate::combine`).
     pub combined_puts: u64,
+    /// Read-modify-writes (INCR, APPEND...) whose change another of their
+    /// key carried in its record, having offered them the item as the
+    /// changes before left it (`crate::combine`).
+    pub combined_updates: u64,
     /// Overwrites that replaced their key's one index candidate without
     /// reading it ([`OpenOptions::blind_overwrite_bytes`](crate::OpenOptions::blind_overwrite_bytes)).
     pub blind_overwrites: u64,

@@ -20,7 +20,7 @@
 
 use crate::access::Policy;
 use crate::coalesce::{Payload, Stray};
-use crate::combine::{Answer, Claimed, Waited};
+use crate::combine::{Answer, Claimed, ClaimedUpdates, UpdateAnswer, UpdateWaited, Waited};
 use crate::counters::Counted;
 use crate::detach::{Finish, Orphaned, Shared};
 use crate::error::{Error, Result};
@@ -91,6 +91,27 @@ impl Drop for InFlight<'_> {
         let what = "a write was dropped in flight (its runtime shut down): its outcome is unknown";
         self.log.poison(crate::detach::dropped(self.offset, what));
     }
+}
+
+/// Where [`Core::chain`] writes: a user key of a namespace under its
+/// stripe.
+pub(crate) struct Chain<'a> {
+    ns: &'a NsState,
+    c: &'a crate::counters::NsCounters,
+    key: &'a [u8],
+    h: u64,
+    purpose: Purpose,
+}
+
+/// Whether [`Core::update`] combines a change with those of the same key
+/// waiting behind it: one that keeps, replaces, rewrites or deletes the
+/// item. A touch or an invalidation keeps the access state of the record
+/// it replaces, which a combined record would not follow.
+fn chains(change: &Change) -> bool {
+    matches!(
+        change,
+        Change::Keep | Change::Put { .. } | Change::PutCas { .. } | Change::Rewrite { .. } | Change::Delete
+    )
 }
 
 /// The access policy of tombstones and of internal writes.
@@ -718,24 +739,27 @@ impl Core {
             self.log.check_writable()?;
             let listed = crate::space::listed_bytes([key]);
             self.await_room(room_for, need, listed).await.map_err(|e| self.log.check_writable().err().unwrap_or(e))?;
-            let stripe = self.keys.stripe(h).await;
+            let i = self.keys.stripe_of(h);
+            let combine = &self.keys.combine;
+            // Behind another write of the key: combined with the next one
+            // that takes the stripe ([`Core::chain`]), except under a quota,
+            // which each change is held to on its own.
+            let stripe = match self.keys.try_lock_stripe(i) {
+                Some(g) => g,
+                None if !ns.options.has_quota() => {
+                    match combine.wait_update(self.keys.stripe_at(i), i, h, key, &mut f).await {
+                        UpdateWaited::Stripe(g) => g,
+                        UpdateWaited::Done(r, cas) => return Ok((r, cas)),
+                        UpdateWaited::Retry => continue,
+                    }
+                }
+                None => self.keys.stripe_at(i).await,
+            };
             let existing = self.find(key, h, true, true).await?;
             let purpose = self.space.put_purpose(existing.as_ref().map(|f| f.entry.pba()));
             let item = existing.as_ref().filter(|x| self.is_live(x, self.clock.now())).map(Self::item_of);
             let (change, r) = f(item.as_ref());
-            // A new value gets the namespace's default TTL, as a put does
-            // (a touch, a rewrite, an invalidation or a value derived from
-            // the item keeps the item's own expiry); every value written is
-            // held to the quota.
-            let change = match change {
-                Change::Put { value, meta } => Change::Put { value, meta: self.with_default_ttl(ns, meta) },
-                Change::PutCas { value, meta, cas } => {
-                    Change::PutCas { value, meta: self.with_default_ttl(ns, meta), cas }
-                }
-                Change::Derive { value, meta, cas: None } => Change::Put { value, meta },
-                Change::Derive { value, meta, cas: Some(cas) } => Change::PutCas { value, meta, cas },
-                other => other,
-            };
+            let change = self.settled(ns, change);
             match &change {
                 Change::Put { value, .. }
                 | Change::Invalidate { value, .. }
@@ -765,6 +789,16 @@ impl Core {
                         continue;
                     }
                     r => r?,
+                }
+            }
+            if chains(&change) && !ns.options.has_quota() {
+                let claimed = combine.claim_updates(i, h, key);
+                if !claimed.is_empty() {
+                    let chain = Chain { ns, c: &c, key, h, purpose };
+                    match self.chain(chain, existing, item, change, claimed, &mut need, &mut room_for).await {
+                        Err(Error::NoSpace { .. }) => continue,
+                        written => return written.map(|cas| (r, cas)),
+                    }
                 }
             }
             let policy = match &change {
@@ -835,6 +869,129 @@ impl Core {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// `change` as [`Core::update`] writes it: a new value gets the
+    /// namespace's default TTL, as a put does (a touch, a rewrite, an
+    /// invalidation or a value derived from the item keeps the item's own
+    /// expiry); a `Derive` is a `Put` (or `PutCas`) keeping its expiry.
+    fn settled(&self, ns: &NsState, change: Change) -> Change {
+        match change {
+            Change::Put { value, meta } => Change::Put { value, meta: self.with_default_ttl(ns, meta) },
+            Change::PutCas { value, meta, cas } => Change::PutCas { value, meta: self.with_default_ttl(ns, meta), cas },
+            Change::Derive { value, meta, cas: None } => Change::Put { value, meta },
+            Change::Derive { value, meta, cas: Some(cas) } => Change::PutCas { value, meta, cas },
+            other => other,
+        }
+    }
+
+    /// [`Core::update`]'s change `first` (of `item`, the live version of
+    /// `existing`), then the changes of the read-modify-writes of the key
+    /// `claimed` while they waited for its stripe, each offered the item
+    /// as the changes before it left it ([`crate::combine`]): written as
+    /// one record, the last item (or a tombstone), under the stripe.
+    /// Returns the CAS value of the value `first` wrote, if it wrote one.
+    /// A change that is not [`chains`] (a touch, an invalidation), or
+    /// whose value the store refuses, is not applied: its update runs
+    /// again on its own, as do all of them if the write fails.
+    ///
+    /// The record carries its item's CAS value explicitly: each value of
+    /// the chain got a fresh sequence number as its CAS value when made
+    /// (the functions after it may have seen it), below the record's own.
+    /// Its access state starts afresh when a change made a new item (a
+    /// put, or a value after a delete), else (rewrites only) is kept.
+    #[allow(clippy::too_many_arguments)] // the chain's key, then what it writes
+    async fn chain(
+        &self,
+        at: Chain<'_>,
+        existing: Option<Found>,
+        item: Option<Item>,
+        first: Change,
+        mut claimed: ClaimedUpdates<'_>,
+        need: &mut u64,
+        room_for: &mut Purpose,
+    ) -> Result<Option<u64>> {
+        let Chain { ns, c, key, h, purpose } = at;
+        let now = self.clock.now();
+        let seq = &self.log.next_seq;
+        let mut state = item;
+        // A change made a new item; a change wrote at all; values written
+        // and live values deleted (counted once written).
+        let (mut created, mut changed, mut stored, mut deleted) = (false, false, 0u64, 0u64);
+        let mut apply = |state: &mut Option<Item>, change: Change| -> Option<u64> {
+            let (value, meta, cas, new) = match change {
+                Change::Keep => return None,
+                Change::Delete => {
+                    changed = true;
+                    deleted += u64::from(state.take().is_some());
+                    return None;
+                }
+                Change::Put { value, meta } => (value, meta, seq.fetch_add(1, Relaxed), true),
+                Change::PutCas { value, meta, cas } => (value, meta, cas, true),
+                Change::Rewrite { value, meta, cas } => {
+                    let new = state.is_none();
+                    (value, meta, cas.unwrap_or_else(|| seq.fetch_add(1, Relaxed)), new)
+                }
+                _ => unreachable!("only changes that chain are applied"),
+            };
+            (created, changed, stored) = (created || new, true, stored + 1);
+            *state = Some(Item { value, meta, cas });
+            Some(cas)
+        };
+        let own = apply(&mut state, first);
+        for i in 0..claimed.len() {
+            let live = state.clone().filter(|it| it.meta.expires == 0 || it.meta.expires > now);
+            let Some(change) = claimed.decide(i, live).await else { continue };
+            let change = self.settled(ns, change);
+            let refused = match &change {
+                Change::Put { value, .. } | Change::PutCas { value, .. } | Change::Rewrite { value, .. } => {
+                    ns.check_block_value(value.len()).is_err()
+                        || self.value_grains(key, value.len() as u64, Some(0)).is_err()
+                }
+                change => !chains(change),
+            };
+            if refused {
+                claimed.settle(i, UpdateAnswer::Retry);
+                continue;
+            }
+            let cas = apply(&mut state, change);
+            claimed.settle(i, UpdateAnswer::Done(cas));
+        }
+        let tombstone = grains_for(record_bytes(key.len(), 0), self.log.sb.grain_bytes);
+        // What the record itself counts in the store's figures: one value
+        // written, or one delete.
+        let (mut counted_put, mut counted_delete) = (0, 0);
+        match (&state, existing) {
+            _ if !changed => {}
+            (Some(it), existing) => {
+                *need = self.value_grains(key, it.value.len() as u64, Some(it.cas))?;
+                *room_for = purpose;
+                let existing = self.refuse_crowded_known(h, key, existing).await?;
+                let policy = if created { Policy::new_item(&it.meta) } else { Policy::Touch { fetch: false } };
+                let v = Version { meta: it.meta, cas: Some(it.cas), policy };
+                self.write_value(key, h, Payload::Slice(&it.value), Prior::Known(existing), purpose, v).await?;
+                counted_put = 1;
+            }
+            (None, Some(x)) if !x.hdr.is_tombstone() => {
+                (*need, *room_for) = (tombstone, Purpose::Delete);
+                self.write_tombstone(key, h, Some(x)).await?;
+                counted_delete = 1;
+            }
+            // As in `update`'s delete: a version GC is dropping.
+            (None, None) if self.keys.dropped.contains(h) => {
+                (*need, *room_for) = (tombstone, Purpose::Delete);
+                let known = self.refuse_crowded_known(h, key, None).await?;
+                self.write_tombstone(key, h, known).await?;
+                counted_delete = 1;
+            }
+            _ => {}
+        }
+        self.counters.puts.fetch_add(stored.saturating_sub(counted_put), Relaxed);
+        self.counters.deletes.fetch_add(deleted.saturating_sub(counted_delete), Relaxed);
+        c.sets.fetch_add(stored, Relaxed);
+        c.deletes.fetch_add(deleted, Relaxed);
+        claimed.written();
+        Ok(own)
     }
 
     /// Delete `key`; returns whether it was present (an expired value was

@@ -10,9 +10,10 @@ mod common;
 
 use common::gate::{poll_once, Gate};
 use granary_rt::{Runtime, RuntimeConfig};
-use granary_store::{Cond, CreateOptions, Entropy, ItemMeta, OpenOptions, PutOutcome, Store};
+use granary_store::{Change, Cond, CreateOptions, Entropy, ItemMeta, OpenOptions, PutOutcome, Store};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 
 const SEGMENT: u64 = 64 << 10;
@@ -209,4 +210,170 @@ fn conditional_puts_wait_their_turn() {
         assert_eq!(s.stats().combined_puts, 0);
         assert_eq!(s.get_async(b"k").await.unwrap().unwrap(), b"plain");
     });
+}
+
+type Update = Pin<Box<dyn Future<Output = granary_store::Result<(u64, Option<u64>)>> + Send>>;
+
+/// An increment of the decimal counter at `key` (absent: 0); answers
+/// the count it wrote.
+fn incr(s: &Arc<Store>, key: &'static [u8]) -> Update {
+    let s = s.clone();
+    Box::pin(async move {
+        s.update_async(key, |cur| {
+            let n = cur.map_or(0, |it| std::str::from_utf8(&it.value).unwrap().parse::<u64>().unwrap()) + 1;
+            (Change::Put { value: n.to_string().into_bytes(), meta: ItemMeta::default() }, n)
+        })
+        .await
+    })
+}
+
+/// Yield to the executor's other tasks a few times (one executor: each
+/// runs as far as it can each time).
+async fn let_others_run() {
+    for _ in 0..8 {
+        granary_rt::yield_now().await;
+    }
+}
+
+/// Poll `f` (letting the executor's other tasks run between polls) until
+/// a write of its is held at the shut gate; fails after 1,000 rounds.
+async fn until_held<F: Future + ?Sized>(gate: &Gate, mut f: Pin<&mut F>) {
+    let held = gate.held_polls.load(SeqCst);
+    for _ in 0..1000 {
+        poll_once(f.as_mut()).await;
+        if gate.held_polls.load(SeqCst) > held {
+            return;
+        }
+        let_others_run().await;
+    }
+    panic!("no write of it reached the gate");
+}
+
+/// With the gate shut, an increment's write held in flight and `n` more
+/// increments waiting behind it (each polled once, so listed in order).
+async fn increments_behind(s: &Arc<Store>, gate: &Gate, n: usize) -> (Update, Vec<Update>) {
+    let mut first = incr(s, b"n");
+    // Past its read and its claim (none yet): its write is at the gate.
+    until_held(gate, first.as_mut()).await;
+    let mut queued = Vec::new();
+    for _ in 0..n {
+        let mut u = incr(s, b"n");
+        poll_once(u.as_mut()).await;
+        queued.push(u);
+    }
+    (first, queued)
+}
+
+#[test]
+fn increments_queued_for_one_key_each_see_the_one_before_and_share_one_record() {
+    let gate = on_a_runtime(|s, gate| async move {
+        gate.shut();
+        let (first, queued) = increments_behind(&s, &gate, 8).await;
+        let tasks: Vec<_> = queued.into_iter().map(granary_rt::spawn).collect();
+        gate.open();
+        assert_eq!(first.await.unwrap().0, 1);
+        let mut counts = Vec::new();
+        for t in tasks {
+            let (n, cas) = t.await.unwrap().unwrap();
+            assert!(cas.is_some());
+            counts.push(n);
+        }
+        // In the order they queued, each on the value the one before left.
+        assert_eq!(counts, (2..=9).collect::<Vec<u64>>());
+        assert_eq!(s.stats().combined_updates, 7);
+        let item = s.get_item_async(b"n").await.unwrap().unwrap();
+        assert_eq!(item.value, b"9");
+        // The next one reads what the combined record holds.
+        assert_eq!(incr(&s, b"n").await.unwrap().0, 10);
+    });
+    let s = Store::open(gate, &opts()).unwrap();
+    assert_eq!(s.get(b"n").unwrap().unwrap(), b"10");
+}
+
+/// A touch (which keeps the access state of the record it replaces) is
+/// not combined: it runs again on its own after the others.
+#[test]
+fn a_touch_queued_among_increments_runs_on_its_own() {
+    on_a_runtime(|s, gate| async move {
+        gate.shut();
+        let (first, mut queued) = increments_behind(&s, &gate, 1).await;
+        let s2 = s.clone();
+        let mut touch: Update = Box::pin(async move {
+            s2.update_async(b"n", |cur| match cur {
+                Some(it) => {
+                    let meta = ItemMeta { expires: 4_000_000_000, ..it.meta };
+                    (Change::Touch { value: it.value.clone(), meta, cas: it.cas, fetch: false }, 0)
+                }
+                None => (Change::Keep, 0),
+            })
+            .await
+        });
+        poll_once(touch.as_mut()).await;
+        queued.push(touch);
+        let mut last = incr(&s, b"n");
+        poll_once(last.as_mut()).await;
+        queued.push(last);
+        let tasks: Vec<_> = queued.into_iter().map(granary_rt::spawn).collect();
+        gate.open();
+        first.await.unwrap();
+        let mut counts = Vec::new();
+        for t in tasks {
+            counts.push(t.await.unwrap().unwrap().0);
+        }
+        assert_eq!(counts, [2, 0, 3]);
+        assert_eq!(s.stats().combined_updates, 1);
+        let item = s.get_item_async(b"n").await.unwrap().unwrap();
+        assert_eq!((item.value.as_slice(), item.meta.expires), (&b"3"[..], 4_000_000_000));
+    });
+}
+
+/// The claimer offers the second queued its item while that one's future
+/// is not polled; dropped then, it is skipped and never applied.
+#[test]
+fn a_claimed_increment_dropped_before_it_decides_is_skipped() {
+    on_a_runtime(|s, gate| async move {
+        gate.shut();
+        let (first, mut queued) = increments_behind(&s, &gate, 3).await;
+        let third = granary_rt::spawn(queued.pop().unwrap());
+        let second = queued.pop().unwrap();
+        let claimer = granary_rt::spawn(queued.pop().unwrap());
+        gate.open();
+        first.await.unwrap();
+        // The claimer took the stripe and waits for the second's decision.
+        let_others_run().await;
+        drop(second);
+        assert_eq!(claimer.await.unwrap().unwrap().0, 2);
+        assert_eq!(third.await.unwrap().unwrap().0, 3);
+        assert_eq!(s.get_async(b"n").await.unwrap().unwrap(), b"3");
+    });
+}
+
+/// The claimer's future is dropped with the combined write in flight:
+/// those it claimed run again on their own, on what the key holds.
+#[test]
+fn increments_claimed_by_a_write_dropped_midway_run_again() {
+    let gate = on_a_runtime(|s, gate| async move {
+        gate.shut();
+        let (first, mut queued) = increments_behind(&s, &gate, 3).await;
+        let others: Vec<_> = queued.drain(1..).map(granary_rt::spawn).collect();
+        let mut claimer = queued.pop().unwrap();
+        gate.open();
+        first.await.unwrap();
+        gate.shut();
+        until_held(&gate, claimer.as_mut()).await;
+        drop(claimer);
+        gate.open();
+        let mut counts = Vec::new();
+        for t in others {
+            counts.push(t.await.unwrap().unwrap().0);
+        }
+        // (Running again, the second may claim the third.)
+        assert_eq!(counts, [2, 3]);
+        assert!(s.stats().combined_updates <= 1);
+        assert_eq!(s.get_async(b"n").await.unwrap().unwrap(), b"3");
+    });
+    // The dropped write's record (of an older sequence number) may be on
+    // the device; the later ones win.
+    let s = Store::open(gate, &opts()).unwrap();
+    assert_eq!(s.get(b"n").unwrap().unwrap(), b"3");
 }
