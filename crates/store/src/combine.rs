@@ -338,7 +338,18 @@ pub(crate) enum UpdateAnswer {
     Done(Option<u64>),
     /// Not written: its function runs again, on its own.
     Retry,
+    /// Not applied: its function runs again, taking the stripe in turn
+    /// without listing itself again (so it is not claimed and refused
+    /// round after round): its change does not chain, the store refused
+    /// its value, or it did not decide within [`DECIDE_WAIT`].
+    Alone,
 }
+
+/// How long a claimer holding the stripe waits for a claimed
+/// read-modify-write's future to decide (it runs on that future's task,
+/// which may be busy, or kept and not polled by its caller): then it goes
+/// on without it, and the late one runs on its own.
+pub(crate) const DECIDE_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// How a waiting read-modify-write ended.
 pub(crate) enum UpdateWaited<'a, R> {
@@ -347,6 +358,8 @@ pub(crate) enum UpdateWaited<'a, R> {
     /// Claimed: its function's answer, and the CAS value of what it wrote.
     Done(R, Option<u64>),
     Retry,
+    /// Claimed and not applied: run on its own, not listed again.
+    Alone,
 }
 
 impl QueuedUpdate {
@@ -417,6 +430,7 @@ impl Combiner {
                                 UpdateWaited::Done(r.take().expect("answered Done after deciding"), cas)
                             }
                             UpdateAnswer::Retry => UpdateWaited::Retry,
+                            UpdateAnswer::Alone => UpdateWaited::Alone,
                         });
                     }
                     other => {
@@ -485,7 +499,8 @@ impl ClaimedUpdates<'_> {
     }
 
     /// Offer the `i`th claimed its item; its function's change, or None
-    /// when its future was dropped first.
+    /// when its future was dropped first or did not decide within
+    /// [`DECIDE_WAIT`] (it is then answered [`UpdateAnswer::Alone`]).
     pub(crate) async fn decide(&self, i: usize, item: Option<Item>) -> Option<Change> {
         let q = &self.qs[i].0;
         {
@@ -496,20 +511,43 @@ impl ClaimedUpdates<'_> {
             *step = Step::Offered(item);
         }
         q.moved.notify(usize::MAX);
-        loop {
-            let l = q.moved.listen();
-            {
-                let mut step = q.step();
-                match std::mem::replace(&mut *step, Step::Waiting) {
-                    Step::Decided(c) => return Some(c),
-                    Step::Abandoned => {
-                        *step = Step::Abandoned;
-                        return None;
-                    }
-                    other => *step = other,
+        // The decision, if made (None: abandoned); Err while undecided.
+        let taken = || {
+            let mut step = q.step();
+            match std::mem::replace(&mut *step, Step::Waiting) {
+                Step::Decided(c) => Ok(Some(c)),
+                Step::Abandoned => {
+                    *step = Step::Abandoned;
+                    Ok(None)
+                }
+                other => {
+                    *step = other;
+                    Err(step)
                 }
             }
-            l.await;
+        };
+        let wait = async {
+            loop {
+                let l = q.moved.listen();
+                if let Ok(c) = taken() {
+                    return c;
+                }
+                l.await;
+            }
+        };
+        match granary_rt::timeout(DECIDE_WAIT, wait).await {
+            Ok(c) => c,
+            Err(_) => match taken() {
+                Ok(c) => c,
+                // Offered still, or its function running on another
+                // thread: whatever it decides is not taken.
+                Err(mut step) => {
+                    *step = Step::Answered(UpdateAnswer::Alone);
+                    drop(step);
+                    q.moved.notify(usize::MAX);
+                    None
+                }
+            },
         }
     }
 

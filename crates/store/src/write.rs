@@ -735,6 +735,8 @@ impl Core {
         // reserve too: a store full of live data can still be emptied); a
         // value then refused room waits for a PUT's.
         let mut room_for = Purpose::Delete;
+        // Claimed once and not applied: take the stripe in turn from then on.
+        let mut alone = false;
         loop {
             self.log.check_writable()?;
             let listed = crate::space::listed_bytes([key]);
@@ -746,11 +748,15 @@ impl Core {
             // which each change is held to on its own.
             let stripe = match self.keys.try_lock_stripe(i) {
                 Some(g) => g,
-                None if !ns.options.has_quota() => {
+                None if !alone && !ns.options.has_quota() => {
                     match combine.wait_update(self.keys.stripe_at(i), i, h, key, &mut f).await {
                         UpdateWaited::Stripe(g) => g,
                         UpdateWaited::Done(r, cas) => return Ok((r, cas)),
                         UpdateWaited::Retry => continue,
+                        UpdateWaited::Alone => {
+                            alone = true;
+                            continue;
+                        }
                     }
                 }
                 None => self.keys.stripe_at(i).await,
@@ -791,7 +797,7 @@ impl Core {
                     r => r?,
                 }
             }
-            if chains(&change) && !ns.options.has_quota() {
+            if chains(&change) && self.chain_fits(key, &change) && !ns.options.has_quota() {
                 let claimed = combine.claim_updates(i, h, key);
                 if !claimed.is_empty() {
                     let chain = Chain { ns, c: &c, key, h, purpose };
@@ -871,6 +877,18 @@ impl Core {
         }
     }
 
+    /// Whether `change`'s value fits a record carrying an explicit CAS
+    /// value, as [`Core::chain`] writes (a value within its 8 bytes of the
+    /// largest is written on its own).
+    fn chain_fits(&self, key: &[u8], change: &Change) -> bool {
+        match change {
+            Change::Put { value, .. } | Change::PutCas { value, .. } | Change::Rewrite { value, .. } => {
+                self.value_grains(key, value.len() as u64, Some(0)).is_ok()
+            }
+            _ => true,
+        }
+    }
+
     /// `change` as [`Core::update`] writes it: a new value gets the
     /// namespace's default TTL, as a put does (a touch, a rewrite, an
     /// invalidation or a value derived from the item keeps the item's own
@@ -891,9 +909,11 @@ impl Core {
     /// as the changes before it left it ([`crate::combine`]): written as
     /// one record, the last item (or a tombstone), under the stripe.
     /// Returns the CAS value of the value `first` wrote, if it wrote one.
-    /// A change that is not [`chains`] (a touch, an invalidation), or
-    /// whose value the store refuses, is not applied: its update runs
-    /// again on its own, as do all of them if the write fails.
+    /// A change that is not [`chains`] (a touch, an invalidation), whose
+    /// value the store refuses or does not [`Core::chain_fits`], or not
+    /// decided within [`crate::combine::DECIDE_WAIT`], is not applied: its
+    /// update runs again on its own, taking the stripe in turn; all of
+    /// them run again if the write fails.
     ///
     /// The record carries its item's CAS value explicitly: each value of
     /// the chain got a fresh sequence number as its CAS value when made
@@ -946,12 +966,11 @@ impl Core {
             let refused = match &change {
                 Change::Put { value, .. } | Change::PutCas { value, .. } | Change::Rewrite { value, .. } => {
                     ns.check_block_value(value.len()).is_err()
-                        || self.value_grains(key, value.len() as u64, Some(0)).is_err()
                 }
-                change => !chains(change),
+                _ => false,
             };
-            if refused {
-                claimed.settle(i, UpdateAnswer::Retry);
+            if refused || !chains(&change) || !self.chain_fits(key, &change) {
+                claimed.settle(i, UpdateAnswer::Alone);
                 continue;
             }
             let cas = apply(&mut state, change);

@@ -377,3 +377,23 @@ fn increments_claimed_by_a_write_dropped_midway_run_again() {
     let s = Store::open(gate, &opts()).unwrap();
     assert_eq!(s.get(b"n").unwrap().unwrap(), b"3");
 }
+
+/// A claimed increment whose future is kept but not polled holds up its
+/// claimer for a moment only: the claimer goes on without it, and it
+/// runs on its own when polled again.
+#[test]
+fn a_claimed_increment_not_polled_is_left_to_run_on_its_own() {
+    on_a_runtime(|s, gate| async move {
+        gate.shut();
+        let (first, mut queued) = increments_behind(&s, &gate, 3).await;
+        let third = granary_rt::spawn(queued.pop().unwrap());
+        let second = queued.pop().unwrap();
+        let claimer = granary_rt::spawn(queued.pop().unwrap());
+        gate.open();
+        first.await.unwrap();
+        assert_eq!(claimer.await.unwrap().unwrap().0, 2);
+        assert_eq!(third.await.unwrap().unwrap().0, 3);
+        assert_eq!(second.await.unwrap().0, 4);
+        assert_eq!(s.get_async(b"n").await.unwrap().unwrap(), b"4");
+    });
+}
