@@ -145,6 +145,46 @@ impl<T: Listed> Lists<T> {
     }
 }
 
+impl<T: Listed> Lists<T> {
+    /// Poll listed `q`'s stripe lock future while `*polling`: the stripe
+    /// once taken with `q` still listed (unlisted now). Taken after a claim
+    /// it is let go at once (the stripe's turn is the claimer's, which
+    /// answers `q`), and `*polling` cleared.
+    fn poll_turn<'a>(
+        &self,
+        q: &Arc<T>,
+        lock: std::pin::Pin<&mut impl Future<Output = async_lock::MutexGuard<'a, ()>>>,
+        polling: &mut bool,
+        cx: &mut std::task::Context<'_>,
+    ) -> Option<async_lock::MutexGuard<'a, ()>> {
+        if !*polling {
+            return None;
+        }
+        let Poll::Ready(g) = lock.poll(cx) else { return None };
+        *polling = false;
+        self.unlist(q).then_some(g)
+    }
+}
+
+/// Listen on `event` (the first call, which returns Ready), or poll the
+/// listener: Ready when the entry may have moved (read it again), Pending
+/// while none came. Listening before reading again, a move in between is
+/// seen on the next read.
+fn poll_moved(
+    listener: &mut Option<event_listener::EventListener>,
+    event: &event_listener::Event,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<()> {
+    match listener.as_mut() {
+        None => *listener = Some(event.listen()),
+        Some(l) => {
+            std::task::ready!(std::pin::Pin::new(l).poll(cx));
+            *listener = None;
+        }
+    }
+    Poll::Ready(())
+}
+
 /// The waiting writes of every stripe.
 pub(crate) struct Combiner {
     puts: Lists<Queued>,
@@ -205,32 +245,23 @@ impl Combiner {
         }
         let mut listed = Unlist { lists: &self.puts, q: Some(q.clone()) };
         let mut lock = pin!(lock);
-        let mut locked_out = false;
+        // Its lock future is polled until taken.
+        let mut polling = true;
         let mut listener: Option<event_listener::EventListener> = None;
         poll_fn(|cx| loop {
             if let Some(a) = *q.answer.lock().unwrap_or_else(|e| e.into_inner()) {
                 listed.q = None;
                 return Poll::Ready(Waited::Answered(a));
             }
-            if !locked_out {
-                if let Poll::Ready(g) = lock.as_mut().poll(cx) {
-                    locked_out = true;
-                    listed.q = None;
-                    if self.puts.unlist(&q) {
-                        return Poll::Ready(Waited::Stripe(g));
-                    }
-                    // Claimed: its claimer answers it (the stripe, let go
-                    // here, is what that claimer needed).
-                }
+            if let Some(g) = self.puts.poll_turn(&q, lock.as_mut(), &mut polling, cx) {
+                listed.q = None;
+                return Poll::Ready(Waited::Stripe(g));
             }
-            match listener.as_mut() {
-                // Listening before the answer is read again: an answer
-                // given in between is seen on the next turn.
-                None => listener = Some(q.answered.listen()),
-                Some(l) => match std::pin::Pin::new(l).poll(cx) {
-                    Poll::Ready(()) => listener = None,
-                    Poll::Pending => return Poll::Pending,
-                },
+            if !polling {
+                listed.q = None;
+            }
+            if poll_moved(&mut listener, &q.answered, cx).is_pending() {
+                return Poll::Pending;
             }
         })
         .await
@@ -451,22 +482,12 @@ impl Combiner {
                 q.moved.notify(usize::MAX);
                 continue;
             }
-            if leave.listed {
-                if let Poll::Ready(g) = lock.as_mut().poll(cx) {
-                    leave.listed = false;
-                    if self.updates.unlist(&q) {
-                        leave.ended = true;
-                        return Poll::Ready(UpdateWaited::Stripe(g));
-                    }
-                    // Claimed: the stripe is its claimer's to take.
-                }
+            if let Some(g) = self.updates.poll_turn(&q, lock.as_mut(), &mut leave.listed, cx) {
+                leave.ended = true;
+                return Poll::Ready(UpdateWaited::Stripe(g));
             }
-            match listener.as_mut() {
-                None => listener = Some(q.moved.listen()),
-                Some(l) => match std::pin::Pin::new(l).poll(cx) {
-                    Poll::Ready(()) => listener = None,
-                    Poll::Pending => return Poll::Pending,
-                },
+            if poll_moved(&mut listener, &q.moved, cx).is_pending() {
+                return Poll::Pending;
             }
         })
         .await

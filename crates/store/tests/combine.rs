@@ -339,11 +339,14 @@ fn a_touch_queued_among_increments_runs_on_its_own() {
     });
 }
 
-/// The claimer offers the second queued its item while that one's future
-/// is not polled; dropped then, it is skipped and never applied.
-#[test]
-fn a_claimed_increment_dropped_before_it_decides_is_skipped() {
-    on_a_runtime(|s, gate| async move {
+/// Three increments queued behind a held one: the first of them claims
+/// the other two and offers the second its item while that one's future
+/// is not polled (the third's is, on a task of its own). `drop_second`:
+/// the second is dropped then, and is skipped, never applied; else it is
+/// kept unpolled, and the claimer goes on without it after a moment, and
+/// it runs on its own when polled again.
+fn second_of_three_unpolled(drop_second: bool) {
+    on_a_runtime(move |s, gate| async move {
         gate.shut();
         let (first, mut queued) = increments_behind(&s, &gate, 3).await;
         let third = granary_rt::spawn(queued.pop().unwrap());
@@ -351,13 +354,35 @@ fn a_claimed_increment_dropped_before_it_decides_is_skipped() {
         let claimer = granary_rt::spawn(queued.pop().unwrap());
         gate.open();
         first.await.unwrap();
-        // The claimer took the stripe and waits for the second's decision.
-        let_others_run().await;
-        drop(second);
+        let second = if drop_second {
+            // The claimer took the stripe and waits for its decision.
+            let_others_run().await;
+            drop(second);
+            None
+        } else {
+            Some(second)
+        };
         assert_eq!(claimer.await.unwrap().unwrap().0, 2);
         assert_eq!(third.await.unwrap().unwrap().0, 3);
-        assert_eq!(s.get_async(b"n").await.unwrap().unwrap(), b"3");
+        let want: &[u8] = match second {
+            Some(second) => {
+                assert_eq!(second.await.unwrap().0, 4);
+                b"4"
+            }
+            None => b"3",
+        };
+        assert_eq!(s.get_async(b"n").await.unwrap().unwrap(), want);
     });
+}
+
+#[test]
+fn a_claimed_increment_dropped_before_it_decides_is_skipped() {
+    second_of_three_unpolled(true);
+}
+
+#[test]
+fn a_claimed_increment_not_polled_is_left_to_run_on_its_own() {
+    second_of_three_unpolled(false);
 }
 
 /// The claimer's future is dropped with the combined write in flight:
@@ -388,24 +413,4 @@ fn increments_claimed_by_a_write_dropped_midway_run_again() {
     // the device; the later ones win.
     let s = Store::open(gate, &opts()).unwrap();
     assert_eq!(s.get(b"n").unwrap().unwrap(), b"3");
-}
-
-/// A claimed increment whose future is kept but not polled holds up its
-/// claimer for a moment only: the claimer goes on without it, and it
-/// runs on its own when polled again.
-#[test]
-fn a_claimed_increment_not_polled_is_left_to_run_on_its_own() {
-    on_a_runtime(|s, gate| async move {
-        gate.shut();
-        let (first, mut queued) = increments_behind(&s, &gate, 3).await;
-        let third = granary_rt::spawn(queued.pop().unwrap());
-        let second = queued.pop().unwrap();
-        let claimer = granary_rt::spawn(queued.pop().unwrap());
-        gate.open();
-        first.await.unwrap();
-        assert_eq!(claimer.await.unwrap().unwrap().0, 2);
-        assert_eq!(third.await.unwrap().unwrap().0, 3);
-        assert_eq!(second.await.unwrap().0, 4);
-        assert_eq!(s.get_async(b"n").await.unwrap().unwrap(), b"4");
-    });
 }
