@@ -1,39 +1,58 @@
-//! Combining PUTs of one key that queue for its stripe: one record for all.
+//! Combining the writes of one key that queue for its stripe: one record
+//! for all.
 //!
 //! A key's writes hold its stripe through their device write
 //! ([`crate::write`]), so writes of one hot key (a counter, redis-benchmark's
 //! one key, a session everyone updates) would run one device write at a
-//! time. Instead, an unconditional PUT of a value slice that finds its
-//! key's stripe taken waits in a list beside the stripe, holding a copy of
-//! its key and value. The next writer of that key to take the stripe with
-//! an unconditional PUT of its own claims every such PUT of the same key
-//! listed, writes one record, the value of the last one listed, and
-//! answers them all once that record is on the device and indexed. Under
-//! light load nothing waits and nothing changes; under load, the writes of
-//! one key per device write rise with the number waiting, with no timer.
+//! time. Instead, a write that finds its key's stripe taken lists itself
+//! beside the stripe, and the next write of that key of the same kind to
+//! take the stripe claims every such write of the key listed, carries them
+//! all in one record, and answers them once that record is on the device
+//! and indexed. Under light load nothing waits and nothing changes; under
+//! load, the writes of one key per device write rise with the number
+//! waiting.
 //!
-//! Order: the PUTs combined were all in progress together (none had
-//! returned), so any order of them is linearizable. The claiming writer's
-//! own PUT takes effect first, then the claimed ones in the order they were
-//! listed, each replaced by the next at once: the key's new version is the
-//! last one's value, metadata and CAS value. Each earlier one reports a
-//! CAS value of its own (its explicit one, else a fresh sequence number
-//! that no record carries, so a compare-and-swap on it fails as on any
-//! replaced version). A crash loses none of them: none was answered before
-//! the record holding the last value was on the device.
+//! PUTs (unconditional, of a value slice) list a copy of their key and
+//! value; the record holds the last one's value, metadata and CAS value.
+//! The claimer's own PUT takes effect first, then the claimed ones in the
+//! order they were listed, each replaced by the next at once. Each earlier
+//! one reports a CAS value of its own (its explicit one, else a fresh
+//! sequence number that no record carries, so a compare-and-swap on it
+//! fails as on any replaced version).
+//!
+//! Read-modify-writes (`Core::update`) keep their function on their own
+//! future: the claimer offers each in turn the item as the changes before
+//! it left it (`Step::Offered`), the waiter's future runs its function and
+//! hands back its change (`Step::Decided`), and the claimer applies it in
+//! memory (`Core::chain`). A claimed one whose future is dropped before it
+//! decides is skipped (`Step::Abandoned`); one whose change the claimer
+//! does not take (a touch or an invalidation, a value refused or too
+//! large for a combined record, or no decision before the chain's
+//! deadline, [`DECIDE_WAIT`]) is answered `Alone` and runs on its own,
+//! taking the stripe in turn. Its function may so run more than once.
+//!
+//! Order: the writes combined were all in progress together (none had
+//! returned), so any order of them is linearizable, and a crash loses none
+//! of them: none is answered before the record carrying its effect (or
+//! the value that replaced it) is on the device.
 //!
 //! Invariants:
 //! - An entry is in its shard's list only while nobody has taken it; it
 //!   leaves once, under the shard's lock: taken back by its own writer
 //!   (which won the stripe, or whose future was dropped) or claimed by
 //!   another writer of its key.
-//! - A claimed entry is answered exactly once: `Stored` after the record
-//!   carrying the last claimed value is indexed, or `Retry` when that
-//!   write failed or its future was dropped; its writer then writes it
-//!   itself, so an error it reports is its own.
-//! - Keys and values are copied into the entry: a claimed entry outlives
-//!   its writer's future (which may be dropped, as any write's may: the
-//!   PUT may then still take effect, its outcome unknown).
+//! - A claimed entry is answered at most once, and always unless
+//!   abandoned: with its outcome after the record is indexed, `Alone`
+//!   when its change was not taken, or `Retry` when the claiming write
+//!   failed or its future was dropped; its writer then writes it itself,
+//!   so an error it reports is its own.
+//! - A claimed read-modify-write's change is applied only if the claimer
+//!   took its decision (under its step's lock); a decision made after the
+//!   claimer gave up on it is never applied.
+//! - Keys and values are copied into the entry, and a function stays with
+//!   its future: a claimed entry outlives its writer's future (which may be
+//!   dropped, as any write's may: the write may then still take effect,
+//!   its outcome unknown).
 
 use crate::access::Policy;
 use crate::types::{Change, Item, ItemMeta};
@@ -43,7 +62,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
 
-/// Lists of waiting PUTs, by stripe modulo this: a list is locked only by
+/// Lists of waiting writes, by stripe modulo this: a list is locked only by
 /// a contended PUT and by the stripe's holders, briefly.
 const SHARDS: usize = 64;
 
@@ -289,6 +308,10 @@ impl Claimed<'_> {
         Claimed { combiner, qs: Vec::new(), cas: Vec::new() }
     }
 
+    pub(crate) fn is_empty(&self) -> bool {
+        self.qs.is_empty()
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.qs.len()
     }
@@ -372,14 +395,16 @@ pub(crate) enum UpdateAnswer {
     /// Not applied: its function runs again, taking the stripe in turn
     /// without listing itself again (so it is not claimed and refused
     /// round after round): its change does not chain, the store refused
-    /// its value, or it did not decide within [`DECIDE_WAIT`].
+    /// its value or its value would not fit a combined record
+    /// (`Core::chain_fits`), or it did not decide before the chain's
+    /// deadline.
     Alone,
 }
 
-/// How long a claimer holding the stripe waits for a claimed
-/// read-modify-write's future to decide (it runs on that future's task,
-/// which may be busy, or kept and not polled by its caller): then it goes
-/// on without it, and the late one runs on its own.
+/// How long a claimer holding the stripe waits, in all, for the claimed
+/// read-modify-writes' futures to decide (each runs on its own task, which
+/// may be busy, or kept and not polled by its caller): those undecided
+/// then run on their own.
 pub(crate) const DECIDE_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// How a waiting read-modify-write ended.
@@ -496,10 +521,9 @@ impl Combiner {
     /// Claim the read-modify-writes of `key` waiting for stripe `stripe`,
     /// in the order listed; the caller holds the stripe.
     pub(crate) fn claim_updates(&self, stripe: usize, h: u64, key: &[u8]) -> ClaimedUpdates<'_> {
-        ClaimedUpdates {
-            combiner: self,
-            qs: self.updates.claim(stripe, h, key).into_iter().map(|q| (q, None)).collect(),
-        }
+        let qs = self.updates.claim(stripe, h, key);
+        let qs = qs.into_iter().map(|q| Claim { q, outcome: None, told: false }).collect();
+        ClaimedUpdates { combiner: self, qs, deadline: std::time::Instant::now() + DECIDE_WAIT }
     }
 }
 
@@ -507,7 +531,19 @@ impl Combiner {
 /// change is applied: each told `Retry` if dropped unanswered.
 pub(crate) struct ClaimedUpdates<'a> {
     combiner: &'a Combiner,
-    qs: Vec<(Arc<QueuedUpdate>, Option<UpdateAnswer>)>,
+    qs: Vec<Claim>,
+    /// When the chain stops waiting for decisions ([`DECIDE_WAIT`] after
+    /// the claim).
+    deadline: std::time::Instant,
+}
+
+/// One claimed read-modify-write.
+struct Claim {
+    q: Arc<QueuedUpdate>,
+    /// Its outcome, noted once its change is applied or refused.
+    outcome: Option<UpdateAnswer>,
+    /// Already answered, or abandoned: nothing more to tell it.
+    told: bool,
 }
 
 impl ClaimedUpdates<'_> {
@@ -520,13 +556,14 @@ impl ClaimedUpdates<'_> {
     }
 
     /// Offer the `i`th claimed its item; its function's change, or None
-    /// when its future was dropped first or did not decide within
-    /// [`DECIDE_WAIT`] (it is then answered [`UpdateAnswer::Alone`]).
-    pub(crate) async fn decide(&self, i: usize, item: Option<Item>) -> Option<Change> {
-        let q = &self.qs[i].0;
+    /// when its future was dropped first or did not decide before the
+    /// chain's deadline (it is then answered [`UpdateAnswer::Alone`]).
+    pub(crate) async fn decide(&mut self, i: usize, item: Option<Item>) -> Option<Change> {
+        let q = self.qs[i].q.clone();
         {
             let mut step = q.step();
             if !matches!(*step, Step::Waiting) {
+                self.qs[i].told = true;
                 return None;
             }
             *step = Step::Offered(item);
@@ -556,7 +593,8 @@ impl ClaimedUpdates<'_> {
                 l.await;
             }
         };
-        match granary_rt::timeout(DECIDE_WAIT, wait).await {
+        let left = self.deadline.saturating_duration_since(std::time::Instant::now());
+        let decided = match granary_rt::timeout(left, wait).await {
             Ok(c) => c,
             Err(_) => match taken() {
                 Ok(c) => c,
@@ -566,35 +604,45 @@ impl ClaimedUpdates<'_> {
                     *step = Step::Answered(UpdateAnswer::Alone);
                     drop(step);
                     q.moved.notify(usize::MAX);
-                    None
+                    self.qs[i].told = true;
+                    return None;
                 }
             },
+        };
+        if decided.is_none() {
+            self.qs[i].told = true; // abandoned
         }
+        decided
     }
 
     /// Note the `i`th claimed's outcome, told once all are written.
     pub(crate) fn settle(&mut self, i: usize, a: UpdateAnswer) {
-        self.qs[i].1 = Some(a);
+        self.qs[i].outcome = Some(a);
     }
 
     /// The record carrying their changes is on the device: tell each its
-    /// outcome (those noted; the others, abandoned, need none).
+    /// outcome.
     pub(crate) fn written(mut self) {
-        for (q, a) in self.qs.drain(..) {
-            if let Some(a) = a {
+        for c in self.qs.drain(..) {
+            if let (Some(a), false) = (c.outcome, c.told) {
                 if matches!(a, UpdateAnswer::Done(_)) {
                     self.combiner.combined_updates.fetch_add(1, Relaxed);
                 }
-                q.answer(a);
+                c.q.answer(a);
             }
         }
     }
 }
 
 impl Drop for ClaimedUpdates<'_> {
+    /// Not written (the write failed, or this future was dropped): those
+    /// not told yet run again, on their own if so noted.
     fn drop(&mut self) {
-        for (q, _) in self.qs.drain(..) {
-            q.answer(UpdateAnswer::Retry);
+        for c in self.qs.drain(..).filter(|c| !c.told) {
+            c.q.answer(match c.outcome {
+                Some(UpdateAnswer::Alone) => UpdateAnswer::Alone,
+                _ => UpdateAnswer::Retry,
+            });
         }
     }
 }

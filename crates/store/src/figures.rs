@@ -117,7 +117,7 @@ impl Stats {
         .counter(
             "combined_updates",
             "granary_combined_updates_total",
-            "Read-modify-writes of a hot key whose change another of the key carried in its record.",
+            "Read-modify-writes of a hot key answered by another of the key that took their change into its own write.",
             st.combined_updates,
         )
         .counter(

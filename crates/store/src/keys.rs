@@ -4,7 +4,7 @@
 //! not point at ([`DroppedKeys`]) and the watch a sparse GC read keeps on
 //! its victim ([`SparseWatch`]) and the namespace ids that are live
 //! ([`crate::nskey::NsTable`]), and the atomic batches whose keys are being
-//! made visible ([`Publishing`]), and the PUTs of one key waiting to be
+//! made visible ([`Publishing`]), and the writes of one key waiting to be
 //! combined ([`crate::combine`]).
 //!
 //! Invariants: every change of a key's index entries, links or dropped
@@ -57,8 +57,8 @@ pub(crate) struct Keys {
     /// The DRAM tier of hot values, when on ([`crate::tier`]): a key's
     /// item is dropped under its stripe whenever its index entry changes.
     pub tier: Option<crate::tier::Tier>,
-    /// Unconditional PUTs waiting for their key's stripe, to be written
-    /// by the next writer of their key ([`crate::combine`]).
+    /// PUTs and read-modify-writes waiting for their key's stripe, to be
+    /// carried by the next write of their key ([`crate::combine`]).
     pub combine: crate::combine::Combiner,
 }
 

@@ -12,6 +12,9 @@
 //! durability barrier) is one flush of the device, and poisons the store
 //! the same way when it fails.
 //!
+//! Writes of one key that queue for its stripe are carried by the next
+//! write of it ([`crate::combine`]).
+//!
 //! Invariants: a record is on the device before its index entry points at
 //! it (`commit`, `commit_blind`, `commit_blind_all`); an unconditional PUT
 //! replaces its key's one candidate without reading it only where
@@ -443,7 +446,7 @@ impl Core {
                 };
                 (Prior::Known(existing), purpose)
             };
-            if claimed.len() == 0 {
+            if claimed.is_empty() {
                 match self.write_value(key, h, value.reborrow(), prior, purpose, v).await {
                     Err(Error::NoSpace { .. }) => room_for = purpose, // raced for the last room: wait again
                     r => return r.map(|cas| (PutOutcome::Stored, cas)),
@@ -457,7 +460,10 @@ impl Core {
             let own = fresh(v.cas);
             claimed.reserve(&mut fresh);
             let last = claimed.last().expect("claimed one at least");
-            let (n, bytes) = (claimed.len() as u64, claimed.bytes());
+            // The record counts one PUT and its own bytes (the last one's
+            // key and value); the others here.
+            let n = claimed.len() as u64;
+            let bytes = claimed.bytes() - last.value.len() as u64 + value.value_len();
             let last_v = Version { meta: last.meta, cas: last.cas, policy: last.policy };
             let val = Payload::Slice(&last.value);
             match self.write_value(key, h, val, prior, purpose, last_v).await {
@@ -719,7 +725,9 @@ impl Core {
     /// absent, deleted or expired) while no other write of the key can run,
     /// and says what to write and what to return. Returns `f`'s answer and,
     /// if it wrote a value, the new CAS value. `f` may run more than once
-    /// (when the store had to wait for space); only its last answer counts.
+    /// (when the store had to wait for space, or when a write that
+    /// combined it with others of the key failed, was dropped or did not
+    /// take its change: [`crate::combine`]); only its last answer counts.
     pub async fn update<R>(
         &self,
         ns: &NsState,
@@ -935,15 +943,18 @@ impl Core {
         let now = self.clock.now();
         let seq = &self.log.next_seq;
         let mut state = item;
-        // A change made a new item; a change wrote at all; values written
-        // and live values deleted (counted once written).
+        // A change made a new item; a change wrote at all; values written,
+        // live values deleted and their user bytes (counted once written).
         let (mut created, mut changed, mut stored, mut deleted) = (false, false, 0u64, 0u64);
+        let mut bytes = 0u64;
         let mut apply = |state: &mut Option<Item>, change: Change| -> Option<u64> {
             let (value, meta, cas, new) = match change {
                 Change::Keep => return None,
                 Change::Delete => {
                     changed = true;
-                    deleted += u64::from(state.take().is_some());
+                    if state.take().is_some() {
+                        (deleted, bytes) = (deleted + 1, bytes + key.len() as u64);
+                    }
                     return None;
                 }
                 Change::Put { value, meta } => (value, meta, seq.fetch_add(1, Relaxed), true),
@@ -955,6 +966,7 @@ impl Core {
                 _ => unreachable!("only changes that chain are applied"),
             };
             (created, changed, stored) = (created || new, true, stored + 1);
+            bytes += (key.len() + value.len()) as u64;
             *state = Some(Item { value, meta, cas });
             Some(cas)
         };
@@ -978,8 +990,8 @@ impl Core {
         }
         let tombstone = grains_for(record_bytes(key.len(), 0), self.log.sb.grain_bytes);
         // What the record itself counts in the store's figures: one value
-        // written, or one delete.
-        let (mut counted_put, mut counted_delete) = (0, 0);
+        // written, or one delete, and its user bytes.
+        let (mut counted_put, mut counted_delete, mut counted_bytes) = (0, 0, 0);
         match (&state, existing) {
             _ if !changed => {}
             (Some(it), existing) => {
@@ -989,24 +1001,25 @@ impl Core {
                 let policy = if created { Policy::new_item(&it.meta) } else { Policy::Touch { fetch: false } };
                 let v = Version { meta: it.meta, cas: Some(it.cas), policy };
                 self.write_value(key, h, Payload::Slice(&it.value), Prior::Known(existing), purpose, v).await?;
-                counted_put = 1;
+                (counted_put, counted_bytes) = (1, (key.len() + it.value.len()) as u64);
             }
             (None, Some(x)) if !x.hdr.is_tombstone() => {
                 (*need, *room_for) = (tombstone, Purpose::Delete);
                 self.write_tombstone(key, h, Some(x)).await?;
-                counted_delete = 1;
+                (counted_delete, counted_bytes) = (1, key.len() as u64);
             }
             // As in `update`'s delete: a version GC is dropping.
             (None, None) if self.keys.dropped.contains(h) => {
                 (*need, *room_for) = (tombstone, Purpose::Delete);
                 let known = self.refuse_crowded_known(h, key, None).await?;
                 self.write_tombstone(key, h, known).await?;
-                counted_delete = 1;
+                (counted_delete, counted_bytes) = (1, key.len() as u64);
             }
             _ => {}
         }
         self.counters.puts.fetch_add(stored.saturating_sub(counted_put), Relaxed);
         self.counters.deletes.fetch_add(deleted.saturating_sub(counted_delete), Relaxed);
+        self.counters.user_bytes.fetch_add(bytes.saturating_sub(counted_bytes), Relaxed);
         c.sets.fetch_add(stored, Relaxed);
         c.deletes.fetch_add(deleted, Relaxed);
         claimed.written();

@@ -1,10 +1,12 @@
-//! PUTs of one key queued behind a write of it in flight are combined into
-//! one record (`granary_store`'s `combine` module): the key ends with the
-//! last one's value, on the device before any of them returns; each gets
-//! a CAS value of its own; a claiming write that does not complete leaves
-//! those it claimed to write themselves; a PUT dropped while it waits is
-//! never written. The gate device holds writes in flight, so the queue
-//! forms the same way on every run.
+//! Writes of one key queued behind a write of it in flight are combined
+//! into one record (`granary_store`'s `combine` module). PUTs: the key ends
+//! with the last one's value, on the device before any of them returns;
+//! each gets a CAS value of its own; a claiming write that does not
+//! complete leaves those it claimed to write themselves; a PUT dropped
+//! while it waits is never written. Read-modify-writes: each sees the
+//! value the one before it left; a touch, a dropped or an unpolled one,
+//! and a dropped claimer leave the others whole. The gate device holds
+//! writes in flight, so the queue forms the same way on every run.
 
 mod common;
 
@@ -355,7 +357,9 @@ fn second_of_three_unpolled(drop_second: bool) {
         gate.open();
         first.await.unwrap();
         let second = if drop_second {
-            // The claimer took the stripe and waits for its decision.
+            // The claimer took the stripe and waits for its decision (or,
+            // on a loaded machine, has not claimed it yet, or gave up on
+            // it: every path must end with it never applied, and no hang).
             let_others_run().await;
             drop(second);
             None
