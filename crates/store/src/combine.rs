@@ -58,7 +58,7 @@ use crate::access::Policy;
 use crate::types::{Change, Item, ItemMeta};
 use std::future::{poll_fn, Future};
 use std::pin::pin;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
 
@@ -118,11 +118,15 @@ impl Listed for QueuedUpdate {
 /// Waiting writes of one kind, by stripe modulo [`SHARDS`].
 struct Lists<T> {
     shards: Box<[Mutex<Vec<Arc<T>>>]>,
+    /// Entries listed in all shards: a claim that finds none takes no
+    /// lock (every write of a key claims; few find anything). One listed
+    /// as a claim reads 0 is not claimed and takes the stripe in turn.
+    listed: AtomicUsize,
 }
 
 impl<T: Listed> Lists<T> {
     fn new() -> Lists<T> {
-        Lists { shards: (0..SHARDS).map(|_| Mutex::new(Vec::new())).collect() }
+        Lists { shards: (0..SHARDS).map(|_| Mutex::new(Vec::new())).collect(), listed: AtomicUsize::new(0) }
     }
 
     fn shard(&self, stripe: usize) -> MutexGuard<'_, Vec<Arc<T>>> {
@@ -131,7 +135,10 @@ impl<T: Listed> Lists<T> {
     }
 
     fn push(&self, q: Arc<T>) {
-        self.shard(q.place().0).push(q);
+        let mut list = self.shard(q.place().0);
+        list.push(q);
+        // Under the shard's lock, as every change of the count.
+        self.listed.fetch_add(1, Relaxed);
     }
 
     /// Take `q` out of its list; false when it was claimed.
@@ -140,6 +147,7 @@ impl<T: Listed> Lists<T> {
         match list.iter().position(|e| Arc::ptr_eq(e, q)) {
             Some(i) => {
                 list.remove(i);
+                self.listed.fetch_sub(1, Relaxed);
                 true
             }
             None => false,
@@ -149,8 +157,11 @@ impl<T: Listed> Lists<T> {
     /// Take every entry listed for `key` (hash `h`) at `stripe`, in the
     /// order listed.
     fn claim(&self, stripe: usize, h: u64, key: &[u8]) -> Vec<Arc<T>> {
-        let mut list = self.shard(stripe);
         let mut qs = Vec::new();
+        if self.listed.load(Relaxed) == 0 {
+            return qs;
+        }
+        let mut list = self.shard(stripe);
         if !list.is_empty() {
             list.retain(|q| {
                 let mine = q.place() == (stripe, h, key);
@@ -160,6 +171,7 @@ impl<T: Listed> Lists<T> {
                 !mine
             });
         }
+        self.listed.fetch_sub(qs.len(), Relaxed);
         qs
     }
 }
