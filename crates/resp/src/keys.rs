@@ -42,7 +42,11 @@ pub(crate) trait Keys {
     async fn get(&mut self, key: &[u8]) -> Result<Option<Rec>, Error>;
     /// Read-modify-write of `key`: `f` sees its live value and decides.
     /// `f` may run more than once; its last answer counts.
-    async fn update<R>(&mut self, key: &[u8], f: impl FnMut(Option<&Rec>) -> (Write, R)) -> Result<R, Error>;
+    async fn update<R: Send>(
+        &mut self,
+        key: &[u8],
+        f: impl FnMut(Option<&Rec>) -> (Write, R) + Send,
+    ) -> Result<R, Error>;
     /// Overwrite `key` whatever it holds.
     async fn set(&mut self, key: &[u8], rec: Rec) -> Result<(), Error>;
     /// Delete `key`; whether it held a live value.
@@ -82,7 +86,11 @@ impl Keys for Direct {
         read_direct(&self.ns, key).await
     }
 
-    async fn update<R>(&mut self, key: &[u8], mut f: impl FnMut(Option<&Rec>) -> (Write, R)) -> Result<R, Error> {
+    async fn update<R: Send>(
+        &mut self,
+        key: &[u8],
+        mut f: impl FnMut(Option<&Rec>) -> (Write, R) + Send,
+    ) -> Result<R, Error> {
         let now = now_ms();
         let (r, _) = self
             .ns
@@ -309,7 +317,11 @@ impl Keys for Txn<'_> {
         Ok(e.now.clone().filter(|r| !r.expired(now_ms())))
     }
 
-    async fn update<R>(&mut self, key: &[u8], mut f: impl FnMut(Option<&Rec>) -> (Write, R)) -> Result<R, Error> {
+    async fn update<R: Send>(
+        &mut self,
+        key: &[u8],
+        mut f: impl FnMut(Option<&Rec>) -> (Write, R) + Send,
+    ) -> Result<R, Error> {
         let i = self.overlay.load(&self.ns, key).await?;
         let e = &mut self.overlay.entries[i];
         let live = e.now.clone().filter(|r| !r.expired(now_ms()));

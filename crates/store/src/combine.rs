@@ -20,16 +20,18 @@
 //! sequence number that no record carries, so a compare-and-swap on it
 //! fails as on any replaced version).
 //!
-//! Read-modify-writes (`Core::update`) keep their function on their own
-//! future: the claimer offers each in turn the item as the changes before
-//! it left it (`Step::Offered`), the waiter's future runs its function and
-//! hands back its change (`Step::Decided`), and the claimer applies it in
-//! memory (`Core::chain`). A claimed one whose future is dropped before it
-//! decides is skipped (`Step::Abandoned`); one whose change the claimer
-//! does not take (a touch or an invalidation, a value refused or too
-//! large for a combined record, or no decision before the chain's
-//! deadline, [`DECIDE_WAIT`]) is answered `Alone` and runs on its own,
-//! taking the stripe in turn. Its function may so run more than once.
+//! Read-modify-writes (`Core::update`) list their function with them (it
+//! stays on its own future's frame; the entry holds a pointer to it): the
+//! claimer calls each in turn, on its own thread and under the entry's
+//! step lock, with the item as the changes before it left it, and applies
+//! the change it returns in memory (`Core::chain`); the function's answer
+//! goes back to its future's frame. So a chain of N costs the claimer N
+//! calls, not N round trips to other tasks. A claimed one whose future is
+//! dropped before its function runs is skipped (`Step::Abandoned`); one
+//! whose change the claimer does not take (a touch or an invalidation, a
+//! value refused or too large for a combined record) is answered `Alone`
+//! and runs on its own, taking the stripe in turn. Its function may so run
+//! more than once, and on another thread (hence `Send`).
 //!
 //! Order: the writes combined were all in progress together (none had
 //! returned), so any order of them is linearizable, and a crash loses none
@@ -46,13 +48,15 @@
 //!   when its change was not taken, or `Retry` when the claiming write
 //!   failed or its future was dropped; its writer then writes it itself,
 //!   so an error it reports is its own.
-//! - A claimed read-modify-write's change is applied only if the claimer
-//!   took its decision (under its step's lock); a decision made after the
-//!   claimer gave up on it is never applied.
-//! - Keys and values are copied into the entry, and a function stays with
-//!   its future: a claimed entry outlives its writer's future (which may be
-//!   dropped, as any write's may: the write may then still take effect,
-//!   its outcome unknown).
+//! - A claimed read-modify-write's function is called at most once per
+//!   listing, by its claimer, under its step's lock and only while the step
+//!   is `Waiting`; its future, dropped, marks the step `Abandoned` under
+//!   that lock (waiting out a call in progress) before the function and
+//!   its answer's slot leave its frame. So the pointer is never followed
+//!   to a frame that is gone.
+//! - Keys and values are copied into the entry: a claimed entry outlives
+//!   its writer's future (which may be dropped, as any write's may: the
+//!   write may then still take effect, its outcome unknown).
 
 use crate::access::Policy;
 use crate::types::{Change, Item, ItemMeta};
@@ -372,26 +376,39 @@ fn answer(q: &Queued, a: Answer) {
     q.answered.notify(usize::MAX);
 }
 
-/// A read-modify-write of one key waiting for its stripe. Its function
-/// stays with its own future: a claimer offers it the item as the writes
-/// before it left it, and it answers what it changes.
+/// A read-modify-write of one key waiting for its stripe, with a pointer
+/// to its function (which stays on its future's frame).
 pub(crate) struct QueuedUpdate {
     stripe: usize,
     h: u64,
     key: Box<[u8]>,
     step: Mutex<Step>,
-    /// Each move of `step`, for whichever side waits.
+    /// Its function, bound to the slot of its answer: called only under
+    /// `step`'s lock while `step` is `Waiting` (module invariants).
+    call: Call,
+    /// Each move of `step`, for its waiting future.
     moved: event_listener::Event,
 }
 
+/// A waiting read-modify-write's function, its lifetime erased: valid while
+/// its future's frame is, which `Leave` ensures outlasts every call.
+struct Call(*mut (dyn FnMut(Option<&Item>) -> Change + Send + 'static));
+
+// SAFETY: the function behind the pointer is `Send` (and so is the answer
+// it stores: `wait_update` requires `R: Send`); it is called by one thread
+// at a time, under the entry's step lock, and only while its frame lives
+// (see `QueuedUpdate::call`).
+unsafe impl Send for Call {}
+// SAFETY: shared references to a `Call` only read the pointer; following it
+// is serialized by the step lock, as above.
+unsafe impl Sync for Call {}
+
 enum Step {
-    /// Listed; or claimed, not yet offered the item (or its change taken).
+    /// Listed; or claimed, its function not yet called.
     Waiting,
-    /// Claimed: the item as the writes before it left it, for its function.
-    Offered(Option<Item>),
-    /// What its function decided, for the claimer.
-    Decided(Change),
-    /// Its future was dropped before it decided: skipped.
+    /// Claimed, and its function called: its change is the claimer's.
+    Decided,
+    /// Its future was dropped before its function was called: skipped.
     Abandoned,
     Answered(UpdateAnswer),
 }
@@ -407,17 +424,10 @@ pub(crate) enum UpdateAnswer {
     /// Not applied: its function runs again, taking the stripe in turn
     /// without listing itself again (so it is not claimed and refused
     /// round after round): its change does not chain, the store refused
-    /// its value or its value would not fit a combined record
-    /// (`Core::chain_fits`), or it did not decide before the chain's
-    /// deadline.
+    /// its value, or its value would not fit a combined record
+    /// (`Core::chain_fits`).
     Alone,
 }
-
-/// How long a claimer holding the stripe waits, in all, for the claimed
-/// read-modify-writes' futures to decide (each runs on its own task, which
-/// may be busy, or kept and not polled by its caller): those undecided
-/// then run on their own.
-pub(crate) const DECIDE_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// How a waiting read-modify-write ended.
 pub(crate) enum UpdateWaited<'a, R> {
@@ -443,26 +453,47 @@ impl QueuedUpdate {
 
 impl Combiner {
     /// List a read-modify-write of `key` and wait until it takes the
-    /// stripe (`lock`) or a claimer has run `f` on the item it offered and
-    /// answered.
-    pub(crate) async fn wait_update<'a, R>(
+    /// stripe (`lock`) or a claimer has called `f` on the item as the
+    /// writes before it left it and answered.
+    pub(crate) async fn wait_update<'a, R: Send>(
         &self,
         lock: impl Future<Output = async_lock::MutexGuard<'a, ()>>,
         stripe: usize,
         h: u64,
         key: &[u8],
-        f: &mut impl FnMut(Option<&Item>) -> (Change, R),
+        f: &mut (impl FnMut(Option<&Item>) -> (Change, R) + Send),
     ) -> UpdateWaited<'a, R> {
+        // Declared before `leave`, so dropped after it (module invariants).
+        let answer: Mutex<Option<R>> = Mutex::new(None);
+        let mut call = |item: Option<&Item>| {
+            let (change, r) = f(item);
+            *answer.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+            change
+        };
+        let call = {
+            let p: *mut (dyn FnMut(Option<&Item>) -> Change + Send + '_) = &mut call;
+            // SAFETY: only the lifetime is erased (the same fat pointer); it
+            // is followed only while this frame lives: `leave` below,
+            // dropped before `call` and `answer`, ends every call first.
+            Call(unsafe {
+                std::mem::transmute::<
+                    *mut (dyn FnMut(Option<&Item>) -> Change + Send + '_),
+                    *mut (dyn FnMut(Option<&Item>) -> Change + Send + 'static),
+                >(p)
+            })
+        };
         let q = Arc::new(QueuedUpdate {
             stripe,
             h,
             key: key.into(),
             step: Mutex::new(Step::Waiting),
+            call,
             moved: event_listener::Event::new(),
         });
         self.updates.push(q.clone());
-        // Dropped while listed: unlisted; while claimed and undecided:
-        // abandoned, so its claimer goes on without it.
+        // Dropped while listed: unlisted; while claimed and its function
+        // not called: abandoned, so its claimer never calls it (a call in
+        // progress holds the step's lock: this waits it out).
         struct Leave<'c> {
             lists: &'c Lists<QueuedUpdate>,
             q: Arc<QueuedUpdate>,
@@ -475,51 +506,29 @@ impl Combiner {
                     return;
                 }
                 let mut step = self.q.step();
-                if matches!(*step, Step::Waiting | Step::Offered(_)) {
+                if matches!(*step, Step::Waiting) {
                     *step = Step::Abandoned;
-                    drop(step);
-                    self.q.moved.notify(usize::MAX);
                 }
             }
         }
         let mut leave = Leave { lists: &self.updates, q: q.clone(), listed: true, ended: false };
         let mut lock = pin!(lock);
-        let mut r: Option<R> = None;
         let mut listener: Option<event_listener::EventListener> = None;
         poll_fn(|cx| loop {
-            let offered = {
-                let mut step = q.step();
-                match std::mem::replace(&mut *step, Step::Waiting) {
-                    Step::Offered(item) => Some(item),
-                    Step::Answered(a) => {
-                        leave.ended = true;
-                        return Poll::Ready(match a {
-                            UpdateAnswer::Done(cas) => {
-                                UpdateWaited::Done(r.take().expect("answered Done after deciding"), cas)
-                            }
-                            UpdateAnswer::Retry => UpdateWaited::Retry,
-                            UpdateAnswer::Alone => UpdateWaited::Alone,
-                        });
+            if let Step::Answered(a) = *q.step() {
+                // Answered: its claimer is done with it (no call after).
+                leave.ended = true;
+                return Poll::Ready(match a {
+                    UpdateAnswer::Done(cas) => {
+                        let r = answer.lock().unwrap_or_else(|e| e.into_inner()).take();
+                        UpdateWaited::Done(r.expect("answered Done after its function ran"), cas)
                     }
-                    other => {
-                        *step = other;
-                        None
-                    }
-                }
-            };
-            if let Some(item) = offered {
-                let (change, answer) = f(item.as_ref());
-                r = Some(answer);
-                let mut step = q.step();
-                // (A claimer dropped meanwhile has answered Retry.)
-                if matches!(*step, Step::Waiting) {
-                    *step = Step::Decided(change);
-                }
-                drop(step);
-                q.moved.notify(usize::MAX);
-                continue;
+                    UpdateAnswer::Retry => UpdateWaited::Retry,
+                    UpdateAnswer::Alone => UpdateWaited::Alone,
+                });
             }
             if let Some(g) = self.updates.poll_turn(&q, lock.as_mut(), &mut leave.listed, cx) {
+                // Unlisted unclaimed: nobody calls it.
                 leave.ended = true;
                 return Poll::Ready(UpdateWaited::Stripe(g));
             }
@@ -535,7 +544,7 @@ impl Combiner {
     pub(crate) fn claim_updates(&self, stripe: usize, h: u64, key: &[u8]) -> ClaimedUpdates<'_> {
         let qs = self.updates.claim(stripe, h, key);
         let qs = qs.into_iter().map(|q| Claim { q, outcome: None, told: false }).collect();
-        ClaimedUpdates { combiner: self, qs, deadline: std::time::Instant::now() + DECIDE_WAIT }
+        ClaimedUpdates { combiner: self, qs }
     }
 }
 
@@ -544,9 +553,6 @@ impl Combiner {
 pub(crate) struct ClaimedUpdates<'a> {
     combiner: &'a Combiner,
     qs: Vec<Claim>,
-    /// When the chain stops waiting for decisions ([`DECIDE_WAIT`] after
-    /// the claim).
-    deadline: std::time::Instant,
 }
 
 /// One claimed read-modify-write.
@@ -567,64 +573,23 @@ impl ClaimedUpdates<'_> {
         self.qs.len()
     }
 
-    /// Offer the `i`th claimed its item; its function's change, or None
-    /// when its future was dropped first or did not decide before the
-    /// chain's deadline (it is then answered [`UpdateAnswer::Alone`]).
-    pub(crate) async fn decide(&mut self, i: usize, item: Option<Item>) -> Option<Change> {
+    /// Call the `i`th claimed's function on `item`: its change, or None
+    /// when its future was dropped first.
+    pub(crate) fn decide(&mut self, i: usize, item: Option<&Item>) -> Option<Change> {
         let q = self.qs[i].q.clone();
-        {
-            let mut step = q.step();
-            if !matches!(*step, Step::Waiting) {
-                self.qs[i].told = true;
-                return None;
-            }
-            *step = Step::Offered(item);
-        }
-        q.moved.notify(usize::MAX);
-        // The decision, if made (None: abandoned); Err while undecided.
-        let taken = || {
-            let mut step = q.step();
-            match std::mem::replace(&mut *step, Step::Waiting) {
-                Step::Decided(c) => Ok(Some(c)),
-                Step::Abandoned => {
-                    *step = Step::Abandoned;
-                    Ok(None)
-                }
-                other => {
-                    *step = other;
-                    Err(step)
-                }
-            }
-        };
-        let wait = async {
-            loop {
-                let l = q.moved.listen();
-                if let Ok(c) = taken() {
-                    return c;
-                }
-                l.await;
-            }
-        };
-        let left = self.deadline.saturating_duration_since(std::time::Instant::now());
-        let decided = match granary_rt::timeout(left, wait).await {
-            Ok(c) => c,
-            Err(_) => match taken() {
-                Ok(c) => c,
-                // Offered still, or its function running on another
-                // thread: whatever it decides is not taken.
-                Err(mut step) => {
-                    *step = Step::Answered(UpdateAnswer::Alone);
-                    drop(step);
-                    q.moved.notify(usize::MAX);
-                    self.qs[i].told = true;
-                    return None;
-                }
-            },
-        };
-        if decided.is_none() {
+        let mut step = q.step();
+        if !matches!(*step, Step::Waiting) {
             self.qs[i].told = true; // abandoned
+            return None;
         }
-        decided
+        // SAFETY: the step is `Waiting` and its lock held, so the future
+        // that made `call` has not been dropped (its `Leave` would have
+        // marked it `Abandoned`, under this lock) nor answered, and
+        // nothing else calls it: its frame, the function and the answer's
+        // slot are alive and this is the only use (module invariants).
+        let change = unsafe { (*q.call.0)(item) };
+        *step = Step::Decided;
+        Some(change)
     }
 
     /// Note the `i`th claimed's outcome, told once all are written.

@@ -129,19 +129,19 @@ pub(crate) struct Core {
 macro_rules! engine_calls {
     ($(
         $(#[doc = $doc:expr])*
-        fn $name:ident / $name_async:ident $(<$g:ident>)? (&self $(, $arg:ident : $ty:ty)* $(,)?) -> $ret:ty = $call:ident;
+        fn $name:ident / $name_async:ident $(<$g:ident $(: $gb:path)?>)? (&self $(, $arg:ident : $ty:ty)* $(,)?) -> $ret:ty = $call:ident;
     )*) => {
         impl Store {
             $(
                 $(#[doc = $doc])*
                 #[doc = ""]
                 #[doc = "In the default namespace."]
-                pub fn $name $(<$g>)? (&self $(, $arg: $ty)*) -> $ret {
+                pub fn $name $(<$g $(: $gb)?>)? (&self $(, $arg: $ty)*) -> $ret {
                     block_on(self.core.$call(&self.core.namespaces.default, $($arg),*))
                 }
 
                 #[doc = concat!("[`Store::", stringify!($name), "`] as a future.")]
-                pub async fn $name_async $(<$g>)? (&self $(, $arg: $ty)*) -> $ret {
+                pub async fn $name_async $(<$g $(: $gb)?>)? (&self $(, $arg: $ty)*) -> $ret {
                     self.core.$call(&self.core.namespaces.default, $($arg),*).await
                 }
             )*
@@ -152,13 +152,13 @@ macro_rules! engine_calls {
                 $(#[doc = $doc])*
                 #[doc = ""]
                 #[doc = "In this namespace."]
-                pub fn $name $(<$g>)? (&self $(, $arg: $ty)*) -> $ret {
+                pub fn $name $(<$g $(: $gb)?>)? (&self $(, $arg: $ty)*) -> $ret {
                     self.check_open()?;
                     block_on(self.core.$call(&self.state, $($arg),*))
                 }
 
                 #[doc = concat!("[`Namespace::", stringify!($name), "`] as a future.")]
-                pub async fn $name_async $(<$g>)? (&self $(, $arg: $ty)*) -> $ret {
+                pub async fn $name_async $(<$g $(: $gb)?>)? (&self $(, $arg: $ty)*) -> $ret {
                     self.check_open()?;
                     self.core.$call(&self.state, $($arg),*).await
                 }
@@ -438,10 +438,13 @@ engine_calls! {
     /// Read-modify-write of one key (append, increment, touch, delete by
     /// CAS...): `f` sees the current item and decides; see [`Change`].
     /// Returns `f`'s answer and the new CAS value if a value was written.
-    fn update / update_async<R>(
+    /// `f` may run more than once, and on another thread (a write of the
+    /// same key that this one queued behind calls it to carry its change
+    /// in the same record), so it and its answer are `Send`.
+    fn update / update_async<R: Send>(
         &self,
         key: &[u8],
-        f: impl FnMut(Option<&Item>) -> (Change, R),
+        f: impl FnMut(Option<&Item>) -> (Change, R) + Send,
     ) -> Result<(R, Option<u64>)> = update;
 
     /// A page of the keys (Redis SCAN, KEYS): `cursor` 0 starts a scan,

@@ -728,11 +728,13 @@ impl Core {
     /// (when the store had to wait for space, or when a write that
     /// combined it with others of the key failed, was dropped or did not
     /// take its change: [`crate::combine`]); only its last answer counts.
-    pub async fn update<R>(
+    /// It may run on another thread: that of a write of the key it waited
+    /// behind, which calls it to carry its change ([`crate::combine`]).
+    pub async fn update<R: Send>(
         &self,
         ns: &NsState,
         key: &[u8],
-        mut f: impl FnMut(Option<&Item>) -> (Change, R),
+        mut f: impl FnMut(Option<&Item>) -> (Change, R) + Send,
     ) -> Result<(R, Option<u64>)> {
         let (key, c) = self.scoped(ns, key)?;
         let key = &key[..];
@@ -917,9 +919,9 @@ impl Core {
     /// as the changes before it left it ([`crate::combine`]): written as
     /// one record, the last item (or a tombstone), under the stripe.
     /// Returns the CAS value of the value `first` wrote, if it wrote one.
-    /// A change that is not [`chains`] (a touch, an invalidation), whose
-    /// value the store refuses or does not [`Core::chain_fits`], or not
-    /// decided within [`crate::combine::DECIDE_WAIT`], is not applied: its
+    /// Each claimed one's function is called here, in turn. A change that
+    /// is not [`chains`] (a touch, an invalidation), or whose value the
+    /// store refuses or does not [`Core::chain_fits`], is not applied: its
     /// update runs again on its own, taking the stripe in turn; all of
     /// them run again if the write fails.
     ///
@@ -973,7 +975,7 @@ impl Core {
         let own = apply(&mut state, first);
         for i in 0..claimed.len() {
             let live = state.clone().filter(|it| it.meta.expires == 0 || it.meta.expires > now);
-            let Some(change) = claimed.decide(i, live).await else { continue };
+            let Some(change) = claimed.decide(i, live.as_ref()) else { continue };
             let change = self.settled(ns, change);
             let refused = match &change {
                 Change::Put { value, .. } | Change::PutCas { value, .. } | Change::Rewrite { value, .. } => {
