@@ -446,10 +446,10 @@ impl<'a, S: Sink> Exec<'a, S> {
             Storage::Append | Storage::Prepend => {
                 let append = kind == Storage::Append;
                 let max = self.ctx.cfg.item_bytes_max;
-                let r = self
-                    .ctx
-                    .ns
-                    .update_async(key, |it| match it {
+                // SAFETY: the request's bytes it borrows live in the connection's task, which
+                // awaits this in place and is never leaked.
+                let r = unsafe {
+                    self.ctx.ns.update_borrowing_async(key, |it| match it {
                         None => (Change::Keep, Ok(false)),
                         Some(it) if it.value.len() + data.len() > max => (Change::Keep, Err(())),
                         Some(it) => {
@@ -467,7 +467,8 @@ impl<'a, S: Sink> Exec<'a, S> {
                             (Change::Derive { value: v, meta, cas: None }, Ok(true))
                         }
                     })
-                    .await;
+                }
+                .await;
                 match r {
                     Ok((Ok(true), _)) => {
                         // A new item linked, as memcached counts it.
@@ -658,9 +659,10 @@ pub(crate) async fn touch_item(
     new_cas: Option<u64>,
     fetch: bool,
 ) -> Result<Option<Item>, Error> {
-    let (it, _) = ctx
-        .ns
-        .update_async(key, |it| match it {
+    // SAFETY: the request's bytes it borrows live in the connection's task, which
+    // awaits this in place and is never leaked.
+    let (it, _) = unsafe {
+        ctx.ns.update_borrowing_async(key, |it| match it {
             None => (Change::Keep, None),
             Some(it) => {
                 // The same item (stale mark included), with its access state.
@@ -672,7 +674,8 @@ pub(crate) async fn touch_item(
                 )
             }
         })
-        .await?;
+    }
+    .await?;
     Ok(it)
 }
 
@@ -700,9 +703,10 @@ pub(crate) async fn arith(
     expires: Option<u32>,
     new_cas: Option<u64>,
 ) -> Result<Arith, Error> {
-    let (r, new_cas) = ctx
-        .ns
-        .update_async(key, |it| {
+    // SAFETY: the request's bytes it borrows live in the connection's task, which
+    // awaits this in place and is never leaked.
+    let (r, new_cas) = unsafe {
+        ctx.ns.update_borrowing_async(key, |it| {
             let Some(it) = it else { return (Change::Keep, Arith::NotFound) };
             // memcached refuses an empty value before it checks the CAS
             // value (do_add_delta).
@@ -732,7 +736,8 @@ pub(crate) async fn arith(
             };
             (change, Arith::Done(n, 0, meta))
         })
-        .await?;
+    }
+    .await?;
     Ok(match r {
         Arith::Done(n, _, meta) => Arith::Done(n, new_cas.unwrap_or(0), meta),
         r => r,

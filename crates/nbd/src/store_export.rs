@@ -223,7 +223,9 @@ impl Export for StoreExport {
             }
             (Change::Put { value: v, meta: ItemMeta::default() }, ())
         };
-        self.ns.update_async(&block_key(n), change).await.map(|_| ()).map_err(io_error)
+        // SAFETY: `data` lives in the connection's task, which awaits this in place
+        // and is never leaked.
+        unsafe { self.ns.update_borrowing_async(&block_key(n), change) }.await.map(|_| ()).map_err(io_error)
     }
 
     async fn trim_block(&self, n: u64) -> io::Result<()> {

@@ -92,9 +92,10 @@ impl Keys for Direct {
         mut f: impl FnMut(Option<&Rec>) -> (Write, R) + Send,
     ) -> Result<R, Error> {
         let now = now_ms();
-        let (r, _) = self
-            .ns
-            .update_async(key, |item| {
+        // SAFETY: `f` borrows the command's arguments, which live in the connection's
+        // task; it awaits this in place and is never leaked.
+        let (r, _) = unsafe {
+            self.ns.update_borrowing_async(key, |item| {
                 let rec = item.map(Rec::of_item);
                 let stale = rec.as_ref().is_some_and(|r| r.expired(now));
                 let (w, r) = f(rec.as_ref().filter(|_| !stale));
@@ -109,7 +110,8 @@ impl Keys for Direct {
                 };
                 (change, (r, changed))
             })
-            .await?;
+        }
+        .await?;
         let (r, changed) = r;
         if changed {
             if let Some(w) = &mut self.wrote {

@@ -29,9 +29,15 @@
 //! calls, not N round trips to other tasks. A claimed one whose future is
 //! dropped before its function runs is skipped (`Step::Abandoned`); one
 //! whose change the claimer does not take (a touch or an invalidation, a
-//! value refused or too large for a combined record) is answered `Alone`
-//! and runs on its own, taking the stripe in turn. Its function may so run
-//! more than once, and on another thread (hence `Send`).
+//! value refused or too large for a combined record), or whose function
+//! panics (caught: the claimer goes on), is answered `Alone` and runs on
+//! its own, taking the stripe in turn (a panic then comes again, on its own
+//! task). Its function may so run more than once, and on another thread
+//! (hence `Send`). Since the claimer calls into another future's frame,
+//! that future must not be leaked while what its function borrows goes
+//! away (`wait_update`'s contract, which the store's API passes on:
+//! `update_async` takes only `'static` functions, `update_borrowing_async`
+//! is `unsafe`, and the blocking `update` cannot leak its future).
 //!
 //! Order: the writes combined were all in progress together (none had
 //! returned), so any order of them is linearizable, and a crash loses none
@@ -53,7 +59,9 @@
 //!   is `Waiting`; its future, dropped, marks the step `Abandoned` under
 //!   that lock (waiting out a call in progress) before the function and
 //!   its answer's slot leave its frame. So the pointer is never followed
-//!   to a frame that is gone.
+//!   to a frame that is gone; a leaked frame stays allocated (it is
+//!   pinned), and what the function borrows outlives it by the contract
+//!   of `wait_update`.
 //! - Keys and values are copied into the entry: a claimed entry outlives
 //!   its writer's future (which may be dropped, as any write's may: the
 //!   write may then still take effect, its outcome unknown).
@@ -429,6 +437,16 @@ pub(crate) enum UpdateAnswer {
     Alone,
 }
 
+/// What a claimed read-modify-write's function decided, called by its
+/// claimer.
+pub(crate) enum Decision {
+    Change(Change),
+    /// Its future was dropped before the call: skipped.
+    Skipped,
+    /// Its function panicked: not applied (the caller answers it `Alone`).
+    Panicked,
+}
+
 /// How a waiting read-modify-write ended.
 pub(crate) enum UpdateWaited<'a, R> {
     /// It took the stripe itself, unclaimed.
@@ -455,7 +473,13 @@ impl Combiner {
     /// List a read-modify-write of `key` and wait until it takes the
     /// stripe (`lock`) or a claimer has called `f` on the item as the
     /// writes before it left it and answered.
-    pub(crate) async fn wait_update<'a, R: Send>(
+    ///
+    /// # Safety
+    ///
+    /// A claimer on another thread may call `f` while this future waits:
+    /// the future must be run to completion or dropped before anything `f`
+    /// borrows goes away, never leaked meanwhile.
+    pub(crate) async unsafe fn wait_update<'a, R: Send>(
         &self,
         lock: impl Future<Output = async_lock::MutexGuard<'a, ()>>,
         stripe: usize,
@@ -573,23 +597,29 @@ impl ClaimedUpdates<'_> {
         self.qs.len()
     }
 
-    /// Call the `i`th claimed's function on `item`: its change, or None
-    /// when its future was dropped first.
-    pub(crate) fn decide(&mut self, i: usize, item: Option<&Item>) -> Option<Change> {
+    /// Call the `i`th claimed's function on `item`.
+    pub(crate) fn decide(&mut self, i: usize, item: Option<&Item>) -> Decision {
         let q = self.qs[i].q.clone();
         let mut step = q.step();
         if !matches!(*step, Step::Waiting) {
             self.qs[i].told = true; // abandoned
-            return None;
+            return Decision::Skipped;
         }
         // SAFETY: the step is `Waiting` and its lock held, so the future
         // that made `call` has not been dropped (its `Leave` would have
         // marked it `Abandoned`, under this lock) nor answered, and
         // nothing else calls it: its frame, the function and the answer's
-        // slot are alive and this is the only use (module invariants).
-        let change = unsafe { (*q.call.0)(item) };
+        // slot are alive (a leaked frame stays allocated, and what the
+        // function borrows outlives it: `wait_update`'s contract), and
+        // this is the only use (module invariants).
+        let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { (*q.call.0)(item) }));
         *step = Step::Decided;
-        Some(change)
+        match called {
+            Ok(change) => Decision::Change(change),
+            // Another task's function, on the claimer's: it panics again
+            // on its own task, answered `Alone`.
+            Err(_) => Decision::Panicked,
+        }
     }
 
     /// Note the `i`th claimed's outcome, told once all are written.

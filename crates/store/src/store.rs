@@ -129,19 +129,19 @@ pub(crate) struct Core {
 macro_rules! engine_calls {
     ($(
         $(#[doc = $doc:expr])*
-        fn $name:ident / $name_async:ident $(<$g:ident $(: $gb:path)?>)? (&self $(, $arg:ident : $ty:ty)* $(,)?) -> $ret:ty = $call:ident;
+        fn $name:ident / $name_async:ident $(<$g:ident>)? (&self $(, $arg:ident : $ty:ty)* $(,)?) -> $ret:ty = $call:ident;
     )*) => {
         impl Store {
             $(
                 $(#[doc = $doc])*
                 #[doc = ""]
                 #[doc = "In the default namespace."]
-                pub fn $name $(<$g $(: $gb)?>)? (&self $(, $arg: $ty)*) -> $ret {
+                pub fn $name $(<$g>)? (&self $(, $arg: $ty)*) -> $ret {
                     block_on(self.core.$call(&self.core.namespaces.default, $($arg),*))
                 }
 
                 #[doc = concat!("[`Store::", stringify!($name), "`] as a future.")]
-                pub async fn $name_async $(<$g $(: $gb)?>)? (&self $(, $arg: $ty)*) -> $ret {
+                pub async fn $name_async $(<$g>)? (&self $(, $arg: $ty)*) -> $ret {
                     self.core.$call(&self.core.namespaces.default, $($arg),*).await
                 }
             )*
@@ -152,13 +152,13 @@ macro_rules! engine_calls {
                 $(#[doc = $doc])*
                 #[doc = ""]
                 #[doc = "In this namespace."]
-                pub fn $name $(<$g $(: $gb)?>)? (&self $(, $arg: $ty)*) -> $ret {
+                pub fn $name $(<$g>)? (&self $(, $arg: $ty)*) -> $ret {
                     self.check_open()?;
                     block_on(self.core.$call(&self.state, $($arg),*))
                 }
 
                 #[doc = concat!("[`Namespace::", stringify!($name), "`] as a future.")]
-                pub async fn $name_async $(<$g $(: $gb)?>)? (&self $(, $arg: $ty)*) -> $ret {
+                pub async fn $name_async $(<$g>)? (&self $(, $arg: $ty)*) -> $ret {
                     self.check_open()?;
                     self.core.$call(&self.state, $($arg),*).await
                 }
@@ -435,18 +435,6 @@ engine_calls! {
         cas: u64,
     ) -> Result<(PutOutcome, u64)> = put_item_with_cas;
 
-    /// Read-modify-write of one key (append, increment, touch, delete by
-    /// CAS...): `f` sees the current item and decides; see [`Change`].
-    /// Returns `f`'s answer and the new CAS value if a value was written.
-    /// `f` may run more than once, and on another thread (a write of the
-    /// same key that this one queued behind calls it to carry its change
-    /// in the same record), so it and its answer are `Send`.
-    fn update / update_async<R: Send>(
-        &self,
-        key: &[u8],
-        f: impl FnMut(Option<&Item>) -> (Change, R) + Send,
-    ) -> Result<(R, Option<u64>)> = update;
-
     /// A page of the keys (Redis SCAN, KEYS): `cursor` 0 starts a scan,
     /// each page's cursor continues it, and a page whose cursor is 0 ends
     /// it; `count` is how many keys a page aims for. Every key present for
@@ -694,6 +682,113 @@ impl Namespace {
         }
     }
 }
+
+/// Read-modify-writes, made by hand: the async form's bound on `f`
+/// differs from the blocking one's (see [`Store::update_async`]).
+macro_rules! update_calls {
+    ($t:ty, $ns:ident, $what:literal, $check:ident) => {
+        impl $t {
+            #[doc = concat!("Read-modify-write of one key ", $what, " (append, increment, touch,")]
+            /// delete by CAS...): `f` sees the current item and decides;
+            /// see [`Change`]. Returns `f`'s answer and the new CAS value
+            /// if a value was written.
+            ///
+            /// `f` may run more than once, and on another thread: a write
+            /// of the same key that this one queued behind may call it, to
+            /// carry its change in its own record (so `f` and its answer
+            /// are `Send`). It runs under the key's lock: it must be quick,
+            /// must not wait for a lock its caller may hold, and must not
+            /// call the store.
+            pub fn update<R: Send>(
+                &self,
+                key: &[u8],
+                f: impl FnMut(Option<&Item>) -> (Change, R) + Send,
+            ) -> Result<(R, Option<u64>)> {
+                $check(self)?;
+                // SAFETY: block_on pins the future on this thread and drops
+                // it before it returns (or while unwinding): it is never
+                // leaked, so nothing `f` borrows goes away while it waits.
+                block_on(unsafe { self.core.update($ns(self), key, f) })
+            }
+
+            #[doc = concat!("[`", stringify!($t), "::update`] as a future; `f` owns what it uses")]
+            /// (`'static`): a write on another thread may call it while
+            /// this future waits, and a future may be leaked
+            /// (`mem::forget`) rather than dropped, so `f` must not borrow
+            /// what could go away meanwhile. For a function that borrows,
+            #[doc = concat!("[`", stringify!($t), "::update_borrowing_async`].")]
+            ///
+            /// ```
+            /// # use granary_store::{Change, Store};
+            /// # async fn f(s: &Store) {
+            /// let add = 5u64; // moved in
+            /// let _ = s.update_async(b"k", move |_| (Change::Keep, add)).await;
+            /// # }
+            /// ```
+            ///
+            /// A function that borrows is refused:
+            ///
+            /// ```compile_fail
+            /// # use granary_store::{Change, Store};
+            /// # async fn f(s: &Store) {
+            /// let add = vec![5u64];
+            /// let borrowed = &add;
+            /// let _ = s.update_async(b"k", move |_| (Change::Keep, borrowed[0])).await;
+            /// # }
+            /// ```
+            pub async fn update_async<R: Send>(
+                &self,
+                key: &[u8],
+                f: impl FnMut(Option<&Item>) -> (Change, R) + Send + 'static,
+            ) -> Result<(R, Option<u64>)> {
+                $check(self)?;
+                // SAFETY: `f` borrows nothing; it and the slot of its answer
+                // live in this future, which, once polled, is pinned: leaked,
+                // its memory stays allocated (Pin's drop guarantee), so a
+                // later call touches only live memory.
+                unsafe { self.core.update($ns(self), key, f) }.await
+            }
+
+            #[doc = concat!("[`", stringify!($t), "::update_async`] for a function that borrows.")]
+            ///
+            /// # Safety
+            ///
+            /// The future must be run to completion or dropped before
+            /// anything `f` borrows goes away: never leaked (`mem::forget`,
+            /// a leaked box or reference cycle) while its borrows end,
+            /// because a write of the same key on another thread may call
+            /// `f` while the future waits.
+            pub async unsafe fn update_borrowing_async<R: Send>(
+                &self,
+                key: &[u8],
+                f: impl FnMut(Option<&Item>) -> (Change, R) + Send,
+            ) -> Result<(R, Option<u64>)> {
+                $check(self)?;
+                // SAFETY: forwarded to the caller.
+                unsafe { self.core.update($ns(self), key, f) }.await
+            }
+        }
+    };
+}
+
+fn default_ns(s: &Store) -> &NsState {
+    &s.core.namespaces.default
+}
+
+fn ns_state(n: &Namespace) -> &NsState {
+    &n.state
+}
+
+fn store_open(_: &Store) -> Result<()> {
+    Ok(())
+}
+
+fn namespace_open(n: &Namespace) -> Result<()> {
+    n.check_open()
+}
+
+update_calls!(Store, default_ns, "in the default namespace", store_open);
+update_calls!(Namespace, ns_state, "in this namespace", namespace_open);
 
 impl Store {
     /// A record buffer for `key` and a value of `value_len` bytes, the

@@ -204,9 +204,10 @@ pub struct Stats {
     /// (`crate::combine`).
     pub combined_puts: u64,
     /// Read-modify-writes (INCR, APPEND...) answered by another of their
-    /// key that offered them the item as the changes before left it and
-    /// took their change (a change that kept the item included; written in
-    /// one record, or none when nothing changed) (`crate::combine`).
+    /// key that called their function on the item as the changes before
+    /// left it and took their change (a change that kept the item
+    /// included; written in one record, or none when nothing changed)
+    /// (`crate::combine`).
     pub combined_updates: u64,
     /// Overwrites that replaced their key's one index candidate without
     /// reading it ([`OpenOptions::blind_overwrite_bytes`](crate::OpenOptions::blind_overwrite_bytes)).

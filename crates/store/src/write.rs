@@ -23,7 +23,7 @@
 
 use crate::access::Policy;
 use crate::coalesce::{Payload, Stray};
-use crate::combine::{Answer, Claimed, ClaimedUpdates, UpdateAnswer, UpdateWaited, Waited};
+use crate::combine::{Answer, Claimed, ClaimedUpdates, Decision, UpdateAnswer, UpdateWaited, Waited};
 use crate::counters::Counted;
 use crate::detach::{Finish, Orphaned, Shared};
 use crate::error::{Error, Result};
@@ -730,7 +730,12 @@ impl Core {
     /// take its change: [`crate::combine`]); only its last answer counts.
     /// It may run on another thread: that of a write of the key it waited
     /// behind, which calls it to carry its change ([`crate::combine`]).
-    pub async fn update<R: Send>(
+    ///
+    /// # Safety
+    ///
+    /// As [`crate::Store::update_borrowing_async`]: the future is never
+    /// leaked while anything `f` borrows goes away.
+    pub async unsafe fn update<R: Send>(
         &self,
         ns: &NsState,
         key: &[u8],
@@ -759,7 +764,11 @@ impl Core {
             let stripe = match self.keys.try_lock_stripe(i) {
                 Some(g) => g,
                 None if !alone && !ns.options.has_quota() => {
-                    match combine.wait_update(self.keys.stripe_at(i), i, h, key, &mut f).await {
+                    // SAFETY: this future is not leaked while `f`'s borrows
+                    // end (this function's contract), nor is the wait
+                    // within it: awaited here, in place.
+                    let waited = unsafe { combine.wait_update(self.keys.stripe_at(i), i, h, key, &mut f) };
+                    match waited.await {
                         UpdateWaited::Stripe(g) => g,
                         UpdateWaited::Done(r, cas) => return Ok((r, cas)),
                         UpdateWaited::Retry => continue,
@@ -915,12 +924,12 @@ impl Core {
 
     /// [`Core::update`]'s change `first` (of `item`, the live version of
     /// `existing`), then the changes of the read-modify-writes of the key
-    /// `claimed` while they waited for its stripe, each offered the item
-    /// as the changes before it left it ([`crate::combine`]): written as
+    /// `claimed` while they waited for its stripe, each one's function
+    /// called on the item as the changes before it left it
+    /// ([`crate::combine`]): written as
     /// one record, the last item (or a tombstone), under the stripe.
     /// Returns the CAS value of the value `first` wrote, if it wrote one.
-    /// Each claimed one's function is called here, in turn. A change that
-    /// is not [`chains`] (a touch, an invalidation), or whose value the
+    /// A change that is not [`chains`] (a touch, an invalidation), or whose value the
     /// store refuses or does not [`Core::chain_fits`], is not applied: its
     /// update runs again on its own, taking the stripe in turn; all of
     /// them run again if the write fails.
@@ -975,7 +984,14 @@ impl Core {
         let own = apply(&mut state, first);
         for i in 0..claimed.len() {
             let live = state.clone().filter(|it| it.meta.expires == 0 || it.meta.expires > now);
-            let Some(change) = claimed.decide(i, live.as_ref()) else { continue };
+            let change = match claimed.decide(i, live.as_ref()) {
+                Decision::Change(change) => change,
+                Decision::Skipped => continue,
+                Decision::Panicked => {
+                    claimed.settle(i, UpdateAnswer::Alone);
+                    continue;
+                }
+            };
             let change = self.settled(ns, change);
             let refused = match &change {
                 Change::Put { value, .. } | Change::PutCas { value, .. } | Change::Rewrite { value, .. } => {

@@ -4,8 +4,8 @@
 //! each gets a CAS value of its own; a claiming write that does not
 //! complete leaves those it claimed to write themselves; a PUT dropped
 //! while it waits is never written. Read-modify-writes: each sees the
-//! value the one before it left; a touch, a dropped or an unpolled one,
-//! and a dropped claimer leave the others whole. The gate device holds
+//! value the one before it left; a touch, a dropped, an unpolled or a
+//! panicking one, and a dropped claimer leave the others whole. The gate device holds
 //! writes in flight, so the queue forms the same way on every run.
 
 mod common;
@@ -427,6 +427,33 @@ fn a_claimed_increment_dropped_before_its_function_runs_is_skipped() {
     });
     let s = Store::open(gate, &opts()).unwrap();
     assert_eq!(s.get(b"n").unwrap().unwrap(), b"4");
+}
+
+/// A claimed increment whose function panics: the claimer catches it,
+/// carries the ones after it, and answers it `Alone`; run again on its own
+/// task, it panics there. The claimer's own request is unharmed.
+#[test]
+fn a_claimed_function_that_panics_fails_its_own_task_only() {
+    on_a_runtime(|s, gate| async move {
+        gate.shut();
+        let (first, mut queued) = increments_behind(&s, &gate, 1).await;
+        let claimer = granary_rt::spawn(queued.pop().unwrap());
+        let s2 = s.clone();
+        let mut panics: Update = Box::pin(async move {
+            s2.update_async(b"n", |_| -> (Change, u64) { panic!("this function panics, as the test wants") }).await
+        });
+        poll_once(panics.as_mut()).await;
+        let mut last = incr(&s, b"n");
+        poll_once(last.as_mut()).await;
+        let (panics, last) = (granary_rt::spawn(panics), granary_rt::spawn(last));
+        gate.open();
+        first.await.unwrap();
+        assert_eq!(claimer.await.unwrap().unwrap().0, 2);
+        assert_eq!(last.await.unwrap().unwrap().0, 3);
+        assert!(panics.await.is_err(), "the panicking update's own task fails");
+        assert_eq!(s.stats().combined_updates, 1);
+        assert_eq!(s.get_async(b"n").await.unwrap().unwrap(), b"3");
+    });
 }
 
 /// The claimer's future is dropped with the combined write in flight:

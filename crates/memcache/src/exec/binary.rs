@@ -260,10 +260,10 @@ impl<S: Sink> Exec<'_, S> {
     async fn bin_concat(&mut self, h: &Header, p: &Packet<'_>, append: bool, quiet: bool) {
         self.ctx.stats.cmd_set.fetch_add(1, Relaxed);
         let (max, data, cas) = (self.ctx.cfg.item_bytes_max, p.value, h.cas);
-        let r = self
-            .ctx
-            .ns
-            .update_async(p.key, |it| match it {
+        // SAFETY: the request's bytes it borrows live in the connection's task, which
+        // awaits this in place and is never leaked.
+        let r = unsafe {
+            self.ctx.ns.update_borrowing_async(p.key, |it| match it {
                 None => (Change::Keep, status::NOT_STORED),
                 Some(it) if cas != 0 && cas != it.cas => (Change::Keep, status::KEY_EEXISTS),
                 // memcached cannot allocate the new item: "Not stored."
@@ -275,7 +275,8 @@ impl<S: Sink> Exec<'_, S> {
                     (Change::Derive { value: v, meta: ItemMeta { stale: false, ..it.meta }, cas: None }, status::OK)
                 }
             })
-            .await;
+        }
+        .await;
         match r {
             Ok((status::OK, new_cas)) => {
                 self.ctx.stats.total_items.fetch_add(1, Relaxed);
@@ -299,15 +300,17 @@ impl<S: Sink> Exec<'_, S> {
         let r = if cas == 0 {
             self.ctx.ns.delete_async(key).await.map(|found| if found { status::OK } else { status::KEY_ENOENT })
         } else {
-            self.ctx
-                .ns
-                .update_async(key, |it| match it {
+            // SAFETY: the request's bytes it borrows live in the connection's task, which
+            // awaits this in place and is never leaked.
+            unsafe {
+                self.ctx.ns.update_borrowing_async(key, |it| match it {
                     None => (Change::Keep, status::KEY_ENOENT),
                     Some(it) if it.cas != cas => (Change::Keep, status::KEY_EEXISTS),
                     Some(_) => (Change::Delete, status::OK),
                 })
-                .await
-                .map(|(st, _)| st)
+            }
+            .await
+            .map(|(st, _)| st)
         };
         match r {
             Ok(st) => {

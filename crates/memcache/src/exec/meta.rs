@@ -216,9 +216,10 @@ impl<S: Sink> Exec<'_, S> {
             // modes: C makes both a CAS store.)
             MsMode::Set | MsMode::Replace if fl.has(b'I') && cas.is_some() => {
                 let c = cas.unwrap_or(0);
-                self.ctx
-                    .ns
-                    .update_async(key, |it| {
+                // SAFETY: the request's bytes it borrows live in the connection's task, which
+                // awaits this in place and is never leaked.
+                unsafe {
+                    self.ctx.ns.update_borrowing_async(key, |it| {
                         let meta = match it {
                             None => return (Change::Keep, PutOutcome::NotFound),
                             Some(it) if c == it.cas => meta,
@@ -235,7 +236,8 @@ impl<S: Sink> Exec<'_, S> {
                         };
                         (change, PutOutcome::Stored)
                     })
-                    .await
+                }
+                .await
             }
             MsMode::Set | MsMode::Add | MsMode::Replace => {
                 // An add ignores C (as memcached).
@@ -254,9 +256,10 @@ impl<S: Sink> Exec<'_, S> {
             MsMode::Append | MsMode::Prepend => {
                 let append = mode == MsMode::Append;
                 let max = self.ctx.cfg.item_bytes_max;
-                self.ctx
-                    .ns
-                    .update_async(key, |it| match it {
+                // SAFETY: the request's bytes it borrows live in the connection's task, which
+                // awaits this in place and is never leaked.
+                unsafe {
+                    self.ctx.ns.update_borrowing_async(key, |it| match it {
                         None => (Change::Keep, PutOutcome::NotFound),
                         // C0 checks nothing here (memcached's append).
                         Some(it) if cas.is_some_and(|c| c != 0 && c != it.cas) => (Change::Keep, PutOutcome::Exists),
@@ -269,7 +272,8 @@ impl<S: Sink> Exec<'_, S> {
                             (Change::Derive { value: v, meta, cas: new_cas }, PutOutcome::Stored)
                         }
                     })
-                    .await
+                }
+                .await
             }
         };
         match result {
@@ -306,9 +310,10 @@ impl<S: Sink> Exec<'_, S> {
                 // I: the item stays, marked stale, with a new CAS value (and
                 // the expiry T gives); its win token goes to the next reader.
                 let new_exp = ttl.map(|t| self.expires(t));
-                self.ctx
-                    .ns
-                    .update_async(key, |it| match it {
+                // SAFETY: the request's bytes it borrows live in the connection's task, which
+                // awaits this in place and is never leaked.
+                unsafe {
+                    self.ctx.ns.update_borrowing_async(key, |it| match it {
                         None => (Change::Keep, "NF"),
                         Some(it) if cas.is_some_and(|c| c != it.cas) => (Change::Keep, "EX"),
                         Some(it) if invalidate => {
@@ -317,8 +322,9 @@ impl<S: Sink> Exec<'_, S> {
                         }
                         Some(_) => (Change::Delete, "HD"),
                     })
-                    .await
-                    .map(|(r, _)| r)
+                }
+                .await
+                .map(|(r, _)| r)
             }
         };
         match r {
