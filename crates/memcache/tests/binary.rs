@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{peer, Fixture};
+use common::{peer, Client, Fixture};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -470,12 +470,27 @@ fn large_values_and_values_over_the_limit() {
     ok(&c.one(SET, &set_extras(1, 0), b"big", &big, 0));
     assert_eq!(c.one(GET, b"", b"big", b"", 0).value, big);
     // Over the 1 MiB item limit: "Too large.", the body skipped, the old
-    // value dropped (a set), the connection going on.
+    // value dropped (a set), the connection going on; neither counted as
+    // a set nor as too large (memcached 1.6 refuses such a request before
+    // it counts anything).
+    let mut t = f.client();
+    let counts = |t: &mut Client| {
+        let stats = String::from_utf8(t.call(b"stats\r\n")).unwrap();
+        let stat = |name: &str| {
+            let line = stats.lines().find(|l| l.starts_with(&format!("STAT {name} "))).expect(name);
+            line.rsplit(' ').next().unwrap().parse::<u64>().unwrap()
+        };
+        (stat("cmd_set"), stat("store_too_large"))
+    };
     let huge = vec![b'x'; (1 << 20) + 1];
+    let before = counts(&mut t);
     err(&c.one(SET, &set_extras(0, 0), b"big", &huge, 0), 3, "Too large.");
     err(&c.one(GET, b"", b"big", b"", 0), 1, "Not found");
+    assert_eq!(counts(&mut t), before);
     ok(&c.one(SET, &set_extras(0, 0), b"small", b"1", 0));
+    let before = counts(&mut t);
     err(&c.one(APPEND, b"", b"small", &huge, 0), 3, "Too large.");
+    assert_eq!(counts(&mut t), before);
     // An append past the limit too.
     ok(&c.one(SET, &set_extras(0, 0), b"half", &vec![b'h'; 600_000], 0));
     err(&c.one(APPEND, b"", b"half", &vec![b'h'; 600_000], 0), 5, "Not stored.");
@@ -484,7 +499,6 @@ fn large_values_and_values_over_the_limit() {
     ok(&c.one(SET, &set_extras(0, 0), b"touched", b"t", 0));
     ok(&c.one(SET, &set_extras(0, 0), b"untouched", b"u", 0));
     ok(&c.one(TOUCH, &100u32.to_be_bytes(), b"touched", b"", 0));
-    let mut t = f.client();
     assert_eq!(t.call(b"mg touched h\r\nmg untouched h\r\n"), b"HD h1\r\nHD h0\r\n");
     assert_eq!(c.one(GET, b"", b"small", b"", 0).value, b"1");
 }

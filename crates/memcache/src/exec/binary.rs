@@ -51,11 +51,10 @@ impl<S: Sink> Exec<'_, S> {
     /// A request refused before its body is read (the connection skips
     /// it): an unknown opcode, or a value over the item size limit, which
     /// (a set, as memcached) drops the key's old value, so no stale data
-    /// outlives it.
+    /// outlives it. As memcached 1.6 does for such a request, neither
+    /// `cmd_set` nor `store_too_large` counts it.
     pub async fn bin_refuse(&mut self, h: &Header, st: u16, op: Option<Op>, key: &[u8]) {
         if st == status::E2BIG {
-            self.ctx.stats.cmd_set.fetch_add(1, Relaxed);
-            self.ctx.stats.store_too_large.fetch_add(1, Relaxed);
             if let Some(Op::Store { kind: StoreKind::Set, .. }) = op {
                 let _ = self.ctx.ns.delete_async(key).await;
             }
