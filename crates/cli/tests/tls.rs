@@ -6,7 +6,8 @@
 //! certificate the CA signed is served; a plain client on a TLS port is
 //! closed and the server keeps serving; the connection limit still refuses
 //! with the protocol's answer; bad certificate or key files refuse the
-//! start before a data file is made.
+//! start before a data file is made. The native client's TLS stream keeps
+//! timing requests out while a reply trickles in (a fake server).
 //!
 //! Certificates are made per test with the openssl command (a CA, a server
 //! certificate for 127.0.0.1, a client certificate). scripts/test.sh
@@ -302,6 +303,88 @@ fn tls_client_streams_survive_pipelined_records_and_idle_ticks() {
     std::thread::sleep(granary_client::TICK * 10);
     assert!(conn.is_alive(), "the connection died while idle");
     assert_eq!(c.get(b"v1").unwrap().map(|v| v.len()), Some(100));
+}
+
+/// Plaintext from `conn` until `want` bytes came (the handshake's and
+/// requests' bytes of the fake server below).
+fn read_plain(conn: &mut rustls::ServerConnection, tcp: &mut TcpStream, want: usize) -> Vec<u8> {
+    let mut got = Vec::new();
+    while got.len() < want {
+        let mut b = vec![0u8; want - got.len()];
+        match conn.reader().read(&mut b) {
+            Ok(n) => got.extend_from_slice(&b[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                conn.read_tls(tcp).unwrap();
+                conn.process_new_packets().unwrap();
+            }
+            Err(e) => panic!("fake server: {e}"),
+        }
+    }
+    got
+}
+
+/// A native-protocol server over TLS that answers the client's first
+/// request with a reply whose ciphertext it sends a byte at a time, 2 ms
+/// apart (about 2 s for the whole record): the client's reader, which
+/// fails requests past their deadline between its reads, must not stay
+/// inside the TLS stream's read while the bytes trickle in. The request's
+/// 300 ms timeout then fails it; before, it waited for the whole record
+/// and succeeded.
+#[test]
+fn a_reply_trickling_in_over_tls_still_times_the_request_out() {
+    if !common::have_peers(&["openssl"], &[]) {
+        return;
+    }
+    use granary_proto as proto;
+    let dir = tempdir();
+    let certs = make_certs(dir.path());
+    let config = granary_server::tls::server_config(&certs.server_cert, &certs.server_key, None).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut tcp, _) = listener.accept().unwrap();
+        let mut conn = rustls::ServerConnection::new(config).unwrap();
+        while conn.is_handshaking() {
+            conn.complete_io(&mut tcp).unwrap();
+        }
+        read_plain(&mut conn, &mut tcp, proto::CLIENT_HELLO_BYTES);
+        let hello = proto::ServerHello {
+            version: proto::VERSION,
+            status: proto::Status::Ok,
+            key_bytes_max: 1024,
+            value_bytes_max: 1 << 20,
+            frame_bytes_max: proto::FRAME_BYTES_FLOOR,
+        };
+        conn.writer().write_all(&hello.encode()).unwrap();
+        while conn.wants_write() {
+            conn.write_tls(&mut tcp).unwrap();
+        }
+        let head = read_plain(&mut conn, &mut tcp, proto::HEADER_BYTES);
+        let h = proto::Header::decode(&head, proto::FRAME_BYTES_FLOOR, proto::VERSION).unwrap();
+        read_plain(&mut conn, &mut tcp, h.len as usize);
+        let mut reply = Vec::new();
+        proto::encode_response(&mut reply, h.op, proto::Status::Ok, h.id, &[7u8; 1000]);
+        conn.writer().write_all(&reply).unwrap();
+        let mut ciphertext = Vec::new();
+        while conn.wants_write() {
+            conn.write_tls(&mut ciphertext).unwrap();
+        }
+        for b in ciphertext {
+            if tcp.write_all(&[b]).is_err() {
+                return; // the client gave up and closed
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    });
+    let cfg = ClientConfig { timeout: Duration::from_millis(300), ..ClientConfig::default() }
+        .with_tls(Tls::from_pem(&certs.ca, None).unwrap());
+    let c = Client::connect(addr, cfg).unwrap();
+    match c.get(b"k") {
+        Err(granary_client::Error::Timeout) => {}
+        other => panic!("the request outlived its timeout: {:?}", other.map(|v| v.map(|v| v.len()))),
+    }
+    drop(c);
+    server.join().unwrap();
 }
 
 #[test]

@@ -18,6 +18,7 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 /// Plaintext encrypted at a time by a send (rustls's own buffer limit is
 /// 64 KiB of records).
@@ -167,8 +168,15 @@ impl Read for ReadHalf {
     /// while 16 KiB of plaintext wait to be read, so a piece goes in only
     /// once the plaintext before it was taken); else one read of the
     /// socket, outside the lock the sending half takes (so the socket's
-    /// read timeout applies as to a plain one).
+    /// read timeout applies as to a plain one). Ciphertext that keeps
+    /// arriving without completing a record (a peer sending a few bytes at
+    /// a time) ends the call with `WouldBlock` once the socket's read
+    /// timeout has passed since the first of it, as a plain socket's read
+    /// would have returned by then: the caller (the reader, which times
+    /// requests out between reads) gets its turn.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // When this call's first socket read brought ciphertext.
+        let mut since: Option<Instant> = None;
         loop {
             {
                 let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
@@ -190,9 +198,17 @@ impl Read for ReadHalf {
                     return Ok(0);
                 }
             }
+            if let Some(t) = since {
+                if self.tcp.read_timeout().ok().flatten().is_some_and(|limit| t.elapsed() >= limit) {
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+            }
             self.pending.resize(16 * 1024, 0);
             self.at = 0;
             let r = self.tcp.read(&mut self.pending);
+            if since.is_none() && matches!(r, Ok(n) if n > 0) {
+                since = Some(Instant::now());
+            }
             // Nothing read (the read timeout every idle tick, EINTR)
             // leaves nothing pending: those bytes are not ciphertext.
             self.pending.truncate(*r.as_ref().unwrap_or(&0));
