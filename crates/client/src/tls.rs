@@ -169,11 +169,12 @@ impl Read for ReadHalf {
     /// once the plaintext before it was taken); else one read of the
     /// socket, outside the lock the sending half takes (so the socket's
     /// read timeout applies as to a plain one). Ciphertext that keeps
-    /// arriving without completing a record (a peer sending a few bytes at
-    /// a time) ends the call with `WouldBlock` once the socket's read
-    /// timeout has passed since the first of it, as a plain socket's read
-    /// would have returned by then: the caller (the reader, which times
-    /// requests out between reads) gets its turn.
+    /// arriving without yielding plaintext (a peer sending a few bytes of
+    /// a record at a time) ends the call with `WouldBlock` once the
+    /// socket's read timeout has passed since the first of it, as a plain
+    /// socket's read would have returned by then: the caller (the reader,
+    /// which times requests out between reads) gets its turn; what arrived
+    /// stays buffered for the next call.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         // When this call's first socket read brought ciphertext.
         let mut since: Option<Instant> = None;

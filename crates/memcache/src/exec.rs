@@ -659,10 +659,9 @@ pub(crate) async fn touch_item(
     new_cas: Option<u64>,
     fetch: bool,
 ) -> Result<Option<Item>, Error> {
-    // SAFETY: the request's bytes it borrows live in the connection's task, which
-    // awaits this in place and is never leaked.
-    let (it, _) = unsafe {
-        ctx.ns.update_borrowing_async(key, |it| match it {
+    let (it, _) = ctx
+        .ns
+        .update_async(key, move |it| match it {
             None => (Change::Keep, None),
             Some(it) => {
                 // The same item (stale mark included), with its access state.
@@ -674,8 +673,7 @@ pub(crate) async fn touch_item(
                 )
             }
         })
-    }
-    .await?;
+        .await?;
     Ok(it)
 }
 
@@ -703,10 +701,9 @@ pub(crate) async fn arith(
     expires: Option<u32>,
     new_cas: Option<u64>,
 ) -> Result<Arith, Error> {
-    // SAFETY: the request's bytes it borrows live in the connection's task, which
-    // awaits this in place and is never leaked.
-    let (r, new_cas) = unsafe {
-        ctx.ns.update_borrowing_async(key, |it| {
+    let (r, new_cas) = ctx
+        .ns
+        .update_async(key, move |it| {
             let Some(it) = it else { return (Change::Keep, Arith::NotFound) };
             // memcached refuses an empty value before it checks the CAS
             // value (do_add_delta).
@@ -736,8 +733,7 @@ pub(crate) async fn arith(
             };
             (change, Arith::Done(n, 0, meta))
         })
-    }
-    .await?;
+        .await?;
     Ok(match r {
         Arith::Done(n, _, meta) => Arith::Done(n, new_cas.unwrap_or(0), meta),
         r => r,

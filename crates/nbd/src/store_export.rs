@@ -207,12 +207,16 @@ impl Export for StoreExport {
 
     async fn update_block(&self, n: u64, at: usize, data: &[u8]) -> io::Result<()> {
         let b = self.block_bytes as usize;
+        // Owned (a copy of at most a block): the function may be called
+        // by another write of the block while this one waits, so it must
+        // not borrow the caller's buffer (`update_async`).
+        let data: Box<[u8]> = data.into();
         // May run more than once (when the store waits for space); each
         // run starts again from the item it is given.
-        let change = |item: Option<&Item>| {
+        let change = move |item: Option<&Item>| {
             let mut v = item.map(|i| i.value.clone()).unwrap_or_default();
             v.resize(b, 0);
-            v[at..at + data.len()].copy_from_slice(data);
+            v[at..at + data.len()].copy_from_slice(&data);
             if v.iter().all(|&x| x == 0) {
                 // All zeroes: no record needed to read so. A delete even
                 // of an absent block: the engine writes a tombstone only
@@ -223,9 +227,7 @@ impl Export for StoreExport {
             }
             (Change::Put { value: v, meta: ItemMeta::default() }, ())
         };
-        // SAFETY: `data` lives in the connection's task, which awaits this in place
-        // and is never leaked.
-        unsafe { self.ns.update_borrowing_async(&block_key(n), change) }.await.map(|_| ()).map_err(io_error)
+        self.ns.update_async(&block_key(n), change).await.map(|_| ()).map_err(io_error)
     }
 
     async fn trim_block(&self, n: u64) -> io::Result<()> {

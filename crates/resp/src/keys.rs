@@ -41,7 +41,11 @@ pub(crate) trait Keys {
     /// The live value of `key`.
     async fn get(&mut self, key: &[u8]) -> Result<Option<Rec>, Error>;
     /// Read-modify-write of `key`: `f` sees its live value and decides.
-    /// `f` may run more than once; its last answer counts.
+    /// `f` may run more than once, and on another write's thread; its last
+    /// answer counts. Every caller awaits the future in place, in its
+    /// connection's task, and never leaks it: `f` borrows the command's
+    /// arguments, and `Direct` passes that promise on to the engine
+    /// (`Namespace::update_borrowing_async`).
     async fn update<R: Send>(
         &mut self,
         key: &[u8],
@@ -92,8 +96,9 @@ impl Keys for Direct {
         mut f: impl FnMut(Option<&Rec>) -> (Write, R) + Send,
     ) -> Result<R, Error> {
         let now = now_ms();
-        // SAFETY: `f` borrows the command's arguments, which live in the connection's
-        // task; it awaits this in place and is never leaked.
+        // SAFETY: `f` borrows the command's arguments, which live in the
+        // connection's task; every caller of `Keys::update` awaits it there
+        // in place and never leaks it (the trait's rule).
         let (r, _) = unsafe {
             self.ns.update_borrowing_async(key, |item| {
                 let rec = item.map(Rec::of_item);

@@ -29,11 +29,12 @@
 //! calls, not N round trips to other tasks. A claimed one whose future is
 //! dropped before its function runs is skipped (`Step::Abandoned`); one
 //! whose change the claimer does not take (a touch or an invalidation, a
-//! value refused or too large for a combined record), or whose function
-//! panics (caught: the claimer goes on), is answered `Alone` and runs on
-//! its own, taking the stripe in turn (a panic then comes again, on its own
-//! task). Its function may so run more than once, and on another thread
-//! (hence `Send`). Since the claimer calls into another future's frame,
+//! value refused or too large for a combined record) is answered `Alone`
+//! and runs on its own, taking the stripe in turn. A function that panics
+//! in the claimer's call is caught there: the claimer goes on with the
+//! others, and the panic is resumed on the waiting future's own task, as
+//! if its function had panicked there. A function may so run more than
+//! once, and on another thread (hence `Send`). Since the claimer calls into another future's frame,
 //! that future must not be leaked while what its function borrows goes
 //! away (`wait_update`'s contract, which the store's API passes on:
 //! `update_async` takes only `'static` functions, `update_borrowing_async`
@@ -394,6 +395,9 @@ pub(crate) struct QueuedUpdate {
     /// Its function, bound to the slot of its answer: called only under
     /// `step`'s lock while `step` is `Waiting` (module invariants).
     call: Call,
+    /// What its function panicked with, in the claimer's call: resumed on
+    /// its own task (`UpdateAnswer::Panicked`).
+    panic: Mutex<Option<Box<dyn std::any::Any + Send>>>,
     /// Each move of `step`, for its waiting future.
     moved: event_listener::Event,
 }
@@ -435,15 +439,8 @@ pub(crate) enum UpdateAnswer {
     /// its value, or its value would not fit a combined record
     /// (`Core::chain_fits`).
     Alone,
-}
-
-/// What a claimed read-modify-write's function decided, called by its
-/// claimer.
-pub(crate) enum Decision {
-    Change(Change),
-    /// Its future was dropped before the call: skipped.
-    Skipped,
-    /// Its function panicked: not applied (the caller answers it `Alone`).
+    /// Its function panicked in the claimer's call: the panic is resumed
+    /// on its own task.
     Panicked,
 }
 
@@ -512,6 +509,7 @@ impl Combiner {
             key: key.into(),
             step: Mutex::new(Step::Waiting),
             call,
+            panic: Mutex::new(None),
             moved: event_listener::Event::new(),
         });
         self.updates.push(q.clone());
@@ -549,6 +547,10 @@ impl Combiner {
                     }
                     UpdateAnswer::Retry => UpdateWaited::Retry,
                     UpdateAnswer::Alone => UpdateWaited::Alone,
+                    UpdateAnswer::Panicked => {
+                        let p = q.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
+                        std::panic::resume_unwind(p.expect("a panic noted before its answer"))
+                    }
                 });
             }
             if let Some(g) = self.updates.poll_turn(&q, lock.as_mut(), &mut leave.listed, cx) {
@@ -597,13 +599,15 @@ impl ClaimedUpdates<'_> {
         self.qs.len()
     }
 
-    /// Call the `i`th claimed's function on `item`.
-    pub(crate) fn decide(&mut self, i: usize, item: Option<&Item>) -> Decision {
+    /// Call the `i`th claimed's function on `item`: its change, or None
+    /// when its future was dropped first, or when the function panicked
+    /// (answered at once: the panic is resumed on its own task).
+    pub(crate) fn decide(&mut self, i: usize, item: Option<&Item>) -> Option<Change> {
         let q = self.qs[i].q.clone();
         let mut step = q.step();
         if !matches!(*step, Step::Waiting) {
             self.qs[i].told = true; // abandoned
-            return Decision::Skipped;
+            return None;
         }
         // SAFETY: the step is `Waiting` and its lock held, so the future
         // that made `call` has not been dropped (its `Leave` would have
@@ -613,12 +617,19 @@ impl ClaimedUpdates<'_> {
         // function borrows outlives it: `wait_update`'s contract), and
         // this is the only use (module invariants).
         let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { (*q.call.0)(item) }));
-        *step = Step::Decided;
         match called {
-            Ok(change) => Decision::Change(change),
-            // Another task's function, on the claimer's: it panics again
-            // on its own task, answered `Alone`.
-            Err(_) => Decision::Panicked,
+            Ok(change) => {
+                *step = Step::Decided;
+                Some(change)
+            }
+            Err(payload) => {
+                *q.panic.lock().unwrap_or_else(|e| e.into_inner()) = Some(payload);
+                *step = Step::Answered(UpdateAnswer::Panicked);
+                drop(step);
+                q.moved.notify(usize::MAX);
+                self.qs[i].told = true;
+                None
+            }
         }
     }
 

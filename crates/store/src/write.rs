@@ -23,7 +23,7 @@
 
 use crate::access::Policy;
 use crate::coalesce::{Payload, Stray};
-use crate::combine::{Answer, Claimed, ClaimedUpdates, Decision, UpdateAnswer, UpdateWaited, Waited};
+use crate::combine::{Answer, Claimed, ClaimedUpdates, UpdateAnswer, UpdateWaited, Waited};
 use crate::counters::Counted;
 use crate::detach::{Finish, Orphaned, Shared};
 use crate::error::{Error, Result};
@@ -926,13 +926,14 @@ impl Core {
     /// `existing`), then the changes of the read-modify-writes of the key
     /// `claimed` while they waited for its stripe, each one's function
     /// called on the item as the changes before it left it
-    /// ([`crate::combine`]): written as
-    /// one record, the last item (or a tombstone), under the stripe.
-    /// Returns the CAS value of the value `first` wrote, if it wrote one.
-    /// A change that is not [`chains`] (a touch, an invalidation), or whose value the
-    /// store refuses or does not [`Core::chain_fits`], is not applied: its
-    /// update runs again on its own, taking the stripe in turn; all of
-    /// them run again if the write fails.
+    /// ([`crate::combine`]): written as one record, the last item (or a
+    /// tombstone), under the stripe. Returns the CAS value of the value
+    /// `first` wrote, if it wrote one. A change that is not [`chains`] (a
+    /// touch, an invalidation), or whose value the store refuses or does
+    /// not [`Core::chain_fits`], is not applied: its update runs again on
+    /// its own, taking the stripe in turn; a function that panics is
+    /// skipped (its panic resumed on its own task); all of them run again
+    /// if the write fails.
     ///
     /// The record carries its item's CAS value explicitly: each value of
     /// the chain got a fresh sequence number as its CAS value when made
@@ -984,14 +985,7 @@ impl Core {
         let own = apply(&mut state, first);
         for i in 0..claimed.len() {
             let live = state.clone().filter(|it| it.meta.expires == 0 || it.meta.expires > now);
-            let change = match claimed.decide(i, live.as_ref()) {
-                Decision::Change(change) => change,
-                Decision::Skipped => continue,
-                Decision::Panicked => {
-                    claimed.settle(i, UpdateAnswer::Alone);
-                    continue;
-                }
-            };
+            let Some(change) = claimed.decide(i, live.as_ref()) else { continue };
             let change = self.settled(ns, change);
             let refused = match &change {
                 Change::Put { value, .. } | Change::PutCas { value, .. } | Change::Rewrite { value, .. } => {

@@ -430,8 +430,9 @@ fn a_claimed_increment_dropped_before_its_function_runs_is_skipped() {
 }
 
 /// A claimed increment whose function panics: the claimer catches it,
-/// carries the ones after it, and answers it `Alone`; run again on its own
-/// task, it panics there. The claimer's own request is unharmed.
+/// carries the ones after it, and resumes the panic on the panicking
+/// update's own task (its function is not run again). The claimer's own
+/// request is unharmed.
 #[test]
 fn a_claimed_function_that_panics_fails_its_own_task_only() {
     on_a_runtime(|s, gate| async move {
@@ -439,8 +440,14 @@ fn a_claimed_function_that_panics_fails_its_own_task_only() {
         let (first, mut queued) = increments_behind(&s, &gate, 1).await;
         let claimer = granary_rt::spawn(queued.pop().unwrap());
         let s2 = s.clone();
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = calls.clone();
         let mut panics: Update = Box::pin(async move {
-            s2.update_async(b"n", |_| -> (Change, u64) { panic!("this function panics, as the test wants") }).await
+            s2.update_async(b"n", move |_| -> (Change, u64) {
+                counted.fetch_add(1, SeqCst);
+                panic!("this function panics, as the test wants")
+            })
+            .await
         });
         poll_once(panics.as_mut()).await;
         let mut last = incr(&s, b"n");
@@ -450,7 +457,11 @@ fn a_claimed_function_that_panics_fails_its_own_task_only() {
         first.await.unwrap();
         assert_eq!(claimer.await.unwrap().unwrap().0, 2);
         assert_eq!(last.await.unwrap().unwrap().0, 3);
-        assert!(panics.await.is_err(), "the panicking update's own task fails");
+        match panics.await {
+            Err(granary_rt::JoinError::Panicked(m)) => assert!(m.contains("as the test wants"), "{m}"),
+            other => panic!("the panicking update's task: {:?}", other.map(|r| r.map(|(n, _)| n))),
+        }
+        assert_eq!(calls.load(SeqCst), 1, "its function ran once, in the claimer's call");
         assert_eq!(s.stats().combined_updates, 1);
         assert_eq!(s.get_async(b"n").await.unwrap().unwrap(), b"3");
     });
