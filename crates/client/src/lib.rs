@@ -43,7 +43,7 @@ pub use granary_proto::{
     BatchOp, ClientHello, ItemInfo, NamespaceKind, NamespaceMode, NamespaceOptions, NamespaceStats, PutMode, Request,
     Response, Status, TxnOp, TxnOutcome, TxnWrite, DEFAULT_NAMESPACE, HELLO_TOKEN_BYTES_MAX, TXN_OPS_MAX,
 };
-pub use sharded::{ShardedClient, ShardedNamespace};
+pub use sharded::{PartialMget, ShardedClient, ShardedNamespace};
 pub use tls::Tls;
 
 use granary_proto::Op;

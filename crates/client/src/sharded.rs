@@ -167,6 +167,14 @@ impl ShardedClient {
         self.default_ns().mget(keys)
     }
 
+    /// [`ShardedClient::mget`] that keeps what the servers up gave when
+    /// others fail: each key's value, or the index of its server that
+    /// failed (down, timed out, refusing), and each failed server's
+    /// error. `mget` fails whole at the first failure.
+    pub fn mget_partial(&self, keys: &[&[u8]]) -> PartialMget {
+        self.default_ns().mget_partial(keys)
+    }
+
     /// Several operations: one BATCH per server involved (in the given
     /// order within each server, so operations on one key stay in order).
     pub fn batch(&self, ops: &[BatchOp]) -> Result<Vec<BatchResult>> {
@@ -296,6 +304,17 @@ impl ShardedClient {
     }
 }
 
+/// What [`ShardedClient::mget_partial`] read.
+#[derive(Debug)]
+pub struct PartialMget {
+    /// In the order of the keys: `Ok` with the value (None: absent), or
+    /// `Err(i)` when the key's server, `i` in the list, failed.
+    pub values: Vec<std::result::Result<Option<Vec<u8>>, usize>>,
+    /// Each server that failed (its index in the list), with its error, in
+    /// list order.
+    pub failed: Vec<(usize, Error)>,
+}
+
 /// Add `s`'s figures to `t`'s.
 fn add(t: &mut NamespaceStats, s: &NamespaceStats) {
     for (a, b) in [
@@ -384,6 +403,38 @@ impl<'a> ShardedNamespace<'a> {
             }
         }
         Ok(out)
+    }
+
+    /// [`ShardedClient::mget_partial`] in this namespace.
+    pub fn mget_partial(&self, keys: &[&[u8]]) -> PartialMget {
+        let groups = self.sharded.groups(keys.iter().copied());
+        let mut failed = Vec::new();
+        let mut pending = Vec::new();
+        for (s, idx) in groups.iter().enumerate().filter(|(_, g)| !g.is_empty()) {
+            let ks: Vec<&[u8]> = idx.iter().map(|&i| keys[i]).collect();
+            match self.send(s, &Request::MultiGet(ks)) {
+                Ok(p) => pending.push((s, idx, p)),
+                Err(e) => failed.push((s, e)),
+            }
+        }
+        let mut values: Vec<std::result::Result<Option<Vec<u8>>, usize>> = (0..keys.len()).map(|_| Ok(None)).collect();
+        for (s, idx, p) in pending {
+            match p.wait().and_then(|r| as_values(r, idx.len())) {
+                Ok(vs) => {
+                    for (&i, v) in idx.iter().zip(vs) {
+                        values[i] = Ok(v);
+                    }
+                }
+                Err(e) => failed.push((s, e)),
+            }
+        }
+        failed.sort_by_key(|(s, _)| *s);
+        for (s, _) in &failed {
+            for &i in &groups[*s] {
+                values[i] = Err(*s);
+            }
+        }
+        PartialMget { values, failed }
     }
 
     /// [`ShardedClient::batch`] in this namespace.

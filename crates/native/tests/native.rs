@@ -752,6 +752,42 @@ fn sharded_client_spreads_keys_over_three_servers() {
     assert_eq!(total, 1200);
 }
 
+/// A server of three down: `mget` fails whole, `mget_partial` answers the
+/// keys of the two still up and names the one that failed, for its keys
+/// only.
+#[test]
+fn a_sharded_partial_mget_keeps_the_servers_still_up() {
+    let mut servers: Vec<Server> = (0..3).map(|_| server()).collect();
+    let names: Vec<String> = servers.iter().map(|s| s.local_addr().to_string()).collect();
+    let sc = ShardedClient::new(&names, ClientConfig::default()).unwrap();
+    let keys: Vec<Vec<u8>> = (0..300).map(|i| format!("user:{i}").into_bytes()).collect();
+    let ks: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    // Every other key written: absent ones read as absent, not failed.
+    for k in ks.iter().step_by(2) {
+        sc.put(k, k).unwrap();
+    }
+    let all = sc.mget_partial(&ks);
+    assert!(all.failed.is_empty(), "{:?}", all.failed);
+    for (i, (v, k)) in all.values.iter().zip(&keys).enumerate() {
+        assert_eq!(v.as_ref().unwrap().as_ref(), (i % 2 == 0).then_some(k));
+    }
+    let down = 1;
+    assert_eq!(servers.remove(down).shutdown(), 0);
+    assert!(sc.mget(&ks).is_err(), "mget fails whole with a server down");
+    let part = sc.mget_partial(&ks);
+    assert_eq!(part.failed.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [down]);
+    let mut lost = 0;
+    for (i, (v, k)) in part.values.iter().zip(&keys).enumerate() {
+        if sc.server_of(k) == down {
+            assert_eq!(v.as_ref().unwrap_err(), &down, "key {i}");
+            lost += 1;
+        } else {
+            assert_eq!(v.as_ref().unwrap().as_ref(), (i % 2 == 0).then_some(k), "key {i}");
+        }
+    }
+    assert!(lost > 0 && lost < keys.len(), "{lost} keys on the server down");
+}
+
 #[test]
 fn shutdown_drains_and_counts_nothing_left() {
     let srv = server();
