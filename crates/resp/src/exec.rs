@@ -735,7 +735,11 @@ pub(crate) async fn run_direct(ctx: &Ctx, client: &mut Client, spec: &Spec, args
         Err(e) => return Reply { buf: out, resp3 }.error(store_err(e)),
     };
     let atomic = match spec.cmd {
-        Cmd::Mset | Cmd::Msetnx | Cmd::Rename => true,
+        // An MSET of one key (named once or more: the last value wins) is
+        // a SET of that value: one write, combined with other writes of a
+        // hot key that queue behind it, instead of a batch.
+        Cmd::Mset => args.len() < 3 || args[3..].chunks(2).any(|p| p[0] != args[1]),
+        Cmd::Msetnx | Cmd::Rename => true,
         // More keys than one engine batch holds are deleted one by one.
         Cmd::Del | Cmd::Unlink => (3..=BATCH_OPS_MAX + 1).contains(&args.len()),
         _ => false,
@@ -989,7 +993,13 @@ impl<K: Keys> Cx<'_, K> {
                         }
                     }
                 }
-                for p in a[1..].chunks(2) {
+                // A key named more than once: its last value only (MSET is
+                // atomic: nothing sees the values before it). Outside a
+                // batch (one key), it is then one SET.
+                let mut later: std::collections::HashSet<&[u8]> = std::collections::HashSet::new();
+                let mut last: Vec<&[&[u8]]> = a[1..].chunks(2).rev().filter(|p| later.insert(p[0])).collect();
+                last.reverse();
+                for p in last {
                     self.k.set(p[0], Rec::string(p[1].to_vec())).await.map_err(store_err)?;
                 }
                 if spec.cmd == Cmd::Msetnx {

@@ -46,6 +46,29 @@ fn strings_and_their_options() {
     assert_eq!(c.cmd("SETNX a 2"), Value::Int(0));
 }
 
+/// An MSET that names one key (once or more) is one SET of its last value,
+/// not a batch (so the writes of a hot key that queue behind it combine);
+/// one of several keys is one batch, each key's last value written.
+#[test]
+fn an_mset_of_one_key_is_one_set_of_its_last_value() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    let store = f.store.as_ref().unwrap();
+    let server = f.server.as_ref().unwrap();
+    let counts = || (store.stats().puts, server.stats().txn_commits.load(std::sync::atomic::Ordering::Relaxed));
+    // (db0 made first: its creation is a write of the catalog.)
+    assert_eq!(c.cmd("SET other v"), Value::ok());
+    let (puts, batches) = counts();
+    assert_eq!(c.cmd("MSET k 1 k 2 k 3"), Value::ok());
+    assert_eq!(c.cmd("GET k"), Value::bulk("3"));
+    assert_eq!(counts(), (puts + 1, batches));
+    assert_eq!(c.cmd("MSET k 4 j 5 k 6"), Value::ok());
+    assert_eq!(c.cmd("MGET k j"), Value::Array(vec![Value::bulk("6"), Value::bulk("5")]));
+    assert_eq!(counts().1, batches + 1);
+    assert_eq!(c.cmd("MSET k 7 k"), Value::err("ERR wrong number of arguments for 'mset' command"));
+    assert_eq!(c.cmd("GET k"), Value::bulk("6"));
+}
+
 #[test]
 fn counters() {
     let f = Fixture::default();
