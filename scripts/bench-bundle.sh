@@ -3,8 +3,9 @@
 # machine") into one tarball, to run them on another x86-64 Linux machine
 # (more cores than this one, its own disk) that has neither Rust nor the
 # peers: granary and granary-bench (release, stripped), go-ycsb and its
-# workload files (scripts/go-ycsb.sh), memcached, redis-server and
-# nutcracker as installed here (installed when missing), the shared
+# workload files (scripts/go-ycsb.sh), memcached, redis-server,
+# redis-benchmark and nutcracker as installed here (installed when
+# missing), the shared
 # libraries they load beyond glibc, scripts/cluster.sh and
 # scripts/bench-cluster.sh, and run.sh, which runs the comparisons there.
 #
@@ -16,7 +17,8 @@
 #
 # run.sh writes RESULTS/log.txt (every step's output, with its start time)
 # and one JSON per step: YCSB A and B with every peer (4 server threads,
-# 32 go-ycsb threads), memcache with Zipfian keys and with 4x the memory,
+# 32 go-ycsb threads), redis-benchmark's tests against redis-none (the
+# server at 4 threads), memcache with Zipfian keys and with 4x the memory,
 # the cluster's 4x case, and the device's own random reads and writes
 # through the engine. Its data goes to RESULTS/data (about 8 GiB at most),
 # removed at the end. A binary built here needs a glibc at least as new as
@@ -29,6 +31,7 @@ PATH="$PATH:/usr/sbin:/sbin"
 missing=()
 command -v memcached >/dev/null || missing+=(memcached)
 command -v redis-server >/dev/null || missing+=(redis-server)
+command -v redis-benchmark >/dev/null || missing+=(redis-tools)
 command -v nutcracker >/dev/null || missing+=(nutcracker)
 if ((${#missing[@]})); then
     if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
@@ -40,13 +43,13 @@ S=$(mktemp -d)
 trap 'rm -rf "$S"' EXIT
 mkdir -p "$S/bin" "$S/lib" "$S/scripts"
 cp target/release/granary target/release/granary-bench "$ycsb" "$S/bin/"
-for t in memcached redis-server nutcracker; do cp "$(command -v $t)" "$S/bin/"; done
+for t in memcached redis-server redis-benchmark nutcracker; do cp "$(command -v $t)" "$S/bin/"; done
 strip "$S/bin/"*
 cp -r "$(dirname "$ycsb")/workloads" "$S/workloads"
 cp scripts/cluster.sh scripts/bench-cluster.sh "$S/scripts/"
 # Every library the peers load but glibc's own (the loader, libc, libm,
 # libpthread, libdl, librt: the other machine's are used).
-for t in memcached redis-server nutcracker; do
+for t in memcached redis-server redis-benchmark nutcracker; do
     ldd "$S/bin/$t" | awk '$3 ~ /^\// {print $3}'
 done | sort -u | grep -v -E '/(ld-linux[^/]*|libc|libm|libpthread|libdl|librt)\.so' | while read -r l; do
     cp -L "$l" "$S/lib/"
@@ -87,6 +90,10 @@ step ycsb
 $BENCH ycsb --go-ycsb "$B/bin/go-ycsb" --workloads-dir "$B/workloads" --datatypes string --records 100K \
     --secs "$SECS" --server-threads 4 --no-redis-benchmark --dir "$D/ycsb" --workloads a,b \
     --peers granary,granary-flush,granary-lru4x,redis-always,redis-none,redis-lru4x --json "$R/ycsb.json" >>"$LOG" 2>&1
+step redis-benchmark
+$BENCH ycsb --go-ycsb "$B/bin/go-ycsb" --workloads-dir "$B/workloads" --datatypes string --records 10K \
+    --operations 10K --server-threads 4 --rb-requests 100K --dir "$D/rb" --workloads c \
+    --peers granary,redis-none --json "$R/redis-benchmark.json" >>"$LOG" 2>&1
 M="$BENCH memcache --no-memcaslap --no-device-ref --server-threads 4 --secs $SECS --disk 2G --dir $D/mc"
 step mc-zipf
 $M --keys 400K --memory-mib 1024 --dist zipf --peers memcached,granary --json "$R/mc-zipf.json" >>"$LOG" 2>&1
