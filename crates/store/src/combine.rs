@@ -34,11 +34,12 @@
 //! in the claimer's call is caught there: the claimer goes on with the
 //! others, and the panic is resumed on the waiting future's own task, as
 //! if its function had panicked there. A function may so run more than
-//! once, and on another thread (hence `Send`). Since the claimer calls into another future's frame,
-//! that future must not be leaked while what its function borrows goes
-//! away (`wait_update`'s contract, which the store's API passes on:
-//! `update_async` takes only `'static` functions, `update_borrowing_async`
-//! is `unsafe`, and the blocking `update` cannot leak its future).
+//! once, and on another thread (hence `Send`). Since the claimer calls
+//! into another future's frame, that future must not be leaked while what
+//! its function borrows goes away (`wait_update`'s contract, which the
+//! store's API passes on: `update_async` takes only `'static` functions,
+//! `update_borrowing_async` is `unsafe`, and the blocking `update` cannot
+//! leak its future).
 //!
 //! Order: the writes combined were all in progress together (none had
 //! returned), so any order of them is linearizable, and a crash loses none
@@ -537,7 +538,11 @@ impl Combiner {
         let mut lock = pin!(lock);
         let mut listener: Option<event_listener::EventListener> = None;
         poll_fn(|cx| loop {
-            if let Step::Answered(a) = *q.step() {
+            let answered = match *q.step() {
+                Step::Answered(a) => Some(a),
+                _ => None,
+            };
+            if let Some(a) = answered {
                 // Answered: its claimer is done with it (no call after).
                 leave.ended = true;
                 return Poll::Ready(match a {
