@@ -935,11 +935,11 @@ impl<K: Keys> Cx<'_, K> {
                                 (Some(at), _) if at <= now => Write::Delete,
                                 (Some(at), _) => {
                                     rec.expire_ms = clamp_expire(at);
-                                    Write::Set(rec)
+                                    Write::Derive(rec)
                                 }
                                 (None, true) if rec.expire_ms != 0 => {
                                     rec.expire_ms = 0;
-                                    Write::Set(rec)
+                                    Write::Derive(rec)
                                 }
                                 _ => Write::Keep,
                             };
@@ -1023,7 +1023,7 @@ impl<K: Keys> Cx<'_, K> {
                             let mut rec = cur.cloned().unwrap_or_else(|| Rec::string(Vec::new()));
                             rec.value.extend_from_slice(add);
                             let n = rec.value.len();
-                            (Write::Set(rec), Ok(n))
+                            (Write::Derive(rec), Ok(n))
                         }
                     })
                     .await
@@ -1059,7 +1059,7 @@ impl<K: Keys> Cx<'_, K> {
                             }
                             rec.value[off..off + add.len()].copy_from_slice(add);
                             let n = rec.value.len();
-                            (Write::Set(rec), Ok(n))
+                            (Write::Derive(rec), Ok(n))
                         }
                     })
                     .await
@@ -1082,7 +1082,7 @@ impl<K: Keys> Cx<'_, K> {
                 let n = self
                     .k
                     .update(a[1], |cur| match incr_string(cur, by) {
-                        Ok((rec, n)) => (Write::Set(rec), Ok(n)),
+                        Ok((rec, n)) => (Write::Derive(rec), Ok(n)),
                         Err(e) => (Write::Keep, Err(e)),
                     })
                     .await
@@ -1099,7 +1099,7 @@ impl<K: Keys> Cx<'_, K> {
                         Ok(v) => match crate::float::incr_by_float(v, a[2]) {
                             Ok(t) => {
                                 let exp = cur.map_or(0, |c| c.expire_ms);
-                                (Write::Set(Rec { kind: Kind::String, value: t.clone(), expire_ms: exp }), Ok(t))
+                                (Write::Derive(Rec { kind: Kind::String, value: t.clone(), expire_ms: exp }), Ok(t))
                             }
                             Err(e) => (Write::Keep, Err(Fail::from(e.message()))),
                         },
@@ -1150,7 +1150,7 @@ impl<K: Keys> Cx<'_, K> {
                         Some(r) if r.expire_ms != 0 => {
                             let mut r = r.clone();
                             r.expire_ms = 0;
-                            (Write::Set(r), true)
+                            (Write::Derive(r), true)
                         }
                         _ => (Write::Keep, false),
                     })
@@ -1254,7 +1254,7 @@ impl<K: Keys> Cx<'_, K> {
                             return (Write::Keep, Err(hash_too_big(max)));
                         }
                         let exp = cur.map_or(0, |c| c.expire_ms);
-                        (Write::Set(Rec { kind: Kind::Hash, value: h.encode(), expire_ms: exp }), Ok(added))
+                        (Write::Derive(Rec { kind: Kind::Hash, value: h.encode(), expire_ms: exp }), Ok(added))
                     })
                     .await
                     .map_err(store_err)??;
@@ -1316,7 +1316,7 @@ impl<K: Keys> Cx<'_, K> {
                             (_, true) => Write::Delete,
                             _ => {
                                 let exp = cur.map_or(0, |c| c.expire_ms);
-                                Write::Set(Rec { kind: Kind::Hash, value: h.encode(), expire_ms: exp })
+                                Write::Derive(Rec { kind: Kind::Hash, value: h.encode(), expire_ms: exp })
                             }
                         };
                         (w, Ok(n))
@@ -1346,7 +1346,7 @@ impl<K: Keys> Cx<'_, K> {
                             Ok((Rec { kind: Kind::Hash, value: h.encode(), expire_ms: exp }, n))
                         })();
                         match r {
-                            Ok((rec, n)) => (Write::Set(rec), Ok(n)),
+                            Ok((rec, n)) => (Write::Derive(rec), Ok(n)),
                             Err(e) => (Write::Keep, Err(e)),
                         }
                     })
@@ -1420,7 +1420,13 @@ impl<K: Keys> Cx<'_, K> {
                 let w = if o.expire.is_some_and(|at| at <= now) {
                     Write::Delete
                 } else {
-                    Write::Set(Rec { kind: Kind::String, value: value.to_vec(), expire_ms })
+                    let rec = Rec { kind: Kind::String, value: value.to_vec(), expire_ms };
+                    // KEEPTTL keeps what the key had, none included.
+                    if o.keepttl {
+                        Write::Derive(rec)
+                    } else {
+                        Write::Set(rec)
+                    }
                 };
                 (w, Ok((true, old, cur.is_none())))
             })
@@ -1488,7 +1494,7 @@ impl<K: Keys> Cx<'_, K> {
                 }
                 let mut r = r.clone();
                 r.expire_ms = clamp_expire(at as u64);
-                (Write::Set(r), true)
+                (Write::Derive(r), true)
             })
             .await
             .map_err(store_err)?;

@@ -22,7 +22,14 @@ use granary_store::{BatchOp, BatchOutcome, Change, Cond, Error, Item, Namespace,
 #[derive(Debug)]
 pub(crate) enum Write {
     Keep,
+    /// A new value: with no expiry (0), it gets the database's default
+    /// TTL, if its namespace has one, as a SET does.
     Set(Rec),
+    /// The key's live value changed (APPEND, INCR, PERSIST, HSET...): its
+    /// expiry exactly as given, 0 being none, never the database's default
+    /// TTL; a `Set` when the key has no live value. (Inside a transaction's
+    /// batch it is written as a `Set`.)
+    Derive(Rec),
     Delete,
 }
 
@@ -108,7 +115,10 @@ impl Keys for Direct {
                 // client can see (it read as absent already): it does not
                 // count as a write of the key for WATCH, as in Redis.
                 let (change, changed) = match w {
-                    Write::Set(rec) => (Change::Put { meta: rec.meta(), value: rec.value }, true),
+                    Write::Derive(rec) if item.is_some() && !stale => {
+                        (Change::Derive { meta: rec.meta(), value: rec.value, cas: None }, true)
+                    }
+                    Write::Set(rec) | Write::Derive(rec) => (Change::Put { meta: rec.meta(), value: rec.value }, true),
                     Write::Delete if item.is_some() => (Change::Delete, !stale),
                     Write::Keep if stale => (Change::Delete, false),
                     Write::Delete | Write::Keep => (Change::Keep, false),
@@ -335,7 +345,7 @@ impl Keys for Txn<'_> {
         let (w, r) = f(live.as_ref());
         match w {
             Write::Keep => {}
-            Write::Set(rec) => {
+            Write::Set(rec) | Write::Derive(rec) => {
                 e.now = Some(rec);
                 e.written = true;
             }

@@ -69,6 +69,44 @@ fn an_mset_of_one_key_is_one_set_of_its_last_value() {
     assert_eq!(c.cmd("GET k"), Value::bulk("6"));
 }
 
+/// In a database an operator gave a default TTL, a new value gets it (a
+/// SET, a key INCR or HSET creates); a change of a live value keeps the
+/// key's own expiry, none included (PERSIST, APPEND, INCR, HSET, SET
+/// KEEPTTL), as Redis keeps it.
+#[test]
+fn a_database_s_default_ttl_goes_to_new_values_only() {
+    let f = Fixture::default();
+    let store = f.store.as_ref().unwrap();
+    let opts = granary_store::NamespaceOptions { default_ttl_secs: 1000, ..Default::default() };
+    store.create_namespace("db0", opts).unwrap();
+    let mut c = f.client();
+    let ttl = |c: &mut common::Client, key: &str| match c.cmd(&format!("TTL {key}")) {
+        Value::Int(t) => t,
+        v => panic!("{v:?}"),
+    };
+    let defaulted = |t: i64| (990..=1000).contains(&t);
+    assert_eq!(c.cmd("SET k v"), Value::ok());
+    assert!(defaulted(ttl(&mut c, "k")));
+    assert_eq!(c.cmd("PERSIST k"), Value::Int(1));
+    assert_eq!(ttl(&mut c, "k"), -1);
+    assert_eq!(c.cmd("APPEND k w"), Value::Int(2));
+    assert_eq!(ttl(&mut c, "k"), -1, "APPEND keeps no expiry");
+    assert_eq!(c.cmd("SET k x KEEPTTL"), Value::ok());
+    assert_eq!(ttl(&mut c, "k"), -1, "KEEPTTL keeps no expiry");
+    assert_eq!(c.cmd("SET k y"), Value::ok());
+    assert!(defaulted(ttl(&mut c, "k")), "a SET is a new value");
+    assert_eq!(c.cmd("INCR n"), Value::Int(1));
+    assert!(defaulted(ttl(&mut c, "n")), "a counter INCR creates");
+    assert_eq!(c.cmd("PERSIST n"), Value::Int(1));
+    assert_eq!(c.cmd("INCR n"), Value::Int(2));
+    assert_eq!(ttl(&mut c, "n"), -1);
+    assert_eq!(c.cmd("HSET h f 1"), Value::Int(1));
+    assert!(defaulted(ttl(&mut c, "h")));
+    assert_eq!(c.cmd("PERSIST h"), Value::Int(1));
+    assert_eq!(c.cmd("HSET h g 2"), Value::Int(1));
+    assert_eq!(ttl(&mut c, "h"), -1);
+}
+
 #[test]
 fn counters() {
     let f = Fixture::default();
