@@ -608,10 +608,10 @@ impl ClaimedUpdates<'_> {
     /// when its future was dropped first, or when the function panicked
     /// (answered at once: the panic is resumed on its own task).
     pub(crate) fn decide(&mut self, i: usize, item: Option<&Item>) -> Option<Change> {
-        let q = self.qs[i].q.clone();
+        let Claim { q, told, .. } = &mut self.qs[i];
         let mut step = q.step();
         if !matches!(*step, Step::Waiting) {
-            self.qs[i].told = true; // abandoned
+            *told = true; // abandoned
             return None;
         }
         // SAFETY: the step is `Waiting` and its lock held, so the future
@@ -632,7 +632,7 @@ impl ClaimedUpdates<'_> {
                 *step = Step::Answered(UpdateAnswer::Panicked);
                 drop(step);
                 q.moved.notify(usize::MAX);
-                self.qs[i].told = true;
+                *told = true;
                 None
             }
         }
