@@ -402,6 +402,13 @@ impl Core {
         let (pba, linked) = (f.pba(), f.linked());
         let item = f.into_item();
         let want = want_win(&item);
+        self.mark_access(h, pba, linked, item, bump, want)
+    }
+
+    /// [`Core::with_access`] of `item`, the version at `pba` (found
+    /// through a link when `linked`), whose want of the win token `want`
+    /// says.
+    pub(crate) fn mark_access(&self, h: u64, pba: u64, linked: bool, item: Item, bump: bool, want: bool) -> ItemAccess {
         let now = self.clock.now();
         let fresh = crate::Access { fetched: false, last_access: now, win_sent: false };
         // Found through a blind overwrite's link, it has no index entry (so

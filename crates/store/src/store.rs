@@ -380,6 +380,19 @@ engine_calls! {
         want_win: impl Fn(&Item) -> bool,
     ) -> Result<Option<ItemAccess>> = get_item_access;
 
+    /// [`Store::get_item_access`] and a touch of the item found (its new
+    /// expiry `expires`, and the CAS value `new_cas` when given, else its
+    /// own), under the key's lock: no write of the key comes between the
+    /// two (memcache's `mg ... T`). The item returned is the one touched.
+    fn touch_item_access / touch_item_access_async(
+        &self,
+        key: &[u8],
+        bump: bool,
+        want_win: impl Fn(&Item) -> bool + Send + Sync,
+        expires: u32,
+        new_cas: Option<u64>,
+    ) -> Result<Option<ItemAccess>> = touch_item_access;
+
     /// The item of `key` with its access state, for an inspection (a key
     /// dump, memcache `me`): not counted as a GET, not touching what cache
     /// eviction follows, not offered to the DRAM tier, and marking nothing.

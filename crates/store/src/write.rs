@@ -21,7 +21,7 @@
 //! `blind_ok` (or, for a batch or a run's piece, `look_up_all`) allows, and
 //! then links the entry it displaces ([`crate::links`]).
 
-use crate::access::Policy;
+use crate::access::{ItemAccess, Policy};
 use crate::coalesce::{Payload, Stray};
 use crate::combine::{Answer, Claimed, ClaimedUpdates, UpdateAnswer, UpdateWaited, Waited};
 use crate::counters::Counted;
@@ -116,6 +116,10 @@ fn chains(change: &Change) -> bool {
         Change::Keep | Change::Put { .. } | Change::PutCas { .. } | Change::Rewrite { .. } | Change::Delete
     )
 }
+
+/// What [`Core::update_marked`] calls under the key's stripe on the live
+/// version it read (with the key's hash), before the update's function.
+type Mark<'a> = dyn FnMut(u64, &Found, &Item) + Send + 'a;
 
 /// The access policy of tombstones and of internal writes.
 const FRESH: Policy = Policy::Fresh;
@@ -739,7 +743,79 @@ impl Core {
         &self,
         ns: &NsState,
         key: &[u8],
+        f: impl FnMut(Option<&Item>) -> (Change, R) + Send,
+    ) -> Result<(R, Option<u64>)> {
+        // SAFETY: as this function's own contract.
+        unsafe { self.update_marked(ns, key, f, None) }.await
+    }
+
+    /// memcache's `mg ... T`: the item of `key` with its access state
+    /// before this read, as [`Core::get_item_access`] gives it, and given
+    /// the expiry `expires` (and the CAS value `new_cas`, when given) as a
+    /// touch gives it, both under the key's stripe: no write of the key
+    /// comes between the read and the touch. The item returned is the one
+    /// touched. Counted as a GET and, when found, as a stored value (the
+    /// touch's write). The version read is marked (its access word:
+    /// [`Core::mark_access`]) before the touch is written, which keeps that
+    /// word.
+    pub async fn touch_item_access(
+        &self,
+        ns: &NsState,
+        key: &[u8],
+        bump: bool,
+        want_win: impl Fn(&Item) -> bool + Send + Sync,
+        expires: u32,
+        new_cas: Option<u64>,
+    ) -> Result<Option<ItemAccess>> {
+        // The version marked and what its marking said; a version marked
+        // before a write that had to wait for room is not marked again
+        // (one marked since another write replaced it is a new one).
+        let mut marked: Option<(u64, ItemAccess)> = None;
+        let mut mark = |h: u64, f: &Found, item: &Item| {
+            let pba = f.entry.pba();
+            if marked.as_ref().is_some_and(|(p, _)| *p == pba) {
+                return;
+            }
+            let want = want_win(item);
+            marked = Some((pba, self.mark_access(h, pba, f.via.is_some(), item.clone(), bump, want)));
+        };
+        let touch = |it: Option<&Item>| match it {
+            None => (Change::Keep, None),
+            Some(it) => {
+                let meta = ItemMeta { expires, ..it.meta };
+                let cas = new_cas.unwrap_or(it.cas);
+                (
+                    Change::Touch { value: it.value.clone(), meta, cas, fetch: false },
+                    Some(Item { value: it.value.clone(), meta, cas }),
+                )
+            }
+        };
+        self.counters.gets.fetch_add(1, Relaxed);
+        // SAFETY: `touch` borrows only this frame, and the future is
+        // awaited here, in place.
+        let touched = unsafe { self.update_marked(ns, key, touch, Some(&mut mark)) }.await;
+        let (touched, _) = touched?;
+        let (_, c) = self.scoped(ns, key)?;
+        c.got(touched.is_some());
+        let Some(item) = touched else { return Ok(None) };
+        self.counters.get_hits.fetch_add(1, Relaxed);
+        let Some((_, access)) = marked else { unreachable!("a touched item was marked") };
+        Ok(Some(ItemAccess { item, ..access }))
+    }
+
+    /// [`Core::update`], with `mark` (if given) called under the stripe on
+    /// the live version found before `f` is (with its key hash); given a
+    /// `mark`, the update is not combined with others of the key.
+    ///
+    /// # Safety
+    ///
+    /// As [`Core::update`].
+    async unsafe fn update_marked<R: Send>(
+        &self,
+        ns: &NsState,
+        key: &[u8],
         mut f: impl FnMut(Option<&Item>) -> (Change, R) + Send,
+        mut mark: Option<&mut Mark<'_>>,
     ) -> Result<(R, Option<u64>)> {
         let (key, c) = self.scoped(ns, key)?;
         let key = &key[..];
@@ -751,7 +827,9 @@ impl Core {
         // value then refused room waits for a PUT's.
         let mut room_for = Purpose::Delete;
         // Claimed once and not applied: take the stripe in turn from then on.
-        let mut alone = false;
+        // (A marked update is never combined: its mark runs under the
+        // stripe, on the version it reads.)
+        let mut alone = mark.is_some();
         loop {
             self.log.check_writable()?;
             let listed = crate::space::listed_bytes([key]);
@@ -783,6 +861,9 @@ impl Core {
             let existing = self.find(key, h, true, true).await?;
             let purpose = self.space.put_purpose(existing.as_ref().map(|f| f.entry.pba()));
             let item = existing.as_ref().filter(|x| self.is_live(x, self.clock.now())).map(Self::item_of);
+            if let (Some(mark), Some(x), Some(it)) = (mark.as_deref_mut(), &existing, &item) {
+                mark(h, x, it);
+            }
             let (change, r) = f(item.as_ref());
             let change = self.settled(ns, change);
             match &change {

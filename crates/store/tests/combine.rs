@@ -5,7 +5,9 @@
 //! complete leaves those it claimed to write themselves; a PUT dropped
 //! while it waits is never written. Read-modify-writes: each sees the
 //! value the one before it left; a touch, a dropped, an unpolled or a
-//! panicking one, and a dropped claimer leave the others whole. The gate device holds
+//! panicking one, and a dropped claimer leave the others whole. A
+//! touching read (memcache `mg ... T`) is never combined: it waits for the
+//! key's lock and reads and touches under it. The gate device holds
 //! writes in flight, so the queue forms the same way on every run.
 
 mod common;
@@ -495,4 +497,52 @@ fn increments_claimed_by_a_write_dropped_midway_run_again() {
     // the device; the later ones win.
     let s = Store::open(gate, &opts()).unwrap();
     assert_eq!(s.get(b"n").unwrap().unwrap(), b"3");
+}
+
+/// memcache's `mg ... T` (`touch_item_access`) reads and touches under
+/// the key's lock: started while a PUT of the key is in flight, it waits
+/// for it and answers the new value with that value's own access state
+/// (never read, its win token free), touched; a read and then a touch
+/// would answer the old value's state (read once) with the new value.
+#[test]
+fn a_touching_read_waits_for_a_write_in_flight_and_answers_what_it_touched() {
+    let gate = Gate::new(4 << 20, SEGMENT);
+    let co = CreateOptions { grain_bytes: Some(512), segment_bytes: Some(SEGMENT), index_table_homes: Some(256) };
+    let s = Arc::new(Store::create(gate.clone(), &co, &OpenOptions { track_access: true, ..opts() }).unwrap());
+    let rt = Runtime::new(RuntimeConfig { threads: 1, pin: false, ..Default::default() }).unwrap();
+    let s2 = s.clone();
+    rt.block_on(async move {
+        let s = s2;
+        s.put_item_async(b"k", b"a", ItemMeta::default(), Cond::Always).await.unwrap();
+        let read = s.get_item_access_async(b"k", true, |_| false).await.unwrap().unwrap();
+        assert!(!read.prior.fetched);
+        gate.shut();
+        let mut b = put(&s, b"k", b"b");
+        until_held(&gate, b.as_mut()).await;
+        let s3 = s.clone();
+        let mut touching: Pin<Box<dyn Future<Output = _> + Send>> =
+            Box::pin(async move { s3.touch_item_access_async(b"k", true, |_| true, 4_000_000_000, None).await });
+        // Far enough that a read that did not wait for the lock would be
+        // done (device reads are not held).
+        for _ in 0..8 {
+            poll_once(touching.as_mut()).await;
+            let_others_run().await;
+        }
+        let touching = granary_rt::spawn(touching);
+        gate.open();
+        b.await.unwrap();
+        let ia = touching.await.unwrap().unwrap().unwrap();
+        assert_eq!((ia.item.value.as_slice(), ia.item.meta.expires), (&b"b"[..], 4_000_000_000));
+        assert!(!ia.prior.fetched, "the state of the value it answers, not of the one before");
+        assert!(!ia.prior.win_sent && ia.won);
+        // The touched version kept what the read marked: read, token sent.
+        let after = s.get_item_access_async(b"k", false, |_| true).await.unwrap().unwrap();
+        assert_eq!((after.item.value.as_slice(), after.item.meta.expires), (&b"b"[..], 4_000_000_000));
+        assert!(after.prior.fetched && after.prior.win_sent && !after.won);
+        assert_eq!(after.item.cas, ia.item.cas);
+        // Absent: nothing written, nothing answered.
+        assert!(s.touch_item_access_async(b"none", true, |_| true, 1, None).await.unwrap().is_none());
+    })
+    .unwrap();
+    Arc::into_inner(s).unwrap().close().unwrap();
 }

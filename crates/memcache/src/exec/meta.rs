@@ -18,7 +18,7 @@
 //! a created counter, EN of mg; an mg hit is answered); an mg whose `N`
 //! loses the creation to another client answers the item that client made.
 
-use super::{arith, touch_item, Arith, Exec, Sink};
+use super::{arith, Arith, Exec, Sink};
 use crate::context::Ctx;
 use crate::parse::{self, Flags, Meta, MsMode, Request};
 use granary_store::{Access, Change, Cond, Item, ItemMeta, PutOutcome};
@@ -130,15 +130,15 @@ impl<S: Sink> Exec<'_, S> {
         // and creates under one lock, so the loser sees the item, with Z).
         let mut raced = false;
         loop {
-            let mut got = self.ctx.ns.get_item_access_async(key, !fl.has(b'u'), &want_win).await;
-            if let (Ok(Some(ia)), Some(ttl)) = (&mut got, ttl) {
-                // T: touch after the read, keeping the access state it saw.
-                match touch_item(self.ctx, key, self.expires(ttl), new_cas, false).await {
-                    Ok(Some(it)) => ia.item = it,
-                    Ok(None) => got = Ok(None),
-                    Err(e) => got = Err(e),
+            // T: the read and the touch under the key's lock, as memcached
+            // does both under its item lock (no write comes between them).
+            let got = match ttl {
+                Some(ttl) => {
+                    let expires = self.expires(ttl);
+                    self.ctx.ns.touch_item_access_async(key, !fl.has(b'u'), &want_win, expires, new_cas).await
                 }
-            }
+                None => self.ctx.ns.get_item_access_async(key, !fl.has(b'u'), &want_win).await,
+            };
             match got {
                 Ok(Some(ia)) => {
                     count(&self.ctx.stats, true);
