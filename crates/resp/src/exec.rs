@@ -1164,7 +1164,8 @@ impl<K: Keys> Cx<'_, K> {
                 };
                 if a[1] != a[2] {
                     self.k.del(a[1]).await.map_err(store_err)?;
-                    self.k.set(a[2], rec).await.map_err(store_err)?;
+                    // Its expiry goes with it, none included (as Redis).
+                    self.k.set_carried(a[2], rec).await.map_err(store_err)?;
                 }
                 self.r.ok();
             }

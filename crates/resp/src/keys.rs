@@ -27,8 +27,7 @@ pub(crate) enum Write {
     Set(Rec),
     /// The key's live value changed (APPEND, INCR, PERSIST, HSET...): its
     /// expiry exactly as given, 0 being none, never the database's default
-    /// TTL; a `Set` when the key has no live value. (Inside a transaction's
-    /// batch it is written as a `Set`.)
+    /// TTL; a `Set` when the key has no live value.
     Derive(Rec),
     Delete,
 }
@@ -58,8 +57,12 @@ pub(crate) trait Keys {
         key: &[u8],
         f: impl FnMut(Option<&Rec>) -> (Write, R) + Send,
     ) -> Result<R, Error>;
-    /// Overwrite `key` whatever it holds.
+    /// Overwrite `key` whatever it holds, with a new value (as `Write::Set`).
     async fn set(&mut self, key: &[u8], rec: Rec) -> Result<(), Error>;
+    /// Overwrite `key` whatever it holds, with a value carried from another
+    /// key (RENAME): its expiry exactly as given, 0 being none, never the
+    /// database's default TTL.
+    async fn set_carried(&mut self, key: &[u8], rec: Rec) -> Result<(), Error>;
     /// Delete `key`; whether it held a live value.
     async fn del(&mut self, key: &[u8]) -> Result<bool, Error> {
         self.update(key, |r| (Write::Delete, r.is_some())).await
@@ -143,6 +146,29 @@ impl Keys for Direct {
         }
         Ok(())
     }
+
+    async fn set_carried(&mut self, key: &[u8], rec: Rec) -> Result<(), Error> {
+        let (meta, value) = (rec.meta(), rec.value);
+        // A Derive is written with its metadata as given, whatever the key
+        // held (the engine's rule for a value derived from another).
+        self.ns.update_async(key, move |_| (Change::Derive { meta, value: value.clone(), cas: None }, ())).await?;
+        if let Some(w) = &mut self.wrote {
+            w.push(key.to_vec());
+        }
+        Ok(())
+    }
+}
+
+/// `rec`, a new value of a key of `ns`, with the database's default TTL
+/// when it has no expiry, as the engine gives a PUT: a transaction's
+/// overlay holds every value as it will be written, so its batch writes
+/// each one's expiry exactly ([`Overlay::commit`]).
+fn with_default_ttl(ns: &Namespace, mut rec: Rec) -> Rec {
+    let ttl = ns.options().default_ttl_secs;
+    if rec.expire_ms == 0 && ttl != 0 {
+        rec.expire_ms = u64::from(ns.now().saturating_add(ttl)) * 1000;
+    }
+    rec
 }
 
 /// What a transaction knows of one key.
@@ -299,7 +325,9 @@ impl Overlay {
                 (_, _, Some(read)) => BatchOp::Check { cas: read },
                 (false, _, None) => continue,
             };
-            batch.op(&e.ns, &e.key, op);
+            // Each value's expiry is final in the overlay (the default TTL
+            // given to new values there).
+            batch.op_exact(&e.ns, &e.key, op);
             of_op.push(i);
         }
         if batch.is_empty() {
@@ -345,8 +373,12 @@ impl Keys for Txn<'_> {
         let (w, r) = f(live.as_ref());
         match w {
             Write::Keep => {}
-            Write::Set(rec) | Write::Derive(rec) => {
+            Write::Derive(rec) if live.is_some() => {
                 e.now = Some(rec);
+                e.written = true;
+            }
+            Write::Set(rec) | Write::Derive(rec) => {
+                e.now = Some(with_default_ttl(&e.ns, rec));
                 e.written = true;
             }
             Write::Delete => {
@@ -358,6 +390,11 @@ impl Keys for Txn<'_> {
     }
 
     async fn set(&mut self, key: &[u8], rec: Rec) -> Result<(), Error> {
+        let rec = with_default_ttl(&self.ns, rec);
+        self.set_carried(key, rec).await
+    }
+
+    async fn set_carried(&mut self, key: &[u8], rec: Rec) -> Result<(), Error> {
         let ns = self.ns.clone();
         match self.overlay.find(&ns, key) {
             Some(i) => {

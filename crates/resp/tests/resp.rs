@@ -72,7 +72,8 @@ fn an_mset_of_one_key_is_one_set_of_its_last_value() {
 /// In a database an operator gave a default TTL, a new value gets it (a
 /// SET, a key INCR or HSET creates); a change of a live value keeps the
 /// key's own expiry, none included (PERSIST, APPEND, INCR, HSET, SET
-/// KEEPTTL), as Redis keeps it.
+/// KEEPTTL), as Redis keeps it; in MULTI/EXEC and multi-key commands
+/// (one engine batch) too, and RENAME carries the key's own.
 #[test]
 fn a_database_s_default_ttl_goes_to_new_values_only() {
     let f = Fixture::default();
@@ -105,6 +106,34 @@ fn a_database_s_default_ttl_goes_to_new_values_only() {
     assert_eq!(c.cmd("PERSIST h"), Value::Int(1));
     assert_eq!(c.cmd("HSET h g 2"), Value::Int(1));
     assert_eq!(ttl(&mut c, "h"), -1);
+    // The same inside MULTI/EXEC, whose writes are one engine batch: a
+    // PERSIST holds, a change keeps no expiry, a new value gets the default.
+    assert_eq!(c.cmd("SET t v"), Value::ok());
+    assert_eq!(c.cmd("PERSIST k"), Value::Int(1));
+    assert_eq!(c.cmd("MULTI"), Value::ok());
+    for cmd in ["PERSIST t", "APPEND k z", "INCR n", "HSET h i 3", "SET fresh 1", "INCR fresh2"] {
+        assert_eq!(c.cmd(cmd), Value::Simple("QUEUED".into()));
+    }
+    assert!(matches!(c.cmd("EXEC"), Value::Array(v) if v.len() == 6));
+    for key in ["t", "k", "n", "h"] {
+        assert_eq!(ttl(&mut c, key), -1, "{key} in MULTI/EXEC");
+    }
+    assert!(defaulted(ttl(&mut c, "fresh")) && defaulted(ttl(&mut c, "fresh2")));
+    // A SET then a change in one transaction: the SET's value got the
+    // default, which the change keeps (as one after the other outside).
+    assert_eq!(c.cmd("MULTI"), Value::ok());
+    assert_eq!(c.cmd("SET s a"), Value::Simple("QUEUED".into()));
+    assert_eq!(c.cmd("APPEND s b"), Value::Simple("QUEUED".into()));
+    assert_eq!(c.cmd("EXEC"), Value::Array(vec![Value::ok(), Value::Int(2)]));
+    assert!(defaulted(ttl(&mut c, "s")));
+    // RENAME carries the key's expiry, none included; MSETNX's values are new.
+    assert_eq!(c.cmd("RENAME t t2"), Value::ok());
+    assert_eq!(ttl(&mut c, "t2"), -1, "RENAME keeps no expiry");
+    assert_eq!(c.cmd("EXPIRE t2 5000"), Value::Int(1));
+    assert_eq!(c.cmd("RENAME t2 t3"), Value::ok());
+    assert!((4990..=5000).contains(&ttl(&mut c, "t3")), "RENAME keeps its expiry");
+    assert_eq!(c.cmd("MSETNX m1 1 m2 2"), Value::Int(1));
+    assert!(defaulted(ttl(&mut c, "m1")) && defaulted(ttl(&mut c, "m2")));
 }
 
 #[test]

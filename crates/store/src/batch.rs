@@ -40,6 +40,11 @@
 //! batch mark on the copy (its batch is committed: only committed records
 //! are ever indexed); the commit record is never indexed, so GC drops it.
 //!
+//! **Expiry**: a value written without one gets its namespace's default
+//! TTL, as a PUT does, unless its operation was added with
+//! [`Batch::op_exact`] (written as given, 0 being none: a value derived
+//! from the key's own, as Redis's PERSIST inside MULTI/EXEC).
+//!
 //! Limits: [`BATCH_OPS_MAX`] operations, each key once, and the records
 //! must fit in one segment (`BadBatch`, nothing applied, past either).
 
@@ -97,11 +102,21 @@ pub enum BatchOutcome {
     ConditionFailed { op: usize, outcome: PutOutcome },
 }
 
+/// One operation added to a [`Batch`].
+pub(crate) struct Queued {
+    ns: Arc<NsState>,
+    key: Vec<u8>,
+    op: BatchOp,
+    /// Its metadata is written as given: the namespace's default TTL is
+    /// not applied ([`Batch::op_exact`]).
+    exact: bool,
+}
+
 /// A batch being built ([`Store::batch`]): add operations, then
 /// [`Batch::commit`].
 pub struct Batch<'s> {
     store: &'s Store,
-    ops: Vec<(Arc<NsState>, Vec<u8>, BatchOp)>,
+    ops: Vec<Queued>,
     /// The first namespace handle added that is another store's: the
     /// commit refuses the batch (its id means another namespace here).
     foreign: Option<String>,
@@ -118,11 +133,27 @@ impl Batch<'_> {
     /// Add `op` on `key` of namespace `ns` (a handle of this batch's
     /// store: one of another store makes the commit fail with
     /// [`Error::BadBatch`]).
+    ///
+    /// A value written without an expiry (0) gets the namespace's default
+    /// TTL, if it has one, as a PUT does.
     pub fn op(&mut self, ns: &Namespace, key: &[u8], op: BatchOp) -> &mut Self {
+        self.queue(ns, key, op, false)
+    }
+
+    /// [`Batch::op`] whose value is written with its metadata exactly as
+    /// given: an expiry of 0 is none, never the namespace's default TTL
+    /// (a value derived from the key's own, which keeps its expiry, as
+    /// `Change::Derive` does for one key; or one whose caller applied the
+    /// default itself).
+    pub fn op_exact(&mut self, ns: &Namespace, key: &[u8], op: BatchOp) -> &mut Self {
+        self.queue(ns, key, op, true)
+    }
+
+    fn queue(&mut self, ns: &Namespace, key: &[u8], op: BatchOp, exact: bool) -> &mut Self {
         if self.foreign.is_none() && !ns.is_of(&self.store.core) {
             self.foreign = Some(ns.name().to_string());
         }
-        self.ops.push((ns.state(), key.to_vec(), op));
+        self.ops.push(Queued { ns: ns.state(), key: key.to_vec(), op, exact });
         self
     }
 
@@ -258,7 +289,7 @@ impl Resolved {
 }
 
 impl Core {
-    pub(crate) async fn commit_batch(&self, ops: Vec<(Arc<NsState>, Vec<u8>, BatchOp)>) -> Result<BatchOutcome> {
+    pub(crate) async fn commit_batch(&self, ops: Vec<Queued>) -> Result<BatchOutcome> {
         if ops.is_empty() {
             return Ok(BatchOutcome::Committed { cas: Vec::new() });
         }
@@ -266,7 +297,7 @@ impl Core {
             return Err(Error::BadBatch(format!("{} operations; a batch holds at most {BATCH_OPS_MAX}", ops.len())));
         }
         let mut resolved = Vec::with_capacity(ops.len());
-        for (ns, key, op) in ops {
+        for Queued { ns, key, op, exact } in ops {
             // A key of the default namespace is stored as it is. The key's
             // id and the counters are of one generation of the namespace
             // (a truncate meanwhile gives it new ones).
@@ -285,6 +316,7 @@ impl Core {
             };
             let stored = scoped.unwrap_or(key);
             let op = match op {
+                op if exact => op,
                 BatchOp::Put { value, meta } => BatchOp::Put { value, meta: self.with_default_ttl(&ns, meta) },
                 BatchOp::PutAbsent { value, meta } => {
                     BatchOp::PutAbsent { value, meta: self.with_default_ttl(&ns, meta) }

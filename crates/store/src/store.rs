@@ -599,6 +599,11 @@ impl Namespace {
         self.state.options
     }
 
+    /// Unix seconds by its store's clock (the one expiry is judged by).
+    pub fn now(&self) -> u32 {
+        self.core.clock.now()
+    }
+
     /// Its kind: a key space, or an export and its geometry.
     pub fn kind(&self) -> NamespaceKind {
         self.state.options.kind

@@ -159,6 +159,30 @@ fn limits_are_refused_with_nothing_applied() {
     assert_eq!(s.stats().keys, 0);
 }
 
+/// A batch's value written without an expiry gets its namespace's default
+/// TTL, as a PUT does; one added with `op_exact` is written as given (0:
+/// none), whatever the operation.
+#[test]
+fn a_batch_gives_the_default_ttl_unless_an_operation_is_exact() {
+    let s = Store::create(device(8 << 20), &create_opts(), &opts(Durability::Direct)).unwrap();
+    let t = s.create_namespace("t", NamespaceOptions { default_ttl_secs: 100, ..Default::default() }).unwrap();
+    let now = s.now();
+    t.put(b"c", b"0").unwrap();
+    let cas = t.get_item(b"c").unwrap().unwrap().cas;
+    let meta = ItemMeta::default();
+    let v = || b"v".to_vec();
+    let mut b = s.batch();
+    b.op(&t, b"a", BatchOp::Put { value: v(), meta }).op_exact(&t, b"b", BatchOp::Put { value: v(), meta });
+    b.op_exact(&t, b"c", BatchOp::Cas { cas, value: v(), meta });
+    b.op_exact(&t, b"d", BatchOp::PutAbsent { value: v(), meta: ItemMeta { expires: now + 7, ..meta } });
+    b.op(&t, b"e", BatchOp::PutAbsent { value: v(), meta: ItemMeta { expires: now + 7, ..meta } });
+    assert!(matches!(b.commit().unwrap(), BatchOutcome::Committed { .. }));
+    let expires = |k: &[u8]| t.get_item(k).unwrap().unwrap().meta.expires;
+    assert_eq!(expires(b"a"), now + 100);
+    assert_eq!((expires(b"b"), expires(b"c")), (0, 0));
+    assert_eq!((expires(b"d"), expires(b"e")), (now + 7, now + 7));
+}
+
 /// A namespace's quota counts a batch's earlier writes for its later ones.
 #[test]
 fn a_batch_is_held_to_its_namespaces_quotas() {
