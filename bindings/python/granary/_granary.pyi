@@ -6,6 +6,8 @@ from typing import Dict, Iterable, Iterator, List, Literal, Optional, Tuple, Uni
 
 from typing_extensions import Self
 
+from granary.errors import Error as _Error
+
 _Bytes = Union[bytes, bytearray, str]
 """A key or value argument: ``bytes`` (not copied), ``bytearray`` (copied)
 or ``str`` (encoded as UTF-8)."""
@@ -133,6 +135,13 @@ class _ClientCalls:
         """The value of ``key`` and its CAS value, or None (a GETS: protocol
         version 3)."""
     def get_many(self, keys: Iterable[_Bytes]) -> List[Optional[bytes]]: ...
+    def get_many_partial(
+        self, keys: Iterable[_Bytes]
+    ) -> Tuple[List[Union[bytes, None, _Error]], Dict[int, _Error]]:
+        """``get_many`` keeping the answers of the servers that answered:
+        ``(values, failed)``; a key whose server failed has that server's
+        error (not raised) in ``values``, and ``failed`` maps each failed
+        server's index (``server_of``) to its error."""
     def put(self, key: _Bytes, value: _Bytes, *, mode: Optional[_Mode] = None, cas: Optional[int] = None) -> bool:
         """Write ``value`` under ``key``; returns whether it wrote. ``mode``
         as for ``Store.put``; ``cas`` (mode "set" only): only if the value

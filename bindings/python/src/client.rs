@@ -17,7 +17,7 @@
 
 use crate::{keys_of, Data, Fail, Mode, Result};
 use granary_client::ketama::Ketama;
-use granary_client::{ClientConfig, NamespaceOptions, NamespaceStats, PutMode, TxnOp, TxnOutcome};
+use granary_client::{ClientConfig, NamespaceOptions, NamespaceStats, PartialMget, PutMode, TxnOp, TxnOutcome};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use std::sync::Arc;
@@ -209,6 +209,46 @@ macro_rules! client_methods {
                     on!(r, ns, |c| c.mget(&refs))
                 })?;
                 PyList::new(py, vs.iter().map(|v| v.as_ref().map(|v| PyBytes::new(py, v))))
+            }
+
+            /// `get_many` that keeps the values of the servers that
+            /// answered when others fail: `(values, failed)`, `values[i]`
+            /// being the value of `keys[i]` (`bytes`), None if it holds
+            /// none, or the error of its server if that failed (a
+            /// `granary.Error` instance, not raised), and `failed` a dict of
+            /// each failed server's index (`server_of`) and its error. One
+            /// request per server involved.
+            #[allow(clippy::type_complexity)] // the pair Python gets
+            fn get_many_partial<'py>(
+                &self,
+                py: Python<'py>,
+                keys: &Bound<'py, PyAny>,
+            ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyDict>)> {
+                let keys = keys_of(keys)?;
+                let part = py.detach(|| {
+                    let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+                    match &*self.remote {
+                        Remote::Sharded(c) => c.ns(&self.ns).mget_partial(&refs),
+                        // One server: all its keys or none.
+                        Remote::One(c) => match c.ns(&self.ns).mget(&refs) {
+                            Ok(vs) => PartialMget { values: vs.into_iter().map(Ok).collect(), failed: Vec::new() },
+                            Err(e) => PartialMget { values: refs.iter().map(|_| Err(0)).collect(), failed: vec![(0, e)] },
+                        },
+                    }
+                });
+                let failed = PyDict::new(py);
+                for (i, e) in part.failed {
+                    failed.set_item(i, PyErr::from(Fail::Client(e)).into_value(py))?;
+                }
+                let mut values = Vec::with_capacity(part.values.len());
+                for v in part.values {
+                    values.push(match v {
+                        Ok(Some(v)) => PyBytes::new(py, &v).into_any(),
+                        Ok(None) => py.None().into_bound(py),
+                        Err(i) => failed.get_item(i)?.unwrap_or_else(|| py.None().into_bound(py)),
+                    });
+                }
+                Ok((PyList::new(py, values)?, failed))
             }
 
             /// Write `value` under `key`; `mode` and `cas` as for

@@ -365,3 +365,44 @@ def test_sharded_client_places_keys_by_ketama(server, tmp_path):
         assert all(sharded.delete(k) for k in keys)
     finally:
         second.stop()
+
+
+def test_a_sharded_partial_get_many_keeps_the_servers_still_up(server, tmp_path):
+    second = Server(tmp_path / "second.db")
+    try:
+        sharded = granary.ShardedClient([server.address, second.address], timeout=5.0)
+        keys = [f"partial-{i}".encode() for i in range(40)]
+        for k in keys[:-1]:
+            assert sharded.put(k, k + b"!")
+        owners = [sharded.server_of(k) for k in keys]
+        assert set(owners) == {0, 1}
+        values, failed = sharded.get_many_partial(keys)
+        assert values == [k + b"!" for k in keys[:-1]] + [None]
+        assert failed == {}
+        ns = sharded.namespace("part")
+        assert ns.put(keys[0], b"in part")
+        lone = granary.Client(second.address, timeout=5.0)
+        second.stop()
+        values, failed = sharded.get_many_partial(keys)
+        assert list(failed) == [1]
+        assert isinstance(failed[1], granary.ConnectionFailed)
+        for k, o, v in zip(keys, owners, values):
+            if o == 1:
+                assert v is failed[1]
+            else:
+                assert v == (None if k == keys[-1] else k + b"!")
+        # get_many fails whole; a namespace of the client has the same call.
+        with pytest.raises(granary.ConnectionFailed):
+            sharded.get_many(keys)
+        on0 = [k for k, o in zip(keys, owners) if o == 0]
+        on1 = [k for k, o in zip(keys, owners) if o == 1]
+        values, failed = ns.get_many_partial([keys[0], on0[1], on1[0]])
+        assert list(failed) == [1]
+        assert values[:2] == [b"in part" if owners[0] == 0 else failed[1], None]
+        # One server's client: all of its keys, or its error for each.
+        one = granary.Client(server.address)
+        assert one.get_many_partial([on0[0], b"absent"]) == ([on0[0] + b"!", None], {})
+        values, failed = lone.get_many_partial(on1[:2])
+        assert list(failed) == [0] and values == [failed[0], failed[0]]
+    finally:
+        second.stop()
