@@ -20,7 +20,7 @@
 //! tier (not one found through a blind overwrite's link, whose location
 //! the index does not hold).
 
-use crate::access::{Clock0, ItemAccess};
+use crate::access::{Access, Clock0, ItemAccess};
 use crate::error::{Error, Result};
 use crate::namespace::NsState;
 use crate::store::{Core, Found};
@@ -402,19 +402,20 @@ impl Core {
         let (pba, linked) = (f.pba(), f.linked());
         let item = f.into_item();
         let want = want_win(&item);
-        self.mark_access(h, pba, linked, item, bump, want)
+        let (prior, won) = self.mark_access(h, pba, linked, bump, want);
+        ItemAccess { item, prior, won }
     }
 
-    /// [`Core::with_access`] of `item`, the version at `pba` (found
-    /// through a link when `linked`), whose want of the win token `want`
-    /// says.
-    pub(crate) fn mark_access(&self, h: u64, pba: u64, linked: bool, item: Item, bump: bool, want: bool) -> ItemAccess {
+    /// [`Core::with_access`]'s marking of the version at `pba` (found
+    /// through a link when `linked`), whose reader's want of the win token
+    /// `want` says: the state before it, and whether it won the token.
+    pub(crate) fn mark_access(&self, h: u64, pba: u64, linked: bool, bump: bool, want: bool) -> (Access, bool) {
         let now = self.clock.now();
         let fresh = crate::Access { fetched: false, last_access: now, win_sent: false };
         // Found through a blind overwrite's link, it has no index entry (so
         // no access word) until the link is settled: read as untracked.
         if !self.track_access || linked {
-            return ItemAccess { item, prior: fresh, won: want };
+            return (fresh, want);
         }
         let c = self.access_clock;
         let old = self.keys.index.access(h, pba, |w| {
@@ -426,11 +427,10 @@ impl Core {
             }
         });
         // None: a writer replaced the version just read; it reads as new.
-        let (prior, won) = match old {
+        match old {
             Some(w) => (c.decode(w), want && !Clock0::is_won(w)),
             None => (fresh, false),
-        };
-        ItemAccess { item, prior, won }
+        }
     }
 
     /// An inspection's read of `key` (a key dump, memcache `me`): its live

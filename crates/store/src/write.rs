@@ -21,7 +21,7 @@
 //! `blind_ok` (or, for a batch or a run's piece, `look_up_all`) allows, and
 //! then links the entry it displaces ([`crate::links`]).
 
-use crate::access::{ItemAccess, Policy};
+use crate::access::{Access, ItemAccess, Policy};
 use crate::coalesce::{Payload, Stray};
 use crate::combine::{Answer, Claimed, ClaimedUpdates, UpdateAnswer, UpdateWaited, Waited};
 use crate::counters::Counted;
@@ -754,10 +754,11 @@ impl Core {
     /// the expiry `expires` (and the CAS value `new_cas`, when given) as a
     /// touch gives it, both under the key's stripe: no write of the key
     /// comes between the read and the touch. The item returned is the one
-    /// touched. Counted as a GET and, when found, as a stored value (the
-    /// touch's write). The version read is marked (its access word:
-    /// [`Core::mark_access`]) before the touch is written, which keeps that
-    /// word.
+    /// touched. Counted as a GET (the device's: the DRAM tier is not asked)
+    /// and, when found, as a stored value (the touch's write). The version
+    /// read is marked (its access word: [`Core::mark_access`]) before the
+    /// touch is written, which keeps that word. On a store that refuses
+    /// writes, a key with no value is still a miss.
     pub async fn touch_item_access(
         &self,
         ns: &NsState,
@@ -767,17 +768,32 @@ impl Core {
         expires: u32,
         new_cas: Option<u64>,
     ) -> Result<Option<ItemAccess>> {
-        // The version marked and what its marking said; a version marked
-        // before a write that had to wait for room is not marked again
-        // (one marked since another write replaced it is a new one).
-        let mut marked: Option<(u64, ItemAccess)> = None;
+        let (_, c) = self.scoped(ns, key)?;
+        self.counters.gets.fetch_add(1, Relaxed);
+        if let Err(e) = self.log.check_writable() {
+            // Nothing can be touched; a miss is answered as one.
+            return match self.peek_item_access(ns, key).await? {
+                None => {
+                    c.got(false);
+                    Ok(None)
+                }
+                Some(_) => Err(e),
+            };
+        }
+        // The CAS value of the item marked and what its marking said. A
+        // touch that waits for room lets the stripe go, and then may find
+        // the item again elsewhere (moved by GC, or rewritten by another
+        // touch: both keep its CAS value and the access word this marking
+        // set): it is not marked twice (that would read its own mark as an
+        // earlier reader's). A new value of the key has a new CAS value,
+        // and is marked afresh.
+        let mut marked: Option<(u64, (Access, bool))> = None;
         let mut mark = |h: u64, f: &Found, item: &Item| {
-            let pba = f.entry.pba();
-            if marked.as_ref().is_some_and(|(p, _)| *p == pba) {
+            if marked.as_ref().is_some_and(|(cas, _)| *cas == item.cas) {
                 return;
             }
             let want = want_win(item);
-            marked = Some((pba, self.mark_access(h, pba, f.via.is_some(), item.clone(), bump, want)));
+            marked = Some((item.cas, self.mark_access(h, f.entry.pba(), f.via.is_some(), bump, want)));
         };
         let touch = |it: Option<&Item>| match it {
             None => (Change::Keep, None),
@@ -790,17 +806,15 @@ impl Core {
                 )
             }
         };
-        self.counters.gets.fetch_add(1, Relaxed);
         // SAFETY: `touch` borrows only this frame, and the future is
         // awaited here, in place.
         let touched = unsafe { self.update_marked(ns, key, touch, Some(&mut mark)) }.await;
         let (touched, _) = touched?;
-        let (_, c) = self.scoped(ns, key)?;
         c.got(touched.is_some());
         let Some(item) = touched else { return Ok(None) };
         self.counters.get_hits.fetch_add(1, Relaxed);
-        let Some((_, access)) = marked else { unreachable!("a touched item was marked") };
-        Ok(Some(ItemAccess { item, ..access }))
+        let Some((_, (prior, won))) = marked else { unreachable!("a touched item was marked") };
+        Ok(Some(ItemAccess { item, prior, won }))
     }
 
     /// [`Core::update`], with `mark` (if given) called under the stripe on

@@ -1,7 +1,7 @@
 //! The durability barrier, `Store::sync`, on the fault device: one flush;
 //! every write acknowledged before it survives a power loss in `Direct`
 //! mode (where nothing else flushes them), also after GC has moved it; a
-//! failed flush poisons the store.
+//! failed flush poisons the store (reads go on).
 
 use granary_store::block::block_key;
 use granary_store::io::{CrashKind, FaultDevice, OpKind, SimRng};
@@ -52,6 +52,10 @@ fn sync_is_one_flush_and_a_failed_one_poisons_the_store() {
     assert!(matches!(s.put(b"k2", b"v"), Err(Error::Poisoned { .. })));
     assert!(matches!(s.sync(), Err(Error::Poisoned { .. })));
     assert_eq!(s.get(b"k").unwrap().unwrap(), b"v");
+    // A touching read (memcache mg ... T) cannot touch, but a miss is
+    // still a miss.
+    assert!(matches!(s.touch_item_access(b"k", true, |_| false, 1, None), Err(Error::Poisoned { .. })));
+    assert!(s.touch_item_access(b"absent", true, |_| false, 1, None).unwrap().is_none());
     drop(s);
     dev.restart();
     let s = Store::open(dev, &opts()).unwrap();
