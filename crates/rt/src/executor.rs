@@ -531,6 +531,11 @@ const EFD_USER_DATA: u64 = u64::MAX;
 /// user_data of cancel requests, whose completions are ignored.
 pub(crate) const CANCEL_USER_DATA: u64 = u64::MAX - 1;
 
+/// Most enters [`Executor::submit_all`] makes while SQEs stay queued (each
+/// after reaping what completed): a kernel that keeps refusing that long
+/// is not making room.
+const SUBMIT_ALL_TRIES: usize = 1000;
+
 impl Executor {
     /// Register the arena with this ring as fixed buffer 0; on failure (a
     /// memlock limit, an old kernel) warn once per process and go on with
@@ -661,6 +666,38 @@ impl Executor {
             }
         }
         Ok(())
+    }
+
+    /// Submit every queued SQE before returning, however many enters it
+    /// takes: while the kernel refuses them (EBUSY or EAGAIN: some kernels
+    /// refuse submissions while completions overflow the completion queue
+    /// and its backlog cannot be flushed) or takes only some, reap completions to make room and enter again. For a
+    /// dropped operation, whose SQE must reach the kernel before its
+    /// caller can close the descriptor it names. Gives up, with an error,
+    /// after [`SUBMIT_ALL_TRIES`] enters that left SQEs queued.
+    pub(crate) fn submit_all(&self) -> io::Result<()> {
+        self.file_queued.set(0);
+        for _ in 0..SUBMIT_ALL_TRIES {
+            let left = {
+                let mut ring = self.ring.borrow_mut();
+                if ring.submission().is_empty() {
+                    return Ok(());
+                }
+                self.shared.counters.enters.fetch_add(1, Relaxed);
+                match ring.submit() {
+                    Ok(_) => {}
+                    Err(e) if op::retryable(&e) => {}
+                    Err(e) => return Err(e),
+                }
+                let left = ring.submission().len();
+                left
+            };
+            if left == 0 {
+                return Ok(());
+            }
+            self.reap();
+        }
+        Err(io::Error::other(format!("io_uring left SQEs queued after {SUBMIT_ALL_TRIES} submissions")))
     }
 
     fn arm_eventfd(&self) {

@@ -269,7 +269,7 @@ impl<T: 'static> Drop for Op<T> {
                     // caller can close the descriptor it named: queued
                     // until the next round, it would run on whatever the
                     // kernel gave that number to meanwhile.
-                    if let Err(e) = ex.submit() {
+                    if let Err(e) = ex.submit_all() {
                         tracing::warn!(error = %e, "io_uring submit of a dropped operation failed");
                     }
                 }

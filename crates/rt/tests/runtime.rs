@@ -866,6 +866,58 @@ fn a_send_dropped_before_its_submission_never_reaches_a_reused_descriptor() {
     drop(accept.join().unwrap());
 }
 
+/// The same while the ring's completion queue is full (its executor has
+/// not reaped the completions of the reads this task queued): the kernel
+/// refuses submissions (EBUSY) until completions are reaped, and the
+/// dropped send's submission must not stop at that refusal, or the send
+/// would run later, on the descriptor's next owner.
+#[test]
+fn a_send_dropped_while_completions_overflow_never_reaches_a_reused_descriptor() {
+    let rt = Runtime::new(RuntimeConfig { threads: 1, pin: false, ring_entries: 4, ..Default::default() }).unwrap();
+    let listener = granary_rt::net::bind_low_port([127, 0, 0, 1].into()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accept = std::thread::spawn(move || listener.accept().unwrap().0);
+    let zero = std::fs::File::open("/dev/zero").unwrap();
+    let leaked = rt
+        .block_on(async move {
+            let s = TcpStream::connect(addr).await.unwrap();
+            let fd = s.raw_fd();
+            let (c, d) = std::os::unix::net::UnixStream::pair().unwrap();
+            // Many more completions than the queue holds, none reaped by
+            // this task (it does not yield).
+            let mut reads = Vec::new();
+            for _ in 0..64 {
+                let mut r = Box::pin(read_at(zero.as_raw_fd(), vec![0u8; 8], 0));
+                assert!(r.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
+                reads.push(r);
+            }
+            let mut send = Box::pin(s.send_from(vec![b'X'; 64], 0));
+            assert!(send.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
+            drop(send);
+            // SAFETY: as in the test above.
+            assert_eq!(unsafe { libc::dup2(c.as_raw_fd(), fd) }, fd);
+            for r in reads {
+                assert_eq!(r.await.0.unwrap(), 8);
+            }
+            for _ in 0..5 {
+                sleep(Duration::from_millis(2)).await;
+            }
+            drop(s);
+            let mut leaked = 0;
+            for end in [&c, &d] {
+                end.set_nonblocking(true).unwrap();
+                let mut b = [0u8; 128];
+                if let Ok(n) = std::io::Read::read(&mut &*end, &mut b) {
+                    leaked += n;
+                }
+            }
+            leaked
+        })
+        .unwrap();
+    assert_eq!(leaked, 0, "a dropped send wrote into the descriptor's next owner");
+    drop(accept.join().unwrap());
+}
+
 /// A `block_on` nested in a future an outer `block_on` polls shares the
 /// thread's waker: a wake-up meant for the outer future that comes while
 /// the inner one waits is not lost (the outer would park for good).
