@@ -24,8 +24,10 @@
 //! crash. Each value is taken under its key's stripe, awaited: a writer
 //! evicts before it takes its own stripes (a batch before its commit
 //! point), so it never waits for itself. A value heading a blind
-//! overwrite's link is left alone (settling the link takes a read; GC
-//! does it). Values of other namespaces are never touched. One pass goes
+//! overwrite's link has its link settled first (a read of the record it
+//! displaced), as GC does: a namespace whose keys are all overwritten
+//! blindly would otherwise have nothing to evict. Values of other
+//! namespaces are never touched. One pass goes
 //! on until the namespace is 1/[`EVICT_SLACK`] of its quota below the
 //! limit besides the new value(s), so that a namespace written at its
 //! quota reads the log once per that share of its quota, not at every
@@ -262,8 +264,13 @@ impl Core {
         if self.space.stamp(seg) != stamp || !self.keys.index.contains(h, v.pba) {
             return Ok(false);
         }
-        if self.keys.links.of_head(v.pba).is_some() {
-            return Ok(false);
+        // A head's link is settled first (as GC does): the record it
+        // displaced is read, and indexed again if it is another key's live
+        // value. Under the head's stripe, which is the displaced key's too.
+        if let Some(link) = self.keys.links.of_head(v.pba) {
+            let (hdr, buf) = self.log.read_record_async(&self.space, link.old, false).await?;
+            let displaced = record::key_of(&hdr, &buf);
+            crate::settle::settle(self.parts(), v.pba, &link, displaced, self.keys.hash(displaced))?;
         }
         let bytes = v.hdr.grains(self.log.sb.grain_bytes) * self.log.grain();
         let fetched = crate::gc::read_since_written(&self.keys, h, v.pba);

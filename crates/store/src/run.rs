@@ -85,6 +85,10 @@ struct Piece<'a, 'k> {
     grains: &'a [u64],
     total: u64,
     meta: ItemMeta,
+    /// The namespace's counters, which count each key once its entry
+    /// points at its new record (a piece failing midway counts the keys
+    /// it published).
+    c: &'a crate::counters::NsCounters,
 }
 
 /// Run every future at once on this task; their outputs in order.
@@ -150,14 +154,10 @@ impl Core {
                 end += 1;
             }
             let values: Vec<&[u8]> = items[start..end].iter().map(|&(_, v)| v).collect();
-            let piece = Piece { keys: &keys[start..end], values: &values, grains: &grains[start..end], total, meta };
-            self.put_piece(&piece).await?;
             let (_, c) = ns.current_ref()?;
-            for (k, v) in keys[start..end].iter().zip(&values) {
-                self.counters.puts.fetch_add(1, Relaxed);
-                self.counters.user_bytes.fetch_add((k.key.len() + v.len()) as u64, Relaxed);
-                c.stored(PutOutcome::Stored);
-            }
+            let piece =
+                Piece { keys: &keys[start..end], values: &values, grains: &grains[start..end], total, meta, c: &c };
+            self.put_piece(&piece).await?;
             start = end;
         }
         Ok(())
@@ -186,7 +186,7 @@ impl Core {
 
     /// [`Core::put_piece`] with every key's stripe held.
     async fn put_piece_locked(&self, piece: &Piece<'_, '_>) -> Result<()> {
-        let &Piece { keys, values, grains, total, meta } = piece;
+        let &Piece { keys, values, grains, total, meta, .. } = piece;
         // The blind overwrites decided for the whole piece in one pass over
         // the links' table, as a batch's are.
         let (looked, own_link) =
@@ -241,8 +241,13 @@ impl Core {
         locs: &[Loc],
         first: u64,
     ) -> Result<()> {
-        let &Piece { keys, values, meta, .. } = piece;
+        let &Piece { keys, values, meta, c, .. } = piece;
         let policy = Policy::new_item(&meta);
+        let counted = |i: usize| {
+            self.counters.puts.fetch_add(1, Relaxed);
+            self.counters.user_bytes.fetch_add((keys[i].key.len() + values[i].len()) as u64, Relaxed);
+            c.stored(PutOutcome::Stored);
+        };
         let refresh = |i: usize| {
             let seq = first + i as u64;
             self.refresh_tier(&keys[i].key, keys[i].h, Some(values[i]), meta, seq, seq, locs[i]);
@@ -260,8 +265,11 @@ impl Core {
         }
         if !blind.is_empty() {
             self.commit_blind_all(&blind, |_| {}).await?;
-            for &i in which.iter().filter(|&&i| held[i]) {
-                refresh(i);
+            for &i in &which {
+                counted(i);
+                if held[i] {
+                    refresh(i);
+                }
             }
         }
         for (i, ((k, p), &l)) in keys.iter().zip(prior).zip(locs).enumerate() {
@@ -274,6 +282,7 @@ impl Core {
                     self.commit(key, h, existing, l, false, policy).await?
                 }
             }
+            counted(i);
             if held[i] {
                 refresh(i);
             }

@@ -1246,3 +1246,73 @@ fn a_cache_namespace_at_its_quota_evicts_its_own_values() {
     assert!(q.stats().unwrap().keys <= 64);
     s.close().unwrap();
 }
+
+/// A run of PUTs (`put_many`) counts each key once, as single PUTs would:
+/// the store's puts and user bytes and the namespace's sets, new keys
+/// and overwrites (blind ones included).
+#[test]
+fn a_run_of_puts_counts_each_key_once() {
+    let now = clock();
+    let o = OpenOptions { blind_overwrite_bytes: Some(1 << 20), ..opts(&now, false) };
+    let s = Store::create(device(8 << 20), &create_opts(), &o).unwrap();
+    let a = s.create_namespace("a", NamespaceOptions::default()).unwrap();
+    let b = s.create_namespace("b", NamespaceOptions::default()).unwrap();
+    let keys: Vec<Vec<u8>> = (0..40u32).map(|i| format!("key-{i}").into_bytes()).collect();
+    let value = vec![7u8; 300];
+    let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &value[..])).collect();
+    let figures = |ns: &granary_store::Namespace| (s.stats().puts, s.stats().user_bytes_written, ns.stats().unwrap().sets);
+    let delta = |before: (u64, u64, u64), after: (u64, u64, u64)| (after.0 - before.0, after.1 - before.1, after.2 - before.2);
+    for round in 0..2 {
+        // The same keys one PUT at a time in a namespace of a name as long.
+        let before = figures(&b);
+        for &(k, v) in &items {
+            b.put(k, v).unwrap();
+        }
+        let single = delta(before, figures(&b));
+        assert_eq!((single.0, single.2), (40, 40));
+        let before = figures(&a);
+        a.put_many(&items).unwrap();
+        assert_eq!(delta(before, figures(&a)), single, "round {round}");
+    }
+    assert!(s.stats().blind_overwrites > 0, "the overwrites took the blind path");
+}
+
+/// A cache namespace at its quota evicts values that head blind
+/// overwrites' links (every key overwritten once since its first value):
+/// the link is settled first. They were skipped, so such a namespace
+/// refused every new key until a checkpoint or GC settled the links.
+#[test]
+fn a_cache_namespace_at_its_quota_evicts_values_that_head_links() {
+    let now = clock();
+    let o = OpenOptions { blind_overwrite_bytes: Some(1 << 20), ..opts(&now, true) };
+    let dev = device(8 << 20);
+    let s = Store::create(dev.clone(), &create_opts(), &o).unwrap();
+    let q = s.create_namespace("q", NamespaceOptions { max_keys: Some(16), ..Default::default() }).unwrap();
+    for round in [&b"first"[..], b"second"] {
+        for i in 0..16 {
+            q.put(&load_key(i), round).unwrap();
+        }
+    }
+    assert!(s.stats().unsettled_links >= 16, "the overwrites were blind: {}", s.stats().unsettled_links);
+    for i in 16..32 {
+        q.put(&load_key(i), b"new").unwrap();
+        assert!(q.stats().unwrap().keys <= 16, "key {i}");
+    }
+    let read = |s: &Store| {
+        let q = s.namespace("q").unwrap();
+        let mut present = 0;
+        for i in 0..32 {
+            if let Some(v) = q.get(&load_key(i)).unwrap() {
+                assert_eq!(v, if i < 16 { &b"second"[..] } else { b"new" }, "key {i}");
+                present += 1;
+            }
+        }
+        present
+    };
+    assert!((1..=16).contains(&read(&s)));
+    assert_eq!(q.get(&load_key(31)).unwrap().as_deref(), Some(&b"new"[..]), "the last write is kept");
+    drop(q);
+    s.close().unwrap();
+    let s = Store::open(dev, &o).unwrap();
+    assert!((1..=16).contains(&read(&s)), "an evicted value came back");
+}
