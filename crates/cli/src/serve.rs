@@ -596,10 +596,40 @@ fn run(mut a: Config) -> Result<(), String> {
     if cancelled > 0 {
         tracing::warn!(cancelled, "connections closed by the drain timeout");
     }
-    let store = Arc::try_unwrap(store).map_err(|_| "the store is still in use after the server stopped".to_string())?;
+    let store = sole_owner(store, STORE_RELEASE_WAIT).map_err(|_| {
+        format!("the store is still in use {} s after the server stopped", STORE_RELEASE_WAIT.as_secs())
+    })?;
     store.close().map_err(|e| format!("closing the store: {e}"))?;
     eprintln!("granary: stopped cleanly");
     Ok(())
+}
+
+/// How long a stop waits for work on threads of its own that still holds
+/// the store once every listener has drained (RESP's DBSIZE settles the
+/// links of blind overwrites on a thread, one device read per link)
+/// before it gives up on a clean close.
+const STORE_RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The store, once nothing else holds it, waiting up to `wait`; handed
+/// back still shared past that (no clean close: the next start replays
+/// the log).
+fn sole_owner(mut store: Arc<Store>, wait: std::time::Duration) -> Result<Store, Arc<Store>> {
+    let deadline = std::time::Instant::now() + wait;
+    let mut said = false;
+    loop {
+        match Arc::try_unwrap(store) {
+            Ok(s) => return Ok(s),
+            Err(s) if std::time::Instant::now() < deadline => {
+                if !said {
+                    eprintln!("granary: waiting for work still using the store (settling links) before closing it");
+                    said = true;
+                }
+                store = s;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(s) => return Err(s),
+        }
+    }
 }
 
 /// The TLS settings of the memcache, RESP and native listeners, read and
@@ -735,4 +765,29 @@ fn start(
         eprintln!("granary: serving the native protocol on {}", n.local_addr());
     }
     Ok(Served { memcache: server, native, resp, nbd })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A stop waits for work that still holds the store (a thread settling
+    /// links), and gives up past its wait.
+    #[test]
+    fn a_stop_waits_for_other_holders_of_the_store() {
+        let dev = Arc::new(granary_store::io::MemDevice::new(8 << 20));
+        let store = Arc::new(Store::create(dev, &Default::default(), &Default::default()).unwrap());
+        let held = store.clone();
+        let (go, gone) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            gone.recv().unwrap();
+            drop(held);
+        });
+        let Err(store) = sole_owner(store, Duration::from_millis(30)) else { panic!("taken while still held") };
+        go.send(()).unwrap();
+        let store = sole_owner(store, Duration::from_secs(60)).unwrap_or_else(|_| panic!("let go"));
+        holder.join().unwrap();
+        store.close().unwrap();
+    }
 }

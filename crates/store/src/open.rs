@@ -295,6 +295,7 @@ impl Store {
             recovery: Mutex::new(RecoveryReport::default()),
             gc_counters: Default::default(),
             gc_lock: Mutex::new(()),
+            settling: Mutex::new(()),
             checkpoints: Checkpoints::new(session),
             clock: opts.clock.clone(),
             evict: opts.evict,

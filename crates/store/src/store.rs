@@ -87,6 +87,10 @@ pub(crate) struct Core {
     /// Held by GC while it reclaims a segment and by `verify` throughout,
     /// so verify never sees records move under it.
     pub(crate) gc_lock: Mutex<()>,
+    /// Held by [`Store::settle_links`]: one settling of every link at a
+    /// time (each takes up to 16 threads of reads; a second would read
+    /// the same links again).
+    pub(crate) settling: Mutex<()>,
     pub(crate) checkpoints: Checkpoints,
     pub(crate) clock: crate::options::Clock,
     /// Cache mode (see [`OpenOptions::evict`](crate::OpenOptions::evict)).
@@ -914,8 +918,10 @@ impl Store {
     /// they displaced, so that the key counts are exact; returns how many
     /// were other keys' (counted again). Blocking, with threads of its
     /// own: never call it on an executor (it takes key locks that
-    /// executor tasks hold across IO).
+    /// executor tasks hold across IO). One runs at a time: a call made
+    /// while another runs waits for it, then settles what is left.
     pub fn settle_links(&self) -> Result<u64> {
+        let _one = self.core.settling.lock().unwrap_or_else(|e| e.into_inner());
         crate::settle::resolve_all(self.core.parts()).map(|r| r.live)
     }
 

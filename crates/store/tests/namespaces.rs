@@ -1260,8 +1260,10 @@ fn a_run_of_puts_counts_each_key_once() {
     let keys: Vec<Vec<u8>> = (0..40u32).map(|i| format!("key-{i}").into_bytes()).collect();
     let value = vec![7u8; 300];
     let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (&k[..], &value[..])).collect();
-    let figures = |ns: &granary_store::Namespace| (s.stats().puts, s.stats().user_bytes_written, ns.stats().unwrap().sets);
-    let delta = |before: (u64, u64, u64), after: (u64, u64, u64)| (after.0 - before.0, after.1 - before.1, after.2 - before.2);
+    let figures =
+        |ns: &granary_store::Namespace| (s.stats().puts, s.stats().user_bytes_written, ns.stats().unwrap().sets);
+    let delta =
+        |before: (u64, u64, u64), after: (u64, u64, u64)| (after.0 - before.0, after.1 - before.1, after.2 - before.2);
     for round in 0..2 {
         // The same keys one PUT at a time in a namespace of a name as long.
         let before = figures(&b);
