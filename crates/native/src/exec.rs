@@ -330,13 +330,13 @@ async fn do_put_buf(ctx: &Ctx, scope: &Scope, mut p: LargePut) -> Outcome {
         PutMode::ReplaceOnly => granary_store::Cond::Present,
     };
     // The buffer holds the key as stored under the namespace's id when the
-    // frame arrived. If the namespace has another id now (truncated), or
-    // was dropped (and perhaps created anew), the engine would refuse it:
-    // build it again for what the name names now (one copy of the value).
-    // This task does not yield between this check and the engine's own;
-    // a truncate by another connection, on another core, landing between
-    // the two still makes this PUT fail with NO_SUCH_NAMESPACE, as a drop
-    // would.
+    // frame arrived, and its namespace handle. If the namespace was
+    // dropped (and perhaps created anew under its name), that handle's
+    // writes are refused: build the buffer again for what the name names
+    // now (one copy of the value). A truncate keeps the handle, and the
+    // engine rewrites the key under the namespace's new id itself
+    // (`Store::put_buf`); this check catches it too, at the cost of the
+    // copy.
     let (ns, pb) = if p.ns.stats().is_ok_and(|s| s.id == p.id) {
         (p.ns, p.pb)
     } else {

@@ -585,8 +585,10 @@ fn encode(hdr: &RecordHeader, seed: u32, key: &[u8], value: Payload<'_>, out: &m
 
 /// The value of a record to write: borrowed bytes, encoded (copied) into
 /// the write buffer; or a record already built in place in an aligned
-/// buffer ([`crate::PutBuf`]), written as it is. The buffer is taken only
-/// while the write runs and given back, so a retry can use it again.
+/// buffer ([`crate::PutBuf`]): up to [`OWNED_JOIN_BYTES_MAX`] copied into
+/// a group's buffer, larger taken from its option once the write has its
+/// room (a refusal for room, the only error a retry follows, comes
+/// before) and written as it is, as a group of its own; not given back.
 pub(crate) enum Payload<'a> {
     Slice(&'a [u8]),
     Owned { buf: &'a mut Option<AlignedBuf>, value_len: u64 },

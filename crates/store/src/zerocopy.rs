@@ -15,9 +15,10 @@
 //!   through the ring: its [`granary_rt::IoBuf`] is the part of the value
 //!   not filled yet). [`crate::Store::put_buf`] writes the record from this
 //!   buffer: the header and checksums are set in place, and the buffer goes
-//!   to the device as it is (with write coalescing, a small record that
-//!   joins a group under way is copied into the group's buffer instead:
-//!   one copy of a few KiB costs less than a device write of its own).
+//!   to the device as it is (with write coalescing, a record of up to 16
+//!   KiB is copied into a group's buffer instead, the group under way or
+//!   one it starts: one copy of a few KiB costs less than a device write
+//!   of its own).
 
 use crate::types::ItemMeta;
 use granary_format::limits::RECORD_HEADER_BYTES;
@@ -121,7 +122,9 @@ impl PutBuf {
         self.buf.as_ref().expect("a PutBuf holds its buffer outside the store")
     }
 
-    /// The key, in place in the record.
+    /// The key as stored, in place in the record: in a namespace other
+    /// than the default one, the engine's prefix and the namespace's id,
+    /// then the caller's key.
     pub fn key(&self) -> &[u8] {
         &self.bytes()[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + self.key_len]
     }
