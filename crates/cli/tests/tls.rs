@@ -447,6 +447,42 @@ fn the_connection_limit_refuses_over_tls() {
     }
 }
 
+/// A connection being refused (over the limit, its TLS handshake not yet
+/// made: it may take 10 s) does not count against the limit: once the
+/// served connection closes, the next is served while the refusal still
+/// waits (it held a slot, so every connection was refused until it ended).
+#[test]
+fn a_connection_being_refused_holds_no_place_under_the_limit() {
+    if !common::have_peers(&["openssl"], &[]) {
+        return;
+    }
+    let dir = tempdir();
+    let certs = make_certs(dir.path());
+    let s = Serve::start(dir.path(), &certs, &["--conn-limit", "1"]);
+    let held = Client::connect(("127.0.0.1", s.native), tls_client(&certs, false)).unwrap();
+    // Over the limit, and silent: its refusal waits for its handshake.
+    let stalled = TcpStream::connect(("127.0.0.1", s.native)).unwrap();
+    let e = Client::connect(("127.0.0.1", s.native), tls_client(&certs, false)).err().expect("over the limit");
+    assert!(e.to_string().contains("connection limit"), "{e}");
+    drop(held);
+    let deadline = Instant::now() + TOOL_LIMIT;
+    loop {
+        match Client::connect(("127.0.0.1", s.native), tls_client(&certs, false)) {
+            Ok(c) => {
+                c.put(b"k", b"v").unwrap();
+                break;
+            }
+            Err(e) if Instant::now() < deadline => assert!(e.to_string().contains("connection limit"), "{e}"),
+            Err(e) => panic!("still refused after {TOOL_LIMIT:?}: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Served while the refusal still waited: its socket is still open.
+    stalled.set_nonblocking(true).unwrap();
+    let open = matches!((&stalled).read(&mut [0u8; 16]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+    assert!(open, "the stalled connection's refusal had ended: it held the only place until then");
+}
+
 #[test]
 fn bad_tls_files_refuse_the_start() {
     if !common::have_peers(&["openssl"], &[]) {

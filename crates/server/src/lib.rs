@@ -401,7 +401,11 @@ async fn accept_loop<P: Protocol>(
             }
         };
         let (admitted, n) = stats.connections.admit(stream.raw_fd());
-        let refusal = match n > cfg.max_connections {
+        // Connections being refused hold their descriptors (and count as
+        // open) for seconds, but are not served: the limit is on the
+        // others.
+        let serving = n.saturating_sub(stats.refusing.load(Relaxed) as usize);
+        let refusal = match serving > cfg.max_connections {
             false => None,
             true => match Refusal::take(&stats) {
                 Some(r) => Some(r),
