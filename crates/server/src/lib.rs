@@ -476,6 +476,10 @@ impl<P: Protocol> ConnectionTask<P> {
                     Err(e) => {
                         stats.tls_handshake_errors.fetch_add(1, Relaxed);
                         tracing::debug!(error = %e, protocol = name, "TLS handshake failed; connection closed");
+                        // A refusal ends before its registration, so the
+                        // accept loop never sees it gone from the refusals
+                        // but still open (it would serve one over the limit).
+                        drop(over_limit);
                         drop(admitted);
                         drop(t);
                         return;

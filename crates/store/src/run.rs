@@ -122,8 +122,12 @@ impl Core {
     /// Keys must be distinct (`BadBatch` otherwise, nothing written).
     pub async fn put_many(&self, ns: &NsState, items: &[(&[u8], &[u8])]) -> Result<()> {
         let mut keys = Vec::with_capacity(items.len());
+        // The counters of the namespace's generation the keys are stored
+        // under (a truncate meanwhile gives it new ones).
+        let mut counters = None;
         for &(k, v) in items {
-            let (key, _) = self.scoped(ns, k)?;
+            let (key, c) = self.scoped(ns, k)?;
+            counters.get_or_insert(c);
             ns.check_block_value(v.len())?;
             keys.push(Key { h: self.keys.hash(&key), key });
         }
@@ -154,9 +158,10 @@ impl Core {
                 end += 1;
             }
             let values: Vec<&[u8]> = items[start..end].iter().map(|&(_, v)| v).collect();
-            let (_, c) = ns.current_ref()?;
-            let piece =
-                Piece { keys: &keys[start..end], values: &values, grains: &grains[start..end], total, meta, c: &c };
+            // A namespace dropped meanwhile takes no more pieces.
+            ns.current_ref()?;
+            let Some(c) = counters.as_deref() else { break };
+            let piece = Piece { keys: &keys[start..end], values: &values, grains: &grains[start..end], total, meta, c };
             self.put_piece(&piece).await?;
             start = end;
         }
@@ -264,12 +269,9 @@ impl Core {
             }
         }
         if !blind.is_empty() {
-            self.commit_blind_all(&blind, |_| {}).await?;
-            for &i in &which {
-                counted(i);
-                if held[i] {
-                    refresh(i);
-                }
+            self.commit_blind_all(&blind, |k| counted(which[k])).await?;
+            for &i in which.iter().filter(|&&i| held[i]) {
+                refresh(i);
             }
         }
         for (i, ((k, p), &l)) in keys.iter().zip(prior).zip(locs).enumerate() {
