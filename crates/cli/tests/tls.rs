@@ -433,12 +433,19 @@ fn the_connection_limit_refuses_over_tls() {
     assert!(e.to_string().contains("connection limit"), "{e}");
     drop(held);
     // The limit frees as the held connection's close is seen (bounded).
+    served_once_the_limit_frees(&s, &certs);
+}
+
+/// A native TLS client connects to `s` and writes, once the server has
+/// seen a served connection close (each refusal until then says the
+/// connection limit); fails after [`TOOL_LIMIT`].
+fn served_once_the_limit_frees(s: &Serve, certs: &Certs) {
     let deadline = Instant::now() + TOOL_LIMIT;
     loop {
-        match Client::connect(("127.0.0.1", s.native), tls_client(&certs, false)) {
+        match Client::connect(("127.0.0.1", s.native), tls_client(certs, false)) {
             Ok(c) => {
                 c.put(b"k", b"v").unwrap();
-                break;
+                return;
             }
             Err(e) if Instant::now() < deadline => assert!(e.to_string().contains("connection limit"), "{e}"),
             Err(e) => panic!("still refused after {TOOL_LIMIT:?}: {e}"),
@@ -465,18 +472,7 @@ fn a_connection_being_refused_holds_no_place_under_the_limit() {
     let e = Client::connect(("127.0.0.1", s.native), tls_client(&certs, false)).err().expect("over the limit");
     assert!(e.to_string().contains("connection limit"), "{e}");
     drop(held);
-    let deadline = Instant::now() + TOOL_LIMIT;
-    loop {
-        match Client::connect(("127.0.0.1", s.native), tls_client(&certs, false)) {
-            Ok(c) => {
-                c.put(b"k", b"v").unwrap();
-                break;
-            }
-            Err(e) if Instant::now() < deadline => assert!(e.to_string().contains("connection limit"), "{e}"),
-            Err(e) => panic!("still refused after {TOOL_LIMIT:?}: {e}"),
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    served_once_the_limit_frees(&s, &certs);
     // Served while the refusal still waited: its socket is still open.
     stalled.set_nonblocking(true).unwrap();
     let open = matches!((&stalled).read(&mut [0u8; 16]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);

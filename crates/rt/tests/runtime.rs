@@ -828,52 +828,27 @@ fn a_timeout_in_block_on_ends_with_its_future() {
 /// another file; it never writes into whatever gets that number.
 #[test]
 fn a_send_dropped_before_its_submission_never_reaches_a_reused_descriptor() {
-    let rt = rt(1);
-    let listener = granary_rt::net::bind_low_port([127, 0, 0, 1].into()).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accept = std::thread::spawn(move || listener.accept().unwrap().0);
-    let leaked = rt
-        .block_on(async move {
-            let s = TcpStream::connect(addr).await.unwrap();
-            let fd = s.raw_fd();
-            let (c, d) = std::os::unix::net::UnixStream::pair().unwrap();
-            let mut send = Box::pin(s.send_from(vec![b'X'; 64], 0));
-            assert!(send.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
-            drop(send);
-            // The stream's number now names another socket, in one step
-            // (tests running beside this one open files too): as if the
-            // stream had closed and the number been given out again.
-            // SAFETY: both are open descriptors of this process; the
-            // stream's (closed by it when dropped below) becomes a copy of
-            // `c`'s.
-            assert_eq!(unsafe { libc::dup2(c.as_raw_fd(), fd) }, fd);
-            for _ in 0..5 {
-                sleep(Duration::from_millis(2)).await;
-            }
-            drop(s);
-            let mut leaked = 0;
-            for end in [&c, &d] {
-                end.set_nonblocking(true).unwrap();
-                let mut b = [0u8; 128];
-                if let Ok(n) = std::io::Read::read(&mut &*end, &mut b) {
-                    leaked += n;
-                }
-            }
-            leaked
-        })
-        .unwrap();
-    assert_eq!(leaked, 0, "a dropped send wrote into the descriptor's next owner");
-    drop(accept.join().unwrap());
+    assert_eq!(bytes_a_dropped_send_leaks(rt(1), 0), 0, "a dropped send wrote into the descriptor's next owner");
 }
 
-/// The same while the ring's completion queue is full (its executor has
-/// not reaped the completions of the reads this task queued): the kernel
-/// refuses submissions (EBUSY) until completions are reaped, and the
+/// The same while the ring's completion queue overflows (its executor has
+/// not reaped the completions of the reads this task queued): some kernels
+/// refuse submissions then (EBUSY) until completions are reaped, and the
 /// dropped send's submission must not stop at that refusal, or the send
 /// would run later, on the descriptor's next owner.
 #[test]
 fn a_send_dropped_while_completions_overflow_never_reaches_a_reused_descriptor() {
     let rt = Runtime::new(RuntimeConfig { threads: 1, pin: false, ring_entries: 4, ..Default::default() }).unwrap();
+    assert_eq!(bytes_a_dropped_send_leaks(rt, 64), 0, "a dropped send wrote into the descriptor's next owner");
+}
+
+/// On `rt`: `reads` reads of /dev/zero queued and left unreaped (this
+/// task does not yield), then a send polled once and dropped, and its
+/// stream's descriptor number given to another socket in one step (tests
+/// running beside this one open files too: as if the stream had closed
+/// and the number been given out again). The bytes that reached that
+/// socket's pair.
+fn bytes_a_dropped_send_leaks(rt: Runtime, reads: usize) -> usize {
     let listener = granary_rt::net::bind_low_port([127, 0, 0, 1].into()).unwrap();
     let addr = listener.local_addr().unwrap();
     let accept = std::thread::spawn(move || listener.accept().unwrap().0);
@@ -883,20 +858,20 @@ fn a_send_dropped_while_completions_overflow_never_reaches_a_reused_descriptor()
             let s = TcpStream::connect(addr).await.unwrap();
             let fd = s.raw_fd();
             let (c, d) = std::os::unix::net::UnixStream::pair().unwrap();
-            // Many more completions than the queue holds, none reaped by
-            // this task (it does not yield).
-            let mut reads = Vec::new();
-            for _ in 0..64 {
+            let mut queued = Vec::new();
+            for _ in 0..reads {
                 let mut r = Box::pin(read_at(zero.as_raw_fd(), vec![0u8; 8], 0));
                 assert!(r.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
-                reads.push(r);
+                queued.push(r);
             }
             let mut send = Box::pin(s.send_from(vec![b'X'; 64], 0));
             assert!(send.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
             drop(send);
-            // SAFETY: as in the test above.
+            // SAFETY: both are open descriptors of this process; the
+            // stream's (closed by it when dropped below) becomes a copy of
+            // `c`'s.
             assert_eq!(unsafe { libc::dup2(c.as_raw_fd(), fd) }, fd);
-            for r in reads {
+            for r in queued {
                 assert_eq!(r.await.0.unwrap(), 8);
             }
             for _ in 0..5 {
@@ -914,8 +889,8 @@ fn a_send_dropped_while_completions_overflow_never_reaches_a_reused_descriptor()
             leaked
         })
         .unwrap();
-    assert_eq!(leaked, 0, "a dropped send wrote into the descriptor's next owner");
     drop(accept.join().unwrap());
+    leaked
 }
 
 /// A `block_on` nested in a future an outer `block_on` polls shares the
