@@ -25,7 +25,8 @@
 //! evicts before it takes its own stripes (a batch before its commit
 //! point), so it never waits for itself. A value heading a blind
 //! overwrite's link has its link settled first (a read of the record it
-//! displaced), as GC does: a namespace whose keys are all overwritten
+//! displaced; a value whose displaced record cannot be read is left
+//! alone), as GC does: a namespace whose keys are all overwritten
 //! blindly would otherwise have nothing to evict. Values of other
 //! namespaces are never touched. One pass goes
 //! on until the namespace is 1/[`EVICT_SLACK`] of its quota below the
