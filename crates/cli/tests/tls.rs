@@ -420,22 +420,6 @@ fn a_plain_client_on_a_tls_port_is_closed_and_the_server_keeps_serving() {
     assert_eq!(c.get(b"after").unwrap().as_deref(), Some(&b"ok"[..]));
 }
 
-#[test]
-fn the_connection_limit_refuses_over_tls() {
-    if !common::have_peers(&["openssl"], &[]) {
-        return;
-    }
-    let dir = tempdir();
-    let certs = make_certs(dir.path());
-    let s = Serve::start(dir.path(), &certs, &["--conn-limit", "1"]);
-    let held = Client::connect(("127.0.0.1", s.native), tls_client(&certs, false)).unwrap();
-    let e = Client::connect(("127.0.0.1", s.native), tls_client(&certs, false)).err().expect("over the limit");
-    assert!(e.to_string().contains("connection limit"), "{e}");
-    drop(held);
-    // The limit frees as the held connection's close is seen (bounded).
-    served_once_the_limit_frees(&s, &certs);
-}
-
 /// A native TLS client connects to `s` and writes, once the server has
 /// seen a served connection close (each refusal until then says the
 /// connection limit); fails after [`TOOL_LIMIT`].
@@ -454,12 +438,13 @@ fn served_once_the_limit_frees(s: &Serve, certs: &Certs) {
     }
 }
 
-/// A connection being refused (over the limit, its TLS handshake not yet
+/// The connection limit refuses over TLS, with the protocol's words; a
+/// connection being refused (over the limit, its TLS handshake not yet
 /// made: it may take 10 s) does not count against the limit: once the
 /// served connection closes, the next is served while the refusal still
 /// waits (it held a slot, so every connection was refused until it ended).
 #[test]
-fn a_connection_being_refused_holds_no_place_under_the_limit() {
+fn the_connection_limit_refuses_over_tls_and_refusals_hold_no_place() {
     if !common::have_peers(&["openssl"], &[]) {
         return;
     }
