@@ -786,7 +786,9 @@ impl Core {
         // touch: both keep its CAS value and the access word this marking
         // set): it is not marked twice (that would read its own mark as an
         // earlier reader's). A new value of the key has a new CAS value,
-        // and is marked afresh.
+        // and is marked afresh; so is the item if a touch meanwhile gave it
+        // a CAS value of the client's choosing (memcache `E`), and a new
+        // value given this item's CAS value that way is not marked.
         let mut marked: Option<(u64, (Access, bool))> = None;
         let mut mark = |h: u64, f: &Found, item: &Item| {
             if marked.as_ref().is_some_and(|(cas, _)| *cas == item.cas) {
