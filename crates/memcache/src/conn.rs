@@ -181,6 +181,13 @@ struct Conn<'a> {
     /// The length of the data block (with its "\r\n") of an
     /// authentication `set` whose line was read.
     auth_pending: Option<usize>,
+    /// The text request at the start of the input is not looked at again
+    /// before this many bytes have come: its line and data block, once its
+    /// line was read and its data is short. 0: no such wait.
+    waiting: usize,
+    /// Bytes at the start of the input already looked at for a line end,
+    /// none found ([`parse::frame_from`]); 0 once a line is read.
+    scanned: usize,
 }
 
 impl Conn<'_> {
@@ -207,9 +214,23 @@ impl Conn<'_> {
         if *self.binary.get_or_insert(buf[0] == binary::MAGIC_REQUEST) {
             return self.step_binary(buf).await;
         }
-        let (line, line_len) = match parse::frame(buf) {
-            Frame::Line(line, n) => (line, n),
-            Frame::Incomplete => return Step::NeedMore,
+        // A request that arrives in pieces is parsed once its line is
+        // whole and once more when its data is: not once per piece (a
+        // client dribbling a long line or a large value would make each
+        // piece cost the whole line's parse).
+        if buf.len() < self.waiting {
+            return Step::NeedMore;
+        }
+        self.waiting = 0;
+        let (line, line_len) = match parse::frame_from(buf, self.scanned) {
+            Frame::Line(line, n) => {
+                self.scanned = 0;
+                (line, n)
+            }
+            Frame::Incomplete => {
+                self.scanned = buf.len();
+                return Step::NeedMore;
+            }
             Frame::TooLong => {
                 Exec::new(self.ctx, &mut self.out, false).refuse_line(None, ParseError::LineTooLong);
                 return Step::Close;
@@ -244,7 +265,10 @@ impl Conn<'_> {
                                 self.receiving = Some(Receiving { put, cmd, started: Instant::now() });
                                 Step::Receive(line_len)
                             }
-                            None => Step::NeedMore,
+                            None => {
+                                self.waiting = line_len + len + 2;
+                                Step::NeedMore
+                            }
                         }
                     } else {
                         exec.run(req, &rest[..len + 2]).await;
@@ -449,6 +473,8 @@ pub(crate) async fn serve(session: &Session, ctx: &Ctx) {
         binary: auth.then_some(false),
         authenticated: !auth,
         auth_pending: None,
+        waiting: 0,
+        scanned: 0,
     };
     let mut input: Vec<u8> = Vec::new();
     loop {

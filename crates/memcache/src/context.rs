@@ -180,10 +180,83 @@ pub(crate) struct Ctx {
     pub threads: usize,
     /// The store evicts when full (cache mode); shown by `stats settings`.
     pub evicting: bool,
-    /// Counts `flush_all` requests: a delayed flush happens only if none
-    /// came after it (memcached keeps one flush time, which the last
-    /// `flush_all` sets).
-    pub flushes: Arc<std::sync::atomic::AtomicU64>,
+    /// The delayed `flush_all` pending, if any (memcached keeps one flush
+    /// time, which the last `flush_all` sets).
+    pub delayed_flush: Arc<DelayedFlush>,
+}
+
+/// The one delayed `flush_all` of a server: each `flush_all` replaces the
+/// time of the one pending (an immediate flush cancels it), and one timer
+/// task at most runs for it, however many requests set it. The task wakes
+/// at least every [`DelayedFlush::TICK`] to see the time the last request
+/// set, and ends once nothing is pending.
+#[derive(Default)]
+pub(crate) struct DelayedFlush {
+    state: std::sync::Mutex<FlushTimer>,
+}
+
+#[derive(Default)]
+struct FlushTimer {
+    /// When the pending flush is due; None: none pending.
+    due: Option<Instant>,
+    /// A timer task is alive (it clears this, under the lock, as it ends).
+    running: bool,
+}
+
+impl DelayedFlush {
+    /// Longest sleep of the timer task between looks at the due time.
+    pub const TICK: Duration = Duration::from_secs(1);
+
+    fn state(&self) -> std::sync::MutexGuard<'_, FlushTimer> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Forget the pending flush (a `flush_all` that flushes now).
+    pub fn cancel(&self) {
+        self.state().due = None;
+    }
+
+    /// Flush `ns` at `due` instead of at any time set before; starts the
+    /// timer task on this executor if none is alive.
+    pub fn set(self: &Arc<Self>, due: Instant, ns: &Namespace) {
+        let mut s = self.state();
+        s.due = Some(due);
+        if !s.running {
+            s.running = true;
+            drop(s);
+            let (me, ns) = (self.clone(), ns.clone());
+            granary_rt::spawn(async move { me.run(ns).await });
+        }
+    }
+
+    /// Whether a timer task is alive (`stats`: `granary_flush_timers`).
+    pub fn timers(&self) -> u64 {
+        u64::from(self.state().running)
+    }
+
+    async fn run(&self, ns: Namespace) {
+        loop {
+            let left = {
+                let mut s = self.state();
+                let Some(due) = s.due else {
+                    s.running = false;
+                    return;
+                };
+                let left = due.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    s.due = None;
+                }
+                left
+            };
+            if left.is_zero() {
+                if let Err(e) = ns.flush_all_async().await {
+                    tracing::warn!(error = %e, "delayed flush_all failed");
+                }
+            } else {
+                granary_rt::sleep(left.min(Self::TICK)).await;
+            }
+        }
+    }
 }
 
 impl Ctx {

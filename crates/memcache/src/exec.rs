@@ -590,41 +590,28 @@ impl<'a, S: Sink> Exec<'a, S> {
 
     /// Flush the namespace now, or (`delay` > 0, an exptime) then; counted.
     /// As memcached keeps one flush time, each `flush_all` replaces a
-    /// delayed one still pending (from any connection), and an absolute
-    /// time before the server started flushes nothing (memcached's flush
-    /// time is then before every item; one since then flushes now).
+    /// delayed one still pending (from any connection): one timer per
+    /// server ([`DelayedFlush`](crate::context::DelayedFlush)), whatever the number of requests. An
+    /// absolute time before the server started flushes nothing but still
+    /// replaces the pending one (memcached's flush time is then before
+    /// every item); one since then, now included, flushes before the reply.
     async fn flush_after(&mut self, delay: i64) -> Result<(), Error> {
         self.ctx.stats.cmd_flush.fetch_add(1, Relaxed);
-        let this = self.ctx.flushes.fetch_add(1, Relaxed) + 1;
         if delay > 0 {
             let at = self.expires(delay) as i64;
             let now = self.ctx.store.now() as i64;
             if delay > RELATIVE_EXPTIME_MAX && at == 1 {
+                self.ctx.delayed_flush.cancel();
                 return Ok(()); // `expires`: before the start
             }
-            let due = std::time::Instant::now() + std::time::Duration::from_secs((at - now).max(0) as u64);
-            let (flushes, ns) = (self.ctx.flushes.clone(), self.ctx.ns.clone());
-            granary_rt::spawn(async move {
-                // Wakes at least every minute to see whether a later
-                // flush_all replaced it, so a replaced timer (up to 30 days
-                // long) does not stay behind holding its task.
-                loop {
-                    if flushes.load(Relaxed) != this {
-                        return; // a later flush_all replaced it
-                    }
-                    let left = due.saturating_duration_since(std::time::Instant::now());
-                    if left.is_zero() {
-                        break;
-                    }
-                    granary_rt::sleep(left.min(std::time::Duration::from_secs(60))).await;
-                }
-                if let Err(e) = ns.flush_all_async().await {
-                    tracing::warn!(error = %e, "delayed flush_all failed");
-                }
-            });
-        } else {
-            self.ctx.ns.flush_all_async().await?;
+            if at > now {
+                let due = std::time::Instant::now() + std::time::Duration::from_secs((at - now) as u64);
+                self.ctx.delayed_flush.set(due, &self.ctx.ns);
+                return Ok(());
+            }
         }
+        self.ctx.delayed_flush.cancel();
+        self.ctx.ns.flush_all_async().await?;
         Ok(())
     }
 

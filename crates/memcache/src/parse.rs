@@ -32,8 +32,17 @@ pub(crate) enum Frame<'a> {
 
 /// The next request line of `buf`.
 pub(crate) fn frame(buf: &[u8]) -> Frame<'_> {
+    frame_from(buf, 0)
+}
+
+/// [`frame`], knowing that `buf`'s first `scanned` bytes hold no line end
+/// (they were looked at before, when less had come): only the rest is
+/// looked at, so a line that arrives in pieces costs its length once.
+pub(crate) fn frame_from(buf: &[u8], scanned: usize) -> Frame<'_> {
     use crate::limits::LINE_BYTES_MAX;
-    let Some(nl) = buf.iter().take(LINE_BYTES_MAX + 2).position(|&b| b == b'\n') else {
+    let end = buf.len().min(LINE_BYTES_MAX + 2);
+    let from = scanned.min(end);
+    let Some(nl) = buf[from..end].iter().position(|&b| b == b'\n').map(|p| from + p) else {
         return if buf.len() > LINE_BYTES_MAX { Frame::TooLong } else { Frame::Incomplete };
     };
     let line = &buf[..nl];

@@ -61,6 +61,19 @@ fn frame_splits_lines_at_crlf_or_lf() {
 }
 
 #[test]
+fn frame_from_looks_only_past_what_was_scanned() {
+    let buf = b"get a\r\nget b\r\n";
+    assert_eq!(frame_from(buf, 3), Frame::Line(b"get a", 7));
+    // Told the first line's end was scanned, it finds the next one: the
+    // caller's promise is what makes the skip right.
+    assert_eq!(frame_from(buf, 7), Frame::Line(b"get a\r\nget b", 14));
+    assert_eq!(frame_from(b"get a", 5), Frame::Incomplete);
+    assert_eq!(frame_from(b"get a\r\n", 99), Frame::Incomplete, "scanned past the end: nothing left to look at");
+    let long = vec![b'g'; LINE_BYTES_MAX + 1];
+    assert_eq!(frame_from(&long, LINE_BYTES_MAX), Frame::TooLong);
+}
+
+#[test]
 fn a_line_without_an_end_past_the_limit_is_too_long() {
     let mut buf = vec![b'g'; LINE_BYTES_MAX];
     assert_eq!(frame(&buf), Frame::Incomplete, "up to the limit: wait for the end");

@@ -112,7 +112,7 @@ impl Server {
             started_unix: now,
             threads,
             evicting,
-            flushes: Default::default(),
+            delayed_flush: Default::default(),
         });
         let protocol = Arc::new(Memcache { ctx: ctx.clone() });
         let listener = Listener::start(rt, std_listener, lcfg, protocol, ctx.stats.listener.clone())?;

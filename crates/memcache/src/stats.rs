@@ -191,6 +191,7 @@ pub(crate) fn general(ctx: &Ctx) -> Lines {
         ("expired_unfetched".into(), ns.expired_unfetched.to_string()),
         ("evicted_unfetched".into(), ns.evicted_unfetched.to_string()),
         ("granary_namespace".into(), ns.name.clone()),
+        ("granary_flush_timers".into(), ctx.delayed_flush.timers().to_string()),
     ]);
     v.extend(
         st.registry().pairs().into_iter().map(|(name, value)| (format!("granary_{}", name.replace('.', "_")), value)),

@@ -1034,7 +1034,8 @@ fn namespace_listener(namespace: &str) -> ServerConfig {
 /// In a namespace with a default TTL, a new item gets it and an item's
 /// own expiry stays through what memcached makes a new item of (append,
 /// prepend, ms's append mode, an incr whose result is longer) and through
-/// md's invalidation: `touch k 0` (never expires) is not undone by them.
+/// md's invalidation and ms's stale store: `touch k 0` (never expires) is
+/// not undone by them.
 #[test]
 fn a_namespace_default_ttl_goes_to_new_items_only() {
     let f = Fixture::default();
@@ -1056,6 +1057,9 @@ fn a_namespace_default_ttl_goes_to_new_items_only() {
         assert!(got.starts_with("HD t-1"), "after {}: {got}", String::from_utf8_lossy(req));
     }
     assert_eq!(c.call(b"mg k v\r\n"), b"VA 5 Z X\r\ny10xz\r\n");
+    // A stale store (an older CAS value with I) keeps the item's expiry.
+    assert_eq!(c.call(b"ms k 1 I C1\r\nw\r\n"), b"HD\r\n");
+    assert_eq!(c.call(b"mg k t v\r\n"), b"VA 1 t-1 Z X\r\nw\r\n");
     assert_eq!(c.call(b"set n 0 0 1\r\n1\r\nincr n 99\r\nmg n t\r\n"), b"STORED\r\n100\r\nHD t100\r\n");
 }
 
@@ -1179,4 +1183,50 @@ fn a_vivify_that_loses_the_race_reads_the_item_made() {
         assert_eq!(of_key.iter().filter(|r| **r == "HD s0 W\r\n").count(), 1, "key {i}: {of_key:?}");
         assert!(of_key.iter().all(|r| *r == "HD s0 W\r\n" || *r == "HD s0 Z\r\n"), "key {i}: {of_key:?}");
     }
+}
+
+/// However many delayed `flush_all` requests arrive, the server holds one
+/// timer for them (each replaced the time of the one before); an absolute
+/// time since the start that is already past flushes before its reply,
+/// and cancels the pending one, whose timer then ends.
+#[test]
+fn delayed_flushes_hold_one_timer_and_a_past_time_flushes_before_its_reply() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    c.send("flush_all 2592000 noreply\r\n".repeat(5000).as_bytes());
+    let stats = String::from_utf8(c.call(b"stats\r\n")).unwrap();
+    assert!(stats.contains("STAT granary_flush_timers 1\r\n"), "{stats}");
+    f.advance(10);
+    let past = f.store().now() - 5;
+    let req = format!("set k 0 0 1\r\nx\r\nflush_all {past}\r\nget k\r\n");
+    assert_eq!(c.call(req.as_bytes()), b"STORED\r\nOK\r\nEND\r\n");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let stats = String::from_utf8(c.call(b"stats\r\n")).unwrap();
+        if stats.contains("STAT granary_flush_timers 0\r\n") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the cancelled flush's timer did not end: {stats}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A request that arrives in pieces (a long line padded with spaces, then
+/// its data a few bytes at a time) is answered once whole, as if it had
+/// come at once, and the request after it follows.
+#[test]
+fn a_request_sent_in_pieces_is_answered_once_whole() {
+    let f = Fixture::default();
+    let mut c = f.client();
+    let value: Vec<u8> = (0..3000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    let mut req = format!("set k 7 0 {}{}\r\n", value.len(), " ".repeat(20_000)).into_bytes();
+    req.extend_from_slice(&value);
+    req.extend_from_slice(b"\r\n");
+    for piece in req.chunks(997) {
+        c.send(piece);
+    }
+    let mut want = b"STORED\r\nVALUE k 7 3000\r\n".to_vec();
+    want.extend_from_slice(&value);
+    want.extend_from_slice(b"\r\nEND\r\n");
+    assert_eq!(c.call(b"get k\r\n"), want);
 }

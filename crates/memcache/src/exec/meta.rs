@@ -220,19 +220,21 @@ impl<S: Sink> Exec<'_, S> {
                 // awaits this in place and is never leaked.
                 unsafe {
                     self.ctx.ns.update_borrowing_async(key, |it| {
-                        let meta = match it {
+                        let value = data.to_vec();
+                        let change = match it {
                             None => return (Change::Keep, PutOutcome::NotFound),
-                            Some(it) if c == it.cas => meta,
-                            // (C0 is never older: memcached answers EX.)
+                            Some(it) if c == it.cas => match new_cas {
+                                Some(cas) => Change::PutCas { value, meta, cas },
+                                None => Change::Put { value, meta },
+                            },
+                            // (C0 is never older: memcached answers EX.) The
+                            // item's own expiry, none included: not the
+                            // namespace's default TTL a `Put` of 0 gets.
                             Some(it) if c != 0 && c < it.cas => {
-                                ItemMeta { expires: it.meta.expires, stale: true, ..meta }
+                                let meta = ItemMeta { expires: it.meta.expires, stale: true, ..meta };
+                                Change::Derive { value, meta, cas: new_cas }
                             }
                             Some(_) => return (Change::Keep, PutOutcome::Exists),
-                        };
-                        let value = data.to_vec();
-                        let change = match new_cas {
-                            Some(cas) => Change::PutCas { value, meta, cas },
-                            None => Change::Put { value, meta },
                         };
                         (change, PutOutcome::Stored)
                     })
