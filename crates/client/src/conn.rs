@@ -48,7 +48,13 @@ impl Slot {
         drop(s);
         self.cond.notify_all();
         if let Some(w) = w {
-            w.wake();
+            // The caller's waker runs on the connection's reader thread,
+            // which alone sweeps deadlines and marks the connection dead:
+            // a waker that panics (an executor gone) must not end it, or
+            // every request on the connection would wait for ever.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.wake())).is_err() {
+                tracing::warn!("a request's waker panicked; its connection goes on");
+            }
         }
     }
 }
@@ -534,9 +540,18 @@ fn read_frames(s: &mut ReadWire, sh: &Shared) -> Result<(), String> {
             let body = buf[pos + proto::HEADER_BYTES..pos + total].to_vec();
             pos += total;
             let slot = sh.table.lock().unwrap_or_else(|e| e.into_inner()).slots.remove(&h.id);
+            // The server closes a connection whose frame it rejects: it reads
+            // nothing more, so the connection is dead from here (requests
+            // sent after it would never run).
+            let rejected = status == Status::BadFrame || status == Status::FrameTooLarge;
             match slot {
+                Some(slot) if rejected => {
+                    let why = format!("the server rejected a frame: {}", String::from_utf8_lossy(&body));
+                    slot.complete(Ok(Response { id: h.id, op: h.op, status, body }));
+                    return Err(why);
+                }
                 Some(slot) => slot.complete(Ok(Response { id: h.id, op: h.op, status, body })),
-                None if status == Status::BadFrame || status == Status::FrameTooLarge => {
+                None if rejected => {
                     return Err(format!("the server rejected a frame: {}", String::from_utf8_lossy(&body)));
                 }
                 // A response to a request that timed out.

@@ -1,8 +1,10 @@
 //! Ketama consistent-hash rings, in the two variants clients meet:
 //!
 //! - [`Ketama::new`]: last.fm's libketama as uhashring implements it with
-//!   equal weights (and libmemcached's weighted ketama, for servers on
-//!   ports other than 11211: it names one on 11211 "host"). Each server, named
+//!   equal weights (and libmemcached's weighted ketama, for equal servers
+//!   on ports other than 11211, it naming one on 11211 "host", where its
+//!   single-precision point count comes to 160: not at every server count,
+//!   see [`twemproxy_points`], 156 at 25). Each server, named
 //!   "host:port", gets 160 points on a 32-bit circle: for `w` in 0..40, the
 //!   MD5 digest of "host:port-w" gives four points, each the little-endian
 //!   u32 of four digest bytes.
@@ -73,7 +75,7 @@ impl TwemproxyServer {
     }
 
     /// A line of a nutcracker pool's `servers:` list, "host:port:weight"
-    /// or "host:port:weight name" (a unix socket, "/path:weight [name]",
+    /// or "host:port:weight name" (a unix socket, "/path:weight \[name\]",
     /// is named "/path:" unless named: nutcracker takes the name's length
     /// as the path's plus a colon and an empty port). Refused as
     /// nutcracker refuses them: a weight of 0 or above `i32::MAX`.

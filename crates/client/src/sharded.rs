@@ -2,12 +2,14 @@
 //! managed on every server at once.
 
 use crate::ketama::Ketama;
+use crate::Connection;
 use crate::{as_batch, as_deleted, as_done, as_ns_list, as_ns_stats, as_stored, as_value, as_values};
 use crate::{
     BatchOp, BatchResult, Client, ClientConfig, Error, Item, NamespaceOptions, NamespaceStats, Pending, PutMode,
     Request, Response, Result, TxnOp, TxnOutcome, DEFAULT_NAMESPACE,
 };
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// A client of several servers: each key lives on the server the ketama
 /// ring ([`crate::ketama`]) names for it. With [`ShardedClient::new`]
@@ -80,7 +82,7 @@ impl ShardedClient {
 
     /// Clients placing keys as a nutcracker pool (`distribution: ketama`,
     /// `hash: md5`) whose `servers:` list is `pool` ("host:port:weight
-    /// [name]" each, [`crate::ketama::TwemproxyServer::parse`]): key calls
+    /// \[name\]" each, [`crate::ketama::TwemproxyServer::parse`]): key calls
     /// for the pool's server `i` go to the native address `native[i]` (the
     /// same node's native listener). The pool's `hash_tag`, if it has one,
     /// goes to [`Ketama::with_hash_tag`] and [`ShardedClient::with_ring`].
@@ -455,13 +457,29 @@ impl<'a> ShardedNamespace<'a> {
         Ok(out.into_iter().map(|r| r.expect("every position has a result")).collect())
     }
 
+    /// One request per key, in order, each to its key's server, and every
+    /// request of one server on one of its connections: the server runs
+    /// a connection's requests in the order sent, so two writes of a key
+    /// take effect as given (on two connections of a pool they could run
+    /// in either order).
+    fn send_each<'r>(&self, reqs: impl Iterator<Item = (&'r [u8], Request<'r>)>) -> Result<Vec<Pending>> {
+        let mut conns: Vec<Option<Arc<Connection>>> = vec![None; self.sharded.servers.len()];
+        let mut pending = Vec::new();
+        for (key, req) in reqs {
+            let s = self.sharded.server_of(key);
+            let conn = match &conns[s] {
+                Some(c) => c.clone(),
+                None => conns[s].insert(self.sharded.servers[s].conn()?).clone(),
+            };
+            pending.push(conn.send_in(self.name.as_bytes(), &req)?);
+        }
+        Ok(pending)
+    }
+
     /// [`ShardedClient::put_many`] in this namespace.
     pub fn put_many(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
-        let mut pending = Vec::with_capacity(items.len());
-        for (k, v) in items {
-            pending.push(self.client(k).send(&Request::Put { key: k, value: v, mode: PutMode::Upsert })?);
-        }
-        for p in pending {
+        let reqs = items.iter().map(|&(key, value)| (key, Request::Put { key, value, mode: PutMode::Upsert }));
+        for p in self.send_each(reqs)? {
             as_stored(p.wait()?)?;
         }
         Ok(())
@@ -469,19 +487,13 @@ impl<'a> ShardedNamespace<'a> {
 
     /// [`ShardedClient::get_many`] in this namespace.
     pub fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
-        let mut pending = Vec::with_capacity(keys.len());
-        for k in keys {
-            pending.push(self.client(k).send(&Request::Get(k))?);
-        }
+        let pending = self.send_each(keys.iter().map(|&k| (k, Request::Get(k))))?;
         pending.into_iter().map(|p| as_value(p.wait()?)).collect()
     }
 
     /// [`ShardedClient::delete_many`] in this namespace.
     pub fn delete_many(&self, keys: &[&[u8]]) -> Result<Vec<bool>> {
-        let mut pending = Vec::with_capacity(keys.len());
-        for k in keys {
-            pending.push(self.client(k).send(&Request::Delete(k))?);
-        }
+        let pending = self.send_each(keys.iter().map(|&k| (k, Request::Delete(k))))?;
         pending.into_iter().map(|p| as_deleted(p.wait()?)).collect()
     }
 

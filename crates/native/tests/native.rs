@@ -1649,3 +1649,90 @@ fn a_request_whose_task_panics_closes_its_connection_after_the_others_responses(
     assert_eq!(cl.get(b"bad").unwrap().as_deref(), Some(MARK), "the PUT after the panic never ran");
     srv.shutdown();
 }
+
+/// `put_many`, `get_many` and `delete_many` send each server's requests on
+/// one of its connections, in order: with a pool of several connections,
+/// two writes of a key in one call take effect as given (round robin over
+/// the pool put them on two connections, which the server runs in either
+/// order).
+#[test]
+fn a_sharded_put_many_writes_a_key_twice_in_the_order_given() {
+    let servers: Vec<Server> = (0..2).map(|_| server()).collect();
+    let names: Vec<String> = servers.iter().map(|s| s.local_addr().to_string()).collect();
+    let sc = ShardedClient::new(&names, ClientConfig { connections: 4, ..ClientConfig::default() }).unwrap();
+    let keys: Vec<Vec<u8>> = (0..200).map(|i| format!("k{i}").into_bytes()).collect();
+    for round in 0..20 {
+        let (a, b) = (format!("a{round}").into_bytes(), format!("b{round}").into_bytes());
+        let items: Vec<(&[u8], &[u8])> = keys.iter().flat_map(|k| [(&k[..], &a[..]), (&k[..], &b[..])]).collect();
+        sc.put_many(&items).unwrap();
+        let ks: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        let got = sc.get_many(&ks).unwrap();
+        let late = got.iter().filter(|v| v.as_deref() != Some(&b[..])).count();
+        assert_eq!(late, 0, "round {round}: {late} keys kept their first value");
+    }
+}
+
+/// A waker that panics (its executor gone) when the reply comes does not
+/// end the connection's reader: the connection still answers, and still
+/// times requests out.
+#[test]
+fn a_panicking_waker_leaves_the_connection_working() {
+    use std::future::Future;
+    struct Panics;
+    impl std::task::Wake for Panics {
+        fn wake(self: Arc<Self>) {
+            panic!("this executor is gone");
+        }
+    }
+    let s = server();
+    let c = Arc::new(client(&s));
+    c.put(b"k", b"v").unwrap();
+    let waker = std::task::Waker::from(Arc::new(Panics));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut fut = Box::pin(c.get_async(b"k"));
+    // Polled once: its waker is registered, and the reply wakes it.
+    assert!(fut.as_mut().poll(&mut cx).is_pending());
+    // On a thread of its own, left behind if it hangs: the test fails at
+    // the timeout instead of waiting for it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let c2 = c.clone();
+    std::thread::spawn(move || {
+        for _ in 0..50 {
+            let _ = tx.send(c2.get(b"k"));
+        }
+    });
+    for i in 0..50 {
+        let r = rx.recv_timeout(Duration::from_secs(30)).expect("a request after the panic never finished");
+        assert_eq!(r.unwrap(), Some(b"v".to_vec()), "request {i}");
+    }
+}
+
+/// A request the server answers BAD_FRAME ends the connection on the
+/// client's side at once (the server reads nothing more after it): the
+/// pool replaces it instead of sending more requests that would never run.
+#[test]
+fn a_rejected_frame_ends_the_connection_at_once() {
+    let addr = fake_server(|mut s| {
+        let mut h = [0u8; proto::HEADER_BYTES];
+        if s.read_exact(&mut h).is_err() {
+            return;
+        }
+        let hd = Header::decode(&h, u32::MAX, proto::VERSION).unwrap();
+        let mut body = vec![0u8; hd.len as usize];
+        s.read_exact(&mut body).unwrap();
+        let mut out = Vec::new();
+        proto::encode_response(&mut out, hd.op, Status::BadFrame, hd.id, b"not understood");
+        s.write_all(&out).unwrap();
+        // The stream stays open: only the reply says the connection is over.
+        let _ = s.read(&mut [0u8; 1]);
+    });
+    let cfg = ClientConfig { connections: 1, ..ClientConfig::default() };
+    let c = Client::connect(addr, cfg).unwrap();
+    let conn = c.conn().unwrap();
+    assert!(c.get(b"k").is_err());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while conn.is_alive() {
+        assert!(std::time::Instant::now() < deadline, "the connection stayed in the pool after BAD_FRAME");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
