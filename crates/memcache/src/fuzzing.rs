@@ -4,7 +4,9 @@
 //!
 //! Invariants checked: no decoder panics; a frame never claims more bytes
 //! than the input holds; a whole request is incomplete without its last
-//! byte; a refused line skips no more than the input holds.
+//! byte; a refused line skips no more than the input holds; a line end
+//! looked for past a prefix known to hold none is the one found from the
+//! start.
 
 use crate::binary;
 use crate::limits::{ITEM_BYTES_DEFAULT, LINE_BYTES_MAX};
@@ -15,6 +17,13 @@ use crate::parse::{self, Frame};
 pub fn text(data: &[u8]) {
     let mut buf = data;
     while !buf.is_empty() {
+        // A line looked at in pieces is the line looked at once
+        // (`frame_from`, told a prefix holds no line end).
+        let window = buf.len().min(LINE_BYTES_MAX + 2);
+        let nl_free = buf[..window].iter().position(|&b| b == b'\n').unwrap_or(window);
+        for scanned in [nl_free / 2, nl_free] {
+            assert_eq!(parse::frame_from(buf, scanned), parse::frame(buf));
+        }
         let (line, used) = match parse::frame(buf) {
             Frame::Line(line, used) => (line, used),
             Frame::Incomplete => {

@@ -265,10 +265,17 @@ async fn zero<E: Export>(t: &Target<E>, stats: &NbdStats, req: &Request) -> io::
     .await
 }
 
+/// Operations [`each_concurrent`] ends in one poll at most before it
+/// gives its executor back (waking itself): operations that never wait
+/// (trims of blocks never written) must not hold the executor's other
+/// tasks for a whole 4 GiB request.
+const ENDED_PER_POLL_MAX: usize = 256;
+
 /// Run `f` on every item, at most `limit` at once, all polled by the
 /// calling task; the first error is returned once every started
 /// operation has ended (no operation is abandoned half-way; none starts
-/// after an error).
+/// after an error). Yields to the executor after
+/// [`ENDED_PER_POLL_MAX`] operations end in one poll.
 async fn each_concurrent<T, F, Fut>(mut items: impl Iterator<Item = T>, limit: usize, mut f: F) -> io::Result<()>
 where
     F: FnMut(T) -> Fut,
@@ -277,33 +284,87 @@ where
     let mut running: Vec<Pin<Box<Fut>>> = Vec::new();
     let mut error: Option<io::Error> = None;
     let mut exhausted = false;
-    std::future::poll_fn(|cx| loop {
-        while error.is_none() && !exhausted && running.len() < limit {
-            match items.next() {
-                Some(item) => running.push(Box::pin(f(item))),
-                None => exhausted = true,
-            }
-        }
-        let mut ended = false;
-        let mut i = 0;
-        while i < running.len() {
-            match running[i].as_mut().poll(cx) {
-                Poll::Ready(r) => {
-                    drop(running.swap_remove(i));
-                    if let Err(e) = r {
-                        error.get_or_insert(e);
-                    }
-                    ended = true;
+    std::future::poll_fn(|cx| {
+        let mut ended_here = 0;
+        loop {
+            while error.is_none() && !exhausted && running.len() < limit {
+                match items.next() {
+                    Some(item) => running.push(Box::pin(f(item))),
+                    None => exhausted = true,
                 }
-                Poll::Pending => i += 1,
             }
-        }
-        if running.is_empty() && (exhausted || error.is_some()) {
-            return Poll::Ready(error.take().map_or(Ok(()), Err));
-        }
-        if !ended {
-            return Poll::Pending;
+            let mut ended = false;
+            let mut i = 0;
+            while i < running.len() {
+                match running[i].as_mut().poll(cx) {
+                    Poll::Ready(r) => {
+                        drop(running.swap_remove(i));
+                        if let Err(e) = r {
+                            error.get_or_insert(e);
+                        }
+                        ended = true;
+                        ended_here += 1;
+                    }
+                    Poll::Pending => i += 1,
+                }
+            }
+            if running.is_empty() && (exhausted || error.is_some()) {
+                return Poll::Ready(error.take().map_or(Ok(()), Err));
+            }
+            if !ended {
+                return Poll::Pending;
+            }
+            if ended_here >= ENDED_PER_POLL_MAX {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
         }
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::{Context, Wake, Waker};
+
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Operations that never wait still give the executor back every
+    /// `ENDED_PER_POLL_MAX` of them (waking the task to go on), and every
+    /// one runs exactly once.
+    #[test]
+    fn operations_that_never_wait_yield_to_the_executor() {
+        let n = 10 * ENDED_PER_POLL_MAX + 7;
+        let ran = AtomicUsize::new(0);
+        let ran = &ran;
+        let mut fut = Box::pin(each_concurrent(0..n, 32, |_| async move {
+            ran.fetch_add(1, Relaxed);
+            Ok(())
+        }));
+        let wakes = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut polls = 0;
+        loop {
+            polls += 1;
+            let before = ran.load(Relaxed);
+            match fut.as_mut().poll(&mut cx) {
+                Poll::Ready(r) => break r.unwrap(),
+                Poll::Pending => {
+                    let ended = ran.load(Relaxed) - before;
+                    assert!(ended <= ENDED_PER_POLL_MAX + 32, "poll {polls} ran {ended} operations");
+                    assert_eq!(wakes.0.load(Relaxed), polls, "a yield wakes its task");
+                }
+            }
+        }
+        assert_eq!(ran.load(Relaxed), n);
+        assert_eq!(polls, n.div_ceil(ENDED_PER_POLL_MAX));
+    }
 }
