@@ -571,6 +571,32 @@ fn dropped_values_stay_listed_until_their_own_victim_is_free() {
     assert_eq!(s.get(b"k").unwrap(), None, "a deleted key came back");
 }
 
+/// A victim's dropped values stop being listed before the victim is on
+/// the free list: a writer that allocated it at once could list a new
+/// value of it, which a later clearing would erase (then a delete of that
+/// key writes no tombstone, and a crash brings its value back).
+#[test]
+fn dropped_values_are_forgotten_before_their_victim_can_be_allocated() {
+    let f = Fixture::new(8 << 20);
+    let (s, _, first, v, len) = cache_with_one_value(&f);
+    roll(&s, "a");
+    roll(&s, "b");
+    assert!(drop_k(&s, v, first.entry.pba(), len));
+    let core = s.core.clone();
+    let seen = std::rc::Rc::new(std::cell::Cell::new(None));
+    let saw = seen.clone();
+    crate::keys::ON_FREED.set(Some(Box::new(move |seg| {
+        if seg == v {
+            saw.set(Some(core.space.used_segments().contains(&v)));
+        }
+    })));
+    let reclaimed = crate::gc::reclaim(s.core.collector(), v, false);
+    crate::keys::ON_FREED.take();
+    reclaimed.unwrap();
+    assert_eq!(seen.get(), Some(true), "the victim was allocatable before its listing ended");
+    assert_eq!(s.core.keys.dropped.len(), 0);
+}
+
 /// A crash after GC copied a value and before it freed the victim leaves
 /// two copies of one record. Recovery lists the one it does not index, so
 /// once the indexed copy is evicted (no tombstone: it superseded nothing)

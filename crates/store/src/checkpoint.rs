@@ -432,8 +432,9 @@ pub(crate) struct Loaded {
 }
 
 /// The manifests of the checkpoints on the device, newest first, and
-/// whether some manifest could not be read (an IO error: it might load on
-/// a later open). A manifest that decodes wrong, or was never written,
+/// whether some manifest could not be read (an IO error, or a version
+/// this build does not read: it might load on a later open, or by another
+/// build). A manifest that decodes wrong otherwise, or was never written,
 /// can never load.
 fn manifests(dev: &dyn Device, sb: &Superblock, headers: &Headers, quiet: bool) -> (Vec<Manifest>, bool) {
     let g = sb.grain_bytes as u64;
@@ -458,6 +459,16 @@ fn manifests(dev: &dyn Device, sb: &Superblock, headers: &Headers, quiet: bool) 
             Ok(_) => tracing::warn!(segment = seg, "checkpoint manifest does not match its segment; ignored"),
             // A checkpoint whose manifest was never written (a crash).
             Err(granary_format::FormatError::BadMagic { found: 0, .. }) => {}
+            // Another build's checkpoint (a version this one does not
+            // read): a later open by that build may load it, so its
+            // replay floor is unknown here, as for a manifest that could
+            // not be read.
+            Err(e @ granary_format::FormatError::UnsupportedVersion { .. }) => {
+                if !quiet {
+                    tracing::warn!(segment = seg, error = %e, "checkpoint manifest of another version; not loaded");
+                }
+                unreadable = true;
+            }
             Err(_) if quiet => {}
             Err(e) => tracing::warn!(segment = seg, error = %e, "checkpoint manifest rejected"),
         }

@@ -711,11 +711,12 @@ pub(crate) fn reclaim_with(gc: Gc<'_>, v: u32, evict: bool, mode: ReadMode) -> R
             detail: format!("segment {v} keeps {left} live bytes that GC could not read as records"),
         });
     }
-    gc.space.free_segment(v)?;
-    // Only now (the free header is on the device, flushed in Flush mode)
-    // are the values dropped from `v` gone; if reclaim failed above they
-    // stay listed until a later reclaim of `v` gets here.
-    gc.keys.dropped.freed(v);
+    // Only once the free header is on the device (flushed in Flush mode)
+    // are the values dropped from `v` gone: their listing ends then, and
+    // before `v` is on the free list (a writer that allocated it could
+    // list a new value of `v` that this would erase). If reclaim failed
+    // above they stay listed until a later reclaim of `v` gets here.
+    gc.space.free_segment(v, || gc.keys.dropped.freed(v))?;
     gc.stats.victims.fetch_add(1, Relaxed);
     if from_summary {
         gc.stats.summary_victims.fetch_add(1, Relaxed);

@@ -139,6 +139,13 @@ impl Keys {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Runs as [`DroppedKeys::freed`] begins, on its thread (tests).
+    #[allow(clippy::type_complexity)]
+    pub(crate) static ON_FREED: std::cell::RefCell<Option<Box<dyn FnMut(u32)>>> = const { std::cell::RefCell::new(None) };
+}
+
 /// Hashes of keys that have a version in a segment which the index no
 /// longer points at, per segment, until that segment is free on the
 /// device: values GC dropped from a victim (see `gc::drop_value`), values it
@@ -217,6 +224,12 @@ impl DroppedKeys {
 
     /// Victim `v` is free on the device: its dropped values are gone.
     pub(crate) fn freed(&self, v: u32) {
+        #[cfg(test)]
+        ON_FREED.with(|hook| {
+            if let Some(f) = hook.borrow_mut().as_mut() {
+                f(v)
+            }
+        });
         let mut s = self.lock();
         if let Some(gone) = s.remove(&v) {
             for h in gone {

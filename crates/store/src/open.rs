@@ -197,12 +197,27 @@ impl Store {
         let _ = core.me.set(Arc::downgrade(&core));
         if core.space.zoned() && opts.clear_torn {
             // Torn records recovery could not clear in place: their
-            // segments are reclaimed now, before writes start.
+            // segments are reclaimed now, before writes start. One that
+            // cannot be leaves the store read-only: writing on would move
+            // its stream past it, and a later log scan would take the torn
+            // record (its sequence number the newest) over its key's
+            // acknowledged version.
             for seg in core.space.take_torn() {
-                match crate::gc::reclaim(core.collector(), seg, false) {
+                let reclaimed = if torn_reclaim_fails() {
+                    Err(Error::Device(std::io::Error::other("failed by the test")))
+                } else {
+                    crate::gc::reclaim(core.collector(), seg, false)
+                };
+                match reclaimed {
                     Ok(()) => tracing::info!(segment = seg, "reclaimed a segment holding a torn record"),
                     Err(e) => {
-                        tracing::warn!(segment = seg, error = %e, "could not reclaim a segment holding a torn record")
+                        core.log.poison(Error::Corruption {
+                            offset: core.log.sb.segment_offset(seg),
+                            detail: format!(
+                                "segment {seg} holds a torn record and could not be reclaimed ({e}); \
+                                 writes are refused until an open reclaims it"
+                            ),
+                        });
                     }
                 }
             }
@@ -476,4 +491,20 @@ fn checkpoint_loop(core: &Core, stop: &StopSignal, every: std::time::Duration) {
         }
         stopped = stop.0.lock().unwrap_or_else(|e| e.into_inner());
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Makes an open's reclaims of segments holding torn records fail, on
+    /// this thread (tests).
+    pub(crate) static TORN_RECLAIM_FAILS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether a test asked this thread's opens to fail their reclaims of
+/// torn segments ([`TORN_RECLAIM_FAILS`]); never outside tests.
+fn torn_reclaim_fails() -> bool {
+    #[cfg(test)]
+    return TORN_RECLAIM_FAILS.get();
+    #[cfg(not(test))]
+    false
 }

@@ -1389,7 +1389,12 @@ impl Space {
     ///
     /// Zoned mode: the flush, then a reset of the segment's zones instead
     /// of the free header and the discard (it reads as zeros: free).
-    pub(crate) fn free_segment(&self, seg: u32) -> Result<()> {
+    ///
+    /// `released` runs once the segment reads as free on the device and
+    /// before it is on the free list: what must forget the segment's old
+    /// records does so before a writer can allocate it and record new
+    /// ones.
+    pub(crate) fn free_segment(&self, seg: u32, released: impl FnOnce()) -> Result<()> {
         if self.durability == Durability::Direct || self.zoned.is_some() {
             let offset = self.sb.segment_offset(seg);
             self.dev.flush().map_err(|source| Error::Io { op: "flush", offset, source })?;
@@ -1406,6 +1411,7 @@ impl Space {
             self.write_header(seg, SegmentKind::Free, Stream::User, alloc_seq, 0)?;
             self.discard_records(seg);
         }
+        released();
         let mut inner = self.lock();
         debug_assert_eq!(inner.state[seg as usize], SegState::Closed);
         if self.sepbit && inner.stream[seg as usize] == Stream::UserShort {

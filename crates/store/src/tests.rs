@@ -392,6 +392,36 @@ fn an_inspection_leaves_a_torn_record_in_place_and_verify_counts_it() {
     assert_eq!(s.verify().unwrap().torn_records, 0);
 }
 
+/// Zoned mode: a segment holding a torn record that the open cannot
+/// reclaim leaves the store read-only (writing on would move its stream
+/// past it, and a later log scan would take the torn record over the
+/// key's acknowledged value); reads still answer, and an open that
+/// reclaims it writes again.
+#[test]
+fn a_torn_segment_the_open_cannot_reclaim_leaves_the_store_read_only() {
+    if granary_io::TestBackend::from_env() != granary_io::TestBackend::Zoned {
+        return; // only zoned mode reclaims a torn record's segment at open
+    }
+    let (dev, s) = mem_store(16 << 20, 64 << 10, 512);
+    s.put(b"k", b"acknowledged").unwrap();
+    s.put(b"k", &[7u8; 2000]).unwrap(); // pretend this write was torn
+    flip_byte_of(&dev, &s, b"k", 1500);
+    drop(s);
+    crate::open::TORN_RECLAIM_FAILS.set(true);
+    let opened = Store::open(dev.clone(), &OpenOptions { gc: false, ..OpenOptions::default() });
+    crate::open::TORN_RECLAIM_FAILS.set(false);
+    let s = opened.unwrap();
+    assert_eq!(s.stats().recovery.torn_records, 1);
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"acknowledged"[..]));
+    let err = s.put(b"other", b"x").unwrap_err();
+    assert!(err.to_string().contains("torn record and could not be reclaimed"), "{err}");
+    drop(s);
+    let s = Store::open(dev.clone(), &OpenOptions::default()).unwrap();
+    s.put(b"other", b"x").unwrap();
+    assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"acknowledged"[..]));
+    assert!(s.verify().unwrap().is_clean());
+}
+
 /// A record torn by a crash in the newest segment was never acknowledged:
 /// recovery ignores it (the older value stays), and keeps ignoring it later.
 #[test]

@@ -323,7 +323,13 @@ fn checkpointed_store() -> (Arc<TestDevice>, HashMap<u64, u64>, u64) {
 /// `id`'s first segment and of its manifest (grain 1), then seal the
 /// manifest's CRC again (at 124, over 0..124 and 128..its length, which is
 /// at 84); exactly one manifest must be found.
-fn patch_checkpoint(dev: &TestDevice, id: u64, mut patch: impl FnMut(&mut [u8], usize, usize)) {
+fn patch_checkpoint(dev: &TestDevice, id: u64, patch: impl FnMut(&mut [u8], usize, usize)) {
+    assert_eq!(patch_checkpoint_if_present(dev, id, patch), 1, "found the checkpoint's manifest");
+}
+
+/// [`patch_checkpoint`] if checkpoint `id` is still on the device: how
+/// many manifests were patched (0 or 1).
+fn patch_checkpoint_if_present(dev: &TestDevice, id: u64, mut patch: impl FnMut(&mut [u8], usize, usize)) -> usize {
     use granary_format::checksum::{crc32c, crc32c_append};
     let seg = create_opts().segment_bytes.unwrap();
     let mut patched = 0;
@@ -341,7 +347,7 @@ fn patch_checkpoint(dev: &TestDevice, id: u64, mut patch: impl FnMut(&mut [u8], 
             }
         }
     });
-    assert_eq!(patched, 1, "found the checkpoint's manifest");
+    patched
 }
 
 /// Open `dev` (on a thread of its own: an open that never returns fails
@@ -379,6 +385,32 @@ fn an_older_checkpoint_version_is_refused_and_the_log_is_scanned() {
         b[m + 4..m + 6].copy_from_slice(&2u16.to_le_bytes());
     });
     assert_refused_and_scanned(&dev, id, &model, false);
+}
+
+/// A checkpoint of a version this build does not read (another build's)
+/// keeps its replay floor unknown: this build's writes after its
+/// scan-based open must not go into a segment tail that checkpoint would
+/// not replay, or the build that reads it loses them after a crash (here:
+/// the version patched to a newer one, then back, as that build finds it).
+#[test]
+fn writes_after_refusing_another_version_s_checkpoint_survive_it() {
+    let (dev, mut model, id) = checkpointed_store();
+    let set_version =
+        |v: u16| patch_checkpoint_if_present(&dev, id, |b, _, m| b[m + 4..m + 6].copy_from_slice(&v.to_le_bytes()));
+    assert_eq!(set_version(4), 1);
+    let s = Store::open(dev.clone(), &opts()).unwrap();
+    assert_ne!(s.stats().recovery.checkpoint_id, id);
+    s.put(&key(1), &val(1, 2)).unwrap();
+    model.insert(1, 2);
+    assert!(s.delete(&key(2)).unwrap());
+    model.remove(&2);
+    drop(s); // crash
+             // The checkpoint's segments were free to this build: they may have
+             // been written over (then the other build scans the log).
+    let present = set_version(3) == 1;
+    let s = Store::open(dev.clone(), &opts()).unwrap();
+    assert_eq!(s.stats().recovery.checkpoint_id == id, present);
+    check_values(&s, &model, 1200);
 }
 
 /// A checkpoint whose checksums hold but one of whose entries names a home
