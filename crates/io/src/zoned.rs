@@ -270,12 +270,20 @@ impl ZonedDevice {
     }
 
     /// `BLKFINISHZONE`: zone `z` becomes full (no more writes until reset).
+    /// An empty zone passes through open on its way, as on a device
+    /// (null_blk checks both resources for it): refused when no zone may
+    /// be opened or made active.
     pub fn finish_zone(&self, z: usize) -> io::Result<()> {
         let mut st = self.lock();
         if st.crashed {
             return Err(self.dead());
         }
         let z = self.sequential(z, st.zones.len())?;
+        if st.zones[z].cond == ZoneCond::Empty {
+            if let Err(e) = self.may_open(&st.zones, ZoneCond::Empty) {
+                return self.refuse(format!("finishing empty zone {z}: {e}"));
+            }
+        }
         st.zones[z] = Zone { wp: self.zone_bytes, cond: ZoneCond::Full };
         Ok(())
     }
@@ -283,6 +291,9 @@ impl ZonedDevice {
     /// `BLKOPENZONE`: open zone `z` explicitly.
     pub fn open_zone(&self, z: usize) -> io::Result<()> {
         let mut st = self.lock();
+        if st.crashed {
+            return Err(self.dead());
+        }
         let z = self.sequential(z, st.zones.len())?;
         match st.zones[z].cond {
             ZoneCond::ExplicitOpen => Ok(()),
@@ -304,6 +315,9 @@ impl ZonedDevice {
     /// `BLKCLOSEZONE`: close open zone `z` (it stays active unless empty).
     pub fn close_zone(&self, z: usize) -> io::Result<()> {
         let mut st = self.lock();
+        if st.crashed {
+            return Err(self.dead());
+        }
         let z = self.sequential(z, st.zones.len())?;
         let zone = st.zones[z];
         if zone.cond.open() {
@@ -530,6 +544,23 @@ mod tests {
         d.finish_zone(0).unwrap();
         d.write_at(block(1), 3 * ZONE).1.unwrap();
         assert_eq!(d.violations(), 2);
+    }
+
+    /// An empty zone finished passes through open: refused while no zone
+    /// may open or become active; a zone holding data is finished at any
+    /// time (it is active already).
+    #[test]
+    fn finishing_an_empty_zone_needs_room_to_open_it() {
+        let d = ZonedDevice::new(4, ZONE, 2, 2);
+        d.write_at(block(1), 0).1.unwrap();
+        d.write_at(block(1), ZONE).1.unwrap();
+        let e = d.finish_zone(2).unwrap_err();
+        assert!(e.to_string().contains("finishing empty zone 2"), "{e}");
+        assert_eq!(d.report()[2].cond, ZoneCond::Empty);
+        d.finish_zone(0).unwrap();
+        d.finish_zone(2).unwrap();
+        assert_eq!(d.report()[2].cond, ZoneCond::Full);
+        assert_eq!(d.violations(), 1);
     }
 
     #[test]
