@@ -13,7 +13,10 @@
 //! - **What survives** is decided at [`FaultDevice::restart`]:
 //!   - [`CrashKind::Process`] (the process was killed, the kernel and the
 //!     drive went on): every write that completed before the crash point is
-//!     on the media, plus the torn prefix.
+//!     there, plus the torn prefix; those not flushed are still only in the
+//!     drive's cache, so a power cut in a later life may lose them as it
+//!     may lose that life's own unflushed writes. A restart without a
+//!     crash likewise keeps what was not flushed at risk.
 //!   - [`CrashKind::Power`] (power loss on a drive with a volatile write
 //!     cache): the media holds what the last successful flush covered; of
 //!     the writes completed since, and the torn write's prefix, each one
@@ -288,9 +291,12 @@ impl FaultDevice {
         let mut st = self.lock();
         let st = &mut *st;
         match st.crashed.take() {
-            None | Some((CrashKind::Process, _, _)) => {
-                // Completed writes (and the torn prefix, already applied) stay.
-                st.durable.clone_from(&st.current);
+            None => {}
+            Some((CrashKind::Process, torn_at, torn)) => {
+                // Completed writes (and the torn prefix, already applied)
+                // stay; not flushed, they are still in the drive's cache,
+                // so a later power cut may lose them as any other.
+                st.unflushed.push((torn_at, torn));
             }
             Some((CrashKind::Power, torn_at, torn)) => {
                 let mut media = std::mem::take(&mut st.durable);
@@ -314,9 +320,9 @@ impl FaultDevice {
                 }
                 st.current.clone_from(&media);
                 st.durable = media;
+                st.unflushed.clear();
             }
         }
-        st.unflushed.clear();
         st.plan = None;
         st.failures.clear();
         st.life += 1;
@@ -569,6 +575,44 @@ mod tests {
             outcomes.insert(got);
         }
         assert_eq!(outcomes.len(), 4, "every subset of unflushed writes occurs: {outcomes:?}");
+    }
+
+    /// A write a killed process completed but never flushed survives the
+    /// kill, and a restart without a crash, yet a power cut in a later
+    /// life may still lose it (it was only in the drive's cache), unless a
+    /// flush came in between.
+    #[test]
+    fn unflushed_writes_stay_at_risk_across_a_process_crash_and_a_restart() {
+        for flushed in [false, true] {
+            let (mut lost, mut kept) = (0, 0);
+            for seed in 0..64 {
+                let dev = FaultDevice::new(1 << 16, seed);
+                write(&dev, 2, 512, 512).unwrap();
+                dev.plan_crash(0, CrashKind::Process);
+                assert!(write(&dev, 9, 2048, 512).is_err());
+                dev.restart();
+                // (Read as the store would: `bytes` makes what it reads durable.)
+                let (b, r) = dev.read_at(AlignedBuf::zeroed(512), 512);
+                r.unwrap();
+                assert_eq!(b[0], 2, "seed {seed}: the kill keeps a completed write");
+                dev.restart(); // and a clean exit
+                if flushed {
+                    dev.flush().unwrap();
+                }
+                dev.plan_crash(0, CrashKind::Power);
+                assert!(write(&dev, 6, 2560, 512).is_err());
+                dev.restart();
+                match bytes(&dev, 512, 1)[0] {
+                    2 => kept += 1,
+                    _ => lost += 1,
+                }
+            }
+            if flushed {
+                assert_eq!(lost, 0, "a flush covers the writes of earlier lives");
+            } else {
+                assert!(lost > 0 && kept > 0, "a power cut may lose an earlier life's unflushed write: {lost} {kept}");
+            }
+        }
     }
 
     #[test]
