@@ -773,7 +773,10 @@ impl Device for FileDevice {
             }
         };
         if rc != 0 {
-            return Err(annotate(io::Error::last_os_error(), "discard on", &self.path));
+            // The errno as it is (EOPNOTSUPP: no hole punching here), for
+            // callers that tell "not supported" from a failure; they name
+            // the device.
+            return Err(io::Error::last_os_error());
         }
         self.counters.discard(len);
         Ok(())

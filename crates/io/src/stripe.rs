@@ -533,7 +533,10 @@ impl Device for StripedDevice {
             for (at, n) in rs {
                 if let Err(e) = m.discard(at, n) {
                     if res.is_ok() {
-                        res = Err(io::Error::new(e.kind(), format!("discard on {}: {e}", m.describe())));
+                        // The member's error as it is (its errno kept:
+                        // EOPNOTSUPP is "not supported", not a failure).
+                        tracing::debug!(member = %m.describe(), error = %e, "discard failed");
+                        res = Err(e);
                     }
                     break;
                 }
@@ -622,6 +625,48 @@ impl Device for StripedDevice {
 mod tests {
     use super::*;
     use crate::MemDevice;
+
+    /// A member that cannot punch holes (a filesystem without them).
+    struct NoHoles(MemDevice);
+
+    impl Device for NoHoles {
+        fn read_at(&self, buf: AlignedBuf, offset: u64) -> IoResult {
+            self.0.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: AlignedBuf, offset: u64) -> IoResult {
+            self.0.write_at(buf, offset)
+        }
+        fn flush(&self) -> io::Result<()> {
+            self.0.flush()
+        }
+        fn discard(&self, _: u64, _: u64) -> io::Result<()> {
+            Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+        }
+        fn size_bytes(&self) -> u64 {
+            self.0.size_bytes()
+        }
+        fn block_bytes(&self) -> u32 {
+            self.0.block_bytes()
+        }
+        fn counters(&self) -> &IoCounters {
+            self.0.counters()
+        }
+        fn describe(&self) -> String {
+            "a member without hole punching".into()
+        }
+    }
+
+    /// A member's discard error reaches the caller with its errno, so
+    /// "not supported" stays told apart from a failure.
+    #[test]
+    fn a_member_s_discard_error_keeps_its_errno() {
+        let stripe = 64 << 10;
+        let members: Vec<Arc<dyn Device>> =
+            (0..2).map(|_| Arc::new(NoHoles(MemDevice::new(1 << 20))) as Arc<dyn Device>).collect();
+        let d = StripedDevice::create(members, stripe).unwrap();
+        let e = d.discard(0, 2 * u64::from(stripe)).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}");
+    }
 
     fn mems(n: usize, size: u64) -> (Vec<Arc<MemDevice>>, Vec<Arc<dyn Device>>) {
         let raw: Vec<Arc<MemDevice>> = (0..n).map(|_| Arc::new(MemDevice::new(size))).collect();
