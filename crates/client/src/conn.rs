@@ -546,7 +546,10 @@ fn read_frames(s: &mut ReadWire, sh: &Shared) -> Result<(), String> {
             let rejected = status == Status::BadFrame || status == Status::FrameTooLarge;
             match slot {
                 Some(slot) if rejected => {
+                    // Dead before the caller wakes, so it never takes this
+                    // connection from the pool again.
                     let why = format!("the server rejected a frame: {}", String::from_utf8_lossy(&body));
+                    sh.kill(why.clone());
                     slot.complete(Ok(Response { id: h.id, op: h.op, status, body }));
                     return Err(why);
                 }

@@ -235,11 +235,25 @@ impl DelayedFlush {
     }
 
     async fn run(&self, ns: Namespace) {
+        // A task dropped before it ends (its executor stopping) or whose
+        // flush panics must not leave `running` set, or no later delayed
+        // flush would start a timer: cleared on drop, unless it ended by
+        // clearing it itself (under the lock, with nothing due).
+        struct Ended<'a>(&'a DelayedFlush, bool);
+        impl Drop for Ended<'_> {
+            fn drop(&mut self) {
+                if !self.1 {
+                    self.0.state().running = false;
+                }
+            }
+        }
+        let mut ended = Ended(self, false);
         loop {
             let left = {
                 let mut s = self.state();
                 let Some(due) = s.due else {
                     s.running = false;
+                    ended.1 = true;
                     return;
                 };
                 let left = due.saturating_duration_since(Instant::now());

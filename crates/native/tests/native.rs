@@ -1730,9 +1730,6 @@ fn a_rejected_frame_ends_the_connection_at_once() {
     let c = Client::connect(addr, cfg).unwrap();
     let conn = c.conn().unwrap();
     assert!(c.get(b"k").is_err());
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while conn.is_alive() {
-        assert!(std::time::Instant::now() < deadline, "the connection stayed in the pool after BAD_FRAME");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    // Dead before the caller woke: it never takes the connection again.
+    assert!(!conn.is_alive(), "the connection stayed in the pool after BAD_FRAME");
 }

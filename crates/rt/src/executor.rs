@@ -1045,6 +1045,11 @@ impl Runtime {
                 ex.register_arena(arena);
                 CTX.with(|c| *c.borrow_mut() = Some(ex.clone()));
                 let _ = tx.send(Ok(()));
+                // A panic that escapes the executor (past a task's own
+                // catch, as a task's `Drop` panicking in teardown) must
+                // still close it to spawns, or each later spawn on this
+                // core would wait for ever in a queue no one runs.
+                let _closes = CloseOnUnwind(&ex.shared);
                 if let Err(e) = ex.run() {
                     tracing::error!(core = id, error = %e, "executor stopped on an io_uring error");
                 }
@@ -1190,6 +1195,24 @@ impl Drop for Runtime {
         }
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+    }
+}
+
+/// Closes an executor to spawns if its thread unwinds
+/// (`Remote::closed`): what was queued and every later spawn are dropped
+/// unpolled, their handles answering `Cancelled`.
+struct CloseOnUnwind<'a>(&'a Shared);
+
+impl Drop for CloseOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let spawned = {
+                let mut r = self.0.remote.lock().unwrap_or_else(|e| e.into_inner());
+                r.closed = true;
+                std::mem::take(&mut r.spawns)
+            };
+            drop(spawned);
         }
     }
 }

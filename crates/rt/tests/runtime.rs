@@ -481,6 +481,32 @@ fn a_task_spawned_after_shutdown_is_cancelled() {
     assert_eq!(r.unwrap_err(), JoinError::Cancelled);
 }
 
+/// An executor whose thread unwinds (here: a task's `Drop` panics as
+/// teardown drops it) is closed to spawns all the same: a task spawned on
+/// it afterwards is dropped unpolled and its handle answers `Cancelled`
+/// (it waited for ever in a queue no one ran).
+#[test]
+fn a_spawn_on_an_executor_that_panicked_in_teardown_is_cancelled() {
+    struct PanicsOnDrop;
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            panic!("a task's Drop panics in teardown");
+        }
+    }
+    let rt = rt(2);
+    let sp = rt.spawner();
+    let _stuck = sp.spawn_on(1, async {
+        let _p = PanicsOnDrop;
+        std::future::pending::<()>().await;
+    });
+    assert_eq!(sp.spawn_on(1, async { 7 }).join().unwrap(), 7);
+    drop(rt);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(sp.spawn_on(1, async { 8 }).join()));
+    let r = rx.recv_timeout(Duration::from_secs(20)).expect("join returned");
+    assert_eq!(r.unwrap_err(), JoinError::Cancelled);
+}
+
 /// A task spawned while its executor tears down (a task dropped there
 /// spawns one from its `Drop`, as a write handed on does) is dropped at
 /// once, while the executor is still there to cancel its IO, not left in

@@ -431,15 +431,18 @@ pub(crate) struct Loaded {
     pub bytes_read: u64,
 }
 
-/// The manifests of the checkpoints on the device, newest first, and
-/// whether some manifest could not be read (an IO error, or a version
-/// this build does not read: it might load on a later open, or by another
-/// build). A manifest that decodes wrong otherwise, or was never written,
-/// can never load.
-fn manifests(dev: &dyn Device, sb: &Superblock, headers: &Headers, quiet: bool) -> (Vec<Manifest>, bool) {
+/// The manifests of the checkpoints on the device, newest first; whether
+/// some manifest could not be read (an IO error: it might load on a later
+/// open); and the highest id of a checkpoint of a version this build does
+/// not read (another build may load it: its replay floor is at most its
+/// id, since its segments were taken after it captured the floor). A
+/// manifest that decodes wrong otherwise, or was never written, can never
+/// load.
+fn manifests(dev: &dyn Device, sb: &Superblock, headers: &Headers, quiet: bool) -> (Vec<Manifest>, bool, u64) {
     let g = sb.grain_bytes as u64;
     let mut candidates = Vec::new();
     let mut unreadable = false;
+    let mut foreign = 0;
     for (seg, h) in &headers.index {
         if h.first_seq != h.alloc_seq {
             continue; // not a checkpoint's first segment
@@ -460,35 +463,34 @@ fn manifests(dev: &dyn Device, sb: &Superblock, headers: &Headers, quiet: bool) 
             // A checkpoint whose manifest was never written (a crash).
             Err(granary_format::FormatError::BadMagic { found: 0, .. }) => {}
             // Another build's checkpoint (a version this one does not
-            // read): a later open by that build may load it, so its
-            // replay floor is unknown here, as for a manifest that could
-            // not be read.
+            // read): a later open by that build may load it, so the floor
+            // counts it by its id, an upper bound of its replay floor.
             Err(e @ granary_format::FormatError::UnsupportedVersion { .. }) => {
                 if !quiet {
                     tracing::warn!(segment = seg, error = %e, "checkpoint manifest of another version; not loaded");
                 }
-                unreadable = true;
+                foreign = foreign.max(h.alloc_seq);
             }
             Err(_) if quiet => {}
             Err(e) => tracing::warn!(segment = seg, error = %e, "checkpoint manifest rejected"),
         }
     }
     candidates.sort_by_key(|m| std::cmp::Reverse(m.id));
-    (candidates, unreadable)
+    (candidates, unreadable, foreign)
 }
 
 /// Read the checkpoint manifests on the device once, for an open: with
 /// `load`, the newest checkpoint whose manifest, segments and body all
 /// check out. Also the *replay floor*: the highest `replay_from` of every
-/// checkpoint some open could load (0 if there is none), or `None` if a
-/// manifest could not be read. Whichever checkpoint a later open loads, it
+/// checkpoint some open could load (0 if there is none; another build's
+/// counted by its id), or `None` if a manifest could not be read. Whichever checkpoint a later open loads, it
 /// replays every KV segment whose alloc_seq is at least the floor:
 /// recovery resumes writing in such a segment's tail only (see `recover`).
 /// (The lowest would not do: an older checkpoint still on the device, its
 /// release lost, replays from further back than the newest one does.)
 pub(crate) fn find(dev: &dyn Device, sb: &Superblock, headers: &Headers, load: bool) -> (Option<Loaded>, Option<u64>) {
-    let (candidates, unreadable) = manifests(dev, sb, headers, !load);
-    let floor = (!unreadable).then(|| candidates.iter().map(|m| m.replay_from).max().unwrap_or(0));
+    let (candidates, unreadable, foreign) = manifests(dev, sb, headers, !load);
+    let floor = (!unreadable).then(|| candidates.iter().map(|m| m.replay_from).max().unwrap_or(0).max(foreign));
     if !load {
         return (None, floor);
     }
@@ -549,7 +551,7 @@ fn foreign_segment(headers: &Headers, m: &Manifest) -> Option<u32> {
 /// ([`Checkpoints::lock`]) from the reading of `headers` on, so none is
 /// written or freed meanwhile.
 pub(crate) fn check_newest(dev: &dyn Device, sb: &Superblock, headers: &Headers) -> Option<Refused> {
-    let (candidates, _) = manifests(dev, sb, headers, true);
+    let (candidates, ..) = manifests(dev, sb, headers, true);
     let m = candidates.into_iter().next()?;
     if m.hash_check != sb.hash_check() {
         return None;

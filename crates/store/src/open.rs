@@ -197,17 +197,22 @@ impl Store {
         let _ = core.me.set(Arc::downgrade(&core));
         if core.space.zoned() && opts.clear_torn {
             // Torn records recovery could not clear in place: their
-            // segments are reclaimed now, before writes start. One that
-            // cannot be leaves the store read-only: writing on would move
-            // its stream past it, and a later log scan would take the torn
-            // record (its sequence number the newest) over its key's
-            // acknowledged version.
+            // segments are reclaimed now, before writes start (a cache with
+            // no room to relocate into evicts the segment instead, as GC
+            // does). One that cannot be leaves the store read-only:
+            // writing on would move its stream past it, and a later log
+            // scan would take the torn record (its sequence number the
+            // newest) over its key's acknowledged version.
             for seg in core.space.take_torn() {
-                let reclaimed = if torn_reclaim_fails() {
-                    Err(Error::Device(std::io::Error::other("failed by the test")))
-                } else {
-                    crate::gc::reclaim(core.collector(), seg, false)
+                let gc = core.collector();
+                let mut reclaimed = match torn_reclaim_fails() {
+                    Some(e) => Err(e),
+                    None => crate::gc::reclaim(gc, seg, false),
                 };
+                if gc.evict && matches!(reclaimed, Err(Error::NoSpace { .. })) {
+                    tracing::info!(segment = seg, "no room to relocate a torn record's segment: evicting it");
+                    reclaimed = crate::gc::reclaim(gc, seg, true);
+                }
                 match reclaimed {
                     Ok(()) => tracing::info!(segment = seg, "reclaimed a segment holding a torn record"),
                     Err(e) => {
@@ -495,16 +500,21 @@ fn checkpoint_loop(core: &Core, stop: &StopSignal, every: std::time::Duration) {
 
 #[cfg(test)]
 thread_local! {
-    /// Makes an open's reclaims of segments holding torn records fail, on
-    /// this thread (tests).
-    pub(crate) static TORN_RECLAIM_FAILS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Makes an open's relocating reclaims of segments holding torn
+    /// records fail, on this thread (tests): with a device error (true),
+    /// or for room (false: `NoSpace`); None: they run.
+    pub(crate) static TORN_RECLAIM_FAILS: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
 }
 
-/// Whether a test asked this thread's opens to fail their reclaims of
-/// torn segments ([`TORN_RECLAIM_FAILS`]); never outside tests.
-fn torn_reclaim_fails() -> bool {
+/// The failure a test asked this thread's opens to give their relocating
+/// reclaims of torn segments ([`TORN_RECLAIM_FAILS`]); never outside
+/// tests.
+fn torn_reclaim_fails() -> Option<Error> {
     #[cfg(test)]
-    return TORN_RECLAIM_FAILS.get();
+    return TORN_RECLAIM_FAILS.get().map(|device| match device {
+        true => Error::Device(std::io::Error::other("failed by the test")),
+        false => Error::NoSpace { needed_bytes: 1, segments: 0 },
+    });
     #[cfg(not(test))]
-    false
+    None
 }

@@ -1443,7 +1443,7 @@ impl Space {
         let offset = self.sb.segment_offset(seg) + g;
         if let Err(e) = self.dev.discard(offset, self.sb.segment_bytes - g) {
             if self.discard.swap(false, Relaxed) {
-                tracing::warn!(segment = seg, error = %e, "discard of a freed segment failed: discards turned off");
+                tracing::warn!(segment = seg, device = %self.dev.describe(), error = %e, "discard of a freed segment failed: discards turned off");
             }
         }
     }

@@ -407,9 +407,9 @@ fn a_torn_segment_the_open_cannot_reclaim_leaves_the_store_read_only() {
     s.put(b"k", &[7u8; 2000]).unwrap(); // pretend this write was torn
     flip_byte_of(&dev, &s, b"k", 1500);
     drop(s);
-    crate::open::TORN_RECLAIM_FAILS.set(true);
+    crate::open::TORN_RECLAIM_FAILS.set(Some(true));
     let opened = Store::open(dev.clone(), &OpenOptions { gc: false, ..OpenOptions::default() });
-    crate::open::TORN_RECLAIM_FAILS.set(false);
+    crate::open::TORN_RECLAIM_FAILS.set(None);
     let s = opened.unwrap();
     assert_eq!(s.stats().recovery.torn_records, 1);
     assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"acknowledged"[..]));
@@ -420,6 +420,31 @@ fn a_torn_segment_the_open_cannot_reclaim_leaves_the_store_read_only() {
     s.put(b"other", b"x").unwrap();
     assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"acknowledged"[..]));
     assert!(s.verify().unwrap().is_clean());
+}
+
+/// Zoned mode: a cache whose open finds no room to relocate a torn
+/// record's segment evicts the segment instead (as GC does with no room),
+/// and stays writable.
+#[test]
+fn a_cache_without_room_to_relocate_a_torn_segment_evicts_it() {
+    if granary_io::TestBackend::from_env() != granary_io::TestBackend::Zoned {
+        return; // only zoned mode reclaims a torn record's segment at open
+    }
+    let (dev, s) = mem_store(16 << 20, 64 << 10, 512);
+    s.put(b"k", b"acknowledged").unwrap();
+    s.put(b"k", &[7u8; 2000]).unwrap(); // pretend this write was torn
+    flip_byte_of(&dev, &s, b"k", 1500);
+    drop(s);
+    crate::open::TORN_RECLAIM_FAILS.set(Some(false));
+    let cache = OpenOptions { gc: false, evict: true, ..OpenOptions::default() };
+    let opened = Store::open(dev.clone(), &cache);
+    crate::open::TORN_RECLAIM_FAILS.set(None);
+    let s = opened.unwrap();
+    assert_eq!(s.stats().recovery.torn_records, 1);
+    s.put(b"other", b"x").unwrap();
+    // Evicted with its segment (a cache may lose values), never the torn one.
+    assert!(matches!(s.get(b"k").unwrap().as_deref(), None | Some(b"acknowledged")));
+    assert_eq!(s.get(b"other").unwrap().as_deref(), Some(&b"x"[..]));
 }
 
 /// A record torn by a crash in the newest segment was never acknowledged:
