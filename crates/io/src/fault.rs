@@ -328,11 +328,11 @@ impl FaultDevice {
         st.life += 1;
     }
 
-    /// Run `f` on the bytes reads see (tests: corrupt, inspect). What it
-    /// changes is on the media at once (in the unflushed writes over it
-    /// too, so a power loss cannot undo it); the rest stays as it was:
-    /// writes not flushed are still at risk (an inspection makes nothing
-    /// durable).
+    /// Run `f` on the bytes reads see (tests: corrupt, inspect). The bytes
+    /// it changes are on the media at once (and in the unflushed writes
+    /// and the torn prefix over them, so a power loss cannot undo them);
+    /// the rest stays as it was: writes not flushed are still at risk (an
+    /// inspection makes nothing durable).
     pub fn with_bytes_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
         let mut st = self.lock();
         let st = &mut *st;
@@ -340,15 +340,16 @@ impl FaultDevice {
         let r = f(&mut st.current);
         for (i, (old, new)) in before.chunks(512).zip(st.current.chunks(512)).enumerate() {
             if old == new {
-                continue;
+                continue; // (sectors compared whole first: most are unchanged)
             }
-            let at = i * 512;
-            st.durable[at..at + new.len()].copy_from_slice(new);
-            for (off, bytes) in &mut st.unflushed {
-                let (from, to) = (*off as usize, *off as usize + bytes.len());
-                let (lo, hi) = (at.max(from), (at + new.len()).min(to));
-                if lo < hi {
-                    bytes[lo - from..hi - from].copy_from_slice(&st.current[lo..hi]);
+            for j in (0..new.len()).filter(|&j| old[j] != new[j]) {
+                let at = i * 512 + j;
+                st.durable[at] = new[j];
+                let torn = st.crashed.iter_mut().map(|(_, off, bytes)| (*off, bytes));
+                for (off, bytes) in st.unflushed.iter_mut().map(|(off, bytes)| (*off, bytes)).chain(torn) {
+                    if let Some(b) = (at as u64).checked_sub(off).and_then(|k| bytes.get_mut(k as usize)) {
+                        *b = new[j];
+                    }
                 }
             }
         }

@@ -224,8 +224,10 @@ impl DelayedFlush {
         if !s.running {
             s.running = true;
             drop(s);
-            let (me, ns) = (self.clone(), ns.clone());
-            granary_rt::spawn(async move { me.run(ns).await });
+            // Owned by the task, so dropped with it even if never polled.
+            let mut timer = Timer { of: self.clone(), ended: false };
+            let ns = ns.clone();
+            granary_rt::spawn(async move { timer.run(ns).await });
         }
     }
 
@@ -233,27 +235,34 @@ impl DelayedFlush {
     pub fn timers(&self) -> u64 {
         u64::from(self.state().running)
     }
+}
 
-    async fn run(&self, ns: Namespace) {
-        // A task dropped before it ends (its executor stopping) or whose
-        // flush panics must not leave `running` set, or no later delayed
-        // flush would start a timer: cleared on drop, unless it ended by
-        // clearing it itself (under the lock, with nothing due).
-        struct Ended<'a>(&'a DelayedFlush, bool);
-        impl Drop for Ended<'_> {
-            fn drop(&mut self) {
-                if !self.1 {
-                    self.0.state().running = false;
-                }
-            }
+/// The timer task of a [`DelayedFlush`]. A task dropped before it ends
+/// (its executor stopping, even before its first poll) or whose flush
+/// panics clears the `running` mark, so a later delayed flush starts a
+/// timer again (a time set meanwhile waits for that one); a task that
+/// ends clears it itself, under the lock, with nothing due.
+struct Timer {
+    of: Arc<DelayedFlush>,
+    ended: bool,
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.of.state().running = false;
         }
-        let mut ended = Ended(self, false);
+    }
+}
+
+impl Timer {
+    async fn run(&mut self, ns: Namespace) {
         loop {
             let left = {
-                let mut s = self.state();
+                let mut s = self.of.state();
                 let Some(due) = s.due else {
                     s.running = false;
-                    ended.1 = true;
+                    self.ended = true;
                     return;
                 };
                 let left = due.saturating_duration_since(Instant::now());
@@ -267,7 +276,7 @@ impl DelayedFlush {
                     tracing::warn!(error = %e, "delayed flush_all failed");
                 }
             } else {
-                granary_rt::sleep(left.min(Self::TICK)).await;
+                granary_rt::sleep(left.min(DelayedFlush::TICK)).await;
             }
         }
     }

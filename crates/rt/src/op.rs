@@ -270,13 +270,7 @@ impl<T: 'static> Drop for Op<T> {
                     // until the next round, it would run on whatever the
                     // kernel gave that number to meanwhile.
                     if let Err(e) = ex.submit_all() {
-                        // Left queued, it would run on whatever the kernel
-                        // gives the descriptor's number to next (a write
-                        // landing in another file, a send to another
-                        // client): no safe way on.
-                        tracing::error!(error = %e, "io_uring submit of a dropped operation failed: aborting");
-                        eprintln!("granary: io_uring submit of a dropped operation failed ({e}): aborting");
-                        std::process::abort();
+                        tracing::warn!(error = %e, "io_uring submit of a dropped operation failed");
                     }
                 }
                 _ => {}

@@ -688,9 +688,7 @@ impl Rebuild<'_> {
         floor: Option<u64>,
     ) {
         let Some(floor) = floor else {
-            tracing::info!(
-                "a checkpoint manifest could not be read, or is of another version: writes start new segments"
-            );
+            tracing::info!("a checkpoint manifest could not be read: writes start new segments");
             return;
         };
         for stream in Stream::ALL.into_iter().filter(|&s| self.space.writes_to(s)) {

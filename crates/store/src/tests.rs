@@ -392,6 +392,26 @@ fn an_inspection_leaves_a_torn_record_in_place_and_verify_counts_it() {
     assert_eq!(s.verify().unwrap().torn_records, 0);
 }
 
+/// Zoned mode only (None on another backend: only zoned mode reclaims a
+/// torn record's segment at open): a store whose key `k` holds
+/// "acknowledged" and then a torn record, opened with `opts` while the
+/// open's relocating reclaim fails, with a device error (`device`) or for
+/// room.
+fn opened_with_a_torn_segment(device: bool, opts: OpenOptions) -> Option<(Arc<TestDevice>, Store)> {
+    if granary_io::TestBackend::from_env() != granary_io::TestBackend::Zoned {
+        return None;
+    }
+    let (dev, s) = mem_store(16 << 20, 64 << 10, 512);
+    s.put(b"k", b"acknowledged").unwrap();
+    s.put(b"k", &[7u8; 2000]).unwrap(); // pretend this write was torn
+    flip_byte_of(&dev, &s, b"k", 1500);
+    drop(s);
+    crate::open::TORN_RECLAIM_FAILS.set(Some(device));
+    let opened = Store::open(dev.clone(), &opts);
+    crate::open::TORN_RECLAIM_FAILS.set(None);
+    Some((dev, opened.unwrap()))
+}
+
 /// Zoned mode: a segment holding a torn record that the open cannot
 /// reclaim leaves the store read-only (writing on would move its stream
 /// past it, and a later log scan would take the torn record over the
@@ -399,18 +419,9 @@ fn an_inspection_leaves_a_torn_record_in_place_and_verify_counts_it() {
 /// reclaims it writes again.
 #[test]
 fn a_torn_segment_the_open_cannot_reclaim_leaves_the_store_read_only() {
-    if granary_io::TestBackend::from_env() != granary_io::TestBackend::Zoned {
-        return; // only zoned mode reclaims a torn record's segment at open
-    }
-    let (dev, s) = mem_store(16 << 20, 64 << 10, 512);
-    s.put(b"k", b"acknowledged").unwrap();
-    s.put(b"k", &[7u8; 2000]).unwrap(); // pretend this write was torn
-    flip_byte_of(&dev, &s, b"k", 1500);
-    drop(s);
-    crate::open::TORN_RECLAIM_FAILS.set(Some(true));
-    let opened = Store::open(dev.clone(), &OpenOptions { gc: false, ..OpenOptions::default() });
-    crate::open::TORN_RECLAIM_FAILS.set(None);
-    let s = opened.unwrap();
+    let Some((dev, s)) = opened_with_a_torn_segment(true, OpenOptions { gc: false, ..OpenOptions::default() }) else {
+        return;
+    };
     assert_eq!(s.stats().recovery.torn_records, 1);
     assert_eq!(s.get(b"k").unwrap().as_deref(), Some(&b"acknowledged"[..]));
     let err = s.put(b"other", b"x").unwrap_err();
@@ -427,19 +438,8 @@ fn a_torn_segment_the_open_cannot_reclaim_leaves_the_store_read_only() {
 /// and stays writable.
 #[test]
 fn a_cache_without_room_to_relocate_a_torn_segment_evicts_it() {
-    if granary_io::TestBackend::from_env() != granary_io::TestBackend::Zoned {
-        return; // only zoned mode reclaims a torn record's segment at open
-    }
-    let (dev, s) = mem_store(16 << 20, 64 << 10, 512);
-    s.put(b"k", b"acknowledged").unwrap();
-    s.put(b"k", &[7u8; 2000]).unwrap(); // pretend this write was torn
-    flip_byte_of(&dev, &s, b"k", 1500);
-    drop(s);
-    crate::open::TORN_RECLAIM_FAILS.set(Some(false));
     let cache = OpenOptions { gc: false, evict: true, ..OpenOptions::default() };
-    let opened = Store::open(dev.clone(), &cache);
-    crate::open::TORN_RECLAIM_FAILS.set(None);
-    let s = opened.unwrap();
+    let Some((_, s)) = opened_with_a_torn_segment(false, cache) else { return };
     assert_eq!(s.stats().recovery.torn_records, 1);
     s.put(b"other", b"x").unwrap();
     // Evicted with its segment (a cache may lose values), never the torn one.

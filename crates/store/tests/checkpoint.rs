@@ -388,7 +388,7 @@ fn an_older_checkpoint_version_is_refused_and_the_log_is_scanned() {
 }
 
 /// A checkpoint of a version this build does not read (another build's)
-/// keeps its replay floor unknown: this build's writes after its
+/// counts in the replay floor by its id: this build's writes after its
 /// scan-based open must not go into a segment tail that checkpoint would
 /// not replay, or the build that reads it loses them after a crash (here:
 /// the version patched to a newer one, then back, as that build finds it).
