@@ -54,7 +54,11 @@ impl Timers {
 /// else it sleeps the thread until `at`.
 pub struct Sleep {
     at: Instant,
-    reg: Option<(Instant, u64)>,
+    /// Its registration: the executor's serial and the key in that
+    /// executor's timers (each executor numbers its own, so a key means
+    /// nothing on another: a `Sleep` is `Send`, and may be polled or
+    /// dropped on another executor than the one it registered on).
+    reg: Option<(u64, (Instant, u64))>,
 }
 
 /// Sleep for `d`.
@@ -82,10 +86,14 @@ impl Future for Sleep {
         let reg = crate::on_runtime().then(|| {
             with_executor(|ex| {
                 let mut t = ex.timers.borrow_mut();
-                if let Some(k) = self.reg {
-                    t.map.remove(&k);
+                if let Some((owner, k)) = self.reg {
+                    // Registered elsewhere, it stays there until its time
+                    // (a spurious wake of a task that moved on).
+                    if owner == ex.serial {
+                        t.map.remove(&k);
+                    }
                 }
-                (at, t.insert(at, cx.waker().clone()))
+                (ex.serial, (at, t.insert(at, cx.waker().clone())))
             })
         });
         let reg = reg.flatten();
@@ -107,8 +115,12 @@ impl Future for Sleep {
 
 impl Sleep {
     fn deregister(&mut self) {
-        if let Some(k) = self.reg.take() {
-            with_executor(|ex| ex.timers.borrow_mut().map.remove(&k));
+        if let Some((owner, k)) = self.reg.take() {
+            with_executor(|ex| {
+                if ex.serial == owner {
+                    ex.timers.borrow_mut().map.remove(&k);
+                }
+            });
         }
     }
 }

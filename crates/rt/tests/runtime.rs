@@ -963,3 +963,48 @@ fn a_nested_block_on_keeps_the_outer_futures_wake_up() {
     setter.join().unwrap();
     dog.join().unwrap();
 }
+
+/// A sleep registered on one executor and dropped on another removes its
+/// own registration only: another executor's sleep with the same deadline
+/// and sequence number (each executor counts its own) still wakes.
+#[test]
+fn a_sleep_dropped_on_another_executor_leaves_that_executor_s_timers() {
+    /// The sleep, handed from one executor to another (not awaited there).
+    struct Moved(std::pin::Pin<Box<dyn Future<Output = ()> + Send>>);
+    let rt = rt(2);
+    let sp = rt.spawner();
+    let at = std::time::Instant::now() + Duration::from_millis(300);
+    // A sleep polled once on core 0 (its first timer there), handed back.
+    let moved = sp
+        .spawn_on(0, async move {
+            let mut s = Moved(Box::pin(granary_rt::sleep_until(at)));
+            std::future::poll_fn(|cx| {
+                let _ = s.0.as_mut().poll(cx);
+                Poll::Ready(())
+            })
+            .await;
+            s
+        })
+        .join()
+        .unwrap();
+    // Core 1's first timer: the same deadline and sequence number.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sleeper = sp.spawn_on(1, async move {
+        let mut s = Box::pin(granary_rt::sleep_until(at));
+        let mut first = true;
+        std::future::poll_fn(|cx| {
+            let r = s.as_mut().poll(cx);
+            if std::mem::take(&mut first) {
+                let _ = tx.send(());
+            }
+            r
+        })
+        .await;
+    });
+    rx.recv().unwrap();
+    // Dropped on core 1.
+    sp.spawn_on(1, async move { drop(moved) }).join().unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done_tx.send(sleeper.join()));
+    done_rx.recv_timeout(Duration::from_secs(20)).expect("the sleep on core 1 never woke").unwrap();
+}
